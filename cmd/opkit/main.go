@@ -1,0 +1,12 @@
+// Command opkit is the opkit CLI. Its commands live in internal/cli.
+package main
+
+import (
+	"os"
+
+	"github.com/opkit-dev/opkit/internal/cli"
+)
+
+func main() {
+	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+}

@@ -1,0 +1,429 @@
+package devcluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// ErrPortInUse is returned (wrapped) when a port given in [Options] is
+// already taken.
+var ErrPortInUse = errors.New("port already in use")
+
+// serviceIP is the ClusterIP of the "kubernetes" Service, the first address
+// of the service range.
+const (
+	serviceCIDR = "10.96.0.0/16"
+	serviceIP   = "10.96.0.1"
+)
+
+// Options configures [Start].
+type Options struct {
+	// DataDir holds etcd's data, the certificates, kubeconfigs and component
+	// logs. Defaults to a new temporary directory that Stop removes; a
+	// directory given here is kept, and a later Start on it resumes its state.
+	DataDir string
+	// CacheDir is the binary cache root. Defaults to DefaultCacheDir().
+	CacheDir string
+	// APIServerPort is kube-apiserver's port on 127.0.0.1. Defaults to a free
+	// port.
+	APIServerPort int
+	// EtcdPort is etcd's client port on 127.0.0.1. Defaults to a free port.
+	EtcdPort int
+	// APIServerFlags are appended to kube-apiserver's flags. Defaults to none.
+	APIServerFlags []string
+	// StartTimeout bounds the wait for readiness, builds excluded. Defaults
+	// to 90s.
+	StartTimeout time.Duration
+	// StopGrace is how long each component gets between SIGTERM and SIGKILL.
+	// Defaults to 10s.
+	StopGrace time.Duration
+	// Log receives progress lines (builds, starts). Defaults to io.Discard.
+	Log io.Writer
+}
+
+// Component describes one running process of the plane.
+type Component struct {
+	Name    string
+	Pid     int
+	Port    int
+	LogPath string
+}
+
+// Cluster is a running local control plane.
+type Cluster struct {
+	opts       Options
+	dataDir    string
+	tempData   bool
+	endpoint   string
+	kubeconfig string
+	rest       *rest.Config
+	procs      []*process
+	ports      map[string]int
+	ready      time.Duration
+
+	stopOnce sync.Once
+	done     chan struct{} // closed when a component exits unexpectedly or Stop was called
+	errMu    sync.Mutex
+	err      error
+}
+
+// Start builds the binaries if needed, starts etcd, kube-apiserver,
+// kube-controller-manager and kube-scheduler on loopback and returns once the
+// plane is ready. On error nothing it started is left running.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 90 * time.Second
+	}
+	if opts.StopGrace == 0 {
+		opts.StopGrace = 10 * time.Second
+	}
+	ports, err := reservePorts(opts)
+	if err != nil {
+		return nil, err
+	}
+	bins, err := (&Cache{Root: opts.CacheDir, Log: opts.Log}).Ensure(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: opts, dataDir: opts.DataDir, ports: ports, done: make(chan struct{})}
+	if c.dataDir == "" {
+		if c.dataDir, err = os.MkdirTemp("", "opkit-cluster-"); err != nil {
+			return nil, err
+		}
+		c.tempData = true
+	}
+	if c.dataDir, err = filepath.Abs(c.dataDir); err != nil {
+		return nil, err
+	}
+	if err := c.start(ctx, bins); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	go c.watch()
+	return c, nil
+}
+
+// reservePorts checks the requested ports and picks free ones for the rest.
+func reservePorts(opts Options) (map[string]int, error) {
+	requested := []struct {
+		name string
+		port int
+	}{
+		{"kube-apiserver", opts.APIServerPort},
+		{"etcd", opts.EtcdPort},
+		{"etcd-peer", 0},
+		{"kube-controller-manager", 0},
+		{"kube-scheduler", 0},
+	}
+	ports := map[string]int{}
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for _, r := range requested {
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)))
+		if err != nil {
+			if r.port != 0 {
+				return nil, fmt.Errorf("%s: %w: 127.0.0.1:%d (%v); choose another port or stop what listens there", r.name, ErrPortInUse, r.port, err)
+			}
+			return nil, fmt.Errorf("finding a free port for %s: %w", r.name, err)
+		}
+		held = append(held, l)
+		ports[r.name] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
+}
+
+func (c *Cluster) start(ctx context.Context, bins Binaries) error {
+	begin := time.Now()
+	p := pki{dir: filepath.Join(c.dataDir, "pki")}
+	logs := filepath.Join(c.dataDir, "logs")
+	for _, d := range []string{logs, filepath.Join(c.dataDir, "etcd")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := p.ensure(); err != nil {
+		return fmt.Errorf("creating certificates in %s: %w", p.dir, err)
+	}
+	c.endpoint = "https://127.0.0.1:" + strconv.Itoa(c.ports["kube-apiserver"])
+	c.kubeconfig = filepath.Join(c.dataDir, "admin.kubeconfig")
+	for _, kc := range []struct{ file, cert string }{
+		{c.kubeconfig, "admin"},
+		{filepath.Join(c.dataDir, "controller-manager.kubeconfig"), "controller-manager"},
+		{filepath.Join(c.dataDir, "scheduler.kubeconfig"), "scheduler"},
+	} {
+		if err := writeKubeconfig(kc.file, c.endpoint, p.cert("ca"), p.cert(kc.cert), p.key(kc.cert)); err != nil {
+			return fmt.Errorf("writing %s: %w", kc.file, err)
+		}
+	}
+	var err error
+	if c.rest, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig); err != nil {
+		return err
+	}
+	client, err := httpClient(p)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
+	defer cancel()
+
+	// etcd first, then the apiserver, then the controllers that talk to it.
+	etcdURL := "https://127.0.0.1:" + strconv.Itoa(c.ports["etcd"])
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(c.ports["etcd-peer"])
+	etcdArgs := []string{
+		"--name=opkit", "--data-dir=" + filepath.Join(c.dataDir, "etcd"),
+		"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=opkit=" + peerURL,
+		"--cert-file=" + p.cert("etcd-server"), "--key-file=" + p.key("etcd-server"),
+		"--trusted-ca-file=" + p.cert("ca"), "--client-cert-auth",
+		"--log-level=warn",
+	}
+	if c.tempData {
+		etcdArgs = append(etcdArgs, "--unsafe-no-fsync")
+	}
+	if err := c.launch(bins, Etcd, etcdArgs, logs); err != nil {
+		return err
+	}
+
+	apiArgs := []string{
+		"--advertise-address=127.0.0.1", "--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(c.ports["kube-apiserver"]),
+		"--etcd-servers=" + etcdURL,
+		"--etcd-cafile=" + p.cert("ca"), "--etcd-certfile=" + p.cert("apiserver-etcd-client"), "--etcd-keyfile=" + p.key("apiserver-etcd-client"),
+		"--tls-cert-file=" + p.cert("apiserver"), "--tls-private-key-file=" + p.key("apiserver"),
+		"--client-ca-file=" + p.cert("ca"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + p.path("sa.pub"),
+		"--service-account-signing-key-file=" + p.path("sa.key"),
+		"--service-cluster-ip-range=" + serviceCIDR,
+		"--authorization-mode=Node,RBAC",
+		"--allow-privileged=false",
+		"--profiling=false",
+	}
+	apiArgs = append(apiArgs, c.opts.APIServerFlags...)
+	if err := c.launch(bins, KubeAPIServer, apiArgs, logs); err != nil {
+		return err
+	}
+	if err := c.waitHTTP(ctx, client, "kube-apiserver", c.endpoint+"/readyz"); err != nil {
+		return err
+	}
+
+	kcmKubeconfig := filepath.Join(c.dataDir, "controller-manager.kubeconfig")
+	if err := c.launch(bins, KubeControllerManager, append(componentArgs(p, kcmKubeconfig, c.ports["kube-controller-manager"]),
+		"--service-account-private-key-file="+p.path("sa.key"),
+		"--root-ca-file="+p.cert("ca"),
+		"--cluster-signing-cert-file="+p.cert("ca"), "--cluster-signing-key-file="+p.key("ca"),
+		"--use-service-account-credentials=true",
+		"--controllers=*",
+	), logs); err != nil {
+		return err
+	}
+	schedKubeconfig := filepath.Join(c.dataDir, "scheduler.kubeconfig")
+	if err := c.launch(bins, KubeScheduler, componentArgs(p, schedKubeconfig, c.ports["kube-scheduler"]), logs); err != nil {
+		return err
+	}
+	for _, name := range []string{"kube-controller-manager", "kube-scheduler"} {
+		url := "https://127.0.0.1:" + strconv.Itoa(c.ports[name]) + "/healthz"
+		if err := c.waitHTTP(ctx, client, name, url); err != nil {
+			return err
+		}
+	}
+	// The service-account controller creates "default" in each namespace;
+	// Pods cannot be created before it exists.
+	if err := c.waitHTTP(ctx, client, "the default service account", c.endpoint+"/api/v1/namespaces/default/serviceaccounts/default"); err != nil {
+		return err
+	}
+	c.ready = time.Since(begin)
+	fmt.Fprintf(c.opts.Log, "control plane ready at %s in %s\n", c.endpoint, c.ready.Round(100*time.Millisecond))
+	return nil
+}
+
+// componentArgs are the flags kube-controller-manager and kube-scheduler
+// share: their identity, loopback serving with the plane's CA, no leader
+// election.
+func componentArgs(p pki, kubeconfig string, port int) []string {
+	return []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + p.cert("loopback-serving"), "--tls-private-key-file=" + p.key("loopback-serving"),
+		"--client-ca-file=" + p.cert("ca"),
+		"--leader-elect=false",
+		"--profiling=false",
+	}
+}
+
+func (c *Cluster) launch(bins Binaries, b Binary, args []string, logs string) error {
+	fmt.Fprintf(c.opts.Log, "starting %s\n", b)
+	proc, err := startProcess(string(b), bins.Path(b), args, filepath.Join(logs, string(b)+".log"))
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, proc)
+	return nil
+}
+
+// waitHTTP polls url until it answers 200, a component exits, or ctx ends.
+func (c *Cluster) waitHTTP(ctx context.Context, client *http.Client, what, url string) error {
+	var last string
+	for {
+		for _, p := range c.procs {
+			if p.exited() {
+				return p.exitError()
+			}
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, body)
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s (%s): %w; last answer: %s", what, url, ctx.Err(), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// httpClient authenticates as the admin and trusts the plane's CA.
+func httpClient(p pki) (*http.Client, error) {
+	pair, err := tls.LoadX509KeyPair(p.cert("admin"), p.key("admin"))
+	if err != nil {
+		return nil, err
+	}
+	caPEM, err := os.ReadFile(p.cert("ca"))
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	return &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig:   &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12},
+			DisableKeepAlives: true,
+		},
+	}, nil
+}
+
+func writeKubeconfig(path, server, ca, cert, key string) error {
+	read := func(f string) []byte { b, _ := os.ReadFile(f); return b }
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["opkit"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: read(ca)}
+	cfg.AuthInfos["opkit"] = &clientcmdapi.AuthInfo{ClientCertificateData: read(cert), ClientKeyData: read(key)}
+	cfg.Contexts["opkit"] = &clientcmdapi.Context{Cluster: "opkit", AuthInfo: "opkit", Namespace: "default"}
+	cfg.CurrentContext = "opkit"
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, data, 0o600)
+}
+
+// watch notices a component that exits while the plane runs.
+func (c *Cluster) watch() {
+	cases := make(chan *process, len(c.procs))
+	for _, p := range c.procs {
+		go func() {
+			select {
+			case <-p.done:
+				cases <- p
+			case <-c.done:
+			}
+		}()
+	}
+	select {
+	case p := <-cases:
+		c.setErr(p.exitError())
+		c.Stop()
+	case <-c.done:
+	}
+}
+
+func (c *Cluster) setErr(err error) {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// Done is closed when the plane stops: by Stop, or because a component
+// exited, in which case Err says which and why.
+func (c *Cluster) Done() <-chan struct{} { return c.done }
+
+// Err returns why the plane stopped on its own, or nil.
+func (c *Cluster) Err() error {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	return c.err
+}
+
+// Stop stops every component, newest first, and removes a temporary data
+// directory. It is safe to call more than once.
+func (c *Cluster) Stop() {
+	c.stopOnce.Do(func() {
+		close(c.done)
+		for i := len(c.procs) - 1; i >= 0; i-- {
+			c.procs[i].stop(c.opts.StopGrace)
+		}
+		if c.tempData {
+			os.RemoveAll(c.dataDir)
+		}
+	})
+}
+
+// Endpoint returns kube-apiserver's URL.
+func (c *Cluster) Endpoint() string { return c.endpoint }
+
+// KubeconfigPath returns the path of an admin kubeconfig (system:masters).
+func (c *Cluster) KubeconfigPath() string { return c.kubeconfig }
+
+// RESTConfig returns a new admin client configuration.
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.rest) }
+
+// DataDir returns the data directory.
+func (c *Cluster) DataDir() string { return c.dataDir }
+
+// ReadyAfter returns how long the plane took from its first process start
+// to ready.
+func (c *Cluster) ReadyAfter() time.Duration { return c.ready }
+
+// Components lists the running processes.
+func (c *Cluster) Components() []Component {
+	out := make([]Component, 0, len(c.procs))
+	for _, p := range c.procs {
+		out = append(out, Component{Name: p.name, Pid: p.pid(), Port: c.ports[p.name], LogPath: p.logPath})
+	}
+	return out
+}

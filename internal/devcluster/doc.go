@@ -1,0 +1,39 @@
+// Package devcluster runs a local Kubernetes control plane — etcd,
+// kube-apiserver, kube-controller-manager and kube-scheduler — as child
+// processes on loopback, for development and tests. It needs no container
+// runtime and downloads no prebuilt binary.
+//
+// # Binaries
+//
+// The binaries are built from their Go modules at one pinned version
+// ([KubernetesVersion], [EtcdVersion]) with the local Go toolchain, and cached
+// under [DefaultCacheDir] in a directory per version. k8s.io/kubernetes cannot
+// be installed with `go install`: it is built from a generated wrapper module
+// that requires it and replaces each of its staging modules (k8s.io/api,
+// k8s.io/apiserver, ...) with the matching v0.MINOR.PATCH release. A SHA256SUMS
+// file records each binary's checksum; [Cache.Ensure] verifies it on every use
+// and rebuilds only what is missing or corrupt. A cold build takes about five
+// minutes on two cores; concurrent callers (for example parallel test
+// packages) wait on a file lock and share the result.
+//
+// # Guarantees
+//
+//   - Everything listens on 127.0.0.1 only. etcd and kube-apiserver serve TLS
+//     with certificates from a CA generated per data directory; clients
+//     authenticate with client certificates and are authorized by RBAC.
+//   - [Start] returns once kube-apiserver answers /readyz, the controller
+//     manager and scheduler answer /healthz, and the "default" service
+//     account exists, or returns an error after stopping whatever it started.
+//   - Every component runs in its own process group with a parent-death
+//     signal: if the process that started the plane dies, even by SIGKILL,
+//     the kernel kills the components. [Cluster.Stop] sends SIGTERM to each
+//     group, then SIGKILL after a grace period.
+//   - A port that is asked for and already taken is reported before any
+//     process starts.
+//
+// # Caveats
+//
+// The plane has no node: Pods are scheduled nowhere and stay Pending. It is
+// meant for development and tests only; etcd skips fsync when its data
+// directory is temporary.
+package devcluster

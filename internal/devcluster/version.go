@@ -1,0 +1,12 @@
+package devcluster
+
+// The versions of the control plane that devcluster builds and runs. The
+// Kubernetes minor matches the k8s.io client libraries in go.mod; etcd's
+// version is the one k8s.io/kubernetes itself requires.
+const (
+	// KubernetesVersion is the version of kube-apiserver,
+	// kube-controller-manager, kube-scheduler and kubectl.
+	KubernetesVersion = "v1.36.4"
+	// EtcdVersion is the version of etcd.
+	EtcdVersion = "v3.6.8"
+)

@@ -148,12 +148,15 @@ func (c *Cache) Ensure(ctx context.Context) (Binaries, error) {
 
 // checkWritable creates dir and proves a file can be written in it.
 func checkWritable(dir string) error {
+	notWritable := func(err error) error {
+		return fmt.Errorf("%w: %s: %v (set OPKIT_CACHE_DIR or XDG_CACHE_HOME to a writable directory)", ErrCacheNotWritable, dir, err)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("%w: %v (set OPKIT_CACHE_DIR or XDG_CACHE_HOME to a writable directory)", ErrCacheNotWritable, err)
+		return notWritable(err)
 	}
 	f, err := os.CreateTemp(dir, ".probe-*")
 	if err != nil {
-		return fmt.Errorf("%w: %v (set OPKIT_CACHE_DIR or XDG_CACHE_HOME to a writable directory)", ErrCacheNotWritable, err)
+		return notWritable(err)
 	}
 	f.Close()
 	return os.Remove(f.Name())

@@ -37,7 +37,7 @@ running local control plane. Every argument is passed to kubectl unchanged:
 			err = kubectl.Run()
 			if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 				// kubectl has said what went wrong; pass its exit code on.
-				return &exitError{code: ee.ExitCode(), err: errors.New("kubectl " + ee.ProcessState.String())}
+				return &exitError{code: ee.ExitCode(), err: errors.New("kubectl " + ee.String())}
 			}
 			return err
 		},

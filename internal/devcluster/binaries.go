@@ -149,7 +149,7 @@ func (c *Cache) Ensure(ctx context.Context) (Binaries, error) {
 // checkWritable creates dir and proves a file can be written in it.
 func checkWritable(dir string) error {
 	notWritable := func(err error) error {
-		return fmt.Errorf("%w: %s: %v (set OPKIT_CACHE_DIR or XDG_CACHE_HOME to a writable directory)", ErrCacheNotWritable, dir, err)
+		return fmt.Errorf("%w: %s: %w (set OPKIT_CACHE_DIR or XDG_CACHE_HOME to a writable directory)", ErrCacheNotWritable, dir, err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return notWritable(err)
@@ -167,7 +167,7 @@ func checkWritable(dir string) error {
 func lockFile(ctx context.Context, path string, waiting func()) (unlock func(), err error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCacheNotWritable, err)
+		return nil, fmt.Errorf("%w: %w", ErrCacheNotWritable, err)
 	}
 	for first := true; ; first = false {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
@@ -263,7 +263,7 @@ func (c *Cache) build(ctx context.Context, dir, binDir string, stale []Binary, s
 	}
 	out, err := os.MkdirTemp(dir, ".build-")
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrCacheNotWritable, err)
+		return fmt.Errorf("%w: %w", ErrCacheNotWritable, err)
 	}
 	defer os.RemoveAll(out)
 
@@ -365,7 +365,7 @@ func fileExists(path string) bool {
 // its ./staging directory, read from its own go.mod.
 func (c *Cache) stagingModules(ctx context.Context, goCmd, workDir string) ([]string, error) {
 	if err := os.MkdirAll(workDir, 0o755); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCacheNotWritable, err)
+		return nil, fmt.Errorf("%w: %w", ErrCacheNotWritable, err)
 	}
 	var stdout bytes.Buffer
 	cmd := c.goExec(ctx, goCmd, workDir, "mod", "download", "-json", "k8s.io/kubernetes@"+KubernetesVersion)
@@ -421,10 +421,10 @@ func wrapperModule(name, module, version string, staging []string) []byte {
 // (ending in a separator) for several.
 func (c *Cache) goBuild(ctx context.Context, goCmd, src string, gomod []byte, out string, pkgs []string, version, ldflags string) error {
 	if err := os.MkdirAll(src, 0o755); err != nil {
-		return fmt.Errorf("%w: %v", ErrCacheNotWritable, err)
+		return fmt.Errorf("%w: %w", ErrCacheNotWritable, err)
 	}
 	if err := os.WriteFile(filepath.Join(src, "go.mod"), gomod, 0o644); err != nil {
-		return fmt.Errorf("%w: %v", ErrCacheNotWritable, err)
+		return fmt.Errorf("%w: %w", ErrCacheNotWritable, err)
 	}
 	get := []string{"get"}
 	for _, p := range pkgs {

@@ -144,7 +144,7 @@ func reservePorts(opts Options) (map[string]int, error) {
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)))
 		if err != nil {
 			if r.port != 0 {
-				return nil, fmt.Errorf("%s: %w: 127.0.0.1:%d (%v); choose another port or stop what listens there", r.name, ErrPortInUse, r.port, err)
+				return nil, fmt.Errorf("%s: %w: 127.0.0.1:%d (%w); choose another port or stop what listens there", r.name, ErrPortInUse, r.port, err)
 			}
 			return nil, fmt.Errorf("finding a free port for %s: %w", r.name, err)
 		}

@@ -186,6 +186,9 @@ func TestStartRefusesATakenPortAndStartsNothing(t *testing.T) {
 }
 
 func TestKilledParentLeavesNoProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
 	dataDir := t.TempDir()
 	holder := exec.Command(os.Args[0], "-test.run=^$")
 	holder.Env = append(os.Environ(), holdEnv+"="+dataDir)

@@ -364,7 +364,11 @@ func clusterSupervise(f *clusterFlags, log io.Writer) error {
 		report(supervisorReport{Error: "writing the state: " + err.Error()})
 		return err
 	}
-	defer os.Remove(statePath)
+	// Stop the components before removing the state that lists them.
+	defer func() {
+		cl.Stop()
+		os.Remove(statePath)
+	}()
 	report(supervisorReport{Ready: true})
 
 	select {

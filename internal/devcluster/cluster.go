@@ -219,6 +219,9 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 		"--service-account-signing-key-file=" + p.path("sa.key"),
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--authorization-mode=Node,RBAC",
+		// The "kubernetes" Service cannot have a loopback endpoint; without
+		// this the apiserver retries an invalid write every 10s, forever.
+		"--endpoint-reconciler-type=none",
 		"--allow-privileged=false",
 		"--profiling=false",
 	}

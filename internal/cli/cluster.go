@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/opkit-dev/opkit/internal/devcluster"
+	"github.com/opkit-dev/opkit/internal/devcluster/devnode"
 )
 
 // A control plane started by `opkit cluster start` runs under a supervisor
@@ -50,12 +51,19 @@ type clusterState struct {
 	StartedAt  time.Time              `json:"startedAt"`
 	ReadyAfter string                 `json:"readyAfter"`
 	Components []devcluster.Component `json:"components"`
+	DevNode    string                 `json:"devNode,omitempty"`
 }
 
+// clusterFlags are the flags of `opkit cluster`, shared by its subcommands.
 type clusterFlags struct {
 	stateDir string
-	dataDir  string
-	port     int
+}
+
+// planeFlags configure one plane; start and supervise each have their own.
+type planeFlags struct {
+	dataDir string
+	port    int
+	devNode bool
 }
 
 // defaultStateDir is $OPKIT_STATE_DIR, else $XDG_STATE_HOME/opkit/cluster,
@@ -98,6 +106,7 @@ caches them (about 5 minutes on 2 cores); later starts take seconds.`,
 }
 
 func newClusterStartCommand(f *clusterFlags) *cobra.Command {
+	pf := &planeFlags{}
 	cmd := &cobra.Command{
 		Use:   "start",
 		Short: "Start the control plane in the background and print its KUBECONFIG",
@@ -108,11 +117,12 @@ The line printed on standard output sets KUBECONFIG for a shell:
 A second start while a plane runs fails and starts nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return clusterStart(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return clusterStart(cmd.Context(), f.stateDir, pf, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "keep etcd data, certificates and logs here across restarts (default: a temporary directory removed on stop)")
-	cmd.Flags().IntVar(&f.port, "port", 0, "kube-apiserver port on 127.0.0.1 (default: a free port)")
+	cmd.Flags().StringVar(&pf.dataDir, "data-dir", "", "keep etcd data, certificates and logs here across restarts (default: a temporary directory removed on stop)")
+	cmd.Flags().IntVar(&pf.port, "port", 0, "kube-apiserver port on 127.0.0.1 (default: a free port)")
+	cmd.Flags().BoolVar(&pf.devNode, "dev-node", true, "run a dev node: Pods tolerating opkit.dev/dev-node run as processes of this host")
 	return cmd
 }
 
@@ -181,15 +191,15 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-func clusterStart(ctx context.Context, f *clusterFlags, stdout, stderr io.Writer) error {
-	lock, locked, err := lockState(f.stateDir)
+func clusterStart(ctx context.Context, stateDir string, f *planeFlags, stdout, stderr io.Writer) error {
+	lock, locked, err := lockState(stateDir)
 	if err != nil {
 		return err
 	}
 	defer lock.Close()
 	if !locked {
 		msg := "a local control plane is already running"
-		if st, err := readState(f.stateDir); err == nil {
+		if st, err := readState(stateDir); err == nil {
 			msg += fmt.Sprintf(" (pid %d, %s); use it with\n  %s\nor stop it with `opkit cluster stop`", st.Pid, st.Endpoint, exportLine(st.Kubeconfig))
 		}
 		return errors.New(msg)
@@ -198,13 +208,13 @@ func clusterStart(ctx context.Context, f *clusterFlags, stdout, stderr io.Writer
 	if _, err := (&devcluster.Cache{Log: stderr}).Ensure(ctx); err != nil {
 		return err
 	}
-	os.Remove(filepath.Join(f.stateDir, stateFile)) // left by a supervisor that was killed
+	os.Remove(filepath.Join(stateDir, stateFile)) // left by a supervisor that was killed
 
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	logPath := filepath.Join(f.stateDir, "supervisor.log")
+	logPath := filepath.Join(stateDir, "supervisor.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return err
@@ -215,7 +225,7 @@ func clusterStart(ctx context.Context, f *clusterFlags, stdout, stderr io.Writer
 		return err
 	}
 	defer readyR.Close()
-	args := []string{"cluster", "supervise", "--state-dir", f.stateDir}
+	args := []string{"cluster", "supervise", "--state-dir", stateDir}
 	if f.dataDir != "" {
 		abs, err := filepath.Abs(f.dataDir)
 		if err != nil {
@@ -226,6 +236,7 @@ func clusterStart(ctx context.Context, f *clusterFlags, stdout, stderr io.Writer
 	if f.port != 0 {
 		args = append(args, "--port", strconv.Itoa(f.port))
 	}
+	args = append(args, "--dev-node="+strconv.FormatBool(f.devNode))
 	sup := exec.Command(self, args...)
 	sup.Stdout, sup.Stderr = logFile, logFile
 	sup.ExtraFiles = []*os.File{lock, readyW} // fd 3: the held lock, fd 4: readiness
@@ -257,7 +268,7 @@ func clusterStart(ctx context.Context, f *clusterFlags, stdout, stderr io.Writer
 		<-exited
 		return fmt.Errorf("the supervisor exited before the control plane was ready; its log %s ends with:\n%s", logPath, lastLines(logPath, 20))
 	}
-	st, err := readState(f.stateDir)
+	st, err := readState(stateDir)
 	if err != nil {
 		return err
 	}
@@ -297,23 +308,25 @@ func lastLines(path string, n int) string {
 }
 
 func newClusterSuperviseCommand(f *clusterFlags) *cobra.Command {
+	pf := &planeFlags{}
 	cmd := &cobra.Command{
 		Use:    "supervise",
 		Short:  "Run the control plane in the foreground under `opkit cluster start` (internal)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return clusterSupervise(f, cmd.OutOrStdout())
+			return clusterSupervise(f.stateDir, pf, cmd.OutOrStdout())
 		},
 	}
-	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "data directory")
-	cmd.Flags().IntVar(&f.port, "port", 0, "kube-apiserver port")
+	cmd.Flags().StringVar(&pf.dataDir, "data-dir", "", "data directory")
+	cmd.Flags().IntVar(&pf.port, "port", 0, "kube-apiserver port")
+	cmd.Flags().BoolVar(&pf.devNode, "dev-node", false, "run a dev node")
 	return cmd
 }
 
 // clusterSupervise runs with the state lock on fd 3 and the readiness pipe
 // on fd 4, both inherited from `opkit cluster start`.
-func clusterSupervise(f *clusterFlags, log io.Writer) error {
+func clusterSupervise(stateDir string, f *planeFlags, log io.Writer) error {
 	// Keep the lock and the pipe out of the components' processes.
 	syscall.CloseOnExec(3)
 	syscall.CloseOnExec(4)
@@ -333,7 +346,7 @@ func clusterSupervise(f *clusterFlags, log io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
-	cl, err := devcluster.Start(ctx, devcluster.Options{DataDir: f.dataDir, APIServerPort: f.port, Log: log})
+	cl, err := devcluster.Start(ctx, devcluster.Options{DataDir: f.dataDir, APIServerPort: f.port, DevNode: f.devNode, Log: log})
 	if err != nil {
 		report(supervisorReport{Error: err.Error()})
 		return err
@@ -344,7 +357,7 @@ func clusterSupervise(f *clusterFlags, log io.Writer) error {
 		report(supervisorReport{Error: err.Error()})
 		return err
 	}
-	kc := filepath.Join(f.stateDir, kubeconfig)
+	kc := filepath.Join(stateDir, kubeconfig)
 	data, err := os.ReadFile(cl.KubeconfigPath())
 	if err == nil {
 		err = os.WriteFile(kc, data, 0o600)
@@ -358,8 +371,11 @@ func clusterSupervise(f *clusterFlags, log io.Writer) error {
 		Temporary: f.dataDir == "", Kubectl: bins.Path(devcluster.Kubectl), StartedAt: time.Now(),
 		ReadyAfter: cl.ReadyAfter().Round(100 * time.Millisecond).String(), Components: cl.Components(),
 	}
+	if n := cl.DevNode(); n != nil {
+		st.DevNode = fmt.Sprintf("%s (kubelet API 127.0.0.1:%d; runs the commands of Pods tolerating %s on this host)", n.Name(), n.Port(), devnode.Taint)
+	}
 	stData, _ := json.MarshalIndent(st, "", "  ")
-	statePath := filepath.Join(f.stateDir, stateFile)
+	statePath := filepath.Join(stateDir, stateFile)
 	if err := os.WriteFile(statePath, stData, 0o600); err != nil {
 		report(supervisorReport{Error: "writing the state: " + err.Error()})
 		return err
@@ -463,7 +479,11 @@ func newClusterStatusCommand(f *clusterFlags) *cobra.Command {
 			fmt.Fprintf(w, "kube-apiserver:\t%s (readyz: %s)\n", st.Endpoint, health)
 			fmt.Fprintf(w, "kubeconfig:\t%s\n", st.Kubeconfig)
 			fmt.Fprintf(w, "data dir:\t%s\n", data)
-			fmt.Fprintf(w, "kubectl:\t%s\n\n", st.Kubectl)
+			fmt.Fprintf(w, "kubectl:\t%s\n", st.Kubectl)
+			if st.DevNode != "" {
+				fmt.Fprintf(w, "dev node:\t%s\n", st.DevNode)
+			}
+			fmt.Fprintln(w)
 			fmt.Fprintln(w, "COMPONENT\tPID\tPORT\tLOG")
 			for _, c := range st.Components {
 				fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", c.Name, c.Pid, c.Port, c.LogPath)

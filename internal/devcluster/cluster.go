@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/opkit-dev/opkit/internal/devcluster/devnode"
 )
 
 // ErrPortInUse is returned (wrapped) when a port given in [Options] is
@@ -46,6 +48,10 @@ type Options struct {
 	EtcdPort int
 	// APIServerFlags are appended to kube-apiserver's flags. Defaults to none.
 	APIServerFlags []string
+	// DevNode starts a dev node (package devnode) in this process: Pods that
+	// tolerate its taint are bound to it and their commands run as processes
+	// of this host. Only for development and tests. Defaults to false.
+	DevNode bool
 	// StartTimeout bounds the wait for readiness, builds excluded. Defaults
 	// to 90s.
 	StartTimeout time.Duration
@@ -75,6 +81,7 @@ type Cluster struct {
 	procs      []*process
 	ports      map[string]int
 	ready      time.Duration
+	node       *devnode.Node
 
 	stopOnce sync.Once
 	done     chan struct{} // closed when a component exits unexpectedly or Stop was called
@@ -132,6 +139,7 @@ func reservePorts(opts Options) (map[string]int, error) {
 		{"etcd-peer", 0},
 		{"kube-controller-manager", 0},
 		{"kube-scheduler", 0},
+		{"dev-node", 0},
 	}
 	ports := map[string]int{}
 	var held []net.Listener
@@ -172,6 +180,7 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 		{c.kubeconfig, "admin"},
 		{filepath.Join(c.dataDir, "controller-manager.kubeconfig"), "controller-manager"},
 		{filepath.Join(c.dataDir, "scheduler.kubeconfig"), "scheduler"},
+		{filepath.Join(c.dataDir, "dev-node.kubeconfig"), "dev-node"},
 	} {
 		if err := writeKubeconfig(kc.file, c.endpoint, p.cert("ca"), p.cert(kc.cert), p.key(kc.cert)); err != nil {
 			return fmt.Errorf("writing %s: %w", kc.file, err)
@@ -223,6 +232,11 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 		// this the apiserver retries an invalid write every 10s, forever.
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=false",
+		// How `kubectl logs` reaches the dev node's kubelet API.
+		"--kubelet-client-certificate=" + p.cert("apiserver-kubelet-client"),
+		"--kubelet-client-key=" + p.key("apiserver-kubelet-client"),
+		"--kubelet-certificate-authority=" + p.cert("ca"),
+		"--kubelet-preferred-address-types=InternalIP",
 		"--profiling=false",
 	}
 	apiArgs = append(apiArgs, c.opts.APIServerFlags...)
@@ -257,6 +271,24 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 	// Pods cannot be created before it exists.
 	if err := c.waitHTTP(ctx, client, "the default service account", c.endpoint+"/api/v1/namespaces/default/serviceaccounts/default"); err != nil {
 		return err
+	}
+	if c.opts.DevNode {
+		nodeConfig, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.dataDir, "dev-node.kubeconfig"))
+		if err != nil {
+			return err
+		}
+		c.node, err = devnode.Start(ctx, devnode.Options{
+			Config:      nodeConfig,
+			Dir:         filepath.Join(c.dataDir, "pods"),
+			ServingCert: p.cert("loopback-serving"), ServingKey: p.key("loopback-serving"),
+			ClientCA: p.cert("ca"),
+			Port:     c.ports["dev-node"],
+			Version:  KubernetesVersion,
+			Log:      c.opts.Log,
+		})
+		if err != nil {
+			return err
+		}
 	}
 	c.ready = time.Since(begin)
 	fmt.Fprintf(c.opts.Log, "control plane ready at %s in %s\n", c.endpoint, c.ready.Round(100*time.Millisecond))
@@ -397,6 +429,9 @@ func (c *Cluster) Err() error {
 func (c *Cluster) Stop() {
 	c.stopOnce.Do(func() {
 		close(c.done)
+		if c.node != nil {
+			c.node.Stop()
+		}
 		for i := len(c.procs) - 1; i >= 0; i-- {
 			c.procs[i].stop(c.opts.StopGrace)
 		}
@@ -421,6 +456,9 @@ func (c *Cluster) DataDir() string { return c.dataDir }
 // ReadyAfter returns how long the plane took from its first process start
 // to ready.
 func (c *Cluster) ReadyAfter() time.Duration { return c.ready }
+
+// DevNode returns the dev node, or nil when Options.DevNode was false.
+func (c *Cluster) DevNode() *devnode.Node { return c.node }
 
 // Components lists the running processes.
 func (c *Cluster) Components() []Component {

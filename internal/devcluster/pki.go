@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/opkit-dev/opkit/internal/devcluster/devnode"
 )
 
 // pki holds the file paths of the plane's certificates and keys, all under
@@ -42,6 +44,8 @@ var planeCerts = []certSpec{
 	{name: "admin", cn: "opkit-admin", orgs: []string{"system:masters"}, client: true},
 	{name: "controller-manager", cn: "system:kube-controller-manager", client: true},
 	{name: "scheduler", cn: "system:kube-scheduler", client: true},
+	{name: "apiserver-kubelet-client", cn: "kube-apiserver-kubelet-client", client: true},
+	{name: "dev-node", cn: "system:node:" + devnode.DefaultName, orgs: []string{"system:nodes"}, client: true},
 }
 
 func (p pki) path(name string) string { return filepath.Join(p.dir, name) }

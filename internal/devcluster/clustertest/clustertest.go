@@ -14,7 +14,8 @@
 //		}
 //	}
 //
-// Contract: Main starts the plane before any test runs and stops it after the
+// The plane has a dev node (package devnode): Pods that tolerate the taint
+// opkit.dev/dev-node run as processes of the host. Contract: Main starts the plane before any test runs and stops it after the
 // last one, also when tests panic or fail; if the plane cannot start, Main
 // prints why and exits non-zero — it never skips. The first run on a machine
 // builds the plane's binaries (several minutes; `opkit cluster build` or
@@ -76,7 +77,7 @@ func run(m *testing.M) int {
 		return m.Run()
 	}
 	var err error
-	cluster, err = devcluster.Start(context.Background(), devcluster.Options{Log: os.Stderr})
+	cluster, err = devcluster.Start(context.Background(), devcluster.Options{DevNode: true, Log: os.Stderr})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "clustertest: starting the local control plane: %v\n", err)
 		return 1

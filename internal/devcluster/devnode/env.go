@@ -1,0 +1,271 @@
+package devnode
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// rootPath maps an absolute path of the pod spec into the pod's root
+// directory. Cleaning it first keeps ".." from leaving the root.
+func (w *podWorker) rootPath(p string) string {
+	return filepath.Join(w.dir, "root", filepath.Clean("/"+p))
+}
+
+// mountEnvName is the variable naming a volume's mount path.
+func mountEnvName(volume string) string {
+	var b strings.Builder
+	b.WriteString("OPKIT_MOUNT_")
+	for _, r := range volume {
+		if r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r)) {
+			b.WriteRune(unicode.ToUpper(r))
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+// environment builds a container's environment, as a kubelet would, plus the
+// dev node's own variables. Values are resolved now, from the API.
+func (w *podWorker) environment(ctx context.Context, pod *corev1.Pod, spec corev1.Container) ([]string, error) {
+	root := w.rootPath("/")
+	vars := newEnv()
+	vars.set("PATH", os.Getenv("PATH"))
+	vars.set("HOME", root)
+	vars.set("HOSTNAME", pod.Name)
+	vars.set("OPKIT_POD_ROOT", root)
+	if u, err := url.Parse(w.node.opts.Config.Host); err == nil {
+		vars.set("KUBERNETES_SERVICE_HOST", u.Hostname())
+		vars.set("KUBERNETES_SERVICE_PORT", u.Port())
+	}
+	for _, m := range spec.VolumeMounts {
+		vars.set(mountEnvName(m.Name), w.rootPath(m.MountPath))
+	}
+	for _, from := range spec.EnvFrom {
+		data, err := w.envFromSource(ctx, pod.Namespace, from)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range data {
+			vars.set(from.Prefix+k, v)
+		}
+	}
+	for _, e := range spec.Env {
+		if e.ValueFrom == nil {
+			vars.set(e.Name, expand(e.Value, vars.lookup))
+			continue
+		}
+		v, ok, err := w.envValueFrom(ctx, pod, e.ValueFrom)
+		if err != nil {
+			return nil, fmt.Errorf("env %s: %w", e.Name, err)
+		}
+		if ok {
+			vars.set(e.Name, v)
+		}
+	}
+	return vars.list(), nil
+}
+
+func (w *podWorker) envFromSource(ctx context.Context, ns string, from corev1.EnvFromSource) (map[string]string, error) {
+	switch {
+	case from.ConfigMapRef != nil:
+		cm, err := w.node.client.CoreV1().ConfigMaps(ns).Get(ctx, from.ConfigMapRef.Name, metav1.GetOptions{})
+		if err != nil {
+			if isOptional(from.ConfigMapRef.Optional) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("configmap %q: %w", from.ConfigMapRef.Name, err)
+		}
+		return cm.Data, nil
+	case from.SecretRef != nil:
+		s, err := w.node.client.CoreV1().Secrets(ns).Get(ctx, from.SecretRef.Name, metav1.GetOptions{})
+		if err != nil {
+			if isOptional(from.SecretRef.Optional) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("secret %q: %w", from.SecretRef.Name, err)
+		}
+		out := make(map[string]string, len(s.Data))
+		for k, v := range s.Data {
+			out[k] = string(v)
+		}
+		return out, nil
+	}
+	return nil, nil
+}
+
+// envValueFrom resolves one valueFrom; ok is false for a missing optional key.
+func (w *podWorker) envValueFrom(ctx context.Context, pod *corev1.Pod, from *corev1.EnvVarSource) (value string, ok bool, err error) {
+	switch {
+	case from.FieldRef != nil:
+		v, err := fieldValue(pod, from.FieldRef.FieldPath)
+		return v, err == nil, err
+	case from.ConfigMapKeyRef != nil:
+		ref := from.ConfigMapKeyRef
+		cm, err := w.node.client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			if isOptional(ref.Optional) {
+				return "", false, nil
+			}
+			return "", false, fmt.Errorf("configmap %q: %w", ref.Name, err)
+		}
+		v, found := cm.Data[ref.Key]
+		if !found && !isOptional(ref.Optional) {
+			return "", false, fmt.Errorf("couldn't find key %s in ConfigMap %s/%s", ref.Key, pod.Namespace, ref.Name)
+		}
+		return v, found, nil
+	case from.SecretKeyRef != nil:
+		ref := from.SecretKeyRef
+		s, err := w.node.client.CoreV1().Secrets(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			if isOptional(ref.Optional) {
+				return "", false, nil
+			}
+			return "", false, fmt.Errorf("secret %q: %w", ref.Name, err)
+		}
+		v, found := s.Data[ref.Key]
+		if !found && !isOptional(ref.Optional) {
+			return "", false, fmt.Errorf("couldn't find key %s in Secret %s/%s", ref.Key, pod.Namespace, ref.Name)
+		}
+		return string(v), found, nil
+	}
+	// resourceFieldRef and file keys are not supported: the variable is unset.
+	return "", false, nil
+}
+
+// fieldValue resolves the fieldRef paths a kubelet supports.
+func fieldValue(pod *corev1.Pod, path string) (string, error) {
+	if key, ok := subscript(path, "metadata.labels"); ok {
+		return pod.Labels[key], nil
+	}
+	if key, ok := subscript(path, "metadata.annotations"); ok {
+		return pod.Annotations[key], nil
+	}
+	switch path {
+	case "metadata.name":
+		return pod.Name, nil
+	case "metadata.namespace":
+		return pod.Namespace, nil
+	case "metadata.uid":
+		return string(pod.UID), nil
+	case "spec.nodeName":
+		return pod.Spec.NodeName, nil
+	case "spec.serviceAccountName":
+		return pod.Spec.ServiceAccountName, nil
+	case "status.podIP", "status.hostIP", "status.podIPs", "status.hostIPs":
+		return "127.0.0.1", nil
+	}
+	return "", fmt.Errorf("fieldRef %q is not supported by the dev node", path)
+}
+
+// subscript parses `prefix['key']`.
+func subscript(path, prefix string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, prefix+"['")
+	if !ok {
+		return "", false
+	}
+	return strings.CutSuffix(rest, "']")
+}
+
+func isOptional(b *bool) bool { return b != nil && *b }
+
+// env is an ordered set of variables in which a later value replaces an
+// earlier one.
+type env struct {
+	order []string
+	vals  map[string]string
+}
+
+func newEnv() *env { return &env{vals: map[string]string{}} }
+
+func (e *env) set(k, v string) {
+	if _, ok := e.vals[k]; !ok {
+		e.order = append(e.order, k)
+	}
+	e.vals[k] = v
+}
+
+func (e *env) lookup(k string) (string, bool) {
+	v, ok := e.vals[k]
+	return v, ok
+}
+
+func (e *env) list() []string {
+	out := make([]string, 0, len(e.order))
+	for _, k := range e.order {
+		out = append(out, k+"="+e.vals[k])
+	}
+	return out
+}
+
+func envValue(list []string, key string) string {
+	for i := len(list) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(list[i], key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// expandArgs applies $(VAR) expansion to command and args, as a kubelet does.
+func expandArgs(argv, envList []string) []string {
+	vals := map[string]string{}
+	for _, kv := range envList {
+		k, v, _ := strings.Cut(kv, "=")
+		vals[k] = v
+	}
+	lookup := func(k string) (string, bool) { v, ok := vals[k]; return v, ok }
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		out[i] = expand(a, lookup)
+	}
+	return out
+}
+
+// expand replaces $(VAR) with VAR's value when it is defined, turns $$ into
+// $, and leaves everything else — an undefined $(VAR) included — as it is.
+// This is Kubernetes' documented expansion for command, args and env values.
+func expand(s string, lookup func(string) (string, bool)) string {
+	var b strings.Builder
+	checkpoint := 0
+	for cursor := 0; cursor < len(s); cursor++ {
+		if s[cursor] != '$' || cursor+1 >= len(s) {
+			continue
+		}
+		b.WriteString(s[checkpoint:cursor])
+		next := s[cursor+1:]
+		advance := 1
+		switch next[0] {
+		case '$':
+			b.WriteByte('$')
+		case '(':
+			end := strings.IndexByte(next, ')')
+			if end < 0 {
+				b.WriteString("$(")
+				break
+			}
+			name := next[1:end]
+			if v, ok := lookup(name); ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString("$(" + name + ")")
+			}
+			advance = end + 1
+		default:
+			b.WriteByte('$')
+			b.WriteByte(next[0])
+		}
+		cursor += advance
+		checkpoint = cursor + 1
+	}
+	b.WriteString(s[checkpoint:])
+	return b.String()
+}

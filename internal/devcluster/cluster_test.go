@@ -137,7 +137,8 @@ func TestJobGetsAPodThatWaitsForANode(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The job controller (kube-controller-manager) creates the Pod; the
-	// scheduler finds no node for it and says so in PodScheduled.
+	// scheduler finds no node for it (the dev node's taint is not tolerated)
+	// and says so in PodScheduled.
 	var pod corev1.Pod
 	eventually(t, 60*time.Second, "the job's Pod is created and found unschedulable", func(ctx context.Context) (bool, error) {
 		var pods corev1.PodList

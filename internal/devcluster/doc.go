@@ -31,9 +31,15 @@
 //   - A port that is asked for and already taken is reported before any
 //     process starts.
 //
+// # Dev node
+//
+// With [Options.DevNode], the plane also has a node (package devnode) that
+// runs the commands of Pods bound to it as processes of this host, and serves
+// their logs to `kubectl logs`. It carries a NoSchedule taint, so only Pods
+// that tolerate opkit.dev/dev-node land on it; other Pods stay Pending.
+//
 // # Caveats
 //
-// The plane has no node: Pods are scheduled nowhere and stay Pending. It is
-// meant for development and tests only; etcd skips fsync when its data
-// directory is temporary.
+// The plane is meant for development and tests only; etcd skips fsync when
+// its data directory is temporary.
 package devcluster

@@ -84,7 +84,8 @@ func (c *container) status() corev1.ContainerStatus {
 // loop runs the container until it is done for good under policy, or ctx
 // ends. For an init container it reports whether it succeeded.
 func (c *container) loop(ctx context.Context, policy corev1.RestartPolicy, init bool) bool {
-	backoff := backoffInitial
+	// As a kubelet: the first restart is immediate, then back-off applies.
+	var backoff time.Duration
 	for {
 		started := time.Now()
 		exitCode := c.runOnce(ctx)
@@ -98,7 +99,7 @@ func (c *container) loop(ctx context.Context, policy corev1.RestartPolicy, init 
 			return exitCode == 0
 		}
 		if time.Since(started) > backoffReset {
-			backoff = backoffInitial
+			backoff = 0
 		}
 		c.mu.Lock()
 		c.lastState = c.state
@@ -112,7 +113,7 @@ func (c *container) loop(ctx context.Context, policy corev1.RestartPolicy, init 
 		if !sleepCtx(ctx, backoff) {
 			return false
 		}
-		backoff = min(2*backoff, backoffMax)
+		backoff = min(max(2*backoff, backoffInitial), backoffMax)
 	}
 }
 

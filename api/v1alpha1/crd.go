@@ -1,0 +1,184 @@
+package v1alpha1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// Patterns the API server enforces on an Operator; internal/definition
+// checks the same and more, with messages naming the field.
+const (
+	// GroupPattern is a DNS subdomain with at least one dot.
+	GroupPattern = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$`
+	// KindPattern is a CamelCase identifier.
+	KindPattern = `^[A-Z][A-Za-z0-9]*$`
+	// ChildIDPattern is a CEL-friendly identifier.
+	ChildIDPattern = `^[a-z][a-zA-Z0-9_]*$`
+	// VersionPattern is a Kubernetes version name: v1, v1beta2, v2alpha1.
+	VersionPattern = `^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$`
+)
+
+func str(desc string) apiextensionsv1.JSONSchemaProps {
+	return apiextensionsv1.JSONSchemaProps{Type: "string", Description: desc}
+}
+
+func strList(desc string, maxItems int64) apiextensionsv1.JSONSchemaProps {
+	return apiextensionsv1.JSONSchemaProps{
+		Type: "array", Description: desc, MaxItems: ptr.To(maxItems),
+		Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", MaxLength: ptr.To(int64(4096))}},
+	}
+}
+
+func freeObject(desc string) apiextensionsv1.JSONSchemaProps {
+	return apiextensionsv1.JSONSchemaProps{Type: "object", Description: desc, XPreserveUnknownFields: ptr.To(true)}
+}
+
+// CustomResourceDefinition returns the CRD of operators.opkit.dev, which
+// opkit installs.
+func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
+	group := str("API group of the custom resource, a DNS subdomain with at least one dot (e.g. demo.example.com).")
+	group.Pattern, group.MaxLength = GroupPattern, ptr.To(int64(253))
+	kind := str("CamelCase kind of the custom resource (e.g. Printer).")
+	kind.Pattern, kind.MaxLength = KindPattern, ptr.To(int64(63))
+	versionName := str("Version name, e.g. v1.")
+	versionName.Pattern = VersionPattern
+	childID := str("Name of the child in expressions: children.<id>.")
+	childID.Pattern, childID.MaxLength = ChildIDPattern, ptr.To(int64(63))
+
+	printerColumn := apiextensionsv1.JSONSchemaProps{
+		Type:     "object",
+		Required: []string{"name", "type", "jsonPath"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"name":        str("Column header."),
+			"type":        {Type: "string", Enum: enum("integer", "number", "string", "boolean", "date")},
+			"format":      str("Optional OpenAPI format."),
+			"description": str("Column description."),
+			"priority":    {Type: "integer", Format: "int32"},
+			"jsonPath":    str("JSON path in the object, e.g. .spec.text."),
+		},
+	}
+	version := apiextensionsv1.JSONSchemaProps{
+		Type:     "object",
+		Required: []string{"name"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"name":           versionName,
+			"served":         {Type: "boolean", Description: "Whether the API serves this version. Defaults to true."},
+			"storage":        {Type: "boolean", Description: "The version stored in etcd; defaults to true for a single version."},
+			"schema":         freeObject("OpenAPI v3 schema of .spec."),
+			"printerColumns": {Type: "array", MaxItems: ptr.To(int64(32)), Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &printerColumn}},
+			"scale": {
+				Type:     "object",
+				Required: []string{"specReplicasPath", "statusReplicasPath"},
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"specReplicasPath":   str("JSON path of the desired replicas, under .spec."),
+					"statusReplicasPath": str("JSON path of the observed replicas, under .status."),
+					"labelSelectorPath":  str("JSON path of the label selector, under .status."),
+				},
+			},
+		},
+	}
+	child := apiextensionsv1.JSONSchemaProps{
+		Type:     "object",
+		Required: []string{"id", "template"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"id":          childID,
+			"template":    freeObject("The child object, with ${...} CEL expressions in its strings."),
+			"includeWhen": strList("CEL expressions; the child exists only while all are true.", 16),
+			"readyWhen":   strList("CEL expressions over the child as `self`; all true means ready.", 16),
+			"recreate":    {Type: "boolean", Description: "Delete and re-create the child when its template changes."},
+		},
+	}
+	spec := apiextensionsv1.JSONSchemaProps{
+		Type:     "object",
+		Required: []string{"resource"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"resource": {
+				Type:     "object",
+				Required: []string{"group", "kind", "versions"},
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"group": group,
+					"kind":  kind,
+					"scope": {Type: "string", Enum: enum(NamespaceScoped, ClusterScoped), Description: "Defaults to Namespaced."},
+					"names": {
+						Type: "object",
+						Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"plural":     str("Defaults from the kind."),
+							"singular":   str("Defaults from the kind."),
+							"listKind":   str("Defaults to <Kind>List."),
+							"shortNames": strList("Short names for kubectl.", 8),
+							"categories": strList("Categories for kubectl get <category>.", 8),
+						},
+					},
+					"versions": {
+						Type: "array", MinItems: ptr.To(int64(1)), MaxItems: ptr.To(int64(16)),
+						Items:        &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &version},
+						XListType:    ptr.To("map"),
+						XListMapKeys: []string{"name"},
+					},
+				},
+				XValidations: apiextensionsv1.ValidationRules{{
+					Rule:    "size(self.versions) == 1 || self.versions.filter(v, has(v.storage) && v.storage).size() == 1",
+					Message: "exactly one version must set storage: true",
+				}},
+			},
+			"children": {
+				Type: "array", MaxItems: ptr.To(int64(64)),
+				Items:        &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &child},
+				XListType:    ptr.To("map"),
+				XListMapKeys: []string{"id"},
+			},
+			"status": {
+				Type: "object", Description: "Status fields of the custom resource, each a CEL template.",
+				MaxProperties:        ptr.To(int64(64)),
+				AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", MaxLength: ptr.To(int64(4096))}},
+			},
+		},
+	}
+	status := apiextensionsv1.JSONSchemaProps{
+		Type: "object",
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"observedGeneration": {Type: "integer", Format: "int64"},
+			"crd":                str("Name of the installed CRD."),
+			"conditions": {
+				Type:  "array",
+				Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: ptr.To(freeObject("A metav1.Condition."))},
+			},
+		},
+	}
+	return &apiextensionsv1.CustomResourceDefinition{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
+		ObjectMeta: metav1.ObjectMeta{Name: "operators." + Group},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: Group,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{
+				Plural: "operators", Singular: "operator", Kind: Kind, ListKind: Kind + "List",
+				ShortNames: []string{"opk"}, Categories: []string{"opkit"},
+			},
+			Scope: apiextensionsv1.ClusterScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: Version, Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type:       "object",
+					Required:   []string{"spec"},
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{"spec": spec, "status": status},
+				}},
+				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
+				AdditionalPrinterColumns: []apiextensionsv1.CustomResourceColumnDefinition{
+					{Name: "Kind", Type: "string", JSONPath: ".spec.resource.kind"},
+					{Name: "Group", Type: "string", JSONPath: ".spec.resource.group"},
+					{Name: "Ready", Type: "string", JSONPath: `.status.conditions[?(@.type=="Ready")].status`},
+					{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
+				},
+			}},
+		},
+	}
+}
+
+func enum(values ...string) []apiextensionsv1.JSON {
+	out := make([]apiextensionsv1.JSON, len(values))
+	for i, v := range values {
+		out[i] = apiextensionsv1.JSON{Raw: []byte(`"` + v + `"`)}
+	}
+	return out
+}

@@ -1,0 +1,125 @@
+package v1alpha1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// The deep copies below are written by hand: the types are few, and a
+// generator would bring the markers this project does without.
+
+var (
+	_ runtime.Object = &Operator{}
+	_ runtime.Object = &OperatorList{}
+)
+
+// DeepCopyObject implements runtime.Object.
+func (o *Operator) DeepCopyObject() runtime.Object { return o.DeepCopy() }
+
+// DeepCopy returns a deep copy.
+func (o *Operator) DeepCopy() *Operator {
+	if o == nil {
+		return nil
+	}
+	out := &Operator{TypeMeta: o.TypeMeta}
+	o.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.Spec = *o.Spec.DeepCopy()
+	out.Status = *o.Status.DeepCopy()
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (l *OperatorList) DeepCopyObject() runtime.Object { return l.DeepCopy() }
+
+// DeepCopy returns a deep copy.
+func (l *OperatorList) DeepCopy() *OperatorList {
+	if l == nil {
+		return nil
+	}
+	out := &OperatorList{TypeMeta: l.TypeMeta}
+	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	if l.Items != nil {
+		out.Items = make([]Operator, len(l.Items))
+		for i := range l.Items {
+			out.Items[i] = *l.Items[i].DeepCopy()
+		}
+	}
+	return out
+}
+
+// DeepCopy returns a deep copy.
+func (s *OperatorSpec) DeepCopy() *OperatorSpec {
+	out := &OperatorSpec{Resource: *s.Resource.DeepCopy()}
+	if s.Children != nil {
+		out.Children = make([]Child, len(s.Children))
+		for i, c := range s.Children {
+			out.Children[i] = *c.DeepCopy()
+		}
+	}
+	if s.Status != nil {
+		out.Status = make(map[string]string, len(s.Status))
+		for k, v := range s.Status {
+			out.Status[k] = v
+		}
+	}
+	return out
+}
+
+// DeepCopy returns a deep copy.
+func (r *Resource) DeepCopy() *Resource {
+	out := *r
+	out.Names.ShortNames = copyStrings(r.Names.ShortNames)
+	out.Names.Categories = copyStrings(r.Names.Categories)
+	if r.Versions != nil {
+		out.Versions = make([]ResourceVersion, len(r.Versions))
+		for i, v := range r.Versions {
+			out.Versions[i] = *v.DeepCopy()
+		}
+	}
+	return &out
+}
+
+// DeepCopy returns a deep copy.
+func (v *ResourceVersion) DeepCopy() *ResourceVersion {
+	out := *v
+	if v.Served != nil {
+		served := *v.Served
+		out.Served = &served
+	}
+	out.Schema = v.Schema.DeepCopy()
+	if v.PrinterColumns != nil {
+		out.PrinterColumns = make([]apiextensionsv1.CustomResourceColumnDefinition, len(v.PrinterColumns))
+		copy(out.PrinterColumns, v.PrinterColumns)
+	}
+	out.Scale = v.Scale.DeepCopy()
+	return &out
+}
+
+// DeepCopy returns a deep copy.
+func (c *Child) DeepCopy() *Child {
+	out := *c
+	c.Template.DeepCopyInto(&out.Template)
+	out.IncludeWhen = copyStrings(c.IncludeWhen)
+	out.ReadyWhen = copyStrings(c.ReadyWhen)
+	return &out
+}
+
+// DeepCopy returns a deep copy.
+func (s *OperatorStatus) DeepCopy() *OperatorStatus {
+	out := *s
+	if s.Conditions != nil {
+		out.Conditions = make([]metav1.Condition, len(s.Conditions))
+		for i := range s.Conditions {
+			s.Conditions[i].DeepCopyInto(&out.Conditions[i])
+		}
+	}
+	return &out
+}
+
+func copyStrings(s []string) []string {
+	if s == nil {
+		return nil
+	}
+	return append([]string(nil), s...)
+}

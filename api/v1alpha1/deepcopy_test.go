@@ -1,0 +1,37 @@
+package v1alpha1
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/randfill"
+)
+
+func TestDeepCopyIsEqualAndIndependent(t *testing.T) {
+	f := randfill.New().NilChance(0.2).NumElements(1, 2).MaxDepth(5)
+	for range 50 {
+		var in Operator
+		f.Fill(&in)
+		out := in.DeepCopy()
+		if !equality.Semantic.DeepEqual(&in, out) {
+			t.Fatalf("copy differs:\n%+v\n%+v", in, *out)
+		}
+		// Mutating the copy must not touch the original.
+		before := in.DeepCopy()
+		for i := range out.Spec.Children {
+			out.Spec.Children[i].Template.Raw = append(out.Spec.Children[i].Template.Raw, 'x')
+			out.Spec.Children[i].IncludeWhen = append(out.Spec.Children[i].IncludeWhen, "mutated")
+		}
+		for i := range out.Spec.Resource.Versions {
+			if out.Spec.Resource.Versions[i].Served != nil {
+				*out.Spec.Resource.Versions[i].Served = !*out.Spec.Resource.Versions[i].Served
+			}
+		}
+		for k := range out.Spec.Status {
+			out.Spec.Status[k] = "mutated"
+		}
+		if !equality.Semantic.DeepEqual(&in, before) {
+			t.Fatal("mutating the copy changed the original")
+		}
+	}
+}

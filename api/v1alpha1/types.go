@@ -1,0 +1,146 @@
+// Package v1alpha1 is the public contract of opkit: the Operator resource
+// (group opkit.dev, version v1alpha1) that declares an operator. The Go types
+// here mirror the CRD schema built by [CustomResourceDefinition]; both are
+// written by hand, with no code generation and no markers.
+//
+// An Operator names the custom resource it owns (spec.resource, from which
+// opkit builds a CRD), the child objects it keeps converged
+// (spec.children, templates with ${...} CEL expressions) and the status
+// fields it derives (spec.status). See docs/operators.md for every field.
+package v1alpha1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Group and version of the Operator resource.
+const (
+	Group   = "opkit.dev"
+	Version = "v1alpha1"
+	Kind    = "Operator"
+)
+
+// SchemeGroupVersion is opkit.dev/v1alpha1.
+var SchemeGroupVersion = schema.GroupVersion{Group: Group, Version: Version}
+
+// AddToScheme registers Operator and OperatorList.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(SchemeGroupVersion, &Operator{}, &OperatorList{})
+	metav1.AddToGroupVersion(s, SchemeGroupVersion)
+	return nil
+}
+
+// Operator declares one operator: a custom resource, its children and its
+// status. It is cluster-scoped.
+type Operator struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   OperatorSpec   `json:"spec"`
+	Status OperatorStatus `json:"status,omitempty"`
+}
+
+// OperatorList is a list of Operators.
+type OperatorList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Operator `json:"items"`
+}
+
+// OperatorSpec is what an operator owns and does.
+type OperatorSpec struct {
+	// Resource is the custom resource the operator owns; opkit installs its
+	// CRD.
+	Resource Resource `json:"resource"`
+	// Children are the objects kept converged for each custom resource, in
+	// dependency order.
+	Children []Child `json:"children,omitempty"`
+	// Status maps a field of the custom resource's .status to a CEL
+	// template evaluated after the children are applied, for example
+	// phase: "${children.pod.status.phase}".
+	Status map[string]string `json:"status,omitempty"`
+}
+
+// Scope of a custom resource.
+const (
+	NamespaceScoped = "Namespaced"
+	ClusterScoped   = "Cluster"
+)
+
+// Resource describes the custom resource and so its CRD.
+type Resource struct {
+	// Group is the API group, a DNS subdomain with at least one dot.
+	Group string `json:"group"`
+	// Kind is the CamelCase kind, e.g. Printer.
+	Kind string `json:"kind"`
+	// Names are derived from Kind unless given.
+	Names Names `json:"names,omitempty"`
+	// Scope is Namespaced or Cluster. Defaults to Namespaced.
+	Scope string `json:"scope,omitempty"`
+	// Versions served; exactly one is the storage version.
+	Versions []ResourceVersion `json:"versions"`
+}
+
+// Names are the resource's names. Each defaults from the kind: plural and
+// singular are the lower-cased kind (plural with an "s", or "es" after s, x,
+// z, ch, sh, or "ies" for a consonant + y), listKind is <Kind>List.
+type Names struct {
+	Plural     string   `json:"plural,omitempty"`
+	Singular   string   `json:"singular,omitempty"`
+	ShortNames []string `json:"shortNames,omitempty"`
+	ListKind   string   `json:"listKind,omitempty"`
+	Categories []string `json:"categories,omitempty"`
+}
+
+// ResourceVersion is one served version of the custom resource.
+type ResourceVersion struct {
+	// Name, e.g. v1 or v1alpha1.
+	Name string `json:"name"`
+	// Served says whether the API serves it. Defaults to true.
+	Served *bool `json:"served,omitempty"`
+	// Storage marks the version stored in etcd. Defaults to true when there
+	// is a single version.
+	Storage bool `json:"storage,omitempty"`
+	// Schema is the OpenAPI v3 schema of .spec. The status schema is opkit's
+	// and the fields of OperatorSpec.Status.
+	Schema *apiextensionsv1.JSONSchemaProps `json:"schema,omitempty"`
+	// PrinterColumns are shown by `kubectl get`. An Age column is added.
+	PrinterColumns []apiextensionsv1.CustomResourceColumnDefinition `json:"printerColumns,omitempty"`
+	// Scale enables the scale subresource with these paths.
+	Scale *apiextensionsv1.CustomResourceSubresourceScale `json:"scale,omitempty"`
+}
+
+// Child is one object templated for each custom resource.
+type Child struct {
+	// ID names the child in expressions: children.<id>. A lower-case
+	// identifier, unique in the Operator.
+	ID string `json:"id"`
+	// Template is the object, with ${...} CEL expressions in its strings.
+	// A string that is one expression takes the expression's type; in a
+	// longer string each expression is turned into a string.
+	Template apiextensionsv1.JSON `json:"template"`
+	// IncludeWhen are CEL expressions; the child exists only while all are
+	// true. Defaults to always.
+	IncludeWhen []string `json:"includeWhen,omitempty"`
+	// ReadyWhen are CEL expressions over the child (as "self"); the custom
+	// resource is Ready when every child's are true. Defaults to exists.
+	ReadyWhen []string `json:"readyWhen,omitempty"`
+	// Recreate deletes and re-creates the child when its template changes a
+	// field the API will not update (a Pod's spec). Defaults to false; opkit
+	// also recreates when the API answers that a field is immutable.
+	Recreate bool `json:"recreate,omitempty"`
+}
+
+// OperatorStatus reports the operator's state.
+type OperatorStatus struct {
+	// ObservedGeneration is the generation last acted on.
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready (CRD established and controller running) and
+	// Degraded (the definition is invalid, with the reason).
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// CRD is the name of the installed CustomResourceDefinition.
+	CRD string `json:"crd,omitempty"`
+}

@@ -1,0 +1,477 @@
+package definition
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/google/cel-go/cel"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+)
+
+// Definition is a defaulted, validated and compiled Operator, ready for the
+// engine.
+type Definition struct {
+	// Operator is the defaulted Operator.
+	Operator *v1alpha1.Operator
+	// Source is the file it came from, empty for the cluster.
+	Source string
+	// GVK is the custom resource's storage version.
+	GVK schema.GroupVersionKind
+	// Plural is the resource name, e.g. printers.
+	Plural string
+	// Children in dependency order: a child comes after those it reads.
+	Children []*Child
+	// Status fields, sorted by name.
+	Status []*StatusField
+}
+
+// Child is a compiled child.
+type Child struct {
+	ID string
+	// Template is the decoded template object.
+	Template map[string]any
+	// Slots are the template's strings that hold expressions.
+	Slots       []*Slot
+	IncludeWhen []*Expression
+	ReadyWhen   []*Expression
+	// DependsOn lists the children this one reads, sorted.
+	DependsOn []string
+	// GVK is the child's apiVersion and kind; neither may be an expression.
+	GVK      schema.GroupVersionKind
+	Recreate bool
+}
+
+// Slot is one template string with expressions, at Path in the template.
+type Slot struct {
+	// Path is the location in the template: map keys and list indexes.
+	Path  []any
+	parts []part
+}
+
+// StatusField is one compiled status expression.
+type StatusField struct {
+	Name  string
+	Slot  *Slot
+	Field string
+}
+
+var (
+	groupRE   = regexp.MustCompile(v1alpha1.GroupPattern)
+	kindRE    = regexp.MustCompile(v1alpha1.KindPattern)
+	childRE   = regexp.MustCompile(v1alpha1.ChildIDPattern)
+	versionRE = regexp.MustCompile(v1alpha1.VersionPattern)
+	statusRE  = regexp.MustCompile(`^[a-z][a-zA-Z0-9]*$`)
+)
+
+// reservedStatus are the status fields opkit writes itself.
+var reservedStatus = []string{"conditions", "observedGeneration", "opkit"}
+
+// Compile defaults, validates and compiles one Operator. Every problem
+// found is returned together, as Errors, each naming its field (and line,
+// for a file).
+func Compile(src *Source) (*Definition, error) {
+	op := src.Operator.DeepCopy()
+	l := &errorList{file: src.File, operator: op.Name, lines: src.lines}
+	if op.Name == "" {
+		l.add("metadata.name", "required")
+	} else if msgs := validation.IsDNS1123Subdomain(op.Name); len(msgs) > 0 {
+		l.add("metadata.name", "%q is not a valid name: %s", op.Name, strings.Join(msgs, "; "))
+	}
+	Default(op)
+	d := &Definition{Operator: op, Source: src.File}
+	storage := validateResource(l, op, d)
+	if len(l.errs) > 0 {
+		// Expressions are typed by the schema: without a valid resource
+		// they would only add noise.
+		return nil, l.errs
+	}
+	envs, err := newCELEnvs(storage.Schema)
+	if err != nil {
+		l.add(fmt.Sprintf("spec.resource.versions[%d].schema", slices.IndexFunc(op.Spec.Resource.Versions, func(v v1alpha1.ResourceVersion) bool { return v.Name == storage.Name })), "%v", err)
+		return nil, l.errs
+	}
+	ids := map[string]bool{}
+	for i, c := range op.Spec.Children {
+		field := fmt.Sprintf("spec.children[%d]", i)
+		child := compileChild(l, envs, field, c)
+		if child == nil {
+			continue
+		}
+		if ids[c.ID] {
+			l.add(field+".id", "duplicate child id %q: each child needs its own", c.ID)
+			continue
+		}
+		ids[c.ID] = true
+		d.Children = append(d.Children, child)
+	}
+	for _, name := range sortedKeys(op.Spec.Status) {
+		field := "spec.status." + name
+		switch {
+		case !statusRE.MatchString(name):
+			l.add(field, "status field names are lowerCamelCase identifiers")
+			continue
+		case slices.Contains(reservedStatus, name):
+			l.add(field, "%q is written by opkit; choose another name", name)
+			continue
+		}
+		slot := compileString(l, envs.object, field, op.Spec.Status[name], nil)
+		if slot != nil {
+			d.Status = append(d.Status, &StatusField{Name: name, Slot: slot, Field: field})
+		}
+	}
+	checkReferences(l, d, ids)
+	if len(l.errs) == 0 {
+		order, err := dependencyOrder(d.Children)
+		if err != nil {
+			l.add("spec.children", "%v", err)
+		}
+		d.Children = order
+	}
+	if err := l.err(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Default fills the fields an Operator may leave out: names derived from
+// the kind, scope Namespaced, served versions, and the storage version of a
+// single-version resource.
+func Default(op *v1alpha1.Operator) {
+	r := &op.Spec.Resource
+	if r.Scope == "" {
+		r.Scope = v1alpha1.NamespaceScoped
+	}
+	lower := strings.ToLower(r.Kind)
+	if r.Names.Singular == "" {
+		r.Names.Singular = lower
+	}
+	if r.Names.Plural == "" {
+		r.Names.Plural = plural(lower)
+	}
+	if r.Names.ListKind == "" && r.Kind != "" {
+		r.Names.ListKind = r.Kind + "List"
+	}
+	for i := range r.Versions {
+		if r.Versions[i].Served == nil {
+			r.Versions[i].Served = ptr.To(true)
+		}
+	}
+	if len(r.Versions) == 1 {
+		r.Versions[0].Storage = true
+	}
+}
+
+// plural is the English plural Kubernetes tools derive from a kind.
+func plural(s string) string {
+	switch {
+	case s == "":
+		return ""
+	case strings.HasSuffix(s, "s"), strings.HasSuffix(s, "x"), strings.HasSuffix(s, "z"),
+		strings.HasSuffix(s, "ch"), strings.HasSuffix(s, "sh"):
+		return s + "es"
+	case strings.HasSuffix(s, "y") && len(s) > 1 && !strings.ContainsRune("aeiou", rune(s[len(s)-2])):
+		return s[:len(s)-1] + "ies"
+	}
+	return s + "s"
+}
+
+// validateResource checks spec.resource and returns its storage version.
+func validateResource(l *errorList, op *v1alpha1.Operator, d *Definition) *v1alpha1.ResourceVersion {
+	r := op.Spec.Resource
+	if !groupRE.MatchString(r.Group) {
+		l.add("spec.resource.group", "%q is not an API group: expected a DNS subdomain with at least one dot, like demo.example.com", r.Group)
+	}
+	if !kindRE.MatchString(r.Kind) {
+		l.add("spec.resource.kind", "%q is not a kind: expected CamelCase starting with an upper-case letter, like Printer", r.Kind)
+	}
+	if r.Scope != v1alpha1.NamespaceScoped && r.Scope != v1alpha1.ClusterScoped {
+		l.add("spec.resource.scope", "%q: expected Namespaced or Cluster", r.Scope)
+	}
+	for _, n := range []struct{ field, value string }{{"plural", r.Names.Plural}, {"singular", r.Names.Singular}} {
+		if msgs := validation.IsDNS1035Label(n.value); len(msgs) > 0 {
+			l.add("spec.resource.names."+n.field, "%q: %s", n.value, strings.Join(msgs, "; "))
+		}
+	}
+	if len(r.Versions) == 0 {
+		l.add("spec.resource.versions", "at least one version is required")
+		return nil
+	}
+	var storage *v1alpha1.ResourceVersion
+	seen := map[string]bool{}
+	for i := range r.Versions {
+		v := &op.Spec.Resource.Versions[i]
+		field := fmt.Sprintf("spec.resource.versions[%d]", i)
+		if !versionRE.MatchString(v.Name) {
+			l.add(field+".name", "%q is not a version name: expected v1, v2beta1, v1alpha3...", v.Name)
+		}
+		if seen[v.Name] {
+			l.add(field+".name", "duplicate version %q", v.Name)
+		}
+		seen[v.Name] = true
+		if v.Storage {
+			if storage != nil {
+				l.add(field+".storage", "versions %s and %s both set storage: exactly one may", storage.Name, v.Name)
+			}
+			storage = v
+		}
+		if v.Schema != nil && v.Schema.Type != "object" {
+			l.add(field+".schema.type", "the schema of .spec must have type: object, not %q", v.Schema.Type)
+		}
+		for j, c := range v.PrinterColumns {
+			cf := fmt.Sprintf("%s.printerColumns[%d]", field, j)
+			if !strings.HasPrefix(c.JSONPath, ".") {
+				l.add(cf+".jsonPath", "%q: a column path starts with a dot, like .spec.text", c.JSONPath)
+			}
+			if !slices.Contains([]string{"integer", "number", "string", "boolean", "date"}, c.Type) {
+				l.add(cf+".type", "%q: expected integer, number, string, boolean or date", c.Type)
+			}
+		}
+	}
+	if storage == nil {
+		l.add("spec.resource.versions", "no version sets storage: true; exactly one must")
+		return nil
+	}
+	d.GVK = schema.GroupVersionKind{Group: r.Group, Version: storage.Name, Kind: r.Kind}
+	d.Plural = r.Names.Plural
+	return storage
+}
+
+func compileChild(l *errorList, envs *celEnvs, field string, c v1alpha1.Child) *Child {
+	if !childRE.MatchString(c.ID) {
+		l.add(field+".id", "%q is not a child id: expected a lower-case identifier like pod or configMap", c.ID)
+		return nil
+	}
+	var tmpl map[string]any
+	if err := json.Unmarshal(c.Template.Raw, &tmpl); err != nil || tmpl == nil {
+		l.add(field+".template", "expected an object (a Kubernetes manifest)")
+		return nil
+	}
+	child := &Child{ID: c.ID, Template: tmpl, Recreate: c.Recreate}
+	apiVersion, _ := tmpl["apiVersion"].(string)
+	kind, _ := tmpl["kind"].(string)
+	switch {
+	case apiVersion == "" || strings.Contains(apiVersion, "${"):
+		l.add(field+".template.apiVersion", "required, and it cannot be an expression")
+	case kind == "" || strings.Contains(kind, "${"):
+		l.add(field+".template.kind", "required, and it cannot be an expression")
+	default:
+		gv, err := schema.ParseGroupVersion(apiVersion)
+		if err != nil {
+			l.add(field+".template.apiVersion", "%v", err)
+		}
+		child.GVK = gv.WithKind(kind)
+	}
+	if meta, _ := tmpl["metadata"].(map[string]any); meta == nil || meta["name"] == nil {
+		l.add(field+".template.metadata.name", "required: children are named, usually after their parent, like ${self.metadata.name}-print")
+	}
+	walkStrings(tmpl, nil, func(path []any, s string) {
+		if slot := compileString(l, envs.object, field+".template"+pathString(path), s, path); slot != nil && len(slot.parts) > 0 {
+			child.Slots = append(child.Slots, slot)
+		}
+	})
+	child.IncludeWhen = compileConditions(l, envs.object, field+".includeWhen", c.IncludeWhen)
+	child.ReadyWhen = compileConditions(l, envs.child, field+".readyWhen", c.ReadyWhen)
+	return child
+}
+
+// compileConditions compiles boolean expressions, each with or without ${}.
+func compileConditions(l *errorList, env *cel.Env, field string, exprs []string) []*Expression {
+	var out []*Expression
+	for i, src := range exprs {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		src = strings.TrimSpace(src)
+		if strings.HasPrefix(src, "${") && strings.HasSuffix(src, "}") {
+			src = strings.TrimSpace(src[2 : len(src)-1])
+		}
+		e := &Expression{Source: src, Field: f}
+		if err := compile(env, e); err != nil {
+			l.add(f, "%v", err)
+			continue
+		}
+		if e.Type != cel.BoolType && e.Type != cel.DynType {
+			l.add(f, "${%s} is of type %s: a condition must be a bool", src, e.Type)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// compileString compiles the expressions of one template string. It
+// returns a slot without parts for a string without expressions.
+func compileString(l *errorList, env *cel.Env, field, s string, path []any) *Slot {
+	parts, err := splitTemplate(s)
+	if err != nil {
+		l.add(field, "%v", err)
+		return nil
+	}
+	slot := &Slot{Path: path}
+	hasExpr := false
+	for _, p := range parts {
+		hasExpr = hasExpr || p.expr != nil
+	}
+	if !hasExpr {
+		return slot
+	}
+	for _, p := range parts {
+		if p.expr == nil {
+			continue
+		}
+		p.expr.Field = field
+		if err := compile(env, p.expr); err != nil {
+			l.add(field, "%v", err)
+			return nil
+		}
+		if len(parts) > 1 && !stringable(p.expr.Type) {
+			l.add(field, "${%s} is of type %s and cannot be part of a longer string; make the whole value one ${...}", p.expr.Source, p.expr.Type)
+			return nil
+		}
+	}
+	slot.parts = parts
+	return slot
+}
+
+// Expressions returns the slot's expressions.
+func (s *Slot) Expressions() []*Expression {
+	var out []*Expression
+	for _, p := range s.parts {
+		if p.expr != nil {
+			out = append(out, p.expr)
+		}
+	}
+	return out
+}
+
+// checkReferences requires every children.<id> to name a child, and records
+// each child's dependencies.
+func checkReferences(l *errorList, d *Definition, ids map[string]bool) {
+	check := func(e *Expression) {
+		for _, id := range e.Children {
+			if !ids[id] {
+				l.add(e.Field, "${%s} reads children.%s, but there is no child with id %q (children: %s)", e.Source, id, id, strings.Join(sortedKeys(ids), ", "))
+			}
+		}
+	}
+	for _, c := range d.Children {
+		deps := map[string]bool{}
+		for _, e := range c.expressions() {
+			check(e)
+			for _, id := range e.Children {
+				if ids[id] {
+					deps[id] = true
+				}
+			}
+		}
+		c.DependsOn = sortedKeys(deps)
+	}
+	for _, s := range d.Status {
+		for _, e := range s.Slot.Expressions() {
+			check(e)
+		}
+	}
+}
+
+// expressions are the ones evaluated before the child is applied; readyWhen
+// reads the child itself and adds no dependency.
+func (c *Child) expressions() []*Expression {
+	var out []*Expression
+	for _, s := range c.Slots {
+		out = append(out, s.Expressions()...)
+	}
+	return append(out, c.IncludeWhen...)
+}
+
+// dependencyOrder sorts children so that each comes after what it reads,
+// keeping the declared order otherwise. A cycle is an error naming it.
+func dependencyOrder(children []*Child) ([]*Child, error) {
+	byID := map[string]*Child{}
+	for _, c := range children {
+		byID[c.ID] = c
+	}
+	const (
+		unvisited = iota
+		visiting
+		done
+	)
+	state := map[string]int{}
+	var order []*Child
+	var stack []string
+	var visit func(c *Child) error
+	visit = func(c *Child) error {
+		switch state[c.ID] {
+		case done:
+			return nil
+		case visiting:
+			i := slices.Index(stack, c.ID)
+			cycle := append(append([]string{}, stack[i:]...), c.ID)
+			return fmt.Errorf("the children depend on each other in a cycle: %s", strings.Join(cycle, " -> "))
+		}
+		state[c.ID] = visiting
+		stack = append(stack, c.ID)
+		for _, dep := range c.DependsOn {
+			if dep == c.ID {
+				return fmt.Errorf("child %q reads itself (children.%s); a child can read only other children", c.ID, c.ID)
+			}
+			if err := visit(byID[dep]); err != nil {
+				return err
+			}
+		}
+		stack = stack[:len(stack)-1]
+		state[c.ID] = done
+		order = append(order, c)
+		return nil
+	}
+	for _, c := range children {
+		if err := visit(c); err != nil {
+			return nil, err
+		}
+	}
+	return order, nil
+}
+
+// walkStrings calls fn for every string in v, with its path.
+func walkStrings(v any, path []any, fn func(path []any, s string)) {
+	switch t := v.(type) {
+	case string:
+		fn(slices.Clone(path), t)
+	case map[string]any:
+		for _, k := range sortedKeys(t) {
+			walkStrings(t[k], append(path, k), fn)
+		}
+	case []any:
+		for i, item := range t {
+			walkStrings(item, append(path, i), fn)
+		}
+	}
+}
+
+// pathString renders a template path as .a.b[0].
+func pathString(path []any) string {
+	var b strings.Builder
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			b.WriteString("." + k)
+		case int:
+			fmt.Fprintf(&b, "[%d]", k)
+		}
+	}
+	return b.String()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,28 @@
+// Package definition turns Operator manifests into checked, compiled
+// definitions for the engine.
+//
+// Flow: [Load] or [LoadFile] read YAML (several documents per file) into
+// Sources that remember the line of every field; [FromCluster] wraps an
+// Operator read from the API. [Compile] defaults it ([Default]: names from
+// the kind, scope, served and storage versions), validates it, compiles each
+// ${...} CEL expression and orders the children by what they read.
+//
+// Expressions: in a child template, a string that is exactly one ${expr}
+// takes the expression's type; in a longer string each expression must be a
+// string, number or bool and is spliced in; "$${" stands for a literal
+// "${". The variables are self — the custom resource, typed by the storage
+// version's schema, so self.spec.nosuch fails to compile — and children, a
+// map from child id to that child's current object. readyWhen expressions
+// see one child as self. The Kubernetes CEL libraries (lists, regex, URLs,
+// quantities...) are available.
+//
+// Guarantees: Compile never changes its input; every problem it finds is
+// returned together as [Errors], each naming the file and line (for files),
+// the field path and what was expected. A child that reads another
+// (children.<id>) is ordered after it; reading an unknown id, or a cycle,
+// is an error naming the ids.
+//
+// Not checked here: whether the cluster serves a child's kind (the engine
+// checks it against discovery), and the types of fields read from children,
+// which are dynamic until their schemas are fetched from the cluster.
+package definition

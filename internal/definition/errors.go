@@ -1,0 +1,90 @@
+package definition
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Error is one problem in a definition: where it is and what is wrong.
+type Error struct {
+	// File is the file the definition came from; empty for one read from
+	// the cluster.
+	File string
+	// Line is the 1-based line of the field in File, or 0 when unknown.
+	Line int
+	// Operator is the Operator's name, when known.
+	Operator string
+	// Field is the path of the field at fault, e.g. spec.children[1].id.
+	Field string
+	// Message says what is wrong and what was expected.
+	Message string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	switch {
+	case e.File != "" && e.Line > 0:
+		fmt.Fprintf(&b, "%s:%d: ", e.File, e.Line)
+	case e.File != "":
+		fmt.Fprintf(&b, "%s: ", e.File)
+	case e.Operator != "":
+		fmt.Fprintf(&b, "operator %s: ", e.Operator)
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field + ": ")
+	}
+	b.WriteString(e.Message)
+	return b.String()
+}
+
+// Errors is every problem found in one definition, in field order. Its
+// message lists them one per line.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// errorList collects errors, placing each at its field's line.
+type errorList struct {
+	file     string
+	operator string
+	lines    map[string]int // field path -> line
+	errs     Errors
+}
+
+func (l *errorList) add(field, format string, args ...any) {
+	l.errs = append(l.errs, &Error{
+		File: l.file, Line: l.line(field), Operator: l.operator, Field: field,
+		Message: fmt.Sprintf(format, args...),
+	})
+}
+
+// line finds the line of field, or of its nearest parent that has one.
+func (l *errorList) line(field string) int {
+	for p := field; p != ""; p = parentPath(p) {
+		if n, ok := l.lines[p]; ok {
+			return n
+		}
+	}
+	return 0
+}
+
+func parentPath(p string) string {
+	i := strings.LastIndexAny(p, ".[")
+	if i <= 0 {
+		return ""
+	}
+	return p[:i]
+}
+
+func (l *errorList) err() error {
+	if len(l.errs) == 0 {
+		return nil
+	}
+	return l.errs
+}

@@ -1,0 +1,232 @@
+package definition
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/types"
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel/model"
+	"k8s.io/apimachinery/pkg/util/version"
+	apiservercel "k8s.io/apiserver/pkg/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/utils/ptr"
+)
+
+// Expression is one compiled ${...} CEL expression.
+type Expression struct {
+	// Source is the expression without ${ and }.
+	Source string
+	// Field is where it appears, e.g. spec.children[0].template.metadata.name.
+	Field string
+	// Children are the ids of the children it reads (children.<id>).
+	Children []string
+	// Type is its checked output type.
+	Type    *cel.Type
+	Program cel.Program
+}
+
+// part is a piece of a template string: literal text or an expression.
+type part struct {
+	literal string
+	expr    *Expression
+}
+
+// splitTemplate cuts s into literals and ${...} expressions. The braces of
+// CEL map literals and of quoted strings inside an expression do not end
+// it; "$${" stands for a literal "${".
+func splitTemplate(s string) ([]part, error) {
+	var parts []part
+	var lit strings.Builder
+	i := 0
+	for {
+		start := strings.Index(s[i:], "${")
+		if start < 0 {
+			lit.WriteString(s[i:])
+			break
+		}
+		start += i
+		if start > i && s[start-1] == '$' { // $${ -> ${
+			lit.WriteString(s[i:start-1] + "${")
+			i = start + 2
+			continue
+		}
+		lit.WriteString(s[i:start])
+		end, err := matchBrace(s, start+2)
+		if err != nil {
+			return nil, err
+		}
+		if lit.Len() > 0 {
+			parts = append(parts, part{literal: lit.String()})
+			lit.Reset()
+		}
+		src := strings.TrimSpace(s[start+2 : end])
+		if src == "" {
+			return nil, fmt.Errorf("empty expression ${} at offset %d", start)
+		}
+		parts = append(parts, part{expr: &Expression{Source: src}})
+		i = end + 1
+	}
+	if lit.Len() > 0 {
+		parts = append(parts, part{literal: lit.String()})
+	}
+	return parts, nil
+}
+
+// matchBrace returns the index of the } that closes the ${ before from.
+func matchBrace(s string, from int) (int, error) {
+	depth := 1
+	var quote byte
+	for j := from; j < len(s); j++ {
+		c := s[j]
+		if quote != 0 {
+			switch c {
+			case '\\':
+				j++
+			case quote:
+				quote = 0
+			}
+			continue
+		}
+		switch c {
+		case '"', '\'':
+			quote = c
+		case '{':
+			depth++
+		case '}':
+			depth--
+			if depth == 0 {
+				return j, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("unterminated expression: %q has no closing }", s[from-2:])
+}
+
+// celEnvs holds the CEL environments of one definition.
+type celEnvs struct {
+	// object: self is the custom resource (typed by its schema), children
+	// maps each child id to its current object.
+	object *cel.Env
+	// child: self is one child object (untyped); for readyWhen.
+	child *cel.Env
+}
+
+// selfSchema wraps the schema of .spec into the whole object's schema.
+func selfSchema(spec *apiextensionsv1.JSONSchemaProps) *apiextensionsv1.JSONSchemaProps {
+	str := apiextensionsv1.JSONSchemaProps{Type: "string"}
+	strMap := apiextensionsv1.JSONSchemaProps{Type: "object", AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Schema: &str}}
+	if spec == nil {
+		spec = &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}
+	}
+	return &apiextensionsv1.JSONSchemaProps{
+		Type: "object",
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"apiVersion": str,
+			"kind":       str,
+			"metadata": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+				"name": str, "namespace": str, "uid": str, "generateName": str,
+				"creationTimestamp": str,
+				"generation":        {Type: "integer", Format: "int64"},
+				"labels":            strMap,
+				"annotations":       strMap,
+			}},
+			"spec":   *spec,
+			"status": {Type: "object", XPreserveUnknownFields: ptr.To(true)},
+		},
+	}
+}
+
+// newCELEnvs builds the environments from the storage version's schema,
+// with the Kubernetes CEL libraries (quantities, URLs, regex, lists...).
+func newCELEnvs(spec *apiextensionsv1.JSONSchemaProps) (*celEnvs, error) {
+	var internal apiextensions.JSONSchemaProps
+	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(selfSchema(spec), &internal, nil); err != nil {
+		return nil, err
+	}
+	structural, err := structuralschema.NewStructural(&internal)
+	if err != nil {
+		return nil, fmt.Errorf("the schema is not structural: %w", err)
+	}
+	declType := model.SchemaDeclType(structural, false).MaybeAssignTypeName("__opkit_self")
+	base := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())
+	objectSet, err := base.Extend(environment.VersionedOptions{
+		IntroducedVersion: version.MajorMinor(1, 0),
+		EnvOptions: []cel.EnvOption{
+			cel.Variable("self", declType.CelType()),
+			cel.Variable("children", cel.MapType(cel.StringType, cel.DynType)),
+		},
+		DeclTypes: []*apiservercel.DeclType{declType},
+	})
+	if err != nil {
+		return nil, err
+	}
+	childSet, err := base.Extend(environment.VersionedOptions{
+		IntroducedVersion: version.MajorMinor(1, 0),
+		EnvOptions:        []cel.EnvOption{cel.Variable("self", cel.DynType)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &celEnvs{object: objectSet.NewExpressionsEnv(), child: childSet.NewExpressionsEnv()}, nil
+}
+
+// compile parses and type-checks e in env and finds the children it reads.
+func compile(env *cel.Env, e *Expression) error {
+	ast, iss := env.Compile(e.Source)
+	if iss.Err() != nil {
+		return fmt.Errorf("${%s}: %s", e.Source, strings.ReplaceAll(iss.Err().Error(), "\n", "\n  "))
+	}
+	prog, err := env.Program(ast, cel.CostLimit(1_000_000), cel.InterruptCheckFrequency(100))
+	if err != nil {
+		return fmt.Errorf("${%s}: %w", e.Source, err)
+	}
+	e.Type, e.Program = ast.OutputType(), prog
+	e.Children = childReferences(ast.NativeRep())
+	return nil
+}
+
+// childReferences returns the ids in children.<id> and children["<id>"].
+func childReferences(ast *celast.AST) []string {
+	seen := map[string]bool{}
+	var ids []string
+	add := func(id string) {
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	isChildren := func(e celast.Expr) bool {
+		return e.Kind() == celast.IdentKind && e.AsIdent() == "children"
+	}
+	celast.PostOrderVisit(ast.Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		switch e.Kind() {
+		case celast.SelectKind:
+			if sel := e.AsSelect(); isChildren(sel.Operand()) {
+				add(sel.FieldName())
+			}
+		case celast.CallKind:
+			call := e.AsCall()
+			if call.FunctionName() == "_[_]" && len(call.Args()) == 2 && isChildren(call.Args()[0]) &&
+				call.Args()[1].Kind() == celast.LiteralKind {
+				if s, ok := call.Args()[1].AsLiteral().Value().(string); ok {
+					add(s)
+				}
+			}
+		}
+	}))
+	return ids
+}
+
+// stringable reports whether a value of type t can be spliced into a string.
+func stringable(t *cel.Type) bool {
+	switch t.Kind() {
+	case types.StringKind, types.IntKind, types.UintKind, types.DoubleKind, types.BoolKind, types.DynKind, types.AnyKind:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,215 @@
+package definition
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+
+	yamlv2 "go.yaml.in/yaml/v2"
+	"go.yaml.in/yaml/v3"
+	sigsjson "sigs.k8s.io/json"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+)
+
+// Source is an Operator as it was read, with the line of each of its fields
+// when it came from a file.
+type Source struct {
+	Operator *v1alpha1.Operator
+	// File is the path it was read from; empty for the cluster.
+	File  string
+	lines map[string]int
+}
+
+// FromCluster wraps an Operator read from the API.
+func FromCluster(op *v1alpha1.Operator) *Source {
+	return &Source{Operator: op}
+}
+
+// LoadFile reads every Operator in a YAML file (documents separated by ---).
+func LoadFile(path string) ([]*Source, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &Error{File: path, Message: err.Error()}
+	}
+	return Load(path, data)
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// yamlError places a YAML syntax error. YAML parsers report the line of the
+// construct they were in, not always the faulty line; the v2 parser's is
+// the nearer, so it is asked for its position.
+func yamlError(file string, data []byte, err error) *Error {
+	msg := err.Error()
+	dec := yamlv2.NewDecoder(bytes.NewReader(data))
+	for {
+		var v any
+		err2 := dec.Decode(&v)
+		if err2 == nil {
+			continue
+		}
+		if !errors.Is(err2, io.EOF) && yamlLine.MatchString(err2.Error()) {
+			msg = err2.Error()
+		}
+		break
+	}
+	e := &Error{File: file, Message: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		e.Line, _ = strconv.Atoi(m[1])
+		e.Message = "invalid YAML near this line: " + strings.TrimPrefix(msg, m[0])
+	}
+	return e
+}
+
+// Load reads every Operator in YAML data; file names it in errors. A
+// document that is not valid YAML, not an Operator, or has a field the
+// Operator does not define, is an error naming the line.
+func Load(file string, data []byte) ([]*Source, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var out []*Source
+	var errs Errors
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, append(errs, yamlError(file, data, err))
+		}
+		if len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" {
+			continue // an empty document, or only comments
+		}
+		src, err := decodeOperator(file, doc.Content[0])
+		if err != nil {
+			var es Errors
+			if errors.As(err, &es) {
+				errs = append(errs, es...)
+				continue
+			}
+			return nil, err
+		}
+		out = append(out, src)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return out, nil
+}
+
+func decodeOperator(file string, root *yaml.Node) (*Source, error) {
+	lines := map[string]int{}
+	value, err := nodeValue(root, "", lines)
+	if err != nil {
+		return nil, Errors{{File: file, Line: root.Line, Message: err.Error()}}
+	}
+	l := &errorList{file: file, lines: lines}
+	obj, ok := value.(map[string]any)
+	if !ok {
+		l.add("", "a document must be a mapping (an Operator), not %T", value)
+		return nil, l.errs
+	}
+	if name, ok := obj["metadata"].(map[string]any); ok {
+		l.operator, _ = name["name"].(string)
+	}
+	if obj["apiVersion"] != v1alpha1.SchemeGroupVersion.String() || obj["kind"] != v1alpha1.Kind {
+		l.add("kind", "opkit reads Operators (apiVersion: %s, kind: %s); this document is apiVersion: %v, kind: %v",
+			v1alpha1.SchemeGroupVersion, v1alpha1.Kind, obj["apiVersion"], obj["kind"])
+		return nil, l.errs
+	}
+	data, err := json.Marshal(obj)
+	if err != nil {
+		l.add("", "%v", err)
+		return nil, l.errs
+	}
+	op := &v1alpha1.Operator{}
+	strict, err := sigsjson.UnmarshalStrict(data, op, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	if err != nil {
+		field, msg := jsonErrorField(err.Error())
+		l.add(field, "%s", msg)
+	}
+	for _, s := range strict {
+		field, msg := jsonErrorField(s.Error())
+		l.add(field, "%s", msg)
+	}
+	if len(l.errs) > 0 {
+		return nil, l.errs
+	}
+	return &Source{Operator: op, File: file, lines: lines}, nil
+}
+
+var (
+	unknownField = regexp.MustCompile(`^unknown field "([^"]+)"$`)
+	typeMismatch = regexp.MustCompile(`^json: cannot unmarshal (\w+) into Go struct field \w+\.([\w.]+) of type (.+)$`)
+)
+
+// jsonErrorField turns a decoding error into a field path and a message.
+func jsonErrorField(msg string) (field, message string) {
+	if m := unknownField.FindStringSubmatch(msg); m != nil {
+		return m[1], "unknown field: an Operator has no such field (check its spelling in docs/operators.md)"
+	}
+	if m := typeMismatch.FindStringSubmatch(msg); m != nil {
+		return m[2], fmt.Sprintf("expected %s, got a %s", m[3], m[1])
+	}
+	return "", msg
+}
+
+// nodeValue converts a YAML node to JSON-compatible values, recording the
+// line of each field under its path (a.b[0].c).
+func nodeValue(n *yaml.Node, path string, lines map[string]int) (any, error) {
+	if _, ok := lines[path]; !ok && path != "" {
+		lines[path] = n.Line // a key's line, when there is one, comes first
+	}
+	switch n.Kind {
+	case yaml.AliasNode:
+		return nodeValue(n.Alias, path, lines)
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode {
+				return nil, fmt.Errorf("line %d: mapping keys must be strings", k.Line)
+			}
+			child := k.Value
+			if path != "" {
+				child = path + "." + k.Value
+			}
+			lines[child] = k.Line
+			val, err := nodeValue(v, child, lines)
+			if err != nil {
+				return nil, err
+			}
+			m[k.Value] = val
+		}
+		return m, nil
+	case yaml.SequenceNode:
+		s := make([]any, len(n.Content))
+		for i, item := range n.Content {
+			val, err := nodeValue(item, fmt.Sprintf("%s[%d]", path, i), lines)
+			if err != nil {
+				return nil, err
+			}
+			s[i] = val
+		}
+		return s, nil
+	case yaml.ScalarNode:
+		var v any
+		if err := n.Decode(&v); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n.Line, err)
+		}
+		// JSON has no timestamps or binary: keep their text.
+		switch v.(type) {
+		case nil, bool, int, int64, uint64, float64, string:
+			return v, nil
+		}
+		return n.Value, nil
+	}
+	return nil, fmt.Errorf("line %d: unsupported YAML node", n.Line)
+}

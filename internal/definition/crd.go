@@ -1,0 +1,63 @@
+package definition
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// OperatorLabel is set on the CRDs opkit installs, to the Operator's name.
+const OperatorLabel = "opkit.dev/operator"
+
+// CRD builds the CustomResourceDefinition of the definition's resource:
+// each version's schema under .spec, an open .status (opkit's fields and the
+// Operator's status fields), the status subresource, scale when asked, and
+// the printer columns followed by Age.
+func (d *Definition) CRD() *apiextensionsv1.CustomResourceDefinition {
+	r := d.Operator.Spec.Resource
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   r.Names.Plural + "." + r.Group,
+			Labels: map[string]string{OperatorLabel: d.Operator.Name},
+		},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: r.Group,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{
+				Plural: r.Names.Plural, Singular: r.Names.Singular, Kind: r.Kind, ListKind: r.Names.ListKind,
+				ShortNames: r.Names.ShortNames, Categories: r.Names.Categories,
+			},
+			Scope: apiextensionsv1.ResourceScope(r.Scope),
+		},
+	}
+	for _, v := range r.Versions {
+		spec := v.Schema
+		if spec == nil {
+			spec = &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}
+		}
+		columns := append([]apiextensionsv1.CustomResourceColumnDefinition{}, v.PrinterColumns...)
+		columns = append(columns, apiextensionsv1.CustomResourceColumnDefinition{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"})
+		sub := &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}}
+		if v.Scale != nil {
+			sub.Scale = v.Scale.DeepCopy()
+		}
+		crd.Spec.Versions = append(crd.Spec.Versions, apiextensionsv1.CustomResourceDefinitionVersion{
+			Name: v.Name, Served: v.Served == nil || *v.Served, Storage: v.Storage,
+			Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+				Type: "object",
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"spec":   *spec.DeepCopy(),
+					"status": {Type: "object", XPreserveUnknownFields: ptr.To(true)},
+				},
+			}},
+			Subresources:             sub,
+			AdditionalPrinterColumns: columns,
+		})
+	}
+	return crd
+}
+
+// OperatorName returns the name of the Operator that owns a CRD, or "".
+func OperatorName(crd *apiextensionsv1.CustomResourceDefinition) string {
+	return crd.Labels[OperatorLabel]
+}

@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+)
+
+// AppliedHashAnnotation holds a hash of the object opkit last applied to a
+// child. With contains, it tells whether the child needs a write: a new hash
+// means the template's output changed (an item removed from a list too),
+// and contains catches a field changed by someone else.
+const AppliedHashAnnotation = "opkit.dev/applied-hash"
+
+// appliedHash hashes a rendered child (encoding/json sorts map keys).
+func appliedHash(obj map[string]any) string {
+	data, _ := json.Marshal(obj)
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:12])
+}
+
+// contains reports whether every field set in desired holds the same value
+// in live: maps are compared key by key (live may have more keys, such as
+// defaults and status), lists item by item in order, where live may have
+// items the server added (a Pod's default tolerations), and numbers by
+// value.
+func contains(live, desired any) bool {
+	switch d := desired.(type) {
+	case map[string]any:
+		l, ok := live.(map[string]any)
+		if !ok {
+			return false
+		}
+		for k, dv := range d {
+			lv, ok := l[k]
+			if !ok {
+				if isEmpty(dv) {
+					continue // an empty value is not stored
+				}
+				return false
+			}
+			if !contains(lv, dv) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		l, ok := live.([]any)
+		if !ok {
+			return false
+		}
+		// Each desired item matches a later live item than the one before.
+		j := 0
+		for _, item := range d {
+			for j < len(l) && !contains(l[j], item) {
+				j++
+			}
+			if j == len(l) {
+				return false
+			}
+			j++
+		}
+		return true
+	case nil:
+		return live == nil
+	}
+	if dn, ok := number(desired); ok {
+		ln, ok := number(live)
+		return ok && dn == ln
+	}
+	return live == desired
+}
+
+func isEmpty(v any) bool {
+	switch t := v.(type) {
+	case nil:
+		return true
+	case map[string]any:
+		return len(t) == 0
+	case []any:
+		return len(t) == 0
+	}
+	return false
+}
+
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return float64(n), true
+	case int:
+		return float64(n), true
+	case int32:
+		return float64(n), true
+	case float64:
+		return n, true
+	case json.Number:
+		f, err := n.Float64()
+		return f, err == nil
+	}
+	return 0, false
+}

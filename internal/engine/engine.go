@@ -1,0 +1,263 @@
+// Package engine runs the operators declared by compiled definitions: for
+// each it installs the custom resource's CRD and runs a controller that
+// keeps every custom resource's children converged and its status current.
+//
+// # Controllers that come and go
+//
+// controller-runtime assumes the set of controllers is fixed when the
+// manager starts: a controller added to a manager can never be removed. kro
+// answers this with its own dynamic controller and queue. opkit keeps
+// controller-runtime's queue, rate limiting and reconcile loop, which are
+// proven, and uses them as unmanaged controllers: one manager owns the
+// shared cache, and each definition gets its own controller
+// (controller.NewTypedUnmanaged) started with its own context. Removing a
+// definition cancels that context, which stops the controller's workers,
+// and removes the informer of its custom resource from the cache. Changing
+// a definition replaces its controller.
+//
+// # Reconcile
+//
+// Level-triggered: each reconcile renders every child from the current
+// custom resource and the current children, in dependency order; a child
+// whose rendered fields already hold in the live object is not written
+// (so nothing is written at steady state); otherwise it is server-side
+// applied with field manager "opkit" and a controller ownerReference. A
+// child the API refuses to update because a field is immutable is deleted
+// and re-created. The status fields are evaluated after the children, with
+// observedGeneration and the conditions Ready and Degraded, and written
+// through the status subresource only when they changed. Kubernetes Events
+// on the custom resource record child changes and errors.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// FieldManager is the server-side apply field manager of every write.
+const FieldManager = "opkit"
+
+// Options configures [New].
+type Options struct {
+	// Config is the client configuration. Required.
+	Config *rest.Config
+	// Workers is the number of concurrent reconciles per operator. Defaults
+	// to 4.
+	Workers int
+	// MetricsAddr serves Prometheus metrics; "0" disables them. Defaults to "0".
+	MetricsAddr string
+}
+
+// Engine runs operators. Use New, then Run in a goroutine, then Apply each
+// definition.
+type Engine struct {
+	opts   Options
+	mgr    manager.Manager
+	client client.Client
+
+	started chan struct{}
+	mu      sync.Mutex
+	running map[string]*operator // by Operator name
+}
+
+// operator is one running controller.
+type operator struct {
+	def    *definition.Definition
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New creates an engine; it starts nothing.
+func New(opts Options) (*Engine, error) {
+	if opts.Config == nil {
+		return nil, errors.New("engine: Options.Config is required")
+	}
+	if opts.Workers == 0 {
+		opts.Workers = 4
+	}
+	if opts.MetricsAddr == "" {
+		opts.MetricsAddr = "0"
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	mgr, err := manager.New(opts.Config, manager.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: opts.MetricsAddr},
+		Cache: cache.Options{
+			// Cached objects do not need their managedFields.
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), started: make(chan struct{}), running: map[string]*operator{}}, nil
+}
+
+// Run runs the engine's cache until ctx ends, then stops every controller.
+func (e *Engine) Run(ctx context.Context) error {
+	if err := e.mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		close(e.started)
+		<-ctx.Done()
+		return nil
+	})); err != nil {
+		return err
+	}
+	err := e.mgr.Start(ctx)
+	e.mu.Lock()
+	ops := e.running
+	e.running = map[string]*operator{}
+	e.mu.Unlock()
+	for _, op := range ops {
+		op.stop()
+	}
+	return err
+}
+
+func (o *operator) stop() {
+	o.cancel()
+	<-o.done
+}
+
+// Apply installs or updates the definition's CRD, waits until it is
+// established, and (re)starts its controller.
+func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
+	select {
+	case <-e.started:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	crd := d.CRD()
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(crd)
+	if err != nil {
+		return err
+	}
+	apply := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
+	if err := e.client.Apply(ctx, apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("operator %s: installing CRD %s: %w", d.Operator.Name, crd.Name, err)
+	}
+	if err := e.waitEstablished(ctx, crd.Name); err != nil {
+		return fmt.Errorf("operator %s: CRD %s: %w", d.Operator.Name, crd.Name, err)
+	}
+	e.mu.Lock()
+	old := e.running[d.Operator.Name]
+	delete(e.running, d.Operator.Name)
+	e.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	op, err := e.startController(d)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.running[d.Operator.Name] = op
+	e.mu.Unlock()
+	return nil
+}
+
+// Remove stops an operator's controller. Its CRD and custom resources stay.
+func (e *Engine) Remove(ctx context.Context, name string) {
+	e.mu.Lock()
+	op := e.running[name]
+	delete(e.running, name)
+	e.mu.Unlock()
+	if op == nil {
+		return
+	}
+	op.stop()
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(op.def.GVK)
+	_ = e.mgr.GetCache().RemoveInformer(ctx, obj)
+}
+
+func (e *Engine) waitEstablished(ctx context.Context, name string) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		var crd apiextensionsv1.CustomResourceDefinition
+		// Read from the API: the cache does not watch CRDs.
+		if err := e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		for _, c := range crd.Status.Conditions {
+			if c.Type == apiextensionsv1.NamesAccepted && c.Status == apiextensionsv1.ConditionFalse {
+				return false, fmt.Errorf("names not accepted: %s", c.Message)
+			}
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+func (e *Engine) startController(d *definition.Definition) (*operator, error) {
+	r := &reconciler{
+		def: d, client: e.client, mapper: e.mgr.GetRESTMapper(),
+		events: e.mgr.GetEventRecorder("opkit"),
+	}
+	c, err := controller.NewTypedUnmanaged[reconcile.Request]("operator-"+d.Operator.Name, controller.TypedOptions[reconcile.Request]{
+		Reconciler:              r,
+		MaxConcurrentReconciles: e.opts.Workers,
+		SkipNameValidation:      ptr.To(true),
+	})
+	if err != nil {
+		return nil, err
+	}
+	owner := &unstructured.Unstructured{}
+	owner.SetGroupVersionKind(d.GVK)
+	if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), owner, &handler.EnqueueRequestForObject{})); err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, child := range d.Children {
+		if seen[child.GVK.String()] {
+			continue
+		}
+		seen[child.GVK.String()] = true
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(child.GVK)
+		if _, err := e.mgr.GetRESTMapper().RESTMapping(child.GVK.GroupKind(), child.GVK.Version); err != nil {
+			return nil, fmt.Errorf("operator %s: child kind %s is not served by the cluster: %w", d.Operator.Name, child.GVK, err)
+		}
+		h := handler.EnqueueRequestForOwner(e.mgr.GetScheme(), e.mgr.GetRESTMapper(), owner, handler.OnlyControllerOwner())
+		if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), obj, h)); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	op := &operator{def: d, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(op.done)
+		if err := c.Start(ctx); err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			e.mgr.GetLogger().Error(err, "controller stopped", "operator", d.Operator.Name)
+		}
+	}()
+	return op, nil
+}

@@ -1,0 +1,286 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// Condition types on every custom resource.
+const (
+	ConditionReady    = "Ready"
+	ConditionDegraded = "Degraded"
+)
+
+type reconciler struct {
+	def    *definition.Definition
+	client client.Client
+	mapper meta.RESTMapper
+	events events.EventRecorder
+}
+
+var _ reconcile.Reconciler = &reconciler{}
+
+// Reconcile converges one custom resource.
+func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	cr := &unstructured.Unstructured{}
+	cr.SetGroupVersionKind(r.def.GVK)
+	if err := r.client.Get(ctx, req.NamespacedName, cr); err != nil {
+		// Gone: its children are garbage-collected through their ownerReferences.
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if cr.GetDeletionTimestamp() != nil {
+		return reconcile.Result{}, nil
+	}
+	vars := definition.Vars{Self: cr.Object, Children: map[string]map[string]any{}}
+	var waiting, notReady []string
+	var failure error
+	var requeue time.Duration
+	for _, child := range r.def.Children {
+		live, wait, err := r.convergeChild(ctx, cr, child, vars)
+		switch {
+		case err != nil:
+			failure = errors.Join(failure, err)
+			r.events.Eventf(cr, nil, corev1.EventTypeWarning, "ChildFailed", "Reconcile", "child %s: %v", child.ID, err)
+		case wait:
+			waiting = append(waiting, child.ID)
+		case live != nil:
+			vars.Children[child.ID] = live.Object
+			if ready, err := child.Ready(live.Object); err != nil || !ready {
+				notReady = append(notReady, child.ID)
+			}
+		}
+		if errors.Is(err, errRecreating) {
+			requeue = time.Second
+		}
+	}
+	if err := r.updateStatus(ctx, cr, vars, waiting, notReady, failure); err != nil {
+		return reconcile.Result{}, err
+	}
+	if failure != nil && requeue == 0 {
+		return reconcile.Result{}, failure // retried with back-off
+	}
+	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+var errRecreating = errors.New("deleted to be re-created: a field it changes is immutable")
+
+// convergeChild renders one child and applies it when the live object
+// differs. It returns the live object; wait is true when the child reads
+// another child that does not exist yet, or is excluded.
+func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstructured, child *definition.Child, vars definition.Vars) (live *unstructured.Unstructured, wait bool, err error) {
+	included, err := child.Included(vars)
+	if errors.Is(err, definition.ErrChildMissing) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if !included {
+		return nil, true, r.prune(ctx, cr, child)
+	}
+	desired, err := child.Render(vars)
+	if errors.Is(err, definition.ErrChildMissing) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	obj := &unstructured.Unstructured{Object: desired}
+	mapping, err := r.mapper.RESTMapping(child.GVK.GroupKind(), child.GVK.Version)
+	if err != nil {
+		return nil, false, fmt.Errorf("child %s: kind %s is not served: %w", child.ID, child.GVK, err)
+	}
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		if cr.GetNamespace() == "" && obj.GetNamespace() == "" {
+			return nil, false, fmt.Errorf("child %s: a cluster-scoped resource cannot own a namespaced child without a namespace", child.ID)
+		}
+		if obj.GetNamespace() == "" {
+			obj.SetNamespace(cr.GetNamespace())
+		}
+	}
+	obj.SetOwnerReferences([]metav1.OwnerReference{{
+		APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Name: cr.GetName(), UID: cr.GetUID(),
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}})
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[definition.OperatorLabel] = r.def.Operator.Name
+	obj.SetLabels(labels)
+	hash := appliedHash(obj.Object)
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[AppliedHashAnnotation] = hash
+	obj.SetAnnotations(annotations)
+
+	current := &unstructured.Unstructured{}
+	current.SetGroupVersionKind(child.GVK)
+	err = r.client.Get(ctx, client.ObjectKeyFromObject(obj), current)
+	switch {
+	case err == nil && current.GetAnnotations()[AppliedHashAnnotation] == hash && contains(current.Object, obj.Object):
+		return current, false, nil // converged: no write
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, false, err
+	}
+	existed := err == nil
+	if existed && child.Recreate && current.GetAnnotations()[AppliedHashAnnotation] != hash {
+		return nil, false, r.recreate(ctx, cr, child, current)
+	}
+	err = r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldManager), client.ForceOwnership)
+	if existed && immutable(err) {
+		return nil, false, r.recreate(ctx, cr, child, current)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("child %s: applying %s %s: %w", child.ID, child.GVK.Kind, obj.GetName(), err)
+	}
+	verb := "Created"
+	if existed {
+		verb = "Updated"
+	}
+	r.events.Eventf(cr, nil, corev1.EventTypeNormal, verb, "Apply", "%s %s %s", strings.ToLower(verb), child.GVK.Kind, obj.GetName())
+	return obj, false, nil
+}
+
+// immutable reports whether the API refused an update because it would
+// change a field that cannot change.
+func immutable(err error) bool {
+	if !apierrors.IsInvalid(err) {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "immutable") || strings.Contains(msg, "Forbidden: pod updates may not change")
+}
+
+func (r *reconciler) recreate(ctx context.Context, cr *unstructured.Unstructured, child *definition.Child, current *unstructured.Unstructured) error {
+	err := r.client.Delete(ctx, current, client.Preconditions{UID: ptr.To(current.GetUID())}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("child %s: deleting %s %s to re-create it: %w", child.ID, child.GVK.Kind, current.GetName(), err)
+	}
+	r.events.Eventf(cr, nil, corev1.EventTypeNormal, "Recreating", "Delete", "deleted %s %s to re-create it with its new template", child.GVK.Kind, current.GetName())
+	return fmt.Errorf("child %s: %w", child.ID, errRecreating)
+}
+
+// prune deletes an excluded child this resource owns.
+func (r *reconciler) prune(ctx context.Context, cr *unstructured.Unstructured, child *definition.Child) error {
+	name, _ := child.Template["metadata"].(map[string]any)["name"].(string)
+	if name == "" || strings.Contains(name, "${") {
+		// The name is computed: render it to find the object.
+		obj, err := child.Render(definition.Vars{Self: cr.Object, Children: map[string]map[string]any{}})
+		if err != nil {
+			return nil //nolint:nilerr // cannot be named without its inputs: nothing to prune
+		}
+		name, _ = obj["metadata"].(map[string]any)["name"].(string)
+	}
+	current := &unstructured.Unstructured{}
+	current.SetGroupVersionKind(child.GVK)
+	key := types.NamespacedName{Namespace: cr.GetNamespace(), Name: name}
+	if err := r.client.Get(ctx, key, current); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(current, cr) {
+		return nil
+	}
+	r.events.Eventf(cr, nil, corev1.EventTypeNormal, "Pruned", "Delete", "deleted %s %s: includeWhen is false", child.GVK.Kind, name)
+	return client.IgnoreNotFound(r.client.Delete(ctx, current))
+}
+
+// updateStatus writes the status fields, observedGeneration and the
+// conditions, only when they changed.
+func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, waiting, notReady []string, failure error) error {
+	oldStatus, _, _ := unstructured.NestedMap(cr.Object, "status")
+	status := map[string]any{}
+	for k, v := range oldStatus {
+		status[k] = v
+	}
+	for _, f := range r.def.Status {
+		v, err := f.Evaluate(vars)
+		if errors.Is(err, definition.ErrChildMissing) {
+			continue // keep the last value until the child exists
+		}
+		if err != nil {
+			failure = errors.Join(failure, err)
+			continue
+		}
+		status[f.Name] = v
+	}
+	status["observedGeneration"] = cr.GetGeneration()
+
+	ready := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: "ChildrenReady", Message: "all children exist and are ready"}
+	switch {
+	case failure != nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ReconcileFailed", truncate(failure.Error())
+	case len(waiting) > 0:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenPending", "waiting for: "+strings.Join(waiting, ", ")
+	case len(notReady) > 0:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenNotReady", "not ready: "+strings.Join(notReady, ", ")
+	}
+	degraded := metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionFalse, Reason: "NoErrors", Message: "the last reconcile succeeded"}
+	if failure != nil {
+		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, "ReconcileFailed", truncate(failure.Error())
+	}
+	var conds []metav1.Condition
+	if raw, ok := oldStatus["conditions"]; ok {
+		data, _ := json.Marshal(raw)
+		_ = json.Unmarshal(data, &conds)
+	}
+	for _, c := range []metav1.Condition{ready, degraded} {
+		c.ObservedGeneration = cr.GetGeneration()
+		meta.SetStatusCondition(&conds, c) // keeps lastTransitionTime when the status is unchanged
+	}
+	data, err := json.Marshal(conds)
+	if err != nil {
+		return err
+	}
+	var condsJSON []any
+	_ = json.Unmarshal(data, &condsJSON)
+	status["conditions"] = condsJSON
+
+	if reflect.DeepEqual(normalize(oldStatus), normalize(status)) {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		return err
+	}
+	if err := r.client.Status().Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return nil
+}
+
+// normalize round-trips a value through JSON so that int and int64, or
+// typed and untyped maps, compare equal.
+func normalize(v any) any {
+	data, _ := json.Marshal(v)
+	var out any
+	_ = json.Unmarshal(data, &out)
+	return out
+}
+
+func truncate(s string) string {
+	if len(s) > 1024 {
+		return s[:1021] + "..."
+	}
+	return s
+}

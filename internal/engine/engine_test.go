@@ -100,6 +100,8 @@ func TestPrinterPrintsItsTextAndFollowsChanges(t *testing.T) {
 	env := clustertest.New(t)
 	startEngine(t, env, "../../examples/printer/operator.yaml")
 	ctx := t.Context()
+	start := time.Now()
+	step := func(what string) { t.Logf("%-40s %s", what, time.Since(start).Round(100*time.Millisecond)) }
 	text := `Hello Kube! $(rm -rf /); echo "pwned" 'x'`
 	p := printer(env.Namespace, "hello", text)
 	eventually(t, 30*time.Second, "create Printer", func(ctx context.Context) (bool, error) {
@@ -114,6 +116,7 @@ func TestPrinterPrintsItsTextAndFollowsChanges(t *testing.T) {
 		}
 		return pod.Status.Phase == corev1.PodSucceeded, nil
 	})
+	step("Pod succeeded")
 	if got := pod.Spec.Containers[0].Command; len(got) != 2 || got[0] != "echo" || got[1] != text {
 		t.Errorf("command %q, want [echo %q]", got, text)
 	}
@@ -135,6 +138,7 @@ func TestPrinterPrintsItsTextAndFollowsChanges(t *testing.T) {
 		phase, _, _ := unstructured.NestedString(p.Object, "status", "phase")
 		return phase == "Succeeded", nil
 	})
+	step("status.phase Succeeded")
 	conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
 	if len(conds) != 2 {
 		t.Errorf("conditions %v, want Ready and Degraded", conds)
@@ -160,6 +164,7 @@ func TestPrinterPrintsItsTextAndFollowsChanges(t *testing.T) {
 		}
 		return pod.UID != oldUID && pod.Status.Phase == corev1.PodSucceeded, nil
 	})
+	step("Pod replaced and succeeded")
 	if log := kubectl(t, "logs", "-n", env.Namespace, "hello-print"); log != "second text\n" {
 		t.Errorf("log after the change %q", log)
 	}
@@ -172,4 +177,5 @@ func TestPrinterPrintsItsTextAndFollowsChanges(t *testing.T) {
 		err := env.Client.Get(ctx, key, &corev1.Pod{})
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
+	step("Pod garbage-collected")
 }

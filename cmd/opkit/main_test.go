@@ -242,3 +242,24 @@ func TestClusterStartOnATakenPortFailsClearly(t *testing.T) {
 		t.Errorf("a plane runs after the failed start:\n%s", s.stdout)
 	}
 }
+
+func TestRunRefusesInvalidDefinitionsBeforeTouchingTheCluster(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	content := "apiVersion: opkit.dev/v1alpha1\nkind: Operator\nmetadata: {name: bad}\nspec:\n  resource:\n    group: demo.example.com\n    kind: Bad\n    versions: [{name: v1}]\n  status:\n    x: ${self.spec.missing +}\n"
+	if err := os.WriteFile(bad, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "run", "-f", bad, "--kubeconfig", filepath.Join(dir, "no-such-kubeconfig"))
+	cmd.Env = append(os.Environ(), asCLI+"=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("opkit run accepted an invalid definition:\n%s", out)
+	}
+	if want := bad + ":10: spec.status.x: ${self.spec.missing +}"; !strings.Contains(string(out), want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+	if strings.Contains(string(out), "kubeconfig") {
+		t.Errorf("it read the kubeconfig before refusing the definition:\n%s", out)
+	}
+}

@@ -51,6 +51,6 @@ func NewRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newClusterCommand(), newKubectlCommand())
+	root.AddCommand(newVersionCommand(), newClusterCommand(), newKubectlCommand(), newRunCommand())
 	return root
 }

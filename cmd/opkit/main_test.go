@@ -81,17 +81,7 @@ func readState(t *testing.T, stateDir string) state {
 	return st
 }
 
-func kubectl(t *testing.T, kubeconfig string, args ...string) (string, error) {
-	t.Helper()
-	bins, err := (&devcluster.Cache{}).Binaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bins.Path(devcluster.Kubectl), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
+var kubectl = clustertest.Kubectl
 
 // waitGone waits until no process mentions s.
 func waitGone(t *testing.T, s string, within time.Duration) {
@@ -109,11 +99,7 @@ func waitGone(t *testing.T, s string, within time.Duration) {
 	}
 }
 
-func alive(pid int) bool {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	// A zombie ("Z") has exited; it only waits to be reaped.
-	return err == nil && !strings.Contains(string(data), ") Z ")
-}
+var alive = clustertest.ProcessAlive
 
 func TestClusterStartKubectlStopLeavesNoProcess(t *testing.T) {
 	if testing.Short() {

@@ -22,7 +22,9 @@ func compileFile(t *testing.T, name, content string) (*Definition, error) {
 	return Compile(srcs[0])
 }
 
-func TestPrinterCompiles(t *testing.T) {
+// compilePrinter compiles testdata/printer.yaml.
+func compilePrinter(t *testing.T) *Definition {
+	t.Helper()
 	srcs, err := LoadFile("testdata/printer.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -31,6 +33,11 @@ func TestPrinterCompiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+func TestPrinterCompiles(t *testing.T) {
+	d := compilePrinter(t)
 	if want := (schema.GroupVersionKind{Group: "demo.example.com", Version: "v1", Kind: "Printer"}); d.GVK != want || d.Plural != "printers" {
 		t.Errorf("GVK %v plural %q", d.GVK, d.Plural)
 	}

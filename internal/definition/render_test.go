@@ -26,14 +26,7 @@ func child(d *Definition, id string) *Child {
 }
 
 func TestRenderPrinterPassesHostileTextAsOneArgument(t *testing.T) {
-	srcs, err := LoadFile("testdata/printer.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := Compile(srcs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := compilePrinter(t)
 	for _, text := range []string{"Hello Kube!", "$(rm -rf /)", "; echo pwned", `"quoted" 'single'`, "two\nlines", "${self.metadata.name}", strings.Repeat("x", 256)} {
 		self := map[string]any{"metadata": map[string]any{"name": "p1", "namespace": "ns"}, "spec": map[string]any{"text": text}}
 		obj, err := d.Children[0].Render(Vars{Self: self})

@@ -20,7 +20,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -50,13 +49,7 @@ func holdCluster(dataDir string) {
 	<-c.Done()
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, cond)
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
+var eventually = clustertest.Eventually
 
 func TestControlPlaneGarbageCollectsOwnedObjects(t *testing.T) {
 	env := clustertest.New(t)

@@ -2,8 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -12,23 +10,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/internal/definition"
-	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
 )
 
 func TestMain(m *testing.M) { clustertest.Main(m) }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
+var eventually = clustertest.Eventually
 
 // startEngine runs an engine with the definitions in files until the test ends.
 func startEngine(t *testing.T, env *clustertest.Env, files ...string) *engine.Engine {
@@ -64,28 +55,18 @@ func startEngine(t *testing.T, env *clustertest.Env, files ...string) *engine.En
 	return e
 }
 
+// kubectl runs the plane's kubectl and fails the test if it fails.
 func kubectl(t *testing.T, args ...string) string {
 	t.Helper()
-	bins, err := (&devcluster.Cache{}).Binaries()
+	out, err := clustertest.Kubectl(t, clustertest.Cluster(t).KubeconfigPath(), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(t.Context(), bins.Path(devcluster.Kubectl), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+clustertest.Cluster(t).KubeconfigPath())
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl %v: %v\n%s", args, err, out)
-	}
-	return string(out)
+	return out
 }
 
-func kubectlAnyway(t *testing.T, args ...string) string {
-	bins, _ := (&devcluster.Cache{}).Binaries()
-	cmd := exec.Command(bins.Path(devcluster.Kubectl), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+clustertest.Cluster(t).KubeconfigPath())
-	out, _ := cmd.CombinedOutput()
-	return string(out)
-}
+// must keeps the output of a command whose failure is reported elsewhere.
+func must(out string, _ error) string { return out }
 
 func printer(ns, name, text string) *unstructured.Unstructured {
 	p := &unstructured.Unstructured{Object: map[string]any{
@@ -128,7 +109,7 @@ func TestPrinterPrintsItsTextAndFollowsChanges(t *testing.T) {
 	}
 	defer func() {
 		if t.Failed() {
-			t.Logf("printer: %v\nevents:\n%s", p.Object["status"], kubectlAnyway(t, "get", "events", "-n", env.Namespace))
+			t.Logf("printer: %v\nevents:\n%s", p.Object["status"], must(clustertest.Kubectl(t, clustertest.Cluster(t).KubeconfigPath(), "get", "events", "-n", env.Namespace)))
 		}
 	}()
 	eventually(t, 30*time.Second, "status.phase follows the Pod", func(ctx context.Context) (bool, error) {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"math/big"
 	"os"
@@ -82,12 +81,7 @@ func devPod(ns, name string, policy corev1.RestartPolicy, argv ...string) *corev
 	}
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
+var eventually = clustertest.Eventually
 
 func waitPhase(t *testing.T, env *clustertest.Env, pod *corev1.Pod, phase corev1.PodPhase) {
 	t.Helper()
@@ -102,17 +96,7 @@ func waitPhase(t *testing.T, env *clustertest.Env, pod *corev1.Pod, phase corev1
 // kubectl runs the plane's kubectl as an administrator.
 func kubectl(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	bins, err := (&devcluster.Cache{}).Binaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(t.Context(), bins.Path(devcluster.Kubectl), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+clustertest.Cluster(t).KubeconfigPath())
-	out, err := cmd.Output()
-	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
-		return string(out), fmt.Errorf("kubectl %v: %w: %s", args, err, ee.Stderr)
-	}
-	return string(out), err
+	return clustertest.Kubectl(t, clustertest.Cluster(t).KubeconfigPath(), args...)
 }
 
 func TestJobRunsEchoAndKubectlLogsShowsIt(t *testing.T) {
@@ -198,11 +182,6 @@ func pidOf(t *testing.T, pod *corev1.Pod) int {
 	return pid
 }
 
-func processAlive(pid int) bool {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	return err == nil && !strings.Contains(string(data), ") Z ")
-}
-
 func TestDeletedPodsProcessIsGoneWithinTheGracePeriod(t *testing.T) {
 	env := clustertest.New(t)
 	for _, tc := range []struct {
@@ -222,7 +201,7 @@ func TestDeletedPodsProcessIsGoneWithinTheGracePeriod(t *testing.T) {
 			}
 			waitPhase(t, env, pod, corev1.PodRunning)
 			pid := pidOf(t, pod)
-			if !processAlive(pid) {
+			if !clustertest.ProcessAlive(pid) {
 				t.Fatalf("process %d of a Running pod is not alive", pid)
 			}
 			deleted := time.Now()
@@ -231,7 +210,7 @@ func TestDeletedPodsProcessIsGoneWithinTheGracePeriod(t *testing.T) {
 			}
 			limit := time.Duration(tc.grace)*time.Second + 2*time.Second
 			eventually(t, limit, "process ends within the grace period", func(context.Context) (bool, error) {
-				return !processAlive(pid), nil
+				return !clustertest.ProcessAlive(pid), nil
 			})
 			t.Logf("process gone %s after delete (grace %ds)", time.Since(deleted).Round(100*time.Millisecond), tc.grace)
 			eventually(t, 10*time.Second, "pod object removed", func(ctx context.Context) (bool, error) {

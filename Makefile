@@ -21,14 +21,9 @@ build:
 plane: build
 	$(OPKIT) cluster build >/dev/null
 
-## demo: start the local control plane in the background and query it
+## demo: run the Printer operator on a local control plane with a dev node (Ctrl-C stops it)
 demo: plane
-	@$(OPKIT) cluster status >/dev/null 2>&1 || $(OPKIT) cluster start >/dev/null
-	$(OPKIT) kubectl get namespaces
-	@echo
-	@echo 'The local control plane keeps running. Point kubectl at it with:'
-	@echo '  eval "$$(bin/opkit cluster env)"'
-	@echo 'and stop it with: bin/opkit cluster stop'
+	$(OPKIT) dev examples/printer --apply examples/printer/printer.yaml
 
 ## test: vet, lint and every test (unit and integration), race detector on
 test: plane vet lint unit

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -248,4 +251,65 @@ func TestRunRefusesInvalidDefinitionsBeforeTouchingTheCluster(t *testing.T) {
 	if strings.Contains(string(out), "kubeconfig") {
 		t.Errorf("it read the kubeconfig before refusing the definition:\n%s", out)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe to read while a command writes to it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestDevRunsThePrinterAndStopsCleanly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	cmd := exec.Command(os.Args[0], "dev", "../../examples/printer", "--apply", "../../examples/printer/printer.yaml")
+	cmd.Env = append(os.Environ(), asCLI+"=1")
+	stdout := &lockedBuffer{}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// Read stderr until opkit dev says it runs, keeping the data directory.
+	var dataDir string
+	lines := bufio.NewScanner(stderr)
+	for lines.Scan() {
+		line := lines.Text()
+		if kc, ok := strings.CutPrefix(strings.TrimSpace(line), "export KUBECONFIG="); ok {
+			dataDir = filepath.Dir(strings.Trim(kc, "'"))
+			break
+		}
+	}
+	if dataDir == "" {
+		t.Fatalf("opkit dev did not start; stdout:\n%s", stdout.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, stderr) }()
+	table := stdout.String()
+	if !strings.Contains(table, "hello") || !strings.Contains(table, "Hello Kube!") || !strings.Contains(table, "Succeeded") {
+		t.Errorf("kubectl get after --apply:\n%s", table)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("opkit dev after Ctrl-C: %v", err)
+	}
+	waitGone(t, dataDir, 5*time.Second)
 }

@@ -1,0 +1,141 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/devcluster"
+	"github.com/opkit-dev/opkit/internal/engine"
+)
+
+func newDevCommand() *cobra.Command {
+	var apply []string
+	cmd := &cobra.Command{
+		Use:   "dev DIR",
+		Short: "Run the Operators in DIR on a local control plane with a dev node, until interrupted",
+		Long: `Start a local control plane with a dev node, then run the engine for every
+Operator in DIR/*.yaml (files holding other objects are skipped), in this
+process, until Ctrl-C. --apply FILE applies manifests once the operators run,
+and shows them with kubectl get.
+
+The dev node runs the commands of Pods that tolerate opkit.dev/dev-node as
+processes of this machine: see docs/local-control-plane.md.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return dev(cmd.Context(), args[0], apply, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	cmd.Flags().StringArrayVar(&apply, "apply", nil, "a manifest to apply once the operators run; repeatable")
+	return cmd
+}
+
+// operatorFiles lists DIR's YAML files whose first document is an Operator.
+func operatorFiles(dir string, log io.Writer) ([]string, error) {
+	var files []string
+	for _, pattern := range []string{"*.yaml", "*.yml"} {
+		m, err := filepath.Glob(filepath.Join(dir, pattern))
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, m...)
+	}
+	slices.Sort(files)
+	var out []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var head struct {
+			APIVersion string `yaml:"apiVersion"`
+			Kind       string `yaml:"kind"`
+		}
+		// A file that is not YAML is left to the loader, which says why.
+		if yaml.NewDecoder(bytes.NewReader(data)).Decode(&head) == nil &&
+			(head.APIVersion != v1alpha1.SchemeGroupVersion.String() || head.Kind != v1alpha1.Kind) {
+			fmt.Fprintf(log, "skipping %s: not an Operator (%s %s)\n", f, head.APIVersion, head.Kind)
+			continue
+		}
+		out = append(out, f)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s holds no Operator (apiVersion: %s, kind: %s) in a .yaml file", dir, v1alpha1.SchemeGroupVersion, v1alpha1.Kind)
+	}
+	return out, nil
+}
+
+func dev(ctx context.Context, dir string, apply []string, stdout, stderr io.Writer) error {
+	files, err := operatorFiles(dir, stderr)
+	if err != nil {
+		return err
+	}
+	defs, err := compileFiles(files)
+	if err != nil {
+		return err
+	}
+	cl, err := devcluster.Start(ctx, devcluster.Options{DevNode: true, Log: stderr})
+	if err != nil {
+		return err
+	}
+	defer cl.Stop()
+	ctrllog.SetLogger(zap.New(zap.WriteTo(stderr)))
+	e, err := engine.New(engine.Options{Config: cl.RESTConfig()})
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- e.Run(runCtx) }()
+	for _, d := range defs {
+		if err := e.Apply(ctx, d); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "operator %s: running (%s, %s)\n", d.Operator.Name, d.GVK.GroupKind(), d.Source)
+	}
+	bins, err := (&devcluster.Cache{}).Binaries()
+	if err != nil {
+		return err
+	}
+	kubectl := func(args ...string) error {
+		c := exec.CommandContext(ctx, bins.Path(devcluster.Kubectl), args...)
+		c.Env = append(os.Environ(), "KUBECONFIG="+cl.KubeconfigPath())
+		c.Stdout, c.Stderr = stdout, stderr
+		return c.Run()
+	}
+	for _, f := range apply {
+		if err := kubectl("apply", "-f", f); err != nil {
+			return fmt.Errorf("applying %s: %w", f, err)
+		}
+		// Show what the operators made of it once it is Ready (or after 60s).
+		_ = kubectl("wait", "--for=condition=Ready", "--timeout=60s", "-f", f)
+		_ = kubectl("get", "-f", f)
+	}
+	fmt.Fprintf(stderr, "\nopkit dev is running; in another shell:\n  export KUBECONFIG=%s\nStop it with Ctrl-C.\n", shellQuote(cl.KubeconfigPath()))
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(stderr, "stopping")
+		cancel()
+		return <-done
+	case err := <-done:
+		if err == nil {
+			err = errors.New("the engine stopped")
+		}
+		return err
+	case <-cl.Done():
+		return fmt.Errorf("the control plane stopped: %w", cl.Err())
+	}
+}

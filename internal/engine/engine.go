@@ -154,6 +154,13 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	// Refuse a definition whose children the cluster cannot hold before
+	// changing anything.
+	for _, child := range d.Children {
+		if _, err := e.mgr.GetRESTMapper().RESTMapping(child.GVK.GroupKind(), child.GVK.Version); err != nil {
+			return fmt.Errorf("operator %s: child %s: kind %s is not served by the cluster: %w", d.Operator.Name, child.ID, child.GVK, err)
+		}
+	}
 	crd := d.CRD()
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(crd)
 	if err != nil {
@@ -243,9 +250,6 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 		seen[child.GVK.String()] = true
 		obj := &unstructured.Unstructured{}
 		obj.SetGroupVersionKind(child.GVK)
-		if _, err := e.mgr.GetRESTMapper().RESTMapping(child.GVK.GroupKind(), child.GVK.Version); err != nil {
-			return nil, fmt.Errorf("operator %s: child kind %s is not served by the cluster: %w", d.Operator.Name, child.GVK, err)
-		}
 		h := handler.EnqueueRequestForOwner(e.mgr.GetScheme(), e.mgr.GetRESTMapper(), owner, handler.OnlyControllerOwner())
 		if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), obj, h)); err != nil {
 			return nil, err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -159,4 +160,143 @@ func TestPrinterPrintsItsTextAndFollowsChanges(t *testing.T) {
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
 	step("Pod garbage-collected")
+}
+
+// compileYAML compiles one definition given inline.
+func compileYAML(t *testing.T, yaml string) *definition.Definition {
+	t.Helper()
+	srcs, err := definition.Load("inline.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := definition.Compile(srcs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+const notesV1 = `apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: notes}
+spec:
+  resource:
+    group: notes.example.com
+    kind: Note
+    versions:
+    - name: v1
+      schema:
+        type: object
+        properties:
+          a: {type: string}
+  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${self.metadata.name}-note"}
+      data: {a: "${self.spec.a}"}
+`
+
+func TestDefinitionsChangeAndGoWithoutRestart(t *testing.T) {
+	env := clustertest.New(t)
+	e := startEngine(t, env)
+	ctx := t.Context()
+	if err := e.Apply(ctx, compileYAML(t, notesV1)); err != nil {
+		t.Fatal(err)
+	}
+	note := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "notes.example.com/v1", "kind": "Note",
+		"metadata": map[string]any{"name": "n1", "namespace": env.Namespace},
+		"spec":     map[string]any{"a": "first"},
+	}}
+	eventually(t, 30*time.Second, "create Note", func(ctx context.Context) (bool, error) {
+		return env.Client.Create(ctx, note) == nil, nil
+	})
+	cm := &corev1.ConfigMap{}
+	key := client.ObjectKey{Namespace: env.Namespace, Name: "n1-note"}
+	waitData := func(what string, want map[string]string) {
+		t.Helper()
+		eventually(t, 30*time.Second, what, func(ctx context.Context) (bool, error) {
+			if err := env.Client.Get(ctx, key, cm); err != nil {
+				return false, client.IgnoreNotFound(err)
+			}
+			for k, v := range want {
+				if cm.Data[k] != v {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+	}
+	waitData("the ConfigMap of v1", map[string]string{"a": "first"})
+
+	// A changed definition, schema included, takes over at once.
+	v2 := strings.Replace(notesV1, "          a: {type: string}\n", "          a: {type: string}\n          b: {type: string}\n", 1)
+	v2 = strings.Replace(v2, `data: {a: "${self.spec.a}"}`, `data: {a: "${self.spec.a}", b: "${self.spec.b}"}`, 1)
+	if err := e.Apply(ctx, compileYAML(t, v2)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "update Note with the new field", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(note), note); err != nil {
+			return false, err
+		}
+		_ = unstructured.SetNestedField(note.Object, "second", "spec", "b")
+		// The field is kept only once the CRD's new schema is served.
+		if err := env.Client.Update(ctx, note); err != nil {
+			return false, nil
+		}
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(note), note)
+		b, _, _ := unstructured.NestedString(note.Object, "spec", "b")
+		return err == nil && b == "second", nil
+	})
+	waitData("the ConfigMap of v2", map[string]string{"a": "first", "b": "second"})
+
+	// Removed: the controller stops; changes are no longer acted on.
+	e.Remove(ctx, "notes")
+	eventually(t, 10*time.Second, "update Note", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(note), note); err != nil {
+			return false, err
+		}
+		_ = unstructured.SetNestedField(note.Object, "third", "spec", "a")
+		return env.Client.Update(ctx, note) == nil, nil
+	})
+	time.Sleep(3 * time.Second)
+	if err := env.Client.Get(ctx, key, cm); err != nil || cm.Data["a"] != "first" {
+		t.Errorf("after Remove the ConfigMap changed: %v %v", cm.Data, err)
+	}
+}
+
+func TestChildKindNotServedIsRefusedAndOthersRun(t *testing.T) {
+	env := clustertest.New(t)
+	e := startEngine(t, env)
+	bad := strings.Replace(notesV1, "name: notes}", "name: notes-bad}", 1)
+	bad = strings.Replace(bad, "group: notes.example.com", "group: badnotes.example.com", 1)
+	bad = strings.Replace(bad, "apiVersion: v1\n      kind: ConfigMap", "apiVersion: nosuch.example.com/v1\n      kind: Widget", 1)
+	err := e.Apply(t.Context(), compileYAML(t, bad))
+	if err == nil || !strings.Contains(err.Error(), "nosuch.example.com") || !strings.Contains(err.Error(), "not served") {
+		t.Fatalf("Apply with an unserved child kind: %v", err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "notes.badnotes.example.com"}, crd); !apierrors.IsNotFound(err) {
+		t.Errorf("the refused definition's CRD was installed: %v", err)
+	}
+	// The engine still runs other operators.
+	good := strings.Replace(notesV1, "name: notes}", "name: notes-good}", 1)
+	good = strings.Replace(good, "group: notes.example.com", "group: goodnotes.example.com", 1)
+	if err := e.Apply(t.Context(), compileYAML(t, good)); err != nil {
+		t.Fatalf("a valid operator after a refused one: %v", err)
+	}
+	note := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "goodnotes.example.com/v1", "kind": "Note",
+		"metadata": map[string]any{"name": "n2", "namespace": env.Namespace},
+		"spec":     map[string]any{"a": "ok"},
+	}}
+	eventually(t, 30*time.Second, "create Note", func(ctx context.Context) (bool, error) {
+		return env.Client.Create(ctx, note) == nil, nil
+	})
+	eventually(t, 30*time.Second, "its ConfigMap", func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: "n2-note"}, &corev1.ConfigMap{})
+		return err == nil, client.IgnoreNotFound(err)
+	})
 }

@@ -273,7 +273,7 @@ func compileChild(l *errorList, envs *celEnvs, field string, c v1alpha1.Child) *
 		l.add(field+".template.metadata.name", "required: children are named, usually after their parent, like ${self.metadata.name}-print")
 	}
 	walkStrings(tmpl, nil, func(path []any, s string) {
-		if slot := compileString(l, envs.object, field+".template"+pathString(path), s, path); slot != nil && len(slot.parts) > 0 {
+		if slot := compileString(l, envs.object, field+".template"+pathString(path), s, path); slot != nil && !slot.verbatim(s) {
 			child.Slots = append(child.Slots, slot)
 		}
 	})
@@ -305,22 +305,15 @@ func compileConditions(l *errorList, env *cel.Env, field string, exprs []string)
 	return out
 }
 
-// compileString compiles the expressions of one template string. It
-// returns a slot without parts for a string without expressions.
+// compileString compiles the expressions of one template string; a string
+// without any gives a slot of literals ("$${" already turned into "${").
 func compileString(l *errorList, env *cel.Env, field, s string, path []any) *Slot {
 	parts, err := splitTemplate(s)
 	if err != nil {
 		l.add(field, "%v", err)
 		return nil
 	}
-	slot := &Slot{Path: path}
-	hasExpr := false
-	for _, p := range parts {
-		hasExpr = hasExpr || p.expr != nil
-	}
-	if !hasExpr {
-		return slot
-	}
+	slot := &Slot{Path: path, parts: parts}
 	for _, p := range parts {
 		if p.expr == nil {
 			continue
@@ -335,8 +328,19 @@ func compileString(l *errorList, env *cel.Env, field, s string, path []any) *Slo
 			return nil
 		}
 	}
-	slot.parts = parts
 	return slot
+}
+
+// verbatim reports whether the slot evaluates to s itself: no expression and
+// no escape, so the template can keep the string as it is.
+func (s *Slot) verbatim(str string) bool {
+	switch len(s.parts) {
+	case 0:
+		return str == ""
+	case 1:
+		return s.parts[0].expr == nil && s.parts[0].literal == str
+	}
+	return false
 }
 
 // Expressions returns the slot's expressions.

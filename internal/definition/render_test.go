@@ -121,3 +121,34 @@ func TestEvalErrorNamesTheField(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+func TestLiteralsAndEscapesWithoutExpressions(t *testing.T) {
+	d := mustCompile(t, base+`  children:
+  - id: script
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: fixed}
+      data: {run.sh: "echo $${HOME}", plain: "as is"}
+  status:
+    kind: printer
+    empty: ""
+`)
+	obj, err := d.Children[0].Render(Vars{Self: map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := obj["data"].(map[string]any)
+	if data["run.sh"] != "echo ${HOME}" || data["plain"] != "as is" {
+		t.Errorf("data %v: want the escape turned into ${ and the plain string kept", data)
+	}
+	if len(d.Children[0].Slots) != 1 {
+		t.Errorf("%d slots, want 1: only the escaped string needs evaluating", len(d.Children[0].Slots))
+	}
+	for _, f := range d.Status {
+		want := map[string]any{"kind": "printer", "empty": ""}[f.Name]
+		if v, err := f.Evaluate(Vars{Self: map[string]any{}}); err != nil || v != want {
+			t.Errorf("status %s = %#v, %v; want %#v", f.Name, v, err, want)
+		}
+	}
+}

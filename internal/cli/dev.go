@@ -13,12 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/devcluster"
-	"github.com/opkit-dev/opkit/internal/engine"
 )
 
 func newDevCommand() *cobra.Command {
@@ -91,22 +88,11 @@ func dev(ctx context.Context, dir string, apply []string, stdout, stderr io.Writ
 		return err
 	}
 	defer cl.Stop()
-	ctrllog.SetLogger(zap.New(zap.WriteTo(stderr)))
-	e, err := engine.New(engine.Options{Config: cl.RESTConfig()})
+	bins, err := (&devcluster.Cache{}).Binaries()
 	if err != nil {
 		return err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- e.Run(runCtx) }()
-	for _, d := range defs {
-		if err := e.Apply(ctx, d); err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "operator %s: running (%s, %s)\n", d.Operator.Name, d.GVK.GroupKind(), d.Source)
-	}
-	bins, err := (&devcluster.Cache{}).Binaries()
+	r, err := startOperators(ctx, cl.RESTConfig(), defs, stderr)
 	if err != nil {
 		return err
 	}
@@ -118,6 +104,7 @@ func dev(ctx context.Context, dir string, apply []string, stdout, stderr io.Writ
 	}
 	for _, f := range apply {
 		if err := kubectl("apply", "-f", f); err != nil {
+			_ = r.stop()
 			return fmt.Errorf("applying %s: %w", f, err)
 		}
 		// Show what the operators made of it once it is Ready (or after 60s).
@@ -128,14 +115,14 @@ func dev(ctx context.Context, dir string, apply []string, stdout, stderr io.Writ
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(stderr, "stopping")
-		cancel()
-		return <-done
-	case err := <-done:
+		return r.stop()
+	case err := <-r.done:
 		if err == nil {
 			err = errors.New("the engine stopped")
 		}
 		return err
 	case <-cl.Done():
+		_ = r.stop()
 		return fmt.Errorf("the control plane stopped: %w", cl.Err())
 	}
 }

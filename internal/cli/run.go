@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -73,19 +75,42 @@ func runEngine(cmd *cobra.Command, kubeconfig string, defs []*definition.Definit
 	if err != nil {
 		return fmt.Errorf("loading the kubeconfig: %w", err)
 	}
-	ctrllog.SetLogger(zap.New(zap.WriteTo(log)))
-	e, err := engine.New(engine.Options{Config: cfg})
+	r, err := startOperators(cmd.Context(), cfg, defs, log)
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
+	return <-r.done
+}
+
+// runningEngine is an engine running in the background.
+type runningEngine struct {
+	cancel context.CancelFunc
+	done   chan error // receives Run's result once
+}
+
+// stop cancels the engine and waits for it.
+func (r *runningEngine) stop() error {
+	r.cancel()
+	return <-r.done
+}
+
+// startOperators runs an engine on cfg, with controller-runtime logging to
+// log, and applies defs. If one cannot be applied, the engine is stopped.
+func startOperators(ctx context.Context, cfg *rest.Config, defs []*definition.Definition, log io.Writer) (*runningEngine, error) {
+	ctrllog.SetLogger(zap.New(zap.WriteTo(log)))
+	e, err := engine.New(engine.Options{Config: cfg})
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	r := &runningEngine{cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- e.Run(runCtx) }()
 	for _, d := range defs {
 		if err := e.Apply(ctx, d); err != nil {
-			return err
+			_ = r.stop()
+			return nil, err
 		}
 		fmt.Fprintf(log, "operator %s: running (%s, %s)\n", d.Operator.Name, d.GVK.GroupKind(), d.Source)
 	}
-	return <-done
+	return r, nil
 }

@@ -266,7 +266,7 @@ func clusterStart(ctx context.Context, stateDir string, f *planeFlags, stdout, s
 	}
 	if !rep.Ready {
 		<-exited
-		return fmt.Errorf("the supervisor exited before the control plane was ready; its log %s ends with:\n%s", logPath, lastLines(logPath, 20))
+		return fmt.Errorf("the supervisor exited before the control plane was ready; its log %s ends with:\n%s", logPath, devcluster.LogTail(logPath, 20))
 	}
 	st, err := readState(stateDir)
 	if err != nil {
@@ -293,18 +293,6 @@ func readReport(r io.Reader) supervisorReport {
 		rep.Error = "unreadable report from the supervisor: " + string(line)
 	}
 	return rep
-}
-
-func lastLines(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 func newClusterSuperviseCommand(f *clusterFlags) *cobra.Command {

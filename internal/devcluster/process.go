@@ -76,11 +76,12 @@ func (p *process) exitError() error {
 	if p.err != nil {
 		status = p.err.Error()
 	}
-	return fmt.Errorf("%s %s; last lines of %s:\n%s", p.name, status, p.logPath, tail(p.logPath, 15))
+	return fmt.Errorf("%s %s; last lines of %s:\n%s", p.name, status, p.logPath, LogTail(p.logPath, 15))
 }
 
-// tail returns the last n lines of a file, or a note why it cannot.
-func tail(path string, n int) string {
+// LogTail returns the last n lines of a log file, each indented by four
+// spaces for quoting in an error, or a note why it cannot.
+func LogTail(path string, n int) string {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "(" + err.Error() + ")"

@@ -223,8 +223,8 @@ func (w *podWorker) terminate(ctx context.Context) {
 	}
 }
 
-// phase derives the pod phase from its containers, as a kubelet does.
-func (w *podWorker) phase(statuses []corev1.ContainerStatus, initStatuses []corev1.ContainerStatus, policy corev1.RestartPolicy) corev1.PodPhase {
+// podPhase derives the pod phase from its containers, as a kubelet does.
+func podPhase(statuses []corev1.ContainerStatus, initStatuses []corev1.ContainerStatus, policy corev1.RestartPolicy) corev1.PodPhase {
 	for _, s := range initStatuses {
 		if t := s.State.Terminated; t != nil && t.ExitCode == 0 {
 			continue
@@ -291,7 +291,7 @@ func (w *podWorker) status() corev1.PodStatus {
 		}
 	}
 	policy := w.restartPolicy()
-	st.Phase = w.phase(st.ContainerStatuses, st.InitContainerStatuses, policy)
+	st.Phase = podPhase(st.ContainerStatuses, st.InitContainerStatuses, policy)
 	if pod.DeletionTimestamp != nil && st.Phase != corev1.PodSucceeded {
 		st.Phase = corev1.PodFailed
 	}

@@ -70,7 +70,6 @@ func TestPhase(t *testing.T) {
 	failed := corev1.ContainerStatus{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3}}}
 	creating := corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}
 	backoff := corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}, LastTerminationState: failed.State}
-	var w podWorker
 	for _, tc := range []struct {
 		name       string
 		init, main []corev1.ContainerStatus
@@ -88,7 +87,7 @@ func TestPhase(t *testing.T) {
 		{"succeeded, always", nil, []corev1.ContainerStatus{ok}, corev1.RestartPolicyAlways, corev1.PodRunning},
 		{"back-off", nil, []corev1.ContainerStatus{backoff}, corev1.RestartPolicyAlways, corev1.PodRunning},
 	} {
-		if got := w.phase(tc.main, tc.init, tc.policy); got != tc.want {
+		if got := podPhase(tc.main, tc.init, tc.policy); got != tc.want {
 			t.Errorf("%s: phase %s, want %s", tc.name, got, tc.want)
 		}
 	}

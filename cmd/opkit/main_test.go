@@ -1,21 +1,24 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/internal/cli"
 	"github.com/opkit-dev/opkit/internal/devcluster"
@@ -271,45 +274,125 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-func TestDevRunsThePrinterAndStopsCleanly(t *testing.T) {
+// waitOutput waits until out holds want, and fails the test otherwise.
+func waitOutput(t *testing.T, out *lockedBuffer, want string, within time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !strings.Contains(out.String(), want); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q within %s in:\n%s", want, within, out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+const notesOperator = `apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: notes}
+spec:
+  resource:
+    group: notes.example.com
+    kind: Note
+    versions:
+    - name: v1
+      schema: {type: object, properties: {a: {type: string}}}
+  children:
+  - id: config
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${self.metadata.name}-note"}
+      data: {a: "${self.spec.a}"}
+`
+
+func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
-	cmd := exec.Command(os.Args[0], "dev", "../../examples/printer", "--apply", "../../examples/printer/printer.yaml")
-	cmd.Env = append(os.Environ(), asCLI+"=1")
-	stdout := &lockedBuffer{}
-	stderr, err := cmd.StderrPipe()
+	dir := t.TempDir()
+	operator, err := os.ReadFile("../../examples/printer/operator.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stdout = stdout
+	for name, data := range map[string]string{"operator.yaml": string(operator), "printer.yaml": "apiVersion: v1\nkind: ConfigMap\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(os.Args[0], "dev", dir, "--apply", "../../examples/printer/printer.yaml")
+	cmd.Env = append(os.Environ(), asCLI+"=1")
+	stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	// Read stderr until opkit dev says it runs, keeping the data directory.
-	var dataDir string
-	lines := bufio.NewScanner(stderr)
-	for lines.Scan() {
-		line := lines.Text()
+	waitOutput(t, stderr, "opkit dev is running", 3*time.Minute)
+	waitOutput(t, stderr, "Stop it with Ctrl-C", 5*time.Second)
+	if !strings.Contains(stderr.String(), "skipping "+filepath.Join(dir, "printer.yaml")+": not an Operator") {
+		t.Errorf("opkit dev did not say it skipped a file that is not an Operator:\n%s", stderr.String())
+	}
+	var kubeconfig string
+	for line := range strings.Lines(stderr.String()) {
 		if kc, ok := strings.CutPrefix(strings.TrimSpace(line), "export KUBECONFIG="); ok {
-			dataDir = filepath.Dir(strings.Trim(kc, "'"))
-			break
+			kubeconfig = strings.Trim(kc, "'")
 		}
 	}
-	if dataDir == "" {
-		t.Fatalf("opkit dev did not start; stdout:\n%s", stdout.String())
-	}
-	go func() { _, _ = io.Copy(io.Discard, stderr) }()
+	dataDir := filepath.Dir(kubeconfig)
 	table := stdout.String()
 	if !strings.Contains(table, "hello") || !strings.Contains(table, "Hello Kube!") || !strings.Contains(table, "Succeeded") {
 		t.Errorf("kubectl get after --apply:\n%s", table)
 	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: clustertest.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crdColumns := func(name string) []string {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := c.Get(t.Context(), client.ObjectKey{Name: name}, crd); err != nil {
+			t.Fatalf("CRD %s: %v", name, err)
+		}
+		var cols []string
+		for _, col := range crd.Spec.Versions[0].AdditionalPrinterColumns {
+			cols = append(cols, col.Name)
+		}
+		return cols
+	}
+	write := func(name, data string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A changed definition is reloaded: its CRD gets the new column.
+	write("operator.yaml", strings.Replace(string(operator), "      - {name: Phase,", "      - {name: Words, jsonPath: .spec.text, type: string, priority: 1}\n      - {name: Phase,", 1))
+	waitOutput(t, stderr, "operator printer: reloaded", 30*time.Second)
+	if cols := crdColumns("printers.demo.example.com"); !slices.Contains(cols, "Words") {
+		t.Errorf("after the reload the Printer columns are %v", cols)
+	}
+	// A new file starts its operator.
+	write("notes.yaml", notesOperator)
+	waitOutput(t, stderr, "operator notes: running", 30*time.Second)
+	crdColumns("notes.notes.example.com")
+	// A broken edit is reported with its line; the last valid version runs.
+	write("notes.yaml", notesOperator+"  status: [\n")
+	waitOutput(t, stderr, filepath.Join(dir, "notes.yaml")+":", 30*time.Second)
+	waitOutput(t, stderr, "the last valid version of "+filepath.Join(dir, "notes.yaml")+" keeps running", time.Second)
+	// A removed file stops its operator.
+	if err := os.Remove(filepath.Join(dir, "notes.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, stderr, "operator notes: stopped", 30*time.Second)
+
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
-		t.Errorf("opkit dev after Ctrl-C: %v", err)
+		t.Errorf("opkit dev after Ctrl-C: %v\n%s", err, stderr.String())
 	}
 	waitGone(t, dataDir, 5*time.Second)
 }

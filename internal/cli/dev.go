@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
@@ -28,6 +29,11 @@ Operator in DIR/*.yaml (files holding other objects are skipped), in this
 process, until Ctrl-C. --apply FILE applies manifests once the operators run,
 and shows them with kubectl get.
 
+Definitions are reloaded when DIR's files change: an operator added or
+changed is (re)started, one whose file is gone is stopped. An edit with an
+error is reported with its file and line, and the last valid version of that
+file's operators keeps running.
+
 The dev node runs the commands of Pods that tolerate opkit.dev/dev-node as
 processes of this machine: see docs/local-control-plane.md.`,
 		Args: cobra.ExactArgs(1),
@@ -39,7 +45,8 @@ processes of this machine: see docs/local-control-plane.md.`,
 	return cmd
 }
 
-// operatorFiles lists DIR's YAML files whose first document is an Operator.
+// operatorFiles lists DIR's YAML files whose first document is an Operator,
+// and says which files it skips.
 func operatorFiles(dir string, log io.Writer) ([]string, error) {
 	var files []string
 	for _, pattern := range []string{"*.yaml", "*.yml"} {
@@ -68,9 +75,6 @@ func operatorFiles(dir string, log io.Writer) ([]string, error) {
 		}
 		out = append(out, f)
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s holds no Operator (apiVersion: %s, kind: %s) in a .yaml file", dir, v1alpha1.SchemeGroupVersion, v1alpha1.Kind)
-	}
 	return out, nil
 }
 
@@ -79,8 +83,11 @@ func dev(ctx context.Context, dir string, apply []string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	defs, err := compileFiles(files)
-	if err != nil {
+	if len(files) == 0 {
+		return fmt.Errorf("%s holds no Operator (apiVersion: %s, kind: %s) in a .yaml file", dir, v1alpha1.SchemeGroupVersion, v1alpha1.Kind)
+	}
+	// Refuse invalid definitions before starting anything.
+	if _, err := compileFiles(files); err != nil {
 		return err
 	}
 	cl, err := devcluster.Start(ctx, devcluster.Options{DevNode: true, Log: stderr})
@@ -92,10 +99,16 @@ func dev(ctx context.Context, dir string, apply []string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	r, err := startOperators(ctx, cl.RESTConfig(), defs, stderr)
+	r, e, err := startEngine(ctx, cl.RESTConfig(), stderr)
 	if err != nil {
 		return err
 	}
+	reload := &reloader{dir: dir, engine: e, log: stderr}
+	if err := reload.sync(ctx); err != nil {
+		_ = r.stop()
+		return err
+	}
+	go reload.watch(ctx, time.Second)
 	kubectl := func(args ...string) error {
 		c := exec.CommandContext(ctx, bins.Path(devcluster.Kubectl), args...)
 		c.Env = append(os.Environ(), "KUBECONFIG="+cl.KubeconfigPath())
@@ -111,7 +124,7 @@ func dev(ctx context.Context, dir string, apply []string, stdout, stderr io.Writ
 		_ = kubectl("wait", "--for=condition=Ready", "--timeout=60s", "-f", f)
 		_ = kubectl("get", "-f", f)
 	}
-	fmt.Fprintf(stderr, "\nopkit dev is running; in another shell:\n  export KUBECONFIG=%s\nStop it with Ctrl-C.\n", shellQuote(cl.KubeconfigPath()))
+	fmt.Fprintf(stderr, "\nopkit dev is running; definitions in %s are reloaded when they change. In another shell:\n  export KUBECONFIG=%s\nStop it with Ctrl-C.\n", dir, shellQuote(cl.KubeconfigPath()))
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(stderr, "stopping")

@@ -20,22 +20,36 @@ func newRunCommand() *cobra.Command {
 	var files []string
 	var kubeconfig string
 	cmd := &cobra.Command{
-		Use:   "run -f FILE...",
-		Short: "Run the engine for the Operators in FILEs against the current kubeconfig",
-		Long: `Run the engine for the Operators defined in FILEs, against the cluster of
-$KUBECONFIG (or --kubeconfig), until interrupted. Every definition is checked
-first; any error, with its file and line, stops the command before it
+		Use:   "run [-f FILE]...",
+		Short: "Run the engine against the current kubeconfig, for the Operators in the cluster or in FILEs",
+		Long: `Run the engine against the cluster of $KUBECONFIG (or --kubeconfig) until
+interrupted.
+
+Without -f, it installs the CRD of operators.opkit.dev and runs every Operator
+object in the cluster, picking up each one added, changed or deleted; each
+Operator's status says whether it runs or why not (kubectl get operators).
+
+With -f, it runs the Operators defined in FILEs instead. Every definition is
+checked first; any error, with its file and line, stops the command before it
 touches the cluster.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadKubeconfig(kubeconfig)
+			if err != nil {
+				return err
+			}
 			if len(files) == 0 {
-				return errors.New("no definitions: give at least one -f FILE")
+				return watchClusterOperators(cmd.Context(), cfg, cmd.ErrOrStderr())
 			}
 			defs, err := compileFiles(files)
 			if err != nil {
 				return err
 			}
-			return runEngine(cmd, kubeconfig, defs, cmd.ErrOrStderr())
+			r, err := startOperators(cmd.Context(), cfg, defs, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return <-r.done
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "an Operator definition (YAML, several documents allowed); repeatable")
@@ -68,18 +82,29 @@ func compileFiles(files []string) ([]*definition.Definition, error) {
 	return defs, nil
 }
 
-func runEngine(cmd *cobra.Command, kubeconfig string, defs []*definition.Definition, log io.Writer) error {
+func loadKubeconfig(path string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
+	rules.ExplicitPath = path
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
 	if err != nil {
-		return fmt.Errorf("loading the kubeconfig: %w", err)
+		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}
-	r, err := startOperators(cmd.Context(), cfg, defs, log)
+	return cfg, nil
+}
+
+// watchClusterOperators runs the engine for the Operators in the cluster
+// until ctx ends.
+func watchClusterOperators(ctx context.Context, cfg *rest.Config, log io.Writer) error {
+	r, e, err := startEngine(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	return <-r.done
+	fmt.Fprintln(log, "running the Operators of the cluster (kubectl get operators)")
+	if err := e.WatchOperators(ctx); err != nil && ctx.Err() == nil {
+		_ = r.stop()
+		return err
+	}
+	return r.stop()
 }
 
 // runningEngine is an engine running in the background.
@@ -94,17 +119,26 @@ func (r *runningEngine) stop() error {
 	return <-r.done
 }
 
-// startOperators runs an engine on cfg, with controller-runtime logging to
-// log, and applies defs. If one cannot be applied, the engine is stopped.
-func startOperators(ctx context.Context, cfg *rest.Config, defs []*definition.Definition, log io.Writer) (*runningEngine, error) {
+// startEngine runs an engine on cfg, with controller-runtime logging to log.
+func startEngine(ctx context.Context, cfg *rest.Config, log io.Writer) (*runningEngine, *engine.Engine, error) {
 	ctrllog.SetLogger(zap.New(zap.WriteTo(log)))
 	e, err := engine.New(engine.Options{Config: cfg})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	r := &runningEngine{cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- e.Run(runCtx) }()
+	return r, e, nil
+}
+
+// startOperators runs an engine on cfg and applies defs. If one cannot be
+// applied, the engine is stopped.
+func startOperators(ctx context.Context, cfg *rest.Config, defs []*definition.Definition, log io.Writer) (*runningEngine, error) {
+	r, e, err := startEngine(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	for _, d := range defs {
 		if err := e.Apply(ctx, d); err != nil {
 			_ = r.stop()

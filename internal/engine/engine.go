@@ -53,6 +53,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/definition"
 )
 
@@ -77,7 +78,8 @@ type Engine struct {
 	mgr    manager.Manager
 	client client.Client
 
-	started chan struct{}
+	started chan struct{} // closed once the cache runs
+	stopped chan struct{} // closed when Run returns
 	mu      sync.Mutex
 	running map[string]*operator // by Operator name
 }
@@ -107,6 +109,9 @@ func New(opts Options) (*Engine, error) {
 	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
 	mgr, err := manager.New(opts.Config, manager.Options{
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: opts.MetricsAddr},
@@ -118,11 +123,12 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), started: make(chan struct{}), running: map[string]*operator{}}, nil
+	return &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), started: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}}, nil
 }
 
 // Run runs the engine's cache until ctx ends, then stops every controller.
 func (e *Engine) Run(ctx context.Context) error {
+	defer close(e.stopped)
 	if err := e.mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		close(e.started)
 		<-ctx.Done()
@@ -141,6 +147,21 @@ func (e *Engine) Run(ctx context.Context) error {
 	return err
 }
 
+// errStopped is returned by calls made after Run returned.
+var errStopped = errors.New("engine: not running")
+
+// waitStarted waits until Run has started the cache.
+func (e *Engine) waitStarted(ctx context.Context) error {
+	select {
+	case <-e.started:
+		return nil
+	case <-e.stopped:
+		return errStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (o *operator) stop() {
 	o.cancel()
 	<-o.done
@@ -149,10 +170,8 @@ func (o *operator) stop() {
 // Apply installs or updates the definition's CRD, waits until it is
 // established, and (re)starts its controller.
 func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
-	select {
-	case <-e.started:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := e.waitStarted(ctx); err != nil {
+		return err
 	}
 	// Refuse a definition whose children the cluster cannot hold before
 	// changing anything.
@@ -162,12 +181,18 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 		}
 	}
 	crd := d.CRD()
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(crd)
-	if err != nil {
-		return err
+	// Never take over a CRD that another Operator, or someone else, made.
+	var existing apiextensionsv1.CustomResourceDefinition
+	err := e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: crd.Name}, &existing)
+	switch {
+	case err == nil && definition.OperatorName(&existing) == "":
+		return fmt.Errorf("operator %s: CRD %s exists and was not installed by opkit; opkit will not take it over", d.Operator.Name, crd.Name)
+	case err == nil && definition.OperatorName(&existing) != d.Operator.Name:
+		return fmt.Errorf("operator %s: CRD %s belongs to operator %s", d.Operator.Name, crd.Name, definition.OperatorName(&existing))
+	case err != nil && !apierrors.IsNotFound(err):
+		return fmt.Errorf("operator %s: reading CRD %s: %w", d.Operator.Name, crd.Name, err)
 	}
-	apply := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
-	if err := e.client.Apply(ctx, apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+	if err := e.applyCRD(ctx, crd); err != nil {
 		return fmt.Errorf("operator %s: installing CRD %s: %w", d.Operator.Name, crd.Name, err)
 	}
 	if err := e.waitEstablished(ctx, crd.Name); err != nil {
@@ -187,6 +212,16 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	e.mu.Lock()
 	e.running[d.Operator.Name] = op
 	e.mu.Unlock()
+	return nil
+}
+
+// definition returns the running definition of an Operator, or nil.
+func (e *Engine) definition(name string) *definition.Definition {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if op := e.running[name]; op != nil {
+		return op.def
+	}
 	return nil
 }
 

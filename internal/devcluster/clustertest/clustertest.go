@@ -15,7 +15,9 @@
 //	}
 //
 // The plane has a dev node (package devnode): Pods that tolerate the taint
-// opkit.dev/dev-node run as processes of the host. Contract: Main starts the plane before any test runs and stops it after the
+// opkit.dev/dev-node run as processes of the host.
+//
+// Contract: Main starts the plane before any test runs and stops it after the
 // last one, also when tests panic or fail; if the plane cannot start, Main
 // prints why and exits non-zero — it never skips. The first run on a machine
 // builds the plane's binaries (several minutes; `opkit cluster build` or
@@ -49,19 +51,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 )
 
 // cluster is the package's plane, set by Main.
 var cluster *devcluster.Cluster
 
-// Scheme holds the built-in Kubernetes types and apiextensions/v1; it is the
+// Scheme holds the built-in Kubernetes types, apiextensions/v1 and
+// opkit.dev/v1alpha1; it is the
 // scheme of Env.Client.
 var Scheme = runtime.NewScheme()
 
 func init() {
 	_ = clientgoscheme.AddToScheme(Scheme)
 	_ = apiextensionsv1.AddToScheme(Scheme)
+	_ = v1alpha1.AddToScheme(Scheme)
 }
 
 // Main starts a control plane, runs the tests and stops the plane. It does

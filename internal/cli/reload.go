@@ -1,0 +1,156 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/engine"
+)
+
+// reloader keeps an engine running the Operators defined in a directory's
+// files. Each file is compiled on its own: an error in one file leaves the
+// operators of the others, and that file's last valid operators, running.
+type reloader struct {
+	dir    string
+	engine *engine.Engine
+	log    io.Writer
+
+	contents map[string][]byte   // file -> what was last read
+	byFile   map[string][]string // file -> names of the operators it defines, as running
+	applied  map[string][32]byte // operator name -> hash of the spec running
+}
+
+// watch polls the directory every interval until ctx ends. Polling reads a
+// few small files a second; it sees edits made by any editor (rename, write
+// in place) and through any file system.
+func (r *reloader) watch(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = r.sync(ctx) // reported to r.log
+		}
+	}
+}
+
+// sync applies what changed in the directory since the last call. It
+// returns the errors it reported.
+func (r *reloader) sync(ctx context.Context) error {
+	if r.contents == nil {
+		r.contents, r.byFile, r.applied = map[string][]byte{}, map[string][]string{}, map[string][32]byte{}
+	}
+	quiet := io.Discard
+	if len(r.contents) == 0 {
+		quiet = r.log // say which files are skipped, once
+	}
+	files, err := operatorFiles(r.dir, quiet)
+	if err != nil {
+		fmt.Fprintf(r.log, "reload: %v\n", err)
+		return err
+	}
+	var errs []error
+	for file := range r.contents {
+		if !slices.Contains(files, file) {
+			delete(r.contents, file)
+			r.removeFile(ctx, file, nil)
+		}
+	}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if old, ok := r.contents[file]; ok && bytes.Equal(old, data) {
+			continue
+		}
+		r.contents[file] = data
+		if err := r.loadFile(ctx, file, data); err != nil {
+			fmt.Fprintf(r.log, "reload: %v\n", err)
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// loadFile compiles one file and applies its operators that changed.
+func (r *reloader) loadFile(ctx context.Context, file string, data []byte) error {
+	srcs, err := definition.Load(file, data)
+	if err != nil {
+		return fmt.Errorf("%w\n(the last valid version of %s keeps running)", err, file)
+	}
+	var defs []*definition.Definition
+	var errs []error
+	for _, src := range srcs {
+		d, err := definition.Compile(src)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if other := r.definedIn(d.Operator.Name); other != "" && other != file {
+			errs = append(errs, fmt.Errorf("%s: operator %s is already defined in %s", file, d.Operator.Name, other))
+			continue
+		}
+		defs = append(defs, d)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w\n(the last valid version of %s keeps running)", errors.Join(errs...), file)
+	}
+	var names []string
+	for _, d := range defs {
+		names = append(names, d.Operator.Name)
+		spec, _ := json.Marshal(d.Operator.Spec)
+		sum := sha256.Sum256(spec)
+		if prev, ok := r.applied[d.Operator.Name]; ok && prev == sum {
+			continue
+		}
+		verb := "running"
+		if _, ok := r.applied[d.Operator.Name]; ok {
+			verb = "reloaded"
+		}
+		if err := r.engine.Apply(ctx, d); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.applied[d.Operator.Name] = sum
+		fmt.Fprintf(r.log, "operator %s: %s (%s, %s)\n", d.Operator.Name, verb, d.GVK.GroupKind(), file)
+	}
+	r.removeFile(ctx, file, names)
+	r.byFile[file] = names
+	return errors.Join(errs...)
+}
+
+// removeFile stops the operators the file defined that are not in keep.
+func (r *reloader) removeFile(ctx context.Context, file string, keep []string) {
+	for _, name := range r.byFile[file] {
+		if slices.Contains(keep, name) {
+			continue
+		}
+		r.engine.Remove(ctx, name)
+		delete(r.applied, name)
+		fmt.Fprintf(r.log, "operator %s: stopped (no longer defined in %s)\n", name, file)
+	}
+	delete(r.byFile, file)
+}
+
+// definedIn returns the file that defines a running operator, or "".
+func (r *reloader) definedIn(name string) string {
+	for file, names := range r.byFile {
+		if slices.Contains(names, name) {
+			return file
+		}
+	}
+	return ""
+}

@@ -1,0 +1,156 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// Reasons of an Operator's Ready condition.
+const (
+	ReasonRunning     = "Running"
+	ReasonInvalid     = "InvalidDefinition"
+	ReasonApplyFailed = "ApplyFailed"
+)
+
+// WatchOperators installs the CRD of operators.opkit.dev and runs every
+// Operator object of the cluster until ctx ends: an Operator created or
+// changed is compiled and applied (its controller restarted), a deleted one
+// is removed (its CRD and custom resources stay). Each Operator's status
+// says whether it runs: Ready=True with reason Running, or Ready=False and
+// Degraded=True with reason InvalidDefinition (every error, by field; it is
+// not retried until the Operator changes, and the last valid generation, if
+// one ran, keeps running) or ApplyFailed (retried with back-off). An invalid
+// Operator never stops the others.
+//
+// Call it after Run has started, and not together with Apply for the same
+// names.
+func (e *Engine) WatchOperators(ctx context.Context) error {
+	if err := e.waitStarted(ctx); err != nil {
+		return err
+	}
+	crd := v1alpha1.CustomResourceDefinition()
+	if err := e.applyCRD(ctx, crd); err != nil {
+		return fmt.Errorf("installing the Operator CRD: %w", err)
+	}
+	if err := e.waitEstablished(ctx, crd.Name); err != nil {
+		return fmt.Errorf("the Operator CRD %s: %w", crd.Name, err)
+	}
+	c, err := controller.NewTypedUnmanaged[reconcile.Request]("operators", controller.TypedOptions[reconcile.Request]{
+		Reconciler:         &operatorReconciler{engine: e},
+		SkipNameValidation: ptr.To(true),
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), &v1alpha1.Operator{}, &handler.EnqueueRequestForObject{})); err != nil {
+		return err
+	}
+	watchCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-e.stopped: // the engine stopped: so does the watch
+			cancel()
+		case <-watchCtx.Done():
+		}
+	}()
+	err = c.Start(watchCtx)
+	if ctx.Err() == nil && watchCtx.Err() != nil {
+		return errStopped
+	}
+	return err
+}
+
+func (e *Engine) applyCRD(ctx context.Context, obj runtime.Object) error {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	apply := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
+	return e.client.Apply(ctx, apply, client.FieldOwner(FieldManager), client.ForceOwnership)
+}
+
+type operatorReconciler struct {
+	engine *Engine
+}
+
+func (r *operatorReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	e := r.engine
+	op := &v1alpha1.Operator{}
+	if err := e.client.Get(ctx, req.NamespacedName, op); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			e.Remove(ctx, req.Name)
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if op.DeletionTimestamp != nil {
+		e.Remove(ctx, req.Name)
+		return reconcile.Result{}, nil
+	}
+	ready := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonRunning}
+	var crdName string
+	running := e.definition(op.Name)
+	if running != nil && running.Operator.UID == op.UID && running.Operator.Generation == op.Generation {
+		crdName = running.CRD().Name // unchanged: nothing to restart
+	} else if d, err := definition.Compile(definition.FromCluster(op)); err != nil {
+		// Waits for the Operator to change. A previous generation that ran
+		// keeps running: a typo does not stop a working operator.
+		msg := err.Error()
+		if running != nil && running.Operator.UID == op.UID {
+			crdName = running.CRD().Name
+			msg = fmt.Sprintf("generation %d keeps running; generation %d is invalid: %s", running.Operator.Generation, op.Generation, msg)
+		} else {
+			e.Remove(ctx, op.Name)
+		}
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonInvalid, truncate(msg)
+	} else if err := e.Apply(ctx, d); err != nil {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonApplyFailed, truncate(err.Error())
+		if serr := r.setStatus(ctx, op, ready, ""); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return reconcile.Result{}, err // retried with back-off: the cluster may change
+	} else {
+		crdName = d.CRD().Name
+	}
+	if ready.Status == metav1.ConditionTrue {
+		ready.Message = "the controller of " + crdName + " is running"
+	}
+	return reconcile.Result{}, r.setStatus(ctx, op, ready, crdName)
+}
+
+// setStatus writes the Operator's conditions when they changed.
+func (r *operatorReconciler) setStatus(ctx context.Context, op *v1alpha1.Operator, ready metav1.Condition, crdName string) error {
+	status := op.Status.DeepCopy()
+	status.ObservedGeneration = op.Generation
+	status.CRD = crdName
+	degraded := metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonRunning, Message: "no errors"}
+	if ready.Status != metav1.ConditionTrue {
+		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, ready.Reason, ready.Message
+	}
+	for _, c := range []metav1.Condition{ready, degraded} {
+		c.ObservedGeneration = op.Generation
+		meta.SetStatusCondition(&status.Conditions, c)
+	}
+	if reflect.DeepEqual(normalize(op.Status), normalize(*status)) {
+		return nil
+	}
+	before := op.DeepCopy()
+	op.Status = *status
+	return client.IgnoreNotFound(r.engine.client.Status().Patch(ctx, op, client.MergeFrom(before)))
+}

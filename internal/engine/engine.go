@@ -27,6 +27,19 @@
 // observedGeneration and the conditions Ready and Degraded, and written
 // through the status subresource only when they changed. Kubernetes Events
 // on the custom resource record child changes and errors.
+//
+// Reads come from the shared cache (the objects without managedFields);
+// only the kinds the definitions name are watched.
+//
+// # Pruning
+//
+// The children a reconcile applied are recorded in the custom resource's
+// status.opkit.children (its inventory). A child that is no longer rendered
+// (excluded by includeWhen, removed from the definition, or renamed by its
+// template) is found there and deleted, if the custom resource still
+// controls it. A child that cannot be rendered now (it waits for another
+// child, or failed) keeps its entry. Deleting the custom resource deletes
+// its children through their ownerReferences (garbage collection).
 package engine
 
 import (
@@ -119,6 +132,9 @@ func New(opts Options) (*Engine, error) {
 			// Cached objects do not need their managedFields.
 			DefaultTransform: cache.TransformStripManagedFields(),
 		},
+		// Custom resources and children are unstructured: read them from
+		// the cache too, which the controllers' watches fill.
+		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 	})
 	if err != nil {
 		return nil, err
@@ -204,6 +220,14 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	e.mu.Unlock()
 	if old != nil {
 		old.stop()
+		// Watches opened before a CRD's schema changed go on decoding with
+		// the old schema (dropping new fields) until the API server closes
+		// them, up to a minute later: list and watch again.
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(old.def.GVK)
+		if err := e.mgr.GetCache().RemoveInformer(ctx, obj); err != nil {
+			return fmt.Errorf("operator %s: restarting the watch of %s: %w", d.Operator.Name, old.def.GVK.Kind, err)
+		}
 	}
 	op, err := e.startController(d)
 	if err != nil {
@@ -261,7 +285,7 @@ func (e *Engine) waitEstablished(ctx context.Context, name string) error {
 
 func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	r := &reconciler{
-		def: d, client: e.client, mapper: e.mgr.GetRESTMapper(),
+		def: d, client: e.client, reader: e.mgr.GetAPIReader(), mapper: e.mgr.GetRESTMapper(),
 		events: e.mgr.GetEventRecorder("opkit"),
 	}
 	c, err := controller.NewTypedUnmanaged[reconcile.Request]("operator-"+d.Operator.Name, controller.TypedOptions[reconcile.Request]{

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +34,7 @@ const (
 type reconciler struct {
 	def    *definition.Definition
 	client client.Client
+	reader client.Reader // the API, uncached
 	mapper meta.RESTMapper
 	events events.EventRecorder
 }
@@ -50,20 +53,33 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	vars := definition.Vars{Self: cr.Object, Children: map[string]map[string]any{}}
+	inventory := readInventory(cr)
+	var keep []childRef
 	var waiting, notReady []string
 	var failure error
 	var requeue time.Duration
 	for _, child := range r.def.Children {
-		live, wait, err := r.convergeChild(ctx, cr, child, vars)
+		res, err := r.convergeChild(ctx, cr, child, vars)
+		if res.ref != nil {
+			keep = appendRef(keep, *res.ref)
+		}
+		if err != nil || res.waiting {
+			// What this child rendered to before is unknown now: keep it.
+			for _, ref := range inventory {
+				if ref.ID == child.ID {
+					keep = appendRef(keep, ref)
+				}
+			}
+		}
 		switch {
 		case err != nil:
 			failure = errors.Join(failure, err)
 			r.events.Eventf(cr, nil, corev1.EventTypeWarning, "ChildFailed", "Reconcile", "child %s: %v", child.ID, err)
-		case wait:
+		case res.waiting:
 			waiting = append(waiting, child.ID)
-		case live != nil:
-			vars.Children[child.ID] = live.Object
-			if ready, err := child.Ready(live.Object); err != nil || !ready {
+		case res.live != nil:
+			vars.Children[child.ID] = res.live.Object
+			if ready, err := child.Ready(res.live.Object); err != nil || !ready {
 				notReady = append(notReady, child.ID)
 			}
 		}
@@ -71,7 +87,10 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			requeue = time.Second
 		}
 	}
-	if err := r.updateStatus(ctx, cr, vars, waiting, notReady, failure); err != nil {
+	if err := r.pruneInventory(ctx, cr, inventory, keep); err != nil {
+		failure = errors.Join(failure, err)
+	}
+	if err := r.updateStatus(ctx, cr, vars, keep, waiting, notReady, failure); err != nil {
 		return reconcile.Result{}, err
 	}
 	if failure != nil && requeue == 0 {
@@ -80,37 +99,51 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 
+func appendRef(refs []childRef, ref childRef) []childRef {
+	if slices.Contains(refs, ref) {
+		return refs
+	}
+	return append(refs, ref)
+}
+
 var errRecreating = errors.New("deleted to be re-created: a field it changes is immutable")
 
+// childResult is what converging one child found.
+type childResult struct {
+	// live is the object as it now is; nil when it is not known.
+	live *unstructured.Unstructured
+	// ref is what the child rendered to; nil when it was not rendered.
+	ref *childRef
+	// waiting: the child reads another child that does not exist yet.
+	waiting bool
+}
+
 // convergeChild renders one child and applies it when the live object
-// differs. It returns the live object; wait is true when the child reads
-// another child that does not exist yet, or is excluded.
-func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstructured, child *definition.Child, vars definition.Vars) (live *unstructured.Unstructured, wait bool, err error) {
+// differs. A child excluded by includeWhen gives an empty result: the
+// inventory prunes it.
+func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstructured, child *definition.Child, vars definition.Vars) (childResult, error) {
 	included, err := child.Included(vars)
 	if errors.Is(err, definition.ErrChildMissing) {
-		return nil, true, nil
+		return childResult{waiting: true}, nil
 	}
-	if err != nil {
-		return nil, false, err
-	}
-	if !included {
-		return nil, true, r.prune(ctx, cr, child)
+	if err != nil || !included {
+		return childResult{}, err
 	}
 	desired, err := child.Render(vars)
 	if errors.Is(err, definition.ErrChildMissing) {
-		return nil, true, nil
+		return childResult{waiting: true}, nil
 	}
 	if err != nil {
-		return nil, false, err
+		return childResult{}, err
 	}
 	obj := &unstructured.Unstructured{Object: desired}
 	mapping, err := r.mapper.RESTMapping(child.GVK.GroupKind(), child.GVK.Version)
 	if err != nil {
-		return nil, false, fmt.Errorf("child %s: kind %s is not served: %w", child.ID, child.GVK, err)
+		return childResult{}, fmt.Errorf("child %s: kind %s is not served: %w", child.ID, child.GVK, err)
 	}
 	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
 		if cr.GetNamespace() == "" && obj.GetNamespace() == "" {
-			return nil, false, fmt.Errorf("child %s: a cluster-scoped resource cannot own a namespaced child without a namespace", child.ID)
+			return childResult{}, fmt.Errorf("child %s: a cluster-scoped resource cannot own a namespaced child without a namespace", child.ID)
 		}
 		if obj.GetNamespace() == "" {
 			obj.SetNamespace(cr.GetNamespace())
@@ -134,32 +167,40 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 	annotations[AppliedHashAnnotation] = hash
 	obj.SetAnnotations(annotations)
 
+	ref := refOf(child.ID, obj)
+	rendered := childResult{ref: &ref}
+
 	current := &unstructured.Unstructured{}
 	current.SetGroupVersionKind(child.GVK)
 	err = r.client.Get(ctx, client.ObjectKeyFromObject(obj), current)
 	switch {
 	case err == nil && current.GetAnnotations()[AppliedHashAnnotation] == hash && contains(current.Object, obj.Object):
-		return current, false, nil // converged: no write
+		rendered.live = current
+		return rendered, nil // converged: no write
 	case err != nil && !apierrors.IsNotFound(err):
-		return nil, false, err
+		return rendered, err
 	}
 	existed := err == nil
+	if existed && !metav1.IsControlledBy(current, cr) {
+		return rendered, fmt.Errorf("child %s: %s %s exists and is not controlled by this %s; opkit does not take over objects it did not make", child.ID, child.GVK.Kind, obj.GetName(), cr.GetKind())
+	}
 	if existed && child.Recreate && current.GetAnnotations()[AppliedHashAnnotation] != hash {
-		return nil, false, r.recreate(ctx, cr, child, current)
+		return rendered, r.recreate(ctx, cr, child, current)
 	}
 	err = r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldManager), client.ForceOwnership)
 	if existed && immutable(err) {
-		return nil, false, r.recreate(ctx, cr, child, current)
+		return rendered, r.recreate(ctx, cr, child, current)
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("child %s: applying %s %s: %w", child.ID, child.GVK.Kind, obj.GetName(), err)
+		return rendered, fmt.Errorf("child %s: applying %s %s: %w", child.ID, child.GVK.Kind, obj.GetName(), err)
 	}
 	verb := "Created"
 	if existed {
 		verb = "Updated"
 	}
 	r.events.Eventf(cr, nil, corev1.EventTypeNormal, verb, "Apply", "%s %s %s", strings.ToLower(verb), child.GVK.Kind, obj.GetName())
-	return obj, false, nil
+	rendered.live = obj
+	return rendered, nil
 }
 
 // immutable reports whether the API refused an update because it would
@@ -181,33 +222,9 @@ func (r *reconciler) recreate(ctx context.Context, cr *unstructured.Unstructured
 	return fmt.Errorf("child %s: %w", child.ID, errRecreating)
 }
 
-// prune deletes an excluded child this resource owns.
-func (r *reconciler) prune(ctx context.Context, cr *unstructured.Unstructured, child *definition.Child) error {
-	name, _ := child.Template["metadata"].(map[string]any)["name"].(string)
-	if name == "" || strings.Contains(name, "${") {
-		// The name is computed: render it to find the object.
-		obj, err := child.Render(definition.Vars{Self: cr.Object, Children: map[string]map[string]any{}})
-		if err != nil {
-			return nil //nolint:nilerr // cannot be named without its inputs: nothing to prune
-		}
-		name, _ = obj["metadata"].(map[string]any)["name"].(string)
-	}
-	current := &unstructured.Unstructured{}
-	current.SetGroupVersionKind(child.GVK)
-	key := types.NamespacedName{Namespace: cr.GetNamespace(), Name: name}
-	if err := r.client.Get(ctx, key, current); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if !metav1.IsControlledBy(current, cr) {
-		return nil
-	}
-	r.events.Eventf(cr, nil, corev1.EventTypeNormal, "Pruned", "Delete", "deleted %s %s: includeWhen is false", child.GVK.Kind, name)
-	return client.IgnoreNotFound(r.client.Delete(ctx, current))
-}
-
 // updateStatus writes the status fields, observedGeneration and the
 // conditions, only when they changed.
-func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, waiting, notReady []string, failure error) error {
+func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error) error {
 	oldStatus, _, _ := unstructured.NestedMap(cr.Object, "status")
 	status := map[string]any{}
 	for k, v := range oldStatus {
@@ -225,6 +242,21 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 		status[f.Name] = v
 	}
 	status["observedGeneration"] = cr.GetGeneration()
+	own, _ := status["opkit"].(map[string]any)
+	own = maps.Clone(own)
+	if own == nil {
+		own = map[string]any{}
+	}
+	if len(inventory) == 0 {
+		delete(own, "children")
+	} else {
+		own["children"] = inventory
+	}
+	if len(own) == 0 {
+		delete(status, "opkit")
+	} else {
+		status["opkit"] = own
+	}
 
 	ready := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: "ChildrenReady", Message: "all children exist and are ready"}
 	switch {

@@ -75,7 +75,10 @@ const FieldManager = "opkit"
 
 // Options configures [New].
 type Options struct {
-	// Config is the client configuration. Required.
+	// Config is the client configuration. Required. Unless it sets QPS,
+	// the client is not rate limited: the API server's priority and
+	// fairness protects it (as controller-runtime's GetConfig does). Its
+	// UserAgent defaults to "opkit-engine".
 	Config *rest.Config
 	// Workers is the number of concurrent reconciles per operator. Defaults
 	// to 4.
@@ -114,6 +117,13 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.MetricsAddr == "" {
 		opts.MetricsAddr = "0"
+	}
+	opts.Config = rest.CopyConfig(opts.Config)
+	if opts.Config.QPS == 0 && opts.Config.RateLimiter == nil {
+		opts.Config.QPS = -1
+	}
+	if opts.Config.UserAgent == "" {
+		opts.Config.UserAgent = "opkit-engine"
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {

@@ -120,6 +120,7 @@ type Env struct {
 func New(t testing.TB) *Env {
 	t.Helper()
 	cfg := Cluster(t).RESTConfig()
+	cfg.QPS = -1 // a test may create many objects: no client-side rate limit
 	c, err := client.New(cfg, client.Options{Scheme: Scheme})
 	if err != nil {
 		t.Fatalf("clustertest: creating a client: %v", err)

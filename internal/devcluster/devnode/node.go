@@ -98,7 +98,7 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	}
 	cfg := rest.CopyConfig(opts.Config)
 	cfg.UserAgent = "opkit-dev-node"
-	cfg.QPS, cfg.Burst = 50, 100
+	cfg.QPS = -1 // the API server's priority and fairness protects it; a throttled dev node is a slow one
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,283 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+	"github.com/opkit-dev/opkit/internal/engine"
+)
+
+// writeCounter counts the requests a client sends that are not reads.
+type writeCounter struct {
+	next   http.RoundTripper
+	writes atomic.Int64
+	mu     sync.Mutex
+	last   []string // the latest writes, for the failure message
+}
+
+func (w *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		w.writes.Add(1)
+		w.mu.Lock()
+		w.last = append(w.last, req.Method+" "+req.URL.Path)
+		if len(w.last) > 20 {
+			w.last = w.last[1:]
+		}
+		w.mu.Unlock()
+	}
+	return w.next.RoundTrip(req)
+}
+
+// runEngine runs an engine on cfg with the definitions in files; the
+// returned function stops it and waits until it stopped.
+func runEngine(t *testing.T, cfg *rest.Config, files ...string) (*engine.Engine, func()) {
+	t.Helper()
+	e, err := engine.New(engine.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("engine: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	for _, f := range files {
+		srcs, err := definition.LoadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, src := range srcs {
+			d, err := definition.Compile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Apply(t.Context(), d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return e, stop
+}
+
+// apiserverWrites sums the API server's apiserver_request_total for the
+// write verbs on the given resources ("printers", "pods/", "events": a
+// trailing slash means the main resource without a subresource).
+func apiserverWrites(t *testing.T, cfg *rest.Config, resources ...string) map[string]float64 {
+	t.Helper()
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Get(cfg.Host + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		switch labels["verb"] {
+		case "POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION":
+		default:
+			continue
+		}
+		for _, r := range resources {
+			name, main := strings.CutSuffix(r, "/")
+			if labels["resource"] == name && (!main || labels["subresource"] == "") {
+				out[r+" "+labels["verb"]] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+func TestConvergedPrintersCauseNoWrites(t *testing.T) {
+	const printers = 500
+	env := clustertest.New(t)
+	cfg := rest.CopyConfig(env.Config)
+	counter := &writeCounter{}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	runEngine(t, cfg, "../../examples/printer/operator.yaml")
+	ctx := t.Context()
+	start := time.Now()
+
+	// Create them from 16 clients at once.
+	names := make(chan int)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := range names {
+				p := printer(env.Namespace, fmt.Sprintf("p%03d", i), fmt.Sprintf("text %d", i))
+				eventually(t, 30*time.Second, "create "+p.GetName(), func(ctx context.Context) (bool, error) {
+					err := env.Client.Create(ctx, p)
+					return err == nil || apierrors.IsAlreadyExists(err), nil
+				})
+			}
+		})
+	}
+	for i := range printers {
+		names <- i
+	}
+	close(names)
+	wg.Wait()
+	t.Logf("%d Printers created in %s", printers, time.Since(start).Round(time.Millisecond))
+
+	eventually(t, 5*time.Minute, "every Printer Ready with its Pod Succeeded", func(ctx context.Context) (bool, error) {
+		list := &unstructured.UnstructuredList{}
+		list.SetAPIVersion("demo.example.com/v1")
+		list.SetKind("PrinterList")
+		if err := env.Client.List(ctx, list, client.InNamespace(env.Namespace)); err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, p := range list.Items {
+			phase, _, _ := unstructured.NestedString(p.Object, "status", "phase")
+			observed, _, _ := unstructured.NestedInt64(p.Object, "status", "observedGeneration")
+			if conditionStatus(&p, "Ready") == "True" && phase == string(corev1.PodSucceeded) && observed == p.GetGeneration() {
+				ready++
+			}
+		}
+		return ready == printers, nil
+	})
+	t.Logf("%d Printers converged in %s, after %d writes by the engine", printers, time.Since(start).Round(time.Millisecond), counter.writes.Load())
+
+	resources := []string{"printers", "pods/", "events"}
+	engineBefore, serverBefore := counter.writes.Load(), apiserverWrites(t, env.Config, resources...)
+	select {
+	case <-time.After(60 * time.Second):
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	engineAfter, serverAfter := counter.writes.Load(), apiserverWrites(t, env.Config, resources...)
+	if n := engineAfter - engineBefore; n != 0 {
+		counter.mu.Lock()
+		t.Errorf("the engine made %d writes in 60 s at steady state; the last ones: %v", n, counter.last)
+		counter.mu.Unlock()
+	}
+	for k, after := range serverAfter {
+		if d := after - serverBefore[k]; d != 0 {
+			t.Errorf("apiserver_request_total{%s} grew by %v in 60 s at steady state", k, d)
+		}
+	}
+	if len(serverAfter) == 0 {
+		t.Error("apiserver_request_total counted no writes of printers, pods or events at all: the metric is not what this test reads")
+	}
+}
+
+func TestChangesMadeWhileTheEngineIsStoppedConvergeWhenItStarts(t *testing.T) {
+	env := clustertest.New(t)
+	ctx := t.Context()
+	file := t.TempDir() + "/notes.yaml"
+	writeFile(t, file, strings.NewReplacer("name: notes}", "name: offline}", "group: notes.example.com", "group: offline.example.com").Replace(notesV1))
+	_, stop := runEngine(t, env.Config, file)
+	note := func(name, a string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "offline.example.com/v1", "kind": "Note",
+			"metadata": map[string]any{"name": name, "namespace": env.Namespace},
+			"spec":     map[string]any{"a": a},
+		}}
+	}
+	configData := func(name string) (string, error) {
+		cm := &corev1.ConfigMap{}
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: name + "-note"}, cm)
+		return cm.Data["a"], err
+	}
+	for _, n := range []string{"changed", "deleted", "drifted", "lost"} {
+		if err := env.Client.Create(ctx, note(n, "before")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "four ConfigMaps", func(context.Context) (bool, error) {
+		for _, n := range []string{"changed", "deleted", "drifted", "lost"} {
+			if a, err := configData(n); err != nil || a != "before" {
+				return false, client.IgnoreNotFound(err)
+			}
+		}
+		return true, nil
+	})
+	stop()
+
+	// While it is stopped: one Note created, one changed, one deleted, one
+	// child changed by hand and one child deleted by hand.
+	if err := env.Client.Create(ctx, note("created", "offline")); err != nil {
+		t.Fatal(err)
+	}
+	changed := note("changed", "")
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(changed), changed); err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(changed.Object, "offline", "spec", "a")
+	if err := env.Client.Update(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, note("deleted", "")); err != nil {
+		t.Fatal(err)
+	}
+	drifted := &corev1.ConfigMap{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: "drifted-note"}, drifted); err != nil {
+		t.Fatal(err)
+	}
+	drifted.Data["a"] = "edited by hand"
+	if err := env.Client.Update(ctx, drifted); err != nil {
+		t.Fatal(err)
+	}
+	lost := &corev1.ConfigMap{}
+	lost.Name, lost.Namespace = "lost-note", env.Namespace
+	if err := env.Client.Delete(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+
+	runEngine(t, env.Config, file)
+	eventually(t, 60*time.Second, "every change converged", func(context.Context) (bool, error) {
+		for name, want := range map[string]string{"created": "offline", "changed": "offline", "drifted": "before", "lost": "before"} {
+			if a, err := configData(name); err != nil || a != want {
+				return false, client.IgnoreNotFound(err)
+			}
+		}
+		_, err := configData("deleted") // garbage-collected
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

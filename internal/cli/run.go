@@ -34,16 +34,19 @@ checked first; any error, with its file and line, stops the command before it
 touches the cluster.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var defs []*definition.Definition
+			if len(files) > 0 {
+				var err error
+				if defs, err = compileFiles(files); err != nil {
+					return err
+				}
+			}
 			cfg, err := loadKubeconfig(kubeconfig)
 			if err != nil {
 				return err
 			}
 			if len(files) == 0 {
 				return watchClusterOperators(cmd.Context(), cfg, cmd.ErrOrStderr())
-			}
-			defs, err := compileFiles(files)
-			if err != nil {
-				return err
 			}
 			r, err := startOperators(cmd.Context(), cfg, defs, cmd.ErrOrStderr())
 			if err != nil {

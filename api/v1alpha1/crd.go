@@ -168,6 +168,7 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 					{Name: "Kind", Type: "string", JSONPath: ".spec.resource.kind"},
 					{Name: "Group", Type: "string", JSONPath: ".spec.resource.group"},
 					{Name: "Ready", Type: "string", JSONPath: `.status.conditions[?(@.type=="Ready")].status`},
+					{Name: "Reason", Type: "string", JSONPath: `.status.conditions[?(@.type=="Ready")].reason`},
 					{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 				},
 			}},

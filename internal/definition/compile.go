@@ -11,6 +11,7 @@ import (
 	"github.com/google/cel-go/cel"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 	"k8s.io/utils/ptr"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -31,6 +32,18 @@ type Definition struct {
 	Children []*Child
 	// Status fields, sorted by name.
 	Status []*StatusField
+
+	src   *Source
+	typed bool // compiled with the children's schemas
+}
+
+// Typed reports whether the children are typed by their kinds' schemas.
+func (d *Definition) Typed() bool { return d.typed }
+
+// WithSchemas compiles the definition again with the children typed by
+// schemas (see CompileWithSchemas).
+func (d *Definition) WithSchemas(schemas SchemaResolver) (*Definition, error) {
+	return compileDefinition(d.src, schemas)
 }
 
 // Child is a compiled child.
@@ -47,6 +60,10 @@ type Child struct {
 	// GVK is the child's apiVersion and kind; neither may be an expression.
 	GVK      schema.GroupVersionKind
 	Recreate bool
+
+	// schemas types the children's values at run time, by id, for
+	// definitions compiled with schemas; nil otherwise.
+	schemas map[string]*spec.Schema
 }
 
 // Slot is one template string with expressions, at Path in the template.
@@ -61,6 +78,8 @@ type StatusField struct {
 	Name  string
 	Slot  *Slot
 	Field string
+
+	schemas map[string]*spec.Schema // as in Child
 }
 
 var (
@@ -76,8 +95,21 @@ var reservedStatus = []string{"conditions", "observedGeneration", "opkit"}
 
 // Compile defaults, validates and compiles one Operator. Every problem
 // found is returned together, as Errors, each naming its field (and line,
-// for a file).
+// for a file). Expressions are checked against the resource's schema;
+// children.<id> is not typed (see CompileWithSchemas).
 func Compile(src *Source) (*Definition, error) {
+	return compileDefinition(src, nil)
+}
+
+// CompileWithSchemas is Compile that also types each child, in
+// children.<id> and in its readyWhen, by the schema of its kind that
+// schemas returns: a field the kind does not have is an error. A kind
+// schemas cannot resolve (one the cluster does not serve) is an error.
+func CompileWithSchemas(src *Source, schemas SchemaResolver) (*Definition, error) {
+	return compileDefinition(src, schemas)
+}
+
+func compileDefinition(src *Source, schemas SchemaResolver) (*Definition, error) {
 	op := src.Operator.DeepCopy()
 	l := &errorList{file: src.File, operator: op.Name, lines: src.lines}
 	if op.Name == "" {
@@ -86,14 +118,18 @@ func Compile(src *Source) (*Definition, error) {
 		l.add("metadata.name", "%q is not a valid name: %s", op.Name, strings.Join(msgs, "; "))
 	}
 	Default(op)
-	d := &Definition{Operator: op, Source: src.File}
+	d := &Definition{Operator: op, Source: src.File, src: src, typed: schemas != nil}
 	storage := validateResource(l, op, d)
 	if len(l.errs) > 0 {
 		// Expressions are typed by the schema: without a valid resource
 		// they would only add noise.
 		return nil, l.errs
 	}
-	envs, err := newCELEnvs(storage.Schema)
+	childIDs, childSchemas := resolveChildSchemas(l, op, schemas)
+	if len(l.errs) > 0 {
+		return nil, l.errs
+	}
+	envs, err := newCELEnvs(storage.Schema, childIDs, childSchemas)
 	if err != nil {
 		l.add(fmt.Sprintf("spec.resource.versions[%d].schema", slices.IndexFunc(op.Spec.Resource.Versions, func(v v1alpha1.ResourceVersion) bool { return v.Name == storage.Name })), "%v", err)
 		return nil, l.errs
@@ -126,6 +162,12 @@ func Compile(src *Source) (*Definition, error) {
 		if slot != nil {
 			d.Status = append(d.Status, &StatusField{Name: name, Slot: slot, Field: field})
 		}
+	}
+	for _, c := range d.Children {
+		c.schemas = childSchemas
+	}
+	for _, f := range d.Status {
+		f.schemas = childSchemas
 	}
 	checkReferences(l, d, ids)
 	if len(l.errs) == 0 {
@@ -278,8 +320,39 @@ func compileChild(l *errorList, envs *celEnvs, field string, c v1alpha1.Child) *
 		}
 	})
 	child.IncludeWhen = compileConditions(l, envs.object, field+".includeWhen", c.IncludeWhen)
-	child.ReadyWhen = compileConditions(l, envs.child, field+".readyWhen", c.ReadyWhen)
+	child.ReadyWhen = compileConditions(l, envs.childEnv(c.ID), field+".readyWhen", c.ReadyWhen)
 	return child
+}
+
+// resolveChildSchemas returns the child ids and, when schemas is given,
+// the schema of each child's kind.
+func resolveChildSchemas(l *errorList, op *v1alpha1.Operator, schemas SchemaResolver) ([]string, map[string]*spec.Schema) {
+	var ids []string
+	out := map[string]*spec.Schema{}
+	for i, c := range op.Spec.Children {
+		if slices.Contains(ids, c.ID) {
+			continue // reported with the child
+		}
+		ids = append(ids, c.ID)
+		var head struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+		}
+		if schemas == nil || json.Unmarshal(c.Template.Raw, &head) != nil || head.Kind == "" || strings.Contains(head.APIVersion+head.Kind, "${") {
+			continue // untyped, or reported with the child
+		}
+		gv, err := schema.ParseGroupVersion(head.APIVersion)
+		if err != nil {
+			continue
+		}
+		s, err := schemas.ResolveSchema(gv.WithKind(head.Kind))
+		if err != nil {
+			l.add(fmt.Sprintf("spec.children[%d].template.kind", i), "kind %s %s is not served by the cluster: %v", head.APIVersion, head.Kind, err)
+			continue
+		}
+		out[c.ID] = s
+	}
+	return ids, out
 }
 
 // compileConditions compiles boolean expressions, each with or without ${}.

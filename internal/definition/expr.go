@@ -12,8 +12,12 @@ import (
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel/model"
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	apiservercel "k8s.io/apiserver/pkg/cel"
+	"k8s.io/apiserver/pkg/cel/common"
 	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/apiserver/pkg/cel/openapi"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 	"k8s.io/utils/ptr"
 )
 
@@ -110,10 +114,27 @@ func matchBrace(s string, from int) (int, error) {
 // celEnvs holds the CEL environments of one definition.
 type celEnvs struct {
 	// object: self is the custom resource (typed by its schema), children
-	// maps each child id to its current object.
+	// holds each child's current object (typed by the child kind's schema
+	// when it is known, dyn otherwise).
 	object *cel.Env
-	// child: self is one child object (untyped); for readyWhen.
-	child *cel.Env
+	// child: self is one child object, for readyWhen; by child id, with
+	// untyped for children whose schema is not known.
+	child   map[string]*cel.Env
+	untyped *cel.Env
+}
+
+func (e *celEnvs) childEnv(id string) *cel.Env {
+	if env := e.child[id]; env != nil {
+		return env
+	}
+	return e.untyped
+}
+
+// SchemaResolver returns the OpenAPI schema of a kind, such as the API
+// server publishes at /openapi/v3. The resolver of
+// k8s.io/apiserver/pkg/cel/openapi/resolver is one.
+type SchemaResolver interface {
+	ResolveSchema(gvk schema.GroupVersionKind) (*spec.Schema, error)
 }
 
 // selfSchema wraps the schema of .spec into the whole object's schema.
@@ -141,30 +162,52 @@ func selfSchema(spec *apiextensionsv1.JSONSchemaProps) *apiextensionsv1.JSONSche
 	}
 }
 
-// newCELEnvs builds the environments from the storage version's schema,
-// with the Kubernetes CEL libraries (quantities, URLs, regex, lists...).
-func newCELEnvs(spec *apiextensionsv1.JSONSchemaProps) (*celEnvs, error) {
+// newCELEnvs builds the environments from the storage version's schema
+// and the schemas of the children (by id; nil for untyped), with the
+// Kubernetes CEL libraries (quantities, URLs, regex, lists...).
+func newCELEnvs(specSchema *apiextensionsv1.JSONSchemaProps, ids []string, childSchemas map[string]*spec.Schema) (*celEnvs, error) {
 	var internal apiextensions.JSONSchemaProps
-	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(selfSchema(spec), &internal, nil); err != nil {
+	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(selfSchema(specSchema), &internal, nil); err != nil {
 		return nil, err
 	}
 	structural, err := structuralschema.NewStructural(&internal)
 	if err != nil {
 		return nil, fmt.Errorf("the schema is not structural: %w", err)
 	}
-	declType := model.SchemaDeclType(structural, false).MaybeAssignTypeName("__opkit_self")
+	selfType := model.SchemaDeclType(structural, false).MaybeAssignTypeName("__opkit_self")
+	declTypes := []*apiservercel.DeclType{selfType}
+	childrenType := cel.MapType(cel.StringType, cel.DynType)
+	childTypes := map[string]*apiservercel.DeclType{}
+	if len(childSchemas) > 0 {
+		// children is an object with one field per child: children.<id>
+		// is then checked against the child kind's schema.
+		fields := map[string]*apiservercel.DeclField{}
+		for _, id := range ids {
+			t := apiservercel.DynType
+			if s := childSchemas[id]; s != nil {
+				t = common.SchemaDeclType(&openapi.Schema{Schema: s}, false).MaybeAssignTypeName("__opkit_child_" + id)
+				childTypes[id] = t
+				declTypes = append(declTypes, t)
+			}
+			fields[id] = apiservercel.NewDeclField(id, t, false, nil, nil)
+		}
+		obj := apiservercel.NewObjectType("__opkit_children", fields)
+		declTypes = append(declTypes, obj)
+		childrenType = obj.CelType()
+	}
 	base := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())
 	objectSet, err := base.Extend(environment.VersionedOptions{
 		IntroducedVersion: version.MajorMinor(1, 0),
 		EnvOptions: []cel.EnvOption{
-			cel.Variable("self", declType.CelType()),
-			cel.Variable("children", cel.MapType(cel.StringType, cel.DynType)),
+			cel.Variable("self", selfType.CelType()),
+			cel.Variable("children", childrenType),
 		},
-		DeclTypes: []*apiservercel.DeclType{declType},
+		DeclTypes: declTypes,
 	})
 	if err != nil {
 		return nil, err
 	}
+	envs := &celEnvs{object: objectSet.NewExpressionsEnv(), child: map[string]*cel.Env{}}
 	childSet, err := base.Extend(environment.VersionedOptions{
 		IntroducedVersion: version.MajorMinor(1, 0),
 		EnvOptions:        []cel.EnvOption{cel.Variable("self", cel.DynType)},
@@ -172,7 +215,19 @@ func newCELEnvs(spec *apiextensionsv1.JSONSchemaProps) (*celEnvs, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &celEnvs{object: objectSet.NewExpressionsEnv(), child: childSet.NewExpressionsEnv()}, nil
+	envs.untyped = childSet.NewExpressionsEnv()
+	for id, t := range childTypes {
+		set, err := base.Extend(environment.VersionedOptions{
+			IntroducedVersion: version.MajorMinor(1, 0),
+			EnvOptions:        []cel.EnvOption{cel.Variable("self", t.CelType())},
+			DeclTypes:         []*apiservercel.DeclType{t},
+		})
+		if err != nil {
+			return nil, err
+		}
+		envs.child[id] = set.NewExpressionsEnv()
+	}
+	return envs, nil
 }
 
 // compile parses and type-checks e in env and finds the children it reads.

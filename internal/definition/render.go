@@ -11,6 +11,8 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/cel/openapi"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
 // Vars are the values expressions see: self is the custom resource, and
@@ -20,12 +22,22 @@ type Vars struct {
 	Children map[string]map[string]any
 }
 
-func (v Vars) activation() map[string]any {
+// activation binds self and children; a child whose schema is known is
+// read through it, so that its fields have the types the expressions were
+// checked with (a date-time string is a timestamp, for one).
+func (v Vars) activation(schemas map[string]*spec.Schema) map[string]any {
 	children := make(map[string]any, len(v.Children))
 	for id, obj := range v.Children {
-		children[id] = obj
+		children[id] = typed(obj, schemas[id])
 	}
 	return map[string]any{"self": v.Self, "children": children}
+}
+
+func typed(obj map[string]any, s *spec.Schema) any {
+	if s == nil {
+		return obj
+	}
+	return openapi.UnstructuredToVal(obj, s)
 }
 
 // ErrChildMissing is returned (wrapped) when an expression reads a child
@@ -57,7 +69,7 @@ func (e *Expression) Eval(activation map[string]any) (any, error) {
 // every expression evaluated.
 func (c *Child) Render(vars Vars) (map[string]any, error) {
 	obj := runtime.DeepCopyJSON(c.Template)
-	act := vars.activation()
+	act := vars.activation(c.schemas)
 	for _, s := range c.Slots {
 		v, err := s.eval(act)
 		if err != nil {
@@ -70,13 +82,13 @@ func (c *Child) Render(vars Vars) (map[string]any, error) {
 
 // Included reports whether every includeWhen expression holds.
 func (c *Child) Included(vars Vars) (bool, error) {
-	return allTrue(c.IncludeWhen, vars.activation())
+	return allTrue(c.IncludeWhen, vars.activation(c.schemas))
 }
 
 // Ready reports whether every readyWhen expression holds for obj, the
 // child's current object. A child without readyWhen is ready when it exists.
 func (c *Child) Ready(obj map[string]any) (bool, error) {
-	return allTrue(c.ReadyWhen, map[string]any{"self": obj})
+	return allTrue(c.ReadyWhen, map[string]any{"self": typed(obj, c.schemas[c.ID])})
 }
 
 func allTrue(exprs []*Expression, act map[string]any) (bool, error) {
@@ -98,7 +110,7 @@ func allTrue(exprs []*Expression, act map[string]any) (bool, error) {
 
 // Evaluate returns the status field's value.
 func (s *StatusField) Evaluate(vars Vars) (any, error) {
-	return s.Slot.eval(vars.activation())
+	return s.Slot.eval(vars.activation(s.schemas))
 }
 
 // eval computes the slot: one expression gives its value, several are

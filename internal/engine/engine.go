@@ -29,7 +29,10 @@
 // on the custom resource record child changes and errors.
 //
 // Reads come from the shared cache (the objects without managedFields);
-// only the kinds the definitions name are watched.
+// only the kinds the definitions name are watched. Before a definition
+// runs, its children are typed by the schemas the API server publishes
+// (definition.CompileWithSchemas), so that an expression reading a field a
+// child's kind does not have is refused, not failed at run time.
 //
 // # Pruning
 //
@@ -54,6 +57,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/cel/openapi/resolver"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -90,9 +96,10 @@ type Options struct {
 // Engine runs operators. Use New, then Run in a goroutine, then Apply each
 // definition.
 type Engine struct {
-	opts   Options
-	mgr    manager.Manager
-	client client.Client
+	opts      Options
+	mgr       manager.Manager
+	client    client.Client
+	discovery discovery.DiscoveryInterface
 
 	started chan struct{} // closed once the cache runs
 	stopped chan struct{} // closed when Run returns
@@ -149,7 +156,11 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), started: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}}, nil
+	dc, err := discovery.NewDiscoveryClientForConfig(opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), discovery: dc, started: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}}, nil
 }
 
 // Run runs the engine's cache until ctx ends, then stops every controller.
@@ -173,6 +184,13 @@ func (e *Engine) Run(ctx context.Context) error {
 	return err
 }
 
+// schemaResolver returns the schemas the API server publishes
+// (/openapi/v3), each group-version fetched once per resolver: a new one
+// sees the kinds installed since.
+func (e *Engine) schemaResolver() definition.SchemaResolver {
+	return &resolver.ClientDiscoveryResolver{Discovery: memory.NewMemCacheClient(e.discovery)}
+}
+
 // errStopped is returned by calls made after Run returned.
 var errStopped = errors.New("engine: not running")
 
@@ -194,7 +212,10 @@ func (o *operator) stop() {
 }
 
 // Apply installs or updates the definition's CRD, waits until it is
-// established, and (re)starts its controller.
+// established, and (re)starts its controller. A definition compiled
+// without schemas is first compiled again with the children typed by the
+// schemas the cluster publishes; an expression that reads a field a child's
+// kind does not have is an error then.
 func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	if err := e.waitStarted(ctx); err != nil {
 		return err
@@ -205,6 +226,13 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 		if _, err := e.mgr.GetRESTMapper().RESTMapping(child.GVK.GroupKind(), child.GVK.Version); err != nil {
 			return fmt.Errorf("operator %s: child %s: kind %s is not served by the cluster: %w", d.Operator.Name, child.ID, child.GVK, err)
 		}
+	}
+	if !d.Typed() {
+		typed, err := d.WithSchemas(e.schemaResolver())
+		if err != nil {
+			return err
+		}
+		d = typed
 	}
 	crd := d.CRD()
 	// Never take over a CRD that another Operator, or someone else, made.

@@ -99,8 +99,9 @@ func TestPrinterPrintsItsTextAndFollowsChanges(t *testing.T) {
 		return pod.Status.Phase == corev1.PodSucceeded, nil
 	})
 	step("Pod succeeded")
-	if got := pod.Spec.Containers[0].Command; len(got) != 2 || got[0] != "echo" || got[1] != text {
-		t.Errorf("command %q, want [echo %q]", got, text)
+	// Every $ doubled, for the kubelet's $(VAR) expansion to undo.
+	if got, want := pod.Spec.Containers[0].Command, strings.ReplaceAll(text, "$", "$$"); len(got) != 2 || got[0] != "echo" || got[1] != want {
+		t.Errorf("command %q, want [echo %q]", got, want)
 	}
 	if !metav1.IsControlledBy(pod, p) {
 		t.Errorf("the Pod is not controlled by the Printer: %+v", pod.OwnerReferences)
@@ -299,4 +300,25 @@ func TestChildKindNotServedIsRefusedAndOthersRun(t *testing.T) {
 		err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: "n2-note"}, &corev1.ConfigMap{})
 		return err == nil, client.IgnoreNotFound(err)
 	})
+}
+
+func TestChildFieldsAreCheckedAgainstTheClustersSchemas(t *testing.T) {
+	env := clustertest.New(t)
+	e := startEngine(t, env)
+	def := strings.NewReplacer("name: notes}", "name: typed}", "group: notes.example.com", "group: typed.example.com").Replace(notesV1) +
+		"  - id: copy\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {name: \"${self.metadata.name}-copy\"}\n      data: {a: \"${children.config.spec.a}\"}\n"
+	// Compiled offline, children are not typed; the engine types them with
+	// the schemas the API server publishes.
+	err := e.Apply(t.Context(), compileYAML(t, def))
+	if err == nil || !strings.Contains(err.Error(), "inline.yaml:") || !strings.Contains(err.Error(), "spec.children[1].template.data.a") || !strings.Contains(err.Error(), "undefined field 'spec'") {
+		t.Fatalf("Apply reading a field a ConfigMap does not have: %v", err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "notes.typed.example.com"}, crd); !apierrors.IsNotFound(err) {
+		t.Errorf("the refused definition's CRD was installed: %v", err)
+	}
+	fixed := strings.Replace(def, "children.config.spec.a", "children.config.data.a", 1)
+	if err := e.Apply(t.Context(), compileYAML(t, fixed)); err != nil {
+		t.Fatalf("a child read through its kind's fields: %v", err)
+	}
 }

@@ -72,6 +72,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			}
 		}
 		switch {
+		case errors.Is(err, errRecreating):
+			waiting = append(waiting, child.ID) // the Recreating event says why
+			requeue = time.Second
 		case err != nil:
 			failure = errors.Join(failure, err)
 			r.events.Eventf(cr, nil, corev1.EventTypeWarning, "ChildFailed", "Reconcile", "child %s: %v", child.ID, err)
@@ -83,9 +86,6 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				notReady = append(notReady, child.ID)
 			}
 		}
-		if errors.Is(err, errRecreating) {
-			requeue = time.Second
-		}
 	}
 	if err := r.pruneInventory(ctx, cr, inventory, keep); err != nil {
 		failure = errors.Join(failure, err)
@@ -93,7 +93,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.updateStatus(ctx, cr, vars, keep, waiting, notReady, failure); err != nil {
 		return reconcile.Result{}, err
 	}
-	if failure != nil && requeue == 0 {
+	if failure != nil {
 		return reconcile.Result{}, failure // retried with back-off
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
@@ -219,7 +219,7 @@ func (r *reconciler) recreate(ctx context.Context, cr *unstructured.Unstructured
 		return fmt.Errorf("child %s: deleting %s %s to re-create it: %w", child.ID, child.GVK.Kind, current.GetName(), err)
 	}
 	r.events.Eventf(cr, nil, corev1.EventTypeNormal, "Recreating", "Delete", "deleted %s %s to re-create it with its new template", child.GVK.Kind, current.GetName())
-	return fmt.Errorf("child %s: %w", child.ID, errRecreating)
+	return errRecreating
 }
 
 // updateStatus writes the status fields, observedGeneration and the

@@ -96,7 +96,7 @@ func TestChildrenAreTypedByTheirKindsSchema(t *testing.T) {
 
 func TestChildFieldsTheKindDoesNotHaveAreErrors(t *testing.T) {
 	for name, tc := range map[string]struct{ from, to, want string }{
-		"template": {`${children.config.metadata.resourceVersion}`, `${children.config.spec.replicas}`, `spec.children[1].template.data.version: ${children.config.spec.replicas}: ERROR: <input>:1:16: undefined field 'spec'`},
+		"template":  {`${children.config.metadata.resourceVersion}`, `${children.config.spec.replicas}`, `spec.children[1].template.data.version: ${children.config.spec.replicas}: ERROR: <input>:1:16: undefined field 'spec'`},
 		"readyWhen": {`size(self.data) > 0`, `self.dataa == null`, `spec.children[0].readyWhen[0]: ${self.dataa == null}: ERROR: <input>:1:5: undefined field 'dataa'`},
 		"type":      {`${string(children.config.metadata.creationTimestamp)}`, `${children.config.metadata.creationTimestamp + 1}`, `spec.children[1].template.data.created`},
 		"kind":      {"kind: ConfigMap\n      metadata: {name: \"${self.metadata.name}\"}", "kind: Widget\n      metadata: {name: \"${self.metadata.name}\"}", `typed.yaml:20: spec.children[0].template.kind: kind v1 Widget is not served by the cluster`},

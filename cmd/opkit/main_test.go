@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
@@ -17,9 +18,11 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/cli"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
@@ -395,4 +398,59 @@ func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
 		t.Errorf("opkit dev after Ctrl-C: %v\n%s", err, stderr.String())
 	}
 	waitGone(t, dataDir, 5*time.Second)
+}
+
+func TestRunWithoutFilesRunsTheOperatorsOfTheCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	cl, err := devcluster.Start(t.Context(), devcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Stop()
+	cmd := exec.Command(os.Args[0], "run", "--kubeconfig", cl.KubeconfigPath())
+	cmd.Env = append(os.Environ(), asCLI+"=1")
+	stderr := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitOutput(t, stderr, "running the Operators of the cluster", 30*time.Second)
+
+	c, err := client.New(cl.RESTConfig(), client.Options{Scheme: clustertest.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Applied as a user would, once opkit has installed the Operator CRD.
+	for _, f := range []string{"../../examples/printer/operator.yaml", "../../examples/website/operator.yaml"} {
+		clustertest.Eventually(t, 30*time.Second, "kubectl apply -f "+f, func(context.Context) (bool, error) {
+			_, err := kubectl(t, cl.KubeconfigPath(), "apply", "-f", f)
+			return err == nil, nil
+		})
+	}
+	clustertest.Eventually(t, 60*time.Second, "both Operators Ready", func(ctx context.Context) (bool, error) {
+		ops := &v1alpha1.OperatorList{}
+		if err := c.List(ctx, ops); err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, op := range ops.Items {
+			if meta.IsStatusConditionTrue(op.Status.Conditions, "Ready") && op.Status.ObservedGeneration == op.Generation {
+				ready++
+			}
+		}
+		return ready == 2, nil
+	})
+	out, err := kubectl(t, cl.KubeconfigPath(), "get", "operators")
+	if err != nil || !strings.Contains(out, "printer   Printer   demo.example.com   True    Running") {
+		t.Errorf("kubectl get operators: %v\n%s", err, out)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("opkit run after Ctrl-C: %v\n%s", err, stderr.String())
+	}
 }

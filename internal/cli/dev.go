@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap/zapcore"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -99,7 +100,9 @@ func dev(ctx context.Context, dir string, apply []string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	r, e, err := startEngine(ctx, cl.RESTConfig(), stderr)
+	// opkit dev says what it does itself: controller-runtime's own lines
+	// are kept for errors.
+	r, e, err := startEngineLogging(ctx, cl.RESTConfig(), stderr, zapcore.ErrorLevel)
 	if err != nil {
 		return err
 	}

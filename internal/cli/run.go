@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -124,7 +125,13 @@ func (r *runningEngine) stop() error {
 
 // startEngine runs an engine on cfg, with controller-runtime logging to log.
 func startEngine(ctx context.Context, cfg *rest.Config, log io.Writer) (*runningEngine, *engine.Engine, error) {
-	ctrllog.SetLogger(zap.New(zap.WriteTo(log)))
+	return startEngineLogging(ctx, cfg, log, zapcore.InfoLevel)
+}
+
+// startEngineLogging is startEngine with controller-runtime's log lines
+// below level left out.
+func startEngineLogging(ctx context.Context, cfg *rest.Config, log io.Writer, level zapcore.Level) (*runningEngine, *engine.Engine, error) {
+	ctrllog.SetLogger(zap.New(zap.WriteTo(log), zap.Level(level)))
 	e, err := engine.New(engine.Options{Config: cfg})
 	if err != nil {
 		return nil, nil, err

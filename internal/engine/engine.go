@@ -56,6 +56,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/cel/openapi/resolver"
 	"k8s.io/client-go/discovery"
@@ -261,9 +262,7 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 		// Watches opened before a CRD's schema changed go on decoding with
 		// the old schema (dropping new fields) until the API server closes
 		// them, up to a minute later: list and watch again.
-		obj := &unstructured.Unstructured{}
-		obj.SetGroupVersionKind(old.def.GVK)
-		if err := e.mgr.GetCache().RemoveInformer(ctx, obj); err != nil {
+		if err := e.removeInformer(ctx, old.def.GVK); err != nil {
 			return fmt.Errorf("operator %s: restarting the watch of %s: %w", d.Operator.Name, old.def.GVK.Kind, err)
 		}
 	}
@@ -297,9 +296,14 @@ func (e *Engine) Remove(ctx context.Context, name string) {
 		return
 	}
 	op.stop()
+	_ = e.removeInformer(ctx, op.def.GVK)
+}
+
+// removeInformer stops the shared cache's watch of a custom resource.
+func (e *Engine) removeInformer(ctx context.Context, gvk schema.GroupVersionKind) error {
 	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(op.def.GVK)
-	_ = e.mgr.GetCache().RemoveInformer(ctx, obj)
+	obj.SetGroupVersionKind(gvk)
+	return e.mgr.GetCache().RemoveInformer(ctx, obj)
 }
 
 func (e *Engine) waitEstablished(ctx context.Context, name string) error {

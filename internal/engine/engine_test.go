@@ -25,34 +25,7 @@ var eventually = clustertest.Eventually
 // startEngine runs an engine with the definitions in files until the test ends.
 func startEngine(t *testing.T, env *clustertest.Env, files ...string) *engine.Engine {
 	t.Helper()
-	e, err := engine.New(engine.Options{Config: env.Config})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("engine: %v", err)
-		}
-	})
-	for _, f := range files {
-		srcs, err := definition.LoadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, src := range srcs {
-			d, err := definition.Compile(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Apply(t.Context(), d); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	e, _ := runEngine(t, env.Config, files...)
 	return e
 }
 
@@ -214,23 +187,7 @@ func TestDefinitionsChangeAndGoWithoutRestart(t *testing.T) {
 	eventually(t, 30*time.Second, "create Note", func(ctx context.Context) (bool, error) {
 		return env.Client.Create(ctx, note) == nil, nil
 	})
-	cm := &corev1.ConfigMap{}
-	key := client.ObjectKey{Namespace: env.Namespace, Name: "n1-note"}
-	waitData := func(what string, want map[string]string) {
-		t.Helper()
-		eventually(t, 30*time.Second, what, func(ctx context.Context) (bool, error) {
-			if err := env.Client.Get(ctx, key, cm); err != nil {
-				return false, client.IgnoreNotFound(err)
-			}
-			for k, v := range want {
-				if cm.Data[k] != v {
-					return false, nil
-				}
-			}
-			return true, nil
-		})
-	}
-	waitData("the ConfigMap of v1", map[string]string{"a": "first"})
+	waitConfigMapData(t, env, "n1-note", "the ConfigMap of v1", map[string]string{"a": "first"})
 
 	// A changed definition, schema included, takes over at once.
 	v2 := strings.Replace(notesV1, "          a: {type: string}\n", "          a: {type: string}\n          b: {type: string}\n", 1)
@@ -238,32 +195,15 @@ func TestDefinitionsChangeAndGoWithoutRestart(t *testing.T) {
 	if err := e.Apply(ctx, compileYAML(t, v2)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "update Note with the new field", func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(note), note); err != nil {
-			return false, err
-		}
-		_ = unstructured.SetNestedField(note.Object, "second", "spec", "b")
-		// The field is kept only once the CRD's new schema is served.
-		if err := env.Client.Update(ctx, note); err != nil {
-			return false, nil
-		}
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(note), note)
-		b, _, _ := unstructured.NestedString(note.Object, "spec", "b")
-		return err == nil && b == "second", nil
-	})
-	waitData("the ConfigMap of v2", map[string]string{"a": "first", "b": "second"})
+	setSpec(t, env, note, "b", "second")
+	waitConfigMapData(t, env, "n1-note", "the ConfigMap of v2", map[string]string{"a": "first", "b": "second"})
 
 	// Removed: the controller stops; changes are no longer acted on.
 	e.Remove(ctx, "notes")
-	eventually(t, 10*time.Second, "update Note", func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(note), note); err != nil {
-			return false, err
-		}
-		_ = unstructured.SetNestedField(note.Object, "third", "spec", "a")
-		return env.Client.Update(ctx, note) == nil, nil
-	})
+	setSpec(t, env, note, "a", "third")
 	time.Sleep(3 * time.Second)
-	if err := env.Client.Get(ctx, key, cm); err != nil || cm.Data["a"] != "first" {
+	cm := &corev1.ConfigMap{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: "n1-note"}, cm); err != nil || cm.Data["a"] != "first" {
 		t.Errorf("after Remove the ConfigMap changed: %v %v", cm.Data, err)
 	}
 }

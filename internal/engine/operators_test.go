@@ -90,38 +90,14 @@ func TestOperatorsInTheClusterAreAddedChangedAndDeletedWithoutRestart(t *testing
 	if err := env.Client.Create(ctx, note); err != nil {
 		t.Fatal(err)
 	}
-	key := client.ObjectKey{Namespace: env.Namespace, Name: "b1-note"}
 	waitData := func(what string, want map[string]string) {
 		t.Helper()
-		eventually(t, 30*time.Second, what, func(ctx context.Context) (bool, error) {
-			cm := &corev1.ConfigMap{}
-			if err := env.Client.Get(ctx, key, cm); err != nil {
-				return false, client.IgnoreNotFound(err)
-			}
-			for k, v := range want {
-				if cm.Data[k] != v {
-					return false, nil
-				}
-			}
-			return true, nil
-		})
+		waitConfigMapData(t, env, "b1-note", what, want)
 	}
 	waitData("the ConfigMap of the first generation", map[string]string{"a": "first"})
-	setSpec := func(field, value string) {
+	set := func(field, value string) {
 		t.Helper()
-		eventually(t, 30*time.Second, "set spec."+field, func(ctx context.Context) (bool, error) {
-			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(note), note); err != nil {
-				return false, err
-			}
-			_ = unstructured.SetNestedField(note.Object, value, "spec", field)
-			if env.Client.Update(ctx, note) != nil {
-				return false, nil
-			}
-			// A new field is kept only once the CRD's new schema is served.
-			err := env.Client.Get(ctx, client.ObjectKeyFromObject(note), note)
-			got, _, _ := unstructured.NestedString(note.Object, "spec", field)
-			return err == nil && got == value, nil
-		})
+		setSpec(t, env, note, field, value)
 	}
 
 	// Changed, schema too: the new generation takes over.
@@ -129,7 +105,7 @@ func TestOperatorsInTheClusterAreAddedChangedAndDeletedWithoutRestart(t *testing
 	v2 = strings.Replace(v2, `data: {a: "${self.spec.a}"}`, `data: {a: "${self.spec.a}", b: "${self.spec.b}"}`, 1)
 	putOperator(t, env.Client, operatorObject(t, v2))
 	waitOperator(t, env.Client, "books", metav1.ConditionTrue, engine.ReasonRunning)
-	setSpec("b", "second")
+	set("b", "second")
 	waitData("the ConfigMap of the second generation", map[string]string{"a": "first", "b": "second"})
 
 	// Changed to an invalid definition: the status names the field, and the
@@ -146,7 +122,7 @@ func TestOperatorsInTheClusterAreAddedChangedAndDeletedWithoutRestart(t *testing
 	if d := meta.FindStatusCondition(op.Status.Conditions, engine.ConditionDegraded); d == nil || d.Status != metav1.ConditionTrue {
 		t.Errorf("Degraded = %+v, want True", d)
 	}
-	setSpec("a", "still served")
+	set("a", "still served")
 	waitData("the ConfigMap while the new generation is invalid", map[string]string{"a": "still served"})
 
 	// Another invalid Operator, a cycle, is refused by name and stops nothing.
@@ -158,7 +134,7 @@ func TestOperatorsInTheClusterAreAddedChangedAndDeletedWithoutRestart(t *testing
 	if msg := meta.FindStatusCondition(op.Status.Conditions, engine.ConditionReady).Message; !strings.Contains(msg, "config -> other -> config") && !strings.Contains(msg, "other -> config -> other") {
 		t.Errorf("the cycle's message %q does not name the cycle", msg)
 	}
-	setSpec("a", "after the cycle")
+	set("a", "after the cycle")
 	waitData("the ConfigMap after an invalid Operator was added", map[string]string{"a": "after the cycle"})
 
 	// Deleted: the controller stops; the CRD and the custom resources stay.
@@ -169,10 +145,10 @@ func TestOperatorsInTheClusterAreAddedChangedAndDeletedWithoutRestart(t *testing
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second) // the watch event reaches the engine
-	setSpec("a", "not acted on")
+	set("a", "not acted on")
 	time.Sleep(3 * time.Second)
 	cm := &corev1.ConfigMap{}
-	if err := env.Client.Get(ctx, key, cm); err != nil || cm.Data["a"] != "after the cycle" {
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: "b1-note"}, cm); err != nil || cm.Data["a"] != "after the cycle" {
 		t.Errorf("after the Operator was deleted the ConfigMap changed: %v %v", cm.Data, err)
 	}
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(note), note); err != nil {

@@ -67,15 +67,9 @@ func TestChildrenNoLongerRenderedArePruned(t *testing.T) {
 			return (err == nil) == want, client.IgnoreNotFound(err)
 		})
 	}
-	setSpec := func(field string, value any) {
+	set := func(field string, value any) {
 		t.Helper()
-		eventually(t, 30*time.Second, "set spec."+field, func(ctx context.Context) (bool, error) {
-			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(shelf), shelf); err != nil {
-				return false, err
-			}
-			_ = unstructured.SetNestedField(shelf.Object, value, "spec", field)
-			return env.Client.Update(ctx, shelf) == nil, nil
-		})
+		setSpec(t, env, shelf, field, value)
 	}
 	exists("s1-label", true)
 	exists("first-book", true)
@@ -88,12 +82,12 @@ func TestChildrenNoLongerRenderedArePruned(t *testing.T) {
 	})
 
 	// Renamed by its template: the new one is made, the old one pruned.
-	setSpec("bookName", "second-book")
+	set("bookName", "second-book")
 	exists("second-book", true)
 	exists("first-book", false)
 
 	// Excluded by includeWhen: pruned, and the Shelf is still Ready.
-	setSpec("withLabel", false)
+	set("withLabel", false)
 	exists("s1-label", false)
 	eventually(t, 30*time.Second, "the Shelf is Ready without its excluded child", func(ctx context.Context) (bool, error) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(shelf), shelf); err != nil {
@@ -117,7 +111,7 @@ func TestChildrenNoLongerRenderedArePruned(t *testing.T) {
 
 	// A child whose name is taken by an object the Shelf does not control
 	// is neither taken over nor pruned: the Shelf says why.
-	setSpec("withLabel", true)
+	set("withLabel", true)
 	eventually(t, 30*time.Second, "the Shelf is Degraded", func(ctx context.Context) (bool, error) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(shelf), shelf); err != nil {
 			return false, err

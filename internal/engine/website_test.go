@@ -76,13 +76,7 @@ func TestWebsiteAppliesItsConfigMapFirstAndRollsOnChange(t *testing.T) {
 		t.Errorf("the Deployment does not mount the ConfigMap: %+v", v)
 	}
 
-	eventually(t, 30*time.Second, "change the content", func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(site), site); err != nil {
-			return false, err
-		}
-		_ = unstructured.SetNestedField(site.Object, "<h1>second</h1>", "spec", "content")
-		return env.Client.Update(ctx, site) == nil, nil
-	})
+	setSpec(t, env, site, "content", "<h1>second</h1>")
 	if second := servedBy("<h1>second</h1>"); second == first {
 		t.Errorf("the content version did not change: %s", second)
 	}

@@ -1,0 +1,52 @@
+package engine_test
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+)
+
+// setSpec sets spec.<field> of obj and waits until the API server keeps
+// it: a field new to a CRD's schema is dropped until that schema is served.
+func setSpec(t *testing.T, env *clustertest.Env, obj *unstructured.Unstructured, field string, value any) {
+	t.Helper()
+	eventually(t, 30*time.Second, "set spec."+field, func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return false, err
+		}
+		if err := unstructured.SetNestedField(obj.Object, value, "spec", field); err != nil {
+			return false, err
+		}
+		if env.Client.Update(ctx, obj) != nil {
+			return false, nil
+		}
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		got, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "spec", field)
+		return err == nil && reflect.DeepEqual(got, value), nil
+	})
+}
+
+// waitConfigMapData waits until the ConfigMap name in the test's namespace
+// holds every key of want.
+func waitConfigMapData(t *testing.T, env *clustertest.Env, name, what string, want map[string]string) {
+	t.Helper()
+	eventually(t, 30*time.Second, what, func(ctx context.Context) (bool, error) {
+		cm := &corev1.ConfigMap{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: name}, cm); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		for k, v := range want {
+			if cm.Data[k] != v {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}

@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -102,6 +105,19 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.StopGrace == 0 {
 		opts.StopGrace = 10 * time.Second
 	}
+	// A free port is found by binding it and letting it go; another process
+	// can take it before the component binds it. Such a lost race is retried
+	// with new ports, a few times.
+	for attempt := 1; ; attempt++ {
+		c, err := startOnce(ctx, opts)
+		if err == nil || attempt == 3 || !lostPortRace(err) {
+			return c, err
+		}
+		fmt.Fprintf(opts.Log, "a port was taken while starting (%v); retrying with other ports\n", firstLine(err))
+	}
+}
+
+func startOnce(ctx context.Context, opts Options) (*Cluster, error) {
 	ports, err := reservePorts(opts)
 	if err != nil {
 		return nil, err
@@ -128,7 +144,21 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
+// lostPortRace reports whether a start failed because a component could not
+// bind its port.
+func lostPortRace(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}
+
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
+}
+
 // reservePorts checks the requested ports and picks free ones for the rest.
+// Picked ports lie below the kernel's ephemeral range: a port from that range
+// can be taken, between this check and the component's bind, by any outgoing
+// connection on the host, and the plane makes many.
 func reservePorts(opts Options) (map[string]int, error) {
 	requested := []struct {
 		name string
@@ -149,17 +179,49 @@ func reservePorts(opts Options) (map[string]int, error) {
 		}
 	}()
 	for _, r := range requested {
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)))
-		if err != nil {
-			if r.port != 0 {
+		var l net.Listener
+		var err error
+		if r.port != 0 {
+			if l, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))); err != nil {
 				return nil, fmt.Errorf("%s: %w: 127.0.0.1:%d (%w); choose another port or stop what listens there", r.name, ErrPortInUse, r.port, err)
 			}
+		} else if l, err = listenFree(); err != nil {
 			return nil, fmt.Errorf("finding a free port for %s: %w", r.name, err)
 		}
 		held = append(held, l)
 		ports[r.name] = l.Addr().(*net.TCPAddr).Port
 	}
 	return ports, nil
+}
+
+// listenFree binds a random free port on 127.0.0.1 between 10000 and the
+// start of the ephemeral range, or any free port if none is found there.
+func listenFree() (net.Listener, error) {
+	low, high := 10000, ephemeralStart()
+	for i := 0; i < 50 && high > low; i++ {
+		port := low + rand.IntN(high-low)
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			return l, nil
+		}
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
+}
+
+// ephemeralStart returns the first port of the kernel's ephemeral range.
+func ephemeralStart() int {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768 // Linux's default
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(fields[0])
+	if err != nil {
+		return 32768
+	}
+	return n
 }
 
 func (c *Cluster) start(ctx context.Context, bins Binaries) error {

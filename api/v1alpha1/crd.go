@@ -15,6 +15,8 @@ const (
 	KindPattern = `^[A-Z][A-Za-z0-9]*$`
 	// ChildIDPattern is a CEL-friendly identifier.
 	ChildIDPattern = `^[a-z][a-zA-Z0-9_]*$`
+	// HandlerNamePattern is a DNS label.
+	HandlerNamePattern = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// VersionPattern is a Kubernetes version name: v1, v1beta2, v2alpha1.
 	VersionPattern = `^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$`
 )
@@ -89,6 +91,7 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 			"recreate":    {Type: "boolean", Description: "Delete and re-create the child when its template changes."},
 		},
 	}
+	handler := handlerSchema()
 	spec := apiextensionsv1.JSONSchemaProps{
 		Type:     "object",
 		Required: []string{"resource"},
@@ -133,6 +136,12 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 				MaxProperties:        ptr.To(int64(64)),
 				AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", MaxLength: ptr.To(int64(4096))}},
 			},
+			"handlers": {
+				Type: "array", MaxItems: ptr.To(int64(32)),
+				Items:        &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &handler},
+				XListType:    ptr.To("map"),
+				XListMapKeys: []string{"name"},
+			},
 		},
 	}
 	status := apiextensionsv1.JSONSchemaProps{
@@ -173,6 +182,94 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 				},
 			}},
 		},
+	}
+}
+
+func duration(desc string) apiextensionsv1.JSONSchemaProps {
+	d := str(desc + " A Go duration, e.g. 30s or 5m.")
+	d.MaxLength = ptr.To(int64(32))
+	return d
+}
+
+func handlerSchema() apiextensionsv1.JSONSchemaProps {
+	name := str("Names the handler in runs and idempotency keys; a DNS label.")
+	name.Pattern, name.MaxLength = HandlerNamePattern, ptr.To(int64(63))
+	on := apiextensionsv1.JSONSchemaProps{
+		Type: "array", MinItems: ptr.To(int64(1)), MaxItems: ptr.To(int64(5)),
+		Description: "Triggers: create, update, delete, resume, schedule.",
+		Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", Enum: enum(OnCreate, OnUpdate, OnDelete, OnResume, OnSchedule)}},
+		XListType:   ptr.To("set"),
+	}
+	env := apiextensionsv1.JSONSchemaProps{
+		Type: "array", MaxItems: ptr.To(int64(64)),
+		Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{
+			Type: "object", Required: []string{"name"},
+			Properties: map[string]apiextensionsv1.JSONSchemaProps{"name": str("Variable name."), "value": str("Literal value.")},
+		}},
+	}
+	return apiextensionsv1.JSONSchemaProps{
+		Type:     "object",
+		Required: []string{"name", "on"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"name":   name,
+			"on":     on,
+			"fields": strList("Update fires only when one of these dotted paths changed, e.g. spec.replicas.", 32),
+			"schedule": {
+				Type: "object",
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"every": duration("Interval between runs."),
+					"cron":  str("Cron expression, five fields, UTC."),
+				},
+			},
+			"timeout": duration("Bound of one run; defaults to 5m."),
+			"retry": {
+				Type: "object",
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"maxAttempts":  {Type: "integer", Format: "int32", Minimum: ptr.To(1.0), Maximum: ptr.To(1000.0)},
+					"initialDelay": duration("Delay after the first failure; defaults to 1s."),
+					"maxDelay":     duration("Largest delay; defaults to 5m."),
+					"factor":       {Type: "number", Minimum: ptr.To(1.0), Maximum: ptr.To(10.0)},
+					"jitter":       {Type: "number", Minimum: ptr.To(0.0), Maximum: ptr.To(1.0)},
+				},
+			},
+			"exec": {
+				Type: "object", Required: []string{"command"},
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"command":    strList("The argv; never run through a shell.", 256),
+					"env":        env,
+					"workingDir": str("Working directory."),
+				},
+			},
+			"job": {
+				Type: "object", Required: []string{"image"},
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"image":                        str("Container image."),
+					"command":                      strList("Entrypoint.", 256),
+					"args":                         strList("Arguments.", 256),
+					"env":                          env,
+					"serviceAccountName":           str("Service account of the pod."),
+					"automountServiceAccountToken": {Type: "boolean"},
+					"ttlSecondsAfterFinished":      {Type: "integer", Format: "int32", Minimum: ptr.To(0.0)},
+				},
+			},
+			"http": {
+				Type: "object", Required: []string{"url"},
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"url":      str("URL the binding context is posted to."),
+					"caBundle": str("PEM certificates to trust."),
+					"tokenSecret": {
+						Type: "object", Required: []string{"namespace", "name", "key"},
+						Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"namespace": str("Namespace of the Secret."), "name": str("Name of the Secret."), "key": str("Key of the token."),
+						},
+					},
+				},
+			},
+		},
+		XValidations: apiextensionsv1.ValidationRules{{
+			Rule:    "[has(self.exec), has(self.job), has(self.http)].filter(x, x).size() == 1",
+			Message: "a handler has exactly one of exec, job and http",
+		}},
 	}
 }
 

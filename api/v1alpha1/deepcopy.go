@@ -63,7 +63,63 @@ func (s *OperatorSpec) DeepCopy() *OperatorSpec {
 			out.Status[k] = v
 		}
 	}
+	if s.Handlers != nil {
+		out.Handlers = make([]Handler, len(s.Handlers))
+		for i := range s.Handlers {
+			out.Handlers[i] = *s.Handlers[i].DeepCopy()
+		}
+	}
 	return out
+}
+
+// DeepCopy returns a deep copy.
+func (h *Handler) DeepCopy() *Handler {
+	out := *h
+	out.On = copyStrings(h.On)
+	out.Fields = copyStrings(h.Fields)
+	out.Schedule = copyPtr(h.Schedule)
+	if h.Retry != nil {
+		r := *h.Retry
+		r.Jitter = copyPtr(h.Retry.Jitter)
+		out.Retry = &r
+	}
+	if h.Exec != nil {
+		e := *h.Exec
+		e.Command = copyStrings(h.Exec.Command)
+		e.Env = copySlice(h.Exec.Env)
+		out.Exec = &e
+	}
+	if h.Job != nil {
+		j := *h.Job
+		j.Command = copyStrings(h.Job.Command)
+		j.Args = copyStrings(h.Job.Args)
+		j.Env = copySlice(h.Job.Env)
+		j.TTLSecondsAfterFinished = copyPtr(h.Job.TTLSecondsAfterFinished)
+		out.Job = &j
+	}
+	if h.HTTP != nil {
+		a := *h.HTTP
+		a.TokenSecret = copyPtr(h.HTTP.TokenSecret)
+		out.HTTP = &a
+	}
+	return &out
+}
+
+// copyPtr copies what p points to, for types without pointers inside.
+func copyPtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// copySlice copies a slice of types without pointers inside.
+func copySlice[T any](s []T) []T {
+	if s == nil {
+		return nil
+	}
+	return append([]T(nil), s...)
 }
 
 // DeepCopy returns a deep copy.

@@ -27,6 +27,28 @@ func TestDeepCopyIsEqualAndIndependent(t *testing.T) {
 				*out.Spec.Resource.Versions[i].Served = !*out.Spec.Resource.Versions[i].Served
 			}
 		}
+		for i := range out.Spec.Handlers {
+			h := &out.Spec.Handlers[i]
+			h.On = append(h.On, "mutated")
+			if h.Exec != nil {
+				h.Exec.Command = append(h.Exec.Command, "mutated")
+				for j := range h.Exec.Env {
+					h.Exec.Env[j].Value = "mutated"
+				}
+			}
+			if h.Retry != nil && h.Retry.Jitter != nil {
+				*h.Retry.Jitter++
+			}
+			if h.Job != nil && h.Job.TTLSecondsAfterFinished != nil {
+				*h.Job.TTLSecondsAfterFinished++
+			}
+			if h.HTTP != nil && h.HTTP.TokenSecret != nil {
+				h.HTTP.TokenSecret.Key = "mutated"
+			}
+			if h.Schedule != nil {
+				h.Schedule.Cron = "mutated"
+			}
+		}
 		for k := range out.Spec.Status {
 			out.Spec.Status[k] = "mutated"
 		}

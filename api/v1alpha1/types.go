@@ -62,6 +62,10 @@ type OperatorSpec struct {
 	// template evaluated after the children are applied, for example
 	// phase: "${children.pod.status.phase}".
 	Status map[string]string `json:"status,omitempty"`
+	// Handlers are side effects run for each custom resource on create,
+	// update, delete, engine start or a schedule; each run is recorded in
+	// the run archive.
+	Handlers []Handler `json:"handlers,omitempty"`
 }
 
 // Scope of a custom resource.
@@ -132,6 +136,122 @@ type Child struct {
 	// field the API will not update (a Pod's spec). Defaults to false; opkit
 	// also recreates when the API answers that a field is immutable.
 	Recreate bool `json:"recreate,omitempty"`
+}
+
+// Triggers of a handler (Handler.On).
+const (
+	OnCreate   = "create"
+	OnUpdate   = "update"
+	OnDelete   = "delete"
+	OnResume   = "resume"
+	OnSchedule = "schedule"
+)
+
+// Handler is a side effect run for a custom resource. It has exactly one
+// executor: Exec, Job or HTTP.
+type Handler struct {
+	// Name identifies the handler in runs, status and idempotency keys. A
+	// DNS label, unique in the Operator.
+	Name string `json:"name"`
+	// On lists the triggers: create (no generation handled yet), update (a
+	// newer generation), delete (the object is being deleted; opkit holds a
+	// finalizer until the handler succeeds), resume (the engine started)
+	// and schedule (see Schedule).
+	On []string `json:"on"`
+	// Fields restricts update to changes of these fields, as dotted paths
+	// from the object's root (spec.replicas, spec.template). Defaults to
+	// any change of the spec.
+	Fields []string `json:"fields,omitempty"`
+	// Schedule is required with the schedule trigger.
+	Schedule *Schedule `json:"schedule,omitempty"`
+	// Timeout bounds one run. Defaults to 5m.
+	Timeout metav1.Duration `json:"timeout,omitzero"`
+	// Retry is how failed runs are retried. Defaults to 5 attempts, 1s
+	// initial delay doubling up to 5m, 10% jitter.
+	Retry *Retry `json:"retry,omitempty"`
+
+	// Exec runs a local command.
+	Exec *ExecAction `json:"exec,omitempty"`
+	// Job runs a Kubernetes Job per run.
+	Job *JobAction `json:"job,omitempty"`
+	// HTTP posts to a URL.
+	HTTP *HTTPAction `json:"http,omitempty"`
+}
+
+// Schedule runs a handler periodically for each object: every interval, or
+// at the times of a cron expression (five fields, UTC).
+type Schedule struct {
+	Every metav1.Duration `json:"every,omitzero"`
+	Cron  string          `json:"cron,omitempty"`
+}
+
+// Retry is the retry policy of a handler: exponential back-off per object.
+type Retry struct {
+	// MaxAttempts is the number of runs before the object is Stalled.
+	// Defaults to 5.
+	MaxAttempts int32 `json:"maxAttempts,omitempty"`
+	// InitialDelay is the delay after the first failure. Defaults to 1s.
+	InitialDelay metav1.Duration `json:"initialDelay,omitzero"`
+	// MaxDelay caps the delay. Defaults to 5m.
+	MaxDelay metav1.Duration `json:"maxDelay,omitzero"`
+	// Factor multiplies the delay after each failure. Defaults to 2.
+	Factor float64 `json:"factor,omitempty"`
+	// Jitter adds up to this fraction of the delay at random. Defaults to
+	// 0.1.
+	Jitter *float64 `json:"jitter,omitempty"`
+}
+
+// EnvVar is an environment variable with a literal value.
+type EnvVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value,omitempty"`
+}
+
+// ExecAction runs a local process of the engine's host: argv only, never a
+// shell. The binding context is its stdin, its result its stdout, its
+// stderr the run's log.
+type ExecAction struct {
+	// Command is the argv. A relative path with a slash is resolved from
+	// the directory of the definition's file.
+	Command []string `json:"command"`
+	// Env is added to a minimal environment (PATH, HOME, LANG).
+	Env []EnvVar `json:"env,omitempty"`
+	// WorkingDir defaults to the definition file's directory, or the
+	// engine's working directory for Operators read from the cluster.
+	WorkingDir string `json:"workingDir,omitempty"`
+}
+
+// JobAction runs a Kubernetes Job per run, in the custom resource's
+// namespace, with restricted pod security.
+type JobAction struct {
+	Image   string   `json:"image"`
+	Command []string `json:"command,omitempty"`
+	Args    []string `json:"args,omitempty"`
+	Env     []EnvVar `json:"env,omitempty"`
+	// ServiceAccountName is the pod's service account. Its token is mounted
+	// only with AutomountServiceAccountToken.
+	ServiceAccountName           string `json:"serviceAccountName,omitempty"`
+	AutomountServiceAccountToken bool   `json:"automountServiceAccountToken,omitempty"`
+	// TTLSecondsAfterFinished deletes the finished Job. Defaults to 3600.
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+}
+
+// HTTPAction posts the binding context to a URL; the response body is the
+// result.
+type HTTPAction struct {
+	URL string `json:"url"`
+	// CABundle is PEM certificates trusted for an https URL, in addition to
+	// the system's.
+	CABundle string `json:"caBundle,omitempty"`
+	// TokenSecret names a Secret key whose value is sent as a bearer token.
+	TokenSecret *SecretKeySelector `json:"tokenSecret,omitempty"`
+}
+
+// SecretKeySelector names one key of a Secret.
+type SecretKeySelector struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Key       string `json:"key"`
 }
 
 // OperatorStatus reports the operator's state.

@@ -3,6 +3,7 @@ package definition
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -32,6 +33,8 @@ type Definition struct {
 	Children []*Child
 	// Status fields, sorted by name.
 	Status []*StatusField
+	// Handlers in the order they are declared, which is the order they run.
+	Handlers []*Handler
 
 	src   *Source
 	typed bool // compiled with the children's schemas
@@ -163,6 +166,13 @@ func compileDefinition(src *Source, schemas SchemaResolver) (*Definition, error)
 			d.Status = append(d.Status, &StatusField{Name: name, Slot: slot, Field: field})
 		}
 	}
+	dir := ""
+	if src.File != "" {
+		if abs, err := filepath.Abs(src.File); err == nil {
+			dir = filepath.Dir(abs)
+		}
+	}
+	d.Handlers = compileHandlers(l, op.Spec.Handlers, dir)
 	for _, c := range d.Children {
 		c.schemas = childSchemas
 	}

@@ -1,0 +1,278 @@
+package definition
+
+import (
+	"crypto/x509"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+)
+
+// Handler is a compiled handler: its triggers, policies and one action.
+type Handler struct {
+	Name string
+	// On is the set of triggers.
+	On []string
+	// Fields are the dotted paths an update must touch; empty means any.
+	Fields []string
+	// Every or Cron is the schedule, for the schedule trigger.
+	Every time.Duration
+	Cron  cron.Schedule
+	// Timeout bounds one run.
+	Timeout time.Duration
+	Retry   RetryPolicy
+	// Exactly one of the actions is set. Exec's command and working
+	// directory are resolved against the definition file's directory.
+	Exec *v1alpha1.ExecAction
+	Job  *v1alpha1.JobAction
+	HTTP *v1alpha1.HTTPAction
+}
+
+// Handler defaults.
+const (
+	DefaultTimeout     = 5 * time.Minute
+	DefaultMaxAttempts = 5
+	DefaultInitial     = time.Second
+	DefaultMaxDelay    = 5 * time.Minute
+	DefaultFactor      = 2.0
+	DefaultJitter      = 0.1
+)
+
+// RetryPolicy is a defaulted retry policy.
+type RetryPolicy struct {
+	MaxAttempts int
+	Initial     time.Duration
+	Max         time.Duration
+	Factor      float64
+	Jitter      float64
+}
+
+// Delay is the wait after the failed attempt n (1-based): Initial ×
+// Factor^(n-1), capped at Max, plus up to Jitter of it at random.
+func (p RetryPolicy) Delay(n int) time.Duration {
+	d := float64(p.Initial) * math.Pow(p.Factor, float64(max(n-1, 0)))
+	d = min(d, float64(p.Max))
+	d += d * p.Jitter * rand.Float64()
+	return time.Duration(d)
+}
+
+// Fires reports whether trigger is one of the handler's.
+func (h *Handler) Fires(trigger string) bool { return slices.Contains(h.On, trigger) }
+
+// Action names the handler's executor: exec, job or http.
+func (h *Handler) Action() string {
+	switch {
+	case h.Exec != nil:
+		return "exec"
+	case h.Job != nil:
+		return "job"
+	default:
+		return "http"
+	}
+}
+
+// Next returns the first scheduled time after t.
+func (h *Handler) Next(t time.Time) time.Time {
+	if h.Cron != nil {
+		return h.Cron.Next(t.UTC())
+	}
+	return t.Add(h.Every)
+}
+
+// Touches reports whether a change of the dotted paths changed concerns the
+// handler: always without Fields, otherwise when a changed path is one of
+// Fields, lies under one, or contains one.
+func (h *Handler) Touches(changed []string) bool {
+	if len(h.Fields) == 0 {
+		return len(changed) > 0
+	}
+	for _, c := range changed {
+		for _, f := range h.Fields {
+			if c == f || strings.HasPrefix(c, f+".") || strings.HasPrefix(f, c+".") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+var (
+	handlerNameRE = regexp.MustCompile(v1alpha1.HandlerNamePattern)
+	fieldPathRE   = regexp.MustCompile(`^spec(\.[A-Za-z0-9_-]+)*$`)
+	triggers      = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule}
+	cronParser    = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+)
+
+// compileHandlers validates and defaults spec.handlers. dir is the
+// definition file's directory, or "" for the cluster.
+func compileHandlers(l *errorList, hs []v1alpha1.Handler, dir string) []*Handler {
+	var out []*Handler
+	names := map[string]bool{}
+	for i, h := range hs {
+		field := fmt.Sprintf("spec.handlers[%d]", i)
+		c := &Handler{Name: h.Name, Timeout: h.Timeout.Duration}
+		switch {
+		case h.Name == "":
+			l.add(field+".name", "required")
+		case !handlerNameRE.MatchString(h.Name) || len(h.Name) > 63:
+			l.add(field+".name", "%q is not a DNS label (lower-case letters, digits and '-', at most 63)", h.Name)
+		case names[h.Name]:
+			l.add(field+".name", "duplicate handler name %q: each handler needs its own", h.Name)
+		}
+		names[h.Name] = true
+		if len(h.On) == 0 {
+			l.add(field+".on", "required: one or more of %s", strings.Join(triggers, ", "))
+		}
+		for j, t := range h.On {
+			switch {
+			case !slices.Contains(triggers, t):
+				l.add(fmt.Sprintf("%s.on[%d]", field, j), "unknown trigger %q; expected one of %s", t, strings.Join(triggers, ", "))
+			case slices.Contains(c.On, t):
+				l.add(fmt.Sprintf("%s.on[%d]", field, j), "trigger %q is listed twice", t)
+			default:
+				c.On = append(c.On, t)
+			}
+		}
+		if len(h.Fields) > 0 && !c.Fires(v1alpha1.OnUpdate) {
+			l.add(field+".fields", "fields filters the update trigger, which this handler does not have")
+		}
+		for j, f := range h.Fields {
+			f = strings.TrimPrefix(f, ".")
+			if !fieldPathRE.MatchString(f) {
+				l.add(fmt.Sprintf("%s.fields[%d]", field, j), "%q is not a dotted path under spec, e.g. spec.replicas", h.Fields[j])
+				continue
+			}
+			c.Fields = append(c.Fields, f)
+		}
+		compileSchedule(l, field, h, c)
+		switch {
+		case c.Timeout < 0:
+			l.add(field+".timeout", "must be positive")
+		case c.Timeout > 24*time.Hour:
+			l.add(field+".timeout", "%s is longer than the 24h limit", c.Timeout)
+		case c.Timeout == 0:
+			c.Timeout = DefaultTimeout
+		}
+		c.Retry = compileRetry(l, field+".retry", h.Retry)
+		compileAction(l, field, h, c, dir)
+		out = append(out, c)
+	}
+	return out
+}
+
+func compileSchedule(l *errorList, field string, h v1alpha1.Handler, c *Handler) {
+	s := h.Schedule
+	switch {
+	case s == nil && c.Fires(v1alpha1.OnSchedule):
+		l.add(field+".schedule", "required by the schedule trigger: every or cron")
+	case s == nil:
+	case !c.Fires(v1alpha1.OnSchedule):
+		l.add(field+".schedule", "set, but the handler has no schedule trigger")
+	case (s.Every.Duration != 0) == (s.Cron != ""):
+		l.add(field+".schedule", "set exactly one of every and cron")
+	case s.Cron != "":
+		sched, err := cronParser.Parse(s.Cron)
+		if err != nil {
+			l.add(field+".schedule.cron", "%q is not a cron expression of five fields: %v", s.Cron, err)
+		}
+		c.Cron = sched
+	case s.Every.Duration < time.Second:
+		l.add(field+".schedule.every", "%s is shorter than the 1s minimum", s.Every.Duration)
+	default:
+		c.Every = s.Every.Duration
+	}
+}
+
+func compileRetry(l *errorList, field string, r *v1alpha1.Retry) RetryPolicy {
+	p := RetryPolicy{MaxAttempts: DefaultMaxAttempts, Initial: DefaultInitial, Max: DefaultMaxDelay, Factor: DefaultFactor, Jitter: DefaultJitter}
+	if r == nil {
+		return p
+	}
+	if r.MaxAttempts < 0 {
+		l.add(field+".maxAttempts", "must be at least 1")
+	} else if r.MaxAttempts > 0 {
+		p.MaxAttempts = int(r.MaxAttempts)
+	}
+	if d := r.InitialDelay.Duration; d < 0 {
+		l.add(field+".initialDelay", "must be positive")
+	} else if d > 0 {
+		p.Initial = d
+	}
+	if d := r.MaxDelay.Duration; d < 0 {
+		l.add(field+".maxDelay", "must be positive")
+	} else if d > 0 {
+		p.Max = d
+	}
+	if p.Max < p.Initial {
+		l.add(field+".maxDelay", "%s is shorter than initialDelay %s", p.Max, p.Initial)
+	}
+	if r.Factor != 0 && (r.Factor < 1 || r.Factor > 10) {
+		l.add(field+".factor", "%g is outside 1 to 10", r.Factor)
+	} else if r.Factor != 0 {
+		p.Factor = r.Factor
+	}
+	if r.Jitter != nil && (*r.Jitter < 0 || *r.Jitter > 1) {
+		l.add(field+".jitter", "%g is outside 0 to 1", *r.Jitter)
+	} else if r.Jitter != nil {
+		p.Jitter = *r.Jitter
+	}
+	return p
+}
+
+func compileAction(l *errorList, field string, h v1alpha1.Handler, c *Handler, dir string) {
+	n := 0
+	for _, set := range []bool{h.Exec != nil, h.Job != nil, h.HTTP != nil} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		l.add(field, "a handler has exactly one of exec, job and http; this one has %d", n)
+		return
+	}
+	switch {
+	case h.Exec != nil:
+		e := *h.DeepCopy().Exec
+		if len(e.Command) == 0 || e.Command[0] == "" {
+			l.add(field+".exec.command", "required: the program and its arguments")
+			return
+		}
+		// A relative program path with a slash, and a relative working
+		// directory, are relative to the definition's file.
+		if dir != "" && strings.Contains(e.Command[0], "/") && !filepath.IsAbs(e.Command[0]) {
+			e.Command[0] = filepath.Join(dir, e.Command[0])
+		}
+		if dir != "" && !filepath.IsAbs(e.WorkingDir) {
+			e.WorkingDir = filepath.Join(dir, e.WorkingDir)
+		}
+		for j, v := range e.Env {
+			if v.Name == "" || strings.ContainsAny(v.Name, "=\x00") {
+				l.add(fmt.Sprintf("%s.exec.env[%d].name", field, j), "%q is not an environment variable name", v.Name)
+			}
+		}
+		c.Exec = &e
+	case h.Job != nil:
+		if h.Job.Image == "" {
+			l.add(field+".job.image", "required")
+		}
+		c.Job = h.DeepCopy().Job
+	default:
+		u, err := url.Parse(h.HTTP.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			l.add(field+".http.url", "%q is not an http or https URL", h.HTTP.URL)
+		}
+		if h.HTTP.CABundle != "" && !x509.NewCertPool().AppendCertsFromPEM([]byte(h.HTTP.CABundle)) {
+			l.add(field+".http.caBundle", "holds no PEM certificate")
+		}
+		c.HTTP = h.DeepCopy().HTTP
+	}
+}

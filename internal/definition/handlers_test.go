@@ -1,0 +1,158 @@
+package definition
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHandlersCompileWithDefaults(t *testing.T) {
+	d, err := compileFile(t, "ops/app.yaml", base+`  handlers:
+  - name: announce
+    on: [create, update]
+    fields: [spec.image, .spec.replicas]
+    exec:
+      command: [./hooks/announce.sh, --loud]
+      env: [{name: GREETING, value: hi}]
+  - name: backup
+    on: [schedule]
+    schedule: {cron: "*/5 * * * *"}
+    timeout: 30s
+    retry: {maxAttempts: 3, initialDelay: 2s, maxDelay: 10s, factor: 3, jitter: 0}
+    job: {image: busybox:1.36, command: [sh, -c, "echo hi"]}
+  - name: notify
+    on: [delete]
+    http: {url: "https://hooks.example.com/notify"}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Handlers) != 3 {
+		t.Fatalf("%d handlers, want 3", len(d.Handlers))
+	}
+	announce, backup, notify := d.Handlers[0], d.Handlers[1], d.Handlers[2]
+	dir, _ := filepath.Abs("ops")
+	if got := announce.Exec.Command[0]; got != filepath.Join(dir, "hooks/announce.sh") {
+		t.Errorf("command resolved to %q, want it under %s", got, dir)
+	}
+	if announce.Exec.WorkingDir != dir {
+		t.Errorf("working dir %q, want %q", announce.Exec.WorkingDir, dir)
+	}
+	if announce.Timeout != DefaultTimeout || announce.Retry.MaxAttempts != DefaultMaxAttempts || announce.Action() != "exec" {
+		t.Errorf("announce defaults: %+v", announce)
+	}
+	if strings.Join(announce.Fields, ",") != "spec.image,spec.replicas" {
+		t.Errorf("fields %v", announce.Fields)
+	}
+	if backup.Timeout != 30*time.Second || backup.Retry != (RetryPolicy{MaxAttempts: 3, Initial: 2 * time.Second, Max: 10 * time.Second, Factor: 3, Jitter: 0}) {
+		t.Errorf("backup policy: %+v %+v", backup.Timeout, backup.Retry)
+	}
+	from := time.Date(2026, 1, 1, 10, 2, 0, 0, time.UTC)
+	if next := backup.Next(from); !next.Equal(time.Date(2026, 1, 1, 10, 5, 0, 0, time.UTC)) {
+		t.Errorf("next run after %s: %s", from, next)
+	}
+	if notify.Action() != "http" || !notify.Fires("delete") || notify.Fires("update") {
+		t.Errorf("notify: %+v", notify)
+	}
+}
+
+func TestRetryDelaysGrowAndAreCapped(t *testing.T) {
+	p := RetryPolicy{MaxAttempts: 10, Initial: time.Second, Max: 10 * time.Second, Factor: 2, Jitter: 0}
+	var got []time.Duration
+	for n := 1; n <= 6; n++ {
+		got = append(got, p.Delay(n))
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("delays %v, want %v", got, want)
+		}
+	}
+	p.Jitter = 0.5
+	for range 100 {
+		if d := p.Delay(2); d < 2*time.Second || d > 3*time.Second {
+			t.Fatalf("delay with 50%% jitter %s, want within [2s, 3s]", d)
+		}
+	}
+}
+
+func TestFieldsFilterMatchesPathsAboveAndBelow(t *testing.T) {
+	h := &Handler{Fields: []string{"spec.template.image"}}
+	for _, c := range []struct {
+		changed []string
+		want    bool
+	}{
+		{[]string{"spec.template.image"}, true},
+		{[]string{"spec.template"}, true},                  // the whole template was replaced
+		{[]string{"spec.template.image.tag"}, true},        // a field below
+		{[]string{"spec.template.imagePullPolicy"}, false}, // a sibling that shares a prefix
+		{[]string{"spec.replicas"}, false},
+		{nil, false},
+	} {
+		if got := h.Touches(c.changed); got != c.want {
+			t.Errorf("Touches(%v) = %v, want %v", c.changed, got, c.want)
+		}
+	}
+	if !(&Handler{}).Touches([]string{"spec.anything"}) {
+		t.Error("a handler without fields should fire on any change")
+	}
+}
+
+func TestInvalidHandlersNameEachProblem(t *testing.T) {
+	_, err := compileFile(t, "app.yaml", base+`  handlers:
+  - name: Bad_Name
+    on: [create, explode, create]
+    exec: {command: [echo]}
+  - name: two
+    on: [create]
+    exec: {command: [echo]}
+    http: {url: "https://x.example.com"}
+  - name: sched
+    on: [schedule]
+    schedule: {cron: "every tuesday"}
+    exec: {command: [echo]}
+  - name: fields
+    on: [create]
+    fields: [metadata.labels]
+    timeout: 48h
+    retry: {maxAttempts: -1, initialDelay: 10s, maxDelay: 1s, factor: 20}
+    http: {url: "ftp://x", caBundle: "not pem"}
+  - name: sched
+    on: [update]
+    schedule: {every: 1s}
+    exec: {command: [""]}
+`)
+	var errs Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("error %v is not Errors", err)
+	}
+	for _, want := range []string{
+		`spec.handlers[0].name: "Bad_Name" is not a DNS label`,
+		`spec.handlers[0].on[1]: unknown trigger "explode"`,
+		`spec.handlers[0].on[2]: trigger "create" is listed twice`,
+		`spec.handlers[1]: a handler has exactly one of exec, job and http; this one has 2`,
+		`spec.handlers[2].schedule.cron: "every tuesday" is not a cron expression`,
+		`spec.handlers[3].fields: fields filters the update trigger`,
+		`spec.handlers[3].fields[0]: "metadata.labels" is not a dotted path under spec`,
+		`spec.handlers[3].timeout: 48h0m0s is longer than the 24h limit`,
+		`spec.handlers[3].retry.maxAttempts: must be at least 1`,
+		`spec.handlers[3].retry.maxDelay: 1s is shorter than initialDelay 10s`,
+		`spec.handlers[3].retry.factor: 20 is outside 1 to 10`,
+		`spec.handlers[3].http.url: "ftp://x" is not an http or https URL`,
+		`spec.handlers[3].http.caBundle: holds no PEM certificate`,
+		`spec.handlers[4].name: duplicate handler name "sched"`,
+		`spec.handlers[4].schedule: set, but the handler has no schedule trigger`,
+		`spec.handlers[4].exec.command: required`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("errors lack %q:\n%v", want, err)
+		}
+	}
+	for _, e := range errs {
+		if e.Line == 0 {
+			t.Errorf("%s: no line", e)
+		}
+	}
+}

@@ -1,0 +1,231 @@
+// Package archive keeps the record of every handler run: what triggered it,
+// the change that caused it, its attempt, outcome, error and logs, so that a
+// failure can be found and understood after the fact.
+//
+// A [Store] holds [Run] records and their logs. [OpenSQLite] is the
+// embedded store: one file, WAL mode, a pure-Go driver. Every Store passes
+// the conformance suite in archive/archivetest.
+//
+// Contracts of every Store:
+//   - Run ids ([NewID]) sort by start time; [Store.List] returns newest
+//     first, a page at a time, with an opaque cursor for the next page.
+//   - Logs are capped per run ([Options.LogLimit]); what goes past the cap
+//     is dropped and the run is marked LogTruncated.
+//   - A run still Running when its engine stopped is ended by
+//     [Store.CancelRunning] as Cancelled.
+//   - Retention ([Store.Prune]) deletes finished runs by age and count,
+//     with their logs; running runs are never pruned.
+//   - The archive stores what it is given: the engine never gives it the
+//     binding context or values from Secrets.
+package archive
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+)
+
+// Outcome is how a run ended.
+type Outcome string
+
+// Outcomes. A Failed run is retried (NextRetryAt says when); GaveUp is a
+// failed run after which no retry comes: the last attempt, or a permanent
+// error.
+const (
+	Running   Outcome = "Running"
+	Succeeded Outcome = "Succeeded"
+	Failed    Outcome = "Failed"
+	GaveUp    Outcome = "GaveUp"
+	Cancelled Outcome = "Cancelled"
+)
+
+// Failure reports whether the outcome is a failure (Failed or GaveUp).
+func (o Outcome) Failure() bool { return o == Failed || o == GaveUp }
+
+// Change is one changed field between the last handled spec and the
+// current one.
+type Change struct {
+	// Op is add, remove or change.
+	Op string `json:"op"`
+	// Path is the dotted path, e.g. spec.replicas.
+	Path string `json:"path"`
+	Old  any    `json:"old,omitempty"`
+	New  any    `json:"new,omitempty"`
+}
+
+// Run is one execution of one handler for one object.
+type Run struct {
+	ID       string `json:"id"`
+	Operator string `json:"operator"`
+	Handler  string `json:"handler"`
+	// Action is the executor: exec, job or http.
+	Action string `json:"action"`
+	// Trigger is create, update, delete, resume or schedule.
+	Trigger    string `json:"trigger"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name"`
+	UID        string `json:"uid"`
+	Generation int64  `json:"generation"`
+	// Key is the idempotency key, <uid>/<generation>/<handler>.
+	Key     string   `json:"key"`
+	Attempt int      `json:"attempt"`
+	Diff    []Change `json:"diff,omitempty"`
+
+	StartedAt  time.Time `json:"startedAt"`
+	FinishedAt time.Time `json:"finishedAt,omitzero"`
+	Outcome    Outcome   `json:"outcome"`
+	Error      string    `json:"error,omitempty"`
+	// NextRetryAt is when a Failed run is tried again.
+	NextRetryAt time.Time `json:"nextRetryAt,omitzero"`
+	// Writes are the API writes the result made (a status patch, events).
+	Writes []string `json:"writes,omitempty"`
+
+	LogBytes     int64 `json:"logBytes"`
+	LogTruncated bool  `json:"logTruncated,omitempty"`
+}
+
+// Object returns namespace/name, or the name of a cluster-scoped object.
+func (r *Run) Object() string {
+	if r.Namespace == "" {
+		return r.Name
+	}
+	return r.Namespace + "/" + r.Name
+}
+
+// Query selects runs. Zero fields do not filter.
+type Query struct {
+	Operator  string
+	Handler   string
+	Namespace string
+	Name      string
+	UID       string
+	Outcome   Outcome
+	// Failed selects Failed and GaveUp runs.
+	Failed bool
+	// Since and Until bound the start time.
+	Since, Until time.Time
+	// Limit is the page size: defaults to 50, at most 1000.
+	Limit int
+	// Cursor is Page.Next of the previous page.
+	Cursor string
+}
+
+// Page is one page of runs, newest first.
+type Page struct {
+	Runs []Run `json:"runs"`
+	// Next is the cursor of the next page; empty on the last.
+	Next string `json:"next,omitempty"`
+}
+
+// Retention bounds what Prune keeps. Zero fields do not bound.
+type Retention struct {
+	MaxAge  time.Duration
+	MaxRuns int
+}
+
+// Options configures a store.
+type Options struct {
+	// LogLimit caps the logs kept per run. Defaults to 1 MiB.
+	LogLimit int64
+}
+
+// DefaultLogLimit is the default per-run log cap.
+const DefaultLogLimit = 1 << 20
+
+// ErrNotFound is returned for an unknown run id.
+var ErrNotFound = errors.New("run not found")
+
+// Store is a run archive. Its methods are safe for concurrent use.
+type Store interface {
+	// Insert records a new run. r.ID must be set (NewID).
+	Insert(ctx context.Context, r *Run) error
+	// Finish records how a run ended: FinishedAt, Outcome, Error,
+	// NextRetryAt and Writes.
+	Finish(ctx context.Context, r *Run) error
+	// AppendLog adds to a run's log, up to the cap.
+	AppendLog(ctx context.Context, id string, p []byte) error
+	// Get returns one run, or ErrNotFound.
+	Get(ctx context.Context, id string) (*Run, error)
+	// Logs returns a run's log from byte offset on, and whether it was
+	// truncated. An unknown run is ErrNotFound.
+	Logs(ctx context.Context, id string, offset int64) ([]byte, bool, error)
+	// List returns the runs q selects, newest first.
+	List(ctx context.Context, q Query) (*Page, error)
+	// Succeeded reports whether a run with this idempotency key succeeded.
+	Succeeded(ctx context.Context, key string) (bool, error)
+	// CancelRunning ends every Running run as Cancelled with reason, and
+	// returns how many.
+	CancelRunning(ctx context.Context, reason string) (int, error)
+	// Prune deletes finished runs beyond the retention, and returns how
+	// many.
+	Prune(ctx context.Context, keep Retention) (int, error)
+	Close() error
+}
+
+// crockford is Crockford's base32 alphabet, lower-cased: sortable and
+// without ambiguous letters.
+const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
+
+// NewID returns a run id for a run started at t: 10 characters of
+// milliseconds since the epoch, then 8 random ones. Ids sort by start time.
+func NewID(t time.Time) string {
+	return idPrefix(t) + randomSuffix()
+}
+
+func idPrefix(t time.Time) string {
+	ms := uint64(max(t.UnixMilli(), 0))
+	var b [10]byte
+	for i := 9; i >= 0; i-- {
+		b[i] = crockford[ms&31]
+		ms >>= 5
+	}
+	return string(b[:])
+}
+
+func randomSuffix() string {
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	for i := range r {
+		r[i] = crockford[r[i]&31]
+	}
+	return string(r[:])
+}
+
+// ValidID reports whether s has the form of a run id.
+func ValidID(s string) bool {
+	if len(s) != 18 {
+		return false
+	}
+	for _, c := range s {
+		if !strings.ContainsRune(crockford, c) {
+			return false
+		}
+	}
+	return true
+}
+
+// TimeOfID returns the start time encoded in a run id, to the millisecond.
+func TimeOfID(id string) (time.Time, bool) {
+	if !ValidID(id) {
+		return time.Time{}, false
+	}
+	var ms uint64
+	for _, c := range id[:10] {
+		ms = ms<<5 | uint64(strings.IndexRune(crockford, c))
+	}
+	return time.UnixMilli(int64(ms)), true
+}
+
+func marshal(v any) string {
+	if v == nil {
+		return ""
+	}
+	data, _ := json.Marshal(v)
+	if string(data) == "null" {
+		return ""
+	}
+	return string(data)
+}

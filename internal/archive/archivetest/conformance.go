@@ -1,0 +1,398 @@
+// Package archivetest is the conformance suite every archive.Store must
+// pass. A store's own tests call Run with a function that opens an empty
+// store.
+package archivetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+)
+
+// Open returns a new, empty store with the given options. The suite closes
+// it.
+type Open func(t *testing.T, opts archive.Options) archive.Store
+
+// Run runs the conformance suite.
+func Run(t *testing.T, open Open) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, open Open)
+	}{
+		{"RunsRoundTrip", runsRoundTrip},
+		{"FinishUnknownRun", finishUnknownRun},
+		{"LogsAppendReadAndCap", logsAppendReadAndCap},
+		{"ListFiltersAndPages", listFiltersAndPages},
+		{"ListTimeBounds", listTimeBounds},
+		{"ListRejectsForeignCursor", listRejectsForeignCursor},
+		{"SucceededByKey", succeededByKey},
+		{"CancelRunning", cancelRunning},
+		{"PruneByAgeAndCount", pruneByAgeAndCount},
+		{"ConcurrentWriters", concurrentWriters},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
+	}
+}
+
+func openStore(t *testing.T, open Open, opts archive.Options) archive.Store {
+	s := open(t, opts)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// newRun returns a Running run started at t.
+func newRun(t time.Time, op, ns, name, handler string) *archive.Run {
+	uid := "uid-" + ns + "-" + name
+	return &archive.Run{
+		ID: archive.NewID(t), Operator: op, Handler: handler, Action: "exec", Trigger: "update",
+		Namespace: ns, Name: name, UID: uid, Generation: 2, Key: uid + "/2/" + handler, Attempt: 1,
+		StartedAt: t.UTC(),
+	}
+}
+
+func insert(t *testing.T, s archive.Store, r *archive.Run) {
+	t.Helper()
+	if err := s.Insert(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func finish(t *testing.T, s archive.Store, r *archive.Run, o archive.Outcome) {
+	t.Helper()
+	r.Outcome, r.FinishedAt = o, r.StartedAt.Add(time.Second)
+	if o.Failure() {
+		r.Error = "exit status 1"
+	}
+	if err := s.Finish(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func runsRoundTrip(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	ctx := context.Background()
+	start := time.Now().UTC().Truncate(time.Microsecond)
+	r := newRun(start, "printer", "default", "hello", "announce")
+	r.Diff = []archive.Change{{Op: "change", Path: "spec.text", Old: "a", New: "b"}, {Op: "add", Path: "spec.color", New: "red"}}
+	insert(t, s, r)
+	got, err := s.Get(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Outcome != archive.Running || !got.FinishedAt.IsZero() {
+		t.Errorf("new run: outcome %q finished %v, want Running and not finished", got.Outcome, got.FinishedAt)
+	}
+	r.Outcome = archive.Running
+	if !reflect.DeepEqual(got, r) {
+		t.Errorf("read back\n%+v\nwant\n%+v", got, r)
+	}
+	r.Outcome, r.FinishedAt, r.Error = archive.Failed, start.Add(2*time.Second), "exit status 75: temporary"
+	r.NextRetryAt = start.Add(10 * time.Second)
+	r.Writes = []string{"status patch", "event Normal Announced"}
+	if err := s.Finish(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ = s.Get(ctx, r.ID); !reflect.DeepEqual(got, r) {
+		t.Errorf("after Finish\n%+v\nwant\n%+v", got, r)
+	}
+	if _, err := s.Get(ctx, archive.NewID(start)); !errors.Is(err, archive.ErrNotFound) {
+		t.Errorf("Get of an unknown id: %v, want ErrNotFound", err)
+	}
+	if err := s.Insert(ctx, &archive.Run{ID: "not-an-id"}); err == nil {
+		t.Error("Insert accepted a malformed id")
+	}
+}
+
+func finishUnknownRun(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	r := newRun(time.Now(), "op", "ns", "n", "h")
+	r.Outcome = archive.Succeeded
+	if err := s.Finish(context.Background(), r); !errors.Is(err, archive.ErrNotFound) {
+		t.Errorf("Finish of an unknown run: %v, want ErrNotFound", err)
+	}
+	if err := s.AppendLog(context.Background(), r.ID, []byte("x")); !errors.Is(err, archive.ErrNotFound) {
+		t.Errorf("AppendLog of an unknown run: %v, want ErrNotFound", err)
+	}
+	if _, _, err := s.Logs(context.Background(), r.ID, 0); !errors.Is(err, archive.ErrNotFound) {
+		t.Errorf("Logs of an unknown run: %v, want ErrNotFound", err)
+	}
+}
+
+func logsAppendReadAndCap(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{LogLimit: 100})
+	ctx := context.Background()
+	r := newRun(time.Now(), "op", "ns", "n", "h")
+	insert(t, s, r)
+	chunks := [][]byte{[]byte("line one\n"), []byte("line two\n"), bytes.Repeat([]byte("x"), 50)}
+	var want []byte
+	for _, c := range chunks {
+		if err := s.AppendLog(ctx, r.ID, c); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, c...)
+	}
+	got, truncated, err := s.Logs(ctx, r.ID, 0)
+	if err != nil || truncated || !bytes.Equal(got, want) {
+		t.Fatalf("Logs = %q, %v, %v; want %q, not truncated", got, truncated, err, want)
+	}
+	// From an offset inside a chunk.
+	if got, _, _ := s.Logs(ctx, r.ID, 13); !bytes.Equal(got, want[13:]) {
+		t.Errorf("Logs from 13 = %q, want %q", got, want[13:])
+	}
+	// Past the cap: kept up to it, then marked truncated; later writes are dropped.
+	if err := s.AppendLog(ctx, r.ID, bytes.Repeat([]byte("y"), 80)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendLog(ctx, r.ID, []byte("after the cap")); err != nil {
+		t.Fatal(err)
+	}
+	got, truncated, _ = s.Logs(ctx, r.ID, 0)
+	if len(got) != 100 || !truncated || !bytes.Equal(got[:len(want)], want) {
+		t.Errorf("capped log: %d bytes, truncated %v; want 100 bytes starting with the first writes, truncated", len(got), truncated)
+	}
+	run, _ := s.Get(ctx, r.ID)
+	if run.LogBytes != 100 || !run.LogTruncated {
+		t.Errorf("run says %d log bytes, truncated %v; want 100, true", run.LogBytes, run.LogTruncated)
+	}
+	if got, _, _ := s.Logs(ctx, r.ID, 100); len(got) != 0 {
+		t.Errorf("Logs from the end = %q, want nothing", got)
+	}
+}
+
+func listFiltersAndPages(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	ctx := context.Background()
+	base := time.Now().Add(-time.Hour)
+	var all []*archive.Run
+	for i := range 30 {
+		op, handler := "printer", "announce"
+		if i%3 == 0 {
+			op = "website"
+		}
+		if i%2 == 0 {
+			handler = "cleanup"
+		}
+		r := newRun(base.Add(time.Duration(i)*time.Second), op, "ns", fmt.Sprintf("obj-%d", i%5), handler)
+		insert(t, s, r)
+		switch {
+		case i%7 == 0:
+			finish(t, s, r, archive.GaveUp)
+		case i%4 == 0:
+			finish(t, s, r, archive.Failed)
+		case i != 29:
+			finish(t, s, r, archive.Succeeded)
+		}
+		all = append(all, r)
+	}
+	want := func(pred func(r *archive.Run) bool) []string {
+		var ids []string
+		for i := len(all) - 1; i >= 0; i-- {
+			if pred(all[i]) {
+				ids = append(ids, all[i].ID)
+			}
+		}
+		return ids
+	}
+	for _, c := range []struct {
+		name string
+		q    archive.Query
+		pred func(r *archive.Run) bool
+	}{
+		{"all", archive.Query{}, func(*archive.Run) bool { return true }},
+		{"operator", archive.Query{Operator: "website"}, func(r *archive.Run) bool { return r.Operator == "website" }},
+		{"object", archive.Query{Namespace: "ns", Name: "obj-2"}, func(r *archive.Run) bool { return r.Name == "obj-2" }},
+		{"uid", archive.Query{UID: "uid-ns-obj-3"}, func(r *archive.Run) bool { return r.UID == "uid-ns-obj-3" }},
+		{"handler", archive.Query{Handler: "cleanup"}, func(r *archive.Run) bool { return r.Handler == "cleanup" }},
+		{"failed", archive.Query{Failed: true}, func(r *archive.Run) bool { return r.Outcome.Failure() }},
+		{"outcome", archive.Query{Outcome: archive.Running}, func(r *archive.Run) bool { return r.Outcome == archive.Running }},
+		{"combined", archive.Query{Operator: "printer", Failed: true}, func(r *archive.Run) bool { return r.Operator == "printer" && r.Outcome.Failure() }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, limit := range []int{4, 1000} {
+				var got []string
+				q := c.q
+				q.Limit = limit
+				for pages := 0; ; pages++ {
+					if pages > 40 {
+						t.Fatal("paging does not end")
+					}
+					page, err := s.List(ctx, q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(page.Runs) > limit {
+						t.Fatalf("page of %d runs, limit %d", len(page.Runs), limit)
+					}
+					for _, r := range page.Runs {
+						got = append(got, r.ID)
+					}
+					if page.Next == "" {
+						break
+					}
+					q.Cursor = page.Next
+				}
+				if w := want(c.pred); !reflect.DeepEqual(got, w) {
+					t.Errorf("limit %d: got %d runs %v\nwant %d %v", limit, len(got), got, len(w), w)
+				}
+			}
+		})
+	}
+}
+
+func listTimeBounds(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	var ids []string
+	for i := range 10 {
+		r := newRun(base.Add(time.Duration(i)*time.Minute), "op", "ns", "n", "h")
+		insert(t, s, r)
+		ids = append(ids, r.ID)
+	}
+	page, err := s.List(context.Background(), archive.Query{Since: base.Add(3 * time.Minute), Until: base.Add(6 * time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range page.Runs {
+		got = append(got, r.ID)
+	}
+	if want := []string{ids[5], ids[4], ids[3]}; !reflect.DeepEqual(got, want) {
+		t.Errorf("runs started in [3m, 6m): %v, want %v", got, want)
+	}
+}
+
+func listRejectsForeignCursor(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	if _, err := s.List(context.Background(), archive.Query{Cursor: "'; DROP TABLE runs; --"}); err == nil {
+		t.Error("List accepted a cursor it did not return")
+	}
+}
+
+func succeededByKey(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	ctx := context.Background()
+	r1 := newRun(time.Now(), "op", "ns", "n", "h")
+	insert(t, s, r1)
+	finish(t, s, r1, archive.Failed)
+	if ok, err := s.Succeeded(ctx, r1.Key); err != nil || ok {
+		t.Errorf("after a failed run: Succeeded = %v, %v; want false", ok, err)
+	}
+	r2 := newRun(time.Now(), "op", "ns", "n", "h")
+	r2.Attempt = 2
+	insert(t, s, r2)
+	finish(t, s, r2, archive.Succeeded)
+	if ok, err := s.Succeeded(ctx, r1.Key); err != nil || !ok {
+		t.Errorf("after a succeeded run: Succeeded = %v, %v; want true", ok, err)
+	}
+	if ok, _ := s.Succeeded(ctx, "other/1/h"); ok {
+		t.Error("Succeeded is true for a key never run")
+	}
+}
+
+func cancelRunning(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	ctx := context.Background()
+	running := newRun(time.Now(), "op", "ns", "a", "h")
+	done := newRun(time.Now(), "op", "ns", "b", "h")
+	insert(t, s, running)
+	insert(t, s, done)
+	finish(t, s, done, archive.Succeeded)
+	n, err := s.CancelRunning(ctx, "the engine stopped during the run")
+	if err != nil || n != 1 {
+		t.Fatalf("CancelRunning = %d, %v; want 1", n, err)
+	}
+	got, _ := s.Get(ctx, running.ID)
+	if got.Outcome != archive.Cancelled || got.Error != "the engine stopped during the run" || got.FinishedAt.IsZero() {
+		t.Errorf("interrupted run: %+v", got)
+	}
+	if got, _ := s.Get(ctx, done.ID); got.Outcome != archive.Succeeded {
+		t.Errorf("finished run became %s", got.Outcome)
+	}
+}
+
+func pruneByAgeAndCount(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	ctx := context.Background()
+	now := time.Now()
+	var runs []*archive.Run
+	for i := range 10 {
+		// Runs 0-4 are two days old, 5-9 recent; run 0 is still running.
+		age := time.Duration(10-i) * time.Minute
+		if i < 5 {
+			age += 48 * time.Hour
+		}
+		r := newRun(now.Add(-age), "op", "ns", "n", "h")
+		insert(t, s, r)
+		if err := s.AppendLog(ctx, r.ID, []byte("log")); err != nil {
+			t.Fatal(err)
+		}
+		if i != 0 {
+			finish(t, s, r, archive.Succeeded)
+		}
+		runs = append(runs, r)
+	}
+	n, err := s.Prune(ctx, archive.Retention{MaxAge: 24 * time.Hour})
+	if err != nil || n != 4 {
+		t.Fatalf("Prune by age = %d, %v; want 4 (the old finished runs)", n, err)
+	}
+	if _, err := s.Get(ctx, runs[0].ID); err != nil {
+		t.Errorf("the running run was pruned: %v", err)
+	}
+	if _, _, err := s.Logs(ctx, runs[1].ID, 0); !errors.Is(err, archive.ErrNotFound) {
+		t.Errorf("a pruned run's log is still there: %v", err)
+	}
+	n, err = s.Prune(ctx, archive.Retention{MaxRuns: 3})
+	if err != nil || n != 2 {
+		t.Fatalf("Prune to 3 runs = %d, %v; want 2", n, err)
+	}
+	page, _ := s.List(ctx, archive.Query{})
+	var got []string
+	for _, r := range page.Runs {
+		got = append(got, r.ID)
+	}
+	if want := []string{runs[9].ID, runs[8].ID, runs[7].ID, runs[0].ID}; !reflect.DeepEqual(got, want) {
+		t.Errorf("kept %v, want the 3 newest and the running one %v", got, want)
+	}
+}
+
+func concurrentWriters(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8*25)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 25 {
+				r := newRun(time.Now(), "op", "ns", fmt.Sprintf("w%d", w), "h")
+				if err := s.Insert(ctx, r); err != nil {
+					errs <- err
+					continue
+				}
+				if err := s.AppendLog(ctx, r.ID, []byte(fmt.Sprintf("run %d\n", i))); err != nil {
+					errs <- err
+				}
+				r.Outcome, r.FinishedAt = archive.Succeeded, time.Now()
+				if err := s.Finish(ctx, r); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	page, err := s.List(ctx, archive.Query{Outcome: archive.Succeeded, Limit: 1000})
+	if err != nil || len(page.Runs) != 200 {
+		t.Errorf("%d succeeded runs (%v), want 200", len(page.Runs), err)
+	}
+}

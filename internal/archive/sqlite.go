@@ -1,0 +1,388 @@
+package archive
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver; pure Go, no cgo
+)
+
+// migrations are applied in order, each once; the database records how many
+// it has had. Append, never edit.
+var migrations = []string{
+	`CREATE TABLE runs (
+		id            TEXT PRIMARY KEY,
+		operator      TEXT NOT NULL,
+		handler       TEXT NOT NULL,
+		action        TEXT NOT NULL,
+		trigger_name  TEXT NOT NULL,
+		namespace     TEXT NOT NULL,
+		name          TEXT NOT NULL,
+		uid           TEXT NOT NULL,
+		generation    INTEGER NOT NULL,
+		idem_key      TEXT NOT NULL,
+		attempt       INTEGER NOT NULL,
+		diff          TEXT NOT NULL,
+		started_at    INTEGER NOT NULL,
+		finished_at   INTEGER NOT NULL,
+		outcome       TEXT NOT NULL,
+		failed        INTEGER NOT NULL,
+		error         TEXT NOT NULL,
+		next_retry_at INTEGER NOT NULL,
+		writes        TEXT NOT NULL,
+		log_bytes     INTEGER NOT NULL DEFAULT 0,
+		log_truncated INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX runs_operator ON runs (operator, id);
+	CREATE INDEX runs_object ON runs (namespace, name, id);
+	CREATE INDEX runs_uid ON runs (uid, id);
+	CREATE INDEX runs_failed ON runs (failed, id);
+	CREATE INDEX runs_outcome ON runs (outcome, id);
+	CREATE INDEX runs_key ON runs (idem_key, outcome);
+	CREATE TABLE logs (
+		run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+		pos    INTEGER NOT NULL,
+		data   BLOB NOT NULL,
+		PRIMARY KEY (run_id, pos)
+	);`,
+}
+
+// SQLite is the embedded Store: one database file in WAL mode.
+type SQLite struct {
+	db       *sql.DB
+	logLimit int64
+}
+
+var _ Store = &SQLite{}
+
+// OpenSQLite opens (creating it and its directory if needed) the archive at
+// path and brings its schema up to date.
+func OpenSQLite(ctx context.Context, path string, opts Options) (*SQLite, error) {
+	if opts.LogLimit == 0 {
+		opts.LogLimit = DefaultLogLimit
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("archive: %w", err)
+	}
+	q := url.Values{}
+	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "synchronous(NORMAL)", "foreign_keys(ON)"} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate") // writers queue at BEGIN instead of failing at COMMIT
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("archive %s: %w", path, err)
+	}
+	s := &SQLite{db: db, logLimit: opts.LogLimit}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("archive %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func (s *SQLite) migrate(ctx context.Context) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var version int
+	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return err
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("schema version %d is newer than this opkit knows (%d); use a newer opkit", version, len(migrations))
+	}
+	for i := version; i < len(migrations); i++ {
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, len(migrations))); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Close closes the database.
+func (s *SQLite) Close() error { return s.db.Close() }
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// Insert records a new run.
+func (s *SQLite) Insert(ctx context.Context, r *Run) error {
+	if !ValidID(r.ID) {
+		return fmt.Errorf("archive: run id %q is not one of NewID", r.ID)
+	}
+	if r.Outcome == "" {
+		r.Outcome = Running
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO runs (id, operator, handler, action, trigger_name, namespace, name, uid, generation,
+		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.Namespace, r.Name, r.UID, r.Generation,
+		r.Key, r.Attempt, marshal(r.Diff), nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error,
+		nanos(r.NextRetryAt), marshal(r.Writes))
+	if err != nil {
+		return fmt.Errorf("archive: recording run %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// Finish records how a run ended.
+func (s *SQLite) Finish(ctx context.Context, r *Run) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE runs SET finished_at = ?, outcome = ?, failed = ?, error = ?, next_retry_at = ?, writes = ? WHERE id = ?`,
+		nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.ID)
+	if err != nil {
+		return fmt.Errorf("archive: finishing run %s: %w", r.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("archive: finishing run %s: %w", r.ID, ErrNotFound)
+	}
+	return nil
+}
+
+// AppendLog adds p to the run's log, up to the cap.
+func (s *SQLite) AppendLog(ctx context.Context, id string, p []byte) error {
+	if len(p) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("archive: log of run %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	var size int64
+	var truncated bool
+	err = tx.QueryRowContext(ctx, `SELECT log_bytes, log_truncated FROM runs WHERE id = ?`, id).Scan(&size, &truncated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("archive: log of run %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("archive: log of run %s: %w", id, err)
+	}
+	if truncated {
+		return nil
+	}
+	keep := p
+	if room := s.logLimit - size; int64(len(p)) > room {
+		keep, truncated = p[:max(room, 0)], true
+	}
+	if len(keep) > 0 {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO logs (run_id, pos, data) VALUES (?, ?, ?)`, id, size, keep); err != nil {
+			return fmt.Errorf("archive: log of run %s: %w", id, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE runs SET log_bytes = ?, log_truncated = ? WHERE id = ?`, size+int64(len(keep)), truncated, id); err != nil {
+		return fmt.Errorf("archive: log of run %s: %w", id, err)
+	}
+	return tx.Commit()
+}
+
+const runColumns = `id, operator, handler, action, trigger_name, namespace, name, uid, generation, idem_key, attempt, diff,
+	started_at, finished_at, outcome, error, next_retry_at, writes, log_bytes, log_truncated`
+
+type scanner interface{ Scan(...any) error }
+
+func scanRun(row scanner) (*Run, error) {
+	var r Run
+	var diff, writes, outcome string
+	var started, finished, retry int64
+	if err := row.Scan(&r.ID, &r.Operator, &r.Handler, &r.Action, &r.Trigger, &r.Namespace, &r.Name, &r.UID, &r.Generation,
+		&r.Key, &r.Attempt, &diff, &started, &finished, &outcome, &r.Error, &retry, &writes, &r.LogBytes, &r.LogTruncated); err != nil {
+		return nil, err
+	}
+	r.Outcome = Outcome(outcome)
+	r.StartedAt, r.FinishedAt, r.NextRetryAt = fromNanos(started), fromNanos(finished), fromNanos(retry)
+	if diff != "" {
+		if err := json.Unmarshal([]byte(diff), &r.Diff); err != nil {
+			return nil, fmt.Errorf("run %s: diff: %w", r.ID, err)
+		}
+	}
+	if writes != "" {
+		if err := json.Unmarshal([]byte(writes), &r.Writes); err != nil {
+			return nil, fmt.Errorf("run %s: writes: %w", r.ID, err)
+		}
+	}
+	return &r, nil
+}
+
+// Get returns one run.
+func (s *SQLite) Get(ctx context.Context, id string) (*Run, error) {
+	r, err := scanRun(s.db.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("run %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("archive: run %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// Logs returns the run's log from offset on.
+func (s *SQLite) Logs(ctx context.Context, id string, offset int64) ([]byte, bool, error) {
+	run, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, false, err
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT pos, data FROM logs WHERE run_id = ? AND pos + length(data) > ? ORDER BY pos`, id, offset)
+	if err != nil {
+		return nil, false, fmt.Errorf("archive: log of run %s: %w", id, err)
+	}
+	defer rows.Close()
+	var out []byte
+	for rows.Next() {
+		var at int64
+		var data []byte
+		if err := rows.Scan(&at, &data); err != nil {
+			return nil, false, err
+		}
+		if at < offset {
+			data = data[offset-at:]
+		}
+		out = append(out, data...)
+	}
+	return out, run.LogTruncated, rows.Err()
+}
+
+// List returns the runs q selects, newest first.
+func (s *SQLite) List(ctx context.Context, q Query) (*Page, error) {
+	where, args, limit, err := q.sql()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+runColumns+` FROM runs`+where+` ORDER BY id DESC LIMIT ?`, append(args, limit+1)...)
+	if err != nil {
+		return nil, fmt.Errorf("archive: listing runs: %w", err)
+	}
+	defer rows.Close()
+	page := &Page{Runs: []Run{}}
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		page.Runs = append(page.Runs, *r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(page.Runs) > limit {
+		page.Runs = page.Runs[:limit]
+		page.Next = page.Runs[limit-1].ID
+	}
+	return page, nil
+}
+
+// sql turns a query into a WHERE clause with ? placeholders.
+func (q Query) sql() (string, []any, int, error) {
+	limit := q.Limit
+	switch {
+	case limit <= 0:
+		limit = 50
+	case limit > 1000:
+		limit = 1000
+	}
+	var conds []string
+	var args []any
+	eq := func(col, v string) {
+		if v != "" {
+			conds = append(conds, col+" = ?")
+			args = append(args, v)
+		}
+	}
+	eq("operator", q.Operator)
+	eq("handler", q.Handler)
+	eq("namespace", q.Namespace)
+	eq("name", q.Name)
+	eq("uid", q.UID)
+	eq("outcome", string(q.Outcome))
+	if q.Failed {
+		conds = append(conds, "failed = 1")
+	}
+	// Ids sort by start time: time bounds are id bounds, on the primary key.
+	if !q.Since.IsZero() {
+		conds = append(conds, "id >= ?")
+		args = append(args, idPrefix(q.Since))
+	}
+	if !q.Until.IsZero() {
+		conds = append(conds, "id < ?")
+		args = append(args, idPrefix(q.Until))
+	}
+	if q.Cursor != "" {
+		if !ValidID(q.Cursor) {
+			return "", nil, 0, fmt.Errorf("archive: cursor %q is not one this archive returned", q.Cursor)
+		}
+		conds = append(conds, "id < ?")
+		args = append(args, q.Cursor)
+	}
+	if len(conds) == 0 {
+		return "", args, limit, nil
+	}
+	return " WHERE " + strings.Join(conds, " AND "), args, limit, nil
+}
+
+// Succeeded reports whether a run with this idempotency key succeeded.
+func (s *SQLite) Succeeded(ctx context.Context, key string) (bool, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE idem_key = ? AND outcome = ?`, key, string(Succeeded)).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("archive: %w", err)
+	}
+	return n > 0, nil
+}
+
+// CancelRunning ends every Running run as Cancelled.
+func (s *SQLite) CancelRunning(ctx context.Context, reason string) (int, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE runs SET outcome = ?, failed = 0, error = ?, finished_at = ? WHERE outcome = ?`,
+		string(Cancelled), reason, time.Now().UnixNano(), string(Running))
+	if err != nil {
+		return 0, fmt.Errorf("archive: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+// Prune deletes finished runs beyond the retention.
+func (s *SQLite) Prune(ctx context.Context, keep Retention) (int, error) {
+	var total int64
+	if keep.MaxAge > 0 {
+		res, err := s.db.ExecContext(ctx, `DELETE FROM runs WHERE id < ? AND outcome != ?`, idPrefix(time.Now().Add(-keep.MaxAge)), string(Running))
+		if err != nil {
+			return 0, fmt.Errorf("archive: pruning: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	if keep.MaxRuns > 0 {
+		res, err := s.db.ExecContext(ctx, `DELETE FROM runs WHERE outcome != ? AND id < (
+			SELECT id FROM runs ORDER BY id DESC LIMIT 1 OFFSET ?)`, string(Running), keep.MaxRuns-1)
+		if err != nil {
+			return 0, fmt.Errorf("archive: pruning: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	return int(total), nil
+}

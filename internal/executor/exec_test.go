@@ -1,0 +1,128 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+)
+
+// script writes an executable bash script and returns its path.
+func script(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "handler.sh")
+	if err := os.WriteFile(path, []byte("#!/bin/bash\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func runExec(t *testing.T, argv []string, input string, timeout time.Duration) (*Result, error, string) {
+	t.Helper()
+	var log bytes.Buffer
+	e := &Exec{Action: v1alpha1.ExecAction{Command: argv, Env: []v1alpha1.EnvVar{{Name: "GREETING", Value: "hi"}}}, KillGrace: 200 * time.Millisecond}
+	res, err := e.Run(context.Background(), Request{RunID: "run1", Handler: "h", Trigger: "create", Key: "uid/1/h", Input: []byte(input), Timeout: timeout, Log: &log})
+	return res, err, log.String()
+}
+
+func TestExecPassesContextReadsResultAndLogsStderr(t *testing.T) {
+	s := script(t, `ctx=$(cat)
+echo "got $ctx key=$OPKIT_IDEMPOTENCY_KEY greeting=$GREETING secret=${OPKIT_TEST_SECRET:-none}" >&2
+echo '{"status": {"announced": true}, "events": [{"reason": "Announced", "message": "hello"}], "requeueAfter": "30s"}'`)
+	t.Setenv("OPKIT_TEST_SECRET", "leaked")
+	res, err, log := runExec(t, []string{s}, `{"object":1}`, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if log != "got {\"object\":1} key=uid/1/h greeting=hi secret=none\n" {
+		t.Errorf("log %q", log)
+	}
+	if res.Status["announced"] != true || len(res.Events) != 1 || res.Events[0].Type != "Normal" || res.RequeueDuration() != 30*time.Second {
+		t.Errorf("result %+v", res)
+	}
+}
+
+func TestExecNeverUsesAShell(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "pwned")
+	hostile := []string{"$(touch " + marker + ")", "; touch " + marker, "`touch " + marker + "`", "a\nb", "$HOME", "'\""}
+	s := script(t, `for a in "$@"; do printf '%s\0' "$a" >&2; done`)
+	_, err, log := runExec(t, append([]string{s}, hostile...), "", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Split(strings.TrimSuffix(log, "\x00"), "\x00"); strings.Join(got, "|") != strings.Join(hostile, "|") {
+		t.Errorf("arguments arrived as %q, want %q", got, hostile)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("an argument was run by a shell")
+	}
+}
+
+func TestExecFailuresAreClear(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	for _, c := range []struct {
+		name, body string
+		timeout    time.Duration
+		want       string
+		temporary  bool
+		permanent  bool
+	}{
+		{"exit 1", "echo boom >&2; exit 1", 0, "exit status 1", false, false},
+		{"exit 75", "exit 75", 0, "exit status 75: temporary failure", true, false},
+		{"not JSON", "echo 'hello world'", 0, `output is not a JSON result`, false, false},
+		{"two values", `echo '{} {}'`, 0, "more than one JSON value", false, false},
+		{"unknown field", `echo '{"stauts": {}}'`, 0, `unknown field "stauts"`, false, false},
+		{"reserved status", `echo '{"status": {"conditions": []}}'`, 0, "status.conditions is written by opkit", false, false},
+		{"bad event", `echo '{"events": [{"type": "Loud", "reason": ""}]}'`, 0, `events[0].type "Loud" is not Normal or Warning; events[0].reason is required`, false, false},
+		{"huge stdout", "head -c 52428800 /dev/zero; sleep 30", 0, "stdout exceeded the 1048576-byte limit", false, false},
+		{"signal", "kill -9 $$", 0, "killed by signal killed", false, false},
+		{"timeout", "sleep 300 & echo $! > " + pidFile + "; wait", 500 * time.Millisecond, "timed out after 500ms; its process group was killed", false, false},
+		{"permanent", `echo '{"error": {"message": "bad spec", "permanent": true}}'; exit 1`, 0, "exit status 1: bad spec", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			timeout := c.timeout
+			if timeout == 0 {
+				timeout = 20 * time.Second
+			}
+			start := time.Now()
+			_, err, _ := runExec(t, []string{script(t, c.body)}, "{}", timeout)
+			if err == nil {
+				t.Fatal("succeeded")
+			}
+			f := AsFailure(err)
+			if !strings.Contains(f.Message, c.want) || f.Temporary != c.temporary || f.Permanent != c.permanent {
+				t.Errorf("failure %q temporary %v permanent %v; want %q temporary %v permanent %v", f.Message, f.Temporary, f.Permanent, c.want, c.temporary, c.permanent)
+			}
+			if time.Since(start) > 10*time.Second {
+				t.Errorf("took %s", time.Since(start))
+			}
+		})
+	}
+	// The timed-out handler's background child died with its group.
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	deadline := time.Now().Add(5 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("the handler's child %d outlived the timeout", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestExecMissingProgramIsPermanent(t *testing.T) {
+	_, err, _ := runExec(t, []string{filepath.Join(t.TempDir(), "nosuch")}, "", time.Second)
+	if f := AsFailure(err); !f.Permanent || !strings.Contains(f.Message, "nosuch") {
+		t.Errorf("failure %+v, want a permanent one naming the program", f)
+	}
+}

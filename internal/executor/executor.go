@@ -1,0 +1,187 @@
+// Package executor runs one handler run: it hands the JSON binding context
+// to the handler and reads back its JSON result. The executors — exec (a
+// local process), http (a POST) and, later, job (a Kubernetes Job) — share
+// one contract and know nothing of the engine's queue.
+//
+// The contract of [Executor.Run]:
+//   - The run ends within Request.Timeout; on timeout the handler is
+//     stopped (exec: its whole process group is killed).
+//   - What the handler logs goes to Request.Log as it comes.
+//   - A handler that finished and printed a valid result (or nothing)
+//     gives a Result, possibly with Result.Error set by the handler.
+//   - Everything else — a non-zero exit, a signal, a timeout, output that
+//     is not a result or is too large — is a *Failure naming what went
+//     wrong. A Failure is retried unless Permanent.
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Request is one run of one handler.
+type Request struct {
+	RunID   string
+	Handler string
+	Trigger string
+	// Key is the idempotency key, <uid>/<generation>/<handler>.
+	Key string
+	// Input is the binding context, JSON.
+	Input []byte
+	// Timeout bounds the run.
+	Timeout time.Duration
+	// Log receives the handler's log. Required.
+	Log io.Writer
+}
+
+// Executor runs handlers of one kind.
+type Executor interface {
+	Run(ctx context.Context, req Request) (*Result, error)
+}
+
+// Result is what a handler returns, all of it optional.
+type Result struct {
+	// Status is merged into the object's .status. opkit's own fields
+	// (observedGeneration, conditions, opkit) are refused.
+	Status map[string]any `json:"status,omitempty"`
+	// Events are posted on the object.
+	Events []Event `json:"events,omitempty"`
+	// RequeueAfter asks for the handler's trigger to be checked again after
+	// this long, e.g. "30s".
+	RequeueAfter string `json:"requeueAfter,omitempty"`
+	// Error reports a failure the handler detected itself.
+	Error *ResultError `json:"error,omitempty"`
+}
+
+// Event is a Kubernetes Event to post on the object.
+type Event struct {
+	// Type is Normal or Warning. Defaults to Normal.
+	Type    string `json:"type,omitempty"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// ResultError is a failure reported in a result.
+type ResultError struct {
+	Message string `json:"message"`
+	// Permanent: retrying cannot help; the object is Stalled at once.
+	Permanent bool `json:"permanent,omitempty"`
+}
+
+// Failure is a run that did not produce a valid result.
+type Failure struct {
+	Message string
+	// Temporary: the handler said so (exit status 75); it is retried like
+	// any failure, but reported as expected.
+	Temporary bool
+	// Permanent: retrying cannot help.
+	Permanent bool
+}
+
+func (f *Failure) Error() string { return f.Message }
+
+// Exit status conventions of exec handlers.
+const (
+	// ExitTemporary (EX_TEMPFAIL) says: failed, try again later.
+	ExitTemporary = 75
+)
+
+// MaxResultBytes bounds a result (stdout, a response body).
+const MaxResultBytes = 1 << 20
+
+var reservedStatus = []string{"observedGeneration", "conditions", "opkit"}
+
+// ParseResult decodes and checks a result. Empty output is an empty result.
+// Unknown fields are refused, to catch misspellings.
+func ParseResult(out []byte) (*Result, error) {
+	var r Result
+	if len(bytes.TrimSpace(out)) == 0 {
+		return &r, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return nil, &Failure{Message: fmt.Sprintf("output is not a JSON result: %v; output begins %q", err, excerpt(out))}
+	}
+	if dec.More() {
+		return nil, &Failure{Message: fmt.Sprintf("output has more than one JSON value; output begins %q", excerpt(out))}
+	}
+	var problems []string
+	for _, k := range reservedStatus {
+		if _, ok := r.Status[k]; ok {
+			problems = append(problems, fmt.Sprintf("status.%s is written by opkit and cannot be set by a handler", k))
+		}
+	}
+	for i, e := range r.Events {
+		if e.Type == "" {
+			r.Events[i].Type = "Normal"
+		}
+		if e.Type != "" && e.Type != "Normal" && e.Type != "Warning" {
+			problems = append(problems, fmt.Sprintf("events[%d].type %q is not Normal or Warning", i, e.Type))
+		}
+		if e.Reason == "" {
+			problems = append(problems, fmt.Sprintf("events[%d].reason is required", i))
+		}
+	}
+	if r.RequeueAfter != "" {
+		if d, err := time.ParseDuration(r.RequeueAfter); err != nil || d <= 0 {
+			problems = append(problems, fmt.Sprintf("requeueAfter %q is not a positive duration such as 30s", r.RequeueAfter))
+		}
+	}
+	if r.Error != nil && r.Error.Message == "" {
+		problems = append(problems, "error.message is required")
+	}
+	if len(problems) > 0 {
+		return nil, &Failure{Message: "invalid result: " + strings.Join(problems, "; ")}
+	}
+	return &r, nil
+}
+
+// RequeueDuration returns RequeueAfter parsed, or 0.
+func (r *Result) RequeueDuration() time.Duration {
+	d, _ := time.ParseDuration(r.RequeueAfter)
+	return d
+}
+
+func excerpt(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "..."
+	}
+	return string(b)
+}
+
+// AsFailure returns err as a *Failure, wrapping other errors as plain
+// failures.
+func AsFailure(err error) *Failure {
+	var f *Failure
+	if errors.As(err, &f) {
+		return f
+	}
+	return &Failure{Message: err.Error()}
+}
+
+// limitedBuffer keeps up to limit bytes and remembers whether more came.
+type limitedBuffer struct {
+	buf      bytes.Buffer
+	limit    int
+	overflow bool
+	onFull   func()
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := b.limit - b.buf.Len(); len(p) > room {
+		b.buf.Write(p[:max(room, 0)])
+		if !b.overflow && b.onFull != nil {
+			b.onFull()
+		}
+		b.overflow = true
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}

@@ -1,0 +1,99 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+)
+
+// SecretValue reads one key of a Secret.
+type SecretValue func(ctx context.Context, namespace, name, key string) (string, error)
+
+// HTTP posts the binding context to a URL. A 2xx response's body is the
+// result; 408, 429 and 5xx are temporary failures; any other status is a
+// permanent one. The token, when configured, is read from its Secret for
+// each run and never logged.
+type HTTP struct {
+	Action v1alpha1.HTTPAction
+	// Secret reads the token. Required when Action.TokenSecret is set.
+	Secret SecretValue
+	// Transport overrides the default transport (for tests).
+	Transport http.RoundTripper
+}
+
+// Run posts once.
+func (h *HTTP) Run(ctx context.Context, req Request) (*Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
+	defer cancel()
+	client, err := h.client()
+	if err != nil {
+		return nil, &Failure{Message: err.Error(), Permanent: true}
+	}
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, h.Action.URL, bytes.NewReader(req.Input))
+	if err != nil {
+		return nil, &Failure{Message: err.Error(), Permanent: true}
+	}
+	httpReq.Header.Set("Content-Type", "application/json")
+	httpReq.Header.Set("Accept", "application/json")
+	httpReq.Header.Set("Opkit-Run-Id", req.RunID)
+	httpReq.Header.Set("Idempotency-Key", req.Key)
+	if s := h.Action.TokenSecret; s != nil {
+		if h.Secret == nil {
+			return nil, &Failure{Message: "no Secret reader for tokenSecret", Permanent: true}
+		}
+		token, err := h.Secret(ctx, s.Namespace, s.Name, s.Key)
+		if err != nil {
+			return nil, &Failure{Message: fmt.Sprintf("reading the token from Secret %s/%s key %s: %v", s.Namespace, s.Name, s.Key, err)}
+		}
+		httpReq.Header.Set("Authorization", "Bearer "+token)
+	}
+	start := time.Now()
+	resp, err := client.Do(httpReq)
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, &Failure{Message: fmt.Sprintf("POST %s: timed out after %s", h.Action.URL, req.Timeout)}
+		}
+		return nil, &Failure{Message: fmt.Sprintf("POST %s: %v", h.Action.URL, err)}
+	}
+	defer resp.Body.Close()
+	body := &limitedBuffer{limit: MaxResultBytes}
+	if _, err := io.Copy(body, resp.Body); err != nil {
+		return nil, &Failure{Message: fmt.Sprintf("POST %s: reading the response: %v", h.Action.URL, err)}
+	}
+	fmt.Fprintf(req.Log, "POST %s: %s in %s\n", h.Action.URL, resp.Status, time.Since(start).Round(time.Millisecond))
+	switch {
+	case body.overflow:
+		return nil, &Failure{Message: fmt.Sprintf("POST %s: the response exceeded the %d-byte limit of a result", h.Action.URL, MaxResultBytes)}
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return ParseResult(body.buf.Bytes())
+	}
+	fmt.Fprintf(req.Log, "%s\n", excerpt(body.buf.Bytes()))
+	temporary := resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
+	return nil, &Failure{Message: fmt.Sprintf("POST %s: %s", h.Action.URL, resp.Status), Temporary: temporary, Permanent: !temporary}
+}
+
+func (h *HTTP) client() (*http.Client, error) {
+	if h.Transport != nil {
+		return &http.Client{Transport: h.Transport}, nil
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if h.Action.CABundle != "" {
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM([]byte(h.Action.CABundle)) {
+			return nil, errors.New("caBundle holds no PEM certificate")
+		}
+		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}, nil
+}

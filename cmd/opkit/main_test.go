@@ -36,7 +36,15 @@ func TestMain(m *testing.M) {
 	if os.Getenv(asCLI) == "1" {
 		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	// Runs go to an archive of this test binary's, not the user's.
+	dir, err := os.MkdirTemp("", "opkit-archive-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("OPKIT_ARCHIVE", filepath.Join(dir, "runs.db"))
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 type result struct {

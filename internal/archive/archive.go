@@ -64,7 +64,10 @@ type Run struct {
 	// Action is the executor: exec, job or http.
 	Action string `json:"action"`
 	// Trigger is create, update, delete, resume or schedule.
-	Trigger    string `json:"trigger"`
+	Trigger string `json:"trigger"`
+	// APIVersion and Kind are the object's.
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
 	Namespace  string `json:"namespace,omitempty"`
 	Name       string `json:"name"`
 	UID        string `json:"uid"`

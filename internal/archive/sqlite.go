@@ -24,6 +24,8 @@ var migrations = []string{
 		handler       TEXT NOT NULL,
 		action        TEXT NOT NULL,
 		trigger_name  TEXT NOT NULL,
+		api_version   TEXT NOT NULL,
+		kind          TEXT NOT NULL,
 		namespace     TEXT NOT NULL,
 		name          TEXT NOT NULL,
 		uid           TEXT NOT NULL,
@@ -138,10 +140,10 @@ func (s *SQLite) Insert(ctx context.Context, r *Run) error {
 	if r.Outcome == "" {
 		r.Outcome = Running
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO runs (id, operator, handler, action, trigger_name, namespace, name, uid, generation,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO runs (id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation,
 		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.Namespace, r.Name, r.UID, r.Generation,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID, r.Generation,
 		r.Key, r.Attempt, marshal(r.Diff), nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error,
 		nanos(r.NextRetryAt), marshal(r.Writes))
 	if err != nil {
@@ -200,7 +202,7 @@ func (s *SQLite) AppendLog(ctx context.Context, id string, p []byte) error {
 	return tx.Commit()
 }
 
-const runColumns = `id, operator, handler, action, trigger_name, namespace, name, uid, generation, idem_key, attempt, diff,
+const runColumns = `id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation, idem_key, attempt, diff,
 	started_at, finished_at, outcome, error, next_retry_at, writes, log_bytes, log_truncated`
 
 type scanner interface{ Scan(...any) error }
@@ -209,7 +211,7 @@ func scanRun(row scanner) (*Run, error) {
 	var r Run
 	var diff, writes, outcome string
 	var started, finished, retry int64
-	if err := row.Scan(&r.ID, &r.Operator, &r.Handler, &r.Action, &r.Trigger, &r.Namespace, &r.Name, &r.UID, &r.Generation,
+	if err := row.Scan(&r.ID, &r.Operator, &r.Handler, &r.Action, &r.Trigger, &r.APIVersion, &r.Kind, &r.Namespace, &r.Name, &r.UID, &r.Generation,
 		&r.Key, &r.Attempt, &diff, &started, &finished, &outcome, &r.Error, &retry, &writes, &r.LogBytes, &r.LogTruncated); err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ import (
 
 func newDevCommand() *cobra.Command {
 	var apply []string
+	var archivePath string
 	cmd := &cobra.Command{
 		Use:   "dev DIR",
 		Short: "Run the Operators in DIR on a local control plane with a dev node, until interrupted",
@@ -39,10 +40,11 @@ The dev node runs the commands of Pods that tolerate opkit.dev/dev-node as
 processes of this machine: see docs/local-control-plane.md.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return dev(cmd.Context(), args[0], apply, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return dev(cmd.Context(), args[0], apply, archivePath, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVar(&apply, "apply", nil, "a manifest to apply once the operators run; repeatable")
+	archiveFlag(cmd, &archivePath)
 	return cmd
 }
 
@@ -79,7 +81,7 @@ func operatorFiles(dir string, log io.Writer) ([]string, error) {
 	return out, nil
 }
 
-func dev(ctx context.Context, dir string, apply []string, stdout, stderr io.Writer) error {
+func dev(ctx context.Context, dir string, apply []string, archivePath string, stdout, stderr io.Writer) error {
 	files, err := operatorFiles(dir, stderr)
 	if err != nil {
 		return err
@@ -102,7 +104,7 @@ func dev(ctx context.Context, dir string, apply []string, stdout, stderr io.Writ
 	}
 	// opkit dev says what it does itself: controller-runtime's own lines
 	// are kept for errors.
-	r, e, err := startEngineLogging(ctx, cl.RESTConfig(), stderr, zapcore.ErrorLevel)
+	r, e, err := startEngineLogging(ctx, cl.RESTConfig(), archivePath, stderr, zapcore.ErrorLevel)
 	if err != nil {
 		return err
 	}

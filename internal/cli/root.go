@@ -51,6 +51,7 @@ func NewRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newClusterCommand(), newKubectlCommand(), newRunCommand(), newDevCommand())
+	root.AddCommand(newVersionCommand(), newClusterCommand(), newKubectlCommand(), newRunCommand(), newDevCommand(),
+		newRunsCommand(), newLogsCommand(), newRetryCommand())
 	return root
 }

@@ -13,13 +13,14 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
 )
 
 func newRunCommand() *cobra.Command {
 	var files []string
-	var kubeconfig string
+	var kubeconfig, archivePath string
 	cmd := &cobra.Command{
 		Use:   "run [-f FILE]...",
 		Short: "Run the engine against the current kubeconfig, for the Operators in the cluster or in FILEs",
@@ -32,7 +33,9 @@ Operator's status says whether it runs or why not (kubectl get operators).
 
 With -f, it runs the Operators defined in FILEs instead. Every definition is
 checked first; any error, with its file and line, stops the command before it
-touches the cluster.`,
+touches the cluster.
+
+Handler runs are recorded in the archive (--archive): see opkit runs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var defs []*definition.Definition
@@ -47,9 +50,9 @@ touches the cluster.`,
 				return err
 			}
 			if len(files) == 0 {
-				return watchClusterOperators(cmd.Context(), cfg, cmd.ErrOrStderr())
+				return watchClusterOperators(cmd.Context(), cfg, archivePath, cmd.ErrOrStderr())
 			}
-			r, err := startOperators(cmd.Context(), cfg, defs, cmd.ErrOrStderr())
+			r, err := startOperators(cmd.Context(), cfg, archivePath, defs, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -58,6 +61,7 @@ touches the cluster.`,
 	}
 	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "an Operator definition (YAML, several documents allowed); repeatable")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	archiveFlag(cmd, &archivePath)
 	return cmd
 }
 
@@ -98,8 +102,8 @@ func loadKubeconfig(path string) (*rest.Config, error) {
 
 // watchClusterOperators runs the engine for the Operators in the cluster
 // until ctx ends.
-func watchClusterOperators(ctx context.Context, cfg *rest.Config, log io.Writer) error {
-	r, e, err := startEngine(ctx, cfg, log)
+func watchClusterOperators(ctx context.Context, cfg *rest.Config, archivePath string, log io.Writer) error {
+	r, e, err := startEngine(ctx, cfg, archivePath, log)
 	if err != nil {
 		return err
 	}
@@ -114,7 +118,7 @@ func watchClusterOperators(ctx context.Context, cfg *rest.Config, log io.Writer)
 // runningEngine is an engine running in the background.
 type runningEngine struct {
 	cancel context.CancelFunc
-	done   chan error // receives Run's result once
+	done   chan error // receives Run's result once, after the archive is closed
 }
 
 // stop cancels the engine and waits for it.
@@ -123,29 +127,39 @@ func (r *runningEngine) stop() error {
 	return <-r.done
 }
 
-// startEngine runs an engine on cfg, with controller-runtime logging to log.
-func startEngine(ctx context.Context, cfg *rest.Config, log io.Writer) (*runningEngine, *engine.Engine, error) {
-	return startEngineLogging(ctx, cfg, log, zapcore.InfoLevel)
+// startEngine runs an engine on cfg, recording runs in the archive at
+// archivePath, with controller-runtime logging to log.
+func startEngine(ctx context.Context, cfg *rest.Config, archivePath string, log io.Writer) (*runningEngine, *engine.Engine, error) {
+	return startEngineLogging(ctx, cfg, archivePath, log, zapcore.InfoLevel)
 }
 
 // startEngineLogging is startEngine with controller-runtime's log lines
 // below level left out.
-func startEngineLogging(ctx context.Context, cfg *rest.Config, log io.Writer, level zapcore.Level) (*runningEngine, *engine.Engine, error) {
+func startEngineLogging(ctx context.Context, cfg *rest.Config, archivePath string, log io.Writer, level zapcore.Level) (*runningEngine, *engine.Engine, error) {
 	ctrllog.SetLogger(zap.New(zap.WriteTo(log), zap.Level(level)))
-	e, err := engine.New(engine.Options{Config: cfg})
+	store, err := archive.OpenSQLite(ctx, archivePath, archive.Options{})
 	if err != nil {
+		return nil, nil, err
+	}
+	e, err := engine.New(engine.Options{Config: cfg, Archive: store, Retention: defaultRetention})
+	if err != nil {
+		store.Close()
 		return nil, nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	r := &runningEngine{cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- e.Run(runCtx) }()
+	go func() {
+		err := e.Run(runCtx)
+		store.Close()
+		r.done <- err
+	}()
 	return r, e, nil
 }
 
 // startOperators runs an engine on cfg and applies defs. If one cannot be
 // applied, the engine is stopped.
-func startOperators(ctx context.Context, cfg *rest.Config, defs []*definition.Definition, log io.Writer) (*runningEngine, error) {
-	r, e, err := startEngine(ctx, cfg, log)
+func startOperators(ctx context.Context, cfg *rest.Config, archivePath string, defs []*definition.Definition, log io.Writer) (*runningEngine, error) {
+	r, e, err := startEngine(ctx, cfg, archivePath, log)
 	if err != nil {
 		return nil, err
 	}

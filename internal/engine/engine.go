@@ -74,6 +74,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 )
 
@@ -92,6 +93,13 @@ type Options struct {
 	Workers int
 	// MetricsAddr serves Prometheus metrics; "0" disables them. Defaults to "0".
 	MetricsAddr string
+	// Archive records handler runs. Required by definitions with handlers.
+	// At Run, runs it still shows Running (their engine stopped) are
+	// marked Cancelled; they run again, with the same idempotency key.
+	Archive archive.Store
+	// Retention bounds the archive; it is pruned at start and hourly.
+	// Defaults to no bound.
+	Retention archive.Retention
 }
 
 // Engine runs operators. Use New, then Run in a goroutine, then Apply each
@@ -113,6 +121,7 @@ type operator struct {
 	def    *definition.Definition
 	cancel context.CancelFunc
 	done   chan struct{}
+	runner *runner // nil without handlers
 }
 
 // New creates an engine; it starts nothing.
@@ -167,6 +176,12 @@ func New(opts Options) (*Engine, error) {
 // Run runs the engine's cache until ctx ends, then stops every controller.
 func (e *Engine) Run(ctx context.Context) error {
 	defer close(e.stopped)
+	if e.opts.Archive != nil {
+		if _, err := e.opts.Archive.CancelRunning(ctx, "the engine stopped during the run; it runs again with the same idempotency key"); err != nil {
+			return err
+		}
+		go e.prune(ctx)
+	}
 	if err := e.mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		close(e.started)
 		<-ctx.Done()
@@ -210,6 +225,28 @@ func (e *Engine) waitStarted(ctx context.Context) error {
 func (o *operator) stop() {
 	o.cancel()
 	<-o.done
+	if o.runner != nil {
+		o.runner.wait()
+	}
+}
+
+// prune applies the retention now and every hour until ctx ends.
+func (e *Engine) prune(ctx context.Context) {
+	if e.opts.Retention == (archive.Retention{}) {
+		return
+	}
+	for {
+		if n, err := e.opts.Archive.Prune(ctx, e.opts.Retention); err != nil {
+			e.mgr.GetLogger().Error(err, "pruning the archive")
+		} else if n > 0 {
+			e.mgr.GetLogger().Info("pruned the archive", "runs", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Hour):
+		}
+	}
 }
 
 // Apply installs or updates the definition's CRD, waits until it is
@@ -226,6 +263,14 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	for _, child := range d.Children {
 		if _, err := e.mgr.GetRESTMapper().RESTMapping(child.GVK.GroupKind(), child.GVK.Version); err != nil {
 			return fmt.Errorf("operator %s: child %s: kind %s is not served by the cluster: %w", d.Operator.Name, child.ID, child.GVK, err)
+		}
+	}
+	if len(d.Handlers) > 0 && e.opts.Archive == nil {
+		return fmt.Errorf("operator %s: handlers need a run archive, and the engine has none", d.Operator.Name)
+	}
+	for _, h := range d.Handlers {
+		if h.Job != nil {
+			return fmt.Errorf("operator %s: handler %s: the job executor is not available in this version of opkit", d.Operator.Name, h.Name)
 		}
 	}
 	if !d.Typed() {
@@ -326,9 +371,18 @@ func (e *Engine) waitEstablished(ctx context.Context, name string) error {
 }
 
 func (e *Engine) startController(d *definition.Definition) (*operator, error) {
+	ctx, cancel := context.WithCancel(context.Background())
 	r := &reconciler{
 		def: d, client: e.client, reader: e.mgr.GetAPIReader(), mapper: e.mgr.GetRESTMapper(),
 		events: e.mgr.GetEventRecorder("opkit"),
+	}
+	if len(d.Handlers) > 0 {
+		rn, err := newRunner(ctx, d, e.opts.Archive, e.client, e.mgr.GetAPIReader(), r.events, handlerMetrics())
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		r.runner = rn
 	}
 	c, err := controller.NewTypedUnmanaged[reconcile.Request]("operator-"+d.Operator.Name, controller.TypedOptions[reconcile.Request]{
 		Reconciler:              r,
@@ -336,12 +390,21 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 		SkipNameValidation:      ptr.To(true),
 	})
 	if err != nil {
+		cancel()
 		return nil, err
 	}
 	owner := &unstructured.Unstructured{}
 	owner.SetGroupVersionKind(d.GVK)
 	if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), owner, &handler.EnqueueRequestForObject{})); err != nil {
+		cancel()
 		return nil, err
+	}
+	if r.runner != nil {
+		// A run's end wakes its object.
+		if err := c.Watch(source.Channel(r.runner.wake, &handler.EnqueueRequestForObject{})); err != nil {
+			cancel()
+			return nil, err
+		}
 	}
 	seen := map[string]bool{}
 	for _, child := range d.Children {
@@ -353,11 +416,11 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 		obj.SetGroupVersionKind(child.GVK)
 		h := handler.EnqueueRequestForOwner(e.mgr.GetScheme(), e.mgr.GetRESTMapper(), owner, handler.OnlyControllerOwner())
 		if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), obj, h)); err != nil {
+			cancel()
 			return nil, err
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	op := &operator{def: d, cancel: cancel, done: make(chan struct{})}
+	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: r.runner}
 	go func() {
 		defer close(op.done)
 		if err := c.Start(ctx); err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {

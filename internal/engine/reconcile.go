@@ -37,6 +37,7 @@ type reconciler struct {
 	reader client.Reader // the API, uncached
 	mapper meta.RESTMapper
 	events events.EventRecorder
+	runner *runner // nil without handlers
 }
 
 var _ reconcile.Reconciler = &reconciler{}
@@ -49,8 +50,18 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Gone: its children are garbage-collected through their ownerReferences.
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	fin := FinalizerName(r.def.Operator.Name)
+	holds := slices.Contains(cr.GetFinalizers(), fin)
 	if cr.GetDeletionTimestamp() != nil {
-		return reconcile.Result{}, nil
+		if !holds {
+			return reconcile.Result{}, nil
+		}
+		return r.finalize(ctx, cr, fin)
+	}
+	// The finalizer comes before any other side effect, so that no
+	// deletion can pass unseen.
+	if wants := r.runner.hasDelete(); wants != holds {
+		return r.patchFinalizer(ctx, cr, fin, wants)
 	}
 	vars := definition.Vars{Self: cr.Object, Children: map[string]map[string]any{}}
 	inventory := readInventory(cr)
@@ -90,7 +101,16 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.pruneInventory(ctx, cr, inventory, keep); err != nil {
 		failure = errors.Join(failure, err)
 	}
-	if err := r.updateStatus(ctx, cr, vars, keep, waiting, notReady, failure); err != nil {
+	var step *stepResult
+	if r.runner != nil {
+		var err error
+		if step, err = r.runner.step(ctx, cr, vars.Children); err != nil {
+			failure = errors.Join(failure, err)
+		} else if step.requeue > 0 && (requeue == 0 || step.requeue < requeue) {
+			requeue = step.requeue
+		}
+	}
+	if err := r.updateStatus(ctx, cr, vars, keep, waiting, notReady, failure, step); err != nil {
 		return reconcile.Result{}, err
 	}
 	if failure != nil {
@@ -224,7 +244,7 @@ func (r *reconciler) recreate(ctx context.Context, cr *unstructured.Unstructured
 
 // updateStatus writes the status fields, observedGeneration and the
 // conditions, only when they changed.
-func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error) error {
+func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error, step *stepResult) error {
 	oldStatus, _, _ := unstructured.NestedMap(cr.Object, "status")
 	status := map[string]any{}
 	for k, v := range oldStatus {
@@ -252,6 +272,9 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	} else {
 		own["children"] = inventory
 	}
+	if step != nil {
+		step.state.writeTo(own)
+	}
 	if len(own) == 0 {
 		delete(status, "opkit")
 	} else {
@@ -264,6 +287,8 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ReconcileFailed", truncate(failure.Error())
 	case len(waiting) > 0:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenPending", "waiting for: "+strings.Join(waiting, ", ")
+	case step != nil && step.stalled != "":
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "Stalled", step.stalled
 	case len(notReady) > 0:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenNotReady", "not ready: "+strings.Join(notReady, ", ")
 	}
@@ -276,7 +301,11 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 		data, _ := json.Marshal(raw)
 		_ = json.Unmarshal(data, &conds)
 	}
-	for _, c := range []metav1.Condition{ready, degraded} {
+	set := []metav1.Condition{ready, degraded}
+	if step != nil {
+		set = append(set, stalledCondition(step))
+	}
+	for _, c := range set {
 		c.ObservedGeneration = cr.GetGeneration()
 		meta.SetStatusCondition(&conds, c) // keeps lastTransitionTime when the status is unchanged
 	}

@@ -52,7 +52,7 @@ func openStore(t *testing.T, open Open, opts archive.Options) archive.Store {
 func newRun(t time.Time, op, ns, name, handler string) *archive.Run {
 	uid := "uid-" + ns + "-" + name
 	return &archive.Run{
-		ID: archive.NewID(t), Operator: op, Handler: handler, Action: "exec", Trigger: "update",
+		ID: archive.NewID(t), Operator: op, Handler: handler, Action: "exec", Trigger: "update", APIVersion: "demo.example.com/v1", Kind: "Printer",
 		Namespace: ns, Name: name, UID: uid, Generation: 2, Key: uid + "/2/" + handler, Attempt: 1,
 		StartedAt: t.UTC(),
 	}

@@ -1,0 +1,260 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/engine"
+)
+
+// defaultRetention bounds the archive of an engine the CLI starts.
+var defaultRetention = archive.Retention{MaxAge: 30 * 24 * time.Hour, MaxRuns: 100_000}
+
+// defaultArchivePath is $OPKIT_ARCHIVE, else $XDG_STATE_HOME/opkit/runs.db,
+// else ~/.local/state/opkit/runs.db.
+func defaultArchivePath() string {
+	if p := os.Getenv("OPKIT_ARCHIVE"); p != "" {
+		return p
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "opkit", "runs.db")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "opkit-runs.db")
+	}
+	return filepath.Join(home, ".local", "state", "opkit", "runs.db")
+}
+
+func archiveFlag(cmd *cobra.Command, path *string) {
+	cmd.Flags().StringVar(path, "archive", defaultArchivePath(), "the run archive, a SQLite file (env OPKIT_ARCHIVE)")
+}
+
+// openExistingArchive opens an archive for reading; a missing file is an
+// error that says where it was looked for.
+func openExistingArchive(ctx context.Context, path string) (*archive.SQLite, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("no run archive at %s (%w); runs are recorded there by opkit run and opkit dev, or pass --archive", path, err)
+	}
+	return archive.OpenSQLite(ctx, path, archive.Options{})
+}
+
+func newRunsCommand() *cobra.Command {
+	var archivePath, object, output string
+	var q archive.Query
+	cmd := &cobra.Command{
+		Use:   "runs",
+		Short: "List handler runs, newest first",
+		Long: `List the handler runs recorded in the archive, newest first, with their
+trigger, attempt, outcome and error. Filter by operator, object, handler or
+failures; -o json prints every field. See a run's log with opkit logs RUN.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if object != "" {
+				ns, name, ok := strings.Cut(object, "/")
+				if !ok {
+					ns, name = "", object
+				}
+				if name == "" {
+					return fmt.Errorf("--object %q: want NAMESPACE/NAME, or NAME for a cluster-scoped object", object)
+				}
+				q.Namespace, q.Name = ns, name
+			}
+			if output != "table" && output != "json" {
+				return fmt.Errorf("-o %q: want table or json", output)
+			}
+			store, err := openExistingArchive(cmd.Context(), archivePath)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			page, err := store.List(cmd.Context(), q)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(page)
+			}
+			printRuns(cmd.OutOrStdout(), page.Runs, time.Now())
+			if page.Next != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "more runs: add --cursor %s\n", page.Next)
+			}
+			return nil
+		},
+	}
+	archiveFlag(cmd, &archivePath)
+	cmd.Flags().StringVar(&q.Operator, "operator", "", "only this operator's runs")
+	cmd.Flags().StringVar(&object, "object", "", "only runs for this object, NAMESPACE/NAME")
+	cmd.Flags().StringVar(&q.Handler, "handler", "", "only this handler's runs")
+	cmd.Flags().BoolVar(&q.Failed, "failed", false, "only failed runs (Failed and GaveUp)")
+	cmd.Flags().IntVar(&q.Limit, "limit", 50, "runs per page, at most 1000")
+	cmd.Flags().StringVar(&q.Cursor, "cursor", "", "continue after a previous page")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	return cmd
+}
+
+func printRuns(w io.Writer, runs []archive.Run, now time.Time) {
+	if len(runs) == 0 {
+		fmt.Fprintln(w, "No runs.")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tOPERATOR\tOBJECT\tHANDLER\tTRIGGER\tATTEMPT\tOUTCOME\tSTARTED\tDURATION\tERROR")
+	for _, r := range runs {
+		duration := "-"
+		if !r.FinishedAt.IsZero() {
+			duration = r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond).String()
+		}
+		errText := strings.ReplaceAll(r.Error, "\n", " ")
+		if len(errText) > 80 {
+			errText = errText[:77] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s\n", r.ID, r.Operator, r.Object(), r.Handler, r.Trigger,
+			r.Attempt, r.Outcome, now.Sub(r.StartedAt).Round(time.Second), duration, errText)
+	}
+	tw.Flush()
+}
+
+func newLogsCommand() *cobra.Command {
+	var archivePath string
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs RUN",
+		Short: "Print a run's log (an exec handler's stderr, an http handler's exchange)",
+		Long: `Print the log of one run, as recorded in the archive. With -f, keep
+printing what comes until the run ends. When the run failed, its error
+follows on stderr.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if !archive.ValidID(id) {
+				return fmt.Errorf("%q is not a run id (opkit runs lists them)", id)
+			}
+			store, err := openExistingArchive(cmd.Context(), archivePath)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			return printLogs(cmd.Context(), store, id, follow, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	archiveFlag(cmd, &archivePath)
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the log until the run ends")
+	return cmd
+}
+
+func printLogs(ctx context.Context, store archive.Store, id string, follow bool, stdout, stderr io.Writer) error {
+	var offset int64
+	for {
+		// Read the run first: a log read after it shows the run finished is
+		// complete.
+		run, err := store.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		data, truncated, err := store.Logs(ctx, id, offset)
+		if err != nil {
+			return err
+		}
+		if _, err := stdout.Write(data); err != nil {
+			return err
+		}
+		offset += int64(len(data))
+		if run.Outcome != archive.Running || !follow {
+			if truncated {
+				fmt.Fprintf(stderr, "[the log was truncated at %d bytes]\n", run.LogBytes)
+			}
+			if run.Outcome != archive.Running && run.Outcome != archive.Succeeded {
+				fmt.Fprintf(stderr, "run %s %s (attempt %d): %s\n", id, run.Outcome, run.Attempt, run.Error)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func newRetryCommand() *cobra.Command {
+	var archivePath, kubeconfig, operator string
+	cmd := &cobra.Command{
+		Use:   "retry NAMESPACE/NAME",
+		Short: "Run a stalled object's handlers again",
+		Long: `Clear the failed attempts and the Stalled condition of an object's handlers,
+so that the engine runs them again. The object's kind is found from its runs
+in the archive (--operator chooses when several operators have an object of
+that name); the engine consumes the request (annotation ` + engine.RetryAnnotation + `).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ns, name, ok := strings.Cut(args[0], "/")
+			if !ok {
+				ns, name = "", args[0]
+			}
+			store, err := openExistingArchive(cmd.Context(), archivePath)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			page, err := store.List(cmd.Context(), archive.Query{Namespace: ns, Name: name, Operator: operator, Limit: 1000})
+			if err != nil {
+				return err
+			}
+			kinds := map[schema.GroupVersionKind]string{}
+			var gvk schema.GroupVersionKind
+			for _, r := range page.Runs {
+				gvk = schema.FromAPIVersionAndKind(r.APIVersion, r.Kind)
+				kinds[gvk] = r.Operator
+			}
+			switch {
+			case len(kinds) == 0:
+				return fmt.Errorf("no runs for %s in %s: nothing to retry", args[0], archivePath)
+			case len(kinds) > 1:
+				var ops []string
+				for _, op := range kinds {
+					ops = append(ops, op)
+				}
+				return fmt.Errorf("%s is an object of several operators (%s): choose one with --operator", args[0], strings.Join(ops, ", "))
+			}
+			cfg, err := loadKubeconfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			c, err := client.New(cfg, client.Options{})
+			if err != nil {
+				return err
+			}
+			obj := &unstructured.Unstructured{}
+			obj.SetGroupVersionKind(gvk)
+			obj.SetNamespace(ns)
+			obj.SetName(name)
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{engine.RetryAnnotation: time.Now().UTC().Format(time.RFC3339)}}})
+			if err := c.Patch(cmd.Context(), obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+				return fmt.Errorf("asking for a retry of %s %s: %w", gvk.Kind, args[0], err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: retry requested; follow it with opkit runs --object %s\n", gvk.Kind, args[0], args[0])
+			return nil
+		},
+	}
+	archiveFlag(cmd, &archivePath)
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	cmd.Flags().StringVar(&operator, "operator", "", "the operator, when several have an object of that name")
+	return cmd
+}

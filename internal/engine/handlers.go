@@ -1,0 +1,715 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/executor"
+)
+
+// RetryAnnotation, set to any value on a custom resource, clears its
+// handlers' failed attempts and Stalled state so that they run again. The
+// engine removes it. `opkit retry` sets it.
+const RetryAnnotation = "opkit.dev/retry"
+
+// ConditionStalled is True while a handler has given up on the object.
+const ConditionStalled = "Stalled"
+
+// FinalizerName is the finalizer opkit holds on the custom resources of an
+// operator with delete handlers: opkit.dev/<operator>, shortened with a
+// hash when the Operator's name is too long for a finalizer.
+func FinalizerName(operator string) string {
+	if len(operator) <= 63 {
+		return "opkit.dev/" + operator
+	}
+	sum := sha256.Sum256([]byte(operator))
+	return "opkit.dev/" + operator[:50] + "-" + hex.EncodeToString(sum[:])[:12]
+}
+
+// handlerStatus is one handler's record in status.opkit.handlers.
+type handlerStatus struct {
+	// Generation is the last generation a create or update run succeeded
+	// for, or that its fields filter let pass.
+	Generation int64 `json:"generation,omitempty"`
+	// Deleted: the delete run succeeded.
+	Deleted bool `json:"deleted,omitempty"`
+	// Attempt counts failed runs for Target since the last success.
+	Attempt     int    `json:"attempt,omitempty"`
+	Target      int64  `json:"target,omitempty"`
+	NextRetryAt string `json:"nextRetryAt,omitempty"`
+	Stalled     bool   `json:"stalled,omitempty"`
+	LastError   string `json:"lastError,omitempty"`
+	// LastScheduled is when the last scheduled run started.
+	LastScheduled string `json:"lastScheduled,omitempty"`
+}
+
+// handledRecord is the spec as of the last generation every create and
+// update handler was done with: what "old" and the diff are relative to.
+type handledRecord struct {
+	Generation int64          `json:"generation"`
+	Spec       map[string]any `json:"spec,omitempty"`
+}
+
+// lastRun is status.opkit.lastRun, so that kubectl describe tells the story.
+type lastRun struct {
+	ID          string `json:"id"`
+	Handler     string `json:"handler"`
+	Trigger     string `json:"trigger"`
+	Outcome     string `json:"outcome"`
+	Message     string `json:"message,omitempty"`
+	Attempt     int    `json:"attempt"`
+	NextRetryAt string `json:"nextRetryAt,omitempty"`
+}
+
+// handlerState is the handlers' part of status.opkit.
+type handlerState struct {
+	Handlers map[string]*handlerStatus `json:"handlers,omitempty"`
+	Handled  *handledRecord            `json:"handled,omitempty"`
+	LastRun  *lastRun                  `json:"lastRun,omitempty"`
+}
+
+func readHandlerState(cr *unstructured.Unstructured) *handlerState {
+	st := &handlerState{}
+	if own, ok, _ := unstructured.NestedFieldNoCopy(cr.Object, "status", "opkit"); ok {
+		data, _ := json.Marshal(own)
+		_ = json.Unmarshal(data, st)
+	}
+	if st.Handlers == nil {
+		st.Handlers = map[string]*handlerStatus{}
+	}
+	return st
+}
+
+func (st *handlerState) of(name string) *handlerStatus {
+	if st.Handlers[name] == nil {
+		st.Handlers[name] = &handlerStatus{}
+	}
+	return st.Handlers[name]
+}
+
+// writeTo stores the state into status.opkit (a map of the status).
+func (st *handlerState) writeTo(own map[string]any) {
+	data, _ := json.Marshal(st)
+	var m map[string]any
+	_ = json.Unmarshal(data, &m)
+	for _, k := range []string{"handlers", "handled", "lastRun"} {
+		if v, ok := m[k]; ok {
+			own[k] = v
+		} else {
+			delete(own, k)
+		}
+	}
+}
+
+// flight is a run in progress for one object.
+type flight struct {
+	handler *definition.Handler
+	run     *archive.Run // nil when the archive showed the key had succeeded
+	done    bool
+	result  *executor.Result
+	err     error
+}
+
+// runner runs one operator's handlers. Runs execute in their own
+// goroutines, one at a time per object; the reconcile that follows a run's
+// end records its outcome, so that every write to an object is made by its
+// one reconcile worker.
+type runner struct {
+	def     *definition.Definition
+	archive archive.Store
+	client  client.Client
+	reader  client.Reader
+	events  events.EventRecorder
+	execs   map[string]executor.Executor
+	wake    chan event.GenericEvent
+	ctx     context.Context // the operator's; ending it cancels the runs
+	metrics *runMetrics
+
+	mu      sync.Mutex
+	flights map[types.UID]*flight
+	resumed map[types.UID]bool
+	running sync.WaitGroup
+}
+
+func newRunner(ctx context.Context, d *definition.Definition, store archive.Store, c client.Client, reader client.Reader, rec events.EventRecorder, m *runMetrics) (*runner, error) {
+	rn := &runner{
+		def: d, archive: store, client: c, reader: reader, events: rec, ctx: ctx, metrics: m,
+		execs: map[string]executor.Executor{}, wake: make(chan event.GenericEvent, 1024),
+		flights: map[types.UID]*flight{}, resumed: map[types.UID]bool{},
+	}
+	for _, h := range d.Handlers {
+		switch {
+		case h.Exec != nil:
+			rn.execs[h.Name] = &executor.Exec{Action: *h.Exec}
+		case h.HTTP != nil:
+			rn.execs[h.Name] = &executor.HTTP{Action: *h.HTTP, Secret: rn.secretValue}
+		default:
+			return nil, fmt.Errorf("operator %s: handler %s: the job executor is not available in this version of opkit", d.Operator.Name, h.Name)
+		}
+	}
+	return rn, nil
+}
+
+// hasDelete reports whether any handler runs on delete, and so whether
+// opkit holds a finalizer.
+func (rn *runner) hasDelete() bool {
+	if rn == nil {
+		return false
+	}
+	for _, h := range rn.def.Handlers {
+		if h.Fires(v1alpha1.OnDelete) {
+			return true
+		}
+	}
+	return false
+}
+
+// secretValue reads a Secret key from the API (Secrets are not cached).
+func (rn *runner) secretValue(ctx context.Context, namespace, name, key string) (string, error) {
+	var s corev1.Secret
+	if err := rn.reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s); err != nil {
+		return "", err
+	}
+	v, ok := s.Data[key]
+	if !ok {
+		return "", fmt.Errorf("no key %q", key)
+	}
+	return strings.TrimSpace(string(v)), nil
+}
+
+// stepResult is what one reconcile's handler step decided.
+type stepResult struct {
+	state   *handlerState
+	stalled string        // why the object is Stalled; "" when it is not
+	busy    bool          // a run is in flight or due
+	requeue time.Duration // when to look again; 0 for never
+}
+
+// step records a finished run, then starts the next due handler, if any.
+// It writes the handlers' status patches and events itself; the caller
+// writes the returned state into status.opkit.
+func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, children map[string]map[string]any) (*stepResult, error) {
+	st := readHandlerState(cr)
+	res := &stepResult{state: st}
+	uid := cr.GetUID()
+
+	if _, ok := cr.GetAnnotations()[RetryAnnotation]; ok {
+		for _, hs := range st.Handlers {
+			hs.Attempt, hs.Target, hs.NextRetryAt, hs.Stalled, hs.LastError = 0, 0, "", false, ""
+		}
+		patch := []byte(`{"metadata":{"annotations":{"` + RetryAnnotation + `":null}}}`)
+		if err := rn.client.Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return nil, fmt.Errorf("clearing %s: %w", RetryAnnotation, err)
+		}
+		rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "RetryRequested", "Retry", "failed attempts cleared; handlers run again")
+	}
+
+	rn.mu.Lock()
+	f := rn.flights[uid]
+	if f != nil && f.done {
+		delete(rn.flights, uid)
+	}
+	rn.mu.Unlock()
+	if f != nil && !f.done {
+		res.busy = true
+		return res, nil // its end wakes this object again
+	}
+	if f != nil {
+		res.requeue = rn.finish(ctx, cr, f, st)
+	}
+
+	now := time.Now()
+	h, trigger, wait, stalled := rn.due(cr, st, now)
+	res.stalled = stalled
+	if wait > 0 && (res.requeue == 0 || wait < res.requeue) {
+		res.requeue = wait
+	}
+	if h != nil {
+		res.busy = true
+		if err := rn.start(ctx, cr, st, h, trigger, children, now); err != nil {
+			return nil, err
+		}
+		return res, nil
+	}
+	if cr.GetDeletionTimestamp() == nil {
+		rn.recordHandled(cr, st)
+	}
+	return res, nil
+}
+
+// recordHandled moves the handled record to the current generation once no
+// create or update handler has it still to do.
+func (rn *runner) recordHandled(cr *unstructured.Unstructured, st *handlerState) {
+	g := cr.GetGeneration()
+	if st.Handled != nil && st.Handled.Generation >= g {
+		return
+	}
+	for _, h := range rn.def.Handlers {
+		if (h.Fires(v1alpha1.OnCreate) || h.Fires(v1alpha1.OnUpdate)) && st.of(h.Name).Generation < g {
+			return
+		}
+	}
+	spec, _, _ := unstructured.NestedMap(cr.Object, "spec")
+	st.Handled = &handledRecord{Generation: g, Spec: spec}
+}
+
+// due finds the first handler, in declaration order, that has a run to
+// make: the handler and trigger, or nil with how long until a retry or a
+// schedule comes due, and why the object is stalled.
+func (rn *runner) due(cr *unstructured.Unstructured, st *handlerState, now time.Time) (*definition.Handler, string, time.Duration, string) {
+	g := cr.GetGeneration()
+	uid := cr.GetUID()
+	deleting := cr.GetDeletionTimestamp() != nil
+	var wait time.Duration
+	soonest := func(d time.Duration) {
+		if d > 0 && (wait == 0 || d < wait) {
+			wait = d
+		}
+	}
+	rn.mu.Lock()
+	resumed := rn.resumed[uid]
+	if st.Handled == nil {
+		rn.resumed[uid] = true // a new object is created, not resumed
+	}
+	rn.mu.Unlock()
+
+	for _, h := range rn.def.Handlers {
+		hs := st.of(h.Name)
+		trigger := ""
+		switch {
+		case deleting:
+			if h.Fires(v1alpha1.OnDelete) && !hs.Deleted {
+				trigger = v1alpha1.OnDelete
+			}
+		case hs.Generation < g && (h.Fires(v1alpha1.OnCreate) || h.Fires(v1alpha1.OnUpdate)):
+			switch {
+			case st.Handled == nil && h.Fires(v1alpha1.OnCreate):
+				trigger = v1alpha1.OnCreate
+			case st.Handled != nil && h.Fires(v1alpha1.OnUpdate) && h.Touches(changedPaths(diffSpecs(st.Handled.Spec, spec(cr)))):
+				trigger = v1alpha1.OnUpdate
+			default:
+				hs.Generation = g // nothing in this change concerns it
+			}
+		}
+		if trigger == "" && !deleting && h.Fires(v1alpha1.OnResume) && !resumed && st.Handled != nil {
+			trigger = v1alpha1.OnResume
+		}
+		if trigger == "" && !deleting && h.Fires(v1alpha1.OnSchedule) {
+			next := h.Next(scheduleBase(cr, hs))
+			if now.Before(next) {
+				soonest(next.Sub(now))
+			} else {
+				trigger = v1alpha1.OnSchedule
+			}
+		}
+		if trigger == "" {
+			continue
+		}
+		// Failed attempts and Stalled count for one target generation; a
+		// newer spec starts afresh. Handlers run in order: one that waits
+		// holds back those after it.
+		if hs.Target == g && hs.Stalled {
+			return nil, "", wait, fmt.Sprintf("handler %s gave up after %d attempts: %s; fix the cause, then change the spec or run opkit retry", h.Name, hs.Attempt, hs.LastError)
+		}
+		if hs.Target == g && hs.NextRetryAt != "" {
+			if at, err := time.Parse(time.RFC3339Nano, hs.NextRetryAt); err == nil && now.Before(at) {
+				soonest(at.Sub(now))
+				return nil, "", wait, ""
+			}
+		}
+		return h, trigger, 0, ""
+	}
+	return nil, "", wait, ""
+}
+
+func scheduleBase(cr *unstructured.Unstructured, hs *handlerStatus) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, hs.LastScheduled); err == nil {
+		return t
+	}
+	return cr.GetCreationTimestamp().Time
+}
+
+func spec(cr *unstructured.Unstructured) map[string]any {
+	s, _, _ := unstructured.NestedMap(cr.Object, "spec")
+	return s
+}
+
+// start records a run in the archive and starts it.
+func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *handlerState, h *definition.Handler, trigger string, children map[string]map[string]any, now time.Time) error {
+	g := cr.GetGeneration()
+	hs := st.of(h.Name)
+	attempt := 1
+	if hs.Target == g {
+		attempt = hs.Attempt + 1
+	}
+	key := fmt.Sprintf("%s/%d/%s", cr.GetUID(), g, h.Name)
+	if trigger == v1alpha1.OnSchedule {
+		key += fmt.Sprintf("/%d", now.Unix())
+	}
+	f := &flight{handler: h}
+	var old map[string]any
+	if st.Handled != nil {
+		old = st.Handled.Spec
+	}
+	diff := diffSpecs(old, spec(cr))
+	if trigger == v1alpha1.OnCreate || trigger == v1alpha1.OnUpdate || trigger == v1alpha1.OnDelete {
+		// A run that succeeded before a crash kept the engine from recording
+		// it: do not run it again.
+		ok, err := rn.archive.Succeeded(ctx, key)
+		if err != nil {
+			return err
+		}
+		if ok {
+			f.done, f.result = true, &executor.Result{}
+			f.run = &archive.Run{Trigger: trigger, Generation: g, Attempt: attempt, Key: key}
+			rn.mu.Lock()
+			rn.flights[cr.GetUID()] = f
+			rn.mu.Unlock()
+			rn.wakeUp(cr)
+			return nil
+		}
+	}
+	run := &archive.Run{
+		ID: archive.NewID(now), Operator: rn.def.Operator.Name, Handler: h.Name, Action: h.Action(), Trigger: trigger,
+		APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: string(cr.GetUID()), Generation: g,
+		Key: key, Attempt: attempt, Diff: diff, StartedAt: now.UTC(), Outcome: archive.Running,
+	}
+	input, err := json.Marshal(bindingContext{
+		Operator: rn.def.Operator.Name, Handler: h.Name, Trigger: trigger, RunID: run.ID, IdempotencyKey: key,
+		Attempt: attempt, Object: cr.Object, Old: old, Diff: diff, Children: redactSecrets(children),
+	})
+	if err != nil {
+		return fmt.Errorf("handler %s: encoding the binding context: %w", h.Name, err)
+	}
+	if err := rn.archive.Insert(ctx, run); err != nil {
+		return err // nothing runs that is not recorded
+	}
+	f.run = run
+	rn.mu.Lock()
+	rn.flights[cr.GetUID()] = f
+	rn.mu.Unlock()
+	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerStarted", "Run", "handler %s (%s, attempt %d): run %s", h.Name, trigger, attempt, run.ID)
+	rn.metrics.inFlight.WithLabelValues(rn.def.Operator.Name).Inc()
+	woken := cr.DeepCopy()
+	rn.running.Add(1)
+	go func() {
+		defer rn.running.Done()
+		log := &archiveLog{ctx: rn.ctx, store: rn.archive, id: run.ID}
+		res, err := rn.execs[h.Name].Run(rn.ctx, executor.Request{
+			RunID: run.ID, Handler: h.Name, Trigger: trigger, Key: key, Input: input, Timeout: h.Timeout, Log: log,
+		})
+		rn.metrics.inFlight.WithLabelValues(rn.def.Operator.Name).Dec()
+		if rn.ctx.Err() != nil {
+			// The operator stopped or changed: the run is cancelled, and the
+			// next engine runs it again with the same key.
+			run.Outcome, run.FinishedAt, run.Error = archive.Cancelled, time.Now().UTC(), "the operator stopped during the run"
+			_ = rn.archive.Finish(context.Background(), run)
+			return
+		}
+		rn.mu.Lock()
+		f.done, f.result, f.err = true, res, err
+		rn.mu.Unlock()
+		rn.wakeUp(woken)
+	}()
+	return nil
+}
+
+func (rn *runner) wakeUp(cr *unstructured.Unstructured) {
+	select {
+	case rn.wake <- event.GenericEvent{Object: cr}:
+	case <-rn.ctx.Done():
+	}
+}
+
+// finish records a finished run: the result's status patch and events, the
+// handler's record, the archive's, and returns when to look again.
+func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *flight, st *handlerState) time.Duration {
+	run, h := f.run, f.handler
+	hs := st.of(h.Name)
+	now := time.Now().UTC()
+	var failure *executor.Failure
+	switch {
+	case f.err != nil:
+		failure = executor.AsFailure(f.err)
+	case f.result.Error != nil:
+		failure = &executor.Failure{Message: f.result.Error.Message, Permanent: f.result.Error.Permanent}
+	}
+	if failure == nil && len(f.result.Status) > 0 {
+		patch, _ := json.Marshal(map[string]any{"status": f.result.Status})
+		if err := rn.client.Status().Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			failure = &executor.Failure{Message: fmt.Sprintf("the API refused the result's status patch: %v", apiMessage(err))}
+		} else {
+			run.Writes = append(run.Writes, "status: "+strings.Join(sortedKeys(f.result.Status), ", "))
+		}
+	}
+	if failure == nil {
+		for _, e := range f.result.Events {
+			rn.events.Eventf(cr, nil, e.Type, e.Reason, "Handler", "%s", e.Message)
+			run.Writes = append(run.Writes, "event "+e.Type+" "+e.Reason)
+		}
+	}
+	var requeue time.Duration
+	if failure == nil {
+		run.Outcome = archive.Succeeded
+		hs.Attempt, hs.Target, hs.NextRetryAt, hs.Stalled, hs.LastError = 0, 0, "", false, ""
+		switch run.Trigger {
+		case v1alpha1.OnCreate, v1alpha1.OnUpdate:
+			hs.Generation = max(hs.Generation, run.Generation)
+		case v1alpha1.OnDelete:
+			hs.Deleted = true
+		case v1alpha1.OnSchedule:
+			hs.LastScheduled = run.StartedAt.Format(time.RFC3339Nano)
+		case v1alpha1.OnResume:
+			rn.mu.Lock()
+			rn.resumed[cr.GetUID()] = true
+			rn.mu.Unlock()
+		}
+		requeue = f.result.RequeueDuration()
+	} else {
+		run.Error = failure.Message
+		hs.Attempt, hs.Target, hs.LastError = run.Attempt, run.Generation, truncate(failure.Message)
+		if failure.Permanent || run.Attempt >= h.Retry.MaxAttempts {
+			run.Outcome = archive.GaveUp
+			hs.Stalled, hs.NextRetryAt = true, ""
+		} else {
+			run.Outcome = archive.Failed
+			requeue = h.Retry.Delay(run.Attempt)
+			run.NextRetryAt = now.Add(requeue)
+			hs.NextRetryAt = run.NextRetryAt.Format(time.RFC3339Nano)
+			rn.metrics.retries.WithLabelValues(rn.def.Operator.Name, h.Name).Inc()
+		}
+	}
+	if run.ID == "" {
+		return requeue // it had succeeded before a crash: nothing ran now
+	}
+	run.FinishedAt = now
+	if err := rn.archive.Finish(ctx, run); err != nil {
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", "Run", "run %s: %v", run.ID, err)
+	}
+	rn.metrics.observe(rn.def.Operator.Name, run)
+	lr := &lastRun{ID: run.ID, Handler: h.Name, Trigger: run.Trigger, Outcome: string(run.Outcome), Message: truncate(run.Error), Attempt: run.Attempt}
+	if !run.NextRetryAt.IsZero() {
+		lr.NextRetryAt = run.NextRetryAt.Format(time.RFC3339)
+	}
+	st.LastRun = lr
+	switch run.Outcome {
+	case archive.Succeeded:
+		rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerSucceeded", "Run", "handler %s succeeded: run %s", h.Name, run.ID)
+	case archive.Failed:
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerFailed", "Run", "handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, requeue.Round(time.Second), truncate(run.Error), run.ID)
+	default:
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerGaveUp", "Run", "handler %s gave up after %d attempts: %s: run %s", h.Name, run.Attempt, truncate(run.Error), run.ID)
+	}
+	return requeue
+}
+
+// stop cancels the runs (the operator's context is done) and waits for
+// their goroutines.
+func (rn *runner) wait() { rn.running.Wait() }
+
+// bindingContext is the input of every handler. docs/handlers.md and its
+// JSON Schema describe it.
+type bindingContext struct {
+	Operator       string                    `json:"operator"`
+	Handler        string                    `json:"handler"`
+	Trigger        string                    `json:"trigger"`
+	RunID          string                    `json:"runId"`
+	IdempotencyKey string                    `json:"idempotencyKey"`
+	Attempt        int                       `json:"attempt"`
+	Object         map[string]any            `json:"object"`
+	Old            map[string]any            `json:"old"`
+	Diff           []archive.Change          `json:"diff"`
+	Children       map[string]map[string]any `json:"children"`
+}
+
+// redactSecrets drops the values of Secret children: handlers get their
+// names, never their data, and so nothing of them reaches the archive.
+func redactSecrets(children map[string]map[string]any) map[string]map[string]any {
+	out := make(map[string]map[string]any, len(children))
+	for id, obj := range children {
+		if obj["kind"] == "Secret" && obj["apiVersion"] == "v1" {
+			obj = maps.Clone(obj)
+			delete(obj, "data")
+			delete(obj, "stringData")
+		}
+		out[id] = obj
+	}
+	return out
+}
+
+// diffSpecs lists the changes from old to new as dotted paths under spec:
+// maps are compared key by key, anything else as a whole.
+func diffSpecs(old, new map[string]any) []archive.Change {
+	var out []archive.Change
+	var walk func(path string, a, b any)
+	walk = func(path string, a, b any) {
+		am, aok := a.(map[string]any)
+		bm, bok := b.(map[string]any)
+		if aok && bok {
+			keys := map[string]bool{}
+			for k := range am {
+				keys[k] = true
+			}
+			for k := range bm {
+				keys[k] = true
+			}
+			for _, k := range sortedKeys(keys) {
+				walk(path+"."+k, am[k], bm[k])
+			}
+			return
+		}
+		switch {
+		case a == nil && b == nil:
+		case a == nil:
+			out = append(out, archive.Change{Op: "add", Path: path, New: b})
+		case b == nil:
+			out = append(out, archive.Change{Op: "remove", Path: path, Old: a})
+		case !reflect.DeepEqual(normalize(a), normalize(b)):
+			out = append(out, archive.Change{Op: "change", Path: path, Old: a, New: b})
+		}
+	}
+	if old == nil {
+		old = map[string]any{}
+	}
+	if new == nil {
+		new = map[string]any{}
+	}
+	walk("spec", old, new)
+	return out
+}
+
+func changedPaths(diff []archive.Change) []string {
+	paths := make([]string, len(diff))
+	for i, c := range diff {
+		paths[i] = c.Path
+	}
+	return paths
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// apiMessage is the API server's message for a refused request.
+func apiMessage(err error) string {
+	if s, ok := err.(apierrors.APIStatus); ok && s.Status().Message != "" {
+		return s.Status().Message
+	}
+	return err.Error()
+}
+
+// archiveLog appends a run's log to the archive as it comes. A failing
+// archive does not fail the handler; the log is then incomplete.
+type archiveLog struct {
+	ctx   context.Context
+	store archive.Store
+	id    string
+}
+
+func (l *archiveLog) Write(p []byte) (int, error) {
+	_ = l.store.AppendLog(context.WithoutCancel(l.ctx), l.id, p)
+	return len(p), nil
+}
+
+func stalledCondition(step *stepResult) metav1.Condition {
+	if step.stalled != "" {
+		return metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: "HandlerGaveUp", Message: truncate(step.stalled)}
+	}
+	return metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionFalse, Reason: "NoStalledHandler", Message: "no handler has given up"}
+}
+
+// finalize runs the delete handlers of an object being deleted, then
+// removes opkit's finalizer.
+func (r *reconciler) finalize(ctx context.Context, cr *unstructured.Unstructured, fin string) (reconcile.Result, error) {
+	if !r.runner.hasDelete() {
+		return r.patchFinalizer(ctx, cr, fin, false)
+	}
+	step, err := r.runner.step(ctx, cr, nil)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !step.busy && step.stalled == "" && step.requeue == 0 {
+		return r.patchFinalizer(ctx, cr, fin, false)
+	}
+	// Still at work, waiting for a retry, or stalled: record where it is.
+	own, _, _ := unstructured.NestedMap(cr.Object, "status", "opkit")
+	if own == nil {
+		own = map[string]any{}
+	}
+	before := normalize(own)
+	step.state.writeTo(own)
+	var conds []metav1.Condition
+	if raw, ok, _ := unstructured.NestedSlice(cr.Object, "status", "conditions"); ok {
+		data, _ := json.Marshal(raw)
+		_ = json.Unmarshal(data, &conds)
+	}
+	changed := meta.SetStatusCondition(&conds, stalledCondition(step))
+	if changed || !reflect.DeepEqual(before, normalize(own)) {
+		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"opkit": own, "conditions": conds}})
+		if err := r.client.Status().Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	return reconcile.Result{RequeueAfter: step.requeue}, nil
+}
+
+// patchFinalizer adds or removes opkit's finalizer with a JSON patch
+// guarded by the resourceVersion read: other controllers' finalizers are
+// never rewritten, and a concurrent change makes the patch fail and the
+// object be read again.
+func (r *reconciler) patchFinalizer(ctx context.Context, cr *unstructured.Unstructured, fin string, add bool) (reconcile.Result, error) {
+	ops := []map[string]any{{"op": "test", "path": "/metadata/resourceVersion", "value": cr.GetResourceVersion()}}
+	finalizers := cr.GetFinalizers()
+	switch i := slices.Index(finalizers, fin); {
+	case add && len(finalizers) == 0:
+		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/finalizers", "value": []string{fin}})
+	case add:
+		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/finalizers/-", "value": fin})
+	case i < 0:
+		return reconcile.Result{}, nil
+	default:
+		path := fmt.Sprintf("/metadata/finalizers/%d", i)
+		ops = append(ops, map[string]any{"op": "test", "path": path, "value": fin}, map[string]any{"op": "remove", "path": path})
+	}
+	patch, _ := json.Marshal(ops)
+	err := r.client.Patch(ctx, cr, client.RawPatch(types.JSONPatchType, patch))
+	switch {
+	case apierrors.IsNotFound(err):
+		return reconcile.Result{}, nil
+	case apierrors.IsConflict(err) || (apierrors.IsInvalid(err) && strings.Contains(err.Error(), "test")):
+		// The object changed since it was read: read it again.
+		return reconcile.Result{RequeueAfter: 250 * time.Millisecond}, nil
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("updating finalizer %s: %w", fin, err)
+	}
+	return reconcile.Result{}, nil
+}

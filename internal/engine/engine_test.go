@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,12 @@ import (
 	"github.com/opkit-dev/opkit/internal/engine"
 )
 
-func TestMain(m *testing.M) { clustertest.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(handlerEnv) == "1" {
+		os.Exit(testHandler())
+	}
+	clustertest.Main(m)
+}
 
 var eventually = clustertest.Eventually
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
@@ -49,7 +51,17 @@ func (w *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 // returned function stops it and waits until it stopped.
 func runEngine(t *testing.T, cfg *rest.Config, files ...string) (*engine.Engine, func()) {
 	t.Helper()
-	e, err := engine.New(engine.Options{Config: cfg})
+	return runEngineWith(t, engine.Options{Config: cfg}, files...)
+}
+
+// runEngineWith is runEngine with options; without an archive it gets a
+// new one.
+func runEngineWith(t *testing.T, opts engine.Options, files ...string) (*engine.Engine, func()) {
+	t.Helper()
+	if opts.Archive == nil {
+		opts.Archive = newArchive(t)
+	}
+	e, err := engine.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +94,17 @@ func runEngine(t *testing.T, cfg *rest.Config, files ...string) (*engine.Engine,
 		}
 	}
 	return e, stop
+}
+
+// newArchive opens an archive in the test's directory, closed at its end.
+func newArchive(t *testing.T) *archive.SQLite {
+	t.Helper()
+	store, err := archive.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "runs.db"), archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return store
 }
 
 // apiserverWrites sums the API server's apiserver_request_total for the

@@ -1,0 +1,582 @@
+package engine_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+	"github.com/opkit-dev/opkit/internal/engine"
+)
+
+// The test binary is its own handler: with OPKIT_TEST_HANDLER=1 in its
+// environment (set by the definition), TestMain runs testHandler instead of
+// the tests. It appends a record of each run to $OUT and behaves as the
+// object's spec.mode says.
+const handlerEnv = "OPKIT_TEST_HANDLER"
+
+// record is one line the test handler appends to $OUT.
+type record struct {
+	Name    string   `json:"name"`
+	Handler string   `json:"handler"`
+	Trigger string   `json:"trigger"`
+	Key     string   `json:"key"`
+	Attempt int      `json:"attempt"`
+	Diff    []string `json:"diff"`
+	OldText string   `json:"oldText"`
+	NewText string   `json:"newText"`
+	At      string   `json:"at"`
+}
+
+func testHandler() int {
+	var ctx struct {
+		Handler        string `json:"handler"`
+		Trigger        string `json:"trigger"`
+		IdempotencyKey string `json:"idempotencyKey"`
+		Attempt        int    `json:"attempt"`
+		Object         struct {
+			Metadata struct{ Name string } `json:"metadata"`
+			Spec     struct{ Mode, Text string }
+		} `json:"object"`
+		Old  struct{ Text string } `json:"old"`
+		Diff []archive.Change      `json:"diff"`
+	}
+	if err := json.NewDecoder(os.Stdin).Decode(&ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "bad binding context:", err)
+		return 2
+	}
+	rec := record{Name: ctx.Object.Metadata.Name, Handler: ctx.Handler, Trigger: ctx.Trigger, Key: ctx.IdempotencyKey,
+		Attempt: ctx.Attempt, OldText: ctx.Old.Text, NewText: ctx.Object.Spec.Text, At: time.Now().Format(time.RFC3339Nano)}
+	for _, c := range ctx.Diff {
+		rec.Diff = append(rec.Diff, c.Op+" "+c.Path)
+	}
+	line, _ := json.Marshal(rec)
+	seen, _ := os.ReadFile(os.Getenv("OUT"))
+	f, err := os.OpenFile(os.Getenv("OUT"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	f.Write(append(line, '\n'))
+	f.Close()
+	fmt.Fprintf(os.Stderr, "%s %s for %s\n", ctx.Handler, ctx.Trigger, rec.Name)
+	mode := ctx.Object.Spec.Mode
+	if ctx.Handler != "work" {
+		mode = ""
+	}
+	switch mode {
+	case "flaky":
+		if ctx.Attempt < 3 {
+			fmt.Fprintln(os.Stderr, "not yet")
+			return 75
+		}
+	case "broken":
+		fmt.Fprintln(os.Stderr, "boom: broken on purpose")
+		return 1
+	case "notjson":
+		fmt.Println("hello, not JSON")
+		return 0
+	case "huge":
+		chunk := make([]byte, 1<<20)
+		for range 50 {
+			if _, err := os.Stdout.Write(chunk); err != nil {
+				return 0
+			}
+		}
+		return 0
+	case "signal":
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	case "hang":
+		time.Sleep(time.Minute)
+	case "reserved":
+		fmt.Println(`{"status": {"observedGeneration": 99}}`)
+		return 0
+	case "slow":
+		time.Sleep(2 * time.Second)
+	case "sleepfirst":
+		// The first run sleeps, to be interrupted; a run with a key seen
+		// before ends at once.
+		if !strings.Contains(string(seen), `"key":"`+ctx.IdempotencyKey+`"`) {
+			time.Sleep(time.Minute)
+		}
+	}
+	fmt.Printf(`{"status": {"recorded": %q}, "events": [{"reason": "Recorded", "message": "recorded %s"}]}`+"\n", ctx.Object.Spec.Text, ctx.Trigger)
+	return 0
+}
+
+// tasksOperator writes the Task operator, whose handlers run this test
+// binary, and returns its path and the record file.
+func tasksOperator(t *testing.T) (file, out string) {
+	t.Helper()
+	dir := t.TempDir()
+	out = filepath.Join(dir, "records.jsonl")
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := fmt.Sprintf(`exec:
+      command: [%q]
+      env: [{name: %s, value: "1"}, {name: OUT, value: %q}]`, bin, handlerEnv, out)
+	def := `apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: tasks}
+spec:
+  resource:
+    group: handlers.example.com
+    kind: Task
+    versions:
+    - name: v1
+      schema:
+        type: object
+        properties:
+          mode: {type: string}
+          text: {type: string}
+          color: {type: string}
+  handlers:
+  - name: work
+    on: [create, update]
+    fields: [spec.text, spec.mode]
+    timeout: 3s
+    retry: {maxAttempts: 3, initialDelay: 400ms, maxDelay: 10s, factor: 2, jitter: 0}
+    ` + exec + `
+  - name: goodbye
+    on: [delete]
+    ` + exec + "\n"
+	file = filepath.Join(dir, "tasks.yaml")
+	if err := os.WriteFile(file, []byte(def), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file, out
+}
+
+func task(ns, name, mode, text string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "handlers.example.com/v1", "kind": "Task",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec":     map[string]any{"mode": mode, "text": text},
+	}}
+}
+
+// records reads the record file, keeping those of one object.
+func records(t *testing.T, out, name string) []record {
+	t.Helper()
+	f, err := os.Open(out)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var recs []record
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("record %q: %v", sc.Text(), err)
+		}
+		if r.Name == name {
+			recs = append(recs, r)
+		}
+	}
+	return recs
+}
+
+func createTask(t *testing.T, env *clustertest.Env, obj *unstructured.Unstructured) {
+	t.Helper()
+	eventually(t, 30*time.Second, "create Task "+obj.GetName(), func(ctx context.Context) (bool, error) {
+		return env.Client.Create(ctx, obj) == nil, nil
+	})
+}
+
+// cleanUpTasks deletes the namespace's Tasks while the engine still runs, so
+// that no finalizer outlives the test.
+func cleanUpTasks(t *testing.T, env *clustertest.Env) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		list := &unstructured.UnstructuredList{}
+		list.SetAPIVersion("handlers.example.com/v1")
+		list.SetKind("TaskList")
+		_ = env.Client.DeleteAllOf(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "handlers.example.com/v1", "kind": "Task"}}, client.InNamespace(env.Namespace))
+		for ctx.Err() == nil {
+			if err := env.Client.List(ctx, list, client.InNamespace(env.Namespace)); err != nil || len(list.Items) == 0 {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Errorf("Tasks left in %s after 60s", env.Namespace)
+	})
+}
+
+// waitRecords waits until the object has n records and returns them.
+func waitRecords(t *testing.T, out, name string, n int, what string) []record {
+	t.Helper()
+	var recs []record
+	eventually(t, 60*time.Second, what, func(context.Context) (bool, error) {
+		recs = records(t, out, name)
+		return len(recs) >= n, nil
+	})
+	return recs
+}
+
+func condition(obj *unstructured.Unstructured, typ string) *metav1.Condition {
+	raw, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	data, _ := json.Marshal(raw)
+	var conds []metav1.Condition
+	_ = json.Unmarshal(data, &conds)
+	return meta.FindStatusCondition(conds, typ)
+}
+
+func TestHandlersFireOnCreateUpdateAndDeleteWithTheirContext(t *testing.T) {
+	env := clustertest.New(t)
+	file, out := tasksOperator(t)
+	store := newArchive(t)
+	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	cleanUpTasks(t, env)
+
+	obj := task(env.Namespace, "one", "", "first")
+	createTask(t, env, obj)
+	recs := waitRecords(t, out, "one", 1, "the create run")
+	uid := string(obj.GetUID())
+	if r := recs[0]; r.Trigger != "create" || r.Key != uid+"/1/work" || r.Attempt != 1 || r.NewText != "first" {
+		t.Errorf("create run: %+v", r)
+	}
+	eventually(t, 30*time.Second, "status.recorded and lastRun", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return false, err
+		}
+		recorded, _, _ := unstructured.NestedString(obj.Object, "status", "recorded")
+		outcome, _, _ := unstructured.NestedString(obj.Object, "status", "opkit", "lastRun", "outcome")
+		return recorded == "first" && outcome == "Succeeded", nil
+	})
+	if !slices.Contains(obj.GetFinalizers(), engine.FinalizerName("tasks")) {
+		t.Errorf("finalizers %v lack %s", obj.GetFinalizers(), engine.FinalizerName("tasks"))
+	}
+
+	// A change outside the fields filter runs nothing, but is recorded as
+	// handled: the next diff starts from it.
+	setSpec(t, env, obj, "color", "red")
+	eventually(t, 30*time.Second, "generation 2 handled", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return false, err
+		}
+		g, _, _ := unstructured.NestedInt64(obj.Object, "status", "opkit", "handled", "generation")
+		return g == 2, nil
+	})
+	setSpec(t, env, obj, "text", "second")
+	recs = waitRecords(t, out, "one", 2, "the update run")
+	if r := recs[1]; r.Trigger != "update" || r.Key != uid+"/3/work" || r.OldText != "first" || r.NewText != "second" ||
+		!slices.Equal(r.Diff, []string{"change spec.text"}) {
+		t.Errorf("update run: %+v; want update of generation 3 with diff [change spec.text] from first", r)
+	}
+
+	if err := env.Client.Delete(t.Context(), obj); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the Task is gone", func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	recs = records(t, out, "one")
+	if len(recs) != 3 || recs[2].Handler != "goodbye" || recs[2].Trigger != "delete" {
+		t.Fatalf("records %+v; want create, update, then one delete", recs)
+	}
+
+	page, err := store.List(t.Context(), archive.Query{Namespace: env.Namespace, Name: "one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range page.Runs {
+		got = append(got, r.Handler+"/"+r.Trigger+"/"+string(r.Outcome))
+	}
+	if want := []string{"goodbye/delete/Succeeded", "work/update/Succeeded", "work/create/Succeeded"}; !slices.Equal(got, want) {
+		t.Errorf("archive: %v, want %v", got, want)
+	}
+	if w := page.Runs[1].Writes; !slices.Contains(w, "status: recorded") || !slices.Contains(w, "event Normal Recorded") {
+		t.Errorf("the update run's writes %v", w)
+	}
+	logs, _, err := store.Logs(t.Context(), page.Runs[1].ID, 0)
+	if err != nil || string(logs) != "work update for one\n" {
+		t.Errorf("the update run's log %q, %v", logs, err)
+	}
+}
+
+func TestFailingHandlersRetryWithGrowingDelaysThenStall(t *testing.T) {
+	env := clustertest.New(t)
+	file, out := tasksOperator(t)
+	store := newArchive(t)
+	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	cleanUpTasks(t, env)
+
+	createTask(t, env, task(env.Namespace, "flaky", "flaky", "x"))
+	broken := task(env.Namespace, "broken", "broken", "x")
+	createTask(t, env, broken)
+
+	recs := waitRecords(t, out, "flaky", 3, "three attempts of the flaky handler")
+	var at []time.Time
+	for i, r := range recs {
+		if r.Attempt != i+1 || r.Key != recs[0].Key {
+			t.Errorf("run %d: attempt %d key %s; want attempt %d with one key", i, r.Attempt, r.Key, i+1)
+		}
+		ts, _ := time.Parse(time.RFC3339Nano, r.At)
+		at = append(at, ts)
+	}
+	// 400ms, then 800ms: the second wait is the longer.
+	if first, second := at[1].Sub(at[0]), at[2].Sub(at[1]); first < 400*time.Millisecond || second < 800*time.Millisecond || second <= first {
+		t.Errorf("delays %s then %s; want at least 400ms then 800ms", first, second)
+	}
+	eventually(t, 30*time.Second, "the flaky run succeeds", func(ctx context.Context) (bool, error) {
+		page, err := store.List(ctx, archive.Query{Name: "flaky", Outcome: archive.Succeeded})
+		return err == nil && len(page.Runs) == 1, err
+	})
+	page, _ := store.List(t.Context(), archive.Query{Name: "flaky", Failed: true})
+	for _, r := range page.Runs {
+		if r.Outcome != archive.Failed || r.Error != "exit status 75: temporary failure" || r.NextRetryAt.IsZero() {
+			t.Errorf("failed run %+v", r)
+		}
+	}
+
+	// The broken one gives up after maxAttempts and says so.
+	eventually(t, 60*time.Second, "the broken Task is Stalled", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(broken), broken); err != nil {
+			return false, err
+		}
+		c := condition(broken, engine.ConditionStalled)
+		return c != nil && c.Status == metav1.ConditionTrue, nil
+	})
+	stalled := condition(broken, engine.ConditionStalled)
+	if !strings.Contains(stalled.Message, "handler work gave up after 3 attempts: exit status 1") {
+		t.Errorf("Stalled message %q", stalled.Message)
+	}
+	if ready := condition(broken, engine.ConditionReady); ready.Status != metav1.ConditionFalse || ready.Reason != "Stalled" {
+		t.Errorf("Ready %+v; want False, Stalled", ready)
+	}
+	page, _ = store.List(t.Context(), archive.Query{Name: "broken"})
+	if len(page.Runs) != 3 || page.Runs[0].Outcome != archive.GaveUp {
+		t.Fatalf("broken runs: %+v; want 3, the last GaveUp", page.Runs)
+	}
+	logs, _, _ := store.Logs(t.Context(), page.Runs[0].ID, 0)
+	if !strings.Contains(string(logs), "boom: broken on purpose") {
+		t.Errorf("the log of the last run %q lacks the handler's stderr", logs)
+	}
+	// Nothing more runs on its own.
+	time.Sleep(2 * time.Second)
+	if n := len(records(t, out, "broken")); n != 3 {
+		t.Errorf("%d runs of a stalled handler, want 3", n)
+	}
+
+	// opkit retry's annotation runs it again, from attempt 1.
+	patch := []byte(`{"metadata":{"annotations":{"` + engine.RetryAnnotation + `":"now"}}}`)
+	if err := env.Client.Patch(t.Context(), broken, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		t.Fatal(err)
+	}
+	recs = waitRecords(t, out, "broken", 4, "a run after the retry request")
+	if recs[3].Attempt != 1 {
+		t.Errorf("the retried run is attempt %d, want 1", recs[3].Attempt)
+	}
+	eventually(t, 30*time.Second, "the retry annotation is consumed", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(broken), broken); err != nil {
+			return false, err
+		}
+		_, has := broken.GetAnnotations()[engine.RetryAnnotation]
+		return !has, nil
+	})
+}
+
+func TestBrokenHandlerOutputFailsOnlyItsRun(t *testing.T) {
+	env := clustertest.New(t)
+	file, out := tasksOperator(t)
+	store := newArchive(t)
+	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	cleanUpTasks(t, env)
+
+	want := map[string]string{
+		"notjson":  "output is not a JSON result",
+		"huge":     "stdout exceeded the 1048576-byte limit",
+		"signal":   "killed by signal killed",
+		"hang":     "timed out after 3s; its process group was killed",
+		"reserved": "status.observedGeneration is written by opkit and cannot be set by a handler",
+	}
+	for mode := range want {
+		createTask(t, env, task(env.Namespace, mode, mode, "x"))
+	}
+	good := task(env.Namespace, "good", "", "fine")
+	createTask(t, env, good)
+	for mode, msg := range want {
+		eventually(t, 90*time.Second, mode+" gives up", func(ctx context.Context) (bool, error) {
+			page, err := store.List(ctx, archive.Query{Name: mode, Outcome: archive.GaveUp})
+			if err != nil || len(page.Runs) == 0 {
+				return false, err
+			}
+			if !strings.Contains(page.Runs[0].Error, msg) {
+				t.Errorf("%s: error %q, want %q", mode, page.Runs[0].Error, msg)
+			}
+			return true, nil
+		})
+	}
+	// The good Task was handled, and the engine still handles new work.
+	setSpec(t, env, good, "text", "still fine")
+	recs := waitRecords(t, out, "good", 2, "the good Task's update")
+	if recs[1].Trigger != "update" {
+		t.Errorf("good Task records %+v", recs)
+	}
+	if logs, _, _ := store.Logs(t.Context(), mustLatestRun(t, store, "huge").ID, 0); len(logs) > archive.DefaultLogLimit {
+		t.Errorf("the huge run's log is %d bytes", len(logs))
+	}
+}
+
+func mustLatestRun(t *testing.T, store archive.Store, name string) *archive.Run {
+	t.Helper()
+	page, err := store.List(t.Context(), archive.Query{Name: name, Limit: 1})
+	if err != nil || len(page.Runs) == 0 {
+		t.Fatalf("no run for %s: %v", name, err)
+	}
+	return &page.Runs[0]
+}
+
+func TestAnotherControllersFinalizerIsNeverTouched(t *testing.T) {
+	env := clustertest.New(t)
+	file, out := tasksOperator(t)
+	runEngineWith(t, engine.Options{Config: env.Config}, file)
+	cleanUpTasks(t, env)
+	const other = "example.com/other"
+
+	obj := task(env.Namespace, "shared", "slow", "x")
+	createTask(t, env, obj)
+	// While the slow create run goes on, another client adds and removes its
+	// own finalizer, many times.
+	key := client.ObjectKeyFromObject(obj)
+	toggle := func(ctx context.Context, add bool) {
+		eventually(t, 30*time.Second, "toggle the other finalizer", func(ctx context.Context) (bool, error) {
+			if err := env.Client.Get(ctx, key, obj); err != nil {
+				return false, err
+			}
+			fins := slices.DeleteFunc(obj.GetFinalizers(), func(f string) bool { return f == other })
+			if add {
+				fins = append(fins, other)
+			}
+			obj.SetFinalizers(fins)
+			err := env.Client.Update(ctx, obj)
+			if apierrors.IsConflict(err) {
+				return false, nil
+			}
+			return err == nil, err
+		})
+	}
+	for i := range 10 {
+		toggle(t.Context(), i%2 == 0)
+	}
+	toggle(t.Context(), true)
+	waitRecords(t, out, "shared", 1, "the create run")
+	eventually(t, 30*time.Second, "both finalizers", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, key, obj); err != nil {
+			return false, err
+		}
+		return slices.Contains(obj.GetFinalizers(), engine.FinalizerName("tasks")), nil
+	})
+	if fins := obj.GetFinalizers(); !slices.Contains(fins, other) || len(fins) != 2 {
+		t.Fatalf("finalizers %v; want ours and %s", fins, other)
+	}
+	// Deleted: ours goes after the delete handler; the other stays.
+	if err := env.Client.Delete(t.Context(), obj); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "our finalizer removed", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, key, obj); err != nil {
+			return false, err
+		}
+		return slices.Equal(obj.GetFinalizers(), []string{other}), nil
+	})
+	if recs := records(t, out, "shared"); len(recs) != 2 || recs[1].Trigger != "delete" {
+		t.Errorf("records %+v; want create then delete", recs)
+	}
+	obj.SetFinalizers(nil)
+	if err := env.Client.Update(t.Context(), obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestChangesWhileTheEngineWasStoppedAreAllHandled(t *testing.T) {
+	env := clustertest.New(t)
+	file, out := tasksOperator(t)
+	store := newArchive(t)
+	_, stop := runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+
+	names := []string{"kept", "changed", "deleted"}
+	objs := map[string]*unstructured.Unstructured{}
+	for _, n := range names {
+		objs[n] = task(env.Namespace, n, "", "v1")
+		createTask(t, env, objs[n])
+	}
+	for _, n := range names {
+		waitRecords(t, out, n, 1, n+" created")
+	}
+	eventually(t, 30*time.Second, "finalizers on all", func(ctx context.Context) (bool, error) {
+		for _, n := range names {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(objs[n]), objs[n]); err != nil {
+				return false, err
+			}
+			if len(objs[n].GetFinalizers()) == 0 {
+				return false, nil
+			}
+			if g, _, _ := unstructured.NestedInt64(objs[n].Object, "status", "opkit", "handlers", "work", "generation"); g != 1 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	stop()
+
+	for i := 2; i <= 4; i++ {
+		setSpec(t, env, objs["changed"], "text", fmt.Sprintf("v%d", i))
+	}
+	if err := env.Client.Delete(t.Context(), objs["deleted"]); err != nil {
+		t.Fatal(err)
+	}
+	createTask(t, env, task(env.Namespace, "born", "", "new"))
+
+	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	cleanUpTasks(t, env)
+	waitRecords(t, out, "born", 1, "the Task created while stopped")
+	recs := waitRecords(t, out, "changed", 2, "the Task changed while stopped")
+	if r := recs[1]; r.Trigger != "update" || r.OldText != "v1" || r.NewText != "v4" || !strings.HasSuffix(r.Key, "/4/work") {
+		t.Errorf("update after restart: %+v; want one update from v1 to v4 for generation 4", r)
+	}
+	eventually(t, 30*time.Second, "the Task deleted while stopped is gone", func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(objs["deleted"]), &unstructured.Unstructured{Object: map[string]any{"apiVersion": "handlers.example.com/v1", "kind": "Task"}})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	time.Sleep(2 * time.Second) // anything extra would run now
+	for name, want := range map[string][]string{
+		"kept":    {"work/create"},
+		"changed": {"work/create", "work/update"},
+		"deleted": {"work/create", "goodbye/delete"},
+		"born":    {"work/create"},
+	} {
+		var got []string
+		for _, r := range records(t, out, name) {
+			got = append(got, r.Handler+"/"+r.Trigger)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: runs %v, want %v", name, got, want)
+		}
+	}
+}
+

@@ -230,11 +230,12 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, child
 
 	rn.mu.Lock()
 	f := rn.flights[uid]
-	if f != nil && f.done {
+	done := f != nil && f.done
+	if done {
 		delete(rn.flights, uid)
 	}
 	rn.mu.Unlock()
-	if f != nil && !f.done {
+	if f != nil && !done {
 		res.busy = true
 		return res, nil // its end wakes this object again
 	}

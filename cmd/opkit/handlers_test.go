@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/devcluster"
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+)
+
+// keyHandler appends its idempotency key to $DIR/keys. It sleeps the first
+// time it sees a key while $DIR/sleep exists, and fails while $DIR/fail does.
+const keyHandler = `#!/bin/bash
+set -u
+cat > /dev/null
+seen=
+grep -qxF "$OPKIT_IDEMPOTENCY_KEY" "$DIR/keys" 2>/dev/null && seen=1
+echo "$OPKIT_IDEMPOTENCY_KEY" >> "$DIR/keys"
+if [ -e "$DIR/fail" ]; then
+  echo "failing on purpose for $OPKIT_IDEMPOTENCY_KEY" >&2
+  exit 1
+fi
+if [ -e "$DIR/sleep" ] && [ -z "$seen" ]; then
+  sleep 60
+fi
+echo "done" >&2
+`
+
+const keysOperator = `apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: keys}
+spec:
+  resource:
+    group: keys.example.com
+    kind: Key
+    versions:
+    - name: v1
+      schema: {type: object, properties: {a: {type: string}}}
+  handlers:
+  - name: record
+    on: [create, update]
+    retry: {maxAttempts: 1}
+    exec:
+      command: [./handler.sh]
+      env: [{name: DIR, value: %q}]
+`
+
+func TestSIGKILLedEngineRunsTheInterruptedHandlerAgainWithTheSameKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	dir := t.TempDir()
+	write := func(name, data string, mode os.FileMode) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("handler.sh", keyHandler, 0o755)
+	write("keys.yaml", fmt.Sprintf(keysOperator, dir), 0o644)
+	archivePath := filepath.Join(dir, "runs.db")
+	cl, err := devcluster.Start(t.Context(), devcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Stop()
+	kc := cl.KubeconfigPath()
+	start := func() (*exec.Cmd, *lockedBuffer) {
+		cmd := exec.Command(os.Args[0], "run", "-f", filepath.Join(dir, "keys.yaml"), "--kubeconfig", kc, "--archive", archivePath)
+		cmd.Env = append(os.Environ(), asCLI+"=1")
+		out := &lockedBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		waitOutput(t, out, "operator keys: running", 60*time.Second)
+		return cmd, out
+	}
+	apply := func(name string) {
+		t.Helper()
+		manifest := filepath.Join(dir, name+".yaml")
+		write(name+".yaml", "apiVersion: keys.example.com/v1\nkind: Key\nmetadata: {name: "+name+", namespace: default}\nspec: {a: x}\n", 0o644)
+		if out, err := kubectl(t, kc, "apply", "-f", manifest); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+	}
+	uid := func(name string) string {
+		out, err := kubectl(t, kc, "get", "key", name, "-o", "jsonpath={.metadata.uid}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	keys := func() []string {
+		data, _ := os.ReadFile(filepath.Join(dir, "keys"))
+		return strings.Fields(string(data))
+	}
+	count := func(key string) int {
+		n := 0
+		for _, k := range keys() {
+			if k == key {
+				n++
+			}
+		}
+		return n
+	}
+	waitKey := func(key string, n int) {
+		t.Helper()
+		clustertest.Eventually(t, 60*time.Second, fmt.Sprintf("key %s recorded %d times", key, n), func(context.Context) (bool, error) {
+			return count(key) >= n, nil
+		})
+	}
+
+	engine, _ := start()
+	apply("first")
+	firstKey := uid("first") + "/1/record"
+	waitKey(firstKey, 1)
+	waitRunOutcome(t, archivePath, "first", archive.Succeeded)
+
+	// The second handler sleeps; the engine is killed while it runs.
+	write("sleep", "", 0o644)
+	apply("second")
+	secondKey := uid("second") + "/1/record"
+	waitKey(secondKey, 1)
+	if err := engine.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	engine.Wait()
+
+	start()
+	waitKey(secondKey, 2)
+	waitRunOutcome(t, archivePath, "second", archive.Succeeded)
+	if n := count(firstKey); n != 1 {
+		t.Errorf("the handler that had succeeded ran %d times, want 1", n)
+	}
+	runs := opkitRuns(t, archivePath, "--object", "default/second")
+	if len(runs) != 2 || runs[1].Outcome != archive.Cancelled || runs[0].Outcome != archive.Succeeded || runs[0].Key != runs[1].Key {
+		t.Errorf("runs of second: %+v; want one Cancelled, then one Succeeded with the same key", runs)
+	}
+
+	// A failure shows in opkit runs --failed, and its stderr in opkit logs.
+	write("fail", "", 0o644)
+	apply("third")
+	waitRunOutcome(t, archivePath, "third", archive.GaveUp)
+	failed := opkitRuns(t, archivePath, "--failed")
+	if len(failed) != 1 || failed[0].Name != "third" {
+		t.Fatalf("opkit runs --failed: %+v", failed)
+	}
+	res := opkit(t, "", "runs", "--failed", "--archive", archivePath)
+	if !strings.Contains(res.stdout, failed[0].ID) || !strings.Contains(res.stdout, "GaveUp") || !strings.Contains(res.stdout, "exit status 1") {
+		t.Errorf("opkit runs --failed:\n%s", res.stdout)
+	}
+	res = opkit(t, "", "logs", failed[0].ID, "--archive", archivePath)
+	if res.code != 0 || !strings.Contains(res.stdout, "failing on purpose for "+uid("third")+"/1/record") || !strings.Contains(res.stderr, "GaveUp") {
+		t.Errorf("opkit logs: code %d\nstdout %s\nstderr %s", res.code, res.stdout, res.stderr)
+	}
+}
+
+// opkitRuns lists runs with opkit runs -o json.
+func opkitRuns(t *testing.T, archivePath string, args ...string) []archive.Run {
+	t.Helper()
+	res := opkit(t, "", append([]string{"runs", "-o", "json", "--archive", archivePath}, args...)...)
+	if res.code != 0 {
+		t.Fatalf("opkit runs: %s", res.stderr)
+	}
+	var page archive.Page
+	if err := json.Unmarshal([]byte(res.stdout), &page); err != nil {
+		t.Fatalf("opkit runs -o json: %v\n%s", err, res.stdout)
+	}
+	return page.Runs
+}
+
+func waitRunOutcome(t *testing.T, archivePath, name string, want archive.Outcome) {
+	t.Helper()
+	clustertest.Eventually(t, 60*time.Second, name+" has a "+string(want)+" run", func(context.Context) (bool, error) {
+		for _, r := range opkitRuns(t, archivePath, "--object", "default/"+name) {
+			if r.Outcome == want {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}

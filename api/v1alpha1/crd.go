@@ -243,6 +243,7 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 			"job": {
 				Type: "object", Required: []string{"image"},
 				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"namespace":                    str("Namespace of the Job; defaults to the object's."),
 					"image":                        str("Container image."),
 					"command":                      strList("Entrypoint.", 256),
 					"args":                         strList("Arguments.", 256),

@@ -224,10 +224,13 @@ type ExecAction struct {
 // JobAction runs a Kubernetes Job per run, in the custom resource's
 // namespace, with restricted pod security.
 type JobAction struct {
-	Image   string   `json:"image"`
-	Command []string `json:"command,omitempty"`
-	Args    []string `json:"args,omitempty"`
-	Env     []EnvVar `json:"env,omitempty"`
+	// Namespace of the Job. Defaults to the object's; required for a
+	// cluster-scoped resource.
+	Namespace string   `json:"namespace,omitempty"`
+	Image     string   `json:"image"`
+	Command   []string `json:"command,omitempty"`
+	Args      []string `json:"args,omitempty"`
+	Env       []EnvVar `json:"env,omitempty"`
 	// ServiceAccountName is the pod's service account. Its token is mounted
 	// only with AutomountServiceAccountToken.
 	ServiceAccountName           string `json:"serviceAccountName,omitempty"`

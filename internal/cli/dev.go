@@ -15,9 +15,12 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
 	"go.yaml.in/yaml/v3"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/devcluster"
+	"github.com/opkit-dev/opkit/internal/devcluster/devnode"
+	"github.com/opkit-dev/opkit/internal/engine"
 )
 
 func newDevCommand() *cobra.Command {
@@ -104,7 +107,11 @@ func dev(ctx context.Context, dir string, apply []string, archivePath string, st
 	}
 	// opkit dev says what it does itself: controller-runtime's own lines
 	// are kept for errors.
-	r, e, err := startEngineLogging(ctx, cl.RESTConfig(), archivePath, stderr, zapcore.ErrorLevel)
+	r, e, err := startEngineLogging(ctx, engine.Options{
+		Config: cl.RESTConfig(),
+		// Job handlers' pods run on the dev node.
+		JobTolerations: []corev1.Toleration{{Key: devnode.Taint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+	}, archivePath, stderr, zapcore.ErrorLevel)
 	if err != nil {
 		return err
 	}

@@ -130,18 +130,19 @@ func (r *runningEngine) stop() error {
 // startEngine runs an engine on cfg, recording runs in the archive at
 // archivePath, with controller-runtime logging to log.
 func startEngine(ctx context.Context, cfg *rest.Config, archivePath string, log io.Writer) (*runningEngine, *engine.Engine, error) {
-	return startEngineLogging(ctx, cfg, archivePath, log, zapcore.InfoLevel)
+	return startEngineLogging(ctx, engine.Options{Config: cfg}, archivePath, log, zapcore.InfoLevel)
 }
 
-// startEngineLogging is startEngine with controller-runtime's log lines
-// below level left out.
-func startEngineLogging(ctx context.Context, cfg *rest.Config, archivePath string, log io.Writer, level zapcore.Level) (*runningEngine, *engine.Engine, error) {
+// startEngineLogging is startEngine with options, and controller-runtime's
+// log lines below level left out.
+func startEngineLogging(ctx context.Context, opts engine.Options, archivePath string, log io.Writer, level zapcore.Level) (*runningEngine, *engine.Engine, error) {
 	ctrllog.SetLogger(zap.New(zap.WriteTo(log), zap.Level(level)))
 	store, err := archive.OpenSQLite(ctx, archivePath, archive.Options{})
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := engine.New(engine.Options{Config: cfg, Archive: store, Retention: defaultRetention})
+	opts.Archive, opts.Retention = store, defaultRetention
+	e, err := engine.New(opts)
 	if err != nil {
 		store.Close()
 		return nil, nil, err

@@ -172,7 +172,7 @@ func compileDefinition(src *Source, schemas SchemaResolver) (*Definition, error)
 			dir = filepath.Dir(abs)
 		}
 	}
-	d.Handlers = compileHandlers(l, op.Spec.Handlers, dir)
+	d.Handlers = compileHandlers(l, op.Spec.Handlers, dir, op.Spec.Resource.Scope == v1alpha1.ClusterScoped)
 	for _, c := range d.Children {
 		c.schemas = childSchemas
 	}

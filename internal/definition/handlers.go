@@ -114,7 +114,7 @@ var (
 
 // compileHandlers validates and defaults spec.handlers. dir is the
 // definition file's directory, or "" for the cluster.
-func compileHandlers(l *errorList, hs []v1alpha1.Handler, dir string) []*Handler {
+func compileHandlers(l *errorList, hs []v1alpha1.Handler, dir string, clusterScoped bool) []*Handler {
 	var out []*Handler
 	names := map[string]bool{}
 	for i, h := range hs {
@@ -163,7 +163,7 @@ func compileHandlers(l *errorList, hs []v1alpha1.Handler, dir string) []*Handler
 			c.Timeout = DefaultTimeout
 		}
 		c.Retry = compileRetry(l, field+".retry", h.Retry)
-		compileAction(l, field, h, c, dir)
+		compileAction(l, field, h, c, dir, clusterScoped)
 		out = append(out, c)
 	}
 	return out
@@ -228,7 +228,7 @@ func compileRetry(l *errorList, field string, r *v1alpha1.Retry) RetryPolicy {
 	return p
 }
 
-func compileAction(l *errorList, field string, h v1alpha1.Handler, c *Handler, dir string) {
+func compileAction(l *errorList, field string, h v1alpha1.Handler, c *Handler, dir string, clusterScoped bool) {
 	n := 0
 	for _, set := range []bool{h.Exec != nil, h.Job != nil, h.HTTP != nil} {
 		if set {
@@ -263,6 +263,9 @@ func compileAction(l *errorList, field string, h v1alpha1.Handler, c *Handler, d
 	case h.Job != nil:
 		if h.Job.Image == "" {
 			l.add(field+".job.image", "required")
+		}
+		if clusterScoped && h.Job.Namespace == "" {
+			l.add(field+".job.namespace", "required: the resource is cluster-scoped, so its Jobs need a namespace")
 		}
 		c.Job = h.DeepCopy().Job
 	default:

@@ -52,6 +52,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -61,6 +62,7 @@ import (
 	"k8s.io/apiserver/pkg/cel/openapi/resolver"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -100,6 +102,9 @@ type Options struct {
 	// Retention bounds the archive; it is pruned at start and hourly.
 	// Defaults to no bound.
 	Retention archive.Retention
+	// JobTolerations are added to the pods of job handlers (opkit dev adds
+	// the dev node's).
+	JobTolerations []corev1.Toleration
 }
 
 // Engine runs operators. Use New, then Run in a goroutine, then Apply each
@@ -108,6 +113,7 @@ type Engine struct {
 	opts      Options
 	mgr       manager.Manager
 	client    client.Client
+	clientset kubernetes.Interface
 	discovery discovery.DiscoveryInterface
 
 	started chan struct{} // closed once the cache runs
@@ -170,7 +176,11 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), discovery: dc, started: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}}, nil
+	cs, err := kubernetes.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), clientset: cs, discovery: dc, started: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}}, nil
 }
 
 // Run runs the engine's cache until ctx ends, then stops every controller.
@@ -267,11 +277,6 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	}
 	if len(d.Handlers) > 0 && e.opts.Archive == nil {
 		return fmt.Errorf("operator %s: handlers need a run archive, and the engine has none", d.Operator.Name)
-	}
-	for _, h := range d.Handlers {
-		if h.Job != nil {
-			return fmt.Errorf("operator %s: handler %s: the job executor is not available in this version of opkit", d.Operator.Name, h.Name)
-		}
 	}
 	if !d.Typed() {
 		typed, err := d.WithSchemas(e.schemaResolver())
@@ -377,12 +382,7 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 		events: e.mgr.GetEventRecorder("opkit"),
 	}
 	if len(d.Handlers) > 0 {
-		rn, err := newRunner(ctx, d, e.opts.Archive, e.client, e.mgr.GetAPIReader(), r.events, handlerMetrics())
-		if err != nil {
-			cancel()
-			return nil, err
-		}
-		r.runner = rn
+		r.runner = newRunner(ctx, d, e, r.events)
 	}
 	c, err := controller.NewTypedUnmanaged[reconcile.Request]("operator-"+d.Operator.Name, controller.TypedOptions[reconcile.Request]{
 		Reconciler:              r,

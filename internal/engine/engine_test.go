@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(handlerEnv) == "1" {
 		os.Exit(testHandler())
 	}
+	if os.Getenv(jobHandlerEnv) == "1" {
+		os.Exit(testJobHandler())
+	}
 	clustertest.Main(m)
 }
 

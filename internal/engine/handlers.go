@@ -155,9 +155,9 @@ type runner struct {
 	running sync.WaitGroup
 }
 
-func newRunner(ctx context.Context, d *definition.Definition, store archive.Store, c client.Client, reader client.Reader, rec events.EventRecorder, m *runMetrics) (*runner, error) {
+func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec events.EventRecorder) *runner {
 	rn := &runner{
-		def: d, archive: store, client: c, reader: reader, events: rec, ctx: ctx, metrics: m,
+		def: d, archive: e.opts.Archive, client: e.client, reader: e.mgr.GetAPIReader(), events: rec, ctx: ctx, metrics: handlerMetrics(),
 		execs: map[string]executor.Executor{}, wake: make(chan event.GenericEvent, 1024),
 		flights: map[types.UID]*flight{}, resumed: map[types.UID]bool{},
 	}
@@ -168,10 +168,13 @@ func newRunner(ctx context.Context, d *definition.Definition, store archive.Stor
 		case h.HTTP != nil:
 			rn.execs[h.Name] = &executor.HTTP{Action: *h.HTTP, Secret: rn.secretValue}
 		default:
-			return nil, fmt.Errorf("operator %s: handler %s: the job executor is not available in this version of opkit", d.Operator.Name, h.Name)
+			rn.execs[h.Name] = &executor.Job{
+				Action: *h.Job, Client: e.clientset, Tolerations: e.opts.JobTolerations,
+				Labels: map[string]string{definition.OperatorLabel: d.Operator.Name},
+			}
 		}
 	}
-	return rn, nil
+	return rn
 }
 
 // hasDelete reports whether any handler runs on delete, and so whether
@@ -421,7 +424,8 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 		defer rn.running.Done()
 		log := &archiveLog{ctx: rn.ctx, store: rn.archive, id: run.ID}
 		res, err := rn.execs[h.Name].Run(rn.ctx, executor.Request{
-			RunID: run.ID, Handler: h.Name, Trigger: trigger, Key: key, Input: input, Timeout: h.Timeout, Log: log,
+			RunID: run.ID, Handler: h.Name, Trigger: trigger, Key: key, Attempt: attempt, Input: input, Timeout: h.Timeout, Log: log,
+			Object: &executor.ObjectRef{APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: cr.GetUID()},
 		})
 		rn.metrics.inFlight.WithLabelValues(rn.def.Operator.Name).Dec()
 		if rn.ctx.Err() != nil {

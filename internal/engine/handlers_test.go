@@ -579,4 +579,3 @@ func TestChangesWhileTheEngineWasStoppedAreAllHandled(t *testing.T) {
 		}
 	}
 }
-

@@ -23,6 +23,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Request is one run of one handler.
@@ -31,13 +33,22 @@ type Request struct {
 	Handler string
 	Trigger string
 	// Key is the idempotency key, <uid>/<generation>/<handler>.
-	Key string
+	Key     string
+	Attempt int
+	// Object is the custom resource the run is for.
+	Object *ObjectRef
 	// Input is the binding context, JSON.
 	Input []byte
 	// Timeout bounds the run.
 	Timeout time.Duration
 	// Log receives the handler's log. Required.
 	Log io.Writer
+}
+
+// ObjectRef names the object of a run.
+type ObjectRef struct {
+	APIVersion, Kind, Namespace, Name string
+	UID                               types.UID
 }
 
 // Executor runs handlers of one kind.

@@ -152,14 +152,61 @@ type runner struct {
 	mu      sync.Mutex
 	flights map[types.UID]*flight
 	resumed map[types.UID]bool
+	// written is the handler state each object's last step wrote. The
+	// cache may not show that write yet when the object is reconciled
+	// again; the state is only ever written by that step, so the memory is
+	// the newer, and a scheduled or finished run is not repeated.
+	written map[types.NamespacedName]memo
 	running sync.WaitGroup
+}
+
+// memo is the handler state last written for an object.
+type memo struct {
+	uid   types.UID
+	state *handlerState
+}
+
+// state returns the object's handler state: what this runner last wrote
+// for it, else what its status holds.
+func (rn *runner) state(cr *unstructured.Unstructured) *handlerState {
+	rn.mu.Lock()
+	m, ok := rn.written[types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}]
+	rn.mu.Unlock()
+	if ok && m.uid == cr.GetUID() {
+		return m.state.clone()
+	}
+	return readHandlerState(cr)
+}
+
+// remember records the state a step is about to write.
+func (rn *runner) remember(cr *unstructured.Unstructured, st *handlerState) {
+	rn.mu.Lock()
+	rn.written[types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}] = memo{uid: cr.GetUID(), state: st.clone()}
+	rn.mu.Unlock()
+}
+
+// forget drops what the runner remembers of an object that is gone.
+func (rn *runner) forget(key types.NamespacedName) {
+	rn.mu.Lock()
+	delete(rn.written, key)
+	rn.mu.Unlock()
+}
+
+func (st *handlerState) clone() *handlerState {
+	data, _ := json.Marshal(st)
+	out := &handlerState{}
+	_ = json.Unmarshal(data, out)
+	if out.Handlers == nil {
+		out.Handlers = map[string]*handlerStatus{}
+	}
+	return out
 }
 
 func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec events.EventRecorder) *runner {
 	rn := &runner{
 		def: d, archive: e.opts.Archive, client: e.client, reader: e.mgr.GetAPIReader(), events: rec, ctx: ctx, metrics: handlerMetrics(),
 		execs: map[string]executor.Executor{}, wake: make(chan event.GenericEvent, 1024),
-		flights: map[types.UID]*flight{}, resumed: map[types.UID]bool{},
+		flights: map[types.UID]*flight{}, resumed: map[types.UID]bool{}, written: map[types.NamespacedName]memo{},
 	}
 	for _, h := range d.Handlers {
 		switch {
@@ -216,8 +263,9 @@ type stepResult struct {
 // It writes the handlers' status patches and events itself; the caller
 // writes the returned state into status.opkit.
 func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, children map[string]map[string]any) (*stepResult, error) {
-	st := readHandlerState(cr)
+	st := rn.state(cr)
 	res := &stepResult{state: st}
+	defer rn.remember(cr, st)
 	uid := cr.GetUID()
 
 	if _, ok := cr.GetAnnotations()[RetryAnnotation]; ok {

@@ -207,20 +207,26 @@ func createTask(t *testing.T, env *clustertest.Env, obj *unstructured.Unstructur
 // cleanUpTasks deletes the namespace's Tasks while the engine still runs, so
 // that no finalizer outlives the test.
 func cleanUpTasks(t *testing.T, env *clustertest.Env) {
+	cleanUpAll(t, env, "handlers.example.com/v1", "Task")
+}
+
+// cleanUpAll deletes, at the end of the test and before the engines
+// started earlier stop, every object of a kind in the test's namespace.
+func cleanUpAll(t *testing.T, env *clustertest.Env, apiVersion, kind string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		list := &unstructured.UnstructuredList{}
-		list.SetAPIVersion("handlers.example.com/v1")
-		list.SetKind("TaskList")
-		_ = env.Client.DeleteAllOf(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "handlers.example.com/v1", "kind": "Task"}}, client.InNamespace(env.Namespace))
+		list.SetAPIVersion(apiVersion)
+		list.SetKind(kind + "List")
+		_ = env.Client.DeleteAllOf(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": apiVersion, "kind": kind}}, client.InNamespace(env.Namespace))
 		for ctx.Err() == nil {
 			if err := env.Client.List(ctx, list, client.InNamespace(env.Namespace)); err != nil || len(list.Items) == 0 {
 				return
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		t.Errorf("Tasks left in %s after 60s", env.Namespace)
+		t.Errorf("%s objects left in %s after 60s", kind, env.Namespace)
 	})
 }
 

@@ -48,6 +48,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	cr.SetGroupVersionKind(r.def.GVK)
 	if err := r.client.Get(ctx, req.NamespacedName, cr); err != nil {
 		// Gone: its children are garbage-collected through their ownerReferences.
+		if apierrors.IsNotFound(err) && r.runner != nil {
+			r.runner.forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	fin := FinalizerName(r.def.Operator.Name)

@@ -5,8 +5,9 @@
 //
 // An Operator names the custom resource it owns (spec.resource, from which
 // opkit builds a CRD), the child objects it keeps converged
-// (spec.children, templates with ${...} CEL expressions) and the status
-// fields it derives (spec.status). See docs/operators.md for every field.
+// (spec.children, templates with ${...} CEL expressions), the status
+// fields it derives (spec.status) and its handlers (spec.handlers). See
+// docs/operators.md and docs/handlers.md for every field.
 package v1alpha1
 
 import (

@@ -22,6 +22,10 @@
 // (children.<id>) is ordered after it; reading an unknown id, or a cycle,
 // is an error naming the ids.
 //
+// Handlers ([Handler]) are validated and defaulted here too: triggers,
+// fields, schedule, timeout, retry policy and exactly one action; an exec
+// command's relative path is resolved against the definition file.
+//
 // Not checked here: whether the cluster serves a child's kind (the engine
 // checks it against discovery), and the types of fields read from children,
 // which are dynamic until their schemas are fetched from the cluster.

@@ -43,6 +43,22 @@
 // controls it. A child that cannot be rendered now (it waits for another
 // child, or failed) keeps its entry. Deleting the custom resource deletes
 // its children through their ownerReferences (garbage collection).
+//
+// # Handlers
+//
+// Each reconcile, after the children, decides which handler has a run to
+// make (handlers.go): triggers come from the object's state — its
+// generation against the generation each handler last succeeded for
+// (status.opkit.handlers), its deletionTimestamp, the schedule — never
+// from watch events. Runs execute in their own goroutines through package
+// executor, one at a time per object and at most Options.MaxConcurrentRuns
+// per operator; a run's end wakes its object, and that object's reconcile
+// records the outcome (status patch, events, retry state, the archive), so
+// that every write to an object is made by its one reconcile worker. A
+// handler that succeeded for a generation does not run again for it; a run
+// interrupted by a crash runs again with the same idempotency key. The
+// finalizer opkit.dev/<operator> is held while an operator has delete
+// handlers, changed only by resourceVersion-guarded JSON patches.
 package engine
 
 import (
@@ -102,6 +118,9 @@ type Options struct {
 	// Retention bounds the archive; it is pruned at start and hourly.
 	// Defaults to no bound.
 	Retention archive.Retention
+	// MaxConcurrentRuns bounds the handler runs each operator executes at
+	// once; runs beyond it wait for a slot. Defaults to 16.
+	MaxConcurrentRuns int
 	// JobTolerations are added to the pods of job handlers (opkit dev adds
 	// the dev node's).
 	JobTolerations []corev1.Toleration
@@ -137,6 +156,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.Workers == 0 {
 		opts.Workers = 4
+	}
+	if opts.MaxConcurrentRuns == 0 {
+		opts.MaxConcurrentRuns = 16
 	}
 	if opts.MetricsAddr == "" {
 		opts.MetricsAddr = "0"

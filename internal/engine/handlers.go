@@ -146,6 +146,7 @@ type runner struct {
 	events  events.EventRecorder
 	execs   map[string]executor.Executor
 	wake    chan event.GenericEvent
+	slots   chan struct{}   // bounds the runs executing at once
 	ctx     context.Context // the operator's; ending it cancels the runs
 	metrics *runMetrics
 
@@ -206,6 +207,7 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 	rn := &runner{
 		def: d, archive: e.opts.Archive, client: e.client, reader: e.mgr.GetAPIReader(), events: rec, ctx: ctx, metrics: handlerMetrics(),
 		execs: map[string]executor.Executor{}, wake: make(chan event.GenericEvent, 1024),
+		slots:   make(chan struct{}, e.opts.MaxConcurrentRuns),
 		flights: map[types.UID]*flight{}, resumed: map[types.UID]bool{}, written: map[types.NamespacedName]memo{},
 	}
 	for _, h := range d.Handlers {
@@ -349,6 +351,8 @@ func (rn *runner) due(cr *unstructured.Unstructured, st *handlerState, now time.
 	}
 	rn.mu.Unlock()
 
+	var best *definition.Handler
+	var bestTrigger, stalled string
 	for _, h := range rn.def.Handlers {
 		hs := st.of(h.Name)
 		trigger := ""
@@ -382,21 +386,33 @@ func (rn *runner) due(cr *unstructured.Unstructured, st *handlerState, now time.
 			continue
 		}
 		// Failed attempts and Stalled count for one target generation; a
-		// newer spec starts afresh. Handlers run in order: one that waits
-		// holds back those after it.
+		// newer spec starts afresh. A handler that waits holds back those
+		// declared after it.
 		if hs.Target == g && hs.Stalled {
-			return nil, "", wait, fmt.Sprintf("handler %s gave up after %d attempts: %s; fix the cause, then change the spec or run opkit retry", h.Name, hs.Attempt, hs.LastError)
+			stalled = fmt.Sprintf("handler %s gave up after %d attempts: %s; fix the cause, then change the spec or run opkit retry", h.Name, hs.Attempt, hs.LastError)
+			break
 		}
 		if hs.Target == g && hs.NextRetryAt != "" {
 			if at, err := time.Parse(time.RFC3339Nano, hs.NextRetryAt); err == nil && now.Before(at) {
 				soonest(at.Sub(now))
-				return nil, "", wait, ""
+				break
 			}
 		}
-		return h, trigger, 0, ""
+		// Of the handlers with a run to make, the first declared of the
+		// most urgent trigger goes: a frequent schedule never starves the
+		// others.
+		if best == nil || triggerRank[trigger] < triggerRank[bestTrigger] {
+			best, bestTrigger = h, trigger
+		}
 	}
-	return nil, "", wait, ""
+	if best != nil {
+		return best, bestTrigger, 0, stalled
+	}
+	return nil, "", wait, stalled
 }
+
+// triggerRank orders triggers by urgency.
+var triggerRank = map[string]int{v1alpha1.OnDelete: 0, v1alpha1.OnCreate: 1, v1alpha1.OnUpdate: 1, v1alpha1.OnResume: 2, v1alpha1.OnSchedule: 3}
 
 func scheduleBase(cr *unstructured.Unstructured, hs *handlerStatus) time.Time {
 	if t, err := time.Parse(time.RFC3339Nano, hs.LastScheduled); err == nil {
@@ -467,14 +483,22 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerStarted", "Run", "handler %s (%s, attempt %d): run %s", h.Name, trigger, attempt, run.ID)
 	rn.metrics.inFlight.WithLabelValues(rn.def.Operator.Name).Inc()
 	woken := cr.DeepCopy()
+	req := executor.Request{
+		RunID: run.ID, Handler: h.Name, Trigger: trigger, Key: key, Attempt: attempt, Input: input, Timeout: h.Timeout,
+		Log:    &archiveLog{ctx: rn.ctx, store: rn.archive, id: run.ID},
+		Object: &executor.ObjectRef{APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: cr.GetUID()},
+	}
 	rn.running.Add(1)
 	go func() {
 		defer rn.running.Done()
-		log := &archiveLog{ctx: rn.ctx, store: rn.archive, id: run.ID}
-		res, err := rn.execs[h.Name].Run(rn.ctx, executor.Request{
-			RunID: run.ID, Handler: h.Name, Trigger: trigger, Key: key, Attempt: attempt, Input: input, Timeout: h.Timeout, Log: log,
-			Object: &executor.ObjectRef{APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: cr.GetUID()},
-		})
+		var res *executor.Result
+		var err error
+		select {
+		case rn.slots <- struct{}{}:
+			res, err = rn.execs[h.Name].Run(rn.ctx, req)
+			<-rn.slots
+		case <-rn.ctx.Done():
+		}
 		rn.metrics.inFlight.WithLabelValues(rn.def.Operator.Name).Dec()
 		if rn.ctx.Err() != nil {
 			// The operator stopped or changed: the run is cancelled, and the

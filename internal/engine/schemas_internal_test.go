@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	openapispec "k8s.io/kube-openapi/pkg/validation/spec"
+	"k8s.io/kube-openapi/pkg/validation/strfmt"
+	"k8s.io/kube-openapi/pkg/validation/validate"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/executor"
+)
+
+// The JSON Schemas in docs/schemas describe what the code does: a binding
+// context the engine builds validates, and the schema of results accepts
+// and refuses what executor.ParseResult does.
+
+func loadSchema(t *testing.T, path string) *openapispec.Schema {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &openapispec.Schema{}
+	if err := json.Unmarshal(data, s); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return s
+}
+
+func validates(s *openapispec.Schema, v any) error {
+	data, _ := json.Marshal(v)
+	var doc any
+	_ = json.Unmarshal(data, &doc)
+	return validate.AgainstSchema(s, doc, strfmt.Default)
+}
+
+func TestBindingContextMatchesItsSchema(t *testing.T) {
+	s := loadSchema(t, "../../docs/schemas/binding-context.schema.json")
+	old := map[string]any{"text": "a", "size": int64(1)}
+	cur := map[string]any{"text": "b", "color": "red"}
+	ctx := bindingContext{
+		Operator: "printer", Handler: "announce", Trigger: "update", RunID: archive.NewID(nowForTest()),
+		IdempotencyKey: "0b6a3f2e-1c1d-4b8e-9a39-2f1d7f4b1a11/3/announce", Attempt: 2,
+		Object: map[string]any{"apiVersion": "demo.example.com/v1", "kind": "Printer", "metadata": map[string]any{"name": "p"}, "spec": cur},
+		Old:    old, Diff: diffSpecs(old, cur),
+		Children: redactSecrets(map[string]map[string]any{
+			"pod":    {"apiVersion": "v1", "kind": "Pod"},
+			"secret": {"apiVersion": "v1", "kind": "Secret", "data": map[string]any{"password": "c2VjcmV0"}},
+		}),
+	}
+	if err := validates(s, ctx); err != nil {
+		t.Errorf("a binding context does not match its schema: %v", err)
+	}
+	if _, leaked := ctx.Children["secret"]["data"]; leaked {
+		t.Error("a Secret child's data reached the binding context")
+	}
+	create := ctx
+	create.Trigger, create.Old, create.Diff, create.Children = "create", nil, nil, nil
+	if err := validates(s, create); err != nil {
+		t.Errorf("a create context does not match: %v", err)
+	}
+	bad := ctx
+	bad.Trigger = "explode"
+	if validates(s, bad) == nil {
+		t.Error("the schema accepts an unknown trigger")
+	}
+}
+
+func TestResultSchemaAgreesWithParseResult(t *testing.T) {
+	s := loadSchema(t, "../../docs/schemas/result.schema.json")
+	for _, c := range []struct {
+		name, result string
+	}{
+		{"empty", `{}`},
+		{"full", `{"status": {"url": "https://x"}, "events": [{"type": "Warning", "reason": "Slow", "message": "took long"}], "requeueAfter": "1m30s"}`},
+		{"error", `{"error": {"message": "quota exceeded", "permanent": true}}`},
+		{"reserved status", `{"status": {"conditions": []}}`},
+		{"own status", `{"status": {"opkit": {}}}`},
+		{"event type", `{"events": [{"type": "Loud", "reason": "X", "message": "m"}]}`},
+		{"event reason", `{"events": [{"reason": "", "message": "m"}]}`},
+		{"unknown field", `{"stauts": {}}`},
+		{"requeue", `{"requeueAfter": "soon"}`},
+		{"error message", `{"error": {"permanent": true}}`},
+	} {
+		var doc any
+		if err := json.Unmarshal([]byte(c.result), &doc); err != nil {
+			t.Fatal(err)
+		}
+		_, parseErr := executor.ParseResult([]byte(c.result))
+		schemaErr := validate.AgainstSchema(s, doc, strfmt.Default)
+		if (parseErr == nil) != (schemaErr == nil) {
+			t.Errorf("%s: ParseResult says %v, the schema says %v", c.name, parseErr, schemaErr)
+		}
+	}
+}
+
+func nowForTest() time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC) }

@@ -82,7 +82,7 @@ func TestSIGKILLedEngineRunsTheInterruptedHandlerAgainWithTheSameKey(t *testing.
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		waitOutput(t, out, "operator keys: running", 60*time.Second)
 		return cmd, out
 	}
@@ -135,7 +135,7 @@ func TestSIGKILLedEngineRunsTheInterruptedHandlerAgainWithTheSameKey(t *testing.
 	if err := engine.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	engine.Wait()
+	_ = engine.Wait()
 
 	start()
 	waitKey(secondKey, 2)

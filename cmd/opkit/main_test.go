@@ -41,7 +41,9 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	os.Setenv("OPKIT_ARCHIVE", filepath.Join(dir, "runs.db"))
+	if err := os.Setenv("OPKIT_ARCHIVE", filepath.Join(dir, "runs.db")); err != nil {
+		panic(err)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

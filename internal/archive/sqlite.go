@@ -85,7 +85,7 @@ func OpenSQLite(ctx context.Context, path string, opts Options) (*SQLite, error)
 	}
 	s := &SQLite{db: db, logLimit: opts.LogLimit}
 	if err := s.migrate(ctx); err != nil {
-		db.Close()
+		_ = db.Close()
 		return nil, fmt.Errorf("archive %s: %w", path, err)
 	}
 	return s, nil
@@ -96,7 +96,7 @@ func (s *SQLite) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback()
+	defer func() { _ = tx.Rollback() }()
 	var version int
 	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
 		return err
@@ -174,7 +174,7 @@ func (s *SQLite) AppendLog(ctx context.Context, id string, p []byte) error {
 	if err != nil {
 		return fmt.Errorf("archive: log of run %s: %w", id, err)
 	}
-	defer tx.Rollback()
+	defer func() { _ = tx.Rollback() }()
 	var size int64
 	var truncated bool
 	err = tx.QueryRowContext(ctx, `SELECT log_bytes, log_truncated FROM runs WHERE id = ?`, id).Scan(&size, &truncated)
@@ -252,7 +252,7 @@ func (s *SQLite) Logs(ctx context.Context, id string, offset int64) ([]byte, boo
 	if err != nil {
 		return nil, false, fmt.Errorf("archive: log of run %s: %w", id, err)
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }()
 	var out []byte
 	for rows.Next() {
 		var at int64
@@ -278,7 +278,7 @@ func (s *SQLite) List(ctx context.Context, q Query) (*Page, error) {
 	if err != nil {
 		return nil, fmt.Errorf("archive: listing runs: %w", err)
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }()
 	page := &Page{Runs: []Run{}}
 	for rows.Next() {
 		r, err := scanRun(rows)

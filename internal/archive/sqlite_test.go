@@ -35,12 +35,12 @@ func TestSQLiteKeepsRunsAcrossReopen(t *testing.T) {
 	if err := s.Insert(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
+	_ = s.Close()
 	s, err = archive.OpenSQLite(ctx, path, archive.Options{})
 	if err != nil {
 		t.Fatalf("reopening: %v", err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	if _, err := s.Get(ctx, r.ID); err != nil {
 		t.Errorf("run lost across reopen: %v", err)
 	}
@@ -70,7 +70,7 @@ func TestIDsSortByTimeAndDecode(t *testing.T) {
 // broke: one object's runs, and the latest failures. It reports p99 latency.
 func BenchmarkQueries(b *testing.B) {
 	s := openSQLite(b, archive.Options{})
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	ctx := context.Background()
 	start := time.Now().Add(-100 * time.Hour)
 	for i := range 100_000 {

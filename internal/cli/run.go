@@ -144,14 +144,16 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 	opts.Archive, opts.Retention = store, defaultRetention
 	e, err := engine.New(opts)
 	if err != nil {
-		store.Close()
+		_ = store.Close()
 		return nil, nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	r := &runningEngine{cancel: cancel, done: make(chan error, 1)}
 	go func() {
 		err := e.Run(runCtx)
-		store.Close()
+		if cerr := store.Close(); err == nil {
+			err = cerr
+		}
 		r.done <- err
 	}()
 	return r, e, nil

@@ -81,7 +81,7 @@ failures; -o json prints every field. See a run's log with opkit logs RUN.`,
 			if err != nil {
 				return err
 			}
-			defer store.Close()
+			defer func() { _ = store.Close() }()
 			page, err := store.List(cmd.Context(), q)
 			if err != nil {
 				return err
@@ -128,7 +128,7 @@ func printRuns(w io.Writer, runs []archive.Run, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s\n", r.ID, r.Operator, r.Object(), r.Handler, r.Trigger,
 			r.Attempt, r.Outcome, now.Sub(r.StartedAt).Round(time.Second), duration, errText)
 	}
-	tw.Flush()
+	_ = tw.Flush()
 }
 
 func newLogsCommand() *cobra.Command {
@@ -150,7 +150,7 @@ follows on stderr.`,
 			if err != nil {
 				return err
 			}
-			defer store.Close()
+			defer func() { _ = store.Close() }()
 			return printLogs(cmd.Context(), store, id, follow, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -212,7 +212,7 @@ that name); the engine consumes the request (annotation ` + engine.RetryAnnotati
 			if err != nil {
 				return err
 			}
-			defer store.Close()
+			defer func() { _ = store.Close() }()
 			page, err := store.List(cmd.Context(), archive.Query{Namespace: ns, Name: name, Operator: operator, Limit: 1000})
 			if err != nil {
 				return err

@@ -31,8 +31,8 @@ import (
 	"github.com/opkit-dev/opkit/internal/executor"
 )
 
-// RetryAnnotation, set to any value on a custom resource, clears its
-// handlers' failed attempts and Stalled state so that they run again. The
+// RetryAnnotation is the annotation that, set to any value on a custom
+// resource, clears its handlers' failed attempts and Stalled state so that they run again. The
 // engine removes it. `opkit retry` sets it.
 const RetryAnnotation = "opkit.dev/retry"
 
@@ -640,7 +640,7 @@ func redactSecrets(children map[string]map[string]any) map[string]map[string]any
 
 // diffSpecs lists the changes from old to new as dotted paths under spec:
 // maps are compared key by key, anything else as a whole.
-func diffSpecs(old, new map[string]any) []archive.Change {
+func diffSpecs(before, after map[string]any) []archive.Change {
 	var out []archive.Change
 	var walk func(path string, a, b any)
 	walk = func(path string, a, b any) {
@@ -669,13 +669,13 @@ func diffSpecs(old, new map[string]any) []archive.Change {
 			out = append(out, archive.Change{Op: "change", Path: path, Old: a, New: b})
 		}
 	}
-	if old == nil {
-		old = map[string]any{}
+	if before == nil {
+		before = map[string]any{}
 	}
-	if new == nil {
-		new = map[string]any{}
+	if after == nil {
+		after = map[string]any{}
 	}
-	walk("spec", old, new)
+	walk("spec", before, after)
 	return out
 }
 

@@ -72,8 +72,10 @@ func testHandler() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	f.Write(append(line, '\n'))
-	f.Close()
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		return 2
+	}
+	_ = f.Close()
 	fmt.Fprintf(os.Stderr, "%s %s for %s\n", ctx.Handler, ctx.Trigger, rec.Name)
 	mode := ctx.Object.Spec.Mode
 	if ctx.Handler != "work" {
@@ -100,7 +102,7 @@ func testHandler() int {
 		}
 		return 0
 	case "signal":
-		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	case "hang":
 		time.Sleep(time.Minute)
 	case "reserved":

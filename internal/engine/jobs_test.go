@@ -107,7 +107,9 @@ func TestJobHandlersRunAsRestrictedJobsAndReportBack(t *testing.T) {
 	}}
 	bad := ok.DeepCopy()
 	bad.SetName("bad")
-	unstructured.SetNestedField(bad.Object, "fail", "spec", "mode")
+	if err := unstructured.SetNestedField(bad.Object, "fail", "spec", "mode"); err != nil {
+		t.Fatal(err)
+	}
 	for _, b := range []*unstructured.Unstructured{ok, bad} {
 		eventually(t, 30*time.Second, "create Batch "+b.GetName(), func(ctx context.Context) (bool, error) {
 			return env.Client.Create(ctx, b) == nil, nil

@@ -103,7 +103,7 @@ func newArchive(t *testing.T) *archive.SQLite {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.Close() })
+	t.Cleanup(func() { _ = store.Close() })
 	return store
 }
 

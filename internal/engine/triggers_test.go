@@ -32,7 +32,7 @@ func TestScheduleResumeAndHTTPHandlers(t *testing.T) {
 		mu.Lock()
 		posted, keys = append(posted, ctx), append(keys, r.Header.Get("Idempotency-Key"))
 		mu.Unlock()
-		w.Write([]byte(`{"events": [{"reason": "Hooked", "message": "posted"}]}`))
+		_, _ = w.Write([]byte(`{"events": [{"reason": "Hooked", "message": "posted"}]}`))
 	}))
 	defer hook.Close()
 

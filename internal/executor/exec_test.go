@@ -24,12 +24,12 @@ func script(t *testing.T, body string) string {
 	return path
 }
 
-func runExec(t *testing.T, argv []string, input string, timeout time.Duration) (*Result, error, string) {
+func runExec(t *testing.T, argv []string, input string, timeout time.Duration) (*Result, string, error) {
 	t.Helper()
 	var log bytes.Buffer
 	e := &Exec{Action: v1alpha1.ExecAction{Command: argv, Env: []v1alpha1.EnvVar{{Name: "GREETING", Value: "hi"}}}, KillGrace: 200 * time.Millisecond}
 	res, err := e.Run(context.Background(), Request{RunID: "run1", Handler: "h", Trigger: "create", Key: "uid/1/h", Input: []byte(input), Timeout: timeout, Log: &log})
-	return res, err, log.String()
+	return res, log.String(), err
 }
 
 func TestExecPassesContextReadsResultAndLogsStderr(t *testing.T) {
@@ -37,7 +37,7 @@ func TestExecPassesContextReadsResultAndLogsStderr(t *testing.T) {
 echo "got $ctx key=$OPKIT_IDEMPOTENCY_KEY greeting=$GREETING secret=${OPKIT_TEST_SECRET:-none}" >&2
 echo '{"status": {"announced": true}, "events": [{"reason": "Announced", "message": "hello"}], "requeueAfter": "30s"}'`)
 	t.Setenv("OPKIT_TEST_SECRET", "leaked")
-	res, err, log := runExec(t, []string{s}, `{"object":1}`, 10*time.Second)
+	res, log, err := runExec(t, []string{s}, `{"object":1}`, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestExecNeverUsesAShell(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "pwned")
 	hostile := []string{"$(touch " + marker + ")", "; touch " + marker, "`touch " + marker + "`", "a\nb", "$HOME", "'\""}
 	s := script(t, `for a in "$@"; do printf '%s\0' "$a" >&2; done`)
-	_, err, log := runExec(t, append([]string{s}, hostile...), "", 10*time.Second)
+	_, log, err := runExec(t, append([]string{s}, hostile...), "", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestExecFailuresAreClear(t *testing.T) {
 				timeout = 20 * time.Second
 			}
 			start := time.Now()
-			_, err, _ := runExec(t, []string{script(t, c.body)}, "{}", timeout)
+			_, _, err := runExec(t, []string{script(t, c.body)}, "{}", timeout)
 			if err == nil {
 				t.Fatal("succeeded")
 			}
@@ -121,7 +121,7 @@ func TestExecFailuresAreClear(t *testing.T) {
 }
 
 func TestExecMissingProgramIsPermanent(t *testing.T) {
-	_, err, _ := runExec(t, []string{filepath.Join(t.TempDir(), "nosuch")}, "", time.Second)
+	_, _, err := runExec(t, []string{filepath.Join(t.TempDir(), "nosuch")}, "", time.Second)
 	if f := AsFailure(err); !f.Permanent || !strings.Contains(f.Message, "nosuch") {
 		t.Errorf("failure %+v, want a permanent one naming the program", f)
 	}

@@ -19,7 +19,7 @@ func TestHTTPPostsContextWithTokenAndReadsResult(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		gotBody, gotAuth, gotKey = string(b), r.Header.Get("Authorization"), r.Header.Get("Idempotency-Key")
-		w.Write([]byte(`{"status": {"notified": "yes"}}`))
+		_, _ = w.Write([]byte(`{"status": {"notified": "yes"}}`))
 	}))
 	defer srv.Close()
 	var log bytes.Buffer
@@ -52,11 +52,11 @@ func TestHTTPFailures(t *testing.T) {
 		want      string
 		temporary bool
 	}{
-		{"503", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "busy", 503) }, "503 Service Unavailable", true},
+		{"503", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "busy", http.StatusServiceUnavailable) }, "503 Service Unavailable", true},
 		{"404", func(w http.ResponseWriter, _ *http.Request) { http.NotFound(w, nil) }, "404 Not Found", false},
-		{"not JSON", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("<html>")) }, "output is not a JSON result", false},
+		{"not JSON", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("<html>")) }, "output is not a JSON result", false},
 		{"hangs", func(w http.ResponseWriter, r *http.Request) {
-			io.ReadAll(r.Body)
+			_, _ = io.ReadAll(r.Body)
 			select {
 			case <-r.Context().Done():
 			case <-time.After(10 * time.Second):

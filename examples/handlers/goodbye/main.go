@@ -34,10 +34,12 @@ func main() {
 	var ctx bindingContext
 	if err := json.NewDecoder(os.Stdin).Decode(&ctx); err != nil {
 		// Retrying cannot fix a context this handler cannot read.
-		json.NewEncoder(os.Stdout).Encode(result{Error: &resultError{Message: "reading the binding context: " + err.Error(), Permanent: true}})
+		_ = json.NewEncoder(os.Stdout).Encode(result{Error: &resultError{Message: "reading the binding context: " + err.Error(), Permanent: true}})
 		os.Exit(1)
 	}
 	m := ctx.Object.Metadata
 	fmt.Fprintf(os.Stderr, "goodbye, %s/%s (%s, key %s)\n", m.Namespace, m.Name, ctx.Trigger, ctx.IdempotencyKey)
-	json.NewEncoder(os.Stdout).Encode(result{})
+	if err := json.NewEncoder(os.Stdout).Encode(result{}); err != nil {
+		os.Exit(1)
+	}
 }

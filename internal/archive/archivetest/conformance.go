@@ -44,7 +44,7 @@ func Run(t *testing.T, open Open) {
 
 func openStore(t *testing.T, open Open, opts archive.Options) archive.Store {
 	s := open(t, opts)
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
 

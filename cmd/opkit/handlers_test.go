@@ -164,6 +164,19 @@ func TestSIGKILLedEngineRunsTheInterruptedHandlerAgainWithTheSameKey(t *testing.
 	if res.code != 0 || !strings.Contains(res.stdout, "failing on purpose for "+uid("third")+"/1/record") || !strings.Contains(res.stderr, "GaveUp") {
 		t.Errorf("opkit logs: code %d\nstdout %s\nstderr %s", res.code, res.stdout, res.stderr)
 	}
+
+	// Once the cause is fixed, opkit retry runs it again.
+	if err := os.Remove(filepath.Join(dir, "fail")); err != nil {
+		t.Fatal(err)
+	}
+	res = opkit(t, "", "retry", "default/third", "--kubeconfig", kc, "--archive", archivePath)
+	if res.code != 0 || !strings.Contains(res.stdout, "Key default/third: retry requested") {
+		t.Fatalf("opkit retry: code %d\nstdout %s\nstderr %s", res.code, res.stdout, res.stderr)
+	}
+	waitRunOutcome(t, archivePath, "third", archive.Succeeded)
+	if res := opkit(t, "", "retry", "default/nosuch", "--kubeconfig", kc, "--archive", archivePath); res.code == 0 || !strings.Contains(res.stderr, "no runs for default/nosuch") {
+		t.Errorf("opkit retry of an unknown object: code %d, stderr %s", res.code, res.stderr)
+	}
 }
 
 // opkitRuns lists runs with opkit runs -o json.

@@ -1,6 +1,7 @@
 package definition
 
 import (
+	"github.com/google/cel-go/cel"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -47,7 +48,7 @@ func (d *Definition) CRD() *apiextensionsv1.CustomResourceDefinition {
 				Type: "object",
 				Properties: map[string]apiextensionsv1.JSONSchemaProps{
 					"spec":   *spec.DeepCopy(),
-					"status": {Type: "object", XPreserveUnknownFields: ptr.To(true)},
+					"status": d.statusSchema(),
 				},
 			}},
 			Subresources:             sub,
@@ -55,6 +56,49 @@ func (d *Definition) CRD() *apiextensionsv1.CustomResourceDefinition {
 		})
 	}
 	return crd
+}
+
+// statusSchema is an open object (opkit's fields and the handlers' are
+// kept) in which each spec.status field whose expression has a scalar
+// type is declared with that type: a handler's status patch that gives it
+// another type is refused by the API server.
+func (d *Definition) statusSchema() apiextensionsv1.JSONSchemaProps {
+	s := apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}
+	for _, f := range d.Status {
+		t := "string" // a longer template is spliced into a string
+		if len(f.Slot.parts) == 1 && f.Slot.parts[0].expr != nil {
+			t = schemaType(f.Slot.parts[0].expr.Type) // one expression keeps its type
+		}
+		if t == "" {
+			continue
+		}
+		if s.Properties == nil {
+			s.Properties = map[string]apiextensionsv1.JSONSchemaProps{}
+		}
+		prop := apiextensionsv1.JSONSchemaProps{Type: t, Description: "${...} " + f.Field}
+		if t == "integer" {
+			prop.Format = "int64"
+		}
+		s.Properties[f.Name] = prop
+	}
+	return s
+}
+
+// schemaType is the OpenAPI type of a CEL scalar type, or "" for others.
+func schemaType(t *cel.Type) string {
+	switch {
+	case t == nil:
+		return ""
+	case t.IsExactType(cel.StringType):
+		return "string"
+	case t.IsExactType(cel.IntType), t.IsExactType(cel.UintType):
+		return "integer"
+	case t.IsExactType(cel.DoubleType):
+		return "number"
+	case t.IsExactType(cel.BoolType):
+		return "boolean"
+	}
+	return ""
 }
 
 // OperatorName returns the name of the Operator that owns a CRD, or "".

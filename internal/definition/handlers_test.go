@@ -156,3 +156,30 @@ func TestInvalidHandlersNameEachProblem(t *testing.T) {
 		}
 	}
 }
+
+func TestStatusFieldsAreTypedInTheCRD(t *testing.T) {
+	d, err := compileFile(t, "app.yaml", base+`  status:
+    image: "${self.spec.image}"
+    replicas: "${self.spec.replicas}"
+    label: "image ${self.spec.image}"
+    ready: "${self.spec.replicas > 0}"
+    share: "${double(self.spec.replicas) / 2.0}"
+    whole: "${self.spec}"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := d.CRD().Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"]
+	if status.XPreserveUnknownFields == nil || !*status.XPreserveUnknownFields {
+		t.Error("the status is not open: opkit's and the handlers' fields would be pruned")
+	}
+	want := map[string]string{"image": "string", "replicas": "integer", "label": "string", "ready": "boolean", "share": "number"}
+	for name, typ := range want {
+		if got := status.Properties[name].Type; got != typ {
+			t.Errorf("status.%s: type %q, want %q", name, got, typ)
+		}
+	}
+	if _, ok := status.Properties["whole"]; ok {
+		t.Error("a map-typed status field was declared; it should stay open")
+	}
+}

@@ -128,6 +128,7 @@ func (st *handlerState) writeTo(own map[string]any) {
 // flight is a run in progress for one object.
 type flight struct {
 	handler *definition.Handler
+	spec    map[string]any // the object's spec when the run started
 	run     *archive.Run // nil when the archive showed the key had succeeded
 	done    bool
 	result  *executor.Result
@@ -318,7 +319,12 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, child
 // recordHandled moves the handled record to the current generation once no
 // create or update handler has it still to do.
 func (rn *runner) recordHandled(cr *unstructured.Unstructured, st *handlerState) {
-	g := cr.GetGeneration()
+	rn.advanceHandled(st, cr.GetGeneration(), spec(cr))
+}
+
+// advanceHandled moves the handled record to generation g, whose spec was
+// s, once every create and update handler is done with g.
+func (rn *runner) advanceHandled(st *handlerState, g int64, s map[string]any) {
 	if st.Handled != nil && st.Handled.Generation >= g {
 		return
 	}
@@ -327,8 +333,7 @@ func (rn *runner) recordHandled(cr *unstructured.Unstructured, st *handlerState)
 			return
 		}
 	}
-	spec, _, _ := unstructured.NestedMap(cr.Object, "spec")
-	st.Handled = &handledRecord{Generation: g, Spec: spec}
+	st.Handled = &handledRecord{Generation: g, Spec: s}
 }
 
 // due finds the first handler, in declaration order, that has a run to
@@ -362,10 +367,16 @@ func (rn *runner) due(cr *unstructured.Unstructured, st *handlerState, now time.
 				trigger = v1alpha1.OnDelete
 			}
 		case hs.Generation < g && (h.Fires(v1alpha1.OnCreate) || h.Fires(v1alpha1.OnUpdate)):
+			// create: this handler never succeeded for the object; update:
+			// it did, for an older generation.
+			var old map[string]any
+			if st.Handled != nil {
+				old = st.Handled.Spec
+			}
 			switch {
-			case st.Handled == nil && h.Fires(v1alpha1.OnCreate):
+			case hs.Generation == 0 && h.Fires(v1alpha1.OnCreate):
 				trigger = v1alpha1.OnCreate
-			case st.Handled != nil && h.Fires(v1alpha1.OnUpdate) && h.Touches(changedPaths(diffSpecs(st.Handled.Spec, spec(cr)))):
+			case hs.Generation > 0 && h.Fires(v1alpha1.OnUpdate) && h.Touches(changedPaths(diffSpecs(old, spec(cr)))):
 				trigger = v1alpha1.OnUpdate
 			default:
 				hs.Generation = g // nothing in this change concerns it
@@ -438,7 +449,7 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 	if trigger == v1alpha1.OnSchedule {
 		key += fmt.Sprintf("/%d", now.Unix())
 	}
-	f := &flight{handler: h}
+	f := &flight{handler: h, spec: spec(cr)}
 	var old map[string]any
 	if st.Handled != nil {
 		old = st.Handled.Spec
@@ -556,6 +567,9 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		switch run.Trigger {
 		case v1alpha1.OnCreate, v1alpha1.OnUpdate:
 			hs.Generation = max(hs.Generation, run.Generation)
+			// Changes made during the run come as one update, from the
+			// spec this run saw.
+			rn.advanceHandled(st, run.Generation, f.spec)
 		case v1alpha1.OnDelete:
 			hs.Deleted = true
 		case v1alpha1.OnSchedule:

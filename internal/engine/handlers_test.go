@@ -108,8 +108,12 @@ func testHandler() int {
 	case "reserved":
 		fmt.Println(`{"status": {"observedGeneration": 99}}`)
 		return 0
+	case "badstatus":
+		// status.summary is a string in the CRD's schema.
+		fmt.Println(`{"status": {"summary": 5}}`)
+		return 0
 	case "slow":
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // the handler's timeout is 6s
 	case "sleepfirst":
 		// The first run sleeps, to be interrupted; a run with a key seen
 		// before ends at once.
@@ -149,11 +153,13 @@ spec:
           mode: {type: string}
           text: {type: string}
           color: {type: string}
+  status:
+    summary: "${self.spec.text}"
   handlers:
   - name: work
     on: [create, update]
     fields: [spec.text, spec.mode]
-    timeout: 3s
+    timeout: 6s
     retry: {maxAttempts: 3, initialDelay: 400ms, maxDelay: 10s, factor: 2, jitter: 0}
     ` + exec + `
   - name: goodbye
@@ -326,6 +332,39 @@ func TestHandlersFireOnCreateUpdateAndDeleteWithTheirContext(t *testing.T) {
 	}
 }
 
+func TestUpdatesDuringARunCoalesceIntoOneUpdate(t *testing.T) {
+	env := clustertest.New(t)
+	file, out := tasksOperator(t)
+	store := newArchive(t)
+	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	cleanUpTasks(t, env)
+	defer func() {
+		if t.Failed() {
+			page, _ := store.List(context.Background(), archive.Query{Name: "busy"})
+			for _, r := range page.Runs {
+				t.Logf("run %s %s gen %d attempt %d: %s %s", r.ID, r.Trigger, r.Generation, r.Attempt, r.Outcome, r.Error)
+			}
+		}
+	}()
+
+	obj := task(env.Namespace, "busy", "slow", "v1")
+	createTask(t, env, obj)
+	waitRecords(t, out, "busy", 1, "the create run starts")
+	// The create run takes 2s; three changes come while it runs.
+	for _, text := range []string{"v2", "v3", "v4"} {
+		setSpec(t, env, obj, "text", text)
+	}
+	recs := waitRecords(t, out, "busy", 2, "the update run")
+	time.Sleep(4 * time.Second) // a third run would have started by now
+	recs = records(t, out, "busy")
+	if len(recs) != 2 {
+		t.Fatalf("%d runs, want create then one update: %+v", len(recs), recs)
+	}
+	if r := recs[1]; r.Trigger != "update" || r.OldText != "v1" || r.NewText != "v4" || !slices.Equal(r.Diff, []string{"change spec.text"}) || !strings.HasSuffix(r.Key, "/4/work") {
+		t.Errorf("update run %+v; want one update of generation 4 from v1 to v4", r)
+	}
+}
+
 func TestFailingHandlersRetryWithGrowingDelaysThenStall(t *testing.T) {
 	env := clustertest.New(t)
 	file, out := tasksOperator(t)
@@ -416,11 +455,12 @@ func TestBrokenHandlerOutputFailsOnlyItsRun(t *testing.T) {
 	cleanUpTasks(t, env)
 
 	want := map[string]string{
-		"notjson":  "output is not a JSON result",
-		"huge":     "stdout exceeded the 1048576-byte limit",
-		"signal":   "killed by signal killed",
-		"hang":     "timed out after 3s; its process group was killed",
-		"reserved": "status.observedGeneration is written by opkit and cannot be set by a handler",
+		"notjson":   "output is not a JSON result",
+		"huge":      "stdout exceeded the 1048576-byte limit",
+		"signal":    "killed by signal killed",
+		"hang":      "timed out after 6s; its process group was killed",
+		"reserved":  "status.observedGeneration is written by opkit and cannot be set by a handler",
+		"badstatus": `the API refused the result's status patch: Task.handlers.example.com "badstatus" is invalid: status.summary: Invalid value: "integer": summary in body must be of type string`,
 	}
 	for mode := range want {
 		createTask(t, env, task(env.Namespace, mode, mode, "x"))

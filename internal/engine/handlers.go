@@ -129,7 +129,7 @@ func (st *handlerState) writeTo(own map[string]any) {
 type flight struct {
 	handler *definition.Handler
 	spec    map[string]any // the object's spec when the run started
-	run     *archive.Run // nil when the archive showed the key had succeeded
+	run     *archive.Run   // nil when the archive showed the key had succeeded
 	done    bool
 	result  *executor.Result
 	err     error

@@ -354,9 +354,9 @@ func TestUpdatesDuringARunCoalesceIntoOneUpdate(t *testing.T) {
 	for _, text := range []string{"v2", "v3", "v4"} {
 		setSpec(t, env, obj, "text", text)
 	}
-	recs := waitRecords(t, out, "busy", 2, "the update run")
+	waitRecords(t, out, "busy", 2, "the update run")
 	time.Sleep(4 * time.Second) // a third run would have started by now
-	recs = records(t, out, "busy")
+	recs := records(t, out, "busy")
 	if len(recs) != 2 {
 		t.Fatalf("%d runs, want create then one update: %+v", len(recs), recs)
 	}

@@ -112,7 +112,13 @@ func (st *handlerState) of(name string) *handlerStatus {
 }
 
 // writeTo stores the state into status.opkit (a map of the status).
+// Handlers with nothing to record are left out.
 func (st *handlerState) writeTo(own map[string]any) {
+	for name, hs := range st.Handlers {
+		if *hs == (handlerStatus{}) {
+			delete(st.Handlers, name)
+		}
+	}
 	data, _ := json.Marshal(st)
 	var m map[string]any
 	_ = json.Unmarshal(data, &m)
@@ -491,7 +497,7 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 	rn.mu.Lock()
 	rn.flights[cr.GetUID()] = f
 	rn.mu.Unlock()
-	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerStarted", "Run", "handler %s (%s, attempt %d): run %s", h.Name, trigger, attempt, run.ID)
+	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerStarted", runAction(run.ID), "handler %s (%s, attempt %d): run %s", h.Name, trigger, attempt, run.ID)
 	rn.metrics.inFlight.WithLabelValues(rn.def.Operator.Name).Inc()
 	woken := cr.DeepCopy()
 	req := executor.Request{
@@ -556,7 +562,7 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	}
 	if failure == nil {
 		for _, e := range f.result.Events {
-			rn.events.Eventf(cr, nil, e.Type, e.Reason, "Handler", "%s", e.Message)
+			rn.events.Eventf(cr, nil, e.Type, e.Reason, runAction(run.ID), "%s", e.Message)
 			run.Writes = append(run.Writes, "event "+e.Type+" "+e.Reason)
 		}
 	}
@@ -599,7 +605,7 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	}
 	run.FinishedAt = now
 	if err := rn.archive.Finish(ctx, run); err != nil {
-		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", "Run", "run %s: %v", run.ID, err)
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s: %v", run.ID, err)
 	}
 	rn.metrics.observe(rn.def.Operator.Name, run)
 	lr := &lastRun{ID: run.ID, Handler: h.Name, Trigger: run.Trigger, Outcome: string(run.Outcome), Message: truncate(run.Error), Attempt: run.Attempt}
@@ -609,14 +615,19 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	st.LastRun = lr
 	switch run.Outcome {
 	case archive.Succeeded:
-		rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerSucceeded", "Run", "handler %s succeeded: run %s", h.Name, run.ID)
+		rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerSucceeded", runAction(run.ID), "handler %s succeeded: run %s", h.Name, run.ID)
 	case archive.Failed:
-		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerFailed", "Run", "handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, requeue.Round(time.Second), truncate(run.Error), run.ID)
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerFailed", runAction(run.ID), "handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, requeue.Round(time.Second), truncate(run.Error), run.ID)
 	default:
-		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerGaveUp", "Run", "handler %s gave up after %d attempts: %s: run %s", h.Name, run.Attempt, truncate(run.Error), run.ID)
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerGaveUp", runAction(run.ID), "handler %s gave up after %d attempts: %s: run %s", h.Name, run.Attempt, truncate(run.Error), run.ID)
 	}
 	return requeue
 }
+
+// runAction is the action of a run's Events. It names the run: the events
+// library folds Events that share type, reason and action into one series
+// showing the first message, which would hide the later runs' ids.
+func runAction(id string) string { return "Run " + id }
 
 // stop cancels the runs (the operator's context is done) and waits for
 // their goroutines.

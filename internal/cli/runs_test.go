@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+)
+
+func TestLogsFollowPrintsARunUntilItEnds(t *testing.T) {
+	ctx := context.Background()
+	store, err := archive.OpenSQLite(ctx, filepath.Join(t.TempDir(), "runs.db"), archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	run := &archive.Run{ID: archive.NewID(time.Now()), Operator: "op", Handler: "h", Name: "n", StartedAt: time.Now(), Attempt: 2}
+	if err := store.Insert(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.AppendLog(ctx, run.ID, []byte("first line\n")); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- printLogs(ctx, store, run.ID, true, &stdout, &stderr) }()
+	time.Sleep(700 * time.Millisecond)
+	if err := store.AppendLog(ctx, run.ID, []byte("second line\n")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("logs -f returned before the run ended: %v", err)
+	default:
+	}
+	if err := store.AppendLog(ctx, run.ID, []byte("last words\n")); err != nil {
+		t.Fatal(err)
+	}
+	run.Outcome, run.FinishedAt, run.Error = archive.Failed, time.Now(), "exit status 1"
+	if err := store.Finish(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("logs -f did not return after the run ended")
+	}
+	if got := stdout.String(); got != "first line\nsecond line\nlast words\n" {
+		t.Errorf("stdout %q", got)
+	}
+	if got := stderr.String(); !strings.Contains(got, "run "+run.ID+" Failed (attempt 2): exit status 1") {
+		t.Errorf("stderr %q", got)
+	}
+}

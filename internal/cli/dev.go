@@ -136,7 +136,7 @@ func dev(ctx context.Context, dir string, apply []string, archivePath string, st
 		_ = kubectl("wait", "--for=condition=Ready", "--timeout=60s", "-f", f)
 		_ = kubectl("get", "-f", f)
 	}
-	fmt.Fprintf(stderr, "\nopkit dev is running; definitions in %s are reloaded when they change. In another shell:\n  export KUBECONFIG=%s\nStop it with Ctrl-C.\n", dir, shellQuote(cl.KubeconfigPath()))
+	fmt.Fprintf(stderr, "\nopkit dev is running; definitions in %s are reloaded when they change. In another shell:\n  export KUBECONFIG=%s\n  opkit runs --archive %s   # the handler runs\nStop it with Ctrl-C.\n", dir, shellQuote(cl.KubeconfigPath()), shellQuote(archivePath))
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(stderr, "stopping")

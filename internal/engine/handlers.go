@@ -297,6 +297,7 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, child
 	rn.mu.Unlock()
 	if f != nil && !done {
 		res.busy = true
+		res.stalled = stalledMessage(rn.def, cr, st)
 		return res, nil // its end wakes this object again
 	}
 	if f != nil {
@@ -406,7 +407,7 @@ func (rn *runner) due(cr *unstructured.Unstructured, st *handlerState, now time.
 		// newer spec starts afresh. A handler that waits holds back those
 		// declared after it.
 		if hs.Target == g && hs.Stalled {
-			stalled = fmt.Sprintf("handler %s gave up after %d attempts: %s; fix the cause, then change the spec or run opkit retry", h.Name, hs.Attempt, hs.LastError)
+			stalled = stalledText(h.Name, hs)
 			break
 		}
 		if hs.Target == g && hs.NextRetryAt != "" {
@@ -426,6 +427,21 @@ func (rn *runner) due(cr *unstructured.Unstructured, st *handlerState, now time.
 		return best, bestTrigger, 0, stalled
 	}
 	return nil, "", wait, stalled
+}
+
+func stalledText(name string, hs *handlerStatus) string {
+	return fmt.Sprintf("handler %s gave up after %d attempts: %s; fix the cause, then change the spec or run opkit retry", name, hs.Attempt, hs.LastError)
+}
+
+// stalledMessage says which handler has given up on the object's
+// generation, or "".
+func stalledMessage(d *definition.Definition, cr *unstructured.Unstructured, st *handlerState) string {
+	for _, h := range d.Handlers {
+		if hs := st.Handlers[h.Name]; hs != nil && hs.Stalled && hs.Target == cr.GetGeneration() {
+			return stalledText(h.Name, hs)
+		}
+	}
+	return ""
 }
 
 // triggerRank orders triggers by urgency.

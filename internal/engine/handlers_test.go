@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/internal/archive"
@@ -624,6 +626,50 @@ func TestChangesWhileTheEngineWasStoppedAreAllHandled(t *testing.T) {
 		}
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: runs %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestHandledTasksCauseNoWrites(t *testing.T) {
+	const tasks = 30
+	env := clustertest.New(t)
+	file, out := tasksOperator(t)
+	cfg := rest.CopyConfig(env.Config)
+	counter := &writeCounter{}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	runEngineWith(t, engine.Options{Config: cfg}, file)
+	cleanUpTasks(t, env)
+	for i := range tasks {
+		createTask(t, env, task(env.Namespace, fmt.Sprintf("t%02d", i), "", "x"))
+	}
+	eventually(t, 2*time.Minute, "every Task handled", func(ctx context.Context) (bool, error) {
+		list := &unstructured.UnstructuredList{}
+		list.SetAPIVersion("handlers.example.com/v1")
+		list.SetKind("TaskList")
+		if err := env.Client.List(ctx, list, client.InNamespace(env.Namespace)); err != nil {
+			return false, err
+		}
+		done := 0
+		for _, o := range list.Items {
+			g, _, _ := unstructured.NestedInt64(o.Object, "status", "opkit", "handled", "generation")
+			outcome, _, _ := unstructured.NestedString(o.Object, "status", "opkit", "lastRun", "outcome")
+			if g == 1 && outcome == "Succeeded" && len(o.GetFinalizers()) == 1 {
+				done++
+			}
+		}
+		return done == tasks, nil
+	})
+	time.Sleep(2 * time.Second) // the last status writes and events settle
+	before := counter.writes.Load()
+	time.Sleep(20 * time.Second)
+	if n := counter.writes.Load() - before; n != 0 {
+		counter.mu.Lock()
+		t.Errorf("%d writes in 20s of steady state; the latest: %v", n, counter.last)
+		counter.mu.Unlock()
+	}
+	for i := range tasks {
+		if n := len(records(t, out, fmt.Sprintf("t%02d", i))); n != 1 {
+			t.Errorf("t%02d ran %d times, want 1", i, n)
 		}
 	}
 }

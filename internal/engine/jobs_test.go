@@ -43,6 +43,9 @@ func testJobHandler() int {
 		return 2
 	}
 	fmt.Println("crunching", ctx.Object.Spec.Text)
+	if ctx.Object.Spec.Mode == "slow" {
+		time.Sleep(5 * time.Second)
+	}
 	if ctx.Object.Spec.Mode == "fail" {
 		fmt.Fprintln(os.Stderr, "crunch failed")
 		return 3
@@ -162,5 +165,57 @@ func TestJobHandlersRunAsRestrictedJobsAndReportBack(t *testing.T) {
 	logs, _, _ = store.Logs(t.Context(), run.ID, 0)
 	if run.Error != "exit status 3" || !strings.Contains(string(logs), "crunch failed") {
 		t.Errorf("failed run: error %q log %q", run.Error, logs)
+	}
+}
+
+func TestARestartedEngineWaitsForTheJobItStarted(t *testing.T) {
+	env := clustertest.New(t)
+	store := newArchive(t)
+	opts := engine.Options{
+		Config: env.Config, Archive: store,
+		JobTolerations: []corev1.Toleration{{Key: devnode.Taint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+	}
+	file := batchesOperator(t)
+	_, stop := runEngineWith(t, opts, file)
+
+	b := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "handlers.example.com/v1", "kind": "Batch",
+		"metadata": map[string]any{"name": "long", "namespace": env.Namespace},
+		"spec":     map[string]any{"text": "slowly", "mode": "slow"},
+	}}
+	eventually(t, 30*time.Second, "create Batch", func(ctx context.Context) (bool, error) {
+		return env.Client.Create(ctx, b) == nil, nil
+	})
+	jobs := func() []batchv1.Job {
+		var list batchv1.JobList
+		if err := env.Client.List(t.Context(), &list, client.InNamespace(env.Namespace)); err != nil {
+			t.Fatal(err)
+		}
+		return list.Items
+	}
+	eventually(t, 30*time.Second, "the Job is created", func(context.Context) (bool, error) { return len(jobs()) == 1, nil })
+	stop() // while the Job runs
+
+	runEngineWith(t, opts, file)
+	eventually(t, 90*time.Second, "status.crunched", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
+			return false, err
+		}
+		v, _, _ := unstructured.NestedString(b.Object, "status", "crunched")
+		return v == "slowly", nil
+	})
+	if n := len(jobs()); n != 1 {
+		t.Errorf("%d Jobs for one run, want 1", n)
+	}
+	page, err := store.List(t.Context(), archive.Query{Name: "long"})
+	if err != nil || len(page.Runs) != 2 {
+		t.Fatalf("runs %+v, %v; want the interrupted one and its repeat", page.Runs, err)
+	}
+	if page.Runs[1].Outcome != archive.Cancelled || page.Runs[0].Outcome != archive.Succeeded || page.Runs[0].Key != page.Runs[1].Key {
+		t.Errorf("runs %+v; want Cancelled then Succeeded with one key", page.Runs)
+	}
+	logs, _, _ := store.Logs(t.Context(), page.Runs[0].ID, 0)
+	if !strings.Contains(string(logs), "exists: an earlier engine started it") || !strings.Contains(string(logs), "crunching slowly") {
+		t.Errorf("the repeat's log %q", logs)
 	}
 }

@@ -87,9 +87,11 @@ func (j *Job) Run(ctx context.Context, req Request) (*Result, error) {
 	if _, err := j.Client.CoreV1().ConfigMaps(obj.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, &Failure{Message: fmt.Sprintf("creating ConfigMap %s for the binding context: %v", name, err)}
 	}
-	defer func() {
+	// The ConfigMap goes when the run ends; an engine that stops leaves it
+	// and the Job to the next one.
+	cleanUp := func() {
 		_ = j.Client.CoreV1().ConfigMaps(obj.Namespace).Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
-	}()
+	}
 	job := j.job(name, obj.Namespace, labels, owner, req)
 	created, err := j.Client.BatchV1().Jobs(obj.Namespace).Create(ctx, job, metav1.CreateOptions{})
 	switch {
@@ -104,14 +106,21 @@ func (j *Job) Run(ctx context.Context, req Request) (*Result, error) {
 		fmt.Fprintf(req.Log, "[opkit] created Job %s/%s\n", obj.Namespace, name)
 	}
 	finished, err := j.waitFinished(ctx, created)
-	if err != nil {
-		// Timed out or cancelled: the Job must not go on alone.
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		// Timed out: the Job must not go on alone.
 		_ = j.Client.BatchV1().Jobs(obj.Namespace).Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, &Failure{Message: fmt.Sprintf("timed out after %s; Job %s was deleted", req.Timeout, name)}
-		}
+		cleanUp()
+		return nil, &Failure{Message: fmt.Sprintf("timed out after %s; Job %s was deleted", req.Timeout, name)}
+	case ctx.Err() != nil:
+		// The engine is stopping: the next one finds this Job by its name
+		// and waits for it.
+		return nil, &Failure{Message: "cancelled: the engine is stopping; Job " + name + " goes on"}
+	case err != nil:
+		cleanUp()
 		return nil, &Failure{Message: fmt.Sprintf("waiting for Job %s: %v", name, err)}
 	}
+	defer cleanUp()
 	return j.outcome(context.WithoutCancel(ctx), finished, req.Log)
 }
 

@@ -100,14 +100,7 @@ func (e *Exec) Run(ctx context.Context, req Request) (*Result, error) {
 			return nil, &Failure{Message: fmt.Sprintf("killed by signal %s", ws.Signal())}
 		}
 		code := exitErr.ExitCode()
-		if res, perr := ParseResult(stdout.buf.Bytes()); perr == nil && res.Error != nil {
-			// A result that explains the failure says it best.
-			return nil, &Failure{Message: fmt.Sprintf("exit status %d: %s", code, res.Error.Message), Permanent: res.Error.Permanent, Temporary: code == ExitTemporary}
-		}
-		if code == ExitTemporary {
-			return nil, &Failure{Message: "exit status 75: temporary failure", Temporary: true}
-		}
-		return nil, &Failure{Message: fmt.Sprintf("exit status %d", code)}
+		return nil, exitFailure(code, stdout.buf.Bytes(), fmt.Sprintf("exit status %d", code))
 	}
 	if err != nil {
 		return nil, &Failure{Message: err.Error()}

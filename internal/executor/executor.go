@@ -103,6 +103,19 @@ const (
 	ExitTemporary = 75
 )
 
+// exitFailure describes a handler that exited with a non-zero code, having
+// written output (its result, if any): a result's error explains the
+// failure best; exit status 75 is a temporary failure; otherwise plain.
+func exitFailure(code int, output []byte, plain string) *Failure {
+	if res, err := ParseResult(output); err == nil && res.Error != nil {
+		return &Failure{Message: fmt.Sprintf("exit status %d: %s", code, res.Error.Message), Permanent: res.Error.Permanent, Temporary: code == ExitTemporary}
+	}
+	if code == ExitTemporary {
+		return &Failure{Message: "exit status 75: temporary failure", Temporary: true}
+	}
+	return &Failure{Message: plain}
+}
+
 // MaxResultBytes bounds a result (stdout, a response body).
 const MaxResultBytes = 1 << 20
 

@@ -262,20 +262,18 @@ func (j *Job) outcome(ctx context.Context, job *batchv1.Job, log io.Writer) (*Re
 	if term == nil {
 		return nil, &Failure{Message: fmt.Sprintf("Job %s %s before its container ended: %s", job.Name, strings.ToLower(string(kind)), jobMessage(job))}
 	}
-	res, perr := ParseResult([]byte(term.Message))
-	switch {
-	case term.ExitCode == 0 && perr != nil:
-		return nil, &Failure{Message: "termination message: " + perr.Error()}
-	case term.ExitCode == 0:
+	if term.ExitCode == 0 {
+		res, err := ParseResult([]byte(term.Message))
+		if err != nil {
+			return nil, &Failure{Message: "termination message: " + err.Error()}
+		}
 		return res, nil
-	case perr == nil && res.Error != nil:
-		return nil, &Failure{Message: fmt.Sprintf("exit status %d: %s", term.ExitCode, res.Error.Message), Permanent: res.Error.Permanent, Temporary: term.ExitCode == ExitTemporary}
-	case term.ExitCode == ExitTemporary:
-		return nil, &Failure{Message: "exit status 75: temporary failure", Temporary: true}
-	case term.ExitCode > 128:
-		return nil, &Failure{Message: fmt.Sprintf("exit status %d (killed by signal %d, %s)", term.ExitCode, term.ExitCode-128, term.Reason)}
 	}
-	return nil, &Failure{Message: fmt.Sprintf("exit status %d", term.ExitCode)}
+	plain := fmt.Sprintf("exit status %d", term.ExitCode)
+	if term.ExitCode > 128 {
+		plain = fmt.Sprintf("exit status %d (killed by signal %d, %s)", term.ExitCode, term.ExitCode-128, term.Reason)
+	}
+	return nil, exitFailure(int(term.ExitCode), []byte(term.Message), plain)
 }
 
 func jobMessage(job *batchv1.Job) string {

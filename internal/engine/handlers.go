@@ -9,7 +9,6 @@ import (
 	"maps"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -363,6 +362,19 @@ func (rn *runner) due(cr *unstructured.Unstructured, st *handlerState, now time.
 	}
 	rn.mu.Unlock()
 
+	// The paths changed since the handled spec, computed once if needed.
+	var paths []string
+	var diffed bool
+	changed := func() []string {
+		if !diffed {
+			var old map[string]any
+			if st.Handled != nil {
+				old = st.Handled.Spec
+			}
+			paths, diffed = changedPaths(diffSpecs(old, spec(cr))), true
+		}
+		return paths
+	}
 	var best *definition.Handler
 	var bestTrigger, stalled string
 	for _, h := range rn.def.Handlers {
@@ -376,14 +388,10 @@ func (rn *runner) due(cr *unstructured.Unstructured, st *handlerState, now time.
 		case hs.Generation < g && (h.Fires(v1alpha1.OnCreate) || h.Fires(v1alpha1.OnUpdate)):
 			// create: this handler never succeeded for the object; update:
 			// it did, for an older generation.
-			var old map[string]any
-			if st.Handled != nil {
-				old = st.Handled.Spec
-			}
 			switch {
 			case hs.Generation == 0 && h.Fires(v1alpha1.OnCreate):
 				trigger = v1alpha1.OnCreate
-			case hs.Generation > 0 && h.Fires(v1alpha1.OnUpdate) && h.Touches(changedPaths(diffSpecs(old, spec(cr)))):
+			case hs.Generation > 0 && h.Fires(v1alpha1.OnUpdate) && h.Touches(changed()):
 				trigger = v1alpha1.OnUpdate
 			default:
 				hs.Generation = g // nothing in this change concerns it
@@ -471,12 +479,13 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 	if trigger == v1alpha1.OnSchedule {
 		key += fmt.Sprintf("/%d", now.Unix())
 	}
-	f := &flight{handler: h, spec: spec(cr)}
+	cur := spec(cr)
+	f := &flight{handler: h, spec: cur}
 	var old map[string]any
 	if st.Handled != nil {
 		old = st.Handled.Spec
 	}
-	diff := diffSpecs(old, spec(cr))
+	diff := diffSpecs(old, cur)
 	if trigger == v1alpha1.OnCreate || trigger == v1alpha1.OnUpdate || trigger == v1alpha1.OnDelete {
 		// A run that succeeded before a crash kept the engine from recording
 		// it: do not run it again.
@@ -573,7 +582,7 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		if err := rn.client.Status().Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
 			failure = &executor.Failure{Message: fmt.Sprintf("the API refused the result's status patch: %v", apiMessage(err))}
 		} else {
-			run.Writes = append(run.Writes, "status: "+strings.Join(sortedKeys(f.result.Status), ", "))
+			run.Writes = append(run.Writes, "status: "+strings.Join(slices.Sorted(maps.Keys(f.result.Status)), ", "))
 		}
 	}
 	if failure == nil {
@@ -645,8 +654,8 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 // showing the first message, which would hide the later runs' ids.
 func runAction(id string) string { return "Run " + id }
 
-// stop cancels the runs (the operator's context is done) and waits for
-// their goroutines.
+// wait waits for the runs' goroutines; the operator's context, once done,
+// cancels the runs.
 func (rn *runner) wait() { rn.running.Wait() }
 
 // bindingContext is the input of every handler. docs/handlers.md and its
@@ -695,7 +704,7 @@ func diffSpecs(before, after map[string]any) []archive.Change {
 			for k := range bm {
 				keys[k] = true
 			}
-			for _, k := range sortedKeys(keys) {
+			for _, k := range slices.Sorted(maps.Keys(keys)) {
 				walk(path+"."+k, am[k], bm[k])
 			}
 			return
@@ -726,15 +735,6 @@ func changedPaths(diff []archive.Change) []string {
 		paths[i] = c.Path
 	}
 	return paths
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // apiMessage is the API server's message for a refused request.
@@ -785,11 +785,7 @@ func (r *reconciler) finalize(ctx context.Context, cr *unstructured.Unstructured
 	}
 	before := normalize(own)
 	step.state.writeTo(own)
-	var conds []metav1.Condition
-	if raw, ok, _ := unstructured.NestedSlice(cr.Object, "status", "conditions"); ok {
-		data, _ := json.Marshal(raw)
-		_ = json.Unmarshal(data, &conds)
-	}
+	conds := statusConditions(cr)
 	changed := meta.SetStatusCondition(&conds, stalledCondition(step))
 	if changed || !reflect.DeepEqual(before, normalize(own)) {
 		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"opkit": own, "conditions": conds}})

@@ -299,11 +299,7 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	if failure != nil {
 		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, "ReconcileFailed", truncate(failure.Error())
 	}
-	var conds []metav1.Condition
-	if raw, ok := oldStatus["conditions"]; ok {
-		data, _ := json.Marshal(raw)
-		_ = json.Unmarshal(data, &conds)
-	}
+	conds := statusConditions(cr)
 	set := []metav1.Condition{ready, degraded}
 	if step != nil {
 		set = append(set, stalledCondition(step))
@@ -331,6 +327,17 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 		return client.IgnoreNotFound(err)
 	}
 	return nil
+}
+
+// statusConditions reads the object's status.conditions; unreadable ones
+// read as none.
+func statusConditions(cr *unstructured.Unstructured) []metav1.Condition {
+	var conds []metav1.Condition
+	if raw, ok, _ := unstructured.NestedFieldNoCopy(cr.Object, "status", "conditions"); ok {
+		data, _ := json.Marshal(raw)
+		_ = json.Unmarshal(data, &conds)
+	}
+	return conds
 }
 
 // normalize round-trips a value through JSON so that int and int64, or

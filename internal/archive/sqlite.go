@@ -244,9 +244,13 @@ func (s *SQLite) Get(ctx context.Context, id string) (*Run, error) {
 
 // Logs returns the run's log from offset on.
 func (s *SQLite) Logs(ctx context.Context, id string, offset int64) ([]byte, bool, error) {
-	run, err := s.Get(ctx, id)
+	var truncated bool
+	err := s.db.QueryRowContext(ctx, `SELECT log_truncated FROM runs WHERE id = ?`, id).Scan(&truncated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, fmt.Errorf("run %s: %w", id, ErrNotFound)
+	}
 	if err != nil {
-		return nil, false, err
+		return nil, false, fmt.Errorf("archive: log of run %s: %w", id, err)
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT pos, data FROM logs WHERE run_id = ? AND pos + length(data) > ? ORDER BY pos`, id, offset)
 	if err != nil {
@@ -265,7 +269,7 @@ func (s *SQLite) Logs(ctx context.Context, id string, offset int64) ([]byte, boo
 		}
 		out = append(out, data...)
 	}
-	return out, run.LogTruncated, rows.Err()
+	return out, truncated, rows.Err()
 }
 
 // List returns the runs q selects, newest first.

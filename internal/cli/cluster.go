@@ -68,18 +68,22 @@ type planeFlags struct {
 
 // defaultStateDir is $OPKIT_STATE_DIR, else $XDG_STATE_HOME/opkit/cluster,
 // else ~/.local/state/opkit/cluster.
-func defaultStateDir() string {
-	if d := os.Getenv("OPKIT_STATE_DIR"); d != "" {
-		return d
+func defaultStateDir() string { return statePath("OPKIT_STATE_DIR", "cluster") }
+
+// statePath is $env, else $XDG_STATE_HOME/opkit/name, else
+// ~/.local/state/opkit/name, else opkit-name in the temporary directory.
+func statePath(env, name string) string {
+	if p := os.Getenv(env); p != "" {
+		return p
 	}
 	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "opkit", "cluster")
+		return filepath.Join(d, "opkit", name)
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return filepath.Join(os.TempDir(), "opkit-cluster")
+		return filepath.Join(os.TempDir(), "opkit-"+name)
 	}
-	return filepath.Join(home, ".local", "state", "opkit", "cluster")
+	return filepath.Join(home, ".local", "state", "opkit", name)
 }
 
 func newClusterCommand() *cobra.Command {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,19 +25,7 @@ var defaultRetention = archive.Retention{MaxAge: 30 * 24 * time.Hour, MaxRuns: 1
 
 // defaultArchivePath is $OPKIT_ARCHIVE, else $XDG_STATE_HOME/opkit/runs.db,
 // else ~/.local/state/opkit/runs.db.
-func defaultArchivePath() string {
-	if p := os.Getenv("OPKIT_ARCHIVE"); p != "" {
-		return p
-	}
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "opkit", "runs.db")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "opkit-runs.db")
-	}
-	return filepath.Join(home, ".local", "state", "opkit", "runs.db")
-}
+func defaultArchivePath() string { return statePath("OPKIT_ARCHIVE", "runs.db") }
 
 func archiveFlag(cmd *cobra.Command, path *string) {
 	cmd.Flags().StringVar(path, "archive", defaultArchivePath(), "the run archive, a SQLite file (env OPKIT_ARCHIVE)")

@@ -68,9 +68,7 @@ func TestPrinterPrintsItsTextAndFollowsChanges(t *testing.T) {
 	step := func(what string) { t.Logf("%-40s %s", what, time.Since(start).Round(100*time.Millisecond)) }
 	text := `Hello Kube! $(rm -rf /); echo "pwned" 'x'`
 	p := printer(env.Namespace, "hello", text)
-	eventually(t, 30*time.Second, "create Printer", func(ctx context.Context) (bool, error) {
-		return env.Client.Create(ctx, p) == nil, nil
-	})
+	create(t, env, p)
 
 	pod := &corev1.Pod{}
 	key := client.ObjectKey{Namespace: env.Namespace, Name: "hello-print"}
@@ -138,10 +136,7 @@ func TestPrinterPrintsItsTextAndFollowsChanges(t *testing.T) {
 	if err := env.Client.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "the Pod is garbage-collected", func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, key, &corev1.Pod{})
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
-	})
+	waitGone(t, env, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, 60*time.Second, "the Pod is garbage-collected")
 	step("Pod garbage-collected")
 }
 
@@ -193,9 +188,7 @@ func TestDefinitionsChangeAndGoWithoutRestart(t *testing.T) {
 		"metadata": map[string]any{"name": "n1", "namespace": env.Namespace},
 		"spec":     map[string]any{"a": "first"},
 	}}
-	eventually(t, 30*time.Second, "create Note", func(ctx context.Context) (bool, error) {
-		return env.Client.Create(ctx, note) == nil, nil
-	})
+	create(t, env, note)
 	waitConfigMapData(t, env, "n1-note", "the ConfigMap of v1", map[string]string{"a": "first"})
 
 	// A changed definition, schema included, takes over at once.
@@ -242,9 +235,7 @@ func TestChildKindNotServedIsRefusedAndOthersRun(t *testing.T) {
 		"metadata": map[string]any{"name": "n2", "namespace": env.Namespace},
 		"spec":     map[string]any{"a": "ok"},
 	}}
-	eventually(t, 30*time.Second, "create Note", func(ctx context.Context) (bool, error) {
-		return env.Client.Create(ctx, note) == nil, nil
-	})
+	create(t, env, note)
 	eventually(t, 30*time.Second, "its ConfigMap", func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: "n2-note"}, &corev1.ConfigMap{})
 		return err == nil, client.IgnoreNotFound(err)

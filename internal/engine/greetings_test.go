@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,9 +27,7 @@ func TestGreetingsExampleRunsItsPythonBashAndGoHandlers(t *testing.T) {
 		"metadata": map[string]any{"name": "world", "namespace": env.Namespace},
 		"spec":     map[string]any{"name": "World", "language": "en"},
 	}}
-	eventually(t, 30*time.Second, "create the Greeting", func(ctx context.Context) (bool, error) {
-		return env.Client.Create(ctx, g) == nil, nil
-	})
+	create(t, env, g)
 	greeting := func(want string) {
 		t.Helper()
 		eventually(t, 60*time.Second, "status.greeting "+want, func(ctx context.Context) (bool, error) {
@@ -70,10 +67,7 @@ func TestGreetingsExampleRunsItsPythonBashAndGoHandlers(t *testing.T) {
 	if err := env.Client.Delete(t.Context(), g); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 120*time.Second, "the Greeting is gone after its Go delete handler", func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(g), g)
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
-	})
+	waitGone(t, env, g, 120*time.Second, "the Greeting is gone after its Go delete handler")
 	run := mustLatestRun(t, store, "world")
 	logs, _, _ = store.Logs(t.Context(), run.ID, 0)
 	if run.Handler != "goodbye" || run.Outcome != archive.Succeeded || !strings.Contains(string(logs), "goodbye, "+env.Namespace+"/world (delete") {

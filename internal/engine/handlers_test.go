@@ -207,11 +207,16 @@ func records(t *testing.T, out, name string) []record {
 	return recs
 }
 
-func createTask(t *testing.T, env *clustertest.Env, obj *unstructured.Unstructured) {
+// runTasks runs the Task operator with an archive in a new namespace, and
+// returns the namespace, the record file and the archive.
+func runTasks(t *testing.T) (*clustertest.Env, string, *archive.SQLite) {
 	t.Helper()
-	eventually(t, 30*time.Second, "create Task "+obj.GetName(), func(ctx context.Context) (bool, error) {
-		return env.Client.Create(ctx, obj) == nil, nil
-	})
+	env := clustertest.New(t)
+	file, out := tasksOperator(t)
+	store := newArchive(t)
+	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	cleanUpTasks(t, env)
+	return env, out, store
 }
 
 // cleanUpTasks deletes the namespace's Tasks while the engine still runs, so
@@ -260,14 +265,10 @@ func condition(obj *unstructured.Unstructured, typ string) *metav1.Condition {
 }
 
 func TestHandlersFireOnCreateUpdateAndDeleteWithTheirContext(t *testing.T) {
-	env := clustertest.New(t)
-	file, out := tasksOperator(t)
-	store := newArchive(t)
-	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
-	cleanUpTasks(t, env)
+	env, out, store := runTasks(t)
 
 	obj := task(env.Namespace, "one", "", "first")
-	createTask(t, env, obj)
+	create(t, env, obj)
 	recs := waitRecords(t, out, "one", 1, "the create run")
 	uid := string(obj.GetUID())
 	if r := recs[0]; r.Trigger != "create" || r.Key != uid+"/1/work" || r.Attempt != 1 || r.NewText != "first" {
@@ -305,10 +306,7 @@ func TestHandlersFireOnCreateUpdateAndDeleteWithTheirContext(t *testing.T) {
 	if err := env.Client.Delete(t.Context(), obj); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the Task is gone", func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
-	})
+	waitGone(t, env, obj, 30*time.Second, "the Task is gone")
 	recs = records(t, out, "one")
 	if len(recs) != 3 || recs[2].Handler != "goodbye" || recs[2].Trigger != "delete" {
 		t.Fatalf("records %+v; want create, update, then one delete", recs)
@@ -335,11 +333,7 @@ func TestHandlersFireOnCreateUpdateAndDeleteWithTheirContext(t *testing.T) {
 }
 
 func TestUpdatesDuringARunCoalesceIntoOneUpdate(t *testing.T) {
-	env := clustertest.New(t)
-	file, out := tasksOperator(t)
-	store := newArchive(t)
-	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
-	cleanUpTasks(t, env)
+	env, out, store := runTasks(t)
 	defer func() {
 		if t.Failed() {
 			page, _ := store.List(context.Background(), archive.Query{Name: "busy"})
@@ -350,7 +344,7 @@ func TestUpdatesDuringARunCoalesceIntoOneUpdate(t *testing.T) {
 	}()
 
 	obj := task(env.Namespace, "busy", "slow", "v1")
-	createTask(t, env, obj)
+	create(t, env, obj)
 	waitRecords(t, out, "busy", 1, "the create run starts")
 	// The create run takes 2s; three changes come while it runs.
 	for _, text := range []string{"v2", "v3", "v4"} {
@@ -368,15 +362,11 @@ func TestUpdatesDuringARunCoalesceIntoOneUpdate(t *testing.T) {
 }
 
 func TestFailingHandlersRetryWithGrowingDelaysThenStall(t *testing.T) {
-	env := clustertest.New(t)
-	file, out := tasksOperator(t)
-	store := newArchive(t)
-	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
-	cleanUpTasks(t, env)
+	env, out, store := runTasks(t)
 
-	createTask(t, env, task(env.Namespace, "flaky", "flaky", "x"))
+	create(t, env, task(env.Namespace, "flaky", "flaky", "x"))
 	broken := task(env.Namespace, "broken", "broken", "x")
-	createTask(t, env, broken)
+	create(t, env, broken)
 
 	recs := waitRecords(t, out, "flaky", 3, "three attempts of the flaky handler")
 	var at []time.Time
@@ -450,11 +440,7 @@ func TestFailingHandlersRetryWithGrowingDelaysThenStall(t *testing.T) {
 }
 
 func TestBrokenHandlerOutputFailsOnlyItsRun(t *testing.T) {
-	env := clustertest.New(t)
-	file, out := tasksOperator(t)
-	store := newArchive(t)
-	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
-	cleanUpTasks(t, env)
+	env, out, store := runTasks(t)
 
 	want := map[string]string{
 		"notjson":   "output is not a JSON result",
@@ -465,10 +451,10 @@ func TestBrokenHandlerOutputFailsOnlyItsRun(t *testing.T) {
 		"badstatus": `the API refused the result's status patch: Task.handlers.example.com "badstatus" is invalid: status.summary: Invalid value: "integer": summary in body must be of type string`,
 	}
 	for mode := range want {
-		createTask(t, env, task(env.Namespace, mode, mode, "x"))
+		create(t, env, task(env.Namespace, mode, mode, "x"))
 	}
 	good := task(env.Namespace, "good", "", "fine")
-	createTask(t, env, good)
+	create(t, env, good)
 	for mode, msg := range want {
 		eventually(t, 90*time.Second, mode+" gives up", func(ctx context.Context) (bool, error) {
 			page, err := store.List(ctx, archive.Query{Name: mode, Outcome: archive.GaveUp})
@@ -509,7 +495,7 @@ func TestAnotherControllersFinalizerIsNeverTouched(t *testing.T) {
 	const other = "example.com/other"
 
 	obj := task(env.Namespace, "shared", "slow", "x")
-	createTask(t, env, obj)
+	create(t, env, obj)
 	// While the slow create run goes on, another client adds and removes its
 	// own finalizer, many times.
 	key := client.ObjectKeyFromObject(obj)
@@ -573,7 +559,7 @@ func TestChangesWhileTheEngineWasStoppedAreAllHandled(t *testing.T) {
 	objs := map[string]*unstructured.Unstructured{}
 	for _, n := range names {
 		objs[n] = task(env.Namespace, n, "", "v1")
-		createTask(t, env, objs[n])
+		create(t, env, objs[n])
 	}
 	for _, n := range names {
 		waitRecords(t, out, n, 1, n+" created")
@@ -600,7 +586,7 @@ func TestChangesWhileTheEngineWasStoppedAreAllHandled(t *testing.T) {
 	if err := env.Client.Delete(t.Context(), objs["deleted"]); err != nil {
 		t.Fatal(err)
 	}
-	createTask(t, env, task(env.Namespace, "born", "", "new"))
+	create(t, env, task(env.Namespace, "born", "", "new"))
 
 	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
 	cleanUpTasks(t, env)
@@ -609,10 +595,7 @@ func TestChangesWhileTheEngineWasStoppedAreAllHandled(t *testing.T) {
 	if r := recs[1]; r.Trigger != "update" || r.OldText != "v1" || r.NewText != "v4" || !strings.HasSuffix(r.Key, "/4/work") {
 		t.Errorf("update after restart: %+v; want one update from v1 to v4 for generation 4", r)
 	}
-	eventually(t, 30*time.Second, "the Task deleted while stopped is gone", func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(objs["deleted"]), &unstructured.Unstructured{Object: map[string]any{"apiVersion": "handlers.example.com/v1", "kind": "Task"}})
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
-	})
+	waitGone(t, env, objs["deleted"], 30*time.Second, "the Task deleted while stopped is gone")
 	time.Sleep(2 * time.Second) // anything extra would run now
 	for name, want := range map[string][]string{
 		"kept":    {"work/create"},
@@ -640,7 +623,7 @@ func TestHandledTasksCauseNoWrites(t *testing.T) {
 	runEngineWith(t, engine.Options{Config: cfg}, file)
 	cleanUpTasks(t, env)
 	for i := range tasks {
-		createTask(t, env, task(env.Namespace, fmt.Sprintf("t%02d", i), "", "x"))
+		create(t, env, task(env.Namespace, fmt.Sprintf("t%02d", i), "", "x"))
 	}
 	eventually(t, 2*time.Minute, "every Task handled", func(ctx context.Context) (bool, error) {
 		list := &unstructured.UnstructuredList{}

@@ -7,11 +7,30 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 )
+
+// create creates obj, retrying while its kind is not served yet (a CRD
+// just installed).
+func create(t *testing.T, env *clustertest.Env, obj client.Object) {
+	t.Helper()
+	eventually(t, 30*time.Second, "create "+obj.GetObjectKind().GroupVersionKind().Kind+" "+obj.GetName(), func(ctx context.Context) (bool, error) {
+		return env.Client.Create(ctx, obj) == nil, nil
+	})
+}
+
+// waitGone waits until obj no longer exists.
+func waitGone(t *testing.T, env *clustertest.Env, obj client.Object, within time.Duration, what string) {
+	t.Helper()
+	eventually(t, within, what, func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}
 
 // setSpec sets spec.<field> of obj and waits until the API server keeps
 // it: a field new to a CRD's schema is dropped until that schema is served.

@@ -113,11 +113,8 @@ func TestJobHandlersRunAsRestrictedJobsAndReportBack(t *testing.T) {
 	if err := unstructured.SetNestedField(bad.Object, "fail", "spec", "mode"); err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range []*unstructured.Unstructured{ok, bad} {
-		eventually(t, 30*time.Second, "create Batch "+b.GetName(), func(ctx context.Context) (bool, error) {
-			return env.Client.Create(ctx, b) == nil, nil
-		})
-	}
+	create(t, env, ok)
+	create(t, env, bad)
 
 	eventually(t, 90*time.Second, "status.crunched", func(ctx context.Context) (bool, error) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ok), ok); err != nil {
@@ -183,9 +180,7 @@ func TestARestartedEngineWaitsForTheJobItStarted(t *testing.T) {
 		"metadata": map[string]any{"name": "long", "namespace": env.Namespace},
 		"spec":     map[string]any{"text": "slowly", "mode": "slow"},
 	}}
-	eventually(t, 30*time.Second, "create Batch", func(ctx context.Context) (bool, error) {
-		return env.Client.Create(ctx, b) == nil, nil
-	})
+	create(t, env, b)
 	jobs := func() []batchv1.Job {
 		var list batchv1.JobList
 		if err := env.Client.List(t.Context(), &list, client.InNamespace(env.Namespace)); err != nil {

@@ -71,7 +71,7 @@ spec:
 	obj := task(env.Namespace, "clock", "", "tick")
 	obj.SetAPIVersion("handlers.example.com/v1")
 	obj.SetKind("Tick")
-	createTask(t, env, obj)
+	create(t, env, obj)
 	eventually(t, 30*time.Second, "the create hook is posted", func(context.Context) (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()

@@ -9,7 +9,7 @@ GOLANGCI_LINT          := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # go test's timeout per package binary; integration packages start a plane.
 TEST_TIMEOUT           ?= 30m
 
-.PHONY: all build plane demo test vet lint unit fmt clean
+.PHONY: all build plane demo test vet lint unit fmt bench clean
 
 all: build
 
@@ -36,6 +36,12 @@ lint: $(GOLANGCI_LINT)
 
 unit:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## bench: opkit against a hand-written controller-runtime operator and the
+## API server's ceiling (about 45 min); prints a table, writes bench/latest.json.
+## Choose with BENCH_FLAGS, e.g. BENCH_FLAGS="-scenarios drain,idle -runs 1"
+bench: plane
+	$(GO) run ./bench -json bench/latest.json $(BENCH_FLAGS)
 
 ## fmt: format the code as the linters want it
 fmt: $(GOLANGCI_LINT)

@@ -107,7 +107,7 @@ type Options struct {
 	// UserAgent defaults to "opkit-engine".
 	Config *rest.Config
 	// Workers is the number of concurrent reconciles per operator. Defaults
-	// to 4.
+	// to 8: reconciles mostly wait for the API server (see bench/).
 	Workers int
 	// MetricsAddr serves Prometheus metrics; "0" disables them. Defaults to "0".
 	MetricsAddr string
@@ -155,7 +155,7 @@ func New(opts Options) (*Engine, error) {
 		return nil, errors.New("engine: Options.Config is required")
 	}
 	if opts.Workers == 0 {
-		opts.Workers = 4
+		opts.Workers = 8
 	}
 	if opts.MaxConcurrentRuns == 0 {
 		opts.MaxConcurrentRuns = 16

@@ -39,6 +39,19 @@ func (c childRef) String() string {
 	return c.Kind + " " + c.Namespace + "/" + c.Name
 }
 
+// genericInventory returns refs as the status holds them once decoded.
+func genericInventory(refs []childRef) []any {
+	out := make([]any, len(refs))
+	for i, c := range refs {
+		m := map[string]any{"id": c.ID, "apiVersion": c.APIVersion, "kind": c.Kind, "name": c.Name}
+		if c.Namespace != "" {
+			m["namespace"] = c.Namespace
+		}
+		out[i] = m
+	}
+	return out
+}
+
 // readInventory returns the children recorded in the custom resource's
 // status; an unreadable record reads as empty.
 func readInventory(cr *unstructured.Unstructured) []childRef {

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,6 +41,19 @@ type reconciler struct {
 	mapper meta.RESTMapper
 	events events.EventRecorder
 	runner *runner // nil without handlers
+
+	// statuses is the status each object's last patch wrote, by the
+	// resourceVersion it was written over. The cache may still show that
+	// version when the write's own watch event (or a child's) reconciles
+	// the object again; the same status is then not written twice.
+	statuses sync.Map // types.NamespacedName -> statusMemo
+}
+
+// statusMemo is a status written over one resourceVersion.
+type statusMemo struct {
+	uid  types.UID
+	over string // the resourceVersion the patch was made over
+	sum  [sha256.Size]byte
 }
 
 var _ reconcile.Reconciler = &reconciler{}
@@ -48,8 +64,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	cr.SetGroupVersionKind(r.def.GVK)
 	if err := r.client.Get(ctx, req.NamespacedName, cr); err != nil {
 		// Gone: its children are garbage-collected through their ownerReferences.
-		if apierrors.IsNotFound(err) && r.runner != nil {
-			r.runner.forget(req.NamespacedName)
+		if apierrors.IsNotFound(err) {
+			r.statuses.Delete(req.NamespacedName)
+			if r.runner != nil {
+				r.runner.forget(req.NamespacedName)
+			}
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -217,11 +236,12 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 	if err != nil {
 		return rendered, fmt.Errorf("child %s: applying %s %s: %w", child.ID, child.GVK.Kind, obj.GetName(), err)
 	}
-	verb := "Created"
+	// A change to an existing child is posted; a creation is not: the
+	// inventory and Ready show it, and an Event per child created would be
+	// one more API write per object.
 	if existed {
-		verb = "Updated"
+		r.events.Eventf(cr, nil, corev1.EventTypeNormal, "Updated", "Apply", "updated %s %s", child.GVK.Kind, obj.GetName())
 	}
-	r.events.Eventf(cr, nil, corev1.EventTypeNormal, verb, "Apply", "%s %s %s", strings.ToLower(verb), child.GVK.Kind, obj.GetName())
 	rendered.live = obj
 	return rendered, nil
 }
@@ -273,7 +293,7 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	if len(inventory) == 0 {
 		delete(own, "children")
 	} else {
-		own["children"] = inventory
+		own["children"] = genericInventory(inventory)
 	}
 	if step != nil {
 		step.state.writeTo(own)
@@ -316,16 +336,29 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	_ = json.Unmarshal(data, &condsJSON)
 	status["conditions"] = condsJSON
 
-	if reflect.DeepEqual(normalize(oldStatus), normalize(status)) {
-		return nil
-	}
-	patch, err := json.Marshal(map[string]any{"status": status})
+	// encoding/json writes map keys sorted, and an int64 and a float64 of
+	// the same integer alike: equal statuses encode to equal bytes.
+	newJSON, err := json.Marshal(status)
 	if err != nil {
 		return err
 	}
+	if oldJSON, err := json.Marshal(oldStatus); err == nil && bytes.Equal(oldJSON, newJSON) {
+		return nil
+	}
+	if reflect.DeepEqual(normalize(oldStatus), normalize(status)) {
+		return nil // equal, as values of other Go types
+	}
+	key := client.ObjectKeyFromObject(cr)
+	memo := statusMemo{uid: cr.GetUID(), over: cr.GetResourceVersion(), sum: sha256.Sum256(newJSON)}
+	if last, ok := r.statuses.Load(key); ok && last.(statusMemo) == memo {
+		return nil // written already; the cache does not show it yet
+	}
+	patch := append(append([]byte(`{"status":`), newJSON...), '}')
 	if err := r.client.Status().Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		r.statuses.Delete(key)
 		return client.IgnoreNotFound(err)
 	}
+	r.statuses.Store(key, memo)
 	return nil
 }
 

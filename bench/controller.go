@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/metrics"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/opkit-dev/opkit/bench/baseline"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/engine"
+)
+
+// The controller under test runs as a child process of the benchmark (the
+// benchmark's own executable, with roleEnv set), so that its memory and
+// CPU are its own. Its settings come in the environment.
+const (
+	roleEnv       = "OPKIT_BENCH_ROLE" // "controller"
+	implEnv       = "OPKIT_BENCH_IMPL" // "opkit" or "baseline"
+	workersEnv    = "OPKIT_BENCH_WORKERS"
+	definitionEnv = "OPKIT_BENCH_DEFINITION" // an embedded workload file
+	archiveEnv    = "OPKIT_BENCH_ARCHIVE"    // a SQLite path, or "off"
+	profileEnv    = "OPKIT_BENCH_PROFILE"    // a directory for CPU and heap profiles
+)
+
+// stats is what a controller process reports, as one JSON line every
+// statsInterval on stdout and once more when it stops.
+type stats struct {
+	Writes    int64            `json:"writes"`    // API requests other than reads
+	WritesBy  map[string]int64 `json:"writesBy"`  // by method and resource, e.g. "PATCH printers/status"
+	Events    int64            `json:"events"`    // of which Events
+	HeapPeak  uint64           `json:"heapPeak"`  // peak heap object bytes, sampled
+	MaxRSS    uint64           `json:"maxRSS"`    // peak resident set, bytes
+	CPUSecond float64          `json:"cpuSecond"` // user + system CPU time
+	At        int64            `json:"at"`        // when, Unix nanoseconds
+}
+
+const statsInterval = 100 * time.Millisecond
+
+// writeCounter counts the requests that are not reads.
+type writeCounter struct {
+	next           http.RoundTripper
+	writes, events atomic.Int64
+	mu             sync.Mutex
+	by             map[string]int64
+}
+
+func (w *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		w.writes.Add(1)
+		if strings.HasSuffix(req.URL.Path, "/events") {
+			w.events.Add(1)
+		}
+		w.mu.Lock()
+		w.by[req.Method+" "+resourceOf(req.URL.Path)]++
+		w.mu.Unlock()
+	}
+	return w.next.RoundTrip(req)
+}
+
+func (w *writeCounter) snapshot() map[string]int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.by)
+}
+
+// resourceOf returns the resource (and subresource) an API path names:
+// /api/v1/namespaces/ns/configmaps/name gives "configmaps",
+// /apis/g/v1/namespaces/ns/printers/name/status "printers/status".
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	i := 2 // api/v1/<resource>
+	if parts[0] == "apis" {
+		i = 3
+	}
+	if len(parts) > i+1 && parts[i] == "namespaces" {
+		i += 2
+	}
+	switch {
+	case len(parts) > i+2:
+		return parts[i] + "/" + parts[i+2]
+	case len(parts) > i:
+		return parts[i]
+	}
+	return path
+}
+
+// controllerMain runs the controller the environment names until SIGTERM.
+func controllerMain() error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.InfoLevel)))
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		return err
+	}
+	counter := &writeCounter{by: map[string]int64{}}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	workers, _ := strconv.Atoi(os.Getenv(workersEnv))
+
+	var heapPeak atomic.Uint64
+	report := func() {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		s := stats{
+			Writes: counter.writes.Load(), WritesBy: counter.snapshot(), Events: counter.events.Load(), HeapPeak: heapPeak.Load(),
+			MaxRSS:    uint64(ru.Maxrss) * 1024,
+			CPUSecond: float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9,
+			At:        time.Now().UnixNano(),
+		}
+		line, _ := json.Marshal(s)
+		fmt.Println(string(line))
+	}
+	go func() {
+		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		for {
+			metrics.Read(sample)
+			if v := sample[0].Value.Uint64(); v > heapPeak.Load() {
+				heapPeak.Store(v)
+			}
+			report()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(statsInterval):
+			}
+		}
+	}()
+
+	if dir := os.Getenv(profileEnv); dir != "" {
+		stopProfiles, err := profile(dir, os.Getenv(implEnv))
+		if err != nil {
+			return err
+		}
+		defer stopProfiles()
+	}
+	switch impl := os.Getenv(implEnv); impl {
+	case "opkit":
+		err = runOpkit(ctx, cfg, workers)
+	case "baseline":
+		err = runBaseline(ctx, cfg, workers)
+	default:
+		err = fmt.Errorf("unknown %s %q", implEnv, impl)
+	}
+	report()
+	return err
+}
+
+// profile profiles the CPU until the returned function is called, which
+// then writes a heap profile too, as DIR/NAME-{cpu,heap}-PID.pprof.
+func profile(dir, name string) (func(), error) {
+	base := filepath.Join(dir, fmt.Sprintf("%s-%%s-%d.pprof", name, os.Getpid()))
+	cpu, err := os.Create(fmt.Sprintf(base, "cpu"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = cpu.Close()
+		if heap, err := os.Create(fmt.Sprintf(base, "heap")); err == nil {
+			_ = pprof.WriteHeapProfile(heap)
+			_ = heap.Close()
+		}
+	}, nil
+}
+
+// runOpkit runs opkit's engine with its defaults (workers 0 keeps the
+// default) on the workload's definition.
+func runOpkit(ctx context.Context, cfg *rest.Config, workers int) error {
+	data, err := workloads.ReadFile(os.Getenv(definitionEnv))
+	if err != nil {
+		return err
+	}
+	srcs, err := definition.Load(os.Getenv(definitionEnv), data)
+	if err != nil {
+		return err
+	}
+	d, err := definition.Compile(srcs[0])
+	if err != nil {
+		return err
+	}
+	opts := engine.Options{Config: cfg, Workers: workers}
+	switch path := os.Getenv(archiveEnv); path {
+	case "off":
+		opts.Archive = discardArchive{}
+	default:
+		store, err := archive.OpenSQLite(ctx, path, archive.Options{})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = store.Close() }()
+		opts.Archive = store
+	}
+	e, err := engine.New(opts)
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	if err := e.Apply(ctx, d); err != nil {
+		return err
+	}
+	return <-done
+}
+
+// runBaseline runs the hand-written operator.
+func runBaseline(ctx context.Context, cfg *rest.Config, workers int) error {
+	cfg.QPS = -1 // unlimited, as opkit's engine
+	scheme, err := baseline.NewScheme()
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		return err
+	}
+	if err := baseline.Setup(mgr, workers); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+// discardArchive is the archive switched off, to measure what the real one
+// costs.
+type discardArchive struct{}
+
+func (discardArchive) Insert(context.Context, *archive.Run) error      { return nil }
+func (discardArchive) Finish(context.Context, *archive.Run) error      { return nil }
+func (discardArchive) AppendLog(context.Context, string, []byte) error { return nil }
+func (discardArchive) Get(context.Context, string) (*archive.Run, error) {
+	return nil, archive.ErrNotFound
+}
+func (discardArchive) List(context.Context, archive.Query) (*archive.Page, error) {
+	return &archive.Page{}, nil
+}
+func (discardArchive) Succeeded(context.Context, string) (bool, error) { return false, nil }
+func (discardArchive) CancelRunning(context.Context, string) (int, error) {
+	return 0, nil
+}
+func (discardArchive) Prune(context.Context, archive.Retention) (int, error) { return 0, nil }
+func (discardArchive) Close() error                                          { return nil }
+func (discardArchive) Logs(context.Context, string, int64) ([]byte, bool, error) {
+	return nil, false, archive.ErrNotFound
+}
+
+// readStats follows a controller's stats lines, keeping the latest.
+func readStats(sc *bufio.Scanner, latest *atomic.Pointer[stats]) {
+	for sc.Scan() {
+		var s stats
+		if json.Unmarshal(sc.Bytes(), &s) == nil {
+			latest.Store(&s)
+		}
+	}
+}

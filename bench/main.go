@@ -1,0 +1,332 @@
+// Command bench measures opkit's engine against a hand-written
+// controller-runtime operator (package baseline) and against the API
+// server's ceiling, on the local control plane, and prints one table of
+// figures (median, min and max over the runs) and the engine's targets.
+//
+//	go run ./bench                 # everything, as make bench does
+//	go run ./bench -scenarios drain,idle -runs 1 -objects 2000
+//
+// The workload is a Printer with one ConfigMap child: create the child
+// with a controller ownerReference, then set status.configMap
+// (printer.yaml for opkit). Each controller runs as a child process of
+// this command, so that its memory and CPU are its own; it reports its API
+// writes (counted at its transport), peak heap, peak RSS and CPU time.
+// Every measurement starts from an empty namespace.
+//
+// Scenarios:
+//
+//	ceiling   a bare client-go creating ConfigMaps, concurrency 1 and 16
+//	drain     -objects Printers created while the controller is stopped;
+//	          objects/s until every child exists and every status is set
+//	live      Printers created at each -live-rates per second; latency to
+//	          the child and to the status, p50 and p99
+//	memory    peak RSS and heap at -objects and -memory-objects
+//	idle      API writes per minute and CPU at steady state (-idle)
+//	handlers  exec handler overhead over a bare fork/exec; job handler
+//	          latency to the Job; drain with an exec handler, archive on
+//	          and off
+//	archive   runs recorded per second and query p99 at -archive-sizes
+//
+// With -json FILE the figures, targets and machine go to FILE as well.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/devcluster"
+)
+
+// options are the command's flags.
+type options struct {
+	Scenarios      []string
+	Runs           int
+	Objects        int
+	MemoryObjects  int
+	CeilingObjects int
+	LiveRates      []int
+	LiveDuration   time.Duration
+	Idle           time.Duration
+	HandlerObjects int
+	JobObjects     int
+	ArchiveSizes   []int
+	ProfileDir     string
+}
+
+var allScenarios = []string{"ceiling", "drain", "live", "memory", "idle", "handlers", "archive"}
+
+func defaultOptions() options {
+	return options{
+		Scenarios: allScenarios, Runs: 3, Objects: 10_000, MemoryObjects: 50_000, CeilingObjects: 5_000,
+		LiveRates: []int{100, 500}, LiveDuration: 10 * time.Second, Idle: 30 * time.Second,
+		HandlerObjects: 1_000, JobObjects: 15, ArchiveSizes: []int{100_000, 1_000_000},
+	}
+}
+
+// bench is one run of the suite.
+type bench struct {
+	opts       options
+	c          *cluster
+	kubeconfig string
+	workDir    string
+	log        io.Writer
+
+	mu      sync.Mutex
+	figures []*figure
+
+	// The archive scenario's archives by size, filled once; its runs
+	// start runBase and follow one another by a second.
+	archives map[int]archive.Store
+	runBase  time.Time
+	runSeq   int
+}
+
+func main() {
+	if os.Getenv(roleEnv) == "controller" {
+		if err := controllerMain(); err != nil {
+			fmt.Fprintln(os.Stderr, "controller:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := benchMain(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func benchMain(args []string, stdout, stderr io.Writer) error {
+	opts := defaultOptions()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","), "the scenarios to run, comma-separated")
+	fs.IntVar(&opts.Runs, "runs", opts.Runs, "runs of each measurement; figures are their median, min and max")
+	fs.IntVar(&opts.Objects, "objects", opts.Objects, "Printers in drain (and the first memory point)")
+	fs.IntVar(&opts.MemoryObjects, "memory-objects", opts.MemoryObjects, "Printers at the second memory point")
+	fs.IntVar(&opts.CeilingObjects, "ceiling-objects", opts.CeilingObjects, "ConfigMaps the bare client creates")
+	rates := fs.String("live-rates", "100,500", "creation rates of live, per second, comma-separated")
+	fs.DurationVar(&opts.LiveDuration, "live-duration", opts.LiveDuration, "how long live creates at each rate")
+	fs.DurationVar(&opts.Idle, "idle", opts.Idle, "the steady-state window of idle")
+	fs.IntVar(&opts.HandlerObjects, "handler-objects", opts.HandlerObjects, "Printers in the drain with an exec handler")
+	fs.IntVar(&opts.JobObjects, "job-objects", opts.JobObjects, "Printers with a job handler (at most 16: their Jobs never finish)")
+	sizes := fs.String("archive-sizes", "100000,1000000", "archive sizes in runs, comma-separated")
+	fs.IntVar(&opkitDefaults.Workers, "opkit-workers", 0, "opkit's concurrent reconciles (0: the engine's default)")
+	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory")
+	jsonPath := fs.String("json", "", "also write the figures as JSON to this file")
+	kubeconfig := fs.String("kubeconfig", "", "use this cluster instead of starting a local control plane")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	opts.Scenarios = strings.Split(*scenarios, ",")
+	for _, s := range opts.Scenarios {
+		if !slices.Contains(allScenarios, s) {
+			return fmt.Errorf("unknown scenario %q; the scenarios are %s", s, strings.Join(allScenarios, ", "))
+		}
+	}
+	var err error
+	if opts.LiveRates, err = ints(*rates); err != nil {
+		return fmt.Errorf("-live-rates: %w", err)
+	}
+	if opts.ArchiveSizes, err = ints(*sizes); err != nil {
+		return fmt.Errorf("-archive-sizes: %w", err)
+	}
+	if opts.Runs < 1 || opts.Objects < 1 || opts.JobObjects > 16 {
+		return errors.New("-runs and -objects must be at least 1, and -job-objects at most 16")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	workDir, err := os.MkdirTemp("", "opkit-bench-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(workDir) }()
+	m := machine()
+	if *kubeconfig == "" {
+		fmt.Fprintln(stderr, "starting the local control plane")
+		plane, err := devcluster.Start(ctx, devcluster.Options{Log: stderr})
+		if err != nil {
+			return err
+		}
+		defer plane.Stop()
+		*kubeconfig = plane.KubeconfigPath()
+		m.Kubernetes = devcluster.KubernetesVersion
+	}
+	b, err := newBench(ctx, opts, *kubeconfig, workDir, stderr)
+	if err != nil {
+		return err
+	}
+	err = b.run(ctx)
+	for _, s := range b.archives {
+		_ = s.Close()
+	}
+	if err != nil {
+		return err
+	}
+	b.print(stdout)
+	if *jsonPath != "" {
+		data, err := json.MarshalIndent(map[string]any{"machine": m, "options": opts, "figures": b.figures, "targets": b.targets()}, "", "  ")
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(*jsonPath, append(data, '\n'), 0o644)
+	}
+	return nil
+}
+
+func newBench(ctx context.Context, opts options, kubeconfig, workDir string, log io.Writer) (*bench, error) {
+	cfg, err := loadConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newCluster(cfg, "bench")
+	if err != nil {
+		return nil, err
+	}
+	if err := c.installCRD(ctx); err != nil {
+		return nil, fmt.Errorf("installing the Printer CRD: %w", err)
+	}
+	if err := c.cleanUp(ctx); err != nil {
+		return nil, err
+	}
+	return &bench{
+		opts: opts, c: c, kubeconfig: kubeconfig, workDir: workDir, log: log,
+		archives: map[int]archive.Store{}, runBase: time.Now().Add(-10 * 365 * 24 * time.Hour),
+	}, nil
+}
+
+// run runs the chosen scenarios, each opts.Runs times; the settings of a
+// scenario take turns within a run, so that a slow moment of the machine
+// does not fall on one of them only.
+func (b *bench) run(ctx context.Context) error {
+	on := func(s string) bool { return slices.Contains(b.opts.Scenarios, s) }
+	for run := 1; run <= b.opts.Runs; run++ {
+		step := func(what string, f func() error) error {
+			fmt.Fprintf(b.log, "run %d/%d: %s\n", run, b.opts.Runs, what)
+			t0 := time.Now()
+			if err := f(); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			fmt.Fprintf(b.log, "  %s\n", time.Since(t0).Round(100*time.Millisecond))
+			return nil
+		}
+		if on("ceiling") {
+			for _, conc := range []int{1, 16} {
+				if err := step(fmt.Sprintf("ceiling, concurrency %d", conc), func() error { return b.ceiling(ctx, conc) }); err != nil {
+					return err
+				}
+			}
+		}
+		for _, im := range []impl{opkitDefaults, baseline1, baseline8} {
+			if !on("drain") && !on("memory") && !on("idle") {
+				break
+			}
+			idle := time.Duration(0)
+			if on("idle") && im != baseline1 {
+				idle = b.opts.Idle
+			}
+			if err := step("drain "+im.Name, func() error { return b.drain(ctx, im, b.opts.Objects, idle) }); err != nil {
+				return err
+			}
+		}
+		if on("memory") && b.opts.MemoryObjects > 0 {
+			for _, im := range []impl{opkitDefaults, baseline8} {
+				if err := step(fmt.Sprintf("memory %s at %d", im.Name, b.opts.MemoryObjects), func() error { return b.drain(ctx, im, b.opts.MemoryObjects, 0) }); err != nil {
+					return err
+				}
+			}
+		}
+		if on("live") {
+			for _, rate := range b.opts.LiveRates {
+				for _, im := range []impl{opkitDefaults, baseline1, baseline8} {
+					if err := step(fmt.Sprintf("live %s at %d/s", im.Name, rate), func() error { return b.live(ctx, im, rate) }); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if on("handlers") {
+			if err := step("exec handler overhead", func() error { return b.execOverhead(ctx) }); err != nil {
+				return err
+			}
+			for _, archiveOn := range []bool{true, false} {
+				if err := step(fmt.Sprintf("exec handler drain, archive %v", archiveOn), func() error { return b.handlerDrain(ctx, b.opts.HandlerObjects, archiveOn) }); err != nil {
+					return err
+				}
+			}
+			if err := step("job handler latency", func() error { return b.jobLatency(ctx, b.opts.JobObjects) }); err != nil {
+				return err
+			}
+		}
+		if on("archive") {
+			for _, n := range b.opts.ArchiveSizes {
+				if err := step(fmt.Sprintf("archive at %d runs", n), func() error { return b.archiveScale(ctx, n) }); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// timeout bounds the wait for n objects: generous, so that only a stuck
+// controller fails.
+func (b *bench) timeout(n int) time.Duration {
+	return 2*time.Minute + time.Duration(n)*20*time.Millisecond
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// machineInfo describes where the figures were measured.
+type machineInfo struct {
+	CPUs       int    `json:"cpus"`
+	CPUModel   string `json:"cpuModel,omitempty"`
+	MemoryGiB  int    `json:"memoryGiB,omitempty"`
+	Go         string `json:"go"`
+	Kubernetes string `json:"kubernetes,omitempty"`
+	Date       string `json:"date"`
+}
+
+func machine() machineInfo {
+	m := machineInfo{CPUs: runtime.NumCPU(), Go: runtime.Version(), Date: time.Now().UTC().Format(time.DateOnly)}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) == nil {
+		m.MemoryGiB = int((uint64(si.Totalram)*uint64(si.Unit) + 1<<29) >> 30)
+	}
+	return m
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// impl is one controller setting under test.
+type impl struct {
+	Name    string // as in the tables: opkit, baseline-1, baseline-8
+	Kind    string // opkit or baseline
+	Workers int    // 0: the implementation's default
+}
+
+var (
+	opkitDefaults = impl{Name: "opkit", Kind: "opkit"}
+	baseline1     = impl{Name: "baseline-1", Kind: "baseline", Workers: 1}
+	baseline8     = impl{Name: "baseline-8", Kind: "baseline", Workers: 8}
+)
+
+// controller is a running controller process.
+type controller struct {
+	cmd    *exec.Cmd
+	latest atomic.Pointer[stats]
+	exited chan struct{} // closed when the process exited
+	err    error         // how it exited, once exited is closed
+	log    string
+}
+
+// startController starts impl on the workload file def. archive is the
+// SQLite path for opkit's run archive, or "off".
+func (b *bench) startController(im impl, def, archive string) (*controller, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	logFile, err := os.CreateTemp(b.workDir, im.Name+"-*.log")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = logFile.Close() }()
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(),
+		roleEnv+"=controller", implEnv+"="+im.Kind, workersEnv+"="+strconv.Itoa(im.Workers),
+		definitionEnv+"="+def, archiveEnv+"="+archive, profileEnv+"="+b.opts.ProfileDir, "KUBECONFIG="+b.kubeconfig)
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &controller{cmd: cmd, exited: make(chan struct{}), log: logFile.Name()}
+	go func() {
+		readStats(bufio.NewScanner(out), &c.latest)
+		c.err = cmd.Wait()
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+// stats returns the latest figures the controller reported; it fails when
+// the controller has exited.
+func (c *controller) stats() (stats, error) {
+	select {
+	case <-c.exited:
+		return stats{}, fmt.Errorf("the controller exited (%v); its log: %s", c.err, c.log)
+	default:
+	}
+	s := c.latest.Load()
+	if s == nil {
+		return stats{}, nil
+	}
+	return *s, nil
+}
+
+// stop stops the controller and waits for it, killing it after 30s. It may
+// be called more than once.
+func (c *controller) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(30 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+	}
+}
+
+// settle waits until the controller has made no write for 5s: the end of
+// its work queue, and of its Events, which the events library sends in the
+// background. After 2 minutes it gives up: the idle figures will show the
+// writes.
+func (c *controller) settle(ctx context.Context) error {
+	last, err := c.stats()
+	if err != nil {
+		return err
+	}
+	quiet, deadline := time.Now(), time.Now().Add(2*time.Minute)
+	for time.Since(quiet) < 5*time.Second && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(statsInterval):
+		}
+		s, err := c.stats()
+		if err != nil {
+			return err
+		}
+		if s.Writes != last.Writes {
+			last, quiet = s, time.Now()
+		}
+	}
+	return nil
+}
+
+// sample reads the controller's stats now and again after d.
+func (c *controller) sample(ctx context.Context, d time.Duration) (before, after stats, err error) {
+	if before, err = c.stats(); err != nil {
+		return
+	}
+	select {
+	case <-ctx.Done():
+		return before, before, ctx.Err()
+	case <-time.After(d + 2*statsInterval):
+	}
+	after, err = c.stats()
+	return
+}
+
+func tempArchive(dir string) string {
+	return filepath.Join(dir, fmt.Sprintf("runs-%d.db", time.Now().UnixNano()))
+}

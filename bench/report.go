@@ -1,0 +1,153 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// figure is one measured quantity over the runs.
+type figure struct {
+	Scenario string    `json:"scenario"`
+	Subject  string    `json:"subject"`
+	Metric   string    `json:"metric"`
+	Unit     string    `json:"unit,omitempty"`
+	Values   []float64 `json:"values"`
+	Median   float64   `json:"median"`
+	Min      float64   `json:"min"`
+	Max      float64   `json:"max"`
+}
+
+func (f *figure) summarize() {
+	s := slices.Clone(f.Values)
+	slices.Sort(s)
+	f.Min, f.Max = s[0], s[len(s)-1]
+	if len(s)%2 == 1 {
+		f.Median = s[len(s)/2]
+	} else {
+		f.Median = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+}
+
+// target is one of the engine's goals, checked against the medians.
+type target struct {
+	Goal string `json:"goal"`
+	Got  string `json:"got"`
+	Met  bool   `json:"met"`
+}
+
+// add records one value of a figure.
+func (b *bench) add(scenario, subject, metric, unit string, v float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, f := range b.figures {
+		if f.Scenario == scenario && f.Subject == subject && f.Metric == metric {
+			f.Values = append(f.Values, v)
+			f.summarize()
+			return
+		}
+	}
+	f := &figure{Scenario: scenario, Subject: subject, Metric: metric, Unit: unit, Values: []float64{v}}
+	f.summarize()
+	b.figures = append(b.figures, f)
+}
+
+// median returns a figure's median, and whether it was measured.
+func (b *bench) median(scenario, subject, metric string) (float64, bool) {
+	for _, f := range b.figures {
+		if f.Scenario == scenario && f.Subject == subject && f.Metric == metric {
+			return f.Median, true
+		}
+	}
+	return 0, false
+}
+
+// targets checks the goals of docs/benchmarks.md whose figures were
+// measured.
+func (b *bench) targets() []target {
+	var out []target
+	ceiling, hasCeiling := b.median("ceiling", "client-go, concurrency 16", "writes/s")
+	opkit, hasOpkit := b.median("drain", opkitDefaults.Name, "objects/s")
+	best, bestName := 0.0, ""
+	for _, im := range []impl{baseline1, baseline8} {
+		if v, ok := b.median("drain", im.Name, "objects/s"); ok && v > best {
+			best, bestName = v, im.Name
+		}
+	}
+	if hasCeiling && hasOpkit {
+		frac := 2 * opkit / ceiling
+		out = append(out, target{Goal: "drain at least 50% of the ceiling (2 writes per object)", Got: fmt.Sprintf("%.0f%%", 100*frac), Met: frac >= 0.5})
+	}
+	if hasOpkit && best > 0 {
+		out = append(out, target{Goal: "drain at least 1.0x the best baseline", Got: fmt.Sprintf("%.2fx %s", opkit/best, bestName), Met: opkit >= best})
+	}
+	for _, rate := range b.opts.LiveRates {
+		o, ok := b.median("live", fmt.Sprintf("%s, %d/s", opkitDefaults.Name, rate), "status p99")
+		if !ok {
+			continue
+		}
+		bestP99, name := 0.0, ""
+		for _, im := range []impl{baseline1, baseline8} {
+			if v, ok := b.median("live", fmt.Sprintf("%s, %d/s", im.Name, rate), "status p99"); ok && (name == "" || v < bestP99) {
+				bestP99, name = v, im.Name
+			}
+		}
+		if name != "" {
+			out = append(out, target{Goal: fmt.Sprintf("live p99 at %d/s no worse than the baseline's", rate), Got: fmt.Sprintf("%.0f ms vs %.0f ms (%s)", o, bestP99, name), Met: o <= bestP99})
+		}
+	}
+	for _, f := range b.figures {
+		if !strings.HasPrefix(f.Scenario, "memory") || f.Subject != opkitDefaults.Name || f.Metric != "peak RSS" {
+			continue
+		}
+		if base, ok := b.median(f.Scenario, baseline8.Name, "peak RSS"); ok {
+			out = append(out, target{Goal: fmt.Sprintf("peak memory (%s) at most 1.3x the baseline's", strings.TrimPrefix(f.Scenario, "memory ")), Got: fmt.Sprintf("%.2fx", f.Median/base), Met: f.Median <= 1.3*base})
+		}
+	}
+	if v, ok := b.median("idle", opkitDefaults.Name, "writes/min"); ok {
+		out = append(out, target{Goal: "idle writes 0", Got: fmt.Sprintf("%.1f/min", v), Met: v == 0})
+	}
+	on, okOn := b.median("handlers drain", "opkit, archive on (SQLite)", "objects/s")
+	off, okOff := b.median("handlers drain", "opkit, archive off", "objects/s")
+	if okOn && okOff {
+		overhead := (off - on) / off
+		out = append(out, target{Goal: "archive overhead on drain at most 5%", Got: fmt.Sprintf("%.1f%%", 100*overhead), Met: overhead <= 0.05})
+	}
+	return out
+}
+
+// print writes the figures and the targets as tables.
+func (b *bench) print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tSUBJECT\tMETRIC\tMEDIAN\tMIN\tMAX\tUNIT\tRUNS")
+	for _, f := range b.figures {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", f.Scenario, f.Subject, f.Metric, num(f.Median), num(f.Min), num(f.Max), f.Unit, len(f.Values))
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TARGET\tMEASURED\tMET")
+	for _, t := range b.targets() {
+		met := "no"
+		if t.Met {
+			met = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Goal, t.Got, met)
+	}
+	_ = tw.Flush()
+}
+
+func num(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v >= 100 || v <= -100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10 || v <= -10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}

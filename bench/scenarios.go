@@ -1,0 +1,378 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/executor"
+)
+
+// ceiling: a bare client creating ConfigMaps, QPS unlimited.
+func (b *bench) ceiling(ctx context.Context, concurrency int) error {
+	n := b.opts.CeilingObjects
+	work := make(chan int)
+	errs := make(chan error, concurrency)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range concurrency {
+		wg.Go(func() {
+			for i := range work {
+				cm := configMap(b.c.ns, fmt.Sprintf("ceiling-%05d", i))
+				if _, err := b.c.cs.CoreV1().ConfigMaps(b.c.ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	var err error
+feed:
+	for i := range n {
+		select {
+		case work <- i:
+		case err = <-errs:
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err != nil {
+		return err
+	}
+	b.add("ceiling", fmt.Sprintf("client-go, concurrency %d", concurrency), "writes/s", "/s", float64(n)/elapsed.Seconds())
+	return b.c.cleanUp(ctx)
+}
+
+// drain: n Printers created while the controller is stopped; the time from
+// the controller's start until every child exists and every status is set.
+// The controller's peak memory is recorded too, and with idle > 0 its
+// writes and CPU at steady state afterwards.
+func (b *bench) drain(ctx context.Context, im impl, n int, idle time.Duration) error {
+	ctx, cancel := context.WithCancel(ctx) // ends the tracker's watches
+	defer cancel()
+	ns := names("p", n)
+	if err := b.c.createPrinters(ctx, ns); err != nil {
+		return err
+	}
+	tr, err := b.c.track(ctx, "configMap", false)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	c, err := b.startController(im, "printer.yaml", "off")
+	if err != nil {
+		return err
+	}
+	defer c.stop()
+	last, err := tr.wait(ctx, ns, true, true, b.timeout(n))
+	if err != nil {
+		return fmt.Errorf("%s: %w (log: %s)", im.Name, err, c.log)
+	}
+	s, err := c.stats()
+	if err != nil {
+		return err
+	}
+	size := fmt.Sprintf("%dk objects", n/1000)
+	if n == b.opts.Objects {
+		b.add("drain", im.Name, "objects/s", "/s", float64(n)/last.Sub(start).Seconds())
+		b.add("drain", im.Name, "writes per object", "", float64(s.Writes)/float64(n))
+		b.add("drain", im.Name, "CPU per object", "ms", 1000*s.CPUSecond/float64(n))
+		fmt.Fprintf(b.log, "  writes: %v\n", s.WritesBy)
+	}
+	b.add("memory "+size, im.Name, "peak RSS", "MiB", float64(s.MaxRSS)/(1<<20))
+	b.add("memory "+size, im.Name, "peak heap", "MiB", float64(s.HeapPeak)/(1<<20))
+	if idle > 0 {
+		if err := c.settle(ctx); err != nil {
+			return err
+		}
+		before, after, err := c.sample(ctx, idle)
+		if err != nil {
+			return err
+		}
+		window := time.Duration(after.At - before.At)
+		b.add("idle", im.Name, "writes/min", "/min", float64(after.Writes-before.Writes)/window.Minutes())
+		b.add("idle", im.Name, "CPU", "millicores", 1000*(after.CPUSecond-before.CPUSecond)/window.Seconds())
+	}
+	c.stop()
+	return b.c.cleanUp(ctx)
+}
+
+// live: Printers created at a steady rate against a running controller;
+// the latency from the start of each creation to its child and to its
+// status.
+func (b *bench) live(ctx context.Context, im impl, rate int) error {
+	ctx, cancel := context.WithCancel(ctx) // ends the tracker's watches
+	defer cancel()
+	tr, err := b.c.track(ctx, "configMap", false)
+	if err != nil {
+		return err
+	}
+	c, err := b.startController(im, "printer.yaml", "off")
+	if err != nil {
+		return err
+	}
+	defer c.stop()
+	// The controller is live once it has handled a first Printer.
+	if err := b.c.createPrinter(ctx, "probe"); err != nil {
+		return err
+	}
+	if _, err := tr.wait(ctx, []string{"probe"}, true, true, 2*time.Minute); err != nil {
+		return fmt.Errorf("%s: %w (log: %s)", im.Name, err, c.log)
+	}
+	ns := names(fmt.Sprintf("r%d", rate), rate*int(b.opts.LiveDuration.Seconds()))
+	if err := b.paced(ctx, tr, ns, rate); err != nil {
+		return err
+	}
+	if _, err := tr.wait(ctx, ns, true, true, b.timeout(len(ns))); err != nil {
+		return fmt.Errorf("%s: %w (log: %s)", im.Name, err, c.log)
+	}
+	toChild, toDone := tr.latencies(ns)
+	subject := fmt.Sprintf("%s, %d/s", im.Name, rate)
+	b.add("live", subject, "child p50", "ms", percentile(toChild, 50))
+	b.add("live", subject, "child p99", "ms", percentile(toChild, 99))
+	b.add("live", subject, "status p50", "ms", percentile(toDone, 50))
+	b.add("live", subject, "status p99", "ms", percentile(toDone, 99))
+	c.stop()
+	return b.c.cleanUp(ctx)
+}
+
+// paced creates the Printers at rate per second, each creation in its own
+// goroutine so that a slow one does not hold back the pace.
+func (b *bench) paced(ctx context.Context, tr *tracker, ns []string, rate int) error {
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ns))
+	for _, name := range ns {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		wg.Go(func() {
+			tr.markCreated(name, time.Now())
+			if err := b.c.createPrinter(ctx, name); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// percentile returns the p-th percentile of ds in milliseconds.
+func percentile(ds []time.Duration, p int) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	i = min(max(i-1, 0), len(s)-1)
+	return float64(s[i].Microseconds()) / 1000
+}
+
+// execOverhead: the exec executor running /bin/echo against a bare
+// fork/exec of the same command.
+func (b *bench) execOverhead(ctx context.Context) error {
+	const runs = 300
+	result := `{"status": {"touched": true}}`
+	ex := &executor.Exec{Action: v1alpha1.ExecAction{Command: []string{"/bin/echo", result}}}
+	input := []byte(`{"trigger":"create","object":{"apiVersion":"bench.opkit.dev/v1","kind":"Printer","metadata":{"name":"p","namespace":"bench"},"spec":{"text":"hello"}}}`)
+	var bare, full []time.Duration
+	for i := range runs {
+		t0 := time.Now()
+		if out, err := exec.CommandContext(ctx, "/bin/echo", result).Output(); err != nil || len(out) == 0 {
+			return fmt.Errorf("bare exec: %v", err)
+		}
+		bare = append(bare, time.Since(t0))
+		t0 = time.Now()
+		res, err := ex.Run(ctx, executor.Request{
+			RunID: archive.NewID(time.Now()), Handler: "touch", Trigger: "create", Key: fmt.Sprintf("u/%d/touch", i),
+			Attempt: 1, Input: input, Timeout: 10 * time.Second,
+		})
+		if err != nil || res.Status["touched"] != true {
+			return fmt.Errorf("exec executor: %v %v", res, err)
+		}
+		full = append(full, time.Since(t0))
+	}
+	b.add("handlers", "exec, /bin/echo", "bare fork/exec p50", "ms", percentile(bare, 50))
+	b.add("handlers", "exec, /bin/echo", "executor p50", "ms", percentile(full, 50))
+	b.add("handlers", "exec, /bin/echo", "overhead p50", "ms", percentile(full, 50)-percentile(bare, 50))
+	return nil
+}
+
+// handlerDrain: n Printers with an exec handler drained by opkit with the
+// archive on, or off; the time until every handler run set its status.
+func (b *bench) handlerDrain(ctx context.Context, n int, archiveOn bool) error {
+	ctx, cancel := context.WithCancel(ctx) // ends the tracker's watches
+	defer cancel()
+	ns := names("h", n)
+	if err := b.c.createPrinters(ctx, ns); err != nil {
+		return err
+	}
+	tr, err := b.c.track(ctx, "touched", false)
+	if err != nil {
+		return err
+	}
+	path, subject := "off", "opkit, archive off"
+	if archiveOn {
+		path, subject = tempArchive(b.workDir), "opkit, archive on (SQLite)"
+		defer func() { _ = os.Remove(path) }()
+	}
+	start := time.Now()
+	c, err := b.startController(opkitDefaults, "printer-exec.yaml", path)
+	if err != nil {
+		return err
+	}
+	defer c.stop()
+	last, err := tr.wait(ctx, ns, true, true, b.timeout(n))
+	if err != nil {
+		return fmt.Errorf("%s: %w (log: %s)", subject, err, c.log)
+	}
+	b.add("handlers drain", subject, "objects/s", "/s", float64(n)/last.Sub(start).Seconds())
+	c.stop()
+	return b.c.cleanUp(ctx)
+}
+
+// jobLatency: Printers with a job handler created one at a time; the time
+// from the start of each creation until its Job exists.
+func (b *bench) jobLatency(ctx context.Context, n int) error {
+	ctx, cancel := context.WithCancel(ctx) // ends the tracker's watches
+	defer cancel()
+	tr, err := b.c.track(ctx, "configMap", true)
+	if err != nil {
+		return err
+	}
+	path := tempArchive(b.workDir)
+	defer func() { _ = os.Remove(path) }()
+	c, err := b.startController(opkitDefaults, "printer-job.yaml", path)
+	if err != nil {
+		return err
+	}
+	defer c.stop()
+	if err := b.c.createPrinter(ctx, "probe"); err != nil {
+		return err
+	}
+	if _, err := tr.wait(ctx, []string{"probe"}, true, false, 2*time.Minute); err != nil {
+		return fmt.Errorf("job handler: %w (log: %s)", err, c.log)
+	}
+	ns := names("j", n)
+	if err := b.paced(ctx, tr, ns, 5); err != nil {
+		return err
+	}
+	if _, err := tr.wait(ctx, ns, true, false, time.Minute); err != nil {
+		return fmt.Errorf("job handler: %w (log: %s)", err, c.log)
+	}
+	toJob, _ := tr.latencies(ns)
+	b.add("handlers", "job", "change to Job created p50", "ms", percentile(toJob, 50))
+	b.add("handlers", "job", "change to Job created p99", "ms", percentile(toJob, 99))
+	c.stop()
+	return b.c.cleanUp(ctx)
+}
+
+// archiveScale: runs recorded as the engine records them (Insert while
+// running, Finish at the end) into a SQLite archive that already holds n
+// runs, then the console's two main queries. The archive is filled once,
+// at the first run; each run then adds archiveBatch runs.
+func (b *bench) archiveScale(ctx context.Context, n int) error {
+	s, err := b.filledArchive(ctx, n)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	for range archiveBatch {
+		r := b.nextRun(archive.Running)
+		if err := s.Insert(ctx, r); err != nil {
+			return err
+		}
+		r.Outcome, r.FinishedAt = archive.Succeeded, r.StartedAt.Add(time.Second)
+		if b.runSeq%20 == 0 {
+			r.Outcome, r.Error = archive.Failed, "exit status 1"
+		}
+		if err := s.Finish(ctx, r); err != nil {
+			return err
+		}
+	}
+	size := fmt.Sprintf("%dk runs", n/1000)
+	b.add("archive", size, "runs recorded/s", "/s", float64(archiveBatch)/time.Since(start).Seconds())
+	for _, q := range []struct {
+		name string
+		q    archive.Query
+	}{
+		{"one object's runs p99", archive.Query{Namespace: "default", Name: "obj-1234"}},
+		{"latest failures p99", archive.Query{Failed: true}},
+	} {
+		var lat []time.Duration
+		for range 500 {
+			t0 := time.Now()
+			page, err := s.List(ctx, q.q)
+			if err != nil || len(page.Runs) == 0 {
+				return fmt.Errorf("query %s: %d runs, %v", q.name, len(page.Runs), err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		b.add("archive", size, q.name, "ms", percentile(lat, 99))
+	}
+	return nil
+}
+
+// archiveBatch is how many runs each archive measurement records.
+const archiveBatch = 10_000
+
+// filledArchive returns the archive of size n, filling a new one with
+// finished runs (one object in 2000, one run in 20 failed) on first use.
+func (b *bench) filledArchive(ctx context.Context, n int) (archive.Store, error) {
+	if s := b.archives[n]; s != nil {
+		return s, nil
+	}
+	s, err := archive.OpenSQLite(ctx, tempArchive(b.workDir), archive.Options{})
+	if err != nil {
+		return nil, err
+	}
+	b.archives[n] = s
+	for i := range n {
+		r := b.nextRun(archive.Succeeded)
+		if i%20 == 0 {
+			r.Outcome, r.Error = archive.Failed, "exit status 1"
+		}
+		if err := s.Insert(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// nextRun returns a new run of the archive scenario, one second after the
+// last: each of 2000 objects gets a run in turn.
+func (b *bench) nextRun(outcome archive.Outcome) *archive.Run {
+	b.runSeq++
+	i := b.runSeq
+	at := b.runBase.Add(time.Duration(i) * time.Second)
+	r := &archive.Run{
+		ID: archive.NewID(at), Operator: "printer", Handler: "announce", Action: "exec", Trigger: "update",
+		Namespace: "default", Name: fmt.Sprintf("obj-%d", i%2000), UID: fmt.Sprintf("uid-%d", i%2000),
+		Generation: int64(i / 2000), Attempt: 1, StartedAt: at, Outcome: outcome,
+		Key: fmt.Sprintf("uid-%d/%d/announce", i%2000, i/2000),
+	}
+	if outcome != archive.Running {
+		r.FinishedAt = at.Add(time.Second)
+	}
+	return r
+}
+
+func configMap(ns, name string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{"text": "hello from " + name}}
+}

@@ -83,7 +83,7 @@ func (b *bench) drain(ctx context.Context, im impl, n int, idle time.Duration) e
 	if err != nil {
 		return err
 	}
-	size := fmt.Sprintf("%dk objects", n/1000)
+	size := sizeLabel(n) + " objects"
 	if n == b.opts.Objects {
 		b.add("drain", im.Name, "objects/s", "/s", float64(n)/last.Sub(start).Seconds())
 		b.add("drain", im.Name, "writes per object", "", float64(s.Writes)/float64(n))
@@ -306,7 +306,7 @@ func (b *bench) archiveScale(ctx context.Context, n int) error {
 			return err
 		}
 	}
-	size := fmt.Sprintf("%dk runs", n/1000)
+	size := sizeLabel(n) + " runs"
 	b.add("archive", size, "runs recorded/s", "/s", float64(archiveBatch)/time.Since(start).Seconds())
 	for _, q := range []struct {
 		name string
@@ -371,6 +371,17 @@ func (b *bench) nextRun(outcome archive.Outcome) *archive.Run {
 		r.FinishedAt = at.Add(time.Second)
 	}
 	return r
+}
+
+// sizeLabel writes 10000 as 10k, 1000000 as 1M, 300 as 300.
+func sizeLabel(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
 }
 
 func configMap(ns, name string) *corev1.ConfigMap {

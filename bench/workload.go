@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -157,30 +158,35 @@ func (c *cluster) createPrinter(ctx context.Context, name string) error {
 
 // cleanUp deletes the namespace's Printers, ConfigMaps and Jobs and waits
 // until they are gone, so that the next measurement starts from an empty
-// cache.
+// cache. A collection too large to delete within one request's timeout is
+// deleted by further requests.
 func (c *cluster) cleanUp(ctx context.Context) error {
 	bg := metav1.DeletePropagationBackground
 	del := metav1.DeleteOptions{PropagationPolicy: &bg}
-	if err := c.dyn.Resource(printers).Namespace(c.ns).DeleteCollection(ctx, del, metav1.ListOptions{}); err != nil {
-		return err
-	}
-	if err := c.cs.CoreV1().ConfigMaps(c.ns).DeleteCollection(ctx, del, metav1.ListOptions{FieldSelector: "metadata.name!=kube-root-ca.crt"}); err != nil {
-		return err
-	}
-	if err := c.cs.BatchV1().Jobs(c.ns).DeleteCollection(ctx, del, metav1.ListOptions{}); err != nil {
-		return err
-	}
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	notRootCA := metav1.ListOptions{FieldSelector: "metadata.name!=kube-root-ca.crt"}
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		lastErr = errors.Join(
+			c.dyn.Resource(printers).Namespace(c.ns).DeleteCollection(ctx, del, metav1.ListOptions{}),
+			c.cs.CoreV1().ConfigMaps(c.ns).DeleteCollection(ctx, del, notRootCA),
+			c.cs.BatchV1().Jobs(c.ns).DeleteCollection(ctx, del, metav1.ListOptions{}),
+		)
 		ps, err := c.dyn.Resource(printers).Namespace(c.ns).List(ctx, metav1.ListOptions{Limit: 1})
 		if err != nil {
-			return false, err
+			lastErr = err
+			return false, nil
 		}
-		cms, err := c.cs.CoreV1().ConfigMaps(c.ns).List(ctx, metav1.ListOptions{Limit: 1, FieldSelector: "metadata.name!=kube-root-ca.crt"})
+		cms, err := c.cs.CoreV1().ConfigMaps(c.ns).List(ctx, metav1.ListOptions{Limit: 1, FieldSelector: notRootCA.FieldSelector})
 		if err != nil {
-			return false, err
+			lastErr = err
+			return false, nil
 		}
 		return len(ps.Items) == 0 && len(cms.Items) == 0, nil
 	})
+	if err != nil {
+		return fmt.Errorf("emptying namespace %s: %w (last error: %v)", c.ns, err, lastErr)
+	}
+	return nil
 }
 
 // tracker watches the namespace and records, for each Printer, when its

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+)
+
+func TestMain(m *testing.M) {
+	// The suite starts its controllers by running this binary again.
+	if os.Getenv(roleEnv) == "controller" {
+		if err := controllerMain(); err != nil {
+			fmt.Fprintln(os.Stderr, "controller:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	clustertest.Main(m)
+}
+
+// TestEveryScenarioMeasures runs the whole suite, small, on the local
+// control plane: every scenario gives its figures, opkit and both baseline
+// settings converge every Printer, opkit writes about two requests per
+// Printer, and neither it nor the baseline writes at steady state.
+func TestEveryScenarioMeasures(t *testing.T) {
+	kubeconfig := clustertest.Cluster(t).KubeconfigPath()
+	out := filepath.Join(t.TempDir(), "bench.json")
+	var stdout, stderr bytes.Buffer
+	err := benchMain([]string{
+		"-kubeconfig", kubeconfig, "-runs", "1", "-objects", "200", "-memory-objects", "300", "-ceiling-objects", "200",
+		"-live-rates", "50", "-live-duration", "2s", "-idle", "3s", "-handler-objects", "30", "-job-objects", "3",
+		"-archive-sizes", "2000", "-json", out,
+	}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report struct {
+		Figures []figure `json:"figures"`
+		Targets []target `json:"targets"`
+	}
+	if err := json.Unmarshal(data, &report); err != nil {
+		t.Fatalf("the JSON report: %v", err)
+	}
+	get := func(scenario, subject, metric string) (float64, bool) {
+		for _, f := range report.Figures {
+			if f.Scenario == scenario && f.Subject == subject && f.Metric == metric {
+				return f.Median, true
+			}
+		}
+		return 0, false
+	}
+	for _, w := range [][3]string{
+		{"ceiling", "client-go, concurrency 1", "writes/s"},
+		{"ceiling", "client-go, concurrency 16", "writes/s"},
+		{"drain", "opkit", "objects/s"},
+		{"drain", "baseline-1", "objects/s"},
+		{"drain", "baseline-8", "objects/s"},
+		{"memory 200 objects", "opkit", "peak RSS"},
+		{"memory 300 objects", "baseline-8", "peak heap"},
+		{"live", "opkit, 50/s", "status p99"},
+		{"live", "baseline-8, 50/s", "child p50"},
+		{"idle", "opkit", "CPU"},
+		{"handlers", "exec, /bin/echo", "executor p50"},
+		{"handlers drain", "opkit, archive on (SQLite)", "objects/s"},
+		{"handlers drain", "opkit, archive off", "objects/s"},
+		{"handlers", "job", "change to Job created p99"},
+		{"archive", "2000 runs", "runs recorded/s"},
+		{"archive", "2000 runs", "latest failures p99"},
+	} {
+		if v, ok := get(w[0], w[1], w[2]); !ok || v <= 0 {
+			t.Errorf("%s / %s / %s: got %v (measured: %v), want a positive figure", w[0], w[1], w[2], v, ok)
+		}
+	}
+	for _, subject := range []string{"opkit", "baseline-8"} {
+		if v, ok := get("idle", subject, "writes/min"); !ok || v != 0 {
+			t.Errorf("%s writes %v/min at steady state (measured: %v), want 0", subject, v, ok)
+		}
+	}
+	// A child and a status per Printer; an Event per child created, or a
+	// status written again over a stale cache, would make it 3.
+	if v, _ := get("drain", "opkit", "writes per object"); v < 2 || v > 2.5 {
+		t.Errorf("opkit wrote %.2f requests per Printer, want 2 (at most 2.5)", v)
+	}
+	if len(report.Targets) == 0 || !strings.Contains(stdout.String(), "TARGET") {
+		t.Errorf("no targets in the report:\n%s", stdout.String())
+	}
+}

@@ -353,7 +353,7 @@ func machine() machineInfo {
 	}
 	var si syscall.Sysinfo_t
 	if syscall.Sysinfo(&si) == nil {
-		m.MemoryGiB = int((uint64(si.Totalram)*uint64(si.Unit) + 1<<29) >> 30)
+		m.MemoryGiB = int((si.Totalram*uint64(si.Unit) + 1<<29) >> 30)
 	}
 	return m
 }

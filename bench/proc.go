@@ -74,7 +74,7 @@ func (b *bench) startController(im impl, def, archive string) (*controller, erro
 func (c *controller) stats() (stats, error) {
 	select {
 	case <-c.exited:
-		return stats{}, fmt.Errorf("the controller exited (%v); its log: %s", c.err, c.log)
+		return stats{}, fmt.Errorf("the controller exited (%w); its log: %s", c.err, c.log)
 	default:
 	}
 	s := c.latest.Load()

@@ -195,7 +195,7 @@ func (b *bench) execOverhead(ctx context.Context) error {
 	for i := range runs {
 		t0 := time.Now()
 		if out, err := exec.CommandContext(ctx, "/bin/echo", result).Output(); err != nil || len(out) == 0 {
-			return fmt.Errorf("bare exec: %v", err)
+			return fmt.Errorf("bare exec: %q: %w", out, err)
 		}
 		bare = append(bare, time.Since(t0))
 		t0 = time.Now()
@@ -203,8 +203,11 @@ func (b *bench) execOverhead(ctx context.Context) error {
 			RunID: archive.NewID(time.Now()), Handler: "touch", Trigger: "create", Key: fmt.Sprintf("u/%d/touch", i),
 			Attempt: 1, Input: input, Timeout: 10 * time.Second,
 		})
-		if err != nil || res.Status["touched"] != true {
-			return fmt.Errorf("exec executor: %v %v", res, err)
+		if err != nil {
+			return fmt.Errorf("exec executor: %w", err)
+		}
+		if res.Status["touched"] != true {
+			return fmt.Errorf("exec executor: result %+v, want status.touched", res)
 		}
 		full = append(full, time.Since(t0))
 	}
@@ -319,8 +322,11 @@ func (b *bench) archiveScale(ctx context.Context, n int) error {
 		for range 500 {
 			t0 := time.Now()
 			page, err := s.List(ctx, q.q)
-			if err != nil || len(page.Runs) == 0 {
-				return fmt.Errorf("query %s: %d runs, %v", q.name, len(page.Runs), err)
+			if err != nil {
+				return fmt.Errorf("query %s: %w", q.name, err)
+			}
+			if len(page.Runs) == 0 {
+				return fmt.Errorf("query %s: no runs", q.name)
 			}
 			lat = append(lat, time.Since(t0))
 		}

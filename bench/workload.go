@@ -184,7 +184,7 @@ func (c *cluster) cleanUp(ctx context.Context) error {
 		return len(ps.Items) == 0 && len(cms.Items) == 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("emptying namespace %s: %w (last error: %v)", c.ns, err, lastErr)
+		return fmt.Errorf("emptying namespace %s: %w", c.ns, errors.Join(err, lastErr))
 	}
 	return nil
 }

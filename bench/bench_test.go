@@ -74,8 +74,8 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		{"handlers drain", "opkit, archive on (SQLite)", "objects/s"},
 		{"handlers drain", "opkit, archive off", "objects/s"},
 		{"handlers", "job", "change to Job created p99"},
-		{"archive", "2000 runs", "runs recorded/s"},
-		{"archive", "2000 runs", "latest failures p99"},
+		{"archive", "2k runs", "runs recorded/s"},
+		{"archive", "2k runs", "latest failures p99"},
 	} {
 		if v, ok := get(w[0], w[1], w[2]); !ok || v <= 0 {
 			t.Errorf("%s / %s / %s: got %v (measured: %v), want a positive figure", w[0], w[1], w[2], v, ok)
@@ -88,8 +88,8 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	}
 	// A child and a status per Printer; an Event per child created, or a
 	// status written again over a stale cache, would make it 3.
-	if v, _ := get("drain", "opkit", "writes per object"); v < 2 || v > 2.5 {
-		t.Errorf("opkit wrote %.2f requests per Printer, want 2 (at most 2.5)", v)
+	if v, _ := get("drain", "opkit", "writes per object"); v < 1.95 || v > 2.5 {
+		t.Errorf("opkit wrote %.2f requests per Printer, want 2 (1.95 to 2.5)", v)
 	}
 	if len(report.Targets) == 0 || !strings.Contains(stdout.String(), "TARGET") {
 		t.Errorf("no targets in the report:\n%s", stdout.String())

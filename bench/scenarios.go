@@ -79,6 +79,9 @@ func (b *bench) drain(ctx context.Context, im impl, n int, idle time.Duration) e
 	if err != nil {
 		return fmt.Errorf("%s: %w (log: %s)", im.Name, err, c.log)
 	}
+	// Its stats lines come every statsInterval: wait for one that counts
+	// the writes the bench has seen.
+	time.Sleep(3 * statsInterval)
 	s, err := c.stats()
 	if err != nil {
 		return err

@@ -336,17 +336,14 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	_ = json.Unmarshal(data, &condsJSON)
 	status["conditions"] = condsJSON
 
-	// encoding/json writes map keys sorted, and an int64 and a float64 of
-	// the same integer alike: equal statuses encode to equal bytes.
+	// Compared as JSON, so that an int64 and a float64 of the same integer,
+	// or a struct and its decoded map, are equal; the bytes are the patch's.
 	newJSON, err := json.Marshal(status)
 	if err != nil {
 		return err
 	}
-	if oldJSON, err := json.Marshal(oldStatus); err == nil && bytes.Equal(oldJSON, newJSON) {
+	if oldJSON, err := json.Marshal(oldStatus); err == nil && sameJSON(oldJSON, newJSON) {
 		return nil
-	}
-	if reflect.DeepEqual(normalize(oldStatus), normalize(status)) {
-		return nil // equal, as values of other Go types
 	}
 	key := client.ObjectKeyFromObject(cr)
 	memo := statusMemo{uid: cr.GetUID(), over: cr.GetResourceVersion(), sum: sha256.Sum256(newJSON)}
@@ -371,6 +368,17 @@ func statusConditions(cr *unstructured.Unstructured) []metav1.Condition {
 		_ = json.Unmarshal(data, &conds)
 	}
 	return conds
+}
+
+// sameJSON reports whether two JSON documents hold the same value: equal
+// bytes, or equal once decoded (the keys of an encoded struct are not
+// sorted).
+func sameJSON(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var va, vb any
+	return json.Unmarshal(a, &va) == nil && json.Unmarshal(b, &vb) == nil && reflect.DeepEqual(va, vb)
 }
 
 // normalize round-trips a value through JSON so that int and int64, or

@@ -20,37 +20,16 @@ import (
 // ceiling: a bare client creating ConfigMaps, QPS unlimited.
 func (b *bench) ceiling(ctx context.Context, concurrency int) error {
 	n := b.opts.CeilingObjects
-	work := make(chan int)
-	errs := make(chan error, concurrency)
-	var wg sync.WaitGroup
+	cms := b.c.cs.CoreV1().ConfigMaps(b.c.ns)
 	start := time.Now()
-	for range concurrency {
-		wg.Go(func() {
-			for i := range work {
-				cm := configMap(b.c.ns, fmt.Sprintf("ceiling-%05d", i))
-				if _, err := b.c.cs.CoreV1().ConfigMaps(b.c.ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	var err error
-feed:
-	for i := range n {
-		select {
-		case work <- i:
-		case err = <-errs:
-			break feed
-		}
-	}
-	close(work)
-	wg.Wait()
-	elapsed := time.Since(start)
+	err := inParallel(ctx, n, concurrency, func(ctx context.Context, i int) error {
+		_, err := cms.Create(ctx, configMap(b.c.ns, fmt.Sprintf("ceiling-%05d", i)), metav1.CreateOptions{})
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	b.add("ceiling", fmt.Sprintf("client-go, concurrency %d", concurrency), "writes/s", "/s", float64(n)/elapsed.Seconds())
+	b.add("ceiling", fmt.Sprintf("client-go, concurrency %d", concurrency), "writes/s", "/s", float64(n)/time.Since(start).Seconds())
 	return b.c.cleanUp(ctx)
 }
 

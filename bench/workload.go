@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -115,37 +117,18 @@ func printer(ns, name string) *unstructured.Unstructured {
 
 // createPrinters creates the named Printers from 16 clients at once.
 func (c *cluster) createPrinters(ctx context.Context, names []string) error {
-	work := make(chan string)
-	errs := make(chan error, 16)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for name := range work {
-				if err := c.createPrinter(ctx, name); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
+	return inParallel(ctx, len(names), 16, func(ctx context.Context, i int) error { return c.createPrinter(ctx, names[i]) })
+}
+
+// inParallel calls f for 0 to n-1, at most concurrency calls at once; the
+// first error stops it.
+func inParallel(ctx context.Context, n, concurrency int, f func(ctx context.Context, i int) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(concurrency)
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		g.Go(func() error { return f(ctx, i) })
 	}
-	var err error
-feed:
-	for _, name := range names {
-		select {
-		case work <- name:
-		case err = <-errs:
-			break feed
-		}
-	}
-	close(work)
-	wg.Wait()
-	if err == nil {
-		select {
-		case err = <-errs:
-		default:
-		}
-	}
-	return err
+	return g.Wait()
 }
 
 func (c *cluster) createPrinter(ctx context.Context, name string) error {

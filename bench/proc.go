@@ -137,6 +137,8 @@ func (c *controller) sample(ctx context.Context, d time.Duration) (before, after
 	return
 }
 
+// tempArchive returns a new archive path in dir; the suite removes dir at
+// its end.
 func tempArchive(dir string) string {
 	return filepath.Join(dir, fmt.Sprintf("runs-%d.db", time.Now().UnixNano()))
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"slices"
 	"sync"
@@ -40,24 +39,11 @@ func (b *bench) ceiling(ctx context.Context, concurrency int) error {
 func (b *bench) drain(ctx context.Context, im impl, n int, idle time.Duration) error {
 	ctx, cancel := context.WithCancel(ctx) // ends the tracker's watches
 	defer cancel()
-	ns := names("p", n)
-	if err := b.c.createPrinters(ctx, ns); err != nil {
-		return err
-	}
-	tr, err := b.c.track(ctx, "configMap", false)
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	c, err := b.startController(im, "printer.yaml", "off")
+	c, elapsed, err := b.drainOnce(ctx, im, "printer.yaml", "off", "configMap", names("p", n))
 	if err != nil {
 		return err
 	}
 	defer c.stop()
-	last, err := tr.wait(ctx, ns, true, true, b.timeout(n))
-	if err != nil {
-		return fmt.Errorf("%s: %w (log: %s)", im.Name, err, c.log)
-	}
 	// Its stats lines come every statsInterval: wait for one that counts
 	// the writes the bench has seen.
 	time.Sleep(3 * statsInterval)
@@ -67,7 +53,7 @@ func (b *bench) drain(ctx context.Context, im impl, n int, idle time.Duration) e
 	}
 	size := sizeLabel(n) + " objects"
 	if n == b.opts.Objects {
-		b.add("drain", im.Name, "objects/s", "/s", float64(n)/last.Sub(start).Seconds())
+		b.add("drain", im.Name, "objects/s", "/s", float64(n)/elapsed.Seconds())
 		b.add("drain", im.Name, "writes per object", "", float64(s.Writes)/float64(n))
 		b.add("drain", im.Name, "CPU per object", "ms", 1000*s.CPUSecond/float64(n))
 		fmt.Fprintf(b.log, "  writes: %v\n", s.WritesBy)
@@ -90,6 +76,49 @@ func (b *bench) drain(ctx context.Context, im impl, n int, idle time.Duration) e
 	return b.c.cleanUp(ctx)
 }
 
+// drainOnce creates the named Printers, then starts the controller and
+// waits until each has its child and a doneField in its status. It returns
+// the running controller and the time from its start to the last Printer
+// done.
+func (b *bench) drainOnce(ctx context.Context, im impl, def, archive, doneField string, ns []string) (*controller, time.Duration, error) {
+	if err := b.c.createPrinters(ctx, ns); err != nil {
+		return nil, 0, err
+	}
+	tr, err := b.c.track(ctx, doneField, false)
+	if err != nil {
+		return nil, 0, err
+	}
+	start := time.Now()
+	c, err := b.startController(im, def, archive)
+	if err != nil {
+		return nil, 0, err
+	}
+	last, err := tr.wait(ctx, ns, true, true, b.timeout(len(ns)))
+	if err != nil {
+		c.stop()
+		return nil, 0, fmt.Errorf("%s: %w (log: %s)", im.Name, err, c.log)
+	}
+	return c, last.Sub(start), nil
+}
+
+// startLive starts the controller and waits until it has handled a first
+// Printer: its child (a Job for jobs), and with needDone its status.
+func (b *bench) startLive(ctx context.Context, tr *tracker, im impl, def, archive string, needDone bool) (*controller, error) {
+	c, err := b.startController(im, def, archive)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.c.createPrinter(ctx, "probe"); err != nil {
+		c.stop()
+		return nil, err
+	}
+	if _, err := tr.wait(ctx, []string{"probe"}, true, needDone, 2*time.Minute); err != nil {
+		c.stop()
+		return nil, fmt.Errorf("%s: %w (log: %s)", im.Name, err, c.log)
+	}
+	return c, nil
+}
+
 // live: Printers created at a steady rate against a running controller;
 // the latency from the start of each creation to its child and to its
 // status.
@@ -100,18 +129,11 @@ func (b *bench) live(ctx context.Context, im impl, rate int) error {
 	if err != nil {
 		return err
 	}
-	c, err := b.startController(im, "printer.yaml", "off")
+	c, err := b.startLive(ctx, tr, im, "printer.yaml", "off", true)
 	if err != nil {
 		return err
 	}
 	defer c.stop()
-	// The controller is live once it has handled a first Printer.
-	if err := b.c.createPrinter(ctx, "probe"); err != nil {
-		return err
-	}
-	if _, err := tr.wait(ctx, []string{"probe"}, true, true, 2*time.Minute); err != nil {
-		return fmt.Errorf("%s: %w (log: %s)", im.Name, err, c.log)
-	}
 	ns := names(fmt.Sprintf("r%d", rate), rate*int(b.opts.LiveDuration.Seconds()))
 	if err := b.paced(ctx, tr, ns, rate); err != nil {
 		return err
@@ -204,30 +226,16 @@ func (b *bench) execOverhead(ctx context.Context) error {
 func (b *bench) handlerDrain(ctx context.Context, n int, archiveOn bool) error {
 	ctx, cancel := context.WithCancel(ctx) // ends the tracker's watches
 	defer cancel()
-	ns := names("h", n)
-	if err := b.c.createPrinters(ctx, ns); err != nil {
-		return err
-	}
-	tr, err := b.c.track(ctx, "touched", false)
-	if err != nil {
-		return err
-	}
 	path, subject := "off", "opkit, archive off"
 	if archiveOn {
 		path, subject = tempArchive(b.workDir), "opkit, archive on (SQLite)"
-		defer func() { _ = os.Remove(path) }()
 	}
-	start := time.Now()
-	c, err := b.startController(opkitDefaults, "printer-exec.yaml", path)
+	c, elapsed, err := b.drainOnce(ctx, opkitDefaults, "printer-exec.yaml", path, "touched", names("h", n))
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", subject, err)
 	}
 	defer c.stop()
-	last, err := tr.wait(ctx, ns, true, true, b.timeout(n))
-	if err != nil {
-		return fmt.Errorf("%s: %w (log: %s)", subject, err, c.log)
-	}
-	b.add("handlers drain", subject, "objects/s", "/s", float64(n)/last.Sub(start).Seconds())
+	b.add("handlers drain", subject, "objects/s", "/s", float64(n)/elapsed.Seconds())
 	c.stop()
 	return b.c.cleanUp(ctx)
 }
@@ -241,19 +249,11 @@ func (b *bench) jobLatency(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	path := tempArchive(b.workDir)
-	defer func() { _ = os.Remove(path) }()
-	c, err := b.startController(opkitDefaults, "printer-job.yaml", path)
+	c, err := b.startLive(ctx, tr, opkitDefaults, "printer-job.yaml", tempArchive(b.workDir), false)
 	if err != nil {
-		return err
+		return fmt.Errorf("job handler: %w", err)
 	}
 	defer c.stop()
-	if err := b.c.createPrinter(ctx, "probe"); err != nil {
-		return err
-	}
-	if _, err := tr.wait(ctx, []string{"probe"}, true, false, 2*time.Minute); err != nil {
-		return fmt.Errorf("job handler: %w (log: %s)", err, c.log)
-	}
 	ns := names("j", n)
 	if err := b.paced(ctx, tr, ns, 5); err != nil {
 		return err

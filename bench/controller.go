@@ -50,7 +50,6 @@ const (
 type stats struct {
 	Writes    int64            `json:"writes"`    // API requests other than reads
 	WritesBy  map[string]int64 `json:"writesBy"`  // by method and resource, e.g. "PATCH printers/status"
-	Events    int64            `json:"events"`    // of which Events
 	HeapPeak  uint64           `json:"heapPeak"`  // peak heap object bytes, sampled
 	MaxRSS    uint64           `json:"maxRSS"`    // peak resident set, bytes
 	CPUSecond float64          `json:"cpuSecond"` // user + system CPU time
@@ -61,18 +60,13 @@ const statsInterval = 100 * time.Millisecond
 
 // writeCounter counts the requests that are not reads.
 type writeCounter struct {
-	next           http.RoundTripper
-	writes, events atomic.Int64
-	mu             sync.Mutex
-	by             map[string]int64
+	next http.RoundTripper
+	mu   sync.Mutex
+	by   map[string]int64 // by method and resource
 }
 
 func (w *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method != http.MethodGet && req.Method != http.MethodHead {
-		w.writes.Add(1)
-		if strings.HasSuffix(req.URL.Path, "/events") {
-			w.events.Add(1)
-		}
 		w.mu.Lock()
 		w.by[req.Method+" "+resourceOf(req.URL.Path)]++
 		w.mu.Unlock()
@@ -80,10 +74,15 @@ func (w *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 	return w.next.RoundTrip(req)
 }
 
-func (w *writeCounter) snapshot() map[string]int64 {
+// snapshot returns the writes so far, in all and by method and resource.
+func (w *writeCounter) snapshot() (int64, map[string]int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return maps.Clone(w.by)
+	var all int64
+	for _, n := range w.by {
+		all += n
+	}
+	return all, maps.Clone(w.by)
 }
 
 // resourceOf returns the resource (and subresource) an API path names:
@@ -125,11 +124,12 @@ func controllerMain() error {
 		var ru syscall.Rusage
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 		s := stats{
-			Writes: counter.writes.Load(), WritesBy: counter.snapshot(), Events: counter.events.Load(), HeapPeak: heapPeak.Load(),
+			HeapPeak:  heapPeak.Load(),
 			MaxRSS:    uint64(ru.Maxrss) * 1024,
 			CPUSecond: float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9,
 			At:        time.Now().UnixNano(),
 		}
+		s.Writes, s.WritesBy = counter.snapshot()
 		line, _ := json.Marshal(s)
 		fmt.Println(string(line))
 	}

@@ -42,24 +42,29 @@ type target struct {
 func (b *bench) add(scenario, subject, metric, unit string, v float64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	f := b.find(scenario, subject, metric)
+	if f == nil {
+		f = &figure{Scenario: scenario, Subject: subject, Metric: metric, Unit: unit}
+		b.figures = append(b.figures, f)
+	}
+	f.Values = append(f.Values, v)
+	f.summarize()
+}
+
+// find returns a figure, or nil.
+func (b *bench) find(scenario, subject, metric string) *figure {
 	for _, f := range b.figures {
 		if f.Scenario == scenario && f.Subject == subject && f.Metric == metric {
-			f.Values = append(f.Values, v)
-			f.summarize()
-			return
+			return f
 		}
 	}
-	f := &figure{Scenario: scenario, Subject: subject, Metric: metric, Unit: unit, Values: []float64{v}}
-	f.summarize()
-	b.figures = append(b.figures, f)
+	return nil
 }
 
 // median returns a figure's median, and whether it was measured.
 func (b *bench) median(scenario, subject, metric string) (float64, bool) {
-	for _, f := range b.figures {
-		if f.Scenario == scenario && f.Subject == subject && f.Metric == metric {
-			return f.Median, true
-		}
+	if f := b.find(scenario, subject, metric); f != nil {
+		return f.Median, true
 	}
 	return 0, false
 }

@@ -123,6 +123,12 @@ type Page struct {
 	Next string `json:"next,omitempty"`
 }
 
+// Counts counts one operator's runs over a period.
+type Counts struct {
+	Runs   int `json:"runs"`
+	Failed int `json:"failed"`
+}
+
 // Retention bounds what Prune keeps. Zero fields do not bound.
 type Retention struct {
 	MaxAge  time.Duration
@@ -157,6 +163,9 @@ type Store interface {
 	Logs(ctx context.Context, id string, offset int64) ([]byte, bool, error)
 	// List returns the runs q selects, newest first.
 	List(ctx context.Context, q Query) (*Page, error)
+	// Counts returns, by operator, the runs started at or after since and
+	// how many of them failed (Failed or GaveUp).
+	Counts(ctx context.Context, since time.Time) (map[string]Counts, error)
 	// Succeeded reports whether a run with this idempotency key succeeded.
 	Succeeded(ctx context.Context, key string) (bool, error)
 	// CancelRunning ends every Running run as Cancelled with reason, and

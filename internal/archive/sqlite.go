@@ -301,6 +301,25 @@ func (s *SQLite) List(ctx context.Context, q Query) (*Page, error) {
 	return page, nil
 }
 
+// Counts returns each operator's runs since a time, and its failed ones.
+func (s *SQLite) Counts(ctx context.Context, since time.Time) (map[string]Counts, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT operator, count(*), sum(failed) FROM runs WHERE id >= ? GROUP BY operator`, idPrefix(since))
+	if err != nil {
+		return nil, fmt.Errorf("archive: counting runs: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	out := map[string]Counts{}
+	for rows.Next() {
+		var op string
+		var c Counts
+		if err := rows.Scan(&op, &c.Runs, &c.Failed); err != nil {
+			return nil, fmt.Errorf("archive: counting runs: %w", err)
+		}
+		out[op] = c
+	}
+	return out, rows.Err()
+}
+
 // sql turns a query into a WHERE clause with ? placeholders.
 func (q Query) sql() (string, []any, int, error) {
 	limit := q.Limit

@@ -124,6 +124,10 @@ type Options struct {
 	// JobTolerations are added to the pods of job handlers (opkit dev adds
 	// the dev node's).
 	JobTolerations []corev1.Toleration
+	// ConsoleURL is the console's public base URL, e.g.
+	// https://opkit.example.com: each handler Event then links its run's
+	// page, <ConsoleURL>/runs/<id>. Empty: Events name the run id alone.
+	ConsoleURL string
 }
 
 // Engine runs operators. Use New, then Run in a goroutine, then Apply each

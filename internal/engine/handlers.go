@@ -35,8 +35,19 @@ import (
 // engine removes it. `opkit retry` sets it.
 const RetryAnnotation = "opkit.dev/retry"
 
+// PauseAnnotation, set to any value on a custom resource, pauses its
+// handlers: a run in flight finishes and is recorded, but no handler starts
+// (create, update, delete, resume or schedule) until the annotation is
+// removed; then what came due meanwhile runs. Children are still kept
+// converged. The console's Pause and Resume set and remove it.
+const PauseAnnotation = "opkit.dev/paused"
+
 // ConditionStalled is True while a handler has given up on the object.
 const ConditionStalled = "Stalled"
+
+// ConditionPaused is True while the object's handlers are paused
+// (PauseAnnotation); it is absent otherwise.
+const ConditionPaused = "Paused"
 
 // FinalizerName is the finalizer opkit holds on the custom resources of an
 // operator with delete handlers: opkit.dev/<operator>, shortened with a
@@ -155,6 +166,7 @@ type runner struct {
 	slots   chan struct{}   // bounds the runs executing at once
 	ctx     context.Context // the operator's; ending it cancels the runs
 	metrics *runMetrics
+	console string // the console's base URL, or ""
 
 	mu      sync.Mutex
 	flights map[types.UID]*flight
@@ -212,6 +224,7 @@ func (st *handlerState) clone() *handlerState {
 func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec events.EventRecorder) *runner {
 	rn := &runner{
 		def: d, archive: e.opts.Archive, client: e.client, reader: e.mgr.GetAPIReader(), events: rec, ctx: ctx, metrics: handlerMetrics(),
+		console: strings.TrimSuffix(e.opts.ConsoleURL, "/"),
 		execs: map[string]executor.Executor{}, wake: make(chan event.GenericEvent, 1024),
 		slots:   make(chan struct{}, e.opts.MaxConcurrentRuns),
 		flights: map[types.UID]*flight{}, resumed: map[types.UID]bool{}, written: map[types.NamespacedName]memo{},
@@ -264,6 +277,7 @@ type stepResult struct {
 	state   *handlerState
 	stalled string        // why the object is Stalled; "" when it is not
 	busy    bool          // a run is in flight or due
+	paused  bool          // handlers are paused: none starts
 	requeue time.Duration // when to look again; 0 for never
 }
 
@@ -301,6 +315,12 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, child
 	}
 	if f != nil {
 		res.requeue = rn.finish(ctx, cr, f, st)
+	}
+	if _, ok := cr.GetAnnotations()[PauseAnnotation]; ok {
+		// Removing the annotation is an update that wakes the object.
+		res.paused, res.requeue = true, 0
+		res.stalled = stalledMessage(rn.def, cr, st)
+		return res, nil
 	}
 
 	now := time.Now()
@@ -522,7 +542,7 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 	rn.mu.Lock()
 	rn.flights[cr.GetUID()] = f
 	rn.mu.Unlock()
-	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerStarted", runAction(run.ID), "handler %s (%s, attempt %d): run %s", h.Name, trigger, attempt, run.ID)
+	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerStarted", runAction(run.ID), "handler %s (%s, attempt %d): run %s", h.Name, trigger, attempt, rn.runRef(run.ID))
 	rn.metrics.inFlight.WithLabelValues(rn.def.Operator.Name).Inc()
 	woken := cr.DeepCopy()
 	req := executor.Request{
@@ -640,11 +660,11 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	st.LastRun = lr
 	switch run.Outcome {
 	case archive.Succeeded:
-		rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerSucceeded", runAction(run.ID), "handler %s succeeded: run %s", h.Name, run.ID)
+		rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerSucceeded", runAction(run.ID), "handler %s succeeded: run %s", h.Name, rn.runRef(run.ID))
 	case archive.Failed:
-		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerFailed", runAction(run.ID), "handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, requeue.Round(time.Second), truncate(run.Error), run.ID)
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerFailed", runAction(run.ID), "handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, requeue.Round(time.Second), truncate(run.Error), rn.runRef(run.ID))
 	default:
-		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerGaveUp", runAction(run.ID), "handler %s gave up after %d attempts: %s: run %s", h.Name, run.Attempt, truncate(run.Error), run.ID)
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerGaveUp", runAction(run.ID), "handler %s gave up after %d attempts: %s: run %s", h.Name, run.Attempt, truncate(run.Error), rn.runRef(run.ID))
 	}
 	return requeue
 }
@@ -653,6 +673,15 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 // library folds Events that share type, reason and action into one series
 // showing the first message, which would hide the later runs' ids.
 func runAction(id string) string { return "Run " + id }
+
+// runRef names a run in an Event: its id, and its console page when the
+// console's URL is known.
+func (rn *runner) runRef(id string) string {
+	if rn.console == "" {
+		return id
+	}
+	return id + " (" + rn.console + "/runs/" + id + ")"
+}
 
 // wait waits for the runs' goroutines; the operator's context, once done,
 // cancels the runs.
@@ -775,7 +804,7 @@ func (r *reconciler) finalize(ctx context.Context, cr *unstructured.Unstructured
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if !step.busy && step.stalled == "" && step.requeue == 0 {
+	if !step.busy && !step.paused && step.stalled == "" && step.requeue == 0 {
 		return r.patchFinalizer(ctx, cr, fin, false)
 	}
 	// Still at work, waiting for a retry, or stalled: record where it is.

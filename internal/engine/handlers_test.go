@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -655,4 +656,44 @@ func TestHandledTasksCauseNoWrites(t *testing.T) {
 			t.Errorf("t%02d ran %d times, want 1", i, n)
 		}
 	}
+}
+
+func TestPausedObjectsRunNoHandlerUntilResumed(t *testing.T) {
+	env, out, _ := runTasks(t)
+
+	paused := task(env.Namespace, "paused", "", "one")
+	paused.SetAnnotations(map[string]string{engine.PauseAnnotation: "true"})
+	create(t, env, paused)
+	eventually(t, 30*time.Second, "the paused Task shows Paused=True", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(paused), paused); err != nil {
+			return false, err
+		}
+		c := condition(paused, engine.ConditionPaused)
+		return c != nil && c.Status == metav1.ConditionTrue, nil
+	})
+	// A change while paused runs nothing either.
+	patch := []byte(`{"spec":{"text":"two"}}`)
+	if err := env.Client.Patch(t.Context(), paused, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if recs := records(t, out, "paused"); len(recs) != 0 {
+		t.Fatalf("%d runs of a paused object: %+v", len(recs), recs)
+	}
+
+	// Resuming runs what came due: one create run, with the latest spec.
+	patch = []byte(`{"metadata":{"annotations":{"` + engine.PauseAnnotation + `":null}}}`)
+	if err := env.Client.Patch(t.Context(), paused, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	recs := waitRecords(t, out, "paused", 1, "a run once resumed")
+	if recs[0].Trigger != "create" || recs[0].NewText != "two" {
+		t.Errorf("the run after resuming: %+v; want create with text two", recs[0])
+	}
+	eventually(t, 30*time.Second, "the Paused condition is gone", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(paused), paused); err != nil {
+			return false, err
+		}
+		return condition(paused, engine.ConditionPaused) == nil, nil
+	})
 }

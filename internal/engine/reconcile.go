@@ -324,6 +324,12 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	if step != nil {
 		set = append(set, stalledCondition(step))
 	}
+	if step != nil && step.paused {
+		set = append(set, metav1.Condition{Type: ConditionPaused, Status: metav1.ConditionTrue, Reason: "PausedByAnnotation",
+			Message: "handlers are paused: no run starts until the annotation " + PauseAnnotation + " is removed"})
+	} else {
+		meta.RemoveStatusCondition(&conds, ConditionPaused)
+	}
 	for _, c := range set {
 		c.ObservedGeneration = cr.GetGeneration()
 		meta.SetStatusCondition(&conds, c) // keeps lastTransitionTime when the status is unchanged

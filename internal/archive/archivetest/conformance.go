@@ -32,6 +32,7 @@ func Run(t *testing.T, open Open) {
 		{"ListFiltersAndPages", listFiltersAndPages},
 		{"ListTimeBounds", listTimeBounds},
 		{"ListRejectsForeignCursor", listRejectsForeignCursor},
+		{"CountsByOperatorSince", countsByOperatorSince},
 		{"SucceededByKey", succeededByKey},
 		{"CancelRunning", cancelRunning},
 		{"PruneByAgeAndCount", pruneByAgeAndCount},
@@ -266,6 +267,26 @@ func listTimeBounds(t *testing.T, open Open) {
 	}
 	if want := []string{ids[5], ids[4], ids[3]}; !reflect.DeepEqual(got, want) {
 		t.Errorf("runs started in [3m, 6m): %v, want %v", got, want)
+	}
+}
+
+func countsByOperatorSince(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	for i, o := range []archive.Outcome{archive.Succeeded, archive.Failed, archive.GaveUp, archive.Succeeded, archive.Cancelled} {
+		a := newRun(base.Add(time.Duration(i)*time.Minute), "a", "ns", "n", "h")
+		insert(t, s, a)
+		finish(t, s, a, o)
+	}
+	insert(t, s, newRun(base.Add(10*time.Minute), "b", "ns", "n", "h")) // still running
+	insert(t, s, newRun(base.Add(-time.Minute), "c", "ns", "n", "h"))  // too old
+	got, err := s.Counts(context.Background(), base.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]archive.Counts{"a": {Runs: 4, Failed: 2}, "b": {Runs: 1}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("counts since 1m: %+v, want %+v", got, want)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -331,7 +333,7 @@ func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(os.Args[0], "dev", dir, "--apply", "../../examples/printer/printer.yaml")
+	cmd := exec.Command(os.Args[0], "dev", dir, "--apply", "../../examples/printer/printer.yaml", "--console", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), asCLI+"=1")
 	stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
@@ -351,6 +353,16 @@ func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
 		}
 	}
 	dataDir := filepath.Dir(kubeconfig)
+	// The console is served beside the engine, and lists the Printer.
+	var consoleURL string
+	for line := range strings.Lines(stderr.String()) {
+		if u, ok := strings.CutPrefix(strings.TrimSpace(line), "The console: "); ok {
+			consoleURL = u
+		}
+	}
+	if page := httpGet(t, consoleURL+"/operators/printer"); !strings.Contains(page, `href="/operators/printer/objects/default/hello"`) {
+		t.Errorf("the console at %q does not list the Printer hello:\n%s", consoleURL, page)
+	}
 	table := stdout.String()
 	if !strings.Contains(table, "hello") || !strings.Contains(table, "Hello Kube!") || !strings.Contains(table, "Succeeded") {
 		t.Errorf("kubectl get after --apply:\n%s", table)
@@ -463,4 +475,19 @@ func TestRunWithoutFilesRunsTheOperatorsOfTheCluster(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("opkit run after Ctrl-C: %v\n%s", err, stderr.String())
 	}
+}
+
+// httpGet returns the body of a GET that must answer 200.
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s\n%s", url, resp.Status, body)
+	}
+	return string(body)
 }

@@ -26,6 +26,7 @@ import (
 func newDevCommand() *cobra.Command {
 	var apply []string
 	var archivePath string
+	cf := &consoleFlags{}
 	cmd := &cobra.Command{
 		Use:   "dev DIR",
 		Short: "Run the Operators in DIR on a local control plane with a dev node, until interrupted",
@@ -43,11 +44,12 @@ The dev node runs the commands of Pods that tolerate opkit.dev/dev-node as
 processes of this machine: see docs/local-control-plane.md.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return dev(cmd.Context(), args[0], apply, archivePath, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return dev(cmd.Context(), args[0], apply, archivePath, cf, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVar(&apply, "apply", nil, "a manifest to apply once the operators run; repeatable")
 	archiveFlag(cmd, &archivePath)
+	cf.register(cmd, "console", "127.0.0.1:7380", "serve the web console on this address; '' for none")
 	return cmd
 }
 
@@ -84,7 +86,7 @@ func operatorFiles(dir string, log io.Writer) ([]string, error) {
 	return out, nil
 }
 
-func dev(ctx context.Context, dir string, apply []string, archivePath string, stdout, stderr io.Writer) error {
+func dev(ctx context.Context, dir string, apply []string, archivePath string, cf *consoleFlags, stdout, stderr io.Writer) error {
 	files, err := operatorFiles(dir, stderr)
 	if err != nil {
 		return err
@@ -111,7 +113,7 @@ func dev(ctx context.Context, dir string, apply []string, archivePath string, st
 		Config: cl.RESTConfig(),
 		// Job handlers' pods run on the dev node.
 		JobTolerations: []corev1.Toleration{{Key: devnode.Taint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-	}, archivePath, stderr, zapcore.ErrorLevel)
+	}, archivePath, cf, stderr, zapcore.ErrorLevel)
 	if err != nil {
 		return err
 	}
@@ -136,7 +138,11 @@ func dev(ctx context.Context, dir string, apply []string, archivePath string, st
 		_ = kubectl("wait", "--for=condition=Ready", "--timeout=60s", "-f", f)
 		_ = kubectl("get", "-f", f)
 	}
-	fmt.Fprintf(stderr, "\nopkit dev is running; definitions in %s are reloaded when they change. In another shell:\n  export KUBECONFIG=%s\n  opkit runs --archive %s   # the handler runs\nStop it with Ctrl-C.\n", dir, shellQuote(cl.KubeconfigPath()), shellQuote(archivePath))
+	fmt.Fprintf(stderr, "\nopkit dev is running; definitions in %s are reloaded when they change.\n", dir)
+	if r.console != nil {
+		fmt.Fprintf(stderr, "The console: %s\n", r.console.url)
+	}
+	fmt.Fprintf(stderr, "In another shell:\n  export KUBECONFIG=%s\n  opkit runs --archive %s   # the handler runs\nStop it with Ctrl-C.\n", shellQuote(cl.KubeconfigPath()), shellQuote(archivePath))
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(stderr, "stopping")

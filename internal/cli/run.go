@@ -21,6 +21,7 @@ import (
 func newRunCommand() *cobra.Command {
 	var files []string
 	var kubeconfig, archivePath string
+	cf := &consoleFlags{}
 	cmd := &cobra.Command{
 		Use:   "run [-f FILE]...",
 		Short: "Run the engine against the current kubeconfig, for the Operators in the cluster or in FILEs",
@@ -35,7 +36,8 @@ With -f, it runs the Operators defined in FILEs instead. Every definition is
 checked first; any error, with its file and line, stops the command before it
 touches the cluster.
 
-Handler runs are recorded in the archive (--archive): see opkit runs.`,
+Handler runs are recorded in the archive (--archive): see opkit runs, or
+serve the web console beside the engine with --console ADDR.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var defs []*definition.Definition
@@ -50,9 +52,9 @@ Handler runs are recorded in the archive (--archive): see opkit runs.`,
 				return err
 			}
 			if len(files) == 0 {
-				return watchClusterOperators(cmd.Context(), cfg, archivePath, cmd.ErrOrStderr())
+				return watchClusterOperators(cmd.Context(), cfg, archivePath, cf, cmd.ErrOrStderr())
 			}
-			r, err := startOperators(cmd.Context(), cfg, archivePath, defs, cmd.ErrOrStderr())
+			r, err := startOperators(cmd.Context(), cfg, archivePath, cf, defs, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -62,6 +64,7 @@ Handler runs are recorded in the archive (--archive): see opkit runs.`,
 	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "an Operator definition (YAML, several documents allowed); repeatable")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	archiveFlag(cmd, &archivePath)
+	cf.register(cmd, "console", "", "serve the web console on this address, e.g. 127.0.0.1:7380 (default: none)")
 	return cmd
 }
 
@@ -102,8 +105,8 @@ func loadKubeconfig(path string) (*rest.Config, error) {
 
 // watchClusterOperators runs the engine for the Operators in the cluster
 // until ctx ends.
-func watchClusterOperators(ctx context.Context, cfg *rest.Config, archivePath string, log io.Writer) error {
-	r, e, err := startEngine(ctx, cfg, archivePath, log)
+func watchClusterOperators(ctx context.Context, cfg *rest.Config, archivePath string, cf *consoleFlags, log io.Writer) error {
+	r, e, err := startEngine(ctx, cfg, archivePath, cf, log)
 	if err != nil {
 		return err
 	}
@@ -115,10 +118,12 @@ func watchClusterOperators(ctx context.Context, cfg *rest.Config, archivePath st
 	return r.stop()
 }
 
-// runningEngine is an engine running in the background.
+// runningEngine is an engine running in the background, with its console
+// if it serves one.
 type runningEngine struct {
-	cancel context.CancelFunc
-	done   chan error // receives Run's result once, after the archive is closed
+	cancel  context.CancelFunc
+	done    chan error // receives Run's result once, after the archive is closed
+	console *runningConsole
 }
 
 // stop cancels the engine and waits for it.
@@ -128,41 +133,61 @@ func (r *runningEngine) stop() error {
 }
 
 // startEngine runs an engine on cfg, recording runs in the archive at
-// archivePath, with controller-runtime logging to log.
-func startEngine(ctx context.Context, cfg *rest.Config, archivePath string, log io.Writer) (*runningEngine, *engine.Engine, error) {
-	return startEngineLogging(ctx, engine.Options{Config: cfg}, archivePath, log, zapcore.InfoLevel)
+// archivePath, with controller-runtime logging to log, and its console as
+// cf says.
+func startEngine(ctx context.Context, cfg *rest.Config, archivePath string, cf *consoleFlags, log io.Writer) (*runningEngine, *engine.Engine, error) {
+	return startEngineLogging(ctx, engine.Options{Config: cfg}, archivePath, cf, log, zapcore.InfoLevel)
 }
 
 // startEngineLogging is startEngine with options, and controller-runtime's
 // log lines below level left out.
-func startEngineLogging(ctx context.Context, opts engine.Options, archivePath string, log io.Writer, level zapcore.Level) (*runningEngine, *engine.Engine, error) {
+func startEngineLogging(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, log io.Writer, level zapcore.Level) (*runningEngine, *engine.Engine, error) {
 	ctrllog.SetLogger(zap.New(zap.WriteTo(log), zap.Level(level)))
 	store, err := archive.OpenSQLite(ctx, archivePath, archive.Options{})
 	if err != nil {
 		return nil, nil, err
 	}
-	opts.Archive, opts.Retention = store, defaultRetention
-	e, err := engine.New(opts)
+	runCtx, cancel := context.WithCancel(ctx)
+	rc, err := startConsole(runCtx, cf, opts.Config, store)
 	if err != nil {
+		cancel()
 		_ = store.Close()
 		return nil, nil, err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	r := &runningEngine{cancel: cancel, done: make(chan error, 1)}
+	opts.Archive, opts.Retention = store, defaultRetention
+	if rc != nil {
+		opts.ConsoleURL = rc.url
+	}
+	e, err := engine.New(opts)
+	if err != nil {
+		cancel()
+		if rc != nil {
+			<-rc.done
+		}
+		_ = store.Close()
+		return nil, nil, err
+	}
+	r := &runningEngine{cancel: cancel, done: make(chan error, 1), console: rc}
 	go func() {
 		err := e.Run(runCtx)
+		if rc != nil {
+			if cerr := <-rc.done; err == nil {
+				err = cerr
+			}
+		}
 		if cerr := store.Close(); err == nil {
 			err = cerr
 		}
 		r.done <- err
 	}()
+	printConsoleURL(log, rc)
 	return r, e, nil
 }
 
 // startOperators runs an engine on cfg and applies defs. If one cannot be
 // applied, the engine is stopped.
-func startOperators(ctx context.Context, cfg *rest.Config, archivePath string, defs []*definition.Definition, log io.Writer) (*runningEngine, error) {
-	r, e, err := startEngine(ctx, cfg, archivePath, log)
+func startOperators(ctx context.Context, cfg *rest.Config, archivePath string, cf *consoleFlags, defs []*definition.Definition, log io.Writer) (*runningEngine, error) {
+	r, e, err := startEngine(ctx, cfg, archivePath, cf, log)
 	if err != nil {
 		return nil, err
 	}

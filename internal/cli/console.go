@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/console"
+)
+
+// consoleFlags are the console's settings, shared by run, dev and console.
+type consoleFlags struct {
+	addr      string
+	auth      string
+	tokenFile string
+	url       string
+}
+
+// register adds the flags; addrFlag names the address flag.
+func (f *consoleFlags) register(cmd *cobra.Command, addrFlag, addrDefault, addrUsage string) {
+	cmd.Flags().StringVar(&f.addr, addrFlag, addrDefault, addrUsage)
+	cmd.Flags().StringVar(&f.auth, "console-auth", "none", "who may use the console: none (loopback addresses only), token (--console-token-file or $OPKIT_CONSOLE_TOKEN) or kubernetes (a Kubernetes bearer token, checked by TokenReview, with RBAC on each operator's resource)")
+	cmd.Flags().StringVar(&f.tokenFile, "console-token-file", "", "the file holding the console's token, for --console-auth token")
+	cmd.Flags().StringVar(&f.url, "console-url", os.Getenv("OPKIT_CONSOLE_URL"), "the console's public base URL, linked from Events and the CLI (env OPKIT_CONSOLE_URL; default: http://ADDR)")
+}
+
+func (f *consoleFlags) authOptions() (console.Auth, error) {
+	switch f.auth {
+	case "", "none":
+		return console.Auth{}, nil
+	case "kubernetes":
+		return console.Auth{Kubernetes: true}, nil
+	case "token":
+		token := os.Getenv("OPKIT_CONSOLE_TOKEN")
+		if f.tokenFile != "" {
+			data, err := os.ReadFile(f.tokenFile)
+			if err != nil {
+				return console.Auth{}, fmt.Errorf("--console-token-file: %w", err)
+			}
+			token = string(data)
+		}
+		token = strings.TrimSpace(token)
+		if len(token) < 16 {
+			return console.Auth{}, errors.New("--console-auth token needs a token of at least 16 characters, in --console-token-file or $OPKIT_CONSOLE_TOKEN")
+		}
+		return console.Auth{Token: token}, nil
+	}
+	return console.Auth{}, fmt.Errorf("--console-auth %q: want none, token or kubernetes", f.auth)
+}
+
+// runningConsole is a console served in the background.
+type runningConsole struct {
+	url  string // its base URL: --console-url, else http://ADDR
+	done chan error
+}
+
+// startConsole binds the console's address and serves it until ctx ends.
+// It serves nothing when the address is empty.
+func startConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store archive.Store) (*runningConsole, error) {
+	if f == nil || f.addr == "" {
+		return nil, nil
+	}
+	auth, err := f.authOptions()
+	if err != nil {
+		return nil, err
+	}
+	srv, err := console.New(console.Options{Archive: store, Config: cfg, Auth: auth})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := srv.Listen(f.addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w (choose another address with --console, or turn it off with --console '')", err)
+	}
+	rc := &runningConsole{url: strings.TrimSuffix(f.url, "/"), done: make(chan error, 1)}
+	if rc.url == "" {
+		rc.url = "http://" + ln.Addr().String()
+	}
+	go func() { rc.done <- srv.Serve(ctx, ln) }()
+	return rc, nil
+}
+
+func newConsoleCommand() *cobra.Command {
+	var archivePath, kubeconfig string
+	f := &consoleFlags{}
+	cmd := &cobra.Command{
+		Use:   "console",
+		Short: "Serve the web console from a run archive and a kubeconfig, without an engine",
+		Long: `Serve the web console: the operators and their objects by condition, each
+object's timeline of runs, each run's diff, log and outcome, and the failures
+inbox, with the actions retry, pause and resume. opkit run --console and
+opkit dev serve the same console beside their engine; this command serves it
+from an archive (--archive) and a cluster alone. See docs/console.md.
+
+It listens on loopback unless --console-auth is token or kubernetes.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadKubeconfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			store, err := openExistingArchive(cmd.Context(), archivePath)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = store.Close() }()
+			rc, err := startConsole(cmd.Context(), f, cfg, store)
+			if err != nil {
+				return err
+			}
+			if rc == nil {
+				return errors.New("--listen is empty: nothing to serve")
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "console: %s (Ctrl-C stops it)\n", rc.url)
+			return <-rc.done
+		},
+	}
+	archiveFlag(cmd, &archivePath)
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	f.register(cmd, "listen", "127.0.0.1:7380", "the address to serve the console on")
+	return cmd
+}
+
+// printConsoleURL tells where the console is.
+func printConsoleURL(log io.Writer, rc *runningConsole) {
+	if rc != nil {
+		fmt.Fprintf(log, "console: %s\n", rc.url)
+	}
+}

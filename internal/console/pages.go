@@ -1,0 +1,651 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+)
+
+// Annotations the actions set; the engine consumes them (engine.RetryAnnotation
+// and engine.PauseAnnotation: the console does not import the engine).
+const (
+	retryAnnotation = "opkit.dev/retry"
+	pauseAnnotation = "opkit.dev/paused"
+)
+
+// clusterScoped stands for the namespace of a cluster-scoped object in URLs.
+const clusterScoped = "_"
+
+// readable returns the operators the user may read (get, every namespace).
+func (s *Server) readable(ctx context.Context, u *user) ([]*operator, error) {
+	ops, err := s.catalog.Operators(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*operator
+	for _, op := range ops {
+		ok, err := s.auth.allowed(ctx, u, op, "get", "")
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, op)
+		}
+	}
+	return out, nil
+}
+
+// mayRead checks that the user may get the operator's objects in
+// namespace; an operator the cluster no longer has is readable only
+// without Kubernetes auth.
+func (s *Server) mayRead(ctx context.Context, u *user, opName, namespace string) (*operator, error) {
+	op, err := s.catalog.Operator(ctx, opName)
+	if err != nil && s.opts.Auth.Kubernetes {
+		return nil, err
+	}
+	if op == nil {
+		if s.opts.Auth.Kubernetes {
+			return nil, forbidden("operator %s is not in the cluster: its access cannot be checked", opName)
+		}
+		return nil, nil
+	}
+	ok, err := s.auth.allowed(ctx, u, op, "get", namespace)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, forbidden("%s may not get %s.%s in %s", u.Name, op.Plural, op.GVK.Group, namespaceLabel(namespace))
+	}
+	return op, nil
+}
+
+func namespaceLabel(ns string) string {
+	if ns == "" {
+		return "every namespace"
+	}
+	return "namespace " + ns
+}
+
+// overviewRow is one operator on the overview.
+type overviewRow struct {
+	Op          *operator
+	Total       int
+	Counts      []stateCount
+	RunsPerMin  string
+	FailureRate string
+	Failed      int
+	Err         string
+}
+
+type stateCount struct {
+	State state
+	N     int
+}
+
+// statsWindow is the period of the overview's run rates.
+const statsWindow = 15 * time.Minute
+
+func (s *Server) overview(r *http.Request, u *user) (string, *view, error) {
+	ctx := r.Context()
+	v := &view{Title: "Operators", Nav: "overview", Live: "/"}
+	ops, err := s.readable(ctx, u)
+	if err != nil {
+		v.Notices = append(v.Notices, "The cluster cannot be read: "+err.Error())
+	}
+	counts, err := s.opts.Archive.Counts(ctx, time.Now().Add(-statsWindow))
+	if err != nil {
+		v.Notices = append(v.Notices, "The run archive cannot be read: "+err.Error())
+	}
+	var rows []overviewRow
+	for _, op := range ops {
+		row := overviewRow{Op: op}
+		objs, err := s.catalog.Objects(ctx, op)
+		if err != nil {
+			row.Err = err.Error()
+		}
+		n := map[state]int{}
+		for _, o := range objs {
+			n[o.State]++
+		}
+		for _, st := range states {
+			if n[st] > 0 {
+				row.Counts = append(row.Counts, stateCount{st, n[st]})
+			}
+		}
+		row.Total = len(objs)
+		c := counts[op.Name]
+		row.RunsPerMin = strconv.FormatFloat(float64(c.Runs)/statsWindow.Minutes(), 'f', 1, 64)
+		row.Failed = c.Failed
+		row.FailureRate = "–"
+		if c.Runs > 0 {
+			row.FailureRate = strconv.FormatFloat(100*float64(c.Failed)/float64(c.Runs), 'f', 1, 64) + "%"
+		}
+		rows = append(rows, row)
+	}
+	v.Data = rows
+	return "overview", v, nil
+}
+
+// failureGroup is the failed runs that share an error message.
+type failureGroup struct {
+	Error     string
+	Count     int
+	Stalled   int
+	Latest    archive.Run
+	Objects   []archive.Run // one run per object, newest first, at most 5
+	More      int           // objects beyond those
+	Operators []string
+}
+
+// failureWindows are the periods the inbox offers.
+var failureWindows = []struct{ Label, Value string }{{"1 hour", "1h"}, {"24 hours", "24h"}, {"7 days", "168h"}}
+
+func (s *Server) failures(r *http.Request, u *user) (string, *view, error) {
+	ctx := r.Context()
+	window := r.URL.Query().Get("since")
+	d, err := time.ParseDuration(window)
+	if err != nil || d <= 0 {
+		window, d = "24h", 24*time.Hour
+	}
+	v := &view{Title: "Failures", Nav: "failures", Live: "/failures?since=" + url.QueryEscape(window)}
+	allowed := map[string]bool{}
+	if s.opts.Auth.Kubernetes {
+		ops, err := s.readable(ctx, u)
+		if err != nil {
+			return "", nil, err
+		}
+		for _, op := range ops {
+			allowed[op.Name] = true
+		}
+	}
+	page, err := s.opts.Archive.List(ctx, archive.Query{Failed: true, Since: time.Now().Add(-d), Limit: 1000})
+	if err != nil {
+		return "", nil, fmt.Errorf("the run archive cannot be read: %w", err)
+	}
+	var groups []*failureGroup
+	byError := map[string]*failureGroup{}
+	seen := map[string]bool{} // error + object
+	for _, run := range page.Runs {
+		if s.opts.Auth.Kubernetes && !allowed[run.Operator] {
+			continue
+		}
+		msg := firstLine(run.Error)
+		g := byError[msg]
+		if g == nil {
+			g = &failureGroup{Error: msg, Latest: run}
+			byError[msg] = g
+			groups = append(groups, g)
+		}
+		g.Count++
+		if run.Outcome == archive.GaveUp {
+			g.Stalled++
+		}
+		if !slices.Contains(g.Operators, run.Operator) {
+			g.Operators = append(g.Operators, run.Operator)
+		}
+		key := msg + "\x00" + run.Operator + "\x00" + run.Object()
+		if !seen[key] {
+			seen[key] = true
+			if len(g.Objects) < 5 {
+				g.Objects = append(g.Objects, run)
+			} else {
+				g.More++
+			}
+		}
+	}
+	v.Data = map[string]any{"Groups": groups, "Window": window, "Windows": failureWindows, "Capped": page.Next != ""}
+	return "failures", v, nil
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if s == "" {
+		return "(no error message)"
+	}
+	return s
+}
+
+// objectsPerPage is the operator page's table size.
+const objectsPerPage = 100
+
+func (s *Server) operatorPage(r *http.Request, u *user) (string, *view, error) {
+	ctx := r.Context()
+	name := r.PathValue("operator")
+	op, err := s.mayRead(ctx, u, name, "")
+	if err != nil {
+		return "", nil, err
+	}
+	if op == nil {
+		return "", nil, notFound("no operator %s in the cluster (no CRD labelled opkit.dev/operator=%s)", name, name)
+	}
+	q := r.URL.Query()
+	filter := state(q.Get("state"))
+	pageNo, _ := strconv.Atoi(q.Get("page"))
+	pageNo = max(pageNo, 1)
+	v := &view{Title: name, Crumbs: []crumb{{"Operators", "/"}}}
+	v.Live = "/operators/" + url.PathEscape(name) + "?" + q.Encode()
+	objs, err := s.catalog.Objects(ctx, op)
+	if err != nil {
+		v.Notices = append(v.Notices, err.Error())
+	}
+	n := map[state]int{}
+	var rows []objectRow
+	for _, o := range objs {
+		n[o.State]++
+		if filter == "" || o.State == filter {
+			rows = append(rows, o)
+		}
+	}
+	var counts []stateCount
+	for _, st := range states {
+		counts = append(counts, stateCount{st, n[st]})
+	}
+	pages := max((len(rows)+objectsPerPage-1)/objectsPerPage, 1)
+	pageNo = min(pageNo, pages)
+	rows = rows[min((pageNo-1)*objectsPerPage, len(rows)):min(pageNo*objectsPerPage, len(rows))]
+
+	// The last run of each object shown, from the operator's recent runs.
+	last := map[string]archive.Run{}
+	if page, err := s.opts.Archive.List(ctx, archive.Query{Operator: name, Limit: 1000}); err != nil {
+		v.Notices = append(v.Notices, "The run archive cannot be read: "+err.Error())
+	} else {
+		for _, run := range page.Runs {
+			if _, ok := last[run.UID]; !ok {
+				last[run.UID] = run
+			}
+		}
+	}
+	type row struct {
+		objectRow
+		Last *archive.Run
+	}
+	var out []row
+	for _, o := range rows {
+		rw := row{objectRow: o}
+		if run, ok := last[o.UID]; ok {
+			rw.Last = &run
+		}
+		out = append(out, rw)
+	}
+	v.Data = map[string]any{"Op": op, "Rows": out, "Counts": counts, "Total": len(objs), "Filter": string(filter),
+		"Page": pageNo, "Pages": pages, "Prev": pageLink(q, pageNo-1, pages), "Next": pageLink(q, pageNo+1, pages)}
+	return "operator", v, nil
+}
+
+// pageLink is the query of page n, or "" when there is none.
+func pageLink(q url.Values, n, pages int) string {
+	if n < 1 || n > pages {
+		return ""
+	}
+	q2 := url.Values{}
+	for k, vs := range q {
+		q2[k] = vs
+	}
+	q2.Set("page", strconv.Itoa(n))
+	return "?" + q2.Encode()
+}
+
+// child is one entry of status.opkit.children.
+type child struct {
+	ID, APIVersion, Kind, Namespace, Name string
+}
+
+// event is one Event of an object, for the timeline.
+type event struct {
+	Type, Reason, Message string
+	Count                 int32
+	At                    time.Time
+}
+
+func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
+	ctx := r.Context()
+	opName, ns, name := r.PathValue("operator"), r.PathValue("namespace"), r.PathValue("name")
+	if ns == clusterScoped {
+		ns = ""
+	}
+	op, err := s.mayRead(ctx, u, opName, ns)
+	if err != nil {
+		return "", nil, err
+	}
+	v := &view{Title: objectLabel(ns, name), Crumbs: []crumb{{"Operators", "/"}, {opName, "/operators/" + url.PathEscape(opName)}}}
+	q := r.URL.Query()
+	cursor := q.Get("cursor")
+	v.Live = objectURL(opName, ns, name)
+	if cursor != "" {
+		v.Live += "?cursor=" + url.QueryEscape(cursor)
+	}
+	data := map[string]any{"Op": op, "OpName": opName, "Namespace": ns, "Name": name}
+
+	var obj *unstructured.Unstructured
+	if op != nil {
+		obj = &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(op.GVK)
+		err := s.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
+		switch {
+		case apierrors.IsNotFound(err):
+			obj = nil
+			v.Notices = append(v.Notices, fmt.Sprintf("%s %s does not exist (any more): its runs are below.", op.GVK.Kind, objectLabel(ns, name)))
+		case err != nil:
+			obj = nil
+			v.Notices = append(v.Notices, "The cluster cannot be read: "+err.Error())
+		}
+	}
+	if obj != nil {
+		st, msg := stateOf(obj)
+		data["State"], data["Message"] = st, msg
+		_, data["Paused"] = obj.GetAnnotations()[pauseAnnotation]
+		data["Conditions"] = conditions(obj)
+		data["YAML"] = objectYAML(obj)
+		data["Children"] = children(obj)
+		events, err := s.events(ctx, obj)
+		if err != nil {
+			v.Notices = append(v.Notices, "Events cannot be read: "+err.Error())
+		}
+		data["Events"] = events
+		data["Exists"] = true
+	}
+	page, err := s.opts.Archive.List(ctx, archive.Query{Operator: opName, Namespace: ns, Name: name, Limit: 50, Cursor: cursor})
+	if err != nil {
+		v.Notices = append(v.Notices, "The run archive cannot be read: "+err.Error())
+		page = &archive.Page{}
+	}
+	data["Runs"], data["Next"] = page.Runs, page.Next
+	if obj == nil && len(page.Runs) == 0 && op == nil {
+		return "", nil, notFound("no operator %s, and no runs for %s", opName, objectLabel(ns, name))
+	}
+	v.Data = data
+	return "timeline", v, nil
+}
+
+func objectLabel(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
+
+func objectURL(op, ns, name string) string {
+	if ns == "" {
+		ns = clusterScoped
+	}
+	return "/operators/" + url.PathEscape(op) + "/objects/" + url.PathEscape(ns) + "/" + url.PathEscape(name)
+}
+
+func objectYAML(obj *unstructured.Unstructured) string {
+	c := obj.DeepCopy()
+	c.SetManagedFields(nil)
+	data, err := yaml.Marshal(c.Object)
+	if err != nil {
+		return err.Error()
+	}
+	return string(data)
+}
+
+func children(obj *unstructured.Unstructured) []child {
+	raw, _, _ := unstructured.NestedSlice(obj.Object, "status", "opkit", "children")
+	var out []child
+	for _, r := range raw {
+		m, ok := r.(map[string]any)
+		if !ok {
+			continue
+		}
+		str := func(k string) string { s, _ := m[k].(string); return s }
+		out = append(out, child{ID: str("id"), APIVersion: str("apiVersion"), Kind: str("kind"), Namespace: str("namespace"), Name: str("name")})
+	}
+	return out
+}
+
+// events returns the object's latest Events, newest first.
+func (s *Server) events(ctx context.Context, obj *unstructured.Unstructured) ([]event, error) {
+	var list corev1.EventList
+	err := s.client.List(ctx, &list, client.InNamespace(obj.GetNamespace()),
+		client.MatchingFields{"involvedObject.uid": string(obj.GetUID())})
+	if err != nil {
+		return nil, err
+	}
+	var out []event
+	for _, e := range list.Items {
+		at := e.LastTimestamp.Time
+		for _, t := range []time.Time{e.EventTime.Time, e.FirstTimestamp.Time, e.CreationTimestamp.Time} {
+			if at.IsZero() {
+				at = t
+			}
+		}
+		if e.Series != nil && e.Series.LastObservedTime.After(at) {
+			at = e.Series.LastObservedTime.Time
+		}
+		count := max(e.Count, 1)
+		if e.Series != nil {
+			count = max(e.Series.Count, count)
+		}
+		out = append(out, event{Type: e.Type, Reason: e.Reason, Message: e.Message, Count: count, At: at})
+	}
+	slices.SortFunc(out, func(a, b event) int { return b.At.Compare(a.At) })
+	return out[:min(len(out), 30)], nil
+}
+
+// logPageSize is how much of a log one page shows.
+const logPageSize = 64 << 10
+
+// logLine is one line of a searched log.
+type logLine struct {
+	N    int
+	Text string
+}
+
+func (s *Server) runPage(r *http.Request, u *user) (string, *view, error) {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	if !archive.ValidID(id) {
+		return "", nil, notFound("%q is not a run id", id)
+	}
+	run, err := s.opts.Archive.Get(ctx, id)
+	if err != nil {
+		return "", nil, err
+	}
+	if _, err := s.mayRead(ctx, u, run.Operator, run.Namespace); err != nil {
+		return "", nil, err
+	}
+	raw, truncated, err := s.opts.Archive.Logs(ctx, id, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	log := cleanLog(raw)
+	q := r.URL.Query()
+	v := &view{Title: "Run " + id, Crumbs: []crumb{{"Operators", "/"}, {run.Operator, "/operators/" + url.PathEscape(run.Operator)},
+		{objectLabel(run.Namespace, run.Name), objectURL(run.Operator, run.Namespace, run.Name)}}}
+	if run.Outcome == archive.Running {
+		v.Live = "/runs/" + id + "?" + q.Encode()
+	}
+	data := map[string]any{"Run": run, "Truncated": truncated, "LogBytes": len(raw), "ObjectURL": objectURL(run.Operator, run.Namespace, run.Name), "Search": ""}
+
+	if search := q.Get("q"); search != "" {
+		var lines []logLine
+		needle := strings.ToLower(search)
+		for i, line := range strings.Split(log, "\n") {
+			if strings.Contains(strings.ToLower(line), needle) {
+				lines = append(lines, logLine{i + 1, line})
+				if len(lines) == 1000 {
+					break
+				}
+			}
+		}
+		data["Search"], data["Matches"] = search, lines
+	} else {
+		pages := splitLog(log)
+		n, err := strconv.Atoi(q.Get("page"))
+		if err != nil || n < 1 || n > len(pages) {
+			n = len(pages) // the end of a log says the most
+		}
+		data["Log"], data["Page"], data["Pages"] = pages[n-1], n, len(pages)
+		if n > 1 {
+			data["Prev"] = pageLink(url.Values{}, n-1, len(pages))
+		}
+		if n < len(pages) {
+			data["Next"] = pageLink(url.Values{}, n+1, len(pages))
+		}
+	}
+	v.Data = data
+	return "run", v, nil
+}
+
+// splitLog cuts a log into pages of about logPageSize, at line ends.
+func splitLog(log string) []string {
+	var pages []string
+	for len(log) > logPageSize {
+		cut := strings.LastIndexByte(log[:logPageSize], '\n') + 1
+		if cut == 0 {
+			cut = logPageSize
+		}
+		pages = append(pages, log[:cut])
+		log = log[cut:]
+	}
+	return append(pages, log)
+}
+
+// rawLog serves a run's whole log as text, control sequences removed.
+func (s *Server) rawLog(w http.ResponseWriter, r *http.Request) {
+	u, err := s.auth.authenticate(r.Context(), r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	if !archive.ValidID(id) {
+		s.fail(w, r, notFound("%q is not a run id", id))
+		return
+	}
+	run, err := s.opts.Archive.Get(r.Context(), id)
+	if err == nil {
+		_, err = s.mayRead(r.Context(), u, run.Operator, run.Namespace)
+	}
+	var raw []byte
+	if err == nil {
+		raw, _, err = s.opts.Archive.Logs(r.Context(), id, 0)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Content-Disposition", `inline; filename="`+id+`.log"`)
+	_, _ = w.Write([]byte(cleanLog(raw)))
+}
+
+// act runs an action on an object: retry, pause or resume.
+func (s *Server) act(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	u, err := s.auth.authenticate(ctx, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.auth.checkCSRF(r, u); err != nil {
+		s.fail(w, r, forbidden("%s", err))
+		return
+	}
+	opName, ns, name, action := r.PathValue("operator"), r.PathValue("namespace"), r.PathValue("name"), r.PathValue("action")
+	if ns == clusterScoped {
+		ns = ""
+	}
+	var patch string
+	switch action {
+	case "retry":
+		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, retryAnnotation, time.Now().UTC().Format(time.RFC3339Nano))
+	case "pause":
+		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, pauseAnnotation)
+	case "resume":
+		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, pauseAnnotation)
+	default:
+		s.fail(w, r, notFound("no action %q: retry, pause or resume", action))
+		return
+	}
+	op, err := s.catalog.Operator(ctx, opName)
+	if err == nil && op == nil {
+		err = notFound("no operator %s in the cluster", opName)
+	}
+	if err == nil {
+		var ok bool
+		if ok, err = s.auth.allowed(ctx, u, op, "patch", ns); err == nil && !ok {
+			err = forbidden("%s may not patch %s.%s in %s", u.Name, op.Plural, op.GVK.Group, namespaceLabel(ns))
+		}
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(op.GVK)
+	obj.SetNamespace(ns)
+	obj.SetName(name)
+	if err := s.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		if apierrors.IsNotFound(err) {
+			err = notFound("%s %s does not exist", op.GVK.Kind, objectLabel(ns, name))
+		}
+		s.fail(w, r, err)
+		return
+	}
+	back := r.PostFormValue("back")
+	if !strings.HasPrefix(back, "/") || strings.HasPrefix(back, "//") || strings.Contains(back, "\\") {
+		back = objectURL(opName, ns, name)
+	}
+	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
+func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
+	if !s.opts.Auth.enabled() {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	s.renderLogin(w, http.StatusOK, "")
+}
+
+func (s *Server) renderLogin(w http.ResponseWriter, status int, notice string) {
+	v := &view{Title: "Sign in", Data: s.opts.Auth.Kubernetes}
+	if notice != "" {
+		v.Notices = []string{notice}
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = s.tmpl["login"].ExecuteTemplate(w, "layout", v)
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	if !s.opts.Auth.enabled() {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	if origin := r.Header.Get("Origin"); origin != "" {
+		if o, err := url.Parse(origin); err != nil || o.Host != r.Host {
+			s.renderLogin(w, http.StatusForbidden, "sign-in from another site refused")
+			return
+		}
+	}
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	if _, err := s.auth.check(r.Context(), token); err != nil {
+		s.renderLogin(w, http.StatusForbidden, "That token is not valid.")
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}

@@ -1,0 +1,184 @@
+package console
+
+import (
+	"fmt"
+	"html/template"
+	"io/fs"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+)
+
+// parseTemplates parses the layout with each page, by page name.
+func parseTemplates() (map[string]*template.Template, error) {
+	base, err := template.New("").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html")
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	pages, err := fs.Glob(templateFiles, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*template.Template{}
+	for _, p := range pages {
+		name := strings.TrimSuffix(path.Base(p), ".html")
+		if name == "layout" {
+			continue
+		}
+		t, err := template.Must(base.Clone()).ParseFS(templateFiles, p)
+		if err != nil {
+			return nil, fmt.Errorf("console: %w", err)
+		}
+		out[name] = t
+	}
+	return out, nil
+}
+
+var funcs = template.FuncMap{
+	"ago":        ago,
+	"duration":   runDuration,
+	"objectURL":  objectURL,
+	"runURL":     func(id string) string { return "/runs/" + id },
+	"objectOf":   func(r archive.Run) string { return r.Object() },
+	"outcome":    outcomeBadge,
+	"state":      stateBadge,
+	"linkRuns":   linkRuns,
+	"rfc3339":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"label":      objectLabel,
+	"join":       strings.Join,
+	"add":        func(a, b int) int { return a + b },
+	"humanBytes": humanBytes,
+	"until":      until,
+	"dict":       dict,
+}
+
+// dict builds a map from key, value pairs, for sub-templates.
+func dict(kv ...any) map[string]any {
+	m := map[string]any{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		k, _ := kv[i].(string)
+		m[k] = kv[i+1]
+	}
+	return m
+}
+
+// ago says how long ago t was, coarsely.
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "–"
+	}
+	d := time.Since(t)
+	switch {
+	case d < time.Second:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	default:
+		return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+	}
+}
+
+// until says how long until t.
+func until(t time.Time) string {
+	d := time.Until(t)
+	if d <= 0 {
+		return "due now"
+	}
+	return "in " + d.Round(time.Second).String()
+}
+
+func runDuration(r archive.Run) string {
+	if r.FinishedAt.IsZero() {
+		return "running for " + time.Since(r.StartedAt).Round(time.Second).String()
+	}
+	d := r.FinishedAt.Sub(r.StartedAt)
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
+func humanBytes(n int) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+}
+
+// badge is a status as a symbol and a word: never color alone.
+type badge struct{ Class, Symbol, Text string }
+
+func outcomeBadge(o archive.Outcome) badge {
+	switch o {
+	case archive.Succeeded:
+		return badge{"ok", "✓", "Succeeded"}
+	case archive.Failed:
+		return badge{"bad", "✗", "Failed"}
+	case archive.GaveUp:
+		return badge{"bad", "⛔", "Gave up"}
+	case archive.Running:
+		return badge{"run", "⟳", "Running"}
+	case archive.Cancelled:
+		return badge{"warn", "⊘", "Cancelled"}
+	}
+	return badge{"", "?", string(o)}
+}
+
+func stateBadge(s state) badge {
+	switch s {
+	case stateReady:
+		return badge{"ok", "✓", "Ready"}
+	case stateNotReady:
+		return badge{"warn", "…", "Not ready"}
+	case stateDegraded:
+		return badge{"bad", "✗", "Degraded"}
+	case stateStalled:
+		return badge{"bad", "⛔", "Stalled"}
+	case statePaused:
+		return badge{"warn", "⏸", "Paused"}
+	}
+	return badge{"", "?", "Unknown"}
+}
+
+// runID matches the run ids in Event messages.
+var runID = regexp.MustCompile(`\b[0-9a-hjkmnp-tv-z]{18}\b`)
+
+// linkRuns escapes an Event message and links the run ids in it.
+func linkRuns(msg string) template.HTML {
+	var b strings.Builder
+	last := 0
+	for _, m := range runID.FindAllStringIndex(msg, -1) {
+		id := msg[m[0]:m[1]]
+		if !archive.ValidID(id) {
+			continue
+		}
+		b.WriteString(template.HTMLEscapeString(msg[last:m[0]]))
+		fmt.Fprintf(&b, `<a href="/runs/%s">%s</a>`, id, id)
+		last = m[1]
+	}
+	b.WriteString(template.HTMLEscapeString(msg[last:]))
+	return template.HTML(b.String()) //nolint:gosec // escaped above; ids are [0-9a-z]
+}
+
+// controlSequences are ANSI escapes (CSI and OSC) and other control
+// characters a terminal would interpret.
+var controlSequences = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]`)
+
+// cleanLog strips a log's terminal control sequences, keeping newlines and
+// tabs, and makes it valid UTF-8.
+func cleanLog(raw []byte) string {
+	s := strings.ReplaceAll(string(raw), "\r\n", "\n")
+	s = controlSequences.ReplaceAllString(s, "")
+	return strings.ToValidUTF8(s, "\uFFFD")
+}

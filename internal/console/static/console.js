@@ -1,0 +1,35 @@
+// opkit console: keeps a page's live part (#live) current from /live
+// (Server-Sent Events). Pages work without it; it only saves reloads.
+(function () {
+  "use strict";
+  var live = document.getElementById("live");
+  if (!live || !window.EventSource) return;
+  var pending = null;
+  function busy() {
+    // Leave the part alone while someone types or chooses in it.
+    var a = document.activeElement;
+    return a && live.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName);
+  }
+  function swap(html) {
+    if (busy()) { pending = html; return; }
+    pending = null;
+    // Keep open <details> open, and the focused link focused, across the swap.
+    var open = [];
+    live.querySelectorAll("details[open] > summary").forEach(function (s) { open.push(s.textContent); });
+    var focused = document.activeElement && live.contains(document.activeElement) ? document.activeElement.getAttribute("href") : null;
+    live.innerHTML = html;
+    live.querySelectorAll("details > summary").forEach(function (s) {
+      if (open.indexOf(s.textContent) >= 0) s.parentElement.open = true;
+    });
+    if (focused) {
+      var again = live.querySelector('[href="' + CSS.escape(focused) + '"]');
+      if (again) again.focus();
+    }
+    live.dispatchEvent(new CustomEvent("opkit:updated"));
+  }
+  document.addEventListener("focusout", function () {
+    if (pending !== null) setTimeout(function () { if (pending !== null) swap(pending); }, 0);
+  });
+  var source = new EventSource("/live?path=" + encodeURIComponent(live.dataset.live));
+  source.addEventListener("live", function (e) { swap(e.data); });
+})();

@@ -1,5 +1,6 @@
 # opkit's build. `make demo` and `make test` work on a fresh machine with Go
-# 1.26+, make and the Go module proxy: they build what they need.
+# 1.26+, make and the Go module proxy: they build what they need (make test
+# also installs Debian's chromium for the browser tests).
 
 GO                     ?= go
 BIN                    := $(CURDIR)/bin
@@ -9,7 +10,7 @@ GOLANGCI_LINT          := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # go test's timeout per package binary; integration packages start a plane.
 TEST_TIMEOUT           ?= 30m
 
-.PHONY: all build plane demo test vet lint unit fmt bench clean
+.PHONY: all build plane browser demo test vet lint unit fmt bench clean
 
 all: build
 
@@ -25,8 +26,17 @@ plane: build
 demo: plane
 	$(OPKIT) dev examples/printer --apply examples/printer/printer.yaml
 
-## test: vet, lint and every test (unit and integration), race detector on
-test: plane vet lint unit
+## browser: Debian's chromium, for the console's browser tests (apt-get
+## installs it when it is missing; as root, or with sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium (Debian package) for the console's browser tests"; \
+	  if [ "$$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null; }
+
+## test: vet, lint and every test (unit and integration, browser tests in
+## headless chromium), race detector on
+test: plane browser vet lint unit
 
 vet:
 	$(GO) vet ./...

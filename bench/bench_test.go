@@ -35,7 +35,7 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	err := benchMain([]string{
 		"-kubeconfig", kubeconfig, "-runs", "1", "-objects", "200", "-memory-objects", "300", "-ceiling-objects", "200",
 		"-live-rates", "50", "-live-duration", "2s", "-idle", "3s", "-handler-objects", "30", "-job-objects", "3",
-		"-archive-sizes", "2000", "-json", out,
+		"-archive-sizes", "2000", "-console-objects", "50", "-console-requests", "20", "-json", out,
 	}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr.String())
@@ -76,6 +76,8 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		{"handlers", "job", "change to Job created p99"},
 		{"archive", "2k runs", "runs recorded/s"},
 		{"archive", "2k runs", "latest failures p99"},
+		{"console 2k runs", "failures inbox", "page p99"},
+		{"console 2k runs", "object timeline", "page p50"},
 	} {
 		if v, ok := get(w[0], w[1], w[2]); !ok || v <= 0 {
 			t.Errorf("%s / %s / %s: got %v (measured: %v), want a positive figure", w[0], w[1], w[2], v, ok)

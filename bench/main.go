@@ -26,6 +26,8 @@
 //	          latency to the Job; drain with an exec handler, archive on
 //	          and off
 //	archive   runs recorded per second and query p99 at -archive-sizes
+//	console   the console's server time per page, p50 and p99, with
+//	          -console-objects Printers and -archive-sizes runs
 //
 // With -json FILE the figures, targets and machine go to FILE as well.
 package main
@@ -65,16 +67,21 @@ type options struct {
 	HandlerObjects int
 	JobObjects     int
 	ArchiveSizes   []int
-	ProfileDir     string
+	// ConsoleObjects are the Printers the console lists; ConsoleRequests
+	// the requests per page and archive size.
+	ConsoleObjects  int
+	ConsoleRequests int
+	ProfileDir      string
 }
 
-var allScenarios = []string{"ceiling", "drain", "live", "memory", "idle", "handlers", "archive"}
+var allScenarios = []string{"ceiling", "drain", "live", "memory", "idle", "handlers", "archive", "console"}
 
 func defaultOptions() options {
 	return options{
 		Scenarios: allScenarios, Runs: 3, Objects: 10_000, MemoryObjects: 50_000, MemoryRuns: 3, CeilingObjects: 5_000,
 		LiveRates: []int{100, 500}, LiveDuration: 10 * time.Second, Idle: 30 * time.Second,
 		HandlerObjects: 1_000, JobObjects: 15, ArchiveSizes: []int{100_000, 1_000_000},
+		ConsoleObjects: 1_000, ConsoleRequests: 200,
 	}
 }
 
@@ -125,6 +132,8 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&opts.Idle, "idle", opts.Idle, "the steady-state window of idle")
 	fs.IntVar(&opts.HandlerObjects, "handler-objects", opts.HandlerObjects, "Printers in the drain with an exec handler")
 	fs.IntVar(&opts.JobObjects, "job-objects", opts.JobObjects, "Printers with a job handler (at most 16: their Jobs never finish)")
+	fs.IntVar(&opts.ConsoleObjects, "console-objects", opts.ConsoleObjects, "Printers the console lists")
+	fs.IntVar(&opts.ConsoleRequests, "console-requests", opts.ConsoleRequests, "console requests per page and archive size")
 	sizes := fs.String("archive-sizes", "100000,1000000", "archive sizes in runs, comma-separated")
 	fs.IntVar(&opkitDefaults.Workers, "opkit-workers", 0, "opkit's concurrent reconciles (0: the engine's default)")
 	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory")
@@ -272,6 +281,13 @@ func (b *bench) run(ctx context.Context) error {
 		if on("archive") {
 			for _, n := range b.opts.ArchiveSizes {
 				if err := step(fmt.Sprintf("archive at %d runs", n), func() error { return b.archiveScale(ctx, n) }); err != nil {
+					return err
+				}
+			}
+		}
+		if on("console") {
+			for _, n := range b.opts.ArchiveSizes {
+				if err := step(fmt.Sprintf("console at %d runs", n), func() error { return b.consolePages(ctx, n) }); err != nil {
 					return err
 				}
 			}

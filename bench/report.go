@@ -120,6 +120,11 @@ func (b *bench) targets() []target {
 		overhead := (off - on) / off
 		out = append(out, target{Goal: "archive overhead on drain at most 5%", Got: fmt.Sprintf("%.1f%%", 100*overhead), Met: overhead <= 0.05})
 	}
+	for _, f := range b.figures {
+		if f.Scenario == "console 100k runs" && f.Metric == "page p99" {
+			out = append(out, target{Goal: fmt.Sprintf("console %s p99 under 100 ms with 100k runs", f.Subject), Got: fmt.Sprintf("%.1f ms", f.Median), Met: f.Median < 100})
+		}
+	}
 	return out
 }
 

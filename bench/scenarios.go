@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/bench/baseline"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/executor"
 )
@@ -297,7 +298,7 @@ func (b *bench) archiveScale(ctx context.Context, n int) error {
 		name string
 		q    archive.Query
 	}{
-		{"one object's runs p99", archive.Query{Namespace: "default", Name: "obj-1234"}},
+		{"one object's runs p99", archive.Query{Namespace: b.c.ns, Name: "obj-1234"}},
 		{"latest failures p99", archive.Query{Failed: true}},
 	} {
 		var lat []time.Duration
@@ -350,8 +351,8 @@ func (b *bench) nextRun(outcome archive.Outcome) *archive.Run {
 	i := b.runSeq
 	at := b.runBase.Add(time.Duration(i) * time.Second)
 	r := &archive.Run{
-		ID: archive.NewID(at), Operator: "printer", Handler: "announce", Action: "exec", Trigger: "update",
-		Namespace: "default", Name: fmt.Sprintf("obj-%d", i%2000), UID: fmt.Sprintf("uid-%d", i%2000),
+		ID: archive.NewID(at), Operator: operatorName, Handler: "announce", Action: "exec", Trigger: "update",
+		APIVersion: baseline.GroupVersion.String(), Kind: "Printer", Namespace: b.c.ns, Name: fmt.Sprintf("obj-%d", i%2000), UID: fmt.Sprintf("uid-%d", i%2000),
 		Generation: int64(i / 2000), Attempt: 1, StartedAt: at, Outcome: outcome,
 		Key: fmt.Sprintf("uid-%d/%d/announce", i%2000, i/2000),
 	}

@@ -162,7 +162,7 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 	if err != nil {
 		cancel()
 		if rc != nil {
-			<-rc.done
+			err = errors.Join(err, <-rc.done)
 		}
 		_ = store.Close()
 		return nil, nil, err

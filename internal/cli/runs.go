@@ -41,7 +41,7 @@ func openExistingArchive(ctx context.Context, path string) (*archive.SQLite, err
 }
 
 func newRunsCommand() *cobra.Command {
-	var archivePath, object, output string
+	var archivePath, object, output, consoleURL string
 	var q archive.Query
 	cmd := &cobra.Command{
 		Use:   "runs",
@@ -78,7 +78,7 @@ failures; -o json prints every field. See a run's log with opkit logs RUN.`,
 				enc.SetIndent("", "  ")
 				return enc.Encode(page)
 			}
-			printRuns(cmd.OutOrStdout(), page.Runs, time.Now())
+			printRuns(cmd.OutOrStdout(), page.Runs, strings.TrimSuffix(consoleURL, "/"), time.Now())
 			if page.Next != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "more runs: add --cursor %s\n", page.Next)
 			}
@@ -93,16 +93,23 @@ failures; -o json prints every field. See a run's log with opkit logs RUN.`,
 	cmd.Flags().IntVar(&q.Limit, "limit", 50, "runs per page, at most 1000")
 	cmd.Flags().StringVar(&q.Cursor, "cursor", "", "continue after a previous page")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	cmd.Flags().StringVar(&consoleURL, "console-url", os.Getenv("OPKIT_CONSOLE_URL"), "the console's base URL: each run gets its page's link (env OPKIT_CONSOLE_URL)")
 	return cmd
 }
 
-func printRuns(w io.Writer, runs []archive.Run, now time.Time) {
+// printRuns writes runs as a table; with a console URL, each with the link
+// of its page.
+func printRuns(w io.Writer, runs []archive.Run, consoleURL string, now time.Time) {
 	if len(runs) == 0 {
 		fmt.Fprintln(w, "No runs.")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tOPERATOR\tOBJECT\tHANDLER\tTRIGGER\tATTEMPT\tOUTCOME\tSTARTED\tDURATION\tERROR")
+	header := "RUN\tOPERATOR\tOBJECT\tHANDLER\tTRIGGER\tATTEMPT\tOUTCOME\tSTARTED\tDURATION\tERROR"
+	if consoleURL != "" {
+		header += "\tCONSOLE"
+	}
+	fmt.Fprintln(tw, header)
 	for _, r := range runs {
 		duration := "-"
 		if !r.FinishedAt.IsZero() {
@@ -112,8 +119,12 @@ func printRuns(w io.Writer, runs []archive.Run, now time.Time) {
 		if len(errText) > 80 {
 			errText = errText[:77] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s\n", r.ID, r.Operator, r.Object(), r.Handler, r.Trigger,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s", r.ID, r.Operator, r.Object(), r.Handler, r.Trigger,
 			r.Attempt, r.Outcome, now.Sub(r.StartedAt).Round(time.Second), duration, errText)
+		if consoleURL != "" {
+			fmt.Fprintf(tw, "\t%s/runs/%s", consoleURL, r.ID)
+		}
+		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
 }

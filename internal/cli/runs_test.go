@@ -60,3 +60,17 @@ func TestLogsFollowPrintsARunUntilItEnds(t *testing.T) {
 		t.Errorf("stderr %q", got)
 	}
 }
+
+func TestRunsLinkTheConsoleWhenItsURLIsKnown(t *testing.T) {
+	now := time.Now()
+	runs := []archive.Run{{ID: archive.NewID(now), Operator: "op", Handler: "h", Namespace: "ns", Name: "n", Outcome: archive.Failed, StartedAt: now}}
+	var plain, linked bytes.Buffer
+	printRuns(&plain, runs, "", now)
+	printRuns(&linked, runs, "https://opkit.example.com", now)
+	if strings.Contains(plain.String(), "CONSOLE") {
+		t.Errorf("a console column without a console URL:\n%s", plain.String())
+	}
+	if want := "https://opkit.example.com/runs/" + runs[0].ID; !strings.Contains(linked.String(), want) || !strings.Contains(linked.String(), "CONSOLE") {
+		t.Errorf("the table lacks %s:\n%s", want, linked.String())
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -286,9 +287,18 @@ func TestPagesShowOperatorsObjectsRunsAndFailures(t *testing.T) {
 		t.Errorf("the inbox shows an object that never failed")
 	}
 
-	// The Events' run ids are console links.
-	clustertest.Eventually(t, 30*time.Second, "an Event links its run", func(context.Context) (bool, error) {
-		return strings.Contains(get(t, f.url+"/operators/chores/objects/"+env.Namespace+"/flood"), f.url+"/runs/"), nil
+	// The Events name their runs' console pages (the engine's ConsoleURL).
+	clustertest.Eventually(t, 30*time.Second, "an Event links its run's page", func(ctx context.Context) (bool, error) {
+		var events corev1.EventList
+		if err := env.Client.List(ctx, &events, client.InNamespace(env.Namespace)); err != nil {
+			return false, err
+		}
+		for _, e := range events.Items {
+			if e.Reason == "HandlerGaveUp" && strings.Contains(e.Message, "("+f.url+"/runs/"+failed.ID+")") {
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 
 	// What is not there says so.

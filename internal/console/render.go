@@ -88,7 +88,7 @@ func ago(t time.Time) string {
 // until says how long until t.
 func until(t time.Time) string {
 	d := time.Until(t)
-	if d <= 0 {
+	if d < time.Second {
 		return "due now"
 	}
 	return "in " + d.Round(time.Second).String()
@@ -126,7 +126,7 @@ func outcomeBadge(o archive.Outcome) badge {
 	case archive.Failed:
 		return badge{"bad", "✗", "Failed"}
 	case archive.GaveUp:
-		return badge{"bad", "⛔", "Gave up"}
+		return badge{"bad", "⊗", "Gave up"}
 	case archive.Running:
 		return badge{"run", "⟳", "Running"}
 	case archive.Cancelled:
@@ -144,22 +144,24 @@ func stateBadge(s state) badge {
 	case stateDegraded:
 		return badge{"bad", "✗", "Degraded"}
 	case stateStalled:
-		return badge{"bad", "⛔", "Stalled"}
+		return badge{"bad", "⊗", "Stalled"}
 	case statePaused:
-		return badge{"warn", "⏸", "Paused"}
+		return badge{"warn", "‖", "Paused"}
 	}
 	return badge{"", "?", "Unknown"}
 }
 
-// runID matches the run ids in Event messages.
-var runID = regexp.MustCompile(`\b[0-9a-hjkmnp-tv-z]{18}\b`)
+// runID matches the run ids in Event messages, with the console URL the
+// engine may add after them.
+var runID = regexp.MustCompile(`\b([0-9a-hjkmnp-tv-z]{18})\b(?: \(https?://[^\s()]*/runs/[0-9a-z]{18}\))?`)
 
-// linkRuns escapes an Event message and links the run ids in it.
+// linkRuns escapes an Event message and links the run ids in it to this
+// console (the URL after an id is left out: the link is the same run).
 func linkRuns(msg string) template.HTML {
 	var b strings.Builder
 	last := 0
-	for _, m := range runID.FindAllStringIndex(msg, -1) {
-		id := msg[m[0]:m[1]]
+	for _, m := range runID.FindAllStringSubmatchIndex(msg, -1) {
+		id := msg[m[2]:m[3]]
 		if !archive.ValidID(id) {
 			continue
 		}

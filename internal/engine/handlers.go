@@ -35,8 +35,8 @@ import (
 // engine removes it. `opkit retry` sets it.
 const RetryAnnotation = "opkit.dev/retry"
 
-// PauseAnnotation, set to any value on a custom resource, pauses its
-// handlers: a run in flight finishes and is recorded, but no handler starts
+// PauseAnnotation is the annotation that, set to any value on a custom
+// resource, pauses its handlers: a run in flight finishes and is recorded, but no handler starts
 // (create, update, delete, resume or schedule) until the annotation is
 // removed; then what came due meanwhile runs. Children are still kept
 // converged. The console's Pause and Resume set and remove it.
@@ -225,7 +225,7 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 	rn := &runner{
 		def: d, archive: e.opts.Archive, client: e.client, reader: e.mgr.GetAPIReader(), events: rec, ctx: ctx, metrics: handlerMetrics(),
 		console: strings.TrimSuffix(e.opts.ConsoleURL, "/"),
-		execs: map[string]executor.Executor{}, wake: make(chan event.GenericEvent, 1024),
+		execs:   map[string]executor.Executor{}, wake: make(chan event.GenericEvent, 1024),
 		slots:   make(chan struct{}, e.opts.MaxConcurrentRuns),
 		flights: map[types.UID]*flight{}, resumed: map[types.UID]bool{}, written: map[types.NamespacedName]memo{},
 	}

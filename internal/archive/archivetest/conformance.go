@@ -279,7 +279,7 @@ func countsByOperatorSince(t *testing.T, open Open) {
 		finish(t, s, a, o)
 	}
 	insert(t, s, newRun(base.Add(10*time.Minute), "b", "ns", "n", "h")) // still running
-	insert(t, s, newRun(base.Add(-time.Minute), "c", "ns", "n", "h"))  // too old
+	insert(t, s, newRun(base.Add(-time.Minute), "c", "ns", "n", "h"))   // too old
 	got, err := s.Counts(context.Background(), base.Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)

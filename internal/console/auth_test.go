@@ -1,0 +1,166 @@
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/console"
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+	"github.com/opkit-dev/opkit/internal/engine"
+)
+
+// serve starts a console with auth on loopback for the test.
+func serve(t *testing.T, f *fixture, auth console.Auth) string {
+	t.Helper()
+	srv, err := console.New(console.Options{Archive: f.store, Config: f.cfg, Auth: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := srv.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("console: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+func annotations(t *testing.T, env *clustertest.Env, ns, name string) map[string]string {
+	t.Helper()
+	obj := chore(ns, name, "", "")
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatal(err)
+	}
+	return obj.GetAnnotations()
+}
+
+func TestTokenAuthRefusesRequestsWithoutTheToken(t *testing.T) {
+	f := start(t)
+	env := clustertest.New(t)
+	create(t, env, chore(env.Namespace, "locked", "ok", "x"))
+	waitRuns(t, f, env.Namespace, "locked", archive.Succeeded, 1)
+	const token = "0123456789abcdef-console"
+	base := serve(t, f, console.Auth{Token: token})
+	objURL := base + "/operators/chores/objects/" + env.Namespace + "/locked"
+
+	for what, r := range map[string]response{
+		"a page without a token":  do(t, http.MethodGet, objURL, nil),
+		"a page with a bad token": do(t, http.MethodGet, objURL, nil, "Authorization", "Bearer wrong"),
+		"live without a token":    do(t, http.MethodGet, base+"/live?path=/failures", nil),
+		"a log without a token":   do(t, http.MethodGet, base+"/runs/0000000000zzzzzzzz/log", nil),
+	} {
+		if r.status != http.StatusForbidden {
+			t.Errorf("%s: %d, want 403", what, r.status)
+		}
+	}
+	// An action without a valid token is refused and changes nothing, even
+	// with a CSRF token taken from a signed-in page.
+	page := get(t, objURL, "Authorization", "Bearer "+token)
+	csrf := csrfField.FindStringSubmatch(page)
+	if csrf == nil {
+		t.Fatal("no CSRF token on the signed-in timeline")
+	}
+	for what, r := range map[string]response{
+		"no token":  do(t, http.MethodPost, objURL+"/pause", url.Values{"csrf": {csrf[1]}}),
+		"bad token": do(t, http.MethodPost, objURL+"/pause", url.Values{"csrf": {csrf[1]}}, "Authorization", "Bearer wrong"),
+	} {
+		if r.status != http.StatusForbidden {
+			t.Errorf("pause with %s: %d, want 403", what, r.status)
+		}
+	}
+	if _, ok := annotations(t, env, env.Namespace, "locked")[engine.PauseAnnotation]; ok {
+		t.Fatal("a refused action paused the object")
+	}
+
+	// The sign-in page sets a cookie that works like the header.
+	if r := do(t, http.MethodPost, base+"/login", url.Values{"token": {"wrong"}}); r.status != http.StatusForbidden {
+		t.Errorf("sign-in with a wrong token: %d", r.status)
+	}
+	r := do(t, http.MethodPost, base+"/login", url.Values{"token": {token}})
+	cookie := r.header.Get("Set-Cookie")
+	if r.status != http.StatusSeeOther || !strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Strict") {
+		t.Fatalf("sign-in: %d, cookie %q", r.status, cookie)
+	}
+	value := strings.SplitN(strings.SplitN(cookie, ";", 2)[0], "=", 2)[1]
+	r = do(t, http.MethodPost, objURL+"/pause", url.Values{"csrf": {csrf[1]}}, "Cookie", "opkit_token="+value)
+	if r.status != http.StatusSeeOther {
+		t.Fatalf("pause when signed in: %d\n%s", r.status, r.body)
+	}
+	if _, ok := annotations(t, env, env.Namespace, "locked")[engine.PauseAnnotation]; !ok {
+		t.Fatal("the signed-in pause did not pause the object")
+	}
+}
+
+func TestKubernetesAuthFollowsRBAC(t *testing.T) {
+	f := start(t)
+	env := clustertest.New(t)
+	create(t, env, chore(env.Namespace, "watched", "ok", "x"))
+	waitRuns(t, f, env.Namespace, "watched", archive.Succeeded, 1)
+	base := serve(t, f, console.Auth{Kubernetes: true})
+	objURL := base + "/operators/chores/objects/" + env.Namespace + "/watched"
+
+	// A viewer may get chores in the namespace, not patch them.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace, Name: "viewer"}}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace, Name: "chore-viewer"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"console.example.com"}, Resources: []string{"chores"}, Verbs: []string{"get", "list"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace, Name: "chore-viewer"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "chore-viewer"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "viewer", Namespace: env.Namespace}}}
+	for _, obj := range []client.Object{sa, role, binding} {
+		if err := env.Client.Create(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	tr, err := cs.CoreV1().ServiceAccounts(env.Namespace).CreateToken(t.Context(), "viewer", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	viewer := "Bearer " + tr.Status.Token
+
+	page := get(t, objURL, "Authorization", viewer)
+	mustContain(t, "the viewer's timeline", page, "system:serviceaccount:"+env.Namespace+":viewer")
+	csrf := csrfField.FindStringSubmatch(page)
+	if csrf == nil {
+		t.Fatal("no CSRF token on the viewer's timeline")
+	}
+	if r := do(t, http.MethodPost, objURL+"/retry", url.Values{"csrf": {csrf[1]}}, "Authorization", viewer); r.status != http.StatusForbidden {
+		t.Errorf("retry by a viewer: %d, want 403", r.status)
+	} else {
+		mustContain(t, "the refusal", r.body, "may not patch chores.console.example.com")
+	}
+	if _, ok := annotations(t, env, env.Namespace, "watched")[engine.RetryAnnotation]; ok {
+		t.Error("a refused retry set the annotation")
+	}
+	// Every namespace is beyond the viewer: the operator list is empty.
+	if page := get(t, base+"/", "Authorization", viewer); strings.Contains(page, `href="/operators/chores"`) {
+		t.Error("the overview shows an operator the viewer may not list in every namespace")
+	}
+	for what, r := range map[string]response{
+		"no token":        do(t, http.MethodGet, objURL, nil),
+		"a forged token":  do(t, http.MethodGet, objURL, nil, "Authorization", "Bearer not.a.jwt"),
+		"another project": do(t, http.MethodGet, base+"/operators/chores/objects/kube-system/watched", nil, "Authorization", viewer),
+	} {
+		if r.status != http.StatusForbidden {
+			t.Errorf("%s: %d, want 403", what, r.status)
+		}
+	}
+}

@@ -1,0 +1,208 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/console"
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+	"github.com/opkit-dev/opkit/internal/engine"
+)
+
+// browser starts headless Chromium (Debian's chromium package; make test
+// installs it) and returns a tab. Without it the test fails under CI=true
+// and is skipped elsewhere.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	var path string
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no chromium in PATH: install Debian's chromium package (make test does)")
+		}
+		t.Skip("no chromium in PATH: install Debian's chromium package, or run make test")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Headless,
+		chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 900))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("starting %s: %v", path, err)
+	}
+	return ctx
+}
+
+// within runs actions with a timeout.
+func within(ctx context.Context, t *testing.T, d time.Duration, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitJS waits until a JavaScript expression is true, and returns how long
+// that took.
+func waitJS(ctx context.Context, t *testing.T, d time.Duration, what, expr string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+		if err == nil && ok {
+			return time.Since(start)
+		}
+		if time.Since(start) > d {
+			html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+			t.Fatalf("after %s, %s is not so (%v); the page says:\n%s", d, what, err, html)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func js(s string) string { return fmt.Sprintf("%q", s) }
+
+// screenshot saves the page under $OPKIT_SCREENSHOTS, when set (see
+// docs/console.md).
+func screenshot(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	dir := os.Getenv("OPKIT_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBrowserFailureToStderrToRetry(t *testing.T) {
+	f := start(t)
+	env := clustertest.New(t)
+	tab := browser(t)
+	create(t, env, chore(env.Namespace, "steady", "ok", "water the plants"))
+	waitRuns(t, f, env.Namespace, "steady", archive.Succeeded, 1)
+
+	// The inbox, open before the failure; the page is marked to show it is
+	// never reloaded.
+	within(tab, t, 30*time.Second, chromedp.Navigate(f.url+"/failures?since=1h"))
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[bool](`window.opkitTestMark = true`)); err != nil {
+		t.Fatal(err)
+	}
+	object := env.Namespace + "/leak"
+	create(t, env, chore(env.Namespace, "leak", "fail", "fix the leak"))
+	first := waitRuns(t, f, env.Namespace, "leak", archive.Failed, 1)
+	took := waitJS(tab, t, 10*time.Second, "the failure in the inbox",
+		`document.getElementById("live").innerText.includes(`+js(object)+`)`)
+	if took > 2*time.Second {
+		t.Errorf("the failure appeared in the inbox %s after it was recorded; want at most 2s", took)
+	}
+	t.Logf("failure recorded -> shown in the inbox: %s", took)
+	waitJS(tab, t, time.Second, "the same page, not reloaded", `window.opkitTestMark === true`)
+	_ = first
+
+	// Clicking its run shows the handler's stderr.
+	runLink := `//tr[th/a[text()=` + js(object) + `]]//a[@class="run-link"]`
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.Search(runLink)))
+	waitJS(tab, t, 10*time.Second, "the run page with the stderr",
+		`location.pathname.startsWith("/runs/") && document.querySelector("pre.log").innerText.includes("boom: the disk is full")`)
+	waitJS(tab, t, time.Second, "no control sequences", `!document.body.innerText.includes("[31m")`)
+
+	// Retry from the object's timeline makes a new run there.
+	waitRuns(t, f, env.Namespace, "leak", archive.GaveUp, 1)
+	within(tab, t, 30*time.Second, chromedp.Navigate(f.url+"/operators/chores/objects/"+env.Namespace+"/leak"))
+	rows := `document.querySelectorAll("section[aria-labelledby=runs] tbody tr").length`
+	before, err := chromedp.Run(tab, chromedp.Evaluate[int](rows))
+	if err != nil {
+		t.Fatal(err)
+	}
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.CSS(`button.retry`)))
+	waitJS(tab, t, 30*time.Second, "a new run on the timeline after Retry", fmt.Sprintf(`%s > %d`, rows, before))
+	page, err := f.store.List(t.Context(), archive.Query{Namespace: env.Namespace, Name: "leak", Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := page.Runs[0]; r.Attempt != 1 {
+		t.Errorf("the run after Retry is attempt %d, want 1 (failed attempts cleared)", r.Attempt)
+	}
+
+	// Keyboard: the skip link is the first stop, and takes focus to main.
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[bool](`document.activeElement.blur(), true`)); err != nil {
+		t.Fatal(err)
+	}
+	within(tab, t, 10*time.Second, chromedp.KeyEvent("\t"))
+	waitJS(tab, t, 2*time.Second, "the skip link focused first", `document.activeElement.classList.contains("skip")`)
+
+	if os.Getenv("OPKIT_SCREENSHOTS") != "" {
+		shoot(tab, t, f, env.Namespace)
+	}
+}
+
+// shoot takes the screenshots of docs/console.md.
+func shoot(tab context.Context, t *testing.T, f *fixture, ns string) {
+	page, err := f.store.List(t.Context(), archive.Query{Namespace: ns, Name: "leak", Failed: true, Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, path := range map[string]string{
+		"overview": "/",
+		"operator": "/operators/chores",
+		"timeline": "/operators/chores/objects/" + ns + "/leak",
+		"run":      "/runs/" + page.Runs[0].ID,
+		"failures": "/failures?since=1h",
+	} {
+		within(tab, t, 30*time.Second, chromedp.Navigate(f.url+path))
+		screenshot(tab, t, name)
+	}
+}
+
+func TestBrowserActionWithoutAValidTokenIsRefused(t *testing.T) {
+	f := start(t)
+	env := clustertest.New(t)
+	tab := browser(t)
+	create(t, env, chore(env.Namespace, "vault", "ok", "x"))
+	waitRuns(t, f, env.Namespace, "vault", archive.Succeeded, 1)
+	const token = "browser-test-token-0123456789"
+	base := serve(t, f, console.Auth{Token: token})
+
+	within(tab, t, 30*time.Second, chromedp.Navigate(base+"/operators/chores/objects/"+env.Namespace+"/vault"))
+	waitJS(tab, t, 5*time.Second, "a refusal before signing in", `document.title.startsWith("Forbidden")`)
+	within(tab, t, 30*time.Second, chromedp.Navigate(base+"/login"))
+	screenshot(tab, t, "login")
+	within(tab, t, 30*time.Second, chromedp.SendKeys(chromedp.ID("token"), token), chromedp.Submit(chromedp.ID("token")))
+	waitJS(tab, t, 10*time.Second, "the overview after signing in", `location.pathname === "/" && document.body.innerText.includes("Signed in as")`)
+	within(tab, t, 30*time.Second, chromedp.Navigate(base+"/operators/chores/objects/"+env.Namespace+"/vault"))
+	waitJS(tab, t, 5*time.Second, "the timeline", `!!document.querySelector("button.pause")`)
+
+	// The session ends (signed out elsewhere); the form still on screen
+	// must not act.
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[bool](`fetch("/logout", {method: "POST"}).then(() => true)`, chromedp.EvalAwaitPromise)); err != nil {
+		t.Fatal(err)
+	}
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.CSS(`button.pause`)))
+	waitJS(tab, t, 10*time.Second, "a 403 page", `document.title.startsWith("Forbidden") && document.body.innerText.includes("valid token")`)
+	if _, ok := annotations(t, env, env.Namespace, "vault")[engine.PauseAnnotation]; ok {
+		t.Fatal("an action without a valid token paused the object")
+	}
+	if !strings.HasPrefix(base, "http://127.0.0.1:") {
+		t.Errorf("the console is served on %s, not loopback", base)
+	}
+}

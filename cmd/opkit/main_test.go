@@ -354,14 +354,8 @@ func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
 	}
 	dataDir := filepath.Dir(kubeconfig)
 	// The console is served beside the engine, and lists the Printer.
-	var consoleURL string
-	for line := range strings.Lines(stderr.String()) {
-		if u, ok := strings.CutPrefix(strings.TrimSpace(line), "The console: "); ok {
-			consoleURL = u
-		}
-	}
-	if page := httpGet(t, consoleURL+"/operators/printer"); !strings.Contains(page, `href="/operators/printer/objects/default/hello"`) {
-		t.Errorf("the console at %q does not list the Printer hello:\n%s", consoleURL, page)
+	if page := httpGet(t, consoleURL(t, stderr.String(), "The console: ")+"/operators/printer"); !strings.Contains(page, `href="/operators/printer/objects/default/hello"`) {
+		t.Errorf("the console does not list the Printer hello:\n%s", page)
 	}
 	table := stdout.String()
 	if !strings.Contains(table, "hello") || !strings.Contains(table, "Hello Kube!") || !strings.Contains(table, "Succeeded") {
@@ -431,7 +425,7 @@ func TestRunWithoutFilesRunsTheOperatorsOfTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Stop()
-	cmd := exec.Command(os.Args[0], "run", "--kubeconfig", cl.KubeconfigPath())
+	cmd := exec.Command(os.Args[0], "run", "--kubeconfig", cl.KubeconfigPath(), "--console", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), asCLI+"=1")
 	stderr := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = stderr, stderr
@@ -469,11 +463,68 @@ func TestRunWithoutFilesRunsTheOperatorsOfTheCluster(t *testing.T) {
 	if err != nil || !strings.Contains(out, "printer   Printer   demo.example.com   True    Running") {
 		t.Errorf("kubectl get operators: %v\n%s", err, out)
 	}
+	// The console beside the engine lists both operators.
+	page := httpGet(t, consoleURL(t, stderr.String(), "console: "))
+	for _, op := range []string{"printer", "website"} {
+		if !strings.Contains(page, `<a href="/operators/`+op+`">`) {
+			t.Errorf("the console's overview lacks operator %s:\n%s", op, page)
+		}
+	}
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("opkit run after Ctrl-C: %v\n%s", err, stderr.String())
+	}
+
+	// opkit console serves the same from the archive and the cluster alone.
+	console := exec.Command(os.Args[0], "console", "--kubeconfig", cl.KubeconfigPath(), "--listen", "127.0.0.1:0")
+	console.Env = append(os.Environ(), asCLI+"=1")
+	out2 := &lockedBuffer{}
+	console.Stdout, console.Stderr = out2, out2
+	if err := console.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer console.Process.Kill()
+	waitOutput(t, out2, "Ctrl-C stops it", 30*time.Second)
+	if page := httpGet(t, consoleURL(t, out2.String(), "console: ")+"/operators/website"); !strings.Contains(page, "Website objects") {
+		t.Errorf("opkit console's operator page:\n%s", page)
+	}
+	if err := console.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := console.Wait(); err != nil {
+		t.Errorf("opkit console after Ctrl-C: %v\n%s", err, out2.String())
+	}
+}
+
+// consoleURL finds the console's URL in a command's output, after prefix.
+func consoleURL(t *testing.T, output, prefix string) string {
+	t.Helper()
+	for line := range strings.Lines(output) {
+		if u, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok && strings.HasPrefix(u, "http://") {
+			return strings.Fields(u)[0]
+		}
+	}
+	t.Fatalf("no %q line in:\n%s", prefix, output)
+	return ""
+}
+
+func TestConsoleRefusesAnOpenAddressWithoutAuth(t *testing.T) {
+	stateDir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"console", "--listen", "0.0.0.0:7380"}, "--listen 0.0.0.0:7380 is not a loopback address: serving the console there needs --console-auth token or kubernetes"},
+		{[]string{"run", "--console", ":7380"}, "--console :7380 is not a loopback address"},
+		{[]string{"console", "--console-auth", "token"}, "needs a token of at least 16 characters"},
+		{[]string{"console", "--console-auth", "tokn"}, `--console-auth "tokn": want none, token or kubernetes`},
+	} {
+		r := opkit(t, stateDir, tc.args...)
+		if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("opkit %v: exit %d, stderr %q; want 1 and %q", tc.args, r.code, r.stderr, tc.want)
+		}
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 
@@ -17,6 +16,7 @@ import (
 
 // consoleFlags are the console's settings, shared by run, dev and console.
 type consoleFlags struct {
+	addrFlag  string
 	addr      string
 	auth      string
 	tokenFile string
@@ -25,10 +25,27 @@ type consoleFlags struct {
 
 // register adds the flags; addrFlag names the address flag.
 func (f *consoleFlags) register(cmd *cobra.Command, addrFlag, addrDefault, addrUsage string) {
+	f.addrFlag = addrFlag
 	cmd.Flags().StringVar(&f.addr, addrFlag, addrDefault, addrUsage)
 	cmd.Flags().StringVar(&f.auth, "console-auth", "none", "who may use the console: none (loopback addresses only), token (--console-token-file or $OPKIT_CONSOLE_TOKEN) or kubernetes (a Kubernetes bearer token, checked by TokenReview, with RBAC on each operator's resource)")
 	cmd.Flags().StringVar(&f.tokenFile, "console-token-file", "", "the file holding the console's token, for --console-auth token")
 	cmd.Flags().StringVar(&f.url, "console-url", os.Getenv("OPKIT_CONSOLE_URL"), "the console's public base URL, linked from Events and the CLI (env OPKIT_CONSOLE_URL; default: http://ADDR)")
+}
+
+// validate checks the flags before anything starts: the auth, and an
+// address beyond loopback only with auth.
+func (f *consoleFlags) validate() error {
+	if f == nil || f.addr == "" {
+		return nil
+	}
+	auth, err := f.authOptions()
+	if err != nil {
+		return err
+	}
+	if auth == (console.Auth{}) && !console.IsLoopback(f.addr) {
+		return fmt.Errorf("--%s %s is not a loopback address: serving the console there needs --console-auth token or kubernetes", f.addrFlag, f.addr)
+	}
+	return nil
 }
 
 func (f *consoleFlags) authOptions() (console.Auth, error) {
@@ -77,7 +94,7 @@ func startConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store 
 	}
 	ln, err := srv.Listen(f.addr)
 	if err != nil {
-		return nil, fmt.Errorf("%w (choose another address with --console, or turn it off with --console '')", err)
+		return nil, fmt.Errorf("%w (choose another address with --%s)", err, f.addrFlag)
 	}
 	rc := &runningConsole{url: strings.TrimSuffix(f.url, "/"), done: make(chan error, 1)}
 	if rc.url == "" {
@@ -102,6 +119,9 @@ from an archive (--archive) and a cluster alone. See docs/console.md.
 It listens on loopback unless --console-auth is token or kubernetes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.validate(); err != nil {
+				return err
+			}
 			cfg, err := loadKubeconfig(kubeconfig)
 			if err != nil {
 				return err
@@ -126,11 +146,4 @@ It listens on loopback unless --console-auth is token or kubernetes.`,
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	f.register(cmd, "listen", "127.0.0.1:7380", "the address to serve the console on")
 	return cmd
-}
-
-// printConsoleURL tells where the console is.
-func printConsoleURL(log io.Writer, rc *runningConsole) {
-	if rc != nil {
-		fmt.Fprintf(log, "console: %s\n", rc.url)
-	}
 }

@@ -40,6 +40,9 @@ Handler runs are recorded in the archive (--archive): see opkit runs, or
 serve the web console beside the engine with --console ADDR.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cf.validate(); err != nil {
+				return err
+			}
 			var defs []*definition.Definition
 			if len(files) > 0 {
 				var err error
@@ -136,7 +139,11 @@ func (r *runningEngine) stop() error {
 // archivePath, with controller-runtime logging to log, and its console as
 // cf says.
 func startEngine(ctx context.Context, cfg *rest.Config, archivePath string, cf *consoleFlags, log io.Writer) (*runningEngine, *engine.Engine, error) {
-	return startEngineLogging(ctx, engine.Options{Config: cfg}, archivePath, cf, log, zapcore.InfoLevel)
+	r, e, err := startEngineLogging(ctx, engine.Options{Config: cfg}, archivePath, cf, log, zapcore.InfoLevel)
+	if err == nil && r.console != nil {
+		fmt.Fprintf(log, "console: %s\n", r.console.url)
+	}
+	return r, e, err
 }
 
 // startEngineLogging is startEngine with options, and controller-runtime's
@@ -180,7 +187,6 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 		}
 		r.done <- err
 	}()
-	printConsoleURL(log, rc)
 	return r, e, nil
 }
 

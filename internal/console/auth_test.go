@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/console"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
@@ -53,10 +52,7 @@ func annotations(t *testing.T, env *clustertest.Env, ns, name string) map[string
 }
 
 func TestTokenAuthRefusesRequestsWithoutTheToken(t *testing.T) {
-	f := start(t)
-	env := clustertest.New(t)
-	create(t, env, chore(env.Namespace, "locked", "ok", "x"))
-	waitRuns(t, f, env.Namespace, "locked", archive.Succeeded, 1)
+	f, env := withChore(t, "locked", "x")
 	const token = "0123456789abcdef-console"
 	base := serve(t, f, console.Auth{Token: token})
 	objURL := base + "/operators/chores/objects/" + env.Namespace + "/locked"
@@ -110,10 +106,7 @@ func TestTokenAuthRefusesRequestsWithoutTheToken(t *testing.T) {
 }
 
 func TestKubernetesAuthFollowsRBAC(t *testing.T) {
-	f := start(t)
-	env := clustertest.New(t)
-	create(t, env, chore(env.Namespace, "watched", "ok", "x"))
-	waitRuns(t, f, env.Namespace, "watched", archive.Succeeded, 1)
+	f, env := withChore(t, "watched", "x")
 	base := serve(t, f, console.Auth{Kubernetes: true})
 	objURL := base + "/operators/chores/objects/" + env.Namespace + "/watched"
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/console"
-	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
 )
 
@@ -95,11 +94,8 @@ func screenshot(ctx context.Context, t *testing.T, name string) {
 }
 
 func TestBrowserFailureToStderrToRetry(t *testing.T) {
-	f := start(t)
-	env := clustertest.New(t)
+	f, env := withChore(t, "steady", "water the plants")
 	tab := browser(t)
-	create(t, env, chore(env.Namespace, "steady", "ok", "water the plants"))
-	waitRuns(t, f, env.Namespace, "steady", archive.Succeeded, 1)
 
 	// The inbox, open before the failure; the page is marked to show it is
 	// never reloaded.
@@ -175,11 +171,8 @@ func shoot(tab context.Context, t *testing.T, f *fixture, ns string) {
 }
 
 func TestBrowserActionWithoutAValidTokenIsRefused(t *testing.T) {
-	f := start(t)
-	env := clustertest.New(t)
+	f, env := withChore(t, "vault", "x")
 	tab := browser(t)
-	create(t, env, chore(env.Namespace, "vault", "ok", "x"))
-	waitRuns(t, f, env.Namespace, "vault", archive.Succeeded, 1)
 	const token = "browser-test-token-0123456789"
 	base := serve(t, f, console.Auth{Token: token})
 

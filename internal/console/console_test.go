@@ -160,6 +160,17 @@ func create(t *testing.T, env *clustertest.Env, obj *unstructured.Unstructured) 
 	}
 }
 
+// withChore starts the fixture and a namespace for the test, with a Chore
+// whose handler has succeeded.
+func withChore(t *testing.T, name, text string) (*fixture, *clustertest.Env) {
+	t.Helper()
+	f := start(t)
+	env := clustertest.New(t)
+	create(t, env, chore(env.Namespace, name, "ok", text))
+	waitRuns(t, f, env.Namespace, name, archive.Succeeded, 1)
+	return f, env
+}
+
 // waitRuns waits until the object has a run with the outcome, and returns
 // the object's runs, newest first.
 func waitRuns(t *testing.T, f *fixture, ns, name string, outcome archive.Outcome, n int) []archive.Run {
@@ -342,11 +353,8 @@ func TestLogsArePagedFromTheEnd(t *testing.T) {
 }
 
 func TestActionsNeedTheFormsCSRFToken(t *testing.T) {
-	f := start(t)
-	env := clustertest.New(t)
-	obj := chore(env.Namespace, "guarded", "ok", "x")
-	create(t, env, obj)
-	waitRuns(t, f, env.Namespace, "guarded", archive.Succeeded, 1)
+	f, env := withChore(t, "guarded", "x")
+	obj := chore(env.Namespace, "guarded", "", "")
 	objURL := "/operators/chores/objects/" + env.Namespace + "/guarded"
 	token := csrfField.FindStringSubmatch(get(t, f.url+objURL))
 	if token == nil {

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -53,6 +54,23 @@ var funcs = template.FuncMap{
 	"humanBytes": humanBytes,
 	"until":      until,
 	"dict":       dict,
+	"value":      value,
+}
+
+// value shows a diff's value: – for none, strings as they are, the rest
+// as JSON.
+func value(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "–"
+	case string:
+		return v
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(data)
 }
 
 // dict builds a map from key, value pairs, for sub-templates.
@@ -88,7 +106,10 @@ func ago(t time.Time) string {
 // until says how long until t.
 func until(t time.Time) string {
 	d := time.Until(t)
-	if d < time.Second {
+	switch {
+	case d <= -time.Second:
+		return "was due " + ago(t)
+	case d < time.Second:
 		return "due now"
 	}
 	return "in " + d.Round(time.Second).String()

@@ -68,7 +68,12 @@ type cached struct {
 	allowed bool
 }
 
-const reviewTTL = time.Minute
+// A review is reused for a minute when it allowed, for 5 seconds when it
+// denied: access just granted works soon after.
+const (
+	reviewTTL = time.Minute
+	denialTTL = 5 * time.Second
+)
 
 func credential(r *http.Request) string {
 	if h := r.Header.Get("Authorization"); h != "" {
@@ -153,7 +158,11 @@ func (a *authorizer) lookup(key string) (cached, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c, ok := a.reviews[key]
-	if !ok || time.Since(c.at) > reviewTTL {
+	ttl := reviewTTL
+	if !c.allowed {
+		ttl = denialTTL
+	}
+	if !ok || time.Since(c.at) > ttl {
 		return cached{}, false
 	}
 	return c, true

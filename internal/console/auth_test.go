@@ -6,8 +6,10 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -122,6 +124,17 @@ func TestKubernetesAuthFollowsRBAC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// RBAC takes effect in the API server a moment after the binding.
+	clustertest.Eventually(t, 30*time.Second, "the viewer's Role in effect", func(ctx context.Context) (bool, error) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "system:serviceaccount:" + env.Namespace + ":viewer",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: "console.example.com", Resource: "chores", Verb: "get", Namespace: env.Namespace},
+		}}
+		if err := env.Client.Create(ctx, sar); err != nil {
+			return false, err
+		}
+		return sar.Status.Allowed, nil
+	})
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 	tr, err := cs.CoreV1().ServiceAccounts(env.Namespace).CreateToken(t.Context(), "viewer", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {

@@ -269,7 +269,7 @@ func TestPagesShowOperatorsObjectsRunsAndFailures(t *testing.T) {
 	// An object's timeline: runs with their outcome, children, Events
 	// linking their runs, the YAML.
 	timeline := get(t, f.url+"/operators/chores/objects/"+env.Namespace+"/flood")
-	mustContain(t, "the timeline", timeline, `href="/runs/`+failed.ID+`"`, "Gave up", "exit status 1",
+	mustContain(t, "the timeline", timeline, `href="/runs/`+failed.ID+`"`, "Gave up", "exit status 1: boom: the disk is full",
 		"ConfigMap", "flood-note", "HandlerGaveUp", "kind: Chore", "Retry now", "Pause handlers")
 	if strings.Contains(timeline, "managedFields") {
 		t.Errorf("the timeline's YAML shows managedFields")
@@ -293,7 +293,7 @@ func TestPagesShowOperatorsObjectsRunsAndFailures(t *testing.T) {
 
 	// The inbox groups by error, and links the run.
 	inbox := get(t, f.url+"/failures")
-	mustContain(t, "the failures inbox", inbox, "exit status 1", env.Namespace+"/flood", `href="/runs/`+failed.ID+`"`, "gave up")
+	mustContain(t, "the failures inbox", inbox, "<code class=\"error\">exit status 1: boom: the disk is full</code>", env.Namespace+"/flood", `href="/runs/`+failed.ID+`"`, "gave up")
 	if strings.Contains(inbox, env.Namespace+"/tidy") {
 		t.Errorf("the inbox shows an object that never failed")
 	}

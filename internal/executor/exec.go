@@ -66,7 +66,8 @@ func (e *Exec) Run(ctx context.Context, req Request) (*Result, error) {
 	stdout := &limitedBuffer{limit: MaxResultBytes}
 	stdout.onFull = killGroup
 	cmd.Stdout = stdout
-	cmd.Stderr = req.Log
+	stderr := &tailWriter{w: req.Log}
+	cmd.Stderr = stderr
 	// Descendants that keep the pipes open must not hold the run forever.
 	cmd.WaitDelay = grace + time.Second
 
@@ -100,7 +101,11 @@ func (e *Exec) Run(ctx context.Context, req Request) (*Result, error) {
 			return nil, &Failure{Message: fmt.Sprintf("killed by signal %s", ws.Signal())}
 		}
 		code := exitErr.ExitCode()
-		return nil, exitFailure(code, stdout.buf.Bytes(), fmt.Sprintf("exit status %d", code))
+		plain := fmt.Sprintf("exit status %d", code)
+		if line := stderr.lastLine(); line != "" {
+			plain += ": " + line
+		}
+		return nil, exitFailure(code, stdout.buf.Bytes(), plain)
 	}
 	if err != nil {
 		return nil, &Failure{Message: err.Error()}

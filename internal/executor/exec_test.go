@@ -74,7 +74,8 @@ func TestExecFailuresAreClear(t *testing.T) {
 		temporary  bool
 		permanent  bool
 	}{
-		{"exit 1", "echo boom >&2; exit 1", 0, "exit status 1", false, false},
+		{"exit 1", "echo working >&2; printf '\\033[31mboom: no disk\\033[0m\\n\\n' >&2; exit 1", 0, "exit status 1: boom: no disk", false, false},
+		{"exit 1, silent", "exit 1", 0, "exit status 1", false, false},
 		{"exit 75", "exit 75", 0, "exit status 75: temporary failure", true, false},
 		{"not JSON", "echo 'hello world'", 0, `output is not a JSON result`, false, false},
 		{"two values", `echo '{} {}'`, 0, "more than one JSON value", false, false},

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"time"
 
@@ -191,6 +192,47 @@ func AsFailure(err error) *Failure {
 }
 
 // limitedBuffer keeps up to limit bytes and remembers whether more came.
+// tailWriter passes what is written on to w, when there is one, and keeps
+// the last bytes of it: the end of a failed handler's stderr says why.
+type tailWriter struct {
+	w    io.Writer
+	tail []byte
+}
+
+// tailBytes is how much of stderr a tailWriter keeps.
+const tailBytes = 1024
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.tail = append(t.tail, p...)
+	if len(t.tail) > tailBytes {
+		t.tail = append(t.tail[:0], t.tail[len(t.tail)-tailBytes:]...)
+	}
+	if t.w == nil {
+		return len(p), nil
+	}
+	return t.w.Write(p)
+}
+
+// escapes are terminal control sequences (CSI, OSC) and control characters.
+var escapes = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|[\x00-\x08\x0b-\x1f\x7f]`)
+
+// lastLine is the last line written with something in it, without
+// control sequences, at most 200 bytes.
+func (t *tailWriter) lastLine() string {
+	lines := strings.Split(strings.ReplaceAll(string(t.tail), "\r", "\n"), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := strings.TrimSpace(escapes.ReplaceAllString(lines[i], ""))
+		if line == "" {
+			continue
+		}
+		if len(line) > 200 {
+			line = line[:197] + "..."
+		}
+		return strings.ToValidUTF8(line, "\uFFFD")
+	}
+	return ""
+}
+
 type limitedBuffer struct {
 	buf      bytes.Buffer
 	limit    int

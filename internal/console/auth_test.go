@@ -127,7 +127,7 @@ func TestKubernetesAuthFollowsRBAC(t *testing.T) {
 	// RBAC takes effect in the API server a moment after the binding.
 	clustertest.Eventually(t, 30*time.Second, "the viewer's Role in effect", func(ctx context.Context) (bool, error) {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: "system:serviceaccount:" + env.Namespace + ":viewer",
+			User:               "system:serviceaccount:" + env.Namespace + ":viewer",
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: "console.example.com", Resource: "chores", Verb: "get", Namespace: env.Namespace},
 		}}
 		if err := env.Client.Create(ctx, sar); err != nil {

@@ -57,9 +57,13 @@ var migrations = []string{
 	);`,
 }
 
-// SQLite is the embedded Store: one database file in WAL mode.
+// SQLite is the embedded Store: one database file in WAL mode. Writes go
+// through one connection, so that concurrent writers queue in Go instead of
+// meeting SQLITE_BUSY and sleeping in SQLite's busy handler; reads use a
+// pool of their own, which WAL lets run beside the writer.
 type SQLite struct {
-	db       *sql.DB
+	db       *sql.DB // reads
+	w        *sql.DB // writes: one connection
 	logLimit int64
 }
 
@@ -79,20 +83,26 @@ func OpenSQLite(ctx context.Context, path string, opts Options) (*SQLite, error)
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate") // writers queue at BEGIN instead of failing at COMMIT
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	dsn := "file:" + path + "?" + q.Encode()
+	w, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("archive %s: %w", path, err)
 	}
-	s := &SQLite{db: db, logLimit: opts.LogLimit}
+	w.SetMaxOpenConns(1)
+	s := &SQLite{w: w, logLimit: opts.LogLimit}
 	if err := s.migrate(ctx); err != nil {
-		_ = db.Close()
+		_ = w.Close()
+		return nil, fmt.Errorf("archive %s: %w", path, err)
+	}
+	if s.db, err = sql.Open("sqlite", dsn); err != nil {
+		_ = w.Close()
 		return nil, fmt.Errorf("archive %s: %w", path, err)
 	}
 	return s, nil
 }
 
 func (s *SQLite) migrate(ctx context.Context) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -116,7 +126,7 @@ func (s *SQLite) migrate(ctx context.Context) error {
 }
 
 // Close closes the database.
-func (s *SQLite) Close() error { return s.db.Close() }
+func (s *SQLite) Close() error { return errors.Join(s.db.Close(), s.w.Close()) }
 
 func nanos(t time.Time) int64 {
 	if t.IsZero() {
@@ -140,7 +150,7 @@ func (s *SQLite) Insert(ctx context.Context, r *Run) error {
 	if r.Outcome == "" {
 		r.Outcome = Running
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO runs (id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation,
+	_, err := s.w.ExecContext(ctx, `INSERT INTO runs (id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation,
 		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID, r.Generation,
@@ -154,7 +164,7 @@ func (s *SQLite) Insert(ctx context.Context, r *Run) error {
 
 // Finish records how a run ended.
 func (s *SQLite) Finish(ctx context.Context, r *Run) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE runs SET finished_at = ?, outcome = ?, failed = ?, error = ?, next_retry_at = ?, writes = ? WHERE id = ?`,
+	res, err := s.w.ExecContext(ctx, `UPDATE runs SET finished_at = ?, outcome = ?, failed = ?, error = ?, next_retry_at = ?, writes = ? WHERE id = ?`,
 		nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.ID)
 	if err != nil {
 		return fmt.Errorf("archive: finishing run %s: %w", r.ID, err)
@@ -170,7 +180,7 @@ func (s *SQLite) AppendLog(ctx context.Context, id string, p []byte) error {
 	if len(p) == 0 {
 		return nil
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("archive: log of run %s: %w", id, err)
 	}
@@ -382,7 +392,7 @@ func (s *SQLite) Succeeded(ctx context.Context, key string) (bool, error) {
 
 // CancelRunning ends every Running run as Cancelled.
 func (s *SQLite) CancelRunning(ctx context.Context, reason string) (int, error) {
-	res, err := s.db.ExecContext(ctx, `UPDATE runs SET outcome = ?, failed = 0, error = ?, finished_at = ? WHERE outcome = ?`,
+	res, err := s.w.ExecContext(ctx, `UPDATE runs SET outcome = ?, failed = 0, error = ?, finished_at = ? WHERE outcome = ?`,
 		string(Cancelled), reason, time.Now().UnixNano(), string(Running))
 	if err != nil {
 		return 0, fmt.Errorf("archive: %w", err)
@@ -395,7 +405,7 @@ func (s *SQLite) CancelRunning(ctx context.Context, reason string) (int, error) 
 func (s *SQLite) Prune(ctx context.Context, keep Retention) (int, error) {
 	var total int64
 	if keep.MaxAge > 0 {
-		res, err := s.db.ExecContext(ctx, `DELETE FROM runs WHERE id < ? AND outcome != ?`, idPrefix(time.Now().Add(-keep.MaxAge)), string(Running))
+		res, err := s.w.ExecContext(ctx, `DELETE FROM runs WHERE id < ? AND outcome != ?`, idPrefix(time.Now().Add(-keep.MaxAge)), string(Running))
 		if err != nil {
 			return 0, fmt.Errorf("archive: pruning: %w", err)
 		}
@@ -403,7 +413,7 @@ func (s *SQLite) Prune(ctx context.Context, keep Retention) (int, error) {
 		total += n
 	}
 	if keep.MaxRuns > 0 {
-		res, err := s.db.ExecContext(ctx, `DELETE FROM runs WHERE outcome != ? AND id < (
+		res, err := s.w.ExecContext(ctx, `DELETE FROM runs WHERE outcome != ? AND id < (
 			SELECT id FROM runs ORDER BY id DESC LIMIT 1 OFFSET ?)`, string(Running), keep.MaxRuns-1)
 		if err != nil {
 			return 0, fmt.Errorf("archive: pruning: %w", err)

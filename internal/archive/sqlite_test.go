@@ -109,3 +109,32 @@ func BenchmarkQueries(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRecordingConcurrently records runs as the engine does (insert,
+// a log line, a lookup by key, finish) from 16 goroutines, as 16
+// concurrent handler runs would.
+func BenchmarkRecordingConcurrently(b *testing.B) {
+	s := openSQLite(b, archive.Options{})
+	defer s.Close()
+	ctx := context.Background()
+	b.SetParallelism(8) // 8 x GOMAXPROCS(2) = 16 goroutines
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			now := time.Now()
+			r := &archive.Run{ID: archive.NewID(now), Operator: "op", Handler: "h", Name: "n", Key: "k/1/h", StartedAt: now, Outcome: archive.Running}
+			if _, err := s.Succeeded(ctx, r.Key); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Insert(ctx, r); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.AppendLog(ctx, r.ID, []byte("a line of log\n")); err != nil {
+				b.Fatal(err)
+			}
+			r.Outcome, r.FinishedAt = archive.Succeeded, time.Now()
+			if err := s.Finish(ctx, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -115,7 +115,7 @@ func BenchmarkQueries(b *testing.B) {
 // concurrent handler runs would.
 func BenchmarkRecordingConcurrently(b *testing.B) {
 	s := openSQLite(b, archive.Options{})
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	ctx := context.Background()
 	b.SetParallelism(8) // 8 x GOMAXPROCS(2) = 16 goroutines
 	b.RunParallel(func(pb *testing.PB) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 
@@ -16,6 +17,9 @@ import (
 
 // consoleFlags are the console's settings, shared by run, dev and console.
 type consoleFlags struct {
+	// anyPort: the address is the default, not the user's; when its port
+	// is taken, another is chosen.
+	anyPort   bool
 	addrFlag  string
 	addr      string
 	auth      string
@@ -34,10 +38,11 @@ func (f *consoleFlags) register(cmd *cobra.Command, addrFlag, addrDefault, addrU
 
 // validate checks the flags before anything starts: the auth, and an
 // address beyond loopback only with auth.
-func (f *consoleFlags) validate() error {
+func (f *consoleFlags) validate(cmd *cobra.Command) error {
 	if f == nil || f.addr == "" {
 		return nil
 	}
+	f.anyPort = !cmd.Flags().Changed(f.addrFlag)
 	auth, err := f.authOptions()
 	if err != nil {
 		return err
@@ -93,6 +98,12 @@ func startConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store 
 		return nil, err
 	}
 	ln, err := srv.Listen(f.addr)
+	if err != nil && f.anyPort {
+		// The default port is taken (another opkit dev?): any free one.
+		if host, _, splitErr := net.SplitHostPort(f.addr); splitErr == nil {
+			ln, err = srv.Listen(net.JoinHostPort(host, "0"))
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w (choose another address with --%s)", err, f.addrFlag)
 	}
@@ -119,7 +130,7 @@ from an archive (--archive) and a cluster alone. See docs/console.md.
 It listens on loopback unless --console-auth is token or kubernetes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.validate(); err != nil {
+			if err := f.validate(cmd); err != nil {
 				return err
 			}
 			cfg, err := loadKubeconfig(kubeconfig)

@@ -44,7 +44,7 @@ The dev node runs the commands of Pods that tolerate opkit.dev/dev-node as
 processes of this machine: see docs/local-control-plane.md.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := cf.validate(); err != nil {
+			if err := cf.validate(cmd); err != nil {
 				return err
 			}
 			return dev(cmd.Context(), args[0], apply, archivePath, cf, cmd.OutOrStdout(), cmd.ErrOrStderr())

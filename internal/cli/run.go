@@ -40,7 +40,7 @@ Handler runs are recorded in the archive (--archive): see opkit runs, or
 serve the web console beside the engine with --console ADDR.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cf.validate(); err != nil {
+			if err := cf.validate(cmd); err != nil {
 				return err
 			}
 			var defs []*definition.Definition

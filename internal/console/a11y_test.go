@@ -1,0 +1,153 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/html"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+)
+
+// TestPagesAreAccessible checks every page's HTML for what a screen reader
+// and a keyboard need: one main landmark and one h1, a label for every form
+// control, header cells in every table, a name for every link and button,
+// and statuses that say themselves in words, not in color alone.
+func TestPagesAreAccessible(t *testing.T) {
+	f, env := withChore(t, "plain", "x")
+	create(t, env, chore(env.Namespace, "broken", "fail", "y"))
+	failed := waitRuns(t, f, env.Namespace, "broken", archive.GaveUp, 1)[0]
+	clustertest.Eventually(t, 30*time.Second, "the Stalled condition", func(context.Context) (bool, error) {
+		return strings.Contains(get(t, f.url+"/operators/chores?state=Stalled"), ">broken</a>"), nil
+	})
+	for _, path := range []string{
+		"/",
+		"/operators/chores",
+		"/operators/chores/objects/" + env.Namespace + "/broken",
+		"/runs/" + failed.ID,
+		"/runs/" + failed.ID + "?q=boom",
+		"/failures",
+		"/runs/0000000000zzzzzzzz", // an error page
+	} {
+		r := do(t, "GET", f.url+path, nil)
+		doc, err := html.Parse(strings.NewReader(r.body))
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for _, problem := range accessibilityProblems(doc) {
+			t.Errorf("%s: %s", path, problem)
+		}
+	}
+}
+
+func accessibilityProblems(doc *html.Node) []string {
+	var problems []string
+	count := map[string]int{}
+	ids := map[string]bool{}
+	labels := map[string]bool{}
+	var controls []string
+	var walk func(n *html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.ElementNode {
+			count[n.Data]++
+			if id := attr(n, "id"); id != "" {
+				if ids[id] {
+					problems = append(problems, fmt.Sprintf("id %q is used twice", id))
+				}
+				ids[id] = true
+			}
+			switch n.Data {
+			case "html":
+				if attr(n, "lang") == "" {
+					problems = append(problems, "<html> has no lang")
+				}
+			case "label":
+				labels[attr(n, "for")] = true
+			case "input", "select", "textarea":
+				if attr(n, "type") != "hidden" {
+					controls = append(controls, attr(n, "id"))
+				}
+			case "a", "button":
+				if strings.TrimSpace(text(n)) == "" && attr(n, "aria-label") == "" {
+					problems = append(problems, fmt.Sprintf("a <%s> without a name", n.Data))
+				}
+			case "table":
+				if !has(n, "th") {
+					problems = append(problems, "a table without header cells")
+				}
+			case "th":
+				if attr(n, "scope") == "" {
+					problems = append(problems, fmt.Sprintf("<th>%s</th> without scope", text(n)))
+				}
+			case "span":
+				if strings.Contains(" "+attr(n, "class")+" ", " badge ") && strings.TrimSpace(visibleText(n)) == "" {
+					problems = append(problems, fmt.Sprintf("a status badge with no word: %q", text(n)))
+				}
+			}
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(doc)
+	if count["main"] != 1 || count["h1"] != 1 {
+		problems = append(problems, fmt.Sprintf("%d <main> and %d <h1>; want one each", count["main"], count["h1"]))
+	}
+	if count["nav"] == 0 {
+		problems = append(problems, "no <nav>")
+	}
+	for _, id := range controls {
+		if id == "" || !labels[id] {
+			problems = append(problems, fmt.Sprintf("form control %q has no <label for>", id))
+		}
+	}
+	return problems
+}
+
+func attr(n *html.Node, key string) string {
+	for _, a := range n.Attr {
+		if a.Key == key {
+			return a.Val
+		}
+	}
+	return ""
+}
+
+func has(n *html.Node, tag string) bool {
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		if (c.Type == html.ElementNode && c.Data == tag) || has(c, tag) {
+			return true
+		}
+	}
+	return false
+}
+
+func text(n *html.Node) string {
+	if n.Type == html.TextNode {
+		return n.Data
+	}
+	var b strings.Builder
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		b.WriteString(text(c))
+	}
+	return b.String()
+}
+
+// visibleText is the text a screen reader reads: without aria-hidden parts.
+func visibleText(n *html.Node) string {
+	if n.Type == html.ElementNode && attr(n, "aria-hidden") == "true" {
+		return ""
+	}
+	if n.Type == html.TextNode {
+		return n.Data
+	}
+	var b strings.Builder
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		b.WriteString(visibleText(c))
+	}
+	return b.String()
+}

@@ -354,8 +354,13 @@ func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
 	}
 	dataDir := filepath.Dir(kubeconfig)
 	// The console is served beside the engine, and lists the Printer.
-	if page := httpGet(t, consoleURL(t, stderr.String(), "The console: ")+"/operators/printer"); !strings.Contains(page, `href="/operators/printer/objects/default/hello"`) {
+	console := consoleURL(t, stderr.String(), "The console: ")
+	if page := httpGet(t, console+"/operators/printer"); !strings.Contains(page, `href="/operators/printer/objects/default/hello"`) {
 		t.Errorf("the console does not list the Printer hello:\n%s", page)
+	}
+	// The Printer has no handler: its timeline offers no handler action.
+	if page := httpGet(t, console+"/operators/printer/objects/default/hello"); !strings.Contains(page, "hello-print") || strings.Contains(page, "Retry now") {
+		t.Errorf("the Printer's timeline (want its Pod child, and no Retry):\n%s", page)
 	}
 	table := stdout.String()
 	if !strings.Contains(table, "hello") || !strings.Contains(table, "Hello Kube!") || !strings.Contains(table, "Succeeded") {

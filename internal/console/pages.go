@@ -364,6 +364,12 @@ func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
 		page = &archive.Page{}
 	}
 	data["Runs"], data["Next"] = page.Runs, page.Next
+	// The actions concern handlers: offered where there are some (runs,
+	// a last run in the status) or where the object is paused.
+	if obj != nil {
+		_, hasLastRun, _ := unstructured.NestedMap(obj.Object, "status", "opkit", "lastRun")
+		data["Actions"] = len(page.Runs) > 0 || hasLastRun || data["Paused"] == true
+	}
 	if obj == nil && len(page.Runs) == 0 && op == nil {
 		return "", nil, notFound("no operator %s, and no runs for %s", opName, objectLabel(ns, name))
 	}

@@ -470,7 +470,7 @@ func (s *Server) runPage(r *http.Request, u *user) (string, *view, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	log := cleanLog(raw)
+	log := archive.CleanLog(raw)
 	q := r.URL.Query()
 	v := &view{Title: "Run " + id, Crumbs: []crumb{{"Operators", "/"}, {run.Operator, "/operators/" + url.PathEscape(run.Operator)},
 		{objectLabel(run.Namespace, run.Name), objectURL(run.Operator, run.Namespace, run.Name)}}}
@@ -549,7 +549,7 @@ func (s *Server) rawLog(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Content-Disposition", `inline; filename="`+id+`.log"`)
-	_, _ = w.Write([]byte(cleanLog(raw)))
+	_, _ = w.Write([]byte(archive.CleanLog(raw)))
 }
 
 // act runs an action on an object: retry, pause or resume.

@@ -191,15 +191,3 @@ func linkRuns(msg string) template.HTML {
 	b.WriteString(template.HTMLEscapeString(msg[last:]))
 	return template.HTML(b.String()) //nolint:gosec // escaped above; ids are [0-9a-z]
 }
-
-// controlSequences are ANSI escapes (CSI and OSC) and other control
-// characters a terminal would interpret.
-var controlSequences = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]`)
-
-// cleanLog strips a log's terminal control sequences, keeping newlines and
-// tabs, and makes it valid UTF-8.
-func cleanLog(raw []byte) string {
-	s := strings.ReplaceAll(string(raw), "\r\n", "\n")
-	s = controlSequences.ReplaceAllString(s, "")
-	return strings.ToValidUTF8(s, "\uFFFD")
-}

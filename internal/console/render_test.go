@@ -5,14 +5,6 @@ import (
 	"testing"
 )
 
-func TestCleanLogStripsTerminalControl(t *testing.T) {
-	raw := "\x1b[1;31mred\x1b[0m and \x1b]0;title\x07plain\r\nnext\tline\x00\x08 \xff end\n"
-	want := "red and plain\nnext\tline \uFFFD end\n"
-	if got := cleanLog([]byte(raw)); got != want {
-		t.Errorf("cleanLog: %q, want %q", got, want)
-	}
-}
-
 func TestLinkRunsEscapesAndLinksRunIDs(t *testing.T) {
 	msg := `handler <b>x</b> failed: run 01m80z9t26dtp4vmqb (https://opkit.example.com/runs/01m80z9t26dtp4vmqb); not 01M80Z9T26DTP4VMQB`
 	got := string(linkRuns(msg))

@@ -21,11 +21,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/opkit-dev/opkit/internal/archive"
 )
 
 // Request is one run of one handler.
@@ -213,15 +214,12 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 	return t.w.Write(p)
 }
 
-// escapes are terminal control sequences (CSI, OSC) and control characters.
-var escapes = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|[\x00-\x08\x0b-\x1f\x7f]`)
-
 // lastLine is the last line written with something in it, without
 // control sequences, at most 200 bytes.
 func (t *tailWriter) lastLine() string {
 	lines := strings.Split(strings.ReplaceAll(string(t.tail), "\r", "\n"), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
-		line := strings.TrimSpace(escapes.ReplaceAllString(lines[i], ""))
+		line := strings.TrimSpace(archive.CleanLog([]byte(lines[i])))
 		if line == "" {
 			continue
 		}

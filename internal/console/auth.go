@@ -44,10 +44,13 @@ const cookieName = "opkit_token"
 // user without the access a page or an action needs.
 var errForbidden = errors.New("forbidden")
 
-// user is who makes a request.
+// user is who makes a request: with Kubernetes auth, as its TokenReview
+// said.
 type user struct {
-	Name  string // "" when auth is off
-	token string
+	Name   string // "" when auth is off
+	groups []string
+	uid    string
+	token  string
 }
 
 // authorizer answers who a request comes from and what they may do.
@@ -113,7 +116,7 @@ func (a *authorizer) check(ctx context.Context, token string) (*user, error) {
 		if !c.allowed {
 			return nil, errForbidden
 		}
-		return &user{Name: c.name, token: token}, nil
+		return &user{Name: c.name, groups: c.groups, uid: c.uid, token: token}, nil
 	}
 	tr := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}
 	if err := a.client.Create(ctx, tr); err != nil {
@@ -124,7 +127,7 @@ func (a *authorizer) check(ctx context.Context, token string) (*user, error) {
 	if !c.allowed {
 		return nil, errForbidden
 	}
-	return &user{Name: c.name, token: token}, nil
+	return &user{Name: c.name, groups: c.groups, uid: c.uid, token: token}, nil
 }
 
 // allowed says whether the user may use verb on an operator's resource in
@@ -133,18 +136,12 @@ func (a *authorizer) allowed(ctx context.Context, u *user, op *operator, verb, n
 	if !a.auth.Kubernetes {
 		return true, nil
 	}
-	sum := sha256.Sum256([]byte(u.token))
-	tokenKey := "token/" + hex.EncodeToString(sum[:])
-	who, ok := a.lookup(tokenKey)
-	if !ok {
-		return false, nil
-	}
-	key := strings.Join([]string{"sar", who.name, op.GVK.Group, op.Plural, verb, namespace}, "/")
+	key := strings.Join([]string{"sar", u.Name, op.GVK.Group, op.Plural, verb, namespace}, "/")
 	if c, ok := a.lookup(key); ok {
 		return c.allowed, nil
 	}
 	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User: who.name, Groups: who.groups, UID: who.uid,
+		User: u.Name, Groups: u.groups, UID: u.uid,
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Group: op.GVK.Group, Resource: op.Plural, Verb: verb, Namespace: namespace},
 	}}
 	if err := a.client.Create(ctx, sar); err != nil {

@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/util/jsonpath"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/opkit-dev/opkit/internal/definition"
 )
 
@@ -72,6 +74,7 @@ type catalog struct {
 	operators []*operator
 	opsAt     time.Time
 	objects   map[string]*objectList // by operator name
+	lists     singleflight.Group     // the reads of objects under way
 }
 
 type objectList struct {
@@ -148,19 +151,27 @@ func operatorOf(crd *apiextensionsv1.CustomResourceDefinition) *operator {
 func (c *catalog) Objects(ctx context.Context, op *operator) ([]objectRow, error) {
 	c.mu.Lock()
 	l := c.objects[op.Name]
+	c.mu.Unlock()
 	if l != nil && time.Since(l.at) < c.ttl {
-		c.mu.Unlock()
 		return l.rows, l.err
 	}
-	c.mu.Unlock()
-	rows, err := c.list(ctx, op)
-	c.mu.Lock()
-	if c.objects == nil {
-		c.objects = map[string]*objectList{}
-	}
-	c.objects[op.Name] = &objectList{at: time.Now(), rows: rows, err: err}
-	c.mu.Unlock()
-	return rows, err
+	// Viewers that find the list stale together wait for one read of it,
+	// which outlives the request that started it: its result is shared.
+	v, _, _ := c.lists.Do(op.Name, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		rows, err := c.list(ctx, op)
+		l := &objectList{at: time.Now(), rows: rows, err: err}
+		c.mu.Lock()
+		if c.objects == nil {
+			c.objects = map[string]*objectList{}
+		}
+		c.objects[op.Name] = l
+		c.mu.Unlock()
+		return l, nil
+	})
+	l = v.(*objectList)
+	return l.rows, l.err
 }
 
 // list reads the objects a page of 500 at a time, keeping their rows only.

@@ -318,10 +318,9 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.WriteString(w, "retry: 2000\n\n")
 	flusher.Flush()
-	last := first
+	last, wrote := first, time.Now()
 	tick := time.NewTicker(s.opts.LiveInterval)
 	defer tick.Stop()
-	quiet := 0
 	for {
 		select {
 		case <-r.Context().Done():
@@ -333,14 +332,14 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 			return // gone or no longer allowed: the client reconnects and sees why
 		}
 		if bytes.Equal(body, last) {
-			if quiet++; quiet*int(s.opts.LiveInterval) >= int(15*time.Second) {
-				quiet = 0
+			if time.Since(wrote) >= 15*time.Second {
+				wrote = time.Now()
 				_, _ = io.WriteString(w, ": keep-alive\n\n")
 				flusher.Flush()
 			}
 			continue
 		}
-		last, quiet = body, 0
+		last, wrote = body, time.Now()
 		var ev bytes.Buffer
 		ev.WriteString("event: live\n")
 		for line := range bytes.SplitSeq(body, []byte("\n")) {

@@ -72,7 +72,7 @@ func accessibilityProblems(doc *html.Node) []string {
 					controls = append(controls, attr(n, "id"))
 				}
 			case "a", "button":
-				if strings.TrimSpace(text(n)) == "" && attr(n, "aria-label") == "" {
+				if strings.TrimSpace(text(n, false)) == "" && attr(n, "aria-label") == "" {
 					problems = append(problems, fmt.Sprintf("a <%s> without a name", n.Data))
 				}
 			case "table":
@@ -81,11 +81,11 @@ func accessibilityProblems(doc *html.Node) []string {
 				}
 			case "th":
 				if attr(n, "scope") == "" {
-					problems = append(problems, fmt.Sprintf("<th>%s</th> without scope", text(n)))
+					problems = append(problems, fmt.Sprintf("<th>%s</th> without scope", text(n, false)))
 				}
 			case "span":
-				if strings.Contains(" "+attr(n, "class")+" ", " badge ") && strings.TrimSpace(visibleText(n)) == "" {
-					problems = append(problems, fmt.Sprintf("a status badge with no word: %q", text(n)))
+				if strings.Contains(" "+attr(n, "class")+" ", " badge ") && strings.TrimSpace(text(n, true)) == "" {
+					problems = append(problems, fmt.Sprintf("a status badge with no word: %q", text(n, false)))
 				}
 			}
 		}
@@ -126,28 +126,18 @@ func has(n *html.Node, tag string) bool {
 	return false
 }
 
-func text(n *html.Node) string {
-	if n.Type == html.TextNode {
+// text is the text of a node; with spoken, only what a screen reader reads
+// (aria-hidden parts left out).
+func text(n *html.Node, spoken bool) string {
+	switch {
+	case n.Type == html.TextNode:
 		return n.Data
-	}
-	var b strings.Builder
-	for c := n.FirstChild; c != nil; c = c.NextSibling {
-		b.WriteString(text(c))
-	}
-	return b.String()
-}
-
-// visibleText is the text a screen reader reads: without aria-hidden parts.
-func visibleText(n *html.Node) string {
-	if n.Type == html.ElementNode && attr(n, "aria-hidden") == "true" {
+	case spoken && n.Type == html.ElementNode && attr(n, "aria-hidden") == "true":
 		return ""
 	}
-	if n.Type == html.TextNode {
-		return n.Data
-	}
 	var b strings.Builder
 	for c := n.FirstChild; c != nil; c = c.NextSibling {
-		b.WriteString(visibleText(c))
+		b.WriteString(text(c, spoken))
 	}
 	return b.String()
 }

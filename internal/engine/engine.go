@@ -28,8 +28,10 @@
 // through the status subresource only when they changed. Kubernetes Events
 // on the custom resource record child changes and errors.
 //
-// Reads come from the shared cache (the objects without managedFields);
-// only the kinds the definitions name are watched. Before a definition
+// Reads come from the shared cache (the objects without managedFields,
+// unstructured ones held as typed metadata and JSON, which takes a third
+// of the memory of nested maps); only the kinds the definitions name are
+// watched. Before a definition
 // runs, its children are typed by the schemas the API server publishes
 // (definition.CompileWithSchemas), so that an expression reading a field a
 // child's kind does not have is refused, not failed at run time.
@@ -188,8 +190,9 @@ func New(opts Options) (*Engine, error) {
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: opts.MetricsAddr},
 		Cache: cache.Options{
-			// Cached objects do not need their managedFields.
-			DefaultTransform: cache.TransformStripManagedFields(),
+			// Cached objects do not need their managedFields, and
+			// unstructured ones are kept compact (see compactObject).
+			DefaultTransform: compactCache,
 		},
 		// Custom resources and children are unstructured: read them from
 		// the cache too, which the controllers' watches fill.

@@ -1,0 +1,90 @@
+package packed
+
+import (
+	"math"
+	"reflect"
+	"testing"
+
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+)
+
+// Every value a JSON decoder gives comes back from its packed form the
+// same, types included.
+func FuzzPackedGivesBackTheValue(f *testing.F) {
+	for _, seed := range []string{
+		`{"apiVersion":"bench.opkit.dev/v1","kind":"Printer","metadata":{"name":"p","namespace":"bench","generation":3,"labels":{}},
+		  "spec":{"text":"héllo <b>","copies":2,"ratio":1.5,"big":9007199254740993,"whole":4.0,"none":null,"on":false,"list":[1,"two",{"three":[]}],"empty":{}},
+		  "status":{"conditions":[{"type":"Ready","status":"True","reason":"Reconciled","message":""}]}}`,
+		`null`, `[]`, `{}`, `""`, `"Ready"`, `[1, -1, 0, 9223372036854775807, -9223372036854775808]`,
+		`[4.0, -0.0, 1e308, 5e-324, 1.5, 18446744073709551616]`, `{"":{"":[null,true,false]}}`,
+		`"\u0000\ud83d\ude00 \u2028 é"`, `{"kind":"kind","True":"False"}`,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, doc string) {
+		var v any
+		if err := utiljson.Unmarshal([]byte(doc), &v); err != nil {
+			t.Skip("not JSON")
+		}
+		b, err := Append(nil, v)
+		if err != nil {
+			t.Fatalf("packing %s: %v", doc, err)
+		}
+		got, err := Unpack(string(b))
+		if err != nil {
+			t.Fatalf("unpacking %s: %v", doc, err)
+		}
+		if !reflect.DeepEqual(got, v) {
+			t.Fatalf("%s came back as %#v, want %#v", doc, got, v)
+		}
+	})
+}
+
+// Damaged packed bytes are an error, never a panic.
+func FuzzUnpackRefusesDamage(f *testing.F) {
+	for _, v := range []any{map[string]any{"spec": []any{int64(1), 2.5, "x", nil, true}}, "kind"} {
+		b, err := Append(nil, v)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		f.Add(b[:len(b)-1])
+	}
+	f.Add([]byte{tagMap, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Add([]byte{tagCommon, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = Unpack(string(b))
+	})
+}
+
+func TestAppendMapWithoutLeavesTheEntryOut(t *testing.T) {
+	m := map[string]any{"metadata": map[string]any{"name": "x"}, "spec": map[string]any{"a": int64(1)}, "kind": "K"}
+	b, err := AppendMapWithout(nil, m, "metadata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Unpack(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]any{"spec": map[string]any{"a": int64(1)}, "kind": "K"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %#v, want %#v", got, want)
+	}
+	if _, ok := m["metadata"]; !ok {
+		t.Error("the map itself lost the entry")
+	}
+}
+
+func TestPackedRefusesWhatJSONDoesNotDecodeInto(t *testing.T) {
+	for _, v := range []any{1, int32(1), map[string]string{}, []string{}, struct{}{}} {
+		if _, err := Append(nil, map[string]any{"x": []any{v}}); err == nil {
+			t.Errorf("packing a %T: no error", v)
+		}
+	}
+	if _, err := Unpack(string([]byte{tagList, 1, tagNil, tagNil})); err == nil {
+		t.Error("bytes after the value: no error")
+	}
+	if v, _ := Unpack(string(append([]byte{tagFloat}, 0, 0, 0, 0, 0, 0, 0xf8, 0x7f))); !math.IsNaN(v.(float64)) {
+		t.Errorf("a NaN came back as %v", v)
+	}
+}

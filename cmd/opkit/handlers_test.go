@@ -75,14 +75,7 @@ func TestSIGKILLedEngineRunsTheInterruptedHandlerAgainWithTheSameKey(t *testing.
 	defer cl.Stop()
 	kc := cl.KubeconfigPath()
 	start := func() (*exec.Cmd, *lockedBuffer) {
-		cmd := exec.Command(os.Args[0], "run", "-f", filepath.Join(dir, "keys.yaml"), "--kubeconfig", kc, "--archive", archivePath)
-		cmd.Env = append(os.Environ(), asCLI+"=1")
-		out := &lockedBuffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		cmd, out := startOpkit(t, "run", "-f", filepath.Join(dir, "keys.yaml"), "--kubeconfig", kc, "--archive", archivePath)
 		waitOutput(t, out, "operator keys: running", 60*time.Second)
 		return cmd, out
 	}

@@ -289,6 +289,21 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
+// startOpkit starts the CLI in its own process, its stdout and stderr
+// together in the buffer returned; the process is killed when the test ends.
+func startOpkit(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), asCLI+"=1")
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, out
+}
+
 // waitOutput waits until out holds want, and fails the test otherwise.
 func waitOutput(t *testing.T, out *lockedBuffer, want string, within time.Duration) {
 	t.Helper()
@@ -430,14 +445,7 @@ func TestRunWithoutFilesRunsTheOperatorsOfTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Stop()
-	cmd := exec.Command(os.Args[0], "run", "--kubeconfig", cl.KubeconfigPath(), "--console", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), asCLI+"=1")
-	stderr := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = stderr, stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	cmd, stderr := startOpkit(t, "run", "--kubeconfig", cl.KubeconfigPath(), "--console", "127.0.0.1:0")
 	waitOutput(t, stderr, "running the Operators of the cluster", 30*time.Second)
 
 	c, err := client.New(cl.RESTConfig(), client.Options{Scheme: clustertest.Scheme})
@@ -483,14 +491,7 @@ func TestRunWithoutFilesRunsTheOperatorsOfTheCluster(t *testing.T) {
 	}
 
 	// opkit console serves the same from the archive and the cluster alone.
-	console := exec.Command(os.Args[0], "console", "--kubeconfig", cl.KubeconfigPath(), "--listen", "127.0.0.1:0")
-	console.Env = append(os.Environ(), asCLI+"=1")
-	out2 := &lockedBuffer{}
-	console.Stdout, console.Stderr = out2, out2
-	if err := console.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer console.Process.Kill()
+	console, out2 := startOpkit(t, "console", "--kubeconfig", cl.KubeconfigPath(), "--listen", "127.0.0.1:0")
 	waitOutput(t, out2, "Ctrl-C stops it", 30*time.Second)
 	if page := httpGet(t, consoleURL(t, out2.String(), "console: ")+"/operators/website"); !strings.Contains(page, "Website objects") {
 		t.Errorf("opkit console's operator page:\n%s", page)

@@ -83,18 +83,23 @@ func Append(b []byte, v any) ([]byte, error) {
 // AppendMapWithout appends the map m without its entry skip, as Append
 // would append a copy of m without it.
 func AppendMapWithout(b []byte, m map[string]any, skip string) ([]byte, error) {
+	return appendMap(b, m, 0, skip, true)
+}
+
+// appendMap appends m at depth, without its entry skip when skipping.
+func appendMap(b []byte, m map[string]any, depth int, skip string, skipping bool) ([]byte, error) {
 	n := len(m)
-	if _, ok := m[skip]; ok {
+	if _, ok := m[skip]; ok && skipping {
 		n--
 	}
 	b = binary.AppendUvarint(append(b, tagMap), uint64(n))
 	var err error
 	for k, v := range m {
-		if k == skip {
+		if skipping && k == skip {
 			continue
 		}
 		b = appendString(b, k)
-		if b, err = appendValue(b, v, 1); err != nil {
+		if b, err = appendValue(b, v, depth+1); err != nil {
 			return b, err
 		}
 	}
@@ -120,15 +125,7 @@ func appendValue(b []byte, v any, depth int) ([]byte, error) {
 	case string:
 		return appendString(b, v), nil
 	case map[string]any:
-		b = binary.AppendUvarint(append(b, tagMap), uint64(len(v)))
-		var err error
-		for k, e := range v {
-			b = appendString(b, k)
-			if b, err = appendValue(b, e, depth+1); err != nil {
-				return b, err
-			}
-		}
-		return b, nil
+		return appendMap(b, v, depth, "", false)
 	case []any:
 		b = binary.AppendUvarint(append(b, tagList), uint64(len(v)))
 		var err error

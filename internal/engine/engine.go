@@ -28,11 +28,11 @@
 // through the status subresource only when they changed. Kubernetes Events
 // on the custom resource record child changes and errors.
 //
-// Reads come from the shared cache (the objects without managedFields,
-// unstructured ones held as typed metadata and JSON, which takes a third
-// of the memory of nested maps); only the kinds the definitions name are
-// watched. Before a definition
-// runs, its children are typed by the schemas the API server publishes
+// Reads come from the shared cache (the objects without managedFields;
+// unstructured ones are held as typed metadata and a packed form, a third
+// of the memory of nested maps, and decoded on read); only the kinds the
+// definitions name are watched. Before a definition runs, its children
+// are typed by the schemas the API server publishes
 // (definition.CompileWithSchemas), so that an expression reading a field a
 // child's kind does not have is refused, not failed at run time.
 //

@@ -192,7 +192,6 @@ func AsFailure(err error) *Failure {
 	return &Failure{Message: err.Error()}
 }
 
-// limitedBuffer keeps up to limit bytes and remembers whether more came.
 // tailWriter passes what is written on to w, when there is one, and keeps
 // the last bytes of it: the end of a failed handler's stderr says why.
 type tailWriter struct {
@@ -231,6 +230,7 @@ func (t *tailWriter) lastLine() string {
 	return ""
 }
 
+// limitedBuffer keeps up to limit bytes and remembers whether more came.
 type limitedBuffer struct {
 	buf      bytes.Buffer
 	limit    int

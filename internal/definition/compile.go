@@ -12,6 +12,7 @@ import (
 	"github.com/google/cel-go/cel"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apiserver/pkg/cel/common"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 	"k8s.io/utils/ptr"
 
@@ -66,7 +67,7 @@ type Child struct {
 
 	// schemas types the children's values at run time, by id, for
 	// definitions compiled with schemas; nil otherwise.
-	schemas map[string]*spec.Schema
+	schemas map[string]common.Schema
 }
 
 // Slot is one template string with expressions, at Path in the template.
@@ -82,7 +83,7 @@ type StatusField struct {
 	Slot  *Slot
 	Field string
 
-	schemas map[string]*spec.Schema // as in Child
+	schemas map[string]common.Schema // as in Child
 }
 
 var (
@@ -173,11 +174,12 @@ func compileDefinition(src *Source, schemas SchemaResolver) (*Definition, error)
 		}
 	}
 	d.Handlers = compileHandlers(l, op.Spec.Handlers, dir, op.Spec.Resource.Scope == v1alpha1.ClusterScoped)
+	valueSchemas := newValueSchemas(childSchemas)
 	for _, c := range d.Children {
-		c.schemas = childSchemas
+		c.schemas = valueSchemas
 	}
 	for _, f := range d.Status {
-		f.schemas = childSchemas
+		f.schemas = valueSchemas
 	}
 	checkReferences(l, d, ids)
 	if len(l.errs) == 0 {

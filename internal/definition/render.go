@@ -11,8 +11,7 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apiserver/pkg/cel/openapi"
-	"k8s.io/kube-openapi/pkg/validation/spec"
+	"k8s.io/apiserver/pkg/cel/common"
 )
 
 // Vars are the values expressions see: self is the custom resource, and
@@ -25,7 +24,7 @@ type Vars struct {
 // activation binds self and children; a child whose schema is known is
 // read through it, so that its fields have the types the expressions were
 // checked with (a date-time string is a timestamp, for one).
-func (v Vars) activation(schemas map[string]*spec.Schema) map[string]any {
+func (v Vars) activation(schemas map[string]common.Schema) map[string]any {
 	children := make(map[string]any, len(v.Children))
 	for id, obj := range v.Children {
 		children[id] = typed(obj, schemas[id])
@@ -33,11 +32,11 @@ func (v Vars) activation(schemas map[string]*spec.Schema) map[string]any {
 	return map[string]any{"self": v.Self, "children": children}
 }
 
-func typed(obj map[string]any, s *spec.Schema) any {
+func typed(obj map[string]any, s common.Schema) any {
 	if s == nil {
 		return obj
 	}
-	return openapi.UnstructuredToVal(obj, s)
+	return common.UnstructuredToVal(obj, s)
 }
 
 // ErrChildMissing is returned (wrapped) when an expression reads a child

@@ -56,7 +56,7 @@ const typedChildren = base + `  children:
         year: "${string(children.config.metadata.creationTimestamp.getFullYear())}"
 `
 
-func compileTyped(t *testing.T, yaml string) (*Definition, error) {
+func compileTyped(t testing.TB, yaml string) (*Definition, error) {
 	t.Helper()
 	srcs, err := Load("typed.yaml", []byte(yaml))
 	if err != nil {

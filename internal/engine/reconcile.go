@@ -1,13 +1,13 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -334,22 +334,13 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 		c.ObservedGeneration = cr.GetGeneration()
 		meta.SetStatusCondition(&conds, c) // keeps lastTransitionTime when the status is unchanged
 	}
-	data, err := json.Marshal(conds)
-	if err != nil {
-		return err
+	status["conditions"] = conditionValues(conds)
+	if sameValue(oldStatus, status) {
+		return nil
 	}
-	var condsJSON []any
-	_ = json.Unmarshal(data, &condsJSON)
-	status["conditions"] = condsJSON
-
-	// Compared as JSON, so that an int64 and a float64 of the same integer,
-	// or a struct and its decoded map, are equal; the bytes are the patch's.
 	newJSON, err := json.Marshal(status)
 	if err != nil {
 		return err
-	}
-	if oldJSON, err := json.Marshal(oldStatus); err == nil && sameJSON(oldJSON, newJSON) {
-		return nil
 	}
 	key := client.ObjectKeyFromObject(cr)
 	memo := statusMemo{uid: cr.GetUID(), over: cr.GetResourceVersion(), sum: sha256.Sum256(newJSON)}
@@ -376,15 +367,91 @@ func statusConditions(cr *unstructured.Unstructured) []metav1.Condition {
 	return conds
 }
 
-// sameJSON reports whether two JSON documents hold the same value: equal
-// bytes, or equal once decoded (the keys of an encoded struct are not
-// sorted).
-func sameJSON(a, b []byte) bool {
-	if bytes.Equal(a, b) {
-		return true
+// conditionValues gives conditions as their JSON decodes, as a status
+// read from the API holds them.
+func conditionValues(conds []metav1.Condition) []any {
+	out := make([]any, len(conds))
+	for i, c := range conds {
+		m := map[string]any{"type": c.Type, "status": string(c.Status), "reason": c.Reason, "message": c.Message}
+		if c.ObservedGeneration != 0 {
+			m["observedGeneration"] = c.ObservedGeneration
+		}
+		m["lastTransitionTime"] = nil
+		if !c.LastTransitionTime.IsZero() {
+			m["lastTransitionTime"] = c.LastTransitionTime.UTC().Format(time.RFC3339)
+		}
+		out[i] = m
 	}
-	var va, vb any
-	return json.Unmarshal(a, &va) == nil && json.Unmarshal(b, &vb) == nil && reflect.DeepEqual(va, vb)
+	return out
+}
+
+// sameValue reports whether a and b encode to the same JSON value: an
+// int64 and a float64 of the same integer are equal, as are a struct and
+// its decoded map. Values decoded from JSON, which statuses are, are
+// compared as they are; any other type through its JSON.
+func sameValue(a, b any) bool {
+	switch x := a.(type) {
+	case map[string]any:
+		if y, ok := b.(map[string]any); ok {
+			if len(x) != len(y) || (x == nil) != (y == nil) { // a nil map is null
+				return false
+			}
+			for k, v := range x {
+				if w, ok := y[k]; !ok || !sameValue(v, w) {
+					return false
+				}
+			}
+			return true
+		}
+	case []any:
+		if y, ok := b.([]any); ok {
+			return (x == nil) == (y == nil) && slices.EqualFunc(x, y, sameValue)
+		}
+	case string:
+		if y, ok := b.(string); ok {
+			return x == y
+		}
+	case bool:
+		if y, ok := b.(bool); ok {
+			return x == y
+		}
+	case nil:
+		if b == nil {
+			return true
+		}
+	case int64, float64:
+		if equal, ok := sameNumber(x, b); ok {
+			return equal
+		}
+	}
+	return reflect.DeepEqual(normalize(a), normalize(b))
+}
+
+// sameNumber compares two numbers as JSON would write them; ok is false
+// when either is not an int64 or a float64.
+func sameNumber(a, b any) (equal, ok bool) {
+	switch x := a.(type) {
+	case int64:
+		switch y := b.(type) {
+		case int64:
+			return x == y, true
+		case float64:
+			return intIsFloat(x, y), true
+		}
+	case float64:
+		switch y := b.(type) {
+		case int64:
+			return intIsFloat(y, x), true
+		case float64:
+			return x == y, true
+		}
+	}
+	return false, false
+}
+
+// intIsFloat reports whether f is exactly the integer i.
+func intIsFloat(i int64, f float64) bool {
+	return f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 && int64(f) == i
 }
 
 // normalize round-trips a value through JSON so that int and int64, or

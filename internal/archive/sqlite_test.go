@@ -121,7 +121,9 @@ func BenchmarkRecordingConcurrently(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			now := time.Now()
-			r := &archive.Run{ID: archive.NewID(now), Operator: "op", Handler: "h", Name: "n", Key: "k/1/h", StartedAt: now, Outcome: archive.Running}
+			id := archive.NewID(now)
+			// Each run its own key, as each object's generation has in the engine.
+			r := &archive.Run{ID: id, Operator: "op", Handler: "h", Name: "n", Key: "uid-" + id + "/1/h", StartedAt: now, Outcome: archive.Running}
 			if _, err := s.Succeeded(ctx, r.Key); err != nil {
 				b.Fatal(err)
 			}

@@ -139,9 +139,11 @@ func (c *cluster) createPrinter(ctx context.Context, name string) error {
 	return nil
 }
 
-// cleanUp deletes the namespace's Printers, ConfigMaps and Jobs and waits
-// until they are gone, so that the next measurement starts from an empty
-// cache. A collection too large to delete within one request's timeout is
+// cleanUp deletes the namespace's Printers, ConfigMaps, Jobs and Events and
+// waits until the Printers and ConfigMaps are gone, so that the next
+// measurement starts from an empty cache and an empty namespace (the
+// console's timeline lists the namespace's Events, at a cost that grows
+// with their number). A collection too large to delete within one request's timeout is
 // deleted by further requests.
 func (c *cluster) cleanUp(ctx context.Context) error {
 	bg := metav1.DeletePropagationBackground
@@ -153,6 +155,7 @@ func (c *cluster) cleanUp(ctx context.Context) error {
 			c.dyn.Resource(printers).Namespace(c.ns).DeleteCollection(ctx, del, metav1.ListOptions{}),
 			c.cs.CoreV1().ConfigMaps(c.ns).DeleteCollection(ctx, del, notRootCA),
 			c.cs.BatchV1().Jobs(c.ns).DeleteCollection(ctx, del, metav1.ListOptions{}),
+			c.cs.CoreV1().Events(c.ns).DeleteCollection(ctx, del, metav1.ListOptions{}),
 		)
 		ps, err := c.dyn.Resource(printers).Namespace(c.ns).List(ctx, metav1.ListOptions{Limit: 1})
 		if err != nil {

@@ -72,6 +72,8 @@ type SQLite struct {
 	succeeded                                   *sql.Stmt // on db
 }
 
+var _ Store = &SQLite{}
+
 // The statements every run makes.
 const (
 	insertRunSQL = `INSERT INTO runs (id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation,

@@ -160,7 +160,8 @@ func TestJobHandlersRunAsRestrictedJobsAndReportBack(t *testing.T) {
 	})
 	run = mustLatestRun(t, store, "bad")
 	logs, _, _ = store.Logs(t.Context(), run.ID, 0)
-	if run.Error != "exit status 3" || !strings.Contains(string(logs), "crunch failed") {
+	// The error says why: the last line of the pod's log.
+	if run.Error != "exit status 3: crunch failed" || !strings.Contains(string(logs), "crunch failed") {
 		t.Errorf("failed run: error %q log %q", run.Error, logs)
 	}
 }

@@ -199,7 +199,7 @@ type tailWriter struct {
 	tail []byte
 }
 
-// tailBytes is how much of stderr a tailWriter keeps.
+// tailBytes is how much of its log (stderr, or a pod's log) a tailWriter keeps.
 const tailBytes = 1024
 
 func (t *tailWriter) Write(p []byte) (int, error) {

@@ -247,8 +247,9 @@ func (j *Job) outcome(ctx context.Context, job *batchv1.Job, log io.Writer) (*Re
 			pod = p
 		}
 	}
+	logTail := &tailWriter{w: log}
 	if stream, err := j.Client.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "handler"}).Stream(ctx); err == nil {
-		_, _ = io.Copy(log, stream)
+		_, _ = io.Copy(logTail, stream)
 		stream.Close()
 	} else {
 		fmt.Fprintf(log, "[opkit] reading the log of pod %s: %v\n", pod.Name, err)
@@ -272,6 +273,9 @@ func (j *Job) outcome(ctx context.Context, job *batchv1.Job, log io.Writer) (*Re
 	plain := fmt.Sprintf("exit status %d", term.ExitCode)
 	if term.ExitCode > 128 {
 		plain = fmt.Sprintf("exit status %d (killed by signal %d, %s)", term.ExitCode, term.ExitCode-128, term.Reason)
+	}
+	if line := logTail.lastLine(); line != "" {
+		plain += ": " + line // as an exec handler's stderr, from the pod's log
 	}
 	return nil, exitFailure(int(term.ExitCode), []byte(term.Message), plain)
 }

@@ -143,8 +143,8 @@ func (c *cluster) createPrinter(ctx context.Context, name string) error {
 // waits until the Printers and ConfigMaps are gone, so that the next
 // measurement starts from an empty cache and an empty namespace (the
 // console's timeline lists the namespace's Events, at a cost that grows
-// with their number). A collection too large to delete within one request's timeout is
-// deleted by further requests.
+// with their number). A collection too large to delete within one
+// request's timeout is deleted by further requests.
 func (c *cluster) cleanUp(ctx context.Context) error {
 	bg := metav1.DeletePropagationBackground
 	del := metav1.DeleteOptions{PropagationPolicy: &bg}

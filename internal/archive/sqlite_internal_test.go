@@ -1,0 +1,110 @@
+package archive
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSQLiteMigratesAnOldArchive opens an archive from before the partial
+// indexes and finds its runs, by key and as failures, through them.
+func TestSQLiteMigratesAnOldArchive(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "runs.db")
+	old, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	ok, bad := NewID(now), NewID(now.Add(time.Millisecond))
+	for _, q := range []string{migrations[0], `PRAGMA user_version = 1`,
+		`INSERT INTO runs VALUES ('` + ok + `', 'op', 'h', 'exec', 'create', 'v1', 'K', 'ns', 'a', 'u1', 1, 'u1/1/h', 1, '', 1, 2, 'Succeeded', 0, '', 0, '', 0, 0)`,
+		`INSERT INTO runs VALUES ('` + bad + `', 'op', 'h', 'exec', 'create', 'v1', 'K', 'ns', 'b', 'u2', 1, 'u2/1/h', 1, '', 1, 2, 'Failed', 1, 'exit status 1', 0, '', 0, 0)`,
+	} {
+		if _, err := old.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = old.Close()
+	s, err := OpenSQLite(ctx, path, Options{})
+	if err != nil {
+		t.Fatalf("migrating: %v", err)
+	}
+	defer func() { _ = s.Close() }()
+	var version int
+	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil || version != len(migrations) {
+		t.Fatalf("schema version %d (%v), want %d", version, err, len(migrations))
+	}
+	if found, err := s.Succeeded(ctx, "u1/1/h"); err != nil || !found {
+		t.Errorf("Succeeded(u1/1/h) = %v, %v after migrating; want true", found, err)
+	}
+	if found, _ := s.Succeeded(ctx, "u2/1/h"); found {
+		t.Error("a failed run's key counts as succeeded after migrating")
+	}
+	page, err := s.List(ctx, Query{Failed: true})
+	if err != nil || len(page.Runs) != 1 || page.Runs[0].ID != bad {
+		t.Errorf("failed runs after migrating: %+v, %v; want only %s", page, err, bad)
+	}
+}
+
+// TestSQLiteQueriesUseTheirIndexes checks, with SQLite's own query plans,
+// that the queries made on a large archive search an index instead of
+// scanning every run. SQLite uses a partial index only where it can see
+// that the query implies the index's condition, which is easy to lose in an
+// edit.
+func TestSQLiteQueriesUseTheirIndexes(t *testing.T) {
+	ctx := context.Background()
+	s, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "runs.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	list := func(q Query) (string, []any) {
+		where, args, limit, err := q.sql()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return `SELECT ` + runColumns + ` FROM runs` + where + ` ORDER BY id DESC LIMIT ?`, append(args, limit+1)
+	}
+	for _, c := range []struct {
+		name  string
+		index string
+		query func() (string, []any)
+	}{
+		{"key succeeded", "runs_succeeded", func() (string, []any) { return keySucceededSQL, []any{"uid/1/h"} }},
+		{"failed", "runs_failed", func() (string, []any) { return list(Query{Failed: true}) }},
+		{"running", "runs_running", func() (string, []any) { return list(Query{Outcome: Running}) }},
+		{"object", "runs_object", func() (string, []any) { return list(Query{Namespace: "ns", Name: "n"}) }},
+		{"uid", "runs_uid", func() (string, []any) { return list(Query{UID: "u"}) }},
+		{"cancel running", "runs_running", func() (string, []any) {
+			return `UPDATE runs SET outcome = 'Cancelled' WHERE outcome = 'Running'`, nil
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			query, args := c.query()
+			rows, err := s.db.QueryContext(ctx, `EXPLAIN QUERY PLAN `+query, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = rows.Close() }()
+			var plan []string
+			for rows.Next() {
+				var id, parent, unused int
+				var detail string
+				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, detail)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(plan, "; "); !strings.Contains(got, "INDEX "+c.index) {
+				t.Errorf("plan %q does not use %s", got, c.index)
+			}
+		})
+	}
+}

@@ -117,7 +117,7 @@ func main() {
 	}
 }
 
-func benchMain(args []string, stdout, stderr io.Writer) error {
+func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	opts := defaultOptions()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -148,7 +148,6 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("unknown scenario %q; the scenarios are %s", s, strings.Join(allScenarios, ", "))
 		}
 	}
-	var err error
 	if opts.LiveRates, err = ints(*rates); err != nil {
 		return fmt.Errorf("-live-rates: %w", err)
 	}
@@ -159,13 +158,27 @@ func benchMain(args []string, stdout, stderr io.Writer) error {
 		return errors.New("-runs and -objects must be at least 1, and -job-objects at most 16")
 	}
 
+	if opts.ProfileDir != "" {
+		if err := os.MkdirAll(opts.ProfileDir, 0o755); err != nil {
+			return fmt.Errorf("-profile: %w", err)
+		}
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	workDir, err := os.MkdirTemp("", "opkit-bench-")
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(workDir) }()
+	// The controllers' logs are kept when the suite fails: its error
+	// names them.
+	defer func() {
+		if err == nil {
+			_ = os.RemoveAll(workDir)
+		} else {
+			fmt.Fprintf(stderr, "bench: the controllers' logs are kept in %s\n", workDir)
+		}
+	}()
 	m := machine()
 	if *kubeconfig == "" {
 		fmt.Fprintln(stderr, "starting the local control plane")

@@ -84,6 +84,31 @@ func (c *controller) stats() (stats, error) {
 	return *s, nil
 }
 
+// wait waits for the named Printers as [tracker.wait] does, and gives up
+// as soon as the controller exits instead of at the timeout. Its error
+// names the controller and its log.
+func (c *controller) wait(ctx context.Context, tr *tracker, names []string, needChild, needDone bool, timeout time.Duration) (time.Time, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	last, err := tr.wait(ctx, names, needChild, needDone, timeout)
+	if err == nil {
+		return last, nil
+	}
+	select {
+	case <-c.exited:
+		return last, fmt.Errorf("the controller exited (%v): %w (log: %s)", c.err, err, c.log)
+	default:
+		return last, fmt.Errorf("%w (log: %s)", err, c.log)
+	}
+}
+
 // stop stops the controller and waits for it, killing it after 30s. It may
 // be called more than once.
 func (c *controller) stop() {

@@ -94,10 +94,10 @@ func (b *bench) drainOnce(ctx context.Context, im impl, def, archive, doneField 
 	if err != nil {
 		return nil, 0, err
 	}
-	last, err := tr.wait(ctx, ns, true, true, b.timeout(len(ns)))
+	last, err := c.wait(ctx, tr, ns, true, true, b.timeout(len(ns)))
 	if err != nil {
 		c.stop()
-		return nil, 0, fmt.Errorf("%s: %w (log: %s)", im.Name, err, c.log)
+		return nil, 0, fmt.Errorf("%s: %w", im.Name, err)
 	}
 	return c, last.Sub(start), nil
 }
@@ -113,9 +113,9 @@ func (b *bench) startLive(ctx context.Context, tr *tracker, im impl, def, archiv
 		c.stop()
 		return nil, err
 	}
-	if _, err := tr.wait(ctx, []string{"probe"}, true, needDone, 2*time.Minute); err != nil {
+	if _, err := c.wait(ctx, tr, []string{"probe"}, true, needDone, 2*time.Minute); err != nil {
 		c.stop()
-		return nil, fmt.Errorf("%s: %w (log: %s)", im.Name, err, c.log)
+		return nil, fmt.Errorf("%s: %w", im.Name, err)
 	}
 	return c, nil
 }
@@ -139,8 +139,8 @@ func (b *bench) live(ctx context.Context, im impl, rate int) error {
 	if err := b.paced(ctx, tr, ns, rate); err != nil {
 		return err
 	}
-	if _, err := tr.wait(ctx, ns, true, true, b.timeout(len(ns))); err != nil {
-		return fmt.Errorf("%s: %w (log: %s)", im.Name, err, c.log)
+	if _, err := c.wait(ctx, tr, ns, true, true, b.timeout(len(ns))); err != nil {
+		return fmt.Errorf("%s: %w", im.Name, err)
 	}
 	toChild, toDone := tr.latencies(ns)
 	subject := fmt.Sprintf("%s, %d/s", im.Name, rate)
@@ -259,8 +259,8 @@ func (b *bench) jobLatency(ctx context.Context, n int) error {
 	if err := b.paced(ctx, tr, ns, 5); err != nil {
 		return err
 	}
-	if _, err := tr.wait(ctx, ns, true, false, time.Minute); err != nil {
-		return fmt.Errorf("job handler: %w (log: %s)", err, c.log)
+	if _, err := c.wait(ctx, tr, ns, true, false, time.Minute); err != nil {
+		return fmt.Errorf("job handler: %w", err)
 	}
 	toJob, _ := tr.latencies(ns)
 	b.add("handlers", "job", "change to Job created p50", "ms", percentile(toJob, 50))

@@ -103,7 +103,7 @@ func (c *controller) wait(ctx context.Context, tr *tracker, names []string, need
 	}
 	select {
 	case <-c.exited:
-		return last, fmt.Errorf("the controller exited (%v): %w (log: %s)", c.err, err, c.log)
+		return last, fmt.Errorf("the controller exited (%w): %w (log: %s)", c.err, err, c.log)
 	default:
 		return last, fmt.Errorf("%w (log: %s)", err, c.log)
 	}

@@ -101,6 +101,10 @@ const (
 	keySucceededSQL = `SELECT EXISTS (SELECT 1 FROM runs WHERE idem_key = ? AND outcome = 'Succeeded')`
 )
 
+// cancelRunningSQL is CancelRunning's statement, made once at start-up.
+// The outcome is literal, as runs_running's condition is.
+const cancelRunningSQL = `UPDATE runs SET outcome = ?, failed = 0, error = ?, finished_at = ? WHERE outcome = 'Running'`
+
 // OpenSQLite opens (creating it and its directory if needed) the archive at
 // path and brings its schema up to date.
 func OpenSQLite(ctx context.Context, path string, opts Options) (*SQLite, error) {
@@ -339,7 +343,7 @@ func (s *SQLite) List(ctx context.Context, q Query) (*Page, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT `+runColumns+` FROM runs`+where+` ORDER BY id DESC LIMIT ?`, append(args, limit+1)...)
+	rows, err := s.db.QueryContext(ctx, listSQL(where), append(args, limit+1)...)
 	if err != nil {
 		return nil, fmt.Errorf("archive: listing runs: %w", err)
 	}
@@ -381,6 +385,12 @@ func (s *SQLite) Counts(ctx context.Context, since time.Time) (map[string]Counts
 		out[op] = c
 	}
 	return out, rows.Err()
+}
+
+// listSQL is List's statement for a WHERE clause of Query.sql; its last
+// parameter is the limit.
+func listSQL(where string) string {
+	return `SELECT ` + runColumns + ` FROM runs` + where + ` ORDER BY id DESC LIMIT ?`
 }
 
 // sql turns a query into a WHERE clause with ? placeholders.
@@ -443,8 +453,7 @@ func (s *SQLite) Succeeded(ctx context.Context, key string) (bool, error) {
 
 // CancelRunning ends every Running run as Cancelled.
 func (s *SQLite) CancelRunning(ctx context.Context, reason string) (int, error) {
-	res, err := s.w.ExecContext(ctx, `UPDATE runs SET outcome = ?, failed = 0, error = ?, finished_at = ? WHERE outcome = 'Running'`,
-		string(Cancelled), reason, time.Now().UnixNano())
+	res, err := s.w.ExecContext(ctx, cancelRunningSQL, string(Cancelled), reason, time.Now().UnixNano())
 	if err != nil {
 		return 0, fmt.Errorf("archive: %w", err)
 	}

@@ -67,7 +67,7 @@ func TestSQLiteQueriesUseTheirIndexes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return `SELECT ` + runColumns + ` FROM runs` + where + ` ORDER BY id DESC LIMIT ?`, append(args, limit+1)
+		return listSQL(where), append(args, limit+1)
 	}
 	for _, c := range []struct {
 		name  string
@@ -80,7 +80,7 @@ func TestSQLiteQueriesUseTheirIndexes(t *testing.T) {
 		{"object", "runs_object", func() (string, []any) { return list(Query{Namespace: "ns", Name: "n"}) }},
 		{"uid", "runs_uid", func() (string, []any) { return list(Query{UID: "u"}) }},
 		{"cancel running", "runs_running", func() (string, []any) {
-			return `UPDATE runs SET outcome = 'Cancelled' WHERE outcome = 'Running'`, nil
+			return cancelRunningSQL, []any{string(Cancelled), "stopped", int64(1)}
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

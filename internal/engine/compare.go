@@ -99,3 +99,27 @@ func number(v any) (float64, bool) {
 	}
 	return 0, false
 }
+
+// withRemovals makes desired a JSON merge patch (RFC 7386) over current:
+// desired as it is, plus a null for every key current has and desired
+// lacks, at every depth where both hold an object. A merge patch merges
+// nested objects key by key, so without the nulls a field desired dropped
+// (a handler's stalled flag after a success) would stay on the server.
+// Neither argument is changed.
+func withRemovals(current, desired map[string]any) map[string]any {
+	out := make(map[string]any, len(desired))
+	for k, v := range desired {
+		if dm, ok := v.(map[string]any); ok {
+			if cm, ok := current[k].(map[string]any); ok {
+				v = withRemovals(cm, dm)
+			}
+		}
+		out[k] = v
+	}
+	for k := range current {
+		if _, ok := desired[k]; !ok {
+			out[k] = nil
+		}
+	}
+	return out
+}

@@ -46,6 +46,15 @@
 // child, or failed) keeps its entry. Deleting the custom resource deletes
 // its children through their ownerReferences (garbage collection).
 //
+// # A CRD deleted under a running operator
+//
+// Deleting a CRD deletes its custom resources (their delete handlers run
+// as for any deletion), then the CRD. The engine watches the metadata of
+// every CRD and installs a running operator's CRD again once it is gone,
+// then restarts that operator's controller; it says so in its log, in
+// Events and, for an Operator read from the cluster, in its Ready
+// condition (reason CRDDeleted) until the CRD is back (crdguard.go).
+//
 // # Handlers
 //
 // Each reconcile, after the children, decides which handler has a run to
@@ -226,6 +235,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	})); err != nil {
+		return err
+	}
+	if err := e.mgr.Add(manager.RunnableFunc(e.guardCRDs)); err != nil {
 		return err
 	}
 	err := e.mgr.Start(ctx)

@@ -75,6 +75,9 @@ type handlerStatus struct {
 	LastError   string `json:"lastError,omitempty"`
 	// LastScheduled is when the last scheduled run started.
 	LastScheduled string `json:"lastScheduled,omitempty"`
+	// RequeueAt is when the handler runs again (trigger requeue), as its
+	// last successful run asked with requeueAfter.
+	RequeueAt string `json:"requeueAt,omitempty"`
 }
 
 // handledRecord is the spec as of the last generation every create and
@@ -428,6 +431,13 @@ func (rn *runner) due(cr *unstructured.Unstructured, st *handlerState, now time.
 				trigger = v1alpha1.OnSchedule
 			}
 		}
+		if trigger == "" && !deleting && hs.RequeueAt != "" {
+			if at, err := time.Parse(time.RFC3339Nano, hs.RequeueAt); err == nil && now.Before(at) {
+				soonest(at.Sub(now))
+			} else {
+				trigger = v1alpha1.TriggerRequeue
+			}
+		}
 		if trigger == "" {
 			continue
 		}
@@ -473,7 +483,7 @@ func stalledMessage(d *definition.Definition, cr *unstructured.Unstructured, st 
 }
 
 // triggerRank orders triggers by urgency.
-var triggerRank = map[string]int{v1alpha1.OnDelete: 0, v1alpha1.OnCreate: 1, v1alpha1.OnUpdate: 1, v1alpha1.OnResume: 2, v1alpha1.OnSchedule: 3}
+var triggerRank = map[string]int{v1alpha1.OnDelete: 0, v1alpha1.OnCreate: 1, v1alpha1.OnUpdate: 1, v1alpha1.OnResume: 2, v1alpha1.OnSchedule: 3, v1alpha1.TriggerRequeue: 3}
 
 func scheduleBase(cr *unstructured.Unstructured, hs *handlerStatus) time.Time {
 	if t, err := time.Parse(time.RFC3339Nano, hs.LastScheduled); err == nil {
@@ -496,8 +506,13 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 		attempt = hs.Attempt + 1
 	}
 	key := fmt.Sprintf("%s/%d/%s", cr.GetUID(), g, h.Name)
-	if trigger == v1alpha1.OnSchedule {
+	switch trigger {
+	case v1alpha1.OnSchedule:
 		key += fmt.Sprintf("/%d", now.Unix())
+	case v1alpha1.TriggerRequeue:
+		// The time it came due: a run interrupted by a crash keeps its key.
+		at, _ := time.Parse(time.RFC3339Nano, hs.RequeueAt)
+		key += fmt.Sprintf("/requeue/%d", at.Unix())
 	}
 	cur := spec(cr)
 	f := &flight{handler: h, spec: cur}
@@ -630,7 +645,13 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 			rn.resumed[cr.GetUID()] = true
 			rn.mu.Unlock()
 		}
-		requeue = f.result.RequeueDuration()
+		// The last success decides whether the handler runs again; after
+		// a delete run the object is gone.
+		hs.RequeueAt = ""
+		if d := f.result.RequeueDuration(); d > 0 && run.Trigger != v1alpha1.OnDelete {
+			hs.RequeueAt = now.Add(d).Format(time.RFC3339Nano)
+			requeue = d
+		}
 	} else {
 		run.Error = failure.Message
 		hs.Attempt, hs.Target, hs.LastError = run.Attempt, run.Generation, truncate(failure.Message)
@@ -812,12 +833,12 @@ func (r *reconciler) finalize(ctx context.Context, cr *unstructured.Unstructured
 	if own == nil {
 		own = map[string]any{}
 	}
-	before := normalize(own)
+	before := maps.Clone(own)
 	step.state.writeTo(own)
 	conds := statusConditions(cr)
 	changed := meta.SetStatusCondition(&conds, stalledCondition(step))
-	if changed || !reflect.DeepEqual(before, normalize(own)) {
-		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"opkit": own, "conditions": conds}})
+	if changed || !sameValue(before, own) {
+		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"opkit": withRemovals(before, own), "conditions": conds}})
 		if err := r.client.Status().Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}

@@ -93,6 +93,19 @@ func testHandler() int {
 	case "broken":
 		fmt.Fprintln(os.Stderr, "boom: broken on purpose")
 		return 1
+	case "poll":
+		// Polls something outside the cluster: asks to run again twice.
+		if strings.Count(string(seen), `"name":"`+rec.Name+`"`) < 2 {
+			fmt.Println(`{"requeueAfter": "1s"}`)
+			return 0
+		}
+	case "fixable":
+		// Broken until the test writes $OUT.fixed: a cause fixed outside
+		// the object.
+		if _, err := os.Stat(os.Getenv("OUT") + ".fixed"); err != nil {
+			fmt.Fprintln(os.Stderr, "boom: not fixed yet")
+			return 1
+		}
 	case "notjson":
 		fmt.Println("hello, not JSON")
 		return 0
@@ -438,6 +451,112 @@ func TestFailingHandlersRetryWithGrowingDelaysThenStall(t *testing.T) {
 		_, has := broken.GetAnnotations()[engine.RetryAnnotation]
 		return !has, nil
 	})
+}
+
+func TestASuccessAfterRetryClearsTheFailureItSupersedes(t *testing.T) {
+	env, out, store := runTasks(t)
+	obj := task(env.Namespace, "fixable", "fixable", "x")
+	create(t, env, obj)
+	eventually(t, 60*time.Second, "the fixable Task is Stalled", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return false, err
+		}
+		c := condition(obj, engine.ConditionStalled)
+		return c != nil && c.Status == metav1.ConditionTrue, nil
+	})
+	work, _, _ := unstructured.NestedMap(obj.Object, "status", "opkit", "handlers", "work")
+	if work["stalled"] != true || work["lastError"] == nil {
+		t.Fatalf("a stalled handler's status %v; want stalled and its lastError", work)
+	}
+
+	// The cause is fixed outside the object; opkit retry runs it again.
+	if err := os.WriteFile(out+".fixed", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	patch := []byte(`{"metadata":{"annotations":{"` + engine.RetryAnnotation + `":"now"}}}`)
+	if err := env.Client.Patch(t.Context(), obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the retried run succeeds and is recorded in the status", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return false, err
+		}
+		outcome, _, _ := unstructured.NestedString(obj.Object, "status", "opkit", "lastRun", "outcome")
+		return outcome == string(archive.Succeeded), nil
+	})
+	// What the success superseded is gone: the handler's failure state and
+	// the last run's error and retry time.
+	work, _, _ = unstructured.NestedMap(obj.Object, "status", "opkit", "handlers", "work")
+	for _, k := range []string{"stalled", "attempt", "target", "lastError", "nextRetryAt"} {
+		if v, ok := work[k]; ok {
+			t.Errorf("status.opkit.handlers.work.%s = %v after a success; want it cleared", k, v)
+		}
+	}
+	if work["generation"] != obj.GetGeneration() {
+		t.Errorf("status.opkit.handlers.work.generation = %v, want %d", work["generation"], obj.GetGeneration())
+	}
+	last, _, _ := unstructured.NestedMap(obj.Object, "status", "opkit", "lastRun")
+	for _, k := range []string{"message", "nextRetryAt"} {
+		if v, ok := last[k]; ok {
+			t.Errorf("status.opkit.lastRun.%s = %v beside outcome Succeeded; want it cleared", k, v)
+		}
+	}
+	if c := condition(obj, engine.ConditionStalled); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("Stalled %+v after a success; want False", c)
+	}
+	page, err := store.List(t.Context(), archive.Query{Name: "fixable", Outcome: archive.Succeeded})
+	if err != nil || len(page.Runs) != 1 || page.Runs[0].Attempt != 1 {
+		t.Errorf("succeeded runs %+v (%v); want one, attempt 1", page.Runs, err)
+	}
+}
+
+func TestRequeueAfterRunsTheHandlerAgain(t *testing.T) {
+	env, out, store := runTasks(t)
+	obj := task(env.Namespace, "poller", "poll", "x")
+	create(t, env, obj)
+	recs := waitRecords(t, out, "poller", 3, "the create run and the two runs it asked for")
+	want := []string{"create", "requeue", "requeue"}
+	keys := map[string]bool{}
+	for i, r := range recs[:3] {
+		if r.Trigger != want[i] || r.Attempt != 1 {
+			t.Errorf("run %d: trigger %s attempt %d; want %s, attempt 1", i, r.Trigger, r.Attempt, want[i])
+		}
+		keys[r.Key] = true
+	}
+	if len(keys) != 3 {
+		t.Errorf("keys %v; want each run its own", keys)
+	}
+	if at := [2]time.Time{mustTime(t, recs[0].At), mustTime(t, recs[1].At)}; at[1].Sub(at[0]) < time.Second {
+		t.Errorf("the requeued run came %s after the first; want at least the 1s asked for", at[1].Sub(at[0]))
+	}
+	// The third run asked for nothing: no more runs, and nothing pending.
+	eventually(t, 30*time.Second, "the last run is recorded in the status", func(ctx context.Context) (bool, error) {
+		page, err := store.List(ctx, archive.Query{Name: "poller", Outcome: archive.Succeeded})
+		if err != nil || len(page.Runs) < 3 {
+			return false, err
+		}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return false, err
+		}
+		id, _, _ := unstructured.NestedString(obj.Object, "status", "opkit", "lastRun", "id")
+		return id == page.Runs[0].ID, nil
+	})
+	if at, ok, _ := unstructured.NestedString(obj.Object, "status", "opkit", "handlers", "work", "requeueAt"); ok {
+		t.Errorf("requeueAt %s after a run that asked for no requeue", at)
+	}
+	time.Sleep(3 * time.Second)
+	if n := len(records(t, out, "poller")); n != 3 {
+		t.Errorf("%d runs; want 3: the last run asked for no requeue", n)
+	}
+}
+
+func mustTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	ts, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
 }
 
 func TestBrokenHandlerOutputFailsOnlyItsRun(t *testing.T) {

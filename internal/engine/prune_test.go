@@ -121,6 +121,22 @@ func TestChildrenNoLongerRenderedArePruned(t *testing.T) {
 	if msg := conditionMessage(shelf, "Degraded"); !strings.Contains(msg, "ConfigMap s1-label exists and is not controlled by this Shelf") {
 		t.Errorf("Degraded message: %q", msg)
 	}
+	// Its Event names the child once.
+	eventually(t, 30*time.Second, "a ChildFailed Event on the Shelf", func(ctx context.Context) (bool, error) {
+		var events corev1.EventList
+		if err := env.Client.List(ctx, &events, client.InNamespace(env.Namespace)); err != nil {
+			return false, err
+		}
+		for _, e := range events.Items {
+			if e.Reason == "ChildFailed" && e.InvolvedObject.Name == shelf.GetName() {
+				if !strings.HasPrefix(e.Message, "child label: ConfigMap s1-label exists") {
+					t.Errorf("ChildFailed message %q; want it to name the child once", e.Message)
+				}
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(foreign), foreign); err != nil {
 		t.Fatalf("an object the Shelf does not control was deleted: %v", err)
 	}

@@ -93,6 +93,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var requeue time.Duration
 	for _, child := range r.def.Children {
 		res, err := r.convergeChild(ctx, cr, child, vars)
+		if err != nil && !errors.Is(err, errRecreating) {
+			err = fmt.Errorf("child %s: %w", child.ID, err) // named once, here
+		}
 		if res.ref != nil {
 			keep = appendRef(keep, *res.ref)
 		}
@@ -110,7 +113,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			requeue = time.Second
 		case err != nil:
 			failure = errors.Join(failure, err)
-			r.events.Eventf(cr, nil, corev1.EventTypeWarning, "ChildFailed", "Reconcile", "child %s: %v", child.ID, err)
+			r.events.Eventf(cr, nil, corev1.EventTypeWarning, "ChildFailed", "Reconcile", "%v", err)
 		case res.waiting:
 			waiting = append(waiting, child.ID)
 		case res.live != nil:
@@ -181,11 +184,11 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 	obj := &unstructured.Unstructured{Object: desired}
 	mapping, err := r.mapper.RESTMapping(child.GVK.GroupKind(), child.GVK.Version)
 	if err != nil {
-		return childResult{}, fmt.Errorf("child %s: kind %s is not served: %w", child.ID, child.GVK, err)
+		return childResult{}, fmt.Errorf("kind %s is not served: %w", child.GVK, err)
 	}
 	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
 		if cr.GetNamespace() == "" && obj.GetNamespace() == "" {
-			return childResult{}, fmt.Errorf("child %s: a cluster-scoped resource cannot own a namespaced child without a namespace", child.ID)
+			return childResult{}, errors.New("a cluster-scoped resource cannot own a namespaced child without a namespace")
 		}
 		if obj.GetNamespace() == "" {
 			obj.SetNamespace(cr.GetNamespace())
@@ -224,7 +227,7 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 	}
 	existed := err == nil
 	if existed && !metav1.IsControlledBy(current, cr) {
-		return rendered, fmt.Errorf("child %s: %s %s exists and is not controlled by this %s; opkit does not take over objects it did not make", child.ID, child.GVK.Kind, obj.GetName(), cr.GetKind())
+		return rendered, fmt.Errorf("%s %s exists and is not controlled by this %s; opkit does not take over objects it did not make", child.GVK.Kind, obj.GetName(), cr.GetKind())
 	}
 	if existed && child.Recreate && current.GetAnnotations()[AppliedHashAnnotation] != hash {
 		return rendered, r.recreate(ctx, cr, child, current)
@@ -234,7 +237,7 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 		return rendered, r.recreate(ctx, cr, child, current)
 	}
 	if err != nil {
-		return rendered, fmt.Errorf("child %s: applying %s %s: %w", child.ID, child.GVK.Kind, obj.GetName(), err)
+		return rendered, fmt.Errorf("applying %s %s: %w", child.GVK.Kind, obj.GetName(), err)
 	}
 	// A change to an existing child is posted; a creation is not: the
 	// inventory and Ready show it, and an Event per child created would be
@@ -259,7 +262,7 @@ func immutable(err error) bool {
 func (r *reconciler) recreate(ctx context.Context, cr *unstructured.Unstructured, child *definition.Child, current *unstructured.Unstructured) error {
 	err := r.client.Delete(ctx, current, client.Preconditions{UID: ptr.To(current.GetUID())}, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("child %s: deleting %s %s to re-create it: %w", child.ID, child.GVK.Kind, current.GetName(), err)
+		return fmt.Errorf("deleting %s %s to re-create it: %w", child.GVK.Kind, current.GetName(), err)
 	}
 	r.events.Eventf(cr, nil, corev1.EventTypeNormal, "Recreating", "Delete", "deleted %s %s to re-create it with its new template", child.GVK.Kind, current.GetName())
 	return errRecreating
@@ -338,7 +341,7 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	if sameValue(oldStatus, status) {
 		return nil
 	}
-	newJSON, err := json.Marshal(status)
+	newJSON, err := json.Marshal(withRemovals(oldStatus, status))
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -131,13 +132,17 @@ func printRuns(w io.Writer, runs []archive.Run, consoleURL string, now time.Time
 
 func newLogsCommand() *cobra.Command {
 	var archivePath string
-	var follow bool
+	var follow, raw bool
 	cmd := &cobra.Command{
 		Use:   "logs RUN",
 		Short: "Print a run's log (an exec handler's stderr, an http handler's exchange)",
 		Long: `Print the log of one run, as recorded in the archive. With -f, keep
 printing what comes until the run ends. When the run failed, its error
-follows on stderr.`,
+follows on stderr.
+
+A handler's log is untrusted: terminal control sequences (colours, cursor
+moves, window titles) are stripped and invalid UTF-8 replaced, as the
+console shows it. --raw prints the bytes as the handler wrote them.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
@@ -149,12 +154,78 @@ follows on stderr.`,
 				return err
 			}
 			defer func() { _ = store.Close() }()
-			return printLogs(cmd.Context(), store, id, follow, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			out := cmd.OutOrStdout()
+			if !raw {
+				out = &cleanWriter{w: out}
+			}
+			if err := printLogs(cmd.Context(), store, id, follow, out, cmd.ErrOrStderr()); err != nil {
+				return err
+			}
+			if cw, ok := out.(*cleanWriter); ok {
+				return cw.Flush()
+			}
+			return nil
 		},
 	}
 	archiveFlag(cmd, &archivePath)
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the log until the run ends")
+	cmd.Flags().BoolVar(&raw, "raw", false, "print the log's bytes as written, control sequences included")
 	return cmd
+}
+
+// cleanWriter writes a log through archive.CleanLog. A write that ends
+// inside a control sequence or a UTF-8 character keeps that end back until
+// the next write completes it, or Flush: a log read in chunks (opkit logs
+// -f) is cleaned as the whole would be.
+type cleanWriter struct {
+	w       io.Writer
+	pending []byte
+}
+
+// maxHeldBack bounds what a write may keep back: a longer unfinished
+// "sequence" is not one, and is cleaned as it is.
+const maxHeldBack = 4096
+
+func (c *cleanWriter) Write(p []byte) (int, error) {
+	data := append(c.pending, p...)
+	cut := len(data) - unfinishedTail(data)
+	if len(data)-cut > maxHeldBack {
+		cut = len(data)
+	}
+	c.pending = append([]byte(nil), data[cut:]...)
+	if _, err := io.WriteString(c.w, archive.CleanLog(data[:cut])); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Flush writes what was kept back.
+func (c *cleanWriter) Flush() error {
+	data := c.pending
+	c.pending = nil
+	_, err := io.WriteString(c.w, archive.CleanLog(data))
+	return err
+}
+
+// unfinishedTail is the length of data's end that may be the start of a
+// control sequence, a \r\n or a UTF-8 character that the next bytes
+// finish.
+func unfinishedTail(data []byte) int {
+	if n := archive.UnfinishedControlSequence(data); n > 0 {
+		return n
+	}
+	if n := len(data); n > 0 && data[n-1] == '\r' {
+		return 1
+	}
+	for n := 1; n < utf8.UTFMax && n <= len(data); n++ {
+		if b := data[len(data)-n]; utf8.RuneStart(b) {
+			if !utf8.FullRune(data[len(data)-n:]) {
+				return n
+			}
+			break
+		}
+	}
+	return 0
 }
 
 func printLogs(ctx context.Context, store archive.Store, id string, follow bool, stdout, stderr io.Writer) error {

@@ -74,3 +74,66 @@ func TestRunsLinkTheConsoleWhenItsURLIsKnown(t *testing.T) {
 		t.Errorf("the table lacks %s:\n%s", want, linked.String())
 	}
 }
+
+// hostileLog is a handler's log with what a terminal would act on: colours,
+// a window title (OSC), a cursor move and a bell, around plain text.
+const hostileLog = "\x1b[31mred\x1b[0m \x1b]0;pwned title\x07plain\x1b[2Jcleared\a done\n"
+
+func TestLogsStripTerminalControlUnlessRaw(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "runs.db")
+	store, err := archive.OpenSQLite(ctx, path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := &archive.Run{ID: archive.NewID(time.Now()), Operator: "op", Handler: "h", Name: "n", StartedAt: time.Now(), Attempt: 1}
+	if err := store.Insert(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.AppendLog(ctx, run.ID, []byte(hostileLog)); err != nil {
+		t.Fatal(err)
+	}
+	run.Outcome, run.FinishedAt = archive.Succeeded, time.Now()
+	if err := store.Finish(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	_ = store.Close()
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"logs", run.ID, "--archive", path}, "red plaincleared done\n"},
+		{[]string{"logs", run.ID, "--archive", path, "--raw"}, hostileLog},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := Main(tc.args, &stdout, &stderr); code != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.args, code, stderr.String())
+		}
+		if stdout.String() != tc.want {
+			t.Errorf("%v printed %q, want %q", tc.args, stdout.String(), tc.want)
+		}
+	}
+}
+
+func TestCleanWriterCleansALogSplitAnywhereAsAWhole(t *testing.T) {
+	log := hostileLog + "\x1b]8;;https://example.com\x1b\\link\x1b]8;;\x1b\\ é ü 日本\r\nend"
+	want := archive.CleanLog([]byte(log))
+	for cut := range len(log) + 1 {
+		for second := cut; second <= len(log); second += 7 {
+			var out bytes.Buffer
+			w := &cleanWriter{w: &out}
+			for _, part := range []string{log[:cut], log[cut:second], log[second:]} {
+				if _, err := w.Write([]byte(part)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if out.String() != want {
+				t.Fatalf("split at %d and %d: %q, want %q", cut, second, out.String(), want)
+			}
+		}
+	}
+}

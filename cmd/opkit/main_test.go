@@ -20,6 +20,7 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,8 +60,15 @@ type result struct {
 // opkit runs the CLI as a user would, in its own process.
 func opkit(t *testing.T, stateDir string, args ...string) result {
 	t.Helper()
+	return opkitWithEnv(t, []string{"OPKIT_STATE_DIR=" + stateDir}, args...)
+}
+
+// opkitWithEnv runs the CLI with the environment less KUBECONFIG, plus env.
+func opkitWithEnv(t *testing.T, env []string, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), asCLI+"=1", "OPKIT_STATE_DIR="+stateDir)
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "KUBECONFIG=") }), asCLI+"=1")
+	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -219,6 +227,14 @@ func TestClusterCommandsWithoutAPlaneSaySo(t *testing.T) {
 	if r := opkit(t, stateDir, "cluster", "stop"); r.code != 0 || !strings.Contains(r.stderr, "no local control plane is running") {
 		t.Errorf("stop without a plane: exit %d, %q; want 0 and a note", r.code, r.stderr)
 	}
+	if r := opkit(t, stateDir, "kubectl", "get", "ns"); !strings.Contains(r.stderr, "`opkit dev`") || !strings.HasSuffix(r.stderr, "\n") {
+		t.Errorf("kubectl without a plane: %q; want an error naming both ways to start one, ending its line", r.stderr)
+	}
+	for _, help := range []string{"--help", "-h"} {
+		if r := opkit(t, stateDir, "kubectl", help); r.code != 0 || !strings.Contains(r.stdout, "Every argument is passed") {
+			t.Errorf("opkit kubectl %s without a plane: exit %d, stdout %q, stderr %q; want its help", help, r.code, r.stdout, r.stderr)
+		}
+	}
 }
 
 func TestVersionNamesTheControlPlane(t *testing.T) {
@@ -268,6 +284,40 @@ func TestRunRefusesInvalidDefinitionsBeforeTouchingTheCluster(t *testing.T) {
 	}
 	if strings.Contains(string(out), "kubeconfig") {
 		t.Errorf("it read the kubeconfig before refusing the definition:\n%s", out)
+	}
+}
+
+func TestRunRefusesDefinitionsThatClashBeforeTouchingTheCluster(t *testing.T) {
+	dir := t.TempDir()
+	op := func(name, kind string) string {
+		return "apiVersion: opkit.dev/v1alpha1\nkind: Operator\nmetadata: {name: " + name + "}\nspec:\n  resource:\n    group: demo.example.com\n    kind: " + kind + "\n    versions: [{name: v1}]\n"
+	}
+	files := map[string]string{"a.yaml": op("a", "Backup"), "b.yaml": op("b", "Backup"), "c.yaml": op("a", "Restore")}
+	var args []string
+	for _, name := range []string{"a.yaml", "b.yaml", "c.yaml"} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(files[name]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-f", path)
+	}
+	cmd := exec.Command(os.Args[0], append(append([]string{"run"}, args...), "--kubeconfig", filepath.Join(dir, "no-such-kubeconfig"))...)
+	cmd.Env = append(os.Environ(), asCLI+"=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("opkit run accepted clashing definitions:\n%s", out)
+	}
+	a, b, c := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml"), filepath.Join(dir, "c.yaml")
+	for _, want := range []string{
+		b + ":7: spec.resource.kind: operators a and b both declare Backup.demo.example.com (CRD backups.demo.example.com; the other at " + a + ":7)",
+		c + ":3: metadata.name: operator a is defined twice: also at " + a + ":3",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "kubeconfig") {
+		t.Errorf("it read the kubeconfig before refusing the definitions:\n%s", out)
 	}
 }
 
@@ -348,8 +398,9 @@ func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	stateDir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "dev", dir, "--apply", "../../examples/printer/printer.yaml", "--console", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), asCLI+"=1")
+	cmd.Env = append(os.Environ(), asCLI+"=1", "OPKIT_STATE_DIR="+stateDir)
 	stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
@@ -358,8 +409,8 @@ func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
 	defer cmd.Process.Kill()
 	waitOutput(t, stderr, "opkit dev is running", 3*time.Minute)
 	waitOutput(t, stderr, "Stop it with Ctrl-C", 5*time.Second)
-	if !strings.Contains(stderr.String(), "skipping "+filepath.Join(dir, "printer.yaml")+": not an Operator") {
-		t.Errorf("opkit dev did not say it skipped a file that is not an Operator:\n%s", stderr.String())
+	if n := strings.Count(stderr.String(), "skipping "+filepath.Join(dir, "printer.yaml")+": not an Operator"); n != 1 {
+		t.Errorf("opkit dev said %d times that it skipped a file that is not an Operator, want once:\n%s", n, stderr.String())
 	}
 	var kubeconfig string
 	for line := range strings.Lines(stderr.String()) {
@@ -368,6 +419,12 @@ func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
 		}
 	}
 	dataDir := filepath.Dir(kubeconfig)
+	// opkit kubectl finds the plane of opkit dev, or takes $KUBECONFIG.
+	for _, env := range [][]string{{"OPKIT_STATE_DIR=" + stateDir}, {"OPKIT_STATE_DIR=" + t.TempDir(), "KUBECONFIG=" + kubeconfig}} {
+		if r := opkitWithEnv(t, env, "kubectl", "get", "printers"); r.code != 0 || !strings.Contains(r.stdout, "hello") {
+			t.Errorf("opkit kubectl get printers with %v: exit %d\n%s%s", env, r.code, r.stdout, r.stderr)
+		}
+	}
 	// The console is served beside the engine, and lists the Printer.
 	console := consoleURL(t, stderr.String(), "The console: ")
 	if page := httpGet(t, console+"/operators/printer"); !strings.Contains(page, `href="/operators/printer/objects/default/hello"`) {
@@ -421,6 +478,24 @@ func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
 	write("notes.yaml", notesOperator+"  status: [\n")
 	waitOutput(t, stderr, filepath.Join(dir, "notes.yaml")+":", 30*time.Second)
 	waitOutput(t, stderr, "the last valid version of "+filepath.Join(dir, "notes.yaml")+" keeps running", time.Second)
+	// Undone, it says so: the error is no longer the last word.
+	write("notes.yaml", notesOperator)
+	waitOutput(t, stderr, "operator notes: reloaded", 30*time.Second)
+	// A handler that gives up is shown, with the commands that tell more.
+	write("notes.yaml", notesOperator+failingHandler)
+	waitOutput(t, stderr, "operator notes: reloaded (Note.notes.example.com", 30*time.Second)
+	note := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "notes.example.com/v1", "kind": "Note",
+		"metadata": map[string]any{"name": "n1", "namespace": "default"}, "spec": map[string]any{"a": "x"},
+	}}
+	if err := c.Create(t.Context(), note); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, stderr, "notes default/n1: handler fail gave up (create, attempt 1): exit status 1", 60*time.Second)
+	waitOutput(t, stderr, "once fixed: opkit retry default/n1", time.Second)
+	if err := c.Delete(t.Context(), note); err != nil {
+		t.Fatal(err)
+	}
 	// A removed file stops its operator.
 	if err := os.Remove(filepath.Join(dir, "notes.yaml")); err != nil {
 		t.Fatal(err)
@@ -434,7 +509,18 @@ func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
 		t.Errorf("opkit dev after Ctrl-C: %v\n%s", err, stderr.String())
 	}
 	waitGone(t, dataDir, 5*time.Second)
+	if _, err := os.Stat(filepath.Join(stateDir, "dev-plane.json")); !os.IsNotExist(err) {
+		t.Errorf("opkit dev left its plane's record behind: %v", err)
+	}
 }
+
+// failingHandler is a handler, for notesOperator, that fails at once.
+const failingHandler = `  handlers:
+  - name: fail
+    on: [create]
+    retry: {maxAttempts: 1}
+    exec: {command: ["false"]}
+`
 
 func TestRunWithoutFilesRunsTheOperatorsOfTheCluster(t *testing.T) {
 	if testing.Short() {

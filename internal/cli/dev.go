@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/devnode"
 	"github.com/opkit-dev/opkit/internal/engine"
@@ -56,23 +57,23 @@ processes of this machine: see docs/local-control-plane.md.`,
 	return cmd
 }
 
-// operatorFiles lists DIR's YAML files whose first document is an Operator,
-// and says which files it skips.
-func operatorFiles(dir string, log io.Writer) ([]string, error) {
+// operatorFiles lists DIR's YAML files whose first document is an Operator;
+// skipped holds the others, each with why.
+func operatorFiles(dir string) (out []string, skipped map[string]string, err error) {
 	var files []string
 	for _, pattern := range []string{"*.yaml", "*.yml"} {
 		m, err := filepath.Glob(filepath.Join(dir, pattern))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		files = append(files, m...)
 	}
 	slices.Sort(files)
-	var out []string
+	skipped = map[string]string{}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var head struct {
 			APIVersion string `yaml:"apiVersion"`
@@ -81,16 +82,17 @@ func operatorFiles(dir string, log io.Writer) ([]string, error) {
 		// A file that is not YAML is left to the loader, which says why.
 		if yaml.NewDecoder(bytes.NewReader(data)).Decode(&head) == nil &&
 			(head.APIVersion != v1alpha1.SchemeGroupVersion.String() || head.Kind != v1alpha1.Kind) {
-			fmt.Fprintf(log, "skipping %s: not an Operator (%s %s)\n", f, head.APIVersion, head.Kind)
+			skipped[f] = fmt.Sprintf("skipping %s: not an Operator (%s %s)", f, head.APIVersion, head.Kind)
 			continue
 		}
 		out = append(out, f)
 	}
-	return out, nil
+	return out, skipped, nil
 }
 
 func dev(ctx context.Context, dir string, apply []string, archivePath string, cf *consoleFlags, stdout, stderr io.Writer) error {
-	files, err := operatorFiles(dir, stderr)
+	reload := &reloader{dir: dir, log: stderr}
+	files, err := reload.operatorFiles()
 	if err != nil {
 		return err
 	}
@@ -106,6 +108,12 @@ func dev(ctx context.Context, dir string, apply []string, archivePath string, cf
 		return err
 	}
 	defer cl.Stop()
+	// opkit kubectl finds this plane.
+	if forget, err := announceDevPlane(defaultStateDir(), cl.KubeconfigPath()); err != nil {
+		fmt.Fprintf(stderr, "opkit kubectl will not find this plane: %v\n", err)
+	} else {
+		defer forget()
+	}
 	bins, err := (&devcluster.Cache{}).Binaries()
 	if err != nil {
 		return err
@@ -116,11 +124,12 @@ func dev(ctx context.Context, dir string, apply []string, archivePath string, cf
 		Config: cl.RESTConfig(),
 		// Job handlers' pods run on the dev node.
 		JobTolerations: []corev1.Toleration{{Key: devnode.Taint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		RunFinished:    func(run archive.Run) { reportFailedRun(stderr, run, archivePath) },
 	}, archivePath, cf, stderr, zapcore.ErrorLevel)
 	if err != nil {
 		return err
 	}
-	reload := &reloader{dir: dir, engine: e, log: stderr}
+	reload.engine = e
 	if err := reload.sync(ctx); err != nil {
 		_ = r.stop()
 		return err
@@ -148,8 +157,7 @@ func dev(ctx context.Context, dir string, apply []string, archivePath string, cf
 	fmt.Fprintf(stderr, "In another shell:\n  export KUBECONFIG=%s\n  opkit runs --archive %s   # the handler runs\nStop it with Ctrl-C.\n", shellQuote(cl.KubeconfigPath()), shellQuote(archivePath))
 	select {
 	case <-ctx.Done():
-		fmt.Fprintln(stderr, "stopping")
-		return r.stop()
+		return r.stop() // the engine said "stopping"
 	case err := <-r.done:
 		if err == nil {
 			err = errors.New("the engine stopped")
@@ -158,5 +166,30 @@ func dev(ctx context.Context, dir string, apply []string, archivePath string, cf
 	case <-cl.Done():
 		_ = r.stop()
 		return fmt.Errorf("the control plane stopped: %w", cl.Err())
+	}
+}
+
+// reportFailedRun prints one line for a run that failed or gave up, with
+// the commands that show its log and, once its cause is fixed, retry it.
+func reportFailedRun(w io.Writer, run archive.Run, archivePath string) {
+	object := run.Name
+	if run.Namespace != "" {
+		object = run.Namespace + "/" + run.Name
+	}
+	archiveArg := ""
+	if archivePath != defaultArchivePath() {
+		archiveArg = " --archive " + shellQuote(archivePath)
+	}
+	msg := run.Error
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	switch run.Outcome {
+	case archive.Failed:
+		fmt.Fprintf(w, "%s %s: handler %s failed (%s, attempt %d; retried in %s): %s\n  its log: opkit logs %s%s\n",
+			run.Operator, object, run.Handler, run.Trigger, run.Attempt, time.Until(run.NextRetryAt).Round(time.Second), msg, run.ID, archiveArg)
+	case archive.GaveUp:
+		fmt.Fprintf(w, "%s %s: handler %s gave up (%s, attempt %d): %s\n  its log: opkit logs %s%s; once fixed: opkit retry %s%s\n",
+			run.Operator, object, run.Handler, run.Trigger, run.Attempt, msg, run.ID, archiveArg, object, archiveArg)
 	}
 }

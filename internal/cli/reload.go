@@ -27,6 +27,8 @@ type reloader struct {
 	contents map[string][]byte   // file -> what was last read
 	byFile   map[string][]string // file -> names of the operators it defines, as running
 	applied  map[string][32]byte // operator name -> hash of the spec running
+	failed   map[string]bool     // files whose last version was refused
+	skipped  map[string]string   // file -> why it is skipped, as last said
 }
 
 // watch polls the directory every interval until ctx ends. Polling reads a
@@ -49,13 +51,9 @@ func (r *reloader) watch(ctx context.Context, interval time.Duration) {
 // returns the errors it reported.
 func (r *reloader) sync(ctx context.Context) error {
 	if r.contents == nil {
-		r.contents, r.byFile, r.applied = map[string][]byte{}, map[string][]string{}, map[string][32]byte{}
+		r.contents, r.byFile, r.applied, r.failed = map[string][]byte{}, map[string][]string{}, map[string][32]byte{}, map[string]bool{}
 	}
-	quiet := io.Discard
-	if len(r.contents) == 0 {
-		quiet = r.log // say which files are skipped, once
-	}
-	files, err := operatorFiles(r.dir, quiet)
+	files, err := r.operatorFiles()
 	if err != nil {
 		fmt.Fprintf(r.log, "reload: %v\n", err)
 		return err
@@ -80,9 +78,28 @@ func (r *reloader) sync(ctx context.Context) error {
 		if err := r.loadFile(ctx, file, data); err != nil {
 			fmt.Fprintf(r.log, "reload: %v\n", err)
 			errs = append(errs, err)
+			r.failed[file] = true
+		} else {
+			delete(r.failed, file)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// operatorFiles lists the directory's Operator files and says which files
+// it skips: each once, until the reason changes.
+func (r *reloader) operatorFiles() ([]string, error) {
+	files, skipped, err := operatorFiles(r.dir)
+	if err != nil {
+		return nil, err
+	}
+	for file, why := range skipped {
+		if r.skipped[file] != why {
+			fmt.Fprintln(r.log, why)
+		}
+	}
+	r.skipped = skipped
+	return files, nil
 }
 
 // loadFile compiles one file and applies its operators that changed.
@@ -114,6 +131,10 @@ func (r *reloader) loadFile(ctx context.Context, file string, data []byte) error
 		spec, _ := json.Marshal(d.Operator.Spec)
 		sum := sha256.Sum256(spec)
 		if prev, ok := r.applied[d.Operator.Name]; ok && prev == sum {
+			if r.failed[file] {
+				// A refused edit was undone: the error on screen is stale.
+				fmt.Fprintf(r.log, "operator %s: reloaded (%s, %s; unchanged since its last valid version)\n", d.Operator.Name, d.GVK.GroupKind(), file)
+			}
 			continue
 		}
 		verb := "running"

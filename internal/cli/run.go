@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	uberzap "go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -90,6 +91,9 @@ func compileFiles(files []string) ([]*definition.Definition, error) {
 			defs = append(defs, d)
 		}
 	}
+	if err := definition.Clashes(defs); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("invalid definitions:\n%w", errors.Join(errs...))
 	}
@@ -149,7 +153,13 @@ func startEngine(ctx context.Context, cfg *rest.Config, archivePath string, cf *
 // startEngineLogging is startEngine with options, and controller-runtime's
 // log lines below level left out.
 func startEngineLogging(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, log io.Writer, level zapcore.Level) (*runningEngine, *engine.Engine, error) {
-	ctrllog.SetLogger(zap.New(zap.WriteTo(log), zap.Level(level)))
+	// Stopping is said in one line, not in controller-runtime's own.
+	lvl := uberzap.NewAtomicLevelAt(level)
+	ctrllog.SetLogger(zap.New(zap.WriteTo(log), zap.Level(lvl)))
+	context.AfterFunc(ctx, func() {
+		lvl.SetLevel(zapcore.ErrorLevel)
+		fmt.Fprintln(log, "stopping")
+	})
 	store, err := archive.OpenSQLite(ctx, archivePath, archive.Options{})
 	if err != nil {
 		return nil, nil, err

@@ -139,6 +139,10 @@ type Options struct {
 	// https://opkit.example.com: each handler Event then links its run's
 	// page, <ConsoleURL>/runs/<id>. Empty: Events name the run id alone.
 	ConsoleURL string
+	// RunFinished, when set, is called with each run once the archive
+	// records its end, whatever its outcome (opkit dev prints the failed
+	// ones). It is called from the object's reconcile: it must not block.
+	RunFinished func(archive.Run)
 }
 
 // Engine runs operators. Use New, then Run in a goroutine, then Apply each

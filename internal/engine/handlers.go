@@ -170,6 +170,8 @@ type runner struct {
 	ctx     context.Context // the operator's; ending it cancels the runs
 	metrics *runMetrics
 	console string // the console's base URL, or ""
+	// finished is Options.RunFinished.
+	finished func(archive.Run)
 
 	mu      sync.Mutex
 	flights map[types.UID]*flight
@@ -231,6 +233,7 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 		execs:   map[string]executor.Executor{}, wake: make(chan event.GenericEvent, 1024),
 		slots:   make(chan struct{}, e.opts.MaxConcurrentRuns),
 		flights: map[types.UID]*flight{}, resumed: map[types.UID]bool{}, written: map[types.NamespacedName]memo{},
+		finished: e.opts.RunFinished,
 	}
 	for _, h := range d.Handlers {
 		switch {
@@ -672,6 +675,9 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	run.FinishedAt = now
 	if err := rn.archive.Finish(ctx, run); err != nil {
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s: %v", run.ID, err)
+	}
+	if rn.finished != nil {
+		rn.finished(*run)
 	}
 	rn.metrics.observe(rn.def.Operator.Name, run)
 	lr := &lastRun{ID: run.ID, Handler: h.Name, Trigger: run.Trigger, Outcome: string(run.Outcome), Message: truncate(run.Error), Attempt: run.Attempt}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -436,4 +438,49 @@ func TestKilledNodeOwnerLeavesNoChildProcess(t *testing.T) {
 	eventually(t, 10*time.Second, "the pod's process dies with the node's owner", func(context.Context) (bool, error) {
 		return len(clustertest.ProcessesMentioning("sleep\x00"+marker)) == 0, nil
 	})
+}
+
+func TestNodeStatusSurvivesAnotherWriterOfTheNode(t *testing.T) {
+	env := clustertest.New(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "contended-" + env.Namespace
+	nodes := cs.CoreV1().Nodes()
+	if _, err := nodes.Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nodes.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+
+	// Another controller (the node lifecycle controller, in a real plane)
+	// writes the same Node's status all along.
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Other","status":"True","reason":"Busy","message":"write %d"}]}}`, i)
+			_, _ = nodes.PatchStatus(ctx, name, []byte(patch))
+		}
+	}()
+	for i := range 30 {
+		if err := devnode.ReportStatus(t.Context(), env.Config, name); err != nil {
+			t.Errorf("report %d: %v", i, err)
+		}
+	}
+	stop()
+	wg.Wait()
+	node, err := nodes.Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[corev1.NodeConditionType]corev1.ConditionStatus{}
+	for _, c := range node.Status.Conditions {
+		got[c.Type] = c.Status
+	}
+	if got[corev1.NodeReady] != corev1.ConditionTrue || got["Other"] != corev1.ConditionTrue {
+		t.Errorf("conditions %v; want the dev node's Ready and the other writer's kept", got)
+	}
 }

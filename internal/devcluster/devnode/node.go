@@ -2,6 +2,7 @@ package devnode
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -253,6 +254,11 @@ func (n *Node) register(ctx context.Context) error {
 	return n.updateStatus(ctx)
 }
 
+// updateStatus reports the node's status with a strategic merge patch of
+// the status subresource: conditions and addresses merge by type, so what
+// other controllers write to the Node (the node lifecycle controller's
+// taints and conditions) is kept, and a concurrent write is no conflict.
+// A condition keeps its lastTransitionTime while its status holds.
 func (n *Node) updateStatus(ctx context.Context) error {
 	node, err := n.client.CoreV1().Nodes().Get(ctx, n.opts.Name, metav1.GetOptions{})
 	if err != nil {
@@ -266,9 +272,15 @@ func (n *Node) updateStatus(ctx context.Context) error {
 		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
 	}
 	cond := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, msg string) corev1.NodeCondition {
-		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
+		since := now
+		for _, c := range node.Status.Conditions {
+			if c.Type == t && c.Status == s && !c.LastTransitionTime.IsZero() {
+				since = c.LastTransitionTime
+			}
+		}
+		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: since}
 	}
-	node.Status = corev1.NodeStatus{
+	status := corev1.NodeStatus{
 		Capacity:    capacity,
 		Allocatable: capacity,
 		Conditions: []corev1.NodeCondition{
@@ -290,7 +302,11 @@ func (n *Node) updateStatus(ctx context.Context) error {
 			OSImage:                 "opkit dev node (host processes)",
 		},
 	}
-	if _, err := n.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+	patch, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		return err
+	}
+	if _, err := n.client.CoreV1().Nodes().PatchStatus(ctx, n.opts.Name, patch); err != nil {
 		return fmt.Errorf("dev node: reporting Node status: %w", err)
 	}
 	return nil

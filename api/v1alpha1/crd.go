@@ -185,9 +185,20 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 	}
 }
 
+// durationRE is a Go duration of whole or decimal units, e.g. 30s, 1.5h or
+// 1h30m, or 0.
+const durationRE = `0|(([0-9]+(\.[0-9]+)?)(ns|us|µs|ms|s|m|h))+`
+
+// DurationPattern matches a Go duration (durationRE).
+const DurationPattern = `^(` + durationRE + `)$`
+
+// EveryPattern matches schedule.every: a Go duration or a ${...} template.
+const EveryPattern = `^(` + durationRE + `|.*\$\{.*\}.*)$`
+
 func duration(desc string) apiextensionsv1.JSONSchemaProps {
 	d := str(desc + " A Go duration, e.g. 30s or 5m.")
 	d.MaxLength = ptr.To(int64(32))
+	d.Pattern = DurationPattern
 	return d
 }
 
@@ -217,7 +228,12 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 			"schedule": {
 				Type: "object",
 				Properties: map[string]apiextensionsv1.JSONSchemaProps{
-					"every": duration("Interval between runs."),
+					"every": {
+						Type:        "string",
+						Description: "Interval between runs: a Go duration, e.g. 30s or 5m, or a ${...} template over the object that gives one.",
+						MaxLength:   ptr.To(int64(1024)),
+						Pattern:     EveryPattern,
+					},
 					"cron":  str("Cron expression, five fields, UTC."),
 				},
 			},

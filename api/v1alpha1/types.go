@@ -182,8 +182,11 @@ type Handler struct {
 // Schedule runs a handler periodically for each object: every interval, or
 // at the times of a cron expression (five fields, UTC).
 type Schedule struct {
-	Every metav1.Duration `json:"every,omitzero"`
-	Cron  string          `json:"cron,omitempty"`
+	// Every is a Go duration (90s, 1h), at least 1s, or a template over the
+	// object that gives one, e.g. "${self.spec.everySeconds}s" or
+	// "${duration(self.spec.interval)}": each object its own interval.
+	Every string `json:"every,omitempty"`
+	Cron  string `json:"cron,omitempty"`
 }
 
 // Retry is the retry policy of a handler: exponential back-off per object.

@@ -1,8 +1,10 @@
 package definition
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"math"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -114,8 +116,36 @@ func CompileWithSchemas(src *Source, schemas SchemaResolver) (*Definition, error
 }
 
 func compileDefinition(src *Source, schemas SchemaResolver) (*Definition, error) {
+	l := &errorList{file: src.File, operator: src.Operator.Name, lines: src.lines, reported: map[string]bool{}}
+	var fallbacks Errors
+	for _, e := range src.errs {
+		if e.fallback {
+			fallbacks = append(fallbacks, e)
+			continue
+		}
+		l.errs = append(l.errs, e)
+		l.reported[e.Field] = true
+	}
+	d := compileInto(l, src, schemas)
+	l.withFallbacks(fallbacks)
+	// In the file's order; those without a line keep theirs, after.
+	line := func(e *Error) int {
+		if e.Line == 0 {
+			return math.MaxInt
+		}
+		return e.Line
+	}
+	slices.SortStableFunc(l.errs, func(a, b *Error) int { return cmp.Compare(line(a), line(b)) })
+	if err := l.err(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// compileInto compiles src, reporting to l; it stops early, returning nil,
+// where going on would only add noise.
+func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition {
 	op := src.Operator.DeepCopy()
-	l := &errorList{file: src.File, operator: op.Name, lines: src.lines}
 	if op.Name == "" {
 		l.add("metadata.name", "required")
 	} else if msgs := validation.IsDNS1123Subdomain(op.Name); len(msgs) > 0 {
@@ -124,19 +154,23 @@ func compileDefinition(src *Source, schemas SchemaResolver) (*Definition, error)
 	Default(op)
 	d := &Definition{Operator: op, Source: src.File, src: src, typed: schemas != nil}
 	storage := validateResource(l, op, d)
-	if len(l.errs) > 0 {
+	if storage == nil {
 		// Expressions are typed by the schema: without a valid resource
 		// they would only add noise.
-		return nil, l.errs
+		return nil
 	}
+	for i, v := range op.Spec.Resource.Versions {
+		checkRules(l, fmt.Sprintf("spec.resource.versions[%d].schema", i), v.Schema)
+	}
+	read := len(l.errs)
 	childIDs, childSchemas := resolveChildSchemas(l, op, schemas)
-	if len(l.errs) > 0 {
-		return nil, l.errs
+	if len(l.errs) > read {
+		return nil
 	}
 	envs, err := newCELEnvs(storage.Schema, childIDs, childSchemas)
 	if err != nil {
 		l.add(fmt.Sprintf("spec.resource.versions[%d].schema", slices.IndexFunc(op.Spec.Resource.Versions, func(v v1alpha1.ResourceVersion) bool { return v.Name == storage.Name })), "%v", err)
-		return nil, l.errs
+		return nil
 	}
 	ids := map[string]bool{}
 	for i, c := range op.Spec.Children {
@@ -173,7 +207,7 @@ func compileDefinition(src *Source, schemas SchemaResolver) (*Definition, error)
 			dir = filepath.Dir(abs)
 		}
 	}
-	d.Handlers = compileHandlers(l, op.Spec.Handlers, dir, op.Spec.Resource.Scope == v1alpha1.ClusterScoped)
+	d.Handlers = compileHandlers(l, envs, op.Spec.Handlers, dir, op.Spec.Resource.Scope == v1alpha1.ClusterScoped)
 	valueSchemas := newValueSchemas(childSchemas)
 	for _, c := range d.Children {
 		c.schemas = valueSchemas
@@ -189,10 +223,7 @@ func compileDefinition(src *Source, schemas SchemaResolver) (*Definition, error)
 		}
 		d.Children = order
 	}
-	if err := l.err(); err != nil {
-		return nil, err
-	}
-	return d, nil
+	return d
 }
 
 // Default fills the fields an Operator may leave out: names derived from

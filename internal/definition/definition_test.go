@@ -106,7 +106,7 @@ func TestBadDefinitionsNameTheFieldAndLine(t *testing.T) {
 	}{
 		{"broken YAML", base + "  children:\n  - id: a\n   template: {}\n", 16, "", "invalid YAML"},
 		{"unknown field", base + "  childs: []\n", 15, "spec.childs", "unknown field"},
-		{"wrong type", base + "  children:\n  - id: a\n    recreate: sometimes\n    template: {}\n", 0, "spec.children.recreate", "expected bool, got a string"},
+		{"wrong type", base + "  children:\n  - id: a\n    recreate: sometimes\n    template: {}\n", 17, "spec.children[0].recreate", "expected a boolean, got a string"},
 		{"CEL syntax error", base + "  children:\n" + child("a", "      data: {x: \"${self.spec.image +}\"}\n"), 21, "spec.children[0].template.data.x", "Syntax error"},
 		{"missing field", base + "  children:\n" + child("a", "      data: {x: \"${self.spec.imag}\"}\n"), 21, "spec.children[0].template.data.x", "undefined field 'imag'"},
 		{"missing child", base + "  status:\n    ready: ${children.nosuch.status}\n", 16, "spec.status.ready", `no child with id "nosuch"`},
@@ -208,5 +208,78 @@ func TestLoadFileReadsSeveralDocuments(t *testing.T) {
 	}
 	if _, err := LoadFile(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// manyMistakes has twelve mistakes of different kinds, each on its own line.
+const manyMistakes = `apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: backup}
+spec:
+  resource:
+    group: demo.example.com
+    kind: Backup
+    versions:
+    - name: v1
+      schema:
+        type: object
+        properties:
+          retain: {type: integer}
+        x-kubernetes-validations:
+        - {rule: "self.retian <= 100", message: "keep at most 100"}
+      printerColumns:
+      - {name: Retain, jsonPath: spec.retain, type: integer}
+  children:
+  - id: conf
+    recreate: sometimes
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${self.metadata.name}-conf"}
+      data: {retain: "${self.spec.retian}"}
+  status:
+    kept: "${self.spec.retain +}"
+  handlers:
+  - name: Backup_Now
+    on: [create, explode]
+    exec: {command: [./backup.py, true, 3]}
+  - name: prune
+    on: [schedule]
+    schedule: {every: "${self.spec.every}"}
+    retry: {maxAttempts: 0, factor: 0.5}
+    exec: {command: [./prune.py]}
+  - name: notify
+    on: [delete]
+    timeout: 48h
+    http: {url: "ftp://example.com"}
+`
+
+func TestEveryMistakeOfAFileIsReportedAtOnceWithItsLine(t *testing.T) {
+	_, err := compileFile(t, "backup.yaml", manyMistakes)
+	if err == nil {
+		t.Fatal("compiled")
+	}
+	for _, want := range []string{
+		"backup.yaml:17: spec.resource.versions[0].printerColumns[0].jsonPath:",
+		"backup.yaml:20: spec.children[0].recreate: expected a boolean, got a string",
+		"backup.yaml:25: spec.children[0].template.data.retain: ${self.spec.retian}",
+		"backup.yaml:27: spec.status.kept: ${self.spec.retain +}",
+		"backup.yaml:29: spec.handlers[0].name:",
+		"backup.yaml:30: spec.handlers[0].on[1]: unknown trigger \"explode\"",
+		"backup.yaml:31: spec.handlers[0].exec.command[1]: expected a string, got a boolean",
+		"backup.yaml:31: spec.handlers[0].exec.command[2]: expected a string, got an integer",
+		"backup.yaml:34: spec.handlers[1].schedule.every:",
+		"backup.yaml:35: spec.handlers[1].retry.maxAttempts: 0: should be greater than or equal to 1",
+		"backup.yaml:35: spec.handlers[1].retry.factor: 0.5 is outside 1 to 10",
+		"backup.yaml:39: spec.handlers[2].timeout: 48h0m0s is longer than the 24h limit",
+		"backup.yaml:40: spec.handlers[2].http.url: \"ftp://example.com\" is not an http or https URL",
+		"backup.yaml:15: spec.resource.versions[0].schema.x-kubernetes-validations[0].rule: \"self.retian <= 100\" does not compile: ERROR: <input>:1:5: undefined field 'retian'",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("errors lack %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("all errors:\n%v", err)
 	}
 }

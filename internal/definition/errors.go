@@ -18,6 +18,10 @@ type Error struct {
 	Field string
 	// Message says what is wrong and what was expected.
 	Message string
+
+	// fallback: found by the Operator's schema, and left out when a check
+	// of Compile's own reports the same field.
+	fallback bool
 }
 
 func (e *Error) Error() string {
@@ -55,9 +59,15 @@ type errorList struct {
 	operator string
 	lines    map[string]int // field path -> line
 	errs     Errors
+	// reported are the fields a problem was found at while the file was
+	// read; later checks say nothing more of them.
+	reported map[string]bool
 }
 
 func (l *errorList) add(field, format string, args ...any) {
+	if l.reported[field] {
+		return
+	}
 	l.errs = append(l.errs, &Error{
 		File: l.file, Line: l.line(field), Operator: l.operator, Field: field,
 		Message: fmt.Sprintf(format, args...),
@@ -87,4 +97,18 @@ func (l *errorList) err() error {
 		return nil
 	}
 	return l.errs
+}
+
+// withFallbacks adds the schema's findings of fields no other check
+// reported.
+func (l *errorList) withFallbacks(fallbacks Errors) {
+	seen := map[string]bool{}
+	for _, e := range l.errs {
+		seen[e.Field] = true
+	}
+	for _, e := range fallbacks {
+		if !seen[e.Field] {
+			l.errs = append(l.errs, e)
+		}
+	}
 }

@@ -24,9 +24,11 @@ type Handler struct {
 	On []string
 	// Fields are the dotted paths an update must touch; empty means any.
 	Fields []string
-	// Every or Cron is the schedule, for the schedule trigger.
-	Every time.Duration
-	Cron  cron.Schedule
+	// Every, EveryExpr or Cron is the schedule, for the schedule trigger:
+	// a fixed interval, one computed per object, or a cron expression.
+	Every     time.Duration
+	EveryExpr *Slot
+	Cron      cron.Schedule
 	// Timeout bounds one run.
 	Timeout time.Duration
 	Retry   RetryPolicy
@@ -80,12 +82,48 @@ func (h *Handler) Action() string {
 	}
 }
 
-// Next returns the first scheduled time after t.
-func (h *Handler) Next(t time.Time) time.Time {
+// MinEvery is the shortest interval of a schedule.
+const MinEvery = time.Second
+
+// Next returns the first scheduled time after t for the object self (an
+// interval computed from the object may fail: the error names the field,
+// the expression and what it gave).
+func (h *Handler) Next(t time.Time, self map[string]any) (time.Time, error) {
 	if h.Cron != nil {
-		return h.Cron.Next(t.UTC())
+		return h.Cron.Next(t.UTC()), nil
 	}
-	return t.Add(h.Every)
+	every, err := h.Interval(self)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return t.Add(every), nil
+}
+
+// Interval is the handler's schedule.every for the object self.
+func (h *Handler) Interval(self map[string]any) (time.Duration, error) {
+	if h.EveryExpr == nil {
+		return h.Every, nil
+	}
+	v, err := h.EveryExpr.eval(Vars{Self: self}.activation(nil))
+	if err != nil {
+		return 0, err
+	}
+	field := h.EveryExpr.parts[0].expr.Field
+	var d time.Duration
+	switch v := v.(type) {
+	case string:
+		if d, err = time.ParseDuration(v); err != nil {
+			return 0, fmt.Errorf("%s: gave %q, not a duration like 90s or 5m", field, v)
+		}
+	case int64, float64:
+		return 0, fmt.Errorf("%s: gave the number %v, not a duration: add a unit, like \"${...}s\"", field, v)
+	default:
+		return 0, fmt.Errorf("%s: gave %v, not a duration like 90s or 5m", field, v)
+	}
+	if d < MinEvery {
+		return 0, fmt.Errorf("%s: gave %s, shorter than the %s minimum", field, d, MinEvery)
+	}
+	return d, nil
 }
 
 // Touches reports whether a change of the dotted paths changed concerns the
@@ -114,7 +152,7 @@ var (
 
 // compileHandlers validates and defaults spec.handlers. dir is the
 // definition file's directory, or "" for the cluster.
-func compileHandlers(l *errorList, hs []v1alpha1.Handler, dir string, clusterScoped bool) []*Handler {
+func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir string, clusterScoped bool) []*Handler {
 	var out []*Handler
 	names := map[string]bool{}
 	for i, h := range hs {
@@ -153,7 +191,7 @@ func compileHandlers(l *errorList, hs []v1alpha1.Handler, dir string, clusterSco
 			}
 			c.Fields = append(c.Fields, f)
 		}
-		compileSchedule(l, field, h, c)
+		compileSchedule(l, envs, field, h, c)
 		switch {
 		case c.Timeout < 0:
 			l.add(field+".timeout", "must be positive")
@@ -169,7 +207,7 @@ func compileHandlers(l *errorList, hs []v1alpha1.Handler, dir string, clusterSco
 	return out
 }
 
-func compileSchedule(l *errorList, field string, h v1alpha1.Handler, c *Handler) {
+func compileSchedule(l *errorList, envs *celEnvs, field string, h v1alpha1.Handler, c *Handler) {
 	s := h.Schedule
 	switch {
 	case s == nil && c.Fires(v1alpha1.OnSchedule):
@@ -177,7 +215,7 @@ func compileSchedule(l *errorList, field string, h v1alpha1.Handler, c *Handler)
 	case s == nil:
 	case !c.Fires(v1alpha1.OnSchedule):
 		l.add(field+".schedule", "set, but the handler has no schedule trigger")
-	case (s.Every.Duration != 0) == (s.Cron != ""):
+	case (s.Every != "") == (s.Cron != ""):
 		l.add(field+".schedule", "set exactly one of every and cron")
 	case s.Cron != "":
 		sched, err := cronParser.Parse(s.Cron)
@@ -185,11 +223,45 @@ func compileSchedule(l *errorList, field string, h v1alpha1.Handler, c *Handler)
 			l.add(field+".schedule.cron", "%q is not a cron expression of five fields: %v", s.Cron, err)
 		}
 		c.Cron = sched
-	case s.Every.Duration < time.Second:
-		l.add(field+".schedule.every", "%s is shorter than the 1s minimum", s.Every.Duration)
+	case strings.Contains(s.Every, "${"):
+		c.EveryExpr = compileEvery(l, envs, field+".schedule.every", s.Every)
 	default:
-		c.Every = s.Every.Duration
+		d, err := time.ParseDuration(s.Every)
+		switch {
+		case err != nil:
+			l.add(field+".schedule.every", "%q is not a duration: write one like 90s, 5m or 1h30m, or a ${...} template over the object that gives one", s.Every)
+		case d < MinEvery:
+			l.add(field+".schedule.every", "%s is shorter than the %s minimum", d, MinEvery)
+		default:
+			c.Every = d
+		}
 	}
+}
+
+// compileEvery compiles a schedule.every template: over self only, giving
+// a string (a duration with its unit) or a CEL duration.
+func compileEvery(l *errorList, envs *celEnvs, field, every string) *Slot {
+	if envs == nil {
+		return nil // the resource's schema is broken: reported already
+	}
+	slot := compileString(l, envs.object, field, every, nil)
+	if slot == nil {
+		return nil
+	}
+	for _, p := range slot.parts {
+		if p.expr == nil {
+			continue
+		}
+		if len(p.expr.Children) > 0 {
+			l.add(field, "${%s} reads children; a schedule is computed from self alone", p.expr.Source)
+			return nil
+		}
+		if len(slot.parts) == 1 && p.expr.Type.String() != "string" && p.expr.Type.String() != "google.protobuf.Duration" {
+			l.add(field, "${%s} is of type %s; expected a duration, like ${duration(self.spec.interval)} or ${self.spec.everySeconds}s", p.expr.Source, p.expr.Type)
+			return nil
+		}
+	}
+	return slot
 }
 
 func compileRetry(l *errorList, field string, r *v1alpha1.Retry) RetryPolicy {

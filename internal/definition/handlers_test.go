@@ -50,8 +50,8 @@ func TestHandlersCompileWithDefaults(t *testing.T) {
 		t.Errorf("backup policy: %+v %+v", backup.Timeout, backup.Retry)
 	}
 	from := time.Date(2026, 1, 1, 10, 2, 0, 0, time.UTC)
-	if next := backup.Next(from); !next.Equal(time.Date(2026, 1, 1, 10, 5, 0, 0, time.UTC)) {
-		t.Errorf("next run after %s: %s", from, next)
+	if next, err := backup.Next(from, nil); err != nil || !next.Equal(time.Date(2026, 1, 1, 10, 5, 0, 0, time.UTC)) {
+		t.Errorf("next run after %s: %s (%v)", from, next, err)
 	}
 	if notify.Action() != "http" || !notify.Fires("delete") || notify.Fires("update") {
 		t.Errorf("notify: %+v", notify)
@@ -181,5 +181,50 @@ func TestStatusFieldsAreTypedInTheCRD(t *testing.T) {
 	}
 	if _, ok := status.Properties["whole"]; ok {
 		t.Error("a map-typed status field was declared; it should stay open")
+	}
+}
+
+func TestEveryIsComputedPerObjectAndCheckedAtLoad(t *testing.T) {
+	op := func(every string) string {
+		return base + "  handlers:\n  - name: poll\n    on: [schedule]\n    schedule: {every: " + every + "}\n    exec: {command: [./poll]}\n"
+	}
+	for every, want := range map[string]time.Duration{
+		`"90s"`:                          90 * time.Second,
+		`"${self.spec.image}s"`:          0, // computed per object, below
+		`"${duration(self.spec.image)}"`: 0,
+	} {
+		d, err := compileFile(t, "app.yaml", op(every))
+		if err != nil {
+			t.Fatalf("every %s: %v", every, err)
+		}
+		h := d.Handlers[0]
+		if want != 0 {
+			if got, err := h.Interval(nil); err != nil || got != want {
+				t.Errorf("every %s: %s (%v), want %s", every, got, err, want)
+			}
+			continue
+		}
+		value := "45"
+		if strings.Contains(every, "duration(") {
+			value = "45s"
+		}
+		self := map[string]any{"spec": map[string]any{"image": value}}
+		if got, err := h.Interval(self); err != nil || got != 45*time.Second {
+			t.Errorf("every %s for image %q: %s (%v), want 45s", every, value, got, err)
+		}
+		if _, err := h.Interval(map[string]any{"spec": map[string]any{"image": "0.1"}}); err == nil || !strings.Contains(err.Error(), "spec.handlers[0].schedule.every") {
+			t.Errorf("every %s for an interval under 1s or not a duration: %v; want an error naming the field", every, err)
+		}
+	}
+	for every, want := range map[string]string{
+		`"${self.spec.nosuch}s"`: "app.yaml:18: spec.handlers[0].schedule.every: ${self.spec.nosuch}: ",
+		`"${self.spec.replicas}"`: "app.yaml:18: spec.handlers[0].schedule.every: ${self.spec.replicas} is of type int; expected a duration",
+		`"5 minutes"`:             "app.yaml:18: spec.handlers[0].schedule.every: ",
+		`"500ms"`:                 "app.yaml:18: spec.handlers[0].schedule.every: 500ms is shorter than the 1s minimum",
+	} {
+		_, err := compileFile(t, "app.yaml", op(every))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("every %s: %v; want %q", every, err, want)
+		}
 	}
 }

@@ -25,6 +25,10 @@ type Source struct {
 	// File is the path it was read from; empty for the cluster.
 	File  string
 	lines map[string]int
+	// errs are the problems found while reading the file: values that break
+	// the Operator's schema or have the wrong type. Such a value is left out
+	// of Operator, and Compile reports them with every other problem.
+	errs Errors
 }
 
 // FromCluster wraps an Operator read from the API.
@@ -69,8 +73,11 @@ func yamlError(file string, data []byte, err error) *Error {
 }
 
 // Load reads every Operator in YAML data; file names it in errors. A
-// document that is not valid YAML, not an Operator, or has a field the
-// Operator does not define, is an error naming the line.
+// document that is not valid YAML or not an Operator is an error naming the
+// line. A field the Operator does not define, or a value its schema refuses
+// (a wrong type, a bound: maxAttempts 0), is kept in the Source and
+// reported by Compile, together with every other problem of the
+// definition, so that one run lists them all.
 func Load(file string, data []byte) ([]*Source, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var out []*Source
@@ -124,6 +131,7 @@ func decodeOperator(file string, root *yaml.Node) (*Source, error) {
 			v1alpha1.SchemeGroupVersion, v1alpha1.Kind, obj["apiVersion"], obj["kind"])
 		return nil, l.errs
 	}
+	checkSchema(l, obj)
 	data, err := json.Marshal(obj)
 	if err != nil {
 		l.add("", "%v", err)
@@ -139,10 +147,7 @@ func decodeOperator(file string, root *yaml.Node) (*Source, error) {
 		field, msg := jsonErrorField(s.Error())
 		l.add(field, "%s", msg)
 	}
-	if len(l.errs) > 0 {
-		return nil, l.errs
-	}
-	return &Source{Operator: op, File: file, lines: lines}, nil
+	return &Source{Operator: op, File: file, lines: lines, errs: l.errs}, nil
 }
 
 var (

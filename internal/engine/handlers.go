@@ -427,10 +427,17 @@ func (rn *runner) due(cr *unstructured.Unstructured, st *handlerState, now time.
 			trigger = v1alpha1.OnResume
 		}
 		if trigger == "" && !deleting && h.Fires(v1alpha1.OnSchedule) {
-			next := h.Next(scheduleBase(cr, hs))
-			if now.Before(next) {
+			next, err := h.Next(scheduleBase(cr, hs), cr.Object)
+			switch {
+			case err != nil:
+				// The object's own interval is not one: it says why, and
+				// a change of it is an update that looks again.
+				if stalled == "" {
+					stalled = fmt.Sprintf("handler %s cannot be scheduled: %v", h.Name, err)
+				}
+			case now.Before(next):
 				soonest(next.Sub(now))
-			} else {
+			default:
 				trigger = v1alpha1.OnSchedule
 			}
 		}

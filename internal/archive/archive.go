@@ -11,6 +11,9 @@
 //     first, a page at a time, with an opaque cursor for the next page.
 //   - Logs are capped per run ([Options.LogLimit]); what goes past the cap
 //     is dropped and the run is marked LogTruncated.
+//   - A run finished as Skipped (it found nothing to do) replaces the
+//     earlier Skipped runs of the same object (UID) and handler: a check
+//     that is not due keeps one record, not one per tick.
 //   - A run still Running when its engine stopped is ended by
 //     [Store.CancelRunning] as Cancelled.
 //   - Retention ([Store.Prune]) deletes finished runs by age and count,
@@ -40,6 +43,8 @@ const (
 	Failed    Outcome = "Failed"
 	GaveUp    Outcome = "GaveUp"
 	Cancelled Outcome = "Cancelled"
+	// Skipped: the handler ran and found nothing to do.
+	Skipped Outcome = "Skipped"
 )
 
 // Failure reports whether the outcome is a failure (Failed or GaveUp).
@@ -152,7 +157,8 @@ type Store interface {
 	// Insert records a new run. r.ID must be set (NewID).
 	Insert(ctx context.Context, r *Run) error
 	// Finish records how a run ended: FinishedAt, Outcome, Error,
-	// NextRetryAt and Writes.
+	// NextRetryAt and Writes. A Skipped run replaces the object's earlier
+	// Skipped runs of the handler.
 	Finish(ctx context.Context, r *Run) error
 	// AppendLog adds to a run's log, up to the cap.
 	AppendLog(ctx context.Context, id string, p []byte) error

@@ -227,8 +227,17 @@ func (s *SQLite) Finish(ctx context.Context, r *Run) error {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("archive: finishing run %s: %w", r.ID, ErrNotFound)
 	}
+	if r.Outcome == Skipped {
+		// Through runs_uid; the logs go with their runs (ON DELETE CASCADE).
+		if _, err := s.w.ExecContext(ctx, foldSkippedSQL, r.UID, r.Handler, r.ID); err != nil {
+			return fmt.Errorf("archive: folding the skipped runs before %s: %w", r.ID, err)
+		}
+	}
 	return nil
 }
+
+// foldSkippedSQL deletes an object's earlier skipped runs of a handler.
+const foldSkippedSQL = `DELETE FROM runs WHERE uid = ? AND handler = ? AND outcome = 'Skipped' AND id < ?`
 
 // AppendLog adds p to the run's log, up to the cap.
 func (s *SQLite) AppendLog(ctx context.Context, id string, p []byte) error {

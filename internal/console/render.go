@@ -150,6 +150,8 @@ func outcomeBadge(o archive.Outcome) badge {
 		return badge{"run", "⟳", "Running"}
 	case archive.Cancelled:
 		return badge{"warn", "⊘", "Cancelled"}
+	case archive.Skipped:
+		return badge{"", "–", "Skipped"}
 	}
 	return badge{"", "?", string(o)}
 }

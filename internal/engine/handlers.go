@@ -567,7 +567,11 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 	rn.mu.Lock()
 	rn.flights[cr.GetUID()] = f
 	rn.mu.Unlock()
-	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerStarted", runAction(run.ID), "handler %s (%s, attempt %d): run %s", h.Name, trigger, attempt, rn.runRef(run.ID))
+	if !periodic(trigger) {
+		// A periodic run may well find nothing to do (skipped): its end
+		// says what matters.
+		rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerStarted", runAction(run.ID), "handler %s (%s, attempt %d): run %s", h.Name, trigger, attempt, rn.runRef(run.ID))
+	}
 	rn.metrics.inFlight.WithLabelValues(rn.def.Operator.Name).Inc()
 	woken := cr.DeepCopy()
 	req := executor.Request{
@@ -639,6 +643,9 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	var requeue time.Duration
 	if failure == nil {
 		run.Outcome = archive.Succeeded
+		if f.result.Skipped {
+			run.Outcome = archive.Skipped
+		}
 		hs.Attempt, hs.Target, hs.NextRetryAt, hs.Stalled, hs.LastError = 0, 0, "", false, ""
 		switch run.Trigger {
 		case v1alpha1.OnCreate, v1alpha1.OnUpdate:
@@ -693,6 +700,8 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	}
 	st.LastRun = lr
 	switch run.Outcome {
+	case archive.Skipped:
+		// Nothing was done: no Event, and the archive keeps the last one.
 	case archive.Succeeded:
 		rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerSucceeded", runAction(run.ID), "handler %s succeeded: run %s", h.Name, rn.runRef(run.ID))
 	case archive.Failed:
@@ -701,6 +710,12 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerGaveUp", runAction(run.ID), "handler %s gave up after %d attempts: %s: run %s", h.Name, run.Attempt, truncate(run.Error), rn.runRef(run.ID))
 	}
 	return requeue
+}
+
+// periodic reports whether a trigger comes back by itself (schedule,
+// requeue), as opposed to a change of the object.
+func periodic(trigger string) bool {
+	return trigger == v1alpha1.OnSchedule || trigger == v1alpha1.TriggerRequeue
 }
 
 // runAction is the action of a run's Events. It names the run: the events

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,6 +98,12 @@ func testHandler() int {
 		// Polls something outside the cluster: asks to run again twice.
 		if strings.Count(string(seen), `"name":"`+rec.Name+`"`) < 2 {
 			fmt.Println(`{"requeueAfter": "1s"}`)
+			return 0
+		}
+	case "skipper":
+		// A check that is not due three times, then does its work.
+		if strings.Count(string(seen), `"name":"`+rec.Name+`"`) < 3 {
+			fmt.Println(`{"skipped": true, "requeueAfter": "1s"}`)
 			return 0
 		}
 	case "fixable":
@@ -547,6 +554,41 @@ func TestRequeueAfterRunsTheHandlerAgain(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	if n := len(records(t, out, "poller")); n != 3 {
 		t.Errorf("%d runs; want 3: the last run asked for no requeue", n)
+	}
+}
+
+func TestSkippedRunsLeaveOneRecordAndNoEvents(t *testing.T) {
+	env, out, store := runTasks(t)
+	obj := task(env.Namespace, "skipper", "skipper", "x")
+	create(t, env, obj)
+	waitRecords(t, out, "skipper", 4, "three skipped runs, then one that works")
+	var page *archive.Page
+	eventually(t, 30*time.Second, "the working run is recorded", func(ctx context.Context) (bool, error) {
+		var err error
+		page, err = store.List(ctx, archive.Query{Name: "skipper"})
+		return err == nil && len(page.Runs) > 0 && page.Runs[0].Outcome == archive.Succeeded, err
+	})
+	var outcomes []archive.Outcome
+	for _, r := range page.Runs {
+		outcomes = append(outcomes, r.Outcome)
+	}
+	if !slices.Equal(outcomes, []archive.Outcome{archive.Succeeded, archive.Skipped}) {
+		t.Errorf("runs %v; want the success and the last skipped run only", outcomes)
+	}
+	// Events: the create run's start, and the success; none for the skipped
+	// runs, and no start for the periodic ones.
+	var events corev1.EventList
+	if err := env.Client.List(t.Context(), &events, client.InNamespace(env.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]int{}
+	for _, e := range events.Items {
+		if e.InvolvedObject.Name == "skipper" {
+			reasons[e.Reason] += max(int(e.Count), 1)
+		}
+	}
+	if reasons["HandlerStarted"] != 1 || reasons["HandlerSucceeded"] != 1 {
+		t.Errorf("handler Events %v; want one HandlerStarted (the create run) and one HandlerSucceeded", reasons)
 	}
 }
 

@@ -21,6 +21,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,6 +72,10 @@ type Result struct {
 	RequeueAfter string `json:"requeueAfter,omitempty"`
 	// Error reports a failure the handler detected itself.
 	Error *ResultError `json:"error,omitempty"`
+	// Skipped says the run found nothing to do (a scheduled check that is
+	// not due): it is recorded as Skipped, posts no Event, and replaces the
+	// object's previous skipped run of the handler in the archive.
+	Skipped bool `json:"skipped,omitempty"`
 }
 
 // Event is a Kubernetes Event to post on the object.
@@ -133,6 +139,9 @@ func ParseResult(out []byte) (*Result, error) {
 	dec := json.NewDecoder(bytes.NewReader(out))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
+		if msg := resultFieldError(err); msg != "" {
+			return nil, &Failure{Message: "invalid result: " + msg + "; output begins " + strconv.Quote(excerpt(out))}
+		}
 		return nil, &Failure{Message: fmt.Sprintf("output is not a JSON result: %v; output begins %q", err, excerpt(out))}
 	}
 	if dec.More() {
@@ -167,6 +176,52 @@ func ParseResult(out []byte) (*Result, error) {
 		return nil, &Failure{Message: "invalid result: " + strings.Join(problems, "; ")}
 	}
 	return &r, nil
+}
+
+// resultFields says what each field of a result holds, for the messages of
+// a result that has a field of the wrong type.
+var resultFields = map[string]string{
+	"status":          `an object of status fields, e.g. "status": {"phase": "done"}`,
+	"events":          `a list of events, e.g. "events": [{"reason": "Done", "message": "backed up"}]`,
+	"events.type":     `a string, Normal or Warning`,
+	"events.reason":   `a string, e.g. "Done"`,
+	"events.message":  `a string`,
+	"requeueAfter":    `a duration as a string, e.g. "requeueAfter": "30s"`,
+	"error":           `an object, e.g. "error": {"message": "quota exceeded", "permanent": false}`,
+	"error.message":   `a string`,
+	"error.permanent": `true or false`,
+	"skipped":         `true or false`,
+}
+
+var unknownResultField = regexp.MustCompile(`^json: unknown field "(.*)"$`)
+
+// resultFieldError says in plain words which field of a result is wrong
+// and what it should hold; "" when err is not about one field.
+func resultFieldError(err error) string {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+		want := resultFields[te.Field]
+		if want == "" {
+			want = "another type"
+		}
+		return fmt.Sprintf("field %q: expected %s, got %s", te.Field, want, jsonKind(te.Value))
+	}
+	if m := unknownResultField.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Sprintf("unknown field %q: a result has status, events, requeueAfter, skipped and error (see docs/handlers.md)", m[1])
+	}
+	return ""
+}
+
+// jsonKind names a JSON value kind as encoding/json reports it.
+func jsonKind(v string) string {
+	switch v {
+	case "object", "array":
+		return "an " + v
+	case "number", "string":
+		return "a " + v
+	case "bool":
+		return "true or false"
+	}
+	return v
 }
 
 // RequeueDuration returns RequeueAfter parsed, or 0.

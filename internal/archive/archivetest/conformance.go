@@ -35,6 +35,7 @@ func Run(t *testing.T, open Open) {
 		{"CountsByOperatorSince", countsByOperatorSince},
 		{"SucceededByKey", succeededByKey},
 		{"CancelRunning", cancelRunning},
+		{"SkippedRunsFold", skippedRunsFold},
 		{"PruneByAgeAndCount", pruneByAgeAndCount},
 		{"ConcurrentWriters", concurrentWriters},
 	}
@@ -315,6 +316,52 @@ func succeededByKey(t *testing.T, open Open) {
 	}
 	if ok, _ := s.Succeeded(ctx, "other/1/h"); ok {
 		t.Error("Succeeded is true for a key never run")
+	}
+}
+
+// skippedRunsFold: a Skipped run replaces the earlier Skipped runs of its
+// object and handler, and no other run.
+func skippedRunsFold(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	ctx := context.Background()
+	start := time.Now().Add(-time.Hour)
+	var skipped []*archive.Run
+	for i := range 3 {
+		r := newRun(start.Add(time.Duration(i)*time.Minute), "op", "ns", "a", "check")
+		insert(t, s, r)
+		if err := s.AppendLog(ctx, r.ID, []byte("not due\n")); err != nil {
+			t.Fatal(err)
+		}
+		finish(t, s, r, archive.Skipped)
+		skipped = append(skipped, r)
+	}
+	// Kept: another handler's, another object's, and runs of other outcomes.
+	kept := []*archive.Run{
+		newRun(start.Add(10*time.Second), "op", "ns", "a", "other"),
+		newRun(start.Add(20*time.Second), "op", "ns", "b", "check"),
+		newRun(start.Add(30*time.Second), "op", "ns", "a", "check"),
+	}
+	outcomes := []archive.Outcome{archive.Skipped, archive.Skipped, archive.Succeeded}
+	for i, r := range kept {
+		insert(t, s, r)
+		finish(t, s, r, outcomes[i])
+	}
+	last := newRun(start.Add(5*time.Minute), "op", "ns", "a", "check")
+	insert(t, s, last)
+	finish(t, s, last, archive.Skipped)
+
+	for _, r := range skipped {
+		if _, err := s.Get(ctx, r.ID); !errors.Is(err, archive.ErrNotFound) {
+			t.Errorf("skipped run %s is still there (%v); a newer skipped run replaces it", r.ID, err)
+		}
+		if _, _, err := s.Logs(ctx, r.ID, 0); !errors.Is(err, archive.ErrNotFound) {
+			t.Errorf("the log of the replaced run %s: %v, want ErrNotFound", r.ID, err)
+		}
+	}
+	for _, r := range append(kept, last) {
+		if got, err := s.Get(ctx, r.ID); err != nil || got.Outcome != r.Outcome {
+			t.Errorf("run %s (%s %s %s): %+v, %v; want it kept", r.ID, r.Name, r.Handler, r.Outcome, got, err)
+		}
 	}
 }
 

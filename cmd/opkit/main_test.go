@@ -321,6 +321,19 @@ func TestRunRefusesDefinitionsThatClashBeforeTouchingTheCluster(t *testing.T) {
 	}
 }
 
+func TestRunWarnsOfAKindThatShadowsABuiltInOne(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "deploy.yaml")
+	def := "apiVersion: opkit.dev/v1alpha1\nkind: Operator\nmetadata: {name: d}\nspec:\n  resource:\n    group: demo.example.com\n    kind: Deployment\n    versions: [{name: v1}]\n"
+	if err := os.WriteFile(path, []byte(def), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := opkitWithEnv(t, nil, "run", "-f", path, "--kubeconfig", filepath.Join(dir, "no-such-kubeconfig"))
+	if want := "warning: " + path + ":7: spec.resource.kind: kind Deployment in group demo.example.com shadows the built-in apps/v1 Deployment"; !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+	}
+}
+
 // lockedBuffer is a bytes.Buffer safe to read while a command writes to it.
 type lockedBuffer struct {
 	mu  sync.Mutex

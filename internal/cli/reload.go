@@ -141,6 +141,7 @@ func (r *reloader) loadFile(ctx context.Context, file string, data []byte) error
 		if _, ok := r.applied[d.Operator.Name]; ok {
 			verb = "reloaded"
 		}
+		printWarnings(r.log, d)
 		if err := r.engine.Apply(ctx, d); err != nil {
 			errs = append(errs, err)
 			continue

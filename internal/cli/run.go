@@ -50,6 +50,7 @@ serve the web console beside the engine with --console ADDR.`,
 				if defs, err = compileFiles(files); err != nil {
 					return err
 				}
+				printWarnings(cmd.ErrOrStderr(), defs...)
 			}
 			cfg, err := loadKubeconfig(kubeconfig)
 			if err != nil {
@@ -98,6 +99,15 @@ func compileFiles(files []string) ([]*definition.Definition, error) {
 		return nil, fmt.Errorf("invalid definitions:\n%w", errors.Join(errs...))
 	}
 	return defs, nil
+}
+
+// printWarnings prints each definition's warnings, one a line.
+func printWarnings(w io.Writer, defs ...*definition.Definition) {
+	for _, d := range defs {
+		for _, warning := range d.Warnings {
+			fmt.Fprintf(w, "warning: %v\n", warning)
+		}
+	}
 }
 
 func loadKubeconfig(path string) (*rest.Config, error) {

@@ -38,6 +38,10 @@ type Definition struct {
 	Status []*StatusField
 	// Handlers in the order they are declared, which is the order they run.
 	Handlers []*Handler
+	// Warnings are problems that do not stop the definition from running
+	// but will surprise its users (a kind that shadows a built-in one in
+	// kubectl), each placed like an error. Callers print them.
+	Warnings Errors
 
 	src   *Source
 	typed bool // compiled with the children's schemas
@@ -326,7 +330,26 @@ func validateResource(l *errorList, op *v1alpha1.Operator, d *Definition) *v1alp
 	}
 	d.GVK = schema.GroupVersionKind{Group: r.Group, Version: storage.Name, Kind: r.Kind}
 	d.Plural = r.Names.Plural
+	if builtin, ok := builtinKinds[r.Names.Plural]; ok {
+		w := &errorList{file: l.file, operator: l.operator, lines: l.lines}
+		w.add("spec.resource.kind", "kind %s in group %s shadows the built-in %s: `kubectl get %s` will show the built-in one, and yours only as %s.%s; prefer a kind of your own, or give it names of its own (spec.resource.names.plural, shortNames)",
+			r.Kind, r.Group, builtin, r.Names.Plural, r.Names.Plural, r.Group)
+		d.Warnings = append(d.Warnings, w.errs...)
+	}
 	return storage
+}
+
+// builtinKinds are the resources of a cluster that kubectl users name by
+// their plural, with their group/kind.
+var builtinKinds = map[string]string{
+	"pods": "v1 Pod", "services": "v1 Service", "configmaps": "v1 ConfigMap", "secrets": "v1 Secret",
+	"namespaces": "v1 Namespace", "nodes": "v1 Node", "events": "v1 Event", "serviceaccounts": "v1 ServiceAccount",
+	"persistentvolumeclaims": "v1 PersistentVolumeClaim", "persistentvolumes": "v1 PersistentVolume", "endpoints": "v1 Endpoints",
+	"deployments": "apps/v1 Deployment", "statefulsets": "apps/v1 StatefulSet", "daemonsets": "apps/v1 DaemonSet", "replicasets": "apps/v1 ReplicaSet",
+	"jobs": "batch/v1 Job", "cronjobs": "batch/v1 CronJob", "ingresses": "networking.k8s.io/v1 Ingress",
+	"networkpolicies": "networking.k8s.io/v1 NetworkPolicy", "roles": "rbac.authorization.k8s.io/v1 Role",
+	"rolebindings": "rbac.authorization.k8s.io/v1 RoleBinding", "clusterroles": "rbac.authorization.k8s.io/v1 ClusterRole",
+	"horizontalpodautoscalers": "autoscaling/v2 HorizontalPodAutoscaler", "customresourcedefinitions": "apiextensions.k8s.io/v1 CustomResourceDefinition",
 }
 
 func compileChild(l *errorList, envs *celEnvs, field string, c v1alpha1.Child) *Child {

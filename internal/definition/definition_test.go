@@ -283,3 +283,16 @@ func TestEveryMistakeOfAFileIsReportedAtOnceWithItsLine(t *testing.T) {
 		t.Logf("all errors:\n%v", err)
 	}
 }
+
+func TestAKindThatShadowsABuiltInOneIsWarned(t *testing.T) {
+	d, err := compileFile(t, "app.yaml", strings.Replace(base, "kind: App", "kind: Deployment", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0].Error(), "app.yaml:7: spec.resource.kind: kind Deployment in group demo.example.com shadows the built-in apps/v1 Deployment") {
+		t.Errorf("warnings %v; want one naming the line and the built-in kind", d.Warnings)
+	}
+	if d, err := compileFile(t, "app.yaml", base); err != nil || len(d.Warnings) != 0 {
+		t.Errorf("a kind of its own: warnings %v (%v)", d.Warnings, err)
+	}
+}

@@ -85,7 +85,7 @@ type runningConsole struct {
 
 // startConsole binds the console's address and serves it until ctx ends.
 // It serves nothing when the address is empty.
-func startConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store archive.Store) (*runningConsole, error) {
+func startConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store archive.Store, runs func(string) bool) (*runningConsole, error) {
 	if f == nil || f.addr == "" {
 		return nil, nil
 	}
@@ -93,7 +93,7 @@ func startConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store 
 	if err != nil {
 		return nil, err
 	}
-	srv, err := console.New(console.Options{Archive: store, Config: cfg, Auth: auth})
+	srv, err := console.New(console.Options{Archive: store, Config: cfg, Auth: auth, Runs: runs})
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +142,7 @@ It listens on loopback unless --console-auth is token or kubernetes.`,
 				return err
 			}
 			defer func() { _ = store.Close() }()
-			rc, err := startConsole(cmd.Context(), f, cfg, store)
+			rc, err := startConsole(cmd.Context(), f, cfg, store, nil)
 			if err != nil {
 				return err
 			}

@@ -27,14 +27,14 @@ func TestConsoleTakesAnotherPortOnlyWhenTheAddressIsTheDefault(t *testing.T) {
 	defer taken.Close()
 	cfg := &rest.Config{Host: "https://127.0.0.1:1"} // never reached: nothing is served
 
-	rc, err := startConsole(ctx, &consoleFlags{addrFlag: "console", addr: taken.Addr().String(), anyPort: true}, cfg, store)
+	rc, err := startConsole(ctx, &consoleFlags{addrFlag: "console", addr: taken.Addr().String(), anyPort: true}, cfg, store, nil)
 	if err != nil {
 		t.Fatalf("the default address taken: %v; want another port", err)
 	}
 	if rc.url == "http://"+taken.Addr().String() || !strings.HasPrefix(rc.url, "http://127.0.0.1:") {
 		t.Errorf("console at %s; want loopback on another port than %s", rc.url, taken.Addr())
 	}
-	_, err = startConsole(ctx, &consoleFlags{addrFlag: "console", addr: taken.Addr().String()}, cfg, store)
+	_, err = startConsole(ctx, &consoleFlags{addrFlag: "console", addr: taken.Addr().String()}, cfg, store, nil)
 	if err == nil || !strings.Contains(err.Error(), "choose another address with --console") {
 		t.Errorf("the user's address taken: %v; want an error that says what to do", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/spf13/cobra"
 	uberzap "go.uber.org/zap"
@@ -175,7 +176,14 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 		return nil, nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	rc, err := startConsole(runCtx, cf, opts.Config, store)
+	// The console starts first (the engine's Events link it), and learns
+	// which operators the engine runs once there is one.
+	var running atomic.Pointer[engine.Engine]
+	runs := func(name string) bool {
+		e := running.Load()
+		return e != nil && e.Runs(name)
+	}
+	rc, err := startConsole(runCtx, cf, opts.Config, store, runs)
 	if err != nil {
 		cancel()
 		_ = store.Close()
@@ -194,6 +202,7 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 		_ = store.Close()
 		return nil, nil, err
 	}
+	running.Store(e)
 	r := &runningEngine{cancel: cancel, done: make(chan error, 1), console: rc}
 	go func() {
 		err := e.Run(runCtx)

@@ -61,6 +61,11 @@ type Options struct {
 	// LiveInterval is how often a live page is checked for changes.
 	// Defaults to 1s.
 	LiveInterval time.Duration
+	// Runs, when set, reports whether the engine beside the console runs
+	// an operator: the overview marks the operators of the cluster that it
+	// does not ("not run here"). Nil for a console on its own, which cannot
+	// tell.
+	Runs func(operator string) bool
 }
 
 // Server is the console's HTTP handler.

@@ -426,3 +426,34 @@ func TestListenRefusesAnOpenAddressWithoutAuth(t *testing.T) {
 	}
 	ln.Close()
 }
+
+func TestOverviewMarksOperatorsTheEngineBesideItDoesNotRun(t *testing.T) {
+	f := start(t)
+	// The fixture's console has no engine to ask: it marks nothing.
+	if page := get(t, f.url+"/"); strings.Contains(page, "not run by this engine") {
+		t.Errorf("a console on its own marked an operator as not run:\n%s", page)
+	}
+	for _, tc := range []struct {
+		runs bool
+		want bool
+	}{{runs: false, want: true}, {runs: true, want: false}} {
+		srv, err := console.New(console.Options{Archive: f.store, Config: f.cfg, Runs: func(string) bool { return tc.runs }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := srv.Listen("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ctx, ln) }()
+		page := get(t, "http://"+ln.Addr().String()+"/")
+		cancel()
+		<-done
+		mustContain(t, "the overview", page, `href="/operators/chores"`)
+		if got := strings.Contains(page, "not run by this engine"); got != tc.want {
+			t.Errorf("engine runs chores: %v; the overview marks it as not run: %v, want %v", tc.runs, got, tc.want)
+		}
+	}
+}

@@ -89,6 +89,8 @@ type overviewRow struct {
 	FailureRate string
 	Failed      int
 	Err         string
+	// NotRunHere: the engine beside the console does not run it.
+	NotRunHere bool
 }
 
 type stateCount struct {
@@ -112,7 +114,7 @@ func (s *Server) overview(r *http.Request, u *user) (string, *view, error) {
 	}
 	var rows []overviewRow
 	for _, op := range ops {
-		row := overviewRow{Op: op}
+		row := overviewRow{Op: op, NotRunHere: s.opts.Runs != nil && !s.opts.Runs(op.Name)}
 		objs, err := s.catalog.Objects(ctx, op)
 		if err != nil {
 			row.Err = err.Error()

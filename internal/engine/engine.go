@@ -371,6 +371,9 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	return nil
 }
 
+// Runs reports whether the engine runs the operator of this name.
+func (e *Engine) Runs(name string) bool { return e.definition(name) != nil }
+
 // definition returns the running definition of an Operator, or nil.
 func (e *Engine) definition(name string) *definition.Definition {
 	e.mu.Lock()

@@ -450,7 +450,9 @@ func TestOverviewMarksOperatorsTheEngineBesideItDoesNotRun(t *testing.T) {
 		go func() { done <- srv.Serve(ctx, ln) }()
 		page := get(t, "http://"+ln.Addr().String()+"/")
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("the console stopped with %v", err)
+		}
 		mustContain(t, "the overview", page, `href="/operators/chores"`)
 		if got := strings.Contains(page, "not run by this engine"); got != tc.want {
 			t.Errorf("engine runs chores: %v; the overview marks it as not run: %v, want %v", tc.runs, got, tc.want)

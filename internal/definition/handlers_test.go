@@ -217,7 +217,7 @@ func TestEveryIsComputedPerObjectAndCheckedAtLoad(t *testing.T) {
 		}
 	}
 	for every, want := range map[string]string{
-		`"${self.spec.nosuch}s"`: "app.yaml:18: spec.handlers[0].schedule.every: ${self.spec.nosuch}: ",
+		`"${self.spec.nosuch}s"`:  "app.yaml:18: spec.handlers[0].schedule.every: ${self.spec.nosuch}: ",
 		`"${self.spec.replicas}"`: "app.yaml:18: spec.handlers[0].schedule.every: ${self.spec.replicas} is of type int; expected a duration",
 		`"5 minutes"`:             "app.yaml:18: spec.handlers[0].schedule.every: ",
 		`"500ms"`:                 "app.yaml:18: spec.handlers[0].schedule.every: 500ms is shorter than the 1s minimum",

@@ -267,8 +267,8 @@ func (discardArchive) CancelRunning(context.Context, string) (int, error) {
 }
 func (discardArchive) Prune(context.Context, archive.Retention) (int, error) { return 0, nil }
 func (discardArchive) Close() error                                          { return nil }
-func (discardArchive) Logs(context.Context, string, int64) ([]byte, bool, error) {
-	return nil, false, archive.ErrNotFound
+func (discardArchive) Logs(context.Context, string, int64) (*archive.Log, error) {
+	return nil, archive.ErrNotFound
 }
 
 // readStats follows a controller's stats lines, keeping the latest.

@@ -68,6 +68,7 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 			"served":         {Type: "boolean", Description: "Whether the API serves this version. Defaults to true."},
 			"storage":        {Type: "boolean", Description: "The version stored in etcd; defaults to true for a single version."},
 			"schema":         freeObject("OpenAPI v3 schema of .spec."),
+			"statusSchema":   freeObject("OpenAPI v3 object schema of the status fields handlers write."),
 			"printerColumns": {Type: "array", MaxItems: ptr.To(int64(32)), Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &printerColumn}},
 			"scale": {
 				Type:     "object",
@@ -215,7 +216,22 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 		Type: "array", MaxItems: ptr.To(int64(64)),
 		Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{
 			Type: "object", Required: []string{"name"},
-			Properties: map[string]apiextensionsv1.JSONSchemaProps{"name": str("Variable name."), "value": str("Literal value.")},
+			Properties: map[string]apiextensionsv1.JSONSchemaProps{
+				"name": str("Variable name."), "value": str("Literal value."),
+				"valueFrom": {
+					Type: "object", Required: []string{"secretKeyRef"},
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"secretKeyRef": {
+							Type: "object", Required: []string{"name", "key"},
+							Properties: map[string]apiextensionsv1.JSONSchemaProps{
+								"namespace": str("Namespace of the Secret; defaults to the object's."),
+								"name":      str("Name of the Secret."),
+								"key":       str("Key in the Secret."),
+							},
+						},
+					},
+				},
+			},
 		}},
 	}
 	return apiextensionsv1.JSONSchemaProps{
@@ -234,7 +250,7 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 						MaxLength:   ptr.To(int64(1024)),
 						Pattern:     EveryPattern,
 					},
-					"cron":  str("Cron expression, five fields, UTC."),
+					"cron": str("Cron expression, five fields, UTC."),
 				},
 			},
 			"timeout": duration("Bound of one run; defaults to 5m."),

@@ -86,14 +86,14 @@ func (h *Handler) DeepCopy() *Handler {
 	if h.Exec != nil {
 		e := *h.Exec
 		e.Command = copyStrings(h.Exec.Command)
-		e.Env = copySlice(h.Exec.Env)
+		e.Env = copyEnv(h.Exec.Env)
 		out.Exec = &e
 	}
 	if h.Job != nil {
 		j := *h.Job
 		j.Command = copyStrings(h.Job.Command)
 		j.Args = copyStrings(h.Job.Args)
-		j.Env = copySlice(h.Job.Env)
+		j.Env = copyEnv(h.Job.Env)
 		j.TTLSecondsAfterFinished = copyPtr(h.Job.TTLSecondsAfterFinished)
 		out.Job = &j
 	}
@@ -103,6 +103,18 @@ func (h *Handler) DeepCopy() *Handler {
 		out.HTTP = &a
 	}
 	return &out
+}
+
+// copyEnv copies environment variables, with their sources.
+func copyEnv(env []EnvVar) []EnvVar {
+	out := copySlice(env)
+	for i, v := range out {
+		if v.ValueFrom != nil {
+			from := EnvVarSource{SecretKeyRef: copyPtr(v.ValueFrom.SecretKeyRef)}
+			out[i].ValueFrom = &from
+		}
+	}
+	return out
 }
 
 // copyPtr copies what p points to, for types without pointers inside.
@@ -144,6 +156,7 @@ func (v *ResourceVersion) DeepCopy() *ResourceVersion {
 		out.Served = &served
 	}
 	out.Schema = v.Schema.DeepCopy()
+	out.StatusSchema = v.StatusSchema.DeepCopy()
 	if v.PrinterColumns != nil {
 		out.PrinterColumns = make([]apiextensionsv1.CustomResourceColumnDefinition, len(v.PrinterColumns))
 		copy(out.PrinterColumns, v.PrinterColumns)

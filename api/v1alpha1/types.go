@@ -112,6 +112,12 @@ type ResourceVersion struct {
 	// Schema is the OpenAPI v3 schema of .spec. The status schema is opkit's
 	// and the fields of OperatorSpec.Status.
 	Schema *apiextensionsv1.JSONSchemaProps `json:"schema,omitempty"`
+	// StatusSchema types the status fields handlers write: an OpenAPI v3
+	// object schema whose properties join .status, which stays open to
+	// fields not declared. opkit types its own fields and those of
+	// OperatorSpec.Status. The API server refuses a handler's result that
+	// gives a declared field another type.
+	StatusSchema *apiextensionsv1.JSONSchemaProps `json:"statusSchema,omitempty"`
 	// PrinterColumns are shown by `kubectl get`. An Age column is added.
 	PrinterColumns []apiextensionsv1.CustomResourceColumnDefinition `json:"printerColumns,omitempty"`
 	// Scale enables the scale subresource with these paths.
@@ -205,10 +211,29 @@ type Retry struct {
 	Jitter *float64 `json:"jitter,omitempty"`
 }
 
-// EnvVar is an environment variable with a literal value.
+// EnvVar is an environment variable: a literal value, or one read from a
+// Secret at each run.
 type EnvVar struct {
 	Name  string `json:"name"`
 	Value string `json:"value,omitempty"`
+	// ValueFrom reads the value from a Secret; it is never written to the
+	// Operator, the archive, the binding context, Events or logs.
+	ValueFrom *EnvVarSource `json:"valueFrom,omitempty"`
+}
+
+// EnvVarSource is where an environment variable's value comes from.
+type EnvVarSource struct {
+	// SecretKeyRef is one key of a Secret. Required.
+	SecretKeyRef *SecretKeyRef `json:"secretKeyRef,omitempty"`
+}
+
+// SecretKeyRef names one key of a Secret. Namespace defaults to the
+// object's (required for a cluster-scoped resource's exec handlers; a job
+// handler reads Secrets of its Job's namespace only).
+type SecretKeyRef struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	Key       string `json:"key"`
 }
 
 // ExecAction runs a local process of the engine's host: argv only, never a

@@ -9,8 +9,12 @@
 // Contracts of every Store:
 //   - Run ids ([NewID]) sort by start time; [Store.List] returns newest
 //     first, a page at a time, with an opaque cursor for the next page.
-//   - Logs are capped per run ([Options.LogLimit]); what goes past the cap
-//     is dropped and the run is marked LogTruncated.
+//   - Logs are capped per run ([Options.LogLimit]): a longer log keeps its
+//     head ([Options.LogHead]) and its tail, the rest of the limit; its
+//     middle is dropped and the run is marked LogTruncated. Log offsets
+//     are offsets in the stream the handler wrote, so a reader that
+//     follows a log as it grows loses nothing but what was cut, and
+//     [Store.Logs] marks each cut with a [CutMarker] line.
 //   - A run finished as Skipped (it found nothing to do) replaces the
 //     earlier Skipped runs of the same object (UID) and handler: a check
 //     that is not due keeps one record, not one per tick.
@@ -27,6 +31,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -91,6 +96,8 @@ type Run struct {
 	// Writes are the API writes the result made (a status patch, events).
 	Writes []string `json:"writes,omitempty"`
 
+	// LogBytes is the size of the log the handler wrote; what is kept is
+	// at most the archive's LogLimit.
 	LogBytes     int64 `json:"logBytes"`
 	LogTruncated bool  `json:"logTruncated,omitempty"`
 }
@@ -144,10 +151,54 @@ type Retention struct {
 type Options struct {
 	// LogLimit caps the logs kept per run. Defaults to 1 MiB.
 	LogLimit int64
+	// LogHead is how much of the start of a log longer than LogLimit is
+	// kept; the rest of LogLimit keeps its end. Defaults to a quarter of
+	// LogLimit.
+	LogHead int64
+}
+
+// withDefaults fills the options left out.
+func (o Options) withDefaults() Options {
+	if o.LogLimit <= 0 {
+		o.LogLimit = DefaultLogLimit
+	}
+	if o.LogHead <= 0 || o.LogHead > o.LogLimit {
+		o.LogHead = o.LogLimit / 4
+	}
+	return o
 }
 
 // DefaultLogLimit is the default per-run log cap.
 const DefaultLogLimit = 1 << 20
+
+// Log is a piece of a run's log.
+type Log struct {
+	// Data is the log from the offset asked for to the end of what is
+	// stored, with a CutMarker line where a part was cut.
+	Data []byte
+	// Next is the offset to read the rest from, as it comes.
+	Next int64
+	// Truncated says the log lost a part (its middle) to the limit.
+	Truncated bool
+}
+
+// CutMarker is the line that stands in a log for n bytes cut from it. It
+// starts on a line of its own.
+func CutMarker(n int64) string {
+	return fmt.Sprintf("\n[opkit: %s of this log cut here; the archive keeps a long log's start and end]\n", HumanBytes(n))
+}
+
+// HumanBytes is n in B, KiB or MiB, for people.
+func HumanBytes(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+}
 
 // ErrNotFound is returned for an unknown run id.
 var ErrNotFound = errors.New("run not found")
@@ -164,9 +215,9 @@ type Store interface {
 	AppendLog(ctx context.Context, id string, p []byte) error
 	// Get returns one run, or ErrNotFound.
 	Get(ctx context.Context, id string) (*Run, error)
-	// Logs returns a run's log from byte offset on, and whether it was
-	// truncated. An unknown run is ErrNotFound.
-	Logs(ctx context.Context, id string, offset int64) ([]byte, bool, error)
+	// Logs returns a run's log from a byte offset of the stream the
+	// handler wrote on. An unknown run is ErrNotFound.
+	Logs(ctx context.Context, id string, offset int64) (*Log, error)
 	// List returns the runs q selects, newest first.
 	List(ctx context.Context, q Query) (*Page, error)
 	// Counts returns, by operator, the runs started at or after since and
@@ -246,4 +297,32 @@ func marshal(v any) string {
 		return ""
 	}
 	return string(data)
+}
+
+// LogPiece is a stored piece of a log, at its offset in the stream.
+type LogPiece struct {
+	Pos  int64
+	Data []byte
+}
+
+// JoinLog joins the stored pieces of a log from offset on, in order, with
+// a CutMarker where bytes are missing between them; for stores.
+func JoinLog(offset int64, pieces []LogPiece) *Log {
+	l := &Log{Next: offset}
+	for _, p := range pieces {
+		if p.Pos > l.Next {
+			l.Data = append(l.Data, CutMarker(p.Pos-l.Next)...)
+			l.Next = p.Pos
+		}
+		data := p.Data
+		if skip := l.Next - p.Pos; skip > 0 {
+			if skip >= int64(len(data)) {
+				continue
+			}
+			data = data[skip:]
+		}
+		l.Data = append(l.Data, data...)
+		l.Next = p.Pos + int64(len(p.Data))
+	}
+	return l
 }

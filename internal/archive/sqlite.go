@@ -78,6 +78,7 @@ type SQLite struct {
 	db       *sql.DB // reads
 	w        *sql.DB // writes: one connection
 	logLimit int64
+	keepHead int64 // of a log longer than logLimit
 
 	// The statements of every run, prepared once: preparing took a
 	// seventh of the archive's time per run.
@@ -108,9 +109,7 @@ const cancelRunningSQL = `UPDATE runs SET outcome = ?, failed = 0, error = ?, fi
 // OpenSQLite opens (creating it and its directory if needed) the archive at
 // path and brings its schema up to date.
 func OpenSQLite(ctx context.Context, path string, opts Options) (*SQLite, error) {
-	if opts.LogLimit == 0 {
-		opts.LogLimit = DefaultLogLimit
-	}
+	opts = opts.withDefaults()
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("archive: %w", err)
 	}
@@ -125,7 +124,7 @@ func OpenSQLite(ctx context.Context, path string, opts Options) (*SQLite, error)
 		return nil, fmt.Errorf("archive %s: %w", path, err)
 	}
 	w.SetMaxOpenConns(1)
-	s := &SQLite{w: w, logLimit: opts.LogLimit}
+	s := &SQLite{w: w, logLimit: opts.LogLimit, keepHead: opts.LogHead}
 	if err := s.migrate(ctx); err != nil {
 		_ = w.Close()
 		return nil, fmt.Errorf("archive %s: %w", path, err)
@@ -239,7 +238,10 @@ func (s *SQLite) Finish(ctx context.Context, r *Run) error {
 // foldSkippedSQL deletes an object's earlier skipped runs of a handler.
 const foldSkippedSQL = `DELETE FROM runs WHERE uid = ? AND handler = ? AND outcome = 'Skipped' AND id < ?`
 
-// AppendLog adds p to the run's log, up to the cap.
+// AppendLog adds p to the run's log. Up to the limit it is kept whole;
+// past it, the first logHead bytes stay and the rest of the limit holds
+// the latest bytes: older ones past the head are deleted, and a piece
+// that straddles the cut is shortened to its part after it.
 func (s *SQLite) AppendLog(ctx context.Context, id string, p []byte) error {
 	if len(p) == 0 {
 		return nil
@@ -258,23 +260,54 @@ func (s *SQLite) AppendLog(ctx context.Context, id string, p []byte) error {
 	if err != nil {
 		return fmt.Errorf("archive: log of run %s: %w", id, err)
 	}
-	if truncated {
-		return nil
+	end := size + int64(len(p))
+	cut := max(end-(s.logLimit-s.keepHead), s.keepHead) // the tail starts here
+	if end <= s.logLimit {
+		cut = end // all fits
 	}
-	keep := p
-	if room := s.logLimit - size; int64(len(p)) > room {
-		keep, truncated = p[:max(room, 0)], true
+	insert := func(pos int64, data []byte) error {
+		if len(data) == 0 {
+			return nil
+		}
+		_, err := tx.StmtContext(ctx, s.logInsert).ExecContext(ctx, id, pos, data)
+		return err
 	}
-	if len(keep) > 0 {
-		if _, err := tx.StmtContext(ctx, s.logInsert).ExecContext(ctx, id, size, keep); err != nil {
+	pos := size
+	if pos < s.keepHead && cut > s.keepHead {
+		// The head's last piece ends at the head, exactly.
+		n := s.keepHead - pos
+		if err := insert(pos, p[:n]); err != nil {
+			return fmt.Errorf("archive: log of run %s: %w", id, err)
+		}
+		p, pos = p[n:], s.keepHead
+	}
+	if pos < cut && cut < end && pos >= s.keepHead {
+		p, pos = p[cut-pos:], cut // the start of p is cut already
+	}
+	if err := insert(pos, p); err != nil {
+		return fmt.Errorf("archive: log of run %s: %w", id, err)
+	}
+	if end > s.logLimit {
+		truncated = true
+		if _, err := tx.ExecContext(ctx, logCutSQL, id, s.keepHead, cut); err != nil {
+			return fmt.Errorf("archive: log of run %s: %w", id, err)
+		}
+		if _, err := tx.ExecContext(ctx, logShortenSQL, cut, cut, id, s.keepHead, cut, cut); err != nil {
 			return fmt.Errorf("archive: log of run %s: %w", id, err)
 		}
 	}
-	if _, err := tx.StmtContext(ctx, s.logSize).ExecContext(ctx, size+int64(len(keep)), truncated, id); err != nil {
+	if _, err := tx.StmtContext(ctx, s.logSize).ExecContext(ctx, end, truncated, id); err != nil {
 		return fmt.Errorf("archive: log of run %s: %w", id, err)
 	}
 	return tx.Commit()
 }
+
+// The statements that keep a long log's tail: delete the pieces between
+// the head and the cut, and shorten the one that straddles the cut.
+const (
+	logCutSQL     = `DELETE FROM logs WHERE run_id = ? AND pos >= ? AND pos + length(data) <= ?`
+	logShortenSQL = `UPDATE logs SET data = substr(data, ? - pos + 1), pos = ? WHERE run_id = ? AND pos >= ? AND pos < ? AND pos + length(data) > ?`
+)
 
 const runColumns = `id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation, idem_key, attempt, diff,
 	started_at, finished_at, outcome, error, next_retry_at, writes, log_bytes, log_truncated`
@@ -317,33 +350,34 @@ func (s *SQLite) Get(ctx context.Context, id string) (*Run, error) {
 }
 
 // Logs returns the run's log from offset on.
-func (s *SQLite) Logs(ctx context.Context, id string, offset int64) ([]byte, bool, error) {
+func (s *SQLite) Logs(ctx context.Context, id string, offset int64) (*Log, error) {
 	var truncated bool
 	err := s.db.QueryRowContext(ctx, `SELECT log_truncated FROM runs WHERE id = ?`, id).Scan(&truncated)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, false, fmt.Errorf("run %s: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("run %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("archive: log of run %s: %w", id, err)
+		return nil, fmt.Errorf("archive: log of run %s: %w", id, err)
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT pos, data FROM logs WHERE run_id = ? AND pos + length(data) > ? ORDER BY pos`, id, offset)
 	if err != nil {
-		return nil, false, fmt.Errorf("archive: log of run %s: %w", id, err)
+		return nil, fmt.Errorf("archive: log of run %s: %w", id, err)
 	}
 	defer func() { _ = rows.Close() }()
-	var out []byte
+	var pieces []LogPiece
 	for rows.Next() {
-		var at int64
-		var data []byte
-		if err := rows.Scan(&at, &data); err != nil {
-			return nil, false, err
+		var p LogPiece
+		if err := rows.Scan(&p.Pos, &p.Data); err != nil {
+			return nil, err
 		}
-		if at < offset {
-			data = data[offset-at:]
-		}
-		out = append(out, data...)
+		pieces = append(pieces, p)
 	}
-	return out, truncated, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("archive: log of run %s: %w", id, err)
+	}
+	l := JoinLog(offset, pieces)
+	l.Truncated = truncated
+	return l, nil
 }
 
 // List returns the runs q selects, newest first.

@@ -237,18 +237,16 @@ func printLogs(ctx context.Context, store archive.Store, id string, follow bool,
 		if err != nil {
 			return err
 		}
-		data, truncated, err := store.Logs(ctx, id, offset)
+		// A part cut from a long log is marked in the stream itself.
+		log, err := store.Logs(ctx, id, offset)
 		if err != nil {
 			return err
 		}
-		if _, err := stdout.Write(data); err != nil {
+		if _, err := stdout.Write(log.Data); err != nil {
 			return err
 		}
-		offset += int64(len(data))
+		offset = log.Next
 		if run.Outcome != archive.Running || !follow {
-			if truncated {
-				fmt.Fprintf(stderr, "[the log was truncated at %d bytes]\n", run.LogBytes)
-			}
 			if run.Outcome != archive.Running && run.Outcome != archive.Succeeded {
 				fmt.Fprintf(stderr, "run %s %s (attempt %d): %s\n", id, run.Outcome, run.Attempt, run.Error)
 			}

@@ -137,3 +137,49 @@ func TestCleanWriterCleansALogSplitAnywhereAsAWhole(t *testing.T) {
 		}
 	}
 }
+
+func TestLogsOfALongRunKeepItsStartAndEndWithTheCutMarked(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "runs.db")
+	store, err := archive.OpenSQLite(ctx, path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := &archive.Run{ID: archive.NewID(time.Now()), Operator: "op", Handler: "h", Name: "n", StartedAt: time.Now(), Attempt: 1}
+	if err := store.Insert(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	// 10 MB of noise between the first line and the error, in the pieces
+	// the engine writes.
+	stream := []byte("starting the backup\n")
+	stream = append(stream, bytes.Repeat([]byte("copying a block, all is well\n"), 10<<20/29)...)
+	stream = append(stream, "error: the disk is full\n"...)
+	for rest := stream; len(rest) > 0; {
+		n := min(len(rest), 64<<10)
+		if err := store.AppendLog(ctx, run.ID, rest[:n]); err != nil {
+			t.Fatal(err)
+		}
+		rest = rest[n:]
+	}
+	run.Outcome, run.FinishedAt, run.Error = archive.Failed, time.Now(), "exit status 1: error: the disk is full"
+	if err := store.Finish(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	_ = store.Close()
+
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"logs", run.ID, "--archive", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	out := stdout.String()
+	if !strings.HasPrefix(out, "starting the backup\n") || !strings.HasSuffix(out, "all is well\nerror: the disk is full\n") {
+		t.Errorf("the log printed lacks its first line or its last: %q ... %q", out[:min(len(out), 40)], out[max(len(out)-60, 0):])
+	}
+	marker := archive.CutMarker(int64(len(stream) - archive.DefaultLogLimit))
+	if strings.Count(out, marker) != 1 || strings.Index(out, marker) < 200<<10 {
+		t.Errorf("the log printed does not mark its cut, after the first 256 KiB, once with %q", marker)
+	}
+	if len(out) > archive.DefaultLogLimit+len(marker) {
+		t.Errorf("%d bytes printed; the archive keeps %d", len(out), archive.DefaultLogLimit)
+	}
+}

@@ -468,18 +468,18 @@ func (s *Server) runPage(r *http.Request, u *user) (string, *view, error) {
 	if _, err := s.mayRead(ctx, u, run.Operator, run.Namespace); err != nil {
 		return "", nil, err
 	}
-	raw, truncated, err := s.opts.Archive.Logs(ctx, id, 0)
+	stored, err := s.opts.Archive.Logs(ctx, id, 0)
 	if err != nil {
 		return "", nil, err
 	}
-	log := archive.CleanLog(raw)
+	log := archive.CleanLog(stored.Data)
 	q := r.URL.Query()
 	v := &view{Title: "Run " + id, Crumbs: []crumb{{"Operators", "/"}, {run.Operator, "/operators/" + url.PathEscape(run.Operator)},
 		{objectLabel(run.Namespace, run.Name), objectURL(run.Operator, run.Namespace, run.Name)}}}
 	if run.Outcome == archive.Running {
 		v.Live = "/runs/" + id + "?" + q.Encode()
 	}
-	data := map[string]any{"Run": run, "Truncated": truncated, "LogBytes": len(raw), "ObjectURL": objectURL(run.Operator, run.Namespace, run.Name), "Search": ""}
+	data := map[string]any{"Run": run, "Truncated": stored.Truncated, "LogBytes": run.LogBytes, "ObjectURL": objectURL(run.Operator, run.Namespace, run.Name), "Search": ""}
 
 	if search := q.Get("q"); search != "" {
 		var lines []logLine
@@ -541,9 +541,9 @@ func (s *Server) rawLog(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		_, err = s.mayRead(r.Context(), u, run.Operator, run.Namespace)
 	}
-	var raw []byte
+	var stored *archive.Log
 	if err == nil {
-		raw, _, err = s.opts.Archive.Logs(r.Context(), id, 0)
+		stored, err = s.opts.Archive.Logs(r.Context(), id, 0)
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -551,7 +551,7 @@ func (s *Server) rawLog(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Content-Disposition", `inline; filename="`+id+`.log"`)
-	_, _ = w.Write([]byte(archive.CleanLog(raw)))
+	_, _ = w.Write([]byte(archive.CleanLog(stored.Data)))
 }
 
 // act runs an action on an object: retry, pause or resume.

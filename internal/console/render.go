@@ -49,7 +49,7 @@ var funcs = template.FuncMap{
 	"rfc3339":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"label":      objectLabel,
 	"join":       strings.Join,
-	"humanBytes": humanBytes,
+	"humanBytes": archive.HumanBytes,
 	"until":      until,
 	"dict":       dict,
 	"value":      value,
@@ -122,17 +122,6 @@ func runDuration(r archive.Run) string {
 		return d.Round(time.Millisecond).String()
 	}
 	return d.Round(100 * time.Millisecond).String()
-}
-
-func humanBytes(n int) string {
-	switch {
-	case n < 1<<10:
-		return fmt.Sprintf("%d B", n)
-	case n < 1<<20:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	default:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
 }
 
 // badge is a status as a symbol and a word: never color alone.

@@ -220,6 +220,7 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 		f.schemas = valueSchemas
 	}
 	checkReferences(l, d, ids)
+	checkStatusSchemas(l, d)
 	if len(l.errs) == 0 {
 		order, err := dependencyOrder(d.Children)
 		if err != nil {

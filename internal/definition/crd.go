@@ -5,6 +5,8 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 )
 
 // OperatorLabel is set on the CRDs opkit installs, to the Operator's name.
@@ -48,7 +50,7 @@ func (d *Definition) CRD() *apiextensionsv1.CustomResourceDefinition {
 				Type: "object",
 				Properties: map[string]apiextensionsv1.JSONSchemaProps{
 					"spec":   *spec.DeepCopy(),
-					"status": d.statusSchema(),
+					"status": d.statusSchema(&v),
 				},
 			}},
 			Subresources:             sub,
@@ -60,15 +62,13 @@ func (d *Definition) CRD() *apiextensionsv1.CustomResourceDefinition {
 
 // statusSchema is an open object (opkit's fields and the handlers' are
 // kept) in which each spec.status field whose expression has a scalar
-// type is declared with that type: a handler's status patch that gives it
-// another type is refused by the API server.
-func (d *Definition) statusSchema() apiextensionsv1.JSONSchemaProps {
+// type is declared with that type, and the version's statusSchema fields
+// with theirs: a handler's status patch that gives one another type is
+// refused by the API server.
+func (d *Definition) statusSchema(v *v1alpha1.ResourceVersion) apiextensionsv1.JSONSchemaProps {
 	s := apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}
 	for _, f := range d.Status {
-		t := "string" // a longer template is spliced into a string
-		if len(f.Slot.parts) == 1 && f.Slot.parts[0].expr != nil {
-			t = schemaType(f.Slot.parts[0].expr.Type) // one expression keeps its type
-		}
+		t := f.schemaType()
 		if t == "" {
 			continue
 		}
@@ -81,6 +81,7 @@ func (d *Definition) statusSchema() apiextensionsv1.JSONSchemaProps {
 		}
 		s.Properties[f.Name] = prop
 	}
+	mergeStatusSchema(&s, v)
 	return s
 }
 

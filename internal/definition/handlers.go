@@ -300,6 +300,35 @@ func compileRetry(l *errorList, field string, r *v1alpha1.Retry) RetryPolicy {
 	return p
 }
 
+// compileEnv checks environment variables: names, and each one's value
+// either literal or from a Secret. An exec handler's Secret is read by the
+// engine, from the object's namespace unless one is named (which a
+// cluster-scoped resource must); a job handler's by the kubelet, from the
+// Job's namespace only (jobNamespace, or the object's when "").
+func compileEnv(l *errorList, field string, env []v1alpha1.EnvVar, needsNamespace bool, jobNamespace string) {
+	job := strings.HasSuffix(field, ".job.env")
+	for j, v := range env {
+		f := fmt.Sprintf("%s[%d]", field, j)
+		if v.Name == "" || strings.ContainsAny(v.Name, "=\x00") {
+			l.add(f+".name", "%q is not an environment variable name", v.Name)
+		}
+		if v.ValueFrom == nil {
+			continue
+		}
+		ref := v.ValueFrom.SecretKeyRef
+		switch {
+		case v.Value != "":
+			l.add(f, "set value or valueFrom, not both")
+		case ref == nil:
+			l.add(f+".valueFrom.secretKeyRef", "required: the Secret and key to read")
+		case job && ref.Namespace != "" && ref.Namespace != jobNamespace:
+			l.add(f+".valueFrom.secretKeyRef.namespace", "a Job's pod reads Secrets of its own namespace only: leave namespace out, or set job.namespace to %q", ref.Namespace)
+		case !job && needsNamespace && ref.Namespace == "":
+			l.add(f+".valueFrom.secretKeyRef.namespace", "required: the resource is cluster-scoped, so the Secret's namespace must be named")
+		}
+	}
+}
+
 func compileAction(l *errorList, field string, h v1alpha1.Handler, c *Handler, dir string, clusterScoped bool) {
 	n := 0
 	for _, set := range []bool{h.Exec != nil, h.Job != nil, h.HTTP != nil} {
@@ -326,11 +355,7 @@ func compileAction(l *errorList, field string, h v1alpha1.Handler, c *Handler, d
 		if dir != "" && !filepath.IsAbs(e.WorkingDir) {
 			e.WorkingDir = filepath.Join(dir, e.WorkingDir)
 		}
-		for j, v := range e.Env {
-			if v.Name == "" || strings.ContainsAny(v.Name, "=\x00") {
-				l.add(fmt.Sprintf("%s.exec.env[%d].name", field, j), "%q is not an environment variable name", v.Name)
-			}
-		}
+		compileEnv(l, field+".exec.env", e.Env, clusterScoped, "")
 		c.Exec = &e
 	case h.Job != nil:
 		if h.Job.Image == "" {
@@ -339,6 +364,7 @@ func compileAction(l *errorList, field string, h v1alpha1.Handler, c *Handler, d
 		if clusterScoped && h.Job.Namespace == "" {
 			l.add(field+".job.namespace", "required: the resource is cluster-scoped, so its Jobs need a namespace")
 		}
+		compileEnv(l, field+".job.env", h.Job.Env, false, h.Job.Namespace)
 		c.Job = h.DeepCopy().Job
 	default:
 		u, err := url.Parse(h.HTTP.URL)

@@ -228,3 +228,120 @@ func TestEveryIsComputedPerObjectAndCheckedAtLoad(t *testing.T) {
 		}
 	}
 }
+
+func TestEnvFromSecretsIsChecked(t *testing.T) {
+	secret := func(ns string) string {
+		return `{name: TOKEN, valueFrom: {secretKeyRef: {namespace: "` + ns + `", name: api, key: token}}}`
+	}
+	_, err := compileFile(t, "app.yaml", base+`  handlers:
+  - name: both
+    on: [create]
+    exec: {command: [echo], env: [{name: TOKEN, value: x, valueFrom: {secretKeyRef: {name: api, key: token}}}]}
+  - name: nothing
+    on: [create]
+    exec: {command: [echo], env: [{name: TOKEN, valueFrom: {}}]}
+  - name: elsewhere
+    on: [create]
+    job: {image: busybox, env: [`+secret("vault")+`]}
+  - name: fine
+    on: [create]
+    exec: {command: [echo], env: [{name: TOKEN, valueFrom: {secretKeyRef: {name: api, key: token}}}, `+secret("vault")+`]}
+    job: {image: busybox, namespace: vault, env: [`+secret("vault")+`]}
+`)
+	want := []string{
+		`app.yaml:18: spec.handlers[0].exec.env[0]: set value or valueFrom, not both`,
+		`app.yaml:21: spec.handlers[1].exec.env[0].valueFrom.secretKeyRef: required: the Secret and key to read`,
+		`app.yaml:24: spec.handlers[2].job.env[0].valueFrom.secretKeyRef.namespace: a Job's pod reads Secrets of its own namespace only: leave namespace out, or set job.namespace to "vault"`,
+		`app.yaml:25: spec.handlers[3]: a handler has exactly one of exec, job and http; this one has 2`,
+	}
+	if err == nil || strings.Count(err.Error(), "\n")+1 != len(want) {
+		t.Fatalf("errors:\n%v\nwant exactly:\n%s", err, strings.Join(want, "\n"))
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("errors lack %q:\n%v", w, err)
+		}
+	}
+
+	// A cluster-scoped resource's exec handler has no namespace to read
+	// its Secret from but the one named.
+	cluster := strings.Replace(base, "    kind: App\n", "    kind: App\n    scope: Cluster\n", 1)
+	_, err = compileFile(t, "app.yaml", cluster+`  handlers:
+  - name: cleanup
+    on: [delete]
+    exec: {command: [echo], env: [{name: TOKEN, valueFrom: {secretKeyRef: {name: api, key: token}}}, `+secret("vault")+`]}
+`)
+	if want := `spec.handlers[0].exec.env[0].valueFrom.secretKeyRef.namespace: required: the resource is cluster-scoped, so the Secret's namespace must be named`; err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "env[1]") {
+		t.Errorf("error %v, want only %q", err, want)
+	}
+}
+
+func TestStatusSchemaTypesHandlerFieldsAndColumnsAreChecked(t *testing.T) {
+	version := func(extra string) string {
+		return strings.Replace(base, "          replicas: {type: integer}\n", "          replicas: {type: integer}\n"+extra, 1)
+	}
+	d, err := compileFile(t, "app.yaml", version(`      statusSchema:
+        properties:
+          backups: {type: integer}
+          lastBackup: {type: string, format: date-time}
+      printerColumns:
+      - {name: Backups, jsonPath: .status.backups, type: integer}
+      - {name: Last, jsonPath: .status.lastBackup, type: date}
+      - {name: Image, jsonPath: .spec.image, type: string}
+      - {name: Note, jsonPath: .status.note, type: string}
+      - {name: Ready, jsonPath: '.status.conditions[?(@.type=="Ready")].status', type: string}
+`)+`  status:
+    size: "${self.spec.replicas}"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := d.CRD().Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"]
+	for name, typ := range map[string]string{"backups": "integer", "lastBackup": "string", "size": "integer"} {
+		if got := status.Properties[name].Type; got != typ {
+			t.Errorf("status.%s: type %q, want %q", name, got, typ)
+		}
+	}
+	if status.XPreserveUnknownFields == nil || !*status.XPreserveUnknownFields {
+		t.Error("the status is not open to the fields no schema declares")
+	}
+	// Only the column over an untyped status field is warned of.
+	if len(d.Warnings) != 1 || d.Warnings[0].Line != 23 || !strings.Contains(d.Warnings[0].Error(),
+		`printerColumns[3].jsonPath: .status.note has no type: a handler that writes it as another type than string leaves the column blank, with no error; type it in statusSchema: {properties: {note: {type: string}}}`) {
+		t.Errorf("warnings %v, want one of the Note column", d.Warnings)
+	}
+
+	_, err = compileFile(t, "app.yaml", version(`      statusSchema:
+        required: [backups]
+        properties:
+          backups: {type: integer}
+          size: {type: string}
+          conditions: {type: array}
+          detail: {type: object, properties: {at: {}}}
+      printerColumns:
+      - {name: Backups, jsonPath: .status.backups, type: boolean}
+      - {name: Replicas, jsonPath: .spec.replicas, type: boolean}
+      - {name: Typo, jsonPath: .spec.imgae, type: string}
+      - {name: Name, jsonPath: .name, type: string}
+`)+`  status:
+    size: "${self.spec.replicas}"
+`)
+	want := []string{
+		`app.yaml:16: spec.resource.versions[0].statusSchema.required: status fields cannot be required`,
+		`app.yaml:19: spec.resource.versions[0].statusSchema.properties.size.type: "string", but spec.status.size computes a integer: declare type integer, or leave the field out (spec.status types it)`,
+		`app.yaml:20: spec.resource.versions[0].statusSchema.properties.conditions: "conditions" is written and typed by opkit; choose another name`,
+		`app.yaml:21: spec.resource.versions[0].statusSchema.properties.detail.properties.at.type: Required value: must not be empty for specified object fields: every field needs a type`,
+		`app.yaml:23: spec.resource.versions[0].printerColumns[0].type: boolean, but .status.backups is a integer: the column would stay blank; make it type integer`,
+		`app.yaml:24: spec.resource.versions[0].printerColumns[1].type: boolean, but .spec.replicas is a integer: the column would stay blank; make it type integer`,
+		`app.yaml:25: spec.resource.versions[0].printerColumns[2].jsonPath: .spec.imgae: the schema has no field spec.imgae, so the column is always blank`,
+		`app.yaml:26: spec.resource.versions[0].printerColumns[3].jsonPath: ".name": a column shows a field of .spec or .status`,
+	}
+	if err == nil {
+		t.Fatal("compiled")
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("errors lack %q:\n%v", w, err)
+		}
+	}
+}

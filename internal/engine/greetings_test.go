@@ -59,7 +59,7 @@ func TestGreetingsExampleRunsItsPythonBashAndGoHandlers(t *testing.T) {
 	if err != nil || len(page.Runs) != 2 {
 		t.Fatalf("greet runs %+v, %v; want create and update", page.Runs, err)
 	}
-	logs, _, _ := store.Logs(t.Context(), page.Runs[0].ID, 0)
+	logs, _ := logData(store.Logs(t.Context(), page.Runs[0].ID, 0))
 	if !strings.Contains(string(logs), "update (attempt 1): Bonjour, World!") || !strings.Contains(string(logs), "change spec.language") {
 		t.Errorf("the Python handler's log %q", logs)
 	}
@@ -69,7 +69,7 @@ func TestGreetingsExampleRunsItsPythonBashAndGoHandlers(t *testing.T) {
 	}
 	waitGone(t, env, g, 120*time.Second, "the Greeting is gone after its Go delete handler")
 	run := mustLatestRun(t, store, "world")
-	logs, _, _ = store.Logs(t.Context(), run.ID, 0)
+	logs, _ = logData(store.Logs(t.Context(), run.ID, 0))
 	if run.Handler != "goodbye" || run.Outcome != archive.Succeeded || !strings.Contains(string(logs), "goodbye, "+env.Namespace+"/world (delete") {
 		t.Errorf("the last run %+v, log %q", run, logs)
 	}

@@ -238,7 +238,7 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 	for _, h := range d.Handlers {
 		switch {
 		case h.Exec != nil:
-			rn.execs[h.Name] = &executor.Exec{Action: *h.Exec}
+			rn.execs[h.Name] = &executor.Exec{Action: *h.Exec, Secret: rn.secretValue}
 		case h.HTTP != nil:
 			rn.execs[h.Name] = &executor.HTTP{Action: *h.HTTP, Secret: rn.secretValue}
 		default:
@@ -574,9 +574,10 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 	}
 	rn.metrics.inFlight.WithLabelValues(rn.def.Operator.Name).Inc()
 	woken := cr.DeepCopy()
+	alog := &archiveLog{ctx: rn.ctx, store: rn.archive, id: run.ID}
 	req := executor.Request{
 		RunID: run.ID, Handler: h.Name, Trigger: trigger, Key: key, Attempt: attempt, Input: input, Timeout: h.Timeout,
-		Log:    &archiveLog{ctx: rn.ctx, store: rn.archive, id: run.ID},
+		Log:    alog,
 		Object: &executor.ObjectRef{APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: cr.GetUID()},
 	}
 	rn.running.Add(1)
@@ -590,6 +591,7 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 			<-rn.slots
 		case <-rn.ctx.Done():
 		}
+		alog.Flush()
 		rn.metrics.inFlight.WithLabelValues(rn.def.Operator.Name).Dec()
 		if rn.ctx.Err() != nil {
 			// The operator stopped or changed: the run is cancelled, and the
@@ -823,17 +825,56 @@ func apiMessage(err error) string {
 	return err.Error()
 }
 
-// archiveLog appends a run's log to the archive as it comes. A failing
-// archive does not fail the handler; the log is then incomplete.
+// archiveLog appends a run's log to the archive as it comes, in pieces of
+// up to logFlushBytes or every logFlushEvery: a handler writing many short
+// lines costs a few archive writes a second, not one per line. Flush writes
+// what is left when the run ends. A failing archive does not fail the
+// handler; the log is then incomplete.
 type archiveLog struct {
 	ctx   context.Context
 	store archive.Store
 	id    string
+
+	mu    sync.Mutex
+	buf   []byte
+	timer *time.Timer
 }
 
+const (
+	logFlushBytes = 64 << 10
+	logFlushEvery = 200 * time.Millisecond
+)
+
 func (l *archiveLog) Write(p []byte) (int, error) {
-	_ = l.store.AppendLog(context.WithoutCancel(l.ctx), l.id, p)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	switch {
+	case len(l.buf) >= logFlushBytes:
+		l.flushLocked()
+	case l.timer == nil:
+		l.timer = time.AfterFunc(logFlushEvery, l.Flush)
+	}
 	return len(p), nil
+}
+
+// Flush writes the buffered log to the archive.
+func (l *archiveLog) Flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.flushLocked()
+}
+
+func (l *archiveLog) flushLocked() {
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+	if len(l.buf) == 0 {
+		return
+	}
+	_ = l.store.AppendLog(context.WithoutCancel(l.ctx), l.id, l.buf)
+	l.buf = l.buf[:0]
 }
 
 func stalledCondition(step *stepResult) metav1.Condition {

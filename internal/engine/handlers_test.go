@@ -113,6 +113,27 @@ func testHandler() int {
 			fmt.Fprintln(os.Stderr, "boom: not fixed yet")
 			return 1
 		}
+	case "secret":
+		// Uses a token from a Secret, and lets it slip into its log, its
+		// status, an Event and, the first time it runs, its failure.
+		token := os.Getenv("API_TOKEN")
+		fmt.Fprintf(os.Stderr, "calling the API with token %s\n", token)
+		if _, err := os.Stat(os.Getenv("OUT") + ".refused"); err != nil {
+			_ = os.WriteFile(os.Getenv("OUT")+".refused", nil, 0o644)
+			fmt.Printf(`{"error": {"message": "the API refused token %s"}}`+"\n", token)
+			return 1
+		}
+		fmt.Printf(`{"status": {"recorded": "token %s"}, "events": [{"reason": "Called", "message": "with token %s"}]}`+"\n", token, token)
+		return 0
+	case "chatty":
+		// Writes 3 MiB of log, the cause of its failure last.
+		fmt.Fprintln(os.Stderr, "starting")
+		line := strings.Repeat("all is well ", 8) + "\n"
+		for range 3 << 20 / len(line) {
+			fmt.Fprint(os.Stderr, line)
+		}
+		fmt.Fprintln(os.Stderr, "boom: the real cause")
+		return 1
 	case "notjson":
 		fmt.Println("hello, not JSON")
 		return 0
@@ -135,6 +156,10 @@ func testHandler() int {
 		// status.summary is a string in the CRD's schema.
 		fmt.Println(`{"status": {"summary": 5}}`)
 		return 0
+	case "badrecorded":
+		// status.recorded is a string in the version's statusSchema.
+		fmt.Println(`{"status": {"recorded": 5}}`)
+		return 0
 	case "slow":
 		time.Sleep(2 * time.Second) // the handler's timeout is 6s
 	case "sleepfirst":
@@ -152,6 +177,13 @@ func testHandler() int {
 // binary, and returns its path and the record file.
 func tasksOperator(t *testing.T) (file, out string) {
 	t.Helper()
+	return tasksOperatorEnv(t, "")
+}
+
+// tasksOperatorEnv is tasksOperator with more environment variables for
+// the work handler: YAML flow-sequence entries, e.g. "{name: A, value: b}".
+func tasksOperatorEnv(t *testing.T, workEnv string) (file, out string) {
+	t.Helper()
 	dir := t.TempDir()
 	out = filepath.Join(dir, "records.jsonl")
 	bin, err := os.Executable()
@@ -161,6 +193,10 @@ func tasksOperator(t *testing.T) (file, out string) {
 	exec := fmt.Sprintf(`exec:
       command: [%q]
       env: [{name: %s, value: "1"}, {name: OUT, value: %q}]`, bin, handlerEnv, out)
+	workExec := exec
+	if workEnv != "" {
+		workExec = strings.Replace(exec, "}]", "}, "+workEnv+"]", 1)
+	}
 	def := `apiVersion: opkit.dev/v1alpha1
 kind: Operator
 metadata: {name: tasks}
@@ -176,6 +212,9 @@ spec:
           mode: {type: string}
           text: {type: string}
           color: {type: string}
+      statusSchema:
+        properties:
+          recorded: {type: string}
   status:
     summary: "${self.spec.text}"
   handlers:
@@ -184,7 +223,7 @@ spec:
     fields: [spec.text, spec.mode]
     timeout: 6s
     retry: {maxAttempts: 3, initialDelay: 400ms, maxDelay: 10s, factor: 2, jitter: 0}
-    ` + exec + `
+    ` + workExec + `
   - name: goodbye
     on: [delete]
     ` + exec + "\n"
@@ -347,7 +386,7 @@ func TestHandlersFireOnCreateUpdateAndDeleteWithTheirContext(t *testing.T) {
 	if w := page.Runs[1].Writes; !slices.Contains(w, "status: recorded") || !slices.Contains(w, "event Normal Recorded") {
 		t.Errorf("the update run's writes %v", w)
 	}
-	logs, _, err := store.Logs(t.Context(), page.Runs[1].ID, 0)
+	logs, err := logData(store.Logs(t.Context(), page.Runs[1].ID, 0))
 	if err != nil || string(logs) != "work update for one\n" {
 		t.Errorf("the update run's log %q, %v", logs, err)
 	}
@@ -432,7 +471,7 @@ func TestFailingHandlersRetryWithGrowingDelaysThenStall(t *testing.T) {
 	if len(page.Runs) != 3 || page.Runs[0].Outcome != archive.GaveUp {
 		t.Fatalf("broken runs: %+v; want 3, the last GaveUp", page.Runs)
 	}
-	logs, _, _ := store.Logs(t.Context(), page.Runs[0].ID, 0)
+	logs, _ := logData(store.Logs(t.Context(), page.Runs[0].ID, 0))
 	if !strings.Contains(string(logs), "boom: broken on purpose") {
 		t.Errorf("the log of the last run %q lacks the handler's stderr", logs)
 	}
@@ -605,12 +644,14 @@ func TestBrokenHandlerOutputFailsOnlyItsRun(t *testing.T) {
 	env, out, store := runTasks(t)
 
 	want := map[string]string{
-		"notjson":   "output is not a JSON result",
-		"huge":      "stdout exceeded the 1048576-byte limit",
-		"signal":    "killed by signal killed",
-		"hang":      "timed out after 6s; its process group was killed",
-		"reserved":  "status.observedGeneration is written by opkit and cannot be set by a handler",
-		"badstatus": `the API refused the result's status patch: Task.handlers.example.com "badstatus" is invalid: status.summary: Invalid value: "integer": summary in body must be of type string`,
+		"notjson":     "output is not a JSON result",
+		"huge":        "stdout exceeded the 1048576-byte limit",
+		"signal":      "killed by signal killed",
+		"hang":        "timed out after 6s; its process group was killed",
+		"reserved":    "status.observedGeneration is written by opkit and cannot be set by a handler",
+		"badstatus":   `the API refused the result's status patch: Task.handlers.example.com "badstatus" is invalid: status.summary: Invalid value: "integer": summary in body must be of type string`,
+		"chatty":      "exit status 1: boom: the real cause",
+		"badrecorded": `status.recorded: Invalid value: "integer": recorded in body must be of type string`,
 	}
 	for mode := range want {
 		create(t, env, task(env.Namespace, mode, mode, "x"))
@@ -635,8 +676,13 @@ func TestBrokenHandlerOutputFailsOnlyItsRun(t *testing.T) {
 	if recs[1].Trigger != "update" {
 		t.Errorf("good Task records %+v", recs)
 	}
-	if logs, _, _ := store.Logs(t.Context(), mustLatestRun(t, store, "huge").ID, 0); len(logs) > archive.DefaultLogLimit {
+	if logs, _ := logData(store.Logs(t.Context(), mustLatestRun(t, store, "huge").ID, 0)); len(logs) > archive.DefaultLogLimit {
 		t.Errorf("the huge run's log is %d bytes", len(logs))
+	}
+	// A long log keeps its start and its end, with the cut marked.
+	logs, _ := logData(store.Logs(t.Context(), mustLatestRun(t, store, "chatty").ID, 0))
+	if s := string(logs); !strings.HasPrefix(s, "work create for chatty\nstarting\n") || !strings.HasSuffix(s, "boom: the real cause\n") || !strings.Contains(s, " of this log cut here") {
+		t.Errorf("the chatty run's log lost its start, its end or the mark of its cut: %d bytes, %q ... %q", len(s), s[:min(len(s), 40)], s[max(len(s)-60, 0):])
 	}
 }
 
@@ -857,4 +903,79 @@ func TestPausedObjectsRunNoHandlerUntilResumed(t *testing.T) {
 		}
 		return condition(paused, engine.ConditionPaused) == nil, nil
 	})
+}
+
+// TestASecretsValueReachesTheHandlerOnly runs a handler with an environment
+// variable from a Secret that the handler echoes everywhere it can: the
+// value reaches the handler, and nothing opkit writes.
+func TestASecretsValueReachesTheHandlerOnly(t *testing.T) {
+	const token = "tok-5ecret-9f8e7d"
+	env := clustertest.New(t)
+	file, _ := tasksOperatorEnv(t, "{name: API_TOKEN, valueFrom: {secretKeyRef: {name: task-api, key: token}}}")
+	store := newArchive(t)
+	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	cleanUpTasks(t, env)
+
+	// Without the Secret, the run fails, naming it, and is retried.
+	obj := task(env.Namespace, "caller", "secret", "x")
+	create(t, env, obj)
+	eventually(t, 30*time.Second, "a failed run naming the missing Secret", func(ctx context.Context) (bool, error) {
+		page, err := store.List(ctx, archive.Query{Name: "caller", Failed: true})
+		return err == nil && len(page.Runs) > 0 && strings.Contains(page.Runs[0].Error, `reading key "token" of Secret `+env.Namespace+`/task-api`), err
+	})
+	create(t, env, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "task-api", Namespace: env.Namespace}, StringData: map[string]string{"token": token}})
+	eventually(t, 60*time.Second, "a run that succeeds once the Secret exists", func(ctx context.Context) (bool, error) {
+		page, err := store.List(ctx, archive.Query{Name: "caller", Outcome: archive.Succeeded})
+		return err == nil && len(page.Runs) > 0, err
+	})
+	eventually(t, 30*time.Second, "the run's status and its Event", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return false, err
+		}
+		var events corev1.EventList
+		if err := env.Client.List(ctx, &events, client.InNamespace(env.Namespace)); err != nil {
+			return false, err
+		}
+		recorded, _, _ := unstructured.NestedString(obj.Object, "status", "recorded")
+		return recorded != "" && slices.ContainsFunc(events.Items, func(e corev1.Event) bool { return e.Reason == "Called" }), nil
+	})
+
+	page, err := store.List(t.Context(), archive.Query{Name: "caller"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written strings.Builder
+	for _, r := range page.Runs {
+		run, err := store.Get(t.Context(), r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, _ := json.Marshal(run)
+		logs, err := logData(store.Logs(t.Context(), r.ID, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&written, "run %s\n%s\n", rec, logs)
+	}
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatal(err)
+	}
+	status, _ := json.Marshal(obj.Object["status"])
+	fmt.Fprintf(&written, "status %s\n", status)
+	var events corev1.EventList
+	if err := env.Client.List(t.Context(), &events, client.InNamespace(env.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		fmt.Fprintf(&written, "event %s %s\n", e.Reason, e.Message)
+	}
+	all := written.String()
+	if strings.Contains(all, token) {
+		t.Errorf("the Secret's value was written by opkit:\n%s", all)
+	}
+	for _, want := range []string{"calling the API with token ***", "the API refused token ***", `"recorded":"token ***"`} {
+		if !strings.Contains(all, want) {
+			t.Errorf("%q not written, its value replaced; opkit wrote:\n%s", want, all)
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 )
 
@@ -68,4 +69,12 @@ func waitConfigMapData(t *testing.T, env *clustertest.Env, name, what string, wa
 		}
 		return true, nil
 	})
+}
+
+// logData is a run's stored log, as bytes.
+func logData(l *archive.Log, err error) ([]byte, error) {
+	if err != nil {
+		return nil, err
+	}
+	return l.Data, nil
 }

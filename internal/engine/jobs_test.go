@@ -127,7 +127,7 @@ func TestJobHandlersRunAsRestrictedJobsAndReportBack(t *testing.T) {
 	if run.Outcome != archive.Succeeded || run.Action != "job" {
 		t.Errorf("run %+v", run)
 	}
-	logs, _, _ := store.Logs(t.Context(), run.ID, 0)
+	logs, _ := logData(store.Logs(t.Context(), run.ID, 0))
 	if !strings.Contains(string(logs), "crunching numbers") {
 		t.Errorf("the run's log %q lacks the pod's output", logs)
 	}
@@ -159,7 +159,7 @@ func TestJobHandlersRunAsRestrictedJobsAndReportBack(t *testing.T) {
 		return err == nil && len(page.Runs) == 1, err
 	})
 	run = mustLatestRun(t, store, "bad")
-	logs, _, _ = store.Logs(t.Context(), run.ID, 0)
+	logs, _ = logData(store.Logs(t.Context(), run.ID, 0))
 	// The error says why: the last line of the pod's log.
 	if run.Error != "exit status 3: crunch failed" || !strings.Contains(string(logs), "crunch failed") {
 		t.Errorf("failed run: error %q log %q", run.Error, logs)
@@ -210,7 +210,7 @@ func TestARestartedEngineWaitsForTheJobItStarted(t *testing.T) {
 	if page.Runs[1].Outcome != archive.Cancelled || page.Runs[0].Outcome != archive.Succeeded || page.Runs[0].Key != page.Runs[1].Key {
 		t.Errorf("runs %+v; want Cancelled then Succeeded with one key", page.Runs)
 	}
-	logs, _, _ := store.Logs(t.Context(), page.Runs[0].ID, 0)
+	logs, _ := logData(store.Logs(t.Context(), page.Runs[0].ID, 0))
 	if !strings.Contains(string(logs), "exists: an earlier engine started it") || !strings.Contains(string(logs), "crunching slowly") {
 		t.Errorf("the repeat's log %q", logs)
 	}

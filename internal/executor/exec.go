@@ -8,8 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 )
@@ -17,11 +20,22 @@ import (
 // Exec runs a local process: argv only, never a shell. The binding context
 // is its stdin, its stdout the result, its stderr the log. It runs in its
 // own process group, which is killed as a whole on timeout.
+//
+// A process that has exited is judged by its exit, however late it is
+// looked at (an engine stopped with SIGSTOP, a suspended laptop): only a
+// process still running when its time is up is killed and timed out.
+//
+// Environment variables from Secrets are read at each run; their values
+// are replaced by *** in the log (and so in the run's error), as the
+// handler writes it.
 type Exec struct {
 	Action v1alpha1.ExecAction
 	// KillGrace is the time between SIGTERM and SIGKILL on timeout.
 	// Defaults to 2s.
 	KillGrace time.Duration
+	// Secret reads the values of Action.Env's valueFrom. Required when one
+	// is set.
+	Secret SecretValue
 }
 
 // inheritedEnv are the engine's variables a handler sees; nothing else of
@@ -30,6 +44,12 @@ var inheritedEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
 
 // Run runs the process once.
 func (e *Exec) Run(ctx context.Context, req Request) (*Result, error) {
+	var secrets []string
+	res, err := e.run(ctx, req, &secrets)
+	return redactResult(res, err, secrets)
+}
+
+func (e *Exec) run(ctx context.Context, req Request, secretsOut *[]string) (*Result, error) {
 	grace := e.KillGrace
 	if grace == 0 {
 		grace = 2 * time.Second
@@ -47,8 +67,18 @@ func (e *Exec) Run(ctx context.Context, req Request) (*Result, error) {
 	cmd.Env = append(cmd.Env,
 		"OPKIT_RUN_ID="+req.RunID, "OPKIT_HANDLER="+req.Handler,
 		"OPKIT_TRIGGER="+req.Trigger, "OPKIT_IDEMPOTENCY_KEY="+req.Key)
+	var secrets []string
 	for _, v := range e.Action.Env {
-		cmd.Env = append(cmd.Env, v.Name+"="+v.Value)
+		value := v.Value
+		if v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil {
+			var err error
+			if value, err = e.secretEnv(ctx, req, v); err != nil {
+				return nil, err
+			}
+			secrets = append(secrets, value)
+			*secretsOut = secrets
+		}
+		cmd.Env = append(cmd.Env, v.Name+"="+value)
 	}
 	cmd.Stdin = bytes.NewReader(req.Input)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -67,7 +97,8 @@ func (e *Exec) Run(ctx context.Context, req Request) (*Result, error) {
 	stdout.onFull = killGroup
 	cmd.Stdout = stdout
 	stderr := &tailWriter{w: req.Log}
-	cmd.Stderr = stderr
+	redacted := newRedactor(stderr, secrets)
+	cmd.Stderr = redacted
 	// Descendants that keep the pipes open must not hold the run forever.
 	cmd.WaitDelay = grace + time.Second
 
@@ -75,22 +106,30 @@ func (e *Exec) Run(ctx context.Context, req Request) (*Result, error) {
 		return nil, &Failure{Message: fmt.Sprintf("starting %s: %v", e.Action.Command[0], err), Permanent: errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission)}
 	}
 	done := make(chan struct{})
+	var killed atomic.Bool
 	go func() {
 		select {
 		case <-ctx.Done():
-			killGroup()
+			// Time is up, or the engine stops; but a process that has
+			// exited meanwhile (the engine was paused past the deadline)
+			// is left to be judged by its exit.
+			if !exited(cmd.Process.Pid) {
+				killed.Store(true)
+				killGroup()
+			}
 		case <-done:
 		}
 	}()
 	err := cmd.Wait()
 	close(done)
+	redacted.Flush()
 	// Whatever the leader did, leave nothing of its group behind.
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 
 	switch {
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case killed.Load() && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return nil, &Failure{Message: fmt.Sprintf("timed out after %s; its process group was killed", req.Timeout)}
-	case ctx.Err() != nil:
+	case killed.Load():
 		return nil, &Failure{Message: "cancelled: the engine is stopping"}
 	case stdout.overflow:
 		return nil, &Failure{Message: fmt.Sprintf("stdout exceeded the %d-byte limit of a result; the process was killed (write logs to stderr)", MaxResultBytes)}
@@ -111,4 +150,35 @@ func (e *Exec) Run(ctx context.Context, req Request) (*Result, error) {
 		return nil, &Failure{Message: err.Error()}
 	}
 	return ParseResult(stdout.buf.Bytes())
+}
+
+// exited reports whether the child process has exited: it waits to be
+// reaped (looked at without reaping it, which Wait does), or Wait has
+// reaped it already.
+func exited(pid int) bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	if errors.Is(err, unix.ECHILD) {
+		return true
+	}
+	return err == nil && info.Signo == int32(unix.SIGCHLD)
+}
+
+// secretEnv reads an environment variable's value from its Secret: in the
+// object's namespace unless the reference names one. A missing Secret or
+// key fails the run, to be retried: it may be created meanwhile.
+func (e *Exec) secretEnv(ctx context.Context, req Request, v v1alpha1.EnvVar) (string, error) {
+	ref := v.ValueFrom.SecretKeyRef
+	ns := ref.Namespace
+	if ns == "" && req.Object != nil {
+		ns = req.Object.Namespace
+	}
+	if e.Secret == nil || ns == "" {
+		return "", &Failure{Message: fmt.Sprintf("env %s: no Secret reader, or no namespace for Secret %s", v.Name, ref.Name), Permanent: true}
+	}
+	value, err := e.Secret(ctx, ns, ref.Name, ref.Key)
+	if err != nil {
+		return "", &Failure{Message: fmt.Sprintf("env %s: reading key %q of Secret %s/%s: %v", v.Name, ref.Key, ns, ref.Name, err)}
+	}
+	return value, nil
 }

@@ -1,9 +1,14 @@
 package executor
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -128,5 +133,126 @@ func TestExecMissingProgramIsPermanent(t *testing.T) {
 	_, _, err := runExec(t, []string{filepath.Join(t.TempDir(), "nosuch")}, "", time.Second)
 	if f := AsFailure(err); !f.Permanent || !strings.Contains(f.Message, "nosuch") {
 		t.Errorf("failure %+v, want a permanent one naming the program", f)
+	}
+}
+
+func TestExecSecretEnvIsReadAtEachRunAndNeverLogged(t *testing.T) {
+	const value = "s3cr3t-t0ken"
+	var reads []string
+	e := &Exec{
+		Action: v1alpha1.ExecAction{
+			// The value is written whole, then split across two writes, then
+			// in the message of a failure.
+			Command: []string{script(t, `echo "token=$TOKEN" >&2
+printf '%s' "${TOKEN:0:5}" >&2; sleep 0.2; printf '%s\n' "${TOKEN:5}" >&2
+echo "{\"error\": {\"message\": \"refused $TOKEN\"}}"; exit 1`)},
+			Env: []v1alpha1.EnvVar{{Name: "TOKEN", ValueFrom: &v1alpha1.EnvVarSource{SecretKeyRef: &v1alpha1.SecretKeyRef{Name: "api", Key: "token"}}}},
+		},
+		Secret: func(_ context.Context, namespace, name, key string) (string, error) {
+			reads = append(reads, namespace+"/"+name+"/"+key)
+			return value, nil
+		},
+	}
+	var log bytes.Buffer
+	obj := &ObjectRef{Namespace: "shop", Name: "cart"}
+	_, err := e.Run(context.Background(), Request{RunID: "r", Handler: "h", Key: "k", Object: obj, Input: []byte("{}"), Timeout: 10 * time.Second, Log: &log})
+	if strings.Join(reads, ",") != "shop/api/token" {
+		t.Errorf("Secret reads %v, want shop/api/token (the object's namespace)", reads)
+	}
+	if strings.Contains(log.String(), "s3cr3t") || log.String() != "token=***\n***\n" {
+		t.Errorf("log %q, want the value replaced by ***", log.String())
+	}
+	if f := AsFailure(err); f == nil || strings.Contains(f.Message, "s3cr3t") {
+		t.Errorf("failure %v: want one, without the value", err)
+	}
+
+	// A Secret not there (yet) fails the run, to be retried.
+	e.Secret = func(context.Context, string, string, string) (string, error) {
+		return "", errors.New(`secrets "api" not found`)
+	}
+	_, err = e.Run(context.Background(), Request{RunID: "r", Handler: "h", Key: "k", Object: obj, Input: []byte("{}"), Timeout: 10 * time.Second, Log: &log})
+	if f := AsFailure(err); f == nil || f.Permanent || !strings.Contains(f.Message, `env TOKEN: reading key "token" of Secret shop/api`) {
+		t.Errorf("failure %+v, want a retried one naming the variable and the Secret", f)
+	}
+}
+
+func TestRedactorReplacesAValueSplitAcrossWrites(t *testing.T) {
+	var out bytes.Buffer
+	r := newRedactor(&out, []string{"hunter2", "", "pw"})
+	for _, b := range []byte("a hunter2 b hunte") {
+		if _, err := r.Write([]byte{b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.Write([]byte("r2pw hunt")); err != nil {
+		t.Fatal(err)
+	}
+	r.Flush()
+	if got, want := out.String(), "a *** b ****** hunt"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestExecAHandlerThatExitedWhileTheEngineWasStoppedIsJudgedByItsExit
+// stops an engine (a child test process) with SIGSTOP while its handler
+// runs, past the handler's timeout; the handler finishes meanwhile. On
+// SIGCONT the run succeeds: it is not timed out, nor run again.
+func TestExecAHandlerThatExitedWhileTheEngineWasStoppedIsJudgedByItsExit(t *testing.T) {
+	if os.Getenv("OPKIT_STOPPED_ENGINE") != "" {
+		stoppedEngine()
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestExecAHandlerThatExitedWhileTheEngineWasStoppedIsJudgedByItsExit$", "-test.count=1")
+	started := filepath.Join(t.TempDir(), "started")
+	cmd.Env = append(os.Environ(), "OPKIT_STOPPED_ENGINE="+script(t, `touch `+started+`; sleep 0.5; echo '{"status": {"done": true}}'`))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	lines := bufio.NewScanner(stdout)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the handler did not start")
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second) // past the 3s timeout; the handler has exited
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	var outcome string
+	for lines.Scan() {
+		if o, ok := strings.CutPrefix(lines.Text(), "outcome: "); ok {
+			outcome = o
+		}
+	}
+	_ = cmd.Wait()
+	if outcome != "succeeded" {
+		t.Errorf("the run's outcome: %q, want succeeded", outcome)
+	}
+}
+
+// stoppedEngine runs the handler named by OPKIT_STOPPED_ENGINE with a 3s
+// timeout and prints its outcome.
+func stoppedEngine() {
+	e := &Exec{Action: v1alpha1.ExecAction{Command: []string{os.Getenv("OPKIT_STOPPED_ENGINE")}}}
+	res, err := e.Run(context.Background(), Request{RunID: "r", Handler: "h", Key: "k", Input: []byte("{}"), Timeout: 3 * time.Second, Log: io.Discard})
+	switch {
+	case err != nil:
+		fmt.Println("outcome: " + err.Error())
+	case res.Status["done"] != true:
+		fmt.Printf("outcome: result %+v\n", res)
+	default:
+		fmt.Println("outcome: succeeded")
 	}
 }

@@ -304,3 +304,101 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 	}
 	return b.buf.Write(p)
 }
+
+// redactor passes a log on with each of a set of secret values replaced by
+// ***. The end of a write that could be the start of a secret is kept back
+// until the next write, or Flush, so that a value split across writes is
+// replaced too.
+type redactor struct {
+	w       io.Writer
+	secrets [][]byte
+	hold    int // the longest secret, less one
+	pending []byte
+}
+
+func newRedactor(w io.Writer, secrets []string) *redactor {
+	r := &redactor{w: w}
+	for _, s := range secrets {
+		if s != "" {
+			r.secrets = append(r.secrets, []byte(s))
+			r.hold = max(r.hold, len(s)-1)
+		}
+	}
+	return r
+}
+
+func (r *redactor) Write(p []byte) (int, error) {
+	if len(r.secrets) == 0 {
+		return r.w.Write(p)
+	}
+	r.pending = append(r.pending, p...)
+	for _, s := range r.secrets {
+		r.pending = bytes.ReplaceAll(r.pending, s, []byte("***"))
+	}
+	cut := max(len(r.pending)-r.hold, 0)
+	if cut > 0 {
+		if _, err := r.w.Write(r.pending[:cut]); err != nil {
+			return 0, err
+		}
+		r.pending = append(r.pending[:0], r.pending[cut:]...)
+	}
+	return len(p), nil
+}
+
+// Flush writes what was kept back.
+func (r *redactor) Flush() {
+	if len(r.pending) > 0 {
+		_, _ = r.w.Write(r.pending)
+		r.pending = nil
+	}
+}
+
+// redactResult replaces secret values by *** in what a run returns: its
+// failure's message, and the strings of its result (status, Events, error),
+// which go to the object, its Events and the archive.
+func redactResult(res *Result, err error, secrets []string) (*Result, error) {
+	if len(secrets) == 0 {
+		return res, err
+	}
+	redact := func(s string) string {
+		for _, v := range secrets {
+			if v != "" {
+				s = strings.ReplaceAll(s, v, "***")
+			}
+		}
+		return s
+	}
+	var f *Failure
+	if errors.As(err, &f) {
+		f.Message = redact(f.Message)
+	}
+	if res == nil {
+		return res, err
+	}
+	var walk func(v any) any
+	walk = func(v any) any {
+		switch v := v.(type) {
+		case string:
+			return redact(v)
+		case map[string]any:
+			for k, e := range v {
+				v[k] = walk(e)
+			}
+		case []any:
+			for i, e := range v {
+				v[i] = walk(e)
+			}
+		}
+		return v
+	}
+	for k, v := range res.Status {
+		res.Status[k] = walk(v)
+	}
+	for i := range res.Events {
+		res.Events[i].Reason, res.Events[i].Message = redact(res.Events[i].Reason), redact(res.Events[i].Message)
+	}
+	if res.Error != nil {
+		res.Error.Message = redact(res.Error.Message)
+	}
+	return res, err
+}

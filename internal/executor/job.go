@@ -131,7 +131,15 @@ func (j *Job) job(name, namespace string, labels map[string]string, owner metav1
 		{Name: "OPKIT_CONTEXT", Value: JobContextPath}, {Name: "OPKIT_RESULT", Value: JobResultPath},
 	}
 	for _, v := range j.Action.Env {
-		env = append(env, corev1.EnvVar{Name: v.Name, Value: v.Value})
+		ev := corev1.EnvVar{Name: v.Name, Value: v.Value}
+		if v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil {
+			// The kubelet reads it from the Job's namespace: opkit never sees it.
+			ref := v.ValueFrom.SecretKeyRef
+			ev.ValueFrom = &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: ref.Name}, Key: ref.Key,
+			}}
+		}
+		env = append(env, ev)
 	}
 	ttl := int32(3600)
 	if j.Action.TTLSecondsAfterFinished != nil {

@@ -123,13 +123,13 @@ func finishUnknownRun(t *testing.T, open Open) {
 	if err := s.AppendLog(context.Background(), r.ID, []byte("x")); !errors.Is(err, archive.ErrNotFound) {
 		t.Errorf("AppendLog of an unknown run: %v, want ErrNotFound", err)
 	}
-	if _, _, err := s.Logs(context.Background(), r.ID, 0); !errors.Is(err, archive.ErrNotFound) {
+	if _, err := s.Logs(context.Background(), r.ID, 0); !errors.Is(err, archive.ErrNotFound) {
 		t.Errorf("Logs of an unknown run: %v, want ErrNotFound", err)
 	}
 }
 
 func logsAppendReadAndCap(t *testing.T, open Open) {
-	s := openStore(t, open, archive.Options{LogLimit: 100})
+	s := openStore(t, open, archive.Options{LogLimit: 100, LogHead: 25})
 	ctx := context.Background()
 	r := newRun(time.Now(), "op", "ns", "n", "h")
 	insert(t, s, r)
@@ -141,31 +141,54 @@ func logsAppendReadAndCap(t *testing.T, open Open) {
 		}
 		want = append(want, c...)
 	}
-	got, truncated, err := s.Logs(ctx, r.ID, 0)
-	if err != nil || truncated || !bytes.Equal(got, want) {
-		t.Fatalf("Logs = %q, %v, %v; want %q, not truncated", got, truncated, err, want)
+	l, err := s.Logs(ctx, r.ID, 0)
+	if err != nil || l.Truncated || !bytes.Equal(l.Data, want) || l.Next != int64(len(want)) {
+		t.Fatalf("Logs = %+v, %v; want %q up to %d, not truncated", l, err, want, len(want))
 	}
 	// From an offset inside a chunk.
-	if got, _, _ := s.Logs(ctx, r.ID, 13); !bytes.Equal(got, want[13:]) {
-		t.Errorf("Logs from 13 = %q, want %q", got, want[13:])
+	if l, _ := s.Logs(ctx, r.ID, 13); !bytes.Equal(l.Data, want[13:]) {
+		t.Errorf("Logs from 13 = %q, want %q", l.Data, want[13:])
 	}
-	// Past the cap: kept up to it, then marked truncated; later writes are dropped.
-	if err := s.AppendLog(ctx, r.ID, bytes.Repeat([]byte("y"), 80)); err != nil {
-		t.Fatal(err)
+	// A reader following the log sees the head whole, then where the
+	// tail now starts, after a marked cut.
+	follower := int64(30)
+	// Past the cap: the first 25 bytes and the last 75 are kept, the
+	// middle is cut.
+	var stream []byte
+	stream = append(stream, want...)
+	for _, c := range [][]byte{bytes.Repeat([]byte("y"), 80), []byte("after the cap\n"), bytes.Repeat([]byte("z"), 500), []byte("the error\n")} {
+		if err := s.AppendLog(ctx, r.ID, c); err != nil {
+			t.Fatal(err)
+		}
+		stream = append(stream, c...)
 	}
-	if err := s.AppendLog(ctx, r.ID, []byte("after the cap")); err != nil {
-		t.Fatal(err)
-	}
-	got, truncated, _ = s.Logs(ctx, r.ID, 0)
-	if len(got) != 100 || !truncated || !bytes.Equal(got[:len(want)], want) {
-		t.Errorf("capped log: %d bytes, truncated %v; want 100 bytes starting with the first writes, truncated", len(got), truncated)
+	l, _ = s.Logs(ctx, r.ID, 0)
+	wantLog := string(stream[:25]) + archive.CutMarker(int64(len(stream)-100)) + string(stream[len(stream)-75:])
+	if string(l.Data) != wantLog || !l.Truncated || l.Next != int64(len(stream)) {
+		t.Errorf("capped log: %q, truncated %v, next %d; want %q, truncated, next %d", l.Data, l.Truncated, l.Next, wantLog, len(stream))
 	}
 	run, _ := s.Get(ctx, r.ID)
-	if run.LogBytes != 100 || !run.LogTruncated {
-		t.Errorf("run says %d log bytes, truncated %v; want 100, true", run.LogBytes, run.LogTruncated)
+	if run.LogBytes != int64(len(stream)) || !run.LogTruncated {
+		t.Errorf("run says %d log bytes, truncated %v; want %d (all the handler wrote), true", run.LogBytes, run.LogTruncated, len(stream))
 	}
-	if got, _, _ := s.Logs(ctx, r.ID, 100); len(got) != 0 {
-		t.Errorf("Logs from the end = %q, want nothing", got)
+	l, _ = s.Logs(ctx, r.ID, follower)
+	if want := archive.CutMarker(int64(len(stream)-75)-follower) + string(stream[len(stream)-75:]); string(l.Data) != want {
+		t.Errorf("Logs from %d = %q, want %q", follower, l.Data, want)
+	}
+	if l, _ := s.Logs(ctx, r.ID, int64(len(stream))); len(l.Data) != 0 || l.Next != int64(len(stream)) {
+		t.Errorf("Logs from the end = %+v, want nothing, next %d", l, len(stream))
+	}
+
+	// One write far larger than the limit keeps its start and end.
+	r2 := newRun(time.Now(), "op", "ns", "n2", "h")
+	insert(t, s, r2)
+	huge := append(append([]byte("first line\n"), bytes.Repeat([]byte("-"), 10000)...), "last line\n"...)
+	if err := s.AppendLog(ctx, r2.ID, huge); err != nil {
+		t.Fatal(err)
+	}
+	l, _ = s.Logs(ctx, r2.ID, 0)
+	if want := string(huge[:25]) + archive.CutMarker(int64(len(huge)-100)) + string(huge[len(huge)-75:]); string(l.Data) != want {
+		t.Errorf("a huge write kept %q, want %q", l.Data, want)
 	}
 }
 
@@ -354,7 +377,7 @@ func skippedRunsFold(t *testing.T, open Open) {
 		if _, err := s.Get(ctx, r.ID); !errors.Is(err, archive.ErrNotFound) {
 			t.Errorf("skipped run %s is still there (%v); a newer skipped run replaces it", r.ID, err)
 		}
-		if _, _, err := s.Logs(ctx, r.ID, 0); !errors.Is(err, archive.ErrNotFound) {
+		if _, err := s.Logs(ctx, r.ID, 0); !errors.Is(err, archive.ErrNotFound) {
 			t.Errorf("the log of the replaced run %s: %v, want ErrNotFound", r.ID, err)
 		}
 	}
@@ -414,7 +437,7 @@ func pruneByAgeAndCount(t *testing.T, open Open) {
 	if _, err := s.Get(ctx, runs[0].ID); err != nil {
 		t.Errorf("the running run was pruned: %v", err)
 	}
-	if _, _, err := s.Logs(ctx, runs[1].ID, 0); !errors.Is(err, archive.ErrNotFound) {
+	if _, err := s.Logs(ctx, runs[1].ID, 0); !errors.Is(err, archive.ErrNotFound) {
 		t.Errorf("a pruned run's log is still there: %v", err)
 	}
 	n, err = s.Prune(ctx, archive.Retention{MaxRuns: 3})

@@ -270,6 +270,14 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 					"command":    strList("The argv; never run through a shell.", 256),
 					"env":        env,
 					"workingDir": str("Working directory."),
+					"serviceAccount": {
+						Type: "object", Required: []string{"name"},
+						Description: "Access to the cluster as this ServiceAccount: a token per run, in a kubeconfig named by $KUBECONFIG.",
+						Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"namespace": str("Defaults to the object's; required for a cluster-scoped resource."),
+							"name":      str("The ServiceAccount."),
+						},
+					},
 				},
 			},
 			"job": {

@@ -87,6 +87,7 @@ func (h *Handler) DeepCopy() *Handler {
 		e := *h.Exec
 		e.Command = copyStrings(h.Exec.Command)
 		e.Env = copyEnv(h.Exec.Env)
+		e.ServiceAccount = copyPtr(h.Exec.ServiceAccount)
 		out.Exec = &e
 	}
 	if h.Job != nil {

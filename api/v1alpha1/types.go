@@ -248,6 +248,18 @@ type ExecAction struct {
 	// WorkingDir defaults to the definition file's directory, or the
 	// engine's working directory for Operators read from the cluster.
 	WorkingDir string `json:"workingDir,omitempty"`
+	// ServiceAccount gives the process access to the cluster as this
+	// ServiceAccount: a token requested for each run, valid a little past
+	// its timeout, in a private kubeconfig file named by $KUBECONFIG.
+	// Without it the process has no credentials.
+	ServiceAccount *ServiceAccountRef `json:"serviceAccount,omitempty"`
+}
+
+// ServiceAccountRef names a ServiceAccount. Namespace defaults to the
+// object's; a cluster-scoped resource names it.
+type ServiceAccountRef struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
 }
 
 // JobAction runs a Kubernetes Job per run, in the custom resource's

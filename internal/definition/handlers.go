@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 )
@@ -356,6 +357,14 @@ func compileAction(l *errorList, field string, h v1alpha1.Handler, c *Handler, d
 			e.WorkingDir = filepath.Join(dir, e.WorkingDir)
 		}
 		compileEnv(l, field+".exec.env", e.Env, clusterScoped, "")
+		if sa := e.ServiceAccount; sa != nil {
+			if msgs := validation.IsDNS1123Subdomain(sa.Name); len(msgs) > 0 {
+				l.add(field+".exec.serviceAccount.name", "%q is not a ServiceAccount name: %s", sa.Name, strings.Join(msgs, "; "))
+			}
+			if clusterScoped && sa.Namespace == "" {
+				l.add(field+".exec.serviceAccount.namespace", "required: the resource is cluster-scoped, so the ServiceAccount's namespace must be named")
+			}
+		}
 		c.Exec = &e
 	case h.Job != nil:
 		if h.Job.Image == "" {

@@ -345,3 +345,23 @@ func TestStatusSchemaTypesHandlerFieldsAndColumnsAreChecked(t *testing.T) {
 		}
 	}
 }
+
+func TestAServiceAccountForExecIsChecked(t *testing.T) {
+	_, err := compileFile(t, "app.yaml", base+`  handlers:
+  - name: read
+    on: [create]
+    exec: {command: [echo], serviceAccount: {name: Bad_Name}}
+`)
+	if want := `app.yaml:18: spec.handlers[0].exec.serviceAccount.name: "Bad_Name" is not a ServiceAccount name`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want %q", err, want)
+	}
+	cluster := strings.Replace(base, "    kind: App\n", "    kind: App\n    scope: Cluster\n", 1)
+	_, err = compileFile(t, "app.yaml", cluster+`  handlers:
+  - name: read
+    on: [create]
+    exec: {command: [echo], serviceAccount: {name: reader}}
+`)
+	if want := `spec.handlers[0].exec.serviceAccount.namespace: required: the resource is cluster-scoped`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want %q", err, want)
+	}
+}

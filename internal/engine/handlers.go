@@ -238,7 +238,7 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 	for _, h := range d.Handlers {
 		switch {
 		case h.Exec != nil:
-			rn.execs[h.Name] = &executor.Exec{Action: *h.Exec, Secret: rn.secretValue}
+			rn.execs[h.Name] = &executor.Exec{Action: *h.Exec, Secret: rn.secretValue, Credentials: e.credentials}
 		case h.HTTP != nil:
 			rn.execs[h.Name] = &executor.HTTP{Action: *h.HTTP, Secret: rn.secretValue}
 		default:

@@ -15,12 +15,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/internal/archive"
@@ -125,6 +128,29 @@ func testHandler() int {
 		}
 		fmt.Printf(`{"status": {"recorded": "token %s"}, "events": [{"reason": "Called", "message": "with token %s"}]}`+"\n", token, token)
 		return 0
+	case "kube":
+		// Reads the cluster with the credentials it was given.
+		path := os.Getenv("KUBECONFIG")
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "no kubeconfig:", err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "my token is %s\n", cfg.BearerToken)
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		ns := os.Getenv("TASK_NAMESPACE")
+		cm, err := cs.CoreV1().ConfigMaps(ns).Get(context.Background(), "task-config", metav1.GetOptions{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "reading the ConfigMap:", err)
+			return 1
+		}
+		_, err = cs.CoreV1().Secrets(ns).List(context.Background(), metav1.ListOptions{})
+		fmt.Printf(`{"status": {"recorded": %q, "secrets": %q, "kubeconfig": %q}}`+"\n", cm.Data["color"], fmt.Sprint(apierrors.IsForbidden(err)), path)
+		return 0
 	case "chatty":
 		// Writes 3 MiB of log, the cause of its failure last.
 		fmt.Fprintln(os.Stderr, "starting")
@@ -184,6 +210,13 @@ func tasksOperator(t *testing.T) (file, out string) {
 // the work handler: YAML flow-sequence entries, e.g. "{name: A, value: b}".
 func tasksOperatorEnv(t *testing.T, workEnv string) (file, out string) {
 	t.Helper()
+	return tasksOperatorWork(t, workEnv, "")
+}
+
+// tasksOperatorWork is tasksOperatorEnv with more fields of the work
+// handler's exec, e.g. "serviceAccount: {name: reader}".
+func tasksOperatorWork(t *testing.T, workEnv, workExec string) (file, out string) {
+	t.Helper()
 	dir := t.TempDir()
 	out = filepath.Join(dir, "records.jsonl")
 	bin, err := os.Executable()
@@ -193,9 +226,12 @@ func tasksOperatorEnv(t *testing.T, workEnv string) (file, out string) {
 	exec := fmt.Sprintf(`exec:
       command: [%q]
       env: [{name: %s, value: "1"}, {name: OUT, value: %q}]`, bin, handlerEnv, out)
-	workExec := exec
+	work := exec
 	if workEnv != "" {
-		workExec = strings.Replace(exec, "}]", "}, "+workEnv+"]", 1)
+		work = strings.Replace(work, "}]", "}, "+workEnv+"]", 1)
+	}
+	if workExec != "" {
+		work += "\n      " + workExec
 	}
 	def := `apiVersion: opkit.dev/v1alpha1
 kind: Operator
@@ -223,7 +259,7 @@ spec:
     fields: [spec.text, spec.mode]
     timeout: 6s
     retry: {maxAttempts: 3, initialDelay: 400ms, maxDelay: 10s, factor: 2, jitter: 0}
-    ` + workExec + `
+    ` + work + `
   - name: goodbye
     on: [delete]
     ` + exec + "\n"
@@ -977,5 +1013,51 @@ func TestASecretsValueReachesTheHandlerOnly(t *testing.T) {
 		if !strings.Contains(all, want) {
 			t.Errorf("%q not written, its value replaced; opkit wrote:\n%s", want, all)
 		}
+	}
+}
+
+// TestAnExecHandlerReadsTheClusterAsItsServiceAccount gives a handler a
+// ServiceAccount that may read ConfigMaps: it reads one, may not list
+// Secrets, never sees its token in the archive, and its kubeconfig is
+// gone when the run ends.
+func TestAnExecHandlerReadsTheClusterAsItsServiceAccount(t *testing.T) {
+	env := clustertest.New(t)
+	file, _ := tasksOperatorWork(t, fmt.Sprintf("{name: TASK_NAMESPACE, value: %q}", env.Namespace), "serviceAccount: {name: task-reader}")
+	store := newArchive(t)
+	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	cleanUpTasks(t, env)
+
+	create(t, env, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "task-reader", Namespace: env.Namespace}})
+	create(t, env, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "task-reader", Namespace: env.Namespace},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}}}})
+	create(t, env, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "task-reader", Namespace: env.Namespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "task-reader"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "task-reader", Namespace: env.Namespace}}})
+	create(t, env, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "task-config", Namespace: env.Namespace}, Data: map[string]string{"color": "teal"}})
+
+	obj := task(env.Namespace, "reader", "kube", "x")
+	create(t, env, obj)
+	eventually(t, 60*time.Second, "the handler's status", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return false, err
+		}
+		recorded, _, _ := unstructured.NestedString(obj.Object, "status", "recorded")
+		return recorded != "", nil
+	})
+	status := obj.Object["status"].(map[string]any)
+	if status["recorded"] != "teal" || status["secrets"] != "true" {
+		t.Errorf("the handler read %v and was forbidden Secrets: %v; want teal, true", status["recorded"], status["secrets"])
+	}
+	if path, _ := status["kubeconfig"].(string); path == "" {
+		t.Error("no kubeconfig path")
+	} else if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("the run's kubeconfig %s outlived it: %v", path, err)
+	}
+	logs, err := logData(store.Logs(t.Context(), mustLatestRun(t, store, "reader").ID, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(logs), "my token is ***\n") {
+		t.Errorf("log %q: want the token replaced by ***", logs)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -36,7 +37,15 @@ type Exec struct {
 	// Secret reads the values of Action.Env's valueFrom. Required when one
 	// is set.
 	Secret SecretValue
+	// Credentials makes the kubeconfig of Action.ServiceAccount. Required
+	// when it is set.
+	Credentials Credentials
 }
+
+// Credentials gives a run's process access to the cluster as a
+// ServiceAccount: a kubeconfig (the API server, its CA, a token valid for
+// at least ttl) and the token, which is kept out of the run's log.
+type Credentials func(ctx context.Context, namespace, serviceAccount string, ttl time.Duration) (kubeconfig []byte, token string, err error)
 
 // inheritedEnv are the engine's variables a handler sees; nothing else of
 // the engine's environment (credentials, kubeconfig) is passed on.
@@ -79,6 +88,16 @@ func (e *Exec) run(ctx context.Context, req Request, secretsOut *[]string) (*Res
 			*secretsOut = secrets
 		}
 		cmd.Env = append(cmd.Env, v.Name+"="+value)
+	}
+	if sa := e.Action.ServiceAccount; sa != nil {
+		dir, token, err := e.kubeconfig(ctx, req, sa)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = os.RemoveAll(dir) }()
+		secrets = append(secrets, token)
+		*secretsOut = secrets
+		cmd.Env = append(cmd.Env, "KUBECONFIG="+filepath.Join(dir, "kubeconfig"))
 	}
 	cmd.Stdin = bytes.NewReader(req.Input)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -181,4 +200,30 @@ func (e *Exec) secretEnv(ctx context.Context, req Request, v v1alpha1.EnvVar) (s
 		return "", &Failure{Message: fmt.Sprintf("env %s: reading key %q of Secret %s/%s: %v", v.Name, ref.Key, ns, ref.Name, err)}
 	}
 	return value, nil
+}
+
+// kubeconfig writes the run's kubeconfig for a ServiceAccount into a new
+// private directory (0700; the file 0600), which the caller removes when
+// the run ends.
+func (e *Exec) kubeconfig(ctx context.Context, req Request, sa *v1alpha1.ServiceAccountRef) (dir, token string, err error) {
+	ns := sa.Namespace
+	if ns == "" && req.Object != nil {
+		ns = req.Object.Namespace
+	}
+	if e.Credentials == nil || ns == "" {
+		return "", "", &Failure{Message: fmt.Sprintf("serviceAccount %s: no credentials source, or no namespace", sa.Name), Permanent: true}
+	}
+	config, token, err := e.Credentials(ctx, ns, sa.Name, req.Timeout)
+	if err != nil {
+		return "", "", &Failure{Message: fmt.Sprintf("serviceAccount %s/%s: requesting a token: %v", ns, sa.Name, err)}
+	}
+	dir, err = os.MkdirTemp("", "opkit-run-")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "kubeconfig"), config, 0o600)
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", "", &Failure{Message: fmt.Sprintf("serviceAccount %s/%s: writing the kubeconfig: %v", ns, sa.Name, err)}
+	}
+	return dir, token, nil
 }

@@ -1,0 +1,48 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// minTokenTTL is the shortest token the API server issues.
+const minTokenTTL = 10 * time.Minute
+
+// credentials gives an exec handler's process access to the cluster as a
+// ServiceAccount: a token from the TokenRequest API, valid for the run's
+// timeout and a minute more (at least the API's ten minutes), and a
+// kubeconfig for the engine's API server with it. The engine's own
+// credentials are never passed on.
+func (e *Engine) credentials(ctx context.Context, namespace, serviceAccount string, ttl time.Duration) ([]byte, string, error) {
+	seconds := int64(max(ttl+time.Minute, minTokenTTL) / time.Second)
+	tr, err := e.clientset.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, serviceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds}}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	cfg := e.opts.Config
+	ca := cfg.TLSClientConfig.CAData
+	if len(ca) == 0 && cfg.TLSClientConfig.CAFile != "" {
+		if ca, err = os.ReadFile(cfg.TLSClientConfig.CAFile); err != nil {
+			return nil, "", fmt.Errorf("the API server's CA: %w", err)
+		}
+	}
+	const name = "opkit-run"
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: ca, TLSServerName: cfg.TLSClientConfig.ServerName, InsecureSkipTLSVerify: cfg.TLSClientConfig.Insecure}
+	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name, Namespace: namespace}
+	kc.CurrentContext = name
+	data, err := clientcmd.Write(*kc)
+	if err != nil {
+		return nil, "", err
+	}
+	return data, tr.Status.Token, nil
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -147,6 +148,7 @@ func (st *handlerState) writeTo(own map[string]any) {
 // flight is a run in progress for one object.
 type flight struct {
 	handler *definition.Handler
+	due     time.Time      // when the run was decided; it starts when a slot is free
 	spec    map[string]any // the object's spec when the run started
 	run     *archive.Run   // nil when the archive showed the key had succeeded
 	done    bool
@@ -318,6 +320,13 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, child
 		res.busy = true
 		res.stalled = stalledMessage(rn.def, cr, st)
 		return res, nil // its end wakes this object again
+	}
+	if f != nil && errors.Is(f.err, errNotRecorded) {
+		// Nothing ran: no attempt is counted, and the handler runs once
+		// the archive records runs again.
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", "Run", "handler %s did not run: %v; it runs once the archive records runs again", f.handler.Name, f.err)
+		res.requeue = notRecordedRetry
+		return res, nil
 	}
 	if f != nil {
 		res.requeue = rn.finish(ctx, cr, f, st)
@@ -525,7 +534,7 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 		key += fmt.Sprintf("/requeue/%d", at.Unix())
 	}
 	cur := spec(cr)
-	f := &flight{handler: h, spec: cur}
+	f := &flight{handler: h, due: now, spec: cur}
 	var old map[string]any
 	if st.Handled != nil {
 		old = st.Handled.Spec
@@ -560,19 +569,12 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 	if err != nil {
 		return fmt.Errorf("handler %s: encoding the binding context: %w", h.Name, err)
 	}
-	if err := rn.archive.Insert(ctx, run); err != nil {
-		return err // nothing runs that is not recorded
-	}
 	f.run = run
 	rn.mu.Lock()
 	rn.flights[cr.GetUID()] = f
 	rn.mu.Unlock()
-	if !periodic(trigger) {
-		// A periodic run may well find nothing to do (skipped): its end
-		// says what matters.
-		rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerStarted", runAction(run.ID), "handler %s (%s, attempt %d): run %s", h.Name, trigger, attempt, rn.runRef(run.ID))
-	}
-	rn.metrics.inFlight.WithLabelValues(rn.def.Operator.Name).Inc()
+	operator := rn.def.Operator.Name
+	rn.metrics.queued.WithLabelValues(operator).Inc()
 	woken := cr.DeepCopy()
 	alog := &archiveLog{ctx: rn.ctx, store: rn.archive, id: run.ID}
 	req := executor.Request{
@@ -585,19 +587,40 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 		defer rn.running.Done()
 		var res *executor.Result
 		var err error
+		// The run waits for a slot unrecorded: the archive holds runs that
+		// started, with their own duration; the wait is a metric.
+		recorded := false
 		select {
 		case rn.slots <- struct{}{}:
-			res, err = rn.execs[h.Name].Run(rn.ctx, req)
+			rn.metrics.queued.WithLabelValues(operator).Dec()
+			started := time.Now()
+			rn.metrics.queueWait.WithLabelValues(operator).Observe(started.Sub(f.due).Seconds())
+			run.StartedAt = started.UTC()
+			if ierr := rn.archive.Insert(rn.ctx, run); ierr != nil {
+				err = fmt.Errorf("%w: %v", errNotRecorded, ierr) // nothing runs that is not recorded
+			} else {
+				recorded = true
+				if !periodic(trigger) {
+					// A periodic run may well find nothing to do (skipped):
+					// its end says what matters.
+					rn.events.Eventf(woken, nil, corev1.EventTypeNormal, "HandlerStarted", runAction(run.ID), "handler %s (%s, attempt %d): run %s", h.Name, trigger, attempt, rn.runRef(run.ID))
+				}
+				rn.metrics.inFlight.WithLabelValues(operator).Inc()
+				res, err = rn.execs[h.Name].Run(rn.ctx, req)
+				rn.metrics.inFlight.WithLabelValues(operator).Dec()
+			}
 			<-rn.slots
 		case <-rn.ctx.Done():
+			rn.metrics.queued.WithLabelValues(operator).Dec()
 		}
 		alog.Flush()
-		rn.metrics.inFlight.WithLabelValues(rn.def.Operator.Name).Dec()
 		if rn.ctx.Err() != nil {
 			// The operator stopped or changed: the run is cancelled, and the
 			// next engine runs it again with the same key.
-			run.Outcome, run.FinishedAt, run.Error = archive.Cancelled, time.Now().UTC(), "the operator stopped during the run"
-			_ = rn.archive.Finish(context.Background(), run)
+			if recorded {
+				run.Outcome, run.FinishedAt, run.Error = archive.Cancelled, time.Now().UTC(), "the operator stopped during the run"
+				_ = rn.archive.Finish(context.Background(), run)
+			}
 			return
 		}
 		rn.mu.Lock()
@@ -658,7 +681,7 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		case v1alpha1.OnDelete:
 			hs.Deleted = true
 		case v1alpha1.OnSchedule:
-			hs.LastScheduled = run.StartedAt.Format(time.RFC3339Nano)
+			hs.LastScheduled = f.due.UTC().Format(time.RFC3339Nano)
 		case v1alpha1.OnResume:
 			rn.mu.Lock()
 			rn.resumed[cr.GetUID()] = true
@@ -713,6 +736,13 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	}
 	return requeue
 }
+
+// errNotRecorded fails a run the archive could not record: it did not run.
+var errNotRecorded = errors.New("the archive could not record the run")
+
+// notRecordedRetry is how soon a run the archive could not record is tried
+// again.
+const notRecordedRetry = 5 * time.Second
 
 // periodic reports whether a trigger comes back by itself (schedule,
 // requeue), as opposed to a change of the object.

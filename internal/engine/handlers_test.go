@@ -1061,3 +1061,40 @@ func TestAnExecHandlerReadsTheClusterAsItsServiceAccount(t *testing.T) {
 		t.Errorf("log %q: want the token replaced by ***", logs)
 	}
 }
+
+// TestRunsWaitingForASlotAreNotRecordedAsRunning starts more runs than
+// there are slots: a run's record starts when it does, not while it waits
+// for a slot, so its duration is its own.
+func TestRunsWaitingForASlotAreNotRecordedAsRunning(t *testing.T) {
+	env := clustertest.New(t)
+	file, _ := tasksOperator(t)
+	store := newArchive(t)
+	runEngineWith(t, engine.Options{Config: env.Config, Archive: store, MaxConcurrentRuns: 2}, file)
+	cleanUpTasks(t, env)
+	const n = 8
+	for i := range n {
+		create(t, env, task(env.Namespace, fmt.Sprintf("queued-%d", i), "slow", "x"))
+	}
+	var runs []archive.Run
+	eventually(t, 2*time.Minute, "every run succeeded", func(ctx context.Context) (bool, error) {
+		done, err := store.List(ctx, archive.Query{Namespace: env.Namespace, Handler: "work", Outcome: archive.Succeeded})
+		if err != nil {
+			return false, err
+		}
+		runs = done.Runs
+		return len(runs) == n, nil
+	})
+	// Each run sleeps 2s and 2 run at once: a run starts when one of the
+	// two before it has ended.
+	slices.SortFunc(runs, func(a, b archive.Run) int { return a.StartedAt.Compare(b.StartedAt) })
+	for i := 2; i < n; i++ {
+		if gap := runs[i].StartedAt.Sub(runs[i-2].StartedAt); gap < 1900*time.Millisecond {
+			t.Errorf("run %d started %s after run %d: its record began while it waited for a slot", i, gap, i-2)
+		}
+	}
+	for _, r := range runs {
+		if d := r.FinishedAt.Sub(r.StartedAt); d < 2*time.Second {
+			t.Errorf("run %s lasted %s; its handler sleeps 2s", r.ID, d)
+		}
+	}
+}

@@ -17,6 +17,10 @@ type runMetrics struct {
 	duration *prometheus.HistogramVec
 	inFlight *prometheus.GaugeVec
 	retries  *prometheus.CounterVec
+	// queued are the runs waiting for a slot; queueWait how long a run
+	// waited, from the moment it was due to its start.
+	queued    *prometheus.GaugeVec
+	queueWait *prometheus.HistogramVec
 }
 
 var (
@@ -41,8 +45,15 @@ func handlerMetrics() *runMetrics {
 			retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Name: "opkit_run_retries_total", Help: "Failed runs that were scheduled for a retry.",
 			}, []string{"operator", "handler"}),
+			queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Name: "opkit_runs_queued", Help: "Handler runs waiting for a free slot.",
+			}, []string{"operator"}),
+			queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Name: "opkit_run_queue_seconds", Help: "Time from a run coming due to its start.",
+				Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900},
+			}, []string{"operator"}),
 		}
-		metrics.Registry.MustRegister(theMetrics.runs, theMetrics.duration, theMetrics.inFlight, theMetrics.retries)
+		metrics.Registry.MustRegister(theMetrics.runs, theMetrics.duration, theMetrics.inFlight, theMetrics.retries, theMetrics.queued, theMetrics.queueWait)
 	})
 	return theMetrics
 }

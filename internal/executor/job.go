@@ -106,6 +106,15 @@ func (j *Job) Run(ctx context.Context, req Request) (*Result, error) {
 		fmt.Fprintf(req.Log, "[opkit] created Job %s/%s\n", obj.Namespace, name)
 	}
 	finished, err := j.waitFinished(ctx, created)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// Time is up by the engine's clock; but a Job that finished
+		// meanwhile (the engine was paused, its host suspended) is judged
+		// by how it finished.
+		if job, done := j.finishedNow(ctx, obj.Namespace, name); done {
+			finished, err = job, nil
+			ctx = context.WithoutCancel(ctx)
+		}
+	}
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		// Timed out: the Job must not go on alone.
@@ -191,6 +200,18 @@ func jobFinished(job *batchv1.Job) (batchv1.JobConditionType, bool) {
 		}
 	}
 	return "", false
+}
+
+// finishedNow reads the Job once, and returns it if it has finished.
+func (j *Job) finishedNow(ctx context.Context, namespace, name string) (*batchv1.Job, bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	job, err := j.Client.BatchV1().Jobs(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, false
+	}
+	_, done := jobFinished(job)
+	return job, done
 }
 
 // waitFinished watches the Job until it completes or fails.

@@ -32,6 +32,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 )
@@ -155,6 +156,12 @@ type Options struct {
 	// kept; the rest of LogLimit keeps its end. Defaults to a quarter of
 	// LogLimit.
 	LogHead int64
+	// CheckEvery is how often the archive checks that its file is still
+	// the one open (see SQLite.Check). Defaults to 2s.
+	CheckEvery time.Duration
+	// Log reports each change of the archive's health, one line each.
+	// Defaults to standard error.
+	Log func(line string)
 }
 
 // withDefaults fills the options left out.
@@ -164,6 +171,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.LogHead <= 0 || o.LogHead > o.LogLimit {
 		o.LogHead = o.LogLimit / 4
+	}
+	if o.CheckEvery <= 0 {
+		o.CheckEvery = 2 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = func(line string) { fmt.Fprintln(os.Stderr, "opkit: "+line) }
 	}
 	return o
 }

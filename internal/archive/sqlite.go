@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"strings"
 	"time"
 
@@ -75,18 +76,91 @@ var migrations = []string{
 // meeting SQLITE_BUSY and sleeping in SQLite's busy handler; reads use a
 // pool of their own, which WAL lets run beside the writer.
 type SQLite struct {
-	db       *sql.DB // reads
-	w        *sql.DB // writes: one connection
+	path     string
+	opts     Options
 	logLimit int64
 	keepHead int64 // of a log longer than logLimit
 
+	// mu guards the handles below: every call reads them, recover
+	// replaces them.
+	mu sync.RWMutex
+	db *sql.DB // reads
+	w  *sql.DB // writes: one connection
 	// The statements of every run, prepared once: preparing took a
 	// seventh of the archive's time per run.
 	insert, finish, logHead, logInsert, logSize *sql.Stmt // on w
 	succeeded                                   *sql.Stmt // on db
+	file                                        os.FileInfo
+	// lost is why the archive cannot record runs, or nil.
+	lost error
+
+	stop    chan struct{}
+	stopped chan struct{}
 }
 
 var _ Store = &SQLite{}
+
+// OpenSQLite opens (creating it and its directory if needed) the archive at
+// path and brings its schema up to date. It then checks every
+// Options.CheckEvery that the file at path is still the one open (see
+// [SQLite.Check]).
+func OpenSQLite(ctx context.Context, path string, opts Options) (*SQLite, error) {
+	opts = opts.withDefaults()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("archive: %w", err)
+	}
+	s := &SQLite{path: path, opts: opts, logLimit: opts.LogLimit, keepHead: opts.LogHead, stop: make(chan struct{}), stopped: make(chan struct{})}
+	if err := s.open(ctx); err != nil {
+		return nil, fmt.Errorf("archive %s: %w", path, err)
+	}
+	go s.watch()
+	return s, nil
+}
+
+// open opens the handles on the file at s.path and prepares the
+// statements.
+func (s *SQLite) open(ctx context.Context) error {
+	q := url.Values{}
+	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "synchronous(NORMAL)", "foreign_keys(ON)"} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate") // writers queue at BEGIN instead of failing at COMMIT
+	dsn := "file:" + s.path + "?" + q.Encode()
+	w, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return err
+	}
+	w.SetMaxOpenConns(1)
+	s.w = w
+	if err := s.migrate(ctx); err != nil {
+		_ = w.Close()
+		return err
+	}
+	if s.file, err = os.Stat(s.path); err != nil {
+		_ = w.Close()
+		return err
+	}
+	if s.db, err = sql.Open("sqlite", dsn); err != nil {
+		_ = w.Close()
+		return err
+	}
+	prepare := func(db *sql.DB, query string) *sql.Stmt {
+		if err != nil {
+			return nil
+		}
+		var stmt *sql.Stmt
+		stmt, err = db.PrepareContext(ctx, query)
+		return stmt
+	}
+	s.insert, s.finish = prepare(w, insertRunSQL), prepare(w, finishRunSQL)
+	s.logHead, s.logInsert, s.logSize = prepare(w, logHeadSQL), prepare(w, logInsertSQL), prepare(w, logSizeSQL)
+	s.succeeded = prepare(s.db, keySucceededSQL)
+	if err != nil {
+		_ = s.closeHandles()
+		return err
+	}
+	return nil
+}
 
 // The statements every run makes.
 const (
@@ -105,51 +179,6 @@ const (
 // cancelRunningSQL is CancelRunning's statement, made once at start-up.
 // The outcome is literal, as runs_running's condition is.
 const cancelRunningSQL = `UPDATE runs SET outcome = ?, failed = 0, error = ?, finished_at = ? WHERE outcome = 'Running'`
-
-// OpenSQLite opens (creating it and its directory if needed) the archive at
-// path and brings its schema up to date.
-func OpenSQLite(ctx context.Context, path string, opts Options) (*SQLite, error) {
-	opts = opts.withDefaults()
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("archive: %w", err)
-	}
-	q := url.Values{}
-	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "synchronous(NORMAL)", "foreign_keys(ON)"} {
-		q.Add("_pragma", p)
-	}
-	q.Set("_txlock", "immediate") // writers queue at BEGIN instead of failing at COMMIT
-	dsn := "file:" + path + "?" + q.Encode()
-	w, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		return nil, fmt.Errorf("archive %s: %w", path, err)
-	}
-	w.SetMaxOpenConns(1)
-	s := &SQLite{w: w, logLimit: opts.LogLimit, keepHead: opts.LogHead}
-	if err := s.migrate(ctx); err != nil {
-		_ = w.Close()
-		return nil, fmt.Errorf("archive %s: %w", path, err)
-	}
-	if s.db, err = sql.Open("sqlite", dsn); err != nil {
-		_ = w.Close()
-		return nil, fmt.Errorf("archive %s: %w", path, err)
-	}
-	prepare := func(db *sql.DB, query string) *sql.Stmt {
-		if err != nil {
-			return nil
-		}
-		var stmt *sql.Stmt
-		stmt, err = db.PrepareContext(ctx, query)
-		return stmt
-	}
-	s.insert, s.finish = prepare(w, insertRunSQL), prepare(w, finishRunSQL)
-	s.logHead, s.logInsert, s.logSize = prepare(w, logHeadSQL), prepare(w, logInsertSQL), prepare(w, logSizeSQL)
-	s.succeeded = prepare(s.db, keySucceededSQL)
-	if err != nil {
-		_ = s.Close()
-		return nil, fmt.Errorf("archive %s: %w", path, err)
-	}
-	return s, nil
-}
 
 func (s *SQLite) migrate(ctx context.Context) error {
 	tx, err := s.w.BeginTx(ctx, nil)
@@ -175,15 +204,39 @@ func (s *SQLite) migrate(ctx context.Context) error {
 	return tx.Commit()
 }
 
-// Close closes the database.
+// Close stops the file's checks and closes the database.
 func (s *SQLite) Close() error {
+	select {
+	case <-s.stop:
+		return nil
+	default:
+		close(s.stop)
+		<-s.stopped
+	}
+	// A file deleted since the last check is copied back first.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = s.Check(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.closeHandles()
+	s.w, s.db, s.lost = nil, nil, errors.New("archive: closed")
+	return err
+}
+
+func (s *SQLite) closeHandles() error {
 	var errs []error
 	for _, stmt := range []*sql.Stmt{s.insert, s.finish, s.logHead, s.logInsert, s.logSize, s.succeeded} {
 		if stmt != nil {
 			errs = append(errs, stmt.Close())
 		}
 	}
-	return errors.Join(append(errs, s.db.Close(), s.w.Close())...)
+	for _, db := range []*sql.DB{s.db, s.w} {
+		if db != nil {
+			errs = append(errs, db.Close())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func nanos(t time.Time) int64 {
@@ -202,6 +255,11 @@ func fromNanos(n int64) time.Time {
 
 // Insert records a new run.
 func (s *SQLite) Insert(ctx context.Context, r *Run) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.lost != nil {
+		return fmt.Errorf("archive: recording run %s: %w", r.ID, s.lost)
+	}
 	if !ValidID(r.ID) {
 		return fmt.Errorf("archive: run id %q is not one of NewID", r.ID)
 	}
@@ -219,6 +277,11 @@ func (s *SQLite) Insert(ctx context.Context, r *Run) error {
 
 // Finish records how a run ended.
 func (s *SQLite) Finish(ctx context.Context, r *Run) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return s.lost
+	}
 	res, err := s.finish.ExecContext(ctx, nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.ID)
 	if err != nil {
 		return fmt.Errorf("archive: finishing run %s: %w", r.ID, err)
@@ -243,6 +306,11 @@ const foldSkippedSQL = `DELETE FROM runs WHERE uid = ? AND handler = ? AND outco
 // the latest bytes: older ones past the head are deleted, and a piece
 // that straddles the cut is shortened to its part after it.
 func (s *SQLite) AppendLog(ctx context.Context, id string, p []byte) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return s.lost
+	}
 	if len(p) == 0 {
 		return nil
 	}
@@ -339,6 +407,11 @@ func scanRun(row scanner) (*Run, error) {
 
 // Get returns one run.
 func (s *SQLite) Get(ctx context.Context, id string) (*Run, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return nil, s.lost
+	}
 	r, err := scanRun(s.db.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("run %s: %w", id, ErrNotFound)
@@ -351,6 +424,11 @@ func (s *SQLite) Get(ctx context.Context, id string) (*Run, error) {
 
 // Logs returns the run's log from offset on.
 func (s *SQLite) Logs(ctx context.Context, id string, offset int64) (*Log, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return nil, s.lost
+	}
 	var truncated bool
 	err := s.db.QueryRowContext(ctx, `SELECT log_truncated FROM runs WHERE id = ?`, id).Scan(&truncated)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -382,6 +460,11 @@ func (s *SQLite) Logs(ctx context.Context, id string, offset int64) (*Log, error
 
 // List returns the runs q selects, newest first.
 func (s *SQLite) List(ctx context.Context, q Query) (*Page, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return nil, s.lost
+	}
 	where, args, limit, err := q.sql()
 	if err != nil {
 		return nil, err
@@ -411,6 +494,11 @@ func (s *SQLite) List(ctx context.Context, q Query) (*Page, error) {
 
 // Counts returns each operator's runs since a time, and its failed ones.
 func (s *SQLite) Counts(ctx context.Context, since time.Time) (map[string]Counts, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return nil, s.lost
+	}
 	// +operator keeps SQLite from scanning the whole runs_operator index
 	// for the grouping: the id range on the primary key is the small part.
 	rows, err := s.db.QueryContext(ctx, `SELECT operator, count(*), sum(failed) FROM runs WHERE id >= ? GROUP BY +operator`, idPrefix(since))
@@ -486,6 +574,11 @@ func (q Query) sql() (string, []any, int, error) {
 
 // Succeeded reports whether a run with this idempotency key succeeded.
 func (s *SQLite) Succeeded(ctx context.Context, key string) (bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return false, s.lost
+	}
 	var found bool
 	err := s.succeeded.QueryRowContext(ctx, key).Scan(&found)
 	if err != nil {
@@ -496,6 +589,11 @@ func (s *SQLite) Succeeded(ctx context.Context, key string) (bool, error) {
 
 // CancelRunning ends every Running run as Cancelled.
 func (s *SQLite) CancelRunning(ctx context.Context, reason string) (int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return 0, s.lost
+	}
 	res, err := s.w.ExecContext(ctx, cancelRunningSQL, string(Cancelled), reason, time.Now().UnixNano())
 	if err != nil {
 		return 0, fmt.Errorf("archive: %w", err)
@@ -506,6 +604,11 @@ func (s *SQLite) CancelRunning(ctx context.Context, reason string) (int, error) 
 
 // Prune deletes finished runs beyond the retention.
 func (s *SQLite) Prune(ctx context.Context, keep Retention) (int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return 0, s.lost
+	}
 	var total int64
 	if keep.MaxAge > 0 {
 		res, err := s.w.ExecContext(ctx, `DELETE FROM runs WHERE id < ? AND outcome != ?`, idPrefix(time.Now().Add(-keep.MaxAge)), string(Running))

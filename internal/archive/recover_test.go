@@ -1,0 +1,180 @@
+package archive_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+)
+
+// lines collects what an archive reports.
+type lines struct {
+	mu  sync.Mutex
+	all []string
+}
+
+func (l *lines) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = append(l.all, line)
+}
+
+// wait waits for a line holding want, and returns it.
+func (l *lines) wait(t *testing.T, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		l.mu.Lock()
+		for _, line := range l.all {
+			if strings.Contains(line, want) {
+				l.mu.Unlock()
+				return line
+			}
+		}
+		l.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("the archive did not report %q within 10s; it reported %q", want, l.all)
+	return ""
+}
+
+func record(t *testing.T, s archive.Store, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	r := &archive.Run{ID: archive.NewID(time.Now()), Operator: "op", Handler: "h", Namespace: "ns", Name: name, StartedAt: time.Now()}
+	if err := s.Insert(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendLog(ctx, r.ID, []byte("log of "+name+"\n")); err != nil {
+		t.Fatal(err)
+	}
+	r.Outcome, r.FinishedAt = archive.Succeeded, time.Now()
+	if err := s.Finish(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	return r.ID
+}
+
+// reopened opens the archive at path afresh and returns the names of its
+// runs, checking each one's log.
+func reopened(t *testing.T, path string) []string {
+	t.Helper()
+	s, err := archive.OpenSQLite(context.Background(), path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	page, err := s.List(context.Background(), archive.Query{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range page.Runs {
+		names = append(names, r.Name)
+		if l, err := s.Logs(context.Background(), r.ID, 0); err != nil || string(l.Data) != "log of "+r.Name+"\n" {
+			t.Errorf("run %s: log %v, %v", r.Name, l, err)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+func TestAnArchiveDeletedWhileInUseIsCopiedBackWithEveryRun(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runs.db")
+	var told lines
+	s, err := archive.OpenSQLite(context.Background(), path, archive.Options{CheckEvery: 200 * time.Millisecond, Log: told.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	record(t, s, "before-1")
+	record(t, s, "before-2")
+	if err := os.Remove(path); err != nil { // rm runs.db
+		t.Fatal(err)
+	}
+	record(t, s, "while-gone") // into the open file, before the check
+	told.wait(t, "was deleted while in use: its runs were copied back")
+	record(t, s, "after")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(reopened(t, path), ",")
+	if got != "after,before-1,before-2,while-gone" {
+		t.Errorf("the archive holds %s; want every run", got)
+	}
+}
+
+func TestAnArchiveThatCannotBeCopiedBackRecordsNothingUntilItCan(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	path := filepath.Join(dir, "runs.db")
+	var told lines
+	s, err := archive.OpenSQLite(context.Background(), path, archive.Options{CheckEvery: 200 * time.Millisecond, Log: told.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	record(t, s, "before")
+	if err := os.RemoveAll(dir); err != nil { // its directory is gone
+		t.Fatal(err)
+	}
+	told.wait(t, "could not be copied back")
+	r := &archive.Run{ID: archive.NewID(time.Now()), Operator: "op", Handler: "h", Name: "refused", StartedAt: time.Now()}
+	if err := s.Insert(context.Background(), r); err == nil || !strings.Contains(err.Error(), "no run starts until they are") {
+		t.Errorf("Insert into a lost archive: %v, want a refusal saying why", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	told.wait(t, "its runs were copied back")
+	record(t, s, "after")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(reopened(t, path), ","); got != "after,before" {
+		t.Errorf("the archive holds %s; want after,before", got)
+	}
+}
+
+func TestAnArchiveReplacedWhileInUseKeepsTheOldRunsBesideIt(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "runs.db")
+	var told lines
+	s, err := archive.OpenSQLite(context.Background(), path, archive.Options{CheckEvery: 200 * time.Millisecond, Log: told.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	record(t, s, "old")
+	// Another archive takes the path.
+	other := filepath.Join(dir, "other.db")
+	o, err := archive.OpenSQLite(context.Background(), other, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	record(t, o, "other")
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(other, path); err != nil {
+		t.Fatal(err)
+	}
+	line := told.wait(t, "was replaced by another file")
+	record(t, s, "new")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(reopened(t, path), ","); got != "new,other" {
+		t.Errorf("the archive at the path holds %s; want new,other", got)
+	}
+	recovered, _ := filepath.Glob(path + ".recovered-*")
+	if len(recovered) != 1 || !strings.Contains(line, recovered[0]) {
+		t.Fatalf("recovered files %v; the report %q should name the one", recovered, line)
+	}
+	if got := strings.Join(reopened(t, recovered[0]), ","); got != "old" {
+		t.Errorf("the recovered archive holds %s; want old", got)
+	}
+}

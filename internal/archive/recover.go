@@ -58,7 +58,7 @@ func (s *SQLite) Check(ctx context.Context) error {
 		what = "was replaced by another file"
 	}
 	if rerr := s.copyOut(ctx, dest); rerr != nil {
-		lost := fmt.Errorf("the archive file %s %s and its records could not be copied back (%v): no run starts until they are", s.path, what, rerr)
+		lost := fmt.Errorf("the archive file %s %s and its records could not be copied back (%w): no run starts until they are", s.path, what, rerr)
 		if s.lost == nil || s.lost.Error() != lost.Error() {
 			s.opts.Log(lost.Error())
 		}

@@ -597,7 +597,7 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 			rn.metrics.queueWait.WithLabelValues(operator).Observe(started.Sub(f.due).Seconds())
 			run.StartedAt = started.UTC()
 			if ierr := rn.archive.Insert(rn.ctx, run); ierr != nil {
-				err = fmt.Errorf("%w: %v", errNotRecorded, ierr) // nothing runs that is not recorded
+				err = fmt.Errorf("%w: %w", errNotRecorded, ierr) // nothing runs that is not recorded
 			} else {
 				recorded = true
 				if !periodic(trigger) {

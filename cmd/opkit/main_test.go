@@ -647,3 +647,90 @@ func httpGet(t *testing.T, url string) string {
 	}
 	return string(body)
 }
+
+// TestAnAPIOutageIsToldInTwoLinesAndCaughtUp cuts opkit run off the API
+// server for 20s while Notes are created: its log says the API server is
+// unreachable and when it is back, in a few lines, and every Note
+// created meanwhile gets its ConfigMap after.
+func TestAnAPIOutageIsToldInTwoLinesAndCaughtUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	cl, err := devcluster.Start(t.Context(), devcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Stop()
+	// opkit reaches the API server through a proxy that the test cuts.
+	endpoint := strings.TrimPrefix(cl.Endpoint(), "https://")
+	proxy := clustertest.NewProxy(t, endpoint)
+	kc, err := clientcmd.LoadFromFile(cl.KubeconfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range kc.Clusters {
+		c.Server = "https://" + proxy.Addr()
+	}
+	dir := t.TempDir()
+	kubeconfig, def := filepath.Join(dir, "kubeconfig"), filepath.Join(dir, "notes.yaml")
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(def, []byte(notesOperator), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", kubeconfig, "--archive", filepath.Join(dir, "runs.db"))
+	waitOutput(t, out, "operator notes: running", 60*time.Second)
+
+	c, err := client.New(cl.RESTConfig(), client.Options{Scheme: clustertest.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	note := func(name string) {
+		n := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "notes.example.com/v1", "kind": "Note",
+			"metadata": map[string]any{"name": name, "namespace": "default"}, "spec": map[string]any{"a": name},
+		}}
+		if err := c.Create(t.Context(), n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	converged := func(names ...string) {
+		clustertest.Eventually(t, 2*time.Minute, "a ConfigMap for each Note", func(ctx context.Context) (bool, error) {
+			for _, name := range names {
+				var cm unstructured.Unstructured
+				cm.SetAPIVersion("v1")
+				cm.SetKind("ConfigMap")
+				if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name + "-note"}, &cm); err != nil {
+					return false, client.IgnoreNotFound(err)
+				}
+			}
+			return true, nil
+		})
+	}
+	note("before")
+	converged("before")
+
+	before := len(out.String())
+	proxy.Freeze()
+	outage := time.Now()
+	for _, name := range []string{"during-1", "during-2", "during-3"} {
+		note(name)
+	}
+	waitOutput(t, out, "the API server is unreachable", 20*time.Second)
+	time.Sleep(20*time.Second - time.Since(outage))
+	proxy.Thaw()
+	converged("during-1", "during-2", "during-3")
+	waitOutput(t, out, "the API server is reachable again after", 30*time.Second)
+	caughtUp := time.Since(outage) - 20*time.Second
+
+	said := strings.TrimSpace(out.String()[before:])
+	if lines := strings.Count(said, "\n") + 1; lines > 8 || strings.Contains(said, "goroutine ") || strings.Contains(said, ".go:") {
+		t.Errorf("a 20s outage wrote %d lines (want a few, no stack traces):\n%s", lines, said)
+	}
+	t.Logf("caught up %s after the outage ended; the log said:\n%s", caughtUp.Round(100*time.Millisecond), said)
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+}

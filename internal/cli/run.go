@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
+	"time"
 
 	"github.com/spf13/cobra"
 	uberzap "go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -166,12 +168,24 @@ func startEngine(ctx context.Context, cfg *rest.Config, archivePath string, cf *
 func startEngineLogging(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, log io.Writer, level zapcore.Level) (*runningEngine, *engine.Engine, error) {
 	// Stopping is said in one line, not in controller-runtime's own.
 	lvl := uberzap.NewAtomicLevelAt(level)
-	ctrllog.SetLogger(zap.New(zap.WriteTo(log), zap.Level(lvl)))
+	logger := zap.New(zap.WriteTo(log), zap.Level(lvl),
+		// Errors the engine expects (an API server away) are not crashes:
+		// no stack traces, and a line repeated within 10s is written
+		// twice at most. What changed is said by the engine's notices.
+		zap.StacktraceLevel(zapcore.DPanicLevel),
+		zap.RawZapOpts(uberzap.WrapCore(func(c zapcore.Core) zapcore.Core {
+			return zapcore.NewSamplerWithOptions(c, 10*time.Second, 2, 0)
+		})))
+	ctrllog.SetLogger(logger)
+	klog.SetLogger(logger) // client-go's own lines, "Unable to write event"...
+	if opts.Notice == nil {
+		opts.Notice = func(line string) { fmt.Fprintln(log, line) }
+	}
 	context.AfterFunc(ctx, func() {
 		lvl.SetLevel(zapcore.ErrorLevel)
 		fmt.Fprintln(log, "stopping")
 	})
-	store, err := archive.OpenSQLite(ctx, archivePath, archive.Options{})
+	store, err := archive.OpenSQLite(ctx, archivePath, archive.Options{Log: func(line string) { fmt.Fprintln(log, line) }})
 	if err != nil {
 		return nil, nil, err
 	}

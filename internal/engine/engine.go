@@ -143,6 +143,10 @@ type Options struct {
 	// records its end, whatever its outcome (opkit dev prints the failed
 	// ones). It is called from the object's reconcile: it must not block.
 	RunFinished func(archive.Run)
+	// Notice, when set, is called with one line at each change of the
+	// engine's health: the API server unreachable, and reachable again
+	// after how long. It must not block.
+	Notice func(line string)
 }
 
 // Engine runs operators. Use New, then Run in a goroutine, then Apply each
@@ -242,6 +246,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		return err
 	}
 	if err := e.mgr.Add(manager.RunnableFunc(e.guardCRDs)); err != nil {
+		return err
+	}
+	if err := e.mgr.Add(manager.RunnableFunc(e.watchAPI)); err != nil {
 		return err
 	}
 	err := e.mgr.Start(ctx)

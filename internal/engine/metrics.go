@@ -21,6 +21,8 @@ type runMetrics struct {
 	// waited, from the moment it was due to its start.
 	queued    *prometheus.GaugeVec
 	queueWait *prometheus.HistogramVec
+	// apiReachable is 1 while the API server answers /readyz.
+	apiReachable prometheus.Gauge
 }
 
 var (
@@ -52,8 +54,12 @@ func handlerMetrics() *runMetrics {
 				Name: "opkit_run_queue_seconds", Help: "Time from a run coming due to its start.",
 				Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900},
 			}, []string{"operator"}),
+			apiReachable: prometheus.NewGauge(prometheus.GaugeOpts{
+				Name: "opkit_api_reachable", Help: "1 while the API server answers the engine's /readyz checks, else 0.",
+			}),
 		}
-		metrics.Registry.MustRegister(theMetrics.runs, theMetrics.duration, theMetrics.inFlight, theMetrics.retries, theMetrics.queued, theMetrics.queueWait)
+		theMetrics.apiReachable.Set(1)
+		metrics.Registry.MustRegister(theMetrics.runs, theMetrics.duration, theMetrics.inFlight, theMetrics.retries, theMetrics.queued, theMetrics.queueWait, theMetrics.apiReachable)
 	})
 	return theMetrics
 }

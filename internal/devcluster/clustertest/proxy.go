@@ -1,0 +1,101 @@
+package clustertest
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// Proxy forwards TCP connections to a target address. Freeze cuts every
+// connection and closes each new one at once, until Thaw: the API server
+// unreachable, as a network fault makes it, with the API server itself
+// untouched.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu     sync.Mutex
+	frozen bool
+	conns  map[net.Conn]struct{}
+}
+
+// NewProxy listens on a free loopback port and forwards to target
+// (host:port); it stops when the test ends.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	go p.serve()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.Freeze()
+	})
+	return p
+}
+
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Freeze cuts the connections and refuses new ones.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.frozen = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	clear(p.conns)
+}
+
+// Thaw lets connections through again.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.frozen = false
+}
+
+func (p *Proxy) serve() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.forward(in)
+	}
+}
+
+func (p *Proxy) forward(in net.Conn) {
+	out, err := net.Dial("tcp", p.target)
+	if err != nil {
+		_ = in.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.frozen {
+		p.mu.Unlock()
+		_ = in.Close()
+		_ = out.Close()
+		return
+	}
+	p.conns[in], p.conns[out] = struct{}{}, struct{}{}
+	p.mu.Unlock()
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		_ = dst.Close()
+		_ = src.Close()
+		done <- struct{}{}
+	}
+	go pipe(out, in)
+	go pipe(in, out)
+	<-done
+	<-done
+	p.mu.Lock()
+	delete(p.conns, in)
+	delete(p.conns, out)
+	p.mu.Unlock()
+}

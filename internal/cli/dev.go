@@ -125,6 +125,8 @@ func dev(ctx context.Context, dir string, apply []string, archivePath string, cf
 		// Job handlers' pods run on the dev node.
 		JobTolerations: []corev1.Toleration{{Key: devnode.Taint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 		RunFinished:    func(run archive.Run) { reportFailedRun(stderr, run, archivePath) },
+		// The plane is opkit's own: no deletion passes unseen.
+		AdmissionFinalizers: true,
 	}, archivePath, cf, stderr, zapcore.ErrorLevel)
 	if err != nil {
 		return err

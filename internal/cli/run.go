@@ -25,6 +25,7 @@ import (
 func newRunCommand() *cobra.Command {
 	var files []string
 	var kubeconfig, archivePath string
+	var admission bool
 	cf := &consoleFlags{}
 	cmd := &cobra.Command{
 		Use:   "run [-f FILE]...",
@@ -59,10 +60,11 @@ serve the web console beside the engine with --console ADDR.`,
 			if err != nil {
 				return err
 			}
+			opts := engine.Options{Config: cfg, AdmissionFinalizers: admission}
 			if len(files) == 0 {
-				return watchClusterOperators(cmd.Context(), cfg, archivePath, cf, cmd.ErrOrStderr())
+				return watchClusterOperators(cmd.Context(), opts, archivePath, cf, cmd.ErrOrStderr())
 			}
-			r, err := startOperators(cmd.Context(), cfg, archivePath, cf, defs, cmd.ErrOrStderr())
+			r, err := startOperators(cmd.Context(), opts, archivePath, cf, defs, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -71,6 +73,7 @@ serve the web console beside the engine with --console ADDR.`,
 	}
 	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "an Operator definition (YAML, several documents allowed); repeatable")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	cmd.Flags().BoolVar(&admission, "admission-finalizers", false, "have the API server add opkit's finalizer to each new object of an operator with delete handlers (a MutatingAdmissionPolicy; Kubernetes 1.36+): no deletion passes unseen, even while the engine is away")
 	archiveFlag(cmd, &archivePath)
 	cf.register(cmd, "console", "", "serve the web console on this address, e.g. 127.0.0.1:7380 (default: none)")
 	return cmd
@@ -125,8 +128,8 @@ func loadKubeconfig(path string) (*rest.Config, error) {
 
 // watchClusterOperators runs the engine for the Operators in the cluster
 // until ctx ends.
-func watchClusterOperators(ctx context.Context, cfg *rest.Config, archivePath string, cf *consoleFlags, log io.Writer) error {
-	r, e, err := startEngine(ctx, cfg, archivePath, cf, log)
+func watchClusterOperators(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, log io.Writer) error {
+	r, e, err := startEngine(ctx, opts, archivePath, cf, log)
 	if err != nil {
 		return err
 	}
@@ -155,8 +158,8 @@ func (r *runningEngine) stop() error {
 // startEngine runs an engine on cfg, recording runs in the archive at
 // archivePath, with controller-runtime logging to log, and its console as
 // cf says.
-func startEngine(ctx context.Context, cfg *rest.Config, archivePath string, cf *consoleFlags, log io.Writer) (*runningEngine, *engine.Engine, error) {
-	r, e, err := startEngineLogging(ctx, engine.Options{Config: cfg}, archivePath, cf, log, zapcore.InfoLevel)
+func startEngine(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, log io.Writer) (*runningEngine, *engine.Engine, error) {
+	r, e, err := startEngineLogging(ctx, opts, archivePath, cf, log, zapcore.InfoLevel)
 	if err == nil && r.console != nil {
 		fmt.Fprintf(log, "console: %s\n", r.console.url)
 	}
@@ -235,8 +238,8 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 
 // startOperators runs an engine on cfg and applies defs. If one cannot be
 // applied, the engine is stopped.
-func startOperators(ctx context.Context, cfg *rest.Config, archivePath string, cf *consoleFlags, defs []*definition.Definition, log io.Writer) (*runningEngine, error) {
-	r, e, err := startEngine(ctx, cfg, archivePath, cf, log)
+func startOperators(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, defs []*definition.Definition, log io.Writer) (*runningEngine, error) {
+	r, e, err := startEngine(ctx, opts, archivePath, cf, log)
 	if err != nil {
 		return nil, err
 	}

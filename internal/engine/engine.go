@@ -143,6 +143,13 @@ type Options struct {
 	// records its end, whatever its outcome (opkit dev prints the failed
 	// ones). It is called from the object's reconcile: it must not block.
 	RunFinished func(archive.Run)
+	// AdmissionFinalizers makes the API server add opkit's finalizer to
+	// each custom resource of an operator with delete handlers as it is
+	// created (a MutatingAdmissionPolicy, Kubernetes 1.36+), so that no
+	// deletion can pass unseen, even one made while the engine is away.
+	// The trade-off: the engine needs rights on admission policies, and
+	// while no engine runs, deleting such objects waits for one.
+	AdmissionFinalizers bool
 	// Notice, when set, is called with one line at each change of the
 	// engine's health: the API server unreachable, and reachable again
 	// after how long. It must not block.
@@ -355,6 +362,11 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	if err := e.waitEstablished(ctx, crd.Name); err != nil {
 		return fmt.Errorf("operator %s: CRD %s: %w", d.Operator.Name, crd.Name, err)
 	}
+	if e.opts.AdmissionFinalizers {
+		if err := e.applyFinalizerPolicy(ctx, d); err != nil {
+			return fmt.Errorf("operator %s: the admission policy that adds its finalizer: %w", d.Operator.Name, err)
+		}
+	}
 	e.mu.Lock()
 	old := e.running[d.Operator.Name]
 	delete(e.running, d.Operator.Name)
@@ -402,6 +414,10 @@ func (e *Engine) Remove(ctx context.Context, name string) {
 	}
 	op.stop()
 	_ = e.removeInformer(ctx, op.def.GVK)
+	if e.opts.AdmissionFinalizers {
+		// Nothing would remove the finalizers it adds.
+		_ = e.removeFinalizerPolicy(ctx, name)
+	}
 }
 
 // removeInformer stops the shared cache's watch of a custom resource.

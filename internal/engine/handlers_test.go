@@ -1098,3 +1098,40 @@ func TestRunsWaitingForASlotAreNotRecordedAsRunning(t *testing.T) {
 		}
 	}
 }
+
+// TestObjectsDeletedWhileTheEngineIsCutOffGetTheirDeleteHandlers creates
+// Tasks and deletes them while the engine cannot reach the API server:
+// with AdmissionFinalizers the API server gave each its finalizer at
+// creation, so each one's delete handler runs once the engine is back.
+func TestObjectsDeletedWhileTheEngineIsCutOffGetTheirDeleteHandlers(t *testing.T) {
+	env := clustertest.New(t)
+	proxy := clustertest.NewProxy(t, strings.TrimPrefix(env.Config.Host, "https://"))
+	cut := rest.CopyConfig(env.Config)
+	cut.Host = "https://" + proxy.Addr()
+	file, out := tasksOperator(t)
+	runEngineWith(t, engine.Options{Config: cut, Archive: newArchive(t), AdmissionFinalizers: true}, file)
+	cleanUpTasks(t, env)
+
+	proxy.Freeze()
+	const n = 20
+	for i := range n {
+		obj := task(env.Namespace, fmt.Sprintf("short-lived-%d", i), "", "x")
+		create(t, env, obj)
+		if err := env.Client.Delete(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	proxy.Thaw()
+	for i := range n {
+		name := fmt.Sprintf("short-lived-%d", i)
+		eventually(t, 2*time.Minute, name+"'s delete handler", func(context.Context) (bool, error) {
+			for _, r := range records(t, out, name) {
+				if r.Handler == "goodbye" && r.Trigger == "delete" {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	}
+}

@@ -8,6 +8,8 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -56,7 +58,12 @@ func (e *Engine) applyFinalizerPolicy(ctx context.Context, d *definition.Definit
 		Spec:       admissionv1.MutatingAdmissionPolicyBindingSpec{PolicyName: name},
 	}
 	for _, obj := range []client.Object{policy, binding} {
-		if err := e.client.Patch(ctx, obj, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			return err
+		}
+		apply := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
+		if err := e.client.Apply(ctx, apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 			return fmt.Errorf("%s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, name, err)
 		}
 	}

@@ -37,6 +37,7 @@ const asCLI = "OPKIT_TEST_AS_CLI"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(asCLI) == "1" {
+		cli.RouteKlog()
 		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	// Runs go to an archive of this test binary's, not the user's.

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -180,7 +179,7 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 			return zapcore.NewSamplerWithOptions(c, 10*time.Second, 2, 0)
 		})))
 	ctrllog.SetLogger(logger)
-	klog.SetLogger(logger) // client-go's own lines, "Unable to write event"...
+	klogTo.Store(&logger) // client-go's own lines, "Unable to write event"...
 	if opts.Notice == nil {
 		opts.Notice = func(line string) { fmt.Fprintln(log, line) }
 	}

@@ -491,6 +491,12 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 			return nil, err
 		}
 	}
+	if r.runner.hasDelete() {
+		if err := e.startFinalizerController(ctx, r); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
 	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: r.runner}
 	go func() {
 		defer close(op.done)

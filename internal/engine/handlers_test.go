@@ -1111,6 +1111,18 @@ func TestObjectsDeletedWhileTheEngineIsCutOffGetTheirDeleteHandlers(t *testing.T
 	file, out := tasksOperator(t)
 	runEngineWith(t, engine.Options{Config: cut, Archive: newArchive(t), AdmissionFinalizers: true}, file)
 	cleanUpTasks(t, env)
+	// The engine is running: it handled a first Task.
+	create(t, env, task(env.Namespace, "canary", "", "x"))
+	waitRecords(t, out, "canary", 1, "the canary's create run")
+	// The API server applies a new admission policy a few seconds after it
+	// is created: a Task created in a dry run shows when.
+	eventually(t, time.Minute, "the admission policy in effect", func(ctx context.Context) (bool, error) {
+		probe := task(env.Namespace, "probe", "", "x")
+		if err := env.Client.Create(ctx, probe, client.DryRunAll); err != nil {
+			return false, err
+		}
+		return slices.Contains(probe.GetFinalizers(), engine.FinalizerName("tasks")), nil
+	})
 
 	proxy.Freeze()
 	const n = 20
@@ -1123,6 +1135,7 @@ func TestObjectsDeletedWhileTheEngineIsCutOffGetTheirDeleteHandlers(t *testing.T
 	}
 	time.Sleep(3 * time.Second)
 	proxy.Thaw()
+
 	for i := range n {
 		name := fmt.Sprintf("short-lived-%d", i)
 		eventually(t, 2*time.Minute, name+"'s delete handler", func(context.Context) (bool, error) {

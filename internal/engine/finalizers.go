@@ -1,0 +1,78 @@
+package engine
+
+import (
+	"context"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+// finalizerWorkers are the workers of an operator's finalizer controller.
+const finalizerWorkers = 2
+
+// finalizerReconciler gives opkit's finalizer to the objects of an
+// operator with delete handlers that lack it. It has its own queue and
+// workers, beside the operator's: a new object gets the finalizer at once,
+// however many objects wait in the operator's queue, so that an object
+// deleted soon after its creation still gets its delete handlers.
+type finalizerReconciler struct {
+	r *reconciler
+}
+
+func (f *finalizerReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	cr := &unstructured.Unstructured{}
+	cr.SetGroupVersionKind(f.r.def.GVK)
+	if err := f.r.client.Get(ctx, req.NamespacedName, cr); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	fin := FinalizerName(f.r.def.Operator.Name)
+	if cr.GetDeletionTimestamp() != nil || slices.Contains(cr.GetFinalizers(), fin) {
+		return reconcile.Result{}, nil
+	}
+	return f.r.patchFinalizer(ctx, cr, fin, true)
+}
+
+// lacksFinalizer selects the live objects without opkit's finalizer.
+func lacksFinalizer(fin string) predicate.Funcs {
+	lacks := func(o client.Object) bool {
+		return o.GetDeletionTimestamp() == nil && !slices.Contains(o.GetFinalizers(), fin)
+	}
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return lacks(e.Object) },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return lacks(e.ObjectNew) },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// startFinalizerController starts the finalizer controller of an operator
+// whose reconciler holds finalizers; it stops with ctx.
+func (e *Engine) startFinalizerController(ctx context.Context, r *reconciler) error {
+	c, err := controller.NewTypedUnmanaged[reconcile.Request]("finalizer-"+r.def.Operator.Name, controller.TypedOptions[reconcile.Request]{
+		Reconciler:              &finalizerReconciler{r: r},
+		MaxConcurrentReconciles: finalizerWorkers,
+		SkipNameValidation:      ptr.To(true),
+	})
+	if err != nil {
+		return err
+	}
+	owner := &unstructured.Unstructured{}
+	owner.SetGroupVersionKind(r.def.GVK)
+	if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), owner, &handler.EnqueueRequestForObject{}, lacksFinalizer(FinalizerName(r.def.Operator.Name)))); err != nil {
+		return err
+	}
+	go func() {
+		if err := c.Start(ctx); err != nil && ctx.Err() == nil {
+			e.mgr.GetLogger().Error(err, "finalizer controller stopped", "operator", r.def.Operator.Name)
+		}
+	}()
+	return nil
+}

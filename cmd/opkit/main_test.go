@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/cli"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
@@ -730,6 +732,99 @@ func TestAnAPIOutageIsToldInTwoLinesAndCaughtUp(t *testing.T) {
 		t.Errorf("a 20s outage wrote %d lines (want a few, no stack traces):\n%s", lines, said)
 	}
 	t.Logf("caught up %s after the outage ended; the log said:\n%s", caughtUp.Round(100*time.Millisecond), said)
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+}
+
+// TestAnEnginePausedPastItsHandlersTimeoutRunsEachOnce stops opkit run
+// with SIGSTOP for twice its handlers' timeout while eight runs are in
+// flight; the handlers finish meanwhile. After SIGCONT every run
+// succeeds, none is timed out, and no handler runs twice for a key.
+func TestAnEnginePausedPastItsHandlersTimeoutRunsEachOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	cl, err := devcluster.Start(t.Context(), devcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Stop()
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	handler := filepath.Join(dir, "work.sh")
+	if err := os.WriteFile(handler, []byte("#!/bin/bash\necho \"$OPKIT_IDEMPOTENCY_KEY\" >> \"$KEYS\"\nsleep 2\necho '{}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	def := filepath.Join(dir, "notes.yaml")
+	if err := os.WriteFile(def, []byte(notesOperator+`  handlers:
+  - name: work
+    on: [create]
+    timeout: 4s
+    exec:
+      command: [`+strconv.Quote(handler)+`]
+      env: [{name: KEYS, value: `+strconv.Quote(keys)+`}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	archivePath := filepath.Join(dir, "runs.db")
+	cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath)
+	waitOutput(t, out, "operator notes: running", 60*time.Second)
+	c, err := client.New(cl.RESTConfig(), client.Options{Scheme: clustertest.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	for i := range n {
+		note := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "notes.example.com/v1", "kind": "Note",
+			"metadata": map[string]any{"name": fmt.Sprintf("paused-%d", i), "namespace": "default"}, "spec": map[string]any{"a": "x"},
+		}}
+		if err := c.Create(t.Context(), note); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started := func() int {
+		data, _ := os.ReadFile(keys)
+		return strings.Count(string(data), "\n")
+	}
+	clustertest.Eventually(t, time.Minute, "the runs started", func(context.Context) (bool, error) { return started() == n, nil })
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(8 * time.Second) // twice the timeout; the handlers end after 2s
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+
+	store, err := archive.OpenSQLite(t.Context(), archivePath, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	var page *archive.Page
+	clustertest.Eventually(t, 2*time.Minute, "every run ended", func(ctx context.Context) (bool, error) {
+		page, err = store.List(ctx, archive.Query{Operator: "notes", Limit: 1000})
+		if err != nil {
+			return false, err
+		}
+		for _, r := range page.Runs {
+			if r.Outcome == archive.Running {
+				return false, nil
+			}
+		}
+		return len(page.Runs) >= n, nil
+	})
+	time.Sleep(3 * time.Second) // a second run, if any, would have started
+	for _, r := range page.Runs {
+		if r.Outcome != archive.Succeeded {
+			t.Errorf("run %s of %s: %s %q; want Succeeded", r.ID, r.Name, r.Outcome, r.Error)
+		}
+	}
+	if got := started(); got != n || len(page.Runs) != n {
+		t.Errorf("%d handler starts and %d runs for %d Notes; want one each", got, len(page.Runs), n)
+	}
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}

@@ -53,52 +53,63 @@ var inheritedEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
 
 // Run runs the process once.
 func (e *Exec) Run(ctx context.Context, req Request) (*Result, error) {
-	var secrets []string
-	res, err := e.run(ctx, req, &secrets)
-	return redactResult(res, err, secrets)
+	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
+	defer cancel()
+	env, hidden, cleanUp, err := e.environment(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanUp()
+	res, err := e.run(ctx, req, env, hidden)
+	return hidden.redactResult(res, err)
 }
 
-func (e *Exec) run(ctx context.Context, req Request, secretsOut *[]string) (*Result, error) {
+// environment is the process's environment: the engine's few variables,
+// opkit's, the handler's (values from Secrets read now) and a kubeconfig
+// for its ServiceAccount, with the values it must not show; cleanUp
+// removes the kubeconfig.
+func (e *Exec) environment(ctx context.Context, req Request) (env []string, hidden secrets, cleanUp func(), err error) {
+	for _, k := range inheritedEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	env = append(env,
+		"OPKIT_RUN_ID="+req.RunID, "OPKIT_HANDLER="+req.Handler,
+		"OPKIT_TRIGGER="+req.Trigger, "OPKIT_IDEMPOTENCY_KEY="+req.Key)
+	for _, v := range e.Action.Env {
+		value := v.Value
+		if v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil {
+			if value, err = e.secretEnv(ctx, req, v); err != nil {
+				return nil, nil, nil, err
+			}
+			hidden = append(hidden, value)
+		}
+		env = append(env, v.Name+"="+value)
+	}
+	cleanUp = func() {}
+	if sa := e.Action.ServiceAccount; sa != nil {
+		dir, token, err := e.kubeconfig(ctx, req, sa)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		cleanUp = func() { _ = os.RemoveAll(dir) }
+		hidden = append(hidden, token)
+		env = append(env, "KUBECONFIG="+filepath.Join(dir, "kubeconfig"))
+	}
+	return env, hidden, cleanUp, nil
+}
+
+// run runs the process, within ctx's deadline (req.Timeout), its log
+// written with hidden's values replaced.
+func (e *Exec) run(ctx context.Context, req Request, env []string, hidden secrets) (*Result, error) {
 	grace := e.KillGrace
 	if grace == 0 {
 		grace = 2 * time.Second
 	}
-	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
-	defer cancel()
-
 	cmd := exec.Command(e.Action.Command[0], e.Action.Command[1:]...)
 	cmd.Dir = e.Action.WorkingDir
-	for _, k := range inheritedEnv {
-		if v, ok := os.LookupEnv(k); ok {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-	}
-	cmd.Env = append(cmd.Env,
-		"OPKIT_RUN_ID="+req.RunID, "OPKIT_HANDLER="+req.Handler,
-		"OPKIT_TRIGGER="+req.Trigger, "OPKIT_IDEMPOTENCY_KEY="+req.Key)
-	var secrets []string
-	for _, v := range e.Action.Env {
-		value := v.Value
-		if v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil {
-			var err error
-			if value, err = e.secretEnv(ctx, req, v); err != nil {
-				return nil, err
-			}
-			secrets = append(secrets, value)
-			*secretsOut = secrets
-		}
-		cmd.Env = append(cmd.Env, v.Name+"="+value)
-	}
-	if sa := e.Action.ServiceAccount; sa != nil {
-		dir, token, err := e.kubeconfig(ctx, req, sa)
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = os.RemoveAll(dir) }()
-		secrets = append(secrets, token)
-		*secretsOut = secrets
-		cmd.Env = append(cmd.Env, "KUBECONFIG="+filepath.Join(dir, "kubeconfig"))
-	}
+	cmd.Env = env
 	cmd.Stdin = bytes.NewReader(req.Input)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
@@ -116,7 +127,7 @@ func (e *Exec) run(ctx context.Context, req Request, secretsOut *[]string) (*Res
 	stdout.onFull = killGroup
 	cmd.Stdout = stdout
 	stderr := &tailWriter{w: req.Log}
-	redacted := newRedactor(stderr, secrets)
+	redacted := &redactor{w: stderr, hidden: hidden}
 	cmd.Stderr = redacted
 	// Descendants that keep the pipes open must not hold the run forever.
 	cmd.WaitDelay = grace + time.Second
@@ -188,10 +199,7 @@ func exited(pid int) bool {
 // key fails the run, to be retried: it may be created meanwhile.
 func (e *Exec) secretEnv(ctx context.Context, req Request, v v1alpha1.EnvVar) (string, error) {
 	ref := v.ValueFrom.SecretKeyRef
-	ns := ref.Namespace
-	if ns == "" && req.Object != nil {
-		ns = req.Object.Namespace
-	}
+	ns := req.namespaceOr(ref.Namespace)
 	if e.Secret == nil || ns == "" {
 		return "", &Failure{Message: fmt.Sprintf("env %s: no Secret reader, or no namespace for Secret %s", v.Name, ref.Name), Permanent: true}
 	}
@@ -206,10 +214,7 @@ func (e *Exec) secretEnv(ctx context.Context, req Request, v v1alpha1.EnvVar) (s
 // private directory (0700; the file 0600), which the caller removes when
 // the run ends.
 func (e *Exec) kubeconfig(ctx context.Context, req Request, sa *v1alpha1.ServiceAccountRef) (dir, token string, err error) {
-	ns := sa.Namespace
-	if ns == "" && req.Object != nil {
-		ns = req.Object.Namespace
-	}
+	ns := req.namespaceOr(sa.Namespace)
 	if e.Credentials == nil || ns == "" {
 		return "", "", &Failure{Message: fmt.Sprintf("serviceAccount %s: no credentials source, or no namespace", sa.Name), Permanent: true}
 	}

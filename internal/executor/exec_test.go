@@ -178,7 +178,7 @@ echo "{\"error\": {\"message\": \"refused $TOKEN\"}}"; exit 1`)},
 
 func TestRedactorReplacesAValueSplitAcrossWrites(t *testing.T) {
 	var out bytes.Buffer
-	r := newRedactor(&out, []string{"hunter2", "", "pw"})
+	r := &redactor{w: &out, hidden: secrets{"hunter2", "", "pw"}}
 	for _, b := range []byte("a hunter2 b hunte") {
 		if _, err := r.Write([]byte{b}); err != nil {
 			t.Fatal(err)

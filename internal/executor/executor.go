@@ -305,72 +305,39 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
-// redactor passes a log on with each of a set of secret values replaced by
-// ***. The end of a write that could be the start of a secret is kept back
-// until the next write, or Flush, so that a value split across writes is
-// replaced too.
-type redactor struct {
-	w       io.Writer
-	secrets [][]byte
-	hold    int // the longest secret, less one
-	pending []byte
-}
+// secrets are values a run must not show: wherever the handler writes
+// one, opkit writes *** instead.
+type secrets []string
 
-func newRedactor(w io.Writer, secrets []string) *redactor {
-	r := &redactor{w: w}
-	for _, s := range secrets {
-		if s != "" {
-			r.secrets = append(r.secrets, []byte(s))
-			r.hold = max(r.hold, len(s)-1)
+// redact replaces each value in text.
+func (h secrets) redact(text string) string {
+	for _, v := range h {
+		if v != "" {
+			text = strings.ReplaceAll(text, v, "***")
 		}
 	}
-	return r
+	return text
 }
 
-func (r *redactor) Write(p []byte) (int, error) {
-	if len(r.secrets) == 0 {
-		return r.w.Write(p)
+// longest is the length of the longest value.
+func (h secrets) longest() int {
+	n := 0
+	for _, v := range h {
+		n = max(n, len(v))
 	}
-	r.pending = append(r.pending, p...)
-	for _, s := range r.secrets {
-		r.pending = bytes.ReplaceAll(r.pending, s, []byte("***"))
-	}
-	cut := max(len(r.pending)-r.hold, 0)
-	if cut > 0 {
-		if _, err := r.w.Write(r.pending[:cut]); err != nil {
-			return 0, err
-		}
-		r.pending = append(r.pending[:0], r.pending[cut:]...)
-	}
-	return len(p), nil
+	return n
 }
 
-// Flush writes what was kept back.
-func (r *redactor) Flush() {
-	if len(r.pending) > 0 {
-		_, _ = r.w.Write(r.pending)
-		r.pending = nil
-	}
-}
-
-// redactResult replaces secret values by *** in what a run returns: its
-// failure's message, and the strings of its result (status, Events, error),
-// which go to the object, its Events and the archive.
-func redactResult(res *Result, err error, secrets []string) (*Result, error) {
-	if len(secrets) == 0 {
+// redactResult replaces the values in what a run returns: its failure's
+// message, and the strings of its result (status, Events, error), which go
+// to the object, its Events and the archive.
+func (h secrets) redactResult(res *Result, err error) (*Result, error) {
+	if h.longest() == 0 {
 		return res, err
-	}
-	redact := func(s string) string {
-		for _, v := range secrets {
-			if v != "" {
-				s = strings.ReplaceAll(s, v, "***")
-			}
-		}
-		return s
 	}
 	var f *Failure
 	if errors.As(err, &f) {
-		f.Message = redact(f.Message)
+		f.Message = h.redact(f.Message)
 	}
 	if res == nil {
 		return res, err
@@ -379,7 +346,7 @@ func redactResult(res *Result, err error, secrets []string) (*Result, error) {
 	walk = func(v any) any {
 		switch v := v.(type) {
 		case string:
-			return redact(v)
+			return h.redact(v)
 		case map[string]any:
 			for k, e := range v {
 				v[k] = walk(e)
@@ -395,10 +362,50 @@ func redactResult(res *Result, err error, secrets []string) (*Result, error) {
 		res.Status[k] = walk(v)
 	}
 	for i := range res.Events {
-		res.Events[i].Reason, res.Events[i].Message = redact(res.Events[i].Reason), redact(res.Events[i].Message)
+		res.Events[i].Reason, res.Events[i].Message = h.redact(res.Events[i].Reason), h.redact(res.Events[i].Message)
 	}
 	if res.Error != nil {
-		res.Error.Message = redact(res.Error.Message)
+		res.Error.Message = h.redact(res.Error.Message)
 	}
 	return res, err
+}
+
+// redactor passes a log on with hidden's values replaced. The end of a
+// write that could be the start of a value is kept back until the next
+// write, or Flush, so that a value split across writes is replaced too.
+type redactor struct {
+	w       io.Writer
+	hidden  secrets
+	pending []byte
+}
+
+func (r *redactor) Write(p []byte) (int, error) {
+	hold := r.hidden.longest() - 1 // the most of a value a write can end with
+	if hold < 0 {
+		return r.w.Write(p)
+	}
+	r.pending = []byte(r.hidden.redact(string(append(r.pending, p...))))
+	if cut := len(r.pending) - hold; cut > 0 {
+		if _, err := r.w.Write(r.pending[:cut]); err != nil {
+			return 0, err
+		}
+		r.pending = r.pending[cut:]
+	}
+	return len(p), nil
+}
+
+// Flush writes what was kept back.
+func (r *redactor) Flush() {
+	if len(r.pending) > 0 {
+		_, _ = r.w.Write(r.pending)
+		r.pending = nil
+	}
+}
+
+// namespaceOr is ns, or the object's namespace when ns is "".
+func (r Request) namespaceOr(ns string) string {
+	if ns == "" && r.Object != nil {
+		return r.Object.Namespace
+	}
+	return ns
 }

@@ -500,13 +500,7 @@ func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
 	// A handler that gives up is shown, with the commands that tell more.
 	write("notes.yaml", notesOperator+failingHandler)
 	waitOutput(t, stderr, "operator notes: reloaded (Note.notes.example.com", 30*time.Second)
-	note := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "notes.example.com/v1", "kind": "Note",
-		"metadata": map[string]any{"name": "n1", "namespace": "default"}, "spec": map[string]any{"a": "x"},
-	}}
-	if err := c.Create(t.Context(), note); err != nil {
-		t.Fatal(err)
-	}
+	note := createNote(t, c, "n1", "x")
 	waitOutput(t, stderr, "notes default/n1: handler fail gave up (create, attempt 1): exit status 1", 60*time.Second)
 	waitOutput(t, stderr, "once fixed: opkit retry default/n1", time.Second)
 	if err := c.Delete(t.Context(), note); err != nil {
@@ -539,21 +533,10 @@ const failingHandler = `  handlers:
 `
 
 func TestRunWithoutFilesRunsTheOperatorsOfTheCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane")
-	}
-	cl, err := devcluster.Start(t.Context(), devcluster.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Stop()
+	cl, c := startPlane(t)
 	cmd, stderr := startOpkit(t, "run", "--kubeconfig", cl.KubeconfigPath(), "--console", "127.0.0.1:0")
 	waitOutput(t, stderr, "running the Operators of the cluster", 30*time.Second)
 
-	c, err := client.New(cl.RESTConfig(), client.Options{Scheme: clustertest.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Applied as a user would, once opkit has installed the Operator CRD.
 	for _, f := range []string{"../../examples/printer/operator.yaml", "../../examples/website/operator.yaml"} {
 		clustertest.Eventually(t, 30*time.Second, "kubectl apply -f "+f, func(context.Context) (bool, error) {
@@ -656,14 +639,7 @@ func httpGet(t *testing.T, url string) string {
 // unreachable and when it is back, in a few lines, and every Note
 // created meanwhile gets its ConfigMap after.
 func TestAnAPIOutageIsToldInTwoLinesAndCaughtUp(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane")
-	}
-	cl, err := devcluster.Start(t.Context(), devcluster.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Stop()
+	cl, c := startPlane(t)
 	// opkit reaches the API server through a proxy that the test cuts.
 	endpoint := strings.TrimPrefix(cl.Endpoint(), "https://")
 	proxy := clustertest.NewProxy(t, endpoint)
@@ -685,19 +661,7 @@ func TestAnAPIOutageIsToldInTwoLinesAndCaughtUp(t *testing.T) {
 	cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", kubeconfig, "--archive", filepath.Join(dir, "runs.db"))
 	waitOutput(t, out, "operator notes: running", 60*time.Second)
 
-	c, err := client.New(cl.RESTConfig(), client.Options{Scheme: clustertest.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	note := func(name string) {
-		n := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "notes.example.com/v1", "kind": "Note",
-			"metadata": map[string]any{"name": name, "namespace": "default"}, "spec": map[string]any{"a": name},
-		}}
-		if err := c.Create(t.Context(), n); err != nil {
-			t.Fatal(err)
-		}
-	}
+	note := func(name string) { createNote(t, c, name, name) }
 	converged := func(names ...string) {
 		clustertest.Eventually(t, 2*time.Minute, "a ConfigMap for each Note", func(ctx context.Context) (bool, error) {
 			for _, name := range names {
@@ -743,14 +707,7 @@ func TestAnAPIOutageIsToldInTwoLinesAndCaughtUp(t *testing.T) {
 // flight; the handlers finish meanwhile. After SIGCONT every run
 // succeeds, none is timed out, and no handler runs twice for a key.
 func TestAnEnginePausedPastItsHandlersTimeoutRunsEachOnce(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane")
-	}
-	cl, err := devcluster.Start(t.Context(), devcluster.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Stop()
+	cl, c := startPlane(t)
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
 	handler := filepath.Join(dir, "work.sh")
@@ -771,19 +728,9 @@ func TestAnEnginePausedPastItsHandlersTimeoutRunsEachOnce(t *testing.T) {
 	archivePath := filepath.Join(dir, "runs.db")
 	cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath)
 	waitOutput(t, out, "operator notes: running", 60*time.Second)
-	c, err := client.New(cl.RESTConfig(), client.Options{Scheme: clustertest.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 8
 	for i := range n {
-		note := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "notes.example.com/v1", "kind": "Note",
-			"metadata": map[string]any{"name": fmt.Sprintf("paused-%d", i), "namespace": "default"}, "spec": map[string]any{"a": "x"},
-		}}
-		if err := c.Create(t.Context(), note); err != nil {
-			t.Fatal(err)
-		}
+		createNote(t, c, fmt.Sprintf("paused-%d", i), "x")
 	}
 	started := func() int {
 		data, _ := os.ReadFile(keys)
@@ -829,4 +776,36 @@ func TestAnEnginePausedPastItsHandlersTimeoutRunsEachOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
+}
+
+// startPlane starts a control plane of the test's own, stopped when the
+// test ends, and returns it with a client of it.
+func startPlane(t *testing.T) (*devcluster.Cluster, client.Client) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	cl, err := devcluster.Start(t.Context(), devcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop)
+	c, err := client.New(cl.RESTConfig(), client.Options{Scheme: clustertest.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl, c
+}
+
+// createNote creates a Note of notesOperator in the default namespace.
+func createNote(t *testing.T, c client.Client, name, a string) *unstructured.Unstructured {
+	t.Helper()
+	note := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "notes.example.com/v1", "kind": "Note",
+		"metadata": map[string]any{"name": name, "namespace": "default"}, "spec": map[string]any{"a": a},
+	}}
+	if err := c.Create(t.Context(), note); err != nil {
+		t.Fatal(err)
+	}
+	return note
 }

@@ -76,10 +76,8 @@ var migrations = []string{
 // meeting SQLITE_BUSY and sleeping in SQLite's busy handler; reads use a
 // pool of their own, which WAL lets run beside the writer.
 type SQLite struct {
-	path     string
-	opts     Options
-	logLimit int64
-	keepHead int64 // of a log longer than logLimit
+	path string
+	opts Options
 
 	// mu guards the handles below: every call reads them, recover
 	// replaces them.
@@ -109,7 +107,7 @@ func OpenSQLite(ctx context.Context, path string, opts Options) (*SQLite, error)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("archive: %w", err)
 	}
-	s := &SQLite{path: path, opts: opts, logLimit: opts.LogLimit, keepHead: opts.LogHead, stop: make(chan struct{}), stopped: make(chan struct{})}
+	s := &SQLite{path: path, opts: opts, stop: make(chan struct{}), stopped: make(chan struct{})}
 	if err := s.open(ctx); err != nil {
 		return nil, fmt.Errorf("archive %s: %w", path, err)
 	}
@@ -302,7 +300,7 @@ func (s *SQLite) Finish(ctx context.Context, r *Run) error {
 const foldSkippedSQL = `DELETE FROM runs WHERE uid = ? AND handler = ? AND outcome = 'Skipped' AND id < ?`
 
 // AppendLog adds p to the run's log. Up to the limit it is kept whole;
-// past it, the first logHead bytes stay and the rest of the limit holds
+// past it, the first LogHead bytes stay and the rest of the limit holds
 // the latest bytes: older ones past the head are deleted, and a piece
 // that straddles the cut is shortened to its part after it.
 func (s *SQLite) AppendLog(ctx context.Context, id string, p []byte) error {
@@ -328,9 +326,10 @@ func (s *SQLite) AppendLog(ctx context.Context, id string, p []byte) error {
 	if err != nil {
 		return fmt.Errorf("archive: log of run %s: %w", id, err)
 	}
+	limit, head := s.opts.LogLimit, s.opts.LogHead
 	end := size + int64(len(p))
-	cut := max(end-(s.logLimit-s.keepHead), s.keepHead) // the tail starts here
-	if end <= s.logLimit {
+	cut := max(end-(limit-head), head) // the tail starts here
+	if end <= limit {
 		cut = end // all fits
 	}
 	insert := func(pos int64, data []byte) error {
@@ -341,26 +340,26 @@ func (s *SQLite) AppendLog(ctx context.Context, id string, p []byte) error {
 		return err
 	}
 	pos := size
-	if pos < s.keepHead && cut > s.keepHead {
+	if pos < head && cut > head {
 		// The head's last piece ends at the head, exactly.
-		n := s.keepHead - pos
+		n := head - pos
 		if err := insert(pos, p[:n]); err != nil {
 			return fmt.Errorf("archive: log of run %s: %w", id, err)
 		}
-		p, pos = p[n:], s.keepHead
+		p, pos = p[n:], head
 	}
-	if pos < cut && cut < end && pos >= s.keepHead {
+	if pos < cut && cut < end && pos >= head {
 		p, pos = p[cut-pos:], cut // the start of p is cut already
 	}
 	if err := insert(pos, p); err != nil {
 		return fmt.Errorf("archive: log of run %s: %w", id, err)
 	}
-	if end > s.logLimit {
+	if end > limit {
 		truncated = true
-		if _, err := tx.ExecContext(ctx, logCutSQL, id, s.keepHead, cut); err != nil {
+		if _, err := tx.ExecContext(ctx, logCutSQL, id, head, cut); err != nil {
 			return fmt.Errorf("archive: log of run %s: %w", id, err)
 		}
-		if _, err := tx.ExecContext(ctx, logShortenSQL, cut, cut, id, s.keepHead, cut, cut); err != nil {
+		if _, err := tx.ExecContext(ctx, logShortenSQL, cut, cut, id, head, cut, cut); err != nil {
 			return fmt.Errorf("archive: log of run %s: %w", id, err)
 		}
 	}

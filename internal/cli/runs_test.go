@@ -81,15 +81,7 @@ const hostileLog = "\x1b[31mred\x1b[0m \x1b]0;pwned title\x07plain\x1b[2Jcleared
 
 func TestLogsStripTerminalControlUnlessRaw(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "runs.db")
-	store, err := archive.OpenSQLite(ctx, path, archive.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := &archive.Run{ID: archive.NewID(time.Now()), Operator: "op", Handler: "h", Name: "n", StartedAt: time.Now(), Attempt: 1}
-	if err := store.Insert(ctx, run); err != nil {
-		t.Fatal(err)
-	}
+	path, store, run := archiveWithRun(t)
 	if err := store.AppendLog(ctx, run.ID, []byte(hostileLog)); err != nil {
 		t.Fatal(err)
 	}
@@ -140,15 +132,7 @@ func TestCleanWriterCleansALogSplitAnywhereAsAWhole(t *testing.T) {
 
 func TestLogsOfALongRunKeepItsStartAndEndWithTheCutMarked(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "runs.db")
-	store, err := archive.OpenSQLite(ctx, path, archive.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := &archive.Run{ID: archive.NewID(time.Now()), Operator: "op", Handler: "h", Name: "n", StartedAt: time.Now(), Attempt: 1}
-	if err := store.Insert(ctx, run); err != nil {
-		t.Fatal(err)
-	}
+	path, store, run := archiveWithRun(t)
 	// 10 MB of noise between the first line and the error, in the pieces
 	// the engine writes.
 	stream := []byte("starting the backup\n")
@@ -182,4 +166,20 @@ func TestLogsOfALongRunKeepItsStartAndEndWithTheCutMarked(t *testing.T) {
 	if len(out) > archive.DefaultLogLimit+len(marker) {
 		t.Errorf("%d bytes printed; the archive keeps %d", len(out), archive.DefaultLogLimit)
 	}
+}
+
+// archiveWithRun opens an archive in the test's directory and records a
+// running run in it; the test closes the archive.
+func archiveWithRun(t *testing.T) (string, *archive.SQLite, *archive.Run) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "runs.db")
+	store, err := archive.OpenSQLite(t.Context(), path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := &archive.Run{ID: archive.NewID(time.Now()), Operator: "op", Handler: "h", Name: "n", StartedAt: time.Now(), Attempt: 1}
+	if err := store.Insert(t.Context(), run); err != nil {
+		t.Fatal(err)
+	}
+	return path, store, run
 }

@@ -332,10 +332,8 @@ func validateResource(l *errorList, op *v1alpha1.Operator, d *Definition) *v1alp
 	d.GVK = schema.GroupVersionKind{Group: r.Group, Version: storage.Name, Kind: r.Kind}
 	d.Plural = r.Names.Plural
 	if builtin, ok := builtinKinds[r.Names.Plural]; ok {
-		w := &errorList{file: l.file, operator: l.operator, lines: l.lines}
-		w.add("spec.resource.kind", "kind %s in group %s shadows the built-in %s: `kubectl get %s` will show the built-in one, and yours only as %s.%s; prefer a kind of your own, or give it names of its own (spec.resource.names.plural, shortNames)",
+		l.warn(d, "spec.resource.kind", "kind %s in group %s shadows the built-in %s: `kubectl get %s` will show the built-in one, and yours only as %s.%s; prefer a kind of your own, or give it names of its own (spec.resource.names.plural, shortNames)",
 			r.Kind, r.Group, builtin, r.Names.Plural, r.Names.Plural, r.Group)
-		d.Warnings = append(d.Warnings, w.errs...)
 	}
 	return storage
 }

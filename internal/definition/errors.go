@@ -74,6 +74,14 @@ func (l *errorList) add(field, format string, args ...any) {
 	})
 }
 
+// warn adds a warning to d: a problem that does not stop the definition,
+// named as an error is (file, line, field).
+func (l *errorList) warn(d *Definition, field, format string, args ...any) {
+	w := &errorList{file: l.file, operator: l.operator, lines: l.lines}
+	w.add(field, format, args...)
+	d.Warnings = append(d.Warnings, w.errs...)
+}
+
 // line finds the line of field, or of its nearest parent that has one.
 func (l *errorList) line(field string) int {
 	for p := field; p != ""; p = parentPath(p) {

@@ -113,10 +113,8 @@ func checkColumn(l *errorList, d *Definition, field string, c apiextensionsv1.Cu
 			if s.XPreserveUnknownFields != nil && *s.XPreserveUnknownFields {
 				computed := slices.ContainsFunc(d.Status, func(f *StatusField) bool { return f.Name == names[1] })
 				if names[0] == "status" && i == 0 && !computed {
-					w := &errorList{file: l.file, operator: l.operator, lines: l.lines}
-					w.add(field+".jsonPath", "%s has no type: a handler that writes it as another type than %s leaves the column blank, with no error; type it in statusSchema: {properties: {%s: {type: %s}}}",
+					l.warn(d, field+".jsonPath", "%s has no type: a handler that writes it as another type than %s leaves the column blank, with no error; type it in statusSchema: {properties: {%s: {type: %s}}}",
 						c.JSONPath, c.Type, names[1], columnSchemaType(c.Type))
-					d.Warnings = append(d.Warnings, w.errs...)
 				}
 				return
 			}

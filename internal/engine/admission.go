@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,7 +12,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/definition"
 )
 
@@ -29,7 +27,7 @@ func finalizerPolicyName(operator string) string { return "opkit-finalizer." + o
 // handlers have no policy.
 func (e *Engine) applyFinalizerPolicy(ctx context.Context, d *definition.Definition) error {
 	name := finalizerPolicyName(d.Operator.Name)
-	if !slices.ContainsFunc(d.Handlers, func(h *definition.Handler) bool { return h.Fires(v1alpha1.OnDelete) }) {
+	if !hasDeleteHandler(d) {
 		return e.removeFinalizerPolicy(ctx, d.Operator.Name)
 	}
 	labels := map[string]string{definition.OperatorLabel: d.Operator.Name}

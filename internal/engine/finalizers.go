@@ -34,17 +34,20 @@ func (f *finalizerReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	fin := FinalizerName(f.r.def.Operator.Name)
-	if cr.GetDeletionTimestamp() != nil || slices.Contains(cr.GetFinalizers(), fin) {
+	if !lacksFinalizer(cr, fin) {
 		return reconcile.Result{}, nil
 	}
 	return f.r.patchFinalizer(ctx, cr, fin, true)
 }
 
-// lacksFinalizer selects the live objects without opkit's finalizer.
-func lacksFinalizer(fin string) predicate.Funcs {
-	lacks := func(o client.Object) bool {
-		return o.GetDeletionTimestamp() == nil && !slices.Contains(o.GetFinalizers(), fin)
-	}
+// lacksFinalizer reports whether o is live and without the finalizer fin.
+func lacksFinalizer(o client.Object, fin string) bool {
+	return o.GetDeletionTimestamp() == nil && !slices.Contains(o.GetFinalizers(), fin)
+}
+
+// lackingFinalizer selects the live objects without the finalizer fin.
+func lackingFinalizer(fin string) predicate.Funcs {
+	lacks := func(o client.Object) bool { return lacksFinalizer(o, fin) }
 	return predicate.Funcs{
 		CreateFunc:  func(e event.CreateEvent) bool { return lacks(e.Object) },
 		UpdateFunc:  func(e event.UpdateEvent) bool { return lacks(e.ObjectNew) },
@@ -66,7 +69,7 @@ func (e *Engine) startFinalizerController(ctx context.Context, r *reconciler) er
 	}
 	owner := &unstructured.Unstructured{}
 	owner.SetGroupVersionKind(r.def.GVK)
-	if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), owner, &handler.EnqueueRequestForObject{}, lacksFinalizer(FinalizerName(r.def.Operator.Name)))); err != nil {
+	if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), owner, &handler.EnqueueRequestForObject{}, lackingFinalizer(FinalizerName(r.def.Operator.Name)))); err != nil {
 		return err
 	}
 	go func() {

@@ -256,15 +256,13 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 // hasDelete reports whether any handler runs on delete, and so whether
 // opkit holds a finalizer.
 func (rn *runner) hasDelete() bool {
-	if rn == nil {
-		return false
-	}
-	for _, h := range rn.def.Handlers {
-		if h.Fires(v1alpha1.OnDelete) {
-			return true
-		}
-	}
-	return false
+	return rn != nil && hasDeleteHandler(rn.def)
+}
+
+// hasDeleteHandler reports whether a definition has a handler that runs
+// on delete, and so whether its objects carry opkit's finalizer.
+func hasDeleteHandler(d *definition.Definition) bool {
+	return slices.ContainsFunc(d.Handlers, func(h *definition.Handler) bool { return h.Fires(v1alpha1.OnDelete) })
 }
 
 // secretValue reads a Secret key from the API (Secrets are not cached).

@@ -203,18 +203,12 @@ func testHandler() int {
 // binary, and returns its path and the record file.
 func tasksOperator(t *testing.T) (file, out string) {
 	t.Helper()
-	return tasksOperatorEnv(t, "")
+	return tasksOperatorWork(t, "", "")
 }
 
-// tasksOperatorEnv is tasksOperator with more environment variables for
-// the work handler: YAML flow-sequence entries, e.g. "{name: A, value: b}".
-func tasksOperatorEnv(t *testing.T, workEnv string) (file, out string) {
-	t.Helper()
-	return tasksOperatorWork(t, workEnv, "")
-}
-
-// tasksOperatorWork is tasksOperatorEnv with more fields of the work
-// handler's exec, e.g. "serviceAccount: {name: reader}".
+// tasksOperatorWork is tasksOperator with more for the work handler's
+// exec: environment variables, as YAML flow-sequence entries ("{name: A,
+// value: b}"), and fields ("serviceAccount: {name: reader}").
 func tasksOperatorWork(t *testing.T, workEnv, workExec string) (file, out string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -947,7 +941,7 @@ func TestPausedObjectsRunNoHandlerUntilResumed(t *testing.T) {
 func TestASecretsValueReachesTheHandlerOnly(t *testing.T) {
 	const token = "tok-5ecret-9f8e7d"
 	env := clustertest.New(t)
-	file, _ := tasksOperatorEnv(t, "{name: API_TOKEN, valueFrom: {secretKeyRef: {name: task-api, key: token}}}")
+	file, _ := tasksOperatorWork(t, "{name: API_TOKEN, valueFrom: {secretKeyRef: {name: task-api, key: token}}}", "")
 	store := newArchive(t)
 	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
 	cleanUpTasks(t, env)

@@ -640,21 +640,9 @@ func httpGet(t *testing.T, url string) string {
 // created meanwhile gets its ConfigMap after.
 func TestAnAPIOutageIsToldInTwoLinesAndCaughtUp(t *testing.T) {
 	cl, c := startPlane(t)
-	// opkit reaches the API server through a proxy that the test cuts.
-	endpoint := strings.TrimPrefix(cl.Endpoint(), "https://")
-	proxy := clustertest.NewProxy(t, endpoint)
-	kc, err := clientcmd.LoadFromFile(cl.KubeconfigPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range kc.Clusters {
-		c.Server = "https://" + proxy.Addr()
-	}
 	dir := t.TempDir()
-	kubeconfig, def := filepath.Join(dir, "kubeconfig"), filepath.Join(dir, "notes.yaml")
-	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	proxy, kubeconfig := proxiedKubeconfig(t, cl, dir)
+	def := filepath.Join(dir, "notes.yaml")
 	if err := os.WriteFile(def, []byte(notesOperator), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -696,6 +684,90 @@ func TestAnAPIOutageIsToldInTwoLinesAndCaughtUp(t *testing.T) {
 		t.Errorf("a 20s outage wrote %d lines (want a few, no stack traces):\n%s", lines, said)
 	}
 	t.Logf("caught up %s after the outage ended; the log said:\n%s", caughtUp.Round(100*time.Millisecond), said)
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+}
+
+// proxiedKubeconfig writes a kubeconfig in dir that reaches the plane's
+// API server through a proxy the test can cut.
+func proxiedKubeconfig(t *testing.T, cl *devcluster.Cluster, dir string) (*clustertest.Proxy, string) {
+	t.Helper()
+	proxy := clustertest.NewProxy(t, strings.TrimPrefix(cl.Endpoint(), "https://"))
+	kc, err := clientcmd.LoadFromFile(cl.KubeconfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range kc.Clusters {
+		c.Server = "https://" + proxy.Addr()
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return proxy, kubeconfig
+}
+
+// TestARunThatEndsDuringAnOutageShowsInStatusSoonAfterIt cuts opkit run off
+// the API server for 45s while a handler runs; the handler ends during the
+// cut, and every reconcile that would write its outcome to the Note's
+// status fails, backing off to more than 40s between tries. Once the API
+// server is back the status shows the outcome within seconds, not after
+// that back-off.
+func TestARunThatEndsDuringAnOutageShowsInStatusSoonAfterIt(t *testing.T) {
+	cl, c := startPlane(t)
+	dir := t.TempDir()
+	proxy, kubeconfig := proxiedKubeconfig(t, cl, dir)
+	started := filepath.Join(dir, "started")
+	handler := filepath.Join(dir, "work.sh")
+	if err := os.WriteFile(handler, []byte("#!/bin/bash\ntouch \"$STARTED\"\nsleep 2\necho '{}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	def := filepath.Join(dir, "notes.yaml")
+	if err := os.WriteFile(def, []byte(notesOperator+`  handlers:
+  - name: work
+    on: [create]
+    exec:
+      command: [`+strconv.Quote(handler)+`]
+      env: [{name: STARTED, value: `+strconv.Quote(started)+`}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", kubeconfig, "--archive", filepath.Join(dir, "runs.db"))
+	waitOutput(t, out, "operator notes: running", 60*time.Second)
+	createNote(t, c, "cut", "x")
+	clustertest.Eventually(t, time.Minute, "the handler started", func(context.Context) (bool, error) {
+		_, err := os.Stat(started)
+		return err == nil, nil
+	})
+	proxy.Freeze()
+	// The run ends 2s into the cut; the reconciles that would record it
+	// fail and back off: 5ms doubled at each try, 20s apart after 20s, 40s
+	// apart after 40s.
+	time.Sleep(45 * time.Second)
+	proxy.Thaw()
+	thawed := time.Now()
+
+	// The archive is written at once; the Note's status waits for the API.
+	clustertest.Eventually(t, 2*time.Minute, "the Note's status shows the run succeeded", func(ctx context.Context) (bool, error) {
+		note := &unstructured.Unstructured{}
+		note.SetAPIVersion("notes.example.com/v1")
+		note.SetKind("Note")
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "cut"}, note); err != nil {
+			return false, err
+		}
+		outcome, _, _ := unstructured.NestedString(note.Object, "status", "opkit", "lastRun", "outcome")
+		return outcome == string(archive.Succeeded), nil
+	})
+	// Before the engine retried on the API's return, this took the rest of
+	// the back-off: about 35s.
+	if took := time.Since(thawed); took > 20*time.Second {
+		t.Errorf("the Note's status showed the run that ended during the cut %s after the API server came back; want within seconds", took.Round(time.Second))
+	} else {
+		t.Logf("the Note's status showed the run %s after the API server came back", took.Round(100*time.Millisecond))
+	}
+	waitOutput(t, out, "the API server is reachable again after", 30*time.Second)
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}

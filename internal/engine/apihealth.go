@@ -36,7 +36,10 @@ func (e *Engine) watchAPI(ctx context.Context) error {
 			handlerMetrics().apiReachable.Set(0)
 			e.notice(fmt.Sprintf("the API server is unreachable (%v): reconciles and handler runs wait; no change is lost", err))
 		case err == nil && !down.IsZero():
-			e.notice(fmt.Sprintf("the API server is reachable again after %s; catching up", time.Since(down).Round(time.Second)))
+			// Objects whose reconciles failed meanwhile would wait out their
+			// back-off: retry them now (retryqueue.go).
+			retried := e.queues.retryAll()
+			e.notice(fmt.Sprintf("the API server is reachable again after %s; catching up (%d objects retried now)", time.Since(down).Round(time.Second), retried))
 			down = time.Time{}
 			handlerMetrics().apiReachable.Set(1)
 		}

@@ -92,14 +92,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -165,6 +163,7 @@ type Engine struct {
 	clientset kubernetes.Interface
 	discovery discovery.DiscoveryInterface
 
+	queues  retryQueues   // the controllers' queues, retried at once when the API is back
 	started chan struct{} // closed once the cache runs
 	stopped chan struct{} // closed when Run returns
 	mu      sync.Mutex
@@ -455,11 +454,7 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	if len(d.Handlers) > 0 {
 		r.runner = newRunner(ctx, d, e, r.events)
 	}
-	c, err := controller.NewTypedUnmanaged[reconcile.Request]("operator-"+d.Operator.Name, controller.TypedOptions[reconcile.Request]{
-		Reconciler:              r,
-		MaxConcurrentReconciles: e.opts.Workers,
-		SkipNameValidation:      ptr.To(true),
-	})
+	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.options(r, e.opts.Workers))
 	if err != nil {
 		cancel()
 		return nil, err

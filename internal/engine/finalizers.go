@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -59,11 +58,7 @@ func lackingFinalizer(fin string) predicate.Funcs {
 // startFinalizerController starts the finalizer controller of an operator
 // whose reconciler holds finalizers; it stops with ctx.
 func (e *Engine) startFinalizerController(ctx context.Context, r *reconciler) error {
-	c, err := controller.NewTypedUnmanaged[reconcile.Request]("finalizer-"+r.def.Operator.Name, controller.TypedOptions[reconcile.Request]{
-		Reconciler:              &finalizerReconciler{r: r},
-		MaxConcurrentReconciles: finalizerWorkers,
-		SkipNameValidation:      ptr.To(true),
-	})
+	c, err := controller.NewTypedUnmanaged("finalizer-"+r.def.Operator.Name, e.queues.options(&finalizerReconciler{r: r}, finalizerWorkers))
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -51,10 +50,7 @@ func (e *Engine) WatchOperators(ctx context.Context) error {
 	if err := e.waitEstablished(ctx, crd.Name); err != nil {
 		return fmt.Errorf("the Operator CRD %s: %w", crd.Name, err)
 	}
-	c, err := controller.NewTypedUnmanaged[reconcile.Request]("operators", controller.TypedOptions[reconcile.Request]{
-		Reconciler:         &operatorReconciler{engine: e},
-		SkipNameValidation: ptr.To(true),
-	})
+	c, err := controller.NewTypedUnmanaged("operators", e.queues.options(&operatorReconciler{engine: e}, 1))
 	if err != nil {
 		return err
 	}

@@ -676,7 +676,7 @@ func TestAnAPIOutageIsToldInTwoLinesAndCaughtUp(t *testing.T) {
 	time.Sleep(20*time.Second - time.Since(outage))
 	proxy.Thaw()
 	converged("during-1", "during-2", "during-3")
-	waitOutput(t, out, "the API server is reachable again after", 30*time.Second)
+	waitOutput(t, out, "the API server is back after", 30*time.Second)
 	caughtUp := time.Since(outage) - 20*time.Second
 
 	said := strings.TrimSpace(out.String()[before:])
@@ -767,7 +767,224 @@ func TestARunThatEndsDuringAnOutageShowsInStatusSoonAfterIt(t *testing.T) {
 	} else {
 		t.Logf("the Note's status showed the run %s after the API server came back", took.Round(100*time.Millisecond))
 	}
-	waitOutput(t, out, "the API server is reachable again after", 30*time.Second)
+	waitOutput(t, out, "the API server is back after", 30*time.Second)
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+}
+
+// smallDisk mounts a tmpfs of size bytes at a new directory and unmounts
+// it when the test ends: a disk the test can fill. It needs root; without
+// it the test is skipped, and fails under CI=true.
+func smallDisk(t *testing.T, size int) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "disk")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("mounting a tmpfs (needs root): %v", err)
+		}
+		t.Skipf("mounting a tmpfs needs root: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmounting %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// fill writes a file at path until its disk is full.
+func fill(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return
+			}
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestAFullArchiveDiskStartsNoRunAndLosesNoRecord fills the disk of opkit
+// run's archive while a handler runs, then creates Notes. No handler
+// starts while the archive cannot record it, the log says so in a line,
+// and once there is room again every run is recorded, the one that ended
+// meanwhile with its true outcome, and no handler ran twice.
+func TestAFullArchiveDiskStartsNoRunAndLosesNoRecord(t *testing.T) {
+	disk := smallDisk(t, 4<<20)
+	cl, c := startPlane(t)
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	handler := filepath.Join(dir, "work.sh")
+	if err := os.WriteFile(handler, []byte("#!/bin/bash\necho \"$OPKIT_IDEMPOTENCY_KEY\" >> \"$KEYS\"\nsleep 3\necho '{}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	def := filepath.Join(dir, "notes.yaml")
+	if err := os.WriteFile(def, []byte(notesOperator+`  handlers:
+  - name: work
+    on: [create]
+    exec:
+      command: [`+strconv.Quote(handler)+`]
+      env: [{name: KEYS, value: `+strconv.Quote(keys)+`}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	archivePath := filepath.Join(disk, "runs.db")
+	cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath)
+	waitOutput(t, out, "operator notes: running", 60*time.Second)
+	started := func() int {
+		data, _ := os.ReadFile(keys)
+		return strings.Count(string(data), "\n")
+	}
+	createNote(t, c, "before", "x")
+	clustertest.Eventually(t, time.Minute, "the first run started", func(context.Context) (bool, error) { return started() == 1, nil })
+
+	filler := filepath.Join(disk, "filler")
+	fill(t, filler)
+	createNote(t, c, "full-1", "x")
+	createNote(t, c, "full-2", "x")
+	waitOutput(t, out, "the archive cannot record runs", 30*time.Second)
+	time.Sleep(6 * time.Second) // the first run has ended; the others were tried again
+	if n := started(); n != 1 {
+		t.Fatalf("%d handlers started; want only the one started before the disk was full", n)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, out, "the archive records runs again after", 30*time.Second)
+	store, err := archive.OpenSQLite(t.Context(), archivePath, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	var page *archive.Page
+	clustertest.Eventually(t, time.Minute, "three runs ended", func(ctx context.Context) (bool, error) {
+		page, err = store.List(ctx, archive.Query{Operator: "notes", Limit: 100})
+		if err != nil {
+			return false, err
+		}
+		ended := 0
+		for _, r := range page.Runs {
+			if r.Outcome != archive.Running {
+				ended++
+			}
+		}
+		return ended >= 3, nil
+	})
+	for _, r := range page.Runs {
+		if r.Outcome != archive.Succeeded {
+			t.Errorf("run %s of %s: %s %q; want Succeeded", r.ID, r.Name, r.Outcome, r.Error)
+		}
+	}
+	if n := started(); n != 3 || len(page.Runs) != 3 {
+		t.Errorf("%d handler starts and %d runs for 3 Notes; want one each", n, len(page.Runs))
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	t.Logf("the log said:\n%s", grepLines(out.String(), "archive"))
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var lines []string
+	for line := range strings.Lines(s) {
+		if strings.Contains(line, sub) {
+			lines = append(lines, strings.TrimRight(line, "\n"))
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestAnEtcdPausedFor20sIsToldAndCaughtUp stops the plane's etcd with
+// SIGSTOP for 20s while handlers run: the API server stays up but cannot
+// answer. opkit run says the API server is not ready and when it is back,
+// every Note converges after, and no handler runs twice.
+func TestAnEtcdPausedFor20sIsToldAndCaughtUp(t *testing.T) {
+	cl, c := startPlane(t)
+	var etcd int
+	for _, comp := range cl.Components() {
+		if comp.Name == "etcd" {
+			etcd = comp.Pid
+		}
+	}
+	if etcd == 0 {
+		t.Fatalf("no etcd among the plane's components %v", cl.Components())
+	}
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	handler := filepath.Join(dir, "work.sh")
+	if err := os.WriteFile(handler, []byte("#!/bin/bash\necho \"$OPKIT_IDEMPOTENCY_KEY\" >> \"$KEYS\"\nsleep 2\necho '{}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	def := filepath.Join(dir, "notes.yaml")
+	if err := os.WriteFile(def, []byte(notesOperator+`  handlers:
+  - name: work
+    on: [create]
+    exec:
+      command: [`+strconv.Quote(handler)+`]
+      env: [{name: KEYS, value: `+strconv.Quote(keys)+`}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", filepath.Join(dir, "runs.db"))
+	waitOutput(t, out, "operator notes: running", 60*time.Second)
+	const n = 20
+	for i := range n {
+		createNote(t, c, fmt.Sprintf("etcd-%d", i), "x")
+	}
+	started := func() []string {
+		data, _ := os.ReadFile(keys)
+		return strings.Fields(string(data))
+	}
+	clustertest.Eventually(t, time.Minute, "runs started", func(context.Context) (bool, error) { return len(started()) > 0, nil })
+	before := len(out.String())
+	if err := syscall.Kill(etcd, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Second)
+	if err := syscall.Kill(etcd, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	clustertest.Eventually(t, 3*time.Minute, "every Note's run shown in its status", func(ctx context.Context) (bool, error) {
+		var notes unstructured.UnstructuredList
+		notes.SetAPIVersion("notes.example.com/v1")
+		notes.SetKind("NoteList")
+		if err := c.List(ctx, &notes, client.InNamespace("default")); err != nil {
+			return false, nil // the API server may still be catching up
+		}
+		done := 0
+		for _, note := range notes.Items {
+			if outcome, _, _ := unstructured.NestedString(note.Object, "status", "opkit", "lastRun", "outcome"); outcome == string(archive.Succeeded) {
+				done++
+			}
+		}
+		return done == n, nil
+	})
+	t.Logf("every Note converged %s after etcd resumed", time.Since(resumed).Round(100*time.Millisecond))
+	if keys := started(); len(keys) != n || len(slices.Compact(slices.Sorted(slices.Values(keys)))) != n {
+		t.Errorf("%d handler starts (%d keys) for %d Notes; want one each", len(keys), len(slices.Compact(slices.Sorted(slices.Values(keys)))), n)
+	}
+	waitOutput(t, out, "the API server is back after", 30*time.Second)
+	said := out.String()[before:]
+	if !strings.Contains(said, "the API server is not ready (failing: etcd") {
+		t.Errorf("the log did not say the API server was not ready:\n%s", said)
+	}
+	t.Logf("the log said:\n%s", said)
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}

@@ -149,8 +149,9 @@ type Options struct {
 	// while no engine runs, deleting such objects waits for one.
 	AdmissionFinalizers bool
 	// Notice, when set, is called with one line at each change of the
-	// engine's health: the API server unreachable, and reachable again
-	// after how long. It must not block.
+	// engine's health: the API server unreachable or not ready, and back
+	// after how long; the archive refusing to record runs, and recording
+	// them again. It must not block.
 	Notice func(line string)
 }
 
@@ -163,9 +164,10 @@ type Engine struct {
 	clientset kubernetes.Interface
 	discovery discovery.DiscoveryInterface
 
-	queues  retryQueues   // the controllers' queues, retried at once when the API is back
-	started chan struct{} // closed once the cache runs
-	stopped chan struct{} // closed when Run returns
+	queues  retryQueues    // the controllers' queues, retried at once when the API is back
+	archive *archiveWriter // Options.Archive, or nil
+	started chan struct{}  // closed once the cache runs
+	stopped chan struct{}  // closed when Run returns
 	mu      sync.Mutex
 	running map[string]*operator // by Operator name
 }
@@ -232,7 +234,12 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), clientset: cs, discovery: dc, started: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}}, nil
+	e := &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), clientset: cs, discovery: dc, started: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}}
+	if opts.Archive != nil {
+		e.archive = newArchiveWriter(opts.Archive, e.notice)
+		e.opts.Archive = e.archive
+	}
+	return e, nil
 }
 
 // Run runs the engine's cache until ctx ends, then stops every controller.
@@ -257,6 +264,15 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err := e.mgr.Add(manager.RunnableFunc(e.watchAPI)); err != nil {
 		return err
 	}
+	// Run ends the archive refused are written again until the operators
+	// have stopped (their last runs end Cancelled), then once more.
+	var pending sync.WaitGroup
+	stopRetry := func() {}
+	if e.archive != nil {
+		retryCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stopRetry = cancel
+		pending.Go(func() { e.archive.retryPending(retryCtx) })
+	}
 	err := e.mgr.Start(ctx)
 	e.mu.Lock()
 	ops := e.running
@@ -265,6 +281,8 @@ func (e *Engine) Run(ctx context.Context) error {
 	for _, op := range ops {
 		op.stop()
 	}
+	stopRetry()
+	pending.Wait()
 	return err
 }
 

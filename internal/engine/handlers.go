@@ -711,7 +711,7 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	}
 	run.FinishedAt = now
 	if err := rn.archive.Finish(ctx, run); err != nil {
-		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s: %v", run.ID, err)
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s ended %s, which the archive could not record (%v); it is recorded once the archive can", run.ID, run.Outcome, err)
 	}
 	if rn.finished != nil {
 		rn.finished(*run)

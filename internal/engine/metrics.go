@@ -23,6 +23,8 @@ type runMetrics struct {
 	queueWait *prometheus.HistogramVec
 	// apiReachable is 1 while the API server answers /readyz.
 	apiReachable prometheus.Gauge
+	// archiveWritable is 0 while the archive refuses to record runs.
+	archiveWritable prometheus.Gauge
 }
 
 var (
@@ -58,8 +60,12 @@ func handlerMetrics() *runMetrics {
 				Name: "opkit_api_reachable", Help: "1 while the API server answers the engine's /readyz checks, else 0.",
 			}),
 		}
+		theMetrics.archiveWritable = prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "opkit_archive_writable", Help: "0 while the run archive refuses to record runs, else 1.",
+		})
 		theMetrics.apiReachable.Set(1)
-		metrics.Registry.MustRegister(theMetrics.runs, theMetrics.duration, theMetrics.inFlight, theMetrics.retries, theMetrics.queued, theMetrics.queueWait, theMetrics.apiReachable)
+		theMetrics.archiveWritable.Set(1)
+		metrics.Registry.MustRegister(theMetrics.runs, theMetrics.duration, theMetrics.inFlight, theMetrics.retries, theMetrics.queued, theMetrics.queueWait, theMetrics.apiReachable, theMetrics.archiveWritable)
 	})
 	return theMetrics
 }

@@ -18,7 +18,7 @@ import (
 // unrecorded for as long again as the outage lasted. Watch events do not
 // end the wait of an object that did not change. So each controller's
 // queue remembers the objects that wait in back-off, and when the API
-// server is reachable again (watchAPI) the engine retries them at once
+// server answers again (watchAPI) the engine retries them at once
 // with their back-off reset: catching up takes seconds, whatever the
 // outage's length.
 

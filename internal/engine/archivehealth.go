@@ -1,0 +1,109 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+)
+
+// archiveWriter is the archive as the engine writes to it. It says in one
+// line when the archive stops recording runs (a full disk, a read-only or
+// damaged file) and when it records them again, and sets
+// opkit_archive_writable. A run's end that could not be recorded is kept
+// and recorded again every pendingRetry until it is, so that a run that
+// succeeded while the disk was full is not left Running in the archive
+// (and marked Cancelled by the next engine).
+type archiveWriter struct {
+	archive.Store
+	notice func(string)
+
+	mu      sync.Mutex
+	failing time.Time // when writes began to fail; zero while they work
+	pending map[string]archive.Run
+}
+
+// pendingRetry is how often run ends the archive refused are written again.
+const pendingRetry = 5 * time.Second
+
+func newArchiveWriter(s archive.Store, notice func(string)) *archiveWriter {
+	return &archiveWriter{Store: s, notice: notice, pending: map[string]archive.Run{}}
+}
+
+func (w *archiveWriter) Insert(ctx context.Context, r *archive.Run) error {
+	err := w.Store.Insert(ctx, r)
+	w.report(ctx, err)
+	return err
+}
+
+// Finish records a run's end, or keeps it to record later.
+func (w *archiveWriter) Finish(ctx context.Context, r *archive.Run) error {
+	err := w.Store.Finish(ctx, r)
+	w.report(ctx, err)
+	if err != nil && ctx.Err() == nil {
+		w.mu.Lock()
+		w.pending[r.ID] = *r
+		w.mu.Unlock()
+	}
+	return err
+}
+
+// report notices a change between writing and failing; a cancelled
+// context says nothing of the archive.
+func (w *archiveWriter) report(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case err != nil && w.failing.IsZero():
+		w.failing = time.Now()
+		handlerMetrics().archiveWritable.Set(0)
+		w.notice(fmt.Sprintf("the archive cannot record runs (%v): no handler starts until it can; runs that end meanwhile are recorded then", err))
+	case err == nil && !w.failing.IsZero():
+		handlerMetrics().archiveWritable.Set(1)
+		w.notice(fmt.Sprintf("the archive records runs again after %s", time.Since(w.failing).Round(time.Second)))
+		w.failing = time.Time{}
+	}
+}
+
+// retryPending writes the kept run ends every pendingRetry until ctx
+// ends, then once more.
+func (w *archiveWriter) retryPending(ctx context.Context) {
+	t := time.NewTicker(pendingRetry)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			w.flush(context.WithoutCancel(ctx))
+			return
+		case <-t.C:
+			w.flush(ctx)
+		}
+	}
+}
+
+// flush writes the kept run ends; those the archive still refuses stay.
+func (w *archiveWriter) flush(ctx context.Context) {
+	w.mu.Lock()
+	runs := make([]archive.Run, 0, len(w.pending))
+	for _, r := range w.pending {
+		runs = append(runs, r)
+	}
+	w.mu.Unlock()
+	for _, r := range runs {
+		err := w.Store.Finish(ctx, &r)
+		w.report(ctx, err)
+		if err != nil {
+			return // the archive still refuses: try again later
+		}
+		w.mu.Lock()
+		if p, ok := w.pending[r.ID]; ok && p.FinishedAt.Equal(r.FinishedAt) {
+			delete(w.pending, r.ID)
+		}
+		w.mu.Unlock()
+	}
+}

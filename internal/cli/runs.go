@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
-	"github.com/opkit-dev/opkit/internal/engine"
 )
 
 // defaultRetention bounds the archive of an engine the CLI starts.
@@ -268,7 +268,7 @@ func newRetryCommand() *cobra.Command {
 		Long: `Clear the failed attempts and the Stalled condition of an object's handlers,
 so that the engine runs them again. The object's kind is found from its runs
 in the archive (--operator chooses when several operators have an object of
-that name); the engine consumes the request (annotation ` + engine.RetryAnnotation + `).`,
+that name); the engine consumes the request (annotation ` + v1alpha1.RetryAnnotation + `).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ns, name, ok := strings.Cut(args[0], "/")
@@ -312,7 +312,7 @@ that name); the engine consumes the request (annotation ` + engine.RetryAnnotati
 			obj.SetGroupVersionKind(gvk)
 			obj.SetNamespace(ns)
 			obj.SetName(name)
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{engine.RetryAnnotation: time.Now().UTC().Format(time.RFC3339)}}})
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.RetryAnnotation: time.Now().UTC().Format(time.RFC3339)}}})
 			if err := c.Patch(cmd.Context(), obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
 				return fmt.Errorf("asking for a retry of %s %s: %w", gvk.Kind, args[0], err)
 			}

@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/console"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
-	"github.com/opkit-dev/opkit/internal/engine"
 )
 
 // serve starts a console with auth on loopback for the test.
@@ -84,7 +84,7 @@ func TestTokenAuthRefusesRequestsWithoutTheToken(t *testing.T) {
 			t.Errorf("pause with %s: %d, want 403", what, r.status)
 		}
 	}
-	if _, ok := annotations(t, env, env.Namespace, "locked")[engine.PauseAnnotation]; ok {
+	if _, ok := annotations(t, env, env.Namespace, "locked")[v1alpha1.PauseAnnotation]; ok {
 		t.Fatal("a refused action paused the object")
 	}
 
@@ -102,7 +102,7 @@ func TestTokenAuthRefusesRequestsWithoutTheToken(t *testing.T) {
 	if r.status != http.StatusSeeOther {
 		t.Fatalf("pause when signed in: %d\n%s", r.status, r.body)
 	}
-	if _, ok := annotations(t, env, env.Namespace, "locked")[engine.PauseAnnotation]; !ok {
+	if _, ok := annotations(t, env, env.Namespace, "locked")[v1alpha1.PauseAnnotation]; !ok {
 		t.Fatal("the signed-in pause did not pause the object")
 	}
 }
@@ -153,7 +153,7 @@ func TestKubernetesAuthFollowsRBAC(t *testing.T) {
 	} else {
 		mustContain(t, "the refusal", r.body, "may not patch chores.console.example.com")
 	}
-	if _, ok := annotations(t, env, env.Namespace, "watched")[engine.RetryAnnotation]; ok {
+	if _, ok := annotations(t, env, env.Namespace, "watched")[v1alpha1.RetryAnnotation]; ok {
 		t.Error("a refused retry set the annotation")
 	}
 	// Every namespace is beyond the viewer: the operator list is empty.

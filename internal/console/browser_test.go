@@ -13,9 +13,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/console"
-	"github.com/opkit-dev/opkit/internal/engine"
 )
 
 // browser starts headless Chromium (Debian's chromium package; make test
@@ -203,7 +203,7 @@ func TestBrowserActionWithoutAValidTokenIsRefused(t *testing.T) {
 	}
 	within(tab, t, 30*time.Second, chromedp.Click(chromedp.CSS(`button.pause`)))
 	waitJS(tab, t, 10*time.Second, "a 403 page", `document.title.startsWith("Forbidden") && document.body.innerText.includes("valid token")`)
-	if _, ok := annotations(t, env, env.Namespace, "vault")[engine.PauseAnnotation]; ok {
+	if _, ok := annotations(t, env, env.Namespace, "vault")[v1alpha1.PauseAnnotation]; ok {
 		t.Fatal("an action without a valid token paused the object")
 	}
 	if !strings.HasPrefix(base, "http://127.0.0.1:") {

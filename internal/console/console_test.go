@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/console"
 	"github.com/opkit-dev/opkit/internal/definition"
@@ -365,7 +366,7 @@ func TestActionsNeedTheFormsCSRFToken(t *testing.T) {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
 			t.Fatal(err)
 		}
-		_, ok := obj.GetAnnotations()[engine.PauseAnnotation]
+		_, ok := obj.GetAnnotations()[v1alpha1.PauseAnnotation]
 		return ok
 	}
 

@@ -17,14 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
-)
-
-// Annotations the actions set; the engine consumes them (engine.RetryAnnotation
-// and engine.PauseAnnotation: the console does not import the engine).
-const (
-	retryAnnotation = "opkit.dev/retry"
-	pauseAnnotation = "opkit.dev/paused"
 )
 
 // clusterScoped stands for the namespace of a cluster-scoped object in URLs.
@@ -349,7 +343,7 @@ func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
 	if obj != nil {
 		st, msg := stateOf(obj)
 		data["State"], data["Message"] = st, msg
-		_, data["Paused"] = obj.GetAnnotations()[pauseAnnotation]
+		_, data["Paused"] = obj.GetAnnotations()[v1alpha1.PauseAnnotation]
 		data["Conditions"] = conditions(obj)
 		data["YAML"] = objectYAML(obj)
 		data["Children"] = children(obj)
@@ -573,11 +567,11 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	var patch string
 	switch action {
 	case "retry":
-		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, retryAnnotation, time.Now().UTC().Format(time.RFC3339Nano))
+		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.RetryAnnotation, time.Now().UTC().Format(time.RFC3339Nano))
 	case "pause":
-		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, pauseAnnotation)
+		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, v1alpha1.PauseAnnotation)
 	case "resume":
-		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, pauseAnnotation)
+		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, v1alpha1.PauseAnnotation)
 	default:
 		s.fail(w, r, notFound("no action %q: retry, pause or resume", action))
 		return

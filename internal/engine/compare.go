@@ -6,11 +6,10 @@ import (
 	"encoding/json"
 )
 
-// AppliedHashAnnotation holds a hash of the object opkit last applied to a
-// child. With contains, it tells whether the child needs a write: a new hash
-// means the template's output changed (an item removed from a list too),
-// and contains catches a field changed by someone else.
-const AppliedHashAnnotation = "opkit.dev/applied-hash"
+// A child's v1alpha1.AppliedHashAnnotation, with contains, tells whether
+// it needs a write: a new hash means the template's output changed (an
+// item removed from a list too), and contains catches a field changed by
+// someone else.
 
 // appliedHash hashes a rendered child (encoding/json sorts map keys).
 func appliedHash(obj map[string]any) string {

@@ -102,7 +102,7 @@ func (e *Engine) reinstall(ctx context.Context, name string) error {
 	op := e.clusterOperator(ctx, name)
 	if op != nil {
 		e.mgr.GetEventRecorder("opkit").Eventf(op, nil, corev1.EventTypeWarning, ReasonCRDDeleted, "Reinstall", "%s", msg)
-		ready := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonCRDDeleted, Message: msg}
+		ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonCRDDeleted, Message: msg}
 		if err := (&operatorReconciler{engine: e}).setStatus(ctx, op, ready, crd.Name); err != nil {
 			e.mgr.GetLogger().Info("recording the deleted CRD on the Operator failed", "operator", name, "error", err.Error())
 		}
@@ -116,7 +116,7 @@ func (e *Engine) reinstall(ctx context.Context, name string) error {
 	}
 	e.mgr.GetLogger().Info(fmt.Sprintf("CRD %s re-installed; operator %s runs again", crd.Name, name), "operator", name, "crd", crd.Name)
 	if op := e.clusterOperator(ctx, name); op != nil {
-		ready := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonRunning,
+		ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonRunning,
 			Message: "the controller of " + crd.Name + " is running"}
 		if err := (&operatorReconciler{engine: e}).setStatus(ctx, op, ready, crd.Name); err != nil {
 			return errors.Join(errors.New("recording the re-installed CRD on the Operator"), err)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -27,28 +26,10 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/executor"
 )
-
-// RetryAnnotation is the annotation that, set to any value on a custom
-// resource, clears its handlers' failed attempts and Stalled state so that they run again. The
-// engine removes it. `opkit retry` sets it.
-const RetryAnnotation = "opkit.dev/retry"
-
-// PauseAnnotation is the annotation that, set to any value on a custom
-// resource, pauses its handlers: a run in flight finishes and is recorded, but no handler starts
-// (create, update, delete, resume or schedule) until the annotation is
-// removed; then what came due meanwhile runs. Children are still kept
-// converged. The console's Pause and Resume set and remove it.
-const PauseAnnotation = "opkit.dev/paused"
-
-// ConditionStalled is True while a handler has given up on the object.
-const ConditionStalled = "Stalled"
-
-// ConditionPaused is True while the object's handlers are paused
-// (PauseAnnotation); it is absent otherwise.
-const ConditionPaused = "Paused"
 
 // FinalizerName is the finalizer opkit holds on the custom resources of an
 // operator with delete handlers: opkit.dev/<operator>, shortened with a
@@ -61,99 +42,14 @@ func FinalizerName(operator string) string {
 	return "opkit.dev/" + operator[:50] + "-" + hex.EncodeToString(sum[:])[:12]
 }
 
-// handlerStatus is one handler's record in status.opkit.handlers.
-type handlerStatus struct {
-	// Generation is the last generation a create or update run succeeded
-	// for, or that its fields filter let pass.
-	Generation int64 `json:"generation,omitempty"`
-	// Deleted: the delete run succeeded.
-	Deleted bool `json:"deleted,omitempty"`
-	// Attempt counts failed runs for Target since the last success.
-	Attempt     int    `json:"attempt,omitempty"`
-	Target      int64  `json:"target,omitempty"`
-	NextRetryAt string `json:"nextRetryAt,omitempty"`
-	Stalled     bool   `json:"stalled,omitempty"`
-	LastError   string `json:"lastError,omitempty"`
-	// LastScheduled is when the last scheduled run started.
-	LastScheduled string `json:"lastScheduled,omitempty"`
-	// RequeueAt is when the handler runs again (trigger requeue), as its
-	// last successful run asked with requeueAfter.
-	RequeueAt string `json:"requeueAt,omitempty"`
-}
-
-// handledRecord is the spec as of the last generation every create and
-// update handler was done with: what "old" and the diff are relative to.
-type handledRecord struct {
-	Generation int64          `json:"generation"`
-	Spec       map[string]any `json:"spec,omitempty"`
-}
-
-// lastRun is status.opkit.lastRun, so that kubectl describe tells the story.
-type lastRun struct {
-	ID          string `json:"id"`
-	Handler     string `json:"handler"`
-	Trigger     string `json:"trigger"`
-	Outcome     string `json:"outcome"`
-	Message     string `json:"message,omitempty"`
-	Attempt     int    `json:"attempt"`
-	NextRetryAt string `json:"nextRetryAt,omitempty"`
-}
-
-// handlerState is the handlers' part of status.opkit.
-type handlerState struct {
-	Handlers map[string]*handlerStatus `json:"handlers,omitempty"`
-	Handled  *handledRecord            `json:"handled,omitempty"`
-	LastRun  *lastRun                  `json:"lastRun,omitempty"`
-}
-
-func readHandlerState(cr *unstructured.Unstructured) *handlerState {
-	st := &handlerState{}
-	if own, ok, _ := unstructured.NestedFieldNoCopy(cr.Object, "status", "opkit"); ok {
-		data, _ := json.Marshal(own)
-		_ = json.Unmarshal(data, st)
-	}
-	if st.Handlers == nil {
-		st.Handlers = map[string]*handlerStatus{}
-	}
-	return st
-}
-
-func (st *handlerState) of(name string) *handlerStatus {
-	if st.Handlers[name] == nil {
-		st.Handlers[name] = &handlerStatus{}
-	}
-	return st.Handlers[name]
-}
-
-// writeTo stores the state into status.opkit (a map of the status).
-// Handlers with nothing to record are left out.
-func (st *handlerState) writeTo(own map[string]any) {
-	for name, hs := range st.Handlers {
-		if *hs == (handlerStatus{}) {
-			delete(st.Handlers, name)
-		}
-	}
-	data, _ := json.Marshal(st)
-	var m map[string]any
-	_ = json.Unmarshal(data, &m)
-	for _, k := range []string{"handlers", "handled", "lastRun"} {
-		if v, ok := m[k]; ok {
-			own[k] = v
-		} else {
-			delete(own, k)
-		}
-	}
-}
-
 // flight is a run in progress for one object.
 type flight struct {
-	handler *definition.Handler
-	due     time.Time      // when the run was decided; it starts when a slot is free
-	spec    map[string]any // the object's spec when the run started
-	run     *archive.Run   // nil when the archive showed the key had succeeded
-	done    bool
-	result  *executor.Result
-	err     error
+	cause  *cause.Cause   // why it runs; Due is when it was decided, it starts when a slot is free
+	spec   map[string]any // the object's spec when the run started
+	run    *archive.Run   // its ID is "" when the archive showed the key had succeeded
+	done   bool
+	result *executor.Result
+	err    error
 }
 
 // runner runs one operator's handlers. Runs execute in their own
@@ -176,56 +72,61 @@ type runner struct {
 	finished func(archive.Run)
 
 	mu      sync.Mutex
-	flights map[types.UID]*flight
-	resumed map[types.UID]bool
-	// written is the handler state each object's last step wrote. The
-	// cache may not show that write yet when the object is reconciled
-	// again; the state is only ever written by that step, so the memory is
-	// the newer, and a scheduled or finished run is not repeated.
-	written map[types.NamespacedName]memo
+	objects map[types.NamespacedName]*objectState
 	running sync.WaitGroup
 }
 
-// memo is the handler state last written for an object.
-type memo struct {
-	uid   types.UID
-	state *handlerState
+// objectState is what the runner keeps of one object between its
+// reconciles; forget drops it when the object is gone.
+type objectState struct {
+	uid types.UID
+	// written is the handler state the object's last step wrote. The cache
+	// may not show that write yet when the object is reconciled again; the
+	// state is only ever written by that step, so the memory is the newer,
+	// and a scheduled or finished run is not repeated.
+	written *cause.State
+	// flight is the object's run, from its start until its end is recorded.
+	flight *flight
+	// resumed is cause.Input.Resumed.
+	resumed bool
+}
+
+// object returns the runner's record of an object, new if it has none or
+// had one for an object of the same name that is gone. Call with rn.mu
+// held.
+func (rn *runner) object(cr *unstructured.Unstructured) *objectState {
+	key := types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}
+	o := rn.objects[key]
+	if o == nil || o.uid != cr.GetUID() {
+		o = &objectState{uid: cr.GetUID()}
+		rn.objects[key] = o
+	}
+	return o
 }
 
 // state returns the object's handler state: what this runner last wrote
 // for it, else what its status holds.
-func (rn *runner) state(cr *unstructured.Unstructured) *handlerState {
+func (rn *runner) state(cr *unstructured.Unstructured) *cause.State {
 	rn.mu.Lock()
-	m, ok := rn.written[types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}]
-	rn.mu.Unlock()
-	if ok && m.uid == cr.GetUID() {
-		return m.state.clone()
+	defer rn.mu.Unlock()
+	if w := rn.object(cr).written; w != nil {
+		return w.Clone()
 	}
-	return readHandlerState(cr)
+	return cause.Read(cr)
 }
 
 // remember records the state a step is about to write.
-func (rn *runner) remember(cr *unstructured.Unstructured, st *handlerState) {
+func (rn *runner) remember(cr *unstructured.Unstructured, st *cause.State) {
 	rn.mu.Lock()
-	rn.written[types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}] = memo{uid: cr.GetUID(), state: st.clone()}
+	rn.object(cr).written = st.Clone()
 	rn.mu.Unlock()
 }
 
-// forget drops what the runner remembers of an object that is gone.
+// forget drops what the runner keeps of an object that is gone.
 func (rn *runner) forget(key types.NamespacedName) {
 	rn.mu.Lock()
-	delete(rn.written, key)
+	delete(rn.objects, key)
 	rn.mu.Unlock()
-}
-
-func (st *handlerState) clone() *handlerState {
-	data, _ := json.Marshal(st)
-	out := &handlerState{}
-	_ = json.Unmarshal(data, out)
-	if out.Handlers == nil {
-		out.Handlers = map[string]*handlerStatus{}
-	}
-	return out
 }
 
 func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec events.EventRecorder) *runner {
@@ -233,8 +134,8 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 		def: d, archive: e.opts.Archive, client: e.client, reader: e.mgr.GetAPIReader(), events: rec, ctx: ctx, metrics: handlerMetrics(),
 		console: strings.TrimSuffix(e.opts.ConsoleURL, "/"),
 		execs:   map[string]executor.Executor{}, wake: make(chan event.GenericEvent, 1024),
-		slots:   make(chan struct{}, e.opts.MaxConcurrentRuns),
-		flights: map[types.UID]*flight{}, resumed: map[types.UID]bool{}, written: map[types.NamespacedName]memo{},
+		slots:    make(chan struct{}, e.opts.MaxConcurrentRuns),
+		objects:  map[types.NamespacedName]*objectState{},
 		finished: e.opts.RunFinished,
 	}
 	for _, h := range d.Handlers {
@@ -280,7 +181,7 @@ func (rn *runner) secretValue(ctx context.Context, namespace, name, key string) 
 
 // stepResult is what one reconcile's handler step decided.
 type stepResult struct {
-	state   *handlerState
+	state   *cause.State
 	stalled string        // why the object is Stalled; "" when it is not
 	busy    bool          // a run is in flight or due
 	paused  bool          // handlers are paused: none starts
@@ -294,282 +195,112 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, child
 	st := rn.state(cr)
 	res := &stepResult{state: st}
 	defer rn.remember(cr, st)
-	uid := cr.GetUID()
 
-	if _, ok := cr.GetAnnotations()[RetryAnnotation]; ok {
+	if _, ok := cr.GetAnnotations()[v1alpha1.RetryAnnotation]; ok {
 		for _, hs := range st.Handlers {
 			hs.Attempt, hs.Target, hs.NextRetryAt, hs.Stalled, hs.LastError = 0, 0, "", false, ""
 		}
-		patch := []byte(`{"metadata":{"annotations":{"` + RetryAnnotation + `":null}}}`)
+		patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.RetryAnnotation + `":null}}}`)
 		if err := rn.client.Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			return nil, fmt.Errorf("clearing %s: %w", RetryAnnotation, err)
+			return nil, fmt.Errorf("clearing %s: %w", v1alpha1.RetryAnnotation, err)
 		}
 		rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "RetryRequested", "Retry", "failed attempts cleared; handlers run again")
 	}
 
 	rn.mu.Lock()
-	f := rn.flights[uid]
+	o := rn.object(cr)
+	f := o.flight
 	done := f != nil && f.done
 	if done {
-		delete(rn.flights, uid)
+		o.flight = nil
 	}
 	rn.mu.Unlock()
 	if f != nil && !done {
 		res.busy = true
-		res.stalled = stalledMessage(rn.def, cr, st)
+		res.stalled = cause.Stalled(rn.def.Handlers, cr, st)
 		return res, nil // its end wakes this object again
 	}
 	if f != nil && errors.Is(f.err, errNotRecorded) {
 		// Nothing ran: no attempt is counted, and the handler runs once
 		// the archive records runs again.
-		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", "Run", "handler %s did not run: %v; it runs once the archive records runs again", f.handler.Name, f.err)
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", "Run", "handler %s did not run: %v; it runs once the archive records runs again", f.cause.Handler.Name, f.err)
 		res.requeue = notRecordedRetry
 		return res, nil
 	}
 	if f != nil {
 		res.requeue = rn.finish(ctx, cr, f, st)
 	}
-	if _, ok := cr.GetAnnotations()[PauseAnnotation]; ok {
-		// Removing the annotation is an update that wakes the object.
-		res.paused, res.requeue = true, 0
-		res.stalled = stalledMessage(rn.def, cr, st)
-		return res, nil
-	}
 
 	now := time.Now()
-	h, trigger, wait, stalled := rn.due(cr, st, now)
-	res.stalled = stalled
-	if wait > 0 && (res.requeue == 0 || wait < res.requeue) {
-		res.requeue = wait
+	rn.mu.Lock()
+	o = rn.object(cr)
+	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Resumed: o.resumed, Now: now}
+	if st.Handled == nil {
+		o.resumed = true // a new object is created, not resumed
 	}
-	if h != nil {
+	rn.mu.Unlock()
+	_, in.Paused = cr.GetAnnotations()[v1alpha1.PauseAnnotation]
+	d := cause.Decide(in)
+	res.stalled = d.Stalled
+	if in.Paused {
+		// Removing the annotation is an update that wakes the object.
+		res.paused, res.requeue = true, 0
+		return res, nil
+	}
+	if d.Wait > 0 && (res.requeue == 0 || d.Wait < res.requeue) {
+		res.requeue = d.Wait
+	}
+	if d.Cause != nil {
 		res.busy = true
-		if err := rn.start(ctx, cr, st, h, trigger, children, now); err != nil {
+		if err := rn.start(ctx, cr, st, d.Cause, children); err != nil {
 			return nil, err
 		}
 		return res, nil
 	}
 	if cr.GetDeletionTimestamp() == nil {
-		rn.recordHandled(cr, st)
+		// No create or update handler has the generation still to do.
+		st.AdvanceHandled(rn.def.Handlers, cr.GetGeneration(), cause.Spec(cr))
 	}
 	return res, nil
 }
 
-// recordHandled moves the handled record to the current generation once no
-// create or update handler has it still to do.
-func (rn *runner) recordHandled(cr *unstructured.Unstructured, st *handlerState) {
-	rn.advanceHandled(st, cr.GetGeneration(), spec(cr))
-}
-
-// advanceHandled moves the handled record to generation g, whose spec was
-// s, once every create and update handler is done with g.
-func (rn *runner) advanceHandled(st *handlerState, g int64, s map[string]any) {
-	if st.Handled != nil && st.Handled.Generation >= g {
-		return
-	}
-	for _, h := range rn.def.Handlers {
-		if (h.Fires(v1alpha1.OnCreate) || h.Fires(v1alpha1.OnUpdate)) && st.of(h.Name).Generation < g {
-			return
-		}
-	}
-	st.Handled = &handledRecord{Generation: g, Spec: s}
-}
-
-// due finds the first handler, in declaration order, that has a run to
-// make: the handler and trigger, or nil with how long until a retry or a
-// schedule comes due, and why the object is stalled.
-func (rn *runner) due(cr *unstructured.Unstructured, st *handlerState, now time.Time) (*definition.Handler, string, time.Duration, string) {
-	g := cr.GetGeneration()
-	uid := cr.GetUID()
-	deleting := cr.GetDeletionTimestamp() != nil
-	var wait time.Duration
-	soonest := func(d time.Duration) {
-		if d > 0 && (wait == 0 || d < wait) {
-			wait = d
-		}
-	}
-	rn.mu.Lock()
-	resumed := rn.resumed[uid]
-	if st.Handled == nil {
-		rn.resumed[uid] = true // a new object is created, not resumed
-	}
-	rn.mu.Unlock()
-
-	// The paths changed since the handled spec, computed once if needed.
-	var paths []string
-	var diffed bool
-	changed := func() []string {
-		if !diffed {
-			var old map[string]any
-			if st.Handled != nil {
-				old = st.Handled.Spec
-			}
-			paths, diffed = changedPaths(diffSpecs(old, spec(cr))), true
-		}
-		return paths
-	}
-	var best *definition.Handler
-	var bestTrigger, stalled string
-	for _, h := range rn.def.Handlers {
-		hs := st.of(h.Name)
-		trigger := ""
-		switch {
-		case deleting:
-			if h.Fires(v1alpha1.OnDelete) && !hs.Deleted {
-				trigger = v1alpha1.OnDelete
-			}
-		case hs.Generation < g && (h.Fires(v1alpha1.OnCreate) || h.Fires(v1alpha1.OnUpdate)):
-			// create: this handler never succeeded for the object; update:
-			// it did, for an older generation.
-			switch {
-			case hs.Generation == 0 && h.Fires(v1alpha1.OnCreate):
-				trigger = v1alpha1.OnCreate
-			case hs.Generation > 0 && h.Fires(v1alpha1.OnUpdate) && h.Touches(changed()):
-				trigger = v1alpha1.OnUpdate
-			default:
-				hs.Generation = g // nothing in this change concerns it
-			}
-		}
-		if trigger == "" && !deleting && h.Fires(v1alpha1.OnResume) && !resumed && st.Handled != nil {
-			trigger = v1alpha1.OnResume
-		}
-		if trigger == "" && !deleting && h.Fires(v1alpha1.OnSchedule) {
-			next, err := h.Next(scheduleBase(cr, hs), cr.Object)
-			switch {
-			case err != nil:
-				// The object's own interval is not one: it says why, and
-				// a change of it is an update that looks again.
-				if stalled == "" {
-					stalled = fmt.Sprintf("handler %s cannot be scheduled: %v", h.Name, err)
-				}
-			case now.Before(next):
-				soonest(next.Sub(now))
-			default:
-				trigger = v1alpha1.OnSchedule
-			}
-		}
-		if trigger == "" && !deleting && hs.RequeueAt != "" {
-			if at, err := time.Parse(time.RFC3339Nano, hs.RequeueAt); err == nil && now.Before(at) {
-				soonest(at.Sub(now))
-			} else {
-				trigger = v1alpha1.TriggerRequeue
-			}
-		}
-		if trigger == "" {
-			continue
-		}
-		// Failed attempts and Stalled count for one target generation; a
-		// newer spec starts afresh. A handler that waits holds back those
-		// declared after it.
-		if hs.Target == g && hs.Stalled {
-			stalled = stalledText(h.Name, hs)
-			break
-		}
-		if hs.Target == g && hs.NextRetryAt != "" {
-			if at, err := time.Parse(time.RFC3339Nano, hs.NextRetryAt); err == nil && now.Before(at) {
-				soonest(at.Sub(now))
-				break
-			}
-		}
-		// Of the handlers with a run to make, the first declared of the
-		// most urgent trigger goes: a frequent schedule never starves the
-		// others.
-		if best == nil || triggerRank[trigger] < triggerRank[bestTrigger] {
-			best, bestTrigger = h, trigger
-		}
-	}
-	if best != nil {
-		return best, bestTrigger, 0, stalled
-	}
-	return nil, "", wait, stalled
-}
-
-func stalledText(name string, hs *handlerStatus) string {
-	return fmt.Sprintf("handler %s gave up after %d attempts: %s; fix the cause, then change the spec or run opkit retry", name, hs.Attempt, hs.LastError)
-}
-
-// stalledMessage says which handler has given up on the object's
-// generation, or "".
-func stalledMessage(d *definition.Definition, cr *unstructured.Unstructured, st *handlerState) string {
-	for _, h := range d.Handlers {
-		if hs := st.Handlers[h.Name]; hs != nil && hs.Stalled && hs.Target == cr.GetGeneration() {
-			return stalledText(h.Name, hs)
-		}
-	}
-	return ""
-}
-
-// triggerRank orders triggers by urgency.
-var triggerRank = map[string]int{v1alpha1.OnDelete: 0, v1alpha1.OnCreate: 1, v1alpha1.OnUpdate: 1, v1alpha1.OnResume: 2, v1alpha1.OnSchedule: 3, v1alpha1.TriggerRequeue: 3}
-
-func scheduleBase(cr *unstructured.Unstructured, hs *handlerStatus) time.Time {
-	if t, err := time.Parse(time.RFC3339Nano, hs.LastScheduled); err == nil {
-		return t
-	}
-	return cr.GetCreationTimestamp().Time
-}
-
-func spec(cr *unstructured.Unstructured) map[string]any {
-	s, _, _ := unstructured.NestedMap(cr.Object, "spec")
-	return s
-}
-
 // start records a run in the archive and starts it.
-func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *handlerState, h *definition.Handler, trigger string, children map[string]map[string]any, now time.Time) error {
-	g := cr.GetGeneration()
-	hs := st.of(h.Name)
-	attempt := 1
-	if hs.Target == g {
-		attempt = hs.Attempt + 1
-	}
-	key := fmt.Sprintf("%s/%d/%s", cr.GetUID(), g, h.Name)
-	switch trigger {
-	case v1alpha1.OnSchedule:
-		key += fmt.Sprintf("/%d", now.Unix())
-	case v1alpha1.TriggerRequeue:
-		// The time it came due: a run interrupted by a crash keeps its key.
-		at, _ := time.Parse(time.RFC3339Nano, hs.RequeueAt)
-		key += fmt.Sprintf("/requeue/%d", at.Unix())
-	}
-	cur := spec(cr)
-	f := &flight{handler: h, due: now, spec: cur}
-	var old map[string]any
-	if st.Handled != nil {
-		old = st.Handled.Spec
-	}
-	diff := diffSpecs(old, cur)
-	if trigger == v1alpha1.OnCreate || trigger == v1alpha1.OnUpdate || trigger == v1alpha1.OnDelete {
+func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *cause.State, c *cause.Cause, children map[string]map[string]any) error {
+	h, g, now := c.Handler, c.Generation, c.Due
+	f := &flight{cause: c, spec: cause.Spec(cr)}
+	if c.Trigger == v1alpha1.OnCreate || c.Trigger == v1alpha1.OnUpdate || c.Trigger == v1alpha1.OnDelete {
 		// A run that succeeded before a crash kept the engine from recording
 		// it: do not run it again.
-		ok, err := rn.archive.Succeeded(ctx, key)
+		ok, err := rn.archive.Succeeded(ctx, c.Key)
 		if err != nil {
 			return err
 		}
 		if ok {
 			f.done, f.result = true, &executor.Result{}
-			f.run = &archive.Run{Trigger: trigger, Generation: g, Attempt: attempt, Key: key}
+			f.run = &archive.Run{Trigger: c.Trigger, Generation: g, Attempt: c.Attempt, Key: c.Key}
 			rn.mu.Lock()
-			rn.flights[cr.GetUID()] = f
+			rn.object(cr).flight = f
 			rn.mu.Unlock()
 			rn.wakeUp(cr)
 			return nil
 		}
 	}
+	trigger, key, attempt := c.Trigger, c.Key, c.Attempt
 	run := &archive.Run{
 		ID: archive.NewID(now), Operator: rn.def.Operator.Name, Handler: h.Name, Action: h.Action(), Trigger: trigger,
 		APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: string(cr.GetUID()), Generation: g,
-		Key: key, Attempt: attempt, Diff: diff, StartedAt: now.UTC(), Outcome: archive.Running,
+		Key: key, Attempt: attempt, Diff: c.Diff, StartedAt: now.UTC(), Outcome: archive.Running,
 	}
 	input, err := json.Marshal(bindingContext{
 		Operator: rn.def.Operator.Name, Handler: h.Name, Trigger: trigger, RunID: run.ID, IdempotencyKey: key,
-		Attempt: attempt, Object: cr.Object, Old: old, Diff: diff, Children: redactSecrets(children),
+		Attempt: attempt, Object: cr.Object, Old: c.Old, Diff: c.Diff, Children: redactSecrets(children),
 	})
 	if err != nil {
 		return fmt.Errorf("handler %s: encoding the binding context: %w", h.Name, err)
 	}
 	f.run = run
 	rn.mu.Lock()
-	rn.flights[cr.GetUID()] = f
+	rn.object(cr).flight = f
 	rn.mu.Unlock()
 	operator := rn.def.Operator.Name
 	rn.metrics.queued.WithLabelValues(operator).Inc()
@@ -592,7 +323,7 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 		case rn.slots <- struct{}{}:
 			rn.metrics.queued.WithLabelValues(operator).Dec()
 			started := time.Now()
-			rn.metrics.queueWait.WithLabelValues(operator).Observe(started.Sub(f.due).Seconds())
+			rn.metrics.queueWait.WithLabelValues(operator).Observe(started.Sub(c.Due).Seconds())
 			run.StartedAt = started.UTC()
 			if ierr := rn.archive.Insert(rn.ctx, run); ierr != nil {
 				err = fmt.Errorf("%w: %w", errNotRecorded, ierr) // nothing runs that is not recorded
@@ -638,9 +369,8 @@ func (rn *runner) wakeUp(cr *unstructured.Unstructured) {
 
 // finish records a finished run: the result's status patch and events, the
 // handler's record, the archive's, and returns when to look again.
-func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *flight, st *handlerState) time.Duration {
-	run, h := f.run, f.handler
-	hs := st.of(h.Name)
+func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *flight, st *cause.State) time.Duration {
+	run, h := f.run, f.cause.Handler
 	now := time.Now().UTC()
 	var failure *executor.Failure
 	switch {
@@ -669,40 +399,25 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		if f.result.Skipped {
 			run.Outcome = archive.Skipped
 		}
-		hs.Attempt, hs.Target, hs.NextRetryAt, hs.Stalled, hs.LastError = 0, 0, "", false, ""
-		switch run.Trigger {
-		case v1alpha1.OnCreate, v1alpha1.OnUpdate:
-			hs.Generation = max(hs.Generation, run.Generation)
-			// Changes made during the run come as one update, from the
-			// spec this run saw.
-			rn.advanceHandled(st, run.Generation, f.spec)
-		case v1alpha1.OnDelete:
-			hs.Deleted = true
-		case v1alpha1.OnSchedule:
-			hs.LastScheduled = f.due.UTC().Format(time.RFC3339Nano)
-		case v1alpha1.OnResume:
-			rn.mu.Lock()
-			rn.resumed[cr.GetUID()] = true
-			rn.mu.Unlock()
+		requeue = f.result.RequeueDuration()
+		st.Succeeded(rn.def.Handlers, f.cause, f.spec, requeue, now)
+		if run.Trigger == v1alpha1.OnDelete {
+			requeue = 0
 		}
-		// The last success decides whether the handler runs again; after
-		// a delete run the object is gone.
-		hs.RequeueAt = ""
-		if d := f.result.RequeueDuration(); d > 0 && run.Trigger != v1alpha1.OnDelete {
-			hs.RequeueAt = now.Add(d).Format(time.RFC3339Nano)
-			requeue = d
+		if run.Trigger == v1alpha1.OnResume {
+			rn.mu.Lock()
+			rn.object(cr).resumed = true
+			rn.mu.Unlock()
 		}
 	} else {
 		run.Error = failure.Message
-		hs.Attempt, hs.Target, hs.LastError = run.Attempt, run.Generation, truncate(failure.Message)
-		if failure.Permanent || run.Attempt >= h.Retry.MaxAttempts {
+		gaveUp, retryAt := st.Failed(f.cause, failure.Message, failure.Permanent, now)
+		if gaveUp {
 			run.Outcome = archive.GaveUp
-			hs.Stalled, hs.NextRetryAt = true, ""
 		} else {
 			run.Outcome = archive.Failed
-			requeue = h.Retry.Delay(run.Attempt)
-			run.NextRetryAt = now.Add(requeue)
-			hs.NextRetryAt = run.NextRetryAt.Format(time.RFC3339Nano)
+			requeue = retryAt.Sub(now)
+			run.NextRetryAt = retryAt
 			rn.metrics.retries.WithLabelValues(rn.def.Operator.Name, h.Name).Inc()
 		}
 	}
@@ -717,7 +432,7 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		rn.finished(*run)
 	}
 	rn.metrics.observe(rn.def.Operator.Name, run)
-	lr := &lastRun{ID: run.ID, Handler: h.Name, Trigger: run.Trigger, Outcome: string(run.Outcome), Message: truncate(run.Error), Attempt: run.Attempt}
+	lr := &cause.LastRun{ID: run.ID, Handler: h.Name, Trigger: run.Trigger, Outcome: string(run.Outcome), Message: truncate(run.Error), Attempt: run.Attempt}
 	if !run.NextRetryAt.IsZero() {
 		lr.NextRetryAt = run.NextRetryAt.Format(time.RFC3339)
 	}
@@ -796,55 +511,6 @@ func redactSecrets(children map[string]map[string]any) map[string]map[string]any
 	return out
 }
 
-// diffSpecs lists the changes from old to new as dotted paths under spec:
-// maps are compared key by key, anything else as a whole.
-func diffSpecs(before, after map[string]any) []archive.Change {
-	var out []archive.Change
-	var walk func(path string, a, b any)
-	walk = func(path string, a, b any) {
-		am, aok := a.(map[string]any)
-		bm, bok := b.(map[string]any)
-		if aok && bok {
-			keys := map[string]bool{}
-			for k := range am {
-				keys[k] = true
-			}
-			for k := range bm {
-				keys[k] = true
-			}
-			for _, k := range slices.Sorted(maps.Keys(keys)) {
-				walk(path+"."+k, am[k], bm[k])
-			}
-			return
-		}
-		switch {
-		case a == nil && b == nil:
-		case a == nil:
-			out = append(out, archive.Change{Op: "add", Path: path, New: b})
-		case b == nil:
-			out = append(out, archive.Change{Op: "remove", Path: path, Old: a})
-		case !reflect.DeepEqual(normalize(a), normalize(b)):
-			out = append(out, archive.Change{Op: "change", Path: path, Old: a, New: b})
-		}
-	}
-	if before == nil {
-		before = map[string]any{}
-	}
-	if after == nil {
-		after = map[string]any{}
-	}
-	walk("spec", before, after)
-	return out
-}
-
-func changedPaths(diff []archive.Change) []string {
-	paths := make([]string, len(diff))
-	for i, c := range diff {
-		paths[i] = c.Path
-	}
-	return paths
-}
-
 // apiMessage is the API server's message for a refused request.
 func apiMessage(err error) string {
 	if s, ok := err.(apierrors.APIStatus); ok && s.Status().Message != "" {
@@ -907,9 +573,9 @@ func (l *archiveLog) flushLocked() {
 
 func stalledCondition(step *stepResult) metav1.Condition {
 	if step.stalled != "" {
-		return metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: "HandlerGaveUp", Message: truncate(step.stalled)}
+		return metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: "HandlerGaveUp", Message: truncate(step.stalled)}
 	}
-	return metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionFalse, Reason: "NoStalledHandler", Message: "no handler has given up"}
+	return metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: "NoStalledHandler", Message: "no handler has given up"}
 }
 
 // finalize runs the delete handlers of an object being deleted, then
@@ -931,7 +597,7 @@ func (r *reconciler) finalize(ctx context.Context, cr *unstructured.Unstructured
 		own = map[string]any{}
 	}
 	before := maps.Clone(own)
-	step.state.writeTo(own)
+	step.state.WriteTo(own)
 	conds := statusConditions(cr)
 	changed := meta.SetStatusCondition(&conds, stalledCondition(step))
 	if changed || !sameValue(before, own) {

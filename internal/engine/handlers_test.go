@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
@@ -487,14 +488,14 @@ func TestFailingHandlersRetryWithGrowingDelaysThenStall(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(broken), broken); err != nil {
 			return false, err
 		}
-		c := condition(broken, engine.ConditionStalled)
+		c := condition(broken, v1alpha1.ConditionStalled)
 		return c != nil && c.Status == metav1.ConditionTrue, nil
 	})
-	stalled := condition(broken, engine.ConditionStalled)
+	stalled := condition(broken, v1alpha1.ConditionStalled)
 	if !strings.Contains(stalled.Message, "handler work gave up after 3 attempts: exit status 1") {
 		t.Errorf("Stalled message %q", stalled.Message)
 	}
-	if ready := condition(broken, engine.ConditionReady); ready.Status != metav1.ConditionFalse || ready.Reason != "Stalled" {
+	if ready := condition(broken, v1alpha1.ConditionReady); ready.Status != metav1.ConditionFalse || ready.Reason != "Stalled" {
 		t.Errorf("Ready %+v; want False, Stalled", ready)
 	}
 	page, _ = store.List(t.Context(), archive.Query{Name: "broken"})
@@ -512,7 +513,7 @@ func TestFailingHandlersRetryWithGrowingDelaysThenStall(t *testing.T) {
 	}
 
 	// opkit retry's annotation runs it again, from attempt 1.
-	patch := []byte(`{"metadata":{"annotations":{"` + engine.RetryAnnotation + `":"now"}}}`)
+	patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.RetryAnnotation + `":"now"}}}`)
 	if err := env.Client.Patch(t.Context(), broken, client.RawPatch("application/merge-patch+json", patch)); err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +525,7 @@ func TestFailingHandlersRetryWithGrowingDelaysThenStall(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(broken), broken); err != nil {
 			return false, err
 		}
-		_, has := broken.GetAnnotations()[engine.RetryAnnotation]
+		_, has := broken.GetAnnotations()[v1alpha1.RetryAnnotation]
 		return !has, nil
 	})
 }
@@ -537,7 +538,7 @@ func TestASuccessAfterRetryClearsTheFailureItSupersedes(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 			return false, err
 		}
-		c := condition(obj, engine.ConditionStalled)
+		c := condition(obj, v1alpha1.ConditionStalled)
 		return c != nil && c.Status == metav1.ConditionTrue, nil
 	})
 	work, _, _ := unstructured.NestedMap(obj.Object, "status", "opkit", "handlers", "work")
@@ -549,7 +550,7 @@ func TestASuccessAfterRetryClearsTheFailureItSupersedes(t *testing.T) {
 	if err := os.WriteFile(out+".fixed", nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	patch := []byte(`{"metadata":{"annotations":{"` + engine.RetryAnnotation + `":"now"}}}`)
+	patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.RetryAnnotation + `":"now"}}}`)
 	if err := env.Client.Patch(t.Context(), obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +578,7 @@ func TestASuccessAfterRetryClearsTheFailureItSupersedes(t *testing.T) {
 			t.Errorf("status.opkit.lastRun.%s = %v beside outcome Succeeded; want it cleared", k, v)
 		}
 	}
-	if c := condition(obj, engine.ConditionStalled); c == nil || c.Status != metav1.ConditionFalse {
+	if c := condition(obj, v1alpha1.ConditionStalled); c == nil || c.Status != metav1.ConditionFalse {
 		t.Errorf("Stalled %+v after a success; want False", c)
 	}
 	page, err := store.List(t.Context(), archive.Query{Name: "fixable", Outcome: archive.Succeeded})
@@ -899,13 +900,13 @@ func TestPausedObjectsRunNoHandlerUntilResumed(t *testing.T) {
 	env, out, _ := runTasks(t)
 
 	paused := task(env.Namespace, "paused", "", "one")
-	paused.SetAnnotations(map[string]string{engine.PauseAnnotation: "true"})
+	paused.SetAnnotations(map[string]string{v1alpha1.PauseAnnotation: "true"})
 	create(t, env, paused)
 	eventually(t, 30*time.Second, "the paused Task shows Paused=True", func(ctx context.Context) (bool, error) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(paused), paused); err != nil {
 			return false, err
 		}
-		c := condition(paused, engine.ConditionPaused)
+		c := condition(paused, v1alpha1.ConditionPaused)
 		return c != nil && c.Status == metav1.ConditionTrue, nil
 	})
 	// A change while paused runs nothing either.
@@ -919,7 +920,7 @@ func TestPausedObjectsRunNoHandlerUntilResumed(t *testing.T) {
 	}
 
 	// Resuming runs what came due: one create run, with the latest spec.
-	patch = []byte(`{"metadata":{"annotations":{"` + engine.PauseAnnotation + `":null}}}`)
+	patch = []byte(`{"metadata":{"annotations":{"` + v1alpha1.PauseAnnotation + `":null}}}`)
 	if err := env.Client.Patch(t.Context(), paused, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatal(err)
 	}
@@ -931,7 +932,7 @@ func TestPausedObjectsRunNoHandlerUntilResumed(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(paused), paused); err != nil {
 			return false, err
 		}
-		return condition(paused, engine.ConditionPaused) == nil, nil
+		return condition(paused, v1alpha1.ConditionPaused) == nil, nil
 	})
 }
 

@@ -99,7 +99,7 @@ func (r *operatorReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		e.Remove(ctx, req.Name)
 		return reconcile.Result{}, nil
 	}
-	ready := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonRunning}
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonRunning}
 	var crdName string
 	running := e.definition(op.Name)
 	if running != nil && running.Operator.UID == op.UID && running.Operator.Generation == op.Generation {
@@ -135,7 +135,7 @@ func (r *operatorReconciler) setStatus(ctx context.Context, op *v1alpha1.Operato
 	status := op.Status.DeepCopy()
 	status.ObservedGeneration = op.Generation
 	status.CRD = crdName
-	degraded := metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonRunning, Message: "no errors"}
+	degraded := metav1.Condition{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonRunning, Message: "no errors"}
 	if ready.Status != metav1.ConditionTrue {
 		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, ready.Reason, ready.Message
 	}

@@ -63,7 +63,7 @@ func waitOperator(t *testing.T, c client.Client, name string, status metav1.Cond
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, op); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
-		ready := meta.FindStatusCondition(op.Status.Conditions, engine.ConditionReady)
+		ready := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.ConditionReady)
 		return op.Status.ObservedGeneration == op.Generation && ready != nil && ready.Status == status && ready.Reason == reason, nil
 	})
 	return op
@@ -113,13 +113,13 @@ func TestOperatorsInTheClusterAreAddedChangedAndDeletedWithoutRestart(t *testing
 	broken := strings.Replace(v2, `b: "${self.spec.b}"`, `b: "${self.spec.nosuch}"`, 1)
 	putOperator(t, env.Client, operatorObject(t, broken))
 	op = waitOperator(t, env.Client, "books", metav1.ConditionFalse, engine.ReasonInvalid)
-	msg := meta.FindStatusCondition(op.Status.Conditions, engine.ConditionReady).Message
+	msg := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.ConditionReady).Message
 	for _, want := range []string{"spec.children[0].template.data.b", "nosuch", "keeps running"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("Ready message %q does not say %q", msg, want)
 		}
 	}
-	if d := meta.FindStatusCondition(op.Status.Conditions, engine.ConditionDegraded); d == nil || d.Status != metav1.ConditionTrue {
+	if d := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.ConditionDegraded); d == nil || d.Status != metav1.ConditionTrue {
 		t.Errorf("Degraded = %+v, want True", d)
 	}
 	set("a", "still served")
@@ -131,7 +131,7 @@ func TestOperatorsInTheClusterAreAddedChangedAndDeletedWithoutRestart(t *testing
 		"  - id: other\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {name: \"${self.metadata.name}-other\"}\n      data: {a: \"${children.config.data.a}\"}\n"
 	putOperator(t, env.Client, operatorObject(t, cycle))
 	op = waitOperator(t, env.Client, "cycle", metav1.ConditionFalse, engine.ReasonInvalid)
-	if msg := meta.FindStatusCondition(op.Status.Conditions, engine.ConditionReady).Message; !strings.Contains(msg, "config -> other -> config") && !strings.Contains(msg, "other -> config -> other") {
+	if msg := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "config -> other -> config") && !strings.Contains(msg, "other -> config -> other") {
 		t.Errorf("the cycle's message %q does not name the cycle", msg)
 	}
 	set("a", "after the cycle")

@@ -25,13 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/definition"
-)
-
-// Condition types on every custom resource.
-const (
-	ConditionReady    = "Ready"
-	ConditionDegraded = "Degraded"
 )
 
 type reconciler struct {
@@ -209,7 +204,7 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	annotations[AppliedHashAnnotation] = hash
+	annotations[v1alpha1.AppliedHashAnnotation] = hash
 	obj.SetAnnotations(annotations)
 
 	ref := refOf(child.ID, obj)
@@ -219,7 +214,7 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 	current.SetGroupVersionKind(child.GVK)
 	err = r.client.Get(ctx, client.ObjectKeyFromObject(obj), current)
 	switch {
-	case err == nil && current.GetAnnotations()[AppliedHashAnnotation] == hash && contains(current.Object, obj.Object):
+	case err == nil && current.GetAnnotations()[v1alpha1.AppliedHashAnnotation] == hash && contains(current.Object, obj.Object):
 		rendered.live = current
 		return rendered, nil // converged: no write
 	case err != nil && !apierrors.IsNotFound(err):
@@ -229,7 +224,7 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 	if existed && !metav1.IsControlledBy(current, cr) {
 		return rendered, fmt.Errorf("%s %s exists and is not controlled by this %s; opkit does not take over objects it did not make", child.GVK.Kind, obj.GetName(), cr.GetKind())
 	}
-	if existed && child.Recreate && current.GetAnnotations()[AppliedHashAnnotation] != hash {
+	if existed && child.Recreate && current.GetAnnotations()[v1alpha1.AppliedHashAnnotation] != hash {
 		return rendered, r.recreate(ctx, cr, child, current)
 	}
 	err = r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldManager), client.ForceOwnership)
@@ -299,7 +294,7 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 		own["children"] = genericInventory(inventory)
 	}
 	if step != nil {
-		step.state.writeTo(own)
+		step.state.WriteTo(own)
 	}
 	if len(own) == 0 {
 		delete(status, "opkit")
@@ -307,7 +302,7 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 		status["opkit"] = own
 	}
 
-	ready := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: "ChildrenReady", Message: "all children exist and are ready"}
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "ChildrenReady", Message: "all children exist and are ready"}
 	switch {
 	case failure != nil:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ReconcileFailed", truncate(failure.Error())
@@ -318,7 +313,7 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	case len(notReady) > 0:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenNotReady", "not ready: "+strings.Join(notReady, ", ")
 	}
-	degraded := metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionFalse, Reason: "NoErrors", Message: "the last reconcile succeeded"}
+	degraded := metav1.Condition{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: "NoErrors", Message: "the last reconcile succeeded"}
 	if failure != nil {
 		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, "ReconcileFailed", truncate(failure.Error())
 	}
@@ -328,10 +323,10 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 		set = append(set, stalledCondition(step))
 	}
 	if step != nil && step.paused {
-		set = append(set, metav1.Condition{Type: ConditionPaused, Status: metav1.ConditionTrue, Reason: "PausedByAnnotation",
-			Message: "handlers are paused: no run starts until the annotation " + PauseAnnotation + " is removed"})
+		set = append(set, metav1.Condition{Type: v1alpha1.ConditionPaused, Status: metav1.ConditionTrue, Reason: "PausedByAnnotation",
+			Message: "handlers are paused: no run starts until the annotation " + v1alpha1.PauseAnnotation + " is removed"})
 	} else {
-		meta.RemoveStatusCondition(&conds, ConditionPaused)
+		meta.RemoveStatusCondition(&conds, v1alpha1.ConditionPaused)
 	}
 	for _, c := range set {
 		c.ObservedGeneration = cr.GetGeneration()

@@ -11,6 +11,7 @@ import (
 	"k8s.io/kube-openapi/pkg/validation/validate"
 
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/executor"
 )
 
@@ -46,7 +47,7 @@ func TestBindingContextMatchesItsSchema(t *testing.T) {
 		Operator: "printer", Handler: "announce", Trigger: "update", RunID: archive.NewID(nowForTest()),
 		IdempotencyKey: "0b6a3f2e-1c1d-4b8e-9a39-2f1d7f4b1a11/3/announce", Attempt: 2,
 		Object: map[string]any{"apiVersion": "demo.example.com/v1", "kind": "Printer", "metadata": map[string]any{"name": "p"}, "spec": cur},
-		Old:    old, Diff: diffSpecs(old, cur),
+		Old:    old, Diff: cause.Diff(old, cur),
 		Children: redactSecrets(map[string]map[string]any{
 			"pod":    {"apiVersion": "v1", "kind": "Pod"},
 			"secret": {"apiVersion": "v1", "kind": "Secret", "data": map[string]any{"password": "c2VjcmV0"}},

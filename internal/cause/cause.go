@@ -1,0 +1,246 @@
+// Package cause decides which handler of an operator has a run to make for
+// an object, and why: a pure function of the object, the handler state its
+// status records (State), whether the engine has already seen the object
+// since it started, and the time. It reads no clock and performs no I/O,
+// so every trigger is table-tested without a cluster; the engine does the
+// rest (the archive's "already succeeded" check, the run, the writes).
+//
+// Triggers come from state, never from watch events: a handler runs on
+// create when it never succeeded for the object, on update when it
+// succeeded for an older generation whose change touches its fields, on
+// delete once, on resume for an object the engine finds at start, on
+// schedule when a slot is due, and again when its last success asked for
+// it (requeueAfter). A handler that failed waits for its retry time; one
+// that gave up (Stalled) waits for a new generation or opkit retry.
+//
+// A run's idempotency key is the object's uid, the generation and the
+// handler, plus the slot for periodic runs: the same change, retried or
+// interrupted, keeps its key.
+package cause
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// Input is what Decide decides from.
+type Input struct {
+	// Handlers are the operator's, in declaration order.
+	Handlers []*definition.Handler
+	// Object is the object as the engine reads it now.
+	Object *unstructured.Unstructured
+	// State is the object's recorded handler state. Decide updates the
+	// records of create and update handlers that a change does not concern
+	// (they pass it without a run); nothing else.
+	State *State
+	// Resumed: since the engine started, the object's resume handlers
+	// succeeded, or the object was new (no handled record) when the engine
+	// first decided for it. An object not Resumed, with a handled record,
+	// has its resume handlers run.
+	Resumed bool
+	// Paused: handlers are paused for the object; none runs.
+	Paused bool
+	// Now is the time of the decision.
+	Now time.Time
+}
+
+// Cause is a run to make: the handler, why, and its identity.
+type Cause struct {
+	Handler *definition.Handler
+	// Trigger is one of v1alpha1's On* values or TriggerRequeue.
+	Trigger string
+	// Generation is the object's generation the run is for.
+	Generation int64
+	// Key is the idempotency key; Attempt counts from 1 for the
+	// generation.
+	Key     string
+	Attempt int
+	// Due is when the run came due: Input.Now.
+	Due time.Time
+	// Old is the spec the handlers last finished with (nil for a new
+	// object); Diff the changes from it to the current spec.
+	Old  map[string]any
+	Diff []archive.Change
+}
+
+// Decision is what Decide found.
+type Decision struct {
+	// Cause is the run to make now, or nil.
+	Cause *Cause
+	// Wait is how long until a retry, a schedule or a requeue comes due,
+	// when Cause is nil; 0 for nothing to wait for.
+	Wait time.Duration
+	// Stalled says why the object's handlers are stuck; "" when they are
+	// not.
+	Stalled string
+}
+
+// Decide finds the first handler, in declaration order, of the most
+// urgent trigger that has a run to make (delete, then create and update,
+// then resume, then schedule and requeue): a frequent schedule never
+// starves the others. A handler that waits for a retry, or has given up,
+// holds back the handlers declared after it.
+func Decide(in Input) Decision {
+	obj, st, now := in.Object, in.State, in.Now
+	if in.Paused {
+		return Decision{Stalled: Stalled(in.Handlers, obj, st)}
+	}
+	g := obj.GetGeneration()
+	deleting := obj.GetDeletionTimestamp() != nil
+	var d Decision
+	soonest := func(w time.Duration) {
+		if w > 0 && (d.Wait == 0 || w < d.Wait) {
+			d.Wait = w
+		}
+	}
+	// The paths changed since the handled spec, computed once if needed.
+	var paths []string
+	var diffed bool
+	changed := func() []string {
+		if !diffed {
+			paths, diffed = Paths(Diff(st.old(), Spec(obj))), true
+		}
+		return paths
+	}
+	var best *definition.Handler
+	var bestTrigger string
+	for _, h := range in.Handlers {
+		hs := st.Of(h.Name)
+		trigger := ""
+		switch {
+		case deleting:
+			if h.Fires(v1alpha1.OnDelete) && !hs.Deleted {
+				trigger = v1alpha1.OnDelete
+			}
+		case hs.Generation < g && (h.Fires(v1alpha1.OnCreate) || h.Fires(v1alpha1.OnUpdate)):
+			// create: this handler never succeeded for the object; update:
+			// it did, for an older generation.
+			switch {
+			case hs.Generation == 0 && h.Fires(v1alpha1.OnCreate):
+				trigger = v1alpha1.OnCreate
+			case hs.Generation > 0 && h.Fires(v1alpha1.OnUpdate) && h.Touches(changed()):
+				trigger = v1alpha1.OnUpdate
+			default:
+				hs.Generation = g // nothing in this change concerns it
+			}
+		}
+		if trigger == "" && !deleting && h.Fires(v1alpha1.OnResume) && !in.Resumed && st.Handled != nil {
+			trigger = v1alpha1.OnResume
+		}
+		if trigger == "" && !deleting && h.Fires(v1alpha1.OnSchedule) {
+			next, err := h.Next(scheduleBase(obj, hs), obj.Object)
+			switch {
+			case err != nil:
+				// The object's own interval is not one: it says why, and a
+				// change of it is an update that looks again.
+				if d.Stalled == "" {
+					d.Stalled = fmt.Sprintf("handler %s cannot be scheduled: %v", h.Name, err)
+				}
+			case now.Before(next):
+				soonest(next.Sub(now))
+			default:
+				trigger = v1alpha1.OnSchedule
+			}
+		}
+		if trigger == "" && !deleting && hs.RequeueAt != "" {
+			if at, err := time.Parse(time.RFC3339Nano, hs.RequeueAt); err == nil && now.Before(at) {
+				soonest(at.Sub(now))
+			} else {
+				trigger = v1alpha1.TriggerRequeue
+			}
+		}
+		if trigger == "" {
+			continue
+		}
+		// Failed attempts and Stalled count for one target generation; a
+		// newer spec starts afresh. A handler that waits holds back those
+		// declared after it.
+		if hs.Target == g && hs.Stalled {
+			d.Stalled = stalledText(h.Name, hs)
+			break
+		}
+		if hs.Target == g && hs.NextRetryAt != "" {
+			if at, err := time.Parse(time.RFC3339Nano, hs.NextRetryAt); err == nil && now.Before(at) {
+				soonest(at.Sub(now))
+				break
+			}
+		}
+		if best == nil || triggerRank[trigger] < triggerRank[bestTrigger] {
+			best, bestTrigger = h, trigger
+		}
+	}
+	if best == nil {
+		return d
+	}
+	c := &Cause{Handler: best, Trigger: bestTrigger, Generation: g, Attempt: 1, Due: now, Old: st.old()}
+	c.Diff = Diff(c.Old, Spec(obj))
+	if hs := st.Of(best.Name); hs.Target == g {
+		c.Attempt = hs.Attempt + 1
+	}
+	c.Key = Key(obj.GetUID(), g, best.Name, bestTrigger, st.Of(best.Name), now)
+	return Decision{Cause: c, Stalled: d.Stalled}
+}
+
+// Key is the idempotency key of a run of handler for the object's
+// generation g: uid/g/handler, plus the slot's Unix time for a scheduled
+// run and the time it came due for a requeued one, so that a run
+// interrupted by a crash keeps its key.
+func Key(uid types.UID, g int64, handler, trigger string, hs *HandlerState, now time.Time) string {
+	key := fmt.Sprintf("%s/%d/%s", uid, g, handler)
+	switch trigger {
+	case v1alpha1.OnSchedule:
+		key += fmt.Sprintf("/%d", now.Unix())
+	case v1alpha1.TriggerRequeue:
+		at, _ := time.Parse(time.RFC3339Nano, hs.RequeueAt)
+		key += fmt.Sprintf("/requeue/%d", at.Unix())
+	}
+	return key
+}
+
+// Stalled says which handler has given up on the object's generation, or
+// "".
+func Stalled(hs []*definition.Handler, obj *unstructured.Unstructured, st *State) string {
+	for _, h := range hs {
+		if rec := st.Handlers[h.Name]; rec != nil && rec.Stalled && rec.Target == obj.GetGeneration() {
+			return stalledText(h.Name, rec)
+		}
+	}
+	return ""
+}
+
+func stalledText(name string, hs *HandlerState) string {
+	return fmt.Sprintf("handler %s gave up after %d attempts: %s; fix the cause, then change the spec or run opkit retry", name, hs.Attempt, hs.LastError)
+}
+
+// triggerRank orders triggers by urgency.
+var triggerRank = map[string]int{v1alpha1.OnDelete: 0, v1alpha1.OnCreate: 1, v1alpha1.OnUpdate: 1, v1alpha1.OnResume: 2, v1alpha1.OnSchedule: 3, v1alpha1.TriggerRequeue: 3}
+
+// scheduleBase is the time a handler's next slot counts from: its last
+// scheduled run, else the object's creation.
+func scheduleBase(obj *unstructured.Unstructured, hs *HandlerState) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, hs.LastScheduled); err == nil {
+		return t
+	}
+	return obj.GetCreationTimestamp().Time
+}
+
+// Spec is the object's spec.
+func Spec(obj *unstructured.Unstructured) map[string]any {
+	s, _, _ := unstructured.NestedMap(obj.Object, "spec")
+	return s
+}
+
+// old is the spec the handlers last finished with, or nil.
+func (st *State) old() map[string]any {
+	if st.Handled == nil {
+		return nil
+	}
+	return st.Handled.Spec
+}

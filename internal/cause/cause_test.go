@@ -1,0 +1,340 @@
+package cause
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+var (
+	created = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	now     = created.Add(time.Hour)
+)
+
+func handler(name string, on ...string) *definition.Handler {
+	return &definition.Handler{Name: name, On: on, Retry: definition.RetryPolicy{MaxAttempts: 3, Initial: time.Second, Max: time.Minute, Factor: 2}}
+}
+
+func withFields(h *definition.Handler, fields ...string) *definition.Handler {
+	h.Fields = fields
+	return h
+}
+
+func every(h *definition.Handler, d time.Duration) *definition.Handler {
+	h.Every = d
+	return h
+}
+
+// object is a Note at generation g with spec.
+func object(g int64, spec map[string]any) *unstructured.Unstructured {
+	o := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "notes.example.com/v1", "kind": "Note",
+		"metadata": map[string]any{"name": "n", "namespace": "default", "uid": "u-1"},
+		"spec":     spec,
+	}}
+	o.SetGeneration(g)
+	o.SetCreationTimestamp(metav1.NewTime(created))
+	return o
+}
+
+func deleting(o *unstructured.Unstructured) *unstructured.Unstructured {
+	t := metav1.NewTime(now)
+	o.SetDeletionTimestamp(&t)
+	return o
+}
+
+// state builds a recorded state: handled at generation g with spec, and
+// the handlers' records.
+func state(g int64, spec map[string]any, records map[string]*HandlerState) *State {
+	st := &State{Handlers: map[string]*HandlerState{}}
+	if g > 0 {
+		st.Handled = &Handled{Generation: g, Spec: spec}
+	}
+	for name, r := range records {
+		st.Handlers[name] = r
+	}
+	return st
+}
+
+func at(t time.Time) string { return t.Format(time.RFC3339Nano) }
+
+func TestDecide(t *testing.T) {
+	v1 := map[string]any{"text": "a", "size": int64(1)}
+	v2text := map[string]any{"text": "b", "size": int64(1)}
+	v2size := map[string]any{"text": "a", "size": int64(2)}
+	for _, tc := range []struct {
+		name     string
+		handlers []*definition.Handler
+		obj      *unstructured.Unstructured
+		st       *State
+		resumed  bool
+		paused   bool
+		// want: "handler trigger attempt", or "" for no run
+		want     string
+		key      string
+		wait     time.Duration
+		stalled  string // a substring; "" for none
+		diffPath string // a path the cause's diff holds
+	}{
+		{
+			name:     "create: a new object",
+			handlers: []*definition.Handler{handler("h", v1alpha1.OnCreate)},
+			obj:      object(1, v1), st: state(0, nil, nil), resumed: true,
+			want: "h create 1", key: "u-1/1/h", diffPath: "spec.text",
+		},
+		{
+			name:     "create: already done for the generation",
+			handlers: []*definition.Handler{handler("h", v1alpha1.OnCreate)},
+			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1}}), resumed: true,
+		},
+		{
+			name:     "update: a change the handler names",
+			handlers: []*definition.Handler{withFields(handler("h", v1alpha1.OnCreate, v1alpha1.OnUpdate), "spec.text")},
+			obj:      object(2, v2text), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1}}), resumed: true,
+			want: "h update 1", key: "u-1/2/h", diffPath: "spec.text",
+		},
+		{
+			name:     "update: a change the handler does not name passes it",
+			handlers: []*definition.Handler{withFields(handler("h", v1alpha1.OnUpdate), "spec.text")},
+			obj:      object(2, v2size), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1}}), resumed: true,
+		},
+		{
+			name:     "update: not a trigger of a create-only handler",
+			handlers: []*definition.Handler{handler("h", v1alpha1.OnCreate)},
+			obj:      object(2, v2text), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1}}), resumed: true,
+		},
+		{
+			name:     "delete: once",
+			handlers: []*definition.Handler{handler("h", v1alpha1.OnCreate, v1alpha1.OnDelete)},
+			obj:      deleting(object(1, v1)), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1}}), resumed: true,
+			want: "h delete 1", key: "u-1/1/h",
+		},
+		{
+			name:     "delete: done",
+			handlers: []*definition.Handler{handler("h", v1alpha1.OnDelete)},
+			obj:      deleting(object(1, v1)), st: state(1, v1, map[string]*HandlerState{"h": {Deleted: true}}), resumed: true,
+		},
+		{
+			name:     "delete: before a pending update",
+			handlers: []*definition.Handler{handler("u", v1alpha1.OnUpdate), handler("d", v1alpha1.OnDelete)},
+			obj:      deleting(object(2, v2text)), st: state(1, v1, map[string]*HandlerState{"u": {Generation: 1}}), resumed: true,
+			want: "d delete 1",
+		},
+		{
+			name:     "resume: an object the engine finds at start",
+			handlers: []*definition.Handler{handler("h", v1alpha1.OnResume)},
+			obj:      object(1, v1), st: state(1, v1, nil), resumed: false,
+			want: "h resume 1", key: "u-1/1/h",
+		},
+		{
+			name:     "resume: not for a new object",
+			handlers: []*definition.Handler{handler("h", v1alpha1.OnResume)},
+			obj:      object(1, v1), st: state(0, nil, nil), resumed: false,
+		},
+		{
+			name:     "resume: only once",
+			handlers: []*definition.Handler{handler("h", v1alpha1.OnResume)},
+			obj:      object(1, v1), st: state(1, v1, nil), resumed: true,
+		},
+		{
+			name:     "schedule: the slot is due",
+			handlers: []*definition.Handler{every(handler("h", v1alpha1.OnSchedule), time.Minute)},
+			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {LastScheduled: at(now.Add(-time.Minute))}}), resumed: true,
+			want: "h schedule 1", key: "u-1/1/h/" + itoa(now.Unix()),
+		},
+		{
+			name:     "schedule: waits for the next slot",
+			handlers: []*definition.Handler{every(handler("h", v1alpha1.OnSchedule), time.Minute)},
+			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {LastScheduled: at(now.Add(-20 * time.Second))}}), resumed: true,
+			wait: 40 * time.Second,
+		},
+		{
+			name:     "schedule: counts from the creation at first",
+			handlers: []*definition.Handler{every(handler("h", v1alpha1.OnSchedule), 2*time.Hour)},
+			obj:      object(1, v1), st: state(1, v1, nil), resumed: true,
+			wait: time.Hour,
+		},
+		{
+			name:     "schedule: never starves a create",
+			handlers: []*definition.Handler{every(handler("s", v1alpha1.OnSchedule), time.Second), handler("c", v1alpha1.OnCreate)},
+			obj:      object(1, v1), st: state(0, nil, map[string]*HandlerState{"s": {LastScheduled: at(now.Add(-time.Minute))}}), resumed: true,
+			want: "c create 1",
+		},
+		{
+			name:     "requeue: due",
+			handlers: []*definition.Handler{handler("h", v1alpha1.OnCreate)},
+			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1, RequeueAt: at(now.Add(-time.Second))}}), resumed: true,
+			want: "h requeue 1", key: "u-1/1/h/requeue/" + itoa(now.Add(-time.Second).Unix()),
+		},
+		{
+			name:     "requeue: not yet",
+			handlers: []*definition.Handler{handler("h", v1alpha1.OnCreate)},
+			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1, RequeueAt: at(now.Add(30 * time.Second))}}), resumed: true,
+			wait: 30 * time.Second,
+		},
+		{
+			name:     "retry: waits for its time, and holds back later handlers",
+			handlers: []*definition.Handler{handler("a", v1alpha1.OnCreate), handler("b", v1alpha1.OnCreate)},
+			obj:      object(1, v1), st: state(0, nil, map[string]*HandlerState{"a": {Attempt: 1, Target: 1, NextRetryAt: at(now.Add(5 * time.Second))}}), resumed: true,
+			wait: 5 * time.Second,
+		},
+		{
+			name:     "retry: due, the next attempt with the same key",
+			handlers: []*definition.Handler{handler("a", v1alpha1.OnCreate)},
+			obj:      object(1, v1), st: state(0, nil, map[string]*HandlerState{"a": {Attempt: 2, Target: 1, NextRetryAt: at(now.Add(-time.Second))}}), resumed: true,
+			want: "a create 3", key: "u-1/1/a",
+		},
+		{
+			name:     "retry: a new generation starts afresh",
+			handlers: []*definition.Handler{handler("a", v1alpha1.OnCreate, v1alpha1.OnUpdate)},
+			obj:      object(2, v2text), st: state(1, v1, map[string]*HandlerState{"a": {Generation: 1, Attempt: 2, Target: 1, NextRetryAt: at(now.Add(time.Hour))}}), resumed: true,
+			want: "a update 1", key: "u-1/2/a",
+		},
+		{
+			name:     "stalled: gave up on the generation",
+			handlers: []*definition.Handler{handler("a", v1alpha1.OnCreate)},
+			obj:      object(1, v1), st: state(0, nil, map[string]*HandlerState{"a": {Attempt: 3, Target: 1, Stalled: true, LastError: "boom"}}), resumed: true,
+			stalled: "handler a gave up after 3 attempts: boom",
+		},
+		{
+			name:     "paused: nothing runs, the stall is still told",
+			handlers: []*definition.Handler{handler("a", v1alpha1.OnCreate, v1alpha1.OnUpdate), handler("b", v1alpha1.OnCreate)},
+			obj:      object(2, v2text), st: state(1, v1, map[string]*HandlerState{"a": {Generation: 1}, "b": {Attempt: 3, Target: 2, Stalled: true, LastError: "boom"}}), resumed: true, paused: true,
+			stalled: "handler b gave up",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(Input{Handlers: tc.handlers, Object: tc.obj, State: tc.st, Resumed: tc.resumed, Paused: tc.paused, Now: now})
+			got := ""
+			if d.Cause != nil {
+				got = d.Cause.Handler.Name + " " + d.Cause.Trigger + " " + itoa(int64(d.Cause.Attempt))
+			}
+			if got != tc.want {
+				t.Fatalf("Decide = %q; want %q (decision %+v)", got, tc.want, d)
+			}
+			if tc.key != "" && d.Cause.Key != tc.key {
+				t.Errorf("key = %q; want %q", d.Cause.Key, tc.key)
+			}
+			if d.Cause == nil && d.Wait != tc.wait {
+				t.Errorf("wait = %s; want %s", d.Wait, tc.wait)
+			}
+			if (tc.stalled == "") != (d.Stalled == "") || !strings.Contains(d.Stalled, tc.stalled) {
+				t.Errorf("stalled = %q; want %q", d.Stalled, tc.stalled)
+			}
+			if tc.diffPath != "" && !slices.Contains(Paths(d.Cause.Diff), tc.diffPath) {
+				t.Errorf("diff %v lacks %s", Paths(d.Cause.Diff), tc.diffPath)
+			}
+		})
+	}
+}
+
+func TestAChangeAHandlerDoesNotNameIsPassedWithoutARun(t *testing.T) {
+	h := withFields(handler("h", v1alpha1.OnUpdate), "spec.text")
+	st := state(1, map[string]any{"text": "a", "size": int64(1)}, map[string]*HandlerState{"h": {Generation: 1}})
+	d := Decide(Input{Handlers: []*definition.Handler{h}, Object: object(2, map[string]any{"text": "a", "size": int64(2)}), State: st, Resumed: true, Now: now})
+	if d.Cause != nil {
+		t.Fatalf("a run of %s", d.Cause.Handler.Name)
+	}
+	if st.Of("h").Generation != 2 {
+		t.Errorf("the handler's generation is %d; want 2, passed", st.Of("h").Generation)
+	}
+	st.AdvanceHandled([]*definition.Handler{h}, 2, map[string]any{"text": "a", "size": int64(2)})
+	if st.Handled.Generation != 2 {
+		t.Errorf("handled at %d; want 2", st.Handled.Generation)
+	}
+}
+
+func TestOutcomesUpdateTheRecord(t *testing.T) {
+	h := handler("h", v1alpha1.OnCreate, v1alpha1.OnUpdate)
+	hs := []*definition.Handler{h}
+	c := &Cause{Handler: h, Trigger: v1alpha1.OnCreate, Generation: 1, Attempt: 1, Due: now}
+	st := state(0, nil, nil)
+	spec := map[string]any{"text": "a"}
+
+	gaveUp, retryAt := st.Failed(c, "boom", false, now)
+	if gaveUp || !retryAt.Equal(now.Add(time.Second)) {
+		t.Fatalf("Failed = %v, %s; want a retry at %s", gaveUp, retryAt, now.Add(time.Second))
+	}
+	if r := st.Of("h"); r.Attempt != 1 || r.Target != 1 || r.LastError != "boom" {
+		t.Errorf("after a failure: %+v", r)
+	}
+	c.Attempt = 3
+	if gaveUp, _ := st.Failed(c, "boom", false, now); !gaveUp || !st.Of("h").Stalled {
+		t.Errorf("the last attempt failed: gave up %v, stalled %v; want both", gaveUp, st.Of("h").Stalled)
+	}
+	c.Attempt = 1
+	if gaveUp, _ := st.Failed(c, "bad input", true, now); !gaveUp {
+		t.Error("a permanent failure did not give up")
+	}
+
+	st.Succeeded(hs, c, spec, 10*time.Second, now)
+	r := st.Of("h")
+	if r.Attempt != 0 || r.Stalled || r.LastError != "" || r.Generation != 1 {
+		t.Errorf("after a success: %+v", r)
+	}
+	if r.RequeueAt != at(now.Add(10*time.Second)) {
+		t.Errorf("requeueAt = %q; want %q", r.RequeueAt, at(now.Add(10*time.Second)))
+	}
+	if st.Handled == nil || st.Handled.Generation != 1 || st.Handled.Spec["text"] != "a" {
+		t.Errorf("handled = %+v; want generation 1 with the run's spec", st.Handled)
+	}
+
+	del := &Cause{Handler: h, Trigger: v1alpha1.OnDelete, Generation: 1, Attempt: 1, Due: now}
+	st.Succeeded(hs, del, spec, 10*time.Second, now)
+	if r := st.Of("h"); !r.Deleted || r.RequeueAt != "" {
+		t.Errorf("after a delete run: %+v; want deleted, no requeue", r)
+	}
+
+	sched := &Cause{Handler: h, Trigger: v1alpha1.OnSchedule, Generation: 1, Attempt: 1, Due: now}
+	st.Succeeded(hs, sched, spec, 0, now.Add(time.Minute))
+	if r := st.Of("h"); r.LastScheduled != at(now) {
+		t.Errorf("lastScheduled = %q; want the slot's due time %q", r.LastScheduled, at(now))
+	}
+}
+
+func TestStateRoundTripsThroughStatus(t *testing.T) {
+	st := state(2, map[string]any{"text": "a"}, map[string]*HandlerState{"h": {Generation: 2}, "empty": {}})
+	st.LastRun = &LastRun{ID: "r1", Handler: "h", Trigger: "update", Outcome: "Succeeded", Attempt: 1}
+	own := map[string]any{"children": []any{}}
+	st.WriteTo(own)
+	if _, ok := own["children"]; !ok {
+		t.Error("WriteTo dropped a key it does not own")
+	}
+	obj := object(2, nil)
+	obj.Object["status"] = map[string]any{"opkit": own}
+	back := Read(obj)
+	if back.Handled.Generation != 2 || back.Of("h").Generation != 2 || back.LastRun.ID != "r1" {
+		t.Errorf("read back %+v", back)
+	}
+	if _, ok := back.Handlers["empty"]; ok {
+		t.Error("an empty handler record was written")
+	}
+	clone := back.Clone()
+	clone.Of("h").Generation = 9
+	if back.Of("h").Generation != 2 {
+		t.Error("Clone shares records")
+	}
+}
+
+func TestDiff(t *testing.T) {
+	before := map[string]any{"a": int64(1), "m": map[string]any{"x": "1", "y": "2"}, "gone": true}
+	after := map[string]any{"a": float64(1), "m": map[string]any{"x": "1", "y": "3"}, "new": "v"}
+	got := Paths(Diff(before, after))
+	want := []string{"spec.gone", "spec.m.y", "spec.new"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("Diff paths = %v; want %v (a number is compared by value)", got, want)
+	}
+	if d := Diff(nil, nil); len(d) != 0 {
+		t.Errorf("Diff(nil, nil) = %v", d)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,176 @@
+package cause
+
+import (
+	"encoding/json"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// State is what an object's status.opkit records of its handlers: the
+// memory that makes triggers restart-safe. The engine reads it from the
+// object (or from what it last wrote, when the cache lags), Decide reads
+// it, the run's outcome updates it, and the engine writes it back.
+type State struct {
+	Handlers map[string]*HandlerState `json:"handlers,omitempty"`
+	Handled  *Handled                 `json:"handled,omitempty"`
+	LastRun  *LastRun                 `json:"lastRun,omitempty"`
+}
+
+// HandlerState is one handler's record in status.opkit.handlers.
+type HandlerState struct {
+	// Generation is the last generation a create or update run succeeded
+	// for, or that its fields filter let pass.
+	Generation int64 `json:"generation,omitempty"`
+	// Deleted: the delete run succeeded.
+	Deleted bool `json:"deleted,omitempty"`
+	// Attempt counts failed runs for Target since the last success.
+	Attempt     int    `json:"attempt,omitempty"`
+	Target      int64  `json:"target,omitempty"`
+	NextRetryAt string `json:"nextRetryAt,omitempty"`
+	Stalled     bool   `json:"stalled,omitempty"`
+	LastError   string `json:"lastError,omitempty"`
+	// LastScheduled is the due time of the last scheduled run that
+	// succeeded.
+	LastScheduled string `json:"lastScheduled,omitempty"`
+	// RequeueAt is when the handler runs again (trigger requeue), as its
+	// last successful run asked with requeueAfter.
+	RequeueAt string `json:"requeueAt,omitempty"`
+}
+
+// Handled is the spec as of the last generation every create and update
+// handler was done with: what "old" and the diff are relative to.
+type Handled struct {
+	Generation int64          `json:"generation"`
+	Spec       map[string]any `json:"spec,omitempty"`
+}
+
+// LastRun is status.opkit.lastRun, so that kubectl describe tells the story.
+type LastRun struct {
+	ID          string `json:"id"`
+	Handler     string `json:"handler"`
+	Trigger     string `json:"trigger"`
+	Outcome     string `json:"outcome"`
+	Message     string `json:"message,omitempty"`
+	Attempt     int    `json:"attempt"`
+	NextRetryAt string `json:"nextRetryAt,omitempty"`
+}
+
+// Read returns the state recorded in an object's status.opkit; a missing
+// or unreadable record is an empty state.
+func Read(obj *unstructured.Unstructured) *State {
+	st := &State{}
+	if own, ok, _ := unstructured.NestedFieldNoCopy(obj.Object, "status", "opkit"); ok {
+		data, _ := json.Marshal(own)
+		_ = json.Unmarshal(data, st)
+	}
+	if st.Handlers == nil {
+		st.Handlers = map[string]*HandlerState{}
+	}
+	return st
+}
+
+// Of returns a handler's record, created empty if it has none.
+func (st *State) Of(name string) *HandlerState {
+	if st.Handlers[name] == nil {
+		st.Handlers[name] = &HandlerState{}
+	}
+	return st.Handlers[name]
+}
+
+// Clone returns a deep copy.
+func (st *State) Clone() *State {
+	data, _ := json.Marshal(st)
+	out := &State{}
+	_ = json.Unmarshal(data, out)
+	if out.Handlers == nil {
+		out.Handlers = map[string]*HandlerState{}
+	}
+	return out
+}
+
+// WriteTo stores the state into status.opkit (a map of the status).
+// Handlers with nothing to record are left out.
+func (st *State) WriteTo(own map[string]any) {
+	for name, hs := range st.Handlers {
+		if *hs == (HandlerState{}) {
+			delete(st.Handlers, name)
+		}
+	}
+	data, _ := json.Marshal(st)
+	var m map[string]any
+	_ = json.Unmarshal(data, &m)
+	for _, k := range []string{"handlers", "handled", "lastRun"} {
+		if v, ok := m[k]; ok {
+			own[k] = v
+		} else {
+			delete(own, k)
+		}
+	}
+}
+
+// AdvanceHandled moves the handled record to generation g, whose spec was
+// spec, once every create and update handler of hs is done with g.
+func (st *State) AdvanceHandled(hs []*definition.Handler, g int64, spec map[string]any) {
+	if st.Handled != nil && st.Handled.Generation >= g {
+		return
+	}
+	for _, h := range hs {
+		if (h.Fires(v1alpha1.OnCreate) || h.Fires(v1alpha1.OnUpdate)) && st.Of(h.Name).Generation < g {
+			return
+		}
+	}
+	st.Handled = &Handled{Generation: g, Spec: spec}
+}
+
+// Succeeded records a successful run of c's handler: the generation or
+// deletion it was for, or its schedule slot; its failures are cleared, and
+// requeueAfter > 0 asks for the handler to run again that long after now.
+// spec is the spec the run saw.
+func (st *State) Succeeded(hs []*definition.Handler, c *Cause, spec map[string]any, requeueAfter time.Duration, now time.Time) {
+	rec := st.Of(c.Handler.Name)
+	rec.Attempt, rec.Target, rec.NextRetryAt, rec.Stalled, rec.LastError = 0, 0, "", false, ""
+	switch c.Trigger {
+	case v1alpha1.OnCreate, v1alpha1.OnUpdate:
+		rec.Generation = max(rec.Generation, c.Generation)
+		// Changes made during the run come as one update, from the spec
+		// this run saw.
+		st.AdvanceHandled(hs, c.Generation, spec)
+	case v1alpha1.OnDelete:
+		rec.Deleted = true
+	case v1alpha1.OnSchedule:
+		rec.LastScheduled = c.Due.UTC().Format(time.RFC3339Nano)
+	}
+	// The last success decides whether the handler runs again; after a
+	// delete run the object is gone.
+	rec.RequeueAt = ""
+	if requeueAfter > 0 && c.Trigger != v1alpha1.OnDelete {
+		rec.RequeueAt = now.Add(requeueAfter).Format(time.RFC3339Nano)
+	}
+}
+
+// Failed records a failed run of c's handler, with message. It returns
+// true when the handler gives up (the failure is permanent or the attempts
+// are spent), else when to try again.
+func (st *State) Failed(c *Cause, message string, permanent bool, now time.Time) (gaveUp bool, retryAt time.Time) {
+	rec := st.Of(c.Handler.Name)
+	rec.Attempt, rec.Target, rec.LastError = c.Attempt, c.Generation, truncate(message)
+	if permanent || c.Attempt >= c.Handler.Retry.MaxAttempts {
+		rec.Stalled, rec.NextRetryAt = true, ""
+		return true, time.Time{}
+	}
+	retryAt = now.Add(c.Handler.Retry.Delay(c.Attempt))
+	rec.NextRetryAt = retryAt.Format(time.RFC3339Nano)
+	return false, retryAt
+}
+
+// truncate bounds a message kept in status.
+func truncate(s string) string {
+	if len(s) > 1024 {
+		return s[:1021] + "..."
+	}
+	return s
+}

@@ -71,16 +71,17 @@ func (p RetryPolicy) Delay(n int) time.Duration {
 // Fires reports whether trigger is one of the handler's.
 func (h *Handler) Fires(trigger string) bool { return slices.Contains(h.On, trigger) }
 
-// Action names the handler's executor: exec, job or http.
+// Action names the handler's executor: exec, job or http ("" for none).
 func (h *Handler) Action() string {
 	switch {
 	case h.Exec != nil:
 		return "exec"
 	case h.Job != nil:
 		return "job"
-	default:
+	case h.HTTP != nil:
 		return "http"
 	}
+	return ""
 }
 
 // MinEvery is the shortest interval of a schedule.

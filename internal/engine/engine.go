@@ -164,10 +164,11 @@ type Engine struct {
 	clientset kubernetes.Interface
 	discovery discovery.DiscoveryInterface
 
-	queues  retryQueues    // the controllers' queues, retried at once when the API is back
-	archive *archiveWriter // Options.Archive, or nil
-	started chan struct{}  // closed once the cache runs
-	stopped chan struct{}  // closed when Run returns
+	queues  retryQueues     // the controllers' queues, retried at once when the API is back
+	archive *archiveWriter  // Options.Archive, or nil
+	started chan struct{}   // closed once the cache runs
+	ctx     context.Context // the manager's, set before started is closed
+	stopped chan struct{}   // closed when Run returns
 	mu      sync.Mutex
 	running map[string]*operator // by Operator name
 }
@@ -252,6 +253,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		go e.prune(ctx)
 	}
 	if err := e.mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		e.ctx = ctx // the controllers' contexts derive from it
 		close(e.started)
 		<-ctx.Done()
 		return nil
@@ -430,10 +432,15 @@ func (e *Engine) Remove(ctx context.Context, name string) {
 		return
 	}
 	op.stop()
-	_ = e.removeInformer(ctx, op.def.GVK)
+	log := e.mgr.GetLogger().WithValues("operator", name)
+	if err := e.removeInformer(ctx, op.def.GVK); err != nil {
+		log.Error(err, "stopping the watch of the removed operator's custom resources")
+	}
 	if e.opts.AdmissionFinalizers {
 		// Nothing would remove the finalizers it adds.
-		_ = e.removeFinalizerPolicy(ctx, name)
+		if err := e.removeFinalizerPolicy(ctx, name); err != nil {
+			log.Error(err, "removing the removed operator's admission policy; delete it by hand", "policy", finalizerPolicyName(name))
+		}
 	}
 }
 
@@ -464,13 +471,17 @@ func (e *Engine) waitEstablished(ctx context.Context, name string) error {
 }
 
 func (e *Engine) startController(d *definition.Definition) (*operator, error) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(e.ctx)
 	r := &reconciler{
 		def: d, client: e.client, reader: e.mgr.GetAPIReader(), mapper: e.mgr.GetRESTMapper(),
 		events: e.mgr.GetEventRecorder("opkit"),
 	}
 	if len(d.Handlers) > 0 {
-		r.runner = newRunner(ctx, d, e, r.events)
+		var err error
+		if r.runner, err = newRunner(ctx, d, e, r.events); err != nil {
+			cancel()
+			return nil, err
+		}
 	}
 	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.options(r, e.opts.Workers))
 	if err != nil {

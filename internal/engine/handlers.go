@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -66,6 +67,7 @@ type runner struct {
 	wake    chan event.GenericEvent
 	slots   chan struct{}   // bounds the runs executing at once
 	ctx     context.Context // the operator's; ending it cancels the runs
+	log     logr.Logger     // tagged with the operator
 	metrics *runMetrics
 	console string // the console's base URL, or ""
 	// finished is Options.RunFinished.
@@ -129,29 +131,37 @@ func (rn *runner) forget(key types.NamespacedName) {
 	rn.mu.Unlock()
 }
 
-func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec events.EventRecorder) *runner {
+func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec events.EventRecorder) (*runner, error) {
 	rn := &runner{
 		def: d, archive: e.opts.Archive, client: e.client, reader: e.mgr.GetAPIReader(), events: rec, ctx: ctx, metrics: handlerMetrics(),
-		console: strings.TrimSuffix(e.opts.ConsoleURL, "/"),
-		execs:   map[string]executor.Executor{}, wake: make(chan event.GenericEvent, 1024),
+		console: strings.TrimSuffix(e.opts.ConsoleURL, "/"), log: e.mgr.GetLogger().WithValues("operator", d.Operator.Name),
+		execs: map[string]executor.Executor{}, wake: make(chan event.GenericEvent, 1024),
 		slots:    make(chan struct{}, e.opts.MaxConcurrentRuns),
 		objects:  map[types.NamespacedName]*objectState{},
 		finished: e.opts.RunFinished,
 	}
-	for _, h := range d.Handlers {
-		switch {
-		case h.Exec != nil:
-			rn.execs[h.Name] = &executor.Exec{Action: *h.Exec, Secret: rn.secretValue, Credentials: e.credentials}
-		case h.HTTP != nil:
-			rn.execs[h.Name] = &executor.HTTP{Action: *h.HTTP, Secret: rn.secretValue}
-		default:
-			rn.execs[h.Name] = &executor.Job{
+	execs := executor.Registry{
+		"exec": func(h *definition.Handler) executor.Executor {
+			return &executor.Exec{Action: *h.Exec, Secret: rn.secretValue, Credentials: e.credentials}
+		},
+		"http": func(h *definition.Handler) executor.Executor {
+			return &executor.HTTP{Action: *h.HTTP, Secret: rn.secretValue}
+		},
+		"job": func(h *definition.Handler) executor.Executor {
+			return &executor.Job{
 				Action: *h.Job, Client: e.clientset, Tolerations: e.opts.JobTolerations,
 				Labels: map[string]string{definition.OperatorLabel: d.Operator.Name},
 			}
-		}
+		},
 	}
-	return rn
+	for _, h := range d.Handlers {
+		ex, err := execs.For(h)
+		if err != nil {
+			return nil, fmt.Errorf("operator %s: %w", d.Operator.Name, err)
+		}
+		rn.execs[h.Name] = ex
+	}
+	return rn, nil
 }
 
 // hasDelete reports whether any handler runs on delete, and so whether
@@ -311,6 +321,8 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 		Log:    alog,
 		Object: &executor.ObjectRef{APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: cr.GetUID()},
 	}
+	log := rn.log.WithValues("namespace", cr.GetNamespace(), "name", cr.GetName(), "handler", h.Name, "run", run.ID)
+	runCtx := logr.NewContext(rn.ctx, log)
 	rn.running.Add(1)
 	go func() {
 		defer rn.running.Done()
@@ -335,7 +347,7 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 					rn.events.Eventf(woken, nil, corev1.EventTypeNormal, "HandlerStarted", runAction(run.ID), "handler %s (%s, attempt %d): run %s", h.Name, trigger, attempt, rn.runRef(run.ID))
 				}
 				rn.metrics.inFlight.WithLabelValues(operator).Inc()
-				res, err = rn.execs[h.Name].Run(rn.ctx, req)
+				res, err = rn.execs[h.Name].Run(runCtx, req)
 				rn.metrics.inFlight.WithLabelValues(operator).Dec()
 			}
 			<-rn.slots
@@ -348,7 +360,9 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 			// next engine runs it again with the same key.
 			if recorded {
 				run.Outcome, run.FinishedAt, run.Error = archive.Cancelled, time.Now().UTC(), "the operator stopped during the run"
-				_ = rn.archive.Finish(context.Background(), run)
+				if err := rn.archive.Finish(context.WithoutCancel(rn.ctx), run); err != nil {
+					log.Error(err, "recording the cancelled run; the next engine marks it Cancelled")
+				}
 			}
 			return
 		}

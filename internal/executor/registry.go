@@ -1,0 +1,35 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// Func adapts a function to an Executor.
+type Func func(ctx context.Context, req Request) (*Result, error)
+
+// Run calls f.
+func (f Func) Run(ctx context.Context, req Request) (*Result, error) { return f(ctx, req) }
+
+// Registry builds each handler's executor by the name of its action
+// (definition.Handler.Action: exec, job, http). A handler whose action has
+// no entry is an error, never routed to another kind of executor.
+type Registry map[string]func(h *definition.Handler) Executor
+
+// For returns the executor of handler h.
+func (r Registry) For(h *definition.Handler) (Executor, error) {
+	build, ok := r[h.Action()]
+	if !ok {
+		known := make([]string, 0, len(r))
+		for name := range r {
+			known = append(known, name)
+		}
+		slices.Sort(known)
+		return nil, fmt.Errorf("handler %s: no executor for action %q (this engine runs %s)", h.Name, h.Action(), strings.Join(known, ", "))
+	}
+	return build(h), nil
+}

@@ -47,6 +47,33 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 	versionName.Pattern = VersionPattern
 	childID := str("Name of the child in expressions: children.<id>.")
 	childID.Pattern, childID.MaxLength = ChildIDPattern, ptr.To(int64(63))
+	relatedID := str("Name of the related objects in expressions: related.<id>.")
+	relatedID.Pattern, relatedID.MaxLength = ChildIDPattern, ptr.To(int64(63))
+	template := func(desc string) apiextensionsv1.JSONSchemaProps {
+		s := str(desc)
+		s.MaxLength = ptr.To(int64(4096))
+		return s
+	}
+	related := apiextensionsv1.JSONSchemaProps{
+		Type:     "object",
+		Required: []string{"id", "apiVersion", "kind"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"id":         relatedID,
+			"apiVersion": str("API version of the kind, e.g. apps/v1."),
+			"kind":       str("Kind, e.g. Deployment."),
+			"name":       template("One object's name, a template over self, e.g. ${self.spec.deployment}."),
+			"namespace":  template("Its namespace, a template over self; defaults to the custom resource's."),
+			"selector": {
+				Type: "object", Description: "Labels to match, each value a template over self: related.<id> is the list of matching objects.",
+				MaxProperties:        ptr.To(int64(16)),
+				AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Schema: ptr.To(template(""))},
+			},
+		},
+		XValidations: apiextensionsv1.ValidationRules{{
+			Rule:    "has(self.name) != has(self.selector)",
+			Message: "set exactly one of name and selector",
+		}},
+	}
 
 	printerColumn := apiextensionsv1.JSONSchemaProps{
 		Type:     "object",
@@ -125,6 +152,12 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 					Rule:    "size(self.versions) == 1 || self.versions.filter(v, has(v.storage) && v.storage).size() == 1",
 					Message: "exactly one version must set storage: true",
 				}},
+			},
+			"related": {
+				Type: "array", MaxItems: ptr.To(int64(16)),
+				Items:        &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &related},
+				XListType:    ptr.To("map"),
+				XListMapKeys: []string{"id"},
 			},
 			"children": {
 				Type: "array", MaxItems: ptr.To(int64(64)),

@@ -51,6 +51,18 @@ func (l *OperatorList) DeepCopy() *OperatorList {
 // DeepCopy returns a deep copy.
 func (s *OperatorSpec) DeepCopy() *OperatorSpec {
 	out := &OperatorSpec{Resource: *s.Resource.DeepCopy()}
+	if s.Related != nil {
+		out.Related = make([]Related, len(s.Related))
+		for i, r := range s.Related {
+			out.Related[i] = r
+			if r.Selector != nil {
+				out.Related[i].Selector = make(map[string]string, len(r.Selector))
+				for k, v := range r.Selector {
+					out.Related[i].Selector[k] = v
+				}
+			}
+		}
+	}
 	if s.Children != nil {
 		out.Children = make([]Child, len(s.Children))
 		for i, c := range s.Children {

@@ -52,6 +52,11 @@ func TestDeepCopyIsEqualAndIndependent(t *testing.T) {
 		for k := range out.Spec.Status {
 			out.Spec.Status[k] = "mutated"
 		}
+		for i := range out.Spec.Related {
+			for k := range out.Spec.Related[i].Selector {
+				out.Spec.Related[i].Selector[k] = "mutated"
+			}
+		}
 		if !equality.Semantic.DeepEqual(&in, before) {
 			t.Fatal("mutating the copy changed the original")
 		}

@@ -56,6 +56,12 @@ type OperatorSpec struct {
 	// Resource is the custom resource the operator owns; opkit installs its
 	// CRD.
 	Resource Resource `json:"resource"`
+	// Related are objects each custom resource refers to but the operator
+	// does not own (a Deployment named in its spec, the Pods with its
+	// label): watched, so that their changes reconcile the custom resources
+	// that refer to them, and read as related.<id> by children, status and
+	// handlers. opkit never writes to them.
+	Related []Related `json:"related,omitempty"`
 	// Children are the objects kept converged for each custom resource, in
 	// dependency order.
 	Children []Child `json:"children,omitempty"`
@@ -122,6 +128,30 @@ type ResourceVersion struct {
 	PrinterColumns []apiextensionsv1.CustomResourceColumnDefinition `json:"printerColumns,omitempty"`
 	// Scale enables the scale subresource with these paths.
 	Scale *apiextensionsv1.CustomResourceSubresourceScale `json:"scale,omitempty"`
+}
+
+// Related names, for each custom resource, an object or a set of objects
+// of one kind that it refers to. Exactly one of Name and Selector is set.
+type Related struct {
+	// ID names it in expressions: related.<id>. A lower-case identifier,
+	// unique among the related objects.
+	ID string `json:"id"`
+	// APIVersion and Kind are its kind, e.g. apps/v1 Deployment; neither
+	// may be an expression.
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Name is one object, a template over self (e.g.
+	// "${self.spec.deployment}"); related.<id> is that object. An
+	// expression reading it while it does not exist waits, as for a child
+	// not yet created.
+	Name string `json:"name,omitempty"`
+	// Selector selects by labels, each value a template over self;
+	// related.<id> is the list of matching objects, sorted by name, empty
+	// when none match.
+	Selector map[string]string `json:"selector,omitempty"`
+	// Namespace, a template over self, is where it is; it defaults to the
+	// custom resource's namespace. A cluster-scoped kind has none.
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // Child is one object templated for each custom resource.

@@ -32,6 +32,8 @@ type Definition struct {
 	GVK schema.GroupVersionKind
 	// Plural is the resource name, e.g. printers.
 	Plural string
+	// Related are the objects each custom resource refers to, as declared.
+	Related []*Related
 	// Children in dependency order: a child comes after those it reads.
 	Children []*Child
 	// Status fields, sorted by name.
@@ -168,13 +170,29 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 	}
 	read := len(l.errs)
 	childIDs, childSchemas := resolveChildSchemas(l, op, schemas)
+	relatedTypes, _ := resolveRelatedSchemas(l, op, schemas)
 	if len(l.errs) > read {
 		return nil
 	}
-	envs, err := newCELEnvs(storage.Schema, childIDs, childSchemas)
+	envs, err := newCELEnvs(storage.Schema, childIDs, childSchemas, relatedTypes)
 	if err != nil {
 		l.add(fmt.Sprintf("spec.resource.versions[%d].schema", slices.IndexFunc(op.Spec.Resource.Versions, func(v v1alpha1.ResourceVersion) bool { return v.Name == storage.Name })), "%v", err)
 		return nil
+	}
+	relatedIDs := map[string]bool{}
+	for i, r := range op.Spec.Related {
+		field := fmt.Sprintf("spec.related[%d]", i)
+		rel := compileRelated(l, envs, field, r)
+		if rel == nil {
+			relatedIDs[r.ID] = r.ID != "" // reported; its readers are not
+			continue
+		}
+		if relatedIDs[r.ID] {
+			l.add(field+".id", "duplicate related id %q: each needs its own", r.ID)
+			continue
+		}
+		relatedIDs[r.ID] = true
+		d.Related = append(d.Related, rel)
 	}
 	ids := map[string]bool{}
 	for i, c := range op.Spec.Children {
@@ -212,6 +230,16 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 		}
 	}
 	d.Handlers = compileHandlers(l, envs, op.Spec.Handlers, dir, op.Spec.Resource.Scope == v1alpha1.ClusterScoped)
+	for _, r := range relatedTypes {
+		if r.schema == nil {
+			continue
+		}
+		if r.list {
+			childSchemas[relatedKey(r.id)] = listSchema(r.schema)
+		} else {
+			childSchemas[relatedKey(r.id)] = r.schema
+		}
+	}
 	valueSchemas := newValueSchemas(childSchemas)
 	for _, c := range d.Children {
 		c.schemas = valueSchemas
@@ -219,7 +247,7 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 	for _, f := range d.Status {
 		f.schemas = valueSchemas
 	}
-	checkReferences(l, d, ids)
+	checkReferences(l, d, ids, relatedIDs)
 	checkStatusSchemas(l, d)
 	if len(l.errs) == 0 {
 		order, err := dependencyOrder(d.Children)
@@ -492,13 +520,22 @@ func (s *Slot) Expressions() []*Expression {
 	return out
 }
 
-// checkReferences requires every children.<id> to name a child, and records
-// each child's dependencies.
-func checkReferences(l *errorList, d *Definition, ids map[string]bool) {
+// checkReferences requires every children.<id> to name a child and every
+// related.<id> a related object, and records each child's dependencies.
+func checkReferences(l *errorList, d *Definition, ids, relatedIDs map[string]bool) {
 	check := func(e *Expression) {
 		for _, id := range e.Children {
 			if !ids[id] {
 				l.add(e.Field, "${%s} reads children.%s, but there is no child with id %q (children: %s)", e.Source, id, id, strings.Join(sortedKeys(ids), ", "))
+			}
+		}
+		for _, id := range e.Related {
+			if !relatedIDs[id] {
+				known := "none: declare it under spec.related"
+				if len(relatedIDs) > 0 {
+					known = strings.Join(sortedKeys(relatedIDs), ", ")
+				}
+				l.add(e.Field, "${%s} reads related.%s, but there is no related object with id %q (related: %s)", e.Source, id, id, known)
 			}
 		}
 	}

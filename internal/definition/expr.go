@@ -1,6 +1,7 @@
 package definition
 
 import (
+	"slices"
 	"fmt"
 	"strings"
 
@@ -29,6 +30,8 @@ type Expression struct {
 	Field string
 	// Children are the ids of the children it reads (children.<id>).
 	Children []string
+	// Related are the ids of the related objects it reads (related.<id>).
+	Related []string
 	// Type is its checked output type.
 	Type    *cel.Type
 	Program cel.Program
@@ -165,7 +168,7 @@ func selfSchema(spec *apiextensionsv1.JSONSchemaProps) *apiextensionsv1.JSONSche
 // newCELEnvs builds the environments from the storage version's schema
 // and the schemas of the children (by id; nil for untyped), with the
 // Kubernetes CEL libraries (quantities, URLs, regex, lists...).
-func newCELEnvs(specSchema *apiextensionsv1.JSONSchemaProps, ids []string, childSchemas map[string]*spec.Schema) (*celEnvs, error) {
+func newCELEnvs(specSchema *apiextensionsv1.JSONSchemaProps, ids []string, childSchemas map[string]*spec.Schema, related []relatedType) (*celEnvs, error) {
 	var internal apiextensions.JSONSchemaProps
 	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(selfSchema(specSchema), &internal, nil); err != nil {
 		return nil, err
@@ -195,12 +198,33 @@ func newCELEnvs(specSchema *apiextensionsv1.JSONSchemaProps, ids []string, child
 		declTypes = append(declTypes, obj)
 		childrenType = obj.CelType()
 	}
+	relatedVar := cel.MapType(cel.StringType, cel.DynType)
+	if slices.ContainsFunc(related, func(r relatedType) bool { return r.schema != nil }) {
+		// related is an object with one field per id: an object of the
+		// kind's schema, or a list of them.
+		fields := map[string]*apiservercel.DeclField{}
+		for _, r := range related {
+			t := apiservercel.DynType
+			if r.schema != nil {
+				t = common.SchemaDeclType(&openapi.Schema{Schema: r.schema}, false).MaybeAssignTypeName("__opkit_related_" + r.id)
+				declTypes = append(declTypes, t)
+				if r.list {
+					t = apiservercel.NewListType(t, -1)
+				}
+			}
+			fields[r.id] = apiservercel.NewDeclField(r.id, t, false, nil, nil)
+		}
+		obj := apiservercel.NewObjectType("__opkit_related", fields)
+		declTypes = append(declTypes, obj)
+		relatedVar = obj.CelType()
+	}
 	base := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())
 	objectSet, err := base.Extend(environment.VersionedOptions{
 		IntroducedVersion: version.MajorMinor(1, 0),
 		EnvOptions: []cel.EnvOption{
 			cel.Variable("self", selfType.CelType()),
 			cel.Variable("children", childrenType),
+			cel.Variable("related", relatedVar),
 		},
 		DeclTypes: declTypes,
 	})
@@ -241,12 +265,14 @@ func compile(env *cel.Env, e *Expression) error {
 		return fmt.Errorf("${%s}: %w", e.Source, err)
 	}
 	e.Type, e.Program = ast.OutputType(), prog
-	e.Children = childReferences(ast.NativeRep())
+	e.Children = references(ast.NativeRep(), "children")
+	e.Related = references(ast.NativeRep(), "related")
 	return nil
 }
 
-// childReferences returns the ids in children.<id> and children["<id>"].
-func childReferences(ast *celast.AST) []string {
+// references returns the ids in <name>.<id> and <name>["<id>"], name being
+// children or related.
+func references(ast *celast.AST, name string) []string {
 	seen := map[string]bool{}
 	var ids []string
 	add := func(id string) {
@@ -256,7 +282,7 @@ func childReferences(ast *celast.AST) []string {
 		}
 	}
 	isChildren := func(e celast.Expr) bool {
-		return e.Kind() == celast.IdentKind && e.AsIdent() == "children"
+		return e.Kind() == celast.IdentKind && e.AsIdent() == name
 	}
 	celast.PostOrderVisit(ast.Expr(), celast.NewExprVisitor(func(e celast.Expr) {
 		switch e.Kind() {

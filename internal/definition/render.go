@@ -14,22 +14,38 @@ import (
 	"k8s.io/apiserver/pkg/cel/common"
 )
 
-// Vars are the values expressions see: self is the custom resource, and
-// Children holds the current object of each child that exists.
+// Vars are the values expressions see: self is the custom resource,
+// Children holds the current object of each child that exists, and
+// Related each related object that exists (map[string]any) or each list
+// of them ([]any).
 type Vars struct {
 	Self     map[string]any
 	Children map[string]map[string]any
+	Related  map[string]any
 }
 
-// activation binds self and children; a child whose schema is known is
-// read through it, so that its fields have the types the expressions were
-// checked with (a date-time string is a timestamp, for one).
+// activation binds self, children and related; an object whose schema is
+// known is read through it, so that its fields have the types the
+// expressions were checked with (a date-time string is a timestamp, for
+// one).
 func (v Vars) activation(schemas map[string]common.Schema) map[string]any {
 	children := make(map[string]any, len(v.Children))
 	for id, obj := range v.Children {
 		children[id] = typed(obj, schemas[id])
 	}
-	return map[string]any{"self": v.Self, "children": children}
+	related := make(map[string]any, len(v.Related))
+	for id, val := range v.Related {
+		related[id] = typedAny(val, schemas[relatedKey(id)])
+	}
+	return map[string]any{"self": v.Self, "children": children, "related": related}
+}
+
+// typedAny is typed for an object or a list of objects.
+func typedAny(v any, s common.Schema) any {
+	if s == nil {
+		return v
+	}
+	return common.UnstructuredToVal(v, s)
 }
 
 func typed(obj map[string]any, s common.Schema) any {
@@ -43,6 +59,11 @@ func typed(obj map[string]any, s common.Schema) any {
 // that does not exist yet; the caller waits for it rather than failing.
 var ErrChildMissing = errors.New("a child it reads does not exist yet")
 
+// ErrRelatedMissing is returned (wrapped) when an expression reads a
+// related object that does not exist; the caller waits for it, as for a
+// child.
+var ErrRelatedMissing = errors.New("a related object it reads does not exist")
+
 // Eval evaluates the expression and returns a JSON-compatible value:
 // string, int64, float64, bool, nil, []any or map[string]any.
 func (e *Expression) Eval(activation map[string]any) (any, error) {
@@ -52,6 +73,13 @@ func (e *Expression) Eval(activation map[string]any) (any, error) {
 			for _, id := range e.Children {
 				if _, ok := children[id]; !ok {
 					return nil, fmt.Errorf("%s: ${%s}: children.%s: %w", e.Field, e.Source, id, ErrChildMissing)
+				}
+			}
+		}
+		if related, _ := activation["related"].(map[string]any); related != nil {
+			for _, id := range e.Related {
+				if _, ok := related[id]; !ok {
+					return nil, fmt.Errorf("%s: ${%s}: related.%s: %w", e.Field, e.Source, id, ErrRelatedMissing)
 				}
 			}
 		}

@@ -1,0 +1,127 @@
+package definition
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+const relatedApp = base + `  related:
+  - id: app
+    apiVersion: v1
+    kind: ConfigMap
+    name: "${self.spec.image}-config"
+  - id: pods
+    apiVersion: v1
+    kind: ConfigMap
+    namespace: "${self.metadata.namespace}-other"
+    selector: {app: "${self.metadata.name}"}
+  children:
+  - id: copy
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${self.metadata.name}-copy"}
+      data:
+        fromApp: "${related.app.data.key}"
+        count: "${string(size(related.pods))}"
+  status:
+    version: "${related.app.metadata.resourceVersion}"
+`
+
+func TestRelatedObjectsAreNamedFromSelfAndReadByChildrenAndStatus(t *testing.T) {
+	for _, typed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("typed=%v", typed), func(t *testing.T) {
+			srcs, err := Load("app.yaml", []byte(relatedApp))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var d *Definition
+			if typed {
+				d, err = CompileWithSchemas(srcs[0], configMapSchema)
+			} else {
+				d, err = Compile(srcs[0])
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Related) != 2 || d.Related[0].List() || !d.Related[1].List() {
+				t.Fatalf("related: %+v", d.Related)
+			}
+			self := map[string]any{"metadata": map[string]any{"name": "a", "namespace": "team"}, "spec": map[string]any{"image": "web"}}
+			ns, name, sel, err := d.Related[0].Target(self, "team")
+			if err != nil || ns != "team" || name != "web-config" || sel != nil {
+				t.Errorf("app: %q %q %v %v; want team web-config", ns, name, sel, err)
+			}
+			ns, name, sel, err = d.Related[1].Target(self, "team")
+			if err != nil || ns != "team-other" || name != "" || sel.String() != "app=a" {
+				t.Errorf("pods: %q %q %v %v; want team-other app=a", ns, name, sel, err)
+			}
+
+			app := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "web-config", "resourceVersion": "7"}, "data": map[string]any{"key": "v"}}
+			vars := Vars{Self: self, Children: map[string]map[string]any{}, Related: map[string]any{"app": app, "pods": []any{app, app}}}
+			obj, err := child(d, "copy").Render(vars)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprint(obj["data"]); got != "map[count:2 fromApp:v]" {
+				t.Errorf("data = %s", got)
+			}
+			if v, err := d.Status[0].Evaluate(vars); err != nil || v != "7" {
+				t.Errorf("status version = %v, %v; want 7", v, err)
+			}
+			// The named object missing: the child waits.
+			delete(vars.Related, "app")
+			if _, err := child(d, "copy").Render(vars); !errors.Is(err, ErrRelatedMissing) {
+				t.Errorf("render without the related object: %v; want ErrRelatedMissing", err)
+			}
+		})
+	}
+}
+
+func TestBadRelatedReferencesAreErrorsNamingTheField(t *testing.T) {
+	for name, tc := range map[string]struct{ from, to, want string }{
+		"both":           {`    name: "${self.spec.image}-config"`, `    name: x` + "\n" + `    selector: {a: b}`, `app.yaml:16: spec.related[0]: set one of name and selector, not both`},
+		"neither":        {`    name: "${self.spec.image}-config"`, ``, `spec.related[0]: set name (one object`},
+		"id":             {`  - id: app`, `  - id: App`, `app.yaml:16: spec.related[0].id: "App" is not an id`},
+		"duplicate":      {`  - id: pods`, `  - id: app`, `spec.related[1].id: duplicate related id "app"`},
+		"kind":           {`    kind: ConfigMap` + "\n" + `    name:`, `    kind: ${self.spec.image}` + "\n" + `    name:`, `spec.related[0].kind: required, and it cannot be an expression`},
+		"reads child":    {`"${self.spec.image}-config"`, `"${children.copy.metadata.name}"`, `spec.related[0].name: ${children.copy.metadata.name}: a related object is named from self alone`},
+		"unknown id":     {`${related.app.data.key}`, `${related.ap.data.key}`, `spec.children[0].template.data.fromApp: ${related.ap.data.key} reads related.ap, but there is no related object with id "ap" (related: app, pods)`},
+		"label key":      {`selector: {app:`, `selector: {"bad key!":`, `spec.related[1].selector.bad key!: "bad key!" is not a label key`},
+		"cel":            {`"${self.spec.image}-config"`, `"${self.spec.imgae}"`, `spec.related[0].name: ${self.spec.imgae}: ERROR`},
+		"served (typed)": {`    kind: ConfigMap` + "\n" + `    name:`, `    kind: Widget` + "\n" + `    name:`, `spec.related[0].kind: kind v1 Widget is not served by the cluster`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			yaml := strings.Replace(relatedApp, tc.from, tc.to, 1)
+			if yaml == relatedApp {
+				t.Fatalf("%q is not in the definition", tc.from)
+			}
+			srcs, err := Load("app.yaml", []byte(yaml))
+			if err == nil {
+				if strings.HasSuffix(name, "(typed)") {
+					_, err = CompileWithSchemas(srcs[0], configMapSchema)
+				} else {
+					_, err = Compile(srcs[0])
+				}
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v\nwant %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestTypedRelatedFieldsTheKindDoesNotHaveAreErrors(t *testing.T) {
+	srcs, err := Load("app.yaml", []byte(strings.Replace(relatedApp, "related.app.metadata.resourceVersion", "related.app.spec.replicas", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CompileWithSchemas(srcs[0], configMapSchema); err == nil || !strings.Contains(err.Error(), "spec.status.version: ${related.app.spec.replicas}: ERROR") || !strings.Contains(err.Error(), "undefined field 'spec'") {
+		t.Errorf("error %v; want undefined field 'spec'", err)
+	}
+	if _, err := Compile(srcs[0]); err != nil {
+		t.Errorf("untyped, the same compiles: %v", err)
+	}
+}

@@ -14,11 +14,15 @@
 // that gave up (Stalled) waits for a new generation or opkit retry.
 //
 // A run's idempotency key is the object's uid, the generation and the
-// handler, plus the slot for periodic runs: the same change, retried or
-// interrupted, keeps its key.
+// handler, plus the slot for periodic runs, and a hash of the related
+// fields for an update caused by them (related.<id>... in fields): the
+// same change, retried or interrupted, keeps its key.
 package cause
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -47,6 +51,9 @@ type Input struct {
 	Resumed bool
 	// Paused: handlers are paused for the object; none runs.
 	Paused bool
+	// Related are the object's related objects (definition.Vars.Related):
+	// a change of the fields a handler names is an update for it.
+	Related map[string]any
 	// Now is the time of the decision.
 	Now time.Time
 }
@@ -68,6 +75,9 @@ type Cause struct {
 	// object); Diff the changes from it to the current spec.
 	Old  map[string]any
 	Diff []archive.Change
+	// Inputs is the hash of the related fields the handler names, now;
+	// "" for a handler that names none.
+	Inputs string
 }
 
 // Decision is what Decide found.
@@ -110,7 +120,8 @@ func Decide(in Input) Decision {
 		return paths
 	}
 	var best *definition.Handler
-	var bestTrigger string
+	var bestTrigger, bestInputs string
+	var bestRelated bool
 	for _, h := range in.Handlers {
 		hs := st.Of(h.Name)
 		trigger := ""
@@ -129,6 +140,16 @@ func Decide(in Input) Decision {
 				trigger = v1alpha1.OnUpdate
 			default:
 				hs.Generation = g // nothing in this change concerns it
+			}
+		}
+		inputs := Inputs(h, in.Related)
+		relatedChange := false
+		if trigger == "" && !deleting && inputs != "" && hs.Generation >= g && hs.Inputs != inputs {
+			switch {
+			case hs.Inputs == "" || !h.Fires(v1alpha1.OnUpdate):
+				hs.Inputs = inputs // first seen: what the handler started from
+			default:
+				trigger, relatedChange = v1alpha1.OnUpdate, true
 			}
 		}
 		if trigger == "" && !deleting && h.Fires(v1alpha1.OnResume) && !in.Resumed && st.Handled != nil {
@@ -173,19 +194,38 @@ func Decide(in Input) Decision {
 			}
 		}
 		if best == nil || triggerRank[trigger] < triggerRank[bestTrigger] {
-			best, bestTrigger = h, trigger
+			best, bestTrigger, bestInputs, bestRelated = h, trigger, inputs, relatedChange
 		}
 	}
 	if best == nil {
 		return d
 	}
-	c := &Cause{Handler: best, Trigger: bestTrigger, Generation: g, Attempt: 1, Due: now, Old: st.old()}
+	c := &Cause{Handler: best, Trigger: bestTrigger, Generation: g, Attempt: 1, Due: now, Old: st.old(), Inputs: bestInputs}
 	c.Diff = Diff(c.Old, Spec(obj))
 	if hs := st.Of(best.Name); hs.Target == g {
 		c.Attempt = hs.Attempt + 1
 	}
 	c.Key = Key(obj.GetUID(), g, best.Name, bestTrigger, st.Of(best.Name), now)
+	if bestRelated {
+		// The same generation, new inputs: a key of their own.
+		c.Key += "/inputs/" + bestInputs
+	}
 	return Decision{Cause: c, Stalled: d.Stalled}
+}
+
+// Inputs hashes the values of the related fields h names in related, or
+// returns "" when it names none.
+func Inputs(h *definition.Handler, related map[string]any) string {
+	if len(h.RelatedFields) == 0 {
+		return ""
+	}
+	values := make([]any, len(h.RelatedFields))
+	for i, f := range h.RelatedFields {
+		values[i] = normalize(f.Value(related))
+	}
+	data, _ := json.Marshal(values)
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8])
 }
 
 // Key is the idempotency key of a run of handler for the object's

@@ -338,3 +338,55 @@ func TestDiff(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func TestAChangeOfARelatedFieldTheHandlerNamesIsAnUpdate(t *testing.T) {
+	h := handler("h", v1alpha1.OnCreate, v1alpha1.OnUpdate)
+	h.RelatedFields = []definition.RelatedField{{Source: "related.app.spec.image", ID: "app", Path: []any{"spec", "image"}}}
+	hs := []*definition.Handler{h}
+	spec := map[string]any{"text": "a"}
+	app := func(image string, replicas int64) map[string]any {
+		return map[string]any{"app": map[string]any{"spec": map[string]any{"image": image, "replicas": replicas}}}
+	}
+	decide := func(st *State, related map[string]any) Decision {
+		return Decide(Input{Handlers: hs, Object: object(1, spec), State: st, Resumed: true, Now: now, Related: related})
+	}
+
+	// Created: the run records the inputs it saw.
+	st := state(0, nil, nil)
+	d := decide(st, app("nginx:1", 1))
+	if d.Cause == nil || d.Cause.Trigger != v1alpha1.OnCreate || d.Cause.Key != "u-1/1/h" {
+		t.Fatalf("create: %+v", d.Cause)
+	}
+	st.Succeeded(hs, d.Cause, spec, 0, now)
+
+	// Scaled: a field the handler does not name. Nothing runs.
+	if d := decide(st, app("nginx:1", 3)); d.Cause != nil {
+		t.Fatalf("scaling ran %s %s", d.Cause.Handler.Name, d.Cause.Trigger)
+	}
+	// The image changed: an update, with a key of its own.
+	d = decide(st, app("nginx:2", 3))
+	if d.Cause == nil || d.Cause.Trigger != v1alpha1.OnUpdate || !strings.HasPrefix(d.Cause.Key, "u-1/1/h/inputs/") {
+		t.Fatalf("image change: %+v", d.Cause)
+	}
+	key := d.Cause.Key
+	// It fails: the retry keeps the key and counts the attempt.
+	st.Failed(d.Cause, "boom", false, now.Add(-time.Hour))
+	d = decide(st, app("nginx:2", 3))
+	if d.Cause == nil || d.Cause.Key != key || d.Cause.Attempt != 2 {
+		t.Fatalf("retry: %+v; want key %s attempt 2", d.Cause, key)
+	}
+	st.Succeeded(hs, d.Cause, spec, 0, now)
+	// Done: once.
+	if d := decide(st, app("nginx:2", 3)); d.Cause != nil {
+		t.Errorf("ran again for the same image: %+v", d.Cause)
+	}
+	// A handler that names no related field has no inputs; one whose record
+	// predates them takes the current ones as its start, without a run.
+	if Inputs(handler("plain", v1alpha1.OnUpdate), app("x", 1)) != "" {
+		t.Error("a handler naming no related field has inputs")
+	}
+	old := state(1, spec, map[string]*HandlerState{"h": {Generation: 1}})
+	if d := decide(old, app("nginx:9", 1)); d.Cause != nil || old.Of("h").Inputs == "" {
+		t.Errorf("first sight of the inputs: cause %+v, inputs %q; want none and recorded", d.Cause, old.Of("h").Inputs)
+	}
+}

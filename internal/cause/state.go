@@ -39,6 +39,10 @@ type HandlerState struct {
 	// RequeueAt is when the handler runs again (trigger requeue), as its
 	// last successful run asked with requeueAfter.
 	RequeueAt string `json:"requeueAt,omitempty"`
+	// Inputs is a hash of the related objects' fields the handler names,
+	// as of its last success (or as first seen): a change of them is an
+	// update for it.
+	Inputs string `json:"inputs,omitempty"`
 }
 
 // Handled is the spec as of the last generation every create and update
@@ -136,6 +140,9 @@ func (st *State) Succeeded(hs []*definition.Handler, c *Cause, spec map[string]a
 	switch c.Trigger {
 	case v1alpha1.OnCreate, v1alpha1.OnUpdate:
 		rec.Generation = max(rec.Generation, c.Generation)
+		if c.Inputs != "" {
+			rec.Inputs = c.Inputs
+		}
 		// Changes made during the run come as one update, from the spec
 		// this run saw.
 		st.AdvanceHandled(hs, c.Generation, spec)

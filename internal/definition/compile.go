@@ -229,7 +229,7 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 			dir = filepath.Dir(abs)
 		}
 	}
-	d.Handlers = compileHandlers(l, envs, op.Spec.Handlers, dir, op.Spec.Resource.Scope == v1alpha1.ClusterScoped)
+	d.Handlers = compileHandlers(l, envs, op.Spec.Handlers, dir, op.Spec.Resource.Scope == v1alpha1.ClusterScoped, relatedIDs)
 	for _, r := range relatedTypes {
 		if r.schema == nil {
 			continue

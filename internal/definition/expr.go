@@ -1,8 +1,8 @@
 package definition
 
 import (
-	"slices"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/cel-go/cel"

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,8 +24,12 @@ type Handler struct {
 	Name string
 	// On is the set of triggers.
 	On []string
-	// Fields are the dotted paths an update must touch; empty means any.
+	// Fields are the dotted paths under spec an update must touch; empty
+	// (with no RelatedFields) means any.
 	Fields []string
+	// RelatedFields are the fields of related objects whose change is an
+	// update for the handler too: related.<id>.<path>.
+	RelatedFields []RelatedField
 	// Every, EveryExpr or Cron is the schedule, for the schedule trigger:
 	// a fixed interval, one computed per object, or a cron expression.
 	Every     time.Duration
@@ -128,11 +133,39 @@ func (h *Handler) Interval(self map[string]any) (time.Duration, error) {
 	return d, nil
 }
 
-// Touches reports whether a change of the dotted paths changed concerns the
-// handler: always without Fields, otherwise when a changed path is one of
-// Fields, lies under one, or contains one.
+// RelatedField is one field of a related object: related.<ID> then Path,
+// map keys (string) and list indexes (int).
+type RelatedField struct {
+	Source string
+	ID     string
+	Path   []any
+}
+
+// Value is the field's value in related (Vars.Related), or nil when the
+// object or the field is missing.
+func (f RelatedField) Value(related map[string]any) any {
+	v := related[f.ID]
+	for _, p := range f.Path {
+		switch p := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[p]
+		case int:
+			l, _ := v.([]any)
+			if p >= len(l) {
+				return nil
+			}
+			v = l[p]
+		}
+	}
+	return v
+}
+
+// Touches reports whether a change of the dotted spec paths changed
+// concerns the handler: always without any fields; otherwise when a
+// changed path is one of Fields, lies under one, or contains one.
 func (h *Handler) Touches(changed []string) bool {
-	if len(h.Fields) == 0 {
+	if len(h.Fields) == 0 && len(h.RelatedFields) == 0 {
 		return len(changed) > 0
 	}
 	for _, c := range changed {
@@ -145,6 +178,31 @@ func (h *Handler) Touches(changed []string) bool {
 	return false
 }
 
+var relatedPartRE = regexp.MustCompile(`\.[A-Za-z0-9_-]+|\[[0-9]+\]`)
+
+var relatedFieldRE = regexp.MustCompile(`^related\.([a-z][a-zA-Z0-9_]*)((?:\.[A-Za-z0-9_-]+|\[[0-9]+\])*)$`)
+
+// parseRelatedField parses related.<id>.<path>, with [n] list indexes.
+func parseRelatedField(f string, relatedIDs map[string]bool) (RelatedField, error) {
+	m := relatedFieldRE.FindStringSubmatch(f)
+	if m == nil {
+		return RelatedField{}, fmt.Errorf("%q is not a related object's field like related.app.spec.template.spec.containers[0].image", f)
+	}
+	if !relatedIDs[m[1]] {
+		return RelatedField{}, fmt.Errorf("%q reads related.%s, but there is no related object with id %q (related: %s)", f, m[1], m[1], strings.Join(sortedKeys(relatedIDs), ", "))
+	}
+	rf := RelatedField{Source: f, ID: m[1]}
+	for _, p := range relatedPartRE.FindAllString(m[2], -1) {
+		if p[0] == '.' {
+			rf.Path = append(rf.Path, p[1:])
+			continue
+		}
+		n, _ := strconv.Atoi(p[1 : len(p)-1])
+		rf.Path = append(rf.Path, n)
+	}
+	return rf, nil
+}
+
 var (
 	handlerNameRE = regexp.MustCompile(v1alpha1.HandlerNamePattern)
 	fieldPathRE   = regexp.MustCompile(`^spec(\.[A-Za-z0-9_-]+)*$`)
@@ -154,7 +212,7 @@ var (
 
 // compileHandlers validates and defaults spec.handlers. dir is the
 // definition file's directory, or "" for the cluster.
-func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir string, clusterScoped bool) []*Handler {
+func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir string, clusterScoped bool, relatedIDs map[string]bool) []*Handler {
 	var out []*Handler
 	names := map[string]bool{}
 	for i, h := range hs {
@@ -187,8 +245,17 @@ func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir str
 		}
 		for j, f := range h.Fields {
 			f = strings.TrimPrefix(f, ".")
+			if strings.HasPrefix(f, "related.") {
+				rf, err := parseRelatedField(f, relatedIDs)
+				if err != nil {
+					l.add(fmt.Sprintf("%s.fields[%d]", field, j), "%v", err)
+					continue
+				}
+				c.RelatedFields = append(c.RelatedFields, rf)
+				continue
+			}
 			if !fieldPathRE.MatchString(f) {
-				l.add(fmt.Sprintf("%s.fields[%d]", field, j), "%q is not a dotted path under spec, e.g. spec.replicas", h.Fields[j])
+				l.add(fmt.Sprintf("%s.fields[%d]", field, j), "%q is not a dotted path under spec (e.g. spec.replicas) or a related object's field (e.g. related.app.spec.template.spec.containers[0].image)", h.Fields[j])
 				continue
 			}
 			c.Fields = append(c.Fields, f)

@@ -125,3 +125,50 @@ func TestTypedRelatedFieldsTheKindDoesNotHaveAreErrors(t *testing.T) {
 		t.Errorf("untyped, the same compiles: %v", err)
 	}
 }
+
+func TestHandlerFieldsMayNameRelatedFields(t *testing.T) {
+	handlers := `  handlers:
+  - name: deployed
+    on: [update]
+    fields: [spec.image, "related.app.data.key", "related.pods[1].metadata.name"]
+    exec: {command: [/bin/true]}
+`
+	d, err := compileFile(t, "app.yaml", relatedApp+handlers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := d.Handlers[0]
+	if len(h.Fields) != 1 || len(h.RelatedFields) != 2 {
+		t.Fatalf("fields %v, related fields %+v", h.Fields, h.RelatedFields)
+	}
+	related := map[string]any{
+		"app":  map[string]any{"data": map[string]any{"key": "v"}},
+		"pods": []any{map[string]any{"metadata": map[string]any{"name": "a"}}, map[string]any{"metadata": map[string]any{"name": "b"}}},
+	}
+	if v := h.RelatedFields[0].Value(related); v != "v" {
+		t.Errorf("related.app.data.key = %v", v)
+	}
+	if v := h.RelatedFields[1].Value(related); v != "b" {
+		t.Errorf("related.pods[1].metadata.name = %v", v)
+	}
+	if v := h.RelatedFields[1].Value(map[string]any{}); v != nil {
+		t.Errorf("a missing object's field = %v; want nil", v)
+	}
+	// Only related fields: a spec change concerns the handler no more.
+	h.Fields = nil
+	if h.Touches([]string{"spec.image"}) {
+		t.Error("a handler naming only related fields is touched by a spec change")
+	}
+
+	for name, tc := range map[string]struct{ field, want string }{
+		"unknown id": {`"related.ap.data"`, `app.yaml:39: spec.handlers[0].fields[1]: "related.ap.data" reads related.ap, but there is no related object with id "ap" (related: app, pods)`},
+		"syntax":     {`"related.app..data"`, `spec.handlers[0].fields[1]: "related.app..data" is not a related object's field`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := compileFile(t, "app.yaml", relatedApp+strings.Replace(handlers, `"related.app.data.key"`, tc.field, 1))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v\nwant %q", err, tc.want)
+			}
+		})
+	}
+}

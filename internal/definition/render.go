@@ -60,9 +60,9 @@ func typed(obj map[string]any, s common.Schema) any {
 var ErrChildMissing = errors.New("a child it reads does not exist yet")
 
 // ErrRelatedMissing is returned (wrapped) when an expression reads a
-// related object that does not exist; the caller waits for it, as for a
-// child.
-var ErrRelatedMissing = errors.New("a related object it reads does not exist")
+// related object that does not exist. It wraps ErrChildMissing: callers
+// wait for it as for a child.
+var ErrRelatedMissing = fmt.Errorf("a related object it reads does not exist (%w)", ErrChildMissing)
 
 // Eval evaluates the expression and returns a JSON-compatible value:
 // string, int64, float64, bool, nil, []any or map[string]any.

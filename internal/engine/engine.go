@@ -98,6 +98,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -353,6 +354,9 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 			return fmt.Errorf("operator %s: child %s: kind %s is not served by the cluster: %w", d.Operator.Name, child.ID, child.GVK, err)
 		}
 	}
+	if err := e.checkRelated(ctx, d); err != nil {
+		return err
+	}
 	if len(d.Handlers) > 0 && e.opts.Archive == nil {
 		return fmt.Errorf("operator %s: handlers need a run archive, and the engine has none", d.Operator.Name)
 	}
@@ -474,7 +478,7 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	r := &reconciler{
 		def: d, client: e.client, reader: e.mgr.GetAPIReader(), mapper: e.mgr.GetRESTMapper(),
-		events: e.mgr.GetEventRecorder("opkit"),
+		events: e.mgr.GetEventRecorder("opkit"), related: newRelatedIndex(),
 	}
 	if len(d.Handlers) > 0 {
 		var err error
@@ -497,6 +501,25 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	if r.runner != nil {
 		// A run's end wakes its object.
 		if err := c.Watch(source.Channel(r.runner.wake, &handler.EnqueueRequestForObject{})); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	// A change of a related object reconciles the custom resources that
+	// refer to it (related.go).
+	watched := map[schema.GroupVersionKind]bool{}
+	for _, rel := range d.Related {
+		if watched[rel.GVK] {
+			continue
+		}
+		watched[rel.GVK] = true
+		gvk := rel.GVK
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(gvk)
+		h := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return r.related.requests(gvk, o)
+		})
+		if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), obj, h)); err != nil {
 			cancel()
 			return nil, err
 		}

@@ -201,7 +201,7 @@ type stepResult struct {
 // step records a finished run, then starts the next due handler, if any.
 // It writes the handlers' status patches and events itself; the caller
 // writes the returned state into status.opkit.
-func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, children map[string]map[string]any) (*stepResult, error) {
+func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars) (*stepResult, error) {
 	st := rn.state(cr)
 	res := &stepResult{state: st}
 	defer rn.remember(cr, st)
@@ -244,7 +244,7 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, child
 	now := time.Now()
 	rn.mu.Lock()
 	o = rn.object(cr)
-	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Resumed: o.resumed, Now: now}
+	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Resumed: o.resumed, Now: now, Related: vars.Related}
 	if st.Handled == nil {
 		o.resumed = true // a new object is created, not resumed
 	}
@@ -262,7 +262,7 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, child
 	}
 	if d.Cause != nil {
 		res.busy = true
-		if err := rn.start(ctx, cr, st, d.Cause, children); err != nil {
+		if err := rn.start(ctx, cr, st, d.Cause, vars); err != nil {
 			return nil, err
 		}
 		return res, nil
@@ -275,7 +275,7 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, child
 }
 
 // start records a run in the archive and starts it.
-func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *cause.State, c *cause.Cause, children map[string]map[string]any) error {
+func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *cause.State, c *cause.Cause, vars definition.Vars) error {
 	h, g, now := c.Handler, c.Generation, c.Due
 	f := &flight{cause: c, spec: cause.Spec(cr)}
 	if c.Trigger == v1alpha1.OnCreate || c.Trigger == v1alpha1.OnUpdate || c.Trigger == v1alpha1.OnDelete {
@@ -303,7 +303,7 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 	}
 	input, err := json.Marshal(bindingContext{
 		Operator: rn.def.Operator.Name, Handler: h.Name, Trigger: trigger, RunID: run.ID, IdempotencyKey: key,
-		Attempt: attempt, Object: cr.Object, Old: c.Old, Diff: c.Diff, Children: redactSecrets(children),
+		Attempt: attempt, Object: cr.Object, Old: c.Old, Diff: c.Diff, Children: redactSecrets(vars.Children), Related: redactRelatedSecrets(vars.Related),
 	})
 	if err != nil {
 		return fmt.Errorf("handler %s: encoding the binding context: %w", h.Name, err)
@@ -508,6 +508,7 @@ type bindingContext struct {
 	Old            map[string]any            `json:"old"`
 	Diff           []archive.Change          `json:"diff"`
 	Children       map[string]map[string]any `json:"children"`
+	Related        map[string]any            `json:"related,omitempty"`
 }
 
 // redactSecrets drops the values of Secret children: handlers get their
@@ -515,14 +516,45 @@ type bindingContext struct {
 func redactSecrets(children map[string]map[string]any) map[string]map[string]any {
 	out := make(map[string]map[string]any, len(children))
 	for id, obj := range children {
-		if obj["kind"] == "Secret" && obj["apiVersion"] == "v1" {
-			obj = maps.Clone(obj)
-			delete(obj, "data")
-			delete(obj, "stringData")
-		}
-		out[id] = obj
+		out[id] = redactSecret(obj)
 	}
 	return out
+}
+
+// redactRelatedSecrets is redactSecrets for related objects and lists.
+func redactRelatedSecrets(related map[string]any) map[string]any {
+	if len(related) == 0 {
+		return nil
+	}
+	out := make(map[string]any, len(related))
+	for id, v := range related {
+		switch v := v.(type) {
+		case map[string]any:
+			out[id] = redactSecret(v)
+		case []any:
+			items := make([]any, len(v))
+			for i, it := range v {
+				if obj, ok := it.(map[string]any); ok {
+					it = redactSecret(obj)
+				}
+				items[i] = it
+			}
+			out[id] = items
+		default:
+			out[id] = v
+		}
+	}
+	return out
+}
+
+// redactSecret is a Secret without its data; any other object as it is.
+func redactSecret(obj map[string]any) map[string]any {
+	if obj["kind"] == "Secret" && obj["apiVersion"] == "v1" {
+		obj = maps.Clone(obj)
+		delete(obj, "data")
+		delete(obj, "stringData")
+	}
+	return obj
 }
 
 // apiMessage is the API server's message for a refused request.
@@ -598,7 +630,7 @@ func (r *reconciler) finalize(ctx context.Context, cr *unstructured.Unstructured
 	if !r.runner.hasDelete() {
 		return r.patchFinalizer(ctx, cr, fin, false)
 	}
-	step, err := r.runner.step(ctx, cr, nil)
+	step, err := r.runner.step(ctx, cr, definition.Vars{Self: cr.Object})
 	if err != nil {
 		return reconcile.Result{}, err
 	}

@@ -36,6 +36,8 @@ type reconciler struct {
 	mapper meta.RESTMapper
 	events events.EventRecorder
 	runner *runner // nil without handlers
+	// related indexes what each custom resource refers to.
+	related *relatedIndex
 
 	// statuses is the status each object's last patch wrote, by the
 	// resourceVersion it was written over. The cache may still show that
@@ -61,6 +63,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Gone: its children are garbage-collected through their ownerReferences.
 		if apierrors.IsNotFound(err) {
 			r.statuses.Delete(req.NamespacedName)
+			r.related.forget(req.NamespacedName)
 			if r.runner != nil {
 				r.runner.forget(req.NamespacedName)
 			}
@@ -80,11 +83,12 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if wants := r.runner.hasDelete(); wants != holds {
 		return r.patchFinalizer(ctx, cr, fin, wants)
 	}
-	vars := definition.Vars{Self: cr.Object, Children: map[string]map[string]any{}}
+	vars := definition.Vars{Self: cr.Object, Children: map[string]map[string]any{}, Related: map[string]any{}}
 	inventory := readInventory(cr)
 	var keep []childRef
 	var waiting, notReady []string
-	var failure error
+	// What reads a related object that cannot be read waits for it.
+	failure := r.readRelated(ctx, cr, vars.Related)
 	var requeue time.Duration
 	for _, child := range r.def.Children {
 		res, err := r.convergeChild(ctx, cr, child, vars)
@@ -124,7 +128,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var step *stepResult
 	if r.runner != nil {
 		var err error
-		if step, err = r.runner.step(ctx, cr, vars.Children); err != nil {
+		if step, err = r.runner.step(ctx, cr, vars); err != nil {
 			failure = errors.Join(failure, err)
 		} else if step.requeue > 0 && (requeue == 0 || step.requeue < requeue) {
 			requeue = step.requeue

@@ -52,12 +52,19 @@ func TestBindingContextMatchesItsSchema(t *testing.T) {
 			"pod":    {"apiVersion": "v1", "kind": "Pod"},
 			"secret": {"apiVersion": "v1", "kind": "Secret", "data": map[string]any{"password": "c2VjcmV0"}},
 		}),
+		Related: redactRelatedSecrets(map[string]any{
+			"app":  map[string]any{"apiVersion": "apps/v1", "kind": "Deployment"},
+			"keys": []any{map[string]any{"apiVersion": "v1", "kind": "Secret", "data": map[string]any{"k": "dg=="}}},
+		}),
 	}
 	if err := validates(s, ctx); err != nil {
 		t.Errorf("a binding context does not match its schema: %v", err)
 	}
 	if _, leaked := ctx.Children["secret"]["data"]; leaked {
 		t.Error("a Secret child's data reached the binding context")
+	}
+	if _, leaked := ctx.Related["keys"].([]any)[0].(map[string]any)["data"]; leaked {
+		t.Error("a related Secret's data reached the binding context")
 	}
 	create := ctx
 	create.Trigger, create.Old, create.Diff, create.Children = "create", nil, nil, nil

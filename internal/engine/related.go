@@ -1,0 +1,212 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// Related objects (definition.Related) are read from the shared cache and
+// never written. Each reconcile records what its custom resource refers to
+// in the operator's relatedIndex; a change of a related object then
+// reconciles the custom resources that refer to it, found by name in a map
+// or by selector among those of its kind and namespace, never by a scan of
+// every custom resource.
+
+// relatedRef is one custom resource's reference: an object by name, or
+// the objects a selector matches.
+type relatedRef struct {
+	gvk       schema.GroupVersionKind
+	namespace string
+	name      string          // "" for a selector
+	selector  labels.Selector // nil for a name
+}
+
+// objectKey names one object of a kind.
+type objectKey struct {
+	gvk       schema.GroupVersionKind
+	namespace string
+	name      string
+}
+
+// scopeKey is a kind in a namespace.
+type scopeKey struct {
+	gvk       schema.GroupVersionKind
+	namespace string
+}
+
+// relatedIndex maps related objects to the custom resources that refer to
+// them.
+type relatedIndex struct {
+	mu     sync.Mutex
+	byName map[objectKey]map[types.NamespacedName]bool
+	bySel  map[scopeKey]map[types.NamespacedName]labels.Selector
+	refsOf map[types.NamespacedName][]relatedRef
+}
+
+func newRelatedIndex() *relatedIndex {
+	return &relatedIndex{
+		byName: map[objectKey]map[types.NamespacedName]bool{},
+		bySel:  map[scopeKey]map[types.NamespacedName]labels.Selector{},
+		refsOf: map[types.NamespacedName][]relatedRef{},
+	}
+}
+
+// set records what cr refers to now, replacing what it referred to before.
+func (x *relatedIndex) set(cr types.NamespacedName, refs []relatedRef) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.dropLocked(cr)
+	for _, ref := range refs {
+		if ref.selector == nil {
+			k := objectKey{ref.gvk, ref.namespace, ref.name}
+			if x.byName[k] == nil {
+				x.byName[k] = map[types.NamespacedName]bool{}
+			}
+			x.byName[k][cr] = true
+			continue
+		}
+		k := scopeKey{ref.gvk, ref.namespace}
+		if x.bySel[k] == nil {
+			x.bySel[k] = map[types.NamespacedName]labels.Selector{}
+		}
+		x.bySel[k][cr] = ref.selector
+	}
+	if len(refs) > 0 {
+		x.refsOf[cr] = refs
+	}
+}
+
+// forget drops a custom resource that is gone.
+func (x *relatedIndex) forget(cr types.NamespacedName) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.dropLocked(cr)
+}
+
+func (x *relatedIndex) dropLocked(cr types.NamespacedName) {
+	for _, ref := range x.refsOf[cr] {
+		if ref.selector == nil {
+			k := objectKey{ref.gvk, ref.namespace, ref.name}
+			delete(x.byName[k], cr)
+			if len(x.byName[k]) == 0 {
+				delete(x.byName, k)
+			}
+			continue
+		}
+		k := scopeKey{ref.gvk, ref.namespace}
+		delete(x.bySel[k], cr)
+		if len(x.bySel[k]) == 0 {
+			delete(x.bySel, k)
+		}
+	}
+	delete(x.refsOf, cr)
+}
+
+// requests are the custom resources that refer to obj, of kind gvk.
+func (x *relatedIndex) requests(gvk schema.GroupVersionKind, obj client.Object) []reconcile.Request {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var out []reconcile.Request
+	for cr := range x.byName[objectKey{gvk, obj.GetNamespace(), obj.GetName()}] {
+		out = append(out, reconcile.Request{NamespacedName: cr})
+	}
+	set := labels.Set(obj.GetLabels())
+	for cr, sel := range x.bySel[scopeKey{gvk, obj.GetNamespace()}] {
+		if sel.Matches(set) {
+			out = append(out, reconcile.Request{NamespacedName: cr})
+		}
+	}
+	return out
+}
+
+// readRelated reads the related objects cr refers to into vars (a missing
+// named object is left out: what reads it waits) and records the
+// references in the index.
+func (r *reconciler) readRelated(ctx context.Context, cr *unstructured.Unstructured, into map[string]any) error {
+	if len(r.def.Related) == 0 {
+		return nil
+	}
+	var refs []relatedRef
+	defer func() {
+		r.related.set(types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}, refs)
+	}()
+	for _, rel := range r.def.Related {
+		ns, name, sel, err := rel.Target(cr.Object, cr.GetNamespace())
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel.Field, err)
+		}
+		mapping, err := r.mapper.RESTMapping(rel.GVK.GroupKind(), rel.GVK.Version)
+		if err != nil {
+			return fmt.Errorf("%s: kind %s is not served: %w", rel.Field, rel.GVK, err)
+		}
+		if mapping.Scope.Name() == meta.RESTScopeNameRoot {
+			ns = ""
+		} else if ns == "" {
+			return fmt.Errorf("%s: %s is namespaced: give the related object a namespace (the custom resource has none)", rel.Field, rel.GVK.Kind)
+		}
+		refs = append(refs, relatedRef{gvk: rel.GVK, namespace: ns, name: name, selector: sel})
+		if !rel.List() {
+			obj := &unstructured.Unstructured{}
+			obj.SetGroupVersionKind(rel.GVK)
+			err := r.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
+			switch {
+			case err == nil:
+				into[rel.ID] = obj.Object
+			case client.IgnoreNotFound(err) != nil:
+				return fmt.Errorf("%s: reading %s %s: %w", rel.Field, rel.GVK.Kind, name, err)
+			}
+			continue
+		}
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(rel.GVK.GroupVersion().WithKind(rel.GVK.Kind + "List"))
+		if err := r.client.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			return fmt.Errorf("%s: listing %s: %w", rel.Field, rel.GVK.Kind, err)
+		}
+		sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].GetName() < list.Items[j].GetName() })
+		items := make([]any, len(list.Items))
+		for i := range list.Items {
+			items[i] = list.Items[i].Object
+		}
+		into[rel.ID] = items
+	}
+	return nil
+}
+
+// checkRelated refuses a definition whose related kinds the cluster does
+// not serve or the engine may not list and watch (the watch would never
+// sync), naming the field.
+func (e *Engine) checkRelated(ctx context.Context, d *definition.Definition) error {
+	for _, rel := range d.Related {
+		mapping, err := e.mgr.GetRESTMapper().RESTMapping(rel.GVK.GroupKind(), rel.GVK.Version)
+		if err != nil {
+			return fmt.Errorf("operator %s: %s: kind %s is not served by the cluster: %w", d.Operator.Name, rel.Field, rel.GVK, err)
+		}
+		for _, verb := range []string{"list", "watch"} {
+			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: mapping.Resource.Group, Version: mapping.Resource.Version, Resource: mapping.Resource.Resource},
+			}}
+			got, err := e.clientset.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("operator %s: %s: checking the engine may %s %s: %w", d.Operator.Name, rel.Field, verb, mapping.Resource.Resource, err)
+			}
+			if !got.Status.Allowed {
+				return fmt.Errorf("operator %s: %s: the engine may not %s %s in all namespaces; grant it list and watch on %s (related objects are watched cluster-wide)", d.Operator.Name, rel.Field, verb, mapping.Resource.GroupResource(), mapping.Resource.GroupResource())
+			}
+		}
+	}
+	return nil
+}

@@ -52,7 +52,9 @@ type Input struct {
 	// Paused: handlers are paused for the object; none runs.
 	Paused bool
 	// Related are the object's related objects (definition.Vars.Related):
-	// a change of the fields a handler names is an update for it.
+	// a change of the fields a handler names is an update for it. Nil when
+	// they could not be read: no run is then decided from them (a read
+	// error is not a change).
 	Related map[string]any
 	// Now is the time of the decision.
 	Now time.Time
@@ -142,7 +144,10 @@ func Decide(in Input) Decision {
 				hs.Generation = g // nothing in this change concerns it
 			}
 		}
-		inputs := Inputs(h, in.Related)
+		inputs := ""
+		if in.Related != nil {
+			inputs = Inputs(h, in.Related)
+		}
 		relatedChange := false
 		if trigger == "" && !deleting && inputs != "" && hs.Generation >= g && hs.Inputs != inputs {
 			switch {

@@ -380,6 +380,10 @@ func TestAChangeOfARelatedFieldTheHandlerNamesIsAnUpdate(t *testing.T) {
 	if d := decide(st, app("nginx:2", 3)); d.Cause != nil {
 		t.Errorf("ran again for the same image: %+v", d.Cause)
 	}
+	// The related objects could not be read: not a change.
+	if d := decide(st, nil); d.Cause != nil || st.Of("h").Inputs == "" {
+		t.Errorf("a read error ran %+v (inputs %q); want nothing, the inputs kept", d.Cause, st.Of("h").Inputs)
+	}
 	// A handler that names no related field has no inputs; one whose record
 	// predates them takes the current ones as its start, without a run.
 	if Inputs(handler("plain", v1alpha1.OnUpdate), app("x", 1)) != "" {

@@ -87,8 +87,12 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	inventory := readInventory(cr)
 	var keep []childRef
 	var waiting, notReady []string
-	// What reads a related object that cannot be read waits for it.
+	// What reads a related object that cannot be read waits for it, and
+	// no handler runs for a change of one (a read error is not a change).
 	failure := r.readRelated(ctx, cr, vars.Related)
+	if failure != nil {
+		vars.Related = nil
+	}
 	var requeue time.Duration
 	for _, child := range r.def.Children {
 		res, err := r.convergeChild(ctx, cr, child, vars)

@@ -46,6 +46,15 @@
 // child, or failed) keeps its entry. Deleting the custom resource deletes
 // its children through their ownerReferences (garbage collection).
 //
+// # Related objects
+//
+// Objects a custom resource refers to but the operator does not own
+// (spec.related) are read from the shared cache at each reconcile, before
+// the children, and never written. Each kind is watched; an index from
+// each related object to the custom resources that refer to it (by name,
+// or by selector within a kind and namespace) turns a change of one into
+// reconciles of exactly those (related.go).
+//
 // # A CRD deleted under a running operator
 //
 // Deleting a CRD deletes its custom resources (their delete handlers run
@@ -57,11 +66,11 @@
 //
 // # Handlers
 //
-// Each reconcile, after the children, decides which handler has a run to
-// make (handlers.go): triggers come from the object's state — its
+// Each reconcile, after the children, asks package cause which handler
+// has a run to make: triggers come from the object's state — its
 // generation against the generation each handler last succeeded for
-// (status.opkit.handlers), its deletionTimestamp, the schedule — never
-// from watch events. Runs execute in their own goroutines through package
+// (status.opkit.handlers), the related fields it names, its
+// deletionTimestamp, the schedule — never from watch events. Runs execute in their own goroutines through package
 // executor, one at a time per object and at most Options.MaxConcurrentRuns
 // per operator; a run's end wakes its object, and that object's reconcile
 // records the outcome (status patch, events, retry state, the archive), so

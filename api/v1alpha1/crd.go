@@ -242,7 +242,7 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 	on := apiextensionsv1.JSONSchemaProps{
 		Type: "array", MinItems: ptr.To(int64(1)), MaxItems: ptr.To(int64(5)),
 		Description: "Triggers: create, update, delete, resume, schedule.",
-		Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", Enum: enum(OnCreate, OnUpdate, OnDelete, OnResume, OnSchedule)}},
+		Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", Enum: enum(OnCreate, OnUpdate, OnDelete, OnResume, OnSchedule, OnWhen)}},
 		XListType:   ptr.To("set"),
 	}
 	env := apiextensionsv1.JSONSchemaProps{
@@ -274,6 +274,10 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 			"name":   name,
 			"on":     on,
 			"fields": strList("Update fires only when one of these dotted paths changed, e.g. spec.replicas.", 32),
+			"when": {
+				Type: "string", MaxLength: ptr.To(int64(4096)),
+				Description: "For the when trigger: a CEL condition over self, children and related; the handler runs once each time it becomes true.",
+			},
 			"schedule": {
 				Type: "object",
 				Properties: map[string]apiextensionsv1.JSONSchemaProps{

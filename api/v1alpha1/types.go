@@ -182,6 +182,8 @@ const (
 	OnDelete   = "delete"
 	OnResume   = "resume"
 	OnSchedule = "schedule"
+	// OnWhen fires each time the handler's When condition becomes true.
+	OnWhen = "when"
 )
 
 // Handler is a side effect run for a custom resource. It has exactly one
@@ -195,6 +197,10 @@ type Handler struct {
 	// finalizer until the handler succeeds), resume (the engine started)
 	// and schedule (see Schedule).
 	On []string `json:"on"`
+	// When is a CEL condition over self, children and related, for the
+	// when trigger: the handler runs once each time it becomes true
+	// (children.server.status.updatedReplicas == self.spec.replicas).
+	When string `json:"when,omitempty"`
 	// Fields restricts update to changes of these fields, as dotted paths
 	// from the object's root (spec.replicas, spec.template). Defaults to
 	// any change of the spec.

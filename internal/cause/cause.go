@@ -9,14 +9,17 @@
 // create when it never succeeded for the object, on update when it
 // succeeded for an older generation whose change touches its fields, on
 // delete once, on resume for an object the engine finds at start, on
-// schedule when a slot is due, and again when its last success asked for
-// it (requeueAfter). A handler that failed waits for its retry time; one
+// schedule when a slot is due, on when each time its condition becomes
+// true (recorded, so a transition made while the engine was down runs once
+// after it starts), and again when its last success asked for it
+// (requeueAfter). A handler that failed waits for its retry time; one
 // that gave up (Stalled) waits for a new generation or opkit retry.
 //
 // A run's idempotency key is the object's uid, the generation and the
-// handler, plus the slot for periodic runs, and a hash of the related
-// fields for an update caused by them (related.<id>... in fields): the
-// same change, retried or interrupted, keeps its key.
+// handler, plus the slot for periodic runs, a hash of the related fields
+// for an update caused by them (related.<id>... in fields), and the
+// transition's number for a when run: the same change, retried or
+// interrupted, keeps its key.
 package cause
 
 import (
@@ -56,6 +59,10 @@ type Input struct {
 	// they could not be read: no run is then decided from them (a read
 	// error is not a change).
 	Related map[string]any
+	// When holds each when-handler's condition now, by handler name;
+	// a handler whose condition cannot be known (it reads what does not
+	// exist yet) is absent, and nothing changes for it.
+	When map[string]bool
 	// Now is the time of the decision.
 	Now time.Time
 }
@@ -157,6 +164,14 @@ func Decide(in Input) Decision {
 				trigger, relatedChange = v1alpha1.OnUpdate, true
 			}
 		}
+		if cur, known := in.When[h.Name]; trigger == "" && !deleting && known && h.Fires(v1alpha1.OnWhen) {
+			switch {
+			case cur && !hs.WhenTrue:
+				trigger = v1alpha1.OnWhen // became true: once, until it is seen false
+			case !cur && hs.WhenTrue:
+				hs.WhenTrue = false
+			}
+		}
 		if trigger == "" && !deleting && h.Fires(v1alpha1.OnResume) && !in.Resumed && st.Handled != nil {
 			trigger = v1alpha1.OnResume
 		}
@@ -245,6 +260,8 @@ func Key(uid types.UID, g int64, handler, trigger string, hs *HandlerState, now 
 	case v1alpha1.TriggerRequeue:
 		at, _ := time.Parse(time.RFC3339Nano, hs.RequeueAt)
 		key += fmt.Sprintf("/requeue/%d", at.Unix())
+	case v1alpha1.OnWhen:
+		key += fmt.Sprintf("/when/%d", hs.WhenCount+1)
 	}
 	return key
 }
@@ -265,7 +282,7 @@ func stalledText(name string, hs *HandlerState) string {
 }
 
 // triggerRank orders triggers by urgency.
-var triggerRank = map[string]int{v1alpha1.OnDelete: 0, v1alpha1.OnCreate: 1, v1alpha1.OnUpdate: 1, v1alpha1.OnResume: 2, v1alpha1.OnSchedule: 3, v1alpha1.TriggerRequeue: 3}
+var triggerRank = map[string]int{v1alpha1.OnDelete: 0, v1alpha1.OnCreate: 1, v1alpha1.OnUpdate: 1, v1alpha1.OnWhen: 2, v1alpha1.OnResume: 2, v1alpha1.OnSchedule: 3, v1alpha1.TriggerRequeue: 3}
 
 // scheduleBase is the time a handler's next slot counts from: its last
 // scheduled run, else the object's creation.

@@ -394,3 +394,42 @@ func TestAChangeOfARelatedFieldTheHandlerNamesIsAnUpdate(t *testing.T) {
 		t.Errorf("first sight of the inputs: cause %+v, inputs %q; want none and recorded", d.Cause, old.Of("h").Inputs)
 	}
 }
+
+func TestWhenFiresOncePerTransitionToTrue(t *testing.T) {
+	h := handler("ready", v1alpha1.OnWhen)
+	hs := []*definition.Handler{h}
+	spec := map[string]any{"text": "a"}
+	st := state(1, spec, nil)
+	decide := func(when map[string]bool) Decision {
+		return Decide(Input{Handlers: hs, Object: object(1, spec), State: st, Resumed: true, Now: now, When: when})
+	}
+	if d := decide(map[string]bool{"ready": false}); d.Cause != nil {
+		t.Fatalf("false ran %+v", d.Cause)
+	}
+	// Unknown (what it reads does not exist yet): nothing.
+	if d := decide(nil); d.Cause != nil {
+		t.Fatalf("unknown ran %+v", d.Cause)
+	}
+	// Became true: one run, key /when/1. Until it succeeds, the same key
+	// (also after a restart: the record is in status).
+	d := decide(map[string]bool{"ready": true})
+	if d.Cause == nil || d.Cause.Trigger != v1alpha1.OnWhen || d.Cause.Key != "u-1/1/ready/when/1" {
+		t.Fatalf("became true: %+v", d.Cause)
+	}
+	if again := decide(map[string]bool{"ready": true}); again.Cause == nil || again.Cause.Key != d.Cause.Key {
+		t.Fatalf("before its success: %+v; want the same key", again.Cause)
+	}
+	st.Succeeded(hs, d.Cause, spec, 0, now)
+	// Still true: done.
+	if d := decide(map[string]bool{"ready": true}); d.Cause != nil {
+		t.Fatalf("still true ran %+v", d.Cause)
+	}
+	// False, then true again: the second transition, key /when/2.
+	if d := decide(map[string]bool{"ready": false}); d.Cause != nil || st.Of("ready").WhenTrue {
+		t.Fatalf("false: %+v, recorded %v", d.Cause, st.Of("ready").WhenTrue)
+	}
+	d = decide(map[string]bool{"ready": true})
+	if d.Cause == nil || d.Cause.Key != "u-1/1/ready/when/2" {
+		t.Fatalf("second transition: %+v", d.Cause)
+	}
+}

@@ -43,6 +43,11 @@ type HandlerState struct {
 	// as of its last success (or as first seen): a change of them is an
 	// update for it.
 	Inputs string `json:"inputs,omitempty"`
+	// WhenTrue is the handler's when condition as last recorded: set by
+	// the run for a transition to true, cleared when it is seen false.
+	// WhenCount counts the transitions run: the key of the next.
+	WhenTrue  bool  `json:"whenTrue,omitempty"`
+	WhenCount int64 `json:"whenCount,omitempty"`
 }
 
 // Handled is the spec as of the last generation every create and update
@@ -150,6 +155,8 @@ func (st *State) Succeeded(hs []*definition.Handler, c *Cause, spec map[string]a
 		rec.Deleted = true
 	case v1alpha1.OnSchedule:
 		rec.LastScheduled = c.Due.UTC().Format(time.RFC3339Nano)
+	case v1alpha1.OnWhen:
+		rec.WhenTrue, rec.WhenCount = true, rec.WhenCount+1
 	}
 	// The last success decides whether the handler runs again; after a
 	// delete run the object is gone.

@@ -247,6 +247,9 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 	for _, f := range d.Status {
 		f.schemas = valueSchemas
 	}
+	for _, h := range d.Handlers {
+		h.schemas = valueSchemas
+	}
 	checkReferences(l, d, ids, relatedIDs)
 	checkStatusSchemas(l, d)
 	if len(l.errs) == 0 {
@@ -452,23 +455,29 @@ func resolveChildSchemas(l *errorList, op *v1alpha1.Operator, schemas SchemaReso
 func compileConditions(l *errorList, env *cel.Env, field string, exprs []string) []*Expression {
 	var out []*Expression
 	for i, src := range exprs {
-		f := fmt.Sprintf("%s[%d]", field, i)
-		src = strings.TrimSpace(src)
-		if strings.HasPrefix(src, "${") && strings.HasSuffix(src, "}") {
-			src = strings.TrimSpace(src[2 : len(src)-1])
+		if e := compileCondition(l, env, fmt.Sprintf("%s[%d]", field, i), src); e != nil {
+			out = append(out, e)
 		}
-		e := &Expression{Source: src, Field: f}
-		if err := compile(env, e); err != nil {
-			l.add(f, "%v", err)
-			continue
-		}
-		if e.Type != cel.BoolType && e.Type != cel.DynType {
-			l.add(f, "${%s} is of type %s: a condition must be a bool", src, e.Type)
-			continue
-		}
-		out = append(out, e)
 	}
 	return out
+}
+
+// compileCondition compiles one boolean expression, with or without ${}.
+func compileCondition(l *errorList, env *cel.Env, field, src string) *Expression {
+	src = strings.TrimSpace(src)
+	if strings.HasPrefix(src, "${") && strings.HasSuffix(src, "}") {
+		src = strings.TrimSpace(src[2 : len(src)-1])
+	}
+	e := &Expression{Source: src, Field: field}
+	if err := compile(env, e); err != nil {
+		l.add(field, "%v", err)
+		return nil
+	}
+	if e.Type != cel.BoolType && e.Type != cel.DynType {
+		l.add(field, "${%s} is of type %s: a condition must be a bool", src, e.Type)
+		return nil
+	}
+	return e
 }
 
 // compileString compiles the expressions of one template string; a string
@@ -554,6 +563,11 @@ func checkReferences(l *errorList, d *Definition, ids, relatedIDs map[string]boo
 	for _, s := range d.Status {
 		for _, e := range s.Slot.Expressions() {
 			check(e)
+		}
+	}
+	for _, h := range d.Handlers {
+		if h.When != nil {
+			check(h.When)
 		}
 	}
 }

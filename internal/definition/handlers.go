@@ -15,6 +15,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apiserver/pkg/cel/common"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 )
@@ -30,6 +31,10 @@ type Handler struct {
 	// RelatedFields are the fields of related objects whose change is an
 	// update for the handler too: related.<id>.<path>.
 	RelatedFields []RelatedField
+	// When is the condition of the when trigger, or nil.
+	When *Expression
+
+	schemas map[string]common.Schema // types children and related for When
 	// Every, EveryExpr or Cron is the schedule, for the schedule trigger:
 	// a fixed interval, one computed per object, or a cron expression.
 	Every     time.Duration
@@ -161,6 +166,21 @@ func (f RelatedField) Value(related map[string]any) any {
 	return v
 }
 
+// WhenHolds evaluates the When condition for vars. An error wrapping
+// ErrChildMissing means it cannot be known yet (what it reads does not
+// exist).
+func (h *Handler) WhenHolds(vars Vars) (bool, error) {
+	v, err := h.When.Eval(vars.activation(h.schemas))
+	if err != nil {
+		return false, err
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, fmt.Errorf("%s: ${%s} gave %v, not a bool", h.When.Field, h.When.Source, v)
+	}
+	return b, nil
+}
+
 // Touches reports whether a change of the dotted spec paths changed
 // concerns the handler: always without any fields; otherwise when a
 // changed path is one of Fields, lies under one, or contains one.
@@ -206,7 +226,7 @@ func parseRelatedField(f string, relatedIDs map[string]bool) (RelatedField, erro
 var (
 	handlerNameRE = regexp.MustCompile(v1alpha1.HandlerNamePattern)
 	fieldPathRE   = regexp.MustCompile(`^spec(\.[A-Za-z0-9_-]+)*$`)
-	triggers      = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule}
+	triggers      = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule, v1alpha1.OnWhen}
 	cronParser    = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 )
 
@@ -259,6 +279,14 @@ func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir str
 				continue
 			}
 			c.Fields = append(c.Fields, f)
+		}
+		switch {
+		case h.When != "" && !c.Fires(v1alpha1.OnWhen):
+			l.add(field+".when", "when is the condition of the when trigger, which this handler does not have: add when to on")
+		case h.When == "" && c.Fires(v1alpha1.OnWhen):
+			l.add(field+".when", "required by the when trigger: a CEL condition over self, children and related, like children.server.status.readyReplicas == self.spec.replicas")
+		case h.When != "":
+			c.When = compileCondition(l, envs.object, field+".when", h.When)
 		}
 		compileSchedule(l, envs, field, h, c)
 		switch {

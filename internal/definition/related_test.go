@@ -172,3 +172,34 @@ func TestHandlerFieldsMayNameRelatedFields(t *testing.T) {
 		})
 	}
 }
+
+func TestWhenIsAConditionOfItsTrigger(t *testing.T) {
+	handler := func(on, when string) string {
+		return "  handlers:\n  - name: h\n    on: [" + on + "]\n" + when + "    exec: {command: [/bin/true]}\n"
+	}
+	d, err := compileFile(t, "app.yaml", relatedApp+handler("when", "    when: \"children.copy.data.fromApp == 'v' && size(related.pods) > 0\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := Vars{Self: map[string]any{"spec": map[string]any{}}, Children: map[string]map[string]any{"copy": {"data": map[string]any{"fromApp": "v"}}}, Related: map[string]any{"pods": []any{map[string]any{}}}}
+	if ok, err := d.Handlers[0].WhenHolds(vars); err != nil || !ok {
+		t.Errorf("WhenHolds = %v, %v; want true", ok, err)
+	}
+	delete(vars.Children, "copy")
+	if _, err := d.Handlers[0].WhenHolds(vars); !errors.Is(err, ErrChildMissing) {
+		t.Errorf("WhenHolds without the child: %v; want ErrChildMissing", err)
+	}
+	for name, tc := range map[string]struct{ on, when, want string }{
+		"without the trigger": {"update", "    when: \"true\"\n", "spec.handlers[0].when: when is the condition of the when trigger, which this handler does not have"},
+		"without a condition": {"when", "", "spec.handlers[0].when: required by the when trigger"},
+		"not a bool":          {"when", "    when: \"self.metadata.name\"\n", "spec.handlers[0].when: ${self.metadata.name} is of type string: a condition must be a bool"},
+		"unknown child":       {"when", "    when: \"has(children.cpy.data)\"\n", `spec.handlers[0].when: ${has(children.cpy.data)} reads children.cpy, but there is no child with id "cpy"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := compileFile(t, "app.yaml", relatedApp+handler(tc.on, tc.when))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v\nwant %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -250,6 +250,7 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	}
 	rn.mu.Unlock()
 	_, in.Paused = cr.GetAnnotations()[v1alpha1.PauseAnnotation]
+	in.When = rn.whenValues(cr, vars)
 	d := cause.Decide(in)
 	res.stalled = d.Stalled
 	if in.Paused {
@@ -272,6 +273,30 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		st.AdvanceHandled(rn.def.Handlers, cr.GetGeneration(), cause.Spec(cr))
 	}
 	return res, nil
+}
+
+// whenValues evaluates the when conditions: by handler, those that can be
+// known now (what a condition reads exists).
+func (rn *runner) whenValues(cr *unstructured.Unstructured, vars definition.Vars) map[string]bool {
+	var out map[string]bool
+	for _, h := range rn.def.Handlers {
+		if h.When == nil {
+			continue
+		}
+		holds, err := h.WhenHolds(vars)
+		switch {
+		case err == nil:
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[h.Name] = holds
+		case errors.Is(err, definition.ErrChildMissing):
+			// Not known yet: nothing changes.
+		default:
+			rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "WhenFailed", "Evaluate", "handler %s: %v", h.Name, err)
+		}
+	}
+	return out
 }
 
 // start records a run in the archive and starts it.

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -1097,4 +1098,77 @@ func createNote(t *testing.T, c client.Client, name, a string) *unstructured.Uns
 		t.Fatal(err)
 	}
 	return note
+}
+
+// TestAWhenTransitionWhileTheEngineIsDownRunsOnceAfterItStarts kills opkit
+// run with SIGKILL, makes a handler's when condition true while it is
+// down, and starts it twice: the handler runs once, after the first start.
+func TestAWhenTransitionWhileTheEngineIsDownRunsOnceAfterItStarts(t *testing.T) {
+	cl, c := startPlane(t)
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	handler := filepath.Join(dir, "work.sh")
+	if err := os.WriteFile(handler, []byte("#!/bin/bash\necho \"$OPKIT_IDEMPOTENCY_KEY\" >> \"$KEYS\"\necho '{}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	def := filepath.Join(dir, "notes.yaml")
+	if err := os.WriteFile(def, []byte(notesOperator+`  handlers:
+  - name: opened
+    on: [when]
+    when: "children.config.data.a == 'go'"
+    exec:
+      command: [`+strconv.Quote(handler)+`]
+      env: [{name: KEYS, value: `+strconv.Quote(keys)+`}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	archivePath := filepath.Join(dir, "runs.db")
+	start := func() *exec.Cmd {
+		cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath)
+		waitOutput(t, out, "operator notes: running", 60*time.Second)
+		return cmd
+	}
+	ran := func() []string {
+		data, _ := os.ReadFile(keys)
+		return strings.Fields(string(data))
+	}
+	cmd := start()
+	note := createNote(t, c, "gate", "wait")
+	clustertest.Eventually(t, time.Minute, "the ConfigMap", func(ctx context.Context) (bool, error) {
+		var cm corev1.ConfigMap
+		err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "gate-note"}, &cm)
+		return err == nil && cm.Data["a"] == "wait", client.IgnoreNotFound(err)
+	})
+	time.Sleep(time.Second) // the false value recorded
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	// The condition turns true while no engine runs.
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(note), note); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(note.Object, "go", "spec", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Update(t.Context(), note); err != nil {
+		t.Fatal(err)
+	}
+	cmd = start()
+	clustertest.Eventually(t, time.Minute, "the when run after the restart", func(context.Context) (bool, error) { return len(ran()) == 1, nil })
+	time.Sleep(2 * time.Second)
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	cmd = start()
+	time.Sleep(5 * time.Second)
+	if got := ran(); len(got) != 1 || !strings.HasSuffix(got[0], "/opened/when/1") {
+		t.Errorf("keys %v; want one run, key .../opened/when/1", got)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
 }

@@ -710,6 +710,34 @@ func proxiedKubeconfig(t *testing.T, cl *devcluster.Cluster, dir string) (*clust
 	return proxy, kubeconfig
 }
 
+// keyRecorder writes in dir a handler that appends its idempotency key to
+// the returned keys file, sleeps for sleep seconds ("0" for none) and
+// succeeds, and notesOperator with that handler declared by head (its
+// "- name:" line, triggers and policies, as YAML lines indented for
+// spec.handlers). It returns the definition's path and the keys file.
+func keyRecorder(t *testing.T, dir, sleep, head string) (def, keys string) {
+	t.Helper()
+	keys = filepath.Join(dir, "keys")
+	handler := filepath.Join(dir, "work.sh")
+	if err := os.WriteFile(handler, []byte("#!/bin/bash\necho \"$OPKIT_IDEMPOTENCY_KEY\" >> \"$KEYS\"\nsleep "+sleep+"\necho '{}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	def = filepath.Join(dir, "notes.yaml")
+	if err := os.WriteFile(def, []byte(notesOperator+"  handlers:\n"+head+`    exec:
+      command: [`+strconv.Quote(handler)+`]
+      env: [{name: KEYS, value: `+strconv.Quote(keys)+`}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return def, keys
+}
+
+// keysIn returns the keys a keyRecorder handler recorded, one per run.
+func keysIn(keys string) []string {
+	data, _ := os.ReadFile(keys)
+	return strings.Fields(string(data))
+}
+
 // TestARunThatEndsDuringAnOutageShowsInStatusSoonAfterIt cuts opkit run off
 // the API server for 45s while a handler runs; the handler ends during the
 // cut, and every reconcile that would write its outcome to the Note's
@@ -720,27 +748,12 @@ func TestARunThatEndsDuringAnOutageShowsInStatusSoonAfterIt(t *testing.T) {
 	cl, c := startPlane(t)
 	dir := t.TempDir()
 	proxy, kubeconfig := proxiedKubeconfig(t, cl, dir)
-	started := filepath.Join(dir, "started")
-	handler := filepath.Join(dir, "work.sh")
-	if err := os.WriteFile(handler, []byte("#!/bin/bash\ntouch \"$STARTED\"\nsleep 2\necho '{}'\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	def := filepath.Join(dir, "notes.yaml")
-	if err := os.WriteFile(def, []byte(notesOperator+`  handlers:
-  - name: work
-    on: [create]
-    exec:
-      command: [`+strconv.Quote(handler)+`]
-      env: [{name: STARTED, value: `+strconv.Quote(started)+`}]
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	def, keys := keyRecorder(t, dir, "2", "  - name: work\n    on: [create]\n")
 	cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", kubeconfig, "--archive", filepath.Join(dir, "runs.db"))
 	waitOutput(t, out, "operator notes: running", 60*time.Second)
 	createNote(t, c, "cut", "x")
 	clustertest.Eventually(t, time.Minute, "the handler started", func(context.Context) (bool, error) {
-		_, err := os.Stat(started)
-		return err == nil, nil
+		return len(keysIn(keys)) > 0, nil
 	})
 	proxy.Freeze()
 	// The run ends 2s into the cut; the reconciles that would record it
@@ -826,28 +839,11 @@ func TestAFullArchiveDiskStartsNoRunAndLosesNoRecord(t *testing.T) {
 	disk := smallDisk(t, 4<<20)
 	cl, c := startPlane(t)
 	dir := t.TempDir()
-	keys := filepath.Join(dir, "keys")
-	handler := filepath.Join(dir, "work.sh")
-	if err := os.WriteFile(handler, []byte("#!/bin/bash\necho \"$OPKIT_IDEMPOTENCY_KEY\" >> \"$KEYS\"\nsleep 3\necho '{}'\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	def := filepath.Join(dir, "notes.yaml")
-	if err := os.WriteFile(def, []byte(notesOperator+`  handlers:
-  - name: work
-    on: [create]
-    exec:
-      command: [`+strconv.Quote(handler)+`]
-      env: [{name: KEYS, value: `+strconv.Quote(keys)+`}]
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	def, keys := keyRecorder(t, dir, "3", "  - name: work\n    on: [create]\n")
 	archivePath := filepath.Join(disk, "runs.db")
 	cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath)
 	waitOutput(t, out, "operator notes: running", 60*time.Second)
-	started := func() int {
-		data, _ := os.ReadFile(keys)
-		return strings.Count(string(data), "\n")
-	}
+	started := func() int { return len(keysIn(keys)) }
 	createNote(t, c, "before", "x")
 	clustertest.Eventually(t, time.Minute, "the first run started", func(context.Context) (bool, error) { return started() == 1, nil })
 
@@ -926,31 +922,14 @@ func TestAnEtcdPausedFor20sIsToldAndCaughtUp(t *testing.T) {
 		t.Fatalf("no etcd among the plane's components %v", cl.Components())
 	}
 	dir := t.TempDir()
-	keys := filepath.Join(dir, "keys")
-	handler := filepath.Join(dir, "work.sh")
-	if err := os.WriteFile(handler, []byte("#!/bin/bash\necho \"$OPKIT_IDEMPOTENCY_KEY\" >> \"$KEYS\"\nsleep 2\necho '{}'\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	def := filepath.Join(dir, "notes.yaml")
-	if err := os.WriteFile(def, []byte(notesOperator+`  handlers:
-  - name: work
-    on: [create]
-    exec:
-      command: [`+strconv.Quote(handler)+`]
-      env: [{name: KEYS, value: `+strconv.Quote(keys)+`}]
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	def, keys := keyRecorder(t, dir, "2", "  - name: work\n    on: [create]\n")
 	cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", filepath.Join(dir, "runs.db"))
 	waitOutput(t, out, "operator notes: running", 60*time.Second)
 	const n = 20
 	for i := range n {
 		createNote(t, c, fmt.Sprintf("etcd-%d", i), "x")
 	}
-	started := func() []string {
-		data, _ := os.ReadFile(keys)
-		return strings.Fields(string(data))
-	}
+	started := func() []string { return keysIn(keys) }
 	clustertest.Eventually(t, time.Minute, "runs started", func(context.Context) (bool, error) { return len(started()) > 0, nil })
 	before := len(out.String())
 	if err := syscall.Kill(etcd, syscall.SIGSTOP); err != nil {
@@ -999,22 +978,7 @@ func TestAnEtcdPausedFor20sIsToldAndCaughtUp(t *testing.T) {
 func TestAnEnginePausedPastItsHandlersTimeoutRunsEachOnce(t *testing.T) {
 	cl, c := startPlane(t)
 	dir := t.TempDir()
-	keys := filepath.Join(dir, "keys")
-	handler := filepath.Join(dir, "work.sh")
-	if err := os.WriteFile(handler, []byte("#!/bin/bash\necho \"$OPKIT_IDEMPOTENCY_KEY\" >> \"$KEYS\"\nsleep 2\necho '{}'\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	def := filepath.Join(dir, "notes.yaml")
-	if err := os.WriteFile(def, []byte(notesOperator+`  handlers:
-  - name: work
-    on: [create]
-    timeout: 4s
-    exec:
-      command: [`+strconv.Quote(handler)+`]
-      env: [{name: KEYS, value: `+strconv.Quote(keys)+`}]
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	def, keys := keyRecorder(t, dir, "2", "  - name: work\n    on: [create]\n    timeout: 4s\n")
 	archivePath := filepath.Join(dir, "runs.db")
 	cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath)
 	waitOutput(t, out, "operator notes: running", 60*time.Second)
@@ -1022,10 +986,7 @@ func TestAnEnginePausedPastItsHandlersTimeoutRunsEachOnce(t *testing.T) {
 	for i := range n {
 		createNote(t, c, fmt.Sprintf("paused-%d", i), "x")
 	}
-	started := func() int {
-		data, _ := os.ReadFile(keys)
-		return strings.Count(string(data), "\n")
-	}
+	started := func() int { return len(keysIn(keys)) }
 	clustertest.Eventually(t, time.Minute, "the runs started", func(context.Context) (bool, error) { return started() == n, nil })
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -1106,32 +1067,14 @@ func createNote(t *testing.T, c client.Client, name, a string) *unstructured.Uns
 func TestAWhenTransitionWhileTheEngineIsDownRunsOnceAfterItStarts(t *testing.T) {
 	cl, c := startPlane(t)
 	dir := t.TempDir()
-	keys := filepath.Join(dir, "keys")
-	handler := filepath.Join(dir, "work.sh")
-	if err := os.WriteFile(handler, []byte("#!/bin/bash\necho \"$OPKIT_IDEMPOTENCY_KEY\" >> \"$KEYS\"\necho '{}'\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	def := filepath.Join(dir, "notes.yaml")
-	if err := os.WriteFile(def, []byte(notesOperator+`  handlers:
-  - name: opened
-    on: [when]
-    when: "children.config.data.a == 'go'"
-    exec:
-      command: [`+strconv.Quote(handler)+`]
-      env: [{name: KEYS, value: `+strconv.Quote(keys)+`}]
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	def, keys := keyRecorder(t, dir, "0", "  - name: opened\n    on: [when]\n    when: \"children.config.data.a == 'go'\"\n")
 	archivePath := filepath.Join(dir, "runs.db")
 	start := func() *exec.Cmd {
 		cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath)
 		waitOutput(t, out, "operator notes: running", 60*time.Second)
 		return cmd
 	}
-	ran := func() []string {
-		data, _ := os.ReadFile(keys)
-		return strings.Fields(string(data))
-	}
+	ran := func() []string { return keysIn(keys) }
 	cmd := start()
 	note := createNote(t, c, "gate", "wait")
 	clustertest.Eventually(t, time.Minute, "the ConfigMap", func(ctx context.Context) (bool, error) {

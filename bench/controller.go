@@ -249,9 +249,14 @@ func runBaseline(ctx context.Context, cfg *rest.Config, workers int) error {
 // costs.
 type discardArchive struct{}
 
-func (discardArchive) Insert(context.Context, *archive.Run) error      { return nil }
-func (discardArchive) Finish(context.Context, *archive.Run) error      { return nil }
-func (discardArchive) AppendLog(context.Context, string, []byte) error { return nil }
+func (discardArchive) Insert(context.Context, *archive.Run) error { return nil }
+func (discardArchive) States(context.Context, string) ([]archive.State, error) {
+	return []archive.State{}, nil
+}
+func (discardArchive) PutState(context.Context, *archive.State) error    { return nil }
+func (discardArchive) DeleteState(context.Context, string, string) error { return nil }
+func (discardArchive) Finish(context.Context, *archive.Run) error        { return nil }
+func (discardArchive) AppendLog(context.Context, string, []byte) error   { return nil }
 func (discardArchive) Counts(context.Context, time.Time) (map[string]archive.Counts, error) {
 	return map[string]archive.Counts{}, nil
 }

@@ -120,10 +120,43 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 		},
 	}
 	handler := handlerSchema()
-	spec := apiextensionsv1.JSONSchemaProps{
-		Type:     "object",
-		Required: []string{"resource"},
+	selectorRequirement := apiextensionsv1.JSONSchemaProps{
+		Type: "object", Required: []string{"key", "operator"},
 		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"key":      str("Label key."),
+			"operator": {Type: "string", Enum: enum("In", "NotIn", "Exists", "DoesNotExist")},
+			"values":   strList("Values, for In and NotIn.", 64),
+		},
+	}
+	watch := apiextensionsv1.JSONSchemaProps{
+		Type:        "object",
+		Description: "Objects of any kind the operator reacts to without owning them.",
+		Required:    []string{"apiVersion", "kind"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"apiVersion": str("API version of the kind, e.g. apps/v1."),
+			"kind":       str("Kind, e.g. Deployment."),
+			"namespaces": strList("Namespaces watched; defaults to all.", 64),
+			"selector": {
+				Type: "object", Description: "Label selector: only objects with these labels are watched.",
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"matchLabels": {
+						Type: "object", MaxProperties: ptr.To(int64(32)),
+						AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Schema: ptr.To(str(""))},
+					},
+					"matchExpressions": {Type: "array", MaxItems: ptr.To(int64(32)), Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &selectorRequirement}},
+				},
+			},
+			"filter": template("CEL condition over self; objects for which it is false are not watched."),
+		},
+	}
+	spec := apiextensionsv1.JSONSchemaProps{
+		Type: "object",
+		XValidations: apiextensionsv1.ValidationRules{{
+			Rule:    "!(has(self.resource) && has(self.watch))",
+			Message: "set at most one of resource (a custom resource the operator owns) and watch (objects it reacts to)",
+		}},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"watch": watch,
 			"resource": {
 				Type:     "object",
 				Required: []string{"group", "kind", "versions"},
@@ -210,6 +243,7 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 				AdditionalPrinterColumns: []apiextensionsv1.CustomResourceColumnDefinition{
 					{Name: "Kind", Type: "string", JSONPath: ".spec.resource.kind"},
 					{Name: "Group", Type: "string", JSONPath: ".spec.resource.group"},
+					{Name: "Watches", Type: "string", JSONPath: ".spec.watch.kind"},
 					{Name: "Ready", Type: "string", JSONPath: `.status.conditions[?(@.type=="Ready")].status`},
 					{Name: "Reason", Type: "string", JSONPath: `.status.conditions[?(@.type=="Ready")].reason`},
 					{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
@@ -241,7 +275,7 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 	name.Pattern, name.MaxLength = HandlerNamePattern, ptr.To(int64(63))
 	on := apiextensionsv1.JSONSchemaProps{
 		Type: "array", MinItems: ptr.To(int64(1)), MaxItems: ptr.To(int64(5)),
-		Description: "Triggers: create, update, delete, resume, schedule.",
+		Description: "Triggers: create, update, delete, resume, schedule, when.",
 		Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", Enum: enum(OnCreate, OnUpdate, OnDelete, OnResume, OnSchedule, OnWhen)}},
 		XListType:   ptr.To("set"),
 	}
@@ -287,7 +321,12 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 						MaxLength:   ptr.To(int64(1024)),
 						Pattern:     EveryPattern,
 					},
-					"cron": str("Cron expression, five fields, UTC."),
+					"cron":     str("Cron expression, five fields, in timeZone."),
+					"timeZone": str("IANA time zone of cron, e.g. Europe/Prague; defaults to UTC."),
+					"catchUp": {
+						Type: "string", Enum: enum(CatchUpSkip, CatchUpOnce),
+						Description: "Operator-wide schedules: after downtime, skip the missed slots or run once for the latest. Defaults to Once.",
+					},
 				},
 			},
 			"timeout": duration("Bound of one run; defaults to 5m."),

@@ -51,6 +51,12 @@ func (l *OperatorList) DeepCopy() *OperatorList {
 // DeepCopy returns a deep copy.
 func (s *OperatorSpec) DeepCopy() *OperatorSpec {
 	out := &OperatorSpec{Resource: *s.Resource.DeepCopy()}
+	if s.Watch != nil {
+		w := *s.Watch
+		w.Namespaces = copyStrings(s.Watch.Namespaces)
+		w.Selector = s.Watch.Selector.DeepCopy()
+		out.Watch = &w
+	}
 	if s.Related != nil {
 		out.Related = make([]Related, len(s.Related))
 		for i, r := range s.Related {

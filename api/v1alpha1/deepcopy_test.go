@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/randfill"
 )
 
@@ -25,6 +26,12 @@ func TestDeepCopyIsEqualAndIndependent(t *testing.T) {
 		for i := range out.Spec.Resource.Versions {
 			if out.Spec.Resource.Versions[i].Served != nil {
 				*out.Spec.Resource.Versions[i].Served = !*out.Spec.Resource.Versions[i].Served
+			}
+		}
+		if w := out.Spec.Watch; w != nil {
+			w.Namespaces = append(w.Namespaces, "mutated")
+			if w.Selector != nil {
+				w.Selector.MatchExpressions = append(w.Selector.MatchExpressions, metav1.LabelSelectorRequirement{Key: "mutated"})
 			}
 		}
 		for i := range out.Spec.Handlers {

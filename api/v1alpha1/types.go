@@ -51,11 +51,19 @@ type OperatorList struct {
 	Items           []Operator `json:"items"`
 }
 
-// OperatorSpec is what an operator owns and does.
+// OperatorSpec is what an operator owns and does. It reacts to one of
+// three things: the custom resource it owns (Resource), objects of any
+// kind it watches but does not own (Watch), or, with neither, time alone:
+// its handlers are then operator-wide schedules (a calendar).
 type OperatorSpec struct {
 	// Resource is the custom resource the operator owns; opkit installs its
-	// CRD.
-	Resource Resource `json:"resource"`
+	// CRD. At most one of Resource and Watch is set.
+	Resource Resource `json:"resource,omitzero"`
+	// Watch selects objects of any kind, which the operator neither owns
+	// nor writes to: its handlers run for each of them (create, update,
+	// delete, when, resume, schedule); their handler state is kept in the
+	// run archive, not in the objects.
+	Watch *Watch `json:"watch,omitempty"`
 	// Related are objects each custom resource refers to but the operator
 	// does not own (a Deployment named in its spec, the Pods with its
 	// label): watched, so that their changes reconcile the custom resources
@@ -128,6 +136,33 @@ type ResourceVersion struct {
 	PrinterColumns []apiextensionsv1.CustomResourceColumnDefinition `json:"printerColumns,omitempty"`
 	// Scale enables the scale subresource with these paths.
 	Scale *apiextensionsv1.CustomResourceSubresourceScale `json:"scale,omitempty"`
+}
+
+// IsZero reports whether no resource is declared.
+func (r Resource) IsZero() bool {
+	return r.Group == "" && r.Kind == "" && len(r.Versions) == 0 && r.Scope == "" && r.Names.Plural == "" &&
+		r.Names.Singular == "" && r.Names.ListKind == "" && len(r.Names.ShortNames) == 0 && len(r.Names.Categories) == 0
+}
+
+// Watch selects the objects of one kind an operator reacts to without
+// owning them: those in Namespaces (all when empty) that carry the
+// Selector's labels and for which Filter holds.
+type Watch struct {
+	// APIVersion and Kind are the kind, e.g. apps/v1 Deployment; neither
+	// may be an expression.
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Namespaces limits the watch to these namespaces; the engine then
+	// needs to list and watch the kind in those namespaces only. Defaults
+	// to every namespace (and is empty for a cluster-scoped kind).
+	Namespaces []string `json:"namespaces,omitempty"`
+	// Selector selects by labels, as a Deployment's selector does. The
+	// API server filters: objects without the labels never reach opkit.
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+	// Filter is a CEL condition over self (the object); an object for
+	// which it is false is treated as not watched: an object that stops
+	// matching is forgotten, no delete handler runs for it.
+	Filter string `json:"filter,omitempty"`
 }
 
 // Related names, for each custom resource, an object or a set of objects
@@ -221,15 +256,32 @@ type Handler struct {
 	HTTP *HTTPAction `json:"http,omitempty"`
 }
 
-// Schedule runs a handler periodically for each object: every interval, or
-// at the times of a cron expression (five fields, UTC).
+// Schedule runs a handler periodically: for each object in an operator
+// with a resource or a watch, or once per slot for the operator itself in
+// an operator with neither. Exactly one of Every and Cron is set.
 type Schedule struct {
-	// Every is a Go duration (90s, 1h), at least 1s, or a template over the
-	// object that gives one, e.g. "${self.spec.everySeconds}s" or
-	// "${duration(self.spec.interval)}": each object its own interval.
+	// Every is a Go duration (90s, 1h), at least 1s, or, per object, a
+	// template over the object that gives one, e.g.
+	// "${self.spec.everySeconds}s" or "${duration(self.spec.interval)}".
+	// An operator-wide schedule's slots are the multiples of Every since
+	// the Unix epoch, so that every engine agrees on them.
 	Every string `json:"every,omitempty"`
-	Cron  string `json:"cron,omitempty"`
+	// Cron is a cron expression of five fields, in TimeZone.
+	Cron string `json:"cron,omitempty"`
+	// TimeZone is the IANA time zone of Cron, e.g. Europe/Prague.
+	// Defaults to UTC.
+	TimeZone string `json:"timeZone,omitempty"`
+	// CatchUp is what an operator-wide schedule does with the slots it
+	// missed while no engine ran: Skip them, or run Once for the latest
+	// of them. Defaults to Once.
+	CatchUp string `json:"catchUp,omitempty"`
 }
+
+// Catch-up policies of an operator-wide schedule (Schedule.CatchUp).
+const (
+	CatchUpSkip = "Skip"
+	CatchUpOnce = "Once"
+)
 
 // Retry is the retry policy of a handler: exponential back-off per object.
 type Retry struct {

@@ -1,10 +1,13 @@
 // Package archive keeps the record of every handler run: what triggered it,
 // the change that caused it, its attempt, outcome, error and logs, so that a
-// failure can be found and understood after the fact.
+// failure can be found and understood after the fact. It also keeps, as
+// [State] records, what an operator remembers of the things it reacts to
+// but does not own (a watched object, an operator-wide schedule), which it
+// may not write to.
 //
-// A [Store] holds [Run] records and their logs. [OpenSQLite] is the
-// embedded store: one file, WAL mode, a pure-Go driver. Every Store passes
-// the conformance suite in archive/archivetest.
+// A [Store] holds [Run] records, their logs, and State records.
+// [OpenSQLite] is the embedded store: one file, WAL mode, a pure-Go
+// driver. Every Store passes the conformance suite in archive/archivetest.
 //
 // Contracts of every Store:
 //   - Run ids ([NewID]) sort by start time; [Store.List] returns newest
@@ -22,6 +25,11 @@
 //     [Store.CancelRunning] as Cancelled.
 //   - Retention ([Store.Prune]) deletes finished runs by age and count,
 //     with their logs; running runs are never pruned.
+//   - State records are one per operator and key, replaced whole by
+//     [StateStore.PutState], their Data kept byte for byte. They are not
+//     runs: neither retention nor CancelRunning touches them; only
+//     [StateStore.DeleteState] removes one, when the engine forgets the
+//     thing it stands for.
 //   - The archive stores what it is given: the engine never gives it the
 //     binding context or values from Secrets.
 package archive
@@ -118,7 +126,12 @@ type Query struct {
 	Namespace string
 	Name      string
 	UID       string
-	Outcome   Outcome
+	// Kind is the object's kind, matched exactly (Deployment); the runs of
+	// an operator-wide schedule have the kind Operator.
+	Kind string
+	// Trigger is the run's trigger (Run.Trigger), e.g. schedule.
+	Trigger string
+	Outcome Outcome
 	// Failed selects Failed and GaveUp runs.
 	Failed bool
 	// Since and Until bound the start time.
@@ -134,6 +147,24 @@ type Page struct {
 	Runs []Run `json:"runs"`
 	// Next is the cursor of the next page; empty on the last.
 	Next string `json:"next,omitempty"`
+}
+
+// State is what an operator records of one thing it reacts to but does
+// not own: a watched object (Key is its uid), or an operator-wide schedule
+// (Key names it, e.g. "schedule/<handler>"). Data is the engine's, opaque
+// to the archive (JSON).
+type State struct {
+	Operator string `json:"operator"`
+	Key      string `json:"key"`
+	// APIVersion, Kind, Namespace and Name are the watched object's, for
+	// people reading the record; empty for a schedule.
+	APIVersion string `json:"apiVersion,omitempty"`
+	Kind       string `json:"kind,omitempty"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name,omitempty"`
+	Data       []byte `json:"data"`
+	// UpdatedAt is when the engine last wrote the record.
+	UpdatedAt time.Time `json:"updatedAt"`
 }
 
 // Counts counts one operator's runs over a period.
@@ -216,7 +247,22 @@ func HumanBytes(n int64) string {
 // ErrNotFound is returned for an unknown run id.
 var ErrNotFound = errors.New("run not found")
 
-// Store is a run archive. Its methods are safe for concurrent use.
+// StateStore keeps State records. Its methods are safe for concurrent
+// use.
+type StateStore interface {
+	// States returns every state record of an operator, ordered by Key;
+	// none is an empty slice.
+	States(ctx context.Context, operator string) ([]State, error)
+	// PutState inserts the record (s.Operator, s.Key), or replaces it
+	// whole. Both must be set. UpdatedAt is the caller's; a zero one is
+	// stored as the time of the call.
+	PutState(ctx context.Context, s *State) error
+	// DeleteState deletes a record; one that is absent is no error.
+	DeleteState(ctx context.Context, operator, key string) error
+}
+
+// Store is a run archive, and the State records kept beside the runs. Its
+// methods are safe for concurrent use.
 type Store interface {
 	// Insert records a new run. r.ID must be set (NewID).
 	Insert(ctx context.Context, r *Run) error
@@ -244,6 +290,7 @@ type Store interface {
 	// Prune deletes finished runs beyond the retention, and returns how
 	// many.
 	Prune(ctx context.Context, keep Retention) (int, error)
+	StateStore
 	Close() error
 }
 

@@ -31,10 +31,11 @@ func (s *SQLite) watch() {
 // to a new file at the path (VACUUM INTO, from the open file) and the
 // archive goes on there. A file replaced by another one keeps the path:
 // the open file's records are copied beside it, to PATH.recovered-TIME,
-// and the archive goes on in the new file. Until a copy succeeds the
-// archive refuses to record runs (so none starts: nothing runs that is not
-// recorded) and Check returns why. Each change is reported once through
-// Options.Log.
+// and the archive goes on in the new file, with the open file's state
+// records: they are what the running engine has done, and it goes on from
+// them. Until a copy succeeds the archive refuses to record runs (so none
+// starts: nothing runs that is not recorded) and Check returns why. Each
+// change is reported once through Options.Log.
 func (s *SQLite) Check(ctx context.Context) error {
 	s.mu.RLock()
 	fi, err := os.Stat(s.path)
@@ -66,7 +67,11 @@ func (s *SQLite) Check(ctx context.Context) error {
 		return lost
 	}
 	if replaced {
-		s.opts.Log(fmt.Sprintf("archive: %s %s while in use: the runs recorded in the old file are in %s; recording goes on in %s", s.path, what, dest, s.path))
+		states := "its state records were carried over"
+		if err := s.carryStates(ctx, dest); err != nil {
+			states = fmt.Sprintf("its state records could not be carried over (%v) and are there only", err)
+		}
+		s.opts.Log(fmt.Sprintf("archive: %s %s while in use: the runs recorded in the old file are in %s, %s; recording goes on in %s", s.path, what, dest, states, s.path))
 	} else {
 		s.opts.Log(fmt.Sprintf("archive: %s %s while in use: its runs were copied back from the open file; recording goes on there", s.path, what))
 	}
@@ -103,3 +108,27 @@ func (s *SQLite) copyOut(ctx context.Context, dest string) error {
 	}
 	return nil
 }
+
+// carryStates copies the state records of the archive at from into the one
+// open, replacing those of the same operator and key. The caller holds
+// s.mu.
+func (s *SQLite) carryStates(ctx context.Context, from string) error {
+	conn, err := s.w.Conn(ctx) // ATTACH is the connection's
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	if _, err := conn.ExecContext(ctx, `ATTACH DATABASE ? AS recovered`, from); err != nil {
+		return err
+	}
+	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), `DETACH DATABASE recovered`) }()
+	_, err = conn.ExecContext(ctx, carryStatesSQL)
+	return err
+}
+
+// carryStatesSQL copies the attached archive's state records. WHERE true
+// tells SQLite that ON CONFLICT is the upsert's, not the join's.
+const carryStatesSQL = `INSERT INTO main.states (operator, state_key, api_version, kind, namespace, name, data, updated_at)
+	SELECT operator, state_key, api_version, kind, namespace, name, data, updated_at FROM recovered.states WHERE true
+	ON CONFLICT (operator, state_key) DO UPDATE SET api_version = excluded.api_version, kind = excluded.kind,
+		namespace = excluded.namespace, name = excluded.name, data = excluded.data, updated_at = excluded.updated_at`

@@ -178,3 +178,134 @@ func TestAnArchiveReplacedWhileInUseKeepsTheOldRunsBesideIt(t *testing.T) {
 		t.Errorf("the recovered archive holds %s; want old", got)
 	}
 }
+
+func putState(t *testing.T, s archive.Store, key, data string) {
+	t.Helper()
+	if err := s.PutState(context.Background(), &archive.State{Operator: "op", Key: key, Data: []byte(data), UpdatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reopenedStates opens the archive at path afresh and returns its
+// operator op's state records, as key=data.
+func reopenedStates(t *testing.T, path string) string {
+	t.Helper()
+	s, err := archive.OpenSQLite(context.Background(), path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	states, err := s.States(context.Background(), "op")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	for _, st := range states {
+		all = append(all, st.Key+"="+string(st.Data))
+	}
+	return strings.Join(all, ",")
+}
+
+func TestAnArchiveDeletedWhileInUseIsCopiedBackWithItsStateRecords(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runs.db")
+	var told lines
+	s, err := archive.OpenSQLite(context.Background(), path, archive.Options{CheckEvery: 200 * time.Millisecond, Log: told.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	putState(t, s, "uid-a", `{"handled":1}`)
+	putState(t, s, "uid-b", `{"handled":1}`)
+	putState(t, s, "schedule/nightly", `{"slot":1}`)
+	if err := os.Remove(path); err != nil { // rm runs.db
+		t.Fatal(err)
+	}
+	// Into the open file, before the check.
+	putState(t, s, "uid-a", `{"handled":2}`)
+	if err := s.DeleteState(context.Background(), "op", "uid-b"); err != nil {
+		t.Fatal(err)
+	}
+	told.wait(t, "was deleted while in use: its runs were copied back")
+	putState(t, s, "uid-c", `{"handled":1}`)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := reopenedStates(t, path), `schedule/nightly={"slot":1},uid-a={"handled":2},uid-c={"handled":1}`; got != want {
+		t.Errorf("the archive holds the state records %s; want %s", got, want)
+	}
+}
+
+func TestAStateRecordedWhileTheArchiveCannotBeCopiedBackIsKeptWhenItIs(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	path := filepath.Join(dir, "runs.db")
+	var told lines
+	s, err := archive.OpenSQLite(context.Background(), path, archive.Options{CheckEvery: 200 * time.Millisecond, Log: told.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	putState(t, s, "uid-a", `{"handled":1}`)
+	if err := os.RemoveAll(dir); err != nil { // its directory is gone
+		t.Fatal(err)
+	}
+	told.wait(t, "could not be copied back")
+	// A run that ended is recorded meanwhile, and so is what it did.
+	putState(t, s, "uid-a", `{"handled":2}`)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	told.wait(t, "its runs were copied back")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := reopenedStates(t, path), `uid-a={"handled":2}`; got != want {
+		t.Errorf("the archive holds the state records %s; want %s", got, want)
+	}
+}
+
+// TestAnArchiveReplacedWhileInUseCarriesItsStateRecordsOver: the runs of
+// the old file stay beside the new one, but its state records are what the
+// running engine has done, and go on in the new file, over the new file's
+// own records of the same keys.
+func TestAnArchiveReplacedWhileInUseCarriesItsStateRecordsOver(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "runs.db")
+	var told lines
+	s, err := archive.OpenSQLite(context.Background(), path, archive.Options{CheckEvery: 200 * time.Millisecond, Log: told.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	record(t, s, "old")
+	putState(t, s, "uid-a", `{"handled":2}`)
+	putState(t, s, "schedule/nightly", `{"slot":7}`)
+	// Another archive, an older copy say, takes the path.
+	other := filepath.Join(dir, "other.db")
+	o, err := archive.OpenSQLite(context.Background(), other, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	putState(t, o, "uid-a", `{"handled":1}`)
+	putState(t, o, "uid-z", `{"handled":1}`)
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(other, path); err != nil {
+		t.Fatal(err)
+	}
+	line := told.wait(t, "was replaced by another file")
+	if !strings.Contains(line, "its state records were carried over") {
+		t.Errorf("the report %q does not say the state records were carried over", line)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := reopenedStates(t, path), `schedule/nightly={"slot":7},uid-a={"handled":2},uid-z={"handled":1}`; got != want {
+		t.Errorf("the archive at the path holds the state records %s; want %s", got, want)
+	}
+	recovered, _ := filepath.Glob(path + ".recovered-*")
+	if len(recovered) != 1 {
+		t.Fatalf("recovered files %v, want one", recovered)
+	}
+	if got := strings.Join(reopened(t, recovered[0]), ","); got != "old" {
+		t.Errorf("the recovered archive holds %s; want old", got)
+	}
+}

@@ -69,6 +69,19 @@ var migrations = []string{
 	CREATE INDEX runs_failed ON runs (id) WHERE failed = 1;
 	CREATE INDEX runs_running ON runs (id) WHERE outcome = 'Running';
 	CREATE INDEX runs_succeeded ON runs (idem_key) WHERE outcome = 'Succeeded';`,
+	// State records, one per operator and key. A rowid table: its data may
+	// be large, and WITHOUT ROWID suits small rows only.
+	`CREATE TABLE states (
+		operator    TEXT NOT NULL,
+		state_key   TEXT NOT NULL,
+		api_version TEXT NOT NULL,
+		kind        TEXT NOT NULL,
+		namespace   TEXT NOT NULL,
+		name        TEXT NOT NULL,
+		data        BLOB NOT NULL,
+		updated_at  INTEGER NOT NULL,
+		PRIMARY KEY (operator, state_key)
+	);`,
 }
 
 // SQLite is the embedded Store: one database file in WAL mode. Writes go
@@ -84,11 +97,11 @@ type SQLite struct {
 	mu sync.RWMutex
 	db *sql.DB // reads
 	w  *sql.DB // writes: one connection
-	// The statements of every run, prepared once: preparing took a
-	// seventh of the archive's time per run.
-	insert, finish, logHead, logInsert, logSize *sql.Stmt // on w
-	succeeded                                   *sql.Stmt // on db
-	file                                        os.FileInfo
+	// The statements of every run, and of a state record, prepared once:
+	// preparing took a seventh of the archive's time per run.
+	insert, finish, logHead, logInsert, logSize, putState *sql.Stmt // on w
+	succeeded                                             *sql.Stmt // on db
+	file                                                  os.FileInfo
 	// lost is why the archive cannot record runs, or nil.
 	lost error
 
@@ -152,6 +165,7 @@ func (s *SQLite) open(ctx context.Context) error {
 	}
 	s.insert, s.finish = prepare(w, insertRunSQL), prepare(w, finishRunSQL)
 	s.logHead, s.logInsert, s.logSize = prepare(w, logHeadSQL), prepare(w, logInsertSQL), prepare(w, logSizeSQL)
+	s.putState = prepare(w, putStateSQL)
 	s.succeeded = prepare(s.db, keySucceededSQL)
 	if err != nil {
 		_ = s.closeHandles()
@@ -224,7 +238,7 @@ func (s *SQLite) Close() error {
 
 func (s *SQLite) closeHandles() error {
 	var errs []error
-	for _, stmt := range []*sql.Stmt{s.insert, s.finish, s.logHead, s.logInsert, s.logSize, s.succeeded} {
+	for _, stmt := range []*sql.Stmt{s.insert, s.finish, s.logHead, s.logInsert, s.logSize, s.putState, s.succeeded} {
 		if stmt != nil {
 			errs = append(errs, stmt.Close())
 		}
@@ -545,6 +559,12 @@ func (q Query) sql() (string, []any, int, error) {
 	eq("namespace", q.Namespace)
 	eq("name", q.Name)
 	eq("uid", q.UID)
+	// Kind and trigger have no index: each would cost every run's insert a
+	// fifth more, to spare a rare query. Without one, the runs are read
+	// newest first until the page is full; a kind or trigger that no run
+	// has reads all of them, some 40ms for 100k runs.
+	eq("kind", q.Kind)
+	eq("trigger_name", q.Trigger)
 	eq("outcome", string(q.Outcome))
 	if q.Failed {
 		conds = append(conds, "failed = 1")
@@ -627,4 +647,83 @@ func (s *SQLite) Prune(ctx context.Context, keep Retention) (int, error) {
 		total += n
 	}
 	return int(total), nil
+}
+
+// The statements of state records. A state is written as often as the
+// engine handles its object; its statement is prepared.
+const (
+	putStateSQL = `INSERT INTO states (operator, state_key, api_version, kind, namespace, name, data, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (operator, state_key) DO UPDATE SET api_version = excluded.api_version, kind = excluded.kind,
+			namespace = excluded.namespace, name = excluded.name, data = excluded.data, updated_at = excluded.updated_at`
+	statesSQL      = `SELECT operator, state_key, api_version, kind, namespace, name, data, updated_at FROM states WHERE operator = ? ORDER BY state_key`
+	deleteStateSQL = `DELETE FROM states WHERE operator = ? AND state_key = ?`
+)
+
+// States returns an operator's state records, ordered by key.
+func (s *SQLite) States(ctx context.Context, operator string) ([]State, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return nil, s.lost
+	}
+	rows, err := s.db.QueryContext(ctx, statesSQL, operator)
+	if err != nil {
+		return nil, fmt.Errorf("archive: state records of operator %s: %w", operator, err)
+	}
+	defer func() { _ = rows.Close() }()
+	states := []State{}
+	for rows.Next() {
+		var st State
+		var updated int64
+		if err := rows.Scan(&st.Operator, &st.Key, &st.APIVersion, &st.Kind, &st.Namespace, &st.Name, &st.Data, &updated); err != nil {
+			return nil, fmt.Errorf("archive: state records of operator %s: %w", operator, err)
+		}
+		st.UpdatedAt = fromNanos(updated)
+		states = append(states, st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("archive: state records of operator %s: %w", operator, err)
+	}
+	return states, nil
+}
+
+// PutState inserts or replaces a state record. Like a run's end, it is
+// written while the archive's file is lost but still open: it is what
+// was done, and goes with the file when the file is copied back.
+func (s *SQLite) PutState(ctx context.Context, st *State) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return s.lost
+	}
+	if st.Operator == "" || st.Key == "" {
+		return fmt.Errorf("archive: state record %q of operator %q: both the operator and the key must be set", st.Key, st.Operator)
+	}
+	updated := st.UpdatedAt
+	if updated.IsZero() {
+		updated = time.Now()
+	}
+	data := st.Data
+	if data == nil {
+		data = []byte{} // the column is NOT NULL; a nil slice is bound as NULL
+	}
+	_, err := s.putState.ExecContext(ctx, st.Operator, st.Key, st.APIVersion, st.Kind, st.Namespace, st.Name, data, updated.UnixNano())
+	if err != nil {
+		return fmt.Errorf("archive: recording state %s of operator %s: %w", st.Key, st.Operator, err)
+	}
+	return nil
+}
+
+// DeleteState deletes a state record, if there is one.
+func (s *SQLite) DeleteState(ctx context.Context, operator, key string) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return s.lost
+	}
+	if _, err := s.w.ExecContext(ctx, deleteStateSQL, operator, key); err != nil {
+		return fmt.Errorf("archive: deleting state %s of operator %s: %w", key, operator, err)
+	}
+	return nil
 }

@@ -50,6 +50,61 @@ func TestSQLiteMigratesAnOldArchive(t *testing.T) {
 	}
 }
 
+// TestSQLiteMigratesAnArchiveOfVersion2ToStateRecordsKeepingItsRuns opens
+// an archive made by the opkit before state records (schema version 2),
+// built here with that opkit's migrations only, and finds its runs, logs
+// and failures as they were, and state records working beside them.
+func TestSQLiteMigratesAnArchiveOfVersion2ToStateRecordsKeepingItsRuns(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "runs.db")
+	old, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	ok, bad := NewID(now), NewID(now.Add(time.Millisecond))
+	for _, q := range []string{migrations[0], migrations[1], `PRAGMA user_version = 2`,
+		`INSERT INTO runs VALUES ('` + ok + `', 'op', 'h', 'exec', 'create', 'v1', 'K', 'ns', 'a', 'u1', 1, 'u1/1/h', 1, '', 1, 2, 'Succeeded', 0, '', 0, '', 12, 0)`,
+		`INSERT INTO runs VALUES ('` + bad + `', 'op', 'h', 'exec', 'schedule', 'opkit.dev/v1alpha1', 'Operator', '', 'op', 'u2', 1, 'u2/1/h', 1, '', 1, 2, 'Failed', 1, 'exit status 1', 0, '', 0, 0)`,
+		`INSERT INTO logs VALUES ('` + ok + `', 0, CAST('the log of a' AS BLOB))`,
+	} {
+		if _, err := old.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = old.Close()
+
+	s, err := OpenSQLite(ctx, path, Options{})
+	if err != nil {
+		t.Fatalf("migrating: %v", err)
+	}
+	defer func() { _ = s.Close() }()
+	var version int
+	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil || version != len(migrations) {
+		t.Fatalf("schema version %d (%v), want %d", version, err, len(migrations))
+	}
+	page, err := s.List(ctx, Query{})
+	if err != nil || len(page.Runs) != 2 || page.Runs[0].ID != bad || page.Runs[1].ID != ok {
+		t.Fatalf("runs after migrating: %+v, %v; want %s and %s", page, err, bad, ok)
+	}
+	if l, err := s.Logs(ctx, ok, 0); err != nil || string(l.Data) != "the log of a" {
+		t.Errorf("log after migrating: %+v, %v", l, err)
+	}
+	if found, err := s.Succeeded(ctx, "u1/1/h"); err != nil || !found {
+		t.Errorf("Succeeded(u1/1/h) = %v, %v after migrating; want true", found, err)
+	}
+	if page, err := s.List(ctx, Query{Kind: "Operator", Trigger: "schedule"}); err != nil || len(page.Runs) != 1 || page.Runs[0].ID != bad {
+		t.Errorf("the operator-wide schedule's runs after migrating: %+v, %v; want only %s", page, err, bad)
+	}
+	st := &State{Operator: "op", Key: "u1", Kind: "K", Namespace: "ns", Name: "a", Data: []byte(`{"handled":1}`), UpdatedAt: now}
+	if err := s.PutState(ctx, st); err != nil {
+		t.Fatalf("PutState after migrating: %v", err)
+	}
+	if got, err := s.States(ctx, "op"); err != nil || len(got) != 1 || string(got[0].Data) != `{"handled":1}` {
+		t.Errorf("States after migrating: %+v, %v", got, err)
+	}
+}
+
 // TestSQLiteQueriesUseTheirIndexes checks, with SQLite's own query plans,
 // that the queries made on a large archive search an index instead of
 // scanning every run. SQLite uses a partial index only where it can see
@@ -79,6 +134,9 @@ func TestSQLiteQueriesUseTheirIndexes(t *testing.T) {
 		{"running", "runs_running", func() (string, []any) { return list(Query{Outcome: Running}) }},
 		{"object", "runs_object", func() (string, []any) { return list(Query{Namespace: "ns", Name: "n"}) }},
 		{"uid", "runs_uid", func() (string, []any) { return list(Query{UID: "u"}) }},
+		{"object of a kind", "runs_object", func() (string, []any) { return list(Query{Kind: "Deployment", Namespace: "ns", Name: "n"}) }},
+		{"states of an operator", "sqlite_autoindex_states_1", func() (string, []any) { return statesSQL, []any{"op"} }},
+		{"delete a state", "sqlite_autoindex_states_1", func() (string, []any) { return deleteStateSQL, []any{"op", "uid"} }},
 		{"cancel running", "runs_running", func() (string, []any) {
 			return cancelRunningSQL, []any{string(Cancelled), "stopped", int64(1)}
 		}},

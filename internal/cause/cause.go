@@ -63,6 +63,10 @@ type Input struct {
 	// a handler whose condition cannot be known (it reads what does not
 	// exist yet) is absent, and nothing changes for it.
 	When map[string]bool
+	// Subject is what create and update are about: nil for the object's
+	// spec; for a watched object, its Projection (whose paths start at the
+	// object's root), and Object's generation is then its Observe count.
+	Subject map[string]any
 	// Now is the time of the decision.
 	Now time.Time
 }
@@ -124,7 +128,7 @@ func Decide(in Input) Decision {
 	var diffed bool
 	changed := func() []string {
 		if !diffed {
-			paths, diffed = Paths(Diff(st.old(), Spec(obj))), true
+			paths, diffed = Paths(in.diff(st.old(), obj)), true
 		}
 		return paths
 	}
@@ -221,16 +225,28 @@ func Decide(in Input) Decision {
 		return d
 	}
 	c := &Cause{Handler: best, Trigger: bestTrigger, Generation: g, Attempt: 1, Due: now, Old: st.old(), Inputs: bestInputs}
-	c.Diff = Diff(c.Old, Spec(obj))
+	c.Diff = in.diff(c.Old, obj)
 	if hs := st.Of(best.Name); hs.Target == g {
 		c.Attempt = hs.Attempt + 1
 	}
-	c.Key = Key(obj.GetUID(), g, best.Name, bestTrigger, st.Of(best.Name), now)
+	uid := obj.GetUID()
+	if st.Observed != nil && st.Observed.Since != "" {
+		uid += types.UID("." + st.Observed.Since) // a watched object's life
+	}
+	c.Key = Key(uid, g, best.Name, bestTrigger, st.Of(best.Name), now)
 	if bestRelated {
 		// The same generation, new inputs: a key of their own.
 		c.Key += "/inputs/" + bestInputs
 	}
 	return Decision{Cause: c, Stalled: d.Stalled}
+}
+
+// diff is the change from old to the object's subject now.
+func (in Input) diff(old map[string]any, obj *unstructured.Unstructured) []archive.Change {
+	if in.Subject != nil {
+		return DiffObject(old, in.Subject)
+	}
+	return Diff(old, Spec(obj))
 }
 
 // Inputs hashes the values of the related fields h names in related, or

@@ -13,6 +13,16 @@ import (
 // maps are compared key by key, anything else as a whole (numbers by
 // value, whatever their Go type).
 func Diff(before, after map[string]any) []archive.Change {
+	return diff("spec", before, after)
+}
+
+// DiffObject lists the changes from before to after as dotted paths from
+// the root of an object: those of a watched object's Projection.
+func DiffObject(before, after map[string]any) []archive.Change {
+	return diff("", before, after)
+}
+
+func diff(root string, before, after map[string]any) []archive.Change {
 	var out []archive.Change
 	var walk func(path string, a, b any)
 	walk = func(path string, a, b any) {
@@ -27,7 +37,11 @@ func Diff(before, after map[string]any) []archive.Change {
 				keys[k] = true
 			}
 			for _, k := range slices.Sorted(maps.Keys(keys)) {
-				walk(path+"."+k, am[k], bm[k])
+				if path == "" {
+					walk(k, am[k], bm[k])
+				} else {
+					walk(path+"."+k, am[k], bm[k])
+				}
 			}
 			return
 		}
@@ -47,7 +61,7 @@ func Diff(before, after map[string]any) []archive.Change {
 	if after == nil {
 		after = map[string]any{}
 	}
-	walk("spec", before, after)
+	walk(root, before, after)
 	return out
 }
 

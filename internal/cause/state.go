@@ -18,6 +18,9 @@ type State struct {
 	Handlers map[string]*HandlerState `json:"handlers,omitempty"`
 	Handled  *Handled                 `json:"handled,omitempty"`
 	LastRun  *LastRun                 `json:"lastRun,omitempty"`
+	// Observed is a watched object's count of changes; nil for a custom
+	// resource, whose generation the API server counts.
+	Observed *Observed `json:"observed,omitempty"`
 }
 
 // HandlerState is one handler's record in status.opkit.handlers.

@@ -133,7 +133,7 @@ func (r *reloader) loadFile(ctx context.Context, file string, data []byte) error
 		if prev, ok := r.applied[d.Operator.Name]; ok && prev == sum {
 			if r.failed[file] {
 				// A refused edit was undone: the error on screen is stale.
-				fmt.Fprintf(r.log, "operator %s: reloaded (%s, %s; unchanged since its last valid version)\n", d.Operator.Name, d.GVK.GroupKind(), file)
+				fmt.Fprintf(r.log, "operator %s: reloaded (%s, %s; unchanged since its last valid version)\n", d.Operator.Name, d.What(), file)
 			}
 			continue
 		}
@@ -147,7 +147,7 @@ func (r *reloader) loadFile(ctx context.Context, file string, data []byte) error
 			continue
 		}
 		r.applied[d.Operator.Name] = sum
-		fmt.Fprintf(r.log, "operator %s: %s (%s, %s)\n", d.Operator.Name, verb, d.GVK.GroupKind(), file)
+		fmt.Fprintf(r.log, "operator %s: %s (%s, %s)\n", d.Operator.Name, verb, d.What(), file)
 	}
 	r.removeFile(ctx, file, names)
 	r.byFile[file] = names

@@ -247,7 +247,7 @@ func startOperators(ctx context.Context, opts engine.Options, archivePath string
 			_ = r.stop()
 			return nil, err
 		}
-		fmt.Fprintf(log, "operator %s: running (%s, %s)\n", d.Operator.Name, d.GVK.GroupKind(), d.Source)
+		fmt.Fprintf(log, "operator %s: running (%s, %s)\n", d.Operator.Name, d.What(), d.Source)
 	}
 	return r, nil
 }

@@ -48,8 +48,13 @@ func newRunsCommand() *cobra.Command {
 		Use:   "runs",
 		Short: "List handler runs, newest first",
 		Long: `List the handler runs recorded in the archive, newest first, with their
-trigger, attempt, outcome and error. Filter by operator, object, handler or
-failures; -o json prints every field. See a run's log with opkit logs RUN.`,
+object's kind, trigger, attempt, outcome and error. Filter by operator,
+object, kind, handler, trigger or failures; -o json prints every field. See
+a run's log with opkit logs RUN.
+
+A run of an operator-wide schedule (an operator with neither a resource nor
+a watch) is the Operator's own: its kind is Operator and its object the
+operator's name. opkit runs --kind Operator lists those runs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if object != "" {
@@ -88,8 +93,10 @@ failures; -o json prints every field. See a run's log with opkit logs RUN.`,
 	}
 	archiveFlag(cmd, &archivePath)
 	cmd.Flags().StringVar(&q.Operator, "operator", "", "only this operator's runs")
-	cmd.Flags().StringVar(&object, "object", "", "only runs for this object, NAMESPACE/NAME")
+	cmd.Flags().StringVar(&object, "object", "", "only runs for this object, NAMESPACE/NAME; NAME alone matches it in every namespace and none (cluster-scoped objects, operators)")
+	cmd.Flags().StringVar(&q.Kind, "kind", "", "only runs for objects of this kind, as written in manifests (Deployment); Operator for operator-wide schedules")
 	cmd.Flags().StringVar(&q.Handler, "handler", "", "only this handler's runs")
+	cmd.Flags().StringVar(&q.Trigger, "trigger", "", "only runs of this trigger: "+strings.Join(runTriggers, ", "))
 	cmd.Flags().BoolVar(&q.Failed, "failed", false, "only failed runs (Failed and GaveUp)")
 	cmd.Flags().IntVar(&q.Limit, "limit", 50, "runs per page, at most 1000")
 	cmd.Flags().StringVar(&q.Cursor, "cursor", "", "continue after a previous page")
@@ -98,15 +105,21 @@ failures; -o json prints every field. See a run's log with opkit logs RUN.`,
 	return cmd
 }
 
+// runTriggers are the triggers a run records.
+var runTriggers = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule,
+	v1alpha1.OnWhen, v1alpha1.TriggerRequeue}
+
 // printRuns writes runs as a table; with a console URL, each with the link
-// of its page.
+// of its page. The object's kind has a column of its own, as the objects
+// are of any kind: a run of an operator-wide schedule reads as kind
+// Operator, object the operator's name.
 func printRuns(w io.Writer, runs []archive.Run, consoleURL string, now time.Time) {
 	if len(runs) == 0 {
 		fmt.Fprintln(w, "No runs.")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	header := "RUN\tOPERATOR\tOBJECT\tHANDLER\tTRIGGER\tATTEMPT\tOUTCOME\tSTARTED\tDURATION\tERROR"
+	header := "RUN\tOPERATOR\tKIND\tOBJECT\tHANDLER\tTRIGGER\tATTEMPT\tOUTCOME\tSTARTED\tDURATION\tERROR"
 	if consoleURL != "" {
 		header += "\tCONSOLE"
 	}
@@ -120,7 +133,7 @@ func printRuns(w io.Writer, runs []archive.Run, consoleURL string, now time.Time
 		if len(errText) > 80 {
 			errText = errText[:77] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s", r.ID, r.Operator, r.Object(), r.Handler, r.Trigger,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s", r.ID, r.Operator, orDash(r.Kind), r.Object(), r.Handler, r.Trigger,
 			r.Attempt, r.Outcome, now.Sub(r.StartedAt).Round(time.Second), duration, errText)
 		if consoleURL != "" {
 			fmt.Fprintf(tw, "\t%s/runs/%s", consoleURL, r.ID)
@@ -128,6 +141,14 @@ func printRuns(w io.Writer, runs []archive.Run, consoleURL string, now time.Time
 		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
+}
+
+// orDash is s, or - for an empty cell.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func newLogsCommand() *cobra.Command {

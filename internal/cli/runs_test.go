@@ -3,7 +3,9 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -182,4 +184,105 @@ func archiveWithRun(t *testing.T) (string, *archive.SQLite, *archive.Run) {
 		t.Fatal(err)
 	}
 	return path, store, run
+}
+
+// archiveOfKinds records, in a new archive, runs of objects of three kinds:
+// the operator's custom resource, a watched Deployment, and the Operator
+// itself for an operator-wide schedule. It returns the archive's path and
+// the runs' ids by name.
+func archiveOfKinds(t *testing.T) (string, map[string]string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "runs.db")
+	store, err := archive.OpenSQLite(t.Context(), path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	start := time.Now().Add(-time.Minute)
+	ids := map[string]string{}
+	for i, r := range []archive.Run{
+		{Operator: "printer", Handler: "announce", Trigger: "create", APIVersion: "demo.example.com/v1", Kind: "Printer", Namespace: "default", Name: "hello"},
+		{Operator: "printer", Handler: "announce", Trigger: "update", APIVersion: "demo.example.com/v1", Kind: "Printer", Namespace: "default", Name: "hello"},
+		{Operator: "team-a", Handler: "notify", Trigger: "update", APIVersion: "apps/v1", Kind: "Deployment", Namespace: "team-a", Name: "web"},
+		{Operator: "team-a", Handler: "audit", Trigger: "schedule", APIVersion: "apps/v1", Kind: "Deployment", Namespace: "team-a", Name: "web"},
+		{Operator: "nightly", Handler: "backup", Trigger: "schedule", APIVersion: "opkit.dev/v1alpha1", Kind: "Operator", Name: "nightly"},
+	} {
+		r.ID, r.StartedAt, r.Attempt, r.Outcome = archive.NewID(start.Add(time.Duration(i)*time.Second)), start, 1, archive.Succeeded
+		r.FinishedAt = start.Add(time.Second)
+		if err := store.Insert(t.Context(), &r); err != nil {
+			t.Fatal(err)
+		}
+		ids[r.Handler+" "+r.Trigger+" "+r.Name] = r.ID
+	}
+	return path, ids
+}
+
+func TestRunsFilterByKindAndTrigger(t *testing.T) {
+	path, ids := archiveOfKinds(t)
+	for _, tc := range []struct {
+		flags []string
+		want  []string // newest first
+	}{
+		{[]string{"--kind", "Deployment"}, []string{"audit schedule web", "notify update web"}},
+		{[]string{"--trigger", "schedule"}, []string{"backup schedule nightly", "audit schedule web"}},
+		{[]string{"--kind", "Operator"}, []string{"backup schedule nightly"}},
+		{[]string{"--kind", "Deployment", "--trigger", "update"}, []string{"notify update web"}},
+		{[]string{"--kind", "Printer", "--object", "default/hello", "--trigger", "create"}, []string{"announce create hello"}},
+		{[]string{"--object", "team-a/web", "--trigger", "schedule"}, []string{"audit schedule web"}},
+		// An operator's own runs are found by its name, as a cluster-scoped
+		// object's are.
+		{[]string{"--object", "nightly", "--operator", "nightly"}, []string{"backup schedule nightly"}},
+		// Kinds are matched as written in manifests.
+		{[]string{"--kind", "deployment"}, nil},
+		{[]string{"--trigger", "delete"}, nil},
+	} {
+		args := append([]string{"runs", "--archive", path, "-o", "json"}, tc.flags...)
+		var stdout, stderr bytes.Buffer
+		if code := Main(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.flags, code, stderr.String())
+		}
+		var page archive.Page
+		if err := json.Unmarshal(stdout.Bytes(), &page); err != nil {
+			t.Fatalf("%v: %v in %s", tc.flags, err, stdout.String())
+		}
+		var got, want []string
+		for _, r := range page.Runs {
+			got = append(got, r.ID)
+		}
+		for _, name := range tc.want {
+			want = append(want, ids[name])
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("opkit runs %s: runs %v, want %v (%q)", strings.Join(tc.flags, " "), got, want, tc.want)
+		}
+	}
+}
+
+func TestRunsShowEachObjectsKindAndAnOperatorWideScheduleAsTheOperators(t *testing.T) {
+	path, ids := archiveOfKinds(t)
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"runs", "--archive", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	// Each row by run id: its KIND and OBJECT cells.
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	header := strings.Fields(lines[0])
+	kind, object := slices.Index(header, "KIND"), slices.Index(header, "OBJECT")
+	if kind < 0 || object < 0 {
+		t.Fatalf("the table has no KIND or OBJECT column:\n%s", stdout.String())
+	}
+	cells := map[string]string{}
+	for _, line := range lines[1:] {
+		f := strings.Fields(line)
+		cells[f[0]] = f[kind] + " " + f[object]
+	}
+	for name, want := range map[string]string{
+		"backup schedule nightly": "Operator nightly",
+		"notify update web":       "Deployment team-a/web",
+		"announce create hello":   "Printer default/hello",
+	} {
+		if got := cells[ids[name]]; got != want {
+			t.Errorf("the run %s (%s) reads %q in KIND and OBJECT, want %q:\n%s", ids[name], name, got, want, stdout.String())
+		}
+	}
 }

@@ -17,6 +17,9 @@ func Clashes(defs []*Definition) error {
 		} else {
 			names[d.Operator.Name] = d
 		}
+		if !d.Owns() {
+			continue
+		}
 		crd := d.Plural + "." + d.GVK.Group
 		if first, ok := crds[crd]; ok && first.Operator.Name != d.Operator.Name {
 			errs = append(errs, d.errorAt("spec.resource.kind", "operators %s and %s both declare %s (CRD %s; the other at %s): one custom resource has one operator; change the group or kind of one",

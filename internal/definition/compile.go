@@ -28,8 +28,13 @@ type Definition struct {
 	Operator *v1alpha1.Operator
 	// Source is the file it came from, empty for the cluster.
 	Source string
-	// GVK is the custom resource's storage version.
+	// GVK is the custom resource's storage version; empty for an operator
+	// without one (see Watch).
 	GVK schema.GroupVersionKind
+	// Watch is the objects the operator reacts to without owning them, or
+	// nil. An operator with neither a custom resource (GVK) nor a watch
+	// is a calendar: its handlers are operator-wide schedules.
+	Watch *Watch
 	// Plural is the resource name, e.g. printers.
 	Plural string
 	// Related are the objects each custom resource refers to, as declared.
@@ -159,6 +164,13 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 	}
 	Default(op)
 	d := &Definition{Operator: op, Source: src.File, src: src, typed: schemas != nil}
+	if op.Spec.Resource.IsZero() {
+		return compileUnowned(l, src, d, schemas)
+	}
+	if op.Spec.Watch != nil {
+		l.add("spec.watch", "set at most one of resource (a custom resource the operator owns) and watch (objects of any kind it reacts to without owning them)")
+		return nil
+	}
 	storage := validateResource(l, op, d)
 	if storage == nil {
 		// Expressions are typed by the schema: without a valid resource
@@ -229,7 +241,7 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 			dir = filepath.Dir(abs)
 		}
 	}
-	d.Handlers = compileHandlers(l, envs, op.Spec.Handlers, dir, op.Spec.Resource.Scope == v1alpha1.ClusterScoped, relatedIDs)
+	d.Handlers = compileHandlers(l, envs, op.Spec.Handlers, dir, op.Spec.Resource.Scope == v1alpha1.ClusterScoped, relatedIDs, ownedSubject)
 	for _, r := range relatedTypes {
 		if r.schema == nil {
 			continue
@@ -267,6 +279,9 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 // single-version resource.
 func Default(op *v1alpha1.Operator) {
 	r := &op.Spec.Resource
+	if r.IsZero() {
+		return // a watch or an operator-wide schedule
+	}
 	if r.Scope == "" {
 		r.Scope = v1alpha1.NamespaceScoped
 	}

@@ -177,8 +177,27 @@ func newCELEnvs(specSchema *apiextensionsv1.JSONSchemaProps, ids []string, child
 	if err != nil {
 		return nil, fmt.Errorf("the schema is not structural: %w", err)
 	}
-	selfType := model.SchemaDeclType(structural, false).MaybeAssignTypeName("__opkit_self")
-	declTypes := []*apiservercel.DeclType{selfType}
+	return newEnvs(model.SchemaDeclType(structural, false).MaybeAssignTypeName("__opkit_self"), ids, childSchemas, related)
+}
+
+// watchedEnvs builds the environments of an operator without a custom
+// resource: self is a watched object of a kind whose schema is s (dyn
+// when s is nil, or for an operator-wide schedule); there are no children
+// and no related objects.
+func watchedEnvs(s *spec.Schema) (*celEnvs, error) {
+	selfType := apiservercel.DynType
+	if s != nil {
+		selfType = common.SchemaDeclType(&openapi.Schema{Schema: s}, false).MaybeAssignTypeName("__opkit_self")
+	}
+	return newEnvs(selfType, nil, nil, nil)
+}
+
+// newEnvs builds the environments with self of type selfType.
+func newEnvs(selfType *apiservercel.DeclType, ids []string, childSchemas map[string]*spec.Schema, related []relatedType) (*celEnvs, error) {
+	var declTypes []*apiservercel.DeclType
+	if selfType != apiservercel.DynType {
+		declTypes = append(declTypes, selfType)
+	}
 	childrenType := cel.MapType(cel.StringType, cel.DynType)
 	childTypes := map[string]*apiservercel.DeclType{}
 	if len(childSchemas) > 0 {

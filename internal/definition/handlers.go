@@ -40,6 +40,11 @@ type Handler struct {
 	Every     time.Duration
 	EveryExpr *Slot
 	Cron      cron.Schedule
+	// Location is the time zone of Cron; UTC unless the schedule names one.
+	Location *time.Location
+	// CatchUp is an operator-wide schedule's policy after downtime:
+	// v1alpha1.CatchUpOnce or CatchUpSkip.
+	CatchUp string
 	// Timeout bounds one run.
 	Timeout time.Duration
 	Retry   RetryPolicy
@@ -94,6 +99,20 @@ func (h *Handler) Action() string {
 	return ""
 }
 
+// NextSlot returns an operator-wide schedule's first slot after t: the
+// next multiple of Every since the Unix epoch, or the next time of Cron in
+// its time zone. Every engine computes the same slots.
+func (h *Handler) NextSlot(t time.Time) (time.Time, error) {
+	if h.Cron != nil {
+		return h.Next(t, nil)
+	}
+	if h.Every <= 0 {
+		return time.Time{}, fmt.Errorf("handler %s has no fixed interval", h.Name)
+	}
+	ns, every := t.UnixNano(), int64(h.Every)
+	return time.Unix(0, ns-ns%every+every), nil
+}
+
 // MinEvery is the shortest interval of a schedule.
 const MinEvery = time.Second
 
@@ -102,7 +121,11 @@ const MinEvery = time.Second
 // the expression and what it gave).
 func (h *Handler) Next(t time.Time, self map[string]any) (time.Time, error) {
 	if h.Cron != nil {
-		return h.Cron.Next(t.UTC()), nil
+		loc := h.Location
+		if loc == nil {
+			loc = time.UTC
+		}
+		return h.Cron.Next(t.In(loc)), nil
 	}
 	every, err := h.Interval(self)
 	if err != nil {
@@ -226,13 +249,14 @@ func parseRelatedField(f string, relatedIDs map[string]bool) (RelatedField, erro
 var (
 	handlerNameRE = regexp.MustCompile(v1alpha1.HandlerNamePattern)
 	fieldPathRE   = regexp.MustCompile(`^spec(\.[A-Za-z0-9_-]+)*$`)
+	objectPathRE  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z0-9_./-]+)*$`)
 	triggers      = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule, v1alpha1.OnWhen}
 	cronParser    = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 )
 
 // compileHandlers validates and defaults spec.handlers. dir is the
 // definition file's directory, or "" for the cluster.
-func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir string, clusterScoped bool, relatedIDs map[string]bool) []*Handler {
+func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir string, clusterScoped bool, relatedIDs map[string]bool, subj subject) []*Handler {
 	var out []*Handler
 	names := map[string]bool{}
 	for i, h := range hs {
@@ -274,6 +298,14 @@ func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir str
 				c.RelatedFields = append(c.RelatedFields, rf)
 				continue
 			}
+			if subj == watchedSubject {
+				if !objectPathRE.MatchString(f) || strings.HasPrefix(f, "apiVersion") || strings.HasPrefix(f, "kind") {
+					l.add(fmt.Sprintf("%s.fields[%d]", field, j), "%q is not a dotted path in the watched object (e.g. spec.template, metadata.labels, data)", h.Fields[j])
+					continue
+				}
+				c.Fields = append(c.Fields, f)
+				continue
+			}
 			if !fieldPathRE.MatchString(f) {
 				l.add(fmt.Sprintf("%s.fields[%d]", field, j), "%q is not a dotted path under spec (e.g. spec.replicas) or a related object's field (e.g. related.app.spec.template.spec.containers[0].image)", h.Fields[j])
 				continue
@@ -288,7 +320,7 @@ func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir str
 		case h.When != "":
 			c.When = compileCondition(l, envs.object, field+".when", h.When)
 		}
-		compileSchedule(l, envs, field, h, c)
+		compileSchedule(l, envs, field, h, c, subj)
 		switch {
 		case c.Timeout < 0:
 			l.add(field+".timeout", "must be positive")
@@ -304,8 +336,32 @@ func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir str
 	return out
 }
 
-func compileSchedule(l *errorList, envs *celEnvs, field string, h v1alpha1.Handler, c *Handler) {
+func compileSchedule(l *errorList, envs *celEnvs, field string, h v1alpha1.Handler, c *Handler, subj subject) {
 	s := h.Schedule
+	if s != nil {
+		c.Location = time.UTC
+		if s.TimeZone != "" {
+			loc, err := time.LoadLocation(s.TimeZone)
+			switch {
+			case err != nil || s.TimeZone == "Local":
+				l.add(field+".schedule.timeZone", "%q is not an IANA time zone like Europe/Prague or America/New_York", s.TimeZone)
+			case s.Cron == "":
+				l.add(field+".schedule.timeZone", "a time zone applies to cron, and this schedule has none")
+			default:
+				c.Location = loc
+			}
+		}
+		switch {
+		case s.CatchUp != "" && subj != calendarSubject:
+			l.add(field+".schedule.catchUp", "catchUp is for operator-wide schedules (an Operator with neither resource nor watch); a schedule per object runs its next slot after downtime")
+		case s.CatchUp == "" || s.CatchUp == v1alpha1.CatchUpOnce:
+			c.CatchUp = v1alpha1.CatchUpOnce
+		case s.CatchUp == v1alpha1.CatchUpSkip:
+			c.CatchUp = v1alpha1.CatchUpSkip
+		default:
+			l.add(field+".schedule.catchUp", "%q: expected %s or %s", s.CatchUp, v1alpha1.CatchUpOnce, v1alpha1.CatchUpSkip)
+		}
+	}
 	switch {
 	case s == nil && c.Fires(v1alpha1.OnSchedule):
 		l.add(field+".schedule", "required by the schedule trigger: every or cron")
@@ -320,6 +376,8 @@ func compileSchedule(l *errorList, envs *celEnvs, field string, h v1alpha1.Handl
 			l.add(field+".schedule.cron", "%q is not a cron expression of five fields: %v", s.Cron, err)
 		}
 		c.Cron = sched
+	case strings.Contains(s.Every, "${") && subj == calendarSubject:
+		l.add(field+".schedule.every", "an operator-wide schedule has no object to compute its interval from: write a duration like 90s or 1h")
 	case strings.Contains(s.Every, "${"):
 		c.EveryExpr = compileEvery(l, envs, field+".schedule.every", s.Every)
 	default:

@@ -50,6 +50,18 @@ func (w *archiveWriter) Finish(ctx context.Context, r *archive.Run) error {
 	return err
 }
 
+func (w *archiveWriter) PutState(ctx context.Context, s *archive.State) error {
+	err := w.Store.PutState(ctx, s)
+	w.report(ctx, err)
+	return err
+}
+
+func (w *archiveWriter) DeleteState(ctx context.Context, operator, key string) error {
+	err := w.Store.DeleteState(ctx, operator, key)
+	w.report(ctx, err)
+	return err
+}
+
 // report notices a change between writing and failing; a cancelled
 // context says nothing of the archive.
 func (w *archiveWriter) report(ctx context.Context, err error) {

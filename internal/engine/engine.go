@@ -369,6 +369,9 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	if len(d.Handlers) > 0 && e.opts.Archive == nil {
 		return fmt.Errorf("operator %s: handlers need a run archive, and the engine has none", d.Operator.Name)
 	}
+	if d.Watch != nil || d.Calendar() {
+		return e.applyUnowned(ctx, d)
+	}
 	if !d.Typed() {
 		typed, err := d.WithSchemas(e.schemaResolver())
 		if err != nil {
@@ -403,7 +406,9 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	old := e.running[d.Operator.Name]
 	delete(e.running, d.Operator.Name)
 	e.mu.Unlock()
-	if old != nil {
+	if old != nil && !old.def.Owns() {
+		old.stop()
+	} else if old != nil {
 		old.stop()
 		// Watches opened before a CRD's schema changed go on decoding with
 		// the old schema (dropping new fields) until the API server closes
@@ -413,6 +418,47 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 		}
 	}
 	op, err := e.startController(d)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.running[d.Operator.Name] = op
+	e.mu.Unlock()
+	return nil
+}
+
+// applyUnowned (re)starts an operator without a custom resource: a watch
+// (watch.go) or a calendar (calendar.go). No CRD is installed.
+func (e *Engine) applyUnowned(ctx context.Context, d *definition.Definition) error {
+	if d.Watch != nil {
+		if err := e.checkWatch(ctx, d); err != nil {
+			return err
+		}
+		if !d.Typed() {
+			typed, err := d.WithSchemas(e.schemaResolver())
+			if err != nil {
+				return err
+			}
+			d = typed
+		}
+	}
+	e.mu.Lock()
+	old := e.running[d.Operator.Name]
+	delete(e.running, d.Operator.Name)
+	e.mu.Unlock()
+	if old != nil {
+		old.stop()
+		if old.def.Owns() {
+			if err := e.removeInformer(ctx, old.def.GVK); err != nil {
+				return fmt.Errorf("operator %s: stopping the watch of %s: %w", d.Operator.Name, old.def.GVK.Kind, err)
+			}
+		}
+	}
+	start := e.startCalendar
+	if d.Watch != nil {
+		start = e.startWatch
+	}
+	op, err := start(d)
 	if err != nil {
 		return err
 	}
@@ -445,6 +491,9 @@ func (e *Engine) Remove(ctx context.Context, name string) {
 		return
 	}
 	op.stop()
+	if !op.def.Owns() {
+		return // its watch, if any, was its own, and stopped with it
+	}
 	log := e.mgr.GetLogger().WithValues("operator", name)
 	if err := e.removeInformer(ctx, op.def.GVK); err != nil {
 		log.Error(err, "stopping the watch of the removed operator's custom resources")

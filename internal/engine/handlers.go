@@ -64,6 +64,9 @@ type runner struct {
 	reader  client.Reader
 	events  events.EventRecorder
 	execs   map[string]executor.Executor
+	// watched: the objects are watched, not owned (watch.go): their state
+	// is the archive's, and nothing is written to them.
+	watched bool
 	wake    chan event.GenericEvent
 	slots   chan struct{}   // bounds the runs executing at once
 	ctx     context.Context // the operator's; ending it cancels the runs
@@ -91,6 +94,11 @@ type objectState struct {
 	flight *flight
 	// resumed is cause.Input.Resumed.
 	resumed bool
+	// For a watched object (watch.go): persisted is the state as the
+	// archive holds it, last the object as last seen (its delete handlers'
+	// object once it is gone).
+	persisted []byte
+	last      map[string]any
 }
 
 // object returns the runner's record of an object, new if it has none or
@@ -113,6 +121,9 @@ func (rn *runner) state(cr *unstructured.Unstructured) *cause.State {
 	defer rn.mu.Unlock()
 	if w := rn.object(cr).written; w != nil {
 		return w.Clone()
+	}
+	if rn.watched {
+		return &cause.State{Handlers: map[string]*cause.HandlerState{}} // new: its record is the archive's
 	}
 	return cause.Read(cr)
 }
@@ -139,6 +150,7 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 		slots:    make(chan struct{}, e.opts.MaxConcurrentRuns),
 		objects:  map[types.NamespacedName]*objectState{},
 		finished: e.opts.RunFinished,
+		watched:  d.Watch != nil,
 	}
 	execs := executor.Registry{
 		"exec": func(h *definition.Handler) executor.Executor {
@@ -201,12 +213,26 @@ type stepResult struct {
 // step records a finished run, then starts the next due handler, if any.
 // It writes the handlers' status patches and events itself; the caller
 // writes the returned state into status.opkit.
+//
+// vars.Self is the object as handlers get it. For a watched object, cr is
+// a copy whose generation is its count of observed changes, and create
+// and update are about its projection (cause.Projection).
 func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars) (*stepResult, error) {
 	st := rn.state(cr)
 	res := &stepResult{state: st}
 	defer rn.remember(cr, st)
+	var subject map[string]any // nil: the spec
+	if rn.watched {
+		subject = cause.Projection(vars.Self, rn.def.Handlers)
+		g := cause.Observe(st, vars.Self, subject)
+		view := &unstructured.Unstructured{Object: maps.Clone(cr.Object)}
+		md, _ := cr.Object["metadata"].(map[string]any)
+		view.Object["metadata"] = maps.Clone(md)
+		view.SetGeneration(g)
+		cr = view
+	}
 
-	if _, ok := cr.GetAnnotations()[v1alpha1.RetryAnnotation]; ok {
+	if _, ok := cr.GetAnnotations()[v1alpha1.RetryAnnotation]; ok && !rn.watched {
 		for _, hs := range st.Handlers {
 			hs.Attempt, hs.Target, hs.NextRetryAt, hs.Stalled, hs.LastError = 0, 0, "", false, ""
 		}
@@ -244,7 +270,7 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	now := time.Now()
 	rn.mu.Lock()
 	o = rn.object(cr)
-	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Resumed: o.resumed, Now: now, Related: vars.Related}
+	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Resumed: o.resumed, Now: now, Related: vars.Related, Subject: subject}
 	if st.Handled == nil {
 		o.resumed = true // a new object is created, not resumed
 	}
@@ -263,14 +289,17 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	}
 	if d.Cause != nil {
 		res.busy = true
-		if err := rn.start(ctx, cr, st, d.Cause, vars); err != nil {
+		if err := rn.start(ctx, cr, st, d.Cause, vars, subject); err != nil {
 			return nil, err
 		}
 		return res, nil
 	}
 	if cr.GetDeletionTimestamp() == nil {
 		// No create or update handler has the generation still to do.
-		st.AdvanceHandled(rn.def.Handlers, cr.GetGeneration(), cause.Spec(cr))
+		if subject == nil {
+			subject = cause.Spec(cr)
+		}
+		st.AdvanceHandled(rn.def.Handlers, cr.GetGeneration(), subject)
 	}
 	return res, nil
 }
@@ -299,10 +328,14 @@ func (rn *runner) whenValues(cr *unstructured.Unstructured, vars definition.Vars
 	return out
 }
 
-// start records a run in the archive and starts it.
-func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *cause.State, c *cause.Cause, vars definition.Vars) error {
+// start records a run in the archive and starts it. subject is what
+// create and update are about (nil: the spec).
+func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *cause.State, c *cause.Cause, vars definition.Vars, subject map[string]any) error {
 	h, g, now := c.Handler, c.Generation, c.Due
-	f := &flight{cause: c, spec: cause.Spec(cr)}
+	if subject == nil {
+		subject = cause.Spec(cr)
+	}
+	f := &flight{cause: c, spec: subject}
 	if c.Trigger == v1alpha1.OnCreate || c.Trigger == v1alpha1.OnUpdate || c.Trigger == v1alpha1.OnDelete {
 		// A run that succeeded before a crash kept the engine from recording
 		// it: do not run it again.
@@ -328,7 +361,7 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 	}
 	input, err := json.Marshal(bindingContext{
 		Operator: rn.def.Operator.Name, Handler: h.Name, Trigger: trigger, RunID: run.ID, IdempotencyKey: key,
-		Attempt: attempt, Object: cr.Object, Old: c.Old, Diff: c.Diff, Children: redactSecrets(vars.Children), Related: redactRelatedSecrets(vars.Related),
+		Attempt: attempt, Object: vars.Self, Old: c.Old, Diff: c.Diff, Children: redactSecrets(vars.Children), Related: redactRelatedSecrets(vars.Related),
 	})
 	if err != nil {
 		return fmt.Errorf("handler %s: encoding the binding context: %w", h.Name, err)
@@ -345,6 +378,9 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 		RunID: run.ID, Handler: h.Name, Trigger: trigger, Key: key, Attempt: attempt, Input: input, Timeout: h.Timeout,
 		Log:    alog,
 		Object: &executor.ObjectRef{APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: cr.GetUID()},
+	}
+	if rn.watched {
+		req.Object.UID = "" // a watched object owns nothing of opkit's: its Jobs outlive it
 	}
 	log := rn.log.WithValues("namespace", cr.GetNamespace(), "name", cr.GetName(), "handler", h.Name, "run", run.ID)
 	runCtx := logr.NewContext(rn.ctx, log)
@@ -417,6 +453,9 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		failure = executor.AsFailure(f.err)
 	case f.result.Error != nil:
 		failure = &executor.Failure{Message: f.result.Error.Message, Permanent: f.result.Error.Permanent}
+	}
+	if failure == nil && len(f.result.Status) > 0 && rn.watched {
+		failure = &executor.Failure{Message: "the result sets status, but opkit never writes to a watched object: post events or write to objects of your own instead", Permanent: true}
 	}
 	if failure == nil && len(f.result.Status) > 0 {
 		patch, _ := json.Marshal(map[string]any{"status": f.result.Status})
@@ -534,6 +573,8 @@ type bindingContext struct {
 	Diff           []archive.Change          `json:"diff"`
 	Children       map[string]map[string]any `json:"children"`
 	Related        map[string]any            `json:"related,omitempty"`
+	// Schedule is the slot of an operator-wide schedule's run.
+	Schedule *scheduleContext `json:"schedule,omitempty"`
 }
 
 // redactSecrets drops the values of Secret children: handlers get their

@@ -103,13 +103,13 @@ func (r *operatorReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	var crdName string
 	running := e.definition(op.Name)
 	if running != nil && running.Operator.UID == op.UID && running.Operator.Generation == op.Generation {
-		crdName = running.CRD().Name // unchanged: nothing to restart
+		crdName = crdOf(running) // unchanged: nothing to restart
 	} else if d, err := definition.Compile(definition.FromCluster(op)); err != nil {
 		// Waits for the Operator to change. A previous generation that ran
 		// keeps running: a typo does not stop a working operator.
 		msg := err.Error()
 		if running != nil && running.Operator.UID == op.UID {
-			crdName = running.CRD().Name
+			crdName = crdOf(running)
 			msg = fmt.Sprintf("generation %d keeps running; generation %d is invalid: %s", running.Operator.Generation, op.Generation, msg)
 		} else {
 			e.Remove(ctx, op.Name)
@@ -122,12 +122,23 @@ func (r *operatorReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		}
 		return reconcile.Result{}, err // retried with back-off: the cluster may change
 	} else {
-		crdName = d.CRD().Name
+		crdName = crdOf(d)
 	}
 	if ready.Status == metav1.ConditionTrue {
 		ready.Message = "the controller of " + crdName + " is running"
+		if d := e.definition(op.Name); d != nil && !d.Owns() {
+			ready.Message = "running: " + d.What()
+		}
 	}
 	return reconcile.Result{}, r.setStatus(ctx, op, ready, crdName)
+}
+
+// crdOf is the name of an operator's CRD, or "" when it owns none.
+func crdOf(d *definition.Definition) string {
+	if !d.Owns() {
+		return ""
+	}
+	return d.CRD().Name
 }
 
 // setStatus writes the Operator's conditions when they changed.

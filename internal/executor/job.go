@@ -75,13 +75,20 @@ func (j *Job) Run(ctx context.Context, req Request) (*Result, error) {
 		return nil, &Failure{Message: "the object is cluster-scoped: set job.namespace", Permanent: true}
 	}
 	name := JobName(obj.Name, req.Handler, req.Key, req.Attempt)
-	owner := metav1.OwnerReference{APIVersion: obj.APIVersion, Kind: obj.Kind, Name: obj.Name, UID: obj.UID}
+	// The run's object owns its Job, which goes with it; an object with
+	// no uid given (one the operator watches but does not own, or the
+	// Operator itself for an operator-wide schedule) owns nothing, and
+	// the Job goes after its TTL.
+	var owners []metav1.OwnerReference
+	if obj.UID != "" {
+		owners = []metav1.OwnerReference{{APIVersion: obj.APIVersion, Kind: obj.Kind, Name: obj.Name, UID: obj.UID}}
+	}
 	labels := map[string]string{"opkit.dev/handler": req.Handler}
 	for k, v := range j.Labels {
 		labels[k] = v
 	}
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: obj.Namespace, Labels: labels, OwnerReferences: []metav1.OwnerReference{owner}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: obj.Namespace, Labels: labels, OwnerReferences: owners},
 		Data:       map[string]string{"context.json": string(req.Input)},
 	}
 	if _, err := j.Client.CoreV1().ConfigMaps(obj.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -92,7 +99,7 @@ func (j *Job) Run(ctx context.Context, req Request) (*Result, error) {
 	cleanUp := func() {
 		_ = j.Client.CoreV1().ConfigMaps(obj.Namespace).Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
 	}
-	job := j.job(name, obj.Namespace, labels, owner, req)
+	job := j.job(name, obj.Namespace, labels, owners, req)
 	created, err := j.Client.BatchV1().Jobs(obj.Namespace).Create(ctx, job, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsAlreadyExists(err):
@@ -133,7 +140,7 @@ func (j *Job) Run(ctx context.Context, req Request) (*Result, error) {
 	return j.outcome(context.WithoutCancel(ctx), finished, req.Log)
 }
 
-func (j *Job) job(name, namespace string, labels map[string]string, owner metav1.OwnerReference, req Request) *batchv1.Job {
+func (j *Job) job(name, namespace string, labels map[string]string, owners []metav1.OwnerReference, req Request) *batchv1.Job {
 	env := []corev1.EnvVar{
 		{Name: "OPKIT_RUN_ID", Value: req.RunID}, {Name: "OPKIT_HANDLER", Value: req.Handler},
 		{Name: "OPKIT_TRIGGER", Value: req.Trigger}, {Name: "OPKIT_IDEMPOTENCY_KEY", Value: req.Key},
@@ -155,7 +162,7 @@ func (j *Job) job(name, namespace string, labels map[string]string, owner metav1
 		ttl = *j.Action.TTLSecondsAfterFinished
 	}
 	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, OwnerReferences: []metav1.OwnerReference{owner}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, OwnerReferences: owners},
 		Spec: batchv1.JobSpec{
 			// Retries are opkit's, with its back-off and records.
 			BackoffLimit:            ptr.To(int32(0)),

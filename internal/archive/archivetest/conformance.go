@@ -38,6 +38,13 @@ func Run(t *testing.T, open Open) {
 		{"SkippedRunsFold", skippedRunsFold},
 		{"PruneByAgeAndCount", pruneByAgeAndCount},
 		{"ConcurrentWriters", concurrentWriters},
+		{"StatesRoundTrip", statesRoundTrip},
+		{"StatesReplace", statesReplace},
+		{"StatesByOperatorOrderedByKey", statesByOperatorOrderedByKey},
+		{"StatesDelete", statesDelete},
+		{"StatesOutliveRuns", statesOutliveRuns},
+		{"StatesKeepDataExactly", statesKeepDataExactly},
+		{"StatesConcurrentWriters", statesConcurrentWriters},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
@@ -206,6 +213,18 @@ func listFiltersAndPages(t *testing.T, open Open) {
 			handler = "cleanup"
 		}
 		r := newRun(base.Add(time.Duration(i)*time.Second), op, "ns", fmt.Sprintf("obj-%d", i%5), handler)
+		switch {
+		case i%10 == 3:
+			// A run of an operator-wide schedule: its object is the
+			// Operator.
+			r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID = "opkit.dev/v1alpha1", "Operator", "", op, "uid-"+op
+			r.Trigger, r.Key = "schedule", "uid-"+op+"/1/"+handler
+		case i%5 == 1:
+			r.APIVersion, r.Kind = "apps/v1", "Deployment"
+		}
+		if i%4 == 1 {
+			r.Trigger = "create"
+		}
 		insert(t, s, r)
 		switch {
 		case i%7 == 0:
@@ -233,12 +252,21 @@ func listFiltersAndPages(t *testing.T, open Open) {
 	}{
 		{"all", archive.Query{}, func(*archive.Run) bool { return true }},
 		{"operator", archive.Query{Operator: "website"}, func(r *archive.Run) bool { return r.Operator == "website" }},
-		{"object", archive.Query{Namespace: "ns", Name: "obj-2"}, func(r *archive.Run) bool { return r.Name == "obj-2" }},
+		{"object", archive.Query{Namespace: "ns", Name: "obj-2"}, func(r *archive.Run) bool { return r.Namespace == "ns" && r.Name == "obj-2" }},
 		{"uid", archive.Query{UID: "uid-ns-obj-3"}, func(r *archive.Run) bool { return r.UID == "uid-ns-obj-3" }},
 		{"handler", archive.Query{Handler: "cleanup"}, func(r *archive.Run) bool { return r.Handler == "cleanup" }},
 		{"failed", archive.Query{Failed: true}, func(r *archive.Run) bool { return r.Outcome.Failure() }},
 		{"outcome", archive.Query{Outcome: archive.Running}, func(r *archive.Run) bool { return r.Outcome == archive.Running }},
 		{"combined", archive.Query{Operator: "printer", Failed: true}, func(r *archive.Run) bool { return r.Operator == "printer" && r.Outcome.Failure() }},
+		{"kind", archive.Query{Kind: "Deployment"}, func(r *archive.Run) bool { return r.Kind == "Deployment" }},
+		{"trigger", archive.Query{Trigger: "create"}, func(r *archive.Run) bool { return r.Trigger == "create" }},
+		{"operator-wide schedule", archive.Query{Operator: "printer", Kind: "Operator", Trigger: "schedule"}, func(r *archive.Run) bool {
+			return r.Operator == "printer" && r.Kind == "Operator" && r.Trigger == "schedule"
+		}},
+		{"kind and object", archive.Query{Kind: "Printer", Namespace: "ns", Name: "obj-1"}, func(r *archive.Run) bool {
+			return r.Kind == "Printer" && r.Namespace == "ns" && r.Name == "obj-1"
+		}},
+		{"kind no run has", archive.Query{Kind: "printer"}, func(*archive.Run) bool { return false }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for _, limit := range []int{4, 1000} {

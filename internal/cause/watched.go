@@ -1,0 +1,96 @@
+package cause
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// Observed counts the changes of a watched object. opkit writes nothing
+// to an object it watches but does not own, and many kinds have no
+// generation (a ConfigMap) or do not bump it for every change that
+// matters (a Deployment's labels): what a handler's create and update are
+// about is the object's Projection, and the generation handlers see is
+// the number of its changes. The engine keeps it in the run archive with
+// the rest of the object's State.
+type Observed struct {
+	// Generation is 1 at first sight, one more at each change of the
+	// projection.
+	Generation int64 `json:"generation"`
+	// Hash is the projection's, as last seen.
+	Hash string `json:"hash"`
+	// Since is the object's resourceVersion when it was first seen: an
+	// object that stops being watched is forgotten, and one that is
+	// watched again starts a new life, whose runs have keys of their own
+	// (<uid>.<since>/<generation>/<handler>).
+	Since string `json:"since,omitempty"`
+}
+
+// Projection is what of a watched object its handlers' updates are about:
+// every top-level field but apiVersion, kind, metadata and status (a
+// Deployment's spec, a ConfigMap's data), its labels, and the metadata
+// and status fields a handler names in fields (metadata.annotations,
+// status.readyReplicas), so that a controller writing status does not
+// make an update of it unless a handler asks.
+func Projection(obj map[string]any, hs []*definition.Handler) map[string]any {
+	out := map[string]any{}
+	for k, v := range obj {
+		switch k {
+		case "apiVersion", "kind", "metadata", "status":
+		default:
+			out[k] = v
+		}
+	}
+	meta, _ := obj["metadata"].(map[string]any)
+	pick := func(root string, m map[string]any, name string) {
+		v, ok := m[name]
+		if !ok {
+			return
+		}
+		sub, _ := out[root].(map[string]any)
+		if sub == nil {
+			sub = map[string]any{}
+			out[root] = sub
+		}
+		sub[name] = v
+	}
+	pick("metadata", meta, "labels")
+	status, _ := obj["status"].(map[string]any)
+	for _, h := range hs {
+		for _, f := range h.Fields {
+			root, rest, _ := strings.Cut(f, ".")
+			name, _, _ := strings.Cut(rest, ".")
+			switch {
+			case root == "metadata" && name != "":
+				pick("metadata", meta, name)
+			case root == "status" && name != "":
+				pick("status", status, name)
+			case root == "status" && status != nil:
+				out["status"] = status
+			}
+		}
+	}
+	return out
+}
+
+// Observe records a watched object's projection in st and returns the
+// generation its handlers see: 1 at first sight, one more at each change.
+func Observe(st *State, obj map[string]any, projection map[string]any) int64 {
+	data, _ := json.Marshal(normalize(projection))
+	sum := sha256.Sum256(data)
+	hash := hex.EncodeToString(sum[:12])
+	switch {
+	case st.Observed == nil:
+		since, _, _ := unstructured.NestedString(obj, "metadata", "resourceVersion")
+		st.Observed = &Observed{Generation: 1, Hash: hash, Since: since}
+	case st.Observed.Hash != hash:
+		st.Observed.Generation++
+		st.Observed.Hash = hash
+	}
+	return st.Observed.Generation
+}

@@ -1,0 +1,190 @@
+package definition
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+)
+
+// subject is what an operator's handlers run for.
+type subject int
+
+const (
+	ownedSubject    subject = iota // each custom resource of spec.resource
+	watchedSubject                 // each object spec.watch selects
+	calendarSubject                // the operator itself: operator-wide schedules
+)
+
+// Watch is a compiled spec.watch: the objects of one kind an operator
+// reacts to without owning them.
+type Watch struct {
+	GVK schema.GroupVersionKind
+	// Namespaces are those watched; empty for all.
+	Namespaces []string
+	// Selector selects by labels; labels.Everything() when none is set.
+	// The API server applies it (the engine's watch is a filtered one).
+	Selector labels.Selector
+	// Filter is the CEL condition over self an object must meet, or nil.
+	Filter *Expression
+}
+
+// Matches reports whether a watched object meets the filter.
+func (w *Watch) Matches(self map[string]any) (bool, error) {
+	if w.Filter == nil {
+		return true, nil
+	}
+	v, err := w.Filter.Eval(Vars{Self: self}.activation(nil))
+	if err != nil {
+		return false, err
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, fmt.Errorf("%s: ${%s} gave %v, not a bool", w.Filter.Field, w.Filter.Source, v)
+	}
+	return b, nil
+}
+
+// Owns reports whether the operator owns a custom resource (spec.resource).
+func (d *Definition) Owns() bool { return !d.GVK.Empty() }
+
+// What says in a few words what the operator reacts to, for logs:
+// Printer.demo.example.com, the watch of Deployment.apps, or schedules.
+func (d *Definition) What() string {
+	switch {
+	case d.Owns():
+		return d.GVK.GroupKind().String()
+	case d.Watch != nil:
+		return "the watch of " + d.Watch.GVK.GroupKind().String()
+	}
+	return "operator-wide schedules"
+}
+
+// Calendar reports whether the operator has neither a custom resource
+// nor a watch: its handlers are operator-wide schedules.
+func (d *Definition) Calendar() bool { return d.GVK.Empty() && d.Watch == nil }
+
+// compileUnowned compiles an Operator without spec.resource: a watch, or
+// a calendar of operator-wide schedules.
+func compileUnowned(l *errorList, src *Source, d *Definition, schemas SchemaResolver) *Definition {
+	op := d.Operator
+	subj := calendarSubject
+	var selfSchema *spec.Schema
+	if w := op.Spec.Watch; w != nil {
+		subj = watchedSubject
+		d.Watch = compileWatch(l, w)
+		if d.Watch != nil && schemas != nil {
+			s, err := schemas.ResolveSchema(d.Watch.GVK)
+			if err != nil {
+				l.add("spec.watch.kind", "kind %s %s is not served by the cluster: %v", w.APIVersion, w.Kind, err)
+				return nil
+			}
+			selfSchema = s
+		}
+	}
+	what := "an operator with neither resource nor watch runs operator-wide schedules only"
+	if subj == watchedSubject {
+		what = "a watch operator owns nothing"
+	}
+	if len(op.Spec.Related) > 0 {
+		l.add("spec.related", "%s: related objects are read for a custom resource; declare spec.resource", what)
+	}
+	if len(op.Spec.Children) > 0 {
+		l.add("spec.children", "%s: children need a custom resource to own them; declare spec.resource", what)
+	}
+	if len(op.Spec.Status) > 0 {
+		l.add("spec.status", "%s: status fields are written to a custom resource; declare spec.resource", what)
+	}
+	if subj == calendarSubject && len(op.Spec.Handlers) == 0 {
+		l.add("spec", "an Operator declares spec.resource (a custom resource it owns), spec.watch (objects it reacts to) or, with neither, handlers on schedule (operator-wide schedules)")
+		return nil
+	}
+	envs, err := watchedEnvs(selfSchema)
+	if err != nil {
+		l.add("spec.watch.kind", "%v", err)
+		return nil
+	}
+	if w := op.Spec.Watch; w != nil && w.Filter != "" && d.Watch != nil {
+		d.Watch.Filter = compileCondition(l, envs.object, "spec.watch.filter", w.Filter)
+	}
+	dir := ""
+	if src.File != "" {
+		if abs, err := filepath.Abs(src.File); err == nil {
+			dir = filepath.Dir(abs)
+		}
+	}
+	d.Handlers = compileHandlers(l, envs, op.Spec.Handlers, dir, subj == calendarSubject, nil, subj)
+	if subj == calendarSubject {
+		for i, h := range op.Spec.Handlers {
+			if len(h.On) > 0 && !slices.Equal(h.On, []string{v1alpha1.OnSchedule}) {
+				l.add(fmt.Sprintf("spec.handlers[%d].on", i), "an operator with neither resource nor watch has no object to react to: its handlers run on schedule only (on: [schedule]); declare spec.watch or spec.resource for the other triggers")
+			}
+		}
+	}
+	checkReferences(l, d, map[string]bool{}, map[string]bool{})
+	return d
+}
+
+// compileWatch checks spec.watch.
+func compileWatch(l *errorList, w *v1alpha1.Watch) *Watch {
+	out := &Watch{Selector: labels.Everything()}
+	ok := true
+	switch {
+	case w.APIVersion == "" || strings.Contains(w.APIVersion, "${"):
+		l.add("spec.watch.apiVersion", "required, and it cannot be an expression (e.g. apps/v1)")
+		ok = false
+	case w.Kind == "" || strings.Contains(w.Kind, "${"):
+		l.add("spec.watch.kind", "required, and it cannot be an expression (e.g. Deployment)")
+		ok = false
+	default:
+		gv, err := schema.ParseGroupVersion(w.APIVersion)
+		if err != nil {
+			l.add("spec.watch.apiVersion", "%v", err)
+			ok = false
+		}
+		out.GVK = gv.WithKind(w.Kind)
+	}
+	seen := map[string]bool{}
+	for i, ns := range w.Namespaces {
+		field := fmt.Sprintf("spec.watch.namespaces[%d]", i)
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			l.add(field, "%q is not a namespace name: %s", ns, strings.Join(msgs, "; "))
+			ok = false
+			continue
+		}
+		if seen[ns] {
+			l.add(field, "namespace %q is listed twice", ns)
+			continue
+		}
+		seen[ns] = true
+		out.Namespaces = append(out.Namespaces, ns)
+	}
+	slices.Sort(out.Namespaces)
+	if w.Selector != nil {
+		for k := range w.Selector.MatchLabels {
+			if msg := validationLabelKey(k); msg != "" {
+				l.add("spec.watch.selector.matchLabels."+k, "%q is not a label key: %s", k, msg)
+				ok = false
+			}
+		}
+		sel, err := metav1.LabelSelectorAsSelector(w.Selector)
+		if err != nil {
+			l.add("spec.watch.selector", "%v", err)
+			ok = false
+		} else {
+			out.Selector = sel
+		}
+	}
+	if !ok {
+		return nil
+	}
+	return out
+}

@@ -1,0 +1,306 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/executor"
+)
+
+// An operator with neither a custom resource nor a watch is a calendar:
+// each of its handlers runs once per slot of its schedule, for the
+// operator itself, in place of a CronJob.
+//
+// Slots are times every engine computes alike: the multiples of every
+// since the Unix epoch, or the times of cron in its time zone. A slot's
+// run has the idempotency key <operator>/schedule/<handler>/<unix time>;
+// the last slot handled is kept in the run archive (archive.State, key
+// schedule/<handler>), written after its run ends. So a slot runs once
+// across restarts: a slot whose run succeeded is never run again (the
+// archive's Succeeded check covers an engine killed between the run's end
+// and the record), and a run interrupted by the engine's end runs again
+// with its key, under the catch-up policy.
+//
+// Slots missed while no engine ran (or while a run overran the next
+// slots) are skipped, but for the latest of them under CatchUp Once,
+// which runs at start. A slot is on time while less than its period (at
+// most onTime) has passed since it came due.
+//
+// A failed run is retried with the handler's policy, with the same key,
+// until it succeeds or its attempts are spent (GaveUp); the next slot
+// runs after that in any case.
+
+// onTime is the longest a slot may be late and still count as on time.
+const onTime = 5 * time.Second
+
+// calendarRecord is what the archive keeps of an operator-wide schedule.
+type calendarRecord struct {
+	// Slot is the last slot handled: run, or skipped by the policy.
+	Slot time.Time `json:"slot"`
+}
+
+// CalendarKey is the key of an operator-wide schedule's record in the
+// archive's states.
+func CalendarKey(handler string) string { return "schedule/" + handler }
+
+// startCalendar starts an operator's operator-wide schedules.
+func (e *Engine) startCalendar(d *definition.Definition) (*operator, error) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	rn, err := newRunner(ctx, d, e, e.mgr.GetEventRecorder("opkit"))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	states, err := e.opts.Archive.States(ctx, d.Operator.Name)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("operator %s: reading its schedules' last slots from the archive: %w", d.Operator.Name, err)
+	}
+	last := map[string]time.Time{}
+	for _, s := range states {
+		var rec calendarRecord
+		if json.Unmarshal(s.Data, &rec) == nil {
+			last[s.Key] = rec.Slot
+		}
+	}
+	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: rn}
+	var loops sync.WaitGroup
+	for _, h := range d.Handlers {
+		loops.Go(func() { rn.calendar(ctx, h, last[CalendarKey(h.Name)]) })
+	}
+	go func() {
+		loops.Wait()
+		close(op.done)
+	}()
+	return op, nil
+}
+
+// calendar runs h's slots until ctx ends; last is the last slot handled
+// before (zero for none: the schedule starts with the next slot).
+func (rn *runner) calendar(ctx context.Context, h *definition.Handler, last time.Time) {
+	log := rn.log.WithValues("handler", h.Name)
+	if last.IsZero() {
+		last = time.Now()
+	}
+	for {
+		slot, err := h.NextSlot(last)
+		if err != nil {
+			log.Error(err, "the schedule has no next slot; it stops")
+			return
+		}
+		if wait := time.Until(slot); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		// Slots before the latest that came due are skipped; the latest
+		// runs on time, or late under CatchUp Once.
+		now := time.Now()
+		latest, skipped := slot, 0
+		for n, err := h.NextSlot(latest); err == nil && !n.After(now) && skipped < 1_000_000; n, err = h.NextSlot(n) {
+			latest = n
+			skipped++
+		}
+		period := onTime
+		if after, err := h.NextSlot(latest); err == nil && after.Sub(latest) < period {
+			period = after.Sub(latest)
+		}
+		late := now.Sub(latest) >= period
+		run := !late || h.CatchUp == v1alpha1.CatchUpOnce
+		if !run {
+			skipped++
+		}
+		switch {
+		case skipped > 0 && run:
+			log.Info(fmt.Sprintf("schedule: %d slot(s) came due while no run could start; skipped, and the latest, %s, runs now (catchUp: %s)", skipped, latest.UTC().Format(time.RFC3339), h.CatchUp))
+		case skipped > 0:
+			log.Info(fmt.Sprintf("schedule: %d slot(s) came due while no run could start; skipped (catchUp: %s)", skipped, h.CatchUp))
+		case late:
+			log.Info(fmt.Sprintf("schedule: the slot %s came due while no run could start; it runs now (catchUp: %s)", latest.UTC().Format(time.RFC3339), h.CatchUp))
+		}
+		if run {
+			rn.runSlot(ctx, h, latest)
+			if ctx.Err() != nil {
+				return // the engine stops: the slot is not handled
+			}
+		}
+		last = latest
+		rec, _ := json.Marshal(calendarRecord{Slot: latest.UTC()})
+		if err := rn.archive.PutState(context.WithoutCancel(ctx), &archive.State{
+			Operator: rn.def.Operator.Name, Key: CalendarKey(h.Name), APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind,
+			Name: rn.def.Operator.Name, Data: rec, UpdatedAt: time.Now().UTC(),
+		}); err != nil {
+			log.Error(err, "recording the slot handled; after a restart its run is found in the archive and not repeated", "slot", latest)
+		}
+	}
+}
+
+// scheduleContext is the binding context's schedule of an operator-wide
+// schedule's run.
+type scheduleContext struct {
+	// Slot is the time the run is for, RFC 3339.
+	Slot string `json:"slot"`
+}
+
+// runSlot runs one slot of h, retried by its policy, unless a run of the
+// slot succeeded already.
+func (rn *runner) runSlot(ctx context.Context, h *definition.Handler, slot time.Time) {
+	operator := rn.def.Operator.Name
+	key := fmt.Sprintf("%s/schedule/%s/%d", operator, h.Name, slot.Unix())
+	log := rn.log.WithValues("handler", h.Name, "slot", slot.UTC().Format(time.RFC3339))
+	for attempt := 1; ; attempt++ {
+		if done, err := rn.archive.Succeeded(ctx, key); err != nil || done {
+			if err != nil && ctx.Err() == nil {
+				log.Error(err, "reading the archive; the slot is tried again in 5s")
+				if sleep(ctx, notRecordedRetry) {
+					attempt--
+					continue
+				}
+			}
+			return
+		}
+		now := time.Now()
+		run := &archive.Run{
+			ID: archive.NewID(now), Operator: operator, Handler: h.Name, Action: h.Action(), Trigger: v1alpha1.OnSchedule,
+			APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind, Name: operator, UID: string(rn.def.Operator.UID),
+			Key: key, Attempt: attempt, StartedAt: now.UTC(), Outcome: archive.Running,
+		}
+		input, err := json.Marshal(bindingContext{
+			Operator: operator, Handler: h.Name, Trigger: v1alpha1.OnSchedule, RunID: run.ID, IdempotencyKey: key, Attempt: attempt,
+			Schedule: &scheduleContext{Slot: slot.UTC().Format(time.RFC3339)},
+		})
+		if err != nil {
+			log.Error(err, "encoding the binding context")
+			return
+		}
+		outcome, retryIn := rn.runOnce(ctx, h, run, input, log)
+		switch {
+		case outcome == "":
+			if ctx.Err() != nil {
+				return
+			}
+			attempt-- // not recorded, so not run: try again
+			if !sleep(ctx, notRecordedRetry) {
+				return
+			}
+		case outcome == archive.Failed:
+			if !sleep(ctx, retryIn) {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
+// runOnce records, executes and finishes one run of an operator-wide
+// schedule; the outcome is "" when the archive could not record it (it did
+// not run) or the engine stopped during it.
+func (rn *runner) runOnce(ctx context.Context, h *definition.Handler, run *archive.Run, input []byte, log logr.Logger) (archive.Outcome, time.Duration) {
+	select {
+	case rn.slots <- struct{}{}:
+	case <-ctx.Done():
+		return "", 0
+	}
+	defer func() { <-rn.slots }()
+	run.StartedAt = time.Now().UTC()
+	if err := rn.archive.Insert(ctx, run); err != nil {
+		log.Error(err, "the archive could not record the run; it did not run")
+		return "", 0
+	}
+	log = log.WithValues("run", run.ID)
+	alog := &archiveLog{ctx: ctx, store: rn.archive, id: run.ID}
+	rn.metrics.inFlight.WithLabelValues(run.Operator).Inc()
+	res, err := rn.execs[h.Name].Run(logr.NewContext(ctx, log), executor.Request{
+		RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: run.Attempt, Input: input, Timeout: h.Timeout, Log: alog,
+		Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Name: run.Name},
+	})
+	rn.metrics.inFlight.WithLabelValues(run.Operator).Dec()
+	alog.Flush()
+	now := time.Now().UTC()
+	run.FinishedAt = now
+	if ctx.Err() != nil {
+		run.Outcome, run.Error = archive.Cancelled, "the operator stopped during the run"
+		if err := rn.archive.Finish(context.WithoutCancel(ctx), run); err != nil {
+			log.Error(err, "recording the cancelled run; the next engine marks it Cancelled")
+		}
+		return "", 0
+	}
+	var failure *executor.Failure
+	switch {
+	case err != nil:
+		failure = executor.AsFailure(err)
+	case res.Error != nil:
+		failure = &executor.Failure{Message: res.Error.Message, Permanent: res.Error.Permanent}
+	case len(res.Status) > 0:
+		failure = &executor.Failure{Message: "the result sets status, but an operator-wide schedule has no object to write it to", Permanent: true}
+	}
+	var retryIn time.Duration
+	switch {
+	case failure == nil && res.Skipped:
+		run.Outcome = archive.Skipped
+	case failure == nil:
+		run.Outcome = archive.Succeeded
+	case failure.Permanent || run.Attempt >= h.Retry.MaxAttempts:
+		run.Outcome, run.Error = archive.GaveUp, failure.Message
+	default:
+		retryIn = h.Retry.Delay(run.Attempt)
+		run.Outcome, run.Error, run.NextRetryAt = archive.Failed, failure.Message, now.Add(retryIn)
+		rn.metrics.retries.WithLabelValues(run.Operator, h.Name).Inc()
+	}
+	if failure == nil {
+		for _, ev := range res.Events {
+			rn.operatorEvent(ev.Type, ev.Reason, run.ID, ev.Message)
+			run.Writes = append(run.Writes, "event "+ev.Type+" "+ev.Reason)
+		}
+	}
+	if err := rn.archive.Finish(context.WithoutCancel(ctx), run); err != nil {
+		log.Error(err, "the archive could not record the run's end", "outcome", run.Outcome)
+	}
+	if rn.finished != nil {
+		rn.finished(*run)
+	}
+	rn.metrics.observe(run.Operator, run)
+	switch run.Outcome {
+	case archive.Failed:
+		rn.operatorEvent(corev1.EventTypeWarning, "HandlerFailed", run.ID, fmt.Sprintf("handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, retryIn.Round(time.Second), truncate(run.Error), rn.runRef(run.ID)))
+	case archive.GaveUp:
+		rn.operatorEvent(corev1.EventTypeWarning, "HandlerGaveUp", run.ID, fmt.Sprintf("handler %s gave up on slot %s after %d attempts: %s: run %s", h.Name, run.Key, run.Attempt, truncate(run.Error), rn.runRef(run.ID)))
+	}
+	return run.Outcome, retryIn
+}
+
+// operatorEvent posts an Event on the Operator, when it is one read from
+// the cluster; an Operator from a file has no object to post on.
+func (rn *runner) operatorEvent(eventType, reason, runID, message string) {
+	if rn.def.Operator.UID == "" {
+		return
+	}
+	rn.events.Eventf(rn.def.Operator, nil, eventType, reason, runAction(runID), "%s", message)
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,416 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/cause"
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// A watch operator (spec.watch) reacts to objects of any kind that it
+// neither owns nor writes to.
+//
+// Its watch is its own: a cache restricted to the watched namespaces and,
+// on the API server's side, to the label selector, so that neither the
+// objects without the labels nor the other namespaces cost memory, and
+// the engine needs to list and watch the kind in those namespaces only.
+//
+// Each object's handler state (cause.State, with its count of observed
+// changes, cause.Observed) is kept in the run archive (archive.State, key
+// the object's uid), never in the object: opkit makes no write to a
+// watched object. The state is loaded when the operator starts, and every
+// object it names is reconciled once the watch has synced, so a change or
+// a deletion made while no engine ran is handled after it starts. The
+// record also keeps the object as it was when its state last changed:
+// the delete handlers of an object deleted while no engine ran get that
+// object; one deleted while the engine runs gets the object as the watch
+// last saw it.
+//
+// An object that stops matching (its labels or the filter no longer
+// select it) is forgotten: no delete handler runs for it, as the object
+// still exists. One that matches again is new to the operator.
+
+// watchRecord is what the archive keeps of a watched object.
+type watchRecord struct {
+	State  *cause.State   `json:"state"`
+	Object map[string]any `json:"object,omitempty"`
+}
+
+// watchReconciler handles one watch operator's objects.
+type watchReconciler struct {
+	def    *definition.Definition
+	cache  client.Reader // the operator's own watch
+	reader client.Reader // the API, uncached
+	runner *runner
+	store  archive.Store
+}
+
+var _ reconcile.Reconciler = &watchReconciler{}
+
+// startWatch starts a watch operator: its cache, its controller, and the
+// reconciles of the objects its archived state names.
+func (e *Engine) startWatch(d *definition.Definition) (*operator, error) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	fail := func(err error) (*operator, error) {
+		cancel()
+		return nil, err
+	}
+	w := d.Watch
+	opts := cache.Options{
+		Scheme: e.mgr.GetScheme(), Mapper: e.mgr.GetRESTMapper(),
+		DefaultLabelSelector: w.Selector,
+		DefaultTransform:     compactCache,
+	}
+	if len(w.Namespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range w.Namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	watchCache, err := cache.New(e.opts.Config, opts)
+	if err != nil {
+		return fail(fmt.Errorf("operator %s: the watch of %s: %w", d.Operator.Name, w.GVK.Kind, err))
+	}
+	rn, err := newRunner(ctx, d, e, e.mgr.GetEventRecorder("opkit"))
+	if err != nil {
+		return fail(err)
+	}
+	records, err := rn.preload(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("operator %s: reading its watched objects' state from the archive: %w", d.Operator.Name, err))
+	}
+	r := &watchReconciler{def: d, cache: watchCache, reader: e.mgr.GetAPIReader(), runner: rn, store: e.opts.Archive}
+	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.options(r, e.opts.Workers))
+	if err != nil {
+		return fail(err)
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(w.GVK)
+	if err := c.Watch(source.Kind[client.Object](watchCache, obj, rn.watchHandler())); err != nil {
+		return fail(err)
+	}
+	if err := c.Watch(source.Channel(rn.wake, &handler.EnqueueRequestForObject{})); err != nil {
+		return fail(err)
+	}
+	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: rn}
+	cacheDone := make(chan struct{})
+	go func() {
+		defer close(cacheDone)
+		if err := watchCache.Start(ctx); err != nil && ctx.Err() == nil {
+			rn.log.Error(err, "the watch stopped", "kind", w.GVK.Kind)
+		}
+	}()
+	go func() {
+		defer close(op.done)
+		defer func() { <-cacheDone }()
+		// What the archive names is looked at once the watch has synced:
+		// the objects changed or deleted while no engine ran.
+		go func() {
+			if !watchCache.WaitForCacheSync(ctx) {
+				return
+			}
+			for _, key := range records {
+				u := &unstructured.Unstructured{}
+				u.SetNamespace(key.Namespace)
+				u.SetName(key.Name)
+				rn.wakeUp(u)
+			}
+		}()
+		if err := c.Start(ctx); err != nil && ctx.Err() == nil {
+			rn.log.Error(err, "controller stopped")
+		}
+	}()
+	return op, nil
+}
+
+// watchHandler enqueues each watched object's changes, and keeps the last
+// state of one deleted: its delete handlers' object.
+func (rn *runner) watchHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}})
+	}
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(e.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(e.ObjectNew, q)
+		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if u, ok := e.Object.DeepCopyObject().(*unstructured.Unstructured); ok {
+				rn.lastSeen(u)
+			}
+			enqueue(e.Object, q)
+		},
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(e.Object, q)
+		},
+	}
+}
+
+// lastSeen keeps the final state of a deleted watched object, if the
+// runner knows the object.
+func (rn *runner) lastSeen(u *unstructured.Unstructured) {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	key := types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}
+	if o := rn.objects[key]; o != nil && o.uid == u.GetUID() {
+		o.last = u.Object
+	}
+}
+
+// preload reads the operator's watched objects' records from the archive
+// into the runner and returns their names.
+func (rn *runner) preload(ctx context.Context) ([]types.NamespacedName, error) {
+	states, err := rn.archive.States(ctx, rn.def.Operator.Name)
+	if err != nil {
+		return nil, err
+	}
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	var keys []types.NamespacedName
+	updated := map[types.NamespacedName]time.Time{}
+	for _, s := range states {
+		var rec watchRecord
+		if err := json.Unmarshal(s.Data, &rec); err != nil || rec.State == nil {
+			rn.log.Error(err, "a watched object's record in the archive does not decode; it is dropped, and the object is new to the operator", "namespace", s.Namespace, "name", s.Name, "uid", s.Key)
+			_ = rn.archive.DeleteState(ctx, s.Operator, s.Key)
+			continue
+		}
+		if rec.State.Handlers == nil {
+			rec.State.Handlers = map[string]*cause.HandlerState{}
+		}
+		key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+		if at, ok := updated[key]; ok {
+			// Two objects of one name: the older was deleted and its
+			// delete handlers could not finish before the engine stopped.
+			if s.UpdatedAt.Before(at) {
+				rn.log.Info("dropping the record of an older object of the same name; its delete handlers do not run", "namespace", s.Namespace, "name", s.Name, "uid", s.Key)
+				continue
+			}
+		} else {
+			keys = append(keys, key)
+		}
+		updated[key] = s.UpdatedAt
+		last := rec.Object
+		if last == nil {
+			last = map[string]any{"apiVersion": s.APIVersion, "kind": s.Kind, "metadata": map[string]any{"namespace": s.Namespace, "name": s.Name, "uid": s.Key}}
+		}
+		persisted, _ := json.Marshal(rec.State)
+		rn.objects[key] = &objectState{uid: types.UID(s.Key), written: rec.State, persisted: persisted, last: last}
+	}
+	return keys, nil
+}
+
+// Reconcile runs the handlers of one watched object, or the delete
+// handlers of one that is gone.
+func (r *watchReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	rn := r.runner
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(r.def.Watch.GVK)
+	err := r.cache.Get(ctx, req.NamespacedName, obj)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	found := err == nil
+	if found {
+		matches, err := r.def.Watch.Matches(obj.Object)
+		if err != nil {
+			rn.events.Eventf(obj, nil, "Warning", "FilterFailed", "Evaluate", "operator %s: %v", r.def.Operator.Name, err)
+			return reconcile.Result{}, nil // a change of the object looks again
+		}
+		found = matches
+	}
+	rn.mu.Lock()
+	known := rn.objects[req.NamespacedName]
+	var gone map[string]any
+	if known != nil && (!found || known.uid != obj.GetUID()) {
+		gone = known.last
+	}
+	rn.mu.Unlock()
+	if gone != nil {
+		// The object the runner knows is gone, or no longer watched.
+		res, err := r.gone(ctx, req.NamespacedName, known.uid, gone)
+		if err != nil || res.RequeueAfter > 0 || !found {
+			return res, err
+		}
+	}
+	if !found {
+		return reconcile.Result{}, nil
+	}
+	rn.mu.Lock()
+	o := rn.object(obj)
+	if o.written == nil {
+		o.written = &cause.State{Handlers: map[string]*cause.HandlerState{}}
+	}
+	rn.mu.Unlock()
+	step, err := rn.step(ctx, obj, definition.Vars{Self: obj.Object})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.persist(ctx, obj, step.state, false); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: step.requeue}, nil
+}
+
+// gone handles a known object that is no longer watched: deleted (or
+// replaced by another of its name), its delete handlers run with its last
+// state, then its record is dropped; still there but no longer selected,
+// its record is dropped.
+func (r *watchReconciler) gone(ctx context.Context, key types.NamespacedName, uid types.UID, last map[string]any) (reconcile.Result, error) {
+	rn := r.runner
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(r.def.Watch.GVK)
+	err := r.reader.Get(ctx, key, live)
+	switch {
+	case err == nil && live.GetUID() == uid:
+		rn.log.V(1).Info("no longer watched: forgotten", "namespace", key.Namespace, "name", key.Name)
+		return reconcile.Result{}, r.drop(ctx, key, uid)
+	case err != nil && !apierrors.IsNotFound(err):
+		return reconcile.Result{}, err
+	}
+	if !rn.hasDelete() {
+		return reconcile.Result{}, r.drop(ctx, key, uid)
+	}
+	obj := &unstructured.Unstructured{Object: maps.Clone(last)}
+	md, _ := obj.Object["metadata"].(map[string]any)
+	obj.Object["metadata"] = maps.Clone(md)
+	if obj.GetDeletionTimestamp() == nil {
+		now := metav1.Now()
+		obj.SetDeletionTimestamp(&now)
+	}
+	step, err := rn.step(ctx, obj, definition.Vars{Self: obj.Object})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !step.busy && !step.paused && step.stalled == "" && step.requeue == 0 {
+		return reconcile.Result{}, r.drop(ctx, key, uid)
+	}
+	if err := r.persist(ctx, obj, step.state, true); err != nil {
+		return reconcile.Result{}, err
+	}
+	requeue := step.requeue
+	if requeue == 0 && step.stalled != "" {
+		requeue = time.Minute // a gone object cannot be changed: look again now and then
+	}
+	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+// drop forgets a watched object: its record in the archive and the
+// runner's memory.
+func (r *watchReconciler) drop(ctx context.Context, key types.NamespacedName, uid types.UID) error {
+	if err := r.store.DeleteState(ctx, r.def.Operator.Name, string(uid)); err != nil {
+		return fmt.Errorf("dropping the record of %s from the archive: %w", key, err)
+	}
+	r.runner.mu.Lock()
+	if o := r.runner.objects[key]; o != nil && o.uid == uid && o.flight == nil {
+		delete(r.runner.objects, key)
+	}
+	r.runner.mu.Unlock()
+	return nil
+}
+
+// persist writes an object's handler state to the archive when it
+// changed, with the object as it is now (kept as its last state);
+// deleted: the object is gone, its last state is kept as it was.
+func (r *watchReconciler) persist(ctx context.Context, obj *unstructured.Unstructured, st *cause.State, deleted bool) error {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	rn := r.runner
+	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	rn.mu.Lock()
+	o := rn.objects[key]
+	same := o != nil && bytes.Equal(o.persisted, data)
+	last := obj.Object
+	if o != nil && deleted {
+		last = o.last
+	}
+	rn.mu.Unlock()
+	if same {
+		return nil
+	}
+	snapshot := maps.Clone(last)
+	delete(snapshot, "managedFields")
+	if md, ok := snapshot["metadata"].(map[string]any); ok {
+		md = maps.Clone(md)
+		delete(md, "managedFields")
+		snapshot["metadata"] = md
+	}
+	rec, err := json.Marshal(watchRecord{State: st, Object: snapshot})
+	if err != nil {
+		return err
+	}
+	s := &archive.State{
+		Operator: r.def.Operator.Name, Key: string(obj.GetUID()), APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(),
+		Namespace: obj.GetNamespace(), Name: obj.GetName(), Data: rec, UpdatedAt: time.Now().UTC(),
+	}
+	if err := r.store.PutState(ctx, s); err != nil {
+		return fmt.Errorf("recording the handler state of %s in the archive: %w", key, err)
+	}
+	rn.mu.Lock()
+	if o := rn.objects[key]; o != nil && o.uid == obj.GetUID() {
+		o.persisted = data
+		if !deleted {
+			o.last = snapshot
+		}
+	}
+	rn.mu.Unlock()
+	return nil
+}
+
+// checkWatch refuses a watch of a kind the cluster does not serve or the
+// engine may not get, list and watch where it watches, naming the field.
+func (e *Engine) checkWatch(ctx context.Context, d *definition.Definition) error {
+	w := d.Watch
+	mapping, err := e.mgr.GetRESTMapper().RESTMapping(w.GVK.GroupKind(), w.GVK.Version)
+	if err != nil {
+		return fmt.Errorf("operator %s: spec.watch: kind %s is not served by the cluster: %w", d.Operator.Name, w.GVK, err)
+	}
+	namespaces := w.Namespaces
+	if len(namespaces) == 0 || mapping.Scope.Name() != meta.RESTScopeNameNamespace {
+		namespaces = []string{""}
+	}
+	for _, ns := range namespaces {
+		for _, verb := range []string{"get", "list", "watch"} {
+			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Namespace: ns, Group: mapping.Resource.Group, Version: mapping.Resource.Version, Resource: mapping.Resource.Resource},
+			}}
+			got, err := e.clientset.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("operator %s: spec.watch: checking the engine may %s %s: %w", d.Operator.Name, verb, mapping.Resource.Resource, err)
+			}
+			if !got.Status.Allowed {
+				where := "in all namespaces"
+				if ns != "" {
+					where = "in namespace " + ns
+				}
+				return fmt.Errorf("operator %s: spec.watch: the engine may not %s %s %s; grant it get, list and watch on %s there", d.Operator.Name, verb, mapping.Resource.GroupResource(), where, mapping.Resource.GroupResource())
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,219 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+	"github.com/opkit-dev/opkit/internal/engine"
+)
+
+// teamWatch is a watch operator on the Deployments labelled team=a in two
+// namespaces, its handlers recording their runs to OUT.
+func teamWatch(t *testing.T, out string, namespaces ...string) string {
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := fmt.Sprintf(`exec:
+      command: [%q]
+      env: [{name: %s, value: "1"}, {name: OUT, value: %q}, {name: EVENTS_ONLY, value: "1"}]`, bin, handlerEnv, out)
+	return fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: team-a-%s}
+spec:
+  watch:
+    apiVersion: apps/v1
+    kind: Deployment
+    namespaces: [%s]
+    selector: {matchLabels: {team: a}}
+  handlers:
+  - name: created
+    on: [create]
+    %s
+  - name: image
+    on: [update]
+    fields: [spec.template.spec.containers]
+    %s
+  - name: gone
+    on: [delete]
+    %s
+`, namespaces[0], strings.Join(namespaces, ", "), exec, exec, exec)
+}
+
+func labelled(d *appsv1.Deployment, team string) *appsv1.Deployment {
+	d.Labels = map[string]string{"team": team}
+	return d
+}
+
+// triggers lists the runs recorded for an object as handler/trigger.
+func triggers(recs []record) []string {
+	var out []string
+	for _, r := range recs {
+		out = append(out, r.Handler+"/"+r.Trigger)
+	}
+	return out
+}
+
+// TestAWatchRunsItsHandlersForTheSelectedDeploymentsOnlyAndWritesNone
+// watches the Deployments labelled team=a in two namespaces: creating,
+// changing the image of and deleting one each run the right handler once,
+// scaling runs none, Deployments without the label or in a third
+// namespace run nothing, and opkit writes to no Deployment. Stopped, then
+// started again on the same archive, the engine runs nothing again for
+// what it handled, and handles once what changed while it was stopped.
+func TestAWatchRunsItsHandlersForTheSelectedDeploymentsOnlyAndWritesNone(t *testing.T) {
+	a, b, c := clustertest.New(t), clustertest.New(t), clustertest.New(t)
+	ctx := t.Context()
+	out := filepath.Join(t.TempDir(), "records.jsonl")
+	store := newArchive(t)
+	e, stop := runEngineWith(t, engine.Options{Config: a.Config, Archive: store})
+	if err := e.Apply(ctx, compileYAML(t, teamWatch(t, out, a.Namespace, b.Namespace))); err != nil {
+		t.Fatal(err)
+	}
+	// Names unique to the test: the handler's records are by name.
+	id := a.Namespace[len(a.Namespace)-6:]
+	web, api, other, elsewhere := "web-"+id, "api-"+id, "other-"+id, "elsewhere-"+id
+	create(t, a, labelled(deployment(a.Namespace, web, "nginx:1"), "a"))
+	create(t, b, labelled(deployment(b.Namespace, api, "nginx:1"), "a"))
+	create(t, a, labelled(deployment(a.Namespace, other, "nginx:1"), "b"))
+	create(t, c, labelled(deployment(c.Namespace, elsewhere, "nginx:1"), "a"))
+	waitRecords(t, out, web, 1, "the create run of "+web)
+	waitRecords(t, out, api, 1, "the create run of "+api)
+
+	update := func(env *clustertest.Env, name string, change func(*appsv1.Deployment)) {
+		t.Helper()
+		dep := &appsv1.Deployment{}
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: name}, dep); err != nil {
+				return err
+			}
+			change(dep)
+			return env.Client.Update(ctx, dep)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	update(a, web, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:2" })
+	recs := waitRecords(t, out, web, 2, "the image handler's run for the new image")
+	if r := recs[1]; r.Handler != "image" || r.Trigger != "update" || !slices.Contains(r.Diff, "change spec.template.spec.containers") {
+		t.Errorf("run %+v; want the image handler, on update, with the image's change in its diff", r)
+	}
+	update(a, web, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To(int32(2)) })
+	if err := b.Client.Delete(ctx, deployment(b.Namespace, api, "")); err != nil {
+		t.Fatal(err)
+	}
+	waitRecords(t, out, api, 2, "the delete run of "+api)
+	time.Sleep(2 * time.Second) // what scaling might wrongly run
+	if got := triggers(records(t, out, web)); !slices.Equal(got, []string{"created/create", "image/update"}) {
+		t.Errorf("runs of %s: %v; want created/create, image/update (scaling runs nothing)", web, got)
+	}
+	if got := triggers(records(t, out, api)); !slices.Equal(got, []string{"created/create", "gone/delete"}) {
+		t.Errorf("runs of %s: %v; want created/create, gone/delete", api, got)
+	}
+	for _, name := range []string{other, elsewhere} {
+		if got := records(t, out, name); len(got) > 0 {
+			t.Errorf("%s is not watched, yet ran %v", name, triggers(got))
+		}
+	}
+
+	// Stopped: a new image and a deletion happen meanwhile.
+	stop()
+	update(a, web, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:3" })
+	if err := a.Client.Delete(ctx, deployment(a.Namespace, web, "")); err != nil {
+		t.Fatal(err)
+	}
+	restarted, _ := runEngineWith(t, engine.Options{Config: a.Config, Archive: store})
+	if err := restarted.Apply(ctx, compileYAML(t, teamWatch(t, out, a.Namespace, b.Namespace))); err != nil {
+		t.Fatal(err)
+	}
+	waitRecords(t, out, web, 3, "the delete run of "+web+", deleted while no engine ran")
+	time.Sleep(2 * time.Second)
+	got := triggers(records(t, out, web))
+	if !slices.Equal(got, []string{"created/create", "image/update", "gone/delete"}) {
+		t.Errorf("runs of %s after the restart: %v; want created/create, image/update, then gone/delete once", web, got)
+	}
+	if got := triggers(records(t, out, api)); len(got) != 2 {
+		t.Errorf("runs of %s after the restart: %v; want its two runs, none again", api, got)
+	}
+	states, err := store.States(ctx, "team-a-"+a.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(states) != 0 {
+		t.Errorf("the archive keeps %d records of deleted Deployments; want none: %+v", len(states), states)
+	}
+
+	// opkit wrote to no Deployment.
+	for _, env := range []*clustertest.Env{a, b, c} {
+		var list appsv1.DeploymentList
+		if err := env.Client.List(ctx, &list, client.InNamespace(env.Namespace)); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range list.Items {
+			for _, mf := range d.ManagedFields {
+				if mf.Manager == engine.FieldManager {
+					t.Errorf("opkit wrote Deployment %s/%s: %+v", d.Namespace, d.Name, mf)
+				}
+			}
+			if len(d.OwnerReferences) > 0 || len(d.Finalizers) > 0 || strings.Contains(fmt.Sprint(d.Annotations), "opkit") {
+				t.Errorf("Deployment %s/%s carries opkit's marks: %v %v %v", d.Namespace, d.Name, d.OwnerReferences, d.Finalizers, d.Annotations)
+			}
+		}
+	}
+}
+
+// TestAWatchLeavesAnObjectThatStopsMatchingWithoutADeleteRun removes the
+// label of a watched Deployment: it is forgotten, its delete handler does
+// not run, and labelled again it is new (create runs again).
+func TestAWatchLeavesAnObjectThatStopsMatchingWithoutADeleteRun(t *testing.T) {
+	a := clustertest.New(t)
+	ctx := t.Context()
+	out := filepath.Join(t.TempDir(), "records.jsonl")
+	store := newArchive(t)
+	e, _ := runEngineWith(t, engine.Options{Config: a.Config, Archive: store})
+	if err := e.Apply(ctx, compileYAML(t, teamWatch(t, out, a.Namespace))); err != nil {
+		t.Fatal(err)
+	}
+	name := "web-" + a.Namespace[len(a.Namespace)-6:]
+	create(t, a, labelled(deployment(a.Namespace, name, "nginx:1"), "a"))
+	waitRecords(t, out, name, 1, "the create run")
+	relabel := func(team string) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			dep := &appsv1.Deployment{}
+			if err := a.Client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name}, dep); err != nil {
+				return err
+			}
+			dep.Labels["team"] = team
+			return a.Client.Update(ctx, dep)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	relabel("b")
+	time.Sleep(2 * time.Second)
+	relabel("a")
+	waitRecords(t, out, name, 2, "the create run when it matches again")
+	time.Sleep(time.Second)
+	if got := triggers(records(t, out, name)); !slices.Equal(got, []string{"created/create", "created/create"}) {
+		t.Errorf("runs: %v; want created/create twice and no delete run", got)
+	}
+	eventually(t, 10*time.Second, "one record in the archive", func(ctx context.Context) (bool, error) {
+		states, err := store.States(ctx, "team-a-"+a.Namespace)
+		return len(states) == 1, err
+	})
+}

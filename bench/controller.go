@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -40,7 +42,7 @@ const (
 	roleEnv       = "OPKIT_BENCH_ROLE" // "controller"
 	implEnv       = "OPKIT_BENCH_IMPL" // "opkit" or "baseline"
 	workersEnv    = "OPKIT_BENCH_WORKERS"
-	definitionEnv = "OPKIT_BENCH_DEFINITION" // an embedded workload file
+	definitionEnv = "OPKIT_BENCH_DEFINITION" // an embedded workload file; watch.yaml selects the baseline's watch too
 	archiveEnv    = "OPKIT_BENCH_ARCHIVE"    // a SQLite path, or "off"
 	profileEnv    = "OPKIT_BENCH_PROFILE"    // a directory for CPU and heap profiles
 )
@@ -54,6 +56,41 @@ type stats struct {
 	MaxRSS    uint64           `json:"maxRSS"`    // peak resident set, bytes
 	CPUSecond float64          `json:"cpuSecond"` // user + system CPU time
 	At        int64            `json:"at"`        // when, Unix nanoseconds
+	// Handled are the watched objects handled since the previous line
+	// (the watch workload only).
+	Handled []handled `json:"handled,omitempty"`
+}
+
+// handled is one watched object handled by the controller under test: for
+// opkit a handler run that succeeded, as the archive recorded its end; for
+// the baseline its bookkeeping of a new object, or of new containers.
+type handled struct {
+	Name    string `json:"name"`
+	Trigger string `json:"trigger"` // create or update
+	At      int64  `json:"at"`      // when, Unix nanoseconds
+}
+
+// handledLog keeps the objects handled until the next stats line takes
+// them. Adding never blocks for long: opkit calls it from a reconcile.
+type handledLog struct {
+	mu      sync.Mutex
+	pending []handled
+}
+
+func (h *handledLog) add(name, trigger string) {
+	at := time.Now().UnixNano()
+	h.mu.Lock()
+	h.pending = append(h.pending, handled{Name: name, Trigger: trigger, At: at})
+	h.mu.Unlock()
+}
+
+// take returns what was handled since it was last called.
+func (h *handledLog) take() []handled {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.pending
+	h.pending = nil
+	return out
 }
 
 const statsInterval = 100 * time.Millisecond
@@ -120,7 +157,11 @@ func controllerMain() error {
 	workers, _ := strconv.Atoi(os.Getenv(workersEnv))
 
 	var heapPeak atomic.Uint64
+	var reporting sync.Mutex // one line at a time, its handled taken in order
+	hlog := &handledLog{}
 	report := func() {
+		reporting.Lock()
+		defer reporting.Unlock()
 		var ru syscall.Rusage
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 		s := stats{
@@ -130,6 +171,7 @@ func controllerMain() error {
 			At:        time.Now().UnixNano(),
 		}
 		s.Writes, s.WritesBy = counter.snapshot()
+		s.Handled = hlog.take()
 		line, _ := json.Marshal(s)
 		fmt.Println(string(line))
 	}
@@ -156,11 +198,12 @@ func controllerMain() error {
 		}
 		defer stopProfiles()
 	}
+	def := os.Getenv(definitionEnv)
 	switch impl := os.Getenv(implEnv); impl {
 	case "opkit":
-		err = runOpkit(ctx, cfg, workers)
+		err = runOpkit(ctx, cfg, workers, def, hlog)
 	case "baseline":
-		err = runBaseline(ctx, cfg, workers)
+		err = runBaseline(ctx, cfg, workers, def, hlog)
 	default:
 		err = fmt.Errorf("unknown %s %q", implEnv, impl)
 	}
@@ -190,13 +233,14 @@ func profile(dir, name string) (func(), error) {
 }
 
 // runOpkit runs opkit's engine with its defaults (workers 0 keeps the
-// default) on the workload's definition.
-func runOpkit(ctx context.Context, cfg *rest.Config, workers int) error {
-	data, err := workloads.ReadFile(os.Getenv(definitionEnv))
+// default) on the workload's definition def. On the watch workload each
+// run that succeeded goes to hlog.
+func runOpkit(ctx context.Context, cfg *rest.Config, workers int, def string, hlog *handledLog) error {
+	data, err := workloads.ReadFile(def)
 	if err != nil {
 		return err
 	}
-	srcs, err := definition.Load(os.Getenv(definitionEnv), data)
+	srcs, err := definition.Load(def, data)
 	if err != nil {
 		return err
 	}
@@ -205,6 +249,13 @@ func runOpkit(ctx context.Context, cfg *rest.Config, workers int) error {
 		return err
 	}
 	opts := engine.Options{Config: cfg, Workers: workers}
+	if def == watchWorkload {
+		opts.RunFinished = func(r archive.Run) {
+			if r.Outcome == archive.Succeeded {
+				hlog.add(r.Name, r.Trigger)
+			}
+		}
+	}
 	switch path := os.Getenv(archiveEnv); path {
 	case "off":
 		opts.Archive = discardArchive{}
@@ -228,18 +279,36 @@ func runOpkit(ctx context.Context, cfg *rest.Config, workers int) error {
 	return <-done
 }
 
-// runBaseline runs the hand-written operator.
-func runBaseline(ctx context.Context, cfg *rest.Config, workers int) error {
+// runBaseline runs the hand-written operator of the workload def: the
+// Printer's, or on the watch workload the Deployment watch, which sends
+// what it handled to hlog.
+func runBaseline(ctx context.Context, cfg *rest.Config, workers int, def string, hlog *handledLog) error {
 	cfg.QPS = -1 // unlimited, as opkit's engine
 	scheme, err := baseline.NewScheme()
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	opts := ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}}
+	if def != watchWorkload {
+		mgr, err := ctrl.NewManager(cfg, opts)
+		if err != nil {
+			return err
+		}
+		if err := baseline.Setup(mgr, workers); err != nil {
+			return err
+		}
+		return mgr.Start(ctx)
+	}
+	w := baseline.WatchOptions{
+		Namespace: benchNamespace, Selector: labels.SelectorFromSet(watchLabels), Workers: workers,
+		Handled: func(key types.NamespacedName, trigger string) { hlog.add(key.Name, trigger) },
+	}
+	opts.Cache = baseline.WatchCache(w)
+	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
 		return err
 	}
-	if err := baseline.Setup(mgr, workers); err != nil {
+	if err := baseline.SetupWatch(mgr, w); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)
@@ -276,12 +345,21 @@ func (discardArchive) Logs(context.Context, string, int64) (*archive.Log, error)
 	return nil, archive.ErrNotFound
 }
 
-// readStats follows a controller's stats lines, keeping the latest.
-func readStats(sc *bufio.Scanner, latest *atomic.Pointer[stats]) {
+// readStats follows a controller's stats lines, keeping the latest and
+// everything handled.
+func readStats(sc *bufio.Scanner, c *controller) {
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20) // a line may carry thousands of handled objects
 	for sc.Scan() {
 		var s stats
-		if json.Unmarshal(sc.Bytes(), &s) == nil {
-			latest.Store(&s)
+		if json.Unmarshal(sc.Bytes(), &s) != nil {
+			continue
 		}
+		if len(s.Handled) > 0 {
+			c.mu.Lock()
+			c.handled = append(c.handled, s.Handled...)
+			c.mu.Unlock()
+			s.Handled = nil
+		}
+		c.latest.Store(&s)
 	}
 }

@@ -28,6 +28,12 @@
 //	archive   runs recorded per second and query p99 at -archive-sizes
 //	console   the console's server time per page, p50 and p99, with
 //	          -console-objects Printers and -archive-sizes runs
+//	watch     a watch operator (watch.yaml) on -watch-objects labelled
+//	          Deployments, and a fifth as many unlabelled, against the
+//	          baseline's watch: time until each was handled once, peak
+//	          memory, writes and CPU at steady state (-watch-steady; any
+//	          write to a Deployment fails the scenario), and the latency
+//	          of a new image on a tenth of them
 //
 // With -json FILE the figures, targets and machine go to FILE as well.
 package main
@@ -71,17 +77,24 @@ type options struct {
 	// the requests per page and archive size.
 	ConsoleObjects  int
 	ConsoleRequests int
-	ProfileDir      string
+	// WatchObjects are the labelled Deployments of the watch scenario;
+	// WatchSteady its steady-state window.
+	WatchObjects int
+	WatchSteady  time.Duration
+	ProfileDir   string
 }
 
-var allScenarios = []string{"ceiling", "drain", "live", "memory", "idle", "handlers", "archive", "console"}
+var allScenarios = []string{"ceiling", "drain", "live", "memory", "idle", "handlers", "archive", "console", "watch"}
+
+// benchNamespace is where every scenario works; watch.yaml names it.
+const benchNamespace = "bench"
 
 func defaultOptions() options {
 	return options{
 		Scenarios: allScenarios, Runs: 3, Objects: 10_000, MemoryObjects: 50_000, MemoryRuns: 3, CeilingObjects: 5_000,
 		LiveRates: []int{100, 500}, LiveDuration: 10 * time.Second, Idle: 30 * time.Second,
 		HandlerObjects: 1_000, JobObjects: 15, ArchiveSizes: []int{100_000, 1_000_000},
-		ConsoleObjects: 1_000, ConsoleRequests: 200,
+		ConsoleObjects: 1_000, ConsoleRequests: 200, WatchObjects: 500, WatchSteady: time.Minute,
 	}
 }
 
@@ -134,6 +147,8 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	fs.IntVar(&opts.JobObjects, "job-objects", opts.JobObjects, "Printers with a job handler (at most 16: their Jobs never finish)")
 	fs.IntVar(&opts.ConsoleObjects, "console-objects", opts.ConsoleObjects, "Printers the console lists")
 	fs.IntVar(&opts.ConsoleRequests, "console-requests", opts.ConsoleRequests, "console requests per page and archive size")
+	fs.IntVar(&opts.WatchObjects, "watch-objects", opts.WatchObjects, "labelled Deployments the watch scenario watches (and a fifth as many unlabelled)")
+	fs.DurationVar(&opts.WatchSteady, "watch-steady", opts.WatchSteady, "the steady-state window of the watch scenario")
 	sizes := fs.String("archive-sizes", "100000,1000000", "archive sizes in runs, comma-separated")
 	fs.IntVar(&opkitDefaults.Workers, "opkit-workers", 0, "opkit's concurrent reconciles (0: the engine's default)")
 	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory")
@@ -154,8 +169,8 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	if opts.ArchiveSizes, err = ints(*sizes); err != nil {
 		return fmt.Errorf("-archive-sizes: %w", err)
 	}
-	if opts.Runs < 1 || opts.Objects < 1 || opts.JobObjects > 16 {
-		return errors.New("-runs and -objects must be at least 1, and -job-objects at most 16")
+	if opts.Runs < 1 || opts.Objects < 1 || opts.WatchObjects < 1 || opts.JobObjects > 16 {
+		return errors.New("-runs, -objects and -watch-objects must be at least 1, and -job-objects at most 16")
 	}
 
 	if opts.ProfileDir != "" {
@@ -219,7 +234,7 @@ func newBench(ctx context.Context, opts options, kubeconfig, workDir string, log
 	if err != nil {
 		return nil, err
 	}
-	c, err := newCluster(cfg, "bench")
+	c, err := newCluster(cfg, benchNamespace)
 	if err != nil {
 		return nil, err
 	}
@@ -301,6 +316,13 @@ func (b *bench) run(ctx context.Context) error {
 		if on("console") {
 			for _, n := range b.opts.ArchiveSizes {
 				if err := step(fmt.Sprintf("console at %d runs", n), func() error { return b.consolePages(ctx, n) }); err != nil {
+					return err
+				}
+			}
+		}
+		if on("watch") {
+			for _, im := range []impl{opkitDefaults, baseline8} {
+				if err := step(fmt.Sprintf("watch %s, %d Deployments", im.Name, b.opts.WatchObjects), func() error { return b.watch(ctx, im) }); err != nil {
 					return err
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -33,6 +34,9 @@ type controller struct {
 	exited chan struct{} // closed when the process exited
 	err    error         // how it exited, once exited is closed
 	log    string
+
+	mu      sync.Mutex
+	handled []handled // everything it reported handled, in order
 }
 
 // startController starts impl on the workload file def. archive is the
@@ -62,7 +66,7 @@ func (b *bench) startController(im impl, def, archive string) (*controller, erro
 	}
 	c := &controller{cmd: cmd, exited: make(chan struct{}), log: logFile.Name()}
 	go func() {
-		readStats(bufio.NewScanner(out), &c.latest)
+		readStats(bufio.NewScanner(out), c)
 		c.err = cmd.Wait()
 		close(c.exited)
 	}()

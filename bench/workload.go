@@ -33,7 +33,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 )
 
-//go:embed printer.yaml printer-exec.yaml printer-job.yaml
+//go:embed printer.yaml printer-exec.yaml printer-job.yaml watch.yaml
 var workloads embed.FS
 
 var printers = baseline.GroupVersion.WithResource("printers")
@@ -139,8 +139,9 @@ func (c *cluster) createPrinter(ctx context.Context, name string) error {
 	return nil
 }
 
-// cleanUp deletes the namespace's Printers, ConfigMaps, Jobs and Events and
-// waits until the Printers and ConfigMaps are gone, so that the next
+// cleanUp deletes the namespace's Printers, ConfigMaps, Jobs, Deployments,
+// ReplicaSets and Events and waits until the Printers, ConfigMaps and
+// Deployments are gone, so that the next
 // measurement starts from an empty cache and an empty namespace (the
 // console's timeline lists the namespace's Events, at a cost that grows
 // with their number). A collection too large to delete within one
@@ -155,6 +156,8 @@ func (c *cluster) cleanUp(ctx context.Context) error {
 			c.dyn.Resource(printers).Namespace(c.ns).DeleteCollection(ctx, del, metav1.ListOptions{}),
 			c.cs.CoreV1().ConfigMaps(c.ns).DeleteCollection(ctx, del, notRootCA),
 			c.cs.BatchV1().Jobs(c.ns).DeleteCollection(ctx, del, metav1.ListOptions{}),
+			c.cs.AppsV1().Deployments(c.ns).DeleteCollection(ctx, del, metav1.ListOptions{}),
+			c.cs.AppsV1().ReplicaSets(c.ns).DeleteCollection(ctx, del, metav1.ListOptions{}),
 			c.cs.CoreV1().Events(c.ns).DeleteCollection(ctx, del, metav1.ListOptions{}),
 		)
 		ps, err := c.dyn.Resource(printers).Namespace(c.ns).List(ctx, metav1.ListOptions{Limit: 1})
@@ -167,7 +170,12 @@ func (c *cluster) cleanUp(ctx context.Context) error {
 			lastErr = err
 			return false, nil
 		}
-		return len(ps.Items) == 0 && len(cms.Items) == 0, nil
+		ds, err := c.cs.AppsV1().Deployments(c.ns).List(ctx, metav1.ListOptions{Limit: 1})
+		if err != nil {
+			lastErr = err
+			return false, nil
+		}
+		return len(ps.Items) == 0 && len(cms.Items) == 0 && len(ds.Items) == 0, nil
 	})
 	if err != nil {
 		return fmt.Errorf("emptying namespace %s: %w", c.ns, errors.Join(err, lastErr))

@@ -9,6 +9,11 @@
 // It serves the CRD that opkit's definition of the same workload installs
 // (bench/printer.yaml): group bench.opkit.dev, kind Printer, spec.text, and
 // status.configMap naming the child once it exists.
+//
+// The package also holds the counterpart of a watch operator (watch.go,
+// bench/watch.yaml): Deployments of one namespace selected by label,
+// handled once when first seen and once per change of their containers,
+// with no write.
 package baseline
 
 import (

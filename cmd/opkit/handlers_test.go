@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -196,4 +197,123 @@ func waitRunOutcome(t *testing.T, archivePath, name string, want archive.Outcome
 		}
 		return false, nil
 	})
+}
+
+// TestAnOperatorWideScheduleRunsEachSlotOnceAcrossASIGKILL runs an
+// every-2s operator-wide schedule under opkit run for 20 s (10 ± 1
+// slots), kills it with SIGKILL for 5 s and starts it again: each slot
+// runs once, the slots missed while it was down are skipped but for the
+// latest (catchUp: Once), and none runs twice.
+func TestAnOperatorWideScheduleRunsEachSlotOnceAcrossASIGKILL(t *testing.T) {
+	cl, _ := startPlane(t)
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	handler := filepath.Join(dir, "tick.sh")
+	if err := os.WriteFile(handler, []byte("#!/bin/bash\necho \"$OPKIT_IDEMPOTENCY_KEY\" >> \"$KEYS\"\necho '{}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	def := filepath.Join(dir, "ticks.yaml")
+	if err := os.WriteFile(def, []byte(`apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: ticks}
+spec:
+  handlers:
+  - name: tick
+    on: [schedule]
+    schedule: {every: 2s, catchUp: Once}
+    exec:
+      command: [`+strconv.Quote(handler)+`]
+      env: [{name: KEYS, value: `+strconv.Quote(keys)+`}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	archivePath := filepath.Join(dir, "runs.db")
+	start := func() *exec.Cmd {
+		cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath)
+		waitOutput(t, out, "operator ticks: running", 60*time.Second)
+		return cmd
+	}
+	// slots returns the slot of each run recorded, in order.
+	slots := func() []int64 {
+		var out []int64
+		for _, k := range keysIn(keys) {
+			i := strings.LastIndexByte(k, '/')
+			n, err := strconv.ParseInt(k[i+1:], 10, 64)
+			if err != nil || !strings.HasPrefix(k, "ticks/schedule/tick/") {
+				t.Fatalf("key %q; want ticks/schedule/tick/<unix time>", k)
+			}
+			out = append(out, n)
+		}
+		return out
+	}
+	cmd := start()
+	began := time.Now()
+	time.Sleep(20 * time.Second)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	first := slots()
+	var within int
+	for _, s := range first {
+		if s >= began.Unix() && s < began.Add(20*time.Second).Unix() {
+			within++
+		}
+	}
+	if within < 9 || within > 11 {
+		t.Errorf("%d slots ran in the first 20 s; want 10 ± 1: %v", within, first)
+	}
+	time.Sleep(5 * time.Second)
+	restarted := time.Now()
+	cmd = start()
+	running := time.Now()
+	clustertest.Eventually(t, 30*time.Second, "slots after the restart", func(context.Context) (bool, error) { return len(slots()) >= len(first)+3, nil })
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	all := slots()
+	seen := map[int64]bool{}
+	for _, s := range all {
+		if seen[s] {
+			t.Errorf("slot %d ran twice: %v", s, all)
+		}
+		seen[s] = true
+	}
+	// While down, slots were missed: they are skipped but for the latest
+	// due when the engine started (catchUp: Once), which runs first. (It
+	// may be on time or late: the order of the start and the slot is the
+	// machine's; internal/engine's TestCatchUpRunsTheLatestSlotOnTimeOrByPolicy has the cases.)
+	last, next := first[len(first)-1], all[len(first)]
+	if due := restarted.Unix() / 2 * 2; next < due || next > running.Unix()+2 {
+		t.Errorf("the first slot after the restart is %d; want the latest due when the engine started, %d to %d", next, due, running.Unix()+2)
+	}
+	if next-last < 6 {
+		t.Errorf("slots %d then %d: the 5 s down should have skipped some", last, next)
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i] <= all[i-1] || all[i]%2 != 0 {
+			t.Errorf("slots %v are not increasing multiples of 2 s", all)
+			break
+		}
+	}
+	runs := opkitRuns(t, archivePath, "--kind", "Operator", "--trigger", "schedule", "--limit", "1000")
+	succeeded := map[string]int{}
+	for _, r := range runs {
+		if r.Operator != "ticks" || r.Name != "ticks" || r.Handler != "tick" {
+			t.Errorf("run %+v; want operator ticks, object the Operator ticks, handler tick", r)
+		}
+		if r.Outcome == archive.Succeeded {
+			succeeded[r.Key]++
+		}
+	}
+	if len(succeeded) != len(all) {
+		t.Errorf("%d slots succeeded in the archive, %d ran", len(succeeded), len(all))
+	}
+	for k, n := range succeeded {
+		if n != 1 {
+			t.Errorf("slot %s succeeded %d times", k, n)
+		}
+	}
 }

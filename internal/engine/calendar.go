@@ -107,30 +107,12 @@ func (rn *runner) calendar(ctx context.Context, h *definition.Handler, last time
 			}
 			continue
 		}
-		// Slots before the latest that came due are skipped; the latest
-		// runs on time, or late under CatchUp Once.
-		now := time.Now()
-		latest, skipped := slot, 0
-		for n, err := h.NextSlot(latest); err == nil && !n.After(now) && skipped < 1_000_000; n, err = h.NextSlot(n) {
-			latest = n
-			skipped++
-		}
-		period := onTime
-		if after, err := h.NextSlot(latest); err == nil && after.Sub(latest) < period {
-			period = after.Sub(latest)
-		}
-		late := now.Sub(latest) >= period
-		run := !late || h.CatchUp == v1alpha1.CatchUpOnce
-		if !run {
-			skipped++
-		}
+		latest, run, skipped := catchUp(h, slot, time.Now())
 		switch {
 		case skipped > 0 && run:
 			log.Info(fmt.Sprintf("schedule: %d slot(s) came due while no run could start; skipped, and the latest, %s, runs now (catchUp: %s)", skipped, latest.UTC().Format(time.RFC3339), h.CatchUp))
 		case skipped > 0:
 			log.Info(fmt.Sprintf("schedule: %d slot(s) came due while no run could start; skipped (catchUp: %s)", skipped, h.CatchUp))
-		case late:
-			log.Info(fmt.Sprintf("schedule: the slot %s came due while no run could start; it runs now (catchUp: %s)", latest.UTC().Format(time.RFC3339), h.CatchUp))
 		}
 		if run {
 			rn.runSlot(ctx, h, latest)
@@ -147,6 +129,28 @@ func (rn *runner) calendar(ctx context.Context, h *definition.Handler, last time
 			log.Error(err, "recording the slot handled; after a restart its run is found in the archive and not repeated", "slot", latest)
 		}
 	}
+}
+
+// catchUp decides, at now, what to do with the slot that came due and
+// those after it that came due too: the latest of them runs when it is on
+// time (less than its period, at most onTime, has passed since it came
+// due) or, late, under CatchUp Once; the others are skipped. It returns
+// the latest slot due, whether it runs, and how many slots are skipped.
+func catchUp(h *definition.Handler, due, now time.Time) (latest time.Time, run bool, skipped int) {
+	latest = due
+	for n, err := h.NextSlot(latest); err == nil && !n.After(now) && skipped < 1_000_000; n, err = h.NextSlot(n) {
+		latest = n
+		skipped++
+	}
+	period := onTime
+	if after, err := h.NextSlot(latest); err == nil && after.Sub(latest) < period {
+		period = after.Sub(latest)
+	}
+	run = now.Sub(latest) < period || h.CatchUp == v1alpha1.CatchUpOnce
+	if !run {
+		skipped++
+	}
+	return latest, run, skipped
 }
 
 // scheduleContext is the binding context's schedule of an operator-wide

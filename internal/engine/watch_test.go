@@ -11,6 +11,9 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -216,4 +219,58 @@ func TestAWatchLeavesAnObjectThatStopsMatchingWithoutADeleteRun(t *testing.T) {
 		states, err := store.States(ctx, "team-a-"+a.Namespace)
 		return len(states) == 1, err
 	})
+}
+
+// TestAWatchTheEngineMayNotListIsRefusedNamingTheField runs the engine as
+// a user who may read Deployments in one namespace only: a watch of two
+// namespaces is refused at apply, naming spec.watch, the namespace and the
+// rights to grant, while a watch of the allowed namespace runs on.
+func TestAWatchTheEngineMayNotListIsRefusedNamingTheField(t *testing.T) {
+	a, b := clustertest.New(t), clustertest.New(t)
+	ctx := t.Context()
+	user := "opkit-restricted-" + a.Namespace[len(a.Namespace)-6:]
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+		},
+	}
+	create(t, a, role)
+	t.Cleanup(func() { _ = a.Client.Delete(context.Background(), role) })
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: user},
+		Subjects:   []rbacv1.Subject{{Kind: "User", Name: user}},
+	}
+	create(t, a, binding)
+	t.Cleanup(func() { _ = a.Client.Delete(context.Background(), binding) })
+	create(t, a, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: "deployments"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch"}}},
+	})
+	create(t, a, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: "deployments"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "deployments"},
+		Subjects:   []rbacv1.Subject{{Kind: "User", Name: user}},
+	})
+	cfg := rest.CopyConfig(a.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
+	e, _ := runEngineWith(t, engine.Options{Config: cfg})
+	out := filepath.Join(t.TempDir(), "records.jsonl")
+	if err := e.Apply(ctx, compileYAML(t, teamWatch(t, out, a.Namespace))); err != nil {
+		t.Fatalf("a watch of the namespace the engine may read: %v", err)
+	}
+	err := e.Apply(ctx, compileYAML(t, teamWatch(t, out, b.Namespace, a.Namespace)))
+	if err == nil {
+		t.Fatal("a watch of a namespace the engine may not read was applied")
+	}
+	for _, want := range []string{"spec.watch", "may not get deployments.apps in namespace " + b.Namespace, "grant it get, list and watch"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	name := "web-" + a.Namespace[len(a.Namespace)-6:]
+	create(t, a, labelled(deployment(a.Namespace, name, "nginx:1"), "a"))
+	waitRecords(t, out, name, 1, "the allowed watch's create run, after the refused one")
 }

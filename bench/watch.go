@@ -1,0 +1,348 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+)
+
+// The watch scenario: a watch operator (watch.yaml) and the baseline's
+// hand-written watch (baseline.SetupWatch) on the same Deployments. Each
+// reports every object it handles (stats.Handled): opkit each handler run
+// that succeeded, as its archive recorded the end; the baseline its
+// bookkeeping.
+
+// watchWorkload is the watch scenario's definition for opkit; named to
+// the baseline, it runs the baseline's watch.
+const watchWorkload = "watch.yaml"
+
+// watchLabels are the labels the watch selects: watch.yaml's selector.
+var watchLabels = labels.Set{"team": "a"}
+
+// watchOperator is watch.yaml's Operator.
+const watchOperator = "bench-watch"
+
+// watch: -watch-objects Deployments labelled team=a, and a fifth as many
+// without the label, all with 0 replicas, created while the controller is
+// stopped. The time from the controller's start until it handled every
+// labelled one; its peak memory once it made no write for 5s; its writes
+// and CPU over the -watch-steady window; then the image of every tenth
+// labelled Deployment is changed, and the time from each change to its
+// update handled. A write to a Deployment at any time, or any write in
+// the steady window, fails the scenario, after its figures are recorded;
+// so does an object handled other than once, or an unlabelled one handled.
+func (b *bench) watch(ctx context.Context, im impl) (err error) {
+	n := b.opts.WatchObjects
+	watched, unwatched := names("w", n), names("u", max(n/5, 1))
+	if err := b.c.createDeployments(ctx, watched, watchLabels); err != nil {
+		return err
+	}
+	if err := b.c.createDeployments(ctx, unwatched, nil); err != nil {
+		return err
+	}
+	// kube-controller-manager gives each Deployment a ReplicaSet and a
+	// status: let it finish, so that its updates do not fall in the
+	// measurement.
+	if err := b.c.waitDeploymentsObserved(ctx, n+len(unwatched)); err != nil {
+		fmt.Fprintf(b.log, "  the Deployments' status is not up to date, going on: %v\n", err)
+	}
+	path := "off"
+	if im.Kind == "opkit" {
+		path = tempArchive(b.workDir)
+	}
+	start := time.Now()
+	c, err := b.startController(im, watchWorkload, path)
+	if err != nil {
+		return err
+	}
+	defer c.stop()
+
+	creates, err := c.waitHandled(ctx, "create", since(watched, time.Time{}), b.timeout(n))
+	if err != nil {
+		return fmt.Errorf("%s: %w", im.Name, err)
+	}
+	var last time.Time
+	for _, at := range creates {
+		if at.After(last) {
+			last = at
+		}
+	}
+	b.add("watch", im.Name, "all handled once", "s", last.Sub(start).Seconds())
+	b.add("watch", im.Name, "handled/s", "/s", float64(n)/last.Sub(start).Seconds())
+
+	if err := c.settle(ctx); err != nil {
+		return err
+	}
+	before, after, err := c.sample(ctx, b.opts.WatchSteady)
+	if err != nil {
+		return err
+	}
+	b.add("watch", im.Name, "peak RSS", "MiB", float64(before.MaxRSS)/(1<<20))
+	b.add("watch", im.Name, "peak heap", "MiB", float64(before.HeapPeak)/(1<<20))
+	b.add("watch", im.Name, "writes at start", "", float64(before.Writes))
+	window := time.Duration(after.At - before.At)
+	steadyWrites := after.Writes - before.Writes
+	b.add("watch", im.Name, "steady writes/min", "/min", float64(steadyWrites)/window.Minutes())
+	b.add("watch", im.Name, "steady CPU", "millicores", 1000*(after.CPUSecond-before.CPUSecond)/window.Seconds())
+	var problems []error
+	if steadyWrites > 0 {
+		problems = append(problems, fmt.Errorf("%s made %d writes in the %s steady window: %v (at start: %v)", im.Name, steadyWrites, window.Round(time.Second), diff(after.WritesBy, before.WritesBy), before.WritesBy))
+	}
+
+	// A new image on every tenth labelled Deployment, all at once.
+	var changed []string
+	for i := 0; i < n; i += 10 {
+		changed = append(changed, watched[i])
+	}
+	var mu sync.Mutex
+	changedAt := map[string]time.Time{}
+	err = inParallel(ctx, len(changed), 16, func(ctx context.Context, i int) error {
+		mu.Lock()
+		changedAt[changed[i]] = time.Now()
+		mu.Unlock()
+		return b.c.setImage(ctx, changed[i], "registry.invalid/bench:2")
+	})
+	if err != nil {
+		return err
+	}
+	updates, err := c.waitHandled(ctx, "update", changedAt, time.Minute)
+	if err != nil {
+		return fmt.Errorf("%s: %w", im.Name, err)
+	}
+	var lat []time.Duration
+	for name, at := range updates {
+		lat = append(lat, at.Sub(changedAt[name]))
+	}
+	b.add("watch", im.Name, "new image handled p50", "ms", percentile(lat, 50))
+	b.add("watch", im.Name, "new image handled max", "ms", percentile(lat, 100))
+
+	// What a handled status change or a second run would show.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(2 * time.Second):
+	}
+	end, err := c.stats()
+	if err != nil {
+		return err
+	}
+	for what, count := range end.WritesBy {
+		if _, resource, _ := strings.Cut(what, " "); strings.HasPrefix(resource, "deployments") {
+			problems = append(problems, fmt.Errorf("%s wrote to Deployments: %d× %s", im.Name, count, what))
+		}
+	}
+	problems = append(problems, c.checkHandled(watched, unwatched, changed)...)
+	c.stop()
+	if im.Kind == "opkit" {
+		problems = append(problems, checkWatchArchive(ctx, path, n, len(changed)))
+	}
+	if err := errors.Join(problems...); err != nil {
+		return fmt.Errorf("%w (log: %s)", err, c.log)
+	}
+	return b.c.cleanUp(ctx)
+}
+
+// since maps each name to t.
+func since(ns []string, t time.Time) map[string]time.Time {
+	m := make(map[string]time.Time, len(ns))
+	for _, n := range ns {
+		m[n] = t
+	}
+	return m
+}
+
+// diff returns the counts of b that grew since a.
+func diff(b, a map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range b {
+		if v > a[k] {
+			out[k] = v - a[k]
+		}
+	}
+	return out
+}
+
+// firstHandled returns, for each name of after, when the controller first
+// reported it handled with trigger at or after after[name].
+func (c *controller) firstHandled(trigger string, after map[string]time.Time) map[string]time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]time.Time{}
+	for _, h := range c.handled {
+		t0, ok := after[h.Name]
+		if !ok || h.Trigger != trigger {
+			continue
+		}
+		at := time.Unix(0, h.At)
+		if _, seen := out[h.Name]; !seen && !at.Before(t0) {
+			out[h.Name] = at
+		}
+	}
+	return out
+}
+
+// waitHandled waits until every name of after was handled with trigger at
+// or after after[name], and returns when each first was. It gives up when
+// the controller exits.
+func (c *controller) waitHandled(ctx context.Context, trigger string, after map[string]time.Time, timeout time.Duration) (map[string]time.Time, error) {
+	var got map[string]time.Time
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		if _, err := c.stats(); err != nil {
+			return false, err
+		}
+		got = c.firstHandled(trigger, after)
+		return len(got) == len(after), nil
+	})
+	if err != nil {
+		return got, fmt.Errorf("after %s, %d of %d Deployments had their %s handled: %w (log: %s)", timeout, len(got), len(after), trigger, err, c.log)
+	}
+	return got, nil
+}
+
+// checkHandled reports the Deployments not handled as they should have
+// been: each watched one created once, each changed one updated once,
+// nothing else.
+func (c *controller) checkHandled(watched, unwatched, changed []string) []error {
+	c.mu.Lock()
+	counts := map[[2]string]int{}
+	for _, h := range c.handled {
+		counts[[2]string{h.Name, h.Trigger}]++
+	}
+	c.mu.Unlock()
+	var errs []error
+	for k, count := range counts {
+		name, trigger := k[0], k[1]
+		want := 0
+		switch {
+		case trigger == "create" && slices.Contains(watched, name):
+			want = 1
+		case trigger == "update" && slices.Contains(changed, name):
+			want = 1
+		case slices.Contains(unwatched, name):
+			errs = append(errs, fmt.Errorf("%s is not labelled, yet was handled on %s", name, trigger))
+			continue
+		}
+		if count != want {
+			errs = append(errs, fmt.Errorf("%s was handled on %s %d times, want %d", name, trigger, count, want))
+		}
+	}
+	return errs
+}
+
+// checkWatchArchive checks what opkit's archive holds once it stopped: n
+// create runs and u update runs, all succeeded, and one state record per
+// watched Deployment.
+func checkWatchArchive(ctx context.Context, path string, n, u int) error {
+	store, err := archive.OpenSQLite(ctx, path, archive.Options{})
+	if err != nil {
+		return fmt.Errorf("opening opkit's archive: %w", err)
+	}
+	defer func() { _ = store.Close() }()
+	var errs []error
+	for trigger, want := range map[string]int{"create": n, "update": u} {
+		var runs, failed int
+		q := archive.Query{Operator: watchOperator, Trigger: trigger, Limit: 1000}
+		for {
+			page, err := store.List(ctx, q)
+			if err != nil {
+				return fmt.Errorf("reading opkit's archive: %w", err)
+			}
+			for _, r := range page.Runs {
+				runs++
+				if r.Outcome != archive.Succeeded {
+					failed++
+				}
+			}
+			if page.Next == "" {
+				break
+			}
+			q.Cursor = page.Next
+		}
+		if runs != want || failed > 0 {
+			errs = append(errs, fmt.Errorf("opkit's archive holds %d %s runs (%d not succeeded), want %d succeeded", runs, trigger, failed, want))
+		}
+	}
+	states, err := store.States(ctx, watchOperator)
+	if err != nil {
+		return fmt.Errorf("reading opkit's archive: %w", err)
+	}
+	if len(states) != n {
+		errs = append(errs, fmt.Errorf("opkit's archive holds %d records of watched objects, want %d", len(states), n))
+	}
+	return errors.Join(errs...)
+}
+
+// deployment is a Deployment of no replicas: the watch is measured, not
+// Pods.
+func deployment(ns, name string, lbls labels.Set) *appsv1.Deployment {
+	app := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbls},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(0)),
+			Selector: &metav1.LabelSelector{MatchLabels: app},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: app},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/bench:1"}}},
+			},
+		},
+	}
+}
+
+// createDeployments creates the named Deployments with the labels, from 16
+// clients at once.
+func (c *cluster) createDeployments(ctx context.Context, names []string, lbls labels.Set) error {
+	return inParallel(ctx, len(names), 16, func(ctx context.Context, i int) error {
+		if _, err := c.cs.AppsV1().Deployments(c.ns).Create(ctx, deployment(c.ns, names[i], lbls), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating Deployment %s: %w", names[i], err)
+		}
+		return nil
+	})
+}
+
+// setImage sets the image of a Deployment's container (a strategic merge
+// patch: no conflict with kube-controller-manager's status updates).
+func (c *cluster) setImage(ctx context.Context, name, image string) error {
+	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":"app","image":%q}]}}}}`, image)
+	if _, err := c.cs.AppsV1().Deployments(c.ns).Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("setting the image of Deployment %s: %w", name, err)
+	}
+	return nil
+}
+
+// waitDeploymentsObserved waits until the namespace holds n Deployments
+// and kube-controller-manager has observed the generation of each.
+func (c *cluster) waitDeploymentsObserved(ctx context.Context, n int) error {
+	var pending int
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := c.cs.AppsV1().Deployments(c.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		pending = n - len(list.Items)
+		for _, d := range list.Items {
+			if d.Status.ObservedGeneration < d.Generation {
+				pending++
+			}
+		}
+		return pending == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%d of %d Deployments not yet observed: %w", pending, n, err)
+	}
+	return nil
+}

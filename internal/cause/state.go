@@ -21,6 +21,10 @@ type State struct {
 	// Observed is a watched object's count of changes; nil for a custom
 	// resource, whose generation the API server counts.
 	Observed *Observed `json:"observed,omitempty"`
+	// RetrySeen is the value of a watched object's retry annotation last
+	// acted on: opkit does not remove it from an object it does not own,
+	// so each new value is one retry.
+	RetrySeen string `json:"retrySeen,omitempty"`
 }
 
 // HandlerState is one handler's record in status.opkit.handlers.

@@ -289,7 +289,9 @@ func newRetryCommand() *cobra.Command {
 		Long: `Clear the failed attempts and the Stalled condition of an object's handlers,
 so that the engine runs them again. The object's kind is found from its runs
 in the archive (--operator chooses when several operators have an object of
-that name); the engine consumes the request (annotation ` + v1alpha1.RetryAnnotation + `).`,
+that name); the engine consumes the request (annotation ` + v1alpha1.RetryAnnotation + `).
+On an object a watch operator reacts to, which opkit never writes, the
+annotation stays: each new value is one retry.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ns, name, ok := strings.Cut(args[0], "/")
@@ -320,6 +322,8 @@ that name); the engine consumes the request (annotation ` + v1alpha1.RetryAnnota
 					ops = append(ops, op)
 				}
 				return fmt.Errorf("%s is an object of several operators (%s): choose one with --operator", args[0], strings.Join(ops, ", "))
+			case gvk.Group == v1alpha1.Group && gvk.Kind == v1alpha1.Kind:
+				return fmt.Errorf("%s is an operator-wide schedule: its runs are retried by its handler's retry policy, and its next slot runs in any case; there is nothing to retry", args[0])
 			}
 			cfg, err := loadKubeconfig(kubeconfig)
 			if err != nil {
@@ -333,7 +337,7 @@ that name); the engine consumes the request (annotation ` + v1alpha1.RetryAnnota
 			obj.SetGroupVersionKind(gvk)
 			obj.SetNamespace(ns)
 			obj.SetName(name)
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.RetryAnnotation: time.Now().UTC().Format(time.RFC3339)}}})
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.RetryAnnotation: time.Now().UTC().Format(time.RFC3339Nano)}}})
 			if err := c.Patch(cmd.Context(), obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
 				return fmt.Errorf("asking for a retry of %s %s: %w", gvk.Kind, args[0], err)
 			}

@@ -232,13 +232,20 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		cr = view
 	}
 
-	if _, ok := cr.GetAnnotations()[v1alpha1.RetryAnnotation]; ok && !rn.watched {
+	if v, ok := cr.GetAnnotations()[v1alpha1.RetryAnnotation]; ok && rn.watched && v != st.RetrySeen && !failing(st) {
+		st.RetrySeen = v // a value set before anything failed asks for nothing
+	}
+	if v, ok := cr.GetAnnotations()[v1alpha1.RetryAnnotation]; ok && (!rn.watched || v != st.RetrySeen) {
 		for _, hs := range st.Handlers {
 			hs.Attempt, hs.Target, hs.NextRetryAt, hs.Stalled, hs.LastError = 0, 0, "", false, ""
 		}
-		patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.RetryAnnotation + `":null}}}`)
-		if err := rn.client.Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			return nil, fmt.Errorf("clearing %s: %w", v1alpha1.RetryAnnotation, err)
+		if rn.watched {
+			st.RetrySeen = v // the annotation is the object owner's to remove
+		} else {
+			patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.RetryAnnotation + `":null}}}`)
+			if err := rn.client.Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
+				return nil, fmt.Errorf("clearing %s: %w", v1alpha1.RetryAnnotation, err)
+			}
 		}
 		rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "RetryRequested", "Retry", "failed attempts cleared; handlers run again")
 	}
@@ -302,6 +309,16 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		st.AdvanceHandled(rn.def.Handlers, cr.GetGeneration(), subject)
 	}
 	return res, nil
+}
+
+// failing reports whether a handler has failed attempts or has given up.
+func failing(st *cause.State) bool {
+	for _, hs := range st.Handlers {
+		if hs.Attempt > 0 || hs.Stalled {
+			return true
+		}
+	}
+	return false
 }
 
 // whenValues evaluates the when conditions: by handler, those that can be

@@ -85,6 +85,12 @@ func testHandler() int {
 	}
 	_ = f.Close()
 	fmt.Fprintf(os.Stderr, "%s %s for %s\n", ctx.Handler, ctx.Trigger, rec.Name)
+	if f := os.Getenv("FAIL_UNTIL"); f != "" {
+		if _, err := os.Stat(f); err != nil {
+			fmt.Fprintln(os.Stderr, "boom: failing until", f, "exists")
+			return 1
+		}
+	}
 	mode := ctx.Object.Spec.Mode
 	if ctx.Handler != "work" {
 		mode = ""

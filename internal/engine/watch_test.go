@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -273,4 +274,76 @@ func TestAWatchTheEngineMayNotListIsRefusedNamingTheField(t *testing.T) {
 	name := "web-" + a.Namespace[len(a.Namespace)-6:]
 	create(t, a, labelled(deployment(a.Namespace, name, "nginx:1"), "a"))
 	waitRecords(t, out, name, 1, "the allowed watch's create run, after the refused one")
+}
+
+// TestARetryOfAStalledWatchedObjectRunsItAgainWithoutWritingIt makes a
+// watched Deployment's handler give up, then asks for a retry as opkit
+// retry does: the handler runs again, and the annotation, the object
+// owner's, stays where it is (opkit writes nothing to the Deployment); the
+// same value asks for nothing more.
+func TestARetryOfAStalledWatchedObjectRunsItAgainWithoutWritingIt(t *testing.T) {
+	a := clustertest.New(t)
+	ctx := t.Context()
+	dir := t.TempDir()
+	out, fixed := filepath.Join(dir, "records.jsonl"), filepath.Join(dir, "fixed")
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := runEngineWith(t, engine.Options{Config: a.Config})
+	if err := e.Apply(ctx, compileYAML(t, fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: retry-%s}
+spec:
+  watch: {apiVersion: apps/v1, kind: Deployment, namespaces: [%s]}
+  handlers:
+  - name: created
+    on: [create]
+    retry: {maxAttempts: 1}
+    exec:
+      command: [%q]
+      env: [{name: %s, value: "1"}, {name: OUT, value: %q}, {name: EVENTS_ONLY, value: "1"}, {name: FAIL_UNTIL, value: %q}]
+`, a.Namespace, a.Namespace, bin, handlerEnv, out, fixed))); err != nil {
+		t.Fatal(err)
+	}
+	name := "web-" + a.Namespace[len(a.Namespace)-6:]
+	create(t, a, deployment(a.Namespace, name, "nginx:1"))
+	waitRecords(t, out, name, 1, "the failing create run")
+	time.Sleep(2 * time.Second) // it gave up: no retry comes by itself
+	if n := len(records(t, out, name)); n != 1 {
+		t.Fatalf("%d runs; want 1 (maxAttempts: 1)", n)
+	}
+	if err := os.WriteFile(fixed, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	retryWith := func(value string) {
+		t.Helper()
+		dep := deployment(a.Namespace, name, "")
+		patch := []byte(`{"metadata":{"annotations":{"opkit.dev/retry":"` + value + `"}}}`)
+		if err := a.Client.Patch(ctx, dep, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	retryWith("1")
+	recs := waitRecords(t, out, name, 2, "the run asked for by the retry")
+	if recs[1].Key != recs[0].Key || recs[1].Attempt != 1 {
+		t.Errorf("runs %+v; want the retry with the same key, its attempts counted afresh", recs)
+	}
+	retryWith("1")
+	time.Sleep(2 * time.Second)
+	if n := len(records(t, out, name)); n != 2 {
+		t.Errorf("%d runs; want 2: the same retry value asks for nothing more", n)
+	}
+	dep := &appsv1.Deployment{}
+	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name}, dep); err != nil {
+		t.Fatal(err)
+	}
+	if dep.Annotations["opkit.dev/retry"] != "1" {
+		t.Errorf("annotations %v; want the retry annotation left as set", dep.Annotations)
+	}
+	for _, mf := range dep.ManagedFields {
+		if mf.Manager == engine.FieldManager {
+			t.Errorf("opkit wrote the Deployment: %+v", mf)
+		}
+	}
 }

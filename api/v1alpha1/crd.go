@@ -146,7 +146,8 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 					"matchExpressions": {Type: "array", MaxItems: ptr.To(int64(32)), Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &selectorRequirement}},
 				},
 			},
-			"filter": template("CEL condition over self; objects for which it is false are not watched."),
+			"filter":    template("CEL condition over self; objects for which it is false are not watched."),
+			"finalizer": {Type: "boolean", Description: "Hold opkit's finalizer on each watched object, so that delete handlers run before it is gone. Defaults to false."},
 		},
 	}
 	spec := apiextensionsv1.JSONSchemaProps{

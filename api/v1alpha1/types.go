@@ -163,6 +163,14 @@ type Watch struct {
 	// which it is false is treated as not watched: an object that stops
 	// matching is forgotten, no delete handler runs for it.
 	Filter string `json:"filter,omitempty"`
+	// Finalizer makes opkit hold its finalizer (opkit.dev/<operator>) on
+	// each watched object, so that the delete handlers run before the
+	// object is gone, with the object as it is then. It is opkit's only
+	// write to watched objects, and needs patch rights on the kind; while
+	// no engine runs, deleting a watched object waits for one, and an
+	// object that stops matching has the finalizer removed. Defaults to
+	// false: the delete handlers run after the object is gone.
+	Finalizer bool `json:"finalizer,omitempty"`
 }
 
 // Related names, for each custom resource, an object or a set of objects

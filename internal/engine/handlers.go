@@ -743,6 +743,11 @@ func (r *reconciler) finalize(ctx context.Context, cr *unstructured.Unstructured
 // never rewritten, and a concurrent change makes the patch fail and the
 // object be read again.
 func (r *reconciler) patchFinalizer(ctx context.Context, cr *unstructured.Unstructured, fin string, add bool) (reconcile.Result, error) {
+	return patchFinalizer(ctx, r.client, cr, fin, add)
+}
+
+// patchFinalizer is reconciler.patchFinalizer with client c.
+func patchFinalizer(ctx context.Context, c client.Client, cr *unstructured.Unstructured, fin string, add bool) (reconcile.Result, error) {
 	ops := []map[string]any{{"op": "test", "path": "/metadata/resourceVersion", "value": cr.GetResourceVersion()}}
 	finalizers := cr.GetFinalizers()
 	switch i := slices.Index(finalizers, fin); {
@@ -757,7 +762,7 @@ func (r *reconciler) patchFinalizer(ctx context.Context, cr *unstructured.Unstru
 		ops = append(ops, map[string]any{"op": "test", "path": path, "value": fin}, map[string]any{"op": "remove", "path": path})
 	}
 	patch, _ := json.Marshal(ops)
-	err := r.client.Patch(ctx, cr, client.RawPatch(types.JSONPatchType, patch))
+	err := c.Patch(ctx, cr, client.RawPatch(types.JSONPatchType, patch))
 	switch {
 	case apierrors.IsNotFound(err):
 		return reconcile.Result{}, nil

@@ -85,6 +85,9 @@ func testHandler() int {
 	}
 	_ = f.Close()
 	fmt.Fprintf(os.Stderr, "%s %s for %s\n", ctx.Handler, ctx.Trigger, rec.Name)
+	if d, err := time.ParseDuration(os.Getenv("SLEEP")); err == nil {
+		time.Sleep(d)
+	}
 	if f := os.Getenv("FAIL_UNTIL"); f != "" {
 		if _, err := os.Stat(f); err != nil {
 			fmt.Fprintln(os.Stderr, "boom: failing until", f, "exists")

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -62,6 +64,7 @@ type watchReconciler struct {
 	def    *definition.Definition
 	cache  client.Reader // the operator's own watch
 	reader client.Reader // the API, uncached
+	client client.Client // writes opkit's finalizer (Watch.Finalizer) and nothing else
 	runner *runner
 	store  archive.Store
 }
@@ -100,7 +103,7 @@ func (e *Engine) startWatch(d *definition.Definition) (*operator, error) {
 	if err != nil {
 		return fail(fmt.Errorf("operator %s: reading its watched objects' state from the archive: %w", d.Operator.Name, err))
 	}
-	r := &watchReconciler{def: d, cache: watchCache, reader: e.mgr.GetAPIReader(), runner: rn, store: e.opts.Archive}
+	r := &watchReconciler{def: d, cache: watchCache, reader: e.mgr.GetAPIReader(), client: e.client, runner: rn, store: e.opts.Archive}
 	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.options(r, e.opts.Workers))
 	if err != nil {
 		return fail(err)
@@ -259,6 +262,13 @@ func (r *watchReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if !found {
 		return reconcile.Result{}, nil
 	}
+	fin := FinalizerName(r.def.Operator.Name)
+	holds := slices.Contains(obj.GetFinalizers(), fin)
+	if r.def.Watch.Finalizer && !holds && obj.GetDeletionTimestamp() == nil {
+		// The finalizer comes before any run, so that no deletion passes
+		// unseen.
+		return patchFinalizer(ctx, r.client, obj, fin, true)
+	}
 	rn.mu.Lock()
 	o := rn.object(obj)
 	if o.written == nil {
@@ -271,6 +281,10 @@ func (r *watchReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	}
 	if err := r.persist(ctx, obj, step.state, false); err != nil {
 		return reconcile.Result{}, err
+	}
+	if holds && obj.GetDeletionTimestamp() != nil && !step.busy && !step.paused && step.stalled == "" && step.requeue == 0 {
+		// The delete handlers are done: let the object go.
+		return patchFinalizer(ctx, r.client, obj, fin, false)
 	}
 	return reconcile.Result{RequeueAfter: step.requeue}, nil
 }
@@ -287,6 +301,12 @@ func (r *watchReconciler) gone(ctx context.Context, key types.NamespacedName, ui
 	switch {
 	case err == nil && live.GetUID() == uid:
 		rn.log.V(1).Info("no longer watched: forgotten", "namespace", key.Namespace, "name", key.Name)
+		if fin := FinalizerName(r.def.Operator.Name); slices.Contains(live.GetFinalizers(), fin) {
+			// Nothing would remove it: opkit no longer looks at the object.
+			if res, err := patchFinalizer(ctx, r.client, live, fin, false); err != nil || res.RequeueAfter > 0 {
+				return res, err
+			}
+		}
 		return reconcile.Result{}, r.drop(ctx, key, uid)
 	case err != nil && !apierrors.IsNotFound(err):
 		return reconcile.Result{}, err
@@ -394,8 +414,12 @@ func (e *Engine) checkWatch(ctx context.Context, d *definition.Definition) error
 	if len(namespaces) == 0 || mapping.Scope.Name() != meta.RESTScopeNameNamespace {
 		namespaces = []string{""}
 	}
+	verbs := []string{"get", "list", "watch"}
+	if w.Finalizer {
+		verbs = append(verbs, "patch")
+	}
 	for _, ns := range namespaces {
-		for _, verb := range []string{"get", "list", "watch"} {
+		for _, verb := range verbs {
 			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Namespace: ns, Group: mapping.Resource.Group, Version: mapping.Resource.Version, Resource: mapping.Resource.Resource},
 			}}
@@ -408,7 +432,7 @@ func (e *Engine) checkWatch(ctx context.Context, d *definition.Definition) error
 				if ns != "" {
 					where = "in namespace " + ns
 				}
-				return fmt.Errorf("operator %s: spec.watch: the engine may not %s %s %s; grant it get, list and watch on %s there", d.Operator.Name, verb, mapping.Resource.GroupResource(), where, mapping.Resource.GroupResource())
+				return fmt.Errorf("operator %s: spec.watch: the engine may not %s %s %s; grant it %s on %s there", d.Operator.Name, verb, mapping.Resource.GroupResource(), where, strings.Join(verbs, ", "), mapping.Resource.GroupResource())
 			}
 		}
 	}

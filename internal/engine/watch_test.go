@@ -347,3 +347,142 @@ spec:
 		}
 	}
 }
+
+// TestAWhenOverAWatchedObjectRunsOncePerTransitionToTrue scales a watched
+// Deployment across a when condition: the handler runs once each time it
+// becomes true, not while it stays true.
+func TestAWhenOverAWatchedObjectRunsOncePerTransitionToTrue(t *testing.T) {
+	a := clustertest.New(t)
+	ctx := t.Context()
+	out := filepath.Join(t.TempDir(), "records.jsonl")
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startEngine(t, a)
+	if err := e.Apply(ctx, compileYAML(t, fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: big-%s}
+spec:
+  watch: {apiVersion: apps/v1, kind: Deployment, namespaces: [%s]}
+  handlers:
+  - name: big
+    on: [when]
+    when: "self.spec.replicas > 2"
+    exec:
+      command: [%q]
+      env: [{name: %s, value: "1"}, {name: OUT, value: %q}, {name: EVENTS_ONLY, value: "1"}]
+`, a.Namespace, a.Namespace, bin, handlerEnv, out))); err != nil {
+		t.Fatal(err)
+	}
+	name := "web-" + a.Namespace[len(a.Namespace)-6:]
+	dep := deployment(a.Namespace, name, "nginx:1")
+	dep.Spec.Replicas = ptr.To(int32(0))
+	create(t, a, dep)
+	scale := func(n int32) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := a.Client.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
+				return err
+			}
+			dep.Spec.Replicas = ptr.To(n)
+			return a.Client.Update(ctx, dep)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond) // seen by the engine
+	}
+	scale(1)
+	scale(3)
+	waitRecords(t, out, name, 1, "the when run")
+	scale(4)
+	scale(1)
+	scale(5)
+	recs := waitRecords(t, out, name, 2, "the second transition's run")
+	time.Sleep(time.Second)
+	recs = records(t, out, name)
+	if len(recs) != 2 || recs[0].Trigger != "when" || !strings.HasSuffix(recs[0].Key, "/big/when/1") || !strings.HasSuffix(recs[1].Key, "/big/when/2") {
+		t.Errorf("runs %+v; want two when runs, keys .../big/when/1 and /2", recs)
+	}
+}
+
+// TestAWatchWithAFinalizerRunsTheDeleteHandlerBeforeTheObjectIsGone
+// watches Deployments with finalizer: true: each gets opkit's finalizer
+// (opkit's only write), the delete handler runs while the Deployment still
+// exists, then the Deployment goes; one that stops matching has the
+// finalizer removed and can be deleted with no engine's help.
+func TestAWatchWithAFinalizerRunsTheDeleteHandlerBeforeTheObjectIsGone(t *testing.T) {
+	a := clustertest.New(t)
+	ctx := t.Context()
+	dir := t.TempDir()
+	out := filepath.Join(dir, "records.jsonl")
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := "fin-" + a.Namespace[len(a.Namespace)-6:]
+	e := startEngine(t, a)
+	if err := e.Apply(ctx, compileYAML(t, fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: %s}
+spec:
+  watch:
+    apiVersion: apps/v1
+    kind: Deployment
+    namespaces: [%s]
+    selector: {matchLabels: {team: a}}
+    finalizer: true
+  handlers:
+  - name: gone
+    on: [delete]
+    exec:
+      command: [%q]
+      env: [{name: %s, value: "1"}, {name: OUT, value: %q}, {name: EVENTS_ONLY, value: "1"}, {name: SLEEP, value: 3s}]
+`, op, a.Namespace, bin, handlerEnv, out))); err != nil {
+		t.Fatal(err)
+	}
+	fin := engine.FinalizerName(op)
+	web, api := "web-"+op, "api-"+op
+	create(t, a, labelled(deployment(a.Namespace, web, "nginx:1"), "a"))
+	create(t, a, labelled(deployment(a.Namespace, api, "nginx:1"), "a"))
+	holds := func(name string) bool {
+		dep := &appsv1.Deployment{}
+		if err := a.Client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name}, dep); err != nil {
+			return false
+		}
+		return slices.Contains(dep.Finalizers, fin)
+	}
+	for _, name := range []string{web, api} {
+		eventually(t, 30*time.Second, name+" holds opkit's finalizer", func(context.Context) (bool, error) { return holds(name), nil })
+	}
+	if err := a.Client.Delete(ctx, deployment(a.Namespace, web, "")); err != nil {
+		t.Fatal(err)
+	}
+	recs := waitRecords(t, out, web, 1, "the delete run")
+	dep := &appsv1.Deployment{}
+	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: web}, dep); err != nil || dep.DeletionTimestamp == nil {
+		t.Errorf("while its delete handler runs, the Deployment is %v (%v); want it still there, being deleted", dep.DeletionTimestamp, err)
+	}
+	waitGone(t, a, deployment(a.Namespace, web, ""), 30*time.Second, "the Deployment goes once its delete handler succeeded")
+	if len(recs) != 1 || recs[0].Trigger != "delete" {
+		t.Errorf("runs %+v; want one delete run", recs)
+	}
+
+	// No longer labelled: the finalizer goes, and nothing runs.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		dep := &appsv1.Deployment{}
+		if err := a.Client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: api}, dep); err != nil {
+			return err
+		}
+		dep.Labels["team"] = "b"
+		return a.Client.Update(ctx, dep)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, api+" no longer holds opkit's finalizer", func(context.Context) (bool, error) { return !holds(api), nil })
+	if got := records(t, out, api); len(got) > 0 {
+		t.Errorf("%s ran %v when it stopped matching; want nothing", api, triggers(got))
+	}
+}

@@ -3,6 +3,9 @@ package main
 
 import (
 	"os"
+	// Schedules name IANA time zones; a host or image without zoneinfo
+	// still knows them.
+	_ "time/tzdata"
 
 	"github.com/opkit-dev/opkit/internal/cli"
 )

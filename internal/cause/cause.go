@@ -27,6 +27,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -149,7 +150,7 @@ func Decide(in Input) Decision {
 			switch {
 			case hs.Generation == 0 && h.Fires(v1alpha1.OnCreate):
 				trigger = v1alpha1.OnCreate
-			case hs.Generation > 0 && h.Fires(v1alpha1.OnUpdate) && h.Touches(changed()):
+			case hs.Generation > 0 && h.Fires(v1alpha1.OnUpdate) && in.touches(h, changed()):
 				trigger = v1alpha1.OnUpdate
 			default:
 				hs.Generation = g // nothing in this change concerns it
@@ -239,6 +240,23 @@ func Decide(in Input) Decision {
 		c.Key += "/inputs/" + bestInputs
 	}
 	return Decision{Cause: c, Stalled: d.Stalled}
+}
+
+// touches reports whether the changed paths concern h. A watched object's
+// projection holds the metadata and status fields some handler names: for
+// a handler that names none, only a change of the rest (spec, data,
+// labels...) is one.
+func (in Input) touches(h *definition.Handler, changed []string) bool {
+	if in.Subject == nil || len(h.Fields) > 0 || len(h.RelatedFields) > 0 {
+		return h.Touches(changed)
+	}
+	for _, p := range changed {
+		root, _, _ := strings.Cut(p, ".")
+		if root != "status" && (root != "metadata" || p == "metadata.labels" || strings.HasPrefix(p, "metadata.labels.")) {
+			return true
+		}
+	}
+	return false
 }
 
 // diff is the change from old to the object's subject now.

@@ -241,7 +241,11 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 			dir = filepath.Dir(abs)
 		}
 	}
-	d.Handlers = compileHandlers(l, envs, op.Spec.Handlers, dir, op.Spec.Resource.Scope == v1alpha1.ClusterScoped, relatedIDs, ownedSubject)
+	noNamespace := ""
+	if op.Spec.Resource.Scope == v1alpha1.ClusterScoped {
+		noNamespace = "the resource is cluster-scoped"
+	}
+	d.Handlers = compileHandlers(l, envs, op.Spec.Handlers, dir, noNamespace, relatedIDs, ownedSubject)
 	for _, r := range relatedTypes {
 		if r.schema == nil {
 			continue

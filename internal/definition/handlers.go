@@ -118,14 +118,21 @@ const MinEvery = time.Second
 
 // Next returns the first scheduled time after t for the object self (an
 // interval computed from the object may fail: the error names the field,
-// the expression and what it gave).
+// the expression and what it gave; a cron fails when it has no time in
+// the five years after t).
 func (h *Handler) Next(t time.Time, self map[string]any) (time.Time, error) {
 	if h.Cron != nil {
 		loc := h.Location
 		if loc == nil {
 			loc = time.UTC
 		}
-		return h.Cron.Next(t.In(loc)), nil
+		next := h.Cron.Next(t.In(loc))
+		if next.IsZero() {
+			// robfig/cron gives up after five years: a date that never
+			// comes (Compile refuses those).
+			return time.Time{}, fmt.Errorf("handler %s: its cron has no time after %s", h.Name, t.UTC().Format(time.RFC3339))
+		}
+		return next, nil
 	}
 	every, err := h.Interval(self)
 	if err != nil {
@@ -249,14 +256,21 @@ func parseRelatedField(f string, relatedIDs map[string]bool) (RelatedField, erro
 var (
 	handlerNameRE = regexp.MustCompile(v1alpha1.HandlerNamePattern)
 	fieldPathRE   = regexp.MustCompile(`^spec(\.[A-Za-z0-9_-]+)*$`)
-	objectPathRE  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z0-9_./-]+)*$`)
+	objectPathRE  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z0-9_/-]+)*$`)
 	triggers      = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule, v1alpha1.OnWhen}
 	cronParser    = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+	// cronCheckFrom is where Compile looks for a cron's first time: a
+	// leap year's start, so that 29 February is found.
+	cronCheckFrom = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
 // compileHandlers validates and defaults spec.handlers. dir is the
 // definition file's directory, or "" for the cluster.
-func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir string, clusterScoped bool, relatedIDs map[string]bool, subj subject) []*Handler {
+//
+// noNamespace, when not empty, says why the handlers' objects have no
+// namespace (the resource is cluster-scoped...): what is namespaced must
+// then name one.
+func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir string, noNamespace string, relatedIDs map[string]bool, subj subject) []*Handler {
 	var out []*Handler
 	names := map[string]bool{}
 	for i, h := range hs {
@@ -299,8 +313,13 @@ func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir str
 				continue
 			}
 			if subj == watchedSubject {
-				if !objectPathRE.MatchString(f) || strings.HasPrefix(f, "apiVersion") || strings.HasPrefix(f, "kind") {
+				root, _, _ := strings.Cut(f, ".")
+				switch {
+				case !objectPathRE.MatchString(f) || root == "apiVersion" || root == "kind":
 					l.add(fmt.Sprintf("%s.fields[%d]", field, j), "%q is not a dotted path in the watched object (e.g. spec.template, metadata.labels, data)", h.Fields[j])
+					continue
+				case f == "metadata":
+					l.add(fmt.Sprintf("%s.fields[%d]", field, j), "name a field of the metadata, like metadata.labels or metadata.annotations: the whole metadata changes at every write")
 					continue
 				}
 				c.Fields = append(c.Fields, f)
@@ -330,7 +349,7 @@ func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir str
 			c.Timeout = DefaultTimeout
 		}
 		c.Retry = compileRetry(l, field+".retry", h.Retry)
-		compileAction(l, field, h, c, dir, clusterScoped)
+		compileAction(l, field, h, c, dir, noNamespace)
 		out = append(out, c)
 	}
 	return out
@@ -370,12 +389,25 @@ func compileSchedule(l *errorList, envs *celEnvs, field string, h v1alpha1.Handl
 		l.add(field+".schedule", "set, but the handler has no schedule trigger")
 	case (s.Every != "") == (s.Cron != ""):
 		l.add(field+".schedule", "set exactly one of every and cron")
+	case strings.HasPrefix(s.Cron, "TZ=") || strings.HasPrefix(s.Cron, "CRON_TZ="):
+		// The parser would take the zone from the expression, over
+		// timeZone, and panics when no field follows it.
+		zone, rest, _ := strings.Cut(s.Cron, " ")
+		l.add(field+".schedule.cron", "%q: set the time zone in timeZone (timeZone: %s, cron: %q)", s.Cron, zone[strings.Index(zone, "=")+1:], strings.TrimSpace(rest))
 	case s.Cron != "":
 		sched, err := cronParser.Parse(s.Cron)
-		if err != nil {
+		switch {
+		case err != nil:
 			l.add(field+".schedule.cron", "%q is not a cron expression of five fields: %v", s.Cron, err)
+		case strings.HasPrefix(s.Cron, "@every") && subj == calendarSubject:
+			// Its times count from whenever an engine looks, which no two
+			// engines agree on.
+			l.add(field+".schedule.cron", "%q: an operator-wide schedule's slots are the same for every engine: write every: %s, whose slots are its multiples since the Unix epoch", s.Cron, strings.TrimSpace(strings.TrimPrefix(s.Cron, "@every")))
+		case sched.Next(cronCheckFrom).IsZero():
+			l.add(field+".schedule.cron", "%q never comes due (no such date)", s.Cron)
+		default:
+			c.Cron = sched
 		}
-		c.Cron = sched
 	case strings.Contains(s.Every, "${") && subj == calendarSubject:
 		l.add(field+".schedule.every", "an operator-wide schedule has no object to compute its interval from: write a duration like 90s or 1h")
 	case strings.Contains(s.Every, "${"):
@@ -460,7 +492,7 @@ func compileRetry(l *errorList, field string, r *v1alpha1.Retry) RetryPolicy {
 // engine, from the object's namespace unless one is named (which a
 // cluster-scoped resource must); a job handler's by the kubelet, from the
 // Job's namespace only (jobNamespace, or the object's when "").
-func compileEnv(l *errorList, field string, env []v1alpha1.EnvVar, needsNamespace bool, jobNamespace string) {
+func compileEnv(l *errorList, field string, env []v1alpha1.EnvVar, noNamespace string, jobNamespace string) {
 	job := strings.HasSuffix(field, ".job.env")
 	for j, v := range env {
 		f := fmt.Sprintf("%s[%d]", field, j)
@@ -478,13 +510,13 @@ func compileEnv(l *errorList, field string, env []v1alpha1.EnvVar, needsNamespac
 			l.add(f+".valueFrom.secretKeyRef", "required: the Secret and key to read")
 		case job && ref.Namespace != "" && ref.Namespace != jobNamespace:
 			l.add(f+".valueFrom.secretKeyRef.namespace", "a Job's pod reads Secrets of its own namespace only: leave namespace out, or set job.namespace to %q", ref.Namespace)
-		case !job && needsNamespace && ref.Namespace == "":
-			l.add(f+".valueFrom.secretKeyRef.namespace", "required: the resource is cluster-scoped, so the Secret's namespace must be named")
+		case !job && noNamespace != "" && ref.Namespace == "":
+			l.add(f+".valueFrom.secretKeyRef.namespace", "required: %s, so the Secret's namespace must be named", noNamespace)
 		}
 	}
 }
 
-func compileAction(l *errorList, field string, h v1alpha1.Handler, c *Handler, dir string, clusterScoped bool) {
+func compileAction(l *errorList, field string, h v1alpha1.Handler, c *Handler, dir string, noNamespace string) {
 	n := 0
 	for _, set := range []bool{h.Exec != nil, h.Job != nil, h.HTTP != nil} {
 		if set {
@@ -510,13 +542,13 @@ func compileAction(l *errorList, field string, h v1alpha1.Handler, c *Handler, d
 		if dir != "" && !filepath.IsAbs(e.WorkingDir) {
 			e.WorkingDir = filepath.Join(dir, e.WorkingDir)
 		}
-		compileEnv(l, field+".exec.env", e.Env, clusterScoped, "")
+		compileEnv(l, field+".exec.env", e.Env, noNamespace, "")
 		if sa := e.ServiceAccount; sa != nil {
 			if msgs := validation.IsDNS1123Subdomain(sa.Name); len(msgs) > 0 {
 				l.add(field+".exec.serviceAccount.name", "%q is not a ServiceAccount name: %s", sa.Name, strings.Join(msgs, "; "))
 			}
-			if clusterScoped && sa.Namespace == "" {
-				l.add(field+".exec.serviceAccount.namespace", "required: the resource is cluster-scoped, so the ServiceAccount's namespace must be named")
+			if noNamespace != "" && sa.Namespace == "" {
+				l.add(field+".exec.serviceAccount.namespace", "required: %s, so the ServiceAccount's namespace must be named", noNamespace)
 			}
 		}
 		c.Exec = &e
@@ -524,10 +556,10 @@ func compileAction(l *errorList, field string, h v1alpha1.Handler, c *Handler, d
 		if h.Job.Image == "" {
 			l.add(field+".job.image", "required")
 		}
-		if clusterScoped && h.Job.Namespace == "" {
-			l.add(field+".job.namespace", "required: the resource is cluster-scoped, so its Jobs need a namespace")
+		if noNamespace != "" && h.Job.Namespace == "" {
+			l.add(field+".job.namespace", "required: %s, so its Jobs need a namespace", noNamespace)
 		}
-		compileEnv(l, field+".job.env", h.Job.Env, false, h.Job.Namespace)
+		compileEnv(l, field+".job.env", h.Job.Env, "", h.Job.Namespace)
 		c.Job = h.DeepCopy().Job
 	default:
 		u, err := url.Parse(h.HTTP.URL)

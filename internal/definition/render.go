@@ -37,8 +37,12 @@ func (v Vars) activation(schemas map[string]common.Schema) map[string]any {
 	for id, val := range v.Related {
 		related[id] = typedAny(val, schemas[relatedKey(id)])
 	}
-	return map[string]any{"self": v.Self, "children": children, "related": related}
+	return map[string]any{"self": typed(v.Self, schemas[selfKey]), "children": children, "related": related}
 }
+
+// selfKey is the key of self's schema among a definition's value schemas,
+// for a watched kind's: a custom resource is read as it is.
+const selfKey = "self:"
 
 // typedAny is typed for an object or a list of objects.
 func typedAny(v any, s common.Schema) any {

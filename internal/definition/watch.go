@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apiserver/pkg/cel/common"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -35,6 +36,13 @@ type Watch struct {
 	Selector labels.Selector
 	// Filter is the CEL condition over self an object must meet, or nil.
 	Filter *Expression
+	// Finalizer: opkit holds its finalizer on each watched object, for the
+	// delete handlers to run before the object is gone.
+	Finalizer bool
+
+	// schema types self for Filter at run time, as it was at compile
+	// time, for a definition compiled with schemas; nil otherwise.
+	schema common.Schema
 }
 
 // Matches reports whether a watched object meets the filter.
@@ -42,7 +50,7 @@ func (w *Watch) Matches(self map[string]any) (bool, error) {
 	if w.Filter == nil {
 		return true, nil
 	}
-	v, err := w.Filter.Eval(Vars{Self: self}.activation(nil))
+	v, err := w.Filter.Eval(map[string]any{"self": typed(self, w.schema), "children": map[string]any{}, "related": map[string]any{}})
 	if err != nil {
 		return false, err
 	}
@@ -114,6 +122,13 @@ func compileUnowned(l *errorList, src *Source, d *Definition, schemas SchemaReso
 	}
 	if w := op.Spec.Watch; w != nil && w.Filter != "" && d.Watch != nil {
 		d.Watch.Filter = compileCondition(l, envs.object, "spec.watch.filter", w.Filter)
+		if f := d.Watch.Filter; f != nil && (len(f.Children) > 0 || len(f.Related) > 0) {
+			l.add(f.Field, "${%s}: a watch's filter reads self alone (the watched object); a watch has no children or related objects", f.Source)
+			d.Watch.Filter = nil
+		}
+	}
+	if d.Watch != nil && selfSchema != nil {
+		d.Watch.schema = newValueSchema(selfSchema)
 	}
 	dir := ""
 	if src.File != "" {
@@ -121,12 +136,28 @@ func compileUnowned(l *errorList, src *Source, d *Definition, schemas SchemaReso
 			dir = filepath.Dir(abs)
 		}
 	}
-	d.Handlers = compileHandlers(l, envs, op.Spec.Handlers, dir, subj == calendarSubject, nil, subj)
+	noNamespace := ""
+	if subj == calendarSubject {
+		noNamespace = "an operator-wide schedule has no object, and so no namespace"
+	}
+	d.Handlers = compileHandlers(l, envs, op.Spec.Handlers, dir, noNamespace, nil, subj)
+	if d.Watch != nil && d.Watch.schema != nil {
+		// when and every templates read self as the filter does.
+		for _, h := range d.Handlers {
+			h.schemas = map[string]common.Schema{selfKey: d.Watch.schema}
+		}
+	}
 	if subj == calendarSubject {
 		for i, h := range op.Spec.Handlers {
 			if len(h.On) > 0 && !slices.Equal(h.On, []string{v1alpha1.OnSchedule}) {
 				l.add(fmt.Sprintf("spec.handlers[%d].on", i), "an operator with neither resource nor watch has no object to react to: its handlers run on schedule only (on: [schedule]); declare spec.watch or spec.resource for the other triggers")
 			}
+		}
+	}
+	if d.Watch != nil && op.Spec.Watch.Finalizer {
+		d.Watch.Finalizer = true
+		if !slices.ContainsFunc(d.Handlers, func(h *Handler) bool { return h.Fires(v1alpha1.OnDelete) }) {
+			l.add("spec.watch.finalizer", "the finalizer holds a deletion for the delete handlers, and no handler runs on delete: add one, or remove the finalizer")
 		}
 	}
 	checkReferences(l, d, map[string]bool{}, map[string]bool{})
@@ -169,14 +200,9 @@ func compileWatch(l *errorList, w *v1alpha1.Watch) *Watch {
 	}
 	slices.Sort(out.Namespaces)
 	if w.Selector != nil {
-		for k := range w.Selector.MatchLabels {
-			if msg := validationLabelKey(k); msg != "" {
-				l.add("spec.watch.selector.matchLabels."+k, "%q is not a label key: %s", k, msg)
-				ok = false
-			}
-		}
-		sel, err := metav1.LabelSelectorAsSelector(w.Selector)
-		if err != nil {
+		if !checkSelector(l, "spec.watch.selector", w.Selector) {
+			ok = false
+		} else if sel, err := metav1.LabelSelectorAsSelector(w.Selector); err != nil {
 			l.add("spec.watch.selector", "%v", err)
 			ok = false
 		} else {
@@ -187,4 +213,54 @@ func compileWatch(l *errorList, w *v1alpha1.Watch) *Watch {
 		return nil
 	}
 	return out
+}
+
+// checkSelector reports each problem of a label selector at its own
+// field (a key, a value, an operator), as LabelSelectorAsSelector would
+// report only the first, at the selector. It returns false when there
+// is one.
+func checkSelector(l *errorList, field string, sel *metav1.LabelSelector) bool {
+	ok := true
+	for _, k := range sortedKeys(sel.MatchLabels) {
+		f := field + ".matchLabels." + k
+		if msg := validationLabelKey(k); msg != "" {
+			l.add(f, "%q is not a label key: %s", k, msg)
+			ok = false
+			continue
+		}
+		if msgs := validation.IsValidLabelValue(sel.MatchLabels[k]); len(msgs) > 0 {
+			l.add(f, "%q is not a label value: %s", sel.MatchLabels[k], strings.Join(msgs, "; "))
+			ok = false
+		}
+	}
+	for i, e := range sel.MatchExpressions {
+		f := fmt.Sprintf("%s.matchExpressions[%d]", field, i)
+		if msg := validationLabelKey(e.Key); msg != "" {
+			l.add(f+".key", "%q is not a label key: %s", e.Key, msg)
+			ok = false
+		}
+		switch e.Operator {
+		case metav1.LabelSelectorOpIn, metav1.LabelSelectorOpNotIn:
+			if len(e.Values) == 0 {
+				l.add(f+".values", "%s needs values: the label values to match", e.Operator)
+				ok = false
+			}
+		case metav1.LabelSelectorOpExists, metav1.LabelSelectorOpDoesNotExist:
+			if len(e.Values) > 0 {
+				l.add(f+".values", "%s takes no values: leave values out", e.Operator)
+				ok = false
+			}
+		default:
+			l.add(f+".operator", "%q: expected In, NotIn, Exists or DoesNotExist", e.Operator)
+			ok = false
+			continue
+		}
+		for j, v := range e.Values {
+			if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
+				l.add(fmt.Sprintf("%s.values[%d]", f, j), "%q is not a label value: %s", v, strings.Join(msgs, "; "))
+				ok = false
+			}
+		}
+	}
+	return ok
 }

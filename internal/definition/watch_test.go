@@ -211,6 +211,9 @@ func TestBadWatchesNameTheFieldAndLine(t *testing.T) {
 		"fields kind":        {"spec.template]", "kind]", 19, "spec.handlers[0].fields[2]", `"kind" is not a dotted path in the watched object`},
 		"fields not a path":  {"spec.template]", `"spec template"]`, 19, "spec.handlers[0].fields[2]", `"spec template" is not a dotted path in the watched object`},
 		"fields digit":       {"spec.template]", `"0.spec"]`, 19, "spec.handlers[0].fields[2]", `"0.spec" is not a dotted path in the watched object`},
+		"fields empty part":  {"spec.template]", `"spec..template"]`, 19, "spec.handlers[0].fields[2]", `"spec..template" is not a dotted path in the watched object`},
+		"fields end dot":     {"spec.template]", `"spec."]`, 19, "spec.handlers[0].fields[2]", `"spec." is not a dotted path in the watched object`},
+		"fields metadata":    {"spec.template]", `metadata]`, 19, "spec.handlers[0].fields[2]", `name a field of the metadata, like metadata.labels`},
 		"fields related":     {"spec.template]", `"related.app.data"]`, 19, "spec.handlers[0].fields[2]", `there is no related object with id "app"`},
 		"catchUp per object": {"    exec: {command: [/bin/true]}\n", "    exec: {command: [/bin/true]}\n  - name: poll\n    on: [schedule]\n    schedule: {every: 1m, catchUp: Skip}\n    exec: {command: [/bin/true]}\n", 23, "spec.handlers[1].schedule.catchUp", "catchUp is for operator-wide schedules"},
 	} {
@@ -272,12 +275,12 @@ func TestBadCalendarsNameTheFieldAndLine(t *testing.T) {
 		// robfig/cron reads a time zone in the expression itself: it
 		// would override timeZone unseen, and without a space after it
 		// the parser panics.
-		"cron TZ= no space":  {`"0 9 * * *"`, `"TZ=UTC"`, 14, "spec.handlers[1].schedule.cron", "set the time zone in timeZone"},
-		"cron CRON_TZ=":      {`"0 9 * * *"`, `"CRON_TZ=America/New_York 0 9 * * *"`, 14, "spec.handlers[1].schedule.cron", "set the time zone in timeZone"},
-		"cron never due":     {`"0 9 * * *"`, `"0 9 30 2 *"`, 14, "spec.handlers[1].schedule.cron", "never comes due"},
-		"cron @every":        {`"0 9 * * *"`, `"@every 5m"`, 14, "spec.handlers[1].schedule.cron", "write every: 5m"},
-		"job namespace":      {"    job: {image: busybox, namespace: ops}\n", "    job: {image: busybox}\n", 17, "spec.handlers[1].job.namespace", "required"},
-		"related":            {"  handlers:\n", "  related:\n  - {id: config, apiVersion: v1, kind: ConfigMap, name: x}\n  handlers:\n", 5, "spec.related", "runs operator-wide schedules only"},
+		"cron TZ= no space": {`"0 9 * * *"`, `"TZ=UTC"`, 14, "spec.handlers[1].schedule.cron", "set the time zone in timeZone"},
+		"cron CRON_TZ=":     {`"0 9 * * *"`, `"CRON_TZ=America/New_York 0 9 * * *"`, 14, "spec.handlers[1].schedule.cron", "set the time zone in timeZone"},
+		"cron never due":    {`"0 9 * * *"`, `"0 9 30 2 *"`, 14, "spec.handlers[1].schedule.cron", "never comes due"},
+		"cron @every":       {`"0 9 * * *"`, `"@every 5m"`, 14, "spec.handlers[1].schedule.cron", "write every: 5m"},
+		"job namespace":     {"    job: {image: busybox, namespace: ops}\n", "    job: {image: busybox}\n", 17, "spec.handlers[1].job.namespace", "required"},
+		"related":           {"  handlers:\n", "  related:\n  - {id: config, apiVersion: v1, kind: ConfigMap, name: x}\n  handlers:\n", 5, "spec.related", "runs operator-wide schedules only"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var err error
@@ -446,5 +449,32 @@ func TestACronThatNeverComesDueIsAnErrorNotAZeroTime(t *testing.T) {
 	}
 	if next, err := h.Next(from, nil); err == nil {
 		t.Errorf("Next = %s, no error; want one (a zero time would be due at once, again and again)", next)
+	}
+}
+
+func TestAWatchsFieldsMayStartLikeApiVersionOrKind(t *testing.T) {
+	yaml := replace(t, watchOp, "spec.template]", "spec.template, kinds, apiVersions.x]")
+	if _, err := compileOne(t, "watch.yaml", yaml, nil); err != nil {
+		t.Errorf("fields kinds and apiVersions.x refused: %v", err)
+	}
+}
+
+func TestATypedWhenOverAWatchedObjectReadsItByItsSchema(t *testing.T) {
+	yaml := replace(t, watchOp, `    exec: {command: [/bin/true]}
+`, `    exec: {command: [/bin/true]}
+  - name: old
+    on: [when]
+    when: "self.metadata.creationTimestamp < timestamp('2026-01-01T00:00:00Z')"
+    exec: {command: [/bin/true]}
+`)
+	d, err := compileOne(t, "watch.yaml", yaml, deploymentSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for created, want := range map[string]bool{"2026-03-01T10:00:00Z": false, "2025-03-01T10:00:00Z": true} {
+		obj := map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "web", "creationTimestamp": created}, "spec": map[string]any{"replicas": int64(1)}}
+		if ok, err := d.Handlers[1].WhenHolds(Vars{Self: obj}); err != nil || ok != want {
+			t.Errorf("created %s: WhenHolds = %v, %v; want %v", created, ok, err, want)
+		}
 	}
 }

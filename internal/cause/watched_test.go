@@ -1,0 +1,390 @@
+package cause
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// deploy is a watched Deployment, uid d-1, as the API server gives it:
+// no generation of opkit's, status written by its controller.
+type deploy struct {
+	rv          string // resourceVersion
+	image       string
+	replicas    int64
+	labels      map[string]any
+	annotations map[string]any
+	ready       int64 // status.readyReplicas
+}
+
+func (d deploy) object() *unstructured.Unstructured {
+	md := map[string]any{"name": "web", "namespace": "team", "uid": "d-1", "resourceVersion": d.rv, "generation": int64(7)}
+	if d.labels != nil {
+		md["labels"] = d.labels
+	}
+	if d.annotations != nil {
+		md["annotations"] = d.annotations
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": md,
+		"spec": map[string]any{
+			"replicas": d.replicas,
+			"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "web", "image": d.image}}}},
+		},
+		"status": map[string]any{"readyReplicas": d.ready, "replicas": d.replicas},
+	}}
+}
+
+// v1 is the Deployment first seen; the others change one thing of it.
+var v1 = deploy{rv: "100", image: "nginx:1", replicas: 2, labels: map[string]any{"app": "web"}, annotations: map[string]any{"note": "a"}, ready: 1}
+
+func (d deploy) with(f func(*deploy)) deploy {
+	d.labels, d.annotations = maps.Clone(d.labels), maps.Clone(d.annotations)
+	f(&d)
+	return d
+}
+
+// watcher decides for a watched object as the engine does: its
+// projection, its observed generation on a view of it, Decide with the
+// projection as the subject; a run it decides succeeds.
+type watcher struct {
+	handlers []*definition.Handler
+	st       *State
+}
+
+func newWatcher(hs ...*definition.Handler) *watcher {
+	return &watcher{handlers: hs, st: state(0, nil, nil)}
+}
+
+// decide returns the decision for obj and the generation it was seen at.
+func (w *watcher) decide(obj *unstructured.Unstructured) (Decision, int64) {
+	subject := Projection(obj.Object, w.handlers)
+	g := Observe(w.st, obj.Object, subject)
+	view := obj.DeepCopy()
+	view.SetGeneration(g)
+	return Decide(Input{Handlers: w.handlers, Object: view, State: w.st, Resumed: true, Now: now, Subject: subject}), g
+}
+
+// settle decides for obj until nothing is due, each run succeeding, and
+// returns the runs as "handler trigger key".
+func (w *watcher) settle(obj *unstructured.Unstructured) []string {
+	var runs []string
+	for range 10 {
+		d, g := w.decide(obj)
+		if d.Cause == nil {
+			if obj.GetDeletionTimestamp() == nil {
+				w.st.AdvanceHandled(w.handlers, g, Projection(obj.Object, w.handlers))
+			}
+			return runs
+		}
+		runs = append(runs, d.Cause.Handler.Name+" "+d.Cause.Trigger+" "+d.Cause.Key)
+		w.st.Succeeded(w.handlers, d.Cause, Projection(obj.Object, w.handlers), 0, now)
+	}
+	panic("a run is decided again and again")
+}
+
+func gone(obj *unstructured.Unstructured) *unstructured.Unstructured {
+	t := metav1.NewTime(now)
+	obj.SetDeletionTimestamp(&t)
+	return obj
+}
+
+func TestProjection(t *testing.T) {
+	cm := map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata":   map[string]any{"name": "c", "uid": "c-1", "resourceVersion": "9", "labels": map[string]any{"app": "web"}, "annotations": map[string]any{"note": "a"}},
+		"data":       map[string]any{"k": "v"},
+		"binaryData": map[string]any{"b": "AAE="},
+	}
+	for _, tc := range []struct {
+		name   string
+		obj    map[string]any
+		fields []string // of one update handler
+		want   string   // the projection as JSON
+	}{
+		{"a Deployment: its spec and labels", v1.object().Object, nil,
+			`{"metadata":{"labels":{"app":"web"}},"spec":{"replicas":2,"template":{"spec":{"containers":[{"image":"nginx:1","name":"web"}]}}}}`},
+		{"a ConfigMap: its data, whatever the top-level field", cm, nil,
+			`{"binaryData":{"b":"AAE="},"data":{"k":"v"},"metadata":{"labels":{"app":"web"}}}`},
+		{"no labels: no metadata", deploy{rv: "1", image: "x"}.object().Object, nil,
+			`{"spec":{"replicas":0,"template":{"spec":{"containers":[{"image":"x","name":"web"}]}}}}`},
+		{"a status field a handler names, that one alone", v1.object().Object, []string{"status.readyReplicas"},
+			`{"metadata":{"labels":{"app":"web"}},"spec":{"replicas":2,"template":{"spec":{"containers":[{"image":"nginx:1","name":"web"}]}}},"status":{"readyReplicas":1}}`},
+		{"the whole status, named", v1.object().Object, []string{"status"},
+			`{"metadata":{"labels":{"app":"web"}},"spec":{"replicas":2,"template":{"spec":{"containers":[{"image":"nginx:1","name":"web"}]}}},"status":{"readyReplicas":1,"replicas":2}}`},
+		{"annotations, named", v1.object().Object, []string{"metadata.annotations"},
+			`{"metadata":{"annotations":{"note":"a"},"labels":{"app":"web"}},"spec":{"replicas":2,"template":{"spec":{"containers":[{"image":"nginx:1","name":"web"}]}}}}`},
+		{"one annotation named: the annotations", cm, []string{"metadata.annotations.note"},
+			`{"binaryData":{"b":"AAE="},"data":{"k":"v"},"metadata":{"annotations":{"note":"a"},"labels":{"app":"web"}}}`},
+		{"a named field the object lacks: nothing", cm, []string{"status.readyReplicas", "metadata.finalizers"},
+			`{"binaryData":{"b":"AAE="},"data":{"k":"v"},"metadata":{"labels":{"app":"web"}}}`},
+		{"spec fields named: the spec as always", v1.object().Object, []string{"spec.template"},
+			`{"metadata":{"labels":{"app":"web"}},"spec":{"replicas":2,"template":{"spec":{"containers":[{"image":"nginx:1","name":"web"}]}}}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, _ := json.Marshal(tc.obj)
+			hs := []*definition.Handler{withFields(handler("h", v1alpha1.OnUpdate), tc.fields...)}
+			got, err := json.Marshal(Projection(tc.obj, hs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Errorf("Projection =\n%s\nwant\n%s", got, tc.want)
+			}
+			if after, _ := json.Marshal(tc.obj); string(after) != string(before) {
+				t.Errorf("Projection changed the object:\n%s\nwas\n%s", after, before)
+			}
+		})
+	}
+}
+
+func TestObserve(t *testing.T) {
+	hs := []*definition.Handler{handler("h", v1alpha1.OnCreate, v1alpha1.OnUpdate)}
+	st := state(0, nil, nil)
+	for _, tc := range []struct {
+		name  string
+		obj   deploy
+		gen   int64
+		since string
+	}{
+		{"first sight: 1, since its resourceVersion", v1, 1, "100"},
+		{"seen again: the same", v1, 1, "100"},
+		{"status and annotations written: not a change", v1.with(func(d *deploy) { d.rv, d.ready, d.annotations["note"] = "101", 2, "b" }), 1, "100"},
+		{"the spec changed: one more", v1.with(func(d *deploy) { d.rv, d.image = "102", "nginx:2" }), 2, "100"},
+		{"a label changed: one more", v1.with(func(d *deploy) { d.rv, d.image, d.labels["tier"] = "103", "nginx:2", "front" }), 3, "100"},
+		{"changed back: a change too", v1.with(func(d *deploy) { d.rv = "104" }), 4, "100"},
+	} {
+		obj := tc.obj.object()
+		g := Observe(st, obj.Object, Projection(obj.Object, hs))
+		if g != tc.gen || st.Observed.Generation != tc.gen || st.Observed.Since != tc.since {
+			t.Errorf("%s: generation %d, observed %+v; want %d since %s", tc.name, g, st.Observed, tc.gen, tc.since)
+		}
+	}
+	// A number is the same whatever its Go type: the archive gives back
+	// float64 what the API gave as int64.
+	hash := st.Observed.Hash
+	p := Projection(v1.object().Object, hs)
+	p["spec"].(map[string]any)["replicas"] = float64(2)
+	if Observe(st, v1.object().Object, p) != 4 || st.Observed.Hash != hash {
+		t.Error("replicas 2.0 for 2 is a change")
+	}
+	// The record survives the archive's JSON.
+	data, _ := json.Marshal(st)
+	back := &State{}
+	if err := json.Unmarshal(data, back); err != nil || back.Observed == nil || *back.Observed != *st.Observed {
+		t.Errorf("read back %+v (%v); want %+v", back.Observed, err, st.Observed)
+	}
+}
+
+func TestDecideForAWatchedObject(t *testing.T) {
+	create := handler("created", v1alpha1.OnCreate)
+	rolled := withFields(handler("rolled", v1alpha1.OnCreate, v1alpha1.OnUpdate), "spec.template")
+	anyChange := handler("changed", v1alpha1.OnUpdate)
+	ready := withFields(handler("ready", v1alpha1.OnUpdate), "status.readyReplicas")
+	noted := withFields(handler("noted", v1alpha1.OnUpdate), "metadata.annotations")
+	del := handler("cleanup", v1alpha1.OnDelete)
+	newImage := v1.with(func(d *deploy) { d.rv, d.image = "101", "nginx:2" })
+	scaled := v1.with(func(d *deploy) { d.rv, d.replicas = "101", 5 })
+	readied := v1.with(func(d *deploy) { d.rv, d.ready = "101", 2 })
+	annotated := v1.with(func(d *deploy) { d.rv, d.annotations["note"] = "101", "b" })
+	relabelled := v1.with(func(d *deploy) { d.rv, d.labels["tier"] = "101", "front" })
+	for _, tc := range []struct {
+		name     string
+		handlers []*definition.Handler
+		before   []deploy // seen, and every run for them succeeded
+		obj      *unstructured.Unstructured
+		want     string   // "handler trigger key"; "" for no run
+		diff     []string // the run's diff paths, exactly
+		gen      int64    // the observed generation of obj
+		passed   string   // a handler whose record is at gen without a run
+	}{
+		{
+			name:     "create on first sight",
+			handlers: []*definition.Handler{create},
+			obj:      v1.object(),
+			want:     "created create d-1.100/1/created", diff: []string{"metadata", "spec"}, gen: 1,
+		},
+		{
+			name:     "an update of the fields named, with paths from the root",
+			handlers: []*definition.Handler{rolled},
+			before:   []deploy{v1}, obj: newImage.object(),
+			want: "rolled update d-1.100/2/rolled", diff: []string{"spec.template.spec.containers"}, gen: 2,
+		},
+		{
+			name:     "a change of other fields: no run, the handler passes it",
+			handlers: []*definition.Handler{rolled},
+			before:   []deploy{v1}, obj: scaled.object(),
+			gen: 2, passed: "rolled",
+		},
+		{
+			name:     "any change of the spec, for a handler without fields",
+			handlers: []*definition.Handler{anyChange},
+			before:   []deploy{v1}, obj: scaled.object(),
+			want: "changed update d-1.100/2/changed", diff: []string{"spec.replicas"}, gen: 2,
+		},
+		{
+			name:     "a label change is a change",
+			handlers: []*definition.Handler{anyChange},
+			before:   []deploy{v1}, obj: relabelled.object(),
+			want: "changed update d-1.100/2/changed", diff: []string{"metadata.labels.tier"}, gen: 2,
+		},
+		{
+			name:     "a status change is not, unless named",
+			handlers: []*definition.Handler{rolled, anyChange, noted},
+			before:   []deploy{v1}, obj: readied.object(),
+			gen: 1,
+		},
+		{
+			name:     "a status field named",
+			handlers: []*definition.Handler{ready},
+			before:   []deploy{v1}, obj: readied.object(),
+			want: "ready update d-1.100/2/ready", diff: []string{"status.readyReplicas"}, gen: 2,
+		},
+		{
+			name:     "an annotation change is not, unless named",
+			handlers: []*definition.Handler{rolled, anyChange},
+			before:   []deploy{v1}, obj: annotated.object(),
+			gen: 1,
+		},
+		{
+			name:     "another handler's status field is not a change for one without fields",
+			handlers: []*definition.Handler{anyChange, ready},
+			before:   []deploy{v1}, obj: readied.object(),
+			want: "ready update d-1.100/2/ready", diff: []string{"status.readyReplicas"}, gen: 2, passed: "changed",
+		},
+		{
+			name:     "another handler's annotations are not a change for one without fields",
+			handlers: []*definition.Handler{anyChange, noted},
+			before:   []deploy{v1}, obj: annotated.object(),
+			want: "noted update d-1.100/2/noted", diff: []string{"metadata.annotations.note"}, gen: 2, passed: "changed",
+		},
+		{
+			name:     "annotations named",
+			handlers: []*definition.Handler{noted},
+			before:   []deploy{v1}, obj: annotated.object(),
+			want: "noted update d-1.100/2/noted", diff: []string{"metadata.annotations.note"}, gen: 2,
+		},
+		{
+			name:     "an update-only handler passes the first sight",
+			handlers: []*definition.Handler{anyChange},
+			obj:      v1.object(),
+			gen:      1, passed: "changed",
+		},
+		{
+			name:     "delete, with the generation last seen",
+			handlers: []*definition.Handler{rolled, del},
+			before:   []deploy{v1, newImage}, obj: gone(newImage.object()),
+			want: "cleanup delete d-1.100/2/cleanup", gen: 2,
+		},
+		{
+			name:     "delete before a pending update",
+			handlers: []*definition.Handler{rolled, del},
+			before:   []deploy{v1}, obj: gone(newImage.object()),
+			want: "cleanup delete d-1.100/2/cleanup", gen: 2,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWatcher(tc.handlers...)
+			for _, b := range tc.before {
+				w.settle(b.object())
+			}
+			d, g := w.decide(tc.obj)
+			got := ""
+			if d.Cause != nil {
+				got = d.Cause.Handler.Name + " " + d.Cause.Trigger + " " + d.Cause.Key
+			}
+			if got != tc.want {
+				t.Fatalf("Decide = %q; want %q (decision %+v)", got, tc.want, d)
+			}
+			if g != tc.gen {
+				t.Errorf("observed generation %d; want %d", g, tc.gen)
+			}
+			if d.Cause != nil && d.Cause.Trigger != v1alpha1.OnDelete {
+				if paths := Paths(d.Cause.Diff); !slices.Equal(paths, tc.diff) {
+					t.Errorf("diff %v; want %v", paths, tc.diff)
+				}
+			}
+			if tc.passed != "" && w.st.Of(tc.passed).Generation != g {
+				t.Errorf("handler %s is at generation %d; want %d, passed", tc.passed, w.st.Of(tc.passed).Generation, g)
+			}
+			// Once: after its success, nothing more for the same object.
+			if d.Cause != nil {
+				w.st.Succeeded(tc.handlers, d.Cause, Projection(tc.obj.Object, tc.handlers), 0, now)
+				if again := w.settle(tc.obj); len(again) > 0 {
+					t.Errorf("ran again: %v", again)
+				}
+			}
+		})
+	}
+}
+
+func TestAWatchedObjectsRunsFollowItsChanges(t *testing.T) {
+	rolled := withFields(handler("rolled", v1alpha1.OnCreate, v1alpha1.OnUpdate), "spec.template")
+	del := handler("cleanup", v1alpha1.OnDelete)
+	w := newWatcher(rolled, del)
+	steps := []struct {
+		obj  *unstructured.Unstructured
+		runs string
+	}{
+		{v1.object(), "rolled create d-1.100/1/rolled"},
+		{v1.with(func(d *deploy) { d.rv, d.ready = "101", 2 }).object(), ""},
+		{v1.with(func(d *deploy) { d.rv, d.replicas = "102", 4 }).object(), ""},
+		{v1.with(func(d *deploy) { d.rv, d.replicas, d.image = "103", 4, "nginx:2" }).object(), "rolled update d-1.100/3/rolled"},
+		{gone(v1.with(func(d *deploy) { d.rv, d.replicas, d.image = "104", 4, "nginx:2" }).object()), "cleanup delete d-1.100/3/cleanup"},
+		{gone(v1.with(func(d *deploy) { d.rv, d.replicas, d.image = "104", 4, "nginx:2" }).object()), ""},
+	}
+	for i, s := range steps {
+		if got := strings.Join(w.settle(s.obj), ", "); got != s.runs {
+			t.Errorf("step %d: runs %q; want %q", i, got, s.runs)
+		}
+	}
+}
+
+func TestAWatchedObjectSeenAgainStartsANewLife(t *testing.T) {
+	hs := []*definition.Handler{handler("h", v1alpha1.OnCreate, v1alpha1.OnUpdate)}
+	first := newWatcher(hs...)
+	if got := fmt.Sprint(first.settle(v1.object())); got != "[h create d-1.100/1/h]" {
+		t.Fatalf("first life: %s", got)
+	}
+	// It stopped matching and was forgotten (its record dropped); it
+	// matches again at resourceVersion 250.
+	again := newWatcher(hs...)
+	obj := v1.with(func(d *deploy) { d.rv = "250" }).object()
+	d, g := again.decide(obj)
+	if d.Cause == nil || d.Cause.Trigger != v1alpha1.OnCreate || g != 1 {
+		t.Fatalf("second life: %+v at generation %d; want create at 1", d.Cause, g)
+	}
+	if d.Cause.Key != "d-1.250/1/h" {
+		t.Errorf("key %q; want d-1.250/1/h, apart from the first life's d-1.100/1/h", d.Cause.Key)
+	}
+	// A custom resource has no life of its own: its key is as before.
+	if d := Decide(Input{Handlers: hs, Object: object(1, map[string]any{"text": "a"}), State: state(0, nil, nil), Resumed: true, Now: now}); d.Cause == nil || d.Cause.Key != "u-1/1/h" {
+		t.Errorf("custom resource: %+v; want key u-1/1/h", d.Cause)
+	}
+}
+
+func TestDiffObjectPathsStartAtTheRoot(t *testing.T) {
+	before := map[string]any{"spec": map[string]any{"replicas": int64(1), "template": map[string]any{"image": "a"}}, "metadata": map[string]any{"labels": map[string]any{"app": "web"}}}
+	after := map[string]any{"spec": map[string]any{"replicas": float64(1), "template": map[string]any{"image": "b"}}, "data": map[string]any{"k": "v"}}
+	got := DiffObject(before, after)
+	want := []string{"data", "metadata", "spec.template.image"}
+	if paths := Paths(got); !slices.Equal(paths, want) {
+		t.Errorf("DiffObject paths %v; want %v", paths, want)
+	}
+	if ops := got[0].Op + " " + got[1].Op + " " + got[2].Op; ops != "add remove change" {
+		t.Errorf("ops %s; want add remove change", ops)
+	}
+	if d := DiffObject(nil, map[string]any{}); len(d) != 0 {
+		t.Errorf("DiffObject(nil, {}) = %v", d)
+	}
+}

@@ -95,10 +95,10 @@ type objectState struct {
 	// resumed is cause.Input.Resumed.
 	resumed bool
 	// For a watched object (watch.go): persisted is the state as the
-	// archive holds it, last the object as last seen (its delete handlers'
-	// object once it is gone).
+	// archive holds it, last the object's JSON as last seen (its delete
+	// handlers' object once it is gone; nil without delete handlers).
 	persisted []byte
-	last      map[string]any
+	last      []byte
 }
 
 // object returns the runner's record of an object, new if it has none or

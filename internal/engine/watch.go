@@ -55,8 +55,10 @@ import (
 
 // watchRecord is what the archive keeps of a watched object.
 type watchRecord struct {
-	State  *cause.State   `json:"state"`
-	Object map[string]any `json:"object,omitempty"`
+	State *cause.State `json:"state"`
+	// Object is the object when the state last changed (kept for the
+	// delete handlers only).
+	Object json.RawMessage `json:"object,omitempty"`
 }
 
 // watchReconciler handles one watch operator's objects.
@@ -161,7 +163,7 @@ func (rn *runner) watchHandler() handler.TypedEventHandler[client.Object, reconc
 			enqueue(e.ObjectNew, q)
 		},
 		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if u, ok := e.Object.DeepCopyObject().(*unstructured.Unstructured); ok {
+			if u, ok := e.Object.DeepCopyObject().(*unstructured.Unstructured); ok && rn.hasDelete() {
 				rn.lastSeen(u)
 			}
 			enqueue(e.Object, q)
@@ -179,7 +181,7 @@ func (rn *runner) lastSeen(u *unstructured.Unstructured) {
 	defer rn.mu.Unlock()
 	key := types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}
 	if o := rn.objects[key]; o != nil && o.uid == u.GetUID() {
-		o.last = u.Object
+		o.last = snapshot(u.Object)
 	}
 }
 
@@ -216,12 +218,8 @@ func (rn *runner) preload(ctx context.Context) ([]types.NamespacedName, error) {
 			keys = append(keys, key)
 		}
 		updated[key] = s.UpdatedAt
-		last := rec.Object
-		if last == nil {
-			last = map[string]any{"apiVersion": s.APIVersion, "kind": s.Kind, "metadata": map[string]any{"namespace": s.Namespace, "name": s.Name, "uid": s.Key}}
-		}
 		persisted, _ := json.Marshal(rec.State)
-		rn.objects[key] = &objectState{uid: types.UID(s.Key), written: rec.State, persisted: persisted, last: last}
+		rn.objects[key] = &objectState{uid: types.UID(s.Key), written: rec.State, persisted: persisted, last: rec.Object}
 	}
 	return keys, nil
 }
@@ -247,15 +245,17 @@ func (r *watchReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	}
 	rn.mu.Lock()
 	known := rn.objects[req.NamespacedName]
-	var gone map[string]any
+	var goneUID types.UID
+	var last []byte
 	if known != nil && (!found || known.uid != obj.GetUID()) {
-		gone = known.last
+		goneUID, last = known.uid, known.last
 	}
 	rn.mu.Unlock()
-	if gone != nil {
-		// The object the runner knows is gone, or no longer watched.
-		res, err := r.gone(ctx, req.NamespacedName, known.uid, gone)
-		if err != nil || res.RequeueAfter > 0 || !found {
+	if goneUID != "" {
+		// The object the runner knows is gone, or no longer watched; one
+		// of the same name waits until it is done with.
+		res, dropped, err := r.gone(ctx, req.NamespacedName, goneUID, last)
+		if err != nil || !dropped || !found {
 			return res, err
 		}
 	}
@@ -293,49 +293,57 @@ func (r *watchReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 // replaced by another of its name), its delete handlers run with its last
 // state, then its record is dropped; still there but no longer selected,
 // its record is dropped.
-func (r *watchReconciler) gone(ctx context.Context, key types.NamespacedName, uid types.UID, last map[string]any) (reconcile.Result, error) {
+//
+// dropped reports whether the runner is done with the object.
+func (r *watchReconciler) gone(ctx context.Context, key types.NamespacedName, uid types.UID, last []byte) (res reconcile.Result, dropped bool, err error) {
 	rn := r.runner
 	live := &unstructured.Unstructured{}
 	live.SetGroupVersionKind(r.def.Watch.GVK)
-	err := r.reader.Get(ctx, key, live)
+	err = r.reader.Get(ctx, key, live)
 	switch {
 	case err == nil && live.GetUID() == uid:
 		rn.log.V(1).Info("no longer watched: forgotten", "namespace", key.Namespace, "name", key.Name)
 		if fin := FinalizerName(r.def.Operator.Name); slices.Contains(live.GetFinalizers(), fin) {
 			// Nothing would remove it: opkit no longer looks at the object.
 			if res, err := patchFinalizer(ctx, r.client, live, fin, false); err != nil || res.RequeueAfter > 0 {
-				return res, err
+				return res, false, err
 			}
 		}
-		return reconcile.Result{}, r.drop(ctx, key, uid)
+		return reconcile.Result{}, true, r.drop(ctx, key, uid)
 	case err != nil && !apierrors.IsNotFound(err):
-		return reconcile.Result{}, err
+		return reconcile.Result{}, false, err
 	}
 	if !rn.hasDelete() {
-		return reconcile.Result{}, r.drop(ctx, key, uid)
+		return reconcile.Result{}, true, r.drop(ctx, key, uid)
 	}
-	obj := &unstructured.Unstructured{Object: maps.Clone(last)}
-	md, _ := obj.Object["metadata"].(map[string]any)
-	obj.Object["metadata"] = maps.Clone(md)
+	obj := &unstructured.Unstructured{}
+	if err := json.Unmarshal(last, &obj.Object); err != nil || obj.Object == nil {
+		// Not kept: its name is all that is known.
+		obj.Object = map[string]any{}
+		obj.SetGroupVersionKind(r.def.Watch.GVK)
+		obj.SetNamespace(key.Namespace)
+		obj.SetName(key.Name)
+		obj.SetUID(uid)
+	}
 	if obj.GetDeletionTimestamp() == nil {
 		now := metav1.Now()
 		obj.SetDeletionTimestamp(&now)
 	}
 	step, err := rn.step(ctx, obj, definition.Vars{Self: obj.Object})
 	if err != nil {
-		return reconcile.Result{}, err
+		return reconcile.Result{}, false, err
 	}
 	if !step.busy && !step.paused && step.stalled == "" && step.requeue == 0 {
-		return reconcile.Result{}, r.drop(ctx, key, uid)
+		return reconcile.Result{}, true, r.drop(ctx, key, uid)
 	}
 	if err := r.persist(ctx, obj, step.state, true); err != nil {
-		return reconcile.Result{}, err
+		return reconcile.Result{}, false, err
 	}
 	requeue := step.requeue
 	if requeue == 0 && step.stalled != "" {
 		requeue = time.Minute // a gone object cannot be changed: look again now and then
 	}
-	return reconcile.Result{RequeueAfter: requeue}, nil
+	return reconcile.Result{RequeueAfter: requeue}, false, nil
 }
 
 // drop forgets a watched object: its record in the archive and the
@@ -365,7 +373,7 @@ func (r *watchReconciler) persist(ctx context.Context, obj *unstructured.Unstruc
 	rn.mu.Lock()
 	o := rn.objects[key]
 	same := o != nil && bytes.Equal(o.persisted, data)
-	last := obj.Object
+	var last []byte
 	if o != nil && deleted {
 		last = o.last
 	}
@@ -373,14 +381,10 @@ func (r *watchReconciler) persist(ctx context.Context, obj *unstructured.Unstruc
 	if same {
 		return nil
 	}
-	snapshot := maps.Clone(last)
-	delete(snapshot, "managedFields")
-	if md, ok := snapshot["metadata"].(map[string]any); ok {
-		md = maps.Clone(md)
-		delete(md, "managedFields")
-		snapshot["metadata"] = md
+	if !deleted && rn.hasDelete() {
+		last = snapshot(obj.Object)
 	}
-	rec, err := json.Marshal(watchRecord{State: st, Object: snapshot})
+	rec, err := json.Marshal(watchRecord{State: st, Object: last})
 	if err != nil {
 		return err
 	}
@@ -394,12 +398,23 @@ func (r *watchReconciler) persist(ctx context.Context, obj *unstructured.Unstruc
 	rn.mu.Lock()
 	if o := rn.objects[key]; o != nil && o.uid == obj.GetUID() {
 		o.persisted = data
-		if !deleted {
-			o.last = snapshot
-		}
+		o.last = last
 	}
 	rn.mu.Unlock()
 	return nil
+}
+
+// snapshot is an object's JSON without its managedFields: what the delete
+// handlers of a watched object get once it is gone.
+func snapshot(obj map[string]any) []byte {
+	obj = maps.Clone(obj)
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		md = maps.Clone(md)
+		delete(md, "managedFields")
+		obj["metadata"] = md
+	}
+	data, _ := json.Marshal(obj)
+	return data
 }
 
 // checkWatch refuses a watch of a kind the cluster does not serve or the
@@ -432,7 +447,7 @@ func (e *Engine) checkWatch(ctx context.Context, d *definition.Definition) error
 				if ns != "" {
 					where = "in namespace " + ns
 				}
-				return fmt.Errorf("operator %s: spec.watch: the engine may not %s %s %s; grant it %s on %s there", d.Operator.Name, verb, mapping.Resource.GroupResource(), where, strings.Join(verbs, ", "), mapping.Resource.GroupResource())
+				return fmt.Errorf("operator %s: spec.watch: the engine may not %s %s %s; grant it %s and %s on %s there", d.Operator.Name, verb, mapping.Resource.GroupResource(), where, strings.Join(verbs[:len(verbs)-1], ", "), verbs[len(verbs)-1], mapping.Resource.GroupResource())
 			}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -197,10 +198,21 @@ func (rn *runner) preload(ctx context.Context) ([]types.NamespacedName, error) {
 	var keys []types.NamespacedName
 	updated := map[types.NamespacedName]time.Time{}
 	for _, s := range states {
+		if gvk := schema.FromAPIVersionAndKind(s.APIVersion, s.Kind); gvk != rn.def.Watch.GVK {
+			// The operator watches another kind now: what it knew of this
+			// one is of no use, and its delete handlers are not this kind's.
+			rn.log.Info("dropping the record of an object of a kind no longer watched", "kind", s.Kind, "namespace", s.Namespace, "name", s.Name)
+			if err := rn.archive.DeleteState(ctx, s.Operator, s.Key); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		var rec watchRecord
 		if err := json.Unmarshal(s.Data, &rec); err != nil || rec.State == nil {
 			rn.log.Error(err, "a watched object's record in the archive does not decode; it is dropped, and the object is new to the operator", "namespace", s.Namespace, "name", s.Name, "uid", s.Key)
-			_ = rn.archive.DeleteState(ctx, s.Operator, s.Key)
+			if err := rn.archive.DeleteState(ctx, s.Operator, s.Key); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		if rec.State.Handlers == nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -484,5 +485,42 @@ spec:
 	eventually(t, 30*time.Second, api+" no longer holds opkit's finalizer", func(context.Context) (bool, error) { return !holds(api), nil })
 	if got := records(t, out, api); len(got) > 0 {
 		t.Errorf("%s ran %v when it stopped matching; want nothing", api, triggers(got))
+	}
+}
+
+// TestAWatchOfAnotherKindForgetsTheOldKindsObjects changes a watch from
+// Deployments to ConfigMaps: the Deployments it knew are forgotten, with
+// no delete run, and the ConfigMaps are new to it.
+func TestAWatchOfAnotherKindForgetsTheOldKindsObjects(t *testing.T) {
+	a := clustertest.New(t)
+	ctx := t.Context()
+	out := filepath.Join(t.TempDir(), "records.jsonl")
+	store := newArchive(t)
+	e, _ := runEngineWith(t, engine.Options{Config: a.Config, Archive: store})
+	def := teamWatch(t, out, a.Namespace)
+	if err := e.Apply(ctx, compileYAML(t, def)); err != nil {
+		t.Fatal(err)
+	}
+	name := "web-" + a.Namespace[len(a.Namespace)-6:]
+	create(t, a, labelled(deployment(a.Namespace, name, "nginx:1"), "a"))
+	waitRecords(t, out, name, 1, "the Deployment's create run")
+	def = strings.Replace(strings.Replace(def, "apiVersion: apps/v1\n    kind: Deployment", "apiVersion: v1\n    kind: ConfigMap", 1), "fields: [spec.template.spec.containers]", "fields: [data]", 1)
+	if err := e.Apply(ctx, compileYAML(t, def)); err != nil {
+		t.Fatal(err)
+	}
+	create(t, a, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: "cm-" + name, Labels: map[string]string{"team": "a"}}})
+	waitRecords(t, out, "cm-"+name, 1, "the ConfigMap's create run")
+	time.Sleep(time.Second)
+	if got := triggers(records(t, out, name)); !slices.Equal(got, []string{"created/create"}) {
+		t.Errorf("runs of the Deployment: %v; want its create run alone (no delete run when the watch changed kind)", got)
+	}
+	states, err := store.States(ctx, "team-a-"+a.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range states {
+		if s.Kind != "ConfigMap" {
+			t.Errorf("the archive still keeps %s %s", s.Kind, s.Name)
+		}
 	}
 }

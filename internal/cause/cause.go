@@ -70,6 +70,9 @@ type Input struct {
 	Subject map[string]any
 	// Now is the time of the decision.
 	Now time.Time
+	// Started is when the engine started: a resume run's key names it,
+	// one resume per start.
+	Started time.Time
 }
 
 // Cause is a run to make: the handler, why, and its identity.
@@ -85,6 +88,10 @@ type Cause struct {
 	Attempt int
 	// Due is when the run came due: Input.Now.
 	Due time.Time
+	// Slot is a scheduled run's slot: the latest time of its schedule
+	// that has come due. Its key names it, so a run retried or
+	// interrupted keeps its key, and its success records it.
+	Slot time.Time
 	// Old is the spec the handlers last finished with (nil for a new
 	// object); Diff the changes from it to the current spec.
 	Old  map[string]any
@@ -136,6 +143,7 @@ func Decide(in Input) Decision {
 	var best *definition.Handler
 	var bestTrigger, bestInputs string
 	var bestRelated bool
+	var bestSlot time.Time
 	for _, h := range in.Handlers {
 		hs := st.Of(h.Name)
 		trigger := ""
@@ -180,6 +188,7 @@ func Decide(in Input) Decision {
 		if trigger == "" && !deleting && h.Fires(v1alpha1.OnResume) && !in.Resumed && st.Handled != nil {
 			trigger = v1alpha1.OnResume
 		}
+		var slot time.Time
 		if trigger == "" && !deleting && h.Fires(v1alpha1.OnSchedule) {
 			next, err := h.Next(scheduleBase(obj, hs), obj.Object)
 			switch {
@@ -192,6 +201,12 @@ func Decide(in Input) Decision {
 			case now.Before(next):
 				soonest(next.Sub(now))
 			default:
+				// The latest slot due: those missed (the engine was down)
+				// are not run one by one.
+				slot = next
+				for n, err := h.Next(slot, obj.Object); err == nil && !n.After(now) && n.After(slot); n, err = h.Next(n, obj.Object) {
+					slot = n
+				}
 				trigger = v1alpha1.OnSchedule
 			}
 		}
@@ -219,13 +234,13 @@ func Decide(in Input) Decision {
 			}
 		}
 		if best == nil || triggerRank[trigger] < triggerRank[bestTrigger] {
-			best, bestTrigger, bestInputs, bestRelated = h, trigger, inputs, relatedChange
+			best, bestTrigger, bestInputs, bestRelated, bestSlot = h, trigger, inputs, relatedChange, slot
 		}
 	}
 	if best == nil {
 		return d
 	}
-	c := &Cause{Handler: best, Trigger: bestTrigger, Generation: g, Attempt: 1, Due: now, Old: st.old(), Inputs: bestInputs}
+	c := &Cause{Handler: best, Trigger: bestTrigger, Generation: g, Attempt: 1, Due: now, Slot: bestSlot, Old: st.old(), Inputs: bestInputs}
 	c.Diff = in.diff(c.Old, obj)
 	if hs := st.Of(best.Name); hs.Target == g {
 		c.Attempt = hs.Attempt + 1
@@ -234,7 +249,11 @@ func Decide(in Input) Decision {
 	if st.Observed != nil && st.Observed.Since != "" {
 		uid += types.UID("." + st.Observed.Since) // a watched object's life
 	}
-	c.Key = Key(uid, g, best.Name, bestTrigger, st.Of(best.Name), now)
+	at := bestSlot
+	if bestTrigger == v1alpha1.OnResume {
+		at = in.Started
+	}
+	c.Key = Key(uid, g, best.Name, bestTrigger, st.Of(best.Name), at)
 	if bestRelated {
 		// The same generation, new inputs: a key of their own.
 		c.Key += "/inputs/" + bestInputs
@@ -283,19 +302,23 @@ func Inputs(h *definition.Handler, related map[string]any) string {
 }
 
 // Key is the idempotency key of a run of handler for the object's
-// generation g: uid/g/handler, plus the slot's Unix time for a scheduled
-// run and the time it came due for a requeued one, so that a run
-// interrupted by a crash keeps its key.
-func Key(uid types.UID, g int64, handler, trigger string, hs *HandlerState, now time.Time) string {
+// generation g: uid/g/handler, plus, so that a run interrupted by a crash
+// or retried keeps its key and no other run shares it: the slot's Unix
+// time (at) for a scheduled run, the time it came due for a requeued one,
+// the transition's number for a when run, and the engine's start (at)
+// for a resume run.
+func Key(uid types.UID, g int64, handler, trigger string, hs *HandlerState, at time.Time) string {
 	key := fmt.Sprintf("%s/%d/%s", uid, g, handler)
 	switch trigger {
 	case v1alpha1.OnSchedule:
-		key += fmt.Sprintf("/%d", now.Unix())
+		key += fmt.Sprintf("/%d", at.Unix())
 	case v1alpha1.TriggerRequeue:
-		at, _ := time.Parse(time.RFC3339Nano, hs.RequeueAt)
-		key += fmt.Sprintf("/requeue/%d", at.Unix())
+		due, _ := time.Parse(time.RFC3339Nano, hs.RequeueAt)
+		key += fmt.Sprintf("/requeue/%d", due.Unix())
 	case v1alpha1.OnWhen:
 		key += fmt.Sprintf("/when/%d", hs.WhenCount+1)
+	case v1alpha1.OnResume:
+		key += fmt.Sprintf("/resume/%d", at.Unix())
 	}
 	return key
 }

@@ -17,6 +17,7 @@ import (
 var (
 	created = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	now     = created.Add(time.Hour)
+	started = now.Add(-5 * time.Minute) // the engine's start
 )
 
 func handler(name string, on ...string) *definition.Handler {
@@ -132,7 +133,7 @@ func TestDecide(t *testing.T) {
 			name:     "resume: an object the engine finds at start",
 			handlers: []*definition.Handler{handler("h", v1alpha1.OnResume)},
 			obj:      object(1, v1), st: state(1, v1, nil), resumed: false,
-			want: "h resume 1", key: "u-1/1/h",
+			want: "h resume 1", key: "u-1/1/h/resume/" + itoa(started.Unix()),
 		},
 		{
 			name:     "resume: not for a new object",
@@ -149,6 +150,12 @@ func TestDecide(t *testing.T) {
 			handlers: []*definition.Handler{every(handler("h", v1alpha1.OnSchedule), time.Minute)},
 			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {LastScheduled: at(now.Add(-time.Minute))}}), resumed: true,
 			want: "h schedule 1", key: "u-1/1/h/" + itoa(now.Unix()),
+		},
+		{
+			name:     "schedule: the latest slot due, after downtime, keyed by the slot",
+			handlers: []*definition.Handler{every(handler("h", v1alpha1.OnSchedule), time.Minute)},
+			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {LastScheduled: at(now.Add(-150 * time.Second))}}), resumed: true,
+			want: "h schedule 1", key: "u-1/1/h/" + itoa(now.Add(-30*time.Second).Unix()),
 		},
 		{
 			name:     "schedule: waits for the next slot",
@@ -212,7 +219,7 @@ func TestDecide(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(Input{Handlers: tc.handlers, Object: tc.obj, State: tc.st, Resumed: tc.resumed, Paused: tc.paused, Now: now})
+			d := Decide(Input{Handlers: tc.handlers, Object: tc.obj, State: tc.st, Resumed: tc.resumed, Paused: tc.paused, Now: now, Started: started})
 			got := ""
 			if d.Cause != nil {
 				got = d.Cause.Handler.Name + " " + d.Cause.Trigger + " " + itoa(int64(d.Cause.Attempt))

@@ -40,8 +40,7 @@ type HandlerState struct {
 	NextRetryAt string `json:"nextRetryAt,omitempty"`
 	Stalled     bool   `json:"stalled,omitempty"`
 	LastError   string `json:"lastError,omitempty"`
-	// LastScheduled is the due time of the last scheduled run that
-	// succeeded.
+	// LastScheduled is the slot of the last scheduled run that succeeded.
 	LastScheduled string `json:"lastScheduled,omitempty"`
 	// RequeueAt is when the handler runs again (trigger requeue), as its
 	// last successful run asked with requeueAfter.
@@ -161,7 +160,11 @@ func (st *State) Succeeded(hs []*definition.Handler, c *Cause, spec map[string]a
 	case v1alpha1.OnDelete:
 		rec.Deleted = true
 	case v1alpha1.OnSchedule:
-		rec.LastScheduled = c.Due.UTC().Format(time.RFC3339Nano)
+		slot := c.Slot
+		if slot.IsZero() {
+			slot = c.Due
+		}
+		rec.LastScheduled = slot.UTC().Format(time.RFC3339Nano)
 	case v1alpha1.OnWhen:
 		rec.WhenTrue, rec.WhenCount = true, rec.WhenCount+1
 	}

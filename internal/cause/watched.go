@@ -4,9 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"strconv"
 	"strings"
-
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"time"
 
 	"github.com/opkit-dev/opkit/internal/definition"
 )
@@ -24,7 +24,7 @@ type Observed struct {
 	Generation int64 `json:"generation"`
 	// Hash is the projection's, as last seen.
 	Hash string `json:"hash"`
-	// Since is the object's resourceVersion when it was first seen: an
+	// Since is when the object was first seen, in Unix milliseconds: an
 	// object that stops being watched is forgotten, and one that is
 	// watched again starts a new life, whose runs have keys of their own
 	// (<uid>.<since>/<generation>/<handler>).
@@ -80,14 +80,13 @@ func Projection(obj map[string]any, hs []*definition.Handler) map[string]any {
 
 // Observe records a watched object's projection in st and returns the
 // generation its handlers see: 1 at first sight, one more at each change.
-func Observe(st *State, obj map[string]any, projection map[string]any) int64 {
+func Observe(st *State, projection map[string]any, now time.Time) int64 {
 	data, _ := json.Marshal(normalize(projection))
 	sum := sha256.Sum256(data)
 	hash := hex.EncodeToString(sum[:12])
 	switch {
 	case st.Observed == nil:
-		since, _, _ := unstructured.NestedString(obj, "metadata", "resourceVersion")
-		st.Observed = &Observed{Generation: 1, Hash: hash, Since: since}
+		st.Observed = &Observed{Generation: 1, Hash: hash, Since: strconv.FormatInt(now.UnixMilli(), 10)}
 	case st.Observed.Hash != hash:
 		st.Observed.Generation++
 		st.Observed.Hash = hash

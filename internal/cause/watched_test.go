@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -60,16 +62,20 @@ func (d deploy) with(f func(*deploy)) deploy {
 type watcher struct {
 	handlers []*definition.Handler
 	st       *State
+	at       time.Time // when it first sees the object
 }
 
 func newWatcher(hs ...*definition.Handler) *watcher {
-	return &watcher{handlers: hs, st: state(0, nil, nil)}
+	return &watcher{handlers: hs, st: state(0, nil, nil), at: now}
 }
+
+// life is the key prefix of the Deployment first seen at now.
+var life = "d-1." + strconv.FormatInt(now.UnixMilli(), 10)
 
 // decide returns the decision for obj and the generation it was seen at.
 func (w *watcher) decide(obj *unstructured.Unstructured) (Decision, int64) {
 	subject := Projection(obj.Object, w.handlers)
-	g := Observe(w.st, obj.Object, subject)
+	g := Observe(w.st, subject, w.at)
 	view := obj.DeepCopy()
 	view.SetGeneration(g)
 	return Decide(Input{Handlers: w.handlers, Object: view, State: w.st, Resumed: true, Now: now, Subject: subject}), g
@@ -151,21 +157,22 @@ func TestProjection(t *testing.T) {
 func TestObserve(t *testing.T) {
 	hs := []*definition.Handler{handler("h", v1alpha1.OnCreate, v1alpha1.OnUpdate)}
 	st := state(0, nil, nil)
-	for _, tc := range []struct {
+	first := strconv.FormatInt(now.UnixMilli(), 10)
+	for i, tc := range []struct {
 		name  string
 		obj   deploy
 		gen   int64
 		since string
 	}{
-		{"first sight: 1, since its resourceVersion", v1, 1, "100"},
-		{"seen again: the same", v1, 1, "100"},
-		{"status and annotations written: not a change", v1.with(func(d *deploy) { d.rv, d.ready, d.annotations["note"] = "101", 2, "b" }), 1, "100"},
-		{"the spec changed: one more", v1.with(func(d *deploy) { d.rv, d.image = "102", "nginx:2" }), 2, "100"},
-		{"a label changed: one more", v1.with(func(d *deploy) { d.rv, d.image, d.labels["tier"] = "103", "nginx:2", "front" }), 3, "100"},
-		{"changed back: a change too", v1.with(func(d *deploy) { d.rv = "104" }), 4, "100"},
+		{"first sight: 1, since then", v1, 1, first},
+		{"seen again: the same", v1, 1, first},
+		{"status and annotations written: not a change", v1.with(func(d *deploy) { d.rv, d.ready, d.annotations["note"] = "101", 2, "b" }), 1, first},
+		{"the spec changed: one more", v1.with(func(d *deploy) { d.rv, d.image = "102", "nginx:2" }), 2, first},
+		{"a label changed: one more", v1.with(func(d *deploy) { d.rv, d.image, d.labels["tier"] = "103", "nginx:2", "front" }), 3, first},
+		{"changed back: a change too", v1.with(func(d *deploy) { d.rv = "104" }), 4, first},
 	} {
 		obj := tc.obj.object()
-		g := Observe(st, obj.Object, Projection(obj.Object, hs))
+		g := Observe(st, Projection(obj.Object, hs), now.Add(time.Duration(i)*time.Second))
 		if g != tc.gen || st.Observed.Generation != tc.gen || st.Observed.Since != tc.since {
 			t.Errorf("%s: generation %d, observed %+v; want %d since %s", tc.name, g, st.Observed, tc.gen, tc.since)
 		}
@@ -175,7 +182,7 @@ func TestObserve(t *testing.T) {
 	hash := st.Observed.Hash
 	p := Projection(v1.object().Object, hs)
 	p["spec"].(map[string]any)["replicas"] = float64(2)
-	if Observe(st, v1.object().Object, p) != 4 || st.Observed.Hash != hash {
+	if Observe(st, p, now) != 4 || st.Observed.Hash != hash {
 		t.Error("replicas 2.0 for 2 is a change")
 	}
 	// The record survives the archive's JSON.
@@ -212,13 +219,13 @@ func TestDecideForAWatchedObject(t *testing.T) {
 			name:     "create on first sight",
 			handlers: []*definition.Handler{create},
 			obj:      v1.object(),
-			want:     "created create d-1.100/1/created", diff: []string{"metadata", "spec"}, gen: 1,
+			want:     "created create " + life + "/1/created", diff: []string{"metadata", "spec"}, gen: 1,
 		},
 		{
 			name:     "an update of the fields named, with paths from the root",
 			handlers: []*definition.Handler{rolled},
 			before:   []deploy{v1}, obj: newImage.object(),
-			want: "rolled update d-1.100/2/rolled", diff: []string{"spec.template.spec.containers"}, gen: 2,
+			want: "rolled update " + life + "/2/rolled", diff: []string{"spec.template.spec.containers"}, gen: 2,
 		},
 		{
 			name:     "a change of other fields: no run, the handler passes it",
@@ -230,13 +237,13 @@ func TestDecideForAWatchedObject(t *testing.T) {
 			name:     "any change of the spec, for a handler without fields",
 			handlers: []*definition.Handler{anyChange},
 			before:   []deploy{v1}, obj: scaled.object(),
-			want: "changed update d-1.100/2/changed", diff: []string{"spec.replicas"}, gen: 2,
+			want: "changed update " + life + "/2/changed", diff: []string{"spec.replicas"}, gen: 2,
 		},
 		{
 			name:     "a label change is a change",
 			handlers: []*definition.Handler{anyChange},
 			before:   []deploy{v1}, obj: relabelled.object(),
-			want: "changed update d-1.100/2/changed", diff: []string{"metadata.labels.tier"}, gen: 2,
+			want: "changed update " + life + "/2/changed", diff: []string{"metadata.labels.tier"}, gen: 2,
 		},
 		{
 			name:     "a status change is not, unless named",
@@ -248,7 +255,7 @@ func TestDecideForAWatchedObject(t *testing.T) {
 			name:     "a status field named",
 			handlers: []*definition.Handler{ready},
 			before:   []deploy{v1}, obj: readied.object(),
-			want: "ready update d-1.100/2/ready", diff: []string{"status.readyReplicas"}, gen: 2,
+			want: "ready update " + life + "/2/ready", diff: []string{"status.readyReplicas"}, gen: 2,
 		},
 		{
 			name:     "an annotation change is not, unless named",
@@ -260,19 +267,19 @@ func TestDecideForAWatchedObject(t *testing.T) {
 			name:     "another handler's status field is not a change for one without fields",
 			handlers: []*definition.Handler{anyChange, ready},
 			before:   []deploy{v1}, obj: readied.object(),
-			want: "ready update d-1.100/2/ready", diff: []string{"status.readyReplicas"}, gen: 2, passed: "changed",
+			want: "ready update " + life + "/2/ready", diff: []string{"status.readyReplicas"}, gen: 2, passed: "changed",
 		},
 		{
 			name:     "another handler's annotations are not a change for one without fields",
 			handlers: []*definition.Handler{anyChange, noted},
 			before:   []deploy{v1}, obj: annotated.object(),
-			want: "noted update d-1.100/2/noted", diff: []string{"metadata.annotations.note"}, gen: 2, passed: "changed",
+			want: "noted update " + life + "/2/noted", diff: []string{"metadata.annotations.note"}, gen: 2, passed: "changed",
 		},
 		{
 			name:     "annotations named",
 			handlers: []*definition.Handler{noted},
 			before:   []deploy{v1}, obj: annotated.object(),
-			want: "noted update d-1.100/2/noted", diff: []string{"metadata.annotations.note"}, gen: 2,
+			want: "noted update " + life + "/2/noted", diff: []string{"metadata.annotations.note"}, gen: 2,
 		},
 		{
 			name:     "an update-only handler passes the first sight",
@@ -284,13 +291,13 @@ func TestDecideForAWatchedObject(t *testing.T) {
 			name:     "delete, with the generation last seen",
 			handlers: []*definition.Handler{rolled, del},
 			before:   []deploy{v1, newImage}, obj: gone(newImage.object()),
-			want: "cleanup delete d-1.100/2/cleanup", gen: 2,
+			want: "cleanup delete " + life + "/2/cleanup", gen: 2,
 		},
 		{
 			name:     "delete before a pending update",
 			handlers: []*definition.Handler{rolled, del},
 			before:   []deploy{v1}, obj: gone(newImage.object()),
-			want: "cleanup delete d-1.100/2/cleanup", gen: 2,
+			want: "cleanup delete " + life + "/2/cleanup", gen: 2,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -336,11 +343,11 @@ func TestAWatchedObjectsRunsFollowItsChanges(t *testing.T) {
 		obj  *unstructured.Unstructured
 		runs string
 	}{
-		{v1.object(), "rolled create d-1.100/1/rolled"},
+		{v1.object(), "rolled create " + life + "/1/rolled"},
 		{v1.with(func(d *deploy) { d.rv, d.ready = "101", 2 }).object(), ""},
 		{v1.with(func(d *deploy) { d.rv, d.replicas = "102", 4 }).object(), ""},
-		{v1.with(func(d *deploy) { d.rv, d.replicas, d.image = "103", 4, "nginx:2" }).object(), "rolled update d-1.100/3/rolled"},
-		{gone(v1.with(func(d *deploy) { d.rv, d.replicas, d.image = "104", 4, "nginx:2" }).object()), "cleanup delete d-1.100/3/cleanup"},
+		{v1.with(func(d *deploy) { d.rv, d.replicas, d.image = "103", 4, "nginx:2" }).object(), "rolled update " + life + "/3/rolled"},
+		{gone(v1.with(func(d *deploy) { d.rv, d.replicas, d.image = "104", 4, "nginx:2" }).object()), "cleanup delete " + life + "/3/cleanup"},
 		{gone(v1.with(func(d *deploy) { d.rv, d.replicas, d.image = "104", 4, "nginx:2" }).object()), ""},
 	}
 	for i, s := range steps {
@@ -353,19 +360,21 @@ func TestAWatchedObjectsRunsFollowItsChanges(t *testing.T) {
 func TestAWatchedObjectSeenAgainStartsANewLife(t *testing.T) {
 	hs := []*definition.Handler{handler("h", v1alpha1.OnCreate, v1alpha1.OnUpdate)}
 	first := newWatcher(hs...)
-	if got := fmt.Sprint(first.settle(v1.object())); got != "[h create d-1.100/1/h]" {
+	if got := fmt.Sprint(first.settle(v1.object())); got != "[h create "+life+"/1/h]" {
 		t.Fatalf("first life: %s", got)
 	}
 	// It stopped matching and was forgotten (its record dropped); it
-	// matches again at resourceVersion 250.
+	// matches again a minute later, unchanged (a selector of the
+	// operator's changed, not the object).
 	again := newWatcher(hs...)
-	obj := v1.with(func(d *deploy) { d.rv = "250" }).object()
+	again.at = now.Add(time.Minute)
+	obj := v1.object()
 	d, g := again.decide(obj)
 	if d.Cause == nil || d.Cause.Trigger != v1alpha1.OnCreate || g != 1 {
 		t.Fatalf("second life: %+v at generation %d; want create at 1", d.Cause, g)
 	}
-	if d.Cause.Key != "d-1.250/1/h" {
-		t.Errorf("key %q; want d-1.250/1/h, apart from the first life's d-1.100/1/h", d.Cause.Key)
+	if want := "d-1." + strconv.FormatInt(now.Add(time.Minute).UnixMilli(), 10) + "/1/h"; d.Cause.Key != want {
+		t.Errorf("key %q; want %s, apart from the first life's %s/1/h", d.Cause.Key, want, life)
 	}
 	// A custom resource has no life of its own: its key is as before.
 	if d := Decide(Input{Handlers: hs, Object: object(1, map[string]any{"text": "a"}), State: state(0, nil, nil), Resumed: true, Now: now}); d.Cause == nil || d.Cause.Key != "u-1/1/h" {

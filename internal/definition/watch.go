@@ -175,6 +175,9 @@ func compileWatch(l *errorList, w *v1alpha1.Watch) *Watch {
 	case w.Kind == "" || strings.Contains(w.Kind, "${"):
 		l.add("spec.watch.kind", "required, and it cannot be an expression (e.g. Deployment)")
 		ok = false
+	case w.APIVersion == "v1" && w.Kind == "Secret":
+		l.add("spec.watch.kind", "watching Secrets is not supported: opkit would keep their values in its run archive (diffs, the last state of each); watch the objects that use them, or read a Secret in a handler")
+		ok = false
 	default:
 		gv, err := schema.ParseGroupVersion(w.APIVersion)
 		if err != nil {

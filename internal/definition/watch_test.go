@@ -452,6 +452,12 @@ func TestACronThatNeverComesDueIsAnErrorNotAZeroTime(t *testing.T) {
 	}
 }
 
+func TestAWatchOfSecretsIsRefused(t *testing.T) {
+	yaml := replace(t, watchOp, "apiVersion: apps/v1\n    kind: Deployment", "apiVersion: v1\n    kind: Secret")
+	_, err := compileOne(t, "watch.yaml", yaml, nil)
+	wantOneError(t, err, "watch.yaml", 7, "spec.watch.kind", "watching Secrets is not supported")
+}
+
 func TestAWatchsFieldsMayStartLikeApiVersionOrKind(t *testing.T) {
 	yaml := replace(t, watchOp, "spec.template]", "spec.template, kinds, apiVersions.x]")
 	if _, err := compileOne(t, "watch.yaml", yaml, nil); err != nil {

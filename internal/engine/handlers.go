@@ -67,6 +67,8 @@ type runner struct {
 	// watched: the objects are watched, not owned (watch.go): their state
 	// is the archive's, and nothing is written to them.
 	watched bool
+	// started is when the runner started: cause.Input.Started.
+	started time.Time
 	wake    chan event.GenericEvent
 	slots   chan struct{}   // bounds the runs executing at once
 	ctx     context.Context // the operator's; ending it cancels the runs
@@ -151,6 +153,7 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 		objects:  map[types.NamespacedName]*objectState{},
 		finished: e.opts.RunFinished,
 		watched:  d.Watch != nil,
+		started:  time.Now(),
 	}
 	execs := executor.Registry{
 		"exec": func(h *definition.Handler) executor.Executor {
@@ -224,7 +227,7 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	var subject map[string]any // nil: the spec
 	if rn.watched {
 		subject = cause.Projection(vars.Self, rn.def.Handlers)
-		g := cause.Observe(st, vars.Self, subject)
+		g := cause.Observe(st, subject, time.Now())
 		view := &unstructured.Unstructured{Object: maps.Clone(cr.Object)}
 		md, _ := cr.Object["metadata"].(map[string]any)
 		view.Object["metadata"] = maps.Clone(md)
@@ -277,7 +280,7 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	now := time.Now()
 	rn.mu.Lock()
 	o = rn.object(cr)
-	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Resumed: o.resumed, Now: now, Related: vars.Related, Subject: subject}
+	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Resumed: o.resumed, Now: now, Started: rn.started, Related: vars.Related, Subject: subject}
 	if st.Handled == nil {
 		o.resumed = true // a new object is created, not resumed
 	}

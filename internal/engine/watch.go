@@ -11,6 +11,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +61,11 @@ type watchRecord struct {
 	// Object is the object when the state last changed (kept for the
 	// delete handlers only).
 	Object json.RawMessage `json:"object,omitempty"`
+	// Cluster is the uid of the cluster's kube-system namespace, when
+	// the engine may read it: an archive kept across clusters (opkit dev
+	// starts a new one each time) holds records of objects of other
+	// clusters, which are not this one's to delete.
+	Cluster string `json:"cluster,omitempty"`
 }
 
 // watchReconciler handles one watch operator's objects.
@@ -70,6 +76,8 @@ type watchReconciler struct {
 	client client.Client // writes opkit's finalizer (Watch.Finalizer) and nothing else
 	runner *runner
 	store  archive.Store
+	// cluster is watchRecord.Cluster for this cluster.
+	cluster string
 }
 
 var _ reconcile.Reconciler = &watchReconciler{}
@@ -102,11 +110,12 @@ func (e *Engine) startWatch(d *definition.Definition) (*operator, error) {
 	if err != nil {
 		return fail(err)
 	}
-	records, err := rn.preload(ctx)
+	cluster := clusterID(ctx, e.mgr.GetAPIReader())
+	records, err := rn.preload(ctx, cluster)
 	if err != nil {
 		return fail(fmt.Errorf("operator %s: reading its watched objects' state from the archive: %w", d.Operator.Name, err))
 	}
-	r := &watchReconciler{def: d, cache: watchCache, reader: e.mgr.GetAPIReader(), client: e.client, runner: rn, store: e.opts.Archive}
+	r := &watchReconciler{def: d, cache: watchCache, reader: e.mgr.GetAPIReader(), client: e.client, runner: rn, store: e.opts.Archive, cluster: cluster}
 	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.options(r, e.opts.Workers))
 	if err != nil {
 		return fail(err)
@@ -186,9 +195,22 @@ func (rn *runner) lastSeen(u *unstructured.Unstructured) {
 	}
 }
 
+// clusterID is the uid of the kube-system namespace, or "" when the engine
+// may not read it.
+func clusterID(ctx context.Context, reader client.Reader) string {
+	var ns corev1.Namespace
+	if err := reader.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, &ns); err != nil {
+		return ""
+	}
+	return string(ns.UID)
+}
+
 // preload reads the operator's watched objects' records from the archive
-// into the runner and returns their names.
-func (rn *runner) preload(ctx context.Context) ([]types.NamespacedName, error) {
+// into the runner and returns their names: those of this cluster, of the
+// kind and namespaces watched. A record of another kind or namespace is
+// dropped (the watch changed: the object is no longer watched, and is
+// forgotten without a delete run).
+func (rn *runner) preload(ctx context.Context, cluster string) ([]types.NamespacedName, error) {
 	states, err := rn.archive.States(ctx, rn.def.Operator.Name)
 	if err != nil {
 		return nil, err
@@ -198,10 +220,11 @@ func (rn *runner) preload(ctx context.Context) ([]types.NamespacedName, error) {
 	var keys []types.NamespacedName
 	updated := map[types.NamespacedName]time.Time{}
 	for _, s := range states {
-		if gvk := schema.FromAPIVersionAndKind(s.APIVersion, s.Kind); gvk != rn.def.Watch.GVK {
-			// The operator watches another kind now: what it knew of this
-			// one is of no use, and its delete handlers are not this kind's.
-			rn.log.Info("dropping the record of an object of a kind no longer watched", "kind", s.Kind, "namespace", s.Namespace, "name", s.Name)
+		w := rn.def.Watch
+		if gvk := schema.FromAPIVersionAndKind(s.APIVersion, s.Kind); gvk != w.GVK || len(w.Namespaces) > 0 && !slices.Contains(w.Namespaces, s.Namespace) {
+			// The operator watches another kind or other namespaces now:
+			// the object is no longer watched.
+			rn.log.Info("dropping the record of an object no longer watched", "kind", s.Kind, "namespace", s.Namespace, "name", s.Name)
 			if err := rn.archive.DeleteState(ctx, s.Operator, s.Key); err != nil {
 				return nil, err
 			}
@@ -214,6 +237,9 @@ func (rn *runner) preload(ctx context.Context) ([]types.NamespacedName, error) {
 				return nil, err
 			}
 			continue
+		}
+		if rec.Cluster != "" && cluster != "" && rec.Cluster != cluster {
+			continue // another cluster's object
 		}
 		if rec.State.Handlers == nil {
 			rec.State.Handlers = map[string]*cause.HandlerState{}
@@ -396,7 +422,7 @@ func (r *watchReconciler) persist(ctx context.Context, obj *unstructured.Unstruc
 	if !deleted && rn.hasDelete() {
 		last = snapshot(obj.Object)
 	}
-	rec, err := json.Marshal(watchRecord{State: st, Object: last})
+	rec, err := json.Marshal(watchRecord{State: st, Object: last, Cluster: r.cluster})
 	if err != nil {
 		return err
 	}
@@ -413,6 +439,28 @@ func (r *watchReconciler) persist(ctx context.Context, obj *unstructured.Unstruc
 		o.last = last
 	}
 	rn.mu.Unlock()
+	return nil
+}
+
+// needNamespaces checks that the handlers of a watch of a cluster-scoped
+// kind name the namespaces their objects' would default to: a Job's, a
+// ServiceAccount's, a Secret's.
+func needNamespaces(d *definition.Definition) error {
+	for i, h := range d.Operator.Spec.Handlers {
+		field := fmt.Sprintf("spec.handlers[%d]", i)
+		switch {
+		case h.Job != nil && h.Job.Namespace == "":
+			return fmt.Errorf("%s.job.namespace: required: the watched objects have no namespace for the Jobs", field)
+		case h.Exec != nil && h.Exec.ServiceAccount != nil && h.Exec.ServiceAccount.Namespace == "":
+			return fmt.Errorf("%s.exec.serviceAccount.namespace: required: the watched objects have no namespace for the ServiceAccount", field)
+		case h.Exec != nil:
+			for j, env := range h.Exec.Env {
+				if ref := env.ValueFrom; ref != nil && ref.SecretKeyRef != nil && ref.SecretKeyRef.Namespace == "" {
+					return fmt.Errorf("%s.exec.env[%d].valueFrom.secretKeyRef.namespace: required: the watched objects have no namespace for the Secret", field, j)
+				}
+			}
+		}
+	}
 	return nil
 }
 
@@ -440,6 +488,11 @@ func (e *Engine) checkWatch(ctx context.Context, d *definition.Definition) error
 	namespaces := w.Namespaces
 	if len(namespaces) == 0 || mapping.Scope.Name() != meta.RESTScopeNameNamespace {
 		namespaces = []string{""}
+	}
+	if mapping.Scope.Name() != meta.RESTScopeNameNamespace {
+		if err := needNamespaces(d); err != nil {
+			return fmt.Errorf("operator %s: %w (%s is cluster-scoped)", d.Operator.Name, err, w.GVK.Kind)
+		}
 	}
 	verbs := []string{"get", "list", "watch"}
 	if w.Finalizer {

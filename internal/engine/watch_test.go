@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
 )
@@ -522,5 +523,87 @@ func TestAWatchOfAnotherKindForgetsTheOldKindsObjects(t *testing.T) {
 		if s.Kind != "ConfigMap" {
 			t.Errorf("the archive still keeps %s %s", s.Kind, s.Name)
 		}
+	}
+}
+
+// TestAWatchForgetsWhatItNoLongerWatchesOrNeverSawHere narrows a watch to
+// one of its two namespaces: the objects of the other are forgotten, with
+// no delete run. A record of another cluster's object, left in the
+// archive, runs nothing either.
+func TestAWatchForgetsWhatItNoLongerWatchesOrNeverSawHere(t *testing.T) {
+	a, b := clustertest.New(t), clustertest.New(t)
+	ctx := t.Context()
+	out := filepath.Join(t.TempDir(), "records.jsonl")
+	store := newArchive(t)
+	op := "team-a-" + a.Namespace
+	elsewhere := []byte(`{"state": {"observed": {"generation": 1, "hash": "x", "since": "1"}, "handlers": {"created": {"generation": 1}}}, "object": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "far", "namespace": "` + a.Namespace + `", "uid": "u-far"}}, "cluster": "another-cluster"}`)
+	if err := store.PutState(ctx, &archive.State{Operator: op, Key: "u-far", APIVersion: "apps/v1", Kind: "Deployment", Namespace: a.Namespace, Name: "far", Data: elsewhere}); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := runEngineWith(t, engine.Options{Config: a.Config, Archive: store})
+	if err := e.Apply(ctx, compileYAML(t, teamWatch(t, out, a.Namespace, b.Namespace))); err != nil {
+		t.Fatal(err)
+	}
+	id := a.Namespace[len(a.Namespace)-6:]
+	create(t, a, labelled(deployment(a.Namespace, "web-"+id, "nginx:1"), "a"))
+	create(t, b, labelled(deployment(b.Namespace, "api-"+id, "nginx:1"), "a"))
+	waitRecords(t, out, "web-"+id, 1, "web's create run")
+	waitRecords(t, out, "api-"+id, 1, "api's create run")
+	if err := e.Apply(ctx, compileYAML(t, teamWatch(t, out, a.Namespace))); err != nil {
+		t.Fatal(err)
+	}
+	update := func() {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			dep := &appsv1.Deployment{}
+			if err := a.Client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: "web-" + id}, dep); err != nil {
+				return err
+			}
+			dep.Spec.Template.Spec.Containers[0].Image = "nginx:2"
+			return a.Client.Update(ctx, dep)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	update()
+	waitRecords(t, out, "web-"+id, 2, "web's update run, the watch narrowed")
+	time.Sleep(time.Second)
+	if got := triggers(records(t, out, "api-"+id)); !slices.Equal(got, []string{"created/create"}) {
+		t.Errorf("runs of api, in the namespace no longer watched: %v; want its create run alone", got)
+	}
+	if got := records(t, out, "far"); len(got) > 0 {
+		t.Errorf("another cluster's object ran %v", triggers(got))
+	}
+	states, err := store.States(ctx, op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range states {
+		names = append(names, s.Name)
+	}
+	slices.Sort(names)
+	if want := []string{"far", "web-" + id}; !slices.Equal(names, want) {
+		t.Errorf("the archive keeps %v; want %v (another cluster's record left as it was)", names, want)
+	}
+}
+
+// TestAWatchOfAClusterScopedKindNeedsItsJobsNamespace refuses a watch of
+// Namespaces whose job handler names no namespace, at apply.
+func TestAWatchOfAClusterScopedKindNeedsItsJobsNamespace(t *testing.T) {
+	a := clustertest.New(t)
+	e := startEngine(t, a)
+	err := e.Apply(t.Context(), compileYAML(t, `apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: namespaces}
+spec:
+  watch: {apiVersion: v1, kind: Namespace}
+  handlers:
+  - name: welcome
+    on: [create]
+    job: {image: busybox}
+`))
+	if err == nil || !strings.Contains(err.Error(), "spec.handlers[0].job.namespace: required") || !strings.Contains(err.Error(), "Namespace is cluster-scoped") {
+		t.Errorf("error %v; want spec.handlers[0].job.namespace required, the kind being cluster-scoped", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/console"
+	"github.com/opkit-dev/opkit/internal/definition"
 )
 
 // consoleFlags are the console's settings, shared by run, dev and console.
@@ -31,7 +32,7 @@ type consoleFlags struct {
 func (f *consoleFlags) register(cmd *cobra.Command, addrFlag, addrDefault, addrUsage string) {
 	f.addrFlag = addrFlag
 	cmd.Flags().StringVar(&f.addr, addrFlag, addrDefault, addrUsage)
-	cmd.Flags().StringVar(&f.auth, "console-auth", "none", "who may use the console: none (loopback addresses only), token (--console-token-file or $OPKIT_CONSOLE_TOKEN) or kubernetes (a Kubernetes bearer token, checked by TokenReview, with RBAC on each operator's resource)")
+	cmd.Flags().StringVar(&f.auth, "console-auth", "none", "who may use the console: none (loopback addresses only), token (--console-token-file or $OPKIT_CONSOLE_TOKEN) or kubernetes (a Kubernetes bearer token, checked by TokenReview, with RBAC on each operator's resource: its custom resource, the kind it watches, or its Operator)")
 	cmd.Flags().StringVar(&f.tokenFile, "console-token-file", "", "the file holding the console's token, for --console-auth token")
 	cmd.Flags().StringVar(&f.url, "console-url", os.Getenv("OPKIT_CONSOLE_URL"), "the console's public base URL, linked from Events and the CLI (env OPKIT_CONSOLE_URL; default: http://ADDR)")
 }
@@ -83,9 +84,27 @@ type runningConsole struct {
 	done chan error
 }
 
+// besideEngine is what a console learns of the engine it is served
+// beside; the zero value stands for none (opkit console).
+type besideEngine struct {
+	// runs reports whether the engine runs an operator.
+	runs func(operator string) bool
+	// definitions returns the operators the engine runs: the console
+	// shows those that own no resource (a watch, operator-wide schedules)
+	// from them, also when they were read from files.
+	definitions func() []*definition.Definition
+}
+
 // startConsole binds the console's address and serves it until ctx ends.
-// It serves nothing when the address is empty.
+// It serves nothing when the address is empty. runs is the engine's, or
+// nil; see serveConsole for a console that knows the engine's definitions.
 func startConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store archive.Store, runs func(string) bool) (*runningConsole, error) {
+	return serveConsole(ctx, f, cfg, store, besideEngine{runs: runs})
+}
+
+// serveConsole binds the console's address and serves it, beside the
+// engine, until ctx ends. It serves nothing when the address is empty.
+func serveConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store archive.Store, engine besideEngine) (*runningConsole, error) {
 	if f == nil || f.addr == "" {
 		return nil, nil
 	}
@@ -93,7 +112,7 @@ func startConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store 
 	if err != nil {
 		return nil, err
 	}
-	srv, err := console.New(console.Options{Archive: store, Config: cfg, Auth: auth, Runs: runs})
+	srv, err := console.New(console.Options{Archive: store, Config: cfg, Auth: auth, Runs: engine.runs, Definitions: engine.definitions})
 	if err != nil {
 		return nil, err
 	}
@@ -121,9 +140,10 @@ func newConsoleCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "console",
 		Short: "Serve the web console from a run archive and a kubeconfig, without an engine",
-		Long: `Serve the web console: the operators and their objects by condition, each
+		Long: `Serve the web console: the operators and their objects by condition (the
+objects watch operators have state for, and operator-wide schedules), each
 object's timeline of runs, each run's diff, log and outcome, and the failures
-inbox, with the actions retry, pause and resume. opkit run --console and
+inbox, with the actions retry, pause and resume on custom resources. opkit run --console and
 opkit dev serve the same console beside their engine; this command serves it
 from an archive (--archive) and a cluster alone. See docs/console.md.
 

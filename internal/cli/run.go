@@ -199,7 +199,12 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 		e := running.Load()
 		return e != nil && e.Runs(name)
 	}
-	rc, err := startConsole(runCtx, cf, opts.Config, store, runs)
+	rc, err := serveConsole(runCtx, cf, opts.Config, store, besideEngine{runs: runs, definitions: func() []*definition.Definition {
+		if e := running.Load(); e != nil {
+			return e.Definitions()
+		}
+		return nil
+	}})
 	if err != nil {
 		cancel()
 		_ = store.Close()

@@ -33,14 +33,21 @@ func TestPagesAreAccessible(t *testing.T) {
 		"/failures",
 		"/runs/0000000000zzzzzzzz", // an error page
 	} {
-		r := do(t, "GET", f.url+path, nil)
-		doc, err := html.Parse(strings.NewReader(r.body))
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		for _, problem := range accessibilityProblems(doc) {
-			t.Errorf("%s: %s", path, problem)
-		}
+		assertAccessible(t, f.url, path)
+	}
+}
+
+// assertAccessible reports the accessibility problems of the page at
+// base+path.
+func assertAccessible(t *testing.T, base, path string) {
+	t.Helper()
+	r := do(t, "GET", base+path, nil)
+	doc, err := html.Parse(strings.NewReader(r.body))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	for _, problem := range accessibilityProblems(doc) {
+		t.Errorf("%s: %s", path, problem)
 	}
 }
 

@@ -30,8 +30,9 @@ type Auth struct {
 	Token string
 	// Kubernetes, when true, takes a Kubernetes bearer token instead,
 	// checks it with a TokenReview, and each request with a
-	// SubjectAccessReview: reading needs get on the operator's resource,
-	// an action needs patch.
+	// SubjectAccessReview: reading needs get on the operator's resource
+	// (its custom resource, the kind it watches, or for operator-wide
+	// schedules its Operator object), an action needs patch.
 	Kubernetes bool
 }
 
@@ -130,19 +131,36 @@ func (a *authorizer) check(ctx context.Context, token string) (*user, error) {
 	return &user{Name: c.name, groups: c.groups, uid: c.uid, token: token}, nil
 }
 
-// allowed says whether the user may use verb on an operator's resource in
-// namespace ("" for every namespace).
-func (a *authorizer) allowed(ctx context.Context, u *user, op *operator, verb, namespace string) (bool, error) {
+// resource is what an access check is about: a resource of an API
+// group, or one object of it by name.
+type resource struct {
+	Group, Resource, Name string
+}
+
+func (r resource) String() string {
+	s := r.Resource
+	if r.Group != "" {
+		s += "." + r.Group
+	}
+	if r.Name != "" {
+		s += " " + r.Name
+	}
+	return s
+}
+
+// allowed says whether the user may use verb on a resource in namespace
+// ("" for every namespace, or a cluster-scoped resource).
+func (a *authorizer) allowed(ctx context.Context, u *user, res resource, verb, namespace string) (bool, error) {
 	if !a.auth.Kubernetes {
 		return true, nil
 	}
-	key := strings.Join([]string{"sar", u.Name, op.GVK.Group, op.Plural, verb, namespace}, "/")
+	key := strings.Join([]string{"sar", u.Name, res.Group, res.Resource, res.Name, verb, namespace}, "/")
 	if c, ok := a.lookup(key); ok {
 		return c.allowed, nil
 	}
 	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 		User: u.Name, Groups: u.groups, UID: u.uid,
-		ResourceAttributes: &authorizationv1.ResourceAttributes{Group: op.GVK.Group, Resource: op.Plural, Verb: verb, Namespace: namespace},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Group: res.Group, Resource: res.Resource, Name: res.Name, Verb: verb, Namespace: namespace},
 	}}
 	if err := a.client.Create(ctx, sar); err != nil {
 		return false, fmt.Errorf("checking access: %w", err)

@@ -24,7 +24,13 @@ import (
 // serve starts a console with auth on loopback for the test.
 func serve(t *testing.T, f *fixture, auth console.Auth) string {
 	t.Helper()
-	srv, err := console.New(console.Options{Archive: f.store, Config: f.cfg, Auth: auth})
+	return serveWith(t, console.Options{Archive: f.store, Config: f.cfg, Auth: auth})
+}
+
+// serveWith starts a console on loopback for the test.
+func serveWith(t *testing.T, opts console.Options) string {
+	t.Helper()
+	srv, err := console.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,4 +175,37 @@ func TestKubernetesAuthFollowsRBAC(t *testing.T) {
 			t.Errorf("%s: %d, want 403", what, r.status)
 		}
 	}
+}
+
+// serviceAccount makes a ServiceAccount in env's namespace that may get
+// and list the resources there, and returns its bearer token as an
+// Authorization header's value.
+func serviceAccount(t *testing.T, env *clustertest.Env, name string, groups, resources []string) string {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace, Name: name}}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace, Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: groups, Resources: resources, Verbs: []string{"get", "list"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace, Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: env.Namespace}}}
+	for _, obj := range []client.Object{sa, role, binding} {
+		if err := env.Client.Create(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clustertest.Eventually(t, 30*time.Second, name+"'s Role in effect", func(ctx context.Context) (bool, error) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + env.Namespace + ":" + name,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: groups[0], Resource: resources[0], Verb: "get", Namespace: env.Namespace},
+		}}
+		if err := env.Client.Create(ctx, sar); err != nil {
+			return false, err
+		}
+		return sar.Status.Allowed, nil
+	})
+	tr, err := kubernetes.NewForConfigOrDie(env.Config).CoreV1().ServiceAccounts(env.Namespace).CreateToken(t.Context(), name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "Bearer " + tr.Status.Token
 }

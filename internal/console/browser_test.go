@@ -210,3 +210,41 @@ func TestBrowserActionWithoutAValidTokenIsRefused(t *testing.T) {
 		t.Errorf("the console is served on %s, not loopback", base)
 	}
 }
+
+func TestBrowserWatchedObjectsAndSchedulesFromTheInbox(t *testing.T) {
+	f := start(t)
+	u := withUnowned(t, f)
+	tab := browser(t)
+	ns := u.env.Namespace
+
+	// The inbox's watched Deployment leads to its timeline: its runs, and
+	// why it offers no action.
+	within(tab, t, 30*time.Second, chromedp.Navigate(f.url+"/failures"))
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.Search(`//tr[th/a[text()=`+js(ns+"/web")+`]]/th/a`)))
+	waitJS(tab, t, 10*time.Second, "the watched Deployment's timeline",
+		`location.pathname === `+js(u.webURL())+` && !!document.querySelector("section[aria-labelledby=runs] a[href='/runs/`+u.webFailed+`']")`)
+	waitJS(tab, t, time.Second, "no action, and why",
+		`!document.querySelector("button.retry, button.pause") && document.querySelector(".no-actions").innerText.includes("opkit never writes")`)
+
+	// Its failed run, and back to the object.
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.CSS(`section[aria-labelledby=runs] a[href="/runs/`+u.webFailed+`"]`)))
+	waitJS(tab, t, 10*time.Second, "the watched Deployment's run",
+		`location.pathname === "/runs/`+u.webFailed+`" && document.querySelector("pre.log").innerText.includes("no route to the registry")`)
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.Search(`//dd/a[text()=`+js("Deployment "+ns+"/web")+`]`)))
+	waitJS(tab, t, 10*time.Second, "the timeline again", `location.pathname === `+js(u.webURL()))
+
+	// The watch operator's page lists the Deployment from its state record.
+	within(tab, t, 30*time.Second, chromedp.Navigate(f.url+"/operators/"+u.watch))
+	waitJS(tab, t, 10*time.Second, "the watched objects", `document.querySelector("#live table").innerText.includes("Stalled")`)
+
+	// The schedule's failure leads to its schedule on the calendar's page,
+	// and its run back there.
+	within(tab, t, 30*time.Second, chromedp.Navigate(f.url+"/failures"))
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.Search(`//tr[td[text()=`+js(u.calendar)+`]]/th/a[text()="report"]`)))
+	waitJS(tab, t, 10*time.Second, "the calendar's schedule",
+		`location.pathname === "/operators/`+u.calendar+`" && location.hash === "#schedule-report" && document.getElementById("schedule-report").innerText.includes("Next slot")`)
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.CSS(`#schedule-report a[href="/runs/`+u.slotFailed+`"]`)))
+	waitJS(tab, t, 10*time.Second, "the schedule's run", `location.pathname === "/runs/`+u.slotFailed+`" && document.body.innerText.includes("the report server said 503")`)
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.Search(`//dd/a[text()="schedule report"]`)))
+	waitJS(tab, t, 10*time.Second, "the schedule again", `location.pathname === "/operators/`+u.calendar+`" && location.hash === "#schedule-report"`)
+}

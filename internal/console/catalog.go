@@ -20,17 +20,54 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 )
 
-// operator is what the console knows of one operator, from its CRD.
+// subject is what an operator's handlers run for.
+type subject int
+
+const (
+	ownedSubject    subject = iota // the custom resources of its CRD
+	watchedSubject                 // the objects of any kind its spec.watch selects
+	calendarSubject                // itself: operator-wide schedules
+)
+
+// operator is what the console knows of one operator: from its CRD, or,
+// for one that owns no resource, from its definition (the engine's, or
+// the cluster's Operator object).
 type operator struct {
-	Name       string
-	GVK        schema.GroupVersionKind
+	Name    string
+	Subject subject
+	// GVK is the kind of the objects its runs are for: its custom
+	// resource's storage version, the watched kind, or the Operator kind
+	// (opkit.dev/v1alpha1) for a calendar.
+	GVK schema.GroupVersionKind
+	// Plural is GVK's resource; "" for a watched kind the cluster does
+	// not serve (Unserved says why).
 	Plural     string
 	Namespaced bool
-	Columns    []column
+	Unserved   string
+	// Columns are the printer columns of a custom resource.
+	Columns []column
+	// Watch is what a watch operator selects.
+	Watch *watchSpec
+	// Schedules are a calendar's handlers.
+	Schedules []*schedule
+	// Source is the file the engine read it from; "" for the cluster.
+	Source string
+	// Invalid is why the cluster's Operator does not compile; what the
+	// console shows of it then comes from its spec alone.
+	Invalid string
+	// FromArchive: the console knows it from the run archive alone (its
+	// definition is neither in the cluster nor run beside the console).
+	FromArchive bool
 }
+
+// Owns, Watches and Calendar say what its handlers run for.
+func (o *operator) Owns() bool     { return o.Subject == ownedSubject }
+func (o *operator) Watches() bool  { return o.Subject == watchedSubject }
+func (o *operator) Calendar() bool { return o.Subject == calendarSubject }
 
 // column is one printer column of the operator's resource.
 type column struct {
@@ -38,7 +75,8 @@ type column struct {
 	path *jsonpath.JSONPath
 }
 
-// objectRow is what the console keeps of one custom resource: enough for
+// objectRow is what the console keeps of one object: a custom resource,
+// or a watched object as its state record in the archive says. Enough for
 // the tables and the counts, not the object.
 type objectRow struct {
 	Namespace, Name string
@@ -47,32 +85,60 @@ type objectRow struct {
 	Columns         []string
 	State           state
 	Message         string
+
+	// Of a watched object: its kind, when the engine last recorded its
+	// state, whether it was deleted (its delete handlers are not done),
+	// and its last run as the record says.
+	APIVersion, Kind string
+	Updated          time.Time
+	Gone             bool
+	LastRun          *archive.Run
 }
 
 // state is an object's summary, from its conditions.
 type state string
 
-// States, most urgent first.
+// States, most urgent first. A custom resource's come from its
+// conditions; a watched object, which has no opkit conditions, is Stalled
+// (a handler gave up), Retrying (a handler failed and runs again) or OK.
 const (
 	stateStalled  state = "Stalled"
 	stateDegraded state = "Degraded"
+	stateRetrying state = "Retrying"
 	statePaused   state = "Paused"
 	stateNotReady state = "NotReady"
 	stateReady    state = "Ready"
+	stateOK       state = "OK"
 	stateUnknown  state = "Unknown"
 )
 
-var states = []state{stateReady, stateNotReady, stateDegraded, stateStalled, statePaused, stateUnknown}
+var (
+	states        = []state{stateReady, stateNotReady, stateDegraded, stateStalled, statePaused, stateUnknown}
+	watchedStates = []state{stateOK, stateRetrying, stateStalled}
+)
+
+// States are those an operator's objects can be in, in the order shown.
+func (o *operator) States() []state {
+	if o.Watches() {
+		return watchedStates
+	}
+	return states
+}
 
 // catalog reads the operators and their objects from the cluster, keeping
 // what it read for ttl so that pages and live updates share one list.
 type catalog struct {
 	client client.Client
-	ttl    time.Duration
+	states archive.StateStore
+	// defs returns the engine's definitions; nil without an engine.
+	defs func() []*definition.Definition
+	ttl  time.Duration
 
 	mu        sync.Mutex
 	operators []*operator
 	opsAt     time.Time
+	warning   string                 // why the cluster's Operators could not be read
+	compiled  map[string]*operator   // the cluster's unowned Operators, by uid/generation
 	objects   map[string]*objectList // by operator name
 	lists     singleflight.Group     // the reads of objects under way
 }
@@ -83,7 +149,11 @@ type objectList struct {
 	err  error
 }
 
-// Operators returns the operators whose CRDs opkit installed, by name.
+// Operators returns, by name, the operators whose CRDs opkit installed,
+// and those that own no resource (a watch, or operator-wide schedules)
+// that the engine runs or the cluster has as Operator objects. An
+// operator's definition wins over a CRD of its name left from an earlier
+// spec; the engine's over the cluster's.
 func (c *catalog) Operators(ctx context.Context) ([]*operator, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -94,15 +164,32 @@ func (c *catalog) Operators(ctx context.Context) ([]*operator, error) {
 	if err := c.client.List(ctx, &crds, client.HasLabels{definition.OperatorLabel}); err != nil {
 		return nil, fmt.Errorf("listing the operators' CRDs: %w", err)
 	}
-	ops := []*operator{}
+	byName := map[string]*operator{}
 	for i := range crds.Items {
 		if op := operatorOf(&crds.Items[i]); op != nil {
-			ops = append(ops, op)
+			byName[op.Name] = op
 		}
+	}
+	unowned, owned := c.unowned(ctx)
+	for _, op := range unowned {
+		if !owned[op.Name] {
+			byName[op.Name] = op
+		}
+	}
+	ops := []*operator{}
+	for _, op := range byName {
+		ops = append(ops, op)
 	}
 	sort.Slice(ops, func(i, j int) bool { return ops[i].Name < ops[j].Name })
 	c.operators, c.opsAt = ops, time.Now()
 	return ops, nil
+}
+
+// Warning says why the operators may be incomplete, or "".
+func (c *catalog) Warning() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.warning
 }
 
 // Operator returns one operator, or nil.
@@ -147,7 +234,9 @@ func operatorOf(crd *apiextensionsv1.CustomResourceDefinition) *operator {
 	return op
 }
 
-// Objects returns the operator's objects, sorted by namespace and name.
+// Objects returns the operator's objects, sorted by namespace and name:
+// its custom resources, or the watched objects it has state records for;
+// none for a calendar.
 func (c *catalog) Objects(ctx context.Context, op *operator) ([]objectRow, error) {
 	c.mu.Lock()
 	l := c.objects[op.Name]
@@ -176,6 +265,12 @@ func (c *catalog) Objects(ctx context.Context, op *operator) ([]objectRow, error
 
 // list reads the objects a page of 500 at a time, keeping their rows only.
 func (c *catalog) list(ctx context.Context, op *operator) ([]objectRow, error) {
+	switch op.Subject {
+	case watchedSubject:
+		return c.watched(ctx, op)
+	case calendarSubject:
+		return nil, nil
+	}
 	var rows []objectRow
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(op.GVK.GroupVersion().WithKind(op.GVK.Kind + "List"))
@@ -191,13 +286,18 @@ func (c *catalog) list(ctx context.Context, op *operator) ([]objectRow, error) {
 			break
 		}
 	}
+	sortRows(rows)
+	return rows, nil
+}
+
+// sortRows sorts by namespace and name.
+func sortRows(rows []objectRow) {
 	slices.SortFunc(rows, func(a, b objectRow) int {
 		if n := strings.Compare(a.Namespace, b.Namespace); n != 0 {
 			return n
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	return rows, nil
 }
 
 func rowOf(op *operator, obj *unstructured.Unstructured) objectRow {

@@ -5,9 +5,16 @@
 //
 // Contracts:
 //   - It reads the run archive and the cluster only: the CRDs opkit
-//     installed (label opkit.dev/operator), their objects, and Events. It
-//     never talks to the engine; its actions are annotations the engine
-//     consumes (opkit.dev/retry, opkit.dev/paused).
+//     installed (label opkit.dev/operator), their objects, the Operator
+//     objects, the objects watch operators watch, and Events. It never
+//     talks to the engine, but for the definitions of the operators the
+//     engine beside it runs (Options.Definitions); its actions are
+//     annotations the engine consumes (opkit.dev/retry, opkit.dev/paused).
+//   - An operator that owns no resource is shown from its definition and
+//     the archive: a watch operator's objects are those it has state
+//     records for, and a calendar's schedules their last slots and runs.
+//     Neither is offered an action: opkit never writes to a watched
+//     object, and a schedule has no object to write to.
 //   - Pages are HTML rendered on the server and readable without
 //     JavaScript. A small script keeps a page's live part current: /live
 //     streams it again (Server-Sent Events) whenever it changes, checked
@@ -16,7 +23,9 @@
 //     bound to the caller, from the console's own origin.
 //   - Without Auth, Serve binds loopback addresses only. With Auth, every
 //     request needs the token; with Auth.Kubernetes, reading needs get and
-//     acting needs patch on the operator's resource (SubjectAccessReview).
+//     acting needs patch on the operator's resource (SubjectAccessReview):
+//     its custom resource, the watched object's kind, or for a calendar
+//     its Operator object (see access.go).
 //   - It shows no Secret's data: children are listed by kind and name, and
 //     the archive holds no binding context or Secret values.
 package console
@@ -42,7 +51,9 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
 )
 
 // Options configures a console.
@@ -66,6 +77,13 @@ type Options struct {
 	// does not ("not run here"). Nil for a console on its own, which cannot
 	// tell.
 	Runs func(operator string) bool
+	// Definitions, when set, returns the operators the engine beside the
+	// console runs. An operator that owns no custom resource (a watch, or
+	// operator-wide schedules) has no CRD to be found by: the console
+	// learns it from these, and from the cluster's Operator objects, so
+	// that one run from a file (opkit dev, opkit run -f) is shown too. Nil
+	// for a console on its own, which knows the cluster's only.
+	Definitions func() []*definition.Definition
 }
 
 // Server is the console's HTTP handler.
@@ -103,6 +121,9 @@ func New(opts Options) (*Server, error) {
 	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
 	cfg := rest.CopyConfig(opts.Config)
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "opkit-console"
@@ -116,7 +137,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		opts:    opts,
 		client:  c,
-		catalog: &catalog{client: c, ttl: opts.CacheTTL},
+		catalog: &catalog{client: c, states: opts.Archive, defs: opts.Definitions, ttl: opts.CacheTTL},
 		auth:    &authorizer{auth: opts.Auth, client: c, secret: secret},
 	}
 	if s.tmpl, err = parseTemplates(); err != nil {

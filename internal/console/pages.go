@@ -1,7 +1,6 @@
 package console
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -10,12 +9,11 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
@@ -23,56 +21,6 @@ import (
 
 // clusterScoped stands for the namespace of a cluster-scoped object in URLs.
 const clusterScoped = "_"
-
-// readable returns the operators the user may read (get, every namespace).
-func (s *Server) readable(ctx context.Context, u *user) ([]*operator, error) {
-	ops, err := s.catalog.Operators(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []*operator
-	for _, op := range ops {
-		ok, err := s.auth.allowed(ctx, u, op, "get", "")
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			out = append(out, op)
-		}
-	}
-	return out, nil
-}
-
-// mayRead checks that the user may get the operator's objects in
-// namespace; an operator the cluster no longer has is readable only
-// without Kubernetes auth.
-func (s *Server) mayRead(ctx context.Context, u *user, opName, namespace string) (*operator, error) {
-	op, err := s.catalog.Operator(ctx, opName)
-	if err != nil && s.opts.Auth.Kubernetes {
-		return nil, err
-	}
-	if op == nil {
-		if s.opts.Auth.Kubernetes {
-			return nil, forbidden("operator %s is not in the cluster: its access cannot be checked", opName)
-		}
-		return nil, nil
-	}
-	ok, err := s.auth.allowed(ctx, u, op, "get", namespace)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, forbidden("%s may not get %s.%s in %s", u.Name, op.Plural, op.GVK.Group, namespaceLabel(namespace))
-	}
-	return op, nil
-}
-
-func namespaceLabel(ns string) string {
-	if ns == "" {
-		return "every namespace"
-	}
-	return "namespace " + ns
-}
 
 // overviewRow is one operator on the overview.
 type overviewRow struct {
@@ -102,6 +50,9 @@ func (s *Server) overview(r *http.Request, u *user) (string, *view, error) {
 	if err != nil {
 		v.Notices = append(v.Notices, "The cluster cannot be read: "+err.Error())
 	}
+	if w := s.catalog.Warning(); w != "" {
+		v.Notices = append(v.Notices, w)
+	}
 	counts, err := s.opts.Archive.Counts(ctx, time.Now().Add(-statsWindow))
 	if err != nil {
 		v.Notices = append(v.Notices, "The run archive cannot be read: "+err.Error())
@@ -117,7 +68,7 @@ func (s *Server) overview(r *http.Request, u *user) (string, *view, error) {
 		for _, o := range objs {
 			n[o.State]++
 		}
-		for _, st := range states {
+		for _, st := range op.States() {
 			if n[st] > 0 {
 				row.Counts = append(row.Counts, stateCount{st, n[st]})
 			}
@@ -142,9 +93,18 @@ type failureGroup struct {
 	Count     int
 	Stalled   int
 	Latest    archive.Run
-	Objects   []archive.Run // one run per object, newest first, at most 5
-	More      int           // objects beyond those
+	Objects   []runRow // one run per object, newest first, at most 5
+	More      int      // objects beyond those
 	Operators []string
+}
+
+// runRow is a run with its object's name and link (in the inbox, an
+// object's latest failed run with an error).
+type runRow struct {
+	archive.Run
+	// Label names the object; Kind is said beside it for an object that
+	// is not the operator's custom resource.
+	Label, Kind, URL string
 }
 
 // failureWindows are the periods the inbox offers.
@@ -158,15 +118,16 @@ func (s *Server) failures(r *http.Request, u *user) (string, *view, error) {
 		window, d = "24h", 24*time.Hour
 	}
 	v := &view{Title: "Failures", Nav: "failures", Live: "/failures?since=" + url.QueryEscape(window)}
-	allowed := map[string]bool{}
-	if s.opts.Auth.Kubernetes {
-		ops, err := s.readable(ctx, u)
-		if err != nil {
+	allowed := map[string]*operator{}
+	ops, err := s.readable(ctx, u)
+	if err != nil {
+		if s.opts.Auth.Kubernetes {
 			return "", nil, err
 		}
-		for _, op := range ops {
-			allowed[op.Name] = true
-		}
+		v.Notices = append(v.Notices, "The cluster cannot be read: "+err.Error())
+	}
+	for _, op := range ops {
+		allowed[op.Name] = op
 	}
 	page, err := s.opts.Archive.List(ctx, archive.Query{Failed: true, Since: time.Now().Add(-d), Limit: 1000})
 	if err != nil {
@@ -176,7 +137,15 @@ func (s *Server) failures(r *http.Request, u *user) (string, *view, error) {
 	byError := map[string]*failureGroup{}
 	seen := map[string]bool{} // error + object
 	for _, run := range page.Runs {
-		if s.opts.Auth.Kubernetes && !allowed[run.Operator] {
+		op := allowed[run.Operator]
+		if s.opts.Auth.Kubernetes && op == nil {
+			continue
+		}
+		ok, err := s.mayList(ctx, u, op, &run)
+		if err != nil {
+			return "", nil, err
+		}
+		if !ok {
 			continue
 		}
 		msg := firstLine(run.Error)
@@ -193,11 +162,18 @@ func (s *Server) failures(r *http.Request, u *user) (string, *view, error) {
 		if !slices.Contains(g.Operators, run.Operator) {
 			g.Operators = append(g.Operators, run.Operator)
 		}
-		key := msg + "\x00" + run.Operator + "\x00" + run.Object()
+		obj := runRow{Run: run, Label: run.Object(), URL: runObjectURL(op, &run)}
+		switch {
+		case calendarRun(&run):
+			obj.Label, obj.Kind = run.Handler, "operator-wide schedule"
+		case op == nil || !op.Owns():
+			obj.Kind = run.Kind
+		}
+		key := strings.Join([]string{msg, run.Operator, run.Kind, obj.Label}, "\x00")
 		if !seen[key] {
 			seen[key] = true
 			if len(g.Objects) < 5 {
-				g.Objects = append(g.Objects, run)
+				g.Objects = append(g.Objects, obj)
 			} else {
 				g.More++
 			}
@@ -221,19 +197,41 @@ const objectsPerPage = 100
 func (s *Server) operatorPage(r *http.Request, u *user) (string, *view, error) {
 	ctx := r.Context()
 	name := r.PathValue("operator")
-	op, err := s.mayRead(ctx, u, name, "")
+	op, err := s.operatorNamed(ctx, name)
 	if err != nil {
 		return "", nil, err
 	}
 	if op == nil {
-		return "", nil, notFound("no operator %s in the cluster (no CRD labelled opkit.dev/operator=%s)", name, name)
+		if op, err = s.archiveOperator(ctx, name); err != nil {
+			return "", nil, err
+		}
+	}
+	if op == nil {
+		return "", nil, notFound("no operator %s: no CRD labelled opkit.dev/operator=%s, no Operator %s in the cluster or run by the engine beside the console, and nothing of it in the run archive", name, name, name)
+	}
+	if err := s.may(ctx, u, op, op.GVK, "get", op.listNamespaces()...); err != nil {
+		return "", nil, err
 	}
 	q := r.URL.Query()
+	v := &view{Title: name, Crumbs: []crumb{{"Operators", "/"}}}
+	v.Live = withQuery(operatorURL(name), q.Encode())
+	if op.Invalid != "" {
+		v.Notices = append(v.Notices, "Its Operator does not compile, so what is shown comes from its spec alone: "+op.Invalid)
+	}
+	if op.Unserved != "" {
+		v.Notices = append(v.Notices, op.Unserved)
+	}
+	if op.Calendar() {
+		scheds, err := s.schedules(ctx, op)
+		if err != nil {
+			v.Notices = append(v.Notices, err.Error())
+		}
+		v.Data = map[string]any{"Op": op, "Schedules": scheds, "NoActions": noActions(op), "OperatorURL": objectURL(name, "", name)}
+		return "operator", v, nil
+	}
 	filter := state(q.Get("state"))
 	pageNo, _ := strconv.Atoi(q.Get("page"))
 	pageNo = max(pageNo, 1)
-	v := &view{Title: name, Crumbs: []crumb{{"Operators", "/"}}}
-	v.Live = "/operators/" + url.PathEscape(name) + "?" + q.Encode()
 	objs, err := s.catalog.Objects(ctx, op)
 	if err != nil {
 		v.Notices = append(v.Notices, err.Error())
@@ -247,18 +245,21 @@ func (s *Server) operatorPage(r *http.Request, u *user) (string, *view, error) {
 		}
 	}
 	var counts []stateCount
-	for _, st := range states {
+	for _, st := range op.States() {
 		counts = append(counts, stateCount{st, n[st]})
 	}
 	pages := max((len(rows)+objectsPerPage-1)/objectsPerPage, 1)
 	pageNo = min(pageNo, pages)
 	rows = rows[min((pageNo-1)*objectsPerPage, len(rows)):min(pageNo*objectsPerPage, len(rows))]
 
-	// The last run of each object shown, from the operator's recent runs.
+	// The last run of each object shown, from the operator's recent runs
+	// (or, for a watched object, as its state record says).
 	last := map[string]archive.Run{}
+	var recent []archive.Run
 	if page, err := s.opts.Archive.List(ctx, archive.Query{Operator: name, Limit: 1000}); err != nil {
 		v.Notices = append(v.Notices, "The run archive cannot be read: "+err.Error())
 	} else {
+		recent = page.Runs[:min(len(page.Runs), 20)]
 		for _, run := range page.Runs {
 			if _, ok := last[run.UID]; !ok {
 				last[run.UID] = run
@@ -267,20 +268,41 @@ func (s *Server) operatorPage(r *http.Request, u *user) (string, *view, error) {
 	}
 	type row struct {
 		objectRow
+		URL  string
 		Last *archive.Run
 	}
 	var out []row
 	for _, o := range rows {
-		rw := row{objectRow: o}
+		rw := row{objectRow: o, URL: objectURL(name, o.Namespace, o.Name), Last: o.LastRun}
 		if run, ok := last[o.UID]; ok {
 			rw.Last = &run
 		}
+		if o.Kind != "" && (o.APIVersion != op.GVK.GroupVersion().String() || o.Kind != op.GVK.Kind) {
+			rw.URL += "?" + kindQuery(schema.FromAPIVersionAndKind(o.APIVersion, o.Kind))
+		}
 		out = append(out, rw)
 	}
-	v.Data = map[string]any{"Op": op, "Rows": out, "Counts": counts, "Total": len(objs), "Filter": string(filter),
+	data := map[string]any{"Op": op, "Rows": out, "Counts": counts, "Total": len(objs), "Filter": string(filter),
 		"Page": pageNo, "Pages": pages, "Prev": pageLink(q, pageNo-1, pages), "Next": pageLink(q, pageNo+1, pages)}
+	if op.Watches() {
+		var runs []runRow
+		for _, run := range recent {
+			ok, err := s.mayList(ctx, u, op, &run)
+			if err != nil {
+				return "", nil, err
+			}
+			if !ok {
+				continue
+			}
+			runs = append(runs, runRow{Run: run, Label: run.Object(), URL: runObjectURL(op, &run)})
+		}
+		data["Recent"], data["NoActions"] = runs, noActions(op)
+	}
+	v.Data = data
 	return "operator", v, nil
 }
+
+func operatorURL(name string) string { return "/operators/" + url.PathEscape(name) }
 
 // pageLink is the query of page n, or "" when there is none.
 func pageLink(q url.Values, n, pages int) string {
@@ -293,151 +315,6 @@ func pageLink(q url.Values, n, pages int) string {
 	}
 	q2.Set("page", strconv.Itoa(n))
 	return "?" + q2.Encode()
-}
-
-// child is one entry of status.opkit.children.
-type child struct {
-	ID, APIVersion, Kind, Namespace, Name string
-}
-
-// event is one Event of an object, for the timeline.
-type event struct {
-	Type, Reason, Message string
-	Count                 int32
-	At                    time.Time
-}
-
-func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
-	ctx := r.Context()
-	opName, ns, name := r.PathValue("operator"), r.PathValue("namespace"), r.PathValue("name")
-	if ns == clusterScoped {
-		ns = ""
-	}
-	op, err := s.mayRead(ctx, u, opName, ns)
-	if err != nil {
-		return "", nil, err
-	}
-	v := &view{Title: objectLabel(ns, name), Crumbs: []crumb{{"Operators", "/"}, {opName, "/operators/" + url.PathEscape(opName)}}}
-	q := r.URL.Query()
-	cursor := q.Get("cursor")
-	v.Live = objectURL(opName, ns, name)
-	if cursor != "" {
-		v.Live += "?cursor=" + url.QueryEscape(cursor)
-	}
-	data := map[string]any{"Op": op, "OpName": opName, "Namespace": ns, "Name": name}
-
-	var obj *unstructured.Unstructured
-	if op != nil {
-		obj = &unstructured.Unstructured{}
-		obj.SetGroupVersionKind(op.GVK)
-		err := s.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
-		switch {
-		case apierrors.IsNotFound(err):
-			obj = nil
-			v.Notices = append(v.Notices, fmt.Sprintf("%s %s does not exist (any more): its runs are below.", op.GVK.Kind, objectLabel(ns, name)))
-		case err != nil:
-			obj = nil
-			v.Notices = append(v.Notices, "The cluster cannot be read: "+err.Error())
-		}
-	}
-	if obj != nil {
-		st, msg := stateOf(obj)
-		data["State"], data["Message"] = st, msg
-		_, data["Paused"] = obj.GetAnnotations()[v1alpha1.PauseAnnotation]
-		data["Conditions"] = conditions(obj)
-		data["YAML"] = objectYAML(obj)
-		data["Children"] = children(obj)
-		events, err := s.events(ctx, obj)
-		if err != nil {
-			v.Notices = append(v.Notices, "Events cannot be read: "+err.Error())
-		}
-		data["Events"] = events
-		data["Exists"] = true
-	}
-	page, err := s.opts.Archive.List(ctx, archive.Query{Operator: opName, Namespace: ns, Name: name, Limit: 50, Cursor: cursor})
-	if err != nil {
-		v.Notices = append(v.Notices, "The run archive cannot be read: "+err.Error())
-		page = &archive.Page{}
-	}
-	data["Runs"], data["Next"] = page.Runs, page.Next
-	// The actions concern handlers: offered where there are some (runs,
-	// a last run in the status) or where the object is paused.
-	if obj != nil {
-		_, hasLastRun, _ := unstructured.NestedMap(obj.Object, "status", "opkit", "lastRun")
-		data["Actions"] = len(page.Runs) > 0 || hasLastRun || data["Paused"] == true
-	}
-	if obj == nil && len(page.Runs) == 0 && op == nil {
-		return "", nil, notFound("no operator %s, and no runs for %s", opName, objectLabel(ns, name))
-	}
-	v.Data = data
-	return "timeline", v, nil
-}
-
-func objectLabel(ns, name string) string {
-	if ns == "" {
-		return name
-	}
-	return ns + "/" + name
-}
-
-func objectURL(op, ns, name string) string {
-	if ns == "" {
-		ns = clusterScoped
-	}
-	return "/operators/" + url.PathEscape(op) + "/objects/" + url.PathEscape(ns) + "/" + url.PathEscape(name)
-}
-
-func objectYAML(obj *unstructured.Unstructured) string {
-	c := obj.DeepCopy()
-	c.SetManagedFields(nil)
-	data, err := yaml.Marshal(c.Object)
-	if err != nil {
-		return err.Error()
-	}
-	return string(data)
-}
-
-func children(obj *unstructured.Unstructured) []child {
-	raw, _, _ := unstructured.NestedSlice(obj.Object, "status", "opkit", "children")
-	var out []child
-	for _, r := range raw {
-		m, ok := r.(map[string]any)
-		if !ok {
-			continue
-		}
-		str := func(k string) string { s, _ := m[k].(string); return s }
-		out = append(out, child{ID: str("id"), APIVersion: str("apiVersion"), Kind: str("kind"), Namespace: str("namespace"), Name: str("name")})
-	}
-	return out
-}
-
-// events returns the object's latest Events, newest first.
-func (s *Server) events(ctx context.Context, obj *unstructured.Unstructured) ([]event, error) {
-	var list corev1.EventList
-	err := s.client.List(ctx, &list, client.InNamespace(obj.GetNamespace()),
-		client.MatchingFields{"involvedObject.uid": string(obj.GetUID())})
-	if err != nil {
-		return nil, err
-	}
-	var out []event
-	for _, e := range list.Items {
-		at := e.LastTimestamp.Time
-		for _, t := range []time.Time{e.EventTime.Time, e.FirstTimestamp.Time, e.CreationTimestamp.Time} {
-			if at.IsZero() {
-				at = t
-			}
-		}
-		if e.Series != nil && e.Series.LastObservedTime.After(at) {
-			at = e.Series.LastObservedTime.Time
-		}
-		count := max(e.Count, 1)
-		if e.Series != nil {
-			count = max(e.Series.Count, count)
-		}
-		out = append(out, event{Type: e.Type, Reason: e.Reason, Message: e.Message, Count: count, At: at})
-	}
-	slices.SortFunc(out, func(a, b event) int { return b.At.Compare(a.At) })
-	return out[:min(len(out), 30)], nil
 }
 
 // logPageSize is how much of a log one page shows.
@@ -459,7 +336,8 @@ func (s *Server) runPage(r *http.Request, u *user) (string, *view, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	if _, err := s.mayRead(ctx, u, run.Operator, run.Namespace); err != nil {
+	op, err := s.mayReadRun(ctx, u, run)
+	if err != nil {
 		return "", nil, err
 	}
 	stored, err := s.opts.Archive.Logs(ctx, id, 0)
@@ -468,12 +346,19 @@ func (s *Server) runPage(r *http.Request, u *user) (string, *view, error) {
 	}
 	log := archive.CleanLog(stored.Data)
 	q := r.URL.Query()
-	v := &view{Title: "Run " + id, Crumbs: []crumb{{"Operators", "/"}, {run.Operator, "/operators/" + url.PathEscape(run.Operator)},
-		{objectLabel(run.Namespace, run.Name), objectURL(run.Operator, run.Namespace, run.Name)}}}
+	objURL, objLabel := runObjectURL(op, run), objectLabel(run.Namespace, run.Name)
+	if calendarRun(run) {
+		objLabel = "schedule " + run.Handler
+	}
+	v := &view{Title: "Run " + id, Crumbs: []crumb{{"Operators", "/"}, {run.Operator, operatorURL(run.Operator)}, {objLabel, objURL}}}
 	if run.Outcome == archive.Running {
 		v.Live = "/runs/" + id + "?" + q.Encode()
 	}
-	data := map[string]any{"Run": run, "Truncated": stored.Truncated, "LogBytes": run.LogBytes, "ObjectURL": objectURL(run.Operator, run.Namespace, run.Name), "Search": ""}
+	data := map[string]any{"Run": run, "Truncated": stored.Truncated, "LogBytes": run.LogBytes, "ObjectURL": objURL, "Search": "",
+		"Calendar": calendarRun(run), "Actions": op != nil && op.Owns() && run.Outcome.Failure(), "NoActions": noActions(op)}
+	if op != nil && op.Owns() {
+		data["ActionURL"] = objectURL(run.Operator, run.Namespace, run.Name)
+	}
 
 	if search := q.Get("q"); search != "" {
 		var lines []logLine
@@ -533,7 +418,7 @@ func (s *Server) rawLog(w http.ResponseWriter, r *http.Request) {
 	}
 	run, err := s.opts.Archive.Get(r.Context(), id)
 	if err == nil {
-		_, err = s.mayRead(r.Context(), u, run.Operator, run.Namespace)
+		_, err = s.mayReadRun(r.Context(), u, run)
 	}
 	var stored *archive.Log
 	if err == nil {
@@ -577,14 +462,15 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	op, err := s.catalog.Operator(ctx, opName)
-	if err == nil && op == nil {
+	switch {
+	case err != nil:
+	case op == nil:
 		err = notFound("no operator %s in the cluster", opName)
-	}
-	if err == nil {
-		var ok bool
-		if ok, err = s.auth.allowed(ctx, u, op, "patch", ns); err == nil && !ok {
-			err = forbidden("%s may not patch %s.%s in %s", u.Name, op.Plural, op.GVK.Group, namespaceLabel(ns))
-		}
+	case !op.Owns():
+		// Refused before any access check: nobody may do it.
+		err = &httpError{http.StatusConflict, noActions(op)}
+	default:
+		err = s.may(ctx, u, op, op.GVK, "patch", ns)
 	}
 	if err != nil {
 		s.fail(w, r, err)

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,6 +54,22 @@ var funcs = template.FuncMap{
 	"until":      until,
 	"dict":       dict,
 	"value":      value,
+	"slotOf":     slotOf,
+}
+
+// slotOf is the slot an operator-wide schedule's run is for, from its
+// idempotency key (<operator>/schedule/<handler>/<unix time>); zero for
+// another run.
+func slotOf(r archive.Run) time.Time {
+	rest, ok := strings.CutPrefix(r.Key, r.Operator+"/schedule/"+r.Handler+"/")
+	if !ok {
+		return time.Time{}
+	}
+	n, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.Unix(n, 0).UTC()
 }
 
 // value shows a diff's value: – for none, strings as they are, the rest
@@ -157,6 +174,10 @@ func stateBadge(s state) badge {
 		return badge{"bad", "⊗", "Stalled"}
 	case statePaused:
 		return badge{"warn", "‖", "Paused"}
+	case stateRetrying:
+		return badge{"warn", "↻", "Retrying"}
+	case stateOK:
+		return badge{"ok", "✓", "OK"}
 	}
 	return badge{"", "?", "Unknown"}
 }

@@ -471,6 +471,17 @@ func (e *Engine) applyUnowned(ctx context.Context, d *definition.Definition) err
 // Runs reports whether the engine runs the operator of this name.
 func (e *Engine) Runs(name string) bool { return e.definition(name) != nil }
 
+// Definitions returns the definitions the engine runs, in no order.
+func (e *Engine) Definitions() []*definition.Definition {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]*definition.Definition, 0, len(e.running))
+	for _, op := range e.running {
+		out = append(out, op.def)
+	}
+	return out
+}
+
 // definition returns the running definition of an Operator, or nil.
 func (e *Engine) definition(name string) *definition.Definition {
 	e.mu.Lock()

@@ -192,8 +192,8 @@ func (rn *runner) runSlot(ctx context.Context, h *definition.Handler, slot time.
 			return
 		}
 		outcome, retryIn := rn.runOnce(ctx, h, run, input, log)
-		switch {
-		case outcome == "":
+		switch outcome {
+		case "":
 			if ctx.Err() != nil {
 				return
 			}
@@ -201,7 +201,7 @@ func (rn *runner) runSlot(ctx context.Context, h *definition.Handler, slot time.
 			if !sleep(ctx, notRecordedRetry) {
 				return
 			}
-		case outcome == archive.Failed:
+		case archive.Failed:
 			if !sleep(ctx, retryIn) {
 				return
 			}

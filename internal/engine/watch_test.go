@@ -401,9 +401,9 @@ spec:
 	scale(4)
 	scale(1)
 	scale(5)
-	recs := waitRecords(t, out, name, 2, "the second transition's run")
+	waitRecords(t, out, name, 2, "the second transition's run")
 	time.Sleep(time.Second)
-	recs = records(t, out, name)
+	recs := records(t, out, name)
 	if len(recs) != 2 || recs[0].Trigger != "when" || !strings.HasSuffix(recs[0].Key, "/big/when/1") || !strings.HasSuffix(recs[1].Key, "/big/when/2") {
 		t.Errorf("runs %+v; want two when runs, keys .../big/when/1 and /2", recs)
 	}

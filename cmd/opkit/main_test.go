@@ -559,7 +559,7 @@ func TestRunWithoutFilesRunsTheOperatorsOfTheCluster(t *testing.T) {
 		return ready == 2, nil
 	})
 	out, err := kubectl(t, cl.KubeconfigPath(), "get", "operators")
-	if err != nil || !strings.Contains(out, "printer   Printer   demo.example.com   True    Running") {
+	if err != nil || !strings.Contains(strings.Join(strings.Fields(out), " "), "printer Printer demo.example.com True Running") {
 		t.Errorf("kubectl get operators: %v\n%s", err, out)
 	}
 	// The console beside the engine lists both operators.

@@ -211,7 +211,12 @@ func TestAWatchLeavesAnObjectThatStopsMatchingWithoutADeleteRun(t *testing.T) {
 		}
 	}
 	relabel("b")
-	time.Sleep(2 * time.Second)
+	// Level-triggered: a label taken away and given back before the
+	// engine looked is no change. Wait until it has forgotten the object.
+	eventually(t, 30*time.Second, "the object forgotten", func(ctx context.Context) (bool, error) {
+		states, err := store.States(ctx, "team-a-"+a.Namespace)
+		return len(states) == 0, err
+	})
 	relabel("a")
 	waitRecords(t, out, name, 2, "the create run when it matches again")
 	time.Sleep(time.Second)

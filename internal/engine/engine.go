@@ -402,22 +402,29 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 			return fmt.Errorf("operator %s: the admission policy that adds its finalizer: %w", d.Operator.Name, err)
 		}
 	}
+	return e.restart(ctx, d, e.startController)
+}
+
+// restart stops the running operator of d's name, if any, and starts d
+// with start.
+func (e *Engine) restart(ctx context.Context, d *definition.Definition, start func(*definition.Definition) (*operator, error)) error {
 	e.mu.Lock()
 	old := e.running[d.Operator.Name]
 	delete(e.running, d.Operator.Name)
 	e.mu.Unlock()
-	if old != nil && !old.def.Owns() {
+	if old != nil {
 		old.stop()
-	} else if old != nil {
-		old.stop()
+	}
+	if old != nil && old.def.Owns() {
 		// Watches opened before a CRD's schema changed go on decoding with
 		// the old schema (dropping new fields) until the API server closes
-		// them, up to a minute later: list and watch again.
+		// them, up to a minute later: list and watch again. (A watch
+		// operator's watch is its own, and stopped with it.)
 		if err := e.removeInformer(ctx, old.def.GVK); err != nil {
 			return fmt.Errorf("operator %s: restarting the watch of %s: %w", d.Operator.Name, old.def.GVK.Kind, err)
 		}
 	}
-	op, err := e.startController(d)
+	op, err := start(d)
 	if err != nil {
 		return err
 	}
@@ -442,30 +449,11 @@ func (e *Engine) applyUnowned(ctx context.Context, d *definition.Definition) err
 			d = typed
 		}
 	}
-	e.mu.Lock()
-	old := e.running[d.Operator.Name]
-	delete(e.running, d.Operator.Name)
-	e.mu.Unlock()
-	if old != nil {
-		old.stop()
-		if old.def.Owns() {
-			if err := e.removeInformer(ctx, old.def.GVK); err != nil {
-				return fmt.Errorf("operator %s: stopping the watch of %s: %w", d.Operator.Name, old.def.GVK.Kind, err)
-			}
-		}
-	}
 	start := e.startCalendar
 	if d.Watch != nil {
 		start = e.startWatch
 	}
-	op, err := start(d)
-	if err != nil {
-		return err
-	}
-	e.mu.Lock()
-	e.running[d.Operator.Name] = op
-	e.mu.Unlock()
-	return nil
+	return e.restart(ctx, d, start)
 }
 
 // Runs reports whether the engine runs the operator of this name.

@@ -11,7 +11,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -95,20 +94,6 @@ func TestTeamWatchExampleAnnouncesEachImageOnce(t *testing.T) {
 			return slices.Contains(list().announced[name], note), nil
 		})
 	}
-	update := func(name string, change func(*appsv1.Deployment)) {
-		t.Helper()
-		dep := &appsv1.Deployment{}
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: name}, dep); err != nil {
-				return err
-			}
-			change(dep)
-			return env.Client.Update(ctx, dep)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	defer func() {
 		if t.Failed() {
 			t.Logf("events:\n%s", must(clustertest.Kubectl(t, clustertest.Cluster(t).KubeconfigPath(), "get", "events", "-n", env.Namespace)))
@@ -117,9 +102,9 @@ func TestTeamWatchExampleAnnouncesEachImageOnce(t *testing.T) {
 
 	waitFor("web", "Announced: web now runs nginx:1.26")
 	waitFor("api", "Announced: api now runs python:3.13-slim")
-	update("web", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:1.27" })
+	updateDeployment(t, env, "web", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:1.27" })
 	waitFor("web", "Announced: web now runs nginx:1.27")
-	update("web", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To(int32(2)) })
+	updateDeployment(t, env, "web", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To(int32(2)) })
 	if err := env.Client.Delete(ctx, deployment(env.Namespace, "api", "")); err != nil {
 		t.Fatal(err)
 	}

@@ -2,13 +2,18 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/internal/archive"
@@ -51,6 +56,55 @@ func setSpec(t *testing.T, env *clustertest.Env, obj *unstructured.Unstructured,
 		got, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "spec", field)
 		return err == nil && reflect.DeepEqual(got, value), nil
 	})
+}
+
+// updateDeployment applies change to the Deployment name in the test's
+// namespace and updates it, getting it afresh and changing it again on a
+// conflict (the Deployment's controller writes it too). It returns the
+// Deployment as updated.
+func updateDeployment(t *testing.T, env *clustertest.Env, name string, change func(*appsv1.Deployment)) *appsv1.Deployment {
+	t.Helper()
+	var dep *appsv1.Deployment
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		dep = &appsv1.Deployment{}
+		if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: env.Namespace, Name: name}, dep); err != nil {
+			return err
+		}
+		change(dep)
+		return env.Client.Update(t.Context(), dep)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dep
+}
+
+// recorderExec is the exec block of a handler under spec.handlers that
+// runs this test binary as the recording handler: it records each run to
+// the file out, events only, with the extra environment variables env,
+// given as NAME=value. Its first line is "exec:", to be placed after the
+// handler's indent of four spaces; the lines after it carry their own.
+func recorderExec(t *testing.T, out string, env ...string) string {
+	t.Helper()
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := []string{
+		fmt.Sprintf(`{name: %s, value: "1"}`, handlerEnv),
+		fmt.Sprintf(`{name: OUT, value: %q}`, out),
+		`{name: EVENTS_ONLY, value: "1"}`,
+	}
+	for _, kv := range env {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok {
+			t.Fatalf("recorderExec: %q is not NAME=value", kv)
+		}
+		vars = append(vars, fmt.Sprintf(`{name: %s, value: %q}`, name, value))
+	}
+	return fmt.Sprintf(`exec:
+      command: [%q]
+      env: [%s]`, bin, strings.Join(vars, ", "))
 }
 
 // waitConfigMapData waits until the ConfigMap name in the test's namespace

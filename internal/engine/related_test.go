@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -142,23 +141,8 @@ func TestRelatedObjectsAreWatchedAndReadButNeverWritten(t *testing.T) {
 	// flight coalesce into one next run: wait for this one.)
 	waitRecords(t, out, name, 2, "the handler's create run and its run for the first image")
 
-	// The Deployment's controller writes it too: update it with retries.
-	update := func(change func(*appsv1.Deployment)) {
-		t.Helper()
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
-				return err
-			}
-			change(dep)
-			return env.Client.Update(ctx, dep)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-
 	// A change of the related object reconciles the Watcher.
-	update(func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:2" })
+	dep = updateDeployment(t, env, dep.Name, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:2" })
 	took := waitStatus("image", "nginx:2", "the new image in status")
 	waitConfigMapData(t, env, name+"-seen", "the child re-rendered", map[string]string{"image": "nginx:2"})
 	t.Logf("the image change reached the Watcher's status in %s", took.Round(10*time.Millisecond))
@@ -170,7 +154,7 @@ func TestRelatedObjectsAreWatchedAndReadButNeverWritten(t *testing.T) {
 	}
 
 	// Scaling changes a field the handler does not name: no run.
-	update(func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To(int32(2)) })
+	dep = updateDeployment(t, env, dep.Name, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To(int32(2)) })
 	waitStatus("replicas", "2", "the new replica count in status")
 	time.Sleep(2 * time.Second)
 	if runs := records(t, out, name); len(runs) != 3 {

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -52,16 +52,7 @@ func TestRolloutsAnnounceEachNewImageOnce(t *testing.T) {
 	}
 	eventually(t, time.Minute, "the Rollout shows the image", func(context.Context) (bool, error) { return image() == "nginx:1.26", nil })
 
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
-			return err
-		}
-		dep.Spec.Template.Spec.Containers[0].Image = "nginx:1.27"
-		return env.Client.Update(ctx, dep)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	updateDeployment(t, env, dep.Name, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:1.27" })
 	eventually(t, time.Minute, "the new image announced", func(context.Context) (bool, error) {
 		for _, note := range announced() {
 			if note == "web runs nginx:1.27 in staging" {
@@ -74,16 +65,7 @@ func TestRolloutsAnnounceEachNewImageOnce(t *testing.T) {
 		t.Errorf("status.image = %q; want nginx:1.27", image())
 	}
 
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
-			return err
-		}
-		dep.Spec.Replicas = ptr.To(int32(2))
-		return env.Client.Update(ctx, dep)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	updateDeployment(t, env, dep.Name, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To(int32(2)) })
 	time.Sleep(3 * time.Second)
 	if notes := announced(); len(notes) != 1 {
 		t.Errorf("announcements %q; want one, for the new image (not for the creation, not for scaling)", strings.Join(notes, " | "))

@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,13 +27,7 @@ import (
 // teamWatch is a watch operator on the Deployments labelled team=a in two
 // namespaces, its handlers recording their runs to OUT.
 func teamWatch(t *testing.T, out string, namespaces ...string) string {
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	exec := fmt.Sprintf(`exec:
-      command: [%q]
-      env: [{name: %s, value: "1"}, {name: OUT, value: %q}, {name: EVENTS_ONLY, value: "1"}]`, bin, handlerEnv, out)
+	exec := recorderExec(t, out)
 	return fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
 kind: Operator
 metadata: {name: team-a-%s}
@@ -98,26 +91,12 @@ func TestAWatchRunsItsHandlersForTheSelectedDeploymentsOnlyAndWritesNone(t *test
 	waitRecords(t, out, web, 1, "the create run of "+web)
 	waitRecords(t, out, api, 1, "the create run of "+api)
 
-	update := func(env *clustertest.Env, name string, change func(*appsv1.Deployment)) {
-		t.Helper()
-		dep := &appsv1.Deployment{}
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: name}, dep); err != nil {
-				return err
-			}
-			change(dep)
-			return env.Client.Update(ctx, dep)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	update(a, web, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:2" })
+	updateDeployment(t, a, web, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:2" })
 	recs := waitRecords(t, out, web, 2, "the image handler's run for the new image")
 	if r := recs[1]; r.Handler != "image" || r.Trigger != "update" || !slices.Contains(r.Diff, "change spec.template.spec.containers") {
 		t.Errorf("run %+v; want the image handler, on update, with the image's change in its diff", r)
 	}
-	update(a, web, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To(int32(2)) })
+	updateDeployment(t, a, web, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To(int32(2)) })
 	if err := b.Client.Delete(ctx, deployment(b.Namespace, api, "")); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +116,7 @@ func TestAWatchRunsItsHandlersForTheSelectedDeploymentsOnlyAndWritesNone(t *test
 
 	// Stopped: a new image and a deletion happen meanwhile.
 	stop()
-	update(a, web, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:3" })
+	updateDeployment(t, a, web, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:3" })
 	if err := a.Client.Delete(ctx, deployment(a.Namespace, web, "")); err != nil {
 		t.Fatal(err)
 	}
@@ -198,17 +177,7 @@ func TestAWatchLeavesAnObjectThatStopsMatchingWithoutADeleteRun(t *testing.T) {
 	waitRecords(t, out, name, 1, "the create run")
 	relabel := func(team string) {
 		t.Helper()
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			dep := &appsv1.Deployment{}
-			if err := a.Client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name}, dep); err != nil {
-				return err
-			}
-			dep.Labels["team"] = team
-			return a.Client.Update(ctx, dep)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		updateDeployment(t, a, name, func(d *appsv1.Deployment) { d.Labels["team"] = team })
 	}
 	relabel("b")
 	// Level-triggered: a label taken away and given back before the
@@ -293,10 +262,6 @@ func TestARetryOfAStalledWatchedObjectRunsItAgainWithoutWritingIt(t *testing.T) 
 	ctx := t.Context()
 	dir := t.TempDir()
 	out, fixed := filepath.Join(dir, "records.jsonl"), filepath.Join(dir, "fixed")
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	e, _ := runEngineWith(t, engine.Options{Config: a.Config})
 	if err := e.Apply(ctx, compileYAML(t, fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
 kind: Operator
@@ -307,10 +272,8 @@ spec:
   - name: created
     on: [create]
     retry: {maxAttempts: 1}
-    exec:
-      command: [%q]
-      env: [{name: %s, value: "1"}, {name: OUT, value: %q}, {name: EVENTS_ONLY, value: "1"}, {name: FAIL_UNTIL, value: %q}]
-`, a.Namespace, a.Namespace, bin, handlerEnv, out, fixed))); err != nil {
+    %s
+`, a.Namespace, a.Namespace, recorderExec(t, out, "FAIL_UNTIL="+fixed)))); err != nil {
 		t.Fatal(err)
 	}
 	name := "web-" + a.Namespace[len(a.Namespace)-6:]
@@ -362,10 +325,6 @@ func TestAWhenOverAWatchedObjectRunsOncePerTransitionToTrue(t *testing.T) {
 	a := clustertest.New(t)
 	ctx := t.Context()
 	out := filepath.Join(t.TempDir(), "records.jsonl")
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	e := startEngine(t, a)
 	if err := e.Apply(ctx, compileYAML(t, fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
 kind: Operator
@@ -376,10 +335,8 @@ spec:
   - name: big
     on: [when]
     when: "self.spec.replicas > 2"
-    exec:
-      command: [%q]
-      env: [{name: %s, value: "1"}, {name: OUT, value: %q}, {name: EVENTS_ONLY, value: "1"}]
-`, a.Namespace, a.Namespace, bin, handlerEnv, out))); err != nil {
+    %s
+`, a.Namespace, a.Namespace, recorderExec(t, out)))); err != nil {
 		t.Fatal(err)
 	}
 	name := "web-" + a.Namespace[len(a.Namespace)-6:]
@@ -388,16 +345,7 @@ spec:
 	create(t, a, dep)
 	scale := func(n int32) {
 		t.Helper()
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if err := a.Client.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
-				return err
-			}
-			dep.Spec.Replicas = ptr.To(n)
-			return a.Client.Update(ctx, dep)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		updateDeployment(t, a, name, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To(n) })
 		time.Sleep(1500 * time.Millisecond) // seen by the engine
 	}
 	scale(1)
@@ -424,10 +372,6 @@ func TestAWatchWithAFinalizerRunsTheDeleteHandlerBeforeTheObjectIsGone(t *testin
 	ctx := t.Context()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "records.jsonl")
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	op := "fin-" + a.Namespace[len(a.Namespace)-6:]
 	e := startEngine(t, a)
 	if err := e.Apply(ctx, compileYAML(t, fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
@@ -443,10 +387,8 @@ spec:
   handlers:
   - name: gone
     on: [delete]
-    exec:
-      command: [%q]
-      env: [{name: %s, value: "1"}, {name: OUT, value: %q}, {name: EVENTS_ONLY, value: "1"}, {name: SLEEP, value: 3s}]
-`, op, a.Namespace, bin, handlerEnv, out))); err != nil {
+    %s
+`, op, a.Namespace, recorderExec(t, out, "SLEEP=3s")))); err != nil {
 		t.Fatal(err)
 	}
 	fin := engine.FinalizerName(op)
@@ -477,17 +419,7 @@ spec:
 	}
 
 	// No longer labelled: the finalizer goes, and nothing runs.
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		dep := &appsv1.Deployment{}
-		if err := a.Client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: api}, dep); err != nil {
-			return err
-		}
-		dep.Labels["team"] = "b"
-		return a.Client.Update(ctx, dep)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	updateDeployment(t, a, api, func(d *appsv1.Deployment) { d.Labels["team"] = "b" })
 	eventually(t, 30*time.Second, api+" no longer holds opkit's finalizer", func(context.Context) (bool, error) { return !holds(api), nil })
 	if got := records(t, out, api); len(got) > 0 {
 		t.Errorf("%s ran %v when it stopped matching; want nothing", api, triggers(got))
@@ -557,20 +489,7 @@ func TestAWatchForgetsWhatItNoLongerWatchesOrNeverSawHere(t *testing.T) {
 	if err := e.Apply(ctx, compileYAML(t, teamWatch(t, out, a.Namespace))); err != nil {
 		t.Fatal(err)
 	}
-	update := func() {
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			dep := &appsv1.Deployment{}
-			if err := a.Client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: "web-" + id}, dep); err != nil {
-				return err
-			}
-			dep.Spec.Template.Spec.Containers[0].Image = "nginx:2"
-			return a.Client.Update(ctx, dep)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	update()
+	updateDeployment(t, a, "web-"+id, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:2" })
 	waitRecords(t, out, "web-"+id, 2, "web's update run, the watch narrowed")
 	time.Sleep(time.Second)
 	if got := triggers(records(t, out, "api-"+id)); !slices.Equal(got, []string{"created/create"}) {

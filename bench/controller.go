@@ -322,7 +322,18 @@ func (discardArchive) Insert(context.Context, *archive.Run) error { return nil }
 func (discardArchive) States(context.Context, string) ([]archive.State, error) {
 	return []archive.State{}, nil
 }
-func (discardArchive) PutState(context.Context, *archive.State) error    { return nil }
+func (discardArchive) PutState(context.Context, *archive.State) error          { return nil }
+func (discardArchive) RecordDelivery(context.Context, *archive.Delivery) error { return nil }
+func (discardArchive) FinishDelivery(context.Context, *archive.Delivery) error { return nil }
+func (discardArchive) PendingDeliveries(context.Context, string) ([]archive.Delivery, error) {
+	return []archive.Delivery{}, nil
+}
+func (discardArchive) GetDelivery(context.Context, string) (*archive.Delivery, error) {
+	return nil, archive.ErrNotFound
+}
+func (discardArchive) ListDeliveries(context.Context, archive.DeliveryQuery) (*archive.DeliveryPage, error) {
+	return &archive.DeliveryPage{Deliveries: []archive.Delivery{}}, nil
+}
 func (discardArchive) DeleteState(context.Context, string, string) error { return nil }
 func (discardArchive) Finish(context.Context, *archive.Run) error        { return nil }
 func (discardArchive) AppendLog(context.Context, string, []byte) error   { return nil }

@@ -3,9 +3,11 @@
 // failure can be found and understood after the fact. It also keeps, as
 // [State] records, what an operator remembers of the things it reacts to
 // but does not own (a watched object, an operator-wide schedule), which it
-// may not write to.
+// may not write to; and, as [Delivery] records, every webhook delivery an
+// operator received, accepted or refused, and what its handling caused.
 //
-// A [Store] holds [Run] records, their logs, and State records.
+// A [Store] holds [Run] records, their logs, State records and Delivery
+// records.
 // [OpenSQLite] is the embedded store: one file, WAL mode, a pure-Go
 // driver. Every Store passes the conformance suite in archive/archivetest.
 //
@@ -24,14 +26,32 @@
 //   - A run still Running when its engine stopped is ended by
 //     [Store.CancelRunning] as Cancelled.
 //   - Retention ([Store.Prune]) deletes finished runs by age and count,
-//     with their logs; running runs are never pruned.
+//     with their logs; running runs are never pruned. It deletes
+//     deliveries by the same age and count, counted apart from runs;
+//     Pending deliveries are never pruned.
 //   - State records are one per operator and key, replaced whole by
 //     [StateStore.PutState], their Data kept byte for byte. They are not
 //     runs: neither retention nor CancelRunning touches them; only
 //     [StateStore.DeleteState] removes one, when the engine forgets the
 //     thing it stands for.
+//   - A Pending delivery ([DeliveryStore.RecordDelivery]) is durable when
+//     the call returns, a crash of the machine included: its sender is
+//     acknowledged only then. It stays Pending, across restarts and
+//     CancelRunning, until [DeliveryStore.FinishDelivery] records it
+//     Handled or Failed; [DeliveryStore.PendingDeliveries] is what an
+//     engine that starts handles.
+//   - A delivery's idempotency key is (operator, source, sender's
+//     delivery id): of the deliveries with one key, one only is
+//     accepted, under any concurrency; the others are refused with
+//     [ErrDuplicateDelivery] and stored by the caller as Refused. Refused
+//     records never conflict. A key is remembered as long as its record
+//     is kept.
+//   - A delivery's payload is capped ([Options.PayloadLimit]): a longer
+//     one keeps its start and is marked PayloadTruncated, with its whole
+//     size in PayloadBytes.
 //   - The archive stores what it is given: the engine never gives it the
-//     binding context or values from Secrets.
+//     binding context or values from Secrets, and redacts the secrets and
+//     tokens of a delivery's headers and payload before recording it.
 package archive
 
 import (
@@ -173,9 +193,16 @@ type Counts struct {
 	Failed int `json:"failed"`
 }
 
-// Retention bounds what Prune keeps. Zero fields do not bound.
+// Retention bounds what Prune keeps. Zero fields do not bound. Runs and
+// webhook deliveries are counted apart: each kind keeps its MaxRuns
+// newest, so that a flood of deliveries never pushes runs out of the
+// archive, nor a busy operator's runs its deliveries.
 type Retention struct {
-	MaxAge  time.Duration
+	// MaxAge is the age past which finished runs and handled or refused
+	// deliveries are deleted.
+	MaxAge time.Duration
+	// MaxRuns is how many runs are kept, and, counted apart, how many
+	// deliveries.
 	MaxRuns int
 }
 
@@ -187,6 +214,9 @@ type Options struct {
 	// kept; the rest of LogLimit keeps its end. Defaults to a quarter of
 	// LogLimit.
 	LogHead int64
+	// PayloadLimit caps the payload kept per webhook delivery: a longer
+	// one keeps its start. Defaults to 256 KiB.
+	PayloadLimit int64
 	// CheckEvery is how often the archive checks that its file is still
 	// the one open (see SQLite.Check). Defaults to 2s.
 	CheckEvery time.Duration
@@ -202,6 +232,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.LogHead <= 0 || o.LogHead > o.LogLimit {
 		o.LogHead = o.LogLimit / 4
+	}
+	if o.PayloadLimit <= 0 {
+		o.PayloadLimit = DefaultPayloadLimit
 	}
 	if o.CheckEvery <= 0 {
 		o.CheckEvery = 2 * time.Second
@@ -244,8 +277,8 @@ func HumanBytes(n int64) string {
 	}
 }
 
-// ErrNotFound is returned for an unknown run id.
-var ErrNotFound = errors.New("run not found")
+// ErrNotFound is returned for an unknown run or delivery id.
+var ErrNotFound = errors.New("not found")
 
 // StateStore keeps State records. Its methods are safe for concurrent
 // use.
@@ -261,8 +294,8 @@ type StateStore interface {
 	DeleteState(ctx context.Context, operator, key string) error
 }
 
-// Store is a run archive, and the State records kept beside the runs. Its
-// methods are safe for concurrent use.
+// Store is a run archive, and the State and Delivery records kept beside
+// the runs. Its methods are safe for concurrent use.
 type Store interface {
 	// Insert records a new run. r.ID must be set (NewID).
 	Insert(ctx context.Context, r *Run) error
@@ -287,10 +320,12 @@ type Store interface {
 	// CancelRunning ends every Running run as Cancelled with reason, and
 	// returns how many.
 	CancelRunning(ctx context.Context, reason string) (int, error)
-	// Prune deletes finished runs beyond the retention, and returns how
-	// many.
+	// Prune deletes finished runs, and deliveries that are not Pending,
+	// beyond the retention, and returns how many records (runs and
+	// deliveries).
 	Prune(ctx context.Context, keep Retention) (int, error)
 	StateStore
+	DeliveryStore
 	Close() error
 }
 

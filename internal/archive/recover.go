@@ -2,8 +2,10 @@ package archive
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -32,10 +34,13 @@ func (s *SQLite) watch() {
 // archive goes on there. A file replaced by another one keeps the path:
 // the open file's records are copied beside it, to PATH.recovered-TIME,
 // and the archive goes on in the new file, with the open file's state
-// records: they are what the running engine has done, and it goes on from
-// them. Until a copy succeeds the archive refuses to record runs (so none
-// starts: nothing runs that is not recorded) and Check returns why. Each
-// change is reported once through Options.Log.
+// records and webhook deliveries: they are what the running engine has
+// done, and it goes on from them (a Pending delivery is still to handle,
+// an accepted one's key still refuses its replays). Until a copy succeeds
+// the archive refuses to record runs and deliveries (so no run starts and
+// no sender is acknowledged: nothing is done that is not recorded) and
+// Check returns why. Each change is reported once through Options.Log.
+// After Close it returns the archive's closed error and reopens nothing.
 func (s *SQLite) Check(ctx context.Context) error {
 	s.mu.RLock()
 	fi, err := os.Stat(s.path)
@@ -47,6 +52,9 @@ func (s *SQLite) Check(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if errors.Is(s.lost, errClosed) {
+		return s.lost
+	}
 	fi, err = os.Stat(s.path)
 	if err == nil && os.SameFile(fi, s.file) && s.lost == nil {
 		return nil
@@ -67,11 +75,16 @@ func (s *SQLite) Check(ctx context.Context) error {
 		return lost
 	}
 	if replaced {
-		states := "its state records were carried over"
-		if err := s.carryStates(ctx, dest); err != nil {
-			states = fmt.Sprintf("its state records could not be carried over (%v) and are there only", err)
+		var carried []string
+		for _, c := range []struct{ what, statement string }{{"its state records", carryStatesSQL}, {"its webhook deliveries", carryDeliveriesSQL}} {
+			if err := s.carry(ctx, dest, c.statement); err != nil {
+				carried = append(carried, fmt.Sprintf("%s could not be carried over (%v) and are there only", c.what, err))
+			} else {
+				carried = append(carried, c.what+" were carried over")
+			}
 		}
-		s.opts.Log(fmt.Sprintf("archive: %s %s while in use: the runs recorded in the old file are in %s, %s; recording goes on in %s", s.path, what, dest, states, s.path))
+		s.opts.Log(fmt.Sprintf("archive: %s %s while in use: the runs recorded in the old file are in %s, %s; recording goes on in %s",
+			s.path, what, dest, strings.Join(carried, ", "), s.path))
 	} else {
 		s.opts.Log(fmt.Sprintf("archive: %s %s while in use: its runs were copied back from the open file; recording goes on there", s.path, what))
 	}
@@ -109,10 +122,9 @@ func (s *SQLite) copyOut(ctx context.Context, dest string) error {
 	return nil
 }
 
-// carryStates copies the state records of the archive at from into the one
-// open, replacing those of the same operator and key. The caller holds
-// s.mu.
-func (s *SQLite) carryStates(ctx context.Context, from string) error {
+// carry runs a statement that copies records of the archive at from,
+// attached as recovered, into the one open. The caller holds s.mu.
+func (s *SQLite) carry(ctx context.Context, from, statement string) error {
 	conn, err := s.w.Conn(ctx) // ATTACH is the connection's
 	if err != nil {
 		return err
@@ -122,13 +134,26 @@ func (s *SQLite) carryStates(ctx context.Context, from string) error {
 		return err
 	}
 	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), `DETACH DATABASE recovered`) }()
-	_, err = conn.ExecContext(ctx, carryStatesSQL)
+	_, err = conn.ExecContext(ctx, statement)
 	return err
 }
 
-// carryStatesSQL copies the attached archive's state records. WHERE true
-// tells SQLite that ON CONFLICT is the upsert's, not the join's.
+// carryStatesSQL copies the attached archive's state records, replacing
+// those of the same operator and key. WHERE true tells SQLite that ON
+// CONFLICT is the upsert's, not the join's.
 const carryStatesSQL = `INSERT INTO main.states (operator, state_key, api_version, kind, namespace, name, data, updated_at)
 	SELECT operator, state_key, api_version, kind, namespace, name, data, updated_at FROM recovered.states WHERE true
 	ON CONFLICT (operator, state_key) DO UPDATE SET api_version = excluded.api_version, kind = excluded.kind,
 		namespace = excluded.namespace, name = excluded.name, data = excluded.data, updated_at = excluded.updated_at`
+
+// carryDeliveriesSQL copies the attached archive's deliveries. One the new
+// file has too (an older copy of the same archive) takes the open file's
+// outcome and handling, which are newer. One whose key an accepted one of
+// the new file has is left out: the new file's was accepted first.
+const carryDeliveriesSQL = `INSERT INTO main.deliveries (id, operator, source, delivery_id, received_at, outcome, reason, event, runs, objects,
+		handled_at, payload_bytes, payload_truncated, headers, payload)
+	SELECT id, operator, source, delivery_id, received_at, outcome, reason, event, runs, objects,
+		handled_at, payload_bytes, payload_truncated, headers, payload FROM recovered.deliveries WHERE true
+	ON CONFLICT (id) DO UPDATE SET outcome = excluded.outcome, reason = excluded.reason, runs = excluded.runs,
+		objects = excluded.objects, handled_at = excluded.handled_at
+	ON CONFLICT DO NOTHING`

@@ -2,6 +2,7 @@ package archive_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -307,5 +308,158 @@ func TestAnArchiveReplacedWhileInUseCarriesItsStateRecordsOver(t *testing.T) {
 	}
 	if got := strings.Join(reopened(t, recovered[0]), ","); got != "old" {
 		t.Errorf("the recovered archive holds %s; want old", got)
+	}
+}
+
+func recordDelivery(t *testing.T, s archive.Store, deliveryID string) *archive.Delivery {
+	t.Helper()
+	d := &archive.Delivery{Operator: "op", Source: "github", DeliveryID: deliveryID, Payload: []byte(`{"id":"` + deliveryID + `"}`)}
+	if err := s.RecordDelivery(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func handled(t *testing.T, s archive.Store, d *archive.Delivery) {
+	t.Helper()
+	d.Outcome, d.Runs = archive.DeliveryHandled, []string{archive.NewID(time.Now())}
+	if err := s.FinishDelivery(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reopenedDeliveries opens the archive at path afresh and returns its
+// operator op's deliveries, oldest first, as deliveryID=outcome, checking
+// each one's payload.
+func reopenedDeliveries(t *testing.T, path string) string {
+	t.Helper()
+	s, err := archive.OpenSQLite(context.Background(), path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	page, err := s.ListDeliveries(context.Background(), archive.DeliveryQuery{Operator: "op", Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	for _, d := range slices.Backward(page.Deliveries) {
+		all = append(all, d.DeliveryID+"="+string(d.Outcome))
+		full, err := s.GetDelivery(context.Background(), d.ID)
+		if err != nil || string(full.Payload) != `{"id":"`+d.DeliveryID+`"}` {
+			t.Errorf("delivery %s: %+v, %v", d.DeliveryID, full, err)
+		}
+	}
+	return strings.Join(all, ",")
+}
+
+func TestAnArchiveDeletedWhileInUseIsCopiedBackWithItsDeliveries(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runs.db")
+	var told lines
+	s, err := archive.OpenSQLite(context.Background(), path, archive.Options{CheckEvery: time.Hour, Log: told.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := recordDelivery(t, s, "a")
+	recordDelivery(t, s, "b")
+	if err := os.Remove(path); err != nil { // rm runs.db
+		t.Fatal(err)
+	}
+	// Handled in the open file, before any check.
+	handled(t, s, a)
+	// A delivery is not acknowledged into the deleted file: the file is
+	// copied back first.
+	recordDelivery(t, s, "c")
+	told.wait(t, "was deleted while in use: its runs were copied back")
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the archive is not back at its path after RecordDelivery: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := reopenedDeliveries(t, path), "a=Handled,b=Pending,c=Pending"; got != want {
+		t.Errorf("the archive holds the deliveries %s; want %s", got, want)
+	}
+}
+
+func TestADeliveryIsRefusedWhileTheArchiveCannotBeCopiedBackAndItsHandlingKept(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	path := filepath.Join(dir, "runs.db")
+	var told lines
+	s, err := archive.OpenSQLite(context.Background(), path, archive.Options{CheckEvery: 200 * time.Millisecond, Log: told.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	a := recordDelivery(t, s, "a")
+	if err := os.RemoveAll(dir); err != nil { // its directory is gone
+		t.Fatal(err)
+	}
+	told.wait(t, "could not be copied back")
+	d := &archive.Delivery{Operator: "op", Source: "github", DeliveryID: "b"}
+	if err := s.RecordDelivery(context.Background(), d); err == nil || !strings.Contains(err.Error(), "could not be copied back") {
+		t.Errorf("RecordDelivery into a lost archive: %v, want a refusal saying why (the sender is not acknowledged)", err)
+	}
+	// A delivery accepted before is handled meanwhile: that is recorded.
+	handled(t, s, a)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	told.wait(t, "its runs were copied back")
+	recordDelivery(t, s, "b") // the sender's retry
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := reopenedDeliveries(t, path), "a=Handled,b=Pending"; got != want {
+		t.Errorf("the archive holds the deliveries %s; want %s", got, want)
+	}
+}
+
+// TestAnArchiveReplacedWhileInUseCarriesItsDeliveriesOver: the deliveries
+// are what the running engine has received and done: the pending ones are
+// still to handle, and the accepted ones' keys still refuse their replays.
+// They go on in the new file; one the new file has too takes the open
+// file's outcome.
+func TestAnArchiveReplacedWhileInUseCarriesItsDeliveriesOver(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "runs.db")
+	var told lines
+	s, err := archive.OpenSQLite(context.Background(), path, archive.Options{CheckEvery: 200 * time.Millisecond, Log: told.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := recordDelivery(t, s, "a")
+	recordDelivery(t, s, "b")
+	handled(t, s, a)
+	// An older copy of the archive takes the path: it has a, still
+	// pending, and a delivery of its own.
+	older := filepath.Join(dir, "older.db")
+	o, err := archive.OpenSQLite(context.Background(), older, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyOfA := &archive.Delivery{ID: a.ID, Operator: "op", Source: "github", DeliveryID: "a", ReceivedAt: a.ReceivedAt, Payload: a.Payload}
+	if err := o.RecordDelivery(context.Background(), copyOfA); err != nil {
+		t.Fatal(err)
+	}
+	recordDelivery(t, o, "z")
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(older, path); err != nil {
+		t.Fatal(err)
+	}
+	line := told.wait(t, "was replaced by another file")
+	if !strings.Contains(line, "its webhook deliveries were carried over") {
+		t.Errorf("the report %q does not say the deliveries were carried over", line)
+	}
+	if err := s.RecordDelivery(context.Background(), &archive.Delivery{Operator: "op", Source: "github", DeliveryID: "b"}); !errors.Is(err, archive.ErrDuplicateDelivery) {
+		t.Errorf("a replay of b after the replacement: %v, want ErrDuplicateDelivery", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := reopenedDeliveries(t, path), "a=Handled,b=Pending,z=Pending"; got != want {
+		t.Errorf("the archive at the path holds the deliveries %s; want %s", got, want)
 	}
 }

@@ -82,6 +82,42 @@ var migrations = []string{
 		updated_at  INTEGER NOT NULL,
 		PRIMARY KEY (operator, state_key)
 	);`,
+	// Webhook deliveries, accepted and refused. Runs, objects and headers
+	// are JSON. The payload is the last column, so that a list, which does
+	// not read it, does not read its overflow pages. The indexes, each for
+	// its query (a test checks each plan):
+	//   - deliveries_accepted: RecordDelivery's replay check, the insert's
+	//     conflict target. Unique over the accepted deliveries with a
+	//     sender's id only: refused ones never conflict.
+	//   - deliveries_operator: ListDeliveries of an operator (opkit events
+	//     --operator), newest first; its source is filtered on the way.
+	//   - deliveries_pending: PendingDeliveries of an operator, oldest
+	//     first, when an engine starts; it holds only what is not handled.
+	//   - deliveries_refused: ListDeliveries of the refused ones (opkit
+	//     events --refused), newest first.
+	// Time bounds, the cursor, GetDelivery and Prune use the primary key:
+	// ids sort by the time received.
+	`CREATE TABLE deliveries (
+		id                TEXT PRIMARY KEY,
+		operator          TEXT NOT NULL,
+		source            TEXT NOT NULL,
+		delivery_id       TEXT NOT NULL,
+		received_at       INTEGER NOT NULL,
+		outcome           TEXT NOT NULL,
+		reason            TEXT NOT NULL,
+		event             TEXT NOT NULL,
+		runs              TEXT NOT NULL,
+		objects           TEXT NOT NULL,
+		handled_at        INTEGER NOT NULL,
+		payload_bytes     INTEGER NOT NULL,
+		payload_truncated INTEGER NOT NULL,
+		headers           TEXT NOT NULL,
+		payload           BLOB NOT NULL
+	);
+	CREATE UNIQUE INDEX deliveries_accepted ON deliveries (operator, source, delivery_id) WHERE delivery_id != '' AND outcome != 'Refused';
+	CREATE INDEX deliveries_operator ON deliveries (operator, id);
+	CREATE INDEX deliveries_pending ON deliveries (operator, id) WHERE outcome = 'Pending';
+	CREATE INDEX deliveries_refused ON deliveries (id) WHERE outcome = 'Refused';`,
 }
 
 // SQLite is the embedded Store: one database file in WAL mode. Writes go
@@ -232,7 +268,7 @@ func (s *SQLite) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.closeHandles()
-	s.w, s.db, s.lost = nil, nil, errors.New("archive: closed")
+	s.w, s.db, s.lost = nil, nil, errClosed
 	return err
 }
 
@@ -621,7 +657,8 @@ func (s *SQLite) CancelRunning(ctx context.Context, reason string) (int, error) 
 	return int(n), nil
 }
 
-// Prune deletes finished runs beyond the retention.
+// Prune deletes finished runs beyond the retention, and deliveries that
+// are not Pending, counted apart.
 func (s *SQLite) Prune(ctx context.Context, keep Retention) (int, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -646,7 +683,8 @@ func (s *SQLite) Prune(ctx context.Context, keep Retention) (int, error) {
 		n, _ := res.RowsAffected()
 		total += n
 	}
-	return int(total), nil
+	n, err := s.pruneDeliveries(ctx, keep)
+	return int(total + n), err
 }
 
 // The statements of state records. A state is written as often as the

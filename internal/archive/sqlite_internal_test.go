@@ -3,7 +3,9 @@ package archive
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +107,126 @@ func TestSQLiteMigratesAnArchiveOfVersion2ToStateRecordsKeepingItsRuns(t *testin
 	}
 }
 
+// TestSQLiteMigratesAnArchiveOfVersion3ToDeliveriesKeepingItsRunsAndStates
+// opens an archive made by the opkit before webhook deliveries (schema
+// version 3), built here with that opkit's migrations only, and finds its
+// runs and state records as they were, and deliveries working beside them.
+func TestSQLiteMigratesAnArchiveOfVersion3ToDeliveriesKeepingItsRunsAndStates(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "runs.db")
+	old, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	ok, bad := NewID(now), NewID(now.Add(time.Millisecond))
+	for _, q := range []string{migrations[0], migrations[1], migrations[2], `PRAGMA user_version = 3`,
+		`INSERT INTO runs VALUES ('` + ok + `', 'op', 'h', 'exec', 'create', 'v1', 'K', 'ns', 'a', 'u1', 1, 'u1/1/h', 1, '', 1, 2, 'Succeeded', 0, '', 0, '', 12, 0)`,
+		`INSERT INTO runs VALUES ('` + bad + `', 'op', 'h', 'exec', 'update', 'v1', 'K', 'ns', 'b', 'u2', 1, 'u2/1/h', 1, '', 1, 2, 'Failed', 1, 'exit status 1', 0, '', 0, 0)`,
+		`INSERT INTO logs VALUES ('` + ok + `', 0, CAST('the log of a' AS BLOB))`,
+		`INSERT INTO states VALUES ('op', 'u1', 'v1', 'K', 'ns', 'a', CAST('{"handled":1}' AS BLOB), 1)`,
+	} {
+		if _, err := old.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = old.Close()
+
+	s, err := OpenSQLite(ctx, path, Options{})
+	if err != nil {
+		t.Fatalf("migrating: %v", err)
+	}
+	defer func() { _ = s.Close() }()
+	var version int
+	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil || version != len(migrations) {
+		t.Fatalf("schema version %d (%v), want %d", version, err, len(migrations))
+	}
+	page, err := s.List(ctx, Query{})
+	if err != nil || len(page.Runs) != 2 || page.Runs[0].ID != bad || page.Runs[1].ID != ok {
+		t.Fatalf("runs after migrating: %+v, %v; want %s and %s", page, err, bad, ok)
+	}
+	if l, err := s.Logs(ctx, ok, 0); err != nil || string(l.Data) != "the log of a" {
+		t.Errorf("log after migrating: %+v, %v", l, err)
+	}
+	if page, err := s.List(ctx, Query{Failed: true}); err != nil || len(page.Runs) != 1 || page.Runs[0].ID != bad {
+		t.Errorf("failed runs after migrating: %+v, %v; want only %s", page, err, bad)
+	}
+	if got, err := s.States(ctx, "op"); err != nil || len(got) != 1 || string(got[0].Data) != `{"handled":1}` {
+		t.Errorf("States after migrating: %+v, %v", got, err)
+	}
+
+	d := &Delivery{Operator: "op", Source: "github", DeliveryID: "d-1", Event: "push", Payload: []byte(`{"ref":"main"}`)}
+	if err := s.RecordDelivery(ctx, d); err != nil {
+		t.Fatalf("RecordDelivery after migrating: %v", err)
+	}
+	if err := s.RecordDelivery(ctx, &Delivery{Operator: "op", Source: "github", DeliveryID: "d-1"}); !errors.Is(err, ErrDuplicateDelivery) {
+		t.Errorf("a replay after migrating: %v, want ErrDuplicateDelivery", err)
+	}
+	if got, err := s.PendingDeliveries(ctx, "op"); err != nil || len(got) != 1 || got[0].ID != d.ID || string(got[0].Payload) != `{"ref":"main"}` {
+		t.Errorf("PendingDeliveries after migrating: %+v, %v; want %s", got, err, d.ID)
+	}
+	if n, err := s.Prune(ctx, Retention{MaxRuns: 1}); err != nil || n != 1 {
+		t.Errorf("Prune to 1 after migrating = %d, %v; want 1 run (the delivery is pending)", n, err)
+	}
+}
+
+// TestSQLiteRecordsAPendingDeliveryWithAFullSync: a Pending delivery's
+// commit is synced (synchronous FULL), and the writer goes back to NORMAL
+// for the runs after it, a refused delivery's included.
+func TestSQLiteRecordsAPendingDeliveryWithAFullSync(t *testing.T) {
+	ctx := t.Context()
+	s, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "runs.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	synchronous := func() int {
+		t.Helper()
+		var level int
+		if err := s.w.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&level); err != nil {
+			t.Fatal(err)
+		}
+		return level
+	}
+	const normal = 1
+	if got := synchronous(); got != normal {
+		t.Fatalf("the writer's synchronous is %d, want NORMAL (%d)", got, normal)
+	}
+	// The commit is seen with the connection: a trigger records the
+	// level in effect as the row is written.
+	if _, err := s.w.ExecContext(ctx, `CREATE TEMP TABLE levels (level INTEGER);
+		CREATE TEMP TRIGGER level AFTER INSERT ON deliveries BEGIN INSERT INTO levels SELECT synchronous FROM pragma_synchronous; END;`); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []*Delivery{
+		{Operator: "op", Source: "github", DeliveryID: "d-1"},
+		{Operator: "op", Source: "github", DeliveryID: "d-1", Outcome: DeliveryRefused, Reason: "replay of delivery d-1"},
+	} {
+		if err := s.RecordDelivery(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		if got := synchronous(); got != normal {
+			t.Errorf("after a %s delivery the writer's synchronous is %d, want NORMAL (%d)", d.Outcome, got, normal)
+		}
+	}
+	rows, err := s.w.QueryContext(ctx, `SELECT level FROM levels`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var levels []int
+	for rows.Next() {
+		var l int
+		if err := rows.Scan(&l); err != nil {
+			t.Fatal(err)
+		}
+		levels = append(levels, l)
+	}
+	_ = rows.Close()
+	if want := []int{2, normal}; !slices.Equal(levels, want) {
+		t.Errorf("written with synchronous %v, want FULL (2) for the pending delivery, NORMAL for the refused one: %v", levels, want)
+	}
+}
+
 // TestSQLiteQueriesUseTheirIndexes checks, with SQLite's own query plans,
 // that the queries made on a large archive search an index instead of
 // scanning every run. SQLite uses a partial index only where it can see
@@ -124,6 +246,13 @@ func TestSQLiteQueriesUseTheirIndexes(t *testing.T) {
 		}
 		return listSQL(where), append(args, limit+1)
 	}
+	listDeliveries := func(q DeliveryQuery) (string, []any) {
+		where, args, limit, err := q.sql()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return listDeliveriesSQL(where), append(args, limit+1)
+	}
 	for _, c := range []struct {
 		name  string
 		index string
@@ -137,6 +266,16 @@ func TestSQLiteQueriesUseTheirIndexes(t *testing.T) {
 		{"object of a kind", "runs_object", func() (string, []any) { return list(Query{Kind: "Deployment", Namespace: "ns", Name: "n"}) }},
 		{"states of an operator", "sqlite_autoindex_states_1", func() (string, []any) { return statesSQL, []any{"op"} }},
 		{"delete a state", "sqlite_autoindex_states_1", func() (string, []any) { return deleteStateSQL, []any{"op", "uid"} }},
+		{"pending deliveries", "deliveries_pending", func() (string, []any) { return pendingDeliveriesSQL, []any{"op"} }},
+		{"deliveries of an operator", "deliveries_operator", func() (string, []any) { return listDeliveries(DeliveryQuery{Operator: "op"}) }},
+		{"deliveries of a source", "deliveries_operator", func() (string, []any) {
+			return listDeliveries(DeliveryQuery{Operator: "op", Source: "github"})
+		}},
+		{"refused deliveries", "deliveries_refused", func() (string, []any) { return listDeliveries(DeliveryQuery{Refused: true}) }},
+		{"refused deliveries as an outcome", "deliveries_refused", func() (string, []any) {
+			return listDeliveries(DeliveryQuery{Outcome: DeliveryRefused})
+		}},
+		{"get a delivery", "sqlite_autoindex_deliveries_1", func() (string, []any) { return getDeliverySQL, []any{"id"} }},
 		{"cancel running", "runs_running", func() (string, []any) {
 			return cancelRunningSQL, []any{string(Cancelled), "stopped", int64(1)}
 		}},

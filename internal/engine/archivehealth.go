@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -58,6 +59,22 @@ func (w *archiveWriter) PutState(ctx context.Context, s *archive.State) error {
 
 func (w *archiveWriter) DeleteState(ctx context.Context, operator, key string) error {
 	err := w.Store.DeleteState(ctx, operator, key)
+	w.report(ctx, err)
+	return err
+}
+
+func (w *archiveWriter) RecordDelivery(ctx context.Context, d *archive.Delivery) error {
+	err := w.Store.RecordDelivery(ctx, d)
+	if errors.Is(err, archive.ErrDuplicateDelivery) {
+		w.report(ctx, nil) // a replay refused: the archive works
+		return err
+	}
+	w.report(ctx, err)
+	return err
+}
+
+func (w *archiveWriter) FinishDelivery(ctx context.Context, d *archive.Delivery) error {
+	err := w.Store.FinishDelivery(ctx, d)
 	w.report(ctx, err)
 	return err
 }

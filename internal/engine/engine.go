@@ -79,6 +79,13 @@
 // interrupted by a crash runs again with the same idempotency key. The
 // finalizer opkit.dev/<operator> is held while an operator has delete
 // handlers, changed only by resourceVersion-guarded JSON patches.
+//
+// # Metrics and health
+//
+// Options.MetricsAddr serves /metrics (controller-runtime's and opkit's:
+// runs, and each operator's objects by condition), /healthz and /readyz,
+// which fails while the API server or the archive does (health.go,
+// metrics.go, docs/metrics.md).
 package engine
 
 import (
@@ -128,7 +135,9 @@ type Options struct {
 	// Workers is the number of concurrent reconciles per operator. Defaults
 	// to 8: reconciles mostly wait for the API server (see bench/).
 	Workers int
-	// MetricsAddr serves Prometheus metrics; "0" disables them. Defaults to "0".
+	// MetricsAddr is the address New binds to serve /metrics (Prometheus),
+	// /healthz and /readyz, e.g. "127.0.0.1:7381" (port 0: any free one,
+	// see Engine.MetricsAddr); "0" serves none. Defaults to "0".
 	MetricsAddr string
 	// Archive records handler runs. Required by definitions with handlers.
 	// At Run, runs it still shows Running (their engine stopped) are
@@ -181,6 +190,7 @@ type Engine struct {
 	stopped chan struct{}   // closed when Run returns
 	mu      sync.Mutex
 	running map[string]*operator // by Operator name
+	health  health               // what /readyz reports (health.go)
 }
 
 // operator is one running controller.
@@ -189,6 +199,9 @@ type operator struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	runner *runner // nil without handlers
+	// conditions are its custom resources' conditions, for the gauges
+	// (metrics.go); nil for a watch or a calendar.
+	conditions *conditionTable
 }
 
 // New creates an engine; it starts nothing.
@@ -223,8 +236,9 @@ func New(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	mgr, err := manager.New(opts.Config, manager.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: opts.MetricsAddr},
+		Scheme: scheme,
+		// MetricsAddr is served with the health checks (health.go).
+		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: cache.Options{
 			// Cached objects do not need their managedFields, and
 			// unstructured ones are kept compact (see compactObject).
@@ -250,12 +264,16 @@ func New(opts Options) (*Engine, error) {
 		e.archive = newArchiveWriter(opts.Archive, e.notice)
 		e.opts.Archive = e.archive
 	}
+	if err := e.serve(); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
 // Run runs the engine's cache until ctx ends, then stops every controller.
 func (e *Engine) Run(ctx context.Context) error {
 	defer close(e.stopped)
+	defer trackEngine(e)()
 	if e.opts.Archive != nil {
 		if _, err := e.opts.Archive.CancelRunning(ctx, "the engine stopped during the run; it runs again with the same idempotency key"); err != nil {
 			return err
@@ -337,7 +355,7 @@ func (e *Engine) prune(ctx context.Context) {
 		if n, err := e.opts.Archive.Prune(ctx, e.opts.Retention); err != nil {
 			e.mgr.GetLogger().Error(err, "pruning the archive")
 		} else if n > 0 {
-			e.mgr.GetLogger().Info("pruned the archive", "runs", n)
+			e.mgr.GetLogger().Info("pruned the archive", "records", n)
 		}
 		select {
 		case <-ctx.Done():
@@ -535,7 +553,7 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	r := &reconciler{
 		def: d, client: e.client, reader: e.mgr.GetAPIReader(), mapper: e.mgr.GetRESTMapper(),
-		events: e.mgr.GetEventRecorder("opkit"), related: newRelatedIndex(),
+		events: e.mgr.GetEventRecorder("opkit"), related: newRelatedIndex(), conditions: newConditionTable(),
 	}
 	if len(d.Handlers) > 0 {
 		var err error
@@ -601,7 +619,7 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 			return nil, err
 		}
 	}
-	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: r.runner}
+	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: r.runner, conditions: r.conditions}
 	go func() {
 		defer close(op.done)
 		if err := c.Start(ctx); err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {

@@ -45,6 +45,15 @@ func Run(t *testing.T, open Open) {
 		{"StatesOutliveRuns", statesOutliveRuns},
 		{"StatesKeepDataExactly", statesKeepDataExactly},
 		{"StatesConcurrentWriters", statesConcurrentWriters},
+		{"DeliveriesRoundTrip", deliveriesRoundTrip},
+		{"DeliveriesRefuseBadRecords", deliveriesRefuseBadRecords},
+		{"DeliveriesCapPayload", deliveriesCapPayload},
+		{"DeliveriesRefuseReplays", deliveriesRefuseReplays},
+		{"DeliveriesConcurrentFloodExactlyOnce", deliveriesConcurrentFloodExactlyOnce},
+		{"DeliveriesPendingOldestFirst", deliveriesPendingOldestFirst},
+		{"DeliveriesListFiltersAndPages", deliveriesListFiltersAndPages},
+		{"DeliveriesPruneKeepsPending", deliveriesPruneKeepsPending},
+		{"DeliveriesSurviveCancelRunning", deliveriesSurviveCancelRunning},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })

@@ -1,0 +1,306 @@
+package archive
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The statements of delivery records. Deliveries are far fewer than runs:
+// they are not prepared, and a Pending one's cost is its sync to disk.
+const (
+	// recordDeliverySQL inserts a delivery, or nothing when an accepted
+	// one has its key (deliveries_accepted): the index decides, so
+	// concurrent replays cannot both pass a check made before the insert.
+	recordDeliverySQL = `INSERT INTO deliveries (id, operator, source, delivery_id, received_at, outcome, reason, event, runs, objects,
+		handled_at, payload_bytes, payload_truncated, headers, payload)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (operator, source, delivery_id) WHERE delivery_id != '' AND outcome != 'Refused' DO NOTHING`
+	finishDeliverySQL = `UPDATE deliveries SET outcome = ?, reason = ?, runs = ?, objects = ?, handled_at = ? WHERE id = ? AND outcome != 'Refused'`
+	// The outcome is literal, as deliveries_pending's condition is.
+	pendingDeliveriesSQL = `SELECT ` + deliveryColumns + `, payload FROM deliveries WHERE operator = ? AND outcome = 'Pending' ORDER BY id`
+	getDeliverySQL       = `SELECT ` + deliveryColumns + `, payload FROM deliveries WHERE id = ?`
+	// The pruning of deliveries, by age and by count; Pending ones stay,
+	// as running runs do.
+	pruneDeliveriesByAgeSQL   = `DELETE FROM deliveries WHERE id < ? AND outcome != 'Pending'`
+	pruneDeliveriesByCountSQL = `DELETE FROM deliveries WHERE outcome != 'Pending' AND id < (
+		SELECT id FROM deliveries ORDER BY id DESC LIMIT 1 OFFSET ?)`
+)
+
+// deliveryColumns are the columns of a delivery but its payload, which is
+// the table's last: a list that does not read it does not read its
+// overflow pages either.
+const deliveryColumns = `id, operator, source, delivery_id, received_at, outcome, reason, event, runs, objects,
+	handled_at, payload_bytes, payload_truncated, headers`
+
+// errClosed is the archive's state after Close.
+var errClosed = errors.New("archive: closed")
+
+// RecordDelivery records a delivery as received. A Pending one is synced
+// to disk before it returns (synchronous FULL for its commit; runs are
+// written with NORMAL, which a crash of the engine cannot undo, but a
+// crash of the machine can). Before it writes, it checks that the
+// archive's file is still the one open, so that a delivery is never
+// acknowledged into a deleted file.
+func (s *SQLite) RecordDelivery(ctx context.Context, d *Delivery) error {
+	if err := prepareDelivery(d, s.opts.PayloadLimit); err != nil {
+		return err
+	}
+	what := fmt.Sprintf("archive: recording delivery %q of %s/%s", d.DeliveryID, d.Operator, d.Source)
+	if err := s.Check(ctx); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.lost != nil {
+		return fmt.Errorf("%s: %w", what, s.lost)
+	}
+	payload := d.Payload
+	if payload == nil {
+		payload = []byte{} // the column is NOT NULL; a nil slice is bound as NULL
+	}
+	conn, err := s.w.Conn(ctx) // the writer's one connection, for the pragmas around the insert
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer func() { _ = conn.Close() }()
+	if d.Outcome == DeliveryPending {
+		if _, err := conn.ExecContext(ctx, `PRAGMA synchronous = FULL`); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous = NORMAL`) }()
+	}
+	res, err := conn.ExecContext(ctx, recordDeliverySQL, d.ID, d.Operator, d.Source, d.DeliveryID, nanos(d.ReceivedAt), string(d.Outcome),
+		d.Reason, d.Event, marshal(d.Runs), marshal(d.Objects), nanos(d.HandledAt), d.PayloadBytes, d.PayloadTruncated, marshal(d.Headers), payload)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%s: %w", what, ErrDuplicateDelivery)
+	}
+	return nil
+}
+
+// FinishDelivery records how a delivery's handling ended. Like a run's
+// end, it is written while the archive's file is lost but still open: it
+// is what was done, and goes with the file when the file is copied back.
+func (s *SQLite) FinishDelivery(ctx context.Context, d *Delivery) error {
+	if err := checkFinish(d); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return s.lost
+	}
+	res, err := s.w.ExecContext(ctx, finishDeliverySQL, string(d.Outcome), d.Reason, marshal(d.Runs), marshal(d.Objects), nanos(d.HandledAt), d.ID)
+	if err != nil {
+		return fmt.Errorf("archive: finishing delivery %s: %w", d.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		return nil
+	}
+	var outcome string
+	err = s.w.QueryRowContext(ctx, `SELECT outcome FROM deliveries WHERE id = ?`, d.ID).Scan(&outcome)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("archive: finishing delivery %s: %w", d.ID, ErrNotFound)
+	case err != nil:
+		return fmt.Errorf("archive: finishing delivery %s: %w", d.ID, err)
+	default:
+		return fmt.Errorf("archive: finishing delivery %s: it was %s, and a delivery not accepted is never handled", d.ID, outcome)
+	}
+}
+
+// PendingDeliveries returns an operator's Pending deliveries, oldest
+// first.
+func (s *SQLite) PendingDeliveries(ctx context.Context, operator string) ([]Delivery, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return nil, s.lost
+	}
+	out, err := s.queryDeliveries(ctx, true, pendingDeliveriesSQL, operator)
+	if err != nil {
+		return nil, fmt.Errorf("archive: pending deliveries of operator %s: %w", operator, err)
+	}
+	return out, nil
+}
+
+// GetDelivery returns one delivery, with its payload.
+func (s *SQLite) GetDelivery(ctx context.Context, id string) (*Delivery, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return nil, s.lost
+	}
+	d, err := scanDelivery(s.db.QueryRowContext(ctx, getDeliverySQL, id), true)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("delivery %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("archive: delivery %s: %w", id, err)
+	}
+	return d, nil
+}
+
+// ListDeliveries returns the deliveries q selects, newest first, without
+// their payloads.
+func (s *SQLite) ListDeliveries(ctx context.Context, q DeliveryQuery) (*DeliveryPage, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return nil, s.lost
+	}
+	where, args, limit, err := q.sql()
+	if err != nil {
+		return nil, err
+	}
+	all, err := s.queryDeliveries(ctx, false, listDeliveriesSQL(where), append(args, limit+1)...)
+	if err != nil {
+		return nil, fmt.Errorf("archive: listing deliveries: %w", err)
+	}
+	page := &DeliveryPage{Deliveries: all}
+	if len(all) > limit {
+		page.Deliveries = all[:limit]
+		page.Next = all[limit-1].ID
+	}
+	return page, nil
+}
+
+// listDeliveriesSQL is ListDeliveries' statement for a WHERE clause of
+// DeliveryQuery.sql; its last parameter is the limit.
+func listDeliveriesSQL(where string) string {
+	return `SELECT ` + deliveryColumns + ` FROM deliveries` + where + ` ORDER BY id DESC LIMIT ?`
+}
+
+// sql turns a query into a WHERE clause with ? placeholders.
+func (q DeliveryQuery) sql() (string, []any, int, error) {
+	limit := q.Limit
+	switch {
+	case limit <= 0:
+		limit = 50
+	case limit > 1000:
+		limit = 1000
+	}
+	var conds []string
+	var args []any
+	// Through deliveries_operator. The source has no index of its own: an
+	// operator has few sources, and its deliveries are read newest first
+	// until the page is full.
+	if q.Operator != "" {
+		conds = append(conds, "operator = ?")
+		args = append(args, q.Operator)
+	}
+	if q.Source != "" {
+		conds = append(conds, "source = ?")
+		args = append(args, q.Source)
+	}
+	// Outcomes are literal, checked to be one of the four: SQLite uses a
+	// partial index (deliveries_refused, deliveries_pending) only for a
+	// condition it can see implies the index's.
+	if q.Refused {
+		conds = append(conds, "outcome = 'Refused'")
+	}
+	if q.Outcome != "" {
+		if !q.Outcome.known() {
+			return "", nil, 0, fmt.Errorf("archive: delivery outcome %q is none of Pending, Handled, Failed, Refused", q.Outcome)
+		}
+		conds = append(conds, "outcome = '"+string(q.Outcome)+"'")
+	}
+	// Ids sort by the time received: time bounds are id bounds.
+	if !q.Since.IsZero() {
+		conds = append(conds, "id >= ?")
+		args = append(args, idPrefix(q.Since))
+	}
+	if !q.Until.IsZero() {
+		conds = append(conds, "id < ?")
+		args = append(args, idPrefix(q.Until))
+	}
+	if q.Cursor != "" {
+		if !ValidID(q.Cursor) {
+			return "", nil, 0, fmt.Errorf("archive: cursor %q is not one this archive returned", q.Cursor)
+		}
+		conds = append(conds, "id < ?")
+		args = append(args, q.Cursor)
+	}
+	if len(conds) == 0 {
+		return "", args, limit, nil
+	}
+	return " WHERE " + strings.Join(conds, " AND "), args, limit, nil
+}
+
+// queryDeliveries runs a query of deliveryColumns, and of the payload
+// after them if withPayload.
+func (s *SQLite) queryDeliveries(ctx context.Context, withPayload bool, query string, args ...any) ([]Delivery, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	out := []Delivery{}
+	for rows.Next() {
+		d, err := scanDelivery(rows, withPayload)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *d)
+	}
+	return out, rows.Err()
+}
+
+func scanDelivery(row scanner, withPayload bool) (*Delivery, error) {
+	var d Delivery
+	var outcome, runs, objects, headers string
+	var received, handled int64
+	dest := []any{&d.ID, &d.Operator, &d.Source, &d.DeliveryID, &received, &outcome, &d.Reason, &d.Event, &runs, &objects,
+		&handled, &d.PayloadBytes, &d.PayloadTruncated, &headers}
+	if withPayload {
+		dest = append(dest, &d.Payload)
+	}
+	if err := row.Scan(dest...); err != nil {
+		return nil, err
+	}
+	d.Outcome = DeliveryOutcome(outcome)
+	d.ReceivedAt, d.HandledAt = fromNanos(received), fromNanos(handled)
+	for _, f := range []struct {
+		name string
+		text string
+		into any
+	}{{"runs", runs, &d.Runs}, {"objects", objects, &d.Objects}, {"headers", headers, &d.Headers}} {
+		if f.text == "" {
+			continue
+		}
+		if err := json.Unmarshal([]byte(f.text), f.into); err != nil {
+			return nil, fmt.Errorf("delivery %s: %s: %w", d.ID, f.name, err)
+		}
+	}
+	return &d, nil
+}
+
+// pruneDeliveries deletes the deliveries, but the Pending ones, beyond the
+// retention, counted apart from runs, and returns how many.
+func (s *SQLite) pruneDeliveries(ctx context.Context, keep Retention) (int64, error) {
+	var total int64
+	if keep.MaxAge > 0 {
+		res, err := s.w.ExecContext(ctx, pruneDeliveriesByAgeSQL, idPrefix(time.Now().Add(-keep.MaxAge)))
+		if err != nil {
+			return 0, fmt.Errorf("archive: pruning deliveries: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	if keep.MaxRuns > 0 {
+		res, err := s.w.ExecContext(ctx, pruneDeliveriesByCountSQL, keep.MaxRuns-1)
+		if err != nil {
+			return total, fmt.Errorf("archive: pruning deliveries: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	return total, nil
+}

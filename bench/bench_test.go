@@ -6,9 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 )
 
@@ -27,7 +32,8 @@ func TestMain(m *testing.M) {
 // TestEveryScenarioMeasures runs the whole suite, small, on the local
 // control plane: every scenario gives its figures, opkit and both baseline
 // settings converge every Printer, opkit writes about two requests per
-// Printer, and neither it nor the baseline writes at steady state.
+// Printer, and neither it nor the baseline writes at steady state, nor
+// to a watched Deployment (the watch scenario fails if either does).
 func TestEveryScenarioMeasures(t *testing.T) {
 	kubeconfig := clustertest.Cluster(t).KubeconfigPath()
 	out := filepath.Join(t.TempDir(), "bench.json")
@@ -35,7 +41,8 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	err := benchMain([]string{
 		"-kubeconfig", kubeconfig, "-runs", "1", "-objects", "200", "-memory-objects", "300", "-ceiling-objects", "200",
 		"-live-rates", "50", "-live-duration", "2s", "-idle", "3s", "-handler-objects", "30", "-job-objects", "3",
-		"-archive-sizes", "2000", "-console-objects", "50", "-console-requests", "20", "-json", out,
+		"-archive-sizes", "2000", "-console-objects", "50", "-console-requests", "20",
+		"-watch-objects", "30", "-watch-steady", "3s", "-json", out,
 	}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr.String())
@@ -78,6 +85,12 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		{"archive", "2k runs", "latest failures p99"},
 		{"console 2k runs", "failures inbox", "page p99"},
 		{"console 2k runs", "object timeline", "page p50"},
+		{"watch", "opkit", "all handled once"},
+		{"watch", "opkit", "peak RSS"},
+		{"watch", "opkit", "new image handled max"},
+		{"watch", "baseline-8", "all handled once"},
+		{"watch", "baseline-8", "peak heap"},
+		{"watch", "baseline-8", "new image handled p50"},
 	} {
 		if v, ok := get(w[0], w[1], w[2]); !ok || v <= 0 {
 			t.Errorf("%s / %s / %s: got %v (measured: %v), want a positive figure", w[0], w[1], w[2], v, ok)
@@ -87,6 +100,9 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		if v, ok := get("idle", subject, "writes/min"); !ok || v != 0 {
 			t.Errorf("%s writes %v/min at steady state (measured: %v), want 0", subject, v, ok)
 		}
+		if v, ok := get("watch", subject, "steady writes/min"); !ok || v != 0 {
+			t.Errorf("%s writes %v/min at the watch's steady state (measured: %v), want 0", subject, v, ok)
+		}
 	}
 	// A child and a status per Printer; an Event per child created, or a
 	// status written again over a stale cache, would make it 3.
@@ -95,5 +111,32 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	}
 	if len(report.Targets) == 0 || !strings.Contains(stdout.String(), "TARGET") {
 		t.Errorf("no targets in the report:\n%s", stdout.String())
+	}
+}
+
+// TestWatchWorkloadIsTheBaselinesWatch checks that opkit's watch.yaml
+// watches what the baseline's watch does: Deployments of the bench
+// namespace labelled as watchLabels.
+func TestWatchWorkloadIsTheBaselinesWatch(t *testing.T) {
+	data, err := workloads.ReadFile(watchWorkload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcs, err := definition.Load(watchWorkload, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := definition.Compile(srcs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := d.Watch
+	if d.Operator.Name != watchOperator || w == nil {
+		t.Fatalf("%s: operator %q with watch %v; want operator %s with a watch", watchWorkload, d.Operator.Name, w, watchOperator)
+	}
+	if w.GVK != appsv1.SchemeGroupVersion.WithKind("Deployment") || !slices.Equal(w.Namespaces, []string{benchNamespace}) ||
+		w.Selector.String() != labels.SelectorFromSet(watchLabels).String() || w.Filter != nil {
+		t.Errorf("%s watches %s in %v selected by %q (filter %v); the baseline watches Deployments in [%s] selected by %q",
+			watchWorkload, w.GVK, w.Namespaces, w.Selector, w.Filter, benchNamespace, labels.SelectorFromSet(watchLabels))
 	}
 }

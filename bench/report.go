@@ -114,6 +114,9 @@ func (b *bench) targets() []target {
 	if v, ok := b.median("idle", opkitDefaults.Name, "writes/min"); ok {
 		out = append(out, target{Goal: "idle writes 0", Got: fmt.Sprintf("%.1f/min", v), Met: v == 0})
 	}
+	if v, ok := b.median("watch", opkitDefaults.Name, "steady writes/min"); ok {
+		out = append(out, target{Goal: fmt.Sprintf("watch of %d Deployments: writes at steady state 0", b.opts.WatchObjects), Got: fmt.Sprintf("%.1f/min", v), Met: v == 0})
+	}
 	on, okOn := b.median("handlers drain", "opkit, archive on (SQLite)", "objects/s")
 	off, okOff := b.median("handlers drain", "opkit, archive off", "objects/s")
 	if okOn && okOff {

@@ -36,30 +36,43 @@ var watchLabels = labels.Set{"team": "a"}
 // watchOperator is watch.yaml's Operator.
 const watchOperator = "bench-watch"
 
-// watch: -watch-objects Deployments labelled team=a, and a fifth as many
-// without the label, all with 0 replicas, created while the controller is
-// stopped. The time from the controller's start until it handled every
-// labelled one; its peak memory once it made no write for 5s; its writes
-// and CPU over the -watch-steady window; then the image of every tenth
-// labelled Deployment is changed, and the time from each change to its
-// update handled. A write to a Deployment at any time, or any write in
-// the steady window, fails the scenario, after its figures are recorded;
-// so does an object handled other than once, or an unlabelled one handled.
-func (b *bench) watch(ctx context.Context, im impl) (err error) {
+// watchSet is the watch scenario's Deployments: watched (labelled) and
+// unwatched, all with 0 replicas, so that no Pod runs: the watch is
+// measured, not Pods.
+type watchSet struct {
+	watched, unwatched []string
+}
+
+// watchSetup creates -watch-objects Deployments labelled team=a and a
+// fifth as many without the label, and waits until kube-controller-manager
+// has given each its ReplicaSet and status. The subjects of a run share
+// them: that takes kube-controller-manager about 2 minutes for 600 (its
+// client is limited to 20 requests/s), and its updates must not fall in a
+// measurement.
+func (b *bench) watchSetup(ctx context.Context) (*watchSet, error) {
 	n := b.opts.WatchObjects
-	watched, unwatched := names("w", n), names("u", max(n/5, 1))
-	if err := b.c.createDeployments(ctx, watched, watchLabels); err != nil {
-		return err
+	w := &watchSet{watched: names("w", n), unwatched: names("u", max(n/5, 1))}
+	if err := b.c.createDeployments(ctx, w.watched, watchLabels); err != nil {
+		return nil, err
 	}
-	if err := b.c.createDeployments(ctx, unwatched, nil); err != nil {
-		return err
+	if err := b.c.createDeployments(ctx, w.unwatched, nil); err != nil {
+		return nil, err
 	}
-	// kube-controller-manager gives each Deployment a ReplicaSet and a
-	// status: let it finish, so that its updates do not fall in the
-	// measurement.
-	if err := b.c.waitDeploymentsObserved(ctx, n+len(unwatched)); err != nil {
-		fmt.Fprintf(b.log, "  the Deployments' status is not up to date, going on: %v\n", err)
-	}
+	return w, b.c.waitDeploymentsObserved(ctx, len(w.watched)+len(w.unwatched))
+}
+
+// watch: the controller started on the Deployments of w. The time from
+// its start until it handled every labelled one; its peak memory once it
+// made no write for 5s; its writes and CPU over the -watch-steady window;
+// then the image of every tenth labelled Deployment is changed, and the
+// time from each change to its update handled. A write to a Deployment
+// at any time, or any write in the steady window, fails the scenario,
+// after its figures are recorded; so does an object handled other than
+// once, or an unlabelled one handled. It returns once
+// kube-controller-manager has caught up with the new images.
+func (b *bench) watch(ctx context.Context, w *watchSet, im impl) error {
+	n := len(w.watched)
+	watched, unwatched := w.watched, w.unwatched
 	path := "off"
 	if im.Kind == "opkit" {
 		path = tempArchive(b.workDir)
@@ -94,6 +107,7 @@ func (b *bench) watch(ctx context.Context, im impl) (err error) {
 	b.add("watch", im.Name, "peak RSS", "MiB", float64(before.MaxRSS)/(1<<20))
 	b.add("watch", im.Name, "peak heap", "MiB", float64(before.HeapPeak)/(1<<20))
 	b.add("watch", im.Name, "writes at start", "", float64(before.Writes))
+	fmt.Fprintf(b.log, "  writes at start: %v\n", before.WritesBy)
 	window := time.Duration(after.At - before.At)
 	steadyWrites := after.Writes - before.Writes
 	b.add("watch", im.Name, "steady writes/min", "/min", float64(steadyWrites)/window.Minutes())
@@ -114,7 +128,7 @@ func (b *bench) watch(ctx context.Context, im impl) (err error) {
 		mu.Lock()
 		changedAt[changed[i]] = time.Now()
 		mu.Unlock()
-		return b.c.setImage(ctx, changed[i], "registry.invalid/bench:2")
+		return b.c.setImage(ctx, changed[i], "registry.invalid/bench:"+im.Name)
 	})
 	if err != nil {
 		return err
@@ -153,7 +167,7 @@ func (b *bench) watch(ctx context.Context, im impl) (err error) {
 	if err := errors.Join(problems...); err != nil {
 		return fmt.Errorf("%w (log: %s)", err, c.log)
 	}
-	return b.c.cleanUp(ctx)
+	return b.c.waitDeploymentsObserved(ctx, len(watched)+len(unwatched))
 }
 
 // since maps each name to t.
@@ -328,7 +342,8 @@ func (c *cluster) setImage(ctx context.Context, name, image string) error {
 // and kube-controller-manager has observed the generation of each.
 func (c *cluster) waitDeploymentsObserved(ctx context.Context, n int) error {
 	var pending int
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	timeout := 2*time.Minute + time.Duration(n)*time.Second/2
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		list, err := c.cs.AppsV1().Deployments(c.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
@@ -342,7 +357,7 @@ func (c *cluster) waitDeploymentsObserved(ctx context.Context, n int) error {
 		return pending == 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("%d of %d Deployments not yet observed: %w", pending, n, err)
+		return fmt.Errorf("after %s, kube-controller-manager has not yet observed %d of %d Deployments: %w", timeout, pending, n, err)
 	}
 	return nil
 }

@@ -28,6 +28,7 @@ func newDevCommand() *cobra.Command {
 	var apply []string
 	var archivePath string
 	cf := &consoleFlags{}
+	mf := &metricsFlag{}
 	cmd := &cobra.Command{
 		Use:   "dev DIR",
 		Short: "Run the Operators in DIR on a local control plane with a dev node, until interrupted",
@@ -42,18 +43,25 @@ error is reported with its file and line, and the last valid version of that
 file's operators keeps running.
 
 The dev node runs the commands of Pods that tolerate opkit.dev/dev-node as
-processes of this machine: see docs/local-control-plane.md.`,
+processes of this machine: see docs/local-control-plane.md.
+
+Prometheus metrics, /healthz and /readyz are served on --metrics-addr, on
+loopback (another port when the default one is taken): see docs/metrics.md.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := cf.validate(cmd); err != nil {
 				return err
 			}
-			return dev(cmd.Context(), args[0], apply, archivePath, cf, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if err := mf.validate(cmd, true); err != nil {
+				return err
+			}
+			return dev(cmd.Context(), args[0], apply, archivePath, cf, mf, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVar(&apply, "apply", nil, "a manifest to apply once the operators run; repeatable")
 	archiveFlag(cmd, &archivePath)
 	cf.register(cmd, "console", "127.0.0.1:7380", "serve the web console on this address; '' for none")
+	mf.register(cmd)
 	return cmd
 }
 
@@ -90,7 +98,7 @@ func operatorFiles(dir string) (out []string, skipped map[string]string, err err
 	return out, skipped, nil
 }
 
-func dev(ctx context.Context, dir string, apply []string, archivePath string, cf *consoleFlags, stdout, stderr io.Writer) error {
+func dev(ctx context.Context, dir string, apply []string, archivePath string, cf *consoleFlags, mf *metricsFlag, stdout, stderr io.Writer) error {
 	reload := &reloader{dir: dir, log: stderr}
 	files, err := reload.operatorFiles()
 	if err != nil {
@@ -127,7 +135,7 @@ func dev(ctx context.Context, dir string, apply []string, archivePath string, cf
 		RunFinished:    func(run archive.Run) { reportFailedRun(stderr, run, archivePath) },
 		// The plane is opkit's own: no deletion passes unseen.
 		AdmissionFinalizers: true,
-	}, archivePath, cf, stderr, zapcore.ErrorLevel)
+	}, archivePath, cf, mf, stderr, zapcore.ErrorLevel)
 	if err != nil {
 		return err
 	}
@@ -155,6 +163,9 @@ func dev(ctx context.Context, dir string, apply []string, archivePath string, cf
 	fmt.Fprintf(stderr, "\nopkit dev is running; definitions in %s are reloaded when they change.\n", dir)
 	if r.console != nil {
 		fmt.Fprintf(stderr, "The console: %s\n", r.console.url)
+	}
+	if r.metrics != "" {
+		fmt.Fprintf(stderr, "Metrics: %s (and /healthz, /readyz)\n", r.metrics)
 	}
 	fmt.Fprintf(stderr, "In another shell:\n  export KUBECONFIG=%s\n  opkit runs --archive %s   # the handler runs\nStop it with Ctrl-C.\n", shellQuote(cl.KubeconfigPath()), shellQuote(archivePath))
 	select {

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,6 +29,7 @@ func newRunCommand() *cobra.Command {
 	var kubeconfig, archivePath string
 	var admission bool
 	cf := &consoleFlags{}
+	mf := &metricsFlag{}
 	cmd := &cobra.Command{
 		Use:   "run [-f FILE]...",
 		Short: "Run the engine against the current kubeconfig, for the Operators in the cluster or in FILEs",
@@ -41,10 +45,17 @@ checked first; any error, with its file and line, stops the command before it
 touches the cluster.
 
 Handler runs are recorded in the archive (--archive): see opkit runs, or
-serve the web console beside the engine with --console ADDR.`,
+serve the web console beside the engine with --console ADDR.
+
+Prometheus metrics, /healthz and /readyz are served on --metrics-addr
+(loopback by default; --metrics-addr :7381 for a scraper on another host):
+see docs/metrics.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cf.validate(cmd); err != nil {
+				return err
+			}
+			if err := mf.validate(cmd, false); err != nil {
 				return err
 			}
 			var defs []*definition.Definition
@@ -61,9 +72,9 @@ serve the web console beside the engine with --console ADDR.`,
 			}
 			opts := engine.Options{Config: cfg, AdmissionFinalizers: admission}
 			if len(files) == 0 {
-				return watchClusterOperators(cmd.Context(), opts, archivePath, cf, cmd.ErrOrStderr())
+				return watchClusterOperators(cmd.Context(), opts, archivePath, cf, mf, cmd.ErrOrStderr())
 			}
-			r, err := startOperators(cmd.Context(), opts, archivePath, cf, defs, cmd.ErrOrStderr())
+			r, err := startOperators(cmd.Context(), opts, archivePath, cf, mf, defs, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -75,7 +86,57 @@ serve the web console beside the engine with --console ADDR.`,
 	cmd.Flags().BoolVar(&admission, "admission-finalizers", false, "have the API server add opkit's finalizer to each new object of an operator with delete handlers (a MutatingAdmissionPolicy; Kubernetes 1.36+): no deletion passes unseen, even while the engine is away")
 	archiveFlag(cmd, &archivePath)
 	cf.register(cmd, "console", "", "serve the web console on this address, e.g. 127.0.0.1:7380 (default: none)")
+	mf.register(cmd)
 	return cmd
+}
+
+// defaultMetricsAddr is --metrics-addr's default, unless $OPKIT_METRICS_ADDR
+// sets another: loopback, as the console's, beside its port 7380.
+const defaultMetricsAddr = "127.0.0.1:7381"
+
+// metricsFlag is --metrics-addr, of run and dev.
+type metricsFlag struct {
+	addr string
+	// anyPort: the address is dev's default, not the user's; when its
+	// port is taken (another opkit dev), another is chosen.
+	anyPort bool
+}
+
+func (f *metricsFlag) register(cmd *cobra.Command) {
+	addr := defaultMetricsAddr
+	if env := os.Getenv("OPKIT_METRICS_ADDR"); env != "" {
+		addr = env
+	}
+	cmd.Flags().StringVar(&f.addr, "metrics-addr", addr, "serve Prometheus /metrics, /healthz and /readyz on this address; 0 for none (env OPKIT_METRICS_ADDR)")
+}
+
+// validate checks the address before anything starts; movable says
+// whether the default may move to another port when its own is taken.
+func (f *metricsFlag) validate(cmd *cobra.Command, movable bool) error {
+	f.anyPort = movable && !cmd.Flags().Changed("metrics-addr") && os.Getenv("OPKIT_METRICS_ADDR") == ""
+	if f.addr == "0" || f.addr == "" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(f.addr); err != nil {
+		return fmt.Errorf("--metrics-addr %q: want HOST:PORT or :PORT, or 0 to serve none: %w", f.addr, err)
+	}
+	return nil
+}
+
+// newEngine is engine.New with opts.MetricsAddr from f: a taken port
+// moves to a free one when f allows it, else fails naming the flag.
+func (f *metricsFlag) newEngine(opts engine.Options) (*engine.Engine, error) {
+	opts.MetricsAddr = f.addr
+	e, err := engine.New(opts)
+	if err != nil && f.anyPort && errors.Is(err, syscall.EADDRINUSE) {
+		host, _, _ := net.SplitHostPort(f.addr)
+		opts.MetricsAddr = net.JoinHostPort(host, "0")
+		e, err = engine.New(opts)
+	}
+	if opErr, ok := errors.AsType[*net.OpError](err); ok && opErr.Op == "listen" {
+		return nil, fmt.Errorf("--metrics-addr %s: %w (choose another address with --metrics-addr, or 0 to serve none)", f.addr, err)
+	}
+	return e, err
 }
 
 // compileFiles loads and compiles every definition, reporting all errors.
@@ -127,8 +188,8 @@ func loadKubeconfig(path string) (*rest.Config, error) {
 
 // watchClusterOperators runs the engine for the Operators in the cluster
 // until ctx ends.
-func watchClusterOperators(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, log io.Writer) error {
-	r, e, err := startEngine(ctx, opts, archivePath, cf, log)
+func watchClusterOperators(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, mf *metricsFlag, log io.Writer) error {
+	r, e, err := startEngine(ctx, opts, archivePath, cf, mf, log)
 	if err != nil {
 		return err
 	}
@@ -146,6 +207,7 @@ type runningEngine struct {
 	cancel  context.CancelFunc
 	done    chan error // receives Run's result once, after the archive is closed
 	console *runningConsole
+	metrics string // the URL of /metrics, or ""
 }
 
 // stop cancels the engine and waits for it.
@@ -155,19 +217,22 @@ func (r *runningEngine) stop() error {
 }
 
 // startEngine runs an engine on cfg, recording runs in the archive at
-// archivePath, with controller-runtime logging to log, and its console as
-// cf says.
-func startEngine(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, log io.Writer) (*runningEngine, *engine.Engine, error) {
-	r, e, err := startEngineLogging(ctx, opts, archivePath, cf, log, zapcore.InfoLevel)
+// archivePath, with controller-runtime logging to log, its console as cf
+// says and its metrics as mf says.
+func startEngine(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, mf *metricsFlag, log io.Writer) (*runningEngine, *engine.Engine, error) {
+	r, e, err := startEngineLogging(ctx, opts, archivePath, cf, mf, log, zapcore.InfoLevel)
 	if err == nil && r.console != nil {
 		fmt.Fprintf(log, "console: %s\n", r.console.url)
+	}
+	if err == nil && r.metrics != "" {
+		fmt.Fprintf(log, "metrics: %s (and /healthz, /readyz)\n", r.metrics)
 	}
 	return r, e, err
 }
 
 // startEngineLogging is startEngine with options, and controller-runtime's
 // log lines below level left out.
-func startEngineLogging(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, log io.Writer, level zapcore.Level) (*runningEngine, *engine.Engine, error) {
+func startEngineLogging(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, mf *metricsFlag, log io.Writer, level zapcore.Level) (*runningEngine, *engine.Engine, error) {
 	// Stopping is said in one line, not in controller-runtime's own.
 	lvl := uberzap.NewAtomicLevelAt(level)
 	logger := zap.New(zap.WriteTo(log), zap.Level(lvl),
@@ -214,7 +279,7 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 	if rc != nil {
 		opts.ConsoleURL = rc.url
 	}
-	e, err := engine.New(opts)
+	e, err := mf.newEngine(opts)
 	if err != nil {
 		cancel()
 		if rc != nil {
@@ -225,6 +290,9 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 	}
 	running.Store(e)
 	r := &runningEngine{cancel: cancel, done: make(chan error, 1), console: rc}
+	if addr := e.MetricsAddr(); addr != "" {
+		r.metrics = "http://" + addr + "/metrics"
+	}
 	go func() {
 		err := e.Run(runCtx)
 		if rc != nil {
@@ -242,8 +310,8 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 
 // startOperators runs an engine on cfg and applies defs. If one cannot be
 // applied, the engine is stopped.
-func startOperators(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, defs []*definition.Definition, log io.Writer) (*runningEngine, error) {
-	r, e, err := startEngine(ctx, opts, archivePath, cf, log)
+func startOperators(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, mf *metricsFlag, defs []*definition.Definition, log io.Writer) (*runningEngine, error) {
+	r, e, err := startEngine(ctx, opts, archivePath, cf, mf, log)
 	if err != nil {
 		return nil, err
 	}

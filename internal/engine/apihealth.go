@@ -19,31 +19,34 @@ const (
 	apiCheckTimeout = 5 * time.Second
 )
 
-// watchAPI asks the API server's /readyz every apiCheckEvery and notices
-// each change in one line: unreachable or not ready (with why; handlers
-// wait and no change is lost), then back after how long.
-// Client-go's own retries are not the user's news; these two lines are.
+// watchAPI asks the API server's /readyz at once, then every
+// apiCheckEvery, and notices each change in one line: unreachable or not
+// ready (with why; handlers wait and no change is lost), then back after
+// how long. Client-go's own retries are not the user's news; these two
+// lines are. Each outcome is the engine's readiness check "api-server"
+// (health.go).
 func (e *Engine) watchAPI(ctx context.Context) error {
 	rc := e.clientset.Discovery().RESTClient()
 	var down time.Time
 	t := time.NewTicker(apiCheckEvery)
 	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
 		check, cancel := context.WithTimeout(ctx, apiCheckTimeout)
 		body, err := rc.Get().AbsPath("/readyz").Param("verbose", "true").Do(check).Raw()
 		cancel()
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return nil
+		}
+		var why error // nil: ready
+		if err != nil {
+			why = errors.New(apiDown(err, body))
+		}
+		e.health.setAPI(why)
+		switch {
 		case err != nil && down.IsZero():
 			down = time.Now()
 			handlerMetrics().apiReachable.Set(0)
-			e.notice(apiDown(err, body) + ": reconciles and handler runs wait; no change is lost")
+			e.notice(why.Error() + ": reconciles and handler runs wait; no change is lost")
 		case err == nil && !down.IsZero():
 			// Objects whose reconciles failed meanwhile would wait out their
 			// back-off: retry them now (retryqueue.go).
@@ -51,6 +54,11 @@ func (e *Engine) watchAPI(ctx context.Context) error {
 			e.notice(fmt.Sprintf("the API server is back after %s; catching up (%d objects retried now)", time.Since(down).Round(time.Second), retried))
 			down = time.Time{}
 			handlerMetrics().apiReachable.Set(1)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
 		}
 	}
 }

@@ -155,6 +155,7 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 		watched:  d.Watch != nil,
 		started:  time.Now(),
 	}
+	rn.metrics.forOperator(d.Operator.Name)
 	execs := executor.Registry{
 		"exec": func(h *definition.Handler) executor.Executor {
 			return &executor.Exec{Action: *h.Exec, Secret: rn.secretValue, Credentials: e.credentials}

@@ -38,6 +38,8 @@ type reconciler struct {
 	runner *runner // nil without handlers
 	// related indexes what each custom resource refers to.
 	related *relatedIndex
+	// conditions keeps each object's conditions for the gauges (metrics.go).
+	conditions *conditionTable
 
 	// statuses is the status each object's last patch wrote, by the
 	// resourceVersion it was written over. The cache may still show that
@@ -64,12 +66,14 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if apierrors.IsNotFound(err) {
 			r.statuses.Delete(req.NamespacedName)
 			r.related.forget(req.NamespacedName)
+			r.conditions.forget(req.NamespacedName)
 			if r.runner != nil {
 				r.runner.forget(req.NamespacedName)
 			}
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	r.conditions.record(cr)
 	fin := FinalizerName(r.def.Operator.Name)
 	holds := slices.Contains(cr.GetFinalizers(), fin)
 	if cr.GetDeletionTimestamp() != nil {

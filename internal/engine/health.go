@@ -1,0 +1,137 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// The engine serves, on Options.MetricsAddr, one HTTP server of three
+// paths, as a Runnable of its manager (started with Run, stopped with it):
+//
+//   - /metrics: controller-runtime's registry, which holds
+//     controller-runtime's, client-go's and opkit's metrics (metrics.go).
+//   - /healthz: liveness: the process serves (check "ping"). It never
+//     fails for the cluster's sake: restarting the engine does not bring
+//     an API server back.
+//   - /readyz: readiness: "engine" (Run has started the manager and not
+//     returned), "api-server" (the engine's last check of the API
+//     server's /readyz, every apiCheckEvery, succeeded; apihealth.go) and,
+//     with an archive, "archive" (it records runs; archivehealth.go).
+//
+// Both are controller-runtime's healthz handlers, as its manager serves
+// them: a failing check is named ("[-]api-server failed"), its reason is
+// given at /readyz/<check>, and ?verbose lists every check.
+//
+// New binds the address, so that a taken port fails New, before anything
+// starts; controller-runtime's own metrics server is not used, as it binds
+// only once started and cannot say which port ":0" chose.
+
+// health is what the readiness checks read of the engine.
+type health struct {
+	addr string // the address MetricsAddr bound; "" when it serves none
+
+	mu  sync.Mutex
+	api error // why the last check of the API server failed; nil when it passed
+}
+
+// errNotChecked is the API server's state until the engine's first check.
+var errNotChecked = errors.New("not checked yet")
+
+// setAPI records the outcome of a check of the API server.
+func (h *health) setAPI(err error) {
+	h.mu.Lock()
+	h.api = err
+	h.mu.Unlock()
+}
+
+func (h *health) apiErr() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.api
+}
+
+// serve binds Options.MetricsAddr and adds its server to the manager.
+func (e *Engine) serve() error {
+	e.health.api = errNotChecked
+	addr := e.opts.MetricsAddr
+	if addr == "0" || addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("engine: serving metrics and health checks: %w", err)
+	}
+	shutdown := 5 * time.Second
+	if err := e.mgr.Add(&manager.Server{
+		Name:            "metrics and health",
+		Server:          &http.Server{Handler: e.handler(), ReadHeaderTimeout: 10 * time.Second},
+		Listener:        ln,
+		ShutdownTimeout: &shutdown,
+	}); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	e.health.addr = ln.Addr().String()
+	return nil
+}
+
+// handler serves /metrics, /healthz and /readyz.
+func (e *Engine) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
+	for path, checks := range map[string]map[string]healthz.Checker{"/healthz": {"ping": healthz.Ping}, "/readyz": e.readyChecks()} {
+		h := http.StripPrefix(path, &healthz.Handler{Checks: checks})
+		mux.Handle(path, h)
+		mux.Handle(path+"/", h) // one check: /readyz/api-server
+	}
+	return mux
+}
+
+// MetricsAddr returns the address /metrics, /healthz and /readyz are
+// served on (with the port chosen when Options.MetricsAddr's is 0), or ""
+// when they are not served.
+func (e *Engine) MetricsAddr() string { return e.health.addr }
+
+// readyChecks are the checks of /readyz.
+func (e *Engine) readyChecks() map[string]healthz.Checker {
+	checks := map[string]healthz.Checker{
+		"engine": func(*http.Request) error {
+			select {
+			case <-e.stopped: // first: started is closed too
+				return errStopped
+			default:
+			}
+			select {
+			case <-e.started:
+				return nil
+			default:
+				return errors.New("starting")
+			}
+		},
+		"api-server": func(*http.Request) error { return e.health.apiErr() },
+	}
+	if e.archive != nil {
+		checks["archive"] = func(*http.Request) error { return e.archive.failure() }
+	}
+	return checks
+}
+
+// failure says since when the archive refuses to record runs; nil while it
+// records them.
+func (w *archiveWriter) failure() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failing.IsZero() {
+		return nil
+	}
+	return fmt.Errorf("the archive has refused to record runs since %s", w.failing.UTC().Format(time.RFC3339))
+}

@@ -1,0 +1,106 @@
+package engine
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// get serves one request of h and returns its status and body.
+func get(t *testing.T, h http.Handler, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	body, _ := io.ReadAll(rec.Result().Body)
+	return rec.Code, string(body)
+}
+
+func TestReadyzNamesEachFailingCheckAndHealthzStaysUp(t *testing.T) {
+	e := &Engine{started: make(chan struct{}), stopped: make(chan struct{})}
+	e.health.api = errNotChecked
+	e.archive = newArchiveWriter(nil, func(string) {})
+	h := e.handler()
+
+	for _, tc := range []struct {
+		what    string
+		set     func()
+		failing []string // the checks /readyz names failing
+		reason  string   // the reason /readyz/<failing[0]> gives
+	}{
+		{"before Run", func() {}, []string{"api-server", "engine"}, "not checked yet"},
+		{"started, the API not checked yet", func() { close(e.started) }, []string{"api-server"}, "not checked yet"},
+		{"the API server cut off", func() { e.health.setAPI(errors.New("the API server is unreachable (connection refused)")) }, []string{"api-server"}, "the API server is unreachable"},
+		{"the archive refusing runs", func() {
+			e.health.setAPI(nil)
+			e.archive.failing = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		}, []string{"archive"}, "refused to record runs since 2026-01-02T03:04:05Z"},
+		{"all well", func() { e.archive.failing = time.Time{} }, nil, ""},
+		{"stopped", func() { close(e.stopped) }, []string{"engine"}, "not running"},
+	} {
+		tc.set()
+		code, body := get(t, h, "/readyz")
+		if want := map[bool]int{true: 500, false: 200}[len(tc.failing) > 0]; code != want {
+			t.Errorf("%s: /readyz answered %d, want %d:\n%s", tc.what, code, want, body)
+		}
+		for _, check := range []string{"api-server", "archive", "engine"} {
+			failing := strings.Contains(body, "[-]"+check+" failed")
+			if want := strings.Contains(strings.Join(tc.failing, " "), check); failing != want && len(tc.failing) > 0 {
+				t.Errorf("%s: check %s failing: %v, want %v:\n%s", tc.what, check, failing, want, body)
+			}
+		}
+		if len(tc.failing) > 0 {
+			if code, body := get(t, h, "/readyz/"+tc.failing[0]); code != 500 || !strings.Contains(body, tc.reason) {
+				t.Errorf("%s: /readyz/%s answered %d %q, want 500 and %q", tc.what, tc.failing[0], code, body, tc.reason)
+			}
+		}
+		if code, body := get(t, h, "/healthz"); code != 200 {
+			t.Errorf("%s: /healthz answered %d, want 200 (liveness does not depend on the cluster):\n%s", tc.what, code, body)
+		}
+	}
+	if code, body := get(t, h, "/readyz?verbose"); !strings.Contains(body, "[+]archive ok") || !strings.Contains(body, "[+]api-server ok") || code != 500 {
+		t.Errorf("/readyz?verbose answered %d, want 500 listing every check:\n%s", code, body)
+	}
+}
+
+func TestReadConditionsKeepsTheGaugedOnesAndTheEarliestFailure(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	cond := func(typ, status, at string) any {
+		c := map[string]any{"type": typ, "status": status, "reason": "R", "message": "m"}
+		if at != "" {
+			c["lastTransitionTime"] = at
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		what  string
+		conds []any
+		want  objectConditions
+	}{
+		{"no status", nil, objectConditions{}},
+		{"ready", []any{cond("Ready", "True", "2026-05-01T11:00:00Z"), cond("Degraded", "False", "2026-05-01T10:00:00Z")},
+			objectConditions{isTrue: [4]bool{true, false, false, false}}},
+		{"degraded and stalled: failing since the earlier", []any{
+			cond("Ready", "False", "2026-05-01T11:00:00Z"),
+			cond("Degraded", "True", "2026-05-01T11:30:00Z"),
+			cond("Stalled", "True", "2026-05-01T11:10:00Z"),
+			cond("Paused", "True", "2026-05-01T09:00:00Z"), // paused is not failing
+		}, objectConditions{isTrue: [4]bool{false, true, true, true}, failingSince: time.Date(2026, 5, 1, 11, 10, 0, 0, time.UTC)}},
+		{"stalled without a time: failing since now", []any{cond("Stalled", "True", "")},
+			objectConditions{isTrue: [4]bool{false, false, true, false}, failingSince: now}},
+		{"other conditions and Unknown are not counted", []any{cond("Available", "True", ""), cond("Ready", "Unknown", "")}, objectConditions{}},
+	} {
+		cr := &unstructured.Unstructured{Object: map[string]any{}}
+		if tc.conds != nil {
+			cr.Object["status"] = map[string]any{"conditions": tc.conds}
+		}
+		if got := readConditions(cr, now); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.what, got, tc.want)
+		}
+	}
+}

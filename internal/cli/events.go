@@ -1,0 +1,393 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/duration"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+)
+
+// deliveryOutcomes are the outcomes --outcome takes, in the order a
+// delivery goes through them.
+var deliveryOutcomes = []archive.DeliveryOutcome{archive.DeliveryPending, archive.DeliveryHandled, archive.DeliveryFailed, archive.DeliveryRefused}
+
+// reasonWidth is how much of a delivery's reason the table shows; opkit
+// events show prints it whole.
+const reasonWidth = 60
+
+func newEventsCommand() *cobra.Command {
+	var archivePath, output, outcome, since string
+	var q archive.DeliveryQuery
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "List webhook deliveries, newest first",
+		Long: `List the webhook deliveries recorded in the archive, newest first: the
+operator and source each came in on, the sender's event and delivery id,
+its outcome (Pending, Handled, Failed, Refused) and why it failed or was
+refused, and the runs its handling started (the run's id when one, else
+how many). Filter by operator, source, outcome or age; --refused lists the
+deliveries that were turned away. -o json prints every field but the
+payload.
+
+Print one delivery whole, its headers, what it caused and its payload,
+with opkit events show ID; a run's log with opkit logs RUN.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("opkit events takes no arguments; to print one delivery, opkit events show %s", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if outcome != "" {
+				o, err := parseDeliveryOutcome(outcome)
+				if err != nil {
+					return err
+				}
+				if q.Refused && o != archive.DeliveryRefused {
+					return fmt.Errorf("--refused and --outcome %s select nothing together: pass one of them", o)
+				}
+				q.Outcome = o
+			}
+			if since != "" {
+				d, err := time.ParseDuration(since)
+				if err != nil || d <= 0 {
+					return fmt.Errorf("--since %q: want how far back to look, a duration such as 30m, 6h or 48h", since)
+				}
+				q.Since = time.Now().Add(-d)
+			}
+			if output != "table" && output != "json" {
+				return fmt.Errorf("-o %q: want table or json", output)
+			}
+			store, err := openExistingArchive(cmd.Context(), archivePath)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = store.Close() }()
+			page, err := store.ListDeliveries(cmd.Context(), q)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(page)
+			}
+			printDeliveries(cmd.OutOrStdout(), page.Deliveries, time.Now())
+			if page.Next != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "more deliveries: add --cursor %s\n", page.Next)
+			}
+			return nil
+		},
+	}
+	archiveFlag(cmd, &archivePath)
+	cmd.Flags().StringVar(&q.Operator, "operator", "", "only deliveries to this operator")
+	cmd.Flags().StringVar(&q.Source, "source", "", "only deliveries on this event source of the operator (github)")
+	cmd.Flags().BoolVar(&q.Refused, "refused", false, "only refused deliveries (a bad signature, a replay, filtered out, too large), with why")
+	cmd.Flags().StringVar(&outcome, "outcome", "", "only deliveries of this outcome: "+joinOutcomes(", "))
+	cmd.Flags().StringVar(&since, "since", "", "only deliveries received in this last while, e.g. 30m or 48h")
+	cmd.Flags().IntVar(&q.Limit, "limit", 50, "deliveries per page, at most 1000")
+	cmd.Flags().StringVar(&q.Cursor, "cursor", "", "continue after a previous page")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	cmd.AddCommand(newEventsShowCommand())
+	return cmd
+}
+
+// parseDeliveryOutcome is the outcome named s, in any case.
+func parseDeliveryOutcome(s string) (archive.DeliveryOutcome, error) {
+	for _, o := range deliveryOutcomes {
+		if strings.EqualFold(s, string(o)) {
+			return o, nil
+		}
+	}
+	return "", fmt.Errorf("--outcome %q: want one of %s", s, joinOutcomes(", "))
+}
+
+func joinOutcomes(sep string) string {
+	names := make([]string, len(deliveryOutcomes))
+	for i, o := range deliveryOutcomes {
+		names[i] = string(o)
+	}
+	return strings.Join(names, sep)
+}
+
+// printDeliveries writes deliveries as a table. What the sender chose (its
+// event, its delivery id, a reason that quotes it) is shown cleaned, as a
+// run's log is.
+func printDeliveries(w io.Writer, deliveries []archive.Delivery, now time.Time) {
+	if len(deliveries) == 0 {
+		fmt.Fprintln(w, "No deliveries.")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tOPERATOR\tSOURCE\tEVENT\tDELIVERY\tOUTCOME\tREASON\tRUNS\tAGE")
+	for _, d := range deliveries {
+		runs := "-"
+		switch len(d.Runs) {
+		case 0:
+		case 1:
+			runs = d.Runs[0]
+		default:
+			runs = fmt.Sprint(len(d.Runs))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.Operator, d.Source, orDash(cell(d.Event, 40)),
+			orDash(cell(d.DeliveryID, 40)), d.Outcome, orDash(cell(d.Reason, reasonWidth)), runs, duration.HumanDuration(now.Sub(d.ReceivedAt)))
+	}
+	_ = tw.Flush()
+}
+
+// cell is s cleaned for one table cell, on one line, cut to width
+// characters.
+func cell(s string, width int) string {
+	s = archive.CleanLog([]byte(s))
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= width {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:width-3]) + "..."
+}
+
+func newEventsShowCommand() *cobra.Command {
+	var archivePath string
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Print one webhook delivery whole: its headers, what it caused, its payload",
+		Long: `Print one webhook delivery as the archive keeps it: its fields, its
+headers (secrets and tokens redacted before it was recorded), what its
+handling caused (the runs it started, each with the opkit logs command
+that prints its log, and the objects it created or patched) and its
+payload, indented when it is JSON. The archive keeps a payload's start, up
+to 256 KiB by default; a longer one is marked where it was cut.
+
+What a sender sent is untrusted: terminal control sequences are stripped
+and invalid UTF-8 replaced, as opkit logs does.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if !archive.ValidID(id) {
+				return fmt.Errorf("%q is not a delivery id (opkit events lists them)", id)
+			}
+			store, err := openExistingArchive(cmd.Context(), archivePath)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = store.Close() }()
+			d, err := store.GetDelivery(cmd.Context(), id)
+			if errors.Is(err, archive.ErrNotFound) {
+				if _, runErr := store.Get(cmd.Context(), id); runErr == nil {
+					return fmt.Errorf("%s is a run, not a delivery: opkit logs %s prints its log", id, id)
+				}
+				return fmt.Errorf("delivery %s: %w in %s; opkit events lists the deliveries it keeps", id, archive.ErrNotFound, archivePath)
+			}
+			if err != nil {
+				return err
+			}
+			// The runs it started, as far as the archive still has them.
+			runs := map[string]*archive.Run{}
+			for _, runID := range d.Runs {
+				r, err := store.Get(cmd.Context(), runID)
+				switch {
+				case errors.Is(err, archive.ErrNotFound):
+				case err != nil:
+					return err
+				default:
+					runs[runID] = r
+				}
+			}
+			printDelivery(cmd.OutOrStdout(), d, runs, time.Now())
+			return nil
+		},
+	}
+	archiveFlag(cmd, &archivePath)
+	return cmd
+}
+
+// printDelivery writes one delivery whole: its fields, headers, what it
+// caused (runs holds those of its runs the archive still has) and its
+// payload.
+func printDelivery(w io.Writer, d *archive.Delivery, runs map[string]*archive.Run, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Delivery:\t%s\n", d.ID)
+	fmt.Fprintf(tw, "Operator:\t%s\n", d.Operator)
+	fmt.Fprintf(tw, "Source:\t%s\n", d.Source)
+	fmt.Fprintf(tw, "Event:\t%s\n", orDash(cell(d.Event, 200)))
+	fmt.Fprintf(tw, "Sender's id:\t%s\n", orDash(cell(d.DeliveryID, 200)))
+	fmt.Fprintf(tw, "Outcome:\t%s\n", d.Outcome)
+	if d.Reason != "" {
+		fmt.Fprintf(tw, "Reason:\t%s\n", cell(d.Reason, 4096))
+	}
+	fmt.Fprintf(tw, "Received:\t%s (%s ago)\n", d.ReceivedAt.Local().Format(time.RFC3339), duration.HumanDuration(now.Sub(d.ReceivedAt)))
+	if !d.HandledAt.IsZero() {
+		fmt.Fprintf(tw, "Handled:\t%s (%s after it came)\n", d.HandledAt.Local().Format(time.RFC3339),
+			d.HandledAt.Sub(d.ReceivedAt).Round(time.Millisecond))
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(w)
+	if len(d.Headers) == 0 {
+		fmt.Fprintln(w, "Headers: none")
+	} else {
+		fmt.Fprintln(w, "Headers:")
+		names := make([]string, 0, len(d.Headers))
+		for name := range d.Headers {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			for _, v := range d.Headers[name] {
+				fmt.Fprintf(w, "  %s: %s\n", cell(name, 200), cell(v, 4096))
+			}
+		}
+	}
+
+	fmt.Fprintln(w)
+	switch {
+	case d.Outcome == archive.DeliveryRefused:
+		fmt.Fprintln(w, "Caused: nothing; a refused delivery is never handled")
+	case d.Outcome == archive.DeliveryPending:
+		fmt.Fprintln(w, "Caused: nothing yet; it is handled when its operator's engine runs")
+	case len(d.Runs) == 0 && len(d.Objects) == 0:
+		fmt.Fprintln(w, "Caused: no runs, no objects")
+	default:
+		fmt.Fprintln(w, "Caused:")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, id := range d.Runs {
+			if r, ok := runs[id]; ok {
+				fmt.Fprintf(tw, "  run %s\t%s\t%s\t%s\topkit logs %s\n", id, r.Handler, r.Object(), r.Outcome, id)
+			} else {
+				fmt.Fprintf(tw, "  run %s  no longer in the archive\n", id) // no cells: the others' columns stay narrow
+			}
+		}
+		_ = tw.Flush()
+		for _, o := range d.Objects {
+			fmt.Fprintf(w, "  %s\n", cell(o, 4096))
+		}
+	}
+
+	fmt.Fprintln(w)
+	printPayload(w, d)
+}
+
+// printPayload writes a delivery's payload under a heading that says its
+// size, indented when it is JSON, and marked where the archive cut it.
+func printPayload(w io.Writer, d *archive.Delivery) {
+	size := max(d.PayloadBytes, int64(len(d.Payload)))
+	if size == 0 {
+		fmt.Fprintln(w, "Payload: empty")
+		return
+	}
+	body, kind := d.Payload, ""
+	switch {
+	case !d.PayloadTruncated && json.Valid(body):
+		var buf bytes.Buffer
+		_ = json.Indent(&buf, body, "", "  ") // valid: cannot fail
+		body, kind = buf.Bytes(), "JSON, "
+	case d.PayloadTruncated && startsLikeJSON(body):
+		body, kind = indentJSONStart(body), "JSON, "
+	}
+	cut := ""
+	if d.PayloadTruncated {
+		cut = fmt.Sprintf(", cut at %s", humanSize(int64(len(d.Payload))))
+	}
+	fmt.Fprintf(w, "Payload (%s%s%s):\n", kind, humanSize(size), cut)
+	text := archive.CleanLog(body)
+	fmt.Fprint(w, text)
+	if !strings.HasSuffix(text, "\n") {
+		fmt.Fprintln(w)
+	}
+	if d.PayloadTruncated {
+		fmt.Fprintf(w, "[opkit: payload cut at %s of %s; the archive keeps a payload's start]\n",
+			humanSize(int64(len(d.Payload))), humanSize(size))
+	}
+}
+
+// humanSize is archive.HumanBytes without a ".0": 256 KiB, 1.2 MiB.
+func humanSize(n int64) string {
+	return strings.Replace(archive.HumanBytes(n), ".0 ", " ", 1)
+}
+
+// startsLikeJSON reports whether p starts as a JSON object or array does.
+func startsLikeJSON(p []byte) bool {
+	p = bytes.TrimLeft(p, " \t\r\n")
+	return len(p) > 0 && (p[0] == '{' || p[0] == '[')
+}
+
+// indentJSONStart indents the start of a JSON text, which may end anywhere
+// (inside a string too), as json.Indent(dst, p, "", "  ") indents a whole
+// one: a payload cut by the archive is not valid JSON, but its start reads
+// as well as the whole would.
+func indentJSONStart(p []byte) []byte {
+	var out bytes.Buffer
+	depth := 0
+	inString, escaped := false, false
+	// pending is a line break owed after an opening bracket or a comma,
+	// written before what follows; last is the last byte written outside
+	// strings.
+	pending := false
+	var last byte
+	newline := func() {
+		out.WriteByte('\n')
+		for range depth {
+			out.WriteString("  ")
+		}
+	}
+	for _, c := range p {
+		if inString {
+			out.WriteByte(c)
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '}', ']':
+			depth = max(depth-1, 0)
+			if !pending || (last != '{' && last != '[') {
+				newline() // not an empty object or array: the closer has its own line
+			}
+			pending = false
+			out.WriteByte(c)
+		default:
+			if pending {
+				newline()
+				pending = false
+			}
+			switch c {
+			case '{', '[':
+				out.WriteByte(c)
+				depth++
+				pending = true
+			case ',':
+				out.WriteByte(c)
+				pending = true
+			case ':':
+				out.WriteString(": ")
+			case '"':
+				out.WriteByte(c)
+				inString = true
+			default:
+				out.WriteByte(c)
+			}
+		}
+		last = c
+	}
+	return out.Bytes()
+}

@@ -48,7 +48,7 @@ unit:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## bench: opkit against a hand-written controller-runtime operator and the
-## API server's ceiling (about 80 min; BENCH_FLAGS=-memory-runs=1: 50 min);
+## API server's ceiling (about 95 min; BENCH_FLAGS=-memory-runs=1: 65 min);
 ## prints a table and writes bench/latest.json.
 ## Choose with BENCH_FLAGS, e.g. BENCH_FLAGS="-scenarios drain,idle -runs 1"
 bench: plane

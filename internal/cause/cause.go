@@ -15,6 +15,12 @@
 // (requeueAfter). A handler that failed waits for its retry time; one
 // that gave up (Stalled) waits for a new generation or opkit retry.
 //
+// A watched object (an operator's spec.watch) has no status of opkit's:
+// its State lives in the run archive, its generation is the count of the
+// changes of its Projection (Observe), what create and update are about
+// (Input.Subject), and its keys name the life in which it was seen
+// (Observed.Since). Decide is the same function for both.
+//
 // A run's idempotency key is the object's uid, the generation and the
 // handler, plus the slot for periodic runs, a hash of the related fields
 // for an update caused by them (related.<id>... in fields), and the

@@ -22,6 +22,12 @@
 // (children.<id>) is ordered after it; reading an unknown id, or a cycle,
 // is an error naming the ids.
 //
+// An Operator without spec.resource either watches objects of another
+// kind (spec.watch, compiled to [Watch]: self is the watched object, typed
+// by its kind's schema when compiled with schemas; no children, related
+// objects or status) or, with neither, is a calendar: handlers on
+// operator-wide schedules only ([Definition.Calendar], [Handler.NextSlot]).
+//
 // Handlers ([Handler]) are validated and defaulted here too: triggers,
 // fields, schedule, timeout, retry policy and exactly one action; an exec
 // command's relative path is resolved against the definition file.

@@ -55,6 +55,17 @@
 // or by selector within a kind and namespace) turns a change of one into
 // reconciles of exactly those (related.go).
 //
+// # Watches and operator-wide schedules
+//
+// An operator without a custom resource either watches objects of any
+// kind that it neither owns nor writes to (spec.watch: its own cache,
+// restricted to its namespaces and selector; each object's handler state
+// kept in the run archive, loaded at start, so what changed or went while
+// no engine ran is handled once: watch.go), or runs its handlers on
+// operator-wide schedules, once per slot, the last slot kept in the
+// archive (calendar.go). Both share the runner of custom resources: its
+// executors, slots, archive writes and metrics. No CRD is installed.
+//
 // # A CRD deleted under a running operator
 //
 // Deleting a CRD deletes its custom resources (their delete handlers run

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -335,11 +336,23 @@ func (r *watchReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 // dropped reports whether the runner is done with the object.
 func (r *watchReconciler) gone(ctx context.Context, key types.NamespacedName, uid types.UID, last []byte) (res reconcile.Result, dropped bool, err error) {
 	rn := r.runner
+	obj := &unstructured.Unstructured{}
+	if err := json.Unmarshal(last, &obj.Object); err != nil || obj.Object == nil {
+		// Not kept: its name is all that is known.
+		obj.Object = map[string]any{}
+		obj.SetGroupVersionKind(r.def.Watch.GVK)
+		obj.SetNamespace(key.Namespace)
+		obj.SetName(key.Name)
+		obj.SetUID(uid)
+	}
 	live := &unstructured.Unstructured{}
 	live.SetGroupVersionKind(r.def.Watch.GVK)
 	err = r.reader.Get(ctx, key, live)
 	switch {
 	case err == nil && live.GetUID() == uid:
+		if r.settle(ctx, key, live) {
+			return reconcile.Result{}, false, nil // its run's end wakes it again
+		}
 		rn.log.V(1).Info("no longer watched: forgotten", "namespace", key.Namespace, "name", key.Name)
 		if fin := FinalizerName(r.def.Operator.Name); slices.Contains(live.GetFinalizers(), fin) {
 			// Nothing would remove it: opkit no longer looks at the object.
@@ -352,16 +365,10 @@ func (r *watchReconciler) gone(ctx context.Context, key types.NamespacedName, ui
 		return reconcile.Result{}, false, err
 	}
 	if !rn.hasDelete() {
+		if r.settle(ctx, key, obj) {
+			return reconcile.Result{}, false, nil
+		}
 		return reconcile.Result{}, true, r.drop(ctx, key, uid)
-	}
-	obj := &unstructured.Unstructured{}
-	if err := json.Unmarshal(last, &obj.Object); err != nil || obj.Object == nil {
-		// Not kept: its name is all that is known.
-		obj.Object = map[string]any{}
-		obj.SetGroupVersionKind(r.def.Watch.GVK)
-		obj.SetNamespace(key.Namespace)
-		obj.SetName(key.Name)
-		obj.SetUID(uid)
 	}
 	if obj.GetDeletionTimestamp() == nil {
 		now := metav1.Now()
@@ -382,6 +389,32 @@ func (r *watchReconciler) gone(ctx context.Context, key types.NamespacedName, ui
 		requeue = time.Minute // a gone object cannot be changed: look again now and then
 	}
 	return reconcile.Result{RequeueAfter: requeue}, false, nil
+}
+
+// settle records the end of the run of an object about to be forgotten,
+// if it ended (its outcome in the archive, its Events), as its next step
+// would have. It reports whether a run is still in flight: the object is
+// not forgotten until its end, which wakes it again.
+func (r *watchReconciler) settle(ctx context.Context, key types.NamespacedName, obj *unstructured.Unstructured) (busy bool) {
+	rn := r.runner
+	rn.mu.Lock()
+	o := rn.objects[key]
+	var f *flight
+	if o != nil && o.uid == obj.GetUID() {
+		f = o.flight
+		if f != nil && f.done {
+			o.flight = nil
+		}
+	}
+	rn.mu.Unlock()
+	switch {
+	case f == nil || errors.Is(f.err, errNotRecorded):
+		return false
+	case !f.done:
+		return true
+	}
+	rn.finish(ctx, obj, f, rn.state(obj))
+	return false
 }
 
 // drop forgets a watched object: its record in the archive and the

@@ -169,7 +169,9 @@ func TestAWatchLeavesAnObjectThatStopsMatchingWithoutADeleteRun(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "records.jsonl")
 	store := newArchive(t)
 	e, _ := runEngineWith(t, engine.Options{Config: a.Config, Archive: store})
-	if err := e.Apply(ctx, compileYAML(t, teamWatch(t, out, a.Namespace))); err != nil {
+	// Its handlers take 2 s: the label goes while the create run runs.
+	def := strings.ReplaceAll(teamWatch(t, out, a.Namespace), `{name: EVENTS_ONLY, value: "1"}`, `{name: EVENTS_ONLY, value: "1"}, {name: SLEEP, value: 2s}`)
+	if err := e.Apply(ctx, compileYAML(t, def)); err != nil {
 		t.Fatal(err)
 	}
 	name := "web-" + a.Namespace[len(a.Namespace)-6:]
@@ -180,6 +182,12 @@ func TestAWatchLeavesAnObjectThatStopsMatchingWithoutADeleteRun(t *testing.T) {
 		updateDeployment(t, a, name, func(d *appsv1.Deployment) { d.Labels["team"] = team })
 	}
 	relabel("b")
+	// The run that was in flight when the object stopped matching is
+	// recorded still.
+	eventually(t, 30*time.Second, "the create run recorded Succeeded", func(ctx context.Context) (bool, error) {
+		page, err := store.List(ctx, archive.Query{Operator: "team-a-" + a.Namespace})
+		return err == nil && len(page.Runs) == 1 && page.Runs[0].Outcome == archive.Succeeded, err
+	})
 	// Level-triggered: a label taken away and given back before the
 	// engine looked is no change. Wait until it has forgotten the object.
 	eventually(t, 30*time.Second, "the object forgotten", func(ctx context.Context) (bool, error) {

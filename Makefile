@@ -10,7 +10,7 @@ GOLANGCI_LINT          := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # go test's timeout per package binary; integration packages start a plane.
 TEST_TIMEOUT           ?= 30m
 
-.PHONY: all build plane browser demo test vet lint unit fmt bench clean
+.PHONY: all build plane browser demo test vet lint unit usermodule fmt bench clean
 
 all: build
 
@@ -35,8 +35,9 @@ browser:
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null; }
 
 ## test: vet, lint and every test (unit and integration, browser tests in
-## headless chromium), race detector on
-test: plane browser vet lint unit
+## headless chromium, and testdata/usermodule: pkg/opkittest used from
+## another module), race detector on
+test: plane browser vet lint unit usermodule
 
 vet:
 	$(GO) vet ./...
@@ -46,6 +47,11 @@ lint: $(GOLANGCI_LINT)
 
 unit:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# A module of its own (the go tool skips testdata/ in ./...): an operator's
+# tests written against pkg/opkittest alone, with a replace to this checkout.
+usermodule:
+	cd testdata/usermodule && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## bench: opkit against a hand-written controller-runtime operator and the
 ## API server's ceiling (about 95 min; BENCH_FLAGS=-memory-runs=1: 65 min);

@@ -11,18 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
-
 	"github.com/opkit-dev/opkit/internal/devcluster"
+	"github.com/opkit-dev/opkit/pkg/opkittest"
 )
 
-// Eventually polls cond every 100ms until it returns true, and fails the
-// test with what and the last error when timeout passes first.
+// Eventually is opkittest.Eventually.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
+	opkittest.Eventually(t, timeout, what, cond)
 }
 
 // Kubectl runs the plane's kubectl (see devcluster.Kubectl) with kubeconfig

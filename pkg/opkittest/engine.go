@@ -1,0 +1,168 @@
+package opkittest
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/engine"
+)
+
+// Run is one handler run as the archive records it.
+type Run = archive.Run
+
+// Query selects runs; zero fields do not filter. Limit and Cursor are
+// ignored by Engine.Runs, which reads every page.
+type Query = archive.Query
+
+// Outcome is how a run ended, or Running.
+type Outcome = archive.Outcome
+
+// The outcomes of a run.
+const (
+	Running   = archive.Running
+	Succeeded = archive.Succeeded
+	Failed    = archive.Failed
+	GaveUp    = archive.GaveUp
+	Cancelled = archive.Cancelled
+	Skipped   = archive.Skipped
+)
+
+// Engine is an opkit engine running for one test, with its archive.
+type Engine struct {
+	store *archive.SQLite
+	stop  func()
+}
+
+// RunOperators starts an engine on the plane with a fresh archive (SQLite
+// in t.TempDir) and applies the operator definitions in files, as `opkit
+// run` would: each file may hold several, separated by "---". It returns
+// once every definition is applied (its CRD established, its controller
+// started), and stops the engine when the test ends, before the test's
+// namespace is deleted. Exec handlers run in their definition file's
+// directory. A definition that does not load, compile or apply fails
+// the test with the reason.
+func (env *Env) RunOperators(t testing.TB, files ...string) *Engine {
+	t.Helper()
+	store, err := archive.OpenSQLite(t.Context(), filepath.Join(t.TempDir(), "runs.db"), archive.Options{})
+	if err != nil {
+		t.Fatalf("opkittest: opening the archive: %v", err)
+	}
+	t.Cleanup(func() { _ = store.Close() }) // runs after the engine stopped
+	e, err := engine.New(engine.Options{Config: env.Config, Archive: store})
+	if err != nil {
+		t.Fatalf("opkittest: creating the engine: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("opkittest: engine: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	for _, f := range files {
+		srcs, err := definition.LoadFile(f)
+		if err != nil {
+			t.Fatalf("opkittest: %v", err)
+		}
+		for _, src := range srcs {
+			d, err := definition.Compile(src)
+			if err != nil {
+				t.Fatalf("opkittest: %v", err)
+			}
+			if err := e.Apply(t.Context(), d); err != nil {
+				t.Fatalf("opkittest: applying %s: %v", f, err)
+			}
+		}
+	}
+	return &Engine{store: store, stop: stop}
+}
+
+// Stop stops the engine and waits until it stopped; the archive stays
+// readable. The test's end does it too: call it to test what happens while
+// no engine runs.
+func (e *Engine) Stop() { e.stop() }
+
+// Runs returns the archived runs that q selects, newest first.
+func (e *Engine) Runs(ctx context.Context, q Query) ([]Run, error) {
+	q.Limit, q.Cursor = 1000, ""
+	var runs []Run
+	for {
+		page, err := e.store.List(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("listing runs: %w", err)
+		}
+		runs = append(runs, page.Runs...)
+		if page.Next == "" {
+			return runs, nil
+		}
+		q.Cursor = page.Next
+	}
+}
+
+// WaitRun waits until the archive has a run that q selects and returns the
+// newest one; it fails the test when within passes first, listing the runs
+// of q's operator, handler and object with other outcomes.
+func (e *Engine) WaitRun(t testing.TB, within time.Duration, q Query) Run {
+	t.Helper()
+	var found Run
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		runs, err := e.Runs(ctx, q)
+		if err != nil || len(runs) == 0 {
+			return false, err
+		}
+		found = runs[0]
+		return true, nil
+	})
+	if err != nil {
+		others := q
+		others.Outcome, others.Failed = "", false
+		runs, _ := e.Runs(context.WithoutCancel(t.Context()), others)
+		t.Fatalf("opkittest: no run %s within %v: %v; runs without the outcome filter: %s", describe(q), within, err, summary(runs))
+	}
+	return found
+}
+
+// Log returns a run's log, as much as the archive kept.
+func (e *Engine) Log(ctx context.Context, id string) (string, error) {
+	l, err := e.store.Logs(ctx, id, 0)
+	if err != nil {
+		return "", fmt.Errorf("reading the log of run %s: %w", id, err)
+	}
+	return string(l.Data), nil
+}
+
+// describe names the fields q filters on.
+func describe(q Query) string {
+	s := fmt.Sprintf("%+v", struct {
+		Operator, Handler, Namespace, Name, Trigger string
+		Outcome                                     Outcome
+		Failed                                      bool
+	}{q.Operator, q.Handler, q.Namespace, q.Name, q.Trigger, q.Outcome, q.Failed})
+	return s
+}
+
+// summary lists runs one per line: handler, object, trigger, outcome, error.
+func summary(runs []Run) string {
+	if len(runs) == 0 {
+		return "none"
+	}
+	s := ""
+	for _, r := range runs {
+		s += fmt.Sprintf("\n  %s %s %s/%s %s attempt %d: %s %s", r.Operator, r.Handler, r.Namespace, r.Name, r.Trigger, r.Attempt, r.Outcome, r.Error)
+	}
+	return s
+}

@@ -400,18 +400,21 @@ func (r *watchReconciler) settle(ctx context.Context, key types.NamespacedName, 
 	rn.mu.Lock()
 	o := rn.objects[key]
 	var f *flight
+	var done bool
 	if o != nil && o.uid == obj.GetUID() {
 		f = o.flight
-		if f != nil && f.done {
-			o.flight = nil
+		if done = f != nil && f.done; done {
+			o.flight = nil // the run's goroutine writes it no more
 		}
 	}
 	rn.mu.Unlock()
 	switch {
-	case f == nil || errors.Is(f.err, errNotRecorded):
+	case f == nil:
 		return false
-	case !f.done:
+	case !done:
 		return true
+	case errors.Is(f.err, errNotRecorded):
+		return false
 	}
 	rn.finish(ctx, obj, f, rn.state(obj))
 	return false

@@ -38,13 +38,24 @@ func browser(t *testing.T) context.Context {
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Headless,
 		chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 900))
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(alloc)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(ctx); err != nil { // starts the browser
-		t.Fatalf("starting %s: %v", path, err)
+	// On a loaded machine Chromium may fail to fork its helpers at start
+	// ("Zygote could not fork"): try again, a few times, before failing.
+	var err error
+	for attempt := range 4 {
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * time.Second)
+		}
+		alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		ctx, cancel := chromedp.NewContext(alloc)
+		if err = chromedp.Do(ctx); err == nil { // starts the browser
+			t.Cleanup(func() { cancel(); cancelAlloc() })
+			return ctx
+		}
+		cancel()
+		cancelAlloc()
 	}
-	return ctx
+	t.Fatalf("starting %s (4 tries): %v", path, err)
+	return nil
 }
 
 // within runs actions with a timeout.

@@ -575,56 +575,80 @@ func listSQL(where string) string {
 
 // sql turns a query into a WHERE clause with ? placeholders.
 func (q Query) sql() (string, []any, int, error) {
-	limit := q.Limit
-	switch {
-	case limit <= 0:
-		limit = 50
-	case limit > 1000:
-		limit = 1000
-	}
-	var conds []string
-	var args []any
-	eq := func(col, v string) {
-		if v != "" {
-			conds = append(conds, col+" = ?")
-			args = append(args, v)
-		}
-	}
-	eq("operator", q.Operator)
-	eq("handler", q.Handler)
-	eq("namespace", q.Namespace)
-	eq("name", q.Name)
-	eq("uid", q.UID)
+	var w where
+	w.eq("operator", q.Operator)
+	w.eq("handler", q.Handler)
+	w.eq("namespace", q.Namespace)
+	w.eq("name", q.Name)
+	w.eq("uid", q.UID)
 	// Kind and trigger have no index: each would cost every run's insert a
 	// fifth more, to spare a rare query. Without one, the runs are read
 	// newest first until the page is full; a kind or trigger that no run
 	// has reads all of them, some 40ms for 100k runs.
-	eq("kind", q.Kind)
-	eq("trigger_name", q.Trigger)
-	eq("outcome", string(q.Outcome))
+	w.eq("kind", q.Kind)
+	w.eq("trigger_name", q.Trigger)
+	w.eq("outcome", string(q.Outcome))
 	if q.Failed {
-		conds = append(conds, "failed = 1")
+		w.conds = append(w.conds, "failed = 1")
 	}
-	// Ids sort by start time: time bounds are id bounds, on the primary key.
-	if !q.Since.IsZero() {
-		conds = append(conds, "id >= ?")
-		args = append(args, idPrefix(q.Since))
+	if err := w.ids(q.Since, q.Until, q.Cursor); err != nil {
+		return "", nil, 0, err
 	}
-	if !q.Until.IsZero() {
-		conds = append(conds, "id < ?")
-		args = append(args, idPrefix(q.Until))
+	return w.sql(), w.args, pageLimit(q.Limit), nil
+}
+
+// where is a WHERE clause being built, with ? placeholders.
+type where struct {
+	conds []string
+	args  []any
+}
+
+// eq adds col = v, unless v is empty.
+func (w *where) eq(col, v string) {
+	if v != "" {
+		w.conds = append(w.conds, col+" = ?")
+		w.args = append(w.args, v)
 	}
-	if q.Cursor != "" {
-		if !ValidID(q.Cursor) {
-			return "", nil, 0, fmt.Errorf("archive: cursor %q is not one this archive returned", q.Cursor)
+}
+
+// ids bounds the ids: ids sort by time, so time bounds are id bounds, on
+// the primary key; a page's cursor is the last id it returned.
+func (w *where) ids(since, until time.Time, cursor string) error {
+	if !since.IsZero() {
+		w.conds = append(w.conds, "id >= ?")
+		w.args = append(w.args, idPrefix(since))
+	}
+	if !until.IsZero() {
+		w.conds = append(w.conds, "id < ?")
+		w.args = append(w.args, idPrefix(until))
+	}
+	if cursor != "" {
+		if !ValidID(cursor) {
+			return fmt.Errorf("archive: cursor %q is not one this archive returned", cursor)
 		}
-		conds = append(conds, "id < ?")
-		args = append(args, q.Cursor)
+		w.conds = append(w.conds, "id < ?")
+		w.args = append(w.args, cursor)
 	}
-	if len(conds) == 0 {
-		return "", args, limit, nil
+	return nil
+}
+
+// sql is the clause, "" without conditions.
+func (w *where) sql() string {
+	if len(w.conds) == 0 {
+		return ""
 	}
-	return " WHERE " + strings.Join(conds, " AND "), args, limit, nil
+	return " WHERE " + strings.Join(w.conds, " AND ")
+}
+
+// pageLimit is a page's size: 50 unless asked, at most 1000.
+func pageLimit(n int) int {
+	switch {
+	case n <= 0:
+		return 50
+	case n > 1000:
+		return 1000
+	}
+	return n
 }
 
 // Succeeded reports whether a run with this idempotency key succeeded.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -180,58 +179,29 @@ func listDeliveriesSQL(where string) string {
 
 // sql turns a query into a WHERE clause with ? placeholders.
 func (q DeliveryQuery) sql() (string, []any, int, error) {
-	limit := q.Limit
-	switch {
-	case limit <= 0:
-		limit = 50
-	case limit > 1000:
-		limit = 1000
-	}
-	var conds []string
-	var args []any
+	var w where
 	// Through deliveries_operator. The source has no index of its own: an
 	// operator has few sources, and its deliveries are read newest first
 	// until the page is full.
-	if q.Operator != "" {
-		conds = append(conds, "operator = ?")
-		args = append(args, q.Operator)
-	}
-	if q.Source != "" {
-		conds = append(conds, "source = ?")
-		args = append(args, q.Source)
-	}
+	w.eq("operator", q.Operator)
+	w.eq("source", q.Source)
 	// Outcomes are literal, checked to be one of the four: SQLite uses a
 	// partial index (deliveries_refused, deliveries_pending) only for a
 	// condition it can see implies the index's.
 	if q.Refused {
-		conds = append(conds, "outcome = 'Refused'")
+		w.conds = append(w.conds, "outcome = 'Refused'")
 	}
 	if q.Outcome != "" {
 		if !q.Outcome.known() {
 			return "", nil, 0, fmt.Errorf("archive: delivery outcome %q is none of Pending, Handled, Failed, Refused", q.Outcome)
 		}
-		conds = append(conds, "outcome = '"+string(q.Outcome)+"'")
+		w.conds = append(w.conds, "outcome = '"+string(q.Outcome)+"'")
 	}
 	// Ids sort by the time received: time bounds are id bounds.
-	if !q.Since.IsZero() {
-		conds = append(conds, "id >= ?")
-		args = append(args, idPrefix(q.Since))
+	if err := w.ids(q.Since, q.Until, q.Cursor); err != nil {
+		return "", nil, 0, err
 	}
-	if !q.Until.IsZero() {
-		conds = append(conds, "id < ?")
-		args = append(args, idPrefix(q.Until))
-	}
-	if q.Cursor != "" {
-		if !ValidID(q.Cursor) {
-			return "", nil, 0, fmt.Errorf("archive: cursor %q is not one this archive returned", q.Cursor)
-		}
-		conds = append(conds, "id < ?")
-		args = append(args, q.Cursor)
-	}
-	if len(conds) == 0 {
-		return "", args, limit, nil
-	}
-	return " WHERE " + strings.Join(conds, " AND "), args, limit, nil
+	return w.sql(), w.args, pageLimit(q.Limit), nil
 }
 
 // queryDeliveries runs a query of deliveryColumns, and of the payload

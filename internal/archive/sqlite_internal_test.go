@@ -11,21 +11,18 @@ import (
 	"time"
 )
 
-// TestSQLiteMigratesAnOldArchive opens an archive from before the partial
-// indexes and finds its runs, by key and as failures, through them.
-func TestSQLiteMigratesAnOldArchive(t *testing.T) {
-	ctx := context.Background()
+// migrated builds an archive file with the statements of an older opkit
+// (its migrations, then its rows), opens it with this one's, and checks
+// the schema came to this version. It is closed when the test ends.
+func migrated(t *testing.T, statements ...string) *SQLite {
+	t.Helper()
+	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "runs.db")
 	old, err := sql.Open("sqlite", "file:"+path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	ok, bad := NewID(now), NewID(now.Add(time.Millisecond))
-	for _, q := range []string{migrations[0], `PRAGMA user_version = 1`,
-		`INSERT INTO runs VALUES ('` + ok + `', 'op', 'h', 'exec', 'create', 'v1', 'K', 'ns', 'a', 'u1', 1, 'u1/1/h', 1, '', 1, 2, 'Succeeded', 0, '', 0, '', 0, 0)`,
-		`INSERT INTO runs VALUES ('` + bad + `', 'op', 'h', 'exec', 'create', 'v1', 'K', 'ns', 'b', 'u2', 1, 'u2/1/h', 1, '', 1, 2, 'Failed', 1, 'exit status 1', 0, '', 0, 0)`,
-	} {
+	for _, q := range statements {
 		if _, err := old.ExecContext(ctx, q); err != nil {
 			t.Fatal(err)
 		}
@@ -35,11 +32,24 @@ func TestSQLiteMigratesAnOldArchive(t *testing.T) {
 	if err != nil {
 		t.Fatalf("migrating: %v", err)
 	}
-	defer func() { _ = s.Close() }()
+	t.Cleanup(func() { _ = s.Close() })
 	var version int
 	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil || version != len(migrations) {
 		t.Fatalf("schema version %d (%v), want %d", version, err, len(migrations))
 	}
+	return s
+}
+
+// TestSQLiteMigratesAnOldArchive opens an archive from before the partial
+// indexes and finds its runs, by key and as failures, through them.
+func TestSQLiteMigratesAnOldArchive(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	ok, bad := NewID(now), NewID(now.Add(time.Millisecond))
+	s := migrated(t, migrations[0], `PRAGMA user_version = 1`,
+		`INSERT INTO runs VALUES ('`+ok+`', 'op', 'h', 'exec', 'create', 'v1', 'K', 'ns', 'a', 'u1', 1, 'u1/1/h', 1, '', 1, 2, 'Succeeded', 0, '', 0, '', 0, 0)`,
+		`INSERT INTO runs VALUES ('`+bad+`', 'op', 'h', 'exec', 'create', 'v1', 'K', 'ns', 'b', 'u2', 1, 'u2/1/h', 1, '', 1, 2, 'Failed', 1, 'exit status 1', 0, '', 0, 0)`,
+	)
 	if found, err := s.Succeeded(ctx, "u1/1/h"); err != nil || !found {
 		t.Errorf("Succeeded(u1/1/h) = %v, %v after migrating; want true", found, err)
 	}
@@ -58,33 +68,13 @@ func TestSQLiteMigratesAnOldArchive(t *testing.T) {
 // and failures as they were, and state records working beside them.
 func TestSQLiteMigratesAnArchiveOfVersion2ToStateRecordsKeepingItsRuns(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "runs.db")
-	old, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
 	ok, bad := NewID(now), NewID(now.Add(time.Millisecond))
-	for _, q := range []string{migrations[0], migrations[1], `PRAGMA user_version = 2`,
-		`INSERT INTO runs VALUES ('` + ok + `', 'op', 'h', 'exec', 'create', 'v1', 'K', 'ns', 'a', 'u1', 1, 'u1/1/h', 1, '', 1, 2, 'Succeeded', 0, '', 0, '', 12, 0)`,
-		`INSERT INTO runs VALUES ('` + bad + `', 'op', 'h', 'exec', 'schedule', 'opkit.dev/v1alpha1', 'Operator', '', 'op', 'u2', 1, 'u2/1/h', 1, '', 1, 2, 'Failed', 1, 'exit status 1', 0, '', 0, 0)`,
-		`INSERT INTO logs VALUES ('` + ok + `', 0, CAST('the log of a' AS BLOB))`,
-	} {
-		if _, err := old.ExecContext(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_ = old.Close()
-
-	s, err := OpenSQLite(ctx, path, Options{})
-	if err != nil {
-		t.Fatalf("migrating: %v", err)
-	}
-	defer func() { _ = s.Close() }()
-	var version int
-	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil || version != len(migrations) {
-		t.Fatalf("schema version %d (%v), want %d", version, err, len(migrations))
-	}
+	s := migrated(t, migrations[0], migrations[1], `PRAGMA user_version = 2`,
+		`INSERT INTO runs VALUES ('`+ok+`', 'op', 'h', 'exec', 'create', 'v1', 'K', 'ns', 'a', 'u1', 1, 'u1/1/h', 1, '', 1, 2, 'Succeeded', 0, '', 0, '', 12, 0)`,
+		`INSERT INTO runs VALUES ('`+bad+`', 'op', 'h', 'exec', 'schedule', 'opkit.dev/v1alpha1', 'Operator', '', 'op', 'u2', 1, 'u2/1/h', 1, '', 1, 2, 'Failed', 1, 'exit status 1', 0, '', 0, 0)`,
+		`INSERT INTO logs VALUES ('`+ok+`', 0, CAST('the log of a' AS BLOB))`,
+	)
 	page, err := s.List(ctx, Query{})
 	if err != nil || len(page.Runs) != 2 || page.Runs[0].ID != bad || page.Runs[1].ID != ok {
 		t.Fatalf("runs after migrating: %+v, %v; want %s and %s", page, err, bad, ok)
@@ -113,34 +103,14 @@ func TestSQLiteMigratesAnArchiveOfVersion2ToStateRecordsKeepingItsRuns(t *testin
 // runs and state records as they were, and deliveries working beside them.
 func TestSQLiteMigratesAnArchiveOfVersion3ToDeliveriesKeepingItsRunsAndStates(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "runs.db")
-	old, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
 	ok, bad := NewID(now), NewID(now.Add(time.Millisecond))
-	for _, q := range []string{migrations[0], migrations[1], migrations[2], `PRAGMA user_version = 3`,
-		`INSERT INTO runs VALUES ('` + ok + `', 'op', 'h', 'exec', 'create', 'v1', 'K', 'ns', 'a', 'u1', 1, 'u1/1/h', 1, '', 1, 2, 'Succeeded', 0, '', 0, '', 12, 0)`,
-		`INSERT INTO runs VALUES ('` + bad + `', 'op', 'h', 'exec', 'update', 'v1', 'K', 'ns', 'b', 'u2', 1, 'u2/1/h', 1, '', 1, 2, 'Failed', 1, 'exit status 1', 0, '', 0, 0)`,
-		`INSERT INTO logs VALUES ('` + ok + `', 0, CAST('the log of a' AS BLOB))`,
+	s := migrated(t, migrations[0], migrations[1], migrations[2], `PRAGMA user_version = 3`,
+		`INSERT INTO runs VALUES ('`+ok+`', 'op', 'h', 'exec', 'create', 'v1', 'K', 'ns', 'a', 'u1', 1, 'u1/1/h', 1, '', 1, 2, 'Succeeded', 0, '', 0, '', 12, 0)`,
+		`INSERT INTO runs VALUES ('`+bad+`', 'op', 'h', 'exec', 'update', 'v1', 'K', 'ns', 'b', 'u2', 1, 'u2/1/h', 1, '', 1, 2, 'Failed', 1, 'exit status 1', 0, '', 0, 0)`,
+		`INSERT INTO logs VALUES ('`+ok+`', 0, CAST('the log of a' AS BLOB))`,
 		`INSERT INTO states VALUES ('op', 'u1', 'v1', 'K', 'ns', 'a', CAST('{"handled":1}' AS BLOB), 1)`,
-	} {
-		if _, err := old.ExecContext(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_ = old.Close()
-
-	s, err := OpenSQLite(ctx, path, Options{})
-	if err != nil {
-		t.Fatalf("migrating: %v", err)
-	}
-	defer func() { _ = s.Close() }()
-	var version int
-	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil || version != len(migrations) {
-		t.Fatalf("schema version %d (%v), want %d", version, err, len(migrations))
-	}
+	)
 	page, err := s.List(ctx, Query{})
 	if err != nil || len(page.Runs) != 2 || page.Runs[0].ID != bad || page.Runs[1].ID != ok {
 		t.Fatalf("runs after migrating: %+v, %v; want %s and %s", page, err, bad, ok)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -623,16 +622,11 @@ func TestConsoleRefusesAnOpenAddressWithoutAuth(t *testing.T) {
 // httpGet returns the body of a GET that must answer 200.
 func httpGet(t *testing.T, url string) string {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
+	status, body := clustertest.Get(t, url)
+	if status != http.StatusOK {
+		t.Fatalf("GET %s: %d %s\n%s", url, status, http.StatusText(status), body)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s\n%s", url, resp.Status, body)
-	}
-	return string(body)
+	return body
 }
 
 // TestAnAPIOutageIsToldInTwoLinesAndCaughtUp cuts opkit run off the API

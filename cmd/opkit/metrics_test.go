@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -60,35 +59,6 @@ func startOpkitWithDefaultMetrics(t *testing.T, env []string, args ...string) (*
 	return cmd, out
 }
 
-// scrape GETs a URL and returns its status and body.
-func scrape(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
-
-// samples reads a Prometheus text exposition: each sample's value by its
-// name and labels as written (labels sorted by name).
-func samples(body string) map[string]float64 {
-	out := map[string]float64{}
-	for line := range strings.Lines(body) {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			out[line[:i]] = v
-		}
-	}
-	return out
-}
-
 // sampleNames are the metric names of an exposition's samples.
 func sampleNames(s map[string]float64) map[string]bool {
 	names := map[string]bool{}
@@ -141,11 +111,11 @@ func waitGauges(t *testing.T, c client.Client, metrics string) map[string]float6
 		`opkit_runs_in_flight{operator="notes"}`: 0,
 	}
 	clustertest.Eventually(t, 60*time.Second, "/metrics showing one Note Ready and one Stalled", func(context.Context) (bool, error) {
-		code, body := scrape(t, metrics)
+		code, body := clustertest.Get(t, metrics)
 		if code != http.StatusOK {
 			return false, fmt.Errorf("GET %s: %d\n%s", metrics, code, body)
 		}
-		last = samples(body)
+		last = clustertest.Samples(body)
 		for k, v := range want {
 			if got, ok := last[k]; !ok || got != v {
 				return false, nil
@@ -223,7 +193,7 @@ func TestRunAndDevServeMetricsAndHealthOnTheirDefaultAddresses(t *testing.T) {
 	}
 	base := strings.TrimSuffix(metrics, "/metrics")
 	for _, path := range []string{"/healthz", "/readyz"} {
-		if code, body := scrape(t, base+path+"?verbose"); code != http.StatusOK {
+		if code, body := clustertest.Get(t, base+path+"?verbose"); code != http.StatusOK {
 			t.Errorf("GET %s: %d\n%s", path, code, body)
 		} else if path == "/readyz" && (!strings.Contains(body, "[+]api-server ok") || !strings.Contains(body, "[+]archive ok")) {
 			t.Errorf("/readyz?verbose does not list its checks:\n%s", body)
@@ -261,7 +231,7 @@ func TestRunAndDevServeMetricsAndHealthOnTheirDefaultAddresses(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGauges(t, devClient, devMetrics)
-	if code, body := scrape(t, strings.TrimSuffix(devMetrics, "/metrics")+"/readyz"); code != http.StatusOK {
+	if code, body := clustertest.Get(t, strings.TrimSuffix(devMetrics, "/metrics")+"/readyz"); code != http.StatusOK {
 		t.Errorf("opkit dev's /readyz: %d\n%s", code, body)
 	}
 

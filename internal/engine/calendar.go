@@ -244,13 +244,8 @@ func (rn *runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 		}
 		return "", 0
 	}
-	var failure *executor.Failure
-	switch {
-	case err != nil:
-		failure = executor.AsFailure(err)
-	case res.Error != nil:
-		failure = &executor.Failure{Message: res.Error.Message, Permanent: res.Error.Permanent}
-	case len(res.Status) > 0:
+	failure := runFailure(res, err)
+	if failure == nil && len(res.Status) > 0 {
 		failure = &executor.Failure{Message: "the result sets status, but an operator-wide schedule has no object to write it to", Permanent: true}
 	}
 	var retryIn time.Duration

@@ -468,13 +468,7 @@ func (rn *runner) wakeUp(cr *unstructured.Unstructured) {
 func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *flight, st *cause.State) time.Duration {
 	run, h := f.run, f.cause.Handler
 	now := time.Now().UTC()
-	var failure *executor.Failure
-	switch {
-	case f.err != nil:
-		failure = executor.AsFailure(f.err)
-	case f.result.Error != nil:
-		failure = &executor.Failure{Message: f.result.Error.Message, Permanent: f.result.Error.Permanent}
-	}
+	failure := runFailure(f.result, f.err)
 	if failure == nil && len(f.result.Status) > 0 && rn.watched {
 		failure = &executor.Failure{Message: "the result sets status, but opkit never writes to a watched object: post events or write to objects of your own instead", Permanent: true}
 	}
@@ -547,6 +541,18 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerGaveUp", runAction(run.ID), "handler %s gave up after %d attempts: %s: run %s", h.Name, run.Attempt, truncate(run.Error), rn.runRef(run.ID))
 	}
 	return requeue
+}
+
+// runFailure is how a run failed: its executor's error, or the error its
+// result reports; nil when it succeeded.
+func runFailure(res *executor.Result, err error) *executor.Failure {
+	switch {
+	case err != nil:
+		return executor.AsFailure(err)
+	case res.Error != nil:
+		return &executor.Failure{Message: res.Error.Message, Permanent: res.Error.Permanent}
+	}
+	return nil
 }
 
 // errNotRecorded fails a run the archive could not record: it did not run.

@@ -3,10 +3,8 @@ package engine_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,31 +24,7 @@ import (
 // status code and body.
 func fetch(t *testing.T, e *engine.Engine, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + e.MetricsAddr() + path)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
-
-// series reads the Prometheus text exposition: each sample's value by its
-// name and labels, written as the exposition writes them (labels sorted).
-func series(body string) map[string]float64 {
-	out := map[string]float64{}
-	for line := range strings.Lines(body) {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err == nil {
-			out[line[:i]] = v
-		}
-	}
-	return out
+	return clustertest.Get(t, "http://"+e.MetricsAddr()+path)
 }
 
 // objects is the key of an opkit_objects sample.
@@ -77,7 +51,7 @@ func TestMetricsShowEachOperatorsObjectsByConditionAndTheirRuns(t *testing.T) {
 		t.Helper()
 		clustertest.Eventually(t, 60*time.Second, what, func(context.Context) (bool, error) {
 			code, body := fetch(t, e, "/metrics")
-			last = series(body)
+			last = clustertest.Samples(body)
 			if code != http.StatusOK {
 				return false, fmt.Errorf("/metrics answered %d: %s", code, body)
 			}
@@ -104,7 +78,7 @@ func TestMetricsShowEachOperatorsObjectsByConditionAndTheirRuns(t *testing.T) {
 
 	// The run counters are the process's: earlier tests' Tasks count too.
 	_, body := fetch(t, e, "/metrics")
-	base := series(body)
+	base := clustertest.Samples(body)
 	gaveUp := `opkit_runs_total{handler="work",operator="tasks",outcome="GaveUp"}`
 	succeeded := `opkit_runs_total{handler="work",operator="tasks",outcome="Succeeded"}`
 	create(t, env, task(env.Namespace, "fine", "", "a"))
@@ -231,8 +205,8 @@ func TestReadyzFailsWhileTheAPIServerIsCutOff(t *testing.T) {
 	if code, body := fetch(t, e, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz while cut off: %d %s; want 200: liveness is the process's", code, body)
 	}
-	if _, body := fetch(t, e, "/metrics"); series(body)["opkit_api_reachable"] != 0 {
-		t.Errorf("opkit_api_reachable while cut off: %v; want 0", series(body)["opkit_api_reachable"])
+	if _, body := fetch(t, e, "/metrics"); clustertest.Samples(body)["opkit_api_reachable"] != 0 {
+		t.Errorf("opkit_api_reachable while cut off: %v; want 0", clustertest.Samples(body)["opkit_api_reachable"])
 	}
 
 	proxy.Thaw()

@@ -150,6 +150,55 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 			"finalizer": {Type: "boolean", Description: "Hold opkit's finalizer on each watched object, so that delete handlers run before it is gone. Defaults to false."},
 		},
 	}
+	secretRef := apiextensionsv1.JSONSchemaProps{
+		Type: "object", Required: []string{"namespace", "name", "key"},
+		Description: "The Secret key holding the shared secret; read again when it changes.",
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"namespace": str("Namespace of the Secret."),
+			"name":      str("Name of the Secret."),
+			"key":       str("Key in the Secret."),
+		},
+	}
+	webhookSecret := apiextensionsv1.JSONSchemaProps{
+		Type: "object", Required: []string{"secretRef"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{"secretRef": secretRef},
+	}
+	header := func(desc string) apiextensionsv1.JSONSchemaProps {
+		h := str(desc)
+		h.MaxLength = ptr.To(int64(256))
+		return h
+	}
+	source := apiextensionsv1.JSONSchemaProps{
+		Type: "object", Required: []string{"name", "webhook"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"name": {Type: "string", MaxLength: ptr.To(int64(63)), Pattern: HandlerNamePattern, Description: "Names the source in its URL, /hooks/<operator>/<name>; a DNS label."},
+			"webhook": {
+				Type:        "object",
+				Description: "HTTP deliveries, verified by exactly one of github, hmac and bearer.",
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"github": webhookSecret,
+					"hmac": {
+						Type: "object", Required: []string{"header", "secretRef"},
+						Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"header":    header("Header holding the hex HMAC-SHA256 of the body."),
+							"prefix":    header("Text before the digest in the header, e.g. sha256=."),
+							"secretRef": secretRef,
+						},
+					},
+					"bearer":         webhookSecret,
+					"deliveryHeader": header("Header holding the delivery id; defaults to X-GitHub-Delivery for github."),
+					"eventHeader":    header("Header naming the event; defaults to X-GitHub-Event for github."),
+					"maxBodyBytes":   {Type: "integer", Format: "int64", Minimum: ptr.To(1.0), Maximum: ptr.To(float64(MaxWebhookBody)), Description: "Larger bodies are refused. Defaults to 1 MiB."},
+				},
+				XValidations: apiextensionsv1.ValidationRules{{
+					Rule:    "[has(self.github), has(self.hmac), has(self.bearer)].filter(x, x).size() == 1",
+					Message: "set exactly one of github, hmac and bearer: a source never accepts an unverified delivery",
+				}},
+			},
+			"filter": template("CEL condition over payload, headers and event; deliveries for which it is false are refused as filtered out."),
+			"object": freeObject("A custom resource of the operator created or patched per accepted delivery, with ${...} CEL expressions over payload, headers, event and delivery."),
+		},
+	}
 	spec := apiextensionsv1.JSONSchemaProps{
 		Type: "object",
 		XValidations: apiextensionsv1.ValidationRules{{
@@ -207,6 +256,12 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 			"handlers": {
 				Type: "array", MaxItems: ptr.To(int64(32)),
 				Items:        &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &handler},
+				XListType:    ptr.To("map"),
+				XListMapKeys: []string{"name"},
+			},
+			"sources": {
+				Type: "array", MaxItems: ptr.To(int64(16)),
+				Items:        &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &source},
 				XListType:    ptr.To("map"),
 				XListMapKeys: []string{"name"},
 			},
@@ -276,8 +331,8 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 	name.Pattern, name.MaxLength = HandlerNamePattern, ptr.To(int64(63))
 	on := apiextensionsv1.JSONSchemaProps{
 		Type: "array", MinItems: ptr.To(int64(1)), MaxItems: ptr.To(int64(5)),
-		Description: "Triggers: create, update, delete, resume, schedule, when.",
-		Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", Enum: enum(OnCreate, OnUpdate, OnDelete, OnResume, OnSchedule, OnWhen)}},
+		Description: "Triggers: create, update, delete, resume, schedule, when, event.",
+		Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", Enum: enum(OnCreate, OnUpdate, OnDelete, OnResume, OnSchedule, OnWhen, OnEvent)}},
 		XListType:   ptr.To("set"),
 	}
 	env := apiextensionsv1.JSONSchemaProps{
@@ -306,9 +361,10 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 		Type:     "object",
 		Required: []string{"name", "on"},
 		Properties: map[string]apiextensionsv1.JSONSchemaProps{
-			"name":   name,
-			"on":     on,
-			"fields": strList("Update fires only when one of these dotted paths changed, e.g. spec.replicas.", 32),
+			"name":    name,
+			"on":      on,
+			"fields":  strList("Update fires only when one of these dotted paths changed, e.g. spec.replicas.", 32),
+			"sources": strList("For the event trigger: the sources whose deliveries run the handler; defaults to all.", 16),
 			"when": {
 				Type: "string", MaxLength: ptr.To(int64(4096)),
 				Description: "For the when trigger: a CEL condition over self, children and related; the handler runs once each time it becomes true.",

@@ -87,7 +87,30 @@ func (s *OperatorSpec) DeepCopy() *OperatorSpec {
 			out.Handlers[i] = *s.Handlers[i].DeepCopy()
 		}
 	}
+	if s.Sources != nil {
+		out.Sources = make([]Source, len(s.Sources))
+		for i := range s.Sources {
+			out.Sources[i] = *s.Sources[i].DeepCopy()
+		}
+	}
 	return out
+}
+
+// DeepCopy returns a deep copy.
+func (s *Source) DeepCopy() *Source {
+	out := *s
+	if s.Webhook != nil {
+		w := *s.Webhook
+		w.GitHub = copyPtr(s.Webhook.GitHub)
+		w.HMAC = copyPtr(s.Webhook.HMAC)
+		w.Bearer = copyPtr(s.Webhook.Bearer)
+		out.Webhook = &w
+	}
+	if s.Object != nil {
+		out.Object = &apiextensionsv1.JSON{}
+		s.Object.DeepCopyInto(out.Object)
+	}
+	return &out
 }
 
 // DeepCopy returns a deep copy.
@@ -95,6 +118,7 @@ func (h *Handler) DeepCopy() *Handler {
 	out := *h
 	out.On = copyStrings(h.On)
 	out.Fields = copyStrings(h.Fields)
+	out.Sources = copyStrings(h.Sources)
 	out.Schedule = copyPtr(h.Schedule)
 	if h.Retry != nil {
 		r := *h.Retry

@@ -78,9 +78,89 @@ type OperatorSpec struct {
 	// phase: "${children.pod.status.phase}".
 	Status map[string]string `json:"status,omitempty"`
 	// Handlers are side effects run for each custom resource on create,
-	// update, delete, engine start or a schedule; each run is recorded in
-	// the run archive.
+	// update, delete, engine start or a schedule, or for the operator on
+	// an event from one of its sources; each run is recorded in the run
+	// archive.
 	Handlers []Handler `json:"handlers,omitempty"`
+	// Sources are where the operator hears events from outside the
+	// cluster: signed webhook deliveries (GitHub's, or any sender's), on
+	// POST /hooks/<operator>/<source> of the engine's hooks listener. An
+	// accepted delivery runs the handlers on event and applies the
+	// source's object; every delivery, accepted or refused, is kept in
+	// the run archive.
+	Sources []Source `json:"sources,omitempty"`
+}
+
+// Source is one source of events from outside the cluster.
+type Source struct {
+	// Name identifies the source in its URL, runs and idempotency keys. A
+	// DNS label, unique in the Operator.
+	Name string `json:"name"`
+	// Webhook receives HTTP deliveries. Required.
+	Webhook *WebhookSource `json:"webhook,omitempty"`
+	// Filter is a CEL condition over payload (the delivery's JSON body),
+	// headers (its headers, by lower-case name, first value) and event
+	// (what the sender says it is: GitHub's X-GitHub-Event), e.g.
+	// event == 'issue_comment' && payload.action == 'created'. A delivery
+	// for which it is false is refused as filtered out (answered 200: the
+	// sender did nothing wrong) and recorded so. Defaults to every
+	// delivery.
+	Filter string `json:"filter,omitempty"`
+	// Object creates or patches one custom resource of the operator per
+	// accepted delivery (server-side apply): a template of the object,
+	// with ${...} CEL expressions over payload, headers, event and
+	// delivery (id, source) in its strings. apiVersion and kind default
+	// to the operator's resource; metadata.name is required, and
+	// metadata.namespace for a namespaced resource.
+	Object *apiextensionsv1.JSON `json:"object,omitempty"`
+}
+
+// WebhookSource is how deliveries are verified and read. Exactly one of
+// GitHub, HMAC and Bearer is set: a source never accepts an unverified
+// delivery.
+type WebhookSource struct {
+	// GitHub verifies GitHub's X-Hub-Signature-256 (HMAC-SHA256 of the
+	// body with the webhook's secret); the delivery id is
+	// X-GitHub-Delivery and the event X-GitHub-Event, unless
+	// DeliveryHeader and EventHeader say otherwise.
+	GitHub *WebhookSecret `json:"github,omitempty"`
+	// HMAC verifies an HMAC-SHA256 of the body, hex-encoded, in a header
+	// the sender names.
+	HMAC *HMACVerification `json:"hmac,omitempty"`
+	// Bearer verifies an Authorization: Bearer <token> header.
+	Bearer *WebhookSecret `json:"bearer,omitempty"`
+	// DeliveryHeader is the header holding the sender's delivery id, the
+	// key by which a replay is recognised. Defaults to X-GitHub-Delivery
+	// for GitHub; without one, replays are not recognised.
+	DeliveryHeader string `json:"deliveryHeader,omitempty"`
+	// EventHeader is the header naming the kind of event. Defaults to
+	// X-GitHub-Event for GitHub.
+	EventHeader string `json:"eventHeader,omitempty"`
+	// MaxBodyBytes refuses a larger body (413). Defaults to 1048576
+	// (1 MiB); at most 26214400 (25 MiB, GitHub's own cap).
+	MaxBodyBytes int64 `json:"maxBodyBytes,omitempty"`
+}
+
+// MaxWebhookBody is the largest MaxBodyBytes: GitHub's own cap on a
+// delivery's payload.
+const MaxWebhookBody = 25 << 20
+
+// DefaultWebhookBody is MaxBodyBytes's default.
+const DefaultWebhookBody = 1 << 20
+
+// WebhookSecret names the Secret key holding a webhook's shared secret.
+// The Secret is read again when it changes: rotating it needs no restart.
+type WebhookSecret struct {
+	SecretRef SecretKeySelector `json:"secretRef"`
+}
+
+// HMACVerification is a generic HMAC-SHA256 signature header.
+type HMACVerification struct {
+	// Header holds the signature, e.g. X-Signature.
+	Header string `json:"header"`
+	// Prefix comes before the hex digest in the header, e.g. "sha256=".
+	Prefix    string            `json:"prefix,omitempty"`
+	SecretRef SecretKeySelector `json:"secretRef"`
 }
 
 // Scope of a custom resource.
@@ -227,6 +307,8 @@ const (
 	OnSchedule = "schedule"
 	// OnWhen fires each time the handler's When condition becomes true.
 	OnWhen = "when"
+	// OnEvent fires for each accepted delivery of the handler's Sources.
+	OnEvent = "event"
 )
 
 // Handler is a side effect run for a custom resource. It has exactly one
@@ -250,6 +332,11 @@ type Handler struct {
 	Fields []string `json:"fields,omitempty"`
 	// Schedule is required with the schedule trigger.
 	Schedule *Schedule `json:"schedule,omitempty"`
+	// Sources are the event sources whose accepted deliveries run the
+	// handler, for the event trigger; defaults to all of them. A handler
+	// on event runs for the operator, once per delivery, with the
+	// delivery in its binding context: it has no other trigger.
+	Sources []string `json:"sources,omitempty"`
 	// Timeout bounds one run. Defaults to 5m.
 	Timeout metav1.Duration `json:"timeout,omitzero"`
 	// Retry is how failed runs are retried. Defaults to 5 attempts, 1s

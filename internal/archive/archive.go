@@ -46,12 +46,15 @@
 //     [ErrDuplicateDelivery] and stored by the caller as Refused. Refused
 //     records never conflict. A key is remembered as long as its record
 //     is kept.
-//   - A delivery's payload is capped ([Options.PayloadLimit]): a longer
-//     one keeps its start and is marked PayloadTruncated, with its whole
-//     size in PayloadBytes.
+//   - A refused delivery's payload is capped ([Options.PayloadLimit]): a
+//     longer one keeps its start and is marked PayloadTruncated, with its
+//     whole size in PayloadBytes. An accepted one is kept whole, for its
+//     handling.
 //   - The archive stores what it is given: the engine never gives it the
-//     binding context or values from Secrets, and redacts the secrets and
-//     tokens of a delivery's headers and payload before recording it.
+//     binding context or values from Secrets, and redacts the
+//     credentials of a delivery's headers before recording it. A
+//     payload is the sender's event, kept as received for its handling;
+//     what shows it redacts its secrets and tokens ([RedactPayload]).
 package archive
 
 import (
@@ -214,8 +217,8 @@ type Options struct {
 	// kept; the rest of LogLimit keeps its end. Defaults to a quarter of
 	// LogLimit.
 	LogHead int64
-	// PayloadLimit caps the payload kept per webhook delivery: a longer
-	// one keeps its start. Defaults to 256 KiB.
+	// PayloadLimit caps the payload kept per refused webhook delivery: a
+	// longer one keeps its start. Defaults to 256 KiB.
 	PayloadLimit int64
 	// CheckEvery is how often the archive checks that its file is still
 	// the one open (see SQLite.Check). Defaults to 2s.

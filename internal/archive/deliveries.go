@@ -60,17 +60,22 @@ type Delivery struct {
 	Outcome DeliveryOutcome `json:"outcome"`
 	// Reason says why a delivery was Refused ("bad signature", "replay of
 	// delivery <id>", "filtered out", "body larger than 1.0 MiB",
-	// "content type text/plain") or why its handling Failed. Required for
-	// both; empty otherwise.
+	// "content type text/plain") or why its handling Failed; required for
+	// both. A Handled delivery has one when a handler turned it down
+	// ("refused by handler deploy: ..."): nothing was done.
 	Reason string `json:"reason,omitempty"`
 	// Event is the kind of event the sender says it is (GitHub's
 	// X-GitHub-Event, e.g. issue_comment); empty if it says none.
 	Event string `json:"event,omitempty"`
-	// Headers are the request's headers, redacted by the caller: the
-	// archive stores what it is given. An http.Header can be assigned.
+	// Headers are the request's headers, their credentials (signatures,
+	// tokens) redacted by the caller: the archive stores what it is
+	// given. An http.Header can be assigned.
 	Headers map[string][]string `json:"headers,omitempty"`
-	// Payload is the request's body, redacted by the caller, and capped by
-	// the store at Options.PayloadLimit: a longer one keeps its start.
+	// Payload is the request's body as received: an accepted delivery's
+	// handling reads it from here, after a restart too, so readers that
+	// show it redact it (RedactPayload). A Refused delivery's is capped
+	// by the store at Options.PayloadLimit: a longer one keeps its start;
+	// an accepted one is kept whole (the source's body limit bounds it).
 	// ListDeliveries leaves it out; GetDelivery and PendingDeliveries
 	// return it.
 	Payload []byte `json:"payload,omitempty"`
@@ -186,7 +191,7 @@ func prepareDelivery(d *Delivery, limit int64) error {
 		return fmt.Errorf("archive: delivery id %q is not one of NewID", d.ID)
 	}
 	d.PayloadBytes = max(d.PayloadBytes, int64(len(d.Payload)))
-	if int64(len(d.Payload)) > limit {
+	if d.Outcome == DeliveryRefused && int64(len(d.Payload)) > limit {
 		d.Payload = d.Payload[:limit]
 	}
 	if d.PayloadBytes > int64(len(d.Payload)) {

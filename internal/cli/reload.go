@@ -148,6 +148,7 @@ func (r *reloader) loadFile(ctx context.Context, file string, data []byte) error
 		}
 		r.applied[d.Operator.Name] = sum
 		fmt.Fprintf(r.log, "operator %s: %s (%s, %s)\n", d.Operator.Name, verb, d.What(), file)
+		printSources(r.log, r.engine, d)
 	}
 	r.removeFile(ctx, file, names)
 	r.byFile[file] = names

@@ -94,9 +94,17 @@ see docs/metrics.md.`,
 // sets another: loopback, as the console's, beside its port 7380.
 const defaultMetricsAddr = "127.0.0.1:7381"
 
-// metricsFlag is --metrics-addr, of run and dev.
+// defaultHooksAddr is --hooks-addr's default, unless $OPKIT_HOOKS_ADDR sets
+// another: loopback, beside the metrics' port.
+const defaultHooksAddr = "127.0.0.1:7382"
+
+// metricsFlag is --metrics-addr and --hooks-addr, of run and dev: the
+// engine's own listeners.
 type metricsFlag struct {
 	addr string
+	// hooks is where webhook deliveries are received, once an operator
+	// with a source runs.
+	hooks string
 	// anyPort: the address is dev's default, not the user's; when its
 	// port is taken (another opkit dev), another is chosen.
 	anyPort bool
@@ -108,12 +116,31 @@ func (f *metricsFlag) register(cmd *cobra.Command) {
 		addr = env
 	}
 	cmd.Flags().StringVar(&f.addr, "metrics-addr", addr, "serve Prometheus /metrics, /healthz and /readyz on this address; 0 for none (env OPKIT_METRICS_ADDR)")
+	hooks := defaultHooksAddr
+	if env := os.Getenv("OPKIT_HOOKS_ADDR"); env != "" {
+		hooks = env
+	}
+	cmd.Flags().StringVar(&f.hooks, "hooks-addr", hooks, "receive the webhook deliveries of the operators' sources (POST /hooks/OPERATOR/SOURCE) on this address, once an operator with a source runs; 0 for none (env OPKIT_HOOKS_ADDR)")
 }
 
 // validate checks the address before anything starts; movable says
 // whether the default may move to another port when its own is taken.
 func (f *metricsFlag) validate(cmd *cobra.Command, movable bool) error {
 	f.anyPort = movable && !cmd.Flags().Changed("metrics-addr") && os.Getenv("OPKIT_METRICS_ADDR") == ""
+	if f.hooks != "0" && f.hooks != "" {
+		if _, _, err := net.SplitHostPort(f.hooks); err != nil {
+			return fmt.Errorf("--hooks-addr %q: want HOST:PORT or :PORT, or 0 to receive none: %w", f.hooks, err)
+		}
+		if movable && !cmd.Flags().Changed("hooks-addr") && os.Getenv("OPKIT_HOOKS_ADDR") == "" {
+			// dev's default: another port when another opkit dev has it.
+			if ln, err := net.Listen("tcp", f.hooks); err != nil {
+				host, _, _ := net.SplitHostPort(f.hooks)
+				f.hooks = net.JoinHostPort(host, "0")
+			} else {
+				_ = ln.Close()
+			}
+		}
+	}
 	if f.addr == "0" || f.addr == "" {
 		return nil
 	}
@@ -126,7 +153,7 @@ func (f *metricsFlag) validate(cmd *cobra.Command, movable bool) error {
 // newEngine is engine.New with opts.MetricsAddr from f: a taken port
 // moves to a free one when f allows it, else fails naming the flag.
 func (f *metricsFlag) newEngine(opts engine.Options) (*engine.Engine, error) {
-	opts.MetricsAddr = f.addr
+	opts.MetricsAddr, opts.HooksAddr = f.addr, f.hooks
 	e, err := engine.New(opts)
 	if err != nil && f.anyPort && errors.Is(err, syscall.EADDRINUSE) {
 		host, _, _ := net.SplitHostPort(f.addr)
@@ -321,6 +348,15 @@ func startOperators(ctx context.Context, opts engine.Options, archivePath string
 			return nil, err
 		}
 		fmt.Fprintf(log, "operator %s: running (%s, %s)\n", d.Operator.Name, d.What(), d.Source)
+		printSources(log, e, d)
 	}
 	return r, nil
+}
+
+// printSources prints where each webhook source of a running operator
+// receives its deliveries.
+func printSources(w io.Writer, e *engine.Engine, d *definition.Definition) {
+	for _, s := range d.Sources {
+		fmt.Fprintf(w, "  source %s (%s): POST http://%s/hooks/%s/%s\n", s.Name, s.Verify, e.HooksAddr(), d.Operator.Name, s.Name)
+	}
 }

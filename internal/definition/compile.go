@@ -45,6 +45,8 @@ type Definition struct {
 	Status []*StatusField
 	// Handlers in the order they are declared, which is the order they run.
 	Handlers []*Handler
+	// Sources are the operator's event sources, in the order declared.
+	Sources []*EventSource
 	// Warnings are problems that do not stop the definition from running
 	// but will surprise its users (a kind that shadows a built-in one in
 	// kubectl), each placed like an error. Callers print them.
@@ -246,6 +248,7 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 		noNamespace = "the resource is cluster-scoped"
 	}
 	d.Handlers = compileHandlers(l, envs, op.Spec.Handlers, dir, noNamespace, relatedIDs, ownedSubject)
+	compileSources(l, d)
 	for _, r := range relatedTypes {
 		if r.schema == nil {
 			continue

@@ -257,7 +257,7 @@ var (
 	handlerNameRE = regexp.MustCompile(v1alpha1.HandlerNamePattern)
 	fieldPathRE   = regexp.MustCompile(`^spec(\.[A-Za-z0-9_-]+)*$`)
 	objectPathRE  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z0-9_/-]+)*$`)
-	triggers      = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule, v1alpha1.OnWhen}
+	triggers      = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule, v1alpha1.OnWhen, v1alpha1.OnEvent}
 	cronParser    = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 	// cronCheckFrom is where Compile looks for a cron's first time: a
 	// leap year's start, so that 29 February is found.
@@ -349,7 +349,11 @@ func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir str
 			c.Timeout = DefaultTimeout
 		}
 		c.Retry = compileRetry(l, field+".retry", h.Retry)
-		compileAction(l, field, h, c, dir, noNamespace)
+		nn := noNamespace
+		if c.Fires(v1alpha1.OnEvent) {
+			nn = "a handler on event runs for the operator, with no object, and so no namespace"
+		}
+		compileAction(l, field, h, c, dir, nn)
 		out = append(out, c)
 	}
 	return out

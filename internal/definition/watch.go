@@ -112,7 +112,7 @@ func compileUnowned(l *errorList, src *Source, d *Definition, schemas SchemaReso
 		l.add("spec.status", "%s: status fields are written to a custom resource; declare spec.resource", what)
 	}
 	if subj == calendarSubject && len(op.Spec.Handlers) == 0 {
-		l.add("spec", "an Operator declares spec.resource (a custom resource it owns), spec.watch (objects it reacts to) or, with neither, handlers on schedule (operator-wide schedules)")
+		l.add("spec", "an Operator declares spec.resource (a custom resource it owns), spec.watch (objects it reacts to) or, with neither, handlers on schedule (operator-wide schedules) or on event (deliveries of spec.sources)")
 		return nil
 	}
 	envs, err := watchedEnvs(selfSchema)
@@ -141,6 +141,7 @@ func compileUnowned(l *errorList, src *Source, d *Definition, schemas SchemaReso
 		noNamespace = "an operator-wide schedule has no object, and so no namespace"
 	}
 	d.Handlers = compileHandlers(l, envs, op.Spec.Handlers, dir, noNamespace, nil, subj)
+	compileSources(l, d)
 	if d.Watch != nil && d.Watch.schema != nil {
 		// when and every templates read self as the filter does.
 		for _, h := range d.Handlers {
@@ -149,8 +150,8 @@ func compileUnowned(l *errorList, src *Source, d *Definition, schemas SchemaReso
 	}
 	if subj == calendarSubject {
 		for i, h := range op.Spec.Handlers {
-			if len(h.On) > 0 && !slices.Equal(h.On, []string{v1alpha1.OnSchedule}) {
-				l.add(fmt.Sprintf("spec.handlers[%d].on", i), "an operator with neither resource nor watch has no object to react to: its handlers run on schedule only (on: [schedule]); declare spec.watch or spec.resource for the other triggers")
+			if len(h.On) > 0 && !slices.Equal(h.On, []string{v1alpha1.OnSchedule}) && !slices.Contains(h.On, v1alpha1.OnEvent) {
+				l.add(fmt.Sprintf("spec.handlers[%d].on", i), "an operator with neither resource nor watch has no object to react to: its handlers run on schedule (on: [schedule]) or on event (on: [event]) only; declare spec.watch or spec.resource for the other triggers")
 			}
 		}
 	}

@@ -262,7 +262,7 @@ func TestBadCalendarsNameTheFieldAndLine(t *testing.T) {
 		message  string
 	}{
 		"no handlers":        {calendarOp[strings.Index(calendarOp, "  handlers:\n"):], "  handlers: []\n", 4, "spec", "an Operator declares spec.resource"},
-		"other triggers":     {"    on: [schedule]\n    schedule:\n      every", "    on: [schedule, create]\n    schedule:\n      every", 7, "spec.handlers[0].on", "its handlers run on schedule only"},
+		"other triggers":     {"    on: [schedule]\n    schedule:\n      every", "    on: [schedule, create]\n    schedule:\n      every", 7, "spec.handlers[0].on", "its handlers run on schedule (on: [schedule]) or on event"},
 		"no schedule":        {"    on: [schedule]\n    schedule:\n      every: 2s\n", "    on: [schedule]\n", 6, "spec.handlers[0].schedule", "required by the schedule trigger"},
 		"every template":     {"every: 2s", `every: "${self.spec.seconds}s"`, 9, "spec.handlers[0].schedule.every", "an operator-wide schedule has no object to compute its interval from"},
 		"every too short":    {"every: 2s", "every: 500ms", 9, "spec.handlers[0].schedule.every", "shorter than the 1s minimum"},

@@ -7,13 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
-	"github.com/opkit-dev/opkit/internal/executor"
 )
 
 // An operator with neither a custom resource nor a watch is a calendar:
@@ -75,7 +71,9 @@ func (e *Engine) startCalendar(d *definition.Definition) (*operator, error) {
 	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: rn}
 	var loops sync.WaitGroup
 	for _, h := range d.Handlers {
-		loops.Go(func() { rn.calendar(ctx, h, last[CalendarKey(h.Name)]) })
+		if h.Fires(v1alpha1.OnSchedule) {
+			loops.Go(func() { rn.calendar(ctx, h, last[CalendarKey(h.Name)]) })
+		}
 	}
 	go func() {
 		loops.Wait()
@@ -163,124 +161,12 @@ type scheduleContext struct {
 // runSlot runs one slot of h, retried by its policy, unless a run of the
 // slot succeeded already.
 func (rn *runner) runSlot(ctx context.Context, h *definition.Handler, slot time.Time) {
-	operator := rn.def.Operator.Name
-	key := fmt.Sprintf("%s/schedule/%s/%d", operator, h.Name, slot.Unix())
-	log := rn.log.WithValues("handler", h.Name, "slot", slot.UTC().Format(time.RFC3339))
-	for attempt := 1; ; attempt++ {
-		if done, err := rn.archive.Succeeded(ctx, key); err != nil || done {
-			if err != nil && ctx.Err() == nil {
-				log.Error(err, "reading the archive; the slot is tried again in 5s")
-				if sleep(ctx, notRecordedRetry) {
-					attempt--
-					continue
-				}
-			}
-			return
-		}
-		now := time.Now()
-		run := &archive.Run{
-			ID: archive.NewID(now), Operator: operator, Handler: h.Name, Action: h.Action(), Trigger: v1alpha1.OnSchedule,
-			APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind, Name: operator, UID: string(rn.def.Operator.UID),
-			Key: key, Attempt: attempt, StartedAt: now.UTC(), Outcome: archive.Running,
-		}
-		input, err := json.Marshal(bindingContext{
-			Operator: operator, Handler: h.Name, Trigger: v1alpha1.OnSchedule, RunID: run.ID, IdempotencyKey: key, Attempt: attempt,
-			Schedule: &scheduleContext{Slot: slot.UTC().Format(time.RFC3339)},
-		})
-		if err != nil {
-			log.Error(err, "encoding the binding context")
-			return
-		}
-		outcome, retryIn := rn.runOnce(ctx, h, run, input, log)
-		switch outcome {
-		case "":
-			if ctx.Err() != nil {
-				return
-			}
-			attempt-- // not recorded, so not run: try again
-			if !sleep(ctx, notRecordedRetry) {
-				return
-			}
-		case archive.Failed:
-			if !sleep(ctx, retryIn) {
-				return
-			}
-		default:
-			return
-		}
-	}
-}
-
-// runOnce records, executes and finishes one run of an operator-wide
-// schedule; the outcome is "" when the archive could not record it (it did
-// not run) or the engine stopped during it.
-func (rn *runner) runOnce(ctx context.Context, h *definition.Handler, run *archive.Run, input []byte, log logr.Logger) (archive.Outcome, time.Duration) {
-	select {
-	case rn.slots <- struct{}{}:
-	case <-ctx.Done():
-		return "", 0
-	}
-	defer func() { <-rn.slots }()
-	run.StartedAt = time.Now().UTC()
-	if err := rn.archive.Insert(ctx, run); err != nil {
-		log.Error(err, "the archive could not record the run; it did not run")
-		return "", 0
-	}
-	log = log.WithValues("run", run.ID)
-	alog := &archiveLog{ctx: ctx, store: rn.archive, id: run.ID}
-	rn.metrics.inFlight.WithLabelValues(run.Operator).Inc()
-	res, err := rn.execs[h.Name].Run(logr.NewContext(ctx, log), executor.Request{
-		RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: run.Attempt, Input: input, Timeout: h.Timeout, Log: alog,
-		Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Name: run.Name},
+	rn.runForOperator(ctx, operatorRun{
+		handler: h, trigger: v1alpha1.OnSchedule, uid: string(rn.def.Operator.UID),
+		key:     fmt.Sprintf("%s/schedule/%s/%d", rn.def.Operator.Name, h.Name, slot.Unix()),
+		log:     rn.log.WithValues("handler", h.Name, "slot", slot.UTC().Format(time.RFC3339)),
+		context: func(bc *bindingContext) { bc.Schedule = &scheduleContext{Slot: slot.UTC().Format(time.RFC3339)} },
 	})
-	rn.metrics.inFlight.WithLabelValues(run.Operator).Dec()
-	alog.Flush()
-	now := time.Now().UTC()
-	run.FinishedAt = now
-	if ctx.Err() != nil {
-		run.Outcome, run.Error = archive.Cancelled, "the operator stopped during the run"
-		if err := rn.archive.Finish(context.WithoutCancel(ctx), run); err != nil {
-			log.Error(err, "recording the cancelled run; the next engine marks it Cancelled")
-		}
-		return "", 0
-	}
-	failure := runFailure(res, err)
-	if failure == nil && len(res.Status) > 0 {
-		failure = &executor.Failure{Message: "the result sets status, but an operator-wide schedule has no object to write it to", Permanent: true}
-	}
-	var retryIn time.Duration
-	switch {
-	case failure == nil && res.Skipped:
-		run.Outcome = archive.Skipped
-	case failure == nil:
-		run.Outcome = archive.Succeeded
-	case failure.Permanent || run.Attempt >= h.Retry.MaxAttempts:
-		run.Outcome, run.Error = archive.GaveUp, failure.Message
-	default:
-		retryIn = h.Retry.Delay(run.Attempt)
-		run.Outcome, run.Error, run.NextRetryAt = archive.Failed, failure.Message, now.Add(retryIn)
-		rn.metrics.retries.WithLabelValues(run.Operator, h.Name).Inc()
-	}
-	if failure == nil {
-		for _, ev := range res.Events {
-			rn.operatorEvent(ev.Type, ev.Reason, run.ID, ev.Message)
-			run.Writes = append(run.Writes, "event "+ev.Type+" "+ev.Reason)
-		}
-	}
-	if err := rn.archive.Finish(context.WithoutCancel(ctx), run); err != nil {
-		log.Error(err, "the archive could not record the run's end", "outcome", run.Outcome)
-	}
-	if rn.finished != nil {
-		rn.finished(*run)
-	}
-	rn.metrics.observe(run.Operator, run)
-	switch run.Outcome {
-	case archive.Failed:
-		rn.operatorEvent(corev1.EventTypeWarning, "HandlerFailed", run.ID, fmt.Sprintf("handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, retryIn.Round(time.Second), truncate(run.Error), rn.runRef(run.ID)))
-	case archive.GaveUp:
-		rn.operatorEvent(corev1.EventTypeWarning, "HandlerGaveUp", run.ID, fmt.Sprintf("handler %s gave up on slot %s after %d attempts: %s: run %s", h.Name, run.Key, run.Attempt, truncate(run.Error), rn.runRef(run.ID)))
-	}
-	return run.Outcome, retryIn
 }
 
 // operatorEvent posts an Event on the Operator, when it is one read from

@@ -150,6 +150,12 @@ type Options struct {
 	// /healthz and /readyz, e.g. "127.0.0.1:7381" (port 0: any free one,
 	// see Engine.MetricsAddr); "0" serves none. Defaults to "0".
 	MetricsAddr string
+	// HooksAddr is the address the webhook deliveries of the operators'
+	// sources are received on, POST /hooks/<operator>/<source> (hooks.go),
+	// e.g. "127.0.0.1:7382" (port 0: any free one, see Engine.HooksAddr).
+	// It is bound when the first operator with a source is applied; "0"
+	// or "" serves none, and such an operator is refused. Defaults to "0".
+	HooksAddr string
 	// Archive records handler runs. Required by definitions with handlers.
 	// At Run, runs it still shows Running (their engine stopped) are
 	// marked Cancelled; they run again, with the same idempotency key.
@@ -202,6 +208,7 @@ type Engine struct {
 	mu      sync.Mutex
 	running map[string]*operator // by Operator name
 	health  health               // what /readyz reports (health.go)
+	hooks   *hooks               // the webhook listener, once bound (hooks.go)
 }
 
 // operator is one running controller.
@@ -210,6 +217,8 @@ type operator struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	runner *runner // nil without handlers
+	// events handles the deliveries of its sources; nil without sources.
+	events *eventQueue
 	// conditions are its custom resources' conditions, for the gauges
 	// (metrics.go); nil for a watch or a calendar.
 	conditions *conditionTable
@@ -351,6 +360,9 @@ func (e *Engine) waitStarted(ctx context.Context) error {
 
 func (o *operator) stop() {
 	o.cancel()
+	if o.events != nil {
+		o.events.close()
+	}
 	<-o.done
 	if o.runner != nil {
 		o.runner.wait()
@@ -397,6 +409,14 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	}
 	if len(d.Handlers) > 0 && e.opts.Archive == nil {
 		return fmt.Errorf("operator %s: handlers need a run archive, and the engine has none", d.Operator.Name)
+	}
+	if len(d.Sources) > 0 {
+		if e.opts.Archive == nil {
+			return fmt.Errorf("operator %s: webhook sources need a run archive, and the engine has none", d.Operator.Name)
+		}
+		if err := e.ensureHooks(d); err != nil {
+			return err
+		}
 	}
 	if d.Watch != nil || d.Calendar() {
 		return e.applyUnowned(ctx, d)
@@ -456,6 +476,12 @@ func (e *Engine) restart(ctx context.Context, d *definition.Definition, start fu
 	op, err := start(d)
 	if err != nil {
 		return err
+	}
+	if len(d.Sources) > 0 {
+		if op.events, err = e.startEvents(d, op.runner); err != nil {
+			op.stop()
+			return err
+		}
 	}
 	e.mu.Lock()
 	e.running[d.Operator.Name] = op

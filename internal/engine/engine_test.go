@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(jobHandlerEnv) == "1" {
 		os.Exit(testJobHandler())
 	}
+	if os.Getenv(eventHandlerEnv) == "1" {
+		os.Exit(testEventHandler())
+	}
 	clustertest.Main(m)
 }
 

@@ -469,6 +469,9 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	run, h := f.run, f.cause.Handler
 	now := time.Now().UTC()
 	failure := runFailure(f.result, f.err)
+	if failure == nil && f.result.Refuse != "" {
+		failure = refuseOutsideEvent(run.Trigger)
+	}
 	if failure == nil && len(f.result.Status) > 0 && rn.watched {
 		failure = &executor.Failure{Message: "the result sets status, but opkit never writes to a watched object: post events or write to objects of your own instead", Permanent: true}
 	}
@@ -602,6 +605,8 @@ type bindingContext struct {
 	Related        map[string]any            `json:"related,omitempty"`
 	// Schedule is the slot of an operator-wide schedule's run.
 	Schedule *scheduleContext `json:"schedule,omitempty"`
+	// Event is the delivery of a run on event.
+	Event *eventContext `json:"event,omitempty"`
 }
 
 // redactSecrets drops the values of Secret children: handlers get their

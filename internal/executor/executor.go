@@ -76,6 +76,11 @@ type Result struct {
 	// not due): it is recorded as Skipped, posts no Event, and replaces the
 	// object's previous skipped run of the handler in the archive.
 	Skipped bool `json:"skipped,omitempty"`
+	// Refuse, in a run on event, turns the delivery down with this reason
+	// (a /deploy from someone not allowed to deploy): the run is recorded
+	// as Skipped, and the delivery as Handled with the reason "refused by
+	// handler <name>: <reason>". Refused in a run of any other trigger.
+	Refuse string `json:"refuse,omitempty"`
 }
 
 // Event is a Kubernetes Event to post on the object.

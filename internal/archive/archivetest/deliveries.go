@@ -273,7 +273,7 @@ func deliveriesCapPayload(t *testing.T, open Open) {
 		{"empty", nil, 0, nil, 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			d := newDelivery(now, "printer", "github", "")
+			d := refused(now, "printer", "github", "", "body larger than the source's limit")
 			d.Payload, d.PayloadBytes = bytes.Clone(c.payload), c.bytes
 			recordDelivery(t, s, d)
 			for _, got := range []*archive.Delivery{d, getDelivery(t, s, d.ID)} {
@@ -285,9 +285,18 @@ func deliveriesCapPayload(t *testing.T, open Open) {
 		})
 	}
 
+	// An accepted delivery keeps its whole payload: its handling, after a
+	// restart too, reads it from the archive.
+	d := newDelivery(now, "printer", "github", "")
+	d.Payload = bytes.Clone(body)
+	recordDelivery(t, s, d)
+	if got := getDelivery(t, s, d.ID); !bytes.Equal(got.Payload, body) || got.PayloadBytes != 250 || got.PayloadTruncated {
+		t.Errorf("an accepted payload of 250 bytes over a limit of 100 kept %d bytes (%d, truncated %v), want all of it", len(got.Payload), got.PayloadBytes, got.PayloadTruncated)
+	}
+
 	// By default, 256 KiB.
 	s = openStore(t, open, archive.Options{})
-	d := newDelivery(now, "printer", "github", "")
+	d = refused(now, "printer", "github", "", "body larger than the source's limit")
 	d.Payload = bytes.Repeat([]byte("0123456789abcdef"), 16<<10+1)
 	recordDelivery(t, s, d)
 	if got := getDelivery(t, s, d.ID); len(got.Payload) != archive.DefaultPayloadLimit || got.PayloadBytes != 256<<10+16 || !got.PayloadTruncated {

@@ -1,0 +1,333 @@
+package definition
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/textproto"
+	"slices"
+	"strings"
+
+	"github.com/google/cel-go/cel"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apiserver/pkg/cel/environment"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+)
+
+// Verification kinds of an EventSource.
+const (
+	VerifyGitHub = "github"
+	VerifyHMAC   = "hmac"
+	VerifyBearer = "bearer"
+)
+
+// GitHub's webhook headers, the defaults of a github source.
+const (
+	GitHubSignatureHeader = "X-Hub-Signature-256"
+	GitHubDeliveryHeader  = "X-GitHub-Delivery"
+	GitHubEventHeader     = "X-GitHub-Event"
+)
+
+// EventSource is a compiled spec.sources[] entry: how its deliveries are
+// verified and read, which it accepts, and what an accepted one does.
+type EventSource struct {
+	Name string
+	// Verify is how a delivery proves its sender: VerifyGitHub,
+	// VerifyHMAC or VerifyBearer, with the shared secret in Secret.
+	Verify string
+	Secret v1alpha1.SecretKeySelector
+	// SignatureHeader and SignaturePrefix are where the hex HMAC-SHA256 of
+	// the body is, for github (X-Hub-Signature-256, "sha256=") and hmac.
+	SignatureHeader string
+	SignaturePrefix string
+	// DeliveryHeader holds the sender's delivery id (empty: the sender
+	// gives none, and replays are not recognised); EventHeader the kind of
+	// event (empty: none). Both canonical (textproto) header names.
+	DeliveryHeader string
+	EventHeader    string
+	// MaxBodyBytes refuses a larger body.
+	MaxBodyBytes int64
+	// Filter is the condition a delivery must meet, or nil for all.
+	Filter *Expression
+	// Object is the custom resource applied per accepted delivery, or nil.
+	Object *ObjectTemplate
+	// Handlers are the handlers on event its deliveries run, in order.
+	Handlers []*Handler
+}
+
+// ObjectTemplate is a source's object: a template of one custom resource
+// of the operator, rendered per delivery.
+type ObjectTemplate struct {
+	// Template is the decoded template, apiVersion and kind filled in.
+	Template map[string]any
+	// Slots are its strings with expressions.
+	Slots []*Slot
+	GVK   schema.GroupVersionKind
+}
+
+// EventVars are the values a source's expressions see of one delivery.
+type EventVars struct {
+	// Payload is the decoded JSON body.
+	Payload any
+	// Headers are the delivery's headers by lower-case name, first value.
+	Headers map[string]string
+	// Event is what the sender says the event is (EventHeader), or "".
+	Event string
+	// DeliveryID is the sender's delivery id, or "".
+	DeliveryID string
+	// Source is the source's name.
+	Source string
+}
+
+func (v EventVars) activation() map[string]any {
+	headers := v.Headers
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	return map[string]any{
+		"payload": v.Payload, "headers": headers, "event": v.Event,
+		"delivery": map[string]any{"id": v.DeliveryID, "source": v.Source},
+	}
+}
+
+// Accepts reports whether a delivery meets the source's filter.
+func (s *EventSource) Accepts(vars EventVars) (bool, error) {
+	if s.Filter == nil {
+		return true, nil
+	}
+	v, err := s.Filter.Eval(vars.activation())
+	if err != nil {
+		return false, err
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, fmt.Errorf("%s: ${%s} gave %v, not a bool", s.Filter.Field, s.Filter.Source, v)
+	}
+	return b, nil
+}
+
+// Render returns the source's object for one delivery.
+func (o *ObjectTemplate) Render(vars EventVars) (map[string]any, error) {
+	obj := runtime.DeepCopyJSON(o.Template)
+	act := vars.activation()
+	for _, s := range o.Slots {
+		v, err := s.eval(act)
+		if err != nil {
+			return nil, err
+		}
+		setPath(obj, s.Path, v)
+	}
+	return obj, nil
+}
+
+// EventSource returns the operator's event source of that name, or nil.
+func (d *Definition) EventSource(name string) *EventSource {
+	for _, s := range d.Sources {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// eventEnv is the CEL environment of a source's filter and object:
+// payload (dyn), headers (map of strings), event (string) and delivery
+// (id and source).
+func eventEnv() (*cel.Env, error) {
+	set, err := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Extend(environment.VersionedOptions{
+		IntroducedVersion: version.MajorMinor(1, 0),
+		EnvOptions: []cel.EnvOption{
+			cel.Variable("payload", cel.DynType),
+			cel.Variable("headers", cel.MapType(cel.StringType, cel.StringType)),
+			cel.Variable("event", cel.StringType),
+			cel.Variable("delivery", cel.MapType(cel.StringType, cel.StringType)),
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return set.NewExpressionsEnv(), nil
+}
+
+// compileSources compiles spec.sources and ties each to the handlers on
+// event that name it (or name none). It runs after compileHandlers.
+func compileSources(l *errorList, d *Definition) {
+	op := d.Operator
+	srcs := op.Spec.Sources
+	names := map[string]bool{}
+	for _, s := range srcs {
+		names[s.Name] = true
+	}
+	for i, h := range op.Spec.Handlers {
+		field := fmt.Sprintf("spec.handlers[%d]", i)
+		onEvent := slices.Contains(h.On, v1alpha1.OnEvent)
+		switch {
+		case len(h.Sources) > 0 && !onEvent:
+			l.add(field+".sources", "sources names the sources of the event trigger, which this handler does not have: add event to on")
+		case onEvent && len(h.On) > 1:
+			l.add(field+".on", "a handler on event runs for the operator, once per delivery, with no object: it cannot have other triggers (%s); give those their own handler", strings.Join(slices.DeleteFunc(slices.Clone(h.On), func(t string) bool { return t == v1alpha1.OnEvent }), ", "))
+		case onEvent && len(srcs) == 0:
+			l.add(field+".on", "the event trigger runs the handler for deliveries of the operator's sources, and it declares none: add spec.sources")
+		}
+		for j, s := range h.Sources {
+			if !names[s] {
+				l.add(fmt.Sprintf("%s.sources[%d]", field, j), "there is no source named %q (sources: %s)", s, strings.Join(sortedKeys(names), ", "))
+			}
+		}
+	}
+	if len(srcs) == 0 {
+		return
+	}
+	env, err := eventEnv()
+	if err != nil {
+		l.add("spec.sources", "%v", err)
+		return
+	}
+	seen := map[string]bool{}
+	for i, s := range srcs {
+		field := fmt.Sprintf("spec.sources[%d]", i)
+		switch {
+		case s.Name == "":
+			l.add(field+".name", "required: it names the source in its URL, /hooks/%s/<name>", op.Name)
+		case !handlerNameRE.MatchString(s.Name) || len(s.Name) > 63:
+			l.add(field+".name", "%q is not a DNS label (lower-case letters, digits and '-', at most 63)", s.Name)
+		case seen[s.Name]:
+			l.add(field+".name", "duplicate source name %q: each source needs its own", s.Name)
+		}
+		seen[s.Name] = true
+		out := &EventSource{Name: s.Name}
+		compileWebhook(l, field+".webhook", s.Webhook, out)
+		if s.Filter != "" {
+			out.Filter = compileCondition(l, env, field+".filter", s.Filter)
+		}
+		if s.Object != nil {
+			out.Object = compileObjectTemplate(l, env, field+".object", s.Object.Raw, d)
+		}
+		for hi, h := range op.Spec.Handlers {
+			if slices.Contains(h.On, v1alpha1.OnEvent) && (len(h.Sources) == 0 || slices.Contains(h.Sources, s.Name)) && hi < len(d.Handlers) {
+				out.Handlers = append(out.Handlers, d.Handlers[hi])
+			}
+		}
+		if len(out.Handlers) == 0 && out.Object == nil && s.Name != "" {
+			l.add(field, "source %q does nothing with a delivery: add a handler with on: [event] (and sources: [%s]), or an object to create", s.Name, s.Name)
+		}
+		d.Sources = append(d.Sources, out)
+	}
+}
+
+// compileWebhook checks a source's webhook.
+func compileWebhook(l *errorList, field string, w *v1alpha1.WebhookSource, out *EventSource) {
+	if w == nil {
+		l.add(field, "required: how deliveries are verified (github, hmac or bearer)")
+		return
+	}
+	n := 0
+	for _, set := range []bool{w.GitHub != nil, w.HMAC != nil, w.Bearer != nil} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		l.add(field, "set exactly one of github, hmac and bearer (this one has %d): a source never accepts a delivery it cannot verify", n)
+		return
+	}
+	switch {
+	case w.GitHub != nil:
+		out.Verify, out.SignatureHeader, out.SignaturePrefix = VerifyGitHub, GitHubSignatureHeader, "sha256="
+		out.DeliveryHeader, out.EventHeader = GitHubDeliveryHeader, GitHubEventHeader
+		out.Secret = checkSecretRef(l, field+".github.secretRef", w.GitHub.SecretRef)
+	case w.HMAC != nil:
+		out.Verify, out.SignaturePrefix = VerifyHMAC, w.HMAC.Prefix
+		out.SignatureHeader = checkHeader(l, field+".hmac.header", w.HMAC.Header, true)
+		out.Secret = checkSecretRef(l, field+".hmac.secretRef", w.HMAC.SecretRef)
+	default:
+		out.Verify = VerifyBearer
+		out.Secret = checkSecretRef(l, field+".bearer.secretRef", w.Bearer.SecretRef)
+	}
+	if w.DeliveryHeader != "" {
+		out.DeliveryHeader = checkHeader(l, field+".deliveryHeader", w.DeliveryHeader, false)
+	}
+	if w.EventHeader != "" {
+		out.EventHeader = checkHeader(l, field+".eventHeader", w.EventHeader, false)
+	}
+	switch {
+	case w.MaxBodyBytes == 0:
+		out.MaxBodyBytes = v1alpha1.DefaultWebhookBody
+	case w.MaxBodyBytes < 0 || w.MaxBodyBytes > v1alpha1.MaxWebhookBody:
+		l.add(field+".maxBodyBytes", "%d is out of range: from 1 to %d (25 MiB, GitHub's own cap)", w.MaxBodyBytes, v1alpha1.MaxWebhookBody)
+	default:
+		out.MaxBodyBytes = w.MaxBodyBytes
+	}
+}
+
+// checkHeader checks a header name and returns its canonical form.
+func checkHeader(l *errorList, field, name string, required bool) string {
+	switch {
+	case name == "" && required:
+		l.add(field, "required: the header's name, like X-Signature")
+		return ""
+	case len(validation.IsHTTPHeaderName(name)) > 0:
+		l.add(field, "%q is not an HTTP header name (letters, digits and '-', like X-Delivery-Id)", name)
+		return ""
+	}
+	return textproto.CanonicalMIMEHeaderKey(name)
+}
+
+// checkSecretRef checks the Secret key of a source's shared secret.
+func checkSecretRef(l *errorList, field string, ref v1alpha1.SecretKeySelector) v1alpha1.SecretKeySelector {
+	if msgs := validation.IsDNS1123Label(ref.Namespace); len(msgs) > 0 {
+		l.add(field+".namespace", "required, a namespace name: an Operator is cluster-scoped, so the Secret's namespace must be named (%s)", strings.Join(msgs, "; "))
+	}
+	if msgs := validation.IsDNS1123Subdomain(ref.Name); len(msgs) > 0 {
+		l.add(field+".name", "required, a Secret name (%s)", strings.Join(msgs, "; "))
+	}
+	if msgs := validation.IsConfigMapKey(ref.Key); len(msgs) > 0 {
+		l.add(field+".key", "required, a key of the Secret (%s)", strings.Join(msgs, "; "))
+	}
+	return ref
+}
+
+// compileObjectTemplate checks a source's object: a custom resource of
+// the operator's own, named by the template.
+func compileObjectTemplate(l *errorList, env *cel.Env, field string, raw []byte, d *Definition) *ObjectTemplate {
+	if !d.Owns() {
+		l.add(field, "a source's object is a custom resource of the operator's own: declare spec.resource, or run a handler on event instead")
+		return nil
+	}
+	var tmpl map[string]any
+	if err := json.Unmarshal(raw, &tmpl); err != nil || tmpl == nil {
+		l.add(field, "expected an object: the custom resource to create or patch, like {metadata: {name: ..., namespace: ...}, spec: {...}}")
+		return nil
+	}
+	out := &ObjectTemplate{Template: tmpl, GVK: d.GVK}
+	for _, k := range []string{"apiVersion", "kind"} {
+		want := map[string]string{"apiVersion": d.GVK.GroupVersion().String(), "kind": d.GVK.Kind}[k]
+		if v, ok := tmpl[k]; ok && v != want {
+			l.add(field+"."+k, "%v: a source's object is the operator's own custom resource, %s; leave %s out", v, want, k)
+		}
+		tmpl[k] = want
+	}
+	meta, _ := tmpl["metadata"].(map[string]any)
+	if meta == nil || meta["name"] == nil {
+		l.add(field+".metadata.name", "required: the object's name, often from the payload, like deploy-${string(payload.comment.id)}")
+	}
+	namespaced := d.Operator.Spec.Resource.Scope != v1alpha1.ClusterScoped
+	switch {
+	case namespaced && (meta == nil || meta["namespace"] == nil):
+		l.add(field+".metadata.namespace", "required: %s is namespaced", d.GVK.Kind)
+	case !namespaced && meta != nil && meta["namespace"] != nil:
+		l.add(field+".metadata.namespace", "%s is cluster-scoped: leave namespace out", d.GVK.Kind)
+	}
+	if _, ok := tmpl["status"]; ok {
+		l.add(field+".status", "the status is the operator's to write: leave it out")
+	}
+	walkStrings(tmpl, nil, func(path []any, s string) {
+		if slot := compileString(l, env, field+pathString(path), s, path); slot != nil && !slot.verbatim(s) {
+			out.Slots = append(out.Slots, slot)
+		}
+	})
+	return out
+}

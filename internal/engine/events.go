@@ -1,0 +1,299 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// An accepted delivery is handled after it is answered, by the
+// operator's event workers: the source's object is applied, then the
+// handlers on event of its source run, in order, for the operator, each
+// with the idempotency key <operator>/event/<source>/<delivery id>/<handler>
+// (the sender's delivery id, or the archive's id for a sender that gives
+// none) and retried by its policy. Then the archive records the delivery
+// Handled, or Failed (a handler gave up, or the object could not be
+// applied), with its runs and objects. A handler whose result refuses the
+// delivery stops its handling: it is Handled, with the refusal as reason.
+//
+// The archive is the hand-over: a delivery is recorded Pending before it
+// is answered, and an operator that starts handles its Pending ones, so a
+// delivery acknowledged by an engine that died is handled by the next one.
+// A handler that succeeded for it then is not run again (its key), and an
+// interrupted one runs again with its key. Deliveries are handled in the
+// order received, up to eventWorkers at once per operator.
+
+// eventWorkers is how many deliveries an operator handles at once.
+const eventWorkers = 4
+
+// eventContext is the binding context's event: the delivery a run on
+// event handles.
+type eventContext struct {
+	// ID is the archive's id of the delivery (opkit events show ID).
+	ID     string `json:"id"`
+	Source string `json:"source"`
+	// DeliveryID is the sender's id of it; Event what it says it is.
+	DeliveryID string `json:"deliveryId,omitempty"`
+	Event      string `json:"event,omitempty"`
+	ReceivedAt string `json:"receivedAt"`
+	// Headers by lower-case name, first value, credentials redacted.
+	Headers map[string]string `json:"headers"`
+	// Payload is the body, as received.
+	Payload json.RawMessage `json:"payload"`
+}
+
+// eventQueue is an operator's accepted deliveries waiting for a worker.
+type eventQueue struct {
+	e    *Engine
+	def  *definition.Definition
+	rn   *runner // nil for an operator without handlers
+	log  logr.Logger
+	ctx  context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex
+	waiting []archive.Delivery
+	queued  map[string]bool // the ids waiting or being handled
+	wake    chan struct{}
+}
+
+// startEvents starts the event workers of an operator with sources: they
+// first take its Pending deliveries from the archive, oldest first.
+func (e *Engine) startEvents(d *definition.Definition, rn *runner) (*eventQueue, error) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	q := &eventQueue{
+		e: e, def: d, rn: rn, log: e.mgr.GetLogger().WithValues("operator", d.Operator.Name),
+		ctx: ctx, stop: cancel, queued: map[string]bool{}, wake: make(chan struct{}, 1),
+	}
+	pending, err := e.opts.Archive.PendingDeliveries(ctx, d.Operator.Name)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("operator %s: reading its pending webhook deliveries from the archive: %w", d.Operator.Name, err)
+	}
+	if len(pending) > 0 {
+		q.log.Info(fmt.Sprintf("handling %d webhook deliveries accepted before the engine (re)started", len(pending)))
+	}
+	for _, p := range pending {
+		q.add(p)
+	}
+	for range eventWorkers {
+		q.wg.Go(q.work)
+	}
+	return q, nil
+}
+
+// add queues an accepted delivery, unless it is queued already.
+func (q *eventQueue) add(d archive.Delivery) {
+	q.mu.Lock()
+	if !q.queued[d.ID] {
+		q.queued[d.ID] = true
+		q.waiting = append(q.waiting, d)
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close stops the workers and waits for them: a delivery being handled
+// stays Pending, for the next start.
+func (q *eventQueue) close() {
+	q.stop()
+	q.wg.Wait()
+}
+
+func (q *eventQueue) work() {
+	for {
+		q.mu.Lock()
+		if len(q.waiting) == 0 {
+			q.mu.Unlock()
+			select {
+			case <-q.ctx.Done():
+				return
+			case <-q.wake:
+				continue
+			}
+		}
+		d := q.waiting[0]
+		q.waiting = q.waiting[1:]
+		more := len(q.waiting) > 0
+		q.mu.Unlock()
+		if more {
+			select { // another worker may take the next one
+			case q.wake <- struct{}{}:
+			default:
+			}
+		}
+		q.handle(d)
+		q.mu.Lock()
+		delete(q.queued, d.ID)
+		q.mu.Unlock()
+		if q.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// handle handles one accepted delivery and records how it ended, unless
+// the engine stops first.
+func (q *eventQueue) handle(d archive.Delivery) {
+	ctx := q.ctx
+	log := q.log.WithValues("source", d.Source, "delivery", d.ID, "deliveryId", d.DeliveryID)
+	d.Outcome, d.Reason = archive.DeliveryHandled, ""
+	src := q.def.EventSource(d.Source)
+	if src == nil {
+		d.Outcome, d.Reason = archive.DeliveryFailed, fmt.Sprintf("operator %s no longer has the source %s", q.def.Operator.Name, d.Source)
+		q.finish(ctx, &d, log)
+		return
+	}
+	var payload any
+	if err := json.Unmarshal(d.Payload, &payload); err != nil {
+		d.Outcome, d.Reason = archive.DeliveryFailed, "the recorded payload is not JSON: "+err.Error()
+		q.finish(ctx, &d, log)
+		return
+	}
+	headers := map[string]string{}
+	for k, vs := range d.Headers {
+		if len(vs) > 0 {
+			headers[strings.ToLower(k)] = vs[0]
+		}
+	}
+	if src.Object != nil {
+		vars := definition.EventVars{Payload: payload, Headers: headers, Event: d.Event, DeliveryID: d.DeliveryID, Source: d.Source}
+		obj, err := q.applyObject(ctx, src, vars, log)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			d.Outcome, d.Reason = archive.DeliveryFailed, err.Error()
+			q.finish(ctx, &d, log)
+			return
+		}
+		d.Objects = []string{obj}
+	}
+	id := d.DeliveryID
+	if id == "" {
+		id = d.ID
+	}
+	ev := &eventContext{
+		ID: d.ID, Source: d.Source, DeliveryID: d.DeliveryID, Event: d.Event, ReceivedAt: d.ReceivedAt.UTC().Format(time.RFC3339Nano),
+		Headers: headers, Payload: d.Payload,
+	}
+	for _, h := range src.Handlers {
+		out := q.rn.runForOperator(ctx, operatorRun{
+			handler: h, trigger: v1alpha1.OnEvent, uid: d.ID,
+			key:     fmt.Sprintf("%s/event/%s/%s/%s", q.def.Operator.Name, d.Source, id, h.Name),
+			log:     log.WithValues("handler", h.Name),
+			context: func(bc *bindingContext) { bc.Event = ev },
+		})
+		if out.stopped {
+			return // Pending: the next start handles it
+		}
+		if out.run != nil && out.run.Outcome == archive.GaveUp {
+			d.Outcome, d.Reason = archive.DeliveryFailed, fmt.Sprintf("handler %s gave up: %s", h.Name, out.run.Error)
+			break
+		}
+		if out.refuse != "" {
+			d.Reason = fmt.Sprintf("refused by handler %s: %s", h.Name, out.refuse)
+			break
+		}
+	}
+	q.finish(ctx, &d, log)
+}
+
+// finish records how a delivery's handling ended, with every run of it the
+// archive holds (those of an engine before a restart too), retried until
+// the archive takes it or the engine stops.
+func (q *eventQueue) finish(ctx context.Context, d *archive.Delivery, log logr.Logger) {
+	d.HandledAt = time.Time{}
+	for {
+		runs, err := q.runsOf(ctx, d.ID)
+		if err == nil {
+			d.Runs = runs
+			err = q.e.opts.Archive.FinishDelivery(ctx, d)
+		}
+		if err == nil {
+			if d.Outcome == archive.DeliveryFailed {
+				log.Info("delivery failed: "+d.Reason, "runs", d.Runs)
+			}
+			return
+		}
+		log.Error(err, "recording the delivery's end; tried again in 5s")
+		if !sleep(ctx, notRecordedRetry) {
+			return
+		}
+	}
+}
+
+// runsOf returns the ids of the runs that handled a delivery, oldest
+// first.
+func (q *eventQueue) runsOf(ctx context.Context, id string) ([]string, error) {
+	var ids []string
+	query := archive.Query{Operator: q.def.Operator.Name, Kind: v1alpha1.Kind, UID: id, Trigger: v1alpha1.OnEvent, Limit: 1000}
+	for {
+		page, err := q.e.opts.Archive.List(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range page.Runs {
+			ids = append(ids, r.ID)
+		}
+		if page.Next == "" {
+			break
+		}
+		query.Cursor = page.Next
+	}
+	slices.Reverse(ids)
+	return ids, nil
+}
+
+// objectAttempts is how often a source's object is applied before the
+// delivery fails.
+const objectAttempts = 5
+
+// applyObject creates or patches a source's object (server-side apply,
+// its own field manager per source) and names it "Kind namespace/name".
+func (q *eventQueue) applyObject(ctx context.Context, src *definition.EventSource, vars definition.EventVars, log logr.Logger) (string, error) {
+	obj, err := src.Object.Render(vars)
+	if err != nil {
+		return "", fmt.Errorf("the source's object: %w", err)
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	name := u.GetKind() + " " + u.GetName()
+	if u.GetNamespace() != "" {
+		name = u.GetKind() + " " + u.GetNamespace() + "/" + u.GetName()
+	}
+	owner := client.FieldOwner("opkit-source-" + src.Name)
+	delay := time.Second
+	for attempt := 1; ; attempt++ {
+		err := q.e.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), owner, client.ForceOwnership)
+		switch {
+		case err == nil:
+			return name, nil
+		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) || apierrors.IsNotFound(err):
+			return "", fmt.Errorf("applying %s: %s", name, apiMessage(err))
+		case attempt >= objectAttempts:
+			return "", fmt.Errorf("applying %s, %d attempts: %s", name, attempt, apiMessage(err))
+		}
+		log.Error(err, "applying the source's object; tried again", "object", name, "in", delay)
+		if !sleep(ctx, delay) {
+			return "", ctx.Err()
+		}
+		delay *= 2
+	}
+}

@@ -1,0 +1,333 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/source"
+)
+
+// The hooks listener receives the deliveries of the operators' webhook
+// sources on POST /hooks/<operator>/<source>. It is bound when the first
+// operator with a source is applied (never for an engine without one),
+// on Options.HooksAddr, apart from the metrics and the console.
+//
+// A delivery is read within the source's body limit, its content type
+// checked, its signature or token verified against the source's Secret,
+// its delivery id and event read, its payload decoded and the source's
+// filter applied. One it accepts is recorded Pending in the archive,
+// durably, before it is answered 202: from then on its handling survives
+// the engine's end (events.go). One it refuses is recorded Refused with
+// the reason and answered with the status that says why:
+//
+//	401 a bad or missing signature or token
+//	409 a replay: the sender's delivery id was accepted before
+//	413 a body larger than the source's limit
+//	415 a content type that is not JSON
+//	400 a body that is not JSON, or a malformed delivery id
+//	200 filtered out: the sender did nothing wrong, the operator is not
+//	    interested (answering an error would mark every other event of a
+//	    GitHub webhook failed)
+//
+//	503 cannot be verified now (the source's Secret cannot be read): the
+//	    sender should deliver again
+//
+// Requests that do not reach a source are answered and not recorded: 404
+// for an unknown operator or source, 405 for a method other than POST,
+// 503 while the operator starts or the archive cannot record (the sender
+// should deliver again).
+
+// secretTTL is how long a source's secret is used before it is read
+// again. A delivery that fails verification reads it again at once, so a
+// rotated secret is picked up by the first delivery signed with it; those
+// reads are limited to secretRereads a second (burst secretBurst) per
+// Secret, so that forged deliveries cannot turn into a flood of reads.
+const (
+	secretTTL     = 30 * time.Second
+	secretRereads = 10
+	secretBurst   = 5
+)
+
+// refusedPayloadCap is how much of a refused delivery's body is recorded:
+// enough to see what it was, little enough that a flood of refused
+// deliveries cannot fill the archive.
+const refusedPayloadCap = 64 << 10
+
+// hooks is the listener's state.
+type hooks struct {
+	addr string
+
+	mu      sync.Mutex
+	secrets map[v1alpha1.SecretKeySelector]cachedSecret
+}
+
+type cachedSecret struct {
+	value []byte
+	read  time.Time
+	// rereads limits the reads after a failed verification.
+	rereads *rate.Limiter
+}
+
+// HooksAddr returns the address the hooks listener is bound to (with the
+// port chosen when Options.HooksAddr's is 0), or "" before an operator
+// with a source is applied.
+func (e *Engine) HooksAddr() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.hooks == nil {
+		return ""
+	}
+	return e.hooks.addr
+}
+
+// ensureHooks binds the hooks listener, once.
+func (e *Engine) ensureHooks(d *definition.Definition) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.hooks != nil {
+		return nil
+	}
+	addr := e.opts.HooksAddr
+	if addr == "" || addr == "0" {
+		return fmt.Errorf("operator %s: spec.sources: webhook sources need the engine's hooks listener, and it serves none: give it an address (opkit run --hooks-addr)", d.Operator.Name)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("operator %s: spec.sources: serving webhook deliveries: %w", d.Operator.Name, err)
+	}
+	shutdown := 5 * time.Second
+	if err := e.mgr.Add(&manager.Server{
+		Name: "webhook deliveries",
+		Server: &http.Server{
+			Handler:           http.HandlerFunc(e.serveHook),
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			MaxHeaderBytes:    64 << 10,
+		},
+		Listener:        ln,
+		ShutdownTimeout: &shutdown,
+	}); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	e.hooks = &hooks{addr: ln.Addr().String(), secrets: map[v1alpha1.SecretKeySelector]cachedSecret{}}
+	return nil
+}
+
+// hookAnswer is the JSON body of every answer.
+type hookAnswer struct {
+	// Delivery is the archive's id of the record, when one was made.
+	Delivery string `json:"delivery,omitempty"`
+	Outcome  string `json:"outcome"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+func answer(w http.ResponseWriter, status int, a hookAnswer) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "5")
+	}
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(a)
+}
+
+// serveHook receives one delivery.
+func (e *Engine) serveHook(w http.ResponseWriter, r *http.Request) {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/hooks/")
+	opName, srcName, ok2 := strings.Cut(rest, "/")
+	if !ok || !ok2 || opName == "" || srcName == "" || strings.Contains(srcName, "/") {
+		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: "deliveries are posted to /hooks/<operator>/<source>"})
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		answer(w, http.StatusMethodNotAllowed, hookAnswer{Outcome: "NotFound", Reason: "deliveries are POSTed"})
+		return
+	}
+	e.mu.Lock()
+	op := e.running[opName]
+	e.mu.Unlock()
+	if op == nil {
+		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("no operator %q runs here", clipName(opName))})
+		return
+	}
+	src := op.def.EventSource(srcName)
+	if src == nil {
+		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("operator %s has no source %q", opName, clipName(srcName))})
+		return
+	}
+	if op.events == nil {
+		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the operator is starting; deliver again"})
+		return
+	}
+	d := &archive.Delivery{Operator: opName, Source: srcName, ReceivedAt: time.Now().UTC(), Headers: redactHeaders(src, r.Header)}
+	status, err := e.check(r, src, d)
+	if err != nil {
+		var ref *source.Refusal
+		if !errors.As(err, &ref) {
+			// Not the sender's fault: recorded, so that it is seen, and
+			// answered so that the sender delivers again.
+			ref = &source.Refusal{Status: http.StatusServiceUnavailable, Reason: "cannot be verified now: " + err.Error()}
+		}
+		e.recordRefused(r.Context(), w, d, ref)
+		return
+	}
+	if err := e.opts.Archive.RecordDelivery(r.Context(), d); err != nil {
+		if errors.Is(err, archive.ErrDuplicateDelivery) {
+			e.recordRefused(r.Context(), w, d, &source.Refusal{Status: http.StatusConflict, Reason: "replay of delivery " + d.DeliveryID + ": it was accepted before"})
+			return
+		}
+		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the archive cannot record the delivery; deliver again: " + err.Error()})
+		return
+	}
+	op.events.add(*d)
+	answer(w, status, hookAnswer{Delivery: d.ID, Outcome: string(d.Outcome)})
+}
+
+// check reads and checks a delivery into d: 202 for one to accept, or a
+// *source.Refusal (d then holds what was read of it), or another error
+// when it cannot be checked now (its source's Secret cannot be read).
+func (e *Engine) check(r *http.Request, src *definition.EventSource, d *archive.Delivery) (int, error) {
+	body, err := source.ReadBody(r, src.MaxBodyBytes)
+	d.Payload, d.PayloadBytes = body, max(r.ContentLength, int64(len(body)))
+	if err != nil {
+		return 0, err
+	}
+	if err := source.CheckContentType(r.Header); err != nil {
+		return 0, err
+	}
+	// Read before verifying, so that a refused delivery is recorded
+	// with them; a malformed one is refused once it is verified.
+	var idErr error
+	d.DeliveryID, d.Event, idErr = source.Identity(src, r.Header)
+	secret, fresh, err := e.secret(r.Context(), src.Secret, false)
+	if err != nil {
+		return 0, err
+	}
+	err = source.Verify(src, secret, r.Header, body)
+	if err != nil && !fresh {
+		// Perhaps rotated: read it again, once.
+		if secret, fresh, err = e.secret(r.Context(), src.Secret, true); err != nil {
+			return 0, err
+		}
+		if fresh {
+			err = source.Verify(src, secret, r.Header, body)
+		}
+	}
+	if errors.Is(err, source.ErrNoSecret) {
+		return 0, fmt.Errorf("source %s: key %s of Secret %s/%s is empty: it verifies nothing", src.Name, src.Secret.Key, src.Secret.Namespace, src.Secret.Name)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if idErr != nil {
+		return 0, idErr
+	}
+	var payload any
+	if err := json.Unmarshal(body, &payload); err != nil {
+		return 0, &source.Refusal{Status: http.StatusBadRequest, Reason: "the body is not JSON: " + err.Error()}
+	}
+	vars := definition.EventVars{Payload: payload, Headers: source.Headers(r.Header), Event: d.Event, DeliveryID: d.DeliveryID, Source: src.Name}
+	match, err := src.Accepts(vars)
+	switch {
+	case err != nil:
+		return 0, &source.Refusal{Status: http.StatusOK, Reason: "filtered out: the filter failed on it: " + err.Error()}
+	case !match:
+		return 0, &source.Refusal{Status: http.StatusOK, Reason: "filtered out"}
+	}
+	return http.StatusAccepted, nil
+}
+
+// recordRefused records a refused delivery and answers it.
+func (e *Engine) recordRefused(ctx context.Context, w http.ResponseWriter, d *archive.Delivery, ref *source.Refusal) {
+	d.Outcome, d.Reason = archive.DeliveryRefused, ref.Reason
+	if len(d.Payload) > refusedPayloadCap {
+		d.Payload = d.Payload[:refusedPayloadCap]
+	}
+	if err := e.opts.Archive.RecordDelivery(ctx, d); err != nil {
+		e.mgr.GetLogger().Error(err, "recording a refused delivery", "operator", d.Operator, "source", d.Source, "reason", d.Reason)
+		d.ID = ""
+	}
+	answer(w, ref.Status, hookAnswer{Delivery: d.ID, Outcome: string(archive.DeliveryRefused), Reason: ref.Reason})
+}
+
+// secret returns a source's secret, and whether it was read from the
+// API now: it comes from the cache unless it is older than secretTTL, or
+// reread asks for a new read and the limit of rereads allows one.
+func (e *Engine) secret(ctx context.Context, ref v1alpha1.SecretKeySelector, reread bool) ([]byte, bool, error) {
+	h := e.hooks
+	h.mu.Lock()
+	c, ok := h.secrets[ref]
+	h.mu.Unlock()
+	if ok && time.Since(c.read) < secretTTL && (!reread || !c.rereads.Allow()) {
+		return c.value, false, nil
+	}
+	s, err := e.clientset.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, false, fmt.Errorf("reading the source's Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	v, ok := secretKey(s, ref.Key)
+	if !ok {
+		return nil, false, fmt.Errorf("the source's Secret %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key)
+	}
+	h.mu.Lock()
+	limiter := h.secrets[ref].rereads
+	if limiter == nil {
+		limiter = rate.NewLimiter(secretRereads, secretBurst)
+	}
+	h.secrets[ref] = cachedSecret{value: v, read: time.Now(), rereads: limiter}
+	h.mu.Unlock()
+	return v, true, nil
+}
+
+// secretKey returns a Secret's value for key, without surrounding space
+// (a secret written with a trailing newline is the same secret).
+func secretKey(s *corev1.Secret, key string) ([]byte, bool) {
+	v, ok := s.Data[key]
+	if !ok {
+		return nil, false
+	}
+	return []byte(strings.TrimSpace(string(v))), true
+}
+
+// redactHeaders copies the headers to record, with the credentials
+// (the source's signature, authorization, cookies) replaced.
+func redactHeaders(src *definition.EventSource, h http.Header) map[string][]string {
+	out := make(map[string][]string, len(h))
+	for k, vs := range h {
+		switch lk := strings.ToLower(k); {
+		case src.SignatureHeader != "" && k == src.SignatureHeader,
+			lk == "authorization", lk == "proxy-authorization", lk == "cookie",
+			strings.Contains(lk, "signature"), strings.Contains(lk, "token"), strings.Contains(lk, "secret"):
+			out[k] = []string{"[redacted]"}
+		default:
+			out[k] = append([]string(nil), vs...)
+		}
+	}
+	return out
+}
+
+// clipName cuts a name from a URL for an answer.
+func clipName(s string) string {
+	if len(s) > 63 {
+		return s[:63] + "..."
+	}
+	return s
+}

@@ -1,0 +1,201 @@
+// Package source checks what comes in from outside the cluster: the
+// webhook deliveries of an operator's event sources.
+//
+// It is the pure part of a delivery's reception: reading the body within
+// the source's limit, checking the content type, verifying the signature
+// or token, and reading the sender's delivery id and event. It does no
+// I/O beyond the request's body, keeps no state, and never logs: the
+// engine records each outcome in the run archive. Every refusal is a
+// *Refusal with the HTTP status to answer and the reason to record.
+package source
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// Refusal is a delivery turned away: the status to answer and the reason
+// recorded in the archive and sent back to the sender.
+type Refusal struct {
+	Status int
+	Reason string
+}
+
+func (r *Refusal) Error() string { return r.Reason }
+
+func refuse(status int, format string, args ...any) *Refusal {
+	return &Refusal{Status: status, Reason: fmt.Sprintf(format, args...)}
+}
+
+// ReadBody reads a request's body up to limit bytes. A longer body is a
+// 413 Refusal; the bytes read (limit+1 at most) are returned with it, and
+// its size as the sender declared it (Content-Length), or -1.
+func ReadBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, refuse(http.StatusRequestEntityTooLarge, "body of %s is larger than the source's limit of %s", Size(r.ContentLength), Size(limit))
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return body, refuse(http.StatusBadRequest, "reading the body: %v", err)
+	}
+	if int64(len(body)) > limit {
+		return body, refuse(http.StatusRequestEntityTooLarge, "body larger than the source's limit of %s", Size(limit))
+	}
+	return body, nil
+}
+
+// CheckContentType requires a JSON body: application/json, or any
+// application/*+json, with any parameters.
+func CheckContentType(h http.Header) error {
+	ct := h.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	switch {
+	case ct == "":
+		return refuse(http.StatusUnsupportedMediaType, "no content type; expected application/json (GitHub: set the webhook's content type to application/json)")
+	case err != nil:
+		return refuse(http.StatusUnsupportedMediaType, "content type %q cannot be read; expected application/json", clip(ct))
+	case mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")):
+		return nil
+	}
+	return refuse(http.StatusUnsupportedMediaType, "content type %s; expected application/json (GitHub: set the webhook's content type to application/json)", clip(mt))
+}
+
+// ErrNoSecret is a source whose secret is empty: it accepts nothing.
+var ErrNoSecret = errors.New("the source's secret is empty")
+
+// Verify checks that the delivery comes from the holder of secret: its
+// HMAC-SHA256 signature of body (github, hmac) or its bearer token, each
+// compared in constant time. A delivery that fails is a 401 Refusal.
+func Verify(src *definition.EventSource, secret []byte, h http.Header, body []byte) error {
+	if len(secret) == 0 {
+		return ErrNoSecret
+	}
+	switch src.Verify {
+	case definition.VerifyBearer:
+		auth := h.Get("Authorization")
+		token, ok := strings.CutPrefix(auth, "Bearer ")
+		if !ok {
+			if auth == "" {
+				return refuse(http.StatusUnauthorized, "bad token: no Authorization header")
+			}
+			return refuse(http.StatusUnauthorized, "bad token: the Authorization header is not Bearer <token>")
+		}
+		if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), secret) != 1 {
+			return refuse(http.StatusUnauthorized, "bad token")
+		}
+		return nil
+	case definition.VerifyGitHub, definition.VerifyHMAC:
+		sig := h.Get(src.SignatureHeader)
+		if sig == "" {
+			return refuse(http.StatusUnauthorized, "bad signature: no %s header", src.SignatureHeader)
+		}
+		digest, ok := strings.CutPrefix(sig, src.SignaturePrefix)
+		if !ok {
+			return refuse(http.StatusUnauthorized, "bad signature: %s does not start with %q", src.SignatureHeader, src.SignaturePrefix)
+		}
+		got, err := hex.DecodeString(strings.TrimSpace(digest))
+		if err != nil || len(got) != sha256.Size {
+			return refuse(http.StatusUnauthorized, "bad signature: %s is not a hex HMAC-SHA256", src.SignatureHeader)
+		}
+		if !hmac.Equal(got, Sign(secret, body)) {
+			return refuse(http.StatusUnauthorized, "bad signature")
+		}
+		return nil
+	}
+	return fmt.Errorf("source %s: unknown verification %q", src.Name, src.Verify)
+}
+
+// Sign returns the HMAC-SHA256 of body with secret.
+func Sign(secret, body []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// GitHubSignature is the X-Hub-Signature-256 value GitHub sends for body.
+func GitHubSignature(secret, body []byte) string {
+	return "sha256=" + hex.EncodeToString(Sign(secret, body))
+}
+
+// maxID is the longest delivery id or event name kept.
+const maxID = 200
+
+// Identity reads the sender's delivery id and event from the source's
+// headers. A delivery id or event that is not short printable text is a
+// 400 Refusal: they end up in idempotency keys, file names and pages.
+func Identity(src *definition.EventSource, h http.Header) (deliveryID, event string, err error) {
+	for _, f := range []struct {
+		header string
+		out    *string
+	}{{src.DeliveryHeader, &deliveryID}, {src.EventHeader, &event}} {
+		if f.header == "" {
+			continue
+		}
+		v := h.Get(f.header)
+		if v == "" && f.header == src.DeliveryHeader {
+			return "", "", refuse(http.StatusBadRequest, "no %s header: the delivery id, by which replays are recognised", f.header)
+		}
+		if len(v) > maxID || !printable(v) {
+			return "", "", refuse(http.StatusBadRequest, "%s is not an id: at most %d printable characters, no spaces or slashes", f.header, maxID)
+		}
+		*f.out = v
+	}
+	return deliveryID, event, nil
+}
+
+// printable reports whether s is visible ASCII without '/' (ids are used
+// in keys and paths).
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || c == '/' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// Headers returns the headers as expressions and handlers see them: by
+// lower-case name, the first value of each.
+func Headers(h http.Header) map[string]string {
+	out := make(map[string]string, len(h))
+	for k, vs := range h {
+		if len(vs) > 0 {
+			out[strings.ToLower(k)] = vs[0]
+		}
+	}
+	return out
+}
+
+// Size formats a byte count: 512 B, 1.0 MiB.
+func Size(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// clip cuts a sender's text for a reason: 64 bytes of valid UTF-8.
+func clip(s string) string {
+	if len(s) <= 64 {
+		return strings.ToValidUTF8(s, "?")
+	}
+	s = s[:64]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "..."
+}

@@ -158,8 +158,10 @@ func compileSources(l *errorList, d *Definition) {
 	op := d.Operator
 	srcs := op.Spec.Sources
 	names := map[string]bool{}
+	named := true // every source has a valid name: references can be checked
 	for _, s := range srcs {
 		names[s.Name] = true
+		named = named && handlerNameRE.MatchString(s.Name) && len(s.Name) <= 63
 	}
 	for i, h := range op.Spec.Handlers {
 		field := fmt.Sprintf("spec.handlers[%d]", i)
@@ -173,7 +175,7 @@ func compileSources(l *errorList, d *Definition) {
 			l.add(field+".on", "the event trigger runs the handler for deliveries of the operator's sources, and it declares none: add spec.sources")
 		}
 		for j, s := range h.Sources {
-			if !names[s] {
+			if named && !names[s] {
 				l.add(fmt.Sprintf("%s.sources[%d]", field, j), "there is no source named %q (sources: %s)", s, strings.Join(sortedKeys(names), ", "))
 			}
 		}

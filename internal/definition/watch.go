@@ -65,13 +65,18 @@ func (w *Watch) Matches(self map[string]any) (bool, error) {
 func (d *Definition) Owns() bool { return !d.GVK.Empty() }
 
 // What says in a few words what the operator reacts to, for logs:
-// Printer.demo.example.com, the watch of Deployment.apps, or schedules.
+// Printer.demo.example.com, the watch of Deployment.apps, operator-wide
+// schedules, webhook sources.
 func (d *Definition) What() string {
 	switch {
 	case d.Owns():
 		return d.GVK.GroupKind().String()
 	case d.Watch != nil:
 		return "the watch of " + d.Watch.GVK.GroupKind().String()
+	case len(d.Sources) > 0 && !slices.ContainsFunc(d.Handlers, func(h *Handler) bool { return h.Fires(v1alpha1.OnSchedule) }):
+		return "webhook sources"
+	case len(d.Sources) > 0:
+		return "operator-wide schedules and webhook sources"
 	}
 	return "operator-wide schedules"
 }

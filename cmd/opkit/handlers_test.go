@@ -1,21 +1,28 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+	"github.com/opkit-dev/opkit/internal/source"
 )
 
 // keyHandler appends its idempotency key to $DIR/keys. It sleeps the first
@@ -316,4 +323,145 @@ spec:
 			t.Errorf("slot %s succeeded %d times", k, n)
 		}
 	}
+}
+
+// hooksOperatorYAML has a GitHub source whose deliveries run the key
+// handler (keyHandler) once each.
+const hooksOperatorYAML = `apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: hooks}
+spec:
+  sources:
+  - name: github
+    webhook:
+      github: {secretRef: {namespace: default, name: hook, key: secret}}
+  handlers:
+  - name: record
+    on: [event]
+    exec:
+      command: [./handler.sh]
+      env: [{name: DIR, value: %q}]
+`
+
+// postDelivery sends a delivery signed as GitHub signs it and returns the
+// status and the answer.
+func postDelivery(t *testing.T, url, id, secret string, body []byte) (int, map[string]string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-GitHub-Delivery", id)
+	req.Header.Set("X-GitHub-Event", "issue_comment")
+	req.Header.Set("X-Hub-Signature-256", source.GitHubSignature([]byte(secret), body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var answer map[string]string
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, answer
+}
+
+// TestAWebhookDeliveryAcknowledgedBeforeASIGKILLIsHandledOnceAfterIt
+// kills opkit run with SIGKILL while the handler of a delivery it
+// acknowledged runs: the next opkit run handles the delivery, running the
+// handler again with the same key, and a redelivery of it runs nothing.
+func TestAWebhookDeliveryAcknowledgedBeforeASIGKILLIsHandledOnceAfterIt(t *testing.T) {
+	cl, c := startPlane(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "handler.sh"), []byte(keyHandler), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sleep"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	def := filepath.Join(dir, "hooks.yaml")
+	if err := os.WriteFile(def, fmt.Appendf(nil, hooksOperatorYAML, dir), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hook"}, StringData: map[string]string{"secret": "s3cret"}}
+	if err := c.Create(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	archivePath := filepath.Join(dir, "runs.db")
+	start := func() (*exec.Cmd, string) {
+		cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath, "--hooks-addr", "127.0.0.1:0", "--metrics-addr", "0")
+		waitOutput(t, out, "operator hooks: running", 60*time.Second)
+		_, url, _ := strings.Cut(out.String(), "source github (github): POST ")
+		url, _, _ = strings.Cut(url, "\n")
+		if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/hooks/hooks/github") {
+			t.Fatalf("opkit run did not say where the source receives deliveries:\n%s", out.String())
+		}
+		return cmd, url
+	}
+	cmd, url := start()
+	body := []byte(`{"action": "created", "comment": {"body": "/deploy abc1234"}}`)
+	status, answer := postDelivery(t, url, "d-1", "s3cret", body)
+	if status != http.StatusAccepted {
+		t.Fatalf("answered %d %v, want 202", status, answer)
+	}
+	const key = "hooks/event/github/d-1/record"
+	clustertest.Eventually(t, 60*time.Second, "the handler started", func(context.Context) (bool, error) { return len(keysIn(filepath.Join(dir, "keys"))) == 1, nil })
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	cmd, url = start()
+	clustertest.Eventually(t, 60*time.Second, "the delivery handled", func(context.Context) (bool, error) {
+		d := opkitEvent(t, archivePath, answer["delivery"])
+		return d.Outcome == archive.DeliveryHandled, nil
+	})
+	if keys := keysIn(filepath.Join(dir, "keys")); len(keys) != 2 || keys[0] != key || keys[1] != key {
+		t.Errorf("the handler ran with the keys %v; want %s twice: interrupted, then again", keys, key)
+	}
+	d := opkitEvent(t, archivePath, answer["delivery"])
+	var outcomes []archive.Outcome
+	for _, id := range d.Runs {
+		for _, r := range opkitRuns(t, archivePath, "--operator", "hooks") {
+			if r.ID == id {
+				outcomes = append(outcomes, r.Outcome)
+			}
+		}
+	}
+	if !slices.Equal(outcomes, []archive.Outcome{archive.Cancelled, archive.Succeeded}) {
+		t.Errorf("the delivery's runs ended %v; want Cancelled (the killed engine's), then Succeeded", outcomes)
+	}
+	// GitHub's Redeliver sends the same delivery id: it runs nothing.
+	if status, answer := postDelivery(t, url, "d-1", "s3cret", body); status != http.StatusConflict || !strings.Contains(answer["reason"], "replay of delivery d-1") {
+		t.Errorf("a redelivery was answered %d %v, want 409, a replay", status, answer)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if keys := keysIn(filepath.Join(dir, "keys")); len(keys) != 2 {
+		t.Errorf("after the redelivery the handler ran %d times, want 2", len(keys))
+	}
+}
+
+// shownDelivery is what the tests read of opkit events show -o json.
+type shownDelivery struct {
+	Outcome archive.DeliveryOutcome `json:"outcome"`
+	Reason  string                  `json:"reason"`
+	Runs    []string                `json:"runs"`
+}
+
+// opkitEvent reads one delivery with opkit events show -o json.
+func opkitEvent(t *testing.T, archivePath, id string) shownDelivery {
+	t.Helper()
+	res := opkit(t, "", "events", "show", id, "-o", "json", "--archive", archivePath)
+	if res.code != 0 {
+		t.Fatalf("opkit events show: %s", res.stderr)
+	}
+	var d shownDelivery
+	if err := json.Unmarshal([]byte(res.stdout), &d); err != nil {
+		t.Fatalf("opkit events show -o json: %v\n%s", err, res.stdout)
+	}
+	return d
 }

@@ -71,6 +71,16 @@ func TestBindingContextMatchesItsSchema(t *testing.T) {
 	if err := validates(s, create); err != nil {
 		t.Errorf("a create context does not match: %v", err)
 	}
+	event := bindingContext{
+		Operator: "deployer", Handler: "acknowledge", Trigger: "event", RunID: archive.NewID(nowForTest()),
+		IdempotencyKey: "deployer/event/github/72d3162e/acknowledge", Attempt: 1,
+		Event: &eventContext{ID: archive.NewID(nowForTest()), Source: "github", DeliveryID: "72d3162e", Event: "issue_comment",
+			ReceivedAt: nowForTest().Format(time.RFC3339Nano), Headers: map[string]string{"x-github-event": "issue_comment"},
+			Payload: json.RawMessage(`{"action": "created"}`)},
+	}
+	if err := validates(s, event); err != nil {
+		t.Errorf("an event run's context does not match: %v", err)
+	}
 	bad := ctx
 	bad.Trigger = "explode"
 	if validates(s, bad) == nil {
@@ -93,6 +103,7 @@ func TestResultSchemaAgreesWithParseResult(t *testing.T) {
 		{"unknown field", `{"stauts": {}}`},
 		{"requeue", `{"requeueAfter": "soon"}`},
 		{"error message", `{"error": {"permanent": true}}`},
+		{"refuse", `{"refuse": "mallory is not a member of org/deployers"}`},
 	} {
 		var doc any
 		if err := json.Unmarshal([]byte(c.result), &doc); err != nil {

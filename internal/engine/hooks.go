@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -173,6 +174,7 @@ func (e *Engine) serveHook(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("operator %s has no source %q", opName, clipName(srcName))})
 		return
 	}
+	w = &countingWriter{ResponseWriter: w, operator: opName, source: srcName}
 	if op.events == nil {
 		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the operator is starting; deliver again"})
 		return
@@ -322,6 +324,18 @@ func redactHeaders(src *definition.EventSource, h http.Header) map[string][]stri
 		}
 	}
 	return out
+}
+
+// countingWriter counts a source's answers by status
+// (opkit_webhook_deliveries_total).
+type countingWriter struct {
+	http.ResponseWriter
+	operator, source string
+}
+
+func (c *countingWriter) WriteHeader(status int) {
+	handlerMetrics().deliveries.WithLabelValues(c.operator, c.source, strconv.Itoa(status)).Inc()
+	c.ResponseWriter.WriteHeader(status)
 }
 
 // clipName cuts a name from a URL for an answer.

@@ -35,6 +35,8 @@ type runMetrics struct {
 	apiReachable prometheus.Gauge
 	// archiveWritable is 0 while the archive refuses to record runs.
 	archiveWritable prometheus.Gauge
+	// deliveries are the webhook deliveries answered, by the status.
+	deliveries *prometheus.CounterVec
 }
 
 var (
@@ -73,9 +75,12 @@ func handlerMetrics() *runMetrics {
 		theMetrics.archiveWritable = prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "opkit_archive_writable", Help: "0 while the run archive refuses to record runs, else 1.",
 		})
+		theMetrics.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opkit_webhook_deliveries_total", Help: "Webhook deliveries answered by a source, by the status answered: 202 accepted, 200 filtered out, 401, 409, 413, 415, 400 refused, 503 not verifiable or recordable now.",
+		}, []string{"operator", "source", "code"})
 		theMetrics.apiReachable.Set(1)
 		theMetrics.archiveWritable.Set(1)
-		metrics.Registry.MustRegister(theMetrics.runs, theMetrics.duration, theMetrics.inFlight, theMetrics.retries, theMetrics.queued, theMetrics.queueWait, theMetrics.apiReachable, theMetrics.archiveWritable)
+		metrics.Registry.MustRegister(theMetrics.runs, theMetrics.duration, theMetrics.inFlight, theMetrics.retries, theMetrics.queued, theMetrics.queueWait, theMetrics.apiReachable, theMetrics.archiveWritable, theMetrics.deliveries)
 	})
 	return theMetrics
 }

@@ -209,6 +209,9 @@ type Engine struct {
 	running map[string]*operator // by Operator name
 	health  health               // what /readyz reports (health.go)
 	hooks   *hooks               // the webhook listener, once bound (hooks.go)
+	// restarting are the operators between their stop and their start:
+	// deliveries for them are answered 503, not 404.
+	restarting map[string]bool
 }
 
 // operator is one running controller.
@@ -279,7 +282,7 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), clientset: cs, discovery: dc, started: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}}
+	e := &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), clientset: cs, discovery: dc, started: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}}
 	if opts.Archive != nil {
 		e.archive = newArchiveWriter(opts.Archive, e.notice)
 		e.opts.Archive = e.archive
@@ -460,7 +463,13 @@ func (e *Engine) restart(ctx context.Context, d *definition.Definition, start fu
 	e.mu.Lock()
 	old := e.running[d.Operator.Name]
 	delete(e.running, d.Operator.Name)
+	e.restarting[d.Operator.Name] = true
 	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.restarting, d.Operator.Name)
+		e.mu.Unlock()
+	}()
 	if old != nil {
 		old.stop()
 	}

@@ -163,8 +163,12 @@ func (e *Engine) serveHook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e.mu.Lock()
-	op := e.running[opName]
+	op, restarting := e.running[opName], e.restarting[opName]
 	e.mu.Unlock()
+	if op == nil && restarting {
+		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the operator is restarting; deliver again"})
+		return
+	}
 	if op == nil {
 		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("no operator %q runs here", clipName(opName))})
 		return

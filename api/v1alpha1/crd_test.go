@@ -42,6 +42,9 @@ func printer(name string) *v1alpha1.Operator {
 	}
 }
 
+// hookSecret is a webhook source's Secret key.
+var hookSecret = v1alpha1.SecretKeySelector{Namespace: "ops", Name: "hook", Key: "secret"}
+
 func TestOperatorCRDAcceptsValidAndRefusesInvalidOperators(t *testing.T) {
 	env := clustertest.New(t)
 	ctx := t.Context()
@@ -73,6 +76,24 @@ func TestOperatorCRDAcceptsValidAndRefusesInvalidOperators(t *testing.T) {
 	if got.Spec.Resource.Versions[0].Schema.Properties["text"].MaxLength == nil || len(got.Spec.Children) != 1 {
 		t.Errorf("the stored Operator lost fields: %+v", got.Spec)
 	}
+	// An Operator of webhook sources alone, with every verification.
+	hooks := &v1alpha1.Operator{ObjectMeta: metav1.ObjectMeta{Name: "hooks"}, Spec: v1alpha1.OperatorSpec{
+		Sources: []v1alpha1.Source{
+			{Name: "github", Webhook: &v1alpha1.WebhookSource{GitHub: &v1alpha1.WebhookSecret{SecretRef: hookSecret}, MaxBodyBytes: 4096}, Filter: "event == 'push'"},
+			{Name: "ci", Webhook: &v1alpha1.WebhookSource{HMAC: &v1alpha1.HMACVerification{Header: "X-Signature", Prefix: "sha256=", SecretRef: hookSecret}, DeliveryHeader: "X-Delivery"}},
+			{Name: "pager", Webhook: &v1alpha1.WebhookSource{Bearer: &v1alpha1.WebhookSecret{SecretRef: hookSecret}}},
+		},
+		Handlers: []v1alpha1.Handler{{Name: "notify", On: []string{v1alpha1.OnEvent}, Sources: []string{"github"}, Exec: &v1alpha1.ExecAction{Command: []string{"true"}}}},
+	}}
+	if err := c.Create(ctx, hooks); err != nil {
+		t.Errorf("an Operator with webhook sources was refused: %v", err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: "hooks"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spec.Sources) != 3 || got.Spec.Sources[1].Webhook.HMAC.Header != "X-Signature" || got.Spec.Handlers[0].Sources[0] != "github" {
+		t.Errorf("the stored Operator lost source fields: %+v", got.Spec)
+	}
 
 	for _, tc := range []struct {
 		name   string
@@ -89,6 +110,16 @@ func TestOperatorCRDAcceptsValidAndRefusesInvalidOperators(t *testing.T) {
 			o.Spec.Children = append(o.Spec.Children, o.Spec.Children[0])
 		}, "Duplicate value"},
 		{"bad child id", func(o *v1alpha1.Operator) { o.Spec.Children[0].ID = "My-Pod" }, "spec.children[0].id"},
+		{"unverified source", func(o *v1alpha1.Operator) {
+			o.Spec.Sources = []v1alpha1.Source{{Name: "github", Webhook: &v1alpha1.WebhookSource{}}}
+		}, "set exactly one of github, hmac and bearer"},
+		{"two verifications", func(o *v1alpha1.Operator) {
+			o.Spec.Sources = []v1alpha1.Source{{Name: "github", Webhook: &v1alpha1.WebhookSource{
+				GitHub: &v1alpha1.WebhookSecret{SecretRef: hookSecret}, Bearer: &v1alpha1.WebhookSecret{SecretRef: hookSecret}}}}
+		}, "set exactly one of github, hmac and bearer"},
+		{"body over 25 MiB", func(o *v1alpha1.Operator) {
+			o.Spec.Sources = []v1alpha1.Source{{Name: "github", Webhook: &v1alpha1.WebhookSource{GitHub: &v1alpha1.WebhookSecret{SecretRef: hookSecret}, MaxBodyBytes: 26214401}}}
+		}, "spec.sources[0].webhook.maxBodyBytes"},
 	} {
 		op := printer("invalid")
 		tc.mutate(op)

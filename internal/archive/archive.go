@@ -205,7 +205,10 @@ type Retention struct {
 	// deliveries are deleted.
 	MaxAge time.Duration
 	// MaxRuns is how many runs are kept, and, counted apart, how many
-	// deliveries.
+	// refused deliveries and how many accepted ones (Pending ones and
+	// those newer count; Pending ones are never deleted): refused
+	// deliveries never push out the accepted ones, whose records
+	// recognise replays.
 	MaxRuns int
 }
 

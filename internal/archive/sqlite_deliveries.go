@@ -26,8 +26,13 @@ const (
 	// The pruning of deliveries, by age and by count; Pending ones stay,
 	// as running runs do.
 	pruneDeliveriesByAgeSQL   = `DELETE FROM deliveries WHERE id < ? AND outcome != 'Pending'`
-	pruneDeliveriesByCountSQL = `DELETE FROM deliveries WHERE outcome != 'Pending' AND id < (
-		SELECT id FROM deliveries ORDER BY id DESC LIMIT 1 OFFSET ?)`
+	// By count, refused and accepted deliveries are counted apart, so that
+	// a flood of forged deliveries cannot push out the accepted ones
+	// (whose records recognise replays).
+	pruneRefusedByCountSQL = `DELETE FROM deliveries WHERE outcome = 'Refused' AND id < (
+		SELECT id FROM deliveries WHERE outcome = 'Refused' ORDER BY id DESC LIMIT 1 OFFSET ?)`
+	pruneAcceptedByCountSQL = `DELETE FROM deliveries WHERE outcome IN ('Handled', 'Failed') AND id < (
+		SELECT id FROM deliveries WHERE outcome != 'Refused' ORDER BY id DESC LIMIT 1 OFFSET ?)`
 )
 
 // deliveryColumns are the columns of a delivery but its payload, which is
@@ -253,7 +258,8 @@ func scanDelivery(row scanner, withPayload bool) (*Delivery, error) {
 }
 
 // pruneDeliveries deletes the deliveries, but the Pending ones, beyond the
-// retention, counted apart from runs, and returns how many.
+// retention, counted apart from runs (and the refused apart from the
+// accepted), and returns how many.
 func (s *SQLite) pruneDeliveries(ctx context.Context, keep Retention) (int64, error) {
 	var total int64
 	if keep.MaxAge > 0 {
@@ -265,12 +271,14 @@ func (s *SQLite) pruneDeliveries(ctx context.Context, keep Retention) (int64, er
 		total += n
 	}
 	if keep.MaxRuns > 0 {
-		res, err := s.w.ExecContext(ctx, pruneDeliveriesByCountSQL, keep.MaxRuns-1)
-		if err != nil {
-			return total, fmt.Errorf("archive: pruning deliveries: %w", err)
+		for _, q := range []string{pruneRefusedByCountSQL, pruneAcceptedByCountSQL} {
+			res, err := s.w.ExecContext(ctx, q, keep.MaxRuns-1)
+			if err != nil {
+				return total, fmt.Errorf("archive: pruning deliveries: %w", err)
+			}
+			n, _ := res.RowsAffected()
+			total += n
 		}
-		n, _ := res.RowsAffected()
-		total += n
 	}
 	return total, nil
 }

@@ -601,24 +601,41 @@ func deliveriesPruneKeepsPending(t *testing.T, open Open) {
 	if got, want := allDeliveries(t, s, archive.DeliveryQuery{}), []string{ds[9].ID, ds[8].ID, ds[7].ID, ds[6].ID, ds[5].ID, ds[0].ID}; !reflect.DeepEqual(got, want) {
 		t.Errorf("kept %v, want %v", got, want)
 	}
-	// Counted apart: of 4 runs and 6 deliveries, the 3 newest of each
-	// are kept, and the older pending deliveries too.
-	n, err = s.Prune(ctx, archive.Retention{MaxRuns: 3})
-	if err != nil || n != 1+1 {
-		t.Fatalf("Prune to 3 = %d, %v; want 2 (1 run, 1 delivery)", n, err)
+	// A flood of refused deliveries: 5 more.
+	var flood []string
+	for i := range 5 {
+		r := refused(now.Add(time.Duration(i)*time.Second), "printer", "github", fmt.Sprintf("forged-%d", i), "bad signature")
+		recordDelivery(t, s, r)
+		flood = append(flood, r.ID)
 	}
-	if got, want := allDeliveries(t, s, archive.DeliveryQuery{}), []string{ds[9].ID, ds[8].ID, ds[7].ID, ds[6].ID, ds[0].ID}; !reflect.DeepEqual(got, want) {
-		t.Errorf("kept %v, want the 3 newest and the pending ones %v", got, want)
+	// Counted apart: of 4 runs, the 3 newest are kept; of 6 refused
+	// deliveries, the 3 newest; of the 5 accepted ones, the 3 newest
+	// (pending ones count, and are kept however old): ds[5] goes, and the
+	// flood pushed out no other accepted delivery.
+	n, err = s.Prune(ctx, archive.Retention{MaxRuns: 3})
+	if err != nil || n != 1+3+1 {
+		t.Fatalf("Prune to 3 = %d, %v; want 5 (1 run, 3 refused deliveries, 1 accepted)", n, err)
+	}
+	if got, want := allDeliveries(t, s, archive.DeliveryQuery{}), []string{flood[4], flood[3], flood[2], ds[9].ID, ds[8].ID, ds[6].ID, ds[0].ID}; !reflect.DeepEqual(got, want) {
+		t.Errorf("kept %v, want the 3 newest refused, the 3 newest accepted and the pending ones %v", got, want)
+	}
+	// With room for 2: the pending ds[6] and ds[0] stay, older than the
+	// 2 newest accepted as they are.
+	if n, err := s.Prune(ctx, archive.Retention{MaxRuns: 2}); err != nil || n != 1+1 {
+		t.Fatalf("Prune to 2 = %d, %v; want 2 (1 run, 1 refused)", n, err)
+	}
+	if got, want := allDeliveries(t, s, archive.DeliveryQuery{}), []string{flood[4], flood[3], ds[9].ID, ds[8].ID, ds[6].ID, ds[0].ID}; !reflect.DeepEqual(got, want) {
+		t.Errorf("kept %v, want %v", got, want)
 	}
 	page, _ := s.List(ctx, archive.Query{})
-	if len(page.Runs) != 3 || page.Runs[2].ID != runs[1].ID {
-		t.Errorf("runs kept: %+v, want the 3 newest", page.Runs)
+	if len(page.Runs) != 2 || page.Runs[1].ID != runs[2].ID {
+		t.Errorf("runs kept: %+v, want the 2 newest", page.Runs)
 	}
 	if got, want := pending(t, s, "printer"), []string{ds[0].ID, ds[6].ID}; !reflect.DeepEqual(got, want) {
 		t.Errorf("pending after pruning: %v, want %v", got, want)
 	}
 	// A pruned delivery's key is forgotten: its sender may deliver it anew.
-	if err := s.RecordDelivery(ctx, newDelivery(now, "printer", "github", "d-2")); err != nil {
+	if err := s.RecordDelivery(ctx, newDelivery(now, "printer", "github", "d-5")); err != nil {
 		t.Errorf("a delivery whose record was pruned: %v, want it accepted", err)
 	}
 	if err := s.RecordDelivery(ctx, newDelivery(now, "printer", "github", "d-0")); !errors.Is(err, archive.ErrDuplicateDelivery) {

@@ -329,8 +329,8 @@ func handled(t *testing.T, s archive.Store, d *archive.Delivery) {
 }
 
 // reopenedDeliveries opens the archive at path afresh and returns its
-// operator op's deliveries, sorted by the sender's id, as deliveryID=outcome, checking
-// each one's payload.
+// operator op's deliveries, sorted by the sender's id, as
+// deliveryID=outcome, checking each one's payload.
 func reopenedDeliveries(t *testing.T, path string) string {
 	t.Helper()
 	s, err := archive.OpenSQLite(context.Background(), path, archive.Options{})

@@ -25,7 +25,7 @@ const (
 	getDeliverySQL       = `SELECT ` + deliveryColumns + `, payload FROM deliveries WHERE id = ?`
 	// The pruning of deliveries, by age and by count; Pending ones stay,
 	// as running runs do.
-	pruneDeliveriesByAgeSQL   = `DELETE FROM deliveries WHERE id < ? AND outcome != 'Pending'`
+	pruneDeliveriesByAgeSQL = `DELETE FROM deliveries WHERE id < ? AND outcome != 'Pending'`
 	// By count, refused and accepted deliveries are counted apart, so that
 	// a flood of forged deliveries cannot push out the accepted ones
 	// (whose records recognise replays).

@@ -33,7 +33,8 @@ func TestMain(m *testing.M) {
 // control plane: every scenario gives its figures, opkit and both baseline
 // settings converge every Printer, opkit writes about two requests per
 // Printer, and neither it nor the baseline writes at steady state, nor
-// to a watched Deployment (the watch scenario fails if either does).
+// to a watched Deployment (the watch scenario fails if either does);
+// every webhook delivery is answered with the status of its kind.
 func TestEveryScenarioMeasures(t *testing.T) {
 	kubeconfig := clustertest.Cluster(t).KubeconfigPath()
 	out := filepath.Join(t.TempDir(), "bench.json")
@@ -42,7 +43,7 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		"-kubeconfig", kubeconfig, "-runs", "1", "-objects", "200", "-memory-objects", "300", "-ceiling-objects", "200",
 		"-live-rates", "50", "-live-duration", "2s", "-idle", "3s", "-handler-objects", "30", "-job-objects", "3",
 		"-archive-sizes", "2000", "-console-objects", "50", "-console-requests", "20",
-		"-watch-objects", "30", "-watch-steady", "3s", "-json", out,
+		"-watch-objects", "30", "-watch-steady", "3s", "-webhook-deliveries", "60", "-webhook-rate", "30", "-json", out,
 	}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr.String())
@@ -91,6 +92,9 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		{"watch", "baseline-8", "all handled once"},
 		{"watch", "baseline-8", "peak heap"},
 		{"watch", "baseline-8", "new image handled p50"},
+		{"webhook", "opkit, 30/s", "202 answered p99"},
+		{"webhook", "opkit, 30/s", "409 answered p50"},
+		{"webhook", "opkit, 30/s", "all handled, from the first send"},
 	} {
 		if v, ok := get(w[0], w[1], w[2]); !ok || v <= 0 {
 			t.Errorf("%s / %s / %s: got %v (measured: %v), want a positive figure", w[0], w[1], w[2], v, ok)
@@ -102,6 +106,13 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		}
 		if v, ok := get("watch", subject, "steady writes/min"); !ok || v != 0 {
 			t.Errorf("%s writes %v/min at the watch's steady state (measured: %v), want 0", subject, v, ok)
+		}
+	}
+	// Of 60 deliveries, 3 forged and 3 replays; the scenario fails if one
+	// is answered otherwise, or handled other than once.
+	for metric, want := range map[string]float64{"accepted (202)": 54, "bad signature (401)": 3, "replay (409)": 3, "lost": 0} {
+		if v, ok := get("webhook", "opkit, 30/s", metric); !ok || v != want {
+			t.Errorf("webhook: %s %v (measured: %v), want %v", metric, v, ok, want)
 		}
 	}
 	// A child and a status per Printer; an Event per child created, or a

@@ -36,6 +36,12 @@
 //	          scenario), and the latency of a new image on a tenth of
 //	          them. The Deployments are created once per run for both
 //	          subjects (kube-controller-manager takes minutes over them)
+//	webhook   -webhook-deliveries signed GitHub deliveries at -webhook-rate
+//	          per second to opkit's engine, run in this process, over
+//	          loopback (a twentieth forged, a twentieth replays): every
+//	          request answered, the time to the answer, the time until each
+//	          accepted one is handled, each handled once; opkit alone,
+//	          without a baseline
 //
 // With -json FILE the figures, targets and machine go to FILE as well.
 package main
@@ -83,10 +89,14 @@ type options struct {
 	// WatchSteady its steady-state window.
 	WatchObjects int
 	WatchSteady  time.Duration
-	ProfileDir   string
+	// WebhookDeliveries are the deliveries the webhook scenario sends,
+	// WebhookRate per second.
+	WebhookDeliveries int
+	WebhookRate       int
+	ProfileDir        string
 }
 
-var allScenarios = []string{"ceiling", "drain", "live", "memory", "idle", "handlers", "archive", "console", "watch"}
+var allScenarios = []string{"ceiling", "drain", "live", "memory", "idle", "handlers", "archive", "console", "watch", "webhook"}
 
 // benchNamespace is where every scenario works; watch.yaml names it.
 const benchNamespace = "bench"
@@ -97,6 +107,7 @@ func defaultOptions() options {
 		LiveRates: []int{100, 500}, LiveDuration: 10 * time.Second, Idle: 30 * time.Second,
 		HandlerObjects: 1_000, JobObjects: 15, ArchiveSizes: []int{100_000, 1_000_000},
 		ConsoleObjects: 1_000, ConsoleRequests: 200, WatchObjects: 500, WatchSteady: time.Minute,
+		WebhookDeliveries: 1_000, WebhookRate: 100,
 	}
 }
 
@@ -110,6 +121,8 @@ type bench struct {
 
 	mu      sync.Mutex
 	figures []*figure
+	// notes say what the figures cannot: a scenario without a baseline.
+	notes []string
 
 	// The archive scenario's archives by size, filled once; its runs
 	// start runBase and follow one another by a second.
@@ -151,6 +164,8 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	fs.IntVar(&opts.ConsoleRequests, "console-requests", opts.ConsoleRequests, "console requests per page and archive size")
 	fs.IntVar(&opts.WatchObjects, "watch-objects", opts.WatchObjects, "labelled Deployments the watch scenario watches (and a fifth as many unlabelled)")
 	fs.DurationVar(&opts.WatchSteady, "watch-steady", opts.WatchSteady, "the steady-state window of the watch scenario")
+	fs.IntVar(&opts.WebhookDeliveries, "webhook-deliveries", opts.WebhookDeliveries, "deliveries the webhook scenario sends")
+	fs.IntVar(&opts.WebhookRate, "webhook-rate", opts.WebhookRate, "deliveries per second the webhook scenario sends")
 	sizes := fs.String("archive-sizes", "100000,1000000", "archive sizes in runs, comma-separated")
 	fs.IntVar(&opkitDefaults.Workers, "opkit-workers", 0, "opkit's concurrent reconciles (0: the engine's default)")
 	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory")
@@ -171,8 +186,8 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	if opts.ArchiveSizes, err = ints(*sizes); err != nil {
 		return fmt.Errorf("-archive-sizes: %w", err)
 	}
-	if opts.Runs < 1 || opts.Objects < 1 || opts.WatchObjects < 1 || opts.JobObjects > 16 {
-		return errors.New("-runs, -objects and -watch-objects must be at least 1, and -job-objects at most 16")
+	if opts.Runs < 1 || opts.Objects < 1 || opts.WatchObjects < 1 || opts.WebhookDeliveries < 1 || opts.WebhookRate < 1 || opts.JobObjects > 16 {
+		return errors.New("-runs, -objects, -watch-objects, -webhook-deliveries and -webhook-rate must be at least 1, and -job-objects at most 16")
 	}
 
 	if opts.ProfileDir != "" {
@@ -220,7 +235,11 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	b.print(stdout)
 	if *jsonPath != "" {
-		data, err := json.MarshalIndent(map[string]any{"machine": m, "options": opts, "figures": b.figures, "targets": b.targets()}, "", "  ")
+		report := map[string]any{"machine": m, "options": opts, "figures": b.figures, "targets": b.targets()}
+		if len(b.notes) > 0 {
+			report["notes"] = b.notes
+		}
+		data, err := json.MarshalIndent(report, "", "  ")
 		if err != nil {
 			return err
 		}
@@ -333,6 +352,12 @@ func (b *bench) run(ctx context.Context) error {
 				}
 			}
 			if err := b.c.cleanUp(ctx); err != nil {
+				return err
+			}
+		}
+		if on("webhook") {
+			what := fmt.Sprintf("webhook: %d deliveries at %d/s", b.opts.WebhookDeliveries, b.opts.WebhookRate)
+			if err := step(what, func() error { return b.webhook(ctx) }); err != nil {
 				return err
 			}
 		}

@@ -51,6 +51,16 @@ func (b *bench) add(scenario, subject, metric, unit string, v float64) {
 	f.summarize()
 }
 
+// note records a line the table cannot say, such as a scenario without a
+// baseline; each once.
+func (b *bench) note(line string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !slices.Contains(b.notes, line) {
+		b.notes = append(b.notes, line)
+	}
+}
+
 // find returns a figure, or nil.
 func (b *bench) find(scenario, subject, metric string) *figure {
 	for _, f := range b.figures {
@@ -150,6 +160,13 @@ func (b *bench) print(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Goal, t.Got, met)
 	}
 	_ = tw.Flush()
+	if len(b.notes) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "NOTES")
+		for _, n := range b.notes {
+			fmt.Fprintln(w, n)
+		}
+	}
 }
 
 func num(v float64) string {

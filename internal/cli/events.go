@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,10 +37,11 @@ its outcome (Pending, Handled, Failed, Refused) and why it failed or was
 refused, and the runs its handling started (the run's id when one, else
 how many). Filter by operator, source, outcome or age; --refused lists the
 deliveries that were turned away. -o json prints every field but the
-payload.
+payload, headers that carry credentials redacted.
 
-Print one delivery whole, its headers, what it caused and its payload,
-with opkit events show ID; a run's log with opkit logs RUN.`,
+Print one delivery whole, its headers, what it caused and its payload
+(secrets redacted), with opkit events show ID; a run's log with opkit logs
+RUN.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return fmt.Errorf("opkit events takes no arguments; to print one delivery, opkit events show %s", args[0])
@@ -79,6 +79,9 @@ with opkit events show ID; a run's log with opkit logs RUN.`,
 				return err
 			}
 			if output == "json" {
+				for i := range page.Deliveries {
+					page.Deliveries[i].Headers = archive.RedactHeaders(page.Deliveries[i].Headers)
+				}
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
 				return enc.Encode(page)
@@ -159,24 +162,37 @@ func cell(s string, width int) string {
 }
 
 func newEventsShowCommand() *cobra.Command {
-	var archivePath string
+	var archivePath, output string
 	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Print one webhook delivery whole: its headers, what it caused, its payload",
 		Long: `Print one webhook delivery as the archive keeps it: its fields, its
-headers (secrets and tokens redacted before it was recorded), what its
-handling caused (the runs it started, each with the opkit logs command
-that prints its log, and the objects it created or patched) and its
-payload, indented when it is JSON. The archive keeps a payload's start, up
-to 256 KiB by default; a longer one is marked where it was cut.
+headers, what its handling caused (the runs it started, each with the
+opkit logs command that prints its log, and the objects it created or
+patched) and its payload, indented when it is JSON.
+
+The archive keeps a payload as it was received, for its handling; what is
+printed is redacted: the values of JSON members named like a secret
+(token, secret, password, signature, api_key...) and token-like text (a
+GitHub token, a Bearer credential, a key=value secret) read [redacted], and
+so do headers that carry credentials (already redacted when recorded). A
+refused delivery keeps only the start of a long payload, marked where it
+was cut.
 
 What a sender sent is untrusted: terminal control sequences are stripped
-and invalid UTF-8 replaced, as opkit logs does.`,
+and invalid UTF-8 replaced, as opkit logs does.
+
+-o json prints the delivery's fields, its headers and payload redacted
+alike: "payload" is the payload as JSON when it is a whole JSON document,
+"payloadText" the payload as text otherwise.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			if !archive.ValidID(id) {
 				return fmt.Errorf("%q is not a delivery id (opkit events lists them)", id)
+			}
+			if output != "text" && output != "json" {
+				return fmt.Errorf("-o %q: want text or json", output)
 			}
 			store, err := openExistingArchive(cmd.Context(), archivePath)
 			if err != nil {
@@ -188,10 +204,18 @@ and invalid UTF-8 replaced, as opkit logs does.`,
 				if _, runErr := store.Get(cmd.Context(), id); runErr == nil {
 					return fmt.Errorf("%s is a run, not a delivery: opkit logs %s prints its log", id, id)
 				}
-				return fmt.Errorf("delivery %s: %w in %s; opkit events lists the deliveries it keeps", id, archive.ErrNotFound, archivePath)
+				return fmt.Errorf("delivery %s: %w in %s; opkit events lists the deliveries it keeps", id, archive.ErrNotFound, archive.RedactDSN(archivePath))
 			}
 			if err != nil {
 				return err
+			}
+			// Recorded redacted by the engine; again, in case an older
+			// one did not.
+			d.Headers = archive.RedactHeaders(d.Headers)
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(shownDeliveryOf(d))
 			}
 			// The runs it started, as far as the archive still has them.
 			runs := map[string]*archive.Run{}
@@ -210,7 +234,32 @@ and invalid UTF-8 replaced, as opkit logs does.`,
 		},
 	}
 	archiveFlag(cmd, &archivePath)
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	return cmd
+}
+
+// shownDelivery is a delivery as opkit events show -o json prints it:
+// its payload redacted, as JSON when it is a whole JSON document (the
+// embedded Delivery's Payload, base64, is hidden by these fields).
+type shownDelivery struct {
+	archive.Delivery
+	Payload     json.RawMessage `json:"payload,omitempty"`
+	PayloadText *string         `json:"payloadText,omitempty"`
+}
+
+func shownDeliveryOf(d *archive.Delivery) shownDelivery {
+	out := shownDelivery{Delivery: *d}
+	if len(d.Payload) == 0 {
+		return out
+	}
+	redacted := archive.RedactPayload(d.Payload)
+	if !d.PayloadTruncated && json.Valid(redacted) {
+		out.Payload = redacted
+		return out
+	}
+	text := strings.ToValidUTF8(string(redacted), "\uFFFD")
+	out.PayloadText = &text
+	return out
 }
 
 // printDelivery writes one delivery whole: its fields, headers, what it
@@ -280,34 +329,30 @@ func printDelivery(w io.Writer, d *archive.Delivery, runs map[string]*archive.Ru
 }
 
 // printPayload writes a delivery's payload under a heading that says its
-// size, indented when it is JSON, and marked where the archive cut it.
+// size, redacted and indented when it is JSON (archive.ShowPayload), and
+// marked where the archive cut it.
 func printPayload(w io.Writer, d *archive.Delivery) {
 	size := max(d.PayloadBytes, int64(len(d.Payload)))
 	if size == 0 {
 		fmt.Fprintln(w, "Payload: empty")
 		return
 	}
-	body, kind := d.Payload, ""
-	switch {
-	case !d.PayloadTruncated && json.Valid(body):
-		var buf bytes.Buffer
-		_ = json.Indent(&buf, body, "", "  ") // valid: cannot fail
-		body, kind = buf.Bytes(), "JSON, "
-	case d.PayloadTruncated && startsLikeJSON(body):
-		body, kind = indentJSONStart(body), "JSON, "
+	text, isJSON := archive.ShowPayload(d.Payload)
+	kind := ""
+	if isJSON {
+		kind = "JSON, "
 	}
 	cut := ""
 	if d.PayloadTruncated {
 		cut = fmt.Sprintf(", cut at %s", humanSize(int64(len(d.Payload))))
 	}
-	fmt.Fprintf(w, "Payload (%s%s%s):\n", kind, humanSize(size), cut)
-	text := archive.CleanLog(body)
+	fmt.Fprintf(w, "Payload (%s%s%s, secrets redacted):\n", kind, humanSize(size), cut)
 	fmt.Fprint(w, text)
 	if !strings.HasSuffix(text, "\n") {
 		fmt.Fprintln(w)
 	}
 	if d.PayloadTruncated {
-		fmt.Fprintf(w, "[opkit: payload cut at %s of %s; the archive keeps a payload's start]\n",
+		fmt.Fprintf(w, "[opkit: payload cut at %s of %s; the archive keeps a refused payload's start]\n",
 			humanSize(int64(len(d.Payload))), humanSize(size))
 	}
 }
@@ -315,79 +360,4 @@ func printPayload(w io.Writer, d *archive.Delivery) {
 // humanSize is archive.HumanBytes without a ".0": 256 KiB, 1.2 MiB.
 func humanSize(n int64) string {
 	return strings.Replace(archive.HumanBytes(n), ".0 ", " ", 1)
-}
-
-// startsLikeJSON reports whether p starts as a JSON object or array does.
-func startsLikeJSON(p []byte) bool {
-	p = bytes.TrimLeft(p, " \t\r\n")
-	return len(p) > 0 && (p[0] == '{' || p[0] == '[')
-}
-
-// indentJSONStart indents the start of a JSON text, which may end anywhere
-// (inside a string too), as json.Indent(dst, p, "", "  ") indents a whole
-// one: a payload cut by the archive is not valid JSON, but its start reads
-// as well as the whole would.
-func indentJSONStart(p []byte) []byte {
-	var out bytes.Buffer
-	depth := 0
-	inString, escaped := false, false
-	// pending is a line break owed after an opening bracket or a comma,
-	// written before what follows; last is the last byte written outside
-	// strings.
-	pending := false
-	var last byte
-	newline := func() {
-		out.WriteByte('\n')
-		for range depth {
-			out.WriteString("  ")
-		}
-	}
-	for _, c := range p {
-		if inString {
-			out.WriteByte(c)
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case ' ', '\t', '\r', '\n':
-			continue
-		case '}', ']':
-			depth = max(depth-1, 0)
-			if !pending || (last != '{' && last != '[') {
-				newline() // not an empty object or array: the closer has its own line
-			}
-			pending = false
-			out.WriteByte(c)
-		default:
-			if pending {
-				newline()
-				pending = false
-			}
-			switch c {
-			case '{', '[':
-				out.WriteByte(c)
-				depth++
-				pending = true
-			case ',':
-				out.WriteByte(c)
-				pending = true
-			case ':':
-				out.WriteString(": ")
-			case '"':
-				out.WriteByte(c)
-				inString = true
-			default:
-				out.WriteByte(c)
-			}
-		}
-		last = c
-	}
-	return out.Bytes()
 }

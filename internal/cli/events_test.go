@@ -243,22 +243,26 @@ func bigJSON(size int) []byte {
 	return append(b, "]}"...)
 }
 
-func TestEventsShowACutJSONPayloadIndentedAndMarkedWithWhatItCaused(t *testing.T) {
+func TestEventsShowWhatADeliveryCausedWithItsSecretsRedacted(t *testing.T) {
 	ctx := t.Context()
 	path, _, runID := archiveOfDeliveries(t)
 	store, err := archive.OpenSQLite(ctx, path, archive.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	payload := bigJSON(1258291) // 1.2 MiB
-	d := &archive.Delivery{Operator: "ci", Source: "github", Event: "push", DeliveryID: "72d3162e-cc78-11e3-81ab-4c9367dc0958",
-		Headers: map[string][]string{"Content-Type": {"application/json"}, "X-Hub-Signature-256": {"[redacted]"}, "X-Github-Event": {"push"}},
-		Payload: payload}
+	// The payload as received, secrets and all; the headers as an engine
+	// that did not redact them would have recorded them.
+	payload := `{"action":"created","installation":{"id":7,"access_tokens_url":"https://api.github.com/app/installations/7/access_tokens"},` +
+		`"token":"ghs_16C7e42F292c6912E7710c838347Ae178B4a","comment":{"body":"/deploy with password=hunter2"}}`
+	d := &archive.Delivery{Operator: "ci", Source: "github", Event: "issue_comment", DeliveryID: "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+		Headers: map[string][]string{"Content-Type": {"application/json"}, "X-Hub-Signature-256": {"sha256=0123abcd"}, "Authorization": {"Bearer s3cr3t"}},
+		Payload: []byte(payload)}
 	if err := store.RecordDelivery(ctx, d); err != nil {
 		t.Fatal(err)
 	}
 	gone := archive.NewID(time.Now())
 	d.Outcome, d.Runs, d.Objects = archive.DeliveryHandled, []string{runID, gone}, []string{"ConfigMap ci/build-1"}
+	d.Reason = "refused by handler deploy: alice is not a member of packit/deployers"
 	if err := store.FinishDelivery(ctx, d); err != nil {
 		t.Fatal(err)
 	}
@@ -269,18 +273,61 @@ func TestEventsShowACutJSONPayloadIndentedAndMarkedWithWhatItCaused(t *testing.T
 		"Delivery:     " + d.ID,
 		"Sender's id:  72d3162e-cc78-11e3-81ab-4c9367dc0958",
 		"Outcome:      Handled",
+		"Reason:       refused by handler deploy: alice is not a member of packit/deployers\n",
+		"  Authorization: [redacted]\n",
 		"  X-Hub-Signature-256: [redacted]\n",
+		"  Content-Type: application/json\n",
 		"  run " + runID + "  build",
 		"opkit logs " + runID + "\n",
 		"  run " + gone + "  no longer in the archive\n",
 		"  ConfigMap ci/build-1\n",
-		"Payload (JSON, 1.2 MiB, cut at 256 KiB):\n{\n  \"action\": \"created\",\n  \"commits\": [\n    {\n      \"n\": 0,\n" +
-			"      \"message\": \"fix the \\\"flaky\\\" test {0} [again]\",\n      \"added\": []\n    },\n    {\n",
-		"\n[opkit: payload cut at 256 KiB of 1.2 MiB; the archive keeps a payload's start]\n",
+		"Payload (JSON, " + fmt.Sprint(len(payload)) + " B, secrets redacted):\n{\n  \"action\": \"created\",\n  \"installation\": {\n    \"id\": 7,\n" +
+			"    \"access_tokens_url\": \"https://api.github.com/app/installations/7/access_tokens\"\n  },\n  \"token\": \"[redacted]\",\n" +
+			"  \"comment\": {\n    \"body\": \"/deploy with password=[redacted]\"\n  }\n}\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("opkit events show lacks %q:\n%s", want, head(out))
 		}
+	}
+	for _, secret := range []string{"ghs_16C7", "hunter2", "s3cr3t", "0123abcd"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("opkit events show prints the secret %q:\n%s", secret, out)
+		}
+	}
+}
+
+func TestEventsShowACutJSONPayloadIndentedRedactedAndMarked(t *testing.T) {
+	ctx := t.Context()
+	path, _, _ := archiveOfDeliveries(t)
+	store, err := archive.OpenSQLite(ctx, path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Refused as too large: the archive keeps its first 256 KiB.
+	payload := bigJSON(1258291) // 1.2 MiB
+	payload = append([]byte(`{"secret":{"nested":"s3cr3t"},`), payload[1:]...)
+	d := &archive.Delivery{Operator: "ci", Source: "github", Event: "push", Outcome: archive.DeliveryRefused,
+		Reason: "body of 1.2 MiB is larger than the source's limit of 1.0 MiB", Payload: payload}
+	if err := store.RecordDelivery(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	_ = store.Close()
+
+	out := opkit(t, "events", "show", d.ID, "--archive", path)
+	for _, want := range []string{
+		"Outcome:      Refused",
+		"Reason:       body of 1.2 MiB is larger than the source's limit of 1.0 MiB\n",
+		"Caused: nothing; a refused delivery is never handled\n",
+		"Payload (JSON, 1.2 MiB, cut at 256 KiB, secrets redacted):\n{\n  \"secret\": \"[redacted]\",\n  \"action\": \"created\",\n  \"commits\": [\n    {\n      \"n\": 0,\n" +
+			"      \"message\": \"fix the \\\"flaky\\\" test {0} [again]\",\n      \"added\": []\n    },\n    {\n",
+		"\n[opkit: payload cut at 256 KiB of 1.2 MiB; the archive keeps a refused payload's start]\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("opkit events show lacks %q:\n%s", want, head(out))
+		}
+	}
+	if strings.Contains(out, "s3cr3t") {
+		t.Error("opkit events show prints a secret member's value")
 	}
 	if !strings.HasSuffix(out, "payload's start]\n") {
 		t.Errorf("the payload's cut is not marked at its end:\n...%s", out[max(len(out)-300, 0):])
@@ -295,26 +342,63 @@ func head(s string) string {
 	return s
 }
 
-func TestEventsIndentACutJSONPayloadAsTheWholeReads(t *testing.T) {
-	for _, doc := range []string{
-		`{}`, `[]`, `{"a":[]}`, `[1,2,{"b":{}}]`,
-		`{"s":"a \"quoted\" {brace}, [bracket]: colon \\","n":-1.5e3,"t":true,"z":null}`,
-		" {\n\t\"spaced\" : [ 1 , 2 ] ,\"e\":{ } }",
-		string(bigJSON(2000)),
-	} {
-		var whole bytes.Buffer
-		if err := json.Indent(&whole, []byte(doc), "", "  "); err != nil {
+func TestEventsShowAsJSONRedactsThePayloadAndHeaders(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "runs.db")
+	store, err := archive.OpenSQLite(ctx, path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asJSON := &archive.Delivery{Operator: "ci", Source: "github", Event: "push", DeliveryID: "d-1",
+		Headers: map[string][]string{"X-Hub-Signature-256": {"sha256=00ff"}, "Accept": {"*/*"}},
+		Payload: []byte(`{"ref":"main","pusher":{"name":"alice","password":"hunter2"},"n":1.50}`)}
+	asText := &archive.Delivery{Operator: "ci", Source: "form", Outcome: archive.DeliveryRefused,
+		Reason: "content type application/x-www-form-urlencoded; expected application/json", Payload: []byte("token=abc&ref=main")}
+	for _, d := range []*archive.Delivery{asJSON, asText} {
+		if err := store.RecordDelivery(ctx, d); err != nil {
 			t.Fatal(err)
 		}
-		if got := string(indentJSONStart([]byte(doc))); got != strings.TrimSpace(whole.String()) {
-			t.Errorf("%s indents as\n%s\nwant\n%s", doc, got, whole.String())
+	}
+	_ = store.Close()
+
+	var got struct {
+		archive.Delivery
+		Payload     json.RawMessage `json:"payload"`
+		PayloadText *string         `json:"payloadText"`
+	}
+	out := opkit(t, "events", "show", asJSON.ID, "--archive", path, "-o", "json")
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, got.Payload); err != nil {
+		t.Fatalf("the payload is not JSON: %v in %s", err, out)
+	}
+	if want := `{"ref":"main","pusher":{"name":"alice","password":"[redacted]"},"n":1.50}`; compact.String() != want || got.PayloadText != nil {
+		t.Errorf("-o json's payload is %s (text %v), want %s", compact.String(), got.PayloadText, want)
+	}
+	if got.ID != asJSON.ID || got.Event != "push" || got.DeliveryID != "d-1" || got.Outcome != archive.DeliveryPending ||
+		!slices.Equal(got.Headers["X-Hub-Signature-256"], []string{"[redacted]"}) || !slices.Equal(got.Headers["Accept"], []string{"*/*"}) {
+		t.Errorf("-o json's fields: %s", out)
+	}
+
+	got.Payload, got.PayloadText = nil, nil
+	out = opkit(t, "events", "show", asText.ID, "--archive", path, "-o", "json")
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	if got.PayloadText == nil || *got.PayloadText != "token=[redacted]&ref=main" || got.Payload != nil {
+		t.Errorf("-o json of a payload that is not JSON: %s", out)
+	}
+	for _, secret := range []string{"hunter2", "00ff", "abc&"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("-o json prints the secret %q: %s", secret, out)
 		}
-		// Cut anywhere, it reads as the start of the whole.
-		for i := range len(doc) {
-			if got := indentJSONStart([]byte(doc[:i])); !strings.HasPrefix(whole.String(), string(got)) {
-				t.Fatalf("%q cut at %d indents as\n%s\nnot the start of\n%s", doc, i, got, whole.String())
-			}
-		}
+	}
+	var stderr bytes.Buffer
+	if code := Main([]string{"events", "show", asText.ID, "--archive", path, "-o", "yaml"}, &bytes.Buffer{}, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), `-o "yaml": want text or json`) {
+		t.Errorf("opkit events show -o yaml: exit %d, %q", code, stderr.String())
 	}
 }
 
@@ -368,7 +452,7 @@ func TestEventsStripTerminalControlFromWhatTheSenderSent(t *testing.T) {
 		}
 	}
 	if !strings.Contains(strings.Join(strings.Fields(list), " "), "ci github push d-1 Pending") || !strings.Contains(show, "User-Agent: red\n") ||
-		!strings.Contains(show, "Payload (52 B):\nred plaincleared done\n") {
+		!strings.Contains(show, "Payload (52 B, secrets redacted):\nred plaincleared done\n") {
 		t.Errorf("the cleaned text is not all there:\n%s\n%s", list, show)
 	}
 }

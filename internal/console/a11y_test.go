@@ -35,6 +35,27 @@ func TestPagesAreAccessible(t *testing.T) {
 	} {
 		assertAccessible(t, f.url, path)
 	}
+
+	// The pages of webhook deliveries, beside an engine that runs their
+	// operator.
+	ev := withDeliveries(t, f)
+	for _, path := range []string{
+		"/events",
+		"/events?operator=" + ev.op + "&refused=1",
+		"/events/" + ev.forged,
+		"/events/" + ev.deployed,
+		"/events/" + ev.turnedDown,
+		"/events/" + ev.failed,
+		"/events/" + ev.pending,
+		"/events/" + ev.hostile,
+		"/operators/" + ev.op,
+		"/operators/" + ev.op + "/sources/github",
+		"/operators/" + ev.op + "/sources/ci?outcome=Failed",
+		"/runs/" + ev.run,
+		"/events/0000000000zzzzzzzz", // an error page
+	} {
+		assertAccessible(t, ev.base, path)
+	}
 }
 
 // assertAccessible reports the accessibility problems of the page at

@@ -119,8 +119,12 @@ func (s *Server) readable(ctx context.Context, u *user) ([]*operator, error) {
 	return out, nil
 }
 
-// mayReadRun checks that the user may read a run: get on its object.
+// mayReadRun checks that the user may read a run: get on its object; a
+// run on a webhook delivery, as its delivery is (mayReadDeliveries).
 func (s *Server) mayReadRun(ctx context.Context, u *user, run *archive.Run) (*operator, error) {
+	if eventRun(run) {
+		return s.mayReadDeliveries(ctx, u, run.Operator)
+	}
 	op, err := s.operatorNamed(ctx, run.Operator)
 	if err != nil || op == nil {
 		return op, err
@@ -133,7 +137,7 @@ func (s *Server) mayReadRun(ctx context.Context, u *user, run *archive.Run) (*op
 // beyond what it watches now (an earlier spec's namespaces or kind): each
 // is checked; the other operators' lists are read with access to all.
 func (s *Server) mayList(ctx context.Context, u *user, op *operator, run *archive.Run) (bool, error) {
-	if !s.opts.Auth.Kubernetes || op == nil || !op.Watches() {
+	if !s.opts.Auth.Kubernetes || op == nil || !op.Watches() || eventRun(run) {
 		return true, nil
 	}
 	err := s.may(ctx, u, op, runGVK(run), "get", run.Namespace)
@@ -160,6 +164,7 @@ func namespaceLabel(ns string) string {
 const (
 	noActionsWatched  = "opkit never writes to an object it watches but does not own, and Retry and Pause are annotations on the object, so neither is offered: a handler that gave up runs again at the object's next change."
 	noActionsCalendar = "An operator-wide schedule has no object to retry or pause: a failed slot is retried by its handler's policy, and the next slot runs in any case."
+	noActionsEvent    = "A run on a webhook delivery is for the operator itself and has no object to retry or pause: a failed run is retried by its handler's policy."
 )
 
 // noActions is why op offers no actions, or "" when it does.
@@ -176,10 +181,16 @@ func noActions(op *operator) string {
 }
 
 // runObjectURL links a run's object: the timeline of a custom resource
-// or watched object (with its kind, when it is not the operator's), or
-// the operator's page for an operator-wide schedule's run.
+// or watched object (with its kind, when it is not the operator's), the
+// operator's page for an operator-wide schedule's run, or the delivery
+// page for a run on a webhook delivery.
 func runObjectURL(op *operator, run *archive.Run) string {
-	if calendarRun(run) {
+	switch {
+	case eventRun(run) && archive.ValidID(run.UID):
+		return deliveryURL(run.UID)
+	case eventRun(run):
+		return operatorURL(run.Operator)
+	case calendarRun(run):
 		return operatorURL(run.Operator) + "#schedule-" + run.Handler
 	}
 	u := objectURL(run.Operator, run.Namespace, run.Name)

@@ -259,3 +259,50 @@ func TestBrowserWatchedObjectsAndSchedulesFromTheInbox(t *testing.T) {
 	within(tab, t, 30*time.Second, chromedp.Click(chromedp.Search(`//dd/a[text()="schedule report"]`)))
 	waitJS(tab, t, 10*time.Second, "the schedule again", `location.pathname === "/operators/`+u.calendar+`" && location.hash === "#schedule-report"`)
 }
+
+func TestBrowserRefusedAndHandledDeliveriesLeadToWhyAndToTheirRuns(t *testing.T) {
+	f := start(t)
+	ev := withDeliveries(t, f)
+	tab := browser(t)
+	row := func(id string) string {
+		return `document.querySelector("a.delivery-link[href='/events/` + id + `']").closest("tr")`
+	}
+	shown := func(expr string) string { // an element on screen, not hidden
+		return `(function (e) { return !!e && e.getBoundingClientRect().height > 0 && getComputedStyle(e).visibility === "visible"; })(` + expr + `)`
+	}
+
+	// The list says why the refused delivery was refused; Refused only
+	// leaves the accepted ones out.
+	within(tab, t, 30*time.Second, chromedp.Navigate(ev.base+"/events?operator="+ev.op))
+	waitJS(tab, t, 10*time.Second, "the refused delivery's reason in the list",
+		shown(row(ev.forged)+`.querySelector("td.reason-cell")`)+` && `+row(ev.forged)+`.querySelector("td.reason-cell").innerText === "bad signature"`)
+	screenshot(tab, t, "events")
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.CSS(`a.refused-only`)))
+	waitJS(tab, t, 10*time.Second, "the refused deliveries only",
+		`location.search.includes("refused=1") && document.querySelectorAll("a.delivery-link").length === 2 && !!`+row(ev.forged)+
+			` && !document.querySelector("a.delivery-link[href='/events/`+ev.deployed+`']")`)
+
+	// Its page says why first.
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.CSS(`a.delivery-link[href="/events/`+ev.forged+`"]`)))
+	waitJS(tab, t, 10*time.Second, "the refused delivery's page with its reason",
+		`location.pathname === "/events/`+ev.forged+`" && `+shown(`document.querySelector("p.reason")`)+
+			` && document.querySelector("p.reason").innerText === "Why it was refused: bad signature"`)
+
+	// The handled delivery's page links its run, which links back.
+	within(tab, t, 30*time.Second, chromedp.Navigate(ev.base+"/events?operator="+ev.op))
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.CSS(`a.delivery-link[href="/events/`+ev.deployed+`"]`)))
+	waitJS(tab, t, 10*time.Second, "the handled delivery's page",
+		`location.pathname === "/events/`+ev.deployed+`" && `+shown(`document.querySelector("section[aria-labelledby=caused] a.run-link[href='/runs/`+ev.run+`']")`)+
+			` && !document.body.innerText.includes(`+js(payloadToken)+`)`)
+	screenshot(tab, t, "delivery")
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.CSS(`section[aria-labelledby=caused] a.run-link[href="/runs/`+ev.run+`"]`)))
+	waitJS(tab, t, 10*time.Second, "the run's page",
+		`location.pathname === "/runs/`+ev.run+`" && document.title.startsWith("Run `+ev.run+`") && document.body.innerText.includes("deploy (exec) of operator `+ev.op+`")`)
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.Search(`//dd/a[text()=`+js("delivery "+ev.deployed)+`]`)))
+	waitJS(tab, t, 10*time.Second, "the delivery again", `location.pathname === "/events/`+ev.deployed+`"`)
+
+	if os.Getenv("OPKIT_SCREENSHOTS") != "" {
+		within(tab, t, 30*time.Second, chromedp.Navigate(ev.base+"/operators/"+ev.op+"/sources/github"))
+		screenshot(tab, t, "source")
+	}
+}

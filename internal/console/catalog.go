@@ -140,7 +140,10 @@ type catalog struct {
 	warning   string                 // why the cluster's Operators could not be read
 	compiled  map[string]*operator   // the cluster's unowned Operators, by uid/generation
 	objects   map[string]*objectList // by operator name
-	lists     singleflight.Group     // the reads of objects under way
+	// definitions are the cluster's Operators, compiled, by name (see
+	// definition).
+	definitions map[string]definitionEntry
+	lists       singleflight.Group // the reads of objects under way
 }
 
 type objectList struct {

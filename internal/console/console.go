@@ -1,7 +1,8 @@
 // Package console serves opkit's web console: every handler run with its
 // trigger, diff, log and outcome, reached from the operators, from each
-// object's timeline and from the failures inbox; and the actions retry,
-// pause and resume.
+// object's timeline and from the failures inbox; every webhook delivery
+// with what it caused, from the events list and each event source's page;
+// and the actions retry, pause and resume.
 //
 // Contracts:
 //   - It reads the run archive and the cluster only: the CRDs opkit
@@ -27,7 +28,13 @@
 //     its custom resource, the watched object's kind, or for a calendar
 //     its Operator object (see access.go).
 //   - It shows no Secret's data: children are listed by kind and name, and
-//     the archive holds no binding context or Secret values.
+//     the archive holds no binding context or Secret values. A webhook
+//     delivery's payload and headers, which the archive keeps as the
+//     sender sent them (the payload) or redacted by the engine (the
+//     headers), are shown redacted again (archive.RedactPayload,
+//     archive.RedactHeaders), and escaped: the sender chose them.
+//   - A delivery, and the runs on event it caused, are readable by
+//     whoever may read its operator's page.
 package console
 
 import (
@@ -154,6 +161,9 @@ func (s *Server) routes() {
 	p.HandleFunc("GET /operators/{operator}", s.page(s.operatorPage))
 	p.HandleFunc("GET /operators/{operator}/objects/{namespace}/{name}", s.page(s.timeline))
 	p.HandleFunc("GET /runs/{id}", s.page(s.runPage))
+	p.HandleFunc("GET /events", s.page(s.eventsPage))
+	p.HandleFunc("GET /events/{id}", s.page(s.deliveryPage))
+	p.HandleFunc("GET /operators/{operator}/sources/{source}", s.page(s.sourcePage))
 	s.pages = p
 
 	m := http.NewServeMux()
@@ -234,6 +244,10 @@ func (e *httpError) Error() string { return e.msg }
 
 func notFound(format string, args ...any) error {
 	return &httpError{http.StatusNotFound, fmt.Sprintf(format, args...)}
+}
+
+func badRequest(format string, args ...any) error {
+	return &httpError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
 }
 
 func forbidden(format string, args ...any) error {

@@ -164,6 +164,8 @@ func (s *Server) failures(r *http.Request, u *user) (string, *view, error) {
 		}
 		obj := runRow{Run: run, Label: run.Object(), URL: runObjectURL(op, &run)}
 		switch {
+		case eventRun(&run):
+			obj.Label, obj.Kind = "delivery "+run.UID, "webhook delivery"
 		case calendarRun(&run):
 			obj.Label, obj.Kind = run.Handler, "operator-wide schedule"
 		case op == nil || !op.Owns():
@@ -221,12 +223,14 @@ func (s *Server) operatorPage(r *http.Request, u *user) (string, *view, error) {
 	if op.Unserved != "" {
 		v.Notices = append(v.Notices, op.Unserved)
 	}
+	sources, notices := s.operatorSources(ctx, name)
+	v.Notices = append(v.Notices, notices...)
 	if op.Calendar() {
 		scheds, err := s.schedules(ctx, op)
 		if err != nil {
 			v.Notices = append(v.Notices, err.Error())
 		}
-		v.Data = map[string]any{"Op": op, "Schedules": scheds, "NoActions": noActions(op), "OperatorURL": objectURL(name, "", name)}
+		v.Data = map[string]any{"Op": op, "Schedules": scheds, "NoActions": noActions(op), "OperatorURL": objectURL(name, "", name), "Sources": sources}
 		return "operator", v, nil
 	}
 	filter := state(q.Get("state"))
@@ -283,7 +287,7 @@ func (s *Server) operatorPage(r *http.Request, u *user) (string, *view, error) {
 		out = append(out, rw)
 	}
 	data := map[string]any{"Op": op, "Rows": out, "Counts": counts, "Total": len(objs), "Filter": string(filter),
-		"Page": pageNo, "Pages": pages, "Prev": pageLink(q, pageNo-1, pages), "Next": pageLink(q, pageNo+1, pages)}
+		"Page": pageNo, "Pages": pages, "Prev": pageLink(q, pageNo-1, pages), "Next": pageLink(q, pageNo+1, pages), "Sources": sources}
 	if op.Watches() {
 		var runs []runRow
 		for _, run := range recent {
@@ -347,7 +351,10 @@ func (s *Server) runPage(r *http.Request, u *user) (string, *view, error) {
 	log := archive.CleanLog(stored.Data)
 	q := r.URL.Query()
 	objURL, objLabel := runObjectURL(op, run), objectLabel(run.Namespace, run.Name)
-	if calendarRun(run) {
+	switch {
+	case eventRun(run):
+		objLabel = "delivery " + run.UID
+	case calendarRun(run):
 		objLabel = "schedule " + run.Handler
 	}
 	v := &view{Title: "Run " + id, Crumbs: []crumb{{"Operators", "/"}, {run.Operator, operatorURL(run.Operator)}, {objLabel, objURL}}}
@@ -355,7 +362,11 @@ func (s *Server) runPage(r *http.Request, u *user) (string, *view, error) {
 		v.Live = "/runs/" + id + "?" + q.Encode()
 	}
 	data := map[string]any{"Run": run, "Truncated": stored.Truncated, "LogBytes": run.LogBytes, "ObjectURL": objURL, "Search": "",
-		"Calendar": calendarRun(run), "Actions": op != nil && op.Owns() && run.Outcome.Failure(), "NoActions": noActions(op)}
+		"Calendar": calendarRun(run), "Event": eventRun(run), "Actions": op != nil && op.Owns() && run.Outcome.Failure() && !operatorRun(run),
+		"NoActions": noActions(op)}
+	if eventRun(run) {
+		data["NoActions"] = noActionsEvent
+	}
 	if op != nil && op.Owns() {
 		data["ActionURL"] = objectURL(run.Operator, run.Namespace, run.Name)
 	}

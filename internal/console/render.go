@@ -55,6 +55,24 @@ var funcs = template.FuncMap{
 	"dict":       dict,
 	"value":      value,
 	"slotOf":     slotOf,
+	"delivery":   deliveryBadge,
+	"sourceURL":  sourceURL,
+	"cut":        cut,
+	"clean":      clean,
+}
+
+// clean is text a sender chose made readable: terminal control sequences
+// and other control characters removed, valid UTF-8.
+func clean(s string) string { return archive.CleanLog([]byte(s)) }
+
+// cut is s cleaned and cut to n characters, with … where it was cut.
+func cut(s string, n int) string {
+	s = clean(s)
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
 }
 
 // slotOf is the slot an operator-wide schedule's run is for, from its
@@ -158,6 +176,20 @@ func outcomeBadge(o archive.Outcome) badge {
 		return badge{"warn", "⊘", "Cancelled"}
 	case archive.Skipped:
 		return badge{"", "–", "Skipped"}
+	}
+	return badge{"", "?", string(o)}
+}
+
+func deliveryBadge(o archive.DeliveryOutcome) badge {
+	switch o {
+	case archive.DeliveryPending:
+		return badge{"run", "…", "Pending"}
+	case archive.DeliveryHandled:
+		return badge{"ok", "✓", "Handled"}
+	case archive.DeliveryFailed:
+		return badge{"bad", "✗", "Failed"}
+	case archive.DeliveryRefused:
+		return badge{"warn", "⊘", "Refused"}
 	}
 	return badge{"", "?", string(o)}
 }

@@ -341,16 +341,28 @@ func (s *Server) schedules(ctx context.Context, op *operator) ([]*schedule, erro
 	return out, nil
 }
 
-// calendarRun reports whether a run is an operator-wide schedule's: its
-// object is the Operator itself.
-func calendarRun(r *archive.Run) bool {
+// operatorRun reports whether a run is for the operator itself: its
+// object is the Operator.
+func operatorRun(r *archive.Run) bool {
 	return r.Kind == v1alpha1.Kind && r.APIVersion == v1alpha1.SchemeGroupVersion.String() && r.Name == r.Operator && r.Namespace == ""
+}
+
+// calendarRun reports whether a run is an operator-wide schedule's.
+func calendarRun(r *archive.Run) bool {
+	return operatorRun(r) && r.Trigger != v1alpha1.OnEvent
+}
+
+// eventRun reports whether a run is a handler's on a webhook delivery: a
+// run for the operator itself, whose UID is the delivery's archive id.
+func eventRun(r *archive.Run) bool {
+	return operatorRun(r) && r.Trigger == v1alpha1.OnEvent
 }
 
 // archiveOperator is what the run archive says of an operator the console
 // does not otherwise know, or nil: a watch operator, from its objects'
-// state records; a calendar, from its schedules' records or runs. Such an
-// operator is shown only without Kubernetes auth (see operatorNamed).
+// state records; a calendar, from its schedules' records or runs, or one
+// that runs on events only, from its deliveries. Such an operator is
+// shown only without Kubernetes auth (see operatorNamed).
 func (s *Server) archiveOperator(ctx context.Context, name string) (*operator, error) {
 	records, err := s.opts.Archive.States(ctx, name)
 	if err != nil {
@@ -378,7 +390,15 @@ func (s *Server) archiveOperator(ctx context.Context, name string) (*operator, e
 			}
 		}
 		if len(handlers) == 0 {
-			return nil, nil
+			// An operator whose handlers run on events only: known by
+			// its deliveries.
+			page, err := s.opts.Archive.ListDeliveries(ctx, archive.DeliveryQuery{Operator: name, Limit: 1})
+			if err != nil {
+				return nil, fmt.Errorf("the run archive cannot be read: %w", err)
+			}
+			if len(page.Deliveries) == 0 {
+				return nil, nil
+			}
 		}
 		op.Subject, op.GVK, op.Plural = calendarSubject, operatorGVK, operatorsResource
 		for _, h := range slices.Sorted(maps.Keys(handlers)) {

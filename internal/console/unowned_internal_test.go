@@ -64,6 +64,10 @@ func TestRunObjectURLNeverAssumesTheOperatorsCustomResource(t *testing.T) {
 			"/operators/gone/objects/ns/web?apiVersion=apps%2Fv1&kind=Deployment"},
 		{"a schedule", nil, archive.Run{Operator: "cal", Handler: "report", APIVersion: "opkit.dev/v1alpha1", Kind: "Operator", Name: "cal"},
 			"/operators/cal#schedule-report"},
+		{"a run on a delivery", owned, archive.Run{Operator: "chores", Handler: "deploy", Trigger: "event", APIVersion: "opkit.dev/v1alpha1", Kind: "Operator",
+			Name: "chores", UID: "01m88ezrmb6fygwe3a"}, "/events/01m88ezrmb6fygwe3a"},
+		{"a run on a delivery without its id", nil, archive.Run{Operator: "hooks", Handler: "deploy", Trigger: "event", APIVersion: "opkit.dev/v1alpha1",
+			Kind: "Operator", Name: "hooks", UID: "?"}, "/operators/hooks"},
 		{"a cluster-scoped object", watch, archive.Run{Operator: "deploys", APIVersion: "apps/v1", Kind: "Deployment", Name: "web"},
 			"/operators/deploys/objects/_/web"},
 	} {

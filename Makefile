@@ -1,6 +1,7 @@
 # opkit's build. `make demo` and `make test` work on a fresh machine with Go
 # 1.26+, make and the Go module proxy: they build what they need (make test
-# also installs Debian's chromium for the browser tests).
+# also installs Debian's chromium for the browser tests, and Debian's
+# postgresql for the PostgreSQL archive's tests).
 
 GO                     ?= go
 BIN                    := $(CURDIR)/bin
@@ -10,7 +11,7 @@ GOLANGCI_LINT          := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # go test's timeout per package binary; integration packages start a plane.
 TEST_TIMEOUT           ?= 30m
 
-.PHONY: all build plane browser demo test vet lint unit usermodule fmt bench clean
+.PHONY: all build plane browser postgresql demo test vet lint unit usermodule fmt bench clean
 
 all: build
 
@@ -34,10 +35,20 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi; \
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null; }
 
+## postgresql: Debian's postgresql, for the PostgreSQL archive's tests, which
+## start their own server from its binaries (apt-get installs it when it is
+## missing; as root, or with sudo)
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  echo "installing postgresql (Debian package) for the PostgreSQL archive's tests"; \
+	  if [ "$$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq postgresql >/dev/null; }
+
 ## test: vet, lint and every test (unit and integration, browser tests in
-## headless chromium, and testdata/usermodule: pkg/opkittest used from
+## headless chromium, the archive's conformance suite on SQLite and on a
+## real PostgreSQL, and testdata/usermodule: pkg/opkittest used from
 ## another module), race detector on
-test: plane browser vet lint unit usermodule
+test: plane browser postgresql vet lint unit usermodule
 
 vet:
 	$(GO) vet ./...

@@ -7,9 +7,12 @@
 // operator received, accepted or refused, and what its handling caused.
 //
 // A [Store] holds [Run] records, their logs, State records and Delivery
-// records.
-// [OpenSQLite] is the embedded store: one file, WAL mode, a pure-Go
-// driver. Every Store passes the conformance suite in archive/archivetest.
+// records. [OpenSQLite] is the embedded store: one file, WAL mode, a
+// pure-Go driver. [OpenPostgres] is the shared one: a PostgreSQL database
+// that several engines (a leader and its standbys), the console and the
+// CLI use at once. [Open] chooses from the location: a postgres:// URL or
+// a file's path. Every Store passes the conformance suite in
+// archive/archivetest.
 //
 // Contracts of every Store:
 //   - Run ids ([NewID]) sort by start time; [Store.List] returns newest
@@ -324,11 +327,13 @@ type Store interface {
 	// Succeeded reports whether a run with this idempotency key succeeded.
 	Succeeded(ctx context.Context, key string) (bool, error)
 	// CancelRunning ends every Running run as Cancelled with reason, and
-	// returns how many.
+	// returns how many: those of every engine using the store, so only
+	// the acting engine calls it (a leader, never a standby).
 	CancelRunning(ctx context.Context, reason string) (int, error)
 	// Prune deletes finished runs, and deliveries that are not Pending,
 	// beyond the retention, and returns how many records (runs and
-	// deliveries).
+	// deliveries). A store shared by several engines prunes for one at a
+	// time; the others' calls return 0.
 	Prune(ctx context.Context, keep Retention) (int, error)
 	StateStore
 	DeliveryStore

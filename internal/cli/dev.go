@@ -167,7 +167,7 @@ func dev(ctx context.Context, dir string, apply []string, archivePath string, cf
 	if r.metrics != "" {
 		fmt.Fprintf(stderr, "Metrics: %s (and /healthz, /readyz)\n", r.metrics)
 	}
-	fmt.Fprintf(stderr, "In another shell:\n  export KUBECONFIG=%s\n  opkit runs --archive %s   # the handler runs\nStop it with Ctrl-C.\n", shellQuote(cl.KubeconfigPath()), shellQuote(archivePath))
+	fmt.Fprintf(stderr, "In another shell:\n  export KUBECONFIG=%s\n  opkit runs --archive %s   # the handler runs\nStop it with Ctrl-C.\n", shellQuote(cl.KubeconfigPath()), shellQuote(archive.RedactDSN(archivePath)))
 	select {
 	case <-ctx.Done():
 		return r.stop() // the engine said "stopping"
@@ -191,7 +191,7 @@ func reportFailedRun(w io.Writer, run archive.Run, archivePath string) {
 	}
 	archiveArg := ""
 	if archivePath != defaultArchivePath() {
-		archiveArg = " --archive " + shellQuote(archivePath)
+		archiveArg = " --archive " + shellQuote(archive.RedactDSN(archivePath))
 	}
 	msg := run.Error
 	if len(msg) > 200 {

@@ -28,17 +28,26 @@ var defaultRetention = archive.Retention{MaxAge: 30 * 24 * time.Hour, MaxRuns: 1
 // else ~/.local/state/opkit/runs.db.
 func defaultArchivePath() string { return statePath("OPKIT_ARCHIVE", "runs.db") }
 
-func archiveFlag(cmd *cobra.Command, path *string) {
-	cmd.Flags().StringVar(path, "archive", defaultArchivePath(), "the run archive, a SQLite file (env OPKIT_ARCHIVE)")
+// archiveFlag adds --archive: a SQLite file, or a PostgreSQL database by
+// its URL (archive.Open chooses). The default shown in the help has its
+// password, if $OPKIT_ARCHIVE holds one, redacted.
+func archiveFlag(cmd *cobra.Command, location *string) {
+	def := defaultArchivePath()
+	cmd.Flags().StringVar(location, "archive", def,
+		"the run archive: a SQLite file, or a PostgreSQL database as postgres://USER@HOST/DB?PARAMS (docs/archive.md; env OPKIT_ARCHIVE)")
+	cmd.Flags().Lookup("archive").DefValue = archive.RedactDSN(def)
 }
 
 // openExistingArchive opens an archive for reading; a missing file is an
-// error that says where it was looked for.
-func openExistingArchive(ctx context.Context, path string) (*archive.SQLite, error) {
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("no run archive at %s (%w); runs are recorded there by opkit run and opkit dev, or pass --archive", path, err)
+// error that says where it was looked for. A PostgreSQL archive is opened
+// as it is (an empty one has no runs).
+func openExistingArchive(ctx context.Context, location string) (archive.Store, error) {
+	if !archive.IsDSN(location) {
+		if _, err := os.Stat(location); err != nil {
+			return nil, fmt.Errorf("no run archive at %s (%w); runs are recorded there by opkit run and opkit dev, or pass --archive", location, err)
+		}
 	}
-	return archive.OpenSQLite(ctx, path, archive.Options{})
+	return archive.Open(ctx, location, archive.Options{})
 }
 
 func newRunsCommand() *cobra.Command {
@@ -315,7 +324,7 @@ annotation stays: each new value is one retry.`,
 			}
 			switch {
 			case len(kinds) == 0:
-				return fmt.Errorf("no runs for %s in %s: nothing to retry", args[0], archivePath)
+				return fmt.Errorf("no runs for %s in %s: nothing to retry", args[0], archive.RedactDSN(archivePath))
 			case len(kinds) > 1:
 				var ops []string
 				for _, op := range kinds {

@@ -1,0 +1,384 @@
+package archive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The statements of runs, logs and state records; see sqlite.go for why
+// each is as it is. pgx prepares each on every connection the first time
+// it runs there.
+const (
+	pgInsertRunSQL = `INSERT INTO runs (id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation,
+		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
+	pgFinishRunSQL  = `UPDATE runs SET finished_at = $1, outcome = $2, failed = $3, error = $4, next_retry_at = $5, writes = $6 WHERE id = $7`
+	pgFoldSkipped   = `DELETE FROM runs WHERE uid = $1 AND handler = $2 AND outcome = 'Skipped' AND id < $3`
+	pgGetRunSQL     = `SELECT ` + runColumns + ` FROM runs WHERE id = $1`
+	pgKeySucceeded  = `SELECT EXISTS (SELECT 1 FROM runs WHERE idem_key = $1 AND outcome = 'Succeeded')`
+	pgCancelRunning = `UPDATE runs SET outcome = 'Cancelled', failed = 0, error = $1, finished_at = $2 WHERE outcome = 'Running'`
+	pgCountsSQL     = `SELECT operator, count(*), count(*) FILTER (WHERE failed = 1) FROM runs WHERE id >= $1 GROUP BY operator`
+
+	// AppendLog's, in one transaction that holds the run's row, so that
+	// two writers of one log (two engines, or a retry beside a late
+	// write) append one after the other.
+	pgLogHeadSQL   = `SELECT log_bytes, log_truncated FROM runs WHERE id = $1 FOR UPDATE`
+	pgLogInsertSQL = `INSERT INTO logs (run_id, pos, data) VALUES ($1, $2, $3)`
+	pgLogSizeSQL   = `UPDATE runs SET log_bytes = $1, log_truncated = $2 WHERE id = $3`
+	pgLogCutSQL    = `DELETE FROM logs WHERE run_id = $1 AND pos >= $2 AND pos + length(data) <= $3`
+	// $3 is the cut: the piece that straddles it keeps its part after it.
+	pgLogShortenSQL = `UPDATE logs SET data = substring(data FROM ($3 - pos + 1)::integer), pos = $3
+		WHERE run_id = $1 AND pos >= $2 AND pos < $3 AND pos + length(data) > $3`
+	pgLogTruncatedSQL = `SELECT log_truncated FROM runs WHERE id = $1`
+	pgLogPiecesSQL    = `SELECT pos, data FROM logs WHERE run_id = $1 AND pos + length(data) > $2 ORDER BY pos`
+
+	// Prune's. Running runs are never pruned; by count, the MaxRuns
+	// newest runs are kept, the running ones among them.
+	pgPruneRunsByAge   = `DELETE FROM runs WHERE id < $1 AND outcome <> 'Running'`
+	pgPruneRunsByCount = `DELETE FROM runs WHERE outcome <> 'Running' AND id < (
+		SELECT id FROM runs ORDER BY id DESC LIMIT 1 OFFSET $1)`
+
+	pgPutStateSQL = `INSERT INTO states (operator, state_key, api_version, kind, namespace, name, data, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		ON CONFLICT (operator, state_key) DO UPDATE SET api_version = excluded.api_version, kind = excluded.kind,
+			namespace = excluded.namespace, name = excluded.name, data = excluded.data, updated_at = excluded.updated_at`
+	pgStatesSQL      = `SELECT operator, state_key, api_version, kind, namespace, name, data, updated_at FROM states WHERE operator = $1 ORDER BY state_key`
+	pgDeleteStateSQL = `DELETE FROM states WHERE operator = $1 AND state_key = $2`
+)
+
+// Insert records a new run.
+func (p *Postgres) Insert(ctx context.Context, r *Run) error {
+	if !ValidID(r.ID) {
+		return fmt.Errorf("archive: run id %q is not one of NewID", r.ID)
+	}
+	if r.Outcome == "" {
+		r.Outcome = Running
+	}
+	_, err := p.pool.Exec(ctx, pgInsertRunSQL, r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID,
+		r.Generation, r.Key, r.Attempt, marshal(r.Diff), nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), failedFlag(r.Outcome),
+		r.Error, nanos(r.NextRetryAt), marshal(r.Writes))
+	if err != nil {
+		return p.fail("recording run "+r.ID, err)
+	}
+	return nil
+}
+
+// failedFlag is the failed column of a run of outcome o.
+func failedFlag(o Outcome) int16 {
+	if o.Failure() {
+		return 1
+	}
+	return 0
+}
+
+// Finish records how a run ended.
+func (p *Postgres) Finish(ctx context.Context, r *Run) error {
+	tag, err := p.pool.Exec(ctx, pgFinishRunSQL, nanos(r.FinishedAt), string(r.Outcome), failedFlag(r.Outcome), r.Error, nanos(r.NextRetryAt),
+		marshal(r.Writes), r.ID)
+	if err != nil {
+		return p.fail("finishing run "+r.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("archive: finishing run %s: %w", r.ID, ErrNotFound)
+	}
+	if r.Outcome == Skipped {
+		// Through runs_uid; the logs go with their runs (ON DELETE
+		// CASCADE). It may meet a Prune deleting the same runs in
+		// another order: PostgreSQL then aborts one of the two, and it
+		// is run again.
+		err := retryConflicts(func() error {
+			_, err := p.pool.Exec(ctx, pgFoldSkipped, r.UID, r.Handler, r.ID)
+			return err
+		})
+		if err != nil {
+			return p.fail("folding the skipped runs before "+r.ID, err)
+		}
+	}
+	return nil
+}
+
+// retryConflicts runs fn again, up to twice, when PostgreSQL aborted it
+// for its conflict with another transaction (retryable).
+func retryConflicts(fn func() error) error {
+	err := fn()
+	for i := 0; i < 2 && retryable(err); i++ {
+		err = fn()
+	}
+	return err
+}
+
+// AppendLog adds p to the run's log, with SQLite's limits: up to
+// LogLimit it is kept whole; past it, the first LogHead bytes stay and
+// the rest of the limit holds the latest bytes.
+func (p *Postgres) AppendLog(ctx context.Context, id string, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	what := "log of run " + id
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		var size int64
+		var truncated bool
+		err := tx.QueryRow(ctx, pgLogHeadSQL, id).Scan(&size, &truncated)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		limit, head := p.opts.LogLimit, p.opts.LogHead
+		end := size + int64(len(data))
+		cut := max(end-(limit-head), head) // the tail starts here
+		if end <= limit {
+			cut = end // all fits
+		}
+		insert := func(pos int64, piece []byte) error {
+			if len(piece) == 0 {
+				return nil
+			}
+			_, err := tx.Exec(ctx, pgLogInsertSQL, id, pos, piece)
+			return err
+		}
+		pos := size
+		if pos < head && cut > head {
+			// The head's last piece ends at the head, exactly.
+			n := head - pos
+			if err := insert(pos, data[:n]); err != nil {
+				return err
+			}
+			data, pos = data[n:], head
+		}
+		if pos < cut && cut < end && pos >= head {
+			data, pos = data[cut-pos:], cut // the start of data is cut already
+		}
+		if err := insert(pos, data); err != nil {
+			return err
+		}
+		if end > limit {
+			truncated = true
+			if _, err := tx.Exec(ctx, pgLogCutSQL, id, head, cut); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, pgLogShortenSQL, id, head, cut); err != nil {
+				return err
+			}
+		}
+		_, err = tx.Exec(ctx, pgLogSizeSQL, end, truncated, id)
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("archive: %s: %w", what, err)
+	}
+	if err != nil {
+		return p.fail(what, err)
+	}
+	return nil
+}
+
+// Get returns one run.
+func (p *Postgres) Get(ctx context.Context, id string) (*Run, error) {
+	r, err := scanRun(p.pool.QueryRow(ctx, pgGetRunSQL, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("run %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, p.fail("run "+id, err)
+	}
+	return r, nil
+}
+
+// Logs returns the run's log from offset on.
+func (p *Postgres) Logs(ctx context.Context, id string, offset int64) (*Log, error) {
+	what := "log of run " + id
+	var truncated bool
+	err := p.pool.QueryRow(ctx, pgLogTruncatedSQL, id).Scan(&truncated)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("run %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, p.fail(what, err)
+	}
+	rows, err := p.pool.Query(ctx, pgLogPiecesSQL, id, offset)
+	if err != nil {
+		return nil, p.fail(what, err)
+	}
+	pieces, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (LogPiece, error) {
+		var piece LogPiece
+		err := row.Scan(&piece.Pos, &piece.Data)
+		return piece, err
+	})
+	if err != nil {
+		return nil, p.fail(what, err)
+	}
+	l := JoinLog(offset, pieces)
+	l.Truncated = truncated
+	return l, nil
+}
+
+// List returns the runs q selects, newest first.
+func (p *Postgres) List(ctx context.Context, q Query) (*Page, error) {
+	where, args, limit, err := q.sql()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := p.pool.Query(ctx, numbered(listSQL(where)), append(args, limit+1)...)
+	if err != nil {
+		return nil, p.fail("listing runs", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) {
+		r, err := scanRun(row)
+		if err != nil {
+			return Run{}, err
+		}
+		return *r, nil
+	})
+	if err != nil {
+		return nil, p.fail("listing runs", err)
+	}
+	page := &Page{Runs: runs}
+	if page.Runs == nil {
+		page.Runs = []Run{}
+	}
+	if len(page.Runs) > limit {
+		page.Runs = page.Runs[:limit]
+		page.Next = page.Runs[limit-1].ID
+	}
+	return page, nil
+}
+
+// Counts returns each operator's runs since a time, and its failed ones.
+func (p *Postgres) Counts(ctx context.Context, since time.Time) (map[string]Counts, error) {
+	rows, err := p.pool.Query(ctx, pgCountsSQL, idPrefix(since))
+	if err != nil {
+		return nil, p.fail("counting runs", err)
+	}
+	defer rows.Close()
+	out := map[string]Counts{}
+	for rows.Next() {
+		var op string
+		var c Counts
+		if err := rows.Scan(&op, &c.Runs, &c.Failed); err != nil {
+			return nil, p.fail("counting runs", err)
+		}
+		out[op] = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, p.fail("counting runs", err)
+	}
+	return out, nil
+}
+
+// Succeeded reports whether a run with this idempotency key succeeded.
+func (p *Postgres) Succeeded(ctx context.Context, key string) (bool, error) {
+	var found bool
+	if err := p.pool.QueryRow(ctx, pgKeySucceeded, key).Scan(&found); err != nil {
+		return false, p.fail("looking up key "+key, err)
+	}
+	return found, nil
+}
+
+// CancelRunning ends every Running run as Cancelled, those of every
+// engine that shares the database: only the one that leads may call it.
+func (p *Postgres) CancelRunning(ctx context.Context, reason string) (int, error) {
+	tag, err := p.pool.Exec(ctx, pgCancelRunning, reason, time.Now().UnixNano())
+	if err != nil {
+		return 0, p.fail("cancelling the running runs", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Prune deletes finished runs beyond the retention, and deliveries that
+// are not Pending, counted apart, in one transaction under an advisory
+// lock: an engine that finds another engine pruning the same database
+// returns 0 and leaves it to it.
+func (p *Postgres) Prune(ctx context.Context, keep Retention) (int, error) {
+	var total int64
+	err := retryConflicts(func() error {
+		total = 0
+		return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			var mine bool
+			if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, pruneLockKey).Scan(&mine); err != nil || !mine {
+				return err
+			}
+			exec := func(query string, arg any) error {
+				tag, err := tx.Exec(ctx, query, arg)
+				total += tag.RowsAffected()
+				return err
+			}
+			if keep.MaxAge > 0 {
+				before := idPrefix(time.Now().Add(-keep.MaxAge))
+				for _, q := range []string{pgPruneRunsByAge, pgPruneDeliveriesByAge} {
+					if err := exec(q, before); err != nil {
+						return err
+					}
+				}
+			}
+			if keep.MaxRuns > 0 {
+				for _, q := range []string{pgPruneRunsByCount, pgPruneRefusedByCount, pgPruneAcceptedByCount} {
+					if err := exec(q, keep.MaxRuns-1); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, p.fail("pruning", err)
+	}
+	return int(total), nil
+}
+
+// States returns an operator's state records, ordered by key.
+func (p *Postgres) States(ctx context.Context, operator string) ([]State, error) {
+	what := "state records of operator " + operator
+	rows, err := p.pool.Query(ctx, pgStatesSQL, operator)
+	if err != nil {
+		return nil, p.fail(what, err)
+	}
+	states, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (State, error) {
+		var st State
+		var updated int64
+		err := row.Scan(&st.Operator, &st.Key, &st.APIVersion, &st.Kind, &st.Namespace, &st.Name, &st.Data, &updated)
+		st.UpdatedAt = fromNanos(updated)
+		return st, err
+	})
+	if err != nil {
+		return nil, p.fail(what, err)
+	}
+	if states == nil {
+		states = []State{}
+	}
+	return states, nil
+}
+
+// PutState inserts or replaces a state record.
+func (p *Postgres) PutState(ctx context.Context, st *State) error {
+	if st.Operator == "" || st.Key == "" {
+		return fmt.Errorf("archive: state record %q of operator %q: both the operator and the key must be set", st.Key, st.Operator)
+	}
+	updated := st.UpdatedAt
+	if updated.IsZero() {
+		updated = time.Now()
+	}
+	data := st.Data
+	if data == nil {
+		data = []byte{} // the column is NOT NULL; a nil slice is sent as NULL
+	}
+	_, err := p.pool.Exec(ctx, pgPutStateSQL, st.Operator, st.Key, st.APIVersion, st.Kind, st.Namespace, st.Name, data, updated.UnixNano())
+	if err != nil {
+		return p.fail(fmt.Sprintf("recording state %s of operator %s", st.Key, st.Operator), err)
+	}
+	return nil
+}
+
+// DeleteState deletes a state record, if there is one.
+func (p *Postgres) DeleteState(ctx context.Context, operator, key string) error {
+	if _, err := p.pool.Exec(ctx, pgDeleteStateSQL, operator, key); err != nil {
+		return p.fail(fmt.Sprintf("deleting state %s of operator %s", key, operator), err)
+	}
+	return nil
+}

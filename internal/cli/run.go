@@ -27,7 +27,8 @@ import (
 func newRunCommand() *cobra.Command {
 	var files []string
 	var kubeconfig, archivePath string
-	var admission bool
+	var admission, leaderElect bool
+	var leaseNamespace, leaseName string
 	cf := &consoleFlags{}
 	mf := &metricsFlag{}
 	cmd := &cobra.Command{
@@ -71,6 +72,13 @@ see docs/metrics.md.`,
 				return err
 			}
 			opts := engine.Options{Config: cfg, AdmissionFinalizers: admission}
+			if leaderElect {
+				ns := leaseNamespace
+				if ns == "" {
+					ns = kubeconfigNamespace(kubeconfig)
+				}
+				opts.LeaderElection = &engine.LeaderElection{Namespace: ns, Name: leaseName}
+			}
 			if len(files) == 0 {
 				return watchClusterOperators(cmd.Context(), opts, archivePath, cf, mf, cmd.ErrOrStderr())
 			}
@@ -83,11 +91,30 @@ see docs/metrics.md.`,
 	}
 	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "an Operator definition (YAML, several documents allowed); repeatable")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	cmd.Flags().BoolVar(&leaderElect, "leader-elect", false, "run as one of several replicas, of which the holder of a Lease acts and the others stand by, taking over within 15s of its end (see docs/production.md)")
+	cmd.Flags().StringVar(&leaseNamespace, "leader-elect-namespace", "", "the Lease's namespace (default: $POD_NAMESPACE, else the kubeconfig's namespace, else default)")
+	cmd.Flags().StringVar(&leaseName, "leader-elect-lease", engine.DefaultLeaseName, "the Lease's name: replicas of one engine share it")
 	cmd.Flags().BoolVar(&admission, "admission-finalizers", false, "have the API server add opkit's finalizer to each new object of an operator with delete handlers (a MutatingAdmissionPolicy; Kubernetes 1.36+): no deletion passes unseen, even while the engine is away")
 	archiveFlag(cmd, &archivePath)
 	cf.register(cmd, "console", "", "serve the web console on this address, e.g. 127.0.0.1:7380 (default: none)")
 	mf.register(cmd)
 	return cmd
+}
+
+// kubeconfigNamespace is the namespace of a Lease not named: the Pod's
+// ($POD_NAMESPACE, from the downward API), else the kubeconfig's current
+// context's, else default.
+func kubeconfigNamespace(kubeconfig string) string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).Namespace()
+	if err != nil || ns == "" {
+		return "default"
+	}
+	return ns
 }
 
 // defaultMetricsAddr is --metrics-addr's default, unless $OPKIT_METRICS_ADDR
@@ -279,7 +306,7 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 		lvl.SetLevel(zapcore.ErrorLevel)
 		fmt.Fprintln(log, "stopping")
 	})
-	store, err := archive.OpenSQLite(ctx, archivePath, archive.Options{Log: func(line string) { fmt.Fprintln(log, line) }})
+	store, err := archive.Open(ctx, archivePath, archive.Options{Log: func(line string) { fmt.Fprintln(log, line) }})
 	if err != nil {
 		return nil, nil, err
 	}

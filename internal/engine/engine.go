@@ -184,6 +184,12 @@ type Options struct {
 	// The trade-off: the engine needs rights on admission policies, and
 	// while no engine runs, deleting such objects waits for one.
 	AdmissionFinalizers bool
+	// LeaderElection, when set, makes the engine one of several replicas
+	// of which one, the holder of a Lease, acts: a standby starts no
+	// operator, runs no handler, neither cancels the runs it finds
+	// Running in a shared archive nor prunes it, and answers webhook
+	// deliveries 503 (leader.go).
+	LeaderElection *LeaderElection
 	// Notice, when set, is called with one line at each change of the
 	// engine's health: the API server unreachable or not ready, and back
 	// after how long; the archive refusing to record runs, and recording
@@ -258,7 +264,7 @@ func New(opts Options) (*Engine, error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	mgr, err := manager.New(opts.Config, manager.Options{
+	mopts := manager.Options{
 		Scheme: scheme,
 		// MetricsAddr is served with the health checks (health.go).
 		Metrics: metricsserver.Options{BindAddress: "0"},
@@ -270,7 +276,13 @@ func New(opts Options) (*Engine, error) {
 		// Custom resources and children are unstructured: read them from
 		// the cache too, which the controllers' watches fill.
 		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
-	})
+	}
+	if le := opts.LeaderElection; le != nil {
+		if err := le.configure(&mopts); err != nil {
+			return nil, err
+		}
+	}
+	mgr, err := manager.New(opts.Config, mopts)
 	if err != nil {
 		return nil, err
 	}
@@ -297,13 +309,18 @@ func New(opts Options) (*Engine, error) {
 func (e *Engine) Run(ctx context.Context) error {
 	defer close(e.stopped)
 	defer trackEngine(e)()
-	if e.opts.Archive != nil {
-		if _, err := e.opts.Archive.CancelRunning(ctx, "the engine stopped during the run; it runs again with the same idempotency key"); err != nil {
-			return err
-		}
-		go e.prune(ctx)
-	}
+	// Runnables run once the engine leads (at once without leader
+	// election), but watchAPI, which every replica runs for /readyz.
 	if err := e.mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		e.leading()
+		if e.opts.Archive != nil {
+			// The runs a previous engine (or leader) left Running end
+			// Cancelled, and run again with their keys.
+			if _, err := e.opts.Archive.CancelRunning(ctx, "the engine stopped during the run; it runs again with the same idempotency key"); err != nil {
+				return err
+			}
+			go e.prune(ctx)
+		}
 		e.ctx = ctx // the controllers' contexts derive from it
 		close(e.started)
 		<-ctx.Done()
@@ -314,7 +331,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err := e.mgr.Add(manager.RunnableFunc(e.guardCRDs)); err != nil {
 		return err
 	}
-	if err := e.mgr.Add(manager.RunnableFunc(e.watchAPI)); err != nil {
+	if err := e.mgr.Add(everyReplica(e.watchAPI)); err != nil {
 		return err
 	}
 	// Run ends the archive refused are written again until the operators

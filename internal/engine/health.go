@@ -84,10 +84,11 @@ func (e *Engine) serve() error {
 	return nil
 }
 
-// handler serves /metrics, /healthz and /readyz.
+// handler serves /metrics, /healthz, /readyz and /leader.
 func (e *Engine) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
+	mux.HandleFunc("/leader", e.serveLeader)
 	for path, checks := range map[string]map[string]healthz.Checker{"/healthz": {"ping": healthz.Ping}, "/readyz": e.readyChecks()} {
 		h := http.StripPrefix(path, &healthz.Handler{Checks: checks})
 		mux.Handle(path, h)

@@ -162,6 +162,10 @@ func (e *Engine) serveHook(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusMethodNotAllowed, hookAnswer{Outcome: "NotFound", Reason: "deliveries are POSTed"})
 		return
 	}
+	if !e.Leading() {
+		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "this engine is a standby or starting; deliver to the leader, or again"})
+		return
+	}
 	e.mu.Lock()
 	op, restarting := e.running[opName], e.restarting[opName]
 	e.mu.Unlock()
@@ -183,7 +187,7 @@ func (e *Engine) serveHook(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the operator is starting; deliver again"})
 		return
 	}
-	d := &archive.Delivery{Operator: opName, Source: srcName, ReceivedAt: time.Now().UTC(), Headers: redactHeaders(src, r.Header)}
+	d := &archive.Delivery{Operator: opName, Source: srcName, ReceivedAt: time.Now().UTC(), Headers: archive.RedactHeaders(r.Header, src.SignatureHeader)}
 	status, err := e.check(r, src, d)
 	if err != nil {
 		var ref *source.Refusal
@@ -311,23 +315,6 @@ func secretKey(s *corev1.Secret, key string) ([]byte, bool) {
 		return nil, false
 	}
 	return []byte(strings.TrimSpace(string(v))), true
-}
-
-// redactHeaders copies the headers to record, with the credentials
-// (the source's signature, authorization, cookies) replaced.
-func redactHeaders(src *definition.EventSource, h http.Header) map[string][]string {
-	out := make(map[string][]string, len(h))
-	for k, vs := range h {
-		switch lk := strings.ToLower(k); {
-		case src.SignatureHeader != "" && k == src.SignatureHeader,
-			lk == "authorization", lk == "proxy-authorization", lk == "cookie",
-			strings.Contains(lk, "signature"), strings.Contains(lk, "token"), strings.Contains(lk, "secret"):
-			out[k] = []string{"[redacted]"}
-		default:
-			out[k] = append([]string(nil), vs...)
-		}
-	}
-	return out
 }
 
 // countingWriter counts a source's answers by status

@@ -37,6 +37,8 @@ type runMetrics struct {
 	archiveWritable prometheus.Gauge
 	// deliveries are the webhook deliveries answered, by the status.
 	deliveries *prometheus.CounterVec
+	// leader is 1 while this engine acts (leader.go).
+	leader prometheus.Gauge
 }
 
 var (
@@ -78,9 +80,12 @@ func handlerMetrics() *runMetrics {
 		theMetrics.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opkit_webhook_deliveries_total", Help: "Webhook deliveries answered by a source, by the status answered: 202 accepted, 200 filtered out, 401, 409, 413, 415, 400 refused, 503 not verifiable or recordable now.",
 		}, []string{"operator", "source", "code"})
+		theMetrics.leader = prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "opkit_leader", Help: "1 while this engine acts (it holds the Lease, or runs without leader election), 0 while it is a standby.",
+		})
 		theMetrics.apiReachable.Set(1)
 		theMetrics.archiveWritable.Set(1)
-		metrics.Registry.MustRegister(theMetrics.runs, theMetrics.duration, theMetrics.inFlight, theMetrics.retries, theMetrics.queued, theMetrics.queueWait, theMetrics.apiReachable, theMetrics.archiveWritable, theMetrics.deliveries)
+		metrics.Registry.MustRegister(theMetrics.runs, theMetrics.duration, theMetrics.inFlight, theMetrics.retries, theMetrics.queued, theMetrics.queueWait, theMetrics.apiReachable, theMetrics.archiveWritable, theMetrics.deliveries, theMetrics.leader)
 	})
 	return theMetrics
 }

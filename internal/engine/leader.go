@@ -1,0 +1,146 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+)
+
+// With leader election, several engines run the same operators against
+// one cluster and one shared archive, and one of them acts: the holder of
+// a coordination.k8s.io Lease, renewed every RetryPeriod. The others are
+// standbys: their caches run, /healthz and /readyz answer, and nothing
+// else does until one of them takes the Lease, which it can once the
+// leader has not renewed it for LeaseDuration (a leader stopped with
+// SIGTERM releases it at once). A leader that cannot renew it within
+// RenewDeadline stops: its process must exit (opkit run does).
+//
+// A new leader first marks the runs it finds Running in the archive
+// Cancelled, then starts the operators: each interrupted run runs again
+// with its idempotency key, and a job handler's Job is found again by its
+// name rather than started twice. A standby never does either, nor does
+// it prune the archive.
+
+// LeaderElection configures the election of the acting engine.
+type LeaderElection struct {
+	// Namespace holds the Lease. Required.
+	Namespace string
+	// Name is the Lease's name. Defaults to opkit-engine. A replica is
+	// named in it by its host name (a Pod's name) and a random suffix.
+	Name string
+	// LeaseDuration is how long a standby waits after the leader's last
+	// renewal before it takes over. Defaults to 15s.
+	LeaseDuration time.Duration
+	// RenewDeadline is how long a leader tries to renew before it gives up
+	// and stops. Defaults to 10s.
+	RenewDeadline time.Duration
+	// RetryPeriod is how often the Lease is renewed or tried. Defaults to
+	// 2s.
+	RetryPeriod time.Duration
+}
+
+// Leader election defaults.
+const (
+	DefaultLeaseName     = "opkit-engine"
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
+// configure sets the manager's leader election from le, defaulted.
+func (le *LeaderElection) configure(o *manager.Options) error {
+	if le.Namespace == "" {
+		return errors.New("engine: leader election needs the namespace of its Lease")
+	}
+	if le.Name == "" {
+		le.Name = DefaultLeaseName
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&le.LeaseDuration, DefaultLeaseDuration}, {&le.RenewDeadline, DefaultRenewDeadline}, {&le.RetryPeriod, DefaultRetryPeriod}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+	if le.RenewDeadline >= le.LeaseDuration || le.RetryPeriod >= le.RenewDeadline {
+		return fmt.Errorf("engine: leader election wants retry period (%s) < renew deadline (%s) < lease duration (%s)", le.RetryPeriod, le.RenewDeadline, le.LeaseDuration)
+	}
+	o.LeaderElection = true
+	o.LeaderElectionResourceLock = "leases"
+	o.LeaderElectionNamespace = le.Namespace
+	o.LeaderElectionID = le.Name
+	o.LeaderElectionReleaseOnCancel = true
+	o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = &le.LeaseDuration, &le.RenewDeadline, &le.RetryPeriod
+	return nil
+}
+
+// leading records that this engine acts: at once without leader
+// election, once it took the Lease with it.
+func (e *Engine) leading() {
+	handlerMetrics().leader.Set(1)
+	if le := e.opts.LeaderElection; le != nil {
+		e.mgr.GetLogger().Info("leading: this engine holds the Lease and acts", "lease", le.Namespace+"/"+le.Name)
+	}
+}
+
+// Leading reports whether the engine acts: it holds the Lease, or it
+// runs without leader election.
+func (e *Engine) Leading() bool {
+	select {
+	case <-e.started:
+		return true
+	default:
+		return false
+	}
+}
+
+// leaderInfo is what /leader answers.
+type leaderInfo struct {
+	// Leading says whether this engine acts.
+	Leading bool `json:"leading"`
+	// Election is false without leader election.
+	Election bool `json:"election"`
+	// Lease is namespace/name; Holder the identity that holds it, as
+	// the Lease says; Renewed when it last renewed it.
+	Lease   string    `json:"lease,omitempty"`
+	Holder  string    `json:"holder,omitempty"`
+	Renewed time.Time `json:"renewed,omitzero"`
+}
+
+// serveLeader answers /leader: whether this engine acts, and which
+// replica holds the Lease.
+func (e *Engine) serveLeader(w http.ResponseWriter, r *http.Request) {
+	info := leaderInfo{Leading: e.Leading()}
+	if le := e.opts.LeaderElection; le != nil {
+		info.Election, info.Lease = true, le.Namespace+"/"+le.Name
+		var lease coordinationv1.Lease
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if err := e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: le.Namespace, Name: le.Name}, &lease); err == nil {
+			if lease.Spec.HolderIdentity != nil {
+				info.Holder = *lease.Spec.HolderIdentity
+			}
+			if lease.Spec.RenewTime != nil {
+				info.Renewed = lease.Spec.RenewTime.UTC()
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(info)
+}
+
+// everyReplica is a runnable every replica runs, leader or standby.
+type everyReplica func(context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (everyReplica) NeedLeaderElection() bool { return false }

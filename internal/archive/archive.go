@@ -12,7 +12,8 @@
 // that several engines (a leader and its standbys), the console and the
 // CLI use at once. [Open] chooses from the location: a postgres:// URL or
 // a file's path. Every Store passes the conformance suite in
-// archive/archivetest.
+// archive/archivetest. A Store is two sides: an engine depends on its
+// [Recorder], the console and the CLI on its [Reader].
 //
 // Contracts of every Store:
 //   - Run ids ([NewID]) sort by start time; [Store.List] returns newest
@@ -304,8 +305,19 @@ type StateStore interface {
 }
 
 // Store is a run archive, and the State and Delivery records kept beside
-// the runs. Its methods are safe for concurrent use.
+// the runs: what an engine records and what the console and the CLI read.
+// Its methods are safe for concurrent use.
 type Store interface {
+	Recorder
+	Reader
+}
+
+// Recorder is the archive as an engine uses it: the runs, logs, states
+// and deliveries it records, and the few reads its decisions need (has a
+// key succeeded, which deliveries wait, the runs of a delivery). An
+// engine depends on nothing else. Its methods are safe for concurrent
+// use.
+type Recorder interface {
 	// Insert records a new run. r.ID must be set (NewID).
 	Insert(ctx context.Context, r *Run) error
 	// Finish records how a run ended: FinishedAt, Outcome, Error,
@@ -314,18 +326,10 @@ type Store interface {
 	Finish(ctx context.Context, r *Run) error
 	// AppendLog adds to a run's log, up to the cap.
 	AppendLog(ctx context.Context, id string, p []byte) error
-	// Get returns one run, or ErrNotFound.
-	Get(ctx context.Context, id string) (*Run, error)
-	// Logs returns a run's log from a byte offset of the stream the
-	// handler wrote on. An unknown run is ErrNotFound.
-	Logs(ctx context.Context, id string, offset int64) (*Log, error)
-	// List returns the runs q selects, newest first.
-	List(ctx context.Context, q Query) (*Page, error)
-	// Counts returns, by operator, the runs started at or after since and
-	// how many of them failed (Failed or GaveUp).
-	Counts(ctx context.Context, since time.Time) (map[string]Counts, error)
 	// Succeeded reports whether a run with this idempotency key succeeded.
 	Succeeded(ctx context.Context, key string) (bool, error)
+	// List returns the runs q selects, newest first.
+	List(ctx context.Context, q Query) (*Page, error)
 	// CancelRunning ends every Running run as Cancelled with reason, and
 	// returns how many: those of every engine using the store, so only
 	// the acting engine calls it (a leader, never a standby).
@@ -336,7 +340,27 @@ type Store interface {
 	// time; the others' calls return 0.
 	Prune(ctx context.Context, keep Retention) (int, error)
 	StateStore
-	DeliveryStore
+	DeliveryRecorder
+}
+
+// Reader is the archive as the console and the CLI read it: runs and
+// their logs, states and deliveries; they never write. Its methods are
+// safe for concurrent use.
+type Reader interface {
+	// Get returns one run, or ErrNotFound.
+	Get(ctx context.Context, id string) (*Run, error)
+	// Logs returns a run's log from a byte offset of the stream the
+	// handler wrote on. An unknown run is ErrNotFound.
+	Logs(ctx context.Context, id string, offset int64) (*Log, error)
+	// List returns the runs q selects, newest first.
+	List(ctx context.Context, q Query) (*Page, error)
+	// Counts returns, by operator, the runs started at or after since and
+	// how many of them failed (Failed or GaveUp).
+	Counts(ctx context.Context, since time.Time) (map[string]Counts, error)
+	// States returns every state record of an operator, ordered by Key;
+	// none is an empty slice.
+	States(ctx context.Context, operator string) ([]State, error)
+	DeliveryReader
 	Close() error
 }
 

@@ -127,10 +127,11 @@ const DefaultPayloadLimit = 256 << 10
 // accepted delivery whose sender's id was accepted before: a replay.
 var ErrDuplicateDelivery = errors.New("delivery already accepted")
 
-// DeliveryStore keeps the record of every webhook delivery received, and
-// is how an engine hands a delivery from the request that brought it to
-// its handling, across a restart. Its methods are safe for concurrent use.
-type DeliveryStore interface {
+// DeliveryRecorder keeps the record of every webhook delivery received,
+// and is how an engine hands a delivery from the request that brought it
+// to its handling, across a restart. Its methods are safe for concurrent
+// use.
+type DeliveryRecorder interface {
 	// RecordDelivery records a delivery as received, Pending (accepted;
 	// the default) or Refused (Reason required). Operator and Source must
 	// be set. It sets an empty ID and a zero ReceivedAt, caps Payload at
@@ -159,6 +160,11 @@ type DeliveryStore interface {
 	// their payloads, oldest first: what an engine handles when it
 	// starts. None is an empty slice.
 	PendingDeliveries(ctx context.Context, operator string) ([]Delivery, error)
+}
+
+// DeliveryReader reads the deliveries kept. Its methods are safe for
+// concurrent use.
+type DeliveryReader interface {
 	// GetDelivery returns one delivery with its payload, or ErrNotFound.
 	GetDelivery(ctx context.Context, id string) (*Delivery, error)
 	// ListDeliveries returns the deliveries q selects, newest first,

@@ -98,13 +98,13 @@ type besideEngine struct {
 // startConsole binds the console's address and serves it until ctx ends.
 // It serves nothing when the address is empty. runs is the engine's, or
 // nil; see serveConsole for a console that knows the engine's definitions.
-func startConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store archive.Store, runs func(string) bool) (*runningConsole, error) {
+func startConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store archive.Reader, runs func(string) bool) (*runningConsole, error) {
 	return serveConsole(ctx, f, cfg, store, besideEngine{runs: runs})
 }
 
 // serveConsole binds the console's address and serves it, beside the
 // engine, until ctx ends. It serves nothing when the address is empty.
-func serveConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store archive.Store, engine besideEngine) (*runningConsole, error) {
+func serveConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store archive.Reader, engine besideEngine) (*runningConsole, error) {
 	if f == nil || f.addr == "" {
 		return nil, nil
 	}

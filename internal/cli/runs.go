@@ -258,7 +258,7 @@ func unfinishedTail(data []byte) int {
 	return 0
 }
 
-func printLogs(ctx context.Context, store archive.Store, id string, follow bool, stdout, stderr io.Writer) error {
+func printLogs(ctx context.Context, store archive.Reader, id string, follow bool, stdout, stderr io.Writer) error {
 	var offset int64
 	for {
 		// Read the run first: a log read after it shows the run finished is

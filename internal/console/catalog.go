@@ -129,7 +129,7 @@ func (o *operator) States() []state {
 // what it read for ttl so that pages and live updates share one list.
 type catalog struct {
 	client client.Client
-	states archive.StateStore
+	states archive.Reader
 	// defs returns the engine's definitions; nil without an engine.
 	defs func() []*definition.Definition
 	ttl  time.Duration

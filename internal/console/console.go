@@ -65,8 +65,8 @@ import (
 
 // Options configures a console.
 type Options struct {
-	// Archive is the run archive. Required.
-	Archive archive.Store
+	// Archive is the run archive, which the console only reads. Required.
+	Archive archive.Reader
 	// Config reaches the cluster: it reads the operators' objects and
 	// Events and sets the actions' annotations. Required.
 	Config *rest.Config

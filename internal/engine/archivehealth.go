@@ -18,7 +18,7 @@ import (
 // succeeded while the disk was full is not left Running in the archive
 // (and marked Cancelled by the next engine).
 type archiveWriter struct {
-	archive.Store
+	archive.Recorder
 	notice func(string)
 
 	mu      sync.Mutex
@@ -29,19 +29,19 @@ type archiveWriter struct {
 // pendingRetry is how often run ends the archive refused are written again.
 const pendingRetry = 5 * time.Second
 
-func newArchiveWriter(s archive.Store, notice func(string)) *archiveWriter {
-	return &archiveWriter{Store: s, notice: notice, pending: map[string]archive.Run{}}
+func newArchiveWriter(s archive.Recorder, notice func(string)) *archiveWriter {
+	return &archiveWriter{Recorder: s, notice: notice, pending: map[string]archive.Run{}}
 }
 
 func (w *archiveWriter) Insert(ctx context.Context, r *archive.Run) error {
-	err := w.Store.Insert(ctx, r)
+	err := w.Recorder.Insert(ctx, r)
 	w.report(ctx, err)
 	return err
 }
 
 // Finish records a run's end, or keeps it to record later.
 func (w *archiveWriter) Finish(ctx context.Context, r *archive.Run) error {
-	err := w.Store.Finish(ctx, r)
+	err := w.Recorder.Finish(ctx, r)
 	w.report(ctx, err)
 	if err != nil && ctx.Err() == nil {
 		w.mu.Lock()
@@ -52,19 +52,19 @@ func (w *archiveWriter) Finish(ctx context.Context, r *archive.Run) error {
 }
 
 func (w *archiveWriter) PutState(ctx context.Context, s *archive.State) error {
-	err := w.Store.PutState(ctx, s)
+	err := w.Recorder.PutState(ctx, s)
 	w.report(ctx, err)
 	return err
 }
 
 func (w *archiveWriter) DeleteState(ctx context.Context, operator, key string) error {
-	err := w.Store.DeleteState(ctx, operator, key)
+	err := w.Recorder.DeleteState(ctx, operator, key)
 	w.report(ctx, err)
 	return err
 }
 
 func (w *archiveWriter) RecordDelivery(ctx context.Context, d *archive.Delivery) error {
-	err := w.Store.RecordDelivery(ctx, d)
+	err := w.Recorder.RecordDelivery(ctx, d)
 	if errors.Is(err, archive.ErrDuplicateDelivery) {
 		w.report(ctx, nil) // a replay refused: the archive works
 		return err
@@ -74,7 +74,7 @@ func (w *archiveWriter) RecordDelivery(ctx context.Context, d *archive.Delivery)
 }
 
 func (w *archiveWriter) FinishDelivery(ctx context.Context, d *archive.Delivery) error {
-	err := w.Store.FinishDelivery(ctx, d)
+	err := w.Recorder.FinishDelivery(ctx, d)
 	w.report(ctx, err)
 	return err
 }
@@ -124,7 +124,7 @@ func (w *archiveWriter) flush(ctx context.Context) {
 	}
 	w.mu.Unlock()
 	for _, r := range runs {
-		err := w.Store.Finish(ctx, &r)
+		err := w.Recorder.Finish(ctx, &r)
 		w.report(ctx, err)
 		if err != nil {
 			return // the archive still refuses: try again later

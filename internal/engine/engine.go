@@ -156,10 +156,12 @@ type Options struct {
 	// It is bound when the first operator with a source is applied; "0"
 	// or "" serves none, and such an operator is refused. Defaults to "0".
 	HooksAddr string
-	// Archive records handler runs. Required by definitions with handlers.
+	// Archive records handler runs (and webhook deliveries, and what the
+	// operators remember of what they do not own). Required by definitions
+	// with handlers or sources.
 	// At Run, runs it still shows Running (their engine stopped) are
 	// marked Cancelled; they run again, with the same idempotency key.
-	Archive archive.Store
+	Archive archive.Recorder
 	// Retention bounds the archive; it is pruned at start and hourly.
 	// Defaults to no bound.
 	Retention archive.Retention

@@ -59,7 +59,7 @@ type flight struct {
 // one reconcile worker.
 type runner struct {
 	def     *definition.Definition
-	archive archive.Store
+	archive archive.Recorder
 	client  client.Client
 	reader  client.Reader
 	events  events.EventRecorder
@@ -670,7 +670,7 @@ func apiMessage(err error) string {
 // handler; the log is then incomplete.
 type archiveLog struct {
 	ctx   context.Context
-	store archive.Store
+	store archive.Recorder
 	id    string
 
 	mu    sync.Mutex

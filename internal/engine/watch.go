@@ -76,7 +76,7 @@ type watchReconciler struct {
 	reader client.Reader // the API, uncached
 	client client.Client // writes opkit's finalizer (Watch.Finalizer) and nothing else
 	runner *runner
-	store  archive.Store
+	store  archive.Recorder
 	// cluster is watchRecord.Cluster for this cluster.
 	cluster string
 }

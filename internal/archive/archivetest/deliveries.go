@@ -14,7 +14,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 )
 
-// The subtests of webhook deliveries (archive.DeliveryStore).
+// The subtests of webhook deliveries (archive.DeliveryRecorder and DeliveryReader).
 
 // newDelivery returns an accepted GitHub delivery received at t.
 func newDelivery(t time.Time, op, source, deliveryID string) *archive.Delivery {

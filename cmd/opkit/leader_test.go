@@ -129,3 +129,64 @@ func TestALeaderKilledMidDrainIsReplacedByItsStandby(t *testing.T) {
 		}
 	}
 }
+
+// TestAPostgreSQLArchiveStoppedMidDrainIsToldAndCaughtUp stops the
+// PostgreSQL server of opkit run's archive while a handler runs and
+// objects are created: the engine says the archive cannot record runs,
+// starts no handler meanwhile (a run it could not record would be lost),
+// and once the server is back records the run that ended during the
+// outage and runs the others, each once.
+func TestAPostgreSQLArchiveStoppedMidDrainIsToldAndCaughtUp(t *testing.T) {
+	pg := pgtest.Own(t)
+	dsn := pg.NewDatabase(t)
+	cl, c := startPlane(t)
+	dir := t.TempDir()
+	def, keys := keyRecorder(t, dir, "3", "  - name: work\n    on: [create]\n")
+	cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", dsn, "--metrics-addr", "0")
+	waitOutput(t, out, "operator notes: running", 60*time.Second)
+	started := func() int { return len(keysIn(keys)) }
+	createNote(t, c, "before", "x")
+	clustertest.Eventually(t, time.Minute, "the first run started", func(context.Context) (bool, error) { return started() == 1, nil })
+
+	if err := pg.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	createNote(t, c, "down-1", "x")
+	createNote(t, c, "down-2", "x")
+	waitOutput(t, out, "the archive cannot record runs", 30*time.Second)
+	time.Sleep(6 * time.Second) // the first run has ended; the others were tried again
+	if n := started(); n != 1 {
+		t.Fatalf("%d handlers started; want only the one started before the server stopped", n)
+	}
+	if err := pg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, out, "the archive records runs again after", 60*time.Second)
+	var runs []archive.Run
+	clustertest.Eventually(t, time.Minute, "three runs ended", func(context.Context) (bool, error) {
+		runs = opkitRuns(t, dsn, "--operator", "notes")
+		ended := 0
+		for _, r := range runs {
+			if r.Outcome != archive.Running {
+				ended++
+			}
+		}
+		return ended >= 3, nil
+	})
+	for _, r := range runs {
+		if r.Outcome != archive.Succeeded {
+			t.Errorf("run %s of %s: %s %q; want Succeeded", r.ID, r.Name, r.Outcome, r.Error)
+		}
+	}
+	if n := started(); n != 3 || len(runs) != 3 {
+		t.Errorf("%d handler starts and %d runs for 3 Notes; want one each", n, len(runs))
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	t.Logf("the log said:\n%s", grepLines(out.String(), "archive"))
+	if strings.Contains(out.String(), "password") {
+		t.Errorf("the log names a password:\n%s", out.String())
+	}
+}

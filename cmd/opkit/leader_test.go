@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -46,7 +47,7 @@ func TestALeaderKilledMidDrainIsReplacedByItsStandby(t *testing.T) {
 	}
 	start := func(name string) (*lockedBuffer, func()) {
 		cmd, out := startOpkit(t, "run", "--leader-elect", "--leader-elect-namespace", "default", "-f", def,
-			"--kubeconfig", cl.KubeconfigPath(), "--archive", dsn, "--metrics-addr", "0", "--hooks-addr", "0")
+			"--kubeconfig", cl.KubeconfigPath(), "--archive", dsn, "--metrics-addr", "127.0.0.1:0", "--hooks-addr", "0")
 		return out, func() {
 			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Errorf("killing %s: %v", name, err)
@@ -57,10 +58,24 @@ func TestALeaderKilledMidDrainIsReplacedByItsStandby(t *testing.T) {
 	first, killFirst := start("the first")
 	waitOutput(t, first, "operator keys: running", 60*time.Second)
 	second, _ := start("the second")
-	// The second is a standby: it starts nothing while the first leads.
+	// The second is a standby: it starts nothing while the first leads,
+	// and says who leads.
+	waitOutput(t, second, "metrics: http://", 60*time.Second)
 	time.Sleep(5 * time.Second)
 	if strings.Contains(second.String(), "operator keys: running") {
 		t.Fatalf("the second replica runs the operator while the first leads:\n%s", second.String())
+	}
+	leader := func(out *lockedBuffer) map[string]any {
+		_, url, _ := strings.Cut(out.String(), "metrics: ")
+		url, _, _ = strings.Cut(url, "/metrics")
+		var info map[string]any
+		if err := json.Unmarshal([]byte(httpGet(t, url+"/leader")), &info); err != nil {
+			t.Fatal(err)
+		}
+		return info
+	}
+	if a, b := leader(first), leader(second); a["leading"] != true || b["leading"] != false || b["holder"] == "" || a["holder"] != b["holder"] || b["lease"] != "default/opkit-engine" {
+		t.Errorf("/leader of the leader %v, of the standby %v; want the standby to name the leader's Lease and holder", a, b)
 	}
 
 	const n = 300
@@ -85,6 +100,9 @@ func TestALeaderKilledMidDrainIsReplacedByItsStandby(t *testing.T) {
 	waitOutput(t, second, "operator keys: running", 60*time.Second)
 	takeover := time.Since(killed)
 	t.Logf("the standby took over %s after the leader was killed", takeover.Round(100*time.Millisecond))
+	if b := leader(second); b["leading"] != true {
+		t.Errorf("/leader of the new leader: %v", b)
+	}
 	if takeover > 30*time.Second {
 		t.Errorf("the standby took over %s after the leader's end; want within the Lease's 15s and the retry period, with room for a loaded machine", takeover)
 	}

@@ -93,6 +93,8 @@ type besideEngine struct {
 	// shows those that own no resource (a watch, operator-wide schedules)
 	// from them, also when they were read from files.
 	definitions func() []*definition.Definition
+	// standby says why the engine does not act yet, or "".
+	standby func() string
 }
 
 // startConsole binds the console's address and serves it until ctx ends.
@@ -112,7 +114,7 @@ func serveConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store 
 	if err != nil {
 		return nil, err
 	}
-	srv, err := console.New(console.Options{Archive: store, Config: cfg, Auth: auth, Runs: engine.runs, Definitions: engine.definitions})
+	srv, err := console.New(console.Options{Archive: store, Config: cfg, Auth: auth, Runs: engine.runs, Definitions: engine.definitions, Standby: engine.standby})
 	if err != nil {
 		return nil, err
 	}

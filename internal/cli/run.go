@@ -323,6 +323,11 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 			return e.Definitions()
 		}
 		return nil
+	}, standby: func() string {
+		if e := running.Load(); e != nil {
+			return e.Standby(context.Background())
+		}
+		return ""
 	}})
 	if err != nil {
 		cancel()

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,4 +209,29 @@ func serviceAccount(t *testing.T, env *clustertest.Env, name string, groups, res
 		t.Fatal(err)
 	}
 	return "Bearer " + tr.Status.Token
+}
+
+// TestEveryPageSaysWhenTheEngineBesideItIsAStandby: a console beside a
+// standby engine tells, on every page, that the engine does not act and
+// who does; beside the leader it says nothing of it.
+func TestEveryPageSaysWhenTheEngineBesideItIsAStandby(t *testing.T) {
+	f := start(t)
+	why := "This engine is a standby: web-1_ab12 holds the Lease opkit/opkit-engine (renewed 2026-11-25T04:00:00Z) and acts"
+	var standby atomic.Bool
+	standby.Store(true)
+	url := serveWith(t, console.Options{Archive: f.store, Config: f.cfg, Standby: func() string {
+		if standby.Load() {
+			return why
+		}
+		return ""
+	}})
+	for _, path := range []string{"/", "/failures", "/events"} {
+		if page := get(t, url+path); !strings.Contains(page, "web-1_ab12 holds the Lease opkit/opkit-engine") {
+			t.Errorf("%s does not say the engine is a standby:\n%s", path, page)
+		}
+	}
+	standby.Store(false)
+	if page := get(t, url+"/"); strings.Contains(page, "standby") {
+		t.Errorf("the leader's console says standby:\n%s", page)
+	}
 }

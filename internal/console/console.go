@@ -91,6 +91,11 @@ type Options struct {
 	// that one run from a file (opkit dev, opkit run -f) is shown too. Nil
 	// for a console on its own, which knows the cluster's only.
 	Definitions func() []*definition.Definition
+	// Standby, when set, says why the engine beside the console does not
+	// act (a standby of leader election, waiting for the Lease held by
+	// another replica), or "" while it acts: every page then says so, as
+	// what it shows is the leader's doing.
+	Standby func() string
 }
 
 // Server is the console's HTTP handler.
@@ -273,6 +278,11 @@ func (s *Server) page(build pageFunc) http.HandlerFunc {
 			return
 		}
 		v.User, v.CSRF = u.Name, s.auth.csrf(u)
+		if s.opts.Standby != nil {
+			if why := s.opts.Standby(); why != "" {
+				v.Notices = append([]string{why}, v.Notices...)
+			}
+		}
 		var buf bytes.Buffer
 		block := "layout"
 		if r.Header.Get(fragmentHeader) != "" {

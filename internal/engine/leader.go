@@ -102,6 +102,22 @@ func (e *Engine) Leading() bool {
 	}
 }
 
+// Standby says why the engine does not act: it is a standby of leader
+// election, waiting for the Lease another replica holds (named, with its
+// last renewal). It is "" while the engine acts, and without leader
+// election.
+func (e *Engine) Standby(ctx context.Context) string {
+	if e.opts.LeaderElection == nil || e.Leading() {
+		return ""
+	}
+	info := e.leaderInfo(ctx)
+	if info.Holder == "" {
+		return fmt.Sprintf("This engine is a standby: it acts once it holds the Lease %s, which no replica holds now.", info.Lease)
+	}
+	return fmt.Sprintf("This engine is a standby: %s holds the Lease %s (renewed %s) and acts; this one takes over if it stops renewing it.",
+		info.Holder, info.Lease, info.Renewed.Format(time.RFC3339))
+}
+
 // leaderInfo is what /leader answers.
 type leaderInfo struct {
 	// Leading says whether this engine acts.
@@ -118,11 +134,17 @@ type leaderInfo struct {
 // serveLeader answers /leader: whether this engine acts, and which
 // replica holds the Lease.
 func (e *Engine) serveLeader(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(e.leaderInfo(r.Context()))
+}
+
+// leaderInfo reads the Lease.
+func (e *Engine) leaderInfo(ctx context.Context) leaderInfo {
 	info := leaderInfo{Leading: e.Leading()}
 	if le := e.opts.LeaderElection; le != nil {
 		info.Election, info.Lease = true, le.Namespace+"/"+le.Name
 		var lease coordinationv1.Lease
-		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if err := e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: le.Namespace, Name: le.Name}, &lease); err == nil {
 			if lease.Spec.HolderIdentity != nil {
@@ -133,8 +155,7 @@ func (e *Engine) serveLeader(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(info)
+	return info
 }
 
 // everyReplica is a runnable every replica runs, leader or standby.

@@ -303,7 +303,7 @@ func ruleMetrics(t *testing.T, path string) []string {
 		}
 	}
 	slices.Sort(names)
-	if want := []string{"opkit_api_reachable", "opkit_archive_writable", "opkit_objects", "opkit_oldest_failing_object_age_seconds", "opkit_runs_total", "up"}; !slices.Equal(names, want) {
+	if want := []string{"opkit_api_reachable", "opkit_archive_writable", "opkit_leader", "opkit_objects", "opkit_oldest_failing_object_age_seconds", "opkit_runs_total", "up"}; !slices.Equal(names, want) {
 		t.Errorf("%s uses the metrics %v; want %v (the test's list follows the file)", path, names, want)
 	}
 	return names

@@ -183,11 +183,13 @@ func Decide(in Input) Decision {
 				trigger, relatedChange = v1alpha1.OnUpdate, true
 			}
 		}
-		if cur, known := in.When[h.Name]; trigger == "" && !deleting && known && h.Fires(v1alpha1.OnWhen) {
+		if cur, known := in.When[h.Name]; !deleting && known && h.Fires(v1alpha1.OnWhen) {
 			switch {
-			case cur && !hs.WhenTrue:
+			case cur && !hs.WhenTrue && trigger == "":
 				trigger = v1alpha1.OnWhen // became true: once, until it is seen false
 			case !cur && hs.WhenTrue:
+				// Seen false, also while another trigger of the handler
+				// runs: its next turn to true is a transition.
 				hs.WhenTrue = false
 			}
 		}

@@ -440,3 +440,28 @@ func TestWhenFiresOncePerTransitionToTrue(t *testing.T) {
 		t.Fatalf("second transition: %+v", d.Cause)
 	}
 }
+
+// TestWhenSeenFalseWhileAnotherTriggerRunsFiresWhenItTurnsTrue: a handler
+// on update and when, whose update fires while its condition is false (a
+// new image, its rollout not done) and whose condition turns true during
+// that run: the turn is a transition, though no decision saw it happen.
+func TestWhenSeenFalseWhileAnotherTriggerRunsFiresWhenItTurnsTrue(t *testing.T) {
+	h := handler("notify", v1alpha1.OnUpdate, v1alpha1.OnWhen)
+	hs := []*definition.Handler{h}
+	spec := map[string]any{"image": "a"}
+	// The last rollout was told: its condition is recorded true.
+	st := state(1, spec, map[string]*HandlerState{"notify": {Generation: 1, WhenTrue: true, WhenCount: 1}})
+	next := map[string]any{"image": "b"}
+	d := Decide(Input{Handlers: hs, Object: object(2, next), State: st, Resumed: true, Now: now, When: map[string]bool{"notify": false}})
+	if d.Cause == nil || d.Cause.Trigger != v1alpha1.OnUpdate {
+		t.Fatalf("the new generation: %+v, want an update", d.Cause)
+	}
+	if st.Of("notify").WhenTrue {
+		t.Fatal("the condition, false while the update was decided, is still recorded true")
+	}
+	st.Succeeded(hs, d.Cause, next, 0, now)
+	d = Decide(Input{Handlers: hs, Object: object(2, next), State: st, Resumed: true, Now: now, When: map[string]bool{"notify": true}})
+	if d.Cause == nil || d.Cause.Trigger != v1alpha1.OnWhen || d.Cause.Key != "u-1/2/notify/when/2" {
+		t.Fatalf("turned true during the update's run: %+v, want the when run of the second transition", d.Cause)
+	}
+}

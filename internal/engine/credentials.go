@@ -2,14 +2,16 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	clientcmdlatest "k8s.io/client-go/tools/clientcmd/api/latest"
+	clientcmdapiv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 )
 
 // minTokenTTL is the shortest token the API server issues.
@@ -18,7 +20,7 @@ const minTokenTTL = 10 * time.Minute
 // credentials gives an exec handler's process access to the cluster as a
 // ServiceAccount: a token from the TokenRequest API, valid for the run's
 // timeout and a minute more (at least the API's ten minutes), and a
-// kubeconfig for the engine's API server with it. The engine's own
+// kubeconfig for the engine's API server with it, written as JSON. The engine's own
 // credentials are never passed on.
 func (e *Engine) credentials(ctx context.Context, namespace, serviceAccount string, ttl time.Duration) ([]byte, string, error) {
 	seconds := int64(max(ttl+time.Minute, minTokenTTL) / time.Second)
@@ -40,7 +42,14 @@ func (e *Engine) credentials(ctx context.Context, namespace, serviceAccount stri
 	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
 	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name, Namespace: namespace}
 	kc.CurrentContext = name
-	data, err := clientcmd.Write(*kc)
+	// JSON, which is YAML too: kubectl and client libraries read it, and
+	// so does a handler with its language's standard library alone.
+	var v1 clientcmdapiv1.Config
+	if err := clientcmdlatest.Scheme.Convert(kc, &v1, nil); err != nil {
+		return nil, "", err
+	}
+	v1.APIVersion, v1.Kind = "v1", "Config"
+	data, err := json.Marshal(&v1)
 	if err != nil {
 		return nil, "", err
 	}

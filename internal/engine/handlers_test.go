@@ -159,7 +159,15 @@ func testHandler() int {
 			return 1
 		}
 		_, err = cs.CoreV1().Secrets(ns).List(context.Background(), metav1.ListOptions{})
-		fmt.Printf(`{"status": {"recorded": %q, "secrets": %q, "kubeconfig": %q}}`+"\n", cm.Data["color"], fmt.Sprint(apierrors.IsForbidden(err)), path)
+		// A handler with a standard library alone reads it as JSON.
+		var asJSON struct {
+			Users []struct {
+				User struct{ Token string } `json:"user"`
+			} `json:"users"`
+		}
+		raw, _ := os.ReadFile(path)
+		jsonOK := json.Unmarshal(raw, &asJSON) == nil && len(asJSON.Users) == 1 && asJSON.Users[0].User.Token == cfg.BearerToken
+		fmt.Printf(`{"status": {"recorded": %q, "secrets": %q, "kubeconfig": %q, "json": %q}}`+"\n", cm.Data["color"], fmt.Sprint(apierrors.IsForbidden(err)), path, fmt.Sprint(jsonOK))
 		return 0
 	case "chatty":
 		// Writes 3 MiB of log, the cause of its failure last.
@@ -1056,6 +1064,9 @@ func TestAnExecHandlerReadsTheClusterAsItsServiceAccount(t *testing.T) {
 	status := obj.Object["status"].(map[string]any)
 	if status["recorded"] != "teal" || status["secrets"] != "true" {
 		t.Errorf("the handler read %v and was forbidden Secrets: %v; want teal, true", status["recorded"], status["secrets"])
+	}
+	if status["json"] != "true" {
+		t.Error("the run's kubeconfig is not JSON holding the run's token")
 	}
 	if path, _ := status["kubeconfig"].(string); path == "" {
 		t.Error("no kubeconfig path")

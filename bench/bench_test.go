@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/opkit-dev/opkit/internal/archive/pgtest"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 )
@@ -34,15 +35,21 @@ func TestMain(m *testing.M) {
 // settings converge every Printer, opkit writes about two requests per
 // Printer, and neither it nor the baseline writes at steady state, nor
 // to a watched Deployment (the watch scenario fails if either does);
-// every webhook delivery is answered with the status of its kind.
+// every webhook delivery is answered with the status of its kind; the
+// archive and console scenarios measure SQLite and PostgreSQL alike.
 func TestEveryScenarioMeasures(t *testing.T) {
 	kubeconfig := clustertest.Cluster(t).KubeconfigPath()
+	stores := archiveStores(t)
+	storeFlag := make([]string, len(stores))
+	for i, st := range stores {
+		storeFlag[i] = string(st)
+	}
 	out := filepath.Join(t.TempDir(), "bench.json")
 	var stdout, stderr bytes.Buffer
 	err := benchMain([]string{
 		"-kubeconfig", kubeconfig, "-runs", "1", "-objects", "200", "-memory-objects", "300", "-ceiling-objects", "200",
 		"-live-rates", "50", "-live-duration", "2s", "-idle", "3s", "-handler-objects", "30", "-job-objects", "3",
-		"-archive-sizes", "2000", "-console-objects", "50", "-console-requests", "20",
+		"-archive-sizes", "2000", "-archive-batch", "1000", "-archive-stores", strings.Join(storeFlag, ","), "-console-objects", "50", "-console-requests", "20",
 		"-watch-objects", "30", "-watch-steady", "3s", "-webhook-deliveries", "60", "-webhook-rate", "30", "-json", out,
 	}, &stdout, &stderr)
 	if err != nil {
@@ -59,14 +66,15 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	if err := json.Unmarshal(data, &report); err != nil {
 		t.Fatalf("the JSON report: %v", err)
 	}
-	get := func(scenario, subject, metric string) (float64, bool) {
+	getFor := func(st store, scenario, subject, metric string) (float64, bool) {
 		for _, f := range report.Figures {
-			if f.Scenario == scenario && f.Subject == subject && f.Metric == metric {
+			if f.Store == st && f.Scenario == scenario && f.Subject == subject && f.Metric == metric {
 				return f.Median, true
 			}
 		}
 		return 0, false
 	}
+	get := func(scenario, subject, metric string) (float64, bool) { return getFor("", scenario, subject, metric) }
 	for _, w := range [][3]string{
 		{"ceiling", "client-go, concurrency 1", "writes/s"},
 		{"ceiling", "client-go, concurrency 16", "writes/s"},
@@ -82,10 +90,6 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		{"handlers drain", "opkit, archive on (SQLite)", "objects/s"},
 		{"handlers drain", "opkit, archive off", "objects/s"},
 		{"handlers", "job", "change to Job created p99"},
-		{"archive", "2k runs", "runs recorded/s"},
-		{"archive", "2k runs", "latest failures p99"},
-		{"console 2k runs", "failures inbox", "page p99"},
-		{"console 2k runs", "object timeline", "page p50"},
 		{"watch", "opkit", "all handled once"},
 		{"watch", "opkit", "peak RSS"},
 		{"watch", "opkit", "new image handled max"},
@@ -98,6 +102,24 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	} {
 		if v, ok := get(w[0], w[1], w[2]); !ok || v <= 0 {
 			t.Errorf("%s / %s / %s: got %v (measured: %v), want a positive figure", w[0], w[1], w[2], v, ok)
+		}
+	}
+	for _, st := range stores {
+		for _, w := range [][3]string{
+			{"archive", "2k runs", "bulk fill"},
+			{"archive", "2k runs", "size on disk"},
+			{"archive", "2k runs", "runs recorded/s"},
+			{"archive", "2k runs", "latest failures p99"},
+			{"archive", "2k runs", "prune 1k oldest"},
+			{"console 2k runs", "failures inbox", "page p99"},
+			{"console 2k runs", "object timeline", "page p50"},
+		} {
+			if v, ok := getFor(st, w[0], w[1], w[2]); !ok || v <= 0 {
+				t.Errorf("%s: %s / %s / %s: got %v (measured: %v), want a positive figure", st.title(), w[0], w[1], w[2], v, ok)
+			}
+		}
+		if !strings.Contains(stdout.String(), strings.ToUpper(st.title())) {
+			t.Errorf("no %s column in the archive stores' table:\n%s", st.title(), stdout.String())
 		}
 	}
 	for _, subject := range []string{"opkit", "baseline-8"} {
@@ -123,6 +145,25 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	if len(report.Targets) == 0 || !strings.Contains(stdout.String(), "TARGET") {
 		t.Errorf("no targets in the report:\n%s", stdout.String())
 	}
+}
+
+// archiveStores are the stores the suite's archive scenarios run on: both,
+// or SQLite alone where PostgreSQL cannot start, except under CI=true,
+// where it must.
+func archiveStores(t *testing.T) []store {
+	t.Helper()
+	srv, err := pgtest.Start()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL could not start, and under CI=true the archive scenarios must run on it: %v", err)
+		}
+		t.Logf("PostgreSQL could not start (%v): the archive scenarios run on SQLite alone; make postgresql installs it", err)
+		return []store{sqliteStore}
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return allStores
 }
 
 // TestWatchWorkloadIsTheBaselinesWatch checks that opkit's watch.yaml

@@ -16,15 +16,17 @@ import (
 // installed CRD carries; the archive scenario's runs are its runs.
 const operatorName = "bench-printer"
 
-// consolePages: the console's server time per page, with the archive of n
-// runs and -console-objects Printers in the cluster. Requests go to the
-// console's handler directly: the time is the server's, without a network.
-// The object lists are cached for the console's default 2s, as served.
-func (b *bench) consolePages(ctx context.Context, n int) error {
-	store, err := b.filledArchive(ctx, n)
+// consolePages: the console's server time per page, with the archive of
+// store st and n runs, and -console-objects Printers in the cluster.
+// Requests go to the console's handler directly: the time is the server's,
+// without a network. The object lists are cached for the console's
+// default 2s, as served.
+func (b *bench) consolePages(ctx context.Context, st store, n int) error {
+	a, err := b.filledArchive(ctx, st, n)
 	if err != nil {
 		return err
 	}
+	runs := a.store
 	if err := b.c.installCRD(ctx); err != nil {
 		return err
 	}
@@ -36,11 +38,11 @@ func (b *bench) consolePages(ctx context.Context, n int) error {
 		return err
 	}
 	defer func() { _ = b.c.cleanUp(context.WithoutCancel(ctx)) }()
-	srv, err := console.New(console.Options{Archive: store, Config: b.c.cfg})
+	srv, err := console.New(console.Options{Archive: runs, Config: b.c.cfg})
 	if err != nil {
 		return err
 	}
-	failed, err := store.List(ctx, archive.Query{Failed: true, Limit: 1})
+	failed, err := runs.List(ctx, archive.Query{Failed: true, Limit: 1})
 	if err != nil {
 		return err
 	}
@@ -70,8 +72,8 @@ func (b *bench) consolePages(ctx context.Context, n int) error {
 				return fmt.Errorf("console %s: %d\n%s", p.path, rec.Code, rec.Body.String())
 			}
 		}
-		b.add("console "+size, p.name, "page p50", "ms", percentile(lat, 50))
-		b.add("console "+size, p.name, "page p99", "ms", percentile(lat, 99))
+		b.addFor(st, "console "+size, p.name, "page p50", "ms", percentile(lat, 50))
+		b.addFor(st, "console "+size, p.name, "page p99", "ms", percentile(lat, 99))
 	}
 	return nil
 }

@@ -25,9 +25,15 @@
 //	handlers  exec handler overhead over a bare fork/exec; job handler
 //	          latency to the Job; drain with an exec handler, archive on
 //	          and off
-//	archive   runs recorded per second and query p99 at -archive-sizes
+//	archive   on each of -archive-stores (SQLite, and PostgreSQL on a
+//	          server the bench starts), archives of -archive-sizes runs
+//	          filled in bulk (runs/s, size on disk); then runs recorded
+//	          per second as the engine records them (-archive-batch),
+//	          query p99, and the prune back to the size; a table with a
+//	          column per store
 //	console   the console's server time per page, p50 and p99, with
-//	          -console-objects Printers and -archive-sizes runs
+//	          -console-objects Printers and the archives of -archive-sizes
+//	          runs, on each of -archive-stores
 //	watch     a watch operator (watch.yaml) on -watch-objects labelled
 //	          Deployments, and a fifth as many unlabelled, against the
 //	          baseline's watch: time until each was handled once, peak
@@ -63,7 +69,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/archive/pgtest"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 )
 
@@ -81,6 +87,11 @@ type options struct {
 	HandlerObjects int
 	JobObjects     int
 	ArchiveSizes   []int
+	// ArchiveStores are the stores the archive and console scenarios
+	// run on; ArchiveBatch the runs each archive measurement records,
+	// and then prunes.
+	ArchiveStores []store
+	ArchiveBatch  int
 	// ConsoleObjects are the Printers the console lists; ConsoleRequests
 	// the requests per page and archive size.
 	ConsoleObjects  int
@@ -105,7 +116,7 @@ func defaultOptions() options {
 	return options{
 		Scenarios: allScenarios, Runs: 3, Objects: 10_000, MemoryObjects: 50_000, MemoryRuns: 3, CeilingObjects: 5_000,
 		LiveRates: []int{100, 500}, LiveDuration: 10 * time.Second, Idle: 30 * time.Second,
-		HandlerObjects: 1_000, JobObjects: 15, ArchiveSizes: []int{100_000, 1_000_000},
+		HandlerObjects: 1_000, JobObjects: 15, ArchiveSizes: []int{100_000, 1_000_000}, ArchiveStores: allStores, ArchiveBatch: 10_000,
 		ConsoleObjects: 1_000, ConsoleRequests: 200, WatchObjects: 500, WatchSteady: time.Minute,
 		WebhookDeliveries: 1_000, WebhookRate: 100,
 	}
@@ -124,11 +135,13 @@ type bench struct {
 	// notes say what the figures cannot: a scenario without a baseline.
 	notes []string
 
-	// The archive scenario's archives by size, filled once; its runs
-	// start runBase and follow one another by a second.
-	archives map[int]archive.Store
+	// The archive and console scenarios' archives by store and size,
+	// filled once; their runs start at runBase and follow one another by
+	// a second. pg is the PostgreSQL server of their PostgreSQL
+	// archives, started on first use.
+	archives map[archiveKey]*filled
 	runBase  time.Time
-	runSeq   int
+	pg       *pgtest.Server
 }
 
 func main() {
@@ -167,6 +180,8 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	fs.IntVar(&opts.WebhookDeliveries, "webhook-deliveries", opts.WebhookDeliveries, "deliveries the webhook scenario sends")
 	fs.IntVar(&opts.WebhookRate, "webhook-rate", opts.WebhookRate, "deliveries per second the webhook scenario sends")
 	sizes := fs.String("archive-sizes", "100000,1000000", "archive sizes in runs, comma-separated")
+	fs.IntVar(&opts.ArchiveBatch, "archive-batch", opts.ArchiveBatch, "runs each archive measurement records, then prunes")
+	stores := fs.String("archive-stores", "sqlite,postgres", "the archive stores of the archive and console scenarios, comma-separated: sqlite, postgres (a server the bench starts)")
 	fs.IntVar(&opkitDefaults.Workers, "opkit-workers", 0, "opkit's concurrent reconciles (0: the engine's default)")
 	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory")
 	jsonPath := fs.String("json", "", "also write the figures as JSON to this file")
@@ -186,8 +201,11 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	if opts.ArchiveSizes, err = ints(*sizes); err != nil {
 		return fmt.Errorf("-archive-sizes: %w", err)
 	}
-	if opts.Runs < 1 || opts.Objects < 1 || opts.WatchObjects < 1 || opts.WebhookDeliveries < 1 || opts.WebhookRate < 1 || opts.JobObjects > 16 {
-		return errors.New("-runs, -objects, -watch-objects, -webhook-deliveries and -webhook-rate must be at least 1, and -job-objects at most 16")
+	if opts.ArchiveStores, err = storeList(*stores); err != nil {
+		return fmt.Errorf("-archive-stores: %w", err)
+	}
+	if opts.Runs < 1 || opts.Objects < 1 || opts.WatchObjects < 1 || opts.WebhookDeliveries < 1 || opts.WebhookRate < 1 || opts.ArchiveBatch < 1 || opts.JobObjects > 16 {
+		return errors.New("-runs, -objects, -watch-objects, -webhook-deliveries, -webhook-rate and -archive-batch must be at least 1, and -job-objects at most 16")
 	}
 
 	if opts.ProfileDir != "" {
@@ -230,9 +248,7 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	// was interrupted.
 	runErr := b.run(ctx)
 	b.derive()
-	for _, s := range b.archives {
-		_ = s.Close()
-	}
+	b.closeArchives()
 	b.print(stdout)
 	if *jsonPath != "" {
 		report := map[string]any{"machine": m, "options": opts, "figures": b.figures, "targets": b.targets()}
@@ -267,7 +283,7 @@ func newBench(ctx context.Context, opts options, kubeconfig, workDir string, log
 	}
 	return &bench{
 		opts: opts, c: c, kubeconfig: kubeconfig, workDir: workDir, log: log,
-		archives: map[int]archive.Store{}, runBase: time.Now().Add(-10 * 365 * 24 * time.Hour),
+		archives: map[archiveKey]*filled{}, runBase: time.Now().Add(-10 * 365 * 24 * time.Hour),
 	}, nil
 }
 
@@ -327,17 +343,24 @@ func (b *bench) run(ctx context.Context) error {
 				return err
 			}
 		}
+		if on("archive") || on("console") {
+			b.note("archive, console: opkit's run archive alone, on each store side by side; a controller-runtime operator keeps no run archive, so no baseline applies")
+		}
 		if on("archive") {
 			for _, n := range b.opts.ArchiveSizes {
-				if err := step(fmt.Sprintf("archive at %d runs", n), func() error { return b.archiveScale(ctx, n) }); err != nil {
-					return err
+				for _, st := range b.opts.ArchiveStores {
+					if err := step(fmt.Sprintf("archive at %d runs, %s", n, st.title()), func() error { return b.archiveScale(ctx, st, n) }); err != nil {
+						return err
+					}
 				}
 			}
 		}
 		if on("console") {
 			for _, n := range b.opts.ArchiveSizes {
-				if err := step(fmt.Sprintf("console at %d runs", n), func() error { return b.consolePages(ctx, n) }); err != nil {
-					return err
+				for _, st := range b.opts.ArchiveStores {
+					if err := step(fmt.Sprintf("console at %d runs, %s", n, st.title()), func() error { return b.consolePages(ctx, st, n) }); err != nil {
+						return err
+					}
 				}
 			}
 		}
@@ -399,6 +422,25 @@ func (b *bench) derive() {
 // controller fails.
 func (b *bench) timeout(n int) time.Duration {
 	return 2*time.Minute + time.Duration(n)*20*time.Millisecond
+}
+
+// storeList reads -archive-stores.
+func storeList(s string) ([]store, error) {
+	var out []store
+	for _, f := range strings.Split(s, ",") {
+		st := store(strings.TrimSpace(f))
+		if st == "" || slices.Contains(out, st) {
+			continue
+		}
+		if !slices.Contains(allStores, st) {
+			return nil, fmt.Errorf("unknown store %q; the stores are sqlite and postgres", st)
+		}
+		out = append(out, st)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no store given; the stores are sqlite and postgres")
+	}
+	return out, nil
 }
 
 func ints(s string) ([]int, error) {

@@ -10,14 +10,17 @@ import (
 
 // figure is one measured quantity over the runs.
 type figure struct {
-	Scenario string    `json:"scenario"`
-	Subject  string    `json:"subject"`
-	Metric   string    `json:"metric"`
-	Unit     string    `json:"unit,omitempty"`
-	Values   []float64 `json:"values"`
-	Median   float64   `json:"median"`
-	Min      float64   `json:"min"`
-	Max      float64   `json:"max"`
+	Scenario string `json:"scenario"`
+	Subject  string `json:"subject"`
+	// Store is the archive the figure was measured on (the archive and
+	// console scenarios), or empty.
+	Store  store     `json:"store,omitempty"`
+	Metric string    `json:"metric"`
+	Unit   string    `json:"unit,omitempty"`
+	Values []float64 `json:"values"`
+	Median float64   `json:"median"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
 }
 
 func (f *figure) summarize() {
@@ -40,11 +43,16 @@ type target struct {
 
 // add records one value of a figure.
 func (b *bench) add(scenario, subject, metric, unit string, v float64) {
+	b.addFor("", scenario, subject, metric, unit, v)
+}
+
+// addFor records one value of a figure measured on an archive store.
+func (b *bench) addFor(st store, scenario, subject, metric, unit string, v float64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	f := b.find(scenario, subject, metric)
+	f := b.find(st, scenario, subject, metric)
 	if f == nil {
-		f = &figure{Scenario: scenario, Subject: subject, Metric: metric, Unit: unit}
+		f = &figure{Scenario: scenario, Subject: subject, Store: st, Metric: metric, Unit: unit}
 		b.figures = append(b.figures, f)
 	}
 	f.Values = append(f.Values, v)
@@ -62,9 +70,9 @@ func (b *bench) note(line string) {
 }
 
 // find returns a figure, or nil.
-func (b *bench) find(scenario, subject, metric string) *figure {
+func (b *bench) find(st store, scenario, subject, metric string) *figure {
 	for _, f := range b.figures {
-		if f.Scenario == scenario && f.Subject == subject && f.Metric == metric {
+		if f.Store == st && f.Scenario == scenario && f.Subject == subject && f.Metric == metric {
 			return f
 		}
 	}
@@ -73,7 +81,7 @@ func (b *bench) find(scenario, subject, metric string) *figure {
 
 // median returns a figure's median, and whether it was measured.
 func (b *bench) median(scenario, subject, metric string) (float64, bool) {
-	if f := b.find(scenario, subject, metric); f != nil {
+	if f := b.find("", scenario, subject, metric); f != nil {
 		return f.Median, true
 	}
 	return 0, false
@@ -135,22 +143,29 @@ func (b *bench) targets() []target {
 	}
 	for _, f := range b.figures {
 		if f.Scenario == "console 100k runs" && f.Metric == "page p99" {
-			out = append(out, target{Goal: fmt.Sprintf("console %s p99 under 100 ms with 100k runs", f.Subject), Got: fmt.Sprintf("%.1f ms", f.Median), Met: f.Median < 100})
+			out = append(out, target{Goal: fmt.Sprintf("console %s p99 under 100 ms with 100k runs (%s)", f.Subject, f.Store.title()), Got: fmt.Sprintf("%.1f ms", f.Median), Met: f.Median < 100})
 		}
 	}
 	return out
 }
 
-// print writes the figures and the targets as tables.
+// print writes the figures and the targets as tables: the figures of the
+// archive stores in a table of their own, a column per store.
 func (b *bench) print(w io.Writer) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tSUBJECT\tMETRIC\tMEDIAN\tMIN\tMAX\tUNIT\tRUNS")
-	for _, f := range b.figures {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", f.Scenario, f.Subject, f.Metric, num(f.Median), num(f.Min), num(f.Max), f.Unit, len(f.Values))
+	plain := slices.DeleteFunc(slices.Clone(b.figures), func(f *figure) bool { return f.Store != "" })
+	if len(plain) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SCENARIO\tSUBJECT\tMETRIC\tMEDIAN\tMIN\tMAX\tUNIT\tRUNS")
+		for _, f := range plain {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", f.Scenario, f.Subject, f.Metric, num(f.Median), num(f.Min), num(f.Max), f.Unit, len(f.Values))
+		}
+		_ = tw.Flush()
+		fmt.Fprintln(w)
 	}
-	_ = tw.Flush()
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if b.printStores(w) {
+		fmt.Fprintln(w)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TARGET\tMEASURED\tMET")
 	for _, t := range b.targets() {
 		met := "no"
@@ -167,6 +182,60 @@ func (b *bench) print(w io.Writer) {
 			fmt.Fprintln(w, n)
 		}
 	}
+}
+
+// printStores writes the figures measured on archive stores side by
+// side: a row per measure, a column per store, each the median and, over
+// several runs, (min-max). It reports whether there were any.
+func (b *bench) printStores(w io.Writer) bool {
+	type row struct{ scenario, subject, metric, unit string }
+	var rows []row
+	cells := map[row]map[store]*figure{}
+	var stores []store
+	for _, f := range b.figures {
+		if f.Store == "" {
+			continue
+		}
+		r := row{f.Scenario, f.Subject, f.Metric, f.Unit}
+		if cells[r] == nil {
+			rows = append(rows, r)
+			cells[r] = map[store]*figure{}
+		}
+		cells[r][f.Store] = f
+		if !slices.Contains(stores, f.Store) {
+			stores = append(stores, f.Store)
+		}
+	}
+	if len(rows) == 0 {
+		return false
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "ARCHIVE\tSUBJECT\tMETRIC")
+	for _, st := range stores {
+		fmt.Fprint(tw, "\t"+strings.ToUpper(st.title()))
+	}
+	fmt.Fprintln(tw, "\tUNIT\tRUNS")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s", r.scenario, r.subject, r.metric)
+		runs := 0
+		for _, st := range stores {
+			f := cells[r][st]
+			switch {
+			case f == nil:
+				fmt.Fprint(tw, "\t-")
+			case len(f.Values) > 1:
+				fmt.Fprintf(tw, "\t%s (%s-%s)", num(f.Median), num(f.Min), num(f.Max))
+			default:
+				fmt.Fprintf(tw, "\t%s", num(f.Median))
+			}
+			if f != nil {
+				runs = max(runs, len(f.Values))
+			}
+		}
+		fmt.Fprintf(tw, "\t%s\t%d\n", r.unit, runs)
+	}
+	_ = tw.Flush()
+	return true
 }
 
 func num(v float64) string {

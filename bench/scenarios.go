@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
-	"github.com/opkit-dev/opkit/bench/baseline"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/executor"
 )
@@ -267,99 +266,6 @@ func (b *bench) jobLatency(ctx context.Context, n int) error {
 	b.add("handlers", "job", "change to Job created p99", "ms", percentile(toJob, 99))
 	c.stop()
 	return b.c.cleanUp(ctx)
-}
-
-// archiveScale: runs recorded as the engine records them (Insert while
-// running, Finish at the end) into a SQLite archive that already holds n
-// runs, then the console's two main queries. The archive is filled once,
-// at the first run; each run then adds archiveBatch runs.
-func (b *bench) archiveScale(ctx context.Context, n int) error {
-	s, err := b.filledArchive(ctx, n)
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	for range archiveBatch {
-		r := b.nextRun(archive.Running)
-		if err := s.Insert(ctx, r); err != nil {
-			return err
-		}
-		r.Outcome, r.FinishedAt = archive.Succeeded, r.StartedAt.Add(time.Second)
-		if b.runSeq%20 == 0 {
-			r.Outcome, r.Error = archive.Failed, "exit status 1"
-		}
-		if err := s.Finish(ctx, r); err != nil {
-			return err
-		}
-	}
-	size := sizeLabel(n) + " runs"
-	b.add("archive", size, "runs recorded/s", "/s", float64(archiveBatch)/time.Since(start).Seconds())
-	for _, q := range []struct {
-		name string
-		q    archive.Query
-	}{
-		{"one object's runs p99", archive.Query{Namespace: b.c.ns, Name: "obj-1234"}},
-		{"latest failures p99", archive.Query{Failed: true}},
-	} {
-		var lat []time.Duration
-		for range 500 {
-			t0 := time.Now()
-			page, err := s.List(ctx, q.q)
-			if err != nil {
-				return fmt.Errorf("query %s: %w", q.name, err)
-			}
-			if len(page.Runs) == 0 {
-				return fmt.Errorf("query %s: no runs", q.name)
-			}
-			lat = append(lat, time.Since(t0))
-		}
-		b.add("archive", size, q.name, "ms", percentile(lat, 99))
-	}
-	return nil
-}
-
-// archiveBatch is how many runs each archive measurement records.
-const archiveBatch = 10_000
-
-// filledArchive returns the archive of size n, filling a new one with
-// finished runs (one object in 2000, one run in 20 failed) on first use.
-func (b *bench) filledArchive(ctx context.Context, n int) (archive.Store, error) {
-	if s := b.archives[n]; s != nil {
-		return s, nil
-	}
-	s, err := archive.OpenSQLite(ctx, tempArchive(b.workDir), archive.Options{})
-	if err != nil {
-		return nil, err
-	}
-	b.archives[n] = s
-	for i := range n {
-		r := b.nextRun(archive.Succeeded)
-		if i%20 == 0 {
-			r.Outcome, r.Error = archive.Failed, "exit status 1"
-		}
-		if err := s.Insert(ctx, r); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
-}
-
-// nextRun returns a new run of the archive scenario, one second after the
-// last: each of 2000 objects gets a run in turn.
-func (b *bench) nextRun(outcome archive.Outcome) *archive.Run {
-	b.runSeq++
-	i := b.runSeq
-	at := b.runBase.Add(time.Duration(i) * time.Second)
-	r := &archive.Run{
-		ID: archive.NewID(at), Operator: operatorName, Handler: "announce", Action: "exec", Trigger: "update",
-		APIVersion: baseline.GroupVersion.String(), Kind: "Printer", Namespace: b.c.ns, Name: fmt.Sprintf("obj-%d", i%2000), UID: fmt.Sprintf("uid-%d", i%2000),
-		Generation: int64(i / 2000), Attempt: 1, StartedAt: at, Outcome: outcome,
-		Key: fmt.Sprintf("uid-%d/%d/announce", i%2000, i/2000),
-	}
-	if outcome != archive.Running {
-		r.FinishedAt = at.Add(time.Second)
-	}
-	return r
 }
 
 // sizeLabel writes 10000 as 10k, 1000000 as 1M, 300 as 300.

@@ -31,7 +31,7 @@ echo "done" >&2
 
 // TestALeaderKilledMidDrainIsReplacedByItsStandby runs two opkit run
 // --leader-elect against one PostgreSQL archive, kills the leader with
-// SIGKILL while it drains 300 objects, and checks that the standby takes
+// SIGKILL while it drains 1,000 objects, and checks that the standby takes
 // over within the Lease's duration and handles every object: no succeeded
 // run repeated, no run left Running.
 func TestALeaderKilledMidDrainIsReplacedByItsStandby(t *testing.T) {
@@ -78,7 +78,7 @@ func TestALeaderKilledMidDrainIsReplacedByItsStandby(t *testing.T) {
 		t.Errorf("/leader of the leader %v, of the standby %v; want the standby to name the leader's Lease and holder", a, b)
 	}
 
-	const n = 300
+	const n = 1000
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
@@ -94,7 +94,7 @@ func TestALeaderKilledMidDrainIsReplacedByItsStandby(t *testing.T) {
 	}
 	wg.Wait()
 	keys := filepath.Join(dir, "keys")
-	clustertest.Eventually(t, 120*time.Second, "a third of the drain", func(context.Context) (bool, error) { return len(keysIn(keys)) >= n/3, nil })
+	clustertest.Eventually(t, 300*time.Second, "a third of the drain", func(context.Context) (bool, error) { return len(keysIn(keys)) >= n/3, nil })
 	killFirst()
 	killed := time.Now()
 	waitOutput(t, second, "operator keys: running", 60*time.Second)
@@ -110,9 +110,25 @@ func TestALeaderKilledMidDrainIsReplacedByItsStandby(t *testing.T) {
 	// Every object handled once: one Succeeded run per key, none left
 	// Running; a key runs twice only when the killed leader's run of it
 	// was interrupted.
+	store, err := archive.Open(t.Context(), dsn, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
 	var runs []archive.Run
-	clustertest.Eventually(t, 180*time.Second, "every object handled", func(context.Context) (bool, error) {
-		runs = opkitRuns(t, dsn, "--operator", "keys", "--limit", "1000")
+	clustertest.Eventually(t, 300*time.Second, "every object handled", func(ctx context.Context) (bool, error) {
+		runs = nil
+		q := archive.Query{Operator: "keys", Limit: 1000}
+		for {
+			page, err := store.List(ctx, q)
+			if err != nil {
+				return false, err
+			}
+			runs = append(runs, page.Runs...)
+			if q.Cursor = page.Next; q.Cursor == "" {
+				break
+			}
+		}
 		succeeded := map[string]int{}
 		for _, r := range runs {
 			if r.Outcome == archive.Succeeded {

@@ -357,18 +357,11 @@ func (p *Postgres) States(ctx context.Context, operator string) ([]State, error)
 
 // PutState inserts or replaces a state record.
 func (p *Postgres) PutState(ctx context.Context, st *State) error {
-	if st.Operator == "" || st.Key == "" {
-		return fmt.Errorf("archive: state record %q of operator %q: both the operator and the key must be set", st.Key, st.Operator)
+	updated, data, err := prepareState(st)
+	if err != nil {
+		return err
 	}
-	updated := st.UpdatedAt
-	if updated.IsZero() {
-		updated = time.Now()
-	}
-	data := st.Data
-	if data == nil {
-		data = []byte{} // the column is NOT NULL; a nil slice is sent as NULL
-	}
-	_, err := p.pool.Exec(ctx, pgPutStateSQL, st.Operator, st.Key, st.APIVersion, st.Kind, st.Namespace, st.Name, data, updated.UnixNano())
+	_, err = p.pool.Exec(ctx, pgPutStateSQL, st.Operator, st.Key, st.APIVersion, st.Kind, st.Namespace, st.Name, data, updated.UnixNano())
 	if err != nil {
 		return p.fail(fmt.Sprintf("recording state %s of operator %s", st.Key, st.Operator), err)
 	}

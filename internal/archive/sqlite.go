@@ -750,6 +750,24 @@ func (s *SQLite) States(ctx context.Context, operator string) ([]State, error) {
 	return states, nil
 }
 
+// prepareState checks a state record about to be stored, and returns its
+// time (a zero one is the time of the call) and its data (never nil: the
+// column is NOT NULL, and a nil slice is bound as NULL); for stores.
+func prepareState(st *State) (time.Time, []byte, error) {
+	if st.Operator == "" || st.Key == "" {
+		return time.Time{}, nil, fmt.Errorf("archive: state record %q of operator %q: both the operator and the key must be set", st.Key, st.Operator)
+	}
+	updated := st.UpdatedAt
+	if updated.IsZero() {
+		updated = time.Now()
+	}
+	data := st.Data
+	if data == nil {
+		data = []byte{}
+	}
+	return updated, data, nil
+}
+
 // PutState inserts or replaces a state record. Like a run's end, it is
 // written while the archive's file is lost but still open: it is what
 // was done, and goes with the file when the file is copied back.
@@ -759,18 +777,11 @@ func (s *SQLite) PutState(ctx context.Context, st *State) error {
 	if s.w == nil {
 		return s.lost
 	}
-	if st.Operator == "" || st.Key == "" {
-		return fmt.Errorf("archive: state record %q of operator %q: both the operator and the key must be set", st.Key, st.Operator)
+	updated, data, err := prepareState(st)
+	if err != nil {
+		return err
 	}
-	updated := st.UpdatedAt
-	if updated.IsZero() {
-		updated = time.Now()
-	}
-	data := st.Data
-	if data == nil {
-		data = []byte{} // the column is NOT NULL; a nil slice is bound as NULL
-	}
-	_, err := s.putState.ExecContext(ctx, st.Operator, st.Key, st.APIVersion, st.Kind, st.Namespace, st.Name, data, updated.UnixNano())
+	_, err = s.putState.ExecContext(ctx, st.Operator, st.Key, st.APIVersion, st.Kind, st.Namespace, st.Name, data, updated.UnixNano())
 	if err != nil {
 		return fmt.Errorf("archive: recording state %s of operator %s: %w", st.Key, st.Operator, err)
 	}

@@ -22,7 +22,7 @@ SOURCE_DATE_EPOCH      ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # More flags for cmd/opkit-image, e.g. -ca-certificates FILE.
 IMAGE_FLAGS            ?=
 
-.PHONY: all build plane browser postgresql demo test vet lint unit usermodule fmt bench image clean
+.PHONY: all build plane browser postgresql demo test vet lint unit usermodule helmchart fmt bench image clean
 
 all: build
 
@@ -57,9 +57,10 @@ postgresql:
 
 ## test: vet, lint and every test (unit and integration, browser tests in
 ## headless chromium, the archive's conformance suite on SQLite and on a
-## real PostgreSQL, and testdata/usermodule: pkg/opkittest used from
+## real PostgreSQL, the Helm chart with Helm's Go library, and
+## testdata/usermodule: pkg/opkittest used from
 ## another module), race detector on
-test: plane browser postgresql vet lint unit usermodule
+test: plane browser postgresql vet lint unit usermodule helmchart
 
 vet:
 	$(GO) vet ./...
@@ -76,6 +77,12 @@ unit:
 # dependency added here does not fail it for an untidy go.mod.
 usermodule:
 	cd testdata/usermodule && $(GO) test -mod=mod -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# The Helm chart's tests, with Helm's Go library (no helm binary): a module
+# of its own, deploy/helm, so that Helm's dependencies stay out of opkit's
+# (deploy/helm/doc.go says why); it uses this checkout through a replace.
+helmchart:
+	cd deploy/helm && $(GO) test -mod=mod -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## image: opkit's OCI image, built without Docker (docs/image.md):
 ## bin/opkit-image/ (an OCI layout) and bin/opkit-image.tar (the same, as an

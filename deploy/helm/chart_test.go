@@ -1,0 +1,279 @@
+package helm_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"helm.sh/helm/v4/pkg/chart/common"
+	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/lint"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/engine"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/manifests"
+)
+
+const chartDir = "opkit"
+
+func TestMain(m *testing.M) {
+	// Helm's lint renders in lint mode, where fail logs instead of
+	// failing; those lines are not this test's output.
+	slog.SetDefault(slog.New(slog.DiscardHandler))
+	os.Exit(m.Run())
+}
+
+// setups are definitions and options as opkit generate takes them, from
+// the smallest to one with every option.
+var setups = []struct {
+	name  string
+	files []string
+	opts  manifests.Options
+}{
+	{"printer", []string{"printer"}, manifests.Options{}},
+	{"handlers from files", []string{"handlers", "printer"}, manifests.Options{Name: "greeter", Namespace: "ops", Operators: manifests.FromFiles}},
+	{"deploy notifier, three replicas, console with a token", []string{"deploy-notifier"}, manifests.Options{
+		Replicas: 3, ArchiveSecret: "opkit-archive", AdmissionFinalizers: true,
+		Console: manifests.Console{Auth: manifests.ConsoleAuthToken, TokenSecret: "opkit-console", URL: "https://opkit.example.com"},
+	}},
+	{"every example, console with kubernetes auth", []string{"calendar", "handlers", "printer", "rollouts", "team-watch", "website"}, manifests.Options{
+		LeaderElection: true, Image: "registry.example.com/opkit:v1", Console: manifests.Console{Auth: manifests.ConsoleAuthKubernetes},
+		MetricsPort: 9000, HooksPort: 9001, ConsolePort: 9002, Hooks: true,
+	}},
+	{"no definitions", nil, manifests.Options{}},
+}
+
+func compile(t *testing.T, examples []string) []*definition.Definition {
+	t.Helper()
+	var defs []*definition.Definition
+	for _, ex := range examples {
+		srcs, err := definition.LoadFile(filepath.Join("..", "..", "examples", ex, "operator.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, src := range srcs {
+			d, err := definition.Compile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defs = append(defs, d)
+		}
+	}
+	return defs
+}
+
+// generated returns the manifests and the values file opkit generate
+// writes, read as Helm reads a values file.
+func generated(t *testing.T, examples []string, opts manifests.Options) (*manifests.Manifests, common.Values) {
+	t.Helper()
+	m, err := manifests.New(compile(t, examples), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := m.WriteValues(&b); err != nil {
+		t.Fatal(err)
+	}
+	vals, err := common.ReadValues(b.Bytes())
+	if err != nil {
+		t.Fatalf("the values opkit generate values writes do not read: %v\n%s", err, b.String())
+	}
+	return m, vals
+}
+
+func loadChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	c, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// render renders the chart as helm template does, and returns its
+// objects, parsed.
+func render(t *testing.T, c *chart.Chart, vals map[string]any, name, namespace string) ([]map[string]any, error) {
+	t.Helper()
+	top, err := chartutil.ToRenderValues(c, vals, common.ReleaseOptions{Name: name, Namespace: namespace, IsInstall: true}, nil)
+	if err != nil {
+		return nil, err
+	}
+	files, err := engine.Render(c, top)
+	if err != nil {
+		return nil, err
+	}
+	var objs []map[string]any
+	for file, text := range files {
+		if !strings.HasSuffix(file, ".yaml") {
+			continue
+		}
+		docs, err := parseDocs(text)
+		if err != nil {
+			t.Fatalf("%s does not parse: %v\n%s", file, err, text)
+		}
+		objs = append(objs, docs...)
+	}
+	return objs, nil
+}
+
+func parseDocs(text string) ([]map[string]any, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(text)))
+	var out []map[string]any
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(doc, &obj); err != nil {
+			return nil, err
+		}
+		if obj != nil {
+			out = append(out, obj)
+		}
+	}
+}
+
+func key(obj map[string]any) string {
+	md, _ := obj["metadata"].(map[string]any)
+	return strings.Join([]string{obj["kind"].(string), str(md["namespace"]), str(md["name"])}, " ")
+}
+
+func str(v any) string { s, _ := v.(string); return s }
+
+// jsonObject is obj as a YAML parser gives it: numbers as float64.
+func jsonObject(t *testing.T, obj any) map[string]any {
+	t.Helper()
+	data, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestChartPassesHelmLintWithGeneratedValues(t *testing.T) {
+	for _, s := range setups {
+		t.Run(s.name, func(t *testing.T) {
+			m, vals := generated(t, s.files, s.opts)
+			result := lint.RunAll(chartDir, vals, m.Options.Namespace)
+			for _, msg := range result.Messages {
+				if msg.Severity >= support.WarningSev {
+					t.Errorf("helm lint: %s", msg)
+				}
+			}
+		})
+	}
+}
+
+func TestChartRendersWhatGenerateManifestsGives(t *testing.T) {
+	c := loadChart(t)
+	for _, s := range setups {
+		t.Run(s.name, func(t *testing.T) {
+			m, vals := generated(t, s.files, s.opts)
+			got, err := render(t, c, vals, m.Options.Name, m.Options.Namespace)
+			if err != nil {
+				t.Fatalf("rendering with the generated values: %v", err)
+			}
+			objs, err := m.Objects()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]map[string]any{}
+			for _, u := range objs {
+				// The Namespace is helm install --create-namespace's; the
+				// Operator CRD is in the chart's crds/.
+				if u.GetKind() == "Namespace" || u.GetKind() == "CustomResourceDefinition" {
+					continue
+				}
+				want[key(u.Object)] = jsonObject(t, u.Object)
+			}
+			gotByKey := map[string]map[string]any{}
+			for _, obj := range got {
+				k := key(obj)
+				if _, dup := gotByKey[k]; dup {
+					t.Errorf("the chart renders %s twice", k)
+				}
+				gotByKey[k] = obj
+			}
+			if diff := cmp.Diff(want, gotByKey); diff != "" {
+				t.Errorf("the chart (+) differs from opkit generate manifests (-):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestChartRefusesToRenderWithoutRules(t *testing.T) {
+	c := loadChart(t)
+	_, err := render(t, c, map[string]any{}, "opkit", "opkit")
+	if err == nil || !strings.Contains(err.Error(), "no RBAC rules given") {
+		t.Fatalf("rendered with the chart's defaults (no rules): %v; want a refusal naming the rules", err)
+	}
+	// helm lint renders in lint mode, where fail only logs: it passes the
+	// chart's defaults, as it should a chart that needs values.
+}
+
+func TestChartRefusesAWildcardRule(t *testing.T) {
+	c := loadChart(t)
+	for _, field := range []string{"apiGroups", "resources", "verbs"} {
+		_, vals := generated(t, []string{"printer"}, manifests.Options{})
+		rule := map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"get"}}
+		rule[field] = []any{"*"}
+		rules := vals["rules"].(map[string]any)
+		rules["engine"] = append(rules["engine"].([]any), rule)
+		if _, err := render(t, c, vals, "opkit", "opkit"); err == nil || !strings.Contains(err.Error(), `a rule has `+field+` "*"`) {
+			t.Errorf("rendered with a rule of %s \"*\": %v; want a refusal", field, err)
+		}
+	}
+}
+
+func TestChartRefusesReplicasWithoutASharedArchive(t *testing.T) {
+	c := loadChart(t)
+	_, vals := generated(t, []string{"printer"}, manifests.Options{})
+	vals["replicas"] = 2
+	if _, err := render(t, c, vals, "opkit", "opkit"); err == nil || !strings.Contains(err.Error(), "archive.secretName") {
+		t.Errorf("rendered two replicas without an archive Secret: %v; want a refusal", err)
+	}
+}
+
+func TestChartCRDIsTheOperatorCRD(t *testing.T) {
+	c := loadChart(t)
+	crds := c.CRDObjects()
+	if len(crds) != 1 {
+		t.Fatalf("crds/ holds %d files; want the Operator CRD", len(crds))
+	}
+	var got map[string]any
+	if err := yaml.Unmarshal(crds[0].File.Data, &got); err != nil {
+		t.Fatal(err)
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(v1alpha1.CustomResourceDefinition())
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(u, "status")
+	delete(u["metadata"].(map[string]any), "creationTimestamp")
+	if diff := cmp.Diff(jsonObject(t, u), got); diff != "" {
+		t.Errorf("%s (+) is not api/v1alpha1's Operator CRD (-); write it again:\n%s", crds[0].Filename, diff)
+	}
+}

@@ -1,0 +1,54 @@
+{{/* The labels of every object, and the Pods' selector. */}}
+{{- define "opkit.labels" -}}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: opkit
+{{- end }}
+
+{{/* The ClusterRole's name, and the Roles' in other namespaces: unique among engines. */}}
+{{- define "opkit.clusterRoleName" -}}
+{{ .Release.Namespace }}:{{ .Release.Name }}
+{{- end }}
+
+{{/* Whether leader election is on: asked for, or more than one replica. */}}
+{{- define "opkit.leaderElection" -}}
+{{- if or .Values.leaderElection (gt (int .Values.replicas) 1) }}true{{ end -}}
+{{- end }}
+
+{{/* Whether the console is served: only with authentication. */}}
+{{- define "opkit.console" -}}
+{{- if has .Values.console.auth (list "token" "kubernetes") }}true{{ end -}}
+{{- end }}
+
+{{/*
+opkit.check refuses values that would install an engine with rules it was
+not given, a wildcard, or a console without authentication.
+*/}}
+{{- define "opkit.check" -}}
+{{- $rules := .Values.rules | default dict -}}
+{{- if not (or $rules.cluster $rules.namespaces $rules.engine) -}}
+{{- fail "rules: no RBAC rules given. This chart has no default rules and never grants a wildcard: write the values for your definitions with `opkit generate values -f operator.yaml > values.yaml` and install with -f values.yaml" -}}
+{{- end -}}
+{{- $all := concat ($rules.cluster | default list) ($rules.engine | default list) -}}
+{{- range $ns, $nsRules := ($rules.namespaces | default dict) -}}
+{{- $all = concat $all $nsRules -}}
+{{- end -}}
+{{- range $rule := $all -}}
+{{- range $field := list "apiGroups" "resources" "verbs" "resourceNames" "nonResourceURLs" -}}
+{{- if has "*" (get $rule $field | default list) -}}
+{{- fail (printf "rules: a rule has %s \"*\"; the engine needs no wildcard: use the rules opkit generate values writes" $field) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.archive.secretName) -}}
+{{- fail "replicas: more than one replica share one PostgreSQL archive: set archive.secretName, a Secret whose key dsn is its URL" -}}
+{{- end -}}
+{{- if not (has .Values.console.auth (list "none" "token" "kubernetes")) -}}
+{{- fail (printf "console.auth %q: want none (no console), token or kubernetes; the console is never served without authentication" .Values.console.auth) -}}
+{{- end -}}
+{{- if and (eq .Values.console.auth "token") (not .Values.console.tokenSecret) -}}
+{{- fail "console.auth token: set console.tokenSecret, a Secret whose key token is the console's token" -}}
+{{- end -}}
+{{- if not (has .Values.operators.from (list "cluster" "files")) -}}
+{{- fail (printf "operators.from %q: want cluster or files" .Values.operators.from) -}}
+{{- end -}}
+{{- end }}

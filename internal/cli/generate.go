@@ -1,0 +1,124 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/opkit-dev/opkit/internal/manifests"
+)
+
+func newGenerateCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "generate",
+		Short: "Generate what installs the engine in a cluster: manifests, or the Helm chart's values",
+	}
+	cmd.AddCommand(newGenerateManifestsCommand(), newGenerateValuesCommand())
+	return cmd
+}
+
+// generateFlags are the options of generate manifests and values.
+type generateFlags struct {
+	files []string
+	opts  manifests.Options
+}
+
+func (f *generateFlags) register(cmd *cobra.Command) {
+	o := &f.opts
+	cmd.Flags().StringArrayVarP(&f.files, "file", "f", nil, "an Operator definition (YAML, several documents allowed); repeatable")
+	cmd.Flags().StringVar(&o.Namespace, "namespace", manifests.DefaultNamespace, "the engine's namespace")
+	cmd.Flags().StringVar(&o.Name, "name", manifests.DefaultName, "the name of the engine's objects (its ClusterRole is NAMESPACE:NAME)")
+	cmd.Flags().StringVar(&o.Image, "image", "", "the engine's image (default "+manifests.DefaultImageRepository+":VERSION)")
+	cmd.Flags().Int32Var(&o.Replicas, "replicas", 1, "replicas of the engine; more than one elect a leader (--leader-elect) and need --archive-secret")
+	cmd.Flags().BoolVar(&o.LeaderElection, "leader-elect", false, "run with leader election even with one replica (always with more)")
+	cmd.Flags().StringVar(&o.ArchiveSecret, "archive-secret", "", "a Secret in the engine's namespace whose key "+manifests.ArchiveKey+" is the archive's PostgreSQL URL (default: SQLite on an emptyDir, lost with the Pod)")
+	cmd.Flags().StringVar(&o.Operators, "operators", manifests.FromCluster, "where the engine reads the definitions: cluster (applied as Operator objects) or files (a ConfigMap mounted in its Pod)")
+	cmd.Flags().BoolVar(&o.AdmissionFinalizers, "admission-finalizers", false, "run with --admission-finalizers (a MutatingAdmissionPolicy per operator with delete handlers; Kubernetes 1.36+), and grant it")
+	cmd.Flags().StringVar(&o.Console.Auth, "console-auth", manifests.ConsoleAuthNone, "serve the console: none (no console), token (--console-token-secret) or kubernetes (TokenReview and SubjectAccessReview)")
+	cmd.Flags().StringVar(&o.Console.TokenSecret, "console-token-secret", "", "for --console-auth token: a Secret in the engine's namespace whose key "+manifests.TokenKey+" is the console's token")
+	cmd.Flags().StringVar(&o.Console.URL, "console-url", "", "the console's public base URL, linked from Events")
+	cmd.Flags().BoolVar(&o.Hooks, "hooks", false, "expose the hooks port (webhook deliveries) even when no definition has a source")
+}
+
+// generate compiles the definitions and computes the manifests, printing
+// warnings to stderr.
+func (f *generateFlags) generate(cmd *cobra.Command) (*manifests.Manifests, error) {
+	if len(f.files) == 0 && f.opts.Operators == manifests.FromFiles {
+		return nil, fmt.Errorf("--operators files: give the definitions with -f")
+	}
+	defs, err := compileFiles(f.files)
+	if err != nil {
+		return nil, err
+	}
+	printWarnings(cmd.ErrOrStderr(), defs...)
+	f.opts.Version = version()
+	m, err := manifests.New(defs, f.opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range m.Warnings {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
+	}
+	return m, nil
+}
+
+func newGenerateManifestsCommand() *cobra.Command {
+	f := &generateFlags{}
+	var noNamespace bool
+	cmd := &cobra.Command{
+		Use:   "manifests -f FILE... [flags]",
+		Short: "Print the manifests that install the engine for the definitions in FILEs, with least-privilege RBAC",
+		Long: `Print, as YAML, what runs the engine in a cluster for the Operators defined
+in FILEs: its Namespace, ServiceAccount, RBAC, Deployment, Service,
+PodDisruptionBudget (with more than one replica), and the definitions
+themselves — applied as Operator objects with their CRD (--operators
+cluster, the default), or mounted as files (--operators files).
+
+The ClusterRole and Roles grant exactly what the engine does for these
+definitions, each rule under a comment saying why, and never a wildcard: an
+Operator added or changed later may need more, so generate again. See
+docs/production.md for what each rule is for.
+
+  opkit generate manifests -f printer.yaml > opkit.yaml
+  kubectl apply --server-side -f opkit.yaml   # twice the first time: the
+                                               # Operators need their CRD`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.opts.CreateNamespace = !noNamespace
+			m, err := f.generate(cmd)
+			if err != nil {
+				return err
+			}
+			return m.WriteManifests(cmd.OutOrStdout())
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&noNamespace, "no-namespace", false, "leave the Namespace object out (it exists already)")
+	return cmd
+}
+
+func newGenerateValuesCommand() *cobra.Command {
+	f := &generateFlags{}
+	cmd := &cobra.Command{
+		Use:   "values -f FILE... [flags]",
+		Short: "Print the Helm chart's values (RBAC rules included) for the definitions in FILEs",
+		Long: `Print the values of the Helm chart deploy/helm/opkit for the Operators
+defined in FILEs, the RBAC rules they need included: the chart refuses to
+render without rules, and never grants a wildcard. Rendered with these
+values, the chart gives the objects of opkit generate manifests with the
+same flags (its release's name and namespace are --name and --namespace).
+
+  opkit generate values -f printer.yaml > values.yaml
+  helm install opkit deploy/helm/opkit -n opkit --create-namespace -f values.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, err := f.generate(cmd)
+			if err != nil {
+				return err
+			}
+			return m.WriteValues(cmd.OutOrStdout())
+		},
+	}
+	f.register(cmd)
+	return cmd
+}

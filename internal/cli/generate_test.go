@@ -1,0 +1,77 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+func TestGenerateManifestsPrintsTheEngineAndItsOperators(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"generate", "manifests", "-f", "../../examples/printer/operator.yaml", "--namespace", "ops", "--image", "registry.example.com/opkit:v1"}
+	if code := Main(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var kinds []string
+	for doc := range strings.SplitSeq(stdout.String(), "\n---\n") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("a document does not parse: %v\n%s", err, doc)
+		}
+		kinds = append(kinds, obj["kind"].(string))
+	}
+	want := "Namespace CustomResourceDefinition ServiceAccount ClusterRole ClusterRoleBinding Deployment Service Operator"
+	if got := strings.Join(kinds, " "); got != want {
+		t.Errorf("kinds %s, want %s", got, want)
+	}
+	for _, s := range []string{"# operator printer: keeps its children v1 Pod converged", "name: ops:opkit", "image: registry.example.com/opkit:v1"} {
+		if !strings.Contains(stdout.String(), s) {
+			t.Errorf("the manifests lack %q", s)
+		}
+	}
+}
+
+func TestGenerateValuesWritesTheRules(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"generate", "values", "-f", "../../examples/team-watch/operator.yaml"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var v struct {
+		Rules struct {
+			Cluster    []map[string]any            `json:"cluster"`
+			Namespaces map[string][]map[string]any `json:"namespaces"`
+		} `json:"rules"`
+		Operators struct {
+			Definitions map[string]any `json:"definitions"`
+		} `json:"operators"`
+	}
+	if err := yaml.Unmarshal(stdout.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Rules.Cluster) == 0 || len(v.Rules.Namespaces["team-a"]) != 1 || v.Operators.Definitions["team-watch"] == nil {
+		t.Errorf("values %+v", v)
+	}
+}
+
+func TestGenerateRefusesWhatCannotWork(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--replicas", "2"}, "--archive-secret"},
+		{[]string{"--console-auth", "token"}, "--console-token-secret"},
+		{[]string{"--console-auth", "open"}, "the console is never served without authentication"},
+	} {
+		var stdout, stderr bytes.Buffer
+		args := append([]string{"generate", "manifests", "-f", "../../examples/printer/operator.yaml"}, tc.args...)
+		if code := Main(args, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), tc.want) || stdout.Len() > 0 {
+			t.Errorf("%v: exit %d, stderr %q, %d bytes out; want 1 and an error naming %s", tc.args, code, stderr.String(), stdout.Len(), tc.want)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"generate", "manifests", "-f", "nosuch.yaml"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "nosuch.yaml") {
+		t.Errorf("a missing file: exit %d, %q", code, stderr.String())
+	}
+}

@@ -1,0 +1,356 @@
+package manifests
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// Manifests are what installs an engine for some definitions.
+type Manifests struct {
+	// Options are those given, with their defaults.
+	Options Options
+	// Rules are the engine's RBAC rules.
+	Rules *Rules
+	// Warnings are what had to be assumed (a kind's resource name).
+	Warnings []string
+
+	defs []*definition.Definition
+}
+
+// New computes the manifests of an engine running defs as opts says. An
+// error names the option at fault.
+func New(defs []*definition.Definition, opts Options) (*Manifests, error) {
+	opts = opts.withDefaults()
+	if slices.ContainsFunc(defs, func(d *definition.Definition) bool { return len(d.Sources) > 0 }) {
+		opts.Hooks = true
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	rules, warnings := ComputeRules(defs, opts)
+	return &Manifests{Options: opts, Rules: rules, Warnings: warnings, defs: defs}, nil
+}
+
+// Labels on every object of the engine; the Pods' selector.
+func (m *Manifests) labels() map[string]string {
+	return map[string]string{"app.kubernetes.io/name": "opkit", "app.kubernetes.io/instance": m.Options.Name}
+}
+
+func (m *Manifests) meta(name string, namespaced bool) metav1.ObjectMeta {
+	om := metav1.ObjectMeta{Name: name, Labels: m.labels()}
+	if namespaced {
+		om.Namespace = m.Options.Namespace
+	}
+	return om
+}
+
+// ClusterRoleName is the name of the engine's ClusterRole and
+// ClusterRoleBinding, and of its Role in each other namespace:
+// <namespace>:<name>, unique among engines.
+func (m *Manifests) ClusterRoleName() string { return m.Options.Namespace + ":" + m.Options.Name }
+
+// Objects returns every object, in the order to apply them: the
+// Namespace (with CreateNamespace), the Operator CRD (FromCluster), the
+// ServiceAccount, the ClusterRole, the Roles and their bindings, the
+// definitions' ConfigMap (FromFiles), the Deployment, the Service, the
+// PodDisruptionBudget (more than one replica), and the Operators
+// (FromCluster).
+func (m *Manifests) Objects() ([]*unstructured.Unstructured, error) {
+	o := m.Options
+	var objs []runtime.Object
+	if o.CreateNamespace {
+		objs = append(objs, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": o.Namespace}}})
+	}
+	if o.Operators == FromCluster {
+		objs = append(objs, v1alpha1.CustomResourceDefinition())
+	}
+	objs = append(objs, &corev1.ServiceAccount{TypeMeta: typeMeta("v1", "ServiceAccount"), ObjectMeta: m.meta(o.Name, true)})
+	objs = append(objs, m.rbac()...)
+	files, err := m.operatorFiles()
+	if err != nil {
+		return nil, err
+	}
+	if o.Operators == FromFiles {
+		objs = append(objs, &corev1.ConfigMap{TypeMeta: typeMeta("v1", "ConfigMap"), ObjectMeta: m.meta(o.Name+"-operators", true), Data: files})
+	}
+	objs = append(objs, m.deployment(), m.service())
+	if o.Replicas > 1 {
+		objs = append(objs, m.disruptionBudget())
+	}
+	var out []*unstructured.Unstructured
+	for _, obj := range objs {
+		u, err := toUnstructured(obj)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	if o.Operators == FromCluster {
+		for _, op := range m.operators() {
+			u, err := toUnstructured(op)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+func typeMeta(apiVersion, kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
+}
+
+// rbac is the ClusterRole, the Roles, and their bindings.
+func (m *Manifests) rbac() []runtime.Object {
+	o := m.Options
+	subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: o.Name, Namespace: o.Namespace}}
+	name := m.ClusterRoleName()
+	objs := []runtime.Object{
+		&rbacv1.ClusterRole{TypeMeta: typeMeta("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: m.meta(name, false), Rules: PolicyRules(m.Rules.Cluster)},
+		&rbacv1.ClusterRoleBinding{
+			TypeMeta: typeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: m.meta(name, false),
+			RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name}, Subjects: subjects,
+		},
+	}
+	role := func(namespace, name string, rules []Rule) []runtime.Object {
+		om := m.meta(name, true)
+		om.Namespace = namespace
+		return []runtime.Object{
+			&rbacv1.Role{TypeMeta: typeMeta("rbac.authorization.k8s.io/v1", "Role"), ObjectMeta: om, Rules: PolicyRules(rules)},
+			&rbacv1.RoleBinding{
+				TypeMeta: typeMeta("rbac.authorization.k8s.io/v1", "RoleBinding"), ObjectMeta: om,
+				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name}, Subjects: subjects,
+			},
+		}
+	}
+	if len(m.Rules.Engine) > 0 {
+		objs = append(objs, role(o.Namespace, o.Name, m.Rules.Engine)...)
+	}
+	for _, ns := range sortedKeys(m.Rules.Namespaces) {
+		objs = append(objs, role(ns, name, m.Rules.Namespaces[ns])...)
+	}
+	return objs
+}
+
+// operators are the definitions as Operator objects, by name: their
+// defaulted spec, name, labels and annotations.
+func (m *Manifests) operators() []*v1alpha1.Operator {
+	var out []*v1alpha1.Operator
+	for _, d := range m.defs {
+		out = append(out, &v1alpha1.Operator{
+			TypeMeta: typeMeta(v1alpha1.SchemeGroupVersion.String(), v1alpha1.Kind),
+			ObjectMeta: metav1.ObjectMeta{
+				Name: d.Operator.Name, Labels: d.Operator.Labels, Annotations: d.Operator.Annotations,
+			},
+			Spec: *d.Operator.Spec.DeepCopy(),
+		})
+	}
+	slices.SortFunc(out, func(a, b *v1alpha1.Operator) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// operatorFiles are the definitions' files in the ConfigMap of
+// FromFiles, by key: <operator>.yaml.
+func (m *Manifests) operatorFiles() (map[string]string, error) {
+	files := map[string]string{}
+	for _, op := range m.operators() {
+		u, err := toUnstructured(op)
+		if err != nil {
+			return nil, err
+		}
+		data, err := yaml.Marshal(u.Object)
+		if err != nil {
+			return nil, err
+		}
+		files[op.Name+".yaml"] = string(data)
+	}
+	return files, nil
+}
+
+// args are the engine's command line.
+func (m *Manifests) args() []string {
+	o := m.Options
+	port := func(p int32) string { return ":" + strconv.Itoa(int(p)) }
+	args := []string{"run", "--metrics-addr", port(o.MetricsPort), "--hooks-addr", port(o.HooksPort)}
+	if o.LeaderElection {
+		args = append(args, "--leader-elect")
+	}
+	if o.AdmissionFinalizers {
+		args = append(args, "--admission-finalizers")
+	}
+	if o.Console.served() {
+		args = append(args, "--console", port(o.ConsolePort), "--console-auth", o.Console.Auth)
+		if o.Console.URL != "" {
+			args = append(args, "--console-url", o.Console.URL)
+		}
+	}
+	if o.Operators == FromFiles {
+		for _, op := range m.operators() {
+			args = append(args, "-f", OperatorsDir+"/"+op.Name+".yaml")
+		}
+	}
+	return args
+}
+
+func (m *Manifests) deployment() *appsv1.Deployment {
+	o := m.Options
+	env := []corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}
+	mounts := []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
+	volumes := []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	if o.ArchiveSecret != "" {
+		env = append(env, corev1.EnvVar{Name: "OPKIT_ARCHIVE", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: o.ArchiveSecret}, Key: ArchiveKey,
+		}}})
+	} else {
+		env = append(env, corev1.EnvVar{Name: "OPKIT_ARCHIVE", Value: SQLitePath})
+		mounts = append(mounts, corev1.VolumeMount{Name: "archive", MountPath: "/var/lib/opkit"})
+		volumes = append(volumes, corev1.Volume{Name: "archive", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	}
+	if o.Console.Auth == ConsoleAuthToken {
+		env = append(env, corev1.EnvVar{Name: "OPKIT_CONSOLE_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: o.Console.TokenSecret}, Key: TokenKey,
+		}}})
+	}
+	if o.Operators == FromFiles {
+		mounts = append(mounts, corev1.VolumeMount{Name: "operators", MountPath: OperatorsDir, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: "operators", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: o.Name + "-operators"},
+		}}})
+	}
+	ports := []corev1.ContainerPort{{Name: "metrics", ContainerPort: o.MetricsPort, Protocol: corev1.ProtocolTCP}}
+	if o.Hooks {
+		ports = append(ports, corev1.ContainerPort{Name: "hooks", ContainerPort: o.HooksPort, Protocol: corev1.ProtocolTCP})
+	}
+	if o.Console.served() {
+		ports = append(ports, corev1.ContainerPort{Name: "console", ContainerPort: o.ConsolePort, Protocol: corev1.ProtocolTCP})
+	}
+	probe := func(path string, period int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("metrics")}},
+			PeriodSeconds: period, TimeoutSeconds: 5, FailureThreshold: 3,
+		}
+	}
+	pod := corev1.PodSpec{
+		ServiceAccountName:           o.Name,
+		AutomountServiceAccountToken: ptr.To(true),
+		EnableServiceLinks:           ptr.To(false),
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(UID)), RunAsGroup: ptr.To(int64(UID)),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Containers: []corev1.Container{{
+			Name: "engine", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
+			Args: m.args(), Env: env, Ports: ports,
+			LivenessProbe:  probe("/healthz", 10),
+			ReadinessProbe: probe("/readyz", 5),
+			Resources:      *o.Resources.DeepCopy(),
+			SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true), RunAsNonRoot: ptr.To(true),
+				Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			VolumeMounts: mounts,
+		}},
+		Volumes: volumes,
+	}
+	if o.Replicas > 1 {
+		pod.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+				Weight: 100,
+				PodAffinityTerm: corev1.PodAffinityTerm{
+					LabelSelector: &metav1.LabelSelector{MatchLabels: m.labels()},
+					TopologyKey:   "kubernetes.io/hostname",
+				},
+			}},
+		}}
+	}
+	return &appsv1.Deployment{
+		TypeMeta: typeMeta("apps/v1", "Deployment"), ObjectMeta: m.meta(o.Name, true),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(o.Replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: m.labels()},
+			// Never two engines at once without leader election; with
+			// it, Recreate stops the old replicas, the leader releasing
+			// its Lease, then starts the new ones.
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: m.labels()}, Spec: pod},
+		},
+	}
+}
+
+func (m *Manifests) service() *corev1.Service {
+	o := m.Options
+	port := func(name string, p int32) corev1.ServicePort {
+		return corev1.ServicePort{Name: name, Port: p, TargetPort: intstr.FromString(name), Protocol: corev1.ProtocolTCP}
+	}
+	ports := []corev1.ServicePort{port("metrics", o.MetricsPort)}
+	if o.Hooks {
+		ports = append(ports, port("hooks", o.HooksPort))
+	}
+	if o.Console.served() {
+		ports = append(ports, port("console", o.ConsolePort))
+	}
+	return &corev1.Service{
+		TypeMeta: typeMeta("v1", "Service"), ObjectMeta: m.meta(o.Name, true),
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Selector: m.labels(), Ports: ports},
+	}
+}
+
+func (m *Manifests) disruptionBudget() *policyv1.PodDisruptionBudget {
+	o := m.Options
+	return &policyv1.PodDisruptionBudget{
+		TypeMeta: typeMeta("policy/v1", "PodDisruptionBudget"), ObjectMeta: m.meta(o.Name, true),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable:             ptr.To(intstr.FromInt32(1)),
+			Selector:                   &metav1.LabelSelector{MatchLabels: m.labels()},
+			UnhealthyPodEvictionPolicy: ptr.To(policyv1.AlwaysAllow),
+		},
+	}
+}
+
+// toUnstructured converts a typed object, leaving out what the API
+// fills (status, creationTimestamp).
+func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, fmt.Errorf("converting %T: %w", obj, err)
+	}
+	delete(u, "status")
+	prune(u)
+	return &unstructured.Unstructured{Object: u}, nil
+}
+
+// prune drops nulls (a creationTimestamp: null), recursively.
+func prune(m map[string]any) {
+	for k, v := range m {
+		switch t := v.(type) {
+		case nil:
+			delete(m, k)
+		case map[string]any:
+			prune(t)
+		case []any:
+			for _, item := range t {
+				if im, ok := item.(map[string]any); ok {
+					prune(im)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,205 @@
+package manifests_test
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/opkit-dev/opkit/internal/manifests"
+)
+
+func objects(t *testing.T, opts manifests.Options, examples ...string) map[string]*unstructured.Unstructured {
+	t.Helper()
+	m, err := manifests.New(compileExamples(t, examples...), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := m.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		out[o.GetKind()+"/"+o.GetName()] = o
+	}
+	return out
+}
+
+func deployment(t *testing.T, objs map[string]*unstructured.Unstructured, name string) *appsv1.Deployment {
+	t.Helper()
+	u := objs["Deployment/"+name]
+	if u == nil {
+		t.Fatalf("no Deployment %s among %v", name, keys(objs))
+	}
+	d := &appsv1.Deployment{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func keys(m map[string]*unstructured.Unstructured) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestEnginePodIsRestrictedProbedAndRunsTheOperatorsOfTheCluster(t *testing.T) {
+	objs := objects(t, manifests.Options{CreateNamespace: true}, "printer")
+	for _, k := range []string{"Namespace/opkit", "CustomResourceDefinition/operators.opkit.dev", "ServiceAccount/opkit", "ClusterRole/opkit:opkit",
+		"ClusterRoleBinding/opkit:opkit", "Deployment/opkit", "Service/opkit", "Operator/printer"} {
+		if objs[k] == nil {
+			t.Errorf("no %s among %v", k, keys(objs))
+		}
+	}
+	for _, k := range []string{"PodDisruptionBudget/opkit", "Role/opkit", "ConfigMap/opkit-operators"} {
+		if objs[k] != nil {
+			t.Errorf("%s with one replica, no leader election, and Operators from the cluster", k)
+		}
+	}
+	d := deployment(t, objs, "opkit")
+	pod := d.Spec.Template.Spec
+	c := pod.Containers[0]
+	sc, psc := c.SecurityContext, pod.SecurityContext
+	if !*psc.RunAsNonRoot || *psc.RunAsUser != 65532 || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault ||
+		*sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("not the restricted pod security: pod %+v, container %+v", psc, sc)
+	}
+	if want := []string{"run", "--metrics-addr", ":7381", "--hooks-addr", ":7382"}; !slices.Equal(c.Args, want) {
+		t.Errorf("args %q, want %q", c.Args, want)
+	}
+	if c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.ReadinessProbe.HTTPGet.Port.String() != "metrics" {
+		t.Errorf("probes %+v, %+v", c.LivenessProbe, c.ReadinessProbe)
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	if env["POD_NAMESPACE"].ValueFrom.FieldRef.FieldPath != "metadata.namespace" || env["OPKIT_ARCHIVE"].Value != manifests.SQLitePath {
+		t.Errorf("env %+v", c.Env)
+	}
+	if pod.ServiceAccountName != "opkit" || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType || pod.Affinity != nil {
+		t.Errorf("service account %q, strategy %q, affinity %+v", pod.ServiceAccountName, d.Spec.Strategy.Type, pod.Affinity)
+	}
+	if got := objs["Service/opkit"].Object["spec"].(map[string]any)["ports"].([]any); len(got) != 1 {
+		t.Errorf("Service ports %v; want metrics alone (no source, no console)", got)
+	}
+}
+
+func TestReplicasShareAPostgreSQLArchiveElectALeaderAndSpread(t *testing.T) {
+	objs := objects(t, manifests.Options{Replicas: 3, ArchiveSecret: "opkit-db"}, "deploy-notifier")
+	d := deployment(t, objs, "opkit")
+	c := d.Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--leader-elect") || *d.Spec.Replicas != 3 {
+		t.Errorf("args %q, replicas %d", c.Args, *d.Spec.Replicas)
+	}
+	archive := c.Env[slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "OPKIT_ARCHIVE" })]
+	if ref := archive.ValueFrom.SecretKeyRef; ref == nil || ref.Name != "opkit-db" || ref.Key != "dsn" {
+		t.Errorf("OPKIT_ARCHIVE %+v", archive)
+	}
+	if slices.ContainsFunc(d.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "archive" }) {
+		t.Errorf("a SQLite volume beside a PostgreSQL archive")
+	}
+	aa := d.Spec.Template.Spec.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+	if len(aa) != 1 || aa[0].PodAffinityTerm.TopologyKey != "kubernetes.io/hostname" {
+		t.Errorf("anti-affinity %+v", aa)
+	}
+	pdb := &policyv1.PodDisruptionBudget{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["PodDisruptionBudget/opkit"].Object, pdb); err != nil {
+		t.Fatal(err)
+	}
+	if pdb.Spec.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("PodDisruptionBudget %+v", pdb.Spec)
+	}
+	if objs["Role/opkit"] == nil {
+		t.Errorf("no Role for the Lease")
+	}
+	ports := objs["Service/opkit"].Object["spec"].(map[string]any)["ports"].([]any)
+	if len(ports) != 2 || ports[1].(map[string]any)["name"] != "hooks" {
+		t.Errorf("Service ports %v; want metrics and hooks (the definition has a source)", ports)
+	}
+}
+
+func TestConsoleIsServedOnlyWithAuthentication(t *testing.T) {
+	d := deployment(t, objects(t, manifests.Options{Console: manifests.Console{Auth: manifests.ConsoleAuthNone}}, "printer"), "opkit")
+	if slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--console") {
+		t.Errorf("console served without auth: %q", d.Spec.Template.Spec.Containers[0].Args)
+	}
+	objs := objects(t, manifests.Options{Console: manifests.Console{Auth: manifests.ConsoleAuthToken, TokenSecret: "console", URL: "https://opkit.example.com"}}, "printer")
+	c := deployment(t, objs, "opkit").Spec.Template.Spec.Containers[0]
+	if want := []string{"--console", ":7380", "--console-auth", "token", "--console-url", "https://opkit.example.com"}; !strings.Contains(strings.Join(c.Args, " "), strings.Join(want, " ")) {
+		t.Errorf("args %q, want %q", c.Args, want)
+	}
+	if i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "OPKIT_CONSOLE_TOKEN" }); i < 0 || c.Env[i].ValueFrom.SecretKeyRef.Name != "console" {
+		t.Errorf("env %+v; want the token from the Secret console", c.Env)
+	}
+}
+
+func TestDefinitionsFromFilesAreMountedFromAConfigMap(t *testing.T) {
+	objs := objects(t, manifests.Options{Operators: manifests.FromFiles}, "printer", "handlers")
+	if objs["Operator/printer"] != nil || objs["CustomResourceDefinition/operators.opkit.dev"] != nil {
+		t.Errorf("Operators or their CRD with definitions from files: %v", keys(objs))
+	}
+	cm := objs["ConfigMap/opkit-operators"]
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	var op map[string]any
+	if err := yaml.Unmarshal([]byte(data["greetings.yaml"]), &op); err != nil || op["kind"] != "Operator" {
+		t.Errorf("greetings.yaml %q: %v", data["greetings.yaml"], err)
+	}
+	args := deployment(t, objs, "opkit").Spec.Template.Spec.Containers[0].Args
+	if want := "-f /etc/opkit/operators/greetings.yaml -f /etc/opkit/operators/printer.yaml"; !strings.HasSuffix(strings.Join(args, " "), want) {
+		t.Errorf("args %q, want them to end with %q", args, want)
+	}
+}
+
+func TestOptionsThatCannotWorkAreRefusedNamingTheFlag(t *testing.T) {
+	defs := compileExamples(t, "printer")
+	for _, tc := range []struct {
+		opts manifests.Options
+		want string
+	}{
+		{manifests.Options{Replicas: 2}, "--archive-secret"},
+		{manifests.Options{Console: manifests.Console{Auth: manifests.ConsoleAuthToken}}, "--console-token-secret"},
+		{manifests.Options{Console: manifests.Console{Auth: "open"}}, "--console-auth \"open\""},
+		{manifests.Options{Console: manifests.Console{URL: "https://x"}}, "--console-url"},
+		{manifests.Options{Operators: "git"}, "--operators"},
+		{manifests.Options{Namespace: "Opkit"}, "--namespace"},
+		{manifests.Options{MetricsPort: 7382}, "ports are both 7382"},
+	} {
+		_, err := manifests.New(defs, tc.opts)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("options %+v: %v; want an error naming %s", tc.opts, err, tc.want)
+		}
+	}
+}
+
+func TestManifestsSayWhyEachRuleIsThere(t *testing.T) {
+	m, err := manifests.New(compileExamples(t, "team-watch"), manifests.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := m.WriteManifests(&b); err != nil {
+		t.Fatal(err)
+	}
+	text := b.String()
+	for _, want := range []string{
+		"# operator team-watch: watches apps/v1 Deployment\n- apiGroups:\n  - apps\n  resources:\n  - deployments\n",
+		"kind: Role\nmetadata:\n  labels:\n    app.kubernetes.io/instance: opkit\n    app.kubernetes.io/name: opkit\n  name: opkit:opkit\n  namespace: team-a\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the manifests lack\n%s", want)
+		}
+	}
+}

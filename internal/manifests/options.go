@@ -1,0 +1,223 @@
+package manifests
+
+import (
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Where the engine reads its definitions from (Options.Operators).
+const (
+	// FromCluster: the definitions are applied as Operator objects, which
+	// the engine runs (opkit run without -f); an Operator added or changed
+	// later runs without a restart, within the rules granted.
+	FromCluster = "cluster"
+	// FromFiles: the definitions are a ConfigMap mounted into the engine's
+	// Pod (opkit run -f); changing one restarts the Pod.
+	FromFiles = "files"
+)
+
+// Console authentication (Options.Console.Auth).
+const (
+	// ConsoleAuthNone serves no console: without authentication it may
+	// listen on loopback only, which no one outside the Pod reaches.
+	ConsoleAuthNone = "none"
+	// ConsoleAuthToken serves it to whoever has the token of a Secret.
+	ConsoleAuthToken = "token"
+	// ConsoleAuthKubernetes serves it to Kubernetes users, each checked by
+	// TokenReview and SubjectAccessReview.
+	ConsoleAuthKubernetes = "kubernetes"
+)
+
+// Defaults of Options.
+const (
+	DefaultName      = "opkit"
+	DefaultNamespace = "opkit"
+	// DefaultImageRepository is the engine's image without its tag; the tag
+	// defaults to the version of the opkit that generates.
+	DefaultImageRepository = "ghcr.io/opkit-dev/opkit"
+	DefaultMetricsPort     = 7381
+	DefaultHooksPort       = 7382
+	DefaultConsolePort     = 7380
+	// LeaseName is the Lease of leader election (opkit run's
+	// --leader-elect-lease default).
+	LeaseName = "opkit-engine"
+	// ArchiveKey is the key of Options.ArchiveSecret that holds the DSN.
+	ArchiveKey = "dsn"
+	// TokenKey is the key of Options.Console.TokenSecret.
+	TokenKey = "token"
+	// OperatorsDir is where the definitions are mounted with FromFiles.
+	OperatorsDir = "/etc/opkit/operators"
+	// SQLitePath is the archive without ArchiveSecret: a SQLite file on
+	// an emptyDir, lost with the Pod.
+	SQLitePath = "/var/lib/opkit/runs.db"
+	// UID is the user and group the engine runs as (the image's nonroot).
+	UID = 65532
+)
+
+// Options says how the engine is installed. The zero value is one
+// replica named opkit in namespace opkit, running the definitions applied
+// as Operator objects, with a SQLite archive that lasts as long as its
+// Pod, no console, and its metrics and health on port 7381.
+type Options struct {
+	// Name names the engine's objects: its ServiceAccount, Deployment,
+	// Service, PodDisruptionBudget and Role; its ClusterRole is
+	// <Namespace>:<Name>. Defaults to opkit.
+	Name string
+	// Namespace is the engine's. Defaults to opkit.
+	Namespace string
+	// CreateNamespace adds the Namespace object (the manifests only: a
+	// Helm chart leaves it to helm install --create-namespace).
+	CreateNamespace bool
+	// Image is the engine's image. Defaults to DefaultImageRepository with
+	// the tag Version, or latest without one.
+	Image string
+	// Version is the default image's tag.
+	Version string
+	// Replicas of the engine. Defaults to 1. More than one needs
+	// ArchiveSecret (a PostgreSQL archive they share) and turns
+	// LeaderElection on.
+	Replicas int32
+	// LeaderElection runs the engine with --leader-elect: one replica, the
+	// holder of the Lease LeaseName, acts. Defaults to Replicas > 1.
+	LeaderElection bool
+	// ArchiveSecret names a Secret in Namespace whose key dsn holds the
+	// archive's PostgreSQL URL, given to the engine as $OPKIT_ARCHIVE.
+	// Defaults to none: a SQLite file on an emptyDir, lost with the Pod.
+	ArchiveSecret string
+	// Operators is FromCluster (the default) or FromFiles.
+	Operators string
+	// AdmissionFinalizers runs the engine with --admission-finalizers,
+	// which needs rights on MutatingAdmissionPolicies.
+	AdmissionFinalizers bool
+	// Console serves the web console beside the engine, only with
+	// authentication.
+	Console Console
+	// Hooks exposes the hooks port (webhook deliveries) on the Service.
+	// Defaults to whether a definition has sources.
+	Hooks bool
+	// Ports of the engine's listeners. Each defaults to its Default*Port.
+	MetricsPort, HooksPort, ConsolePort int32
+	// Resources of the engine's container. Defaults to a request of 100m
+	// CPU and 192Mi of memory and a limit of 512Mi (docs/production.md,
+	// Sizing).
+	Resources *corev1.ResourceRequirements
+}
+
+// Console is how the console is served.
+type Console struct {
+	// Auth is ConsoleAuthNone (the default: no console),
+	// ConsoleAuthToken or ConsoleAuthKubernetes.
+	Auth string
+	// TokenSecret names a Secret in the engine's namespace whose key token
+	// is the console's token; required with ConsoleAuthToken.
+	TokenSecret string
+	// URL is the console's public base URL, linked from Events; optional.
+	URL string
+}
+
+// served reports whether the console is served.
+func (c Console) served() bool { return c.Auth == ConsoleAuthToken || c.Auth == ConsoleAuthKubernetes }
+
+// DefaultResources are Options.Resources' default.
+func DefaultResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("192Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+	}
+}
+
+// withDefaults returns the options with their defaults.
+func (o Options) withDefaults() Options {
+	if o.Name == "" {
+		o.Name = DefaultName
+	}
+	if o.Namespace == "" {
+		o.Namespace = DefaultNamespace
+	}
+	if o.Image == "" {
+		tag := o.Version
+		if tag == "" || tag == "(devel)" {
+			tag = "latest"
+		}
+		o.Image = DefaultImageRepository + ":" + tag
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.Replicas > 1 {
+		o.LeaderElection = true
+	}
+	if o.Operators == "" {
+		o.Operators = FromCluster
+	}
+	if o.Console.Auth == "" {
+		o.Console.Auth = ConsoleAuthNone
+	}
+	if o.MetricsPort == 0 {
+		o.MetricsPort = DefaultMetricsPort
+	}
+	if o.HooksPort == 0 {
+		o.HooksPort = DefaultHooksPort
+	}
+	if o.ConsolePort == 0 {
+		o.ConsolePort = DefaultConsolePort
+	}
+	if o.Resources == nil {
+		r := DefaultResources()
+		o.Resources = &r
+	}
+	return o
+}
+
+// validate says what is wrong with defaulted options, naming the flag of
+// opkit generate.
+func (o Options) validate() error {
+	var errs []error
+	for _, n := range []struct{ flag, value string }{{"--name", o.Name}, {"--namespace", o.Namespace}} {
+		if msgs := validation.IsDNS1123Label(n.value); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s %q: %v", n.flag, n.value, msgs))
+		}
+	}
+	if o.Replicas < 1 {
+		errs = append(errs, fmt.Errorf("--replicas %d: at least 1", o.Replicas))
+	}
+	if o.Replicas > 1 && o.ArchiveSecret == "" {
+		errs = append(errs, fmt.Errorf("--replicas %d: replicas share one PostgreSQL archive: name the Secret holding its URL (key %s) with --archive-secret", o.Replicas, ArchiveKey))
+	}
+	if o.Operators != FromCluster && o.Operators != FromFiles {
+		errs = append(errs, fmt.Errorf("--operators %q: want %s or %s", o.Operators, FromCluster, FromFiles))
+	}
+	switch o.Console.Auth {
+	case ConsoleAuthNone, ConsoleAuthKubernetes:
+		if o.Console.TokenSecret != "" {
+			errs = append(errs, errors.New("--console-token-secret is for --console-auth token"))
+		}
+	case ConsoleAuthToken:
+		if o.Console.TokenSecret == "" {
+			errs = append(errs, fmt.Errorf("--console-auth token: name the Secret holding the token (key %s) with --console-token-secret", TokenKey))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--console-auth %q: want none (no console), token or kubernetes; the console is never served without authentication", o.Console.Auth))
+	}
+	if o.Console.URL != "" && !o.Console.served() {
+		errs = append(errs, errors.New("--console-url: no console is served: choose --console-auth token or kubernetes"))
+	}
+	ports := map[int32]string{}
+	for _, p := range []struct {
+		name string
+		port int32
+	}{{"metrics", o.MetricsPort}, {"hooks", o.HooksPort}, {"console", o.ConsolePort}} {
+		if p.port < 1 || p.port > 65535 {
+			errs = append(errs, fmt.Errorf("the %s port %d is not a port", p.name, p.port))
+		}
+		if other, ok := ports[p.port]; ok {
+			errs = append(errs, fmt.Errorf("the %s and %s ports are both %d", other, p.name, p.port))
+		}
+		ports[p.port] = p.name
+	}
+	return errors.Join(errs...)
+}

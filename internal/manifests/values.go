@@ -1,0 +1,161 @@
+package manifests
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// The values of the Helm chart deploy/helm/opkit: with them it renders
+// the objects Objects returns, but the Namespace (helm install
+// --create-namespace makes it) and the Operator CRD, which is in the
+// chart's crds/ (Helm installs it before the rest); the release's name
+// and namespace are Options.Name and Options.Namespace.
+type values struct {
+	Image               string        `json:"image" yaml:"image"`
+	Replicas            int32         `json:"replicas" yaml:"replicas"`
+	LeaderElection      bool          `json:"leaderElection" yaml:"leaderElection"`
+	AdmissionFinalizers bool          `json:"admissionFinalizers" yaml:"admissionFinalizers"`
+	Archive             archiveValues `json:"archive" yaml:"archive"`
+	Console             consoleValues `json:"console" yaml:"console"`
+	Hooks               hooksValues   `json:"hooks" yaml:"hooks"`
+	Ports               portValues    `json:"ports" yaml:"ports"`
+	Resources           any           `json:"resources" yaml:"resources"`
+	Operators           operatorsVal  `json:"operators" yaml:"operators"`
+	Rules               rulesValues   `json:"rules" yaml:"rules"`
+}
+
+type archiveValues struct {
+	SecretName string `json:"secretName" yaml:"secretName"`
+}
+
+type consoleValues struct {
+	Auth        string `json:"auth" yaml:"auth"`
+	TokenSecret string `json:"tokenSecret" yaml:"tokenSecret"`
+	URL         string `json:"url" yaml:"url"`
+}
+
+type hooksValues struct {
+	Enabled bool `json:"enabled" yaml:"enabled"`
+}
+
+type portValues struct {
+	Metrics int32 `json:"metrics" yaml:"metrics"`
+	Hooks   int32 `json:"hooks" yaml:"hooks"`
+	Console int32 `json:"console" yaml:"console"`
+}
+
+type operatorsVal struct {
+	From string `json:"from" yaml:"from"`
+	// Definitions are the Operator objects, by name.
+	Definitions map[string]any `json:"definitions" yaml:"definitions"`
+}
+
+type rulesValues struct {
+	Cluster    []any            `json:"cluster" yaml:"cluster"`
+	Namespaces map[string][]any `json:"namespaces" yaml:"namespaces"`
+	Engine     []any            `json:"engine" yaml:"engine"`
+}
+
+func (m *Manifests) values() (*values, error) {
+	o := m.Options
+	v := &values{
+		Image: o.Image, Replicas: o.Replicas, LeaderElection: o.LeaderElection, AdmissionFinalizers: o.AdmissionFinalizers,
+		Archive:   archiveValues{SecretName: o.ArchiveSecret},
+		Console:   consoleValues{Auth: o.Console.Auth, TokenSecret: o.Console.TokenSecret, URL: o.Console.URL},
+		Hooks:     hooksValues{Enabled: o.Hooks},
+		Ports:     portValues{Metrics: o.MetricsPort, Hooks: o.HooksPort, Console: o.ConsolePort},
+		Operators: operatorsVal{From: o.Operators, Definitions: map[string]any{}},
+		Rules:     rulesValues{Namespaces: map[string][]any{}},
+	}
+	var err error
+	if v.Resources, err = jsonValue(o.Resources); err != nil {
+		return nil, err
+	}
+	for _, op := range m.operators() {
+		u, err := toUnstructured(op)
+		if err != nil {
+			return nil, err
+		}
+		v.Operators.Definitions[op.Name] = u.Object
+	}
+	list := func(rules []Rule) ([]any, error) {
+		out := []any{}
+		for _, r := range rules {
+			x, err := jsonValue(r.PolicyRule)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, x)
+		}
+		return out, nil
+	}
+	if v.Rules.Cluster, err = list(m.Rules.Cluster); err != nil {
+		return nil, err
+	}
+	if v.Rules.Engine, err = list(m.Rules.Engine); err != nil {
+		return nil, err
+	}
+	for ns, rules := range m.Rules.Namespaces {
+		if v.Rules.Namespaces[ns], err = list(rules); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
+// Values returns the chart's values, as Helm reads them from a file.
+func (m *Manifests) Values() (map[string]any, error) {
+	v, err := m.values()
+	if err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	return out, json.Unmarshal(data, &out)
+}
+
+// WriteValues writes the chart's values as a YAML file, each rule under a
+// comment saying why it is there.
+func (m *Manifests) WriteValues(w io.Writer) error {
+	v, err := m.values()
+	if err != nil {
+		return err
+	}
+	var doc yaml.Node
+	if err := doc.Encode(v); err != nil {
+		return err
+	}
+	rules := mapValue(&doc, "rules")
+	commentRules(mapValue(rules, "cluster"), m.Rules.Cluster)
+	commentRules(mapValue(rules, "engine"), m.Rules.Engine)
+	for ns, rs := range m.Rules.Namespaces {
+		commentRules(mapValue(mapValue(rules, "namespaces"), ns), rs)
+	}
+	for key, comment := range map[string]string{
+		"rules":     "The engine's RBAC rules: a ClusterRole (cluster), a Role in each namespace\nthat a definition names (namespaces), and a Role in the release's namespace\n(engine). The chart refuses to render without them, and refuses a \"*\".",
+		"operators": fmt.Sprintf("The definitions: applied as Operator objects (from: %s) or mounted as\nfiles in a ConfigMap (from: %s).", FromCluster, FromFiles),
+		"archive":   fmt.Sprintf("A Secret in the release's namespace whose key %s is the archive's\nPostgreSQL URL; empty: SQLite on an emptyDir, lost with the Pod.", ArchiveKey),
+		"console":   "auth none serves no console; token (a Secret's key token) or kubernetes serve it.",
+	} {
+		for i := 0; i+1 < len(doc.Content); i += 2 {
+			if doc.Content[i].Value == key {
+				doc.Content[i].HeadComment = comment
+			}
+		}
+	}
+	var b bytes.Buffer
+	b.WriteString(m.header("values"))
+	b.WriteString("# For the chart deploy/helm/opkit: helm install " + m.Options.Name + " deploy/helm/opkit -n " + m.Options.Namespace + " --create-namespace -f THIS_FILE\n")
+	if err := encode(&b, &doc); err != nil {
+		return err
+	}
+	_, err = w.Write(b.Bytes())
+	return err
+}

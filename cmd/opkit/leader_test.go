@@ -74,6 +74,10 @@ func TestALeaderKilledMidDrainIsReplacedByItsStandby(t *testing.T) {
 		}
 		return info
 	}
+	// A standby is ready: healthy, ready to take over.
+	_, standbyMetrics, _ := strings.Cut(second.String(), "metrics: ")
+	standbyMetrics, _, _ = strings.Cut(standbyMetrics, "/metrics")
+	httpGet(t, standbyMetrics+"/readyz")
 	if a, b := leader(first), leader(second); a["leading"] != true || b["leading"] != false || b["holder"] == "" || a["holder"] != b["holder"] || b["lease"] != "default/opkit-engine" {
 		t.Errorf("/leader of the leader %v, of the standby %v; want the standby to name the leader's Lease and holder", a, b)
 	}

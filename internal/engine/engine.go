@@ -208,15 +208,17 @@ type Engine struct {
 	clientset kubernetes.Interface
 	discovery discovery.DiscoveryInterface
 
-	queues  retryQueues     // the controllers' queues, retried at once when the API is back
-	archive *archiveWriter  // Options.Archive, or nil
-	started chan struct{}   // closed once the cache runs
-	ctx     context.Context // the manager's, set before started is closed
-	stopped chan struct{}   // closed when Run returns
-	mu      sync.Mutex
-	running map[string]*operator // by Operator name
-	health  health               // what /readyz reports (health.go)
-	hooks   *hooks               // the webhook listener, once bound (hooks.go)
+	queues  retryQueues    // the controllers' queues, retried at once when the API is back
+	archive *archiveWriter // Options.Archive, or nil
+	started chan struct{}  // closed once the cache runs and the engine acts
+	// replicaRunning is closed once the manager runs, leader or standby.
+	replicaRunning chan struct{}
+	ctx            context.Context // the manager's, set before started is closed
+	stopped        chan struct{}   // closed when Run returns
+	mu             sync.Mutex
+	running        map[string]*operator // by Operator name
+	health         health               // what /readyz reports (health.go)
+	hooks          *hooks               // the webhook listener, once bound (hooks.go)
 	// restarting are the operators between their stop and their start:
 	// deliveries for them are answered 503, not 404.
 	restarting map[string]bool
@@ -296,7 +298,7 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), clientset: cs, discovery: dc, started: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}}
+	e := &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), clientset: cs, discovery: dc, started: make(chan struct{}), replicaRunning: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}}
 	if opts.Archive != nil {
 		e.archive = newArchiveWriter(opts.Archive, e.notice)
 		e.opts.Archive = e.archive
@@ -334,6 +336,14 @@ func (e *Engine) Run(ctx context.Context) error {
 		return err
 	}
 	if err := e.mgr.Add(everyReplica(e.watchAPI)); err != nil {
+		return err
+	}
+	if err := e.mgr.Add(everyReplica(func(ctx context.Context) error {
+		if e.mgr.GetCache().WaitForCacheSync(ctx) {
+			close(e.replicaRunning)
+		}
+		return nil
+	})); err != nil {
 		return err
 	}
 	// Run ends the archive refused are written again until the operators

@@ -114,6 +114,10 @@ func (e *Engine) readyChecks() map[string]healthz.Checker {
 			select {
 			case <-e.started:
 				return nil
+			case <-e.replicaRunning:
+				// A standby of leader election is ready: healthy, and
+				// ready to take over (its /leader says it does not act).
+				return nil
 			default:
 				return errors.New("starting")
 			}

@@ -60,19 +60,13 @@ var setups = []struct {
 
 func compile(t *testing.T, examples []string) []*definition.Definition {
 	t.Helper()
-	var defs []*definition.Definition
+	var files []string
 	for _, ex := range examples {
-		srcs, err := definition.LoadFile(filepath.Join("..", "..", "examples", ex, "operator.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, src := range srcs {
-			d, err := definition.Compile(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defs = append(defs, d)
-		}
+		files = append(files, filepath.Join("..", "..", "examples", ex, "operator.yaml"))
+	}
+	defs, err := definition.CompileFiles(files...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return defs
 }

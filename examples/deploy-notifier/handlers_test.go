@@ -500,16 +500,8 @@ func TestDeploySetsTheImageTagOfTheStagingDeployment(t *testing.T) {
 
 // The handlers' definitions compile as they are in the example.
 func TestTheExampleDefinitionsCompile(t *testing.T) {
-	for _, f := range []string{"operator.yaml", "import-images.yaml"} {
-		srcs, err := definition.LoadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range srcs {
-			if _, err := definition.Compile(s); err != nil {
-				t.Error(err)
-			}
-		}
+	if _, err := definition.CompileFiles("operator.yaml", "import-images.yaml"); err != nil {
+		t.Error(err)
 	}
 }
 

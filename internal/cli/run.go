@@ -195,28 +195,12 @@ func (f *metricsFlag) newEngine(opts engine.Options) (*engine.Engine, error) {
 
 // compileFiles loads and compiles every definition, reporting all errors.
 func compileFiles(files []string) ([]*definition.Definition, error) {
-	var defs []*definition.Definition
-	var errs []error
-	for _, f := range files {
-		srcs, err := definition.LoadFile(f)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, src := range srcs {
-			d, err := definition.Compile(src)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			defs = append(defs, d)
-		}
+	defs, err := definition.CompileFiles(files...)
+	if clash := definition.Clashes(defs); clash != nil {
+		err = errors.Join(err, clash)
 	}
-	if err := definition.Clashes(defs); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("invalid definitions:\n%w", errors.Join(errs...))
+	if err != nil {
+		return nil, fmt.Errorf("invalid definitions:\n%w", err)
 	}
 	return defs, nil
 }

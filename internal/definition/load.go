@@ -45,6 +45,32 @@ func LoadFile(path string) ([]*Source, error) {
 	return Load(path, data)
 }
 
+// CompileFiles loads every file and compiles every Operator in them. It
+// returns the definitions that compiled, in file order, and every problem
+// found, each placed by file and line (errors.Join of the files' and
+// Operators' errors; nil for none): one bad definition does not hide
+// another, nor what the good ones say of each other (Clashes).
+func CompileFiles(paths ...string) ([]*Definition, error) {
+	var defs []*Definition
+	var errs []error
+	for _, p := range paths {
+		srcs, err := LoadFile(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, src := range srcs {
+			d, err := Compile(src)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			defs = append(defs, d)
+		}
+	}
+	return defs, errors.Join(errs...)
+}
+
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
 
 // yamlError places a YAML syntax error. YAML parsers report the line of the

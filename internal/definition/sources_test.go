@@ -1,6 +1,8 @@
 package definition
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -188,4 +190,31 @@ func TestBadSourcesNameTheFieldAndLine(t *testing.T) {
 	noSources = replace(t, noSources, "    sources: [github]\n", "")
 	_, err = compileOne(t, "deployer.yaml", noSources, nil)
 	wantOneError(t, err, "deployer.yaml", 16, "spec.handlers[0].on", "declares none: add spec.sources")
+}
+
+// TestCompileFilesReportsEveryFileAndKeepsTheGoodOnes: a missing file and
+// an invalid Operator are both reported, each by its file, beside the
+// definitions that compiled.
+func TestCompileFilesReportsEveryFileAndKeepsTheGoodOnes(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(good, []byte(sourcesOp), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(strings.Replace(sourcesOp, "name: github\n", "name: GitHub\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.yaml")
+	defs, err := CompileFiles(good, missing, bad)
+	if len(defs) != 1 || defs[0].Source != good {
+		t.Errorf("compiled %d definitions, want the good one", len(defs))
+	}
+	for _, want := range []string{missing + ": ", bad + ":18: spec.sources[0].name"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %q", err, want)
+		}
+	}
+	if defs, err := CompileFiles(good); err != nil || len(defs) != 1 {
+		t.Errorf("a good file: %d definitions, %v", len(defs), err)
+	}
 }

@@ -196,15 +196,7 @@ spec:
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	srcs, err := definition.LoadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := definition.Compile(srcs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return exampleDefinition(t, file)
 }
 
 // TestWebhookDeliveriesAreVerifiedRecordedAndHandledOnce: a signed delivery

@@ -78,19 +78,13 @@ func runEngineWith(t *testing.T, opts engine.Options, files ...string) (*engine.
 		})
 	}
 	t.Cleanup(stop)
-	for _, f := range files {
-		srcs, err := definition.LoadFile(f)
-		if err != nil {
+	defs, err := definition.CompileFiles(files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range defs {
+		if err := e.Apply(t.Context(), d); err != nil {
 			t.Fatal(err)
-		}
-		for _, src := range srcs {
-			d, err := definition.Compile(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Apply(t.Context(), d); err != nil {
-				t.Fatal(err)
-			}
 		}
 	}
 	return e, stop

@@ -12,19 +12,13 @@ import (
 
 func compileExamples(t *testing.T, names ...string) []*definition.Definition {
 	t.Helper()
-	var defs []*definition.Definition
+	var files []string
 	for _, name := range names {
-		srcs, err := definition.LoadFile(filepath.Join("..", "..", "examples", name, "operator.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, src := range srcs {
-			d, err := definition.Compile(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defs = append(defs, d)
-		}
+		files = append(files, filepath.Join("..", "..", "examples", name, "operator.yaml"))
+	}
+	defs, err := definition.CompileFiles(files...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return defs
 }

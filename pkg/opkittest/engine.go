@@ -73,19 +73,13 @@ func (env *Env) RunOperators(t testing.TB, files ...string) *Engine {
 		})
 	}
 	t.Cleanup(stop)
-	for _, f := range files {
-		srcs, err := definition.LoadFile(f)
-		if err != nil {
-			t.Fatalf("opkittest: %v", err)
-		}
-		for _, src := range srcs {
-			d, err := definition.Compile(src)
-			if err != nil {
-				t.Fatalf("opkittest: %v", err)
-			}
-			if err := e.Apply(t.Context(), d); err != nil {
-				t.Fatalf("opkittest: applying %s: %v", f, err)
-			}
+	defs, err := definition.CompileFiles(files...)
+	if err != nil {
+		t.Fatalf("opkittest: %v", err)
+	}
+	for _, d := range defs {
+		if err := e.Apply(t.Context(), d); err != nil {
+			t.Fatalf("opkittest: applying %s: %v", d.Source, err)
 		}
 	}
 	return &Engine{store: store, stop: stop}

@@ -71,19 +71,13 @@ const examples = "../../../examples"
 
 func compile(t *testing.T, files ...string) []*definition.Definition {
 	t.Helper()
-	var defs []*definition.Definition
-	for _, f := range files {
-		srcs, err := definition.LoadFile(filepath.Join(examples, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, src := range srcs {
-			d, err := definition.Compile(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defs = append(defs, d)
-		}
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = filepath.Join(examples, f)
+	}
+	defs, err := definition.CompileFiles(paths...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return defs
 }

@@ -189,8 +189,8 @@ type Options struct {
 	// LeaderElection, when set, makes the engine one of several replicas
 	// of which one, the holder of a Lease, acts: a standby starts no
 	// operator, runs no handler, neither cancels the runs it finds
-	// Running in a shared archive nor prunes it, and answers webhook
-	// deliveries 503 (leader.go).
+	// Running in a shared archive nor prunes it, and binds no hooks
+	// listener: it receives no webhook deliveries (leader.go).
 	LeaderElection *LeaderElection
 	// Notice, when set, is called with one line at each change of the
 	// engine's health: the API server unreachable or not ready, and back

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/source"
 )
 
 // An accepted delivery is handled after it is answered, by the
@@ -167,12 +167,7 @@ func (q *eventQueue) handle(d archive.Delivery) {
 		q.finish(ctx, &d, log)
 		return
 	}
-	headers := map[string]string{}
-	for k, vs := range d.Headers {
-		if len(vs) > 0 {
-			headers[strings.ToLower(k)] = vs[0]
-		}
-	}
+	headers := source.Headers(d.Headers)
 	if src.Object != nil {
 		vars := definition.EventVars{Payload: payload, Headers: headers, Event: d.Event, DeliveryID: d.DeliveryID, Source: d.Source}
 		obj, err := q.applyObject(ctx, src, vars, log)

@@ -162,10 +162,6 @@ func (e *Engine) serveHook(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusMethodNotAllowed, hookAnswer{Outcome: "NotFound", Reason: "deliveries are POSTed"})
 		return
 	}
-	if !e.Leading() {
-		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "this engine is a standby or starting; deliver to the leader, or again"})
-		return
-	}
 	e.mu.Lock()
 	op, restarting := e.running[opName], e.restarting[opName]
 	e.mu.Unlock()

@@ -28,7 +28,7 @@ func newRunCommand() *cobra.Command {
 	var files []string
 	var kubeconfig, archivePath string
 	var admission, leaderElect bool
-	var leaseNamespace, leaseName string
+	var leaseNamespace, leaseName, hooksSlice string
 	cf := &consoleFlags{}
 	mf := &metricsFlag{}
 	cmd := &cobra.Command{
@@ -79,6 +79,16 @@ see docs/metrics.md.`,
 				}
 				opts.LeaderElection = &engine.LeaderElection{Namespace: ns, Name: leaseName}
 			}
+			if hooksSlice != "" {
+				ip := os.Getenv("POD_IP")
+				if ip == "" {
+					return errors.New("--hooks-endpointslice: the engine writes its Pod's address there, and $POD_IP does not give it (set it from the downward API's status.podIP)")
+				}
+				opts.HooksEndpoint = &engine.HooksEndpoint{
+					Namespace: kubeconfigNamespace(kubeconfig), Name: hooksSlice,
+					IP: ip, Pod: os.Getenv("POD_NAME"), Node: os.Getenv("NODE_NAME"),
+				}
+			}
 			if len(files) == 0 {
 				return watchClusterOperators(cmd.Context(), opts, archivePath, cf, mf, cmd.ErrOrStderr())
 			}
@@ -94,6 +104,7 @@ see docs/metrics.md.`,
 	cmd.Flags().BoolVar(&leaderElect, "leader-elect", false, "run as one of several replicas, of which the holder of a Lease acts and the others stand by, taking over within 15s of its end (see docs/production.md)")
 	cmd.Flags().StringVar(&leaseNamespace, "leader-elect-namespace", "", "the Lease's namespace (default: $POD_NAMESPACE, else the kubeconfig's namespace, else default)")
 	cmd.Flags().StringVar(&leaseName, "leader-elect-lease", engine.DefaultLeaseName, "the Lease's name: replicas of one engine share it")
+	cmd.Flags().StringVar(&hooksSlice, "hooks-endpointslice", "", "the EndpointSlice of the hooks Service, in $POD_NAMESPACE: the replica that acts writes its address ($POD_IP) there, so that webhook deliveries reach it and no standby (see docs/production.md)")
 	cmd.Flags().BoolVar(&admission, "admission-finalizers", false, "have the API server add opkit's finalizer to each new object of an operator with delete handlers (a MutatingAdmissionPolicy; Kubernetes 1.36+): no deletion passes unseen, even while the engine is away")
 	archiveFlag(cmd, &archivePath)
 	cf.register(cmd, "console", "", "serve the web console on this address, e.g. 127.0.0.1:7380 (default: none)")

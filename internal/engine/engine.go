@@ -192,6 +192,11 @@ type Options struct {
 	// Running in a shared archive nor prunes it, and binds no hooks
 	// listener: it receives no webhook deliveries (leader.go).
 	LeaderElection *LeaderElection
+	// HooksEndpoint, when set, names the EndpointSlice of the hooks
+	// Service, which the engine that acts writes with its Pod's address
+	// once its hooks listener is bound, so that deliveries reach it and no
+	// standby (hooksendpoint.go).
+	HooksEndpoint *HooksEndpoint
 	// Notice, when set, is called with one line at each change of the
 	// engine's health: the API server unreachable or not ready, and back
 	// after how long; the archive refusing to record runs, and recording
@@ -283,6 +288,11 @@ func New(opts Options) (*Engine, error) {
 	}
 	if le := opts.LeaderElection; le != nil {
 		if err := le.configure(&mopts); err != nil {
+			return nil, err
+		}
+	}
+	if h := opts.HooksEndpoint; h != nil {
+		if err := h.check(); err != nil {
 			return nil, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -29,7 +30,8 @@ import (
 //
 // Both are controller-runtime's healthz handlers, as its manager serves
 // them: a failing check is named ("[-]api-server failed"), its reason is
-// given at /readyz/<check>, and ?verbose lists every check.
+// given at /readyz/<check>, and ?verbose lists every check. /readyz also
+// says which replica leads (namingLeader); so does /leader, in JSON.
 //
 // New binds the address, so that a taken port fails New, before anything
 // starts; controller-runtime's own metrics server is not used, as it binds
@@ -91,10 +93,41 @@ func (e *Engine) handler() http.Handler {
 	mux.HandleFunc("/leader", e.serveLeader)
 	for path, checks := range map[string]map[string]healthz.Checker{"/healthz": {"ping": healthz.Ping}, "/readyz": e.readyChecks()} {
 		h := http.StripPrefix(path, &healthz.Handler{Checks: checks})
-		mux.Handle(path, h)
 		mux.Handle(path+"/", h) // one check: /readyz/api-server
+		if path == "/readyz" {
+			h = e.namingLeader(h)
+		}
+		mux.Handle(path, h)
 	}
 	return mux
+}
+
+// namingLeader adds to /readyz which replica leads: the header
+// Opkit-Leading says whether this one does (the kubelet's probes cost no
+// request to the API server), and ?verbose ends with a line naming the
+// holder of the Lease, read from the API server.
+func (e *Engine) namingLeader(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Opkit-Leading", strconv.FormatBool(e.Leading()))
+		h.ServeHTTP(w, r)
+		if _, verbose := r.URL.Query()["verbose"]; verbose {
+			_, _ = fmt.Fprintln(w, leaderLine(e.leaderInfo(r.Context())))
+		}
+	})
+}
+
+// leaderLine says which replica leads, for /readyz?verbose.
+func leaderLine(info leaderInfo) string {
+	switch {
+	case !info.Election:
+		return "leader: this replica (no leader election)"
+	case info.Leading:
+		return fmt.Sprintf("leader: this replica, holder of the Lease %s", info.Lease)
+	case info.Holder == "":
+		return fmt.Sprintf("leader: none; this replica is a standby and takes the Lease %s once it can", info.Lease)
+	default:
+		return fmt.Sprintf("leader: %s, holder of the Lease %s (renewed %s); this replica is a standby", info.Holder, info.Lease, info.Renewed.Format(time.RFC3339))
+	}
 }
 
 // MetricsAddr returns the address /metrics, /healthz and /readyz are

@@ -128,6 +128,13 @@ func (e *Engine) ensureHooks(d *definition.Definition) error {
 		return err
 	}
 	e.hooks = &hooks{addr: ln.Addr().String(), secrets: map[v1alpha1.SecretKeySelector]cachedSecret{}}
+	if e.opts.HooksEndpoint != nil {
+		// Added once the engine acts: it runs at once, and stops with
+		// the operators.
+		if err := e.mgr.Add(manager.RunnableFunc(e.publishHooks(e.hooks.addr))); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,8 +70,8 @@ func (m *Manifests) ClusterRoleName() string { return m.Options.Namespace + ":" 
 // Namespace (with CreateNamespace), the Operator CRD (FromCluster), the
 // ServiceAccount, the ClusterRole, the Roles and their bindings, the
 // definitions' ConfigMap (FromFiles), the Deployment, the Service, the
-// PodDisruptionBudget (more than one replica), and the Operators
-// (FromCluster).
+// hooks Service and its EndpointSlice (Hooks), the PodDisruptionBudget
+// (more than one replica), and the Operators (FromCluster).
 func (m *Manifests) Objects() ([]*unstructured.Unstructured, error) {
 	o := m.Options
 	var objs []runtime.Object
@@ -90,6 +91,9 @@ func (m *Manifests) Objects() ([]*unstructured.Unstructured, error) {
 		objs = append(objs, &corev1.ConfigMap{TypeMeta: typeMeta("v1", "ConfigMap"), ObjectMeta: m.meta(o.Name+"-operators", true), Data: files})
 	}
 	objs = append(objs, m.deployment(), m.service())
+	if o.Hooks {
+		objs = append(objs, m.hooksService()...)
+	}
 	if o.Replicas > 1 {
 		objs = append(objs, m.disruptionBudget())
 	}
@@ -189,6 +193,9 @@ func (m *Manifests) args() []string {
 	o := m.Options
 	port := func(p int32) string { return ":" + strconv.Itoa(int(p)) }
 	args := []string{"run", "--metrics-addr", port(o.MetricsPort), "--hooks-addr", port(o.HooksPort)}
+	if o.Hooks {
+		args = append(args, "--hooks-endpointslice", HooksName)
+	}
 	if o.LeaderElection {
 		args = append(args, "--leader-elect")
 	}
@@ -222,6 +229,12 @@ func (m *Manifests) deployment() *appsv1.Deployment {
 		env = append(env, corev1.EnvVar{Name: "OPKIT_ARCHIVE", Value: SQLitePath})
 		mounts = append(mounts, corev1.VolumeMount{Name: "archive", MountPath: "/var/lib/opkit"})
 		volumes = append(volumes, corev1.Volume{Name: "archive", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	}
+	if o.Hooks {
+		// The acting replica writes its address to the hooks EndpointSlice.
+		for _, f := range []struct{ name, path string }{{"POD_IP", "status.podIP"}, {"POD_NAME", "metadata.name"}, {"NODE_NAME", "spec.nodeName"}} {
+			env = append(env, corev1.EnvVar{Name: f.name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: f.path}}})
+		}
 	}
 	if o.Console.Auth == ConsoleAuthToken {
 		env = append(env, corev1.EnvVar{Name: "OPKIT_CONSOLE_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
@@ -301,9 +314,6 @@ func (m *Manifests) service() *corev1.Service {
 		return corev1.ServicePort{Name: name, Port: p, TargetPort: intstr.FromString(name), Protocol: corev1.ProtocolTCP}
 	}
 	ports := []corev1.ServicePort{port("metrics", o.MetricsPort)}
-	if o.Hooks {
-		ports = append(ports, port("hooks", o.HooksPort))
-	}
 	if o.Console.served() {
 		ports = append(ports, port("console", o.ConsolePort))
 	}
@@ -311,6 +321,25 @@ func (m *Manifests) service() *corev1.Service {
 		TypeMeta: typeMeta("v1", "Service"), ObjectMeta: m.meta(o.Name, true),
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Selector: m.labels(), Ports: ports},
 	}
+}
+
+// hooksService is the Service that webhook deliveries are sent to, and its
+// EndpointSlice. The Service selects no Pods: the replica that acts, the
+// only one that binds the hooks listener, writes its own address and port
+// to the EndpointSlice (engine.HooksEndpoint), so that no delivery reaches
+// a standby. The slice is made here with neither endpoints nor ports, so
+// that applying the manifests again never takes them from the engine.
+func (m *Manifests) hooksService() []runtime.Object {
+	o := m.Options
+	name := HooksName
+	svc := &corev1.Service{
+		TypeMeta: typeMeta("v1", "Service"), ObjectMeta: m.meta(name, true),
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{Name: "hooks", Port: o.HooksPort, TargetPort: intstr.FromInt32(o.HooksPort), Protocol: corev1.ProtocolTCP}}},
+	}
+	slice := &discoveryv1.EndpointSlice{TypeMeta: typeMeta("discovery.k8s.io/v1", "EndpointSlice"), ObjectMeta: m.meta(name, true), AddressType: discoveryv1.AddressTypeIPv4}
+	slice.Labels[discoveryv1.LabelServiceName] = name
+	slice.Labels[discoveryv1.LabelManagedBy] = "opkit.dev"
+	return []runtime.Object{svc, slice}
 }
 
 func (m *Manifests) disruptionBudget() *policyv1.PodDisruptionBudget {

@@ -8,7 +8,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
@@ -125,9 +127,53 @@ func TestReplicasShareAPostgreSQLArchiveElectALeaderAndSpread(t *testing.T) {
 	if objs["Role/opkit"] == nil {
 		t.Errorf("no Role for the Lease")
 	}
-	ports := objs["Service/opkit"].Object["spec"].(map[string]any)["ports"].([]any)
-	if len(ports) != 2 || ports[1].(map[string]any)["name"] != "hooks" {
-		t.Errorf("Service ports %v; want metrics and hooks (the definition has a source)", ports)
+	if ports := objs["Service/opkit"].Object["spec"].(map[string]any)["ports"].([]any); len(ports) != 1 {
+		t.Errorf("Service ports %v; want metrics alone: deliveries have their own Service", ports)
+	}
+}
+
+// TestWebhookDeliveriesHaveAServiceOfTheLeaderAlone: with a source, the
+// hooks Service selects no Pods, its EndpointSlice is made empty (the
+// acting replica writes itself there), the engine is told to and given
+// its Pod's address, and may get and change that one slice only.
+func TestWebhookDeliveriesHaveAServiceOfTheLeaderAlone(t *testing.T) {
+	objs := objects(t, manifests.Options{Replicas: 2, ArchiveSecret: "opkit-db"}, "deploy-notifier")
+	svc := &corev1.Service{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["Service/opkit-hooks"].Object, svc); err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.Selector != nil || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "hooks" || svc.Spec.Ports[0].Port != 7382 {
+		t.Errorf("hooks Service %+v; want port hooks 7382 and no selector", svc.Spec)
+	}
+	slice := &discoveryv1.EndpointSlice{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["EndpointSlice/opkit-hooks"].Object, slice); err != nil {
+		t.Fatal(err)
+	}
+	if slice.Labels[discoveryv1.LabelServiceName] != "opkit-hooks" || len(slice.Endpoints) != 0 || len(slice.Ports) != 0 {
+		t.Errorf("hooks EndpointSlice %+v; want it empty, of the Service opkit-hooks", slice)
+	}
+	if _, ok := objs["EndpointSlice/opkit-hooks"].Object["endpoints"]; ok {
+		t.Errorf("the EndpointSlice sets endpoints: applying the manifests again would take them from the engine")
+	}
+	c := deployment(t, objs, "opkit").Spec.Template.Spec.Containers[0]
+	if !strings.Contains(strings.Join(c.Args, " "), "--hooks-endpointslice opkit-hooks") {
+		t.Errorf("args %q; want --hooks-endpointslice opkit-hooks", c.Args)
+	}
+	if i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_IP" }); i < 0 || c.Env[i].ValueFrom.FieldRef.FieldPath != "status.podIP" {
+		t.Errorf("env %+v; want POD_IP from status.podIP", c.Env)
+	}
+	role := &rbacv1.Role{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["Role/opkit"].Object, role); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.Resources, "endpointslices") })
+	if i < 0 || !slices.Equal(role.Rules[i].ResourceNames, []string{"opkit-hooks"}) || !slices.Equal(role.Rules[i].Verbs, []string{"get", "update", "patch"}) {
+		t.Errorf("the Role's rules %+v; want get, update and patch of the EndpointSlice opkit-hooks alone", role.Rules)
+	}
+
+	printer := objects(t, manifests.Options{}, "printer")
+	if printer["Service/opkit-hooks"] != nil || printer["EndpointSlice/opkit-hooks"] != nil {
+		t.Errorf("a hooks Service without a source")
 	}
 }
 

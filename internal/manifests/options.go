@@ -45,6 +45,10 @@ const (
 	// LeaseName is the Lease of leader election (opkit run's
 	// --leader-elect-lease default).
 	LeaseName = "opkit-engine"
+	// HooksName is the Service that webhook deliveries are sent to, and
+	// its EndpointSlice, which the acting replica writes (opkit run
+	// --hooks-endpointslice).
+	HooksName = "opkit-hooks"
 	// ArchiveKey is the key of Options.ArchiveSecret that holds the DSN.
 	ArchiveKey = "dsn"
 	// TokenKey is the key of Options.Console.TokenSecret.
@@ -96,8 +100,9 @@ type Options struct {
 	// Console serves the web console beside the engine, only with
 	// authentication.
 	Console Console
-	// Hooks exposes the hooks port (webhook deliveries) on the Service.
-	// Defaults to whether a definition has sources.
+	// Hooks serves webhook deliveries: the hooks port, and a Service of
+	// their own (HooksName) whose EndpointSlice the acting replica
+	// writes. Defaults to whether a definition has sources.
 	Hooks bool
 	// Ports of the engine's listeners. Each defaults to its Default*Port.
 	MetricsPort, HooksPort, ConsolePort int32

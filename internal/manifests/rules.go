@@ -34,7 +34,7 @@ type Rules struct {
 	// Secrets it reads), beyond what Cluster grants there.
 	Namespaces map[string][]Rule
 	// Engine are the rules of a Role in the engine's own namespace: its
-	// Lease, with leader election.
+	// Lease, with leader election, and the hooks EndpointSlice.
 	Engine []Rule
 }
 
@@ -142,6 +142,10 @@ func (n *needs) engine(opts Options) {
 		// limited to one.
 		n.add("coordination.k8s.io", "leases", engineNamespace, "", why+" (created once; a create cannot be limited by name)", "create")
 		n.add("", "events", engineNamespace, "", "leader election: Events on the Lease when a replica takes it", "create", "patch")
+	}
+	if opts.Hooks {
+		n.add("discovery.k8s.io", "endpointslices", engineNamespace, HooksName,
+			"hooks: the EndpointSlice of the hooks Service, which the acting replica writes with its own address so that no webhook delivery reaches a standby", "get", "update", "patch")
 	}
 	if opts.Console.served() {
 		n.add(v1alpha1.Group, "operators", anyNamespace, "", "console: lists the Operators it shows", "get", "list")

@@ -211,6 +211,8 @@ func TestGeneratedManifestsRunThePrinterAndTheGreetingsAsALeaderUnderTheEnginesO
 		Namespace: env.Namespace, MetricsPort: ports[0], HooksPort: ports[1],
 		// With its Lease, in a Role of its namespace: one replica suffices.
 		LeaderElection: true,
+		// With the hooks Service and the right to write its EndpointSlice.
+		Hooks: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -352,6 +354,7 @@ func TestGeneratedManifestsRunThePrinterAndTheGreetingsAsALeaderUnderTheEnginesO
 		attrs("patch", "apiextensions.k8s.io", "customresourcedefinitions", "", "printers.demo.example.com"),
 		attrs("create", "events.k8s.io", "events", ns, ""),
 		attrs("update", "coordination.k8s.io", "leases", ns, manifests.LeaseName),
+		attrs("patch", "discovery.k8s.io", "endpointslices", ns, manifests.HooksName),
 	} {
 		if !review(t, cs, ns, a) {
 			t.Errorf("the engine may not %s %s/%s %s in %q, which it needs", a.Verb, a.Resource, a.Subresource, a.Name, a.Namespace)
@@ -369,6 +372,8 @@ func TestGeneratedManifestsRunThePrinterAndTheGreetingsAsALeaderUnderTheEnginesO
 		attrs("create", "", "serviceaccounts/token", ns, "opkit"),
 		attrs("create", "rbac.authorization.k8s.io", "clusterroles", "", ""),
 		attrs("update", "coordination.k8s.io", "leases", ns, "another-lease"),
+		attrs("patch", "discovery.k8s.io", "endpointslices", ns, "another-service"),
+		attrs("create", "discovery.k8s.io", "endpointslices", ns, ""),
 		attrs("get", "coordination.k8s.io", "leases", "kube-system", "opkit-engine"),
 		attrs("create", "", "pods/exec", ns, "hello-print"),
 	} {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -16,8 +17,17 @@ import (
 )
 
 // finalizerPolicyName names the MutatingAdmissionPolicy and its binding
-// that give an operator's custom resources its finalizer at creation.
-func finalizerPolicyName(operator string) string { return "opkit-finalizer." + operator }
+// that give an operator's custom resources its finalizer at creation:
+// opkit-finalizer.<operator>, and .<namespace> for an engine that acts in
+// one namespace (Options.Namespace), whose policy is its own, bound to
+// that namespace, so that engines of several namespaces neither share
+// nor remove each other's.
+func (e *Engine) finalizerPolicyName(operator string) string {
+	if e.opts.Namespace != "" {
+		return "opkit-finalizer." + operator + "." + e.opts.Namespace
+	}
+	return "opkit-finalizer." + operator
+}
 
 // applyFinalizerPolicy makes the API server itself add the operator's
 // finalizer to each custom resource it creates, with a
@@ -26,21 +36,26 @@ func finalizerPolicyName(operator string) string { return "opkit-finalizer." + o
 // is away) still gets its delete handlers. Operators without delete
 // handlers have no policy.
 func (e *Engine) applyFinalizerPolicy(ctx context.Context, d *definition.Definition) error {
-	name := finalizerPolicyName(d.Operator.Name)
+	name := e.finalizerPolicyName(d.Operator.Name)
 	if !hasDeleteHandler(d) {
 		return e.removeFinalizerPolicy(ctx, d.Operator.Name)
 	}
 	labels := map[string]string{definition.OperatorLabel: d.Operator.Name}
+	match := &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+		RuleWithOperations: admissionv1.RuleWithOperations{
+			Operations: []admissionv1.OperationType{admissionv1.Create},
+			Rule:       admissionv1.Rule{APIGroups: []string{d.GVK.Group}, APIVersions: []string{"*"}, Resources: []string{d.Plural}},
+		},
+	}}}
+	if ns := e.opts.Namespace; ns != "" {
+		// The engine's namespace alone (scope.go).
+		match.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
+	}
 	policy := &admissionv1.MutatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicy"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: admissionv1.MutatingAdmissionPolicySpec{
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Create},
-					Rule:       admissionv1.Rule{APIGroups: []string{d.GVK.Group}, APIVersions: []string{"*"}, Resources: []string{d.Plural}},
-				},
-			}}},
+			MatchConstraints: match,
 			Mutations: []admissionv1.Mutation{{
 				PatchType: admissionv1.PatchTypeApplyConfiguration,
 				// finalizers is a set: the entry joins those given.
@@ -70,7 +85,7 @@ func (e *Engine) applyFinalizerPolicy(ctx context.Context, d *definition.Definit
 
 // removeFinalizerPolicy deletes an operator's finalizer policy, if any.
 func (e *Engine) removeFinalizerPolicy(ctx context.Context, operator string) error {
-	name := finalizerPolicyName(operator)
+	name := e.finalizerPolicyName(operator)
 	for _, obj := range []client.Object{
 		&admissionv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}},
 		&admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}},

@@ -34,6 +34,9 @@ import (
 // A failed run is retried with the handler's policy, with the same key,
 // until it succeeds or its attempts are spent (GaveUp); the next slot
 // runs after that in any case.
+//
+// Slots, their waits and the retries' delays are Options.Clock's: a
+// test's fake clock stepped past a slot runs it (clock.go).
 
 // onTime is the longest a slot may be late and still count as on time.
 const onTime = 5 * time.Second
@@ -87,7 +90,7 @@ func (e *Engine) startCalendar(d *definition.Definition) (*operator, error) {
 func (rn *runner) calendar(ctx context.Context, h *definition.Handler, last time.Time) {
 	log := rn.log.WithValues("handler", h.Name)
 	if last.IsZero() {
-		last = time.Now()
+		last = rn.clock.Now()
 	}
 	for {
 		slot, err := h.NextSlot(last)
@@ -95,17 +98,11 @@ func (rn *runner) calendar(ctx context.Context, h *definition.Handler, last time
 			log.Error(err, "the schedule has no next slot; it stops")
 			return
 		}
-		if wait := time.Until(slot); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			continue
+		// Slots are Options.Clock's times (clock.go).
+		if !sleepUntil(ctx, rn.clock, rn.steps, slot) {
+			return
 		}
-		latest, run, skipped := catchUp(h, slot, time.Now())
+		latest, run, skipped := catchUp(h, slot, rn.clock.Now())
 		switch {
 		case skipped > 0 && run:
 			log.Info(fmt.Sprintf("schedule: %d slot(s) came due while no run could start; skipped, and the latest, %s, runs now (catchUp: %s)", skipped, latest.UTC().Format(time.RFC3339), h.CatchUp))

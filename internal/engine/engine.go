@@ -91,6 +91,23 @@
 // finalizer opkit.dev/<operator> is held while an operator has delete
 // handlers, changed only by resourceVersion-guarded JSON patches.
 //
+// # One namespace, a test's clock, stubs
+//
+// What a test runner (opkit test) needs. Options.Namespace makes an
+// engine act in one namespace only: its caches hold that namespace's
+// objects, a watch watches it whatever its definition's namespaces, and
+// an operator every engine would see (a cluster-scoped custom resource
+// or watched kind) is refused, so that engines running the same
+// definitions run side by side, one per namespace (scope.go).
+// Options.Clock times what the definitions schedule (schedules,
+// requeues, retry delays, operator-wide slots); controller-runtime
+// requeues in real time, so a test that steps a fake clock calls
+// ClockStepped, which reconciles every object again and wakes the
+// calendars (clock.go). Options.Stubs replaces handlers' actions with
+// executors of the test's own, such as executor.Canned; their runs are
+// otherwise real: archived, retried, Stalled, their results written
+// (stubs.go).
+//
 // # Metrics and health
 //
 // Options.MetricsAddr serves /metrics (controller-runtime's and opkit's:
@@ -119,6 +136,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -202,6 +220,39 @@ type Options struct {
 	// after how long; the archive refusing to record runs, and recording
 	// them again. It must not block.
 	Notice func(line string)
+	// Namespace, when set, is the one namespace the engine acts in, so
+	// that engines running the same definitions side by side, each in its
+	// own namespace (opkit test runs one per scenario), never act on each
+	// other's objects (scope.go). Its caches of custom resources,
+	// children and related objects hold that namespace's objects only
+	// (cluster-scoped kinds are still cached cluster-wide), and nothing
+	// elsewhere is reconciled: a child or a related object in another
+	// namespace fails its custom resource's reconcile, saying so. A
+	// watch (spec.watch) watches this namespace, whatever namespaces its
+	// definition names. Refused: an operator whose custom resource or
+	// watched kind is cluster-scoped, which every engine would see. The
+	// CRDs are shared (applied alike by every engine), and with
+	// AdmissionFinalizers each engine has its own policy, bound to its
+	// namespace. Operator-wide schedules, for no object, run in every
+	// engine. Defaults to "": every namespace.
+	Namespace string
+	// Clock times what the definitions schedule: per-object schedules
+	// (schedule.every, cron) and requeues, the retry delays of failed
+	// runs, operator-wide schedules, and the times recorded for them
+	// (nextRetryAt, lastScheduled, requeueAt) (clock.go). Health checks,
+	// log flushing, leases, timeouts, and a run's recorded start and end
+	// keep real time. A test passes a k8s.io/utils/clock/testing
+	// FakeClock, steps it, then calls ClockStepped: what came due by the
+	// clock's new time then runs promptly. A per-object schedule counts
+	// from the object's creationTimestamp, which is the API server's
+	// (real) time: a fake clock behind real time reaches a slot that much
+	// later (a test that steps by whole periods first sets its clock to
+	// the real time if it lags). Defaults to the real clock.
+	Clock clock.Clock
+	// Stubs, when set, replaces the actions of the handlers it names with
+	// its executors, for tests (stubs.go); it may change while the engine
+	// runs. Defaults to none.
+	Stubs *Stubs
 }
 
 // Engine runs operators. Use New, then Run in a goroutine, then Apply each
@@ -227,6 +278,8 @@ type Engine struct {
 	// restarting are the operators between their stop and their start:
 	// deliveries for them are answered 503, not 404.
 	restarting map[string]bool
+	// clockSteps wakes the waits on Options.Clock at ClockStepped (clock.go).
+	clockSteps clockSteps
 }
 
 // operator is one running controller.
@@ -255,6 +308,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.MetricsAddr == "" {
 		opts.MetricsAddr = "0"
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	opts.Config = rest.CopyConfig(opts.Config)
 	if opts.Config.QPS == 0 && opts.Config.RateLimiter == nil {
@@ -285,6 +341,9 @@ func New(opts Options) (*Engine, error) {
 		// Custom resources and children are unstructured: read them from
 		// the cache too, which the controllers' watches fill.
 		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+	}
+	if err := opts.restrictCache(&mopts.Cache); err != nil {
+		return nil, err
 	}
 	if le := opts.LeaderElection; le != nil {
 		if err := le.configure(&mopts); err != nil {
@@ -437,6 +496,9 @@ func (e *Engine) prune(ctx context.Context) {
 // kind does not have is an error then.
 func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	if err := e.waitStarted(ctx); err != nil {
+		return err
+	}
+	if err := e.checkScope(d); err != nil {
 		return err
 	}
 	// Refuse a definition whose children the cluster cannot hold before
@@ -603,7 +665,7 @@ func (e *Engine) Remove(ctx context.Context, name string) {
 	if e.opts.AdmissionFinalizers {
 		// Nothing would remove the finalizers it adds.
 		if err := e.removeFinalizerPolicy(ctx, name); err != nil {
-			log.Error(err, "removing the removed operator's admission policy; delete it by hand", "policy", finalizerPolicyName(name))
+			log.Error(err, "removing the removed operator's admission policy; delete it by hand", "policy", e.finalizerPolicyName(name))
 		}
 	}
 }
@@ -639,6 +701,7 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	r := &reconciler{
 		def: d, client: e.client, reader: e.mgr.GetAPIReader(), mapper: e.mgr.GetRESTMapper(),
 		events: e.mgr.GetEventRecorder("opkit"), related: newRelatedIndex(), conditions: newConditionTable(),
+		namespace: e.opts.Namespace,
 	}
 	if len(d.Handlers) > 0 {
 		var err error

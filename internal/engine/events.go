@@ -273,6 +273,9 @@ func (q *eventQueue) applyObject(ctx context.Context, src *definition.EventSourc
 	if u.GetNamespace() != "" {
 		name = u.GetKind() + " " + u.GetNamespace() + "/" + u.GetName()
 	}
+	if why := outside(q.e.opts.Namespace, u.GetNamespace()); why != "" {
+		return "", fmt.Errorf("the source's object %s: %s", name, why)
+	}
 	owner := client.FieldOwner("opkit-source-" + src.Name)
 	delay := time.Second
 	for attempt := 1; ; attempt++ {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -77,6 +78,12 @@ type runner struct {
 	console string // the console's base URL, or ""
 	// finished is Options.RunFinished.
 	finished func(archive.Run)
+	// clock is Options.Clock, steps its ClockStepped (clock.go).
+	clock clock.Clock
+	steps *clockSteps
+	// stubs is Options.Stubs (stubs.go); namespace Options.Namespace.
+	stubs     *Stubs
+	namespace string
 
 	mu      sync.Mutex
 	objects map[types.NamespacedName]*objectState
@@ -154,6 +161,7 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 		finished: e.opts.RunFinished,
 		watched:  d.Watch != nil,
 		started:  time.Now(),
+		clock:    e.opts.Clock, steps: &e.clockSteps, stubs: e.opts.Stubs, namespace: e.opts.Namespace,
 	}
 	rn.metrics.forOperator(d.Operator.Name)
 	execs := executor.Registry{
@@ -278,7 +286,7 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		res.requeue = rn.finish(ctx, cr, f, st)
 	}
 
-	now := time.Now()
+	now := rn.clock.Now()
 	rn.mu.Lock()
 	o = rn.object(cr)
 	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Resumed: o.resumed, Now: now, Started: rn.started, Related: vars.Related, Subject: subject}
@@ -352,7 +360,9 @@ func (rn *runner) whenValues(cr *unstructured.Unstructured, vars definition.Vars
 // start records a run in the archive and starts it. subject is what
 // create and update are about (nil: the spec).
 func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *cause.State, c *cause.Cause, vars definition.Vars, subject map[string]any) error {
-	h, g, now := c.Handler, c.Generation, c.Due
+	// now is real time (c.Due is Options.Clock's): the run's id and the
+	// wait for a slot.
+	h, g, now := c.Handler, c.Generation, time.Now()
 	if subject == nil {
 		subject = cause.Spec(cr)
 	}
@@ -417,7 +427,7 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 		case rn.slots <- struct{}{}:
 			rn.metrics.queued.WithLabelValues(operator).Dec()
 			started := time.Now()
-			rn.metrics.queueWait.WithLabelValues(operator).Observe(started.Sub(c.Due).Seconds())
+			rn.metrics.queueWait.WithLabelValues(operator).Observe(started.Sub(now).Seconds())
 			run.StartedAt = started.UTC()
 			if ierr := rn.archive.Insert(rn.ctx, run); ierr != nil {
 				err = fmt.Errorf("%w: %w", errNotRecorded, ierr) // nothing runs that is not recorded
@@ -429,7 +439,7 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 					rn.events.Eventf(woken, nil, corev1.EventTypeNormal, "HandlerStarted", runAction(run.ID), "handler %s (%s, attempt %d): run %s", h.Name, trigger, attempt, rn.runRef(run.ID))
 				}
 				rn.metrics.inFlight.WithLabelValues(operator).Inc()
-				res, err = rn.execs[h.Name].Run(runCtx, req)
+				res, err = rn.executor(h.Name).Run(runCtx, req)
 				rn.metrics.inFlight.WithLabelValues(operator).Dec()
 			}
 			<-rn.slots
@@ -467,7 +477,7 @@ func (rn *runner) wakeUp(cr *unstructured.Unstructured) {
 // handler's record, the archive's, and returns when to look again.
 func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *flight, st *cause.State) time.Duration {
 	run, h := f.run, f.cause.Handler
-	now := time.Now().UTC()
+	now := rn.clock.Now().UTC() // what the retry and the requeue count from
 	failure := runFailure(f.result, f.err)
 	if failure == nil && f.result.Refuse != "" {
 		failure = refuseOutsideEvent(run.Trigger)
@@ -520,7 +530,7 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	if run.ID == "" {
 		return requeue // it had succeeded before a crash: nothing ran now
 	}
-	run.FinishedAt = now
+	run.FinishedAt = time.Now().UTC()
 	if err := rn.archive.Finish(ctx, run); err != nil {
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s ended %s, which the archive could not record (%v); it is recorded once the archive can", run.ID, run.Outcome, err)
 	}

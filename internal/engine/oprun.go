@@ -84,7 +84,7 @@ func (rn *runner) runForOperator(ctx context.Context, r operatorRun) operatorOut
 				return operatorOutcome{stopped: true}
 			}
 		case archive.Failed:
-			if !sleep(ctx, retryIn) {
+			if !rn.sleepClock(ctx, retryIn) {
 				return operatorOutcome{run: run, stopped: true}
 			}
 		default:
@@ -111,7 +111,7 @@ func (rn *runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 	log = log.WithValues("run", run.ID)
 	alog := &archiveLog{ctx: ctx, store: rn.archive, id: run.ID}
 	rn.metrics.inFlight.WithLabelValues(run.Operator).Inc()
-	res, err := rn.execs[h.Name].Run(logr.NewContext(ctx, log), executor.Request{
+	res, err := rn.executor(h.Name).Run(logr.NewContext(ctx, log), executor.Request{
 		RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: run.Attempt, Input: input, Timeout: h.Timeout, Log: alog,
 		Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Name: run.Name},
 	})
@@ -144,7 +144,7 @@ func (rn *runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 		run.Outcome, run.Error = archive.GaveUp, failure.Message
 	default:
 		retryIn = h.Retry.Delay(run.Attempt)
-		run.Outcome, run.Error, run.NextRetryAt = archive.Failed, failure.Message, now.Add(retryIn)
+		run.Outcome, run.Error, run.NextRetryAt = archive.Failed, failure.Message, rn.clock.Now().UTC().Add(retryIn)
 		rn.metrics.retries.WithLabelValues(run.Operator, h.Name).Inc()
 	}
 	if refuse != "" {

@@ -40,6 +40,9 @@ type reconciler struct {
 	related *relatedIndex
 	// conditions keeps each object's conditions for the gauges (metrics.go).
 	conditions *conditionTable
+	// namespace is Options.Namespace: children and related objects
+	// elsewhere are refused (scope.go).
+	namespace string
 
 	// statuses is the status each object's last patch wrote, by the
 	// resourceVersion it was written over. The cache may still show that
@@ -199,6 +202,9 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 		}
 		if obj.GetNamespace() == "" {
 			obj.SetNamespace(cr.GetNamespace())
+		}
+		if why := outside(r.namespace, obj.GetNamespace()); why != "" {
+			return childResult{}, fmt.Errorf("%s %s: %s", child.GVK.Kind, obj.GetName(), why)
 		}
 	}
 	obj.SetOwnerReferences([]metav1.OwnerReference{{

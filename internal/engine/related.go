@@ -157,6 +157,8 @@ func (r *reconciler) readRelated(ctx context.Context, cr *unstructured.Unstructu
 			ns = ""
 		} else if ns == "" {
 			return fmt.Errorf("%s: %s is namespaced: give the related object a namespace (the custom resource has none)", rel.Field, rel.GVK.Kind)
+		} else if why := outside(r.namespace, ns); why != "" {
+			return fmt.Errorf("%s: %s: %s", rel.Field, rel.GVK.Kind, why)
 		}
 		refs = append(refs, relatedRef{gvk: rel.GVK, namespace: ns, name: name, selector: sel})
 		if !rel.List() {
@@ -195,16 +197,20 @@ func (e *Engine) checkRelated(ctx context.Context, d *definition.Definition) err
 		if err != nil {
 			return fmt.Errorf("operator %s: %s: kind %s is not served by the cluster: %w", d.Operator.Name, rel.Field, rel.GVK, err)
 		}
+		ns, where := "", "in all namespaces"
+		if e.opts.Namespace != "" && mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			ns, where = e.opts.Namespace, "in namespace "+e.opts.Namespace // its cache's (scope.go)
+		}
 		for _, verb := range []string{"list", "watch"} {
 			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: mapping.Resource.Group, Version: mapping.Resource.Version, Resource: mapping.Resource.Resource},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Namespace: ns, Group: mapping.Resource.Group, Version: mapping.Resource.Version, Resource: mapping.Resource.Resource},
 			}}
 			got, err := e.clientset.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
 			if err != nil {
 				return fmt.Errorf("operator %s: %s: checking the engine may %s %s: %w", d.Operator.Name, rel.Field, verb, mapping.Resource.Resource, err)
 			}
 			if !got.Status.Allowed {
-				return fmt.Errorf("operator %s: %s: the engine may not %s %s in all namespaces; grant it list and watch on %s (related objects are watched cluster-wide)", d.Operator.Name, rel.Field, verb, mapping.Resource.GroupResource(), mapping.Resource.GroupResource())
+				return fmt.Errorf("operator %s: %s: the engine may not %s %s %s; grant it list and watch on %s (related objects are watched wherever the engine acts)", d.Operator.Name, rel.Field, verb, mapping.Resource.GroupResource(), where, mapping.Resource.GroupResource())
 			}
 		}
 	}

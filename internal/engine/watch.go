@@ -40,6 +40,8 @@ import (
 // on the API server's side, to the label selector, so that neither the
 // objects without the labels nor the other namespaces cost memory, and
 // the engine needs to list and watch the kind in those namespaces only.
+// An engine with Options.Namespace watches that namespace alone, whatever
+// the definition's namespaces (scope.go).
 //
 // Each object's handler state (cause.State, with its count of observed
 // changes, cause.Observed) is kept in the run archive (archive.State, key
@@ -97,9 +99,9 @@ func (e *Engine) startWatch(d *definition.Definition) (*operator, error) {
 		DefaultLabelSelector: w.Selector,
 		DefaultTransform:     compactCache,
 	}
-	if len(w.Namespaces) > 0 {
+	if namespaces := e.watchNamespaces(w); len(namespaces) > 0 {
 		opts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range w.Namespaces {
+		for _, ns := range namespaces {
 			opts.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
@@ -222,7 +224,14 @@ func (rn *runner) preload(ctx context.Context, cluster string) ([]types.Namespac
 	updated := map[types.NamespacedName]time.Time{}
 	for _, s := range states {
 		w := rn.def.Watch
-		if gvk := schema.FromAPIVersionAndKind(s.APIVersion, s.Kind); gvk != w.GVK || len(w.Namespaces) > 0 && !slices.Contains(w.Namespaces, s.Namespace) {
+		namespaces := w.Namespaces
+		if rn.namespace != "" {
+			if s.Namespace != rn.namespace {
+				continue // another engine's, of another namespace (scope.go): kept
+			}
+			namespaces = nil // the engine's one namespace is watched
+		}
+		if gvk := schema.FromAPIVersionAndKind(s.APIVersion, s.Kind); gvk != w.GVK || len(namespaces) > 0 && !slices.Contains(namespaces, s.Namespace) {
 			// The operator watches another kind or other namespaces now:
 			// the object is no longer watched.
 			rn.log.Info("dropping the record of an object no longer watched", "kind", s.Kind, "namespace", s.Namespace, "name", s.Name)
@@ -521,7 +530,7 @@ func (e *Engine) checkWatch(ctx context.Context, d *definition.Definition) error
 	if err != nil {
 		return fmt.Errorf("operator %s: spec.watch: kind %s is not served by the cluster: %w", d.Operator.Name, w.GVK, err)
 	}
-	namespaces := w.Namespaces
+	namespaces := e.watchNamespaces(w)
 	if len(namespaces) == 0 || mapping.Scope.Name() != meta.RESTScopeNameNamespace {
 		namespaces = []string{""}
 	}

@@ -1,7 +1,8 @@
 // Package executor runs one handler run: it hands the JSON binding context
 // to the handler and reads back its JSON result. The executors — exec (a
 // local process), http (a POST) and, later, job (a Kubernetes Job) — share
-// one contract and know nothing of the engine's queue.
+// one contract and know nothing of the engine's queue. Canned, a test
+// double, answers with made-up results and runs nothing.
 //
 // The contract of [Executor.Run]:
 //   - The run ends within Request.Timeout; on timeout the handler is

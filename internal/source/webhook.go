@@ -128,6 +128,23 @@ func GitHubSignature(secret, body []byte) string {
 	return "sha256=" + hex.EncodeToString(Sign(secret, body))
 }
 
+// Authorize sets on h what proves that a delivery of body comes from the
+// holder of secret, as the source verifies it: the bearer token, or the
+// signature header with its prefix. It is Verify's counterpart, for tests
+// and tools that play the sender.
+func Authorize(src *definition.EventSource, secret, body []byte, h http.Header) error {
+	secret = []byte(strings.TrimSpace(string(secret)))
+	switch src.Verify {
+	case definition.VerifyBearer:
+		h.Set("Authorization", "Bearer "+string(secret))
+	case definition.VerifyGitHub, definition.VerifyHMAC:
+		h.Set(src.SignatureHeader, src.SignaturePrefix+hex.EncodeToString(Sign(secret, body)))
+	default:
+		return fmt.Errorf("source %s: unknown verification %q", src.Name, src.Verify)
+	}
+	return nil
+}
+
 // maxID is the longest delivery id or event name kept.
 const maxID = 200
 

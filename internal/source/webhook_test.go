@@ -70,6 +70,29 @@ func TestVerify(t *testing.T) {
 	}
 }
 
+// TestAuthorizeIsWhatVerifyAccepts: a delivery authorized with the secret
+// (a trailing newline in it, as a Secret often has) passes Verify for each
+// kind of source, and one authorized with another secret does not.
+func TestAuthorizeIsWhatVerifyAccepts(t *testing.T) {
+	body := []byte(`{"action":"created"}`)
+	for _, src := range []*definition.EventSource{
+		{Name: "gh", Verify: definition.VerifyGitHub, SignatureHeader: "X-Hub-Signature-256", SignaturePrefix: "sha256="},
+		{Name: "h", Verify: definition.VerifyHMAC, SignatureHeader: "X-Signature"},
+		{Name: "b", Verify: definition.VerifyBearer},
+	} {
+		h := http.Header{}
+		if err := Authorize(src, []byte("s3cret\n"), body, h); err != nil {
+			t.Fatal(err)
+		}
+		if err := Verify(src, []byte("s3cret"), h, body); err != nil {
+			t.Errorf("%s: Verify refused what Authorize set (%v): %v", src.Name, h, err)
+		}
+		if err := Verify(src, []byte("another"), h, body); err == nil {
+			t.Errorf("%s: Verify accepted it with another secret", src.Name)
+		}
+	}
+}
+
 func TestReadBodyAndContentType(t *testing.T) {
 	req := func(body string, contentLength int64) *http.Request {
 		r := httptest.NewRequest(http.MethodPost, "/hooks/a/b", strings.NewReader(body))

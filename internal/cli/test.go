@@ -1,0 +1,170 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"runtime"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/devcluster"
+	"github.com/opkit-dev/opkit/internal/devcluster/devnode"
+	"github.com/opkit-dev/opkit/internal/scenario"
+	"github.com/opkit-dev/opkit/internal/scenario/runner"
+)
+
+func newTestCommand() *cobra.Command {
+	var parallel int
+	var match, junit, kubeconfig string
+	var verbose, schema bool
+	cmd := &cobra.Command{
+		Use:   "test [PATH]...",
+		Short: "Run the test scenarios (*.test.yaml) in PATHs against a local control plane",
+		Long: `Run declarative test scenarios: each PATH is a scenario file, or a directory
+searched for *.test.yaml files (default: the current directory). See
+docs/testing.md and, for the format, docs/scenarios.md.
+
+Every scenario is checked first (file:line of each problem; nothing runs if
+one is malformed), and so are the operator definitions they name. Then a
+local control plane starts (or, with --kubeconfig, a running cluster is
+used) and each scenario runs in a namespace of its own, with an engine of
+its own, -p at a time.
+
+A failing scenario prints its failing step (file:line), what was expected
+and what was found, and its handler runs with their logs. The exit code is
+1 when a scenario fails.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if schema {
+				_, err := cmd.OutOrStdout().Write(scenario.Schema())
+				return err
+			}
+			var re *regexp.Regexp
+			if match != "" {
+				var err error
+				if re, err = regexp.Compile(match); err != nil {
+					return fmt.Errorf("--run: %w", err)
+				}
+			}
+			if len(args) == 0 {
+				args = []string{"."}
+			}
+			scenarios, err := loadScenarios(args)
+			if err != nil {
+				return err
+			}
+			return runScenarios(cmd, scenarios, runner.Options{Parallel: parallel, Match: re, Verbose: verbose, Out: cmd.OutOrStdout()}, kubeconfig, junit)
+		},
+	}
+	cmd.Flags().IntVarP(&parallel, "parallel", "p", runtime.GOMAXPROCS(0), "how many scenarios run at once")
+	cmd.Flags().StringVar(&match, "run", "", "run only the scenarios whose name matches this regular expression")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print every step of every scenario, not only failures")
+	cmd.Flags().StringVar(&junit, "junit", "", "write a JUnit XML report to this file, for CI")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "run against this running cluster (e.g. opkit cluster start's) instead of starting a local control plane")
+	cmd.Flags().BoolVar(&schema, "schema", false, "print the JSON Schema of scenario files (for editors) and exit")
+	return cmd
+}
+
+// loadScenarios finds and loads every scenario, and compiles the
+// definitions they name: every problem of every file, or the scenarios.
+func loadScenarios(paths []string) ([]*scenario.Scenario, error) {
+	files, err := scenario.Find(paths...)
+	if err != nil {
+		return nil, err
+	}
+	var all []*scenario.Scenario
+	var errs []error
+	for _, f := range files {
+		scs, err := scenario.LoadFile(f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		all = append(all, scs...)
+	}
+	compiled := map[string]bool{}
+	for _, sc := range all {
+		for _, f := range sc.Operators {
+			if compiled[f] {
+				continue
+			}
+			compiled[f] = true
+			if _, err := definition.CompileFiles(f); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid scenarios, nothing run:\n%w", err)
+	}
+	return all, nil
+}
+
+// runScenarios runs the scenarios on a plane of their own, or on the
+// cluster of kubeconfig, and prints a summary.
+func runScenarios(cmd *cobra.Command, scenarios []*scenario.Scenario, opts runner.Options, kubeconfig, junit string) error {
+	ctx := cmd.Context()
+	stderr := cmd.ErrOrStderr()
+	// The engines' own logs are in each failure's runs; controller-runtime's
+	// lines would interleave across scenarios.
+	ctrllog.SetLogger(logr.Discard())
+	start := time.Now()
+	if kubeconfig != "" {
+		cfg, err := loadKubeconfig(kubeconfig)
+		if err != nil {
+			return err
+		}
+		opts.Config = cfg
+	} else {
+		cl, err := devcluster.Start(ctx, devcluster.Options{DevNode: true, Log: io.Discard})
+		if err != nil {
+			return fmt.Errorf("starting the local control plane: %w", err)
+		}
+		defer cl.Stop()
+		fmt.Fprintf(stderr, "local control plane ready in %.1fs\n", time.Since(start).Seconds())
+		opts.Config = cl.RESTConfig()
+	}
+	// Job handlers' pods run on the dev node, when there is one.
+	opts.JobTolerations = []corev1.Toleration{{Key: devnode.Taint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	began := time.Now()
+	results, err := runner.Run(ctx, opts, scenarios)
+	if err != nil {
+		return err
+	}
+	if junit != "" {
+		if err := runner.WriteJUnit(junit, results); err != nil {
+			return fmt.Errorf("--junit: %w", err)
+		}
+	}
+	var passed, failed, skipped int
+	for _, r := range results {
+		switch {
+		case r.Skipped:
+			skipped++
+		case r.Passed():
+			passed++
+		default:
+			failed++
+		}
+	}
+	summary := fmt.Sprintf("%d passed, %d failed", passed, failed)
+	if skipped > 0 {
+		summary += fmt.Sprintf(", %d not selected", skipped)
+	}
+	summary += fmt.Sprintf(" in %.2fs (-p %d)", time.Since(began).Seconds(), opts.Parallel)
+	if failed > 0 {
+		fmt.Fprintf(cmd.OutOrStdout(), "FAIL: %s\n", summary)
+		return &exitError{code: 1, err: fmt.Errorf("%d of %d scenarios failed", failed, passed+failed)}
+	}
+	if passed == 0 {
+		return errors.New("no scenario selected (--run)")
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "ok: %s\n", summary)
+	return nil
+}

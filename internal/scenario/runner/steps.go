@@ -1,0 +1,400 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/executor"
+	"github.com/opkit-dev/opkit/internal/scenario"
+	"github.com/opkit-dev/opkit/internal/source"
+)
+
+// TestFieldManager is the field manager of what apply steps write.
+const TestFieldManager = "opkit-test"
+
+// describe says what a step does, in one line.
+func describe(s *scenario.Step) string {
+	if s.Name != "" {
+		return s.Kind() + " " + s.Name
+	}
+	switch {
+	case s.Apply != nil:
+		names := make([]string, len(s.Apply.Objects))
+		for i, o := range s.Apply.Objects {
+			u := unstructured.Unstructured{Object: o}
+			names[i] = u.GetKind() + " " + u.GetName()
+		}
+		return "apply " + strings.Join(names, ", ")
+	case s.Patch != nil:
+		return "patch " + s.Patch.Object.String()
+	case s.Delete != nil:
+		return "delete " + s.Delete.Object.String()
+	case s.Retry != nil:
+		return "retry " + s.Retry.Object.String()
+	case s.Advance != nil:
+		return "advance " + s.Advance.By.String()
+	case s.Stub != nil:
+		return "stub " + s.Stub.Handler
+	case s.Unstub != nil:
+		return "unstub " + s.Unstub.Handler
+	case s.Send != nil:
+		return "send to " + s.Send.Source
+	case s.Expect != nil:
+		return "expect " + describeExpect(s.Expect)
+	}
+	return s.Kind()
+}
+
+// step runs one step.
+func (r *scenarioRun) step(ctx context.Context, s *scenario.Step) error {
+	switch {
+	case s.Apply != nil:
+		return r.apply(ctx, s.Apply)
+	case s.Patch != nil:
+		obj, err := r.object(s.Patch.Object)
+		if err != nil {
+			return err
+		}
+		patch, err := json.Marshal(s.Patch.Merge)
+		if err != nil {
+			return err
+		}
+		if err := r.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return fmt.Errorf("patching %s: %w", s.Patch.Object, err)
+		}
+		return nil
+	case s.Delete != nil:
+		obj, err := r.object(s.Delete.Object)
+		if err != nil {
+			return err
+		}
+		if err := r.client.Delete(ctx, obj); err != nil {
+			return fmt.Errorf("deleting %s: %w", s.Delete.Object, err)
+		}
+		return nil
+	case s.Retry != nil:
+		obj, err := r.object(s.Retry.Object)
+		if err != nil {
+			return err
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{v1alpha1.RetryAnnotation: time.Now().UTC().Format(time.RFC3339Nano)}}})
+		if err := r.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return fmt.Errorf("asking for a retry of %s: %w", s.Retry.Object, err)
+		}
+		return nil
+	case s.Advance != nil:
+		// Objects' times (creationTimestamp) are the API server's, in
+		// real time: the clock never lags behind it.
+		if now := time.Now(); r.clock.Now().Before(now) {
+			r.clock.SetTime(now)
+		}
+		r.clock.Step(s.Advance.By)
+		r.eng.ClockStepped()
+		return nil
+	case s.Stub != nil:
+		return r.stub(s.Stub)
+	case s.Unstub != nil:
+		d, err := r.operator(s.Unstub.Operator)
+		if err != nil {
+			return err
+		}
+		if _, err := handler(d, s.Unstub.Handler); err != nil {
+			return err
+		}
+		r.stubs.Delete(d.Operator.Name, s.Unstub.Handler)
+		return nil
+	case s.Send != nil:
+		return r.send(ctx, s.Send)
+	case s.Expect != nil:
+		return r.expect(ctx, s.Expect)
+	}
+	return fmt.Errorf("a step with no action")
+}
+
+// apply creates or updates each object in the scenario's namespace,
+// server-side.
+func (r *scenarioRun) apply(ctx context.Context, a *scenario.Apply) error {
+	for _, o := range a.Objects {
+		u := &unstructured.Unstructured{Object: deepCopy(o)}
+		mapping, err := r.cl.mapping(u.GroupVersionKind())
+		if err != nil {
+			return err
+		}
+		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			u.SetNamespace(r.ns)
+		} else {
+			return fmt.Errorf("%s %s is cluster-scoped: a scenario applies objects in its own namespace only", u.GetKind(), u.GetName())
+		}
+		apply := client.ApplyConfigurationFromUnstructured(u)
+		if err := r.client.Apply(ctx, apply, client.FieldOwner(TestFieldManager), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// object resolves a reference to an object of the scenario's namespace.
+func (r *scenarioRun) object(ref scenario.Ref) (*unstructured.Unstructured, error) {
+	gvk, err := r.gvk(ref)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	u.SetName(ref.Name)
+	mapping, err := r.cl.mapping(gvk)
+	if err != nil {
+		return nil, err
+	}
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		u.SetNamespace(r.ns)
+	}
+	return u, nil
+}
+
+// gvk finds a reference's kind: its apiVersion's when given, else an
+// operator's custom resource of that kind, else the one kind of that name
+// the API serves.
+func (r *scenarioRun) gvk(ref scenario.Ref) (schema.GroupVersionKind, error) {
+	if ref.APIVersion != "" {
+		gv, err := schema.ParseGroupVersion(ref.APIVersion)
+		if err != nil {
+			return schema.GroupVersionKind{}, err
+		}
+		return gv.WithKind(ref.Kind), nil
+	}
+	for _, d := range r.defs {
+		if d.Owns() && d.GVK.Kind == ref.Kind {
+			return d.GVK, nil
+		}
+	}
+	return r.cl.kind(ref.Kind)
+}
+
+// mapping is the REST mapping of a kind, with discovery read again once
+// when the kind is new (a CRD installed since).
+func (c *cluster) mapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		c.mapper.Reset()
+		m, err = c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kind %s: %w", gvk, err)
+	}
+	return m, nil
+}
+
+// kind finds the one served kind of that name, preferring the core group.
+func (c *cluster) kind(kind string) (schema.GroupVersionKind, error) {
+	var found []schema.GroupVersionKind
+	for range 2 {
+		lists, err := c.disc.ServerPreferredResources()
+		if err != nil && len(lists) == 0 {
+			return schema.GroupVersionKind{}, err
+		}
+		found = nil
+		for _, l := range lists {
+			gv, err := schema.ParseGroupVersion(l.GroupVersion)
+			if err != nil {
+				continue
+			}
+			for _, res := range l.APIResources {
+				if res.Kind == kind && !strings.Contains(res.Name, "/") {
+					found = append(found, gv.WithKind(kind))
+				}
+			}
+		}
+		if len(found) > 0 {
+			break
+		}
+		c.disc.Invalidate()
+	}
+	switch {
+	case len(found) == 0:
+		return schema.GroupVersionKind{}, fmt.Errorf("no kind %s is served: give its apiVersion, or check its CRD", kind)
+	case len(found) == 1:
+		return found[0], nil
+	}
+	for _, gvk := range found {
+		if gvk.Group == "" {
+			return gvk, nil
+		}
+	}
+	names := make([]string, len(found))
+	for i, gvk := range found {
+		names[i] = gvk.GroupVersion().String()
+	}
+	return schema.GroupVersionKind{}, fmt.Errorf("kind %s is served by %s: give its apiVersion", kind, strings.Join(names, ", "))
+}
+
+// operator finds the definition a step names, or the scenario's only one.
+func (r *scenarioRun) operator(name string) (*definition.Definition, error) {
+	if name == "" {
+		if len(r.defs) == 1 {
+			return r.defs[0], nil
+		}
+		return nil, fmt.Errorf("the scenario runs %d operators (%s): name one in the step (operator: NAME)", len(r.defs), strings.Join(r.operatorNames(), ", "))
+	}
+	for _, d := range r.defs {
+		if d.Operator.Name == name {
+			return d, nil
+		}
+	}
+	return nil, fmt.Errorf("no operator %q in the scenario's files; they define %s", name, strings.Join(r.operatorNames(), ", "))
+}
+
+func (r *scenarioRun) operatorNames() []string {
+	names := make([]string, len(r.defs))
+	for i, d := range r.defs {
+		names[i] = d.Operator.Name
+	}
+	return names
+}
+
+// handler finds a handler of d by name.
+func handler(d *definition.Definition, name string) (*definition.Handler, error) {
+	var names []string
+	for _, h := range d.Handlers {
+		if h.Name == name {
+			return h, nil
+		}
+		names = append(names, h.Name)
+	}
+	return nil, fmt.Errorf("operator %s has no handler %q; its handlers: %s", d.Operator.Name, name, strings.Join(names, ", "))
+}
+
+// stub replaces a handler's action by canned results.
+func (r *scenarioRun) stub(s *scenario.Stub) error {
+	d, err := r.operator(s.Operator)
+	if err != nil {
+		return err
+	}
+	if _, err := handler(d, s.Handler); err != nil {
+		return err
+	}
+	results := make([]executor.CannedResult, len(s.Results))
+	for i, res := range s.Results {
+		results[i].Log = res.Log
+		if res.Fail != "" {
+			results[i].Failure = &executor.Failure{Message: res.Fail, Permanent: res.Permanent}
+			continue
+		}
+		if res.Result != nil {
+			data, err := json.Marshal(res.Result)
+			if err != nil {
+				return err
+			}
+			parsed, err := executor.ParseResult(data)
+			if err != nil {
+				return fmt.Errorf("results[%d].result is not a handler result: %w", i, err)
+			}
+			results[i].Result = parsed
+		}
+	}
+	r.stubs.Set(d.Operator.Name, s.Handler, executor.NewCanned(results...))
+	return nil
+}
+
+// send posts a webhook delivery to one of the engine's sources, signed
+// with the source's secret, and checks the answer's status.
+func (r *scenarioRun) send(ctx context.Context, s *scenario.Send) error {
+	d, err := r.operator(s.Operator)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(d.Sources, func(src *definition.EventSource) bool { return src.Name == s.Source })
+	if i < 0 {
+		var names []string
+		for _, src := range d.Sources {
+			names = append(names, src.Name)
+		}
+		return fmt.Errorf("operator %s has no source %q; its sources: %s", d.Operator.Name, s.Source, strings.Join(names, ", "))
+	}
+	src := d.Sources[i]
+	secret, err := r.cl.secret(ctx, src.Secret)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(s.Payload)
+	if err != nil {
+		return err
+	}
+	url := "http://" + r.eng.HooksAddr() + "/hooks/" + d.Operator.Name + "/" + src.Name
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range s.Headers {
+		req.Header.Set(k, v)
+	}
+	if src.DeliveryHeader != "" && req.Header.Get(src.DeliveryHeader) == "" {
+		req.Header.Set(src.DeliveryHeader, "opkit-test-"+utilrand.String(10))
+	}
+	if src.EventHeader != "" && s.Event != "" {
+		req.Header.Set(src.EventHeader, s.Event)
+	}
+	if err := source.Authorize(src, secret, body, req.Header); err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("sending to source %s: %w", src.Name, err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != s.Status {
+		return &errStep{what: "the delivery's answer", expected: fmt.Sprintf("%d", s.Status), found: fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(answer)))}
+	}
+	return nil
+}
+
+// secret reads a source's secret; when its Secret does not exist, it is
+// made with a random value (the runner plays the sender, who knows it).
+func (c *cluster) secret(ctx context.Context, ref v1alpha1.SecretKeySelector) ([]byte, error) {
+	c.secretsMu.Lock()
+	defer c.secretsMu.Unlock()
+	var s corev1.Secret
+	err := c.client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &s)
+	if err == nil {
+		if v, ok := s.Data[ref.Key]; ok {
+			return v, nil
+		}
+		return nil, fmt.Errorf("the Secret %s/%s has no key %s", ref.Namespace, ref.Name, ref.Key)
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return nil, fmt.Errorf("reading the source's Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	value := []byte(utilrand.String(32))
+	s = corev1.Secret{}
+	s.Namespace, s.Name = ref.Namespace, ref.Name
+	s.Labels = map[string]string{"opkit.dev/test": "source-secret"}
+	s.Data = map[string][]byte{ref.Key: value}
+	if err := c.client.Create(ctx, &s); err != nil {
+		return nil, fmt.Errorf("making the source's Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	return value, nil
+}
+
+// deepCopy copies a JSON-like object.
+func deepCopy(o map[string]any) map[string]any {
+	return (&unstructured.Unstructured{Object: o}).DeepCopy().Object
+}

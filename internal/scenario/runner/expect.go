@@ -87,7 +87,7 @@ func (r *scenarioRun) expect(ctx context.Context, e *scenario.Expect) error {
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			if es, ok := errors.AsType[*errStep](last); ok {
-				es.what = fmt.Sprintf("%s: not so within %s", es.what, timeout)
+				es.what = fmt.Sprintf("not so within %s", timeout)
 				return es
 			}
 			return fmt.Errorf("not so within %s: %w", timeout, last)

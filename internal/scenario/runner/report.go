@@ -13,12 +13,16 @@ import (
 	"github.com/opkit-dev/opkit/internal/scenario"
 )
 
-// logTail is how much of a run's log a failure report shows: its end.
-const logTail = 2048
+// A failure report shows the last reportRuns runs, and the last logTail
+// bytes of each one's log.
+const (
+	reportRuns = 20
+	logTail    = 2048
+)
 
 // failure is the report of a failed step: where, what was expected and
-// found, then the scenario's runs, with the logs of those that did not
-// succeed and of those the step named.
+// found, then the scenario's runs with their logs, those of the failed
+// runs and of the handlers the step named first.
 func (r *scenarioRun) failure(step *scenario.Step, err error) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s:%d: %s: %v\n", r.sc.File, step.Line, describe(step), err)
@@ -33,13 +37,19 @@ func (r *scenarioRun) failure(step *scenario.Step, err error) string {
 		b.WriteString("no handler ran\n")
 		return b.String()
 	}
-	b.WriteString("runs, oldest first:\n")
+	if len(runs) > reportRuns {
+		fmt.Fprintf(&b, "the last %d of %d runs, oldest first:\n", reportRuns, len(runs))
+		runs = runs[:reportRuns]
+	} else {
+		b.WriteString("runs, oldest first:\n")
+	}
 	for i := len(runs) - 1; i >= 0; i-- {
 		run := runs[i]
-		fmt.Fprintf(&b, "  %s %s\n", run.ID, runLine(run))
-		if run.Outcome == archive.Succeeded && !r.wasNamed(run) {
-			continue
+		mark := ""
+		if r.wasNamed(run) {
+			mark = " (checked by the step)"
 		}
+		fmt.Fprintf(&b, "  %s %s%s\n", run.ID, runLine(run), mark)
 		l, err := r.store.Logs(ctx, run.ID, 0)
 		if err != nil || len(l.Data) == 0 {
 			continue

@@ -193,6 +193,7 @@ func (r *scenarioRun) run(ctx context.Context) string {
 	for i := range r.sc.Steps {
 		step := &r.sc.Steps[i]
 		start := time.Now()
+		r.named = nil
 		err := r.step(ctx, step)
 		r.logf("%s:%d: %s (%s)%s", r.sc.File, step.Line, describe(step), time.Since(start).Round(time.Millisecond), okOrFail(err))
 		if err != nil {

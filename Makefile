@@ -22,7 +22,7 @@ SOURCE_DATE_EPOCH      ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # More flags for cmd/opkit-image, e.g. -ca-certificates FILE.
 IMAGE_FLAGS            ?=
 
-.PHONY: all build plane browser postgresql demo test vet lint unit usermodule helmchart fmt bench image clean
+.PHONY: all build plane browser postgresql demo test vet lint unit usermodule helmchart scenarios fmt bench image clean
 
 all: build
 
@@ -59,8 +59,9 @@ postgresql:
 ## headless chromium, the archive's conformance suite on SQLite and on a
 ## real PostgreSQL, the Helm chart with Helm's Go library, and
 ## testdata/usermodule: pkg/opkittest used from
-## another module), race detector on
-test: plane browser postgresql vet lint unit usermodule helmchart
+## another module, and the examples' scenarios through opkit test), race
+## detector on
+test: plane browser postgresql vet lint unit usermodule helmchart scenarios
 
 vet:
 	$(GO) vet ./...
@@ -83,6 +84,11 @@ usermodule:
 # (deploy/helm/doc.go says why); it uses this checkout through a replace.
 helmchart:
 	cd deploy/helm && $(GO) test -mod=mod -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# The examples' scenarios (*.test.yaml), run by opkit test as a user runs
+# them: a control plane of its own, four scenarios at a time.
+scenarios: build
+	$(OPKIT) test -p 4 examples testdata/scenarios
 
 ## image: opkit's OCI image, built without Docker (docs/image.md):
 ## bin/opkit-image/ (an OCI layout) and bin/opkit-image.tar (the same, as an

@@ -21,6 +21,7 @@ func TestOpkitTestRefusesMalformedScenariosBeforeStartingAnything(t *testing.T) 
 		"unknown-step.test.yaml": "scenario: an unknown step\noperators: [" + printer + "]\nsteps:\n- wait: 5s\n",
 		"bad-cel.test.yaml":      "scenario: a bad expression\noperators: [" + printer + "]\nsteps:\n- expect:\n    object: {kind: Printer, name: x}\n    cel: object.status.phase ==\n",
 		"missing.test.yaml":      "scenario: a missing operator\noperators: [no-such-operator.yaml]\nsteps:\n- delete: {object: {kind: Printer, name: x}}\n",
+		"no-handler.test.yaml":   "scenario: a stub of no handler\noperators: [" + printer + "]\nsteps:\n- apply: {apiVersion: demo.example.com/v1, kind: Printer, metadata: {name: x}, spec: {text: x}}\n- stub: {handler: print, results: [{fail: boom}]}\n",
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
@@ -36,6 +37,7 @@ func TestOpkitTestRefusesMalformedScenariosBeforeStartingAnything(t *testing.T) 
 		filepath.Join(dir, "unknown-step.test.yaml") + ":4: steps[0].wait: unknown step \"wait\"",
 		filepath.Join(dir, "bad-cel.test.yaml") + ":6: steps[0].expect.cel:",
 		filepath.Join(dir, "missing.test.yaml") + ":2: operators[0]:",
+		filepath.Join(dir, "no-handler.test.yaml") + ":5: steps[1].stub: operator printer has no handler \"print\"",
 		"nothing run",
 	} {
 		if !strings.Contains(out, want) {

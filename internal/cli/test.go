@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/devnode"
 	"github.com/opkit-dev/opkit/internal/scenario"
@@ -88,14 +87,12 @@ func loadScenarios(paths []string) ([]*scenario.Scenario, error) {
 		}
 		all = append(all, scs...)
 	}
-	compiled := map[string]bool{}
+	// The operators they run, and the handlers and sources they name.
+	seen := map[string]bool{}
 	for _, sc := range all {
-		for _, f := range sc.Operators {
-			if compiled[f] {
-				continue
-			}
-			compiled[f] = true
-			if _, err := definition.CompileFiles(f); err != nil {
+		if err := runner.Check(sc); err != nil {
+			if msg := err.Error(); !seen[msg] { // one bad definition, many scenarios
+				seen[msg] = true
 				errs = append(errs, err)
 			}
 		}

@@ -278,6 +278,9 @@ func handler(d *definition.Definition, name string) (*definition.Handler, error)
 		}
 		names = append(names, h.Name)
 	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("operator %s has no handler %q: it has none", d.Operator.Name, name)
+	}
 	return nil, fmt.Errorf("operator %s has no handler %q; its handlers: %s", d.Operator.Name, name, strings.Join(names, ", "))
 }
 

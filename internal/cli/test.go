@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,8 +12,15 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/devnode"
 	"github.com/opkit-dev/opkit/internal/scenario"
@@ -103,6 +111,54 @@ func loadScenarios(paths []string) ([]*scenario.Scenario, error) {
 	return all, nil
 }
 
+// installCRDs installs the CRDs of the operators the scenarios run before
+// the plane's controllers start, so that the garbage collector knows them
+// from its start: a child owned by a custom resource then goes with it at
+// once, not after the collector's next discovery (up to 30s).
+func installCRDs(scenarios []*scenario.Scenario) func(context.Context, *rest.Config) error {
+	return func(ctx context.Context, cfg *rest.Config) error {
+		scheme := kruntime.NewScheme()
+		if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+			return err
+		}
+		c, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return err
+		}
+		installed := map[string]bool{}
+		for _, sc := range scenarios {
+			defs, err := definition.CompileFiles(sc.Operators...)
+			if err != nil {
+				return err
+			}
+			for _, d := range defs {
+				if !d.Owns() || installed[d.GVK.GroupKind().String()] {
+					continue
+				}
+				installed[d.GVK.GroupKind().String()] = true
+				crd := d.CRD()
+				if err := c.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
+					return fmt.Errorf("installing the CRD of operator %s: %w", d.Operator.Name, err)
+				}
+				if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+					if err := c.Get(ctx, client.ObjectKeyFromObject(crd), crd); err != nil {
+						return false, err
+					}
+					for _, cond := range crd.Status.Conditions {
+						if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+							return true, nil
+						}
+					}
+					return false, nil
+				}); err != nil {
+					return fmt.Errorf("waiting for the CRD %s: %w", crd.Name, err)
+				}
+			}
+		}
+		return nil
+	}
+}
+
 // runScenarios runs the scenarios on a plane of their own, or on the
 // cluster of kubeconfig, and prints a summary.
 func runScenarios(cmd *cobra.Command, scenarios []*scenario.Scenario, opts runner.Options, kubeconfig, junit string) error {
@@ -119,7 +175,7 @@ func runScenarios(cmd *cobra.Command, scenarios []*scenario.Scenario, opts runne
 		}
 		opts.Config = cfg
 	} else {
-		cl, err := devcluster.Start(ctx, devcluster.Options{DevNode: true, Log: io.Discard})
+		cl, err := devcluster.Start(ctx, devcluster.Options{DevNode: true, Log: io.Discard, BeforeControllers: installCRDs(scenarios)})
 		if err != nil {
 			return fmt.Errorf("starting the local control plane: %w", err)
 		}

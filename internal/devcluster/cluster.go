@@ -63,6 +63,13 @@ type Options struct {
 	StopGrace time.Duration
 	// Log receives progress lines (builds, starts). Defaults to io.Discard.
 	Log io.Writer
+	// BeforeControllers, when set, is called once kube-apiserver is ready
+	// and before kube-controller-manager starts, with an admin
+	// configuration; an error stops the start. What it installs is known
+	// to the controllers from their start: the garbage collector learns a
+	// CRD installed later only at its next discovery, every 30s (opkit
+	// test installs its scenarios' CRDs here).
+	BeforeControllers func(ctx context.Context, cfg *rest.Config) error
 }
 
 // Component describes one running process of the plane.
@@ -309,6 +316,11 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 		return err
 	}
 
+	if f := c.opts.BeforeControllers; f != nil {
+		if err := f(ctx, rest.CopyConfig(c.rest)); err != nil {
+			return fmt.Errorf("before the controllers start: %w", err)
+		}
+	}
 	kcmKubeconfig := filepath.Join(c.dataDir, "controller-manager.kubeconfig")
 	if err := c.launch(bins, KubeControllerManager, append(componentArgs(p, kcmKubeconfig, c.ports["kube-controller-manager"]),
 		"--service-account-private-key-file="+p.path("sa.key"),

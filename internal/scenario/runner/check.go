@@ -61,4 +61,3 @@ func (r *scenarioRun) checkHandler(operator, name string) error {
 	_, err = handler(d, name)
 	return err
 }
-

@@ -1,7 +1,9 @@
 // Package opkittest tests operators against a real Kubernetes API: one
 // local control plane per test binary, and for each test its own namespace,
 // clients, and, when asked, an opkit engine running the operator
-// definitions under test with an archive of their handler runs.
+// definitions under test with an archive of their handler runs. A test
+// can stub handlers, move the engine's clock and send webhook deliveries:
+// everything a scenario of `opkit test` does, in Go.
 //
 // Use it from TestMain, then call New in each test:
 //
@@ -34,16 +36,49 @@
 //     stopped before that. Everything else (CRDs, cluster-scoped objects) is
 //     shared by the binary's tests: tests must not assume an empty cluster.
 //   - Engine's archive is SQLite in the test's t.TempDir.
+//   - An engine acts in its test's namespace alone, so that tests running
+//     the same operators in parallel (t.Parallel) never act on each
+//     other's objects: it sees no object elsewhere, a watch (spec.watch)
+//     watches the test's namespace whatever namespaces its definition
+//     names, and an operator whose custom resource or watched kind is
+//     cluster-scoped is refused. Run such an operator with
+//     EngineOptions{AllNamespaces: true}, in a test that no other test
+//     running it runs in parallel with. Operator-wide schedules (for no
+//     object) run in every engine, each recording them in its own archive.
+//   - The pods of job handlers tolerate the dev node's taint, so they run.
+//
+// # Stubs, the clock and deliveries
+//
+// Engine.Stub replaces a handler's action by made-up results (a failure,
+// a result, a log line), one per run, the last repeating; the runs are
+// otherwise real: archived, retried by the handler's policy, their
+// status patches written. Engine.Unstub gives the action back. Set a stub
+// before creating the objects whose runs it should answer.
+//
+// With EngineOptions{FakeClock: true} the engine's schedules, requeues
+// and retry delays follow a fake clock that only Engine.Advance moves:
+// what comes due runs at once. Advance first brings the clock up to the
+// real time if it lags, because objects' creation times, from which an
+// `every` schedule counts, are the API server's real time.
+//
+// Engine.Send posts a webhook delivery to an operator's source, signed
+// with the secret of the source's Secret (which it creates, with a random
+// value, when it is missing), and returns the engine's HTTP status and
+// answer. Env.Retry sets the annotation opkit.dev/retry, as `opkit retry`
+// does.
+//
+// # Scenarios: the same without Go
+//
+// `opkit test` runs the same kind of test from YAML scenario files
+// (*.test.yaml) next to the operator: apply, patch, stub, advance, send,
+// expect (docs/scenarios.md, docs/testing.md). This package is for what
+// a scenario cannot say: Go logic, typed clients, loops, helpers of your
+// own.
 //
 // # Types from opkit's internals
 //
 // Run, Query and Outcome are aliases of the archive's types, so that a test
 // reads runs exactly as the console and `opkit runs` show them; their
-// fields are the archive's, and a newer opkit may add some.
-//
-// # Not yet here
-//
-// Sending webhook deliveries to an operator's event sources, a fake clock
-// for schedules and retries, and running scenario files (a planned
-// `opkit test`) come later.
+// fields are the archive's, and a newer opkit may add some. StubResult,
+// Delivery and DeliveryAnswer are this package's own.
 package opkittest

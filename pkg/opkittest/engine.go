@@ -8,10 +8,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/devcluster/devnode"
 	"github.com/opkit-dev/opkit/internal/engine"
 )
 
@@ -37,8 +41,33 @@ const (
 
 // Engine is an opkit engine running for one test, with its archive.
 type Engine struct {
+	env   *Env
+	eng   *engine.Engine
+	defs  []*definition.Definition
 	store *archive.SQLite
+	stubs *engine.Stubs
+	clock *clocktesting.FakeClock // nil: the real clock
 	stop  func()
+}
+
+// EngineOptions configures [Env.RunOperatorsWith]. The zero value is what
+// [Env.RunOperators] runs with.
+type EngineOptions struct {
+	// FakeClock runs the engine on a fake clock, which starts at the real
+	// time and moves only when [Engine.Advance] moves it: schedules,
+	// requeues (requeueAfter) and the retry delays of failed runs come due
+	// when the test says, not after real time. Timeouts, leases and the
+	// times a run's start and end are recorded with keep real time.
+	// Defaults to false: the real clock.
+	FakeClock bool
+	// AllNamespaces makes the engine act in every namespace, as `opkit
+	// run` does, instead of the test's namespace alone. It is for an
+	// operator whose custom resource or watched kind is cluster-scoped,
+	// which an engine of one namespace refuses. Such an engine acts on
+	// every object of its operators' kinds, those of other tests too: a
+	// test using it must not run in parallel with another test running
+	// the same operators. Defaults to false: Env.Namespace only.
+	AllNamespaces bool
 }
 
 // RunOperators starts an engine on the plane with a fresh archive (SQLite
@@ -47,16 +76,64 @@ type Engine struct {
 // once every definition is applied (its CRD established, its controller
 // started), and stops the engine when the test ends, before the test's
 // namespace is deleted. Exec handlers run in their definition file's
-// directory. A definition that does not load, compile or apply fails
-// the test with the reason.
+// directory; the pods of job handlers tolerate the plane's dev node. A
+// definition that does not load, compile or apply fails the test with the
+// reason.
+//
+// The engine acts in env.Namespace alone (engines of parallel tests never
+// act on each other's objects): it sees no custom resource, child or
+// related object elsewhere, a watch (spec.watch) watches env.Namespace
+// whatever namespaces its definition names, and an operator whose custom
+// resource or watched kind is cluster-scoped is refused (see
+// EngineOptions.AllNamespaces). It listens for webhook deliveries (Send)
+// on a free port of 127.0.0.1 when a definition has sources.
+//
+// It is RunOperatorsWith with the zero EngineOptions.
 func (env *Env) RunOperators(t testing.TB, files ...string) *Engine {
 	t.Helper()
+	return env.RunOperatorsWith(t, EngineOptions{}, files...)
+}
+
+// RunOperatorsWith is RunOperators with options: a fake clock, or an
+// engine for every namespace.
+func (env *Env) RunOperatorsWith(t testing.TB, opts EngineOptions, files ...string) *Engine {
+	t.Helper()
+	defs, err := definition.CompileFiles(files...)
+	if err != nil {
+		t.Fatalf("opkittest: %v", err)
+	}
+	eopts := engine.Options{
+		Config:         env.Config,
+		Namespace:      env.Namespace,
+		Stubs:          &engine.Stubs{},
+		JobTolerations: []corev1.Toleration{{Key: devnode.Taint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+	}
+	if opts.AllNamespaces {
+		eopts.Namespace = ""
+	}
+	for _, d := range defs {
+		for _, w := range d.Warnings {
+			t.Logf("opkittest: warning: %v", w)
+		}
+		if eopts.Namespace != "" && d.Owns() && d.Operator.Spec.Resource.Scope == v1alpha1.ClusterScoped {
+			t.Fatalf("opkittest: %s: operator %s: its %s is cluster-scoped, and the engine acts in the test's namespace only: run it with RunOperatorsWith(t, opkittest.EngineOptions{AllNamespaces: true}, ...), in a test that does not run in parallel with another running it", d.Source, d.Operator.Name, d.GVK.Kind)
+		}
+		if len(d.Sources) > 0 {
+			eopts.HooksAddr = "127.0.0.1:0"
+		}
+	}
+	var clk *clocktesting.FakeClock
+	if opts.FakeClock {
+		clk = clocktesting.NewFakeClock(time.Now())
+		eopts.Clock = clk
+	}
 	store, err := archive.OpenSQLite(t.Context(), filepath.Join(t.TempDir(), "runs.db"), archive.Options{})
 	if err != nil {
 		t.Fatalf("opkittest: opening the archive: %v", err)
 	}
 	t.Cleanup(func() { _ = store.Close() }) // runs after the engine stopped
-	e, err := engine.New(engine.Options{Config: env.Config, Archive: store})
+	eopts.Archive = store
+	e, err := engine.New(eopts)
 	if err != nil {
 		t.Fatalf("opkittest: creating the engine: %v", err)
 	}
@@ -73,16 +150,12 @@ func (env *Env) RunOperators(t testing.TB, files ...string) *Engine {
 		})
 	}
 	t.Cleanup(stop)
-	defs, err := definition.CompileFiles(files...)
-	if err != nil {
-		t.Fatalf("opkittest: %v", err)
-	}
 	for _, d := range defs {
 		if err := e.Apply(t.Context(), d); err != nil {
 			t.Fatalf("opkittest: applying %s: %v", d.Source, err)
 		}
 	}
-	return &Engine{store: store, stop: stop}
+	return &Engine{env: env, eng: e, defs: defs, store: store, stubs: eopts.Stubs, clock: clk, stop: stop}
 }
 
 // Stop stops the engine and waits until it stopped; the archive stays

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -81,6 +83,25 @@ func New(t testing.TB) *Env {
 		t.Fatalf("opkittest: waiting for the default service account in %s: %v", ns, err)
 	}
 	return &Env{Namespace: ns, Config: cfg, Client: c}
+}
+
+// Retry asks the engine to run obj's handlers again, as `opkit retry`
+// and the console's Retry do: it sets the annotation opkit.dev/retry on
+// obj (a custom resource of an operator under test), which clears its
+// handlers' failed attempts and its Stalled condition; the engine removes
+// the annotation and runs what is due. obj is updated with the object as
+// patched; a patch that fails fails the test.
+func (env *Env) Retry(t testing.TB, obj client.Object) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		v1alpha1.RetryAnnotation: time.Now().UTC().Format(time.RFC3339Nano),
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Patch(t.Context(), obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatalf("opkittest: asking for a retry of %s/%s: %v", obj.GetNamespace(), obj.GetName(), err)
+	}
 }
 
 // Eventually polls cond every 100ms until it returns true, and fails the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster/devnode"
 	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/scenario/runner"
 )
 
 // Run is one handler run as the archive records it.
@@ -141,7 +143,9 @@ func (env *Env) RunOperatorsWith(t testing.TB, opts EngineOptions, files ...stri
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
 	var once sync.Once
+	var stopped atomic.Bool
 	stop := func() {
+		stopped.Store(true)
 		once.Do(func() {
 			cancel()
 			if err := <-done; err != nil {
@@ -149,7 +153,16 @@ func (env *Env) RunOperatorsWith(t testing.TB, opts EngineOptions, files ...stri
 			}
 		})
 	}
-	t.Cleanup(stop)
+	// At the test's end, before its namespace goes: the custom resources
+	// are deleted while the engine runs (delete handlers run), then
+	// finalizers it could not remove are, so that the namespace goes.
+	t.Cleanup(func() {
+		within := 10 * time.Second
+		if stopped.Load() { // Stop was called: no delete handler can run
+			within = 0
+		}
+		runner.CleanUp(env.Client, defs, env.Namespace, within, stop)
+	})
 	for _, d := range defs {
 		if err := e.Apply(t.Context(), d); err != nil {
 			t.Fatalf("opkittest: applying %s: %v", d.Source, err)

@@ -73,9 +73,17 @@ func (e *Engine) startCalendar(d *definition.Definition) (*operator, error) {
 	}
 	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: rn}
 	var loops sync.WaitGroup
+	// A schedule never run before starts with the slot after now, read
+	// before the loops start: a clock stepped once startCalendar returned
+	// counts for them.
+	now := rn.clock.Now()
 	for _, h := range d.Handlers {
 		if h.Fires(v1alpha1.OnSchedule) {
-			loops.Go(func() { rn.calendar(ctx, h, last[CalendarKey(h.Name)]) })
+			from := last[CalendarKey(h.Name)]
+			if from.IsZero() {
+				from = now
+			}
+			loops.Go(func() { rn.calendar(ctx, h, from) })
 		}
 	}
 	go func() {
@@ -86,12 +94,9 @@ func (e *Engine) startCalendar(d *definition.Definition) (*operator, error) {
 }
 
 // calendar runs h's slots until ctx ends; last is the last slot handled
-// before (zero for none: the schedule starts with the next slot).
+// before, or the time the schedule started from.
 func (rn *runner) calendar(ctx context.Context, h *definition.Handler, last time.Time) {
 	log := rn.log.WithValues("handler", h.Name)
-	if last.IsZero() {
-		last = rn.clock.Now()
-	}
 	for {
 		slot, err := h.NextSlot(last)
 		if err != nil {

@@ -88,13 +88,6 @@ func (rn *runner) wakeAll() {
 	}
 }
 
-// sleepClock waits d by the runner's clock, or until ctx ends; it
-// reports whether d passed. A step of the clock (ClockStepped) is seen
-// at once.
-func (rn *runner) sleepClock(ctx context.Context, d time.Duration) bool {
-	return sleepUntil(ctx, rn.clock, rn.steps, rn.clock.Now().Add(d))
-}
-
 // sleepUntil waits until the clock shows at, or until ctx ends; it
 // reports whether at came. A timer of a fake clock set just after the
 // clock was stepped would fire a step late: a step wakes the wait, which

@@ -73,7 +73,7 @@ func (rn *runner) runForOperator(ctx context.Context, r operatorRun) operatorOut
 			r.log.Error(err, "encoding the binding context")
 			return operatorOutcome{}
 		}
-		outcome, retryIn, refuse := rn.runOnce(ctx, h, run, input, r.log)
+		outcome, refuse := rn.runOnce(ctx, h, run, input, r.log)
 		switch outcome {
 		case "":
 			if ctx.Err() != nil {
@@ -84,7 +84,9 @@ func (rn *runner) runForOperator(ctx context.Context, r operatorRun) operatorOut
 				return operatorOutcome{stopped: true}
 			}
 		case archive.Failed:
-			if !rn.sleepClock(ctx, retryIn) {
+			// Until the time the run recorded, not its delay from now: a
+			// clock stepped meanwhile counts.
+			if !sleepUntil(ctx, rn.clock, rn.steps, run.NextRetryAt) {
 				return operatorOutcome{run: run, stopped: true}
 			}
 		default:
@@ -96,17 +98,17 @@ func (rn *runner) runForOperator(ctx context.Context, r operatorRun) operatorOut
 // runOnce records, executes and finishes one operator run; the outcome is
 // "" when the archive could not record it (it did not run) or the engine
 // stopped during it.
-func (rn *runner) runOnce(ctx context.Context, h *definition.Handler, run *archive.Run, input []byte, log logr.Logger) (outcome archive.Outcome, retryIn time.Duration, refuse string) {
+func (rn *runner) runOnce(ctx context.Context, h *definition.Handler, run *archive.Run, input []byte, log logr.Logger) (outcome archive.Outcome, refuse string) {
 	select {
 	case rn.slots <- struct{}{}:
 	case <-ctx.Done():
-		return "", 0, ""
+		return "", ""
 	}
 	defer func() { <-rn.slots }()
 	run.StartedAt = time.Now().UTC()
 	if err := rn.archive.Insert(ctx, run); err != nil {
 		log.Error(err, "the archive could not record the run; it did not run")
-		return "", 0, ""
+		return "", ""
 	}
 	log = log.WithValues("run", run.ID)
 	alog := &archiveLog{ctx: ctx, store: rn.archive, id: run.ID}
@@ -124,7 +126,7 @@ func (rn *runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 		if err := rn.archive.Finish(context.WithoutCancel(ctx), run); err != nil {
 			log.Error(err, "recording the cancelled run; the next engine marks it Cancelled")
 		}
-		return "", 0, ""
+		return "", ""
 	}
 	failure := runFailure(res, err)
 	switch {
@@ -143,8 +145,7 @@ func (rn *runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 	case failure.Permanent || run.Attempt >= h.Retry.MaxAttempts:
 		run.Outcome, run.Error = archive.GaveUp, failure.Message
 	default:
-		retryIn = h.Retry.Delay(run.Attempt)
-		run.Outcome, run.Error, run.NextRetryAt = archive.Failed, failure.Message, rn.clock.Now().UTC().Add(retryIn)
+		run.Outcome, run.Error, run.NextRetryAt = archive.Failed, failure.Message, rn.clock.Now().UTC().Add(h.Retry.Delay(run.Attempt))
 		rn.metrics.retries.WithLabelValues(run.Operator, h.Name).Inc()
 	}
 	if refuse != "" {
@@ -165,11 +166,11 @@ func (rn *runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 	rn.metrics.observe(run.Operator, run)
 	switch run.Outcome {
 	case archive.Failed:
-		rn.operatorEvent(corev1.EventTypeWarning, "HandlerFailed", run.ID, fmt.Sprintf("handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, retryIn.Round(time.Second), truncate(run.Error), rn.runRef(run.ID)))
+		rn.operatorEvent(corev1.EventTypeWarning, "HandlerFailed", run.ID, fmt.Sprintf("handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, h.Retry.Delay(run.Attempt).Round(time.Second), truncate(run.Error), rn.runRef(run.ID)))
 	case archive.GaveUp:
 		rn.operatorEvent(corev1.EventTypeWarning, "HandlerGaveUp", run.ID, fmt.Sprintf("handler %s gave up on %s after %d attempts: %s: run %s", h.Name, run.Key, run.Attempt, truncate(run.Error), rn.runRef(run.ID)))
 	}
-	return run.Outcome, retryIn, refuse
+	return run.Outcome, refuse
 }
 
 // refuseOutsideEvent is the failure of a result that refuses, in a run

@@ -354,7 +354,10 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	if sameValue(oldStatus, status) {
 		return nil
 	}
-	newJSON, err := json.Marshal(withRemovals(oldStatus, status))
+	// Only what this reconcile changes is written: the cached object may
+	// be older than a handler's result, whose status fields a whole-status
+	// patch would set back.
+	newJSON, err := json.Marshal(statusDelta(oldStatus, status))
 	if err != nil {
 		return err
 	}
@@ -378,6 +381,30 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	}
 	r.statuses.Store(key, memo)
 	return nil
+}
+
+// statusDelta is the merge patch from old to status: the keys whose value
+// changed (a map with its removed keys as nulls) and the removed keys.
+func statusDelta(old, status map[string]any) map[string]any {
+	delta := map[string]any{}
+	for k, v := range status {
+		was, ok := old[k]
+		if ok && sameValue(was, v) {
+			continue
+		}
+		if wm, ok := was.(map[string]any); ok {
+			if vm, ok := v.(map[string]any); ok {
+				v = withRemovals(wm, vm)
+			}
+		}
+		delta[k] = v
+	}
+	for k := range old {
+		if _, ok := status[k]; !ok {
+			delta[k] = nil
+		}
+	}
+	return delta
 }
 
 // statusConditions reads the object's status.conditions; unreadable ones

@@ -40,8 +40,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/rest"
@@ -286,7 +284,7 @@ func (r *scenarioRun) setUp(ctx context.Context) (stop func(), err error) {
 	}
 	stopAll := stop
 	return func() {
-		r.cleanUp(stopEngine)
+		CleanUp(r.client, r.defs, r.ns, 10*time.Second, stopEngine)
 		stopAll()
 	}, nil
 }
@@ -303,48 +301,6 @@ func (r *scenarioRun) tearDown(stop func()) {
 		if err := r.cl.client.Delete(ctx, ns); err != nil && !apierrors.IsNotFound(err) {
 			r.logf("deleting the namespace %s: %v", r.ns, err)
 		}
-	}
-}
-
-// cleanUp deletes the custom resources of the scenario's operators while
-// the engine runs, so that their delete handlers run, then stops it and
-// removes the finalizers still on them: the namespace can go.
-func (r *scenarioRun) cleanUp(stopEngine func()) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var left []*unstructured.Unstructured
-	for _, d := range r.defs {
-		if !d.Owns() {
-			continue
-		}
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(d.GVK.GroupVersion().WithKind(d.GVK.Kind + "List"))
-		if err := r.client.List(ctx, list, client.InNamespace(r.ns)); err != nil {
-			continue
-		}
-		for i := range list.Items {
-			obj := &list.Items[i]
-			_ = r.client.Delete(ctx, obj)
-			left = append(left, obj)
-		}
-	}
-	for _, obj := range left {
-		for ctx.Err() == nil {
-			err := r.client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-			if apierrors.IsNotFound(err) {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	stopEngine()
-	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer fcancel()
-	for _, obj := range left {
-		if err := r.client.Get(fctx, client.ObjectKeyFromObject(obj), obj); err != nil || len(obj.GetFinalizers()) == 0 {
-			continue
-		}
-		_ = r.client.Patch(fctx, obj, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
 	}
 }
 

@@ -153,6 +153,9 @@ func (d *decoder) expect(field string, m map[string]any, timeout time.Duration) 
 			Trigger: str(r, "trigger"), Outcome: str(r, "outcome"),
 		}
 		e.Run.Attempt, _ = integer(r["attempt"])
+		if n, ok := integer(r["count"]); ok {
+			e.Run.Count = &n
+		}
 	}
 	if ev, ok := m["event"].(map[string]any); ok {
 		e.Event = &ExpectEvent{Reason: str(ev, "reason"), Type: str(ev, "type"), Message: str(ev, "message")}

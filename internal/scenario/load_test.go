@@ -306,7 +306,7 @@ func TestLoadReadsEveryStep(t *testing.T) {
 				Condition: &Condition{Type: "Ready", Status: "True", Reason: "Printed"},
 			}}},
 			{Line: 15, Expect: &Expect{Timeout: 20 * time.Second, Run: &ExpectRun{
-				Handler: "print", Object: "hello", Operator: "printer", Trigger: "create", Outcome: "Succeeded", Attempt: 1,
+				Handler: "print", Object: "hello", Operator: "printer", Trigger: "create", Outcome: "Succeeded", Attempt: 1, Count: ptr(1),
 			}}},
 			{Line: 16, Expect: &Expect{Timeout: 20 * time.Second, Log: &ExpectLog{Handler: "print", Object: "hello", Contains: "printed hi"}}},
 			{Line: 17, Patch: &Patch{Object: printer, Merge: Object{"spec": map[string]any{"text": "bye"}}}},
@@ -378,3 +378,5 @@ func write(t *testing.T, path, data string) {
 		t.Fatal(err)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

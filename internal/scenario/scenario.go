@@ -245,6 +245,9 @@ type ExpectRun struct {
 	Outcome string
 	// Attempt is the run's attempt, from 1; 0 for any.
 	Attempt int
+	// Count, when set, is how many runs must match, exactly: 0 checks
+	// that none did. Without it, one is enough.
+	Count *int
 }
 
 // ExpectEvent waits for a Kubernetes Event.

@@ -62,6 +62,9 @@ func runFilter(e *scenario.ExpectRun) string {
 	if e.Attempt > 0 {
 		parts = append(parts, fmt.Sprintf("attempt %d", e.Attempt))
 	}
+	if e.Count != nil {
+		parts = append(parts, fmt.Sprintf("count %d", *e.Count))
+	}
 	if len(parts) == 0 {
 		return ""
 	}
@@ -231,12 +234,19 @@ func (r *scenarioRun) checkRun(ctx context.Context, e *scenario.ExpectRun, q arc
 	if err != nil {
 		return err
 	}
+	n := 0
 	for _, run := range runs {
 		if (e.Trigger == "" || run.Trigger == e.Trigger) && (e.Outcome == "" || string(run.Outcome) == e.Outcome) && (e.Attempt == 0 || run.Attempt == e.Attempt) {
-			return nil
+			n++
 		}
 	}
-	return &errStep{what: "a run of " + e.Handler, expected: "a run" + runFilter(e), found: runLines(runs)}
+	switch {
+	case e.Count == nil && n > 0, e.Count != nil && n == *e.Count:
+		return nil
+	case e.Count == nil:
+		return &errStep{what: "a run of " + e.Handler, expected: "a run" + runFilter(e), found: runLines(runs)}
+	}
+	return &errStep{what: "runs of " + e.Handler, expected: fmt.Sprintf("%d runs", *e.Count) + runFilter(e), found: fmt.Sprintf("%d:\n%s", n, runLines(runs))}
 }
 
 func (r *scenarioRun) checkLog(ctx context.Context, e *scenario.ExpectLog, q archive.Query) error {

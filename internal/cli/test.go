@@ -7,6 +7,8 @@ import (
 	"io"
 	"regexp"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -76,6 +78,27 @@ and what was found, and its handler runs with their logs. The exit code is
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "run against this running cluster (e.g. opkit cluster start's) instead of starting a local control plane")
 	cmd.Flags().BoolVar(&schema, "schema", false, "print the JSON Schema of scenario files (for editors) and exit")
 	return cmd
+}
+
+// goTestFlags lets `opkit test` take go test's spelling of its flags,
+// -run and -junit with one dash, which the flag parser would read as
+// -r -u -n: they become --run and --junit.
+func goTestFlags(args []string) []string {
+	if len(args) == 0 || args[0] != "test" {
+		return args
+	}
+	out := slices.Clone(args)
+	for i, a := range out {
+		if a == "--" {
+			break
+		}
+		for _, name := range []string{"run", "junit"} {
+			if a == "-"+name || strings.HasPrefix(a, "-"+name+"=") {
+				out[i] = "-" + a
+			}
+		}
+	}
+	return out
 }
 
 // loadScenarios finds and loads every scenario, and compiles the

@@ -1,26 +1,18 @@
 package opkittest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/definition"
-	"github.com/opkit-dev/opkit/internal/source"
+	"github.com/opkit-dev/opkit/internal/scenario/runner"
 )
 
 // Delivery is a webhook delivery that Send posts to one of an operator's
@@ -93,34 +85,18 @@ func (e *Engine) Send(t testing.TB, operator, sourceName string, d Delivery) (st
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	secret, err := e.env.sourceSecret(ctx, src.Secret)
+	h := http.Header{}
+	if err := setHeaders(h, src, d); err != nil {
+		t.Fatalf("opkittest: sending to %s/%s: %v", operator, sourceName, err)
+	}
+	status, raw, err := runner.Deliver(ctx, e.env.Client, e.eng.HooksAddr(), operator, src, body, h)
 	if err != nil {
 		t.Fatalf("opkittest: sending to %s/%s: %v", operator, sourceName, err)
 	}
-	url := "http://" + e.eng.HooksAddr() + "/hooks/" + operator + "/" + sourceName
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		t.Fatalf("opkittest: sending to %s/%s: %v", operator, sourceName, err)
+	if err := json.Unmarshal(raw, &answer); err != nil {
+		t.Fatalf("opkittest: sending to %s/%s: answered %d, %q: not a JSON answer: %v", operator, sourceName, status, raw, err)
 	}
-	if err := setHeaders(req.Header, src, d); err != nil {
-		t.Fatalf("opkittest: sending to %s/%s: %v", operator, sourceName, err)
-	}
-	if err := source.Authorize(src, secret, body, req.Header); err != nil {
-		t.Fatalf("opkittest: sending to %s/%s: %v", operator, sourceName, err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("opkittest: sending to %s/%s: %v", operator, sourceName, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err == nil {
-		err = json.Unmarshal(raw, &answer)
-	}
-	if err != nil {
-		t.Fatalf("opkittest: sending to %s/%s: answered %s, %q: not a JSON answer: %v", operator, sourceName, resp.Status, raw, err)
-	}
-	return resp.StatusCode, answer
+	return status, answer
 }
 
 // setHeaders sets a delivery's headers on h: its own, then the content
@@ -145,40 +121,4 @@ func setHeaders(h http.Header, src *definition.EventSource, d Delivery) error {
 		h.Set(src.EventHeader, d.Event)
 	}
 	return nil
-}
-
-// secretsMu keeps the binary's parallel tests from making the same
-// source Secret at once.
-var secretsMu sync.Mutex
-
-// sourceSecret returns a source's secret from its Secret, which it
-// creates, with a random value, when it does not exist.
-func (env *Env) sourceSecret(ctx context.Context, ref v1alpha1.SecretKeySelector) ([]byte, error) {
-	secretsMu.Lock()
-	defer secretsMu.Unlock()
-	key := client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}
-	var s corev1.Secret
-	err := env.Client.Get(ctx, key, &s)
-	if apierrors.IsNotFound(err) {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ref.Namespace}}
-		if err := env.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("creating the namespace %s of the source's Secret: %w", ref.Namespace, err)
-		}
-		s = corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name, Labels: map[string]string{"opkit.dev/test": "source-secret"}},
-			Data:       map[string][]byte{ref.Key: []byte(utilrand.String(32))},
-		}
-		err = env.Client.Create(ctx, &s)
-		if apierrors.IsAlreadyExists(err) { // made meanwhile, by the test itself
-			err = env.Client.Get(ctx, key, &s)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("the source's Secret %s/%s: %w", ref.Namespace, ref.Name, err)
-	}
-	v, ok := s.Data[ref.Key]
-	if !ok || len(bytes.TrimSpace(v)) == 0 {
-		return nil, fmt.Errorf("the source's Secret %s/%s has no value for key %q", ref.Namespace, ref.Name, ref.Key)
-	}
-	return v, nil
 }

@@ -2,7 +2,6 @@ package runner
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/scenario"
@@ -37,7 +36,7 @@ func Check(sc *scenario.Scenario) error {
 			add("unstub", r.checkHandler(s.Unstub.Operator, s.Unstub.Handler))
 		case s.Send != nil:
 			d, err := r.operator(s.Send.Operator)
-			if err == nil && !slices.ContainsFunc(d.Sources, func(src *definition.EventSource) bool { return src.Name == s.Send.Source }) {
+			if err == nil && d.EventSource(s.Send.Source) == nil {
 				err = fmt.Errorf("operator %s has no source %q", d.Operator.Name, s.Send.Source)
 			}
 			add("send", err)

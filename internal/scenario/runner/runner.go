@@ -137,8 +137,6 @@ type cluster struct {
 	client client.Client
 	mapper *restmapper.DeferredDiscoveryRESTMapper
 	disc   discovery.CachedDiscoveryInterface
-
-	secretsMu sync.Mutex // makeSecret
 }
 
 func newCluster(cfg *rest.Config) (*cluster, error) {

@@ -1,17 +1,13 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -23,7 +19,6 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/executor"
 	"github.com/opkit-dev/opkit/internal/scenario"
-	"github.com/opkit-dev/opkit/internal/source"
 )
 
 // TestFieldManager is the field manager of what apply steps write.
@@ -323,78 +318,37 @@ func (r *scenarioRun) send(ctx context.Context, s *scenario.Send) error {
 	if err != nil {
 		return err
 	}
-	i := slices.IndexFunc(d.Sources, func(src *definition.EventSource) bool { return src.Name == s.Source })
-	if i < 0 {
+	src := d.EventSource(s.Source)
+	if src == nil {
 		var names []string
 		for _, src := range d.Sources {
 			names = append(names, src.Name)
 		}
 		return fmt.Errorf("operator %s has no source %q; its sources: %s", d.Operator.Name, s.Source, strings.Join(names, ", "))
 	}
-	src := d.Sources[i]
-	secret, err := r.cl.secret(ctx, src.Secret)
-	if err != nil {
-		return err
-	}
 	body, err := json.Marshal(s.Payload)
 	if err != nil {
 		return err
 	}
-	url := "http://" + r.eng.HooksAddr() + "/hooks/" + d.Operator.Name + "/" + src.Name
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
 	for k, v := range s.Headers {
-		req.Header.Set(k, v)
+		h.Set(k, v)
 	}
-	if src.DeliveryHeader != "" && req.Header.Get(src.DeliveryHeader) == "" {
-		req.Header.Set(src.DeliveryHeader, "opkit-test-"+utilrand.String(10))
+	if src.DeliveryHeader != "" && h.Get(src.DeliveryHeader) == "" {
+		h.Set(src.DeliveryHeader, "opkit-test-"+utilrand.String(10))
 	}
 	if src.EventHeader != "" && s.Event != "" {
-		req.Header.Set(src.EventHeader, s.Event)
+		h.Set(src.EventHeader, s.Event)
 	}
-	if err := source.Authorize(src, secret, body, req.Header); err != nil {
+	status, answer, err := Deliver(ctx, r.client, r.eng.HooksAddr(), d.Operator.Name, src, body, h)
+	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("sending to source %s: %w", src.Name, err)
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != s.Status {
-		return &errStep{what: "the delivery's answer", expected: fmt.Sprintf("%d", s.Status), found: fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(answer)))}
+	if status != s.Status {
+		return &errStep{what: "the delivery's answer", expected: fmt.Sprintf("%d", s.Status), found: fmt.Sprintf("%d %s", status, strings.TrimSpace(string(answer)))}
 	}
 	return nil
-}
-
-// secret reads a source's secret; when its Secret does not exist, it is
-// made with a random value (the runner plays the sender, who knows it).
-func (c *cluster) secret(ctx context.Context, ref v1alpha1.SecretKeySelector) ([]byte, error) {
-	c.secretsMu.Lock()
-	defer c.secretsMu.Unlock()
-	var s corev1.Secret
-	err := c.client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &s)
-	if err == nil {
-		if v, ok := s.Data[ref.Key]; ok {
-			return v, nil
-		}
-		return nil, fmt.Errorf("the Secret %s/%s has no key %s", ref.Namespace, ref.Name, ref.Key)
-	}
-	if client.IgnoreNotFound(err) != nil {
-		return nil, fmt.Errorf("reading the source's Secret %s/%s: %w", ref.Namespace, ref.Name, err)
-	}
-	value := []byte(utilrand.String(32))
-	s = corev1.Secret{}
-	s.Namespace, s.Name = ref.Namespace, ref.Name
-	s.Labels = map[string]string{"opkit.dev/test": "source-secret"}
-	s.Data = map[string][]byte{ref.Key: value}
-	if err := c.client.Create(ctx, &s); err != nil {
-		return nil, fmt.Errorf("making the source's Secret %s/%s: %w", ref.Namespace, ref.Name, err)
-	}
-	return value, nil
 }
 
 // deepCopy copies a JSON-like object.

@@ -105,6 +105,8 @@ func TestBadDefinitionsNameTheFieldAndLine(t *testing.T) {
 		message string
 	}{
 		{"broken YAML", base + "  children:\n  - id: a\n   template: {}\n", 16, "", "invalid YAML"},
+		{"a tab", base + "  children:\n\t- id: a\n", 16, "", "invalid YAML near this line"},
+		{"a tab that starts the file", "\t" + base, 1, "", "invalid YAML near this line: a tab: YAML indents with spaces only"},
 		{"unknown field", base + "  childs: []\n", 15, "spec.childs", "unknown field"},
 		{"wrong type", base + "  children:\n  - id: a\n    recreate: sometimes\n    template: {}\n", 17, "spec.children[0].recreate", "expected a boolean, got a string"},
 		{"CEL syntax error", base + "  children:\n" + child("a", "      data: {x: \"${self.spec.image +}\"}\n"), 21, "spec.children[0].template.data.x", "Syntax error"},

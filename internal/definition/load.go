@@ -73,10 +73,19 @@ func CompileFiles(paths ...string) ([]*Definition, error) {
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
 
-// yamlError places a YAML syntax error. YAML parsers report the line of the
-// construct they were in, not always the faulty line; the v2 parser's is
-// the nearer, so it is asked for its position.
+// yamlError places a YAML syntax error (PlaceYAMLError).
 func yamlError(file string, data []byte, err error) *Error {
+	line, msg := PlaceYAMLError(data, err)
+	return &Error{File: file, Line: line, Message: msg}
+}
+
+// PlaceYAMLError says where a YAML syntax error in data is, and what it
+// is: its 1-based line (0 when unknown) and a message for a reader of
+// that line. YAML parsers report the line of the construct they were in,
+// not always the faulty line; the v2 parser's is the nearer, so it is
+// asked for its position. Neither parser gives a line for a tab that
+// starts one: it is found here. Scenario files use it too.
+func PlaceYAMLError(data []byte, err error) (line int, message string) {
 	msg := err.Error()
 	dec := yamlv2.NewDecoder(bytes.NewReader(data))
 	for {
@@ -90,12 +99,16 @@ func yamlError(file string, data []byte, err error) *Error {
 		}
 		break
 	}
-	e := &Error{File: file, Message: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		e.Line, _ = strconv.Atoi(m[1])
-		e.Message = "invalid YAML near this line: " + strings.TrimPrefix(msg, m[0])
+		line, _ = strconv.Atoi(m[1])
+		return line, "invalid YAML near this line: " + strings.TrimPrefix(msg, m[0])
 	}
-	return e
+	if strings.Contains(msg, "cannot start any token") {
+		if i := bytes.Index(append([]byte("\n"), data...), []byte("\n\t")); i >= 0 {
+			return bytes.Count(data[:i], []byte("\n")) + 1, "invalid YAML near this line: a tab: YAML indents with spaces only"
+		}
+	}
+	return 0, "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")
 }
 
 // Load reads every Operator in YAML data; file names it in errors. A

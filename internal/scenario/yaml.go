@@ -5,12 +5,10 @@ import (
 	"errors"
 	"io"
 	"math"
-	"regexp"
-	"strconv"
-	"strings"
 
-	yamlv2 "go.yaml.in/yaml/v2"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/opkit-dev/opkit/internal/definition"
 )
 
 // readDocuments calls fn with the root node of each non-empty YAML
@@ -34,37 +32,10 @@ func readDocuments(file string, data []byte, fn func(root *yaml.Node)) *Error {
 	}
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
-
-// yamlError places a YAML syntax error. YAML parsers report the line of the
-// construct they were in, not always the faulty line; the v2 parser's is
-// the nearer, so it is asked for its position (as internal/definition
-// does).
+// yamlError places a YAML syntax error, as definitions place theirs.
 func yamlError(file string, data []byte, err error) *Error {
-	msg := err.Error()
-	dec := yamlv2.NewDecoder(bytes.NewReader(data))
-	for {
-		var v any
-		err2 := dec.Decode(&v)
-		if err2 == nil {
-			continue
-		}
-		if !errors.Is(err2, io.EOF) && yamlLine.MatchString(err2.Error()) {
-			msg = err2.Error()
-		}
-		break
-	}
-	e := &Error{File: file, Message: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		e.Line, _ = strconv.Atoi(m[1])
-		e.Message = "invalid YAML near this line: " + strings.TrimPrefix(msg, m[0])
-	} else if strings.Contains(msg, "cannot start any token") {
-		// The parsers give no line for a tab that starts a line.
-		if i := bytes.Index(append([]byte("\n"), data...), []byte("\n\t")); i >= 0 {
-			e.Line = bytes.Count(data[:i], []byte("\n")) + 1
-			e.Message = "invalid YAML near this line: a tab: YAML indents with spaces only"
-		}
-	}
+	e := &Error{File: file}
+	e.Line, e.Message = definition.PlaceYAMLError(data, err)
 	e.at = position{line: e.Line}
 	return e
 }

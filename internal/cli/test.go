@@ -17,7 +17,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -25,6 +24,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/devnode"
+	"github.com/opkit-dev/opkit/internal/engine"
 	"github.com/opkit-dev/opkit/internal/scenario"
 	"github.com/opkit-dev/opkit/internal/scenario/runner"
 )
@@ -148,34 +148,27 @@ func installCRDs(scenarios []*scenario.Scenario) func(context.Context, *rest.Con
 		if err != nil {
 			return err
 		}
-		installed := map[string]bool{}
+		var files []string
 		for _, sc := range scenarios {
-			defs, err := definition.CompileFiles(sc.Operators...)
-			if err != nil {
-				return err
+			files = append(files, sc.Operators...)
+		}
+		slices.Sort(files)
+		defs, err := definition.CompileFiles(slices.Compact(files)...)
+		if err != nil {
+			return err
+		}
+		installed := map[string]bool{}
+		for _, d := range defs {
+			if !d.Owns() || installed[d.GVK.GroupKind().String()] {
+				continue
 			}
-			for _, d := range defs {
-				if !d.Owns() || installed[d.GVK.GroupKind().String()] {
-					continue
-				}
-				installed[d.GVK.GroupKind().String()] = true
-				crd := d.CRD()
-				if err := c.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
-					return fmt.Errorf("installing the CRD of operator %s: %w", d.Operator.Name, err)
-				}
-				if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-					if err := c.Get(ctx, client.ObjectKeyFromObject(crd), crd); err != nil {
-						return false, err
-					}
-					for _, cond := range crd.Status.Conditions {
-						if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-							return true, nil
-						}
-					}
-					return false, nil
-				}); err != nil {
-					return fmt.Errorf("waiting for the CRD %s: %w", crd.Name, err)
-				}
+			installed[d.GVK.GroupKind().String()] = true
+			crd := d.CRD()
+			if err := c.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("installing the CRD of operator %s: %w", d.Operator.Name, err)
+			}
+			if err := engine.WaitEstablished(ctx, c, crd.Name); err != nil {
+				return fmt.Errorf("waiting for the CRD %s: %w", crd.Name, err)
 			}
 		}
 		return nil

@@ -678,10 +678,17 @@ func (e *Engine) removeInformer(ctx context.Context, gvk schema.GroupVersionKind
 }
 
 func (e *Engine) waitEstablished(ctx context.Context, name string) error {
+	// Read from the API: the cache does not watch CRDs.
+	return WaitEstablished(ctx, e.mgr.GetAPIReader(), name)
+}
+
+// WaitEstablished waits, up to a minute, until the CRD name is
+// established; its names refused are an error at once. reader must read
+// CRDs (the API server, or a client with apiextensions in its scheme).
+func WaitEstablished(ctx context.Context, reader client.Reader, name string) error {
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		var crd apiextensionsv1.CustomResourceDefinition
-		// Read from the API: the cache does not watch CRDs.
-		if err := e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
+		if err := reader.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
 		for _, c := range crd.Status.Conditions {

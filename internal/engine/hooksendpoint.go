@@ -11,11 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	discoveryv1ac "k8s.io/client-go/applyconfigurations/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -83,7 +81,7 @@ func (e *Engine) publishHooks(listenAddr string) func(ctx context.Context) error
 		log := e.mgr.GetLogger().WithValues("endpointslice", h.Namespace+"/"+h.Name)
 		backoff := wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30}
 		for {
-			err := e.applyHooksSlice(ctx, hooksSlice(h, int32(port)))
+			err := e.client.Apply(ctx, hooksSlice(h, int32(port)), client.FieldOwner(HooksEndpointManager), client.ForceOwnership)
 			if err == nil {
 				log.Info("webhook deliveries are routed to this engine", "address", net.JoinHostPort(h.IP, p))
 				break
@@ -106,42 +104,24 @@ func (e *Engine) publishHooks(listenAddr string) func(ctx context.Context) error
 }
 
 // hooksSlice is what the acting engine applies.
-func hooksSlice(h *HooksEndpoint, port int32) *discoveryv1.EndpointSlice {
+func hooksSlice(h *HooksEndpoint, port int32) *discoveryv1ac.EndpointSliceApplyConfiguration {
 	addressType := discoveryv1.AddressTypeIPv4
 	if net.ParseIP(h.IP).To4() == nil {
 		addressType = discoveryv1.AddressTypeIPv6
 	}
-	ep := discoveryv1.Endpoint{
-		Addresses:  []string{h.IP},
-		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
-	}
+	ep := discoveryv1ac.Endpoint().WithAddresses(h.IP).
+		WithConditions(discoveryv1ac.EndpointConditions().WithReady(true).WithServing(true).WithTerminating(false))
 	if h.Pod != "" {
-		ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: h.Namespace, Name: h.Pod}
+		ep.WithTargetRef(corev1ac.ObjectReference().WithKind("Pod").WithNamespace(h.Namespace).WithName(h.Pod))
 	}
 	if h.Node != "" {
-		ep.NodeName = ptr.To(h.Node)
+		ep.WithNodeName(h.Node)
 	}
-	return &discoveryv1.EndpointSlice{
-		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: h.Namespace, Name: h.Name,
-			Labels: map[string]string{discoveryv1.LabelServiceName: h.Name, discoveryv1.LabelManagedBy: "opkit.dev"},
-		},
-		AddressType: addressType,
-		Endpoints:   []discoveryv1.Endpoint{ep},
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(hooksPortName), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}},
-	}
-}
-
-// applyHooksSlice applies slice, server-side, as HooksEndpointManager.
-func (e *Engine) applyHooksSlice(ctx context.Context, slice *discoveryv1.EndpointSlice) error {
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(slice)
-	if err != nil {
-		return err
-	}
-	delete(u["metadata"].(map[string]any), "creationTimestamp")
-	apply := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
-	return e.client.Apply(ctx, apply, client.FieldOwner(HooksEndpointManager), client.ForceOwnership)
+	return discoveryv1ac.EndpointSlice(h.Name, h.Namespace).
+		WithLabels(map[string]string{discoveryv1.LabelServiceName: h.Name, discoveryv1.LabelManagedBy: "opkit.dev"}).
+		WithAddressType(addressType).
+		WithEndpoints(ep).
+		WithPorts(discoveryv1ac.EndpointPort().WithName(hooksPortName).WithPort(port).WithProtocol(corev1.ProtocolTCP))
 }
 
 // withdrawHooks empties the hooks EndpointSlice if it still names this

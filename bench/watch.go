@@ -268,23 +268,15 @@ func checkWatchArchive(ctx context.Context, path string, n, u int) error {
 	defer func() { _ = store.Close() }()
 	var errs []error
 	for trigger, want := range map[string]int{"create": n, "update": u} {
-		var runs, failed int
-		q := archive.Query{Operator: watchOperator, Trigger: trigger, Limit: 1000}
-		for {
-			page, err := store.List(ctx, q)
-			if err != nil {
-				return fmt.Errorf("reading opkit's archive: %w", err)
+		all, err := archive.ListAll(ctx, store, archive.Query{Operator: watchOperator, Trigger: trigger})
+		if err != nil {
+			return fmt.Errorf("reading opkit's archive: %w", err)
+		}
+		runs, failed := len(all), 0
+		for _, r := range all {
+			if r.Outcome != archive.Succeeded {
+				failed++
 			}
-			for _, r := range page.Runs {
-				runs++
-				if r.Outcome != archive.Succeeded {
-					failed++
-				}
-			}
-			if page.Next == "" {
-				break
-			}
-			q.Cursor = page.Next
 		}
 		if runs != want || failed > 0 {
 			errs = append(errs, fmt.Errorf("opkit's archive holds %d %s runs (%d not succeeded), want %d succeeded", runs, trigger, failed, want))

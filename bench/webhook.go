@@ -392,20 +392,13 @@ func checkAnswers(reqs []*hookRequest) []error {
 func checkDeliveries(ctx context.Context, store archive.Store, reqs []*hookRequest, deliveries map[string]archive.Delivery, out string) []error {
 	runs := map[string]archive.Run{}
 	byKey := map[string]int{}
-	q := archive.Query{Operator: webhookOperator, Limit: 1000}
-	for {
-		page, err := store.List(ctx, q)
-		if err != nil {
-			return []error{fmt.Errorf("reading the runs: %w", err)}
-		}
-		for _, r := range page.Runs {
-			runs[r.ID] = r
-			byKey[r.Key]++
-		}
-		if page.Next == "" {
-			break
-		}
-		q.Cursor = page.Next
+	all, err := archive.ListAll(ctx, store, archive.Query{Operator: webhookOperator})
+	if err != nil {
+		return []error{fmt.Errorf("reading the runs: %w", err)}
+	}
+	for _, r := range all {
+		runs[r.ID] = r
+		byKey[r.Key]++
 	}
 	data, err := os.ReadFile(out)
 	if err != nil {

@@ -169,6 +169,26 @@ type Query struct {
 	Cursor string
 }
 
+// ListAll returns every run q selects, newest first, reading r's pages of
+// up to 1,000 (q's Limit and Cursor are ignored).
+func ListAll(ctx context.Context, r interface {
+	List(context.Context, Query) (*Page, error)
+}, q Query) ([]Run, error) {
+	q.Limit, q.Cursor = 1000, ""
+	var runs []Run
+	for {
+		page, err := r.List(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, page.Runs...)
+		if page.Next == "" {
+			return runs, nil
+		}
+		q.Cursor = page.Next
+	}
+}
+
 // Page is one page of runs, newest first.
 type Page struct {
 	Runs []Run `json:"runs"`

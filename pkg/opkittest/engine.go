@@ -178,19 +178,11 @@ func (e *Engine) Stop() { e.stop() }
 
 // Runs returns the archived runs that q selects, newest first.
 func (e *Engine) Runs(ctx context.Context, q Query) ([]Run, error) {
-	q.Limit, q.Cursor = 1000, ""
-	var runs []Run
-	for {
-		page, err := e.store.List(ctx, q)
-		if err != nil {
-			return nil, fmt.Errorf("listing runs: %w", err)
-		}
-		runs = append(runs, page.Runs...)
-		if page.Next == "" {
-			return runs, nil
-		}
-		q.Cursor = page.Next
+	runs, err := archive.ListAll(ctx, e.store, q)
+	if err != nil {
+		return nil, fmt.Errorf("listing runs: %w", err)
 	}
+	return runs, nil
 }
 
 // WaitRun waits until the archive has a run that q selects and returns the

@@ -214,19 +214,7 @@ func (r *scenarioRun) runQuery(operator, handlerName, object string) (archive.Qu
 
 // runs lists the runs q selects, newest first.
 func (r *scenarioRun) runs(ctx context.Context, q archive.Query) ([]archive.Run, error) {
-	q.Limit = 1000
-	var runs []archive.Run
-	for {
-		page, err := r.store.List(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		runs = append(runs, page.Runs...)
-		if page.Next == "" {
-			return runs, nil
-		}
-		q.Cursor = page.Next
-	}
+	return archive.ListAll(ctx, r.store, q)
 }
 
 func (r *scenarioRun) checkRun(ctx context.Context, e *scenario.ExpectRun, q archive.Query) error {

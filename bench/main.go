@@ -16,11 +16,15 @@
 // Scenarios:
 //
 //	ceiling   a bare client-go creating ConfigMaps, concurrency 1 and 16
-//	drain     -objects Printers created while the controller is stopped;
-//	          objects/s until every child exists and every status is set
+//	drain     -cold-objects and -objects Printers created while the
+//	          controller is stopped; objects/s from the controller's
+//	          process start until every child exists and every status is
+//	          set, the start-up (to the first child), and the CPU per
+//	          object of the controller and of kube-apiserver + etcd
 //	live      Printers created at each -live-rates per second; latency to
 //	          the child and to the status, p50 and p99
-//	memory    peak RSS and heap at -objects and -memory-objects
+//	memory    peak RSS and heap at -objects and -memory-objects (whose
+//	          drain is measured as the others)
 //	idle      API writes per minute and CPU at steady state (-idle)
 //	handlers  exec handler overhead over a bare fork/exec; job handler
 //	          latency to the Job; drain with an exec handler, archive on
@@ -75,9 +79,12 @@ import (
 
 // options are the command's flags.
 type options struct {
-	Scenarios      []string
-	Runs           int
-	Objects        int
+	Scenarios []string
+	Runs      int
+	Objects   int
+	// ColdObjects is the small drain, where the controller's start-up
+	// weighs most; 0 leaves it out.
+	ColdObjects    int
 	MemoryObjects  int
 	MemoryRuns     int
 	CeilingObjects int
@@ -105,6 +112,8 @@ type options struct {
 	WebhookDeliveries int
 	WebhookRate       int
 	ProfileDir        string
+	// Subjects are the drains' controllers by name; empty: all.
+	Subjects []string
 }
 
 var allScenarios = []string{"ceiling", "drain", "live", "memory", "idle", "handlers", "archive", "console", "watch", "webhook"}
@@ -114,7 +123,7 @@ const benchNamespace = "bench"
 
 func defaultOptions() options {
 	return options{
-		Scenarios: allScenarios, Runs: 3, Objects: 10_000, MemoryObjects: 50_000, MemoryRuns: 3, CeilingObjects: 5_000,
+		Scenarios: allScenarios, Runs: 3, Objects: 10_000, ColdObjects: 2_000, MemoryObjects: 50_000, MemoryRuns: 3, CeilingObjects: 5_000,
 		LiveRates: []int{100, 500}, LiveDuration: 10 * time.Second, Idle: 30 * time.Second,
 		HandlerObjects: 1_000, JobObjects: 15, ArchiveSizes: []int{100_000, 1_000_000}, ArchiveStores: allStores, ArchiveBatch: 10_000,
 		ConsoleObjects: 1_000, ConsoleRequests: 200, WatchObjects: 500, WatchSteady: time.Minute,
@@ -142,6 +151,9 @@ type bench struct {
 	archives map[archiveKey]*filled
 	runBase  time.Time
 	pg       *pgtest.Server
+	// plane reads the CPU time of the API server and etcd; nil when
+	// they do not run on this machine (see planeCPU).
+	plane *planeCPU
 }
 
 func main() {
@@ -165,6 +177,7 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","), "the scenarios to run, comma-separated")
 	fs.IntVar(&opts.Runs, "runs", opts.Runs, "runs of each measurement; figures are their median, min and max")
 	fs.IntVar(&opts.Objects, "objects", opts.Objects, "Printers in drain (and the first memory point)")
+	fs.IntVar(&opts.ColdObjects, "cold-objects", opts.ColdObjects, "Printers in the small drain, where start-up weighs most (0: none)")
 	fs.IntVar(&opts.MemoryObjects, "memory-objects", opts.MemoryObjects, "Printers at the second memory point")
 	fs.IntVar(&opts.MemoryRuns, "memory-runs", opts.MemoryRuns, "runs of the second memory point (each drains -memory-objects Printers twice)")
 	fs.IntVar(&opts.CeilingObjects, "ceiling-objects", opts.CeilingObjects, "ConfigMaps the bare client creates")
@@ -183,6 +196,8 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	fs.IntVar(&opts.ArchiveBatch, "archive-batch", opts.ArchiveBatch, "runs each archive measurement records, then prunes")
 	stores := fs.String("archive-stores", "sqlite,postgres", "the archive stores of the archive and console scenarios, comma-separated: sqlite, postgres (a server the bench starts)")
 	fs.IntVar(&opkitDefaults.Workers, "opkit-workers", 0, "opkit's concurrent reconciles (0: the engine's default)")
+	subjects := fs.String("subjects", "", "the drains' controllers, comma-separated: opkit, opkit-b, baseline-1, baseline-8 (default: all)")
+	fs.StringVar(&opkitB.Exe, "opkit-b", "", "a bench binary built at another commit: its opkit drains beside this one's, as opkit-b, for an A/B comparison in one run")
 	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory")
 	jsonPath := fs.String("json", "", "also write the figures as JSON to this file")
 	kubeconfig := fs.String("kubeconfig", "", "use this cluster instead of starting a local control plane")
@@ -190,6 +205,14 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	opts.Scenarios = strings.Split(*scenarios, ",")
+	if *subjects != "" {
+		opts.Subjects = strings.Split(*subjects, ",")
+		for _, s := range opts.Subjects {
+			if !slices.Contains([]string{opkitDefaults.Name, opkitB.Name, baseline1.Name, baseline8.Name}, s) {
+				return fmt.Errorf("unknown subject %q; the subjects are opkit, opkit-b, baseline-1 and baseline-8", s)
+			}
+		}
+	}
 	for _, s := range opts.Scenarios {
 		if !slices.Contains(allScenarios, s) {
 			return fmt.Errorf("unknown scenario %q; the scenarios are %s", s, strings.Join(allScenarios, ", "))
@@ -281,10 +304,42 @@ func newBench(ctx context.Context, opts options, kubeconfig, workDir string, log
 	if err := c.cleanUp(ctx); err != nil {
 		return nil, err
 	}
-	return &bench{
+	b := &bench{
 		opts: opts, c: c, kubeconfig: kubeconfig, workDir: workDir, log: log,
 		archives: map[archiveKey]*filled{}, runBase: time.Now().Add(-10 * 365 * 24 * time.Hour),
-	}, nil
+	}
+	if b.plane, err = findPlaneCPU(cfg.Host); err != nil {
+		b.note(fmt.Sprintf("drain: the API server's CPU is not measured: %v", err))
+	}
+	return b, nil
+}
+
+// planeSeconds returns the CPU time kube-apiserver and etcd have used.
+func (b *bench) planeSeconds() (float64, error) {
+	if b.plane == nil {
+		return 0, errors.New("the API server's processes are not known")
+	}
+	return b.plane.seconds()
+}
+
+// drainSubjects are the controllers the drains measure: opkit, opkit-b
+// when given, and the baselines; -subjects keeps some of them.
+func (b *bench) drainSubjects() []impl {
+	var out []impl
+	for _, im := range []impl{opkitDefaults, opkitB, baseline1, baseline8} {
+		if (im != opkitB || opkitB.Exe != "") && (len(b.opts.Subjects) == 0 || slices.Contains(b.opts.Subjects, im.Name)) {
+			out = append(out, im)
+		}
+	}
+	return out
+}
+
+// drainSizes are the drains' sizes: the cold start's, then -objects.
+func (b *bench) drainSizes() []int {
+	if n := b.opts.ColdObjects; n > 0 && n != b.opts.Objects {
+		return []int{n, b.opts.Objects}
+	}
+	return []int{b.opts.Objects}
 }
 
 // run runs the chosen scenarios, each opts.Runs times; the settings of a
@@ -309,16 +364,22 @@ func (b *bench) run(ctx context.Context) error {
 				}
 			}
 		}
-		for _, im := range []impl{opkitDefaults, baseline1, baseline8} {
-			if !on("drain") && !on("memory") && !on("idle") {
-				break
-			}
-			idle := time.Duration(0)
-			if on("idle") && im != baseline1 {
-				idle = b.opts.Idle
-			}
-			if err := step("drain "+im.Name, func() error { return b.drain(ctx, im, b.opts.Objects, idle) }); err != nil {
-				return err
+		subjects := b.drainSubjects()
+		for _, n := range b.drainSizes() {
+			for _, im := range subjects {
+				if !on("drain") && !on("memory") && !on("idle") {
+					break
+				}
+				if n != b.opts.Objects && (im == baseline1 || !on("drain")) {
+					continue // the cold start is measured against baseline-8
+				}
+				idle := time.Duration(0)
+				if on("idle") && im != baseline1 && n == b.opts.Objects {
+					idle = b.opts.Idle
+				}
+				if err := step(fmt.Sprintf("%s %s", drainScenario(n), im.Name), func() error { return b.drain(ctx, im, n, idle) }); err != nil {
+					return err
+				}
 			}
 		}
 		if on("live") {

@@ -19,12 +19,18 @@ type impl struct {
 	Name    string // as in the tables: opkit, baseline-1, baseline-8
 	Kind    string // opkit or baseline
 	Workers int    // 0: the implementation's default
+	// Exe is the bench binary that runs it; empty: this one. An A/B
+	// comparison (-opkit-b) runs opkit from a binary built at another
+	// commit.
+	Exe string
 }
 
 var (
 	opkitDefaults = impl{Name: "opkit", Kind: "opkit"}
 	baseline1     = impl{Name: "baseline-1", Kind: "baseline", Workers: 1}
 	baseline8     = impl{Name: "baseline-8", Kind: "baseline", Workers: 8}
+	// opkitB is opkit from another bench binary (-opkit-b).
+	opkitB = impl{Name: "opkit-b", Kind: "opkit"}
 )
 
 // controller is a running controller process.
@@ -45,6 +51,9 @@ func (b *bench) startController(im impl, def, archive string) (*controller, erro
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
+	}
+	if im.Exe != "" {
+		exe = im.Exe
 	}
 	logFile, err := os.CreateTemp(b.workDir, im.Name+"-*.log")
 	if err != nil {

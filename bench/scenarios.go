@@ -33,16 +33,21 @@ func (b *bench) ceiling(ctx context.Context, concurrency int) error {
 }
 
 // drain: n Printers created while the controller is stopped; the time from
-// the controller's start until every child exists and every status is set.
-// The controller's peak memory is recorded too, and with idle > 0 its
-// writes and CPU at steady state afterwards.
+// the controller's process start (a cold start: its cache empty, its
+// start-up work ahead) until every child exists and every status is set.
+// Besides the rate it records the writes and the CPU per object, the
+// controller's and the API server's (kube-apiserver and etcd, when they
+// run on this machine), the start-up (to the first child) and the
+// controller's peak memory; with idle > 0 its writes and CPU at steady
+// state afterwards.
 func (b *bench) drain(ctx context.Context, im impl, n int, idle time.Duration) error {
 	ctx, cancel := context.WithCancel(ctx) // ends the tracker's watches
 	defer cancel()
-	c, elapsed, err := b.drainOnce(ctx, im, "printer.yaml", "off", "configMap", names("p", n))
+	d, err := b.drainOnce(ctx, im, "printer.yaml", "off", "configMap", names("p", n))
 	if err != nil {
 		return err
 	}
+	c := d.c
 	defer c.stop()
 	// Its stats lines come every statsInterval: wait for one that counts
 	// the writes the bench has seen.
@@ -52,12 +57,16 @@ func (b *bench) drain(ctx context.Context, im impl, n int, idle time.Duration) e
 		return err
 	}
 	size := sizeLabel(n) + " objects"
-	if n == b.opts.Objects {
-		b.add("drain", im.Name, "objects/s", "/s", float64(n)/elapsed.Seconds())
-		b.add("drain", im.Name, "writes per object", "", float64(s.Writes)/float64(n))
-		b.add("drain", im.Name, "CPU per object", "ms", 1000*s.CPUSecond/float64(n))
-		fmt.Fprintf(b.log, "  writes: %v\n", s.WritesBy)
+	scenario := drainScenario(n)
+	b.add(scenario, im.Name, "objects/s", "/s", float64(n)/d.elapsed.Seconds())
+	b.add(scenario, im.Name, "start-up", "ms", float64(d.startUp.Microseconds())/1000)
+	b.add(scenario, im.Name, "writes per object", "", float64(s.Writes)/float64(n))
+	b.add(scenario, im.Name, "CPU per object", "ms", 1000*s.CPUSecond/float64(n))
+	if d.planeCPU >= 0 {
+		b.add(scenario, im.Name, "API server CPU per object", "ms", 1000*d.planeCPU/float64(n))
+		b.add(scenario, im.Name, "CPU per object, with the API server", "ms", 1000*(s.CPUSecond+d.planeCPU)/float64(n))
 	}
+	fmt.Fprintf(b.log, "  writes: %v\n", s.WritesBy)
 	b.add("memory "+size, im.Name, "peak RSS", "MiB", float64(s.MaxRSS)/(1<<20))
 	b.add("memory "+size, im.Name, "peak heap", "MiB", float64(s.HeapPeak)/(1<<20))
 	if idle > 0 {
@@ -76,29 +85,46 @@ func (b *bench) drain(ctx context.Context, im impl, n int, idle time.Duration) e
 	return b.c.cleanUp(ctx)
 }
 
+// drainScenario names the drain of n objects: "drain 10k".
+func drainScenario(n int) string { return "drain " + sizeLabel(n) }
+
+// drained is what drainOnce measured.
+type drained struct {
+	c *controller // still running
+	// elapsed is the time from the controller's start to the last
+	// Printer done; startUp to the first child.
+	elapsed, startUp time.Duration
+	// planeCPU is the CPU seconds kube-apiserver and etcd used meanwhile,
+	// or -1 when they were not found.
+	planeCPU float64
+}
+
 // drainOnce creates the named Printers, then starts the controller and
-// waits until each has its child and a doneField in its status. It returns
-// the running controller and the time from its start to the last Printer
-// done.
-func (b *bench) drainOnce(ctx context.Context, im impl, def, archive, doneField string, ns []string) (*controller, time.Duration, error) {
+// waits until each has its child and a doneField in its status.
+func (b *bench) drainOnce(ctx context.Context, im impl, def, archive, doneField string, ns []string) (drained, error) {
+	d := drained{planeCPU: -1}
 	if err := b.c.createPrinters(ctx, ns); err != nil {
-		return nil, 0, err
+		return d, err
 	}
 	tr, err := b.c.track(ctx, doneField, false)
 	if err != nil {
-		return nil, 0, err
+		return d, err
 	}
+	cpu0, cpuErr := b.planeSeconds()
 	start := time.Now()
-	c, err := b.startController(im, def, archive)
-	if err != nil {
-		return nil, 0, err
+	if d.c, err = b.startController(im, def, archive); err != nil {
+		return d, err
 	}
-	last, err := c.wait(ctx, tr, ns, true, true, b.timeout(len(ns)))
+	last, err := d.c.wait(ctx, tr, ns, true, true, b.timeout(len(ns)))
 	if err != nil {
-		c.stop()
-		return nil, 0, fmt.Errorf("%s: %w", im.Name, err)
+		d.c.stop()
+		return d, fmt.Errorf("%s: %w", im.Name, err)
 	}
-	return c, last.Sub(start), nil
+	if cpu1, err := b.planeSeconds(); err == nil && cpuErr == nil {
+		d.planeCPU = cpu1 - cpu0
+	}
+	d.elapsed, d.startUp = last.Sub(start), tr.first(ns).Sub(start)
+	return d, nil
 }
 
 // startLive starts the controller and waits until it has handled a first
@@ -230,13 +256,13 @@ func (b *bench) handlerDrain(ctx context.Context, n int, archiveOn bool) error {
 	if archiveOn {
 		path, subject = tempArchive(b.workDir), "opkit, archive on (SQLite)"
 	}
-	c, elapsed, err := b.drainOnce(ctx, opkitDefaults, "printer-exec.yaml", path, "touched", names("h", n))
+	d, err := b.drainOnce(ctx, opkitDefaults, "printer-exec.yaml", path, "touched", names("h", n))
 	if err != nil {
 		return fmt.Errorf("%s: %w", subject, err)
 	}
-	defer c.stop()
-	b.add("handlers drain", subject, "objects/s", "/s", float64(n)/elapsed.Seconds())
-	c.stop()
+	defer d.c.stop()
+	b.add("handlers drain", subject, "objects/s", "/s", float64(n)/d.elapsed.Seconds())
+	d.c.stop()
 	return b.c.cleanUp(ctx)
 }
 

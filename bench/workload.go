@@ -343,6 +343,19 @@ func (t *tracker) wait(ctx context.Context, names []string, needChild, needDone 
 	return last, nil
 }
 
+// first returns when the first of the named Printers got its child.
+func (t *tracker) first(names []string) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var first time.Time
+	for _, n := range names {
+		if c, ok := t.child[n]; ok && (first.IsZero() || c.Before(first)) {
+			first = c
+		}
+	}
+	return first
+}
+
 // latencies returns, for the named Printers, the time from the start of
 // their creation to the child and to the status.
 func (t *tracker) latencies(names []string) (toChild, toDone []time.Duration) {

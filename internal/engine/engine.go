@@ -135,6 +135,7 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -262,6 +263,8 @@ type Engine struct {
 	mgr       manager.Manager
 	client    client.Client
 	clientset kubernetes.Interface
+	// metadata is a client whose answers are metadata only.
+	metadata  metadata.Interface
 	discovery discovery.DiscoveryInterface
 
 	queues  retryQueues    // the controllers' queues, retried at once when the API is back
@@ -367,7 +370,11 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), clientset: cs, discovery: dc, started: make(chan struct{}), replicaRunning: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}}
+	md, err := metadata.NewForConfigAndClient(opts.Config, mgr.GetHTTPClient())
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), clientset: cs, metadata: md, discovery: dc, started: make(chan struct{}), replicaRunning: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}}
 	if opts.Archive != nil {
 		e.archive = newArchiveWriter(opts.Archive, e.notice)
 		e.opts.Archive = e.archive
@@ -706,7 +713,7 @@ func WaitEstablished(ctx context.Context, reader client.Reader, name string) err
 func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	r := &reconciler{
-		def: d, client: e.client, reader: e.mgr.GetAPIReader(), mapper: e.mgr.GetRESTMapper(),
+		def: d, client: e.client, reader: e.mgr.GetAPIReader(), scopes: &scopes{mapper: e.mgr.GetRESTMapper()}, metadata: e.metadata,
 		events: e.mgr.GetEventRecorder("opkit"), related: newRelatedIndex(), conditions: newConditionTable(),
 		namespace: e.opts.Namespace,
 	}

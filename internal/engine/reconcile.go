@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,9 +34,12 @@ type reconciler struct {
 	def    *definition.Definition
 	client client.Client
 	reader client.Reader // the API, uncached
-	mapper meta.RESTMapper
-	events events.EventRecorder
-	runner *runner // nil without handlers
+	scopes *scopes
+	// metadata writes children and statuses, asking for metadata
+	// answers (see apply).
+	metadata metadata.Interface
+	events   events.EventRecorder
+	runner   *runner // nil without handlers
 	// related indexes what each custom resource refers to.
 	related *relatedIndex
 	// conditions keeps each object's conditions for the gauges (metrics.go).
@@ -192,11 +196,11 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 		return childResult{}, err
 	}
 	obj := &unstructured.Unstructured{Object: desired}
-	mapping, err := r.mapper.RESTMapping(child.GVK.GroupKind(), child.GVK.Version)
+	namespaced, err := r.scopes.namespaced(child.GVK)
 	if err != nil {
 		return childResult{}, fmt.Errorf("kind %s is not served: %w", child.GVK, err)
 	}
-	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+	if namespaced {
 		if cr.GetNamespace() == "" && obj.GetNamespace() == "" {
 			return childResult{}, errors.New("a cluster-scoped resource cannot own a namespaced child without a namespace")
 		}
@@ -245,7 +249,7 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 	if existed && child.Recreate && current.GetAnnotations()[v1alpha1.AppliedHashAnnotation] != hash {
 		return rendered, r.recreate(ctx, cr, child, current)
 	}
-	err = r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldManager), client.ForceOwnership)
+	err = r.apply(ctx, obj)
 	if existed && immutable(err) {
 		return rendered, r.recreate(ctx, cr, child, current)
 	}
@@ -260,6 +264,26 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 	}
 	rendered.live = obj
 	return rendered, nil
+}
+
+// apply applies obj with server-side apply, as the engine's field manager,
+// taking over conflicting fields. The answer is asked as metadata only:
+// the API server encodes it in protobuf without the object's content,
+// which costs it and the engine less than the whole object as JSON, and
+// the engine reads nothing of it but the error (the applied object is
+// obj).
+func (r *reconciler) apply(ctx context.Context, obj *unstructured.Unstructured) error {
+	data, err := obj.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	k, err := r.scopes.of(obj.GroupVersionKind())
+	if err != nil {
+		return err
+	}
+	_, err = r.metadata.Resource(k.resource).Namespace(obj.GetNamespace()).Patch(ctx, obj.GetName(), types.ApplyPatchType, data,
+		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)})
+	return err
 }
 
 // immutable reports whether the API refused an update because it would
@@ -371,11 +395,11 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	// metadata only, in protobuf, which is cheaper for both sides to
 	// encode and decode than the whole object as JSON; nothing reads the
 	// answer but its error.
-	target := &metav1.PartialObjectMetadata{}
-	target.SetGroupVersionKind(r.def.GVK)
-	target.SetNamespace(cr.GetNamespace())
-	target.SetName(cr.GetName())
-	if err := r.client.Status().Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	k, err := r.scopes.of(r.def.GVK)
+	if err != nil {
+		return err
+	}
+	if _, err := r.metadata.Resource(k.resource).Namespace(cr.GetNamespace()).Patch(ctx, cr.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		r.statuses.Delete(key)
 		return client.IgnoreNotFound(err)
 	}

@@ -149,11 +149,11 @@ func (r *reconciler) readRelated(ctx context.Context, cr *unstructured.Unstructu
 		if err != nil {
 			return fmt.Errorf("%s: %w", rel.Field, err)
 		}
-		mapping, err := r.mapper.RESTMapping(rel.GVK.GroupKind(), rel.GVK.Version)
+		namespaced, err := r.scopes.namespaced(rel.GVK)
 		if err != nil {
 			return fmt.Errorf("%s: kind %s is not served: %w", rel.Field, rel.GVK, err)
 		}
-		if mapping.Scope.Name() == meta.RESTScopeNameRoot {
+		if !namespaced {
 			ns = ""
 		} else if ns == "" {
 			return fmt.Errorf("%s: %s is namespaced: give the related object a namespace (the custom resource has none)", rel.Field, rel.GVK.Kind)

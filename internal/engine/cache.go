@@ -54,6 +54,12 @@ func (c *compactObject) decode() (*unstructured.Unstructured, error) {
 		return nil, fmt.Errorf("a packed %T, not an object", v)
 	}
 	u := &unstructured.Unstructured{Object: obj}
+	// The items of a built-in kind's list come without their kind, which
+	// packedListWatch kept beside.
+	if _, ok := obj["kind"]; !ok && c.Kind != "" {
+		u.SetAPIVersion(c.APIVersion)
+		u.SetKind(c.Kind)
+	}
 	if md := metadataMap(&c.ObjectMeta); len(md) > 0 {
 		u.Object["metadata"] = md
 	}

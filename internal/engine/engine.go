@@ -30,8 +30,10 @@
 //
 // Reads come from the shared cache (the objects without managedFields;
 // unstructured ones are held as typed metadata and a packed form, a third
-// of the memory of nested maps, and decoded on read); only the kinds the
-// definitions name are watched. Before a definition runs, its children
+// of the memory of nested maps, decoded into it straight from the watch's
+// JSON and into an unstructured object on read); only the kinds the
+// definitions name are watched. Children are applied, and statuses
+// patched, asking for the object's metadata back, not the whole object. Before a definition runs, its children
 // are typed by the schemas the API server publishes
 // (definition.CompileWithSchemas), so that an expression reading a field a
 // child's kind does not have is refused, not failed at run time.
@@ -137,6 +139,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -332,14 +335,19 @@ func New(opts Options) (*Engine, error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
+	informers := &packedInformers{config: opts.Config, namespace: opts.Namespace}
 	mopts := manager.Options{
 		Scheme: scheme,
 		// MetricsAddr is served with the health checks (health.go).
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: cache.Options{
 			// Cached objects do not need their managedFields, and
-			// unstructured ones are kept compact (see compactObject).
+			// unstructured ones are kept compact (see compactObject),
+			// decoded so straight from their JSON (listwatch.go).
 			DefaultTransform: compactCache,
+			NewInformer: func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+				return informers.newInformer(lw, obj, resync, indexers)
+			},
 		},
 		// Custom resources and children are unstructured: read them from
 		// the cache too, which the controllers' watches fill.
@@ -362,6 +370,9 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The cache makes its first informer when an operator starts, after
+	// this.
+	informers.http, informers.scopes = mgr.GetHTTPClient(), &scopes{mapper: mgr.GetRESTMapper()}
 	dc, err := discovery.NewDiscoveryClientForConfig(opts.Config)
 	if err != nil {
 		return nil, err

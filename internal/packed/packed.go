@@ -7,7 +7,8 @@
 // the one packed, each value of the same type (the float 4.0 stays a
 // float, where JSON would give it back an integer). [Unpack] of damaged
 // bytes is an error, never a panic. The form is for one process's memory,
-// not for storage: it may change between versions.
+// not for storage: it may change between versions. [FromJSON] packs a JSON
+// object straight from its bytes, to the value decoding it would give.
 //
 // Against JSON it takes no escaping and decodes without reflection; a
 // string it gives back is a slice of the packed form, not a copy, and the

@@ -1,0 +1,125 @@
+package engine_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+	"github.com/opkit-dev/opkit/internal/engine"
+)
+
+// The cache's own list-watch, which decodes JSON straight into the
+// cache's form, gives what the API server holds: a list page by page, and
+// every change after it, each object as a read of the API gives it (less
+// its managedFields).
+func TestThePackedListWatchGivesWhatTheAPIHolds(t *testing.T) {
+	env := clustertest.New(t)
+	ctx := t.Context()
+	gvk := corev1.SchemeGroupVersion.WithKind("ConfigMap")
+	for i := range 5 {
+		cm := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i), Namespace: env.Namespace, Labels: map[string]string{"n": fmt.Sprint(i)}},
+			Data:       map[string]string{"text": fmt.Sprintf("héllo \"%d\"\n", i)},
+			BinaryData: map[string][]byte{"bin": {0, 1, byte(i)}},
+		}
+		if err := env.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lw, err := engine.PackedListWatch(env.Config, gvk, env.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Pages of two.
+	var listed []*unstructured.Unstructured
+	var rv string
+	for opts := (metav1.ListOptions{Limit: 2}); ; {
+		page, err := lw.ListWithContext(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items, meta := engine.CachedObjects(page)
+		listed, rv = append(listed, items...), meta.ResourceVersion
+		if meta.Continue == "" {
+			break
+		}
+		opts.Continue = meta.Continue
+	}
+	want := &unstructured.UnstructuredList{}
+	want.SetGroupVersionKind(gvk.GroupVersion().WithKind("ConfigMapList"))
+	if err := env.Client.List(ctx, want, client.InNamespace(env.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != len(want.Items) || len(listed) < 5 {
+		t.Fatalf("listed %d ConfigMaps, the API holds %d (5 made here)", len(listed), len(want.Items))
+	}
+	for i := range want.Items {
+		want.Items[i].SetManagedFields(nil)
+		if !equality.Semantic.DeepEqual(listed[i].Object, want.Items[i].Object) {
+			t.Errorf("listed\n%v\nthe API holds\n%v", listed[i].Object, want.Items[i].Object)
+		}
+	}
+
+	// Every change after the list.
+	w, err := lw.WatchWithContext(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	added := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "added", Namespace: env.Namespace}, Data: map[string]string{"a": "1"}}
+	if err := env.Client.Create(ctx, added); err != nil {
+		t.Fatal(err)
+	}
+	changed := &corev1.ConfigMap{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: "cm-1"}, changed); err != nil {
+		t.Fatal(err)
+	}
+	changed.Data["text"] = "changed"
+	if err := env.Client.Update(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-2", Namespace: env.Namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, next := range []struct {
+		typ  watch.EventType
+		name string
+		data string
+	}{{watch.Added, "added", "1"}, {watch.Modified, "cm-1", "changed"}, {watch.Deleted, "cm-2", `héllo "2"` + "\n"}} {
+		ev := nextEvent(t, w)
+		objs, _ := engine.CachedObjects(ev.Object)
+		if ev.Type != next.typ || len(objs) != 1 || objs[0].GetName() != next.name || objs[0].GetKind() != "ConfigMap" {
+			t.Fatalf("event %s %v, want %s of ConfigMap %s", ev.Type, objs, next.typ, next.name)
+		}
+		if data, _, _ := unstructured.NestedStringMap(objs[0].Object, "data"); data["a"] != next.data && data["text"] != next.data {
+			t.Errorf("%s %s holds %v, want %q", next.typ, next.name, data, next.data)
+		}
+	}
+}
+
+// nextEvent returns the watch's next event but a bookmark.
+func nextEvent(t *testing.T, w watch.Interface) watch.Event {
+	t.Helper()
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the watch ended")
+			}
+			if ev.Type != watch.Bookmark {
+				return ev
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no event in 30s")
+		}
+	}
+}

@@ -35,6 +35,9 @@ type Expression struct {
 	// Type is its checked output type.
 	Type    *cel.Type
 	Program cel.Program
+	// path is the field the expression reads, when that is all it does
+	// (see fieldPath).
+	path []string
 }
 
 // part is a piece of a template string: literal text or an expression.
@@ -283,7 +286,7 @@ func compile(env *cel.Env, e *Expression) error {
 	if err != nil {
 		return fmt.Errorf("${%s}: %w", e.Source, err)
 	}
-	e.Type, e.Program = ast.OutputType(), prog
+	e.Type, e.Program, e.path = ast.OutputType(), prog, fieldPath(ast)
 	e.Children = references(ast.NativeRep(), "children")
 	e.Related = references(ast.NativeRep(), "related")
 	return nil

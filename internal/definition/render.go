@@ -71,6 +71,9 @@ var ErrRelatedMissing = fmt.Errorf("a related object it reads does not exist (%w
 // Eval evaluates the expression and returns a JSON-compatible value:
 // string, int64, float64, bool, nil, []any or map[string]any.
 func (e *Expression) Eval(activation map[string]any) (any, error) {
+	if v, ok := e.readField(activation); ok {
+		return v, nil
+	}
 	out, _, err := e.Program.Eval(activation)
 	if err != nil {
 		if children, _ := activation["children"].(map[string]any); children != nil {

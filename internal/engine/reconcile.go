@@ -211,10 +211,18 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 			return childResult{}, fmt.Errorf("%s %s: %s", child.GVK.Kind, obj.GetName(), why)
 		}
 	}
-	obj.SetOwnerReferences([]metav1.OwnerReference{{
-		APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Name: cr.GetName(), UID: cr.GetUID(),
-		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-	}})
+	// What SetOwnerReferences writes, without its reflection.
+	if md, ok := obj.Object["metadata"].(map[string]any); ok {
+		md["ownerReferences"] = []any{map[string]any{
+			"apiVersion": cr.GetAPIVersion(), "kind": cr.GetKind(), "name": cr.GetName(), "uid": string(cr.GetUID()),
+			"controller": true, "blockOwnerDeletion": true,
+		}}
+	} else {
+		obj.SetOwnerReferences([]metav1.OwnerReference{{
+			APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Name: cr.GetName(), UID: cr.GetUID(),
+			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+		}})
+	}
 	labels := obj.GetLabels()
 	if labels == nil {
 		labels = map[string]string{}
@@ -308,8 +316,9 @@ func (r *reconciler) recreate(ctx context.Context, cr *unstructured.Unstructured
 // updateStatus writes the status fields, observedGeneration and the
 // conditions, only when they changed.
 func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error, step *stepResult) error {
-	oldStatus, _, _ := unstructured.NestedMap(cr.Object, "status")
-	status := map[string]any{}
+	// Read, not copied: nothing below changes what oldStatus holds.
+	oldStatus, _ := cr.Object["status"].(map[string]any)
+	status := make(map[string]any, len(oldStatus)+len(r.def.Status)+3)
 	for k, v := range oldStatus {
 		status[k] = v
 	}
@@ -432,14 +441,70 @@ func statusDelta(old, status map[string]any) map[string]any {
 }
 
 // statusConditions reads the object's status.conditions; unreadable ones
-// read as none.
+// read as none. Conditions as the API gives them are read as they are;
+// any other shape through JSON, as metav1.Condition decodes it.
 func statusConditions(cr *unstructured.Unstructured) []metav1.Condition {
-	var conds []metav1.Condition
-	if raw, ok, _ := unstructured.NestedFieldNoCopy(cr.Object, "status", "conditions"); ok {
-		data, _ := json.Marshal(raw)
-		_ = json.Unmarshal(data, &conds)
+	raw, ok, _ := unstructured.NestedFieldNoCopy(cr.Object, "status", "conditions")
+	if !ok {
+		return nil
 	}
+	if conds, ok := readConditionValues(raw); ok {
+		return conds
+	}
+	var conds []metav1.Condition
+	data, _ := json.Marshal(raw)
+	_ = json.Unmarshal(data, &conds)
 	return conds
+}
+
+// readConditionValues reads conditions from decoded JSON whose every
+// field has the type metav1.Condition gives it; ok is false otherwise.
+func readConditionValues(raw any) (conds []metav1.Condition, ok bool) {
+	list, ok := raw.([]any)
+	if !ok {
+		return nil, false
+	}
+	conds = make([]metav1.Condition, 0, len(list))
+	for _, item := range list {
+		m, ok := item.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		var c metav1.Condition
+		for k, v := range m {
+			switch k {
+			case "type", "status", "reason", "message", "lastTransitionTime":
+				s, isString := v.(string)
+				if !isString {
+					return nil, false
+				}
+				switch k {
+				case "type":
+					c.Type = s
+				case "status":
+					c.Status = metav1.ConditionStatus(s)
+				case "reason":
+					c.Reason = s
+				case "message":
+					c.Message = s
+				case "lastTransitionTime":
+					if err := c.LastTransitionTime.UnmarshalQueryParameter(s); err != nil {
+						return nil, false
+					}
+				}
+			case "observedGeneration":
+				n, isInt := v.(int64)
+				if !isInt {
+					return nil, false
+				}
+				c.ObservedGeneration = n
+			default:
+				return nil, false // a field metav1.Condition does not have
+			}
+		}
+		conds = append(conds, c)
+	}
+	return conds, true
 }
 
 // conditionValues gives conditions as their JSON decodes, as a status

@@ -342,21 +342,28 @@ func TestFromJSONPacksLongValuesAsAppend(t *testing.T) {
 		`{"s":{"a":` + list + `}}`,
 		`{"s":"\u0052eady"}`,
 	} {
-		m, err := decodeMap([]byte(doc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := Append(nil, m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, _, _, err := FromJSON(nil, []byte(doc), "metadata")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("FromJSON(%.40q...) packed\n%q, Append\n%q", doc, got, want)
-		}
+		packsAsAppend(t, doc, "metadata")
+	}
+}
+
+// packsAsAppend checks that FromJSON packs doc (without skip, absent from
+// it) to the very bytes Append packs its decoded map to.
+func packsAsAppend(t *testing.T, doc, skip string) {
+	t.Helper()
+	m, err := decodeMap([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Append(nil, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, _, _, err := FromJSON(nil, []byte(doc), skip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("FromJSON(%.40q...) packed\n%q, Append\n%q", doc, got, want)
 	}
 }
 
@@ -366,21 +373,7 @@ func TestFromJSONPacksCommonStringsAsAppend(t *testing.T) {
 	others := []string{"", "a", "Kind", "kinds", "kin", "apiversion", "metadata ", "spec_", "lastTransitionTim", "lastTransitionTimes", strings.Repeat("x", 18)}
 	for _, s := range append(others, commonStrings[:]...) {
 		for _, doc := range []string{`{"` + s + `":"` + s + `"}`, `{"` + escapeAll(s) + `":"` + escapeAll(s) + `"}`} {
-			m, err := decodeMap([]byte(doc))
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := Append(nil, m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, _, _, _, err := FromJSON(nil, []byte(doc), "-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("FromJSON(%s) packed %q, Append %q", doc, got, want)
-			}
+			packsAsAppend(t, doc, "-")
 		}
 	}
 }

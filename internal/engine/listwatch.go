@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -150,6 +151,22 @@ func (lw *packedListWatch) ListWithContext(ctx context.Context, opts metav1.List
 func (lw *packedListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
 	body, err := lw.request(&opts).Stream(ctx)
+	// A connection lost as the watch began (an API server going away or
+	// behind a proxy) is tried again, as client-go's own watch does: ten
+	// times, a second apart; then the watch ends at once, empty, and the
+	// reflector watches again. Reported as an error, it would list
+	// everything again for it, and log it.
+	for retries := 0; err != nil && (utilnet.IsProbableEOF(err) || utilnet.IsHTTP2ConnectionLost(err)); retries++ {
+		if retries == 10 {
+			return watch.NewEmptyWatch(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		body, err = lw.request(&opts).Stream(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +207,10 @@ func (w *packedWatcher) receive() {
 			select {
 			case <-w.done:
 			default:
-				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !isClosedBody(err) {
+				// As client-go's stream watcher: a connection lost or timed
+				// out ends the watch quietly, and the reflector watches
+				// again from where it was.
+				if !utilnet.IsProbableEOF(err) && !utilnet.IsTimeout(err) && !errors.Is(err, io.ErrUnexpectedEOF) && !isClosedBody(err) {
 					w.send(watch.Event{Type: watch.Error, Object: internalError(fmt.Errorf("reading a watch event: %w", err))})
 				}
 			}

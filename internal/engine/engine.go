@@ -33,10 +33,11 @@
 // of the memory of nested maps, decoded into it straight from the watch's
 // JSON and into an unstructured object on read); only the kinds the
 // definitions name are watched. Children are applied, and statuses
-// patched, asking for the object's metadata back, not the whole object. Before a definition runs, its children
-// are typed by the schemas the API server publishes
-// (definition.CompileWithSchemas), so that an expression reading a field a
-// child's kind does not have is refused, not failed at run time.
+// patched, asking for the object's metadata back, not the whole object.
+// Before a definition runs, its children are typed by the schemas the API
+// server publishes (definition.CompileWithSchemas), so that an expression
+// reading a field a child's kind does not have is refused, not failed at
+// run time.
 //
 // # Pruning
 //

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/events"
@@ -285,12 +286,18 @@ func (r *reconciler) apply(ctx context.Context, obj *unstructured.Unstructured) 
 	if err != nil {
 		return err
 	}
-	k, err := r.scopes.of(obj.GroupVersionKind())
+	return r.patch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName(), types.ApplyPatchType, data,
+		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)})
+}
+
+// patch patches an object of kind gvk, or its subresource, through the
+// metadata client: the answer is the object's metadata, and is dropped.
+func (r *reconciler) patch(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresource ...string) error {
+	k, err := r.scopes.of(gvk)
 	if err != nil {
 		return err
 	}
-	_, err = r.metadata.Resource(k.resource).Namespace(obj.GetNamespace()).Patch(ctx, obj.GetName(), types.ApplyPatchType, data,
-		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)})
+	_, err = r.metadata.Resource(k.resource).Namespace(namespace).Patch(ctx, name, pt, data, opts, subresource...)
 	return err
 }
 
@@ -404,11 +411,7 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	// metadata only, in protobuf, which is cheaper for both sides to
 	// encode and decode than the whole object as JSON; nothing reads the
 	// answer but its error.
-	k, err := r.scopes.of(r.def.GVK)
-	if err != nil {
-		return err
-	}
-	if _, err := r.metadata.Resource(k.resource).Namespace(cr.GetNamespace()).Patch(ctx, cr.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+	if err := r.patch(ctx, r.def.GVK, cr.GetNamespace(), cr.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		r.statuses.Delete(key)
 		return client.IgnoreNotFound(err)
 	}
@@ -419,22 +422,10 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 // statusDelta is the merge patch from old to status: the keys whose value
 // changed (a map with its removed keys as nulls) and the removed keys.
 func statusDelta(old, status map[string]any) map[string]any {
-	delta := map[string]any{}
+	delta := withRemovals(old, status)
 	for k, v := range status {
-		was, ok := old[k]
-		if ok && sameValue(was, v) {
-			continue
-		}
-		if wm, ok := was.(map[string]any); ok {
-			if vm, ok := v.(map[string]any); ok {
-				v = withRemovals(wm, vm)
-			}
-		}
-		delta[k] = v
-	}
-	for k := range old {
-		if _, ok := status[k]; !ok {
-			delta[k] = nil
+		if was, ok := old[k]; ok && sameValue(was, v) {
+			delete(delta, k)
 		}
 	}
 	return delta

@@ -58,3 +58,34 @@ func toInt64s(v any) any {
 	}
 	return v
 }
+
+// The status patch holds what changed and nothing else: a changed map
+// with its dropped keys as nulls, a dropped key as null, an unchanged key
+// not at all (a handler's field written since must not be set back).
+func TestStatusDeltaHoldsWhatChanged(t *testing.T) {
+	old := map[string]any{
+		"same":      "x",
+		"number":    int64(2),
+		"dropped":   "y",
+		"opkit":     map[string]any{"children": []any{"a"}, "stalled": true},
+		"untouched": map[string]any{"k": "v"},
+	}
+	status := map[string]any{
+		"same":      "x",
+		"number":    2.0,
+		"opkit":     map[string]any{"children": []any{"a", "b"}},
+		"untouched": map[string]any{"k": "v"},
+		"added":     "z",
+	}
+	want := map[string]any{
+		"dropped": nil,
+		"opkit":   map[string]any{"children": []any{"a", "b"}, "stalled": nil},
+		"added":   "z",
+	}
+	if got := statusDelta(old, status); !reflect.DeepEqual(got, want) {
+		t.Errorf("delta %v, want %v", got, want)
+	}
+	if _, ok := old["opkit"].(map[string]any)["stalled"]; !ok || len(status) != 5 {
+		t.Errorf("statusDelta changed its arguments: %v, %v", old, status)
+	}
+}

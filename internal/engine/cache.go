@@ -2,6 +2,9 @@ package engine
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -139,6 +142,10 @@ func stringMap(m map[string]string) map[string]any {
 // kept as compactObjects, others without their managedFields. It is
 // idempotent, as the informers require.
 func compactCache(obj any) (any, error) {
+	if c, ok := obj.(*compactObject); ok {
+		c.Labels = sharedLabels.intern(c.Labels)
+		return c, nil
+	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return stripManagedFields(obj)
@@ -161,7 +168,7 @@ func compactCache(obj any) (any, error) {
 			CreationTimestamp:          u.GetCreationTimestamp(),
 			DeletionTimestamp:          u.GetDeletionTimestamp(),
 			DeletionGracePeriodSeconds: u.GetDeletionGracePeriodSeconds(),
-			Labels:                     u.GetLabels(),
+			Labels:                     sharedLabels.intern(u.GetLabels()),
 			Annotations:                u.GetAnnotations(),
 			OwnerReferences:            u.GetOwnerReferences(),
 			Finalizers:                 u.GetFinalizers(),
@@ -171,3 +178,53 @@ func compactCache(obj any) (any, error) {
 }
 
 var stripManagedFields toolscache.TransformFunc = cache.TransformStripManagedFields()
+
+// sharedLabels are the label sets of the cached objects.
+var sharedLabels = &labelSets{}
+
+// labelSets shares equal label sets among the cached objects: an
+// operator's children carry the same labels, and each set is a map of a
+// few hundred bytes, held once per object otherwise. The cache's objects
+// are read-only (DeepCopyObject builds new maps), so one map can serve
+// them all. At most maxLabelSets sets are kept; when a new one would pass
+// that, the table starts again empty, so that labels unique to each object
+// do not grow it without bound (the maps already shared stay valid).
+type labelSets struct {
+	mu   sync.Mutex
+	sets map[string]map[string]string
+}
+
+// maxLabelSets bounds a labelSets; sets of more than maxSharedLabels
+// labels are not shared.
+const (
+	maxLabelSets    = 4096
+	maxSharedLabels = 8
+)
+
+// intern returns a map equal to labels, shared when one was seen before.
+func (t *labelSets) intern(labels map[string]string) map[string]string {
+	if len(labels) == 0 || len(labels) > maxSharedLabels {
+		return labels
+	}
+	var key []byte
+	if len(labels) == 1 {
+		for k, v := range labels {
+			key = append(append(append(key, k...), 0), v...)
+		}
+	} else {
+		keys := slices.Sorted(maps.Keys(labels))
+		for _, k := range keys {
+			key = append(append(append(append(key, k...), 0), labels[k]...), 0)
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if shared, ok := t.sets[string(key)]; ok {
+		return shared
+	}
+	if t.sets == nil || len(t.sets) >= maxLabelSets {
+		t.sets = make(map[string]map[string]string, 64)
+	}
+	t.sets[string(key)] = labels
+	return labels
+}

@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"maps"
+	"reflect"
+	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -136,5 +139,60 @@ func BenchmarkCacheWrite(b *testing.B) {
 		if _, err := compactCache(u); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestEqualLabelSetsAreSharedAndOthersKeptApart(t *testing.T) {
+	sets := &labelSets{}
+	a := sets.intern(map[string]string{"opkit.dev/operator": "printer", "tier": "web"})
+	b := sets.intern(map[string]string{"tier": "web", "opkit.dev/operator": "printer"})
+	if reflect.ValueOf(a).Pointer() != reflect.ValueOf(b).Pointer() {
+		t.Error("two equal label sets are two maps, want one shared")
+	}
+	// Sets whose keys and values run together alike stay apart.
+	for _, other := range []map[string]string{
+		{"opkit.dev/operator": "printer"},
+		{"opkit.dev/operator": "printertier", "web": ""},
+		{"opkit.dev/operator": "printer", "tier": "web", "x": "y"},
+	} {
+		got := sets.intern(other)
+		if !maps.Equal(got, other) {
+			t.Errorf("intern(%v) = %v", other, got)
+		}
+	}
+	if got := sets.intern(nil); got != nil {
+		t.Errorf("intern(nil) = %v, want nil", got)
+	}
+	// The table is bounded: past maxLabelSets it starts again, and the
+	// maps it gave out stay as they were.
+	for i := range maxLabelSets + 10 {
+		sets.intern(map[string]string{"id": strconv.Itoa(i)})
+	}
+	if n := len(sets.sets); n > maxLabelSets {
+		t.Errorf("the table holds %d sets, want at most %d", n, maxLabelSets)
+	}
+	if !maps.Equal(a, map[string]string{"opkit.dev/operator": "printer", "tier": "web"}) {
+		t.Errorf("a shared set changed: %v", a)
+	}
+}
+
+func TestCachedChildrenShareTheirLabels(t *testing.T) {
+	child := func(name string) []byte {
+		return []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"` + name + `","namespace":"ns","labels":{"opkit.dev/operator":"printer"}},"data":{"text":"hi"}}`)
+	}
+	var got []map[string]string
+	for _, name := range []string{"a", "b"} {
+		c, err := decodeCompact(child(name), metav1.TypeMeta{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := compactCache(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, out.(*compactObject).Labels)
+	}
+	if reflect.ValueOf(got[0]).Pointer() != reflect.ValueOf(got[1]).Pointer() {
+		t.Error("two cached children with the same labels hold two maps, want one")
 	}
 }

@@ -82,6 +82,12 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	r.conditions.record(cr)
+	// A status memo made over another resourceVersion can no longer
+	// match: the cache shows a later state. It goes, so that memos are
+	// kept while a write is unseen, not one per object for good.
+	if last, ok := r.statuses.Load(req.NamespacedName); ok && last.(statusMemo).over != cr.GetResourceVersion() {
+		r.statuses.Delete(req.NamespacedName)
+	}
 	fin := FinalizerName(r.def.Operator.Name)
 	holds := slices.Contains(cr.GetFinalizers(), fin)
 	if cr.GetDeletionTimestamp() != nil {

@@ -194,6 +194,21 @@ func TestConvergedPrintersCauseNoWrites(t *testing.T) {
 	})
 	t.Logf("%d Printers converged in %s, after %d writes by the engine", printers, time.Since(start).Round(time.Millisecond), counter.writes.Load())
 
+	// The API server's counters are the whole server's: an earlier test's
+	// namespace still being emptied by the namespace controller would
+	// count its deletions here.
+	eventually(t, 5*time.Minute, "no other namespace terminating", func(ctx context.Context) (bool, error) {
+		var list corev1.NamespaceList
+		if err := env.Client.List(ctx, &list); err != nil {
+			return false, err
+		}
+		for _, ns := range list.Items {
+			if ns.Status.Phase == corev1.NamespaceTerminating {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 	resources := []string{"printers", "pods/", "events"}
 	engineBefore, serverBefore := counter.writes.Load(), apiserverWrites(t, env.Config, resources...)
 	select {

@@ -90,6 +90,10 @@ type options struct {
 	CeilingObjects int
 	LiveRates      []int
 	LiveDuration   time.Duration
+	// LiveSlow lists, in the progress log, each live Printer whose status
+	// took longer than this: when in its run it was created, and its times
+	// to child and status. 0: none listed.
+	LiveSlow       time.Duration
 	Idle           time.Duration
 	HandlerObjects int
 	JobObjects     int
@@ -183,6 +187,7 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	fs.IntVar(&opts.CeilingObjects, "ceiling-objects", opts.CeilingObjects, "ConfigMaps the bare client creates")
 	rates := fs.String("live-rates", "100,500", "creation rates of live, per second, comma-separated")
 	fs.DurationVar(&opts.LiveDuration, "live-duration", opts.LiveDuration, "how long live creates at each rate")
+	fs.DurationVar(&opts.LiveSlow, "live-slow", 0, "list each live Printer whose status took longer than this, to see when in the run the tail falls (0: none)")
 	fs.DurationVar(&opts.Idle, "idle", opts.Idle, "the steady-state window of idle")
 	fs.IntVar(&opts.HandlerObjects, "handler-objects", opts.HandlerObjects, "Printers in the drain with an exec handler")
 	fs.IntVar(&opts.JobObjects, "job-objects", opts.JobObjects, "Printers with a job handler (at most 16: their Jobs never finish)")
@@ -196,7 +201,7 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	fs.IntVar(&opts.ArchiveBatch, "archive-batch", opts.ArchiveBatch, "runs each archive measurement records, then prunes")
 	stores := fs.String("archive-stores", "sqlite,postgres", "the archive stores of the archive and console scenarios, comma-separated: sqlite, postgres (a server the bench starts)")
 	fs.IntVar(&opkitDefaults.Workers, "opkit-workers", 0, "opkit's concurrent reconciles (0: the engine's default)")
-	subjects := fs.String("subjects", "", "the drains' controllers, comma-separated: opkit, opkit-b, baseline-1, baseline-8 (default: all)")
+	subjects := fs.String("subjects", "", "the controllers of drain and live, comma-separated: opkit, opkit-b, baseline-1, baseline-8 (default: all)")
 	fs.StringVar(&opkitB.Exe, "opkit-b", "", "a bench binary built at another commit: its opkit drains beside this one's, as opkit-b, for an A/B comparison in one run")
 	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory")
 	jsonPath := fs.String("json", "", "also write the figures as JSON to this file")
@@ -314,6 +319,41 @@ func newBench(ctx context.Context, opts options, kubeconfig, workDir string, log
 	return b, nil
 }
 
+// settle waits, up to a minute, until kube-apiserver and etcd use less
+// than a third of a core for two seconds running: the work a scenario
+// leaves them (the garbage collector's deletions, the watch cache's
+// compaction) then does not fall on the next subject's latencies. On a
+// remote plane it waits for nothing.
+func (b *bench) settle(ctx context.Context) error {
+	if b.plane == nil {
+		return nil
+	}
+	const window, quiet = time.Second, 1.0 / 3
+	last, err := b.planeSeconds()
+	if err != nil {
+		return nil // the processes are gone: the scenario will say why
+	}
+	calm, deadline := 0, time.Now().Add(time.Minute)
+	for calm < 2 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(window):
+		}
+		now, err := b.planeSeconds()
+		if err != nil {
+			return nil
+		}
+		if (now-last)/window.Seconds() < quiet {
+			calm++
+		} else {
+			calm = 0
+		}
+		last = now
+	}
+	return nil
+}
+
 // planeSeconds returns the CPU time kube-apiserver and etcd have used.
 func (b *bench) planeSeconds() (float64, error) {
 	if b.plane == nil {
@@ -322,7 +362,7 @@ func (b *bench) planeSeconds() (float64, error) {
 	return b.plane.seconds()
 }
 
-// drainSubjects are the controllers the drains measure: opkit, opkit-b
+// drainSubjects are the controllers the drains and live measure: opkit, opkit-b
 // when given, and the baselines; -subjects keeps some of them.
 func (b *bench) drainSubjects() []impl {
 	var out []impl
@@ -384,7 +424,10 @@ func (b *bench) run(ctx context.Context) error {
 		}
 		if on("live") {
 			for _, rate := range b.opts.LiveRates {
-				for _, im := range []impl{opkitDefaults, baseline1, baseline8} {
+				// Each run starts with the next subject: the first after
+				// the drains meets what they left the API server to do.
+				for i := range subjects {
+					im := subjects[(i+run-1)%len(subjects)]
 					if err := step(fmt.Sprintf("live %s at %d/s", im.Name, rate), func() error { return b.live(ctx, im, rate) }); err != nil {
 						return err
 					}
@@ -449,7 +492,10 @@ func (b *bench) run(ctx context.Context) error {
 	// The second memory point is the longest: it comes last, so that an
 	// interrupted suite has the rest.
 	for run := 1; on("memory") && b.opts.MemoryObjects > 0 && run <= b.opts.MemoryRuns; run++ {
-		for _, im := range []impl{opkitDefaults, baseline8} {
+		for _, im := range b.drainSubjects() {
+			if im == baseline1 {
+				continue // 50,000 Printers at one worker take most of an hour
+			}
 			fmt.Fprintf(b.log, "memory run %d/%d: %s at %d\n", run, b.opts.MemoryRuns, im.Name, b.opts.MemoryObjects)
 			t0 := time.Now()
 			if err := b.drain(ctx, im, b.opts.MemoryObjects, 0); err != nil {

@@ -160,6 +160,9 @@ func (b *bench) live(ctx context.Context, im impl, rate int) error {
 		return err
 	}
 	defer c.stop()
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	ns := names(fmt.Sprintf("r%d", rate), rate*int(b.opts.LiveDuration.Seconds()))
 	if err := b.paced(ctx, tr, ns, rate); err != nil {
 		return err
@@ -168,6 +171,9 @@ func (b *bench) live(ctx context.Context, im impl, rate int) error {
 		return fmt.Errorf("%s: %w", im.Name, err)
 	}
 	toChild, toDone := tr.latencies(ns)
+	if b.opts.LiveSlow > 0 {
+		tr.listSlow(b.log, ns, b.opts.LiveSlow)
+	}
 	subject := fmt.Sprintf("%s, %d/s", im.Name, rate)
 	b.add("live", subject, "child p50", "ms", percentile(toChild, 50))
 	b.add("live", subject, "child p99", "ms", percentile(toChild, 99))

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -371,6 +372,25 @@ func (t *tracker) latencies(names []string) (toChild, toDone []time.Duration) {
 		}
 	}
 	return toChild, toDone
+}
+
+// listSlow writes a line to w for each of names whose status took longer
+// than slow: when, from the first creation, it was created, and its times
+// to child and to status.
+func (t *tracker) listSlow(w io.Writer, names []string, slow time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(names) == 0 {
+		return
+	}
+	t0 := t.created[names[0]]
+	for _, n := range names {
+		c0 := t.created[n]
+		if d := t.done[n].Sub(c0); d > slow {
+			fmt.Fprintf(w, "  slow %s at %v: child %v, status %v\n", n, c0.Sub(t0).Round(time.Millisecond),
+				t.child[n].Sub(c0).Round(time.Millisecond), d.Round(time.Millisecond))
+		}
+	}
 }
 
 func names(prefix string, n int) []string {

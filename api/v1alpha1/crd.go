@@ -97,6 +97,7 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 			"schema":         freeObject("OpenAPI v3 schema of .spec."),
 			"statusSchema":   freeObject("OpenAPI v3 object schema of the status fields handlers write."),
 			"printerColumns": {Type: "array", MaxItems: ptr.To(int64(32)), Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &printerColumn}},
+			"immutable":      strList("Fields that never change once an object is created, as dotted paths under spec (spec.region).", 64),
 			"scale": {
 				Type:     "object",
 				Required: []string{"specReplicasPath", "statusReplicasPath"},

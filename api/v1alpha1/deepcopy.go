@@ -204,6 +204,7 @@ func (v *ResourceVersion) DeepCopy() *ResourceVersion {
 		out.PrinterColumns = make([]apiextensionsv1.CustomResourceColumnDefinition, len(v.PrinterColumns))
 		copy(out.PrinterColumns, v.PrinterColumns)
 	}
+	out.Immutable = copyStrings(v.Immutable)
 	out.Scale = v.Scale.DeepCopy()
 	return &out
 }

@@ -27,6 +27,9 @@ func TestDeepCopyIsEqualAndIndependent(t *testing.T) {
 			if out.Spec.Resource.Versions[i].Served != nil {
 				*out.Spec.Resource.Versions[i].Served = !*out.Spec.Resource.Versions[i].Served
 			}
+			if imm := out.Spec.Resource.Versions[i].Immutable; len(imm) > 0 {
+				imm[0] = "mutated"
+			}
 		}
 		if w := out.Spec.Watch; w != nil {
 			w.Namespaces = append(w.Namespaces, "mutated")

@@ -214,7 +214,21 @@ type ResourceVersion struct {
 	StatusSchema *apiextensionsv1.JSONSchemaProps `json:"statusSchema,omitempty"`
 	// PrinterColumns are shown by `kubectl get`. An Age column is added.
 	PrinterColumns []apiextensionsv1.CustomResourceColumnDefinition `json:"printerColumns,omitempty"`
-	// Scale enables the scale subresource with these paths.
+	// Immutable lists the fields that never change once an object is
+	// created, as dotted paths from the object's root under spec
+	// (spec.region, spec.storage.class): neither their value nor whether
+	// they are set. Each path names a field of Schema, through objects
+	// only (not the items of a list or the values of a map). opkit turns
+	// each into x-kubernetes-validations transition rules that the API
+	// server enforces on every update, with the message "<path> is
+	// immutable: ...". Defaults to none.
+	Immutable []string `json:"immutable,omitempty"`
+	// Scale enables the scale subresource (kubectl scale, and a
+	// HorizontalPodAutoscaler) with these paths: specReplicasPath an
+	// integer field of Schema, statusReplicasPath an integer status field
+	// the operator writes (spec.status or StatusSchema), and the optional
+	// labelSelectorPath a string field, usually a status field holding
+	// the label selector of the replicas' Pods. Each is checked at load.
 	Scale *apiextensionsv1.CustomResourceSubresourceScale `json:"scale,omitempty"`
 }
 

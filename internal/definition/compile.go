@@ -179,9 +179,12 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 		// they would only add noise.
 		return nil
 	}
-	for i, v := range op.Spec.Resource.Versions {
-		checkRules(l, fmt.Sprintf("spec.resource.versions[%d].schema", i), v.Schema)
+	for i := range op.Spec.Resource.Versions {
+		checkImmutable(l, i, &op.Spec.Resource.Versions[i])
 	}
+	// Last, whatever else is found: the API server's own check of the
+	// CRD reports only what no check of opkit's did.
+	defer checkCRD(l, d)
 	read := len(l.errs)
 	childIDs, childSchemas := resolveChildSchemas(l, op, schemas)
 	relatedTypes, _ := resolveRelatedSchemas(l, op, schemas)
@@ -271,6 +274,7 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 	}
 	checkReferences(l, d, ids, relatedIDs)
 	checkStatusSchemas(l, d)
+	checkScale(l, d)
 	if len(l.errs) == 0 {
 		order, err := dependencyOrder(d.Children)
 		if err != nil {

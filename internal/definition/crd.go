@@ -13,10 +13,19 @@ import (
 const OperatorLabel = "opkit.dev/operator"
 
 // CRD builds the CustomResourceDefinition of the definition's resource:
-// each version's schema under .spec, an open .status (opkit's fields and the
-// Operator's status fields), the status subresource, scale when asked, and
-// the printer columns followed by Age.
+// each version's schema under .spec, with the rules of its immutable
+// fields, an open .status (opkit's fields and the Operator's status
+// fields), the status subresource, scale when asked, and the printer
+// columns followed by Age.
 func (d *Definition) CRD() *apiextensionsv1.CustomResourceDefinition {
+	crd, _ := d.buildCRD()
+	return crd
+}
+
+// buildCRD is CRD, and the rules opkit wrote into it by the definition
+// field the API server's errors about each map to (see crdField).
+func (d *Definition) buildCRD() (*apiextensionsv1.CustomResourceDefinition, map[string]generatedRule) {
+	generated := map[string]generatedRule{}
 	r := d.Operator.Spec.Resource
 	crd := &apiextensionsv1.CustomResourceDefinition{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
@@ -33,7 +42,7 @@ func (d *Definition) CRD() *apiextensionsv1.CustomResourceDefinition {
 			Scope: apiextensionsv1.ResourceScope(r.Scope),
 		},
 	}
-	for _, v := range r.Versions {
+	for i, v := range r.Versions {
 		spec := v.Schema
 		if spec == nil {
 			spec = &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}
@@ -44,20 +53,22 @@ func (d *Definition) CRD() *apiextensionsv1.CustomResourceDefinition {
 		if v.Scale != nil {
 			sub.Scale = v.Scale.DeepCopy()
 		}
+		root := &apiextensionsv1.JSONSchemaProps{
+			Type: "object",
+			Properties: map[string]apiextensionsv1.JSONSchemaProps{
+				"spec":   *spec.DeepCopy(),
+				"status": d.statusSchema(&v),
+			},
+		}
+		addImmutableRules(root, i, &v, generated)
 		crd.Spec.Versions = append(crd.Spec.Versions, apiextensionsv1.CustomResourceDefinitionVersion{
 			Name: v.Name, Served: v.Served == nil || *v.Served, Storage: v.Storage,
-			Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-				Type: "object",
-				Properties: map[string]apiextensionsv1.JSONSchemaProps{
-					"spec":   *spec.DeepCopy(),
-					"status": d.statusSchema(&v),
-				},
-			}},
+			Schema:                   &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: root},
 			Subresources:             sub,
 			AdditionalPrinterColumns: columns,
 		})
 	}
-	return crd
+	return crd, generated
 }
 
 // statusSchema is an open object (opkit's fields and the handlers' are

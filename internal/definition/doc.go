@@ -28,6 +28,17 @@
 // objects or status) or, with neither, is a calendar: handlers on
 // operator-wide schedules only ([Definition.Calendar], [Handler.NextSlot]).
 //
+// The CRD ([Definition.CRD]) is checked as the API server would check it
+// when installed, by its own validation of CRDs, and each error placed at
+// the definition's field: a schema's x-kubernetes-validations rules
+// (compiled, typed, their cost estimated, oldSelf only where the API
+// server can know it), the rules opkit writes for a version's immutable
+// fields (transition rules: the value cannot change, nor be added or
+// removed), and the rest of the schema. A version's scale subresource
+// must name an integer spec field and an integer status field the
+// operator writes (spec.status or statusSchema), and a string label
+// selector.
+//
 // Handlers ([Handler]) are validated and defaulted here too: triggers,
 // fields, schedule, timeout, retry policy and exactly one action; an exec
 // command's relative path is resolved against the definition file.

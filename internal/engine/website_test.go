@@ -81,3 +81,48 @@ func TestWebsiteAppliesItsConfigMapFirstAndRollsOnChange(t *testing.T) {
 		t.Errorf("the content version did not change: %s", second)
 	}
 }
+
+// TestKubectlScaleScalesAWebsiteAndItsDeploymentFollows: `kubectl scale
+// website/hello --replicas 3` sets the Website's spec.replicas through the
+// scale subresource, the Deployment follows, and the scale subresource
+// shows what an autoscaler reads: the replicas there are and the label
+// selector of their Pods.
+func TestKubectlScaleScalesAWebsiteAndItsDeploymentFollows(t *testing.T) {
+	env := clustertest.New(t)
+	startEngine(t, env, "../../examples/website/operator.yaml")
+	applyFirst(t, env, website("hello", `{content: "<h1>hi</h1>"}`))
+	defer func() {
+		if t.Failed() {
+			t.Log(must(clustertest.Kubectl(t, clustertest.Cluster(t).KubeconfigPath(), "get", "websites,deploy,rs,pods", "-n", env.Namespace, "-o", "wide")))
+		}
+	}()
+	scale := func() string {
+		return must(clustertest.Kubectl(t, clustertest.Cluster(t).KubeconfigPath(), "get", "website", "hello", "-n", env.Namespace,
+			"--subresource", "scale", "-o", "jsonpath={.spec.replicas} {.status.replicas} {.status.selector}"))
+	}
+	eventually(t, 90*time.Second, "the scale subresource shows 1 replica and the selector", func(context.Context) (bool, error) {
+		return scale() == "1 1 app.kubernetes.io/instance=hello", nil
+	})
+
+	if out := kubectl(t, "scale", "-n", env.Namespace, "website/hello", "--replicas", "3"); !strings.Contains(out, "website.demo.example.com/hello scaled") {
+		t.Errorf("kubectl scale: %s", out)
+	}
+	if got := kubectl(t, "get", "-n", env.Namespace, "website", "hello", "-o", "jsonpath={.spec.replicas}"); got != "3" {
+		t.Errorf("the Website's spec.replicas is %s after kubectl scale, want 3", got)
+	}
+	deploy := &appsv1.Deployment{}
+	eventually(t, 60*time.Second, "the Deployment scaled to 3", func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: "hello"}, deploy)
+		return err == nil && deploy.Spec.Replicas != nil && *deploy.Spec.Replicas == 3, err
+	})
+	eventually(t, 90*time.Second, "the scale subresource shows 3 replicas", func(context.Context) (bool, error) {
+		return scale() == "3 3 app.kubernetes.io/instance=hello", nil
+	})
+	pods := &corev1.PodList{}
+	if err := env.Client.List(t.Context(), pods, client.InNamespace(env.Namespace), client.MatchingLabels{"app.kubernetes.io/instance": "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) < 3 {
+		t.Errorf("the selector app.kubernetes.io/instance=hello finds %d Pods, want the Deployment's 3", len(pods.Items))
+	}
+}

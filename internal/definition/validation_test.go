@@ -186,6 +186,7 @@ func TestCRDErrorPathsMapToTheDefinitionsFields(t *testing.T) {
 		"spec.names.shortNames[0]":                              "spec.resource.names.shortNames[0]",
 		"spec.names.listKind":                                   "spec.resource.kind",
 		"metadata.name":                                         "",
+		"status.storedVersions[0]":                              "",
 		"spec.conversion.strategy":                              "spec.resource",
 	} {
 		if got := crdField(crd); got != want {

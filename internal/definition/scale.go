@@ -55,7 +55,8 @@ func (c scaleCheck) path(field, path, typ string, inSpec, inStatus bool) {
 		return
 	}
 	names := strings.Split(strings.TrimPrefix(path, "."), ".")
-	if !strings.HasPrefix(path, ".") || strings.ContainsAny(path, "[]*@ ") || len(names) < 2 || (!(inSpec && names[0] == "spec") && !(inStatus && names[0] == "status")) {
+	rootAllowed := (inSpec && names[0] == "spec") || (inStatus && names[0] == "status")
+	if !strings.HasPrefix(path, ".") || strings.ContainsAny(path, "[]*@ ") || len(names) < 2 || !rootAllowed {
 		c.l.add(field, "%q: expected a path of field names %s", path, under)
 		return
 	}

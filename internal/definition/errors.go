@@ -92,6 +92,18 @@ func (l *errorList) line(field string) int {
 	return 0
 }
 
+// Line is the line of field in the file the definition came from: the
+// line of its nearest parent that the file spells out, for a field it
+// leaves out (a default, or a field another version had); 0 for a
+// definition read from the cluster. field is a path as errors name them,
+// e.g. spec.resource.versions[0].schema.properties.size.
+func (d *Definition) Line(field string) int {
+	if d.src == nil {
+		return 0
+	}
+	return (&errorList{lines: d.src.lines}).line(field)
+}
+
 func parentPath(p string) string {
 	i := strings.LastIndexAny(p, ".[")
 	if i <= 0 {

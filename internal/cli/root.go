@@ -52,6 +52,6 @@ func NewRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCommand(), newClusterCommand(), newKubectlCommand(), newRunCommand(), newDevCommand(),
-		newRunsCommand(), newLogsCommand(), newEventsCommand(), newRetryCommand(), newConsoleCommand(), newGenerateCommand(), newTestCommand())
+		newRunsCommand(), newLogsCommand(), newEventsCommand(), newRetryCommand(), newConsoleCommand(), newGenerateCommand(), newTestCommand(), newLintCommand())
 	return root
 }

@@ -258,6 +258,14 @@ type Options struct {
 	// its executors, for tests (stubs.go); it may change while the engine
 	// runs. Defaults to none.
 	Stubs *Stubs
+	// AllowBreaking makes Apply change an installed CRD even where the
+	// change breaks its clients or loses data (compat.Compare: a field
+	// removed, a type narrowed, a version still stored removed...).
+	// Defaults to false: such a definition is refused with a
+	// *BreakingChangeError naming each change, before anything is
+	// changed, and the operator's running version, if any, keeps running
+	// (breaking.go).
+	AllowBreaking bool
 }
 
 // Engine runs operators. Use New, then Run in a goroutine, then Apply each
@@ -512,7 +520,10 @@ func (e *Engine) prune(ctx context.Context) {
 // established, and (re)starts its controller. A definition compiled
 // without schemas is first compiled again with the children typed by the
 // schemas the cluster publishes; an expression that reads a field a child's
-// kind does not have is an error then.
+// kind does not have is an error then. A CRD change that would break the
+// installed CRD's clients or lose its data is refused with a
+// *BreakingChangeError, before anything is changed, unless
+// Options.AllowBreaking.
 func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	if err := e.waitStarted(ctx); err != nil {
 		return err
@@ -562,6 +573,10 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 		return fmt.Errorf("operator %s: CRD %s belongs to operator %s", d.Operator.Name, crd.Name, definition.OperatorName(&existing))
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("operator %s: reading CRD %s: %w", d.Operator.Name, crd.Name, err)
+	case err == nil && !e.opts.AllowBreaking:
+		if err := refuseBreaking(d, &existing, crd); err != nil {
+			return err
+		}
 	}
 	if err := e.applyCRD(ctx, crd); err != nil {
 		return fmt.Errorf("operator %s: installing CRD %s: %w", d.Operator.Name, crd.Name, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,8 +35,11 @@ const (
 // says whether it runs: Ready=True with reason Running, or Ready=False and
 // Degraded=True with reason InvalidDefinition (every error, by field; it is
 // not retried until the Operator changes, and the last valid generation, if
-// one ran, keeps running) or ApplyFailed (retried with back-off). An invalid
-// Operator never stops the others.
+// one ran, keeps running), BreakingChange (its CRD would break the
+// installed one's clients or lose data, and Options.AllowBreaking is
+// false: each change by field; checked again each minute, the last
+// generation that ran keeps running) or ApplyFailed (retried with
+// back-off). An invalid Operator never stops the others.
 //
 // Call it after Run has started, and not together with Apply for the same
 // names.
@@ -116,6 +120,18 @@ func (r *operatorReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		}
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonInvalid, truncate(msg)
 	} else if err := e.Apply(ctx, d); err != nil {
+		if _, breaking := errors.AsType[*BreakingChangeError](err); breaking {
+			// Waits for the Operator to change, or for the installed CRD
+			// to (its stored versions migrated): checked again each
+			// minute. A previous generation that ran keeps running.
+			msg := err.Error()
+			if running != nil && running.Operator.UID == op.UID {
+				crdName = crdOf(running)
+				msg = fmt.Sprintf("generation %d keeps running; generation %d is refused: %s", running.Operator.Generation, op.Generation, msg)
+			}
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonBreakingChange, truncate(msg)
+			return reconcile.Result{RequeueAfter: time.Minute}, r.setStatus(ctx, op, ready, crdName)
+		}
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonApplyFailed, truncate(err.Error())
 		if serr := r.setStatus(ctx, op, ready, ""); serr != nil {
 			err = errors.Join(err, serr)

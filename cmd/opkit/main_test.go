@@ -490,6 +490,10 @@ func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
 	write("notes.yaml", notesOperator)
 	waitOutput(t, stderr, "operator notes: running", 30*time.Second)
 	crdColumns("notes.notes.example.com")
+	// A breaking edit is refused with its line; the running version runs.
+	write("notes.yaml", strings.Replace(notesOperator, "a: {type: string}", "a: {type: string, maxLength: 3}", 1))
+	waitOutput(t, stderr, filepath.Join(dir, "notes.yaml")+":10: versions[v1].spec.a: breaking: a maxLength of 3 is added", 30*time.Second)
+	waitOutput(t, stderr, "(the running version of operator notes keeps running)", time.Second)
 	// A broken edit is reported with its line; the last valid version runs.
 	write("notes.yaml", notesOperator+"  status: [\n")
 	waitOutput(t, stderr, filepath.Join(dir, "notes.yaml")+":", 30*time.Second)

@@ -27,6 +27,7 @@ import (
 func newDevCommand() *cobra.Command {
 	var apply []string
 	var archivePath string
+	var allowBreaking bool
 	cf := &consoleFlags{}
 	mf := &metricsFlag{}
 	cmd := &cobra.Command{
@@ -40,7 +41,9 @@ and shows them with kubectl get.
 Definitions are reloaded when DIR's files change: an operator added or
 changed is (re)started, one whose file is gone is stopped. An edit with an
 error is reported with its file and line, and the last valid version of that
-file's operators keeps running.
+file's operators keeps running. So does an edit whose CRD would break the
+installed one's clients or lose data (a field removed, a type narrowed: see
+opkit lint), unless --allow-breaking.
 
 The dev node runs the commands of Pods that tolerate opkit.dev/dev-node as
 processes of this machine: see docs/local-control-plane.md.
@@ -55,10 +58,11 @@ loopback (another port when the default one is taken): see docs/metrics.md.`,
 			if err := mf.validate(cmd, true); err != nil {
 				return err
 			}
-			return dev(cmd.Context(), args[0], apply, archivePath, cf, mf, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return dev(cmd.Context(), args[0], apply, archivePath, allowBreaking, cf, mf, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVar(&apply, "apply", nil, "a manifest to apply once the operators run; repeatable")
+	allowBreakingFlag(cmd, &allowBreaking)
 	archiveFlag(cmd, &archivePath)
 	cf.register(cmd, "console", "127.0.0.1:7380", "serve the web console on this address; '' for none")
 	mf.register(cmd)
@@ -98,7 +102,7 @@ func operatorFiles(dir string) (out []string, skipped map[string]string, err err
 	return out, skipped, nil
 }
 
-func dev(ctx context.Context, dir string, apply []string, archivePath string, cf *consoleFlags, mf *metricsFlag, stdout, stderr io.Writer) error {
+func dev(ctx context.Context, dir string, apply []string, archivePath string, allowBreaking bool, cf *consoleFlags, mf *metricsFlag, stdout, stderr io.Writer) error {
 	reload := &reloader{dir: dir, log: stderr}
 	files, err := reload.operatorFiles()
 	if err != nil {
@@ -135,6 +139,7 @@ func dev(ctx context.Context, dir string, apply []string, archivePath string, cf
 		RunFinished:    func(run archive.Run) { reportFailedRun(stderr, run, archivePath) },
 		// The plane is opkit's own: no deletion passes unseen.
 		AdmissionFinalizers: true,
+		AllowBreaking:       allowBreaking,
 	}, archivePath, cf, mf, stderr, zapcore.ErrorLevel)
 	if err != nil {
 		return err

@@ -143,6 +143,9 @@ func (r *reloader) loadFile(ctx context.Context, file string, data []byte) error
 		}
 		printWarnings(r.log, d)
 		if err := r.engine.Apply(ctx, d); err != nil {
+			if _, breaking := errors.AsType[*engine.BreakingChangeError](err); breaking && verb == "reloaded" {
+				err = fmt.Errorf("%w\n(the running version of operator %s keeps running)", err, d.Operator.Name)
+			}
 			errs = append(errs, err)
 			continue
 		}

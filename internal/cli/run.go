@@ -27,7 +27,7 @@ import (
 func newRunCommand() *cobra.Command {
 	var files []string
 	var kubeconfig, archivePath string
-	var admission, leaderElect bool
+	var admission, leaderElect, allowBreaking bool
 	var leaseNamespace, leaseName, hooksSlice string
 	cf := &consoleFlags{}
 	mf := &metricsFlag{}
@@ -44,6 +44,12 @@ Operator's status says whether it runs or why not (kubectl get operators).
 With -f, it runs the Operators defined in FILEs instead. Every definition is
 checked first; any error, with its file and line, stops the command before it
 touches the cluster.
+
+A definition whose CRD would change the installed one in a way that breaks
+its clients or loses data (a field removed, a type narrowed, a stored
+version dropped: see opkit lint) is refused, naming each change, unless
+--allow-breaking; an Operator of the cluster says so in its status
+(reason BreakingChange) and its running version keeps running.
 
 Handler runs are recorded in the archive (--archive): see opkit runs, or
 serve the web console beside the engine with --console ADDR.
@@ -71,7 +77,7 @@ see docs/metrics.md.`,
 			if err != nil {
 				return err
 			}
-			opts := engine.Options{Config: cfg, AdmissionFinalizers: admission}
+			opts := engine.Options{Config: cfg, AdmissionFinalizers: admission, AllowBreaking: allowBreaking}
 			if leaderElect {
 				ns := leaseNamespace
 				if ns == "" {
@@ -106,10 +112,16 @@ see docs/metrics.md.`,
 	cmd.Flags().StringVar(&leaseName, "leader-elect-lease", engine.DefaultLeaseName, "the Lease's name: replicas of one engine share it")
 	cmd.Flags().StringVar(&hooksSlice, "hooks-endpointslice", "", "the EndpointSlice of the hooks Service, in $POD_NAMESPACE: the replica that acts writes its address ($POD_IP) there, so that webhook deliveries reach it and no standby (see docs/production.md)")
 	cmd.Flags().BoolVar(&admission, "admission-finalizers", false, "have the API server add opkit's finalizer to each new object of an operator with delete handlers (a MutatingAdmissionPolicy; Kubernetes 1.36+): no deletion passes unseen, even while the engine is away")
+	allowBreakingFlag(cmd, &allowBreaking)
 	archiveFlag(cmd, &archivePath)
 	cf.register(cmd, "console", "", "serve the web console on this address, e.g. 127.0.0.1:7380 (default: none)")
 	mf.register(cmd)
 	return cmd
+}
+
+// allowBreakingFlag adds --allow-breaking, of run and dev.
+func allowBreakingFlag(cmd *cobra.Command, allow *bool) {
+	cmd.Flags().BoolVar(allow, "allow-breaking", false, "apply a definition even when its CRD breaks the installed one's clients or loses data (see opkit lint --against-cluster)")
 }
 
 // kubeconfigNamespace is the namespace of a Lease not named: the Pod's

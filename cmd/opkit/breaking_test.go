@@ -13,15 +13,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// shelvesV1 is an Operator whose v2 (shelvesV1 less its field size)
+// cratesV1 is an Operator whose v2 (cratesV1 less its field size)
 // breaks its CRD: the field's values would be pruned.
-const shelvesV1 = `apiVersion: opkit.dev/v1alpha1
+const cratesV1 = `apiVersion: opkit.dev/v1alpha1
 kind: Operator
-metadata: {name: shelves}
+metadata: {name: crates}
 spec:
   resource:
-    group: shelves.example.com
-    kind: Shelf
+    group: crates.example.com
+    kind: Crate
     versions:
     - name: v1
       schema:
@@ -34,7 +34,7 @@ spec:
     template:
       apiVersion: v1
       kind: ConfigMap
-      metadata: {name: "${self.metadata.name}-shelf"}
+      metadata: {name: "${self.metadata.name}-crate"}
       data: {a: "${self.spec.a}"}
 `
 
@@ -69,11 +69,11 @@ func stop(t *testing.T, cmd *exec.Cmd, out *lockedBuffer) {
 	}
 }
 
-// hasField reports whether the Shelf CRD's v1 declares spec.<field>.
+// hasField reports whether the Crate CRD's v1 declares spec.<field>.
 func hasField(t *testing.T, c client.Client, field string) bool {
 	t.Helper()
 	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := c.Get(t.Context(), client.ObjectKey{Name: "shelves.shelves.example.com"}, crd); err != nil {
+	if err := c.Get(t.Context(), client.ObjectKey{Name: "crates.crates.example.com"}, crd); err != nil {
 		t.Fatal(err)
 	}
 	_, ok := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties[field]
@@ -85,7 +85,7 @@ func TestRunRefusesABreakingChangeToAnInstalledCRDUnlessAllowed(t *testing.T) {
 	kc := cl.KubeconfigPath()
 	dir := t.TempDir()
 	v1, v2 := filepath.Join(dir, "v1.yaml"), filepath.Join(dir, "v2.yaml")
-	for file, data := range map[string]string{v1: shelvesV1, v2: strings.Replace(shelvesV1, "          size: {type: integer}\n", "", 1)} {
+	for file, data := range map[string]string{v1: cratesV1, v2: strings.Replace(cratesV1, "          size: {type: integer}\n", "", 1)} {
 		if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -95,13 +95,13 @@ func TestRunRefusesABreakingChangeToAnInstalledCRDUnlessAllowed(t *testing.T) {
 	}
 
 	// Not installed yet: nothing to compare.
-	if r := opkitWithEnv(t, nil, "lint", v2, "--against-cluster", "--kubeconfig", kc); r.code != 0 || !strings.Contains(r.stdout, "operator shelves: CRD shelves.shelves.example.com is not installed yet: nothing to compare") {
+	if r := opkitWithEnv(t, nil, "lint", v2, "--against-cluster", "--kubeconfig", kc); r.code != 0 || !strings.Contains(r.stdout, "operator crates: CRD crates.crates.example.com is not installed yet: nothing to compare") {
 		t.Errorf("opkit lint --against-cluster before v1 is installed: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
 
 	// v1 installs the CRD.
 	cmd, out := run("-f", v1)
-	waitOutput(t, out, "operator shelves: running", 60*time.Second)
+	waitOutput(t, out, "operator crates: running", 60*time.Second)
 	stop(t, cmd, out)
 
 	// Installed: v2 removes a field.
@@ -116,7 +116,7 @@ func TestRunRefusesABreakingChangeToAnInstalledCRDUnlessAllowed(t *testing.T) {
 	if code := waitExit(t, cmd, out, 60*time.Second); code != 1 {
 		t.Fatalf("opkit run of a breaking change: exit %d, want 1:\n%s", code, out.String())
 	}
-	for _, want := range []string{"operator shelves: refused: 1 breaking change to the installed CRD shelves.shelves.example.com", removed, "--allow-breaking"} {
+	for _, want := range []string{"operator crates: refused: 1 breaking change to the installed CRD crates.crates.example.com", removed, "--allow-breaking"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("opkit run's refusal lacks %q:\n%s", want, out.String())
 		}
@@ -127,7 +127,7 @@ func TestRunRefusesABreakingChangeToAnInstalledCRDUnlessAllowed(t *testing.T) {
 
 	// Allowed: applied.
 	cmd, out = run("-f", v2, "--allow-breaking")
-	waitOutput(t, out, "operator shelves: running", 60*time.Second)
+	waitOutput(t, out, "operator crates: running", 60*time.Second)
 	if hasField(t, c, "size") {
 		t.Error("with --allow-breaking the CRD still declares spec.size")
 	}

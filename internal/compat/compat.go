@@ -12,10 +12,10 @@ import (
 type Severity string
 
 const (
-	// Breaking: clients break or data is lost. opkit run and opkit dev
-	// refuse such a change unless --allow-breaking; opkit lint exits 1.
+	// Breaking is a change that breaks clients or loses data. opkit run
+	// and opkit dev refuse it unless --allow-breaking; opkit lint exits 1.
 	Breaking Severity = "breaking"
-	// Warning: risky, but existing objects and clients keep working.
+	// Warning is a risky change: existing objects and clients keep working.
 	Warning Severity = "warning"
 )
 

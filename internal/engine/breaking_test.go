@@ -1,7 +1,10 @@
 package engine_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/compat"
+	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
 )
@@ -100,4 +105,48 @@ func TestAnOperatorWithABreakingChangeSaysSoAndItsLastGenerationRuns(t *testing.
 	}
 	setSpec(t, env, note, "a", "second")
 	waitConfigMapData(t, env, "s1-note", "the ConfigMap, kept by generation 1", map[string]string{"a": "second"})
+}
+
+// TestAnInstalledCRDShowsNoChangeFromItsOwnDefinition: what the API
+// server gives back of a CRD (defaulted, its JSON values rewritten) is no
+// change from the CRD it was given, or every restart would be refused.
+func TestAnInstalledCRDShowsNoChangeFromItsOwnDefinition(t *testing.T) {
+	env := clustertest.New(t)
+	files, err := filepath.Glob("../../examples/*/operator.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	corpus, err := filepath.Glob("../compat/testdata/*/*/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs, err := definition.CompileFiles(append(files, corpus...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for i, d := range defs {
+		if !d.Owns() {
+			continue
+		}
+		crd := d.CRD()
+		// Each its own group: the corpus's files share one CRD name.
+		crd.Spec.Group = fmt.Sprintf("g%d.installed.example.com", i)
+		crd.Name = crd.Spec.Names.Plural + "." + crd.Spec.Group
+		if err := env.Client.Create(t.Context(), crd.DeepCopy()); err != nil {
+			t.Fatalf("%s: %v", d.Source, err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), crd) })
+		installed := &apiextensionsv1.CustomResourceDefinition{}
+		if err := env.Client.Get(t.Context(), client.ObjectKey{Name: crd.Name}, installed); err != nil {
+			t.Fatal(err)
+		}
+		if findings := compat.Compare(installed, crd); len(findings) > 0 {
+			t.Errorf("%s: the installed CRD differs from its definition's:\n%v", d.Source, findings)
+		}
+		checked++
+	}
+	if checked < 20 {
+		t.Errorf("%d CRDs checked, want the examples' and the corpus's", checked)
+	}
 }

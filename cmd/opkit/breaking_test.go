@@ -121,6 +121,9 @@ func TestRunRefusesABreakingChangeToAnInstalledCRDUnlessAllowed(t *testing.T) {
 			t.Errorf("opkit run's refusal lacks %q:\n%s", want, out.String())
 		}
 	}
+	if strings.Contains(out.String(), `"level"`) {
+		t.Errorf("the refusal comes with controller-runtime's log lines:\n%s", out.String())
+	}
 	if !hasField(t, c, "size") {
 		t.Error("the refused definition changed the CRD: spec.size is gone")
 	}

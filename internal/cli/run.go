@@ -269,6 +269,9 @@ type runningEngine struct {
 	done    chan error // receives Run's result once, after the archive is closed
 	console *runningConsole
 	metrics string // the URL of /metrics, or ""
+	// quiet leaves controller-runtime's lines below errors out, for a
+	// stop that the caller explains itself.
+	quiet func()
 }
 
 // stop cancels the engine and waits for it.
@@ -355,7 +358,7 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 		return nil, nil, err
 	}
 	running.Store(e)
-	r := &runningEngine{cancel: cancel, done: make(chan error, 1), console: rc}
+	r := &runningEngine{cancel: cancel, done: make(chan error, 1), console: rc, quiet: func() { lvl.SetLevel(zapcore.ErrorLevel) }}
 	if addr := e.MetricsAddr(); addr != "" {
 		r.metrics = "http://" + addr + "/metrics"
 	}
@@ -383,6 +386,7 @@ func startOperators(ctx context.Context, opts engine.Options, archivePath string
 	}
 	for _, d := range defs {
 		if err := e.Apply(ctx, d); err != nil {
+			r.quiet() // err says why it stops
 			_ = r.stop()
 			return nil, err
 		}

@@ -38,6 +38,9 @@ func (e *Engine) guardCRDs(ctx context.Context) error {
 	crds := &metav1.PartialObjectMetadata{}
 	crds.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
 	informer, err := e.mgr.GetCache().GetInformer(ctx, crds)
+	if err != nil && ctx.Err() != nil {
+		return nil // the engine stopped while it started (an operator refused)
+	}
 	if err != nil {
 		return fmt.Errorf("watching CRDs: %w", err)
 	}

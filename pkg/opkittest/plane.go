@@ -7,6 +7,8 @@ import (
 	"os"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -63,3 +65,17 @@ func (p *ControlPlane) KubeconfigPath() string { return p.c.KubeconfigPath() }
 
 // RESTConfig returns a new admin (system:masters) client configuration.
 func (p *ControlPlane) RESTConfig() *rest.Config { return p.c.RESTConfig() }
+
+// Stored returns what etcd holds for the custom resource namespace/name of
+// resource (its group and plural; namespace "" for a cluster-scoped one):
+// the object as the API server wrote it, encoded at the storage version
+// of its last write, so that a test of a storage migration can check that
+// every object was rewritten (its apiVersion). It returns nil when etcd
+// holds no such object.
+func (p *ControlPlane) Stored(ctx context.Context, resource schema.GroupResource, namespace, name string) ([]byte, error) {
+	key := "/registry/" + resource.Group + "/" + resource.Resource + "/"
+	if namespace != "" {
+		key += namespace + "/"
+	}
+	return p.c.EtcdGet(ctx, key+name)
+}

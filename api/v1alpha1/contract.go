@@ -44,3 +44,12 @@ const (
 // after that long. It is not a value of Handler.On, whose triggers are the
 // On* constants.
 const TriggerRequeue = "requeue"
+
+// MigrationAnnotation, on a CRD, holds the progress of a storage
+// migration in flight (`opkit migrate`, or the engine's --migrate-storage):
+// the storage version it rewrites objects to, the page it is at and its
+// counts, so that an interrupted migration resumes where it stopped. It is
+// removed when the migration ends; deleting it makes the next migration
+// start over, which is safe (objects already rewritten cost a request each
+// and are counted as already current).
+const MigrationAnnotation = "opkit.dev/storage-migration"

@@ -223,7 +223,9 @@ type Options struct {
 	// Notice, when set, is called with one line at each change of the
 	// engine's health: the API server unreachable or not ready, and back
 	// after how long; the archive refusing to record runs, and recording
-	// them again. It must not block.
+	// them again; a storage migration's start, progress and summary
+	// (MigrateStorage). It must not block. Defaults to none: migrations
+	// are said in the engine's log instead.
 	Notice func(line string)
 	// Namespace, when set, is the one namespace the engine acts in, so
 	// that engines running the same definitions side by side, each in its
@@ -266,6 +268,18 @@ type Options struct {
 	// changed, and the operator's running version, if any, keeps running
 	// (breaking.go).
 	AllowBreaking bool
+	// MigrateStorage makes the engine migrate the stored objects of an
+	// operator's CRD (package migrate) when it applies the CRD and finds
+	// its status.storedVersions holding more than the storage version, or
+	// a migration interrupted: in the background, said in the engine's
+	// log, while the operator runs (migrate.go). The migration covers
+	// every namespace, whatever Namespace says, and needs update rights on
+	// the custom resources and on customresourcedefinitions/status.
+	// Defaults to false: `opkit migrate` does it by hand.
+	MigrateStorage bool
+	// MigrateQPS bounds a migration's requests a second. Defaults to
+	// migrate.DefaultQPS (50).
+	MigrateQPS float64
 }
 
 // Engine runs operators. Use New, then Run in a goroutine, then Apply each
@@ -295,6 +309,8 @@ type Engine struct {
 	restarting map[string]bool
 	// clockSteps wakes the waits on Options.Clock at ClockStepped (clock.go).
 	clockSteps clockSteps
+	// migrations are the storage migrations in flight, by CRD (migrate.go).
+	migrations migrations
 }
 
 // operator is one running controller.
@@ -459,6 +475,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	for _, op := range ops {
 		op.stop()
 	}
+	e.migrations.wg.Wait() // each saved its progress
 	stopRetry()
 	pending.Wait()
 	return err
@@ -573,9 +590,16 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 		return fmt.Errorf("operator %s: CRD %s belongs to operator %s", d.Operator.Name, crd.Name, definition.OperatorName(&existing))
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("operator %s: reading CRD %s: %w", d.Operator.Name, crd.Name, err)
-	case err == nil && !e.opts.AllowBreaking:
-		if err := refuseBreaking(d, &existing, crd); err != nil {
+	case err == nil:
+		// A version still stored cannot be dropped (docs/migration.md),
+		// whatever AllowBreaking says: the API server would refuse it.
+		if err := d.CheckStoredVersions(existing.Status.StoredVersions); err != nil {
 			return err
+		}
+		if !e.opts.AllowBreaking {
+			if err := refuseBreaking(d, &existing, crd); err != nil {
+				return err
+			}
 		}
 	}
 	if err := e.applyCRD(ctx, crd); err != nil {
@@ -583,6 +607,11 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	}
 	if err := e.waitEstablished(ctx, crd.Name); err != nil {
 		return fmt.Errorf("operator %s: CRD %s: %w", d.Operator.Name, crd.Name, err)
+	}
+	if e.opts.MigrateStorage {
+		if err := e.migrateStorage(ctx, d.Operator.Name, crd.Name); err != nil {
+			return fmt.Errorf("operator %s: %w", d.Operator.Name, err)
+		}
 	}
 	if e.opts.AdmissionFinalizers {
 		if err := e.applyFinalizerPolicy(ctx, d); err != nil {

@@ -27,7 +27,7 @@ import (
 func newDevCommand() *cobra.Command {
 	var apply []string
 	var archivePath string
-	var allowBreaking bool
+	var ef engineFlags
 	cf := &consoleFlags{}
 	mf := &metricsFlag{}
 	cmd := &cobra.Command{
@@ -58,11 +58,11 @@ loopback (another port when the default one is taken): see docs/metrics.md.`,
 			if err := mf.validate(cmd, true); err != nil {
 				return err
 			}
-			return dev(cmd.Context(), args[0], apply, archivePath, allowBreaking, cf, mf, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return dev(cmd.Context(), args[0], apply, archivePath, ef, cf, mf, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVar(&apply, "apply", nil, "a manifest to apply once the operators run; repeatable")
-	allowBreakingFlag(cmd, &allowBreaking)
+	ef.register(cmd)
 	archiveFlag(cmd, &archivePath)
 	cf.register(cmd, "console", "127.0.0.1:7380", "serve the web console on this address; '' for none")
 	mf.register(cmd)
@@ -102,7 +102,7 @@ func operatorFiles(dir string) (out []string, skipped map[string]string, err err
 	return out, skipped, nil
 }
 
-func dev(ctx context.Context, dir string, apply []string, archivePath string, allowBreaking bool, cf *consoleFlags, mf *metricsFlag, stdout, stderr io.Writer) error {
+func dev(ctx context.Context, dir string, apply []string, archivePath string, ef engineFlags, cf *consoleFlags, mf *metricsFlag, stdout, stderr io.Writer) error {
 	reload := &reloader{dir: dir, log: stderr}
 	files, err := reload.operatorFiles()
 	if err != nil {
@@ -139,7 +139,8 @@ func dev(ctx context.Context, dir string, apply []string, archivePath string, al
 		RunFinished:    func(run archive.Run) { reportFailedRun(stderr, run, archivePath) },
 		// The plane is opkit's own: no deletion passes unseen.
 		AdmissionFinalizers: true,
-		AllowBreaking:       allowBreaking,
+		AllowBreaking:       ef.allowBreaking,
+		MigrateStorage:      ef.migrateStorage,
 	}, archivePath, cf, mf, stderr, zapcore.ErrorLevel)
 	if err != nil {
 		return err

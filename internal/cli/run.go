@@ -27,7 +27,8 @@ import (
 func newRunCommand() *cobra.Command {
 	var files []string
 	var kubeconfig, archivePath string
-	var admission, leaderElect, allowBreaking bool
+	var admission, leaderElect bool
+	var ef engineFlags
 	var leaseNamespace, leaseName, hooksSlice string
 	cf := &consoleFlags{}
 	mf := &metricsFlag{}
@@ -77,7 +78,7 @@ see docs/metrics.md.`,
 			if err != nil {
 				return err
 			}
-			opts := engine.Options{Config: cfg, AdmissionFinalizers: admission, AllowBreaking: allowBreaking}
+			opts := engine.Options{Config: cfg, AdmissionFinalizers: admission, AllowBreaking: ef.allowBreaking, MigrateStorage: ef.migrateStorage}
 			if leaderElect {
 				ns := leaseNamespace
 				if ns == "" {
@@ -112,16 +113,22 @@ see docs/metrics.md.`,
 	cmd.Flags().StringVar(&leaseName, "leader-elect-lease", engine.DefaultLeaseName, "the Lease's name: replicas of one engine share it")
 	cmd.Flags().StringVar(&hooksSlice, "hooks-endpointslice", "", "the EndpointSlice of the hooks Service, in $POD_NAMESPACE: the replica that acts writes its address ($POD_IP) there, so that webhook deliveries reach it and no standby (see docs/production.md)")
 	cmd.Flags().BoolVar(&admission, "admission-finalizers", false, "have the API server add opkit's finalizer to each new object of an operator with delete handlers (a MutatingAdmissionPolicy; Kubernetes 1.36+): no deletion passes unseen, even while the engine is away")
-	allowBreakingFlag(cmd, &allowBreaking)
+	ef.register(cmd)
 	archiveFlag(cmd, &archivePath)
 	cf.register(cmd, "console", "", "serve the web console on this address, e.g. 127.0.0.1:7380 (default: none)")
 	mf.register(cmd)
 	return cmd
 }
 
-// allowBreakingFlag adds --allow-breaking, of run and dev.
-func allowBreakingFlag(cmd *cobra.Command, allow *bool) {
-	cmd.Flags().BoolVar(allow, "allow-breaking", false, "apply a definition even when its CRD breaks the installed one's clients or loses data (see opkit lint --against-cluster)")
+// engineFlags are the flags of opkit run and opkit dev that say how the
+// engine applies a definition's CRD.
+type engineFlags struct {
+	allowBreaking, migrateStorage bool
+}
+
+func (f *engineFlags) register(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&f.allowBreaking, "allow-breaking", false, "apply a definition even when its CRD breaks the installed one's clients or loses data (see opkit lint --against-cluster)")
+	cmd.Flags().BoolVar(&f.migrateStorage, "migrate-storage", false, "when an operator's CRD has objects stored at an older version (status.storedVersions), rewrite them at the storage version in the background, as opkit migrate does (see docs/migration.md)")
 }
 
 // kubeconfigNamespace is the namespace of a Lease not named: the Pod's

@@ -48,7 +48,7 @@ var setups = []struct {
 	{"printer", []string{"printer"}, manifests.Options{}},
 	{"handlers from files", []string{"handlers", "printer"}, manifests.Options{Name: "greeter", Namespace: "ops", Operators: manifests.FromFiles}},
 	{"deploy notifier, three replicas, console with a token", []string{"deploy-notifier"}, manifests.Options{
-		Replicas: 3, ArchiveSecret: "opkit-archive", AdmissionFinalizers: true,
+		Replicas: 3, ArchiveSecret: "opkit-archive", AdmissionFinalizers: true, MigrateStorage: true,
 		Console: manifests.Console{Auth: manifests.ConsoleAuthToken, TokenSecret: "opkit-console", URL: "https://opkit.example.com"},
 	}},
 	{"every example, console with kubernetes auth", []string{"calendar", "handlers", "printer", "rollouts", "team-watch", "website"}, manifests.Options{

@@ -202,6 +202,9 @@ func (m *Manifests) args() []string {
 	if o.AdmissionFinalizers {
 		args = append(args, "--admission-finalizers")
 	}
+	if o.MigrateStorage {
+		args = append(args, "--migrate-storage")
+	}
 	if o.Console.served() {
 		args = append(args, "--console", port(o.ConsolePort), "--console-auth", o.Console.Auth)
 		if o.Console.URL != "" {

@@ -97,6 +97,11 @@ type Options struct {
 	// AdmissionFinalizers runs the engine with --admission-finalizers,
 	// which needs rights on MutatingAdmissionPolicies.
 	AdmissionFinalizers bool
+	// MigrateStorage runs the engine with --migrate-storage (it migrates
+	// an operator's CRD whose objects are stored at an older version),
+	// which needs list and update of the custom resources and update of
+	// their CRD's status.
+	MigrateStorage bool
 	// Console serves the web console beside the engine, only with
 	// authentication.
 	Console Console

@@ -230,6 +230,11 @@ func (n *needs) owned(d *definition.Definition, op string, opts Options) {
 		n.kind(r.GVK, anyNamespace, fmt.Sprintf("%s: reads its related objects %s (watched in every namespace, never written)", op, kindName(r.GVK)), "list", "watch")
 		n.add("authorization.k8s.io", "selfsubjectaccessreviews", anyNamespace, "", op+": checks that the engine may watch "+kindName(r.GVK)+" before it starts", "create")
 	}
+	if opts.MigrateStorage {
+		n.add(d.GVK.Group, d.Plural, anyNamespace, "", op+": --migrate-storage rewrites its "+kind+" at the storage version (a no-op update of each)", "list", "update")
+		n.add("apiextensions.k8s.io", "customresourcedefinitions/status", anyNamespace, d.CRD().Name,
+			op+": --migrate-storage sets its CRD's status.storedVersions once every object is migrated", "update")
+	}
 	if opts.AdmissionFinalizers {
 		name := "opkit-finalizer." + d.Operator.Name
 		for _, res := range []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"} {

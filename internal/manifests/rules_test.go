@@ -151,6 +151,17 @@ func TestRulesOfTheExamplesGrantWhatTheEngineDoesAndNoMore(t *testing.T) {
 		},
 		denied: []string{"update greetings/finalizers.demo.example.com g in a", "list pods", "create events in a", "get greetings.demo.example.com g in a"},
 	}, {
+		example: "printer",
+		opts:    manifests.Options{MigrateStorage: true},
+		allowed: []string{
+			"list printers.demo.example.com", "update printers.demo.example.com p in a",
+			"update customresourcedefinitions/status.apiextensions.k8s.io printers.demo.example.com",
+		},
+		denied: []string{
+			"update customresourcedefinitions/status.apiextensions.k8s.io other.example.com",
+			"update customresourcedefinitions.apiextensions.k8s.io printers.demo.example.com",
+		},
+	}, {
 		example: "rollouts",
 		allowed: []string{"list deployments.apps", "watch deployments.apps", "create selfsubjectaccessreviews.authorization.k8s.io"},
 		denied:  []string{"get deployments.apps web in a", "patch deployments.apps web in a", "update rollouts/finalizers.demo.example.com r in a"},

@@ -19,6 +19,7 @@ type values struct {
 	Replicas            int32         `json:"replicas" yaml:"replicas"`
 	LeaderElection      bool          `json:"leaderElection" yaml:"leaderElection"`
 	AdmissionFinalizers bool          `json:"admissionFinalizers" yaml:"admissionFinalizers"`
+	MigrateStorage      bool          `json:"migrateStorage" yaml:"migrateStorage"`
 	Archive             archiveValues `json:"archive" yaml:"archive"`
 	Console             consoleValues `json:"console" yaml:"console"`
 	Hooks               hooksValues   `json:"hooks" yaml:"hooks"`
@@ -63,7 +64,7 @@ type rulesValues struct {
 func (m *Manifests) values() (*values, error) {
 	o := m.Options
 	v := &values{
-		Image: o.Image, Replicas: o.Replicas, LeaderElection: o.LeaderElection, AdmissionFinalizers: o.AdmissionFinalizers,
+		Image: o.Image, Replicas: o.Replicas, LeaderElection: o.LeaderElection, AdmissionFinalizers: o.AdmissionFinalizers, MigrateStorage: o.MigrateStorage,
 		Archive:   archiveValues{SecretName: o.ArchiveSecret},
 		Console:   consoleValues{Auth: o.Console.Auth, TokenSecret: o.Console.TokenSecret, URL: o.Console.URL},
 		Hooks:     hooksValues{Enabled: o.Hooks},

@@ -45,7 +45,7 @@ const (
 // On* constants.
 const TriggerRequeue = "requeue"
 
-// MigrationAnnotation, on a CRD, holds the progress of a storage
+// MigrationAnnotation holds, on a CRD, the progress of a storage
 // migration in flight (`opkit migrate`, or the engine's --migrate-storage):
 // the storage version it rewrites objects to, the page it is at and its
 // counts, so that an interrupted migration resumes where it stopped. It is

@@ -127,8 +127,9 @@ type Options struct {
 	// it and the counts so far; it runs on the migration's goroutine, so
 	// it must not block. Defaults to none.
 	Progress func(Progress)
-	// Log, when set, receives progress lines: the start, a line per page
-	// and at most every 10 seconds, and a resumption. Defaults to none.
+	// Log, when set, receives progress lines: the start or the
+	// resumption, and after a page the counts so far, at most every 10
+	// seconds. Defaults to none.
 	Log func(line string)
 	// Clock spaces the requests. Defaults to the real clock.
 	Clock clock.Clock

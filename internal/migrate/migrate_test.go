@@ -522,3 +522,44 @@ func TestObjectsThatFailLeaveStoredVersionsAlone(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestAMigrationInterruptedBeforeTheStorageVersionChangedStartsOver: a
+// migration to v2 stopped after 4 notes; then v3 becomes the storage
+// version. The next migration does not resume the one to v2: it starts
+// over, rewrites all 10 at v3 (the 4 at v2 too), and sets [v3].
+func TestAMigrationInterruptedBeforeTheStorageVersionChangedStartsOver(t *testing.T) {
+	k := newKind(t, "changed")
+	if err := k.apply(t, v1...); err != nil {
+		t.Fatal(err)
+	}
+	names := k.create(t, "v1", 10)
+	if err := k.apply(t, v1v2...); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := 0
+	if _, err := k.migrate(ctx, t, migrate.Options{Progress: func(migrate.Progress) {
+		if done++; done == 4 {
+			cancel()
+		}
+	}}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the interrupted migration: %v", err)
+	}
+	k.storedAt(t, "v2", names[:4]...)
+	if err := k.apply(t, "{name: v1}", "{name: v2}", "{name: v3, storage: true}"); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	rep, err := k.migrate(t.Context(), t, migrate.Options{Log: func(line string) { lines = append(lines, line) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Resumed != nil || rep.Counts != (migrate.Counts{Rewritten: 10}) || !slices.Equal(rep.StoredAfter, []string{"v3"}) {
+		t.Errorf("resumed %v, counts %+v, storedVersions after %v; want a new migration, 10 rewritten, [v3]", rep.Resumed, rep.Counts, rep.StoredAfter)
+	}
+	if !strings.Contains(strings.Join(lines, "\n"), "the storage version is v3 now, not v2 as when the interrupted migration started: starting over") {
+		t.Errorf("the migration did not say it starts over:\n%s", strings.Join(lines, "\n"))
+	}
+	k.storedAt(t, "v3", names...)
+}

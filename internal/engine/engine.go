@@ -78,6 +78,15 @@
 // Events and, for an Operator read from the cluster, in its Ready
 // condition (reason CRDDeleted) until the CRD is back (crdguard.go).
 //
+// # Versions still stored
+//
+// Apply refuses a definition that drops a version its installed CRD
+// still lists in status.storedVersions (definition.CheckStoredVersions).
+// With Options.MigrateStorage, a CRD just applied whose storedVersions
+// holds more than its storage version is migrated (package migrate) in
+// the background while its operator runs, once per Apply, said through
+// Options.Notice (migrate.go).
+//
 // # Handlers
 //
 // Each reconcile, after the children, asks package cause which handler

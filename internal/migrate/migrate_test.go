@@ -11,6 +11,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -562,4 +564,59 @@ func TestAMigrationInterruptedBeforeTheStorageVersionChangedStartsOver(t *testin
 		t.Errorf("the migration did not say it starts over:\n%s", strings.Join(lines, "\n"))
 	}
 	k.storedAt(t, "v3", names...)
+}
+
+// TestAMigrationWithoutTheRightToWriteStopsAtTheFirstObject: a user who
+// may read the CRD and list the notes, not update them, is stopped at the
+// first note, told which right is missing; storedVersions stays, and the
+// progress saved says no object was done.
+func TestAMigrationWithoutTheRightToWriteStopsAtTheFirstObject(t *testing.T) {
+	k := newKind(t, "forbidden")
+	if err := k.apply(t, v1...); err != nil {
+		t.Fatal(err)
+	}
+	k.create(t, "v1", 3)
+	if err := k.apply(t, v1v2...); err != nil {
+		t.Fatal(err)
+	}
+	user := "reader-" + strings.ReplaceAll(k.group, ".", "-")
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, ResourceNames: []string{k.crdName()}, Verbs: []string{"get", "patch"}},
+			{APIGroups: []string{k.group}, Resources: []string{plural}, Verbs: []string{"list"}},
+		},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}
+	for _, obj := range []client.Object{role, binding} {
+		if err := k.env.Client.Create(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = k.env.Client.Delete(context.Background(), obj) })
+	}
+	cfg := rest.CopyConfig(k.env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
+	var rep *migrate.Report
+	var err error
+	clustertest.Eventually(t, 30*time.Second, "a migration that the missing right stops", func(ctx context.Context) (bool, error) {
+		rep, err = migrate.CRD(ctx, k.crdName(), migrate.Options{Config: cfg})
+		return err != nil && strings.Contains(err.Error(), "not allowed to rewrite Note"), nil // RBAC may lag the role
+	})
+	if !strings.Contains(err.Error(), "the migration needs list and update on notes."+k.group) || !apierrors.IsForbidden(err) {
+		t.Errorf("error %v; want it to name the rights and be Forbidden", err)
+	}
+	if rep.Counts.Total() != 0 || !rep.Stopped {
+		t.Errorf("report %+v; want stopped before any object", rep)
+	}
+	crd := k.crd(t)
+	if !slices.Equal(crd.Status.StoredVersions, []string{"v1", "v2"}) {
+		t.Errorf("storedVersions %v, want [v1 v2]", crd.Status.StoredVersions)
+	}
+	if !strings.Contains(crd.Annotations[v1alpha1.MigrationAnnotation], `"counts":{"rewritten":0,"current":0,"gone":0,"failed":0}`) {
+		t.Errorf("progress %q; want it saved with no object done", crd.Annotations[v1alpha1.MigrationAnnotation])
+	}
 }

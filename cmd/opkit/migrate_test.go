@@ -116,6 +116,9 @@ func TestMigrateRewritesStoredObjectsAndRunMigratesByFlag(t *testing.T) {
 		if r := migrate("Nope", "--kubeconfig", kc); r.code != 1 || !strings.Contains(r.stderr, "opkit: Nope names no CRD") {
 			t.Errorf("an unknown kind: exit %d\n%s", r.code, r.stderr)
 		}
+		if r := migrate("default/Memo", "--kubeconfig", kc); r.code != 1 || !strings.Contains(r.stderr, "name the kind alone: a migration covers every namespace") {
+			t.Errorf("NS/KIND: exit %d\n%s", r.code, r.stderr)
+		}
 		widgets := &apiextensionsv1.CustomResourceDefinition{
 			ObjectMeta: metav1.ObjectMeta{Name: "widgets.other.example.com"},
 			Spec: apiextensionsv1.CustomResourceDefinitionSpec{

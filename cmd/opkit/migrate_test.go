@@ -190,7 +190,7 @@ func TestMigrateRewritesStoredObjectsAndRunMigratesByFlag(t *testing.T) {
 	}
 
 	// v1 can go now, and every Memo stays readable.
-	runUntilRunning(t, "-f", v2only, "--kubeconfig", kc)
+	runUntilRunning(t, "-f", v2only, "--allow-breaking", "--kubeconfig", kc) // v1 was served: its removal breaks its clients
 	if out, err := kubectl(t, kc, "get", "memos.v2.memos.example.com", "-n", "default", "-o", "name"); err != nil || strings.Count(out, "memo.memos.example.com/memo-") != 5 {
 		t.Errorf("kubectl get memos at v2: %v\n%s", err, out)
 	}

@@ -53,3 +53,11 @@ const TriggerRequeue = "requeue"
 // start over, which is safe (objects already rewritten cost a request each
 // and are counted as already current).
 const MigrationAnnotation = "opkit.dev/storage-migration"
+
+// ConversionAnnotationPrefix, followed by a version's name, is the
+// annotation in which a conversion keeps what the converted object's
+// version cannot hold, as JSON, for the version it came from: fields its
+// schema has no place for, and mapped values that do not convert back
+// exactly. Converting back restores them and removes the annotation; it
+// is absent when nothing is kept. See docs/conversion.md.
+const ConversionAnnotationPrefix = "opkit.dev/conversion."

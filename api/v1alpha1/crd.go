@@ -87,9 +87,27 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 			"jsonPath":    str("JSON path in the object, e.g. .spec.text."),
 		},
 	}
+	fieldConversion := apiextensionsv1.JSONSchemaProps{
+		Type:     "object",
+		Required: []string{"field"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"field":        str("Path of the field in this version, e.g. spec.size."),
+			"storageField": str("Path of the field in the storage version; defaults to field."),
+			"toStorage":    template("CEL expression over self (this version's value) and object giving the storage version's value; defaults to self."),
+			"fromStorage":  template("CEL expression over self (the storage version's value) and object giving this version's value; defaults to self."),
+		},
+		XValidations: apiextensionsv1.ValidationRules{{
+			Rule:    "has(self.toStorage) == has(self.fromStorage)",
+			Message: "give toStorage and fromStorage together: each direction needs its own",
+		}},
+	}
 	version := apiextensionsv1.JSONSchemaProps{
 		Type:     "object",
 		Required: []string{"name"},
+		XValidations: apiextensionsv1.ValidationRules{{
+			Rule:    "!(has(self.conversion) && has(self.storage) && self.storage)",
+			Message: "the storage version is the hub every other version converts to and from: declare conversion on the other versions",
+		}},
 		Properties: map[string]apiextensionsv1.JSONSchemaProps{
 			"name":           versionName,
 			"served":         {Type: "boolean", Description: "Whether the API serves this version. Defaults to true."},
@@ -105,6 +123,13 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 					"specReplicasPath":   str("JSON path of the desired replicas, under .spec."),
 					"statusReplicasPath": str("JSON path of the observed replicas, under .status."),
 					"labelSelectorPath":  str("JSON path of the label selector, under .status."),
+				},
+			},
+			"conversion": {
+				Type:        "object",
+				Description: "How objects of this version convert to and from the storage version.",
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"fields": {Type: "array", MaxItems: ptr.To(int64(64)), Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &fieldConversion}},
 				},
 			},
 		},
@@ -212,9 +237,10 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 				Type:     "object",
 				Required: []string{"group", "kind", "versions"},
 				Properties: map[string]apiextensionsv1.JSONSchemaProps{
-					"group": group,
-					"kind":  kind,
-					"scope": {Type: "string", Enum: enum(NamespaceScoped, ClusterScoped), Description: "Defaults to Namespaced."},
+					"group":       group,
+					"kind":        kind,
+					"scope":       {Type: "string", Enum: enum(NamespaceScoped, ClusterScoped), Description: "Defaults to Namespaced."},
+					"readVersion": {Type: "string", Pattern: VersionPattern, Description: "The version children, status and handlers are written against; the engine reads custom resources at it. Defaults to the storage version."},
 					"names": {
 						Type: "object",
 						Properties: map[string]apiextensionsv1.JSONSchemaProps{

@@ -206,6 +206,9 @@ func (v *ResourceVersion) DeepCopy() *ResourceVersion {
 	}
 	out.Immutable = copyStrings(v.Immutable)
 	out.Scale = v.Scale.DeepCopy()
+	if v.Conversion != nil {
+		out.Conversion = &VersionConversion{Fields: copySlice(v.Conversion.Fields)}
+	}
 	return &out
 }
 

@@ -181,6 +181,13 @@ type Resource struct {
 	Scope string `json:"scope,omitempty"`
 	// Versions served; exactly one is the storage version.
 	Versions []ResourceVersion `json:"versions"`
+
+	// ReadVersion is the version the operator's children, status
+	// expressions and handlers are written against: the engine reads,
+	// watches and patches custom resources at this version (the API
+	// server converts them from the storage version), and self is typed
+	// by its schema. A served version. Defaults to the storage version.
+	ReadVersion string `json:"readVersion,omitempty"`
 }
 
 // Names are the resource's names. Each defaults from the kind: plural and
@@ -230,11 +237,51 @@ type ResourceVersion struct {
 	// labelSelectorPath a string field, usually a status field holding
 	// the label selector of the replicas' Pods. Each is checked at load.
 	Scale *apiextensionsv1.CustomResourceSubresourceScale `json:"scale,omitempty"`
+
+	// Conversion declares how objects of this version convert to and
+	// from the storage version (see VersionConversion). Only on a version
+	// that is not the storage version. When any version declares one, the
+	// CRD's conversion strategy is Webhook, served by the engine;
+	// otherwise it is None (the API server only rewrites apiVersion).
+	Conversion *VersionConversion `json:"conversion,omitempty"`
+}
+
+// VersionConversion is how one version converts to and from the storage
+// version, the hub: a conversion from version A to B goes A -> storage
+// -> B. Fields not mapped carry over by the same path; what the other
+// version's schema cannot hold is kept in the ConversionAnnotationPrefix
+// annotation of the converted object and restored when it is converted
+// back, so that a round trip loses nothing. An empty conversion ({})
+// converts by carrying fields over alone.
+type VersionConversion struct {
+	// Fields map fields of this version to fields of the storage version,
+	// each with a CEL expression each way.
+	Fields []FieldConversion `json:"fields,omitempty"`
+}
+
+// FieldConversion maps one field of a version to one of the storage
+// version. ToStorage and FromStorage are given together or not at all.
+type FieldConversion struct {
+	// Field is the field's path in this version, from the object's root:
+	// spec.size. A field of objects, not inside a list or a map.
+	Field string `json:"field"`
+	// StorageField is its path in the storage version, e.g.
+	// spec.resources.memory. Defaults to Field (a transform in place).
+	StorageField string `json:"storageField,omitempty"`
+	// ToStorage is a CEL expression giving the storage version's value
+	// from self (this version's value) and object (this version's whole
+	// object), e.g. "self == 'small' ? '512Mi' : '2Gi'". Defaults to self
+	// (a rename). A null result leaves the field out.
+	ToStorage string `json:"toStorage,omitempty"`
+	// FromStorage gives this version's value from self (the storage
+	// version's value) and object (the storage version's whole object).
+	// Defaults to self.
+	FromStorage string `json:"fromStorage,omitempty"`
 }
 
 // IsZero reports whether no resource is declared.
 func (r Resource) IsZero() bool {
-	return r.Group == "" && r.Kind == "" && len(r.Versions) == 0 && r.Scope == "" && r.Names.Plural == "" &&
+	return r.Group == "" && r.Kind == "" && len(r.Versions) == 0 && r.Scope == "" && r.ReadVersion == "" && r.Names.Plural == "" &&
 		r.Names.Singular == "" && r.Names.ListKind == "" && len(r.Names.ShortNames) == 0 && len(r.Names.Categories) == 0
 }
 

@@ -28,9 +28,17 @@ type Definition struct {
 	Operator *v1alpha1.Operator
 	// Source is the file it came from, empty for the cluster.
 	Source string
-	// GVK is the custom resource's storage version; empty for an operator
-	// without one (see Watch).
+	// GVK is the custom resource at the version the engine reads it:
+	// spec.resource.readVersion, which defaults to the storage version;
+	// empty for an operator without one (see Watch).
 	GVK schema.GroupVersionKind
+	// StorageVersion is the name of the custom resource's storage
+	// version; empty for an operator without one.
+	StorageVersion string
+	// Conversion is how the custom resource's versions convert to one
+	// another, when a version declares one (spec.resource.versions[i].
+	// conversion); nil otherwise, and the CRD's strategy is None.
+	Conversion *Conversion
 	// Watch is the objects the operator reacts to without owning them, or
 	// nil. An operator with neither a custom resource (GVK) nor a watch
 	// is a calendar: its handlers are operator-wide schedules.
@@ -185,17 +193,23 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 	// Last, whatever else is found: the API server's own check of the
 	// CRD reports only what no check of opkit's did.
 	defer checkCRD(l, d)
-	read := len(l.errs)
+	read := readVersion(l, op, storage)
+	if read == nil {
+		return nil
+	}
+	d.GVK.Version = read.Name
+	errs := len(l.errs)
 	childIDs, childSchemas := resolveChildSchemas(l, op, schemas)
 	relatedTypes, _ := resolveRelatedSchemas(l, op, schemas)
-	if len(l.errs) > read {
+	if len(l.errs) > errs {
 		return nil
 	}
-	envs, err := newCELEnvs(storage.Schema, childIDs, childSchemas, relatedTypes)
+	envs, err := newCELEnvs(read.Schema, childIDs, childSchemas, relatedTypes)
 	if err != nil {
-		l.add(fmt.Sprintf("spec.resource.versions[%d].schema", slices.IndexFunc(op.Spec.Resource.Versions, func(v v1alpha1.ResourceVersion) bool { return v.Name == storage.Name })), "%v", err)
+		l.add(fmt.Sprintf("spec.resource.versions[%d].schema", slices.IndexFunc(op.Spec.Resource.Versions, func(v v1alpha1.ResourceVersion) bool { return v.Name == read.Name })), "%v", err)
 		return nil
 	}
+	compileConversion(l, d, storage)
 	relatedIDs := map[string]bool{}
 	for i, r := range op.Spec.Related {
 		field := fmt.Sprintf("spec.related[%d]", i)
@@ -387,6 +401,7 @@ func validateResource(l *errorList, op *v1alpha1.Operator, d *Definition) *v1alp
 		return nil
 	}
 	d.GVK = schema.GroupVersionKind{Group: r.Group, Version: storage.Name, Kind: r.Kind}
+	d.StorageVersion = storage.Name
 	d.Plural = r.Names.Plural
 	if builtin, ok := builtinKinds[r.Names.Plural]; ok {
 		l.warn(d, "spec.resource.kind", "kind %s in group %s shadows the built-in %s: `kubectl get %s` will show the built-in one, and yours only as %s.%s; prefer a kind of your own, or give it names of its own (spec.resource.names.plural, shortNames)",

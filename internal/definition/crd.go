@@ -12,19 +12,38 @@ import (
 // OperatorLabel is set on the CRDs opkit installs, to the Operator's name.
 const OperatorLabel = "opkit.dev/operator"
 
-// CRD builds the CustomResourceDefinition of the definition's resource:
-// each version's schema under .spec, with the rules of its immutable
-// fields, an open .status (opkit's fields and the Operator's status
-// fields), the status subresource, scale when asked, and the printer
-// columns followed by Age.
+// CRDOptions are what only the engine knows of a CRD it installs.
+type CRDOptions struct {
+	// ConversionWebhook is how the API server reaches the engine's
+	// conversion webhook: a URL or Service whose path is
+	// ConversionPath(operator), and the CA bundle of the server's
+	// certificate. Used when the definition declares conversion
+	// (Conversion is not nil); such a CRD without it has no clientConfig,
+	// and the API server refuses it. Defaults to nil.
+	ConversionWebhook *apiextensionsv1.WebhookClientConfig
+}
+
+// CRD builds the CustomResourceDefinition of the definition's resource
+// with no CRDOptions (see CRDWith).
 func (d *Definition) CRD() *apiextensionsv1.CustomResourceDefinition {
-	crd, _ := d.buildCRD()
+	return d.CRDWith(CRDOptions{})
+}
+
+// CRDWith builds the CustomResourceDefinition of the definition's
+// resource: each version's schema under .spec, with the rules of its
+// immutable fields, an open .status (opkit's fields and the Operator's
+// status fields), the status subresource, scale when asked, the printer
+// columns followed by Age, and the conversion strategy: Webhook
+// (ConversionReview v1, opts.ConversionWebhook) when a version declares
+// conversion, None otherwise.
+func (d *Definition) CRDWith(opts CRDOptions) *apiextensionsv1.CustomResourceDefinition {
+	crd, _ := d.buildCRD(opts)
 	return crd
 }
 
-// buildCRD is CRD, and the rules opkit wrote into it by the definition
+// buildCRD is CRDWith, and the rules opkit wrote into it by the definition
 // field the API server's errors about each map to (see crdField).
-func (d *Definition) buildCRD() (*apiextensionsv1.CustomResourceDefinition, map[string]generatedRule) {
+func (d *Definition) buildCRD(opts CRDOptions) (*apiextensionsv1.CustomResourceDefinition, map[string]generatedRule) {
 	generated := map[string]generatedRule{}
 	r := d.Operator.Spec.Resource
 	crd := &apiextensionsv1.CustomResourceDefinition{
@@ -39,8 +58,20 @@ func (d *Definition) buildCRD() (*apiextensionsv1.CustomResourceDefinition, map[
 				Plural: r.Names.Plural, Singular: r.Names.Singular, Kind: r.Kind, ListKind: r.Names.ListKind,
 				ShortNames: r.Names.ShortNames, Categories: r.Names.Categories,
 			},
-			Scope: apiextensionsv1.ResourceScope(r.Scope),
+			Scope:      apiextensionsv1.ResourceScope(r.Scope),
+			Conversion: &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.NoneConverter},
 		},
+	}
+	if d.Conversion != nil {
+		// Set either way: a server-side apply that leaves the field out
+		// would keep the strategy applied before.
+		crd.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{
+			Strategy: apiextensionsv1.WebhookConverter,
+			Webhook: &apiextensionsv1.WebhookConversion{
+				ConversionReviewVersions: []string{"v1"},
+				ClientConfig:             opts.ConversionWebhook.DeepCopy(),
+			},
+		}
 	}
 	for i, v := range r.Versions {
 		spec := v.Schema

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"regexp"
 	"strings"
 
@@ -26,7 +27,9 @@ import (
 // placed at the immutable entry. A field another check already reported
 // a problem at, or in, is left to that check.
 func checkCRD(l *errorList, d *Definition) {
-	crd, generated := d.buildCRD()
+	// The engine fills in where its conversion webhook is; any address
+	// stands for it here, where only the CRD's shape is checked.
+	crd, generated := d.buildCRD(CRDOptions{ConversionWebhook: &apiextensionsv1.WebhookClientConfig{URL: ptr.To("https://opkit.invalid" + ConversionPath(d.Operator.Name))}})
 	// Through JSON, as the API server gets it, then defaulted and
 	// converted as it does (identical versions' schemas move to the top).
 	data, err := json.Marshal(crd)

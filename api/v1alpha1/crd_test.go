@@ -117,6 +117,14 @@ func TestOperatorCRDAcceptsValidAndRefusesInvalidOperators(t *testing.T) {
 			o.Spec.Sources = []v1alpha1.Source{{Name: "github", Webhook: &v1alpha1.WebhookSource{
 				GitHub: &v1alpha1.WebhookSecret{SecretRef: hookSecret}, Bearer: &v1alpha1.WebhookSecret{SecretRef: hookSecret}}}}
 		}, "set exactly one of github, hmac and bearer"},
+		{"conversion on the storage version", func(o *v1alpha1.Operator) {
+			o.Spec.Resource.Versions[0].Storage = true
+			o.Spec.Resource.Versions[0].Conversion = &v1alpha1.VersionConversion{}
+		}, "the storage version is the hub"},
+		{"conversion one way only", func(o *v1alpha1.Operator) {
+			o.Spec.Resource.Versions = append(o.Spec.Resource.Versions, v1alpha1.ResourceVersion{Name: "v2", Storage: true})
+			o.Spec.Resource.Versions[0].Conversion = &v1alpha1.VersionConversion{Fields: []v1alpha1.FieldConversion{{Field: "spec.text", ToStorage: "self"}}}
+		}, "give toStorage and fromStorage together"},
 		{"body over 25 MiB", func(o *v1alpha1.Operator) {
 			o.Spec.Sources = []v1alpha1.Source{{Name: "github", Webhook: &v1alpha1.WebhookSource{GitHub: &v1alpha1.WebhookSecret{SecretRef: hookSecret}, MaxBodyBytes: 26214401}}}
 		}, "spec.sources[0].webhook.maxBodyBytes"},

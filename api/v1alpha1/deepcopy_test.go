@@ -30,6 +30,11 @@ func TestDeepCopyIsEqualAndIndependent(t *testing.T) {
 			if imm := out.Spec.Resource.Versions[i].Immutable; len(imm) > 0 {
 				imm[0] = "mutated"
 			}
+			if c := out.Spec.Resource.Versions[i].Conversion; c != nil {
+				for j := range c.Fields {
+					c.Fields[j].ToStorage = "mutated"
+				}
+			}
 		}
 		if w := out.Spec.Watch; w != nil {
 			w.Namespaces = append(w.Namespaces, "mutated")

@@ -118,12 +118,12 @@ func compileConversion(l *errorList, d *Definition, storage *v1alpha1.ResourceVe
 			l.add(field+".conversion", "%s is the storage version, the hub every other version converts to and from: declare conversion on the other versions", v.Name)
 		case v.Name == storage.Name:
 		case v.Conversion == nil:
-			if diff := schemaDifferences(s, hub, func(string) bool { return false }); len(diff) > 0 {
+			if diff := schemaDifferences(s, hub, v.Name, storage.Name, func(string) bool { return false }); len(diff) > 0 {
 				var msgs []string
 				for _, x := range diff[:min(len(diff), 5)] {
 					msgs = append(msgs, x.msg)
 				}
-				l.warn(d, field+".schema", "differs from the schema of %s, the storage version (%s), and %s declares no conversion: the API server only rewrites apiVersion, and drops what a version has no place for; declare conversion: {} to keep it (in an annotation), and map renamed or retyped fields under conversion.fields",
+				l.warn(d, field+".schema", "differs from the schema of %s, the storage version (%s), and %s declares no conversion: the API server only rewrites apiVersion, and drops what a version has no place for; declare conversion: {} to keep it (in an annotation), and map renamed or retyped fields under conversion.fields (docs/conversion.md)",
 					storage.Name, strings.Join(msgs, "; "), v.Name)
 			}
 		default:
@@ -206,7 +206,7 @@ func compileMappings(l *errorList, field string, v v1alpha1.ResourceVersion, s *
 	}
 	// Fields carried over by the same path must have the same type in
 	// both versions.
-	for _, d := range schemaDifferences(s, hub, func(path string) bool { return overlapping(fields, path) >= 0 || overlapping(storageFields, path) >= 0 }) {
+	for _, d := range schemaDifferences(s, hub, v.Name, storage, func(path string) bool { return overlapping(fields, path) >= 0 || overlapping(storageFields, path) >= 0 }) {
 		if d.typed {
 			l.add(field, "%s: a field carried over keeps its value, which the other version cannot hold; map it under fields, with toStorage and fromStorage", d.msg)
 		}
@@ -368,7 +368,7 @@ type schemaDiff struct {
 // storage version's (hub), for fields carried over by the same path: a
 // field of another type, or, both ways, a field the other version has no
 // place for. mapped leaves out mapped paths.
-func schemaDifferences(s, hub *structuralschema.Structural, mapped func(path string) bool) []schemaDiff {
+func schemaDifferences(s, hub *structuralschema.Structural, version, storage string, mapped func(path string) bool) []schemaDiff {
 	var out []schemaDiff
 	var walk func(path string, a, b *structuralschema.Structural, aName, bName string)
 	walk = func(path string, a, b *structuralschema.Structural, aName, bName string) {
@@ -376,8 +376,8 @@ func schemaDifferences(s, hub *structuralschema.Structural, mapped func(path str
 			return // untyped: holds anything
 		}
 		if a.Type != b.Type && a.Type != "" && b.Type != "" {
-			if aName == "this" { // reported once, from this version's side
-				out = append(out, schemaDiff{path: path, typed: true, msg: fmt.Sprintf("%s is %s here and %s in the storage version", path, a.Type, b.Type)})
+			if aName == version { // reported once, from this version's side
+				out = append(out, schemaDiff{path: path, typed: true, msg: fmt.Sprintf("%s is %s in %s and %s in %s", path, article(a.Type), version, article(b.Type), storage)})
 			}
 			return
 		}
@@ -397,10 +397,11 @@ func schemaDifferences(s, hub *structuralschema.Structural, mapped func(path str
 		walk(path+"[*]", a.Items, b.Items, aName, bName)
 	}
 	a, b := s.Properties["spec"], hub.Properties["spec"]
-	walk("spec", &a, &b, "this", "the storage version")
-	walk("spec", &b, &a, "storage", "this one")
+	walk("spec", &a, &b, version, storage)
+	walk("spec", &b, &a, storage, version)
 	return out
 }
+
 
 // readVersion returns the version the engine reads the custom resource
 // at: spec.resource.readVersion, a served version, or the storage

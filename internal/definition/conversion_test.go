@@ -73,7 +73,7 @@ func TestWithoutConversionTheCRDSaysNoneAndDifferingSchemasAreWarned(t *testing.
 		t.Errorf("conversion %+v, CRD %+v; want none", d.Conversion, d.CRD().Spec.Conversion)
 	}
 	if len(d.Warnings) != 1 || d.Warnings[0].Field != "spec.resource.versions[1].schema" || d.Warnings[0].Line != 19 ||
-		!strings.Contains(d.Warnings[0].Message, "spec.size has no place in the storage version") ||
+		!strings.Contains(d.Warnings[0].Message, "spec.size has no place in v2") ||
 		!strings.Contains(d.Warnings[0].Message, "declares no conversion") {
 		t.Errorf("warnings %v", d.Warnings)
 	}
@@ -113,7 +113,7 @@ func TestBadConversionsNameTheFieldAndLine(t *testing.T) {
 		{"one way only", twoVersions + mapping("        - field: spec.size", "          storageField: spec.memory", `          toStorage: "self"`), 27, "spec.resource.versions[1].conversion.fields[0]", "toStorage and fromStorage together"},
 		{"two fields to one", twoVersions + mapping("        - {field: spec.size, storageField: spec.memory}", "        - {field: spec.image, storageField: spec.memory}"), 28, "spec.resource.versions[1].conversion.fields[1].storageField", "each storage field is converted from one field"},
 		{"a rename across types", twoVersions + mapping("        - {field: spec.size, storageField: spec.replicas}"), 27, "spec.resource.versions[1].conversion.fields[0]", "a rename needs the same type"},
-		{"a field that changed type", strings.Replace(twoVersions, "          replicas: {type: integer}\n          size", "          replicas: {type: string}\n          size", 1) + "      conversion: {}\n", 25, "spec.resource.versions[1].conversion", "spec.replicas is string here and integer in the storage version"},
+		{"a field that changed type", strings.Replace(twoVersions, "          replicas: {type: integer}\n          size", "          replicas: {type: string}\n          size", 1) + "      conversion: {}\n", 25, "spec.resource.versions[1].conversion", "spec.replicas is a string in v1 and an integer in v2"},
 		{"an unknown read version", strings.Replace(twoVersions, "    kind: App\n", "    kind: App\n    readVersion: v3\n", 1), 8, "spec.resource.readVersion", `"v3" is not a version of the resource (versions: v2, v1)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

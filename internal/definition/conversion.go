@@ -402,7 +402,6 @@ func schemaDifferences(s, hub *structuralschema.Structural, version, storage str
 	return out
 }
 
-
 // readVersion returns the version the engine reads the custom resource
 // at: spec.resource.readVersion, a served version, or the storage
 // version.

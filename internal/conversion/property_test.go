@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/opkit-dev/opkit/internal/definition"
 )
 
 // generator makes random objects that a version's schema holds, as the
@@ -104,13 +106,85 @@ func withoutConversionAnnotations(o map[string]any) map[string]any {
 	return m
 }
 
-// TestRoundTripsAreLosslessForGeneratedObjects: v1 -> v2 -> v1 and
-// v2 -> v1 -> v2 give back the object, for objects with random values,
-// fields only one version has, missing fields, nested objects and lists;
-// each conversion keeps metadata but for its annotation, and the result
-// goes through JSON as the webhook sends it.
+// threeVersions is the Website's v1 and v2 and a v3 that counts memory
+// in MiB (spec.resources.memoryMi) and has a colour of its own.
+const threeVersions = `apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: website}
+spec:
+  resource:
+    group: demo.example.com
+    kind: Website
+    versions:
+    - name: v1
+      schema:
+        type: object
+        properties:
+          content: {type: string}
+          size: {type: string, enum: [small, large]}
+          legacy: {type: object, properties: {banner: {type: string}}}
+      conversion:
+        fields:
+        - field: spec.size
+          storageField: spec.resources.memory
+          toStorage: "self == 'small' ? '512Mi' : '2Gi'"
+          fromStorage: "quantity(self).isLessThan(quantity('1Gi')) ? 'small' : 'large'"
+    - name: v2
+      storage: true
+      schema:
+        type: object
+        properties:
+          content: {type: string}
+          resources: {type: object, properties: {memory: {type: string}}}
+          tls: {type: object, properties: {enabled: {type: boolean}}}
+          paths: {type: array, items: {type: object, properties: {path: {type: string}}}}
+    - name: v3
+      schema:
+        type: object
+        properties:
+          content: {type: string}
+          resources: {type: object, properties: {memoryMi: {type: integer}}}
+          tls: {type: object, properties: {enabled: {type: boolean}}}
+          color: {type: string}
+      conversion:
+        fields:
+        - field: spec.resources.memoryMi
+          storageField: spec.resources.memory
+          toStorage: "string(self) + 'Mi'"
+          fromStorage: "quantity(self).asInteger() / 1048576"
+`
+
+// TestRoundTripsAreLosslessForGeneratedObjects: for every two versions A
+// and B, A -> B -> A gives back the object, for objects with random
+// values, fields only one version has, missing fields, nested objects
+// and lists; each conversion keeps metadata but for its annotation and
+// status as it is, and the result goes through JSON as the webhook sends
+// it. v1 -> v3 goes through v2, the storage version.
 func TestRoundTripsAreLosslessForGeneratedObjects(t *testing.T) {
-	_, c := website(t)
+	_, website := website(t)
+	srcs, err := definition.Load("three.yaml", []byte(threeVersions))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := definition.Compile(srcs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	three, err := New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		c    *Converter
+	}{{"website", website}, {"three versions", three}} {
+		t.Run(tc.name, func(t *testing.T) {
+			roundTrips(t, tc.c)
+		})
+	}
+}
+
+func roundTrips(t *testing.T, c *Converter) {
 	g := &generator{r: rand.New(rand.NewPCG(20, 3)), strings: map[string][]string{
 		"spec.resources.memory": {"128Mi", "512Mi", "1Gi", "2Gi", "8Gi"},
 	}}
@@ -133,14 +207,20 @@ func TestRoundTripsAreLosslessForGeneratedObjects(t *testing.T) {
 		}
 		return again
 	}
-	for i := range 500 {
-		for _, pair := range [][2]string{{"v1", "v2"}, {"v2", "v1"}} {
-			in := g.object(c, pair[0], i)
-			back := through(through(in, pair[1]), pair[0])
-			if !equality.Semantic.DeepEqual(back, in) {
-				a, _ := json.Marshal(in)
-				b, _ := json.Marshal(back)
-				t.Fatalf("%s -> %s -> %s lost something:\n got %s\nwant %s", pair[0], pair[1], pair[0], b, a)
+	versions := sortedKeys(c.conv.Versions)
+	for i := range 300 {
+		for _, a := range versions {
+			for _, b := range versions {
+				if a == b {
+					continue
+				}
+				in := g.object(c, a, i)
+				back := through(through(in, b), a)
+				if !equality.Semantic.DeepEqual(back, in) {
+					x, _ := json.Marshal(in)
+					y, _ := json.Marshal(back)
+					t.Fatalf("%s -> %s -> %s lost something:\n got %s\nwant %s", a, b, a, y, x)
+				}
 			}
 		}
 	}

@@ -54,7 +54,7 @@ const TriggerRequeue = "requeue"
 // and are counted as already current).
 const MigrationAnnotation = "opkit.dev/storage-migration"
 
-// ConversionAnnotationPrefix, followed by a version's name, is the
+// ConversionAnnotationPrefix is, followed by a version's name, the
 // annotation in which a conversion keeps what the converted object's
 // version cannot hold, as JSON, for the version it came from: fields its
 // schema has no place for, and mapped values that do not convert back

@@ -200,11 +200,11 @@ func fits(s *structuralschema.Structural, v any) bool {
 		return true
 	}
 	if s.XIntOrString {
-		switch v.(type) {
+		switch n := v.(type) {
 		case string, int64, int:
 			return true
 		case float64:
-			return isWhole(v.(float64))
+			return isWhole(n)
 		}
 		return false
 	}

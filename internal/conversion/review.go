@@ -23,8 +23,11 @@ func (c *Converter) ConvertObjects(objects []runtime.RawExtension, desiredAPIVer
 	out := make([]runtime.RawExtension, len(objects))
 	for i, raw := range objects {
 		var obj map[string]any
-		if err := utiljson.Unmarshal(raw.Raw, &obj); err != nil || obj == nil {
-			return nil, fmt.Errorf("object %d is not a JSON object: %v", i, err)
+		if err := utiljson.Unmarshal(raw.Raw, &obj); err != nil {
+			return nil, fmt.Errorf("object %d is not a JSON object: %w", i, err)
+		}
+		if obj == nil {
+			return nil, fmt.Errorf("object %d is null, not an object", i)
 		}
 		converted, err := c.Convert(obj, gv.Version)
 		if err != nil {

@@ -32,7 +32,9 @@
 // map); a list is converted as a whole, so a list item that the target
 // version cannot hold keeps the whole list in the annotation. Kept fields
 // restored into an object whose lists were shortened meanwhile are
-// dropped where their index no longer exists.
+// dropped where their index no longer exists. An annotation edited by
+// hand into something that is not what opkit keeps is dropped, not an
+// error: the object stays readable.
 package conversion
 
 import (
@@ -316,7 +318,9 @@ func takeKept(obj map[string]any, version string) (kept, error) {
 	}
 	delete(ann, annotation(version))
 	if err := utiljson.Unmarshal([]byte(raw), &k); err != nil {
-		return k, fmt.Errorf("annotation %s is not what opkit keeps there: %w", annotation(version), err)
+		// Edited by hand into something else: what it kept is lost
+		// already, and failing would make the object unreadable.
+		return kept{}, nil
 	}
 	return k, nil
 }

@@ -171,3 +171,16 @@ func TestAFailedConversionNamesTheExpressionAndTheObject(t *testing.T) {
 		t.Errorf("unknown version: %v", err)
 	}
 }
+
+func TestAnAnnotationEditedByHandIsDroppedAndTheObjectStillConverts(t *testing.T) {
+	_, c := website(t)
+	in := obj(t, "apiVersion: demo.example.com/v1\nkind: Website\n"+meta+"  annotations: {opkit.dev/conversion.v2: 'not json', note: mine}\nspec: {content: hi, size: small}\n")
+	out := convert(t, c, in, "v2")
+	ann := out["metadata"].(map[string]any)["annotations"].(map[string]any)
+	if len(ann) != 1 || ann["note"] != "mine" {
+		t.Errorf("annotations %v; want the edited one dropped and the others kept", ann)
+	}
+	if got := out["spec"].(map[string]any)["resources"]; !equality.Semantic.DeepEqual(got, map[string]any{"memory": "512Mi"}) {
+		t.Errorf("resources %v", got)
+	}
+}

@@ -39,6 +39,15 @@
 // operator writes (spec.status or statusSchema), and a string label
 // selector.
 //
+// Versions: self is typed by the version the engine reads the custom
+// resource at ([Definition.GVK]: spec.resource.readVersion, or the
+// storage version). A version's declared conversion to the storage
+// version ([Conversion]: per field, a CEL expression each way, over self
+// and object) is typed by both versions' schemas and checked here; the
+// converting is package internal/conversion's. The CRD's conversion is
+// Webhook when a version declares one ([CRDOptions] carries the engine's
+// clientConfig), None otherwise.
+//
 // Handlers ([Handler]) are validated and defaulted here too: triggers,
 // fields, schedule, timeout, retry policy and exactly one action; an exec
 // command's relative path is resolved against the definition file.

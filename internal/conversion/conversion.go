@@ -118,10 +118,10 @@ func (c *Converter) versions() string {
 type pair struct {
 	m        *definition.FieldMapping
 	src, dst []string
-	// expr names the forward expression in errors.
-	expr          string
-	forward, back func(self any, object map[string]any) (any, error)
-	dstSchema     *structuralschema.Structural
+	// expr and backExpr name the expressions in errors.
+	expr, backExpr string
+	forward, back  func(self any, object map[string]any) (any, error)
+	dstSchema      *structuralschema.Structural
 }
 
 // pairs are the mappings of spoke, the version that is not the hub, in
@@ -136,9 +136,9 @@ func pairs(spoke *definition.ConversionVersion, toHub bool) []pair {
 			return eval(m.FromStorage, self, m.StorageSchema, object, m.StorageObjectSchema)
 		}
 		if toHub {
-			out = append(out, pair{m: m, src: m.Path, dst: m.StoragePath, expr: exprName(m.ToStorage, m), forward: to, back: from, dstSchema: m.StorageSchema})
+			out = append(out, pair{m: m, src: m.Path, dst: m.StoragePath, expr: exprName(m.ToStorage, m), backExpr: exprName(m.FromStorage, m), forward: to, back: from, dstSchema: m.StorageSchema})
 		} else {
-			out = append(out, pair{m: m, src: m.StoragePath, dst: m.Path, expr: exprName(m.FromStorage, m), forward: from, back: to, dstSchema: m.Schema})
+			out = append(out, pair{m: m, src: m.StoragePath, dst: m.Path, expr: exprName(m.FromStorage, m), backExpr: exprName(m.ToStorage, m), forward: from, back: to, dstSchema: m.Schema})
 		}
 	}
 	return out
@@ -224,7 +224,7 @@ func (c *Converter) step(obj map[string]any, from, to *definition.ConversionVers
 		var back any
 		if has {
 			if back, err = p.back(dst, out); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("%s, converting %s back: %w", p.backExpr, short(dst), err)
 			}
 		}
 		if !present[i] || !jsonEqual(back, srcs[i]) {

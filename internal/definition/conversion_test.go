@@ -79,7 +79,7 @@ func TestWithoutConversionTheCRDSaysNoneAndDifferingSchemasAreWarned(t *testing.
 	}
 }
 
-func TestTheEngineReadsAtReadVersion(t *testing.T) {
+func TestReadVersionTypesSelfAndIsTheDefinitionsGVK(t *testing.T) {
 	d, err := compileFile(t, "app.yaml", strings.Replace(twoVersions, "    kind: App\n", "    kind: App\n    readVersion: v1\n", 1)+`      conversion: {}
   status:
     size: "${self.spec.size}"

@@ -13,11 +13,11 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 )
 
-// website compiles examples/website-v2/operator.yaml: v1 (spec.size) and v2
+// website compiles docs/examples/website-v2/operator.yaml: v1 (spec.size) and v2
 // (spec.resources.memory, spec.tls, spec.paths), v2 stored.
 func website(t *testing.T) (*definition.Definition, *Converter) {
 	t.Helper()
-	defs, err := definition.CompileFiles("../../examples/website-v2/operator.yaml")
+	defs, err := definition.CompileFiles("../../docs/examples/website-v2/operator.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

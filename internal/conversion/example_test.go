@@ -11,7 +11,7 @@ import (
 // there; both are kept in the annotation, and converting back restores
 // them.
 func Example() {
-	defs, err := definition.CompileFiles("../../examples/website-v2/operator.yaml")
+	defs, err := definition.CompileFiles("../../docs/examples/website-v2/operator.yaml")
 	if err != nil {
 		panic(err)
 	}

@@ -581,6 +581,11 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	if d.Watch != nil || d.Calendar() {
 		return e.applyUnowned(ctx, d)
 	}
+	if d.Conversion != nil {
+		// The CRD's conversion is a webhook, and this engine serves none
+		// yet: installed, every read at another version would fail.
+		return fmt.Errorf("operator %s: spec.resource.versions declare a conversion, which needs the engine's conversion webhook, not served by this version of opkit; docs/conversion.md says what works today", d.Operator.Name)
+	}
 	if !d.Typed() {
 		typed, err := d.WithSchemas(e.schemaResolver())
 		if err != nil {

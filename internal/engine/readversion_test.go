@@ -4,13 +4,17 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 )
 
@@ -68,5 +72,24 @@ func TestTheEngineReadsCustomResourcesAtTheReadVersion(t *testing.T) {
 	})
 	if cm.Data["apiVersion"] != "readversion.example.com/v1" || cm.Data["text"] != "hi" {
 		t.Errorf("the child saw %v; want the Note at readversion.example.com/v1", cm.Data)
+	}
+}
+
+func TestAnOperatorThatDeclaresConversionIsRefusedUntilTheEngineServesIt(t *testing.T) {
+	env := clustertest.New(t)
+	e := startEngine(t, env)
+	defs, err := definition.CompileFiles("../../docs/examples/website-v2/operator.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = e.Apply(t.Context(), defs[0])
+	if err == nil || !strings.Contains(err.Error(), "declare a conversion, which needs the engine's conversion webhook") {
+		t.Fatalf("Apply of a definition with conversion: %v, want a refusal naming the conversion webhook", err)
+	}
+	// Nothing was installed: a CRD whose conversion nothing serves
+	// would fail every read at another version.
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: defs[0].CRD().Name}, crd); !apierrors.IsNotFound(err) {
+		t.Errorf("the CRD %s: %v, want it not installed", defs[0].CRD().Name, err)
 	}
 }

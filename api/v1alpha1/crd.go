@@ -358,8 +358,8 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 	name.Pattern, name.MaxLength = HandlerNamePattern, ptr.To(int64(63))
 	on := apiextensionsv1.JSONSchemaProps{
 		Type: "array", MinItems: ptr.To(int64(1)), MaxItems: ptr.To(int64(5)),
-		Description: "Triggers: create, update, delete, resume, schedule, when, event.",
-		Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", Enum: enum(OnCreate, OnUpdate, OnDelete, OnResume, OnSchedule, OnWhen, OnEvent)}},
+		Description: "Triggers: create, update, delete, resume, schedule, when, event; or validate or mutate alone (admission).",
+		Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", Enum: enum(OnCreate, OnUpdate, OnDelete, OnResume, OnSchedule, OnWhen, OnEvent, OnValidate, OnMutate)}},
 		XListType:   ptr.To("set"),
 	}
 	env := apiextensionsv1.JSONSchemaProps{
@@ -414,6 +414,33 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 				},
 			},
 			"timeout": duration("Bound of one run; defaults to 5m."),
+			"admission": {
+				Type:        "object",
+				Description: "How the API server calls a handler on validate or mutate.",
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"operations": {
+						Type: "array", MaxItems: ptr.To(int64(3)), XListType: ptr.To("set"),
+						Description: "CREATE, UPDATE, DELETE; defaults to CREATE and UPDATE.",
+						Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", Enum: enum(OperationCreate, OperationUpdate, OperationDelete)}},
+					},
+					"failurePolicy": {
+						Type: "string", Enum: enum(FailurePolicyFail, FailurePolicyIgnore),
+						Description: "The answer when the handler gives none in time: Fail denies, Ignore allows. Defaults to Fail.",
+					},
+					"timeout": duration("How long the API server waits, 1s to 30s; defaults to 10s."),
+					"matchConditions": {
+						Type: "array", MaxItems: ptr.To(int64(64)),
+						Description: "CEL conditions the API server checks before calling the handler.",
+						Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{
+							Type: "object", Required: []string{"name", "expression"},
+							Properties: map[string]apiextensionsv1.JSONSchemaProps{
+								"name":       {Type: "string", MaxLength: ptr.To(int64(63))},
+								"expression": {Type: "string", MaxLength: ptr.To(int64(4096))},
+							},
+						}},
+					},
+				},
+			},
 			"retry": {
 				Type: "object",
 				Properties: map[string]apiextensionsv1.JSONSchemaProps{

@@ -145,6 +145,12 @@ func (h *Handler) DeepCopy() *Handler {
 		a.TokenSecret = copyPtr(h.HTTP.TokenSecret)
 		out.HTTP = &a
 	}
+	if h.Admission != nil {
+		a := *h.Admission
+		a.Operations = copyStrings(h.Admission.Operations)
+		a.MatchConditions = copySlice(h.Admission.MatchConditions)
+		out.Admission = &a
+	}
 	return &out
 }
 

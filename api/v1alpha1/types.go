@@ -370,6 +370,14 @@ const (
 	OnWhen = "when"
 	// OnEvent fires for each accepted delivery of the handler's Sources.
 	OnEvent = "event"
+	// OnValidate makes the handler an admission check: the API server
+	// asks it, through the engine's webhook, whether a create, update or
+	// delete of a custom resource is allowed (Handler.Admission).
+	OnValidate = "validate"
+	// OnMutate makes the handler an admission mutation: it may change a
+	// custom resource as it is created or updated (defaults a schema
+	// cannot express), or deny it (Handler.Admission).
+	OnMutate = "mutate"
 )
 
 // Handler is a side effect run for a custom resource. It has exactly one
@@ -403,6 +411,9 @@ type Handler struct {
 	// Retry is how failed runs are retried. Defaults to 5 attempts, 1s
 	// initial delay doubling up to 5m, 10% jitter.
 	Retry *Retry `json:"retry,omitempty"`
+	// Admission is how the API server calls a handler on validate or
+	// mutate (its only trigger); defaults as its fields say.
+	Admission *Admission `json:"admission,omitempty"`
 
 	// Exec runs a local command.
 	Exec *ExecAction `json:"exec,omitempty"`
@@ -432,6 +443,48 @@ type Schedule struct {
 	// of them. Defaults to Once.
 	CatchUp string `json:"catchUp,omitempty"`
 }
+
+// Admission is how the API server calls an admission handler (on
+// validate or mutate) through the engine's webhook.
+type Admission struct {
+	// Operations are the requests the handler is asked about: CREATE,
+	// UPDATE, DELETE. Defaults to CREATE and UPDATE.
+	Operations []string `json:"operations,omitempty"`
+	// FailurePolicy is the answer when the handler cannot give one (it
+	// fails, hangs past Timeout, or the engine is unreachable): Fail
+	// denies the request, Ignore allows it. Defaults to Fail.
+	FailurePolicy string `json:"failurePolicy,omitempty"`
+	// Timeout is how long the API server waits for the answer, 1s to
+	// 30s; the engine answers a little before it. Defaults to 10s.
+	Timeout metav1.Duration `json:"timeout,omitzero"`
+	// MatchConditions are CEL conditions the API server evaluates before
+	// calling the handler (over object, oldObject, request and
+	// authorizer, as in a ValidatingWebhookConfiguration); the handler is
+	// called only when all are true. At most 63 (opkit adds one).
+	MatchConditions []MatchCondition `json:"matchConditions,omitempty"`
+}
+
+// MatchCondition is one condition of Admission.MatchConditions.
+type MatchCondition struct {
+	// Name identifies the condition in the API server's errors; a
+	// qualified name, unique in the handler.
+	Name string `json:"name"`
+	// Expression is CEL giving a bool.
+	Expression string `json:"expression"`
+}
+
+// Admission operations (Admission.Operations).
+const (
+	OperationCreate = "CREATE"
+	OperationUpdate = "UPDATE"
+	OperationDelete = "DELETE"
+)
+
+// Admission failure policies (Admission.FailurePolicy).
+const (
+	FailurePolicyFail   = "Fail"
+	FailurePolicyIgnore = "Ignore"
+)
 
 // Catch-up policies of an operator-wide schedule (Schedule.CatchUp).
 const (

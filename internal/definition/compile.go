@@ -51,8 +51,12 @@ type Definition struct {
 	Children []*Child
 	// Status fields, sorted by name.
 	Status []*StatusField
-	// Handlers in the order they are declared, which is the order they run.
+	// Handlers in the order they are declared, which is the order they run;
+	// not those on validate or mutate (Admission).
 	Handlers []*Handler
+	// Admission are the handlers on validate or mutate, in the order
+	// declared: the API server calls them (admission.go).
+	Admission []*Handler
 	// Sources are the operator's event sources, in the order declared.
 	Sources []*EventSource
 	// Warnings are problems that do not stop the definition from running
@@ -266,6 +270,7 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 	}
 	d.Handlers = compileHandlers(l, envs, op.Spec.Handlers, dir, noNamespace, relatedIDs, ownedSubject)
 	compileSources(l, d)
+	d.Handlers, d.Admission = splitAdmission(d.Handlers)
 	for _, r := range relatedTypes {
 		if r.schema == nil {
 			continue

@@ -53,6 +53,10 @@ type Handler struct {
 	Exec *v1alpha1.ExecAction
 	Job  *v1alpha1.JobAction
 	HTTP *v1alpha1.HTTPAction
+	// Admission is set for a handler on validate or mutate, which the
+	// API server calls through the engine's webhook; such a handler is in
+	// Definition.Admission, never in Definition.Handlers.
+	Admission *Admission
 }
 
 // Handler defaults.
@@ -257,7 +261,7 @@ var (
 	handlerNameRE = regexp.MustCompile(v1alpha1.HandlerNamePattern)
 	fieldPathRE   = regexp.MustCompile(`^spec(\.[A-Za-z0-9_-]+)*$`)
 	objectPathRE  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z0-9_/-]+)*$`)
-	triggers      = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule, v1alpha1.OnWhen, v1alpha1.OnEvent}
+	triggers      = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule, v1alpha1.OnWhen, v1alpha1.OnEvent, v1alpha1.OnValidate, v1alpha1.OnMutate}
 	cronParser    = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 	// cronCheckFrom is where Compile looks for a cron's first time: a
 	// leap year's start, so that 29 February is found.
@@ -354,6 +358,7 @@ func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir str
 			nn = "a handler on event runs for the operator, with no object, and so no namespace"
 		}
 		compileAction(l, field, h, c, dir, nn)
+		compileAdmission(l, field, h, c, subj)
 		out = append(out, c)
 	}
 	return out

@@ -86,6 +86,13 @@ const (
 	Cancelled Outcome = "Cancelled"
 	// Skipped: the handler ran and found nothing to do.
 	Skipped Outcome = "Skipped"
+	// Allowed and Denied are the answers of an admission handler (on
+	// validate or mutate) to the API server; its Error says why one was
+	// denied. An admission handler that gave no answer (it failed, or
+	// hung past its timeout) is Failed, with no retry, and its Error says
+	// what its failure policy answered instead.
+	Allowed Outcome = "Allowed"
+	Denied  Outcome = "Denied"
 )
 
 // Failure reports whether the outcome is a failure (Failed or GaveUp).
@@ -109,7 +116,8 @@ type Run struct {
 	Handler  string `json:"handler"`
 	// Action is the executor: exec, job or http.
 	Action string `json:"action"`
-	// Trigger is create, update, delete, resume or schedule.
+	// Trigger is create, update, delete, resume, schedule, when, event,
+	// requeue, or validate or mutate (an admission call).
 	Trigger string `json:"trigger"`
 	// APIVersion and Kind are the object's.
 	APIVersion string `json:"apiVersion"`

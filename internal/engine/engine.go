@@ -103,6 +103,18 @@
 // finalizer opkit.dev/<operator> is held while an operator has delete
 // handlers, changed only by resourceVersion-guarded JSON patches.
 //
+// # Admission handlers
+//
+// Handlers on validate or mutate are not run by reconciles: the API
+// server calls them, through the engine's webhook server (package
+// webhook, Options.Webhook), as it admits a create, update or delete of a
+// custom resource. The engine applies a Validating and a
+// MutatingWebhookConfiguration per operator that has them, with the
+// server's caBundle, again at each rotation, and deletes them with the
+// operator (webhooks.go). Each call is recorded as a run and answered by
+// the handler, or by its failure policy before the API server's timeout
+// (admit.go).
+//
 // # One namespace, a test's clock, stubs
 //
 // What a test runner (opkit test) needs. Options.Namespace makes an
@@ -163,6 +175,8 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/executor"
+	"github.com/opkit-dev/opkit/internal/webhook"
 )
 
 // FieldManager is the server-side apply field manager of every write.
@@ -265,6 +279,11 @@ type Options struct {
 	// later (a test that steps by whole periods first sets its clock to
 	// the real time if it lags). Defaults to the real clock.
 	Clock clock.Clock
+	// Webhook, when set, serves the operators' admission handlers (on
+	// validate or mutate) over HTTPS, with certificates the engine makes
+	// and rotates (webhooks.go, package webhook). Defaults to nil: none is
+	// served, and an operator with admission handlers is refused.
+	Webhook *WebhookOptions
 	// Stubs, when set, replaces the actions of the handlers it names with
 	// its executors, for tests (stubs.go); it may change while the engine
 	// runs. Defaults to none.
@@ -313,6 +332,10 @@ type Engine struct {
 	running        map[string]*operator // by Operator name
 	health         health               // what /readyz reports (health.go)
 	hooks          *hooks               // the webhook listener, once bound (hooks.go)
+	// webhook serves admission calls (webhooks.go); nil without
+	// Options.Webhook. webhookMu orders the writes of its configurations.
+	webhook   *webhook.Server
+	webhookMu sync.Mutex
 	// restarting are the operators between their stop and their start:
 	// deliveries for them are answered 503, not 404.
 	restarting map[string]bool
@@ -333,6 +356,9 @@ type operator struct {
 	// conditions are its custom resources' conditions, for the gauges
 	// (metrics.go); nil for a watch or a calendar.
 	conditions *conditionTable
+	// admission are the executors of its admission handlers, by name
+	// (admit.go).
+	admission map[string]executor.Executor
 }
 
 // New creates an engine; it starts nothing.
@@ -426,6 +452,14 @@ func New(opts Options) (*Engine, error) {
 	}
 	if err := e.serve(); err != nil {
 		return nil, err
+	}
+	if opts.Webhook != nil {
+		if e.webhook, err = e.newWebhookServer(); err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(e.webhook); err != nil {
+			return nil, err
+		}
 	}
 	return e, nil
 }
@@ -567,8 +601,11 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	if err := e.checkRelated(ctx, d); err != nil {
 		return err
 	}
-	if len(d.Handlers) > 0 && e.opts.Archive == nil {
+	if (len(d.Handlers) > 0 || len(d.Admission) > 0) && e.opts.Archive == nil {
 		return fmt.Errorf("operator %s: handlers need a run archive, and the engine has none", d.Operator.Name)
+	}
+	if len(d.Admission) > 0 && e.webhook == nil {
+		return fmt.Errorf("operator %s: admission handlers (on validate or mutate) are served by the engine's webhook server, and it runs none: give it an address (opkit run --webhook-addr)", d.Operator.Name)
 	}
 	if len(d.Sources) > 0 {
 		if e.opts.Archive == nil {
@@ -632,7 +669,10 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 			return fmt.Errorf("operator %s: the admission policy that adds its finalizer: %w", d.Operator.Name, err)
 		}
 	}
-	return e.restart(ctx, d, e.startController)
+	if err := e.restart(ctx, d, e.startController); err != nil {
+		return err
+	}
+	return e.serveAdmission(ctx, d)
 }
 
 // restart stops the running operator of d's name, if any, and starts d
@@ -662,6 +702,10 @@ func (e *Engine) restart(ctx context.Context, d *definition.Definition, start fu
 	}
 	op, err := start(d)
 	if err != nil {
+		return err
+	}
+	if op.admission, err = e.admissionExecutors(d); err != nil {
+		op.stop()
 		return err
 	}
 	if len(d.Sources) > 0 {
@@ -738,6 +782,12 @@ func (e *Engine) Remove(ctx context.Context, name string) {
 	log := e.mgr.GetLogger().WithValues("operator", name)
 	if err := e.removeInformer(ctx, op.def.GVK); err != nil {
 		log.Error(err, "stopping the watch of the removed operator's custom resources")
+	}
+	if e.webhook != nil {
+		// With failurePolicy Fail, nothing could be written.
+		if err := e.deleteWebhooks(ctx, name); err != nil {
+			log.Error(err, "deleting the removed operator's admission webhooks; delete them by hand", "name", e.webhookConfigName(name))
+		}
 	}
 	if e.opts.AdmissionFinalizers {
 		// Nothing would remove the finalizers it adds.

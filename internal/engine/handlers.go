@@ -482,6 +482,9 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	if failure == nil && f.result.Refuse != "" {
 		failure = refuseOutsideEvent(run.Trigger)
 	}
+	if failure == nil && f.result.Admission() {
+		failure = &executor.Failure{Message: "the result has fields of an admission answer (allowed, message, patch, warnings), which only a handler on validate or mutate gives", Permanent: true}
+	}
 	if failure == nil && len(f.result.Status) > 0 && rn.watched {
 		failure = &executor.Failure{Message: "the result sets status, but opkit never writes to a watched object: post events or write to objects of your own instead", Permanent: true}
 	}

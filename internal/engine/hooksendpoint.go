@@ -49,9 +49,13 @@ type HooksEndpoint struct {
 // the engine writes to the hooks EndpointSlice.
 const HooksEndpointManager = "opkit-hooks"
 
-// hooksPortName is the name of the hooks port in the Service and the
-// EndpointSlice: the two must match.
-const hooksPortName = "hooks"
+// hooksPortName and webhookPortName are the names of the hooks' and the
+// webhook server's ports in their Services and EndpointSlices: each
+// Service's and its slice's must match.
+const (
+	hooksPortName   = "hooks"
+	webhookPortName = "webhook"
+)
 
 // check says what is missing from a HooksEndpoint.
 func (h *HooksEndpoint) check() error {
@@ -68,8 +72,14 @@ func (h *HooksEndpoint) check() error {
 // EndpointSlice with this engine's address and the port the listener
 // bound, retrying until it succeeds, and empties it once ctx ends.
 func (e *Engine) publishHooks(listenAddr string) func(ctx context.Context) error {
+	return e.publishEndpoint(e.opts.HooksEndpoint, hooksPortName, "webhook deliveries", listenAddr)
+}
+
+// publishEndpoint is publishHooks for any EndpointSlice h of the same
+// kind: the webhook server's (WebhookOptions.Endpoint) too. portName is
+// the Service's port; what says what is routed, in the log.
+func (e *Engine) publishEndpoint(h *HooksEndpoint, portName, what, listenAddr string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		h := e.opts.HooksEndpoint
 		_, p, err := net.SplitHostPort(listenAddr)
 		if err != nil {
 			return err
@@ -81,12 +91,12 @@ func (e *Engine) publishHooks(listenAddr string) func(ctx context.Context) error
 		log := e.mgr.GetLogger().WithValues("endpointslice", h.Namespace+"/"+h.Name)
 		backoff := wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30}
 		for {
-			err := e.client.Apply(ctx, hooksSlice(h, int32(port)), client.FieldOwner(HooksEndpointManager), client.ForceOwnership)
+			err := e.client.Apply(ctx, hooksSlice(h, portName, int32(port)), client.FieldOwner(HooksEndpointManager), client.ForceOwnership)
 			if err == nil {
-				log.Info("webhook deliveries are routed to this engine", "address", net.JoinHostPort(h.IP, p))
+				log.Info(what+" are routed to this engine", "address", net.JoinHostPort(h.IP, p))
 				break
 			}
-			log.Error(err, "cannot route webhook deliveries to this engine: writing the hooks EndpointSlice failed; retrying")
+			log.Error(err, "cannot route "+what+" to this engine: writing the EndpointSlice failed; retrying")
 			select {
 			case <-ctx.Done():
 				return nil
@@ -96,15 +106,15 @@ func (e *Engine) publishHooks(listenAddr string) func(ctx context.Context) error
 		<-ctx.Done()
 		stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := e.withdrawHooks(stop); err != nil {
-			log.Error(err, "emptying the hooks EndpointSlice; the next leader writes it")
+		if err := e.withdrawEndpoint(stop, h); err != nil {
+			log.Error(err, "emptying the EndpointSlice; the next leader writes it")
 		}
 		return nil
 	}
 }
 
 // hooksSlice is what the acting engine applies.
-func hooksSlice(h *HooksEndpoint, port int32) *discoveryv1ac.EndpointSliceApplyConfiguration {
+func hooksSlice(h *HooksEndpoint, portName string, port int32) *discoveryv1ac.EndpointSliceApplyConfiguration {
 	addressType := discoveryv1.AddressTypeIPv4
 	if net.ParseIP(h.IP).To4() == nil {
 		addressType = discoveryv1.AddressTypeIPv6
@@ -121,14 +131,13 @@ func hooksSlice(h *HooksEndpoint, port int32) *discoveryv1ac.EndpointSliceApplyC
 		WithLabels(map[string]string{discoveryv1.LabelServiceName: h.Name, discoveryv1.LabelManagedBy: "opkit.dev"}).
 		WithAddressType(addressType).
 		WithEndpoints(ep).
-		WithPorts(discoveryv1ac.EndpointPort().WithName(hooksPortName).WithPort(port).WithProtocol(corev1.ProtocolTCP))
+		WithPorts(discoveryv1ac.EndpointPort().WithName(portName).WithPort(port).WithProtocol(corev1.ProtocolTCP))
 }
 
-// withdrawHooks empties the hooks EndpointSlice if it still names this
+// withdrawEndpoint empties the EndpointSlice h if it still names this
 // engine: a new leader may have written its own address since, which an
 // update made from an older read cannot overwrite.
-func (e *Engine) withdrawHooks(ctx context.Context) error {
-	h := e.opts.HooksEndpoint
+func (e *Engine) withdrawEndpoint(ctx context.Context, h *HooksEndpoint) error {
 	var slice discoveryv1.EndpointSlice
 	if err := e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: h.Name}, &slice); err != nil {
 		return client.IgnoreNotFound(err)

@@ -82,6 +82,28 @@ type Result struct {
 	// as Skipped, and the delivery as Handled with the reason "refused by
 	// handler <name>: <reason>". Refused in a run of any other trigger.
 	Refuse string `json:"refuse,omitempty"`
+
+	// The answer of an admission handler (on validate or mutate), refused
+	// in a run of any other trigger.
+	//
+	// Allowed says whether the request is allowed: required of a validate
+	// handler; a mutate handler's defaults to true.
+	Allowed *bool `json:"allowed,omitempty"`
+	// Message says why a request is denied; kubectl prints it.
+	Message string `json:"message,omitempty"`
+	// Patch, of a mutate handler, is a JSON merge patch (RFC 7386) of the
+	// object: {"spec": {"replicas": 1}} sets a field, null removes one.
+	// It may change spec, metadata.labels and metadata.annotations.
+	Patch map[string]any `json:"patch,omitempty"`
+	// Warnings are shown to the client (kubectl prints each), allowed or
+	// not.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Admission reports whether the result holds any field of an admission
+// answer.
+func (r *Result) Admission() bool {
+	return r.Allowed != nil || r.Message != "" || r.Patch != nil || len(r.Warnings) > 0
 }
 
 // Event is a Kubernetes Event to post on the object.
@@ -197,6 +219,11 @@ var resultFields = map[string]string{
 	"error.message":   `a string`,
 	"error.permanent": `true or false`,
 	"skipped":         `true or false`,
+	"refuse":          `a string`,
+	"allowed":         `true or false`,
+	"message":         `a string`,
+	"patch":           `a JSON merge patch of the object, e.g. "patch": {"spec": {"replicas": 1}}`,
+	"warnings":        `a list of strings`,
 }
 
 var unknownResultField = regexp.MustCompile(`^json: unknown field "(.*)"$`)
@@ -212,7 +239,7 @@ func resultFieldError(err error) string {
 		return fmt.Sprintf("field %q: expected %s, got %s", te.Field, want, jsonKind(te.Value))
 	}
 	if m := unknownResultField.FindStringSubmatch(err.Error()); m != nil {
-		return fmt.Sprintf("unknown field %q: a result has status, events, requeueAfter, skipped and error (see docs/handlers.md)", m[1])
+		return fmt.Sprintf("unknown field %q: a result has status, events, requeueAfter, skipped and error (see docs/handlers.md); an admission handler's has allowed, message, patch and warnings (docs/admission.md)", m[1])
 	}
 	return ""
 }

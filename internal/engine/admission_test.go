@@ -1,0 +1,371 @@
+package engine_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/devcluster"
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+	"github.com/opkit-dev/opkit/internal/engine"
+)
+
+// admissionHandlerEnv makes the test binary an admission handler that
+// misbehaves: crash kills itself, hang never answers (and ignores
+// SIGTERM).
+const admissionHandlerEnv = "OPKIT_TEST_ADMISSION"
+
+func testAdmissionHandler(mode string) int {
+	switch mode {
+	case "crash":
+		fmt.Fprintln(os.Stderr, "about to crash")
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	case "hang":
+		signal.Ignore(syscall.SIGTERM)
+		fmt.Fprintln(os.Stderr, "thinking very hard")
+		time.Sleep(time.Hour)
+	}
+	return 2
+}
+
+// admissionExample is the Website with admission handlers.
+const admissionExample = "../../examples/website/admission/operator.yaml"
+
+// admissionDefinition writes the example with its handlers' commands made
+// absolute and each of replace's strings replaced, and returns its path.
+func admissionDefinition(t *testing.T, replace ...string) string {
+	t.Helper()
+	data, err := os.ReadFile(admissionExample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := filepath.Abs(filepath.Dir(admissionExample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	for i := 0; i+1 < len(replace); i += 2 {
+		if !strings.Contains(s, replace[i]) {
+			t.Fatalf("the example has no %q", replace[i])
+		}
+		s = strings.ReplaceAll(s, replace[i], replace[i+1])
+	}
+	for _, script := range []string{"check-content.py", "created-by.py"} {
+		s = strings.ReplaceAll(s, "[./"+script+"]", fmt.Sprintf("[%q]", filepath.Join(dir, script)))
+	}
+	path := filepath.Join(t.TempDir(), "operator.yaml")
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startAdmissionEngine runs an engine of the test's namespace serving
+// admission on loopback, with w's certificate options, and returns it and
+// its archive. The webhook configurations go with the test.
+func startAdmissionEngine(t *testing.T, env *clustertest.Env, file string, w *engine.WebhookOptions) (*engine.Engine, *archive.SQLite) {
+	t.Helper()
+	if w == nil {
+		w = &engine.WebhookOptions{}
+	}
+	w.Addr = "127.0.0.1:0"
+	store := newArchive(t)
+	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Webhook: w, Archive: store}, file)
+	name := engine.WebhookConfigName("website", env.Namespace)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = env.Client.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		_ = env.Client.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+	return e, store
+}
+
+// kubectlApply applies a Website of this content with the plane's
+// kubectl, and returns its output (stdout and stderr), its error and how
+// long it took.
+func kubectlApply(t *testing.T, env *clustertest.Env, name, content string, args ...string) (string, error, time.Duration) {
+	t.Helper()
+	manifest := fmt.Sprintf("apiVersion: demo.example.com/v1\nkind: Website\nmetadata: {name: %s}\nspec:\n  content: %q\n", name, content)
+	file := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bins, err := (&devcluster.Cache{}).Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), bins.Path(devcluster.Kubectl), append([]string{"apply", "-n", env.Namespace, "-f", file}, args...)...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+clustertest.Cluster(t).KubeconfigPath())
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	return string(out), err, time.Since(start)
+}
+
+// admissionRuns returns the runs of the operator's admission handlers of
+// a trigger, newest first.
+func admissionRuns(t *testing.T, store *archive.SQLite, trigger string, outcome archive.Outcome) []archive.Run {
+	t.Helper()
+	page, err := store.List(t.Context(), archive.Query{Operator: "website", Trigger: trigger, Outcome: outcome})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return page.Runs
+}
+
+func TestAValidateHandlerDeniesAScriptInAWebsiteAndAMutateHandlerSetsADefault(t *testing.T) {
+	env := clustertest.New(t)
+	_, store := startAdmissionEngine(t, env, admissionDefinition(t), nil)
+	const denial = "spec.content must not contain <script>: a Website serves static pages only"
+
+	// Denied, with the handler's message in kubectl's output.
+	out, err, took := kubectlApply(t, env, "bad", "<h1>Hi</h1><script>alert(1)</script>")
+	if err == nil || !strings.Contains(out, denial) || !strings.Contains(out, "denied the request") {
+		t.Fatalf("kubectl apply of a Website with a script: %v, in %s:\n%s", err, took, out)
+	}
+	t.Logf("denied in %s: %s", took.Round(time.Millisecond), strings.TrimSpace(out))
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: env.Namespace, Name: "bad"}, website(env.Namespace, "bad")); err == nil {
+		t.Error("the denied Website exists")
+	}
+	// A server-side dry run is asked too, and recorded as one.
+	if out, err, _ := kubectlApply(t, env, "bad", "<script>1</script>", "--dry-run=server"); err == nil || !strings.Contains(out, denial) {
+		t.Errorf("a dry run of a Website with a script: %v:\n%s", err, out)
+	}
+
+	// Allowed; the mutate handler records who created it.
+	if out, err, _ := kubectlApply(t, env, "good", "<h1>Hi</h1>"); err != nil {
+		t.Fatalf("kubectl apply of a clean Website: %v:\n%s", err, out)
+	}
+	good := website(env.Namespace, "good")
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(good), good); err != nil {
+		t.Fatal(err)
+	}
+	if by := good.GetAnnotations()["demo.example.com/created-by"]; by == "" {
+		t.Errorf("the mutate handler's default is missing: annotations %v", good.GetAnnotations())
+	}
+
+	// The denials are in the archive, with why, the dry run marked, and
+	// the handler's log.
+	denied := admissionRuns(t, store, "validate", archive.Denied)
+	if len(denied) != 2 {
+		t.Fatalf("%d denied validate runs; want 2 (one a dry run)", len(denied))
+	}
+	for _, r := range denied {
+		if r.Error != denial || r.Handler != "check-content" || r.Kind != "Website" || r.Name != "bad" || r.FinishedAt.IsZero() {
+			t.Errorf("a denied run: %+v", r)
+		}
+	}
+	if !strings.Contains(strings.Join(denied[0].Writes, " "), "dryRun") || strings.Contains(strings.Join(denied[1].Writes, " "), "dryRun") {
+		t.Errorf("the dry run's record does not say so, or the other's does: %v, %v", denied[0].Writes, denied[1].Writes)
+	}
+	log, err := logData(store.Logs(t.Context(), denied[1].ID, 0))
+	if err != nil || !strings.Contains(string(log), "CREATE of bad by") {
+		t.Errorf("the denied run's log: %q, %v", log, err)
+	}
+	if allowed := admissionRuns(t, store, "validate", archive.Allowed); len(allowed) != 1 || allowed[0].Name != "good" {
+		t.Errorf("allowed validate runs: %+v", allowed)
+	}
+	mutated := admissionRuns(t, store, "mutate", archive.Allowed)
+	if len(mutated) == 0 || !strings.Contains(strings.Join(mutated[0].Writes, " "), "patch: metadata.annotations.demo.example.com/created-by") {
+		t.Errorf("the mutate run's record: %+v", mutated)
+	}
+}
+
+func TestAHandlerThatCrashesOrHangsAnswersByItsFailurePolicyInTime(t *testing.T) {
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode, policy string
+		want         string // in kubectl's output
+		allowed      bool
+		recorded     string // in the run's error
+	}{
+		{"crash", "Fail", "its failurePolicy Fail denies the request", false, "killed by signal"},
+		{"hang", "Fail", "gave no answer (no answer within 2.7s", false, "no answer within 2.7s"},
+		{"hang", "Ignore", "its failurePolicy Ignore allowed the request", true, "no answer within 2.7s"},
+	} {
+		t.Run(tc.mode+"-"+tc.policy, func(t *testing.T) {
+			env := clustertest.New(t)
+			file := admissionDefinition(t,
+				"      failurePolicy: Fail\n      timeout: 5s\n    exec: {command: [./check-content.py]}",
+				fmt.Sprintf("      failurePolicy: %s\n      timeout: 3s\n    exec: {command: [%q], env: [{name: %s, value: %s}]}", tc.policy, bin, admissionHandlerEnv, tc.mode))
+			_, store := startAdmissionEngine(t, env, file, nil)
+			out, err, took := kubectlApply(t, env, "site", "<h1>Hi</h1>")
+			t.Logf("kubectl apply returned in %s: %v\n%s", took.Round(time.Millisecond), err, out)
+			if (err == nil) != tc.allowed || !strings.Contains(out, tc.want) {
+				t.Fatalf("kubectl apply: %v; want allowed %v, saying %q", err, tc.allowed, tc.want)
+			}
+			// 3s is the webhook's timeout; kubectl's own start and the
+			// other webhook add a little.
+			if took > 8*time.Second {
+				t.Errorf("kubectl apply took %s; the webhook's timeout is 3s", took)
+			}
+			failed := admissionRuns(t, store, "validate", archive.Failed)
+			if len(failed) != 1 || !strings.Contains(failed[0].Error, tc.recorded) {
+				t.Fatalf("failed validate runs: %+v; want one whose error says %q", failed, tc.recorded)
+			}
+		})
+	}
+}
+
+// bundleCAs returns the CAs of the caBundle of the operator's validating
+// and mutating webhooks, as their common names; nil while either is
+// missing.
+func bundleCAs(ctx context.Context, env *clustertest.Env) ([]string, []string, error) {
+	name := engine.WebhookConfigName("website", env.Namespace)
+	var v admissionregistrationv1.ValidatingWebhookConfiguration
+	var m admissionregistrationv1.MutatingWebhookConfiguration
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &v); err != nil {
+		return nil, nil, client.IgnoreNotFound(err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &m); err != nil {
+		return nil, nil, client.IgnoreNotFound(err)
+	}
+	return commonNames(v.Webhooks[0].ClientConfig.CABundle), commonNames(m.Webhooks[0].ClientConfig.CABundle), nil
+}
+
+func commonNames(bundle []byte) []string {
+	var out []string
+	for {
+		var block *pem.Block
+		block, bundle = pem.Decode(bundle)
+		if block == nil {
+			return out
+		}
+		if c, err := x509.ParseCertificate(block.Bytes); err == nil {
+			out = append(out, c.Subject.CommonName)
+		}
+	}
+}
+
+// servedIssuer is the common name of the CA that signed the certificate
+// the server gives a new connection.
+func servedIssuer(addr string) (string, error) {
+	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the issuer is all that is read
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].Issuer.CommonName, nil
+}
+
+func TestAForcedCertificateRotationFailsNoRequest(t *testing.T) {
+	env := clustertest.New(t)
+	// Certificates of two hours issued an hour ago (by the fake clock),
+	// backdated an hour: valid in real time, and due for rotation when
+	// the clock reaches real time.
+	clk := clocktesting.NewFakeClock(time.Now().Add(-time.Hour))
+	w := &engine.WebhookOptions{Clock: clk, CALifetime: 2 * time.Hour, ServingLifetime: 2 * time.Hour, Grace: time.Minute, CheckEvery: 100 * time.Millisecond}
+	e, _ := startAdmissionEngine(t, env, admissionDefinition(t), w)
+	ctx := t.Context()
+
+	// A client creates Websites (server-side dry runs: both webhooks are
+	// called, nothing is stored) throughout.
+	var ok, failed atomic.Int64
+	var mu sync.Mutex
+	var errs []string
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			site := website(env.Namespace, fmt.Sprintf("site-%d", i))
+			if err := env.Client.Create(ctx, site, client.DryRunAll); err != nil {
+				failed.Add(1)
+				mu.Lock()
+				errs = append(errs, err.Error())
+				mu.Unlock()
+				continue
+			}
+			ok.Add(1)
+		}
+	}()
+	stopClient := sync.OnceFunc(func() { close(stop); <-done })
+	defer stopClient()
+	requests := func(n int64, what string) {
+		t.Helper()
+		from := ok.Load()
+		eventually(t, 60*time.Second, fmt.Sprintf("%d requests %s", n, what), func(context.Context) (bool, error) {
+			return ok.Load() >= from+n, nil
+		})
+	}
+	requests(5, "before the rotation")
+	var first []string
+	eventually(t, 30*time.Second, "the bundle injected", func(ctx context.Context) (bool, error) {
+		v, _, err := bundleCAs(ctx, env)
+		first = v
+		return len(v) == 1, err
+	})
+
+	// The CA is due: a new one joins the bundle.
+	clk.Step(time.Hour + time.Minute)
+	var both []string
+	eventually(t, 30*time.Second, "the new CA in both configurations' bundles", func(ctx context.Context) (bool, error) {
+		v, m, err := bundleCAs(ctx, env)
+		both = v
+		return len(v) == 2 && len(m) == 2 && v[0] == first[0], err
+	})
+	// The grace: the API server's informer takes the new bundle.
+	time.Sleep(3 * time.Second)
+	requests(5, "with two CAs trusted")
+
+	// The serving certificate switches to the new CA.
+	clk.Step(time.Minute)
+	eventually(t, 30*time.Second, "the new CA's certificate served", func(context.Context) (bool, error) {
+		issuer, err := servedIssuer(e.WebhookAddr())
+		return issuer == both[1], err
+	})
+	requests(10, "with the new certificate")
+
+	// The old CA leaves the bundle.
+	clk.Step(time.Minute)
+	eventually(t, 30*time.Second, "the old CA removed", func(ctx context.Context) (bool, error) {
+		v, m, err := bundleCAs(ctx, env)
+		return len(v) == 1 && len(m) == 1 && v[0] == both[1] && m[0] == both[1], err
+	})
+	requests(10, "after the rotation")
+	stopClient()
+	t.Logf("%d requests, %d failed", ok.Load(), failed.Load())
+	if failed.Load() > 0 {
+		t.Errorf("%d requests failed during the rotation: %s", failed.Load(), strings.Join(errs[:min(len(errs), 5)], "\n"))
+	}
+	var secret corev1.Secret
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: engine.DefaultWebhookSecret}, &secret); err != nil || len(secret.Data["tls.crt"]) == 0 {
+		t.Errorf("the certificates' Secret: %v", err)
+	}
+}
+
+// website is a Website of clean content, or an empty one to Get into.
+func website(ns, name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "demo.example.com/v1", "kind": "Website",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec":     map[string]any{"content": "<p>hello</p>"},
+	}}
+}

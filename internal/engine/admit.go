@@ -1,0 +1,436 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/go-logr/logr"
+	jsonpatchcreate "gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/cause"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/executor"
+	"github.com/opkit-dev/opkit/internal/webhook"
+)
+
+// An admission call, POST /validate/<operator>/<handler> (or /mutate/),
+// is an AdmissionReview v1. The engine records it in the archive as a run
+// (trigger validate or mutate) before the handler runs, runs the handler
+// with the admission binding context (admissionContext) and a deadline a
+// little shorter than the webhook's timeout, and answers:
+//
+//   - the handler's answer: allowed, or denied with its message (and the
+//     run's id), with a mutate handler's merge patch turned into the
+//     JSONPatch the API server applies; the run ends Allowed or Denied;
+//   - when the handler gives none (it fails, its result is not an
+//     answer, it is still running at the deadline, or the archive cannot
+//     record the call): its failure policy's, Fail denying with a message
+//     that says what happened, Ignore allowing; the run ends Failed.
+//
+// Requests that do not name a running operator's admission handler, or
+// are not AdmissionReviews, are answered with an HTTP error, for which
+// the API server applies the webhook's failure policy itself.
+
+// admissionContext is the binding context of an admission handler.
+type admissionContext struct {
+	Operator string `json:"operator"`
+	Handler  string `json:"handler"`
+	// Trigger is validate or mutate.
+	Trigger string `json:"trigger"`
+	RunID   string `json:"runId"`
+	// Operation is CREATE, UPDATE or DELETE.
+	Operation string `json:"operation"`
+	// Object is the object as it would be stored (nil for DELETE);
+	// OldObject the stored one (nil for CREATE).
+	Object    map[string]any            `json:"object"`
+	OldObject map[string]any            `json:"oldObject"`
+	UserInfo  authenticationv1.UserInfo `json:"userInfo"`
+	// DryRun: the request writes nothing (kubectl --dry-run=server).
+	DryRun bool `json:"dryRun"`
+	// Request names what the API server asks about.
+	Request admissionRequest `json:"request"`
+}
+
+type admissionRequest struct {
+	UID         string                      `json:"uid"`
+	Kind        metav1.GroupVersionKind     `json:"kind"`
+	Resource    metav1.GroupVersionResource `json:"resource"`
+	SubResource string                      `json:"subResource,omitempty"`
+	Namespace   string                      `json:"namespace,omitempty"`
+	Name        string                      `json:"name,omitempty"`
+}
+
+// Caps of what an admission call records.
+const (
+	admissionDiffCap    = 32   // changes
+	admissionValueCap   = 256  // bytes of a changed value
+	admissionMessageCap = 4096 // bytes of the error
+)
+
+// admissionHandler serves /validate/ and /mutate/.
+func (e *Engine) admissionHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		trigger, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		opName, hName, ok := strings.Cut(rest, "/")
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "admission reviews are POSTed", http.StatusMethodNotAllowed)
+			return
+		}
+		e.mu.Lock()
+		op := e.running[opName]
+		e.mu.Unlock()
+		var h *definition.Handler
+		if op != nil && ok {
+			h = op.def.AdmissionHandler(hName)
+		}
+		if h == nil || h.Admission.Trigger() != trigger {
+			http.Error(w, fmt.Sprintf("no admission handler %q of operator %q runs here", clipName(hName), clipName(opName)), http.StatusNotFound)
+			return
+		}
+		body, err := webhook.ReadBody(w, r, e.webhook.MaxBodyBytes())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+			return
+		}
+		var review admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+			http.Error(w, "the body is not an AdmissionReview with a request", http.StatusBadRequest)
+			return
+		}
+		resp := e.admit(r.Context(), op, h, review.Request)
+		resp.UID = review.Request.UID
+		out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
+		if out.APIVersion == "" {
+			out.APIVersion, out.Kind = "admission.k8s.io/v1", "AdmissionReview"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
+}
+
+// admissionBudget is the handler's deadline for a webhook timeout: a
+// tenth less (at least 200ms), so that the answer reaches the API server
+// before it gives up.
+func admissionBudget(timeout time.Duration) time.Duration {
+	return timeout - max(timeout/10, 200*time.Millisecond)
+}
+
+// admit runs one admission call and returns the answer.
+func (e *Engine) admit(ctx context.Context, op *operator, h *definition.Handler, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	a := h.Admission
+	now := time.Now()
+	budget := admissionBudget(a.Timeout)
+	deadline := now.Add(budget)
+	obj, old := decodeObject(req.Object.Raw), decodeObject(req.OldObject.Raw)
+	subject := obj
+	if subject == nil {
+		subject = old
+	}
+	u := &unstructured.Unstructured{Object: subject}
+	name := req.Name
+	if name == "" {
+		name = u.GetName()
+	}
+	if name == "" && u.GetGenerateName() != "" {
+		name = u.GetGenerateName() + "*"
+	}
+	dryRun := req.DryRun != nil && *req.DryRun
+	run := &archive.Run{
+		ID: archive.NewID(now), Operator: op.def.Operator.Name, Handler: h.Name, Action: h.Action(), Trigger: a.Trigger(),
+		APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Namespace: req.Namespace, Name: name, UID: string(u.GetUID()), Generation: u.GetGeneration(),
+		Key: "admission/" + string(req.UID), Attempt: 1, StartedAt: now.UTC(), Outcome: archive.Running,
+		Diff: capDiff(cause.Diff(specOf(old), specOf(obj))),
+	}
+	if run.Kind == "" {
+		run.APIVersion, run.Kind = op.def.GVK.GroupVersion().String(), op.def.GVK.Kind
+	}
+	if req.Operation == admissionv1.Delete {
+		run.Diff = nil
+	}
+	if dryRun {
+		run.Writes = append(run.Writes, "dryRun: the request writes nothing")
+	}
+	log := e.mgr.GetLogger().WithValues("operator", run.Operator, "handler", h.Name, "run", run.ID, "operation", string(req.Operation))
+	if err := e.opts.Archive.Insert(ctx, run); err != nil {
+		// Nothing runs that is not recorded.
+		return policyAnswer(a, h, "", "the archive cannot record the call: "+err.Error())
+	}
+	input, err := json.Marshal(admissionContext{
+		Operator: run.Operator, Handler: h.Name, Trigger: run.Trigger, RunID: run.ID, Operation: string(req.Operation),
+		Object: obj, OldObject: old, UserInfo: req.UserInfo, DryRun: dryRun,
+		Request: admissionRequest{UID: string(req.UID), Kind: req.Kind, Resource: req.Resource, SubResource: req.SubResource, Namespace: req.Namespace, Name: req.Name},
+	})
+	if err != nil {
+		return e.finishAdmission(ctx, run, policyAnswer(a, h, run.ID, "encoding the binding context: "+err.Error()), archive.Failed, log)
+	}
+	alog := &archiveLog{ctx: context.WithoutCancel(ctx), store: e.opts.Archive, id: run.ID}
+	ex := e.opts.Stubs.get(run.Operator, h.Name)
+	if ex == nil {
+		ex = op.admission[h.Name]
+	}
+	type outcome struct {
+		res *executor.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	runCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	go func() {
+		defer cancel()
+		res, err := ex.Run(logr.NewContext(runCtx, log), executor.Request{
+			RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: 1, Input: input, Timeout: budget, Log: alog,
+			Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Namespace: run.Namespace, Name: run.Name, UID: u.GetUID()},
+		})
+		done <- outcome{res, err}
+	}()
+	var res *executor.Result
+	select {
+	case o := <-done:
+		res, err = o.res, o.err
+	case <-time.After(budget + 100*time.Millisecond):
+		// The executor stops the handler at the deadline; one that takes
+		// longer to stop is not waited for.
+		err = &executor.Failure{Message: fmt.Sprintf("no answer within %s", budget.Round(time.Millisecond))}
+	}
+	alog.Flush()
+	if err == nil && res.Error != nil {
+		err = &executor.Failure{Message: "the handler reported an error: " + res.Error.Message}
+	}
+	if err == nil {
+		err = checkAdmissionResult(a, res)
+	}
+	if err != nil {
+		var f *executor.Failure
+		msg := err.Error()
+		if errors.As(err, &f) && errors.Is(runCtx.Err(), context.DeadlineExceeded) && !strings.Contains(msg, "within") {
+			msg = fmt.Sprintf("no answer within %s: %s", budget.Round(time.Millisecond), msg)
+		}
+		return e.finishAdmission(ctx, run, policyAnswer(a, h, run.ID, msg), archive.Failed, log)
+	}
+	resp := &admissionv1.AdmissionResponse{Allowed: res.Allowed == nil || *res.Allowed, Warnings: res.Warnings}
+	if !resp.Allowed {
+		msg := res.Message
+		if msg == "" {
+			msg = fmt.Sprintf("denied by handler %s", h.Name)
+		}
+		run.Error = clip(msg, admissionMessageCap)
+		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
+			Message: fmt.Sprintf("%s (opkit run %s)", msg, run.ID)}
+		return e.finishAdmission(ctx, run, resp, archive.Denied, log)
+	}
+	if res.Patch != nil {
+		patch, paths, err := jsonPatchOf(req.Object.Raw, res.Patch)
+		if err != nil {
+			return e.finishAdmission(ctx, run, policyAnswer(a, h, run.ID, "the result's patch: "+err.Error()), archive.Failed, log)
+		}
+		if len(patch) > 0 {
+			resp.Patch, resp.PatchType = patch, ptrTo(admissionv1.PatchTypeJSONPatch)
+			run.Writes = append(run.Writes, "patch: "+strings.Join(paths, ", "))
+		}
+	}
+	return e.finishAdmission(ctx, run, resp, archive.Allowed, log)
+}
+
+// finishAdmission records how the call ended and returns resp.
+func (e *Engine) finishAdmission(ctx context.Context, run *archive.Run, resp *admissionv1.AdmissionResponse, outcome archive.Outcome, log logr.Logger) *admissionv1.AdmissionResponse {
+	run.Outcome, run.FinishedAt = outcome, time.Now().UTC()
+	if outcome == archive.Failed && resp.Result != nil {
+		run.Error = clip(resp.Result.Message, admissionMessageCap)
+	}
+	if outcome == archive.Failed && resp.Allowed {
+		run.Error = clip(strings.Join(resp.Warnings, "; "), admissionMessageCap)
+	}
+	if err := e.opts.Archive.Finish(context.WithoutCancel(ctx), run); err != nil {
+		log.Error(err, "recording the end of an admission call")
+	}
+	handlerMetrics().observe(run.Operator, run)
+	if e.opts.RunFinished != nil {
+		e.opts.RunFinished(*run)
+	}
+	return resp
+}
+
+// policyAnswer is the failure policy's answer when the handler gave none,
+// with why: Fail denies saying so, Ignore allows with a warning.
+func policyAnswer(a *definition.Admission, h *definition.Handler, runID, why string) *admissionv1.AdmissionResponse {
+	ref := ""
+	if runID != "" {
+		ref = " (opkit run " + runID + ")"
+	}
+	if a.FailurePolicy == v1alpha1.FailurePolicyIgnore {
+		return &admissionv1.AdmissionResponse{Allowed: true,
+			Warnings: []string{clip(fmt.Sprintf("admission handler %s gave no answer (%s); its failurePolicy Ignore allowed the request%s", h.Name, why, ref), 1024)}}
+	}
+	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
+		Message: clip(fmt.Sprintf("admission handler %s gave no answer (%s); its failurePolicy Fail denies the request%s", h.Name, why, ref), admissionMessageCap),
+	}}
+}
+
+// checkAdmissionResult says what is wrong with a result as an answer.
+func checkAdmissionResult(a *definition.Admission, res *executor.Result) error {
+	var problems []string
+	if len(res.Status) > 0 || len(res.Events) > 0 || res.RequeueAfter != "" || res.Skipped || res.Refuse != "" {
+		problems = append(problems, "an admission handler's result has allowed, message, patch and warnings only (not status, events, requeueAfter, skipped or refuse)")
+	}
+	if !a.Mutate && res.Allowed == nil {
+		problems = append(problems, `a validate handler's result must say "allowed": true or false`)
+	}
+	if !a.Mutate && res.Patch != nil {
+		problems = append(problems, "a validate handler cannot patch the object: make it a mutate handler")
+	}
+	if len(problems) > 0 {
+		return &executor.Failure{Message: "invalid result: " + strings.Join(problems, "; ")}
+	}
+	return nil
+}
+
+// patchable are the fields a mutate handler's patch may change.
+var patchable = map[string]bool{"spec": true, "metadata.labels": true, "metadata.annotations": true}
+
+// jsonPatchOf turns a merge patch of the object raw into the JSONPatch
+// that makes the same change, and the fields it changes; it refuses a
+// change outside spec, metadata.labels and metadata.annotations.
+func jsonPatchOf(raw []byte, merge map[string]any) ([]byte, []string, error) {
+	if len(raw) == 0 {
+		return nil, nil, errors.New("there is no object to patch")
+	}
+	mp, err := json.Marshal(merge)
+	if err != nil {
+		return nil, nil, err
+	}
+	patched, err := jsonpatch.MergePatch(raw, mp)
+	if err != nil {
+		return nil, nil, err
+	}
+	ops, err := jsonpatchcreate.CreatePatch(raw, patched)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(ops) == 0 {
+		return nil, nil, nil
+	}
+	fields := map[string]bool{}
+	unescape := strings.NewReplacer("~1", "/", "~0", "~")
+	for _, o := range ops {
+		parts := strings.Split(strings.TrimPrefix(o.Path, "/"), "/")
+		for i, p := range parts {
+			parts[i] = unescape.Replace(p)
+		}
+		top := parts[0]
+		if top == "metadata" && len(parts) > 1 {
+			top = "metadata." + parts[1]
+		}
+		field := strings.Join(parts, ".")
+		if !patchable[top] {
+			return nil, nil, fmt.Errorf("it changes %s; a patch may change spec, metadata.labels and metadata.annotations", field)
+		}
+		fields[field] = true
+	}
+	out, err := json.Marshal(ops)
+	return out, slices.Sorted(maps.Keys(fields)), err
+}
+
+// decodeObject decodes an object of a review; nil for none.
+func decodeObject(raw []byte) map[string]any {
+	if len(raw) == 0 {
+		return nil
+	}
+	var m map[string]any
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	return m
+}
+
+// specOf is an object's spec, or nil.
+func specOf(obj map[string]any) map[string]any {
+	spec, _ := obj["spec"].(map[string]any)
+	return spec
+}
+
+// capDiff keeps the first admissionDiffCap changes, each value cut to
+// admissionValueCap bytes of its JSON.
+func capDiff(d []archive.Change) []archive.Change {
+	if len(d) > admissionDiffCap {
+		d = append(d[:admissionDiffCap:admissionDiffCap], archive.Change{Op: "change", Path: fmt.Sprintf("(%d more changes)", len(d)-admissionDiffCap)})
+	}
+	for i := range d {
+		d[i].Old, d[i].New = capValue(d[i].Old), capValue(d[i].New)
+	}
+	return d
+}
+
+func capValue(v any) any {
+	if v == nil {
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil || len(b) <= admissionValueCap {
+		return v
+	}
+	return fmt.Sprintf("%s... (%d bytes)", b[:admissionValueCap], len(b))
+}
+
+// clip cuts s to n bytes.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// admissionExecutors builds the executors of d's admission handlers. An
+// exec handler is stopped at once at its deadline (SIGTERM, then SIGKILL
+// 100ms later): the API server is waiting.
+func (e *Engine) admissionExecutors(d *definition.Definition) (map[string]executor.Executor, error) {
+	if len(d.Admission) == 0 {
+		return nil, nil
+	}
+	secret := func(ctx context.Context, namespace, name, key string) (string, error) {
+		var s corev1.Secret
+		if err := e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s); err != nil {
+			return "", err
+		}
+		v, ok := s.Data[key]
+		if !ok {
+			return "", fmt.Errorf("no key %q", key)
+		}
+		return strings.TrimSpace(string(v)), nil
+	}
+	reg := executor.Registry{
+		"exec": func(h *definition.Handler) executor.Executor {
+			return &executor.Exec{Action: *h.Exec, Secret: secret, Credentials: e.credentials, KillGrace: 100 * time.Millisecond}
+		},
+		"http": func(h *definition.Handler) executor.Executor {
+			return &executor.HTTP{Action: *h.HTTP, Secret: secret}
+		},
+	}
+	out := map[string]executor.Executor{}
+	for _, h := range d.Admission {
+		ex, err := reg.For(h)
+		if err != nil {
+			return nil, fmt.Errorf("operator %s: %w", d.Operator.Name, err)
+		}
+		out[h.Name] = ex
+	}
+	return out, nil
+}

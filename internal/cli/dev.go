@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
@@ -30,6 +30,7 @@ func newDevCommand() *cobra.Command {
 	var ef engineFlags
 	cf := &consoleFlags{}
 	mf := &metricsFlag{}
+	wf := &webhookFlags{}
 	cmd := &cobra.Command{
 		Use:   "dev DIR",
 		Short: "Run the Operators in DIR on a local control plane with a dev node, until interrupted",
@@ -58,7 +59,7 @@ loopback (another port when the default one is taken): see docs/metrics.md.`,
 			if err := mf.validate(cmd, true); err != nil {
 				return err
 			}
-			return dev(cmd.Context(), args[0], apply, archivePath, ef, cf, mf, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return dev(cmd, args[0], apply, archivePath, ef, cf, mf, wf, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVar(&apply, "apply", nil, "a manifest to apply once the operators run; repeatable")
@@ -66,6 +67,7 @@ loopback (another port when the default one is taken): see docs/metrics.md.`,
 	archiveFlag(cmd, &archivePath)
 	cf.register(cmd, "console", "127.0.0.1:7380", "serve the web console on this address; '' for none")
 	mf.register(cmd)
+	wf.register(cmd, defaultWebhookAddr)
 	return cmd
 }
 
@@ -102,7 +104,8 @@ func operatorFiles(dir string) (out []string, skipped map[string]string, err err
 	return out, skipped, nil
 }
 
-func dev(ctx context.Context, dir string, apply []string, archivePath string, ef engineFlags, cf *consoleFlags, mf *metricsFlag, stdout, stderr io.Writer) error {
+func dev(cmd *cobra.Command, dir string, apply []string, archivePath string, ef engineFlags, cf *consoleFlags, mf *metricsFlag, wf *webhookFlags, stdout, stderr io.Writer) error {
+	ctx := cmd.Context()
 	reload := &reloader{dir: dir, log: stderr}
 	files, err := reload.operatorFiles()
 	if err != nil {
@@ -132,8 +135,13 @@ func dev(ctx context.Context, dir string, apply []string, archivePath string, ef
 	}
 	// opkit dev says what it does itself: controller-runtime's own lines
 	// are kept for errors.
+	webhookOpts, err := wf.options(cmd, metav1.NamespaceDefault, true)
+	if err != nil {
+		return err
+	}
 	r, e, err := startEngineLogging(ctx, engine.Options{
-		Config: cl.RESTConfig(),
+		Config:  cl.RESTConfig(),
+		Webhook: webhookOpts,
 		// Job handlers' pods run on the dev node.
 		JobTolerations: []corev1.Toleration{{Key: devnode.Taint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 		RunFinished:    func(run archive.Run) { reportFailedRun(stderr, run, archivePath) },
@@ -203,11 +211,18 @@ func reportFailedRun(w io.Writer, run archive.Run, archivePath string) {
 	if len(msg) > 200 {
 		msg = msg[:200] + "…"
 	}
-	switch run.Outcome {
-	case archive.Failed:
+	admission := run.Trigger == v1alpha1.OnValidate || run.Trigger == v1alpha1.OnMutate
+	switch {
+	case admission && run.Outcome == archive.Denied:
+		fmt.Fprintf(w, "%s %s: handler %s denied a request (%s): %s\n  its log: opkit logs %s%s\n",
+			run.Operator, object, run.Handler, run.Trigger, msg, run.ID, archiveArg)
+	case admission && run.Outcome == archive.Failed:
+		fmt.Fprintf(w, "%s %s: admission handler %s gave no answer (%s): %s\n  its log: opkit logs %s%s\n",
+			run.Operator, object, run.Handler, run.Trigger, msg, run.ID, archiveArg)
+	case run.Outcome == archive.Failed:
 		fmt.Fprintf(w, "%s %s: handler %s failed (%s, attempt %d; retried in %s): %s\n  its log: opkit logs %s%s\n",
 			run.Operator, object, run.Handler, run.Trigger, run.Attempt, time.Until(run.NextRetryAt).Round(time.Second), msg, run.ID, archiveArg)
-	case archive.GaveUp:
+	case run.Outcome == archive.GaveUp:
 		fmt.Fprintf(w, "%s %s: handler %s gave up (%s, attempt %d): %s\n  its log: opkit logs %s%s; once fixed: opkit retry %s%s\n",
 			run.Operator, object, run.Handler, run.Trigger, run.Attempt, msg, run.ID, archiveArg, object, archiveArg)
 	}

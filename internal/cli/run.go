@@ -32,6 +32,7 @@ func newRunCommand() *cobra.Command {
 	var leaseNamespace, leaseName, hooksSlice string
 	cf := &consoleFlags{}
 	mf := &metricsFlag{}
+	wf := &webhookFlags{}
 	cmd := &cobra.Command{
 		Use:   "run [-f FILE]...",
 		Short: "Run the engine against the current kubeconfig, for the Operators in the cluster or in FILEs",
@@ -57,7 +58,11 @@ serve the web console beside the engine with --console ADDR.
 
 Prometheus metrics, /healthz and /readyz are served on --metrics-addr
 (loopback by default; --metrics-addr :7381 for a scraper on another host):
-see docs/metrics.md.`,
+see docs/metrics.md.
+
+Admission handlers (on validate or mutate) are served to the API server over
+HTTPS on --webhook-addr, reached at --webhook-host (an engine outside the
+cluster) or through --webhook-service (one in it): see docs/admission.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cf.validate(cmd); err != nil {
@@ -79,6 +84,9 @@ see docs/metrics.md.`,
 				return err
 			}
 			opts := engine.Options{Config: cfg, AdmissionFinalizers: admission, AllowBreaking: ef.allowBreaking, MigrateStorage: ef.migrateStorage}
+			if opts.Webhook, err = wf.options(cmd, kubeconfigNamespace(kubeconfig), false); err != nil {
+				return err
+			}
 			if leaderElect {
 				ns := leaseNamespace
 				if ns == "" {
@@ -117,6 +125,7 @@ see docs/metrics.md.`,
 	archiveFlag(cmd, &archivePath)
 	cf.register(cmd, "console", "", "serve the web console on this address, e.g. 127.0.0.1:7380 (default: none)")
 	mf.register(cmd)
+	wf.register(cmd, "0")
 	return cmd
 }
 

@@ -107,6 +107,7 @@ operator's name. opkit runs --kind Operator lists those runs.`,
 	cmd.Flags().StringVar(&q.Handler, "handler", "", "only this handler's runs")
 	cmd.Flags().StringVar(&q.Trigger, "trigger", "", "only runs of this trigger: "+strings.Join(runTriggers, ", "))
 	cmd.Flags().BoolVar(&q.Failed, "failed", false, "only failed runs (Failed and GaveUp)")
+	cmd.Flags().Var((*outcomeFlag)(&q.Outcome), "outcome", "only runs of this outcome, e.g. Denied (admission handlers' denials), GaveUp")
 	cmd.Flags().IntVar(&q.Limit, "limit", 50, "runs per page, at most 1000")
 	cmd.Flags().StringVar(&q.Cursor, "cursor", "", "continue after a previous page")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
@@ -114,9 +115,30 @@ operator's name. opkit runs --kind Operator lists those runs.`,
 	return cmd
 }
 
+// outcomeFlag is --outcome: one of the archive's outcomes.
+type outcomeFlag archive.Outcome
+
+func (f *outcomeFlag) String() string { return string(*f) }
+func (f *outcomeFlag) Type() string   { return "outcome" }
+
+func (f *outcomeFlag) Set(s string) error {
+	outcomes := []archive.Outcome{archive.Running, archive.Succeeded, archive.Failed, archive.GaveUp, archive.Cancelled, archive.Skipped, archive.Allowed, archive.Denied}
+	for _, o := range outcomes {
+		if strings.EqualFold(s, string(o)) {
+			*f = outcomeFlag(o)
+			return nil
+		}
+	}
+	names := make([]string, len(outcomes))
+	for i, o := range outcomes {
+		names[i] = string(o)
+	}
+	return fmt.Errorf("want one of %s", strings.Join(names, ", "))
+}
+
 // runTriggers are the triggers a run records.
 var runTriggers = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule,
-	v1alpha1.OnWhen, v1alpha1.TriggerRequeue}
+	v1alpha1.OnWhen, v1alpha1.OnEvent, v1alpha1.TriggerRequeue, v1alpha1.OnValidate, v1alpha1.OnMutate}
 
 // printRuns writes runs as a table; with a console URL, each with the link
 // of its page. The object's kind has a column of its own, as the objects

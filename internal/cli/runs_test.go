@@ -286,3 +286,41 @@ func TestRunsShowEachObjectsKindAndAnOperatorWideScheduleAsTheOperators(t *testi
 		}
 	}
 }
+
+func TestRunsFindAnAdmissionDenialByItsOutcome(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runs.db")
+	store, err := archive.OpenSQLite(t.Context(), path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-time.Minute)
+	var deniedID string
+	for i, r := range []archive.Run{
+		{Handler: "check-content", Trigger: "validate", Name: "good", Outcome: archive.Allowed},
+		{Handler: "check-content", Trigger: "validate", Name: "bad", Outcome: archive.Denied, Error: "spec.content must not contain <script>"},
+		{Handler: "created-by", Trigger: "mutate", Name: "good", Outcome: archive.Allowed},
+	} {
+		r.ID, r.Operator, r.APIVersion, r.Kind, r.Namespace, r.Attempt = archive.NewID(start.Add(time.Duration(i)*time.Second)), "website", "demo.example.com/v1", "Website", "default", 1
+		r.StartedAt, r.FinishedAt = start, start.Add(30*time.Millisecond)
+		if err := store.Insert(t.Context(), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Outcome == archive.Denied {
+			deniedID = r.ID
+		}
+	}
+	_ = store.Close()
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"runs", "--archive", path, "--trigger", "validate", "--outcome", "denied"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	out := stdout.String()
+	if !strings.Contains(out, deniedID) || !strings.Contains(out, "Denied") || !strings.Contains(out, "spec.content must not contain <script>") || strings.Count(out, "\n") != 2 {
+		t.Errorf("opkit runs --trigger validate --outcome denied:\n%s", out)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := Main([]string{"runs", "--archive", path, "--outcome", "Refused"}, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "Denied") {
+		t.Errorf("an unknown outcome: exit %d: %s", code, stderr.String())
+	}
+}

@@ -362,10 +362,13 @@ func (s *Server) runPage(r *http.Request, u *user) (string, *view, error) {
 		v.Live = "/runs/" + id + "?" + q.Encode()
 	}
 	data := map[string]any{"Run": run, "Truncated": stored.Truncated, "LogBytes": run.LogBytes, "ObjectURL": objURL, "Search": "",
-		"Calendar": calendarRun(run), "Event": eventRun(run), "Actions": op != nil && op.Owns() && run.Outcome.Failure() && !operatorRun(run),
-		"NoActions": noActions(op)}
+		"Calendar": calendarRun(run), "Event": eventRun(run), "Actions": op != nil && op.Owns() && run.Outcome.Failure() && !operatorRun(run) && !admissionRun(run),
+		"NoActions": noActions(op), "Admission": admissionRun(run)}
 	if eventRun(run) {
 		data["NoActions"] = noActionsEvent
+	}
+	if admissionRun(run) {
+		data["NoActions"] = noActionsAdmission
 	}
 	if op != nil && op.Owns() {
 		data["ActionURL"] = objectURL(run.Operator, run.Namespace, run.Name)

@@ -176,6 +176,10 @@ func outcomeBadge(o archive.Outcome) badge {
 		return badge{"warn", "⊘", "Cancelled"}
 	case archive.Skipped:
 		return badge{"", "–", "Skipped"}
+	case archive.Allowed:
+		return badge{"ok", "✓", "Allowed"}
+	case archive.Denied:
+		return badge{"warn", "⊘", "Denied"}
 	}
 	return badge{"", "?", string(o)}
 }

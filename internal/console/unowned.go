@@ -358,6 +358,16 @@ func eventRun(r *archive.Run) bool {
 	return operatorRun(r) && r.Trigger == v1alpha1.OnEvent
 }
 
+// admissionRun reports whether a run is an admission call (a handler on
+// validate or mutate): the API server's request, answered once, never
+// retried.
+func admissionRun(r *archive.Run) bool {
+	return r.Trigger == v1alpha1.OnValidate || r.Trigger == v1alpha1.OnMutate
+}
+
+// noActionsAdmission says why an admission call has no Retry.
+const noActionsAdmission = "An admission call answers the API server's request once; it is not retried. Its client (kubectl) sends the request again."
+
 // archiveOperator is what the run archive says of an operator the console
 // does not otherwise know, or nil: a watch operator, from its objects'
 // state records; a calendar, from its schedules' records or runs, or one

@@ -429,8 +429,8 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 					},
 					"timeout": duration("How long the API server waits, 1s to 30s; defaults to 10s."),
 					"matchConditions": {
-						Type: "array", MaxItems: ptr.To(int64(64)),
-						Description: "CEL conditions the API server checks before calling the handler.",
+						Type: "array", MaxItems: ptr.To(int64(63)),
+						Description: "CEL conditions the API server checks before calling the handler; at most 63 (opkit adds one).",
 						Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{
 							Type: "object", Required: []string{"name", "expression"},
 							Properties: map[string]apiextensionsv1.JSONSchemaProps{

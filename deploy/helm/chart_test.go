@@ -55,6 +55,7 @@ var setups = []struct {
 		LeaderElection: true, Image: "registry.example.com/opkit:v1", Console: manifests.Console{Auth: manifests.ConsoleAuthKubernetes},
 		MetricsPort: 9000, HooksPort: 9001, ConsolePort: 9002, Hooks: true,
 	}},
+	{"admission handlers, two replicas", []string{"website/admission"}, manifests.Options{Replicas: 2, ArchiveSecret: "opkit-archive", WebhookPort: 9443}},
 	{"no definitions", nil, manifests.Options{}},
 }
 

@@ -41,6 +41,9 @@ func New(defs []*definition.Definition, opts Options) (*Manifests, error) {
 	if slices.ContainsFunc(defs, func(d *definition.Definition) bool { return len(d.Sources) > 0 }) {
 		opts.Hooks = true
 	}
+	if slices.ContainsFunc(defs, func(d *definition.Definition) bool { return len(d.Admission) > 0 }) {
+		opts.Webhook = true
+	}
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -70,7 +73,8 @@ func (m *Manifests) ClusterRoleName() string { return m.Options.Namespace + ":" 
 // Namespace (with CreateNamespace), the Operator CRD (FromCluster), the
 // ServiceAccount, the ClusterRole, the Roles and their bindings, the
 // definitions' ConfigMap (FromFiles), the Deployment, the Service, the
-// hooks Service and its EndpointSlice (Hooks), the PodDisruptionBudget
+// hooks Service and its EndpointSlice (Hooks), the webhook Service, its
+// EndpointSlice and the certificates' Secret (Webhook), the PodDisruptionBudget
 // (more than one replica), and the Operators (FromCluster).
 func (m *Manifests) Objects() ([]*unstructured.Unstructured, error) {
 	o := m.Options
@@ -93,6 +97,9 @@ func (m *Manifests) Objects() ([]*unstructured.Unstructured, error) {
 	objs = append(objs, m.deployment(), m.service())
 	if o.Hooks {
 		objs = append(objs, m.hooksService()...)
+	}
+	if o.Webhook {
+		objs = append(objs, m.webhookService()...)
 	}
 	if o.Replicas > 1 {
 		objs = append(objs, m.disruptionBudget())
@@ -196,6 +203,10 @@ func (m *Manifests) args() []string {
 	if o.Hooks {
 		args = append(args, "--hooks-endpointslice", HooksName)
 	}
+	if o.Webhook {
+		args = append(args, "--webhook-addr", port(o.WebhookPort), "--webhook-service", WebhookName+":443",
+			"--webhook-endpointslice", WebhookName, "--webhook-secret", WebhookSecret)
+	}
 	if o.LeaderElection {
 		args = append(args, "--leader-elect")
 	}
@@ -233,8 +244,9 @@ func (m *Manifests) deployment() *appsv1.Deployment {
 		mounts = append(mounts, corev1.VolumeMount{Name: "archive", MountPath: "/var/lib/opkit"})
 		volumes = append(volumes, corev1.Volume{Name: "archive", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	}
-	if o.Hooks {
-		// The acting replica writes its address to the hooks EndpointSlice.
+	if o.Hooks || o.Webhook {
+		// The acting replica writes its address to the hooks' and the
+		// webhook's EndpointSlices.
 		for _, f := range []struct{ name, path string }{{"POD_IP", "status.podIP"}, {"POD_NAME", "metadata.name"}, {"NODE_NAME", "spec.nodeName"}} {
 			env = append(env, corev1.EnvVar{Name: f.name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: f.path}}})
 		}
@@ -253,6 +265,9 @@ func (m *Manifests) deployment() *appsv1.Deployment {
 	ports := []corev1.ContainerPort{{Name: "metrics", ContainerPort: o.MetricsPort, Protocol: corev1.ProtocolTCP}}
 	if o.Hooks {
 		ports = append(ports, corev1.ContainerPort{Name: "hooks", ContainerPort: o.HooksPort, Protocol: corev1.ProtocolTCP})
+	}
+	if o.Webhook {
+		ports = append(ports, corev1.ContainerPort{Name: "webhook", ContainerPort: o.WebhookPort, Protocol: corev1.ProtocolTCP})
 	}
 	if o.Console.served() {
 		ports = append(ports, corev1.ContainerPort{Name: "console", ContainerPort: o.ConsolePort, Protocol: corev1.ProtocolTCP})
@@ -343,6 +358,26 @@ func (m *Manifests) hooksService() []runtime.Object {
 	slice.Labels[discoveryv1.LabelServiceName] = name
 	slice.Labels[discoveryv1.LabelManagedBy] = "opkit.dev"
 	return []runtime.Object{svc, slice}
+}
+
+// webhookService is the Service the API server sends admission calls to
+// (port 443), its EndpointSlice, and the certificates' Secret. As the
+// hooks Service, it selects no Pods: a standby runs no operator, and the
+// acting replica writes its address and port to the slice. The slice and
+// the Secret are made empty, so that applying the manifests again never
+// takes their endpoints or certificates from the engine.
+func (m *Manifests) webhookService() []runtime.Object {
+	o := m.Options
+	name := WebhookName
+	svc := &corev1.Service{
+		TypeMeta: typeMeta("v1", "Service"), ObjectMeta: m.meta(name, true),
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{Name: "webhook", Port: 443, TargetPort: intstr.FromInt32(o.WebhookPort), Protocol: corev1.ProtocolTCP}}},
+	}
+	slice := &discoveryv1.EndpointSlice{TypeMeta: typeMeta("discovery.k8s.io/v1", "EndpointSlice"), ObjectMeta: m.meta(name, true), AddressType: discoveryv1.AddressTypeIPv4}
+	slice.Labels[discoveryv1.LabelServiceName] = name
+	slice.Labels[discoveryv1.LabelManagedBy] = "opkit.dev"
+	secret := &corev1.Secret{TypeMeta: typeMeta("v1", "Secret"), ObjectMeta: m.meta(WebhookSecret, true), Type: corev1.SecretTypeOpaque}
+	return []runtime.Object{svc, slice, secret}
 }
 
 func (m *Manifests) disruptionBudget() *policyv1.PodDisruptionBudget {

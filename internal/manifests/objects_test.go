@@ -249,3 +249,48 @@ func TestManifestsSayWhyEachRuleIsThere(t *testing.T) {
 		}
 	}
 }
+
+func TestAdmissionHandlersHaveAWebhookServiceOfTheLeaderAloneAndTheirCertificatesSecret(t *testing.T) {
+	objs := objects(t, manifests.Options{}, "website/admission")
+	svc := &corev1.Service{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["Service/opkit-webhook"].Object, svc); err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.Selector != nil || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "webhook" || svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort.IntValue() != 7383 {
+		t.Errorf("webhook Service %+v; want port webhook 443 to 7383 and no selector", svc.Spec)
+	}
+	if _, ok := objs["EndpointSlice/opkit-webhook"].Object["endpoints"]; ok {
+		t.Errorf("the webhook EndpointSlice sets endpoints: applying the manifests again would take them from the engine")
+	}
+	if s := objs["Secret/opkit-webhook-certs"]; s == nil || s.Object["data"] != nil {
+		t.Errorf("the certificates' Secret %v; want it, empty", s)
+	}
+	c := deployment(t, objs, "opkit").Spec.Template.Spec.Containers[0]
+	if want := "--webhook-addr :7383 --webhook-service opkit-webhook:443 --webhook-endpointslice opkit-webhook --webhook-secret opkit-webhook-certs"; !strings.Contains(strings.Join(c.Args, " "), want) {
+		t.Errorf("args %q; want %s", c.Args, want)
+	}
+	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "webhook" && p.ContainerPort == 7383 }) {
+		t.Errorf("ports %+v; want webhook 7383", c.Ports)
+	}
+	role := &rbacv1.Role{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["Role/opkit"].Object, role); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.Resources, "secrets") })
+	if i < 0 || !slices.Equal(role.Rules[i].ResourceNames, []string{"opkit-webhook-certs"}) || !slices.Equal(role.Rules[i].Verbs, []string{"get", "update"}) {
+		t.Errorf("the Role's rules %+v; want get and update of the Secret opkit-webhook-certs alone", role.Rules)
+	}
+	cr := &rbacv1.ClusterRole{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["ClusterRole/opkit:opkit"].Object, cr); err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range []string{"validatingwebhookconfigurations", "mutatingwebhookconfigurations"} {
+		i := slices.IndexFunc(cr.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.Resources, res) })
+		if i < 0 || !slices.Equal(cr.Rules[i].ResourceNames, []string{"opkit.dev.website"}) || !slices.Equal(cr.Rules[i].Verbs, []string{"create", "patch", "delete"}) {
+			t.Errorf("the ClusterRole's rules %+v; want create, patch and delete of the %s opkit.dev.website alone", cr.Rules, res)
+		}
+	}
+	if printer := objects(t, manifests.Options{}, "printer"); printer["Service/opkit-webhook"] != nil || printer["Secret/opkit-webhook-certs"] != nil {
+		t.Errorf("a webhook Service without an admission handler")
+	}
+}

@@ -42,6 +42,7 @@ const (
 	DefaultMetricsPort     = 7381
 	DefaultHooksPort       = 7382
 	DefaultConsolePort     = 7380
+	DefaultWebhookPort     = 7383
 	// LeaseName is the Lease of leader election (opkit run's
 	// --leader-elect-lease default).
 	LeaseName = "opkit-engine"
@@ -49,6 +50,14 @@ const (
 	// its EndpointSlice, which the acting replica writes (opkit run
 	// --hooks-endpointslice).
 	HooksName = "opkit-hooks"
+	// WebhookName is the Service the API server sends admission calls to,
+	// and its EndpointSlice, which the acting replica writes (opkit run
+	// --webhook-service, --webhook-endpointslice).
+	WebhookName = "opkit-webhook"
+	// WebhookSecret is the Secret of the webhook's CA and serving
+	// certificate (opkit run --webhook-secret's default): made empty by
+	// the manifests, filled by the engine.
+	WebhookSecret = "opkit-webhook-certs"
 	// ArchiveKey is the key of Options.ArchiveSecret that holds the DSN.
 	ArchiveKey = "dsn"
 	// TokenKey is the key of Options.Console.TokenSecret.
@@ -109,8 +118,13 @@ type Options struct {
 	// their own (HooksName) whose EndpointSlice the acting replica
 	// writes. Defaults to whether a definition has sources.
 	Hooks bool
+	// Webhook serves admission handlers: the webhook port, a Service of
+	// its own (WebhookName) whose EndpointSlice the acting replica
+	// writes, and the certificates' Secret (WebhookSecret). Defaults to
+	// whether a definition has admission handlers.
+	Webhook bool
 	// Ports of the engine's listeners. Each defaults to its Default*Port.
-	MetricsPort, HooksPort, ConsolePort int32
+	MetricsPort, HooksPort, ConsolePort, WebhookPort int32
 	// Resources of the engine's container. Defaults to a request of 100m
 	// CPU and 192Mi of memory and a limit of 512Mi (docs/production.md,
 	// Sizing).
@@ -176,6 +190,9 @@ func (o Options) withDefaults() Options {
 	if o.ConsolePort == 0 {
 		o.ConsolePort = DefaultConsolePort
 	}
+	if o.WebhookPort == 0 {
+		o.WebhookPort = DefaultWebhookPort
+	}
 	if o.Resources == nil {
 		r := DefaultResources()
 		o.Resources = &r
@@ -220,7 +237,7 @@ func (o Options) validate() error {
 	for _, p := range []struct {
 		name string
 		port int32
-	}{{"metrics", o.MetricsPort}, {"hooks", o.HooksPort}, {"console", o.ConsolePort}} {
+	}{{"metrics", o.MetricsPort}, {"hooks", o.HooksPort}, {"console", o.ConsolePort}, {"webhook", o.WebhookPort}} {
 		if p.port < 1 || p.port > 65535 {
 			errs = append(errs, fmt.Errorf("the %s port %d is not a port", p.name, p.port))
 		}

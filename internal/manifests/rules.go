@@ -147,6 +147,12 @@ func (n *needs) engine(opts Options) {
 		n.add("discovery.k8s.io", "endpointslices", engineNamespace, HooksName,
 			"hooks: the EndpointSlice of the hooks Service, which the acting replica writes with its own address so that no webhook delivery reaches a standby", "get", "update", "patch")
 	}
+	if opts.Webhook {
+		n.add("discovery.k8s.io", "endpointslices", engineNamespace, WebhookName,
+			"webhook: the EndpointSlice of the webhook Service, which the acting replica writes with its own address so that no admission call reaches a standby", "get", "update", "patch")
+		n.add("", "secrets", engineNamespace, WebhookSecret,
+			"webhook: keeps the CA and serving certificate there, shared by every replica and restart, and rotates them", "get", "update")
+	}
 	if opts.Console.served() {
 		n.add(v1alpha1.Group, "operators", anyNamespace, "", "console: lists the Operators it shows", "get", "list")
 		n.add("", "events", anyNamespace, "", "console: lists each object's Events for its timeline", "list")
@@ -177,6 +183,9 @@ func (n *needs) definition(d *definition.Definition, opts Options) {
 		n.add("authorization.k8s.io", "selfsubjectaccessreviews", anyNamespace, "", op+": checks that the engine may watch "+kindName(w.GVK)+" before it starts", "create")
 	}
 	for _, h := range d.Handlers {
+		n.handler(d, h, op)
+	}
+	for _, h := range d.Admission {
 		n.handler(d, h, op)
 	}
 	for _, s := range d.Sources {
@@ -234,6 +243,16 @@ func (n *needs) owned(d *definition.Definition, op string, opts Options) {
 		n.add(d.GVK.Group, d.Plural, anyNamespace, "", op+": --migrate-storage rewrites its "+kind+" at the storage version (a no-op update of each)", "list", "update")
 		n.add("apiextensions.k8s.io", "customresourcedefinitions/status", anyNamespace, d.CRD().Name,
 			op+": --migrate-storage sets its CRD's status.storedVersions once every object is migrated", "update")
+	}
+	if opts.Webhook {
+		name := "opkit.dev." + d.Operator.Name
+		for _, res := range []string{"validatingwebhookconfigurations", "mutatingwebhookconfigurations"} {
+			if len(d.Admission) > 0 {
+				n.add("admissionregistration.k8s.io", res, anyNamespace, name, op+": the webhooks of its admission handlers, with the engine's caBundle (server-side apply; deleted with the operator)", "create", "patch", "delete")
+			} else {
+				n.add("admissionregistration.k8s.io", res, anyNamespace, name, op+": deletes the webhooks an earlier version with admission handlers had", "delete")
+			}
+		}
 	}
 	if opts.AdmissionFinalizers {
 		name := "opkit-finalizer." + d.Operator.Name

@@ -23,6 +23,7 @@ type values struct {
 	Archive             archiveValues `json:"archive" yaml:"archive"`
 	Console             consoleValues `json:"console" yaml:"console"`
 	Hooks               hooksValues   `json:"hooks" yaml:"hooks"`
+	Webhook             hooksValues   `json:"webhook" yaml:"webhook"`
 	Ports               portValues    `json:"ports" yaml:"ports"`
 	Resources           any           `json:"resources" yaml:"resources"`
 	Operators           operatorsVal  `json:"operators" yaml:"operators"`
@@ -47,6 +48,7 @@ type portValues struct {
 	Metrics int32 `json:"metrics" yaml:"metrics"`
 	Hooks   int32 `json:"hooks" yaml:"hooks"`
 	Console int32 `json:"console" yaml:"console"`
+	Webhook int32 `json:"webhook" yaml:"webhook"`
 }
 
 type operatorsVal struct {
@@ -68,7 +70,8 @@ func (m *Manifests) values() (*values, error) {
 		Archive:   archiveValues{SecretName: o.ArchiveSecret},
 		Console:   consoleValues{Auth: o.Console.Auth, TokenSecret: o.Console.TokenSecret, URL: o.Console.URL},
 		Hooks:     hooksValues{Enabled: o.Hooks},
-		Ports:     portValues{Metrics: o.MetricsPort, Hooks: o.HooksPort, Console: o.ConsolePort},
+		Webhook:   hooksValues{Enabled: o.Webhook},
+		Ports:     portValues{Metrics: o.MetricsPort, Hooks: o.HooksPort, Console: o.ConsolePort, Webhook: o.WebhookPort},
 		Operators: operatorsVal{From: o.Operators, Definitions: map[string]any{}},
 		Rules:     rulesValues{Namespaces: map[string][]any{}},
 	}

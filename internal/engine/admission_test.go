@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,8 +20,10 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -368,4 +371,53 @@ func website(ns, name string) *unstructured.Unstructured {
 		"metadata": map[string]any{"name": name, "namespace": ns},
 		"spec":     map[string]any{"content": "<p>hello</p>"},
 	}}
+}
+
+func TestAnEngineInTheClusterIsReachedThroughItsServiceWhichNamesTheActingReplica(t *testing.T) {
+	env := clustertest.New(t)
+	ctx := t.Context()
+	// What the manifests make: the Service without a selector, and its
+	// empty EndpointSlice.
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace, Name: "opkit-webhook"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "webhook", Port: 443, TargetPort: intstr.FromInt32(7383)}}}}
+	if err := env.Client.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace, Name: "opkit-webhook",
+		Labels: map[string]string{discoveryv1.LabelServiceName: "opkit-webhook"}}, AddressType: discoveryv1.AddressTypeIPv4}
+	if err := env.Client.Create(ctx, slice); err != nil {
+		t.Fatal(err)
+	}
+	// The Pod's address is a documentation address: the API refuses a
+	// loopback one in a slice, and routing it is the Service proxy's part.
+	w := &engine.WebhookOptions{
+		Service:  &engine.WebhookService{Namespace: env.Namespace, Name: "opkit-webhook", Port: 443},
+		Endpoint: &engine.HooksEndpoint{Namespace: env.Namespace, Name: "opkit-webhook", IP: "192.0.2.10", Pod: "opkit-0"},
+	}
+	e, _ := startAdmissionEngine(t, env, admissionDefinition(t), w)
+	_, port, _ := net.SplitHostPort(e.WebhookAddr())
+	eventually(t, 30*time.Second, "the acting engine's address in the EndpointSlice", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(slice), slice); err != nil {
+			return false, err
+		}
+		return len(slice.Endpoints) == 1 && slice.Endpoints[0].Addresses[0] == "192.0.2.10" &&
+			len(slice.Ports) == 1 && *slice.Ports[0].Name == "webhook" && fmt.Sprint(*slice.Ports[0].Port) == port, nil
+	})
+	var v admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: engine.WebhookConfigName("website", env.Namespace)}, &v); err != nil {
+		t.Fatal(err)
+	}
+	ref := v.Webhooks[0].ClientConfig.Service
+	if ref == nil || ref.Name != "opkit-webhook" || ref.Namespace != env.Namespace || *ref.Port != 443 || *ref.Path != "/validate/website/check-content" || v.Webhooks[0].ClientConfig.URL != nil {
+		t.Fatalf("the webhook's client config %+v; want the Service opkit-webhook:443, path /validate/website/check-content", v.Webhooks[0].ClientConfig)
+	}
+	// The serving certificate is for the name the API server calls.
+	conn, err := tls.Dial("tcp", e.WebhookAddr(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the certificate's names are what is read
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if name := "opkit-webhook." + env.Namespace + ".svc"; conn.ConnectionState().PeerCertificates[0].VerifyHostname(name) != nil {
+		t.Errorf("the serving certificate is not valid for %s: %v", name, conn.ConnectionState().PeerCertificates[0].DNSNames)
+	}
 }

@@ -104,9 +104,9 @@ func startAdmissionEngine(t *testing.T, env *clustertest.Env, file string, w *en
 }
 
 // kubectlApply applies a Website of this content with the plane's
-// kubectl, and returns its output (stdout and stderr), its error and how
-// long it took.
-func kubectlApply(t *testing.T, env *clustertest.Env, name, content string, args ...string) (string, error, time.Duration) {
+// kubectl, and returns its output (stdout and stderr), how long it took
+// and its error.
+func kubectlApply(t *testing.T, env *clustertest.Env, name, content string, args ...string) (string, time.Duration, error) {
 	t.Helper()
 	manifest := fmt.Sprintf("apiVersion: demo.example.com/v1\nkind: Website\nmetadata: {name: %s}\nspec:\n  content: %q\n", name, content)
 	file := filepath.Join(t.TempDir(), name+".yaml")
@@ -121,7 +121,7 @@ func kubectlApply(t *testing.T, env *clustertest.Env, name, content string, args
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+clustertest.Cluster(t).KubeconfigPath())
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
-	return string(out), err, time.Since(start)
+	return string(out), time.Since(start), err
 }
 
 // admissionRuns returns the runs of the operator's admission handlers of
@@ -141,7 +141,7 @@ func TestAValidateHandlerDeniesAScriptInAWebsiteAndAMutateHandlerSetsADefault(t 
 	const denial = "spec.content must not contain <script>: a Website serves static pages only"
 
 	// Denied, with the handler's message in kubectl's output.
-	out, err, took := kubectlApply(t, env, "bad", "<h1>Hi</h1><script>alert(1)</script>")
+	out, took, err := kubectlApply(t, env, "bad", "<h1>Hi</h1><script>alert(1)</script>")
 	if err == nil || !strings.Contains(out, denial) || !strings.Contains(out, "denied the request") {
 		t.Fatalf("kubectl apply of a Website with a script: %v, in %s:\n%s", err, took, out)
 	}
@@ -150,12 +150,12 @@ func TestAValidateHandlerDeniesAScriptInAWebsiteAndAMutateHandlerSetsADefault(t 
 		t.Error("the denied Website exists")
 	}
 	// A server-side dry run is asked too, and recorded as one.
-	if out, err, _ := kubectlApply(t, env, "bad", "<script>1</script>", "--dry-run=server"); err == nil || !strings.Contains(out, denial) {
+	if out, _, err := kubectlApply(t, env, "bad", "<script>1</script>", "--dry-run=server"); err == nil || !strings.Contains(out, denial) {
 		t.Errorf("a dry run of a Website with a script: %v:\n%s", err, out)
 	}
 
 	// Allowed; the mutate handler records who created it.
-	if out, err, _ := kubectlApply(t, env, "good", "<h1>Hi</h1>"); err != nil {
+	if out, _, err := kubectlApply(t, env, "good", "<h1>Hi</h1>"); err != nil {
 		t.Fatalf("kubectl apply of a clean Website: %v:\n%s", err, out)
 	}
 	good := website(env.Namespace, "good")
@@ -214,7 +214,7 @@ func TestAHandlerThatCrashesOrHangsAnswersByItsFailurePolicyInTime(t *testing.T)
 				"      failurePolicy: Fail\n      timeout: 5s\n    exec: {command: [./check-content.py]}",
 				fmt.Sprintf("      failurePolicy: %s\n      timeout: 3s\n    exec: {command: [%q], env: [{name: %s, value: %s}]}", tc.policy, bin, admissionHandlerEnv, tc.mode))
 			_, store := startAdmissionEngine(t, env, file, nil)
-			out, err, took := kubectlApply(t, env, "site", "<h1>Hi</h1>")
+			out, took, err := kubectlApply(t, env, "site", "<h1>Hi</h1>")
 			t.Logf("kubectl apply returned in %s: %v\n%s", took.Round(time.Millisecond), err, out)
 			if (err == nil) != tc.allowed || !strings.Contains(out, tc.want) {
 				t.Fatalf("kubectl apply: %v; want allowed %v, saying %q", err, tc.allowed, tc.want)
@@ -269,7 +269,7 @@ func servedIssuer(addr string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	return conn.ConnectionState().PeerCertificates[0].Issuer.CommonName, nil
 }
 
@@ -416,7 +416,7 @@ func TestAnEngineInTheClusterIsReachedThroughItsServiceWhichNamesTheActingReplic
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	if name := "opkit-webhook." + env.Namespace + ".svc"; conn.ConnectionState().PeerCertificates[0].VerifyHostname(name) != nil {
 		t.Errorf("the serving certificate is not valid for %s: %v", name, conn.ConnectionState().PeerCertificates[0].DNSNames)
 	}

@@ -94,7 +94,7 @@ func (e *Engine) admissionHandler() http.Handler {
 			return
 		}
 		e.mu.Lock()
-		op := e.running[opName]
+		op := e.admitters[opName]
 		e.mu.Unlock()
 		var h *definition.Handler
 		if op != nil && ok {
@@ -133,7 +133,7 @@ func admissionBudget(timeout time.Duration) time.Duration {
 }
 
 // admit runs one admission call and returns the answer.
-func (e *Engine) admit(ctx context.Context, op *operator, h *definition.Handler, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+func (e *Engine) admit(ctx context.Context, op *admitter, h *definition.Handler, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	a := h.Admission
 	now := time.Now()
 	budget := admissionBudget(a.Timeout)
@@ -183,7 +183,7 @@ func (e *Engine) admit(ctx context.Context, op *operator, h *definition.Handler,
 	alog := &archiveLog{ctx: context.WithoutCancel(ctx), store: e.opts.Archive, id: run.ID}
 	ex := e.opts.Stubs.get(run.Operator, h.Name)
 	if ex == nil {
-		ex = op.admission[h.Name]
+		ex = op.execs[h.Name]
 	}
 	type outcome struct {
 		res *executor.Result
@@ -397,6 +397,30 @@ func clip(s string, n int) string {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// admitter answers one operator's admission calls.
+type admitter struct {
+	def *definition.Definition
+	// execs are the executors of its admission handlers, by name.
+	execs map[string]executor.Executor
+}
+
+// setAdmitter makes d's admission handlers answer its operator's calls
+// from now on; an operator without any has none.
+func (e *Engine) setAdmitter(d *definition.Definition) error {
+	execs, err := e.admissionExecutors(d)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(d.Admission) == 0 {
+		delete(e.admitters, d.Operator.Name)
+		return nil
+	}
+	e.admitters[d.Operator.Name] = &admitter{def: d, execs: execs}
+	return nil
+}
 
 // admissionExecutors builds the executors of d's admission handlers. An
 // exec handler is stopped at once at its deadline (SIGTERM, then SIGKILL

@@ -175,7 +175,6 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
-	"github.com/opkit-dev/opkit/internal/executor"
 	"github.com/opkit-dev/opkit/internal/webhook"
 )
 
@@ -336,6 +335,11 @@ type Engine struct {
 	// Options.Webhook. webhookMu orders the writes of its configurations.
 	webhook   *webhook.Server
 	webhookMu sync.Mutex
+	// admitters answer the operators' admission calls, by Operator name
+	// (admit.go). They are replaced whole when a definition is applied,
+	// apart from its controller, so that a restart of the controller
+	// (which waits for its runs) leaves admission calls answered.
+	admitters map[string]*admitter
 	// restarting are the operators between their stop and their start:
 	// deliveries for them are answered 503, not 404.
 	restarting map[string]bool
@@ -356,9 +360,6 @@ type operator struct {
 	// conditions are its custom resources' conditions, for the gauges
 	// (metrics.go); nil for a watch or a calendar.
 	conditions *conditionTable
-	// admission are the executors of its admission handlers, by name
-	// (admit.go).
-	admission map[string]executor.Executor
 }
 
 // New creates an engine; it starts nothing.
@@ -445,7 +446,7 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), clientset: cs, metadata: md, discovery: dc, started: make(chan struct{}), replicaRunning: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}}
+	e := &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), clientset: cs, metadata: md, discovery: dc, started: make(chan struct{}), replicaRunning: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}, admitters: map[string]*admitter{}}
 	if opts.Archive != nil {
 		e.archive = newArchiveWriter(opts.Archive, e.notice)
 		e.opts.Archive = e.archive
@@ -669,6 +670,9 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 			return fmt.Errorf("operator %s: the admission policy that adds its finalizer: %w", d.Operator.Name, err)
 		}
 	}
+	if err := e.setAdmitter(d); err != nil {
+		return err
+	}
 	if err := e.restart(ctx, d, e.startController); err != nil {
 		return err
 	}
@@ -704,10 +708,7 @@ func (e *Engine) restart(ctx context.Context, d *definition.Definition, start fu
 	if err != nil {
 		return err
 	}
-	if op.admission, err = e.admissionExecutors(d); err != nil {
-		op.stop()
-		return err
-	}
+
 	if len(d.Sources) > 0 {
 		if op.events, err = e.startEvents(d, op.runner); err != nil {
 			op.stop()
@@ -783,6 +784,9 @@ func (e *Engine) Remove(ctx context.Context, name string) {
 	if err := e.removeInformer(ctx, op.def.GVK); err != nil {
 		log.Error(err, "stopping the watch of the removed operator's custom resources")
 	}
+	e.mu.Lock()
+	delete(e.admitters, name)
+	e.mu.Unlock()
 	if e.webhook != nil {
 		// With failurePolicy Fail, nothing could be written.
 		if err := e.deleteWebhooks(ctx, name); err != nil {

@@ -272,12 +272,12 @@ func (s *Server) use(ctx context.Context, st *certState) error {
 	return nil
 }
 
-// ReadBody reads a request's body, up to max bytes; a longer one is an
+// ReadBody reads a request's body, up to limit bytes; a longer one is an
 // error that says so.
-func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-		return nil, fmt.Errorf("the body is larger than %d bytes", max)
+		return nil, fmt.Errorf("the body is larger than %d bytes", limit)
 	}
 	return body, err
 }

@@ -84,23 +84,23 @@ func admissionDefinition(t *testing.T, replace ...string) string {
 }
 
 // startAdmissionEngine runs an engine of the test's namespace serving
-// admission on loopback, with w's certificate options, and returns it and
-// its archive. The webhook configurations go with the test.
-func startAdmissionEngine(t *testing.T, env *clustertest.Env, file string, w *engine.WebhookOptions) (*engine.Engine, *archive.SQLite) {
+// admission on loopback, with w's certificate options, and returns it, its
+// archive and what stops it. The webhook configurations go with the test.
+func startAdmissionEngine(t *testing.T, env *clustertest.Env, file string, w *engine.WebhookOptions) (*engine.Engine, *archive.SQLite, func()) {
 	t.Helper()
 	if w == nil {
 		w = &engine.WebhookOptions{}
 	}
 	w.Addr = "127.0.0.1:0"
 	store := newArchive(t)
-	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Webhook: w, Archive: store}, file)
+	e, stop := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Webhook: w, Archive: store}, file)
 	name := engine.WebhookConfigName("website", env.Namespace)
 	t.Cleanup(func() {
 		ctx := context.Background()
 		_ = env.Client.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}})
 		_ = env.Client.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}})
 	})
-	return e, store
+	return e, store, stop
 }
 
 // kubectlApply applies a Website of this content with the plane's
@@ -137,7 +137,7 @@ func admissionRuns(t *testing.T, store *archive.SQLite, trigger string, outcome 
 
 func TestAValidateHandlerDeniesAScriptInAWebsiteAndAMutateHandlerSetsADefault(t *testing.T) {
 	env := clustertest.New(t)
-	_, store := startAdmissionEngine(t, env, admissionDefinition(t), nil)
+	_, store, _ := startAdmissionEngine(t, env, admissionDefinition(t), nil)
 	const denial = "spec.content must not contain <script>: a Website serves static pages only"
 
 	// Denied, with the handler's message in kubectl's output.
@@ -213,7 +213,7 @@ func TestAHandlerThatCrashesOrHangsAnswersByItsFailurePolicyInTime(t *testing.T)
 			file := admissionDefinition(t,
 				"      failurePolicy: Fail\n      timeout: 5s\n    exec: {command: [./check-content.py]}",
 				fmt.Sprintf("      failurePolicy: %s\n      timeout: 3s\n    exec: {command: [%q], env: [{name: %s, value: %s}]}", tc.policy, bin, admissionHandlerEnv, tc.mode))
-			_, store := startAdmissionEngine(t, env, file, nil)
+			_, store, _ := startAdmissionEngine(t, env, file, nil)
 			out, took, err := kubectlApply(t, env, "site", "<h1>Hi</h1>")
 			t.Logf("kubectl apply returned in %s: %v\n%s", took.Round(time.Millisecond), err, out)
 			if (err == nil) != tc.allowed || !strings.Contains(out, tc.want) {
@@ -280,7 +280,7 @@ func TestAForcedCertificateRotationFailsNoRequest(t *testing.T) {
 	// the clock reaches real time.
 	clk := clocktesting.NewFakeClock(time.Now().Add(-time.Hour))
 	w := &engine.WebhookOptions{Clock: clk, CALifetime: 2 * time.Hour, ServingLifetime: 2 * time.Hour, Grace: time.Minute, CheckEvery: 100 * time.Millisecond}
-	e, _ := startAdmissionEngine(t, env, admissionDefinition(t), w)
+	e, _, _ := startAdmissionEngine(t, env, admissionDefinition(t), w)
 	ctx := t.Context()
 
 	// A client creates Websites (server-side dry runs: both webhooks are
@@ -394,7 +394,7 @@ func TestAnEngineInTheClusterIsReachedThroughItsServiceWhichNamesTheActingReplic
 		Service:  &engine.WebhookService{Namespace: env.Namespace, Name: "opkit-webhook", Port: 443},
 		Endpoint: &engine.HooksEndpoint{Namespace: env.Namespace, Name: "opkit-webhook", IP: "192.0.2.10", Pod: "opkit-0"},
 	}
-	e, _ := startAdmissionEngine(t, env, admissionDefinition(t), w)
+	e, _, stop := startAdmissionEngine(t, env, admissionDefinition(t), w)
 	_, port, _ := net.SplitHostPort(e.WebhookAddr())
 	eventually(t, 30*time.Second, "the acting engine's address in the EndpointSlice", func(ctx context.Context) (bool, error) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(slice), slice); err != nil {
@@ -416,8 +416,13 @@ func TestAnEngineInTheClusterIsReachedThroughItsServiceWhichNamesTheActingReplic
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = conn.Close() }()
 	if name := "opkit-webhook." + env.Namespace + ".svc"; conn.ConnectionState().PeerCertificates[0].VerifyHostname(name) != nil {
 		t.Errorf("the serving certificate is not valid for %s: %v", name, conn.ConnectionState().PeerCertificates[0].DNSNames)
+	}
+	_ = conn.Close()
+	// An engine of one namespace takes its webhooks with it.
+	stop()
+	if v, m, err := bundleCAs(ctx, env); err != nil || v != nil || m != nil {
+		t.Errorf("after the engine stopped: webhooks %v, %v (%v); want none", v, m, err)
 	}
 }

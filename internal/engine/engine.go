@@ -280,7 +280,9 @@ type Options struct {
 	Clock clock.Clock
 	// Webhook, when set, serves the operators' admission handlers (on
 	// validate or mutate) over HTTPS, with certificates the engine makes
-	// and rotates (webhooks.go, package webhook). Defaults to nil: none is
+	// and rotates (webhooks.go, package webhook). An engine of one
+	// Namespace deletes its webhook configurations when it stops; one of
+	// every namespace leaves them, for the next. Defaults to nil: none is
 	// served, and an operator with admission handlers is refused.
 	Webhook *WebhookOptions
 	// Stubs, when set, replaces the actions of the handlers it names with
@@ -515,7 +517,22 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.mu.Lock()
 	ops := e.running
 	e.running = map[string]*operator{}
+	admitters := e.admitters
+	e.admitters = map[string]*admitter{}
 	e.mu.Unlock()
+	if e.webhook != nil && e.opts.Namespace != "" {
+		// An engine of one namespace (a test's) takes its webhooks with
+		// it: their configurations are its own, and would otherwise point
+		// at a port nothing serves. An engine of every namespace leaves
+		// them, so that a restart does not open a window without them.
+		stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		for name := range admitters {
+			if err := e.deleteWebhooks(stop, name); err != nil {
+				e.mgr.GetLogger().Error(err, "deleting the admission webhooks of a stopped engine", "operator", name)
+			}
+		}
+		cancel()
+	}
 	for _, op := range ops {
 		op.stop()
 	}

@@ -123,6 +123,11 @@ func (env *Env) RunOperatorsWith(t testing.TB, opts EngineOptions, files ...stri
 		if len(d.Sources) > 0 {
 			eopts.HooksAddr = "127.0.0.1:0"
 		}
+		if len(d.Admission) > 0 {
+			// The plane's API server calls the admission handlers on
+			// loopback.
+			eopts.Webhook = &engine.WebhookOptions{Addr: "127.0.0.1:0"}
+		}
 	}
 	var clk *clocktesting.FakeClock
 	if opts.FakeClock {

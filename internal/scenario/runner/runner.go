@@ -250,14 +250,21 @@ func (r *scenarioRun) setUp(ctx context.Context) (stop func(), err error) {
 	}
 	r.stubs = &engine.Stubs{}
 	hooks := "0"
+	var webhook *engine.WebhookOptions
 	for _, d := range r.defs {
 		if len(d.Sources) > 0 {
 			hooks = "127.0.0.1:0"
 		}
+		if len(d.Admission) > 0 {
+			// The plane's API server calls the admission handlers on
+			// loopback; the certificates are kept in the scenario's
+			// namespace.
+			webhook = &engine.WebhookOptions{Addr: "127.0.0.1:0"}
+		}
 	}
 	r.eng, err = engine.New(engine.Options{
 		Config: r.cl.config, Archive: r.store, Namespace: r.ns, Clock: clk, Stubs: r.stubs,
-		HooksAddr: hooks, JobTolerations: r.opts.JobTolerations,
+		HooksAddr: hooks, JobTolerations: r.opts.JobTolerations, Webhook: webhook,
 	})
 	if err != nil {
 		return stop, err

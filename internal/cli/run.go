@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -413,9 +414,13 @@ func startOperators(ctx context.Context, opts engine.Options, archivePath string
 }
 
 // printSources prints where each webhook source of a running operator
-// receives its deliveries.
+// receives its deliveries, and where its admission handlers are served.
 func printSources(w io.Writer, e *engine.Engine, d *definition.Definition) {
 	for _, s := range d.Sources {
 		fmt.Fprintf(w, "  source %s (%s): POST http://%s/hooks/%s/%s\n", s.Name, s.Verify, e.HooksAddr(), d.Operator.Name, s.Name)
+	}
+	for _, h := range d.Admission {
+		fmt.Fprintf(w, "  admission handler %s (%s %s): served on https://%s/%s/%s/%s\n", h.Name, h.Admission.Trigger(),
+			strings.Join(h.Admission.Operations, ", "), e.WebhookAddr(), h.Admission.Trigger(), d.Operator.Name, h.Name)
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
@@ -424,5 +425,48 @@ func TestAnEngineInTheClusterIsReachedThroughItsServiceWhichNamesTheActingReplic
 	stop()
 	if v, m, err := bundleCAs(ctx, env); err != nil || v != nil || m != nil {
 		t.Errorf("after the engine stopped: webhooks %v, %v (%v); want none", v, m, err)
+	}
+}
+
+func TestTheWebhooksGoWhenTheOperatorNoLongerHasAdmissionHandlers(t *testing.T) {
+	env := clustertest.New(t)
+	withHandlers := admissionDefinition(t)
+	e, _, _ := startAdmissionEngine(t, env, withHandlers, nil)
+	ctx := t.Context()
+	present := func() bool {
+		t.Helper()
+		v, m, err := bundleCAs(ctx, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v != nil || m != nil
+	}
+	if !present() {
+		t.Fatal("no webhooks for the operator's admission handlers")
+	}
+	apply := func(file string) {
+		t.Helper()
+		defs, err := definition.CompileFiles(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Apply(ctx, defs[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply("../../examples/website/operator.yaml") // the same operator, without them
+	if present() {
+		t.Error("the webhooks stay after the operator lost its admission handlers")
+	}
+	if out, _, err := kubectlApply(t, env, "bad", "<script>1</script>"); err != nil {
+		t.Errorf("without admission handlers a Website is refused: %v\n%s", err, out)
+	}
+	apply(withHandlers)
+	if !present() {
+		t.Fatal("no webhooks once the handlers are back")
+	}
+	e.Remove(ctx, "website")
+	if present() {
+		t.Error("the webhooks stay after the operator is removed")
 	}
 }

@@ -347,7 +347,7 @@ func (e *Engine) serveAdmission(ctx context.Context, d *definition.Definition) e
 	wait, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := e.webhook.WaitReady(wait); err != nil {
-		return fmt.Errorf("operator %s: the webhook server has no certificate yet (Secret %s): %w", d.Operator.Name, e.opts.Webhook.Secret, err)
+		return fmt.Errorf("operator %s: the webhook server has no certificate yet (is the Secret %s readable and writable?): %w", d.Operator.Name, e.webhook.Secret(), err)
 	}
 	if err := e.applyWebhooks(ctx, d); err != nil {
 		return fmt.Errorf("operator %s: applying its admission webhooks: %w", d.Operator.Name, err)

@@ -122,6 +122,9 @@ func New(opts Options) (*Server, error) {
 // Addr is the address the server listens on.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
+// Secret is where the certificates are kept.
+func (s *Server) Secret() types.NamespacedName { return s.opts.Secret }
+
 // Handle registers a handler for a pattern of http.ServeMux; call it
 // before Start.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }

@@ -66,7 +66,10 @@ const (
 
 // plan returns the state after the step due at now, and the step ("" when
 // none is due; the state is then st). See the package doc for the steps.
-func plan(now time.Time, st *certState, p policy) (*certState, string, error) {
+// injected says whether st's bundle is in the caller's webhook
+// configurations: the serving certificate does not switch to a new CA,
+// nor does the old CA go, before it is.
+func plan(now time.Time, st *certState, p policy, injected bool) (*certState, string, error) {
 	if st == nil || st.signer == nil || st.serving == nil || !now.Before(st.signer.cert.NotAfter) ||
 		!slices.ContainsFunc(st.bundle, func(c *x509.Certificate) bool { return c.Equal(st.signer.cert) }) ||
 		!slices.ContainsFunc(st.bundle, func(c *x509.Certificate) bool { return signedBy(st.serving.cert, c) }) {
@@ -91,14 +94,14 @@ func plan(now time.Time, st *certState, p policy) (*certState, string, error) {
 		next.bundle = []*x509.Certificate{st.bundle[0], ca.cert}
 		next.signer, next.stepAt = ca, now
 		return &next, stepNewCA, nil
-	case !servedBySigner && !now.Before(st.stepAt.Add(p.grace)):
+	case !servedBySigner && injected && !now.Before(st.stepAt.Add(p.grace)):
 		serving, err := newServing(now, p.servingLifetime, p.names, st.signer)
 		if err != nil {
 			return nil, "", err
 		}
 		next.serving, next.stepAt = serving, now
 		return &next, stepSwitch, nil
-	case len(st.bundle) > 1 && servedBySigner && !now.Before(st.stepAt.Add(p.grace)):
+	case len(st.bundle) > 1 && servedBySigner && injected && !now.Before(st.stepAt.Add(p.grace)):
 		next.bundle = []*x509.Certificate{st.signer.cert}
 		next.stepAt = now
 		return &next, stepRemoveCA, nil

@@ -37,7 +37,7 @@ func verifies(t *testing.T, serving *x509.Certificate, roots []*x509.Certificate
 
 func TestRotationKeepsEveryClientTrustingTheServerForFourHundredDays(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	st, step, err := plan(t0, nil, testPolicy)
+	st, step, err := plan(t0, nil, testPolicy, true)
 	if err != nil || step != stepCreate {
 		t.Fatalf("first plan: step %q, error %v; want %q", step, err, stepCreate)
 	}
@@ -52,7 +52,7 @@ func TestRotationKeepsEveryClientTrustingTheServerForFourHundredDays(t *testing.
 	// A check every hour, as the engine's CheckEvery would; the API
 	// server holds the bundle of the check before.
 	for now := t0.Add(time.Hour); now.Before(t0.Add(400 * 24 * time.Hour)); now = now.Add(time.Hour) {
-		next, step, err := plan(now, st, testPolicy)
+		next, step, err := plan(now, st, testPolicy, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +73,7 @@ func TestRotationKeepsEveryClientTrustingTheServerForFourHundredDays(t *testing.
 			t.Fatalf("%s: after %q the certificate still served by other replicas is not trusted", now, step)
 		}
 		st = next
-		if again, step, _ := plan(now, st, testPolicy); step != "" || again != st {
+		if again, step, _ := plan(now, st, testPolicy, true); step != "" || again != st {
 			t.Fatalf("%s: a second step %q at the same time", now, step)
 		}
 	}
@@ -111,21 +111,43 @@ func TestRotationKeepsEveryClientTrustingTheServerForFourHundredDays(t *testing.
 	}
 }
 
+func TestTheServingCertificateWaitsForTheNewBundleToBeInjected(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := testPolicy
+	p.servingLifetime = p.caLifetime
+	st, _, err := plan(t0, nil, p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(200 * 24 * time.Hour)
+	if st, _, err = plan(at, st, p, true); err != nil || len(st.bundle) != 2 {
+		t.Fatalf("no new CA at 2/3 of the old one's life: %v", err)
+	}
+	// The grace has passed, but the configurations do not have the new
+	// bundle: the serving certificate stays with the old CA.
+	if _, step, _ := plan(at.Add(2*p.grace), st, p, false); step != "" {
+		t.Errorf("step %q before the bundle was injected; want none", step)
+	}
+	if _, step, _ := plan(at.Add(2*p.grace), st, p, true); step != stepSwitch {
+		t.Errorf("step %q once it was; want %q", step, stepSwitch)
+	}
+}
+
 func TestAnExpiredCAIsMadeAnewAndANewNameRenewsTheServingCertificate(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	st, _, err := plan(t0, nil, testPolicy)
+	st, _, err := plan(t0, nil, testPolicy, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The engine was away longer than the CA's lifetime.
-	_, step, err := plan(t0.Add(testPolicy.caLifetime+time.Hour), st, testPolicy)
+	_, step, err := plan(t0.Add(testPolicy.caLifetime+time.Hour), st, testPolicy, true)
 	if err != nil || step != stepCreate {
 		t.Errorf("after the CA expired: step %q, error %v; want %q", step, err, stepCreate)
 	}
 	// The engine is now reached at another name.
 	p := testPolicy
 	p.names = append(slices.Clone(p.names), "engine.example.com")
-	next, step, err := plan(t0.Add(time.Hour), st, p)
+	next, step, err := plan(t0.Add(time.Hour), st, p, true)
 	if err != nil || step != stepRenew {
 		t.Fatalf("with a new name: step %q, error %v; want %q", step, err, stepRenew)
 	}
@@ -138,11 +160,11 @@ func TestTheSecretsDataRoundTrips(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	p := testPolicy
 	p.servingLifetime = p.caLifetime // still valid when the CA is due
-	st, _, err := plan(t0, nil, p)
+	st, _, err := plan(t0, nil, p, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _, _ = plan(t0.Add(200*24*time.Hour), st, p) // two CAs
+	st, _, _ = plan(t0.Add(200*24*time.Hour), st, p, true) // two CAs
 	got, err := decodeState(st.encode())
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +172,7 @@ func TestTheSecretsDataRoundTrips(t *testing.T) {
 	if len(got.bundle) != 2 || !got.signer.cert.Equal(st.signer.cert) || !got.serving.cert.Equal(st.serving.cert) || !got.stepAt.Equal(st.stepAt) {
 		t.Fatal("the decoded state differs")
 	}
-	if again, step, _ := plan(t0.Add(200*24*time.Hour), got, p); step != "" || again != got {
+	if again, step, _ := plan(t0.Add(200*24*time.Hour), got, p, true); step != "" || again != got {
 		t.Errorf("the decoded state plans step %q at once", step)
 	}
 	if none, err := decodeState(map[string][]byte{}); none != nil || err != nil {

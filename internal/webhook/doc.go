@@ -28,9 +28,15 @@
 //     one, which is still trusted).
 //  3. The serving certificate not signed by the signer, Options.Grace
 //     after the step before (the new bundle is in the API server's
-//     configurations by then): a serving certificate signed by the new CA.
+//     configurations by then), and once this replica's OnBundle has taken
+//     the new bundle: a serving certificate signed by the new CA.
 //  4. A CA in the bundle that signs nothing served, Grace after the step
-//     before (every replica serves the new certificate by then): removed.
+//     before (every replica serves the new certificate by then), and once
+//     OnBundle has taken the bundle: removed.
+//
+// A replica whose OnBundle fails (it cannot write its configurations)
+// holds the rotation at step 2 until it succeeds: the API server never
+// meets a certificate its caBundle does not trust.
 //  5. The serving certificate past 2/3 of its lifetime, or without one of
 //     Names: a new one, signed by the signer.
 //

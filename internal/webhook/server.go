@@ -232,7 +232,8 @@ func (s *Server) Check(ctx context.Context) error {
 			s.opts.Log.Info("webhook certificates: the Secret holds none that can be read; making new ones", "secret", s.opts.Secret.String(), "error", err.Error())
 			st = nil
 		}
-		next, step, err := plan(s.opts.Clock.Now(), st, s.policy)
+		injected := st != nil && bytes.Equal(st.bundlePEM(), s.published)
+		next, step, err := plan(s.opts.Clock.Now(), st, s.policy, injected)
 		if err != nil {
 			return err
 		}
@@ -265,7 +266,11 @@ func (s *Server) use(ctx context.Context, st *certState) error {
 	bundle := st.bundlePEM()
 	s.bundle.Store(&bundle)
 	s.readyOnce.Do(func() { close(s.ready) })
-	if s.opts.OnBundle == nil || bytes.Equal(bundle, s.published) {
+	if bytes.Equal(bundle, s.published) {
+		return nil
+	}
+	if s.opts.OnBundle == nil {
+		s.published = bundle
 		return nil
 	}
 	if err := s.opts.OnBundle(ctx, bundle); err != nil {

@@ -517,22 +517,8 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.mu.Lock()
 	ops := e.running
 	e.running = map[string]*operator{}
-	admitters := e.admitters
-	e.admitters = map[string]*admitter{}
 	e.mu.Unlock()
-	if e.webhook != nil && e.opts.Namespace != "" {
-		// An engine of one namespace (a test's) takes its webhooks with
-		// it: their configurations are its own, and would otherwise point
-		// at a port nothing serves. An engine of every namespace leaves
-		// them, so that a restart does not open a window without them.
-		stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		for name := range admitters {
-			if err := e.deleteWebhooks(stop, name); err != nil {
-				e.mgr.GetLogger().Error(err, "deleting the admission webhooks of a stopped engine", "operator", name)
-			}
-		}
-		cancel()
-	}
+	e.stopAdmission(ctx)
 	for _, op := range ops {
 		op.stop()
 	}
@@ -801,15 +787,7 @@ func (e *Engine) Remove(ctx context.Context, name string) {
 	if err := e.removeInformer(ctx, op.def.GVK); err != nil {
 		log.Error(err, "stopping the watch of the removed operator's custom resources")
 	}
-	e.mu.Lock()
-	delete(e.admitters, name)
-	e.mu.Unlock()
-	if e.webhook != nil {
-		// With failurePolicy Fail, nothing could be written.
-		if err := e.deleteWebhooks(ctx, name); err != nil {
-			log.Error(err, "deleting the removed operator's admission webhooks; delete them by hand", "name", e.webhookConfigName(name))
-		}
-	}
+	e.removeAdmission(ctx, name)
 	if e.opts.AdmissionFinalizers {
 		// Nothing would remove the finalizers it adds.
 		if err := e.removeFinalizerPolicy(ctx, name); err != nil {

@@ -354,3 +354,40 @@ func (e *Engine) serveAdmission(ctx context.Context, d *definition.Definition) e
 	}
 	return nil
 }
+
+// removeAdmission stops answering a removed operator's admission calls
+// and deletes its webhooks: with failurePolicy Fail, nothing of its kind
+// could be written.
+func (e *Engine) removeAdmission(ctx context.Context, name string) {
+	e.mu.Lock()
+	delete(e.admitters, name)
+	e.mu.Unlock()
+	if e.webhook == nil {
+		return
+	}
+	if err := e.deleteWebhooks(ctx, name); err != nil {
+		e.mgr.GetLogger().Error(err, "deleting the removed operator's admission webhooks; delete them by hand", "operator", name, "name", e.webhookConfigName(name))
+	}
+}
+
+// stopAdmission ends the admitters as the engine stops. An engine of one
+// namespace (a test's) takes its webhooks with it: their configurations
+// are its own, and would otherwise point at a port nothing serves. An
+// engine of every namespace leaves them, so that a restart does not open
+// a window without them.
+func (e *Engine) stopAdmission(ctx context.Context) {
+	e.mu.Lock()
+	admitters := e.admitters
+	e.admitters = map[string]*admitter{}
+	e.mu.Unlock()
+	if e.webhook == nil || e.opts.Namespace == "" {
+		return
+	}
+	stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for name := range admitters {
+		if err := e.deleteWebhooks(stop, name); err != nil {
+			e.mgr.GetLogger().Error(err, "deleting the admission webhooks of a stopped engine", "operator", name)
+		}
+	}
+}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -468,5 +471,33 @@ func TestTheWebhooksGoWhenTheOperatorNoLongerHasAdmissionHandlers(t *testing.T) 
 	e.Remove(ctx, "website")
 	if present() {
 		t.Error("the webhooks stay after the operator is removed")
+	}
+}
+
+func TestAnHTTPAdmissionHandlerAnswersWithTheBindingContextItIsPosted(t *testing.T) {
+	env := clustertest.New(t)
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ctx struct {
+			Operation string         `json:"operation"`
+			Object    map[string]any `json:"object"`
+			Request   struct{ Name string }
+		}
+		if err := json.NewDecoder(r.Body).Decode(&ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		got.Store(ctx.Operation + " " + ctx.Request.Name)
+		fmt.Fprint(w, `{"allowed": false, "message": "websites are closed today", "warnings": ["come back tomorrow"]}`)
+	}))
+	defer srv.Close()
+	file := admissionDefinition(t, "    exec: {command: [./check-content.py]}", fmt.Sprintf("    http: {url: %q}", srv.URL))
+	startAdmissionEngine(t, env, file, nil)
+	out, _, err := kubectlApply(t, env, "site", "<h1>Hi</h1>")
+	if err == nil || !strings.Contains(out, "websites are closed today") || !strings.Contains(out, "come back tomorrow") {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+	if g, _ := got.Load().(string); g != "CREATE site" {
+		t.Errorf("the handler was posted %q; want the CREATE of site", g)
 	}
 }

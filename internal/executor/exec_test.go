@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -254,5 +255,23 @@ func stoppedEngine() {
 		fmt.Printf("outcome: result %+v\n", res)
 	default:
 		fmt.Println("outcome: succeeded")
+	}
+}
+
+func TestAnAdmissionAnswerNeverCarriesASecretsValue(t *testing.T) {
+	const value = "s3cr3t-t0ken"
+	e := &Exec{
+		Action: v1alpha1.ExecAction{
+			Command: []string{script(t, `echo "{\"allowed\": false, \"message\": \"bad $TOKEN\", \"warnings\": [\"w $TOKEN\"], \"patch\": {\"metadata\": {\"annotations\": {\"a\": \"$TOKEN\"}}}}"`)},
+			Env:     []v1alpha1.EnvVar{{Name: "TOKEN", ValueFrom: &v1alpha1.EnvVarSource{SecretKeyRef: &v1alpha1.SecretKeyRef{Name: "api", Key: "token"}}}},
+		},
+		Secret: func(context.Context, string, string, string) (string, error) { return value, nil },
+	}
+	res, err := e.Run(context.Background(), Request{RunID: "r", Handler: "h", Key: "k", Object: &ObjectRef{Namespace: "shop", Name: "cart"}, Input: []byte("{}"), Timeout: 10 * time.Second, Log: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := json.Marshal(res); strings.Contains(string(out), "s3cr3t") || res.Message != "bad ***" {
+		t.Errorf("the answer %s shows the Secret's value", out)
 	}
 }

@@ -362,8 +362,9 @@ func (h secrets) longest() int {
 }
 
 // redactResult replaces the values in what a run returns: its failure's
-// message, and the strings of its result (status, Events, error), which go
-// to the object, its Events and the archive.
+// message, and the strings of its result (status, Events, error, and an
+// admission answer's message, warnings and patch), which go to the object,
+// its Events, the API server's client and the archive.
 func (h secrets) redactResult(res *Result, err error) (*Result, error) {
 	if h.longest() == 0 {
 		return res, err
@@ -399,6 +400,14 @@ func (h secrets) redactResult(res *Result, err error) (*Result, error) {
 	}
 	if res.Error != nil {
 		res.Error.Message = h.redact(res.Error.Message)
+	}
+	// An admission answer goes to the client and the archive alike.
+	res.Message = h.redact(res.Message)
+	for i, w := range res.Warnings {
+		res.Warnings[i] = h.redact(w)
+	}
+	for k, v := range res.Patch {
+		res.Patch[k] = walk(v)
 	}
 	return res, err
 }

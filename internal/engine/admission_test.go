@@ -107,10 +107,10 @@ func startAdmissionEngine(t *testing.T, env *clustertest.Env, file string, w *en
 	return e, store, stop
 }
 
-// kubectlApply applies a Website of this content with the plane's
+// applyWebsite applies a Website of this content with the plane's
 // kubectl, and returns its output (stdout and stderr), how long it took
 // and its error.
-func kubectlApply(t *testing.T, env *clustertest.Env, name, content string, args ...string) (string, time.Duration, error) {
+func applyWebsite(t *testing.T, env *clustertest.Env, name, content string, args ...string) (string, time.Duration, error) {
 	t.Helper()
 	manifest := fmt.Sprintf("apiVersion: demo.example.com/v1\nkind: Website\nmetadata: {name: %s}\nspec:\n  content: %q\n", name, content)
 	file := filepath.Join(t.TempDir(), name+".yaml")
@@ -145,7 +145,7 @@ func TestAValidateHandlerDeniesAScriptInAWebsiteAndAMutateHandlerSetsADefault(t 
 	const denial = "spec.content must not contain <script>: a Website serves static pages only"
 
 	// Denied, with the handler's message in kubectl's output.
-	out, took, err := kubectlApply(t, env, "bad", "<h1>Hi</h1><script>alert(1)</script>")
+	out, took, err := applyWebsite(t, env, "bad", "<h1>Hi</h1><script>alert(1)</script>")
 	if err == nil || !strings.Contains(out, denial) || !strings.Contains(out, "denied the request") {
 		t.Fatalf("kubectl apply of a Website with a script: %v, in %s:\n%s", err, took, out)
 	}
@@ -154,12 +154,12 @@ func TestAValidateHandlerDeniesAScriptInAWebsiteAndAMutateHandlerSetsADefault(t 
 		t.Error("the denied Website exists")
 	}
 	// A server-side dry run is asked too, and recorded as one.
-	if out, _, err := kubectlApply(t, env, "bad", "<script>1</script>", "--dry-run=server"); err == nil || !strings.Contains(out, denial) {
+	if out, _, err := applyWebsite(t, env, "bad", "<script>1</script>", "--dry-run=server"); err == nil || !strings.Contains(out, denial) {
 		t.Errorf("a dry run of a Website with a script: %v:\n%s", err, out)
 	}
 
 	// Allowed; the mutate handler records who created it.
-	if out, _, err := kubectlApply(t, env, "good", "<h1>Hi</h1>"); err != nil {
+	if out, _, err := applyWebsite(t, env, "good", "<h1>Hi</h1>"); err != nil {
 		t.Fatalf("kubectl apply of a clean Website: %v:\n%s", err, out)
 	}
 	good := website(env.Namespace, "good")
@@ -218,7 +218,7 @@ func TestAHandlerThatCrashesOrHangsAnswersByItsFailurePolicyInTime(t *testing.T)
 				"      failurePolicy: Fail\n      timeout: 5s\n    exec: {command: [./check-content.py]}",
 				fmt.Sprintf("      failurePolicy: %s\n      timeout: 3s\n    exec: {command: [%q], env: [{name: %s, value: %s}]}", tc.policy, bin, admissionHandlerEnv, tc.mode))
 			_, store, _ := startAdmissionEngine(t, env, file, nil)
-			out, took, err := kubectlApply(t, env, "site", "<h1>Hi</h1>")
+			out, took, err := applyWebsite(t, env, "site", "<h1>Hi</h1>")
 			t.Logf("kubectl apply returned in %s: %v\n%s", took.Round(time.Millisecond), err, out)
 			if (err == nil) != tc.allowed || !strings.Contains(out, tc.want) {
 				t.Fatalf("kubectl apply: %v; want allowed %v, saying %q", err, tc.allowed, tc.want)
@@ -461,7 +461,7 @@ func TestTheWebhooksGoWhenTheOperatorNoLongerHasAdmissionHandlers(t *testing.T) 
 	if present() {
 		t.Error("the webhooks stay after the operator lost its admission handlers")
 	}
-	if out, _, err := kubectlApply(t, env, "bad", "<script>1</script>"); err != nil {
+	if out, _, err := applyWebsite(t, env, "bad", "<script>1</script>"); err != nil {
 		t.Errorf("without admission handlers a Website is refused: %v\n%s", err, out)
 	}
 	apply(withHandlers)
@@ -493,7 +493,7 @@ func TestAnHTTPAdmissionHandlerAnswersWithTheBindingContextItIsPosted(t *testing
 	defer srv.Close()
 	file := admissionDefinition(t, "    exec: {command: [./check-content.py]}", fmt.Sprintf("    http: {url: %q}", srv.URL))
 	startAdmissionEngine(t, env, file, nil)
-	out, _, err := kubectlApply(t, env, "site", "<h1>Hi</h1>")
+	out, _, err := applyWebsite(t, env, "site", "<h1>Hi</h1>")
 	if err == nil || !strings.Contains(out, "websites are closed today") || !strings.Contains(out, "come back tomorrow") {
 		t.Fatalf("kubectl apply: %v\n%s", err, out)
 	}

@@ -54,7 +54,8 @@ func refused(t *testing.T, env *clustertest.Env, what, manifest string, want ...
 	}
 }
 
-func website(name, spec string) string {
+// websiteManifest is a Website named name with this spec, as YAML.
+func websiteManifest(name, spec string) string {
 	return "apiVersion: demo.example.com/v1\nkind: Website\nmetadata: {name: " + name + "}\nspec: " + spec + "\n"
 }
 
@@ -66,22 +67,22 @@ func website(name, spec string) string {
 func TestWebsiteRulesRefuseABadKubectlApplyWithTheirMessage(t *testing.T) {
 	env := clustertest.New(t)
 	startEngine(t, env, "../../examples/website/operator.yaml")
-	applyFirst(t, env, website("hello", `{content: "<h1>hi</h1>", domain: www.example.com}`))
-	if out, err := kubectlApply(t, env, website("hello", `{content: "<h1>hi</h1>", domain: www.example.com, https: true}`)); err != nil {
+	applyFirst(t, env, websiteManifest("hello", `{content: "<h1>hi</h1>", domain: www.example.com}`))
+	if out, err := kubectlApply(t, env, websiteManifest("hello", `{content: "<h1>hi</h1>", domain: www.example.com, https: true}`)); err != nil {
 		t.Fatalf("turning https on: %v", err)
 	} else if !strings.Contains(out, "website.demo.example.com/hello configured") {
 		t.Errorf("turning https on: %s", out)
 	}
 
-	refused(t, env, "a CEL rule's messageExpression", website("bad", `{content: x, domain: Not_A_Domain}`),
+	refused(t, env, "a CEL rule's messageExpression", websiteManifest("bad", `{content: x, domain: Not_A_Domain}`),
 		`The Website "bad" is invalid`,
 		`spec.domain: Invalid value: "Not_A_Domain": "Not_A_Domain" is not a domain name: use lower-case letters, digits, dots and dashes, like www.example.com`)
-	refused(t, env, "a rule on spec, with fieldPath and reason", website("bare", `{content: x, https: true}`),
+	refused(t, env, "a rule on spec, with fieldPath and reason", websiteManifest("bare", `{content: x, https: true}`),
 		`spec.domain: Required value: https needs a domain of its own, not localhost`)
-	refused(t, env, "a transition rule", website("hello", `{content: "<h1>hi</h1>", domain: www.example.com, https: false}`),
+	refused(t, env, "a transition rule", websiteManifest("hello", `{content: "<h1>hi</h1>", domain: www.example.com, https: false}`),
 		`The Website "hello" is invalid`,
 		`spec.https: Invalid value: false: https cannot be turned off once on (browsers that saw it keep asking for it)`)
-	refused(t, env, "an immutable field", website("hello", `{content: "<h1>hi</h1>", domain: other.example.com, https: true}`),
+	refused(t, env, "an immutable field", websiteManifest("hello", `{content: "<h1>hi</h1>", domain: other.example.com, https: true}`),
 		`spec.domain: Invalid value: "other.example.com": spec.domain is immutable: it cannot change once the object is created; delete and re-create the object to change it`)
 
 	got := kubectl(t, "get", "-n", env.Namespace, "websites", "-o", `jsonpath={range .items[*]}{.metadata.name} {.spec.domain} {.spec.https}{"\n"}{end}`)

@@ -90,7 +90,7 @@ func TestWebsiteAppliesItsConfigMapFirstAndRollsOnChange(t *testing.T) {
 func TestKubectlScaleScalesAWebsiteAndItsDeploymentFollows(t *testing.T) {
 	env := clustertest.New(t)
 	startEngine(t, env, "../../examples/website/operator.yaml")
-	applyFirst(t, env, website("hello", `{content: "<h1>hi</h1>"}`))
+	applyFirst(t, env, websiteManifest("hello", `{content: "<h1>hi</h1>"}`))
 	defer func() {
 		if t.Failed() {
 			t.Log(must(clustertest.Kubectl(t, clustertest.Cluster(t).KubeconfigPath(), "get", "websites,deploy,rs,pods", "-n", env.Namespace, "-o", "wide")))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,10 +87,19 @@ func TestAnOperatorThatDeclaresConversionIsRefusedUntilTheEngineServesIt(t *test
 	if err == nil || !strings.Contains(err.Error(), "declare a conversion, which needs the engine's conversion webhook") {
 		t.Fatalf("Apply of a definition with conversion: %v, want a refusal naming the conversion webhook", err)
 	}
-	// Nothing was installed: a CRD whose conversion nothing serves
-	// would fail every read at another version.
+	// Nothing was installed: a CRD whose conversion nothing serves would
+	// fail every read at another version. (Other tests of this plane
+	// install the Website of examples/website, whose CRD has the same
+	// name: it must not have become a webhook's.)
 	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: defs[0].CRD().Name}, crd); !apierrors.IsNotFound(err) {
-		t.Errorf("the CRD %s: %v, want it not installed", defs[0].CRD().Name, err)
+	err = env.Client.Get(t.Context(), client.ObjectKey{Name: defs[0].CRD().Name}, crd)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		t.Fatal(err)
+	case crd.Spec.Conversion != nil && crd.Spec.Conversion.Strategy == apiextensionsv1.WebhookConverter:
+		t.Errorf("the CRD %s was installed with a webhook conversion nothing serves", crd.Name)
+	case slices.ContainsFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Name == "v2" }):
+		t.Errorf("the CRD %s was installed with the refused definition's v2", crd.Name)
 	}
 }

@@ -184,10 +184,12 @@ func (c *comparer) storage(old, updated *apiextensionsv1.CustomResourceDefinitio
 }
 
 // converts reports whether crd converts objects between versions from
-// and to. Today only a conversion webhook does; opkit's definitions
-// declare none yet (their CRDs' conversion is None), so every change of
-// storage version between different schemas is breaking. When a
-// definition declares conversion, this is the one place that learns it.
+// and to: a conversion webhook does. A definition that declares
+// conversion (docs/conversion.md) has a CRD of strategy Webhook, whether
+// built by CRD (opkit lint), by CRDWith with the engine's clientConfig
+// (Apply), or read back from the API server; opkit's conversion converts
+// every version to and from the storage version, so the strategy is all
+// there is to check.
 func converts(crd *apiextensionsv1.CustomResourceDefinition, from, to string) bool {
 	conv := crd.Spec.Conversion
 	return conv != nil && conv.Strategy == apiextensionsv1.WebhookConverter

@@ -190,3 +190,41 @@ func TestTypesNarrowAndWiden(t *testing.T) {
 }
 
 func ptr(f float64) *float64 { return &f }
+
+// TestAChangeOfStorageVersionWithDeclaredConversionIsNotBreaking compares
+// docs/examples/website-v2 (v2 stored, v1 converting) with its CRD of
+// before, v1 stored, as the engine builds it (CRDWith the conversion
+// webhook's clientConfig), as the API server returns it once installed
+// (with caBundle and storedVersions), and as opkit lint builds it (CRD).
+func TestAChangeOfStorageVersionWithDeclaredConversionIsNotBreaking(t *testing.T) {
+	d := compile(t, "../../docs/examples/website-v2/operator.yaml")
+	cc := &apiextensionsv1.WebhookClientConfig{URL: ptrTo("https://127.0.0.1:7383" + definition.ConversionPath(d.Operator.Name)), CABundle: []byte("a bundle")}
+	installed := d.CRDWith(definition.CRDOptions{ConversionWebhook: cc})
+	// Before: v1 stored, no conversion.
+	installed.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.NoneConverter}
+	for i := range installed.Spec.Versions {
+		installed.Spec.Versions[i].Storage = installed.Spec.Versions[i].Name == "v1"
+	}
+	installed.Status.StoredVersions = []string{"v1"}
+	readBack := d.CRDWith(definition.CRDOptions{ConversionWebhook: cc})
+	readBack.Status.StoredVersions = []string{"v1", "v2"}
+	for name, updated := range map[string]*apiextensionsv1.CustomResourceDefinition{
+		"CRDWith": d.CRDWith(definition.CRDOptions{ConversionWebhook: cc}),
+		"CRD":     d.CRD(),
+	} {
+		if got := compat.Compare(installed, updated).Breaking(); len(got) != 0 {
+			t.Errorf("storage v1 -> v2 with conversion declared (%s): %v; want nothing breaking", name, got)
+		}
+		if got := compat.Compare(readBack, updated).Breaking(); len(got) != 0 {
+			t.Errorf("the installed CRD of the conversion against itself (%s): %v; want nothing breaking", name, got)
+		}
+	}
+	// Without the conversion, the same change is breaking.
+	none := d.CRD()
+	none.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.NoneConverter}
+	if got := compat.Compare(installed, none).Breaking(); len(got) != 1 || got[0].Field != "versions[v2].storage" {
+		t.Errorf("storage v1 -> v2 without conversion: %v; want versions[v2].storage", got)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

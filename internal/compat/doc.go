@@ -37,8 +37,9 @@
 //   - the storage version changed to one whose schema differs, without
 //     conversion: objects stored before are served in the new version as
 //     they are (the CRD's conversion is None) and lose the fields it does
-//     not declare. Only a CRD with conversion (a conversion webhook: see
-//     converts, the one place that decides) may change it;
+//     not declare. Only a CRD with conversion (a conversion webhook, as
+//     a definition that declares conversion has: see converts, the one
+//     place that decides) may change it;
 //   - the scope changed (the API server refuses it), or the group, kind or
 //     plural changed: that is another CRD, and the objects of the old one
 //     are orphaned. When the group or plural changed (the CRD's name), only

@@ -89,7 +89,7 @@ func (e *Engine) reinstall(ctx context.Context, name string) error {
 	if d == nil {
 		return nil // not run here, or removed since
 	}
-	crd := d.CRD()
+	crd := e.installedCRD(d)
 	var live apiextensionsv1.CustomResourceDefinition
 	err := e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: crd.Name}, &live)
 	switch {

@@ -342,6 +342,9 @@ type Engine struct {
 	// apart from its controller, so that a restart of the controller
 	// (which waits for its runs) leaves admission calls answered.
 	admitters map[string]*admitter
+	// converters answer the operators' conversion calls, by Operator
+	// name (convert.go), replaced whole when a definition is applied.
+	converters map[string]*converter
 	// restarting are the operators between their stop and their start:
 	// deliveries for them are answered 503, not 404.
 	restarting map[string]bool
@@ -448,7 +451,7 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), clientset: cs, metadata: md, discovery: dc, started: make(chan struct{}), replicaRunning: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}, admitters: map[string]*admitter{}}
+	e := &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), clientset: cs, metadata: md, discovery: dc, started: make(chan struct{}), replicaRunning: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}, admitters: map[string]*admitter{}, converters: map[string]*converter{}}
 	if opts.Archive != nil {
 		e.archive = newArchiveWriter(opts.Archive, e.notice)
 		e.opts.Archive = e.archive
@@ -622,10 +625,10 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	if d.Watch != nil || d.Calendar() {
 		return e.applyUnowned(ctx, d)
 	}
-	if d.Conversion != nil {
-		// The CRD's conversion is a webhook, and this engine serves none
-		// yet: installed, every read at another version would fail.
-		return fmt.Errorf("operator %s: spec.resource.versions declare a conversion, which needs the engine's conversion webhook, not served by this version of opkit; docs/conversion.md says what works today", d.Operator.Name)
+	// The CRD's conversion is the webhook server's: without one, every
+	// read at a version other than the stored one would fail.
+	if err := e.checkConversion(ctx, d); err != nil {
+		return err
 	}
 	if !d.Typed() {
 		typed, err := d.WithSchemas(e.schemaResolver())
@@ -634,7 +637,7 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 		}
 		d = typed
 	}
-	crd := d.CRD()
+	crd := e.installedCRD(d)
 	// Never take over a CRD that another Operator, or someone else, made.
 	var existing apiextensionsv1.CustomResourceDefinition
 	err := e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: crd.Name}, &existing)
@@ -657,7 +660,7 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 			}
 		}
 	}
-	if err := e.applyCRD(ctx, crd); err != nil {
+	if err := e.installCRD(ctx, d); err != nil {
 		return fmt.Errorf("operator %s: installing CRD %s: %w", d.Operator.Name, crd.Name, err)
 	}
 	if err := e.waitEstablished(ctx, crd.Name); err != nil {

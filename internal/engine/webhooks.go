@@ -144,6 +144,7 @@ func (e *Engine) newWebhookServer() (*webhook.Server, error) {
 	}
 	srv.Handle("/validate/", e.admissionHandler())
 	srv.Handle("/mutate/", e.admissionHandler())
+	srv.Handle(definition.ConversionPath(""), e.conversionHandler())
 	if h := w.Endpoint; h != nil {
 		if err := h.check(); err != nil {
 			return nil, err
@@ -319,9 +320,13 @@ func (e *Engine) deleteWebhooksLocked(ctx context.Context, operator string) erro
 }
 
 // injectBundle is the server's OnBundle: every running operator's
-// configurations get the new bundle.
+// configurations, and the CRDs whose conversion the engine answers, get
+// the new bundle.
 func (e *Engine) injectBundle(ctx context.Context, _ []byte) error {
 	var errs []error
+	if err := e.injectConversionBundle(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	for _, d := range e.Definitions() {
 		if len(d.Admission) == 0 {
 			continue

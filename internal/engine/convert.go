@@ -1,0 +1,224 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/internal/conversion"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/webhook"
+)
+
+// An operator whose versions declare conversion (docs/conversion.md) has
+// a CRD of conversion strategy Webhook, answered by the engine's webhook
+// server at definition.ConversionPath(operator), /convert/<operator>,
+// with the server's certificates: the CRD's clientConfig is the URL or
+// the Service the admission webhooks use (WebhookOptions), and its
+// caBundle is the server's, applied again when the bundle changes (a
+// rotation), as the webhook configurations' are. An engine without a
+// webhook server refuses such an operator.
+//
+// Every replica with the operator applied answers its conversions, leader
+// or not, and a conversion needs no leader. The API server reaches one of
+// them: by URL the engine that installed the CRD last, through a Service
+// the replica its EndpointSlice names, the acting one, which has every
+// operator applied. The converter is replaced whole when a definition is
+// applied, apart from the controller, so that conversions are answered
+// while the controller restarts; it stays when the operator is removed,
+// for its CRD and objects stay, and reads at a version other than the
+// stored one need it. Between a new leader's election and its applying
+// the operator, conversions of the objects not stored at the version
+// asked for fail (the API server answers 500 to the read, and watches
+// retry), as admission calls fall to their failure policy then.
+
+// conversionHandler serves /convert/<operator>.
+func (e *Engine) conversionHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimPrefix(r.URL.Path, definition.ConversionPath(""))
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "conversion reviews are POSTed", http.StatusMethodNotAllowed)
+			return
+		}
+		e.mu.Lock()
+		c := e.converters[name]
+		e.mu.Unlock()
+		if c == nil {
+			http.Error(w, fmt.Sprintf("no conversion of operator %q is served here", clipName(name)), http.StatusNotFound)
+			return
+		}
+		body, err := webhook.ReadBody(w, r, e.webhook.MaxBodyBytes())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+			return
+		}
+		var review apiextensionsv1.ConversionReview
+		if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+			http.Error(w, "the body is not a ConversionReview with a request", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(c.Review(&review))
+	})
+}
+
+// setConverter makes d's conversion answer its operator's conversion
+// calls from now on (an operator without conversion has none), and
+// returns what it replaced, to put back with restoreConverter.
+func (e *Engine) setConverter(d *definition.Definition) (*converter, error) {
+	var c *conversion.Converter
+	if d.Conversion != nil {
+		var err error
+		if c, err = conversion.New(d); err != nil {
+			return nil, fmt.Errorf("operator %s: %w", d.Operator.Name, err)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := e.converters[d.Operator.Name]
+	if c == nil {
+		delete(e.converters, d.Operator.Name)
+	} else {
+		e.converters[d.Operator.Name] = &converter{Converter: c, def: d}
+	}
+	return old, nil
+}
+
+// converter answers one operator's conversion calls.
+type converter struct {
+	*conversion.Converter
+	// def is the definition of the CRD installed with it.
+	def *definition.Definition
+}
+
+// restoreConverter puts back what setConverter replaced.
+func (e *Engine) restoreConverter(name string, old *converter) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if old == nil {
+		delete(e.converters, name)
+	} else {
+		e.converters[name] = old
+	}
+}
+
+// conversionClientConfig is how the API server reaches d's conversion:
+// the URL or Service of the webhook server at ConversionPath, with the
+// server's current CA bundle; nil for a definition without conversion.
+func (e *Engine) conversionClientConfig(d *definition.Definition) *apiextensionsv1.WebhookClientConfig {
+	if d.Conversion == nil || e.webhook == nil {
+		return nil
+	}
+	path := definition.ConversionPath(d.Operator.Name)
+	cc := &apiextensionsv1.WebhookClientConfig{CABundle: e.webhook.CABundle()}
+	if s := e.opts.Webhook.Service; s != nil {
+		port := s.Port
+		if port == 0 {
+			port = 443
+		}
+		cc.Service = &apiextensionsv1.ServiceReference{Namespace: s.Namespace, Name: s.Name, Path: &path, Port: &port}
+	} else {
+		cc.URL = ptr.To(e.webhookURL() + path)
+	}
+	return cc
+}
+
+// installedCRD builds d's CRD as the engine installs it: with its conversion
+// webhook's clientConfig when d declares conversion.
+func (e *Engine) installedCRD(d *definition.Definition) *apiextensionsv1.CustomResourceDefinition {
+	return d.CRDWith(definition.CRDOptions{ConversionWebhook: e.conversionClientConfig(d)})
+}
+
+// checkConversion refuses a definition with conversion on an engine
+// without a webhook server, and otherwise waits until the server has its
+// certificate (the CRD carries its CA bundle).
+func (e *Engine) checkConversion(ctx context.Context, d *definition.Definition) error {
+	if d.Conversion == nil {
+		return nil
+	}
+	if e.webhook == nil {
+		return fmt.Errorf("operator %s: spec.resource.versions declare a conversion, which the engine's webhook server answers (the CRD's conversion webhook), and it runs none: give it an address (opkit run --webhook-addr)", d.Operator.Name)
+	}
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := e.webhook.WaitReady(wait); err != nil {
+		return fmt.Errorf("operator %s: the webhook server has no certificate yet (is the Secret %s readable and writable?): %w", d.Operator.Name, e.webhook.Secret(), err)
+	}
+	return nil
+}
+
+// installCRD applies d's CRD as the engine installs it. The converter is
+// set first, so that the API server's first conversion is answered, and
+// put back if the CRD is refused; webhookMu orders the write of the CA
+// bundle with injectConversionBundle's.
+func (e *Engine) installCRD(ctx context.Context, d *definition.Definition) error {
+	e.webhookMu.Lock()
+	defer e.webhookMu.Unlock()
+	old, err := e.setConverter(d)
+	if err != nil {
+		return err
+	}
+	if err := e.applyCRD(ctx, e.installedCRD(d)); err != nil {
+		e.restoreConverter(d.Operator.Name, old)
+		return err
+	}
+	return nil
+}
+
+// injectConversionBundle applies again, with the server's CA bundle, the
+// CRD of every operator whose conversion the engine answers. The whole
+// CRD is applied, as Apply does, and not its caBundle alone: a field
+// written by another kind of request would have a second owner, and stay
+// when a definition without conversion is applied (the API server then
+// refuses a clientConfig without the Webhook strategy).
+func (e *Engine) injectConversionBundle(ctx context.Context) error {
+	e.webhookMu.Lock()
+	defer e.webhookMu.Unlock()
+	e.mu.Lock()
+	defs := make([]*definition.Definition, 0, len(e.converters))
+	for _, c := range e.converters {
+		defs = append(defs, c.def)
+	}
+	e.mu.Unlock()
+	var errs []error
+	for _, d := range defs {
+		if err := e.reapplyConversionCRD(ctx, d); err != nil {
+			errs = append(errs, fmt.Errorf("operator %s: the CA bundle of its CRD's conversion webhook: %w", d.Operator.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reapplyConversionCRD applies d's CRD with the current bundle, if it is
+// installed, still d's operator's, and its bundle differs. A deleted CRD
+// is the CRD guard's to install again.
+func (e *Engine) reapplyConversionCRD(ctx context.Context, d *definition.Definition) error {
+	crd := e.installedCRD(d)
+	var live apiextensionsv1.CustomResourceDefinition
+	err := e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: crd.Name}, &live)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if definition.OperatorName(&live) != d.Operator.Name || live.DeletionTimestamp != nil {
+		return nil
+	}
+	if c := live.Spec.Conversion; c != nil && c.Webhook != nil && c.Webhook.ClientConfig != nil &&
+		bytes.Equal(c.Webhook.ClientConfig.CABundle, crd.Spec.Conversion.Webhook.ClientConfig.CABundle) {
+		return nil
+	}
+	return e.applyCRD(ctx, crd)
+}

@@ -2,9 +2,12 @@ package engine_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -200,6 +203,8 @@ func TestTheWebsiteGainsAV2ServedByTheEnginesConversionWebhook(t *testing.T) {
 		t.Fatalf("the CRD's conversion: %+v; want the webhook at https://%s/convert/%s with a caBundle", c, e.WebhookAddr(), convOp)
 	}
 
+	badConversionRequests(t, e.WebhookAddr())
+
 	// Written as v1: read as v2 (converted by the engine), and as v1
 	// unchanged.
 	small := getAt(t, env, "v2", "small")
@@ -234,16 +239,28 @@ func TestTheWebsiteGainsAV2ServedByTheEnginesConversionWebhook(t *testing.T) {
 
 	// A v2-only field survives a read-modify-write through v1.
 	convKubectl(t, env, "apply", fmt.Sprintf("apiVersion: %s/v2\nkind: Website\nmetadata: {name: secure}\nspec: {content: hi, resources: {memory: 1Gi}, tls: {enabled: true}}\n", convGroup))
-	asV1 := getAt(t, env, "v1", "secure")
-	if s := specOf(asV1); s["size"] != "large" || s["tls"] != nil {
-		t.Errorf("secure read as v1: spec %v; want size large and no tls", s)
-	}
-	specOf(asV1)["content"] = "changed through v1"
-	data, err := json.Marshal(asV1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	convKubectl(t, env, "replace", string(data))
+	// (The engine writes it too, its finalizer and status: a conflict is
+	// read again, as a client does.)
+	eventually(t, 60*time.Second, "secure replaced through v1", func(ctx context.Context) (bool, error) {
+		asV1 := getAt(t, env, "v1", "secure")
+		if s := specOf(asV1); s["size"] != "large" || s["tls"] != nil {
+			return false, fmt.Errorf("secure read as v1: spec %v; want size large and no tls", s)
+		}
+		specOf(asV1)["content"] = "changed through v1"
+		data, err := json.Marshal(asV1)
+		if err != nil {
+			return false, err
+		}
+		file := filepath.Join(t.TempDir(), "secure.json")
+		if err := os.WriteFile(file, data, 0o644); err != nil {
+			return false, err
+		}
+		_, err = clustertest.Kubectl(t, clustertest.Cluster(t).KubeconfigPath(), "replace", "-n", env.Namespace, "-f", file)
+		if err != nil && strings.Contains(err.Error(), "the object has been modified") {
+			return false, nil
+		}
+		return err == nil, err
+	})
 	asV2 := getAt(t, env, "v2", "secure")
 	if s := specOf(asV2); s["content"] != "changed through v1" || !reflect.DeepEqual(s["tls"], map[string]any{"enabled": true}) ||
 		!reflect.DeepEqual(s["resources"], map[string]any{"memory": "1Gi"}) {
@@ -253,8 +270,9 @@ func TestTheWebsiteGainsAV2ServedByTheEnginesConversionWebhook(t *testing.T) {
 		t.Errorf("secure read as v2 still carries what v1 kept of it: %v", a)
 	}
 
-	// A forced rotation of the certificates: a client lists the Websites
-	// as v1 (each converted from v2 or v1) throughout, and none fails.
+	// A forced rotation of the certificates, then a restart of the
+	// operator: a client lists the Websites as v1 (each converted from v2
+	// or v1) throughout, and none fails.
 	var ok, failed atomic.Int64
 	var mu sync.Mutex
 	var errs []string
@@ -317,10 +335,16 @@ func TestTheWebsiteGainsAV2ServedByTheEnginesConversionWebhook(t *testing.T) {
 		return len(v) == 1 && v[0] == both[1], err
 	})
 	reads(10, "after the rotation")
+	// The operator restarts (its definition applied again): its
+	// conversion is answered throughout.
+	if err := e.Apply(ctx, v2[0]); err != nil {
+		t.Fatalf("Apply again: %v", err)
+	}
+	reads(10, "after the operator restarted")
 	stopClient()
-	t.Logf("%d reads as v1 during the rotation, %d failed", ok.Load(), failed.Load())
+	t.Logf("%d reads as v1 during the rotation and the restart, %d failed", ok.Load(), failed.Load())
 	if failed.Load() > 0 {
-		t.Errorf("%d reads failed during the rotation: %s", failed.Load(), strings.Join(errs[:min(len(errs), 5)], "\n"))
+		t.Errorf("%d reads failed during the rotation or the restart: %s", failed.Load(), strings.Join(errs[:min(len(errs), 5)], "\n"))
 	}
 
 	// opkit migrate: every object stored as v2, storedVersions [v2].
@@ -416,4 +440,39 @@ func withoutV1(t *testing.T, file string) string {
 		t.Fatal(err)
 	}
 	return file
+}
+
+// badConversionRequests posts what no API server sends to the conversion
+// path: each gets a status and an error that says what is wrong.
+func badConversionRequests(t *testing.T, addr string) {
+	t.Helper()
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the answers are read, not trusted
+	url := "https://" + addr + "/convert/" + convOp
+	review := `{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"u1","desiredAPIVersion":"other.example.com/v1","objects":[{"apiVersion":"` + convGroup + `/v1","kind":"Website","metadata":{"name":"x"}}]}}`
+	for _, c := range []struct {
+		what, method, url, body string
+		status                  int
+		says                    string
+	}{
+		{"a GET", http.MethodGet, url, "", http.StatusMethodNotAllowed, "POSTed"},
+		{"not JSON", http.MethodPost, url, "<html>", http.StatusBadRequest, "not a ConversionReview with a request"},
+		{"no request", http.MethodPost, url, `{"kind":"ConversionReview"}`, http.StatusBadRequest, "not a ConversionReview with a request"},
+		{"another operator", http.MethodPost, "https://" + addr + "/convert/nope", review, http.StatusNotFound, `no conversion of operator "nope"`},
+		{"a body over the cap", http.MethodPost, url, `{"x":"` + strings.Repeat("a", 9<<20) + `"}`, http.StatusRequestEntityTooLarge, "larger than"},
+		{"another group", http.MethodPost, url, review, http.StatusOK, "is not of group " + convGroup},
+	} {
+		req, err := http.NewRequestWithContext(t.Context(), c.method, c.url, strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.Contains(string(body), c.says) {
+			t.Errorf("%s: %d %s; want %d saying %q", c.what, resp.StatusCode, body, c.status, c.says)
+		}
+	}
 }

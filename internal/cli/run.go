@@ -61,9 +61,10 @@ Prometheus metrics, /healthz and /readyz are served on --metrics-addr
 (loopback by default; --metrics-addr :7381 for a scraper on another host):
 see docs/metrics.md.
 
-Admission handlers (on validate or mutate) are served to the API server over
-HTTPS on --webhook-addr, reached at --webhook-host (an engine outside the
-cluster) or through --webhook-service (one in it): see docs/admission.md.`,
+Admission handlers (on validate or mutate) and the conversion of versions are
+served to the API server over HTTPS on --webhook-addr, reached at
+--webhook-host (an engine outside the cluster) or through --webhook-service
+(one in it): see docs/admission.md and docs/conversion.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cf.validate(cmd); err != nil {
@@ -414,7 +415,8 @@ func startOperators(ctx context.Context, opts engine.Options, archivePath string
 }
 
 // printSources prints where each webhook source of a running operator
-// receives its deliveries, and where its admission handlers are served.
+// receives its deliveries, and where its admission handlers and its
+// conversion are served.
 func printSources(w io.Writer, e *engine.Engine, d *definition.Definition) {
 	for _, s := range d.Sources {
 		fmt.Fprintf(w, "  source %s (%s): POST http://%s/hooks/%s/%s\n", s.Name, s.Verify, e.HooksAddr(), d.Operator.Name, s.Name)
@@ -422,5 +424,8 @@ func printSources(w io.Writer, e *engine.Engine, d *definition.Definition) {
 	for _, h := range d.Admission {
 		fmt.Fprintf(w, "  admission handler %s (%s %s): served on https://%s/%s/%s/%s\n", h.Name, h.Admission.Trigger(),
 			strings.Join(h.Admission.Operations, ", "), e.WebhookAddr(), h.Admission.Trigger(), d.Operator.Name, h.Name)
+	}
+	if d.Conversion != nil {
+		fmt.Fprintf(w, "  conversion (to and from %s, the storage version): served on https://%s%s\n", d.StorageVersion, e.WebhookAddr(), definition.ConversionPath(d.Operator.Name))
 	}
 }

@@ -30,7 +30,7 @@ func (f *webhookFlags) register(cmd *cobra.Command, def string) {
 	if env := os.Getenv("OPKIT_WEBHOOK_ADDR"); env != "" {
 		def = env
 	}
-	cmd.Flags().StringVar(&f.addr, "webhook-addr", def, "serve the admission handlers (on validate or mutate) to the API server over HTTPS on this address; 0 for none (env OPKIT_WEBHOOK_ADDR)")
+	cmd.Flags().StringVar(&f.addr, "webhook-addr", def, "serve the admission handlers (on validate or mutate) and the conversion of versions to the API server over HTTPS on this address; 0 for none (env OPKIT_WEBHOOK_ADDR)")
 	cmd.Flags().StringVar(&f.host, "webhook-host", "", "the name or IP address the API server reaches --webhook-addr at, for an engine outside the cluster (default: --webhook-addr's host)")
 	cmd.Flags().StringVar(&f.service, "webhook-service", "", "NAME[:PORT]: the Service in the engine's namespace ($POD_NAMESPACE) the API server reaches the engine through, for an engine in the cluster (see docs/production.md)")
 	cmd.Flags().StringVar(&f.slice, "webhook-endpointslice", "", "the EndpointSlice of --webhook-service, in $POD_NAMESPACE: the replica that acts writes its address ($POD_IP) there, so that admission calls reach it and no standby (see docs/production.md)")

@@ -41,7 +41,8 @@ func New(defs []*definition.Definition, opts Options) (*Manifests, error) {
 	if slices.ContainsFunc(defs, func(d *definition.Definition) bool { return len(d.Sources) > 0 }) {
 		opts.Hooks = true
 	}
-	if slices.ContainsFunc(defs, func(d *definition.Definition) bool { return len(d.Admission) > 0 }) {
+	// The webhook server answers admission calls and conversions.
+	if slices.ContainsFunc(defs, func(d *definition.Definition) bool { return len(d.Admission) > 0 || d.Conversion != nil }) {
 		opts.Webhook = true
 	}
 	if err := opts.validate(); err != nil {

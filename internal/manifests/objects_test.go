@@ -294,3 +294,14 @@ func TestAdmissionHandlersHaveAWebhookServiceOfTheLeaderAloneAndTheirCertificate
 		t.Errorf("a webhook Service without an admission handler")
 	}
 }
+
+func TestAConversionHasTheWebhookServiceToo(t *testing.T) {
+	objs := objects(t, manifests.Options{}, "../docs/examples/website-v2")
+	if objs["Service/opkit-webhook"] == nil || objs["Secret/opkit-webhook-certs"] == nil {
+		t.Fatalf("no webhook Service or Secret for an operator that declares conversion")
+	}
+	c := deployment(t, objs, "opkit").Spec.Template.Spec.Containers[0]
+	if want := "--webhook-addr :7383 --webhook-service opkit-webhook:443"; !strings.Contains(strings.Join(c.Args, " "), want) {
+		t.Errorf("args %q; want %s", c.Args, want)
+	}
+}

@@ -115,6 +115,15 @@
 // the handler, or by its failure policy before the API server's timeout
 // (admit.go).
 //
+// # Conversion
+//
+// An operator whose versions declare conversion has its CRD installed
+// with the Webhook strategy, pointing at the same server's
+// /convert/<operator>, which converts by the declared expressions
+// (package conversion); the CRD's caBundle is applied again at each
+// rotation. An engine without a webhook server refuses such an operator
+// (convert.go).
+//
 // # One namespace, a test's clock, stubs
 //
 // What a test runner (opkit test) needs. Options.Namespace makes an
@@ -279,11 +288,13 @@ type Options struct {
 	// the real time if it lags). Defaults to the real clock.
 	Clock clock.Clock
 	// Webhook, when set, serves the operators' admission handlers (on
-	// validate or mutate) over HTTPS, with certificates the engine makes
-	// and rotates (webhooks.go, package webhook). An engine of one
-	// Namespace deletes its webhook configurations when it stops; one of
+	// validate or mutate) and conversions over HTTPS, with certificates
+	// the engine makes and rotates (webhooks.go, convert.go, package
+	// webhook). An engine of one Namespace deletes its webhook
+	// configurations when it stops (a CRD's conversion stays); one of
 	// every namespace leaves them, for the next. Defaults to nil: none is
-	// served, and an operator with admission handlers is refused.
+	// served, and an operator with admission handlers or conversion is
+	// refused.
 	Webhook *WebhookOptions
 	// Stubs, when set, replaces the actions of the handlers it names with
 	// its executors, for tests (stubs.go); it may change while the engine

@@ -426,7 +426,13 @@ func (c *Cluster) waitHTTP(ctx context.Context, client *http.Client, what, url s
 
 // httpClient authenticates as the admin and trusts the plane's CA.
 func httpClient(p pki) (*http.Client, error) {
-	pair, err := tls.LoadX509KeyPair(p.cert("admin"), p.key("admin"))
+	return p.client("admin", 5*time.Second)
+}
+
+// client is an HTTP client that authenticates with the certificate of
+// identity (a name p.cert and p.key know) and trusts the plane's CA.
+func (p pki) client(identity string, timeout time.Duration) (*http.Client, error) {
+	pair, err := tls.LoadX509KeyPair(p.cert(identity), p.key(identity))
 	if err != nil {
 		return nil, err
 	}
@@ -437,7 +443,7 @@ func httpClient(p pki) (*http.Client, error) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	return &http.Client{
-		Timeout: 5 * time.Second,
+		Timeout: timeout,
 		Transport: &http.Transport{
 			TLSClientConfig:   &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12},
 			DisableKeepAlives: true,

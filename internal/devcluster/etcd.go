@@ -3,14 +3,11 @@ package devcluster
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -23,21 +20,10 @@ import (
 // server's own client certificate. For tests that check what is stored,
 // not what the API serves.
 func (c *Cluster) EtcdGet(ctx context.Context, key string) ([]byte, error) {
-	p := pki{dir: filepath.Join(c.dataDir, "pki")}
-	pair, err := tls.LoadX509KeyPair(p.cert("apiserver-etcd-client"), p.key("apiserver-etcd-client"))
+	hc, err := pki{dir: filepath.Join(c.dataDir, "pki")}.client("apiserver-etcd-client", 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	caPEM, err := os.ReadFile(p.cert("ca"))
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig:   &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12},
-		DisableKeepAlives: true,
-	}}
 	body, err := json.Marshal(map[string]string{"key": base64.StdEncoding.EncodeToString([]byte(key))})
 	if err != nil {
 		return nil, err

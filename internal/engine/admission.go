@@ -86,11 +86,16 @@ func (e *Engine) applyFinalizerPolicy(ctx context.Context, d *definition.Definit
 // removeFinalizerPolicy deletes an operator's finalizer policy, if any.
 func (e *Engine) removeFinalizerPolicy(ctx context.Context, operator string) error {
 	name := e.finalizerPolicyName(operator)
-	for _, obj := range []client.Object{
+	return deleteAll(ctx, e.client,
 		&admissionv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}},
-		&admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}},
-	} {
-		if err := e.client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+		&admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}})
+}
+
+// deleteAll deletes each of objs in turn, those already gone included,
+// and stops at the first other error.
+func deleteAll(ctx context.Context, c client.Client, objs ...client.Object) error {
+	for _, obj := range objs {
+		if err := c.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
 	}

@@ -10,7 +10,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -291,12 +290,7 @@ func (e *Engine) applyWebhooksLocked(ctx context.Context, d *definition.Definiti
 			return fmt.Errorf("%s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, name, err)
 		}
 	}
-	for _, obj := range gone {
-		if err := e.client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
-			return err
-		}
-	}
-	return nil
+	return deleteAll(ctx, e.client, gone...)
 }
 
 // deleteWebhooks deletes an operator's webhook configurations, if any.
@@ -308,15 +302,9 @@ func (e *Engine) deleteWebhooks(ctx context.Context, operator string) error {
 
 func (e *Engine) deleteWebhooksLocked(ctx context.Context, operator string) error {
 	name := e.webhookConfigName(operator)
-	for _, obj := range []client.Object{
+	return deleteAll(ctx, e.client,
 		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}},
-		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}},
-	} {
-		if err := e.client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
-			return err
-		}
-	}
-	return nil
+		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}})
 }
 
 // injectBundle is the server's OnBundle: every running operator's

@@ -431,12 +431,23 @@ func (e *Engine) waitStarted(ctx context.Context) error {
 	}
 }
 
+// stopGrace bounds the wait for a controller's workers to return once
+// stopped. controller-runtime v0.24's priority queue can deadlock when it
+// shuts down while a worker waits for an item
+// (kubernetes-sigs/controller-runtime#3538, fixed upstream after v0.24):
+// that worker then never returns, and a stop would wait for it for good.
+// Past the grace, the stop goes on without it; its goroutines are left.
+const stopGrace = 30 * time.Second
+
 func (o *operator) stop() {
 	o.cancel()
 	if o.events != nil {
 		o.events.close()
 	}
-	<-o.done
+	select {
+	case <-o.done:
+	case <-time.After(stopGrace):
+	}
 	if o.runner != nil {
 		o.runner.wait()
 	}

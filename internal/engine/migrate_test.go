@@ -77,6 +77,22 @@ func TestMigrateStorageRunsBesideReconciles(t *testing.T) {
 	for i := range n {
 		create(t, env, slip(fmt.Sprintf("slip-%02d", i)))
 	}
+	// Stopped once they are reconciled: an engine stopped amid its work
+	// can meet controller-runtime's shutdown deadlock (see stopGrace),
+	// which costs its grace.
+	eventually(t, time.Minute, "every Slip's ConfigMap", func(ctx context.Context) (bool, error) {
+		list := &corev1.ConfigMapList{}
+		if err := env.Client.List(ctx, list, client.InNamespace(env.Namespace)); err != nil {
+			return false, err
+		}
+		made := 0
+		for _, cm := range list.Items {
+			if strings.HasPrefix(cm.Name, "slip-") {
+				made++
+			}
+		}
+		return made == n, nil
+	})
 	stop()
 
 	var mu sync.Mutex

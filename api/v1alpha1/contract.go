@@ -22,7 +22,74 @@ const (
 	// applied to it: a child whose template renders the same is not
 	// written again.
 	AppliedHashAnnotation = "opkit.dev/applied-hash"
+	// DecisionAnnotation holds a person's answer to a state that
+	// NeedsPerson, as the JSON of a Decision; the engine takes the
+	// transition it names, records it, and removes the annotation. A
+	// decision for another visit of the state (another Seq), or for a
+	// state the object is not in, is refused with a Warning Event and
+	// removed. `opkit decide` and the console's buttons set it.
+	DecisionAnnotation = "opkit.dev/decision"
 )
+
+// Decision is a person's answer to a state that NeedsPerson
+// (DecisionAnnotation).
+type Decision struct {
+	// State and Seq are the state visit decided on: status.state.name and
+	// status.state.seq as the person saw them.
+	State string `json:"state"`
+	Seq   int64  `json:"seq"`
+	// Choose is the state to go to: one of status.state.choices.
+	Choose string `json:"choose"`
+	// Reason is why, in the person's words. Required.
+	Reason string `json:"reason"`
+	// By is who decided: the Kubernetes user opkit decide runs as, or the
+	// console's signed-in user.
+	By string `json:"by"`
+	// At is when, RFC 3339.
+	At string `json:"at"`
+}
+
+// ObjectState is status.state of a custom resource whose Operator
+// declares states: where it is in its life cycle.
+type ObjectState struct {
+	// Name is the current state.
+	Name string `json:"name"`
+	// Seq counts the transitions: 1 for the initial state. Enter and exit
+	// runs, and decisions, name the visit by it.
+	Seq int64 `json:"seq"`
+	// Since is when the object entered the state, RFC 3339.
+	Since string `json:"since"`
+	// Reason is why it entered it (the transition's Reason).
+	Reason string `json:"reason,omitempty"`
+	// From is the state it left; "" for the initial state.
+	From string `json:"from,omitempty"`
+	// Trigger is how the transition came: TransitionInitial,
+	// TransitionGuard, TransitionTimeout or TransitionDecision.
+	Trigger string `json:"trigger,omitempty"`
+	// By and Message are the person and their reason, for a decision.
+	By      string `json:"by,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Run is the id of the transition's record in the run archive.
+	Run string `json:"run,omitempty"`
+	// Question and Choices are set while the state NeedsPerson: what is
+	// asked, and the states a decision may choose.
+	Question string   `json:"question,omitempty"`
+	Choices  []string `json:"choices,omitempty"`
+}
+
+// How a transition came (ObjectState.Trigger, and the trigger of its run
+// in the archive).
+const (
+	TransitionInitial  = "initial"
+	TransitionGuard    = "guard"
+	TransitionTimeout  = "timeout"
+	TransitionDecision = "decision"
+)
+
+// TransitionHandler is the handler name under which the run archive
+// records state transitions: not a DNS label, so no handler of an
+// Operator has it.
+const TransitionHandler = "state.transition"
 
 // Condition types on every custom resource.
 const (
@@ -37,6 +104,15 @@ const (
 	// ConditionPaused is True while the object's handlers are paused
 	// (PauseAnnotation); it is absent otherwise.
 	ConditionPaused = "Paused"
+	// ConditionState mirrors status.state for objects whose Operator
+	// declares states: always True, its reason the state's name, its
+	// message the transition's reason.
+	// kubectl wait --for=jsonpath='{.status.state.name}'=Ready waits for a
+	// state.
+	ConditionState = "State"
+	// ConditionNeedsPerson is True while the object is in a state that
+	// NeedsPerson, its message the question; False otherwise.
+	ConditionNeedsPerson = "NeedsPerson"
 )
 
 // TriggerRequeue is the trigger of a run that a handler asked for with

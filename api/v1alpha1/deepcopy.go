@@ -93,7 +93,25 @@ func (s *OperatorSpec) DeepCopy() *OperatorSpec {
 			out.Sources[i] = *s.Sources[i].DeepCopy()
 		}
 	}
+	if s.States != nil {
+		out.States = make([]State, len(s.States))
+		for i := range s.States {
+			out.States[i] = *s.States[i].DeepCopy()
+		}
+	}
 	return out
+}
+
+// DeepCopy returns a deep copy.
+func (s *State) DeepCopy() *State {
+	out := *s
+	out.NeedsPerson = copyPtr(s.NeedsPerson)
+	out.Timeout = copyPtr(s.Timeout)
+	out.Refuses = copyStrings(s.Refuses)
+	if s.Transitions != nil {
+		out.Transitions = append([]Transition(nil), s.Transitions...)
+	}
+	return &out
 }
 
 // DeepCopy returns a deep copy.
@@ -119,6 +137,7 @@ func (h *Handler) DeepCopy() *Handler {
 	out.On = copyStrings(h.On)
 	out.Fields = copyStrings(h.Fields)
 	out.Sources = copyStrings(h.Sources)
+	out.States = copyStrings(h.States)
 	out.Schedule = copyPtr(h.Schedule)
 	if h.Retry != nil {
 		r := *h.Retry

@@ -89,6 +89,82 @@ type OperatorSpec struct {
 	// source's object; every delivery, accepted or refused, is kept in
 	// the run archive.
 	Sources []Source `json:"sources,omitempty"`
+	// States declare the life cycle of each custom resource: a finite
+	// state machine whose current state the engine keeps in
+	// status.state. Exactly one state is Initial. A transition happens
+	// when its guard holds, when a state's timeout expires, or, from a
+	// state that NeedsPerson, when a person decides (opkit decide); each
+	// is recorded in the run archive and as an Event. Handlers on enter
+	// and exit run once per transition. See docs/states.md.
+	States []State `json:"states,omitempty"`
+}
+
+// State is one state of a custom resource's life cycle.
+type State struct {
+	// Name is the state's name, shown in status.state.name and kubectl's
+	// State column: an identifier starting with an upper-case letter
+	// (Ready, NeedsAttention), unique in the Operator.
+	Name string `json:"name"`
+	// Initial marks the state a new object starts in. Exactly one state
+	// has it.
+	Initial bool `json:"initial,omitempty"`
+	// Final marks a state with no way out: the only kind of state that
+	// may have no transitions and no timeout.
+	Final bool `json:"final,omitempty"`
+	// NeedsPerson makes the state wait for a person's decision: its
+	// transitions are the choices offered, they have no guards, and the
+	// state has no timeout. Nothing moves the object out of it but a
+	// decision (opkit decide, or the console).
+	NeedsPerson *NeedsPerson `json:"needsPerson,omitempty"`
+	// Transitions leave the state, tried in order: the first whose guard
+	// holds is taken. They are tried once the state's enter handlers are
+	// done (succeeded or given up).
+	Transitions []Transition `json:"transitions,omitempty"`
+	// Timeout leaves the state for another when the object has been in it
+	// this long, whatever else holds; once, also when it expired while no
+	// engine ran.
+	Timeout *StateTimeout `json:"timeout,omitempty"`
+	// Refuses are fields of the spec that cannot change while an object
+	// is in this state, as dotted paths from the object's root (spec.version,
+	// or spec for all of it): the API server refuses such a change, with
+	// a message that names the state.
+	Refuses []string `json:"refuses,omitempty"`
+}
+
+// NeedsPerson is what a state waiting for a person asks.
+type NeedsPerson struct {
+	// Question is shown to the person with the choices, in
+	// status.state.question, the console and opkit decide. Required.
+	Question string `json:"question"`
+}
+
+// Transition is one way out of a state.
+type Transition struct {
+	// To is the state it leads to. Required.
+	To string `json:"to"`
+	// When is the guard, a CEL condition over self (the object as read),
+	// children, related and run (the state's last finished enter run:
+	// run.handler, run.outcome, run.error); a guard that reads
+	// what does not exist yet does not hold. Defaults to always; not
+	// allowed from a state that NeedsPerson.
+	When string `json:"when,omitempty"`
+	// Reason is recorded with the transition (status.state.reason, the
+	// Event, the archive), a CamelCase word. Defaults to the guard's
+	// source, or Decided for a person's choice.
+	Reason string `json:"reason,omitempty"`
+	// Description tells a person what this choice does, for a state that
+	// NeedsPerson: shown beside its button and in opkit decide.
+	Description string `json:"description,omitempty"`
+}
+
+// StateTimeout leaves a state after a time.
+type StateTimeout struct {
+	// After is a Go duration (30s, 15m, 2h), at least 1s.
+	After metav1.Duration `json:"after"`
+	// To is the state it leads to.
+	To string `json:"to"`
+	// Reason is recorded with the transition. Defaults to Timeout.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Source is one source of events from outside the cluster.
@@ -378,6 +454,14 @@ const (
 	// custom resource as it is created or updated (defaults a schema
 	// cannot express), or deny it (Handler.Admission).
 	OnMutate = "mutate"
+	// OnEnter fires once each time the object enters one of the handler's
+	// States (the initial state included), after the transition is
+	// recorded.
+	OnEnter = "enter"
+	// OnExit fires once each time the object leaves one of the handler's
+	// States, after the transition is recorded and before the new state's
+	// enter handlers.
+	OnExit = "exit"
 )
 
 // Handler is a side effect run for a custom resource. It has exactly one
@@ -401,6 +485,10 @@ type Handler struct {
 	Fields []string `json:"fields,omitempty"`
 	// Schedule is required with the schedule trigger.
 	Schedule *Schedule `json:"schedule,omitempty"`
+	// States are the states whose entering (trigger enter) or leaving
+	// (trigger exit) runs the handler; required with those triggers, and
+	// only with them.
+	States []string `json:"states,omitempty"`
 	// Sources are the event sources whose accepted deliveries run the
 	// handler, for the event trigger; defaults to all of them. A handler
 	// on event runs for the operator, once per delivery, with the

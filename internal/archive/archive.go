@@ -130,6 +130,9 @@ type Run struct {
 	Key     string   `json:"key"`
 	Attempt int      `json:"attempt"`
 	Diff    []Change `json:"diff,omitempty"`
+	// Actor is the person whose decision caused the run: a state
+	// transition chosen with opkit decide or the console; "" otherwise.
+	Actor string `json:"actor,omitempty"`
 
 	StartedAt  time.Time `json:"startedAt"`
 	FinishedAt time.Time `json:"finishedAt,omitzero"`

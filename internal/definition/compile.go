@@ -59,6 +59,8 @@ type Definition struct {
 	Admission []*Handler
 	// Sources are the operator's event sources, in the order declared.
 	Sources []*EventSource
+	// States is the custom resource's life cycle (spec.states), or nil.
+	States *StateMachine
 	// Warnings are problems that do not stop the definition from running
 	// but will surprise its users (a kind that shadows a built-in one in
 	// kubectl), each placed like an error. Callers print them.

@@ -142,12 +142,18 @@ func checkTarget(l *errorList, m *StateMachine, field, to string) {
 	case to == "":
 		l.add(field, "required: the state it leads to (states: %s)", strings.Join(m.names(), ", "))
 	case m.State(to) == nil:
-		hint := ""
-		if near := nearest(to, m.names()); near != "" {
-			hint = fmt.Sprintf(": did you mean %s?", near)
-		}
-		l.add(field, "%q is not a state of the Operator%s (states: %s)", to, hint, strings.Join(m.names(), ", "))
+		l.add(field, "%s", m.notAState(to))
 	}
+}
+
+// notAState says that name is not one of m's states, and which is
+// nearest.
+func (m *StateMachine) notAState(name string) string {
+	hint := ""
+	if near := nearest(name, m.names()); near != "" {
+		hint = fmt.Sprintf(": did you mean %s?", near)
+	}
+	return fmt.Sprintf("%q is not a state of the Operator%s (states: %s)", name, hint, strings.Join(m.names(), ", "))
 }
 
 // checkReason checks a declared reason (not a default one).

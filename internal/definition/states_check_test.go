@@ -108,7 +108,7 @@ func TestEveryStateCheckIsAnErrorAtItsFieldAndLine(t *testing.T) {
 		{"a handler on enter without states", one("    states: [Running]\n", ""), 38, "spec.handlers[0].states",
 			"required by the enter trigger: the states whose entering runs the handler, like states: [Ready]"},
 		{"a handler naming an unknown state", one("states: [Running]", "states: [Runnin]"), 40, "spec.handlers[0].states[0]",
-			`"Runnin" is not a state of the Operator (states: Pending, Running, Review, Failed)`},
+			`"Runnin" is not a state of the Operator: did you mean Running? (states: Pending, Running, Review, Failed)`},
 		{"states without enter or exit", one("on: [enter]", "on: [create]"), 40, "spec.handlers[0].states",
 			"states names the states of the enter and exit triggers, which this handler does not have"},
 		{"a status field named state", one("  states:\n", "  status:\n    state: \"${self.spec.image}\"\n  states:\n"), 16, "spec.status.state",

@@ -136,7 +136,7 @@ func linkStateHandlers(l *errorList, d *Definition, m *StateMachine) {
 		for j, name := range c.States {
 			st := m.State(name)
 			if st == nil {
-				l.add(fmt.Sprintf("spec.handlers[%d].states[%d]", i, j), "%q is not a state of the Operator (states: %s)", name, strings.Join(m.names(), ", "))
+				l.add(fmt.Sprintf("spec.handlers[%d].states[%d]", i, j), "%s", m.notAState(name))
 				continue
 			}
 			if c.Fires(v1alpha1.OnEnter) && !slices.Contains(st.Enter, c) {

@@ -107,6 +107,7 @@ type Server struct {
 	pages   *http.ServeMux
 	mux     *http.ServeMux
 	tmpl    map[string]*template.Template
+	logs    transitionLogs
 }
 
 //go:embed templates/*.html

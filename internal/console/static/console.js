@@ -6,9 +6,16 @@
   if (!live || !window.EventSource) return;
   var pending = null;
   function busy() {
-    // Leave the part alone while someone types or chooses in it.
+    // Leave the part alone while someone types or chooses in it, and
+    // while a form in it holds what they typed and have not sent (the
+    // button they press must not be swapped away under them).
     var a = document.activeElement;
-    return a && live.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName);
+    if (a && live.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName)) return true;
+    var fields = live.querySelectorAll("textarea, input[type=text], input[type=search]");
+    for (var i = 0; i < fields.length; i++) {
+      if (fields[i].value !== fields[i].defaultValue) return true;
+    }
+    return false;
   }
   function swap(html) {
     if (busy()) { pending = html; return; }

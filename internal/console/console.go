@@ -330,12 +330,13 @@ func (s *Server) fragment(r *http.Request, path string) ([]byte, int) {
 	}
 	req.Header = r.Header.Clone()
 	req.Header.Set(fragmentHeader, "1")
-	h, pattern := s.pages.Handler(req)
-	if pattern == "" {
+	if _, pattern := s.pages.Handler(req); pattern == "" {
 		return nil, http.StatusNotFound
 	}
+	// Served through the mux, which sets the path's values (Handler alone
+	// does not: the page would see no operator, object or run).
 	rec := &recorder{header: http.Header{}, status: http.StatusOK}
-	h.ServeHTTP(rec, req)
+	s.pages.ServeHTTP(rec, req)
 	return rec.body.Bytes(), rec.status
 }
 

@@ -2,8 +2,12 @@ package console
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/opkit-dev/opkit/internal/definition"
 )
 
 // graphOf builds a graph from lines "Name[flags] -> To:Label, To:Label"
@@ -157,5 +161,71 @@ func TestRoundedPathRoundsEveryCorner(t *testing.T) {
 	want := "M 0 0 L 14 0 Q 20 0, 20 2 L 20 2 Q 20 4, 26 4 L 40 4"
 	if got != want {
 		t.Errorf("roundedPath = %q, want %q", got, want)
+	}
+}
+
+// TestMachineOfTheDatabaseExample: examples/database's states, as loaded,
+// are drawn and said in words: every state and transition, guards and
+// timeouts, the question and the choices' descriptions.
+func TestMachineOfTheDatabaseExample(t *testing.T) {
+	data, err := os.ReadFile("../../examples/database/operator.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcs, err := definition.Load("operator.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := definition.Compile(srcs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := machineOf(d, "Verifying", "Database")
+	if m == nil {
+		t.Fatal("no machine for a definition with states")
+	}
+	var names []string
+	edges := 0
+	for _, s := range m.States {
+		names = append(names, s.Name)
+		edges += len(s.Transitions)
+		if s.Timeout != nil {
+			edges++
+		}
+	}
+	if got := strings.Join(names, " "); got != "Provisioning Ready Upgrading Verifying NeedsAttention RollingBack" {
+		t.Errorf("states %s", got)
+	}
+	if len(m.Diagram.Edges) != edges || edges != 11 {
+		t.Errorf("%d edges drawn, %d transitions and timeouts listed; want 11 of each", len(m.Diagram.Edges), edges)
+	}
+	current := 0
+	for _, n := range m.Diagram.Nodes {
+		if n.Current {
+			current++
+			if n.Name != "Verifying" {
+				t.Errorf("%s is drawn as current", n.Name)
+			}
+		}
+	}
+	if current != 1 {
+		t.Errorf("%d current states drawn, want 1", current)
+	}
+	want := layout(database, "Verifying")
+	for i, n := range m.Diagram.Nodes {
+		if w := want.Nodes[i]; n.Name != w.Name || n.Col != w.Col || n.Row != w.Row {
+			t.Errorf("node %d: %s at %d,%d; the table's graph has %s at %d,%d", i, n.Name, n.Col, n.Row, w.Name, w.Col, w.Row)
+		}
+	}
+	na := m.States[4]
+	if !na.NeedsPerson || !strings.HasPrefix(na.Question, "The new version failed its checks.") ||
+		na.Transitions[0].Description == "" || na.Transitions[0].Guard != "" {
+		t.Errorf("NeedsAttention: %+v", na)
+	}
+	if v := m.States[3]; !strings.Contains(v.Transitions[0].Guard, "children.verify.status.succeeded") || v.Timeout == nil || v.Timeout.After != 10*time.Minute {
+		t.Errorf("Verifying: %+v", v)
+	}
+	if !strings.Contains(m.Diagram.Desc, "the current state is Verifying") {
+		t.Errorf("the diagram's description: %q", m.Diagram.Desc)
 	}
 }

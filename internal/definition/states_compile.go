@@ -79,12 +79,13 @@ func compileStates(l *errorList, envs *celEnvs, d *Definition) {
 		}
 	}
 	linkStateHandlers(l, d, m)
+	checkStates(l, d, m)
 	d.States = m
 }
 
 // compileState compiles one state, reporting what is wrong with it alone.
 func compileState(l *errorList, envs *celEnvs, field string, s v1alpha1.State) *State {
-	st := &State{Name: s.Name, Final: s.Final, Line: l.line(field), Field: field}
+	st := &State{Name: s.Name, Final: s.Final, Line: l.line(field), Field: field, initial: s.Initial}
 	if s.NeedsPerson != nil {
 		st.NeedsPerson = true
 		st.Question = strings.TrimSpace(s.NeedsPerson.Question)
@@ -135,7 +136,7 @@ func linkStateHandlers(l *errorList, d *Definition, m *StateMachine) {
 		for j, name := range c.States {
 			st := m.State(name)
 			if st == nil {
-				l.add(fmt.Sprintf("spec.handlers[%d].states[%d]", i, j), "%q is not a state of the Operator (states: %s)", name, strings.Join(m.names(), ", "))
+				l.add(fmt.Sprintf("spec.handlers[%d].states[%d]", i, j), "%s", m.notAState(name))
 				continue
 			}
 			if c.Fires(v1alpha1.OnEnter) && !slices.Contains(st.Enter, c) {

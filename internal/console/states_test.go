@@ -290,6 +290,25 @@ func TestObjectPageShowsItsStateAndTakesADecision(t *testing.T) {
 	if d := db.decision(t); d != nil {
 		t.Fatalf("a stale decision wrote %+v", d)
 	}
+
+	// What the status says is escaped: whoever may write it chose it.
+	db.setState(t, map[string]any{"name": "NeedsAttention", "seq": 6, "since": time.Now().UTC().Format(time.RFC3339),
+		"question": `<script>alert("q")</script>`, "choices": []any{`"><img src=x onerror=alert(1)>`}, "by": "<b>mallory</b>", "message": "<i>why</i>"})
+	page = get(t, db.base+db.path())
+	for _, raw := range []string{`<script>alert`, `<img src=x`, `<b>mallory`, `<i>why`} {
+		if strings.Contains(page, raw) {
+			t.Errorf("the page shows %q unescaped", raw)
+		}
+	}
+	mustContain(t, "the page of a hostile status", page, "&lt;script&gt;alert(&#34;q&#34;)&lt;/script&gt;", "&lt;b&gt;mallory&lt;/b&gt;")
+
+	// A paused object's state waits with its handlers: the page says a
+	// decision waits too.
+	pause := []byte(`{"metadata":{"annotations":{"` + v1alpha1.PauseAnnotation + `":"true"}}}`)
+	if err := db.env.Client.Patch(t.Context(), db.object(), client.RawPatch(types.MergePatchType, pause)); err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "a paused object's page", get(t, db.base+db.path()), "the engine takes a decision once they are resumed")
 }
 
 // TestBrowserPersonWhoMayPatchDecidesAndOneWhoMayNotCannot: under

@@ -368,7 +368,8 @@ func TestBrowserPersonWhoMayPatchDecidesAndOneWhoMayNotCannot(t *testing.T) {
 	}
 
 	// The engine takes it: the page shows the new state without a reload.
-	if _, err := chromedp.Run(tab, chromedp.Evaluate[bool](`window.opkitTestMark = true`)); err != nil {
+	// A keyboard user reading the diagram keeps it focused across the update.
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[bool](`window.opkitTestMark = true, document.getElementById("diagram").focus(), true`)); err != nil {
 		t.Fatal(err)
 	}
 	db.takeDecision(t)
@@ -376,4 +377,5 @@ func TestBrowserPersonWhoMayPatchDecidesAndOneWhoMayNotCannot(t *testing.T) {
 		"trigger": v1alpha1.TransitionDecision, "reason": "RollBack", "by": d.By, "message": d.Reason, "question": nil, "choices": nil})
 	waitJS(tab, t, 15*time.Second, "the diagram's current state is RollingBack, on the same page",
 		`window.opkitTestMark === true && `+current+`.length === 1 && `+current+`[0].dataset.state === "RollingBack" && !document.querySelector(".decide")`)
+	waitJS(tab, t, time.Second, "the diagram still focused", `document.activeElement.id === "diagram"`)
 }

@@ -20,10 +20,13 @@
   function swap(html) {
     if (busy()) { pending = html; return; }
     pending = null;
-    // Keep open <details> open, and the focused link focused, across the swap.
+    // Keep open <details> open, and the focused link (or other element
+    // with an id, as the diagram) focused, across the swap.
     var open = [];
     live.querySelectorAll("details[open] > summary").forEach(function (s) { open.push(s.textContent); });
-    var focused = document.activeElement && live.contains(document.activeElement) ? document.activeElement.getAttribute("href") : null;
+    var a = document.activeElement && live.contains(document.activeElement) ? document.activeElement : null;
+    var focused = a ? a.getAttribute("href") : null;
+    var focusedID = a && !focused ? a.id : "";
     live.innerHTML = html;
     live.querySelectorAll("details > summary").forEach(function (s) {
       if (open.indexOf(s.textContent) >= 0) s.parentElement.open = true;
@@ -31,6 +34,9 @@
     if (focused) {
       var again = live.querySelector('[href="' + CSS.escape(focused) + '"]');
       if (again) again.focus();
+    } else if (focusedID) {
+      var same = document.getElementById(focusedID);
+      if (same) same.focus();
     }
     live.dispatchEvent(new CustomEvent("opkit:updated"));
   }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
 )
 
 func databaseObject(state map[string]any, annotations map[string]string) *unstructured.Unstructured {
@@ -64,5 +65,27 @@ func TestCheckDecisionRefusesWhatTheEngineWouldAndStaleChoices(t *testing.T) {
 				t.Fatalf("got %v; want a %d that says %q", err, tc.status, tc.says)
 			}
 		})
+	}
+}
+
+func TestTransitionOfReadsATransitionRunAndNoOther(t *testing.T) {
+	decided := archive.Run{Handler: v1alpha1.TransitionHandler, Trigger: v1alpha1.TransitionDecision, Actor: "ana",
+		Diff: []archive.Change{{Op: "change", Path: "status.state.name", Old: "NeedsAttention", New: "RollingBack"}}}
+	if got := transitionOf(decided); got == nil || *got != (transitionView{From: "NeedsAttention", To: "RollingBack", Trigger: "decision", Actor: "ana"}) {
+		t.Errorf("a decided transition: %+v", got)
+	}
+	initial := archive.Run{Handler: v1alpha1.TransitionHandler, Trigger: v1alpha1.TransitionInitial,
+		Diff: []archive.Change{{Op: "add", Path: "status.state.name", New: "Provisioning"}}}
+	if got := transitionOf(initial); got == nil || got.From != "" || got.To != "Provisioning" {
+		t.Errorf("the initial transition: %+v", got)
+	}
+	if got := transitionOf(archive.Run{Handler: "announce", Trigger: "enter"}); got != nil {
+		t.Errorf("a handler's run read as a transition: %+v", got)
+	}
+	for trigger, want := range map[string]string{"initial": "the initial state of a new object", "guard": "its guard held",
+		"timeout": "its timeout expired", "decision": "a person decided", "": "–", "other": "other"} {
+		if got := triggerWords(trigger); got != want {
+			t.Errorf("triggerWords(%q) = %q, want %q", trigger, got, want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package definition
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -116,6 +117,9 @@ func checkState(l *errorList, d *Definition, m *StateMachine, s *State, decl v1a
 				break
 			}
 		}
+		if t.readsRun && len(s.Enter) == 0 {
+			l.warn(d, tf+".when", "reads run, the state's last finished enter run, but no handler runs on entering %s: run stays empty, and the guard never holds; add a handler on enter with states: [%s]", s.Name, s.Name)
+		}
 		switch {
 		case s.NeedsPerson:
 		case unguarded >= 0:
@@ -133,7 +137,12 @@ func checkState(l *errorList, d *Definition, m *StateMachine, s *State, decl v1a
 		checkReason(l, to.Field+".reason", decl.Timeout.Reason)
 	}
 	for k, r := range s.Refuses {
-		checkRefused(l, d, fmt.Sprintf("%s.refuses[%d]", field, k), r)
+		rf := fmt.Sprintf("%s.refuses[%d]", field, k)
+		if slices.Contains(s.Refuses[:k], r) {
+			l.add(rf, "%q is listed twice", r)
+			continue
+		}
+		checkRefused(l, d, rf, r)
 	}
 }
 

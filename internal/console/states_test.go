@@ -350,16 +350,16 @@ func TestBrowserPersonWhoMayPatchDecidesAndOneWhoMayNotCannot(t *testing.T) {
 	tab := browser(t)
 	within(tab, t, 30*time.Second, chromedp.Navigate(db.base+"/login"))
 	within(tab, t, 30*time.Second, chromedp.SendKeys(chromedp.ID("token"), strings.TrimPrefix(deployer, "Bearer ")), chromedp.Submit(chromedp.ID("token")))
-	waitJS(tab, t, 10*time.Second, "signed in", `document.body.innerText.includes("Signed in as system:serviceaccount:`+ns+`:deployer")`)
+	waitJS(tab, t, 30*time.Second, "signed in", `document.body.innerText.includes("Signed in as system:serviceaccount:`+ns+`:deployer")`)
 	within(tab, t, 30*time.Second, chromedp.Navigate(db.base+db.path()))
 	current := `document.querySelectorAll("svg.states g.node.current")`
-	waitJS(tab, t, 10*time.Second, "the diagram's current state is NeedsAttention",
+	waitJS(tab, t, 30*time.Second, "the diagram's current state is NeedsAttention",
 		current+`.length === 1 && `+current+`[0].dataset.state === "NeedsAttention" && `+current+`[0].getAttribute("aria-current") === "true"`+
 			` && `+current+`[0].querySelector("text.note").textContent.includes("current")`)
 	screenshot(tab, t, "states")
 	within(tab, t, 30*time.Second, chromedp.SendKeys(chromedp.ID("decide-reason"), "the verification failed twice; back to the last good one"))
 	within(tab, t, 30*time.Second, chromedp.Click(chromedp.CSS(`button.choose[value="RollingBack"]`)))
-	waitJS(tab, t, 10*time.Second, "the page says the decision is sent",
+	waitJS(tab, t, 30*time.Second, "the page says the decision is sent",
 		`!!document.querySelector(".decision-sent") && document.querySelector(".decision-sent").innerText.includes("Decision sent by system:serviceaccount:`+ns+`:deployer")`)
 	d := db.decision(t)
 	if d == nil || d.By != "system:serviceaccount:"+ns+":deployer" || d.Choose != "RollingBack" || d.State != "NeedsAttention" || d.Seq != 4 ||
@@ -375,7 +375,7 @@ func TestBrowserPersonWhoMayPatchDecidesAndOneWhoMayNotCannot(t *testing.T) {
 	db.takeDecision(t)
 	db.setState(t, map[string]any{"name": "RollingBack", "seq": 5, "since": time.Now().UTC().Format(time.RFC3339), "from": "NeedsAttention",
 		"trigger": v1alpha1.TransitionDecision, "reason": "RollBack", "by": d.By, "message": d.Reason, "question": nil, "choices": nil})
-	waitJS(tab, t, 15*time.Second, "the diagram's current state is RollingBack, on the same page",
+	waitJS(tab, t, 30*time.Second, "the diagram's current state is RollingBack, on the same page",
 		`window.opkitTestMark === true && `+current+`.length === 1 && `+current+`[0].dataset.state === "RollingBack" && !document.querySelector(".decide")`)
 	waitJS(tab, t, time.Second, "the diagram still focused", `document.activeElement.id === "diagram"`)
 }

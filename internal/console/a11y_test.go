@@ -9,7 +9,9 @@ import (
 
 	"golang.org/x/net/html"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/console"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 )
 
@@ -55,6 +57,18 @@ func TestPagesAreAccessible(t *testing.T) {
 		"/events/0000000000zzzzzzzz", // an error page
 	} {
 		assertAccessible(t, ev.base, path)
+	}
+
+	// An operator with states: its diagram, and an object's page with the
+	// diagram, the state and the decision form, and a transition's run.
+	db := withDatabase(t, console.Auth{}, nil)
+	run := db.transition(t, 4, "Verifying", "NeedsAttention", v1alpha1.TransitionGuard, "", "Verifying -> NeedsAttention: VerificationFailed", time.Now())
+	db.setState(t, needsAttention(run.ID))
+	for _, path := range []string{"/operators/database", db.path(), "/runs/" + run.ID} {
+		assertAccessible(t, db.base, path)
+	}
+	if page := get(t, db.base+db.path()); !strings.Contains(page, `id="decide-reason"`) || !strings.Contains(page, `<svg class="states"`) {
+		t.Errorf("the object page checked has no diagram or no decision form")
 	}
 }
 
@@ -111,6 +125,12 @@ func accessibilityProblems(doc *html.Node) []string {
 				if attr(n, "scope") == "" {
 					problems = append(problems, fmt.Sprintf("<th>%s</th> without scope", text(n, false)))
 				}
+			case "svg":
+				// A drawing says what it is: an image with a title and a
+				// description (the diagram's words are beside it too).
+				if attr(n, "role") != "img" || !hasChild(n, "title") || !hasChild(n, "desc") || attr(n, "aria-labelledby") == "" {
+					problems = append(problems, "an <svg> that is not role=img with a <title>, a <desc> and aria-labelledby")
+				}
 			case "span":
 				if strings.Contains(" "+attr(n, "class")+" ", " badge ") && strings.TrimSpace(text(n, true)) == "" {
 					problems = append(problems, fmt.Sprintf("a status badge with no word: %q", text(n, false)))
@@ -128,6 +148,20 @@ func accessibilityProblems(doc *html.Node) []string {
 	if count["nav"] == 0 {
 		problems = append(problems, "no <nav>")
 	}
+	var refer func(n *html.Node)
+	refer = func(n *html.Node) {
+		for _, key := range []string{"aria-labelledby", "aria-describedby"} {
+			for _, id := range strings.Fields(attr(n, key)) {
+				if !ids[id] {
+					problems = append(problems, fmt.Sprintf("%s names id %q, which is not on the page", key, id))
+				}
+			}
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			refer(c)
+		}
+	}
+	refer(doc)
 	for _, id := range controls {
 		if id == "" || !labels[id] {
 			problems = append(problems, fmt.Sprintf("form control %q has no <label for>", id))
@@ -143,6 +177,16 @@ func attr(n *html.Node, key string) string {
 		}
 	}
 	return ""
+}
+
+// hasChild reports whether n has a child element tag.
+func hasChild(n *html.Node, tag string) bool {
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		if c.Type == html.ElementNode && c.Data == tag {
+			return true
+		}
+	}
+	return false
 }
 
 func has(n *html.Node, tag string) bool {

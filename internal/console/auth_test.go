@@ -183,9 +183,15 @@ func TestKubernetesAuthFollowsRBAC(t *testing.T) {
 // Authorization header's value.
 func serviceAccount(t *testing.T, env *clustertest.Env, name string, groups, resources []string) string {
 	t.Helper()
+	return serviceAccountMay(t, env, name, groups, resources, "get", "list")
+}
+
+// serviceAccountMay is serviceAccount with the verbs given.
+func serviceAccountMay(t *testing.T, env *clustertest.Env, name string, groups, resources []string, verbs ...string) string {
+	t.Helper()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace, Name: name}}
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace, Name: name},
-		Rules: []rbacv1.PolicyRule{{APIGroups: groups, Resources: resources, Verbs: []string{"get", "list"}}}}
+		Rules: []rbacv1.PolicyRule{{APIGroups: groups, Resources: resources, Verbs: verbs}}}
 	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace, Name: name},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: env.Namespace}}}
@@ -197,7 +203,7 @@ func serviceAccount(t *testing.T, env *clustertest.Env, name string, groups, res
 	clustertest.Eventually(t, 30*time.Second, name+"'s Role in effect", func(ctx context.Context) (bool, error) {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:               "system:serviceaccount:" + env.Namespace + ":" + name,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: groups[0], Resource: resources[0], Verb: "get", Namespace: env.Namespace},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: groups[0], Resource: resources[0], Verb: verbs[len(verbs)-1], Namespace: env.Namespace},
 		}}
 		if err := env.Client.Create(ctx, sar); err != nil {
 			return false, err

@@ -2,7 +2,9 @@
 // trigger, diff, log and outcome, reached from the operators, from each
 // object's timeline and from the failures inbox; every webhook delivery
 // with what it caused, from the events list and each event source's page;
-// and the actions retry, pause and resume.
+// the life cycle of an operator that declares states (spec.states), as a
+// diagram and in words, with each object's state and its transitions; and
+// the actions retry, pause, resume and decide.
 //
 // Contracts:
 //   - It reads the run archive and the cluster only: the CRDs opkit
@@ -10,7 +12,31 @@
 //     objects, the objects watch operators watch, and Events. It never
 //     talks to the engine, but for the definitions of the operators the
 //     engine beside it runs (Options.Definitions); its actions are
-//     annotations the engine consumes (opkit.dev/retry, opkit.dev/paused).
+//     annotations the engine consumes (opkit.dev/retry, opkit.dev/paused,
+//     opkit.dev/decision).
+//   - States: the diagram and its words come from the operator's
+//     definition (the engine's, or its Operator object's, compiled); an
+//     object's state from its status.state, which the engine writes; its
+//     transitions from the archive's runs whose handler is
+//     v1alpha1.TransitionHandler, shown apart from handler runs, with the
+//     engine's account of each (the run's log). The diagram is SVG drawn
+//     on the server (diagram.go): no script, every state and transition
+//     also said in a list beside it, nothing told by colour alone.
+//   - Decide: while status.state asks a person (its question and
+//     choices), the object's page offers a button per choice and a
+//     required reason. POST .../decide checks, as every action, the CSRF
+//     token and patch on the object; reads the object again; refuses
+//     (409, and writes nothing) when its state or visit (seq) is not the
+//     one the page showed, the choice is not among status.state.choices,
+//     or a decision is already sent and not taken; and writes
+//     v1alpha1.DecisionAnnotation (a v1alpha1.Decision) by a merge patch
+//     that carries the resourceVersion it read, so that a change in
+//     between refuses it too. Its By is the Kubernetes user under
+//     Auth.Kubernetes, "console token holder" under Auth.Token, and
+//     without auth (loopback only) "console (<OS user>)", or "console"
+//     when the OS user is not known. The engine takes the decision and
+//     removes the annotation; until then the page says it is sent, and
+//     offers no choice.
 //   - An operator that owns no resource is shown from its definition and
 //     the archive: a watch operator's objects are those it has state
 //     records for, and a calendar's schedules their last slots and runs.
@@ -107,6 +133,7 @@ type Server struct {
 	pages   *http.ServeMux
 	mux     *http.ServeMux
 	tmpl    map[string]*template.Template
+	logs    transitionLogs
 }
 
 //go:embed templates/*.html
@@ -329,12 +356,13 @@ func (s *Server) fragment(r *http.Request, path string) ([]byte, int) {
 	}
 	req.Header = r.Header.Clone()
 	req.Header.Set(fragmentHeader, "1")
-	h, pattern := s.pages.Handler(req)
-	if pattern == "" {
+	if _, pattern := s.pages.Handler(req); pattern == "" {
 		return nil, http.StatusNotFound
 	}
+	// Served through the mux, which sets the path's values (Handler alone
+	// does not: the page would see no operator, object or run).
 	rec := &recorder{header: http.Header{}, status: http.StatusOK}
-	h.ServeHTTP(rec, req)
+	s.pages.ServeHTTP(rec, req)
 	return rec.body.Bytes(), rec.status
 }
 

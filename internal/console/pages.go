@@ -288,6 +288,13 @@ func (s *Server) operatorPage(r *http.Request, u *user) (string, *view, error) {
 	}
 	data := map[string]any{"Op": op, "Rows": out, "Counts": counts, "Total": len(objs), "Filter": string(filter),
 		"Page": pageNo, "Pages": pages, "Prev": pageLink(q, pageNo-1, pages), "Next": pageLink(q, pageNo+1, pages), "Sources": sources}
+	if op.Owns() {
+		if def, _, _ := s.catalog.definition(ctx, name); def != nil {
+			if m := machineOf(def, "", op.GVK.Kind); m != nil {
+				data["Machine"] = m
+			}
+		}
+	}
 	if op.Watches() {
 		var runs []runRow
 		for _, run := range recent {
@@ -363,7 +370,7 @@ func (s *Server) runPage(r *http.Request, u *user) (string, *view, error) {
 	}
 	data := map[string]any{"Run": run, "Truncated": stored.Truncated, "LogBytes": run.LogBytes, "ObjectURL": objURL, "Search": "",
 		"Calendar": calendarRun(run), "Event": eventRun(run), "Actions": op != nil && op.Owns() && run.Outcome.Failure() && !operatorRun(run) && !admissionRun(run),
-		"NoActions": noActions(op), "Admission": admissionRun(run)}
+		"NoActions": noActions(op), "Admission": admissionRun(run), "Transition": transitionOf(*run)}
 	if eventRun(run) {
 		data["NoActions"] = noActionsEvent
 	}
@@ -447,7 +454,8 @@ func (s *Server) rawLog(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte(archive.CleanLog(stored.Data)))
 }
 
-// act runs an action on an object: retry, pause or resume.
+// act runs an action on an object: retry, pause or resume; or decide
+// (see decide).
 func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	u, err := s.auth.authenticate(ctx, r)
@@ -463,6 +471,10 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	if ns == clusterScoped {
 		ns = ""
 	}
+	if action == "decide" {
+		s.decide(w, r, u, opName, ns, name)
+		return
+	}
 	var patch string
 	switch action {
 	case "retry":
@@ -472,7 +484,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	case "resume":
 		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, v1alpha1.PauseAnnotation)
 	default:
-		s.fail(w, r, notFound("no action %q: retry, pause or resume", action))
+		s.fail(w, r, notFound("no action %q: retry, pause, resume or decide", action))
 		return
 	}
 	op, err := s.catalog.Operator(ctx, opName)

@@ -14,9 +14,10 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 )
 
-// parseTemplates parses the layout with each page, by page name.
+// parseTemplates parses the layout, and the parts pages share (files
+// named _*.html), with each page, by page name.
 func parseTemplates() (map[string]*template.Template, error) {
-	base, err := template.New("").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html")
+	base, err := template.New("").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/_*.html")
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
@@ -27,7 +28,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}
 	for _, p := range pages {
 		name := strings.TrimSuffix(path.Base(p), ".html")
-		if name == "layout" {
+		if name == "layout" || strings.HasPrefix(name, "_") {
 			continue
 		}
 		t, err := template.Must(base.Clone()).ParseFS(templateFiles, p)
@@ -59,6 +60,10 @@ var funcs = template.FuncMap{
 	"sourceURL":  sourceURL,
 	"cut":        cut,
 	"clean":      clean,
+	"add":        func(a, b int) int { return a + b },
+	"short":      shortDuration,
+	"trigger":    triggerWords,
+	"transition": transitionOf,
 }
 
 // clean is text a sender chose made readable: terminal control sequences

@@ -109,6 +109,9 @@ func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
 			data["State"], data["Message"] = st, msg
 			_, data["Paused"] = obj.GetAnnotations()[v1alpha1.PauseAnnotation]
 			data["Children"] = children(obj)
+			if op != nil {
+				v.Notices = append(v.Notices, s.lifeCycle(ctx, u, op, obj, data)...)
+			}
 		}
 		data["Conditions"] = conditions(obj)
 		data["YAML"] = objectYAML(obj)
@@ -146,6 +149,7 @@ func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
 		page = &archive.Page{}
 	}
 	data["Runs"] = page.Runs
+	data["Accounts"] = s.accounts(ctx, page.Runs)
 	if page.Next != "" {
 		data["Next"] = withQuery("", kind, cursorQuery(page.Next))
 	}

@@ -6,17 +6,27 @@
   if (!live || !window.EventSource) return;
   var pending = null;
   function busy() {
-    // Leave the part alone while someone types or chooses in it.
+    // Leave the part alone while someone types or chooses in it, and
+    // while a form in it holds what they typed and have not sent (the
+    // button they press must not be swapped away under them).
     var a = document.activeElement;
-    return a && live.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName);
+    if (a && live.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName)) return true;
+    var fields = live.querySelectorAll("textarea, input[type=text], input[type=search]");
+    for (var i = 0; i < fields.length; i++) {
+      if (fields[i].value !== fields[i].defaultValue) return true;
+    }
+    return false;
   }
   function swap(html) {
     if (busy()) { pending = html; return; }
     pending = null;
-    // Keep open <details> open, and the focused link focused, across the swap.
+    // Keep open <details> open, and the focused link (or other element
+    // with an id, as the diagram) focused, across the swap.
     var open = [];
     live.querySelectorAll("details[open] > summary").forEach(function (s) { open.push(s.textContent); });
-    var focused = document.activeElement && live.contains(document.activeElement) ? document.activeElement.getAttribute("href") : null;
+    var a = document.activeElement && live.contains(document.activeElement) ? document.activeElement : null;
+    var focused = a ? a.getAttribute("href") : null;
+    var focusedID = a && !focused ? a.id : "";
     live.innerHTML = html;
     live.querySelectorAll("details > summary").forEach(function (s) {
       if (open.indexOf(s.textContent) >= 0) s.parentElement.open = true;
@@ -24,6 +34,9 @@
     if (focused) {
       var again = live.querySelector('[href="' + CSS.escape(focused) + '"]');
       if (again) again.focus();
+    } else if (focusedID) {
+      var same = document.getElementById(focusedID);
+      if (same) same.focus();
     }
     live.dispatchEvent(new CustomEvent("opkit:updated"));
   }

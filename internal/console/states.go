@@ -1,0 +1,389 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	osuser "os/user"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// An object whose operator declares states (spec.states) shows its life
+// cycle: status.state, the diagram with its current state, and, while the
+// state needs a person, the question and a button per choice. A choice is
+// posted to /decide (see decide) and written as the DecisionAnnotation,
+// which the engine takes.
+
+// maxReason is the longest reason a decision may give, in bytes.
+const maxReason = 1000
+
+// stateView is status.state as the object's page shows it.
+type stateView struct {
+	v1alpha1.ObjectState
+	// At is Since, parsed; zero when it does not parse.
+	At time.Time
+	// RunID is Run when it is a run id (it links the run).
+	RunID string
+}
+
+// objectState reads status.state; nil when there is none.
+func objectState(obj *unstructured.Unstructured) (*v1alpha1.ObjectState, error) {
+	raw, ok, err := unstructured.NestedMap(obj.Object, "status", "state")
+	if err != nil {
+		return nil, fmt.Errorf("status.state: %w", err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	var st v1alpha1.ObjectState
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st); err != nil {
+		return nil, fmt.Errorf("status.state: %w", err)
+	}
+	return &st, nil
+}
+
+// decideView is the question of a state that needs a person, and what
+// the page offers to answer it.
+type decideView struct {
+	Question string
+	// State and Seq are the visit asked about, posted back with the
+	// choice.
+	State   string
+	Seq     int64
+	Choices []choiceView
+	// Pending is a decision sent and not taken by the engine yet: the
+	// page says so instead of offering the choices again.
+	Pending *pendingDecision
+	// Refused is why this user cannot decide here, or "".
+	Refused string
+	// Paused: the object's handlers are paused, and with them its state
+	// step: a decision waits until it is resumed.
+	Paused    bool
+	MaxReason int
+}
+
+type choiceView struct{ To, Description string }
+
+type pendingDecision struct {
+	v1alpha1.Decision
+	Sent time.Time
+}
+
+// lifeCycle adds the object's life cycle to the timeline's data: its
+// state, the diagram, and the decision form. It adds nothing for an
+// object whose operator declares no states and that has no status.state.
+func (s *Server) lifeCycle(ctx context.Context, u *user, op *operator, obj *unstructured.Unstructured, data map[string]any) []string {
+	var notices []string
+	def, _, _ := s.catalog.definition(ctx, op.Name)
+	st, err := objectState(obj)
+	if err != nil {
+		notices = append(notices, "Its state cannot be read: "+err.Error())
+	}
+	current := ""
+	if st != nil {
+		current = st.Name
+		view := &stateView{ObjectState: *st}
+		view.At, _ = time.Parse(time.RFC3339, st.Since)
+		if archive.ValidID(st.Run) {
+			view.RunID = st.Run
+		}
+		data["ObjState"] = view
+	}
+	m := machineOf(def, current, op.GVK.Kind)
+	if m != nil {
+		data["Machine"] = m
+	}
+	if st == nil && m == nil {
+		return notices
+	}
+	data["LifeCycle"] = true
+	if st == nil {
+		return notices
+	}
+	var declared *definition.State
+	if def != nil && def.States != nil {
+		for _, ds := range def.States.States {
+			if ds.Name == st.Name {
+				declared = ds
+			}
+		}
+	}
+	if st.Question == "" && (declared == nil || !declared.NeedsPerson) {
+		return notices
+	}
+	dv := &decideView{Question: st.Question, State: st.Name, Seq: st.Seq, MaxReason: maxReason}
+	choices := st.Choices
+	if declared != nil {
+		if dv.Question == "" {
+			dv.Question = declared.Question
+		}
+		if len(choices) == 0 {
+			choices = declared.Choices()
+		}
+	}
+	for _, to := range choices {
+		c := choiceView{To: to}
+		if declared != nil {
+			for _, t := range declared.Transitions {
+				if t.To == to {
+					c.Description = t.Description
+				}
+			}
+		}
+		dv.Choices = append(dv.Choices, c)
+	}
+	if raw, ok := obj.GetAnnotations()[v1alpha1.DecisionAnnotation]; ok {
+		p := &pendingDecision{}
+		if json.Unmarshal([]byte(raw), &p.Decision) != nil {
+			p.Choose = "(an annotation that is not a decision's JSON)"
+		}
+		p.Sent, _ = time.Parse(time.RFC3339, p.At)
+		dv.Pending = p
+	}
+	_, dv.Paused = obj.GetAnnotations()[v1alpha1.PauseAnnotation]
+	if err := s.may(ctx, u, op, op.GVK, "patch", obj.GetNamespace()); err != nil {
+		dv.Refused = "You cannot decide here: " + err.Error() + ". Deciding needs patch on the object, as the console's other actions do."
+	}
+	data["Decide"] = dv
+	return notices
+}
+
+// decision is what a decide form posts.
+type decision struct {
+	State  string
+	Seq    int64
+	Choose string
+	Reason string
+}
+
+// checkDecision refuses a decision on obj that the engine would refuse,
+// or that is not the person's to make any more: the object moved to
+// another state or visit since the page was shown, its state does not
+// wait for a person, the choice is not one offered, the reason is
+// missing, or a decision is already sent and not taken yet.
+func checkDecision(obj *unstructured.Unstructured, d decision) error {
+	what := obj.GetKind() + " " + objectLabel(obj.GetNamespace(), obj.GetName())
+	if strings.TrimSpace(d.Reason) == "" {
+		return badRequest("a decision needs a reason: say why in the Why? field, and choose again")
+	}
+	if len(d.Reason) > maxReason {
+		return badRequest("the reason is %d bytes long; at most %d are kept: say it shorter", len(d.Reason), maxReason)
+	}
+	st, err := objectState(obj)
+	if err != nil {
+		return &httpError{http.StatusConflict, fmt.Sprintf("%s: %v", what, err)}
+	}
+	if st == nil {
+		return &httpError{http.StatusConflict, what + " has no state yet: there is nothing to decide"}
+	}
+	if st.Name != d.State || st.Seq != d.Seq {
+		return &httpError{http.StatusConflict, fmt.Sprintf("%s moved since the page was shown: it is in %s (visit %d), not in %s (visit %d) that you decided on; nothing was sent: reload the page and decide again if it still asks",
+			what, st.Name, st.Seq, d.State, d.Seq)}
+	}
+	if st.Question == "" {
+		return &httpError{http.StatusConflict, fmt.Sprintf("%s is in %s, which does not wait for a person's decision; nothing was sent", what, st.Name)}
+	}
+	if !slices.Contains(st.Choices, d.Choose) {
+		return &httpError{http.StatusConflict, fmt.Sprintf("%q is not a choice from %s: choose one of %s", d.Choose, st.Name, strings.Join(st.Choices, ", "))}
+	}
+	if raw, ok := obj.GetAnnotations()[v1alpha1.DecisionAnnotation]; ok {
+		var sent v1alpha1.Decision
+		_ = json.Unmarshal([]byte(raw), &sent)
+		return &httpError{http.StatusConflict, fmt.Sprintf("a decision is already sent for %s (by %s: choose %s) and the engine has not taken it yet; nothing was sent: wait until it does, and reload the page",
+			what, or(sent.By, "someone"), or(sent.Choose, "?"))}
+	}
+	return nil
+}
+
+func or(s, otherwise string) string {
+	if s == "" {
+		return otherwise
+	}
+	return s
+}
+
+// decide answers a decide form: it checks the user may patch the object,
+// reads the object again, refuses what checkDecision refuses, and writes
+// the DecisionAnnotation with a merge patch that carries the
+// resourceVersion it read, so that a change in between refuses it too.
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, u *user, opName, ns, name string) {
+	ctx := r.Context()
+	op, err := s.catalog.Operator(ctx, opName)
+	switch {
+	case err != nil:
+	case op == nil:
+		err = notFound("no operator %s in the cluster", opName)
+	case !op.Owns():
+		err = &httpError{http.StatusConflict, noActions(op)}
+	default:
+		err = s.may(ctx, u, op, op.GVK, "patch", ns)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	seq, err := strconv.ParseInt(r.PostFormValue("seq"), 10, 64)
+	if err != nil {
+		s.fail(w, r, badRequest("the form's seq %q is not a number: reload the page and decide again", r.PostFormValue("seq")))
+		return
+	}
+	d := decision{State: r.PostFormValue("state"), Seq: seq, Choose: r.PostFormValue("choose"), Reason: strings.TrimSpace(r.PostFormValue("reason"))}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(op.GVK)
+	if err := s.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			err = notFound("%s %s does not exist", op.GVK.Kind, objectLabel(ns, name))
+		}
+		s.fail(w, r, err)
+		return
+	}
+	if err := checkDecision(obj, d); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	value, err := json.Marshal(v1alpha1.Decision{State: d.State, Seq: d.Seq, Choose: d.Choose, Reason: d.Reason,
+		By: s.decidedBy(u), At: time.Now().UTC().Format(time.RFC3339)})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": obj.GetResourceVersion(),
+		"annotations":     map[string]string{v1alpha1.DecisionAnnotation: string(value)},
+	}})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		switch {
+		case apierrors.IsConflict(err):
+			err = &httpError{http.StatusConflict, fmt.Sprintf("%s %s changed while you decided; nothing was sent: reload the page and decide again if it still asks", op.GVK.Kind, objectLabel(ns, name))}
+		case apierrors.IsNotFound(err):
+			err = notFound("%s %s does not exist", op.GVK.Kind, objectLabel(ns, name))
+		}
+		s.fail(w, r, err)
+		return
+	}
+	http.Redirect(w, r, objectURL(opName, ns, name), http.StatusSeeOther)
+}
+
+// decidedBy is who a decision from u is recorded as made by: the
+// Kubernetes user under Kubernetes auth; under token auth, whoever holds
+// the console's token; without auth, the console on loopback, and the OS
+// user it runs as.
+func (s *Server) decidedBy(u *user) string {
+	switch {
+	case s.opts.Auth.Kubernetes:
+		return u.Name
+	case s.opts.Auth.Token != "":
+		return "console token holder"
+	}
+	if name := osUser(); name != "" {
+		return "console (" + name + ")"
+	}
+	return "console"
+}
+
+// osUser is the name of the user the process runs as, or "".
+var osUser = sync.OnceValue(func() string {
+	if u, err := osuser.Current(); err == nil {
+		return u.Username
+	}
+	return ""
+})
+
+// transitionView is a run that records a state transition, as the
+// timeline and its run page show it.
+type transitionView struct {
+	From, To string
+	Trigger  string
+	Actor    string
+}
+
+// transitionOf reads a transition run; nil for another run.
+func transitionOf(r archive.Run) *transitionView {
+	if r.Handler != v1alpha1.TransitionHandler {
+		return nil
+	}
+	t := &transitionView{Trigger: r.Trigger, Actor: r.Actor}
+	for _, c := range r.Diff {
+		if c.Path == "status.state.name" {
+			t.From, _ = c.Old.(string)
+			t.To, _ = c.New.(string)
+		}
+	}
+	return t
+}
+
+// triggerWords says how a transition came, in words.
+func triggerWords(trigger string) string {
+	switch trigger {
+	case v1alpha1.TransitionInitial:
+		return "the initial state of a new object"
+	case v1alpha1.TransitionGuard:
+		return "its guard held"
+	case v1alpha1.TransitionTimeout:
+		return "its timeout expired"
+	case v1alpha1.TransitionDecision:
+		return "a person decided"
+	case "":
+		return "–"
+	}
+	return trigger
+}
+
+// transitionLogs keeps the logs of transition runs, which do not change
+// once written: the timeline shows each one's paragraph on every update.
+type transitionLogs struct {
+	mu   sync.Mutex
+	logs map[string]string
+}
+
+// accounts returns the engine's account of each transition among runs,
+// by run id, cut to a paragraph.
+func (s *Server) accounts(ctx context.Context, runs []archive.Run) map[string]string {
+	out := map[string]string{}
+	for _, r := range runs {
+		if r.Handler != v1alpha1.TransitionHandler {
+			continue
+		}
+		s.logs.mu.Lock()
+		text, ok := s.logs.logs[r.ID]
+		s.logs.mu.Unlock()
+		if !ok {
+			stored, err := s.opts.Archive.Logs(ctx, r.ID, 0)
+			if err != nil {
+				continue
+			}
+			text = cut(strings.TrimSpace(archive.CleanLog(stored.Data)), 400)
+			if text == "" || r.FinishedAt.IsZero() {
+				out[r.ID] = text
+				continue // not written whole yet, maybe
+			}
+			s.logs.mu.Lock()
+			if s.logs.logs == nil || len(s.logs.logs) > 10_000 {
+				s.logs.logs = map[string]string{}
+			}
+			s.logs.logs[r.ID] = text
+			s.logs.mu.Unlock()
+		}
+		out[r.ID] = text
+	}
+	return out
+}

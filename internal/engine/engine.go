@@ -728,6 +728,7 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 		events: e.mgr.GetEventRecorder("opkit"), related: newRelatedIndex(), conditions: newConditionTable(),
 		namespace: e.opts.Namespace,
 	}
+	r.states = newStates(d, e, r.events)
 	if len(d.Handlers) > 0 {
 		var err error
 		if r.runner, err = newRunner(ctx, d, e, r.events); err != nil {

@@ -19,6 +19,9 @@ const (
 	HandlerNamePattern = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// VersionPattern is a Kubernetes version name: v1, v1beta2, v2alpha1.
 	VersionPattern = `^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$`
+	// StateNamePattern is a state's name (and a transition's reason): an
+	// identifier starting with an upper-case letter, like NeedsAttention.
+	StateNamePattern = `^[A-Z][A-Za-z0-9_]*$`
 )
 
 func str(desc string) apiextensionsv1.JSONSchemaProps {
@@ -292,6 +295,11 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 				XListType:    ptr.To("map"),
 				XListMapKeys: []string{"name"},
 			},
+			"states": {
+				Type: "array", MaxItems: ptr.To(int64(64)),
+				Description: "The life cycle of each custom resource: states, one initial, and the transitions between them (docs/states.md).",
+				Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: ptr.To(stateSchema())},
+			},
 		},
 	}
 	status := apiextensionsv1.JSONSchemaProps{
@@ -358,8 +366,8 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 	name.Pattern, name.MaxLength = HandlerNamePattern, ptr.To(int64(63))
 	on := apiextensionsv1.JSONSchemaProps{
 		Type: "array", MinItems: ptr.To(int64(1)), MaxItems: ptr.To(int64(5)),
-		Description: "Triggers: create, update, delete, resume, schedule, when, event; or validate or mutate alone (admission).",
-		Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", Enum: enum(OnCreate, OnUpdate, OnDelete, OnResume, OnSchedule, OnWhen, OnEvent, OnValidate, OnMutate)}},
+		Description: "Triggers: create, update, delete, resume, schedule, when, event, enter, exit; or validate or mutate alone (admission).",
+		Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", Enum: enum(OnCreate, OnUpdate, OnDelete, OnResume, OnSchedule, OnWhen, OnEvent, OnEnter, OnExit, OnValidate, OnMutate)}},
 		XListType:   ptr.To("set"),
 	}
 	env := apiextensionsv1.JSONSchemaProps{
@@ -392,6 +400,7 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 			"on":      on,
 			"fields":  strList("Update fires only when one of these dotted paths changed, e.g. spec.replicas.", 32),
 			"sources": strList("For the event trigger: the sources whose deliveries run the handler; defaults to all.", 16),
+			"states":  strList("For the enter and exit triggers: the states whose entering or leaving runs the handler.", 64),
 			"when": {
 				Type: "string", MaxLength: ptr.To(int64(4096)),
 				Description: "For the when trigger: a CEL condition over self, children and related; the handler runs once each time it becomes true.",
@@ -498,6 +507,64 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 			Rule:    "[has(self.exec), has(self.job), has(self.http)].filter(x, x).size() == 1",
 			Message: "a handler has exactly one of exec, job and http",
 		}},
+	}
+}
+
+// stateSchema is the schema of one of spec.states.
+func stateSchema() apiextensionsv1.JSONSchemaProps {
+	name := func(desc string) apiextensionsv1.JSONSchemaProps {
+		s := str(desc)
+		s.Pattern, s.MaxLength = StateNamePattern, ptr.To(int64(63))
+		return s
+	}
+	reason := func(desc string) apiextensionsv1.JSONSchemaProps {
+		s := str(desc)
+		s.MaxLength = ptr.To(int64(63))
+		return s
+	}
+	long := func(desc string, n int64) apiextensionsv1.JSONSchemaProps {
+		s := str(desc)
+		s.MaxLength = ptr.To(n)
+		return s
+	}
+	transition := apiextensionsv1.JSONSchemaProps{
+		Type: "object", Required: []string{"to"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"to":          name("The state it leads to."),
+			"when":        long("The guard: a CEL condition over self, children, related and run; defaults to always. Not allowed from a state that needsPerson.", 4096),
+			"reason":      reason("Recorded with the transition, a CamelCase word. Defaults to GuardHeld for a guarded transition, Unconditional for one without a guard, Decided for a person's choice."),
+			"description": long("What this choice does, shown to the person deciding.", 1024),
+		},
+	}
+	return apiextensionsv1.JSONSchemaProps{
+		Type: "object", Required: []string{"name"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"name":    name("The state's name, an identifier starting with an upper-case letter (e.g. Ready)."),
+			"initial": {Type: "boolean", Description: "The state a new object starts in; exactly one state has it."},
+			"final":   {Type: "boolean", Description: "A state with no way out."},
+			"needsPerson": {
+				Type: "object", Required: []string{"question"},
+				Description: "The state waits for a person's decision (opkit decide); its transitions are the choices.",
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"question": long("What the person is asked.", 1024),
+				},
+			},
+			"transitions": {
+				Type: "array", MaxItems: ptr.To(int64(32)),
+				Description: "Ways out of the state, tried in order: the first whose guard holds is taken.",
+				Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &transition},
+			},
+			"timeout": {
+				Type: "object", Required: []string{"after", "to"},
+				Description: "Leaves the state for another when the object has been in it this long.",
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"after":  duration("At least 1s."),
+					"to":     name("The state it leads to."),
+					"reason": reason("Recorded with the transition; defaults to Timeout."),
+				},
+			},
+			"refuses": strList("Dotted paths (spec, spec.version) that cannot change while an object is in the state.", 32),
+		},
 	}
 }
 

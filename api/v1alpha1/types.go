@@ -149,8 +149,9 @@ type Transition struct {
 	// allowed from a state that NeedsPerson.
 	When string `json:"when,omitempty"`
 	// Reason is recorded with the transition (status.state.reason, the
-	// Event, the archive), a CamelCase word. Defaults to the guard's
-	// source, or Decided for a person's choice.
+	// Event, the archive), a CamelCase word. Defaults to GuardHeld for a
+	// transition with a guard, Unconditional for one without, and Decided
+	// for a person's choice.
 	Reason string `json:"reason,omitempty"`
 	// Description tells a person what this choice does, for a state that
 	// NeedsPerson: shown beside its button and in opkit decide.

@@ -210,7 +210,7 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 	if len(l.errs) > errs {
 		return nil
 	}
-	envs, err := newCELEnvs(read.Schema, childIDs, childSchemas, relatedTypes)
+	envs, err := newCELEnvs(read.Schema, statusReadSchema(op, read), childIDs, childSchemas, relatedTypes)
 	if err != nil {
 		l.add(fmt.Sprintf("spec.resource.versions[%d].schema", slices.IndexFunc(op.Spec.Resource.Versions, func(v v1alpha1.ResourceVersion) bool { return v.Name == read.Name })), "%v", err)
 		return nil
@@ -254,6 +254,9 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 		case slices.Contains(reservedStatus, name):
 			l.add(field, "%q is written by opkit; choose another name", name)
 			continue
+		case name == stateStatus && len(op.Spec.States) > 0:
+			l.add(field, "%q is written by opkit for an Operator with states (the object's current state); choose another name", name)
+			continue
 		}
 		slot := compileString(l, envs.object, field, op.Spec.Status[name], nil)
 		if slot != nil {
@@ -273,6 +276,7 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 	d.Handlers = compileHandlers(l, envs, op.Spec.Handlers, dir, noNamespace, relatedIDs, ownedSubject)
 	compileSources(l, d)
 	d.Handlers, d.Admission = splitAdmission(d.Handlers)
+	compileStates(l, envs, d)
 	for _, r := range relatedTypes {
 		if r.schema == nil {
 			continue
@@ -292,6 +296,9 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 	}
 	for _, h := range d.Handlers {
 		h.schemas = valueSchemas
+	}
+	for _, t := range d.States.transitions() {
+		t.schemas = valueSchemas
 	}
 	checkReferences(l, d, ids, relatedIDs)
 	checkStatusSchemas(l, d)
@@ -616,6 +623,11 @@ func checkReferences(l *errorList, d *Definition, ids, relatedIDs map[string]boo
 	for _, h := range d.Handlers {
 		if h.When != nil {
 			check(h.When)
+		}
+	}
+	for _, t := range d.States.transitions() {
+		if t.When != nil {
+			check(t.When)
 		}
 	}
 }

@@ -139,7 +139,7 @@ func compileConversion(l *errorList, d *Definition, storage *v1alpha1.ResourceVe
 // .spec has the schema spec.
 func objectStructural(spec *apiextensionsv1.JSONSchemaProps) (*structuralschema.Structural, error) {
 	var internal apiextensions.JSONSchemaProps
-	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(selfSchema(spec), &internal, nil); err != nil {
+	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(selfSchema(spec, nil), &internal, nil); err != nil {
 		return nil, err
 	}
 	s, err := structuralschema.NewStructural(&internal)

@@ -1,6 +1,7 @@
 package definition
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -123,6 +124,9 @@ type celEnvs struct {
 	// holds each child's current object (typed by the child kind's schema
 	// when it is known, dyn otherwise).
 	object *cel.Env
+	// guard is object with run, for the guards of states' transitions:
+	// the state's last finished enter run (handler, outcome, error).
+	guard *cel.Env
 	// child: self is one child object, for readyWhen; by child id, with
 	// untyped for children whose schema is not known.
 	child   map[string]*cel.Env
@@ -143,8 +147,10 @@ type SchemaResolver interface {
 	ResolveSchema(gvk schema.GroupVersionKind) (*spec.Schema, error)
 }
 
-// selfSchema wraps the schema of .spec into the whole object's schema.
-func selfSchema(spec *apiextensionsv1.JSONSchemaProps) *apiextensionsv1.JSONSchemaProps {
+// selfSchema wraps the schema of .spec, and the one of .status the
+// expressions read (nil for an open object: see statusReadSchema), into
+// the whole object's schema.
+func selfSchema(spec, status *apiextensionsv1.JSONSchemaProps) *apiextensionsv1.JSONSchemaProps {
 	str := apiextensionsv1.JSONSchemaProps{Type: "string"}
 	strMap := apiextensionsv1.JSONSchemaProps{Type: "object", AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Schema: &str}}
 	if spec == nil {
@@ -163,7 +169,7 @@ func selfSchema(spec *apiextensionsv1.JSONSchemaProps) *apiextensionsv1.JSONSche
 				"annotations":       strMap,
 			}},
 			"spec":   *spec,
-			"status": {Type: "object", XPreserveUnknownFields: ptr.To(true)},
+			"status": *cmp.Or(status, &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}),
 		},
 	}
 }
@@ -171,9 +177,9 @@ func selfSchema(spec *apiextensionsv1.JSONSchemaProps) *apiextensionsv1.JSONSche
 // newCELEnvs builds the environments from the storage version's schema
 // and the schemas of the children (by id; nil for untyped), with the
 // Kubernetes CEL libraries (quantities, URLs, regex, lists...).
-func newCELEnvs(specSchema *apiextensionsv1.JSONSchemaProps, ids []string, childSchemas map[string]*spec.Schema, related []relatedType) (*celEnvs, error) {
+func newCELEnvs(specSchema, statusSchema *apiextensionsv1.JSONSchemaProps, ids []string, childSchemas map[string]*spec.Schema, related []relatedType) (*celEnvs, error) {
 	var internal apiextensions.JSONSchemaProps
-	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(selfSchema(specSchema), &internal, nil); err != nil {
+	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(selfSchema(specSchema, statusSchema), &internal, nil); err != nil {
 		return nil, err
 	}
 	structural, err := structuralschema.NewStructural(&internal)
@@ -254,6 +260,9 @@ func newEnvs(selfType *apiservercel.DeclType, ids []string, childSchemas map[str
 		return nil, err
 	}
 	envs := &celEnvs{object: objectSet.NewExpressionsEnv(), child: map[string]*cel.Env{}}
+	if envs.guard, err = envs.object.Extend(cel.Variable("run", cel.MapType(cel.StringType, cel.StringType))); err != nil {
+		return nil, err
+	}
 	childSet, err := base.Extend(environment.VersionedOptions{
 		IntroducedVersion: version.MajorMinor(1, 0),
 		EnvOptions:        []cel.EnvOption{cel.Variable("self", cel.DynType)},

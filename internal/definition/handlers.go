@@ -33,6 +33,10 @@ type Handler struct {
 	RelatedFields []RelatedField
 	// When is the condition of the when trigger, or nil.
 	When *Expression
+	// States are the states whose entering (trigger enter) or leaving
+	// (trigger exit) runs the handler, as declared; each is known (the
+	// StateMachine's State.Enter and State.Exit list the handler).
+	States []string
 
 	schemas map[string]common.Schema // types children and related for When
 	// Every, EveryExpr or Cron is the schedule, for the schedule trigger:
@@ -261,7 +265,7 @@ var (
 	handlerNameRE = regexp.MustCompile(v1alpha1.HandlerNamePattern)
 	fieldPathRE   = regexp.MustCompile(`^spec(\.[A-Za-z0-9_-]+)*$`)
 	objectPathRE  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z0-9_/-]+)*$`)
-	triggers      = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule, v1alpha1.OnWhen, v1alpha1.OnEvent, v1alpha1.OnValidate, v1alpha1.OnMutate}
+	triggers      = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule, v1alpha1.OnWhen, v1alpha1.OnEvent, v1alpha1.OnEnter, v1alpha1.OnExit, v1alpha1.OnValidate, v1alpha1.OnMutate}
 	cronParser    = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 	// cronCheckFrom is where Compile looks for a cron's first time: a
 	// leap year's start, so that 29 February is found.
@@ -344,6 +348,7 @@ func compileHandlers(l *errorList, envs *celEnvs, hs []v1alpha1.Handler, dir str
 			c.When = compileCondition(l, envs.object, field+".when", h.When)
 		}
 		compileSchedule(l, envs, field, h, c, subj)
+		compileHandlerStates(l, field, h, c, subj)
 		switch {
 		case c.Timeout < 0:
 			l.add(field+".timeout", "must be positive")

@@ -2,6 +2,8 @@ package definition
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apiserver/pkg/cel/common"
@@ -46,6 +48,8 @@ type State struct {
 	Enter, Exit []*Handler
 	// Line is where the state is declared, for errors found later.
 	Line int
+	// Field is the state's path in the Operator, e.g. spec.states[2].
+	Field string
 }
 
 // Choices are the states a person may choose from a state that
@@ -66,8 +70,14 @@ type Transition struct {
 	// Reason is recorded with the transition; defaulted at load.
 	Reason      string
 	Description string
+	// Field is the transition's path in the Operator, e.g.
+	// spec.states[2].transitions[0].
+	Field string
 
 	schemas map[string]common.Schema // types children and related for When
+	// broken: its guard did not compile (reported); it is not a
+	// transition without one.
+	broken bool
 }
 
 // Timeout is a compiled state timeout.
@@ -75,7 +85,23 @@ type Timeout struct {
 	After  time.Duration
 	To     string
 	Reason string // defaults to Timeout
+	// Field is the timeout's path in the Operator, e.g.
+	// spec.states[2].timeout.
+	Field string
 }
+
+// Default reasons of transitions that declare none.
+const (
+	// ReasonGuardHeld is a guarded transition's.
+	ReasonGuardHeld = "GuardHeld"
+	// ReasonUnconditional is the reason of a transition without a guard:
+	// taken as soon as the state's enter handlers are done.
+	ReasonUnconditional = "Unconditional"
+	// ReasonTimeout is a timeout's.
+	ReasonTimeout = "Timeout"
+	// ReasonDecided is a person's choice's, from a state that NeedsPerson.
+	ReasonDecided = "Decided"
+)
 
 // Run is what a guard reads as run: the state's last finished enter run
 // in the current visit. The zero Run (no run finished yet) reads as an
@@ -88,16 +114,52 @@ type Run struct {
 	Error   string
 }
 
-// errNotBuilt marks what the skeleton of the state machine has not
-// implemented yet.
-var errNotBuilt = errors.New("states: not built yet")
+// value is run as a guard reads it: handler, outcome and error; an empty
+// map for the zero Run.
+func (r Run) value() map[string]string {
+	if r == (Run{}) {
+		return map[string]string{}
+	}
+	return map[string]string{"handler": r.Handler, "outcome": r.Outcome, "error": r.Error}
+}
+
+// ErrNotKnownYet is matched (errors.Is) by the error of a guard that reads
+// a field that does not exist (yet): a status field not written,
+// run.outcome before any enter run finished. So is ErrChildMissing: the
+// guard does not hold, and that is no failure.
+var ErrNotKnownYet = errors.New("not known yet")
+
+// notKnownYet is a guard's "no such key".
+type notKnownYet struct{ err error }
+
+func (e notKnownYet) Error() string { return e.err.Error() + " (not known yet)" }
+func (e notKnownYet) Unwrap() error { return e.err }
+func (e notKnownYet) Is(target error) bool {
+	return target == ErrNotKnownYet || target == ErrChildMissing
+}
 
 // Holds evaluates the guard over vars and run: true for a transition
 // without one. An error wrapping ErrChildMissing means the guard cannot be
-// known yet (it reads what does not exist); the transition is not taken.
+// known yet (it reads what does not exist: a child, a related object, a
+// field, run.outcome before any run); the transition is not taken, and
+// that is no failure. Any other error is one (a division by zero, a
+// value of the wrong type).
 func (t *Transition) Holds(vars Vars, run Run) (bool, error) {
 	if t.When == nil {
 		return true, nil
 	}
-	return false, errNotBuilt
+	act := vars.activation(t.schemas)
+	act["run"] = run.value()
+	v, err := t.When.Eval(act)
+	if err != nil {
+		if !errors.Is(err, ErrChildMissing) && strings.Contains(err.Error(), "no such key") {
+			return false, notKnownYet{err}
+		}
+		return false, err
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, fmt.Errorf("%s: ${%s} gave %v, not a bool", t.When.Field, t.When.Source, v)
+	}
+	return b, nil
 }

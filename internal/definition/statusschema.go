@@ -2,12 +2,14 @@ package definition
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/utils/ptr"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 )
@@ -185,4 +187,67 @@ func schemaErrorPath(p string) string {
 	p = strings.TrimPrefix(strings.TrimPrefix(p, "<root>"), ".")
 	p = strings.ReplaceAll(p, "[", ".")
 	return "." + strings.ReplaceAll(p, "]", "")
+}
+
+// statusReadSchema types self.status for the expressions of a custom
+// resource's definition: the fields opkit writes (conditions,
+// observedGeneration; state, for an Operator with states), the version's
+// statusSchema fields with their types, and the spec.status fields, as
+// dyn (their types are known only once they are compiled, which may
+// read them). A field none of these names is not read: a handler's
+// field is declared in statusSchema first.
+func statusReadSchema(op *v1alpha1.Operator, v *v1alpha1.ResourceVersion) *apiextensionsv1.JSONSchemaProps {
+	s := &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true), Properties: map[string]apiextensionsv1.JSONSchemaProps{}}
+	mergeStatusSchema(s, v)
+	for name := range op.Spec.Status {
+		if _, typed := s.Properties[name]; !typed && !slices.Contains(reservedStatus, name) {
+			s.Properties[name] = apiextensionsv1.JSONSchemaProps{XIntOrString: true}
+		}
+	}
+	str := apiextensionsv1.JSONSchemaProps{Type: "string"}
+	s.Properties["observedGeneration"] = apiextensionsv1.JSONSchemaProps{Type: "integer", Format: "int64"}
+	s.Properties["conditions"] = apiextensionsv1.JSONSchemaProps{Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{
+		Type: "object",
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"type": str, "status": str, "reason": str, "message": str, "lastTransitionTime": str,
+			"observedGeneration": {Type: "integer", Format: "int64"},
+		},
+	}}}
+	delete(s.Properties, stateStatus)
+	if len(op.Spec.States) > 0 {
+		// since is read as the string it is: self is not read through
+		// its schema, so a date-time would not be a timestamp.
+		s.Properties[stateStatus] = objectStateSchema(false)
+	}
+	return s
+}
+
+// objectStateSchema is the schema of status.state, from the fields of
+// v1alpha1.ObjectState: since a date-time when dates is set, a string
+// otherwise.
+func objectStateSchema(dates bool) apiextensionsv1.JSONSchemaProps {
+	s := apiextensionsv1.JSONSchemaProps{
+		Type:        "object",
+		Description: "The object's state in its life cycle, written by opkit.",
+		Properties:  map[string]apiextensionsv1.JSONSchemaProps{},
+	}
+	t := reflect.TypeFor[v1alpha1.ObjectState]()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		var p apiextensionsv1.JSONSchemaProps
+		switch f.Type.Kind() {
+		case reflect.Int64:
+			p = apiextensionsv1.JSONSchemaProps{Type: "integer", Format: "int64"}
+		case reflect.Slice:
+			p = apiextensionsv1.JSONSchemaProps{Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string"}}}
+		default:
+			p = apiextensionsv1.JSONSchemaProps{Type: "string"}
+			if name == "since" && dates {
+				p.Format = "date-time"
+			}
+		}
+		s.Properties[name] = p
+	}
+	return s
 }

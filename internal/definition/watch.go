@@ -116,6 +116,9 @@ func compileUnowned(l *errorList, src *Source, d *Definition, schemas SchemaReso
 	if len(op.Spec.Status) > 0 {
 		l.add("spec.status", "%s: status fields are written to a custom resource; declare spec.resource", what)
 	}
+	if len(op.Spec.States) > 0 {
+		l.add("spec.states", "%s: states are the life cycle of a custom resource; declare spec.resource", what)
+	}
 	if subj == calendarSubject && len(op.Spec.Handlers) == 0 {
 		l.add("spec", "an Operator declares spec.resource (a custom resource it owns), spec.watch (objects it reacts to) or, with neither, handlers on schedule (operator-wide schedules) or on event (deliveries of spec.sources)")
 		return nil

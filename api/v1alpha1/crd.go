@@ -517,6 +517,13 @@ func stateSchema() apiextensionsv1.JSONSchemaProps {
 		s.Pattern, s.MaxLength = StateNamePattern, ptr.To(int64(63))
 		return s
 	}
+	// A target is checked by opkit against the states declared, with a
+	// message that names them.
+	target := func(desc string) apiextensionsv1.JSONSchemaProps {
+		s := str(desc)
+		s.MaxLength = ptr.To(int64(256))
+		return s
+	}
 	reason := func(desc string) apiextensionsv1.JSONSchemaProps {
 		s := str(desc)
 		s.MaxLength = ptr.To(int64(63))
@@ -530,7 +537,7 @@ func stateSchema() apiextensionsv1.JSONSchemaProps {
 	transition := apiextensionsv1.JSONSchemaProps{
 		Type: "object", Required: []string{"to"},
 		Properties: map[string]apiextensionsv1.JSONSchemaProps{
-			"to":          name("The state it leads to."),
+			"to":          target("The state it leads to."),
 			"when":        long("The guard: a CEL condition over self, children, related and run; defaults to always. Not allowed from a state that needsPerson.", 4096),
 			"reason":      reason("Recorded with the transition, a CamelCase word. Defaults to GuardHeld for a guarded transition, Unconditional for one without a guard, Decided for a person's choice."),
 			"description": long("What this choice does, shown to the person deciding.", 1024),
@@ -559,7 +566,7 @@ func stateSchema() apiextensionsv1.JSONSchemaProps {
 				Description: "Leaves the state for another when the object has been in it this long.",
 				Properties: map[string]apiextensionsv1.JSONSchemaProps{
 					"after":  duration("At least 1s."),
-					"to":     name("The state it leads to."),
+					"to":     target("The state it leads to."),
 					"reason": reason("Recorded with the transition; defaults to Timeout."),
 				},
 			},

@@ -50,6 +50,8 @@ type State struct {
 	Line int
 	// Field is the state's path in the Operator, e.g. spec.states[2].
 	Field string
+
+	initial bool // as declared: the checks count them
 }
 
 // Choices are the states a person may choose from a state that

@@ -79,12 +79,13 @@ func compileStates(l *errorList, envs *celEnvs, d *Definition) {
 		}
 	}
 	linkStateHandlers(l, d, m)
+	checkStates(l, d, m)
 	d.States = m
 }
 
 // compileState compiles one state, reporting what is wrong with it alone.
 func compileState(l *errorList, envs *celEnvs, field string, s v1alpha1.State) *State {
-	st := &State{Name: s.Name, Final: s.Final, Line: l.line(field), Field: field}
+	st := &State{Name: s.Name, Final: s.Final, Line: l.line(field), Field: field, initial: s.Initial}
 	if s.NeedsPerson != nil {
 		st.NeedsPerson = true
 		st.Question = strings.TrimSpace(s.NeedsPerson.Question)

@@ -1,0 +1,256 @@
+package definition
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+)
+
+// The checks of spec.states as a whole, each an error at the field at
+// fault: names, the initial state, targets, reachability, ways out, the
+// rules of final states and of states that need a person, timeouts,
+// reasons, and the fields a state refuses to change.
+
+// checkStates checks the compiled machine m of d.
+func checkStates(l *errorList, d *Definition, m *StateMachine) {
+	op := d.Operator
+	checkStateNames(l, m)
+	checkInitial(l, m)
+	for i, s := range m.States {
+		checkState(l, d, m, s, op.Spec.States[i])
+	}
+	checkReachable(l, m)
+	for i := range op.Spec.Resource.Versions {
+		v := &op.Spec.Resource.Versions[i]
+		if v.StatusSchema == nil {
+			continue
+		}
+		if _, ok := v.StatusSchema.Properties[stateStatus]; ok {
+			l.add(fmt.Sprintf("spec.resource.versions[%d].statusSchema.properties.%s", i, stateStatus),
+				"%q is written and typed by opkit for an Operator with states (the object's current state); choose another name", stateStatus)
+		}
+	}
+}
+
+func checkStateNames(l *errorList, m *StateMachine) {
+	seen := map[string]bool{}
+	for _, s := range m.States {
+		field := s.Field + ".name"
+		switch {
+		case s.Name == "":
+			l.add(field, "required: a name like Ready or NeedsAttention")
+		case len(s.Name) > MaxStateName:
+			l.add(field, "%q is %d characters long: a state's name has at most %d", s.Name, len(s.Name), MaxStateName)
+		case !stateNameRE.MatchString(s.Name):
+			l.add(field, "%q is not a state name: expected an identifier starting with an upper-case letter, like Ready or NeedsAttention", s.Name)
+		case seen[s.Name]:
+			l.add(field, "duplicate state %q: each state needs its own name", s.Name)
+		}
+		seen[s.Name] = true
+	}
+}
+
+func checkInitial(l *errorList, m *StateMachine) {
+	var initial []*State
+	for _, s := range m.States {
+		if s.initial {
+			initial = append(initial, s)
+		}
+	}
+	switch {
+	case len(initial) == 0:
+		l.add("spec.states", "no state is initial: mark the one a new object starts in with initial: true (states: %s)", strings.Join(m.names(), ", "))
+	case len(initial) > 1:
+		for _, s := range initial[1:] {
+			l.add(s.Field+".initial", "states %s and %s both set initial: exactly one state is where a new object starts", initial[0].Name, s.Name)
+		}
+	}
+}
+
+func checkState(l *errorList, d *Definition, m *StateMachine, s *State, decl v1alpha1.State) {
+	field := s.Field
+	if s.Final {
+		if len(s.Transitions) > 0 {
+			l.add(field+".transitions", "state %s is final: it has no way out, and so no transitions; remove them, or final", s.Name)
+		}
+		if s.Timeout != nil {
+			l.add(field+".timeout", "state %s is final: it has no way out, and so no timeout; remove it, or final", s.Name)
+		}
+		if s.NeedsPerson {
+			l.add(field+".needsPerson", "state %s is final: no decision leaves it; remove needsPerson, or final", s.Name)
+		}
+	} else if len(s.Transitions) == 0 && s.Timeout == nil && !s.NeedsPerson {
+		l.add(field, "state %s has no way out (no transition, no timeout) and is not final: add a transition or a timeout, or mark it final: true", s.Name)
+	}
+	if s.NeedsPerson {
+		switch {
+		case s.Question == "":
+			l.add(field+".needsPerson.question", "required: what the person is asked, like \"Roll back, or accept the new version?\"")
+		case len(s.Transitions) == 0 && !s.Final:
+			l.add(field+".needsPerson", "state %s needs a person, who chooses one of its transitions: declare at least one", s.Name)
+		}
+		if s.Timeout != nil {
+			l.add(field+".timeout", "state %s needs a person: only a decision leaves it, so it has no timeout", s.Name)
+		}
+	}
+	unguarded := -1
+	for j, t := range s.Transitions {
+		tf := t.Field
+		checkTarget(l, m, tf+".to", t.To)
+		checkReason(l, tf+".reason", decl.Transitions[j].Reason)
+		if s.NeedsPerson && decl.Transitions[j].When != "" {
+			l.add(tf+".when", "state %s needs a person, who chooses among its transitions: a choice has no guard", s.Name)
+		}
+		for k, u := range s.Transitions[:j] {
+			same := u.To == t.To && (s.NeedsPerson || decl.Transitions[k].When == decl.Transitions[j].When)
+			if same && t.To != "" {
+				what := "the same target and guard"
+				if s.NeedsPerson {
+					what = "the same target: a person chooses by it"
+				}
+				l.add(tf, "duplicate transition: %s.transitions[%d] has %s (to %s)", field, k, what, t.To)
+				break
+			}
+		}
+		switch {
+		case s.NeedsPerson:
+		case unguarded >= 0:
+			l.warn(d, tf, "never taken: transition %d (to %s) comes before it and has no guard, so it is always taken first; move this one up, or give that one a guard", unguarded, s.Transitions[unguarded].To)
+		case t.When == nil && !t.broken:
+			unguarded = j
+		}
+	}
+	if to := s.Timeout; to != nil {
+		switch {
+		case to.After < MinStateTimeout:
+			l.add(to.Field+".after", "%s is shorter than the %s minimum", to.After, MinStateTimeout)
+		}
+		checkTarget(l, m, to.Field+".to", to.To)
+		checkReason(l, to.Field+".reason", decl.Timeout.Reason)
+	}
+	for k, r := range s.Refuses {
+		checkRefused(l, d, fmt.Sprintf("%s.refuses[%d]", field, k), r)
+	}
+}
+
+func checkTarget(l *errorList, m *StateMachine, field, to string) {
+	switch {
+	case to == "":
+		l.add(field, "required: the state it leads to (states: %s)", strings.Join(m.names(), ", "))
+	case m.State(to) == nil:
+		hint := ""
+		if near := nearest(to, m.names()); near != "" {
+			hint = fmt.Sprintf(": did you mean %s?", near)
+		}
+		l.add(field, "%q is not a state of the Operator%s (states: %s)", to, hint, strings.Join(m.names(), ", "))
+	}
+}
+
+// checkReason checks a declared reason (not a default one).
+func checkReason(l *errorList, field, reason string) {
+	switch {
+	case reason == "":
+	case len(reason) > MaxStateName || !stateNameRE.MatchString(reason):
+		l.add(field, "%q is not a reason: expected a CamelCase word of at most %d characters, like VersionChanged", reason, MaxStateName)
+	}
+}
+
+// checkReachable reports each state no path of transitions and timeouts
+// leads to from the initial state.
+func checkReachable(l *errorList, m *StateMachine) {
+	if m.Initial == nil {
+		return // reported
+	}
+	reached := map[*State]bool{m.Initial: true}
+	queue := []*State{m.Initial}
+	for len(queue) > 0 {
+		s := queue[0]
+		queue = queue[1:]
+		for _, to := range s.targets() {
+			if next := m.State(to); next != nil && !reached[next] {
+				reached[next] = true
+				queue = append(queue, next)
+			}
+		}
+	}
+	for _, s := range m.States {
+		if !reached[s] && m.State(s.Name) == s {
+			l.add(s.Field, "state %s cannot be reached from the initial state %s: no transition or timeout of a state that can be reached leads to it; add one, or remove the state", s.Name, m.Initial.Name)
+		}
+	}
+}
+
+// targets are the states the state's transitions and timeout lead to.
+func (s *State) targets() []string {
+	var out []string
+	for _, t := range s.Transitions {
+		out = append(out, t.To)
+	}
+	if s.Timeout != nil {
+		out = append(out, s.Timeout.To)
+	}
+	return out
+}
+
+// checkRefused checks a refused path: spec, or a field of every version's
+// schema under spec.
+func checkRefused(l *errorList, d *Definition, field, path string) {
+	if path != "spec" && !strings.HasPrefix(path, "spec.") || strings.Contains(path, "..") || strings.HasSuffix(path, ".") {
+		l.add(field, "%q is not a field of the spec: write a dotted path like spec.version, or spec for all of it", path)
+		return
+	}
+	names := strings.Split(path, ".")[1:]
+	for _, v := range d.Operator.Spec.Resource.Versions {
+		s := v.Schema
+		for i, name := range names {
+			if s == nil || s.XPreserveUnknownFields != nil && *s.XPreserveUnknownFields && s.Properties[name].Type == "" {
+				break // an open object: any field
+			}
+			if s.AdditionalProperties != nil && s.Properties == nil {
+				break // a map: any key
+			}
+			prop, ok := s.Properties[name]
+			if !ok {
+				l.add(field, "%q: version %s's schema has no field %s", path, v.Name, strings.Join(append([]string{"spec"}, names[:i+1]...), "."))
+				return
+			}
+			s = &prop
+		}
+	}
+}
+
+// nearest is the name in names closest to s (at most a third of it
+// differs, or only case), or "".
+func nearest(s string, names []string) string {
+	best, bestD := "", len(s)/3+1
+	for _, n := range names {
+		if strings.EqualFold(n, s) {
+			return n
+		}
+		if d := editDistance(s, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}

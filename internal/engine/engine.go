@@ -500,6 +500,9 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	if (len(d.Handlers) > 0 || len(d.Admission) > 0) && e.opts.Archive == nil {
 		return fmt.Errorf("operator %s: handlers need a run archive, and the engine has none", d.Operator.Name)
 	}
+	if d.States != nil && e.opts.Archive == nil {
+		return fmt.Errorf("operator %s: states need a run archive, which records every transition, and the engine has none", d.Operator.Name)
+	}
 	if len(d.Admission) > 0 && e.webhook == nil {
 		return fmt.Errorf("operator %s: admission handlers (on validate or mutate) are served by the engine's webhook server, and it runs none: give it an address (opkit run --webhook-addr)", d.Operator.Name)
 	}

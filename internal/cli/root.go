@@ -52,6 +52,6 @@ func NewRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCommand(), newClusterCommand(), newKubectlCommand(), newRunCommand(), newDevCommand(),
-		newRunsCommand(), newLogsCommand(), newEventsCommand(), newRetryCommand(), newConsoleCommand(), newGenerateCommand(), newTestCommand(), newLintCommand(), newMigrateCommand())
+		newRunsCommand(), newLogsCommand(), newEventsCommand(), newRetryCommand(), newDecideCommand(), newConsoleCommand(), newGenerateCommand(), newTestCommand(), newLintCommand(), newMigrateCommand())
 	return root
 }

@@ -31,9 +31,11 @@ func (d *Definition) CRD() *apiextensionsv1.CustomResourceDefinition {
 
 // CRDWith builds the CustomResourceDefinition of the definition's
 // resource: each version's schema under .spec, with the rules of its
-// immutable fields, an open .status (opkit's fields and the Operator's
-// status fields), the status subresource, scale when asked, the printer
-// columns followed by Age, and the conversion strategy: Webhook
+// immutable fields and of the fields its states refuse to change, an open
+// .status (opkit's fields, status.state for an Operator with states, and
+// the Operator's status fields), the status subresource, scale when
+// asked, the printer columns (after State, for an Operator with states)
+// followed by Age, and the conversion strategy: Webhook
 // (ConversionReview v1, opts.ConversionWebhook) when a version declares
 // conversion, None otherwise.
 func (d *Definition) CRDWith(opts CRDOptions) *apiextensionsv1.CustomResourceDefinition {
@@ -78,7 +80,7 @@ func (d *Definition) buildCRD(opts CRDOptions) (*apiextensionsv1.CustomResourceD
 		if spec == nil {
 			spec = &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}
 		}
-		columns := append([]apiextensionsv1.CustomResourceColumnDefinition{}, v.PrinterColumns...)
+		columns := d.withStateColumn(append([]apiextensionsv1.CustomResourceColumnDefinition{}, v.PrinterColumns...))
 		columns = append(columns, apiextensionsv1.CustomResourceColumnDefinition{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"})
 		sub := &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}}
 		if v.Scale != nil {
@@ -92,6 +94,7 @@ func (d *Definition) buildCRD(opts CRDOptions) (*apiextensionsv1.CustomResourceD
 			},
 		}
 		addImmutableRules(root, i, &v, generated)
+		d.addRefuseRules(root, i, v.Schema, generated)
 		crd.Spec.Versions = append(crd.Spec.Versions, apiextensionsv1.CustomResourceDefinitionVersion{
 			Name: v.Name, Served: v.Served == nil || *v.Served, Storage: v.Storage,
 			Schema:                   &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: root},
@@ -124,6 +127,12 @@ func (d *Definition) statusSchema(v *v1alpha1.ResourceVersion) apiextensionsv1.J
 		s.Properties[f.Name] = prop
 	}
 	mergeStatusSchema(&s, v)
+	if d.States != nil {
+		if s.Properties == nil {
+			s.Properties = map[string]apiextensionsv1.JSONSchemaProps{}
+		}
+		s.Properties[stateStatus] = objectStateSchema(true)
+	}
 	return s
 }
 

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"strings"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiservercel "k8s.io/apiserver/pkg/cel"
+
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 )
 
@@ -193,31 +196,62 @@ func (s *State) targets() []string {
 	return out
 }
 
-// checkRefused checks a refused path: spec, or a field of every version's
-// schema under spec.
+// checkRefused checks a refused path against every version's schema.
 func checkRefused(l *errorList, d *Definition, field, path string) {
-	if path != "spec" && !strings.HasPrefix(path, "spec.") || strings.Contains(path, "..") || strings.HasSuffix(path, ".") {
-		l.add(field, "%q is not a field of the spec: write a dotted path like spec.version, or spec for all of it", path)
-		return
-	}
-	names := strings.Split(path, ".")[1:]
-	for _, v := range d.Operator.Spec.Resource.Versions {
-		s := v.Schema
-		for i, name := range names {
-			if s == nil || s.XPreserveUnknownFields != nil && *s.XPreserveUnknownFields && s.Properties[name].Type == "" {
-				break // an open object: any field
+	versions := d.Operator.Spec.Resource.Versions
+	for _, v := range versions {
+		if _, err := resolveRefused(v.Schema, path); err != nil {
+			if len(versions) > 1 {
+				err = fmt.Errorf("version %s: %w", v.Name, err)
 			}
-			if s.AdditionalProperties != nil && s.Properties == nil {
-				break // a map: any key
-			}
-			prop, ok := s.Properties[name]
-			if !ok {
-				l.add(field, "%q: version %s's schema has no field %s", path, v.Name, strings.Join(append([]string{"spec"}, names[:i+1]...), "."))
-				return
-			}
-			s = &prop
+			l.add(field, "%v", err)
+			return
 		}
 	}
+}
+
+// resolveRefused checks a refused path against a version's spec schema
+// and returns the field names below spec (none for spec itself): a rule
+// reads it with has() and compares it, so it goes through typed objects
+// and maps only.
+func resolveRefused(schema *apiextensionsv1.JSONSchemaProps, path string) ([]string, error) {
+	if path == "spec" {
+		return nil, nil
+	}
+	rest, ok := strings.CutPrefix(path, "spec.")
+	if !ok {
+		return nil, fmt.Errorf("%q is not a field of the spec: write a dotted path like spec.version, or spec for all of it", path)
+	}
+	names := strings.Split(rest, ".")
+	node := schema
+	for i, name := range names {
+		at := strings.Join(append([]string{"spec"}, names[:i]...), ".")
+		if name == "" {
+			return nil, fmt.Errorf("%q is not a dotted path like spec.version", path)
+		}
+		if _, ok := apiservercel.Escape(name); !ok {
+			return nil, fmt.Errorf("%q: the field name %q cannot be named in a CEL rule; refuse %s whole", path, name, at)
+		}
+		var prop *apiextensionsv1.JSONSchemaProps
+		switch {
+		case node == nil:
+			return nil, fmt.Errorf("%q: the version has no schema, so its fields cannot be named; refuse spec whole, or declare the field under schema.properties", path)
+		case node.Type == "array":
+			return nil, fmt.Errorf("%q goes through %s, a list: refuse the whole list (%s)", path, at, at)
+		case len(node.Properties) == 0 && node.AdditionalProperties != nil && node.AdditionalProperties.Schema != nil:
+			prop = node.AdditionalProperties.Schema // a map's key
+		case len(node.Properties) == 0:
+			return nil, fmt.Errorf("%q: %s is an open object whose fields the schema does not name; refuse %s whole", path, at, at)
+		default:
+			p, ok := node.Properties[name]
+			if !ok {
+				return nil, fmt.Errorf("%q: the schema has no field %s.%s (it has %s)", path, at, name, strings.Join(sortedKeys(node.Properties), ", "))
+			}
+			prop = &p
+		}
+		node = prop
+	}
+	return names, nil
 }
 
 // nearest is the name in names closest to s (at most a third of it

@@ -104,7 +104,7 @@ func TestEveryStateCheckIsAnErrorAtItsFieldAndLine(t *testing.T) {
 		{"a refused field outside the spec", one("[spec.image]", "[status.phase]"), 23, "spec.states[1].refuses[0]",
 			`"status.phase" is not a field of the spec: write a dotted path like spec.version, or spec for all of it`},
 		{"a refused field the schema does not have", one("[spec.image]", "[spec.imag]"), 23, "spec.states[1].refuses[0]",
-			`"spec.imag": version v1's schema has no field spec.imag`},
+			`"spec.imag": the schema has no field spec.imag (it has image, replicas)`},
 		{"a handler on enter without states", one("    states: [Running]\n", ""), 38, "spec.handlers[0].states",
 			"required by the enter trigger: the states whose entering runs the handler, like states: [Ready]"},
 		{"a handler naming an unknown state", one("states: [Running]", "states: [Runing]"), 40, "spec.handlers[0].states[0]",

@@ -107,9 +107,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.patchFinalizer(ctx, cr, fin, wants)
 	}
 	vars := definition.Vars{Self: cr.Object, Children: map[string]map[string]any{}, Related: map[string]any{}}
-	var visit *visit
+	var sv *visit
 	if r.states != nil {
-		visit = r.states.begin(ctx, cr, &vars) // a new object's initial state, before its children render
+		sv = r.states.begin(ctx, cr, &vars) // a new object's initial state, before its children render
 	}
 	inventory := readInventory(cr)
 	var keep []childRef
@@ -165,25 +165,25 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			requeue = step.requeue
 		}
 	}
-	if visit != nil && (r.runner == nil || step != nil) {
+	if sv != nil && (r.runner == nil || step != nil) {
 		var handlers *cause.State
 		if step != nil {
 			handlers = step.state
 		}
-		if wait := r.states.step(cr, visit, &vars, handlers); wait > 0 && (requeue == 0 || wait < requeue) {
+		if wait := r.states.step(cr, sv, &vars, handlers); wait > 0 && (requeue == 0 || wait < requeue) {
 			requeue = wait // the state's timeout
 		}
 	}
-	err := r.updateStatus(ctx, cr, vars, keep, waiting, notReady, failure, step, visit)
-	if visit != nil {
-		if serr := r.states.after(ctx, cr, visit, err == nil); serr != nil {
+	err := r.updateStatus(ctx, cr, vars, keep, waiting, notReady, failure, step, sv)
+	if sv != nil {
+		if serr := r.states.after(ctx, cr, sv, err == nil); serr != nil {
 			failure = errors.Join(failure, serr)
 		}
 	}
 	if errors.Is(err, errGone) {
 		return reconcile.Result{}, nil // its deletion reconciles it again
 	}
-	if apierrors.IsConflict(err) && visit != nil {
+	if apierrors.IsConflict(err) && sv != nil {
 		// The state was decided over an older object than the API's: read
 		// it again (the write was refused, so nothing moved twice).
 		return reconcile.Result{RequeueAfter: 250 * time.Millisecond}, nil
@@ -363,7 +363,7 @@ func (r *reconciler) recreate(ctx context.Context, cr *unstructured.Unstructured
 
 // updateStatus writes the status fields, observedGeneration and the
 // conditions, only when they changed.
-func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error, step *stepResult, visit *visit) error {
+func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error, step *stepResult, sv *visit) error {
 	// Read, not copied: nothing below changes what oldStatus holds.
 	oldStatus, _ := cr.Object["status"].(map[string]any)
 	status := make(map[string]any, len(oldStatus)+len(r.def.Status)+3)
@@ -428,8 +428,8 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 		meta.RemoveStatusCondition(&conds, v1alpha1.ConditionPaused)
 	}
 	precondition := false
-	if visit != nil {
-		set, precondition = visit.writeTo(status, set)
+	if sv != nil {
+		set, precondition = sv.writeTo(status, set)
 	}
 	for _, c := range set {
 		c.ObservedGeneration = cr.GetGeneration()

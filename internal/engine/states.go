@@ -276,6 +276,8 @@ func (s *states) record(ctx context.Context, cr *unstructured.Unstructured, n *v
 	if !archive.ValidID(r.ID) {
 		r.ID = archive.NewID(at) // a status.state.run not of opkit's: the record gets its own
 	}
+	// Written, it is recorded, also when the engine is stopping.
+	ctx = context.WithoutCancel(ctx)
 	if err := s.archive.Insert(ctx, r); err != nil {
 		return err
 	}

@@ -167,8 +167,11 @@ func objectState(obj *unstructured.Unstructured) (*v1alpha1.ObjectState, error) 
 		return nil, fmt.Errorf("it has no status.state yet: is its operator running?")
 	}
 	var st v1alpha1.ObjectState
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st); err != nil || st.Name == "" {
-		return nil, fmt.Errorf("its status.state cannot be read: %v", err)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st); err != nil {
+		return nil, fmt.Errorf("its status.state cannot be read: %w", err)
+	}
+	if st.Name == "" {
+		return nil, fmt.Errorf("its status.state names no state")
 	}
 	return &st, nil
 }
@@ -208,7 +211,11 @@ func choiceDescriptions(ctx context.Context, c client.Client, op, file, state st
 // printQuestion prints a state's question and its choices.
 func printQuestion(w io.Writer, kind, arg string, st *v1alpha1.ObjectState, descriptions map[string]string) {
 	fmt.Fprintf(w, "%s %s is in %s (since %s): %s\n", kind, arg, st.Name, st.Since, st.Question)
-	fmt.Fprintln(w, "choices:")
+	if descriptions == nil {
+		fmt.Fprintln(w, "choices (their descriptions are in the Operator's definition: pass it with -f FILE):")
+	} else {
+		fmt.Fprintln(w, "choices:")
+	}
 	for _, c := range st.Choices {
 		if d := descriptions[c]; d != "" {
 			fmt.Fprintf(w, "  %s: %s\n", c, d)
@@ -231,17 +238,21 @@ func whoAmI(ctx context.Context, loader clientcmd.ClientConfig) (by, note string
 	if err != nil {
 		return "", "", err
 	}
-	review, rerr := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if rerr == nil && review.Status.UserInfo.Username != "" {
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err == nil && review.Status.UserInfo.Username != "" {
 		return review.Status.UserInfo.Username, "", nil
+	}
+	why := "its SelfSubjectReview named no user"
+	if err != nil {
+		why = "SelfSubjectReview: " + err.Error()
 	}
 	raw, err := loader.RawConfig()
 	if err != nil {
-		return "", "", fmt.Errorf("the API server did not say who you are (%v), and the kubeconfig cannot be read: %w", rerr, err)
+		return "", "", fmt.Errorf("the API server did not say who you are (%s), and the kubeconfig cannot be read: %w", why, err)
 	}
 	current := raw.CurrentContext
 	if kctx := raw.Contexts[current]; kctx != nil && kctx.AuthInfo != "" {
-		return kctx.AuthInfo, fmt.Sprintf("the API server did not say who you are (%v): the decision names the kubeconfig's user, %s", rerr, kctx.AuthInfo), nil
+		return kctx.AuthInfo, fmt.Sprintf("the API server did not say who you are (%s): the decision names the kubeconfig's user, %s", why, kctx.AuthInfo), nil
 	}
-	return "", "", fmt.Errorf("the API server did not say who you are (%v), and the kubeconfig's context %q names no user: a decision must say who decided", rerr, current)
+	return "", "", fmt.Errorf("the API server did not say who you are (%s), and the kubeconfig's context %q names no user: a decision must say who decided", why, current)
 }

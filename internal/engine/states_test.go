@@ -134,7 +134,7 @@ func TestStateDecisionsRecoveryAndPause(t *testing.T) {
 	if err := env.Client.Status().Patch(t.Context(), u, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatal(err)
 	}
-	_, stop = runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file) // stopped when the test ends
 	eventually(t, 30*time.Second, "the lost transition recorded", func(ctx context.Context) (bool, error) {
 		ok, err := store.Succeeded(ctx, uid+"/state/2")
 		return ok, err

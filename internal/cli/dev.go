@@ -25,12 +25,7 @@ import (
 )
 
 func newDevCommand() *cobra.Command {
-	var apply []string
-	var archivePath string
-	var ef engineFlags
-	cf := &consoleFlags{}
-	mf := &metricsFlag{}
-	wf := &webhookFlags{}
+	o := devOptions{console: &consoleFlags{}, metrics: &metricsFlag{}, webhook: &webhookFlags{}}
 	cmd := &cobra.Command{
 		Use:   "dev DIR",
 		Short: "Run the Operators in DIR on a local control plane with a dev node, until interrupted",
@@ -53,22 +48,39 @@ Prometheus metrics, /healthz and /readyz are served on --metrics-addr, on
 loopback (another port when the default one is taken): see docs/metrics.md.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := cf.validate(cmd); err != nil {
+			if err := o.console.validate(cmd); err != nil {
 				return err
 			}
-			if err := mf.validate(cmd, true); err != nil {
+			if err := o.metrics.validate(cmd, true); err != nil {
 				return err
 			}
-			return dev(cmd, args[0], apply, archivePath, ef, cf, mf, wf, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			o.dir, o.stdout, o.stderr = args[0], cmd.OutOrStdout(), cmd.ErrOrStderr()
+			return dev(cmd, o)
 		},
 	}
-	cmd.Flags().StringArrayVar(&apply, "apply", nil, "a manifest to apply once the operators run; repeatable")
-	ef.register(cmd)
-	archiveFlag(cmd, &archivePath)
-	cf.register(cmd, "console", "127.0.0.1:7380", "serve the web console on this address; '' for none")
-	mf.register(cmd)
-	wf.register(cmd, defaultWebhookAddr)
+	cmd.Flags().StringArrayVar(&o.apply, "apply", nil, "a manifest to apply once the operators run; repeatable")
+	o.engine.register(cmd)
+	archiveFlag(cmd, &o.archivePath)
+	o.console.register(cmd, "console", "127.0.0.1:7380", "serve the web console on this address; '' for none")
+	o.metrics.register(cmd)
+	o.webhook.register(cmd, defaultWebhookAddr)
 	return cmd
+}
+
+// devOptions are opkit dev's arguments and flags.
+type devOptions struct {
+	// dir holds the Operators' files.
+	dir string
+	// apply are manifests applied once the operators run (--apply).
+	apply []string
+	// archivePath is the run archive (--archive).
+	archivePath string
+	engine      engineFlags
+	console     *consoleFlags
+	metrics     *metricsFlag
+	webhook     *webhookFlags
+	// stdout and stderr are the command's.
+	stdout, stderr io.Writer
 }
 
 // operatorFiles lists DIR's YAML files whose first document is an Operator;
@@ -104,8 +116,10 @@ func operatorFiles(dir string) (out []string, skipped map[string]string, err err
 	return out, skipped, nil
 }
 
-func dev(cmd *cobra.Command, dir string, apply []string, archivePath string, ef engineFlags, cf *consoleFlags, mf *metricsFlag, wf *webhookFlags, stdout, stderr io.Writer) error {
+func dev(cmd *cobra.Command, o devOptions) error {
 	ctx := cmd.Context()
+	dir, apply, archivePath, stdout, stderr := o.dir, o.apply, o.archivePath, o.stdout, o.stderr
+	ef, cf, mf, wf := o.engine, o.console, o.metrics, o.webhook
 	reload := &reloader{dir: dir, log: stderr}
 	files, err := reload.operatorFiles()
 	if err != nil {

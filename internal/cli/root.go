@@ -53,5 +53,6 @@ func NewRootCommand() *cobra.Command {
 	}
 	root.AddCommand(newVersionCommand(), newClusterCommand(), newKubectlCommand(), newRunCommand(), newDevCommand(),
 		newRunsCommand(), newLogsCommand(), newEventsCommand(), newRetryCommand(), newDecideCommand(), newConsoleCommand(), newGenerateCommand(), newTestCommand(), newLintCommand(), newMigrateCommand())
+	root.AddCommand(newStatesCommand())
 	return root
 }

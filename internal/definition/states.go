@@ -80,6 +80,8 @@ type Transition struct {
 	// broken: its guard did not compile (reported); it is not a
 	// transition without one.
 	broken bool
+	// readsRun: its guard reads run.
+	readsRun bool
 }
 
 // Timeout is a compiled state timeout.

@@ -2,6 +2,7 @@ package definition
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -116,6 +117,9 @@ func checkState(l *errorList, d *Definition, m *StateMachine, s *State, decl v1a
 				break
 			}
 		}
+		if t.readsRun && len(s.Enter) == 0 {
+			l.warn(d, tf+".when", "reads run, the state's last finished enter run, but no handler runs on entering %s: run stays empty, and the guard never holds; add a handler on enter with states: [%s]", s.Name, s.Name)
+		}
 		switch {
 		case s.NeedsPerson:
 		case unguarded >= 0:
@@ -133,7 +137,12 @@ func checkState(l *errorList, d *Definition, m *StateMachine, s *State, decl v1a
 		checkReason(l, to.Field+".reason", decl.Timeout.Reason)
 	}
 	for k, r := range s.Refuses {
-		checkRefused(l, d, fmt.Sprintf("%s.refuses[%d]", field, k), r)
+		rf := fmt.Sprintf("%s.refuses[%d]", field, k)
+		if slices.Contains(s.Refuses[:k], r) {
+			l.add(rf, "%q is listed twice", r)
+			continue
+		}
+		checkRefused(l, d, rf, r)
 	}
 }
 
@@ -142,12 +151,18 @@ func checkTarget(l *errorList, m *StateMachine, field, to string) {
 	case to == "":
 		l.add(field, "required: the state it leads to (states: %s)", strings.Join(m.names(), ", "))
 	case m.State(to) == nil:
-		hint := ""
-		if near := nearest(to, m.names()); near != "" {
-			hint = fmt.Sprintf(": did you mean %s?", near)
-		}
-		l.add(field, "%q is not a state of the Operator%s (states: %s)", to, hint, strings.Join(m.names(), ", "))
+		l.add(field, "%s", m.notAState(to))
 	}
+}
+
+// notAState says that name is not one of m's states, and which is
+// nearest.
+func (m *StateMachine) notAState(name string) string {
+	hint := ""
+	if near := nearest(name, m.names()); near != "" {
+		hint = fmt.Sprintf(": did you mean %s?", near)
+	}
+	return fmt.Sprintf("%q is not a state of the Operator%s (states: %s)", name, hint, strings.Join(m.names(), ", "))
 }
 
 // checkReason checks a declared reason (not a default one).

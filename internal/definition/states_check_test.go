@@ -107,14 +107,16 @@ func TestEveryStateCheckIsAnErrorAtItsFieldAndLine(t *testing.T) {
 			`"spec.imag": the schema has no field spec.imag (it has image, replicas)`},
 		{"a handler on enter without states", one("    states: [Running]\n", ""), 38, "spec.handlers[0].states",
 			"required by the enter trigger: the states whose entering runs the handler, like states: [Ready]"},
-		{"a handler naming an unknown state", one("states: [Running]", "states: [Runing]"), 40, "spec.handlers[0].states[0]",
-			`"Runing" is not a state of the Operator (states: Pending, Running, Review, Failed)`},
+		{"a handler naming an unknown state", one("states: [Running]", "states: [Runnin]"), 40, "spec.handlers[0].states[0]",
+			`"Runnin" is not a state of the Operator: did you mean Running? (states: Pending, Running, Review, Failed)`},
 		{"states without enter or exit", one("on: [enter]", "on: [create]"), 40, "spec.handlers[0].states",
 			"states names the states of the enter and exit triggers, which this handler does not have"},
 		{"a status field named state", one("  states:\n", "  status:\n    state: \"${self.spec.image}\"\n  states:\n"), 16, "spec.status.state",
 			`"state" is written by opkit for an Operator with states`},
 		{"a statusSchema field named state", one("          replicas: {type: integer}\n", "          replicas: {type: integer}\n      statusSchema:\n        properties:\n          state: {type: string}\n"), 17, "spec.resource.versions[0].statusSchema.properties.state",
 			`"state" is written and typed by opkit for an Operator with states`},
+		{"a field refused twice", one("[spec.image]", "[spec.image, .spec.image]"), 23, "spec.states[1].refuses[1]",
+			`"spec.image" is listed twice`},
 		{"a duplicate choice", one("    - to: Failed\n", "    - to: Failed\n    - to: Failed\n      reason: Again\n"), 35, "spec.states[2].transitions[2]",
 			"duplicate transition: spec.states[2].transitions[1] has the same target: a person chooses by it (to Failed)"},
 		{"a duplicate transition", one("    - to: Review\n", "    - to: Pending\n      when: \"self.spec.replicas == 0\"\n    - to: Review\n"), 27, "spec.states[1].transitions[1]",
@@ -144,5 +146,21 @@ func TestATransitionAfterAnUnguardedOneIsWarnedOfAsNeverTaken(t *testing.T) {
 	want := "app.yaml:26: spec.states[1].transitions[1]: never taken: transition 0 (to Pending) comes before it and has no guard, so it is always taken first; move this one up, or give that one a guard"
 	if len(d.Warnings) != 1 || d.Warnings[0].Error() != want {
 		t.Errorf("warnings %v\nwant %s", d.Warnings, want)
+	}
+}
+
+func TestAGuardReadingRunInAStateWithoutEnterHandlersIsWarnedOf(t *testing.T) {
+	d, err := compileOne(t, "app.yaml", replace(t, machine, `when: "self.spec.replicas > 0"`, `when: "run.outcome == 'Succeeded'"`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "app.yaml:20: spec.states[0].transitions[0].when: reads run, the state's last finished enter run, but no handler runs on entering Pending: run stays empty, and the guard never holds; add a handler on enter with states: [Pending]"
+	if len(d.Warnings) != 1 || d.Warnings[0].Error() != want {
+		t.Errorf("warnings %v\nwant %s", d.Warnings, want)
+	}
+	// In Running, whose enter handler h sets run, it is no surprise.
+	d, err = compileOne(t, "app.yaml", replace(t, machine, `when: "self.spec.replicas == 0"`, `when: "has(run.outcome)"`), nil)
+	if err != nil || len(d.Warnings) > 0 {
+		t.Errorf("a guard reading run in a state with an enter handler: %v, warnings %v", err, d.Warnings)
 	}
 }

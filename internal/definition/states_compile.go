@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
+
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 )
 
@@ -96,6 +99,7 @@ func compileState(l *errorList, envs *celEnvs, field string, s v1alpha1.State) *
 		if t.When != "" {
 			ct.When = compileCondition(l, envs.guard, tf+".when", t.When)
 			ct.broken = ct.When == nil
+			ct.readsRun = ct.When != nil && readsIdent(envs.guard, ct.When.Source, "run")
 		}
 		if ct.Reason == "" {
 			switch {
@@ -136,7 +140,7 @@ func linkStateHandlers(l *errorList, d *Definition, m *StateMachine) {
 		for j, name := range c.States {
 			st := m.State(name)
 			if st == nil {
-				l.add(fmt.Sprintf("spec.handlers[%d].states[%d]", i, j), "%q is not a state of the Operator (states: %s)", name, strings.Join(m.names(), ", "))
+				l.add(fmt.Sprintf("spec.handlers[%d].states[%d]", i, j), "%s", m.notAState(name))
 				continue
 			}
 			if c.Fires(v1alpha1.OnEnter) && !slices.Contains(st.Enter, c) {
@@ -173,4 +177,19 @@ func (m *StateMachine) transitions() []*Transition {
 		out = append(out, s.Transitions...)
 	}
 	return out
+}
+
+// readsIdent reports whether the expression src names the variable name.
+func readsIdent(env *cel.Env, src, name string) bool {
+	ast, iss := env.Parse(src)
+	if iss.Err() != nil {
+		return false
+	}
+	found := false
+	celast.PostOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if e.Kind() == celast.IdentKind && e.AsIdent() == name {
+			found = true
+		}
+	}))
+	return found
 }

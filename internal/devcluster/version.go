@@ -1,8 +1,9 @@
 package devcluster
 
 // The versions of the control plane that devcluster builds and runs. The
-// Kubernetes minor matches the k8s.io client libraries in go.mod; etcd's
-// version is the one k8s.io/kubernetes itself requires.
+// k8s.io client libraries in go.mod are at this Kubernetes minor or one above
+// it (version_test.go guards that); etcd's version is the one
+// k8s.io/kubernetes itself requires.
 const (
 	// KubernetesVersion is the version of kube-apiserver,
 	// kube-controller-manager, kube-scheduler and kubectl.

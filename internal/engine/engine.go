@@ -432,11 +432,14 @@ func (e *Engine) waitStarted(ctx context.Context) error {
 }
 
 // stopGrace bounds the wait for a controller's workers to return once
-// stopped. controller-runtime v0.24's priority queue can deadlock when it
-// shuts down while a worker waits for an item
-// (kubernetes-sigs/controller-runtime#3538, fixed upstream after v0.24):
-// that worker then never returns, and a stop would wait for it for good.
-// Past the grace, the stop goes on without it; its goroutines are left.
+// stopped. controller-runtime v0.24's priority queue could deadlock when it
+// shut down while a worker waited for an item
+// (kubernetes-sigs/controller-runtime#3538): that worker never returned,
+// and a stop waited for it for good. The version now in go.mod (v0.25.2)
+// has the fix (#3540: the queue's hand-over of an item also watches the
+// shutdown); the bound stays as a safety net, so that no stuck controller
+// can hang a stop. Past the grace, the stop goes on without it; its
+// goroutines are left.
 const stopGrace = 30 * time.Second
 
 func (o *operator) stop() {

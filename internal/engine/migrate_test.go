@@ -77,9 +77,10 @@ func TestMigrateStorageRunsBesideReconciles(t *testing.T) {
 	for i := range n {
 		create(t, env, slip(fmt.Sprintf("slip-%02d", i)))
 	}
-	// Stopped once they are reconciled: an engine stopped amid its work
-	// can meet controller-runtime's shutdown deadlock (see stopGrace),
-	// which costs its grace.
+	// Stopped once they are reconciled: with controller-runtime v0.24 an
+	// engine stopped amid its work could meet the queue's shutdown
+	// deadlock (see stopGrace), which cost the grace; the wait keeps the
+	// test independent of how a stop amid work goes.
 	eventually(t, time.Minute, "every Slip's ConfigMap", func(ctx context.Context) (bool, error) {
 		list := &corev1.ConfigMapList{}
 		if err := env.Client.List(ctx, list, client.InNamespace(env.Namespace)); err != nil {

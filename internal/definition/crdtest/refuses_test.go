@@ -20,13 +20,18 @@ func TestMain(m *testing.M) { clustertest.Main(m) }
 
 // installDatabase installs the CRD of examples/database and waits until
 // it is served.
-func installDatabase(t *testing.T, env *clustertest.Env) *definition.Definition {
+func installDatabase(t *testing.T, env *clustertest.Env) {
 	t.Helper()
 	defs, err := definition.CompileFiles("../../../examples/database/operator.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := defs[0]
+	install(t, env, defs[0])
+}
+
+// install installs the CRD of d and waits until it is served.
+func install(t *testing.T, env *clustertest.Env, d *definition.Definition) {
+	t.Helper()
 	crd := d.CRD()
 	ctx := t.Context()
 	if err := env.Client.Create(ctx, crd); err != nil {
@@ -49,7 +54,6 @@ func installDatabase(t *testing.T, env *clustertest.Env) *definition.Definition 
 		}
 		return false, nil
 	})
-	return d
 }
 
 // setState writes status.state of obj through the status subresource, as
@@ -66,6 +70,83 @@ func setState(t *testing.T, env *clustertest.Env, obj *unstructured.Unstructured
 	}
 	if err := env.Client.Status().Update(ctx, obj); err != nil {
 		t.Fatalf("writing status.state %s: %v", name, err)
+	}
+}
+
+// applier applies objects of kind with kubectl apply -f, as a person
+// would, and returns kubectl's error.
+func applier(t *testing.T, env *clustertest.Env, apiVersion, kind string) func(spec string) (string, error) {
+	kubeconfig := clustertest.Cluster(t).KubeconfigPath()
+	return func(spec string) (string, error) {
+		file := filepath.Join(t.TempDir(), "object.yaml")
+		manifest := "apiVersion: " + apiVersion + "\nkind: " + kind + "\nmetadata: {name: obj, namespace: " + env.Namespace + "}\nspec: " + spec + "\n"
+		if err := os.WriteFile(file, []byte(manifest), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return clustertest.Kubectl(t, kubeconfig, "apply", "-f", file)
+	}
+}
+
+// box has an optional field that a state refuses to change.
+const box = `apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: box}
+spec:
+  resource:
+    group: crdtest.example.com
+    kind: Box
+    versions:
+    - name: v1
+      schema:
+        type: object
+        properties:
+          image: {type: string}
+          replicas: {type: integer}
+  states:
+  - name: Pending
+    initial: true
+    transitions: [{to: Running, when: "self.spec.replicas > 0"}]
+  - name: Running
+    refuses: [spec.image]
+    transitions: [{to: Pending, when: "self.spec.replicas == 0"}]
+`
+
+func TestAddingOrRemovingARefusedFieldIsAChangeAndLeavingItOutIsNot(t *testing.T) {
+	env := clustertest.New(t)
+	srcs, err := definition.Load("box.yaml", []byte(box))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := definition.Compile(srcs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	install(t, env, d)
+	apply := applier(t, env, "crdtest.example.com/v1", "Box")
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion("crdtest.example.com/v1")
+	obj.SetKind("Box")
+	obj.SetNamespace(env.Namespace)
+	obj.SetName("obj")
+	refused := "spec.image cannot change while the Box is Running: wait until it leaves Running"
+
+	if _, err := apply("{replicas: 1}"); err != nil {
+		t.Fatal(err)
+	}
+	setState(t, env, obj, "Running", 2)
+	if _, err := apply(`{replicas: 1, image: "a"}`); err == nil || !strings.Contains(err.Error(), refused) {
+		t.Errorf("adding spec.image while Running: %v; want %q", err, refused)
+	}
+	if _, err := apply("{replicas: 2}"); err != nil {
+		t.Errorf("changing another field, spec.image absent before and after: %v", err)
+	}
+	setState(t, env, obj, "Pending", 3)
+	if _, err := apply(`{replicas: 2, image: "a"}`); err != nil {
+		t.Fatalf("adding spec.image while Pending: %v", err)
+	}
+	setState(t, env, obj, "Running", 4)
+	if _, err := apply("{replicas: 2}"); err == nil || !strings.Contains(err.Error(), refused) {
+		t.Errorf("removing spec.image while Running: %v; want %q", err, refused)
 	}
 }
 

@@ -40,4 +40,6 @@
 // engine gives its record: seq + 1, since now (RFC 3339), from, reason
 // (the transition's, defaulted at load), trigger, by and message for a
 // decision, question and choices when the new state NeedsPerson.
+//
+// Text and Dot draw a compiled machine, for opkit states (render.go).
 package statemachine

@@ -183,6 +183,9 @@ var pgMigrations = []string{
 	CREATE INDEX deliveries_operator ON deliveries (operator, id);
 	CREATE INDEX deliveries_pending ON deliveries (operator, id) WHERE outcome = 'Pending';
 	CREATE INDEX deliveries_refused ON deliveries (id) WHERE outcome = 'Refused';`,
+	// Run.Actor: the person whose decision caused a state transition
+	// (SQLite's fifth migration).
+	`ALTER TABLE runs ADD COLUMN actor text COLLATE "C" NOT NULL DEFAULT '';`,
 }
 
 // OpenPostgres opens the archive in the PostgreSQL database dsn names (a

@@ -14,8 +14,8 @@ import (
 // it runs there.
 const (
 	pgInsertRunSQL = `INSERT INTO runs (id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation,
-		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
+		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`
 	pgFinishRunSQL  = `UPDATE runs SET finished_at = $1, outcome = $2, failed = $3, error = $4, next_retry_at = $5, writes = $6 WHERE id = $7`
 	pgFoldSkipped   = `DELETE FROM runs WHERE uid = $1 AND handler = $2 AND outcome = 'Skipped' AND id < $3`
 	pgGetRunSQL     = `SELECT ` + runColumns + ` FROM runs WHERE id = $1`
@@ -60,7 +60,7 @@ func (p *Postgres) Insert(ctx context.Context, r *Run) error {
 	}
 	_, err := p.pool.Exec(ctx, pgInsertRunSQL, r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID,
 		r.Generation, r.Key, r.Attempt, marshal(r.Diff), nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), failedFlag(r.Outcome),
-		r.Error, nanos(r.NextRetryAt), marshal(r.Writes))
+		r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.Actor)
 	if err != nil {
 		return p.fail("recording run "+r.ID, err)
 	}

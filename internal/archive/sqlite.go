@@ -118,6 +118,8 @@ var migrations = []string{
 	CREATE INDEX deliveries_operator ON deliveries (operator, id);
 	CREATE INDEX deliveries_pending ON deliveries (operator, id) WHERE outcome = 'Pending';
 	CREATE INDEX deliveries_refused ON deliveries (id) WHERE outcome = 'Refused';`,
+	// Run.Actor: the person whose decision caused a state transition.
+	`ALTER TABLE runs ADD COLUMN actor TEXT NOT NULL DEFAULT '';`,
 }
 
 // SQLite is the embedded Store: one database file in WAL mode. Writes go
@@ -213,8 +215,8 @@ func (s *SQLite) open(ctx context.Context) error {
 // The statements every run makes.
 const (
 	insertRunSQL = `INSERT INTO runs (id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation,
-		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	finishRunSQL = `UPDATE runs SET finished_at = ?, outcome = ?, failed = ?, error = ?, next_retry_at = ?, writes = ? WHERE id = ?`
 	logHeadSQL   = `SELECT log_bytes, log_truncated FROM runs WHERE id = ?`
 	logInsertSQL = `INSERT INTO logs (run_id, pos, data) VALUES (?, ?, ?)`
@@ -316,7 +318,7 @@ func (s *SQLite) Insert(ctx context.Context, r *Run) error {
 	}
 	_, err := s.insert.ExecContext(ctx, r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID, r.Generation,
 		r.Key, r.Attempt, marshal(r.Diff), nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error,
-		nanos(r.NextRetryAt), marshal(r.Writes))
+		nanos(r.NextRetryAt), marshal(r.Writes), r.Actor)
 	if err != nil {
 		return fmt.Errorf("archive: recording run %s: %w", r.ID, err)
 	}
@@ -427,7 +429,7 @@ const (
 )
 
 const runColumns = `id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation, idem_key, attempt, diff,
-	started_at, finished_at, outcome, error, next_retry_at, writes, log_bytes, log_truncated`
+	started_at, finished_at, outcome, error, next_retry_at, writes, log_bytes, log_truncated, actor`
 
 type scanner interface{ Scan(...any) error }
 
@@ -436,7 +438,7 @@ func scanRun(row scanner) (*Run, error) {
 	var diff, writes, outcome string
 	var started, finished, retry int64
 	if err := row.Scan(&r.ID, &r.Operator, &r.Handler, &r.Action, &r.Trigger, &r.APIVersion, &r.Kind, &r.Namespace, &r.Name, &r.UID, &r.Generation,
-		&r.Key, &r.Attempt, &diff, &started, &finished, &outcome, &r.Error, &retry, &writes, &r.LogBytes, &r.LogTruncated); err != nil {
+		&r.Key, &r.Attempt, &diff, &started, &finished, &outcome, &r.Error, &retry, &writes, &r.LogBytes, &r.LogTruncated, &r.Actor); err != nil {
 		return nil, err
 	}
 	r.Outcome = Outcome(outcome)

@@ -26,6 +26,15 @@
 // for an update caused by them (related.<id>... in fields), and the
 // transition's number for a when run: the same change, retried or
 // interrupted, keeps its key.
+//
+// For an Operator that declares states, Input.Visit is the object's visit
+// of its current state (status.state): the exit handlers of the state left
+// run once for it, then the enter handlers of the state entered, each in
+// declared order; their records (HandlerState.Exited, Entered) hold the
+// visit's seq once the run succeeded or gave up, so a restart runs none
+// twice, and a failure is retried for the visit it happened in. Their key
+// is <uid>/state/<seq>/<handler> (and /exit for an exit run, so a handler
+// on both keeps two).
 package cause
 
 import (
@@ -33,6 +42,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,6 +89,52 @@ type Input struct {
 	// Started is when the engine started: a resume run's key names it,
 	// one resume per start.
 	Started time.Time
+	// Visit is the object's visit of its current state; nil for an
+	// Operator without states.
+	Visit *Visit
+}
+
+// Visit is a stay of an object in one state: status.state.
+type Visit struct {
+	// Seq is status.state.seq: the transition that began the visit.
+	Seq int64
+	// State is the state the object is in; Left is the state it left to
+	// enter it, nil for the initial state's visit.
+	State, Left *definition.State
+}
+
+// exits reports whether h runs on leaving the state left for v.
+func (v *Visit) exits(h *definition.Handler) bool {
+	return v.Left != nil && h.Fires(v1alpha1.OnExit) && slices.Contains(v.Left.Exit, h)
+}
+
+// enters reports whether h runs on entering v's state.
+func (v *Visit) enters(h *definition.Handler) bool {
+	return v.State != nil && h.Fires(v1alpha1.OnEnter) && slices.Contains(v.State.Enter, h)
+}
+
+// HandlersDone reports whether the visit's exit and enter handlers have
+// all finished (succeeded or given up) per st.
+func (v *Visit) HandlersDone(st *State) bool {
+	return v.exitsDone(st) && (v.State == nil || !slices.ContainsFunc(v.State.Enter, func(h *definition.Handler) bool {
+		return h.Fires(v1alpha1.OnEnter) && st.of(h.Name).Entered < v.Seq
+	}))
+}
+
+// exitsDone reports whether the exit handlers of the state left are done.
+func (v *Visit) exitsDone(st *State) bool {
+	return v.Left == nil || !slices.ContainsFunc(v.Left.Exit, func(h *definition.Handler) bool {
+		return h.Fires(v1alpha1.OnExit) && st.of(h.Name).Exited < v.Seq
+	})
+}
+
+// Run is what guards read as run: the visit's last finished enter run;
+// the zero Run before any.
+func (v *Visit) Run(st *State) definition.Run {
+	if r := st.EnterRun; r != nil && r.Seq == v.Seq {
+		return definition.Run{Handler: r.Handler, Outcome: r.Outcome, Error: r.Error}
+	}
+	return definition.Run{}
 }
 
 // Cause is a run to make: the handler, why, and its identity.
@@ -105,6 +161,8 @@ type Cause struct {
 	// Inputs is the hash of the related fields the handler names, now;
 	// "" for a handler that names none.
 	Inputs string
+	// Seq is the state visit an enter or exit run is for; 0 for others.
+	Seq int64
 }
 
 // Decision is what Decide found.
@@ -193,6 +251,14 @@ func Decide(in Input) Decision {
 				hs.WhenTrue = false
 			}
 		}
+		if v := in.Visit; trigger == "" && !deleting && v != nil {
+			switch {
+			case v.exits(h) && hs.Exited < v.Seq:
+				trigger = v1alpha1.OnExit
+			case v.enters(h) && hs.Entered < v.Seq && v.exitsDone(st):
+				trigger = v1alpha1.OnEnter // once the state left is done with
+			}
+		}
 		if trigger == "" && !deleting && h.Fires(v1alpha1.OnResume) && !in.Resumed && st.Handled != nil {
 			trigger = v1alpha1.OnResume
 		}
@@ -231,11 +297,12 @@ func Decide(in Input) Decision {
 		// Failed attempts and Stalled count for one target generation; a
 		// newer spec starts afresh. A handler that waits holds back those
 		// declared after it.
-		if hs.Target == g && hs.Stalled {
+		target := in.sameTarget(hs, trigger, g)
+		if target && hs.Stalled {
 			d.Stalled = stalledText(h.Name, hs)
 			break
 		}
-		if hs.Target == g && hs.NextRetryAt != "" {
+		if target && hs.NextRetryAt != "" {
 			if at, err := time.Parse(time.RFC3339Nano, hs.NextRetryAt); err == nil && now.Before(at) {
 				soonest(at.Sub(now))
 				break
@@ -250,8 +317,11 @@ func Decide(in Input) Decision {
 	}
 	c := &Cause{Handler: best, Trigger: bestTrigger, Generation: g, Attempt: 1, Due: now, Slot: bestSlot, Old: st.old(), Inputs: bestInputs}
 	c.Diff = in.diff(c.Old, obj)
-	if hs := st.Of(best.Name); hs.Target == g {
+	if hs := st.Of(best.Name); in.sameTarget(hs, bestTrigger, g) {
 		c.Attempt = hs.Attempt + 1
+	}
+	if visitTrigger(bestTrigger) {
+		c.Seq = in.Visit.Seq
 	}
 	uid := obj.GetUID()
 	if st.Observed != nil && st.Observed.Since != "" {
@@ -262,11 +332,43 @@ func Decide(in Input) Decision {
 		at = in.Started
 	}
 	c.Key = Key(uid, g, best.Name, bestTrigger, st.Of(best.Name), at)
+	if visitTrigger(bestTrigger) {
+		c.Key = VisitKey(uid, c.Seq, best.Name, bestTrigger)
+	}
 	if bestRelated {
 		// The same generation, new inputs: a key of their own.
 		c.Key += "/inputs/" + bestInputs
 	}
 	return Decision{Cause: c, Stalled: d.Stalled}
+}
+
+// sameTarget reports whether hs's failed attempts are those of a run of
+// trigger now: for the same generation, and for an enter or exit run the
+// same visit (a handler that gave up on one visit runs on the next).
+func (in Input) sameTarget(hs *HandlerState, trigger string, g int64) bool {
+	if hs.Target != g {
+		return false
+	}
+	if visitTrigger(trigger) {
+		return hs.TargetSeq == in.Visit.Seq
+	}
+	return hs.TargetSeq == 0
+}
+
+// visitTrigger reports whether a trigger is of a state visit.
+func visitTrigger(trigger string) bool {
+	return trigger == v1alpha1.OnEnter || trigger == v1alpha1.OnExit
+}
+
+// VisitKey is the idempotency key of an enter or exit run of handler for
+// the state visit seq: <uid>/state/<seq>/<handler>, and /exit for an exit
+// run.
+func VisitKey(uid types.UID, seq int64, handler, trigger string) string {
+	key := fmt.Sprintf("%s/state/%d/%s", uid, seq, handler)
+	if trigger == v1alpha1.OnExit {
+		key += "/exit"
+	}
+	return key
 }
 
 // touches reports whether the changed paths concern h. A watched object's
@@ -347,7 +449,10 @@ func stalledText(name string, hs *HandlerState) string {
 }
 
 // triggerRank orders triggers by urgency.
-var triggerRank = map[string]int{v1alpha1.OnDelete: 0, v1alpha1.OnCreate: 1, v1alpha1.OnUpdate: 1, v1alpha1.OnWhen: 2, v1alpha1.OnResume: 2, v1alpha1.OnSchedule: 3, v1alpha1.TriggerRequeue: 3}
+// A state's exit runs come before the next state's enter runs, both
+// before the triggers that come back by themselves.
+var triggerRank = map[string]int{v1alpha1.OnDelete: 0, v1alpha1.OnCreate: 1, v1alpha1.OnUpdate: 1, v1alpha1.OnExit: 2, v1alpha1.OnEnter: 3,
+	v1alpha1.OnWhen: 4, v1alpha1.OnResume: 4, v1alpha1.OnSchedule: 5, v1alpha1.TriggerRequeue: 5}
 
 // scheduleBase is the time a handler's next slot counts from: its last
 // scheduled run, else the object's creation.

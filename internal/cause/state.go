@@ -21,6 +21,9 @@ type State struct {
 	// Observed is a watched object's count of changes; nil for a custom
 	// resource, whose generation the API server counts.
 	Observed *Observed `json:"observed,omitempty"`
+	// EnterRun is the last enter run that finished (succeeded or gave up),
+	// with the state visit it was for: what guards read as run.
+	EnterRun *EnterRun `json:"enterRun,omitempty"`
 	// RetrySeen is the value of a watched object's retry annotation last
 	// acted on: opkit does not remove it from an object it does not own,
 	// so each new value is one retry.
@@ -54,6 +57,22 @@ type HandlerState struct {
 	// WhenCount counts the transitions run: the key of the next.
 	WhenTrue  bool  `json:"whenTrue,omitempty"`
 	WhenCount int64 `json:"whenCount,omitempty"`
+	// Entered and Exited are the last state visits (status.state.seq)
+	// whose enter and exit runs finished, succeeded or gave up.
+	Entered int64 `json:"entered,omitempty"`
+	Exited  int64 `json:"exited,omitempty"`
+	// TargetSeq is the state visit the failed attempts of an enter or
+	// exit run count for; 0 for those of other triggers.
+	TargetSeq int64 `json:"targetSeq,omitempty"`
+}
+
+// EnterRun is status.opkit.enterRun: the last finished enter run.
+type EnterRun struct {
+	Seq     int64  `json:"seq"`
+	Handler string `json:"handler"`
+	// Outcome is Succeeded or GaveUp.
+	Outcome string `json:"outcome"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Handled is the spec as of the last generation every create and update
@@ -96,6 +115,15 @@ func (st *State) Of(name string) *HandlerState {
 	return st.Handlers[name]
 }
 
+// of returns a handler's record without creating one (a zero record for
+// none).
+func (st *State) of(name string) *HandlerState {
+	if hs := st.Handlers[name]; hs != nil {
+		return hs
+	}
+	return &HandlerState{}
+}
+
 // Clone returns a deep copy.
 func (st *State) Clone() *State {
 	data, _ := json.Marshal(st)
@@ -118,7 +146,7 @@ func (st *State) WriteTo(own map[string]any) {
 	data, _ := json.Marshal(st)
 	var m map[string]any
 	_ = json.Unmarshal(data, &m)
-	for _, k := range []string{"handlers", "handled", "lastRun"} {
+	for _, k := range []string{"handlers", "handled", "lastRun", "enterRun"} {
 		if v, ok := m[k]; ok {
 			own[k] = v
 		} else {
@@ -147,7 +175,7 @@ func (st *State) AdvanceHandled(hs []*definition.Handler, g int64, spec map[stri
 // spec is the spec the run saw.
 func (st *State) Succeeded(hs []*definition.Handler, c *Cause, spec map[string]any, requeueAfter time.Duration, now time.Time) {
 	rec := st.Of(c.Handler.Name)
-	rec.Attempt, rec.Target, rec.NextRetryAt, rec.Stalled, rec.LastError = 0, 0, "", false, ""
+	rec.Attempt, rec.Target, rec.TargetSeq, rec.NextRetryAt, rec.Stalled, rec.LastError = 0, 0, 0, "", false, ""
 	switch c.Trigger {
 	case v1alpha1.OnCreate, v1alpha1.OnUpdate:
 		rec.Generation = max(rec.Generation, c.Generation)
@@ -167,6 +195,8 @@ func (st *State) Succeeded(hs []*definition.Handler, c *Cause, spec map[string]a
 		rec.LastScheduled = slot.UTC().Format(time.RFC3339Nano)
 	case v1alpha1.OnWhen:
 		rec.WhenTrue, rec.WhenCount = true, rec.WhenCount+1
+	case v1alpha1.OnEnter, v1alpha1.OnExit:
+		st.visited(c, "Succeeded", "")
 	}
 	// The last success decides whether the handler runs again; after a
 	// delete run the object is gone.
@@ -181,14 +211,29 @@ func (st *State) Succeeded(hs []*definition.Handler, c *Cause, spec map[string]a
 // are spent), else when to try again.
 func (st *State) Failed(c *Cause, message string, permanent bool, now time.Time) (gaveUp bool, retryAt time.Time) {
 	rec := st.Of(c.Handler.Name)
-	rec.Attempt, rec.Target, rec.LastError = c.Attempt, c.Generation, truncate(message)
+	rec.Attempt, rec.Target, rec.TargetSeq, rec.LastError = c.Attempt, c.Generation, c.Seq, truncate(message)
 	if permanent || c.Attempt >= c.Handler.Retry.MaxAttempts {
 		rec.Stalled, rec.NextRetryAt = true, ""
+		if c.Trigger == v1alpha1.OnEnter || c.Trigger == v1alpha1.OnExit {
+			st.visited(c, "GaveUp", rec.LastError) // done with: the state machine goes on
+		}
 		return true, time.Time{}
 	}
 	retryAt = now.Add(c.Handler.Retry.Delay(c.Attempt))
 	rec.NextRetryAt = retryAt.Format(time.RFC3339Nano)
 	return false, retryAt
+}
+
+// visited records that an enter or exit run of c's handler finished for
+// its visit with outcome.
+func (st *State) visited(c *Cause, outcome, message string) {
+	rec := st.Of(c.Handler.Name)
+	if c.Trigger == v1alpha1.OnExit {
+		rec.Exited = max(rec.Exited, c.Seq)
+		return
+	}
+	rec.Entered = max(rec.Entered, c.Seq)
+	st.EnterRun = &EnterRun{Seq: c.Seq, Handler: c.Handler.Name, Outcome: outcome, Error: message}
 }
 
 // truncate bounds a message kept in status.

@@ -503,6 +503,9 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	if (len(d.Handlers) > 0 || len(d.Admission) > 0) && e.opts.Archive == nil {
 		return fmt.Errorf("operator %s: handlers need a run archive, and the engine has none", d.Operator.Name)
 	}
+	if d.States != nil && e.opts.Archive == nil {
+		return fmt.Errorf("operator %s: states need a run archive, which records every transition, and the engine has none", d.Operator.Name)
+	}
 	if len(d.Admission) > 0 && e.webhook == nil {
 		return fmt.Errorf("operator %s: admission handlers (on validate or mutate) are served by the engine's webhook server, and it runs none: give it an address (opkit run --webhook-addr)", d.Operator.Name)
 	}
@@ -731,6 +734,7 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 		events: e.mgr.GetEventRecorder("opkit"), related: newRelatedIndex(), conditions: newConditionTable(),
 		namespace: e.opts.Namespace,
 	}
+	r.states = newStates(d, e, r.events)
 	if len(d.Handlers) > 0 {
 		var err error
 		if r.runner, err = newRunner(ctx, d, e, r.events); err != nil {

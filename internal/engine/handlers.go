@@ -289,7 +289,8 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	now := rn.clock.Now()
 	rn.mu.Lock()
 	o = rn.object(cr)
-	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Resumed: o.resumed, Now: now, Started: rn.started, Related: vars.Related, Subject: subject}
+	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Resumed: o.resumed, Now: now, Started: rn.started, Related: vars.Related, Subject: subject,
+		Visit: visitOf(rn.def.States, vars.Self)} // vars.Self: a new object's initial state too (states.go)
 	if st.Handled == nil {
 		o.resumed = true // a new object is created, not resumed
 	}

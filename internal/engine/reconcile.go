@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/definition"
 )
 
@@ -41,6 +42,7 @@ type reconciler struct {
 	metadata metadata.Interface
 	events   events.EventRecorder
 	runner   *runner // nil without handlers
+	states   *states // nil without states (states.go)
 	// related indexes what each custom resource refers to.
 	related *relatedIndex
 	// conditions keeps each object's conditions for the gauges (metrics.go).
@@ -75,6 +77,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			r.statuses.Delete(req.NamespacedName)
 			r.related.forget(req.NamespacedName)
 			r.conditions.forget(req.NamespacedName)
+			if r.states != nil {
+				r.states.forget(req.NamespacedName)
+			}
 			if r.runner != nil {
 				r.runner.forget(req.NamespacedName)
 			}
@@ -102,6 +107,10 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.patchFinalizer(ctx, cr, fin, wants)
 	}
 	vars := definition.Vars{Self: cr.Object, Children: map[string]map[string]any{}, Related: map[string]any{}}
+	var sv *visit
+	if r.states != nil {
+		sv = r.states.begin(ctx, cr, &vars) // a new object's initial state, before its children render
+	}
 	inventory := readInventory(cr)
 	var keep []childRef
 	var waiting, notReady []string
@@ -156,7 +165,30 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			requeue = step.requeue
 		}
 	}
-	if err := r.updateStatus(ctx, cr, vars, keep, waiting, notReady, failure, step); err != nil {
+	if sv != nil && (r.runner == nil || step != nil) {
+		var handlers *cause.State
+		if step != nil {
+			handlers = step.state
+		}
+		if wait := r.states.step(cr, sv, &vars, handlers); wait > 0 && (requeue == 0 || wait < requeue) {
+			requeue = wait // the state's timeout
+		}
+	}
+	err := r.updateStatus(ctx, cr, vars, keep, waiting, notReady, failure, step, sv)
+	if sv != nil {
+		if serr := r.states.after(ctx, cr, sv, err == nil); serr != nil {
+			failure = errors.Join(failure, serr)
+		}
+	}
+	if errors.Is(err, errGone) {
+		return reconcile.Result{}, nil // its deletion reconciles it again
+	}
+	if apierrors.IsConflict(err) && sv != nil {
+		// The state was decided over an older object than the API's: read
+		// it again (the write was refused, so nothing moved twice).
+		return reconcile.Result{RequeueAfter: 250 * time.Millisecond}, nil
+	}
+	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if failure != nil {
@@ -173,6 +205,9 @@ func appendRef(refs []childRef, ref childRef) []childRef {
 }
 
 var errRecreating = errors.New("deleted to be re-created: a field it changes is immutable")
+
+// errGone: the object was deleted before its status was written.
+var errGone = errors.New("the object is gone")
 
 // childResult is what converging one child found.
 type childResult struct {
@@ -328,7 +363,7 @@ func (r *reconciler) recreate(ctx context.Context, cr *unstructured.Unstructured
 
 // updateStatus writes the status fields, observedGeneration and the
 // conditions, only when they changed.
-func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error, step *stepResult) error {
+func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error, step *stepResult, sv *visit) error {
 	// Read, not copied: nothing below changes what oldStatus holds.
 	oldStatus, _ := cr.Object["status"].(map[string]any)
 	status := make(map[string]any, len(oldStatus)+len(r.def.Status)+3)
@@ -392,6 +427,10 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	} else {
 		meta.RemoveStatusCondition(&conds, v1alpha1.ConditionPaused)
 	}
+	precondition := false
+	if sv != nil {
+		set, precondition = sv.writeTo(status, set)
+	}
 	for _, c := range set {
 		c.ObservedGeneration = cr.GetGeneration()
 		meta.SetStatusCondition(&conds, c) // keeps lastTransitionTime when the status is unchanged
@@ -413,13 +452,21 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 		return nil // written already; the cache does not show it yet
 	}
 	patch := append(append([]byte(`{"status":`), newJSON...), '}')
+	if precondition {
+		// The state moves: only over the object it was decided from.
+		rv, _ := json.Marshal(cr.GetResourceVersion())
+		patch = append(append(append([]byte(`{"metadata":{"resourceVersion":`), rv...), `},"status":`...), append(newJSON, '}')...)
+	}
 	// Patched as metadata: the API server answers with the object's
 	// metadata only, in protobuf, which is cheaper for both sides to
 	// encode and decode than the whole object as JSON; nothing reads the
 	// answer but its error.
 	if err := r.patch(ctx, r.def.GVK, cr.GetNamespace(), cr.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		r.statuses.Delete(key)
-		return client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return errGone
+		}
+		return err
 	}
 	r.statuses.Store(key, memo)
 	return nil

@@ -100,6 +100,8 @@ func runsRoundTrip(t *testing.T, open Open) {
 	start := time.Now().UTC().Truncate(time.Microsecond)
 	r := newRun(start, "printer", "default", "hello", "announce")
 	r.Diff = []archive.Change{{Op: "change", Path: "spec.text", Old: "a", New: "b"}, {Op: "add", Path: "spec.color", New: "red"}}
+	// A state transition a person decided names them.
+	r.Actor = "jane@example.com"
 	insert(t, s, r)
 	got, err := s.Get(ctx, r.ID)
 	if err != nil {
@@ -120,6 +122,9 @@ func runsRoundTrip(t *testing.T, open Open) {
 	}
 	if got, _ = s.Get(ctx, r.ID); !reflect.DeepEqual(got, r) {
 		t.Errorf("after Finish\n%+v\nwant\n%+v", got, r)
+	}
+	if page, err := s.List(ctx, archive.Query{UID: r.UID}); err != nil || len(page.Runs) != 1 || !reflect.DeepEqual(&page.Runs[0], r) {
+		t.Errorf("listed: %+v (%v), want the run as written, its actor included", page, err)
 	}
 	if _, err := s.Get(ctx, archive.NewID(start)); !errors.Is(err, archive.ErrNotFound) {
 		t.Errorf("Get of an unknown id: %v, want ErrNotFound", err)

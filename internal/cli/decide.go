@@ -1,0 +1,258 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+)
+
+func newDecideCommand() *cobra.Command {
+	var archivePath, kubeconfig, operator, choose, reason, file string
+	cmd := &cobra.Command{
+		Use:   "decide NAMESPACE/NAME [--choose STATE --reason TEXT]",
+		Short: "Answer an object that waits for a person (a state that needsPerson)",
+		Long: `Answer the question of an object whose state needs a person (docs/states.md):
+--choose names the state to go to, one of the state's choices, and --reason
+says why. The engine takes the transition, and records it with who decided
+(the Kubernetes user this command runs as) and why, in the run archive and
+as an Event. Without --choose, the question and the choices are printed.
+
+The decision is written as the annotation ` + v1alpha1.DecisionAnnotation + `, for the
+state and visit (status.state.seq) read: if the object moved meanwhile, the
+engine refuses it (Event DecisionRefused) and nothing changes. The object's
+kind is found from its transitions in the archive (--operator chooses when
+several operators have an object of that name). The choices' descriptions
+are read from the Operator in the cluster, or from -f FILE.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, out := cmd.Context(), cmd.OutOrStdout()
+			ns, name, ok := strings.Cut(args[0], "/")
+			if !ok {
+				ns, name = "", args[0]
+			}
+			if choose == "" && reason != "" {
+				return fmt.Errorf("--reason without --choose: name the state to go to with --choose")
+			}
+			if choose != "" && strings.TrimSpace(reason) == "" {
+				return fmt.Errorf("--reason is required with --choose: say why, in your words; it is recorded with the decision")
+			}
+			gvk, op, err := stateKind(ctx, archivePath, ns, name, operator, args[0])
+			if err != nil {
+				return err
+			}
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			rules.ExplicitPath = kubeconfig
+			loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil)
+			cfg, err := loader.ClientConfig()
+			if err != nil {
+				return fmt.Errorf("loading the kubeconfig: %w", err)
+			}
+			c, err := client.New(cfg, client.Options{})
+			if err != nil {
+				return err
+			}
+			obj := &unstructured.Unstructured{}
+			obj.SetGroupVersionKind(gvk)
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
+				return fmt.Errorf("reading %s %s: %w", gvk.Kind, args[0], err)
+			}
+			st, err := objectState(obj)
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", gvk.Kind, args[0], err)
+			}
+			descriptions := choiceDescriptions(ctx, c, op, file, st.Name)
+			if st.Question == "" {
+				return fmt.Errorf("%s %s is in state %s (since %s), which does not wait for a person: there is nothing to decide", gvk.Kind, args[0], st.Name, st.Since)
+			}
+			if choose == "" {
+				printQuestion(out, gvk.Kind, args[0], st, descriptions)
+				return nil
+			}
+			if !slices.Contains(st.Choices, choose) {
+				var b strings.Builder
+				printQuestion(&b, gvk.Kind, args[0], st, descriptions)
+				return fmt.Errorf("%s is not a choice of %s.\n%s", choose, st.Name, strings.TrimRight(b.String(), "\n"))
+			}
+			by, note, err := whoAmI(ctx, loader)
+			if err != nil {
+				return err
+			}
+			if note != "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), note)
+			}
+			d := v1alpha1.Decision{State: st.Name, Seq: st.Seq, Choose: choose, Reason: reason, By: by, At: time.Now().UTC().Format(time.RFC3339)}
+			value, _ := json.Marshal(d)
+			// Over the resourceVersion read: the decision is on the state seen.
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+				"resourceVersion": obj.GetResourceVersion(),
+				"annotations":     map[string]string{v1alpha1.DecisionAnnotation: string(value)},
+			}})
+			if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+				return fmt.Errorf("writing the decision on %s %s: %w (if it changed since it was read, run opkit decide again)", gvk.Kind, args[0], err)
+			}
+			fmt.Fprintf(out, "%s %s: %s decided %s -> %s (%s)\n", gvk.Kind, args[0], by, st.Name, choose, reason)
+			nsFlag := ""
+			if ns != "" {
+				nsFlag = " -n " + ns
+			}
+			fmt.Fprintf(out, "follow it with: kubectl get %s %s%s -w   (the State column), and opkit runs --object %s\n", strings.ToLower(gvk.Kind), name, nsFlag, args[0])
+			return nil
+		},
+	}
+	archiveFlag(cmd, &archivePath)
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	cmd.Flags().StringVar(&operator, "operator", "", "the operator, when several have an object of that name")
+	cmd.Flags().StringVar(&choose, "choose", "", "the state to go to: one of the choices of the object's state")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, in your words (required with --choose)")
+	cmd.Flags().StringVarP(&file, "file", "f", "", "the Operator's definition, for the choices' descriptions (default: the Operator in the cluster)")
+	return cmd
+}
+
+// stateKind finds the kind of the object ns/name from its transitions in
+// the archive, and the operator that made them.
+func stateKind(ctx context.Context, archivePath, ns, name, operator, arg string) (schema.GroupVersionKind, string, error) {
+	store, err := openExistingArchive(ctx, archivePath)
+	if err != nil {
+		return schema.GroupVersionKind{}, "", err
+	}
+	defer func() { _ = store.Close() }()
+	page, err := store.List(ctx, archive.Query{Namespace: ns, Name: name, Operator: operator, Handler: v1alpha1.TransitionHandler, Limit: 1000})
+	if err != nil {
+		return schema.GroupVersionKind{}, "", err
+	}
+	kinds := map[schema.GroupVersionKind]string{}
+	var gvk schema.GroupVersionKind
+	for _, r := range page.Runs {
+		gvk = schema.FromAPIVersionAndKind(r.APIVersion, r.Kind)
+		kinds[gvk] = r.Operator
+	}
+	switch {
+	case len(kinds) == 0:
+		return gvk, "", fmt.Errorf("no state transitions of %s in %s: is it an object of an Operator that declares states, run with this archive (--archive)?", arg, archive.RedactDSN(archivePath))
+	case len(kinds) > 1:
+		var ops []string
+		for _, op := range kinds {
+			ops = append(ops, op)
+		}
+		slices.Sort(ops)
+		return gvk, "", fmt.Errorf("%s is an object of several operators (%s): choose one with --operator", arg, strings.Join(ops, ", "))
+	}
+	return gvk, kinds[gvk], nil
+}
+
+// objectState reads status.state.
+func objectState(obj *unstructured.Unstructured) (*v1alpha1.ObjectState, error) {
+	raw, ok, _ := unstructured.NestedMap(obj.Object, "status", "state")
+	if !ok {
+		return nil, fmt.Errorf("it has no status.state yet: is its operator running?")
+	}
+	var st v1alpha1.ObjectState
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st); err != nil {
+		return nil, fmt.Errorf("its status.state cannot be read: %w", err)
+	}
+	if st.Name == "" {
+		return nil, fmt.Errorf("its status.state names no state")
+	}
+	return &st, nil
+}
+
+// choiceDescriptions are the descriptions of the transitions of state, by
+// target, from the definition file, else the Operator op in the cluster;
+// none when neither can be read.
+func choiceDescriptions(ctx context.Context, c client.Client, op, file, state string) map[string]string {
+	var o v1alpha1.Operator
+	switch {
+	case file != "":
+		data, err := os.ReadFile(file)
+		if err != nil || yaml.Unmarshal(data, &o) != nil {
+			return nil
+		}
+	default:
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.Kind))
+		if err := c.Get(ctx, client.ObjectKey{Name: op}, u); err != nil {
+			return nil
+		}
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &o) != nil {
+			return nil
+		}
+	}
+	out := map[string]string{}
+	for _, s := range o.Spec.States {
+		if s.Name == state {
+			for _, t := range s.Transitions {
+				out[t.To] = t.Description
+			}
+		}
+	}
+	return out
+}
+
+// printQuestion prints a state's question and its choices.
+func printQuestion(w io.Writer, kind, arg string, st *v1alpha1.ObjectState, descriptions map[string]string) {
+	fmt.Fprintf(w, "%s %s is in %s (since %s): %s\n", kind, arg, st.Name, st.Since, st.Question)
+	if descriptions == nil {
+		fmt.Fprintln(w, "choices (their descriptions are in the Operator's definition: pass it with -f FILE):")
+	} else {
+		fmt.Fprintln(w, "choices:")
+	}
+	for _, c := range st.Choices {
+		if d := descriptions[c]; d != "" {
+			fmt.Fprintf(w, "  %s: %s\n", c, d)
+		} else {
+			fmt.Fprintf(w, "  %s\n", c)
+		}
+	}
+	fmt.Fprintf(w, "answer with: opkit decide %s --choose STATE --reason \"...\"\n", arg)
+}
+
+// whoAmI is the user the API server knows the caller as (a
+// SelfSubjectReview); when the API refuses to say, the kubeconfig's user
+// name, with a note saying so.
+func whoAmI(ctx context.Context, loader clientcmd.ClientConfig) (by, note string, err error) {
+	restCfg, err := loader.ClientConfig()
+	if err != nil {
+		return "", "", err
+	}
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return "", "", err
+	}
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err == nil && review.Status.UserInfo.Username != "" {
+		return review.Status.UserInfo.Username, "", nil
+	}
+	why := "its SelfSubjectReview named no user"
+	if err != nil {
+		why = "SelfSubjectReview: " + err.Error()
+	}
+	raw, err := loader.RawConfig()
+	if err != nil {
+		return "", "", fmt.Errorf("the API server did not say who you are (%s), and the kubeconfig cannot be read: %w", why, err)
+	}
+	current := raw.CurrentContext
+	if kctx := raw.Contexts[current]; kctx != nil && kctx.AuthInfo != "" {
+		return kctx.AuthInfo, fmt.Sprintf("the API server did not say who you are (%s): the decision names the kubeconfig's user, %s", why, kctx.AuthInfo), nil
+	}
+	return "", "", fmt.Errorf("the API server did not say who you are (%s), and the kubeconfig's context %q names no user: a decision must say who decided", why, current)
+}

@@ -1,0 +1,378 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/cause"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/statemachine"
+)
+
+// The life cycle of an Operator's custom resources (spec.states), per
+// reconcile (docs/states.md):
+//
+//  1. begin, before children render: an object without status.state is in
+//     the initial state, put into the object templates read (self), and
+//     written with this reconcile's status; a transition whose archive
+//     record an engine that died did not make is recorded from
+//     status.state.
+//  2. step, after children and handlers: statemachine.Next decides over
+//     the guards (self as read, children live, related, run), the
+//     timeout, the decision annotation; a move is put into self, so that
+//     the status fields are evaluated over the new state.
+//  3. updateStatus writes status.state and the State and NeedsPerson
+//     conditions, with the resourceVersion read as a precondition when
+//     the state moves: a step over a stale read cannot move twice.
+//  4. after, once the write succeeded: the Events, the archive record,
+//     and the decision annotation removed.
+//
+// Nothing here reads the wall clock for the life cycle: Options.Clock
+// gives since and the timeouts' deadlines.
+
+// states runs one Operator's state machine for its objects.
+type states struct {
+	machine  *definition.StateMachine
+	operator string
+	archive  archive.Recorder
+	clock    clock.Clock
+	events   events.EventRecorder
+	client   client.Client
+	console  string // the console's base URL, or ""
+
+	// recorded is, by object, the status.state.run known to be in the
+	// archive: the check that no transition is lost is made once per
+	// transition, not per reconcile.
+	recorded sync.Map // types.NamespacedName -> string
+}
+
+// visit is one reconcile's view of an object's state.
+type visit struct {
+	// cur is status.state as read; nil for a new object.
+	cur *v1alpha1.ObjectState
+	// next is the state this reconcile writes (initial or moved to); nil
+	// for none.
+	next *v1alpha1.ObjectState
+	// step is what the state machine decided; why is the record's log.
+	step statemachine.Step
+	// stepped: the step was made (it is not when the handlers' step
+	// failed).
+	stepped bool
+}
+
+// newStates returns the state machine of d, or nil for a definition
+// without one.
+func newStates(d *definition.Definition, e *Engine, rec events.EventRecorder) *states {
+	if d.States == nil {
+		return nil
+	}
+	return &states{machine: d.States, operator: d.Operator.Name, archive: e.opts.Archive, clock: e.opts.Clock, events: rec, client: e.client,
+		console: strings.TrimSuffix(e.opts.ConsoleURL, "/")}
+}
+
+// readState reads an object's status.state; nil when it has none (or an
+// unreadable one, which the initial state then replaces).
+func readState(obj map[string]any) *v1alpha1.ObjectState {
+	raw, ok, _ := unstructured.NestedMap(obj, "status", "state")
+	if !ok {
+		return nil
+	}
+	var s v1alpha1.ObjectState
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &s); err != nil || s.Name == "" {
+		return nil
+	}
+	return &s
+}
+
+// stateValue is s as status.state holds it.
+func stateValue(s *v1alpha1.ObjectState) map[string]any {
+	m, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(s)
+	return m
+}
+
+// withState returns a shallow copy of obj whose status.state is s.
+func withState(obj map[string]any, s *v1alpha1.ObjectState) map[string]any {
+	out := maps.Clone(obj)
+	status, _ := obj["status"].(map[string]any)
+	status = maps.Clone(status)
+	if status == nil {
+		status = map[string]any{}
+	}
+	status["state"] = stateValue(s)
+	out["status"] = status
+	return out
+}
+
+// begin reads the object's state before its children render: a new
+// object is put into its initial state (vars.Self then holds it), and a
+// transition that is not in the archive is recorded.
+func (s *states) begin(ctx context.Context, cr *unstructured.Unstructured, vars *definition.Vars) *visit {
+	v := &visit{cur: readState(cr.Object)}
+	if v.cur == nil {
+		v.step = statemachine.Next(statemachine.Input{Machine: s.machine, Now: s.clock.Now()})
+		v.next = v.step.Next
+		v.next.Run = archive.NewID(time.Now())
+		vars.Self = withState(cr.Object, v.next)
+		return v
+	}
+	s.recover(ctx, cr, v.cur)
+	return v
+}
+
+// visitOf is the cause.Visit of obj's status.state under machine m; nil
+// without states or a state.
+func visitOf(m *definition.StateMachine, obj map[string]any) *cause.Visit {
+	if m == nil {
+		return nil
+	}
+	cur := readState(obj)
+	if cur == nil {
+		return nil
+	}
+	v := &cause.Visit{Seq: cur.Seq, State: m.State(cur.Name)}
+	if cur.Seq > 1 && cur.From != "" {
+		v.Left = m.State(cur.From)
+	}
+	return v
+}
+
+// step decides the object's move after its children converged and its
+// handlers stepped (handlers is their state, nil for an Operator without
+// handlers); a move is put into vars.Self. It returns when to look again
+// for the state's timeout (0 for no timeout to wait for).
+func (s *states) step(cr *unstructured.Unstructured, v *visit, vars *definition.Vars, handlers *cause.State) time.Duration {
+	if v.next != nil {
+		return 0 // initialized: the next reconcile steps from the initial state
+	}
+	cv := visitOf(s.machine, cr.Object)
+	done := handlers == nil || cv == nil || cv.HandlersDone(handlers)
+	var run definition.Run
+	if handlers != nil && cv != nil {
+		run = cv.Run(handlers)
+	}
+	in := statemachine.Input{
+		Machine: s.machine, Current: v.cur, HandlersDone: done, Deleting: cr.GetDeletionTimestamp() != nil, Now: s.clock.Now(),
+		Guard: func(t *definition.Transition) (bool, error) { return t.Holds(*vars, run) },
+	}
+	_, in.Paused = cr.GetAnnotations()[v1alpha1.PauseAnnotation]
+	if d, ok := cr.GetAnnotations()[v1alpha1.DecisionAnnotation]; ok {
+		in.Decision = &d
+	}
+	v.step, v.stepped = statemachine.Next(in), true
+	for _, ge := range v.step.GuardErrors {
+		s.events.Eventf(cr, nil, corev1.EventTypeWarning, "GuardFailed", "Evaluate", "%v", ge)
+	}
+	if v.step.Unknown != "" {
+		s.events.Eventf(cr, nil, corev1.EventTypeWarning, "UnknownState", "Step", "%s", v.step.Unknown)
+	}
+	if v.step.Action == statemachine.Move {
+		v.next = v.step.Next
+		v.next.Run = archive.NewID(time.Now())
+		vars.Self = withState(vars.Self, v.next)
+		return 0 // the write reconciles the object again
+	}
+	if !v.step.Until.IsZero() {
+		return max(v.step.Until.Sub(s.clock.Now()), time.Second)
+	}
+	return 0
+}
+
+// writeTo puts the state and its conditions into the status being
+// written; it reports whether the write must be made over the
+// resourceVersion read (the state moves).
+func (v *visit) writeTo(status map[string]any, conds []metav1.Condition) ([]metav1.Condition, bool) {
+	cur := v.cur
+	if v.next != nil {
+		status["state"] = stateValue(v.next)
+		cur = v.next
+	}
+	if cur == nil {
+		return conds, false
+	}
+	msg := cur.Reason
+	if msg == "" {
+		msg = "the initial state"
+	}
+	state := metav1.Condition{Type: v1alpha1.ConditionState, Status: metav1.ConditionTrue, Reason: cur.Name, Message: msg}
+	person := metav1.Condition{Type: v1alpha1.ConditionNeedsPerson, Status: metav1.ConditionFalse, Reason: "NoDecisionNeeded", Message: cur.Name + " does not wait for a person"}
+	if cur.Question != "" {
+		state.Message = cur.Question
+		person.Status, person.Reason = metav1.ConditionTrue, "WaitingForDecision"
+		person.Message = fmt.Sprintf("%s (choose %s with opkit decide)", cur.Question, strings.Join(cur.Choices, " or "))
+	}
+	return append(conds, state, person), v.next != nil
+}
+
+// after does what follows the status write of a reconcile that stepped:
+// the Events and archive record of a move, and the decision annotation
+// removed once taken or refused. written is false when the write failed
+// (nothing is posted or recorded: the next reconcile decides again).
+func (s *states) after(ctx context.Context, cr *unstructured.Unstructured, v *visit, written bool) error {
+	if !written {
+		return nil
+	}
+	if n := v.next; n != nil {
+		s.moved(ctx, cr, n, v.step.Why)
+	}
+	if v.step.Refused != "" {
+		s.events.Eventf(cr, nil, corev1.EventTypeWarning, "DecisionRefused", "Decide", "the decision in %s is refused: %s", v1alpha1.DecisionAnnotation, v.step.Refused)
+	}
+	if d := v.step.Decision; d != nil {
+		s.events.Eventf(cr, nil, corev1.EventTypeNormal, "Decided", "Decide", "%s chose %s in %s: %s", d.By, d.Choose, d.State, d.Reason)
+	}
+	if v.step.Consume {
+		return s.removeDecision(ctx, cr)
+	}
+	return nil
+}
+
+// moved posts a transition's Events and records it.
+func (s *states) moved(ctx context.Context, cr *unstructured.Unstructured, n *v1alpha1.ObjectState, why string) {
+	run := s.runRef(n.Run)
+	if n.From == "" {
+		s.events.Eventf(cr, nil, corev1.EventTypeNormal, "StateChanged", "Transition", "-> %s: the initial state (run %s)", n.Name, run)
+	} else {
+		s.events.Eventf(cr, nil, corev1.EventTypeNormal, "StateChanged", "Transition", "%s -> %s: %s (run %s)", n.From, n.Name, n.Reason, run)
+	}
+	if n.Question != "" {
+		s.events.Eventf(cr, nil, corev1.EventTypeWarning, "NeedsPerson", "Transition", "%s needs a person: %s Choose %s: opkit decide %s --choose STATE --reason \"...\"",
+			n.Name, n.Question, strings.Join(n.Choices, " or "), objectArg(cr))
+	}
+	if err := s.record(ctx, cr, n, why); err != nil {
+		s.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", "Transition", "the transition to %s (run %s) could not be recorded (%v); it is recorded once the archive can", n.Name, n.Run, err)
+	}
+}
+
+// record adds the transition to n to the archive, with why as its log.
+func (s *states) record(ctx context.Context, cr *unstructured.Unstructured, n *v1alpha1.ObjectState, why string) error {
+	at := time.Now().UTC()
+	r := &archive.Run{
+		ID: n.Run, Operator: s.operator, Handler: v1alpha1.TransitionHandler, Action: "state", Trigger: n.Trigger,
+		APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: string(cr.GetUID()),
+		Generation: cr.GetGeneration(), Key: transitionKey(cr.GetUID(), n.Seq), Attempt: 1, Actor: n.By,
+		Diff:      []archive.Change{{Op: "change", Path: "status.state.name", Old: n.From, New: n.Name}},
+		StartedAt: at, FinishedAt: at, Outcome: archive.Succeeded,
+	}
+	if n.From == "" {
+		r.Diff[0] = archive.Change{Op: "add", Path: "status.state.name", New: n.Name}
+	}
+	if !archive.ValidID(r.ID) {
+		r.ID = archive.NewID(at) // a status.state.run not of opkit's: the record gets its own
+	}
+	// Written, it is recorded, also when the engine is stopping.
+	ctx = context.WithoutCancel(ctx)
+	if err := s.archive.Insert(ctx, r); err != nil {
+		return err
+	}
+	log := transitionLog(n, why)
+	if err := s.archive.AppendLog(ctx, r.ID, []byte(log)); err != nil {
+		return err
+	}
+	s.recorded.Store(types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}, n.Run)
+	return nil
+}
+
+// transitionLog is the paragraph a transition's record keeps.
+func transitionLog(n *v1alpha1.ObjectState, why string) string {
+	var b strings.Builder
+	if n.From == "" {
+		fmt.Fprintf(&b, "entered %s, the initial state, at %s (seq %d)", n.Name, n.Since, n.Seq)
+	} else {
+		fmt.Fprintf(&b, "%s -> %s at %s (seq %d, trigger %s, reason %s)", n.From, n.Name, n.Since, n.Seq, n.Trigger, n.Reason)
+	}
+	if why != "" {
+		fmt.Fprintf(&b, ": %s", why)
+	}
+	b.WriteString(".\n")
+	if n.Question != "" {
+		fmt.Fprintf(&b, "%s asks: %s (choices: %s)\n", n.Name, n.Question, strings.Join(n.Choices, ", "))
+	}
+	return b.String()
+}
+
+// recover records the transition status.state names when the archive does
+// not have it: its engine stopped between the status write and the
+// record.
+func (s *states) recover(ctx context.Context, cr *unstructured.Unstructured, cur *v1alpha1.ObjectState) {
+	key := types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}
+	if cur.Run == "" {
+		return
+	}
+	if known, ok := s.recorded.Load(key); ok && known.(string) == cur.Run {
+		return
+	}
+	ok, err := s.archive.Succeeded(ctx, transitionKey(cr.GetUID(), cur.Seq))
+	if err != nil {
+		return // the next reconcile looks again
+	}
+	if ok {
+		s.recorded.Store(key, cur.Run)
+		return
+	}
+	why := "recorded from status.state by a later reconcile: the engine that made the transition stopped before its record"
+	if cur.By != "" {
+		why = fmt.Sprintf("%s decided: %s; %s", cur.By, cur.Message, why)
+	}
+	if err := s.record(ctx, cr, cur, why); err != nil {
+		s.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", "Transition", "the transition to %s (run %s) could not be recorded (%v); it is recorded once the archive can", cur.Name, cur.Run, err)
+	}
+}
+
+// forget drops what is kept of an object that is gone.
+func (s *states) forget(key types.NamespacedName) { s.recorded.Delete(key) }
+
+// runRef names a transition's record in an Event: its id, and its console
+// page when the console's URL is known.
+func (s *states) runRef(id string) string {
+	if s.console == "" {
+		return id
+	}
+	return id + " (" + s.console + "/runs/" + id + ")"
+}
+
+// transitionKey is the idempotency key of a transition's record.
+func transitionKey(uid types.UID, seq int64) string { return fmt.Sprintf("%s/state/%d", uid, seq) }
+
+// objectArg is how the CLI names an object: NS/NAME, or NAME.
+func objectArg(cr *unstructured.Unstructured) string {
+	if cr.GetNamespace() == "" {
+		return cr.GetName()
+	}
+	return cr.GetNamespace() + "/" + cr.GetName()
+}
+
+// removeDecision removes the decision annotation, as it was read: a
+// decision written since is left for the next reconcile.
+func (s *states) removeDecision(ctx context.Context, cr *unstructured.Unstructured) error {
+	value, ok := cr.GetAnnotations()[v1alpha1.DecisionAnnotation]
+	if !ok {
+		return nil
+	}
+	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(v1alpha1.DecisionAnnotation, "~", "~0"), "/", "~1")
+	patch, _ := json.Marshal([]map[string]any{{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}})
+	err := s.client.Patch(ctx, cr.DeepCopy(), client.RawPatch(types.JSONPatchType, patch))
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err) || (apierrors.IsInvalid(err) && strings.Contains(err.Error(), "test")):
+		return nil // changed since it was read: its update decides the new value
+	}
+	return fmt.Errorf("removing %s: %w", v1alpha1.DecisionAnnotation, err)
+}

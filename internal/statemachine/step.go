@@ -1,0 +1,232 @@
+package statemachine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// Input is what Next decides from.
+type Input struct {
+	// Machine is the Operator's compiled spec.states.
+	Machine *definition.StateMachine
+	// Current is the object's status.state as read; nil (or a zero Name)
+	// for an object that has none yet.
+	Current *v1alpha1.ObjectState
+	// Guard evaluates a transition's guard over the object (the engine
+	// calls definition.Transition.Holds with the object's variables and
+	// the visit's run). Nil: every guard holds.
+	Guard func(*definition.Transition) (bool, error)
+	// HandlersDone: every exit handler of the state left and every enter
+	// handler of the current state has finished for this visit (succeeded
+	// or given up).
+	HandlersDone bool
+	// Decision is the value of the object's DecisionAnnotation; nil when
+	// it has none.
+	Decision *string
+	// Paused: the object carries opkit.dev/paused. Deleting: it has a
+	// deletion timestamp.
+	Paused, Deleting bool
+	// Now is the time of the step.
+	Now time.Time
+}
+
+// Action is what a step does.
+type Action int
+
+// Actions.
+const (
+	// Stay: the object stays where it is.
+	Stay Action = iota
+	// Initialize: a new object enters the initial state.
+	Initialize
+	// Move: the object takes a transition.
+	Move
+)
+
+func (a Action) String() string {
+	switch a {
+	case Initialize:
+		return "Initialize"
+	case Move:
+		return "Move"
+	}
+	return "Stay"
+}
+
+// Step is what Next decided.
+type Step struct {
+	Action Action
+	// Next is the new status.state, for Initialize and Move; its Run is
+	// left for the engine to set.
+	Next *v1alpha1.ObjectState
+	// Why says in one sentence what caused the move: the guard that held,
+	// the timeout that expired, or who decided and why. For the record.
+	Why string
+	// Until is when the current state's timeout comes due, while it has
+	// not; zero otherwise.
+	Until time.Time
+	// Consume: the decision annotation is done with (taken or refused)
+	// and is to be removed.
+	Consume bool
+	// Decision is the decision taken, for a Move it caused.
+	Decision *v1alpha1.Decision
+	// Refused says why the decision annotation is refused; "" when it is
+	// not.
+	Refused string
+	// GuardErrors are the guards that failed to evaluate for another
+	// reason than what they read not existing yet.
+	GuardErrors []GuardError
+	// Unknown says why nothing can move: the object is in a state the
+	// machine does not declare; "" otherwise.
+	Unknown string
+}
+
+// GuardError is a guard that could not be evaluated.
+type GuardError struct {
+	State string
+	To    string
+	Err   error
+}
+
+func (e GuardError) Error() string {
+	return fmt.Sprintf("state %s, transition to %s: %v", e.State, e.To, e.Err)
+}
+
+// Next decides one step of an object's life cycle; see the package doc.
+func Next(in Input) Step {
+	m, cur := in.Machine, in.Current
+	if cur == nil || cur.Name == "" {
+		init := m.Initial
+		next := &v1alpha1.ObjectState{Name: init.Name, Seq: 1, Since: stamp(in.Now), Trigger: v1alpha1.TransitionInitial}
+		entering(next, init)
+		return Step{Action: Initialize, Next: next, Why: "the object was created: it starts in " + init.Name}
+	}
+	if in.Paused || in.Deleting {
+		return Step{}
+	}
+	st := find(m, cur.Name)
+	if st == nil {
+		return Step{Unknown: fmt.Sprintf("status.state.name is %s, which the Operator does not declare: nothing moves until the Operator declares it again", cur.Name)}
+	}
+	if !in.HandlersDone {
+		return Step{}
+	}
+	if in.Decision != nil {
+		return decide(in, st, *in.Decision)
+	}
+	if st.NeedsPerson {
+		return Step{} // only a decision leaves it
+	}
+	var step Step
+	if t := st.Timeout; t != nil {
+		since, err := time.Parse(time.RFC3339, cur.Since)
+		if err != nil {
+			since = time.Time{} // unreadable: its deadline is long past
+		}
+		deadline := since.Add(t.After)
+		if !in.Now.Before(deadline) {
+			next := move(in, st, t.To, v1alpha1.TransitionTimeout, t.Reason)
+			return Step{Action: Move, Next: next, Why: fmt.Sprintf("the state's timeout of %s expired at %s (in %s since %s)", t.After, stamp(deadline), cur.Name, cur.Since)}
+		}
+		step.Until = deadline
+	}
+	for _, t := range st.Transitions {
+		holds := true
+		if in.Guard != nil && t.When != nil {
+			var err error
+			holds, err = in.Guard(t)
+			if err != nil {
+				holds = false
+				if !errors.Is(err, definition.ErrChildMissing) {
+					step.GuardErrors = append(step.GuardErrors, GuardError{State: st.Name, To: t.To, Err: err})
+				}
+			}
+		}
+		if !holds {
+			continue
+		}
+		why := "it has no guard"
+		if t.When != nil {
+			why = "its guard held: " + t.When.Source
+		}
+		step.Action, step.Next = Move, move(in, st, t.To, v1alpha1.TransitionGuard, t.Reason)
+		step.Why, step.Until = fmt.Sprintf("the transition from %s to %s was taken: %s", st.Name, t.To, why), time.Time{}
+		return step
+	}
+	return step
+}
+
+// decide takes or refuses the decision raw.
+func decide(in Input, st *definition.State, raw string) Step {
+	cur := in.Current
+	refuse := func(format string, args ...any) Step {
+		return Step{Consume: true, Refused: fmt.Sprintf(format, args...)}
+	}
+	var d v1alpha1.Decision
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return refuse("the annotation %s is not a decision (%v): use opkit decide", v1alpha1.DecisionAnnotation, err)
+	}
+	switch {
+	case !st.NeedsPerson:
+		return refuse("the object is in %s, which does not wait for a person", cur.Name)
+	case d.State != cur.Name || d.Seq != cur.Seq:
+		return refuse("the decision is for %s (visit %d), and the object is in %s (visit %d): decide again on what it is in now", d.State, d.Seq, cur.Name, cur.Seq)
+	case strings.TrimSpace(d.By) == "":
+		return refuse("the decision does not say who decided (by)")
+	case strings.TrimSpace(d.Reason) == "":
+		return refuse("the decision gives no reason")
+	}
+	i := slices.IndexFunc(st.Transitions, func(t *definition.Transition) bool { return t.To == d.Choose })
+	if i < 0 {
+		return refuse("%s is not a choice of %s: choose one of %s", d.Choose, cur.Name, strings.Join(st.Choices(), ", "))
+	}
+	t := st.Transitions[i]
+	reason := t.Reason
+	if reason == "" {
+		reason = "Decided"
+	}
+	next := move(in, st, t.To, v1alpha1.TransitionDecision, reason)
+	next.By, next.Message = d.By, d.Reason
+	return Step{
+		Action: Move, Next: next, Consume: true, Decision: &d,
+		Why: fmt.Sprintf("%s decided, in %s, to go to %s: %s", d.By, cur.Name, t.To, d.Reason),
+	}
+}
+
+// move is the state after the transition from st to the state named to.
+func move(in Input, st *definition.State, to, trigger, reason string) *v1alpha1.ObjectState {
+	next := &v1alpha1.ObjectState{Name: to, Seq: in.Current.Seq + 1, Since: stamp(in.Now), Reason: reason, From: st.Name, Trigger: trigger}
+	if target := find(in.Machine, to); target != nil {
+		entering(next, target)
+	}
+	return next
+}
+
+// entering sets what a state that NeedsPerson asks.
+func entering(next *v1alpha1.ObjectState, st *definition.State) {
+	if st.NeedsPerson {
+		next.Question, next.Choices = st.Question, st.Choices()
+	}
+}
+
+// find returns the state named name, or nil.
+func find(m *definition.StateMachine, name string) *definition.State {
+	for _, s := range m.States {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// stamp writes a time as status.state does.
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

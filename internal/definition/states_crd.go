@@ -67,18 +67,29 @@ func (d *Definition) addRefuseRules(root *apiextensionsv1.JSONSchemaProps, i int
 	}
 	for _, path := range paths {
 		names, _ := resolveRefused(schema, path)
-		rule := refuseRule(d.Operator.Spec.Resource.Kind, path, names, states[path])
+		var waiting []string // the states among them that wait for a person
+		for _, name := range states[path] {
+			if st := d.States.State(name); st != nil && st.NeedsPerson {
+				waiting = append(waiting, name)
+			}
+		}
+		rule := refuseRule(d.Operator.Spec.Resource.Kind, path, names, states[path], waiting)
 		root.XValidations = append(root.XValidations, rule)
 		generated[fmt.Sprintf("spec.resource.versions[%d]%s.x-kubernetes-validations[%d]", i, crdRoot, len(root.XValidations)-1)] = generatedRule{Entry: entry[path], Rule: rule.Rule, Node: "the object's root"}
 	}
 }
 
 // refuseRule is the transition rule that path (spec, or spec and names
-// below it) does not change while the object is in one of states.
-func refuseRule(kind, path string, names, states []string) apiextensionsv1.ValidationRule {
-	quoted := make([]string, len(states))
-	for i, s := range states {
-		quoted[i] = strconv.Quote(s)
+// below it) does not change while the object is in one of states; its
+// message says what to wait for: the state's end, or for those of waiting
+// (states that need a person), a decision.
+func refuseRule(kind, path string, names, states, waiting []string) apiextensionsv1.ValidationRule {
+	quote := func(list []string) string {
+		quoted := make([]string, len(list))
+		for i, s := range list {
+			quoted[i] = strconv.Quote(s)
+		}
+		return strings.Join(quoted, ", ")
 	}
 	all := append([]string{"spec"}, names...)
 	value := func(v string) string {
@@ -91,9 +102,13 @@ func refuseRule(kind, path string, names, states []string) apiextensionsv1.Valid
 	}
 	in := "oldSelf.status.state.name"
 	rule := fmt.Sprintf("!has(oldSelf.status) || !has(oldSelf.status.state) || !has(%s) || !(%s in [%s]) || ((%s) == (%s) && (!(%s) || %s == %s))",
-		in, in, strings.Join(quoted, ", "),
+		in, in, quote(states),
 		hasChain("self", all), hasChain("oldSelf", all), hasChain("self", all), value("self"), value("oldSelf"))
 	msg := fmt.Sprintf("%s + %s + %s + %s", strconv.Quote(path+" cannot change while the "+kind+" is "), in, strconv.Quote(": wait until it leaves "), in)
+	if len(waiting) > 0 {
+		msg = fmt.Sprintf("%s + %s + (%s in [%s] ? %s : %s + %s)", strconv.Quote(path+" cannot change while the "+kind+" is "), in,
+			in, quote(waiting), strconv.Quote(": it waits for a person's decision first (opkit decide)"), strconv.Quote(": wait until it leaves "), in)
+	}
 	reason := apiextensionsv1.FieldValueForbidden
 	return apiextensionsv1.ValidationRule{Rule: rule, MessageExpression: msg, FieldPath: jsonFieldPath(all), Reason: &reason}
 }

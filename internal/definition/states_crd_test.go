@@ -77,7 +77,7 @@ func TestRefusedFieldsBecomeOneTransitionRuleEachAtTheRoot(t *testing.T) {
 			`!(oldSelf.status.state.name in ["Upgrading", "Verifying", "NeedsAttention", "RollingBack"]) || ` +
 			`((has(self.spec) && has(self.spec.version)) == (has(oldSelf.spec) && has(oldSelf.spec.version)) && ` +
 			`(!(has(self.spec) && has(self.spec.version)) || self.spec.version == oldSelf.spec.version))`,
-		MessageExpression: `"spec.version cannot change while the Database is " + oldSelf.status.state.name + ": wait until it leaves " + oldSelf.status.state.name`,
+		MessageExpression: `"spec.version cannot change while the Database is " + oldSelf.status.state.name + (oldSelf.status.state.name in ["NeedsAttention"] ? ": it waits for a person's decision first (opkit decide)" : ": wait until it leaves " + oldSelf.status.state.name)`,
 		FieldPath:         ".spec.version",
 	}
 	got := db[0]

@@ -182,11 +182,19 @@ func TestAFieldAStateRefusesCannotChangeWhileTheObjectIsInIt(t *testing.T) {
 		t.Fatalf("kubectl apply of a new version while Upgrading: %v; want a refusal %q", err, want)
 	}
 	t.Logf("refused: %v", err)
+	// A state that waits for a person says so.
+	setState(t, env, db, "NeedsAttention", 3)
+	_, err = apply("1.2")
+	want = "spec.version cannot change while the Database is NeedsAttention: it waits for a person's decision first (opkit decide)"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("kubectl apply of a new version while NeedsAttention: %v; want a refusal %q", err, want)
+	}
+	setState(t, env, db, "Upgrading", 4)
 	// The rest of the object, and its status, still change.
 	if _, err := clustertest.Kubectl(t, kubeconfig, "label", "-n", env.Namespace, "database/db", "team=a"); err != nil {
 		t.Errorf("labelling the object while Upgrading: %v", err)
 	}
-	setState(t, env, db, "Ready", 3)
+	setState(t, env, db, "Ready", 5)
 	if _, err := apply("1.2"); err != nil {
 		t.Fatalf("kubectl apply of a new version while Ready: %v", err)
 	}

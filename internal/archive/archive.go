@@ -70,6 +70,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 )
 
 // Outcome is how a run ended.
@@ -155,6 +157,23 @@ func (r *Run) Object() string {
 		return r.Name
 	}
 	return r.Namespace + "/" + r.Name
+}
+
+// Transition returns the states a run left and entered, for the record
+// of a state transition (handler v1alpha1.TransitionHandler, its diff
+// status.state.name from -> to); ok is false for any other run. from is
+// "" for an object's initial state.
+func (r *Run) Transition() (from, to string, ok bool) {
+	if r.Handler != v1alpha1.TransitionHandler {
+		return "", "", false
+	}
+	for _, c := range r.Diff {
+		if c.Path == "status.state.name" {
+			from, _ = c.Old.(string)
+			to, _ = c.New.(string)
+		}
+	}
+	return from, to, true
 }
 
 // Query selects runs. Zero fields do not filter.

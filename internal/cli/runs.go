@@ -138,7 +138,8 @@ func (f *outcomeFlag) Set(s string) error {
 
 // runTriggers are the triggers a run records.
 var runTriggers = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule,
-	v1alpha1.OnWhen, v1alpha1.OnEvent, v1alpha1.TriggerRequeue, v1alpha1.OnValidate, v1alpha1.OnMutate}
+	v1alpha1.OnWhen, v1alpha1.OnEvent, v1alpha1.TriggerRequeue, v1alpha1.OnValidate, v1alpha1.OnMutate, v1alpha1.OnEnter, v1alpha1.OnExit,
+	v1alpha1.TransitionInitial, v1alpha1.TransitionGuard, v1alpha1.TransitionTimeout, v1alpha1.TransitionDecision}
 
 // printRuns writes runs as a table; with a console URL, each with the link
 // of its page. The object's kind has a column of its own, as the objects
@@ -164,7 +165,15 @@ func printRuns(w io.Writer, runs []archive.Run, consoleURL string, now time.Time
 		if len(errText) > 80 {
 			errText = errText[:77] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s", r.ID, r.Operator, orDash(r.Kind), r.Object(), r.Handler, r.Trigger,
+		handler := r.Handler
+		if from, to, ok := r.Transition(); ok {
+			// A state transition: where it went, and who chose it.
+			handler = "state " + orDash(from) + " -> " + to
+			if r.Actor != "" {
+				errText = "decided by " + r.Actor
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s", r.ID, r.Operator, orDash(r.Kind), r.Object(), handler, r.Trigger,
 			r.Attempt, r.Outcome, now.Sub(r.StartedAt).Round(time.Second), duration, errText)
 		if consoleURL != "" {
 			fmt.Fprintf(tw, "\t%s/runs/%s", consoleURL, r.ID)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 )
 
@@ -74,6 +75,26 @@ func TestRunsLinkTheConsoleWhenItsURLIsKnown(t *testing.T) {
 	}
 	if want := "https://opkit.example.com/runs/" + runs[0].ID; !strings.Contains(linked.String(), want) || !strings.Contains(linked.String(), "CONSOLE") {
 		t.Errorf("the table lacks %s:\n%s", want, linked.String())
+	}
+}
+
+func TestRunsShowATransitionAsItsStatesAndWhoDecided(t *testing.T) {
+	now := time.Now()
+	runs := []archive.Run{
+		{ID: archive.NewID(now), Operator: "database", Handler: v1alpha1.TransitionHandler, Trigger: v1alpha1.TransitionDecision, Namespace: "ns", Name: "orders",
+			Diff: []archive.Change{{Op: "change", Path: "status.state.name", Old: "NeedsAttention", New: "RollingBack"}}, Actor: "alice", Outcome: archive.Succeeded, StartedAt: now},
+		{ID: archive.NewID(now), Operator: "database", Handler: v1alpha1.TransitionHandler, Trigger: v1alpha1.TransitionInitial, Namespace: "ns", Name: "orders",
+			Diff: []archive.Change{{Op: "add", Path: "status.state.name", New: "Provisioning"}}, Outcome: archive.Succeeded, StartedAt: now},
+	}
+	var out bytes.Buffer
+	printRuns(&out, runs, "", now)
+	for _, want := range []string{"state NeedsAttention -> RollingBack", "decision", "decided by alice", "state - -> Provisioning"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), v1alpha1.TransitionHandler) {
+		t.Errorf("the table names transitions by their archive handler %s:\n%s", v1alpha1.TransitionHandler, out.String())
 	}
 }
 

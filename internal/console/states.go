@@ -318,17 +318,11 @@ type transitionView struct {
 
 // transitionOf reads a transition run; nil for another run.
 func transitionOf(r archive.Run) *transitionView {
-	if r.Handler != v1alpha1.TransitionHandler {
+	from, to, ok := r.Transition()
+	if !ok {
 		return nil
 	}
-	t := &transitionView{Trigger: r.Trigger, Actor: r.Actor}
-	for _, c := range r.Diff {
-		if c.Path == "status.state.name" {
-			t.From, _ = c.Old.(string)
-			t.To, _ = c.New.(string)
-		}
-	}
-	return t
+	return &transitionView{Trigger: r.Trigger, Actor: r.Actor, From: from, To: to}
 }
 
 // triggerWords says how a transition came, in words.

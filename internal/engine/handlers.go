@@ -368,7 +368,8 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 		subject = cause.Spec(cr)
 	}
 	f := &flight{cause: c, spec: subject}
-	if c.Trigger == v1alpha1.OnCreate || c.Trigger == v1alpha1.OnUpdate || c.Trigger == v1alpha1.OnDelete {
+	switch c.Trigger {
+	case v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnEnter, v1alpha1.OnExit:
 		// A run that succeeded before a crash kept the engine from recording
 		// it: do not run it again.
 		ok, err := rn.archive.Succeeded(ctx, c.Key)

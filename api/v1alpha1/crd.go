@@ -541,6 +541,11 @@ func stateSchema() apiextensionsv1.JSONSchemaProps {
 			"when":        long("The guard: a CEL condition over self, children, related and run; defaults to always. Not allowed from a state that needsPerson.", 4096),
 			"reason":      reason("Recorded with the transition, a CamelCase word. Defaults to GuardHeld for a guarded transition, Unconditional for one without a guard, Decided for a person's choice."),
 			"description": long("What this choice does, shown to the person deciding.", 1024),
+			"set": {
+				Type: "object", Description: "Status fields written with the transition, each a CEL template over self, children, related and run.",
+				MaxProperties:        ptr.To(int64(16)),
+				AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", MaxLength: ptr.To(int64(4096))}},
+			},
 		},
 	}
 	return apiextensionsv1.JSONSchemaProps{

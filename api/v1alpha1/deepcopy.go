@@ -109,7 +109,16 @@ func (s *State) DeepCopy() *State {
 	out.Timeout = copyPtr(s.Timeout)
 	out.Refuses = copyStrings(s.Refuses)
 	if s.Transitions != nil {
-		out.Transitions = append([]Transition(nil), s.Transitions...)
+		out.Transitions = make([]Transition, len(s.Transitions))
+		for i, t := range s.Transitions {
+			out.Transitions[i] = t
+			if t.Set != nil {
+				out.Transitions[i].Set = make(map[string]string, len(t.Set))
+				for k, v := range t.Set {
+					out.Transitions[i].Set[k] = v
+				}
+			}
+		}
 	}
 	return &out
 }

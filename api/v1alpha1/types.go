@@ -156,6 +156,14 @@ type Transition struct {
 	// Description tells a person what this choice does, for a state that
 	// NeedsPerson: shown beside its button and in opkit decide.
 	Description string `json:"description,omitempty"`
+	// Set writes status fields with the transition, in the same write as
+	// status.state: a map from a status field's name to a ${...}
+	// template over self, children, related and run, evaluated when the
+	// transition is taken (for a person's choice, when the decision is).
+	// What the object was when a state was entered is remembered so
+	// (version: "${self.spec.version}" on the way to Ready). A field of
+	// spec.status, which is written at every reconcile, cannot be set.
+	Set map[string]string `json:"set,omitempty"`
 }
 
 // StateTimeout leaves a state after a time.

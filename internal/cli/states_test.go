@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,7 +42,8 @@ func TestStatesOfAFileThatDoesNotLoadPrintsItsErrorsAndExits1(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, stdout, stderr := statesRun(file)
-	want := "opkit: invalid definitions:\n" + file + ":146: spec.states[6]: state Archived cannot be reached from the initial state Provisioning"
+	line := strings.Count(bad[:strings.Index(bad, "  - name: Archived")], "\n") + 1
+	want := fmt.Sprintf("opkit: invalid definitions:\n%s:%d: spec.states[6]: state Archived cannot be reached from the initial state Provisioning", file, line)
 	if code != 1 || stdout != "" || !strings.HasPrefix(stderr, want) {
 		t.Errorf("exit %d\nstdout: %s\nstderr: %s\nwant exit 1 and %q", code, stdout, stderr, want)
 	}

@@ -443,6 +443,8 @@ type machineState struct {
 
 type machineTransition struct {
 	To, Guard, Reason, Description string
+	// Set are the status fields the transition writes, as "name = template".
+	Set []string
 }
 
 type machineTimeout struct {
@@ -465,6 +467,9 @@ func machineOf(d *definition.Definition, current, kind string) *machine {
 		gs := graphState{Name: s.Name, Initial: ms.Initial, Final: s.Final, NeedsPerson: s.NeedsPerson}
 		for _, t := range s.Transitions {
 			mt := machineTransition{To: t.To, Reason: t.Reason, Description: t.Description}
+			for _, f := range t.Set {
+				mt.Set = append(mt.Set, "status."+f.Name+" = "+f.Template)
+			}
 			if t.When != nil {
 				mt.Guard = t.When.Source
 			}

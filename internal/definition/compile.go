@@ -108,9 +108,11 @@ type Slot struct {
 
 // StatusField is one compiled status expression.
 type StatusField struct {
-	Name  string
-	Slot  *Slot
-	Field string
+	Name string
+	Slot *Slot
+	// Template is the template as written.
+	Template string
+	Field    string
 
 	schemas map[string]common.Schema // as in Child
 }
@@ -260,7 +262,7 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 		}
 		slot := compileString(l, envs.object, field, op.Spec.Status[name], nil)
 		if slot != nil {
-			d.Status = append(d.Status, &StatusField{Name: name, Slot: slot, Field: field})
+			d.Status = append(d.Status, &StatusField{Name: name, Slot: slot, Template: op.Spec.Status[name], Field: field})
 		}
 	}
 	dir := ""

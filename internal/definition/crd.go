@@ -1,6 +1,8 @@
 package definition
 
 import (
+	"slices"
+
 	"github.com/google/cel-go/cel"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -112,13 +114,16 @@ func (d *Definition) buildCRD(opts CRDOptions) (*apiextensionsv1.CustomResourceD
 // refused by the API server.
 func (d *Definition) statusSchema(v *v1alpha1.ResourceVersion) apiextensionsv1.JSONSchemaProps {
 	s := apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}
-	for _, f := range d.Status {
+	for _, f := range append(slices.Clone(d.Status), d.States.setFields()...) {
 		t := f.schemaType()
 		if t == "" {
 			continue
 		}
 		if s.Properties == nil {
 			s.Properties = map[string]apiextensionsv1.JSONSchemaProps{}
+		}
+		if _, done := s.Properties[f.Name]; done {
+			continue // set by several transitions: the first types it
 		}
 		prop := apiextensionsv1.JSONSchemaProps{Type: t, Description: "${...} " + f.Field}
 		if t == "integer" {

@@ -75,6 +75,9 @@ type Transition struct {
 	// Field is the transition's path in the Operator, e.g.
 	// spec.states[2].transitions[0].
 	Field string
+	// Set are the status fields written with the transition, sorted by
+	// name; their templates read what guards read (Assign).
+	Set []*StatusField
 
 	schemas map[string]common.Schema // types children and related for When
 	// broken: its guard did not compile (reported); it is not a
@@ -140,6 +143,30 @@ func (e notKnownYet) Error() string { return e.err.Error() + " (not known yet)" 
 func (e notKnownYet) Unwrap() error { return e.err }
 func (e notKnownYet) Is(target error) bool {
 	return target == ErrNotKnownYet || target == ErrChildMissing
+}
+
+// Assign evaluates the transition's Set over vars and run: the status
+// fields to write with it, by name; nil for a transition that sets none.
+// An error names the field; one wrapping ErrChildMissing (or
+// ErrNotKnownYet) means a template reads what does not exist yet.
+func (t *Transition) Assign(vars Vars, run Run) (map[string]any, error) {
+	if len(t.Set) == 0 {
+		return nil, nil
+	}
+	act := vars.activation(t.schemas)
+	act["run"] = run.value()
+	out := make(map[string]any, len(t.Set))
+	for _, f := range t.Set {
+		v, err := f.Slot.eval(act)
+		if err != nil {
+			if !errors.Is(err, ErrChildMissing) && strings.Contains(err.Error(), "no such key") {
+				err = notKnownYet{err}
+			}
+			return nil, fmt.Errorf("%s: %w", f.Field, err)
+		}
+		out[f.Name] = v
+	}
+	return out, nil
 }
 
 // Holds evaluates the guard over vars and run: true for a transition

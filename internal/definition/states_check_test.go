@@ -121,6 +121,20 @@ func TestEveryStateCheckIsAnErrorAtItsFieldAndLine(t *testing.T) {
 			"duplicate transition: spec.states[2].transitions[1] has the same target: a person chooses by it (to Failed)"},
 		{"a duplicate transition", one("    - to: Review\n", "    - to: Pending\n      when: \"self.spec.replicas == 0\"\n    - to: Review\n"), 27, "spec.states[1].transitions[1]",
 			"duplicate transition: spec.states[1].transitions[0] has the same target and guard (to Pending)"},
+		{"a set template that does not compile", one("      when: \"self.spec.replicas > 0\"\n", "      when: \"self.spec.replicas > 0\"\n      set: {seen: \"${self.spec.imag}\"}\n"), 21, "spec.states[0].transitions[0].set.seen",
+			"${self.spec.imag}: ERROR: <input>:1:10: undefined field 'imag'"},
+		{"a set of opkit's field", one("      when: \"self.spec.replicas > 0\"\n", "      when: \"self.spec.replicas > 0\"\n      set: {conditions: \"x\"}\n"), 21, "spec.states[0].transitions[0].set.conditions",
+			`"conditions" is written by opkit`},
+		{"a set of a spec.status field", func(t *testing.T, s string) string {
+			s = replace(t, s, "      when: \"self.spec.replicas > 0\"\n", "      when: \"self.spec.replicas > 0\"\n      set: {seen: \"${self.spec.image}\"}\n")
+			return replace(t, s, "  states:\n", "  status:\n    seen: \"${self.spec.image}\"\n  states:\n")
+		}, 23, "spec.states[0].transitions[0].set.seen",
+			"spec.status.seen writes this field at every reconcile, and would undo what the transition sets: set it in one place"},
+		{"two sets of one field with two types", func(t *testing.T, s string) string {
+			s = replace(t, s, "      when: \"self.spec.replicas > 0\"\n", "      when: \"self.spec.replicas > 0\"\n      set: {seen: \"${self.spec.replicas}\"}\n")
+			return replace(t, s, "      when: \"self.spec.replicas == 0\"\n", "      when: \"self.spec.replicas == 0\"\n      set: {seen: \"${self.spec.image}\"}\n")
+		}, 28, "spec.states[1].transitions[0].set.seen",
+			"computes a string, and spec.states[0].transitions[0].set.seen computes an integer for the same field: a status field has one type"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := compileOne(t, "app.yaml", tc.edit(t, machine), nil)
@@ -162,5 +176,30 @@ func TestAGuardReadingRunInAStateWithoutEnterHandlersIsWarnedOf(t *testing.T) {
 	d, err = compileOne(t, "app.yaml", replace(t, machine, `when: "self.spec.replicas == 0"`, `when: "has(run.outcome)"`), nil)
 	if err != nil || len(d.Warnings) > 0 {
 		t.Errorf("a guard reading run in a state with an enter handler: %v, warnings %v", err, d.Warnings)
+	}
+}
+
+func TestATransitionSetsTypedStatusFieldsThatGuardsRead(t *testing.T) {
+	src := replace(t, machine, "      when: \"self.spec.replicas > 0\"\n", "      when: \"self.spec.replicas > 0\"\n      set: {seen: \"${self.spec.replicas}\", note: \"at ${self.spec.image}\"}\n")
+	src = replace(t, src, "      when: \"self.spec.image == 'bad'\"", "      when: \"self.spec.image == 'bad' && self.status.seen > 1\"")
+	d, err := compileOne(t, "app.yaml", src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := d.States.State("Pending").Transitions[0]
+	got, err := tr.Assign(Vars{Self: map[string]any{"spec": map[string]any{"replicas": int64(3), "image": "web:1"}}}, Run{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["seen"] != int64(3) || got["note"] != "at web:1" || len(got) != 2 {
+		t.Errorf("Assign gave %v; want seen 3 and note \"at web:1\"", got)
+	}
+	crd := d.CRD()
+	status := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"]
+	if typ := status.Properties["seen"].Type; typ != "integer" {
+		t.Errorf("status.seen is typed %q in the CRD; want integer, as its template computes", typ)
+	}
+	if _, err := d.States.State("Running").Transitions[0].Assign(Vars{Self: map[string]any{}}, Run{}); err != nil {
+		t.Errorf("a transition that sets nothing: %v", err)
 	}
 }

@@ -83,7 +83,40 @@ func compileStates(l *errorList, envs *celEnvs, d *Definition) {
 	}
 	linkStateHandlers(l, d, m)
 	checkStates(l, d, m)
+	checkSetFields(l, op, m)
 	d.States = m
+}
+
+// checkSetFields checks the status fields transitions set: none is a
+// spec.status field (which every reconcile writes again), and all that
+// set one field compute one type.
+func checkSetFields(l *errorList, op *v1alpha1.Operator, m *StateMachine) {
+	first := map[string]*StatusField{}
+	for _, f := range m.setFields() {
+		if _, ok := op.Spec.Status[f.Name]; ok {
+			l.add(f.Field, "spec.status.%s writes this field at every reconcile, and would undo what the transition sets: set it in one place", f.Name)
+			continue
+		}
+		if other, ok := first[f.Name]; ok {
+			if a, b := other.schemaType(), f.schemaType(); a != b {
+				l.add(f.Field, "computes %s, and %s computes %s for the same field: a status field has one type", aType(b), other.Field, aType(a))
+			}
+			continue
+		}
+		first[f.Name] = f
+	}
+}
+
+// aType names a schema type with its article; "" is a value of another
+// type (a list or a map).
+func aType(t string) string {
+	switch t {
+	case "":
+		return "a list or a map"
+	case "integer":
+		return "an integer"
+	}
+	return "a " + t
 }
 
 // compileState compiles one state, reporting what is wrong with it alone.
@@ -111,6 +144,7 @@ func compileState(l *errorList, envs *celEnvs, field string, s v1alpha1.State) *
 				ct.Reason = ReasonUnconditional
 			}
 		}
+		ct.Set = compileSet(l, envs, tf+".set", t.Set)
 		st.Transitions = append(st.Transitions, ct)
 	}
 	if t := s.Timeout; t != nil {
@@ -123,6 +157,27 @@ func compileState(l *errorList, envs *celEnvs, field string, s v1alpha1.State) *
 		st.Refuses = append(st.Refuses, strings.TrimPrefix(r, "."))
 	}
 	return st
+}
+
+// compileSet compiles a transition's set: status fields, each a template
+// over what its guard reads, that are not opkit's own.
+func compileSet(l *errorList, envs *celEnvs, field string, set map[string]string) []*StatusField {
+	var out []*StatusField
+	for _, name := range sortedKeys(set) {
+		f := field + "." + name
+		switch {
+		case !statusRE.MatchString(name):
+			l.add(f, "status field names are lowerCamelCase identifiers")
+			continue
+		case slices.Contains(reservedStatus, name) || name == stateStatus:
+			l.add(f, "%q is written by opkit; choose another name", name)
+			continue
+		}
+		if slot := compileString(l, envs.guard, f, set[name], nil); slot != nil {
+			out = append(out, &StatusField{Name: name, Slot: slot, Template: set[name], Field: f})
+		}
+	}
+	return out
 }
 
 // linkStateHandlers lists each handler on enter or exit in the states it
@@ -175,6 +230,16 @@ func (m *StateMachine) transitions() []*Transition {
 	var out []*Transition
 	for _, s := range m.States {
 		out = append(out, s.Transitions...)
+	}
+	return out
+}
+
+// setFields are the status fields the transitions set, in the order of
+// the states and their transitions.
+func (m *StateMachine) setFields() []*StatusField {
+	var out []*StatusField
+	for _, t := range m.transitions() {
+		out = append(out, t.Set...)
 	}
 	return out
 }

@@ -46,7 +46,7 @@ func TestTheDatabaseExampleLoadsItsStateMachine(t *testing.T) {
 		t.Errorf("initial %v", m.Initial)
 	}
 	prov := m.State("Provisioning")
-	if prov.Line != 94 || prov.Field != "spec.states[0]" {
+	if prov.Line != 91 || prov.Field != "spec.states[0]" {
 		t.Errorf("Provisioning at line %d, field %s", prov.Line, prov.Field)
 	}
 	if to := prov.Timeout; to == nil || to.After != 10*time.Minute || to.To != "NeedsAttention" || to.Reason != "ProvisioningTooSlow" {

@@ -2,6 +2,7 @@ package definition
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -47,7 +48,7 @@ func checkStatusSchema(l *errorList, d *Definition, field string, s *apiextensio
 			l.add(field+".properties."+name, "%q is written and typed by opkit; choose another name", name)
 		}
 	}
-	for _, f := range d.Status {
+	for _, f := range append(slices.Clone(d.Status), d.States.setFields()...) {
 		declared, ok := s.Properties[f.Name]
 		if typ := f.schemaType(); ok && typ != "" && declared.Type != typ {
 			l.add(field+".properties."+f.Name+".type", "%q, but %s computes a %s: declare type %s, or leave the field out (spec.status types it)", declared.Type, f.Field, typ, typ)
@@ -194,12 +195,18 @@ func schemaErrorPath(p string) string {
 // observedGeneration; state, for an Operator with states), the version's
 // statusSchema fields with their types, and the spec.status fields, as
 // dyn (their types are known only once they are compiled, which may
-// read them). A field none of these names is not read: a handler's
+// read them), and so the fields transitions set. A field none of these names is not read: a handler's
 // field is declared in statusSchema first.
 func statusReadSchema(op *v1alpha1.Operator, v *v1alpha1.ResourceVersion) *apiextensionsv1.JSONSchemaProps {
 	s := &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true), Properties: map[string]apiextensionsv1.JSONSchemaProps{}}
 	mergeStatusSchema(s, v)
-	for name := range op.Spec.Status {
+	names := slices.Collect(maps.Keys(op.Spec.Status))
+	for _, st := range op.Spec.States {
+		for _, t := range st.Transitions {
+			names = slices.AppendSeq(names, maps.Keys(t.Set))
+		}
+	}
+	for _, name := range names {
 		if _, typed := s.Properties[name]; !typed && !slices.Contains(reservedStatus, name) {
 			s.Properties[name] = apiextensionsv1.JSONSchemaProps{XIntOrString: true}
 		}

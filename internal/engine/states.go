@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -70,12 +71,18 @@ type visit struct {
 	// next is the state this reconcile writes (initial or moved to); nil
 	// for none.
 	next *v1alpha1.ObjectState
+	// set are the status fields the transition taken sets, by name.
+	set map[string]any
 	// step is what the state machine decided; why is the record's log.
 	step statemachine.Step
 	// stepped: the step was made (it is not when the handlers' step
 	// failed).
 	stepped bool
 }
+
+// setRetry is how soon a transition whose set could not be evaluated is
+// tried again, when nothing else wakes the object.
+const setRetry = 10 * time.Second
 
 // newStates returns the state machine of d, or nil for a definition
 // without one.
@@ -107,14 +114,16 @@ func stateValue(s *v1alpha1.ObjectState) map[string]any {
 	return m
 }
 
-// withState returns a shallow copy of obj whose status.state is s.
-func withState(obj map[string]any, s *v1alpha1.ObjectState) map[string]any {
+// withState returns a shallow copy of obj whose status.state is s, and
+// whose status has the fields of set.
+func withState(obj map[string]any, s *v1alpha1.ObjectState, set map[string]any) map[string]any {
 	out := maps.Clone(obj)
 	status, _ := obj["status"].(map[string]any)
 	status = maps.Clone(status)
 	if status == nil {
 		status = map[string]any{}
 	}
+	maps.Copy(status, set)
 	status["state"] = stateValue(s)
 	out["status"] = status
 	return out
@@ -129,7 +138,7 @@ func (s *states) begin(ctx context.Context, cr *unstructured.Unstructured, vars 
 		v.step = statemachine.Next(statemachine.Input{Machine: s.machine, Now: s.clock.Now()})
 		v.next = v.step.Next
 		v.next.Run = archive.NewID(time.Now())
-		vars.Self = withState(cr.Object, v.next)
+		vars.Self = withState(cr.Object, v.next, nil)
 		return v
 	}
 	s.recover(ctx, cr, v.cur)
@@ -183,9 +192,22 @@ func (s *states) step(cr *unstructured.Unstructured, v *visit, vars *definition.
 		s.events.Eventf(cr, nil, corev1.EventTypeWarning, "UnknownState", "Step", "%s", v.step.Unknown)
 	}
 	if v.step.Action == statemachine.Move {
+		if t := v.step.Transition; t != nil {
+			set, err := t.Assign(*vars, run)
+			if err != nil {
+				// The transition waits for what its set reads (a decision
+				// stays to be taken then).
+				if !errors.Is(err, definition.ErrChildMissing) {
+					s.events.Eventf(cr, nil, corev1.EventTypeWarning, "SetFailed", "Transition", "the transition from %s to %s waits: %v", v.cur.Name, t.To, err)
+				}
+				v.step = statemachine.Step{}
+				return setRetry
+			}
+			v.set = set
+		}
 		v.next = v.step.Next
 		v.next.Run = archive.NewID(time.Now())
-		vars.Self = withState(vars.Self, v.next)
+		vars.Self = withState(vars.Self, v.next, v.set)
 		return 0 // the write reconciles the object again
 	}
 	if !v.step.Until.IsZero() {
@@ -200,6 +222,7 @@ func (s *states) step(cr *unstructured.Unstructured, v *visit, vars *definition.
 func (v *visit) writeTo(status map[string]any, conds []metav1.Condition) ([]metav1.Condition, bool) {
 	cur := v.cur
 	if v.next != nil {
+		maps.Copy(status, v.set)
 		status["state"] = stateValue(v.next)
 		cur = v.next
 	}

@@ -53,6 +53,9 @@ func Text(m *definition.StateMachine) string {
 			default:
 				b.WriteString(" always")
 			}
+			if len(t.Set) > 0 {
+				fmt.Fprintf(&b, "; sets %s", setWords(t.Set))
+			}
 			b.WriteString("\n")
 		}
 		if to := s.Timeout; to != nil {
@@ -176,4 +179,13 @@ func duration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// setWords is what a transition sets: status.name = template, ...
+func setWords(set []*definition.StatusField) string {
+	parts := make([]string, len(set))
+	for i, f := range set {
+		parts[i] = "status." + f.Name + " = " + oneLine(f.Template)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -96,12 +96,12 @@ Done [final]
 func TestTheDatabaseExampleReadsAsText(t *testing.T) {
 	d := compileFile(t, "../../examples/database/operator.yaml")
 	want := `Provisioning [initial]
-  -> Ready (Provisioned) when has(children.server.status.readyReplicas) && children.server.status.readyReplicas == 1
+  -> Ready (Provisioned) when has(children.server.status.readyReplicas) && children.server.status.readyReplicas == 1; sets status.version = ${self.spec.version}
   -> NeedsAttention (ProvisioningTooSlow) after 10m
 
 Ready
   on enter: announce
-  -> Upgrading (VersionChanged) when self.spec.version != self.status.version && self.spec.version != self.status.rejected
+  -> Upgrading (VersionChanged) when self.spec.version != self.status.version && (!has(self.status.rejected) || self.spec.version != self.status.rejected)
 
 Upgrading
   refuses: spec.version
@@ -110,7 +110,7 @@ Upgrading
 
 Verifying
   refuses: spec.version
-  -> Ready (Verified) when has(children.verify.status.succeeded) && children.verify.status.succeeded > 0
+  -> Ready (Verified) when has(children.verify.status.succeeded) && children.verify.status.succeeded > 0; sets status.version = ${self.spec.version}
   -> NeedsAttention (VerificationFailed) when has(children.verify.status.failed) && children.verify.status.failed > 0
   -> NeedsAttention (VerificationTooSlow) after 10m
 
@@ -118,8 +118,8 @@ NeedsAttention [needs a person]
   asks: The new version failed its checks. Roll back to the last good version, or accept the new one?
   refuses: spec.version
   on enter: announce
-  -> RollingBack (RollBack) if a person chooses it: run the last good version again; this one is not tried again until the spec names another
-  -> Ready (Accepted) if a person chooses it: keep the new version as it is
+  -> RollingBack (RollBack) if a person chooses it: run the last good version again; this one is not tried again until the spec names another; sets status.rejected = ${self.spec.version}
+  -> Ready (Accepted) if a person chooses it: keep the new version as it is; sets status.version = ${self.spec.version}
 
 RollingBack
   refuses: spec.version

@@ -77,6 +77,9 @@ type Step struct {
 	Consume bool
 	// Decision is the decision taken, for a Move it caused.
 	Decision *v1alpha1.Decision
+	// Transition is the transition taken, for a Move by a guard or a
+	// decision (nil for a timeout): the engine writes its Set with it.
+	Transition *definition.Transition
 	// Refused says why the decision annotation is refused; "" when it is
 	// not.
 	Refused string
@@ -156,7 +159,7 @@ func Next(in Input) Step {
 		if t.When != nil {
 			why = "its guard held: " + t.When.Source
 		}
-		step.Action, step.Next = Move, move(in, st, t.To, v1alpha1.TransitionGuard, t.Reason)
+		step.Action, step.Next, step.Transition = Move, move(in, st, t.To, v1alpha1.TransitionGuard, t.Reason), t
 		step.Why, step.Until = fmt.Sprintf("the transition from %s to %s was taken: %s", st.Name, t.To, why), time.Time{}
 		return step
 	}
@@ -197,7 +200,7 @@ func decide(in Input, st *definition.State, raw string) Step {
 	next := move(in, st, t.To, v1alpha1.TransitionDecision, reason)
 	next.By, next.Message = d.By, d.Reason
 	return Step{
-		Action: Move, Next: next, Consume: true, Decision: &d,
+		Action: Move, Next: next, Consume: true, Decision: &d, Transition: t,
 		Why: fmt.Sprintf("%s decided, in %s, to go to %s: %s", d.By, cur.Name, t.To, d.Reason),
 	}
 }

@@ -219,6 +219,17 @@ func TestNext(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.in.Machine = m
 			got := Next(tc.in)
+			// The transition taken is the one a guard or a decision
+			// chose, leading where the step goes; none for a timeout.
+			switch {
+			case got.Action == Move && got.Next.Trigger != v1alpha1.TransitionTimeout:
+				if got.Transition == nil || got.Transition.To != got.Next.Name {
+					t.Errorf("Next moved to %s by %s, with transition %+v; want the transition to %s", got.Next.Name, got.Next.Trigger, got.Transition, got.Next.Name)
+				}
+			case got.Transition != nil:
+				t.Errorf("Next gave the transition to %s without a move by a guard or a decision: %s", got.Transition.To, show(got))
+			}
+			got.Transition = nil
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Next:\n got %s\nwant %s", show(got), show(tc.want))
 			}

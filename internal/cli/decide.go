@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -56,7 +55,8 @@ are read from the Operator in the cluster, or from -f FILE.`,
 			if choose != "" && strings.TrimSpace(reason) == "" {
 				return fmt.Errorf("--reason is required with --choose: say why, in your words; it is recorded with the decision")
 			}
-			gvk, op, err := stateKind(ctx, archivePath, ns, name, operator, args[0])
+			gvk, op, err := objectKind(ctx, archivePath, archive.Query{Namespace: ns, Name: name, Operator: operator, Handler: v1alpha1.TransitionHandler}, args[0],
+				"is it an object of an Operator that declares states, run with this archive (--archive)?")
 			if err != nil {
 				return err
 			}
@@ -126,38 +126,6 @@ are read from the Operator in the cluster, or from -f FILE.`,
 	cmd.Flags().StringVar(&reason, "reason", "", "why, in your words (required with --choose)")
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the Operator's definition, for the choices' descriptions (default: the Operator in the cluster)")
 	return cmd
-}
-
-// stateKind finds the kind of the object ns/name from its transitions in
-// the archive, and the operator that made them.
-func stateKind(ctx context.Context, archivePath, ns, name, operator, arg string) (schema.GroupVersionKind, string, error) {
-	store, err := openExistingArchive(ctx, archivePath)
-	if err != nil {
-		return schema.GroupVersionKind{}, "", err
-	}
-	defer func() { _ = store.Close() }()
-	page, err := store.List(ctx, archive.Query{Namespace: ns, Name: name, Operator: operator, Handler: v1alpha1.TransitionHandler, Limit: 1000})
-	if err != nil {
-		return schema.GroupVersionKind{}, "", err
-	}
-	kinds := map[schema.GroupVersionKind]string{}
-	var gvk schema.GroupVersionKind
-	for _, r := range page.Runs {
-		gvk = schema.FromAPIVersionAndKind(r.APIVersion, r.Kind)
-		kinds[gvk] = r.Operator
-	}
-	switch {
-	case len(kinds) == 0:
-		return gvk, "", fmt.Errorf("no state transitions of %s in %s: is it an object of an Operator that declares states, run with this archive (--archive)?", arg, archive.RedactDSN(archivePath))
-	case len(kinds) > 1:
-		var ops []string
-		for _, op := range kinds {
-			ops = append(ops, op)
-		}
-		slices.Sort(ops)
-		return gvk, "", fmt.Errorf("%s is an object of several operators (%s): choose one with --operator", arg, strings.Join(ops, ", "))
-	}
-	return gvk, kinds[gvk], nil
 }
 
 // objectState reads status.state.

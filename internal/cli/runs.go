@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -321,6 +322,45 @@ func printLogs(ctx context.Context, store archive.Reader, id string, follow bool
 	}
 }
 
+// objectKind finds the kind of the object arg (NS/NAME) from the runs q
+// selects in the archive, and the operator that made them; none is an
+// error that ends with none (what that means to the command), several
+// operators one that asks for --operator.
+func objectKind(ctx context.Context, archivePath string, q archive.Query, arg, none string) (schema.GroupVersionKind, string, error) {
+	store, err := openExistingArchive(ctx, archivePath)
+	if err != nil {
+		return schema.GroupVersionKind{}, "", err
+	}
+	defer func() { _ = store.Close() }()
+	q.Limit = 1000
+	page, err := store.List(ctx, q)
+	if err != nil {
+		return schema.GroupVersionKind{}, "", err
+	}
+	kinds := map[schema.GroupVersionKind]string{}
+	var gvk schema.GroupVersionKind
+	for _, r := range page.Runs {
+		gvk = schema.FromAPIVersionAndKind(r.APIVersion, r.Kind)
+		kinds[gvk] = r.Operator
+	}
+	switch {
+	case len(kinds) == 0:
+		what := "runs"
+		if q.Handler == v1alpha1.TransitionHandler {
+			what = "state transitions"
+		}
+		return gvk, "", fmt.Errorf("no %s of %s in %s: %s", what, arg, archive.RedactDSN(archivePath), none)
+	case len(kinds) > 1:
+		var ops []string
+		for _, op := range kinds {
+			ops = append(ops, op)
+		}
+		slices.Sort(ops)
+		return gvk, "", fmt.Errorf("%s is an object of several operators (%s): choose one with --operator", arg, strings.Join(ops, ", "))
+	}
+	return gvk, kinds[gvk], nil
+}
+
 func newRetryCommand() *cobra.Command {
 	var archivePath, kubeconfig, operator string
 	cmd := &cobra.Command{
@@ -338,30 +378,10 @@ annotation stays: each new value is one retry.`,
 			if !ok {
 				ns, name = "", args[0]
 			}
-			store, err := openExistingArchive(cmd.Context(), archivePath)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = store.Close() }()
-			page, err := store.List(cmd.Context(), archive.Query{Namespace: ns, Name: name, Operator: operator, Limit: 1000})
-			if err != nil {
-				return err
-			}
-			kinds := map[schema.GroupVersionKind]string{}
-			var gvk schema.GroupVersionKind
-			for _, r := range page.Runs {
-				gvk = schema.FromAPIVersionAndKind(r.APIVersion, r.Kind)
-				kinds[gvk] = r.Operator
-			}
+			gvk, _, err := objectKind(cmd.Context(), archivePath, archive.Query{Namespace: ns, Name: name, Operator: operator}, args[0], "nothing to retry")
 			switch {
-			case len(kinds) == 0:
-				return fmt.Errorf("no runs for %s in %s: nothing to retry", args[0], archive.RedactDSN(archivePath))
-			case len(kinds) > 1:
-				var ops []string
-				for _, op := range kinds {
-					ops = append(ops, op)
-				}
-				return fmt.Errorf("%s is an object of several operators (%s): choose one with --operator", args[0], strings.Join(ops, ", "))
+			case err != nil:
+				return err
 			case gvk.Group == v1alpha1.Group && gvk.Kind == v1alpha1.Kind:
 				return fmt.Errorf("%s is an operator-wide schedule: its runs are retried by its handler's retry policy, and its next slot runs in any case; there is nothing to retry", args[0])
 			}

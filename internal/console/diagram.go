@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/statemachine"
 )
 
 // The state diagram of an operator's life cycle (spec.states), drawn on
@@ -479,7 +480,7 @@ func machineOf(d *definition.Definition, current, kind string) *machine {
 		}
 		if to := s.Timeout; to != nil {
 			ms.Timeout = &machineTimeout{After: to.After, To: to.To, Reason: to.Reason}
-			gs.Out = append(gs.Out, graphEdge{To: to.To, Label: to.Reason, Timeout: true, After: shortDuration(to.After)})
+			gs.Out = append(gs.Out, graphEdge{To: to.To, Label: to.Reason, Timeout: true, After: statemachine.Duration(to.After)})
 			transitions++
 		}
 		for _, h := range s.Enter {
@@ -502,18 +503,6 @@ func machineOf(d *definition.Definition, current, kind string) *machine {
 	}
 	m.Diagram.Desc = desc + ". The list after the diagram says each state and its transitions in words."
 	return m
-}
-
-// shortDuration writes 10m0s as 10m, 1h30m0s as 1h30m.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 // Lane reports whether the edge runs along a lane: its label is one line.

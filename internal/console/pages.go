@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -454,6 +455,27 @@ func (s *Server) rawLog(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte(archive.CleanLog(stored.Data)))
 }
 
+// mayAct returns the operator named opName, when u may act on its
+// objects in ns: it owns a custom resource (an action is an annotation on
+// it), and u may patch those.
+func (s *Server) mayAct(ctx context.Context, u *user, opName, ns string) (*operator, error) {
+	op, err := s.catalog.Operator(ctx, opName)
+	switch {
+	case err != nil:
+	case op == nil:
+		err = notFound("no operator %s in the cluster", opName)
+	case !op.Owns():
+		// Refused before any access check: nobody may do it.
+		err = &httpError{http.StatusConflict, noActions(op)}
+	default:
+		err = s.may(ctx, u, op, op.GVK, "patch", ns)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return op, nil
+}
+
 // act runs an action on an object: retry, pause or resume; or decide
 // (see decide).
 func (s *Server) act(w http.ResponseWriter, r *http.Request) {
@@ -487,17 +509,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, notFound("no action %q: retry, pause, resume or decide", action))
 		return
 	}
-	op, err := s.catalog.Operator(ctx, opName)
-	switch {
-	case err != nil:
-	case op == nil:
-		err = notFound("no operator %s in the cluster", opName)
-	case !op.Owns():
-		// Refused before any access check: nobody may do it.
-		err = &httpError{http.StatusConflict, noActions(op)}
-	default:
-		err = s.may(ctx, u, op, op.GVK, "patch", ns)
-	}
+	op, err := s.mayAct(ctx, u, opName, ns)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/statemachine"
 )
 
 // parseTemplates parses the layout, and the parts pages share (files
@@ -61,7 +62,7 @@ var funcs = template.FuncMap{
 	"cut":        cut,
 	"clean":      clean,
 	"add":        func(a, b int) int { return a + b },
-	"short":      shortDuration,
+	"short":      statemachine.Duration,
 	"trigger":    triggerWords,
 	"transition": transitionOf,
 }

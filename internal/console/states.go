@@ -223,16 +223,7 @@ func or(s, otherwise string) string {
 // resourceVersion it read, so that a change in between refuses it too.
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, u *user, opName, ns, name string) {
 	ctx := r.Context()
-	op, err := s.catalog.Operator(ctx, opName)
-	switch {
-	case err != nil:
-	case op == nil:
-		err = notFound("no operator %s in the cluster", opName)
-	case !op.Owns():
-		err = &httpError{http.StatusConflict, noActions(op)}
-	default:
-		err = s.may(ctx, u, op, op.GVK, "patch", ns)
-	}
+	op, err := s.mayAct(ctx, u, opName, ns)
 	if err != nil {
 		s.fail(w, r, err)
 		return

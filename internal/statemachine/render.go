@@ -59,7 +59,7 @@ func Text(m *definition.StateMachine) string {
 			b.WriteString("\n")
 		}
 		if to := s.Timeout; to != nil {
-			fmt.Fprintf(&b, "  -> %s (%s) after %s\n", to.To, to.Reason, duration(to.After))
+			fmt.Fprintf(&b, "  -> %s (%s) after %s\n", to.To, to.Reason, Duration(to.After))
 		}
 		if s.Final {
 			b.WriteString("  (no way out)\n")
@@ -120,7 +120,7 @@ func Dot(m *definition.StateMachine, name string) string {
 			fmt.Fprintf(&b, "  %s -> %s [label=%s%s];\n", dotQuote(s.Name), dotQuote(t.To), dotQuote(label), style)
 		}
 		if to := s.Timeout; to != nil {
-			fmt.Fprintf(&b, "  %s -> %s [label=%s, style=dashed];\n", dotQuote(s.Name), dotQuote(to.To), dotQuote(to.Reason+"\nafter "+duration(to.After)))
+			fmt.Fprintf(&b, "  %s -> %s [label=%s, style=dashed];\n", dotQuote(s.Name), dotQuote(to.To), dotQuote(to.Reason+"\nafter "+Duration(to.After)))
 		}
 	}
 	b.WriteString("}\n")
@@ -169,8 +169,8 @@ func dotQuote(s string) string {
 	return `"` + r.Replace(s) + `"`
 }
 
-// duration is d as written in a definition: 10m, 1h30m, 45s.
-func duration(d time.Duration) string {
+// Duration is d as written in a definition: 10m, 1h30m, 45s.
+func Duration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
 		s = strings.TrimSuffix(s, "0s")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -312,6 +313,27 @@ func startEngine(ctx context.Context, opts engine.Options, archivePath string, c
 	return r, e, err
 }
 
+// routine are the messages, below errors, of what client-go recovers
+// from by itself: a watch that ends with an error is started again, and
+// an API server out of reach is told by the engine's own notices. Since
+// client-go v0.37 its reflectors write them through controller-runtime's
+// logger, with the file and line they come from.
+var routine = []string{"Warning: watch ended with error"}
+
+// routineFilter leaves the routine messages out of a log.
+type routineFilter struct{ zapcore.Core }
+
+func (f routineFilter) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if e.Level < zapcore.ErrorLevel && slices.ContainsFunc(routine, func(m string) bool { return strings.HasPrefix(e.Message, m) }) {
+		return ce
+	}
+	return f.Core.Check(e, ce)
+}
+
+func (f routineFilter) With(fields []zapcore.Field) zapcore.Core {
+	return routineFilter{f.Core.With(fields)}
+}
+
 // startEngineLogging is startEngine with options, and controller-runtime's
 // log lines below level left out.
 func startEngineLogging(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, mf *metricsFlag, log io.Writer, level zapcore.Level) (*runningEngine, *engine.Engine, error) {
@@ -323,7 +345,7 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 		// twice at most. What changed is said by the engine's notices.
 		zap.StacktraceLevel(zapcore.DPanicLevel),
 		zap.RawZapOpts(uberzap.WrapCore(func(c zapcore.Core) zapcore.Core {
-			return zapcore.NewSamplerWithOptions(c, 10*time.Second, 2, 0)
+			return zapcore.NewSamplerWithOptions(routineFilter{c}, 10*time.Second, 2, 0)
 		})))
 	ctrllog.SetLogger(logger)
 	klogTo.Store(&logger) // client-go's own lines, "Unable to write event"...

@@ -349,7 +349,7 @@ func objectKind(ctx context.Context, archivePath string, q archive.Query, arg, n
 		if q.Handler == v1alpha1.TransitionHandler {
 			what = "state transitions"
 		}
-		return gvk, "", fmt.Errorf("no %s of %s in %s: %s", what, arg, archive.RedactDSN(archivePath), none)
+		return gvk, "", fmt.Errorf("no %s for %s in %s: %s", what, arg, archive.RedactDSN(archivePath), none)
 	case len(kinds) > 1:
 		var ops []string
 		for _, op := range kinds {

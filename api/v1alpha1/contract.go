@@ -1,5 +1,13 @@
 package v1alpha1
 
+import (
+	"encoding/json"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
 // The names opkit shares with the user and its own parts (engine, console,
 // CLI): the annotations a person or tool sets on a custom resource, the
 // conditions the engine writes on it, and the triggers runs are recorded
@@ -49,6 +57,18 @@ type Decision struct {
 	At string `json:"at"`
 }
 
+// Patch is the JSON merge patch that writes d as obj's DecisionAnnotation,
+// over the resourceVersion read: the API server refuses it when the
+// object changed since, so a decision is made on the state seen.
+func (d Decision) Patch(resourceVersion string) []byte {
+	value, _ := json.Marshal(d) // strings and an int: it cannot fail
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": resourceVersion,
+		"annotations":     map[string]string{DecisionAnnotation: string(value)},
+	}})
+	return patch
+}
+
 // ObjectState is status.state of a custom resource whose Operator
 // declares states: where it is in its life cycle.
 type ObjectState struct {
@@ -75,6 +95,23 @@ type ObjectState struct {
 	// asked, and the states a decision may choose.
 	Question string   `json:"question,omitempty"`
 	Choices  []string `json:"choices,omitempty"`
+}
+
+// ReadObjectState reads status.state of a custom resource (obj, as
+// unstructured data): nil, without an error, when it has none.
+func ReadObjectState(obj map[string]any) (*ObjectState, error) {
+	raw, ok, err := unstructured.NestedMap(obj, "status", "state")
+	if err != nil {
+		return nil, fmt.Errorf("status.state: %w", err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	var s ObjectState
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &s); err != nil {
+		return nil, fmt.Errorf("status.state: %w", err)
+	}
+	return &s, nil
 }
 
 // How a transition came (ObjectState.Trigger, and the trigger of its run

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -60,9 +60,7 @@ are read from the Operator in the cluster, or from -f FILE.`,
 			if err != nil {
 				return err
 			}
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			rules.ExplicitPath = kubeconfig
-			loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil)
+			loader := kubeconfigLoader(kubeconfig)
 			cfg, err := loader.ClientConfig()
 			if err != nil {
 				return fmt.Errorf("loading the kubeconfig: %w", err)
@@ -93,7 +91,7 @@ are read from the Operator in the cluster, or from -f FILE.`,
 				printQuestion(&b, gvk.Kind, args[0], st, descriptions)
 				return fmt.Errorf("%s is not a choice of %s.\n%s", choose, st.Name, strings.TrimRight(b.String(), "\n"))
 			}
-			by, note, err := whoAmI(ctx, loader)
+			by, note, err := whoAmI(ctx, cfg, loader)
 			if err != nil {
 				return err
 			}
@@ -101,12 +99,8 @@ are read from the Operator in the cluster, or from -f FILE.`,
 				fmt.Fprintln(cmd.ErrOrStderr(), note)
 			}
 			d := v1alpha1.Decision{State: st.Name, Seq: st.Seq, Choose: choose, Reason: reason, By: by, At: time.Now().UTC().Format(time.RFC3339)}
-			value, _ := json.Marshal(d)
 			// Over the resourceVersion read: the decision is on the state seen.
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-				"resourceVersion": obj.GetResourceVersion(),
-				"annotations":     map[string]string{v1alpha1.DecisionAnnotation: string(value)},
-			}})
+			patch := d.Patch(obj.GetResourceVersion())
 			if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
 				return fmt.Errorf("writing the decision on %s %s: %w (if it changed since it was read, run opkit decide again)", gvk.Kind, args[0], err)
 			}
@@ -130,18 +124,16 @@ are read from the Operator in the cluster, or from -f FILE.`,
 
 // objectState reads status.state.
 func objectState(obj *unstructured.Unstructured) (*v1alpha1.ObjectState, error) {
-	raw, ok, _ := unstructured.NestedMap(obj.Object, "status", "state")
-	if !ok {
-		return nil, fmt.Errorf("it has no status.state yet: is its operator running?")
-	}
-	var st v1alpha1.ObjectState
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st); err != nil {
+	st, err := v1alpha1.ReadObjectState(obj.Object)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("its status.state cannot be read: %w", err)
-	}
-	if st.Name == "" {
+	case st == nil:
+		return nil, fmt.Errorf("it has no status.state yet: is its operator running?")
+	case st.Name == "":
 		return nil, fmt.Errorf("its status.state names no state")
 	}
-	return &st, nil
+	return st, nil
 }
 
 // choiceDescriptions are the descriptions of the transitions of state, by
@@ -194,15 +186,11 @@ func printQuestion(w io.Writer, kind, arg string, st *v1alpha1.ObjectState, desc
 	fmt.Fprintf(w, "answer with: opkit decide %s --choose STATE --reason \"...\"\n", arg)
 }
 
-// whoAmI is the user the API server knows the caller as (a
-// SelfSubjectReview); when the API refuses to say, the kubeconfig's user
-// name, with a note saying so.
-func whoAmI(ctx context.Context, loader clientcmd.ClientConfig) (by, note string, err error) {
-	restCfg, err := loader.ClientConfig()
-	if err != nil {
-		return "", "", err
-	}
-	cs, err := kubernetes.NewForConfig(restCfg)
+// whoAmI is the user the API server at cfg knows the caller as (a
+// SelfSubjectReview); when the API refuses to say, the user of the
+// kubeconfig cfg was loaded from, with a note saying so.
+func whoAmI(ctx context.Context, cfg *rest.Config, loader clientcmd.ClientConfig) (by, note string, err error) {
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return "", "", err
 	}

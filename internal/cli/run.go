@@ -256,10 +256,16 @@ func printWarnings(w io.Writer, defs ...*definition.Definition) {
 	}
 }
 
-func loadKubeconfig(path string) (*rest.Config, error) {
+// kubeconfigLoader reads the kubeconfig at path, or $KUBECONFIG's, or
+// ~/.kube/config's.
+func kubeconfigLoader(path string) clientcmd.ClientConfig {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = path
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil)
+}
+
+func loadKubeconfig(path string) (*rest.Config, error) {
+	cfg, err := kubeconfigLoader(path).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}

@@ -14,7 +14,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -43,18 +42,7 @@ type stateView struct {
 
 // objectState reads status.state; nil when there is none.
 func objectState(obj *unstructured.Unstructured) (*v1alpha1.ObjectState, error) {
-	raw, ok, err := unstructured.NestedMap(obj.Object, "status", "state")
-	if err != nil {
-		return nil, fmt.Errorf("status.state: %w", err)
-	}
-	if !ok {
-		return nil, nil
-	}
-	var st v1alpha1.ObjectState
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st); err != nil {
-		return nil, fmt.Errorf("status.state: %w", err)
-	}
-	return &st, nil
+	return v1alpha1.ReadObjectState(obj.Object)
 }
 
 // decideView is the question of a state that needs a person, and what
@@ -117,11 +105,7 @@ func (s *Server) lifeCycle(ctx context.Context, u *user, op *operator, obj *unst
 	}
 	var declared *definition.State
 	if def != nil && def.States != nil {
-		for _, ds := range def.States.States {
-			if ds.Name == st.Name {
-				declared = ds
-			}
-		}
+		declared = def.States.State(st.Name)
 	}
 	if st.Question == "" && (declared == nil || !declared.NeedsPerson) {
 		return notices
@@ -247,20 +231,8 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, u *user, opName,
 		s.fail(w, r, err)
 		return
 	}
-	value, err := json.Marshal(v1alpha1.Decision{State: d.State, Seq: d.Seq, Choose: d.Choose, Reason: d.Reason,
-		By: s.decidedBy(u), At: time.Now().UTC().Format(time.RFC3339)})
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"resourceVersion": obj.GetResourceVersion(),
-		"annotations":     map[string]string{v1alpha1.DecisionAnnotation: string(value)},
-	}})
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
+	patch := v1alpha1.Decision{State: d.State, Seq: d.Seq, Choose: d.Choose, Reason: d.Reason,
+		By: s.decidedBy(u), At: time.Now().UTC().Format(time.RFC3339)}.Patch(obj.GetResourceVersion())
 	if err := s.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		switch {
 		case apierrors.IsConflict(err):

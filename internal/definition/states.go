@@ -24,7 +24,17 @@ type StateMachine struct {
 }
 
 // State returns the state named name, or nil.
-func (m *StateMachine) State(name string) *State { return m.byName[name] }
+func (m *StateMachine) State(name string) *State {
+	if m.byName == nil {
+		// A machine built by hand, not loaded: looked through.
+		for _, s := range m.States {
+			if s.Name == name {
+				return s
+			}
+		}
+	}
+	return m.byName[name]
+}
 
 // State is one compiled state.
 type State struct {
@@ -153,20 +163,34 @@ func (t *Transition) Assign(vars Vars, run Run) (map[string]any, error) {
 	if len(t.Set) == 0 {
 		return nil, nil
 	}
-	act := vars.activation(t.schemas)
-	act["run"] = run.value()
+	act := t.activation(vars, run)
 	out := make(map[string]any, len(t.Set))
 	for _, f := range t.Set {
 		v, err := f.Slot.eval(act)
 		if err != nil {
-			if !errors.Is(err, ErrChildMissing) && strings.Contains(err.Error(), "no such key") {
-				err = notKnownYet{err}
-			}
-			return nil, fmt.Errorf("%s: %w", f.Field, err)
+			return nil, fmt.Errorf("%s: %w", f.Field, unknownAsNotYet(err))
 		}
 		out[f.Name] = v
 	}
 	return out, nil
+}
+
+// activation binds what the transition's guard and set read: self,
+// children, related, and run.
+func (t *Transition) activation(vars Vars, run Run) map[string]any {
+	act := vars.activation(t.schemas)
+	act["run"] = run.value()
+	return act
+}
+
+// unknownAsNotYet marks an evaluation error that reads a key that does
+// not exist (a status field not written yet, run.outcome before any run)
+// as not known yet.
+func unknownAsNotYet(err error) error {
+	if !errors.Is(err, ErrChildMissing) && strings.Contains(err.Error(), "no such key") {
+		return notKnownYet{err}
+	}
+	return err
 }
 
 // Holds evaluates the guard over vars and run: true for a transition
@@ -179,14 +203,9 @@ func (t *Transition) Holds(vars Vars, run Run) (bool, error) {
 	if t.When == nil {
 		return true, nil
 	}
-	act := vars.activation(t.schemas)
-	act["run"] = run.value()
-	v, err := t.When.Eval(act)
+	v, err := t.When.Eval(t.activation(vars, run))
 	if err != nil {
-		if !errors.Is(err, ErrChildMissing) && strings.Contains(err.Error(), "no such key") {
-			return false, notKnownYet{err}
-		}
-		return false, err
+		return false, unknownAsNotYet(err)
 	}
 	b, ok := v.(bool)
 	if !ok {

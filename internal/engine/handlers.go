@@ -290,7 +290,7 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	rn.mu.Lock()
 	o = rn.object(cr)
 	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Resumed: o.resumed, Now: now, Started: rn.started, Related: vars.Related, Subject: subject,
-		Visit: visitOf(rn.def.States, vars.Self)} // vars.Self: a new object's initial state too (states.go)
+		Visit: visitOf(rn.def.States, readState(vars.Self))} // vars.Self: a new object's initial state too (states.go)
 	if st.Handled == nil {
 		o.resumed = true // a new object is created, not resumed
 	}

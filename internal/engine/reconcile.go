@@ -451,12 +451,13 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	if last, ok := r.statuses.Load(key); ok && last.(statusMemo) == memo {
 		return nil // written already; the cache does not show it yet
 	}
-	patch := append(append([]byte(`{"status":`), newJSON...), '}')
+	head := []byte(`{"status":`)
 	if precondition {
 		// The state moves: only over the object it was decided from.
 		rv, _ := json.Marshal(cr.GetResourceVersion())
-		patch = append(append(append([]byte(`{"metadata":{"resourceVersion":`), rv...), `},"status":`...), append(newJSON, '}')...)
+		head = append(append([]byte(`{"metadata":{"resourceVersion":`), rv...), `},"status":`...)
 	}
+	patch := append(append(head, newJSON...), '}')
 	// Patched as metadata: the API server answers with the object's
 	// metadata only, in protobuf, which is cheaper for both sides to
 	// encode and decode than the whole object as JSON; nothing reads the

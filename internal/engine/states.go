@@ -75,9 +75,6 @@ type visit struct {
 	set map[string]any
 	// step is what the state machine decided; why is the record's log.
 	step statemachine.Step
-	// stepped: the step was made (it is not when the handlers' step
-	// failed).
-	stepped bool
 }
 
 // setRetry is how soon a transition whose set could not be evaluated is
@@ -97,15 +94,11 @@ func newStates(d *definition.Definition, e *Engine, rec events.EventRecorder) *s
 // readState reads an object's status.state; nil when it has none (or an
 // unreadable one, which the initial state then replaces).
 func readState(obj map[string]any) *v1alpha1.ObjectState {
-	raw, ok, _ := unstructured.NestedMap(obj, "status", "state")
-	if !ok {
+	s, err := v1alpha1.ReadObjectState(obj)
+	if err != nil || s == nil || s.Name == "" {
 		return nil
 	}
-	var s v1alpha1.ObjectState
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &s); err != nil || s.Name == "" {
-		return nil
-	}
-	return &s
+	return s
 }
 
 // stateValue is s as status.state holds it.
@@ -145,14 +138,10 @@ func (s *states) begin(ctx context.Context, cr *unstructured.Unstructured, vars 
 	return v
 }
 
-// visitOf is the cause.Visit of obj's status.state under machine m; nil
-// without states or a state.
-func visitOf(m *definition.StateMachine, obj map[string]any) *cause.Visit {
-	if m == nil {
-		return nil
-	}
-	cur := readState(obj)
-	if cur == nil {
+// visitOf is the cause.Visit of the status.state cur under machine m;
+// nil without states or a state.
+func visitOf(m *definition.StateMachine, cur *v1alpha1.ObjectState) *cause.Visit {
+	if m == nil || cur == nil {
 		return nil
 	}
 	v := &cause.Visit{Seq: cur.Seq, State: m.State(cur.Name)}
@@ -170,7 +159,7 @@ func (s *states) step(cr *unstructured.Unstructured, v *visit, vars *definition.
 	if v.next != nil {
 		return 0 // initialized: the next reconcile steps from the initial state
 	}
-	cv := visitOf(s.machine, cr.Object)
+	cv := visitOf(s.machine, v.cur) // v.cur is what cr holds: a new object returned above
 	done := handlers == nil || cv == nil || cv.HandlersDone(handlers)
 	var run definition.Run
 	if handlers != nil && cv != nil {
@@ -184,7 +173,7 @@ func (s *states) step(cr *unstructured.Unstructured, v *visit, vars *definition.
 	if d, ok := cr.GetAnnotations()[v1alpha1.DecisionAnnotation]; ok {
 		in.Decision = &d
 	}
-	v.step, v.stepped = statemachine.Next(in), true
+	v.step = statemachine.Next(in)
 	for _, ge := range v.step.GuardErrors {
 		s.events.Eventf(cr, nil, corev1.EventTypeWarning, "GuardFailed", "Evaluate", "%v", ge)
 	}

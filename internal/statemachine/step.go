@@ -114,7 +114,7 @@ func Next(in Input) Step {
 	if in.Paused || in.Deleting {
 		return Step{}
 	}
-	st := find(m, cur.Name)
+	st := m.State(cur.Name)
 	if st == nil {
 		return Step{Unknown: fmt.Sprintf("status.state.name is %s, which the Operator does not declare: nothing moves until the Operator declares it again", cur.Name)}
 	}
@@ -193,11 +193,7 @@ func decide(in Input, st *definition.State, raw string) Step {
 		return refuse("%s is not a choice of %s: choose one of %s", d.Choose, cur.Name, strings.Join(st.Choices(), ", "))
 	}
 	t := st.Transitions[i]
-	reason := t.Reason
-	if reason == "" {
-		reason = "Decided"
-	}
-	next := move(in, st, t.To, v1alpha1.TransitionDecision, reason)
+	next := move(in, st, t.To, v1alpha1.TransitionDecision, t.Reason) // defaulted at load
 	next.By, next.Message = d.By, d.Reason
 	return Step{
 		Action: Move, Next: next, Consume: true, Decision: &d, Transition: t,
@@ -208,7 +204,7 @@ func decide(in Input, st *definition.State, raw string) Step {
 // move is the state after the transition from st to the state named to.
 func move(in Input, st *definition.State, to, trigger, reason string) *v1alpha1.ObjectState {
 	next := &v1alpha1.ObjectState{Name: to, Seq: in.Current.Seq + 1, Since: stamp(in.Now), Reason: reason, From: st.Name, Trigger: trigger}
-	if target := find(in.Machine, to); target != nil {
+	if target := in.Machine.State(to); target != nil {
 		entering(next, target)
 	}
 	return next
@@ -219,16 +215,6 @@ func entering(next *v1alpha1.ObjectState, st *definition.State) {
 	if st.NeedsPerson {
 		next.Question, next.Choices = st.Question, st.Choices()
 	}
-}
-
-// find returns the state named name, or nil.
-func find(m *definition.StateMachine, name string) *definition.State {
-	for _, s := range m.States {
-		if s.Name == name {
-			return s
-		}
-	}
-	return nil
 }
 
 // stamp writes a time as status.state does.

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"maps"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -112,12 +114,7 @@ func (s *State) DeepCopy() *State {
 		out.Transitions = make([]Transition, len(s.Transitions))
 		for i, t := range s.Transitions {
 			out.Transitions[i] = t
-			if t.Set != nil {
-				out.Transitions[i].Set = make(map[string]string, len(t.Set))
-				for k, v := range t.Set {
-					out.Transitions[i].Set[k] = v
-				}
-			}
+			out.Transitions[i].Set = maps.Clone(t.Set)
 		}
 	}
 	return &out

@@ -15,7 +15,6 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
-	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 )
 
@@ -78,9 +77,7 @@ fi
 // is Done once; a change of spec.size while Working is refused by the API
 // server naming the state.
 func TestStateTimeoutAndVisitHandlersOnceAcrossSIGKILL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane")
-	}
+	cl, c := startPlane(t)
 	began := time.Now()
 	dir := t.TempDir()
 	write := func(name, data string, mode os.FileMode) {
@@ -91,15 +88,6 @@ func TestStateTimeoutAndVisitHandlersOnceAcrossSIGKILL(t *testing.T) {
 	}
 	write("handler.sh", visitHandler, 0o755)
 	write("tasks.yaml", fmt.Sprintf(jobsOperator, dir), 0o644)
-	cl, err := devcluster.Start(t.Context(), devcluster.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
-	c, err := client.New(cl.RESTConfig(), client.Options{Scheme: clustertest.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 	kc := cl.KubeconfigPath()
 	e := &stateEngine{t: t, def: filepath.Join(dir, "tasks.yaml"), kc: kc, archive: filepath.Join(dir, "runs.db"), operator: "tasks"}
 	e.start()

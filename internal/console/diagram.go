@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/opkit-dev/opkit/internal/definition"
-	"github.com/opkit-dev/opkit/internal/statemachine"
 )
 
 // The state diagram of an operator's life cycle (spec.states), drawn on
@@ -480,7 +479,7 @@ func machineOf(d *definition.Definition, current, kind string) *machine {
 		}
 		if to := s.Timeout; to != nil {
 			ms.Timeout = &machineTimeout{After: to.After, To: to.To, Reason: to.Reason}
-			gs.Out = append(gs.Out, graphEdge{To: to.To, Label: to.Reason, Timeout: true, After: statemachine.Duration(to.After)})
+			gs.Out = append(gs.Out, graphEdge{To: to.To, Label: to.Reason, Timeout: true, After: definition.ShortDuration(to.After)})
 			transitions++
 		}
 		for _, h := range s.Enter {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/opkit-dev/opkit/internal/archive"
-	"github.com/opkit-dev/opkit/internal/statemachine"
+	"github.com/opkit-dev/opkit/internal/definition"
 )
 
 // parseTemplates parses the layout, and the parts pages share (files
@@ -62,7 +62,7 @@ var funcs = template.FuncMap{
 	"cut":        cut,
 	"clean":      clean,
 	"add":        func(a, b int) int { return a + b },
-	"short":      statemachine.Duration,
+	"short":      definition.ShortDuration,
 	"trigger":    triggerWords,
 	"transition": transitionOf,
 }

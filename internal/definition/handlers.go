@@ -121,6 +121,19 @@ func (h *Handler) NextSlot(t time.Time) (time.Time, error) {
 	return time.Unix(0, ns-ns%every+every), nil
 }
 
+// ShortDuration writes d as a definition would, without its zero units:
+// 10m, 1h30m, 45s (time.Duration's String gives 10m0s).
+func ShortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 // MinEvery is the shortest interval of a schedule.
 const MinEvery = time.Second
 

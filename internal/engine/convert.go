@@ -123,11 +123,7 @@ func (e *Engine) conversionClientConfig(d *definition.Definition) *apiextensions
 	path := definition.ConversionPath(d.Operator.Name)
 	cc := &apiextensionsv1.WebhookClientConfig{CABundle: e.webhook.CABundle()}
 	if s := e.opts.Webhook.Service; s != nil {
-		port := s.Port
-		if port == 0 {
-			port = 443
-		}
-		cc.Service = &apiextensionsv1.ServiceReference{Namespace: s.Namespace, Name: s.Name, Path: &path, Port: &port}
+		cc.Service = &apiextensionsv1.ServiceReference{Namespace: s.Namespace, Name: s.Name, Path: &path, Port: ptr.To(s.port())}
 	} else {
 		cc.URL = ptr.To(e.webhookURL() + path)
 	}

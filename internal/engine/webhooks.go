@@ -82,6 +82,14 @@ type WebhookService struct {
 	Port int32
 }
 
+// port is the Service's port, defaulted.
+func (s *WebhookService) port() int32 {
+	if s.Port == 0 {
+		return 443
+	}
+	return s.Port
+}
+
 // DefaultWebhookSecret is the default name of the certificates' Secret.
 const DefaultWebhookSecret = "opkit-webhook-certs"
 
@@ -214,11 +222,7 @@ func (e *Engine) applyWebhooksLocked(ctx context.Context, d *definition.Definiti
 		path := "/" + a.Trigger() + "/" + d.Operator.Name + "/" + h.Name
 		cc := admissionregistrationv1.WebhookClientConfig{CABundle: bundle}
 		if s := e.opts.Webhook.Service; s != nil {
-			port := s.Port
-			if port == 0 {
-				port = 443
-			}
-			cc.Service = &admissionregistrationv1.ServiceReference{Namespace: s.Namespace, Name: s.Name, Path: &path, Port: &port}
+			cc.Service = &admissionregistrationv1.ServiceReference{Namespace: s.Namespace, Name: s.Name, Path: &path, Port: ptr.To(s.port())}
 		} else {
 			cc.URL = ptr.To(e.webhookURL() + path)
 		}

@@ -15,6 +15,8 @@ import (
 	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/cel/environment"
+
+	"github.com/opkit-dev/opkit/internal/definition"
 )
 
 // Messages said both by the schema's checks and by Load's own, which
@@ -42,23 +44,11 @@ func (d *decoder) duration(field, s string, maxDuration time.Duration) time.Dura
 	case v <= 0:
 		d.l.add(field, "must be more than 0")
 	case maxDuration > 0 && v > maxDuration:
-		d.l.add(field, "must be at most %s: a scenario that waits longer is too slow to run often; advance the clock (advance: 1h) instead of waiting for time to pass", shortDuration(maxDuration))
+		d.l.add(field, "must be at most %s: a scenario that waits longer is too slow to run often; advance the clock (advance: 1h) instead of waiting for time to pass", definition.ShortDuration(maxDuration))
 	default:
 		return v
 	}
 	return 0
-}
-
-// shortDuration writes d without its zero units: 10m, not 10m0s.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 // timeout parses a timeout, or gives fallback when it is not valid.

@@ -3,7 +3,6 @@ package statemachine
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/opkit-dev/opkit/internal/definition"
 )
@@ -59,7 +58,7 @@ func Text(m *definition.StateMachine) string {
 			b.WriteString("\n")
 		}
 		if to := s.Timeout; to != nil {
-			fmt.Fprintf(&b, "  -> %s (%s) after %s\n", to.To, to.Reason, Duration(to.After))
+			fmt.Fprintf(&b, "  -> %s (%s) after %s\n", to.To, to.Reason, definition.ShortDuration(to.After))
 		}
 		if s.Final {
 			b.WriteString("  (no way out)\n")
@@ -120,7 +119,7 @@ func Dot(m *definition.StateMachine, name string) string {
 			fmt.Fprintf(&b, "  %s -> %s [label=%s%s];\n", dotQuote(s.Name), dotQuote(t.To), dotQuote(label), style)
 		}
 		if to := s.Timeout; to != nil {
-			fmt.Fprintf(&b, "  %s -> %s [label=%s, style=dashed];\n", dotQuote(s.Name), dotQuote(to.To), dotQuote(to.Reason+"\nafter "+Duration(to.After)))
+			fmt.Fprintf(&b, "  %s -> %s [label=%s, style=dashed];\n", dotQuote(s.Name), dotQuote(to.To), dotQuote(to.Reason+"\nafter "+definition.ShortDuration(to.After)))
 		}
 	}
 	b.WriteString("}\n")
@@ -167,18 +166,6 @@ func shorten(s string, n int) string {
 func dotQuote(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\r\n", `\n`, "\n", `\n`, "\r", `\n`)
 	return `"` + r.Replace(s) + `"`
-}
-
-// Duration is d as written in a definition: 10m, 1h30m, 45s.
-func Duration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 // setWords is what a transition sets: status.name = template, ...

@@ -732,15 +732,18 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	r := &reconciler{
 		def: d, client: e.client, reader: e.mgr.GetAPIReader(), scopes: &scopes{mapper: e.mgr.GetRESTMapper()}, metadata: e.metadata,
 		events: e.mgr.GetEventRecorder("opkit"), related: newRelatedIndex(), conditions: newConditionTable(),
-		namespace: e.opts.Namespace,
+		namespace: e.opts.Namespace, writes: newOwnWrites(),
 	}
-	r.states = newStates(d, e, r.events)
+	if r.states = newStates(d, e, r.events); r.states != nil {
+		r.states.writes = r.writes
+	}
 	if len(d.Handlers) > 0 {
 		var err error
 		if r.runner, err = newRunner(ctx, d, e, r.events); err != nil {
 			cancel()
 			return nil, err
 		}
+		r.runner.writes = r.writes
 	}
 	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.options(r, e.opts.Workers))
 	if err != nil {

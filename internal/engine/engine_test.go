@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(eventHandlerEnv) == "1" {
 		os.Exit(testEventHandler())
 	}
+	if os.Getenv(counterHandlerEnv) == "1" {
+		os.Exit(testCounterHandler())
+	}
 	if mode := os.Getenv(admissionHandlerEnv); mode != "" {
 		os.Exit(testAdmissionHandler(mode))
 	}

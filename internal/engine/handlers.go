@@ -84,6 +84,9 @@ type runner struct {
 	// stubs is Options.Stubs (stubs.go); namespace Options.Namespace.
 	stubs     *Stubs
 	namespace string
+	// writes is the reconciler's memory of its writes (ownwrites.go); nil
+	// for watched objects and calendars, which are never written.
+	writes *ownWrites
 
 	mu      sync.Mutex
 	objects map[types.NamespacedName]*objectState
@@ -220,6 +223,12 @@ type stepResult struct {
 	busy    bool          // a run is in flight or due
 	paused  bool          // handlers are paused: none starts
 	requeue time.Duration // when to look again; 0 for never
+	// wrote: the step wrote to the object (a result's status, the retry
+	// annotation cleared); cr is then the object as the write left it.
+	wrote bool
+	// start is the run the step decided, which the caller launches once
+	// its own write of the object is made (runner.launch); nil for none.
+	start *pendingRun
 }
 
 // step records a finished run, then starts the next due handler, if any.
@@ -258,6 +267,8 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 			if err := rn.client.Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
 				return nil, fmt.Errorf("clearing %s: %w", v1alpha1.RetryAnnotation, err)
 			}
+			rn.writes.record(cr.DeepCopy())
+			res.wrote = true
 		}
 		rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "RetryRequested", "Retry", "failed attempts cleared; handlers run again")
 	}
@@ -283,7 +294,9 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		return res, nil
 	}
 	if f != nil {
-		res.requeue = rn.finish(ctx, cr, f, st)
+		var wrote bool
+		res.requeue, wrote = rn.finish(ctx, cr, f, st)
+		res.wrote = res.wrote || wrote
 	}
 
 	now := rn.clock.Now()
@@ -309,7 +322,8 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	}
 	if d.Cause != nil {
 		res.busy = true
-		if err := rn.start(ctx, cr, st, d.Cause, vars, subject); err != nil {
+		var err error
+		if res.start, err = rn.start(ctx, cr, d.Cause, vars, subject); err != nil {
 			return nil, err
 		}
 		return res, nil
@@ -358,9 +372,24 @@ func (rn *runner) whenValues(cr *unstructured.Unstructured, vars definition.Vars
 	return out
 }
 
-// start records a run in the archive and starts it. subject is what
-// create and update are about (nil: the spec).
-func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *cause.State, c *cause.Cause, vars definition.Vars, subject map[string]any) error {
+// pendingRun is a run a step decided, its flight registered, not yet
+// started: launch starts it.
+type pendingRun struct {
+	f     *flight
+	obj   *unstructured.Unstructured // the object, as read (Events and the wake are about it)
+	input bindingContext
+	req   executor.Request
+	alog  *archiveLog
+	now   time.Time // when it was decided, in real time
+}
+
+// start prepares the run of cause c: its flight is registered, so that
+// the object is busy, and the caller launches it once its own writes are
+// made. It returns nil when the archive shows the run succeeded before a
+// crash kept the engine from recording it: it is not run again, and its
+// end is recorded by the next step. subject is what create and update are
+// about (nil: the spec).
+func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, c *cause.Cause, vars definition.Vars, subject map[string]any) (*pendingRun, error) {
 	// now is real time (c.Due is Options.Clock's): the run's id and the
 	// wait for a slot.
 	h, g, now := c.Handler, c.Generation, time.Now()
@@ -370,11 +399,9 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 	f := &flight{cause: c, spec: subject}
 	switch c.Trigger {
 	case v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnEnter, v1alpha1.OnExit:
-		// A run that succeeded before a crash kept the engine from recording
-		// it: do not run it again.
 		ok, err := rn.archive.Succeeded(ctx, c.Key)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if ok {
 			f.done, f.result = true, &executor.Result{}
@@ -383,39 +410,59 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 			rn.object(cr).flight = f
 			rn.mu.Unlock()
 			rn.wakeUp(cr)
-			return nil
+			return nil, nil
 		}
 	}
 	trigger, key, attempt := c.Trigger, c.Key, c.Attempt
-	run := &archive.Run{
+	f.run = &archive.Run{
 		ID: archive.NewID(now), Operator: rn.def.Operator.Name, Handler: h.Name, Action: h.Action(), Trigger: trigger,
 		APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: string(cr.GetUID()), Generation: g,
 		Key: key, Attempt: attempt, Diff: c.Diff, StartedAt: now.UTC(), Outcome: archive.Running,
 	}
-	input, err := json.Marshal(bindingContext{
-		Operator: rn.def.Operator.Name, Handler: h.Name, Trigger: trigger, RunID: run.ID, IdempotencyKey: key,
-		Attempt: attempt, Object: vars.Self, Old: c.Old, Diff: c.Diff, Children: redactSecrets(vars.Children), Related: redactRelatedSecrets(vars.Related),
-	})
-	if err != nil {
-		return fmt.Errorf("handler %s: encoding the binding context: %w", h.Name, err)
-	}
-	f.run = run
 	rn.mu.Lock()
 	rn.object(cr).flight = f
 	rn.mu.Unlock()
-	operator := rn.def.Operator.Name
-	rn.metrics.queued.WithLabelValues(operator).Inc()
-	woken := cr.DeepCopy()
-	alog := &archiveLog{ctx: rn.ctx, store: rn.archive, id: run.ID}
-	req := executor.Request{
-		RunID: run.ID, Handler: h.Name, Trigger: trigger, Key: key, Attempt: attempt, Input: input, Timeout: h.Timeout,
-		Log:    alog,
+	p := &pendingRun{f: f, obj: cr.DeepCopy(), now: now}
+	p.input = bindingContext{
+		Operator: rn.def.Operator.Name, Handler: h.Name, Trigger: trigger, RunID: f.run.ID, IdempotencyKey: key,
+		Attempt: attempt, Old: c.Old, Diff: c.Diff, Children: redactSecrets(vars.Children), Related: redactRelatedSecrets(vars.Related),
+	}
+	p.alog = &archiveLog{ctx: rn.ctx, store: rn.archive, id: f.run.ID}
+	p.req = executor.Request{
+		RunID: f.run.ID, Handler: h.Name, Trigger: trigger, Key: key, Attempt: attempt, Timeout: h.Timeout,
+		Log:    p.alog,
 		Object: &executor.ObjectRef{APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: cr.GetUID()},
 	}
 	if rn.watched {
-		req.Object.UID = "" // a watched object owns nothing of opkit's: its Jobs outlive it
+		p.req.Object.UID = "" // a watched object owns nothing of opkit's: its Jobs outlive it
 	}
-	log := rn.log.WithValues("namespace", cr.GetNamespace(), "name", cr.GetName(), "handler", h.Name, "run", run.ID)
+	return p, nil
+}
+
+// launch starts a run start prepared, with self as its binding context's
+// object: the object as the caller's writes left it, so that the run sees
+// every write opkit made before it started (read-your-writes). A nil run
+// launches nothing.
+func (rn *runner) launch(p *pendingRun, self map[string]any) {
+	if p == nil {
+		return
+	}
+	f, run, h := p.f, p.f.run, p.f.cause.Handler
+	p.input.Object = self
+	input, err := json.Marshal(p.input)
+	if err != nil {
+		// Nothing ran: the step records the failure as the run's.
+		rn.mu.Lock()
+		f.done, f.err = true, &executor.Failure{Message: fmt.Sprintf("encoding the binding context: %v", err), Permanent: true}
+		rn.mu.Unlock()
+		rn.wakeUp(p.obj)
+		return
+	}
+	req := p.req
+	req.Input = input
+	operator, trigger, attempt, now, woken, alog := rn.def.Operator.Name, run.Trigger, run.Attempt, p.now, p.obj, p.alog
+	rn.metrics.queued.WithLabelValues(operator).Inc()
+	log := rn.log.WithValues("namespace", woken.GetNamespace(), "name", woken.GetName(), "handler", h.Name, "run", run.ID)
 	runCtx := logr.NewContext(rn.ctx, log)
 	rn.running.Add(1)
 	go func() {
@@ -465,7 +512,6 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, st *
 		rn.mu.Unlock()
 		rn.wakeUp(woken)
 	}()
-	return nil
 }
 
 func (rn *runner) wakeUp(cr *unstructured.Unstructured) {
@@ -476,8 +522,10 @@ func (rn *runner) wakeUp(cr *unstructured.Unstructured) {
 }
 
 // finish records a finished run: the result's status patch and events, the
-// handler's record, the archive's, and returns when to look again.
-func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *flight, st *cause.State) time.Duration {
+// handler's record, the archive's, and returns when to look again, and
+// whether it wrote the result's status (cr is then the object as the
+// write left it).
+func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *flight, st *cause.State) (requeue time.Duration, wrote bool) {
 	run, h := f.run, f.cause.Handler
 	now := rn.clock.Now().UTC() // what the retry and the requeue count from
 	failure := runFailure(f.result, f.err)
@@ -495,6 +543,8 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		if err := rn.client.Status().Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
 			failure = &executor.Failure{Message: fmt.Sprintf("the API refused the result's status patch: %v", apiMessage(err))}
 		} else {
+			rn.writes.record(cr.DeepCopy())
+			wrote = true
 			run.Writes = append(run.Writes, "status: "+strings.Join(slices.Sorted(maps.Keys(f.result.Status)), ", "))
 		}
 	}
@@ -504,7 +554,6 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 			run.Writes = append(run.Writes, "event "+e.Type+" "+e.Reason)
 		}
 	}
-	var requeue time.Duration
 	if failure == nil {
 		run.Outcome = archive.Succeeded
 		if f.result.Skipped {
@@ -533,7 +582,7 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		}
 	}
 	if run.ID == "" {
-		return requeue // it had succeeded before a crash: nothing ran now
+		return requeue, wrote // it had succeeded before a crash: nothing ran now
 	}
 	run.FinishedAt = time.Now().UTC()
 	if err := rn.archive.Finish(ctx, run); err != nil {
@@ -558,7 +607,7 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	default:
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerGaveUp", runAction(run.ID), "handler %s gave up after %d attempts: %s: run %s", h.Name, run.Attempt, truncate(run.Error), rn.runRef(run.ID))
 	}
-	return requeue
+	return requeue, wrote
 }
 
 // runFailure is how a run failed: its executor's error, or the error its
@@ -761,9 +810,13 @@ func (r *reconciler) finalize(ctx context.Context, cr *unstructured.Unstructured
 	changed := meta.SetStatusCondition(&conds, stalledCondition(step))
 	if changed || !sameValue(before, own) {
 		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"opkit": withRemovals(before, own), "conditions": conds}})
-		if err := r.client.Status().Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			return reconcile.Result{}, client.IgnoreNotFound(err)
+		if err = r.client.Status().Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err == nil {
+			r.writes.record(cr.DeepCopy())
 		}
+	}
+	r.runner.launch(step.start, cr.Object) // after the write, which its object then holds
+	if err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	return reconcile.Result{RequeueAfter: step.requeue}, nil
 }
@@ -773,7 +826,12 @@ func (r *reconciler) finalize(ctx context.Context, cr *unstructured.Unstructured
 // never rewritten, and a concurrent change makes the patch fail and the
 // object be read again.
 func (r *reconciler) patchFinalizer(ctx context.Context, cr *unstructured.Unstructured, fin string, add bool) (reconcile.Result, error) {
-	return patchFinalizer(ctx, r.client, cr, fin, add)
+	read := cr.GetResourceVersion()
+	res, err := patchFinalizer(ctx, r.client, cr, fin, add)
+	if err == nil && cr.GetResourceVersion() != read {
+		r.writes.record(cr.DeepCopy()) // patched: cr is the API's answer
+	}
+	return res, err
 }
 
 // patchFinalizer is reconciler.patchFinalizer with client c.

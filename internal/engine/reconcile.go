@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -50,19 +48,11 @@ type reconciler struct {
 	// namespace is Options.Namespace: children and related objects
 	// elsewhere are refused (scope.go).
 	namespace string
-
-	// statuses is the status each object's last patch wrote, by the
-	// resourceVersion it was written over. The cache may still show that
-	// version when the write's own watch event (or a child's) reconciles
-	// the object again; the same status is then not written twice.
-	statuses sync.Map // types.NamespacedName -> statusMemo
-}
-
-// statusMemo is a status written over one resourceVersion.
-type statusMemo struct {
-	uid  types.UID
-	over string // the resourceVersion the patch was made over
-	sum  [sha256.Size]byte
+	// writes is the engine's memory of its own writes to the custom
+	// resources (ownwrites.go): each reconcile reads its object through
+	// it, so that a status written is not written twice while the cache
+	// does not show it, and a run sees every earlier write.
+	writes *ownWrites
 }
 
 var _ reconcile.Reconciler = &reconciler{}
@@ -74,7 +64,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.client.Get(ctx, req.NamespacedName, cr); err != nil {
 		// Gone: its children are garbage-collected through their ownerReferences.
 		if apierrors.IsNotFound(err) {
-			r.statuses.Delete(req.NamespacedName)
+			r.writes.forget(req.NamespacedName)
 			r.related.forget(req.NamespacedName)
 			r.conditions.forget(req.NamespacedName)
 			if r.states != nil {
@@ -86,13 +76,8 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	cr = r.writes.newest(cr) // read-your-writes: the cache may not show the last write yet
 	r.conditions.record(cr)
-	// A status memo made over another resourceVersion can no longer
-	// match: the cache shows a later state. It goes, so that memos are
-	// kept while a write is unseen, not one per object for good.
-	if last, ok := r.statuses.Load(req.NamespacedName); ok && last.(statusMemo).over != cr.GetResourceVersion() {
-		r.statuses.Delete(req.NamespacedName)
-	}
 	fin := FinalizerName(r.def.Operator.Name)
 	holds := slices.Contains(cr.GetFinalizers(), fin)
 	if cr.GetDeletionTimestamp() != nil {
@@ -164,6 +149,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		} else if step.requeue > 0 && (requeue == 0 || step.requeue < requeue) {
 			requeue = step.requeue
 		}
+		if step != nil && step.wrote {
+			vars.Self = sv.self(cr.Object) // the guards and status fields read what the run wrote
+		}
 	}
 	if sv != nil && (r.runner == nil || step != nil) {
 		var handlers *cause.State
@@ -174,7 +162,16 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			requeue = wait // the state's timeout
 		}
 	}
-	err := r.updateStatus(ctx, cr, vars, keep, waiting, notReady, failure, step, sv)
+	written, err := r.updateStatus(ctx, cr, vars, keep, waiting, notReady, failure, step, sv)
+	if step != nil {
+		// The run decided starts once the status is written, and sees it:
+		// the earlier run's record, a transition.
+		self := vars.Self
+		if written != nil {
+			self = written.Object
+		}
+		r.runner.launch(step.start, self)
+	}
 	if sv != nil {
 		if serr := r.states.after(ctx, cr, sv, err == nil); serr != nil {
 			failure = errors.Join(failure, serr)
@@ -327,19 +324,19 @@ func (r *reconciler) apply(ctx context.Context, obj *unstructured.Unstructured) 
 	if err != nil {
 		return err
 	}
-	return r.patch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName(), types.ApplyPatchType, data,
+	_, err = r.patch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName(), types.ApplyPatchType, data,
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)})
+	return err
 }
 
 // patch patches an object of kind gvk, or its subresource, through the
-// metadata client: the answer is the object's metadata, and is dropped.
-func (r *reconciler) patch(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresource ...string) error {
+// metadata client: the answer is the object's metadata.
+func (r *reconciler) patch(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresource ...string) (*metav1.PartialObjectMetadata, error) {
 	k, err := r.scopes.of(gvk)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = r.metadata.Resource(k.resource).Namespace(namespace).Patch(ctx, name, pt, data, opts, subresource...)
-	return err
+	return r.metadata.Resource(k.resource).Namespace(namespace).Patch(ctx, name, pt, data, opts, subresource...)
 }
 
 // immutable reports whether the API refused an update because it would
@@ -362,8 +359,9 @@ func (r *reconciler) recreate(ctx context.Context, cr *unstructured.Unstructured
 }
 
 // updateStatus writes the status fields, observedGeneration and the
-// conditions, only when they changed.
-func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error, step *stepResult, sv *visit) error {
+// conditions, only when they changed. It returns the object as its write
+// left it, also recorded in r.writes; nil when it wrote nothing.
+func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error, step *stepResult, sv *visit) (*unstructured.Unstructured, error) {
 	// Read, not copied: nothing below changes what oldStatus holds.
 	oldStatus, _ := cr.Object["status"].(map[string]any)
 	status := make(map[string]any, len(oldStatus)+len(r.def.Status)+3)
@@ -437,19 +435,14 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	}
 	status["conditions"] = conditionValues(conds)
 	if sameValue(oldStatus, status) {
-		return nil
+		return nil, nil // also a status written already: cr is read through r.writes
 	}
-	// Only what this reconcile changes is written: the cached object may
-	// be older than a handler's result, whose status fields a whole-status
+	// Only what this reconcile changes is written: the object read may be
+	// older than a handler's result, whose status fields a whole-status
 	// patch would set back.
 	newJSON, err := json.Marshal(statusDelta(oldStatus, status))
 	if err != nil {
-		return err
-	}
-	key := client.ObjectKeyFromObject(cr)
-	memo := statusMemo{uid: cr.GetUID(), over: cr.GetResourceVersion(), sum: sha256.Sum256(newJSON)}
-	if last, ok := r.statuses.Load(key); ok && last.(statusMemo) == memo {
-		return nil // written already; the cache does not show it yet
+		return nil, err
 	}
 	head := []byte(`{"status":`)
 	if precondition {
@@ -462,15 +455,22 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	// metadata only, in protobuf, which is cheaper for both sides to
 	// encode and decode than the whole object as JSON; nothing reads the
 	// answer but its error.
-	if err := r.patch(ctx, r.def.GVK, cr.GetNamespace(), cr.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		r.statuses.Delete(key)
+	answer, err := r.patch(ctx, r.def.GVK, cr.GetNamespace(), cr.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return errGone
+			return nil, errGone
 		}
-		return err
+		return nil, err
 	}
-	r.statuses.Store(key, memo)
-	return nil
+	// The object as the write left it: what was read, with this status and
+	// the answer's resourceVersion (the answer has no content to read).
+	written := &unstructured.Unstructured{Object: maps.Clone(cr.Object)}
+	md, _ := cr.Object["metadata"].(map[string]any)
+	written.Object["metadata"] = maps.Clone(md)
+	written.Object["status"] = status
+	written.SetResourceVersion(answer.GetResourceVersion())
+	r.writes.record(written.DeepCopy()) // cr's maps are shared, and its caller's
+	return written, nil
 }
 
 // statusDelta is the merge patch from old to status: the keys whose value

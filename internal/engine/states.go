@@ -57,6 +57,8 @@ type states struct {
 	events   events.EventRecorder
 	client   client.Client
 	console  string // the console's base URL, or ""
+	// writes is the reconciler's memory of its writes (ownwrites.go).
+	writes *ownWrites
 
 	// recorded is, by object, the status.state.run known to be in the
 	// archive: the check that no transition is lost is made once per
@@ -131,11 +133,20 @@ func (s *states) begin(ctx context.Context, cr *unstructured.Unstructured, vars 
 		v.step = statemachine.Next(statemachine.Input{Machine: s.machine, Now: s.clock.Now()})
 		v.next = v.step.Next
 		v.next.Run = archive.NewID(time.Now())
-		vars.Self = withState(cr.Object, v.next, nil)
+		vars.Self = v.self(cr.Object)
 		return v
 	}
 	s.recover(ctx, cr, v.cur)
 	return v
+}
+
+// self is obj as templates, guards and handlers read it during the visit:
+// a new object is in its initial state already.
+func (v *visit) self(obj map[string]any) map[string]any {
+	if v == nil || v.cur != nil || v.next == nil {
+		return obj
+	}
+	return withState(obj, v.next, nil)
 }
 
 // visitOf is the cause.Visit of the status.state cur under machine m;
@@ -379,9 +390,13 @@ func (s *states) removeDecision(ctx context.Context, cr *unstructured.Unstructur
 	}
 	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(v1alpha1.DecisionAnnotation, "~", "~0"), "/", "~1")
 	patch, _ := json.Marshal([]map[string]any{{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}})
-	err := s.client.Patch(ctx, cr.DeepCopy(), client.RawPatch(types.JSONPatchType, patch))
+	removed := cr.DeepCopy()
+	err := s.client.Patch(ctx, removed, client.RawPatch(types.JSONPatchType, patch))
 	switch {
-	case err == nil, apierrors.IsNotFound(err):
+	case err == nil:
+		s.writes.record(removed) // a stale cache would show the decision again
+		return nil
+	case apierrors.IsNotFound(err):
 		return nil
 	case apierrors.IsConflict(err) || (apierrors.IsInvalid(err) && strings.Contains(err.Error(), "test")):
 		return nil // changed since it was read: its update decides the new value

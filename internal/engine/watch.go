@@ -327,7 +327,9 @@ func (r *watchReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.persist(ctx, obj, step.state, false); err != nil {
+	err = r.persist(ctx, obj, step.state, false)
+	rn.launch(step.start, obj.Object) // after its record, also when the archive refused it
+	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if holds && obj.GetDeletionTimestamp() != nil && !step.busy && !step.paused && step.stalled == "" && step.requeue == 0 {
@@ -390,7 +392,9 @@ func (r *watchReconciler) gone(ctx context.Context, key types.NamespacedName, ui
 	if !step.busy && !step.paused && step.stalled == "" && step.requeue == 0 {
 		return reconcile.Result{}, true, r.drop(ctx, key, uid)
 	}
-	if err := r.persist(ctx, obj, step.state, true); err != nil {
+	err = r.persist(ctx, obj, step.state, true)
+	rn.launch(step.start, obj.Object) // after its record, also when the archive refused it
+	if err != nil {
 		return reconcile.Result{}, false, err
 	}
 	requeue := step.requeue

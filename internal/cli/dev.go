@@ -101,14 +101,13 @@ func operatorFiles(dir string) (out []string, skipped map[string]string, err err
 		if err != nil {
 			return nil, nil, err
 		}
-		var head struct {
-			APIVersion string `yaml:"apiVersion"`
-			Kind       string `yaml:"kind"`
-		}
+		var head fileHead
 		// A file that is not YAML is left to the loader, which says why.
 		if yaml.NewDecoder(bytes.NewReader(data)).Decode(&head) == nil &&
 			(head.APIVersion != v1alpha1.SchemeGroupVersion.String() || head.Kind != v1alpha1.Kind) {
-			skipped[f] = fmt.Sprintf("skipping %s: not an Operator (%s %s)", f, head.APIVersion, head.Kind)
+			if why := head.notAnOperator(f); why != "" {
+				skipped[f] = why
+			}
 			continue
 		}
 		out = append(out, f)

@@ -28,7 +28,7 @@ func (f *generateFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringArrayVarP(&f.files, "file", "f", nil, "an Operator definition (YAML, several documents allowed); repeatable")
 	cmd.Flags().StringVar(&o.Namespace, "namespace", manifests.DefaultNamespace, "the engine's namespace")
 	cmd.Flags().StringVar(&o.Name, "name", manifests.DefaultName, "the name of the engine's objects (its ClusterRole is NAMESPACE:NAME)")
-	cmd.Flags().StringVar(&o.Image, "image", "", "the engine's image (default "+manifests.DefaultImageRepository+":VERSION)")
+	cmd.Flags().StringVar(&o.Image, "image", "", imageHelp(version()))
 	cmd.Flags().Int32Var(&o.Replicas, "replicas", 1, "replicas of the engine; more than one elect a leader (--leader-elect) and need --archive-secret")
 	cmd.Flags().BoolVar(&o.LeaderElection, "leader-elect", false, "run with leader election even with one replica (always with more)")
 	cmd.Flags().StringVar(&o.ArchiveSecret, "archive-secret", "", "a Secret in the engine's namespace whose key "+manifests.ArchiveKey+" is the archive's PostgreSQL URL (default: SQLite on an emptyDir, lost with the Pod)")
@@ -53,6 +53,10 @@ func (f *generateFlags) generate(cmd *cobra.Command) (*manifests.Manifests, erro
 	}
 	printWarnings(cmd.ErrOrStderr(), defs...)
 	f.opts.Version = version()
+	if _, release := manifests.ImageTag(f.opts.Version); !release && f.opts.Image == "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: the engine's image is %s: this opkit, %s, is a development build, whose own image is not published; give --image (make image builds one, see docs/image.md)\n",
+			manifests.DefaultImage(f.opts.Version), f.opts.Version)
+	}
 	m, err := manifests.New(defs, f.opts)
 	if err != nil {
 		return nil, err
@@ -61,6 +65,16 @@ func (f *generateFlags) generate(cmd *cobra.Command) (*manifests.Manifests, erro
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
 	}
 	return m, nil
+}
+
+// imageHelp is the help of --image: the default image for this opkit's
+// version, as the manifests will name it.
+func imageHelp(v string) string {
+	if _, release := manifests.ImageTag(v); release {
+		return "the engine's image (default " + manifests.DefaultImage(v) + ", the image of this opkit's version)"
+	}
+	return "the engine's image (default " + manifests.DefaultImage(v) + ": a release of opkit defaults to the image of its version, " +
+		manifests.DefaultImageRepository + ":VERSION, and this one, " + v + ", is a development build)"
 }
 
 func newGenerateManifestsCommand() *cobra.Command {

@@ -75,3 +75,34 @@ func TestGenerateRefusesWhatCannotWork(t *testing.T) {
 		t.Errorf("a missing file: exit %d, %q", code, stderr.String())
 	}
 }
+
+func TestGenerateManifestsTagsTheImageAsItsHelpSays(t *testing.T) {
+	defer func(v string) { Version = v }(Version)
+	for _, c := range []struct {
+		version, image string
+		warned         bool
+	}{
+		{"v1.4.0", "ghcr.io/opkit-dev/opkit:v1.4.0", false},
+		{"v0.0.0-20260126123456-abcdef123456+dirty", "ghcr.io/opkit-dev/opkit:latest", true},
+	} {
+		Version = c.version
+		var help, stderr bytes.Buffer
+		if code := Main([]string{"generate", "manifests", "--help"}, &help, &stderr); code != 0 {
+			t.Fatalf("--help: exit %d: %s", code, stderr.String())
+		}
+		if !strings.Contains(help.String(), "(default "+c.image) {
+			t.Errorf("opkit %s: --help does not say the image defaults to %s:\n%s", c.version, c.image, help.String())
+		}
+		var stdout bytes.Buffer
+		stderr.Reset()
+		if code := Main([]string{"generate", "manifests", "-f", "../../examples/printer/operator.yaml"}, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), "image: "+c.image+"\n") {
+			t.Errorf("opkit %s: the manifests do not run %s", c.version, c.image)
+		}
+		if warned := strings.Contains(stderr.String(), "is a development build"); warned != c.warned {
+			t.Errorf("opkit %s: warned %v, want %v: %q", c.version, warned, c.warned, stderr.String())
+		}
+	}
+}

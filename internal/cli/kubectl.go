@@ -26,7 +26,8 @@ to kubectl unchanged:
 
 The cluster is, in this order: the one --kubeconfig names, or $KUBECONFIG
 when it is set; else the plane of ` + "`opkit cluster start`" + `; else the plane of a
-running ` + "`opkit dev`" + `. ` + "`opkit kubectl help`" + ` prints kubectl's own help.`,
+running ` + "`opkit dev`" + `. ` + "`opkit kubectl help`" + ` prints kubectl's own help.
+The exit code is kubectl's.`,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
@@ -48,11 +49,15 @@ running ` + "`opkit dev`" + `. ` + "`opkit kubectl help`" + ` prints kubectl's o
 			kubectl.Env = env
 			kubectl.Stdin, kubectl.Stdout, kubectl.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 			err = kubectl.Run()
-			if ee, ok := errors.AsType[*exec.ExitError](err); ok {
-				// kubectl has said what went wrong; pass its exit code on.
-				return &exitError{code: ee.ExitCode(), err: errors.New("kubectl " + ee.String())}
+			if ee, ok := errors.AsType[*exec.ExitError](err); ok && ee.ExitCode() > 0 {
+				// kubectl has said what went wrong: its exit code is passed
+				// on, and nothing is added to its error.
+				return &exitError{code: ee.ExitCode(), err: fmt.Errorf("kubectl: %w", err), said: true}
 			}
-			return err
+			if err != nil {
+				return fmt.Errorf("kubectl: %w", err) // killed by a signal, or not started
+			}
+			return nil
 		},
 	}
 	return cmd

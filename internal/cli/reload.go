@@ -102,6 +102,35 @@ func (r *reloader) operatorFiles() ([]string, error) {
 	return files, nil
 }
 
+// fileHead is what the first YAML document of a file in opkit dev's
+// directory says it is.
+type fileHead struct {
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string `yaml:"kind"`
+	// Scenario is the name of an opkit test scenario (scenario.Scenario).
+	Scenario any `yaml:"scenario"`
+}
+
+// notAnOperator says why a file that holds no Operator is skipped, naming
+// what it holds; "" for a scenario file, which is expected beside the
+// definitions it tests.
+func (h fileHead) notAnOperator(file string) string {
+	var what string
+	switch {
+	case h.APIVersion == "" && h.Kind == "" && h.Scenario != nil:
+		return ""
+	case h.APIVersion != "" && h.Kind != "":
+		what = h.APIVersion + " " + h.Kind
+	case h.Kind != "":
+		what = "kind " + h.Kind + ", with no apiVersion"
+	case h.APIVersion != "":
+		what = "apiVersion " + h.APIVersion + ", with no kind"
+	default:
+		what = "neither apiVersion nor kind"
+	}
+	return fmt.Sprintf("skipping %s: not an Operator (%s)", file, what)
+}
+
 // loadFile compiles one file and applies its operators that changed.
 func (r *reloader) loadFile(ctx context.Context, file string, data []byte) error {
 	srcs, err := definition.Load(file, data)

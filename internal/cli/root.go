@@ -19,6 +19,9 @@ import (
 type exitError struct {
 	code int
 	err  error
+	// said: the command has told the user already (kubectl's own
+	// error), and Main prints nothing more.
+	said bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -36,8 +39,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "opkit: %v\n", err)
-	if ee, ok := errors.AsType[*exitError](err); ok {
+	ee, ok := errors.AsType[*exitError](err)
+	if !ok || !ee.said {
+		fmt.Fprintf(stderr, "opkit: %v\n", err)
+	}
+	if ok {
 		return ee.code
 	}
 	return 1

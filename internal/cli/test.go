@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,6 +67,10 @@ and what was found, and its handler runs with their logs. The exit code is
 			}
 			scenarios, err := loadScenarios(args)
 			if err != nil {
+				return err
+			}
+			// Selected before a plane starts, which takes seconds.
+			if err := checkSelection(scenarios, re); err != nil {
 				return err
 			}
 			return runScenarios(cmd, scenarios, runner.Options{Parallel: parallel, Match: re, Verbose: verbose, Out: cmd.OutOrStdout()}, kubeconfig, junit)
@@ -134,6 +139,23 @@ func loadScenarios(paths []string) ([]*scenario.Scenario, error) {
 	return all, nil
 }
 
+// checkSelection fails when --run selects none of the scenarios, naming
+// them.
+func checkSelection(scenarios []*scenario.Scenario, re *regexp.Regexp) error {
+	if re == nil || slices.ContainsFunc(scenarios, func(sc *scenario.Scenario) bool { return re.MatchString(sc.Name) }) {
+		return nil
+	}
+	names := make([]string, 0, len(scenarios))
+	for _, sc := range scenarios {
+		names = append(names, strconv.Quote(sc.Name))
+	}
+	const shown = 10
+	if len(names) > shown {
+		names = append(names[:shown], fmt.Sprintf("and %d more", len(names)-shown))
+	}
+	return fmt.Errorf("no scenario selected: --run %s matches none of their names: %s", re, strings.Join(names, ", "))
+}
+
 // installCRDs installs the CRDs of the operators the scenarios run before
 // the plane's controllers start, so that the garbage collector knows them
 // from its start: a child owned by a custom resource then goes with it at
@@ -191,7 +213,8 @@ func runScenarios(cmd *cobra.Command, scenarios []*scenario.Scenario, opts runne
 		}
 		opts.Config = cfg
 	} else {
-		cl, err := devcluster.Start(ctx, devcluster.Options{DevNode: true, Log: io.Discard, BeforeControllers: installCRDs(scenarios)})
+		selected := slices.DeleteFunc(slices.Clone(scenarios), func(sc *scenario.Scenario) bool { return opts.Match != nil && !opts.Match.MatchString(sc.Name) })
+		cl, err := devcluster.Start(ctx, devcluster.Options{DevNode: true, Log: io.Discard, BeforeControllers: installCRDs(selected)})
 		if err != nil {
 			return fmt.Errorf("starting the local control plane: %w", err)
 		}

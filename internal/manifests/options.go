@@ -85,10 +85,10 @@ type Options struct {
 	// CreateNamespace adds the Namespace object (the manifests only: a
 	// Helm chart leaves it to helm install --create-namespace).
 	CreateNamespace bool
-	// Image is the engine's image. Defaults to DefaultImageRepository with
-	// the tag Version, or latest without one.
+	// Image is the engine's image. Defaults to DefaultImage(Version).
 	Image string
-	// Version is the default image's tag.
+	// Version is the version of the opkit that generates, whose image the
+	// engine runs by default when it is a release (see ImageTag).
 	Version string
 	// Replicas of the engine. Defaults to 1. More than one needs
 	// ArchiveSecret (a PostgreSQL archive they share) and turns
@@ -163,11 +163,7 @@ func (o Options) withDefaults() Options {
 		o.Namespace = DefaultNamespace
 	}
 	if o.Image == "" {
-		tag := o.Version
-		if tag == "" || tag == "(devel)" {
-			tag = "latest"
-		}
-		o.Image = DefaultImageRepository + ":" + tag
+		o.Image = DefaultImage(o.Version)
 	}
 	if o.Replicas == 0 {
 		o.Replicas = 1

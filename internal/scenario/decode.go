@@ -69,6 +69,13 @@ func (d *decoder) step(field string, m map[string]any, timeout time.Duration) St
 	if v, ok := m["expect"].(map[string]any); ok {
 		s.Expect = d.expect(keyPath(field, "expect"), v, timeout)
 	}
+	if v, ok := m["refused"].(map[string]any); ok {
+		s.Refused = &Refused{Message: str(v, "message")}
+		// One object, so that the step says which one is refused.
+		if s.Apply != nil && len(s.Apply.Objects) > 1 {
+			d.l.add(keyPath(field, "refused"), "an apply expected to be refused applies one object, and %s holds %d: apply the others in a step of their own", s.Apply.File, len(s.Apply.Objects))
+		}
+	}
 	return s
 }
 
@@ -150,7 +157,7 @@ func (d *decoder) expect(field string, m map[string]any, timeout time.Duration) 
 	if r, ok := m["run"].(map[string]any); ok {
 		e.Run = &ExpectRun{
 			Handler: str(r, "handler"), Operator: str(r, "operator"), Object: str(r, "object"),
-			Trigger: str(r, "trigger"), Outcome: str(r, "outcome"),
+			Trigger: str(r, "trigger"), From: str(r, "from"), To: str(r, "to"), Outcome: str(r, "outcome"),
 		}
 		e.Run.Attempt, _ = integer(r["attempt"])
 		if n, ok := integer(r["count"]); ok {

@@ -44,7 +44,7 @@ steps:
 	fmt.Println(err)
 	// Output:
 	// printer.test.yaml:3: operators[0]: no file operator.yaml: paths are relative to the scenario's file
-	// printer.test.yaml:5: steps[0].aply: unknown step "aply": a step is one of apply, patch, delete, retry, advance, stub, unstub, send, expect
+	// printer.test.yaml:5: steps[0].aply: unknown step "aply": a step is one of apply, patch, delete, retry, advance, stub, unstub, send, expect; its other fields are name and refused
 	// printer.test.yaml:6: steps[1].expect.cel: has type dyn (a value read from object, whose type is known only when it runs), not bool: an expect's cel must be true or false; compare the value, e.g. object.status.ready == true
 	// printer.test.yaml:7: steps[2].advance: must be a Go duration with its unit, such as 30s, 5m or 1h30m, not the number 5
 }

@@ -24,7 +24,7 @@ func TestLoadReportsEachProblemAtItsFieldAndLine(t *testing.T) {
 		{
 			name: "unknown step",
 			yaml: head + "- wait: 5s\n",
-			want: []string{`testdata/bad.test.yaml:4: steps[0].wait: unknown step "wait": a step is one of apply, patch, delete, retry, advance, stub, unstub, send, expect`},
+			want: []string{`testdata/bad.test.yaml:4: steps[0].wait: unknown step "wait": a step is one of apply, patch, delete, retry, advance, stub, unstub, send, expect; its other fields are name and refused`},
 		},
 		{
 			name: "two actions in one step",
@@ -172,8 +172,46 @@ func TestLoadReportsEachProblemAtItsFieldAndLine(t *testing.T) {
 			name: "enums",
 			yaml: head + "- expect: {run: {handler: print, trigger: created, outcome: Done}}\n",
 			want: []string{
-				`testdata/bad.test.yaml:4: steps[0].expect.run.trigger: must be one of create, update, delete, resume, schedule, when, event, requeue, not "created"`,
-				`testdata/bad.test.yaml:4: steps[0].expect.run.outcome: must be one of Running, Succeeded, Failed, GaveUp, Cancelled, Skipped, not "Done"`,
+				`testdata/bad.test.yaml:4: steps[0].expect.run.trigger: must be one of create, update, delete, resume, schedule, when, event, requeue, validate, mutate, enter, exit, initial, guard, timeout, decision, not "created"`,
+				`testdata/bad.test.yaml:4: steps[0].expect.run.outcome: must be one of Running, Succeeded, Failed, GaveUp, Cancelled, Skipped, Allowed, Denied, not "Done"`,
+			},
+		},
+		{
+			name: "refused on a step that sends no request",
+			yaml: head + "- expect: {object: {kind: Pod, name: p}, absent: true}\n  refused: {message: x}\n- advance: 1s\n  refused: {message: x}\n- name: no action\n  refused: {message: x}\n",
+			want: []string{
+				`testdata/bad.test.yaml:5: steps[0].refused: only with apply, patch or delete, whose request the API server may refuse; not with expect`,
+				`testdata/bad.test.yaml:7: steps[1].refused: only with apply, patch or delete, whose request the API server may refuse; not with advance`,
+				`testdata/bad.test.yaml:8: steps[2]: a step needs an action: one of apply, patch, delete, retry, advance, stub, unstub, send, expect`,
+			},
+		},
+		{
+			name: "refused without its message, or with a field of its own",
+			yaml: head + "- patch: {object: {kind: Pod, name: p}, merge: {a: 1}}\n  refused: {}\n- delete: {object: {kind: Pod, name: p}}\n  refused: {message: x, reason: Invalid}\n- delete: {object: {kind: Pod, name: p}}\n  refused: is immutable\n",
+			want: []string{
+				`testdata/bad.test.yaml:5: steps[0].refused.message: required: text the refusal's message contains`,
+				`testdata/bad.test.yaml:7: steps[1].refused.reason: unknown field "reason"; known: message`,
+				`testdata/bad.test.yaml:9: steps[2].refused: must be a mapping, not "is immutable"`,
+			},
+		},
+		{
+			name: "refused on an apply of several objects",
+			yaml: head + "- apply: {file: printers.yaml}\n  refused: {message: x}\n",
+			want: []string{`testdata/bad.test.yaml:5: steps[0].refused: an apply expected to be refused applies one object, and testdata/printers.yaml holds 2: apply the others in a step of their own`},
+		},
+		{
+			name: "a misspelt refused",
+			yaml: head + "- delete: {object: {kind: Pod, name: p}}\n  refuse: {message: x}\n",
+			want: []string{`testdata/bad.test.yaml:5: steps[0].refuse: unknown step "refuse": a step is one of apply, patch, delete, retry, advance, stub, unstub, send, expect; its other fields are name and refused`},
+		},
+		{
+			name: "a state transition's run with a handler, a handler's run with states, a run of neither",
+			yaml: head + "- expect: {run: {handler: announce, trigger: guard}}\n- expect: {run: {handler: announce, trigger: enter, to: Ready}}\n- expect: {run: {from: Verifying}}\n",
+			want: []string{
+				`testdata/bad.test.yaml:4: steps[0].expect.run.handler: a state transition (trigger: initial, guard, timeout, decision) is opkit's, not a handler's run: remove handler, or give a handler's trigger`,
+				`testdata/bad.test.yaml:5: steps[1].expect.run.to: names a state of a transition: only with a transition's trigger (initial, guard, timeout, decision), and without handler`,
+				`testdata/bad.test.yaml:6: steps[2].expect.run.handler: required: a handler's name; only a state transition's record (trigger: initial, guard, timeout, decision) has none`,
+				`testdata/bad.test.yaml:6: steps[2].expect.run.from: names a state of a transition: only with a transition's trigger (initial, guard, timeout, decision), and without handler`,
 			},
 		},
 		{
@@ -338,6 +376,15 @@ func TestLoadReadsEveryStep(t *testing.T) {
 		Steps: []Step{
 			{Line: 42, Send: &Send{Source: "github", Payload: Object{}, Status: DefaultSendStatus}},
 			{Line: 43, Expect: &Expect{Timeout: DefaultTimeout, Event: &ExpectEvent{Reason: "Printed"}}},
+			{Line: 44, Name: "a refused apply", Apply: &Apply{Objects: []Object{{
+				"apiVersion": "example.com/v1", "kind": "Printer", "metadata": map[string]any{"name": "bad"}, "spec": map[string]any{"text": ""},
+			}}}, Refused: &Refused{Message: "spec.text in body should be at least 1 chars long"}},
+			{Line: 47, Patch: &Patch{Object: printer, Merge: Object{"spec": map[string]any{"text": "bye"}}}, Refused: &Refused{Message: "cannot change"}},
+			{Line: 49, Delete: &Delete{Object: printer}, Refused: &Refused{Message: "denied"}},
+			{Line: 51, Expect: &Expect{Timeout: DefaultTimeout, Run: &ExpectRun{Handler: "print", Trigger: "enter"}}},
+			{Line: 52, Expect: &Expect{Timeout: DefaultTimeout, Run: &ExpectRun{
+				Trigger: "decision", Object: "hello", From: "NeedsAttention", To: "Ready", Count: ptr(1),
+			}}},
 		},
 	}}
 	if !reflect.DeepEqual(got, want) {
@@ -352,6 +399,9 @@ func TestLoadReadsEveryStep(t *testing.T) {
 	wantKinds := []string{"apply", "apply", "expect", "expect", "expect", "patch", "stub", "expect", "retry", "advance", "unstub", "send", "delete", "expect"}
 	if !reflect.DeepEqual(kinds, wantKinds) {
 		t.Errorf("kinds: got %v, want %v", kinds, wantKinds)
+	}
+	if got[1].Steps[5].Expect.Run.Transition() || !got[1].Steps[6].Expect.Run.Transition() {
+		t.Errorf("Transition: a run of trigger enter is a handler's, one of trigger decision a transition's")
 	}
 }
 

@@ -2,9 +2,12 @@ package scenario
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/cel-go/cel"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 )
 
 // DefaultTimeout is how long an expect step waits when neither it nor its
@@ -56,6 +59,20 @@ type Step struct {
 	Unstub  *Unstub
 	Send    *Send
 	Expect  *Expect
+
+	// Refused, with Apply, Patch or Delete, is the refusal the API server
+	// must answer the step's request with; nil when the request must be
+	// accepted.
+	Refused *Refused
+}
+
+// Refused is how the API server must refuse a step's request: with an
+// error of a check (a schema or CEL rule, an immutable field, a field the
+// object's state refuses, an admission handler's denial), not of a
+// missing object or an unreachable server.
+type Refused struct {
+	// Message is text the refusal's message contains; not empty.
+	Message string
 }
 
 // stepKinds are the actions of a step, in the order the format reference
@@ -232,15 +249,22 @@ type Condition struct {
 	Reason string
 }
 
-// ExpectRun waits for a handler run recorded in the archive. Empty fields
-// match any run.
+// ExpectRun waits for a handler run recorded in the archive, or, when
+// Trigger is a transition's (Transition), for a state transition's
+// record. Empty fields match any run.
 type ExpectRun struct {
+	// Handler is the handler's name; empty, and only then, for a state
+	// transition.
 	Handler  string
 	Operator string // as in Stub
 	// Object is the name of the object the run was for.
 	Object string
-	// Trigger is one of v1alpha1's On* values or TriggerRequeue.
+	// Trigger is one of v1alpha1's On* values, TriggerRequeue, or one of
+	// its Transition* values (TransitionTriggers).
 	Trigger string
+	// From and To are the states a transition left and entered; only for
+	// a transition.
+	From, To string
 	// Outcome is one of archive's Outcomes.
 	Outcome string
 	// Attempt is the run's attempt, from 1; 0 for any.
@@ -249,6 +273,14 @@ type ExpectRun struct {
 	// that none did. Without it, one is enough.
 	Count *int
 }
+
+// TransitionTriggers are the triggers of a state transition's record in
+// the archive (v1alpha1.Transition*): how the transition came.
+var TransitionTriggers = []string{v1alpha1.TransitionInitial, v1alpha1.TransitionGuard, v1alpha1.TransitionTimeout, v1alpha1.TransitionDecision}
+
+// Transition reports whether e expects a state transition's record rather
+// than a handler's run.
+func (e *ExpectRun) Transition() bool { return slices.Contains(TransitionTriggers, e.Trigger) }
 
 // ExpectEvent waits for a Kubernetes Event.
 type ExpectEvent struct {

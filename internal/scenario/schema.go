@@ -271,7 +271,7 @@ func reportSchemaProblem(l *errorList, p schemaProblem, field string, value any)
 			f := keyPath(field, name)
 			switch {
 			case strings.HasSuffix(p.url, "/$defs/step"):
-				l.add(f, "unknown step %q: a step is one of %s", name, strings.Join(stepKinds, ", "))
+				l.add(f, "unknown step %q: a step is one of %s; its other fields are name and refused", name, strings.Join(stepKinds, ", "))
 			case strings.HasSuffix(p.url, "/$defs/ref") && name == "namespace":
 				l.add(f, "an object's namespace is the scenario's own: remove namespace")
 			default:
@@ -280,6 +280,10 @@ func reportSchemaProblem(l *errorList, p schemaProblem, field string, value any)
 		}
 	case *kind.Required:
 		for _, name := range k.Missing {
+			if strings.HasSuffix(p.url, "/$defs/expectRun/else") && name == "handler" {
+				l.add(keyPath(field, name), "required: a handler's name; only a state transition's record (trigger: %s) has none", strings.Join(TransitionTriggers, ", "))
+				continue
+			}
 			if title := propertyTitle(p.url, name); title != "" {
 				l.add(keyPath(field, name), "required: %s", title)
 			} else {
@@ -331,6 +335,10 @@ func reportSchemaProblem(l *errorList, p schemaProblem, field string, value any)
 		switch {
 		case strings.Contains(p.url, "/$defs/expect/then/"):
 			l.add(field, "cannot go with absent: true: an absent object has nothing to check; remove one of them")
+		case strings.Contains(p.url, "/$defs/expectRun/then/"):
+			l.add(field, "a state transition (trigger: %s) is opkit's, not a handler's run: remove handler, or give a handler's trigger", strings.Join(TransitionTriggers, ", "))
+		case strings.Contains(p.url, "/$defs/expectRun/else/"):
+			l.add(field, "names a state of a transition: only with a transition's trigger (%s), and without handler", strings.Join(TransitionTriggers, ", "))
 		case strings.HasSuffix(field, ".metadata.namespace"):
 			l.add(field, "%s", namespaceMessage)
 		default:
@@ -351,8 +359,16 @@ func reportSchemaProblem(l *errorList, p schemaProblem, field string, value any)
 		}
 	case *kind.AnyOf:
 		msg := "needs at least one of " + strings.Join(choices(p.url, "anyOf"), ", ")
-		if strings.HasSuffix(p.url, "/dependentSchemas/object") {
+		switch {
+		case strings.HasSuffix(p.url, "/dependentSchemas/object"):
 			msg = "an expect of an object needs a check: at least one of " + strings.Join(choices(p.url, "anyOf"), ", ")
+		case strings.HasSuffix(p.url, "/$defs/step/dependentSchemas/refused"):
+			// Said at refused, which is what does not fit, unless the step
+			// has no action at all, which the step's oneOf says.
+			if kinds := givenKeys(value, stepKinds); len(kinds) > 0 {
+				l.add(keyPath(field, "refused"), "only with apply, patch or delete, whose request the API server may refuse; not with %s", kinds[0])
+			}
+			return
 		}
 		l.add(field, "%s", msg)
 	default:

@@ -43,7 +43,7 @@ func TestSchemaIsJSONWithATitleForEveryField(t *testing.T) {
 
 func TestSchemaStepsAreTheStepKinds(t *testing.T) {
 	got := propertyNames(schemaURL + "#/$defs/step")
-	if want := append([]string{"name"}, stepKinds...); !reflect.DeepEqual(got, want) {
+	if want := append(append([]string{"name"}, stepKinds...), "refused"); !reflect.DeepEqual(got, want) {
 		t.Errorf("step properties: got %v, want %v", got, want)
 	}
 	if got := choices(schemaURL+"#/$defs/step", "oneOf"); !reflect.DeepEqual(got, stepKinds) {
@@ -59,13 +59,20 @@ func TestSchemaEnumsAreTheEnginesValues(t *testing.T) {
 		}
 		return out
 	}
+	// Every trigger a run records, as opkit runs --trigger takes them:
+	// the handlers', then the state transitions'.
 	triggers := []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume,
-		v1alpha1.OnSchedule, v1alpha1.OnWhen, v1alpha1.OnEvent, v1alpha1.TriggerRequeue}
+		v1alpha1.OnSchedule, v1alpha1.OnWhen, v1alpha1.OnEvent, v1alpha1.TriggerRequeue,
+		v1alpha1.OnValidate, v1alpha1.OnMutate, v1alpha1.OnEnter, v1alpha1.OnExit}
+	triggers = append(triggers, TransitionTriggers...)
 	if got := enum("expectRun", "properties", "trigger", "enum"); !reflect.DeepEqual(got, triggers) {
 		t.Errorf("triggers: got %v, want %v", got, triggers)
 	}
+	if got := enum("expectRun", "if", "properties", "trigger", "enum"); !reflect.DeepEqual(got, TransitionTriggers) {
+		t.Errorf("the transitions' triggers of the schema's if: got %v, want %v", got, TransitionTriggers)
+	}
 	var outcomes []string
-	for _, o := range []archive.Outcome{archive.Running, archive.Succeeded, archive.Failed, archive.GaveUp, archive.Cancelled, archive.Skipped} {
+	for _, o := range []archive.Outcome{archive.Running, archive.Succeeded, archive.Failed, archive.GaveUp, archive.Cancelled, archive.Skipped, archive.Allowed, archive.Denied} {
 		outcomes = append(outcomes, string(o))
 	}
 	if got := enum("expectRun", "properties", "outcome", "enum"); !reflect.DeepEqual(got, outcomes) {

@@ -2,7 +2,9 @@ package runner
 
 import (
 	"fmt"
+	"strings"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/scenario"
 )
@@ -40,8 +42,10 @@ func Check(sc *scenario.Scenario) error {
 				err = fmt.Errorf("operator %s has no source %q", d.Operator.Name, s.Send.Source)
 			}
 			add("send", err)
+		case s.Expect != nil && s.Expect.Run != nil && s.Expect.Run.Transition():
+			add("expect.run", r.checkTransition(s.Expect.Run))
 		case s.Expect != nil && s.Expect.Run != nil:
-			add("expect.run", r.checkHandler(s.Expect.Run.Operator, s.Expect.Run.Handler))
+			add("expect.run", r.checkRunHandler(s.Expect.Run))
 		case s.Expect != nil && s.Expect.Log != nil:
 			add("expect.log", r.checkHandler(s.Expect.Log.Operator, s.Expect.Log.Handler))
 		}
@@ -50,6 +54,49 @@ func Check(sc *scenario.Scenario) error {
 		return nil
 	}
 	return errs
+}
+
+// checkRunHandler checks that the handler an expect of a run names exists and
+// can have the run's trigger: a handler runs on the triggers of its on:
+// alone, and requeue comes to any handler that asks for it.
+func (r *scenarioRun) checkRunHandler(e *scenario.ExpectRun) error {
+	d, err := r.operator(e.Operator)
+	if err != nil {
+		return err
+	}
+	h, err := handler(d, e.Handler)
+	if err != nil {
+		return err
+	}
+	if e.Trigger != "" && e.Trigger != v1alpha1.TriggerRequeue && !h.Fires(e.Trigger) {
+		return fmt.Errorf("handler %s never runs on %s: it runs on %s", h.Name, e.Trigger, strings.Join(h.On, ", "))
+	}
+	return nil
+}
+
+// checkTransition checks that the operator of an expect of a state
+// transition has states, and the states it names.
+func (r *scenarioRun) checkTransition(e *scenario.ExpectRun) error {
+	d, err := r.operator(e.Operator)
+	if err != nil {
+		return err
+	}
+	if d.States == nil {
+		return fmt.Errorf("operator %s has no states: its objects make no state transitions", d.Operator.Name)
+	}
+	var names []string
+	for _, st := range d.States.States {
+		names = append(names, st.Name)
+	}
+	for _, name := range []string{e.From, e.To} {
+		if name != "" && d.States.State(name) == nil {
+			return fmt.Errorf("operator %s has no state %q; its states: %s", d.Operator.Name, name, strings.Join(names, ", "))
+		}
+	}
+	if e.From != "" && e.Trigger == v1alpha1.TransitionInitial {
+		return fmt.Errorf("an initial transition leaves no state: remove from")
+	}
+	return nil
 }
 
 func (r *scenarioRun) checkHandler(operator, name string) error {

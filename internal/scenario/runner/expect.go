@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/scenario"
 )
@@ -42,6 +43,8 @@ func describeExpect(e *scenario.Expect) string {
 			checks = append(checks, fmt.Sprintf("condition %s=%s", o.Condition.Type, o.Condition.Status))
 		}
 		return o.Ref.String() + " " + strings.Join(checks, ", ")
+	case e.Run != nil && e.Run.Transition():
+		return "state transition" + runFilter(e.Run)
 	case e.Run != nil:
 		return "run of " + e.Run.Handler + runFilter(e.Run)
 	case e.Event != nil:
@@ -54,7 +57,7 @@ func describeExpect(e *scenario.Expect) string {
 
 func runFilter(e *scenario.ExpectRun) string {
 	var parts []string
-	for _, p := range []struct{ k, v string }{{"object", e.Object}, {"trigger", e.Trigger}, {"outcome", e.Outcome}} {
+	for _, p := range []struct{ k, v string }{{"object", e.Object}, {"trigger", e.Trigger}, {"from", e.From}, {"to", e.To}, {"outcome", e.Outcome}} {
 		if p.v != "" {
 			parts = append(parts, p.k+" "+p.v)
 		}
@@ -112,7 +115,11 @@ func (r *scenarioRun) check(e *scenario.Expect) (func(context.Context) error, er
 		}
 		return func(ctx context.Context) error { return r.checkObject(ctx, e.Object, obj.DeepCopy()) }, nil
 	case e.Run != nil:
-		q, err := r.runQuery(e.Run.Operator, e.Run.Handler, e.Run.Object)
+		query := r.runQuery
+		if e.Run.Transition() {
+			query = r.transitionQuery
+		}
+		q, err := query(e.Run.Operator, e.Run.Handler, e.Run.Object)
 		if err != nil {
 			return nil, err
 		}
@@ -212,6 +219,20 @@ func (r *scenarioRun) runQuery(operator, handlerName, object string) (archive.Qu
 	return archive.Query{Operator: d.Operator.Name, Handler: handlerName, Name: object}, nil
 }
 
+// transitionQuery selects the records of the state transitions of an
+// operator's objects (of object, when named) in the scenario's namespace.
+// It takes a handler's name, always empty, to be called as runQuery is.
+func (r *scenarioRun) transitionQuery(operator, _, object string) (archive.Query, error) {
+	d, err := r.operator(operator)
+	if err != nil {
+		return archive.Query{}, err
+	}
+	if d.States == nil {
+		return archive.Query{}, fmt.Errorf("operator %s has no states: its objects make no state transitions", d.Operator.Name)
+	}
+	return archive.Query{Operator: d.Operator.Name, Handler: v1alpha1.TransitionHandler, Name: object}, nil
+}
+
 // runs lists the runs q selects, newest first.
 func (r *scenarioRun) runs(ctx context.Context, q archive.Query) ([]archive.Run, error) {
 	return archive.ListAll(ctx, r.store, q)
@@ -224,17 +245,23 @@ func (r *scenarioRun) checkRun(ctx context.Context, e *scenario.ExpectRun, q arc
 	}
 	n := 0
 	for _, run := range runs {
-		if (e.Trigger == "" || run.Trigger == e.Trigger) && (e.Outcome == "" || string(run.Outcome) == e.Outcome) && (e.Attempt == 0 || run.Attempt == e.Attempt) {
+		from, to, _ := run.Transition()
+		if (e.Trigger == "" || run.Trigger == e.Trigger) && (e.Outcome == "" || string(run.Outcome) == e.Outcome) && (e.Attempt == 0 || run.Attempt == e.Attempt) &&
+			(e.From == "" || from == e.From) && (e.To == "" || to == e.To) {
 			n++
 		}
+	}
+	what, one, many := "a run of "+e.Handler, "a run", "runs"
+	if e.Transition() {
+		what, one, many = "a state transition", "a transition", "transitions"
 	}
 	switch {
 	case e.Count == nil && n > 0, e.Count != nil && n == *e.Count:
 		return nil
 	case e.Count == nil:
-		return &errStep{what: "a run of " + e.Handler, expected: "a run" + runFilter(e), found: runLines(runs)}
+		return &errStep{what: what, expected: one + runFilter(e), found: runLines(runs)}
 	}
-	return &errStep{what: "runs of " + e.Handler, expected: fmt.Sprintf("%d runs", *e.Count) + runFilter(e), found: fmt.Sprintf("%d:\n%s", n, runLines(runs))}
+	return &errStep{what: what, expected: fmt.Sprintf("%d %s", *e.Count, many) + runFilter(e), found: fmt.Sprintf("%d:\n%s", n, runLines(runs))}
 }
 
 func (r *scenarioRun) checkLog(ctx context.Context, e *scenario.ExpectLog, q archive.Query) error {
@@ -303,7 +330,14 @@ func runLines(runs []archive.Run) string {
 }
 
 func runLine(run archive.Run) string {
-	s := fmt.Sprintf("%s %s %s %s: %s, attempt %d", run.Handler, run.Kind, run.Name, run.Trigger, run.Outcome, run.Attempt)
+	handler := run.Handler
+	if from, to, ok := run.Transition(); ok {
+		if from == "" {
+			from = "-"
+		}
+		handler = "state " + from + " -> " + to
+	}
+	s := fmt.Sprintf("%s %s %s %s: %s, attempt %d", handler, run.Kind, run.Name, run.Trigger, run.Outcome, run.Attempt)
 	if run.Error != "" {
 		s += ": " + run.Error
 	}

@@ -12,6 +12,10 @@
 //   - Steps run in order; the first that fails ends the scenario. An expect
 //     step is polled (every 100ms) until it holds or its timeout passes, in
 //     real time; every other step acts once.
+//   - An apply, patch or delete step with Refused passes when the API
+//     server's checks refuse its request (400, 403 or 422) with a message
+//     containing Refused.Message, and fails when it is accepted; without
+//     Refused, a refusal fails the step, with the API server's message.
 //   - A failure says which step (file:line), what was expected, what was
 //     found (for an object, each field that differs), and lists the
 //     scenario's handler runs, with the logs of those that did not succeed

@@ -3,11 +3,14 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -26,6 +29,13 @@ const TestFieldManager = "opkit-test"
 
 // describe says what a step does, in one line.
 func describe(s *scenario.Step) string {
+	if s.Refused != nil {
+		return describeAction(s) + fmt.Sprintf(", refused with %q", s.Refused.Message)
+	}
+	return describeAction(s)
+}
+
+func describeAction(s *scenario.Step) string {
 	if s.Name != "" {
 		return s.Kind() + " " + s.Name
 	}
@@ -61,7 +71,7 @@ func describe(s *scenario.Step) string {
 func (r *scenarioRun) step(ctx context.Context, s *scenario.Step) error {
 	switch {
 	case s.Apply != nil:
-		return r.apply(ctx, s.Apply)
+		return refusal(s.Refused, r.apply(ctx, s.Apply))
 	case s.Patch != nil:
 		obj, err := r.object(s.Patch.Object)
 		if err != nil {
@@ -72,18 +82,18 @@ func (r *scenarioRun) step(ctx context.Context, s *scenario.Step) error {
 			return err
 		}
 		if err := r.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			return fmt.Errorf("patching %s: %w", s.Patch.Object, err)
+			return refusal(s.Refused, fmt.Errorf("patching %s: %w", s.Patch.Object, err))
 		}
-		return nil
+		return refusal(s.Refused, nil)
 	case s.Delete != nil:
 		obj, err := r.object(s.Delete.Object)
 		if err != nil {
 			return err
 		}
 		if err := r.client.Delete(ctx, obj); err != nil {
-			return fmt.Errorf("deleting %s: %w", s.Delete.Object, err)
+			return refusal(s.Refused, fmt.Errorf("deleting %s: %w", s.Delete.Object, err))
 		}
-		return nil
+		return refusal(s.Refused, nil)
 	case s.Retry != nil:
 		obj, err := r.object(s.Retry.Object)
 		if err != nil {
@@ -143,6 +153,43 @@ func (r *scenarioRun) apply(ctx context.Context, a *scenario.Apply) error {
 		}
 	}
 	return nil
+}
+
+// refusal holds the outcome of a step's request, err, to what the step
+// expects: that the API server accepts it (want nil), or refuses it with
+// a message containing want.Message. A refusal is an answer of the API
+// server's checks (400 Bad Request, 403 Forbidden, 422 Invalid); any
+// other error (no such object, no answer) is the step's failure either
+// way.
+func refusal(want *scenario.Refused, err error) error {
+	msg, refused := refusedMessage(err)
+	switch {
+	case want == nil && refused:
+		return &errStep{what: "refused by the API server", expected: "accepted", found: msg + "\n(to expect this refusal, add to the step: refused: {message: TEXT OF IT})"}
+	case want == nil:
+		return err
+	case err == nil:
+		return &errStep{what: "accepted, not refused", expected: fmt.Sprintf("refused, with a message containing %q", want.Message), found: "accepted: the API server made the change"}
+	case !refused:
+		return fmt.Errorf("expected a refusal with a message containing %q; failed otherwise: %w", want.Message, err)
+	case !strings.Contains(msg, want.Message):
+		return &errStep{what: "refused with another message", expected: fmt.Sprintf("a message containing %q", want.Message), found: msg}
+	}
+	return nil
+}
+
+// refusedMessage is the message of an error the API server's checks
+// answered a request with; ok is false for any other error.
+func refusedMessage(err error) (msg string, ok bool) {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return "", false
+	}
+	switch status.Status().Code {
+	case http.StatusBadRequest, http.StatusForbidden, http.StatusUnprocessableEntity:
+		return status.Status().Message, true
+	}
+	return "", false
 }
 
 // object resolves a reference to an object of the scenario's namespace.
@@ -264,10 +311,11 @@ func (r *scenarioRun) operatorNames() []string {
 	return names
 }
 
-// handler finds a handler of d by name.
+// handler finds a handler of d by name, an admission handler (on validate
+// or mutate) included: their calls are runs too, and can be stubbed.
 func handler(d *definition.Definition, name string) (*definition.Handler, error) {
 	var names []string
-	for _, h := range d.Handlers {
+	for _, h := range slices.Concat(d.Handlers, d.Admission) {
 		if h.Name == name {
 			return h, nil
 		}

@@ -17,9 +17,10 @@
 //
 // A watched object (an operator's spec.watch) has no status of opkit's:
 // its State lives in the run archive, its generation is the count of the
-// changes of its Projection (Observe), what create and update are about
-// (Input.Subject), and its keys name the life in which it was seen
-// (Observed.Since). Decide is the same function for both.
+// changes of its Projection and of its deletion (Observe), what create and
+// update are about is that projection (Input.Subject), and its keys name
+// the life in which it was seen (Observed.Since). Decide is the same
+// function for both.
 //
 // A run's idempotency key is the object's uid, the generation and the
 // handler, plus the slot for periodic runs, a hash of the related fields

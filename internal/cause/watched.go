@@ -16,14 +16,17 @@ import (
 // generation (a ConfigMap) or do not bump it for every change that
 // matters (a Deployment's labels): what a handler's create and update are
 // about is the object's Projection, and the generation handlers see is
-// the number of its changes. The engine keeps it in the run archive with
-// the rest of the object's State.
+// the number of its changes, its deletion counted as one. The engine
+// keeps it in the run archive with the rest of the object's State.
 type Observed struct {
 	// Generation is 1 at first sight, one more at each change of the
-	// projection.
+	// projection, and one more when the object is seen deleted.
 	Generation int64 `json:"generation"`
 	// Hash is the projection's, as last seen.
 	Hash string `json:"hash"`
+	// Deleted: the object was seen deleted (gone, or being deleted
+	// behind a finalizer), and its deletion counted.
+	Deleted bool `json:"deleted,omitempty"`
 	// Since is when the object was first seen, in Unix milliseconds: an
 	// object that stops being watched is forgotten, and one that is
 	// watched again starts a new life, whose runs have keys of their own
@@ -79,17 +82,28 @@ func Projection(obj map[string]any, hs []*definition.Handler) map[string]any {
 }
 
 // Observe records a watched object's projection in st and returns the
-// generation its handlers see: 1 at first sight, one more at each change.
-func Observe(st *State, projection map[string]any, now time.Time) int64 {
+// generation its handlers see: 1 at first sight, one more at each change,
+// and one more when it is first seen deleted (deleted: gone, or marked
+// for deletion).
+//
+// The deletion is a change of its own, as it is for a custom resource,
+// whose generation the API server bumps when it marks it for deletion.
+// Without it, a delete run would be for the generation last seen, the one
+// the handler's create or update run was for: a handler on [create,
+// delete] would have the key of its create run, which the archive holds
+// as succeeded, and so never run on delete; and the failed attempts of
+// that create run would count for the delete run.
+func Observe(st *State, projection map[string]any, deleted bool, now time.Time) int64 {
 	data, _ := json.Marshal(normalize(projection))
 	sum := sha256.Sum256(data)
 	hash := hex.EncodeToString(sum[:12])
 	switch {
 	case st.Observed == nil:
-		st.Observed = &Observed{Generation: 1, Hash: hash, Since: strconv.FormatInt(now.UnixMilli(), 10)}
-	case st.Observed.Hash != hash:
+		st.Observed = &Observed{Generation: 1, Hash: hash, Since: strconv.FormatInt(now.UnixMilli(), 10), Deleted: deleted}
+	case st.Observed.Hash != hash || deleted && !st.Observed.Deleted:
 		st.Observed.Generation++
 		st.Observed.Hash = hash
+		st.Observed.Deleted = st.Observed.Deleted || deleted
 	}
 	return st.Observed.Generation
 }

@@ -57,8 +57,9 @@ func (d deploy) with(f func(*deploy)) deploy {
 }
 
 // watcher decides for a watched object as the engine does: its
-// projection, its observed generation on a view of it, Decide with the
-// projection as the subject; a run it decides succeeds.
+// projection, its observed generation (its deletion counted) on a view of
+// it, Decide with the projection as the subject; a run it decides
+// succeeds.
 type watcher struct {
 	handlers []*definition.Handler
 	st       *State
@@ -75,7 +76,7 @@ var life = "d-1." + strconv.FormatInt(now.UnixMilli(), 10)
 // decide returns the decision for obj and the generation it was seen at.
 func (w *watcher) decide(obj *unstructured.Unstructured) (Decision, int64) {
 	subject := Projection(obj.Object, w.handlers)
-	g := Observe(w.st, subject, w.at)
+	g := Observe(w.st, subject, obj.GetDeletionTimestamp() != nil, w.at)
 	view := obj.DeepCopy()
 	view.SetGeneration(g)
 	return Decide(Input{Handlers: w.handlers, Object: view, State: w.st, Resumed: true, Now: now, Subject: subject}), g
@@ -159,30 +160,43 @@ func TestObserve(t *testing.T) {
 	st := state(0, nil, nil)
 	first := strconv.FormatInt(now.UnixMilli(), 10)
 	for i, tc := range []struct {
-		name  string
-		obj   deploy
-		gen   int64
-		since string
+		name    string
+		obj     deploy
+		deleted bool
+		gen     int64
+		since   string
 	}{
-		{"first sight: 1, since then", v1, 1, first},
-		{"seen again: the same", v1, 1, first},
-		{"status and annotations written: not a change", v1.with(func(d *deploy) { d.rv, d.ready, d.annotations["note"] = "101", 2, "b" }), 1, first},
-		{"the spec changed: one more", v1.with(func(d *deploy) { d.rv, d.image = "102", "nginx:2" }), 2, first},
-		{"a label changed: one more", v1.with(func(d *deploy) { d.rv, d.image, d.labels["tier"] = "103", "nginx:2", "front" }), 3, first},
-		{"changed back: a change too", v1.with(func(d *deploy) { d.rv = "104" }), 4, first},
+		{"first sight: 1, since then", v1, false, 1, first},
+		{"seen again: the same", v1, false, 1, first},
+		{"status and annotations written: not a change", v1.with(func(d *deploy) { d.rv, d.ready, d.annotations["note"] = "101", 2, "b" }), false, 1, first},
+		{"the spec changed: one more", v1.with(func(d *deploy) { d.rv, d.image = "102", "nginx:2" }), false, 2, first},
+		{"a label changed: one more", v1.with(func(d *deploy) { d.rv, d.image, d.labels["tier"] = "103", "nginx:2", "front" }), false, 3, first},
+		{"changed back: a change too", v1.with(func(d *deploy) { d.rv = "104" }), false, 4, first},
+		{"deleted: one more, as the API server counts a custom resource's deletion", v1.with(func(d *deploy) { d.rv = "105" }), true, 5, first},
+		{"seen deleted again: the same", v1.with(func(d *deploy) { d.rv = "105" }), true, 5, first},
+		{"changed while deleted (behind a finalizer): one more", v1.with(func(d *deploy) { d.rv, d.image = "106", "nginx:3" }), true, 6, first},
+		{"seen deleted again after that: the same", v1.with(func(d *deploy) { d.rv, d.image = "106", "nginx:3" }), true, 6, first},
 	} {
 		obj := tc.obj.object()
-		g := Observe(st, Projection(obj.Object, hs), now.Add(time.Duration(i)*time.Second))
-		if g != tc.gen || st.Observed.Generation != tc.gen || st.Observed.Since != tc.since {
-			t.Errorf("%s: generation %d, observed %+v; want %d since %s", tc.name, g, st.Observed, tc.gen, tc.since)
+		g := Observe(st, Projection(obj.Object, hs), tc.deleted, now.Add(time.Duration(i)*time.Second))
+		if g != tc.gen || st.Observed.Generation != tc.gen || st.Observed.Since != tc.since || st.Observed.Deleted != tc.deleted {
+			t.Errorf("%s: generation %d, observed %+v; want %d since %s, deleted %v", tc.name, g, st.Observed, tc.gen, tc.since, tc.deleted)
 		}
+	}
+	// First seen deleted: 1, and the deletion is not counted again.
+	gone := state(0, nil, nil)
+	if g := Observe(gone, Projection(v1.object().Object, hs), true, now); g != 1 || !gone.Observed.Deleted {
+		t.Errorf("first seen deleted: generation %d, observed %+v; want 1, deleted", g, gone.Observed)
+	}
+	if g := Observe(gone, Projection(v1.object().Object, hs), true, now); g != 1 {
+		t.Errorf("first seen deleted, seen again: generation %d; want 1", g)
 	}
 	// A number is the same whatever its Go type: the archive gives back
 	// float64 what the API gave as int64.
 	hash := st.Observed.Hash
-	p := Projection(v1.object().Object, hs)
+	p := Projection(v1.with(func(d *deploy) { d.image = "nginx:3" }).object().Object, hs)
 	p["spec"].(map[string]any)["replicas"] = float64(2)
-	if Observe(st, p, now) != 4 || st.Observed.Hash != hash {
+	if Observe(st, p, true, now) != 6 || st.Observed.Hash != hash {
 		t.Error("replicas 2.0 for 2 is a change")
 	}
 	// The record survives the archive's JSON.
@@ -288,13 +302,13 @@ func TestDecideForAWatchedObject(t *testing.T) {
 			gen:      1, passed: "changed",
 		},
 		{
-			name:     "delete, with the generation last seen",
+			name:     "delete, a generation after the one last seen",
 			handlers: []*definition.Handler{rolled, del},
 			before:   []deploy{v1, newImage}, obj: gone(newImage.object()),
-			want: "cleanup delete " + life + "/2/cleanup", gen: 2,
+			want: "cleanup delete " + life + "/3/cleanup", gen: 3,
 		},
 		{
-			name:     "delete before a pending update",
+			name:     "delete before a pending update: one change, with the deletion",
 			handlers: []*definition.Handler{rolled, del},
 			before:   []deploy{v1}, obj: gone(newImage.object()),
 			want: "cleanup delete " + life + "/2/cleanup", gen: 2,
@@ -347,7 +361,7 @@ func TestAWatchedObjectsRunsFollowItsChanges(t *testing.T) {
 		{v1.with(func(d *deploy) { d.rv, d.ready = "101", 2 }).object(), ""},
 		{v1.with(func(d *deploy) { d.rv, d.replicas = "102", 4 }).object(), ""},
 		{v1.with(func(d *deploy) { d.rv, d.replicas, d.image = "103", 4, "nginx:2" }).object(), "rolled update " + life + "/3/rolled"},
-		{gone(v1.with(func(d *deploy) { d.rv, d.replicas, d.image = "104", 4, "nginx:2" }).object()), "cleanup delete " + life + "/3/cleanup"},
+		{gone(v1.with(func(d *deploy) { d.rv, d.replicas, d.image = "104", 4, "nginx:2" }).object()), "cleanup delete " + life + "/4/cleanup"},
 		{gone(v1.with(func(d *deploy) { d.rv, d.replicas, d.image = "104", 4, "nginx:2" }).object()), ""},
 	}
 	for i, s := range steps {
@@ -395,5 +409,87 @@ func TestDiffObjectPathsStartAtTheRoot(t *testing.T) {
 	}
 	if d := DiffObject(nil, map[string]any{}); len(d) != 0 {
 		t.Errorf("DiffObject(nil, {}) = %v", d)
+	}
+}
+
+// TestAWatchedHandlerOnDeleteBesideOtherTriggersRunsOnDeletion: a watched
+// object's handler that runs on delete beside create or update, or alone,
+// has its delete run once the object is deleted, whatever ran before. Its
+// key is none of the earlier runs' keys (the engine asks the archive
+// whether a key succeeded, and runs nothing for one that did), its
+// attempts count from 1 (a create run that gave up does not hold it back),
+// it keeps its key while it is decided again (a retry, or an engine
+// started again on the archive's record), and once it succeeded nothing
+// more runs.
+func TestAWatchedHandlerOnDeleteBesideOtherTriggersRunsOnDeletion(t *testing.T) {
+	newImage := v1.with(func(d *deploy) { d.rv, d.image = "101", "nginx:2" })
+	newerImage := v1.with(func(d *deploy) { d.rv, d.image = "102", "nginx:3" })
+	for _, h := range []*definition.Handler{
+		handler("h", v1alpha1.OnCreate, v1alpha1.OnDelete),
+		withFields(handler("h", v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete), "spec.template"),
+		handler("h", v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete),
+		handler("h", v1alpha1.OnUpdate, v1alpha1.OnDelete),
+		handler("h", v1alpha1.OnDelete),
+	} {
+		for _, tc := range []struct {
+			name string
+			seen []deploy // seen in turn, each run succeeding
+			// gaveUp: the run for the last one seen gives up instead.
+			gaveUp bool
+			last   deploy // as it is deleted
+			gen    int64  // the delete run's generation
+		}{
+			{name: "deleted as first seen", seen: []deploy{v1}, last: v1, gen: 2},
+			{name: "deleted after a change", seen: []deploy{v1, newImage}, last: newImage, gen: 3},
+			{name: "deleted with a change not seen", seen: []deploy{v1}, last: newImage, gen: 2},
+			{name: "deleted after its run gave up", seen: []deploy{v1, newImage}, gaveUp: true, last: newImage, gen: 3},
+			{name: "deleted, its last change seen only as it went", seen: []deploy{v1, newImage}, last: newerImage, gen: 3},
+		} {
+			t.Run(fmt.Sprintf("on %v fields %v/%s", h.On, h.Fields, tc.name), func(t *testing.T) {
+				w := newWatcher(h)
+				ran := map[string]bool{}
+				for i, d := range tc.seen {
+					if tc.gaveUp && i == len(tc.seen)-1 {
+						if d, _ := w.decide(d.object()); d.Cause != nil {
+							ran[d.Cause.Key] = true
+							w.st.Failed(d.Cause, "boom", true, now)
+						}
+						continue
+					}
+					for _, run := range w.settle(d.object()) {
+						ran[run[strings.LastIndex(run, " ")+1:]] = true
+					}
+				}
+				obj := gone(tc.last.object())
+				d, g := w.decide(obj)
+				if d.Cause == nil || d.Cause.Trigger != v1alpha1.OnDelete {
+					t.Fatalf("decided %+v (stalled %q) at generation %d; want a delete run", d.Cause, d.Stalled, g)
+				}
+				want := fmt.Sprintf("%s/%d/h", life, tc.gen)
+				if g != tc.gen || d.Cause.Generation != tc.gen || d.Cause.Key != want || d.Cause.Attempt != 1 {
+					t.Errorf("delete run for generation %d, key %q, attempt %d; want %d, %q, 1", d.Cause.Generation, d.Cause.Key, d.Cause.Attempt, tc.gen, want)
+				}
+				if ran[d.Cause.Key] {
+					t.Errorf("the delete run's key %q is an earlier run's (%v)", d.Cause.Key, ran)
+				}
+				// Decided again, and by an engine started again on the
+				// archive's record: the same run.
+				if again, _ := w.decide(obj); again.Cause == nil || again.Cause.Key != d.Cause.Key {
+					t.Errorf("decided again: %+v; want key %q", again.Cause, d.Cause.Key)
+				}
+				data, _ := json.Marshal(w.st)
+				restarted := newWatcher(h)
+				if err := json.Unmarshal(data, restarted.st); err != nil {
+					t.Fatal(err)
+				}
+				if again, _ := restarted.decide(obj); again.Cause == nil || again.Cause.Key != d.Cause.Key {
+					t.Errorf("decided from the archive's record: %+v; want key %q", again.Cause, d.Cause.Key)
+				}
+				w.st.Succeeded(w.handlers, d.Cause, Projection(obj.Object, w.handlers), 0, now)
+				if more := w.settle(obj); len(more) > 0 {
+					t.Errorf("after the delete run succeeded: %v; want nothing", more)
+				}
+			})
+		}
 	}
 }

@@ -245,7 +245,7 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	var subject map[string]any // nil: the spec
 	if rn.watched {
 		subject = cause.Projection(vars.Self, rn.def.Handlers)
-		g := cause.Observe(st, subject, time.Now())
+		g := cause.Observe(st, subject, cr.GetDeletionTimestamp() != nil, time.Now())
 		view := &unstructured.Unstructured{Object: maps.Clone(cr.Object)}
 		md, _ := cr.Object["metadata"].(map[string]any)
 		view.Object["metadata"] = maps.Clone(md)

@@ -108,9 +108,9 @@ are read from the Operator in the cluster, or from -f FILE.`,
 			if raw, ok := obj.GetAnnotations()[v1alpha1.DecisionAnnotation]; ok {
 				var sent v1alpha1.Decision
 				_ = json.Unmarshal([]byte(raw), &sent)
-				return fmt.Errorf("a decision is already sent for %s %s (by %s: choose %s) and the engine has not answered it; nothing was written: "+
-					"its Events say why it waits (kubectl get events --field-selector involvedObject.name=%s), or remove it with kubectl annotate and decide again",
-					gvk.Kind, args[0], or(sent.By, "someone"), or(sent.Choose, "?"), name)
+				return fmt.Errorf("a decision is already sent for %s %s (by %s: choose %s) and not taken yet; nothing was written: "+
+					"its Events say what it waits for (kubectl get events%s --field-selector involvedObject.name=%s), or remove it (kubectl annotate %s %s%s %s-) and decide again",
+					gvk.Kind, args[0], or(sent.By, "someone"), or(sent.Choose, "?"), nsFlag(ns), name, strings.ToLower(gvk.Kind), name, nsFlag(ns), v1alpha1.DecisionAnnotation)
 			}
 			by, note, err := whoAmI(ctx, cfg, loader)
 			if err != nil {
@@ -131,11 +131,7 @@ are read from the Operator in the cluster, or from -f FILE.`,
 				return errors.New(says)
 			}
 			fmt.Fprintln(out, says)
-			nsFlag := ""
-			if ns != "" {
-				nsFlag = " -n " + ns
-			}
-			fmt.Fprintf(out, "follow it with: kubectl get %s %s%s -w   (the State column), and opkit runs --object %s\n", strings.ToLower(gvk.Kind), name, nsFlag, args[0])
+			fmt.Fprintf(out, "follow it with: kubectl get %s %s%s -w   (the State column), and opkit runs --object %s\n", strings.ToLower(gvk.Kind), name, nsFlag(ns), args[0])
 			return nil
 		},
 	}
@@ -198,6 +194,14 @@ func objectEvents(ctx context.Context, c client.Client, obj *unstructured.Unstru
 		out = append(out, statemachine.Event{Reason: e.Reason, Message: e.Message})
 	}
 	return out
+}
+
+// nsFlag is kubectl's flag for the namespace ns; "" for none.
+func nsFlag(ns string) string {
+	if ns == "" {
+		return ""
+	}
+	return " -n " + ns
 }
 
 // or is s, or otherwise when s is empty.

@@ -131,7 +131,8 @@ func TestDecideSaysWhatTheEngineAnswered(t *testing.T) {
 		t.Errorf("opkit decide while page runs: exit %d\nstdout:\n%s\nstderr:\n%s\nwant it to say the decision waits for page", code, stdout, stderr)
 	}
 	code, stdout, stderr = decide("--choose", "Done", "--reason", "again")
-	if code != 1 || !strings.Contains(stderr, "a decision is already sent for Chore default/dishes (by ") || !strings.Contains(stderr, "nothing was written") {
+	if code != 1 || !strings.Contains(stderr, "a decision is already sent for Chore default/dishes (by ") || !strings.Contains(stderr, "nothing was written") ||
+		!strings.Contains(stderr, "kubectl annotate chore dishes -n default opkit.dev/decision-") {
 		t.Errorf("a second decision: exit %d\nstdout:\n%s\nstderr:\n%s\nwant it refused before it is written", code, stdout, stderr)
 	}
 	eventually(t, 60*time.Second, "the decision taken once page is done", func(ctx context.Context) bool {

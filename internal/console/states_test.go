@@ -438,7 +438,7 @@ func TestObjectPageSaysTheEnginesAnswerToADecision(t *testing.T) {
 	db.takeDecision(t)
 	db.engineEvent(t, corev1.EventTypeWarning, statemachine.EventDecisionRefused, ref+" is refused: the object is being deleted: its state does not move any more")
 	page = get(t, db.base+db.path())
-	mustContain(t, "the page of a refused decision", page, "The engine refused the last decision: The decision of "+d.By,
+	mustContain(t, "the page of a refused decision", page, `<p class="notice decision-refused" role="status"><span aria-hidden="true">✗</span> The decision of `+d.By,
 		"is refused: the object is being deleted: its state does not move any more.", `class="choose"`)
 
 	// Being deleted: refused before it is sent.

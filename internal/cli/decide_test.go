@@ -85,7 +85,12 @@ func TestDecideSaysWhatTheEngineAnswered(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("engine: %v", err)
+		}
+	})
 	defs, err := definition.CompileFiles(file)
 	if err != nil {
 		t.Fatal(err)

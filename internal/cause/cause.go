@@ -33,7 +33,10 @@
 // run once for it, then the enter handlers of the state entered, each in
 // declared order; their records (HandlerState.Exited, Entered) hold the
 // visit's seq once the run succeeded or gave up, so a restart runs none
-// twice, and a failure is retried for the visit it happened in. Their key
+// twice, and a failure is retried for the visit it happened in. A handler
+// that failed or gave up for another trigger does not hold them back: the
+// state machine has moved on, and a person's decision waits for the
+// visit's runs (Visit.Awaited), never for a handler that gave up. Their key
 // is <uid>/state/<seq>/<handler> (and /exit for an exit run, so a handler
 // on both keeps two).
 package cause
@@ -114,19 +117,76 @@ func (v *Visit) enters(h *definition.Handler) bool {
 	return v.State != nil && h.Fires(v1alpha1.OnEnter) && slices.Contains(v.State.Enter, h)
 }
 
-// HandlersDone reports whether the visit's exit and enter handlers have
-// all finished (succeeded or given up) per st.
-func (v *Visit) HandlersDone(st *State) bool {
-	return v.exitsDone(st) && (v.State == nil || !slices.ContainsFunc(v.State.Enter, func(h *definition.Handler) bool {
-		return h.Fires(v1alpha1.OnEnter) && st.of(h.Name).Entered < v.Seq
-	}))
+// Awaited names the visit's exit and enter handlers that have not
+// finished for it (succeeded or given up), in the order they run, with
+// what each waits for: what the state machine waits for before its
+// guards, its timeout and a person's decision. g is the object's
+// generation: a handler that has given up on it by another trigger (a
+// create or update run) is not awaited, and does not run for the visit:
+// it runs again after a new generation or opkit retry, and nothing waits
+// for it meanwhile.
+func (v *Visit) Awaited(st *State, g int64) []string {
+	var out []string
+	if v.Left != nil {
+		for _, h := range v.Left.Exit {
+			if hs := st.of(h.Name); h.Fires(v1alpha1.OnExit) && hs.Exited < v.Seq && !givenUp(hs, g) {
+				out = append(out, v.awaiting(h.Name, "leaving "+v.Left.Name, hs))
+			}
+		}
+	}
+	if v.State != nil {
+		for _, h := range v.State.Enter {
+			if hs := st.of(h.Name); h.Fires(v1alpha1.OnEnter) && hs.Entered < v.Seq && !givenUp(hs, g) {
+				out = append(out, v.awaiting(h.Name, "entering "+v.State.Name, hs))
+			}
+		}
+	}
+	return out
 }
 
-// exitsDone reports whether the exit handlers of the state left are done.
-func (v *Visit) exitsDone(st *State) bool {
+// awaiting says what a handler of the visit that has not finished waits
+// for: its run, or the retry of a failed one.
+func (v *Visit) awaiting(name, on string, hs *HandlerState) string {
+	if hs.Attempt > 0 && hs.NextRetryAt != "" {
+		next := hs.NextRetryAt
+		if t, err := time.Parse(time.RFC3339Nano, next); err == nil {
+			next = t.UTC().Format(time.RFC3339)
+		}
+		return fmt.Sprintf("%s (on %s; attempt %d failed: %s; tried again at %s)", name, on, hs.Attempt, hs.LastError, next)
+	}
+	return fmt.Sprintf("%s (on %s)", name, on)
+}
+
+// exitsDone reports whether the exit handlers of the state left are done
+// (or given up on the generation g).
+func (v *Visit) exitsDone(st *State, g int64) bool {
 	return v.Left == nil || !slices.ContainsFunc(v.Left.Exit, func(h *definition.Handler) bool {
-		return h.Fires(v1alpha1.OnExit) && st.of(h.Name).Exited < v.Seq
+		hs := st.of(h.Name)
+		return h.Fires(v1alpha1.OnExit) && hs.Exited < v.Seq && !givenUp(hs, g)
 	})
+}
+
+// trigger is the run h has to make for the visit: exit, enter (once the
+// state left is done with), or "". A handler that has given up on the
+// generation g has none.
+func (v *Visit) trigger(h *definition.Handler, st *State, g int64) string {
+	hs := st.of(h.Name)
+	switch {
+	case givenUp(hs, g):
+		return ""
+	case v.exits(h) && hs.Exited < v.Seq:
+		return v1alpha1.OnExit
+	case v.enters(h) && hs.Entered < v.Seq && v.exitsDone(st, g):
+		return v1alpha1.OnEnter
+	}
+	return ""
+}
+
+// givenUp reports whether hs records a handler that gave up on the
+// generation g by another trigger than a visit's: it waits for a new
+// generation or opkit retry, and holds back no visit.
+func givenUp(hs *HandlerState, g int64) bool {
+	return hs.Stalled && hs.TargetSeq == 0 && hs.Target == g
 }
 
 // Run is what guards read as run: the visit's last finished enter run;
@@ -182,7 +242,12 @@ type Decision struct {
 // urgent trigger that has a run to make (delete, then create and update,
 // then resume, then schedule and requeue): a frequent schedule never
 // starves the others. A handler that waits for a retry, or has given up,
-// holds back the handlers declared after it.
+// holds back the handlers declared after it, but for the exit and enter
+// runs of the object's visit of its state: the state machine has moved
+// on, and a visit's runs wait only for each other (in declared order, the
+// exits of the state left first). A handler that has given up on the
+// generation makes no visit's runs until a new generation or opkit retry
+// (Visit.Awaited does not wait for it).
 func Decide(in Input) Decision {
 	obj, st, now := in.Object, in.State, in.Now
 	if in.Paused {
@@ -209,10 +274,14 @@ func Decide(in Input) Decision {
 	var bestTrigger, bestInputs string
 	var bestRelated bool
 	var bestSlot time.Time
+	// held: a handler declared before waits for a retry or has given up;
+	// only the visit's runs are still decided.
+	held := false
 	for _, h := range in.Handlers {
 		hs := st.Of(h.Name)
 		trigger := ""
 		switch {
+		case held:
 		case deleting:
 			if h.Fires(v1alpha1.OnDelete) && !hs.Deleted {
 				trigger = v1alpha1.OnDelete
@@ -230,7 +299,7 @@ func Decide(in Input) Decision {
 			}
 		}
 		inputs := ""
-		if in.Related != nil {
+		if in.Related != nil && !held {
 			inputs = Inputs(h, in.Related)
 		}
 		relatedChange := false
@@ -242,7 +311,7 @@ func Decide(in Input) Decision {
 				trigger, relatedChange = v1alpha1.OnUpdate, true
 			}
 		}
-		if cur, known := in.When[h.Name]; !deleting && known && h.Fires(v1alpha1.OnWhen) {
+		if cur, known := in.When[h.Name]; !held && !deleting && known && h.Fires(v1alpha1.OnWhen) {
 			switch {
 			case cur && !hs.WhenTrue && trigger == "":
 				trigger = v1alpha1.OnWhen // became true: once, until it is seen false
@@ -253,18 +322,13 @@ func Decide(in Input) Decision {
 			}
 		}
 		if v := in.Visit; trigger == "" && !deleting && v != nil {
-			switch {
-			case v.exits(h) && hs.Exited < v.Seq:
-				trigger = v1alpha1.OnExit
-			case v.enters(h) && hs.Entered < v.Seq && v.exitsDone(st):
-				trigger = v1alpha1.OnEnter // once the state left is done with
-			}
+			trigger = v.trigger(h, st, g)
 		}
-		if trigger == "" && !deleting && h.Fires(v1alpha1.OnResume) && !in.Resumed && st.Handled != nil {
+		if trigger == "" && !held && !deleting && h.Fires(v1alpha1.OnResume) && !in.Resumed && st.Handled != nil {
 			trigger = v1alpha1.OnResume
 		}
 		var slot time.Time
-		if trigger == "" && !deleting && h.Fires(v1alpha1.OnSchedule) {
+		if trigger == "" && !held && !deleting && h.Fires(v1alpha1.OnSchedule) {
 			next, err := h.Next(scheduleBase(obj, hs), obj.Object)
 			switch {
 			case err != nil:
@@ -285,7 +349,7 @@ func Decide(in Input) Decision {
 				trigger = v1alpha1.OnSchedule
 			}
 		}
-		if trigger == "" && !deleting && hs.RequeueAt != "" {
+		if trigger == "" && !held && !deleting && hs.RequeueAt != "" {
 			if at, err := time.Parse(time.RFC3339Nano, hs.RequeueAt); err == nil && now.Before(at) {
 				soonest(at.Sub(now))
 			} else {
@@ -297,16 +361,24 @@ func Decide(in Input) Decision {
 		}
 		// Failed attempts and Stalled count for one target generation; a
 		// newer spec starts afresh. A handler that waits holds back those
-		// declared after it.
+		// declared after it: all of them when it waits for a visit's run
+		// (they run in order), else all but the visit's runs.
 		target := in.sameTarget(hs, trigger, g)
 		if target && hs.Stalled {
-			d.Stalled = stalledText(h.Name, hs)
-			break
+			if d.Stalled == "" {
+				d.Stalled = stalledText(h.Name, hs)
+			}
+			held = true
+			continue
 		}
 		if target && hs.NextRetryAt != "" {
 			if at, err := time.Parse(time.RFC3339Nano, hs.NextRetryAt); err == nil && now.Before(at) {
 				soonest(at.Sub(now))
-				break
+				if visitTrigger(trigger) {
+					break
+				}
+				held = true
+				continue
 			}
 		}
 		if best == nil || triggerRank[trigger] < triggerRank[bestTrigger] {

@@ -2,6 +2,7 @@ package cause
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -25,7 +26,7 @@ func TestDecideVisits(t *testing.T) {
 		visit *Visit
 		st    *State
 		want  string // "handler trigger attempt key", or "" for no run
-		done  bool   // Visit.HandlersDone
+		done  bool   // Visit.Awaited is empty
 	}{
 		{
 			name:  "the initial state's enter handlers run after create handlers",
@@ -103,8 +104,8 @@ func TestDecideVisits(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("Decide: %q, want %q", got, tc.want)
 			}
-			if done := tc.visit.HandlersDone(tc.st); done != tc.done {
-				t.Errorf("HandlersDone: %v, want %v", done, tc.done)
+			if awaited := tc.visit.Awaited(tc.st, 1); (len(awaited) == 0) != tc.done {
+				t.Errorf("Awaited: %q, want done %v", awaited, tc.done)
 			}
 		})
 	}
@@ -137,8 +138,8 @@ func TestVisitRecords(t *testing.T) {
 	if r := v.Run(st); r != (definition.Run{Handler: "announce", Outcome: "GaveUp", Error: "exit status 1"}) {
 		t.Errorf("run after it gave up: %+v", r)
 	}
-	if !v.HandlersDone(st) {
-		t.Error("the visit's handlers are not done after the exit succeeded and the enter gave up")
+	if awaited := v.Awaited(st, 1); len(awaited) > 0 {
+		t.Errorf("the visit awaits %q after the exit succeeded and the enter gave up", awaited)
 	}
 	// Written to status.opkit and read back, as after a restart.
 	own := map[string]any{}
@@ -146,11 +147,91 @@ func TestVisitRecords(t *testing.T) {
 	obj := object(1, nil)
 	obj.Object["status"] = map[string]any{"opkit": own}
 	back := Read(obj)
-	if !v.HandlersDone(back) || v.Run(back).Outcome != "GaveUp" {
+	if len(v.Awaited(back, 1)) > 0 || v.Run(back).Outcome != "GaveUp" {
 		t.Errorf("read back from status: %+v (enter run %+v): the visit's records are lost", back.Handlers, back.EnterRun)
 	}
 	// The next visit reads no run until one finishes for it.
 	if r := (&Visit{Seq: 5}).Run(back); r != (definition.Run{}) {
 		t.Errorf("run on the next visit: %+v, want the zero Run", r)
+	}
+}
+
+// TestDecideGivenUpHoldsBackNoVisit: a handler that gave up, or waits for
+// a retry, holds back the handlers declared after it, but not the exit
+// and enter runs of the object's visit of its state: the state machine
+// moved on, and what the visit's runs wait for is each other. A handler
+// that gave up on the generation by another trigger makes no visit run
+// and is not awaited (a person's decision is not held by it); one that
+// waits for a retry of another trigger is awaited, and says so.
+func TestDecideGivenUpHoldsBackNoVisit(t *testing.T) {
+	spec := map[string]any{"version": "1.0"}
+	work := handler("work", v1alpha1.OnEnter)
+	prepare := handler("prepare", v1alpha1.OnCreate)
+	later := handler("later", v1alpha1.OnCreate)
+	page := handler("page", v1alpha1.OnEnter)
+	both := handler("both", v1alpha1.OnCreate, v1alpha1.OnEnter)
+	working := &definition.State{Name: "Working", Enter: []*definition.Handler{work}}
+	stuck := &definition.State{Name: "Stuck", NeedsPerson: true, Enter: []*definition.Handler{both, page}}
+	handlers := []*definition.Handler{work, prepare, later, both, page}
+	gaveUp := &HandlerState{Attempt: 1, Target: 1, Stalled: true, LastError: "exit status 1"}
+	retrying := &HandlerState{Attempt: 1, Target: 1, NextRetryAt: at(now.Add(30e9)), LastError: "exit status 1"}
+	workGaveUp := &HandlerState{Entered: 1, Attempt: 1, Target: 1, TargetSeq: 1, Stalled: true}
+	visit := &Visit{Seq: 2, State: stuck, Left: working}
+	for _, tc := range []struct {
+		name    string
+		st      *State
+		want    string   // "handler trigger", or "" for no run
+		awaited []string // Visit.Awaited
+		stalled bool     // Decision.Stalled is said
+	}{
+		{
+			name:    "a create handler that gave up holds back the later create handler, not the enter runs of the state entered",
+			st:      state(0, nil, map[string]*HandlerState{"work": workGaveUp, "prepare": gaveUp, "both": {Generation: 1, Entered: 2}}),
+			want:    "page enter",
+			awaited: []string{"page (on entering Stuck)"},
+			stalled: true,
+		},
+		{
+			name:    "nor does one that waits for its retry",
+			st:      state(0, nil, map[string]*HandlerState{"work": workGaveUp, "prepare": retrying, "both": {Generation: 1, Entered: 2}}),
+			want:    "page enter",
+			awaited: []string{"page (on entering Stuck)"},
+		},
+		{
+			name:    "a handler that gave up on create makes no enter run, and the visit does not wait for it",
+			st:      state(0, nil, map[string]*HandlerState{"work": workGaveUp, "prepare": {Generation: 1}, "later": {Generation: 1}, "both": gaveUp}),
+			want:    "page enter",
+			awaited: []string{"page (on entering Stuck)"},
+			stalled: true,
+		},
+		{
+			name: "a handler that waits for its create retry enters after it, and the visit waits for it, saying why",
+			st:   state(0, nil, map[string]*HandlerState{"work": workGaveUp, "prepare": {Generation: 1}, "later": {Generation: 1}, "both": retrying}),
+			want: "page enter",
+			awaited: []string{"both (on entering Stuck; attempt 1 failed: exit status 1; tried again at 2026-11-23T11:00:30Z)",
+				"page (on entering Stuck)"},
+		},
+		{
+			name:    "the state entered's handlers done, one that gave up on create left given up: nothing to wait for",
+			st:      state(0, nil, map[string]*HandlerState{"work": workGaveUp, "prepare": gaveUp, "both": gaveUp, "page": {Entered: 2}}),
+			stalled: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(Input{Handlers: handlers, Object: object(1, spec), State: tc.st, Resumed: true, Now: now, Started: started, Visit: visit})
+			got := ""
+			if c := d.Cause; c != nil {
+				got = c.Handler.Name + " " + c.Trigger
+			}
+			if got != tc.want {
+				t.Errorf("Decide: %q, want %q", got, tc.want)
+			}
+			if (d.Stalled != "") != tc.stalled {
+				t.Errorf("Stalled: %q, want said %v", d.Stalled, tc.stalled)
+			}
+			if awaited := visit.Awaited(tc.st, 1); !slices.Equal(awaited, tc.awaited) {
+				t.Errorf("Awaited: %q, want %q", awaited, tc.awaited)
+			}
+		})
 	}
 }

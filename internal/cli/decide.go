@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,10 +26,12 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/statemachine"
 )
 
 func newDecideCommand() *cobra.Command {
 	var archivePath, kubeconfig, operator, choose, reason, file string
+	var wait time.Duration
 	cmd := &cobra.Command{
 		Use:   "decide NAMESPACE/NAME [--choose STATE --reason TEXT]",
 		Short: "Answer an object that waits for a person (a state that needsPerson)",
@@ -37,8 +42,14 @@ says why. The engine takes the transition, and records it with who decided
 as an Event. Without --choose, the question and the choices are printed.
 
 The decision is written as the annotation ` + v1alpha1.DecisionAnnotation + `, for the
-state and visit (status.state.seq) read: if the object moved meanwhile, the
-engine refuses it (Event DecisionRefused) and nothing changes. The object's
+state and visit (status.state.seq) read; what makes it wrong is refused
+before it is written (the object is being deleted, its state does not wait
+for a person, the choice is not one, a decision is already sent). Then
+opkit decide waits up to --wait for the engine's answer and prints it:
+taken; refused, with why (the object moved meanwhile: nothing changes),
+and exits 1; or waits, with what for (the object is paused, or the
+handlers of its state have not finished), and exits 0: the decision stays
+and is taken then. The object's
 kind is found from its transitions in the archive (--operator chooses when
 several operators have an object of that name). The choices' descriptions
 are read from the Operator in the cluster, or from -f FILE.`,
@@ -79,6 +90,9 @@ are read from the Operator in the cluster, or from -f FILE.`,
 				return fmt.Errorf("%s %s: %w", gvk.Kind, args[0], err)
 			}
 			descriptions := choiceDescriptions(ctx, c, op, file, st.Name)
+			if obj.GetDeletionTimestamp() != nil {
+				return fmt.Errorf("%s %s is being deleted: its state does not move any more; nothing was written", gvk.Kind, args[0])
+			}
 			if st.Question == "" {
 				return fmt.Errorf("%s %s is in state %s (since %s), which does not wait for a person: there is nothing to decide", gvk.Kind, args[0], st.Name, st.Since)
 			}
@@ -90,6 +104,13 @@ are read from the Operator in the cluster, or from -f FILE.`,
 				var b strings.Builder
 				printQuestion(&b, gvk.Kind, args[0], st, descriptions)
 				return fmt.Errorf("%s is not a choice of %s.\n%s", choose, st.Name, strings.TrimRight(b.String(), "\n"))
+			}
+			if raw, ok := obj.GetAnnotations()[v1alpha1.DecisionAnnotation]; ok {
+				var sent v1alpha1.Decision
+				_ = json.Unmarshal([]byte(raw), &sent)
+				return fmt.Errorf("a decision is already sent for %s %s (by %s: choose %s) and not taken yet; nothing was written: "+
+					"its Events say what it waits for (kubectl get events%s --field-selector involvedObject.name=%s), or remove it (kubectl annotate %s %s%s %s-) and decide again",
+					gvk.Kind, args[0], or(sent.By, "someone"), or(sent.Choose, "?"), nsFlag(ns), name, strings.ToLower(gvk.Kind), name, nsFlag(ns), v1alpha1.DecisionAnnotation)
 			}
 			by, note, err := whoAmI(ctx, cfg, loader)
 			if err != nil {
@@ -105,11 +126,12 @@ are read from the Operator in the cluster, or from -f FILE.`,
 				return fmt.Errorf("writing the decision on %s %s: %w (if it changed since it was read, run opkit decide again)", gvk.Kind, args[0], err)
 			}
 			fmt.Fprintf(out, "%s %s: %s decided %s -> %s (%s)\n", gvk.Kind, args[0], by, st.Name, choose, reason)
-			nsFlag := ""
-			if ns != "" {
-				nsFlag = " -n " + ns
+			verdict, says := awaitAnswer(ctx, c, obj, d, wait)
+			if verdict == statemachine.Refused {
+				return errors.New(says)
 			}
-			fmt.Fprintf(out, "follow it with: kubectl get %s %s%s -w   (the State column), and opkit runs --object %s\n", strings.ToLower(gvk.Kind), name, nsFlag, args[0])
+			fmt.Fprintln(out, says)
+			fmt.Fprintf(out, "follow it with: kubectl get %s %s%s -w   (the State column), and opkit runs --object %s\n", strings.ToLower(gvk.Kind), name, nsFlag(ns), args[0])
 			return nil
 		},
 	}
@@ -119,7 +141,75 @@ are read from the Operator in the cluster, or from -f FILE.`,
 	cmd.Flags().StringVar(&choose, "choose", "", "the state to go to: one of the choices of the object's state")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, in your words (required with --choose)")
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the Operator's definition, for the choices' descriptions (default: the Operator in the cluster)")
+	cmd.Flags().DurationVar(&wait, "wait", 10*time.Second, "how long to wait for the engine to take or refuse the decision, or say what it waits for; 0: do not wait")
 	return cmd
+}
+
+// answerPoll is how often opkit decide reads the object for the engine's
+// answer.
+const answerPoll = 250 * time.Millisecond
+
+// awaitAnswer reads, for up to wait, what became of the decision d just
+// written on obj (statemachine.Answer over the object and its Events), and
+// returns the engine's answer as soon as it gives one; else what is known
+// when wait is over.
+func awaitAnswer(ctx context.Context, c client.Client, obj *unstructured.Unstructured, d v1alpha1.Decision, wait time.Duration) (statemachine.Verdict, string) {
+	if wait <= 0 {
+		return statemachine.Unanswered, "written: the engine takes it or refuses it when it reads it (an Event on the object says which)"
+	}
+	deadline := time.Now().Add(wait)
+	cur := obj.DeepCopy()
+	var verdict statemachine.Verdict
+	var says string
+	for {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
+			says = fmt.Sprintf("it cannot be read back (%v): whether the engine took it is not known", err)
+		} else {
+			verdict, says = statemachine.Answer(d, cur.Object, objectEvents(ctx, c, cur))
+		}
+		if verdict != statemachine.Unanswered || !time.Now().Add(answerPoll).Before(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return verdict, says
+		case <-time.After(answerPoll):
+		}
+	}
+	if verdict == statemachine.Unanswered {
+		says = fmt.Sprintf("within %s, %s", wait, says)
+	}
+	return verdict, says
+}
+
+// objectEvents are the Events about obj, as Answer reads them; none when
+// they cannot be listed.
+func objectEvents(ctx context.Context, c client.Client, obj *unstructured.Unstructured) []statemachine.Event {
+	var list corev1.EventList
+	if err := c.List(ctx, &list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{"involvedObject.uid": string(obj.GetUID())}); err != nil {
+		return nil
+	}
+	out := make([]statemachine.Event, 0, len(list.Items))
+	for _, e := range list.Items {
+		out = append(out, statemachine.Event{Reason: e.Reason, Message: e.Message})
+	}
+	return out
+}
+
+// nsFlag is kubectl's flag for the namespace ns; "" for none.
+func nsFlag(ns string) string {
+	if ns == "" {
+		return ""
+	}
+	return " -n " + ns
+}
+
+// or is s, or otherwise when s is empty.
+func or(s, otherwise string) string {
+	if s == "" {
+		return otherwise
+	}
+	return s
 }
 
 // objectState reads status.state.

@@ -20,6 +20,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/statemachine"
 )
 
 // An object whose operator declares states (spec.states) shows its life
@@ -54,9 +55,13 @@ type decideView struct {
 	State   string
 	Seq     int64
 	Choices []choiceView
-	// Pending is a decision sent and not taken by the engine yet: the
-	// page says so instead of offering the choices again.
+	// Pending is a decision sent and not taken by the engine yet: the page
+	// says so, and what the engine answered, instead of offering the
+	// choices again.
 	Pending *pendingDecision
+	// LastRefused is why the engine refused the last decision made on this
+	// visit (its DecisionRefused Event), or "".
+	LastRefused string
 	// Refused is why this user cannot decide here, or "".
 	Refused string
 	// Paused: the object's handlers are paused, and with them its state
@@ -70,12 +75,18 @@ type choiceView struct{ To, Description string }
 type pendingDecision struct {
 	v1alpha1.Decision
 	Sent time.Time
+	// Waiting: the engine said it waits; Answer is what it said, or that
+	// it has not answered (statemachine.Answer), as opkit decide says it.
+	Waiting bool
+	Answer  string
 }
 
 // lifeCycle adds the object's life cycle to the timeline's data: its
-// state, the diagram, and the decision form. It adds nothing for an
-// object whose operator declares no states and that has no status.state.
-func (s *Server) lifeCycle(ctx context.Context, u *user, op *operator, obj *unstructured.Unstructured, data map[string]any) []string {
+// state, the diagram, and the decision form, with the engine's answer to
+// a decision from the object's events (newest first). It adds nothing for
+// an object whose operator declares no states and that has no
+// status.state.
+func (s *Server) lifeCycle(ctx context.Context, u *user, op *operator, obj *unstructured.Unstructured, events []event, data map[string]any) []string {
 	var notices []string
 	def, _, _ := s.catalog.definition(ctx, op.Name)
 	st, err := objectState(obj)
@@ -131,13 +142,19 @@ func (s *Server) lifeCycle(ctx context.Context, u *user, op *operator, obj *unst
 		}
 		dv.Choices = append(dv.Choices, c)
 	}
+	said := engineSaid(events)
 	if raw, ok := obj.GetAnnotations()[v1alpha1.DecisionAnnotation]; ok {
 		p := &pendingDecision{}
 		if json.Unmarshal([]byte(raw), &p.Decision) != nil {
 			p.Choose = "(an annotation that is not a decision's JSON)"
 		}
 		p.Sent, _ = time.Parse(time.RFC3339, p.At)
+		verdict, answer := statemachine.Answer(p.Decision, obj.Object, said)
+		p.Waiting, p.Answer = verdict == statemachine.Waiting, sentence(answer)
 		dv.Pending = p
+	}
+	if refused := statemachine.LastRefusal(said, st.Name, st.Seq); refused != "" {
+		dv.LastRefused = sentence(refused)
 	}
 	_, dv.Paused = obj.GetAnnotations()[v1alpha1.PauseAnnotation]
 	if err := s.may(ctx, u, op, op.GVK, "patch", obj.GetNamespace()); err != nil {
@@ -156,10 +173,10 @@ type decision struct {
 }
 
 // checkDecision refuses a decision on obj that the engine would refuse,
-// or that is not the person's to make any more: the object moved to
-// another state or visit since the page was shown, its state does not
-// wait for a person, the choice is not one offered, the reason is
-// missing, or a decision is already sent and not taken yet.
+// or that is not the person's to make any more: the object is being
+// deleted, it moved to another state or visit since the page was shown,
+// its state does not wait for a person, the choice is not one offered,
+// the reason is missing, or a decision is already sent and not taken yet.
 func checkDecision(obj *unstructured.Unstructured, d decision) error {
 	what := obj.GetKind() + " " + objectLabel(obj.GetNamespace(), obj.GetName())
 	if strings.TrimSpace(d.Reason) == "" {
@@ -175,6 +192,9 @@ func checkDecision(obj *unstructured.Unstructured, d decision) error {
 	if st == nil {
 		return &httpError{http.StatusConflict, what + " has no state yet: there is nothing to decide"}
 	}
+	if obj.GetDeletionTimestamp() != nil {
+		return &httpError{http.StatusConflict, what + " is being deleted: its state does not move any more; nothing was sent"}
+	}
 	if st.Name != d.State || st.Seq != d.Seq {
 		return &httpError{http.StatusConflict, fmt.Sprintf("%s moved since the page was shown: it is in %s (visit %d), not in %s (visit %d) that you decided on; nothing was sent: reload the page and decide again if it still asks",
 			what, st.Name, st.Seq, d.State, d.Seq)}
@@ -188,7 +208,7 @@ func checkDecision(obj *unstructured.Unstructured, d decision) error {
 	if raw, ok := obj.GetAnnotations()[v1alpha1.DecisionAnnotation]; ok {
 		var sent v1alpha1.Decision
 		_ = json.Unmarshal([]byte(raw), &sent)
-		return &httpError{http.StatusConflict, fmt.Sprintf("a decision is already sent for %s (by %s: choose %s) and the engine has not taken it yet; nothing was sent: wait until it does, and reload the page",
+		return &httpError{http.StatusConflict, fmt.Sprintf("a decision is already sent for %s (by %s: choose %s) and the engine has not answered it; nothing was sent: the object's page says why it waits",
 			what, or(sent.By, "someone"), or(sent.Choose, "?"))}
 	}
 	return nil
@@ -201,10 +221,17 @@ func or(s, otherwise string) string {
 	return s
 }
 
+// decisionWait is how long a decide form waits for the engine's answer
+// before it shows the object's page, which says it (taken, refused with
+// why, or what the decision waits for), and follows it live after.
+const decisionWait = 3 * time.Second
+
 // decide answers a decide form: it checks the user may patch the object,
 // reads the object again, refuses what checkDecision refuses, and writes
 // the DecisionAnnotation with a merge patch that carries the
 // resourceVersion it read, so that a change in between refuses it too.
+// Then it waits up to decisionWait for the engine's answer, and shows the
+// object's page.
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, u *user, opName, ns, name string) {
 	ctx := r.Context()
 	op, err := s.mayAct(ctx, u, opName, ns)
@@ -231,9 +258,8 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, u *user, opName,
 		s.fail(w, r, err)
 		return
 	}
-	patch := v1alpha1.Decision{State: d.State, Seq: d.Seq, Choose: d.Choose, Reason: d.Reason,
-		By: s.decidedBy(u), At: time.Now().UTC().Format(time.RFC3339)}.Patch(obj.GetResourceVersion())
-	if err := s.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	sent := v1alpha1.Decision{State: d.State, Seq: d.Seq, Choose: d.Choose, Reason: d.Reason, By: s.decidedBy(u), At: time.Now().UTC().Format(time.RFC3339)}
+	if err := s.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, sent.Patch(obj.GetResourceVersion()))); err != nil {
 		switch {
 		case apierrors.IsConflict(err):
 			err = &httpError{http.StatusConflict, fmt.Sprintf("%s %s changed while you decided; nothing was sent: reload the page and decide again if it still asks", op.GVK.Kind, objectLabel(ns, name))}
@@ -243,7 +269,52 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, u *user, opName,
 		s.fail(w, r, err)
 		return
 	}
+	s.awaitAnswer(ctx, obj, sent)
 	http.Redirect(w, r, objectURL(opName, ns, name), http.StatusSeeOther)
+}
+
+// awaitAnswer waits up to decisionWait for the engine to answer the
+// decision d written on obj (statemachine.Answer over the object and its
+// Events): taken, refused, or waiting.
+func (s *Server) awaitAnswer(ctx context.Context, obj *unstructured.Unstructured, d v1alpha1.Decision) {
+	ctx, cancel := context.WithTimeout(ctx, decisionWait)
+	defer cancel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+		cur := obj.DeepCopy()
+		if err := s.client.Get(ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
+			return
+		}
+		events, _ := s.events(ctx, cur)
+		if verdict, _ := statemachine.Answer(d, cur.Object, engineSaid(events)); verdict != statemachine.Unanswered {
+			return
+		}
+	}
+}
+
+// sentence is s with its first letter upper-case and a full stop.
+func sentence(s string) string {
+	if s == "" {
+		return s
+	}
+	s = strings.ToUpper(s[:1]) + s[1:]
+	if !strings.HasSuffix(s, ".") {
+		s += "."
+	}
+	return s
+}
+
+// engineSaid is the object's events as statemachine.Answer reads them.
+func engineSaid(events []event) []statemachine.Event {
+	out := make([]statemachine.Event, len(events))
+	for i, e := range events {
+		out[i] = statemachine.Event{Reason: e.Reason, Message: e.Message}
+	}
+	return out
 }
 
 // decidedBy is who a decision from u is recorded as made by: the

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,6 +25,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/console"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+	"github.com/opkit-dev/opkit/internal/statemachine"
 )
 
 // The Database of examples/database, its CRD installed and no engine
@@ -260,8 +263,12 @@ func TestObjectPageShowsItsStateAndTakesADecision(t *testing.T) {
 		t.Fatalf("the decision written: %+v", d)
 	}
 	page = get(t, db.base+db.path())
+	// No engine runs it: the page does not say it is taken.
 	mustContain(t, "the page once decided", page, "Decision sent by "+d.By, "choose <strong>RollingBack</strong>",
-		"the checks fail &lt;b&gt;twice&lt;/b&gt;", "The engine takes it")
+		"the checks fail &lt;b&gt;twice&lt;/b&gt;", "No engine has answered it yet")
+	if strings.Contains(page, "The engine takes it") {
+		t.Errorf("the page says the engine takes a decision no engine answered")
+	}
 	if strings.Contains(page, `class="choose"`) {
 		t.Errorf("the page offers the choices again while a decision is sent")
 	}
@@ -378,4 +385,77 @@ func TestBrowserPersonWhoMayPatchDecidesAndOneWhoMayNotCannot(t *testing.T) {
 	waitJS(tab, t, 30*time.Second, "the diagram's current state is RollingBack, on the same page",
 		`window.opkitTestMark === true && `+current+`.length === 1 && `+current+`[0].dataset.state === "RollingBack" && !document.querySelector(".decide")`)
 	waitJS(tab, t, time.Second, "the diagram still focused", `document.activeElement.id === "diagram"`)
+}
+
+// engineEvent posts an Event about the Database, as the engine does.
+func (db *databases) engineEvent(t *testing.T, kind, reason, message string) {
+	t.Helper()
+	obj := db.object()
+	if err := db.env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: db.env.Namespace, GenerateName: db.name + "."},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "demo.example.com/v1", Kind: "Database", Namespace: db.env.Namespace, Name: db.name, UID: obj.GetUID()},
+		Type:           kind, Reason: reason, Message: message, FirstTimestamp: now, LastTimestamp: now, Count: 1, Source: corev1.EventSource{Component: "opkit"}}
+	if err := db.env.Client.Create(t.Context(), e); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestObjectPageSaysTheEnginesAnswerToADecision: the page of an object
+// with a decision sent says what the engine answered, in its words, as
+// opkit decide does: what the decision waits for, or why it was refused;
+// a decision on an object being deleted is refused before it is sent.
+func TestObjectPageSaysTheEnginesAnswerToADecision(t *testing.T) {
+	db := withDatabase(t, console.Auth{}, nil)
+	db.setState(t, needsAttention(""))
+	page := get(t, db.base+db.path())
+	token := csrfField.FindStringSubmatch(page)
+	if token == nil {
+		t.Fatal("no CSRF token on the object page")
+	}
+	decide := func(choose string) response {
+		return do(t, http.MethodPost, db.base+db.path()+"/decide", url.Values{"csrf": {token[1]}, "state": {"NeedsAttention"}, "seq": {"4"}, "choose": {choose}, "reason": {"it failed twice"}})
+	}
+	if r := decide("RollingBack"); r.status != http.StatusSeeOther {
+		t.Fatalf("decide: %d\n%s", r.status, r.body)
+	}
+	d := db.decision(t)
+	if d == nil {
+		t.Fatal("no decision written")
+	}
+
+	// The engine says it waits for the state's enter handler.
+	ref := statemachine.Ref(*d)
+	db.engineEvent(t, corev1.EventTypeNormal, statemachine.EventDecisionWaits, ref+" waits: the handlers of this visit of NeedsAttention have not finished: page (on entering NeedsAttention)")
+	page = get(t, db.base+db.path())
+	mustContain(t, "the page of a decision that waits", page, "Decision sent by "+d.By, "Not taken yet.",
+		"waits: the handlers of this visit of NeedsAttention have not finished: page (on entering NeedsAttention).")
+
+	// The engine refuses it, and removes it: the page says why, and asks
+	// again.
+	db.takeDecision(t)
+	db.engineEvent(t, corev1.EventTypeWarning, statemachine.EventDecisionRefused, ref+" is refused: the object is being deleted: its state does not move any more")
+	page = get(t, db.base+db.path())
+	mustContain(t, "the page of a refused decision", page, `<p class="notice decision-refused" role="status"><span aria-hidden="true">✗</span> The decision of `+d.By,
+		"is refused: the object is being deleted: its state does not move any more.", `class="choose"`)
+
+	// Being deleted: refused before it is sent.
+	hold := []byte(`{"metadata":{"finalizers":["test.opkit.dev/hold"]}}`)
+	if err := db.env.Client.Patch(t.Context(), db.object(), client.RawPatch(types.MergePatchType, hold)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = db.env.Client.Patch(context.Background(), db.object(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	})
+	if err := db.env.Client.Delete(t.Context(), db.object()); err != nil {
+		t.Fatal(err)
+	}
+	if r := decide("Ready"); r.status != http.StatusConflict || !strings.Contains(r.body, "is being deleted: its state does not move any more; nothing was sent") {
+		t.Errorf("a decision on an object being deleted: %d\n%s", r.status, r.body)
+	}
+	if d := db.decision(t); d != nil {
+		t.Errorf("a decision on an object being deleted was written: %+v", d)
+	}
 }

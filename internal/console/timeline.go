@@ -104,21 +104,21 @@ func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
 		}
 	}
 	if obj != nil {
+		events, err := s.events(ctx, obj)
+		if err != nil {
+			v.Notices = append(v.Notices, "Events cannot be read: "+err.Error())
+		}
 		if owned {
 			st, msg := stateOf(obj)
 			data["State"], data["Message"] = st, msg
 			_, data["Paused"] = obj.GetAnnotations()[v1alpha1.PauseAnnotation]
 			data["Children"] = children(obj)
 			if op != nil {
-				v.Notices = append(v.Notices, s.lifeCycle(ctx, u, op, obj, data)...)
+				v.Notices = append(v.Notices, s.lifeCycle(ctx, u, op, obj, events, data)...)
 			}
 		}
 		data["Conditions"] = conditions(obj)
 		data["YAML"] = objectYAML(obj)
-		events, err := s.events(ctx, obj)
-		if err != nil {
-			v.Notices = append(v.Notices, "Events cannot be read: "+err.Error())
-		}
 		data["Events"] = events
 		data["Exists"] = true
 	}

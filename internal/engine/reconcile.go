@@ -81,6 +81,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	fin := FinalizerName(r.def.Operator.Name)
 	holds := slices.Contains(cr.GetFinalizers(), fin)
 	if cr.GetDeletionTimestamp() != nil {
+		if r.states != nil {
+			if err := r.states.deleting(ctx, cr); err != nil { // a decision is refused: the state moves no more
+				return reconcile.Result{}, err
+			}
+		}
 		if !holds {
 			return reconcile.Result{}, nil
 		}

@@ -64,6 +64,9 @@ type states struct {
 	// archive: the check that no transition is lost is made once per
 	// transition, not per reconcile.
 	recorded sync.Map // types.NamespacedName -> string
+	// waits is, by object, the DecisionWaits Event last posted: a
+	// decision that waits is said once, not at every reconcile.
+	waits sync.Map // types.NamespacedName -> string
 }
 
 // visit is one reconcile's view of an object's state.
@@ -171,13 +174,13 @@ func (s *states) step(cr *unstructured.Unstructured, v *visit, vars *definition.
 		return 0 // initialized: the next reconcile steps from the initial state
 	}
 	cv := visitOf(s.machine, v.cur) // v.cur is what cr holds: a new object returned above
-	done := handlers == nil || cv == nil || cv.HandlersDone(handlers)
+	var awaited []string
 	var run definition.Run
 	if handlers != nil && cv != nil {
-		run = cv.Run(handlers)
+		awaited, run = cv.Awaited(handlers, cr.GetGeneration()), cv.Run(handlers)
 	}
 	in := statemachine.Input{
-		Machine: s.machine, Current: v.cur, HandlersDone: done, Deleting: cr.GetDeletionTimestamp() != nil, Now: s.clock.Now(),
+		Machine: s.machine, Current: v.cur, Awaited: awaited, Deleting: cr.GetDeletionTimestamp() != nil, Now: s.clock.Now(),
 		Guard: func(t *definition.Transition) (bool, error) { return t.Holds(*vars, run) },
 	}
 	_, in.Paused = cr.GetAnnotations()[v1alpha1.PauseAnnotation]
@@ -196,11 +199,14 @@ func (s *states) step(cr *unstructured.Unstructured, v *visit, vars *definition.
 			set, err := t.Assign(*vars, run)
 			if err != nil {
 				// The transition waits for what its set reads (a decision
-				// stays to be taken then).
+				// stays to be taken then, and says so).
 				if !errors.Is(err, definition.ErrChildMissing) {
 					s.events.Eventf(cr, nil, corev1.EventTypeWarning, "SetFailed", "Transition", "the transition from %s to %s waits: %v", v.cur.Name, t.To, err)
 				}
-				v.step = statemachine.Step{}
+				v.step = statemachine.Step{Decision: v.step.Decision}
+				if v.step.Decision != nil {
+					v.step.Waits = fmt.Sprintf("the status fields the transition to %s sets cannot be evaluated yet (%v); it is tried again in %s", t.To, err, setRetry)
+				}
 				return setRetry
 			}
 			v.set = set
@@ -254,16 +260,35 @@ func (s *states) after(ctx context.Context, cr *unstructured.Unstructured, v *vi
 	if n := v.next; n != nil {
 		s.moved(ctx, cr, n, v.step.Why)
 	}
-	if v.step.Refused != "" {
-		s.events.Eventf(cr, nil, corev1.EventTypeWarning, "DecisionRefused", "Decide", "the decision in %s is refused: %s", v1alpha1.DecisionAnnotation, v.step.Refused)
-	}
-	if d := v.step.Decision; d != nil {
-		s.events.Eventf(cr, nil, corev1.EventTypeNormal, "Decided", "Decide", "%s chose %s in %s: %s", d.By, d.Choose, d.State, d.Reason)
-	}
+	s.answer(cr, v.step)
 	if v.step.Consume {
 		return s.removeDecision(ctx, cr)
 	}
 	return nil
+}
+
+// answer posts the engine's answer to the object's decision, if the step
+// gives one: Decided, DecisionRefused (a Warning), or DecisionWaits, once
+// for as long as it waits for the same thing.
+func (s *states) answer(cr *unstructured.Unstructured, step statemachine.Step) {
+	key := types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}
+	reason, message := step.Message()
+	switch reason {
+	case "":
+		return
+	case statemachine.EventDecisionWaits:
+		if last, ok := s.waits.Load(key); ok && last.(string) == message {
+			return
+		}
+		s.waits.Store(key, message)
+	default:
+		s.waits.Delete(key)
+	}
+	kind := corev1.EventTypeNormal
+	if reason == statemachine.EventDecisionRefused {
+		kind = corev1.EventTypeWarning
+	}
+	s.events.Eventf(cr, nil, kind, reason, "Decide", "%s", message)
 }
 
 // moved posts a transition's Events and records it.
@@ -358,8 +383,27 @@ func (s *states) recover(ctx context.Context, cr *unstructured.Unstructured, cur
 	}
 }
 
+// deleting answers the decision on an object being deleted, if it has
+// one: it is refused at once, as its state moves no more.
+func (s *states) deleting(ctx context.Context, cr *unstructured.Unstructured) error {
+	raw, ok := cr.GetAnnotations()[v1alpha1.DecisionAnnotation]
+	cur := readState(cr.Object)
+	if !ok || cur == nil {
+		return nil
+	}
+	step := statemachine.Next(statemachine.Input{Machine: s.machine, Current: cur, Decision: &raw, Deleting: true, Now: s.clock.Now()})
+	s.answer(cr, step)
+	if step.Consume {
+		return s.removeDecision(ctx, cr)
+	}
+	return nil
+}
+
 // forget drops what is kept of an object that is gone.
-func (s *states) forget(key types.NamespacedName) { s.recorded.Delete(key) }
+func (s *states) forget(key types.NamespacedName) {
+	s.recorded.Delete(key)
+	s.waits.Delete(key)
+}
 
 // runRef names a transition's record in an Event: its id, and its console
 // page when the console's URL is known.

@@ -87,8 +87,8 @@ func decisionJSON(d v1alpha1.Decision) string {
 // TestStateDecisionsRecoveryAndPause: a transition written by an engine
 // that died before recording it is recorded by the next engine from
 // status.state; a stale decision is refused with a Warning and removed; a
-// decision waits while the object is paused, and is taken, with who and
-// why, once it is resumed; status fields read the state entered.
+// decision waits while the object is paused, saying so, and is taken, with
+// who and why, once it is resumed; status fields read the state entered.
 func TestStateDecisionsRecoveryAndPause(t *testing.T) {
 	env := clustertest.New(t)
 	dir := t.TempDir()
@@ -172,6 +172,10 @@ func TestStateDecisionsRecoveryAndPause(t *testing.T) {
 			t.Fatalf("while paused: %+v, annotations %v; want Asking, the decision kept", s, u.GetAnnotations())
 		}
 	}
+	// It says why it waits, once.
+	eventually(t, 30*time.Second, "a DecisionWaits Event", func(ctx context.Context) (bool, error) {
+		return hasEvent(ctx, env, "front", "DecisionWaits", "the decision of bob (Asking, visit 2: choose Closed) waits: the object is paused"), nil
+	})
 	annotate(t, env, "front", v1alpha1.PauseAnnotation, "")
 	// The decision is removed by a write after the transition's: both
 	// are waited for.

@@ -23,10 +23,11 @@ type Input struct {
 	// calls definition.Transition.Holds with the object's variables and
 	// the visit's run). Nil: every guard holds.
 	Guard func(*definition.Transition) (bool, error)
-	// HandlersDone: every exit handler of the state left and every enter
-	// handler of the current state has finished for this visit (succeeded
-	// or given up).
-	HandlersDone bool
+	// Awaited names the exit handlers of the state left and the enter
+	// handlers of the current state that have not finished for this visit
+	// (cause.Visit.Awaited: a handler that gave up is done with), with
+	// what each waits for; empty when they all have.
+	Awaited []string
 	// Decision is the value of the object's DecisionAnnotation; nil when
 	// it has none.
 	Decision *string
@@ -75,7 +76,8 @@ type Step struct {
 	// Consume: the decision annotation is done with (taken or refused)
 	// and is to be removed.
 	Consume bool
-	// Decision is the decision taken, for a Move it caused.
+	// Decision is the decision in the annotation, when it is one: taken
+	// (a Move with Consume), refused (Refused), or waiting (Waits).
 	Decision *v1alpha1.Decision
 	// Transition is the transition taken, for a Move by a guard or a
 	// decision (nil for a timeout): the engine writes its Set with it.
@@ -83,6 +85,10 @@ type Step struct {
 	// Refused says why the decision annotation is refused; "" when it is
 	// not.
 	Refused string
+	// Waits says why a valid decision is not taken yet, and when it is:
+	// the object is paused, or the visit's handlers have not finished.
+	// The annotation stays; "" when no decision waits.
+	Waits string
 	// GuardErrors are the guards that failed to evaluate for another
 	// reason than what they read not existing yet.
 	GuardErrors []GuardError
@@ -111,18 +117,18 @@ func Next(in Input) Step {
 		entering(next, init)
 		return Step{Action: Initialize, Next: next, Why: "the object was created: it starts in " + init.Name}
 	}
+	st := m.State(cur.Name)
+	if in.Decision != nil {
+		return decide(in, st, *in.Decision) // taken, refused or waiting: said at once
+	}
 	if in.Paused || in.Deleting {
 		return Step{}
 	}
-	st := m.State(cur.Name)
 	if st == nil {
-		return Step{Unknown: fmt.Sprintf("status.state.name is %s, which the Operator does not declare: nothing moves until the Operator declares it again", cur.Name)}
+		return Step{Unknown: unknown(cur)}
 	}
-	if !in.HandlersDone {
+	if len(in.Awaited) > 0 {
 		return Step{}
-	}
-	if in.Decision != nil {
-		return decide(in, st, *in.Decision)
 	}
 	if st.NeedsPerson {
 		return Step{} // only a decision leaves it
@@ -166,19 +172,38 @@ func Next(in Input) Step {
 	return step
 }
 
-// decide takes or refuses the decision raw.
+// unknown says why an object in a state the machine does not declare
+// does not move.
+func unknown(cur *v1alpha1.ObjectState) string {
+	return fmt.Sprintf("status.state.name is %s, which the Operator does not declare: nothing moves until the Operator declares it again", cur.Name)
+}
+
+// decide takes the decision raw, refuses it, or says why it waits: what
+// makes it wrong is said at once, whatever else holds the object; a valid
+// one waits only while the object is paused or the visit's handlers run.
 func decide(in Input, st *definition.State, raw string) Step {
 	cur := in.Current
-	refuse := func(format string, args ...any) Step {
-		return Step{Consume: true, Refused: fmt.Sprintf(format, args...)}
-	}
 	var d v1alpha1.Decision
+	refuse := func(format string, args ...any) Step {
+		s := Step{Consume: true, Refused: fmt.Sprintf(format, args...)}
+		if d != (v1alpha1.Decision{}) {
+			s.Decision = &d
+		}
+		return s
+	}
 	dec := json.NewDecoder(strings.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
+		d = v1alpha1.Decision{}
 		return refuse("the annotation %s is not a decision (%v): use opkit decide", v1alpha1.DecisionAnnotation, err)
 	}
 	switch {
+	case in.Deleting:
+		return refuse("the object is being deleted: its state does not move any more")
+	case st == nil:
+		s := refuse("%s", unknown(cur))
+		s.Unknown = s.Refused
+		return s
 	case !st.NeedsPerson:
 		return refuse("the object is in %s, which does not wait for a person", cur.Name)
 	case d.State != cur.Name || d.Seq != cur.Seq:
@@ -191,6 +216,13 @@ func decide(in Input, st *definition.State, raw string) Step {
 	i := slices.IndexFunc(st.Transitions, func(t *definition.Transition) bool { return t.To == d.Choose })
 	if i < 0 {
 		return refuse("%s is not a choice of %s: choose one of %s", d.Choose, cur.Name, strings.Join(st.Choices(), ", "))
+	}
+	switch {
+	case in.Paused:
+		return Step{Decision: &d, Waits: PausedWaits}
+	case len(in.Awaited) > 0:
+		return Step{Decision: &d, Waits: fmt.Sprintf("the handlers of this visit of %s have not finished: %s; it is taken once they have (one that gives up is done with)",
+			cur.Name, strings.Join(in.Awaited, ", "))}
 	}
 	t := st.Transitions[i]
 	next := move(in, st, t.To, v1alpha1.TransitionDecision, t.Reason) // defaulted at load

@@ -68,6 +68,15 @@ func TestNext(t *testing.T) {
 	m := database()
 	valid := v1alpha1.Decision{State: "NeedsAttention", Seq: 5, Choose: "RollingBack", Reason: "the checks fail", By: "jane", At: "2026-11-26T12:00:00Z"}
 	with := func(change func(*v1alpha1.Decision)) v1alpha1.Decision { d := valid; change(&d); return d }
+	otherState := with(func(d *v1alpha1.Decision) { d.State = "Verifying" })
+	inReady := with(func(d *v1alpha1.Decision) { d.State = "Ready" })
+	inGone := with(func(d *v1alpha1.Decision) { d.State = "Gone" })
+	notAChoice := with(func(d *v1alpha1.Decision) { d.Choose = "Verifying" })
+	noReason := with(func(d *v1alpha1.Decision) { d.Reason = " " })
+	nobody := with(func(d *v1alpha1.Decision) { d.By = "" })
+	// A handler of the visit that has not finished (cause.Visit.Awaited);
+	// one that gave up is not awaited, so a decision is taken.
+	running := []string{"page (on entering NeedsAttention)"}
 	missing := fmt.Errorf("no such key: succeeded: %w", definition.ErrChildMissing)
 	tests := []struct {
 		name string
@@ -88,25 +97,25 @@ func TestNext(t *testing.T) {
 		},
 		{
 			name: "the first transition whose guard holds is taken",
-			in:   Input{Current: state("Verifying", 4, at(0)), HandlersDone: true, Now: at(time.Minute), Guard: guards(map[string]any{"verify succeeded": true, "verify failed": true})},
+			in:   Input{Current: state("Verifying", 4, at(0)), Now: at(time.Minute), Guard: guards(map[string]any{"verify succeeded": true, "verify failed": true})},
 			want: Step{Action: Move, Next: &v1alpha1.ObjectState{Name: "Ready", Seq: 5, Since: "2026-11-26T12:01:00Z", Reason: "Verified", From: "Verifying", Trigger: v1alpha1.TransitionGuard},
 				Why: "the transition from Verifying to Ready was taken: its guard held: verify succeeded"},
 		},
 		{
 			name: "a later transition holds when the first does not",
-			in:   Input{Current: state("Verifying", 4, at(0)), HandlersDone: true, Now: at(time.Minute), Guard: guards(map[string]any{"verify succeeded": false, "verify failed": true})},
+			in:   Input{Current: state("Verifying", 4, at(0)), Now: at(time.Minute), Guard: guards(map[string]any{"verify succeeded": false, "verify failed": true})},
 			want: Step{Action: Move, Next: &v1alpha1.ObjectState{Name: "NeedsAttention", Seq: 5, Since: "2026-11-26T12:01:00Z", Reason: "VerificationFailed", From: "Verifying", Trigger: v1alpha1.TransitionGuard,
 				Question: "Roll back or accept?", Choices: []string{"RollingBack", "Ready"}},
 				Why: "the transition from Verifying to NeedsAttention was taken: its guard held: verify failed"},
 		},
 		{
 			name: "a guard that reads what does not exist yet does not hold, silently; the deadline is kept",
-			in:   Input{Current: state("Verifying", 4, at(0)), HandlersDone: true, Now: at(time.Minute), Guard: guards(map[string]any{"verify succeeded": missing, "verify failed": missing})},
+			in:   Input{Current: state("Verifying", 4, at(0)), Now: at(time.Minute), Guard: guards(map[string]any{"verify succeeded": missing, "verify failed": missing})},
 			want: Step{Until: at(10 * time.Minute)},
 		},
 		{
 			name: "a guard that fails otherwise does not hold and is reported; the next is tried",
-			in:   Input{Current: state("Verifying", 4, at(0)), HandlersDone: true, Now: at(time.Minute), Guard: guards(map[string]any{"verify succeeded": errors.New("no such overload"), "verify failed": true})},
+			in:   Input{Current: state("Verifying", 4, at(0)), Now: at(time.Minute), Guard: guards(map[string]any{"verify succeeded": errors.New("no such overload"), "verify failed": true})},
 			want: Step{Action: Move, Next: &v1alpha1.ObjectState{Name: "NeedsAttention", Seq: 5, Since: "2026-11-26T12:01:00Z", Reason: "VerificationFailed", From: "Verifying", Trigger: v1alpha1.TransitionGuard,
 				Question: "Roll back or accept?", Choices: []string{"RollingBack", "Ready"}},
 				Why:         "the transition from Verifying to NeedsAttention was taken: its guard held: verify failed",
@@ -114,105 +123,126 @@ func TestNext(t *testing.T) {
 		},
 		{
 			name: "a transition without a guard holds",
-			in:   Input{Current: state("Always", 2, at(0)), HandlersDone: true, Now: at(time.Second), Guard: guards(nil)},
+			in:   Input{Current: state("Always", 2, at(0)), Now: at(time.Second), Guard: guards(nil)},
 			want: Step{Action: Move, Next: &v1alpha1.ObjectState{Name: "Ready", Seq: 3, Since: "2026-11-26T12:00:01Z", Reason: "Always", From: "Always", Trigger: v1alpha1.TransitionGuard},
 				Why: "the transition from Always to Ready was taken: it has no guard"},
 		},
 		{
 			name: "nothing holds: the object waits until the timeout's deadline, since + after",
-			in:   Input{Current: state("Provisioning", 1, at(0)), HandlersDone: true, Now: at(time.Minute), Guard: guards(nil)},
+			in:   Input{Current: state("Provisioning", 1, at(0)), Now: at(time.Minute), Guard: guards(nil)},
 			want: Step{Until: at(10 * time.Minute)},
 		},
 		{
 			name: "the timeout comes first, whatever holds",
-			in:   Input{Current: state("Provisioning", 1, at(0)), HandlersDone: true, Now: at(10 * time.Minute), Guard: guards(map[string]any{"server ready": true})},
+			in:   Input{Current: state("Provisioning", 1, at(0)), Now: at(10 * time.Minute), Guard: guards(map[string]any{"server ready": true})},
 			want: Step{Action: Move, Next: &v1alpha1.ObjectState{Name: "NeedsAttention", Seq: 2, Since: "2026-11-26T12:10:00Z", Reason: "ProvisioningTooSlow", From: "Provisioning", Trigger: v1alpha1.TransitionTimeout,
 				Question: "Roll back or accept?", Choices: []string{"RollingBack", "Ready"}},
 				Why: "the state's timeout of 10m0s expired at 2026-11-26T12:10:00Z (in Provisioning since 2026-11-26T12:00:00Z)"},
 		},
 		{
 			name: "a timeout that expired while no engine ran fires at the next step",
-			in:   Input{Current: state("Provisioning", 1, at(0)), HandlersDone: true, Now: at(3 * time.Hour), Guard: guards(nil)},
+			in:   Input{Current: state("Provisioning", 1, at(0)), Now: at(3 * time.Hour), Guard: guards(nil)},
 			want: Step{Action: Move, Next: &v1alpha1.ObjectState{Name: "NeedsAttention", Seq: 2, Since: "2026-11-26T15:00:00Z", Reason: "ProvisioningTooSlow", From: "Provisioning", Trigger: v1alpha1.TransitionTimeout,
 				Question: "Roll back or accept?", Choices: []string{"RollingBack", "Ready"}},
 				Why: "the state's timeout of 10m0s expired at 2026-11-26T12:10:00Z (in Provisioning since 2026-11-26T12:00:00Z)"},
 		},
 		{
 			name: "nothing moves until the visit's handlers are done, not even a timeout past due",
-			in:   Input{Current: state("Provisioning", 1, at(0)), Now: at(time.Hour), Guard: guards(map[string]any{"server ready": true})},
+			in:   Input{Current: state("Provisioning", 1, at(0)), Awaited: running, Now: at(time.Hour), Guard: guards(map[string]any{"server ready": true})},
 			want: Step{},
 		},
 		{
 			name: "paused holds everything",
-			in:   Input{Current: state("Provisioning", 1, at(0)), HandlersDone: true, Paused: true, Now: at(time.Hour), Guard: guards(map[string]any{"server ready": true})},
+			in:   Input{Current: state("Provisioning", 1, at(0)), Paused: true, Now: at(time.Hour), Guard: guards(map[string]any{"server ready": true})},
 			want: Step{},
 		},
 		{
-			name: "paused holds a decision too, which stays",
-			in:   Input{Current: state("NeedsAttention", 5, at(0)), HandlersDone: true, Paused: true, Now: at(time.Hour), Decision: decision(valid)},
-			want: Step{},
+			name: "paused holds a decision too, which stays, and says why",
+			in:   Input{Current: state("NeedsAttention", 5, at(0)), Paused: true, Now: at(time.Hour), Decision: decision(valid)},
+			want: Step{Decision: &valid, Waits: "the object is paused (opkit.dev/paused): it is taken once the object is resumed"},
 		},
 		{
 			name: "an object being deleted does not move",
-			in:   Input{Current: state("Provisioning", 1, at(0)), HandlersDone: true, Deleting: true, Now: at(time.Hour), Guard: guards(map[string]any{"server ready": true})},
+			in:   Input{Current: state("Provisioning", 1, at(0)), Deleting: true, Now: at(time.Hour), Guard: guards(map[string]any{"server ready": true})},
 			want: Step{},
 		},
 		{
 			name: "a state that NeedsPerson never moves without a decision: no guard, no timeout",
-			in:   Input{Current: state("NeedsAttention", 5, at(0)), HandlersDone: true, Now: at(1000 * time.Hour), Guard: guards(nil)},
+			in:   Input{Current: state("NeedsAttention", 5, at(0)), Now: at(1000 * time.Hour), Guard: guards(nil)},
 			want: Step{},
 		},
 		{
 			name: "a valid decision moves to the choice, with who and why",
-			in:   Input{Current: state("NeedsAttention", 5, at(0)), HandlersDone: true, Now: at(time.Hour), Decision: decision(valid)},
+			in:   Input{Current: state("NeedsAttention", 5, at(0)), Now: at(time.Hour), Decision: decision(valid)},
 			want: Step{Action: Move, Consume: true, Decision: &valid,
 				Next: &v1alpha1.ObjectState{Name: "RollingBack", Seq: 6, Since: "2026-11-26T13:00:00Z", Reason: "RollBack", From: "NeedsAttention", Trigger: v1alpha1.TransitionDecision, By: "jane", Message: "the checks fail"},
 				Why:  "jane decided, in NeedsAttention, to go to RollingBack: the checks fail"},
 		},
 		{
-			name: "a decision waits for the visit's handlers",
-			in:   Input{Current: state("NeedsAttention", 5, at(0)), Now: at(time.Hour), Decision: decision(valid)},
-			want: Step{},
+			name: "a decision waits for the visit's handlers, and says which",
+			in:   Input{Current: state("NeedsAttention", 5, at(0)), Awaited: running, Now: at(time.Hour), Decision: decision(valid)},
+			want: Step{Decision: &valid, Waits: "the handlers of this visit of NeedsAttention have not finished: page (on entering NeedsAttention); it is taken once they have (one that gives up is done with)"},
 		},
 		{
 			name: "a stale decision (another visit) is refused",
-			in:   Input{Current: state("NeedsAttention", 7, at(0)), HandlersDone: true, Now: at(time.Hour), Decision: decision(valid)},
-			want: Step{Consume: true, Refused: "the decision is for NeedsAttention (visit 5), and the object is in NeedsAttention (visit 7): decide again on what it is in now"},
+			in:   Input{Current: state("NeedsAttention", 7, at(0)), Now: at(time.Hour), Decision: decision(valid)},
+			want: Step{Consume: true, Decision: &valid, Refused: "the decision is for NeedsAttention (visit 5), and the object is in NeedsAttention (visit 7): decide again on what it is in now"},
 		},
 		{
 			name: "a decision for a state the object is not in is refused",
-			in:   Input{Current: state("NeedsAttention", 5, at(0)), HandlersDone: true, Now: at(time.Hour), Decision: decision(with(func(d *v1alpha1.Decision) { d.State = "Verifying" }))},
-			want: Step{Consume: true, Refused: "the decision is for Verifying (visit 5), and the object is in NeedsAttention (visit 5): decide again on what it is in now"},
+			in:   Input{Current: state("NeedsAttention", 5, at(0)), Now: at(time.Hour), Decision: decision(otherState)},
+			want: Step{Consume: true, Decision: &otherState, Refused: "the decision is for Verifying (visit 5), and the object is in NeedsAttention (visit 5): decide again on what it is in now"},
 		},
 		{
 			name: "a decision in a state that does not wait for a person is refused, and guards are not tried",
-			in:   Input{Current: state("Ready", 5, at(0)), HandlersDone: true, Now: at(time.Hour), Decision: decision(with(func(d *v1alpha1.Decision) { d.State = "Ready" })), Guard: guards(map[string]any{"version changed": true})},
-			want: Step{Consume: true, Refused: "the object is in Ready, which does not wait for a person"},
+			in:   Input{Current: state("Ready", 5, at(0)), Now: at(time.Hour), Decision: decision(inReady), Guard: guards(map[string]any{"version changed": true})},
+			want: Step{Consume: true, Decision: &inReady, Refused: "the object is in Ready, which does not wait for a person"},
 		},
 		{
 			name: "a choice that is not one is refused, naming the choices",
-			in:   Input{Current: state("NeedsAttention", 5, at(0)), HandlersDone: true, Now: at(time.Hour), Decision: decision(with(func(d *v1alpha1.Decision) { d.Choose = "Verifying" }))},
-			want: Step{Consume: true, Refused: "Verifying is not a choice of NeedsAttention: choose one of RollingBack, Ready"},
+			in:   Input{Current: state("NeedsAttention", 5, at(0)), Now: at(time.Hour), Decision: decision(notAChoice)},
+			want: Step{Consume: true, Decision: &notAChoice, Refused: "Verifying is not a choice of NeedsAttention: choose one of RollingBack, Ready"},
 		},
 		{
 			name: "a decision without a reason is refused",
-			in:   Input{Current: state("NeedsAttention", 5, at(0)), HandlersDone: true, Now: at(time.Hour), Decision: decision(with(func(d *v1alpha1.Decision) { d.Reason = " " }))},
-			want: Step{Consume: true, Refused: "the decision gives no reason"},
+			in:   Input{Current: state("NeedsAttention", 5, at(0)), Now: at(time.Hour), Decision: decision(noReason)},
+			want: Step{Consume: true, Decision: &noReason, Refused: "the decision gives no reason"},
 		},
 		{
 			name: "a decision without who is refused",
-			in:   Input{Current: state("NeedsAttention", 5, at(0)), HandlersDone: true, Now: at(time.Hour), Decision: decision(with(func(d *v1alpha1.Decision) { d.By = "" }))},
-			want: Step{Consume: true, Refused: "the decision does not say who decided (by)"},
+			in:   Input{Current: state("NeedsAttention", 5, at(0)), Now: at(time.Hour), Decision: decision(nobody)},
+			want: Step{Consume: true, Decision: &nobody, Refused: "the decision does not say who decided (by)"},
 		},
 		{
 			name: "an annotation that is not a decision is refused",
-			in:   Input{Current: state("NeedsAttention", 5, at(0)), HandlersDone: true, Now: at(time.Hour), Decision: raw("RollingBack")},
+			in:   Input{Current: state("NeedsAttention", 5, at(0)), Now: at(time.Hour), Decision: raw("RollingBack")},
 			want: Step{Consume: true, Refused: "the annotation opkit.dev/decision is not a decision (invalid character 'R' looking for beginning of value): use opkit decide"},
 		},
 		{
 			name: "a state the machine does not declare moves nowhere",
-			in:   Input{Current: state("Gone", 3, at(0)), HandlersDone: true, Now: at(time.Hour)},
+			in:   Input{Current: state("Gone", 3, at(0)), Now: at(time.Hour)},
 			want: Step{Unknown: "status.state.name is Gone, which the Operator does not declare: nothing moves until the Operator declares it again"},
+		},
+		{
+			name: "a decision in a state the machine does not declare is refused at once",
+			in:   Input{Current: state("Gone", 5, at(0)), Now: at(time.Hour), Decision: decision(inGone)},
+			want: Step{Consume: true, Decision: &inGone, Refused: "status.state.name is Gone, which the Operator does not declare: nothing moves until the Operator declares it again",
+				Unknown: "status.state.name is Gone, which the Operator does not declare: nothing moves until the Operator declares it again"},
+		},
+		{
+			name: "a decision on an object being deleted is refused at once",
+			in:   Input{Current: state("NeedsAttention", 5, at(0)), Deleting: true, Now: at(time.Hour), Decision: decision(valid)},
+			want: Step{Consume: true, Decision: &valid, Refused: "the object is being deleted: its state does not move any more"},
+		},
+		{
+			name: "a wrong decision is refused at once, while the visit's handlers run",
+			in:   Input{Current: state("NeedsAttention", 5, at(0)), Awaited: running, Now: at(time.Hour), Decision: decision(notAChoice)},
+			want: Step{Consume: true, Decision: &notAChoice, Refused: "Verifying is not a choice of NeedsAttention: choose one of RollingBack, Ready"},
+		},
+		{
+			name: "a wrong decision is refused at once, while the object is paused",
+			in:   Input{Current: state("NeedsAttention", 7, at(0)), Paused: true, Now: at(time.Hour), Decision: decision(valid)},
+			want: Step{Consume: true, Decision: &valid, Refused: "the decision is for NeedsAttention (visit 5), and the object is in NeedsAttention (visit 7): decide again on what it is in now"},
 		},
 	}
 	for _, tc := range tests {
@@ -246,7 +276,7 @@ func TestTimeoutFiresOnce(t *testing.T) {
 	cur := state("Verifying", 3, at(0))
 	moves := 0
 	for _, now := range []time.Time{at(time.Minute), at(10 * time.Minute), at(10 * time.Minute), at(11 * time.Minute), at(3 * time.Hour)} {
-		s := Next(Input{Machine: m, Current: cur, HandlersDone: true, Now: now, Guard: guards(nil)})
+		s := Next(Input{Machine: m, Current: cur, Now: now, Guard: guards(nil)})
 		if s.Action == Move {
 			moves++
 			cur = s.Next
@@ -258,7 +288,7 @@ func TestTimeoutFiresOnce(t *testing.T) {
 	// A step made over the status as it was before the move (a stale
 	// read) would decide it again: the engine's write, guarded by the
 	// resourceVersion, is what refuses it. The step itself is the same.
-	again := Next(Input{Machine: m, Current: state("Verifying", 3, at(0)), HandlersDone: true, Now: at(11 * time.Minute), Guard: guards(nil)})
+	again := Next(Input{Machine: m, Current: state("Verifying", 3, at(0)), Now: at(11 * time.Minute), Guard: guards(nil)})
 	if again.Action != Move || again.Next.Seq != 4 {
 		t.Errorf("over the old status: %+v, want the same move to seq 4 (which the write's precondition refuses)", again)
 	}
@@ -273,6 +303,6 @@ func show(s Step) string {
 	if s.Decision != nil {
 		fmt.Fprintf(&b, " decision=%+v", *s.Decision)
 	}
-	fmt.Fprintf(&b, " why=%q until=%v consume=%v refused=%q unknown=%q guardErrors=%v}", s.Why, s.Until, s.Consume, s.Refused, s.Unknown, s.GuardErrors)
+	fmt.Fprintf(&b, " why=%q until=%v consume=%v refused=%q waits=%q unknown=%q guardErrors=%v}", s.Why, s.Until, s.Consume, s.Refused, s.Waits, s.Unknown, s.GuardErrors)
 	return b.String()
 }

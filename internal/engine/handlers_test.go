@@ -298,7 +298,20 @@ func task(ns, name, mode, text string) *unstructured.Unstructured {
 // records reads the record file, keeping those of one object.
 func records(t *testing.T, out, name string) []record {
 	t.Helper()
-	f, err := os.Open(out)
+	var recs []record
+	for _, r := range readLines[record](t, out) {
+		if r.Name == name {
+			recs = append(recs, r)
+		}
+	}
+	return recs
+}
+
+// readLines reads a file of JSON lines that recording handlers append to,
+// in the order they were written; none when it does not exist yet.
+func readLines[T any](t *testing.T, file string) []T {
+	t.Helper()
+	f, err := os.Open(file)
 	if os.IsNotExist(err) {
 		return nil
 	}
@@ -306,18 +319,16 @@ func records(t *testing.T, out, name string) []record {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var recs []record
+	var out []T
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var r record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("record %q: %v", sc.Text(), err)
+		var v T
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			t.Fatalf("%s: line %q: %v", file, sc.Text(), err)
 		}
-		if r.Name == name {
-			recs = append(recs, r)
-		}
+		out = append(out, v)
 	}
-	return recs
+	return out
 }
 
 // runTasks runs the Task operator with an archive in a new namespace, and

@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -115,24 +114,7 @@ func counter(ns, name string, n int64) *unstructured.Unstructured {
 // ran (one object's runs never overlap).
 func readCounted(t *testing.T, out string) []counted {
 	t.Helper()
-	f, err := os.Open(out)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var runs []counted
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var c counted
-		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
-			t.Fatalf("%s: %v", out, err)
-		}
-		runs = append(runs, c)
-	}
-	return runs
+	return readLines[counted](t, out)
 }
 
 // checkNoLostWrite checks read-your-writes over the counting runs: the

@@ -566,10 +566,8 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 			return fmt.Errorf("operator %s: %w", d.Operator.Name, err)
 		}
 	}
-	if e.opts.AdmissionFinalizers {
-		if err := e.applyFinalizerPolicy(ctx, d); err != nil {
-			return fmt.Errorf("operator %s: the admission policy that adds its finalizer: %w", d.Operator.Name, err)
-		}
+	if err := e.syncFinalizerPolicy(ctx, d); err != nil {
+		return fmt.Errorf("operator %s: the admission policy that adds its finalizer: %w", d.Operator.Name, err)
 	}
 	if err := e.setAdmitter(d); err != nil {
 		return err
@@ -688,7 +686,7 @@ func (e *Engine) Remove(ctx context.Context, name string) {
 	e.removeAdmission(ctx, name)
 	if e.opts.AdmissionFinalizers {
 		// Nothing would remove the finalizers it adds.
-		if err := e.removeFinalizerPolicy(ctx, name); err != nil {
+		if _, err := e.removeFinalizerPolicy(ctx, name, "the operator was removed"); err != nil {
 			log.Error(err, "removing the removed operator's admission policy; delete it by hand", "policy", e.finalizerPolicyName(name))
 		}
 	}

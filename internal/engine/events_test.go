@@ -314,8 +314,8 @@ func TestWebhookDeliveriesAreVerifiedRecordedAndHandledOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(page.Deliveries) != 8 {
-		t.Errorf("%d refused deliveries recorded, want 8", len(page.Deliveries))
+	if len(page.Deliveries) != 9 {
+		t.Errorf("%d refused deliveries recorded, want 9", len(page.Deliveries))
 	}
 	// Requests that reach no source are answered, and not recorded.
 	for path, want := range map[string]int{"/hooks/" + op + "/gitlab": 404, "/hooks/nobody/github": 404, "/other": 404} {

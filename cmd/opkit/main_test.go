@@ -634,17 +634,15 @@ func httpGet(t *testing.T, url string) string {
 }
 
 // TestAnAPIOutageIsToldInTwoLinesAndCaughtUp cuts opkit run off the API
-// server for 20s while Notes are created: its log says the API server is
-// unreachable and when it is back, in a few lines, and every Note
-// created meanwhile gets its ConfigMap after.
+// server for 20s while a handler runs and Notes are created: its log says
+// the API server is unreachable and when it is back, in a few lines (none
+// of them client-go's for the handler's Events it could not write yet),
+// and every Note created meanwhile gets its ConfigMap after.
 func TestAnAPIOutageIsToldInTwoLinesAndCaughtUp(t *testing.T) {
 	cl, c := startPlane(t)
 	dir := t.TempDir()
 	proxy, kubeconfig := proxiedKubeconfig(t, cl, dir)
-	def := filepath.Join(dir, "notes.yaml")
-	if err := os.WriteFile(def, []byte(notesOperator), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	def, keys := keyRecorder(t, dir, "3", "  - name: work\n    on: [create]\n")
 	cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", kubeconfig, "--archive", filepath.Join(dir, "runs.db"))
 	waitOutput(t, out, "operator notes: running", 60*time.Second)
 
@@ -664,6 +662,11 @@ func TestAnAPIOutageIsToldInTwoLinesAndCaughtUp(t *testing.T) {
 	}
 	note("before")
 	converged("before")
+	// A run that ends during the outage: its Events are written after it.
+	note("in-flight")
+	clustertest.Eventually(t, time.Minute, "the in-flight Note's handler started", func(context.Context) (bool, error) {
+		return len(keysIn(keys)) == 2, nil
+	})
 
 	before := len(out.String())
 	proxy.Freeze()
@@ -681,6 +684,11 @@ func TestAnAPIOutageIsToldInTwoLinesAndCaughtUp(t *testing.T) {
 	said := strings.TrimSpace(out.String()[before:])
 	if lines := strings.Count(said, "\n") + 1; lines > 8 || strings.Contains(said, "goroutine ") || strings.Contains(said, ".go:") {
 		t.Errorf("a 20s outage wrote %d lines (want a few, no stack traces):\n%s", lines, said)
+	}
+	// Client-go's retries of the Events it could not write are the
+	// outage's news, which the engine's two lines tell.
+	if n := strings.Count(said, "Unable to write event"); n > 0 {
+		t.Errorf("a 20s outage wrote %d lines of Events client-go could not write:\n%s", n, said)
 	}
 	t.Logf("caught up %s after the outage ended; the log said:\n%s", caughtUp.Round(100*time.Millisecond), said)
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {

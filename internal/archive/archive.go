@@ -68,10 +68,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/jsondepth"
 )
 
 // Outcome is how a run ended.
@@ -466,6 +468,31 @@ func TimeOfID(id string) (time.Time, bool) {
 		ms = ms<<5 | uint64(strings.IndexRune(crockford, c))
 	}
 	return time.UnixMilli(int64(ms)), true
+}
+
+// keptDiff is a run's diff as the archive keeps and gives it: a value
+// nested deeper than jsondepth.Max objects and arrays (an object's field
+// past what opkit reads) is replaced by a text saying so, so that no
+// reader indents it line by line or meets a decoder's own limit.
+func keptDiff(diff []Change) []Change {
+	var out []Change
+	for i, c := range diff {
+		if jsondepth.Value(c.Old, jsondepth.Max) && jsondepth.Value(c.New, jsondepth.Max) {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(diff)
+		}
+		for _, v := range []*any{&out[i].Old, &out[i].New} {
+			if !jsondepth.Value(*v, jsondepth.Max) {
+				*v = fmt.Sprintf("(a value nested deeper than %d objects and arrays, not kept)", jsondepth.Max)
+			}
+		}
+	}
+	if out == nil {
+		return diff
+	}
+	return out
 }
 
 func marshal(v any) string {

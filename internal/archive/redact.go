@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/opkit-dev/opkit/internal/jsondepth"
 )
 
 // Redaction of what a webhook's sender sent, for the readers that show a
@@ -213,10 +216,25 @@ func RedactPayload(payload []byte) []byte {
 // ShowPayload is a payload as readers show it: redacted (RedactPayload),
 // indented by two spaces when it is JSON (a payload cut short as far as it
 // goes, the start of what the whole would read as), and readable text
-// (CleanLog). isJSON says whether it reads as JSON.
-func ShowPayload(payload []byte) (text string, isJSON bool) {
-	out, kind := redactPayload(payload, "  ")
-	return CleanLog(out), kind != payloadText
+// (CleanLog). isJSON says whether it reads as JSON. A payload nested
+// deeper than jsondepth.Max objects and arrays (stored before deliveries
+// were held to it, or refused for it) is not indented, which would take
+// a line per level: it is shown on one line, and note says so. note is
+// "" for any other payload.
+func ShowPayload(payload []byte) (text string, isJSON bool, note string) {
+	indent := "  "
+	if TooDeep(payload) {
+		indent, note = "", fmt.Sprintf("nested deeper than %d objects and arrays: shown as one line, not indented", jsondepth.Max)
+	}
+	out, kind := redactPayload(payload, indent)
+	return CleanLog(out), kind != payloadText, note
+}
+
+// TooDeep reports whether a payload nests deeper than jsondepth.Max
+// objects and arrays: it is to be shown on one line, and not as JSON
+// that a reader's decoder (Go's stops at 10,000 levels) must take.
+func TooDeep(payload []byte) bool {
+	return jsondepth.Check(payload, jsondepth.Max) != nil
 }
 
 // payloadKind is how a payload was read.

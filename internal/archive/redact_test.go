@@ -158,7 +158,7 @@ func TestShowPayloadIndentsJSONAsJSONIndentDoes(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := strings.TrimSpace(whole.String())
-		if got, isJSON := archive.ShowPayload([]byte(doc)); got != want || !isJSON {
+		if got, isJSON, note := archive.ShowPayload([]byte(doc)); got != want || !isJSON || note != "" {
 			t.Errorf("%s shows as (JSON %v)\n%s\nwant\n%s", doc, isJSON, got, want)
 		}
 		// Cut anywhere, it reads as the start of the whole.
@@ -166,7 +166,7 @@ func TestShowPayloadIndentsJSONAsJSONIndentDoes(t *testing.T) {
 			if strings.TrimSpace(doc[:i]) == "" {
 				continue // shown as it is
 			}
-			got, isJSON := archive.ShowPayload([]byte(doc[:i]))
+			got, isJSON, _ := archive.ShowPayload([]byte(doc[:i]))
 			if !strings.HasPrefix(want, got) || !isJSON && strings.ContainsAny(doc[:1], "{[") {
 				t.Fatalf("%q cut at %d shows as (JSON %v)\n%s\nnot the start of\n%s", doc, i, isJSON, got, want)
 			}
@@ -186,10 +186,30 @@ func TestShowPayloadRedactsCleansAndSaysWhetherItIsJSON(t *testing.T) {
 		{"[INFO] ok", "[INFO] ok", false},
 		{"", "", false},
 	} {
-		got, isJSON := archive.ShowPayload([]byte(tc.payload))
-		if got != tc.want || isJSON != tc.isJSON {
+		got, isJSON, note := archive.ShowPayload([]byte(tc.payload))
+		if got != tc.want || isJSON != tc.isJSON || note != "" {
 			t.Errorf("ShowPayload(%q) = %q, JSON %v; want %q, %v", tc.payload, got, isJSON, tc.want, tc.isJSON)
 		}
+	}
+}
+
+func TestShowPayloadOfADepthBombIsOneLineWithANote(t *testing.T) {
+	bomb := strings.Repeat("[", 10_000) + strings.Repeat("]", 10_000)
+	for _, payload := range []string{
+		bomb,
+		`{"token":"t","a":` + bomb + `}`,
+		bomb[:15_000], // cut, as a refused delivery's payload is kept
+	} {
+		got, isJSON, note := archive.ShowPayload([]byte(payload))
+		if len(got) > len(payload)+32 || strings.Contains(got, "\n") || strings.Contains(got, `"t"`) {
+			t.Errorf("a payload of %d bytes nested 10,000 deep shows as %d bytes: %s", len(payload), len(got), head(got))
+		}
+		if !isJSON || note != "nested deeper than 100 objects and arrays: shown as one line, not indented" {
+			t.Errorf("JSON %v, note %q; want JSON, and a note that it is not indented", isJSON, note)
+		}
+	}
+	if got, _, note := archive.ShowPayload([]byte(strings.Repeat("[", 100) + strings.Repeat("]", 100))); note != "" || strings.Count(got, "\n") != 198 {
+		t.Errorf("a payload 100 deep shows with the note %q, in %d lines; want it indented, 199 lines", note, strings.Count(got, "\n")+1)
 	}
 }
 
@@ -281,7 +301,7 @@ func FuzzRedactPayload(f *testing.F) {
 		if json.Valid(payload) && !json.Valid(got) {
 			t.Errorf("valid JSON %q redacted as invalid %q", payload, got)
 		}
-		_, _ = archive.ShowPayload(payload)
+		_, _, _ = archive.ShowPayload(payload)
 	})
 }
 

@@ -317,7 +317,7 @@ func (s *SQLite) Insert(ctx context.Context, r *Run) error {
 		r.Outcome = Running
 	}
 	_, err := s.insert.ExecContext(ctx, r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID, r.Generation,
-		r.Key, r.Attempt, marshal(r.Diff), nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error,
+		r.Key, r.Attempt, marshal(keptDiff(r.Diff)), nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error,
 		nanos(r.NextRetryAt), marshal(r.Writes), r.Actor)
 	if err != nil {
 		return fmt.Errorf("archive: recording run %s: %w", r.ID, err)
@@ -447,6 +447,7 @@ func scanRun(row scanner) (*Run, error) {
 		if err := json.Unmarshal([]byte(diff), &r.Diff); err != nil {
 			return nil, fmt.Errorf("run %s: diff: %w", r.ID, err)
 		}
+		r.Diff = keptDiff(r.Diff) // as an older opkit may have kept it
 	}
 	if writes != "" {
 		if err := json.Unmarshal([]byte(writes), &r.Writes); err != nil {

@@ -239,12 +239,14 @@ alike: "payload" is the payload as JSON when it is a whole JSON document,
 }
 
 // shownDelivery is a delivery as opkit events show -o json prints it:
-// its payload redacted, as JSON when it is a whole JSON document (the
+// its payload redacted, as JSON when it is a whole JSON document within
+// opkit's depth limit, else as text with a note when it is too deep (the
 // embedded Delivery's Payload, base64, is hidden by these fields).
 type shownDelivery struct {
 	archive.Delivery
 	Payload     json.RawMessage `json:"payload,omitempty"`
 	PayloadText *string         `json:"payloadText,omitempty"`
+	PayloadNote string          `json:"payloadNote,omitempty"`
 }
 
 func shownDeliveryOf(d *archive.Delivery) shownDelivery {
@@ -253,9 +255,13 @@ func shownDeliveryOf(d *archive.Delivery) shownDelivery {
 		return out
 	}
 	redacted := archive.RedactPayload(d.Payload)
-	if !d.PayloadTruncated && json.Valid(redacted) {
+	tooDeep := archive.TooDeep(redacted)
+	if !d.PayloadTruncated && !tooDeep && json.Valid(redacted) {
 		out.Payload = redacted
 		return out
+	}
+	if tooDeep {
+		out.PayloadNote = "nested too deep to be printed as JSON: given as text"
 	}
 	text := strings.ToValidUTF8(string(redacted), "\uFFFD")
 	out.PayloadText = &text
@@ -337,7 +343,7 @@ func printPayload(w io.Writer, d *archive.Delivery) {
 		fmt.Fprintln(w, "Payload: empty")
 		return
 	}
-	text, isJSON := archive.ShowPayload(d.Payload)
+	text, isJSON, note := archive.ShowPayload(d.Payload)
 	kind := ""
 	if isJSON {
 		kind = "JSON, "
@@ -354,6 +360,9 @@ func printPayload(w io.Writer, d *archive.Delivery) {
 	if d.PayloadTruncated {
 		fmt.Fprintf(w, "[opkit: payload cut at %s of %s; the archive keeps a refused payload's start]\n",
 			humanSize(int64(len(d.Payload))), humanSize(size))
+	}
+	if note != "" {
+		fmt.Fprintf(w, "[opkit: payload %s]\n", note)
 	}
 }
 

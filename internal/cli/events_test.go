@@ -402,6 +402,41 @@ func TestEventsShowAsJSONRedactsThePayloadAndHeaders(t *testing.T) {
 	}
 }
 
+func TestEventsShowSurvivesAStoredDepthBomb(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "runs.db")
+	store, err := archive.OpenSQLite(ctx, path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Accepted by an engine before deliveries were held to a depth: 20 KB
+	// that Go's encoding/json takes (its limit is 10,000 levels).
+	bomb := []byte(strings.Repeat("[", 10_000) + strings.Repeat("]", 10_000))
+	d := &archive.Delivery{Operator: "ci", Source: "github", Event: "push", DeliveryID: "d-deep", Payload: bomb}
+	if err := store.RecordDelivery(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	_ = store.Close()
+
+	out := opkit(t, "events", "show", d.ID, "--archive", path)
+	if len(out) > 30_000 || !strings.Contains(out, "Payload (JSON, 19.5 KiB, secrets redacted):\n[[[[") ||
+		!strings.HasSuffix(out, "]]]]\n[opkit: payload nested deeper than 100 objects and arrays: shown as one line, not indented]\n") {
+		t.Errorf("opkit events show of a payload 10,000 deep printed %d bytes:\n%s", len(out), head(out))
+	}
+	out = opkit(t, "events", "show", d.ID, "--archive", path, "-o", "json")
+	var got struct {
+		Payload     json.RawMessage `json:"payload"`
+		PayloadText *string         `json:"payloadText"`
+		PayloadNote string          `json:"payloadNote"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("-o json: %v in %s", err, head(out))
+	}
+	if got.Payload != nil || got.PayloadText == nil || *got.PayloadText != string(bomb) || got.PayloadNote != "nested too deep to be printed as JSON: given as text" {
+		t.Errorf("-o json of a payload 10,000 deep: %s", head(out))
+	}
+}
+
 func TestEventsShowAnUnknownIDSaysSo(t *testing.T) {
 	path, _, runID := archiveOfDeliveries(t)
 	unknown := archive.NewID(time.Now())

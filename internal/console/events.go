@@ -310,11 +310,11 @@ func (s *Server) deliveryPage(r *http.Request, u *user) (string, *view, error) {
 	if len(shown) > payloadShown {
 		shown, cut = shown[:payloadShown], true
 	}
-	payload, isJSON := archive.ShowPayload(shown)
+	payload, isJSON, note := archive.ShowPayload(shown)
 	label, class, meaning := deliveryMeaning(d.Outcome)
 	v.Data = map[string]any{
 		"D": d, "SourceURL": sourceURL(d.Operator, d.Source), "Runs": runs, "Objects": objects, "Headers": headers,
-		"Payload": payload, "JSON": isJSON, "Size": max(d.PayloadBytes, int64(len(d.Payload))), "Kept": int64(len(d.Payload)),
+		"Payload": payload, "JSON": isJSON, "PayloadNote": note, "Size": max(d.PayloadBytes, int64(len(d.Payload))), "Kept": int64(len(d.Payload)),
 		"ShownCut": cut, "Shown": int64(payloadShown),
 		"ReasonLabel": label, "ReasonClass": class, "Meaning": meaning,
 		"Pending": d.Outcome == archive.DeliveryPending, "Refused": d.Outcome == archive.DeliveryRefused,

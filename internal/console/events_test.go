@@ -295,6 +295,21 @@ func TestDeliveryPageShowsWhatItCausedRedactedAndEscaped(t *testing.T) {
 		}
 	}
 	mustContain(t, "the list", list, "&lt;img src=x onerror=alert(1)&gt;", "<code>d-red</code>")
+
+	// A payload 10,000 deep, accepted before deliveries were held to a
+	// depth (Go's encoding/json takes it), shows on one line, said so.
+	deep := &archive.Delivery{Operator: ev.op, Source: "github", Event: "issue_comment", DeliveryID: "d-deep",
+		Payload: []byte(strings.Repeat("[", 10_000) + strings.Repeat("]", 10_000))}
+	if err := f.store.RecordDelivery(t.Context(), deep); err != nil {
+		t.Fatal(err)
+	}
+	page = get(t, ev.base+"/events/"+deep.ID)
+	mustContain(t, "the deep delivery's page", page, "19.5 KiB of JSON.",
+		`<strong>Deep:</strong> nested deeper than 100 objects and arrays: shown as one line, not indented.`,
+		"<code>"+strings.Repeat("[", 10_000)+strings.Repeat("]", 10_000)+"</code>")
+	if len(page) > 60_000 {
+		t.Errorf("the deep delivery's page is %d bytes", len(page))
+	}
 }
 
 func TestSourcePageSaysWhatTheSourceIsAndListsItsDeliveries(t *testing.T) {

@@ -7,12 +7,14 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/definition"
 )
 
@@ -29,18 +31,43 @@ func (e *Engine) finalizerPolicyName(operator string) string {
 	return "opkit-finalizer." + operator
 }
 
+// syncFinalizerPolicy gives an operator the finalizer policy it is to
+// have: with AdmissionFinalizers, applyFinalizerPolicy's; without, none.
+// A policy an earlier engine with AdmissionFinalizers left would make
+// every deletion wait for an engine that no longer asks for it: it is
+// removed, and the log says so in one line. An engine that may not delete
+// policies (its RBAC made without --admission-finalizers), or an API
+// server without them, cannot have one to remove: nothing is said.
+func (e *Engine) syncFinalizerPolicy(ctx context.Context, d *definition.Definition) error {
+	if e.opts.AdmissionFinalizers {
+		return e.applyFinalizerPolicy(ctx, d)
+	}
+	_, err := e.removeFinalizerPolicy(ctx, d.Operator.Name, "this engine runs without --admission-finalizers")
+	if err != nil && !apierrors.IsForbidden(err) && !meta.IsNoMatchError(err) {
+		e.mgr.GetLogger().Error(err, "removing the admission policy an engine with --admission-finalizers left; delete it by hand", "operator", d.Operator.Name, "policy", e.finalizerPolicyName(d.Operator.Name))
+	}
+	return nil
+}
+
 // applyFinalizerPolicy makes the API server itself add the operator's
 // finalizer to each custom resource it creates, with a
 // MutatingAdmissionPolicy (Kubernetes 1.36+): an object created and deleted
 // before the engine reconciles it (during an outage, or while the engine
 // is away) still gets its delete handlers. Operators without delete
-// handlers have no policy.
+// handlers have no policy. The policy of an Operator read from the
+// cluster is owned by it: deleting the Operator deletes its policy, even
+// while no engine runs.
 func (e *Engine) applyFinalizerPolicy(ctx context.Context, d *definition.Definition) error {
 	name := e.finalizerPolicyName(d.Operator.Name)
 	if !hasDeleteHandler(d) {
-		return e.removeFinalizerPolicy(ctx, d.Operator.Name)
+		_, err := e.removeFinalizerPolicy(ctx, d.Operator.Name, "the operator has no delete handler")
+		return err
 	}
 	labels := map[string]string{definition.OperatorLabel: d.Operator.Name}
+	var owners []metav1.OwnerReference
+	if op := d.Operator; op.UID != "" {
+		owners = []metav1.OwnerReference{{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind, Name: op.Name, UID: op.UID}}
+	}
 	match := &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
 		RuleWithOperations: admissionv1.RuleWithOperations{
 			Operations: []admissionv1.OperationType{admissionv1.Create},
@@ -53,7 +80,7 @@ func (e *Engine) applyFinalizerPolicy(ctx context.Context, d *definition.Definit
 	}
 	policy := &admissionv1.MutatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicy"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, OwnerReferences: owners},
 		Spec: admissionv1.MutatingAdmissionPolicySpec{
 			MatchConstraints: match,
 			Mutations: []admissionv1.Mutation{{
@@ -67,7 +94,7 @@ func (e *Engine) applyFinalizerPolicy(ctx context.Context, d *definition.Definit
 	}
 	binding := &admissionv1.MutatingAdmissionPolicyBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicyBinding"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, OwnerReferences: owners},
 		Spec:       admissionv1.MutatingAdmissionPolicyBindingSpec{PolicyName: name},
 	}
 	for _, obj := range []client.Object{policy, binding} {
@@ -83,12 +110,27 @@ func (e *Engine) applyFinalizerPolicy(ctx context.Context, d *definition.Definit
 	return nil
 }
 
-// removeFinalizerPolicy deletes an operator's finalizer policy, if any.
-func (e *Engine) removeFinalizerPolicy(ctx context.Context, operator string) error {
+// removeFinalizerPolicy deletes an operator's finalizer policy and its
+// binding, if any, and reports whether there was one; the log says so in
+// one line, with why.
+func (e *Engine) removeFinalizerPolicy(ctx context.Context, operator, why string) (bool, error) {
 	name := e.finalizerPolicyName(operator)
-	return deleteAll(ctx, e.client,
+	removed := false
+	for _, obj := range []client.Object{
 		&admissionv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}},
-		&admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		&admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}},
+	} {
+		switch err := e.client.Delete(ctx, obj); {
+		case err == nil:
+			removed = true
+		case !apierrors.IsNotFound(err):
+			return removed, err
+		}
+	}
+	if removed {
+		e.mgr.GetLogger().Info("removed the admission policy "+name+" that gave new objects the operator's finalizer: "+why+"; deletions no longer wait for an engine", "operator", operator)
+	}
+	return removed, nil
 }
 
 // deleteAll deletes each of objs in turn, those already gone included,

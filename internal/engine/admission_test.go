@@ -24,12 +24,14 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster"
@@ -500,4 +502,91 @@ func TestAnHTTPAdmissionHandlerAnswersWithTheBindingContextItIsPosted(t *testing
 	if g, _ := got.Load().(string); g != "CREATE site" {
 		t.Errorf("the handler was posted %q; want the CREATE of site", g)
 	}
+}
+
+// TestTheFinalizerPolicyGoesWhenNoEngineAsksForIt: the admission policy
+// that AdmissionFinalizers installs is removed by an engine started
+// without it, by the engine that removes its operator, and, for an
+// Operator read from the cluster, with the Operator even while no engine
+// runs: otherwise every deletion would wait for an engine that no longer
+// removes the finalizer.
+func TestTheFinalizerPolicyGoesWhenNoEngineAsksForIt(t *testing.T) {
+	env := clustertest.New(t)
+	file, _ := tasksOperator(t)
+	cleanUpTasks(t, env) // registered first: runs after the engines stop
+	ctx := t.Context()
+	// The policy of an engine that acts in one namespace is its own.
+	policyOf := func(operator string) string { return "opkit-finalizer." + operator + "." + env.Namespace }
+	present := func(name string) (policy, binding bool) {
+		t.Helper()
+		for _, obj := range []client.Object{&admissionregistrationv1.MutatingAdmissionPolicy{}, &admissionregistrationv1.MutatingAdmissionPolicyBinding{}} {
+			err := env.Client.Get(ctx, client.ObjectKey{Name: name}, obj)
+			if err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+			if _, isPolicy := obj.(*admissionregistrationv1.MutatingAdmissionPolicy); isPolicy {
+				policy = err == nil
+			} else {
+				binding = err == nil
+			}
+		}
+		return policy, binding
+	}
+	waitGoneAll := func(name, what string) {
+		t.Helper()
+		eventually(t, time.Minute, what, func(context.Context) (bool, error) {
+			p, b := present(name)
+			return !p && !b, nil
+		})
+	}
+	with := engine.Options{Config: env.Config, Namespace: env.Namespace, AdmissionFinalizers: true}
+	without := engine.Options{Config: env.Config, Namespace: env.Namespace}
+
+	_, stop := runEngineWith(t, with, file)
+	if p, b := present(policyOf("tasks")); !p || !b {
+		t.Fatalf("with AdmissionFinalizers: policy %v, binding %v; want both", p, b)
+	}
+	stop()
+	if p, b := present(policyOf("tasks")); !p || !b {
+		t.Fatalf("after the engine stopped: policy %v, binding %v; want both kept", p, b)
+	}
+	_, stop = runEngineWith(t, without, file)
+	waitGoneAll(policyOf("tasks"), "the policy removed by an engine started without AdmissionFinalizers")
+	stop()
+
+	// Removing the operator removes its policy.
+	e, stop := runEngineWith(t, with, file)
+	if p, _ := present(policyOf("tasks")); !p {
+		t.Fatal("no policy once AdmissionFinalizers is back")
+	}
+	e.Remove(ctx, "tasks")
+	waitGoneAll(policyOf("tasks"), "the policy of the removed operator")
+	stop()
+
+	// An Operator in the cluster owns its policy: deleting it while no
+	// engine runs deletes the policy too.
+	def, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "chores-" + strings.ToLower(archive.NewID(time.Now())[12:])
+	chores := strings.NewReplacer("name: tasks}", "name: "+name+"}", "group: handlers.example.com", "group: "+name+".example.com").Replace(string(def))
+	e, stop = runEngineWith(t, with)
+	watching, stopWatching := context.WithCancel(ctx)
+	watched := make(chan error, 1)
+	go func() { watched <- e.WatchOperators(watching) }()
+	putOperator(t, env.Client, operatorObject(t, chores))
+	waitOperator(t, env.Client, name, metav1.ConditionTrue, engine.ReasonRunning)
+	if p, b := present(policyOf(name)); !p || !b {
+		t.Fatalf("the cluster Operator's policy %v, binding %v; want both", p, b)
+	}
+	stopWatching()
+	if err := <-watched; err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if err := env.Client.Delete(ctx, &v1alpha1.Operator{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	waitGoneAll(policyOf(name), "the policy of the Operator deleted while no engine ran (garbage collected)")
 }

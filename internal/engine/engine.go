@@ -175,6 +175,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -210,6 +211,7 @@ type Engine struct {
 	mu             sync.Mutex
 	running        map[string]*operator // by Operator name
 	health         health               // what /readyz reports (health.go)
+	outage         *outage              // the API server away, as watchAPI last found it (apihealth.go)
 	hooks          *hooks               // the webhook listener, once bound (hooks.go)
 	// webhook serves admission calls (webhooks.go); nil without
 	// Options.Webhook. webhookMu orders the writes of its configurations.
@@ -279,9 +281,12 @@ func New(opts Options) (*Engine, error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	informers := &packedInformers{config: opts.Config, namespace: opts.Namespace}
+	away := newOutage()
+	informers := &packedInformers{config: opts.Config, namespace: opts.Namespace, outage: away}
 	mopts := manager.Options{
 		Scheme: scheme,
+		// Client-go's retries of Events are told by the outage's notice.
+		Logger: away.quietLogger(ctrllog.Log),
 		// MetricsAddr is served with the health checks (health.go).
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: cache.Options{
@@ -329,7 +334,7 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{opts: opts, mgr: mgr, client: mgr.GetClient(), clientset: cs, metadata: md, discovery: dc, started: make(chan struct{}), replicaRunning: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}, admitters: map[string]*admitter{}, converters: map[string]*converter{}}
+	e := &Engine{opts: opts, outage: away, mgr: mgr, client: mgr.GetClient(), clientset: cs, metadata: md, discovery: dc, started: make(chan struct{}), replicaRunning: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}, admitters: map[string]*admitter{}, converters: map[string]*converter{}}
 	if opts.Archive != nil {
 		e.archive = newArchiveWriter(opts.Archive, e.notice)
 		e.opts.Archive = e.archive
@@ -566,10 +571,8 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 			return fmt.Errorf("operator %s: %w", d.Operator.Name, err)
 		}
 	}
-	if e.opts.AdmissionFinalizers {
-		if err := e.applyFinalizerPolicy(ctx, d); err != nil {
-			return fmt.Errorf("operator %s: the admission policy that adds its finalizer: %w", d.Operator.Name, err)
-		}
+	if err := e.syncFinalizerPolicy(ctx, d); err != nil {
+		return fmt.Errorf("operator %s: the admission policy that adds its finalizer: %w", d.Operator.Name, err)
 	}
 	if err := e.setAdmitter(d); err != nil {
 		return err
@@ -688,7 +691,7 @@ func (e *Engine) Remove(ctx context.Context, name string) {
 	e.removeAdmission(ctx, name)
 	if e.opts.AdmissionFinalizers {
 		// Nothing would remove the finalizers it adds.
-		if err := e.removeFinalizerPolicy(ctx, name); err != nil {
+		if _, err := e.removeFinalizerPolicy(ctx, name, "the operator was removed"); err != nil {
 			log.Error(err, "removing the removed operator's admission policy; delete it by hand", "policy", e.finalizerPolicyName(name))
 		}
 	}

@@ -255,6 +255,8 @@ func TestWebhookDeliveriesAreVerifiedRecordedAndHandledOnce(t *testing.T) {
 		{"another event", delivery{id: "d-5", event: "push", body: comment("push"), secret: "s3cret"}, http.StatusOK, "filtered out"},
 		{"a payload the filter cannot read", delivery{id: "d-6", event: "issue_comment", body: []byte(`{"zen": "keep it simple"}`), secret: "s3cret"}, http.StatusOK, "filtered out: the filter failed on it"},
 		{"a body that is not JSON", delivery{id: "d-7", event: "issue_comment", body: []byte(`action=created`), secret: "s3cret"}, http.StatusBadRequest, "the body is not JSON"},
+		{"a body nested 1,500 deep", delivery{id: "d-7b", event: "issue_comment", body: []byte(strings.Repeat("[", 1500) + strings.Repeat("]", 1500)), secret: "s3cret"}, http.StatusBadRequest,
+			"the body is nested deeper than 100 objects and arrays (at byte 100): opkit reads JSON at most 100 deep"},
 	} {
 		status, answer := deliver(t, url, c.d)
 		if status != c.status || answer["outcome"] != "Refused" || !strings.Contains(answer["reason"], c.reason) {
@@ -312,8 +314,8 @@ func TestWebhookDeliveriesAreVerifiedRecordedAndHandledOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(page.Deliveries) != 8 {
-		t.Errorf("%d refused deliveries recorded, want 8", len(page.Deliveries))
+	if len(page.Deliveries) != 9 {
+		t.Errorf("%d refused deliveries recorded, want 9", len(page.Deliveries))
 	}
 	// Requests that reach no source are answered, and not recorded.
 	for path, want := range map[string]int{"/hooks/" + op + "/gitlab": 404, "/hooks/nobody/github": 404, "/other": 404} {

@@ -253,9 +253,9 @@ func (e *Engine) check(r *http.Request, src *definition.EventSource, d *archive.
 	if idErr != nil {
 		return 0, idErr
 	}
-	var payload any
-	if err := json.Unmarshal(body, &payload); err != nil {
-		return 0, &source.Refusal{Status: http.StatusBadRequest, Reason: "the body is not JSON: " + err.Error()}
+	payload, err := source.Payload(body)
+	if err != nil {
+		return 0, err
 	}
 	vars := definition.EventVars{Payload: payload, Headers: source.Headers(r.Header), Event: d.Event, DeliveryID: d.DeliveryID, Source: src.Name}
 	match, err := src.Accepts(vars)

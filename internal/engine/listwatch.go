@@ -24,6 +24,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/watchlist"
 	sigsjson "sigs.k8s.io/json"
 
 	"github.com/opkit-dev/opkit/internal/packed"
@@ -45,27 +46,85 @@ import (
 // chosen by kind and by Options.Namespace alone, which is all a
 // packedListWatch asks for. The watches of watch operators have their own
 // caches (watch.go), with selectors, and are not made here.
+//
+// Every informer's list and watch calls are held through an outage the
+// engine knows of (heldListWatch), so that its reflector relists as soon
+// as the API server is back, not after a back-off of its own.
 type packedInformers struct {
 	config    *rest.Config
 	http      *http.Client
 	scopes    *scopes
-	namespace string // Options.Namespace
+	namespace string  // Options.Namespace
+	outage    *outage // the engine's (apihealth.go)
 }
 
 // newInformer is the shared cache's cache.Options.NewInformer.
 func (p *packedInformers) newInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
-		return toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
+		return toolscache.NewSharedIndexInformer(p.held(lw), obj, resync, indexers)
 	}
 	plw, err := p.listWatch(u.GroupVersionKind())
 	if err != nil {
 		// Not mapped yet: the dynamic client's list-watch reports it.
-		return toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
+		return toolscache.NewSharedIndexInformer(p.held(lw), obj, resync, indexers)
 	}
 	// The example object sets the type the reflector expects of every
 	// event's object.
-	return toolscache.NewSharedIndexInformer(plw, &compactObject{TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}}, resync, indexers)
+	return toolscache.NewSharedIndexInformer(p.held(plw), &compactObject{TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}}, resync, indexers)
+}
+
+// held is lw with its calls held through the engine's known outages.
+func (p *packedInformers) held(lw toolscache.ListerWatcher) toolscache.ListerWatcher {
+	return &heldListWatch{lw: toolscache.ToListerWatcherWithContext(lw), outer: lw, outage: p.outage}
+}
+
+// heldListWatch is a list-watch whose calls that fail while the engine
+// knows the API server away wait for its return and are made again at
+// once, instead of failing: a reflector backs off after each failure
+// (from 0.8 s, doubling up to 30 s, with jitter), and would relist up to
+// half a minute after the API server's return. A call that fails while
+// the API server is not known away fails as before.
+type heldListWatch struct {
+	lw     toolscache.ListerWatcherWithContext
+	outer  toolscache.ListerWatcher // lw as given, for what it says of itself
+	outage *outage
+}
+
+// List lists without a context; the reflector calls ListWithContext.
+func (h *heldListWatch) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return h.ListWithContext(context.Background(), opts)
+}
+
+// Watch watches without a context; the reflector calls WatchWithContext.
+func (h *heldListWatch) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return h.WatchWithContext(context.Background(), opts)
+}
+
+// ListWithContext lists, held through a known outage.
+func (h *heldListWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	for {
+		obj, err := h.lw.ListWithContext(ctx, opts)
+		if err == nil || !h.outage.wait(ctx) {
+			return obj, err
+		}
+	}
+}
+
+// WatchWithContext watches, held through a known outage.
+func (h *heldListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	for {
+		w, err := h.lw.WatchWithContext(ctx, opts)
+		if err == nil || !h.outage.wait(ctx) {
+			return w, err
+		}
+	}
+}
+
+// IsWatchListSemanticsUnSupported says what the list-watch held says of
+// itself (client-go's watchlist.DoesClientNotSupportWatchListSemantics).
+func (h *heldListWatch) IsWatchListSemanticsUnSupported() bool {
+	return watchlist.DoesClientNotSupportWatchListSemantics(h.outer)
 }
 
 // listWatch returns the list-watch of gvk: in Options.Namespace if it is
@@ -88,7 +147,7 @@ func (p *packedInformers) listWatch(gvk schema.GroupVersionKind) (*packedListWat
 	if err != nil {
 		return nil, err
 	}
-	lw := &packedListWatch{client: client, resource: k.resource.Resource, gvk: gvk}
+	lw := &packedListWatch{client: client, resource: k.resource.Resource, gvk: gvk, outage: p.outage}
 	if k.namespaced {
 		lw.namespace = p.namespace
 	}
@@ -102,6 +161,7 @@ type packedListWatch struct {
 	resource  string
 	namespace string // "": every namespace, or a cluster-scoped kind
 	gvk       schema.GroupVersionKind
+	outage    *outage
 }
 
 func (lw *packedListWatch) request(opts *metav1.ListOptions) *rest.Request {
@@ -155,15 +215,20 @@ func (lw *packedListWatch) WatchWithContext(ctx context.Context, opts metav1.Lis
 	// behind a proxy) is tried again, as client-go's own watch does: ten
 	// times, a second apart; then the watch ends at once, empty, and the
 	// reflector watches again. Reported as an error, it would list
-	// everything again for it, and log it.
+	// everything again for it, and log it. While the engine knows the API
+	// server away, the watch waits for its return instead, and tries then.
 	for retries := 0; err != nil && (utilnet.IsProbableEOF(err) || utilnet.IsHTTP2ConnectionLost(err)); retries++ {
-		if retries == 10 {
-			return watch.NewEmptyWatch(), nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Second):
+		if lw.outage.wait(ctx) {
+			retries = 0
+		} else {
+			if retries == 10 {
+				return watch.NewEmptyWatch(), nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Second):
+			}
 		}
 		body, err = lw.request(&opts).Stream(ctx)
 	}

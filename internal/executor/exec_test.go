@@ -89,6 +89,8 @@ func TestExecFailuresAreClear(t *testing.T) {
 		{"status not an object", `echo '{"status": "done"}'`, 0, `invalid result: field "status": expected an object of status fields, e.g. "status": {"phase": "done"}, got a string`, false, false},
 		{"event reason a number", `echo '{"events": [{"reason": 5}]}'`, 0, `invalid result: field "events.reason": expected a string, e.g. "Done", got a number`, false, false},
 		{"requeueAfter a number", `echo '{"requeueAfter": 30}'`, 0, `invalid result: field "requeueAfter": expected a duration as a string, e.g. "requeueAfter": "30s", got a number`, false, false},
+		{"a status 10,000 deep", `printf '{"status":{"x":'; head -c 10000 /dev/zero | tr '\0' '['; head -c 10000 /dev/zero | tr '\0' ']'; printf '}}'`, 0,
+			`invalid result: nested deeper than 100 objects and arrays (at byte 113); opkit reads a result at most 100 deep; output begins "{\"status\":{\"x\":[[[`, false, false},
 		{"reserved status", `echo '{"status": {"conditions": []}}'`, 0, "status.conditions is written by opkit", false, false},
 		{"bad event", `echo '{"events": [{"type": "Loud", "reason": ""}]}'`, 0, `events[0].type "Loud" is not Normal or Warning; events[0].reason is required`, false, false},
 		{"huge stdout", "head -c 52428800 /dev/zero; sleep 30", 0, "stdout exceeded the 1048576-byte limit", false, false},

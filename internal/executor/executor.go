@@ -11,8 +11,11 @@
 //   - A handler that finished and printed a valid result (or nothing)
 //     gives a Result, possibly with Result.Error set by the handler.
 //   - Everything else — a non-zero exit, a signal, a timeout, output that
-//     is not a result or is too large — is a *Failure naming what went
-//     wrong. A Failure is retried unless Permanent.
+//     is not a result or is too large or too deep — is a *Failure naming
+//     what went wrong. A Failure is retried unless Permanent.
+//   - An executor built by a Registry never hands a handler a binding
+//     context nested deeper than jsondepth.MaxContext: the run is a
+//     permanent Failure that says so, and the handler does not start.
 package executor
 
 import (
@@ -30,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/jsondepth"
 )
 
 // Request is one run of one handler.
@@ -158,11 +162,15 @@ const MaxResultBytes = 1 << 20
 var reservedStatus = []string{"observedGeneration", "conditions", "opkit"}
 
 // ParseResult decodes and checks a result. Empty output is an empty result.
-// Unknown fields are refused, to catch misspellings.
+// Unknown fields are refused, to catch misspellings, and so is a result
+// nested deeper than jsondepth.Max objects and arrays.
 func ParseResult(out []byte) (*Result, error) {
 	var r Result
 	if len(bytes.TrimSpace(out)) == 0 {
 		return &r, nil
+	}
+	if err := jsondepth.Check(out, jsondepth.Max); err != nil {
+		return nil, &Failure{Message: fmt.Sprintf("invalid result: %v; opkit reads a result at most %d deep; output begins %q", err, jsondepth.Max, excerpt(out))}
 	}
 	dec := json.NewDecoder(bytes.NewReader(out))
 	dec.DisallowUnknownFields()

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/jsondepth"
 )
 
 // Func adapts a function to an Executor.
@@ -31,5 +32,18 @@ func (r Registry) For(h *definition.Handler) (Executor, error) {
 		slices.Sort(known)
 		return nil, fmt.Errorf("handler %s: no executor for action %q (this engine runs %s)", h.Name, h.Action(), strings.Join(known, ", "))
 	}
-	return build(h), nil
+	return deepContextGuard{build(h)}, nil
+}
+
+// deepContextGuard runs an executor unless the binding context nests
+// deeper than jsondepth.MaxContext: a handler's JSON decoder may have a
+// limit of its own (Ruby's is 100), and an object or delivery that deep
+// is a fault to name, not to pass on.
+type deepContextGuard struct{ Executor }
+
+func (g deepContextGuard) Run(ctx context.Context, req Request) (*Result, error) {
+	if err := jsondepth.Check(req.Input, jsondepth.MaxContext); err != nil {
+		return nil, &Failure{Permanent: true, Message: fmt.Sprintf("the binding context is %v, past opkit's limit of %d for the object, its children, related objects or a delivery's payload in it: the handler did not start", err, jsondepth.Max)}
+	}
+	return g.Executor.Run(ctx, req)
 }

@@ -3,7 +3,8 @@
 //
 // It is the pure part of a delivery's reception: reading the body within
 // the source's limit, checking the content type, verifying the signature
-// or token, and reading the sender's delivery id and event. It does no
+// or token, reading the sender's delivery id and event, and decoding the
+// body, which may nest at most jsondepth.Max objects and arrays. It does no
 // I/O beyond the request's body, keeps no state, and never logs: the
 // engine records each outcome in the run archive. Every refusal is a
 // *Refusal with the HTTP status to answer and the reason to record.
@@ -14,6 +15,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +25,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/jsondepth"
 )
 
 // Refusal is a delivery turned away: the status to answer and the reason
@@ -69,6 +72,21 @@ func CheckContentType(h http.Header) error {
 		return nil
 	}
 	return refuse(http.StatusUnsupportedMediaType, "content type %s; expected application/json (GitHub: set the webhook's content type to application/json)", clip(mt))
+}
+
+// Payload decodes a delivery's body. A body that is not JSON, or that
+// nests deeper than jsondepth.Max objects and arrays, is a 400 Refusal
+// saying so: its handlers, the archive's readers and the handlers' own
+// JSON decoders need not survive one 10,000 levels deep.
+func Payload(body []byte) (any, error) {
+	if err := jsondepth.Check(body, jsondepth.Max); err != nil {
+		return nil, refuse(http.StatusBadRequest, "the body is %v: opkit reads JSON at most %d deep", err, jsondepth.Max)
+	}
+	var payload any
+	if err := json.Unmarshal(body, &payload); err != nil {
+		return nil, refuse(http.StatusBadRequest, "the body is not JSON: %v", err)
+	}
+	return payload, nil
 }
 
 // ErrNoSecret is a source whose secret is empty: it accepts nothing.

@@ -144,3 +144,34 @@ func TestIdentity(t *testing.T) {
 		t.Errorf("Headers = %v", got)
 	}
 }
+
+func TestPayloadRefusesABodyNestedPastTheLimitWith400(t *testing.T) {
+	bomb := []byte(strings.Repeat("[", 10_000) + strings.Repeat("]", 10_000)) // 20 KB: Go's own limit is 10,000
+	for _, c := range []struct {
+		name   string
+		body   []byte
+		reason string // "" accepts
+	}{
+		{"a GitHub-like payload", []byte(`{"action":"created","comment":{"body":"/deploy","user":{"login":"ann"}}}`), ""},
+		{"100 levels", []byte(strings.Repeat("[", 100) + strings.Repeat("]", 100)), ""},
+		{"101 levels", []byte(strings.Repeat("[", 101) + strings.Repeat("]", 101)), "the body is nested deeper than 100 objects and arrays (at byte 100): opkit reads JSON at most 100 deep"},
+		{"the 20 KB depth bomb", bomb, "the body is nested deeper than 100 objects and arrays (at byte 100)"},
+		{"brackets in strings", []byte(`{"text":"` + strings.Repeat("[", 500) + `"}`), ""},
+		{"not JSON", []byte(`action=created`), "the body is not JSON: "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			payload, err := Payload(c.body)
+			r := refusal(t, err)
+			switch {
+			case c.reason == "" && r != nil:
+				t.Errorf("refused: %v", r)
+			case c.reason == "" && payload == nil:
+				t.Error("accepted with no payload")
+			case c.reason != "" && r == nil:
+				t.Errorf("accepted, want refused with %q", c.reason)
+			case c.reason != "" && (r.Status != http.StatusBadRequest || !strings.HasPrefix(r.Reason, c.reason)):
+				t.Errorf("refused %d %q, want 400 %q", r.Status, r.Reason, c.reason)
+			}
+		})
+	}
+}

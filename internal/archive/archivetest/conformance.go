@@ -6,6 +6,7 @@ package archivetest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -27,6 +28,7 @@ func Run(t *testing.T, open Open) {
 		fn   func(t *testing.T, open Open)
 	}{
 		{"RunsRoundTrip", runsRoundTrip},
+		{"RunsKeepNoDiffValueTooDeep", runsKeepNoDiffValueTooDeep},
 		{"FinishUnknownRun", finishUnknownRun},
 		{"LogsAppendReadAndCap", logsAppendReadAndCap},
 		{"ListFiltersAndPages", listFiltersAndPages},
@@ -131,6 +133,32 @@ func runsRoundTrip(t *testing.T, open Open) {
 	}
 	if err := s.Insert(ctx, &archive.Run{ID: "not-an-id"}); err == nil {
 		t.Error("Insert accepted a malformed id")
+	}
+}
+
+// runsKeepNoDiffValueTooDeep: a diff's value nested deeper than
+// jsondepth.Max (a field of an object 10,000 deep, as the API server
+// takes) is kept as a note, the others as they are, so that every reader
+// can print the run.
+func runsKeepNoDiffValueTooDeep(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	deep := any(map[string]any{})
+	for range 9_990 {
+		deep = []any{deep}
+	}
+	r := newRun(time.Now().UTC().Truncate(time.Microsecond), "printer", "default", "deep", "announce")
+	r.Diff = []archive.Change{{Op: "change", Path: "spec.deep", Old: "a", New: deep}, {Op: "add", Path: "spec.text", New: map[string]any{"a": []any{"b"}}}}
+	insert(t, s, r)
+	got, err := s.Get(context.Background(), r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []archive.Change{{Op: "change", Path: "spec.deep", Old: "a", New: "(a value nested deeper than 100 objects and arrays, not kept)"}, r.Diff[1]}
+	if !reflect.DeepEqual(got.Diff, want) {
+		t.Errorf("diff read back: %v\nwant %v", got.Diff, want)
+	}
+	if _, err := json.MarshalIndent(got, "", "  "); err != nil {
+		t.Errorf("the run read back does not print as JSON: %v", err)
 	}
 }
 

@@ -10,12 +10,14 @@ import (
 // Proxy forwards TCP connections to a target address. Freeze cuts every
 // connection and closes each new one at once, until Thaw: the API server
 // unreachable, as a network fault makes it, with the API server itself
-// untouched.
+// untouched. Stop cuts every connection and refuses new ones, until
+// Start: the API server's port closed, as when its process is down.
 type Proxy struct {
-	ln     net.Listener
 	target string
+	addr   string
 
 	mu     sync.Mutex
+	ln     net.Listener // nil while stopped
 	frozen bool
 	conns  map[net.Conn]struct{}
 }
@@ -28,17 +30,42 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	go p.serve()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.Freeze()
-	})
+	p := &Proxy{ln: ln, target: target, addr: ln.Addr().String(), conns: map[net.Conn]struct{}{}}
+	go p.serve(ln)
+	t.Cleanup(p.Stop)
 	return p
 }
 
 // Addr is the proxy's host:port.
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.addr }
+
+// Stop cuts every connection and closes the proxy's port: connections
+// are refused until Start.
+func (p *Proxy) Stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	clear(p.conns)
+}
+
+// Start listens again on the proxy's address, after Stop.
+func (p *Proxy) Start(t testing.TB) {
+	t.Helper()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatalf("listening again on %s: %v", p.addr, err)
+	}
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go p.serve(ln)
+}
 
 // Freeze cuts the connections and refuses new ones.
 func (p *Proxy) Freeze() {
@@ -58,9 +85,9 @@ func (p *Proxy) Thaw() {
 	p.frozen = false
 }
 
-func (p *Proxy) serve() {
+func (p *Proxy) serve(ln net.Listener) {
 	for {
-		in, err := p.ln.Accept()
+		in, err := ln.Accept()
 		if err != nil {
 			return
 		}

@@ -41,6 +41,13 @@ file's operators keeps running. So does an edit whose CRD would break the
 installed one's clients or lose data (a field removed, a type narrowed: see
 opkit lint), unless --allow-breaking.
 
+The plane is new and empty at each start, and removed at exit, unless
+--data-dir DIR keeps it: etcd's data, the certificates and the kubeconfig
+stay in DIR, and the next opkit dev --data-dir DIR starts the same cluster
+again, its objects and Secrets there; the engine then finishes the runs the
+stop (or a crash) interrupted. DIR can also be given to opkit cluster start
+--data-dir, at another time: one plane runs on a directory at a time.
+
 The dev node runs the commands of Pods that tolerate opkit.dev/dev-node as
 processes of this machine: see docs/local-control-plane.md.
 
@@ -59,6 +66,7 @@ loopback (another port when the default one is taken): see docs/metrics.md.`,
 		},
 	}
 	cmd.Flags().StringArrayVar(&o.apply, "apply", nil, "a manifest to apply once the operators run; repeatable")
+	cmd.Flags().StringVar(&o.dataDir, "data-dir", "", "keep the plane (etcd data, certificates, kubeconfig) in this directory across restarts (default: a temporary plane, removed at exit)")
 	o.engine.register(cmd)
 	archiveFlag(cmd, &o.archivePath)
 	o.console.register(cmd, "console", "127.0.0.1:7380", "serve the web console on this address; '' for none")
@@ -73,6 +81,9 @@ type devOptions struct {
 	dir string
 	// apply are manifests applied once the operators run (--apply).
 	apply []string
+	// dataDir keeps the plane across restarts (--data-dir); "" for a
+	// temporary one.
+	dataDir string
 	// archivePath is the run archive (--archive).
 	archivePath string
 	engine      engineFlags
@@ -132,9 +143,12 @@ func dev(cmd *cobra.Command, o devOptions) error {
 	if _, err := compileFiles(files); err != nil {
 		return err
 	}
-	cl, err := devcluster.Start(ctx, devcluster.Options{DevNode: true, Log: stderr})
+	cl, err := devcluster.Start(ctx, devcluster.Options{DataDir: o.dataDir, DevNode: true, Log: stderr})
 	if err != nil {
 		return err
+	}
+	if o.dataDir != "" {
+		fmt.Fprintf(stderr, "the plane is kept in %s: opkit dev --data-dir %s starts it again\n", cl.DataDir(), shellQuote(o.dataDir))
 	}
 	defer cl.Stop()
 	// opkit kubectl finds this plane.

@@ -55,14 +55,17 @@ Prometheus metrics, /healthz and /readyz are served on --metrics-addr, on
 loopback (another port when the default one is taken): see docs/metrics.md.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.console.validate(cmd); err != nil {
+			if err := o.logFormat.validate(); err != nil {
 				return err
+			}
+			o.dir, o.stdout, o.stderr = args[0], cmd.OutOrStdout(), o.logFormat.writer(cmd.ErrOrStderr())
+			if err := o.console.validate(cmd); err != nil {
+				return logged(o.stderr, err)
 			}
 			if err := o.metrics.validate(cmd, true); err != nil {
-				return err
+				return logged(o.stderr, err)
 			}
-			o.dir, o.stdout, o.stderr = args[0], cmd.OutOrStdout(), cmd.ErrOrStderr()
-			return dev(cmd, o)
+			return logged(o.stderr, dev(cmd, o))
 		},
 	}
 	cmd.Flags().StringArrayVar(&o.apply, "apply", nil, "a manifest to apply once the operators run; repeatable")
@@ -72,6 +75,7 @@ loopback (another port when the default one is taken): see docs/metrics.md.`,
 	o.console.register(cmd, "console", "127.0.0.1:7380", "serve the web console on this address; '' for none")
 	o.metrics.register(cmd)
 	o.webhook.register(cmd, defaultWebhookAddr)
+	o.logFormat.register(cmd)
 	return cmd
 }
 
@@ -90,6 +94,7 @@ type devOptions struct {
 	console     *consoleFlags
 	metrics     *metricsFlag
 	webhook     *webhookFlags
+	logFormat   logFormatFlag
 	// stdout and stderr are the command's.
 	stdout, stderr io.Writer
 }

@@ -36,7 +36,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "opkit: %v\n", err)
+	if _, ok := errors.AsType[*loggedError](err); !ok {
+		fmt.Fprintf(stderr, "opkit: %v\n", err)
+	}
 	if ee, ok := errors.AsType[*exitError](err); ok {
 		return ee.code
 	}

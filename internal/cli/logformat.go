@@ -136,7 +136,7 @@ func textEncoderConfig() zapcore.EncoderConfig {
 // format (a *jsonLines: JSON, beside its lines; else text), with opts.
 // Go's standard logger is pointed at log too.
 func newLogger(log io.Writer, opts ...zap.Opts) logr.Logger {
-	out, enc := log, zapcore.Encoder(zapcore.NewConsoleEncoder(textEncoderConfig()))
+	out, enc := log, zapcore.NewConsoleEncoder(textEncoderConfig())
 	stdlog.SetFlags(stdlog.LstdFlags)
 	if j, ok := log.(*jsonLines); ok {
 		out, enc = j.out, zapcore.NewJSONEncoder(jsonEncoderConfig())

@@ -66,6 +66,7 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 			"kind":       str("Kind, e.g. Deployment."),
 			"name":       template("One object's name, a template over self, e.g. ${self.spec.deployment}."),
 			"namespace":  template("Its namespace, a template over self; defaults to the custom resource's."),
+			"namespaces": strList("The namespaces where the kind is read and watched for this reference; defaults to all.", 64),
 			"selector": {
 				Type: "object", Description: "Labels to match, each value a template over self: related.<id> is the list of matching objects.",
 				MaxProperties:        ptr.To(int64(16)),

@@ -63,6 +63,7 @@ func (s *OperatorSpec) DeepCopy() *OperatorSpec {
 		out.Related = make([]Related, len(s.Related))
 		for i, r := range s.Related {
 			out.Related[i] = r
+			out.Related[i].Namespaces = copyStrings(r.Namespaces)
 			if r.Selector != nil {
 				out.Related[i].Selector = make(map[string]string, len(r.Selector))
 				for k, v := range r.Selector {

@@ -421,6 +421,12 @@ type Related struct {
 	// Namespace, a template over self, is where it is; it defaults to the
 	// custom resource's namespace. A cluster-scoped kind has none.
 	Namespace string `json:"namespace,omitempty"`
+	// Namespaces limits where the engine reads and watches this kind for
+	// the reference: it lists and watches it in these namespaces only,
+	// and needs the permission there alone; a reference that names
+	// another namespace is an error of its custom resource, and nothing
+	// there is read. Defaults to all namespaces.
+	Namespaces []string `json:"namespaces,omitempty"`
 }
 
 // Child is one object templated for each custom resource.

@@ -41,6 +41,13 @@ file's operators keeps running. So does an edit whose CRD would break the
 installed one's clients or lose data (a field removed, a type narrowed: see
 opkit lint), unless --allow-breaking.
 
+The plane is new and empty at each start, and removed at exit, unless
+--data-dir DIR keeps it: etcd's data, the certificates and the kubeconfig
+stay in DIR, and the next opkit dev --data-dir DIR starts the same cluster
+again, its objects and Secrets there; the engine then finishes the runs the
+stop (or a crash) interrupted. DIR can also be given to opkit cluster start
+--data-dir, at another time: one plane runs on a directory at a time.
+
 The dev node runs the commands of Pods that tolerate opkit.dev/dev-node as
 processes of this machine: see docs/local-control-plane.md.
 
@@ -48,22 +55,27 @@ Prometheus metrics, /healthz and /readyz are served on --metrics-addr, on
 loopback (another port when the default one is taken): see docs/metrics.md.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.console.validate(cmd); err != nil {
+			if err := o.logFormat.validate(); err != nil {
 				return err
+			}
+			o.dir, o.stdout, o.stderr = args[0], cmd.OutOrStdout(), o.logFormat.writer(cmd.ErrOrStderr())
+			if err := o.console.validate(cmd); err != nil {
+				return logged(o.stderr, err)
 			}
 			if err := o.metrics.validate(cmd, true); err != nil {
-				return err
+				return logged(o.stderr, err)
 			}
-			o.dir, o.stdout, o.stderr = args[0], cmd.OutOrStdout(), cmd.ErrOrStderr()
-			return dev(cmd, o)
+			return logged(o.stderr, dev(cmd, o))
 		},
 	}
 	cmd.Flags().StringArrayVar(&o.apply, "apply", nil, "a manifest to apply once the operators run; repeatable")
+	cmd.Flags().StringVar(&o.dataDir, "data-dir", "", "keep the plane (etcd data, certificates, kubeconfig) in this directory across restarts (default: a temporary plane, removed at exit)")
 	o.engine.register(cmd)
 	archiveFlag(cmd, &o.archivePath)
 	o.console.register(cmd, "console", "127.0.0.1:7380", "serve the web console on this address; '' for none")
 	o.metrics.register(cmd)
 	o.webhook.register(cmd, defaultWebhookAddr)
+	o.logFormat.register(cmd)
 	return cmd
 }
 
@@ -73,12 +85,16 @@ type devOptions struct {
 	dir string
 	// apply are manifests applied once the operators run (--apply).
 	apply []string
+	// dataDir keeps the plane across restarts (--data-dir); "" for a
+	// temporary one.
+	dataDir string
 	// archivePath is the run archive (--archive).
 	archivePath string
 	engine      engineFlags
 	console     *consoleFlags
 	metrics     *metricsFlag
 	webhook     *webhookFlags
+	logFormat   logFormatFlag
 	// stdout and stderr are the command's.
 	stdout, stderr io.Writer
 }
@@ -131,9 +147,12 @@ func dev(cmd *cobra.Command, o devOptions) error {
 	if _, err := compileFiles(files); err != nil {
 		return err
 	}
-	cl, err := devcluster.Start(ctx, devcluster.Options{DevNode: true, Log: stderr})
+	cl, err := devcluster.Start(ctx, devcluster.Options{DataDir: o.dataDir, DevNode: true, Log: stderr})
 	if err != nil {
 		return err
+	}
+	if o.dataDir != "" {
+		fmt.Fprintf(stderr, "the plane is kept in %s: opkit dev --data-dir %s starts it again\n", cl.DataDir(), shellQuote(o.dataDir))
 	}
 	defer cl.Stop()
 	// opkit kubectl finds this plane.

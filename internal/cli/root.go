@@ -40,7 +40,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	ee, ok := errors.AsType[*exitError](err)
-	if !ok || !ee.said {
+	if _, logged := errors.AsType[*loggedError](err); !logged && (!ok || !ee.said) {
 		fmt.Fprintf(stderr, "opkit: %v\n", err)
 	}
 	if ok {

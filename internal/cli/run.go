@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	uberzap "go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -35,6 +36,7 @@ func newRunCommand() *cobra.Command {
 	cf := &consoleFlags{}
 	mf := &metricsFlag{}
 	wf := &webhookFlags{}
+	lf := &logFormatFlag{}
 	cmd := &cobra.Command{
 		Use:   "run [-f FILE]...",
 		Short: "Run the engine against the current kubeconfig, for the Operators in the cluster or in FILEs",
@@ -68,53 +70,59 @@ served to the API server over HTTPS on --webhook-addr, reached at
 (one in it): see docs/admission.md and docs/conversion.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cf.validate(cmd); err != nil {
+			if err := lf.validate(); err != nil {
 				return err
 			}
-			if err := mf.validate(cmd, false); err != nil {
-				return err
-			}
-			var defs []*definition.Definition
-			if len(files) > 0 {
-				var err error
-				if defs, err = compileFiles(files); err != nil {
+			log := lf.writer(cmd.ErrOrStderr())
+			return logged(log, func() error {
+				if err := cf.validate(cmd); err != nil {
 					return err
 				}
-				printWarnings(cmd.ErrOrStderr(), defs...)
-			}
-			cfg, err := loadKubeconfig(kubeconfig)
-			if err != nil {
-				return err
-			}
-			opts := engine.Options{Config: cfg, AdmissionFinalizers: admission, AllowBreaking: ef.allowBreaking, MigrateStorage: ef.migrateStorage}
-			if opts.Webhook, err = wf.options(cmd, kubeconfigNamespace(kubeconfig), false); err != nil {
-				return err
-			}
-			if leaderElect {
-				ns := leaseNamespace
-				if ns == "" {
-					ns = kubeconfigNamespace(kubeconfig)
+				if err := mf.validate(cmd, false); err != nil {
+					return err
 				}
-				opts.LeaderElection = &engine.LeaderElection{Namespace: ns, Name: leaseName}
-			}
-			if hooksSlice != "" {
-				ip := os.Getenv("POD_IP")
-				if ip == "" {
-					return errors.New("--hooks-endpointslice: the engine writes its Pod's address there, and $POD_IP does not give it (set it from the downward API's status.podIP)")
+				var defs []*definition.Definition
+				if len(files) > 0 {
+					var err error
+					if defs, err = compileFiles(files); err != nil {
+						return err
+					}
+					printWarnings(log, defs...)
 				}
-				opts.HooksEndpoint = &engine.HooksEndpoint{
-					Namespace: kubeconfigNamespace(kubeconfig), Name: hooksSlice,
-					IP: ip, Pod: os.Getenv("POD_NAME"), Node: os.Getenv("NODE_NAME"),
+				cfg, err := loadKubeconfig(kubeconfig)
+				if err != nil {
+					return err
 				}
-			}
-			if len(files) == 0 {
-				return watchClusterOperators(cmd.Context(), opts, archivePath, cf, mf, cmd.ErrOrStderr())
-			}
-			r, err := startOperators(cmd.Context(), opts, archivePath, cf, mf, defs, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			return <-r.done
+				opts := engine.Options{Config: cfg, AdmissionFinalizers: admission, AllowBreaking: ef.allowBreaking, MigrateStorage: ef.migrateStorage}
+				if opts.Webhook, err = wf.options(cmd, kubeconfigNamespace(kubeconfig), false); err != nil {
+					return err
+				}
+				if leaderElect {
+					ns := leaseNamespace
+					if ns == "" {
+						ns = kubeconfigNamespace(kubeconfig)
+					}
+					opts.LeaderElection = &engine.LeaderElection{Namespace: ns, Name: leaseName}
+				}
+				if hooksSlice != "" {
+					ip := os.Getenv("POD_IP")
+					if ip == "" {
+						return errors.New("--hooks-endpointslice: the engine writes its Pod's address there, and $POD_IP does not give it (set it from the downward API's status.podIP)")
+					}
+					opts.HooksEndpoint = &engine.HooksEndpoint{
+						Namespace: kubeconfigNamespace(kubeconfig), Name: hooksSlice,
+						IP: ip, Pod: os.Getenv("POD_NAME"), Node: os.Getenv("NODE_NAME"),
+					}
+				}
+				if len(files) == 0 {
+					return watchClusterOperators(cmd.Context(), opts, archivePath, cf, mf, log)
+				}
+				r, err := startOperators(cmd.Context(), opts, archivePath, cf, mf, defs, log)
+				if err != nil {
+					return err
+				}
+				return <-r.done
+			}())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "an Operator definition (YAML, several documents allowed); repeatable")
@@ -129,6 +137,7 @@ served to the API server over HTTPS on --webhook-addr, reached at
 	cf.register(cmd, "console", "", "serve the web console on this address, e.g. 127.0.0.1:7380 (default: none)")
 	mf.register(cmd)
 	wf.register(cmd, "0")
+	lf.register(cmd)
 	return cmd
 }
 
@@ -340,19 +349,25 @@ func (f routineFilter) With(fields []zapcore.Field) zapcore.Core {
 	return routineFilter{f.Core.With(fields)}
 }
 
+// engineLogger is the logger of controller-runtime and client-go in opkit
+// run and opkit dev, writing to log in its format (newLogger), at lvl.
+// Errors the engine expects (an API server away) are not crashes: no
+// stack traces, and a line repeated within 10s is written twice at most.
+// What changed is said by the engine's notices.
+func engineLogger(log io.Writer, lvl uberzap.AtomicLevel) logr.Logger {
+	return newLogger(log, zap.Level(lvl),
+		zap.StacktraceLevel(zapcore.DPanicLevel),
+		zap.RawZapOpts(uberzap.WrapCore(func(c zapcore.Core) zapcore.Core {
+			return zapcore.NewSamplerWithOptions(routineFilter{c}, 10*time.Second, 2, 0)
+		})))
+}
+
 // startEngineLogging is startEngine with options, and controller-runtime's
 // log lines below level left out.
 func startEngineLogging(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, mf *metricsFlag, log io.Writer, level zapcore.Level) (*runningEngine, *engine.Engine, error) {
 	// Stopping is said in one line, not in controller-runtime's own.
 	lvl := uberzap.NewAtomicLevelAt(level)
-	logger := zap.New(zap.WriteTo(log), zap.Level(lvl),
-		// Errors the engine expects (an API server away) are not crashes:
-		// no stack traces, and a line repeated within 10s is written
-		// twice at most. What changed is said by the engine's notices.
-		zap.StacktraceLevel(zapcore.DPanicLevel),
-		zap.RawZapOpts(uberzap.WrapCore(func(c zapcore.Core) zapcore.Core {
-			return zapcore.NewSamplerWithOptions(routineFilter{c}, 10*time.Second, 2, 0)
-		})))
+	logger := engineLogger(log, lvl)
 	ctrllog.SetLogger(logger)
 	klogTo.Store(&logger) // client-go's own lines, "Unable to write event"...
 	if opts.Notice == nil {

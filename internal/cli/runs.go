@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -89,10 +90,20 @@ operator's name. opkit runs --kind Operator lists those runs.`,
 			if err != nil {
 				return err
 			}
+			noRuns := "No runs."
+			if len(page.Runs) == 0 && q.Operator != "" && q.Cursor == "" {
+				if noRuns, err = noRunsOf(cmd.Context(), store, q.Operator, archivePath); err != nil {
+					return err
+				}
+			}
 			if output == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
 				return enc.Encode(page)
+			}
+			if len(page.Runs) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), noRuns)
+				return nil
 			}
 			printRuns(cmd.OutOrStdout(), page.Runs, strings.TrimSuffix(consoleURL, "/"), time.Now())
 			if page.Next != "" {
@@ -102,7 +113,7 @@ operator's name. opkit runs --kind Operator lists those runs.`,
 		},
 	}
 	archiveFlag(cmd, &archivePath)
-	cmd.Flags().StringVar(&q.Operator, "operator", "", "only this operator's runs")
+	cmd.Flags().StringVar(&q.Operator, "operator", "", "only this operator's runs; a name the archive has never seen is an error")
 	cmd.Flags().StringVar(&object, "object", "", "only runs for this object, NAMESPACE/NAME; NAME alone matches it in every namespace and none (cluster-scoped objects, operators)")
 	cmd.Flags().StringVar(&q.Kind, "kind", "", "only runs for objects of this kind, as written in manifests (Deployment); Operator for operator-wide schedules")
 	cmd.Flags().StringVar(&q.Handler, "handler", "", "only this handler's runs")
@@ -114,6 +125,43 @@ operator's name. opkit runs --kind Operator lists those runs.`,
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
 	cmd.Flags().StringVar(&consoleURL, "console-url", os.Getenv("OPKIT_CONSOLE_URL"), "the console's base URL: each run gets its page's link (env OPKIT_CONSOLE_URL)")
 	return cmd
+}
+
+// noRunsOf says why opkit runs --operator operator found no run: an
+// operator the archive knows (by its runs, its webhook deliveries or its
+// records of watched objects and schedules) has none that the other
+// flags select; a name it has never seen is an error that lists the
+// operators it has runs of, as a misspelt name is the likely cause.
+func noRunsOf(ctx context.Context, store archive.Reader, operator, archivePath string) (string, error) {
+	counts, err := store.Counts(ctx, time.Time{})
+	if err != nil {
+		return "", err
+	}
+	if _, ok := counts[operator]; ok {
+		return "No runs.", nil
+	}
+	deliveries, err := store.ListDeliveries(ctx, archive.DeliveryQuery{Operator: operator, Limit: 1})
+	if err != nil {
+		return "", err
+	}
+	states, err := store.States(ctx, operator)
+	if err != nil {
+		return "", err
+	}
+	if len(deliveries.Deliveries) > 0 || len(states) > 0 {
+		return fmt.Sprintf("No runs: operator %s has none in the archive.", operator), nil
+	}
+	known := slices.Sorted(maps.Keys(counts))
+	where := archive.RedactDSN(archivePath)
+	if len(known) == 0 {
+		return "", fmt.Errorf("operator %s: the archive %s has no runs, webhook deliveries or records of it, nor runs of any operator", operator, where)
+	}
+	const shown = 20
+	list := strings.Join(known[:min(len(known), shown)], ", ")
+	if len(known) > shown {
+		list += fmt.Sprintf(" and %d more", len(known)-shown)
+	}
+	return "", fmt.Errorf("operator %s: the archive %s has no runs, webhook deliveries or records of it; it has runs of %s", operator, where, list)
 }
 
 // outcomeFlag is --outcome: one of the archive's outcomes.
@@ -216,17 +264,7 @@ console shows it. --raw prints the bytes as the handler wrote them.`,
 				return err
 			}
 			defer func() { _ = store.Close() }()
-			out := cmd.OutOrStdout()
-			if !raw {
-				out = &cleanWriter{w: out}
-			}
-			if err := printLogs(cmd.Context(), store, id, follow, out, cmd.ErrOrStderr()); err != nil {
-				return err
-			}
-			if cw, ok := out.(*cleanWriter); ok {
-				return cw.Flush()
-			}
-			return nil
+			return printLogs(cmd.Context(), store, id, logsOptions{follow: follow, raw: raw}, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	archiveFlag(cmd, &archivePath)
@@ -290,7 +328,36 @@ func unfinishedTail(data []byte) int {
 	return 0
 }
 
-func printLogs(ctx context.Context, store archive.Reader, id string, follow bool, stdout, stderr io.Writer) error {
+// logsOptions are opkit logs' flags.
+type logsOptions struct {
+	// follow keeps printing until the run ends (-f).
+	follow bool
+	// raw prints the log's bytes as written (--raw).
+	raw bool
+}
+
+// printLogs prints a run's log on stdout, and on stderr how it failed.
+// What it prints ends with a newline: a log whose last line is not
+// finished (a run in progress, or a handler that wrote no final newline)
+// gets one, so that what the shell prints next starts a line of its own.
+// While it follows, a line is printed as it comes, half or whole.
+func printLogs(ctx context.Context, store archive.Reader, id string, o logsOptions, stdout, stderr io.Writer) error {
+	end := &lineEnd{w: stdout}
+	out := io.Writer(end)
+	var clean *cleanWriter
+	if !o.raw {
+		clean = &cleanWriter{w: end}
+		out = clean
+	}
+	// done writes what the cleaner kept back and ends the last line.
+	done := func() error {
+		if clean != nil {
+			if err := clean.Flush(); err != nil {
+				return err
+			}
+		}
+		return end.finish()
+	}
 	var offset int64
 	for {
 		// Read the run first: a log read after it shows the run finished is
@@ -304,11 +371,16 @@ func printLogs(ctx context.Context, store archive.Reader, id string, follow bool
 		if err != nil {
 			return err
 		}
-		if _, err := stdout.Write(log.Data); err != nil {
+		if _, err := out.Write(log.Data); err != nil {
 			return err
 		}
 		offset = log.Next
-		if run.Outcome != archive.Running || !follow {
+		if run.Outcome != archive.Running || !o.follow {
+			// The log's end before the error, which may go to the same
+			// terminal.
+			if err := done(); err != nil {
+				return err
+			}
 			if run.Outcome != archive.Running && run.Outcome != archive.Succeeded {
 				fmt.Fprintf(stderr, "run %s %s (attempt %d): %s\n", id, run.Outcome, run.Attempt, run.Error)
 			}
@@ -316,10 +388,36 @@ func printLogs(ctx context.Context, store archive.Reader, id string, follow bool
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return done()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// lineEnd passes writes on, and remembers whether the last byte was a
+// newline.
+type lineEnd struct {
+	w io.Writer
+	// open is true when something was written and it did not end with a
+	// newline.
+	open bool
+}
+
+func (l *lineEnd) Write(p []byte) (int, error) {
+	n, err := l.w.Write(p)
+	if n > 0 {
+		l.open = p[n-1] != '\n'
+	}
+	return n, err
+}
+
+// finish ends an open line.
+func (l *lineEnd) finish() error {
+	if !l.open {
+		return nil
+	}
+	_, err := l.Write([]byte{'\n'})
+	return err
 }
 
 // objectKind finds the kind of the object arg (NS/NAME) from the runs q

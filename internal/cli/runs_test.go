@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,7 +31,7 @@ func TestLogsFollowPrintsARunUntilItEnds(t *testing.T) {
 	}
 	var stdout, stderr bytes.Buffer
 	done := make(chan error, 1)
-	go func() { done <- printLogs(ctx, store, run.ID, true, &stdout, &stderr) }()
+	go func() { done <- printLogs(ctx, store, run.ID, logsOptions{follow: true}, &stdout, &stderr) }()
 	time.Sleep(700 * time.Millisecond)
 	if err := store.AppendLog(ctx, run.ID, []byte("second line\n")); err != nil {
 		t.Fatal(err)
@@ -61,6 +62,106 @@ func TestLogsFollowPrintsARunUntilItEnds(t *testing.T) {
 	}
 	if got := stderr.String(); !strings.Contains(got, "run "+run.ID+" Failed (attempt 2): exit status 1") {
 		t.Errorf("stderr %q", got)
+	}
+}
+
+func TestLogsOfARunInProgressEndWithANewline(t *testing.T) {
+	ctx := t.Context()
+	path, store, run := archiveWithRun(t)
+	defer func() { _ = store.Close() }()
+	if err := store.AppendLog(ctx, run.ID, []byte("first line\nhalf a li")); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"logs", run.ID, "--archive", path},
+		{"logs", run.ID, "--archive", path, "--raw"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := Main(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
+		}
+		if got, want := stdout.String(), "first line\nhalf a li\n"; got != want {
+			t.Errorf("%v printed %q, want %q", args, got, want)
+		}
+	}
+	// A log that ends with its newline gets no second one.
+	if err := store.AppendLog(ctx, run.ID, []byte("ne\n")); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"logs", run.ID, "--archive", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if got, want := stdout.String(), "first line\nhalf a line\n"; got != want {
+		t.Errorf("printed %q, want %q", got, want)
+	}
+}
+
+func TestLogsFollowStreamsAHalfLineAndEndsTheLastLineBeforeTheError(t *testing.T) {
+	ctx := t.Context()
+	_, store, run := archiveWithRun(t)
+	defer func() { _ = store.Close() }()
+	if err := store.AppendLog(ctx, run.ID, []byte("first line\nhalf")); err != nil {
+		t.Fatal(err)
+	}
+	// stdout and stderr share one stream, as on a terminal.
+	out := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- printLogs(ctx, store, run.ID, logsOptions{follow: true}, out, out) }()
+	waitFor(t, 10*time.Second, "the half line printed as it is", func() bool { return out.String() == "first line\nhalf" })
+	if err := store.AppendLog(ctx, run.ID, []byte(" a line\nno newline at the end")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the rest of the line printed after it", func() bool {
+		return out.String() == "first line\nhalf a line\nno newline at the end"
+	})
+	run.Outcome, run.FinishedAt, run.Error = archive.Failed, time.Now(), "exit status 1"
+	if err := store.Finish(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("logs -f did not return after the run ended")
+	}
+	want := "first line\nhalf a line\nno newline at the end\nrun " + run.ID + " Failed (attempt 1): exit status 1\n"
+	if got := out.String(); got != want {
+		t.Errorf("printed %q, want %q", got, want)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that one goroutine writes while another
+// reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitFor polls cond until it holds, or fails the test after limit
+// naming what it waited for.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", limit, what)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -343,5 +444,53 @@ func TestRunsFindAnAdmissionDenialByItsOutcome(t *testing.T) {
 	stderr.Reset()
 	if code := Main([]string{"runs", "--archive", path, "--outcome", "Refused"}, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "Denied") {
 		t.Errorf("an unknown outcome: exit %d: %s", code, stderr.String())
+	}
+}
+
+func TestRunsOfAnOperatorTheArchiveNeverSawIsAnErrorNamingTheKnownOnes(t *testing.T) {
+	path, _ := archiveOfKinds(t)
+	store, err := archive.OpenSQLite(t.Context(), path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An operator known by a webhook delivery alone, and one by a record
+	// of a watched object alone: neither has runs.
+	if err := store.RecordDelivery(t.Context(), &archive.Delivery{Operator: "hooked", Source: "github", DeliveryID: "d1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.PutState(t.Context(), &archive.State{Operator: "watcher", Key: "uid-1", Data: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	_ = store.Close()
+
+	for _, tc := range []struct {
+		flags  []string
+		code   int
+		stdout string // the whole of it, for the table
+		stderr []string
+	}{
+		{flags: []string{"--operator", "nosuch"}, code: 1,
+			stderr: []string{"operator nosuch: the archive " + path + " has no runs, webhook deliveries or records of it; it has runs of nightly, printer, team-a"}},
+		{flags: []string{"--operator", "nosuch", "-o", "json"}, code: 1, stderr: []string{"operator nosuch: the archive"}},
+		// Known, without runs: said so, and no error.
+		{flags: []string{"--operator", "hooked"}, stdout: "No runs: operator hooked has none in the archive.\n"},
+		{flags: []string{"--operator", "watcher"}, stdout: "No runs: operator watcher has none in the archive.\n"},
+		// Runs of the operator, none selected by the other flags.
+		{flags: []string{"--operator", "printer", "--trigger", "delete"}, stdout: "No runs.\n"},
+		{flags: []string{"--trigger", "delete"}, stdout: "No runs.\n"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := Main(append([]string{"runs", "--archive", path}, tc.flags...), &stdout, &stderr)
+		if code != tc.code {
+			t.Errorf("opkit runs %s: exit %d, want %d; stderr %s", strings.Join(tc.flags, " "), code, tc.code, stderr.String())
+		}
+		if tc.stdout != "" && stdout.String() != tc.stdout {
+			t.Errorf("opkit runs %s printed %q, want %q", strings.Join(tc.flags, " "), stdout.String(), tc.stdout)
+		}
+		for _, want := range tc.stderr {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("opkit runs %s: stderr %q lacks %q", strings.Join(tc.flags, " "), stderr.String(), want)
+			}
+		}
 	}
 }

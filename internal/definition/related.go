@@ -23,6 +23,9 @@ type Related struct {
 	Selector map[string]*Slot
 	// Namespace is nil for the custom resource's own.
 	Namespace *Slot
+	// Namespaces, sorted, are the only namespaces where the kind is read
+	// and watched for this reference; empty for all.
+	Namespaces []string
 	// Field is where it is declared, e.g. spec.related[0].
 	Field string
 }
@@ -126,6 +129,70 @@ func compileRelated(l *errorList, envs *celEnvs, field string, r v1alpha1.Relate
 	if r.Namespace != "" {
 		out.Namespace = selfOnly(field+".namespace", r.Namespace)
 	}
+	out.Namespaces = namespaceList(l, field+".namespaces", r.Namespaces)
+	if len(out.Namespaces) > 0 && r.Namespace != "" && !strings.Contains(r.Namespace, "${") && !slices.Contains(out.Namespaces, r.Namespace) {
+		l.add(field+".namespace", "%q is not among namespaces (%s): nothing there would be read", r.Namespace, strings.Join(out.Namespaces, ", "))
+	}
+	return out
+}
+
+// Allows reports whether the reference may read objects in namespace ns:
+// any when it lists no namespaces, else those it lists. A cluster-scoped
+// object (ns "") is read whatever the list.
+func (r *Related) Allows(ns string) bool {
+	return len(r.Namespaces) == 0 || ns == "" || slices.Contains(r.Namespaces, ns)
+}
+
+// RelatedKind is a kind of a definition's related objects, with where
+// they are read and watched.
+type RelatedKind struct {
+	GVK schema.GroupVersionKind
+	// Namespaces, sorted, are those the references of the kind list; nil,
+	// every namespace, when one of them lists none.
+	Namespaces []string
+}
+
+// RelatedKinds returns the kinds of d's related objects, each once, in the
+// order they are declared.
+func (d *Definition) RelatedKinds() []RelatedKind {
+	var out []RelatedKind
+	for _, r := range d.Related {
+		i := slices.IndexFunc(out, func(k RelatedKind) bool { return k.GVK == r.GVK })
+		if i < 0 {
+			out = append(out, RelatedKind{GVK: r.GVK, Namespaces: slices.Clone(r.Namespaces)})
+			continue
+		}
+		if len(out[i].Namespaces) == 0 || len(r.Namespaces) == 0 {
+			out[i].Namespaces = nil // every namespace, for one of them
+			continue
+		}
+		for _, ns := range r.Namespaces {
+			if !slices.Contains(out[i].Namespaces, ns) {
+				out[i].Namespaces = append(out[i].Namespaces, ns)
+			}
+		}
+		slices.Sort(out[i].Namespaces)
+	}
+	return out
+}
+
+// namespaceList checks a list of namespace names, each a DNS label, and
+// returns it sorted, without the names it reports.
+func namespaceList(l *errorList, field string, names []string) []string {
+	var out []string
+	for i, ns := range names {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			l.add(at, "%q is not a namespace name: %s", ns, strings.Join(msgs, "; "))
+			continue
+		}
+		if slices.Contains(out, ns) {
+			l.add(at, "namespace %q is listed twice", ns)
+			continue
+		}
+		out = append(out, ns)
+	}
+	slices.Sort(out)
 	return out
 }
 

@@ -80,18 +80,52 @@ func TestRelatedObjectsAreNamedFromSelfAndReadByChildrenAndStatus(t *testing.T) 
 	}
 }
 
+func TestRelatedNamespacesAreLoadedSortedAndBoundWhatIsRead(t *testing.T) {
+	yaml := strings.Replace(relatedApp, `    selector: {app:`, `    namespaces: [team-other, prod]`+"\n"+`    selector: {app:`, 1)
+	srcs, err := Load("app.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Compile(srcs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, pods := d.Related[0], d.Related[1]
+	if len(app.Namespaces) != 0 || strings.Join(pods.Namespaces, ",") != "prod,team-other" {
+		t.Fatalf("namespaces: app %v, pods %v; want none and prod,team-other", app.Namespaces, pods.Namespaces)
+	}
+	for _, tc := range []struct {
+		rel  *Related
+		ns   string
+		want bool
+	}{
+		{app, "anywhere", true},
+		{pods, "prod", true},
+		{pods, "team-other", true},
+		{pods, "team", false},
+		{pods, "", true}, // a cluster-scoped object
+	} {
+		if got := tc.rel.Allows(tc.ns); got != tc.want {
+			t.Errorf("%s.Allows(%q) = %v, want %v", tc.rel.ID, tc.ns, got, tc.want)
+		}
+	}
+}
+
 func TestBadRelatedReferencesAreErrorsNamingTheField(t *testing.T) {
 	for name, tc := range map[string]struct{ from, to, want string }{
-		"both":           {`    name: "${self.spec.image}-config"`, `    name: x` + "\n" + `    selector: {a: b}`, `app.yaml:16: spec.related[0]: set one of name and selector, not both`},
-		"neither":        {`    name: "${self.spec.image}-config"`, ``, `spec.related[0]: set name (one object`},
-		"id":             {`  - id: app`, `  - id: App`, `app.yaml:16: spec.related[0].id: "App" is not an id`},
-		"duplicate":      {`  - id: pods`, `  - id: app`, `spec.related[1].id: duplicate related id "app"`},
-		"kind":           {`    kind: ConfigMap` + "\n" + `    name:`, `    kind: ${self.spec.image}` + "\n" + `    name:`, `spec.related[0].kind: required, and it cannot be an expression`},
-		"reads child":    {`"${self.spec.image}-config"`, `"${children.copy.metadata.name}"`, `spec.related[0].name: ${children.copy.metadata.name}: a related object is named from self alone`},
-		"unknown id":     {`${related.app.data.key}`, `${related.ap.data.key}`, `spec.children[0].template.data.fromApp: ${related.ap.data.key} reads related.ap, but there is no related object with id "ap" (related: app, pods)`},
-		"label key":      {`selector: {app:`, `selector: {"bad key!":`, `spec.related[1].selector.bad key!: "bad key!" is not a label key`},
-		"cel":            {`"${self.spec.image}-config"`, `"${self.spec.imgae}"`, `spec.related[0].name: ${self.spec.imgae}: ERROR`},
-		"served (typed)": {`    kind: ConfigMap` + "\n" + `    name:`, `    kind: Widget` + "\n" + `    name:`, `spec.related[0].kind: kind v1 Widget is not served by the cluster`},
+		"both":                 {`    name: "${self.spec.image}-config"`, `    name: x` + "\n" + `    selector: {a: b}`, `app.yaml:16: spec.related[0]: set one of name and selector, not both`},
+		"neither":              {`    name: "${self.spec.image}-config"`, ``, `spec.related[0]: set name (one object`},
+		"id":                   {`  - id: app`, `  - id: App`, `app.yaml:16: spec.related[0].id: "App" is not an id`},
+		"duplicate":            {`  - id: pods`, `  - id: app`, `spec.related[1].id: duplicate related id "app"`},
+		"kind":                 {`    kind: ConfigMap` + "\n" + `    name:`, `    kind: ${self.spec.image}` + "\n" + `    name:`, `spec.related[0].kind: required, and it cannot be an expression`},
+		"reads child":          {`"${self.spec.image}-config"`, `"${children.copy.metadata.name}"`, `spec.related[0].name: ${children.copy.metadata.name}: a related object is named from self alone`},
+		"unknown id":           {`${related.app.data.key}`, `${related.ap.data.key}`, `spec.children[0].template.data.fromApp: ${related.ap.data.key} reads related.ap, but there is no related object with id "ap" (related: app, pods)`},
+		"label key":            {`selector: {app:`, `selector: {"bad key!":`, `spec.related[1].selector.bad key!: "bad key!" is not a label key`},
+		"cel":                  {`"${self.spec.image}-config"`, `"${self.spec.imgae}"`, `spec.related[0].name: ${self.spec.imgae}: ERROR`},
+		"namespaces":           {`    selector: {app:`, `    namespaces: [team-other, Team_B]` + "\n" + `    selector: {app:`, `spec.related[1].namespaces[1]: "Team_B" is not a namespace name`},
+		"namespaces twice":     {`    selector: {app:`, `    namespaces: [a, a]` + "\n" + `    selector: {app:`, `spec.related[1].namespaces[1]: namespace "a" is listed twice`},
+		"namespace not listed": {`    namespace: "${self.metadata.namespace}-other"`, `    namespace: prod` + "\n" + `    namespaces: [staging]`, `spec.related[1].namespace: "prod" is not among namespaces (staging)`},
+		"served (typed)":       {`    kind: ConfigMap` + "\n" + `    name:`, `    kind: Widget` + "\n" + `    name:`, `spec.related[0].kind: kind v1 Widget is not served by the cluster`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			yaml := strings.Replace(relatedApp, tc.from, tc.to, 1)

@@ -115,6 +115,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	// A free port is found by binding it and letting it go; another process
 	// can take it before the component binds it. Such a lost race is retried
 	// with new ports, a few times.
+	// What a plane killed by SIGKILL left: its Stop did not run.
+	removeStale(opts.Log)
 	for attempt := 1; ; attempt++ {
 		c, err := startOnce(ctx, opts)
 		if err == nil || attempt == 3 || !lostPortRace(err) {
@@ -135,12 +137,21 @@ func startOnce(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	c := &Cluster{opts: opts, dataDir: opts.DataDir, ports: ports, done: make(chan struct{})}
 	if c.dataDir == "" {
-		if c.dataDir, err = os.MkdirTemp("", "opkit-cluster-"); err != nil {
+		if c.dataDir, err = os.MkdirTemp("", tempPrefix); err != nil {
 			return nil, err
 		}
 		c.tempData = true
 	}
 	if c.dataDir, err = filepath.Abs(c.dataDir); err != nil {
+		return nil, err
+	}
+	if err := private(c.dataDir); err != nil {
+		return nil, err
+	}
+	if err := claim(c.dataDir, c.tempData); err != nil {
+		if c.tempData {
+			os.RemoveAll(c.dataDir)
+		}
 		return nil, err
 	}
 	if err := c.start(ctx, bins); err != nil {
@@ -149,6 +160,19 @@ func startOnce(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	go c.watch()
 	return c, nil
+}
+
+// private makes the data directory, which holds the CA's key and an
+// administrator's kubeconfig, readable by its user alone (0700), whether
+// Start makes it or is given one that exists.
+func private(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating the data directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("making the data directory %s private: %w", dir, err)
+	}
+	return nil
 }
 
 // lostPortRace reports whether a start failed because a component could not
@@ -517,6 +541,8 @@ func (c *Cluster) Stop() {
 		}
 		if c.tempData {
 			os.RemoveAll(c.dataDir)
+		} else {
+			release(c.dataDir)
 		}
 	})
 }

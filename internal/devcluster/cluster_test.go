@@ -28,8 +28,11 @@ import (
 )
 
 // holdEnv makes the test binary a process that starts a plane in the data
-// directory it names, prints "ready" and waits to be killed.
+// directory it names (a temporary one for holdTemporary), prints "ready"
+// and the data directory, and waits to be killed.
 const holdEnv = "DEVCLUSTER_TEST_HOLD_DATA_DIR"
+
+const holdTemporary = "temporary"
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(holdEnv); dir != "" {
@@ -40,13 +43,38 @@ func TestMain(m *testing.M) {
 }
 
 func holdCluster(dataDir string) {
+	if dataDir == holdTemporary {
+		dataDir = ""
+	}
 	c, err := devcluster.Start(context.Background(), devcluster.Options{DataDir: dataDir})
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(1)
 	}
-	fmt.Println("ready")
+	fmt.Println("ready", c.DataDir())
 	<-c.Done()
+}
+
+// startHolder starts a process that holds a plane on dataDir (or
+// holdTemporary) and returns it with the plane's data directory.
+func startHolder(t *testing.T, dataDir string) (*exec.Cmd, string) {
+	t.Helper()
+	holder := exec.Command(os.Args[0], "-test.run=^$")
+	holder.Env = append(os.Environ(), holdEnv+"="+dataDir)
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	dir, ok := strings.CutPrefix(strings.TrimSpace(line), "ready ")
+	if !ok {
+		t.Fatalf("holder did not start a plane: %q %v", line, err)
+	}
+	return holder, dir
 }
 
 var eventually = clustertest.Eventually
@@ -184,20 +212,7 @@ func TestKilledParentLeavesNoProcess(t *testing.T) {
 		t.Skip("starts a control plane")
 	}
 	dataDir := t.TempDir()
-	holder := exec.Command(os.Args[0], "-test.run=^$")
-	holder.Env = append(os.Environ(), holdEnv+"="+dataDir)
-	out, err := holder.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Process.Kill()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if strings.TrimSpace(line) != "ready" {
-		t.Fatalf("holder did not start a plane: %q %v", line, err)
-	}
+	holder, _ := startHolder(t, dataDir)
 	if pids := clustertest.ProcessesMentioning(dataDir); len(pids) < 4 {
 		t.Fatalf("want the plane's 4 components running, found %v", pids)
 	}
@@ -208,6 +223,98 @@ func TestKilledParentLeavesNoProcess(t *testing.T) {
 	eventually(t, 15*time.Second, "components die with their parent", func(context.Context) (bool, error) {
 		return len(clustertest.ProcessesMentioning(dataDir)) == 0, nil
 	})
+}
+
+func TestTheNextStartRemovesTheDataOfAKilledPlaneAndNotALiveOnes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts control planes")
+	}
+	// Planes in a temporary directory of the test's own, where nothing
+	// else makes planes.
+	t.Setenv("TMPDIR", t.TempDir())
+	killed, killedDir := startHolder(t, holdTemporary)
+	_, liveDir := startHolder(t, holdTemporary)
+	if err := killed.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = killed.Wait()
+	eventually(t, 15*time.Second, "the killed plane's components die", func(context.Context) (bool, error) {
+		return len(clustertest.ProcessesMentioning(killedDir)) == 0, nil
+	})
+	if _, err := os.Stat(filepath.Join(killedDir, "pki", "ca.key")); err != nil {
+		t.Fatalf("the killed plane left no CA key to clean up (%v): the test shows nothing", err)
+	}
+
+	c, err := devcluster.Start(t.Context(), devcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	if _, err := os.Stat(killedDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s, left by the killed plane, is still there (%v)", killedDir, err)
+	}
+	if _, err := os.Stat(filepath.Join(liveDir, "pki", "ca.key")); err != nil {
+		t.Errorf("the data of the plane that runs was touched: %v", err)
+	}
+	if pids := clustertest.ProcessesMentioning(liveDir); len(pids) < 4 {
+		t.Errorf("the plane that runs lost components: %v", pids)
+	}
+}
+
+func TestTheDataDirIsPrivateAndItsKeysReadableByTheUserAlone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	// A kept data directory that exists, readable by all, is made
+	// private; a temporary one is made so.
+	kept := filepath.Join(t.TempDir(), "plane")
+	if err := os.Mkdir(kept, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, dataDir := range []string{kept, ""} {
+		c, err := devcluster.Start(t.Context(), devcluster.Options{DataDir: dataDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := c.DataDir()
+		info, err := os.Stat(dir)
+		if err != nil {
+			c.Stop()
+			t.Fatal(err)
+		}
+		if perm := info.Mode().Perm(); perm != 0o700 {
+			t.Errorf("data directory %s has mode %o, want 700", dir, perm)
+		}
+		keys := 0
+		err = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(string(data), "PRIVATE KEY") && !strings.Contains(string(data), "client-key-data") {
+				return nil
+			}
+			keys++
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if perm := info.Mode().Perm(); perm&0o077 != 0 {
+				t.Errorf("%s holds a private key and has mode %o, want 600", path, perm)
+			}
+			return nil
+		})
+		c.Stop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keys < 10 {
+			t.Errorf("found %d files with private keys in %s, want the CA's, the certificates' and the kubeconfigs'", keys, dir)
+		}
+	}
 }
 
 func TestStopLeavesNoProcessAndRemovesTemporaryData(t *testing.T) {

@@ -30,6 +30,12 @@
 //     group, then SIGKILL after a grace period.
 //   - A port that is asked for and already taken is reported before any
 //     process starts.
+//   - The data directory is private (0700, made so when it is given) and
+//     names the process that runs the plane (owner.go). A second Start on
+//     a directory that a live process's plane uses is refused. A
+//     temporary data directory left by a process killed before its Stop
+//     is removed by the next Start; one whose process lives, and a kept
+//     one, never are.
 //
 // # Dev node
 //

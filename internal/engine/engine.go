@@ -178,7 +178,6 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -768,22 +767,9 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	}
 	// A change of a related object reconciles the custom resources that
 	// refer to it (related.go).
-	watched := map[schema.GroupVersionKind]bool{}
-	for _, rel := range d.Related {
-		if watched[rel.GVK] {
-			continue
-		}
-		watched[rel.GVK] = true
-		gvk := rel.GVK
-		obj := &unstructured.Unstructured{}
-		obj.SetGroupVersionKind(gvk)
-		h := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			return r.related.requests(gvk, o)
-		})
-		if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), obj, h)); err != nil {
-			cancel()
-			return nil, err
-		}
+	if err := e.watchRelated(ctx, c, r); err != nil {
+		cancel()
+		return nil, err
 	}
 	seen := map[string]bool{}
 	for _, child := range d.Children {

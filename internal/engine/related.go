@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -13,18 +14,30 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/opkit-dev/opkit/internal/definition"
 )
 
-// Related objects (definition.Related) are read from the shared cache and
-// never written. Each reconcile records what its custom resource refers to
-// in the operator's relatedIndex; a change of a related object then
+// Related objects (definition.Related) are read from a cache and never
+// written. Each reconcile records what its custom resource refers to in
+// the operator's relatedIndex; a change of a related object then
 // reconciles the custom resources that refer to it, found by name in a map
 // or by selector among those of its kind and namespace, never by a scan of
 // every custom resource.
+//
+// A kind is read from the engine's shared cache, which lists and watches it
+// in every namespace (or in Options.Namespace alone), unless every
+// reference of the kind lists its namespaces: the operator then has a
+// cache of its own for the kind, which lists and watches it in those
+// namespaces only, as the engine's permissions may allow no more. Either
+// way, a reference that names a namespace its list does not hold is an
+// error of its custom resource, and nothing there is read.
 
 // relatedRef is one custom resource's reference: an object by name, or
 // the objects a selector matches.
@@ -51,6 +64,11 @@ type scopeKey struct {
 // relatedIndex maps related objects to the custom resources that refer to
 // them.
 type relatedIndex struct {
+	// readers are the caches of the kinds read from a cache of the
+	// operator's own (watchRelated); the others are read with the
+	// reconciler's client. Set before the controller starts.
+	readers map[schema.GroupVersionKind]client.Reader
+
 	mu     sync.Mutex
 	byName map[objectKey]map[types.NamespacedName]bool
 	bySel  map[scopeKey]map[types.NamespacedName]labels.Selector
@@ -133,6 +151,15 @@ func (x *relatedIndex) requests(gvk schema.GroupVersionKind, obj client.Object) 
 	return out
 }
 
+// reader is what reads the related objects of kind gvk: the operator's
+// own cache of the kind, or else shared.
+func (x *relatedIndex) reader(gvk schema.GroupVersionKind, shared client.Reader) client.Reader {
+	if r, ok := x.readers[gvk]; ok {
+		return r
+	}
+	return shared
+}
+
 // readRelated reads the related objects cr refers to into vars (a missing
 // named object is left out: what reads it waits) and records the
 // references in the index.
@@ -159,12 +186,15 @@ func (r *reconciler) readRelated(ctx context.Context, cr *unstructured.Unstructu
 			return fmt.Errorf("%s: %s is namespaced: give the related object a namespace (the custom resource has none)", rel.Field, rel.GVK.Kind)
 		} else if why := outside(r.namespace, ns); why != "" {
 			return fmt.Errorf("%s: %s: %s", rel.Field, rel.GVK.Kind, why)
+		} else if !rel.Allows(ns) {
+			return fmt.Errorf("%s: %s in namespace %s: not among %s.namespaces (%s), where alone it is read", rel.Field, rel.GVK.Kind, ns, rel.Field, strings.Join(rel.Namespaces, ", "))
 		}
 		refs = append(refs, relatedRef{gvk: rel.GVK, namespace: ns, name: name, selector: sel})
+		reader := r.related.reader(rel.GVK, r.client)
 		if !rel.List() {
 			obj := &unstructured.Unstructured{}
 			obj.SetGroupVersionKind(rel.GVK)
-			err := r.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
+			err := reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
 			switch {
 			case err == nil:
 				into[rel.ID] = obj.Object
@@ -175,7 +205,7 @@ func (r *reconciler) readRelated(ctx context.Context, cr *unstructured.Unstructu
 		}
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(rel.GVK.GroupVersion().WithKind(rel.GVK.Kind + "List"))
-		if err := r.client.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		if err := reader.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 			return fmt.Errorf("%s: listing %s: %w", rel.Field, rel.GVK.Kind, err)
 		}
 		sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].GetName() < list.Items[j].GetName() })
@@ -189,29 +219,88 @@ func (r *reconciler) readRelated(ctx context.Context, cr *unstructured.Unstructu
 }
 
 // checkRelated refuses a definition whose related kinds the cluster does
-// not serve or the engine may not list and watch (the watch would never
-// sync), naming the field.
+// not serve or the engine may not list and watch where it reads them (the
+// watch would never sync), and one that lists namespaces for a
+// cluster-scoped kind, naming the field.
 func (e *Engine) checkRelated(ctx context.Context, d *definition.Definition) error {
 	for _, rel := range d.Related {
 		mapping, err := e.mgr.GetRESTMapper().RESTMapping(rel.GVK.GroupKind(), rel.GVK.Version)
 		if err != nil {
 			return fmt.Errorf("operator %s: %s: kind %s is not served by the cluster: %w", d.Operator.Name, rel.Field, rel.GVK, err)
 		}
-		ns, where := "", "in all namespaces"
-		if e.opts.Namespace != "" && mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-			ns, where = e.opts.Namespace, "in namespace "+e.opts.Namespace // its cache's (scope.go)
+		namespaced := mapping.Scope.Name() == meta.RESTScopeNameNamespace
+		if !namespaced && len(rel.Namespaces) > 0 {
+			return fmt.Errorf("operator %s: %s.namespaces: %s is cluster-scoped: its objects are in no namespace; remove namespaces", d.Operator.Name, rel.Field, rel.GVK.Kind)
 		}
-		for _, verb := range []string{"list", "watch"} {
-			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Namespace: ns, Group: mapping.Resource.Group, Version: mapping.Resource.Version, Resource: mapping.Resource.Resource},
-			}}
-			got, err := e.clientset.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		namespaces := []string{""} // all, or a cluster-scoped kind
+		switch {
+		case e.opts.Namespace != "" && namespaced:
+			namespaces = []string{e.opts.Namespace} // its cache's (scope.go)
+		case len(rel.Namespaces) > 0:
+			namespaces = rel.Namespaces // its own cache's (watchRelated)
+		}
+		for _, ns := range namespaces {
+			where := "in all namespaces"
+			if ns != "" {
+				where = "in namespace " + ns
+			}
+			for _, verb := range []string{"list", "watch"} {
+				review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+					ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Namespace: ns, Group: mapping.Resource.Group, Version: mapping.Resource.Version, Resource: mapping.Resource.Resource},
+				}}
+				got, err := e.clientset.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+				if err != nil {
+					return fmt.Errorf("operator %s: %s: checking the engine may %s %s: %w", d.Operator.Name, rel.Field, verb, mapping.Resource.Resource, err)
+				}
+				if !got.Status.Allowed {
+					return fmt.Errorf("operator %s: %s: the engine may not %s %s %s; grant it list and watch on %s there (related objects are watched wherever the engine acts, or in the namespaces %s.namespaces lists)", d.Operator.Name, rel.Field, verb, mapping.Resource.GroupResource(), where, mapping.Resource.GroupResource(), rel.Field)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// watchRelated has c reconcile the custom resources that refer to a
+// related object when it changes, and gives r the caches it reads related
+// objects from: the shared cache, or, for a kind whose every reference
+// lists its namespaces, a cache of the operator's own that lists and
+// watches it there alone, which lives until ctx ends.
+func (e *Engine) watchRelated(ctx context.Context, c controller.TypedController[reconcile.Request], r *reconciler) error {
+	for _, k := range r.def.RelatedKinds() {
+		from := e.mgr.GetCache()
+		if len(k.Namespaces) > 0 && e.opts.Namespace == "" {
+			opts := cache.Options{
+				Scheme: e.mgr.GetScheme(), Mapper: e.mgr.GetRESTMapper(),
+				DefaultTransform:  compactCache,
+				DefaultNamespaces: map[string]cache.Config{},
+			}
+			for _, ns := range k.Namespaces {
+				opts.DefaultNamespaces[ns] = cache.Config{}
+			}
+			own, err := cache.New(e.opts.Config, opts)
 			if err != nil {
-				return fmt.Errorf("operator %s: %s: checking the engine may %s %s: %w", d.Operator.Name, rel.Field, verb, mapping.Resource.Resource, err)
+				return fmt.Errorf("operator %s: the cache of its related %s: %w", r.def.Operator.Name, k.GVK.Kind, err)
 			}
-			if !got.Status.Allowed {
-				return fmt.Errorf("operator %s: %s: the engine may not %s %s %s; grant it list and watch on %s (related objects are watched wherever the engine acts)", d.Operator.Name, rel.Field, verb, mapping.Resource.GroupResource(), where, mapping.Resource.GroupResource())
+			go func() {
+				if err := own.Start(ctx); err != nil && ctx.Err() == nil {
+					e.mgr.GetLogger().Error(err, "the cache of related objects stopped", "operator", r.def.Operator.Name, "kind", k.GVK.Kind)
+				}
+			}()
+			if r.related.readers == nil {
+				r.related.readers = map[schema.GroupVersionKind]client.Reader{}
 			}
+			r.related.readers[k.GVK] = own
+			from = own
+		}
+		gvk := k.GVK
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(gvk)
+		h := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return r.related.requests(gvk, o)
+		})
+		if err := c.Watch(source.Kind[client.Object](from, obj, h)); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -230,14 +230,15 @@ func (n *needs) owned(d *definition.Definition, op string, opts Options) {
 		n.kind(c.GVK, anyNamespace, fmt.Sprintf("%s: keeps its children %s converged (watch; server-side apply; delete to prune or re-create)", op, kindName(c.GVK)),
 			"get", "list", "watch", "create", "patch", "delete")
 	}
-	seen = map[schema.GroupVersionKind]bool{}
-	for _, r := range d.Related {
-		if seen[r.GVK] {
-			continue
+	for _, k := range d.RelatedKinds() {
+		where := "watched in every namespace"
+		if len(k.Namespaces) > 0 {
+			where = "watched in the namespaces its references list"
 		}
-		seen[r.GVK] = true
-		n.kind(r.GVK, anyNamespace, fmt.Sprintf("%s: reads its related objects %s (watched in every namespace, never written)", op, kindName(r.GVK)), "list", "watch")
-		n.add("authorization.k8s.io", "selfsubjectaccessreviews", anyNamespace, "", op+": checks that the engine may watch "+kindName(r.GVK)+" before it starts", "create")
+		for _, ns := range namespacesOr(k.Namespaces) {
+			n.kind(k.GVK, ns, fmt.Sprintf("%s: reads its related objects %s (%s, never written)", op, kindName(k.GVK), where), "list", "watch")
+		}
+		n.add("authorization.k8s.io", "selfsubjectaccessreviews", anyNamespace, "", op+": checks that the engine may watch "+kindName(k.GVK)+" before it starts", "create")
 	}
 	if opts.MigrateStorage {
 		n.add(d.GVK.Group, d.Plural, anyNamespace, "", op+": --migrate-storage rewrites its "+kind+" at the storage version (a no-op update of each)", "list", "update")

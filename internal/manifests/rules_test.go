@@ -1,6 +1,7 @@
 package manifests_test
 
 import (
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -311,6 +312,41 @@ spec:
 	}
 	if got := rules.Namespaces["maintenance"]; len(got) != 0 {
 		t.Errorf("a Role in maintenance %v: the ClusterRole grants Jobs everywhere already (build's Jobs run in any namespace)", got)
+	}
+}
+
+func TestRelatedObjectsAreWatchedWhereTheirReferencesSay(t *testing.T) {
+	defs := compileYAML(t, `
+apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: sites}
+spec:
+  resource:
+    group: demo.example.com
+    kind: Site
+    versions: [{name: v1, schema: {type: object}}]
+  related:
+  - {id: config, apiVersion: v1, kind: ConfigMap, name: shared, namespace: platform, namespaces: [platform]}
+  - {id: flags, apiVersion: v1, kind: ConfigMap, selector: {app: flags}, namespaces: [team-a, platform]}
+  - {id: app, apiVersion: apps/v1, kind: Deployment, name: web}
+`)
+	rules, _ := manifests.ComputeRules(defs, manifests.Options{})
+	for _, s := range []string{
+		"list configmaps in platform", "watch configmaps in platform", "list configmaps in team-a", "watch configmaps in team-a",
+		// A reference that lists no namespaces reads in all of them.
+		"list deployments.apps", "watch deployments.apps",
+	} {
+		if !allows(rules, "opkit", parse(s)) {
+			t.Errorf("the rules do not allow %s", parse(s))
+		}
+	}
+	for _, s := range []string{"list configmaps", "watch configmaps", "list configmaps in team-b", "get configmaps shared in platform"} {
+		if allows(rules, "opkit", parse(s)) {
+			t.Errorf("the rules allow %s", parse(s))
+		}
+	}
+	if got := slices.Sorted(maps.Keys(rules.Namespaces)); !slices.Equal(got, []string{"platform", "team-a"}) {
+		t.Errorf("Roles in namespaces %v, want platform and team-a", got)
 	}
 }
 

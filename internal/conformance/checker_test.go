@@ -50,6 +50,8 @@ type checker struct {
 	changes int
 	// blocked counts the held runs the checker has acted on.
 	blocked int
+	// decisionSince is when quiet first saw a decision waiting.
+	decisionSince time.Time
 	// engineLog gathers what failed engine processes said.
 	engineLog string
 }
@@ -126,6 +128,16 @@ func (ch *checker) apply(s conformance.Step) {
 		if err := ch.env.Client.Delete(ctx, ch.object()); err != nil {
 			t.Fatalf("delete: %v", err)
 		}
+	case conformance.OpDecide:
+		obj := ch.object()
+		if err := ch.env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			t.Fatal(err)
+		}
+		// The visit a person sees, as opkit decide writes it.
+		name, _, _ := unstructured.NestedString(obj.Object, "status", "state", "name")
+		seq, _, _ := unstructured.NestedInt64(obj.Object, "status", "state", "seq")
+		d, _ := json.Marshal(v1alpha1.Decision{State: name, Seq: seq, Choose: s.Choice, Reason: "the conformance check decides", By: "conformance", At: time.Now().UTC().Format(time.RFC3339)})
+		ch.patch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{v1alpha1.DecisionAnnotation: string(d)}}})
 	case conformance.OpStop:
 		ch.stop(s.Kill)
 	case conformance.OpStart, conformance.OpCrash:
@@ -274,6 +286,18 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 		if _, retry := obj.GetAnnotations()[v1alpha1.RetryAnnotation]; retry && ch.c.Def.Kind == conformance.CustomResource {
 			return "", nil
 		}
+		if _, waits := obj.GetAnnotations()[v1alpha1.DecisionAnnotation]; waits {
+			// Taken or refused at once: give it a few seconds, then the
+			// comparison says it waited.
+			if ch.decisionSince.IsZero() {
+				ch.decisionSince = time.Now()
+			}
+			if time.Since(ch.decisionSince) < 10*time.Second {
+				return "", nil
+			}
+		} else {
+			ch.decisionSince = time.Time{}
+		}
 		if ch.c.Def.Kind == conformance.CustomResource {
 			observed, _, _ := unstructured.NestedInt64(obj.Object, "status", "observedGeneration")
 			if observed != obj.GetGeneration() {
@@ -388,6 +412,16 @@ func (ch *checker) observe() *conformance.Observed {
 			count, _, _ := unstructured.NestedInt64(obj.Object, "status", "count")
 			end.Count = int(count)
 			end.State, _, _ = unstructured.NestedString(obj.Object, "status", "state", "name")
+			end.Decision = obj.GetAnnotations()[v1alpha1.DecisionAnnotation]
+			events := &corev1.EventList{}
+			if err := ch.env.Client.List(ctx, events, client.InNamespace(ch.ns)); err != nil {
+				ch.t.Fatal(err)
+			}
+			for _, ev := range events.Items {
+				if ev.Reason == "DecisionRefused" && ev.InvolvedObject.UID == uid {
+					end.Refused = true
+				}
+			}
 		}
 		obs.Ends = append(obs.Ends, end)
 	}
@@ -407,6 +441,7 @@ func (ch *checker) observe() *conformance.Observed {
 			ID:  conformance.RunID{Life: ch.uids[r.UID], Handler: r.Handler, Trigger: conformance.Trigger(r.Trigger)},
 			Key: r.Key, RunID: r.RunID, Attempt: r.Attempt, Interrupted: r.Blocked,
 			Outcome: conformance.Outcome(byID[r.RunID].Outcome), Count: r.Count, Generation: r.Generation, Spec: r.Spec,
+			State: r.State, StateSeq: r.StateSeq,
 		}
 		parts := strings.Split(r.Key, "/")
 		if len(parts) >= 3 {

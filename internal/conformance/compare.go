@@ -30,6 +30,10 @@ type Seen struct {
 	// Spec is the binding context's object's spec (a ConfigMap's data),
 	// the fields a and b.
 	Spec map[string]string
+	// State and StateSeq are the binding context's object's
+	// status.state.name and seq.
+	State    string
+	StateSeq int64
 }
 
 // Observed is everything the checker saw of one case.
@@ -62,6 +66,7 @@ const (
 	RowNeverWritten  = "never written by opkit"
 	RowReadYourWrite = "read-your-writes"
 	RowFinal         = "final state"
+	RowDecision      = "a decision is taken or refused"
 	RowEngine        = "engine"
 )
 
@@ -117,6 +122,12 @@ func Compare(def *Def, e *Expectation, obs *Observed) []Violation {
 			add(RowRunsTwice, "%s changed its idempotency key between attempts: %v", id, slices.Sorted(maps.Keys(keys)))
 		}
 	}
+	// An enter run sees the transition that began its visit.
+	for _, s := range obs.Runs {
+		if s.ID.Trigger == Enter && s.StateSeq != s.ID.Seq {
+			add(RowReadYourWrite, "stale object: %s (run %s) saw status.state %s seq %d, not the visit it runs for", s.ID, s.RunID, s.State, s.StateSeq)
+		}
+	}
 	// An interrupted run runs again with its key.
 	for i, s := range obs.Runs {
 		if !s.Interrupted {
@@ -163,7 +174,13 @@ func Compare(def *Def, e *Expectation, obs *Observed) []Violation {
 		case got.Exists && def.Kind == CustomResource && got.Count != want.Count:
 			add(RowReadYourWrite, "lost status writes: object #%d has status.count %d; %d writing runs must have succeeded for it, each adding one", want.Life, got.Count, want.Count)
 		}
-		if got.Exists && want.State != "" && got.State != want.State {
+		switch {
+		case !got.Exists || want.State == "":
+		case got.Decision != "":
+			add(RowDecision, "object #%d: the decision %s is still waiting in its annotation, in state %s: the docs promise it taken or refused at once", want.Life, got.Decision, got.State)
+		case want.OrRefused && got.State == StateAsk && got.Refused:
+			// Refused at once, with its reason: allowed.
+		case got.State != want.State:
 			add(RowFinal, "object #%d is in state %s; the docs promise %s", want.Life, got.State, want.State)
 		}
 	}

@@ -25,7 +25,7 @@ type Space struct {
 var DefaultSpace = Space{
 	Kinds:       []Kind{CustomResource, CustomResource, Watch},
 	Triggers:    []Trigger{Create, Update, Delete, Resume},
-	States:      false,
+	States:      true,
 	MaxHandlers: 3,
 	MaxSteps:    8,
 }
@@ -97,6 +97,9 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 	add(Step{Op: OpCreate})
 	for len(steps) < sp.MaxSteps && r.IntN(8) != 0 {
 		l := m.current()
+		if l != nil && l.refusable {
+			break // what follows a decision the engine may refuse is not modelled
+		}
 		type option struct {
 			weight int
 			step   Step
@@ -116,7 +119,7 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 		if l.exists && m.stalled(l) {
 			opts = append(opts, option{3, Step{Op: OpRetry}})
 		}
-		if l.exists && !l.deleting && l.state == StateAsk {
+		if m.up && l.exists && !l.deleting && l.state == StateAsk {
 			opts = append(opts, option{4, Step{Op: OpDecide, Choice: []string{StateDone, StateStart}[r.IntN(2)]}})
 		}
 		if m.up {

@@ -58,6 +58,8 @@ type record struct {
 	Generation int64             `json:"generation"`
 	Count      int               `json:"count"`
 	Spec       map[string]string `json:"spec"`
+	State      string            `json:"state,omitempty"`
+	StateSeq   int64             `json:"stateSeq,omitempty"`
 	Blocked    bool              `json:"blocked,omitempty"`
 }
 
@@ -77,6 +79,10 @@ type bindingContext struct {
 		Data   map[string]string `json:"data"`
 		Status struct {
 			Count int `json:"count"`
+			State struct {
+				Name string `json:"name"`
+				Seq  int64  `json:"seq"`
+			} `json:"state"`
 		} `json:"status"`
 	} `json:"object"`
 }
@@ -108,6 +114,7 @@ func runRecorder(args []string) int {
 		Handler: ctx.Handler, Trigger: ctx.Trigger, Key: ctx.IdempotencyKey, RunID: ctx.RunID, Attempt: ctx.Attempt,
 		Engine: os.Getppid(), UID: ctx.Object.Metadata.UID, Generation: ctx.Object.Metadata.Generation,
 		Count: ctx.Object.Status.Count, Spec: ctx.Object.Spec,
+		State: ctx.Object.Status.State.Name, StateSeq: ctx.Object.Status.State.Seq,
 	}
 	if args[2] == string(conformance.Watch) {
 		rec.Spec = ctx.Object.Data

@@ -86,6 +86,13 @@ type End struct {
 	Count int
 	// State is status.state.name, for an operator with states.
 	State string
+	// OrRefused: the last decision may also have been refused at once
+	// (a DecisionRefused Event), the object then staying in Ask.
+	OrRefused bool
+	// Decision and Refused are what the checker saw: a decision still in
+	// the object's annotation, and a DecisionRefused Event about it.
+	Decision string
+	Refused  bool
 }
 
 // Expectation is what the docs promise of a Case.
@@ -151,6 +158,11 @@ type life struct {
 	// The state machine: the current state and visit.
 	state string
 	seq   int64
+	// refusable: a decision was made while the visit's enter handlers
+	// were held back by a handler that gave up; the docs let the engine
+	// take it or refuse it at once (DESIGN.md 12), so the state after it
+	// is one of two, and nothing is modelled after it.
+	refusable bool
 }
 
 // handlerState is what a handler has done for a life.
@@ -196,6 +208,10 @@ func (m *model) apply(s Step, held bool) {
 			l.hs[h.Name] = &handlerState{execs: map[RunID]int{}, resumed: map[int]bool{}}
 		}
 		m.lives = append(m.lives, l)
+		if m.def.States != nil {
+			// A new object enters its initial state first.
+			l.state, l.seq = StateStart, 1
+		}
 	case OpChange:
 		spec := maps.Clone(l.specs[l.gen])
 		m.nextRev++
@@ -225,6 +241,17 @@ func (m *model) apply(s Step, held bool) {
 				hs.stalled, hs.attempts = nil, 0
 			}
 		}
+	case OpDecide:
+		// A person's decision is taken, once the visit's enter handlers
+		// are done; when a handler that gave up holds them back, it is
+		// taken or refused at once, never left waiting.
+		if m.up {
+			m.settle()
+		}
+		if m.held(l) {
+			l.refusable = true
+		}
+		m.move(l, s.Choice)
 	case OpStop:
 		m.up = false
 		return
@@ -313,6 +340,11 @@ func (m *model) deletePending(l *life) bool {
 }
 
 // step makes the next run due for l, if any, and reports whether it did.
+// Handlers run one at a time, in declared order; create and update runs
+// first, then the state's enter runs and transitions, then resume runs.
+// A handler that gave up holds back its runs and those of the handlers
+// declared after it (docs/handlers.md: "so that provision can come before
+// announce"), until the spec changes or opkit retry.
 func (m *model) step(l *life) bool {
 	if l.deleting {
 		return m.stepDelete(l)
@@ -321,53 +353,108 @@ func (m *model) step(l *life) bool {
 		return false
 	}
 	l.seen = true
-	// Create and update runs, in declared order: a handler that gave up
-	// holds back the handlers after it (docs/handlers.md: one at a time
-	// per object, in the order they are declared).
-	for i := range m.def.Handlers {
-		h := &m.def.Handlers[i]
-		hs := l.hs[h.Name]
-		if hs.stalled != nil {
-			return false
-		}
-		if hs.gen >= l.gen {
+	hs := m.def.Handlers
+	limit := slices.IndexFunc(hs, func(h Handler) bool { return l.hs[h.Name].stalled != nil })
+	if limit < 0 {
+		limit = len(hs)
+	}
+	handled := true
+	for i := range hs {
+		h := &hs[i]
+		st := l.hs[h.Name]
+		if st.gen >= l.gen || !(h.Fires(Create) || h.Fires(Update)) {
+			st.gen = max(st.gen, l.gen)
 			continue
 		}
 		var t Trigger
 		switch {
-		case hs.gen == 0 && h.Fires(Create):
+		case st.gen == 0 && h.Fires(Create):
 			t = Create
-		case hs.gen > 0 && h.Fires(Update) && touches(h, l.specs[hs.gen], l.specs[l.gen]):
+		case st.gen > 0 && h.Fires(Update) && touches(h, l.specs[st.gen], l.specs[l.gen]):
 			t = Update
 		default:
-			hs.gen = l.gen // nothing of this change is about it
+			st.gen = l.gen // nothing of this change is about it
+			continue
+		}
+		if i >= limit {
+			handled = false
 			continue
 		}
 		m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: t, Gen: l.gen}, func() {
-			hs.gen = l.gen
+			st.gen = l.gen
 		})
 		return true
 	}
-	l.handled = true
-	for len(l.resumeDue) > 0 {
-		start := l.resumeDue[0]
-		for i := range m.def.Handlers {
-			h := &m.def.Handlers[i]
-			hs := l.hs[h.Name]
-			if hs.stalled != nil {
-				return false
-			}
-			if !h.Fires(Resume) || hs.resumed[start] {
+	l.handled = l.handled || handled
+	if l.state != "" {
+		if m.stepState(l, hs[:limit]) {
+			return true
+		}
+		if l.state == StateStart && m.entered(l) {
+			m.move(l, StateAsk) // the unconditional transition
+			return true
+		}
+	}
+	for _, start := range l.resumeDue {
+		for i := range hs[:limit] {
+			h := &hs[i]
+			st := l.hs[h.Name]
+			if !h.Fires(Resume) || st.resumed[start] {
 				continue
 			}
 			m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: Resume, Gen: l.gen, Start: start}, func() {
-				hs.resumed[start] = true
+				st.resumed[start] = true
 			})
 			return true
 		}
-		l.resumeDue = l.resumeDue[1:]
+	}
+	if limit == len(hs) {
+		l.resumeDue = nil // else held back: the starts' resume runs wait
 	}
 	return false
+}
+
+// stepState makes the next enter run of the visit, if any, among hs
+// (those not held back).
+func (m *model) stepState(l *life, hs []Handler) bool {
+	for i := range hs {
+		h := &hs[i]
+		hs := l.hs[h.Name]
+		if !h.Fires(Enter) || !slices.Contains(h.States, l.state) || hs.entered >= l.seq {
+			continue
+		}
+		m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: Enter, Seq: l.seq}, func() {
+			hs.entered = l.seq
+		})
+		if r := m.byID[RunID{Life: l.n, Handler: h.Name, Trigger: Enter, Seq: l.seq}]; r != nil && r.Ended() == GaveUp {
+			// Done with for the visit: the state machine goes on.
+			hs.entered, hs.stalled = l.seq, nil
+		}
+		return true
+	}
+	return false
+}
+
+// entered reports whether every enter handler of l's state finished for
+// the visit (succeeded or gave up).
+func (m *model) entered(l *life) bool {
+	for _, h := range m.def.Handlers {
+		if h.Fires(Enter) && slices.Contains(h.States, l.state) && l.hs[h.Name].entered < l.seq {
+			return false
+		}
+	}
+	return true
+}
+
+// held reports whether a handler that gave up holds back the enter runs
+// of l's visit.
+func (m *model) held(l *life) bool {
+	return !m.entered(l)
+}
+
+// move takes a transition to state: a new visit.
+func (m *model) move(l *life, state string) {
+	l.state, l.seq = state, l.seq+1
 }
 
 // stepDelete makes the next delete run of a deleted object, and lets a
@@ -456,7 +543,7 @@ func touches(h *Handler, before, after map[string]string) bool {
 func (m *model) expectation() *Expectation {
 	e := &Expectation{Runs: m.runs, Starts: m.starts}
 	for _, l := range m.lives {
-		e.Ends = append(e.Ends, End{Life: l.n, Exists: l.exists, Count: l.count, State: l.state})
+		e.Ends = append(e.Ends, End{Life: l.n, Exists: l.exists, Count: l.count, State: l.state, OrRefused: l.refusable})
 	}
 	return e
 }

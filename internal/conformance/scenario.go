@@ -86,8 +86,18 @@ func Scenario(c Case) string {
 	ref := fmt.Sprintf("{kind: %s, name: %s}", c.Def.ObjectKind(), ObjectName)
 	changes := 0
 	var unsaid []string
+	m := newModel(&c.Def)
 	for i, s := range c.History {
+		seq := int64(0)
+		if l := m.current(); l != nil {
+			seq = l.seq
+		}
+		m.apply(s, i+1 < len(c.History) && c.History[i+1].Op == OpCrash)
 		switch s.Op {
+		case OpDecide:
+			d, _ := json.Marshal(map[string]any{"state": StateAsk, "seq": seq, "choose": s.Choice, "reason": "the conformance check decides", "by": "conformance", "at": "2026-01-01T00:00:00Z"})
+			p, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{"opkit.dev/decision": string(d)}}})
+			fmt.Fprintf(&b, "- patch: {object: %s, merge: %s}\n", ref, p)
 		case OpCreate:
 			obj, _ := json.Marshal(c.Def.Object())
 			fmt.Fprintf(&b, "- apply: %s\n", obj)
@@ -131,6 +141,9 @@ func Scenario(c Case) string {
 			fmt.Fprintf(&b, "- expect: {object: %s, absent: true}\n", ref)
 		case c.Def.Kind == CustomResource:
 			fmt.Fprintf(&b, "- expect: {object: %s, cel: \"(has(object.status.count) ? object.status.count : 0) == %d\"}\n", ref, end.Count)
+		}
+		if end.Exists && end.State != "" {
+			fmt.Fprintf(&b, "- expect: {object: %s, matches: {status: {state: {name: %s}}}}\n", ref, end.State)
 		}
 	}
 	for _, k := range keys {

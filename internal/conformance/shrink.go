@@ -14,6 +14,9 @@ func Valid(c Case) bool {
 	m := newModel(&c.Def)
 	for i, s := range c.History {
 		l := m.current()
+		if l != nil && l.refusable {
+			return false // nothing is modelled after such a decision
+		}
 		exists := l != nil && l.exists
 		switch s.Op {
 		case OpCreate:
@@ -29,7 +32,7 @@ func Valid(c Case) bool {
 				return false
 			}
 		case OpDecide:
-			if !exists || l.deleting || l.state != StateAsk {
+			if !m.up || !exists || l.deleting || l.state != StateAsk {
 				return false
 			}
 		case OpStop:
@@ -88,6 +91,10 @@ func smaller(c Case) []Case {
 	}
 	for i := range c.History {
 		with(func(n *Case) { n.History = slices.Delete(n.History, i, i+1) })
+	}
+	// Two steps that go together: a stop and its start.
+	for i := range len(c.History) - 1 {
+		with(func(n *Case) { n.History = slices.Delete(n.History, i, i+2) })
 	}
 	if len(c.Def.Handlers) > 1 {
 		for i := range c.Def.Handlers {

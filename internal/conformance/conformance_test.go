@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -23,6 +24,7 @@ var (
 	flagParallel = flag.Int("conformance.parallel", 2, "how many cases play at once, each with its engine and namespace")
 	flagKnown    = flag.Bool("conformance.known", false, "draw the cases of known defects too (conformance.KnownDefects)")
 	flagShrink   = flag.Int("conformance.shrink", 40, "how many smaller cases a failing case's shrinking may play")
+	flagReport   = flag.String("conformance.report", "", "write the report of what was tried to this file (make soak)")
 )
 
 // TestConformance plays generated cases against the engine on the plane
@@ -58,7 +60,7 @@ func TestConformance(t *testing.T) {
 			defer func() { <-sem; wg.Done() }()
 			t.Run(fmt.Sprintf("seed=%d", caseSeed), func(t *testing.T) {
 				violations, transcript := Check(t, env, c)
-				rep.add(c, violations)
+				rep.add(caseSeed, c, violations)
 				if len(violations) == 0 {
 					return
 				}
@@ -69,10 +71,14 @@ func TestConformance(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if text := rep.String(); *flagDuration > 0 || testing.Verbose() {
-		t.Log(text)
-		if path := os.Getenv("CONFORMANCE_REPORT"); path != "" {
-			_ = os.WriteFile(path, []byte(text), 0o644)
+	text := rep.String()
+	t.Log(text)
+	if *flagReport != "" {
+		if err := os.MkdirAll(filepath.Dir(*flagReport), 0o755); err != nil {
+			t.Error(err)
+		}
+		if err := os.WriteFile(*flagReport, []byte(text), 0o644); err != nil {
+			t.Error(err)
 		}
 	}
 }
@@ -125,7 +131,7 @@ func (r *report) skip(d *conformance.Defect) {
 	r.skipped[d.Issue]++
 }
 
-func (r *report) add(c conformance.Case, vs []conformance.Violation) {
+func (r *report) add(seed uint64, c conformance.Case, vs []conformance.Violation) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.kinds == nil {
@@ -148,7 +154,7 @@ func (r *report) add(c conformance.Case, vs []conformance.Violation) {
 		r.failures[v.Row]++
 	}
 	if len(vs) > 0 {
-		r.failed = append(r.failed, c.String())
+		r.failed = append(r.failed, fmt.Sprintf("seed %d: %s\n%s", seed, c, list(vs)))
 	}
 }
 
@@ -173,6 +179,12 @@ func (r *report) String() string {
 		fmt.Fprintf(&b, "promises broken, by row:\n")
 		for _, k := range sortedKeys(r.failures) {
 			fmt.Fprintf(&b, "  %-40s %d\n", k, r.failures[k])
+		}
+	}
+	if len(r.failed) > 0 {
+		fmt.Fprintf(&b, "failures (-conformance.seed=SEED -conformance.cases=1 plays one again):\n")
+		for _, f := range r.failed {
+			fmt.Fprintf(&b, "%s\n", f)
 		}
 	}
 	if len(r.skipped) > 0 {

@@ -244,13 +244,14 @@ func (ch *checker) logTail() string {
 	return s
 }
 
-// quiet says whether the engine has done everything due for the history's
-// first n+1 steps, as far as the archive and the object show: no run in
-// flight or waiting for its retry, at least as many attempts finished as
-// the model expects, the object's observedGeneration caught up and no
-// retry annotation left. The model's count only ends the wait sooner: a
-// run missing shows as a wait until the time-out, and then in the
-// comparison.
+// quiet describes what the engine has done, as far as the archive and
+// the object show, once nothing is in flight: no run running or waiting
+// for its retry, the object's observedGeneration caught up and no retry
+// or decision annotation left; "" while something is. The description
+// ends with "short" while fewer attempts finished than the model
+// expects: the model's count only makes the wait end sooner when it is
+// reached (a run missing is then waited for a while, and shows in the
+// comparison).
 func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 	runs, err := archive.ListAll(ctx, ch.store, archive.Query{})
 	if err != nil {
@@ -273,9 +274,7 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 			return "", nil // its retry comes
 		}
 	}
-	if finished < want {
-		return "", nil
-	}
+	short := finished < want
 	obj := ch.object()
 	err = ch.env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -309,6 +308,9 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 	info, _ := os.Stat(filepath.Join(ch.dir, "records.jsonl"))
 	if info != nil {
 		state += fmt.Sprintf(" records %d", info.Size())
+	}
+	if short {
+		state += " short"
 	}
 	return state, nil
 }
@@ -372,12 +374,16 @@ func (ch *checker) waitFor(done func(context.Context) (bool, error), want int) b
 		if err != nil {
 			ch.t.Fatal(err)
 		}
+		settle := time.Second
+		if strings.HasSuffix(state, " short") {
+			settle = 15 * time.Second
+		}
 		switch {
 		case state == "":
 			stable = ""
 		case state != stable:
 			stable, since = state, time.Now()
-		case time.Since(since) >= time.Second:
+		case time.Since(since) >= settle:
 			return false
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -147,8 +147,12 @@ func runRecorder(args []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "%s %s key %s attempt %d: saw count %d, spec %v\n", ctx.Handler, ctx.Trigger, ctx.IdempotencyKey, ctx.Attempt, rec.Count, rec.Spec)
 	if rec.Blocked {
+		// Held until the engine is killed (the kernel kills this process
+		// with it; should it not, it ends once it is reparented).
 		fmt.Fprintln(os.Stderr, "held until the engine is killed")
-		time.Sleep(time.Hour)
+		for engine := os.Getppid(); os.Getppid() == engine; {
+			time.Sleep(100 * time.Millisecond)
+		}
 		return 1
 	}
 	if execs < b.Fail {

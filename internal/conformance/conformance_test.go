@@ -83,6 +83,28 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestRegressions plays the shrunk case of each defect the model found.
+// A case whose defect is still in conformance.KnownDefects must still
+// fail (when it passes, the fix is in: remove the entry); any other must
+// pass.
+func TestRegressions(t *testing.T) {
+	env := clustertest.New(t)
+	for _, r := range conformance.Regressions {
+		t.Run(r.Name, func(t *testing.T) {
+			t.Parallel()
+			violations, transcript := Check(t, env, r.Case)
+			switch listed := r.Issue != "" && conformance.Listed(r.Issue); {
+			case listed && len(violations) == 0:
+				t.Errorf("the case of known defect %s passes: its fix is in, remove it from conformance.KnownDefects\n%s", r.Issue, r.Case)
+			case !listed && len(violations) > 0:
+				t.Errorf("%d promises broken by\n%s\n%s\n%s", len(violations), r.Case, list(violations), transcript)
+			case listed:
+				t.Logf("known defect %s, still there:\n%s", r.Issue, list(violations))
+			}
+		})
+	}
+}
+
 // shrink replays smaller cases until none smaller fails with a violation
 // of a row c's violations broke.
 func shrink(t *testing.T, env *clustertest.Env, c conformance.Case, violations []conformance.Violation) conformance.Case {

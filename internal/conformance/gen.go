@@ -3,7 +3,6 @@ package conformance
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 )
 
 // Space is the part of the definition space the generator draws from.
@@ -158,27 +157,4 @@ func (m *model) stalled(l *life) bool {
 		}
 	}
 	return false
-}
-
-// Defect is a known defect the generator leaves out of TestConformance's
-// cases until it is fixed, so that make test stays green meanwhile: its
-// Issue says where it is tracked, Match which cases it breaks. make soak
-// -conformance.known draws them too.
-type Defect struct {
-	Issue string
-	Text  string
-	Match func(Case) bool
-}
-
-// KnownDefects are the defects on main that the model finds. The lead
-// removes each entry with the fix that makes its cases pass.
-var KnownDefects = []Defect{}
-
-// Known returns the first known defect c matches, or nil.
-func Known(c Case) *Defect {
-	i := slices.IndexFunc(KnownDefects, func(d Defect) bool { return d.Match(c) })
-	if i < 0 {
-		return nil
-	}
-	return &KnownDefects[i]
 }

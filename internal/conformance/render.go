@@ -81,7 +81,7 @@ func Operator(d *Def, command []string, env []string) string {
     transitions:
     - {to: Ask, reason: Asked}
   - name: Ask
-    needsPerson: {question: Done, or again?}
+    needsPerson: {question: "Done, or once more?"}
     transitions:
     - {to: Done, reason: Finished, description: done}
     - {to: Start, reason: Again, description: once more}

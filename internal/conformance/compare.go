@@ -111,7 +111,9 @@ func Compare(def *Def, e *Expectation, obs *Observed) []Violation {
 		}
 	}
 	for _, id := range order {
-		if expected[id] == nil {
+		if expected[id] == nil && !(id.Trigger == Resume && len(finished(seen[id])) == 0) {
+			// (A resume run interrupted, and replaced by the next
+			// start's, is no run of its own.)
 			add(RowRunsOnce, "extra run: %s ran %s; the docs promise no such run", id, outcomesText(finished(seen[id])))
 		}
 		keys := map[string]bool{}
@@ -133,7 +135,8 @@ func Compare(def *Def, e *Expectation, obs *Observed) []Violation {
 		if !s.Interrupted {
 			continue
 		}
-		if !slices.ContainsFunc(obs.Runs[i+1:], func(n Seen) bool { return n.Key == s.Key && !n.Interrupted }) {
+		// A resume run is for its start: the next start's replaces it.
+		if s.ID.Trigger != Resume && !slices.ContainsFunc(obs.Runs[i+1:], func(n Seen) bool { return n.Key == s.Key && !n.Interrupted }) {
 			add(RowRunsTwice, "%s (key %s) was interrupted by a SIGKILL and never ran again with its key", s.ID, s.Key)
 		}
 		if s.Outcome != "Cancelled" {

@@ -54,15 +54,15 @@ var KnownDefects = []Defect{
 		Match: failsAfterGivingUp,
 	},
 	{
-		Issue: "33 (found by the model: resume key)",
-		Text:  "a resume run interrupted by a SIGKILL is not run again with its key (recorded Cancelled, then replaced by the next start's resume run): \"may run twice\" says it runs again with the same key",
+		Issue: "33 (found by the model: handled)",
+		Text:  "an update is decided against the spec every create and update handler last finished with (status.opkit.handled), not against what the handler last finished with: while another handler has given up, a handler with fields runs again for changes that are not about them",
 		Match: func(c Case) bool {
-			for i, s := range c.History {
-				if s.Op == OpCrash && i > 0 && c.History[i-1].Op == OpStart && slices.ContainsFunc(c.Def.Handlers, func(h Handler) bool { return h.Fires(Resume) }) {
-					return true
-				}
+			if !slices.ContainsFunc(c.Def.Handlers, func(h Handler) bool { return h.Fires(Update) && len(h.Fields) > 0 }) {
+				return false
 			}
-			return false
+			return slices.ContainsFunc(Expect(c).Runs, func(r *Run) bool {
+				return (r.Trigger == Create || r.Trigger == Update) && slices.Contains(r.Outcomes, GaveUp)
+			})
 		},
 	},
 }
@@ -178,8 +178,19 @@ var Regressions = []Regression{
 		},
 	},
 	{
-		Name:  "a resume run interrupted by a SIGKILL runs again with its key",
-		Issue: "33 (found by the model: resume key)",
+		Name:  "an update not about the handler's fields runs nothing while another handler has given up",
+		Issue: "33 (found by the model: handled)",
+		Case: Case{
+			Def: Def{Kind: CustomResource, Handlers: []Handler{
+				{Name: "h1", On: []Trigger{Update}, Fields: []string{"b"}, MaxAttempts: 2},
+				h("h2", Behaviour{Fail: 1, Permanent: true}, Create),
+			}},
+			History: []Step{{Op: OpCreate}, {Op: OpChange, Field: "a"}},
+		},
+	},
+	{
+		Name:  "a resume run interrupted by a SIGKILL is replaced by the next start's",
+		Issue: "",
 		Case: Case{
 			Def:     Def{Kind: CustomResource, Handlers: []Handler{h("h1", Behaviour{}, Resume)}},
 			History: []Step{{Op: OpCreate}, {Op: OpStop}, {Op: OpStart}, {Op: OpCrash}},

@@ -35,6 +35,13 @@
 //     opkit retry.
 //   - An update is about the change since the handler last succeeded (or
 //     since the generation a change not about its fields passed it).
+//   - A resume run is for one start ("once per start"; its key names the
+//     start): one the engine's end interrupted, or that had not run yet,
+//     is replaced by the next start's, not run again with its key.
+//
+// Not drawn, as the docs do not say: a resume handler that fails (what a
+// later start or change does with a resume run that gave up, and how its
+// retries interleave with the runs of the handlers declared after it).
 //
 // The checker (TestConformance, in the tests) renders each case into an
 // Operator whose exec handlers run the test binary as a recorder, plays

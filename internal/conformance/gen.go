@@ -77,6 +77,13 @@ func genDef(r *rand.Rand, sp Space) Def {
 			h.Behaviour.Fail = 1 + r.IntN(3)
 			h.Behaviour.Permanent = r.IntN(5) == 0
 		}
+		if h.Fires(Resume) {
+			// A resume handler does not give up, nor fail for long: the
+			// docs do not say what a later start or change does with a
+			// resume run that gave up, nor how a resume run's retries
+			// interleave with the runs of the handlers after it.
+			h.Behaviour = Behaviour{Write: h.Behaviour.Write && d.Kind == CustomResource}
+		}
 		d.Handlers = append(d.Handlers, h)
 	}
 	return d

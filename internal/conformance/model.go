@@ -104,6 +104,9 @@ type Expectation struct {
 	Ends []End
 	// Starts is how many times the engine started.
 	Starts int
+	// Interrupted are the runs the history's crashes interrupt: each the
+	// first run of the step before its crash.
+	Interrupted []RunID
 }
 
 // Expect returns what the docs promise for c: the runs that must happen,
@@ -131,8 +134,12 @@ type model struct {
 	byID   map[RunID]*Run
 	// nextRev numbers the values OpChange writes.
 	nextRev int
-	// dry: execute makes no run; step only reports that one is due.
-	dry bool
+	// dry: execute makes no run; step only reports that one is due
+	// (dueRun).
+	dry    bool
+	dueRun RunID
+	// interrupted are the runs a crash interrupted.
+	interrupted []RunID
 }
 
 // life is one object of the name "obj", from its creation to its end.
@@ -173,6 +180,8 @@ type handlerState struct {
 	deleted bool
 	// stalled is the run that gave up, while nothing changed since.
 	stalled *Run
+	// waiting is the run that failed and waits for its retry.
+	waiting *Run
 	// attempts counts the attempts of the run in progress since the
 	// last success, a new generation or opkit retry.
 	attempts int
@@ -262,7 +271,9 @@ func (m *model) apply(s Step, held bool) {
 		// that run is interrupted and runs again after the start, with
 		// its key, so the step's runs all come after the start. A step
 		// that caused no run was done with before the kill.
-		if !m.due() {
+		if m.due() {
+			m.interrupted = append(m.interrupted, m.dueRun)
+		} else {
 			m.settle()
 		}
 		m.start()
@@ -289,13 +300,17 @@ func (m *model) due() bool {
 }
 
 // start is an engine start: each object handled before it gets its
-// resume runs.
+// resume runs (docs/handlers.md: "once per start").
 func (m *model) start() {
 	m.up = true
 	m.starts++
 	for _, l := range m.lives {
+		// The resume runs of an earlier start that have not run (held
+		// back, or interrupted by this start's SIGKILL) are replaced by
+		// this start's: a resume run's key names its start.
+		l.resumeDue = nil
 		if l.exists && !l.deleting && l.handled {
-			l.resumeDue = append(l.resumeDue, m.starts)
+			l.resumeDue = []int{m.starts}
 		}
 	}
 }
@@ -340,11 +355,14 @@ func (m *model) deletePending(l *life) bool {
 }
 
 // step makes the next run due for l, if any, and reports whether it did.
-// Handlers run one at a time, in declared order; create and update runs
-// first, then the state's enter runs and transitions, then resume runs.
-// A handler that gave up holds back its runs and those of the handlers
-// declared after it (docs/handlers.md: "so that provision can come before
-// announce"), until the spec changes or opkit retry.
+// Handlers run one at a time, in declared order, the most urgent run
+// first: create and update runs, then the state's enter runs and its
+// transition, then resume runs. A handler that failed and waits for its
+// retry, or that gave up, holds back its other runs and those of the
+// handlers declared after it (docs/handlers.md: "so that provision can
+// come before announce"); the handlers declared before it go on
+// meanwhile. One that gave up holds them back until the spec changes or
+// opkit retry.
 func (m *model) step(l *life) bool {
 	if l.deleting {
 		return m.stepDelete(l)
@@ -354,7 +372,10 @@ func (m *model) step(l *life) bool {
 	}
 	l.seen = true
 	hs := m.def.Handlers
-	limit := slices.IndexFunc(hs, func(h Handler) bool { return l.hs[h.Name].stalled != nil })
+	limit := slices.IndexFunc(hs, func(h Handler) bool {
+		st := l.hs[h.Name]
+		return st.stalled != nil || st.waiting != nil
+	})
 	if limit < 0 {
 		limit = len(hs)
 	}
@@ -380,9 +401,7 @@ func (m *model) step(l *life) bool {
 			handled = false
 			continue
 		}
-		m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: t, Gen: l.gen}, func() {
-			st.gen = l.gen
-		})
+		m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: t, Gen: l.gen})
 		return true
 	}
 	l.handled = l.handled || handled
@@ -398,20 +417,23 @@ func (m *model) step(l *life) bool {
 	for _, start := range l.resumeDue {
 		for i := range hs[:limit] {
 			h := &hs[i]
-			st := l.hs[h.Name]
-			if !h.Fires(Resume) || st.resumed[start] {
+			if !h.Fires(Resume) || l.hs[h.Name].resumed[start] {
 				continue
 			}
-			m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: Resume, Gen: l.gen, Start: start}, func() {
-				st.resumed[start] = true
-			})
+			m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: Resume, Gen: l.gen, Start: start})
 			return true
 		}
 	}
 	if limit == len(hs) {
-		l.resumeDue = nil // else held back: the starts' resume runs wait
+		l.resumeDue = nil
+		return false
 	}
-	return false
+	// Nothing else can go: the waiting handler's retry comes.
+	if h := &hs[limit]; l.hs[h.Name].waiting != nil {
+		m.execute(l, h, l.hs[h.Name].waiting.ID())
+		return true
+	}
+	return false // held back by a handler that gave up
 }
 
 // stepState makes the next enter run of the visit, if any, among hs
@@ -419,17 +441,10 @@ func (m *model) step(l *life) bool {
 func (m *model) stepState(l *life, hs []Handler) bool {
 	for i := range hs {
 		h := &hs[i]
-		hs := l.hs[h.Name]
-		if !h.Fires(Enter) || !slices.Contains(h.States, l.state) || hs.entered >= l.seq {
+		if !h.Fires(Enter) || !slices.Contains(h.States, l.state) || l.hs[h.Name].entered >= l.seq {
 			continue
 		}
-		m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: Enter, Seq: l.seq}, func() {
-			hs.entered = l.seq
-		})
-		if r := m.byID[RunID{Life: l.n, Handler: h.Name, Trigger: Enter, Seq: l.seq}]; r != nil && r.Ended() == GaveUp {
-			// Done with for the visit: the state machine goes on.
-			hs.entered, hs.stalled = l.seq, nil
-		}
+		m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: Enter, Seq: l.seq})
 		return true
 	}
 	return false
@@ -474,9 +489,7 @@ func (m *model) stepDelete(l *life) bool {
 		}
 		// A delete run's key names a generation the docs do not fix (the
 		// API server moves a custom resource's when it is deleted).
-		m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: Delete}, func() {
-			hs.deleted = true
-		})
+		m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: Delete})
 		return true
 	}
 	l.exists = false
@@ -488,10 +501,10 @@ func stalledOn(hs *handlerState, t Trigger) bool {
 	return hs.stalled != nil && hs.stalled.Trigger == t
 }
 
-// execute runs one attempt of id's run for h, as its Behaviour says, and
-// calls done when it succeeded.
-func (m *model) execute(l *life, h *Handler, id RunID, done func()) {
+// execute runs one attempt of id's run for h, as its Behaviour says.
+func (m *model) execute(l *life, h *Handler, id RunID) {
 	if m.dry {
+		m.dueRun = id
 		return
 	}
 	hs := l.hs[h.Name]
@@ -507,26 +520,49 @@ func (m *model) execute(l *life, h *Handler, id RunID, done func()) {
 	}
 	hs.execs[id]++
 	hs.attempts++
+	hs.waiting = nil
 	b := h.Behaviour
 	switch {
 	case hs.execs[id] <= b.Fail && (b.Permanent || hs.attempts >= h.MaxAttempts):
 		r.Outcomes = append(r.Outcomes, GaveUp)
-		hs.stalled = r
+		m.gaveUp(l, h, r)
 	case hs.execs[id] <= b.Fail:
-		r.Outcomes = append(r.Outcomes, Failed) // retried after its back-off
+		r.Outcomes = append(r.Outcomes, Failed)
+		hs.waiting = r // retried after its back-off
 	case b.Write && m.def.Kind == Watch:
 		// A result with status fails the run permanently: opkit never
 		// writes to a watched object.
 		r.Outcomes = append(r.Outcomes, GaveUp)
-		hs.stalled = r
+		m.gaveUp(l, h, r)
 	default:
 		r.Outcomes = append(r.Outcomes, Succeeded)
 		if b.Write {
 			l.count++
 		}
 		hs.attempts = 0
-		done()
+		switch id.Trigger {
+		case Create, Update:
+			hs.gen = id.Gen
+		case Delete:
+			hs.deleted = true
+		case Resume:
+			hs.resumed[id.Start] = true
+		case Enter:
+			hs.entered = id.Seq
+		}
 	}
+}
+
+// gaveUp records that r gave up: the handler is stalled, but an enter run
+// that gave up is done with for its visit (docs/states.md: the state
+// machine goes on).
+func (m *model) gaveUp(l *life, h *Handler, r *Run) {
+	hs := l.hs[h.Name]
+	if r.Trigger == Enter {
+		hs.entered = r.Seq
+		return
+	}
+	hs.stalled = r
 }
 
 // touches reports whether the change from before to after is about h's
@@ -541,7 +577,7 @@ func touches(h *Handler, before, after map[string]string) bool {
 }
 
 func (m *model) expectation() *Expectation {
-	e := &Expectation{Runs: m.runs, Starts: m.starts}
+	e := &Expectation{Runs: m.runs, Starts: m.starts, Interrupted: m.interrupted}
 	for _, l := range m.lives {
 		e.Ends = append(e.Ends, End{Life: l.n, Exists: l.exists, Count: l.count, State: l.state, OrRefused: l.refusable})
 	}

@@ -11,6 +11,11 @@ func Valid(c Case) bool {
 	if len(c.Def.Handlers) == 0 {
 		return false
 	}
+	for _, h := range c.Def.Handlers {
+		if h.Fires(Resume) && (h.Behaviour.Fail > 0 || (h.Behaviour.Write && c.Def.Kind == Watch)) {
+			return false // not drawn (Generate says why)
+		}
+	}
 	m := newModel(&c.Def)
 	for i, s := range c.History {
 		l := m.current()

@@ -378,7 +378,7 @@ func (ch *checker) waitFor(done func(context.Context) (bool, error), want int) b
 		}
 		settle := time.Second
 		if strings.HasSuffix(state, " short") {
-			settle = 15 * time.Second
+			settle = 10 * time.Second
 		}
 		switch {
 		case state == "":
@@ -421,6 +421,13 @@ func (ch *checker) observe() *conformance.Observed {
 			end.Count = int(count)
 			end.State, _, _ = unstructured.NestedString(obj.Object, "status", "state", "name")
 			end.Decision = obj.GetAnnotations()[v1alpha1.DecisionAnnotation]
+			root := "spec"
+			if ch.c.Def.Kind == conformance.Watch {
+				root = "data"
+				end.Written = untouched(obj)
+			}
+			spec, _, _ := unstructured.NestedStringMap(obj.Object, root)
+			end.Spec = spec
 			events := &corev1.EventList{}
 			if err := ch.env.Client.List(ctx, events, client.InNamespace(ch.ns)); err != nil {
 				ch.t.Fatal(err)
@@ -476,6 +483,33 @@ func (ch *checker) observe() *conformance.Observed {
 	data, _ := os.ReadFile(filepath.Join(ch.dir, "engine.log"))
 	obs.Engine = strings.TrimSpace(ch.engineLog + engineFailure(string(data)))
 	return obs
+}
+
+// untouched says what of a watched object is not the checker's: a label
+// or annotation it did not set, an owner reference, a finalizer, a
+// status; "" when nothing is.
+func untouched(obj *unstructured.Unstructured) string {
+	var found []string
+	for k := range obj.GetLabels() {
+		if k != conformance.WatchLabel {
+			found = append(found, "label "+k)
+		}
+	}
+	for k := range obj.GetAnnotations() {
+		if k != conformance.TouchAnnotation && k != v1alpha1.RetryAnnotation {
+			found = append(found, "annotation "+k)
+		}
+	}
+	if refs := obj.GetOwnerReferences(); len(refs) > 0 {
+		found = append(found, fmt.Sprintf("owner references %v", refs))
+	}
+	if fs := obj.GetFinalizers(); len(fs) > 0 {
+		found = append(found, fmt.Sprintf("finalizers %v", fs))
+	}
+	if _, ok := obj.Object["status"]; ok {
+		found = append(found, "a status")
+	}
+	return strings.Join(found, ", ")
 }
 
 // transcript says what the case did and saw, for a failure's report.

@@ -177,6 +177,12 @@ func Compare(def *Def, e *Expectation, obs *Observed) []Violation {
 		case got.Exists && def.Kind == CustomResource && got.Count != want.Count:
 			add(RowReadYourWrite, "lost status writes: object #%d has status.count %d; %d writing runs must have succeeded for it, each adding one", want.Life, got.Count, want.Count)
 		}
+		if got.Exists && !maps.Equal(got.Spec, want.Spec) {
+			add(RowNeverWritten, "object #%d's spec is %v; the history wrote %v, and opkit never writes it", want.Life, got.Spec, want.Spec)
+		}
+		if got.Exists && got.Written != "" {
+			add(RowNeverWritten, "object #%d: opkit wrote to a watched object: %s", want.Life, got.Written)
+		}
 		switch {
 		case !got.Exists || want.State == "":
 		case got.Decision != "":

@@ -93,6 +93,13 @@ type End struct {
 	// the object's annotation, and a DecisionRefused Event about it.
 	Decision string
 	Refused  bool
+	// Spec is the object's spec (a ConfigMap's data): opkit never
+	// writes it.
+	Spec map[string]string
+	// Written says what the checker found opkit wrote to a watched
+	// object (a label, an annotation, an owner reference, a finalizer, a
+	// status); "" for nothing.
+	Written string
 }
 
 // Expectation is what the docs promise of a Case.
@@ -579,7 +586,7 @@ func touches(h *Handler, before, after map[string]string) bool {
 func (m *model) expectation() *Expectation {
 	e := &Expectation{Runs: m.runs, Starts: m.starts, Interrupted: m.interrupted}
 	for _, l := range m.lives {
-		e.Ends = append(e.Ends, End{Life: l.n, Exists: l.exists, Count: l.count, State: l.state, OrRefused: l.refusable})
+		e.Ends = append(e.Ends, End{Life: l.n, Exists: l.exists, Count: l.count, State: l.state, OrRefused: l.refusable, Spec: l.specs[l.gen]})
 	}
 	return e
 }

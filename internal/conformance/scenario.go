@@ -44,9 +44,7 @@ func Rows(c Case) []string {
 	if down {
 		rows = append(rows, "after downtime, "+kind)
 	}
-	if c.Def.Kind == Watch || write {
-		rows = append(rows, "never written by opkit, "+kind)
-	}
+	rows = append(rows, "never written by opkit, "+kind)
 	if write && c.Def.Kind == CustomResource {
 		rows = append(rows, "DESIGN 11 read-your-writes")
 	}

@@ -26,6 +26,7 @@ const (
 	Update Trigger = "update"
 	Delete Trigger = "delete"
 	Resume Trigger = "resume"
+	When   Trigger = "when"
 	Enter  Trigger = "enter"
 )
 

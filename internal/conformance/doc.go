@@ -8,7 +8,8 @@
 // not from the engine's code, so that it disagrees where the engine is
 // wrong. Given a definition drawn from a small space (Def: a custom
 // resource or a watch of labelled ConfigMaps; handlers with a set of
-// triggers among create, update, delete and resume, fields or none, and
+// triggers among create, update, delete, resume and when (int(a) is odd),
+// or enter; fields or none; and
 // a behaviour: succeed, write status.count+1 from what the run saw, fail
 // N times, give up) and a history (Step: create, change a spec field,
 // change an annotation, delete, opkit retry, stop the engine gracefully
@@ -39,9 +40,10 @@
 //     start): one the engine's end interrupted, or that had not run yet,
 //     is replaced by the next start's, not run again with its key.
 //
-// Not drawn, as the docs do not say: a resume handler that fails (what a
-// later start or change does with a resume run that gave up, and how its
-// retries interleave with the runs of the handlers declared after it).
+// Not drawn, as the docs do not say: a resume or when handler that fails
+// (how its retries interleave with the create and update runs of the
+// handlers declared after it, and what a later start does with a resume
+// run that gave up).
 //
 // The checker (TestConformance, in the tests) renders each case into an
 // Operator whose exec handlers run the test binary as a recorder, plays

@@ -173,7 +173,17 @@ func (m *mini) decide() cause.Decision {
 	if m.st.Handled == nil {
 		m.resumed = true // a new object is created, not resumed
 	}
-	return cause.Decide(cause.Input{Handlers: m.handlers, Object: m.obj, State: m.st, Resumed: m.resumed, Now: m.now, Started: m.started})
+	spec := map[string]string{}
+	for k, v := range cause.Spec(m.obj) {
+		spec[k] = fmt.Sprint(v)
+	}
+	when := map[string]bool{}
+	for _, h := range m.def.Handlers {
+		if h.Fires(conformance.When) {
+			when[h.Name] = conformance.WhenHolds(spec)
+		}
+	}
+	return cause.Decide(cause.Input{Handlers: m.handlers, Object: m.obj, State: m.st, Resumed: m.resumed, Now: m.now, Started: m.started, When: when})
 }
 
 // settle runs what is due until nothing is, the clock jumping to each

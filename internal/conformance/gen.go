@@ -23,7 +23,7 @@ type Space struct {
 // DefaultSpace is what TestConformance and make soak draw from.
 var DefaultSpace = Space{
 	Kinds:       []Kind{CustomResource, CustomResource, Watch},
-	Triggers:    []Trigger{Create, Update, Delete, Resume},
+	Triggers:    []Trigger{Create, Update, Delete, Resume, When},
 	States:      true,
 	MaxHandlers: 3,
 	MaxSteps:    8,
@@ -77,11 +77,12 @@ func genDef(r *rand.Rand, sp Space) Def {
 			h.Behaviour.Fail = 1 + r.IntN(3)
 			h.Behaviour.Permanent = r.IntN(5) == 0
 		}
-		if h.Fires(Resume) {
-			// A resume handler does not give up, nor fail for long: the
-			// docs do not say what a later start or change does with a
-			// resume run that gave up, nor how a resume run's retries
-			// interleave with the runs of the handlers after it.
+		if h.Fires(Resume) || h.Fires(When) {
+			// A resume or when handler does not fail: the docs do not say
+			// how its retries interleave with the create and update runs
+			// of the handlers declared after it (the engine lets the more
+			// urgent run go first once both are due), nor what a later
+			// start does with a resume run that gave up.
 			h.Behaviour = Behaviour{Write: h.Behaviour.Write && d.Kind == CustomResource}
 		}
 		d.Handlers = append(d.Handlers, h)

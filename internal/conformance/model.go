@@ -198,6 +198,16 @@ type handlerState struct {
 	resumed map[int]bool
 	// entered is the last visit whose enter run finished.
 	entered int64
+	// whenTrue is the when condition as last recorded: true once a run
+	// for its turn to true succeeded, false once it is seen false.
+	whenTrue bool
+}
+
+// WhenHolds is every when handler's condition over the spec (a
+// ConfigMap's data), as Operator renders it: int(a) is odd.
+func WhenHolds(spec map[string]string) bool {
+	n, err := strconv.Atoi(spec["a"])
+	return err == nil && n%2 == 1
 }
 
 func newModel(def *Def) *model {
@@ -342,7 +352,16 @@ func (m *model) settle() {
 			}
 		}
 		if !progress {
-			return
+			break
+		}
+	}
+	// Quiet: an object every create and update handler is done with is
+	// handled (status.opkit.handled is recorded when nothing is due).
+	for _, l := range m.lives {
+		if l.exists && !l.deleting && !slices.ContainsFunc(m.def.Handlers, func(h Handler) bool {
+			return (h.Fires(Create) || h.Fires(Update)) && l.hs[h.Name].gen < l.gen
+		}) {
+			l.handled = true
 		}
 	}
 }
@@ -386,7 +405,6 @@ func (m *model) step(l *life) bool {
 	if limit < 0 {
 		limit = len(hs)
 	}
-	handled := true
 	for i := range hs {
 		h := &hs[i]
 		st := l.hs[h.Name]
@@ -405,13 +423,11 @@ func (m *model) step(l *life) bool {
 			continue
 		}
 		if i >= limit {
-			handled = false
 			continue
 		}
 		m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: t, Gen: l.gen})
 		return true
 	}
-	l.handled = l.handled || handled
 	if l.state != "" {
 		if m.stepState(l, hs[:limit]) {
 			return true
@@ -421,14 +437,25 @@ func (m *model) step(l *life) bool {
 			return true
 		}
 	}
-	for _, start := range l.resumeDue {
-		for i := range hs[:limit] {
-			h := &hs[i]
-			if !h.Fires(Resume) || l.hs[h.Name].resumed[start] {
-				continue
-			}
-			m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: Resume, Gen: l.gen, Start: start})
+	// when and resume runs, in declared order (a handler's when first).
+	cond := WhenHolds(l.specs[l.gen])
+	for i := range hs {
+		if st := l.hs[hs[i].Name]; hs[i].Fires(When) && !cond {
+			st.whenTrue = false // seen false: its next turn to true is a transition
+		}
+	}
+	for i := range hs[:limit] {
+		h := &hs[i]
+		st := l.hs[h.Name]
+		if h.Fires(When) && cond && !st.whenTrue {
+			m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: When, Gen: l.gen})
 			return true
+		}
+		for _, start := range l.resumeDue {
+			if h.Fires(Resume) && !st.resumed[start] {
+				m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: Resume, Gen: l.gen, Start: start})
+				return true
+			}
 		}
 	}
 	if limit == len(hs) {
@@ -554,6 +581,8 @@ func (m *model) execute(l *life, h *Handler, id RunID) {
 			hs.deleted = true
 		case Resume:
 			hs.resumed[id.Start] = true
+		case When:
+			hs.whenTrue = true
 		case Enter:
 			hs.entered = id.Seq
 		}

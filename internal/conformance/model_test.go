@@ -129,6 +129,16 @@ func TestModelSaysWhatTheDocsPromise(t *testing.T) {
 			count:    2, exists: true,
 		},
 		{
+			name:     "when runs once per turn of its condition to true, also for one made while no engine ran",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", write, "when")},
+			// a takes the values 1 (odd: true), 2 (false), then, while no
+			// engine runs, 3 (true) and 4, 5: the last turn was not seen.
+			history: steps("create", "change a", "change a", "stop", "change a", "start", "stop", "change a", "change a", "start"),
+			want:    "h1 when gen 2: [Succeeded]\nh1 when gen 4: [Succeeded]\n",
+			count:   2, exists: true,
+		},
+		{
 			name:     "a watched object: a status result gives up at once; delete runs after it is gone",
 			kind:     watch,
 			handlers: []conformance.Handler{handler("h1", write, "create"), handler("h2", ok, "create", "delete")},

@@ -110,6 +110,14 @@ func Operator(d *Def, command []string, env []string) string {
 		if len(h.States) > 0 {
 			fmt.Fprintf(&b, "    states: [%s]\n", strings.Join(h.States, ", "))
 		}
+		if h.Fires(When) {
+			// WhenHolds, in CEL.
+			if d.Kind == Watch {
+				b.WriteString("    when: \"has(self.data) && 'a' in self.data && int(self.data['a']) % 2 == 1\"\n")
+			} else {
+				b.WriteString("    when: \"has(self.spec.a) && int(self.spec.a) % 2 == 1\"\n")
+			}
+		}
 		fmt.Fprintf(&b, "    timeout: 60s\n    retry: {maxAttempts: %d, initialDelay: 100ms, maxDelay: 1s, factor: 2, jitter: 0}\n", h.MaxAttempts)
 		args := append(append([]string{}, command...), h.Behaviour.Arg(), string(d.Kind))
 		quoted := make([]string, len(args))

@@ -12,7 +12,7 @@ func Valid(c Case) bool {
 		return false
 	}
 	for _, h := range c.Def.Handlers {
-		if h.Fires(Resume) && (h.Behaviour.Fail > 0 || (h.Behaviour.Write && c.Def.Kind == Watch)) {
+		if (h.Fires(Resume) || h.Fires(When)) && (h.Behaviour.Fail > 0 || (h.Behaviour.Write && c.Def.Kind == Watch)) {
 			return false // not drawn (Generate says why)
 		}
 	}

@@ -111,9 +111,10 @@ func Compare(def *Def, e *Expectation, obs *Observed) []Violation {
 		}
 	}
 	for _, id := range order {
-		if expected[id] == nil && !(id.Trigger == Resume && len(finished(seen[id])) == 0) {
-			// (A resume run interrupted, and replaced by the next
-			// start's, is no run of its own.)
+		// A resume run interrupted, and replaced by the next start's, is
+		// no run of its own.
+		replaced := id.Trigger == Resume && len(finished(seen[id])) == 0
+		if expected[id] == nil && !replaced {
 			add(RowRunsOnce, "extra run: %s ran %s; the docs promise no such run", id, outcomesText(finished(seen[id])))
 		}
 		keys := map[string]bool{}

@@ -196,7 +196,7 @@ func runEngine(dir, namespace string) int {
 	if err != nil {
 		return fail(err)
 	}
-	defer store.Close()
+	defer func() { _ = store.Close() }()
 	e, err := engine.New(engine.Options{Config: cfg, Namespace: namespace, Archive: store})
 	if err != nil {
 		return fail(err)

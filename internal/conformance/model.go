@@ -408,7 +408,7 @@ func (m *model) step(l *life) bool {
 	for i := range hs {
 		h := &hs[i]
 		st := l.hs[h.Name]
-		if st.gen >= l.gen || !(h.Fires(Create) || h.Fires(Update)) {
+		if creates := h.Fires(Create) || h.Fires(Update); st.gen >= l.gen || !creates {
 			st.gen = max(st.gen, l.gen)
 			continue
 		}

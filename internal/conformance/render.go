@@ -25,7 +25,8 @@ const (
 	TouchAnnotation = "conformance.example.com/touched"
 )
 
-// Kind is the custom resource's kind for d (ConfigMap for a watch).
+// ObjectKind is the kind of d's object: its custom resource's, or
+// ConfigMap for a watch.
 func (d *Def) ObjectKind() string {
 	switch {
 	case d.Kind == Watch:
@@ -36,7 +37,7 @@ func (d *Def) ObjectKind() string {
 	return ResourceKind
 }
 
-// APIVersion is the object's apiVersion.
+// APIVersion is the apiVersion of d's object.
 func (d *Def) APIVersion() string {
 	if d.Kind == Watch {
 		return "v1"

@@ -220,7 +220,10 @@ func (st *State) Failed(c *Cause, message string, permanent bool, now time.Time)
 		return true, time.Time{}
 	}
 	retryAt = now.Add(c.Handler.Retry.Delay(c.Attempt))
-	rec.NextRetryAt = retryAt.Format(time.RFC3339Nano)
+	// A run that gave up on an earlier target (an older generation, or the
+	// create or update run before a delete run) no longer holds this one:
+	// its attempts are this target's, retried.
+	rec.Stalled, rec.NextRetryAt = false, retryAt.Format(time.RFC3339Nano)
 	return false, retryAt
 }
 

@@ -48,12 +48,6 @@ var KnownDefects = []Defect{
 		},
 	},
 	{
-		Issue:   "33 (found by the model: stalled)",
-		Text:    "a handler that gave up, then fails on a new generation (or its delete run), is never retried: its old Stalled mark holds the new run",
-		Match:   failsAfterGivingUp,
-		Decided: true,
-	},
-	{
 		Issue:   "33 (found by the model: handled)",
 		Decided: true,
 		Text:    "an update is decided against the spec every create and update handler last finished with (status.opkit.handled), not against what the handler last finished with: while another handler has given up, a handler with fields runs again for changes that are not about them",
@@ -94,26 +88,6 @@ func Listed(issue string) bool {
 
 func hasStep(c Case, op Op) bool {
 	return slices.ContainsFunc(c.History, func(s Step) bool { return s.Op == op })
-}
-
-// failsAfterGivingUp reports whether, in the model, a handler's run fails
-// after another run of the handler gave up.
-func failsAfterGivingUp(c Case) bool {
-	type handlerOf struct {
-		life    int
-		handler string
-	}
-	gaveUp := map[handlerOf]bool{}
-	for _, r := range Expect(c).Runs {
-		key := handlerOf{r.Life, r.Handler}
-		if gaveUp[key] && slices.Contains(r.Outcomes, Failed) {
-			return true
-		}
-		if slices.Contains(r.Outcomes, GaveUp) {
-			gaveUp[key] = true
-		}
-	}
-	return false
 }
 
 // Regression is a failing case the model found, shrunk, kept so that its

@@ -141,9 +141,9 @@ func TestDecide(t *testing.T) {
 			obj:      object(1, v1), st: state(0, nil, nil), resumed: false,
 		},
 		{
-			name:     "resume: only once",
+			name:     "resume: only once per start",
 			handlers: []*definition.Handler{handler("h", v1alpha1.OnResume)},
-			obj:      object(1, v1), st: state(1, v1, nil), resumed: true,
+			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {Resumed: at(started)}}), resumed: false,
 		},
 		{
 			name:     "schedule: the slot is due",

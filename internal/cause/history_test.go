@@ -110,7 +110,7 @@ func attempts(h *definition.Handler, n int) *definition.Handler {
 
 // TestHistories plays histories through the deciding layer and lists the
 // runs they make: those of the defects the conformance model found
-// (issue 33: stalled).
+// (issue 33: resume, stalled).
 func TestHistories(t *testing.T) {
 	a0b0 := map[string]any{"a": "0", "b": "0"}
 	a1b0 := map[string]any{"a": "1", "b": "0"}
@@ -121,6 +121,20 @@ func TestHistories(t *testing.T) {
 		events   []event
 		want     []string
 	}{
+		{
+			name:     "every resume handler runs once at each start",
+			handlers: []*definition.Handler{handler("c", v1alpha1.OnCreate), handler("r1", v1alpha1.OnResume), handler("r2", v1alpha1.OnResume)},
+			events:   []event{create(a0b0), restart, restart},
+			want: []string{"c create 1/1 Succeeded",
+				"start", "r1 resume 1/1 Succeeded", "r2 resume 1/1 Succeeded",
+				"start", "r1 resume 1/1 Succeeded", "r2 resume 1/1 Succeeded"},
+		},
+		{
+			name:     "an object created since the start gets no resume run until the next",
+			handlers: []*definition.Handler{handler("r1", v1alpha1.OnResume), handler("r2", v1alpha1.OnResume)},
+			events:   []event{create(a0b0), change(a1b0), restart},
+			want:     []string{"start", "r1 resume 2/1 Succeeded", "r2 resume 2/1 Succeeded"},
+		},
 		{
 			name:     "a handler that gave up, then fails on a new generation, is retried",
 			handlers: []*definition.Handler{attempts(handler("h", v1alpha1.OnCreate, v1alpha1.OnUpdate), 2)},

@@ -64,6 +64,10 @@ type HandlerState struct {
 	// TargetSeq is the state visit the failed attempts of an enter or
 	// exit run count for; 0 for those of other triggers.
 	TargetSeq int64 `json:"targetSeq,omitempty"`
+	// Resumed is the engine start (Input.Started, RFC 3339) the handler's
+	// resume run last succeeded for, or at which the object was not
+	// handled yet: it has no resume run to make until the next start.
+	Resumed string `json:"resumed,omitempty"`
 }
 
 // EnterRun is status.opkit.enterRun: the last finished enter run.
@@ -195,6 +199,8 @@ func (st *State) Succeeded(hs []*definition.Handler, c *Cause, spec map[string]a
 		rec.LastScheduled = slot.UTC().Format(time.RFC3339Nano)
 	case v1alpha1.OnWhen:
 		rec.WhenTrue, rec.WhenCount = true, rec.WhenCount+1
+	case v1alpha1.OnResume:
+		rec.Resumed = startMark(c.Started)
 	case v1alpha1.OnEnter, v1alpha1.OnExit:
 		st.visited(c, "Succeeded", "")
 	}

@@ -34,20 +34,6 @@ var KnownDefects = []Defect{
 		},
 	},
 	{
-		Issue:   "33 (found by the model: resume)",
-		Text:    "with two or more resume handlers, only the first runs at an engine start: the object is marked resumed after one resume run",
-		Decided: true,
-		Match: func(c Case) bool {
-			n := 0
-			for _, h := range c.Def.Handlers {
-				if h.Fires(Resume) {
-					n++
-				}
-			}
-			return n > 1 && (hasStep(c, OpStart) || hasStep(c, OpCrash))
-		},
-	},
-	{
 		Issue:   "33 (found by the model: handled)",
 		Decided: true,
 		Text:    "an update is decided against the spec every create and update handler last finished with (status.opkit.handled), not against what the handler last finished with: while another handler has given up, a handler with fields runs again for changes that are not about them",

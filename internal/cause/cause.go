@@ -276,14 +276,9 @@ func Decide(in Input) Decision {
 			d.Wait = w
 		}
 	}
-	// The paths changed since the handled spec, computed once if needed.
-	var paths []string
-	var diffed bool
-	changed := func() []string {
-		if !diffed {
-			paths, diffed = Paths(in.diff(st.old(), obj)), true
-		}
-		return paths
+	// The paths changed since the spec a handler is done with.
+	changed := func(hs *HandlerState) []string {
+		return Paths(in.diff(st.doneWith(hs), obj))
 	}
 	var best *definition.Handler
 	var bestTrigger, bestInputs string
@@ -307,10 +302,10 @@ func Decide(in Input) Decision {
 			switch {
 			case hs.Generation == 0 && h.Fires(v1alpha1.OnCreate):
 				trigger = v1alpha1.OnCreate
-			case hs.Generation > 0 && h.Fires(v1alpha1.OnUpdate) && in.touches(h, changed()):
+			case hs.Generation > 0 && h.Fires(v1alpha1.OnUpdate) && in.touches(h, changed(hs)):
 				trigger = v1alpha1.OnUpdate
 			default:
-				hs.Generation = g // nothing in this change concerns it
+				st.done(in.Handlers, h, g, in.subject(obj)) // nothing in this change concerns it
 			}
 		}
 		inputs := ""
@@ -488,6 +483,15 @@ func (in Input) diff(old map[string]any, obj *unstructured.Unstructured) []archi
 		return DiffObject(old, in.Subject)
 	}
 	return Diff(old, Spec(obj))
+}
+
+// subject is what create and update are about now: the object's spec, or
+// a watched object's projection.
+func (in Input) subject(obj *unstructured.Unstructured) map[string]any {
+	if in.Subject != nil {
+		return in.Subject
+	}
+	return Spec(obj)
 }
 
 // Inputs hashes the values of the related fields h names in related, or

@@ -110,10 +110,11 @@ func attempts(h *definition.Handler, n int) *definition.Handler {
 
 // TestHistories plays histories through the deciding layer and lists the
 // runs they make: those of the defects the conformance model found
-// (issue 33: resume, stalled).
+// (issue 33: resume, stalled, handled).
 func TestHistories(t *testing.T) {
 	a0b0 := map[string]any{"a": "0", "b": "0"}
 	a1b0 := map[string]any{"a": "1", "b": "0"}
+	a1b1 := map[string]any{"a": "1", "b": "1"}
 	for _, tc := range []struct {
 		name     string
 		handlers []*definition.Handler
@@ -151,11 +152,52 @@ func TestHistories(t *testing.T) {
 			want: []string{"h create 1/1 Failed", "h create 1/2 GaveUp",
 				"h delete 2/1 Failed", "h delete 2/2 Succeeded"},
 		},
+		{
+			name: "an update not about a handler's fields runs nothing of it while another has given up",
+			handlers: []*definition.Handler{withFields(handler("f", v1alpha1.OnUpdate), "spec.b"),
+				attempts(handler("g", v1alpha1.OnCreate), 1)},
+			fails:  map[string]int{"g create": 9},
+			events: []event{create(a0b0), change(a1b0), change(a1b1)},
+			want: []string{"g create 1/1 GaveUp",
+				"g create 2/1 GaveUp",
+				"f update 3/1 Succeeded", "g create 3/1 GaveUp"},
+		},
+		{
+			name: "an update is about the change since the handler last succeeded, not since every handler did",
+			handlers: []*definition.Handler{withFields(handler("f", v1alpha1.OnCreate, v1alpha1.OnUpdate), "spec.b"),
+				attempts(handler("g", v1alpha1.OnCreate), 1)},
+			fails:  map[string]int{"g create": 9},
+			events: []event{create(a0b0), change(a1b1), change(map[string]any{"a": "2", "b": "1"})},
+			want: []string{"f create 1/1 Succeeded", "g create 1/1 GaveUp",
+				"f update 2/1 Succeeded", "g create 2/1 GaveUp",
+				"g create 3/1 GaveUp"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := history(t, tc.handlers, tc.fails, tc.events...); !slices.Equal(got, tc.want) {
 				t.Errorf("runs:\n  %v\nwant\n  %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestASpecIsKeptOnlyWhileAnUpdateHandlerIsAheadOfTheHandledOne: the
+// spec a handler with fields passed is kept while another handler is
+// behind, and goes once status.opkit.handled catches up.
+func TestASpecIsKeptOnlyWhileAnUpdateHandlerIsAheadOfTheHandledOne(t *testing.T) {
+	f, g := withFields(handler("f", v1alpha1.OnUpdate), "spec.b"), handler("g", v1alpha1.OnCreate)
+	hs := []*definition.Handler{f, g}
+	spec := map[string]any{"a": "0", "b": "0"}
+	st := state(0, nil, nil)
+	d := Decide(Input{Handlers: hs, Object: object(1, spec), State: st, Now: now, Started: started})
+	if d.Cause == nil || d.Cause.Handler != g {
+		t.Fatalf("decided %+v; want g's create", d.Cause)
+	}
+	if st.Of("f").Generation != 1 || st.Specs[1]["a"] != "0" {
+		t.Fatalf("f passed generation 1: generation %d, specs %v; want 1 and generation 1's spec", st.Of("f").Generation, st.Specs)
+	}
+	st.Succeeded(hs, d.Cause, spec, 0, now)
+	if st.Handled == nil || st.Handled.Generation != 1 || st.Specs != nil {
+		t.Errorf("after g's create: handled %+v, specs %v; want generation 1 handled and no specs", st.Handled, st.Specs)
 	}
 }

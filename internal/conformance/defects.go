@@ -33,19 +33,6 @@ var KnownDefects = []Defect{
 			return slices.ContainsFunc(Expect(c).Ends, func(e End) bool { return e.OrRefused })
 		},
 	},
-	{
-		Issue:   "33 (found by the model: handled)",
-		Decided: true,
-		Text:    "an update is decided against the spec every create and update handler last finished with (status.opkit.handled), not against what the handler last finished with: while another handler has given up, a handler with fields runs again for changes that are not about them",
-		Match: func(c Case) bool {
-			if !slices.ContainsFunc(c.Def.Handlers, func(h Handler) bool { return h.Fires(Update) && len(h.Fields) > 0 }) {
-				return false
-			}
-			return slices.ContainsFunc(Expect(c).Runs, func(r *Run) bool {
-				return (r.Trigger == Create || r.Trigger == Update) && slices.Contains(r.Outcomes, GaveUp)
-			})
-		},
-	},
 }
 
 // Known returns the first known defect c matches, or nil.
@@ -70,10 +57,6 @@ func known(c Case, decided bool) *Defect {
 // Listed reports whether the defect of issue is still in KnownDefects.
 func Listed(issue string) bool {
 	return slices.ContainsFunc(KnownDefects, func(d Defect) bool { return d.Issue == issue })
-}
-
-func hasStep(c Case, op Op) bool {
-	return slices.ContainsFunc(c.History, func(s Step) bool { return s.Op == op })
 }
 
 // Regression is a failing case the model found, shrunk, kept so that its

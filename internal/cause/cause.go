@@ -1,9 +1,9 @@
 // Package cause decides which handler of an operator has a run to make for
 // an object, and why: a pure function of the object, the handler state its
-// status records (State), whether the engine has already seen the object
-// since it started, and the time. It reads no clock and performs no I/O,
-// so every trigger is table-tested without a cluster; the engine does the
-// rest (the archive's "already succeeded" check, the run, the writes).
+// status records (State), when the engine started, and the time. It reads
+// no clock and performs no I/O, so every trigger is table-tested without a
+// cluster; the engine does the rest (the archive's "already succeeded"
+// check, the run, the writes).
 //
 // Triggers come from state, never from watch events: a handler runs on
 // create when it never succeeded for the object, on update when it

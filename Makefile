@@ -22,7 +22,7 @@ SOURCE_DATE_EPOCH      ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # More flags for cmd/opkit-image, e.g. -ca-certificates FILE.
 IMAGE_FLAGS            ?=
 
-.PHONY: all build plane browser postgresql demo test vet lint unit usermodule helmchart scenarios fmt bench image clean
+.PHONY: all build plane browser postgresql demo test vet lint unit usermodule helmchart scenarios fmt bench soak image clean
 
 all: build
 
@@ -116,6 +116,20 @@ image:
 ## Choose with BENCH_FLAGS, e.g. BENCH_FLAGS="-scenarios drain,idle -runs 1"
 bench: plane
 	$(GO) run ./bench -json bench/latest.json $(BENCH_FLAGS)
+
+## soak: the conformance model's check (internal/conformance, docs/conformance.md)
+## against the engine on the local plane for DURATION, with new seeds from
+## SEED on; prints the seed of every failure, shrunk, and a report of what
+## was tried. KNOWN=0 leaves out the cases of known defects.
+SEED     ?= $(shell date +%s)
+DURATION ?= 30m
+KNOWN    ?= 1
+soak: plane
+	@echo "make soak SEED=$(SEED) DURATION=$(DURATION)"
+	$(GO) test -race -count=1 -timeout 0 -run '^TestConformance$$' ./internal/conformance \
+	  -conformance.seed=$(SEED) -conformance.duration=$(DURATION) -conformance.known=$(if $(filter 0,$(KNOWN)),false,true) \
+	  -conformance.report=$(BIN)/soak-report.txt; \
+	  status=$$?; cat $(BIN)/soak-report.txt 2>/dev/null; exit $$status
 
 ## fmt: format the code as the linters want it
 fmt: $(GOLANGCI_LINT)

@@ -1,14 +1,15 @@
 // Package cause decides which handler of an operator has a run to make for
 // an object, and why: a pure function of the object, the handler state its
-// status records (State), whether the engine has already seen the object
-// since it started, and the time. It reads no clock and performs no I/O,
-// so every trigger is table-tested without a cluster; the engine does the
-// rest (the archive's "already succeeded" check, the run, the writes).
+// status records (State), when the engine started, and the time. It reads
+// no clock and performs no I/O, so every trigger is table-tested without a
+// cluster; the engine does the rest (the archive's "already succeeded"
+// check, the run, the writes).
 //
 // Triggers come from state, never from watch events: a handler runs on
 // create when it never succeeded for the object, on update when it
 // succeeded for an older generation whose change touches its fields, on
-// delete once, on resume for an object the engine finds at start, on
+// delete once, on resume once per engine start for an object handled
+// before it (each resume handler's record says which start it ran for), on
 // schedule when a slot is due, on when each time its condition becomes
 // true (recorded, so a transition made while the engine was down runs once
 // after it starts), and again when its last success asked for it
@@ -66,12 +67,13 @@ type Input struct {
 	Object *unstructured.Unstructured
 	// State is the object's recorded handler state. Decide updates the
 	// records of create and update handlers that a change does not concern
-	// (they pass it without a run); nothing else.
+	// (they pass it without a run), and those of resume handlers of an
+	// object not handled yet (new to this start, not resumed); nothing
+	// else.
 	State *State
-	// Resumed: since the engine started, the object's resume handlers
-	// succeeded, or the object was new (no handled record) when the engine
-	// first decided for it. An object not Resumed, with a handled record,
-	// has its resume handlers run.
+	// Resumed is ignored: which resume runs a start has made is recorded
+	// per handler in State (HandlerState.Resumed), as one flag for the
+	// object let the first resume handler's run stand for all of them.
 	Resumed bool
 	// Paused: handlers are paused for the object; none runs.
 	Paused bool
@@ -91,7 +93,7 @@ type Input struct {
 	// Now is the time of the decision.
 	Now time.Time
 	// Started is when the engine started: a resume run's key names it,
-	// one resume per start.
+	// one resume per start and handler.
 	Started time.Time
 	// Visit is the object's visit of its current state; nil for an
 	// Operator without states.
@@ -224,6 +226,9 @@ type Cause struct {
 	Inputs string
 	// Seq is the state visit an enter or exit run is for; 0 for others.
 	Seq int64
+	// Started is, for a resume run, the engine start it is for
+	// (Input.Started); its success records it.
+	Started time.Time
 }
 
 // Decision is what Decide found.
@@ -250,6 +255,16 @@ type Decision struct {
 // (Visit.Awaited does not wait for it).
 func Decide(in Input) Decision {
 	obj, st, now := in.Object, in.State, in.Now
+	start := startMark(in.Started)
+	if st.Handled == nil {
+		// Not handled yet: the object is new to this start, and its resume
+		// handlers run from the next one on.
+		for _, h := range in.Handlers {
+			if h.Fires(v1alpha1.OnResume) {
+				st.Of(h.Name).Resumed = start
+			}
+		}
+	}
 	if in.Paused {
 		return Decision{Stalled: Stalled(in.Handlers, obj, st)}
 	}
@@ -261,14 +276,9 @@ func Decide(in Input) Decision {
 			d.Wait = w
 		}
 	}
-	// The paths changed since the handled spec, computed once if needed.
-	var paths []string
-	var diffed bool
-	changed := func() []string {
-		if !diffed {
-			paths, diffed = Paths(in.diff(st.old(), obj)), true
-		}
-		return paths
+	// The paths changed since the spec a handler is done with.
+	changed := func(hs *HandlerState) []string {
+		return Paths(in.diff(st.doneWith(hs), obj))
 	}
 	var best *definition.Handler
 	var bestTrigger, bestInputs string
@@ -292,10 +302,10 @@ func Decide(in Input) Decision {
 			switch {
 			case hs.Generation == 0 && h.Fires(v1alpha1.OnCreate):
 				trigger = v1alpha1.OnCreate
-			case hs.Generation > 0 && h.Fires(v1alpha1.OnUpdate) && in.touches(h, changed()):
+			case hs.Generation > 0 && h.Fires(v1alpha1.OnUpdate) && in.touches(h, changed(hs)):
 				trigger = v1alpha1.OnUpdate
 			default:
-				hs.Generation = g // nothing in this change concerns it
+				st.done(in.Handlers, h, g, in.subject(obj)) // nothing in this change concerns it
 			}
 		}
 		inputs := ""
@@ -324,7 +334,7 @@ func Decide(in Input) Decision {
 		if v := in.Visit; trigger == "" && !deleting && v != nil {
 			trigger = v.trigger(h, st, g)
 		}
-		if trigger == "" && !held && !deleting && h.Fires(v1alpha1.OnResume) && !in.Resumed && st.Handled != nil {
+		if trigger == "" && !held && !deleting && h.Fires(v1alpha1.OnResume) && st.Handled != nil && hs.Resumed != start {
 			trigger = v1alpha1.OnResume
 		}
 		var slot time.Time
@@ -402,7 +412,7 @@ func Decide(in Input) Decision {
 	}
 	at := bestSlot
 	if bestTrigger == v1alpha1.OnResume {
-		at = in.Started
+		at, c.Started = in.Started, in.Started
 	}
 	c.Key = Key(uid, g, best.Name, bestTrigger, st.Of(best.Name), at)
 	if visitTrigger(bestTrigger) {
@@ -426,6 +436,12 @@ func (in Input) sameTarget(hs *HandlerState, trigger string, g int64) bool {
 		return hs.TargetSeq == in.Visit.Seq
 	}
 	return hs.TargetSeq == 0
+}
+
+// startMark is how HandlerState.Resumed records the engine start
+// started.
+func startMark(started time.Time) string {
+	return started.UTC().Format(time.RFC3339Nano)
 }
 
 // visitTrigger reports whether a trigger is of a state visit.
@@ -467,6 +483,15 @@ func (in Input) diff(old map[string]any, obj *unstructured.Unstructured) []archi
 		return DiffObject(old, in.Subject)
 	}
 	return Diff(old, Spec(obj))
+}
+
+// subject is what create and update are about now: the object's spec, or
+// a watched object's projection.
+func (in Input) subject(obj *unstructured.Unstructured) map[string]any {
+	if in.Subject != nil {
+		return in.Subject
+	}
+	return Spec(obj)
 }
 
 // Inputs hashes the values of the related fields h names in related, or

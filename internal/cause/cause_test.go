@@ -141,9 +141,9 @@ func TestDecide(t *testing.T) {
 			obj:      object(1, v1), st: state(0, nil, nil), resumed: false,
 		},
 		{
-			name:     "resume: only once",
+			name:     "resume: only once per start",
 			handlers: []*definition.Handler{handler("h", v1alpha1.OnResume)},
-			obj:      object(1, v1), st: state(1, v1, nil), resumed: true,
+			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {Resumed: at(started)}}), resumed: false,
 		},
 		{
 			name:     "schedule: the slot is due",
@@ -310,6 +310,7 @@ func TestOutcomesUpdateTheRecord(t *testing.T) {
 func TestStateRoundTripsThroughStatus(t *testing.T) {
 	st := state(2, map[string]any{"text": "a"}, map[string]*HandlerState{"h": {Generation: 2}, "empty": {}})
 	st.LastRun = &LastRun{ID: "r1", Handler: "h", Trigger: "update", Outcome: "Succeeded", Attempt: 1}
+	st.Specs = map[int64]map[string]any{3: {"text": "b"}}
 	own := map[string]any{"children": []any{}}
 	st.WriteTo(own)
 	if _, ok := own["children"]; !ok {
@@ -320,6 +321,9 @@ func TestStateRoundTripsThroughStatus(t *testing.T) {
 	back := Read(obj)
 	if back.Handled.Generation != 2 || back.Of("h").Generation != 2 || back.LastRun.ID != "r1" {
 		t.Errorf("read back %+v", back)
+	}
+	if back.Specs[3]["text"] != "b" {
+		t.Errorf("specs read back %v; want generation 3's", back.Specs)
 	}
 	if _, ok := back.Handlers["empty"]; ok {
 		t.Error("an empty handler record was written")

@@ -2,6 +2,7 @@ package cause
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -17,7 +18,13 @@ import (
 type State struct {
 	Handlers map[string]*HandlerState `json:"handlers,omitempty"`
 	Handled  *Handled                 `json:"handled,omitempty"`
-	LastRun  *LastRun                 `json:"lastRun,omitempty"`
+	// Specs holds, by generation, the spec (a watched object's
+	// projection) of each generation newer than Handled's that an update
+	// handler is done with while another create or update handler is
+	// not: what the handler's next update is decided from. Empty while
+	// they are all done with the same generation.
+	Specs   map[int64]map[string]any `json:"specs,omitempty"`
+	LastRun *LastRun                 `json:"lastRun,omitempty"`
 	// Observed is a watched object's count of changes; nil for a custom
 	// resource, whose generation the API server counts.
 	Observed *Observed `json:"observed,omitempty"`
@@ -64,6 +71,10 @@ type HandlerState struct {
 	// TargetSeq is the state visit the failed attempts of an enter or
 	// exit run count for; 0 for those of other triggers.
 	TargetSeq int64 `json:"targetSeq,omitempty"`
+	// Resumed is the engine start (Input.Started, RFC 3339) the handler's
+	// resume run last succeeded for, or at which the object was not
+	// handled yet: it has no resume run to make until the next start.
+	Resumed string `json:"resumed,omitempty"`
 }
 
 // EnterRun is status.opkit.enterRun: the last finished enter run.
@@ -146,7 +157,7 @@ func (st *State) WriteTo(own map[string]any) {
 	data, _ := json.Marshal(st)
 	var m map[string]any
 	_ = json.Unmarshal(data, &m)
-	for _, k := range []string{"handlers", "handled", "lastRun", "enterRun"} {
+	for _, k := range []string{"handlers", "handled", "specs", "lastRun", "enterRun"} {
 		if v, ok := m[k]; ok {
 			own[k] = v
 		} else {
@@ -158,6 +169,7 @@ func (st *State) WriteTo(own map[string]any) {
 // AdvanceHandled moves the handled record to generation g, whose spec was
 // spec, once every create and update handler of hs is done with g.
 func (st *State) AdvanceHandled(hs []*definition.Handler, g int64, spec map[string]any) {
+	defer st.prune(hs)
 	if st.Handled != nil && st.Handled.Generation >= g {
 		return
 	}
@@ -169,6 +181,48 @@ func (st *State) AdvanceHandled(hs []*definition.Handler, g int64, spec map[stri
 	st.Handled = &Handled{Generation: g, Spec: spec}
 }
 
+// done records that h is done with generation g, whose spec (a watched
+// object's projection) was spec: its run succeeded for it, or the change
+// to it was not about h. An update handler ahead of status.opkit.handled
+// keeps spec in Specs, so that its next update is about the change since.
+func (st *State) done(hs []*definition.Handler, h *definition.Handler, g int64, spec map[string]any) {
+	rec := st.Of(h.Name)
+	rec.Generation = max(rec.Generation, g)
+	if h.Fires(v1alpha1.OnUpdate) && rec.Generation == g && (st.Handled == nil || g > st.Handled.Generation) {
+		if st.Specs == nil {
+			st.Specs = map[int64]map[string]any{}
+		}
+		st.Specs[g] = spec
+	}
+	st.prune(hs)
+}
+
+// prune drops the specs of Specs that no update handler is at any more,
+// or that status.opkit.handled has caught up with.
+func (st *State) prune(hs []*definition.Handler) {
+	for g := range st.Specs {
+		at := slices.ContainsFunc(hs, func(h *definition.Handler) bool {
+			return h.Fires(v1alpha1.OnUpdate) && st.of(h.Name).Generation == g
+		})
+		if !at || st.Handled != nil && g <= st.Handled.Generation {
+			delete(st.Specs, g)
+		}
+	}
+	if len(st.Specs) == 0 {
+		st.Specs = nil
+	}
+}
+
+// doneWith is the spec the handler of record hs is done with, which an
+// update for it is about the change from: that of its generation, or, not
+// known (a record written before Specs), the handled one.
+func (st *State) doneWith(hs *HandlerState) map[string]any {
+	if spec, ok := st.Specs[hs.Generation]; ok && (st.Handled == nil || hs.Generation > st.Handled.Generation) {
+		return spec
+	}
+	return st.old()
+}
+
 // Succeeded records a successful run of c's handler: the generation or
 // deletion it was for, or its schedule slot; its failures are cleared, and
 // requeueAfter > 0 asks for the handler to run again that long after now.
@@ -178,12 +232,12 @@ func (st *State) Succeeded(hs []*definition.Handler, c *Cause, spec map[string]a
 	rec.Attempt, rec.Target, rec.TargetSeq, rec.NextRetryAt, rec.Stalled, rec.LastError = 0, 0, 0, "", false, ""
 	switch c.Trigger {
 	case v1alpha1.OnCreate, v1alpha1.OnUpdate:
-		rec.Generation = max(rec.Generation, c.Generation)
 		if c.Inputs != "" {
 			rec.Inputs = c.Inputs
 		}
 		// Changes made during the run come as one update, from the spec
 		// this run saw.
+		st.done(hs, c.Handler, c.Generation, spec)
 		st.AdvanceHandled(hs, c.Generation, spec)
 	case v1alpha1.OnDelete:
 		rec.Deleted = true
@@ -195,6 +249,8 @@ func (st *State) Succeeded(hs []*definition.Handler, c *Cause, spec map[string]a
 		rec.LastScheduled = slot.UTC().Format(time.RFC3339Nano)
 	case v1alpha1.OnWhen:
 		rec.WhenTrue, rec.WhenCount = true, rec.WhenCount+1
+	case v1alpha1.OnResume:
+		rec.Resumed = startMark(c.Started)
 	case v1alpha1.OnEnter, v1alpha1.OnExit:
 		st.visited(c, "Succeeded", "")
 	}
@@ -220,7 +276,10 @@ func (st *State) Failed(c *Cause, message string, permanent bool, now time.Time)
 		return true, time.Time{}
 	}
 	retryAt = now.Add(c.Handler.Retry.Delay(c.Attempt))
-	rec.NextRetryAt = retryAt.Format(time.RFC3339Nano)
+	// A run that gave up on an earlier target (an older generation, or the
+	// create or update run before a delete run) no longer holds this one:
+	// its attempts are this target's, retried.
+	rec.Stalled, rec.NextRetryAt = false, retryAt.Format(time.RFC3339Nano)
 	return false, retryAt
 }
 

@@ -104,8 +104,6 @@ type objectState struct {
 	written *cause.State
 	// flight is the object's run, from its start until its end is recorded.
 	flight *flight
-	// resumed is cause.Input.Resumed.
-	resumed bool
 	// For a watched object (watch.go): persisted is the state as the
 	// archive holds it, last the object's JSON as last seen (its delete
 	// handlers' object once it is gone; nil without delete handlers).
@@ -300,14 +298,8 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	}
 
 	now := rn.clock.Now()
-	rn.mu.Lock()
-	o = rn.object(cr)
-	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Resumed: o.resumed, Now: now, Started: rn.started, Related: vars.Related, Subject: subject,
+	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Now: now, Started: rn.started, Related: vars.Related, Subject: subject,
 		Visit: visitOf(rn.def.States, readState(vars.Self))} // vars.Self: a new object's initial state too (states.go)
-	if st.Handled == nil {
-		o.resumed = true // a new object is created, not resumed
-	}
-	rn.mu.Unlock()
 	_, in.Paused = cr.GetAnnotations()[v1alpha1.PauseAnnotation]
 	in.When = rn.whenValues(cr, vars)
 	d := cause.Decide(in)
@@ -563,11 +555,6 @@ func (rn *runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		st.Succeeded(rn.def.Handlers, f.cause, f.spec, requeue, now)
 		if run.Trigger == v1alpha1.OnDelete {
 			requeue = 0
-		}
-		if run.Trigger == v1alpha1.OnResume {
-			rn.mu.Lock()
-			rn.object(cr).resumed = true
-			rn.mu.Unlock()
 		}
 	} else {
 		run.Error = failure.Message

@@ -1,0 +1,549 @@
+package conformance_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/conformance"
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+)
+
+// checker plays one case against a real engine on the plane, in a
+// namespace of its own, and gathers what it saw.
+type checker struct {
+	t    testing.TB
+	env  *clustertest.Env
+	c    conformance.Case
+	dir  string
+	ns   string
+	bin  string
+	kube string
+
+	proc    *exec.Cmd
+	waited  chan struct{}
+	procLog *os.File
+	// starts maps each engine process's pid to its start, from 1.
+	starts map[int]int
+	store  *archive.SQLite
+	// uids maps each object's uid to its life, from 1.
+	uids    map[string]int
+	lives   []types.UID
+	changes int
+	// blocked counts the held runs the checker has acted on.
+	blocked int
+	// decisionSince is when quiet first saw a decision waiting.
+	decisionSince time.Time
+	// engineLog gathers what failed engine processes said.
+	engineLog string
+}
+
+// Check plays c against the engine and compares what happened with the
+// model; it returns the promises broken, and a transcript for a report.
+func Check(t testing.TB, env *clustertest.Env, c conformance.Case) ([]conformance.Violation, string) {
+	t.Helper()
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := &checker{
+		t: t, env: env, c: c, bin: bin, kube: clustertest.Cluster(t).KubeconfigPath(),
+		dir: filepath.Join(t.TempDir(), "case"), starts: map[int]int{}, uids: map[string]int{},
+		ns: "conf-" + rand.String(8),
+	}
+	if err := os.MkdirAll(ch.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	def := conformance.Operator(&c.Def, []string{bin, ch.dir}, []string{recorderEnv + "=1"})
+	if err := os.WriteFile(filepath.Join(ch.dir, "operator.yaml"), []byte(def), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.WithoutCancel(t.Context())
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ch.ns}}); err != nil {
+		t.Fatal(err)
+	}
+	defer ch.cleanUp()
+	ch.start()
+	for i, s := range c.History {
+		held := i+1 < len(c.History) && c.History[i+1].Op == conformance.OpCrash
+		if held {
+			ch.touchFile("block")
+		}
+		ch.apply(s)
+		switch {
+		case ch.proc == nil:
+			// Stopped: the next start does it all.
+		case held:
+			ch.waitBlockedOrQuiet(i)
+			ch.stop(true)
+		default:
+			ch.waitQuiet(i)
+		}
+	}
+	obs := ch.observe()
+	want := conformance.Expect(c)
+	return conformance.Compare(&c.Def, want, obs), ch.transcript(want, obs)
+}
+
+func (ch *checker) apply(s conformance.Step) {
+	t := ch.t
+	ctx := context.WithoutCancel(t.Context())
+	def := &ch.c.Def
+	switch s.Op {
+	case conformance.OpCreate:
+		obj := &unstructured.Unstructured{Object: def.Object()}
+		obj.SetNamespace(ch.ns)
+		clustertest.Eventually(t, time.Minute, "create the object (its kind served)", func(ctx context.Context) (bool, error) {
+			err := ch.env.Client.Create(ctx, obj)
+			return err == nil, nil
+		})
+		ch.lives = append(ch.lives, obj.GetUID())
+		ch.uids[string(obj.GetUID())] = len(ch.lives)
+	case conformance.OpChange:
+		ch.changes++
+		ch.patch(def.ChangePatch(s.Field, strconv.Itoa(ch.changes)))
+	case conformance.OpTouch:
+		ch.patch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{conformance.TouchAnnotation: time.Now().Format(time.RFC3339Nano)}}})
+	case conformance.OpRetry:
+		ch.patch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{v1alpha1.RetryAnnotation: time.Now().Format(time.RFC3339Nano)}}})
+	case conformance.OpDelete:
+		if err := ch.env.Client.Delete(ctx, ch.object()); err != nil {
+			t.Fatalf("delete: %v", err)
+		}
+	case conformance.OpDecide:
+		obj := ch.object()
+		if err := ch.env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			t.Fatal(err)
+		}
+		// The visit a person sees, as opkit decide writes it.
+		name, _, _ := unstructured.NestedString(obj.Object, "status", "state", "name")
+		seq, _, _ := unstructured.NestedInt64(obj.Object, "status", "state", "seq")
+		d, _ := json.Marshal(v1alpha1.Decision{State: name, Seq: seq, Choose: s.Choice, Reason: "the conformance check decides", By: "conformance", At: time.Now().UTC().Format(time.RFC3339)})
+		ch.patch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{v1alpha1.DecisionAnnotation: string(d)}}})
+	case conformance.OpStop:
+		ch.stop(s.Kill)
+	case conformance.OpStart, conformance.OpCrash:
+		ch.start()
+	default:
+		t.Fatalf("the checker cannot play %s yet", s)
+	}
+}
+
+// object is a reference to the history's object.
+func (ch *checker) object() *unstructured.Unstructured {
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion(ch.c.Def.APIVersion())
+	obj.SetKind(ch.c.Def.ObjectKind())
+	obj.SetNamespace(ch.ns)
+	obj.SetName(conformance.ObjectName)
+	return obj
+}
+
+func (ch *checker) patch(p map[string]any) {
+	data, err := json.Marshal(p)
+	if err != nil {
+		ch.t.Fatal(err)
+	}
+	if err := ch.env.Client.Patch(context.WithoutCancel(ch.t.Context()), ch.object(), client.RawPatch(types.MergePatchType, data)); err != nil {
+		ch.t.Fatalf("patch %v: %v", p, err)
+	}
+}
+
+func (ch *checker) touchFile(name string) {
+	if err := os.WriteFile(filepath.Join(ch.dir, name), nil, 0o644); err != nil {
+		ch.t.Fatal(err)
+	}
+}
+
+// start starts an engine process and waits until it applied the
+// definition.
+func (ch *checker) start() {
+	t := ch.t
+	if ch.procLog == nil {
+		f, err := os.Create(filepath.Join(ch.dir, "engine.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch.procLog = f
+	}
+	cmd := exec.Command(ch.bin)
+	cmd.Env = append(os.Environ(), engineEnv+"="+ch.dir, namespaceEnv+"="+ch.ns, "KUBECONFIG="+ch.kube)
+	cmd.Stdout, cmd.Stderr = ch.procLog, ch.procLog
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ch.proc, ch.waited = cmd, make(chan struct{})
+	go func(waited chan struct{}) { _ = cmd.Wait(); close(waited) }(ch.waited)
+	ch.starts[cmd.Process.Pid] = len(ch.starts) + 1
+	ready := filepath.Join(ch.dir, "ready."+strconv.Itoa(cmd.Process.Pid))
+	clustertest.Eventually(t, 2*time.Minute, "the engine process applies the definition", func(context.Context) (bool, error) {
+		select {
+		case <-ch.waited:
+			return false, fmt.Errorf("the engine process ended: %s", ch.logTail())
+		default:
+		}
+		_, err := os.Stat(ready)
+		return err == nil, nil
+	})
+	if ch.store == nil {
+		store, err := archive.OpenSQLite(context.WithoutCancel(t.Context()), filepath.Join(ch.dir, "runs.db"), archive.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch.store = store
+	}
+}
+
+// stop stops the engine process: SIGTERM and wait, or SIGKILL.
+func (ch *checker) stop(kill bool) {
+	if ch.proc == nil {
+		return
+	}
+	sig := syscall.SIGTERM
+	if kill {
+		sig = syscall.SIGKILL
+	}
+	_ = ch.proc.Process.Signal(sig)
+	select {
+	case <-ch.waited:
+	case <-time.After(time.Minute):
+		_ = ch.proc.Process.Kill()
+		<-ch.waited
+		ch.t.Errorf("the engine did not stop within a minute of %v", sig)
+	}
+	if st := ch.proc.ProcessState; !kill && st != nil && !st.Success() {
+		ch.engineLog += fmt.Sprintf("the engine process exited %v after SIGTERM\n", st)
+	}
+	ch.proc = nil
+}
+
+func (ch *checker) logTail() string {
+	data, _ := os.ReadFile(filepath.Join(ch.dir, "engine.log"))
+	s := string(data)
+	if len(s) > 4000 {
+		s = s[len(s)-4000:]
+	}
+	return s
+}
+
+// quiet describes what the engine has done, as far as the archive and
+// the object show, once nothing is in flight: no run running or waiting
+// for its retry, the object's observedGeneration caught up and no retry
+// or decision annotation left; "" while something is. The description
+// ends with "short" while fewer attempts finished than the model
+// expects: the model's count only makes the wait end sooner when it is
+// reached (a run missing is then waited for a while, and shows in the
+// comparison).
+func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
+	runs, err := archive.ListAll(ctx, ch.store, archive.Query{})
+	if err != nil {
+		return "", err
+	}
+	last := map[string]archive.Run{}
+	finished := 0
+	for i := len(runs) - 1; i >= 0; i-- { // oldest first
+		r := runs[i]
+		last[r.Key] = r
+		switch r.Outcome {
+		case archive.Running:
+			return "", nil
+		case archive.Succeeded, archive.Failed, archive.GaveUp:
+			finished++
+		}
+	}
+	for _, r := range last {
+		// A failed run's retry comes at its nextRetryAt; one long overdue
+		// is not coming (the comparison says so).
+		if r.Outcome == archive.Failed && time.Since(r.NextRetryAt) < 5*time.Second {
+			return "", nil
+		}
+	}
+	short := finished < want
+	obj := ch.object()
+	err = ch.env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return "", err
+	}
+	state := fmt.Sprintf("%d runs", len(runs))
+	if err == nil {
+		if _, retry := obj.GetAnnotations()[v1alpha1.RetryAnnotation]; retry && ch.c.Def.Kind == conformance.CustomResource {
+			return "", nil
+		}
+		if _, waits := obj.GetAnnotations()[v1alpha1.DecisionAnnotation]; waits {
+			// Taken or refused at once: give it a few seconds, then the
+			// comparison says it waited.
+			if ch.decisionSince.IsZero() {
+				ch.decisionSince = time.Now()
+			}
+			if time.Since(ch.decisionSince) < 10*time.Second {
+				return "", nil
+			}
+		} else {
+			ch.decisionSince = time.Time{}
+		}
+		if ch.c.Def.Kind == conformance.CustomResource {
+			observed, _, _ := unstructured.NestedInt64(obj.Object, "status", "observedGeneration")
+			if observed != obj.GetGeneration() {
+				return "", nil
+			}
+		}
+		state += " rv " + obj.GetResourceVersion()
+	}
+	info, _ := os.Stat(filepath.Join(ch.dir, "records.jsonl"))
+	if info != nil {
+		state += fmt.Sprintf(" records %d", info.Size())
+	}
+	if short {
+		state += " short"
+	}
+	return state, nil
+}
+
+// waitQuiet waits until quiet holds, unchanged, for a second, after the
+// history's step i; or gives up after a time-out (the comparison then
+// says what is missing).
+func (ch *checker) waitQuiet(i int) {
+	want := attempts(conformance.Expect(conformance.Case{Def: ch.c.Def, History: ch.c.History[:i+1]}))
+	ch.waitFor(func(ctx context.Context) (bool, error) { return false, nil }, want)
+}
+
+// waitBlockedOrQuiet waits until a run is held by the block file, or
+// everything is quiet (the step caused no run: the block is taken away).
+func (ch *checker) waitBlockedOrQuiet(i int) {
+	blocked := func(context.Context) (bool, error) {
+		_, err := os.Stat(filepath.Join(ch.dir, "block.taken"))
+		return err == nil && ch.hasBlockedRecord(), nil
+	}
+	want := attempts(conformance.Expect(conformance.Case{Def: ch.c.Def, History: ch.c.History[:i+1]}))
+	if !ch.waitFor(blocked, want) {
+		_ = os.Remove(filepath.Join(ch.dir, "block"))
+		// The recorder may have taken it since.
+		if ok, _ := blocked(context.Background()); ok {
+			return
+		}
+	}
+	_ = os.Remove(filepath.Join(ch.dir, "block.taken"))
+}
+
+// hasBlockedRecord reports whether a run was held since the last one the
+// checker acted on, and counts it as acted on.
+func (ch *checker) hasBlockedRecord() bool {
+	n := 0
+	for _, r := range readRecords(filepath.Join(ch.dir, "records.jsonl")) {
+		if r.Blocked {
+			n++
+		}
+	}
+	if n > ch.blocked {
+		ch.blocked = n
+		return true
+	}
+	return false
+}
+
+// waitFor waits until done holds (true) or quiet holds unchanged for a
+// second (false), at most a minute.
+func (ch *checker) waitFor(done func(context.Context) (bool, error), want int) bool {
+	ctx := context.WithoutCancel(ch.t.Context())
+	deadline := time.Now().Add(time.Minute)
+	var stable string
+	var since time.Time
+	for time.Now().Before(deadline) {
+		if ok, err := done(ctx); err != nil {
+			ch.t.Fatal(err)
+		} else if ok {
+			return true
+		}
+		state, err := ch.quiet(ctx, want)
+		if err != nil {
+			ch.t.Fatal(err)
+		}
+		settle := time.Second
+		if strings.HasSuffix(state, " short") {
+			settle = 10 * time.Second
+		}
+		switch {
+		case state == "":
+			stable = ""
+		case state != stable:
+			stable, since = state, time.Now()
+		case time.Since(since) >= settle:
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ch.t.Logf("the engine was not quiet within a minute: the comparison says what is missing")
+	return false
+}
+
+// attempts is the number of attempts the model expects in all.
+func attempts(e *conformance.Expectation) int {
+	n := 0
+	for _, r := range e.Runs {
+		n += len(r.Outcomes)
+	}
+	return n
+}
+
+// observe gathers what happened: the objects, then (the engine stopped)
+// the archive and the records.
+func (ch *checker) observe() *conformance.Observed {
+	ctx := context.WithoutCancel(ch.t.Context())
+	obs := &conformance.Observed{}
+	obj := ch.object()
+	err := ch.env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	if err != nil && !apierrors.IsNotFound(err) {
+		ch.t.Fatal(err)
+	}
+	for i, uid := range ch.lives {
+		end := conformance.End{Life: i + 1}
+		if err == nil && obj.GetUID() == uid {
+			end.Exists = true
+			count, _, _ := unstructured.NestedInt64(obj.Object, "status", "count")
+			end.Count = int(count)
+			end.State, _, _ = unstructured.NestedString(obj.Object, "status", "state", "name")
+			end.Decision = obj.GetAnnotations()[v1alpha1.DecisionAnnotation]
+			root := "spec"
+			if ch.c.Def.Kind == conformance.Watch {
+				root = "data"
+				end.Written = untouched(obj)
+			}
+			spec, _, _ := unstructured.NestedStringMap(obj.Object, root)
+			end.Spec = spec
+			events := &corev1.EventList{}
+			if err := ch.env.Client.List(ctx, events, client.InNamespace(ch.ns)); err != nil {
+				ch.t.Fatal(err)
+			}
+			for _, ev := range events.Items {
+				if ev.Reason == "DecisionRefused" && ev.InvolvedObject.UID == uid {
+					end.Refused = true
+				}
+			}
+		}
+		obs.Ends = append(obs.Ends, end)
+	}
+	ch.stop(false)
+	runs, err := archive.ListAll(ctx, ch.store, archive.Query{})
+	if err != nil {
+		ch.t.Fatal(err)
+	}
+	byID := map[string]archive.Run{}
+	for _, r := range runs {
+		byID[r.ID] = r
+	}
+	recorded := map[string]bool{}
+	for _, r := range readRecords(filepath.Join(ch.dir, "records.jsonl")) {
+		recorded[r.RunID] = true
+		s := conformance.Seen{
+			ID:  conformance.RunID{Life: ch.uids[r.UID], Handler: r.Handler, Trigger: conformance.Trigger(r.Trigger)},
+			Key: r.Key, RunID: r.RunID, Attempt: r.Attempt, Interrupted: r.Blocked,
+			Outcome: conformance.Outcome(byID[r.RunID].Outcome), Count: r.Count, Generation: r.Generation, Spec: r.Spec,
+			State: r.State, StateSeq: r.StateSeq,
+		}
+		parts := strings.Split(r.Key, "/")
+		if len(parts) >= 3 {
+			if parts[1] == "state" {
+				s.ID.Seq, _ = strconv.ParseInt(parts[2], 10, 64)
+			} else {
+				s.ID.Gen, _ = strconv.ParseInt(parts[1], 10, 64)
+			}
+		}
+		switch s.ID.Trigger {
+		case conformance.Resume:
+			s.ID.Start = ch.starts[r.Engine]
+		case conformance.Delete:
+			s.ID.Gen = 0
+		}
+		obs.Runs = append(obs.Runs, s)
+	}
+	for _, r := range runs {
+		// Transitions are archived as runs too; they are not handlers'.
+		if !recorded[r.ID] && r.Outcome != archive.Skipped && ch.c.Def.Handler(r.Handler) != nil {
+			obs.Orphans = append(obs.Orphans, fmt.Sprintf("run %s: %s %s key %s attempt %d: %s %s", r.ID, r.Handler, r.Trigger, r.Key, r.Attempt, r.Outcome, r.Error))
+		}
+	}
+	data, _ := os.ReadFile(filepath.Join(ch.dir, "engine.log"))
+	obs.Engine = strings.TrimSpace(ch.engineLog + engineFailure(string(data)))
+	return obs
+}
+
+// untouched says what of a watched object is not the checker's: a label
+// or annotation it did not set, an owner reference, a finalizer, a
+// status; "" when nothing is.
+func untouched(obj *unstructured.Unstructured) string {
+	var found []string
+	for k := range obj.GetLabels() {
+		if k != conformance.WatchLabel {
+			found = append(found, "label "+k)
+		}
+	}
+	for k := range obj.GetAnnotations() {
+		if k != conformance.TouchAnnotation && k != v1alpha1.RetryAnnotation {
+			found = append(found, "annotation "+k)
+		}
+	}
+	if refs := obj.GetOwnerReferences(); len(refs) > 0 {
+		found = append(found, fmt.Sprintf("owner references %v", refs))
+	}
+	if fs := obj.GetFinalizers(); len(fs) > 0 {
+		found = append(found, fmt.Sprintf("finalizers %v", fs))
+	}
+	if _, ok := obj.Object["status"]; ok {
+		found = append(found, "a status")
+	}
+	return strings.Join(found, ", ")
+}
+
+// transcript says what the case did and saw, for a failure's report.
+func (ch *checker) transcript(want *conformance.Expectation, obs *conformance.Observed) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "runs the model expects:\n")
+	for _, r := range want.Runs {
+		fmt.Fprintf(&b, "  %s: %v\n", r.ID(), r.Outcomes)
+	}
+	fmt.Fprintf(&b, "executions seen, in order:\n")
+	for _, s := range obs.Runs {
+		fmt.Fprintf(&b, "  %s key %s attempt %d: %s, saw count %d gen %d spec %v", s.ID, s.Key, s.Attempt, s.Outcome, s.Count, s.Generation, s.Spec)
+		if s.Interrupted {
+			b.WriteString(" (held, SIGKILLed)")
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "ends: model %+v, seen %+v\n", want.Ends, obs.Ends)
+	return b.String()
+}
+
+// cleanUp stops the engine, lets the object go and deletes the namespace.
+func (ch *checker) cleanUp() {
+	ch.stop(true)
+	ctx := context.WithoutCancel(ch.t.Context())
+	obj := ch.object()
+	if err := ch.env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err == nil && len(obj.GetFinalizers()) > 0 {
+		_ = ch.env.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	}
+	_ = ch.env.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ch.ns}})
+	if ch.store != nil {
+		_ = ch.store.Close()
+	}
+	if ch.procLog != nil {
+		_ = ch.procLog.Close()
+	}
+}

@@ -1,0 +1,220 @@
+package conformance
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Seen is one execution of a handler as the checker saw it: what the
+// recorder (the handler's program) was given, and how the archive
+// recorded the run.
+type Seen struct {
+	ID RunID
+	// Key is the binding context's idempotency key; RunID the archive's
+	// run id; Attempt the binding context's attempt.
+	Key, RunID string
+	Attempt    int
+	// Outcome is the archive's: Succeeded, Failed, GaveUp, or Cancelled
+	// for an Interrupted one; "" when the archive has no such run.
+	Outcome Outcome
+	// Interrupted: the checker held the run and SIGKILLed the engine.
+	Interrupted bool
+	// Count is the binding context's object's status.count (0 when it
+	// has none).
+	Count int
+	// Generation is the binding context's object's metadata.generation
+	// (custom resources; 0 for a watched ConfigMap, which has none).
+	Generation int64
+	// Spec is the binding context's object's spec (a ConfigMap's data),
+	// the fields a and b.
+	Spec map[string]string
+	// State and StateSeq are the binding context's object's
+	// status.state.name and seq.
+	State    string
+	StateSeq int64
+}
+
+// Observed is everything the checker saw of one case.
+type Observed struct {
+	// Runs are the executions, in the order they started.
+	Runs []Seen
+	// Ends are the object's lives at the end, in order.
+	Ends []End
+	// Orphans are archive runs no execution was recorded for, described.
+	Orphans []string
+	// Engine says what the engine process said on its way out when it
+	// failed (a data race, a panic); "" when it did not.
+	Engine string
+}
+
+// Violation is a promise broken: Row names the guarantee (a row of
+// docs/handlers.md's table, or a DESIGN.md guarantee).
+type Violation struct {
+	Row  string
+	Text string
+}
+
+func (v Violation) String() string { return v.Row + ": " + v.Text }
+
+// The rows of the guarantees the checker checks.
+const (
+	RowRunsOnce      = "runs once"
+	RowRunsTwice     = "may run twice"
+	RowDowntime      = "after downtime"
+	RowNeverWritten  = "never written by opkit"
+	RowReadYourWrite = "read-your-writes"
+	RowFinal         = "final state"
+	RowDecision      = "a decision is taken or refused"
+	RowEngine        = "engine"
+)
+
+// Compare checks obs against what e promises for def, and returns every
+// promise broken, in a stable order.
+func Compare(def *Def, e *Expectation, obs *Observed) []Violation {
+	var out []Violation
+	add := func(row, format string, args ...any) {
+		out = append(out, Violation{Row: row, Text: fmt.Sprintf(format, args...)})
+	}
+	if obs.Engine != "" {
+		add(RowEngine, "the engine process failed: %s", obs.Engine)
+	}
+	// Attempts, by run.
+	seen := map[RunID][]Seen{}
+	var order []RunID
+	for _, s := range obs.Runs {
+		if _, ok := seen[s.ID]; !ok {
+			order = append(order, s.ID)
+		}
+		seen[s.ID] = append(seen[s.ID], s)
+	}
+	expected := map[RunID]*Run{}
+	for _, r := range e.Runs {
+		expected[r.ID()] = r
+		got := seen[r.ID()]
+		outcomes := finished(got)
+		row := RowRunsOnce
+		switch {
+		case len(got) == 0:
+			add(row, "missing run: %s never ran; the docs promise %s", r.ID(), outcomesText(r.Outcomes))
+		case !slices.Equal(outcomes, r.Outcomes):
+			add(row, "%s ran %s; the docs promise %s", r.ID(), outcomesText(outcomes), outcomesText(r.Outcomes))
+		}
+		if r.Spec != nil {
+			for _, s := range got {
+				if !maps.Equal(s.Spec, r.Spec) || (def.Kind == CustomResource && s.Generation != r.Gen) {
+					add(RowReadYourWrite, "stale object: %s (run %s) saw generation %d spec %v; its key is for generation %d, spec %v", r.ID(), s.RunID, s.Generation, s.Spec, r.Gen, r.Spec)
+					break
+				}
+			}
+		}
+	}
+	for _, id := range order {
+		// A resume run interrupted, and replaced by the next start's, is
+		// no run of its own.
+		replaced := id.Trigger == Resume && len(finished(seen[id])) == 0
+		if expected[id] == nil && !replaced {
+			add(RowRunsOnce, "extra run: %s ran %s; the docs promise no such run", id, outcomesText(finished(seen[id])))
+		}
+		keys := map[string]bool{}
+		for _, s := range seen[id] {
+			keys[s.Key] = true
+		}
+		if len(keys) > 1 {
+			add(RowRunsTwice, "%s changed its idempotency key between attempts: %v", id, slices.Sorted(maps.Keys(keys)))
+		}
+	}
+	// An enter run sees the transition that began its visit.
+	for _, s := range obs.Runs {
+		if s.ID.Trigger == Enter && s.StateSeq != s.ID.Seq {
+			add(RowReadYourWrite, "stale object: %s (run %s) saw status.state %s seq %d, not the visit it runs for", s.ID, s.RunID, s.State, s.StateSeq)
+		}
+	}
+	// An interrupted run runs again with its key.
+	for i, s := range obs.Runs {
+		if !s.Interrupted {
+			continue
+		}
+		// A resume run is for its start: the next start's replaces it.
+		if s.ID.Trigger != Resume && !slices.ContainsFunc(obs.Runs[i+1:], func(n Seen) bool { return n.Key == s.Key && !n.Interrupted }) {
+			add(RowRunsTwice, "%s (key %s) was interrupted by a SIGKILL and never ran again with its key", s.ID, s.Key)
+		}
+		if s.Outcome != "Cancelled" {
+			add(RowRunsTwice, "%s (run %s) was interrupted by a SIGKILL; the archive records it %q, not Cancelled", s.ID, s.RunID, s.Outcome)
+		}
+	}
+	for _, s := range obs.Runs {
+		if !s.Interrupted && s.Outcome == "" {
+			add(RowRunsOnce, "%s (run %s, key %s) ran, and the archive has no finished record of it", s.ID, s.RunID, s.Key)
+		}
+	}
+	for _, o := range obs.Orphans {
+		add(RowRunsOnce, "the archive records a run no handler execution was seen for: %s", o)
+	}
+	// Read-your-writes: each run sees the writes of the runs that
+	// succeeded before it started.
+	if def.Kind == CustomResource {
+		writes := map[int]int{}
+		for _, s := range obs.Runs {
+			if s.Count != writes[s.ID.Life] {
+				add(RowReadYourWrite, "stale object: %s (run %s) saw status.count %d, but %d writing runs had succeeded for the object before it started", s.ID, s.RunID, s.Count, writes[s.ID.Life])
+			}
+			if h := def.Handler(s.ID.Handler); h != nil && h.Behaviour.Write && s.Outcome == Succeeded {
+				writes[s.ID.Life]++
+			}
+		}
+	}
+	// The ends.
+	for i, want := range e.Ends {
+		if i >= len(obs.Ends) {
+			add(RowFinal, "object #%d: the checker saw no such object", want.Life)
+			continue
+		}
+		got := obs.Ends[i]
+		switch {
+		case got.Exists != want.Exists:
+			add(RowFinal, "object #%d exists: %v; the docs promise %v", want.Life, got.Exists, want.Exists)
+		case got.Exists && def.Kind == CustomResource && got.Count != want.Count:
+			add(RowReadYourWrite, "lost status writes: object #%d has status.count %d; %d writing runs must have succeeded for it, each adding one", want.Life, got.Count, want.Count)
+		}
+		if got.Exists && !maps.Equal(got.Spec, want.Spec) {
+			add(RowNeverWritten, "object #%d's spec is %v; the history wrote %v, and opkit never writes it", want.Life, got.Spec, want.Spec)
+		}
+		if got.Exists && got.Written != "" {
+			add(RowNeverWritten, "object #%d: opkit wrote to a watched object: %s", want.Life, got.Written)
+		}
+		switch {
+		case !got.Exists || want.State == "":
+		case got.Decision != "":
+			add(RowDecision, "object #%d: the decision %s is still waiting in its annotation, in state %s: the docs promise it taken or refused at once", want.Life, got.Decision, got.State)
+		case want.OrRefused && got.State == StateAsk && got.Refused:
+			// Refused at once, with its reason: allowed.
+		case got.State != want.State:
+			add(RowFinal, "object #%d is in state %s; the docs promise %s", want.Life, got.State, want.State)
+		}
+	}
+	return out
+}
+
+// finished are the outcomes of the attempts that were not interrupted.
+func finished(ss []Seen) []Outcome {
+	var out []Outcome
+	for _, s := range ss {
+		if !s.Interrupted {
+			out = append(out, s.Outcome)
+		}
+	}
+	return out
+}
+
+func outcomesText(os []Outcome) string {
+	if len(os) == 0 {
+		return "nothing"
+	}
+	parts := make([]string, len(os))
+	for i, o := range os {
+		parts[i] = string(o)
+	}
+	return strings.Join(parts, ", ")
+}

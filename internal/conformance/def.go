@@ -1,0 +1,199 @@
+package conformance
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Kind is what an operator reacts to.
+type Kind string
+
+// The kinds of operator the model knows.
+const (
+	// CustomResource: spec.resource, the operator's own kind.
+	CustomResource Kind = "resource"
+	// Watch: spec.watch of ConfigMaps carrying a label.
+	Watch Kind = "watch"
+)
+
+// Trigger is a value of a handler's on:.
+type Trigger string
+
+// The triggers the model knows.
+const (
+	Create Trigger = "create"
+	Update Trigger = "update"
+	Delete Trigger = "delete"
+	Resume Trigger = "resume"
+	When   Trigger = "when"
+	Enter  Trigger = "enter"
+)
+
+// Behaviour is what a handler's program does with each run, the same for
+// every run of one idempotency key: the first Fail runs of the key fail
+// (permanently, giving up at once, when Permanent), the later ones succeed.
+// A success with Write returns the status patch {count: c+1}, c being the
+// status.count of the object in the run's binding context (0 when it has
+// none): the handler that each run of the issue's first defect was.
+type Behaviour struct {
+	Fail      int
+	Permanent bool
+	Write     bool
+}
+
+func (b Behaviour) String() string {
+	var parts []string
+	if b.Fail > 0 {
+		kind := "fail"
+		if b.Permanent {
+			kind = "give up"
+		}
+		parts = append(parts, fmt.Sprintf("%s %d×", kind, b.Fail))
+	}
+	if b.Write {
+		parts = append(parts, "write count+1")
+	} else {
+		parts = append(parts, "succeed")
+	}
+	return strings.Join(parts, ", then ")
+}
+
+// Handler is one handler of a Def.
+type Handler struct {
+	Name string
+	On   []Trigger
+	// Fields are the spec fields (a custom resource) or data keys (a
+	// watched ConfigMap) an update is about: "a" or "b"; none: any change.
+	Fields []string
+	// States are the states an enter handler runs for.
+	States    []string
+	Behaviour Behaviour
+	// MaxAttempts is the handler's retry.maxAttempts, from 1.
+	MaxAttempts int
+}
+
+// Fires reports whether h has trigger t.
+func (h *Handler) Fires(t Trigger) bool { return slices.Contains(h.On, t) }
+
+// Def is an operator drawn from the model's space: one kind, handlers in
+// declared order, and for a custom resource an optional state machine.
+type Def struct {
+	Kind     Kind
+	Handlers []Handler
+	// States is nil for an operator without spec.states.
+	States *Machine
+}
+
+// Machine is a small state machine: Start, entered first, leads
+// unconditionally to Ask once the enter handlers of Start are done, and
+// Ask needs a person, whose choices are Done and Start. Done is final.
+// It is the shape of issue 33's third defect (a handler gave up, the state
+// needing a person was reached, the decision waited silently) kept small
+// enough to be read at a glance.
+type Machine struct{}
+
+// The states of Machine.
+const (
+	StateStart = "Start"
+	StateAsk   = "Ask"
+	StateDone  = "Done"
+)
+
+// Handler returns the handler named name, or nil.
+func (d *Def) Handler(name string) *Handler {
+	for i := range d.Handlers {
+		if d.Handlers[i].Name == name {
+			return &d.Handlers[i]
+		}
+	}
+	return nil
+}
+
+func (d *Def) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s operator", d.Kind)
+	if d.States != nil {
+		b.WriteString(" with states Start -> Ask (a person) -> Done | Start")
+	}
+	for _, h := range d.Handlers {
+		fmt.Fprintf(&b, "\n  %s on %v", h.Name, h.On)
+		if len(h.Fields) > 0 {
+			fmt.Fprintf(&b, " fields %v", h.Fields)
+		}
+		if len(h.States) > 0 {
+			fmt.Fprintf(&b, " states %v", h.States)
+		}
+		fmt.Fprintf(&b, ": %s, maxAttempts %d", h.Behaviour, h.MaxAttempts)
+	}
+	return b.String()
+}
+
+// Op is what a history step does.
+type Op string
+
+// The steps of a history.
+const (
+	// OpCreate creates the object (name "obj"), spec (or data) {a: "0", b: "0"}.
+	OpCreate Op = "create"
+	// OpChange sets the spec field (or data key) Field to a new value.
+	OpChange Op = "change"
+	// OpTouch changes an annotation: no generation, no projection.
+	OpTouch Op = "touch"
+	// OpDelete deletes the object.
+	OpDelete Op = "delete"
+	// OpRetry sets opkit.dev/retry on the object, as opkit retry does.
+	OpRetry Op = "retry"
+	// OpDecide writes a person's decision for the object's current
+	// visit of Ask, choosing Choice.
+	OpDecide Op = "decide"
+	// OpStop stops the engine: gracefully (SIGTERM), or with Kill, SIGKILL.
+	OpStop Op = "stop"
+	// OpStart starts the engine.
+	OpStart Op = "start"
+	// OpCrash SIGKILLs the engine while it runs the first handler run of
+	// the step before (the checker holds that run until the kill), then
+	// starts it again; when that step caused no run, it kills the engine
+	// once it is quiet.
+	OpCrash Op = "crash"
+)
+
+// Step is one step of a history.
+type Step struct {
+	Op Op
+	// Field is OpChange's field: "a" or "b".
+	Field string
+	// Kill is OpStop's: SIGKILL rather than SIGTERM.
+	Kill bool
+	// Choice is OpDecide's: the state chosen.
+	Choice string
+}
+
+func (s Step) String() string {
+	switch s.Op {
+	case OpChange:
+		return "change " + s.Field
+	case OpStop:
+		if s.Kill {
+			return "stop (SIGKILL)"
+		}
+		return "stop (SIGTERM)"
+	case OpDecide:
+		return "decide " + s.Choice
+	}
+	return string(s.Op)
+}
+
+// Case is a definition and a history drawn to go together.
+type Case struct {
+	Def     Def
+	History []Step
+}
+
+func (c Case) String() string {
+	steps := make([]string, len(c.History))
+	for i, s := range c.History {
+		steps[i] = s.String()
+	}
+	return c.Def.String() + "\n  history: " + strings.Join(steps, "; ")
+}

@@ -1,0 +1,168 @@
+package conformance
+
+import (
+	"fmt"
+	"math/rand/v2"
+)
+
+// Space is the part of the definition space the generator draws from.
+type Space struct {
+	// Kinds are the kinds of operator drawn, each as likely.
+	Kinds []Kind
+	// Triggers are the triggers a handler's on: is drawn from (Enter
+	// only with States).
+	Triggers []Trigger
+	// States: custom-resource operators may have the Machine.
+	States bool
+	// MaxHandlers bounds the handlers of a definition (at least 1).
+	MaxHandlers int
+	// MaxSteps bounds a history's steps before the engine's last start.
+	MaxSteps int
+}
+
+// DefaultSpace is what TestConformance and make soak draw from.
+var DefaultSpace = Space{
+	Kinds:       []Kind{CustomResource, CustomResource, Watch},
+	Triggers:    []Trigger{Create, Update, Delete, Resume, When},
+	States:      true,
+	MaxHandlers: 3,
+	MaxSteps:    8,
+}
+
+// Generate draws a case: a definition, then a history that goes with it
+// (each step one that can be made at that point: an object is created
+// when there is none, deleted when there is one, the engine started when
+// it is stopped...). The same r state gives the same case.
+func Generate(r *rand.Rand, sp Space) Case {
+	def := genDef(r, sp)
+	return Case{Def: def, History: genHistory(r, &def, sp)}
+}
+
+func genDef(r *rand.Rand, sp Space) Def {
+	d := Def{Kind: sp.Kinds[r.IntN(len(sp.Kinds))]}
+	if sp.States && d.Kind == CustomResource && r.IntN(4) == 0 {
+		d.States = &Machine{}
+	}
+	n := 1 + r.IntN(sp.MaxHandlers)
+	for i := range n {
+		h := Handler{Name: fmt.Sprintf("h%d", i+1), MaxAttempts: 2 + r.IntN(2)}
+		for len(h.On) == 0 {
+			for _, t := range sp.Triggers {
+				if r.IntN(2) == 0 {
+					h.On = append(h.On, t)
+				}
+			}
+		}
+		if d.States != nil && r.IntN(3) == 0 {
+			// An enter handler: of the state that needs a person, or of
+			// the first one.
+			h.On = []Trigger{Enter}
+			h.States = []string{[]string{StateAsk, StateStart}[r.IntN(2)]}
+		}
+		if h.Fires(Update) {
+			switch r.IntN(4) {
+			case 0:
+				h.Fields = []string{"a"}
+			case 1:
+				h.Fields = []string{"b"}
+			}
+		}
+		switch {
+		case d.Kind == CustomResource && r.IntN(5) < 3:
+			h.Behaviour.Write = true
+		case d.Kind == Watch && r.IntN(10) == 0:
+			h.Behaviour.Write = true // refused: a watched object is never written
+		}
+		if r.IntN(5) < 2 {
+			h.Behaviour.Fail = 1 + r.IntN(3)
+			h.Behaviour.Permanent = r.IntN(5) == 0
+		}
+		if h.Fires(Resume) || h.Fires(When) {
+			// A resume or when handler does not fail: the docs do not say
+			// how its retries interleave with the create and update runs
+			// of the handlers declared after it (the engine lets the more
+			// urgent run go first once both are due), nor what a later
+			// start does with a resume run that gave up.
+			h.Behaviour = Behaviour{Write: h.Behaviour.Write && d.Kind == CustomResource}
+		}
+		d.Handlers = append(d.Handlers, h)
+	}
+	return d
+}
+
+func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
+	m := newModel(d)
+	var steps []Step
+	add := func(s Step) {
+		steps = append(steps, s)
+		m.apply(s, false)
+	}
+	if r.IntN(5) == 0 {
+		// The object is created while no engine runs.
+		add(Step{Op: OpStop, Kill: r.IntN(2) == 0})
+	}
+	add(Step{Op: OpCreate})
+	for len(steps) < sp.MaxSteps && r.IntN(8) != 0 {
+		l := m.current()
+		if l != nil && l.refusable {
+			break // what follows a decision the engine may refuse is not modelled
+		}
+		type option struct {
+			weight int
+			step   Step
+		}
+		var opts []option
+		switch {
+		case !l.exists:
+			opts = append(opts, option{3, Step{Op: OpCreate}})
+		case !l.deleting:
+			opts = append(opts,
+				option{3, Step{Op: OpChange, Field: "a"}},
+				option{2, Step{Op: OpChange, Field: "b"}},
+				option{1, Step{Op: OpTouch}},
+				option{2, Step{Op: OpDelete}},
+			)
+		}
+		if l.exists && m.stalled(l) {
+			opts = append(opts, option{3, Step{Op: OpRetry}})
+		}
+		if m.up && l.exists && !l.deleting && l.state == StateAsk {
+			opts = append(opts, option{4, Step{Op: OpDecide, Choice: []string{StateDone, StateStart}[r.IntN(2)]}})
+		}
+		if m.up {
+			opts = append(opts, option{1, Step{Op: OpStop, Kill: r.IntN(2) == 0}})
+			if last := steps[len(steps)-1].Op; last != OpCrash && last != OpStop {
+				opts = append(opts, option{2, Step{Op: OpCrash}})
+			}
+		} else {
+			opts = append(opts, option{3, Step{Op: OpStart}})
+		}
+		total := 0
+		for _, o := range opts {
+			total += o.weight
+		}
+		pick := r.IntN(total)
+		for _, o := range opts {
+			if pick < o.weight {
+				add(o.step)
+				break
+			}
+			pick -= o.weight
+		}
+	}
+	if !m.up {
+		add(Step{Op: OpStart})
+	}
+	return steps
+}
+
+// stalled reports whether a handler gave up on l and waits for opkit
+// retry or a change.
+func (m *model) stalled(l *life) bool {
+	for _, hs := range l.hs {
+		if hs.stalled != nil {
+			return true
+		}
+	}
+	return false
+}

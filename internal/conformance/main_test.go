@@ -1,0 +1,234 @@
+package conformance_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/conformance"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+	"github.com/opkit-dev/opkit/internal/engine"
+)
+
+// The environment variables that make this test binary something else
+// than the tests: the handler of every rendered definition (the
+// recorder), and the engine process the checker starts, stops and kills.
+const (
+	recorderEnv = "OPKIT_CONFORMANCE_RECORDER"
+	// engineEnv names the case's directory: operator.yaml in, runs.db and
+	// ready.<pid> out.
+	engineEnv    = "OPKIT_CONFORMANCE_ENGINE"
+	namespaceEnv = "OPKIT_CONFORMANCE_NAMESPACE"
+)
+
+func TestMain(m *testing.M) {
+	switch {
+	case os.Getenv(recorderEnv) == "1":
+		os.Exit(runRecorder(os.Args[1:]))
+	case os.Getenv(engineEnv) != "":
+		os.Exit(runEngine(os.Getenv(engineEnv), os.Getenv(namespaceEnv)))
+	}
+	clustertest.Main(m)
+}
+
+// record is one execution of a handler, as the recorder appends it to
+// records.jsonl in its directory.
+type record struct {
+	Handler    string            `json:"handler"`
+	Trigger    string            `json:"trigger"`
+	Key        string            `json:"key"`
+	RunID      string            `json:"runId"`
+	Attempt    int               `json:"attempt"`
+	Engine     int               `json:"engine"` // the engine's pid: which start ran it
+	UID        string            `json:"uid"`
+	Generation int64             `json:"generation"`
+	Count      int               `json:"count"`
+	Spec       map[string]string `json:"spec"`
+	State      string            `json:"state,omitempty"`
+	StateSeq   int64             `json:"stateSeq,omitempty"`
+	Blocked    bool              `json:"blocked,omitempty"`
+}
+
+// bindingContext is what the recorder reads of its input.
+type bindingContext struct {
+	Handler        string `json:"handler"`
+	Trigger        string `json:"trigger"`
+	RunID          string `json:"runId"`
+	IdempotencyKey string `json:"idempotencyKey"`
+	Attempt        int    `json:"attempt"`
+	Object         struct {
+		Metadata struct {
+			UID        string `json:"uid"`
+			Generation int64  `json:"generation"`
+		} `json:"metadata"`
+		Spec   map[string]string `json:"spec"`
+		Data   map[string]string `json:"data"`
+		Status struct {
+			Count int `json:"count"`
+			State struct {
+				Name string `json:"name"`
+				Seq  int64  `json:"seq"`
+			} `json:"state"`
+		} `json:"status"`
+	} `json:"object"`
+}
+
+// runRecorder is the handler of every rendered definition: argv is the case's
+// directory, the handler's behaviour and the operator's kind. It appends
+// what its binding context holds to records.jsonl, then answers as the
+// behaviour says: the first Fail executions of a key fail, the next ones
+// succeed, writing status.count + 1 if asked. When the checker left a
+// file "block" in the directory, the first execution to take it records
+// itself as blocked and waits to be killed with its engine.
+func runRecorder(args []string) int {
+	if len(args) != 3 {
+		fmt.Fprintf(os.Stderr, "recorder: want DIR BEHAVIOUR KIND, got %q\n", args)
+		return 2
+	}
+	dir := args[0]
+	b, err := conformance.ParseBehaviour(args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "recorder:", err)
+		return 2
+	}
+	var ctx bindingContext
+	if err := json.NewDecoder(os.Stdin).Decode(&ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "recorder: reading the binding context:", err)
+		return 2
+	}
+	rec := record{
+		Handler: ctx.Handler, Trigger: ctx.Trigger, Key: ctx.IdempotencyKey, RunID: ctx.RunID, Attempt: ctx.Attempt,
+		Engine: os.Getppid(), UID: ctx.Object.Metadata.UID, Generation: ctx.Object.Metadata.Generation,
+		Count: ctx.Object.Status.Count, Spec: ctx.Object.Spec,
+		State: ctx.Object.Status.State.Name, StateSeq: ctx.Object.Status.State.Seq,
+	}
+	if args[2] == string(conformance.Watch) {
+		rec.Spec = ctx.Object.Data
+	}
+	file := filepath.Join(dir, "records.jsonl")
+	// The executions of this key so far (runs of one object are one at a
+	// time: nothing else appends meanwhile).
+	execs := 0
+	for _, r := range readRecords(file) {
+		if r.Key == rec.Key && r.Handler == rec.Handler && !r.Blocked {
+			execs++
+		}
+	}
+	if os.Rename(filepath.Join(dir, "block"), filepath.Join(dir, "block.taken")) == nil {
+		rec.Blocked = true
+	}
+	line, _ := json.Marshal(rec)
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "recorder:", err)
+		return 2
+	}
+	_, err = f.Write(append(line, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "recorder:", err)
+		return 2
+	}
+	fmt.Fprintf(os.Stderr, "%s %s key %s attempt %d: saw count %d, spec %v\n", ctx.Handler, ctx.Trigger, ctx.IdempotencyKey, ctx.Attempt, rec.Count, rec.Spec)
+	if rec.Blocked {
+		// Held until the engine is killed (the kernel kills this process
+		// with it; should it not, it ends once it is reparented).
+		fmt.Fprintln(os.Stderr, "held until the engine is killed")
+		for engine := os.Getppid(); os.Getppid() == engine; {
+			time.Sleep(100 * time.Millisecond)
+		}
+		return 1
+	}
+	if execs < b.Fail {
+		fmt.Printf(`{"error": {"message": "failure %d of %d", "permanent": %t}}`+"\n", execs+1, b.Fail, b.Permanent)
+		return 1
+	}
+	if b.Write {
+		fmt.Printf(`{"status": {"count": %d}}`+"\n", rec.Count+1)
+	}
+	return 0
+}
+
+// readRecords reads a records file; a missing one holds none.
+func readRecords(file string) []record {
+	data, _ := os.ReadFile(file)
+	var out []record
+	for line := range bytes.Lines(data) {
+		var r record
+		if json.Unmarshal(line, &r) == nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// runEngine is the engine process: it runs the definition in dir's
+// operator.yaml in namespace, with the archive dir/runs.db, until SIGTERM,
+// and writes dir/ready.<pid> once the definition is applied.
+func runEngine(dir, namespace string) int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "engine:", err)
+		return 1
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		return fail(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	store, err := archive.OpenSQLite(ctx, filepath.Join(dir, "runs.db"), archive.Options{})
+	if err != nil {
+		return fail(err)
+	}
+	defer func() { _ = store.Close() }()
+	e, err := engine.New(engine.Options{Config: cfg, Namespace: namespace, Archive: store})
+	if err != nil {
+		return fail(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defs, err := definition.CompileFiles(filepath.Join(dir, "operator.yaml"))
+	if err != nil {
+		return fail(err)
+	}
+	for _, d := range defs {
+		if err := e.Apply(ctx, d); err != nil {
+			return fail(fmt.Errorf("applying %s: %w", d.Source, err))
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ready."+strconv.Itoa(os.Getpid())), nil, 0o644); err != nil {
+		return fail(err)
+	}
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		return fail(err)
+	}
+	return 0
+}
+
+// engineFailure is what an engine process's log says of its failure: a
+// data race or a panic; "" when it says nothing of the kind.
+func engineFailure(log string) string {
+	for _, mark := range []string{"WARNING: DATA RACE", "panic:", "fatal error:"} {
+		if i := strings.Index(log, mark); i >= 0 {
+			end := min(len(log), i+3000)
+			return log[i:end]
+		}
+	}
+	return ""
+}

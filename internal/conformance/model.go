@@ -1,0 +1,621 @@
+package conformance
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+)
+
+// Outcome is how one attempt of a run ended.
+type Outcome string
+
+// The outcomes of an attempt, as the archive records them.
+const (
+	Succeeded Outcome = "Succeeded"
+	Failed    Outcome = "Failed"
+	GaveUp    Outcome = "GaveUp"
+)
+
+// Run is a run the docs promise: one idempotency key of one handler, and
+// the outcome of each of its attempts, in order (a retried key keeps
+// them all: Failed, GaveUp, then after opkit retry, Succeeded).
+type Run struct {
+	// Life is the object's life: 1 for the first object of the name, 2
+	// for the one created after it was deleted, and so on.
+	Life    int
+	Handler string
+	Trigger Trigger
+	// Gen is the generation the run is for: the custom resource's
+	// metadata.generation, or a watched object's count of projection
+	// changes; 0 for a delete run, whose generation the docs leave open.
+	Gen int64
+	// Start is, for a resume run, the engine start it is for: 1 for the
+	// first start of the history.
+	Start int
+	// Seq is, for an enter run, the visit (status.state.seq) it is for.
+	Seq int64
+	// Outcomes are the attempts' outcomes. A run interrupted by a
+	// SIGKILL is not among them: it runs again with its key, and that
+	// attempt is.
+	Outcomes []Outcome
+	// Spec is what a create or update run must see of the object's spec
+	// (a watched ConfigMap's data): the spec of Gen.
+	Spec map[string]string
+}
+
+// Ended is the last outcome.
+func (r *Run) Ended() Outcome { return r.Outcomes[len(r.Outcomes)-1] }
+
+// ID names the run as the checker matches it: life, handler, trigger and
+// what the trigger is about.
+func (r *Run) ID() RunID {
+	return RunID{Life: r.Life, Handler: r.Handler, Trigger: r.Trigger, Gen: r.Gen, Start: r.Start, Seq: r.Seq}
+}
+
+// RunID identifies a run across the model and the observations.
+type RunID struct {
+	Life    int
+	Handler string
+	Trigger Trigger
+	Gen     int64
+	Start   int
+	Seq     int64
+}
+
+func (id RunID) String() string {
+	s := fmt.Sprintf("object #%d %s %s gen %d", id.Life, id.Handler, id.Trigger, id.Gen)
+	if id.Trigger == Resume {
+		s += " start " + strconv.Itoa(id.Start)
+	}
+	if id.Trigger == Enter {
+		s += fmt.Sprintf(" visit %d", id.Seq)
+	}
+	return s
+}
+
+// End is what an object life must look like once the history is over
+// and the engine is quiet.
+type End struct {
+	Life int
+	// Exists: the object is still there (a custom resource whose delete
+	// handler gave up keeps opkit's finalizer).
+	Exists bool
+	// Count is status.count: how many writing runs succeeded for the
+	// life (custom resources only).
+	Count int
+	// State is status.state.name, for an operator with states.
+	State string
+	// OrRefused: the last decision may also have been refused at once
+	// (a DecisionRefused Event), the object then staying in Ask.
+	OrRefused bool
+	// Decision and Refused are what the checker saw: a decision still in
+	// the object's annotation, and a DecisionRefused Event about it.
+	Decision string
+	Refused  bool
+	// Spec is the object's spec (a ConfigMap's data): opkit never
+	// writes it.
+	Spec map[string]string
+	// Written says what the checker found opkit wrote to a watched
+	// object (a label, an annotation, an owner reference, a finalizer, a
+	// status); "" for nothing.
+	Written string
+}
+
+// Expectation is what the docs promise of a Case.
+type Expectation struct {
+	// Runs are the runs that must happen, each exactly as many attempts
+	// as its outcomes; no other run may happen.
+	Runs []*Run
+	// Ends are the lives of the object, in order.
+	Ends []End
+	// Starts is how many times the engine started.
+	Starts int
+	// Interrupted are the runs the history's crashes interrupt: each the
+	// first run of the step before its crash.
+	Interrupted []RunID
+}
+
+// Expect returns what the docs promise for c: the runs that must happen,
+// their attempts, and how each life of the object ends. It plays the
+// history as the docs describe the engine, one step at a time, the engine
+// doing everything due after each step before the next is made (the
+// checker waits for that), or, while the engine is stopped, after it
+// starts.
+func Expect(c Case) *Expectation {
+	m := newModel(&c.Def)
+	for i, s := range c.History {
+		m.apply(s, i+1 < len(c.History) && c.History[i+1].Op == OpCrash)
+	}
+	return m.expectation()
+}
+
+// model plays a history. It is exported to the generator through
+// Model, which draws the next step from what the model holds.
+type model struct {
+	def    *Def
+	up     bool
+	starts int
+	lives  []*life
+	runs   []*Run
+	byID   map[RunID]*Run
+	// nextRev numbers the values OpChange writes.
+	nextRev int
+	// dry: execute makes no run; step only reports that one is due
+	// (dueRun).
+	dry    bool
+	dueRun RunID
+	// interrupted are the runs a crash interrupted.
+	interrupted []RunID
+}
+
+// life is one object of the name "obj", from its creation to its end.
+type life struct {
+	n int
+	// exists: the object is in the API server (a custom resource being
+	// deleted included). deleting: it was deleted.
+	exists, deleting bool
+	// seen: an engine has seen it (it then gets a delete run when it
+	// goes; a watched object never seen gets none).
+	seen bool
+	gen  int64
+	// specs[g] is the spec of generation g (specs[0] is nil).
+	specs []map[string]string
+	count int
+	// handled: every create and update handler was done with a
+	// generation (status.opkit.handled is recorded): resume runs come
+	// at each start after it.
+	handled bool
+	hs      map[string]*handlerState
+	// resumeDue are the starts whose resume runs are due.
+	resumeDue []int
+	// The state machine: the current state and visit.
+	state string
+	seq   int64
+	// refusable: a decision was made while the visit's enter handlers
+	// were held back by a handler that gave up; the docs let the engine
+	// take it or refuse it at once (DESIGN.md 12), so the state after it
+	// is one of two, and nothing is modelled after it.
+	refusable bool
+}
+
+// handlerState is what a handler has done for a life.
+type handlerState struct {
+	// gen is the last generation a create or update run succeeded for,
+	// or that a change not about the handler's fields passed it.
+	gen     int64
+	deleted bool
+	// stalled is the run that gave up, while nothing changed since.
+	stalled *Run
+	// waiting is the run that failed and waits for its retry.
+	waiting *Run
+	// attempts counts the attempts of the run in progress since the
+	// last success, a new generation or opkit retry.
+	attempts int
+	// execs counts each key's executions, for its Behaviour.
+	execs map[RunID]int
+	// resumed are the starts whose resume run finished.
+	resumed map[int]bool
+	// entered is the last visit whose enter run finished.
+	entered int64
+	// whenTrue is the when condition as last recorded: true once a run
+	// for its turn to true succeeded, false once it is seen false.
+	whenTrue bool
+}
+
+// WhenHolds is every when handler's condition over the spec (a
+// ConfigMap's data), as Operator renders it: int(a) is odd.
+func WhenHolds(spec map[string]string) bool {
+	n, err := strconv.Atoi(spec["a"])
+	return err == nil && n%2 == 1
+}
+
+func newModel(def *Def) *model {
+	return &model{def: def, up: true, starts: 1, byID: map[RunID]*Run{}}
+}
+
+// current is the newest life, or nil.
+func (m *model) current() *life {
+	if len(m.lives) == 0 {
+		return nil
+	}
+	return m.lives[len(m.lives)-1]
+}
+
+// apply plays one step. held: the step after is OpCrash, which kills
+// the engine in the first run this step causes: the step is not settled
+// here.
+func (m *model) apply(s Step, held bool) {
+	l := m.current()
+	switch s.Op {
+	case OpCreate:
+		l = &life{n: len(m.lives) + 1, exists: true, gen: 1, specs: []map[string]string{nil, {"a": "0", "b": "0"}}, hs: map[string]*handlerState{}}
+		for _, h := range m.def.Handlers {
+			l.hs[h.Name] = &handlerState{execs: map[RunID]int{}, resumed: map[int]bool{}}
+		}
+		m.lives = append(m.lives, l)
+		if m.def.States != nil {
+			// A new object enters its initial state first.
+			l.state, l.seq = StateStart, 1
+		}
+	case OpChange:
+		spec := maps.Clone(l.specs[l.gen])
+		m.nextRev++
+		spec[s.Field] = strconv.Itoa(m.nextRev)
+		l.gen++
+		l.specs = append(l.specs, spec)
+		// A new generation starts afresh, from attempt 1, the handlers
+		// that gave up included.
+		for _, hs := range l.hs {
+			hs.stalled, hs.attempts = nil, 0
+		}
+	case OpTouch:
+		// An annotation: neither the generation nor a projection moves.
+	case OpDelete:
+		l.deleting = true
+		if m.def.Kind == Watch || !m.hasDelete() || !l.seen {
+			// A watched object goes at once; a custom resource without
+			// opkit's finalizer (no delete handler, or never reconciled
+			// by an engine) too.
+			l.exists = false
+		}
+	case OpRetry:
+		// opkit retry: a stalled handler's failed attempts are cleared
+		// and it runs again.
+		for _, hs := range l.hs {
+			if hs.stalled != nil {
+				hs.stalled, hs.attempts = nil, 0
+			}
+		}
+	case OpDecide:
+		// A person's decision is taken, once the visit's enter handlers
+		// are done; when a handler that gave up holds them back, it is
+		// taken or refused at once, never left waiting.
+		if m.up {
+			m.settle()
+		}
+		if m.held(l) {
+			l.refusable = true
+		}
+		m.move(l, s.Choice)
+	case OpStop:
+		m.up = false
+		return
+	case OpStart:
+		m.start()
+	case OpCrash:
+		// The engine was killed in the first run the step before caused:
+		// that run is interrupted and runs again after the start, with
+		// its key, so the step's runs all come after the start. A step
+		// that caused no run was done with before the kill.
+		if m.due() {
+			m.interrupted = append(m.interrupted, m.dueRun)
+		} else {
+			m.settle()
+		}
+		m.start()
+	}
+	if m.up && !held {
+		m.settle()
+	}
+}
+
+// due reports whether a run is due now, changing nothing but what the
+// engine would have recorded without a run (changes that pass handlers).
+func (m *model) due() bool {
+	m.dry = true
+	defer func() { m.dry = false }()
+	for i, l := range m.lives {
+		if m.def.Kind == Watch && i > 0 && m.deletePending(m.lives[i-1]) {
+			break
+		}
+		if m.step(l) {
+			return true
+		}
+	}
+	return false
+}
+
+// start is an engine start: each object handled before it gets its
+// resume runs (docs/handlers.md: "once per start").
+func (m *model) start() {
+	m.up = true
+	m.starts++
+	for _, l := range m.lives {
+		// The resume runs of an earlier start that have not run (held
+		// back, or interrupted by this start's SIGKILL) are replaced by
+		// this start's: a resume run's key names its start.
+		l.resumeDue = nil
+		if l.exists && !l.deleting && l.handled {
+			l.resumeDue = []int{m.starts}
+		}
+	}
+}
+
+func (m *model) hasDelete() bool {
+	return slices.ContainsFunc(m.def.Handlers, func(h Handler) bool { return h.Fires(Delete) })
+}
+
+// settle runs everything due, one run at a time, until nothing is.
+func (m *model) settle() {
+	for {
+		progress := false
+		for i, l := range m.lives {
+			// A watched object created again under its name waits until
+			// the delete runs of the one before are done.
+			if m.def.Kind == Watch && i > 0 && m.deletePending(m.lives[i-1]) {
+				break
+			}
+			if m.step(l) {
+				progress = true
+				break
+			}
+		}
+		if !progress {
+			break
+		}
+	}
+	// Quiet: an object every create and update handler is done with is
+	// handled (status.opkit.handled is recorded when nothing is due).
+	for _, l := range m.lives {
+		if l.exists && !l.deleting && !slices.ContainsFunc(m.def.Handlers, func(h Handler) bool {
+			return (h.Fires(Create) || h.Fires(Update)) && l.hs[h.Name].gen < l.gen
+		}) {
+			l.handled = true
+		}
+	}
+}
+
+// deletePending reports whether l still has delete runs to make.
+func (m *model) deletePending(l *life) bool {
+	if !l.deleting || !l.seen {
+		return false
+	}
+	for _, h := range m.def.Handlers {
+		hs := l.hs[h.Name]
+		if h.Fires(Delete) && !hs.deleted && !stalledOn(hs, Delete) {
+			return true
+		}
+	}
+	return false
+}
+
+// step makes the next run due for l, if any, and reports whether it did.
+// Handlers run one at a time, in declared order, the most urgent run
+// first: create and update runs, then the state's enter runs and its
+// transition, then resume runs. A handler that failed and waits for its
+// retry, or that gave up, holds back its other runs and those of the
+// handlers declared after it (docs/handlers.md: "so that provision can
+// come before announce"); the handlers declared before it go on
+// meanwhile. One that gave up holds them back until the spec changes or
+// opkit retry.
+func (m *model) step(l *life) bool {
+	if l.deleting {
+		return m.stepDelete(l)
+	}
+	if !l.exists {
+		return false
+	}
+	l.seen = true
+	hs := m.def.Handlers
+	limit := slices.IndexFunc(hs, func(h Handler) bool {
+		st := l.hs[h.Name]
+		return st.stalled != nil || st.waiting != nil
+	})
+	if limit < 0 {
+		limit = len(hs)
+	}
+	for i := range hs {
+		h := &hs[i]
+		st := l.hs[h.Name]
+		if creates := h.Fires(Create) || h.Fires(Update); st.gen >= l.gen || !creates {
+			st.gen = max(st.gen, l.gen)
+			continue
+		}
+		var t Trigger
+		switch {
+		case st.gen == 0 && h.Fires(Create):
+			t = Create
+		case st.gen > 0 && h.Fires(Update) && touches(h, l.specs[st.gen], l.specs[l.gen]):
+			t = Update
+		default:
+			st.gen = l.gen // nothing of this change is about it
+			continue
+		}
+		if i >= limit {
+			continue
+		}
+		m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: t, Gen: l.gen})
+		return true
+	}
+	if l.state != "" {
+		if m.stepState(l, hs[:limit]) {
+			return true
+		}
+		if l.state == StateStart && m.entered(l) {
+			m.move(l, StateAsk) // the unconditional transition
+			return true
+		}
+	}
+	// when and resume runs, in declared order (a handler's when first).
+	cond := WhenHolds(l.specs[l.gen])
+	for i := range hs {
+		if st := l.hs[hs[i].Name]; hs[i].Fires(When) && !cond {
+			st.whenTrue = false // seen false: its next turn to true is a transition
+		}
+	}
+	for i := range hs[:limit] {
+		h := &hs[i]
+		st := l.hs[h.Name]
+		if h.Fires(When) && cond && !st.whenTrue {
+			m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: When, Gen: l.gen})
+			return true
+		}
+		for _, start := range l.resumeDue {
+			if h.Fires(Resume) && !st.resumed[start] {
+				m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: Resume, Gen: l.gen, Start: start})
+				return true
+			}
+		}
+	}
+	if limit == len(hs) {
+		l.resumeDue = nil
+		return false
+	}
+	// Nothing else can go: the waiting handler's retry comes.
+	if h := &hs[limit]; l.hs[h.Name].waiting != nil {
+		m.execute(l, h, l.hs[h.Name].waiting.ID())
+		return true
+	}
+	return false // held back by a handler that gave up
+}
+
+// stepState makes the next enter run of the visit, if any, among hs
+// (those not held back).
+func (m *model) stepState(l *life, hs []Handler) bool {
+	for i := range hs {
+		h := &hs[i]
+		if !h.Fires(Enter) || !slices.Contains(h.States, l.state) || l.hs[h.Name].entered >= l.seq {
+			continue
+		}
+		m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: Enter, Seq: l.seq})
+		return true
+	}
+	return false
+}
+
+// entered reports whether every enter handler of l's state finished for
+// the visit (succeeded or gave up).
+func (m *model) entered(l *life) bool {
+	for _, h := range m.def.Handlers {
+		if h.Fires(Enter) && slices.Contains(h.States, l.state) && l.hs[h.Name].entered < l.seq {
+			return false
+		}
+	}
+	return true
+}
+
+// held reports whether a handler that gave up holds back the enter runs
+// of l's visit.
+func (m *model) held(l *life) bool {
+	return !m.entered(l)
+}
+
+// move takes a transition to state: a new visit.
+func (m *model) move(l *life, state string) {
+	l.state, l.seq = state, l.seq+1
+}
+
+// stepDelete makes the next delete run of a deleted object, and lets a
+// custom resource go once they are done.
+func (m *model) stepDelete(l *life) bool {
+	if !l.seen {
+		return false // created and deleted while no engine ran
+	}
+	for i := range m.def.Handlers {
+		h := &m.def.Handlers[i]
+		hs := l.hs[h.Name]
+		if !h.Fires(Delete) || hs.deleted {
+			continue
+		}
+		if stalledOn(hs, Delete) {
+			return false // the finalizer stays until opkit retry
+		}
+		// A delete run's key names a generation the docs do not fix (the
+		// API server moves a custom resource's when it is deleted).
+		m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: Delete})
+		return true
+	}
+	l.exists = false
+	return false
+}
+
+// stalledOn reports whether hs gave up on a run of trigger t.
+func stalledOn(hs *handlerState, t Trigger) bool {
+	return hs.stalled != nil && hs.stalled.Trigger == t
+}
+
+// execute runs one attempt of id's run for h, as its Behaviour says.
+func (m *model) execute(l *life, h *Handler, id RunID) {
+	if m.dry {
+		m.dueRun = id
+		return
+	}
+	hs := l.hs[h.Name]
+	r := m.byID[id]
+	if r == nil {
+		r = &Run{Life: id.Life, Handler: id.Handler, Trigger: id.Trigger, Gen: id.Gen, Start: id.Start, Seq: id.Seq}
+		if id.Trigger == Create || id.Trigger == Update {
+			r.Spec = l.specs[id.Gen]
+		}
+		m.byID[id] = r
+		m.runs = append(m.runs, r)
+		hs.attempts = 0
+	}
+	hs.execs[id]++
+	hs.attempts++
+	hs.waiting = nil
+	b := h.Behaviour
+	switch {
+	case hs.execs[id] <= b.Fail && (b.Permanent || hs.attempts >= h.MaxAttempts):
+		r.Outcomes = append(r.Outcomes, GaveUp)
+		m.gaveUp(l, h, r)
+	case hs.execs[id] <= b.Fail:
+		r.Outcomes = append(r.Outcomes, Failed)
+		hs.waiting = r // retried after its back-off
+	case b.Write && m.def.Kind == Watch:
+		// A result with status fails the run permanently: opkit never
+		// writes to a watched object.
+		r.Outcomes = append(r.Outcomes, GaveUp)
+		m.gaveUp(l, h, r)
+	default:
+		r.Outcomes = append(r.Outcomes, Succeeded)
+		if b.Write {
+			l.count++
+		}
+		hs.attempts = 0
+		switch id.Trigger {
+		case Create, Update:
+			hs.gen = id.Gen
+		case Delete:
+			hs.deleted = true
+		case Resume:
+			hs.resumed[id.Start] = true
+		case When:
+			hs.whenTrue = true
+		case Enter:
+			hs.entered = id.Seq
+		}
+	}
+}
+
+// gaveUp records that r gave up: the handler is stalled, but an enter run
+// that gave up is done with for its visit (docs/states.md: the state
+// machine goes on).
+func (m *model) gaveUp(l *life, h *Handler, r *Run) {
+	hs := l.hs[h.Name]
+	if r.Trigger == Enter {
+		hs.entered = r.Seq
+		return
+	}
+	hs.stalled = r
+}
+
+// touches reports whether the change from before to after is about h's
+// fields (any change, for a handler that names none).
+func touches(h *Handler, before, after map[string]string) bool {
+	for k, v := range after {
+		if before[k] != v && (len(h.Fields) == 0 || slices.Contains(h.Fields, k)) {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *model) expectation() *Expectation {
+	e := &Expectation{Runs: m.runs, Starts: m.starts, Interrupted: m.interrupted}
+	for _, l := range m.lives {
+		e.Ends = append(e.Ends, End{Life: l.n, Exists: l.exists, Count: l.count, State: l.state, OrRefused: l.refusable, Spec: l.specs[l.gen]})
+	}
+	return e
+}

@@ -1,0 +1,215 @@
+package conformance_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/opkit-dev/opkit/internal/conformance"
+)
+
+// handler is a handler with two attempts.
+func handler(name string, b conformance.Behaviour, on ...conformance.Trigger) conformance.Handler {
+	return conformance.Handler{Name: name, On: on, Behaviour: b, MaxAttempts: 2}
+}
+
+func steps(ops ...string) []conformance.Step {
+	var out []conformance.Step
+	for _, op := range ops {
+		verb, arg, _ := strings.Cut(op, " ")
+		s := conformance.Step{Op: conformance.Op(verb)}
+		switch s.Op {
+		case conformance.OpChange:
+			s.Field = arg
+		case conformance.OpStop:
+			s.Kill = arg == "kill"
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// runs writes the expectation's runs one a line: "h1 create gen 1: [Succeeded]".
+func runs(e *conformance.Expectation) string {
+	var b strings.Builder
+	for _, r := range e.Runs {
+		fmt.Fprintf(&b, "%s %s gen %d", r.Handler, r.Trigger, r.Gen)
+		if r.Trigger == conformance.Resume {
+			fmt.Fprintf(&b, " start %d", r.Start)
+		}
+		if r.Life > 1 {
+			fmt.Fprintf(&b, " #%d", r.Life)
+		}
+		fmt.Fprintf(&b, ": %v\n", r.Outcomes)
+	}
+	return b.String()
+}
+
+var (
+	ok    = conformance.Behaviour{}
+	write = conformance.Behaviour{Write: true}
+)
+
+func TestModelSaysWhatTheDocsPromise(t *testing.T) {
+	cr, watch := conformance.CustomResource, conformance.Watch
+	for _, tc := range []struct {
+		name     string
+		kind     conformance.Kind
+		handlers []conformance.Handler
+		history  []conformance.Step
+		want     string
+		count    int
+		exists   bool
+	}{
+		{
+			name:     "create once, then an update per generation, each writing count+1",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", write, "create", "update")},
+			history:  steps("create", "change a", "change b"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 update gen 2: [Succeeded]\nh1 update gen 3: [Succeeded]\n",
+			count:    3, exists: true,
+		},
+		{
+			name:     "an update not about the handler's fields runs nothing, and a later one is about the change since",
+			kind:     cr,
+			handlers: []conformance.Handler{{Name: "h1", On: []conformance.Trigger{"update"}, Fields: []string{"b"}, MaxAttempts: 2}},
+			history:  steps("create", "change a", "change b", "change a"),
+			want:     "h1 update gen 3: [Succeeded]\n",
+			exists:   true,
+		},
+		{
+			name:     "failures are retried with one key; a give-up waits for opkit retry",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", conformance.Behaviour{Fail: 3}, "create")},
+			history:  steps("create", "retry"),
+			want:     "h1 create gen 1: [Failed GaveUp Failed Succeeded]\n",
+			exists:   true,
+		},
+		{
+			name: "a handler that gave up holds back the ones after it; each new generation is tried afresh",
+			kind: cr,
+			handlers: []conformance.Handler{
+				handler("h1", conformance.Behaviour{Fail: 1, Permanent: true}, "create", "update"),
+				handler("h2", write, "create", "update"),
+			},
+			history: steps("create", "change a", "retry"),
+			want:    "h1 create gen 1: [GaveUp]\nh1 create gen 2: [GaveUp Succeeded]\nh2 create gen 2: [Succeeded]\n",
+			count:   1, exists: true,
+		},
+		{
+			name:     "delete once before the object goes; resume once per start of an object handled before",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", write, "create", "delete", "resume")},
+			history:  steps("create", "stop kill", "start", "stop", "start", "delete"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 resume gen 1 start 2: [Succeeded]\nh1 resume gen 1 start 3: [Succeeded]\nh1 delete gen 0: [Succeeded]\n",
+			count:    4,
+		},
+		{
+			name:     "an object created while no engine ran is created at the start, not resumed",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", ok, "create", "resume")},
+			history:  steps("stop", "create", "start"),
+			want:     "h1 create gen 1: [Succeeded]\n",
+			exists:   true,
+		},
+		{
+			name:     "an object created and deleted while no engine ran gets nothing",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", ok, "create", "delete")},
+			history:  steps("stop", "create", "delete", "start"),
+			want:     "",
+		},
+		{
+			name:     "a crash in an update: the run again after the start, and the start's resume after it",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", write, "update", "resume")},
+			history:  steps("create", "change a", "crash"),
+			want:     "h1 update gen 2: [Succeeded]\nh1 resume gen 2 start 2: [Succeeded]\n",
+			count:    2, exists: true,
+		},
+		{
+			name:     "when runs once per turn of its condition to true, also for one made while no engine ran",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", write, "when")},
+			// a takes the values 1 (odd: true), 2 (false), then, while no
+			// engine runs, 3 (true) and 4, 5: the last turn was not seen.
+			history: steps("create", "change a", "change a", "stop", "change a", "start", "stop", "change a", "change a", "start"),
+			want:    "h1 when gen 2: [Succeeded]\nh1 when gen 4: [Succeeded]\n",
+			count:   2, exists: true,
+		},
+		{
+			name:     "a watched object: a status result gives up at once; delete runs after it is gone",
+			kind:     watch,
+			handlers: []conformance.Handler{handler("h1", write, "create"), handler("h2", ok, "create", "delete")},
+			history:  steps("create", "delete"),
+			want:     "h1 create gen 1: [GaveUp]\nh2 delete gen 0: [Succeeded]\n",
+		},
+		{
+			name:     "a watched object deleted while no engine ran gets its delete run after the start",
+			kind:     watch,
+			handlers: []conformance.Handler{handler("h1", ok, "create", "delete")},
+			history:  steps("create", "stop kill", "delete", "start", "create"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 delete gen 0: [Succeeded]\nh1 create gen 1 #2: [Succeeded]\n",
+			exists:   true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := conformance.Case{Def: conformance.Def{Kind: tc.kind, Handlers: tc.handlers}, History: tc.history}
+			if !conformance.Valid(c) {
+				t.Fatalf("the case is not valid:\n%s", c)
+			}
+			e := conformance.Expect(c)
+			if got := runs(e); got != tc.want {
+				t.Errorf("runs:\n%s\nwant:\n%s", got, tc.want)
+			}
+			end := e.Ends[len(e.Ends)-1]
+			if end.Count != tc.count || end.Exists != tc.exists {
+				t.Errorf("end %+v, want count %d, exists %v", end, tc.count, tc.exists)
+			}
+		})
+	}
+}
+
+func TestGeneratedCasesAreValidAndReproducible(t *testing.T) {
+	for seed := range uint64(500) {
+		c := conformance.Generate(rand.New(rand.NewPCG(seed, 0)), conformance.DefaultSpace)
+		if !conformance.Valid(c) {
+			t.Fatalf("seed %d drew a case that cannot be played:\n%s", seed, c)
+		}
+		if again := conformance.Generate(rand.New(rand.NewPCG(seed, 0)), conformance.DefaultSpace); again.String() != c.String() {
+			t.Fatalf("seed %d drew two cases:\n%s\n%s", seed, c, again)
+		}
+	}
+}
+
+func TestShrinkKeepsTheSmallestFailingCase(t *testing.T) {
+	c := conformance.Case{
+		Def: conformance.Def{Kind: conformance.CustomResource, Handlers: []conformance.Handler{
+			handler("h1", write, "create", "update", "resume"),
+			handler("h2", conformance.Behaviour{Fail: 1}, "create", "delete"),
+		}},
+		History: steps("create", "change a", "touch", "stop", "start", "delete"),
+	}
+	// "Fails" while some handler has delete and the history deletes.
+	fails := func(c conformance.Case) bool {
+		hasDelete := false
+		for _, h := range c.Def.Handlers {
+			hasDelete = hasDelete || h.Fires(conformance.Delete)
+		}
+		for _, s := range c.History {
+			if s.Op == conformance.OpDelete {
+				return hasDelete
+			}
+		}
+		return false
+	}
+	got := conformance.Shrink(c, fails, 1000)
+	want := conformance.Case{
+		Def:     conformance.Def{Kind: conformance.CustomResource, Handlers: []conformance.Handler{{Name: "h2", On: []conformance.Trigger{"delete"}, MaxAttempts: 2}}},
+		History: steps("create", "delete"),
+	}
+	if got.String() != want.String() {
+		t.Errorf("shrunk to\n%s\nwant\n%s", got, want)
+	}
+}

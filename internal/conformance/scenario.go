@@ -1,0 +1,174 @@
+package conformance
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Rows names the guarantees a case exercises: the rows of
+// docs/handlers.md's table (by kind of operator) and DESIGN.md's
+// guarantees its history reaches, for make soak's report.
+func Rows(c Case) []string {
+	kind := map[Kind]string{CustomResource: "custom resource", Watch: "watched object"}[c.Def.Kind]
+	rows := []string{"runs once, " + kind}
+	var down, crash, retry, decide, write, resume bool
+	stopped := false
+	for _, s := range c.History {
+		switch s.Op {
+		case OpStop:
+			stopped = true
+		case OpStart:
+			stopped = false
+		case OpCrash:
+			crash = true
+		case OpRetry:
+			retry = true
+		case OpDecide:
+			decide = true
+		case OpCreate, OpChange, OpDelete:
+			if stopped {
+				down = true
+			}
+		}
+	}
+	for _, h := range c.Def.Handlers {
+		write = write || h.Behaviour.Write
+		resume = resume || h.Fires(Resume)
+	}
+	if crash || (resume && has(c.History, OpStop)) {
+		rows = append(rows, "may run twice, "+kind)
+	}
+	if down {
+		rows = append(rows, "after downtime, "+kind)
+	}
+	rows = append(rows, "never written by opkit, "+kind)
+	if write && c.Def.Kind == CustomResource {
+		rows = append(rows, "DESIGN 11 read-your-writes")
+	}
+	if retry {
+		rows = append(rows, "retries and Stalled: opkit retry")
+	}
+	if decide {
+		rows = append(rows, "DESIGN 12 a decision is taken or refused")
+	}
+	return rows
+}
+
+// has reports whether h has a step op.
+func has(h []Step, op Op) bool {
+	for _, s := range h {
+		if s.Op == op {
+			return true
+		}
+	}
+	return false
+}
+
+// Scenario prints c as an opkit test scenario file, with the operator it
+// runs (to save beside it as operator.yaml), whose handlers are the
+// conformance test binary in recorder mode. Each step is followed by what
+// the model expects once the engine is done with it. A step the scenario
+// format cannot say (stopping, killing or starting the engine) is written
+// as a comment saying so; the Go form of the case follows, for
+// TestConformance.
+func Scenario(c Case) string {
+	var b strings.Builder
+	e := Expect(c)
+	b.WriteString("# operator.yaml (build the recorder with: go test -c -o conformance.test ./internal/conformance)\n")
+	b.WriteString(Operator(&c.Def, []string{"./conformance.test", "."}, []string{"OPKIT_CONFORMANCE_RECORDER=1"}))
+	b.WriteString("---\n# conformance.test.yaml\n")
+	fmt.Fprintf(&b, "scenario: conformance case (%s, %d handlers)\noperators: [operator.yaml]\nsteps:\n", c.Def.Kind, len(c.Def.Handlers))
+	ref := fmt.Sprintf("{kind: %s, name: %s}", c.Def.ObjectKind(), ObjectName)
+	changes := 0
+	var unsaid []string
+	m := newModel(&c.Def)
+	for i, s := range c.History {
+		seq := int64(0)
+		if l := m.current(); l != nil {
+			seq = l.seq
+		}
+		m.apply(s, i+1 < len(c.History) && c.History[i+1].Op == OpCrash)
+		switch s.Op {
+		case OpDecide:
+			d, _ := json.Marshal(map[string]any{"state": StateAsk, "seq": seq, "choose": s.Choice, "reason": "the conformance check decides", "by": "conformance", "at": "2026-01-01T00:00:00Z"})
+			p, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{"opkit.dev/decision": string(d)}}})
+			fmt.Fprintf(&b, "- patch: {object: %s, merge: %s}\n", ref, p)
+		case OpCreate:
+			obj, _ := json.Marshal(c.Def.Object())
+			fmt.Fprintf(&b, "- apply: %s\n", obj)
+		case OpChange:
+			changes++
+			p, _ := json.Marshal(c.Def.ChangePatch(s.Field, strconv.Itoa(changes)))
+			fmt.Fprintf(&b, "- patch: {object: %s, merge: %s}\n", ref, p)
+		case OpTouch:
+			fmt.Fprintf(&b, "- patch: {object: %s, merge: {metadata: {annotations: {%s: \"%d\"}}}}\n", ref, TouchAnnotation, i)
+		case OpDelete:
+			fmt.Fprintf(&b, "- delete: {object: %s}\n", ref)
+		case OpRetry:
+			fmt.Fprintf(&b, "- retry: {object: %s}\n", ref)
+		default:
+			fmt.Fprintf(&b, "# step %d, %s: a scenario cannot stop, kill or start its engine\n", i+1, s)
+			unsaid = append(unsaid, s.String())
+		}
+	}
+	// What the model expects at the end: each run's attempts by outcome,
+	// and the object.
+	type count struct {
+		handler, trigger, outcome string
+	}
+	counts := map[count]int{}
+	for _, r := range e.Runs {
+		for _, o := range r.Outcomes {
+			counts[count{r.Handler, string(r.Trigger), string(o)}]++
+		}
+	}
+	keys := make([]count, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j])
+	})
+	if n := len(e.Ends); n > 0 {
+		end := e.Ends[n-1]
+		switch {
+		case !end.Exists:
+			fmt.Fprintf(&b, "- expect: {object: %s, absent: true}\n", ref)
+		case c.Def.Kind == CustomResource:
+			fmt.Fprintf(&b, "- expect: {object: %s, cel: \"(has(object.status.count) ? object.status.count : 0) == %d\"}\n", ref, end.Count)
+		}
+		if end.Exists && end.State != "" {
+			fmt.Fprintf(&b, "- expect: {object: %s, matches: {status: {state: {name: %s}}}}\n", ref, end.State)
+		}
+	}
+	for _, k := range keys {
+		fmt.Fprintf(&b, "- expect: {run: {handler: %s, trigger: %s, outcome: %s, count: %d}}\n", k.handler, k.trigger, k.outcome, counts[k])
+	}
+	if len(unsaid) > 0 {
+		fmt.Fprintf(&b, "# not said by the scenario: %s. Play the case in Go instead:\n", strings.Join(unsaid, ", "))
+	}
+	fmt.Fprintf(&b, "\n// Go:\n%s\n", GoString(c))
+	return b.String()
+}
+
+// GoString writes c as a Go expression.
+func GoString(c Case) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "conformance.Case{\n\tDef: conformance.Def{Kind: %q", c.Def.Kind)
+	if c.Def.States != nil {
+		b.WriteString(", States: &conformance.Machine{}")
+	}
+	b.WriteString(", Handlers: []conformance.Handler{\n")
+	for _, h := range c.Def.Handlers {
+		fmt.Fprintf(&b, "\t\t{Name: %q, On: %#v, Fields: %#v, States: %#v, MaxAttempts: %d, Behaviour: %#v},\n", h.Name, h.On, h.Fields, h.States, h.MaxAttempts, h.Behaviour)
+	}
+	b.WriteString("\t}},\n\tHistory: []conformance.Step{\n")
+	for _, s := range c.History {
+		fmt.Fprintf(&b, "\t\t%#v,\n", s)
+	}
+	b.WriteString("\t},\n}")
+	return b.String()
+}

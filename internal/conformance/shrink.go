@@ -1,0 +1,151 @@
+package conformance
+
+import "slices"
+
+// Valid reports whether c's history can be played: an object is created
+// only when there is none, changed or deleted only when there is one not
+// being deleted, decided on only in Ask, the engine stopped only when it
+// runs and started only when it does not, a crash only when it runs after
+// a step that was not a stop, and the engine runs at the end.
+func Valid(c Case) bool {
+	if len(c.Def.Handlers) == 0 {
+		return false
+	}
+	for _, h := range c.Def.Handlers {
+		if (h.Fires(Resume) || h.Fires(When)) && (h.Behaviour.Fail > 0 || (h.Behaviour.Write && c.Def.Kind == Watch)) {
+			return false // not drawn (Generate says why)
+		}
+	}
+	m := newModel(&c.Def)
+	for i, s := range c.History {
+		l := m.current()
+		if l != nil && l.refusable {
+			return false // nothing is modelled after such a decision
+		}
+		exists := l != nil && l.exists
+		switch s.Op {
+		case OpCreate:
+			if exists {
+				return false
+			}
+		case OpChange, OpTouch, OpDelete:
+			if !exists || l.deleting {
+				return false
+			}
+		case OpRetry:
+			if !exists {
+				return false
+			}
+		case OpDecide:
+			if !m.up || !exists || l.deleting || l.state != StateAsk {
+				return false
+			}
+		case OpStop:
+			if !m.up {
+				return false
+			}
+		case OpStart:
+			if m.up {
+				return false
+			}
+		case OpCrash:
+			if !m.up || i == 0 || c.History[i-1].Op == OpCrash || c.History[i-1].Op == OpStop {
+				return false
+			}
+		}
+		m.apply(s, false)
+	}
+	return m.up
+}
+
+// Shrink returns the smallest case it finds, from c, that still fails:
+// it drops handlers, triggers, fields, history steps and parts of
+// behaviours, one at a time, keeping each change after which fails
+// still reports true, until none is kept. fails is asked at most tries
+// times.
+func Shrink(c Case, fails func(Case) bool, tries int) Case {
+	for {
+		shrunk := false
+		for _, cand := range smaller(c) {
+			if tries <= 0 {
+				return c
+			}
+			if !Valid(cand) {
+				continue
+			}
+			tries--
+			if fails(cand) {
+				c, shrunk = cand, true
+				break
+			}
+		}
+		if !shrunk {
+			return c
+		}
+	}
+}
+
+// smaller lists the cases one change smaller than c, the biggest cuts
+// first.
+func smaller(c Case) []Case {
+	var out []Case
+	with := func(change func(*Case)) {
+		n := clone(c)
+		change(&n)
+		out = append(out, n)
+	}
+	for i := range c.History {
+		with(func(n *Case) { n.History = slices.Delete(n.History, i, i+1) })
+	}
+	// Two steps that go together: a stop and its start.
+	for i := range len(c.History) - 1 {
+		with(func(n *Case) { n.History = slices.Delete(n.History, i, i+2) })
+	}
+	if len(c.Def.Handlers) > 1 {
+		for i := range c.Def.Handlers {
+			with(func(n *Case) { n.Def.Handlers = slices.Delete(n.Def.Handlers, i, i+1) })
+		}
+	}
+	if c.Def.States != nil {
+		with(func(n *Case) { n.Def.States = nil })
+	}
+	for i, h := range c.Def.Handlers {
+		if len(h.On) > 1 {
+			for j := range h.On {
+				with(func(n *Case) { n.Def.Handlers[i].On = slices.Delete(n.Def.Handlers[i].On, j, j+1) })
+			}
+		}
+		if len(h.Fields) > 0 {
+			with(func(n *Case) { n.Def.Handlers[i].Fields = nil })
+		}
+		b := h.Behaviour
+		if b.Fail > 0 {
+			with(func(n *Case) { n.Def.Handlers[i].Behaviour.Fail, n.Def.Handlers[i].Behaviour.Permanent = 0, false })
+		}
+		if b.Fail > 1 {
+			with(func(n *Case) { n.Def.Handlers[i].Behaviour.Fail = 1 })
+		}
+		if b.Permanent {
+			with(func(n *Case) { n.Def.Handlers[i].Behaviour.Permanent = false })
+		}
+		if b.Write {
+			with(func(n *Case) { n.Def.Handlers[i].Behaviour.Write = false })
+		}
+		if h.MaxAttempts > 1 && b.Fail > 0 {
+			with(func(n *Case) { n.Def.Handlers[i].MaxAttempts = 1 })
+		}
+	}
+	return out
+}
+
+// clone deep-copies c.
+func clone(c Case) Case {
+	n := Case{Def: c.Def, History: slices.Clone(c.History)}
+	n.Def.Handlers = slices.Clone(c.Def.Handlers)
+	for i, h := range n.Def.Handlers {
+		n.Def.Handlers[i].On = slices.Clone(h.On)
+		n.Def.Handlers[i].Fields = slices.Clone(h.Fields)
+		n.Def.Handlers[i].States = slices.Clone(h.States)
+	}
+	return n
+}

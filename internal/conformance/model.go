@@ -159,6 +159,8 @@ type life struct {
 	// goes; a watched object never seen gets none).
 	seen bool
 	gen  int64
+	// seenGen is the last generation an engine saw.
+	seenGen int64
 	// specs[g] is the spec of generation g (specs[0] is nil).
 	specs []map[string]string
 	count int
@@ -242,6 +244,12 @@ func (m *model) apply(s Step, held bool) {
 		spec := maps.Clone(l.specs[l.gen])
 		m.nextRev++
 		spec[s.Field] = strconv.Itoa(m.nextRev)
+		if m.def.Kind == Watch && l.gen > l.seenGen {
+			// A watched object's generation counts the changes an engine
+			// saw: those made while none ran are one.
+			l.specs[l.gen] = spec
+			break
+		}
 		l.gen++
 		l.specs = append(l.specs, spec)
 		// A new generation starts afresh, from attempt 1, the handlers
@@ -396,7 +404,7 @@ func (m *model) step(l *life) bool {
 	if !l.exists {
 		return false
 	}
-	l.seen = true
+	l.seen, l.seenGen = true, l.gen
 	hs := m.def.Handlers
 	limit := slices.IndexFunc(hs, func(h Handler) bool {
 		st := l.hs[h.Name]

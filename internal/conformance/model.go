@@ -94,8 +94,10 @@ type End struct {
 	Decision string
 	Refused  bool
 	// Spec is the object's spec (a ConfigMap's data): opkit never
-	// writes it.
+	// writes it. Gen is its generation (a watched object's count of
+	// changes an engine saw).
 	Spec map[string]string
+	Gen  int64
 	// Written says what the checker found opkit wrote to a watched
 	// object (a label, an annotation, an owner reference, a finalizer, a
 	// status); "" for nothing.
@@ -623,7 +625,7 @@ func touches(h *Handler, before, after map[string]string) bool {
 func (m *model) expectation() *Expectation {
 	e := &Expectation{Runs: m.runs, Starts: m.starts, Interrupted: m.interrupted}
 	for _, l := range m.lives {
-		e.Ends = append(e.Ends, End{Life: l.n, Exists: l.exists, Count: l.count, State: l.state, OrRefused: l.refusable, Spec: l.specs[l.gen]})
+		e.Ends = append(e.Ends, End{Life: l.n, Exists: l.exists, Count: l.count, State: l.state, OrRefused: l.refusable, Spec: l.specs[l.gen], Gen: l.gen})
 	}
 	return e
 }

@@ -52,6 +52,10 @@ type checker struct {
 	blocked int
 	// decisionSince is when quiet first saw a decision waiting.
 	decisionSince time.Time
+	// gen is the generation the engine must have seen of a watched
+	// object before the step is done (its archive record's count of
+	// changes, the watch's observedGeneration); 0 for none.
+	gen int64
 	// engineLog gathers what failed engine processes said.
 	engineLog string
 }
@@ -283,6 +287,12 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 		return "", err
 	}
 	state := fmt.Sprintf("%d runs", len(runs))
+	if err == nil && ch.gen > 0 {
+		seen, err := ch.watchedGeneration(ctx)
+		if err != nil || seen < ch.gen {
+			return "", err // the engine has not seen the last change yet
+		}
+	}
 	if err == nil {
 		if _, retry := obj.GetAnnotations()[v1alpha1.RetryAnnotation]; retry && ch.c.Def.Kind == conformance.CustomResource {
 			return "", nil
@@ -317,12 +327,37 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 	return state, nil
 }
 
+// watchedGeneration is the count of changes of the watched object the
+// engine recorded in the archive (cause.Observed), 0 before any.
+func (ch *checker) watchedGeneration(ctx context.Context) (int64, error) {
+	states, err := ch.store.States(ctx, conformance.OperatorName)
+	if err != nil {
+		return 0, err
+	}
+	var max int64
+	for _, st := range states {
+		var data struct {
+			Observed struct {
+				Generation int64 `json:"generation"`
+			} `json:"observed"`
+		}
+		if st.Namespace == ch.ns && st.Name == conformance.ObjectName && json.Unmarshal(st.Data, &data) == nil {
+			max = data.Observed.Generation
+		}
+	}
+	return max, nil
+}
+
 // waitQuiet waits until quiet holds, unchanged, for a second, after the
 // history's step i; or gives up after a time-out (the comparison then
 // says what is missing).
 func (ch *checker) waitQuiet(i int) {
-	want := attempts(conformance.Expect(conformance.Case{Def: ch.c.Def, History: ch.c.History[:i+1]}))
-	ch.waitFor(func(ctx context.Context) (bool, error) { return false, nil }, want)
+	e := conformance.Expect(conformance.Case{Def: ch.c.Def, History: ch.c.History[:i+1]})
+	ch.gen = 0
+	if n := len(e.Ends); n > 0 && e.Ends[n-1].Exists && ch.c.Def.Kind == conformance.Watch {
+		ch.gen = e.Ends[n-1].Gen
+	}
+	ch.waitFor(func(ctx context.Context) (bool, error) { return false, nil }, attempts(e))
 }
 
 // waitBlockedOrQuiet waits until a run is held by the block file, or

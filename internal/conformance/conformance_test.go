@@ -19,7 +19,7 @@ import (
 
 var (
 	flagSeed     = flag.Uint64("conformance.seed", 33, "the seed of the first case; case i is drawn from seed+i")
-	flagCases    = flag.Int("conformance.cases", 12, "how many cases TestConformance plays against the engine (those of known defects left out are not counted), when -conformance.duration is 0")
+	flagCases    = flag.Int("conformance.cases", 10, "how many cases TestConformance plays against the engine (those of known defects left out are not counted), when -conformance.duration is 0")
 	flagDuration = flag.Duration("conformance.duration", 0, "play cases with new seeds until this much time has passed (make soak), then report")
 	flagParallel = flag.Int("conformance.parallel", 2, "how many cases play at once, each with its engine and namespace")
 	flagKnown    = flag.Bool("conformance.known", false, "draw the cases of known defects too (conformance.KnownDefects)")

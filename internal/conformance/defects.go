@@ -1,6 +1,9 @@
 package conformance
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+)
 
 // Defect is a known defect on main that the model finds: the generator's
 // cases it breaks (Match) are left out of TestConformance's, so that make
@@ -71,7 +74,17 @@ func h(name string, b Behaviour, on ...Trigger) Handler {
 	return Handler{Name: name, On: on, Behaviour: b, MaxAttempts: 2}
 }
 
-// Regressions are the shrunk cases of the defects found.
+// writers are n handlers on trigger, each writing status.count+1.
+func writers(n int, trigger Trigger) []Handler {
+	out := make([]Handler, n)
+	for i := range out {
+		out[i] = h(fmt.Sprintf("h%d", i+1), Behaviour{Write: true}, trigger)
+	}
+	return out
+}
+
+// Regressions are the shrunk cases of the defects found, and the cases
+// issue 33 asks to keep.
 var Regressions = []Regression{
 	{
 		Name:  "two handlers writing status.count in turn lose no write",
@@ -79,6 +92,34 @@ var Regressions = []Regression{
 		Case: Case{
 			Def:     Def{Kind: CustomResource, Handlers: []Handler{h("h1", Behaviour{Write: true}, Create), h("h2", Behaviour{Write: true}, Create)}},
 			History: []Step{{Op: OpCreate}},
+		},
+	},
+	{
+		Name:  "three handlers writing status.count in turn lose no write",
+		Issue: "33.1",
+		Case: Case{
+			Def:     Def{Kind: CustomResource, Handlers: writers(3, Create)},
+			History: []Step{{Op: OpCreate}},
+		},
+	},
+	{
+		Name:  "eight handlers writing status.count in turn lose no write",
+		Issue: "33.1",
+		Case: Case{
+			Def:     Def{Kind: CustomResource, Handlers: writers(8, Create)},
+			History: []Step{{Op: OpCreate}},
+		},
+	},
+	{
+		Name:  "update, when and resume runs after a status write see it",
+		Issue: "33.1",
+		Case: Case{
+			Def: Def{Kind: CustomResource, Handlers: []Handler{
+				h("h1", Behaviour{Write: true}, Create), h("h2", Behaviour{Write: true}, Update),
+				h("h3", Behaviour{Write: true}, When), h("h4", Behaviour{Write: true}, Resume),
+			}},
+			// a becomes 1: odd, the when condition turns true.
+			History: []Step{{Op: OpCreate}, {Op: OpChange, Field: "a"}, {Op: OpStop}, {Op: OpStart}},
 		},
 	},
 	{

@@ -3,22 +3,30 @@
 // promise and test") make, and the generator of the cases it is checked
 // on.
 //
-// The model (Expect) is pure: no client, no clock, no import of the
-// engine, cause or statemachine. It is written from the docs' promises,
-// not from the engine's code, so that it disagrees where the engine is
-// wrong. Given a definition drawn from a small space (Def: a custom
-// resource or a watch of labelled ConfigMaps; handlers with a set of
-// triggers among create, update, delete, resume and when (int(a) is odd),
-// or enter; fields or none; and
-// a behaviour: succeed, write status.count+1 from what the run saw, fail
-// N times, give up) and a history (Step: create, change a spec field,
-// change an annotation, delete, opkit retry, stop the engine gracefully
-// or with SIGKILL, start it, SIGKILL it during a run), it says which runs
-// must happen — handler, trigger, object life, generation or engine start,
-// and the outcome of every attempt — what each run must see (the spec of
-// the generation its key names; status.count equal to the number of
-// writing runs that succeeded before it started: read-your-writes), and
-// how each object ends (there or gone, status.count).
+// # The model
+//
+// Expect is pure: no client, no clock, no import of the engine, cause or
+// statemachine. It is written from the docs' promises, not from the
+// engine's code, so that it disagrees where the engine is wrong. Given a
+// definition drawn from a small space (Def: a custom resource, with or
+// without a small state machine, or a watch of labelled ConfigMaps;
+// handlers, in declared order, each with a set of triggers among create,
+// update, delete, resume and when, or enter of a state; fields or none;
+// and a behaviour: succeed, write status.count+1 from what the run saw,
+// fail N times, give up) and a history (Step: create, change a spec
+// field, change an annotation, delete, opkit retry, a person's decision,
+// stop the engine gracefully or with SIGKILL, start it, SIGKILL it during
+// a run), it says which runs must happen — handler, trigger, object life,
+// generation, engine start or state visit, and the outcome of every
+// attempt — what each run must see, and how each object ends.
+//
+// What a run must see (read-your-writes, DESIGN.md 11): the spec of the
+// generation its key names; status.count equal to the number of writing
+// runs that succeeded for the object before it started; for an enter
+// run, the visit it runs for. How an object ends: there or gone, its
+// spec as the history wrote it, status.count, status.state, no decision
+// left waiting (DESIGN.md 12), and for a watched object nothing of
+// opkit's on it.
 //
 // The engine plays each step to the end before the next (the checker
 // waits for it), or, while it is stopped, after it starts. Where the docs
@@ -26,47 +34,56 @@
 //   - "Handled before" (resume's "each object that existed before" for a
 //     custom resource, "handled before" for a watched object) is read as
 //     status.opkit.handled recorded: every create and update handler done
-//     with a generation. An object created while no engine ran gets its
-//     create runs at the start, not a resume run.
-//   - A handler that gave up holds back its own runs and those of the
-//     handlers declared after it (handlers run one at a time, in declared
-//     order, "so that provision can come before announce") until the
-//     spec changes or opkit retry, except delete runs: a deletion
+//     with the generation, once nothing else is due. An object created
+//     while no engine ran gets its create runs at the start, not a resume
+//     run.
+//   - Runs go one at a time per object, the most urgent first (create and
+//     update, then enter and the state's transition, then when and
+//     resume), in declared order. A handler that failed and waits for its
+//     retry holds back the handlers declared after it ("so that provision
+//     can come before announce"); those before it go on meanwhile. One
+//     that gave up holds back its own runs and those after it until the
+//     spec changes or opkit retry, but for delete runs: a deletion
 //     proceeds. A delete run that gave up keeps the finalizer until
-//     opkit retry.
+//     opkit retry. An enter run that gave up is done with for its visit.
 //   - An update is about the change since the handler last succeeded (or
 //     since the generation a change not about its fields passed it).
 //   - A resume run is for one start ("once per start"; its key names the
 //     start): one the engine's end interrupted, or that had not run yet,
 //     is replaced by the next start's, not run again with its key.
+//   - A watched object's generation counts the changes an engine saw:
+//     those made while no engine ran are one.
+//   - A decision is taken once the visit's enter runs are done; when a
+//     handler that gave up holds them back, it is taken or refused at
+//     once (a DecisionRefused Event), and the model stops there: nothing
+//     is drawn after such a decision.
 //
 // Not drawn, as the docs do not say: a resume or when handler that fails
 // (how its retries interleave with the create and update runs of the
 // handlers declared after it, and what a later start does with a resume
-// run that gave up).
+// run that gave up). Not modelled yet: operator-wide schedules and the
+// schedule and requeue triggers (they need time to pass on a clock the
+// engine process does not share), related fields, paused objects,
+// webhook deliveries and leader election. "Where the state is" says
+// where, and is not a behaviour to check.
 //
-// The checker (TestConformance, in the tests) renders each case into an
-// Operator whose exec handlers run the test binary as a recorder, plays
-// the history against an engine process on the local control plane (the
-// test binary again, so that it can be SIGKILLed), waits after each step
-// until the engine is quiet, and gives what the recorder and the archive
-// saw to Compare. A failing case is shrunk (Shrink) and printed as an
-// opkit test scenario (Scenario) and as Go, with its seed. The fast mode
-// (TestFast) drives cause.Decide in a miniature engine loop over
-// thousands of histories a second and compares it with the same model.
+// # The checks
 //
-// Covered rows of docs/handlers.md's table: "runs once", "may run twice"
-// (a SIGKILL during a run: it runs again with its key, recorded
-// Cancelled), "after downtime" and, for a watch, "never written by opkit"
-// (a status result fails permanently), for custom resources and watched
-// objects; DESIGN.md's 3, 4 and 11. Not modelled (yet): operator-wide
-// schedules, the schedule, when and requeue triggers (they need time to
-// pass: a fake clock the engine process does not have), related fields,
-// paused objects, webhook deliveries and leader election; "where the
-// state is" is a statement of where, not a behaviour to check.
+// Generate draws a case from a seed; Valid says whether a history can be
+// played; Compare checks what was observed against an Expectation and
+// names the guarantee each broken promise is of; Shrink cuts a failing
+// case down; Scenario prints one as an opkit test scenario and as Go.
+// The checker itself is in the tests (TestConformance): it renders each
+// case into an Operator whose exec handlers run the test binary as a
+// recorder, plays the history against an engine process on the local
+// control plane (the test binary again, so that it can be SIGKILLed),
+// waits after each step until the engine is quiet, and compares what the
+// recorder and the archive saw. TestFast plays cases through cause.Decide
+// in a miniature engine loop, thousands a second.
 //
 // KnownDefects lists the defects on main that the model finds, each with
 // its issue: TestConformance leaves their cases out until the fix is
-// merged, so that make test stays green; make soak can draw them too
-// (-conformance.known). The model itself is never weakened for them.
+// merged, so that make test stays green; make soak draws them too unless
+// KNOWN=0. Regressions keeps each one's shrunk case. The model itself is
+// never weakened for them.
 package conformance

@@ -94,8 +94,10 @@ type End struct {
 	Decision string
 	Refused  bool
 	// Spec is the object's spec (a ConfigMap's data): opkit never
-	// writes it.
+	// writes it. Gen is its generation (a watched object's count of
+	// changes an engine saw).
 	Spec map[string]string
+	Gen  int64
 	// Written says what the checker found opkit wrote to a watched
 	// object (a label, an annotation, an owner reference, a finalizer, a
 	// status); "" for nothing.
@@ -159,6 +161,8 @@ type life struct {
 	// goes; a watched object never seen gets none).
 	seen bool
 	gen  int64
+	// seenGen is the last generation an engine saw.
+	seenGen int64
 	// specs[g] is the spec of generation g (specs[0] is nil).
 	specs []map[string]string
 	count int
@@ -242,6 +246,12 @@ func (m *model) apply(s Step, held bool) {
 		spec := maps.Clone(l.specs[l.gen])
 		m.nextRev++
 		spec[s.Field] = strconv.Itoa(m.nextRev)
+		if m.def.Kind == Watch && l.gen > l.seenGen {
+			// A watched object's generation counts the changes an engine
+			// saw: those made while none ran are one.
+			l.specs[l.gen] = spec
+			break
+		}
 		l.gen++
 		l.specs = append(l.specs, spec)
 		// A new generation starts afresh, from attempt 1, the handlers
@@ -396,7 +406,7 @@ func (m *model) step(l *life) bool {
 	if !l.exists {
 		return false
 	}
-	l.seen = true
+	l.seen, l.seenGen = true, l.gen
 	hs := m.def.Handlers
 	limit := slices.IndexFunc(hs, func(h Handler) bool {
 		st := l.hs[h.Name]
@@ -615,7 +625,7 @@ func touches(h *Handler, before, after map[string]string) bool {
 func (m *model) expectation() *Expectation {
 	e := &Expectation{Runs: m.runs, Starts: m.starts, Interrupted: m.interrupted}
 	for _, l := range m.lives {
-		e.Ends = append(e.Ends, End{Life: l.n, Exists: l.exists, Count: l.count, State: l.state, OrRefused: l.refusable, Spec: l.specs[l.gen]})
+		e.Ends = append(e.Ends, End{Life: l.n, Exists: l.exists, Count: l.count, State: l.state, OrRefused: l.refusable, Spec: l.specs[l.gen], Gen: l.gen})
 	}
 	return e
 }

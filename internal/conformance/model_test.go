@@ -146,6 +146,14 @@ func TestModelSaysWhatTheDocsPromise(t *testing.T) {
 			want:     "h1 create gen 1: [GaveUp]\nh2 delete gen 0: [Succeeded]\n",
 		},
 		{
+			name:     "a watched object's generation counts the changes an engine saw: those made while none ran are one",
+			kind:     watch,
+			handlers: []conformance.Handler{handler("h1", ok, "create", "update")},
+			history:  steps("stop", "create", "change a", "start", "stop", "change a", "change b", "start"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 update gen 2: [Succeeded]\n",
+			exists:   true,
+		},
+		{
 			name:     "a watched object deleted while no engine ran gets its delete run after the start",
 			kind:     watch,
 			handlers: []conformance.Handler{handler("h1", ok, "create", "delete")},

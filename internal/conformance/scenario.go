@@ -77,7 +77,9 @@ func has(h []Step, op Op) bool {
 func Scenario(c Case) string {
 	var b strings.Builder
 	e := Expect(c)
-	b.WriteString("# operator.yaml (build the recorder with: go test -c -o conformance.test ./internal/conformance)\n")
+	b.WriteString("# To play it: save this document as operator.yaml and the next as conformance.test.yaml in a\n" +
+		"# directory, build the recorder there (go test -c -o DIR/conformance.test ./internal/conformance),\n" +
+		"# then: opkit test DIR/conformance.test.yaml\n")
 	b.WriteString(Operator(&c.Def, []string{"./conformance.test", "."}, []string{"OPKIT_CONFORMANCE_RECORDER=1"}))
 	b.WriteString("---\n# conformance.test.yaml\n")
 	fmt.Fprintf(&b, "scenario: conformance case (%s, %d handlers)\noperators: [operator.yaml]\nsteps:\n", c.Def.Kind, len(c.Def.Handlers))

@@ -22,21 +22,7 @@ type Defect struct {
 // KnownDefects are the defects the model found on main. The lead removes
 // each entry when the fix that makes its cases pass is merged
 // (TestRegressions then says so: its shrunk case passes).
-var KnownDefects = []Defect{
-	{
-		Issue: "33.3",
-		// Fixed in the engine, which follows docs/states.md ("A handler
-		// that gave up": it holds back neither the enter and exit runs of
-		// the state the object is in nor a decision); the model still
-		// holds the visit's enter runs back behind it (model.step passes
-		// stepState only the handlers before the one that gave up), and
-		// expects none: the entry goes once the model follows the docs.
-		Text: "a handler that gave up holds back the enter handlers of a state that needs a person, and the decision waits silently",
-		Match: func(c Case) bool {
-			return slices.ContainsFunc(Expect(c).Ends, func(e End) bool { return e.OrRefused })
-		},
-	},
-}
+var KnownDefects = []Defect{}
 
 // Known returns the first known defect c matches, or nil.
 func Known(c Case) *Defect {

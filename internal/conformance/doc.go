@@ -44,8 +44,12 @@
 //     can come before announce"); those before it go on meanwhile. One
 //     that gave up holds back its own runs and those after it until the
 //     spec changes or opkit retry, but for delete runs: a deletion
-//     proceeds. A delete run that gave up keeps the finalizer until
-//     opkit retry. An enter run that gave up is done with for its visit.
+//     proceeds; and but for the enter runs of the state the object is in,
+//     which nothing declared before them holds back (docs/states.md, "A
+//     handler that gave up"): the one that gave up makes none, and the
+//     visit does not wait for it. A delete run that gave up keeps the
+//     finalizer until opkit retry. An enter run that gave up is done with
+//     for its visit.
 //   - An update is about the change since the handler last succeeded (or
 //     since the generation a change not about its fields passed it).
 //   - A resume run is for one start ("once per start"; its key names the
@@ -53,10 +57,10 @@
 //     is replaced by the next start's, not run again with its key.
 //   - A watched object's generation counts the changes an engine saw:
 //     those made while no engine ran are one.
-//   - A decision is taken once the visit's enter runs are done; when a
-//     handler that gave up holds them back, it is taken or refused at
-//     once (a DecisionRefused Event), and the model stops there: nothing
-//     is drawn after such a decision.
+//   - A decision is taken once the visit's enter runs are done, which a
+//     handler that gave up does not hold back; were they still not done,
+//     it would be taken or refused at once (a DecisionRefused Event), and
+//     the model stops there: nothing is drawn after such a decision.
 //
 // Not drawn, as the docs do not say: a resume or when handler that fails
 // (how its retries interleave with the create and update runs of the

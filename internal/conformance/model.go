@@ -279,8 +279,8 @@ func (m *model) apply(s Step, held bool) {
 		}
 	case OpDecide:
 		// A person's decision is taken, once the visit's enter handlers
-		// are done; when a handler that gave up holds them back, it is
-		// taken or refused at once, never left waiting.
+		// are done (a handler that gave up holds none back); were they
+		// not, it is taken or refused at once, never left waiting.
 		if m.up {
 			m.settle()
 		}
@@ -439,7 +439,9 @@ func (m *model) step(l *life) bool {
 		return true
 	}
 	if l.state != "" {
-		if m.stepState(l, hs[:limit]) {
+		// The visit's enter runs are held back by nothing declared before
+		// them (docs/states.md, "A handler that gave up").
+		if m.stepState(l, hs) {
 			return true
 		}
 		if l.state == StateStart && m.entered(l) {
@@ -472,20 +474,24 @@ func (m *model) step(l *life) bool {
 		l.resumeDue = nil
 		return false
 	}
-	// Nothing else can go: the waiting handler's retry comes.
-	if h := &hs[limit]; l.hs[h.Name].waiting != nil {
-		m.execute(l, h, l.hs[h.Name].waiting.ID())
-		return true
+	// Nothing else can go: a waiting handler's retry comes, the first not
+	// held back's, or an enter run's, which nothing holds back.
+	for i := range hs {
+		if w := l.hs[hs[i].Name].waiting; w != nil && (i == limit || w.Trigger == Enter) {
+			m.execute(l, &hs[i], w.ID())
+			return true
+		}
 	}
 	return false // held back by a handler that gave up
 }
 
-// stepState makes the next enter run of the visit, if any, among hs
-// (those not held back).
+// stepState makes the next enter run of the visit, if any, among hs. A
+// handler that gave up on another trigger makes none (the visit does not
+// wait for it), and one that waits for a retry makes its retry first.
 func (m *model) stepState(l *life, hs []Handler) bool {
 	for i := range hs {
 		h := &hs[i]
-		if !h.Fires(Enter) || !slices.Contains(h.States, l.state) || l.hs[h.Name].entered >= l.seq {
+		if !h.Fires(Enter) || !slices.Contains(h.States, l.state) || l.hs[h.Name].entered >= l.seq || gaveUpElsewhere(l.hs[h.Name]) || l.hs[h.Name].waiting != nil {
 			continue
 		}
 		m.execute(l, h, RunID{Life: l.n, Handler: h.Name, Trigger: Enter, Seq: l.seq})
@@ -495,18 +501,24 @@ func (m *model) stepState(l *life, hs []Handler) bool {
 }
 
 // entered reports whether every enter handler of l's state finished for
-// the visit (succeeded or gave up).
+// the visit (succeeded or gave up), or makes no run of it: one that gave
+// up on another trigger.
 func (m *model) entered(l *life) bool {
 	for _, h := range m.def.Handlers {
-		if h.Fires(Enter) && slices.Contains(h.States, l.state) && l.hs[h.Name].entered < l.seq {
+		if h.Fires(Enter) && slices.Contains(h.States, l.state) && l.hs[h.Name].entered < l.seq && !gaveUpElsewhere(l.hs[h.Name]) {
 			return false
 		}
 	}
 	return true
 }
 
-// held reports whether a handler that gave up holds back the enter runs
-// of l's visit.
+// gaveUpElsewhere reports whether hs gave up on a run other than an enter
+// run: until a new generation or opkit retry, it makes no enter run.
+func gaveUpElsewhere(hs *handlerState) bool {
+	return hs.stalled != nil && hs.stalled.Trigger != Enter
+}
+
+// held reports whether the enter runs of l's visit are not done.
 func (m *model) held(l *life) bool {
 	return !m.entered(l)
 }

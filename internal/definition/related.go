@@ -129,7 +129,7 @@ func compileRelated(l *errorList, envs *celEnvs, field string, r v1alpha1.Relate
 	if r.Namespace != "" {
 		out.Namespace = selfOnly(field+".namespace", r.Namespace)
 	}
-	out.Namespaces = namespaceList(l, field+".namespaces", r.Namespaces)
+	out.Namespaces, _ = namespaceList(l, field+".namespaces", r.Namespaces)
 	if len(out.Namespaces) > 0 && r.Namespace != "" && !strings.Contains(r.Namespace, "${") && !slices.Contains(out.Namespaces, r.Namespace) {
 		l.add(field+".namespace", "%q is not among namespaces (%s): nothing there would be read", r.Namespace, strings.Join(out.Namespaces, ", "))
 	}
@@ -177,13 +177,15 @@ func (d *Definition) RelatedKinds() []RelatedKind {
 }
 
 // namespaceList checks a list of namespace names, each a DNS label, and
-// returns it sorted, without the names it reports.
-func namespaceList(l *errorList, field string, names []string) []string {
-	var out []string
+// returns it sorted, without the names it reports; valid is false when a
+// name is not a namespace's (one listed twice is only reported).
+func namespaceList(l *errorList, field string, names []string) (out []string, valid bool) {
+	valid = true
 	for i, ns := range names {
 		at := fmt.Sprintf("%s[%d]", field, i)
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
 			l.add(at, "%q is not a namespace name: %s", ns, strings.Join(msgs, "; "))
+			valid = false
 			continue
 		}
 		if slices.Contains(out, ns) {
@@ -193,7 +195,7 @@ func namespaceList(l *errorList, field string, names []string) []string {
 		out = append(out, ns)
 	}
 	slices.Sort(out)
-	return out
+	return out, valid
 }
 
 // resolveRelatedSchemas returns the related ids, which are lists, and,

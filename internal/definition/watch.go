@@ -195,22 +195,10 @@ func compileWatch(l *errorList, w *v1alpha1.Watch) *Watch {
 		}
 		out.GVK = gv.WithKind(w.Kind)
 	}
-	seen := map[string]bool{}
-	for i, ns := range w.Namespaces {
-		field := fmt.Sprintf("spec.watch.namespaces[%d]", i)
-		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-			l.add(field, "%q is not a namespace name: %s", ns, strings.Join(msgs, "; "))
-			ok = false
-			continue
-		}
-		if seen[ns] {
-			l.add(field, "namespace %q is listed twice", ns)
-			continue
-		}
-		seen[ns] = true
-		out.Namespaces = append(out.Namespaces, ns)
+	var valid bool
+	if out.Namespaces, valid = namespaceList(l, "spec.watch.namespaces", w.Namespaces); !valid {
+		ok = false
 	}
-	slices.Sort(out.Namespaces)
 	if w.Selector != nil {
 		if !checkSelector(l, "spec.watch.selector", w.Selector) {
 			ok = false

@@ -25,6 +25,7 @@ var (
 	flagKnown    = flag.Bool("conformance.known", false, "draw the cases of known defects too (conformance.KnownDefects)")
 	flagShrink   = flag.Int("conformance.shrink", 40, "how many smaller cases a failing case's shrinking may play")
 	flagReport   = flag.String("conformance.report", "", "write the report of what was tried to this file (make soak)")
+	flagKinds    = flag.String("conformance.kinds", "", "draw only these kinds of operator, comma-separated: resource, watch; default both")
 )
 
 // TestConformance plays generated cases against the engine on the plane
@@ -39,6 +40,13 @@ func TestConformance(t *testing.T) {
 		deadline = time.Now().Add(*flagDuration)
 	}
 	rep := &report{rows: map[string]int{}, sets: map[string]int{}}
+	space := conformance.DefaultSpace
+	if *flagKinds != "" {
+		space.Kinds = nil
+		for k := range strings.SplitSeq(*flagKinds, ",") {
+			space.Kinds = append(space.Kinds, conformance.Kind(strings.TrimSpace(k)))
+		}
+	}
 	sem := make(chan struct{}, max(1, *flagParallel))
 	var wg sync.WaitGroup
 	played := 0
@@ -50,7 +58,7 @@ func TestConformance(t *testing.T) {
 			break
 		}
 		caseSeed := seed + i
-		c := conformance.Generate(rand.New(rand.NewPCG(caseSeed, 0)), conformance.DefaultSpace)
+		c := conformance.Generate(rand.New(rand.NewPCG(caseSeed, 0)), space)
 		if d := conformance.Known(c); d != nil && !*flagKnown {
 			rep.skip(d)
 			continue

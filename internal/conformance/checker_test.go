@@ -328,24 +328,30 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 }
 
 // watchedGeneration is the count of changes of the watched object the
-// engine recorded in the archive (cause.Observed), 0 before any.
+// engine recorded in the archive (its record's state.observed: the run
+// archive is where a watched object's state is), 0 before any.
 func (ch *checker) watchedGeneration(ctx context.Context) (int64, error) {
 	states, err := ch.store.States(ctx, conformance.OperatorName)
 	if err != nil {
 		return 0, err
 	}
-	var max int64
+	if len(ch.lives) == 0 {
+		return 0, nil
+	}
+	uid := string(ch.lives[len(ch.lives)-1])
 	for _, st := range states {
 		var data struct {
-			Observed struct {
-				Generation int64 `json:"generation"`
-			} `json:"observed"`
+			State struct {
+				Observed struct {
+					Generation int64 `json:"generation"`
+				} `json:"observed"`
+			} `json:"state"`
 		}
-		if st.Namespace == ch.ns && st.Name == conformance.ObjectName && json.Unmarshal(st.Data, &data) == nil {
-			max = data.Observed.Generation
+		if st.Key == uid && json.Unmarshal(st.Data, &data) == nil {
+			return data.State.Observed.Generation, nil
 		}
 	}
-	return max, nil
+	return 0, nil
 }
 
 // waitQuiet waits until quiet holds, unchanged, for a second, after the

@@ -17,6 +17,26 @@ type Defect struct {
 	// (internal/cause), which TestFast plays in its miniature engine:
 	// TestFast leaves its cases out too.
 	Decided bool
+	// Avoid, when set, changes a case it matches into one it does not,
+	// keeping the rest of it (Avoiding plays that instead of nothing).
+	Avoid func(Case) Case
+}
+
+// Avoiding returns c changed so that it matches no known defect (a
+// defect's Avoid, until none matches), and whether it could be; decided
+// limits it to the defects of the deciding layer.
+func Avoiding(c Case, decided bool) (Case, bool) {
+	for range KnownDefects {
+		d := known(c, decided)
+		if d == nil {
+			return c, Valid(c)
+		}
+		if d.Avoid == nil {
+			return c, false
+		}
+		c = d.Avoid(clone(c))
+	}
+	return c, false
 }
 
 // KnownDefects are the defects the model found on main. The lead removes

@@ -39,7 +39,11 @@ func TestFast(t *testing.T) {
 		c := conformance.Generate(rand.New(rand.NewPCG(seed+i, 1)), space)
 		if conformance.KnownDecided(c) != nil && !*flagKnown {
 			skipped++
-			continue
+			avoided, ok := conformance.Avoiding(c, true)
+			if !ok {
+				continue
+			}
+			c = avoided
 		}
 		n++
 		vs := conformance.Compare(&c.Def, conformance.Expect(c), playFast(c))
@@ -59,7 +63,7 @@ func TestFast(t *testing.T) {
 		t.Error(text)
 	}
 	elapsed := time.Since(start)
-	t.Logf("%d histories in %v (%.0f a second), %d left out as known defects", n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), skipped)
+	t.Logf("%d histories in %v (%.0f a second), %d of known defects (played without what meets the defect where it could be, else left out)", n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), skipped)
 	if n < 1000 {
 		t.Errorf("only %d histories in %v: the fast mode should play thousands", n, elapsed)
 	}

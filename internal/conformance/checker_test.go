@@ -191,6 +191,9 @@ func (ch *checker) start() {
 	cmd := exec.Command(ch.bin)
 	cmd.Env = append(os.Environ(), engineEnv+"="+ch.dir, namespaceEnv+"="+ch.ns, "KUBECONFIG="+ch.kube)
 	cmd.Stdout, cmd.Stderr = ch.procLog, ch.procLog
+	// The engine process ends with the test's, also when the test is
+	// killed (make soak stopped with Ctrl-C, a CI timeout).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -93,6 +93,18 @@ func writers(n int, trigger Trigger) []Handler {
 // issue 33 asks to keep.
 var Regressions = []Regression{
 	{
+		Name:  "a watched object deleted while its delete handler gives up does not hold a new object of its name",
+		Issue: "33 (found by make soak, seed 27112164)",
+		Case: Case{
+			Def: Def{Kind: Watch, Handlers: []Handler{
+				h("h1", Behaviour{}, Create, Delete, Resume, When),
+				h("h2", Behaviour{}, Update, Delete, Resume),
+				h("h3", Behaviour{Fail: 2}, Create, Delete),
+			}},
+			History: []Step{{Op: OpCreate}, {Op: OpCrash}, {Op: OpTouch}, {Op: OpDelete}, {Op: OpCrash}, {Op: OpCreate}, {Op: OpChange, Field: "a"}, {Op: OpChange, Field: "b"}},
+		},
+	},
+	{
 		Name:  "two handlers writing status.count in turn lose no write",
 		Issue: "33.1",
 		Case: Case{

@@ -302,7 +302,7 @@ func (r *watchReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if goneUID != "" {
 		// The object the runner knows is gone, or no longer watched; one
 		// of the same name waits until it is done with.
-		res, dropped, err := r.gone(ctx, req.NamespacedName, goneUID, last)
+		res, dropped, err := r.gone(ctx, req.NamespacedName, goneUID, last, found)
 		if err != nil || !dropped || !found {
 			return res, err
 		}
@@ -344,8 +344,11 @@ func (r *watchReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 // state, then its record is dropped; still there but no longer selected,
 // its record is dropped.
 //
-// dropped reports whether the runner is done with the object.
-func (r *watchReconciler) gone(ctx context.Context, key types.NamespacedName, uid types.UID, last []byte) (res reconcile.Result, dropped bool, err error) {
+// dropped reports whether the runner is done with the object. replaced:
+// an object of the same name is watched now, which waits for it; a gone
+// object whose delete handlers gave up is then dropped, as the engine's
+// start drops it (preload), rather than hold the new one for good.
+func (r *watchReconciler) gone(ctx context.Context, key types.NamespacedName, uid types.UID, last []byte, replaced bool) (res reconcile.Result, dropped bool, err error) {
 	rn := r.runner
 	obj := &unstructured.Unstructured{}
 	if err := json.Unmarshal(last, &obj.Object); err != nil || obj.Object == nil {
@@ -390,6 +393,11 @@ func (r *watchReconciler) gone(ctx context.Context, key types.NamespacedName, ui
 		return reconcile.Result{}, false, err
 	}
 	if !step.busy && !step.paused && step.stalled == "" && step.requeue == 0 {
+		return reconcile.Result{}, true, r.drop(ctx, key, uid)
+	}
+	if replaced && !step.busy && step.stalled != "" && step.requeue == 0 {
+		rn.log.Info("dropping the record of a deleted object whose delete handlers gave up: an object of the same name is watched now",
+			"namespace", key.Namespace, "name", key.Name, "uid", uid, "stalled", step.stalled)
 		return reconcile.Result{}, true, r.drop(ctx, key, uid)
 	}
 	err = r.persist(ctx, obj, step.state, true)

@@ -93,6 +93,25 @@ func writers(n int, trigger Trigger) []Handler {
 // issue 33 asks to keep.
 var Regressions = []Regression{
 	{
+		Name:  "a transition made before a SIGKILL is no run: the object is handled, and its resume run comes at the next start",
+		Issue: "33 (a defect of the model, found by make soak, seed 4266)",
+		Case: Case{
+			Def:     Def{Kind: CustomResource, States: &Machine{}, Handlers: []Handler{h("h1", Behaviour{Write: true}, Resume)}},
+			History: []Step{{Op: OpCreate}, {Op: OpCrash}},
+		},
+	},
+	{
+		Name:  "a watched object whose delete handler gave up, holding back another's delete run, does not hold a new object of its name",
+		Issue: "33 (a defect of the model, found by make soak, seed 4452)",
+		Case: Case{
+			Def: Def{Kind: Watch, Handlers: []Handler{
+				h("h1", Behaviour{Fail: 2}, Delete),
+				h("h2", Behaviour{}, Create, Delete),
+			}},
+			History: []Step{{Op: OpCreate}, {Op: OpDelete}, {Op: OpCreate}},
+		},
+	},
+	{
 		Name:  "a watched object deleted while its delete handler gives up does not hold a new object of its name",
 		Issue: "33 (found by make soak, seed 27112164)",
 		Case: Case{

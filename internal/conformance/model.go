@@ -311,19 +311,30 @@ func (m *model) apply(s Step, held bool) {
 }
 
 // due reports whether a run is due now, changing nothing but what the
-// engine would have recorded without a run (changes that pass handlers).
+// engine would have recorded without a run (changes that pass handlers,
+// a transition no enter run holds back).
 func (m *model) due() bool {
 	m.dry = true
 	defer func() { m.dry = false }()
-	for i, l := range m.lives {
-		if m.def.Kind == Watch && i > 0 && m.deletePending(m.lives[i-1]) {
-			break
+	for {
+		progress := false
+		for i, l := range m.lives {
+			if m.def.Kind == Watch && i > 0 && m.deletePending(m.lives[i-1]) {
+				break
+			}
+			m.dueRun = RunID{}
+			if m.step(l) {
+				if m.dueRun != (RunID{}) {
+					return true
+				}
+				progress = true // a transition, made without a run
+				break
+			}
 		}
-		if m.step(l) {
-			return true
+		if !progress {
+			return false
 		}
 	}
-	return false
 }
 
 // start is an engine start: each object handled before it gets its
@@ -376,18 +387,27 @@ func (m *model) settle() {
 	}
 }
 
-// deletePending reports whether l still has delete runs to make.
+// deletePending reports whether l still has delete runs to make that a
+// new object of its name waits for. One of its delete handlers that gave
+// up ends the wait, also for the delete runs it holds back: the old
+// object's record is dropped and they run no more (docs/handlers.md,
+// the watched object's delete).
 func (m *model) deletePending(l *life) bool {
 	if !l.deleting || !l.seen {
 		return false
 	}
+	pending := false
 	for _, h := range m.def.Handlers {
 		hs := l.hs[h.Name]
-		if h.Fires(Delete) && !hs.deleted && !stalledOn(hs, Delete) {
-			return true
+		if !h.Fires(Delete) || hs.deleted {
+			continue
 		}
+		if stalledOn(hs, Delete) {
+			return false
+		}
+		pending = true
 	}
-	return false
+	return pending
 }
 
 // step makes the next run due for l, if any, and reports whether it did.

@@ -465,6 +465,7 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 				Type: "object", Required: []string{"command"},
 				Properties: map[string]apiextensionsv1.JSONSchemaProps{
 					"command":    strList("The argv; never run through a shell.", 256),
+					"image":      str("Container image the command runs in, in a warm runner Pod (in a cluster); without runners the engine's host runs it."),
 					"env":        env,
 					"workingDir": str("Working directory."),
 					"serviceAccount": {

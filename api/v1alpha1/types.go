@@ -636,13 +636,20 @@ type SecretKeyRef struct {
 	Key       string `json:"key"`
 }
 
-// ExecAction runs a local process of the engine's host: argv only, never a
-// shell. The binding context is its stdin, its result its stdout, its
-// stderr the run's log.
+// ExecAction runs a process: argv only, never a shell. The binding context
+// is its stdin, its result its stdout, its stderr the run's log. Without
+// Image it runs on the engine's host; with Image, in a cluster, it runs in
+// a warm runner Pod of that image, through opkit's agent.
 type ExecAction struct {
 	// Command is the argv. A relative path with a slash is resolved from
-	// the directory of the definition's file.
+	// the directory of the definition's file (in a runner, from the
+	// operator's files).
 	Command []string `json:"command"`
+	// Image is the container image the command runs in when the engine
+	// runs in a cluster (python:3.12-slim): a runner Pod of that image
+	// takes the runs. Without runners (opkit dev, a laptop) the command
+	// runs on the engine's host, as without Image.
+	Image string `json:"image,omitempty"`
 	// Env is added to a minimal environment (PATH, HOME, LANG).
 	Env []EnvVar `json:"env,omitempty"`
 	// WorkingDir defaults to the definition file's directory, or the

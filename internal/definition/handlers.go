@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/robfig/cron/v3"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/cel/common"
@@ -57,6 +58,10 @@ type Handler struct {
 	Exec *v1alpha1.ExecAction
 	Job  *v1alpha1.JobAction
 	HTTP *v1alpha1.HTTPAction
+	// RunnerExec, set when Exec names an image, is Exec as written: its
+	// relative command path and working directory are left for a runner
+	// to resolve from the operator's files.
+	RunnerExec *v1alpha1.ExecAction
 	// Admission is set for a handler on validate or mutate, which the
 	// API server calls through the engine's webhook; such a handler is in
 	// Definition.Admission, never in Definition.Handlers.
@@ -560,6 +565,12 @@ func compileAction(l *errorList, field string, h v1alpha1.Handler, c *Handler, d
 		if len(e.Command) == 0 || e.Command[0] == "" {
 			l.add(field+".exec.command", "required: the program and its arguments")
 			return
+		}
+		if e.Image != "" {
+			if _, err := name.ParseReference(e.Image); err != nil || strings.TrimSpace(e.Image) != e.Image {
+				l.add(field+".exec.image", "handler %s: %q is not an image reference like python:3.12-slim or ghcr.io/team/tools:1.4", h.Name, e.Image)
+			}
+			c.RunnerExec = h.DeepCopy().Exec
 		}
 		// A relative program path with a slash, and a relative working
 		// directory, are relative to the definition's file.

@@ -2,6 +2,7 @@ package definition
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -363,5 +364,34 @@ func TestAServiceAccountForExecIsChecked(t *testing.T) {
 `)
 	if want := `spec.handlers[0].exec.serviceAccount.namespace: required: the resource is cluster-scoped`; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("error %v, want %q", err, want)
+	}
+}
+
+func TestAnExecImageIsAnImageReferenceNamingItsHandler(t *testing.T) {
+	for _, image := range []string{"Python:3.12", "python:3.12 ", "python:", "python@sha256:nothex"} {
+		_, err := compileFile(t, "app.yaml", base+`  handlers:
+  - name: notify
+    on: [create]
+    exec: {command: [./notify.py], image: "`+image+`"}
+`)
+		want := fmt.Sprintf(`app.yaml:18: spec.handlers[0].exec.image: handler notify: %q is not an image reference like python:3.12-slim`, image)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("image %q: error %v, want %q", image, err, want)
+		}
+	}
+	d, err := compileFile(t, "app.yaml", base+`  handlers:
+  - name: notify
+    on: [create]
+    exec: {command: [./hooks/notify.py], image: "python:3.12-slim", workingDir: data}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := d.Handlers[0]
+	if h.RunnerExec == nil || h.RunnerExec.Image != "python:3.12-slim" || h.RunnerExec.Command[0] != "./hooks/notify.py" || h.RunnerExec.WorkingDir != "data" {
+		t.Errorf("RunnerExec %+v: want the action as written, its paths relative", h.RunnerExec)
+	}
+	if !filepath.IsAbs(h.Exec.Command[0]) {
+		t.Errorf("Exec.Command[0] %q: want it resolved from the file's directory, for an engine without runners", h.Exec.Command[0])
 	}
 }

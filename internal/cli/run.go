@@ -37,6 +37,7 @@ func newRunCommand() *cobra.Command {
 	mf := &metricsFlag{}
 	wf := &webhookFlags{}
 	lf := &logFormatFlag{}
+	rf := &runnersFlags{}
 	cmd := &cobra.Command{
 		Use:   "run [-f FILE]...",
 		Short: "Run the engine against the current kubeconfig, for the Operators in the cluster or in FILEs",
@@ -67,7 +68,12 @@ see docs/metrics.md.
 Admission handlers (on validate or mutate) and the conversion of versions are
 served to the API server over HTTPS on --webhook-addr, reached at
 --webhook-host (an engine outside the cluster) or through --webhook-service
-(one in it): see docs/admission.md and docs/conversion.md.`,
+(one in it): see docs/admission.md and docs/conversion.md.
+
+Exec handlers that name an image (exec.image) run in runner Pods of that image
+when --runners-addr serves the runner API they pull runs from (through
+--runners-service); without it they run on the engine's host: see
+docs/production.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := lf.validate(); err != nil {
@@ -95,6 +101,9 @@ served to the API server over HTTPS on --webhook-addr, reached at
 				}
 				opts := engine.Options{Config: cfg, AdmissionFinalizers: admission, AllowBreaking: ef.allowBreaking, MigrateStorage: ef.migrateStorage}
 				if opts.Webhook, err = wf.options(cmd, kubeconfigNamespace(kubeconfig), false); err != nil {
+					return err
+				}
+				if opts.Runners, err = rf.serve(cmd.Context(), cfg, kubeconfigNamespace(kubeconfig)); err != nil {
 					return err
 				}
 				if leaderElect {
@@ -137,6 +146,7 @@ served to the API server over HTTPS on --webhook-addr, reached at
 	cf.register(cmd, "console", "", "serve the web console on this address, e.g. 127.0.0.1:7380 (default: none)")
 	mf.register(cmd)
 	wf.register(cmd, "0")
+	rf.register(cmd)
 	lf.register(cmd)
 	return cmd
 }

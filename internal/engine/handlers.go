@@ -167,6 +167,9 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 	rn.metrics.forOperator(d.Operator.Name)
 	execs := executor.Registry{
 		"exec": func(h *definition.Handler) executor.Executor {
+			if h.RunnerExec != nil && e.opts.Runners != nil {
+				return &executor.InImage{Action: *h.RunnerExec, Operator: d.Operator.Name, Runners: e.opts.Runners, Secret: rn.secretValue, Credentials: e.credentials}
+			}
 			return &executor.Exec{Action: *h.Exec, Secret: rn.secretValue, Credentials: e.credentials}
 		},
 		"http": func(h *definition.Handler) executor.Executor {
@@ -290,6 +293,9 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", "Run", "handler %s did not run: %v; it runs once the archive records runs again", f.cause.Handler.Name, f.err)
 		res.requeue = notRecordedRetry
 		return res, nil
+	}
+	if f != nil && rn.interrupted(ctx, cr, f) {
+		f = nil // recorded Cancelled: it runs again below, with its key
 	}
 	if f != nil {
 		var wrote bool

@@ -6,6 +6,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/executor"
 )
 
 // Options configures [New].
@@ -114,6 +115,12 @@ type Options struct {
 	// served, and an operator with admission handlers or conversion is
 	// refused.
 	Webhook *WebhookOptions
+	// Runners, when set, runs exec handlers that name an image
+	// (exec.image) in runner Pods of that image (package runners); a run
+	// whose runner is lost mid-run is recorded Cancelled and runs again
+	// with its key (runnerlost.go). Defaults to nil: such handlers run on
+	// the engine's host, as those without an image.
+	Runners executor.Dispatcher
 	// Stubs, when set, replaces the actions of the handlers it names with
 	// its executors, for tests (stubs.go); it may change while the engine
 	// runs. Defaults to none.

@@ -77,16 +77,11 @@ func (e *Exec) environment(ctx context.Context, req Request) (env []string, hidd
 	env = append(env,
 		"OPKIT_RUN_ID="+req.RunID, "OPKIT_HANDLER="+req.Handler,
 		"OPKIT_TRIGGER="+req.Trigger, "OPKIT_IDEMPOTENCY_KEY="+req.Key)
-	for _, v := range e.Action.Env {
-		value := v.Value
-		if v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil {
-			if value, err = e.secretEnv(ctx, req, v); err != nil {
-				return nil, nil, nil, err
-			}
-			hidden = append(hidden, value)
-		}
-		env = append(env, v.Name+"="+value)
+	handlers, hidden, err := e.handlerEnv(ctx, req)
+	if err != nil {
+		return nil, nil, nil, err
 	}
+	env = append(env, handlers...)
 	cleanUp = func() {}
 	if sa := e.Action.ServiceAccount; sa != nil {
 		dir, token, err := e.kubeconfig(ctx, req, sa)
@@ -98,6 +93,22 @@ func (e *Exec) environment(ctx context.Context, req Request) (env []string, hidd
 		env = append(env, "KUBECONFIG="+filepath.Join(dir, "kubeconfig"))
 	}
 	return env, hidden, cleanUp, nil
+}
+
+// handlerEnv is the handler's own environment (Action.Env), its values
+// from Secrets read now, and those values, which the run must not show.
+func (e *Exec) handlerEnv(ctx context.Context, req Request) (env []string, hidden secrets, err error) {
+	for _, v := range e.Action.Env {
+		value := v.Value
+		if v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil {
+			if value, err = e.secretEnv(ctx, req, v); err != nil {
+				return nil, nil, err
+			}
+			hidden = append(hidden, value)
+		}
+		env = append(env, v.Name+"="+value)
+	}
+	return env, hidden, nil
 }
 
 // run runs the process, within ctx's deadline (req.Timeout), its log
@@ -214,14 +225,11 @@ func (e *Exec) secretEnv(ctx context.Context, req Request, v v1alpha1.EnvVar) (s
 // private directory (0700; the file 0600), which the caller removes when
 // the run ends.
 func (e *Exec) kubeconfig(ctx context.Context, req Request, sa *v1alpha1.ServiceAccountRef) (dir, token string, err error) {
-	ns := req.namespaceOr(sa.Namespace)
-	if e.Credentials == nil || ns == "" {
-		return "", "", &Failure{Message: fmt.Sprintf("serviceAccount %s: no credentials source, or no namespace", sa.Name), Permanent: true}
-	}
-	config, token, err := e.Credentials(ctx, ns, sa.Name, req.Timeout)
+	config, token, err := e.credentials(ctx, req, sa)
 	if err != nil {
-		return "", "", &Failure{Message: fmt.Sprintf("serviceAccount %s/%s: requesting a token: %v", ns, sa.Name, err)}
+		return "", "", err
 	}
+	ns := req.namespaceOr(sa.Namespace)
 	dir, err = os.MkdirTemp("", "opkit-run-")
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, "kubeconfig"), config, 0o600)
@@ -231,4 +239,18 @@ func (e *Exec) kubeconfig(ctx context.Context, req Request, sa *v1alpha1.Service
 		return "", "", &Failure{Message: fmt.Sprintf("serviceAccount %s/%s: writing the kubeconfig: %v", ns, sa.Name, err)}
 	}
 	return dir, token, nil
+}
+
+// credentials requests the run's kubeconfig and token for a
+// ServiceAccount.
+func (e *Exec) credentials(ctx context.Context, req Request, sa *v1alpha1.ServiceAccountRef) (config []byte, token string, err error) {
+	ns := req.namespaceOr(sa.Namespace)
+	if e.Credentials == nil || ns == "" {
+		return nil, "", &Failure{Message: fmt.Sprintf("serviceAccount %s: no credentials source, or no namespace", sa.Name), Permanent: true}
+	}
+	config, token, err = e.Credentials(ctx, ns, sa.Name, req.Timeout)
+	if err != nil {
+		return nil, "", &Failure{Message: fmt.Sprintf("serviceAccount %s/%s: requesting a token: %v", ns, sa.Name, err)}
+	}
+	return config, token, nil
 }

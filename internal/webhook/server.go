@@ -61,6 +61,10 @@ type Options struct {
 	OnBundle func(ctx context.Context, bundle []byte) error
 	// Log receives the rotation's steps and errors. Defaults to none.
 	Log logr.Logger
+	// Streaming lifts the read and write timeouts of requests, for a
+	// server whose requests last as long as a handler's run (the runner
+	// API, package runners, which bounds them itself). Defaults to false.
+	Streaming bool
 }
 
 // Server is the HTTPS server (see the package doc).
@@ -183,6 +187,9 @@ func (s *Server) Start(ctx context.Context) error {
 		WriteTimeout:   40 * time.Second,
 		IdleTimeout:    90 * time.Second,
 		MaxHeaderBytes: 64 << 10,
+	}
+	if s.opts.Streaming {
+		srv.ReadTimeout, srv.WriteTimeout = 0, 0
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.ServeTLS(s.ln, "", "") }()

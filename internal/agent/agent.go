@@ -1,0 +1,360 @@
+// Package agent is opkit's agent in a runner Pod: it pulls the runs of
+// one operator's exec handlers that name one image from the engine
+// (package runners) and runs each command as the engine's own exec
+// executor does, with that executor's code (executor.Exec): argv only,
+// stdin the binding context, stdout the result, stderr streamed back to
+// the run's log as it comes, exit codes, a timeout that kills the process
+// group, a process judged by its exit however late it is looked at.
+//
+// The agent dials the engine over HTTPS, trusting only the CA file, and
+// authenticates with its projected ServiceAccount token, read again for
+// every request (the kubelet renews it). Values from Secrets and a run's
+// kubeconfig come with the run, from the engine; the engine redacts the
+// log and the result. Relative command paths and working directories
+// resolve from Options.Files, the operator's files.
+//
+// A run's stream that breaks (the engine stopped, or took the run back)
+// kills the command: the engine runs it again with its key. Install
+// copies the agent's own executable into a shared volume, for an init
+// container to hand it to an image that has no opkit.
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/executor"
+	"github.com/opkit-dev/opkit/internal/runners"
+)
+
+// Options configures an agent.
+type Options struct {
+	// Engine is the engine's runner API, https://HOST:PORT. Required.
+	Engine string
+	// Operator and Image are the runs the agent takes. Required.
+	Operator, Image string
+	// Name is the runner's name in run records (its Pod's). Required.
+	Name string
+	// Files is the operator's directory: relative command paths and
+	// working directories resolve from it. Defaults to the working
+	// directory.
+	Files string
+	// CAFile is the PEM of the CAs that sign the engine's certificate.
+	// Required.
+	CAFile string
+	// TokenFile holds the runner's token, read again for each request.
+	// Required.
+	TokenFile string
+	// Parallel is how many runs the agent runs at once. Defaults to 4.
+	Parallel int
+	// Beat is the interval of heartbeats during a run. Defaults to 3s
+	// (the engine's bound is 15s).
+	Beat time.Duration
+	// KillGrace is the time between SIGTERM and SIGKILL of a command on
+	// timeout. Defaults to 2s.
+	KillGrace time.Duration
+	// Log receives what the agent does. Defaults to none.
+	Log logr.Logger
+}
+
+// Run pulls and runs runs until ctx ends.
+func Run(ctx context.Context, opts Options) error {
+	a, err := newAgent(opts)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for range a.opts.Parallel {
+		wg.Go(func() { a.loop(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+type agent struct {
+	opts   Options
+	client *http.Client
+	query  string
+}
+
+func newAgent(opts Options) (*agent, error) {
+	var missing []string
+	for _, f := range []struct{ name, v string }{{"engine", opts.Engine}, {"operator", opts.Operator}, {"image", opts.Image}, {"name (POD_NAME)", opts.Name}, {"ca-file", opts.CAFile}, {"token-file", opts.TokenFile}} {
+		if f.v == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("agent: %s required", strings.Join(missing, ", "))
+	}
+	if u, err := url.Parse(opts.Engine); err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("agent: --engine %q is not an https://HOST:PORT URL", opts.Engine)
+	}
+	pem, err := os.ReadFile(opts.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("agent: reading the engine's CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("agent: %s holds no PEM certificate", opts.CAFile)
+	}
+	if opts.Parallel <= 0 {
+		opts.Parallel = 4
+	}
+	if opts.Beat <= 0 {
+		opts.Beat = 3 * time.Second
+	}
+	if opts.Files == "" {
+		opts.Files, _ = os.Getwd()
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: opts.Parallel * 3, IdleConnTimeout: 90 * time.Second}
+	q := url.Values{"operator": {opts.Operator}, "image": {opts.Image}}
+	return &agent{opts: opts, client: &http.Client{Transport: tr}, query: "?" + q.Encode()}, nil
+}
+
+// loop takes and runs runs, one at a time, until ctx ends.
+func (a *agent) loop(ctx context.Context) {
+	for ctx.Err() == nil {
+		w, err := a.take(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				a.opts.Log.Error(err, "taking a run from the engine; trying again in 1s")
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		if w == nil {
+			continue
+		}
+		if err := a.run(ctx, w); err != nil && ctx.Err() == nil {
+			a.opts.Log.Error(err, "run", "run", w.RunID, "handler", w.Handler)
+		}
+	}
+}
+
+// request makes a request to the engine, with the token read now.
+func (a *agent) request(ctx context.Context, path string, body io.Reader) (*http.Request, error) {
+	token, err := os.ReadFile(a.opts.TokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the runner's token: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(a.opts.Engine, "/")+path+a.query, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	req.Header.Set(runners.RunnerHeader, a.opts.Name)
+	return req, nil
+}
+
+// take waits for a run: nil when none came within the engine's poll.
+func (a *agent) take(ctx context.Context) (*executor.RunnerWork, error) {
+	req, err := a.request(ctx, runners.PathTake, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	switch resp.StatusCode {
+	case http.StatusNoContent:
+		return nil, nil
+	case http.StatusOK:
+		var w executor.RunnerWork
+		if err := json.NewDecoder(resp.Body).Decode(&w); err != nil {
+			return nil, fmt.Errorf("reading the run: %w", err)
+		}
+		return &w, nil
+	}
+	return nil, refusal(resp)
+}
+
+func refusal(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return fmt.Errorf("the engine answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
+}
+
+// run claims w, runs it and streams its log and outcome.
+func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
+	req, err := a.request(ctx, runners.PathStart+w.ID, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return refusal(resp) // taken back: another runner runs it
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	frames := &frameWriter{w: pw}
+	sent := make(chan error, 1)
+	go func() {
+		req, err := a.request(runCtx, runners.PathStream+w.ID, pr)
+		if err == nil {
+			var resp *http.Response
+			if resp, err = a.client.Do(req); err == nil {
+				if resp.StatusCode != http.StatusNoContent {
+					err = refusal(resp)
+				}
+				_ = resp.Body.Close()
+			}
+		}
+		// The stream broke or ended: a command still running is killed.
+		_ = pr.CloseWithError(errStreamClosed)
+		cancel()
+		sent <- err
+	}()
+	beats := time.NewTicker(a.opts.Beat)
+	stopBeats := make(chan struct{})
+	go func() {
+		defer beats.Stop()
+		for {
+			select {
+			case <-beats.C:
+				_ = frames.send(runners.Frame{Beat: true})
+			case <-stopBeats:
+				return
+			}
+		}
+	}()
+	res, runErr := a.execute(runCtx, w, frames)
+	close(stopBeats)
+	if runCtx.Err() != nil {
+		_ = pw.Close()
+		return fmt.Errorf("the run's stream to the engine broke: the command was stopped: %w", <-sent)
+	}
+	if err := frames.send(runners.Frame{Outcome: executor.NewOutcome(res, runErr)}); err != nil {
+		return fmt.Errorf("sending the outcome: %w", err)
+	}
+	_ = pw.Close()
+	return <-sent
+}
+
+var errStreamClosed = errors.New("the stream to the engine closed")
+
+// execute runs the command with executor.Exec: the contract of a local
+// exec handler, on this host.
+func (a *agent) execute(ctx context.Context, w *executor.RunnerWork, log io.Writer) (*executor.Result, error) {
+	action := v1alpha1.ExecAction{Command: append([]string(nil), w.Command...), WorkingDir: w.WorkingDir}
+	// Resolved as the definition resolves them from its file's directory.
+	if len(action.Command) > 0 && strings.Contains(action.Command[0], "/") && !filepath.IsAbs(action.Command[0]) {
+		action.Command[0] = filepath.Join(a.opts.Files, action.Command[0])
+	}
+	if !filepath.IsAbs(action.WorkingDir) {
+		action.WorkingDir = filepath.Join(a.opts.Files, action.WorkingDir)
+	}
+	for _, kv := range w.Env {
+		name, value, _ := strings.Cut(kv, "=")
+		action.Env = append(action.Env, v1alpha1.EnvVar{Name: name, Value: value})
+	}
+	ex := &executor.Exec{Action: action, KillGrace: a.opts.KillGrace}
+	if len(w.Kubeconfig) > 0 {
+		// The engine requested the token: the kubeconfig is handed on as
+		// a private file, as a local run's.
+		action.ServiceAccount = &v1alpha1.ServiceAccountRef{Namespace: "-", Name: "-"}
+		ex.Action = action
+		ex.Credentials = func(context.Context, string, string, time.Duration) ([]byte, string, error) {
+			return w.Kubeconfig, "", nil
+		}
+	}
+	return ex.Run(ctx, executor.Request{
+		RunID: w.RunID, Handler: w.Handler, Trigger: w.Trigger, Key: w.Key, Attempt: w.Attempt,
+		Input: w.Input, Timeout: w.TimeoutDuration(), Log: log,
+	})
+}
+
+// frameWriter writes frames, one JSON line each, to the run's stream;
+// as an io.Writer it sends log frames.
+type frameWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (f *frameWriter) send(fr runners.Frame) error {
+	b, err := json.Marshal(fr)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, err = f.w.Write(append(b, '\n'))
+	return err
+}
+
+func (f *frameWriter) Write(p []byte) (int, error) {
+	if err := f.send(runners.Frame{Log: bytes.Clone(p)}); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// Install copies the running executable to DIR/opkit, mode 0755: an init
+// container gives the agent to a runner's image this way.
+func Install(dir string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("agent install: finding opkit's own executable: %w", err)
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return fmt.Errorf("agent install: %w", err)
+	}
+	defer func() { _ = in.Close() }()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("agent install: %w", err)
+	}
+	dst := filepath.Join(dir, "opkit")
+	tmp, err := os.CreateTemp(dir, ".opkit-")
+	if err != nil {
+		return fmt.Errorf("agent install: %w", err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if _, err := io.Copy(tmp, in); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("agent install: copying to %s: %w", dir, err)
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("agent install: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("agent install: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return fmt.Errorf("agent install: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,341 @@
+// Package runners is the engine's side of exec handlers that run in an
+// image (exec.image): a Pool that queues each run for the runners of its
+// operator and image, and the HTTPS API those runners' agents (package
+// agent) pull work from.
+//
+// # Flow
+//
+// A run is queued (Pool.Dispatch) and waits, counted, until an agent of
+// its operator and image asks for work (POST PathTake, a long poll): the
+// run is handed to it. The agent claims it (POST PathStart + the hand-over
+// ID) before it starts the command, then streams its stderr, heartbeats
+// and finally its outcome (POST PathStream + the ID, one JSON frame a
+// line). The engine answers the claim once: a hand-over taken back (its
+// agent did not claim it in time) is refused, so a command never starts
+// twice for one hand-over.
+//
+// # Guarantees
+//
+//   - A run handed to an agent that does not claim it within LostAfter
+//     goes back to the queue: nothing started.
+//   - A claimed run whose stream does not open within LostAfter, breaks,
+//     or brings no frame for LostAfter (two checks in a row, so that an
+//     engine stopped and resumed is not fooled by its own pause) ends as
+//     *executor.Interrupted: the engine records a Cancelled attempt and
+//     runs it again with its key, on whichever runner asks next. The lost
+//     runner's late outcome is refused: no run ends twice.
+//   - A run whose context ends while it waits leaves the queue. One whose
+//     context ends while an agent runs it is left to the agent's own
+//     timeout (the engine stopping closes the connections, and an agent
+//     whose stream breaks kills its command).
+//
+// # Authentication
+//
+// Each request carries a bearer token: a projected ServiceAccount token of
+// audience Audience, checked with a TokenReview (audience included) and
+// cached for a minute. The ServiceAccount must be Namespace's
+// opkit-runner-OPERATOR, for the runs of OPERATOR only.
+package runners
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/opkit-dev/opkit/internal/executor"
+)
+
+// The runner API's paths, audience and names (see the package doc).
+const (
+	PathTake   = "/runners/v1/take"
+	PathStart  = "/runners/v1/start/"
+	PathStream = "/runners/v1/stream/"
+	// Audience is the audience of a runner's token.
+	Audience = "opkit.dev/runner"
+	// ServiceAccountPrefix + OPERATOR is the ServiceAccount of an
+	// operator's runners.
+	ServiceAccountPrefix = "opkit-runner-"
+	// RunnerHeader carries the runner's name (its Pod's).
+	RunnerHeader = "X-Opkit-Runner"
+)
+
+// Pool queues runs for runners. The zero value is not usable: NewPool.
+type Pool struct {
+	// LostAfter bounds the silence of a runner mid-run, and the time an
+	// agent has to claim a run handed to it. Defaults to 15s; agents
+	// send a heartbeat every LostAfter/5 or more often.
+	LostAfter time.Duration
+
+	mu      sync.Mutex
+	queues  map[queueKey]*queue
+	handed  map[string]*handover
+	metrics *metrics
+}
+
+type queueKey struct{ operator, image string }
+
+// queue is the runs of one operator and image not yet handed over, and
+// the agents waiting for one.
+type queue struct {
+	runs    []*handover
+	waiters []chan *handover
+}
+
+// handover is one run handed to one runner.
+type handover struct {
+	id   string
+	key  queueKey
+	d    executor.Dispatch
+	done chan handoverEnd // buffered 1; the first end wins
+
+	// Under Pool.mu:
+	runner  string
+	state   handoverState
+	claimed time.Time
+	ended   bool
+}
+
+type handoverState int
+
+const (
+	queued handoverState = iota
+	handed
+	running
+	streaming
+)
+
+type handoverEnd struct {
+	out *executor.RunnerOutcome
+	err error
+}
+
+// NewPool makes an empty pool.
+func NewPool() *Pool {
+	return &Pool{queues: map[queueKey]*queue{}, handed: map[string]*handover{}, metrics: registerMetrics()}
+}
+
+func (p *Pool) lostAfter() time.Duration {
+	if p.LostAfter <= 0 {
+		return 15 * time.Second
+	}
+	return p.LostAfter
+}
+
+// Dispatch queues a run and waits for its end (executor.Dispatcher).
+func (p *Pool) Dispatch(ctx context.Context, d executor.Dispatch) (*executor.RunnerOutcome, error) {
+	h := &handover{id: newID(), key: queueKey{d.Operator, d.Image}, d: d, done: make(chan handoverEnd, 1)}
+	h.d.Work.ID = h.id
+	p.mu.Lock()
+	p.handed[h.id] = h
+	q := p.queue(h.key)
+	ready := len(q.waiters) > 0
+	p.enqueue(h, false)
+	p.mu.Unlock()
+	if !ready {
+		p.metrics.waited.WithLabelValues(d.Operator, d.Image).Inc()
+		_, _ = fmt.Fprintf(d.Log, "opkit: waiting for a runner of image %s: none is ready (see opkit_runner_waiting_runs)\n", d.Image)
+	}
+	select {
+	case end := <-h.done:
+		return end.out, end.err
+	case <-ctx.Done():
+		p.mu.Lock()
+		p.dropQueued(h)
+		h.ended = true
+		delete(p.handed, h.id)
+		p.mu.Unlock()
+		return nil, &executor.Failure{Message: "cancelled: the engine is stopping"}
+	}
+}
+
+// queue is the queue of key, made when new. Under mu.
+func (p *Pool) queue(key queueKey) *queue {
+	q := p.queues[key]
+	if q == nil {
+		q = &queue{}
+		p.queues[key] = q
+	}
+	return q
+}
+
+// enqueue hands h to a waiting agent, or queues it (first, when it comes
+// back). Under mu.
+func (p *Pool) enqueue(h *handover, front bool) {
+	h.state, h.runner = queued, ""
+	q := p.queue(h.key)
+	if len(q.waiters) > 0 {
+		w := q.waiters[0]
+		q.waiters = q.waiters[1:]
+		p.metrics.ready.WithLabelValues(h.key.operator, h.key.image).Dec()
+		w <- h // buffered 1, and each waiter gets one
+		return
+	}
+	p.metrics.waiting.WithLabelValues(h.key.operator, h.key.image).Inc()
+	if front {
+		q.runs = append([]*handover{h}, q.runs...)
+	} else {
+		q.runs = append(q.runs, h)
+	}
+}
+
+// dropQueued takes h out of its queue, if it is there. Under mu.
+func (p *Pool) dropQueued(h *handover) {
+	q := p.queue(h.key)
+	for i, r := range q.runs {
+		if r == h {
+			q.runs = append(q.runs[:i], q.runs[i+1:]...)
+			p.metrics.waiting.WithLabelValues(h.key.operator, h.key.image).Dec()
+			return
+		}
+	}
+}
+
+// take waits for a run of key, until ctx ends (nil then).
+func (p *Pool) take(ctx context.Context, key queueKey, runner string) *handover {
+	p.mu.Lock()
+	q := p.queue(key)
+	if len(q.runs) > 0 {
+		h := q.runs[0]
+		q.runs = q.runs[1:]
+		p.metrics.waiting.WithLabelValues(key.operator, key.image).Dec()
+		p.hand(h, runner)
+		p.mu.Unlock()
+		return h
+	}
+	w := make(chan *handover, 1)
+	q.waiters = append(q.waiters, w)
+	p.metrics.ready.WithLabelValues(key.operator, key.image).Inc()
+	p.mu.Unlock()
+	select {
+	case h := <-w:
+		p.mu.Lock()
+		p.hand(h, runner)
+		p.mu.Unlock()
+		return h
+	case <-ctx.Done():
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for i, x := range q.waiters {
+			if x == w {
+				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+				p.metrics.ready.WithLabelValues(key.operator, key.image).Dec()
+				return nil
+			}
+		}
+		// A run came at the same time: it goes back, first.
+		p.enqueue(<-w, true)
+		return nil
+	}
+}
+
+// hand gives h to runner, which must claim it within LostAfter, or it
+// goes back to the queue. Under mu.
+func (p *Pool) hand(h *handover, runner string) {
+	h.state, h.runner = handed, runner
+	time.AfterFunc(p.lostAfter(), func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if !h.ended && h.state == handed && h.runner == runner {
+			p.enqueue(h, true)
+		}
+	})
+}
+
+// giveBack returns a handed run the agent could not be given.
+func (p *Pool) giveBack(h *handover, runner string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !h.ended && h.state == handed && h.runner == runner {
+		p.enqueue(h, true)
+	}
+}
+
+// claim makes h runner's to run: false when it is not (any more).
+func (p *Pool) claim(id, runner string, key queueKey) (*handover, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := p.handed[id]
+	if h == nil || h.ended || h.state != handed || h.runner != runner || h.key != key {
+		return nil, false
+	}
+	h.state, h.claimed = running, time.Now()
+	_, _ = fmt.Fprintf(h.d.Log, "opkit: runner %s runs it\n", runner)
+	// The stream must open within LostAfter.
+	time.AfterFunc(p.lostAfter(), func() {
+		p.mu.Lock()
+		lost := !h.ended && h.state == running
+		p.mu.Unlock()
+		if lost {
+			p.end(h, nil, &executor.Interrupted{Message: fmt.Sprintf("runner %s was lost mid-run: it claimed the run but sent nothing for %s; the run is cancelled, to run again with its key", runner, p.lostAfter())})
+		}
+	})
+	return h, true
+}
+
+// streaming marks h's stream open: false when h is not runner's running
+// run (it was taken back).
+func (p *Pool) streaming(id, runner string, key queueKey) (*handover, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := p.handed[id]
+	if h == nil || h.ended || h.state != running || h.runner != runner || h.key != key {
+		return nil, false
+	}
+	h.state = streaming
+	return h, true
+}
+
+// end ends h once: the first end is the run's; false for a later one.
+func (p *Pool) end(h *handover, out *executor.RunnerOutcome, err error) bool {
+	p.mu.Lock()
+	if h.ended {
+		p.mu.Unlock()
+		return false
+	}
+	h.ended = true
+	delete(p.handed, h.id)
+	p.mu.Unlock()
+	if _, ok := err.(*executor.Interrupted); ok {
+		p.metrics.lost.WithLabelValues(h.key.operator, h.key.image).Inc()
+	}
+	h.done <- handoverEnd{out: out, err: err}
+	return true
+}
+
+func newID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// metrics of the pool, registered once with controller-runtime's registry
+// (the engine's /metrics).
+type metrics struct {
+	waiting, ready *prometheus.GaugeVec
+	waited, lost   *prometheus.CounterVec
+}
+
+var (
+	metricsOnce sync.Once
+	poolMetrics *metrics
+)
+
+func registerMetrics() *metrics {
+	metricsOnce.Do(func() {
+		labels := []string{"operator", "image"}
+		poolMetrics = &metrics{
+			waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "opkit_runner_waiting_runs", Help: "Runs of exec handlers with an image queued for a runner, none having taken them yet."}, labels),
+			ready:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "opkit_runner_ready", Help: "Runner agents waiting for a run."}, labels),
+			waited:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opkit_runner_waits_total", Help: "Runs that found no runner ready and waited for one."}, labels),
+			lost:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opkit_runner_lost_runs_total", Help: "Runs whose runner was lost mid-run: each is recorded Cancelled and runs again with its key."}, labels),
+		}
+		crmetrics.Registry.MustRegister(poolMetrics.waiting, poolMetrics.ready, poolMetrics.waited, poolMetrics.lost)
+	})
+	return poolMetrics
+}

@@ -1,0 +1,232 @@
+package runners
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+
+	"github.com/opkit-dev/opkit/internal/executor"
+)
+
+// TakeRequest is the body of POST PathTake.
+type TakeRequest struct {
+	Operator string `json:"operator"`
+	Image    string `json:"image"`
+}
+
+// Frame is one line of a run's stream, agent to engine: some of its
+// stderr, a heartbeat, or its outcome (the last frame).
+type Frame struct {
+	Log     []byte                  `json:"log,omitempty"`
+	Beat    bool                    `json:"beat,omitempty"`
+	Outcome *executor.RunnerOutcome `json:"outcome,omitempty"`
+}
+
+// Server serves the runner API (see the package doc). Mount Handler on a
+// TLS server whose requests may last as long as a run.
+type Server struct {
+	// Pool is where runs wait. Required.
+	Pool *Pool
+	// Reviews checks runners' tokens. Required.
+	Reviews authenticationv1client.TokenReviewInterface
+	// Namespace is the engine's: runners' ServiceAccounts are of it.
+	// Required.
+	Namespace string
+	// PollFor is how long a take waits for a run before it answers 204.
+	// Defaults to 25s.
+	PollFor time.Duration
+
+	cache sync.Map // sha256(token) -> cachedIdentity
+}
+
+type cachedIdentity struct {
+	serviceAccount string // namespace:name
+	until          time.Time
+}
+
+// Handler routes the API's paths.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+PathTake, s.take)
+	mux.HandleFunc("POST "+PathStart+"{id}", s.start)
+	mux.HandleFunc("POST "+PathStream+"{id}", s.stream)
+	return mux
+}
+
+// caller is an authenticated runner: its operator and image (from the
+// query: operator, image), and its name.
+type caller struct {
+	key    queueKey
+	runner string
+}
+
+// authenticate checks the request's token and that its ServiceAccount is
+// the operator's runners'; it answers the request itself when not.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (caller, bool) {
+	c := caller{key: queueKey{r.URL.Query().Get("operator"), r.URL.Query().Get("image")}, runner: r.Header.Get(RunnerHeader)}
+	if c.key.operator == "" || c.key.image == "" || c.runner == "" {
+		http.Error(w, "a runner names its operator and image (?operator=&image=) and itself (header "+RunnerHeader+")", http.StatusBadRequest)
+		return c, false
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		http.Error(w, "no bearer token: a runner sends its ServiceAccount token of audience "+Audience, http.StatusUnauthorized)
+		return c, false
+	}
+	sa, err := s.review(r.Context(), token)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return c, false
+	}
+	want := s.Namespace + ":" + ServiceAccountPrefix + c.key.operator
+	if sa != want || len(validation.IsDNS1123Subdomain(ServiceAccountPrefix+c.key.operator)) > 0 {
+		http.Error(w, fmt.Sprintf("ServiceAccount %s may not run operator %s's handlers: only %s may", sa, c.key.operator, strings.Replace(want, ":", "/", 1)), http.StatusForbidden)
+		return c, false
+	}
+	return c, true
+}
+
+// review is the ServiceAccount (namespace:name) of a token of audience
+// Audience, from the cache or a TokenReview.
+func (s *Server) review(ctx context.Context, token string) (string, error) {
+	sum := sha256.Sum256([]byte(token))
+	if v, ok := s.cache.Load(sum); ok && time.Now().Before(v.(cachedIdentity).until) {
+		return v.(cachedIdentity).serviceAccount, nil
+	}
+	tr, err := s.Reviews.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{Audience}}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("the engine could not review the token: %w", err)
+	}
+	if !tr.Status.Authenticated {
+		return "", fmt.Errorf("the token is not valid for audience %s: %s", Audience, tr.Status.Error)
+	}
+	ns, name, ok := strings.Cut(strings.TrimPrefix(tr.Status.User.Username, "system:serviceaccount:"), ":")
+	if !ok || !strings.HasPrefix(tr.Status.User.Username, "system:serviceaccount:") {
+		return "", fmt.Errorf("%s is not a ServiceAccount", tr.Status.User.Username)
+	}
+	sa := ns + ":" + name
+	s.cache.Store(sum, cachedIdentity{serviceAccount: sa, until: time.Now().Add(time.Minute)})
+	return sa, nil
+}
+
+func (s *Server) take(w http.ResponseWriter, r *http.Request) {
+	c, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	poll := s.PollFor
+	if poll <= 0 {
+		poll = 25 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), poll)
+	defer cancel()
+	h := s.Pool.take(ctx, c.key, c.runner)
+	if h == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(h.d.Work); err != nil {
+		s.Pool.giveBack(h, c.runner) // never read: nothing started
+	}
+}
+
+func (s *Server) start(w http.ResponseWriter, r *http.Request) {
+	c, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	if _, ok := s.Pool.claim(r.PathValue("id"), c.runner, c.key); !ok {
+		http.Error(w, "the run is no longer yours: it went back to the queue, or ended", http.StatusGone)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
+	c, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	h, ok := s.Pool.streaming(r.PathValue("id"), c.runner, c.key)
+	if !ok {
+		http.Error(w, "the run is no longer yours: it was taken back, or ended", http.StatusGone)
+		return
+	}
+	lostAfter := s.Pool.lostAfter()
+	var frames atomic.Int64
+	stop := make(chan struct{})
+	var lostWhy atomic.Pointer[string]
+	go func() {
+		// Lost after two checks in a row that saw no frame: an engine
+		// stopped past LostAfter and resumed sees frames come in between.
+		t := time.NewTicker(lostAfter / 2)
+		defer t.Stop()
+		seen, quiet := int64(-1), 0
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			if n := frames.Load(); n != seen {
+				seen, quiet = n, 0
+				continue
+			}
+			if quiet++; quiet >= 2 {
+				why := fmt.Sprintf("no heartbeat for %s", lostAfter)
+				lostWhy.Store(&why)
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+				return
+			}
+		}
+	}()
+	defer close(stop)
+	lines := bufio.NewReaderSize(r.Body, 64<<10)
+	for {
+		line, err := lines.ReadBytes('\n')
+		if err != nil {
+			why := "the connection dropped: " + err.Error()
+			if errors.Is(err, io.EOF) {
+				why = "the stream ended without an outcome"
+			}
+			if p := lostWhy.Load(); p != nil {
+				why = *p
+			}
+			s.Pool.end(h, nil, &executor.Interrupted{Message: fmt.Sprintf("runner %s was lost mid-run (%s); the run is cancelled, to run again with its key", c.runner, why)})
+			return
+		}
+		frames.Add(1)
+		var f Frame
+		if err := json.Unmarshal(line, &f); err != nil {
+			s.Pool.end(h, nil, &executor.Interrupted{Message: fmt.Sprintf("runner %s sent a frame that is not JSON (%v); the run is cancelled, to run again with its key", c.runner, err)})
+			http.Error(w, "not a frame", http.StatusBadRequest)
+			return
+		}
+		if len(f.Log) > 0 {
+			_, _ = h.d.Log.Write(f.Log)
+		}
+		if f.Outcome != nil {
+			if !s.Pool.end(h, f.Outcome, nil) {
+				http.Error(w, "the run was taken back: this outcome is not recorded", http.StatusGone)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
+}

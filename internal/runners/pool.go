@@ -41,7 +41,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -129,6 +131,7 @@ func (p *Pool) lostAfter() time.Duration {
 
 // Dispatch queues a run and waits for its end (executor.Dispatcher).
 func (p *Pool) Dispatch(ctx context.Context, d executor.Dispatch) (*executor.RunnerOutcome, error) {
+	d.Log = &lockedWriter{w: d.Log} // the waiting line, the claim's and the stream's
 	h := &handover{id: newID(), key: queueKey{d.Operator, d.Image}, d: d, done: make(chan handoverEnd, 1)}
 	h.d.Work.ID = h.id
 	p.mu.Lock()
@@ -301,11 +304,24 @@ func (p *Pool) end(h *handover, out *executor.RunnerOutcome, err error) bool {
 	h.ended = true
 	delete(p.handed, h.id)
 	p.mu.Unlock()
-	if _, ok := err.(*executor.Interrupted); ok {
+	if _, ok := errors.AsType[*executor.Interrupted](err); ok {
 		p.metrics.lost.WithLabelValues(h.key.operator, h.key.image).Inc()
 	}
 	h.done <- handoverEnd{out: out, err: err}
 	return true
+}
+
+// lockedWriter serialises the writes of the goroutines that write a run's
+// log.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func newID() string {

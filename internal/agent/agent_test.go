@@ -55,7 +55,7 @@ type rig struct {
 	caFile  string
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	t.Helper()
 	env := clustertest.New(t)
 	client, err := kubernetes.NewForConfig(env.Config)
@@ -88,7 +88,7 @@ func newRig(t *testing.T) *rig {
 
 // token is a token of serviceAccount (made when missing) for audience, in
 // a file.
-func (r *rig) token(t *testing.T, serviceAccount, audience string) string {
+func (r *rig) token(t testing.TB, serviceAccount, audience string) string {
 	t.Helper()
 	sas := r.client.CoreV1().ServiceAccounts(r.env.Namespace)
 	if _, err := sas.Get(t.Context(), serviceAccount, metav1.GetOptions{}); err != nil {
@@ -113,7 +113,7 @@ func (r *rig) options(name, tokenFile string) Options {
 }
 
 // startAgent runs an agent in this process until the test ends.
-func (r *rig) startAgent(t *testing.T, name string) {
+func (r *rig) startAgent(t testing.TB, name string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
@@ -126,7 +126,7 @@ func (r *rig) startAgent(t *testing.T, name string) {
 }
 
 // script writes an executable handler into the operator's files.
-func (r *rig) script(t *testing.T, name, body string) {
+func (r *rig) script(t testing.TB, name, body string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Join(r.files, "hooks"), 0o755); err != nil {
 		t.Fatal(err)

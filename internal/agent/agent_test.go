@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 			TokenFile: os.Getenv("OPKIT_AGENT_TOKEN_FILE"), Parallel: 1,
 		})
 		if err != nil {
-			os.Stderr.WriteString(err.Error() + "\n")
+			_, _ = os.Stderr.WriteString(err.Error() + "\n")
 			os.Exit(1)
 		}
 		os.Exit(0)

@@ -102,4 +102,3 @@ func envInt(name string, def int) int {
 	}
 	return def
 }
-

@@ -28,7 +28,7 @@
 //     node's opkit ([Options].Opkit). And a command that is an absolute
 //     path under one of the container's mounts (/opkit/bin/opkit, copied
 //     there by an init container of opkit's image, as runners do) runs
-//     from under the pod's root, as mounts are. Such a program speaks of
+//     from under the pod's root, as mounts are, when it is there. Such a program speaks of
 //     the pod's paths: its arguments that are absolute paths under a
 //     mount, alone or as --flag=PATH, are mapped under the pod's root.
 //   - Env: value (with $(VAR) expansion, as a kubelet does), fieldRef

@@ -55,7 +55,9 @@ func underMount(spec corev1.Container, p string) bool {
 //     node's opkit binary;
 //   - a command that is an absolute path under one of the container's
 //     mounts (/opkit/bin/opkit, which an init container copied into an
-//     emptyDir) runs from under the pod's root, as mounts are.
+//     emptyDir) runs from under the pod's root, as mounts are, when it is
+//     there: a program of the host under a mount's path (a test binary
+//     in /tmp, where a Pod mounts an emptyDir) runs as it is.
 //
 // The arguments of such a program are the pod's paths, not the host's:
 // each that is an absolute path under a mount, alone or as the value of
@@ -68,7 +70,7 @@ func (c *container) podArgv(argv []string) ([]string, bool) {
 		argv = append([]string{c.pod.node.opts.Opkit}, argv...)
 	case isOpkitImage(spec.Image) && c.pod.node.opts.Opkit != "" && len(argv) > 0 && (argv[0] == opkitImagePath || argv[0] == "opkit"):
 		argv = append([]string{c.pod.node.opts.Opkit}, argv[1:]...)
-	case len(argv) > 0 && underMount(spec, argv[0]):
+	case len(argv) > 0 && underMount(spec, argv[0]) && exists(c.pod.rootPath(argv[0])):
 		argv = append([]string{c.pod.rootPath(argv[0])}, argv[1:]...)
 	default:
 		return argv, false
@@ -84,4 +86,9 @@ func (c *container) podArgv(argv []string) ([]string, bool) {
 		}
 	}
 	return argv, true
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

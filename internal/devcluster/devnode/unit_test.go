@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -96,7 +97,15 @@ func TestPhase(t *testing.T) {
 
 func TestPodArgvRunsOpkitsImageAsTheNodesOpkitAndMapsPathsUnderMounts(t *testing.T) {
 	node := &Node{opts: Options{Opkit: "/usr/local/bin/opkit"}}
-	w := &podWorker{node: node, dir: "/pods/uid"}
+	dir := t.TempDir()
+	w := &podWorker{node: node, dir: dir}
+	// The agent an init container copied into the pod's emptyDir.
+	if err := os.MkdirAll(filepath.Join(dir, "root", "opkit-bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "root", "opkit-bin", "opkit"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	mounts := []corev1.VolumeMount{{Name: "bin", MountPath: "/opkit-bin"}, {Name: "files", MountPath: "/opkit/files/"}}
 	for _, c := range []struct {
 		name, image string
@@ -115,6 +124,8 @@ func TestPodArgvRunsOpkitsImageAsTheNodesOpkitAndMapsPathsUnderMounts(t *testing
 			[]string{"/pods/uid/root/opkit-bin/opkit", "agent", "run", "/pods/uid/root/opkit/files", "/opkit/filesystem"}, true},
 		{"opkit's image, another program", "ghcr.io/opkit-dev/opkit:v1", []string{"/host/test.binary"}, []string{"/host/test.binary", "/opkit-bin"},
 			[]string{"/host/test.binary", "/opkit-bin"}, false},
+		{"a program of the host under a mount's path", "python:3.12-slim", []string{"/opkit-bin/host-program"}, []string{"/opkit-bin/host-program", "/opkit-bin"},
+			[]string{"/opkit-bin/host-program", "/opkit-bin"}, false},
 		{"another image", "python:3.12-slim", []string{"python3"}, []string{"python3", "/opkit-bin/x.py"},
 			[]string{"python3", "/opkit-bin/x.py"}, false},
 		{"an image named like opkit's", "ghcr.io/opkit-dev/opkit-extra:v1", []string{"/opkit"}, []string{"/opkit"}, []string{"/opkit"}, false},
@@ -122,6 +133,9 @@ func TestPodArgvRunsOpkitsImageAsTheNodesOpkitAndMapsPathsUnderMounts(t *testing
 		t.Run(c.name, func(t *testing.T) {
 			ctr := &container{pod: w, spec: corev1.Container{Image: c.image, Command: c.command, VolumeMounts: mounts}}
 			got, mapped := ctr.podArgv(append([]string{}, c.argv...))
+			for i := range c.want {
+				c.want[i] = strings.ReplaceAll(c.want[i], "/pods/uid", dir)
+			}
 			if !slices.Equal(got, c.want) || mapped != c.mapped {
 				t.Errorf("podArgv(%q) = %q, %v; want %q, %v", c.argv, got, mapped, c.want, c.mapped)
 			}

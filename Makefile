@@ -108,7 +108,7 @@ image:
 	done; \
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./cmd/opkit-image \
 	  -layout $(BIN)/opkit-image -archive $(BIN)/opkit-image.tar \
-	  -source '$(IMAGE_SOURCE)' -revision '$(IMAGE_REVISION)' -version '$(IMAGE_VERSION)' $(IMAGE_FLAGS) $$args
+	  -source '$(IMAGE_SOURCE)' -revision '$(IMAGE_REVISION)' -version '$(IMAGE_VERSION)' -tag '$(IMAGE_VERSION)' $(IMAGE_FLAGS) $$args
 
 ## bench: opkit against a hand-written controller-runtime operator and the
 ## API server's ceiling (about 95 min; BENCH_FLAGS=-memory-runs=1: 65 min);

@@ -31,6 +31,10 @@ import (
 
 const chartDir = "opkit"
 
+// runnersFixture is the operator whose exec handlers name images, in
+// internal/manifests' test data.
+const runnersFixture = "internal/manifests/testdata/runners"
+
 func TestMain(m *testing.M) {
 	// Helm's lint renders in lint mode, where fail logs instead of
 	// failing; those lines are not this test's output.
@@ -46,16 +50,22 @@ var setups = []struct {
 	opts  manifests.Options
 }{
 	{"printer", []string{"printer"}, manifests.Options{}},
-	{"handlers from files", []string{"handlers", "printer"}, manifests.Options{Name: "greeter", Namespace: "ops", Operators: manifests.FromFiles}},
+	{"handlers from files", []string{"handlers", "printer"}, manifests.Options{Name: "greeter", Namespace: "ops", Operators: manifests.FromFiles, AllowHostExec: true}},
 	{"deploy notifier, three replicas, console with a token", []string{"deploy-notifier"}, manifests.Options{
-		Replicas: 3, ArchiveSecret: "opkit-archive", AdmissionFinalizers: true, MigrateStorage: true,
+		Replicas: 3, ArchiveSecret: "opkit-archive", AdmissionFinalizers: true, MigrateStorage: true, AllowHostExec: true,
 		Console: manifests.Console{Auth: manifests.ConsoleAuthToken, TokenSecret: "opkit-console", URL: "https://opkit.example.com"},
 	}},
 	{"every example, console with kubernetes auth", []string{"calendar", "handlers", "printer", "rollouts", "team-watch", "website"}, manifests.Options{
 		LeaderElection: true, Image: "registry.example.com/opkit:v1", Console: manifests.Console{Auth: manifests.ConsoleAuthKubernetes},
-		MetricsPort: 9000, HooksPort: 9001, ConsolePort: 9002, Hooks: true,
+		MetricsPort: 9000, HooksPort: 9001, ConsolePort: 9002, Hooks: true, AllowHostExec: true,
 	}},
-	{"admission handlers, two replicas", []string{"website/admission"}, manifests.Options{Replicas: 2, ArchiveSecret: "opkit-archive", WebhookPort: 9443}},
+	{"admission handlers, two replicas", []string{"website/admission"}, manifests.Options{Replicas: 2, ArchiveSecret: "opkit-archive", WebhookPort: 9443, AllowHostExec: true}},
+	// Exec handlers in two images, with scripts in subdirectories, an
+	// executable, a binary file and a Secret left out.
+	{"runners", []string{runnersFixture}, manifests.Options{Version: "v1.4.0"}},
+	{"runners beside the printer, another release and port", []string{runnersFixture, "printer"}, manifests.Options{
+		Name: "ops", Namespace: "tools", RunnersPort: 9444, Image: "registry.example.com/opkit:v1.4.0",
+	}},
 	{"no definitions", nil, manifests.Options{}},
 }
 
@@ -63,6 +73,10 @@ func compile(t *testing.T, examples []string) []*definition.Definition {
 	t.Helper()
 	var files []string
 	for _, ex := range examples {
+		if ex == runnersFixture {
+			files = append(files, filepath.Join("..", "..", ex, "operator.yaml"))
+			continue
+		}
 		files = append(files, filepath.Join("..", "..", "examples", ex, "operator.yaml"))
 	}
 	defs, err := definition.CompileFiles(files...)

@@ -39,6 +39,7 @@ func (f *generateFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.Console.TokenSecret, "console-token-secret", "", "for --console-auth token: a Secret in the engine's namespace whose key "+manifests.TokenKey+" is the console's token")
 	cmd.Flags().StringVar(&o.Console.URL, "console-url", "", "the console's public base URL, linked from Events")
 	cmd.Flags().BoolVar(&o.Hooks, "hooks", false, "expose the hooks port (webhook deliveries) even when no definition has a source")
+	cmd.Flags().BoolVar(&o.AllowHostExec, "allow-host-exec", false, "warn, instead of refusing, when an exec handler names no exec.image: it runs in the engine's container, so the engine's image (--image) must hold its program")
 }
 
 // generate compiles the definitions and computes the manifests, printing
@@ -54,7 +55,7 @@ func (f *generateFlags) generate(cmd *cobra.Command) (*manifests.Manifests, erro
 	printWarnings(cmd.ErrOrStderr(), defs...)
 	f.opts.Version = version()
 	if _, release := manifests.ImageTag(f.opts.Version); !release && f.opts.Image == "" {
-		fmt.Fprintf(cmd.ErrOrStderr(), "warning: the engine's image is %s: this opkit, %s, is a development build, whose own image is not published; give --image (make image builds one, see docs/image.md)\n",
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: the engine's image is %s: this opkit, %s, is a development build, whose image is not published; build and push it under that tag (make image, docs/image.md) or give --image\n",
 			manifests.DefaultImage(f.opts.Version), f.opts.Version)
 	}
 	m, err := manifests.New(defs, f.opts)
@@ -71,10 +72,10 @@ func (f *generateFlags) generate(cmd *cobra.Command) (*manifests.Manifests, erro
 // version, as the manifests will name it.
 func imageHelp(v string) string {
 	if _, release := manifests.ImageTag(v); release {
-		return "the engine's image (default " + manifests.DefaultImage(v) + ", the image of this opkit's version)"
+		return "the engine's image, also the runners' agent (default " + manifests.DefaultImage(v) + ", the image of this opkit's version)"
 	}
-	return "the engine's image (default " + manifests.DefaultImage(v) + ": a release of opkit defaults to the image of its version, " +
-		manifests.DefaultImageRepository + ":VERSION, and this one, " + v + ", is a development build)"
+	return "the engine's image, also the runners' agent (default " + manifests.DefaultImage(v) + ": the image of this opkit's version, " +
+		manifests.DefaultImageRepository + ":VERSION, never :latest; this one, " + v + ", is a development build, whose image is not published)"
 }
 
 func newGenerateManifestsCommand() *cobra.Command {
@@ -88,6 +89,14 @@ in FILEs: its Namespace, ServiceAccount, RBAC, Deployment, Service,
 PodDisruptionBudget (with more than one replica), and the definitions
 themselves — applied as Operator objects with their CRD (--operators
 cluster, the default), or mounted as files (--operators files).
+
+An operator whose exec handlers name exec.image gets runners: a Deployment
+per image, whose Pod gets opkit's agent from the engine's image, the
+operator's directory (the definition's, in a ConfigMap of at most 1 MiB)
+and a ServiceAccount with no rights. An exec handler without exec.image is
+refused, naming it, since the engine's image holds no interpreter; pass
+--allow-host-exec to warn instead. Images are pinned to this opkit's
+version, never :latest.
 
 The ClusterRole and Roles grant exactly what the engine does for these
 definitions, each rule under a comment saying why, and never a wildcard: an

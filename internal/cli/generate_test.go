@@ -35,7 +35,7 @@ func TestGenerateManifestsPrintsTheEngineAndItsOperators(t *testing.T) {
 
 func TestGenerateValuesWritesTheRules(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := Main([]string{"generate", "values", "-f", "../../examples/team-watch/operator.yaml"}, &stdout, &stderr); code != 0 {
+	if code := Main([]string{"generate", "values", "-f", "../../examples/team-watch/operator.yaml", "--allow-host-exec"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	var v struct {
@@ -83,7 +83,8 @@ func TestGenerateManifestsTagsTheImageAsItsHelpSays(t *testing.T) {
 		warned         bool
 	}{
 		{"v1.4.0", "ghcr.io/opkit-dev/opkit:v1.4.0", false},
-		{"v0.0.0-20260126123456-abcdef123456+dirty", "ghcr.io/opkit-dev/opkit:latest", true},
+		{"v0.0.0-20260126123456-abcdef123456+dirty", "ghcr.io/opkit-dev/opkit:v0.0.0-20260126123456-abcdef123456-dirty", true},
+		{"(devel)", "ghcr.io/opkit-dev/opkit:devel", true},
 	} {
 		Version = c.version
 		var help, stderr bytes.Buffer
@@ -101,8 +102,35 @@ func TestGenerateManifestsTagsTheImageAsItsHelpSays(t *testing.T) {
 		if !strings.Contains(stdout.String(), "image: "+c.image+"\n") {
 			t.Errorf("opkit %s: the manifests do not run %s", c.version, c.image)
 		}
+		if strings.Contains(help.String()+stdout.String(), "opkit:latest") {
+			t.Errorf("opkit %s: --help or the manifests name an image :latest", c.version)
+		}
 		if warned := strings.Contains(stderr.String(), "is a development build"); warned != c.warned {
 			t.Errorf("opkit %s: warned %v, want %v: %q", c.version, warned, c.warned, stderr.String())
 		}
+	}
+}
+
+func TestGenerateRefusesAnExecHandlerWithoutAnImageOrWarnsWithAllowHostExec(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"generate", "manifests", "-f", "../../examples/handlers/operator.yaml"}
+	if code := Main(args, &stdout, &stderr); code != 1 || stdout.Len() > 0 {
+		t.Fatalf("exit %d, %d bytes out; want a refusal", code, stdout.Len())
+	}
+	for _, s := range []string{"operator greetings, handler greet", "operator greetings, handler audit", "operator greetings, handler goodbye", "exec.image", "--allow-host-exec"} {
+		if !strings.Contains(stderr.String(), s) {
+			t.Errorf("the refusal does not say %q: %s", s, stderr.String())
+		}
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := Main(append(args, "--allow-host-exec"), &stdout, &stderr); code != 0 {
+		t.Fatalf("--allow-host-exec: exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "warning: exec handlers without exec.image (operator greetings, handler greet;") {
+		t.Errorf("--allow-host-exec: no warning naming the handlers: %s", stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "# WARNING: exec handlers without exec.image") {
+		t.Errorf("--allow-host-exec: the manifests' header does not carry the warning")
 	}
 }

@@ -55,6 +55,10 @@ type Options struct {
 	// tolerate its taint are bound to it and their commands run as processes
 	// of this host. Only for development and tests. Defaults to false.
 	DevNode bool
+	// Opkit is the dev node's opkit binary, which runs the containers of
+	// opkit's own image (devnode.Options.Opkit). Defaults to the running
+	// executable when it is opkit.
+	Opkit string
 	// StartTimeout bounds the wait for readiness, builds excluded. Defaults
 	// to 90s.
 	StartTimeout time.Duration
@@ -383,6 +387,7 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 			Port:     c.ports["dev-node"],
 			Version:  KubernetesVersion,
 			Log:      c.opts.Log,
+			Opkit:    c.opts.Opkit,
 		})
 		if err != nil {
 			return err

@@ -50,6 +50,10 @@
 //   - the console: get and list of Operators, list of core Events, get and
 //     patch of the custom resources, and with Kubernetes auth create of
 //     TokenReviews and SubjectAccessReviews.
+//   - runners (an exec handler that names exec.image): create of
+//     TokenReviews (each runner's token), get and update of the Secret
+//     RunnersTLSSecret and the ConfigMap RunnersCA by name, which the
+//     manifests make empty. The runners' ServiceAccounts get nothing.
 //
 // A kind that is neither built in nor one of the definitions' resources
 // is mapped to its resource by the plural Kubernetes tools guess, with a
@@ -66,6 +70,22 @@
 // /readyz, and leader election and anti-affinity with more than one
 // replica, a Service, and a PodDisruptionBudget with more than one
 // replica. The console is served only with authentication.
+//
+// # Runners
+//
+// An operator whose exec handlers name exec.image gets, per image, a
+// runner Deployment ([RunnerName]): an init container of the engine's
+// image copies opkit into an emptyDir, and the handler's image runs it
+// as opkit agent run, with the operator's directory (the definition
+// file's, in the ConfigMap [FilesConfigMap], at most [MaxFilesSize];
+// hidden files, symbolic links and what looks like a credential left
+// out with a warning), the engine's CA and a projected token of
+// [RunnerAudience] for its ServiceAccount ([RunnerServiceAccount]),
+// which has no rights. The Pod template carries the files' hash
+// ([FilesHashAnnotation]), so a changed script rolls the runners. An
+// exec handler without an image is refused, naming it, unless
+// Options.AllowHostExec. Images are named by version ([ImageTag]),
+// never latest.
 //
 // The Deployment uses the Recreate strategy: never two engines at once
 // without leader election, and with it an update stops the old replicas

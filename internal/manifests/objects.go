@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -28,10 +29,13 @@ type Manifests struct {
 	Options Options
 	// Rules are the engine's RBAC rules.
 	Rules *Rules
-	// Warnings are what had to be assumed (a kind's resource name).
+	// Warnings are what had to be assumed (a kind's resource name), the
+	// files left out of runners, and the exec handlers let through
+	// without an image (AllowHostExec).
 	Warnings []string
 
-	defs []*definition.Definition
+	defs    []*definition.Definition
+	runners []*runnerOperator
 }
 
 // New computes the manifests of an engine running defs as opts says. An
@@ -48,8 +52,26 @@ func New(defs []*definition.Definition, opts Options) (*Manifests, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	runners, host, fileWarnings, err := runners(defs)
+	if err != nil {
+		return nil, err
+	}
+	var hostWarnings []string
+	if len(host) > 0 {
+		var names []string
+		for _, h := range host {
+			names = append(names, fmt.Sprintf("operator %s, handler %s", h.operator, h.handler))
+		}
+		what := fmt.Sprintf("exec handlers without exec.image (%s): in a cluster they run in the engine's container (image %s), beside the engine's credentials, and opkit's own image holds opkit alone, no shell and no interpreter",
+			strings.Join(names, "; "), opts.Image)
+		if !opts.AllowHostExec {
+			return nil, errors.New(what + ". Give each exec.image, the image its command runs in (e.g. python:3.12-slim): it runs in a runner of that image, with the definition's directory (docs/production.md). If the engine's image (--image) holds their programs, pass --allow-host-exec")
+		}
+		hostWarnings = append(hostWarnings, what+" (--allow-host-exec: the engine's image must hold their programs)")
+	}
 	rules, warnings := ComputeRules(defs, opts)
-	return &Manifests{Options: opts, Rules: rules, Warnings: warnings, defs: defs}, nil
+	warnings = append(append(warnings, fileWarnings...), hostWarnings...)
+	return &Manifests{Options: opts, Rules: rules, Warnings: warnings, defs: defs, runners: runners}, nil
 }
 
 // Labels on every object of the engine; the Pods' selector.
@@ -74,6 +96,9 @@ func (m *Manifests) ClusterRoleName() string { return m.Options.Namespace + ":" 
 // Namespace (with CreateNamespace), the Operator CRD (FromCluster), the
 // ServiceAccount, the ClusterRole, the Roles and their bindings, the
 // definitions' ConfigMap (FromFiles), the Deployment, the Service, the
+// runners' objects (with an exec handler in an image: the engine's
+// certificate Secret and CA ConfigMap, then per operator its runners'
+// ServiceAccount, its files' ConfigMap and a Deployment per image), the
 // hooks Service and its EndpointSlice (Hooks), the webhook Service, its
 // EndpointSlice and the certificates' Secret (Webhook), the PodDisruptionBudget
 // (more than one replica), and the Operators (FromCluster).
@@ -96,6 +121,7 @@ func (m *Manifests) Objects() ([]*unstructured.Unstructured, error) {
 		objs = append(objs, &corev1.ConfigMap{TypeMeta: typeMeta("v1", "ConfigMap"), ObjectMeta: m.meta(o.Name+"-operators", true), Data: files})
 	}
 	objs = append(objs, m.deployment(), m.service())
+	objs = append(objs, m.runnerObjects()...)
 	if o.Hooks {
 		objs = append(objs, m.hooksService()...)
 	}
@@ -208,6 +234,9 @@ func (m *Manifests) args() []string {
 		args = append(args, "--webhook-addr", port(o.WebhookPort), "--webhook-service", WebhookName+":443",
 			"--webhook-endpointslice", WebhookName, "--webhook-secret", WebhookSecret)
 	}
+	if len(m.runners) > 0 {
+		args = append(args, "--runners-addr", port(o.RunnersPort), "--runners-service", o.Name)
+	}
 	if o.LeaderElection {
 		args = append(args, "--leader-elect")
 	}
@@ -273,6 +302,9 @@ func (m *Manifests) deployment() *appsv1.Deployment {
 	if o.Console.served() {
 		ports = append(ports, corev1.ContainerPort{Name: "console", ContainerPort: o.ConsolePort, Protocol: corev1.ProtocolTCP})
 	}
+	if len(m.runners) > 0 {
+		ports = append(ports, corev1.ContainerPort{Name: "runners", ContainerPort: o.RunnersPort, Protocol: corev1.ProtocolTCP})
+	}
 	probe := func(path string, period int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("metrics")}},
@@ -335,6 +367,9 @@ func (m *Manifests) service() *corev1.Service {
 	ports := []corev1.ServicePort{port("metrics", o.MetricsPort)}
 	if o.Console.served() {
 		ports = append(ports, port("console", o.ConsolePort))
+	}
+	if len(m.runners) > 0 {
+		ports = append(ports, port("runners", o.RunnersPort))
 	}
 	return &corev1.Service{
 		TypeMeta: typeMeta("v1", "Service"), ObjectMeta: m.meta(o.Name, true),

@@ -100,7 +100,7 @@ func TestEnginePodIsRestrictedProbedAndRunsTheOperatorsOfTheCluster(t *testing.T
 }
 
 func TestReplicasShareAPostgreSQLArchiveElectALeaderAndSpread(t *testing.T) {
-	objs := objects(t, manifests.Options{Replicas: 3, ArchiveSecret: "opkit-db"}, "deploy-notifier")
+	objs := objects(t, manifests.Options{Replicas: 3, ArchiveSecret: "opkit-db", AllowHostExec: true}, "deploy-notifier")
 	d := deployment(t, objs, "opkit")
 	c := d.Spec.Template.Spec.Containers[0]
 	if !slices.Contains(c.Args, "--leader-elect") || *d.Spec.Replicas != 3 {
@@ -137,7 +137,7 @@ func TestReplicasShareAPostgreSQLArchiveElectALeaderAndSpread(t *testing.T) {
 // acting replica writes itself there), the engine is told to and given
 // its Pod's address, and may get and change that one slice only.
 func TestWebhookDeliveriesHaveAServiceOfTheLeaderAlone(t *testing.T) {
-	objs := objects(t, manifests.Options{Replicas: 2, ArchiveSecret: "opkit-db"}, "deploy-notifier")
+	objs := objects(t, manifests.Options{Replicas: 2, ArchiveSecret: "opkit-db", AllowHostExec: true}, "deploy-notifier")
 	svc := &corev1.Service{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["Service/opkit-hooks"].Object, svc); err != nil {
 		t.Fatal(err)
@@ -193,7 +193,7 @@ func TestConsoleIsServedOnlyWithAuthentication(t *testing.T) {
 }
 
 func TestDefinitionsFromFilesAreMountedFromAConfigMap(t *testing.T) {
-	objs := objects(t, manifests.Options{Operators: manifests.FromFiles}, "printer", "handlers")
+	objs := objects(t, manifests.Options{Operators: manifests.FromFiles, AllowHostExec: true}, "printer", "handlers")
 	if objs["Operator/printer"] != nil || objs["CustomResourceDefinition/operators.opkit.dev"] != nil {
 		t.Errorf("Operators or their CRD with definitions from files: %v", keys(objs))
 	}
@@ -231,7 +231,7 @@ func TestOptionsThatCannotWorkAreRefusedNamingTheFlag(t *testing.T) {
 }
 
 func TestManifestsSayWhyEachRuleIsThere(t *testing.T) {
-	m, err := manifests.New(compileExamples(t, "team-watch"), manifests.Options{})
+	m, err := manifests.New(compileExamples(t, "team-watch"), manifests.Options{AllowHostExec: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestManifestsSayWhyEachRuleIsThere(t *testing.T) {
 }
 
 func TestAdmissionHandlersHaveAWebhookServiceOfTheLeaderAloneAndTheirCertificatesSecret(t *testing.T) {
-	objs := objects(t, manifests.Options{}, "website/admission")
+	objs := objects(t, manifests.Options{AllowHostExec: true}, "website/admission")
 	svc := &corev1.Service{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["Service/opkit-webhook"].Object, svc); err != nil {
 		t.Fatal(err)
@@ -296,7 +296,7 @@ func TestAdmissionHandlersHaveAWebhookServiceOfTheLeaderAloneAndTheirCertificate
 }
 
 func TestAConversionHasTheWebhookServiceToo(t *testing.T) {
-	objs := objects(t, manifests.Options{}, "../docs/examples/website-v2")
+	objs := objects(t, manifests.Options{AllowHostExec: true}, "../docs/examples/website-v2")
 	if objs["Service/opkit-webhook"] == nil || objs["Secret/opkit-webhook-certs"] == nil {
 		t.Fatalf("no webhook Service or Secret for an operator that declares conversion")
 	}

@@ -43,6 +43,7 @@ const (
 	DefaultHooksPort       = 7382
 	DefaultConsolePort     = 7380
 	DefaultWebhookPort     = 7383
+	DefaultRunnersPort     = 7384
 	// LeaseName is the Lease of leader election (opkit run's
 	// --leader-elect-lease default).
 	LeaseName = "opkit-engine"
@@ -123,8 +124,14 @@ type Options struct {
 	// writes, and the certificates' Secret (WebhookSecret). Defaults to
 	// whether a definition has admission handlers.
 	Webhook bool
+	// AllowHostExec lets an exec handler without exec.image through, with
+	// a warning: it runs in the engine's container, where the stock image
+	// has no interpreter and the handler shares the engine's credentials.
+	// Defaults to false: such a handler is refused, naming it.
+	AllowHostExec bool
 	// Ports of the engine's listeners. Each defaults to its Default*Port.
-	MetricsPort, HooksPort, ConsolePort, WebhookPort int32
+	// RunnersPort serves the runner API, with an exec handler in an image.
+	MetricsPort, HooksPort, ConsolePort, WebhookPort, RunnersPort int32
 	// Resources of the engine's container. Defaults to a request of 100m
 	// CPU and 192Mi of memory and a limit of 512Mi (docs/production.md,
 	// Sizing).
@@ -189,6 +196,9 @@ func (o Options) withDefaults() Options {
 	if o.WebhookPort == 0 {
 		o.WebhookPort = DefaultWebhookPort
 	}
+	if o.RunnersPort == 0 {
+		o.RunnersPort = DefaultRunnersPort
+	}
 	if o.Resources == nil {
 		r := DefaultResources()
 		o.Resources = &r
@@ -233,7 +243,7 @@ func (o Options) validate() error {
 	for _, p := range []struct {
 		name string
 		port int32
-	}{{"metrics", o.MetricsPort}, {"hooks", o.HooksPort}, {"console", o.ConsolePort}, {"webhook", o.WebhookPort}} {
+	}{{"metrics", o.MetricsPort}, {"hooks", o.HooksPort}, {"console", o.ConsolePort}, {"webhook", o.WebhookPort}, {"runners", o.RunnersPort}} {
 		if p.port < 1 || p.port > 65535 {
 			errs = append(errs, fmt.Errorf("the %s port %d is not a port", p.name, p.port))
 		}

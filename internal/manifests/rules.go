@@ -119,7 +119,23 @@ func ComputeRules(defs []*definition.Definition, opts Options) (*Rules, []string
 	for _, d := range defs {
 		n.definition(d, opts)
 	}
+	if slices.ContainsFunc(defs, hasImage) {
+		n.runners()
+	}
 	return n.rules(), res.warnings
+}
+
+// hasImage reports whether an exec handler of d names an image: its
+// runners call the engine's runner API.
+func hasImage(d *definition.Definition) bool {
+	return slices.ContainsFunc(d.Operator.Spec.Handlers, func(h v1alpha1.Handler) bool { return h.Exec != nil && h.Exec.Image != "" })
+}
+
+// runners is what the engine's runner API needs.
+func (n *needs) runners() {
+	n.add("authentication.k8s.io", "tokenreviews", anyNamespace, "", "runners: checks each runner's token (its audience "+RunnerAudience+", its ServiceAccount "+RunnerServiceAccount("OPERATOR")+")", "create")
+	n.add("", "secrets", engineNamespace, RunnersTLSSecret, "runners: keeps the runner API's CA and serving certificate there, shared by every replica and restart, and rotates them", "get", "update")
+	n.add("", "configmaps", engineNamespace, RunnersCA, "runners: publishes the runner API's CA there (key ca.crt), which the runners mount", "get", "update")
 }
 
 // engine is what the engine needs whatever it runs.

@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -27,7 +28,34 @@ type values struct {
 	Ports               portValues    `json:"ports" yaml:"ports"`
 	Resources           any           `json:"resources" yaml:"resources"`
 	Operators           operatorsVal  `json:"operators" yaml:"operators"`
+	Runners             runnersValues `json:"runners" yaml:"runners"`
 	Rules               rulesValues   `json:"rules" yaml:"rules"`
+}
+
+// runnersValues are the runners of the operators whose exec handlers
+// name an image, by operator.
+type runnersValues struct {
+	Operators map[string]runnerValues `json:"operators" yaml:"operators"`
+}
+
+type runnerValues struct {
+	// Images are those its exec handlers name: a runner Deployment each.
+	Images []string    `json:"images" yaml:"images"`
+	Files  filesValues `json:"files" yaml:"files"`
+}
+
+// filesValues are the operator's directory, as its ConfigMap holds it.
+type filesValues struct {
+	Data map[string]string `json:"data" yaml:"data"`
+	// BinaryData is base64, as in a ConfigMap.
+	BinaryData map[string]string `json:"binaryData" yaml:"binaryData"`
+	Items      []itemValues      `json:"items" yaml:"items"`
+}
+
+type itemValues struct {
+	Key  string `json:"key" yaml:"key"`
+	Path string `json:"path" yaml:"path"`
+	Mode *int32 `json:"mode,omitempty" yaml:"mode,omitempty"`
 }
 
 type archiveValues struct {
@@ -49,6 +77,7 @@ type portValues struct {
 	Hooks   int32 `json:"hooks" yaml:"hooks"`
 	Console int32 `json:"console" yaml:"console"`
 	Webhook int32 `json:"webhook" yaml:"webhook"`
+	Runners int32 `json:"runners" yaml:"runners"`
 }
 
 type operatorsVal struct {
@@ -71,8 +100,9 @@ func (m *Manifests) values() (*values, error) {
 		Console:   consoleValues{Auth: o.Console.Auth, TokenSecret: o.Console.TokenSecret, URL: o.Console.URL},
 		Hooks:     hooksValues{Enabled: o.Hooks},
 		Webhook:   hooksValues{Enabled: o.Webhook},
-		Ports:     portValues{Metrics: o.MetricsPort, Hooks: o.HooksPort, Console: o.ConsolePort, Webhook: o.WebhookPort},
+		Ports:     portValues{Metrics: o.MetricsPort, Hooks: o.HooksPort, Console: o.ConsolePort, Webhook: o.WebhookPort, Runners: o.RunnersPort},
 		Operators: operatorsVal{From: o.Operators, Definitions: map[string]any{}},
+		Runners:   runnersValues{Operators: map[string]runnerValues{}},
 		Rules:     rulesValues{Namespaces: map[string][]any{}},
 	}
 	var err error
@@ -85,6 +115,16 @@ func (m *Manifests) values() (*values, error) {
 			return nil, err
 		}
 		v.Operators.Definitions[op.Name] = u.Object
+	}
+	for _, r := range m.runners {
+		f := filesValues{Data: r.files.Data, BinaryData: map[string]string{}, Items: []itemValues{}}
+		for k, b := range r.files.BinaryData {
+			f.BinaryData[k] = base64.StdEncoding.EncodeToString(b)
+		}
+		for _, it := range r.files.Items {
+			f.Items = append(f.Items, itemValues{Key: it.Key, Path: it.Path, Mode: it.Mode})
+		}
+		v.Runners.Operators[r.name] = runnerValues{Images: r.images, Files: f}
 	}
 	list := func(rules []Rule) ([]any, error) {
 		out := []any{}
@@ -147,6 +187,7 @@ func (m *Manifests) WriteValues(w io.Writer) error {
 		"operators": fmt.Sprintf("The definitions: applied as Operator objects (from: %s) or mounted as\nfiles in a ConfigMap (from: %s).", FromCluster, FromFiles),
 		"archive":   fmt.Sprintf("A Secret in the release's namespace whose key %s is the archive's\nPostgreSQL URL; empty: SQLite on an emptyDir, lost with the Pod.", ArchiveKey),
 		"console":   "auth none serves no console; token (a Secret's key token) or kubernetes serve it.",
+		"runners":   "The runners of the operators whose exec handlers name exec.image, by operator:\nthe images (a runner Deployment each) and the operator's directory, as its\nConfigMap OPERATOR-files holds it (docs/production.md).",
 	} {
 		for i := 0; i+1 < len(doc.Content); i += 2 {
 			if doc.Content[i].Value == key {

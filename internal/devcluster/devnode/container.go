@@ -145,6 +145,7 @@ func (c *container) runOnce(ctx context.Context) int32 {
 	}
 
 	argv := expandArgs(append(append([]string{}, c.spec.Command...), c.spec.Args...), env)
+	argv, _ = c.podArgv(argv)
 	cmd, err := c.command(argv, env, logPath)
 	if err == nil {
 		err = cmd.Start()
@@ -201,7 +202,7 @@ func (c *container) terminated(code int32, reason, message string, started time.
 
 func startErrorMessage(argv []string, err error) string {
 	if len(argv) == 0 {
-		return "the dev node ignores images and cannot run a container without a command: set command in the pod spec"
+		return "the dev node ignores images (but opkit's own, " + OpkitImage + ", when it has an opkit binary) and cannot run a container without a command: set command in the pod spec"
 	}
 	return fmt.Sprintf("failed to start container process: exec: %q: %v (the dev node runs container commands on the host)", argv[0], errors.Unwrap(err))
 }

@@ -38,6 +38,17 @@ func TestMain(m *testing.M) {
 		holdPod(arg)
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		os.Exit(agentStandIn(os.Args[2:]))
+	}
+	// The test binary is the dev node's opkit: the containers of opkit's
+	// image run it, and its agent stand-in answers.
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	devnode.UseOpkit(exe)
 	clustertest.Main(m)
 }
 

@@ -23,6 +23,14 @@
 //   - Its command is looked up in PATH (the container's env, else the
 //     host's); a container without a command cannot run, since images are
 //     ignored, and is reported with reason StartError.
+//   - But for opkit's own image ([OpkitImage], any tag): its binary
+//     (command /opkit or opkit, or none, the image's entrypoint) is the
+//     node's opkit ([Options].Opkit). And a command that is an absolute
+//     path under one of the container's mounts (/opkit/bin/opkit, copied
+//     there by an init container of opkit's image, as runners do) runs
+//     from under the pod's root, as mounts are, when it is there. Such a program speaks of
+//     the pod's paths: its arguments that are absolute paths under a
+//     mount, alone or as --flag=PATH, are mapped under the pod's root.
 //   - Env: value (with $(VAR) expansion, as a kubelet does), fieldRef
 //     (metadata.name, metadata.namespace, metadata.uid, metadata.labels['k'],
 //     metadata.annotations['k'], spec.nodeName, spec.serviceAccountName,
@@ -32,8 +40,10 @@
 //     /etc/config is the directory $OPKIT_POD_ROOT/etc/config, and the
 //     termination message is read from $OPKIT_POD_ROOT/dev/termination-log.
 //     Each mount is also in $OPKIT_MOUNT_<VOLUME> (the volume name upper-cased,
-//     non-alphanumerics as _). ConfigMap, Secret, emptyDir and downwardAPI
-//     volumes are supported.
+//     non-alphanumerics as _). ConfigMap, Secret, emptyDir, downwardAPI
+//     and projected volumes are supported, with projected
+//     serviceAccountToken sources (a TokenRequest for the Pod with the
+//     audience and expiry given, written as the file at the path).
 //   - workingDir is used as is if it exists on the host, else it is made
 //     under $OPKIT_POD_ROOT; without one, the process starts in
 //     $OPKIT_POD_ROOT.

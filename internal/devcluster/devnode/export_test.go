@@ -17,3 +17,7 @@ func ReportStatus(ctx context.Context, cfg *rest.Config, name string) error {
 	n := &Node{opts: Options{Name: name, Version: "v0.0.0"}, client: cs}
 	return n.updateStatus(ctx)
 }
+
+// UseOpkit makes path the default of Options.Opkit, for the nodes started
+// after it: this package's tests run the test binary as opkit's stand-in.
+func UseOpkit(path string) { opkitExecutable = func() string { return path } }

@@ -61,6 +61,13 @@ type Options struct {
 	Version string
 	// Log receives one line per notable event. Defaults to io.Discard.
 	Log io.Writer
+	// Opkit is the opkit binary that a container of opkit's own image
+	// (OpkitImage, any tag) runs, as the image would run its /opkit.
+	// Defaults to the running executable when it is opkit (opkit dev,
+	// opkit cluster start); none otherwise (a Go test), and such a
+	// container runs its command on the host as any other. A test gives
+	// it through devcluster.Options.Opkit.
+	Opkit string
 }
 
 // Node is a running dev node.
@@ -87,6 +94,9 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	}
 	if opts.Version == "" {
 		opts.Version = "v0.0.0"
+	}
+	if opts.Opkit == "" {
+		opts.Opkit = opkitExecutable()
 	}
 	if len(opts.AllowedClients) == 0 {
 		opts.AllowedClients = []string{"kube-apiserver-kubelet-client"}

@@ -4,6 +4,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -90,5 +92,60 @@ func TestPhase(t *testing.T) {
 		if got := podPhase(tc.main, tc.init, tc.policy); got != tc.want {
 			t.Errorf("%s: phase %s, want %s", tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestPodArgvRunsOpkitsImageAsTheNodesOpkitAndMapsPathsUnderMounts(t *testing.T) {
+	node := &Node{opts: Options{Opkit: "/usr/local/bin/opkit"}}
+	dir := t.TempDir()
+	w := &podWorker{node: node, dir: dir}
+	// The agent an init container copied into the pod's emptyDir.
+	if err := os.MkdirAll(filepath.Join(dir, "root", "opkit-bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "root", "opkit-bin", "opkit"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mounts := []corev1.VolumeMount{{Name: "bin", MountPath: "/opkit-bin"}, {Name: "files", MountPath: "/opkit/files/"}}
+	for _, c := range []struct {
+		name, image string
+		command     []string
+		argv        []string
+		want        []string
+		mapped      bool
+	}{
+		{"opkit's image, its binary", "ghcr.io/opkit-dev/opkit:v1.4.0", []string{"/opkit"}, []string{"/opkit", "agent", "install", "/opkit-bin"},
+			[]string{"/usr/local/bin/opkit", "agent", "install", "/pods/uid/root/opkit-bin"}, true},
+		{"opkit's image, by digest, opkit in PATH", "ghcr.io/opkit-dev/opkit@sha256:abcd", []string{"opkit"}, []string{"opkit", "version"},
+			[]string{"/usr/local/bin/opkit", "version"}, true},
+		{"opkit's image, its entrypoint", "ghcr.io/opkit-dev/opkit", nil, []string{"run", "--files=/opkit/files/a.py", "--x=/etc/passwd"},
+			[]string{"/usr/local/bin/opkit", "run", "--files=/pods/uid/root/opkit/files/a.py", "--x=/etc/passwd"}, true},
+		{"a command under a mount", "python:3.12-slim", []string{"/opkit-bin/opkit"}, []string{"/opkit-bin/opkit", "agent", "run", "/opkit/files", "/opkit/filesystem"},
+			[]string{"/pods/uid/root/opkit-bin/opkit", "agent", "run", "/pods/uid/root/opkit/files", "/opkit/filesystem"}, true},
+		{"opkit's image, another program", "ghcr.io/opkit-dev/opkit:v1", []string{"/host/test.binary"}, []string{"/host/test.binary", "/opkit-bin"},
+			[]string{"/host/test.binary", "/opkit-bin"}, false},
+		{"a program of the host under a mount's path", "python:3.12-slim", []string{"/opkit-bin/host-program"}, []string{"/opkit-bin/host-program", "/opkit-bin"},
+			[]string{"/opkit-bin/host-program", "/opkit-bin"}, false},
+		{"another image", "python:3.12-slim", []string{"python3"}, []string{"python3", "/opkit-bin/x.py"},
+			[]string{"python3", "/opkit-bin/x.py"}, false},
+		{"an image named like opkit's", "ghcr.io/opkit-dev/opkit-extra:v1", []string{"/opkit"}, []string{"/opkit"}, []string{"/opkit"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctr := &container{pod: w, spec: corev1.Container{Image: c.image, Command: c.command, VolumeMounts: mounts}}
+			got, mapped := ctr.podArgv(append([]string{}, c.argv...))
+			for i := range c.want {
+				c.want[i] = strings.ReplaceAll(c.want[i], "/pods/uid", dir)
+			}
+			if !slices.Equal(got, c.want) || mapped != c.mapped {
+				t.Errorf("podArgv(%q) = %q, %v; want %q, %v", c.argv, got, mapped, c.want, c.mapped)
+			}
+		})
+	}
+	// Without an opkit binary, opkit's image runs its command on the host
+	// as any other.
+	w.node = &Node{}
+	ctr := &container{pod: w, spec: corev1.Container{Image: "ghcr.io/opkit-dev/opkit:v1", Command: []string{"/opkit"}}}
+	if got, mapped := ctr.podArgv([]string{"/opkit", "run"}); mapped || !slices.Equal(got, []string{"/opkit", "run"}) {
+		t.Errorf("without an opkit binary: %q, %v", got, mapped)
 	}
 }

@@ -213,6 +213,9 @@ func TestGeneratedManifestsRunThePrinterAndTheGreetingsAsALeaderUnderTheEnginesO
 		LeaderElection: true,
 		// With the hooks Service and the right to write its EndpointSlice.
 		Hooks: true,
+		// The handlers example's exec handlers name no image: the dev
+		// node runs them on the host, as --allow-host-exec says.
+		AllowHostExec: true,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -39,6 +39,9 @@ not given, a wildcard, or a console without authentication.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- if not .Values.image -}}
+{{- fail "image: not given. Give the image of the opkit that generated the values, ghcr.io/opkit-dev/opkit:VERSION (never :latest), as `opkit generate values` writes it" -}}
+{{- end -}}
 {{- if and (gt (int .Values.replicas) 1) (not .Values.archive.secretName) -}}
 {{- fail "replicas: more than one replica share one PostgreSQL archive: set archive.secretName, a Secret whose key dsn is its URL" -}}
 {{- end -}}
@@ -51,4 +54,27 @@ not given, a wildcard, or a console without authentication.
 {{- if not (has .Values.operators.from (list "cluster" "files")) -}}
 {{- fail (printf "operators.from %q: want cluster or files" .Values.operators.from) -}}
 {{- end -}}
+{{- end }}
+
+{{/*
+The labels of a runner's Deployment and Pods, and its selector: not the
+engine's (name opkit), so that neither its Deployment nor its Service
+selects them. Called with a dict: root, operator, imageHash.
+*/}}
+{{- define "opkit.runnerLabels" -}}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/name: opkit-runner
+opkit.dev/image: {{ .imageHash | quote }}
+opkit.dev/operator: {{ .operator }}
+{{- end }}
+
+{{/* The restricted security context of a runner's containers. */}}
+{{- define "opkit.runnerSecurityContext" -}}
+allowPrivilegeEscalation: false
+capabilities:
+  drop:
+  - ALL
+runAsNonRoot: true
+seccompProfile:
+  type: RuntimeDefault
 {{- end }}

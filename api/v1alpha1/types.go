@@ -660,7 +660,6 @@ type ExecAction struct {
 	// its timeout, in a private kubeconfig file named by $KUBECONFIG.
 	// Without it the process has no credentials.
 	ServiceAccount *ServiceAccountRef `json:"serviceAccount,omitempty"`
-	Image          string             `json:"image,omitempty"`
 }
 
 // ServiceAccountRef names a ServiceAccount. Namespace defaults to the

@@ -55,8 +55,8 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
-	"github.com/opkit-dev/opkit/internal/stack"
 	"github.com/opkit-dev/opkit/internal/scenario"
+	"github.com/opkit-dev/opkit/internal/stack"
 )
 
 // Options configures Run.

@@ -110,8 +110,8 @@ type Stack struct {
 // Start assembles and starts a stack as opts says (see the package doc
 // for the order). The stack runs until ctx ends or Stop is called: a
 // caller whose stack outlives the context it starts with passes
-// context.WithoutCancel(ctx). An error says which part failed; a
-// listener that could not bind its address is a *ListenError.
+// context.WithoutCancel(ctx). A listener beside the engine that could
+// not bind its address is a *ListenError.
 func Start(ctx context.Context, opts Options) (*Stack, error) {
 	if opts.Engine.Config == nil {
 		return nil, errors.New("stack: Options.Engine.Config is required")

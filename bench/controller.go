@@ -33,6 +33,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/stack"
 )
 
 // The controller under test runs as a child process of the benchmark (the
@@ -248,9 +249,9 @@ func runOpkit(ctx context.Context, cfg *rest.Config, workers int, def string, hl
 	if err != nil {
 		return err
 	}
-	opts := engine.Options{Config: cfg, Workers: workers}
+	opts := stack.Options{Engine: engine.Options{Config: cfg, Workers: workers}}
 	if def == watchWorkload {
-		opts.RunFinished = func(r archive.Run) {
+		opts.Engine.RunFinished = func(r archive.Run) {
 			if r.Outcome == archive.Succeeded {
 				hlog.add(r.Name, r.Trigger)
 			}
@@ -258,25 +259,19 @@ func runOpkit(ctx context.Context, cfg *rest.Config, workers int, def string, hl
 	}
 	switch path := os.Getenv(archiveEnv); path {
 	case "off":
-		opts.Archive = discardArchive{}
+		opts.Store = discardArchive{}
 	default:
-		store, err := archive.OpenSQLite(ctx, path, archive.Options{})
-		if err != nil {
-			return err
-		}
-		defer func() { _ = store.Close() }()
-		opts.Archive = store
+		opts.Archive = path
 	}
-	e, err := engine.New(opts)
+	s, err := stack.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	if err := e.Apply(ctx, d); err != nil {
+	if err := s.Apply(ctx, d); err != nil {
+		_ = s.Stop()
 		return err
 	}
-	return <-done
+	return s.Wait()
 }
 
 // runBaseline runs the hand-written operator of the workload def: the

@@ -28,6 +28,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
 	"github.com/opkit-dev/opkit/internal/source"
+	"github.com/opkit-dev/opkit/internal/stack"
 )
 
 // The webhook scenario: opkit's engine, in this process (as the console
@@ -161,6 +162,7 @@ func (b *bench) webhook(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The archive is the bench's: it is read once the engine stopped.
 	store, err := archive.OpenSQLite(ctx, tempArchive(b.workDir), archive.Options{})
 	if err != nil {
 		return err
@@ -168,20 +170,13 @@ func (b *bench) webhook(ctx context.Context) error {
 	defer func() { _ = store.Close() }()
 
 	logPath := b.engineLog()
-	e, err := engine.New(engine.Options{Config: b.c.cfg, Archive: store, HooksAddr: "127.0.0.1:0"})
+	s, err := stack.Start(ctx, stack.Options{Engine: engine.Options{Config: b.c.cfg, HooksAddr: "127.0.0.1:0"}, Store: store})
 	if err != nil {
 		return err
 	}
-	engineCtx, stopEngine := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(engineCtx) }()
-	var stopOnce sync.Once
-	var engineErr error
-	stop := func() error {
-		stopOnce.Do(func() { stopEngine(); engineErr = <-done })
-		return engineErr
-	}
+	stop := s.Stop
 	defer func() { _ = stop() }()
+	e := s.Engine
 	if err := e.Apply(ctx, d); err != nil {
 		return fmt.Errorf("applying %s: %w (log: %s)", webhookWorkload, err, logPath)
 	}

@@ -1,19 +1,15 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/rest"
 
-	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/console"
-	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/stack"
 )
 
 // consoleFlags are the console's settings, shared by run, dev and console.
@@ -78,62 +74,24 @@ func (f *consoleFlags) authOptions() (console.Auth, error) {
 	return console.Auth{}, fmt.Errorf("--console-auth %q: want none, token or kubernetes", f.auth)
 }
 
-// runningConsole is a console served in the background.
-type runningConsole struct {
-	url  string // its base URL: --console-url, else http://ADDR
-	done chan error
-}
-
-// besideEngine is what a console learns of the engine it is served
-// beside; the zero value stands for none (opkit console).
-type besideEngine struct {
-	// runs reports whether the engine runs an operator.
-	runs func(operator string) bool
-	// definitions returns the operators the engine runs: the console
-	// shows those that own no resource (a watch, operator-wide schedules)
-	// from them, also when they were read from files.
-	definitions func() []*definition.Definition
-	// standby says why the engine does not act yet, or "".
-	standby func() string
-}
-
-// startConsole binds the console's address and serves it until ctx ends.
-// It serves nothing when the address is empty. runs is the engine's, or
-// nil; see serveConsole for a console that knows the engine's definitions.
-func startConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store archive.Reader, runs func(string) bool) (*runningConsole, error) {
-	return serveConsole(ctx, f, cfg, store, besideEngine{runs: runs})
-}
-
-// serveConsole binds the console's address and serves it, beside the
-// engine, until ctx ends. It serves nothing when the address is empty.
-func serveConsole(ctx context.Context, f *consoleFlags, cfg *rest.Config, store archive.Reader, engine besideEngine) (*runningConsole, error) {
+// console is the console these flags serve, for stack.Options.Console
+// or opkit console; nil when the address is empty. validate has checked
+// the flags.
+func (f *consoleFlags) console() *stack.Console {
 	if f == nil || f.addr == "" {
-		return nil, nil
+		return nil
 	}
-	auth, err := f.authOptions()
-	if err != nil {
-		return nil, err
+	auth, _ := f.authOptions() // checked by validate
+	return &stack.Console{Addr: f.addr, AnyPort: f.anyPort, URL: f.url, Auth: auth}
+}
+
+// explain names the flag to change when err is the console's address
+// taken or refused.
+func (f *consoleFlags) explain(err error) error {
+	if le, ok := errors.AsType[*stack.ListenError](err); ok && le.Listener == "console" {
+		return fmt.Errorf("%w (choose another address with --%s)", err, f.addrFlag)
 	}
-	srv, err := console.New(console.Options{Archive: store, Config: cfg, Auth: auth, Runs: engine.runs, Definitions: engine.definitions, Standby: engine.standby})
-	if err != nil {
-		return nil, err
-	}
-	ln, err := srv.Listen(f.addr)
-	if err != nil && f.anyPort {
-		// The default port is taken (another opkit dev?): any free one.
-		if host, _, splitErr := net.SplitHostPort(f.addr); splitErr == nil {
-			ln, err = srv.Listen(net.JoinHostPort(host, "0"))
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w (choose another address with --%s)", err, f.addrFlag)
-	}
-	rc := &runningConsole{url: strings.TrimSuffix(f.url, "/"), done: make(chan error, 1)}
-	if rc.url == "" {
-		rc.url = "http://" + ln.Addr().String()
-	}
-	go func() { rc.done <- srv.Serve(ctx, ln) }()
-	return rc, nil
+	return err
 }
 
 func newConsoleCommand() *cobra.Command {
@@ -164,15 +122,16 @@ It listens on loopback unless --console-auth is token or kubernetes.`,
 				return err
 			}
 			defer func() { _ = store.Close() }()
-			rc, err := startConsole(cmd.Context(), f, cfg, store, nil)
-			if err != nil {
-				return err
-			}
-			if rc == nil {
+			c := f.console()
+			if c == nil {
 				return errors.New("--listen is empty: nothing to serve")
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "console: %s (Ctrl-C stops it)\n", rc.url)
-			return <-rc.done
+			served, err := c.Serve(cmd.Context(), console.Options{Archive: store, Config: cfg})
+			if err != nil {
+				return f.explain(err)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "console: %s (Ctrl-C stops it)\n", served.URL)
+			return served.Wait()
 		},
 	}
 	archiveFlag(cmd, &archivePath)

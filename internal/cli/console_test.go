@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/console"
 )
 
 func TestConsoleTakesAnotherPortOnlyWhenTheAddressIsTheDefault(t *testing.T) {
@@ -25,17 +26,19 @@ func TestConsoleTakesAnotherPortOnlyWhenTheAddressIsTheDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	cfg := &rest.Config{Host: "https://127.0.0.1:1"} // never reached: nothing is served
+	opts := console.Options{Archive: store, Config: &rest.Config{Host: "https://127.0.0.1:1"}} // never reached: nothing is served
 
-	rc, err := startConsole(ctx, &consoleFlags{addrFlag: "console", addr: taken.Addr().String(), anyPort: true}, cfg, store, nil)
+	f := &consoleFlags{addrFlag: "console", addr: taken.Addr().String(), anyPort: true}
+	served, err := f.console().Serve(ctx, opts)
 	if err != nil {
 		t.Fatalf("the default address taken: %v; want another port", err)
 	}
-	if rc.url == "http://"+taken.Addr().String() || !strings.HasPrefix(rc.url, "http://127.0.0.1:") {
-		t.Errorf("console at %s; want loopback on another port than %s", rc.url, taken.Addr())
+	if served.URL == "http://"+taken.Addr().String() || !strings.HasPrefix(served.URL, "http://127.0.0.1:") {
+		t.Errorf("console at %s; want loopback on another port than %s", served.URL, taken.Addr())
 	}
-	_, err = startConsole(ctx, &consoleFlags{addrFlag: "console", addr: taken.Addr().String()}, cfg, store, nil)
-	if err == nil || !strings.Contains(err.Error(), "choose another address with --console") {
+	f = &consoleFlags{addrFlag: "console", addr: taken.Addr().String()}
+	_, err = f.console().Serve(ctx, opts)
+	if err = f.explain(err); err == nil || !strings.Contains(err.Error(), "choose another address with --console") {
 		t.Errorf("the user's address taken: %v; want an error that says what to do", err)
 	}
 }

@@ -13,10 +13,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
-	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/stack"
 )
 
 // choresDefinition: work gives up on entering Working, and a guard on
@@ -73,21 +73,12 @@ func TestDecideSaysWhatTheEngineAnswered(t *testing.T) {
 	if err := os.WriteFile(file, []byte(choresDefinition), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	store, err := archive.OpenSQLite(t.Context(), archivePath, archive.Options{})
+	s, err := stack.Start(context.WithoutCancel(t.Context()), stack.Options{Engine: engine.Options{Config: cl.RESTConfig()}, Archive: archivePath})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = store.Close() })
-	e, err := engine.New(engine.Options{Config: cl.RESTConfig(), Archive: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := s.Stop(); err != nil {
 			t.Errorf("engine: %v", err)
 		}
 	})
@@ -95,7 +86,7 @@ func TestDecideSaysWhatTheEngineAnswered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Apply(t.Context(), defs[0]); err != nil {
+	if err := s.Apply(t.Context(), defs[0]); err != nil {
 		t.Fatal(err)
 	}
 

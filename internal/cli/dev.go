@@ -171,7 +171,7 @@ func dev(cmd *cobra.Command, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	r, e, err := startEngineLogging(ctx, engine.Options{
+	r, err := startEngineLogging(ctx, engine.Options{
 		Config:  cl.RESTConfig(),
 		Webhook: webhookOpts,
 		// Job handlers' pods run on the dev node.
@@ -185,9 +185,9 @@ func dev(cmd *cobra.Command, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	reload.engine = e
+	reload.engine = r.Engine
 	if err := reload.sync(ctx); err != nil {
-		_ = r.stop()
+		_ = r.Stop()
 		return err
 	}
 	go reload.watch(ctx, time.Second)
@@ -199,7 +199,7 @@ func dev(cmd *cobra.Command, o devOptions) error {
 	}
 	for _, f := range apply {
 		if err := kubectl("apply", "-f", f); err != nil {
-			_ = r.stop()
+			_ = r.Stop()
 			return fmt.Errorf("applying %s: %w", f, err)
 		}
 		// Show what the operators made of it once it is Ready (or after 60s).
@@ -207,23 +207,24 @@ func dev(cmd *cobra.Command, o devOptions) error {
 		_ = kubectl("get", "-f", f)
 	}
 	fmt.Fprintf(stderr, "\nopkit dev is running; definitions in %s are reloaded when they change.\n", dir)
-	if r.console != nil {
-		fmt.Fprintf(stderr, "The console: %s\n", r.console.url)
+	if url := r.ConsoleURL(); url != "" {
+		fmt.Fprintf(stderr, "The console: %s\n", url)
 	}
-	if r.metrics != "" {
-		fmt.Fprintf(stderr, "Metrics: %s (and /healthz, /readyz)\n", r.metrics)
+	if url := r.MetricsURL(); url != "" {
+		fmt.Fprintf(stderr, "Metrics: %s (and /healthz, /readyz)\n", url)
 	}
 	fmt.Fprintf(stderr, "In another shell:\n  export KUBECONFIG=%s\n  opkit runs --archive %s   # the handler runs\nStop it with Ctrl-C.\n", shellQuote(cl.KubeconfigPath()), shellQuote(archive.RedactDSN(archivePath)))
 	select {
 	case <-ctx.Done():
-		return r.stop() // the engine said "stopping"
-	case err := <-r.done:
+		return r.Stop() // the engine said "stopping"
+	case <-r.Done():
+		err := r.Err()
 		if err == nil {
 			err = errors.New("the engine stopped")
 		}
 		return err
 	case <-cl.Done():
-		_ = r.stop()
+		_ = r.Stop()
 		return fmt.Errorf("the control plane stopped: %w", cl.Err())
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -22,9 +20,9 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/stack"
 )
 
 func newRunCommand() *cobra.Command {
@@ -130,7 +128,7 @@ docs/production.md.`,
 				if err != nil {
 					return err
 				}
-				return <-r.done
+				return r.Wait()
 			}())
 		},
 	}
@@ -238,20 +236,13 @@ func (f *metricsFlag) validate(cmd *cobra.Command, movable bool) error {
 	return nil
 }
 
-// newEngine is engine.New with opts.MetricsAddr from f: a taken port
-// moves to a free one when f allows it, else fails naming the flag.
-func (f *metricsFlag) newEngine(opts engine.Options) (*engine.Engine, error) {
-	opts.MetricsAddr, opts.HooksAddr = f.addr, f.hooks
-	e, err := engine.New(opts)
-	if err != nil && f.anyPort && errors.Is(err, syscall.EADDRINUSE) {
-		host, _, _ := net.SplitHostPort(f.addr)
-		opts.MetricsAddr = net.JoinHostPort(host, "0")
-		e, err = engine.New(opts)
-	}
+// explain names the flag to change when err is the engine's listener
+// failing to bind --metrics-addr.
+func (f *metricsFlag) explain(err error) error {
 	if opErr, ok := errors.AsType[*net.OpError](err); ok && opErr.Op == "listen" {
-		return nil, fmt.Errorf("--metrics-addr %s: %w (choose another address with --metrics-addr, or 0 to serve none)", f.addr, err)
+		return fmt.Errorf("--metrics-addr %s: %w (choose another address with --metrics-addr, or 0 to serve none)", f.addr, err)
 	}
-	return e, err
+	return err
 }
 
 // compileFiles loads and compiles every definition, reporting all errors.
@@ -294,48 +285,39 @@ func loadKubeconfig(path string) (*rest.Config, error) {
 // watchClusterOperators runs the engine for the Operators in the cluster
 // until ctx ends.
 func watchClusterOperators(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, mf *metricsFlag, log io.Writer) error {
-	r, e, err := startEngine(ctx, opts, archivePath, cf, mf, log)
+	r, err := startEngine(ctx, opts, archivePath, cf, mf, log)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(log, "running the Operators of the cluster (kubectl get operators)")
-	if err := e.WatchOperators(ctx); err != nil && ctx.Err() == nil {
-		_ = r.stop()
+	if err := r.Engine.WatchOperators(ctx); err != nil && ctx.Err() == nil {
+		_ = r.Stop()
 		return err
 	}
-	return r.stop()
+	return r.Stop()
 }
 
-// runningEngine is an engine running in the background, with its console
-// if it serves one.
+// runningEngine is the stack of opkit run and opkit dev: an engine
+// running in the background, with its archive and console.
 type runningEngine struct {
-	cancel  context.CancelFunc
-	done    chan error // receives Run's result once, after the archive is closed
-	console *runningConsole
-	metrics string // the URL of /metrics, or ""
+	*stack.Stack
 	// quiet leaves controller-runtime's lines below errors out, for a
 	// stop that the caller explains itself.
 	quiet func()
 }
 
-// stop cancels the engine and waits for it.
-func (r *runningEngine) stop() error {
-	r.cancel()
-	return <-r.done
-}
-
 // startEngine runs an engine on cfg, recording runs in the archive at
 // archivePath, with controller-runtime logging to log, its console as cf
 // says and its metrics as mf says.
-func startEngine(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, mf *metricsFlag, log io.Writer) (*runningEngine, *engine.Engine, error) {
-	r, e, err := startEngineLogging(ctx, opts, archivePath, cf, mf, log, zapcore.InfoLevel)
-	if err == nil && r.console != nil {
-		fmt.Fprintf(log, "console: %s\n", r.console.url)
+func startEngine(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, mf *metricsFlag, log io.Writer) (*runningEngine, error) {
+	r, err := startEngineLogging(ctx, opts, archivePath, cf, mf, log, zapcore.InfoLevel)
+	if err == nil && r.ConsoleURL() != "" {
+		fmt.Fprintf(log, "console: %s\n", r.ConsoleURL())
 	}
-	if err == nil && r.metrics != "" {
-		fmt.Fprintf(log, "metrics: %s (and /healthz, /readyz)\n", r.metrics)
+	if err == nil && r.MetricsURL() != "" {
+		fmt.Fprintf(log, "metrics: %s (and /healthz, /readyz)\n", r.MetricsURL())
 	}
-	return r, e, err
+	return r, err
 }
 
 // routine are the messages, below errors, of what client-go recovers
@@ -374,95 +356,49 @@ func engineLogger(log io.Writer, lvl uberzap.AtomicLevel) logr.Logger {
 
 // startEngineLogging is startEngine with options, and controller-runtime's
 // log lines below level left out.
-func startEngineLogging(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, mf *metricsFlag, log io.Writer, level zapcore.Level) (*runningEngine, *engine.Engine, error) {
+func startEngineLogging(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, mf *metricsFlag, log io.Writer, level zapcore.Level) (*runningEngine, error) {
+	if archivePath == "" {
+		return nil, errors.New("--archive is empty: name a SQLite file, or a PostgreSQL database as postgres://USER@HOST/DB")
+	}
 	// Stopping is said in one line, not in controller-runtime's own.
 	lvl := uberzap.NewAtomicLevelAt(level)
 	logger := engineLogger(log, lvl)
 	ctrllog.SetLogger(logger)
 	klogTo.Store(&logger) // client-go's own lines, "Unable to write event"...
-	if opts.Notice == nil {
-		opts.Notice = func(line string) { fmt.Fprintln(log, line) }
-	}
 	context.AfterFunc(ctx, func() {
 		lvl.SetLevel(zapcore.ErrorLevel)
 		fmt.Fprintln(log, "stopping")
 	})
-	store, err := archive.Open(ctx, archivePath, archive.Options{Log: func(line string) { fmt.Fprintln(log, line) }})
+	opts.Retention = defaultRetention
+	opts.MetricsAddr, opts.HooksAddr = mf.addr, mf.hooks
+	s, err := stack.Start(ctx, stack.Options{
+		Engine:         opts,
+		Archive:        archivePath,
+		Log:            func(line string) { fmt.Fprintln(log, line) },
+		Console:        cf.console(),
+		MetricsAnyPort: mf.anyPort,
+	})
 	if err != nil {
-		return nil, nil, err
+		return nil, mf.explain(cf.explain(err))
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	// The console starts first (the engine's Events link it), and learns
-	// which operators the engine runs once there is one.
-	var running atomic.Pointer[engine.Engine]
-	runs := func(name string) bool {
-		e := running.Load()
-		return e != nil && e.Runs(name)
-	}
-	rc, err := serveConsole(runCtx, cf, opts.Config, store, besideEngine{runs: runs, definitions: func() []*definition.Definition {
-		if e := running.Load(); e != nil {
-			return e.Definitions()
-		}
-		return nil
-	}, standby: func() string {
-		if e := running.Load(); e != nil {
-			return e.Standby(context.Background())
-		}
-		return ""
-	}})
-	if err != nil {
-		cancel()
-		_ = store.Close()
-		return nil, nil, err
-	}
-	opts.Archive, opts.Retention = store, defaultRetention
-	if rc != nil {
-		opts.ConsoleURL = rc.url
-	}
-	e, err := mf.newEngine(opts)
-	if err != nil {
-		cancel()
-		if rc != nil {
-			err = errors.Join(err, <-rc.done)
-		}
-		_ = store.Close()
-		return nil, nil, err
-	}
-	running.Store(e)
-	r := &runningEngine{cancel: cancel, done: make(chan error, 1), console: rc, quiet: func() { lvl.SetLevel(zapcore.ErrorLevel) }}
-	if addr := e.MetricsAddr(); addr != "" {
-		r.metrics = "http://" + addr + "/metrics"
-	}
-	go func() {
-		err := e.Run(runCtx)
-		if rc != nil {
-			if cerr := <-rc.done; err == nil {
-				err = cerr
-			}
-		}
-		if cerr := store.Close(); err == nil {
-			err = cerr
-		}
-		r.done <- err
-	}()
-	return r, e, nil
+	return &runningEngine{Stack: s, quiet: func() { lvl.SetLevel(zapcore.ErrorLevel) }}, nil
 }
 
 // startOperators runs an engine on cfg and applies defs. If one cannot be
 // applied, the engine is stopped.
 func startOperators(ctx context.Context, opts engine.Options, archivePath string, cf *consoleFlags, mf *metricsFlag, defs []*definition.Definition, log io.Writer) (*runningEngine, error) {
-	r, e, err := startEngine(ctx, opts, archivePath, cf, mf, log)
+	r, err := startEngine(ctx, opts, archivePath, cf, mf, log)
 	if err != nil {
 		return nil, err
 	}
 	for _, d := range defs {
-		if err := e.Apply(ctx, d); err != nil {
+		if err := r.Engine.Apply(ctx, d); err != nil {
 			r.quiet() // err says why it stops
-			_ = r.stop()
+			_ = r.Stop()
 			return nil, err
 		}
 		fmt.Fprintf(log, "operator %s: running (%s, %s)\n", d.Operator.Name, d.What(), d.Source)
-		printSources(log, e, d)
+		printSources(log, r.Engine, d)
 	}
 	return r, nil
 }

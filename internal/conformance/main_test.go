@@ -17,11 +17,11 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/conformance"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/stack"
 )
 
 // The environment variables that make this test binary something else
@@ -192,30 +192,22 @@ func runEngine(dir, namespace string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	store, err := archive.OpenSQLite(ctx, filepath.Join(dir, "runs.db"), archive.Options{})
-	if err != nil {
-		return fail(err)
-	}
-	defer func() { _ = store.Close() }()
-	e, err := engine.New(engine.Options{Config: cfg, Namespace: namespace, Archive: store})
-	if err != nil {
-		return fail(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
 	defs, err := definition.CompileFiles(filepath.Join(dir, "operator.yaml"))
 	if err != nil {
 		return fail(err)
 	}
-	for _, d := range defs {
-		if err := e.Apply(ctx, d); err != nil {
-			return fail(fmt.Errorf("applying %s: %w", d.Source, err))
-		}
+	s, err := stack.Start(ctx, stack.Options{Engine: engine.Options{Config: cfg, Namespace: namespace}, Archive: filepath.Join(dir, "runs.db")})
+	if err != nil {
+		return fail(err)
+	}
+	if err := s.Apply(ctx, defs...); err != nil {
+		_ = s.Stop()
+		return fail(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "ready."+strconv.Itoa(os.Getpid())), nil, 0o644); err != nil {
 		return fail(err)
 	}
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+	if err := s.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return fail(err)
 	}
 	return 0

@@ -25,6 +25,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/stack"
 )
 
 // handlerEnv makes the test binary the Chore operator's handler.
@@ -126,11 +127,13 @@ func startFixture(cfg *rest.Config) (*fixture, error) {
 	}
 	go func() { _ = srv.Serve(ctx, ln) }()
 	f := &fixture{cfg: cfg, store: store, url: "http://" + ln.Addr().String()}
-	e, err := engine.New(engine.Options{Config: cfg, Archive: store, ConsoleURL: f.url})
+	// The console is served on its own (no Runs): the engine beside it
+	// only links it.
+	s, err := stack.Start(ctx, stack.Options{Engine: engine.Options{Config: cfg, ConsoleURL: f.url}, Store: store})
 	if err != nil {
 		return nil, err
 	}
-	go func() { _ = e.Run(ctx) }()
+	e := s.Engine
 	bin, err := os.Executable()
 	if err != nil {
 		return nil, err

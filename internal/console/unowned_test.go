@@ -243,7 +243,7 @@ func TestWatchOperatorsPagesShowTheirObjectsFromTheArchiveAndOfferNoActions(t *t
 	// from the archive, the live object; no action, and why.
 	timeline := get(t, f.url+u.webURL())
 	mustContain(t, "the watched object's timeline", timeline,
-		`href="/runs/`+u.webOK+`"`, `href="/runs/`+u.webFailed+`"`, "Gave up", "Handler state", "announce",
+		`href="/runs/`+u.webOK+`"`, `href="/runs/`+u.webFailed+`"`, "Gave up", "Handler records", "announce",
 		"kept in the run archive", "kind: Deployment", "registry.example.com/web:1", "opkit never writes to an object it watches")
 	for _, button := range []string{"Retry now", "Pause handlers"} {
 		if strings.Contains(timeline, button) {

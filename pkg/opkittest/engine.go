@@ -19,6 +19,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/devcluster/devnode"
 	"github.com/opkit-dev/opkit/internal/engine"
 	"github.com/opkit-dev/opkit/internal/scenario/runner"
+	"github.com/opkit-dev/opkit/internal/stack"
 )
 
 // Run is one handler run as the archive records it.
@@ -120,40 +121,30 @@ func (env *Env) RunOperatorsWith(t testing.TB, opts EngineOptions, files ...stri
 		if eopts.Namespace != "" && d.Owns() && d.Operator.Spec.Resource.Scope == v1alpha1.ClusterScoped {
 			t.Fatalf("opkittest: %s: operator %s: its %s is cluster-scoped, and the engine acts in the test's namespace only: run it with RunOperatorsWith(t, opkittest.EngineOptions{AllNamespaces: true}, ...), in a test that does not run in parallel with another running it", d.Source, d.Operator.Name, d.GVK.Kind)
 		}
-		if len(d.Sources) > 0 {
-			eopts.HooksAddr = "127.0.0.1:0"
-		}
-		if len(d.Admission) > 0 {
-			// The plane's API server calls the admission handlers on
-			// loopback.
-			eopts.Webhook = &engine.WebhookOptions{Addr: "127.0.0.1:0"}
-		}
 	}
+	stack.ListenOnLoopback(&eopts, defs...)
 	var clk *clocktesting.FakeClock
 	if opts.FakeClock {
 		clk = clocktesting.NewFakeClock(time.Now())
 		eopts.Clock = clk
 	}
+	// The archive is the test's: it stays readable once the engine
+	// stopped, until the test's end.
 	store, err := archive.OpenSQLite(t.Context(), filepath.Join(t.TempDir(), "runs.db"), archive.Options{})
 	if err != nil {
 		t.Fatalf("opkittest: opening the archive: %v", err)
 	}
 	t.Cleanup(func() { _ = store.Close() }) // runs after the engine stopped
-	eopts.Archive = store
-	e, err := engine.New(eopts)
+	s, err := stack.Start(context.WithoutCancel(t.Context()), stack.Options{Engine: eopts, Store: store})
 	if err != nil {
 		t.Fatalf("opkittest: creating the engine: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
 	var once sync.Once
 	var stopped atomic.Bool
 	stop := func() {
 		stopped.Store(true)
 		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
+			if err := s.Stop(); err != nil {
 				t.Errorf("opkittest: engine: %v", err)
 			}
 		})
@@ -168,12 +159,10 @@ func (env *Env) RunOperatorsWith(t testing.TB, opts EngineOptions, files ...stri
 		}
 		runner.CleanUp(env.Client, defs, env.Namespace, within, stop)
 	})
-	for _, d := range defs {
-		if err := e.Apply(t.Context(), d); err != nil {
-			t.Fatalf("opkittest: applying %s: %v", d.Source, err)
-		}
+	if err := s.Apply(t.Context(), defs...); err != nil {
+		t.Fatalf("opkittest: %v", err)
 	}
-	return &Engine{env: env, eng: e, defs: defs, store: store, stubs: eopts.Stubs, clock: clk, stop: stop}
+	return &Engine{env: env, eng: s.Engine, defs: defs, store: store, stubs: eopts.Stubs, clock: clk, stop: stop}
 }
 
 // Stop stops the engine and waits until it stopped; the archive stays

@@ -56,6 +56,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
 	"github.com/opkit-dev/opkit/internal/scenario"
+	"github.com/opkit-dev/opkit/internal/stack"
 )
 
 // Options configures Run.
@@ -170,7 +171,7 @@ type scenarioRun struct {
 	ns     string
 	defs   []*definition.Definition
 	eng    *engine.Engine
-	store  *archive.SQLite
+	store  archive.Store
 	clock  *clocktesting.FakeClock // nil without an advance step
 	stubs  *engine.Stubs
 	log    strings.Builder
@@ -238,12 +239,6 @@ func (r *scenarioRun) setUp(ctx context.Context) (stop func(), err error) {
 		return stop, err
 	}
 	stops = append(stops, func() { _ = os.RemoveAll(dir) })
-	r.store, err = archive.OpenSQLite(ctx, filepath.Join(dir, "runs.db"), archive.Options{})
-	if err != nil {
-		return stop, err
-	}
-	store := r.store
-	stops = append([]func(){func() { _ = store.Close() }}, stops...) // after the engine stops
 	var clk clock.Clock = clock.RealClock{}
 	for _, s := range r.sc.Steps {
 		if s.Advance != nil {
@@ -253,43 +248,30 @@ func (r *scenarioRun) setUp(ctx context.Context) (stop func(), err error) {
 		}
 	}
 	r.stubs = &engine.Stubs{}
-	hooks := "0"
-	var webhook *engine.WebhookOptions
-	for _, d := range r.defs {
-		if len(d.Sources) > 0 {
-			hooks = "127.0.0.1:0"
-		}
-		if len(d.Admission) > 0 {
-			// The plane's API server calls the admission handlers on
-			// loopback; the certificates are kept in the scenario's
-			// namespace.
-			webhook = &engine.WebhookOptions{Addr: "127.0.0.1:0"}
-		}
+	eopts := engine.Options{
+		Config: r.cl.config, Namespace: r.ns, Clock: clk, Stubs: r.stubs, JobTolerations: r.opts.JobTolerations,
 	}
-	r.eng, err = engine.New(engine.Options{
-		Config: r.cl.config, Archive: r.store, Namespace: r.ns, Clock: clk, Stubs: r.stubs,
-		HooksAddr: hooks, JobTolerations: r.opts.JobTolerations, Webhook: webhook,
-	})
+	// The plane's API server calls the admission handlers on loopback;
+	// their certificates are kept in the scenario's namespace.
+	stack.ListenOnLoopback(&eopts, r.defs...)
+	// The engine outlives ctx's cancellation until stop: the cleanup runs
+	// the delete handlers first.
+	s, err := stack.Start(context.WithoutCancel(ctx), stack.Options{Engine: eopts, Archive: filepath.Join(dir, "runs.db")})
 	if err != nil {
 		return stop, err
 	}
-	engCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan error, 1)
-	go func() { done <- r.eng.Run(engCtx) }()
+	r.eng, r.store = s.Engine, s.Archive
 	var once sync.Once
 	stopEngine := func() {
 		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
+			if err := s.Stop(); err != nil {
 				r.logf("the engine stopped: %v", err)
 			}
 		})
 	}
 	stops = append([]func(){stopEngine}, stops...)
-	for _, d := range r.defs {
-		if err := r.eng.Apply(ctx, d); err != nil {
-			return stop, fmt.Errorf("applying %s: %w", d.Source, err)
-		}
+	if err := s.Apply(ctx, r.defs...); err != nil {
+		return stop, err
 	}
 	stopAll := stop
 	return func() {

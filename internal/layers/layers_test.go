@@ -63,6 +63,11 @@ var rules = []rule{
 		not:  []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
 	},
 	{
+		says: "the agent runs in a runner Pod beside a team's image, and the runner API serves it: neither knows the engine or the console (docs/production.md, Runners)",
+		from: []string{"internal/agent/...", "internal/runners/..."},
+		not:  []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
+	},
+	{
 		says: "the engine never imports the console (DESIGN.md, Architecture)",
 		from: []string{"internal/engine/...", "internal/run/..."},
 		not:  []string{"internal/console/...", "internal/stack/...", "internal/cli/..."},

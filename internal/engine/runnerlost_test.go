@@ -37,8 +37,10 @@ spec:
 // loseFirst stands in for the runner pool (package runners, tested with
 // real agents): it loses the first run's runner, and answers the next.
 type loseFirst struct {
-	mu    sync.Mutex
-	calls []executor.Dispatch
+	// result is the later runs' result; defaults to a status patch.
+	result string
+	mu     sync.Mutex
+	calls  []executor.Dispatch
 }
 
 func (l *loseFirst) Dispatch(_ context.Context, d executor.Dispatch) (*executor.RunnerOutcome, error) {
@@ -47,6 +49,9 @@ func (l *loseFirst) Dispatch(_ context.Context, d executor.Dispatch) (*executor.
 	l.calls = append(l.calls, d)
 	if len(l.calls) == 1 {
 		return nil, &executor.Interrupted{Message: "runner parcels-runner-1 was lost mid-run (the connection dropped)"}
+	}
+	if l.result != "" {
+		return &executor.RunnerOutcome{Result: []byte(l.result)}, nil
 	}
 	return &executor.RunnerOutcome{Result: []byte(`{"status":{"shipped":true}}`)}, nil
 }
@@ -87,5 +92,49 @@ func TestARunWhoseRunnerIsLostIsCancelledAndRunsAgainWithItsKey(t *testing.T) {
 	defer pool.mu.Unlock()
 	if len(pool.calls) != 2 || pool.calls[0].Image != "python:3.12-slim" || pool.calls[0].Work.Command[0] != "./ship.py" {
 		t.Errorf("dispatches %+v; want two, of the image, with the command as written", pool.calls)
+	}
+}
+
+const chimeInImage = `apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: chime}
+spec:
+  handlers:
+  - name: ring
+    on: [schedule]
+    schedule: {every: 2s}
+    exec: {command: [./ring.py], image: "python:3.12-slim"}
+`
+
+func TestAnOperatorWideRunWhoseRunnerIsLostIsCancelledAndRunsAgainWithItsKey(t *testing.T) {
+	env := clustertest.New(t)
+	store := newArchive(t)
+	pool := &loseFirst{result: "{}"} // a run for the operator has no status to write
+	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store, Runners: pool})
+	if err := e.Apply(t.Context(), compileYAML(t, chimeInImage)); err != nil {
+		t.Fatal(err)
+	}
+	var runs []archive.Run
+	eventually(t, 60*time.Second, "the first slot runs again", func(ctx context.Context) (bool, error) {
+		all, err := archive.ListAll(ctx, store, archive.Query{Operator: "chime"})
+		if err != nil {
+			return false, err
+		}
+		slices.Reverse(all) // oldest first
+		runs = all
+		return len(runs) >= 2 && slices.ContainsFunc(runs[1:], func(r archive.Run) bool { return r.Key == runs[0].Key && r.Outcome != archive.Running }), nil
+	})
+	first := runs[0]
+	if first.Outcome != archive.Cancelled || first.Error != "runner parcels-runner-1 was lost mid-run (the connection dropped)" {
+		t.Fatalf("the first run %s %q; want Cancelled, naming the lost runner", first.Outcome, first.Error)
+	}
+	for _, r := range runs[1:] {
+		if r.Key != first.Key {
+			continue
+		}
+		if r.Outcome != archive.Succeeded || r.Attempt != first.Attempt {
+			t.Errorf("the slot's next run: %s, attempt %d (%s); want it run again with its key, Succeeded, no attempt counted (attempt %d)", r.Outcome, r.Attempt, r.Error, first.Attempt)
+		}
+		break
 	}
 }

@@ -122,7 +122,8 @@ func (rn *runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 	rn.metrics.inFlight.WithLabelValues(run.Operator).Inc()
 	res, err := rn.executor(h.Name).Run(logr.NewContext(ctx, log), executor.Request{
 		RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: run.Attempt, Input: input, Timeout: h.Timeout, Log: alog,
-		Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Name: run.Name},
+		Object:   &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Name: run.Name},
+		OnRunner: rn.onRunner(run),
 	})
 	rn.metrics.inFlight.WithLabelValues(run.Operator).Dec()
 	alog.Flush()

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -47,6 +48,9 @@ func (l *loseFirst) Dispatch(_ context.Context, d executor.Dispatch) (*executor.
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls = append(l.calls, d)
+	if d.Claimed != nil {
+		d.Claimed(fmt.Sprintf("parcels-runner-%d", len(l.calls)))
+	}
 	if len(l.calls) == 1 {
 		return nil, &executor.Interrupted{Message: "runner parcels-runner-1 was lost mid-run (the connection dropped)"}
 	}
@@ -88,6 +92,9 @@ func TestARunWhoseRunnerIsLostIsCancelledAndRunsAgainWithItsKey(t *testing.T) {
 	if runs[0].Error == "" || runs[0].Error != "runner parcels-runner-1 was lost mid-run (the connection dropped)" {
 		t.Errorf("the cancelled run's error %q; want the lost runner named", runs[0].Error)
 	}
+	if runs[0].Runner != "parcels-runner-1" || runs[1].Runner != "parcels-runner-2" {
+		t.Errorf("the runs' runners %q, %q; want each named by the runner that claimed it", runs[0].Runner, runs[1].Runner)
+	}
 	pool.mu.Lock()
 	defer pool.mu.Unlock()
 	if len(pool.calls) != 2 || pool.calls[0].Image != "python:3.12-slim" || pool.calls[0].Work.Command[0] != "./ship.py" {
@@ -125,15 +132,15 @@ func TestAnOperatorWideRunWhoseRunnerIsLostIsCancelledAndRunsAgainWithItsKey(t *
 		return len(runs) >= 2 && slices.ContainsFunc(runs[1:], func(r archive.Run) bool { return r.Key == runs[0].Key && r.Outcome != archive.Running }), nil
 	})
 	first := runs[0]
-	if first.Outcome != archive.Cancelled || first.Error != "runner parcels-runner-1 was lost mid-run (the connection dropped)" {
-		t.Fatalf("the first run %s %q; want Cancelled, naming the lost runner", first.Outcome, first.Error)
+	if first.Outcome != archive.Cancelled || first.Error != "runner parcels-runner-1 was lost mid-run (the connection dropped)" || first.Runner != "parcels-runner-1" {
+		t.Fatalf("the first run %s %q on runner %q; want Cancelled, naming the lost runner, parcels-runner-1", first.Outcome, first.Error, first.Runner)
 	}
 	for _, r := range runs[1:] {
 		if r.Key != first.Key {
 			continue
 		}
-		if r.Outcome != archive.Succeeded || r.Attempt != first.Attempt {
-			t.Errorf("the slot's next run: %s, attempt %d (%s); want it run again with its key, Succeeded, no attempt counted (attempt %d)", r.Outcome, r.Attempt, r.Error, first.Attempt)
+		if r.Outcome != archive.Succeeded || r.Attempt != first.Attempt || r.Runner != "parcels-runner-2" {
+			t.Errorf("the slot's next run: %s, attempt %d (%s), on runner %q; want it run again with its key on parcels-runner-2, Succeeded, no attempt counted (attempt %d)", r.Outcome, r.Attempt, r.Error, r.Runner, first.Attempt)
 		}
 		break
 	}

@@ -79,6 +79,8 @@ type Pool struct {
 	queues  map[queueKey]*queue
 	handed  map[string]*handover
 	metrics *metrics
+	// changed wakes a Scaler when a run comes (buffered 1).
+	changed chan struct{}
 }
 
 type queueKey struct{ operator, image string }
@@ -126,7 +128,22 @@ type handoverEnd struct {
 
 // NewPool makes an empty pool.
 func NewPool() *Pool {
-	return &Pool{queues: map[queueKey]*queue{}, handed: map[string]*handover{}, metrics: registerMetrics()}
+	return &Pool{queues: map[queueKey]*queue{}, handed: map[string]*handover{}, metrics: registerMetrics(), changed: make(chan struct{}, 1)}
+}
+
+// demand is, for each operator and image the pool has seen (by a run or
+// an agent), how many of its runs are queued or running.
+func (p *Pool) demand() map[queueKey]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := make(map[queueKey]int, len(p.queues))
+	for key := range p.queues {
+		d[key] = 0
+	}
+	for _, h := range p.handed {
+		d[h.key]++
+	}
+	return d
 }
 
 func (p *Pool) lostAfter() time.Duration {
@@ -147,6 +164,10 @@ func (p *Pool) Dispatch(ctx context.Context, d executor.Dispatch) (*executor.Run
 	ready := len(q.waiters) > 0
 	p.enqueue(h, false)
 	p.mu.Unlock()
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
 	if !ready {
 		p.metrics.waited.WithLabelValues(d.Operator, d.Image).Inc()
 		_, _ = fmt.Fprintf(d.Log, "opkit: waiting for a runner of image %s: none is ready (see opkit_runner_waiting_runs)\n", d.Image)

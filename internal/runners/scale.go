@@ -192,12 +192,12 @@ func boundsOf(d *appsv1.Deployment) (bounds, error) {
 		}
 		n, err := strconv.ParseInt(text, 10, 32)
 		if err != nil || int32(n) < a.least {
-			return b, fmt.Errorf("Deployment %s/%s: annotation %s is %q: want a whole number, at least %d", d.Namespace, d.Name, a.name, text, a.least)
+			return b, fmt.Errorf("runner Deployment %s/%s: annotation %s is %q: want a whole number, at least %d", d.Namespace, d.Name, a.name, text, a.least)
 		}
 		*a.v = int32(n)
 	}
 	if b.min > b.max {
-		return b, fmt.Errorf("Deployment %s/%s: annotation %s (%d) is more than %s (%d)", d.Namespace, d.Name, MinAnnotation, b.min, MaxAnnotation, b.max)
+		return b, fmt.Errorf("runner Deployment %s/%s: annotation %s (%d) is more than %s (%d)", d.Namespace, d.Name, MinAnnotation, b.min, MaxAnnotation, b.max)
 	}
 	return b, nil
 }

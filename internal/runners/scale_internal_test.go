@@ -61,7 +61,7 @@ func TestRunnerBoundsThatAreNotNumbersOrContradictAreAnErrorNamingThem(t *testin
 		{map[string]string{MinAnnotation: "5", MaxAnnotation: "3"}, "annotation opkit.dev/runners-min (5) is more than opkit.dev/runners-max (3)"},
 	} {
 		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "opkit", Name: "demo-runner-0a1b2c3d", Annotations: c.annotations}}
-		if _, err := boundsOf(d); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "Deployment opkit/demo-runner-0a1b2c3d") {
+		if _, err := boundsOf(d); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "runner Deployment opkit/demo-runner-0a1b2c3d") {
 			t.Errorf("%v: %v, want an error naming the Deployment and %q", c.annotations, err, c.want)
 		}
 	}

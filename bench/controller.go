@@ -332,6 +332,7 @@ func (discardArchive) ListDeliveries(context.Context, archive.DeliveryQuery) (*a
 func (discardArchive) DeleteState(context.Context, string, string) error { return nil }
 func (discardArchive) Finish(context.Context, *archive.Run) error        { return nil }
 func (discardArchive) AppendLog(context.Context, string, []byte) error   { return nil }
+func (discardArchive) SetRunner(context.Context, string, string) error   { return nil }
 func (discardArchive) Counts(context.Context, time.Time) (map[string]archive.Counts, error) {
 	return map[string]archive.Counts{}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -291,4 +292,75 @@ func TestARunnerKilledMidRunIsCancelledAndItsRunRunsOnceOnAnother(t *testing.T) 
 	if b, _ := os.ReadFile(finished); string(b) != "x\n" {
 		t.Errorf("the handler finished %q times; want once (the killed runner's command killed with it)", b)
 	}
+}
+
+func TestARunTheEngineCancelsHasItsProcessGroupKilledAtOnce(t *testing.T) {
+	r := newRig(t)
+	r.startAgent(t, "runner-a")
+	pids := filepath.Join(r.files, "pids")
+	// The command and a child of its own, each sleeping well past the
+	// test; their pids written once both run.
+	r.script(t, "long.sh", `sleep 300 & echo "$$ $!" > "$PIDS.tmp"; mv "$PIDS.tmp" "$PIDS"; echo "started" >&2; wait`)
+	action := v1alpha1.ExecAction{Command: []string{"./hooks/long.sh"}, Image: image, Env: []v1alpha1.EnvVar{{Name: "PIDS", Value: pids}}}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var runner string
+	ended := make(chan error, 1)
+	go func() {
+		var log bytes.Buffer
+		req := request(&log, 10*time.Minute)
+		req.OnRunner = func(name string) { runner = name }
+		_, err := (&executor.InImage{Action: action, Operator: "demo", Runners: r.serving}).Run(ctx, req)
+		ended <- err
+	}()
+	var group []int
+	clustertest.Eventually(t, 60*time.Second, "the command and its child run", func(context.Context) (bool, error) {
+		b, err := os.ReadFile(pids)
+		if err != nil {
+			return false, nil
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				return false, err
+			}
+			group = append(group, pid)
+		}
+		return true, nil
+	})
+	cancel() // the operator is removed, or the engine stops
+	cancelled := time.Now()
+	select {
+	case err := <-ended:
+		if err == nil || !strings.Contains(err.Error(), "cancelled") {
+			t.Errorf("the run ended %v; want it cancelled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the run did not end when its context did")
+	}
+	if runner != "runner-a" {
+		t.Errorf("OnRunner was called with %q; want the runner that claimed the run, runner-a", runner)
+	}
+	clustertest.Eventually(t, 30*time.Second, "the command's process group is killed", func(context.Context) (bool, error) {
+		for _, pid := range group {
+			if alive(pid) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	t.Logf("the process group was gone %s after the cancel (its timeout: 10m)", time.Since(cancelled).Round(10*time.Millisecond))
+}
+
+// alive reports whether a process runs: it exists and is no zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// pid (comm) STATE ...: comm may hold spaces; the state follows the
+	// last parenthesis.
+	s := string(b)
+	rest := s[strings.LastIndexByte(s, ')')+1:]
+	return !strings.HasPrefix(strings.TrimSpace(rest), "Z")
 }

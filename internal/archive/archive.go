@@ -137,6 +137,10 @@ type Run struct {
 	// Actor is the person whose decision caused the run: a state
 	// transition chosen with opkit decide or the console; "" otherwise.
 	Actor string `json:"actor,omitempty"`
+	// Runner is the runner that ran the run (its Pod's name): an exec
+	// handler with exec.image, in a cluster; "" for every other run, and
+	// until a runner claims it ([Recorder.SetRunner]).
+	Runner string `json:"runner,omitempty"`
 
 	StartedAt  time.Time `json:"startedAt"`
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
@@ -373,9 +377,13 @@ type Recorder interface {
 	// Insert records a new run. r.ID must be set (NewID).
 	Insert(ctx context.Context, r *Run) error
 	// Finish records how a run ended: FinishedAt, Outcome, Error,
-	// NextRetryAt and Writes. A Skipped run replaces the object's earlier
-	// Skipped runs of the handler.
+	// NextRetryAt and Writes, and Runner when it is set (an empty one
+	// keeps what SetRunner recorded). A Skipped run replaces the object's
+	// earlier Skipped runs of the handler.
 	Finish(ctx context.Context, r *Run) error
+	// SetRunner records the runner that claimed a running run (Run.Runner),
+	// so that a run in flight names it. An unknown run is ErrNotFound.
+	SetRunner(ctx context.Context, id, runner string) error
 	// AppendLog adds to a run's log, up to the cap.
 	AppendLog(ctx context.Context, id string, p []byte) error
 	// Succeeded reports whether a run with this idempotency key succeeded.

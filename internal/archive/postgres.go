@@ -186,6 +186,9 @@ var pgMigrations = []string{
 	// Run.Actor: the person whose decision caused a state transition
 	// (SQLite's fifth migration).
 	`ALTER TABLE runs ADD COLUMN actor text COLLATE "C" NOT NULL DEFAULT '';`,
+	// Run.Runner: the runner Pod that ran an exec handler with an image
+	// (SQLite's sixth migration).
+	`ALTER TABLE runs ADD COLUMN runner text COLLATE "C" NOT NULL DEFAULT '';`,
 }
 
 // OpenPostgres opens the archive in the PostgreSQL database dsn names (a

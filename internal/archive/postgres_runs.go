@@ -14,9 +14,11 @@ import (
 // it runs there.
 const (
 	pgInsertRunSQL = `INSERT INTO runs (id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation,
-		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`
-	pgFinishRunSQL  = `UPDATE runs SET finished_at = $1, outcome = $2, failed = $3, error = $4, next_retry_at = $5, writes = $6 WHERE id = $7`
+		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor, runner)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)`
+	pgFinishRunSQL = `UPDATE runs SET finished_at = $1, outcome = $2, failed = $3, error = $4, next_retry_at = $5, writes = $6,
+		runner = coalesce(nullif($7, ''), runner) WHERE id = $8`
+	pgSetRunnerSQL  = `UPDATE runs SET runner = $1 WHERE id = $2`
 	pgFoldSkipped   = `DELETE FROM runs WHERE uid = $1 AND handler = $2 AND outcome = 'Skipped' AND id < $3`
 	pgGetRunSQL     = `SELECT ` + runColumns + ` FROM runs WHERE id = $1`
 	pgKeySucceeded  = `SELECT EXISTS (SELECT 1 FROM runs WHERE idem_key = $1 AND outcome = 'Succeeded')`
@@ -60,7 +62,7 @@ func (p *Postgres) Insert(ctx context.Context, r *Run) error {
 	}
 	_, err := p.pool.Exec(ctx, pgInsertRunSQL, r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID,
 		r.Generation, r.Key, r.Attempt, marshal(keptDiff(r.Diff)), nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), failedFlag(r.Outcome),
-		r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.Actor)
+		r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.Actor, r.Runner)
 	if err != nil {
 		return p.fail("recording run "+r.ID, err)
 	}
@@ -78,7 +80,7 @@ func failedFlag(o Outcome) int16 {
 // Finish records how a run ended.
 func (p *Postgres) Finish(ctx context.Context, r *Run) error {
 	tag, err := p.pool.Exec(ctx, pgFinishRunSQL, nanos(r.FinishedAt), string(r.Outcome), failedFlag(r.Outcome), r.Error, nanos(r.NextRetryAt),
-		marshal(r.Writes), r.ID)
+		marshal(r.Writes), r.Runner, r.ID)
 	if err != nil {
 		return p.fail("finishing run "+r.ID, err)
 	}
@@ -97,6 +99,18 @@ func (p *Postgres) Finish(ctx context.Context, r *Run) error {
 		if err != nil {
 			return p.fail("folding the skipped runs before "+r.ID, err)
 		}
+	}
+	return nil
+}
+
+// SetRunner records the runner that claimed a running run.
+func (p *Postgres) SetRunner(ctx context.Context, id, runner string) error {
+	tag, err := p.pool.Exec(ctx, pgSetRunnerSQL, runner, id)
+	if err != nil {
+		return p.fail("recording the runner of run "+id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("archive: recording the runner of run %s: %w", id, ErrNotFound)
 	}
 	return nil
 }

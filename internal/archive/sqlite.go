@@ -120,6 +120,8 @@ var migrations = []string{
 	CREATE INDEX deliveries_refused ON deliveries (id) WHERE outcome = 'Refused';`,
 	// Run.Actor: the person whose decision caused a state transition.
 	`ALTER TABLE runs ADD COLUMN actor TEXT NOT NULL DEFAULT '';`,
+	// Run.Runner: the runner Pod that ran an exec handler with an image.
+	`ALTER TABLE runs ADD COLUMN runner TEXT NOT NULL DEFAULT '';`,
 }
 
 // SQLite is the embedded Store: one database file in WAL mode. Writes go
@@ -215,9 +217,11 @@ func (s *SQLite) open(ctx context.Context) error {
 // The statements every run makes.
 const (
 	insertRunSQL = `INSERT INTO runs (id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation,
-		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	finishRunSQL = `UPDATE runs SET finished_at = ?, outcome = ?, failed = ?, error = ?, next_retry_at = ?, writes = ? WHERE id = ?`
+		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor, runner)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	finishRunSQL = `UPDATE runs SET finished_at = ?, outcome = ?, failed = ?, error = ?, next_retry_at = ?, writes = ?,
+		runner = coalesce(nullif(?, ''), runner) WHERE id = ?`
+	setRunnerSQL = `UPDATE runs SET runner = ? WHERE id = ?`
 	logHeadSQL   = `SELECT log_bytes, log_truncated FROM runs WHERE id = ?`
 	logInsertSQL = `INSERT INTO logs (run_id, pos, data) VALUES (?, ?, ?)`
 	logSizeSQL   = `UPDATE runs SET log_bytes = ?, log_truncated = ? WHERE id = ?`
@@ -318,7 +322,7 @@ func (s *SQLite) Insert(ctx context.Context, r *Run) error {
 	}
 	_, err := s.insert.ExecContext(ctx, r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID, r.Generation,
 		r.Key, r.Attempt, marshal(keptDiff(r.Diff)), nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error,
-		nanos(r.NextRetryAt), marshal(r.Writes), r.Actor)
+		nanos(r.NextRetryAt), marshal(r.Writes), r.Actor, r.Runner)
 	if err != nil {
 		return fmt.Errorf("archive: recording run %s: %w", r.ID, err)
 	}
@@ -332,7 +336,7 @@ func (s *SQLite) Finish(ctx context.Context, r *Run) error {
 	if s.w == nil {
 		return s.lost
 	}
-	res, err := s.finish.ExecContext(ctx, nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.ID)
+	res, err := s.finish.ExecContext(ctx, nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.Runner, r.ID)
 	if err != nil {
 		return fmt.Errorf("archive: finishing run %s: %w", r.ID, err)
 	}
@@ -344,6 +348,23 @@ func (s *SQLite) Finish(ctx context.Context, r *Run) error {
 		if _, err := s.w.ExecContext(ctx, foldSkippedSQL, r.UID, r.Handler, r.ID); err != nil {
 			return fmt.Errorf("archive: folding the skipped runs before %s: %w", r.ID, err)
 		}
+	}
+	return nil
+}
+
+// SetRunner records the runner that claimed a running run.
+func (s *SQLite) SetRunner(ctx context.Context, id, runner string) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return s.lost
+	}
+	res, err := s.w.ExecContext(ctx, setRunnerSQL, runner, id)
+	if err != nil {
+		return fmt.Errorf("archive: recording the runner of run %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("archive: recording the runner of run %s: %w", id, ErrNotFound)
 	}
 	return nil
 }
@@ -429,7 +450,7 @@ const (
 )
 
 const runColumns = `id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation, idem_key, attempt, diff,
-	started_at, finished_at, outcome, error, next_retry_at, writes, log_bytes, log_truncated, actor`
+	started_at, finished_at, outcome, error, next_retry_at, writes, log_bytes, log_truncated, actor, runner`
 
 type scanner interface{ Scan(...any) error }
 
@@ -438,7 +459,7 @@ func scanRun(row scanner) (*Run, error) {
 	var diff, writes, outcome string
 	var started, finished, retry int64
 	if err := row.Scan(&r.ID, &r.Operator, &r.Handler, &r.Action, &r.Trigger, &r.APIVersion, &r.Kind, &r.Namespace, &r.Name, &r.UID, &r.Generation,
-		&r.Key, &r.Attempt, &diff, &started, &finished, &outcome, &r.Error, &retry, &writes, &r.LogBytes, &r.LogTruncated, &r.Actor); err != nil {
+		&r.Key, &r.Attempt, &diff, &started, &finished, &outcome, &r.Error, &retry, &writes, &r.LogBytes, &r.LogTruncated, &r.Actor, &r.Runner); err != nil {
 		return nil, err
 	}
 	r.Outcome = Outcome(outcome)

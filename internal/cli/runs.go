@@ -59,9 +59,10 @@ func newRunsCommand() *cobra.Command {
 		Use:   "runs",
 		Short: "List handler runs, newest first",
 		Long: `List the handler runs recorded in the archive, newest first, with their
-object's kind, trigger, attempt, outcome and error. Filter by operator,
-object, kind, handler, trigger or failures; -o json prints every field. See
-a run's log with opkit logs RUN.
+object's kind, trigger, attempt, outcome and error, and the runner Pod that
+ran it when a run listed ran in one (an exec handler with exec.image, in a
+cluster). Filter by operator, object, kind, handler, trigger or failures;
+-o json prints every field. See a run's log with opkit logs RUN.
 
 A run of an operator-wide schedule (an operator with neither a resource nor
 a watch) is the Operator's own: its kind is Operator and its object the
@@ -200,7 +201,14 @@ func printRuns(w io.Writer, runs []archive.Run, consoleURL string, now time.Time
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	header := "RUN\tOPERATOR\tKIND\tOBJECT\tHANDLER\tTRIGGER\tATTEMPT\tOUTCOME\tSTARTED\tDURATION\tERROR"
+	// The runner that ran a run (an exec handler with an image, in a
+	// cluster) has a column when a run of the page had one.
+	onRunners := slices.ContainsFunc(runs, func(r archive.Run) bool { return r.Runner != "" })
+	header := "RUN\tOPERATOR\tKIND\tOBJECT\tHANDLER\tTRIGGER\tATTEMPT\tOUTCOME"
+	if onRunners {
+		header += "\tRUNNER"
+	}
+	header += "\tSTARTED\tDURATION\tERROR"
 	if consoleURL != "" {
 		header += "\tCONSOLE"
 	}
@@ -222,8 +230,11 @@ func printRuns(w io.Writer, runs []archive.Run, consoleURL string, now time.Time
 				errText = "decided by " + r.Actor
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s", r.ID, r.Operator, orDash(r.Kind), r.Object(), handler, r.Trigger,
-			r.Attempt, r.Outcome, now.Sub(r.StartedAt).Round(time.Second), duration, errText)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s", r.ID, r.Operator, orDash(r.Kind), r.Object(), handler, r.Trigger, r.Attempt, r.Outcome)
+		if onRunners {
+			fmt.Fprintf(tw, "\t%s", orDash(r.Runner))
+		}
+		fmt.Fprintf(tw, "\t%s ago\t%s\t%s", now.Sub(r.StartedAt).Round(time.Second), duration, errText)
 		if consoleURL != "" {
 			fmt.Fprintf(tw, "\t%s/runs/%s", consoleURL, r.ID)
 		}

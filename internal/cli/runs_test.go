@@ -179,6 +179,49 @@ func TestRunsLinkTheConsoleWhenItsURLIsKnown(t *testing.T) {
 	}
 }
 
+func TestRunsNameTheRunnerOfARunOnOneAndNothingForOthers(t *testing.T) {
+	path, ids := archiveOfKinds(t)
+	runs := func() string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if code := Main([]string{"runs", "--archive", path}, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		return stdout.String()
+	}
+	if out := runs(); strings.Contains(out, "RUNNER") {
+		t.Errorf("a RUNNER column though no run ran on a runner:\n%s", out)
+	}
+	store, err := archive.OpenSQLite(t.Context(), path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetRunner(t.Context(), ids["backup schedule nightly"], "nightly-runner-3f2a9c1e-7d9kq"); err != nil {
+		t.Fatal(err)
+	}
+	_ = store.Close()
+	out := runs()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	column := slices.Index(strings.Fields(lines[0]), "RUNNER")
+	if column < 0 {
+		t.Fatalf("no RUNNER column though a run ran on a runner:\n%s", out)
+	}
+	for _, line := range lines[1:] {
+		f := strings.Fields(line)
+		want := "-"
+		if f[0] == ids["backup schedule nightly"] {
+			want = "nightly-runner-3f2a9c1e-7d9kq"
+		}
+		if f[column] != want {
+			t.Errorf("run %s reads %q as its runner, want %q:\n%s", f[0], f[column], want, out)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"runs", "--archive", path, "--operator", "nightly", "-o", "json"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), `"runner": "nightly-runner-3f2a9c1e-7d9kq"`) {
+		t.Errorf("-o json (exit %d) lacks the runner:\n%s%s", code, stdout.String(), stderr.String())
+	}
+}
+
 func TestRunsShowATransitionAsItsStatesAndWhoDecided(t *testing.T) {
 	now := time.Now()
 	runs := []archive.Run{

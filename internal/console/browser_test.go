@@ -16,6 +16,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/console"
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 )
 
 // browser starts headless Chromium (Debian's chromium package; make test
@@ -305,4 +306,26 @@ func TestBrowserRefusedAndHandledDeliveriesLeadToWhyAndToTheirRuns(t *testing.T)
 		within(tab, t, 30*time.Second, chromedp.Navigate(ev.base+"/operators/"+ev.op+"/sources/github"))
 		screenshot(tab, t, "source")
 	}
+}
+
+func TestBrowserARunOnARunnerNamesItsRunnerAndOthersNone(t *testing.T) {
+	f := start(t)
+	env := clustertest.New(t)
+	operator := "parcels-" + env.Namespace[len(env.Namespace)-6:]
+	at := time.Now().Add(-time.Minute)
+	run := func(name, runner string) string {
+		return record(t, f.store, archive.Run{Operator: operator, Handler: "ship", Action: "exec", Trigger: "create", APIVersion: "parcels.example.com/v1",
+			Kind: "Parcel", Namespace: env.Namespace, Name: name, UID: "uid-" + name, Generation: 1, Key: "uid-" + name + "/1/ship", Attempt: 1,
+			StartedAt: at, Outcome: archive.Succeeded, Runner: runner})
+	}
+	onRunner := run("p1", "parcels-runner-3f2a9c1e-7d9kq")
+	local := run("p2", "")
+	tab := browser(t)
+	within(tab, t, 30*time.Second, chromedp.Navigate(f.url+"/runs/"+onRunner))
+	waitJS(tab, t, 10*time.Second, "the run names its runner",
+		`location.pathname === "/runs/`+onRunner+`" && [...document.querySelectorAll("dl.facts dt")].some(dt => dt.innerText === "Runner" && dt.nextElementSibling.innerText.includes("parcels-runner-3f2a9c1e-7d9kq"))`)
+	screenshot(tab, t, "run-on-a-runner")
+	within(tab, t, 30*time.Second, chromedp.Navigate(f.url+"/runs/"+local))
+	waitJS(tab, t, 10*time.Second, "a run not on a runner shows none",
+		`location.pathname === "/runs/`+local+`" && document.title.startsWith("Run `+local+`") && ![...document.querySelectorAll("dl.facts dt")].some(dt => dt.innerText === "Runner")`)
 }

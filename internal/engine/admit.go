@@ -196,6 +196,13 @@ func (e *Engine) admit(ctx context.Context, op *admitter, h *definition.Handler,
 		res, err := ex.Run(logr.NewContext(runCtx, log), executor.Request{
 			RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: 1, Input: input, Timeout: budget, Log: alog,
 			Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Namespace: run.Namespace, Name: run.Name, UID: u.GetUID()},
+			// Recorded, not kept on run: the answer may not wait for this
+			// goroutine, and its end's record keeps what is recorded.
+			OnRunner: func(name string) {
+				if err := e.opts.Archive.SetRunner(context.WithoutCancel(ctx), run.ID, name); err != nil {
+					log.Error(err, "recording the runner of an admission run", "runner", name)
+				}
+			},
 		})
 		done <- outcome{res, err}
 	}()

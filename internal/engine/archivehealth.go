@@ -51,6 +51,12 @@ func (w *archiveWriter) Finish(ctx context.Context, r *archive.Run) error {
 	return err
 }
 
+func (w *archiveWriter) SetRunner(ctx context.Context, id, runner string) error {
+	err := w.Recorder.SetRunner(ctx, id, runner)
+	w.report(ctx, err)
+	return err
+}
+
 func (w *archiveWriter) PutState(ctx context.Context, s *archive.State) error {
 	err := w.Recorder.PutState(ctx, s)
 	w.report(ctx, err)

@@ -428,8 +428,9 @@ func (rn *runner) start(ctx context.Context, cr *unstructured.Unstructured, c *c
 	p.alog = &archiveLog{ctx: rn.ctx, store: rn.archive, id: f.run.ID}
 	p.req = executor.Request{
 		RunID: f.run.ID, Handler: h.Name, Trigger: trigger, Key: key, Attempt: attempt, Timeout: h.Timeout,
-		Log:    p.alog,
-		Object: &executor.ObjectRef{APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: cr.GetUID()},
+		Log:      p.alog,
+		Object:   &executor.ObjectRef{APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: cr.GetUID()},
+		OnRunner: rn.onRunner(f.run),
 	}
 	if rn.watched {
 		p.req.Object.UID = "" // a watched object owns nothing of opkit's: its Jobs outlive it

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -83,6 +84,10 @@ func (rn *runner) runForOperator(ctx context.Context, r operatorRun) operatorOut
 			if !sleep(ctx, notRecordedRetry) {
 				return operatorOutcome{stopped: true}
 			}
+		case archive.Cancelled:
+			// Its runner was lost: it runs again at once with its key,
+			// no attempt counted.
+			attempt--
 		case archive.Failed:
 			// Until the time the run recorded, not its delay from now: a
 			// clock stepped meanwhile counts.
@@ -97,7 +102,9 @@ func (rn *runner) runForOperator(ctx context.Context, r operatorRun) operatorOut
 
 // runOnce records, executes and finishes one operator run; the outcome is
 // "" when the archive could not record it (it did not run) or the engine
-// stopped during it.
+// stopped during it, and Cancelled when its runner was lost mid-run
+// (executor.Interrupted: its end is not known, so it runs again with its
+// key, as an object's run does, runnerlost.go).
 func (rn *runner) runOnce(ctx context.Context, h *definition.Handler, run *archive.Run, input []byte, log logr.Logger) (outcome archive.Outcome, refuse string) {
 	select {
 	case rn.slots <- struct{}{}:
@@ -115,7 +122,8 @@ func (rn *runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 	rn.metrics.inFlight.WithLabelValues(run.Operator).Inc()
 	res, err := rn.executor(h.Name).Run(logr.NewContext(ctx, log), executor.Request{
 		RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: run.Attempt, Input: input, Timeout: h.Timeout, Log: alog,
-		Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Name: run.Name},
+		Object:   &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Name: run.Name},
+		OnRunner: rn.onRunner(run),
 	})
 	rn.metrics.inFlight.WithLabelValues(run.Operator).Dec()
 	alog.Flush()
@@ -127,6 +135,17 @@ func (rn *runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 			log.Error(err, "recording the cancelled run; the next engine marks it Cancelled")
 		}
 		return "", ""
+	}
+	if i, ok := errors.AsType[*executor.Interrupted](err); ok {
+		run.Outcome, run.Error = archive.Cancelled, i.Message
+		if err := rn.archive.Finish(context.WithoutCancel(ctx), run); err != nil {
+			log.Error(err, "the archive could not record the run's end", "outcome", run.Outcome)
+		}
+		if rn.finished != nil {
+			rn.finished(*run)
+		}
+		rn.operatorEvent(corev1.EventTypeWarning, "RunnerLost", run.ID, fmt.Sprintf("handler %s: %s: run %s", h.Name, truncate(run.Error), rn.runRef(run.ID)))
+		return archive.Cancelled, ""
 	}
 	failure := runFailure(res, err)
 	switch {

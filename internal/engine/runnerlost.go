@@ -12,6 +12,19 @@ import (
 	"github.com/opkit-dev/opkit/internal/executor"
 )
 
+// onRunner is a run's executor.Request.OnRunner: the runner that claimed
+// it is recorded at once, so that a run in flight names it, and again
+// with the run's end. It is called in the run's goroutine, which owns run
+// until it ends.
+func (rn *runner) onRunner(run *archive.Run) func(string) {
+	return func(name string) {
+		run.Runner = name
+		if err := rn.archive.SetRunner(rn.ctx, run.ID, name); err != nil && rn.ctx.Err() == nil {
+			rn.log.Error(err, "recording the runner of a run; its end records it", "run", run.ID, "runner", name)
+		}
+	}
+}
+
 // interrupted records a run whose end is not known (its runner was lost
 // mid-run: executor.Interrupted) as Cancelled, and reports whether it was
 // one. No attempt is counted and the handler's record is left as it was,

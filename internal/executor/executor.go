@@ -52,6 +52,11 @@ type Request struct {
 	Timeout time.Duration
 	// Log receives the handler's log. Required.
 	Log io.Writer
+	// OnRunner, when set, is called with the runner's name once a runner
+	// claims the run (an exec handler with an image, InImage), in Run's
+	// own goroutine, before Run returns: the run's record names it.
+	// Executors that run nothing in a runner never call it.
+	OnRunner func(runner string)
 }
 
 // ObjectRef names the object of a run.

@@ -52,6 +52,10 @@ type Dispatch struct {
 	Work            RunnerWork
 	// Log receives the handler's stderr as the agent streams it.
 	Log io.Writer
+	// Claimed, when set, is called with the runner's name once a runner
+	// claims the run, in Dispatch's own goroutine, before Dispatch
+	// returns.
+	Claimed func(runner string)
 }
 
 // RunnerWork is a run as a runner's agent gets it: everything it needs,
@@ -135,7 +139,7 @@ func (r *InImage) Run(ctx context.Context, req Request) (*Result, error) {
 		w.Kubeconfig = config
 	}
 	log := &redactor{w: req.Log, hidden: hidden}
-	out, err := r.Runners.Dispatch(ctx, Dispatch{Operator: r.Operator, Image: r.Action.Image, Work: w, Log: log})
+	out, err := r.Runners.Dispatch(ctx, Dispatch{Operator: r.Operator, Image: r.Action.Image, Work: w, Log: log, Claimed: req.OnRunner})
 	log.Flush()
 	switch {
 	case err != nil:

@@ -25,9 +25,10 @@
 //     runs it again with its key, on whichever runner asks next. The lost
 //     runner's late outcome is refused: no run ends twice.
 //   - A run whose context ends while it waits leaves the queue. One whose
-//     context ends while an agent runs it is left to the agent's own
-//     timeout (the engine stopping closes the connections, and an agent
-//     whose stream breaks kills its command).
+//     context ends while an agent runs it (its operator removed or
+//     changed, the engine stopping) has its stream ended by the engine at
+//     once, and an agent whose stream ends kills its command's process
+//     group: nothing runs on until its timeout.
 //
 // # Authentication
 //
@@ -78,6 +79,8 @@ type Pool struct {
 	queues  map[queueKey]*queue
 	handed  map[string]*handover
 	metrics *metrics
+	// changed wakes a Scaler when a run comes (buffered 1).
+	changed chan struct{}
 }
 
 type queueKey struct{ operator, image string }
@@ -95,12 +98,18 @@ type handover struct {
 	key  queueKey
 	d    executor.Dispatch
 	done chan handoverEnd // buffered 1; the first end wins
+	// claimed gets the runner's name when one claims it (buffered 1: a
+	// run is claimed once), for Dispatch to call d.Claimed.
+	claimed chan string
+	// cancel is closed when the run's context ends before the run does:
+	// its stream is ended, and the agent kills the command.
+	cancel chan struct{}
 
 	// Under Pool.mu:
-	runner  string
-	state   handoverState
-	claimed time.Time
-	ended   bool
+	runner    string
+	state     handoverState
+	claimedAt time.Time
+	ended     bool
 }
 
 type handoverState int
@@ -119,7 +128,22 @@ type handoverEnd struct {
 
 // NewPool makes an empty pool.
 func NewPool() *Pool {
-	return &Pool{queues: map[queueKey]*queue{}, handed: map[string]*handover{}, metrics: registerMetrics()}
+	return &Pool{queues: map[queueKey]*queue{}, handed: map[string]*handover{}, metrics: registerMetrics(), changed: make(chan struct{}, 1)}
+}
+
+// demand is, for each operator and image the pool has seen (by a run or
+// an agent), how many of its runs are queued or running.
+func (p *Pool) demand() map[queueKey]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := make(map[queueKey]int, len(p.queues))
+	for key := range p.queues {
+		d[key] = 0
+	}
+	for _, h := range p.handed {
+		d[h.key]++
+	}
+	return d
 }
 
 func (p *Pool) lostAfter() time.Duration {
@@ -132,7 +156,7 @@ func (p *Pool) lostAfter() time.Duration {
 // Dispatch queues a run and waits for its end (executor.Dispatcher).
 func (p *Pool) Dispatch(ctx context.Context, d executor.Dispatch) (*executor.RunnerOutcome, error) {
 	d.Log = &lockedWriter{w: d.Log} // the waiting line, the claim's and the stream's
-	h := &handover{id: newID(), key: queueKey{d.Operator, d.Image}, d: d, done: make(chan handoverEnd, 1)}
+	h := &handover{id: newID(), key: queueKey{d.Operator, d.Image}, d: d, done: make(chan handoverEnd, 1), claimed: make(chan string, 1), cancel: make(chan struct{})}
 	h.d.Work.ID = h.id
 	p.mu.Lock()
 	p.handed[h.id] = h
@@ -140,20 +164,45 @@ func (p *Pool) Dispatch(ctx context.Context, d executor.Dispatch) (*executor.Run
 	ready := len(q.waiters) > 0
 	p.enqueue(h, false)
 	p.mu.Unlock()
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
 	if !ready {
 		p.metrics.waited.WithLabelValues(d.Operator, d.Image).Inc()
 		_, _ = fmt.Fprintf(d.Log, "opkit: waiting for a runner of image %s: none is ready (see opkit_runner_waiting_runs)\n", d.Image)
 	}
-	select {
-	case end := <-h.done:
-		return end.out, end.err
-	case <-ctx.Done():
-		p.mu.Lock()
-		p.dropQueued(h)
-		h.ended = true
-		delete(p.handed, h.id)
-		p.mu.Unlock()
-		return nil, &executor.Failure{Message: "cancelled: the engine is stopping"}
+	for {
+		select {
+		case runner := <-h.claimed:
+			if d.Claimed != nil {
+				d.Claimed(runner)
+			}
+			continue
+		case end := <-h.done:
+			select {
+			case runner := <-h.claimed: // claimed and ended at once
+				if d.Claimed != nil {
+					d.Claimed(runner)
+				}
+			default:
+			}
+			return end.out, end.err
+		case <-ctx.Done():
+			p.mu.Lock()
+			p.dropQueued(h)
+			runner, claimed := h.runner, h.state == running || h.state == streaming
+			if !h.ended {
+				h.ended = true
+				close(h.cancel) // the stream ends: the agent kills the command
+			}
+			delete(p.handed, h.id)
+			p.mu.Unlock()
+			if claimed {
+				_, _ = fmt.Fprintf(h.d.Log, "opkit: the run is cancelled: runner %s kills its command\n", runner)
+			}
+			return nil, &executor.Failure{Message: "cancelled: the run's operator stopped, or the engine is stopping"}
+		}
 	}
 }
 
@@ -267,7 +316,8 @@ func (p *Pool) claim(id, runner string, key queueKey) (*handover, bool) {
 	if h == nil || h.ended || h.state != handed || h.runner != runner || h.key != key {
 		return nil, false
 	}
-	h.state, h.claimed = running, time.Now()
+	h.state, h.claimedAt = running, time.Now()
+	h.claimed <- runner // buffered 1, and a run is claimed once
 	_, _ = fmt.Fprintf(h.d.Log, "opkit: runner %s runs it\n", runner)
 	// The stream must open within LostAfter.
 	time.AfterFunc(p.lostAfter(), func() {

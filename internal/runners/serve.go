@@ -44,6 +44,10 @@ type ServeOptions struct {
 	Client kubernetes.Interface
 	// LostAfter is Pool.LostAfter; PollFor is Server.PollFor.
 	LostAfter, PollFor time.Duration
+	// ScaleEvery and ScaleDownAfter are Scaler.Every and
+	// Scaler.ScaleDownAfter: the runner Deployments of Namespace are
+	// scaled by their queues (scale.go).
+	ScaleEvery, ScaleDownAfter time.Duration
 	// Log receives the certificates' rotation steps and errors.
 	Log logr.Logger
 }
@@ -66,7 +70,8 @@ func (s *Serving) WaitReady(ctx context.Context) error { return s.srv.WaitReady(
 
 // Serve starts the runner API over TLS until ctx ends: the certificate is
 // kept in Secret TLSSecret and rotated by package webhook, its CA bundle
-// published in ConfigMap CAConfigMap.
+// published in ConfigMap CAConfigMap. A Scaler scales the runner
+// Deployments of the namespace by their queues meanwhile.
 func Serve(ctx context.Context, opts ServeOptions) (*Serving, error) {
 	if opts.Addr == "" || opts.Namespace == "" || opts.Client == nil {
 		return nil, errors.New("runners: ServeOptions.Addr, Namespace and Client are required")
@@ -100,6 +105,8 @@ func Serve(ctx context.Context, opts ServeOptions) (*Serving, error) {
 	pool.LostAfter = opts.LostAfter
 	api := &Server{Pool: pool, Reviews: opts.Client.AuthenticationV1().TokenReviews(), Namespace: opts.Namespace, PollFor: opts.PollFor}
 	srv.Handle("/runners/", api.Handler())
+	scaler := &Scaler{Pool: pool, Deployments: opts.Client.AppsV1(), Namespace: opts.Namespace, Every: opts.ScaleEvery, ScaleDownAfter: opts.ScaleDownAfter, Log: opts.Log}
+	go scaler.Run(ctx)
 	go func() {
 		if err := srv.Start(ctx); err != nil {
 			opts.Log.Error(err, "the runner API stopped")

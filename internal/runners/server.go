@@ -171,6 +171,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	var frames atomic.Int64
 	stop := make(chan struct{})
 	var lostWhy atomic.Pointer[string]
+	var cancelled atomic.Bool
 	go func() {
 		// Lost after two checks in a row that saw no frame: an engine
 		// stopped past LostAfter and resumed sees frames come in between.
@@ -180,6 +181,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		for {
 			select {
 			case <-stop:
+				return
+			case <-h.cancel:
+				// The engine cancelled the run: the stream ends now, and
+				// the agent kills the command.
+				cancelled.Store(true)
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 				return
 			case <-t.C:
 			}
@@ -199,6 +206,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	lines := bufio.NewReaderSize(r.Body, 64<<10)
 	for {
 		line, err := lines.ReadBytes('\n')
+		if err != nil && cancelled.Load() {
+			http.Error(w, "the engine cancelled the run: stop its command", http.StatusGone)
+			return
+		}
 		if err != nil {
 			why := "the connection dropped: " + err.Error()
 			if errors.Is(err, io.EOF) {

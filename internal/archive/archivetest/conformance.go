@@ -128,6 +128,25 @@ func runsRoundTrip(t *testing.T, open Open) {
 	if page, err := s.List(ctx, archive.Query{UID: r.UID}); err != nil || len(page.Runs) != 1 || !reflect.DeepEqual(&page.Runs[0], r) {
 		t.Errorf("listed: %+v (%v), want the run as written, its actor included", page, err)
 	}
+
+	// A run in a runner names it from the claim on, and after its end
+	// (a Finish that does not name it keeps it).
+	onRunner := newRun(start.Add(time.Second), "printer", "default", "hello", "announce")
+	insert(t, s, onRunner)
+	if err := s.SetRunner(ctx, onRunner.ID, "printer-runner-0a1b2c3d-x7k2p"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, onRunner.ID); err != nil || got.Runner != "printer-runner-0a1b2c3d-x7k2p" || got.Outcome != archive.Running {
+		t.Errorf("a running run after SetRunner: %+v (%v), want it Running on runner printer-runner-0a1b2c3d-x7k2p", got, err)
+	}
+	finish(t, s, onRunner, archive.Succeeded)
+	onRunner.Runner = "printer-runner-0a1b2c3d-x7k2p"
+	if page, err := s.List(ctx, archive.Query{UID: r.UID, Outcome: archive.Succeeded}); err != nil || len(page.Runs) != 1 || !reflect.DeepEqual(&page.Runs[0], onRunner) {
+		t.Errorf("listed: %+v (%v), want\n%+v: its runner kept by Finish", page, err, onRunner)
+	}
+	if err := s.SetRunner(ctx, archive.NewID(start), "x"); !errors.Is(err, archive.ErrNotFound) {
+		t.Errorf("SetRunner of an unknown run: %v, want ErrNotFound", err)
+	}
 	if _, err := s.Get(ctx, archive.NewID(start)); !errors.Is(err, archive.ErrNotFound) {
 		t.Errorf("Get of an unknown id: %v, want ErrNotFound", err)
 	}

@@ -303,6 +303,7 @@ func (rn *runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	_, in.Paused = cr.GetAnnotations()[v1alpha1.PauseAnnotation]
 	in.When = rn.whenValues(cr, vars)
 	d := cause.Decide(in)
+	*st = *d.State // the records the decision updated (passed, resumed, seen false)
 	res.stalled = d.Stalled
 	if in.Paused {
 		// Removing the annotation is an update that wakes the object.

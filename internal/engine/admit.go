@@ -193,7 +193,7 @@ func (e *Engine) admit(ctx context.Context, op *admitter, h *definition.Handler,
 	runCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	go func() {
 		defer cancel()
-		res, err := ex.Run(logr.NewContext(runCtx, log), executor.Request{
+		res, err := ex.Run(runCtx, executor.Request{
 			RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: 1, Input: input, Timeout: budget, Log: alog,
 			Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Namespace: run.Namespace, Name: run.Name, UID: u.GetUID()},
 		})

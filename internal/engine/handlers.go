@@ -456,7 +456,6 @@ func (rn *runner) launch(p *pendingRun, self map[string]any) {
 	operator, trigger, attempt, now, woken, alog := rn.def.Operator.Name, run.Trigger, run.Attempt, p.now, p.obj, p.alog
 	rn.metrics.queued.WithLabelValues(operator).Inc()
 	log := rn.log.WithValues("namespace", woken.GetNamespace(), "name", woken.GetName(), "handler", h.Name, "run", run.ID)
-	runCtx := logr.NewContext(rn.ctx, log)
 	rn.running.Add(1)
 	go func() {
 		defer rn.running.Done()
@@ -481,7 +480,7 @@ func (rn *runner) launch(p *pendingRun, self map[string]any) {
 					rn.events.Eventf(woken, nil, corev1.EventTypeNormal, "HandlerStarted", runAction(run.ID), "handler %s (%s, attempt %d): run %s", h.Name, trigger, attempt, rn.runRef(run.ID))
 				}
 				rn.metrics.inFlight.WithLabelValues(operator).Inc()
-				res, err = rn.executor(h.Name).Run(runCtx, req)
+				res, err = rn.executor(h.Name).Run(rn.ctx, req)
 				rn.metrics.inFlight.WithLabelValues(operator).Dec()
 			}
 			<-rn.slots

@@ -113,7 +113,7 @@ func (rn *runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 	log = log.WithValues("run", run.ID)
 	alog := &archiveLog{ctx: ctx, store: rn.archive, id: run.ID}
 	rn.metrics.inFlight.WithLabelValues(run.Operator).Inc()
-	res, err := rn.executor(h.Name).Run(logr.NewContext(ctx, log), executor.Request{
+	res, err := rn.executor(h.Name).Run(ctx, executor.Request{
 		RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: run.Attempt, Input: input, Timeout: h.Timeout, Log: alog,
 		Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Name: run.Name},
 	})

@@ -102,6 +102,19 @@ type Visit struct {
 	State, Left *definition.State
 }
 
+// VisitOf is the Visit of the status.state cur under machine m;
+// nil without states or a state.
+func VisitOf(m *definition.StateMachine, cur *v1alpha1.ObjectState) *Visit {
+	if m == nil || cur == nil {
+		return nil
+	}
+	v := &Visit{Seq: cur.Seq, State: m.State(cur.Name)}
+	if cur.Seq > 1 && cur.From != "" {
+		v.Left = m.State(cur.From)
+	}
+	return v
+}
+
 // exits reports whether h runs on leaving the state left for v.
 func (v *Visit) exits(h *definition.Handler) bool {
 	return v.Left != nil && h.Fires(v1alpha1.OnExit) && slices.Contains(v.Left.Exit, h)

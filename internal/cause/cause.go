@@ -65,16 +65,9 @@ type Input struct {
 	Handlers []*definition.Handler
 	// Object is the object as the engine reads it now.
 	Object *unstructured.Unstructured
-	// State is the object's recorded handler state. Decide updates the
-	// records of create and update handlers that a change does not concern
-	// (they pass it without a run), and those of resume handlers of an
-	// object not handled yet (new to this start, not resumed); nothing
-	// else.
+	// State is the object's recorded handler state. Decide only reads it:
+	// the records it updates come back in Decision.State.
 	State *State
-	// Resumed is ignored: which resume runs a start has made is recorded
-	// per handler in State (HandlerState.Resumed), as one flag for the
-	// object let the first resume handler's run stand for all of them.
-	Resumed bool
 	// Paused: handlers are paused for the object; none runs.
 	Paused bool
 	// Related are the object's related objects (definition.Vars.Related):
@@ -107,6 +100,19 @@ type Visit struct {
 	// State is the state the object is in; Left is the state it left to
 	// enter it, nil for the initial state's visit.
 	State, Left *definition.State
+}
+
+// VisitOf is the Visit of the status.state cur under machine m;
+// nil without states or a state.
+func VisitOf(m *definition.StateMachine, cur *v1alpha1.ObjectState) *Visit {
+	if m == nil || cur == nil {
+		return nil
+	}
+	v := &Visit{Seq: cur.Seq, State: m.State(cur.Name)}
+	if cur.Seq > 1 && cur.From != "" {
+		v.Left = m.State(cur.From)
+	}
+	return v
 }
 
 // exits reports whether h runs on leaving the state left for v.
@@ -241,6 +247,13 @@ type Decision struct {
 	// Stalled says why the object's handlers are stuck; "" when they are
 	// not.
 	Stalled string
+	// State is Input.State as the decision leaves it, for the caller to
+	// keep in its place: the records of create and update handlers that a
+	// change does not concern (they pass it without a run), those of
+	// resume handlers of an object not handled yet (new to this start, not
+	// resumed), a related object's inputs first seen and a when condition
+	// seen false are updated; nothing else. Input.State is not changed.
+	State *State
 }
 
 // Decide finds the first handler, in declaration order, of the most
@@ -254,7 +267,7 @@ type Decision struct {
 // generation makes no visit's runs until a new generation or opkit retry
 // (Visit.Awaited does not wait for it).
 func Decide(in Input) Decision {
-	obj, st, now := in.Object, in.State, in.Now
+	obj, st, now := in.Object, in.State.forDecide(), in.Now
 	start := startMark(in.Started)
 	if st.Handled == nil {
 		// Not handled yet: the object is new to this start, and its resume
@@ -266,11 +279,11 @@ func Decide(in Input) Decision {
 		}
 	}
 	if in.Paused {
-		return Decision{Stalled: Stalled(in.Handlers, obj, st)}
+		return Decision{Stalled: Stalled(in.Handlers, obj, st), State: st}
 	}
 	g := obj.GetGeneration()
 	deleting := obj.GetDeletionTimestamp() != nil
-	var d Decision
+	d := Decision{State: st}
 	soonest := func(w time.Duration) {
 		if w > 0 && (d.Wait == 0 || w < d.Wait) {
 			d.Wait = w
@@ -422,7 +435,7 @@ func Decide(in Input) Decision {
 		// The same generation, new inputs: a key of their own.
 		c.Key += "/inputs/" + bestInputs
 	}
-	return Decision{Cause: c, Stalled: d.Stalled}
+	return Decision{Cause: c, Stalled: d.Stalled, State: st}
 }
 
 // sameTarget reports whether hs's failed attempts are those of a run of

@@ -1,6 +1,7 @@
 package cause
 
 import (
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +23,14 @@ var (
 
 func handler(name string, on ...string) *definition.Handler {
 	return &definition.Handler{Name: name, On: on, Retry: definition.RetryPolicy{MaxAttempts: 3, Initial: time.Second, Max: time.Minute, Factor: 2}}
+}
+
+// apply decides as the engine does: the records the decision updated
+// take the input state's place.
+func apply(in Input) Decision {
+	d := Decide(in)
+	*in.State = *d.State
+	return d
 }
 
 func withFields(h *definition.Handler, fields ...string) *definition.Handler {
@@ -76,7 +85,6 @@ func TestDecide(t *testing.T) {
 		handlers []*definition.Handler
 		obj      *unstructured.Unstructured
 		st       *State
-		resumed  bool
 		paused   bool
 		// want: "handler trigger attempt", or "" for no run
 		want     string
@@ -88,138 +96,138 @@ func TestDecide(t *testing.T) {
 		{
 			name:     "create: a new object",
 			handlers: []*definition.Handler{handler("h", v1alpha1.OnCreate)},
-			obj:      object(1, v1), st: state(0, nil, nil), resumed: true,
+			obj:      object(1, v1), st: state(0, nil, nil),
 			want: "h create 1", key: "u-1/1/h", diffPath: "spec.text",
 		},
 		{
 			name:     "create: already done for the generation",
 			handlers: []*definition.Handler{handler("h", v1alpha1.OnCreate)},
-			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1}}), resumed: true,
+			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1}}),
 		},
 		{
 			name:     "update: a change the handler names",
 			handlers: []*definition.Handler{withFields(handler("h", v1alpha1.OnCreate, v1alpha1.OnUpdate), "spec.text")},
-			obj:      object(2, v2text), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1}}), resumed: true,
+			obj:      object(2, v2text), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1}}),
 			want: "h update 1", key: "u-1/2/h", diffPath: "spec.text",
 		},
 		{
 			name:     "update: a change the handler does not name passes it",
 			handlers: []*definition.Handler{withFields(handler("h", v1alpha1.OnUpdate), "spec.text")},
-			obj:      object(2, v2size), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1}}), resumed: true,
+			obj:      object(2, v2size), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1}}),
 		},
 		{
 			name:     "update: not a trigger of a create-only handler",
 			handlers: []*definition.Handler{handler("h", v1alpha1.OnCreate)},
-			obj:      object(2, v2text), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1}}), resumed: true,
+			obj:      object(2, v2text), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1}}),
 		},
 		{
 			name:     "delete: once",
 			handlers: []*definition.Handler{handler("h", v1alpha1.OnCreate, v1alpha1.OnDelete)},
-			obj:      deleting(object(1, v1)), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1}}), resumed: true,
+			obj:      deleting(object(1, v1)), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1}}),
 			want: "h delete 1", key: "u-1/1/h",
 		},
 		{
 			name:     "delete: done",
 			handlers: []*definition.Handler{handler("h", v1alpha1.OnDelete)},
-			obj:      deleting(object(1, v1)), st: state(1, v1, map[string]*HandlerState{"h": {Deleted: true}}), resumed: true,
+			obj:      deleting(object(1, v1)), st: state(1, v1, map[string]*HandlerState{"h": {Deleted: true}}),
 		},
 		{
 			name:     "delete: before a pending update",
 			handlers: []*definition.Handler{handler("u", v1alpha1.OnUpdate), handler("d", v1alpha1.OnDelete)},
-			obj:      deleting(object(2, v2text)), st: state(1, v1, map[string]*HandlerState{"u": {Generation: 1}}), resumed: true,
+			obj:      deleting(object(2, v2text)), st: state(1, v1, map[string]*HandlerState{"u": {Generation: 1}}),
 			want: "d delete 1",
 		},
 		{
 			name:     "resume: an object the engine finds at start",
 			handlers: []*definition.Handler{handler("h", v1alpha1.OnResume)},
-			obj:      object(1, v1), st: state(1, v1, nil), resumed: false,
+			obj:      object(1, v1), st: state(1, v1, nil),
 			want: "h resume 1", key: "u-1/1/h/resume/" + itoa(started.Unix()),
 		},
 		{
 			name:     "resume: not for a new object",
 			handlers: []*definition.Handler{handler("h", v1alpha1.OnResume)},
-			obj:      object(1, v1), st: state(0, nil, nil), resumed: false,
+			obj:      object(1, v1), st: state(0, nil, nil),
 		},
 		{
 			name:     "resume: only once per start",
 			handlers: []*definition.Handler{handler("h", v1alpha1.OnResume)},
-			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {Resumed: at(started)}}), resumed: false,
+			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {Resumed: at(started)}}),
 		},
 		{
 			name:     "schedule: the slot is due",
 			handlers: []*definition.Handler{every(handler("h", v1alpha1.OnSchedule), time.Minute)},
-			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {LastScheduled: at(now.Add(-time.Minute))}}), resumed: true,
+			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {LastScheduled: at(now.Add(-time.Minute))}}),
 			want: "h schedule 1", key: "u-1/1/h/" + itoa(now.Unix()),
 		},
 		{
 			name:     "schedule: the latest slot due, after downtime, keyed by the slot",
 			handlers: []*definition.Handler{every(handler("h", v1alpha1.OnSchedule), time.Minute)},
-			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {LastScheduled: at(now.Add(-150 * time.Second))}}), resumed: true,
+			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {LastScheduled: at(now.Add(-150 * time.Second))}}),
 			want: "h schedule 1", key: "u-1/1/h/" + itoa(now.Add(-30*time.Second).Unix()),
 		},
 		{
 			name:     "schedule: waits for the next slot",
 			handlers: []*definition.Handler{every(handler("h", v1alpha1.OnSchedule), time.Minute)},
-			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {LastScheduled: at(now.Add(-20 * time.Second))}}), resumed: true,
+			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {LastScheduled: at(now.Add(-20 * time.Second))}}),
 			wait: 40 * time.Second,
 		},
 		{
 			name:     "schedule: counts from the creation at first",
 			handlers: []*definition.Handler{every(handler("h", v1alpha1.OnSchedule), 2*time.Hour)},
-			obj:      object(1, v1), st: state(1, v1, nil), resumed: true,
+			obj:      object(1, v1), st: state(1, v1, nil),
 			wait: time.Hour,
 		},
 		{
 			name:     "schedule: never starves a create",
 			handlers: []*definition.Handler{every(handler("s", v1alpha1.OnSchedule), time.Second), handler("c", v1alpha1.OnCreate)},
-			obj:      object(1, v1), st: state(0, nil, map[string]*HandlerState{"s": {LastScheduled: at(now.Add(-time.Minute))}}), resumed: true,
+			obj:      object(1, v1), st: state(0, nil, map[string]*HandlerState{"s": {LastScheduled: at(now.Add(-time.Minute))}}),
 			want: "c create 1",
 		},
 		{
 			name:     "requeue: due",
 			handlers: []*definition.Handler{handler("h", v1alpha1.OnCreate)},
-			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1, RequeueAt: at(now.Add(-time.Second))}}), resumed: true,
+			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1, RequeueAt: at(now.Add(-time.Second))}}),
 			want: "h requeue 1", key: "u-1/1/h/requeue/" + itoa(now.Add(-time.Second).Unix()),
 		},
 		{
 			name:     "requeue: not yet",
 			handlers: []*definition.Handler{handler("h", v1alpha1.OnCreate)},
-			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1, RequeueAt: at(now.Add(30 * time.Second))}}), resumed: true,
+			obj:      object(1, v1), st: state(1, v1, map[string]*HandlerState{"h": {Generation: 1, RequeueAt: at(now.Add(30 * time.Second))}}),
 			wait: 30 * time.Second,
 		},
 		{
 			name:     "retry: waits for its time, and holds back later handlers",
 			handlers: []*definition.Handler{handler("a", v1alpha1.OnCreate), handler("b", v1alpha1.OnCreate)},
-			obj:      object(1, v1), st: state(0, nil, map[string]*HandlerState{"a": {Attempt: 1, Target: 1, NextRetryAt: at(now.Add(5 * time.Second))}}), resumed: true,
+			obj:      object(1, v1), st: state(0, nil, map[string]*HandlerState{"a": {Attempt: 1, Target: 1, NextRetryAt: at(now.Add(5 * time.Second))}}),
 			wait: 5 * time.Second,
 		},
 		{
 			name:     "retry: due, the next attempt with the same key",
 			handlers: []*definition.Handler{handler("a", v1alpha1.OnCreate)},
-			obj:      object(1, v1), st: state(0, nil, map[string]*HandlerState{"a": {Attempt: 2, Target: 1, NextRetryAt: at(now.Add(-time.Second))}}), resumed: true,
+			obj:      object(1, v1), st: state(0, nil, map[string]*HandlerState{"a": {Attempt: 2, Target: 1, NextRetryAt: at(now.Add(-time.Second))}}),
 			want: "a create 3", key: "u-1/1/a",
 		},
 		{
 			name:     "retry: a new generation starts afresh",
 			handlers: []*definition.Handler{handler("a", v1alpha1.OnCreate, v1alpha1.OnUpdate)},
-			obj:      object(2, v2text), st: state(1, v1, map[string]*HandlerState{"a": {Generation: 1, Attempt: 2, Target: 1, NextRetryAt: at(now.Add(time.Hour))}}), resumed: true,
+			obj:      object(2, v2text), st: state(1, v1, map[string]*HandlerState{"a": {Generation: 1, Attempt: 2, Target: 1, NextRetryAt: at(now.Add(time.Hour))}}),
 			want: "a update 1", key: "u-1/2/a",
 		},
 		{
 			name:     "stalled: gave up on the generation",
 			handlers: []*definition.Handler{handler("a", v1alpha1.OnCreate)},
-			obj:      object(1, v1), st: state(0, nil, map[string]*HandlerState{"a": {Attempt: 3, Target: 1, Stalled: true, LastError: "boom"}}), resumed: true,
+			obj:      object(1, v1), st: state(0, nil, map[string]*HandlerState{"a": {Attempt: 3, Target: 1, Stalled: true, LastError: "boom"}}),
 			stalled: "handler a gave up after 3 attempts: boom",
 		},
 		{
 			name:     "paused: nothing runs, the stall is still told",
 			handlers: []*definition.Handler{handler("a", v1alpha1.OnCreate, v1alpha1.OnUpdate), handler("b", v1alpha1.OnCreate)},
-			obj:      object(2, v2text), st: state(1, v1, map[string]*HandlerState{"a": {Generation: 1}, "b": {Attempt: 3, Target: 2, Stalled: true, LastError: "boom"}}), resumed: true, paused: true,
+			obj:      object(2, v2text), st: state(1, v1, map[string]*HandlerState{"a": {Generation: 1}, "b": {Attempt: 3, Target: 2, Stalled: true, LastError: "boom"}}), paused: true,
 			stalled: "handler b gave up",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(Input{Handlers: tc.handlers, Object: tc.obj, State: tc.st, Resumed: tc.resumed, Paused: tc.paused, Now: now, Started: started})
+			d := apply(Input{Handlers: tc.handlers, Object: tc.obj, State: tc.st, Paused: tc.paused, Now: now, Started: started})
 			got := ""
 			if d.Cause != nil {
 				got = d.Cause.Handler.Name + " " + d.Cause.Trigger + " " + itoa(int64(d.Cause.Attempt))
@@ -246,7 +254,7 @@ func TestDecide(t *testing.T) {
 func TestAChangeAHandlerDoesNotNameIsPassedWithoutARun(t *testing.T) {
 	h := withFields(handler("h", v1alpha1.OnUpdate), "spec.text")
 	st := state(1, map[string]any{"text": "a", "size": int64(1)}, map[string]*HandlerState{"h": {Generation: 1}})
-	d := Decide(Input{Handlers: []*definition.Handler{h}, Object: object(2, map[string]any{"text": "a", "size": int64(2)}), State: st, Resumed: true, Now: now})
+	d := apply(Input{Handlers: []*definition.Handler{h}, Object: object(2, map[string]any{"text": "a", "size": int64(2)}), State: st, Now: now})
 	if d.Cause != nil {
 		t.Fatalf("a run of %s", d.Cause.Handler.Name)
 	}
@@ -359,7 +367,7 @@ func TestAChangeOfARelatedFieldTheHandlerNamesIsAnUpdate(t *testing.T) {
 		return map[string]any{"app": map[string]any{"spec": map[string]any{"image": image, "replicas": replicas}}}
 	}
 	decide := func(st *State, related map[string]any) Decision {
-		return Decide(Input{Handlers: hs, Object: object(1, spec), State: st, Resumed: true, Now: now, Related: related})
+		return apply(Input{Handlers: hs, Object: object(1, spec), State: st, Now: now, Related: related})
 	}
 
 	// Created: the run records the inputs it saw.
@@ -412,7 +420,7 @@ func TestWhenFiresOncePerTransitionToTrue(t *testing.T) {
 	spec := map[string]any{"text": "a"}
 	st := state(1, spec, nil)
 	decide := func(when map[string]bool) Decision {
-		return Decide(Input{Handlers: hs, Object: object(1, spec), State: st, Resumed: true, Now: now, When: when})
+		return apply(Input{Handlers: hs, Object: object(1, spec), State: st, Now: now, When: when})
 	}
 	if d := decide(map[string]bool{"ready": false}); d.Cause != nil {
 		t.Fatalf("false ran %+v", d.Cause)
@@ -456,7 +464,7 @@ func TestWhenSeenFalseWhileAnotherTriggerRunsFiresWhenItTurnsTrue(t *testing.T) 
 	// The last rollout was told: its condition is recorded true.
 	st := state(1, spec, map[string]*HandlerState{"notify": {Generation: 1, WhenTrue: true, WhenCount: 1}})
 	next := map[string]any{"image": "b"}
-	d := Decide(Input{Handlers: hs, Object: object(2, next), State: st, Resumed: true, Now: now, When: map[string]bool{"notify": false}})
+	d := apply(Input{Handlers: hs, Object: object(2, next), State: st, Now: now, When: map[string]bool{"notify": false}})
 	if d.Cause == nil || d.Cause.Trigger != v1alpha1.OnUpdate {
 		t.Fatalf("the new generation: %+v, want an update", d.Cause)
 	}
@@ -464,8 +472,42 @@ func TestWhenSeenFalseWhileAnotherTriggerRunsFiresWhenItTurnsTrue(t *testing.T) 
 		t.Fatal("the condition, false while the update was decided, is still recorded true")
 	}
 	st.Succeeded(hs, d.Cause, next, 0, now)
-	d = Decide(Input{Handlers: hs, Object: object(2, next), State: st, Resumed: true, Now: now, When: map[string]bool{"notify": true}})
+	d = apply(Input{Handlers: hs, Object: object(2, next), State: st, Now: now, When: map[string]bool{"notify": true}})
 	if d.Cause == nil || d.Cause.Trigger != v1alpha1.OnWhen || d.Cause.Key != "u-1/2/notify/when/2" {
 		t.Fatalf("turned true during the update's run: %+v, want the when run of the second transition", d.Cause)
+	}
+}
+
+// Decide returns the records it updates and leaves its input as it was:
+// a decision is a value, which its caller keeps or drops.
+func TestDecideLeavesItsInputStateAsItWas(t *testing.T) {
+	h := withFields(handler("h", v1alpha1.OnUpdate), "spec.text")
+	r := handler("r", v1alpha1.OnResume)
+	w := handler("w", v1alpha1.OnWhen)
+	hs := []*definition.Handler{h, r, w}
+	for _, tc := range []struct {
+		name string
+		st   *State
+		when map[string]bool
+		want func(*State) bool
+	}{
+		{"a change the handler does not name is passed", state(1, map[string]any{"text": "a", "size": int64(1)}, map[string]*HandlerState{"h": {Generation: 1}}), nil,
+			func(st *State) bool { return st.Of("h").Generation == 2 }},
+		{"a resume handler of an object not handled yet is marked", state(0, nil, nil), nil,
+			func(st *State) bool { return st.Of("r").Resumed != "" }},
+		{"a when condition seen false is recorded", state(1, map[string]any{"text": "a", "size": int64(1)}, map[string]*HandlerState{"h": {Generation: 2}, "w": {WhenTrue: true}}), map[string]bool{"w": false},
+			func(st *State) bool { return !st.Of("w").WhenTrue }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, _ := json.Marshal(tc.st)
+			d := Decide(Input{Handlers: hs, Object: object(2, map[string]any{"text": "a", "size": int64(2)}), State: tc.st, Now: now, Started: started, When: tc.when})
+			if after, _ := json.Marshal(tc.st); string(after) != string(before) {
+				t.Fatalf("Decide changed its input state:\n%s\nwas\n%s", after, before)
+			}
+			if !tc.want(d.State) {
+				data, _ := json.Marshal(d.State)
+				t.Fatalf("the decision's state lacks the update: %s", data)
+			}
+		})
 	}
 }

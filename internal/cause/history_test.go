@@ -75,7 +75,7 @@ func history(t *testing.T, hs []*definition.Handler, fails map[string]int, event
 			if st.Handlers == nil {
 				st.Handlers = map[string]*HandlerState{}
 			}
-			d := Decide(Input{Handlers: hs, Object: obj, State: st, Now: clock, Started: started})
+			d := apply(Input{Handlers: hs, Object: obj, State: st, Now: clock, Started: started})
 			if d.Cause == nil && d.Wait > 0 {
 				clock = clock.Add(d.Wait)
 				continue
@@ -189,7 +189,7 @@ func TestASpecIsKeptOnlyWhileAnUpdateHandlerIsAheadOfTheHandledOne(t *testing.T)
 	hs := []*definition.Handler{f, g}
 	spec := map[string]any{"a": "0", "b": "0"}
 	st := state(0, nil, nil)
-	d := Decide(Input{Handlers: hs, Object: object(1, spec), State: st, Now: now, Started: started})
+	d := apply(Input{Handlers: hs, Object: object(1, spec), State: st, Now: now, Started: started})
 	if d.Cause == nil || d.Cause.Handler != g {
 		t.Fatalf("decided %+v; want g's create", d.Cause)
 	}

@@ -2,6 +2,7 @@ package cause
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"time"
 
@@ -144,6 +145,24 @@ func (st *State) Clone() *State {
 		out.Handlers = map[string]*HandlerState{}
 	}
 	return out
+}
+
+// forDecide returns a copy of st that Decide may change, so that it
+// never writes into its input: the handler records and Specs are the
+// copy's own; what Decide does not change (Handled, LastRun, Observed,
+// EnterRun and the specs' contents) is shared. It is cheaper than Clone,
+// which Decide would pay at every reconcile.
+func (st *State) forDecide() *State {
+	out := *st
+	out.Handlers = make(map[string]*HandlerState, len(st.Handlers))
+	for name, hs := range st.Handlers {
+		if hs != nil {
+			c := *hs
+			out.Handlers[name] = &c
+		}
+	}
+	out.Specs = maps.Clone(st.Specs)
+	return &out
 }
 
 // WriteTo stores the state into status.opkit (a map of the status).

@@ -93,7 +93,7 @@ func TestDecideVisits(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(Input{Handlers: handlers, Object: object(1, spec), State: tc.st, Resumed: true, Now: now, Started: started, Visit: tc.visit})
+			d := apply(Input{Handlers: handlers, Object: object(1, spec), State: tc.st, Now: now, Started: started, Visit: tc.visit})
 			got := ""
 			if c := d.Cause; c != nil {
 				got = fmt.Sprintf("%s %s %d %s", c.Handler.Name, c.Trigger, c.Attempt, c.Key)
@@ -218,7 +218,7 @@ func TestDecideGivenUpHoldsBackNoVisit(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(Input{Handlers: handlers, Object: object(1, spec), State: tc.st, Resumed: true, Now: now, Started: started, Visit: visit})
+			d := apply(Input{Handlers: handlers, Object: object(1, spec), State: tc.st, Now: now, Started: started, Visit: visit})
 			got := ""
 			if c := d.Cause; c != nil {
 				got = c.Handler.Name + " " + c.Trigger

@@ -79,7 +79,7 @@ func (w *watcher) decide(obj *unstructured.Unstructured) (Decision, int64) {
 	g := Observe(w.st, subject, obj.GetDeletionTimestamp() != nil, w.at)
 	view := obj.DeepCopy()
 	view.SetGeneration(g)
-	return Decide(Input{Handlers: w.handlers, Object: view, State: w.st, Resumed: true, Now: now, Subject: subject}), g
+	return apply(Input{Handlers: w.handlers, Object: view, State: w.st, Now: now, Subject: subject}), g
 }
 
 // settle decides for obj until nothing is due, each run succeeding, and
@@ -391,7 +391,7 @@ func TestAWatchedObjectSeenAgainStartsANewLife(t *testing.T) {
 		t.Errorf("key %q; want %s, apart from the first life's %s/1/h", d.Cause.Key, want, life)
 	}
 	// A custom resource has no life of its own: its key is as before.
-	if d := Decide(Input{Handlers: hs, Object: object(1, map[string]any{"text": "a"}), State: state(0, nil, nil), Resumed: true, Now: now}); d.Cause == nil || d.Cause.Key != "u-1/1/h" {
+	if d := apply(Input{Handlers: hs, Object: object(1, map[string]any{"text": "a"}), State: state(0, nil, nil), Now: now}); d.Cause == nil || d.Cause.Key != "u-1/1/h" {
 		t.Errorf("custom resource: %+v; want key u-1/1/h", d.Cause)
 	}
 }

@@ -70,8 +70,7 @@ func TestFast(t *testing.T) {
 }
 
 // mini is a miniature engine for one custom resource: what the engine
-// keeps (status.opkit, the archive's succeeded keys, whether the object
-// was resumed since the start) around cause.Decide.
+// keeps (status.opkit, the archive's succeeded keys) around cause.Decide.
 type mini struct {
 	def      *conformance.Def
 	handlers []*definition.Handler
@@ -81,7 +80,6 @@ type mini struct {
 	up       bool
 	obj      *unstructured.Unstructured // nil: none
 	st       *cause.State
-	resumed  bool
 	count    int
 	execs    map[string]int
 	archive  map[string]bool // keys that succeeded
@@ -126,7 +124,6 @@ func (m *mini) apply(s conformance.Step) {
 		m.obj.SetGeneration(1)
 		m.obj.SetCreationTimestamp(metav1.NewTime(m.now))
 		m.st, m.count, m.finalize = &cause.State{Handlers: map[string]*cause.HandlerState{}}, 0, false
-		m.resumed = false
 	case conformance.OpChange:
 		m.changes++
 		_ = unstructured.SetNestedField(m.obj.Object, strconv.Itoa(m.changes), "spec", s.Field)
@@ -167,15 +164,11 @@ func (m *mini) start() {
 	m.starts++
 	m.now = m.now.Add(time.Second)
 	m.started = m.now
-	m.resumed = false
 }
 
 func (m *mini) decide() cause.Decision {
 	if m.obj == nil {
 		return cause.Decision{}
-	}
-	if m.st.Handled == nil {
-		m.resumed = true // a new object is created, not resumed
 	}
 	spec := map[string]string{}
 	for k, v := range cause.Spec(m.obj) {
@@ -187,7 +180,9 @@ func (m *mini) decide() cause.Decision {
 			when[h.Name] = conformance.WhenHolds(spec)
 		}
 	}
-	return cause.Decide(cause.Input{Handlers: m.handlers, Object: m.obj, State: m.st, Resumed: m.resumed, Now: m.now, Started: m.started, When: when})
+	d := cause.Decide(cause.Input{Handlers: m.handlers, Object: m.obj, State: m.st, Now: m.now, Started: m.started, When: when})
+	m.st = d.State // as the engine keeps the records Decide updated
+	return d
 }
 
 // settle runs what is due until nothing is, the clock jumping to each
@@ -267,9 +262,6 @@ func (m *mini) run(c *cause.Cause) {
 	}
 	m.st.Succeeded(m.handlers, c, spec, 0, m.now)
 	m.archive[c.Key] = true
-	if c.Trigger == string(conformance.Resume) {
-		m.resumed = true // as the engine marks the object after a resume run
-	}
 }
 
 func (m *mini) see(c *cause.Cause, interrupted bool, outcome conformance.Outcome) {

@@ -62,19 +62,6 @@ type FieldMapping struct {
 	ObjectSchema, StorageObjectSchema *structuralschema.Structural
 }
 
-// HasConversion reports whether version declares a conversion to the
-// storage version (spec.resource.versions[i].conversion). Breaking-change
-// checks call it: a storage version changed to one whose schema differs
-// from the old one's needs the old version to declare its conversion.
-func (d *Definition) HasConversion(version string) bool {
-	for _, v := range d.Operator.Spec.Resource.Versions {
-		if v.Name == version {
-			return v.Conversion != nil
-		}
-	}
-	return false
-}
-
 // ConversionPath is the path at which the engine's webhook server serves
 // an operator's conversion webhook, /convert/<operator>: the path of the
 // URL or Service in the CRD's conversion clientConfig (CRDOptions).

@@ -26,6 +26,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/executor"
+	runpkg "github.com/opkit-dev/opkit/internal/run"
 	"github.com/opkit-dev/opkit/internal/webhook"
 )
 
@@ -180,8 +181,8 @@ func (e *Engine) admit(ctx context.Context, op *admitter, h *definition.Handler,
 	if err != nil {
 		return e.finishAdmission(ctx, run, policyAnswer(a, h, run.ID, "encoding the binding context: "+err.Error()), archive.Failed, log)
 	}
-	alog := &archiveLog{ctx: context.WithoutCancel(ctx), store: e.opts.Archive, id: run.ID}
-	ex := e.opts.Stubs.get(run.Operator, h.Name)
+	alog := runpkg.NewLog(context.WithoutCancel(ctx), e.opts.Archive, run.ID)
+	ex := e.opts.Stubs.Get(run.Operator, h.Name)
 	if ex == nil {
 		ex = op.execs[h.Name]
 	}
@@ -193,7 +194,7 @@ func (e *Engine) admit(ctx context.Context, op *admitter, h *definition.Handler,
 	runCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	go func() {
 		defer cancel()
-		res, err := ex.Run(logr.NewContext(runCtx, log), executor.Request{
+		res, err := ex.Run(runCtx, executor.Request{
 			RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: 1, Input: input, Timeout: budget, Log: alog,
 			Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Namespace: run.Namespace, Name: run.Name, UID: u.GetUID()},
 			// Recorded, not kept on run: the answer may not wait for this
@@ -266,7 +267,7 @@ func (e *Engine) finishAdmission(ctx context.Context, run *archive.Run, resp *ad
 	if err := e.opts.Archive.Finish(context.WithoutCancel(ctx), run); err != nil {
 		log.Error(err, "recording the end of an admission call")
 	}
-	handlerMetrics().observe(run.Operator, run)
+	runpkg.Observe(run)
 	if e.opts.RunFinished != nil {
 		e.opts.RunFinished(*run)
 	}

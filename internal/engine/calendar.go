@@ -7,9 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/run"
 )
 
 // An operator with neither a custom resource nor a watch is a calendar:
@@ -54,7 +57,7 @@ func CalendarKey(handler string) string { return "schedule/" + handler }
 // startCalendar starts an operator's operator-wide schedules.
 func (e *Engine) startCalendar(d *definition.Definition) (*operator, error) {
 	ctx, cancel := context.WithCancel(e.ctx)
-	rn, err := newRunner(ctx, d, e, e.mgr.GetEventRecorder("opkit"))
+	rn, err := newRunner(ctx, d, e, e.mgr.GetEventRecorder("opkit"), nil)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -76,14 +79,14 @@ func (e *Engine) startCalendar(d *definition.Definition) (*operator, error) {
 	// A schedule never run before starts with the slot after now, read
 	// before the loops start: a clock stepped once startCalendar returned
 	// counts for them.
-	now := rn.clock.Now()
+	now := e.opts.Clock.Now()
 	for _, h := range d.Handlers {
 		if h.Fires(v1alpha1.OnSchedule) {
 			from := last[CalendarKey(h.Name)]
 			if from.IsZero() {
 				from = now
 			}
-			loops.Go(func() { rn.calendar(ctx, h, from) })
+			loops.Go(func() { e.calendar(ctx, rn, d, h, from) })
 		}
 	}
 	go func() {
@@ -93,10 +96,11 @@ func (e *Engine) startCalendar(d *definition.Definition) (*operator, error) {
 	return op, nil
 }
 
-// calendar runs h's slots until ctx ends; last is the last slot handled
-// before, or the time the schedule started from.
-func (rn *runner) calendar(ctx context.Context, h *definition.Handler, last time.Time) {
-	log := rn.log.WithValues("handler", h.Name)
+// calendar runs h's slots with rn until ctx ends; last is the last slot
+// handled before, or the time the schedule started from.
+func (e *Engine) calendar(ctx context.Context, rn *run.Runner, d *definition.Definition, h *definition.Handler, last time.Time) {
+	log := e.mgr.GetLogger().WithValues("operator", d.Operator.Name, "handler", h.Name)
+	clk := e.opts.Clock
 	for {
 		slot, err := h.NextSlot(last)
 		if err != nil {
@@ -104,27 +108,27 @@ func (rn *runner) calendar(ctx context.Context, h *definition.Handler, last time
 			return
 		}
 		// Slots are Options.Clock's times (clock.go).
-		if !sleepUntil(ctx, rn.clock, rn.steps, slot) {
+		if !run.SleepUntil(ctx, clk, &e.clockSteps, slot) {
 			return
 		}
-		latest, run, skipped := catchUp(h, slot, rn.clock.Now())
+		latest, due, skipped := catchUp(h, slot, clk.Now())
 		switch {
-		case skipped > 0 && run:
+		case skipped > 0 && due:
 			log.Info(fmt.Sprintf("schedule: %d slot(s) came due while no run could start; skipped, and the latest, %s, runs now (catchUp: %s)", skipped, latest.UTC().Format(time.RFC3339), h.CatchUp))
 		case skipped > 0:
 			log.Info(fmt.Sprintf("schedule: %d slot(s) came due while no run could start; skipped (catchUp: %s)", skipped, h.CatchUp))
 		}
-		if run {
-			rn.runSlot(ctx, h, latest)
+		if due {
+			runSlot(ctx, rn, d, h, latest, log)
 			if ctx.Err() != nil {
 				return // the engine stops: the slot is not handled
 			}
 		}
 		last = latest
 		rec, _ := json.Marshal(calendarRecord{Slot: latest.UTC()})
-		if err := rn.archive.PutState(context.WithoutCancel(ctx), &archive.State{
-			Operator: rn.def.Operator.Name, Key: CalendarKey(h.Name), APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind,
-			Name: rn.def.Operator.Name, Data: rec, UpdatedAt: time.Now().UTC(),
+		if err := e.opts.Archive.PutState(context.WithoutCancel(ctx), &archive.State{
+			Operator: d.Operator.Name, Key: CalendarKey(h.Name), APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind,
+			Name: d.Operator.Name, Data: rec, UpdatedAt: time.Now().UTC(),
 		}); err != nil {
 			log.Error(err, "recording the slot handled; after a restart its run is found in the archive and not repeated", "slot", latest)
 		}
@@ -153,41 +157,13 @@ func catchUp(h *definition.Handler, due, now time.Time) (latest time.Time, run b
 	return latest, run, skipped
 }
 
-// scheduleContext is the binding context's schedule of an operator-wide
-// schedule's run.
-type scheduleContext struct {
-	// Slot is the time the run is for, RFC 3339.
-	Slot string `json:"slot"`
-}
-
 // runSlot runs one slot of h, retried by its policy, unless a run of the
 // slot succeeded already.
-func (rn *runner) runSlot(ctx context.Context, h *definition.Handler, slot time.Time) {
-	rn.runForOperator(ctx, operatorRun{
-		handler: h, trigger: v1alpha1.OnSchedule, uid: string(rn.def.Operator.UID),
-		key:     fmt.Sprintf("%s/schedule/%s/%d", rn.def.Operator.Name, h.Name, slot.Unix()),
-		log:     rn.log.WithValues("handler", h.Name, "slot", slot.UTC().Format(time.RFC3339)),
-		context: func(bc *bindingContext) { bc.Schedule = &scheduleContext{Slot: slot.UTC().Format(time.RFC3339)} },
+func runSlot(ctx context.Context, rn *run.Runner, d *definition.Definition, h *definition.Handler, slot time.Time, log logr.Logger) {
+	rn.RunForOperator(ctx, run.OperatorRun{
+		Handler: h, Trigger: v1alpha1.OnSchedule, UID: string(d.Operator.UID),
+		Key:      fmt.Sprintf("%s/schedule/%s/%d", d.Operator.Name, h.Name, slot.UTC().Unix()),
+		Log:      log.WithValues("slot", slot.UTC().Format(time.RFC3339)),
+		Schedule: &run.ScheduleContext{Slot: slot.UTC().Format(time.RFC3339)},
 	})
-}
-
-// operatorEvent posts an Event on the Operator, when it is one read from
-// the cluster; an Operator from a file has no object to post on.
-func (rn *runner) operatorEvent(eventType, reason, runID, message string) {
-	if rn.def.Operator.UID == "" {
-		return
-	}
-	rn.events.Eventf(rn.def.Operator, nil, eventType, reason, runAction(runID), "%s", message)
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

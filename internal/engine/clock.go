@@ -1,13 +1,6 @@
 package engine
 
-import (
-	"context"
-	"sync"
-	"time"
-
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/clock"
-)
+import "github.com/opkit-dev/opkit/internal/run"
 
 // What the definitions schedule is timed by Options.Clock: per-object
 // schedules and requeues, the retry delays of failed runs (of objects and
@@ -23,32 +16,6 @@ import (
 // again (a reconcile decides from the clock's time) and wakes the waits
 // of operator-wide schedules and operator runs.
 
-// clockSteps tells the waits on the clock that it was stepped.
-type clockSteps struct {
-	mu sync.Mutex
-	ch chan struct{} // closed at the next step
-}
-
-// next returns a channel closed at the next step.
-func (s *clockSteps) next() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch == nil {
-		s.ch = make(chan struct{})
-	}
-	return s.ch
-}
-
-// step wakes the waits.
-func (s *clockSteps) step() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch != nil {
-		close(s.ch)
-		s.ch = nil
-	}
-}
-
 // ClockStepped tells the engine that Options.Clock was moved on (a
 // testing FakeClock stepped): it reconciles every object of every
 // operator it runs, which runs what came due by the clock's new time (a
@@ -58,9 +25,9 @@ func (s *clockSteps) step() {
 // for real time to pass. With the real clock it is harmless: a reconcile
 // of an object with nothing due writes nothing.
 func (e *Engine) ClockStepped() {
-	e.clockSteps.step()
+	e.clockSteps.Step()
 	e.mu.Lock()
-	runners := make([]*runner, 0, len(e.running))
+	runners := make([]*run.Runner, 0, len(e.running))
 	for _, op := range e.running {
 		if op.runner != nil {
 			runners = append(runners, op.runner)
@@ -68,45 +35,6 @@ func (e *Engine) ClockStepped() {
 	}
 	e.mu.Unlock()
 	for _, rn := range runners {
-		rn.wakeAll()
-	}
-}
-
-// wakeAll reconciles every object the runner knows.
-func (rn *runner) wakeAll() {
-	rn.mu.Lock()
-	objs := make([]*unstructured.Unstructured, 0, len(rn.objects))
-	for key := range rn.objects {
-		u := &unstructured.Unstructured{}
-		u.SetNamespace(key.Namespace)
-		u.SetName(key.Name)
-		objs = append(objs, u)
-	}
-	rn.mu.Unlock()
-	for _, u := range objs {
-		rn.wakeUp(u)
-	}
-}
-
-// sleepUntil waits until the clock shows at, or until ctx ends; it
-// reports whether at came. A timer of a fake clock set just after the
-// clock was stepped would fire a step late: a step wakes the wait, which
-// looks at the clock again.
-func sleepUntil(ctx context.Context, clk clock.Clock, steps *clockSteps, at time.Time) bool {
-	for {
-		stepped := steps.next()
-		wait := at.Sub(clk.Now())
-		if wait <= 0 {
-			return true
-		}
-		t := clk.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		case <-t.C():
-		case <-stepped:
-			t.Stop()
-		}
+		rn.WakeAll()
 	}
 }

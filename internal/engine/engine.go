@@ -139,7 +139,7 @@
 // calendars (clock.go). Options.Stubs replaces handlers' actions with
 // executors of the test's own, such as executor.Canned; their runs are
 // otherwise real: archived, retried, Stalled, their results written
-// (stubs.go).
+// (package run's Stubs).
 //
 // # Metrics and health
 //
@@ -183,6 +183,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/run"
 	"github.com/opkit-dev/opkit/internal/webhook"
 )
 
@@ -228,7 +229,7 @@ type Engine struct {
 	// deliveries for them are answered 503, not 404.
 	restarting map[string]bool
 	// clockSteps wakes the waits on Options.Clock at ClockStepped (clock.go).
-	clockSteps clockSteps
+	clockSteps run.ClockSteps
 	// migrations are the storage migrations in flight, by CRD (migrate.go).
 	migrations migrations
 }
@@ -238,7 +239,7 @@ type operator struct {
 	def    *definition.Definition
 	cancel context.CancelFunc
 	done   chan struct{}
-	runner *runner // nil without handlers
+	runner *run.Runner // nil without handlers
 	// events handles the deliveries of its sources; nil without sources.
 	events *eventQueue
 	// conditions are its custom resources' conditions, for the gauges
@@ -456,7 +457,7 @@ func (o *operator) stop() {
 	case <-time.After(stopGrace):
 	}
 	if o.runner != nil {
-		o.runner.wait()
+		o.runner.Wait()
 	}
 }
 
@@ -734,18 +735,21 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	r := &reconciler{
 		def: d, client: e.client, reader: e.mgr.GetAPIReader(), scopes: &scopes{mapper: e.mgr.GetRESTMapper()}, metadata: e.metadata,
 		events: e.mgr.GetEventRecorder("opkit"), related: newRelatedIndex(), conditions: newConditionTable(),
-		namespace: e.opts.Namespace, writes: newOwnWrites(),
+		namespace: e.opts.Namespace, memory: run.NewMemory(false),
 	}
+	// One memory forgets an object gone: what the runner, the related
+	// index, the gauges and the state machine keep of it.
+	r.memory.Also(r.related, r.conditions)
 	if r.states = newStates(d, e, r.events); r.states != nil {
-		r.states.writes = r.writes
+		r.states.memory = r.memory
+		r.memory.Also(r.states)
 	}
 	if len(d.Handlers) > 0 {
 		var err error
-		if r.runner, err = newRunner(ctx, d, e, r.events); err != nil {
+		if r.runner, err = newRunner(ctx, d, e, r.events, r.memory); err != nil {
 			cancel()
 			return nil, err
 		}
-		r.runner.writes = r.writes
 	}
 	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.options(r, e.opts.Workers))
 	if err != nil {
@@ -760,7 +764,7 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	}
 	if r.runner != nil {
 		// A run's end wakes its object.
-		if err := c.Watch(source.Channel(r.runner.wake, &handler.EnqueueRequestForObject{})); err != nil {
+		if err := c.Watch(source.Channel(r.runner.Wakes(), &handler.EnqueueRequestForObject{})); err != nil {
 			cancel()
 			return nil, err
 		}
@@ -785,7 +789,7 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 			return nil, err
 		}
 	}
-	if r.runner.hasDelete() {
+	if r.runner.HasDelete() {
 		if err := e.startFinalizerController(ctx, r); err != nil {
 			cancel()
 			return nil, err

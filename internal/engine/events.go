@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/run"
 	"github.com/opkit-dev/opkit/internal/source"
 )
 
@@ -39,27 +39,11 @@ import (
 // eventWorkers is how many deliveries an operator handles at once.
 const eventWorkers = 4
 
-// eventContext is the binding context's event: the delivery a run on
-// event handles.
-type eventContext struct {
-	// ID is the archive's id of the delivery (opkit events show ID).
-	ID     string `json:"id"`
-	Source string `json:"source"`
-	// DeliveryID is the sender's id of it; Event what it says it is.
-	DeliveryID string `json:"deliveryId,omitempty"`
-	Event      string `json:"event,omitempty"`
-	ReceivedAt string `json:"receivedAt"`
-	// Headers by lower-case name, first value, credentials redacted.
-	Headers map[string]string `json:"headers"`
-	// Payload is the body, as received.
-	Payload json.RawMessage `json:"payload"`
-}
-
 // eventQueue is an operator's accepted deliveries waiting for a worker.
 type eventQueue struct {
 	e    *Engine
 	def  *definition.Definition
-	rn   *runner // nil for an operator without handlers
+	rn   *run.Runner // nil for an operator without handlers
 	log  logr.Logger
 	ctx  context.Context
 	stop context.CancelFunc
@@ -73,7 +57,7 @@ type eventQueue struct {
 
 // startEvents starts the event workers of an operator with sources: they
 // first take its Pending deliveries from the archive, oldest first.
-func (e *Engine) startEvents(d *definition.Definition, rn *runner) (*eventQueue, error) {
+func (e *Engine) startEvents(d *definition.Definition, rn *run.Runner) (*eventQueue, error) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	q := &eventQueue{
 		e: e, def: d, rn: rn, log: e.mgr.GetLogger().WithValues("operator", d.Operator.Name),
@@ -186,26 +170,26 @@ func (q *eventQueue) handle(d archive.Delivery) {
 	if id == "" {
 		id = d.ID
 	}
-	ev := &eventContext{
+	ev := &run.EventContext{
 		ID: d.ID, Source: d.Source, DeliveryID: d.DeliveryID, Event: d.Event, ReceivedAt: d.ReceivedAt.UTC().Format(time.RFC3339Nano),
 		Headers: headers, Payload: d.Payload,
 	}
 	for _, h := range src.Handlers {
-		out := q.rn.runForOperator(ctx, operatorRun{
-			handler: h, trigger: v1alpha1.OnEvent, uid: d.ID,
-			key:     fmt.Sprintf("%s/event/%s/%s/%s", q.def.Operator.Name, d.Source, id, h.Name),
-			log:     log.WithValues("handler", h.Name),
-			context: func(bc *bindingContext) { bc.Event = ev },
+		out := q.rn.RunForOperator(ctx, run.OperatorRun{
+			Handler: h, Trigger: v1alpha1.OnEvent, UID: d.ID,
+			Key:   fmt.Sprintf("%s/event/%s/%s/%s", q.def.Operator.Name, d.Source, id, h.Name),
+			Log:   log.WithValues("handler", h.Name),
+			Event: ev,
 		})
-		if out.stopped {
+		if out.Stopped {
 			return // Pending: the next start handles it
 		}
-		if out.run != nil && out.run.Outcome == archive.GaveUp {
-			d.Outcome, d.Reason = archive.DeliveryFailed, fmt.Sprintf("handler %s gave up: %s", h.Name, out.run.Error)
+		if out.Run != nil && out.Run.Outcome == archive.GaveUp {
+			d.Outcome, d.Reason = archive.DeliveryFailed, fmt.Sprintf("handler %s gave up: %s", h.Name, out.Run.Error)
 			break
 		}
-		if out.refuse != "" {
-			d.Reason = fmt.Sprintf("refused by handler %s: %s", h.Name, out.refuse)
+		if out.Refuse != "" {
+			d.Reason = fmt.Sprintf("refused by handler %s: %s", h.Name, out.Refuse)
 			break
 		}
 	}
@@ -230,7 +214,7 @@ func (q *eventQueue) finish(ctx context.Context, d *archive.Delivery, log logr.L
 			return
 		}
 		log.Error(err, "recording the delivery's end; tried again in 5s")
-		if !sleep(ctx, notRecordedRetry) {
+		if !run.Sleep(ctx, 5*time.Second) {
 			return
 		}
 	}
@@ -285,12 +269,12 @@ func (q *eventQueue) applyObject(ctx context.Context, src *definition.EventSourc
 		case err == nil:
 			return name, nil
 		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) || apierrors.IsNotFound(err):
-			return "", fmt.Errorf("applying %s: %s", name, apiMessage(err))
+			return "", fmt.Errorf("applying %s: %s", name, run.APIMessage(err))
 		case attempt >= objectAttempts:
-			return "", fmt.Errorf("applying %s, %d attempts: %s", name, attempt, apiMessage(err))
+			return "", fmt.Errorf("applying %s, %d attempts: %s", name, attempt, run.APIMessage(err))
 		}
 		log.Error(err, "applying the source's object; tried again", "object", name, "in", delay)
-		if !sleep(ctx, delay) {
+		if !run.Sleep(ctx, delay) {
 			return "", ctx.Err()
 		}
 		delay *= 2

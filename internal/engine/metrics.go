@@ -11,8 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
-	"github.com/opkit-dev/opkit/internal/archive"
-	"github.com/opkit-dev/opkit/internal/cause"
+	"github.com/opkit-dev/opkit/internal/run"
 )
 
 // The metrics are registered in controller-runtime's registry
@@ -21,16 +20,9 @@ import (
 // workqueue_depth{name="operator-<name>"}) on Options.MetricsAddr
 // (health.go). docs/metrics.md describes each one.
 
-// runMetrics are the handler metrics.
-type runMetrics struct {
-	runs     *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-	inFlight *prometheus.GaugeVec
-	retries  *prometheus.CounterVec
-	// queued are the runs waiting for a slot; queueWait how long a run
-	// waited, from the moment it was due to its start.
-	queued    *prometheus.GaugeVec
-	queueWait *prometheus.HistogramVec
+// engineMetrics are the engine's own metrics; the run metrics are
+// package run's.
+type engineMetrics struct {
 	// apiReachable is 1 while the API server answers /readyz.
 	apiReachable prometheus.Gauge
 	// archiveWritable is 0 while the archive refuses to record runs.
@@ -43,63 +35,33 @@ type runMetrics struct {
 
 var (
 	metricsOnce sync.Once
-	theMetrics  *runMetrics
+	theMetrics  *engineMetrics
 )
 
-// handlerMetrics returns the metrics, registered once per process.
-func handlerMetrics() *runMetrics {
+// handlerMetrics returns the engine's metrics, registered once per
+// process with the run metrics.
+func handlerMetrics() *engineMetrics {
 	metricsOnce.Do(func() {
-		theMetrics = &runMetrics{
-			runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "opkit_runs_total", Help: "Handler runs by operator, handler and outcome.",
-			}, []string{"operator", "handler", "outcome"}),
-			duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-				Name: "opkit_run_duration_seconds", Help: "Duration of handler runs.",
-				Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
-			}, []string{"operator", "handler"}),
-			inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-				Name: "opkit_runs_in_flight", Help: "Handler runs in progress.",
-			}, []string{"operator"}),
-			retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "opkit_run_retries_total", Help: "Failed runs that were scheduled for a retry.",
-			}, []string{"operator", "handler"}),
-			queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-				Name: "opkit_runs_queued", Help: "Handler runs waiting for a free slot.",
-			}, []string{"operator"}),
-			queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-				Name: "opkit_run_queue_seconds", Help: "Time from a run coming due to its start.",
-				Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900},
-			}, []string{"operator"}),
+		run.RegisterMetrics()
+		theMetrics = &engineMetrics{
 			apiReachable: prometheus.NewGauge(prometheus.GaugeOpts{
 				Name: "opkit_api_reachable", Help: "1 while the API server answers the engine's /readyz checks, else 0.",
 			}),
+			archiveWritable: prometheus.NewGauge(prometheus.GaugeOpts{
+				Name: "opkit_archive_writable", Help: "0 while the run archive refuses to record runs, else 1.",
+			}),
+			deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "opkit_webhook_deliveries_total", Help: "Webhook deliveries answered by a source, by the status answered: 202 accepted, 200 filtered out, 401, 409, 413, 415, 400 refused, 503 not verifiable or recordable now.",
+			}, []string{"operator", "source", "code"}),
+			leader: prometheus.NewGauge(prometheus.GaugeOpts{
+				Name: "opkit_leader", Help: "1 while this engine acts (it holds the Lease, or runs without leader election), 0 while it is a standby.",
+			}),
 		}
-		theMetrics.archiveWritable = prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "opkit_archive_writable", Help: "0 while the run archive refuses to record runs, else 1.",
-		})
-		theMetrics.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "opkit_webhook_deliveries_total", Help: "Webhook deliveries answered by a source, by the status answered: 202 accepted, 200 filtered out, 401, 409, 413, 415, 400 refused, 503 not verifiable or recordable now.",
-		}, []string{"operator", "source", "code"})
-		theMetrics.leader = prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "opkit_leader", Help: "1 while this engine acts (it holds the Lease, or runs without leader election), 0 while it is a standby.",
-		})
 		theMetrics.apiReachable.Set(1)
 		theMetrics.archiveWritable.Set(1)
-		metrics.Registry.MustRegister(theMetrics.runs, theMetrics.duration, theMetrics.inFlight, theMetrics.retries, theMetrics.queued, theMetrics.queueWait, theMetrics.apiReachable, theMetrics.archiveWritable, theMetrics.deliveries, theMetrics.leader)
+		metrics.Registry.MustRegister(theMetrics.apiReachable, theMetrics.archiveWritable, theMetrics.deliveries, theMetrics.leader)
 	})
 	return theMetrics
-}
-
-// forOperator makes the operator's run gauges show 0 before its first
-// run, rather than nothing.
-func (m *runMetrics) forOperator(operator string) {
-	m.inFlight.WithLabelValues(operator)
-	m.queued.WithLabelValues(operator)
-}
-
-func (m *runMetrics) observe(operator string, r *archive.Run) {
-	m.runs.WithLabelValues(operator, r.Handler, string(r.Outcome)).Inc()
-	m.duration.WithLabelValues(operator, r.Handler).Observe(r.FinishedAt.Sub(r.StartedAt).Seconds())
 }
 
 // gaugedConditions are the conditions opkit_objects counts, in the order
@@ -157,8 +119,8 @@ func (t *conditionTable) record(cr *unstructured.Unstructured) {
 	t.mu.Unlock()
 }
 
-// forget drops an object that is gone.
-func (t *conditionTable) forget(key types.NamespacedName) {
+// Forget drops an object that is gone.
+func (t *conditionTable) Forget(key types.NamespacedName) {
 	if t == nil {
 		return
 	}
@@ -231,25 +193,14 @@ func (t *conditionTable) addTo(c *objectCounts) {
 }
 
 // addWatchedTo counts a watch operator's objects into c: those it has
-// handler state for, Stalled as package cause says of a custom resource
-// (a handler gave up on the object's current count of observed changes).
-func (rn *runner) addWatchedTo(c *objectCounts) {
+// handler state for, with Stalled only.
+func addWatchedTo(c *objectCounts, rn *run.Runner) {
 	c.stalledOnly = true
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	view := &unstructured.Unstructured{Object: map[string]any{}}
-	for _, o := range rn.objects {
-		st := o.written
-		if st == nil {
-			continue
-		}
+	rn.EachWatched(func(stalled bool) {
 		var oc objectConditions
-		if st.Observed != nil {
-			view.SetGeneration(st.Observed.Generation)
-			oc.isTrue[stalledIndex] = cause.Stalled(rn.def.Handlers, view, st) != ""
-		}
+		oc.isTrue[stalledIndex] = stalled
 		c.add(oc)
-	}
+	})
 }
 
 // engines are the engines whose Run runs, which the object gauges read.
@@ -292,7 +243,7 @@ func (objectsCollector) Describe(ch chan<- *prometheus.Desc) {
 func (objectsCollector) Collect(ch chan<- prometheus.Metric) {
 	type source struct {
 		table  *conditionTable
-		runner *runner // of a watch operator
+		runner *run.Runner // of a watch operator
 	}
 	sources := map[string][]source{}
 	engines.Lock()
@@ -316,7 +267,7 @@ func (objectsCollector) Collect(ch chan<- prometheus.Metric) {
 			if s.table != nil {
 				s.table.addTo(&c)
 			} else {
-				s.runner.addWatchedTo(&c)
+				addWatchedTo(&c, s.runner)
 			}
 		}
 		for i, cond := range gaugedConditions {

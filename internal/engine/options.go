@@ -122,7 +122,7 @@ type Options struct {
 	// the engine's host, as those without an image.
 	Runners executor.Dispatcher
 	// Stubs, when set, replaces the actions of the handlers it names with
-	// its executors, for tests (stubs.go); it may change while the engine
+	// its executors, for tests (package run's Stubs); it may change while the engine
 	// runs. Defaults to none.
 	Stubs *Stubs
 	// AllowBreaking makes Apply change an installed CRD even where the

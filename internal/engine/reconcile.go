@@ -28,6 +28,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/run"
 )
 
 type reconciler struct {
@@ -39,8 +40,8 @@ type reconciler struct {
 	// answers (see apply).
 	metadata metadata.Interface
 	events   events.EventRecorder
-	runner   *runner // nil without handlers
-	states   *states // nil without states (states.go)
+	runner   *run.Runner // nil without handlers
+	states   *states     // nil without states (states.go)
 	// related indexes what each custom resource refers to.
 	related *relatedIndex
 	// conditions keeps each object's conditions for the gauges (metrics.go).
@@ -48,11 +49,11 @@ type reconciler struct {
 	// namespace is Options.Namespace: children and related objects
 	// elsewhere are refused (scope.go).
 	namespace string
-	// writes is the engine's memory of its own writes to the custom
-	// resources (ownwrites.go): each reconcile reads its object through
-	// it, so that a status written is not written twice while the cache
-	// does not show it, and a run sees every earlier write.
-	writes *ownWrites
+	// memory is the operator's per-object memory (package run): each
+	// reconcile reads its object through it (read-your-writes), so that
+	// a status written is not written twice while the cache does not show
+	// it, and a run sees every earlier write; it forgets an object gone.
+	memory *run.Memory
 }
 
 var _ reconcile.Reconciler = &reconciler{}
@@ -64,19 +65,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.client.Get(ctx, req.NamespacedName, cr); err != nil {
 		// Gone: its children are garbage-collected through their ownerReferences.
 		if apierrors.IsNotFound(err) {
-			r.writes.forget(req.NamespacedName)
-			r.related.forget(req.NamespacedName)
-			r.conditions.forget(req.NamespacedName)
-			if r.states != nil {
-				r.states.forget(req.NamespacedName)
-			}
-			if r.runner != nil {
-				r.runner.forget(req.NamespacedName)
-			}
+			r.memory.Forget(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	cr = r.writes.newest(cr) // read-your-writes: the cache may not show the last write yet
+	cr = r.memory.Newest(cr) // read-your-writes: the cache may not show the last write yet
 	r.conditions.record(cr)
 	fin := FinalizerName(r.def.Operator.Name)
 	holds := slices.Contains(cr.GetFinalizers(), fin)
@@ -93,7 +86,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	// The finalizer comes before any other side effect, so that no
 	// deletion can pass unseen.
-	if wants := r.runner.hasDelete(); wants != holds {
+	if wants := r.runner.HasDelete(); wants != holds {
 		return r.patchFinalizer(ctx, cr, fin, wants)
 	}
 	vars := definition.Vars{Self: cr.Object, Children: map[string]map[string]any{}, Related: map[string]any{}}
@@ -146,22 +139,22 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.pruneInventory(ctx, cr, inventory, keep); err != nil {
 		failure = errors.Join(failure, err)
 	}
-	var step *stepResult
+	var step *run.Step
 	if r.runner != nil {
 		var err error
-		if step, err = r.runner.step(ctx, cr, vars); err != nil {
+		if step, err = r.runner.Step(ctx, cr, vars); err != nil {
 			failure = errors.Join(failure, err)
-		} else if step.requeue > 0 && (requeue == 0 || step.requeue < requeue) {
-			requeue = step.requeue
+		} else if step.Requeue > 0 && (requeue == 0 || step.Requeue < requeue) {
+			requeue = step.Requeue
 		}
-		if step != nil && step.wrote {
+		if step != nil && step.Wrote {
 			vars.Self = sv.self(cr.Object) // the guards and status fields read what the run wrote
 		}
 	}
 	if sv != nil && (r.runner == nil || step != nil) {
 		var handlers *cause.State
 		if step != nil {
-			handlers = step.state
+			handlers = step.State
 		}
 		if wait := r.states.step(cr, sv, &vars, handlers); wait > 0 && (requeue == 0 || wait < requeue) {
 			requeue = wait // the state's timeout
@@ -175,7 +168,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if written != nil {
 			self = written.Object
 		}
-		r.runner.launch(step.start, self)
+		r.runner.Launch(step.Start, self)
 	}
 	if sv != nil {
 		if serr := r.states.after(ctx, cr, sv, err == nil); serr != nil {
@@ -365,8 +358,8 @@ func (r *reconciler) recreate(ctx context.Context, cr *unstructured.Unstructured
 
 // updateStatus writes the status fields, observedGeneration and the
 // conditions, only when they changed. It returns the object as its write
-// left it, also recorded in r.writes; nil when it wrote nothing.
-func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error, step *stepResult, sv *visit) (*unstructured.Unstructured, error) {
+// left it, also recorded in r.memory; nil when it wrote nothing.
+func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error, step *run.Step, sv *visit) (*unstructured.Unstructured, error) {
 	// Read, not copied: nothing below changes what oldStatus holds.
 	oldStatus, _ := cr.Object["status"].(map[string]any)
 	status := make(map[string]any, len(oldStatus)+len(r.def.Status)+3)
@@ -396,7 +389,7 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 		own["children"] = genericInventory(inventory)
 	}
 	if step != nil {
-		step.state.WriteTo(own)
+		step.State.WriteTo(own)
 	}
 	if len(own) == 0 {
 		delete(status, "opkit")
@@ -410,8 +403,8 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ReconcileFailed", truncate(failure.Error())
 	case len(waiting) > 0:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenPending", "waiting for: "+strings.Join(waiting, ", ")
-	case step != nil && step.stalled != "":
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "Stalled", step.stalled
+	case step != nil && step.Stalled != "":
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "Stalled", step.Stalled
 	case len(notReady) > 0:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenNotReady", "not ready: "+strings.Join(notReady, ", ")
 	}
@@ -424,7 +417,7 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	if step != nil {
 		set = append(set, stalledCondition(step))
 	}
-	if step != nil && step.paused {
+	if step != nil && step.Paused {
 		set = append(set, metav1.Condition{Type: v1alpha1.ConditionPaused, Status: metav1.ConditionTrue, Reason: "PausedByAnnotation",
 			Message: "handlers are paused: no run starts until the annotation " + v1alpha1.PauseAnnotation + " is removed"})
 	} else {
@@ -440,7 +433,7 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	}
 	status["conditions"] = conditionValues(conds)
 	if sameValue(oldStatus, status) {
-		return nil, nil // also a status written already: cr is read through r.writes
+		return nil, nil // also a status written already: cr is read through r.memory
 	}
 	// Only what this reconcile changes is written: the object read may be
 	// older than a handler's result, whose status fields a whole-status
@@ -474,7 +467,7 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	written.Object["metadata"] = maps.Clone(md)
 	written.Object["status"] = status
 	written.SetResourceVersion(answer.GetResourceVersion())
-	r.writes.record(written.DeepCopy()) // cr's maps are shared, and its caller's
+	r.memory.Record(written.DeepCopy()) // cr's maps are shared, and its caller's
 	return written, nil
 }
 
@@ -653,9 +646,9 @@ func normalize(v any) any {
 	return out
 }
 
-func truncate(s string) string {
-	if len(s) > 1024 {
-		return s[:1021] + "..."
+func stalledCondition(step *run.Step) metav1.Condition {
+	if step.Stalled != "" {
+		return metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: "HandlerGaveUp", Message: truncate(step.Stalled)}
 	}
-	return s
+	return metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: "NoStalledHandler", Message: "no handler has given up"}
 }

@@ -108,8 +108,8 @@ func (x *relatedIndex) set(cr types.NamespacedName, refs []relatedRef) {
 	}
 }
 
-// forget drops a custom resource that is gone.
-func (x *relatedIndex) forget(cr types.NamespacedName) {
+// Forget drops a custom resource that is gone.
+func (x *relatedIndex) Forget(cr types.NamespacedName) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.dropLocked(cr)

@@ -15,6 +15,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/executor"
+	"github.com/opkit-dev/opkit/internal/run"
 )
 
 // The JSON Schemas in docs/schemas describe what the code does: a binding
@@ -45,16 +46,16 @@ func TestBindingContextMatchesItsSchema(t *testing.T) {
 	s := loadSchema(t, "../../docs/schemas/binding-context.schema.json")
 	old := map[string]any{"text": "a", "size": int64(1)}
 	cur := map[string]any{"text": "b", "color": "red"}
-	ctx := bindingContext{
+	ctx := run.BindingContext{
 		Operator: "printer", Handler: "announce", Trigger: "update", RunID: archive.NewID(nowForTest()),
 		IdempotencyKey: "0b6a3f2e-1c1d-4b8e-9a39-2f1d7f4b1a11/3/announce", Attempt: 2,
 		Object: map[string]any{"apiVersion": "demo.example.com/v1", "kind": "Printer", "metadata": map[string]any{"name": "p"}, "spec": cur},
 		Old:    old, Diff: cause.Diff(old, cur),
-		Children: redactSecrets(map[string]map[string]any{
+		Children: run.RedactSecrets(map[string]map[string]any{
 			"pod":    {"apiVersion": "v1", "kind": "Pod"},
 			"secret": {"apiVersion": "v1", "kind": "Secret", "data": map[string]any{"password": "c2VjcmV0"}},
 		}),
-		Related: redactRelatedSecrets(map[string]any{
+		Related: run.RedactRelatedSecrets(map[string]any{
 			"app":  map[string]any{"apiVersion": "apps/v1", "kind": "Deployment"},
 			"keys": []any{map[string]any{"apiVersion": "v1", "kind": "Secret", "data": map[string]any{"k": "dg=="}}},
 		}),
@@ -73,10 +74,10 @@ func TestBindingContextMatchesItsSchema(t *testing.T) {
 	if err := validates(s, create); err != nil {
 		t.Errorf("a create context does not match: %v", err)
 	}
-	event := bindingContext{
+	event := run.BindingContext{
 		Operator: "deployer", Handler: "acknowledge", Trigger: "event", RunID: archive.NewID(nowForTest()),
 		IdempotencyKey: "deployer/event/github/72d3162e/acknowledge", Attempt: 1,
-		Event: &eventContext{ID: archive.NewID(nowForTest()), Source: "github", DeliveryID: "72d3162e", Event: "issue_comment",
+		Event: &run.EventContext{ID: archive.NewID(nowForTest()), Source: "github", DeliveryID: "72d3162e", Event: "issue_comment",
 			ReceivedAt: nowForTest().Format(time.RFC3339Nano), Headers: map[string]string{"x-github-event": "issue_comment"},
 			Payload: json.RawMessage(`{"action": "created"}`)},
 	}

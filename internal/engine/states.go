@@ -24,6 +24,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/run"
 	"github.com/opkit-dev/opkit/internal/statemachine"
 )
 
@@ -57,8 +58,9 @@ type states struct {
 	events   events.EventRecorder
 	client   client.Client
 	console  string // the console's base URL, or ""
-	// writes is the reconciler's memory of its writes (ownwrites.go).
-	writes *ownWrites
+	// memory is the operator's per-object memory (package run): the
+	// decision annotation's removal is recorded in it.
+	memory *run.Memory
 
 	// recorded is, by object, the status.state.run known to be in the
 	// archive: the check that no transition is lost is made once per
@@ -152,19 +154,6 @@ func (v *visit) self(obj map[string]any) map[string]any {
 	return withState(obj, v.next, nil)
 }
 
-// visitOf is the cause.Visit of the status.state cur under machine m;
-// nil without states or a state.
-func visitOf(m *definition.StateMachine, cur *v1alpha1.ObjectState) *cause.Visit {
-	if m == nil || cur == nil {
-		return nil
-	}
-	v := &cause.Visit{Seq: cur.Seq, State: m.State(cur.Name)}
-	if cur.Seq > 1 && cur.From != "" {
-		v.Left = m.State(cur.From)
-	}
-	return v
-}
-
 // step decides the object's move after its children converged and its
 // handlers stepped (handlers is their state, nil for an Operator without
 // handlers); a move is put into vars.Self. It returns when to look again
@@ -173,7 +162,7 @@ func (s *states) step(cr *unstructured.Unstructured, v *visit, vars *definition.
 	if v.next != nil {
 		return 0 // initialized: the next reconcile steps from the initial state
 	}
-	cv := visitOf(s.machine, v.cur) // v.cur is what cr holds: a new object returned above
+	cv := cause.VisitOf(s.machine, v.cur) // v.cur is what cr holds: a new object returned above
 	var awaited []string
 	var run definition.Run
 	if handlers != nil && cv != nil {
@@ -399,8 +388,8 @@ func (s *states) deleting(ctx context.Context, cr *unstructured.Unstructured) er
 	return nil
 }
 
-// forget drops what is kept of an object that is gone.
-func (s *states) forget(key types.NamespacedName) {
+// Forget drops what is kept of an object that is gone.
+func (s *states) Forget(key types.NamespacedName) {
 	s.recorded.Delete(key)
 	s.waits.Delete(key)
 }
@@ -438,7 +427,7 @@ func (s *states) removeDecision(ctx context.Context, cr *unstructured.Unstructur
 	err := s.client.Patch(ctx, removed, client.RawPatch(types.JSONPatchType, patch))
 	switch {
 	case err == nil:
-		s.writes.record(removed) // a stale cache would show the decision again
+		s.memory.Record(removed) // a stale cache would show the decision again
 		return nil
 	case apierrors.IsNotFound(err):
 		return nil

@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,6 +31,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/run"
 )
 
 // A watch operator (spec.watch) reacts to objects of any kind that it
@@ -77,10 +78,14 @@ type watchReconciler struct {
 	cache  client.Reader // the operator's own watch
 	reader client.Reader // the API, uncached
 	client client.Client // writes opkit's finalizer (Watch.Finalizer) and nothing else
-	runner *runner
+	runner *run.Runner
 	store  archive.Recorder
+	log    logr.Logger // tagged with the operator
 	// cluster is watchRecord.Cluster for this cluster.
 	cluster string
+	events  events.EventRecorder
+	// namespace is Options.Namespace.
+	namespace string
 }
 
 var _ reconcile.Reconciler = &watchReconciler{}
@@ -109,26 +114,27 @@ func (e *Engine) startWatch(d *definition.Definition) (*operator, error) {
 	if err != nil {
 		return fail(fmt.Errorf("operator %s: the watch of %s: %w", d.Operator.Name, w.GVK.Kind, err))
 	}
-	rn, err := newRunner(ctx, d, e, e.mgr.GetEventRecorder("opkit"))
+	rn, err := newRunner(ctx, d, e, e.mgr.GetEventRecorder("opkit"), nil)
 	if err != nil {
 		return fail(err)
 	}
 	cluster := clusterID(ctx, e.mgr.GetAPIReader())
-	records, err := rn.preload(ctx, cluster)
+	r := &watchReconciler{def: d, cache: watchCache, reader: e.mgr.GetAPIReader(), client: e.client, runner: rn, store: e.opts.Archive, cluster: cluster,
+		log: e.mgr.GetLogger().WithValues("operator", d.Operator.Name), events: e.mgr.GetEventRecorder("opkit"), namespace: e.opts.Namespace}
+	records, err := r.preload(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("operator %s: reading its watched objects' state from the archive: %w", d.Operator.Name, err))
 	}
-	r := &watchReconciler{def: d, cache: watchCache, reader: e.mgr.GetAPIReader(), client: e.client, runner: rn, store: e.opts.Archive, cluster: cluster}
 	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.options(r, e.opts.Workers))
 	if err != nil {
 		return fail(err)
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(w.GVK)
-	if err := c.Watch(source.Kind[client.Object](watchCache, obj, rn.watchHandler())); err != nil {
+	if err := c.Watch(source.Kind[client.Object](watchCache, obj, r.watchHandler())); err != nil {
 		return fail(err)
 	}
-	if err := c.Watch(source.Channel(rn.wake, &handler.EnqueueRequestForObject{})); err != nil {
+	if err := c.Watch(source.Channel(rn.Wakes(), &handler.EnqueueRequestForObject{})); err != nil {
 		return fail(err)
 	}
 	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: rn}
@@ -136,7 +142,7 @@ func (e *Engine) startWatch(d *definition.Definition) (*operator, error) {
 	go func() {
 		defer close(cacheDone)
 		if err := watchCache.Start(ctx); err != nil && ctx.Err() == nil {
-			rn.log.Error(err, "the watch stopped", "kind", w.GVK.Kind)
+			r.log.Error(err, "the watch stopped", "kind", w.GVK.Kind)
 		}
 	}()
 	go func() {
@@ -152,11 +158,11 @@ func (e *Engine) startWatch(d *definition.Definition) (*operator, error) {
 				u := &unstructured.Unstructured{}
 				u.SetNamespace(key.Namespace)
 				u.SetName(key.Name)
-				rn.wakeUp(u)
+				rn.Wake(u)
 			}
 		}()
 		if err := c.Start(ctx); err != nil && ctx.Err() == nil {
-			rn.log.Error(err, "controller stopped")
+			r.log.Error(err, "controller stopped")
 		}
 	}()
 	return op, nil
@@ -164,7 +170,7 @@ func (e *Engine) startWatch(d *definition.Definition) (*operator, error) {
 
 // watchHandler enqueues each watched object's changes, and keeps the last
 // state of one deleted: its delete handlers' object.
-func (rn *runner) watchHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
+func (r *watchReconciler) watchHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}})
 	}
@@ -176,25 +182,14 @@ func (rn *runner) watchHandler() handler.TypedEventHandler[client.Object, reconc
 			enqueue(e.ObjectNew, q)
 		},
 		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if u, ok := e.Object.DeepCopyObject().(*unstructured.Unstructured); ok && rn.hasDelete() {
-				rn.lastSeen(u)
+			if u, ok := e.Object.DeepCopyObject().(*unstructured.Unstructured); ok && r.runner.HasDelete() {
+				r.runner.LastSeen(u)
 			}
 			enqueue(e.Object, q)
 		},
 		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			enqueue(e.Object, q)
 		},
-	}
-}
-
-// lastSeen keeps the final state of a deleted watched object, if the
-// runner knows the object.
-func (rn *runner) lastSeen(u *unstructured.Unstructured) {
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	key := types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}
-	if o := rn.objects[key]; o != nil && o.uid == u.GetUID() {
-		o.last = snapshot(u.Object)
 	}
 }
 
@@ -213,20 +208,19 @@ func clusterID(ctx context.Context, reader client.Reader) string {
 // kind and namespaces watched. A record of another kind or namespace is
 // dropped (the watch changed: the object is no longer watched, and is
 // forgotten without a delete run).
-func (rn *runner) preload(ctx context.Context, cluster string) ([]types.NamespacedName, error) {
-	states, err := rn.archive.States(ctx, rn.def.Operator.Name)
+func (r *watchReconciler) preload(ctx context.Context) ([]types.NamespacedName, error) {
+	states, err := r.store.States(ctx, r.def.Operator.Name)
 	if err != nil {
 		return nil, err
 	}
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
 	var keys []types.NamespacedName
+	var records []run.Preloaded
 	updated := map[types.NamespacedName]time.Time{}
 	for _, s := range states {
-		w := rn.def.Watch
+		w := r.def.Watch
 		namespaces := w.Namespaces
-		if rn.namespace != "" {
-			if s.Namespace != rn.namespace {
+		if r.namespace != "" {
+			if s.Namespace != r.namespace {
 				continue // another engine's, of another namespace (scope.go): kept
 			}
 			namespaces = nil // the engine's one namespace is watched
@@ -234,21 +228,21 @@ func (rn *runner) preload(ctx context.Context, cluster string) ([]types.Namespac
 		if gvk := schema.FromAPIVersionAndKind(s.APIVersion, s.Kind); gvk != w.GVK || len(namespaces) > 0 && !slices.Contains(namespaces, s.Namespace) {
 			// The operator watches another kind or other namespaces now:
 			// the object is no longer watched.
-			rn.log.Info("dropping the record of an object no longer watched", "kind", s.Kind, "namespace", s.Namespace, "name", s.Name)
-			if err := rn.archive.DeleteState(ctx, s.Operator, s.Key); err != nil {
+			r.log.Info("dropping the record of an object no longer watched", "kind", s.Kind, "namespace", s.Namespace, "name", s.Name)
+			if err := r.store.DeleteState(ctx, s.Operator, s.Key); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		var rec watchRecord
 		if err := json.Unmarshal(s.Data, &rec); err != nil || rec.State == nil {
-			rn.log.Error(err, "a watched object's record in the archive does not decode; it is dropped, and the object is new to the operator", "namespace", s.Namespace, "name", s.Name, "uid", s.Key)
-			if err := rn.archive.DeleteState(ctx, s.Operator, s.Key); err != nil {
+			r.log.Error(err, "a watched object's record in the archive does not decode; it is dropped, and the object is new to the operator", "namespace", s.Namespace, "name", s.Name, "uid", s.Key)
+			if err := r.store.DeleteState(ctx, s.Operator, s.Key); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		if rec.Cluster != "" && cluster != "" && rec.Cluster != cluster {
+		if rec.Cluster != "" && r.cluster != "" && rec.Cluster != r.cluster {
 			continue // another cluster's object
 		}
 		if rec.State.Handlers == nil {
@@ -259,7 +253,7 @@ func (rn *runner) preload(ctx context.Context, cluster string) ([]types.Namespac
 			// Two objects of one name: the older was deleted and its
 			// delete handlers could not finish before the engine stopped.
 			if s.UpdatedAt.Before(at) {
-				rn.log.Info("dropping the record of an older object of the same name; its delete handlers do not run", "namespace", s.Namespace, "name", s.Name, "uid", s.Key)
+				r.log.Info("dropping the record of an older object of the same name; its delete handlers do not run", "namespace", s.Namespace, "name", s.Name, "uid", s.Key)
 				continue
 			}
 		} else {
@@ -267,8 +261,9 @@ func (rn *runner) preload(ctx context.Context, cluster string) ([]types.Namespac
 		}
 		updated[key] = s.UpdatedAt
 		persisted, _ := json.Marshal(rec.State)
-		rn.objects[key] = &objectState{uid: types.UID(s.Key), written: rec.State, persisted: persisted, last: rec.Object}
+		records = append(records, run.Preloaded{Key: key, UID: types.UID(s.Key), State: rec.State, Persisted: persisted, Last: rec.Object})
 	}
+	r.runner.Preload(records) // a later record of a name replaces an earlier one, as it did
 	return keys, nil
 }
 
@@ -286,19 +281,16 @@ func (r *watchReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if found {
 		matches, err := r.def.Watch.Matches(obj.Object)
 		if err != nil {
-			rn.events.Eventf(obj, nil, "Warning", "FilterFailed", "Evaluate", "operator %s: %v", r.def.Operator.Name, err)
+			r.events.Eventf(obj, nil, "Warning", "FilterFailed", "Evaluate", "operator %s: %v", r.def.Operator.Name, err)
 			return reconcile.Result{}, nil // a change of the object looks again
 		}
 		found = matches
 	}
-	rn.mu.Lock()
-	known := rn.objects[req.NamespacedName]
 	var goneUID types.UID
 	var last []byte
-	if known != nil && (!found || known.uid != obj.GetUID()) {
-		goneUID, last = known.uid, known.last
+	if uid, kept, known := rn.Known(req.NamespacedName); known && (!found || uid != obj.GetUID()) {
+		goneUID, last = uid, kept
 	}
-	rn.mu.Unlock()
 	if goneUID != "" {
 		// The object the runner knows is gone, or no longer watched; one
 		// of the same name waits until it is done with.
@@ -317,26 +309,21 @@ func (r *watchReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		// unseen.
 		return patchFinalizer(ctx, r.client, obj, fin, true)
 	}
-	rn.mu.Lock()
-	o := rn.object(obj)
-	if o.written == nil {
-		o.written = &cause.State{Handlers: map[string]*cause.HandlerState{}}
-	}
-	rn.mu.Unlock()
-	step, err := rn.step(ctx, obj, definition.Vars{Self: obj.Object})
+	rn.Track(obj)
+	step, err := rn.Step(ctx, obj, definition.Vars{Self: obj.Object})
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	err = r.persist(ctx, obj, step.state, false)
-	rn.launch(step.start, obj.Object) // after its record, also when the archive refused it
+	err = r.persist(ctx, obj, step.State, false)
+	rn.Launch(step.Start, obj.Object) // after its record, also when the archive refused it
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if holds && obj.GetDeletionTimestamp() != nil && !step.busy && !step.paused && step.stalled == "" && step.requeue == 0 {
+	if holds && obj.GetDeletionTimestamp() != nil && step.Idle() {
 		// The delete handlers are done: let the object go.
 		return patchFinalizer(ctx, r.client, obj, fin, false)
 	}
-	return reconcile.Result{RequeueAfter: step.requeue}, nil
+	return reconcile.Result{RequeueAfter: step.Requeue}, nil
 }
 
 // gone handles a known object that is no longer watched: deleted (or
@@ -364,10 +351,10 @@ func (r *watchReconciler) gone(ctx context.Context, key types.NamespacedName, ui
 	err = r.reader.Get(ctx, key, live)
 	switch {
 	case err == nil && live.GetUID() == uid:
-		if r.settle(ctx, key, live) {
+		if rn.Settle(ctx, key, live) {
 			return reconcile.Result{}, false, nil // its run's end wakes it again
 		}
-		rn.log.V(1).Info("no longer watched: forgotten", "namespace", key.Namespace, "name", key.Name)
+		r.log.V(1).Info("no longer watched: forgotten", "namespace", key.Namespace, "name", key.Name)
 		if fin := FinalizerName(r.def.Operator.Name); slices.Contains(live.GetFinalizers(), fin) {
 			// Nothing would remove it: opkit no longer looks at the object.
 			if res, err := patchFinalizer(ctx, r.client, live, fin, false); err != nil || res.RequeueAfter > 0 {
@@ -378,8 +365,8 @@ func (r *watchReconciler) gone(ctx context.Context, key types.NamespacedName, ui
 	case err != nil && !apierrors.IsNotFound(err):
 		return reconcile.Result{}, false, err
 	}
-	if !rn.hasDelete() {
-		if r.settle(ctx, key, obj) {
+	if !rn.HasDelete() {
+		if rn.Settle(ctx, key, obj) {
 			return reconcile.Result{}, false, nil
 		}
 		return reconcile.Result{}, true, r.drop(ctx, key, uid)
@@ -388,57 +375,28 @@ func (r *watchReconciler) gone(ctx context.Context, key types.NamespacedName, ui
 		now := metav1.Now()
 		obj.SetDeletionTimestamp(&now)
 	}
-	step, err := rn.step(ctx, obj, definition.Vars{Self: obj.Object})
+	step, err := rn.Step(ctx, obj, definition.Vars{Self: obj.Object})
 	if err != nil {
 		return reconcile.Result{}, false, err
 	}
-	if !step.busy && !step.paused && step.stalled == "" && step.requeue == 0 {
+	if step.Idle() {
 		return reconcile.Result{}, true, r.drop(ctx, key, uid)
 	}
-	if replaced && !step.busy && step.stalled != "" && step.requeue == 0 {
-		rn.log.Info("dropping the record of a deleted object whose delete handlers gave up: an object of the same name is watched now",
-			"namespace", key.Namespace, "name", key.Name, "uid", uid, "stalled", step.stalled)
+	if replaced && !step.Busy && step.Stalled != "" && step.Requeue == 0 {
+		r.log.Info("dropping the record of a deleted object whose delete handlers gave up: an object of the same name is watched now",
+			"namespace", key.Namespace, "name", key.Name, "uid", uid, "stalled", step.Stalled)
 		return reconcile.Result{}, true, r.drop(ctx, key, uid)
 	}
-	err = r.persist(ctx, obj, step.state, true)
-	rn.launch(step.start, obj.Object) // after its record, also when the archive refused it
+	err = r.persist(ctx, obj, step.State, true)
+	rn.Launch(step.Start, obj.Object) // after its record, also when the archive refused it
 	if err != nil {
 		return reconcile.Result{}, false, err
 	}
-	requeue := step.requeue
-	if requeue == 0 && step.stalled != "" {
+	requeue := step.Requeue
+	if requeue == 0 && step.Stalled != "" {
 		requeue = time.Minute // a gone object cannot be changed: look again now and then
 	}
 	return reconcile.Result{RequeueAfter: requeue}, false, nil
-}
-
-// settle records the end of the run of an object about to be forgotten,
-// if it ended (its outcome in the archive, its Events), as its next step
-// would have. It reports whether a run is still in flight: the object is
-// not forgotten until its end, which wakes it again.
-func (r *watchReconciler) settle(ctx context.Context, key types.NamespacedName, obj *unstructured.Unstructured) (busy bool) {
-	rn := r.runner
-	rn.mu.Lock()
-	o := rn.objects[key]
-	var f *flight
-	var done bool
-	if o != nil && o.uid == obj.GetUID() {
-		f = o.flight
-		if done = f != nil && f.done; done {
-			o.flight = nil // the run's goroutine writes it no more
-		}
-	}
-	rn.mu.Unlock()
-	switch {
-	case f == nil:
-		return false
-	case !done:
-		return true
-	case errors.Is(f.err, errNotRecorded):
-		return false
-	}
-	rn.finish(ctx, obj, f, rn.state(obj))
-	return false
 }
 
 // drop forgets a watched object: its record in the archive and the
@@ -447,11 +405,7 @@ func (r *watchReconciler) drop(ctx context.Context, key types.NamespacedName, ui
 	if err := r.store.DeleteState(ctx, r.def.Operator.Name, string(uid)); err != nil {
 		return fmt.Errorf("dropping the record of %s from the archive: %w", key, err)
 	}
-	r.runner.mu.Lock()
-	if o := r.runner.objects[key]; o != nil && o.uid == uid && o.flight == nil {
-		delete(r.runner.objects, key)
-	}
-	r.runner.mu.Unlock()
+	r.runner.Drop(key, uid)
 	return nil
 }
 
@@ -465,19 +419,16 @@ func (r *watchReconciler) persist(ctx context.Context, obj *unstructured.Unstruc
 	}
 	rn := r.runner
 	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
-	rn.mu.Lock()
-	o := rn.objects[key]
-	same := o != nil && bytes.Equal(o.persisted, data)
-	var last []byte
-	if o != nil && deleted {
-		last = o.last
-	}
-	rn.mu.Unlock()
-	if same {
+	persisted, kept, known := rn.Persisted(key)
+	if known && bytes.Equal(persisted, data) {
 		return nil
 	}
-	if !deleted && rn.hasDelete() {
-		last = snapshot(obj.Object)
+	var last []byte
+	if known && deleted {
+		last = kept
+	}
+	if !deleted && rn.HasDelete() {
+		last = run.Snapshot(obj.Object)
 	}
 	rec, err := json.Marshal(watchRecord{State: st, Object: last, Cluster: r.cluster})
 	if err != nil {
@@ -490,12 +441,7 @@ func (r *watchReconciler) persist(ctx context.Context, obj *unstructured.Unstruc
 	if err := r.store.PutState(ctx, s); err != nil {
 		return fmt.Errorf("recording the handler state of %s in the archive: %w", key, err)
 	}
-	rn.mu.Lock()
-	if o := rn.objects[key]; o != nil && o.uid == obj.GetUID() {
-		o.persisted = data
-		o.last = last
-	}
-	rn.mu.Unlock()
+	rn.SetPersisted(key, obj.GetUID(), data, last)
 	return nil
 }
 
@@ -519,19 +465,6 @@ func needNamespaces(d *definition.Definition) error {
 		}
 	}
 	return nil
-}
-
-// snapshot is an object's JSON without its managedFields: what the delete
-// handlers of a watched object get once it is gone.
-func snapshot(obj map[string]any) []byte {
-	obj = maps.Clone(obj)
-	if md, ok := obj["metadata"].(map[string]any); ok {
-		md = maps.Clone(md)
-		delete(md, "managedFields")
-		obj["metadata"] = md
-	}
-	data, _ := json.Marshal(obj)
-	return data
 }
 
 // checkWatch refuses a watch of a kind the cluster does not serve or the

@@ -77,26 +77,25 @@ func TestExecFailuresAreClear(t *testing.T) {
 		name, body string
 		timeout    time.Duration
 		want       string
-		temporary  bool
 		permanent  bool
 	}{
-		{"exit 1", "echo working >&2; printf '\\033[31mboom: no disk\\033[0m\\n\\n' >&2; exit 1", 0, "exit status 1: boom: no disk", false, false},
-		{"exit 1, silent", "exit 1", 0, "exit status 1", false, false},
-		{"exit 75", "exit 75", 0, "exit status 75: temporary failure", true, false},
-		{"not JSON", "echo 'hello world'", 0, `output is not a JSON result`, false, false},
-		{"two values", `echo '{} {}'`, 0, "more than one JSON value", false, false},
-		{"unknown field", `echo '{"stauts": {}}'`, 0, `invalid result: unknown field "stauts": a result has status, events, requeueAfter, skipped and error`, false, false},
-		{"status not an object", `echo '{"status": "done"}'`, 0, `invalid result: field "status": expected an object of status fields, e.g. "status": {"phase": "done"}, got a string`, false, false},
-		{"event reason a number", `echo '{"events": [{"reason": 5}]}'`, 0, `invalid result: field "events.reason": expected a string, e.g. "Done", got a number`, false, false},
-		{"requeueAfter a number", `echo '{"requeueAfter": 30}'`, 0, `invalid result: field "requeueAfter": expected a duration as a string, e.g. "requeueAfter": "30s", got a number`, false, false},
+		{"exit 1", "echo working >&2; printf '\\033[31mboom: no disk\\033[0m\\n\\n' >&2; exit 1", 0, "exit status 1: boom: no disk", false},
+		{"exit 1, silent", "exit 1", 0, "exit status 1", false},
+		{"exit 75", "exit 75", 0, "exit status 75: temporary failure", false},
+		{"not JSON", "echo 'hello world'", 0, `output is not a JSON result`, false},
+		{"two values", `echo '{} {}'`, 0, "more than one JSON value", false},
+		{"unknown field", `echo '{"stauts": {}}'`, 0, `invalid result: unknown field "stauts": a result has status, events, requeueAfter, skipped and error`, false},
+		{"status not an object", `echo '{"status": "done"}'`, 0, `invalid result: field "status": expected an object of status fields, e.g. "status": {"phase": "done"}, got a string`, false},
+		{"event reason a number", `echo '{"events": [{"reason": 5}]}'`, 0, `invalid result: field "events.reason": expected a string, e.g. "Done", got a number`, false},
+		{"requeueAfter a number", `echo '{"requeueAfter": 30}'`, 0, `invalid result: field "requeueAfter": expected a duration as a string, e.g. "requeueAfter": "30s", got a number`, false},
 		{"a status 10,000 deep", `printf '{"status":{"x":'; head -c 10000 /dev/zero | tr '\0' '['; head -c 10000 /dev/zero | tr '\0' ']'; printf '}}'`, 0,
-			`invalid result: nested deeper than 100 objects and arrays (at byte 113); opkit reads a result at most 100 deep; output begins "{\"status\":{\"x\":[[[`, false, false},
-		{"reserved status", `echo '{"status": {"conditions": []}}'`, 0, "status.conditions is written by opkit", false, false},
-		{"bad event", `echo '{"events": [{"type": "Loud", "reason": ""}]}'`, 0, `events[0].type "Loud" is not Normal or Warning; events[0].reason is required`, false, false},
-		{"huge stdout", "head -c 52428800 /dev/zero; sleep 30", 0, "stdout exceeded the 1048576-byte limit", false, false},
-		{"signal", "kill -9 $$", 0, "killed by signal killed", false, false},
-		{"timeout", "sleep 300 & echo $! > " + pidFile + "; wait", 500 * time.Millisecond, "timed out after 500ms; its process group was killed", false, false},
-		{"permanent", `echo '{"error": {"message": "bad spec", "permanent": true}}'; exit 1`, 0, "exit status 1: bad spec", false, true},
+			`invalid result: nested deeper than 100 objects and arrays (at byte 113); opkit reads a result at most 100 deep; output begins "{\"status\":{\"x\":[[[`, false},
+		{"reserved status", `echo '{"status": {"conditions": []}}'`, 0, "status.conditions is written by opkit", false},
+		{"bad event", `echo '{"events": [{"type": "Loud", "reason": ""}]}'`, 0, `events[0].type "Loud" is not Normal or Warning; events[0].reason is required`, false},
+		{"huge stdout", "head -c 52428800 /dev/zero; sleep 30", 0, "stdout exceeded the 1048576-byte limit", false},
+		{"signal", "kill -9 $$", 0, "killed by signal killed", false},
+		{"timeout", "sleep 300 & echo $! > " + pidFile + "; wait", 500 * time.Millisecond, "timed out after 500ms; its process group was killed", false},
+		{"permanent", `echo '{"error": {"message": "bad spec", "permanent": true}}'; exit 1`, 0, "exit status 1: bad spec", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			timeout := c.timeout
@@ -109,8 +108,8 @@ func TestExecFailuresAreClear(t *testing.T) {
 				t.Fatal("succeeded")
 			}
 			f := AsFailure(err)
-			if !strings.Contains(f.Message, c.want) || f.Temporary != c.temporary || f.Permanent != c.permanent {
-				t.Errorf("failure %q temporary %v permanent %v; want %q temporary %v permanent %v", f.Message, f.Temporary, f.Permanent, c.want, c.temporary, c.permanent)
+			if !strings.Contains(f.Message, c.want) || f.Permanent != c.permanent {
+				t.Errorf("failure %q permanent %v; want %q permanent %v", f.Message, f.Permanent, c.want, c.permanent)
 			}
 			if time.Since(start) > 10*time.Second {
 				t.Errorf("took %s", time.Since(start))

@@ -130,12 +130,11 @@ type ResultError struct {
 	Permanent bool `json:"permanent,omitempty"`
 }
 
-// Failure is a run that did not produce a valid result.
+// Failure is a run that did not produce a valid result. It is retried by
+// the handler's policy unless Permanent; what becomes of the run (retry
+// after, gave up) is the run's outcome, which the engine decides.
 type Failure struct {
 	Message string
-	// Temporary: the handler said so (exit status 75); it is retried like
-	// any failure, but reported as expected.
-	Temporary bool
 	// Permanent: retrying cannot help.
 	Permanent bool
 }
@@ -150,13 +149,14 @@ const (
 
 // exitFailure describes a handler that exited with a non-zero code, having
 // written output (its result, if any): a result's error explains the
-// failure best; exit status 75 is a temporary failure; otherwise plain.
+// failure best; exit status 75 says it is temporary (retried, as any
+// failure that is not permanent); otherwise plain.
 func exitFailure(code int, output []byte, plain string) *Failure {
 	if res, err := ParseResult(output); err == nil && res.Error != nil {
-		return &Failure{Message: fmt.Sprintf("exit status %d: %s", code, res.Error.Message), Permanent: res.Error.Permanent, Temporary: code == ExitTemporary}
+		return &Failure{Message: fmt.Sprintf("exit status %d: %s", code, res.Error.Message), Permanent: res.Error.Permanent}
 	}
 	if code == ExitTemporary {
-		return &Failure{Message: "exit status 75: temporary failure", Temporary: true}
+		return &Failure{Message: "exit status 75: temporary failure"}
 	}
 	return &Failure{Message: plain}
 }

@@ -77,7 +77,7 @@ func (h *HTTP) Run(ctx context.Context, req Request) (*Result, error) {
 	}
 	fmt.Fprintf(req.Log, "%s\n", excerpt(body.buf.Bytes()))
 	temporary := resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
-	return nil, &Failure{Message: fmt.Sprintf("POST %s: %s", h.Action.URL, resp.Status), Temporary: temporary, Permanent: !temporary}
+	return nil, &Failure{Message: fmt.Sprintf("POST %s: %s", h.Action.URL, resp.Status), Permanent: !temporary}
 }
 
 func (h *HTTP) client() (*http.Client, error) {

@@ -50,10 +50,10 @@ func TestHTTPFailures(t *testing.T) {
 		name      string
 		handler   http.HandlerFunc
 		want      string
-		temporary bool
+		permanent bool
 	}{
-		{"503", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "busy", http.StatusServiceUnavailable) }, "503 Service Unavailable", true},
-		{"404", func(w http.ResponseWriter, _ *http.Request) { http.NotFound(w, nil) }, "404 Not Found", false},
+		{"503", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "busy", http.StatusServiceUnavailable) }, "503 Service Unavailable", false},
+		{"404", func(w http.ResponseWriter, _ *http.Request) { http.NotFound(w, nil) }, "404 Not Found", true},
 		{"not JSON", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("<html>")) }, "output is not a JSON result", false},
 		{"hangs", func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.ReadAll(r.Body)
@@ -69,8 +69,8 @@ func TestHTTPFailures(t *testing.T) {
 			h := &HTTP{Action: v1alpha1.HTTPAction{URL: srv.URL}}
 			_, err := h.Run(context.Background(), Request{Input: []byte("{}"), Timeout: 300 * time.Millisecond, Log: io.Discard})
 			f := AsFailure(err)
-			if err == nil || !strings.Contains(f.Message, c.want) || f.Temporary != c.temporary {
-				t.Errorf("failure %+v, want %q temporary %v", f, c.want, c.temporary)
+			if err == nil || !strings.Contains(f.Message, c.want) || f.Permanent != c.permanent {
+				t.Errorf("failure %+v, want %q permanent %v", f, c.want, c.permanent)
 			}
 		})
 	}

@@ -93,7 +93,6 @@ type RunnerOutcome struct {
 // WireFailure is a Failure as the agent reports it.
 type WireFailure struct {
 	Message   string `json:"message"`
-	Temporary bool   `json:"temporary,omitempty"`
 	Permanent bool   `json:"permanent,omitempty"`
 }
 
@@ -109,7 +108,7 @@ func (i *Interrupted) Error() string { return i.Message }
 func NewOutcome(res *Result, err error) *RunnerOutcome {
 	if err != nil {
 		f := AsFailure(err)
-		return &RunnerOutcome{Failure: &WireFailure{Message: f.Message, Temporary: f.Temporary, Permanent: f.Permanent}}
+		return &RunnerOutcome{Failure: &WireFailure{Message: f.Message, Permanent: f.Permanent}}
 	}
 	b, err := json.Marshal(res)
 	if err != nil {
@@ -149,7 +148,7 @@ func (r *InImage) Run(ctx context.Context, req Request) (*Result, error) {
 		}
 		return hidden.redactResult(nil, err)
 	case out.Failure != nil:
-		return hidden.redactResult(nil, &Failure{Message: out.Failure.Message, Temporary: out.Failure.Temporary, Permanent: out.Failure.Permanent})
+		return hidden.redactResult(nil, &Failure{Message: out.Failure.Message, Permanent: out.Failure.Permanent})
 	}
 	return hidden.redactResult(ParseResult(out.Result))
 }

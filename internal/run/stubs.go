@@ -1,4 +1,4 @@
-package engine
+package run
 
 import (
 	"sync"
@@ -49,22 +49,13 @@ func (s *Stubs) Delete(operator, handler string) {
 	delete(s.stubs, stubKey{operator, handler})
 }
 
-// get returns the stub of the operator's handler, or nil. A nil Stubs
+// Get returns the stub of the operator's handler, or nil. A nil Stubs
 // has none.
-func (s *Stubs) get(operator, handler string) executor.Executor {
+func (s *Stubs) Get(operator, handler string) executor.Executor {
 	if s == nil {
 		return nil
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.stubs[stubKey{operator, handler}]
-}
-
-// executor returns what runs the handler now: its stub, if one is set
-// (Options.Stubs), else its action's executor.
-func (rn *runner) executor(handler string) executor.Executor {
-	if ex := rn.stubs.get(rn.def.Operator.Name, handler); ex != nil {
-		return ex
-	}
-	return rn.execs[handler]
 }

@@ -1,4 +1,4 @@
-package engine
+package run
 
 import (
 	"testing"
@@ -20,7 +20,7 @@ func count(obj *unstructured.Unstructured) int64 {
 	return c
 }
 
-func TestOwnWritesReadsTheNewerOfCacheAndWrite(t *testing.T) {
+func TestMemoryReadsTheNewerOfCacheAndWrite(t *testing.T) {
 	cases := []struct {
 		name    string
 		written []*unstructured.Unstructured
@@ -39,15 +39,15 @@ func TestOwnWritesReadsTheNewerOfCacheAndWrite(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newOwnWrites()
+			w := NewMemory(false)
 			for _, obj := range tc.written {
-				w.record(obj)
+				w.Record(obj)
 			}
-			got := w.newest(tc.cached)
+			got := w.Newest(tc.cached)
 			if count(got) != tc.want {
 				t.Errorf("newest gives count %d; want %d", count(got), tc.want)
 			}
-			_, kept := w.objects[types.NamespacedName{Namespace: "ns", Name: "c"}]
+			_, kept := w.writes[types.NamespacedName{Namespace: "ns", Name: "c"}]
 			if kept != tc.kept {
 				t.Errorf("the write is kept: %v; want %v", kept, tc.kept)
 			}
@@ -55,28 +55,33 @@ func TestOwnWritesReadsTheNewerOfCacheAndWrite(t *testing.T) {
 	}
 }
 
-func TestOwnWritesGivesACopy(t *testing.T) {
-	w := newOwnWrites()
-	w.record(version("u1", "12", 2))
-	got := w.newest(version("u1", "10", 1))
+func TestMemoryGivesACopy(t *testing.T) {
+	w := NewMemory(false)
+	w.Record(version("u1", "12", 2))
+	got := w.Newest(version("u1", "10", 1))
 	if err := unstructured.SetNestedField(got.Object, int64(99), "status", "count"); err != nil {
 		t.Fatal(err)
 	}
-	if again := w.newest(version("u1", "10", 1)); count(again) != 2 {
+	if again := w.Newest(version("u1", "10", 1)); count(again) != 2 {
 		t.Fatalf("a change to what newest gave changed the memory: count %d", count(again))
 	}
 }
 
-func TestOwnWritesForgetsAndANilMemoryRecordsNothing(t *testing.T) {
-	w := newOwnWrites()
-	w.record(version("u1", "12", 2))
-	w.forget(types.NamespacedName{Namespace: "ns", Name: "c"})
-	if got := w.newest(version("u1", "10", 1)); count(got) != 1 {
+func TestMemoryForgetsAndANilOrReadOnlyMemoryRecordsNothing(t *testing.T) {
+	w := NewMemory(false)
+	w.Record(version("u1", "12", 2))
+	w.Forget(types.NamespacedName{Namespace: "ns", Name: "c"})
+	if got := w.Newest(version("u1", "10", 1)); count(got) != 1 {
 		t.Fatalf("a forgotten write is still read: count %d", count(got))
 	}
-	var none *ownWrites
-	none.record(version("u1", "12", 2))
-	if got := none.newest(version("u1", "10", 1)); count(got) != 1 {
+	var none *Memory
+	none.Record(version("u1", "12", 2))
+	if got := none.Newest(version("u1", "10", 1)); count(got) != 1 {
 		t.Fatalf("a nil memory gave count %d", count(got))
+	}
+	readOnly := NewMemory(true)
+	readOnly.Record(version("u1", "12", 2))
+	if got := readOnly.Newest(version("u1", "10", 1)); count(got) != 1 {
+		t.Fatalf("a read-only memory gave count %d", count(got))
 	}
 }

@@ -1,0 +1,122 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/cause"
+)
+
+// finish records a finished run: the result's status patch and events, the
+// handler's record, the archive's, and returns when to look again, and
+// whether it wrote the result's status (cr is then the object as the
+// write left it).
+func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *flight, st *cause.State) (requeue time.Duration, wrote bool) {
+	run, h := f.run, f.cause.Handler
+	now := rn.clock.Now().UTC() // what the retry and the requeue count from
+	o, wrote := rn.apply(ctx, cr, f)
+	switch o.Verdict {
+	case Succeeded, Skipped:
+		requeue = f.result.RequeueDuration()
+		st.Succeeded(rn.def.Handlers, f.cause, f.spec, requeue, now)
+		if run.Trigger == v1alpha1.OnDelete {
+			requeue = 0
+		}
+	default:
+		gaveUp, retryAt := st.Failed(f.cause, o.Reason, o.Verdict == GaveUp, now)
+		run.Error = o.Reason
+		if gaveUp {
+			o.Verdict = GaveUp
+		} else {
+			o.RetryAt, requeue, run.NextRetryAt = retryAt, retryAt.Sub(now), retryAt
+			rn.metrics.retries.WithLabelValues(rn.def.Operator.Name, h.Name).Inc()
+		}
+	}
+	run.Outcome = o.archived()
+	if run.ID == "" {
+		return requeue, wrote // it had succeeded before a crash: nothing ran now
+	}
+	run.FinishedAt = time.Now().UTC()
+	if err := rn.archive.Finish(ctx, run); err != nil {
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s ended %s, which the archive could not record (%v); it is recorded once the archive can", run.ID, run.Outcome, err)
+	}
+	rn.ended(run)
+	lr := &cause.LastRun{ID: run.ID, Handler: h.Name, Trigger: run.Trigger, Outcome: string(run.Outcome), Message: Truncate(run.Error), Attempt: run.Attempt}
+	if !run.NextRetryAt.IsZero() {
+		lr.NextRetryAt = run.NextRetryAt.Format(time.RFC3339)
+	}
+	st.LastRun = lr
+	switch o.Verdict {
+	case Skipped:
+		// Nothing was done: no Event, and the archive keeps the last one.
+	case Succeeded:
+		rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerSucceeded", runAction(run.ID), "handler %s succeeded: run %s", h.Name, rn.runRef(run.ID))
+	case Retry:
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerFailed", runAction(run.ID), "handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, requeue.Round(time.Second), Truncate(run.Error), rn.runRef(run.ID))
+	default:
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerGaveUp", runAction(run.ID), "handler %s gave up after %d attempts: %s: run %s", h.Name, run.Attempt, Truncate(run.Error), rn.runRef(run.ID))
+	}
+	return requeue, wrote
+}
+
+// apply judges an object's run and applies what its result asks of the
+// object: its status patch, then its Events. A result that asks what the
+// run cannot do fails it for good; a status patch the API refuses fails
+// it (retried). wrote: the status was written, and cr is the object as
+// the write left it.
+func (rn *Runner) apply(ctx context.Context, cr *unstructured.Unstructured, f *flight) (o Outcome, wrote bool) {
+	run, res := f.run, f.result
+	o = judge(res, f.err)
+	switch {
+	case o.Verdict == Refused:
+		return refuseOutsideEvent(run.Trigger), false
+	case !o.done():
+		return o, false
+	case res.Admission():
+		return failed("the result has fields of an admission answer (allowed, message, patch, warnings), which only a handler on validate or mutate gives", true), false
+	case len(res.Status) > 0 && rn.watched:
+		return failed("the result sets status, but opkit never writes to a watched object: post events or write to objects of your own instead", true), false
+	case len(res.Status) > 0:
+		patch, _ := json.Marshal(map[string]any{"status": res.Status})
+		if err := rn.client.Status().Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return failed(fmt.Sprintf("the API refused the result's status patch: %v", APIMessage(err)), false), false
+		}
+		rn.mem.Record(cr.DeepCopy())
+		wrote = true
+		run.Writes = append(run.Writes, "status: "+strings.Join(slices.Sorted(maps.Keys(res.Status)), ", "))
+	}
+	for _, e := range res.Events {
+		rn.events.Eventf(cr, nil, e.Type, e.Reason, runAction(run.ID), "%s", e.Message)
+		run.Writes = append(run.Writes, "event "+e.Type+" "+e.Reason)
+	}
+	return o, wrote
+}
+
+// ended tells who waits for runs' ends of one recorded as ended.
+func (rn *Runner) ended(run *archive.Run) {
+	if rn.finished != nil {
+		rn.finished(*run)
+	}
+	rn.metrics.observe(rn.def.Operator.Name, run)
+}
+
+// APIMessage is the API server's message for a refused request.
+func APIMessage(err error) string {
+	if s, ok := err.(apierrors.APIStatus); ok && s.Status().Message != "" {
+		return s.Status().Message
+	}
+	return err.Error()
+}

@@ -1,0 +1,181 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/executor"
+)
+
+// OperatorRun is a handler's run for the operator itself rather than for
+// an object: a slot of an operator-wide schedule or a webhook delivery.
+// Its runs are archived with the kind Operator and the operator's name.
+type OperatorRun struct {
+	Handler *definition.Handler
+	Trigger string
+	// Key is the idempotency key: a run of it that succeeded is never
+	// repeated, one interrupted runs again with it.
+	Key string
+	// UID is the runs' UID: the Operator's, or the archive id of the
+	// delivery a run on event handles (so its runs can be found from it).
+	UID string
+	Log logr.Logger
+	// Schedule and Event are the trigger's part of the binding context;
+	// nil for none.
+	Schedule *ScheduleContext
+	Event    *EventContext
+}
+
+// OperatorOutcome is how an operator run ended.
+type OperatorOutcome struct {
+	// Run is the last run recorded; nil when a run of the key had
+	// succeeded before (nothing ran now) or the engine stopped first.
+	Run *archive.Run
+	// Stopped: the engine stopped before the run ended.
+	Stopped bool
+	// Refuse is a run on event's refusal of its delivery.
+	Refuse string
+}
+
+// RunForOperator runs r, retried with its key by the handler's policy,
+// until it succeeds, is skipped, gives up or the engine stops, unless a
+// run of the key succeeded already.
+func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorOutcome {
+	operator, h := rn.def.Operator.Name, r.Handler
+	for attempt := 1; ; attempt++ {
+		if done, err := rn.archive.Succeeded(ctx, r.Key); err != nil || done {
+			if err != nil && ctx.Err() == nil {
+				r.Log.Error(err, "reading the archive; the run is tried again in 5s")
+				if Sleep(ctx, notRecordedRetry) {
+					attempt--
+					continue
+				}
+			}
+			return OperatorOutcome{Stopped: ctx.Err() != nil}
+		}
+		now := time.Now()
+		run := &archive.Run{
+			ID: archive.NewID(now), Operator: operator, Handler: h.Name, Action: h.Action(), Trigger: r.Trigger,
+			APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind, Name: operator, UID: r.UID,
+			Key: r.Key, Attempt: attempt, StartedAt: now.UTC(), Outcome: archive.Running,
+		}
+		bc := BindingContext{Operator: operator, Handler: h.Name, Trigger: r.Trigger, RunID: run.ID, IdempotencyKey: r.Key, Attempt: attempt,
+			Schedule: r.Schedule, Event: r.Event}
+		input, err := json.Marshal(bc)
+		if err != nil {
+			r.Log.Error(err, "encoding the binding context")
+			return OperatorOutcome{}
+		}
+		o, ran := rn.runOnce(ctx, h, run, input, now, r.Log)
+		switch {
+		case !ran:
+			if ctx.Err() != nil {
+				return OperatorOutcome{Stopped: true}
+			}
+			attempt-- // not recorded, so not run: try again
+			if !Sleep(ctx, notRecordedRetry) {
+				return OperatorOutcome{Stopped: true}
+			}
+		case o.Verdict == Retry:
+			// Until the time the run recorded, not its delay from now: a
+			// clock stepped meanwhile counts.
+			if !SleepUntil(ctx, rn.clock, rn.steps, run.NextRetryAt) {
+				return OperatorOutcome{Run: run, Stopped: true}
+			}
+		case o.Verdict == Cancelled:
+			// Its runner was lost: it runs again at once with its key, no
+			// attempt counted.
+			attempt--
+		case o.Verdict == Refused:
+			return OperatorOutcome{Run: run, Refuse: o.Reason}
+		default:
+			return OperatorOutcome{Run: run}
+		}
+	}
+}
+
+// runOnce records, executes and finishes one operator run; ran is false
+// when the archive could not record it (it did not run) or the engine
+// stopped during it.
+func (rn *Runner) runOnce(ctx context.Context, h *definition.Handler, run *archive.Run, input []byte, due time.Time, log logr.Logger) (o Outcome, ran bool) {
+	alog := &archiveLog{ctx: ctx, store: rn.archive, id: run.ID}
+	rn.metrics.queued.WithLabelValues(run.Operator).Inc()
+	res, recorded, err := rn.execute(ctx, run, executor.Request{
+		RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: run.Attempt, Input: input, Timeout: h.Timeout, Log: alog,
+		Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Name: run.Name},
+	}, due, func() {})
+	if !recorded {
+		if err != nil {
+			log.Error(err, "the archive could not record the run; it did not run")
+		}
+		return Outcome{}, false
+	}
+	log = log.WithValues("run", run.ID)
+	alog.Flush()
+	run.FinishedAt = time.Now().UTC()
+	if ctx.Err() != nil {
+		rn.cancelled(run, log)
+		return Outcome{Verdict: Cancelled}, false
+	}
+	if lost, ok := lostRunner(err); ok {
+		rn.operatorRunLost(ctx, run, lost, log)
+		return lost, true
+	}
+	o = judge(res, err)
+	switch {
+	case o.done() || o.Verdict == Refused:
+		if len(res.Status) > 0 {
+			o = failed(fmt.Sprintf("the result sets status, but a run on %s is for the operator and has no object to write it to", run.Trigger), true)
+		} else if o.Verdict == Refused && run.Trigger != v1alpha1.OnEvent {
+			o = refuseOutsideEvent(run.Trigger)
+		}
+	}
+	if o.Verdict == Retry && run.Attempt >= h.Retry.MaxAttempts {
+		o.Verdict = GaveUp
+	}
+	switch o.Verdict {
+	case Refused:
+		run.Error = "refused the delivery: " + o.Reason
+	case Retry:
+		o.RetryAt = rn.clock.Now().UTC().Add(h.Retry.Delay(run.Attempt))
+		run.Error, run.NextRetryAt = o.Reason, o.RetryAt
+		rn.metrics.retries.WithLabelValues(run.Operator, h.Name).Inc()
+	case GaveUp:
+		run.Error = o.Reason
+	}
+	run.Outcome = o.archived()
+	if o.done() || o.Verdict == Refused {
+		for _, ev := range res.Events {
+			rn.operatorEvent(ev.Type, ev.Reason, run.ID, ev.Message)
+			run.Writes = append(run.Writes, "event "+ev.Type+" "+ev.Reason)
+		}
+	}
+	if err := rn.archive.Finish(context.WithoutCancel(ctx), run); err != nil {
+		log.Error(err, "the archive could not record the run's end", "outcome", run.Outcome)
+	}
+	rn.ended(run)
+	switch o.Verdict {
+	case Retry:
+		rn.operatorEvent(corev1.EventTypeWarning, "HandlerFailed", run.ID, fmt.Sprintf("handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, h.Retry.Delay(run.Attempt).Round(time.Second), Truncate(run.Error), rn.runRef(run.ID)))
+	case GaveUp:
+		rn.operatorEvent(corev1.EventTypeWarning, "HandlerGaveUp", run.ID, fmt.Sprintf("handler %s gave up on %s after %d attempts: %s: run %s", h.Name, run.Key, run.Attempt, Truncate(run.Error), rn.runRef(run.ID)))
+	}
+	return o, true
+}
+
+// operatorEvent posts an Event on the Operator, when it is one read from
+// the cluster; an Operator from a file has no object to post on.
+func (rn *Runner) operatorEvent(eventType, reason, runID, message string) {
+	if rn.def.Operator.UID == "" {
+		return
+	}
+	rn.events.Eventf(rn.def.Operator, nil, eventType, reason, runAction(runID), "%s", message)
+}

@@ -1,0 +1,344 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/cause"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/executor"
+)
+
+// flight is a run in progress for one object.
+type flight struct {
+	cause  *cause.Cause   // why it runs; Due is when it was decided, it starts when a slot is free
+	spec   map[string]any // the object's spec when the run started
+	run    *archive.Run   // its ID is "" when the archive showed the key had succeeded
+	done   bool
+	result *executor.Result
+	err    error
+}
+
+// errNotRecorded fails a run the archive could not record: it did not run.
+var errNotRecorded = errors.New("the archive could not record the run")
+
+// notRecordedRetry is how soon a run the archive could not record is tried
+// again.
+const notRecordedRetry = 5 * time.Second
+
+// Pending is a run a step decided, its flight registered, not yet
+// started: Launch starts it.
+type Pending struct {
+	f     *flight
+	obj   *unstructured.Unstructured // the object, as read (Events and the wake are about it)
+	input BindingContext
+	req   executor.Request
+	alog  *archiveLog
+	now   time.Time // when it was decided, in real time
+}
+
+// start prepares the run of cause c: its flight is registered, so that
+// the object is busy, and the caller launches it once its own writes are
+// made. It returns nil when the archive shows the run succeeded before a
+// crash kept the engine from recording it: it is not run again, and its
+// end is recorded by the next step. subject is what create and update are
+// about (nil: the spec).
+func (rn *Runner) start(ctx context.Context, cr *unstructured.Unstructured, c *cause.Cause, vars definition.Vars, subject map[string]any) (*Pending, error) {
+	// now is real time (c.Due is Options.Clock's): the run's id and the
+	// wait for a slot.
+	h, g, now := c.Handler, c.Generation, time.Now()
+	if subject == nil {
+		subject = cause.Spec(cr)
+	}
+	f := &flight{cause: c, spec: subject}
+	switch c.Trigger {
+	case v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnEnter, v1alpha1.OnExit:
+		ok, err := rn.archive.Succeeded(ctx, c.Key)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			f.done, f.result = true, &executor.Result{}
+			f.run = &archive.Run{Trigger: c.Trigger, Generation: g, Attempt: c.Attempt, Key: c.Key}
+			rn.mem.mu.Lock()
+			rn.mem.object(cr).flight = f
+			rn.mem.mu.Unlock()
+			rn.Wake(cr)
+			return nil, nil
+		}
+	}
+	trigger, key, attempt := c.Trigger, c.Key, c.Attempt
+	f.run = &archive.Run{
+		ID: archive.NewID(now), Operator: rn.def.Operator.Name, Handler: h.Name, Action: h.Action(), Trigger: trigger,
+		APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: string(cr.GetUID()), Generation: g,
+		Key: key, Attempt: attempt, Diff: c.Diff, StartedAt: now.UTC(), Outcome: archive.Running,
+	}
+	rn.mem.mu.Lock()
+	rn.mem.object(cr).flight = f
+	rn.mem.mu.Unlock()
+	p := &Pending{f: f, obj: cr.DeepCopy(), now: now}
+	p.input = BindingContext{
+		Operator: rn.def.Operator.Name, Handler: h.Name, Trigger: trigger, RunID: f.run.ID, IdempotencyKey: key,
+		Attempt: attempt, Old: c.Old, Diff: c.Diff, Children: RedactSecrets(vars.Children), Related: RedactRelatedSecrets(vars.Related),
+	}
+	p.alog = &archiveLog{ctx: rn.ctx, store: rn.archive, id: f.run.ID}
+	p.req = executor.Request{
+		RunID: f.run.ID, Handler: h.Name, Trigger: trigger, Key: key, Attempt: attempt, Timeout: h.Timeout,
+		Log:    p.alog,
+		Object: &executor.ObjectRef{APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: cr.GetUID()},
+	}
+	if rn.watched {
+		p.req.Object.UID = "" // a watched object owns nothing of opkit's: its Jobs outlive it
+	}
+	return p, nil
+}
+
+// Launch starts a run Step prepared, with self as its binding context's
+// object: the object as the caller's writes left it, so that the run sees
+// every write opkit made before it started (read-your-writes). A nil run
+// launches nothing.
+func (rn *Runner) Launch(p *Pending, self map[string]any) {
+	if p == nil {
+		return
+	}
+	f, run := p.f, p.f.run
+	p.input.Object = self
+	input, err := json.Marshal(p.input)
+	if err != nil {
+		// Nothing ran: the step records the failure as the run's.
+		rn.mem.mu.Lock()
+		f.done, f.err = true, &executor.Failure{Message: fmt.Sprintf("encoding the binding context: %v", err), Permanent: true}
+		rn.mem.mu.Unlock()
+		rn.Wake(p.obj)
+		return
+	}
+	req := p.req
+	req.Input = input
+	woken := p.obj
+	log := rn.log.WithValues("namespace", woken.GetNamespace(), "name", woken.GetName(), "handler", f.cause.Handler.Name, "run", run.ID)
+	rn.metrics.queued.WithLabelValues(run.Operator).Inc()
+	rn.running.Add(1)
+	go func() {
+		defer rn.running.Done()
+		res, recorded, err := rn.execute(rn.ctx, run, req, p.now, func() {
+			if !periodic(run.Trigger) {
+				// A periodic run may well find nothing to do (skipped):
+				// its end says what matters.
+				rn.events.Eventf(woken, nil, corev1.EventTypeNormal, "HandlerStarted", runAction(run.ID), "handler %s (%s, attempt %d): run %s", run.Handler, run.Trigger, run.Attempt, rn.runRef(run.ID))
+			}
+		})
+		p.alog.Flush()
+		if rn.ctx.Err() != nil {
+			// The operator stopped or changed: the run is cancelled, and the
+			// next engine runs it again with the same key.
+			if recorded {
+				rn.cancelled(run, log)
+			}
+			return
+		}
+		rn.mem.mu.Lock()
+		f.done, f.result, f.err = true, res, err
+		rn.mem.mu.Unlock()
+		rn.Wake(woken)
+	}()
+}
+
+// execute runs one recorded run: it waits for a slot (unrecorded: the
+// archive holds runs that started, with their own duration; the wait is
+// a metric, counted from due), records the run's start, calls started,
+// and executes it. recorded is false when the run never started: the
+// archive refused it (err wraps errNotRecorded) or ctx ended first. The
+// caller counted the run as queued.
+func (rn *Runner) execute(ctx context.Context, run *archive.Run, req executor.Request, due time.Time, started func()) (res *executor.Result, recorded bool, err error) {
+	operator := run.Operator
+	select {
+	case rn.slots <- struct{}{}:
+	case <-ctx.Done():
+		rn.metrics.queued.WithLabelValues(operator).Dec()
+		return nil, false, nil
+	}
+	defer func() { <-rn.slots }()
+	rn.metrics.queued.WithLabelValues(operator).Dec()
+	at := time.Now()
+	rn.metrics.queueWait.WithLabelValues(operator).Observe(at.Sub(due).Seconds())
+	run.StartedAt = at.UTC()
+	if ierr := rn.archive.Insert(ctx, run); ierr != nil {
+		return nil, false, fmt.Errorf("%w: %w", errNotRecorded, ierr) // nothing runs that is not recorded
+	}
+	started()
+	req.OnRunner = rn.onRunner(run)
+	rn.metrics.inFlight.WithLabelValues(operator).Inc()
+	res, err = rn.executor(run.Handler).Run(ctx, req)
+	rn.metrics.inFlight.WithLabelValues(operator).Dec()
+	return res, true, err
+}
+
+// cancelled records a run the operator's stop cut off: the next engine
+// runs it again with its key (or marks it Cancelled, if this record
+// fails).
+func (rn *Runner) cancelled(run *archive.Run, log interface{ Error(error, string, ...any) }) {
+	run.Outcome, run.FinishedAt, run.Error = archive.Cancelled, time.Now().UTC(), "the operator stopped during the run"
+	if err := rn.archive.Finish(context.WithoutCancel(rn.ctx), run); err != nil {
+		log.Error(err, "recording the cancelled run; the next engine marks it Cancelled")
+	}
+}
+
+// BindingContext is the input of every handler. docs/handlers.md and its
+// JSON Schema describe it.
+type BindingContext struct {
+	Operator       string                    `json:"operator"`
+	Handler        string                    `json:"handler"`
+	Trigger        string                    `json:"trigger"`
+	RunID          string                    `json:"runId"`
+	IdempotencyKey string                    `json:"idempotencyKey"`
+	Attempt        int                       `json:"attempt"`
+	Object         map[string]any            `json:"object"`
+	Old            map[string]any            `json:"old"`
+	Diff           []archive.Change          `json:"diff"`
+	Children       map[string]map[string]any `json:"children"`
+	Related        map[string]any            `json:"related,omitempty"`
+	// Schedule is the slot of an operator-wide schedule's run.
+	Schedule *ScheduleContext `json:"schedule,omitempty"`
+	// Event is the delivery of a run on event.
+	Event *EventContext `json:"event,omitempty"`
+}
+
+// ScheduleContext is the binding context's schedule of an operator-wide
+// schedule's run.
+type ScheduleContext struct {
+	// Slot is the time the run is for, RFC 3339.
+	Slot string `json:"slot"`
+}
+
+// EventContext is the binding context's event: the delivery a run on
+// event handles.
+type EventContext struct {
+	// ID is the archive's id of the delivery (opkit events show ID).
+	ID     string `json:"id"`
+	Source string `json:"source"`
+	// DeliveryID is the sender's id of it; Event what it says it is.
+	DeliveryID string `json:"deliveryId,omitempty"`
+	Event      string `json:"event,omitempty"`
+	ReceivedAt string `json:"receivedAt"`
+	// Headers by lower-case name, first value, credentials redacted.
+	Headers map[string]string `json:"headers"`
+	// Payload is the body, as received.
+	Payload json.RawMessage `json:"payload"`
+}
+
+// RedactSecrets drops the values of Secret children: handlers get their
+// names, never their data, and so nothing of them reaches the archive.
+func RedactSecrets(children map[string]map[string]any) map[string]map[string]any {
+	out := make(map[string]map[string]any, len(children))
+	for id, obj := range children {
+		out[id] = redactSecret(obj)
+	}
+	return out
+}
+
+// RedactRelatedSecrets is RedactSecrets for related objects and lists.
+func RedactRelatedSecrets(related map[string]any) map[string]any {
+	if len(related) == 0 {
+		return nil
+	}
+	out := make(map[string]any, len(related))
+	for id, v := range related {
+		switch v := v.(type) {
+		case map[string]any:
+			out[id] = redactSecret(v)
+		case []any:
+			items := make([]any, len(v))
+			for i, it := range v {
+				if obj, ok := it.(map[string]any); ok {
+					it = redactSecret(obj)
+				}
+				items[i] = it
+			}
+			out[id] = items
+		default:
+			out[id] = v
+		}
+	}
+	return out
+}
+
+// redactSecret is a Secret without its data; any other object as it is.
+func redactSecret(obj map[string]any) map[string]any {
+	if obj["kind"] == "Secret" && obj["apiVersion"] == "v1" {
+		obj = maps.Clone(obj)
+		delete(obj, "data")
+		delete(obj, "stringData")
+	}
+	return obj
+}
+
+// archiveLog appends a run's log to the archive as it comes, in pieces of
+// up to logFlushBytes or every logFlushEvery: a handler writing many short
+// lines costs a few archive writes a second, not one per line. Flush writes
+// what is left when the run ends. A failing archive does not fail the
+// handler; the log is then incomplete.
+type archiveLog struct {
+	ctx   context.Context
+	store archive.Recorder
+	id    string
+
+	mu    sync.Mutex
+	buf   []byte
+	timer *time.Timer
+}
+
+// NewLog returns the archive log of run id, for a run executed outside a
+// Runner (an admission call); Flush it when the run ends.
+func NewLog(ctx context.Context, store archive.Recorder, id string) interface {
+	Write([]byte) (int, error)
+	Flush()
+} {
+	return &archiveLog{ctx: ctx, store: store, id: id}
+}
+
+const (
+	logFlushBytes = 64 << 10
+	logFlushEvery = 200 * time.Millisecond
+)
+
+func (l *archiveLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	switch {
+	case len(l.buf) >= logFlushBytes:
+		l.flushLocked()
+	case l.timer == nil:
+		l.timer = time.AfterFunc(logFlushEvery, l.Flush)
+	}
+	return len(p), nil
+}
+
+// Flush writes the buffered log to the archive.
+func (l *archiveLog) Flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.flushLocked()
+}
+
+func (l *archiveLog) flushLocked() {
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+	if len(l.buf) == 0 {
+		return
+	}
+	_ = l.store.AppendLog(context.WithoutCancel(l.ctx), l.id, l.buf)
+	l.buf = l.buf[:0]
+}

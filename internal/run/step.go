@@ -1,0 +1,225 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/cause"
+	"github.com/opkit-dev/opkit/internal/definition"
+)
+
+// Step is what one reconcile's handler step decided.
+type Step struct {
+	// State is the object's handler state, for the caller to write into
+	// status.opkit (a custom resource) or the archive (a watched object).
+	State *cause.State
+	// Stalled says why the object is Stalled; "" when it is not.
+	Stalled string
+	// Busy: a run is in flight or due.
+	Busy bool
+	// Paused: handlers are paused; none starts.
+	Paused bool
+	// Requeue is when to look again; 0 for never.
+	Requeue time.Duration
+	// Wrote: the step wrote to the object (a result's status, the retry
+	// annotation cleared); the object passed is then as the write left it.
+	Wrote bool
+	// Start is the run the step decided, which the caller launches once
+	// its own write of the object is made (Launch); nil for none.
+	Start *Pending
+}
+
+// Idle reports whether the object's handlers are done: nothing in
+// flight, due, paused, stalled or to look at again.
+func (s *Step) Idle() bool { return !s.Busy && !s.Paused && s.Stalled == "" && s.Requeue == 0 }
+
+// state returns the object's handler state: what the runner last wrote
+// for it, else what its status holds.
+func (rn *Runner) state(cr *unstructured.Unstructured) *cause.State {
+	rn.mem.mu.Lock()
+	defer rn.mem.mu.Unlock()
+	if w := rn.mem.object(cr).written; w != nil {
+		return w.Clone()
+	}
+	if rn.watched {
+		return &cause.State{Handlers: map[string]*cause.HandlerState{}} // new: its record is the archive's
+	}
+	return cause.Read(cr)
+}
+
+// remember records the state a step is about to write.
+func (rn *Runner) remember(cr *unstructured.Unstructured, st *cause.State) {
+	rn.mem.mu.Lock()
+	rn.mem.object(cr).written = st.Clone()
+	rn.mem.mu.Unlock()
+}
+
+// Step records a finished run, then prepares the next due handler's, if
+// any. It writes the handlers' status patches and events itself; the
+// caller writes the returned state.
+//
+// vars.Self is the object as handlers get it. For a watched object, cr is
+// the object; its generation, as the step sees it, is its count of
+// observed changes, and create and update are about its projection
+// (cause.Projection).
+func (rn *Runner) Step(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars) (*Step, error) {
+	st := rn.state(cr)
+	res := &Step{State: st}
+	defer rn.remember(cr, st)
+	var subject map[string]any // nil: the spec
+	if rn.watched {
+		subject = cause.Projection(vars.Self, rn.def.Handlers)
+		g := cause.Observe(st, subject, cr.GetDeletionTimestamp() != nil, time.Now())
+		view := &unstructured.Unstructured{Object: maps.Clone(cr.Object)}
+		md, _ := cr.Object["metadata"].(map[string]any)
+		view.Object["metadata"] = maps.Clone(md)
+		view.SetGeneration(g)
+		cr = view
+	}
+	if err := rn.retryRequested(ctx, cr, st, res); err != nil {
+		return nil, err
+	}
+
+	rn.mem.mu.Lock()
+	o := rn.mem.object(cr)
+	f := o.flight
+	done := f != nil && f.done
+	if done {
+		o.flight = nil
+	}
+	rn.mem.mu.Unlock()
+	if f != nil && !done {
+		res.Busy = true
+		res.Stalled = cause.Stalled(rn.def.Handlers, cr, st)
+		return res, nil // its end wakes this object again
+	}
+	if f != nil && errors.Is(f.err, errNotRecorded) {
+		// Nothing ran: no attempt is counted, and the handler runs once
+		// the archive records runs again.
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", "Run", "handler %s did not run: %v; it runs once the archive records runs again", f.cause.Handler.Name, f.err)
+		res.Requeue = notRecordedRetry
+		return res, nil
+	}
+	if f != nil && rn.interrupted(ctx, cr, f) {
+		f = nil // recorded Cancelled: it runs again below, with its key
+	}
+	if f != nil {
+		var wrote bool
+		res.Requeue, wrote = rn.finish(ctx, cr, f, st)
+		res.Wrote = res.Wrote || wrote
+	}
+
+	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Now: rn.clock.Now(), Started: rn.started, Related: vars.Related, Subject: subject,
+		Visit: visitOf(rn.def.States, vars.Self)} // vars.Self: a new object's initial state too
+	_, in.Paused = cr.GetAnnotations()[v1alpha1.PauseAnnotation]
+	in.When = rn.whenValues(cr, vars)
+	d := cause.Decide(in)
+	*st = *d.State // the records the decision updated (passed, resumed, seen false)
+	res.Stalled = d.Stalled
+	if in.Paused {
+		// Removing the annotation is an update that wakes the object.
+		res.Paused, res.Requeue = true, 0
+		return res, nil
+	}
+	if d.Wait > 0 && (res.Requeue == 0 || d.Wait < res.Requeue) {
+		res.Requeue = d.Wait
+	}
+	if d.Cause != nil {
+		res.Busy = true
+		var err error
+		if res.Start, err = rn.start(ctx, cr, d.Cause, vars, subject); err != nil {
+			return nil, err
+		}
+		return res, nil
+	}
+	if cr.GetDeletionTimestamp() == nil {
+		// No create or update handler has the generation still to do.
+		if subject == nil {
+			subject = cause.Spec(cr)
+		}
+		st.AdvanceHandled(rn.def.Handlers, cr.GetGeneration(), subject)
+	}
+	return res, nil
+}
+
+// retryRequested clears the failed attempts when the object asks for a
+// retry (v1alpha1.RetryAnnotation): a custom resource's annotation is
+// removed, a watched object's value is remembered (it is the owner's to
+// remove).
+func (rn *Runner) retryRequested(ctx context.Context, cr *unstructured.Unstructured, st *cause.State, res *Step) error {
+	v, ok := cr.GetAnnotations()[v1alpha1.RetryAnnotation]
+	if ok && rn.watched && v != st.RetrySeen && !failing(st) {
+		st.RetrySeen = v // a value set before anything failed asks for nothing
+	}
+	if !ok || rn.watched && v == st.RetrySeen {
+		return nil
+	}
+	for _, hs := range st.Handlers {
+		hs.Attempt, hs.Target, hs.NextRetryAt, hs.Stalled, hs.LastError = 0, 0, "", false, ""
+	}
+	if rn.watched {
+		st.RetrySeen = v
+	} else {
+		patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.RetryAnnotation + `":null}}}`)
+		if err := rn.client.Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return fmt.Errorf("clearing %s: %w", v1alpha1.RetryAnnotation, err)
+		}
+		rn.mem.Record(cr.DeepCopy())
+		res.Wrote = true
+	}
+	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "RetryRequested", "Retry", "failed attempts cleared; handlers run again")
+	return nil
+}
+
+// failing reports whether a handler has failed attempts or has given up.
+func failing(st *cause.State) bool {
+	for _, hs := range st.Handlers {
+		if hs.Attempt > 0 || hs.Stalled {
+			return true
+		}
+	}
+	return false
+}
+
+// whenValues evaluates the when conditions: by handler, those that can be
+// known now (what a condition reads exists).
+func (rn *Runner) whenValues(cr *unstructured.Unstructured, vars definition.Vars) map[string]bool {
+	var out map[string]bool
+	for _, h := range rn.def.Handlers {
+		if h.When == nil {
+			continue
+		}
+		holds, err := h.WhenHolds(vars)
+		switch {
+		case err == nil:
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[h.Name] = holds
+		case errors.Is(err, definition.ErrChildMissing):
+			// Not known yet: nothing changes.
+		default:
+			rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "WhenFailed", "Evaluate", "handler %s: %v", h.Name, err)
+		}
+	}
+	return out
+}
+
+// visitOf is the object's visit of its current state (status.state), nil
+// for an Operator without states or an object in none yet.
+func visitOf(m *definition.StateMachine, self map[string]any) *cause.Visit {
+	s, err := v1alpha1.ReadObjectState(self)
+	if err != nil || s == nil || s.Name == "" {
+		return nil
+	}
+	return cause.VisitOf(m, s)
+}

@@ -1,0 +1,167 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/opkit-dev/opkit/internal/cause"
+)
+
+// A watched object's handler state lives in the archive, not on the
+// object: the watch driver loads it (Preload), persists it when a step
+// changes it (Persisted, SetPersisted), keeps the object's last state for
+// its delete handlers (LastSeen), and drops it once the object is done
+// with (Settle, Drop).
+
+// Preloaded is a watched object's record as the archive holds it.
+type Preloaded struct {
+	Key types.NamespacedName
+	UID types.UID
+	// State is its handler state, Persisted that state's JSON as stored;
+	// Last the object's JSON when the state last changed (nil: not kept).
+	State     *cause.State
+	Persisted []byte
+	Last      []byte
+}
+
+// Preload puts records read from the archive into the memory.
+func (rn *Runner) Preload(records []Preloaded) {
+	rn.mem.mu.Lock()
+	defer rn.mem.mu.Unlock()
+	for _, r := range records {
+		rn.mem.objects[r.Key] = &objectState{uid: r.UID, written: r.State, persisted: r.Persisted, last: r.Last}
+	}
+}
+
+// LastSeen keeps the final state of a deleted watched object, if the
+// runner knows the object.
+func (rn *Runner) LastSeen(u *unstructured.Unstructured) {
+	rn.mem.mu.Lock()
+	defer rn.mem.mu.Unlock()
+	key := types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}
+	if o := rn.mem.objects[key]; o != nil && o.uid == u.GetUID() {
+		o.last = Snapshot(u.Object)
+	}
+}
+
+// Known returns the uid of the object of that name the runner knows, and
+// its last state; ok is false when it knows none.
+func (rn *Runner) Known(key types.NamespacedName) (uid types.UID, last []byte, ok bool) {
+	rn.mem.mu.Lock()
+	defer rn.mem.mu.Unlock()
+	o := rn.mem.objects[key]
+	if o == nil {
+		return "", nil, false
+	}
+	return o.uid, o.last, true
+}
+
+// Track makes obj known, with an empty handler state if it has none: a
+// watched object is new to the operator until a step records its state.
+func (rn *Runner) Track(obj *unstructured.Unstructured) {
+	rn.mem.mu.Lock()
+	defer rn.mem.mu.Unlock()
+	if o := rn.mem.object(obj); o.written == nil {
+		o.written = &cause.State{Handlers: map[string]*cause.HandlerState{}}
+	}
+}
+
+// Settle records the end of the run of an object about to be forgotten,
+// if it ended (its outcome in the archive, its Events), as its next step
+// would have. It reports whether a run is still in flight: the object is
+// not forgotten until its end, which wakes it again.
+func (rn *Runner) Settle(ctx context.Context, key types.NamespacedName, obj *unstructured.Unstructured) (busy bool) {
+	rn.mem.mu.Lock()
+	o := rn.mem.objects[key]
+	var f *flight
+	var done bool
+	if o != nil && o.uid == obj.GetUID() {
+		f = o.flight
+		if done = f != nil && f.done; done {
+			o.flight = nil // the run's goroutine writes it no more
+		}
+	}
+	rn.mem.mu.Unlock()
+	switch {
+	case f == nil:
+		return false
+	case !done:
+		return true
+	case errors.Is(f.err, errNotRecorded):
+		return false
+	}
+	rn.finish(ctx, obj, f, rn.state(obj))
+	return false
+}
+
+// Drop forgets the object of that name and uid, unless a run of it is in
+// flight.
+func (rn *Runner) Drop(key types.NamespacedName, uid types.UID) {
+	rn.mem.mu.Lock()
+	if o := rn.mem.objects[key]; o != nil && o.uid == uid && o.flight == nil {
+		delete(rn.mem.objects, key)
+	}
+	rn.mem.mu.Unlock()
+}
+
+// Persisted returns the object's state as the archive holds it and its
+// last state; ok is false when the runner knows no object of that name.
+func (rn *Runner) Persisted(key types.NamespacedName) (persisted, last []byte, ok bool) {
+	rn.mem.mu.Lock()
+	defer rn.mem.mu.Unlock()
+	o := rn.mem.objects[key]
+	if o == nil {
+		return nil, nil, false
+	}
+	return o.persisted, o.last, true
+}
+
+// SetPersisted records that the archive holds state (JSON) and last for
+// the object of that name and uid.
+func (rn *Runner) SetPersisted(key types.NamespacedName, uid types.UID, state, last []byte) {
+	rn.mem.mu.Lock()
+	defer rn.mem.mu.Unlock()
+	if o := rn.mem.objects[key]; o != nil && o.uid == uid {
+		o.persisted = state
+		o.last = last
+	}
+}
+
+// EachWatched calls f for each object with a handler state, with whether
+// it is Stalled as package cause says of a custom resource (a handler
+// gave up on the object's current count of observed changes).
+func (rn *Runner) EachWatched(f func(stalled bool)) {
+	rn.mem.mu.Lock()
+	defer rn.mem.mu.Unlock()
+	view := &unstructured.Unstructured{Object: map[string]any{}}
+	for _, o := range rn.mem.objects {
+		st := o.written
+		if st == nil {
+			continue
+		}
+		stalled := false
+		if st.Observed != nil {
+			view.SetGeneration(st.Observed.Generation)
+			stalled = cause.Stalled(rn.def.Handlers, view, st) != ""
+		}
+		f(stalled)
+	}
+}
+
+// Snapshot is an object's JSON without its managedFields: what the delete
+// handlers of a watched object get once it is gone.
+func Snapshot(obj map[string]any) []byte {
+	obj = maps.Clone(obj)
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		md = maps.Clone(md)
+		delete(md, "managedFields")
+		obj["metadata"] = md
+	}
+	data, _ := json.Marshal(obj)
+	return data
+}

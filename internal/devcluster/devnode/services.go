@@ -119,19 +119,19 @@ func (p *serviceProxy) tunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	hj, ok := w.(http.Hijacker)
 	if !ok {
-		upstream.Close()
+		_ = upstream.Close()
 		http.Error(w, "no hijacking", http.StatusInternalServerError)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
 	conn, buf, err := hj.Hijack()
 	if err != nil {
-		upstream.Close()
+		_ = upstream.Close()
 		return
 	}
 	go func() {
-		defer upstream.Close()
-		defer conn.Close()
+		defer func() { _ = upstream.Close() }()
+		defer func() { _ = conn.Close() }()
 		// What the client sent after its CONNECT, already read.
 		if n := buf.Reader.Buffered(); n > 0 {
 			data, _ := buf.Reader.Peek(n)

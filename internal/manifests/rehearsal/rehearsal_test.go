@@ -371,7 +371,7 @@ func TestTheDeployNotifierInstalledFromGeneratedManifestsRunsItsHandlersInRunner
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	defer func() { _ = store.Close() }()
 	var page *archive.Page
 	clustertest.Eventually(t, time.Minute, "the runs are finished in the archive", func(ctx context.Context) (bool, error) {
 		page, err = store.List(ctx, archive.Query{Operator: "deploy-notifier", Limit: 1000})

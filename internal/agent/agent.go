@@ -123,7 +123,10 @@ func newAgent(opts Options) (*agent, error) {
 	if opts.Files == "" {
 		opts.Files, _ = os.Getwd()
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: opts.Parallel * 3, IdleConnTimeout: 90 * time.Second}
+	// Through $HTTPS_PROXY when set: the dev node resolves the engine's
+	// Service for its Pods so (devnode.Node.ServiceProxy), as a proxy of
+	// the cluster may.
+	tr := &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: opts.Parallel * 3, IdleConnTimeout: 90 * time.Second}
 	q := url.Values{"operator": {opts.Operator}, "image": {opts.Image}}
 	return &agent{opts: opts, client: &http.Client{Transport: tr}, query: "?" + q.Encode()}, nil
 }

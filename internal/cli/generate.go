@@ -118,6 +118,7 @@ docs/production.md for what each rule is for.
 	}
 	f.register(cmd)
 	cmd.Flags().BoolVar(&noNamespace, "no-namespace", false, "leave the Namespace object out (it exists already)")
+	cmd.Flags().BoolVar(&f.opts.DevNode, "dev-node", false, "the engine's and the runners' Pods tolerate the dev node's taint (opkit.dev/dev-node): to rehearse the install on the local control plane of opkit cluster start, which runs them as processes of this host (docs/production.md)")
 	return cmd
 }
 

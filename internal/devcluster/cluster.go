@@ -18,6 +18,10 @@ import (
 	"syscall"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -379,6 +383,9 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 		if err != nil {
 			return err
 		}
+		if err := bindNodeProxier(ctx, c.rest, devnode.DefaultName); err != nil {
+			return err
+		}
 		c.node, err = devnode.Start(ctx, devnode.Options{
 			Config:      nodeConfig,
 			Dir:         filepath.Join(c.dataDir, "pods"),
@@ -578,4 +585,25 @@ func (c *Cluster) Components() []Component {
 		out = append(out, Component{Name: p.name, Pid: p.pid(), Port: c.ports[p.name], LogPath: p.logPath})
 	}
 	return out
+}
+
+// bindNodeProxier grants the dev node what a node's kube-proxy may read
+// (the ClusterRole system:node-proxier: Services, EndpointSlices), since
+// the dev node is its own proxy to Services (devnode.Node.ServiceProxy).
+// A start on kept data finds the binding made.
+func bindNodeProxier(ctx context.Context, cfg *rest.Config, node string) error {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "opkit:dev-node-proxier"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node-proxier"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "system:node:" + node}},
+	}
+	_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("granting the dev node the rights of a node's proxy: %w", err)
+	}
+	return nil
 }

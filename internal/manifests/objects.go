@@ -334,6 +334,7 @@ func (m *Manifests) deployment() *appsv1.Deployment {
 		}},
 		Volumes: volumes,
 	}
+	pod.Tolerations = m.tolerations()
 	if o.Replicas > 1 {
 		pod.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
@@ -357,6 +358,18 @@ func (m *Manifests) deployment() *appsv1.Deployment {
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: m.labels()}, Spec: pod},
 		},
 	}
+}
+
+// DevNodeTaint is the taint of the local control plane's dev node
+// (devnode.Taint), which Options.DevNode tolerates.
+const DevNodeTaint = "opkit.dev/dev-node"
+
+// tolerations are the Pods' tolerations: the dev node's with DevNode.
+func (m *Manifests) tolerations() []corev1.Toleration {
+	if !m.Options.DevNode {
+		return nil
+	}
+	return []corev1.Toleration{{Key: DevNodeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 }
 
 func (m *Manifests) service() *corev1.Service {

@@ -129,6 +129,12 @@ type Options struct {
 	// has no interpreter and the handler shares the engine's credentials.
 	// Defaults to false: such a handler is refused, naming it.
 	AllowHostExec bool
+	// DevNode makes the engine's and the runners' Pods tolerate the dev
+	// node's taint (opkit.dev/dev-node), to rehearse an install on the
+	// local control plane (opkit cluster start), whose dev node runs them
+	// as processes of the host. A cluster has no such node: there the
+	// toleration changes nothing. Defaults to false.
+	DevNode bool
 	// Ports of the engine's listeners. Each defaults to its Default*Port.
 	// RunnersPort serves the runner API, with an exec handler in an image.
 	MetricsPort, HooksPort, ConsolePort, WebhookPort, RunnersPort int32

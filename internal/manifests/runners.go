@@ -239,6 +239,7 @@ func (m *Manifests) runnerDeployment(r *runnerOperator, image string) *appsv1.De
 	engine := fmt.Sprintf("https://%s.%s.svc:%d", o.Name, o.Namespace, o.RunnersPort)
 	pod := corev1.PodSpec{
 		ServiceAccountName:           RunnerServiceAccount(r.name),
+		Tolerations:                  m.tolerations(),
 		AutomountServiceAccountToken: ptr.To(false),
 		EnableServiceLinks:           ptr.To(false),
 		SecurityContext: &corev1.PodSecurityContext{

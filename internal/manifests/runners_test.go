@@ -2,6 +2,7 @@ package manifests_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -403,6 +404,34 @@ func TestImagesArePinnedToTheVersionNeverLatest(t *testing.T) {
 		tag, _ := manifests.ImageTag(version)
 		if n := strings.Count(b.String(), "ghcr.io/opkit-dev/opkit:"+tag+"\n"); n < 4 {
 			t.Errorf("version %q: the engine and the two agents' images in the manifests and the values are ghcr.io/opkit-dev/opkit:%s %d times; want 4", version, tag, n)
+		}
+	}
+}
+
+func TestDevNodeMakesTheEnginesAndTheRunnersPodsTolerateTheDevNodeOnly(t *testing.T) {
+	for _, devNode := range []bool{false, true} {
+		objs := objectsOf(t, runnerManifests(t, runnersFixture, manifests.Options{Version: "v1.4.0", DevNode: devNode}))
+		n := 0
+		for k, u := range objs {
+			if u.GetKind() != "Deployment" {
+				continue
+			}
+			n++
+			got, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "tolerations")
+			want := 0
+			if devNode {
+				want = 1
+			}
+			if len(got) != want {
+				t.Errorf("DevNode %v: %s tolerates %v; want %d toleration", devNode, k, got, want)
+				continue
+			}
+			if devNode && fmt.Sprint(got[0]) != "map[effect:NoSchedule key:opkit.dev/dev-node operator:Exists]" {
+				t.Errorf("DevNode: %s tolerates %v; want the dev node's taint", k, got[0])
+			}
+		}
+		if n != 3 {
+			t.Errorf("%d Deployments; want the engine's and two runners'", n)
 		}
 	}
 }

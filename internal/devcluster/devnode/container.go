@@ -145,7 +145,9 @@ func (c *container) runOnce(ctx context.Context) int32 {
 	}
 
 	argv := expandArgs(append(append([]string{}, c.spec.Command...), c.spec.Args...), env)
-	argv, _ = c.podArgv(argv)
+	if mapped, ok := c.podArgv(argv); ok {
+		argv, env = mapped, c.podEnv(env)
+	}
 	cmd, err := c.command(argv, env, logPath)
 	if err == nil {
 		err = cmd.Start()

@@ -41,6 +41,14 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "agent" {
 		os.Exit(agentStandIn(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "probe" {
+		os.Exit(probe(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		os.Exit(probe(os.Args[1:]))
+	}
+	// Tokens renewed within seconds, for TestAPodReachesServicesByNameAndTheAPIAsItsServiceAccountWithRenewedTokens.
+	devnode.RenewTokensAfter(3 * time.Second)
 	// The test binary is the dev node's opkit: the containers of opkit's
 	// image run it, and its agent stand-in answers.
 	exe, err := os.Executable()

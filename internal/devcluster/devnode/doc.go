@@ -44,6 +44,20 @@
 //     and projected volumes are supported, with projected
 //     serviceAccountToken sources (a TokenRequest for the Pod with the
 //     audience and expiry given, written as the file at the path).
+//   - Services by name: every container gets HTTP_PROXY and HTTPS_PROXY
+//     (NO_PROXY: loopback), the node's proxy ([Node.ServiceProxy]), which
+//     resolves NAME.NAMESPACE.svc(.cluster.local) to a ready endpoint of
+//     the Service's EndpointSlices and dials any other host as it is. A
+//     Pod's address (status.podIP) is the host's ([HostAddress]), since
+//     an EndpointSlice refuses loopback ones.
+//   - The API server as the Pod's ServiceAccount: a container that mounts
+//     its token (/var/run/secrets/kubernetes.io/serviceaccount) gets
+//     $KUBECONFIG, a kubeconfig naming that token file under the pod's
+//     root, the API server and the Pod's namespace. Projected tokens are
+//     renewed at 80% of their life, as a kubelet does.
+//   - A program of the pod's world (above) also has its env values that
+//     the spec gives literally as absolute paths under a mount mapped
+//     under the pod's root (OPKIT_ARCHIVE=/var/lib/opkit/runs.db).
 //   - workingDir is used as is if it exists on the host, else it is made
 //     under $OPKIT_POD_ROOT; without one, the process starts in
 //     $OPKIT_POD_ROOT.

@@ -5,18 +5,58 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // rootPath maps an absolute path of the pod spec into the pod's root
 // directory. Cleaning it first keeps ".." from leaving the root.
 func (w *podWorker) rootPath(p string) string {
 	return filepath.Join(w.dir, "root", filepath.Clean("/"+p))
+}
+
+// serviceAccountDir is where a Pod's ServiceAccount token is mounted,
+// where client-go's in-cluster configuration reads it.
+const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// serviceAccountKubeconfig writes a kubeconfig for a container that
+// mounts its ServiceAccount's token, and returns its path, which the
+// container gets as $KUBECONFIG: the token is under the pod's root, not
+// at the path client-go's in-cluster configuration reads, so a program
+// that uses the in-cluster configuration in a cluster (or $KUBECONFIG,
+// else in-cluster, as kubectl and opkit do) reaches the API server as its
+// ServiceAccount, in its Pod's namespace, with the token the node
+// projected and renews.
+func (w *podWorker) serviceAccountKubeconfig(pod *corev1.Pod, mountPath string) (string, error) {
+	cfg := w.node.opts.Config
+	ca := cfg.CAData
+	if len(ca) == 0 && cfg.CAFile != "" {
+		var err error
+		if ca, err = os.ReadFile(cfg.CAFile); err != nil {
+			return "", fmt.Errorf("the API server's CA: %w", err)
+		}
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["cluster"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: ca, TLSServerName: cfg.ServerName}
+	kc.AuthInfos["serviceaccount"] = &clientcmdapi.AuthInfo{TokenFile: w.rootPath(path.Join(mountPath, "token"))}
+	kc.Contexts["serviceaccount"] = &clientcmdapi.Context{Cluster: "cluster", AuthInfo: "serviceaccount", Namespace: pod.Namespace}
+	kc.CurrentContext = "serviceaccount"
+	data, err := clientcmd.Write(*kc)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(w.dir, "serviceaccount.kubeconfig")
+	if err := writeFileAtomic(p, data, 0o600); err != nil {
+		return "", err
+	}
+	return p, nil
 }
 
 // mountEnvName is the variable naming a volume's mount path.
@@ -46,8 +86,18 @@ func (w *podWorker) environment(ctx context.Context, pod *corev1.Pod, spec corev
 		vars.set("KUBERNETES_SERVICE_HOST", u.Hostname())
 		vars.set("KUBERNETES_SERVICE_PORT", u.Port())
 	}
+	for k, v := range w.node.proxy.proxyEnv() {
+		vars.set(k, v)
+	}
 	for _, m := range spec.VolumeMounts {
 		vars.set(mountEnvName(m.Name), w.rootPath(m.MountPath))
+		if filepath.Clean(m.MountPath) == serviceAccountDir {
+			kc, err := w.serviceAccountKubeconfig(pod, m.MountPath)
+			if err != nil {
+				return nil, err
+			}
+			vars.set("KUBECONFIG", kc)
+		}
 	}
 	for _, from := range spec.EnvFrom {
 		data, err := w.envFromSource(ctx, pod.Namespace, from)
@@ -106,7 +156,7 @@ func (w *podWorker) envFromSource(ctx context.Context, ns string, from corev1.En
 func (w *podWorker) envValueFrom(ctx context.Context, pod *corev1.Pod, from *corev1.EnvVarSource) (value string, ok bool, err error) {
 	switch {
 	case from.FieldRef != nil:
-		v, err := fieldValue(pod, from.FieldRef.FieldPath)
+		v, err := fieldValue(pod, w.node.podIP(), from.FieldRef.FieldPath)
 		return v, err == nil, err
 	case from.ConfigMapKeyRef != nil:
 		ref := from.ConfigMapKeyRef
@@ -142,7 +192,7 @@ func (w *podWorker) envValueFrom(ctx context.Context, pod *corev1.Pod, from *cor
 }
 
 // fieldValue resolves the fieldRef paths a kubelet supports.
-func fieldValue(pod *corev1.Pod, path string) (string, error) {
+func fieldValue(pod *corev1.Pod, podIP, path string) (string, error) {
 	if key, ok := subscript(path, "metadata.labels"); ok {
 		return pod.Labels[key], nil
 	}
@@ -160,7 +210,9 @@ func fieldValue(pod *corev1.Pod, path string) (string, error) {
 		return pod.Spec.NodeName, nil
 	case "spec.serviceAccountName":
 		return pod.Spec.ServiceAccountName, nil
-	case "status.podIP", "status.hostIP", "status.podIPs", "status.hostIPs":
+	case "status.podIP", "status.podIPs":
+		return podIP, nil
+	case "status.hostIP", "status.hostIPs":
 		return "127.0.0.1", nil
 	}
 	return "", fmt.Errorf("fieldRef %q is not supported by the dev node", path)

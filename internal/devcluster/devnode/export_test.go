@@ -1,6 +1,8 @@
 package devnode
 
 import (
+	"time"
+
 	"context"
 
 	"k8s.io/client-go/kubernetes"
@@ -21,3 +23,9 @@ func ReportStatus(ctx context.Context, cfg *rest.Config, name string) error {
 // UseOpkit makes path the default of Options.Opkit, for the nodes started
 // after it: this package's tests run the test binary as opkit's stand-in.
 func UseOpkit(path string) { opkitExecutable = func() string { return path } }
+
+// RenewTokensAfter makes projected tokens renewed d after their request,
+// whatever their lifetime, for the Pods started after it.
+func RenewTokensAfter(d time.Duration) {
+	renewAfter = func(time.Duration) time.Duration { return d }
+}

@@ -61,6 +61,10 @@ type Options struct {
 	Version string
 	// Log receives one line per notable event. Defaults to io.Discard.
 	Log io.Writer
+	// PodIP is the address every Pod of the node reports as its own
+	// (status.podIP). Defaults to the host's first global IPv4 address
+	// ([HostAddress]), else 127.0.0.1.
+	PodIP string
 	// Opkit is the opkit binary that a container of opkit's own image
 	// (OpkitImage, any tag) runs, as the image would run its /opkit.
 	// Defaults to the running executable when it is opkit (opkit dev,
@@ -78,6 +82,7 @@ type Node struct {
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 	server *kubeletServer
+	proxy  *serviceProxy
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -97,6 +102,9 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	}
 	if opts.Opkit == "" {
 		opts.Opkit = opkitExecutable()
+	}
+	if opts.PodIP == "" {
+		opts.PodIP = HostAddress()
 	}
 	if len(opts.AllowedClients) == 0 {
 		opts.AllowedClients = []string{"kube-apiserver-kubelet-client"}
@@ -125,8 +133,13 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 		ln.Close()
 		return nil, err
 	}
+	if n.proxy, err = startServiceProxy(client); err != nil {
+		n.server.close()
+		return nil, err
+	}
 	if err := n.register(ctx); err != nil {
 		n.server.close()
+		n.proxy.close()
 		return nil, err
 	}
 
@@ -159,6 +172,49 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 // Port returns the kubelet API's port.
 func (n *Node) Port() int { return n.port }
 
+// podIP is the address of every Pod of the node.
+func (n *Node) podIP() string {
+	if n.opts.PodIP == "" {
+		return "127.0.0.1"
+	}
+	return n.opts.PodIP
+}
+
+// HostAddress is the address the dev node's Pods report as theirs: the
+// host's first global unicast IPv4 address, else 127.0.0.1. Not loopback
+// when it can be, because an EndpointSlice refuses loopback addresses:
+// with it, the endpoints controller makes the EndpointSlices of a Service
+// that selects the node's Pods, and an engine writes its Pod's address to
+// the hooks' EndpointSlice, as in a cluster. A server of a Pod that binds
+// every address (":7382") is reached there; one bound to 127.0.0.1 is
+// not, as in a cluster.
+func HostAddress() string {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return "127.0.0.1"
+	}
+	for _, iface := range ifaces {
+		if iface.Flags&net.FlagUp == 0 || iface.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := iface.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
+				return ipn.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
+}
+
+// ServiceProxy is the URL of the node's HTTP proxy, which its containers
+// get as HTTP_PROXY and HTTPS_PROXY: it resolves NAME.NAMESPACE.svc to a
+// ready endpoint of the Service, as a cluster's DNS and kube-proxy do.
+func (n *Node) ServiceProxy() string { return n.proxy.url() }
+
 // Name returns the Node's name.
 func (n *Node) Name() string { return n.opts.Name }
 
@@ -181,6 +237,7 @@ func (n *Node) Stop() {
 	}
 	wg.Wait()
 	n.server.close()
+	n.proxy.close()
 	n.done.Wait()
 }
 

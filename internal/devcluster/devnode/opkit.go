@@ -92,3 +92,29 @@ func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
+
+// podEnv maps the variables of a program that runs in the pod's world
+// (podArgv) as its arguments are: a value the pod spec gives literally
+// (env value, no valueFrom) that is an absolute path under a mount
+// (OPKIT_ARCHIVE=/var/lib/opkit/runs.db, the engine's archive on its
+// emptyDir) is mapped under the pod's root. Values the node set, or
+// that came from the API, are left as they are.
+func (c *container) podEnv(env []string) []string {
+	literal := map[string]string{}
+	for _, e := range c.spec.Env {
+		if e.ValueFrom == nil && underMount(c.spec, e.Value) {
+			literal[e.Name] = e.Value
+		} else {
+			delete(literal, e.Name)
+		}
+	}
+	out := make([]string, len(env))
+	for i, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if p, ok := literal[k]; ok && v == p {
+			kv = k + "=" + c.pod.rootPath(p)
+		}
+		out[i] = kv
+	}
+	return out
+}

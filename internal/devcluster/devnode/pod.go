@@ -36,6 +36,7 @@ type podWorker struct {
 	containers []*container
 	startTime  *metav1.Time
 	prepared   bool
+	renewAt    map[string]time.Time // projected volumes by name: when their tokens are renewed
 
 	statusMu sync.Mutex // serializes status writes
 }
@@ -162,6 +163,7 @@ func (w *podWorker) runContainers(ctx context.Context) {
 	w.mu.Lock()
 	w.prepared = true
 	w.mu.Unlock()
+	go w.renewTokens(ctx)
 	w.syncStatus(ctx)
 
 	policy := w.restartPolicy()
@@ -273,7 +275,7 @@ func (w *podWorker) status() corev1.PodStatus {
 	w.mu.Unlock()
 	st := corev1.PodStatus{
 		HostIP: "127.0.0.1", HostIPs: []corev1.HostIP{{IP: "127.0.0.1"}},
-		PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}},
+		PodIP: w.node.podIP(), PodIPs: []corev1.PodIP{{IP: w.node.podIP()}},
 		StartTime: startTime,
 		QOSClass:  pod.Status.QOSClass,
 	}

@@ -149,3 +149,39 @@ func TestPodArgvRunsOpkitsImageAsTheNodesOpkitAndMapsPathsUnderMounts(t *testing
 		t.Errorf("without an opkit binary: %q, %v", got, mapped)
 	}
 }
+
+func TestPodEnvMapsTheSpecsLiteralPathsUnderMountsOnly(t *testing.T) {
+	dir := t.TempDir()
+	w := &podWorker{node: &Node{}, dir: dir}
+	ctr := &container{pod: w, spec: corev1.Container{
+		VolumeMounts: []corev1.VolumeMount{{Name: "archive", MountPath: "/var/lib/opkit"}, {Name: "tmp", MountPath: "/tmp"}},
+		Env: []corev1.EnvVar{
+			{Name: "OPKIT_ARCHIVE", Value: "/var/lib/opkit/runs.db"},
+			{Name: "OTHER", Value: "/etc/passwd"},
+			{Name: "FROM_API", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		},
+	}}
+	// The node's own variables name the host's paths, under /tmp too.
+	env := []string{"OPKIT_POD_ROOT=/tmp/plane/pods/uid/root", "OPKIT_ARCHIVE=/var/lib/opkit/runs.db", "OTHER=/etc/passwd", "FROM_API=/tmp/x"}
+	want := []string{"OPKIT_POD_ROOT=/tmp/plane/pods/uid/root", "OPKIT_ARCHIVE=" + filepath.Join(dir, "root/var/lib/opkit/runs.db"), "OTHER=/etc/passwd", "FROM_API=/tmp/x"}
+	if got := ctr.podEnv(env); !slices.Equal(got, want) {
+		t.Errorf("podEnv = %q; want %q", got, want)
+	}
+}
+
+func TestServiceNameParsesTheNamesAClustersDNSGives(t *testing.T) {
+	for host, want := range map[string][2]string{
+		"opkit.opkit.svc":                      {"opkit", "opkit"},
+		"opkit-hooks.team-a.svc.cluster.local": {"team-a", "opkit-hooks"},
+		"opkit.opkit.svc.":                     {"opkit", "opkit"},
+		"api.github.com":                       {},
+		"a.b.c.svc":                            {},
+		"opkit.svc":                            {},
+		"127.0.0.1":                            {},
+	} {
+		ns, name, ok := serviceName(host)
+		if got := [2]string{ns, name}; got != want || ok != (want != [2]string{}) {
+			t.Errorf("serviceName(%q) = %q, %q, %v; want %q", host, ns, name, ok, want)
+		}
+	}
+}

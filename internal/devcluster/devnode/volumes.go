@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -71,7 +72,7 @@ func (w *podWorker) materialize(ctx context.Context, pod *corev1.Pod, v corev1.V
 		}
 		return writeFiles(dir, files, mode(v.Secret.DefaultMode))
 	case v.DownwardAPI != nil:
-		files, err := downwardFiles(pod, v.DownwardAPI.Items)
+		files, err := downwardFiles(pod, w.node.podIP(), v.DownwardAPI.Items)
 		if err != nil {
 			return err
 		}
@@ -87,9 +88,13 @@ func (w *podWorker) materialize(ctx context.Context, pod *corev1.Pod, v corev1.V
 			case src.Secret != nil:
 				part, err = w.secretFiles(ctx, pod.Namespace, src.Secret.Name, src.Secret.Items, src.Secret.Optional)
 			case src.DownwardAPI != nil:
-				part, err = downwardFiles(pod, src.DownwardAPI.Items)
+				part, err = downwardFiles(pod, w.node.podIP(), src.DownwardAPI.Items)
 			case src.ServiceAccountToken != nil:
-				part, err = w.tokenFile(ctx, pod, src.ServiceAccountToken)
+				var expires time.Time
+				part, expires, err = w.tokenFile(ctx, pod, src.ServiceAccountToken)
+				if err == nil {
+					w.renewLater(v.Name, expires)
+				}
 			}
 			if err != nil {
 				return err
@@ -156,7 +161,7 @@ func project(data map[string][]byte, items []corev1.KeyToPath, what string) (map
 	return out, nil
 }
 
-func downwardFiles(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile) (map[string][]byte, error) {
+func downwardFiles(pod *corev1.Pod, podIP string, items []corev1.DownwardAPIVolumeFile) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for _, it := range items {
 		if it.FieldRef == nil {
@@ -170,7 +175,7 @@ func downwardFiles(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile) (map[s
 			v = formatMap(pod.Annotations)
 		default:
 			var err error
-			if v, err = fieldValue(pod, it.FieldRef.FieldPath); err != nil {
+			if v, err = fieldValue(pod, podIP, it.FieldRef.FieldPath); err != nil {
 				return nil, err
 			}
 		}
@@ -189,7 +194,9 @@ func formatMap(m map[string]string) string {
 	return strings.Join(lines, "\n")
 }
 
-func (w *podWorker) tokenFile(ctx context.Context, pod *corev1.Pod, src *corev1.ServiceAccountTokenProjection) (map[string][]byte, error) {
+// tokenFile requests a projected token for the Pod, and says when it
+// expires.
+func (w *podWorker) tokenFile(ctx context.Context, pod *corev1.Pod, src *corev1.ServiceAccountTokenProjection) (map[string][]byte, time.Time, error) {
 	sa := pod.Spec.ServiceAccountName
 	if sa == "" {
 		sa = "default"
@@ -206,9 +213,71 @@ func (w *podWorker) tokenFile(ctx context.Context, pod *corev1.Pod, src *corev1.
 	}
 	tok, err := w.node.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, req, metav1.CreateOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("service account token for %q: %w", sa, err)
+		return nil, time.Time{}, fmt.Errorf("service account token for %q: %w", sa, err)
 	}
-	return map[string][]byte{src.Path: []byte(tok.Status.Token)}, nil
+	return map[string][]byte{src.Path: []byte(tok.Status.Token)}, tok.Status.ExpirationTimestamp.Time, nil
+}
+
+// renewAfter is how long after its request a projected token is renewed,
+// given its lifetime: at 80% of it, as a kubelet does. A test of this
+// package shortens it (export_test.go).
+var renewAfter = func(lifetime time.Duration) time.Duration { return lifetime * 8 / 10 }
+
+// renewLater records when the projected volume's token is to be
+// renewed; the earliest of its tokens counts.
+func (w *podWorker) renewLater(volume string, expires time.Time) {
+	at := time.Now().Add(renewAfter(time.Until(expires)))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.renewAt == nil {
+		w.renewAt = map[string]time.Time{}
+	}
+	if old, ok := w.renewAt[volume]; !ok || at.Before(old) || old.Before(time.Now()) {
+		w.renewAt[volume] = at
+	}
+}
+
+// renewTokens writes each projected volume again, with new tokens, once
+// its tokens are past 80% of their life, until ctx ends: a program that
+// reads its token file again (client-go does, every minute) keeps a valid
+// one, as under a kubelet. A failed request is retried every 10s.
+func (w *podWorker) renewTokens(ctx context.Context) {
+	for {
+		w.mu.Lock()
+		volume, at := "", time.Time{}
+		for v, t := range w.renewAt {
+			if volume == "" || t.Before(at) {
+				volume, at = v, t
+			}
+		}
+		w.mu.Unlock()
+		if volume == "" {
+			return
+		}
+		if !sleepCtx(ctx, time.Until(at)) {
+			return
+		}
+		pod, _ := w.current()
+		for _, v := range pod.Spec.Volumes {
+			if v.Name != volume {
+				continue
+			}
+			w.mu.Lock()
+			delete(w.renewAt, volume)
+			w.mu.Unlock()
+			if err := w.materialize(ctx, pod, v, filepath.Join(w.dir, "volumes", v.Name)); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				fmt.Fprintf(w.node.opts.Log, "dev node: renewing the tokens of pod %s/%s, volume %q: %v\n", w.namespace, w.name, v.Name, err)
+				w.mu.Lock()
+				if _, again := w.renewAt[volume]; !again {
+					w.renewAt[volume] = time.Now().Add(10 * time.Second)
+				}
+				w.mu.Unlock()
+			}
+		}
+	}
 }
 
 // writeFiles writes each file below dir, refusing paths that leave it.
@@ -221,12 +290,32 @@ func writeFiles(dir string, files map[string][]byte, perm os.FileMode) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(p, data, perm); err != nil {
-			return err
-		}
-		if err := os.Chmod(p, perm); err != nil {
+		if err := writeFileAtomic(p, data, perm); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// writeFileAtomic replaces the file p with data at once, so that a
+// program reading it (a token renewed) never sees it half written.
+func writeFileAtomic(p string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), perm)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+	}
+	return err
 }

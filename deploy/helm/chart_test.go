@@ -63,6 +63,9 @@ var setups = []struct {
 	// Exec handlers in two images, with scripts in subdirectories, an
 	// executable, a binary file and a Secret left out.
 	{"runners", []string{runnersFixture}, manifests.Options{Version: "v1.4.0"}},
+	{"runners on the dev node, two replicas", []string{runnersFixture}, manifests.Options{
+		Version: "v1.4.0", DevNode: true, Replicas: 2, ArchiveSecret: "opkit-archive", Hooks: true,
+	}},
 	{"runners beside the printer, another release and port", []string{runnersFixture, "printer"}, manifests.Options{
 		Name: "ops", Namespace: "tools", RunnersPort: 9444, Image: "registry.example.com/opkit:v1.4.0",
 	}},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,19 +19,38 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/agent"
 	"github.com/opkit-dev/opkit/internal/archive"
-	"github.com/opkit-dev/opkit/internal/cli"
 	"github.com/opkit-dev/opkit/internal/executor"
 	"github.com/opkit-dev/opkit/internal/runners"
 )
 
-// agentRole is roleEnv's value for a process that is opkit's CLI (its
-// arguments opkit's): the runner scenario's agent, a process of its own
-// as in a runner Pod.
-const agentRole = "opkit"
+// agentRole is roleEnv's value for a process that is opkit's agent (its
+// flags those of opkit agent run): the runner scenario's agent, a
+// process of its own as in a runner Pod.
+const agentRole = "agent"
 
-// agentMain is opkit's CLI, for agentRole.
-func agentMain() int { return cli.Main(os.Args[1:], os.Stdout, os.Stderr) }
+// agentMain runs the agent, for agentRole, until it is killed.
+func agentMain() int {
+	var o agent.Options
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.StringVar(&o.Engine, "engine", "", "")
+	fs.StringVar(&o.Operator, "operator", "", "")
+	fs.StringVar(&o.Image, "image", "", "")
+	fs.StringVar(&o.Files, "files", "", "")
+	fs.StringVar(&o.CAFile, "ca-file", "", "")
+	fs.StringVar(&o.TokenFile, "token-file", "", "")
+	fs.IntVar(&o.Parallel, "parallel", 4, "")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	o.Name = os.Getenv("POD_NAME")
+	if err := agent.Run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "agent:", err)
+		return 1
+	}
+	return 0
+}
 
 // runnerOverhead: the exec handler of execOverhead (/bin/echo) through a
 // warm runner, an agent process of this machine pulling from the
@@ -69,7 +89,7 @@ func (b *bench) runnerOverhead(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = logFile.Close() }()
-	cmd := exec.CommandContext(ctx, exe, "agent", "run", "--engine=https://"+s.Addr(), "--operator="+operator, "--image="+image,
+	cmd := exec.CommandContext(ctx, exe, "--engine=https://"+s.Addr(), "--operator="+operator, "--image="+image,
 		"--files="+files, "--ca-file="+caFile, "--token-file="+tokenFile, fmt.Sprintf("--parallel=%d", parallel))
 	cmd.Env = append(os.Environ(), roleEnv+"="+agentRole, "POD_NAME=bench-runner")
 	cmd.Stdout, cmd.Stderr = logFile, logFile

@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if os.Getenv(roleEnv) == agentRole {
+		os.Exit(agentMain())
+	}
 	clustertest.Main(m)
 }
 
@@ -93,6 +96,8 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		{"live", "baseline-8, 50/s", "child p50"},
 		{"idle", "opkit", "CPU"},
 		{"handlers", "exec, /bin/echo", "executor p50"},
+		{"handlers", "exec, /bin/echo, warm runner", "runner p50"},
+		{"handlers", "exec, /bin/echo, warm runner", "runner/local runs/s"},
 		{"handlers drain", "opkit, archive on (SQLite)", "objects/s"},
 		{"handlers drain", "opkit, archive off", "objects/s"},
 		{"handlers", "job", "change to Job created p99"},

@@ -168,6 +168,9 @@ func main() {
 		}
 		return
 	}
+	if os.Getenv(roleEnv) == agentRole {
+		os.Exit(agentMain())
+	}
 	if err := benchMain(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -436,6 +439,9 @@ func (b *bench) run(ctx context.Context) error {
 		}
 		if on("handlers") {
 			if err := step("exec handler overhead", func() error { return b.execOverhead(ctx) }); err != nil {
+				return err
+			}
+			if err := step("exec handler through a warm runner", func() error { return b.runnerOverhead(ctx) }); err != nil {
 				return err
 			}
 			for _, archiveOn := range []bool{true, false} {

@@ -14,17 +14,16 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"helm.sh/helm/v4/pkg/chart/common"
-	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
-	"helm.sh/helm/v4/pkg/engine"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/deploy/helm"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/manifests"
 )
@@ -63,6 +62,9 @@ var setups = []struct {
 	// Exec handlers in two images, with scripts in subdirectories, an
 	// executable, a binary file and a Secret left out.
 	{"runners", []string{runnersFixture}, manifests.Options{Version: "v1.4.0"}},
+	{"runners on the dev node, two replicas", []string{runnersFixture}, manifests.Options{
+		Version: "v1.4.0", DevNode: true, Replicas: 2, ArchiveSecret: "opkit-archive", Hooks: true,
+	}},
 	{"runners beside the printer, another release and port", []string{runnersFixture, "printer"}, manifests.Options{
 		Name: "ops", Namespace: "tools", RunnersPort: 9444, Image: "registry.example.com/opkit:v1.4.0",
 	}},
@@ -118,19 +120,12 @@ func loadChart(t *testing.T) *chart.Chart {
 // objects, parsed.
 func render(t *testing.T, c *chart.Chart, vals map[string]any, name, namespace string) ([]map[string]any, error) {
 	t.Helper()
-	top, err := chartutil.ToRenderValues(c, vals, common.ReleaseOptions{Name: name, Namespace: namespace, IsInstall: true}, nil)
-	if err != nil {
-		return nil, err
-	}
-	files, err := engine.Render(c, top)
+	files, err := helm.Templates(c, vals, name, namespace)
 	if err != nil {
 		return nil, err
 	}
 	var objs []map[string]any
 	for file, text := range files {
-		if !strings.HasSuffix(file, ".yaml") {
-			continue
-		}
 		docs, err := parseDocs(text)
 		if err != nil {
 			t.Fatalf("%s does not parse: %v\n%s", file, err, text)

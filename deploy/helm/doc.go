@@ -1,5 +1,8 @@
 // Package helm tests the Helm chart deploy/helm/opkit with Helm's own Go
-// library: no helm binary is needed.
+// library: no helm binary is needed. Render gives what helm install
+// applies of it; the command render (go run ./render) prints that for
+// the rehearsal on the local plane (internal/manifests/rehearsal), which
+// installs the chart's objects as it installs opkit generate manifests'.
 //
 // It is a module of its own, so that Helm and its dependencies (kubectl's
 // libraries, OCI registries, ...) stay out of opkit's: opkit's go.mod

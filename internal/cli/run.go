@@ -101,7 +101,7 @@ docs/production.md.`,
 				if opts.Webhook, err = wf.options(cmd, kubeconfigNamespace(kubeconfig), false); err != nil {
 					return err
 				}
-				if opts.Runners, err = rf.serve(cmd.Context(), cfg, kubeconfigNamespace(kubeconfig)); err != nil {
+				if err := rf.serve(cmd.Context(), cfg, kubeconfigNamespace(kubeconfig), &opts); err != nil {
 					return err
 				}
 				if leaderElect {

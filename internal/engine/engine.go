@@ -342,6 +342,9 @@ func New(opts Options) (*Engine, error) {
 	if err := e.serve(); err != nil {
 		return nil, err
 	}
+	if err := e.publishRunners(); err != nil {
+		return nil, err
+	}
 	if opts.Webhook != nil {
 		if e.webhook, err = e.newWebhookServer(); err != nil {
 			return nil, err

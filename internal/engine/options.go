@@ -121,6 +121,11 @@ type Options struct {
 	// with its key (runnerlost.go). Defaults to nil: such handlers run on
 	// the engine's host, as those without an image.
 	Runners executor.Dispatcher
+	// RunnersEndpoint, when set, names the EndpointSlice of the runners
+	// Service, which the engine that acts writes with its Pod's address
+	// and the runner API's port, so that runners pull runs from it and no
+	// standby (runnersendpoint.go).
+	RunnersEndpoint *RunnersEndpoint
 	// Stubs, when set, replaces the actions of the handlers it names with
 	// its executors, for tests (package run's Stubs); it may change while the engine
 	// runs. Defaults to none.

@@ -125,6 +125,9 @@ func (m *Manifests) Objects() ([]*unstructured.Unstructured, error) {
 	if o.Hooks {
 		objs = append(objs, m.hooksService()...)
 	}
+	if len(m.runners) > 0 {
+		objs = append(objs, m.endpointService(RunnersName, "runners", o.RunnersPort, o.RunnersPort)...)
+	}
 	if o.Webhook {
 		objs = append(objs, m.webhookService()...)
 	}
@@ -235,7 +238,7 @@ func (m *Manifests) args() []string {
 			"--webhook-endpointslice", WebhookName, "--webhook-secret", WebhookSecret)
 	}
 	if len(m.runners) > 0 {
-		args = append(args, "--runners-addr", port(o.RunnersPort), "--runners-service", o.Name)
+		args = append(args, "--runners-addr", port(o.RunnersPort), "--runners-service", RunnersName, "--runners-endpointslice", RunnersName)
 	}
 	if o.LeaderElection {
 		args = append(args, "--leader-elect")
@@ -274,9 +277,9 @@ func (m *Manifests) deployment() *appsv1.Deployment {
 		mounts = append(mounts, corev1.VolumeMount{Name: "archive", MountPath: "/var/lib/opkit"})
 		volumes = append(volumes, corev1.Volume{Name: "archive", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	}
-	if o.Hooks || o.Webhook {
-		// The acting replica writes its address to the hooks' and the
-		// webhook's EndpointSlices.
+	if o.Hooks || o.Webhook || len(m.runners) > 0 {
+		// The acting replica writes its address to the hooks', the
+		// webhook's and the runners' EndpointSlices.
 		for _, f := range []struct{ name, path string }{{"POD_IP", "status.podIP"}, {"POD_NAME", "metadata.name"}, {"NODE_NAME", "spec.nodeName"}} {
 			env = append(env, corev1.EnvVar{Name: f.name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: f.path}}})
 		}
@@ -381,9 +384,6 @@ func (m *Manifests) service() *corev1.Service {
 	if o.Console.served() {
 		ports = append(ports, port("console", o.ConsolePort))
 	}
-	if len(m.runners) > 0 {
-		ports = append(ports, port("runners", o.RunnersPort))
-	}
 	return &corev1.Service{
 		TypeMeta: typeMeta("v1", "Service"), ObjectMeta: m.meta(o.Name, true),
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Selector: m.labels(), Ports: ports},
@@ -398,10 +398,18 @@ func (m *Manifests) service() *corev1.Service {
 // that applying the manifests again never takes them from the engine.
 func (m *Manifests) hooksService() []runtime.Object {
 	o := m.Options
-	name := HooksName
+	return m.endpointService(HooksName, "hooks", o.HooksPort, o.HooksPort)
+}
+
+// endpointService is a Service that selects no Pods, of one port, and
+// its EndpointSlice, made with neither endpoints nor ports: the acting
+// replica writes them (engine.HooksEndpoint; the runners' Service,
+// RunnersName, is one too: runners pull runs from the acting replica
+// only).
+func (m *Manifests) endpointService(name, portName string, port, target int32) []runtime.Object {
 	svc := &corev1.Service{
 		TypeMeta: typeMeta("v1", "Service"), ObjectMeta: m.meta(name, true),
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{Name: "hooks", Port: o.HooksPort, TargetPort: intstr.FromInt32(o.HooksPort), Protocol: corev1.ProtocolTCP}}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{Name: portName, Port: port, TargetPort: intstr.FromInt32(target), Protocol: corev1.ProtocolTCP}}},
 	}
 	slice := &discoveryv1.EndpointSlice{TypeMeta: typeMeta("discovery.k8s.io/v1", "EndpointSlice"), ObjectMeta: m.meta(name, true), AddressType: discoveryv1.AddressTypeIPv4}
 	slice.Labels[discoveryv1.LabelServiceName] = name

@@ -55,6 +55,11 @@ const (
 	// and its EndpointSlice, which the acting replica writes (opkit run
 	// --webhook-service, --webhook-endpointslice).
 	WebhookName = "opkit-webhook"
+	// RunnersName is the Service runners reach the runner API through,
+	// and its EndpointSlice, which the acting replica writes (opkit run
+	// --runners-service, --runners-endpointslice): the runner API's
+	// certificate names RunnersName.NAMESPACE.svc.
+	RunnersName = "opkit-runners"
 	// WebhookSecret is the Secret of the webhook's CA and serving
 	// certificate (opkit run --webhook-secret's default): made empty by
 	// the manifests, filled by the engine.

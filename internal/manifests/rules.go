@@ -120,7 +120,7 @@ func ComputeRules(defs []*definition.Definition, opts Options) (*Rules, []string
 		n.definition(d, opts)
 	}
 	if slices.ContainsFunc(defs, hasImage) {
-		n.runners()
+		n.runners(defs)
 	}
 	return n.rules(), res.warnings
 }
@@ -131,11 +131,28 @@ func hasImage(d *definition.Definition) bool {
 	return slices.ContainsFunc(d.Operator.Spec.Handlers, func(h v1alpha1.Handler) bool { return h.Exec != nil && h.Exec.Image != "" })
 }
 
-// runners is what the engine's runner API needs.
-func (n *needs) runners() {
+// runners is what the engine's runner API needs: besides tokens and
+// certificates, the runners' EndpointSlice and the scale of each runner
+// Deployment of defs, by name (package runners' Scaler).
+func (n *needs) runners(defs []*definition.Definition) {
 	n.add("authentication.k8s.io", "tokenreviews", anyNamespace, "", "runners: checks each runner's token (its audience "+RunnerAudience+", its ServiceAccount "+RunnerServiceAccount("OPERATOR")+")", "create")
 	n.add("", "secrets", engineNamespace, RunnersTLSSecret, "runners: keeps the runner API's CA and serving certificate there, shared by every replica and restart, and rotates them", "get", "update")
 	n.add("", "configmaps", engineNamespace, RunnersCA, "runners: publishes the runner API's CA there (key ca.crt), which the runners mount", "get", "update")
+	n.add("discovery.k8s.io", "endpointslices", engineNamespace, RunnersName,
+		"runners: the EndpointSlice of the runners Service, which the acting replica writes with its own address so that runners pull runs from it and no standby", "get", "update", "patch")
+	for _, d := range defs {
+		images := map[string]bool{}
+		for _, h := range d.Operator.Spec.Handlers {
+			if h.Exec == nil || h.Exec.Image == "" || images[h.Exec.Image] {
+				continue
+			}
+			images[h.Exec.Image] = true
+			name := RunnerName(d.Operator.Name, h.Exec.Image)
+			why := "runners: scales the runner Deployment of " + d.Operator.Name + " and " + h.Exec.Image + " by its queue, within its annotations' bounds"
+			n.add("apps", "deployments", engineNamespace, name, why, "get")
+			n.add("apps", "deployments/scale", engineNamespace, name, why, "get", "update")
+		}
+	}
 }
 
 // engine is what the engine needs whatever it runs.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/definition"
+	runnerapi "github.com/opkit-dev/opkit/internal/runners"
 )
 
 // The runners' names and paths, shared with the engine (opkit run
@@ -57,7 +58,7 @@ func RunnerServiceAccount(operator string) string { return "opkit-runner-" + ope
 // RunnerName is the Deployment of an operator's runners for an image:
 // OPERATOR-runner-<the first 8 hex digits of sha256(image)>.
 func RunnerName(operator, image string) string {
-	return operator + "-runner-" + imageHash(image)
+	return runnerapi.DeploymentName(operator, image)
 }
 
 // FilesConfigMap is the ConfigMap of an operator's files: OPERATOR-files.
@@ -236,7 +237,7 @@ func (m *Manifests) runnerDeployment(r *runnerOperator, image string) *appsv1.De
 		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
-	engine := fmt.Sprintf("https://%s.%s.svc:%d", o.Name, o.Namespace, o.RunnersPort)
+	engine := fmt.Sprintf("https://%s.%s.svc:%d", RunnersName, o.Namespace, o.RunnersPort)
 	pod := corev1.PodSpec{
 		ServiceAccountName:           RunnerServiceAccount(r.name),
 		Tolerations:                  m.tolerations(),

@@ -16,6 +16,7 @@ import (
 
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/manifests"
+	"github.com/opkit-dev/opkit/internal/runners"
 )
 
 const runnersFixture = "testdata/runners"
@@ -134,7 +135,7 @@ func TestARunnerPerOperatorAndImageIsRestrictedAndGetsTheAgentFilesCAAndItsOwnTo
 	if runner.Name != "runner" || runner.Image != "python:3.12-slim" || !slices.Equal(runner.Command, []string{"/opkit/bin/opkit", "agent", "run"}) {
 		t.Errorf("runner: %s %s %v", runner.Name, runner.Image, runner.Command)
 	}
-	wantArgs := []string{"--engine=https://opkit.opkit.svc:7384", "--operator=notes", "--image=python:3.12-slim", "--files=/opkit/files",
+	wantArgs := []string{"--engine=https://opkit-runners.opkit.svc:7384", "--operator=notes", "--image=python:3.12-slim", "--files=/opkit/files",
 		"--ca-file=/opkit/engine-ca/ca.crt", "--token-file=/var/run/secrets/opkit.dev/runner/token"}
 	if !slices.Equal(runner.Args, wantArgs) {
 		t.Errorf("runner args %q; want %q", runner.Args, wantArgs)
@@ -211,18 +212,43 @@ func TestEngineServesTheRunnerAPIWithTheRightsItNeeds(t *testing.T) {
 	objs := objectsOf(t, m)
 	c := deployment(t, objs, "ops").Spec.Template.Spec.Containers[0]
 	args := strings.Join(c.Args, " ")
-	if !strings.Contains(args, "--runners-addr :7384 --runners-service ops") {
-		t.Errorf("engine args %q lack --runners-addr :7384 --runners-service ops", args)
+	if !strings.Contains(args, "--runners-addr :7384 --runners-service opkit-runners --runners-endpointslice opkit-runners") {
+		t.Errorf("engine args %q lack --runners-addr :7384 --runners-service opkit-runners --runners-endpointslice opkit-runners", args)
 	}
 	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "runners" && p.ContainerPort == 7384 }) {
 		t.Errorf("engine ports %+v lack runners", c.Ports)
 	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP"
+	}) {
+		t.Errorf("engine env %+v lacks POD_IP, which it writes to the runners' EndpointSlice", c.Env)
+	}
+	// The runners reach the acting replica only: their Service selects no
+	// Pods, its EndpointSlice is made empty for the engine to write, and
+	// the runners dial it by the name its certificate has.
 	svc := &corev1.Service{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["Service/ops"].Object, svc); err != nil {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["Service/opkit-runners"].Object, svc); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "runners" && p.Port == 7384 }) {
-		t.Errorf("the engine's Service %+v has no runners port", svc.Spec.Ports)
+	if len(svc.Spec.Selector) != 0 || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "runners" || svc.Spec.Ports[0].Port != 7384 || svc.Spec.Ports[0].TargetPort.IntValue() != 7384 {
+		t.Errorf("the runners' Service %+v: want no selector and the one port runners 7384", svc.Spec)
+	}
+	slice := objs["EndpointSlice/opkit-runners"]
+	if slice == nil || slice.GetLabels()["kubernetes.io/service-name"] != "opkit-runners" || slice.Object["endpoints"] != nil || slice.Object["ports"] != nil {
+		t.Errorf("the runners' EndpointSlice %v: want one of the Service opkit-runners, with no endpoints and no ports", slice)
+	}
+	engineSvc := &corev1.Service{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["Service/ops"].Object, engineSvc); err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(engineSvc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "runners" }) {
+		t.Errorf("the engine's Service %+v has a runners port, which would reach standbys", engineSvc.Spec.Ports)
+	}
+	for _, image := range []string{"python:3.12-slim", "alpine:3.20"} {
+		runner := deployment(t, objs, manifests.RunnerName("notes", image)).Spec.Template.Spec.Containers[0]
+		if !slices.Contains(runner.Args, "--engine=https://opkit-runners.tools.svc:7384") {
+			t.Errorf("the runner of %s dials %q; want https://opkit-runners.tools.svc:7384, which the engine's certificate names", image, runner.Args)
+		}
 	}
 	if objs["Secret/opkit-runners-tls"] == nil || objs["ConfigMap/opkit-runners-ca"] == nil {
 		t.Errorf("no empty certificate Secret or CA ConfigMap for the engine to fill: %v", keys(objs))
@@ -240,6 +266,9 @@ func TestEngineServesTheRunnerAPIWithTheRightsItNeeds(t *testing.T) {
 	}
 	if !has(engine, "", "secrets", "opkit-runners-tls", "get", "update") || !has(engine, "", "configmaps", "opkit-runners-ca", "get", "update") {
 		t.Errorf("no get and update of the runners' Secret and CA ConfigMap by name in the engine's namespace: %+v", engine)
+	}
+	if !has(engine, "discovery.k8s.io", "endpointslices", "opkit-runners", "get", "update", "patch") {
+		t.Errorf("no get, update and patch of the runners' EndpointSlice by name in the engine's namespace: %+v", engine)
 	}
 	for _, r := range engine {
 		if (slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "configmaps")) && len(r.ResourceNames) == 0 {
@@ -432,6 +461,42 @@ func TestDevNodeMakesTheEnginesAndTheRunnersPodsTolerateTheDevNodeOnly(t *testin
 		}
 		if n != 3 {
 			t.Errorf("%d Deployments; want the engine's and two runners'", n)
+		}
+	}
+}
+
+// The engine scales the runner Deployments (package runners' Scaler): it
+// gets each and gets and updates its scale, by name, in its own namespace,
+// and nothing else of apps anywhere.
+func TestTheEnginesRoleScalesExactlyTheRunnerDeployments(t *testing.T) {
+	m := runnerManifests(t, runnersFixture, manifests.Options{Name: "ops", Namespace: "tools"})
+	names := []string{runners.DeploymentName("notes", "alpine:3.20"), runners.DeploymentName("notes", "python:3.12-slim")}
+	slices.Sort(names)
+	apps := func(rules []rbacv1.PolicyRule) []string {
+		var out []string
+		for _, r := range rules {
+			if !slices.Contains(r.APIGroups, "apps") {
+				continue
+			}
+			names := slices.Clone(r.ResourceNames)
+			slices.Sort(names)
+			out = append(out, fmt.Sprintf("%v %v %v", r.Resources, r.Verbs, names))
+		}
+		return out
+	}
+	want := []string{
+		fmt.Sprintf("[deployments] [get] %v", names),
+		fmt.Sprintf("[deployments/scale] [get update] %v", names),
+	}
+	if got := apps(manifests.PolicyRules(m.Rules.Engine)); !slices.Equal(got, want) {
+		t.Errorf("the engine's Role grants on apps:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if got := apps(manifests.PolicyRules(m.Rules.Cluster)); len(got) != 0 {
+		t.Errorf("the ClusterRole grants on apps %v; want nothing", got)
+	}
+	for ns, rules := range m.Rules.Namespaces {
+		if got := apps(manifests.PolicyRules(rules)); len(got) != 0 {
+			t.Errorf("the Role of %s grants on apps %v; want nothing", ns, got)
 		}
 	}
 }

@@ -22,7 +22,7 @@ import (
 // A Pod's process is a process of the host: it cannot resolve a
 // Service's name (NAME.NAMESPACE.svc), which a cluster's DNS gives, and
 // no ClusterIP routes anywhere. Yet what a Pod is told to dial is a
-// Service's name (a runner's --engine=https://opkit.opkit.svc:7384), and
+// Service's name (a runner's --engine=https://opkit-runners.opkit.svc:7384), and
 // changing that name would make the Pod unlike the one a cluster runs.
 // So the node serves an HTTP proxy on loopback and gives each container
 // HTTP_PROXY and HTTPS_PROXY (with NO_PROXY for loopback): the proxy

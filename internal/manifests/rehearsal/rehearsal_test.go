@@ -10,9 +10,20 @@
 // the API server as its ServiceAccount, and the test sends GitHub's
 // deliveries to the hooks Service's endpoint, which the engine wrote.
 //
+// It is done twice, once per way a team installs opkit: with what opkit
+// generate manifests prints, and with what helm install applies of the
+// chart (deploy/helm/opkit) given the values opkit generate values writes
+// for the same definitions and options, which deploy/helm's command
+// render prints (go run: Helm's library is in that module alone). The
+// first install is removed before the second is made, since both hold
+// the same cluster-wide objects (the Operator CRD, the Operators).
+//
 // Only the example's own values are changed, as a team would for its
 // cluster: the GitHub API's URL (a local fake GitHub), the namespace,
-// shorter retries and rechecks, and exec.image on each handler.
+// and shorter retries and rechecks. Its exec handlers name
+// python:3.12-slim already, which opkit dev ignores. Beside it, the same
+// install holds a probe (testdata/probe), whose handlers in a runner
+// report what they can reach of the API server.
 package rehearsal_test
 
 import (
@@ -23,6 +34,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -95,6 +107,10 @@ const (
 	repo    = "packit/packit-service"
 	secret  = "webhook s3cret"
 	example = "../../../examples/deploy-notifier"
+	probe   = "testdata/probe"
+	// helmModule is deploy/helm, whose command render renders the chart.
+	helmModule = "../../../deploy/helm"
+	image      = "python:3.12-slim"
 )
 
 // freePorts returns n ports free on the host now: the engine's Pod binds
@@ -117,12 +133,12 @@ func freePorts(t *testing.T, n int) []int32 {
 	return out
 }
 
-// exampleCopy copies the example's directory, its operator.yaml with
-// exec.image on each handler and the values replaced (old, new pairs).
-func exampleCopy(t *testing.T, replace ...string) string {
+// copyOperator copies an operator's directory, its operator.yaml with the
+// values replaced (old, new pairs).
+func copyOperator(t *testing.T, src string, replace ...string) string {
 	t.Helper()
 	dir := t.TempDir()
-	entries, err := os.ReadDir(example)
+	entries, err := os.ReadDir(src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,15 +146,15 @@ func exampleCopy(t *testing.T, replace ...string) string {
 		if e.IsDir() || strings.HasSuffix(e.Name(), "_test.go") {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(example, e.Name()))
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if e.Name() == "operator.yaml" {
-			text := strings.ReplaceAll(string(data), "    exec:\n", "    exec:\n      image: python:3.12-slim\n")
+			text := string(data)
 			for i := 0; i+1 < len(replace); i += 2 {
 				if !strings.Contains(text, replace[i]) {
-					t.Fatalf("operator.yaml has no %q", replace[i])
+					t.Fatalf("%s/operator.yaml has no %q", src, replace[i])
 				}
 				text = strings.ReplaceAll(text, replace[i], replace[i+1])
 			}
@@ -156,14 +172,96 @@ func kubectl(t *testing.T, args ...string) (string, error) {
 	return clustertest.Kubectl(t, plane.KubeconfigPath(), args...)
 }
 
-// The deploy notifier, installed from opkit generate manifests, runs its
-// handlers in runners: a rollout comments once on each pull request it
-// brings, a signed /deploy sent to the hooks Service deploys once, and
-// every run in the engine's archive was taken by a runner.
-func TestTheDeployNotifierInstalledFromGeneratedManifestsRunsItsHandlersInRunners(t *testing.T) {
+// source is a way to install opkit: the file of objects it applies for
+// the definitions and options of m, and whether they hold the namespace.
+type source struct {
+	name    string
+	objects func(t *testing.T, m *manifests.Manifests) (file string, holdsNamespace bool)
+}
+
+var sources = []source{
+	{"opkit generate manifests", func(t *testing.T, m *manifests.Manifests) (string, bool) {
+		var out bytes.Buffer
+		if err := m.WriteManifests(&out); err != nil {
+			t.Fatal(err)
+		}
+		return writeTemp(t, "opkit.yaml", out.Bytes()), true
+	}},
+	// helm install --create-namespace -f values.yaml NAME deploy/helm/opkit,
+	// the values from opkit generate values.
+	{"the Helm chart", func(t *testing.T, m *manifests.Manifests) (string, bool) {
+		var values bytes.Buffer
+		if err := m.WriteValues(&values); err != nil {
+			t.Fatal(err)
+		}
+		valuesFile, err := filepath.Abs(writeTemp(t, "values.yaml", values.Bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			t.Fatalf("rendering the chart needs the go command (go run in %s): %v", helmModule, err)
+		}
+		// -mod=mod, as make helmchart: this checkout's requirements as
+		// they are.
+		cmd := exec.CommandContext(t.Context(), goTool, "run", "-mod=mod", "./render",
+			"-values", valuesFile, "-name", m.Options.Name, "-namespace", m.Options.Namespace)
+		cmd.Dir = helmModule
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("rendering the chart (go run ./render in %s): %v\n%s", helmModule, err, stderr.String())
+		}
+		return writeTemp(t, "chart.yaml", out), false
+	}},
+}
+
+func writeTemp(t *testing.T, name string, data []byte) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// install is opkit installed from a source into a namespace of its own,
+// with the deploy notifier and the probe, and a local GitHub.
+type install struct {
+	ns   string
+	cs   *kubernetes.Clientset
+	c    client.Client
+	gh   *githubfake.Server
+	base string // the repository's first commit, which setup.yaml's Deployments run
+}
+
+// The deploy notifier and a probe, installed from opkit generate manifests
+// and from the Helm chart, run their handlers in runners: a rollout
+// comments once on each pull request it brings, a signed /deploy sent to
+// the hooks Service deploys once, a handler reaches the API server only
+// as its own serviceAccount, and every run in the engine's archive was
+// taken by a runner.
+func TestAnInstallFromGeneratedManifestsOrTheHelmChartRunsHandlersInRunners(t *testing.T) {
 	if plane == nil {
 		t.Skip("needs the local control plane; not started with -short")
 	}
+	for i, s := range sources {
+		ok := t.Run(s.name, func(t *testing.T) {
+			in := installFrom(t, s, fmt.Sprintf("rehearsal-%d-%d", i, time.Now().UnixNano()%1e9))
+			t.Run("the deploy notifier comments on rollouts and deploys on /deploy", in.deployNotifier)
+			t.Run("a handler reaches the API server only as its own serviceAccount", in.probe)
+			t.Run("every run was taken by a runner", in.archive)
+		})
+		if !ok {
+			break // the next install might meet what this one left
+		}
+	}
+}
+
+// installFrom installs from s into the namespace ns, and removes it all at
+// the test's end, waiting until it is gone.
+func installFrom(t *testing.T, s source, ns string) *install {
 	ctx := t.Context()
 	cfg := plane.RESTConfig()
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -174,18 +272,20 @@ func TestTheDeployNotifierInstalledFromGeneratedManifestsRunsItsHandlersInRunner
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := fmt.Sprintf("rehearsal-%d", time.Now().UnixNano()%1e9)
 	gh := githubfake.New(t, githubfake.Options{})
-	base := gh.CreateRepo(repo)
-	dir := exampleCopy(t,
+	in := &install{ns: ns, cs: cs, c: c, gh: gh, base: gh.CreateRepo(repo)}
+	notifier := copyOperator(t, example,
 		"https://api.github.com", gh.URL,
 		"namespace: default", "namespace: "+ns,
 		"initialDelay: 10s, maxDelay: 10m", "initialDelay: 1s, maxDelay: 2s",
 		"{name: RECHECK_AFTER, value: 15s}", "{name: RECHECK_AFTER, value: 1s}")
+	// A handler gets no KUBERNETES_SERVICE_*: the probe is told the
+	// plane's API server, which a Pod of the dev node reaches as the host.
+	prober := copyOperator(t, probe, "https://api-server.invalid", cfg.Host)
 
-	// opkit generate manifests --dev-node -f operator.yaml, on ports free
-	// on this host.
-	defs, err := definition.CompileFiles(filepath.Join(dir, "operator.yaml"))
+	// opkit generate manifests --dev-node -f operator.yaml -f probe.yaml,
+	// on ports free on this host.
+	defs, err := definition.CompileFiles(filepath.Join(notifier, "operator.yaml"), filepath.Join(prober, "operator.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,21 +297,34 @@ func TestTheDeployNotifierInstalledFromGeneratedManifestsRunsItsHandlersInRunner
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
-	if err := m.WriteManifests(&out); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "opkit.yaml")
-	if err := os.WriteFile(file, out.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file, holdsNamespace := s.objects(t, m)
 	t.Cleanup(func() {
-		// The engine and the runners stop with their namespace; what is
-		// cluster-wide goes too.
-		_, _ = clustertest.Kubectl(t, plane.KubeconfigPath(), "delete", "--wait=false", "--ignore-not-found", "-f", file)
+		// The engine and the runners go with their namespace, what is
+		// cluster-wide with the file. Waited for: the next install
+		// applies the same Operator CRD and Operators.
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		tb := &ctxTB{TB: t, ctx: ctx}
+		deletes := [][]string{{"-f", file}}
+		if !holdsNamespace {
+			deletes = append(deletes, []string{"namespace", ns})
+		}
+		for _, what := range deletes {
+			args := append([]string{"delete", "--ignore-not-found", "--wait", "--timeout=3m"}, what...)
+			if out, err := clustertest.Kubectl(tb, plane.KubeconfigPath(), args...); err != nil {
+				t.Errorf("removing the install: %v\n%s", err, out)
+			}
+		}
 	})
-	// Applied twice, as docs/production.md says: the Operators need their CRD.
-	clustertest.Eventually(t, 2*time.Minute, "kubectl apply --server-side -f opkit.yaml", func(context.Context) (bool, error) {
+	if !holdsNamespace {
+		// helm install --create-namespace.
+		if _, err := kubectl(t, "create", "namespace", ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Applied until it takes, as docs/production.md says to apply twice:
+	// the Operators need their CRD.
+	clustertest.Eventually(t, 2*time.Minute, "kubectl apply --server-side -f "+filepath.Base(file), func(context.Context) (bool, error) {
 		_, err := kubectl(t, "apply", "--server-side", "-f", file)
 		return err == nil, nil
 	})
@@ -220,39 +333,34 @@ func TestTheDeployNotifierInstalledFromGeneratedManifestsRunsItsHandlersInRunner
 			t.Fatal(err)
 		}
 	}
-	setup, err := os.ReadFile(filepath.Join(dir, "setup.yaml"))
+	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"}}); err != nil {
+		t.Fatal(err)
+	}
+	setup, err := os.ReadFile(filepath.Join(notifier, "setup.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	setupFile := filepath.Join(t.TempDir(), "setup.yaml")
 	text := strings.ReplaceAll(string(setup), "namespace: default", "namespace: "+ns)
-	text = strings.ReplaceAll(text, strings.Repeat("0", 40), base)
-	if err := os.WriteFile(setupFile, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	text = strings.ReplaceAll(text, strings.Repeat("0", 40), in.base)
+	setupFile := writeTemp(t, "setup.yaml", []byte(text))
 	clustertest.Eventually(t, 2*time.Minute, "kubectl apply -f setup.yaml (once the engine serves the CRD)", func(context.Context) (bool, error) {
 		_, err := kubectl(t, "apply", "-n", ns, "-f", setupFile)
 		return err == nil, nil
 	})
 
-	runner := manifests.RunnerName("deploy-notifier", "python:3.12-slim")
-	enginePod := func() *corev1.Pod {
-		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=opkit"})
-		if err != nil || len(pods.Items) == 0 {
-			return nil
-		}
-		return &pods.Items[0]
-	}
-	defer func() {
+	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
-		t.Logf("objects:\n%s", must(kubectl(t, "get", "deploynotifiers,deployments,pods,endpointslices", "-n", ns, "-o", "wide")))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		tb := &ctxTB{TB: t, ctx: ctx}
+		t.Logf("objects:\n%s", must(clustertest.Kubectl(tb, plane.KubeconfigPath(), "get", "deploynotifiers,probes,deployments,pods,endpointslices", "-n", ns, "-o", "wide")))
 		for _, sel := range []string{"app.kubernetes.io/name=opkit", "app.kubernetes.io/name=opkit-runner"} {
-			t.Logf("logs of %s:\n%s", sel, must(kubectl(t, "logs", "-n", ns, "-l", sel, "--all-containers", "--tail=200")))
+			t.Logf("logs of %s:\n%s", sel, must(clustertest.Kubectl(tb, plane.KubeconfigPath(), "logs", "-n", ns, "-l", sel, "--all-containers", "--tail=200")))
 		}
-	}()
-	clustertest.Eventually(t, 3*time.Minute, "the engine's Pod and the runner's run", func(ctx context.Context) (bool, error) {
+	})
+	clustertest.Eventually(t, 3*time.Minute, "the engine's Pod and the runners run", func(ctx context.Context) (bool, error) {
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
@@ -260,12 +368,28 @@ func TestTheDeployNotifierInstalledFromGeneratedManifestsRunsItsHandlersInRunner
 		running := map[string]bool{}
 		for _, p := range pods.Items {
 			if p.Status.Phase == corev1.PodRunning {
-				running[p.Labels["app.kubernetes.io/name"]] = true
+				running[p.Labels["app.kubernetes.io/name"]+" "+p.Labels["opkit.dev/operator"]] = true
 			}
 		}
-		return running["opkit"] && running["opkit-runner"], nil
+		return running["opkit "] && running["opkit-runner deploy-notifier"] && running["opkit-runner probe"], nil
 	})
+	return in
+}
 
+// ctxTB is a testing.TB whose Context is ctx: a cleanup's kubectl, when
+// the test's context has ended.
+type ctxTB struct {
+	testing.TB
+	ctx context.Context
+}
+
+func (c *ctxTB) Context() context.Context { return c.ctx }
+
+// deployNotifier: the first rollout is recorded; a rollout of three pull
+// requests tells each once; a signed /deploy to the hooks Service's
+// endpoint deploys once, and its rollout is told.
+func (in *install) deployNotifier(t *testing.T) {
+	ctx, ns, c, gh := t.Context(), in.ns, in.c, in.gh
 	notifier := func(name string) (sha string, told []int64) {
 		u := &unstructured.Unstructured{}
 		u.SetAPIVersion("deploy.example.com/v1alpha1")
@@ -312,9 +436,7 @@ func TestTheDeployNotifierInstalledFromGeneratedManifestsRunsItsHandlersInRunner
 		return out
 	}
 
-	// The first rollout is recorded; a rollout of three pull requests
-	// tells each once.
-	if told := waitDeployed("worker-stg", base); len(told) != 0 {
+	if told := waitDeployed("worker-stg", in.base); len(told) != 0 {
 		t.Errorf("worker-stg told %v of the first rollout it saw; want nobody", told)
 	}
 	gh.MergePull(repo, "alice", "Fix the worker", 1)
@@ -335,7 +457,7 @@ func TestTheDeployNotifierInstalledFromGeneratedManifestsRunsItsHandlersInRunner
 	// wrote to its EndpointSlice.
 	var hooks string
 	clustertest.Eventually(t, time.Minute, "the hooks Service has the engine's endpoint", func(ctx context.Context) (bool, error) {
-		s, err := cs.DiscoveryV1().EndpointSlices(ns).Get(ctx, manifests.HooksName, metav1.GetOptions{})
+		s, err := in.cs.DiscoveryV1().EndpointSlices(ns).Get(ctx, manifests.HooksName, metav1.GetOptions{})
 		if err != nil || len(s.Endpoints) != 1 || len(s.Endpoints[0].Addresses) != 1 || len(s.Ports) != 1 {
 			return false, nil
 		}
@@ -360,21 +482,128 @@ func TestTheDeployNotifierInstalledFromGeneratedManifestsRunsItsHandlersInRunner
 	if got := comments(pr.Number); !slices.Equal(got, []string{"stg " + pr.MergeCommitSHA}) {
 		t.Errorf("#%d has the comments %q; want one, stg %s", pr.Number, got, pr.MergeCommitSHA)
 	}
+}
 
-	// The archive, the engine's SQLite file on its Pod's emptyDir: each
-	// run was taken by a runner, deploy ran once.
-	pod := enginePod()
-	if pod == nil {
+// answer is what the API server answered the probe (testdata/probe/probe.py):
+// an HTTP status and the user it took the caller for, or why no answer
+// came.
+type answer struct {
+	Code  int    `json:"code"`
+	User  string `json:"user"`
+	Error string `json:"error"`
+}
+
+func (a *answer) refused() bool { return a != nil && (a.Code == 401 || a.Code == 403) }
+
+func (a *answer) String() string {
+	switch {
+	case a == nil:
+		return "no call"
+	case a.Error != "":
+		return "no answer: " + a.Error
+	case a.User != "":
+		return fmt.Sprintf("%d as %s", a.Code, a.User)
+	}
+	return strconv.Itoa(a.Code)
+}
+
+// report is what a probe's handler found, in its Probe's status.
+type report struct {
+	Roots           []string `json:"roots"`
+	TokenFile       bool     `json:"tokenFile"`
+	ServiceEnv      bool     `json:"serviceEnv"`
+	InCluster       *answer  `json:"inCluster"`
+	RunnerTokenFile bool     `json:"runnerTokenFile"`
+	RunnerToken     *answer  `json:"runnerToken"`
+	Kubeconfig      *answer  `json:"kubeconfig"`
+}
+
+// probe: in a runner, a handler without serviceAccount finds no
+// ServiceAccount token and no KUBERNETES_SERVICE_*, and the API server
+// refuses its calls, made as the in-cluster configuration makes them or
+// with its runner's own token; with serviceAccount, its kubeconfig makes
+// it that ServiceAccount.
+func (in *install) probe(t *testing.T) {
+	p := &unstructured.Unstructured{}
+	p.SetAPIVersion("probe.example.com/v1")
+	p.SetKind("Probe")
+	p.SetNamespace(in.ns)
+	p.SetName("reach")
+	clustertest.Eventually(t, time.Minute, "create the Probe (once the engine serves its CRD)", func(ctx context.Context) (bool, error) {
+		return in.c.Create(ctx, p.DeepCopy()) == nil, nil
+	})
+	reports := map[string]*report{}
+	clustertest.Eventually(t, 2*time.Minute, "both probe handlers report in the Probe's status", func(ctx context.Context) (bool, error) {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(p.GroupVersionKind())
+		if err := in.c.Get(ctx, client.ObjectKeyFromObject(p), u); err != nil {
+			return false, nil
+		}
+		status, _ := u.Object["status"].(map[string]any)
+		for _, h := range []string{"bare", "account"} {
+			v, ok := status[h]
+			if !ok {
+				return false, nil
+			}
+			data, err := json.Marshal(v)
+			if err != nil {
+				return false, err
+			}
+			r := &report{}
+			if err := json.Unmarshal(data, r); err != nil {
+				return false, fmt.Errorf("status.%s: %w", h, err)
+			}
+			reports[h] = r
+		}
+		return true, nil
+	})
+	for h, r := range reports {
+		t.Logf("%s found: token file %v, $KUBERNETES_SERVICE_HOST %v, runner's token file %v; the API server answered the in-cluster call %s, the runner token's %s, the kubeconfig's %s",
+			h, r.TokenFile, r.ServiceEnv, r.RunnerTokenFile, r.InCluster, r.RunnerToken, r.Kubeconfig)
+		if r.TokenFile {
+			t.Errorf("%s: a ServiceAccount token is mounted in the runner, where the in-cluster configuration reads it", h)
+		}
+		if r.ServiceEnv {
+			t.Errorf("%s: the handler has $KUBERNETES_SERVICE_HOST", h)
+		}
+		if !r.RunnerTokenFile {
+			t.Errorf("%s: the probe found no runner token at /var/run/secrets/opkit.dev/runner/token under %q: it looked in the wrong places", h, r.Roots)
+		}
+		if !r.InCluster.refused() {
+			t.Errorf("%s: the API server answered a call made as the in-cluster configuration would %s; want it refused (401 or 403)", h, r.InCluster)
+		}
+		if !r.RunnerToken.refused() {
+			t.Errorf("%s: the API server answered a call with the runner's token (audience %s) %s; want it refused (401 or 403)", h, manifests.RunnerAudience, r.RunnerToken)
+		}
+	}
+	if r := reports["bare"]; r.Kubeconfig != nil {
+		t.Errorf("bare, without serviceAccount, has a $KUBECONFIG, which the API server answered %s", r.Kubeconfig)
+	}
+	want := "system:serviceaccount:" + in.ns + ":probe"
+	if r := reports["account"]; r.Kubeconfig == nil || r.Kubeconfig.Code != http.StatusCreated || r.Kubeconfig.User != want {
+		t.Errorf("account, with serviceAccount probe: its $KUBECONFIG's call was answered %s; want 201 as %s", r.Kubeconfig, want)
+	}
+}
+
+// archive: the engine's SQLite file on its Pod's emptyDir holds every run,
+// each taken by a runner of its operator; deploy succeeded once.
+func (in *install) archive(t *testing.T) {
+	ctx := t.Context()
+	pods, err := in.cs.CoreV1().Pods(in.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=opkit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) == 0 {
 		t.Fatal("no engine Pod")
 	}
-	store, err := archive.OpenSQLite(ctx, filepath.Join(plane.DataDir(), "pods", string(pod.UID), "volumes", "archive", "runs.db"), archive.Options{})
+	store, err := archive.OpenSQLite(ctx, filepath.Join(plane.DataDir(), "pods", string(pods.Items[0].UID), "volumes", "archive", "runs.db"), archive.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = store.Close() }()
 	var page *archive.Page
 	clustertest.Eventually(t, time.Minute, "the runs are finished in the archive", func(ctx context.Context) (bool, error) {
-		page, err = store.List(ctx, archive.Query{Operator: "deploy-notifier", Limit: 1000})
+		page, err = store.List(ctx, archive.Query{Limit: 1000})
 		if err != nil {
 			return false, err
 		}
@@ -385,21 +614,28 @@ func TestTheDeployNotifierInstalledFromGeneratedManifestsRunsItsHandlersInRunner
 		}
 		return len(page.Runs) > 0, nil
 	})
-	deploys := 0
+	deploys, probes := 0, 0
 	for _, r := range page.Runs {
 		l, err := store.Logs(ctx, r.ID, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
+		runner := manifests.RunnerName(r.Operator, image)
 		if !strings.Contains(string(l.Data), "opkit: runner "+runner+"-") {
-			t.Errorf("run %s (%s, %s) was not taken by a runner of %s; its log:\n%s", r.ID, r.Handler, r.Outcome, runner, l.Data)
+			t.Errorf("run %s (%s/%s, %s) was not taken by a runner of %s; its log:\n%s", r.ID, r.Operator, r.Handler, r.Outcome, runner, l.Data)
 		}
-		if r.Handler == "deploy" && r.Outcome == archive.Succeeded {
+		switch {
+		case r.Handler == "deploy" && r.Outcome == archive.Succeeded:
 			deploys++
+		case r.Operator == "probe":
+			probes++
 		}
 	}
 	if deploys != 1 {
 		t.Errorf("deploy succeeded %d times; want once", deploys)
+	}
+	if probes == 0 {
+		t.Error("the archive has no run of the probe")
 	}
 }
 

@@ -10,6 +10,14 @@ GOLANGCI_LINT_VERSION  := v2.15.0
 GOLANGCI_LINT          := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # go test's timeout per package binary; integration packages start a plane.
 TEST_TIMEOUT           ?= 30m
+# How many test binaries run at once. Most of an integration package's
+# time is waiting (for its plane, an outage, a schedule, a back-off), not
+# CPU: more than the cores' count keeps a 2-core machine busy.
+TEST_P                 ?= 4
+# The packages whose tests take longest, started first (go test starts
+# them in the order given; ./... adds the rest once each), so that none of
+# them starts last and finishes alone.
+SLOW_PACKAGES          := ./internal/engine ./cmd/opkit ./bench ./internal/conformance ./internal/devcluster ./internal/console ./examples/printer
 
 # make image: the platforms, and what the image's labels say. The same
 # commit gives the same digest; SOURCE_DATE_EPOCH (the commit's time) dates
@@ -22,7 +30,7 @@ SOURCE_DATE_EPOCH      ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # More flags for cmd/opkit-image, e.g. -ca-certificates FILE.
 IMAGE_FLAGS            ?=
 
-.PHONY: all build plane browser postgresql demo test vet lint unit usermodule helmchart scenarios fmt bench soak image clean
+.PHONY: all build plane browser postgresql demo test checks vet lint unit usermodule helmchart scenarios fmt bench soak image clean
 
 all: build
 
@@ -61,7 +69,16 @@ postgresql:
 ## testdata/usermodule: pkg/opkittest used from
 ## another module, and the examples' scenarios through opkit test), race
 ## detector on
-test: plane browser postgresql vet lint unit usermodule helmchart scenarios
+##
+## The checks and the tests run side by side (make -j2): unit, the longest,
+## beside vet, lint and the other modules' tests, one after the other;
+## each part's output is printed whole when it ends.
+test: plane browser postgresql
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit checks
+
+# What make test runs beside unit, in this order.
+checks: vet
+	$(MAKE) --no-print-directory lint usermodule helmchart scenarios
 
 vet:
 	$(GO) vet ./...
@@ -70,7 +87,7 @@ lint: $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
 
 unit:
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(SLOW_PACKAGES) ./...
 
 # A module of its own (the go tool skips testdata/ in ./...): an operator's
 # tests written against pkg/opkittest alone, with a replace to this checkout.

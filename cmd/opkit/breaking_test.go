@@ -81,6 +81,7 @@ func hasField(t *testing.T, c client.Client, field string) bool {
 }
 
 func TestRunRefusesABreakingChangeToAnInstalledCRDUnlessAllowed(t *testing.T) {
+	t.Parallel()
 	cl, c := startPlane(t)
 	kc := cl.KubeconfigPath()
 	dir := t.TempDir()

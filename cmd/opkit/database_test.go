@@ -137,6 +137,7 @@ func eventReasons(t *testing.T, kc, ns, name string) map[string][]string {
 // of the engine and its restart, until opkit decide rolls it back; the
 // archive holds each transition once, the decision with who made it.
 func TestDatabaseLifeCycle(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}

@@ -31,6 +31,7 @@ import (
 // opkit finishes both: each pull request has exactly one comment per
 // environment, and the interrupted run is recorded Cancelled.
 func TestDeployNotifierKilledBetweenTwoCommentsCommentsOncePerPullRequest(t *testing.T) {
+	t.Parallel()
 	const repo = "packit/packit-service"
 	if testing.Short() {
 		t.Skip("starts a control plane")

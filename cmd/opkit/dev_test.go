@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,7 +47,7 @@ spec:
 func startDev(t *testing.T, dir string, args ...string) (*exec.Cmd, *lockedBuffer, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"dev", dir, "--console", ""}, args...)...)
-	cmd.Env = append(os.Environ(), asCLI+"=1", "OPKIT_STATE_DIR="+t.TempDir())
+	cmd.Env = append(os.Environ(), asCLI+"=1", "OPKIT_STATE_DIR="+t.TempDir(), archiveEnv(t))
 	stderr := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	if err := cmd.Start(); err != nil {
@@ -79,10 +78,10 @@ func kubeClient(t *testing.T, kubeconfig string) client.Client {
 	return c
 }
 
-// keeperRuns are the runs of the keeper operator in this test binary's
-// archive.
-func keeperRuns(ctx context.Context) ([]archive.Run, error) {
-	store, err := archive.Open(ctx, os.Getenv("OPKIT_ARCHIVE"), archive.Options{})
+// keeperRuns are the runs of the keeper operator in t's archive.
+func keeperRuns(t *testing.T) ([]archive.Run, error) {
+	ctx := t.Context()
+	store, err := archive.Open(ctx, testArchive(t), archive.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +95,7 @@ func waitKeeperRuns(t *testing.T, out *lockedBuffer, what string, cond func([]ar
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		runs, err := keeperRuns(t.Context())
+		runs, err := keeperRuns(t)
 		if err == nil && cond(runs) {
 			return
 		}
@@ -108,6 +107,7 @@ func waitKeeperRuns(t *testing.T, out *lockedBuffer, what string, cond func([]ar
 }
 
 func TestDevWithADataDirKeepsItsPlaneAndFinishesTheRunAKillInterrupted(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}

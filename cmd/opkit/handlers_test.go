@@ -63,6 +63,7 @@ spec:
 `
 
 func TestSIGKILLedEngineRunsTheInterruptedHandlerAgainWithTheSameKey(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
@@ -212,6 +213,7 @@ func waitRunOutcome(t *testing.T, archivePath, name string, want archive.Outcome
 // runs once, the slots missed while it was down are skipped but for the
 // latest (catchUp: Once), and none runs twice.
 func TestAnOperatorWideScheduleRunsEachSlotOnceAcrossASIGKILL(t *testing.T) {
+	t.Parallel()
 	cl, _ := startPlane(t)
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
@@ -372,6 +374,7 @@ func postDelivery(t *testing.T, url, id, secret string, body []byte) (int, map[s
 // acknowledged runs: the next opkit run handles the delivery, running the
 // handler again with the same key, and a redelivery of it runs nothing.
 func TestAWebhookDeliveryAcknowledgedBeforeASIGKILLIsHandledOnceAfterIt(t *testing.T) {
+	t.Parallel()
 	cl, c := startPlane(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "handler.sh"), []byte(keyHandler), 0o755); err != nil {

@@ -14,6 +14,7 @@ import (
 // in text no line is JSON, in json every line is, opkit's own and
 // controller-runtime's alike.
 func TestRunWritesItsLogInTheFormatAsked(t *testing.T) {
+	t.Parallel()
 	cl, c := startPlane(t)
 	def := filepath.Join(t.TempDir(), "notes.yaml")
 	if err := os.WriteFile(def, []byte(notesOperator), 0o644); err != nil {

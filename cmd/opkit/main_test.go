@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -42,6 +43,13 @@ func TestMain(m *testing.M) {
 		cli.RouteKlog()
 		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
+	// Four tests at a time unless -parallel says otherwise: most of a
+	// test's time here is waiting (for its plane, an outage, a schedule),
+	// not CPU (the package used under half a core at two at a time).
+	flag.Parse()
+	if !flagGiven("test.parallel") {
+		_ = flag.Set("test.parallel", "4")
+	}
 	// Runs go to an archive of this test binary's, not the user's.
 	dir, err := os.MkdirTemp("", "opkit-archive-")
 	if err != nil {
@@ -53,6 +61,13 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// flagGiven reports whether the command line set the flag name.
+func flagGiven(name string) bool {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 type result struct {
@@ -70,7 +85,7 @@ func opkit(t *testing.T, stateDir string, args ...string) result {
 func opkitWithEnv(t *testing.T, env []string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "KUBECONFIG=") }), asCLI+"=1")
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "KUBECONFIG=") }), asCLI+"=1", archiveEnv(t))
 	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -83,6 +98,27 @@ func opkitWithEnv(t *testing.T, env []string, args ...string) result {
 	}
 	return r
 }
+
+// archives holds the archive of each test: every opkit a test starts
+// records its runs there (OPKIT_ARCHIVE; an --archive flag still wins), so
+// that tests running at once (t.Parallel) neither see each other's runs
+// nor end them: an engine that starts ends every Running run of its
+// archive as Cancelled.
+var archives sync.Map // test name -> path
+
+// testArchive is the path of t's archive.
+func testArchive(t *testing.T) string {
+	t.Helper()
+	if p, ok := archives.Load(t.Name()); ok {
+		return p.(string)
+	}
+	p, _ := archives.LoadOrStore(t.Name(), filepath.Join(t.TempDir(), "runs.db"))
+	return p.(string)
+}
+
+// archiveEnv is the environment variable that gives t's archive to a
+// command.
+func archiveEnv(t *testing.T) string { return "OPKIT_ARCHIVE=" + testArchive(t) }
 
 func mustSucceed(t *testing.T, r result, what string) {
 	t.Helper()
@@ -134,6 +170,7 @@ func waitGone(t *testing.T, s string, within time.Duration) {
 var alive = clustertest.ProcessAlive
 
 func TestClusterStartKubectlStopLeavesNoProcess(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
@@ -200,6 +237,7 @@ func TestClusterStartKubectlStopLeavesNoProcess(t *testing.T) {
 }
 
 func TestClusterSupervisorKilledLeavesNoProcess(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
@@ -360,7 +398,7 @@ func (b *lockedBuffer) String() string {
 func startOpkit(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), asCLI+"=1")
+	cmd.Env = append(os.Environ(), asCLI+"=1", archiveEnv(t))
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -401,6 +439,7 @@ spec:
 `
 
 func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
@@ -416,7 +455,7 @@ func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
 	}
 	stateDir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "dev", dir, "--apply", "../../examples/printer/printer.yaml", "--console", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), asCLI+"=1", "OPKIT_STATE_DIR="+stateDir)
+	cmd.Env = append(os.Environ(), asCLI+"=1", "OPKIT_STATE_DIR="+stateDir, archiveEnv(t))
 	stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
@@ -537,6 +576,7 @@ const failingHandler = `  handlers:
 `
 
 func TestRunWithoutFilesRunsTheOperatorsOfTheCluster(t *testing.T) {
+	t.Parallel()
 	cl, c := startPlane(t)
 	cmd, stderr := startOpkit(t, "run", "--kubeconfig", cl.KubeconfigPath(), "--console", "127.0.0.1:0")
 	waitOutput(t, stderr, "running the Operators of the cluster", 30*time.Second)
@@ -639,6 +679,7 @@ func httpGet(t *testing.T, url string) string {
 // of them client-go's for the handler's Events it could not write yet),
 // and every Note created meanwhile gets its ConfigMap after.
 func TestAnAPIOutageIsToldInTwoLinesAndCaughtUp(t *testing.T) {
+	t.Parallel()
 	cl, c := startPlane(t)
 	dir := t.TempDir()
 	proxy, kubeconfig := proxiedKubeconfig(t, cl, dir)
@@ -751,6 +792,7 @@ func keysIn(keys string) []string {
 // server is back the status shows the outcome within seconds, not after
 // that back-off.
 func TestARunThatEndsDuringAnOutageShowsInStatusSoonAfterIt(t *testing.T) {
+	t.Parallel()
 	cl, c := startPlane(t)
 	dir := t.TempDir()
 	proxy, kubeconfig := proxiedKubeconfig(t, cl, dir)
@@ -842,6 +884,7 @@ func fill(t *testing.T, path string) {
 // and once there is room again every run is recorded, the one that ended
 // meanwhile with its true outcome, and no handler ran twice.
 func TestAFullArchiveDiskStartsNoRunAndLosesNoRecord(t *testing.T) {
+	t.Parallel()
 	disk := smallDisk(t, 4<<20)
 	cl, c := startPlane(t)
 	dir := t.TempDir()
@@ -917,6 +960,7 @@ func grepLines(s, sub string) string {
 // answer. opkit run says the API server is not ready and when it is back,
 // every Note converges after, and no handler runs twice.
 func TestAnEtcdPausedFor20sIsToldAndCaughtUp(t *testing.T) {
+	t.Parallel()
 	cl, c := startPlane(t)
 	var etcd int
 	for _, comp := range cl.Components() {
@@ -982,6 +1026,7 @@ func TestAnEtcdPausedFor20sIsToldAndCaughtUp(t *testing.T) {
 // flight; the handlers finish meanwhile. After SIGCONT every run
 // succeeds, none is timed out, and no handler runs twice for a key.
 func TestAnEnginePausedPastItsHandlersTimeoutRunsEachOnce(t *testing.T) {
+	t.Parallel()
 	cl, c := startPlane(t)
 	dir := t.TempDir()
 	def, keys := keyRecorder(t, dir, "2", "  - name: work\n    on: [create]\n    timeout: 4s\n")
@@ -1036,7 +1081,10 @@ func TestAnEnginePausedPastItsHandlersTimeoutRunsEachOnce(t *testing.T) {
 }
 
 // startPlane starts a control plane of the test's own, stopped when the
-// test ends, and returns it with a client of it.
+// test ends, and returns it with a client of it. The tests that start
+// planes run in parallel (t.Parallel): most of their time is waiting —
+// for a plane, an outage, a schedule — and each has its own plane, state
+// directory, archive (testArchive) and ports.
 func startPlane(t *testing.T) (*devcluster.Cluster, client.Client) {
 	t.Helper()
 	if testing.Short() {
@@ -1047,7 +1095,9 @@ func startPlane(t *testing.T) (*devcluster.Cluster, client.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Stop)
-	c, err := client.New(cl.RESTConfig(), client.Options{Scheme: clustertest.Scheme})
+	cfg := cl.RESTConfig()
+	cfg.QPS = -1 // a test may create many objects (a drain of 1,000): no client-side rate limit
+	c, err := client.New(cfg, client.Options{Scheme: clustertest.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1071,6 +1121,7 @@ func createNote(t *testing.T, c client.Client, name, a string) *unstructured.Uns
 // run with SIGKILL, makes a handler's when condition true while it is
 // down, and starts it twice: the handler runs once, after the first start.
 func TestAWhenTransitionWhileTheEngineIsDownRunsOnceAfterItStarts(t *testing.T) {
+	t.Parallel()
 	cl, c := startPlane(t)
 	dir := t.TempDir()
 	def, keys := keyRecorder(t, dir, "0", "  - name: opened\n    on: [when]\n    when: \"children.config.data.a == 'go'\"\n")

@@ -48,7 +48,7 @@ func init() {
 func startOpkitWithDefaultMetrics(t *testing.T, env []string, args ...string) (*exec.Cmd, *lockedBuffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, metricsEnv+"=") }), asCLI+"=1")
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, metricsEnv+"=") }), asCLI+"=1", archiveEnv(t))
 	cmd.Env = append(cmd.Env, env...)
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -153,6 +153,7 @@ func metricURL(t *testing.T, output, prefix string) string {
 // fails at once, naming the flag. opkit dev, started meanwhile, finds its
 // default taken and serves on another loopback port, with the same gauges.
 func TestRunAndDevServeMetricsAndHealthOnTheirDefaultAddresses(t *testing.T) {
+	t.Parallel()
 	cl, c := startPlane(t)
 	if ln, err := net.Listen("tcp", defaultMetricsAddr); err != nil {
 		t.Skipf("the default metrics address is taken on this machine: %v", err)

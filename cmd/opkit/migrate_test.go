@@ -68,6 +68,7 @@ func stopOpkit(t *testing.T, cmd *exec.Cmd, out *lockedBuffer) string {
 // then be dropped; and with v3 stored, opkit run --migrate-storage
 // migrates by itself, saying so in its log.
 func TestMigrateRewritesStoredObjectsAndRunMigratesByFlag(t *testing.T) {
+	t.Parallel()
 	cl, c := startPlane(t)
 	kc := cl.KubeconfigPath()
 	dir := t.TempDir()

@@ -55,6 +55,7 @@ func TestOpkitTestRefusesMalformedScenariosBeforeStartingAnything(t *testing.T) 
 // field, what was expected and found, with the logs of the handlers that
 // ran; the exit code is 1, and the JUnit report says the same.
 func TestOpkitTestReportsAWrongScenarioWithTheFieldAndTheRunsLogs(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}

@@ -77,6 +77,7 @@ fi
 // is Done once; a change of spec.size while Working is refused by the API
 // server naming the state.
 func TestStateTimeoutAndVisitHandlersOnceAcrossSIGKILL(t *testing.T) {
+	t.Parallel()
 	cl, c := startPlane(t)
 	began := time.Now()
 	dir := t.TempDir()

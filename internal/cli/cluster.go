@@ -413,6 +413,9 @@ func clusterStop(ctx context.Context, stateDir string, stderr io.Writer) error {
 	}
 	_ = syscall.Kill(st.Pid, syscall.SIGTERM)
 	if waitUnlocked(ctx, stateDir, 60*time.Second) {
+		// The supervisor unlocks as it returns, and exits after: stop
+		// returns once nothing of the plane runs.
+		waitExited(ctx, st.Pid, 10*time.Second)
 		fmt.Fprintln(stderr, "local control plane stopped")
 		return nil
 	}
@@ -426,6 +429,22 @@ func clusterStop(ctx context.Context, stateDir string, stderr io.Writer) error {
 		return nil
 	}
 	return fmt.Errorf("the supervisor (pid %d) does not stop", st.Pid)
+}
+
+// waitExited waits, up to limit, until the process pid has exited: it is
+// gone, or a zombie that its new parent has not reaped yet.
+func waitExited(ctx context.Context, pid int, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		switch {
+		case err == nil && strings.Contains(string(data), ") Z "):
+			return
+		case err != nil && syscall.Kill(pid, 0) == syscall.ESRCH: // gone, or no /proc
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // waitUnlocked waits until no process holds the state lock.

@@ -54,6 +54,7 @@ func sha(t *testing.T, path string) string {
 }
 
 func TestEnsureRebuildsACorruptBinary(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds a binary")
 	}

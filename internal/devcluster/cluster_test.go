@@ -80,6 +80,7 @@ func startHolder(t *testing.T, dataDir string) (*exec.Cmd, string) {
 var eventually = clustertest.Eventually
 
 func TestControlPlaneGarbageCollectsOwnedObjects(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	ctx := t.Context()
 	group := "gc.test.opkit.dev"
@@ -208,6 +209,7 @@ func TestStartRefusesATakenPortAndStartsNothing(t *testing.T) {
 }
 
 func TestKilledParentLeavesNoProcess(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
@@ -262,6 +264,7 @@ func TestTheNextStartRemovesTheDataOfAKilledPlaneAndNotALiveOnes(t *testing.T) {
 }
 
 func TestTheDataDirIsPrivateAndItsKeysReadableByTheUserAlone(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
@@ -318,6 +321,7 @@ func TestTheDataDirIsPrivateAndItsKeysReadableByTheUserAlone(t *testing.T) {
 }
 
 func TestStopLeavesNoProcessAndRemovesTemporaryData(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
@@ -347,6 +351,7 @@ func TestStopLeavesNoProcessAndRemovesTemporaryData(t *testing.T) {
 }
 
 func TestKeptDataDirSurvivesARestart(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}

@@ -31,7 +31,16 @@ import (
 // the API server says $KUBECONFIG authenticates, then waits to be killed.
 func probe(args []string) int {
 	if args[0] == "serve" {
-		err := http.ListenAndServe(args[1], http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ln, err := net.Listen("tcp", args[1])
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		// The test dials only once this is said: a Pod without a
+		// readiness probe is ready when its process starts, as in
+		// Kubernetes, which may be before it listens.
+		fmt.Println("listening")
+		err = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "hello from %s", r.Host)
 		}))
 		fmt.Println(err)
@@ -119,6 +128,10 @@ func TestAPodReachesServicesByNameAndTheAPIAsItsServiceAccountWithRenewedTokens(
 			}
 		}
 		return false, nil
+	})
+	eventually(t, time.Minute, "the web Pod listens", func(ctx context.Context) (bool, error) {
+		data, err := cs.CoreV1().Pods(env.Namespace).GetLogs(server.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		return err == nil && strings.Contains(string(data), "listening"), nil
 	})
 	url := "http://web." + env.Namespace + ".svc:80/"
 	pod := devPod(env.Namespace, "probe", corev1.RestartPolicyNever, exe, "probe", url)

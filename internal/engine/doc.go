@@ -6,7 +6,7 @@
 //	          related.go), watches (watch.go), the calendar of
 //	          operator-wide schedules (calendar.go), due times on the
 //	          clock (clock.go), webhook deliveries (hooks.go, checked by
-//	          package source, queued by events.go), decisions and
+//	          package source, queued by package delivery), decisions and
 //	          retries (annotations read by the reconcile), the start
 //	     │
 //	     ▼

@@ -181,8 +181,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/admission"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/delivery"
+	"github.com/opkit-dev/opkit/internal/health"
+	"github.com/opkit-dev/opkit/internal/informer"
+	"github.com/opkit-dev/opkit/internal/lifecycle"
 	"github.com/opkit-dev/opkit/internal/run"
 	"github.com/opkit-dev/opkit/internal/webhook"
 )
@@ -201,27 +206,28 @@ type Engine struct {
 	metadata  metadata.Interface
 	discovery discovery.DiscoveryInterface
 
-	queues  retryQueues    // the controllers' queues, retried at once when the API is back
-	archive *archiveWriter // Options.Archive, or nil
-	started chan struct{}  // closed once the cache runs and the engine acts
+	queues  retryQueues           // the controllers' queues, retried at once when the API is back
+	archive *health.ArchiveWriter // Options.Archive, or nil
+	started chan struct{}         // closed once the cache runs and the engine acts
 	// replicaRunning is closed once the manager runs, leader or standby.
 	replicaRunning chan struct{}
 	ctx            context.Context // the manager's, set before started is closed
 	stopped        chan struct{}   // closed when Run returns
 	mu             sync.Mutex
 	running        map[string]*operator // by Operator name
-	health         health               // what /readyz reports (health.go)
-	outage         *outage              // the API server away, as watchAPI last found it (apihealth.go)
+	health         served               // what /readyz reports (health.go)
+	outage         *health.Outage       // the API server away, as watchAPI last found it (apihealth.go)
 	hooks          *hooks               // the webhook listener, once bound (hooks.go)
 	// webhook serves admission calls (webhooks.go); nil without
 	// Options.Webhook. webhookMu orders the writes of its configurations.
 	webhook   *webhook.Server
 	webhookMu sync.Mutex
-	// admitters answer the operators' admission calls, by Operator name
-	// (admit.go). They are replaced whole when a definition is applied,
-	// apart from its controller, so that a restart of the controller
-	// (which waits for its runs) leaves admission calls answered.
-	admitters map[string]*admitter
+	// admission answers the operators' admission calls (package
+	// admission). An operator's admitter is replaced whole when its
+	// definition is applied, apart from its controller, so that a restart
+	// of the controller (which waits for its runs) leaves admission calls
+	// answered.
+	admission *admission.Server
 	// converters answer the operators' conversion calls, by Operator
 	// name (convert.go), replaced whole when a definition is applied.
 	converters map[string]*converter
@@ -241,7 +247,7 @@ type operator struct {
 	done   chan struct{}
 	runner *run.Runner // nil without handlers
 	// events handles the deliveries of its sources; nil without sources.
-	events *eventQueue
+	events *delivery.Queue
 	// conditions are its custom resources' conditions, for the gauges
 	// (metrics.go); nil for a watch or a calendar.
 	conditions *conditionTable
@@ -281,21 +287,21 @@ func New(opts Options) (*Engine, error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	away := newOutage()
-	informers := &packedInformers{config: opts.Config, namespace: opts.Namespace, outage: away}
+	away := health.NewOutage()
+	informers := &informer.Informers{Config: opts.Config, Namespace: opts.Namespace, Outage: away}
 	mopts := manager.Options{
 		Scheme: scheme,
 		// Client-go's retries of Events are told by the outage's notice.
-		Logger: away.quietLogger(ctrllog.Log),
+		Logger: away.QuietLogger(ctrllog.Log),
 		// MetricsAddr is served with the health checks (health.go).
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: cache.Options{
 			// Cached objects do not need their managedFields, and
-			// unstructured ones are kept compact (see compactObject),
+			// unstructured ones are kept compact (see package informer),
 			// decoded so straight from their JSON (listwatch.go).
-			DefaultTransform: compactCache,
+			DefaultTransform: informer.Transform,
 			NewInformer: func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
-				return informers.newInformer(lw, obj, resync, indexers)
+				return informers.NewInformer(lw, obj, resync, indexers)
 			},
 		},
 		// Custom resources and children are unstructured: read them from
@@ -321,7 +327,7 @@ func New(opts Options) (*Engine, error) {
 	}
 	// The cache makes its first informer when an operator starts, after
 	// this.
-	informers.http, informers.scopes = mgr.GetHTTPClient(), &scopes{mapper: mgr.GetRESTMapper()}
+	informers.HTTP, informers.Scopes = mgr.GetHTTPClient(), &informer.Scopes{Mapper: mgr.GetRESTMapper()}
 	dc, err := discovery.NewDiscoveryClientForConfig(opts.Config)
 	if err != nil {
 		return nil, err
@@ -334,11 +340,12 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{opts: opts, outage: away, mgr: mgr, client: mgr.GetClient(), clientset: cs, metadata: md, discovery: dc, started: make(chan struct{}), replicaRunning: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}, admitters: map[string]*admitter{}, converters: map[string]*converter{}}
+	e := &Engine{opts: opts, outage: away, mgr: mgr, client: mgr.GetClient(), clientset: cs, metadata: md, discovery: dc, started: make(chan struct{}), replicaRunning: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}, converters: map[string]*converter{}}
 	if opts.Archive != nil {
-		e.archive = newArchiveWriter(opts.Archive, e.notice)
+		e.archive = health.NewArchiveWriter(opts.Archive, e.notice, handlerMetrics().archiveWritable)
 		e.opts.Archive = e.archive
 	}
+	e.admission = &admission.Server{Archive: e.opts.Archive, Stubs: opts.Stubs, RunFinished: opts.RunFinished, Logger: mgr.GetLogger(), Reader: mgr.GetAPIReader(), Credentials: e.credentials}
 	if err := e.serve(); err != nil {
 		return nil, err
 	}
@@ -397,7 +404,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if e.archive != nil {
 		retryCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		stopRetry = cancel
-		pending.Go(func() { e.archive.retryPending(retryCtx) })
+		pending.Go(func() { e.archive.RetryPending(retryCtx) })
 	}
 	err := e.mgr.Start(ctx)
 	e.mu.Lock()
@@ -450,7 +457,7 @@ const stopGrace = 30 * time.Second
 func (o *operator) stop() {
 	o.cancel()
 	if o.events != nil {
-		o.events.close()
+		o.events.Close()
 	}
 	select {
 	case <-o.done:
@@ -574,7 +581,7 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	if err := e.syncFinalizerPolicy(ctx, d); err != nil {
 		return fmt.Errorf("operator %s: the admission policy that adds its finalizer: %w", d.Operator.Name, err)
 	}
-	if err := e.setAdmitter(d); err != nil {
+	if err := e.admission.Set(d); err != nil {
 		return err
 	}
 	if err := e.restart(ctx, d, e.startController); err != nil {
@@ -614,7 +621,7 @@ func (e *Engine) restart(ctx context.Context, d *definition.Definition, start fu
 	}
 
 	if len(d.Sources) > 0 {
-		if op.events, err = e.startEvents(d, op.runner); err != nil {
+		if op.events, err = delivery.Start(e.ctx, d, op.runner, delivery.Options{Archive: e.opts.Archive, Client: e.client, Namespace: e.opts.Namespace, Logger: e.mgr.GetLogger()}); err != nil {
 			op.stop()
 			return err
 		}
@@ -733,17 +740,14 @@ func WaitEstablished(ctx context.Context, reader client.Reader, name string) err
 func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	r := &reconciler{
-		def: d, client: e.client, reader: e.mgr.GetAPIReader(), scopes: &scopes{mapper: e.mgr.GetRESTMapper()}, metadata: e.metadata,
+		def: d, client: e.client, reader: e.mgr.GetAPIReader(), scopes: &informer.Scopes{Mapper: e.mgr.GetRESTMapper()}, metadata: e.metadata,
 		events: e.mgr.GetEventRecorder("opkit"), related: newRelatedIndex(), conditions: newConditionTable(),
 		namespace: e.opts.Namespace, memory: run.NewMemory(false),
 	}
-	// One memory forgets an object gone: what the runner, the related
-	// index, the gauges and the state machine keep of it.
+	// One memory forgets an object gone: what the runner and the life
+	// cycle keep of it, and what the related index and the gauges keep.
 	r.memory.Also(r.related, r.conditions)
-	if r.states = newStates(d, e, r.events); r.states != nil {
-		r.states.memory = r.memory
-		r.memory.Also(r.states)
-	}
+	r.states = lifecycle.New(d, lifecycle.Options{Archive: e.opts.Archive, Clock: e.opts.Clock, Events: r.events, Client: e.client, ConsoleURL: e.opts.ConsoleURL, Memory: r.memory})
 	if len(d.Handlers) > 0 {
 		var err error
 		if r.runner, err = newRunner(ctx, d, e, r.events, r.memory); err != nil {

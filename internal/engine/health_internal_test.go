@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -9,8 +10,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/health"
 )
+
+// insertRecorder is an archive whose Insert returns err; the readiness
+// check reads only whether the archive's last write failed.
+type insertRecorder struct {
+	archive.Recorder
+	err error
+}
+
+func (r *insertRecorder) Insert(context.Context, *archive.Run) error { return r.err }
 
 // get serves one request of h and returns its status and body.
 func get(t *testing.T, h http.Handler, path string) (int, string) {
@@ -23,8 +37,12 @@ func get(t *testing.T, h http.Handler, path string) (int, string) {
 
 func TestReadyzNamesEachFailingCheckAndHealthzStaysUp(t *testing.T) {
 	e := &Engine{started: make(chan struct{}), stopped: make(chan struct{})}
-	e.health.api = errNotChecked
-	e.archive = newArchiveWriter(nil, func(string) {})
+	rec := &insertRecorder{}
+	e.archive = health.NewArchiveWriter(rec, func(string) {}, prometheus.NewGauge(prometheus.GaugeOpts{Name: "writable"}))
+	insert := func(err error) {
+		rec.err = err
+		_ = e.archive.Insert(t.Context(), &archive.Run{})
+	}
 	h := e.handler()
 
 	for _, tc := range []struct {
@@ -35,12 +53,12 @@ func TestReadyzNamesEachFailingCheckAndHealthzStaysUp(t *testing.T) {
 	}{
 		{"before Run", func() {}, []string{"api-server", "engine"}, "not checked yet"},
 		{"started, the API not checked yet", func() { close(e.started) }, []string{"api-server"}, "not checked yet"},
-		{"the API server cut off", func() { e.health.setAPI(errors.New("the API server is unreachable (connection refused)")) }, []string{"api-server"}, "the API server is unreachable"},
+		{"the API server cut off", func() { e.health.api.Set(errors.New("the API server is unreachable (connection refused)")) }, []string{"api-server"}, "the API server is unreachable"},
 		{"the archive refusing runs", func() {
-			e.health.setAPI(nil)
-			e.archive.failing = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-		}, []string{"archive"}, "refused to record runs since 2026-01-02T03:04:05Z"},
-		{"all well", func() { e.archive.failing = time.Time{} }, nil, ""},
+			e.health.api.Set(nil)
+			insert(errors.New("disk full"))
+		}, []string{"archive"}, "refused to record runs since " + time.Now().UTC().Format("2006-01-02T")},
+		{"all well", func() { insert(nil) }, nil, ""},
 		{"stopped", func() { close(e.stopped) }, []string{"engine"}, "not running"},
 	} {
 		tc.set()

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/compare"
 	"github.com/opkit-dev/opkit/internal/definition"
 )
 
@@ -170,7 +171,7 @@ func (r *operatorReconciler) setStatus(ctx context.Context, op *v1alpha1.Operato
 		c.ObservedGeneration = op.Generation
 		meta.SetStatusCondition(&status.Conditions, c)
 	}
-	if reflect.DeepEqual(normalize(op.Status), normalize(*status)) {
+	if reflect.DeepEqual(compare.Normalize(op.Status), compare.Normalize(*status)) {
 		return nil
 	}
 	before := op.DeepCopy()

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -27,7 +25,10 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/cause"
+	"github.com/opkit-dev/opkit/internal/compare"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/informer"
+	"github.com/opkit-dev/opkit/internal/lifecycle"
 	"github.com/opkit-dev/opkit/internal/run"
 )
 
@@ -35,13 +36,13 @@ type reconciler struct {
 	def    *definition.Definition
 	client client.Client
 	reader client.Reader // the API, uncached
-	scopes *scopes
+	scopes *informer.Scopes
 	// metadata writes children and statuses, asking for metadata
 	// answers (see apply).
 	metadata metadata.Interface
 	events   events.EventRecorder
-	runner   *run.Runner // nil without handlers
-	states   *states     // nil without states (states.go)
+	runner   *run.Runner        // nil without handlers
+	states   *lifecycle.Machine // nil without states (package lifecycle)
 	// related indexes what each custom resource refers to.
 	related *relatedIndex
 	// conditions keeps each object's conditions for the gauges (metrics.go).
@@ -75,7 +76,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	holds := slices.Contains(cr.GetFinalizers(), fin)
 	if cr.GetDeletionTimestamp() != nil {
 		if r.states != nil {
-			if err := r.states.deleting(ctx, cr); err != nil { // a decision is refused: the state moves no more
+			if err := r.states.Deleting(ctx, cr); err != nil { // a decision is refused: the state moves no more
 				return reconcile.Result{}, err
 			}
 		}
@@ -90,9 +91,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.patchFinalizer(ctx, cr, fin, wants)
 	}
 	vars := definition.Vars{Self: cr.Object, Children: map[string]map[string]any{}, Related: map[string]any{}}
-	var sv *visit
+	var sv *lifecycle.Visit
 	if r.states != nil {
-		sv = r.states.begin(ctx, cr, &vars) // a new object's initial state, before its children render
+		sv = r.states.Begin(ctx, cr, &vars) // a new object's initial state, before its children render
 	}
 	inventory := readInventory(cr)
 	var keep []childRef
@@ -148,7 +149,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			requeue = step.Requeue
 		}
 		if step != nil && step.Wrote {
-			vars.Self = sv.self(cr.Object) // the guards and status fields read what the run wrote
+			vars.Self = sv.Self(cr.Object) // the guards and status fields read what the run wrote
 		}
 	}
 	if sv != nil && (r.runner == nil || step != nil) {
@@ -156,7 +157,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if step != nil {
 			handlers = step.State
 		}
-		if wait := r.states.step(cr, sv, &vars, handlers); wait > 0 && (requeue == 0 || wait < requeue) {
+		if wait := r.states.Step(cr, sv, &vars, handlers); wait > 0 && (requeue == 0 || wait < requeue) {
 			requeue = wait // the state's timeout
 		}
 	}
@@ -171,7 +172,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.runner.Launch(step.Start, self)
 	}
 	if sv != nil {
-		if serr := r.states.after(ctx, cr, sv, err == nil); serr != nil {
+		if serr := r.states.After(ctx, cr, sv, err == nil); serr != nil {
 			failure = errors.Join(failure, serr)
 		}
 	}
@@ -233,7 +234,7 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 		return childResult{}, err
 	}
 	obj := &unstructured.Unstructured{Object: desired}
-	namespaced, err := r.scopes.namespaced(child.GVK)
+	namespaced, err := r.scopes.Namespaced(child.GVK)
 	if err != nil {
 		return childResult{}, fmt.Errorf("kind %s is not served: %w", child.GVK, err)
 	}
@@ -266,7 +267,7 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 	}
 	labels[definition.OperatorLabel] = r.def.Operator.Name
 	obj.SetLabels(labels)
-	hash := appliedHash(obj.Object)
+	hash := compare.AppliedHash(obj.Object)
 	annotations := obj.GetAnnotations()
 	if annotations == nil {
 		annotations = map[string]string{}
@@ -281,7 +282,7 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 	current.SetGroupVersionKind(child.GVK)
 	err = r.client.Get(ctx, client.ObjectKeyFromObject(obj), current)
 	switch {
-	case err == nil && current.GetAnnotations()[v1alpha1.AppliedHashAnnotation] == hash && contains(current.Object, obj.Object):
+	case err == nil && current.GetAnnotations()[v1alpha1.AppliedHashAnnotation] == hash && compare.Contains(current.Object, obj.Object):
 		rendered.live = current
 		return rendered, nil // converged: no write
 	case err != nil && !apierrors.IsNotFound(err):
@@ -330,11 +331,11 @@ func (r *reconciler) apply(ctx context.Context, obj *unstructured.Unstructured) 
 // patch patches an object of kind gvk, or its subresource, through the
 // metadata client: the answer is the object's metadata.
 func (r *reconciler) patch(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresource ...string) (*metav1.PartialObjectMetadata, error) {
-	k, err := r.scopes.of(gvk)
+	k, err := r.scopes.Of(gvk)
 	if err != nil {
 		return nil, err
 	}
-	return r.metadata.Resource(k.resource).Namespace(namespace).Patch(ctx, name, pt, data, opts, subresource...)
+	return r.metadata.Resource(k.Resource).Namespace(namespace).Patch(ctx, name, pt, data, opts, subresource...)
 }
 
 // immutable reports whether the API refused an update because it would
@@ -359,7 +360,7 @@ func (r *reconciler) recreate(ctx context.Context, cr *unstructured.Unstructured
 // updateStatus writes the status fields, observedGeneration and the
 // conditions, only when they changed. It returns the object as its write
 // left it, also recorded in r.memory; nil when it wrote nothing.
-func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error, step *run.Step, sv *visit) (*unstructured.Unstructured, error) {
+func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error, step *run.Step, sv *lifecycle.Visit) (*unstructured.Unstructured, error) {
 	// Read, not copied: nothing below changes what oldStatus holds.
 	oldStatus, _ := cr.Object["status"].(map[string]any)
 	status := make(map[string]any, len(oldStatus)+len(r.def.Status)+3)
@@ -412,7 +413,7 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	if failure != nil {
 		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, "ReconcileFailed", truncate(failure.Error())
 	}
-	conds := statusConditions(cr)
+	conds := compare.Conditions(cr)
 	set := []metav1.Condition{ready, degraded}
 	if step != nil {
 		set = append(set, stalledCondition(step))
@@ -425,20 +426,20 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	}
 	precondition := false
 	if sv != nil {
-		set, precondition = sv.writeTo(status, set)
+		set, precondition = sv.WriteTo(status, set)
 	}
 	for _, c := range set {
 		c.ObservedGeneration = cr.GetGeneration()
 		meta.SetStatusCondition(&conds, c) // keeps lastTransitionTime when the status is unchanged
 	}
-	status["conditions"] = conditionValues(conds)
-	if sameValue(oldStatus, status) {
+	status["conditions"] = compare.ConditionValues(conds)
+	if compare.SameValue(oldStatus, status) {
 		return nil, nil // also a status written already: cr is read through r.memory
 	}
 	// Only what this reconcile changes is written: the object read may be
 	// older than a handler's result, whose status fields a whole-status
 	// patch would set back.
-	newJSON, err := json.Marshal(statusDelta(oldStatus, status))
+	newJSON, err := json.Marshal(compare.StatusDelta(oldStatus, status))
 	if err != nil {
 		return nil, err
 	}
@@ -469,181 +470,6 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	written.SetResourceVersion(answer.GetResourceVersion())
 	r.memory.Record(written.DeepCopy()) // cr's maps are shared, and its caller's
 	return written, nil
-}
-
-// statusDelta is the merge patch from old to status: the keys whose value
-// changed (a map with its removed keys as nulls) and the removed keys.
-func statusDelta(old, status map[string]any) map[string]any {
-	delta := withRemovals(old, status)
-	for k, v := range status {
-		if was, ok := old[k]; ok && sameValue(was, v) {
-			delete(delta, k)
-		}
-	}
-	return delta
-}
-
-// statusConditions reads the object's status.conditions; unreadable ones
-// read as none. Conditions as the API gives them are read as they are;
-// any other shape through JSON, as metav1.Condition decodes it.
-func statusConditions(cr *unstructured.Unstructured) []metav1.Condition {
-	raw, ok, _ := unstructured.NestedFieldNoCopy(cr.Object, "status", "conditions")
-	if !ok {
-		return nil
-	}
-	if conds, ok := readConditionValues(raw); ok {
-		return conds
-	}
-	var conds []metav1.Condition
-	data, _ := json.Marshal(raw)
-	_ = json.Unmarshal(data, &conds)
-	return conds
-}
-
-// readConditionValues reads conditions from decoded JSON whose every
-// field has the type metav1.Condition gives it; ok is false otherwise.
-func readConditionValues(raw any) (conds []metav1.Condition, ok bool) {
-	list, ok := raw.([]any)
-	if !ok {
-		return nil, false
-	}
-	conds = make([]metav1.Condition, 0, len(list))
-	for _, item := range list {
-		m, ok := item.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		var c metav1.Condition
-		for k, v := range m {
-			switch k {
-			case "type", "status", "reason", "message", "lastTransitionTime":
-				s, isString := v.(string)
-				if !isString {
-					return nil, false
-				}
-				switch k {
-				case "type":
-					c.Type = s
-				case "status":
-					c.Status = metav1.ConditionStatus(s)
-				case "reason":
-					c.Reason = s
-				case "message":
-					c.Message = s
-				case "lastTransitionTime":
-					if err := c.LastTransitionTime.UnmarshalQueryParameter(s); err != nil {
-						return nil, false
-					}
-				}
-			case "observedGeneration":
-				n, isInt := v.(int64)
-				if !isInt {
-					return nil, false
-				}
-				c.ObservedGeneration = n
-			default:
-				return nil, false // a field metav1.Condition does not have
-			}
-		}
-		conds = append(conds, c)
-	}
-	return conds, true
-}
-
-// conditionValues gives conditions as their JSON decodes, as a status
-// read from the API holds them.
-func conditionValues(conds []metav1.Condition) []any {
-	out := make([]any, len(conds))
-	for i, c := range conds {
-		m := map[string]any{"type": c.Type, "status": string(c.Status), "reason": c.Reason, "message": c.Message}
-		if c.ObservedGeneration != 0 {
-			m["observedGeneration"] = c.ObservedGeneration
-		}
-		m["lastTransitionTime"] = nil
-		if !c.LastTransitionTime.IsZero() {
-			m["lastTransitionTime"] = c.LastTransitionTime.UTC().Format(time.RFC3339)
-		}
-		out[i] = m
-	}
-	return out
-}
-
-// sameValue reports whether a and b encode to the same JSON value: an
-// int64 and a float64 of the same integer are equal, as are a struct and
-// its decoded map. Values decoded from JSON, which statuses are, are
-// compared as they are; any other type through its JSON.
-func sameValue(a, b any) bool {
-	switch x := a.(type) {
-	case map[string]any:
-		if y, ok := b.(map[string]any); ok {
-			if len(x) != len(y) || (x == nil) != (y == nil) { // a nil map is null
-				return false
-			}
-			for k, v := range x {
-				if w, ok := y[k]; !ok || !sameValue(v, w) {
-					return false
-				}
-			}
-			return true
-		}
-	case []any:
-		if y, ok := b.([]any); ok {
-			return (x == nil) == (y == nil) && slices.EqualFunc(x, y, sameValue)
-		}
-	case string:
-		if y, ok := b.(string); ok {
-			return x == y
-		}
-	case bool:
-		if y, ok := b.(bool); ok {
-			return x == y
-		}
-	case nil:
-		if b == nil {
-			return true
-		}
-	case int64, float64:
-		if equal, ok := sameNumber(x, b); ok {
-			return equal
-		}
-	}
-	return reflect.DeepEqual(normalize(a), normalize(b))
-}
-
-// sameNumber compares two numbers as JSON would write them; ok is false
-// when either is not an int64 or a float64.
-func sameNumber(a, b any) (equal, ok bool) {
-	switch x := a.(type) {
-	case int64:
-		switch y := b.(type) {
-		case int64:
-			return x == y, true
-		case float64:
-			return intIsFloat(x, y), true
-		}
-	case float64:
-		switch y := b.(type) {
-		case int64:
-			return intIsFloat(y, x), true
-		case float64:
-			return x == y, true
-		}
-	}
-	return false, false
-}
-
-// intIsFloat reports whether f is exactly the integer i.
-func intIsFloat(i int64, f float64) bool {
-	return f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 && int64(f) == i
-}
-
-// normalize round-trips a value through JSON so that int and int64, or
-// typed and untyped maps, compare equal.
-func normalize(v any) any {
-	data, _ := json.Marshal(v)
-	var out any
-	_ = json.Unmarshal(data, &out)
-	return out
 }
 
 func stalledCondition(step *run.Step) metav1.Condition {

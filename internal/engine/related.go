@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/informer"
 )
 
 // Related objects (definition.Related) are read from a cache and never
@@ -176,7 +177,7 @@ func (r *reconciler) readRelated(ctx context.Context, cr *unstructured.Unstructu
 		if err != nil {
 			return fmt.Errorf("%s: %w", rel.Field, err)
 		}
-		namespaced, err := r.scopes.namespaced(rel.GVK)
+		namespaced, err := r.scopes.Namespaced(rel.GVK)
 		if err != nil {
 			return fmt.Errorf("%s: kind %s is not served: %w", rel.Field, rel.GVK, err)
 		}
@@ -272,7 +273,7 @@ func (e *Engine) watchRelated(ctx context.Context, c controller.TypedController[
 		if len(k.Namespaces) > 0 && e.opts.Namespace == "" {
 			opts := cache.Options{
 				Scheme: e.mgr.GetScheme(), Mapper: e.mgr.GetRESTMapper(),
-				DefaultTransform:  compactCache,
+				DefaultTransform:  informer.Transform,
 				DefaultNamespaces: map[string]cache.Config{},
 			}
 			for _, ns := range k.Namespaces {

@@ -169,13 +169,7 @@ func (s *Server) admit(ctx context.Context, op *admitter, h *definition.Handler,
 		subject = old
 	}
 	u := &unstructured.Unstructured{Object: subject}
-	name := req.Name
-	if name == "" {
-		name = u.GetName()
-	}
-	if name == "" && u.GetGenerateName() != "" {
-		name = u.GetGenerateName() + "*"
-	}
+	name := subjectName(req.Name, u)
 	dryRun := req.DryRun != nil && *req.DryRun
 	run := &archive.Run{
 		ID: archive.NewID(now), Operator: op.def.Operator.Name, Handler: h.Name, Action: h.Action(), Trigger: a.Trigger(),
@@ -210,36 +204,18 @@ func (s *Server) admit(ctx context.Context, op *admitter, h *definition.Handler,
 	if ex == nil {
 		ex = op.execs[h.Name]
 	}
-	type outcome struct {
-		res *executor.Result
-		err error
+	call := executor.Request{
+		RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: 1, Input: input, Timeout: budget, Log: alog,
+		Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Namespace: run.Namespace, Name: run.Name, UID: u.GetUID()},
+		// Recorded, not kept on run: the answer may not wait for the
+		// executor, and its end's record keeps what is recorded.
+		OnRunner: func(name string) {
+			if err := s.Archive.SetRunner(context.WithoutCancel(ctx), run.ID, name); err != nil {
+				log.Error(err, "recording the runner of an admission run", "runner", name)
+			}
+		},
 	}
-	done := make(chan outcome, 1)
-	runCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	go func() {
-		defer cancel()
-		res, err := ex.Run(runCtx, executor.Request{
-			RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: 1, Input: input, Timeout: budget, Log: alog,
-			Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Namespace: run.Namespace, Name: run.Name, UID: u.GetUID()},
-			// Recorded, not kept on run: the answer may not wait for this
-			// goroutine, and its end's record keeps what is recorded.
-			OnRunner: func(name string) {
-				if err := s.Archive.SetRunner(context.WithoutCancel(ctx), run.ID, name); err != nil {
-					log.Error(err, "recording the runner of an admission run", "runner", name)
-				}
-			},
-		})
-		done <- outcome{res, err}
-	}()
-	var res *executor.Result
-	select {
-	case o := <-done:
-		res, err = o.res, o.err
-	case <-time.After(budget + 100*time.Millisecond):
-		// The executor stops the handler at the deadline; one that takes
-		// longer to stop is not waited for.
-		err = &executor.Failure{Message: fmt.Sprintf("no answer within %s", budget.Round(time.Millisecond))}
-	}
+	res, runCtx, err := execute(ctx, ex, call, deadline)
 	alog.Flush()
 	if err == nil && res.Error != nil {
 		err = &executor.Failure{Message: "the handler reported an error: " + res.Error.Message}
@@ -277,6 +253,42 @@ func (s *Server) admit(ctx context.Context, op *admitter, h *definition.Handler,
 		}
 	}
 	return s.finishAdmission(ctx, run, resp, archive.Allowed, log)
+}
+
+// subjectName names the object of a call: the request's name, else the
+// object's, else its generateName with a star.
+func subjectName(name string, u *unstructured.Unstructured) string {
+	if name == "" {
+		name = u.GetName()
+	}
+	if name == "" && u.GetGenerateName() != "" {
+		name = u.GetGenerateName() + "*"
+	}
+	return name
+}
+
+// execute runs req with ex until deadline, and waits 100ms more at most:
+// the executor stops the handler at the deadline, and one that takes
+// longer to stop is not waited for. runCtx is the run's context, ended
+// once the run ends or its deadline passes.
+func execute(ctx context.Context, ex executor.Executor, req executor.Request, deadline time.Time) (res *executor.Result, runCtx context.Context, err error) {
+	type outcome struct {
+		res *executor.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	runCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	go func() {
+		defer cancel()
+		res, err := ex.Run(runCtx, req)
+		done <- outcome{res, err}
+	}()
+	select {
+	case o := <-done:
+		return o.res, runCtx, o.err
+	case <-time.After(req.Timeout + 100*time.Millisecond):
+		return nil, runCtx, &executor.Failure{Message: fmt.Sprintf("no answer within %s", req.Timeout.Round(time.Millisecond))}
+	}
 }
 
 // finishAdmission records how the call ended and returns resp.

@@ -22,8 +22,8 @@ func (e *Engine) watchAPI(ctx context.Context) error {
 			return
 		}
 		// Objects whose reconciles failed meanwhile would wait out their
-		// back-off: retry them now (retryqueue.go).
-		retried := e.queues.retryAll()
+		// back-off: retry them now (package health's RetryQueues).
+		retried := e.queues.RetryAll()
 		e.notice(fmt.Sprintf("the API server is back after %s; catching up (%d objects retried now)", awayFor.Round(time.Second), retried))
 		handlerMetrics().apiReachable.Set(1)
 	})

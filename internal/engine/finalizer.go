@@ -201,7 +201,7 @@ func lackingFinalizer(fin string) predicate.Funcs {
 // startFinalizerController starts the finalizer controller of an operator
 // whose reconciler holds finalizers; it stops with ctx.
 func (e *Engine) startFinalizerController(ctx context.Context, r *reconciler) error {
-	c, err := controller.NewTypedUnmanaged("finalizer-"+r.def.Operator.Name, e.queues.options(&finalizerReconciler{r: r}, finalizerWorkers))
+	c, err := controller.NewTypedUnmanaged("finalizer-"+r.def.Operator.Name, e.queues.Options(&finalizerReconciler{r: r}, finalizerWorkers))
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/health"
@@ -83,42 +82,5 @@ func TestReadyzNamesEachFailingCheckAndHealthzStaysUp(t *testing.T) {
 	}
 	if code, body := get(t, h, "/readyz?verbose"); !strings.Contains(body, "[+]archive ok") || !strings.Contains(body, "[+]api-server ok") || code != 500 {
 		t.Errorf("/readyz?verbose answered %d, want 500 listing every check:\n%s", code, body)
-	}
-}
-
-func TestReadConditionsKeepsTheGaugedOnesAndTheEarliestFailure(t *testing.T) {
-	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	cond := func(typ, status, at string) any {
-		c := map[string]any{"type": typ, "status": status, "reason": "R", "message": "m"}
-		if at != "" {
-			c["lastTransitionTime"] = at
-		}
-		return c
-	}
-	for _, tc := range []struct {
-		what  string
-		conds []any
-		want  objectConditions
-	}{
-		{"no status", nil, objectConditions{}},
-		{"ready", []any{cond("Ready", "True", "2026-05-01T11:00:00Z"), cond("Degraded", "False", "2026-05-01T10:00:00Z")},
-			objectConditions{isTrue: [4]bool{true, false, false, false}}},
-		{"degraded and stalled: failing since the earlier", []any{
-			cond("Ready", "False", "2026-05-01T11:00:00Z"),
-			cond("Degraded", "True", "2026-05-01T11:30:00Z"),
-			cond("Stalled", "True", "2026-05-01T11:10:00Z"),
-			cond("Paused", "True", "2026-05-01T09:00:00Z"), // paused is not failing
-		}, objectConditions{isTrue: [4]bool{false, true, true, true}, failingSince: time.Date(2026, 5, 1, 11, 10, 0, 0, time.UTC)}},
-		{"stalled without a time: failing since now", []any{cond("Stalled", "True", "")},
-			objectConditions{isTrue: [4]bool{false, false, true, false}, failingSince: now}},
-		{"other conditions and Unknown are not counted", []any{cond("Available", "True", ""), cond("Ready", "Unknown", "")}, objectConditions{}},
-	} {
-		cr := &unstructured.Unstructured{Object: map[string]any{}}
-		if tc.conds != nil {
-			cr.Object["status"] = map[string]any{"conditions": tc.conds}
-		}
-		if got := readConditions(cr, now); got != tc.want {
-			t.Errorf("%s: %+v, want %+v", tc.what, got, tc.want)
-		}
 	}
 }

@@ -55,7 +55,7 @@ func (e *Engine) WatchOperators(ctx context.Context) error {
 	if err := e.waitEstablished(ctx, crd.Name); err != nil {
 		return fmt.Errorf("the Operator CRD %s: %w", crd.Name, err)
 	}
-	c, err := controller.NewTypedUnmanaged("operators", e.queues.options(&operatorReconciler{engine: e}, 1))
+	c, err := controller.NewTypedUnmanaged("operators", e.queues.Options(&operatorReconciler{engine: e}, 1))
 	if err != nil {
 		return err
 	}

@@ -27,8 +27,11 @@ import (
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/compare"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/gauges"
 	"github.com/opkit-dev/opkit/internal/informer"
+	"github.com/opkit-dev/opkit/internal/inventory"
 	"github.com/opkit-dev/opkit/internal/lifecycle"
+	"github.com/opkit-dev/opkit/internal/related"
 	"github.com/opkit-dev/opkit/internal/run"
 )
 
@@ -44,9 +47,9 @@ type reconciler struct {
 	runner   *run.Runner        // nil without handlers
 	states   *lifecycle.Machine // nil without states (package lifecycle)
 	// related indexes what each custom resource refers to.
-	related *relatedIndex
-	// conditions keeps each object's conditions for the gauges (metrics.go).
-	conditions *conditionTable
+	related *related.Index
+	// conditions keeps each object's conditions for the gauges (package gauges).
+	conditions *gauges.Table
 	// namespace is Options.Namespace: children and related objects
 	// elsewhere are refused (scope.go).
 	namespace string
@@ -71,19 +74,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	cr = r.memory.Newest(cr) // read-your-writes: the cache may not show the last write yet
-	r.conditions.record(cr)
+	r.conditions.Record(cr)
 	fin := FinalizerName(r.def.Operator.Name)
 	holds := slices.Contains(cr.GetFinalizers(), fin)
 	if cr.GetDeletionTimestamp() != nil {
-		if r.states != nil {
-			if err := r.states.Deleting(ctx, cr); err != nil { // a decision is refused: the state moves no more
-				return reconcile.Result{}, err
-			}
-		}
-		if !holds {
-			return reconcile.Result{}, nil
-		}
-		return r.finalize(ctx, cr, fin)
+		return r.deleting(ctx, cr, fin, holds)
 	}
 	// The finalizer comes before any other side effect, so that no
 	// deletion can pass unseen.
@@ -95,49 +90,19 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if r.states != nil {
 		sv = r.states.Begin(ctx, cr, &vars) // a new object's initial state, before its children render
 	}
-	inventory := readInventory(cr)
-	var keep []childRef
-	var waiting, notReady []string
+	listed := inventory.Read(cr)
 	// What reads a related object that cannot be read waits for it, and
 	// no handler runs for a change of one (a read error is not a change).
 	failure := r.readRelated(ctx, cr, vars.Related)
 	if failure != nil {
 		vars.Related = nil
 	}
-	var requeue time.Duration
-	for _, child := range r.def.Children {
-		res, err := r.convergeChild(ctx, cr, child, vars)
-		if err != nil && !errors.Is(err, errRecreating) {
-			err = fmt.Errorf("child %s: %w", child.ID, err) // named once, here
-		}
-		if res.ref != nil {
-			keep = appendRef(keep, *res.ref)
-		}
-		if err != nil || res.waiting {
-			// What this child rendered to before is unknown now: keep it.
-			for _, ref := range inventory {
-				if ref.ID == child.ID {
-					keep = appendRef(keep, ref)
-				}
-			}
-		}
-		switch {
-		case errors.Is(err, errRecreating):
-			waiting = append(waiting, child.ID) // the Recreating event says why
-			requeue = time.Second
-		case err != nil:
-			failure = errors.Join(failure, err)
-			r.events.Eventf(cr, nil, corev1.EventTypeWarning, "ChildFailed", "Reconcile", "%v", err)
-		case res.waiting:
-			waiting = append(waiting, child.ID)
-		case res.live != nil:
-			vars.Children[child.ID] = res.live.Object
-			if ready, err := child.Ready(res.live.Object); err != nil || !ready {
-				notReady = append(notReady, child.ID)
-			}
-		}
+	c := r.convergeChildren(ctx, cr, vars, listed)
+	keep, waiting, notReady, requeue := c.keep, c.waiting, c.notReady, c.requeue
+	if c.failure != nil {
+		failure = errors.Join(failure, c.failure)
 	}
-	if err := r.pruneInventory(ctx, cr, inventory, keep); err != nil {
+	if err := r.pruneInventory(ctx, cr, listed, keep); err != nil {
 		failure = errors.Join(failure, err)
 	}
 	var step *run.Step
@@ -193,11 +158,67 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 
-func appendRef(refs []childRef, ref childRef) []childRef {
-	if slices.Contains(refs, ref) {
-		return refs
+// converged is what converging a custom resource's children found.
+type converged struct {
+	keep              []inventory.Ref // the inventory to write
+	waiting, notReady []string        // children by id
+	requeue           time.Duration   // when to look again; 0 for no need
+	failure           error
+}
+
+// convergeChildren converges cr's children in order, each live child put
+// into vars.Children for the next; listed is the inventory read, whose
+// refs of a child that failed or waits are kept.
+func (r *reconciler) convergeChildren(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, listed []inventory.Ref) converged {
+	var c converged
+	for _, child := range r.def.Children {
+		res, err := r.convergeChild(ctx, cr, child, vars)
+		if err != nil && !errors.Is(err, errRecreating) {
+			err = fmt.Errorf("child %s: %w", child.ID, err) // named once, here
+		}
+		if res.ref != nil {
+			c.keep = inventory.Append(c.keep, *res.ref)
+		}
+		if err != nil || res.waiting {
+			// What this child rendered to before is unknown now: keep it.
+			for _, ref := range listed {
+				if ref.ID == child.ID {
+					c.keep = inventory.Append(c.keep, ref)
+				}
+			}
+		}
+		switch {
+		case errors.Is(err, errRecreating):
+			c.waiting = append(c.waiting, child.ID) // the Recreating event says why
+			c.requeue = time.Second
+		case err != nil:
+			c.failure = errors.Join(c.failure, err)
+			r.events.Eventf(cr, nil, corev1.EventTypeWarning, "ChildFailed", "Reconcile", "%v", err)
+		case res.waiting:
+			c.waiting = append(c.waiting, child.ID)
+		case res.live != nil:
+			vars.Children[child.ID] = res.live.Object
+			if ready, err := child.Ready(res.live.Object); err != nil || !ready {
+				c.notReady = append(c.notReady, child.ID)
+			}
+		}
 	}
-	return append(refs, ref)
+	return c
+}
+
+// deleting is the reconcile of an object being deleted: a decision on it
+// is refused (its state moves no more), and the finalizer's holder
+// finalizes it.
+func (r *reconciler) deleting(ctx context.Context, cr *unstructured.Unstructured, fin string, holds bool) (reconcile.Result, error) {
+	if r.states != nil {
+		if err := r.states.Deleting(ctx, cr); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if !holds {
+		return reconcile.Result{}, nil
+	}
+	return r.finalize(ctx, cr, fin)
 }
 
 var errRecreating = errors.New("deleted to be re-created: a field it changes is immutable")
@@ -210,7 +231,7 @@ type childResult struct {
 	// live is the object as it now is; nil when it is not known.
 	live *unstructured.Unstructured
 	// ref is what the child rendered to; nil when it was not rendered.
-	ref *childRef
+	ref *inventory.Ref
 	// waiting: the child reads another child that does not exist yet.
 	waiting bool
 }
@@ -275,7 +296,7 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 	annotations[v1alpha1.AppliedHashAnnotation] = hash
 	obj.SetAnnotations(annotations)
 
-	ref := refOf(child.ID, obj)
+	ref := inventory.RefOf(child.ID, obj)
 	rendered := childResult{ref: &ref}
 
 	current := &unstructured.Unstructured{}
@@ -360,7 +381,7 @@ func (r *reconciler) recreate(ctx context.Context, cr *unstructured.Unstructured
 // updateStatus writes the status fields, observedGeneration and the
 // conditions, only when they changed. It returns the object as its write
 // left it, also recorded in r.memory; nil when it wrote nothing.
-func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error, step *run.Step, sv *lifecycle.Visit) (*unstructured.Unstructured, error) {
+func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, children []inventory.Ref, waiting, notReady []string, failure error, step *run.Step, sv *lifecycle.Visit) (*unstructured.Unstructured, error) {
 	// Read, not copied: nothing below changes what oldStatus holds.
 	oldStatus, _ := cr.Object["status"].(map[string]any)
 	status := make(map[string]any, len(oldStatus)+len(r.def.Status)+3)
@@ -384,10 +405,10 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	if own == nil {
 		own = map[string]any{}
 	}
-	if len(inventory) == 0 {
+	if len(children) == 0 {
 		delete(own, "children")
 	} else {
-		own["children"] = genericInventory(inventory)
+		own["children"] = inventory.Generic(children)
 	}
 	if step != nil {
 		step.State.WriteTo(own)
@@ -398,32 +419,8 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 		status["opkit"] = own
 	}
 
-	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "ChildrenReady", Message: "all children exist and are ready"}
-	switch {
-	case failure != nil:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ReconcileFailed", truncate(failure.Error())
-	case len(waiting) > 0:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenPending", "waiting for: "+strings.Join(waiting, ", ")
-	case step != nil && step.Stalled != "":
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "Stalled", step.Stalled
-	case len(notReady) > 0:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenNotReady", "not ready: "+strings.Join(notReady, ", ")
-	}
-	degraded := metav1.Condition{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: "NoErrors", Message: "the last reconcile succeeded"}
-	if failure != nil {
-		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, "ReconcileFailed", truncate(failure.Error())
-	}
 	conds := compare.Conditions(cr)
-	set := []metav1.Condition{ready, degraded}
-	if step != nil {
-		set = append(set, stalledCondition(step))
-	}
-	if step != nil && step.Paused {
-		set = append(set, metav1.Condition{Type: v1alpha1.ConditionPaused, Status: metav1.ConditionTrue, Reason: "PausedByAnnotation",
-			Message: "handlers are paused: no run starts until the annotation " + v1alpha1.PauseAnnotation + " is removed"})
-	} else {
-		meta.RemoveStatusCondition(&conds, v1alpha1.ConditionPaused)
-	}
+	set := conditionsToSet(&conds, waiting, notReady, failure, step)
 	precondition := false
 	if sv != nil {
 		set, precondition = sv.WriteTo(status, set)
@@ -470,6 +467,38 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	written.SetResourceVersion(answer.GetResourceVersion())
 	r.memory.Record(written.DeepCopy()) // cr's maps are shared, and its caller's
 	return written, nil
+}
+
+// conditionsToSet are the conditions a reconcile sets: Ready and
+// Degraded, and with handlers Stalled and Paused; Paused is removed from
+// conds while the handlers are not paused.
+func conditionsToSet(conds *[]metav1.Condition, waiting, notReady []string, failure error, step *run.Step) []metav1.Condition {
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "ChildrenReady", Message: "all children exist and are ready"}
+	switch {
+	case failure != nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ReconcileFailed", truncate(failure.Error())
+	case len(waiting) > 0:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenPending", "waiting for: "+strings.Join(waiting, ", ")
+	case step != nil && step.Stalled != "":
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "Stalled", step.Stalled
+	case len(notReady) > 0:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenNotReady", "not ready: "+strings.Join(notReady, ", ")
+	}
+	degraded := metav1.Condition{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: "NoErrors", Message: "the last reconcile succeeded"}
+	if failure != nil {
+		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, "ReconcileFailed", truncate(failure.Error())
+	}
+	set := []metav1.Condition{ready, degraded}
+	if step != nil {
+		set = append(set, stalledCondition(step))
+	}
+	if step != nil && step.Paused {
+		set = append(set, metav1.Condition{Type: v1alpha1.ConditionPaused, Status: metav1.ConditionTrue, Reason: "PausedByAnnotation",
+			Message: "handlers are paused: no run starts until the annotation " + v1alpha1.PauseAnnotation + " is removed"})
+	} else {
+		meta.RemoveStatusCondition(conds, v1alpha1.ConditionPaused)
+	}
+	return set
 }
 
 func stalledCondition(step *run.Step) metav1.Condition {

@@ -126,7 +126,7 @@ func (e *Engine) startWatch(d *definition.Definition) (*operator, error) {
 	if err != nil {
 		return fail(fmt.Errorf("operator %s: reading its watched objects' state from the archive: %w", d.Operator.Name, err))
 	}
-	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.options(r, e.opts.Workers))
+	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.Options(r, e.opts.Workers))
 	if err != nil {
 		return fail(err)
 	}

@@ -17,11 +17,11 @@ const module = "github.com/opkit-dev/opkit"
 // pure are the packages that decide without acting: pure functions of
 // their inputs, table-tested without a cluster. conformance is its model
 // and generator; its checker is in its tests, which the rules do not bind.
-var pure = []string{"internal/cause", "internal/statemachine", "internal/definition", "internal/compat", "internal/jsondepth", "internal/compare", "internal/conformance"}
+var pure = []string{"internal/cause", "internal/statemachine", "internal/definition", "internal/compat", "internal/jsondepth", "internal/compare", "internal/inventory", "internal/conformance"}
 
 // acting are the packages that run operators, talk to a cluster or serve:
 // what a pure package must not reach.
-var acting = []string{"internal/engine/...", "internal/delivery/...", "internal/lifecycle/...", "internal/admission/...", "internal/informer/...", "internal/health/...", "internal/run/...", "internal/stack/...", "internal/executor/...", "internal/webhook/...", "internal/console/...", "internal/cli/...", "internal/devcluster/...", "internal/migrate/...", "internal/scenario/runner/...", "pkg/..."}
+var acting = []string{"internal/engine/...", "internal/related/...", "internal/gauges/...", "internal/delivery/...", "internal/lifecycle/...", "internal/admission/...", "internal/informer/...", "internal/health/...", "internal/run/...", "internal/stack/...", "internal/executor/...", "internal/webhook/...", "internal/console/...", "internal/cli/...", "internal/devcluster/...", "internal/migrate/...", "internal/scenario/runner/...", "pkg/..."}
 
 // kubeClient and clock are the third-party packages a pure package does
 // not import itself.
@@ -47,7 +47,7 @@ type rule struct {
 
 var rules = []rule{
 	{
-		says:      "pure packages (cause, statemachine, definition, compat, jsondepth, compare, the conformance model) import no engine, client or clock (DESIGN.md, Architecture; conformance's package doc)",
+		says:      "pure packages (cause, statemachine, definition, compat, jsondepth, compare, inventory, the conformance model) import no engine, client or clock (DESIGN.md, Architecture; conformance's package doc)",
 		from:      pure,
 		not:       acting,
 		notDirect: slices.Concat(kubeClient, clock),
@@ -111,6 +111,16 @@ var rules = []rule{
 		says: "the delivery queue is a driver: it hands causes to the runner and knows nothing of the engine (package delivery)",
 		from: []string{"internal/delivery/..."},
 		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/informer/...", "internal/health/...", "internal/admission/...", "internal/lifecycle/..."},
+	},
+	{
+		says: "the object gauges read what the engine hands them: they know nothing of the engine (package gauges)",
+		from: []string{"internal/gauges/..."},
+		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
+	},
+	{
+		says: "the related index maps objects to the custom resources that name them: it knows nothing of the engine or of runs (package related)",
+		from: []string{"internal/related/..."},
+		not:  []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
 	},
 	{
 		says:   "a run's path from cause to archive stays in the run package, with no call climbing back to the engine (issue 35)",

@@ -18,7 +18,7 @@ func AppliedHash(obj map[string]any) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-// contains reports whether every field set in desired holds the same value
+// Contains reports whether every field set in desired holds the same value
 // in live: maps are compared key by key (live may have more keys, such as
 // defaults and status), lists item by item in order, where live may have
 // items the server added (a Pod's default tolerations), and numbers by

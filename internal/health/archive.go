@@ -38,6 +38,7 @@ func NewArchiveWriter(s archive.Recorder, notice func(string), writable promethe
 	return &ArchiveWriter{Recorder: s, notice: notice, writable: writable, pending: map[string]archive.Run{}}
 }
 
+// Insert records a run's start, and reports whether the archive works.
 func (w *ArchiveWriter) Insert(ctx context.Context, r *archive.Run) error {
 	err := w.Recorder.Insert(ctx, r)
 	w.report(ctx, err)
@@ -56,24 +57,32 @@ func (w *ArchiveWriter) Finish(ctx context.Context, r *archive.Run) error {
 	return err
 }
 
+// SetRunner records the runner of a run, and reports whether the archive
+// works.
 func (w *ArchiveWriter) SetRunner(ctx context.Context, id, runner string) error {
 	err := w.Recorder.SetRunner(ctx, id, runner)
 	w.report(ctx, err)
 	return err
 }
 
+// PutState records handler records, and reports whether the archive
+// works.
 func (w *ArchiveWriter) PutState(ctx context.Context, s *archive.State) error {
 	err := w.Recorder.PutState(ctx, s)
 	w.report(ctx, err)
 	return err
 }
 
+// DeleteState deletes handler records, and reports whether the archive
+// works.
 func (w *ArchiveWriter) DeleteState(ctx context.Context, operator, key string) error {
 	err := w.Recorder.DeleteState(ctx, operator, key)
 	w.report(ctx, err)
 	return err
 }
 
+// RecordDelivery records a delivery, and reports whether the archive
+// works (a replay it refuses says it does).
 func (w *ArchiveWriter) RecordDelivery(ctx context.Context, d *archive.Delivery) error {
 	err := w.Recorder.RecordDelivery(ctx, d)
 	if errors.Is(err, archive.ErrDuplicateDelivery) {
@@ -84,6 +93,8 @@ func (w *ArchiveWriter) RecordDelivery(ctx context.Context, d *archive.Delivery)
 	return err
 }
 
+// FinishDelivery records a delivery's end, and reports whether the
+// archive works.
 func (w *ArchiveWriter) FinishDelivery(ctx context.Context, d *archive.Delivery) error {
 	err := w.Recorder.FinishDelivery(ctx, d)
 	w.report(ctx, err)

@@ -96,6 +96,7 @@ type apiCheck struct {
 	away bool
 }
 
+// NewOutage returns an Outage that knows of none.
 func NewOutage() *Outage {
 	return &Outage{back: make(chan struct{}), next: &apiCheck{done: make(chan struct{})}, now: make(chan struct{}, 1)}
 }

@@ -80,7 +80,7 @@ func (p *Informers) NewInformer(lw toolscache.ListerWatcher, obj runtime.Object,
 	if !ok {
 		return toolscache.NewSharedIndexInformer(p.Held(lw), obj, resync, indexers)
 	}
-	plw, err := p.ListWatch(u.GroupVersionKind())
+	plw, err := p.listWatch(u.GroupVersionKind())
 	if err != nil {
 		// Not mapped yet: the dynamic client's list-watch reports it.
 		return toolscache.NewSharedIndexInformer(p.Held(lw), obj, resync, indexers)
@@ -143,9 +143,20 @@ func (h *heldListWatch) IsWatchListSemanticsUnSupported() bool {
 	return watchlist.DoesClientNotSupportWatchListSemantics(h.outer)
 }
 
-// ListWatch returns the list-watch of gvk: in Options.Namespace if it is
+// ListWatch returns the list-watch the shared cache's informer of gvk
+// uses, which decodes straight into compact objects (for tests; see
+// CachedObjects).
+func (p *Informers) ListWatch(gvk schema.GroupVersionKind) (toolscache.ListerWatcherWithContext, error) {
+	lw, err := p.listWatch(gvk)
+	if err != nil {
+		return nil, err
+	}
+	return lw, nil
+}
+
+// listWatch returns the list-watch of gvk: in Options.Namespace if it is
 // set and the kind namespaced, else everywhere.
-func (p *Informers) ListWatch(gvk schema.GroupVersionKind) (*packedListWatch, error) {
+func (p *Informers) listWatch(gvk schema.GroupVersionKind) (*packedListWatch, error) {
 	k, err := p.Scopes.Of(gvk)
 	if err != nil {
 		return nil, err

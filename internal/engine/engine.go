@@ -198,7 +198,7 @@ func managerOptions(opts Options, informers *informer.Informers, away *health.Ou
 		Cache: cache.Options{
 			// Cached objects do not need their managedFields, and
 			// unstructured ones are kept compact (see package informer),
-			// decoded so straight from their JSON (listwatch.go).
+			// decoded so straight from their JSON.
 			DefaultTransform: informer.Transform,
 			NewInformer: func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 				return informers.NewInformer(lw, obj, resync, indexers)

@@ -27,7 +27,7 @@ import (
 // The operators' admission handlers (on validate or mutate) are served by
 // the engine's webhook server (package webhook) on
 // POST /validate/<operator>/<handler> and /mutate/<operator>/<handler>
-// (admit.go). For each operator with such handlers the engine applies a
+// (package admission). For each operator with such handlers the engine applies a
 // ValidatingWebhookConfiguration and a MutatingWebhookConfiguration named
 // opkit.dev.<operator> (.<namespace> for an engine of one namespace, bound
 // to it), one webhook per handler, with the server's caBundle, and applies

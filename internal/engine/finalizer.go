@@ -64,6 +64,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/compare"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/run"
 )
@@ -99,10 +100,10 @@ func (r *reconciler) finalize(ctx context.Context, cr *unstructured.Unstructured
 	}
 	before := maps.Clone(own)
 	step.State.WriteTo(own)
-	conds := statusConditions(cr)
+	conds := compare.Conditions(cr)
 	changed := meta.SetStatusCondition(&conds, stalledCondition(step))
-	if changed || !sameValue(before, own) {
-		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"opkit": withRemovals(before, own), "conditions": conds}})
+	if changed || !compare.SameValue(before, own) {
+		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"opkit": compare.WithRemovals(before, own), "conditions": conds}})
 		if err = r.client.Status().Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err == nil {
 			r.memory.Record(cr.DeepCopy())
 		}
@@ -200,7 +201,7 @@ func lackingFinalizer(fin string) predicate.Funcs {
 // startFinalizerController starts the finalizer controller of an operator
 // whose reconciler holds finalizers; it stops with ctx.
 func (e *Engine) startFinalizerController(ctx context.Context, r *reconciler) error {
-	c, err := controller.NewTypedUnmanaged("finalizer-"+r.def.Operator.Name, e.queues.options(&finalizerReconciler{r: r}, finalizerWorkers))
+	c, err := controller.NewTypedUnmanaged("finalizer-"+r.def.Operator.Name, e.queues.Options(&finalizerReconciler{r: r}, finalizerWorkers))
 	if err != nil {
 		return err
 	}

@@ -6,13 +6,14 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/opkit-dev/opkit/internal/health"
 )
 
 // The engine serves, on Options.MetricsAddr, one HTTP server of three
@@ -25,8 +26,9 @@ import (
 //     an API server back.
 //   - /readyz: readiness: "engine" (Run has started the manager and not
 //     returned), "api-server" (the engine's last check of the API
-//     server's /readyz, every apiCheckEvery, succeeded; apihealth.go) and,
-//     with an archive, "archive" (it records runs; archivehealth.go).
+//     server's /readyz, every health.CheckEvery, succeeded; apihealth.go)
+//     and, with an archive, "archive" (it records runs; package health's
+//     ArchiveWriter).
 //
 // Both are controller-runtime's healthz handlers, as its manager serves
 // them: a failing check is named ("[-]api-server failed"), its reason is
@@ -37,33 +39,15 @@ import (
 // starts; controller-runtime's own metrics server is not used, as it binds
 // only once started and cannot say which port ":0" chose.
 
-// health is what the readiness checks read of the engine.
-type health struct {
+// served is what the engine serves of its health: the address, and the
+// last check of the API server that /readyz reports.
+type served struct {
 	addr string // the address MetricsAddr bound; "" when it serves none
-
-	mu  sync.Mutex
-	api error // why the last check of the API server failed; nil when it passed
-}
-
-// errNotChecked is the API server's state until the engine's first check.
-var errNotChecked = errors.New("not checked yet")
-
-// setAPI records the outcome of a check of the API server.
-func (h *health) setAPI(err error) {
-	h.mu.Lock()
-	h.api = err
-	h.mu.Unlock()
-}
-
-func (h *health) apiErr() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.api
+	api  health.API
 }
 
 // serve binds Options.MetricsAddr and adds its server to the manager.
 func (e *Engine) serve() error {
-	e.health.api = errNotChecked
 	addr := e.opts.MetricsAddr
 	if addr == "0" || addr == "" {
 		return nil
@@ -155,21 +139,10 @@ func (e *Engine) readyChecks() map[string]healthz.Checker {
 				return errors.New("starting")
 			}
 		},
-		"api-server": func(*http.Request) error { return e.health.apiErr() },
+		"api-server": func(*http.Request) error { return e.health.api.Err() },
 	}
 	if e.archive != nil {
-		checks["archive"] = func(*http.Request) error { return e.archive.failure() }
+		checks["archive"] = func(*http.Request) error { return e.archive.Failure() }
 	}
 	return checks
-}
-
-// failure says since when the archive refuses to record runs; nil while it
-// records them.
-func (w *archiveWriter) failure() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.failing.IsZero() {
-		return nil
-	}
-	return fmt.Errorf("the archive has refused to record runs since %s", w.failing.UTC().Format(time.RFC3339))
 }

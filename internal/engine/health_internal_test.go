@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -9,8 +10,20 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/health"
 )
+
+// insertRecorder is an archive whose Insert returns err; the readiness
+// check reads only whether the archive's last write failed.
+type insertRecorder struct {
+	archive.Recorder
+	err error
+}
+
+func (r *insertRecorder) Insert(context.Context, *archive.Run) error { return r.err }
 
 // get serves one request of h and returns its status and body.
 func get(t *testing.T, h http.Handler, path string) (int, string) {
@@ -23,8 +36,12 @@ func get(t *testing.T, h http.Handler, path string) (int, string) {
 
 func TestReadyzNamesEachFailingCheckAndHealthzStaysUp(t *testing.T) {
 	e := &Engine{started: make(chan struct{}), stopped: make(chan struct{})}
-	e.health.api = errNotChecked
-	e.archive = newArchiveWriter(nil, func(string) {})
+	rec := &insertRecorder{}
+	e.archive = health.NewArchiveWriter(rec, func(string) {}, prometheus.NewGauge(prometheus.GaugeOpts{Name: "writable"}))
+	insert := func(err error) {
+		rec.err = err
+		_ = e.archive.Insert(t.Context(), &archive.Run{})
+	}
 	h := e.handler()
 
 	for _, tc := range []struct {
@@ -35,12 +52,12 @@ func TestReadyzNamesEachFailingCheckAndHealthzStaysUp(t *testing.T) {
 	}{
 		{"before Run", func() {}, []string{"api-server", "engine"}, "not checked yet"},
 		{"started, the API not checked yet", func() { close(e.started) }, []string{"api-server"}, "not checked yet"},
-		{"the API server cut off", func() { e.health.setAPI(errors.New("the API server is unreachable (connection refused)")) }, []string{"api-server"}, "the API server is unreachable"},
+		{"the API server cut off", func() { e.health.api.Set(errors.New("the API server is unreachable (connection refused)")) }, []string{"api-server"}, "the API server is unreachable"},
 		{"the archive refusing runs", func() {
-			e.health.setAPI(nil)
-			e.archive.failing = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-		}, []string{"archive"}, "refused to record runs since 2026-01-02T03:04:05Z"},
-		{"all well", func() { e.archive.failing = time.Time{} }, nil, ""},
+			e.health.api.Set(nil)
+			insert(errors.New("disk full"))
+		}, []string{"archive"}, "refused to record runs since " + time.Now().UTC().Format("2006-01-02T")},
+		{"all well", func() { insert(nil) }, nil, ""},
 		{"stopped", func() { close(e.stopped) }, []string{"engine"}, "not running"},
 	} {
 		tc.set()
@@ -65,42 +82,5 @@ func TestReadyzNamesEachFailingCheckAndHealthzStaysUp(t *testing.T) {
 	}
 	if code, body := get(t, h, "/readyz?verbose"); !strings.Contains(body, "[+]archive ok") || !strings.Contains(body, "[+]api-server ok") || code != 500 {
 		t.Errorf("/readyz?verbose answered %d, want 500 listing every check:\n%s", code, body)
-	}
-}
-
-func TestReadConditionsKeepsTheGaugedOnesAndTheEarliestFailure(t *testing.T) {
-	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	cond := func(typ, status, at string) any {
-		c := map[string]any{"type": typ, "status": status, "reason": "R", "message": "m"}
-		if at != "" {
-			c["lastTransitionTime"] = at
-		}
-		return c
-	}
-	for _, tc := range []struct {
-		what  string
-		conds []any
-		want  objectConditions
-	}{
-		{"no status", nil, objectConditions{}},
-		{"ready", []any{cond("Ready", "True", "2026-05-01T11:00:00Z"), cond("Degraded", "False", "2026-05-01T10:00:00Z")},
-			objectConditions{isTrue: [4]bool{true, false, false, false}}},
-		{"degraded and stalled: failing since the earlier", []any{
-			cond("Ready", "False", "2026-05-01T11:00:00Z"),
-			cond("Degraded", "True", "2026-05-01T11:30:00Z"),
-			cond("Stalled", "True", "2026-05-01T11:10:00Z"),
-			cond("Paused", "True", "2026-05-01T09:00:00Z"), // paused is not failing
-		}, objectConditions{isTrue: [4]bool{false, true, true, true}, failingSince: time.Date(2026, 5, 1, 11, 10, 0, 0, time.UTC)}},
-		{"stalled without a time: failing since now", []any{cond("Stalled", "True", "")},
-			objectConditions{isTrue: [4]bool{false, false, true, false}, failingSince: now}},
-		{"other conditions and Unknown are not counted", []any{cond("Available", "True", ""), cond("Ready", "Unknown", "")}, objectConditions{}},
-	} {
-		cr := &unstructured.Unstructured{Object: map[string]any{}}
-		if tc.conds != nil {
-			cr.Object["status"] = map[string]any{"conditions": tc.conds}
-		}
-		if got := readConditions(cr, now); got != tc.want {
-			t.Errorf("%s: %+v, want %+v", tc.what, got, tc.want)
-		}
 	}
 }

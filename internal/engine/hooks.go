@@ -33,7 +33,7 @@ import (
 // its delivery id and event read, its payload decoded and the source's
 // filter applied. One it accepts is recorded Pending in the archive,
 // durably, before it is answered 202: from then on its handling survives
-// the engine's end (events.go). One it refuses is recorded Refused with
+// the engine's end (package delivery). One it refuses is recorded Refused with
 // the reason and answered with the status that says why:
 //
 //	401 a bad or missing signature or token
@@ -210,7 +210,7 @@ func (e *Engine) serveHook(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the archive cannot record the delivery; deliver again: " + err.Error()})
 		return
 	}
-	op.events.add(*d)
+	op.events.Add(*d)
 	answer(w, status, hookAnswer{Delivery: d.ID, Outcome: string(d.Outcome)})
 }
 

@@ -10,10 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
-	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/informer"
 )
 
 // The cache's own list-watch, which decodes JSON straight into the
@@ -34,7 +36,16 @@ func TestThePackedListWatchGivesWhatTheAPIHolds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lw, err := engine.PackedListWatch(env.Config, gvk, env.Namespace)
+	hc, err := rest.HTTPClientFor(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(env.Config, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &informer.Informers{Config: env.Config, HTTP: hc, Scopes: &informer.Scopes{Mapper: mapper}, Namespace: env.Namespace}
+	lw, err := p.ListWatch(gvk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +58,7 @@ func TestThePackedListWatchGivesWhatTheAPIHolds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		items, meta := engine.CachedObjects(page)
+		items, meta := informer.CachedObjects(page)
 		listed, rv = append(listed, items...), meta.ResourceVersion
 		if meta.Continue == "" {
 			break
@@ -96,7 +107,7 @@ func TestThePackedListWatchGivesWhatTheAPIHolds(t *testing.T) {
 		data string
 	}{{watch.Added, "added", "1"}, {watch.Modified, "cm-1", "changed"}, {watch.Deleted, "cm-2", `héllo "2"` + "\n"}} {
 		ev := nextEvent(t, w)
-		objs, _ := engine.CachedObjects(ev.Object)
+		objs, _ := informer.CachedObjects(ev.Object)
 		if ev.Type != next.typ || len(objs) != 1 || objs[0].GetName() != next.name || objs[0].GetKind() != "ConfigMap" {
 			t.Fatalf("event %s %v, want %s of ConfigMap %s", ev.Type, objs, next.typ, next.name)
 		}

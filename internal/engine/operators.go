@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/compare"
 	"github.com/opkit-dev/opkit/internal/definition"
 )
 
@@ -54,7 +55,7 @@ func (e *Engine) WatchOperators(ctx context.Context) error {
 	if err := e.waitEstablished(ctx, crd.Name); err != nil {
 		return fmt.Errorf("the Operator CRD %s: %w", crd.Name, err)
 	}
-	c, err := controller.NewTypedUnmanaged("operators", e.queues.options(&operatorReconciler{engine: e}, 1))
+	c, err := controller.NewTypedUnmanaged("operators", e.queues.Options(&operatorReconciler{engine: e}, 1))
 	if err != nil {
 		return err
 	}
@@ -170,7 +171,7 @@ func (r *operatorReconciler) setStatus(ctx context.Context, op *v1alpha1.Operato
 		c.ObservedGeneration = op.Generation
 		meta.SetStatusCondition(&status.Conditions, c)
 	}
-	if reflect.DeepEqual(normalize(op.Status), normalize(*status)) {
+	if reflect.DeepEqual(compare.Normalize(op.Status), compare.Normalize(*status)) {
 		return nil
 	}
 	before := op.DeepCopy()

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -27,7 +25,13 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/cause"
+	"github.com/opkit-dev/opkit/internal/compare"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/gauges"
+	"github.com/opkit-dev/opkit/internal/informer"
+	"github.com/opkit-dev/opkit/internal/inventory"
+	"github.com/opkit-dev/opkit/internal/lifecycle"
+	"github.com/opkit-dev/opkit/internal/related"
 	"github.com/opkit-dev/opkit/internal/run"
 )
 
@@ -35,17 +39,17 @@ type reconciler struct {
 	def    *definition.Definition
 	client client.Client
 	reader client.Reader // the API, uncached
-	scopes *scopes
+	scopes *informer.Scopes
 	// metadata writes children and statuses, asking for metadata
 	// answers (see apply).
 	metadata metadata.Interface
 	events   events.EventRecorder
-	runner   *run.Runner // nil without handlers
-	states   *states     // nil without states (states.go)
+	runner   *run.Runner        // nil without handlers
+	states   *lifecycle.Machine // nil without states (package lifecycle)
 	// related indexes what each custom resource refers to.
-	related *relatedIndex
-	// conditions keeps each object's conditions for the gauges (metrics.go).
-	conditions *conditionTable
+	related *related.Index
+	// conditions keeps each object's conditions for the gauges (package gauges).
+	conditions *gauges.Table
 	// namespace is Options.Namespace: children and related objects
 	// elsewhere are refused (scope.go).
 	namespace string
@@ -70,19 +74,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	cr = r.memory.Newest(cr) // read-your-writes: the cache may not show the last write yet
-	r.conditions.record(cr)
+	r.conditions.Record(cr)
 	fin := FinalizerName(r.def.Operator.Name)
 	holds := slices.Contains(cr.GetFinalizers(), fin)
 	if cr.GetDeletionTimestamp() != nil {
-		if r.states != nil {
-			if err := r.states.deleting(ctx, cr); err != nil { // a decision is refused: the state moves no more
-				return reconcile.Result{}, err
-			}
-		}
-		if !holds {
-			return reconcile.Result{}, nil
-		}
-		return r.finalize(ctx, cr, fin)
+		return r.deleting(ctx, cr, fin, holds)
 	}
 	// The finalizer comes before any other side effect, so that no
 	// deletion can pass unseen.
@@ -90,53 +86,23 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.patchFinalizer(ctx, cr, fin, wants)
 	}
 	vars := definition.Vars{Self: cr.Object, Children: map[string]map[string]any{}, Related: map[string]any{}}
-	var sv *visit
+	var sv *lifecycle.Visit
 	if r.states != nil {
-		sv = r.states.begin(ctx, cr, &vars) // a new object's initial state, before its children render
+		sv = r.states.Begin(ctx, cr, &vars) // a new object's initial state, before its children render
 	}
-	inventory := readInventory(cr)
-	var keep []childRef
-	var waiting, notReady []string
+	listed := inventory.Read(cr)
 	// What reads a related object that cannot be read waits for it, and
 	// no handler runs for a change of one (a read error is not a change).
 	failure := r.readRelated(ctx, cr, vars.Related)
 	if failure != nil {
 		vars.Related = nil
 	}
-	var requeue time.Duration
-	for _, child := range r.def.Children {
-		res, err := r.convergeChild(ctx, cr, child, vars)
-		if err != nil && !errors.Is(err, errRecreating) {
-			err = fmt.Errorf("child %s: %w", child.ID, err) // named once, here
-		}
-		if res.ref != nil {
-			keep = appendRef(keep, *res.ref)
-		}
-		if err != nil || res.waiting {
-			// What this child rendered to before is unknown now: keep it.
-			for _, ref := range inventory {
-				if ref.ID == child.ID {
-					keep = appendRef(keep, ref)
-				}
-			}
-		}
-		switch {
-		case errors.Is(err, errRecreating):
-			waiting = append(waiting, child.ID) // the Recreating event says why
-			requeue = time.Second
-		case err != nil:
-			failure = errors.Join(failure, err)
-			r.events.Eventf(cr, nil, corev1.EventTypeWarning, "ChildFailed", "Reconcile", "%v", err)
-		case res.waiting:
-			waiting = append(waiting, child.ID)
-		case res.live != nil:
-			vars.Children[child.ID] = res.live.Object
-			if ready, err := child.Ready(res.live.Object); err != nil || !ready {
-				notReady = append(notReady, child.ID)
-			}
-		}
+	c := r.convergeChildren(ctx, cr, vars, listed)
+	keep, waiting, notReady, requeue := c.keep, c.waiting, c.notReady, c.requeue
+	if c.failure != nil {
+		failure = errors.Join(failure, c.failure)
 	}
-	if err := r.pruneInventory(ctx, cr, inventory, keep); err != nil {
+	if err := r.pruneInventory(ctx, cr, listed, keep); err != nil {
 		failure = errors.Join(failure, err)
 	}
 	var step *run.Step
@@ -148,7 +114,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			requeue = step.Requeue
 		}
 		if step != nil && step.Wrote {
-			vars.Self = sv.self(cr.Object) // the guards and status fields read what the run wrote
+			vars.Self = sv.Self(cr.Object) // the guards and status fields read what the run wrote
 		}
 	}
 	if sv != nil && (r.runner == nil || step != nil) {
@@ -156,7 +122,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if step != nil {
 			handlers = step.State
 		}
-		if wait := r.states.step(cr, sv, &vars, handlers); wait > 0 && (requeue == 0 || wait < requeue) {
+		if wait := r.states.Step(cr, sv, &vars, handlers); wait > 0 && (requeue == 0 || wait < requeue) {
 			requeue = wait // the state's timeout
 		}
 	}
@@ -171,7 +137,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.runner.Launch(step.Start, self)
 	}
 	if sv != nil {
-		if serr := r.states.after(ctx, cr, sv, err == nil); serr != nil {
+		if serr := r.states.After(ctx, cr, sv, err == nil); serr != nil {
 			failure = errors.Join(failure, serr)
 		}
 	}
@@ -192,11 +158,67 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 
-func appendRef(refs []childRef, ref childRef) []childRef {
-	if slices.Contains(refs, ref) {
-		return refs
+// converged is what converging a custom resource's children found.
+type converged struct {
+	keep              []inventory.Ref // the inventory to write
+	waiting, notReady []string        // children by id
+	requeue           time.Duration   // when to look again; 0 for no need
+	failure           error
+}
+
+// convergeChildren converges cr's children in order, each live child put
+// into vars.Children for the next; listed is the inventory read, whose
+// refs of a child that failed or waits are kept.
+func (r *reconciler) convergeChildren(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, listed []inventory.Ref) converged {
+	var c converged
+	for _, child := range r.def.Children {
+		res, err := r.convergeChild(ctx, cr, child, vars)
+		if err != nil && !errors.Is(err, errRecreating) {
+			err = fmt.Errorf("child %s: %w", child.ID, err) // named once, here
+		}
+		if res.ref != nil {
+			c.keep = inventory.Append(c.keep, *res.ref)
+		}
+		if err != nil || res.waiting {
+			// What this child rendered to before is unknown now: keep it.
+			for _, ref := range listed {
+				if ref.ID == child.ID {
+					c.keep = inventory.Append(c.keep, ref)
+				}
+			}
+		}
+		switch {
+		case errors.Is(err, errRecreating):
+			c.waiting = append(c.waiting, child.ID) // the Recreating event says why
+			c.requeue = time.Second
+		case err != nil:
+			c.failure = errors.Join(c.failure, err)
+			r.events.Eventf(cr, nil, corev1.EventTypeWarning, "ChildFailed", "Reconcile", "%v", err)
+		case res.waiting:
+			c.waiting = append(c.waiting, child.ID)
+		case res.live != nil:
+			vars.Children[child.ID] = res.live.Object
+			if ready, err := child.Ready(res.live.Object); err != nil || !ready {
+				c.notReady = append(c.notReady, child.ID)
+			}
+		}
 	}
-	return append(refs, ref)
+	return c
+}
+
+// deleting is the reconcile of an object being deleted: a decision on it
+// is refused (its state moves no more), and the finalizer's holder
+// finalizes it.
+func (r *reconciler) deleting(ctx context.Context, cr *unstructured.Unstructured, fin string, holds bool) (reconcile.Result, error) {
+	if r.states != nil {
+		if err := r.states.Deleting(ctx, cr); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if !holds {
+		return reconcile.Result{}, nil
+	}
+	return r.finalize(ctx, cr, fin)
 }
 
 var errRecreating = errors.New("deleted to be re-created: a field it changes is immutable")
@@ -209,7 +231,7 @@ type childResult struct {
 	// live is the object as it now is; nil when it is not known.
 	live *unstructured.Unstructured
 	// ref is what the child rendered to; nil when it was not rendered.
-	ref *childRef
+	ref *inventory.Ref
 	// waiting: the child reads another child that does not exist yet.
 	waiting bool
 }
@@ -233,7 +255,7 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 		return childResult{}, err
 	}
 	obj := &unstructured.Unstructured{Object: desired}
-	namespaced, err := r.scopes.namespaced(child.GVK)
+	namespaced, err := r.scopes.Namespaced(child.GVK)
 	if err != nil {
 		return childResult{}, fmt.Errorf("kind %s is not served: %w", child.GVK, err)
 	}
@@ -266,7 +288,7 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 	}
 	labels[definition.OperatorLabel] = r.def.Operator.Name
 	obj.SetLabels(labels)
-	hash := appliedHash(obj.Object)
+	hash := compare.AppliedHash(obj.Object)
 	annotations := obj.GetAnnotations()
 	if annotations == nil {
 		annotations = map[string]string{}
@@ -274,14 +296,14 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 	annotations[v1alpha1.AppliedHashAnnotation] = hash
 	obj.SetAnnotations(annotations)
 
-	ref := refOf(child.ID, obj)
+	ref := inventory.RefOf(child.ID, obj)
 	rendered := childResult{ref: &ref}
 
 	current := &unstructured.Unstructured{}
 	current.SetGroupVersionKind(child.GVK)
 	err = r.client.Get(ctx, client.ObjectKeyFromObject(obj), current)
 	switch {
-	case err == nil && current.GetAnnotations()[v1alpha1.AppliedHashAnnotation] == hash && contains(current.Object, obj.Object):
+	case err == nil && current.GetAnnotations()[v1alpha1.AppliedHashAnnotation] == hash && compare.Contains(current.Object, obj.Object):
 		rendered.live = current
 		return rendered, nil // converged: no write
 	case err != nil && !apierrors.IsNotFound(err):
@@ -330,11 +352,11 @@ func (r *reconciler) apply(ctx context.Context, obj *unstructured.Unstructured) 
 // patch patches an object of kind gvk, or its subresource, through the
 // metadata client: the answer is the object's metadata.
 func (r *reconciler) patch(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresource ...string) (*metav1.PartialObjectMetadata, error) {
-	k, err := r.scopes.of(gvk)
+	k, err := r.scopes.Of(gvk)
 	if err != nil {
 		return nil, err
 	}
-	return r.metadata.Resource(k.resource).Namespace(namespace).Patch(ctx, name, pt, data, opts, subresource...)
+	return r.metadata.Resource(k.Resource).Namespace(namespace).Patch(ctx, name, pt, data, opts, subresource...)
 }
 
 // immutable reports whether the API refused an update because it would
@@ -359,7 +381,7 @@ func (r *reconciler) recreate(ctx context.Context, cr *unstructured.Unstructured
 // updateStatus writes the status fields, observedGeneration and the
 // conditions, only when they changed. It returns the object as its write
 // left it, also recorded in r.memory; nil when it wrote nothing.
-func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, inventory []childRef, waiting, notReady []string, failure error, step *run.Step, sv *visit) (*unstructured.Unstructured, error) {
+func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, children []inventory.Ref, waiting, notReady []string, failure error, step *run.Step, sv *lifecycle.Visit) (*unstructured.Unstructured, error) {
 	// Read, not copied: nothing below changes what oldStatus holds.
 	oldStatus, _ := cr.Object["status"].(map[string]any)
 	status := make(map[string]any, len(oldStatus)+len(r.def.Status)+3)
@@ -383,10 +405,10 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	if own == nil {
 		own = map[string]any{}
 	}
-	if len(inventory) == 0 {
+	if len(children) == 0 {
 		delete(own, "children")
 	} else {
-		own["children"] = genericInventory(inventory)
+		own["children"] = inventory.Generic(children)
 	}
 	if step != nil {
 		step.State.WriteTo(own)
@@ -397,48 +419,24 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 		status["opkit"] = own
 	}
 
-	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "ChildrenReady", Message: "all children exist and are ready"}
-	switch {
-	case failure != nil:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ReconcileFailed", truncate(failure.Error())
-	case len(waiting) > 0:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenPending", "waiting for: "+strings.Join(waiting, ", ")
-	case step != nil && step.Stalled != "":
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "Stalled", step.Stalled
-	case len(notReady) > 0:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenNotReady", "not ready: "+strings.Join(notReady, ", ")
-	}
-	degraded := metav1.Condition{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: "NoErrors", Message: "the last reconcile succeeded"}
-	if failure != nil {
-		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, "ReconcileFailed", truncate(failure.Error())
-	}
-	conds := statusConditions(cr)
-	set := []metav1.Condition{ready, degraded}
-	if step != nil {
-		set = append(set, stalledCondition(step))
-	}
-	if step != nil && step.Paused {
-		set = append(set, metav1.Condition{Type: v1alpha1.ConditionPaused, Status: metav1.ConditionTrue, Reason: "PausedByAnnotation",
-			Message: "handlers are paused: no run starts until the annotation " + v1alpha1.PauseAnnotation + " is removed"})
-	} else {
-		meta.RemoveStatusCondition(&conds, v1alpha1.ConditionPaused)
-	}
+	conds := compare.Conditions(cr)
+	set := conditionsToSet(&conds, waiting, notReady, failure, step)
 	precondition := false
 	if sv != nil {
-		set, precondition = sv.writeTo(status, set)
+		set, precondition = sv.WriteTo(status, set)
 	}
 	for _, c := range set {
 		c.ObservedGeneration = cr.GetGeneration()
 		meta.SetStatusCondition(&conds, c) // keeps lastTransitionTime when the status is unchanged
 	}
-	status["conditions"] = conditionValues(conds)
-	if sameValue(oldStatus, status) {
+	status["conditions"] = compare.ConditionValues(conds)
+	if compare.SameValue(oldStatus, status) {
 		return nil, nil // also a status written already: cr is read through r.memory
 	}
 	// Only what this reconcile changes is written: the object read may be
 	// older than a handler's result, whose status fields a whole-status
 	// patch would set back.
-	newJSON, err := json.Marshal(statusDelta(oldStatus, status))
+	newJSON, err := json.Marshal(compare.StatusDelta(oldStatus, status))
 	if err != nil {
 		return nil, err
 	}
@@ -471,179 +469,36 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	return written, nil
 }
 
-// statusDelta is the merge patch from old to status: the keys whose value
-// changed (a map with its removed keys as nulls) and the removed keys.
-func statusDelta(old, status map[string]any) map[string]any {
-	delta := withRemovals(old, status)
-	for k, v := range status {
-		if was, ok := old[k]; ok && sameValue(was, v) {
-			delete(delta, k)
-		}
+// conditionsToSet are the conditions a reconcile sets: Ready and
+// Degraded, and with handlers Stalled and Paused; Paused is removed from
+// conds while the handlers are not paused.
+func conditionsToSet(conds *[]metav1.Condition, waiting, notReady []string, failure error, step *run.Step) []metav1.Condition {
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "ChildrenReady", Message: "all children exist and are ready"}
+	switch {
+	case failure != nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ReconcileFailed", truncate(failure.Error())
+	case len(waiting) > 0:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenPending", "waiting for: "+strings.Join(waiting, ", ")
+	case step != nil && step.Stalled != "":
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "Stalled", step.Stalled
+	case len(notReady) > 0:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenNotReady", "not ready: "+strings.Join(notReady, ", ")
 	}
-	return delta
-}
-
-// statusConditions reads the object's status.conditions; unreadable ones
-// read as none. Conditions as the API gives them are read as they are;
-// any other shape through JSON, as metav1.Condition decodes it.
-func statusConditions(cr *unstructured.Unstructured) []metav1.Condition {
-	raw, ok, _ := unstructured.NestedFieldNoCopy(cr.Object, "status", "conditions")
-	if !ok {
-		return nil
+	degraded := metav1.Condition{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: "NoErrors", Message: "the last reconcile succeeded"}
+	if failure != nil {
+		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, "ReconcileFailed", truncate(failure.Error())
 	}
-	if conds, ok := readConditionValues(raw); ok {
-		return conds
+	set := []metav1.Condition{ready, degraded}
+	if step != nil {
+		set = append(set, stalledCondition(step))
 	}
-	var conds []metav1.Condition
-	data, _ := json.Marshal(raw)
-	_ = json.Unmarshal(data, &conds)
-	return conds
-}
-
-// readConditionValues reads conditions from decoded JSON whose every
-// field has the type metav1.Condition gives it; ok is false otherwise.
-func readConditionValues(raw any) (conds []metav1.Condition, ok bool) {
-	list, ok := raw.([]any)
-	if !ok {
-		return nil, false
+	if step != nil && step.Paused {
+		set = append(set, metav1.Condition{Type: v1alpha1.ConditionPaused, Status: metav1.ConditionTrue, Reason: "PausedByAnnotation",
+			Message: "handlers are paused: no run starts until the annotation " + v1alpha1.PauseAnnotation + " is removed"})
+	} else {
+		meta.RemoveStatusCondition(conds, v1alpha1.ConditionPaused)
 	}
-	conds = make([]metav1.Condition, 0, len(list))
-	for _, item := range list {
-		m, ok := item.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		var c metav1.Condition
-		for k, v := range m {
-			switch k {
-			case "type", "status", "reason", "message", "lastTransitionTime":
-				s, isString := v.(string)
-				if !isString {
-					return nil, false
-				}
-				switch k {
-				case "type":
-					c.Type = s
-				case "status":
-					c.Status = metav1.ConditionStatus(s)
-				case "reason":
-					c.Reason = s
-				case "message":
-					c.Message = s
-				case "lastTransitionTime":
-					if err := c.LastTransitionTime.UnmarshalQueryParameter(s); err != nil {
-						return nil, false
-					}
-				}
-			case "observedGeneration":
-				n, isInt := v.(int64)
-				if !isInt {
-					return nil, false
-				}
-				c.ObservedGeneration = n
-			default:
-				return nil, false // a field metav1.Condition does not have
-			}
-		}
-		conds = append(conds, c)
-	}
-	return conds, true
-}
-
-// conditionValues gives conditions as their JSON decodes, as a status
-// read from the API holds them.
-func conditionValues(conds []metav1.Condition) []any {
-	out := make([]any, len(conds))
-	for i, c := range conds {
-		m := map[string]any{"type": c.Type, "status": string(c.Status), "reason": c.Reason, "message": c.Message}
-		if c.ObservedGeneration != 0 {
-			m["observedGeneration"] = c.ObservedGeneration
-		}
-		m["lastTransitionTime"] = nil
-		if !c.LastTransitionTime.IsZero() {
-			m["lastTransitionTime"] = c.LastTransitionTime.UTC().Format(time.RFC3339)
-		}
-		out[i] = m
-	}
-	return out
-}
-
-// sameValue reports whether a and b encode to the same JSON value: an
-// int64 and a float64 of the same integer are equal, as are a struct and
-// its decoded map. Values decoded from JSON, which statuses are, are
-// compared as they are; any other type through its JSON.
-func sameValue(a, b any) bool {
-	switch x := a.(type) {
-	case map[string]any:
-		if y, ok := b.(map[string]any); ok {
-			if len(x) != len(y) || (x == nil) != (y == nil) { // a nil map is null
-				return false
-			}
-			for k, v := range x {
-				if w, ok := y[k]; !ok || !sameValue(v, w) {
-					return false
-				}
-			}
-			return true
-		}
-	case []any:
-		if y, ok := b.([]any); ok {
-			return (x == nil) == (y == nil) && slices.EqualFunc(x, y, sameValue)
-		}
-	case string:
-		if y, ok := b.(string); ok {
-			return x == y
-		}
-	case bool:
-		if y, ok := b.(bool); ok {
-			return x == y
-		}
-	case nil:
-		if b == nil {
-			return true
-		}
-	case int64, float64:
-		if equal, ok := sameNumber(x, b); ok {
-			return equal
-		}
-	}
-	return reflect.DeepEqual(normalize(a), normalize(b))
-}
-
-// sameNumber compares two numbers as JSON would write them; ok is false
-// when either is not an int64 or a float64.
-func sameNumber(a, b any) (equal, ok bool) {
-	switch x := a.(type) {
-	case int64:
-		switch y := b.(type) {
-		case int64:
-			return x == y, true
-		case float64:
-			return intIsFloat(x, y), true
-		}
-	case float64:
-		switch y := b.(type) {
-		case int64:
-			return intIsFloat(y, x), true
-		case float64:
-			return x == y, true
-		}
-	}
-	return false, false
-}
-
-// intIsFloat reports whether f is exactly the integer i.
-func intIsFloat(i int64, f float64) bool {
-	return f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 && int64(f) == i
-}
-
-// normalize round-trips a value through JSON so that int and int64, or
-// typed and untyped maps, compare equal.
-func normalize(v any) any {
-	data, _ := json.Marshal(v)
-	var out any
-	_ = json.Unmarshal(data, &out)
-	return out
+	return set
 }
 
 func stalledCondition(step *run.Step) metav1.Condition {

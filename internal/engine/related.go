@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,11 +19,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/informer"
+	"github.com/opkit-dev/opkit/internal/related"
 )
 
 // Related objects (definition.Related) are read from a cache and never
 // written. Each reconcile records what its custom resource refers to in
-// the operator's relatedIndex; a change of a related object then
+// the operator's related.Index; a change of a related object then
 // reconciles the custom resources that refer to it, found by name in a map
 // or by selector among those of its kind and namespace, never by a scan of
 // every custom resource.
@@ -39,127 +38,6 @@ import (
 // way, a reference that names a namespace its list does not hold is an
 // error of its custom resource, and nothing there is read.
 
-// relatedRef is one custom resource's reference: an object by name, or
-// the objects a selector matches.
-type relatedRef struct {
-	gvk       schema.GroupVersionKind
-	namespace string
-	name      string          // "" for a selector
-	selector  labels.Selector // nil for a name
-}
-
-// objectKey names one object of a kind.
-type objectKey struct {
-	gvk       schema.GroupVersionKind
-	namespace string
-	name      string
-}
-
-// scopeKey is a kind in a namespace.
-type scopeKey struct {
-	gvk       schema.GroupVersionKind
-	namespace string
-}
-
-// relatedIndex maps related objects to the custom resources that refer to
-// them.
-type relatedIndex struct {
-	// readers are the caches of the kinds read from a cache of the
-	// operator's own (watchRelated); the others are read with the
-	// reconciler's client. Set before the controller starts.
-	readers map[schema.GroupVersionKind]client.Reader
-
-	mu     sync.Mutex
-	byName map[objectKey]map[types.NamespacedName]bool
-	bySel  map[scopeKey]map[types.NamespacedName]labels.Selector
-	refsOf map[types.NamespacedName][]relatedRef
-}
-
-func newRelatedIndex() *relatedIndex {
-	return &relatedIndex{
-		byName: map[objectKey]map[types.NamespacedName]bool{},
-		bySel:  map[scopeKey]map[types.NamespacedName]labels.Selector{},
-		refsOf: map[types.NamespacedName][]relatedRef{},
-	}
-}
-
-// set records what cr refers to now, replacing what it referred to before.
-func (x *relatedIndex) set(cr types.NamespacedName, refs []relatedRef) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.dropLocked(cr)
-	for _, ref := range refs {
-		if ref.selector == nil {
-			k := objectKey{ref.gvk, ref.namespace, ref.name}
-			if x.byName[k] == nil {
-				x.byName[k] = map[types.NamespacedName]bool{}
-			}
-			x.byName[k][cr] = true
-			continue
-		}
-		k := scopeKey{ref.gvk, ref.namespace}
-		if x.bySel[k] == nil {
-			x.bySel[k] = map[types.NamespacedName]labels.Selector{}
-		}
-		x.bySel[k][cr] = ref.selector
-	}
-	if len(refs) > 0 {
-		x.refsOf[cr] = refs
-	}
-}
-
-// Forget drops a custom resource that is gone.
-func (x *relatedIndex) Forget(cr types.NamespacedName) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.dropLocked(cr)
-}
-
-func (x *relatedIndex) dropLocked(cr types.NamespacedName) {
-	for _, ref := range x.refsOf[cr] {
-		if ref.selector == nil {
-			k := objectKey{ref.gvk, ref.namespace, ref.name}
-			delete(x.byName[k], cr)
-			if len(x.byName[k]) == 0 {
-				delete(x.byName, k)
-			}
-			continue
-		}
-		k := scopeKey{ref.gvk, ref.namespace}
-		delete(x.bySel[k], cr)
-		if len(x.bySel[k]) == 0 {
-			delete(x.bySel, k)
-		}
-	}
-	delete(x.refsOf, cr)
-}
-
-// requests are the custom resources that refer to obj, of kind gvk.
-func (x *relatedIndex) requests(gvk schema.GroupVersionKind, obj client.Object) []reconcile.Request {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	var out []reconcile.Request
-	for cr := range x.byName[objectKey{gvk, obj.GetNamespace(), obj.GetName()}] {
-		out = append(out, reconcile.Request{NamespacedName: cr})
-	}
-	set := labels.Set(obj.GetLabels())
-	for cr, sel := range x.bySel[scopeKey{gvk, obj.GetNamespace()}] {
-		if sel.Matches(set) {
-			out = append(out, reconcile.Request{NamespacedName: cr})
-		}
-	}
-	return out
-}
-
-// reader is what reads the related objects of kind gvk: the operator's
-// own cache of the kind, or else shared.
-func (x *relatedIndex) reader(gvk schema.GroupVersionKind, shared client.Reader) client.Reader {
-	if r, ok := x.readers[gvk]; ok {
-		return r
-	}
-	return shared
-}
-
 // readRelated reads the related objects cr refers to into vars (a missing
 // named object is left out: what reads it waits) and records the
 // references in the index.
@@ -167,16 +45,16 @@ func (r *reconciler) readRelated(ctx context.Context, cr *unstructured.Unstructu
 	if len(r.def.Related) == 0 {
 		return nil
 	}
-	var refs []relatedRef
+	var refs []related.Ref
 	defer func() {
-		r.related.set(types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}, refs)
+		r.related.Set(types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}, refs)
 	}()
 	for _, rel := range r.def.Related {
 		ns, name, sel, err := rel.Target(cr.Object, cr.GetNamespace())
 		if err != nil {
 			return fmt.Errorf("%s: %w", rel.Field, err)
 		}
-		namespaced, err := r.scopes.namespaced(rel.GVK)
+		namespaced, err := r.scopes.Namespaced(rel.GVK)
 		if err != nil {
 			return fmt.Errorf("%s: kind %s is not served: %w", rel.Field, rel.GVK, err)
 		}
@@ -189,8 +67,8 @@ func (r *reconciler) readRelated(ctx context.Context, cr *unstructured.Unstructu
 		} else if !rel.Allows(ns) {
 			return fmt.Errorf("%s: %s in namespace %s: not among %s.namespaces (%s), where alone it is read", rel.Field, rel.GVK.Kind, ns, rel.Field, strings.Join(rel.Namespaces, ", "))
 		}
-		refs = append(refs, relatedRef{gvk: rel.GVK, namespace: ns, name: name, selector: sel})
-		reader := r.related.reader(rel.GVK, r.client)
+		refs = append(refs, related.Ref{GVK: rel.GVK, Namespace: ns, Name: name, Selector: sel})
+		reader := r.related.Reader(rel.GVK, r.client)
 		if !rel.List() {
 			obj := &unstructured.Unstructured{}
 			obj.SetGroupVersionKind(rel.GVK)
@@ -272,7 +150,7 @@ func (e *Engine) watchRelated(ctx context.Context, c controller.TypedController[
 		if len(k.Namespaces) > 0 && e.opts.Namespace == "" {
 			opts := cache.Options{
 				Scheme: e.mgr.GetScheme(), Mapper: e.mgr.GetRESTMapper(),
-				DefaultTransform:  compactCache,
+				DefaultTransform:  informer.Transform,
 				DefaultNamespaces: map[string]cache.Config{},
 			}
 			for _, ns := range k.Namespaces {
@@ -287,17 +165,14 @@ func (e *Engine) watchRelated(ctx context.Context, c controller.TypedController[
 					e.mgr.GetLogger().Error(err, "the cache of related objects stopped", "operator", r.def.Operator.Name, "kind", k.GVK.Kind)
 				}
 			}()
-			if r.related.readers == nil {
-				r.related.readers = map[schema.GroupVersionKind]client.Reader{}
-			}
-			r.related.readers[k.GVK] = own
+			r.related.SetReader(k.GVK, own)
 			from = own
 		}
 		gvk := k.GVK
 		obj := &unstructured.Unstructured{}
 		obj.SetGroupVersionKind(gvk)
 		h := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			return r.related.requests(gvk, o)
+			return r.related.Requests(gvk, o)
 		})
 		if err := c.Watch(source.Kind[client.Object](from, obj, h)); err != nil {
 			return err

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	openapispec "k8s.io/kube-openapi/pkg/validation/spec"
 	"k8s.io/kube-openapi/pkg/validation/strfmt"
 	"k8s.io/kube-openapi/pkg/validation/validate"
@@ -88,25 +86,6 @@ func TestBindingContextMatchesItsSchema(t *testing.T) {
 	bad.Trigger = "explode"
 	if validates(s, bad) == nil {
 		t.Error("the schema accepts an unknown trigger")
-	}
-}
-
-func TestAdmissionContextMatchesItsSchema(t *testing.T) {
-	s := loadSchema(t, "../../docs/schemas/admission-context.schema.json")
-	ctx := admissionContext{
-		Operator: "website", Handler: "check-content", Trigger: "validate", RunID: archive.NewID(nowForTest()), Operation: "CREATE",
-		Object:   map[string]any{"apiVersion": "demo.example.com/v1", "kind": "Website", "metadata": map[string]any{"name": "bad"}, "spec": map[string]any{"content": "x"}},
-		UserInfo: authenticationv1.UserInfo{Username: "admin", Groups: []string{"system:masters"}},
-		Request: admissionRequest{UID: "5e4c", Kind: metav1.GroupVersionKind{Group: "demo.example.com", Version: "v1", Kind: "Website"},
-			Resource: metav1.GroupVersionResource{Group: "demo.example.com", Version: "v1", Resource: "websites"}, Namespace: "default", Name: "bad"},
-	}
-	if err := validates(s, ctx); err != nil {
-		t.Errorf("an admission context does not match its schema: %v", err)
-	}
-	del := ctx
-	del.Operation, del.Object, del.OldObject, del.DryRun = "DELETE", nil, ctx.Object, true
-	if err := validates(s, del); err != nil {
-		t.Errorf("a delete's context does not match: %v", err)
 	}
 }
 

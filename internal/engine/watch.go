@@ -31,6 +31,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/informer"
 	"github.com/opkit-dev/opkit/internal/run"
 )
 
@@ -102,7 +103,7 @@ func (e *Engine) startWatch(d *definition.Definition) (*operator, error) {
 	opts := cache.Options{
 		Scheme: e.mgr.GetScheme(), Mapper: e.mgr.GetRESTMapper(),
 		DefaultLabelSelector: w.Selector,
-		DefaultTransform:     compactCache,
+		DefaultTransform:     informer.Transform,
 	}
 	if namespaces := e.watchNamespaces(w); len(namespaces) > 0 {
 		opts.DefaultNamespaces = map[string]cache.Config{}
@@ -125,7 +126,7 @@ func (e *Engine) startWatch(d *definition.Definition) (*operator, error) {
 	if err != nil {
 		return fail(fmt.Errorf("operator %s: reading its watched objects' state from the archive: %w", d.Operator.Name, err))
 	}
-	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.options(r, e.opts.Workers))
+	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.Options(r, e.opts.Workers))
 	if err != nil {
 		return fail(err)
 	}

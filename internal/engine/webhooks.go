@@ -27,7 +27,7 @@ import (
 // The operators' admission handlers (on validate or mutate) are served by
 // the engine's webhook server (package webhook) on
 // POST /validate/<operator>/<handler> and /mutate/<operator>/<handler>
-// (admit.go). For each operator with such handlers the engine applies a
+// (package admission). For each operator with such handlers the engine applies a
 // ValidatingWebhookConfiguration and a MutatingWebhookConfiguration named
 // opkit.dev.<operator> (.<namespace> for an engine of one namespace, bound
 // to it), one webhook per handler, with the server's caBundle, and applies
@@ -149,8 +149,9 @@ func (e *Engine) newWebhookServer() (*webhook.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv.Handle("/validate/", e.admissionHandler())
-	srv.Handle("/mutate/", e.admissionHandler())
+	e.admission.MaxBodyBytes = srv.MaxBodyBytes()
+	srv.Handle("/validate/", e.admission.Handler())
+	srv.Handle("/mutate/", e.admission.Handler())
 	srv.Handle(definition.ConversionPath(""), e.conversionHandler())
 	if h := w.Endpoint; h != nil {
 		if err := h.check(); err != nil {
@@ -356,9 +357,7 @@ func (e *Engine) serveAdmission(ctx context.Context, d *definition.Definition) e
 // and deletes its webhooks: with failurePolicy Fail, nothing of its kind
 // could be written.
 func (e *Engine) removeAdmission(ctx context.Context, name string) {
-	e.mu.Lock()
-	delete(e.admitters, name)
-	e.mu.Unlock()
+	e.admission.Remove(name)
 	if e.webhook == nil {
 		return
 	}
@@ -373,16 +372,13 @@ func (e *Engine) removeAdmission(ctx context.Context, name string) {
 // engine of every namespace leaves them, so that a restart does not open
 // a window without them.
 func (e *Engine) stopAdmission(ctx context.Context) {
-	e.mu.Lock()
-	admitters := e.admitters
-	e.admitters = map[string]*admitter{}
-	e.mu.Unlock()
+	admitters := e.admission.Stop()
 	if e.webhook == nil || e.opts.Namespace == "" {
 		return
 	}
 	stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	for name := range admitters {
+	for _, name := range admitters {
 		if err := e.deleteWebhooks(stop, name); err != nil {
 			e.mgr.GetLogger().Error(err, "deleting the admission webhooks of a stopped engine", "operator", name)
 		}

@@ -17,11 +17,11 @@ const module = "github.com/opkit-dev/opkit"
 // pure are the packages that decide without acting: pure functions of
 // their inputs, table-tested without a cluster. conformance is its model
 // and generator; its checker is in its tests, which the rules do not bind.
-var pure = []string{"internal/cause", "internal/statemachine", "internal/definition", "internal/compat", "internal/jsondepth", "internal/conformance"}
+var pure = []string{"internal/cause", "internal/statemachine", "internal/definition", "internal/compat", "internal/jsondepth", "internal/compare", "internal/inventory", "internal/conformance"}
 
 // acting are the packages that run operators, talk to a cluster or serve:
 // what a pure package must not reach.
-var acting = []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/executor/...", "internal/webhook/...", "internal/console/...", "internal/cli/...", "internal/devcluster/...", "internal/migrate/...", "internal/scenario/runner/...", "pkg/..."}
+var acting = []string{"internal/engine/...", "internal/related/...", "internal/gauges/...", "internal/delivery/...", "internal/lifecycle/...", "internal/admission/...", "internal/informer/...", "internal/health/...", "internal/run/...", "internal/stack/...", "internal/executor/...", "internal/webhook/...", "internal/console/...", "internal/cli/...", "internal/devcluster/...", "internal/migrate/...", "internal/scenario/runner/...", "pkg/..."}
 
 // kubeClient and clock are the third-party packages a pure package does
 // not import itself.
@@ -47,7 +47,7 @@ type rule struct {
 
 var rules = []rule{
 	{
-		says:      "pure packages (cause, statemachine, definition, compat, jsondepth, the conformance model) import no engine, client or clock (DESIGN.md, Architecture; conformance's package doc)",
+		says:      "pure packages (cause, statemachine, definition, compat, jsondepth, compare, inventory, the conformance model) import no engine, client or clock (DESIGN.md, Architecture; conformance's package doc)",
 		from:      pure,
 		not:       acting,
 		notDirect: slices.Concat(kubeClient, clock),
@@ -85,6 +85,41 @@ var rules = []rule{
 	{
 		says: "sources (webhook deliveries' reception) and the webhook server are used by the engine, never the other way (DESIGN.md, Architecture)",
 		from: []string{"internal/source/...", "internal/webhook/..."},
+		not:  []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
+	},
+	{
+		says: "the informer cache lists, watches and keeps objects of any kind: it knows no operator, run or engine (package informer)",
+		from: []string{"internal/informer/..."},
+		not:  []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/definition/...", "internal/cause/...", "internal/executor/...", "internal/archive/...", "internal/console/...", "internal/cli/..."},
+	},
+	{
+		says: "health watches the API server and the archive for the engine and knows no operator, run or engine (package health)",
+		from: []string{"internal/health/..."},
+		not:  []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/definition/...", "internal/cause/...", "internal/executor/...", "internal/console/...", "internal/cli/..."},
+	},
+	{
+		says: "admission answers admission calls with the executors and the archive: it knows nothing of the engine that serves it (package admission)",
+		from: []string{"internal/admission/..."},
+		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/informer/...", "internal/health/..."},
+	},
+	{
+		says: "the life cycle acts on one object's state for the reconcile that calls it: it knows nothing of the engine (package lifecycle)",
+		from: []string{"internal/lifecycle/..."},
+		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/informer/...", "internal/health/...", "internal/admission/..."},
+	},
+	{
+		says: "the delivery queue is a driver: it hands causes to the runner and knows nothing of the engine (package delivery)",
+		from: []string{"internal/delivery/..."},
+		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/informer/...", "internal/health/...", "internal/admission/...", "internal/lifecycle/..."},
+	},
+	{
+		says: "the object gauges read what the engine hands them: they know nothing of the engine (package gauges)",
+		from: []string{"internal/gauges/..."},
+		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
+	},
+	{
+		says: "the related index maps objects to the custom resources that name them: it knows nothing of the engine or of runs (package related)",
+		from: []string{"internal/related/..."},
 		not:  []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
 	},
 	{

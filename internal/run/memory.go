@@ -13,7 +13,8 @@ import (
 // Memory is what the engine keeps of one operator's objects between their
 // reconciles, and the one place that forgets an object once it is gone
 // (Forget): its handler records, its run in flight, the engine's last
-// writes to it, and what other parts of the engine keep of it (Also).
+// writes to it, what its life cycle keeps (LifeCycle), and what other
+// parts of the engine keep of it (Also).
 //
 // Read-your-writes (guarantee 11, docs/handlers.md): Memory keeps, per
 // custom resource, the object as the engine's last write to it left it,
@@ -104,6 +105,43 @@ type objectState struct {
 	// object once it is gone; nil without delete handlers).
 	persisted []byte
 	last      []byte
+	// lifeCycle is what the life cycle (package lifecycle) keeps of the
+	// object between its reconciles.
+	lifeCycle LifeCycle
+}
+
+// LifeCycle is what the life cycle of an object (package lifecycle) keeps
+// of it between its reconciles.
+type LifeCycle struct {
+	// Recorded is the status.state.run known to be in the archive: the
+	// check that no transition is lost is made once per transition, not
+	// per reconcile.
+	Recorded string
+	// Waits is the DecisionWaits Event last posted: a decision that waits
+	// is said once, not at every reconcile.
+	Waits string
+}
+
+// LifeCycle returns what the life cycle keeps of cr; the zero LifeCycle
+// for an object it keeps nothing of, or a nil memory.
+func (m *Memory) LifeCycle(cr *unstructured.Unstructured) LifeCycle {
+	if m == nil {
+		return LifeCycle{}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.object(cr).lifeCycle
+}
+
+// SetLifeCycle changes what the life cycle keeps of cr with set. A nil
+// memory keeps nothing.
+func (m *Memory) SetLifeCycle(cr *unstructured.Unstructured, set func(*LifeCycle)) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	set(&m.object(cr).lifeCycle)
 }
 
 // object returns the record of an object, new if there is none or one

@@ -1,4 +1,4 @@
-package engine
+package informer
 
 import (
 	"bufio"
@@ -30,7 +30,7 @@ func TestDecodeCompactIsTheTransformOfTheDecodedObject(t *testing.T) {
 		if err := u.UnmarshalJSON([]byte(raw)); err != nil {
 			t.Fatal(err)
 		}
-		stored, err := compactCache(u)
+		stored, err := Transform(u)
 		if err != nil {
 			t.Fatal(err)
 		}

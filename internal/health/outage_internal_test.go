@@ -1,4 +1,4 @@
-package engine
+package health
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ func TestAPIDownNamesTheFailingChecks(t *testing.T) {
 		{"no checks named", notReady, "[-]\n", "the API server is not ready (" + notReady.Error() + ")"},
 		{"no answer", errors.New(`Get "https://127.0.0.1:6443/readyz": EOF`), "", `the API server is unreachable (Get "https://127.0.0.1:6443/readyz": EOF)`},
 	} {
-		if got := apiDown(tc.err, []byte(tc.body)); got != tc.want {
+		if got := APIDown(tc.err, []byte(tc.body)); got != tc.want {
 			t.Errorf("%s: apiDown = %q; want %q", tc.name, got, tc.want)
 		}
 	}

@@ -1,4 +1,4 @@
-package engine
+package compare
 
 import (
 	"crypto/sha256"
@@ -11,19 +11,19 @@ import (
 // item removed from a list too), and contains catches a field changed by
 // someone else.
 
-// appliedHash hashes a rendered child (encoding/json sorts map keys).
-func appliedHash(obj map[string]any) string {
+// AppliedHash hashes a rendered child (encoding/json sorts map keys).
+func AppliedHash(obj map[string]any) string {
 	data, _ := json.Marshal(obj)
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:12])
 }
 
-// contains reports whether every field set in desired holds the same value
+// Contains reports whether every field set in desired holds the same value
 // in live: maps are compared key by key (live may have more keys, such as
 // defaults and status), lists item by item in order, where live may have
 // items the server added (a Pod's default tolerations), and numbers by
 // value.
-func contains(live, desired any) bool {
+func Contains(live, desired any) bool {
 	switch d := desired.(type) {
 	case map[string]any:
 		l, ok := live.(map[string]any)
@@ -38,7 +38,7 @@ func contains(live, desired any) bool {
 				}
 				return false
 			}
-			if !contains(lv, dv) {
+			if !Contains(lv, dv) {
 				return false
 			}
 		}
@@ -51,7 +51,7 @@ func contains(live, desired any) bool {
 		// Each desired item matches a later live item than the one before.
 		j := 0
 		for _, item := range d {
-			for j < len(l) && !contains(l[j], item) {
+			for j < len(l) && !Contains(l[j], item) {
 				j++
 			}
 			if j == len(l) {
@@ -99,18 +99,18 @@ func number(v any) (float64, bool) {
 	return 0, false
 }
 
-// withRemovals makes desired a JSON merge patch (RFC 7386) over current:
+// WithRemovals makes desired a JSON merge patch (RFC 7386) over current:
 // desired as it is, plus a null for every key current has and desired
 // lacks, at every depth where both hold an object. A merge patch merges
 // nested objects key by key, so without the nulls a field desired dropped
 // (a handler's stalled flag after a success) would stay on the server.
 // Neither argument is changed.
-func withRemovals(current, desired map[string]any) map[string]any {
+func WithRemovals(current, desired map[string]any) map[string]any {
 	out := make(map[string]any, len(desired))
 	for k, v := range desired {
 		if dm, ok := v.(map[string]any); ok {
 			if cm, ok := current[k].(map[string]any); ok {
-				v = withRemovals(cm, dm)
+				v = WithRemovals(cm, dm)
 			}
 		}
 		out[k] = v

@@ -1,4 +1,4 @@
-package engine
+package health
 
 import (
 	"testing"
@@ -10,9 +10,9 @@ import (
 )
 
 func TestRetryAllMakesObjectsInBackOffReadyAtOnce(t *testing.T) {
-	var qs retryQueues
+	var qs RetryQueues
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Hour, time.Hour)
-	q := qs.options(nil, 1).NewQueue("test", limiter)
+	q := qs.Options(nil, 1).NewQueue("test", limiter)
 	failed := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "failed"}}
 
 	q.AddRateLimited(failed) // waits an hour
@@ -20,8 +20,8 @@ func TestRetryAllMakesObjectsInBackOffReadyAtOnce(t *testing.T) {
 	if q.Len() != 0 {
 		t.Fatalf("an object in back-off is ready: queue length %d", q.Len())
 	}
-	if n := qs.retryAll(); n != 1 {
-		t.Fatalf("retryAll retried %d objects; want 1", n)
+	if n := qs.RetryAll(); n != 1 {
+		t.Fatalf("RetryAll retried %d objects; want 1", n)
 	}
 	got := make(chan reconcile.Request)
 	go func() {
@@ -40,15 +40,15 @@ func TestRetryAllMakesObjectsInBackOffReadyAtOnce(t *testing.T) {
 	if n := q.NumRequeues(failed); n != 0 {
 		t.Errorf("the retried object's back-off counts %d failures; want it reset", n)
 	}
-	if n := qs.retryAll(); n != 0 {
-		t.Errorf("a second retryAll retried %d objects; want none", n)
+	if n := qs.RetryAll(); n != 0 {
+		t.Errorf("a second RetryAll retried %d objects; want none", n)
 	}
 
 	// A success forgets the object: nothing to retry.
 	q.AddRateLimited(failed)
 	q.Forget(failed)
-	if n := qs.retryAll(); n != 0 {
-		t.Errorf("retryAll retried %d objects after their success; want none", n)
+	if n := qs.RetryAll(); n != 0 {
+		t.Errorf("RetryAll retried %d objects after their success; want none", n)
 	}
 
 	// A queue shut down leaves the set.

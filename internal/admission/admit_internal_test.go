@@ -1,4 +1,4 @@
-package engine
+package admission
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package engine
+package compare
 
 import (
 	"encoding/json"
@@ -23,8 +23,8 @@ func TestConditionValuesDecodeAsTheirJSON(t *testing.T) {
 	if err := json.Unmarshal(data, &want); err != nil {
 		t.Fatal(err)
 	}
-	if got := normalize(conditionValues(conds)); !reflect.DeepEqual(got, want) {
-		t.Errorf("conditionValues:\n got %v\nwant %v", got, want)
+	if got := Normalize(ConditionValues(conds)); !reflect.DeepEqual(got, want) {
+		t.Errorf("ConditionValues:\n got %v\nwant %v", got, want)
 	}
 }
 
@@ -51,11 +51,11 @@ func TestSameValueIsJSONEquality(t *testing.T) {
 		{"a struct and its decoded map", pair{1, 2}, map[string]any{"A": int64(1), "B": 2.0}, true},
 		{"a struct and another map", pair{1, 2}, map[string]any{"A": int64(1)}, false},
 	} {
-		if got := sameValue(c.a, c.b); got != c.want {
-			t.Errorf("%s: sameValue(%v, %v) = %v, want %v", c.name, c.a, c.b, got, c.want)
+		if got := SameValue(c.a, c.b); got != c.want {
+			t.Errorf("%s: SameValue(%v, %v) = %v, want %v", c.name, c.a, c.b, got, c.want)
 		}
-		if got := sameValue(c.b, c.a); got != c.want {
-			t.Errorf("%s, swapped: sameValue(%v, %v) = %v, want %v", c.name, c.b, c.a, got, c.want)
+		if got := SameValue(c.b, c.a); got != c.want {
+			t.Errorf("%s, swapped: SameValue(%v, %v) = %v, want %v", c.name, c.b, c.a, got, c.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package engine
+package informer
 
 import (
 	"fmt"
@@ -42,7 +42,7 @@ func (c *compactObject) DeepCopyObject() runtime.Object {
 	u, err := c.decode()
 	if err != nil {
 		// rest is what packed.AppendMapWithout wrote.
-		panic(fmt.Sprintf("engine: a cached %s %s/%s does not decode: %v", c.Kind, c.Namespace, c.Name, err))
+		panic(fmt.Sprintf("informer: a cached %s %s/%s does not decode: %v", c.Kind, c.Namespace, c.Name, err))
 	}
 	return u
 }
@@ -138,10 +138,10 @@ func stringMap(m map[string]string) map[string]any {
 	return out
 }
 
-// compactCache is the engine's cache transform: unstructured objects are
+// Transform is the engine's cache transform: unstructured objects are
 // kept as compactObjects, others without their managedFields. It is
 // idempotent, as the informers require.
-func compactCache(obj any) (any, error) {
+func Transform(obj any) (any, error) {
 	if c, ok := obj.(*compactObject); ok {
 		c.Labels = sharedLabels.intern(c.Labels)
 		return c, nil

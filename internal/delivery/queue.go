@@ -1,4 +1,4 @@
-package engine
+package delivery
 
 import (
 	"context"
@@ -19,29 +19,12 @@ import (
 	"github.com/opkit-dev/opkit/internal/source"
 )
 
-// An accepted delivery is handled after it is answered, by the
-// operator's event workers: the source's object is applied, then the
-// handlers on event of its source run, in order, for the operator, each
-// with the idempotency key <operator>/event/<source>/<delivery id>/<handler>
-// (the sender's delivery id, or the archive's id for a sender that gives
-// none) and retried by its policy. Then the archive records the delivery
-// Handled, or Failed (a handler gave up, or the object could not be
-// applied), with its runs and objects. A handler whose result refuses the
-// delivery stops its handling: it is Handled, with the refusal as reason.
-//
-// The archive is the hand-over: a delivery is recorded Pending before it
-// is answered, and an operator that starts handles its Pending ones, so a
-// delivery acknowledged by an engine that died is handled by the next one.
-// A handler that succeeded for it then is not run again (its key), and an
-// interrupted one runs again with its key. Deliveries are handled in the
-// order received, up to eventWorkers at once per operator.
-
 // eventWorkers is how many deliveries an operator handles at once.
 const eventWorkers = 4
 
-// eventQueue is an operator's accepted deliveries waiting for a worker.
-type eventQueue struct {
-	e    *Engine
+// Queue is an operator's accepted deliveries waiting for a worker.
+type Queue struct {
+	opts Options
 	def  *definition.Definition
 	rn   *run.Runner // nil for an operator without handlers
 	log  logr.Logger
@@ -55,15 +38,29 @@ type eventQueue struct {
 	wake    chan struct{}
 }
 
-// startEvents starts the event workers of an operator with sources: they
-// first take its Pending deliveries from the archive, oldest first.
-func (e *Engine) startEvents(d *definition.Definition, rn *run.Runner) (*eventQueue, error) {
-	ctx, cancel := context.WithCancel(e.ctx)
-	q := &eventQueue{
-		e: e, def: d, rn: rn, log: e.mgr.GetLogger().WithValues("operator", d.Operator.Name),
+// Options are what a Queue acts with; every field is required.
+type Options struct {
+	// Archive holds the deliveries and the runs that handle them.
+	Archive archive.Recorder
+	// Client applies a source's object.
+	Client client.Client
+	// Namespace is the engine's Options.Namespace: a source's object
+	// outside it is refused. "" for every namespace.
+	Namespace string
+	// Logger logs the queue's work, tagged with its operator.
+	Logger logr.Logger
+}
+
+// Start starts the workers of d, an operator with sources, until ctx
+// ends or Close: they first take its Pending deliveries from the archive,
+// oldest first. rn runs its handlers; nil for an operator without any.
+func Start(ctx context.Context, d *definition.Definition, rn *run.Runner, opts Options) (*Queue, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	q := &Queue{
+		opts: opts, def: d, rn: rn, log: opts.Logger.WithValues("operator", d.Operator.Name),
 		ctx: ctx, stop: cancel, queued: map[string]bool{}, wake: make(chan struct{}, 1),
 	}
-	pending, err := e.opts.Archive.PendingDeliveries(ctx, d.Operator.Name)
+	pending, err := opts.Archive.PendingDeliveries(ctx, d.Operator.Name)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("operator %s: reading its pending webhook deliveries from the archive: %w", d.Operator.Name, err)
@@ -72,7 +69,7 @@ func (e *Engine) startEvents(d *definition.Definition, rn *run.Runner) (*eventQu
 		q.log.Info(fmt.Sprintf("handling %d webhook deliveries accepted before the engine (re)started", len(pending)))
 	}
 	for _, p := range pending {
-		q.add(p)
+		q.Add(p)
 	}
 	for range eventWorkers {
 		q.wg.Go(q.work)
@@ -80,8 +77,8 @@ func (e *Engine) startEvents(d *definition.Definition, rn *run.Runner) (*eventQu
 	return q, nil
 }
 
-// add queues an accepted delivery, unless it is queued already.
-func (q *eventQueue) add(d archive.Delivery) {
+// Add queues an accepted delivery, unless it is queued already.
+func (q *Queue) Add(d archive.Delivery) {
 	q.mu.Lock()
 	if !q.queued[d.ID] {
 		q.queued[d.ID] = true
@@ -94,14 +91,14 @@ func (q *eventQueue) add(d archive.Delivery) {
 	}
 }
 
-// close stops the workers and waits for them: a delivery being handled
+// Close stops the workers and waits for them: a delivery being handled
 // stays Pending, for the next start.
-func (q *eventQueue) close() {
+func (q *Queue) Close() {
 	q.stop()
 	q.wg.Wait()
 }
 
-func (q *eventQueue) work() {
+func (q *Queue) work() {
 	for {
 		q.mu.Lock()
 		if len(q.waiting) == 0 {
@@ -135,7 +132,7 @@ func (q *eventQueue) work() {
 
 // handle handles one accepted delivery and records how it ended, unless
 // the engine stops first.
-func (q *eventQueue) handle(d archive.Delivery) {
+func (q *Queue) handle(d archive.Delivery) {
 	ctx := q.ctx
 	log := q.log.WithValues("source", d.Source, "delivery", d.ID, "deliveryId", d.DeliveryID)
 	d.Outcome, d.Reason = archive.DeliveryHandled, ""
@@ -199,13 +196,13 @@ func (q *eventQueue) handle(d archive.Delivery) {
 // finish records how a delivery's handling ended, with every run of it the
 // archive holds (those of an engine before a restart too), retried until
 // the archive takes it or the engine stops.
-func (q *eventQueue) finish(ctx context.Context, d *archive.Delivery, log logr.Logger) {
+func (q *Queue) finish(ctx context.Context, d *archive.Delivery, log logr.Logger) {
 	d.HandledAt = time.Time{}
 	for {
 		runs, err := q.runsOf(ctx, d.ID)
 		if err == nil {
 			d.Runs = runs
-			err = q.e.opts.Archive.FinishDelivery(ctx, d)
+			err = q.opts.Archive.FinishDelivery(ctx, d)
 		}
 		if err == nil {
 			if d.Outcome == archive.DeliveryFailed {
@@ -222,11 +219,11 @@ func (q *eventQueue) finish(ctx context.Context, d *archive.Delivery, log logr.L
 
 // runsOf returns the ids of the runs that handled a delivery, oldest
 // first.
-func (q *eventQueue) runsOf(ctx context.Context, id string) ([]string, error) {
+func (q *Queue) runsOf(ctx context.Context, id string) ([]string, error) {
 	var ids []string
 	query := archive.Query{Operator: q.def.Operator.Name, Kind: v1alpha1.Kind, UID: id, Trigger: v1alpha1.OnEvent, Limit: 1000}
 	for {
-		page, err := q.e.opts.Archive.List(ctx, query)
+		page, err := q.opts.Archive.List(ctx, query)
 		if err != nil {
 			return nil, err
 		}
@@ -248,7 +245,7 @@ const objectAttempts = 5
 
 // applyObject creates or patches a source's object (server-side apply,
 // its own field manager per source) and names it "Kind namespace/name".
-func (q *eventQueue) applyObject(ctx context.Context, src *definition.EventSource, vars definition.EventVars, log logr.Logger) (string, error) {
+func (q *Queue) applyObject(ctx context.Context, src *definition.EventSource, vars definition.EventVars, log logr.Logger) (string, error) {
 	obj, err := src.Object.Render(vars)
 	if err != nil {
 		return "", fmt.Errorf("the source's object: %w", err)
@@ -258,13 +255,13 @@ func (q *eventQueue) applyObject(ctx context.Context, src *definition.EventSourc
 	if u.GetNamespace() != "" {
 		name = u.GetKind() + " " + u.GetNamespace() + "/" + u.GetName()
 	}
-	if why := outside(q.e.opts.Namespace, u.GetNamespace()); why != "" {
+	if why := outside(q.opts.Namespace, u.GetNamespace()); why != "" {
 		return "", fmt.Errorf("the source's object %s: %s", name, why)
 	}
 	owner := client.FieldOwner("opkit-source-" + src.Name)
 	delay := time.Second
 	for attempt := 1; ; attempt++ {
-		err := q.e.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), owner, client.ForceOwnership)
+		err := q.opts.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), owner, client.ForceOwnership)
 		switch {
 		case err == nil:
 			return name, nil
@@ -279,4 +276,13 @@ func (q *eventQueue) applyObject(ctx context.Context, src *definition.EventSourc
 		}
 		delay *= 2
 	}
+}
+
+// outside says why an object in namespace ns is outside the engine's
+// namespace; "" when it is not.
+func outside(namespace, ns string) string {
+	if namespace == "" || ns == "" || ns == namespace {
+		return ""
+	}
+	return fmt.Sprintf("namespace %s is outside the engine's namespace %s (Options.Namespace)", ns, namespace)
 }

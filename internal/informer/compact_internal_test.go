@@ -1,4 +1,4 @@
-package engine
+package informer
 
 import (
 	"maps"
@@ -41,7 +41,7 @@ func TestCompactCacheGivesBackWhatItWasGiven(t *testing.T) {
 		in := want.DeepCopy()
 		want.SetManagedFields(nil)
 
-		stored, err := compactCache(in)
+		stored, err := Transform(in)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func TestCompactCacheGivesBackWhatItWasGiven(t *testing.T) {
 		}
 
 		// Informers may transform an object twice.
-		twice, err := compactCache(c)
+		twice, err := Transform(c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +92,7 @@ func TestCompactCacheGivesBackWhatItWasGiven(t *testing.T) {
 
 func TestCompactCacheStripsManagedFieldsOfTypedObjects(t *testing.T) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}}
-	got, err := compactCache(cm)
+	got, err := Transform(cm)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func BenchmarkCacheRead(b *testing.B) {
 			_ = u.DeepCopyObject()
 		}
 	})
-	c, err := compactCache(u.DeepCopy())
+	c, err := Transform(u.DeepCopy())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func BenchmarkCacheWrite(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := compactCache(u); err != nil {
+		if _, err := Transform(u); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -186,7 +186,7 @@ func TestCachedChildrenShareTheirLabels(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := compactCache(c)
+		out, err := Transform(c)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package engine
+package compare
 
 import (
 	"encoding/json"
@@ -34,7 +34,7 @@ func TestStatusConditionsReadAsTheirJSONDecodes(t *testing.T) {
 		var want []metav1.Condition
 		data, _ := json.Marshal(conds)
 		_ = json.Unmarshal(data, &want)
-		if got := statusConditions(cr); !reflect.DeepEqual(got, want) && (len(got) != 0 || len(want) != 0) {
+		if got := Conditions(cr); !reflect.DeepEqual(got, want) && (len(got) != 0 || len(want) != 0) {
 			t.Errorf("%s: read %+v, want %+v", raw, got, want)
 		}
 	}
@@ -82,10 +82,10 @@ func TestStatusDeltaHoldsWhatChanged(t *testing.T) {
 		"opkit":   map[string]any{"children": []any{"a", "b"}, "stalled": nil},
 		"added":   "z",
 	}
-	if got := statusDelta(old, status); !reflect.DeepEqual(got, want) {
+	if got := StatusDelta(old, status); !reflect.DeepEqual(got, want) {
 		t.Errorf("delta %v, want %v", got, want)
 	}
 	if _, ok := old["opkit"].(map[string]any)["stalled"]; !ok || len(status) != 5 {
-		t.Errorf("statusDelta changed its arguments: %v, %v", old, status)
+		t.Errorf("StatusDelta changed its arguments: %v, %v", old, status)
 	}
 }

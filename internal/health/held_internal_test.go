@@ -1,4 +1,4 @@
-package engine
+package health
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/opkit-dev/opkit/internal/informer"
 )
 
 // flakyListWatch fails its calls while failing is set, and counts them.
@@ -57,9 +59,9 @@ func (f *flakyListWatch) lw() *toolscache.ListWatch {
 }
 
 func TestAListFailingThroughAKnownOutageIsMadeAgainAtItsEnd(t *testing.T) {
-	o := newOutage()
+	o := NewOutage()
 	f := &flakyListWatch{failing: true}
-	held := (&packedInformers{outage: o}).held(f.lw()).(toolscache.ListerWatcherWithContext)
+	held := (&informer.Informers{Outage: o}).Held(f.lw()).(toolscache.ListerWatcherWithContext)
 
 	// Not known away: a failure is the reflector's, at once.
 	if _, err := held.ListWithContext(t.Context(), metav1.ListOptions{}); err == nil {
@@ -67,7 +69,7 @@ func TestAListFailingThroughAKnownOutageIsMadeAgainAtItsEnd(t *testing.T) {
 	}
 	// Known away: the call waits for the API server's return, then is
 	// made again, and succeeds.
-	o.set(true)
+	o.Set(true)
 	listed, watched := make(chan error, 1), make(chan error, 1)
 	go func() {
 		_, err := held.ListWithContext(t.Context(), metav1.ListOptions{})
@@ -85,7 +87,7 @@ func TestAListFailingThroughAKnownOutageIsMadeAgainAtItsEnd(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	f.set(false)
-	o.set(false)
+	o.Set(false)
 	for what, done := range map[string]chan error{"list": listed, "watch": watched} {
 		select {
 		case err := <-done:
@@ -97,7 +99,7 @@ func TestAListFailingThroughAKnownOutageIsMadeAgainAtItsEnd(t *testing.T) {
 		}
 	}
 	// A call held when the informer stops ends with it.
-	o.set(true)
+	o.Set(true)
 	f.set(true)
 	ctx, cancel := context.WithCancel(t.Context())
 	go func() {
@@ -116,7 +118,7 @@ func TestAListFailingThroughAKnownOutageIsMadeAgainAtItsEnd(t *testing.T) {
 }
 
 func TestClientGosEventRetriesAreNotLoggedWhileTheAPIServerIsAway(t *testing.T) {
-	o := newOutage()
+	o := NewOutage()
 	var mu sync.Mutex
 	var lines []string
 	logged := func() []string {
@@ -124,7 +126,7 @@ func TestClientGosEventRetriesAreNotLoggedWhileTheAPIServerIsAway(t *testing.T) 
 		defer mu.Unlock()
 		return slices.Clone(lines)
 	}
-	log := o.quietLogger(funcr.New(func(_, args string) {
+	log := o.QuietLogger(funcr.New(func(_, args string) {
 		mu.Lock()
 		lines = append(lines, args)
 		mu.Unlock()
@@ -140,19 +142,19 @@ func TestClientGosEventRetriesAreNotLoggedWhileTheAPIServerIsAway(t *testing.T) 
 	}
 
 	// Away: left out, at once.
-	o.set(true)
+	o.Set(true)
 	retry()
 	// Not known away: the line asks for a check at once, and is left out
 	// when the check finds the API server away (the start of an outage)...
-	o.set(false)
+	o.Set(false)
 	retry()
 	asked()
-	o.set(true)
+	o.Set(true)
 	// ... and written when it answers (a failure of its own).
-	o.set(false)
+	o.Set(false)
 	retry()
 	asked()
-	o.set(false)
+	o.Set(false)
 	// Any other line goes through.
 	log.Error(errors.New("forbidden"), "Server rejected event (will not retry!)")
 	within10s(t, "two lines logged", func() bool { return len(logged()) >= 2 })

@@ -1,4 +1,4 @@
-package engine
+package health
 
 import (
 	"context"
@@ -7,19 +7,22 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/opkit-dev/opkit/internal/archive"
 )
 
-// archiveWriter is the archive as the engine writes to it. It says in one
+// ArchiveWriter is the archive as the engine writes to it. It says in one
 // line when the archive stops recording runs (a full disk, a read-only or
-// damaged file) and when it records them again, and sets
-// opkit_archive_writable. A run's end that could not be recorded is kept
-// and recorded again every pendingRetry until it is, so that a run that
+// damaged file) and when it records them again, and sets its writable
+// gauge (opkit_archive_writable). A run's end that could not be recorded
+// is kept and recorded again every pendingRetry until it is, so that a run that
 // succeeded while the disk was full is not left Running in the archive
 // (and marked Cancelled by the next engine).
-type archiveWriter struct {
+type ArchiveWriter struct {
 	archive.Recorder
-	notice func(string)
+	notice   func(string)
+	writable prometheus.Gauge
 
 	mu      sync.Mutex
 	failing time.Time // when writes began to fail; zero while they work
@@ -29,18 +32,21 @@ type archiveWriter struct {
 // pendingRetry is how often run ends the archive refused are written again.
 const pendingRetry = 5 * time.Second
 
-func newArchiveWriter(s archive.Recorder, notice func(string)) *archiveWriter {
-	return &archiveWriter{Recorder: s, notice: notice, pending: map[string]archive.Run{}}
+// NewArchiveWriter writes to s, says a change in one line to notice, and
+// sets writable to 1 while s records runs, 0 while it refuses them.
+func NewArchiveWriter(s archive.Recorder, notice func(string), writable prometheus.Gauge) *ArchiveWriter {
+	return &ArchiveWriter{Recorder: s, notice: notice, writable: writable, pending: map[string]archive.Run{}}
 }
 
-func (w *archiveWriter) Insert(ctx context.Context, r *archive.Run) error {
+// Insert records a run's start, and reports whether the archive works.
+func (w *ArchiveWriter) Insert(ctx context.Context, r *archive.Run) error {
 	err := w.Recorder.Insert(ctx, r)
 	w.report(ctx, err)
 	return err
 }
 
 // Finish records a run's end, or keeps it to record later.
-func (w *archiveWriter) Finish(ctx context.Context, r *archive.Run) error {
+func (w *ArchiveWriter) Finish(ctx context.Context, r *archive.Run) error {
 	err := w.Recorder.Finish(ctx, r)
 	w.report(ctx, err)
 	if err != nil && ctx.Err() == nil {
@@ -51,25 +57,33 @@ func (w *archiveWriter) Finish(ctx context.Context, r *archive.Run) error {
 	return err
 }
 
-func (w *archiveWriter) SetRunner(ctx context.Context, id, runner string) error {
+// SetRunner records the runner of a run, and reports whether the archive
+// works.
+func (w *ArchiveWriter) SetRunner(ctx context.Context, id, runner string) error {
 	err := w.Recorder.SetRunner(ctx, id, runner)
 	w.report(ctx, err)
 	return err
 }
 
-func (w *archiveWriter) PutState(ctx context.Context, s *archive.State) error {
+// PutState records handler records, and reports whether the archive
+// works.
+func (w *ArchiveWriter) PutState(ctx context.Context, s *archive.State) error {
 	err := w.Recorder.PutState(ctx, s)
 	w.report(ctx, err)
 	return err
 }
 
-func (w *archiveWriter) DeleteState(ctx context.Context, operator, key string) error {
+// DeleteState deletes handler records, and reports whether the archive
+// works.
+func (w *ArchiveWriter) DeleteState(ctx context.Context, operator, key string) error {
 	err := w.Recorder.DeleteState(ctx, operator, key)
 	w.report(ctx, err)
 	return err
 }
 
-func (w *archiveWriter) RecordDelivery(ctx context.Context, d *archive.Delivery) error {
+// RecordDelivery records a delivery, and reports whether the archive
+// works (a replay it refuses says it does).
+func (w *ArchiveWriter) RecordDelivery(ctx context.Context, d *archive.Delivery) error {
 	err := w.Recorder.RecordDelivery(ctx, d)
 	if errors.Is(err, archive.ErrDuplicateDelivery) {
 		w.report(ctx, nil) // a replay refused: the archive works
@@ -79,7 +93,9 @@ func (w *archiveWriter) RecordDelivery(ctx context.Context, d *archive.Delivery)
 	return err
 }
 
-func (w *archiveWriter) FinishDelivery(ctx context.Context, d *archive.Delivery) error {
+// FinishDelivery records a delivery's end, and reports whether the
+// archive works.
+func (w *ArchiveWriter) FinishDelivery(ctx context.Context, d *archive.Delivery) error {
 	err := w.Recorder.FinishDelivery(ctx, d)
 	w.report(ctx, err)
 	return err
@@ -87,7 +103,7 @@ func (w *archiveWriter) FinishDelivery(ctx context.Context, d *archive.Delivery)
 
 // report notices a change between writing and failing; a cancelled
 // context says nothing of the archive.
-func (w *archiveWriter) report(ctx context.Context, err error) {
+func (w *ArchiveWriter) report(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return
 	}
@@ -96,18 +112,18 @@ func (w *archiveWriter) report(ctx context.Context, err error) {
 	switch {
 	case err != nil && w.failing.IsZero():
 		w.failing = time.Now()
-		handlerMetrics().archiveWritable.Set(0)
+		w.writable.Set(0)
 		w.notice(fmt.Sprintf("the archive cannot record runs (%v): no handler starts until it can; runs that end meanwhile are recorded then", err))
 	case err == nil && !w.failing.IsZero():
-		handlerMetrics().archiveWritable.Set(1)
+		w.writable.Set(1)
 		w.notice(fmt.Sprintf("the archive records runs again after %s", time.Since(w.failing).Round(time.Second)))
 		w.failing = time.Time{}
 	}
 }
 
-// retryPending writes the kept run ends every pendingRetry until ctx
+// RetryPending writes the kept run ends every pendingRetry until ctx
 // ends, then once more.
-func (w *archiveWriter) retryPending(ctx context.Context) {
+func (w *ArchiveWriter) RetryPending(ctx context.Context) {
 	t := time.NewTicker(pendingRetry)
 	defer t.Stop()
 	for {
@@ -122,7 +138,7 @@ func (w *archiveWriter) retryPending(ctx context.Context) {
 }
 
 // flush writes the kept run ends; those the archive still refuses stay.
-func (w *archiveWriter) flush(ctx context.Context) {
+func (w *ArchiveWriter) flush(ctx context.Context) {
 	w.mu.Lock()
 	runs := make([]archive.Run, 0, len(w.pending))
 	for _, r := range w.pending {
@@ -141,4 +157,15 @@ func (w *archiveWriter) flush(ctx context.Context) {
 		}
 		w.mu.Unlock()
 	}
+}
+
+// Failure says since when the archive refuses to record runs; nil while it
+// records them.
+func (w *ArchiveWriter) Failure() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failing.IsZero() {
+		return nil
+	}
+	return fmt.Errorf("the archive has refused to record runs since %s", w.failing.UTC().Format(time.RFC3339))
 }

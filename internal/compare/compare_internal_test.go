@@ -1,4 +1,4 @@
-package engine
+package compare
 
 import "testing"
 
@@ -29,7 +29,7 @@ func TestContains(t *testing.T) {
 		{"type mismatch", m("a", []any{}), m("a", m()), false},
 		{"nil", m("a", nil), m("a", nil), true},
 	} {
-		if got := contains(tc.live, tc.desired); got != tc.want {
+		if got := Contains(tc.live, tc.desired); got != tc.want {
 			t.Errorf("%s: contains = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -38,11 +38,11 @@ func TestContains(t *testing.T) {
 func TestAppliedHashIsStable(t *testing.T) {
 	a := map[string]any{"b": 1, "a": []any{"x", map[string]any{"z": 1, "y": 2}}}
 	b := map[string]any{"a": []any{"x", map[string]any{"y": 2, "z": 1}}, "b": 1}
-	if appliedHash(a) != appliedHash(b) {
+	if AppliedHash(a) != AppliedHash(b) {
 		t.Error("the hash depends on map order")
 	}
 	b["b"] = 2
-	if appliedHash(a) == appliedHash(b) {
+	if AppliedHash(a) == AppliedHash(b) {
 		t.Error("the hash ignores a change")
 	}
 }

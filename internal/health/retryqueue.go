@@ -1,4 +1,4 @@
-package engine
+package health
 
 import (
 	"sync"
@@ -18,19 +18,20 @@ import (
 // unrecorded for as long again as the outage lasted. Watch events do not
 // end the wait of an object that did not change. So each controller's
 // queue remembers the objects that wait in back-off, and when the API
-// server answers again (watchAPI) the engine retries them at once
+// server answers again (Watch) the engine retries them at once
 // with their back-off reset: catching up takes seconds, whatever the
 // outage's length.
 
-// retryQueues are the work queues of the engine's running controllers.
-type retryQueues struct {
+// RetryQueues are the work queues of the engine's running controllers,
+// which remember the objects that wait in back-off (see above).
+type RetryQueues struct {
 	mu  sync.Mutex
 	set map[*retryQueue]struct{}
 }
 
-// options returns a controller's options with a queue that takes part in
-// retryAll.
-func (qs *retryQueues) options(r reconcile.Reconciler, workers int) controller.TypedOptions[reconcile.Request] {
+// Options returns a controller's options with a queue that takes part in
+// RetryAll.
+func (qs *RetryQueues) Options(r reconcile.Reconciler, workers int) controller.TypedOptions[reconcile.Request] {
 	return controller.TypedOptions[reconcile.Request]{
 		Reconciler:              r,
 		MaxConcurrentReconciles: workers,
@@ -52,9 +53,9 @@ func (qs *retryQueues) options(r reconcile.Reconciler, workers int) controller.T
 	}
 }
 
-// retryAll makes every object that waits in back-off ready now, with its
+// RetryAll makes every object that waits in back-off ready now, with its
 // back-off reset, and returns how many there were.
-func (qs *retryQueues) retryAll() int {
+func (qs *RetryQueues) RetryAll() int {
 	qs.mu.Lock()
 	queues := make([]*retryQueue, 0, len(qs.set))
 	for q := range qs.set {
@@ -72,7 +73,7 @@ func (qs *retryQueues) retryAll() int {
 // wait in back-off: those added rate-limited since their last success.
 type retryQueue struct {
 	priorityqueue.PriorityQueue[reconcile.Request]
-	owner *retryQueues
+	owner *RetryQueues
 
 	mu     sync.Mutex
 	failed map[reconcile.Request]struct{}

@@ -1,4 +1,4 @@
-package engine
+package lifecycle
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,29 +27,8 @@ import (
 	"github.com/opkit-dev/opkit/internal/statemachine"
 )
 
-// The life cycle of an Operator's custom resources (spec.states), per
-// reconcile (docs/states.md):
-//
-//  1. begin, before children render: an object without status.state is in
-//     the initial state, put into the object templates read (self), and
-//     written with this reconcile's status; a transition whose archive
-//     record an engine that died did not make is recorded from
-//     status.state.
-//  2. step, after children and handlers: statemachine.Next decides over
-//     the guards (self as read, children live, related, run), the
-//     timeout, the decision annotation; a move is put into self, so that
-//     the status fields are evaluated over the new state.
-//  3. updateStatus writes status.state and the State and NeedsPerson
-//     conditions, with the resourceVersion read as a precondition when
-//     the state moves: a step over a stale read cannot move twice.
-//  4. after, once the write succeeded: the Events, the archive record,
-//     and the decision annotation removed.
-//
-// Nothing here reads the wall clock for the life cycle: Options.Clock
-// gives since and the timeouts' deadlines.
-
-// states runs one Operator's state machine for its objects.
-type states struct {
+// Machine runs one Operator's state machine for its objects.
+type Machine struct {
 	machine  *definition.StateMachine
 	operator string
 	archive  archive.Recorder
@@ -58,21 +36,15 @@ type states struct {
 	events   events.EventRecorder
 	client   client.Client
 	console  string // the console's base URL, or ""
-	// memory is the operator's per-object memory (package run): the
-	// decision annotation's removal is recorded in it.
+	// memory is the operator's per-object memory (package run): it keeps
+	// what the machine knows of each object between its reconciles
+	// (run.LifeCycle), and the decision annotation's removal is recorded
+	// in it.
 	memory *run.Memory
-
-	// recorded is, by object, the status.state.run known to be in the
-	// archive: the check that no transition is lost is made once per
-	// transition, not per reconcile.
-	recorded sync.Map // types.NamespacedName -> string
-	// waits is, by object, the DecisionWaits Event last posted: a
-	// decision that waits is said once, not at every reconcile.
-	waits sync.Map // types.NamespacedName -> string
 }
 
-// visit is one reconcile's view of an object's state.
-type visit struct {
+// Visit is one reconcile's view of an object's state.
+type Visit struct {
 	// cur is status.state as read; nil for a new object.
 	cur *v1alpha1.ObjectState
 	// next is the state this reconcile writes (initial or moved to); nil
@@ -80,7 +52,7 @@ type visit struct {
 	next *v1alpha1.ObjectState
 	// set are the status fields the transition taken sets, by name.
 	set map[string]any
-	// step is what the state machine decided; why is the record's log.
+	// Step is what the state machine decided; why is the record's log.
 	step statemachine.Step
 }
 
@@ -88,14 +60,28 @@ type visit struct {
 // tried again, when nothing else wakes the object.
 const setRetry = 10 * time.Second
 
-// newStates returns the state machine of d, or nil for a definition
-// without one.
-func newStates(d *definition.Definition, e *Engine, rec events.EventRecorder) *states {
+// Options are what a Machine acts with. Every field but ConsoleURL is
+// required.
+type Options struct {
+	Archive archive.Recorder
+	Clock   clock.Clock
+	Events  events.EventRecorder
+	Client  client.Client
+	// ConsoleURL is the console's base URL, which Events link runs to;
+	// "" for none.
+	ConsoleURL string
+	// Memory is the operator's per-object memory.
+	Memory *run.Memory
+}
+
+// New returns the state machine of d, or nil for a definition without
+// one.
+func New(d *definition.Definition, o Options) *Machine {
 	if d.States == nil {
 		return nil
 	}
-	return &states{machine: d.States, operator: d.Operator.Name, archive: e.opts.Archive, clock: e.opts.Clock, events: rec, client: e.client,
-		console: strings.TrimSuffix(e.opts.ConsoleURL, "/")}
+	return &Machine{machine: d.States, operator: d.Operator.Name, archive: o.Archive, clock: o.Clock, events: o.Events, client: o.Client,
+		console: strings.TrimSuffix(o.ConsoleURL, "/"), memory: o.Memory}
 }
 
 // readState reads an object's status.state; nil when it has none (or an
@@ -129,36 +115,36 @@ func withState(obj map[string]any, s *v1alpha1.ObjectState, set map[string]any) 
 	return out
 }
 
-// begin reads the object's state before its children render: a new
+// Begin reads the object's state before its children render: a new
 // object is put into its initial state (vars.Self then holds it), and a
 // transition that is not in the archive is recorded.
-func (s *states) begin(ctx context.Context, cr *unstructured.Unstructured, vars *definition.Vars) *visit {
-	v := &visit{cur: readState(cr.Object)}
+func (s *Machine) Begin(ctx context.Context, cr *unstructured.Unstructured, vars *definition.Vars) *Visit {
+	v := &Visit{cur: readState(cr.Object)}
 	if v.cur == nil {
 		v.step = statemachine.Next(statemachine.Input{Machine: s.machine, Now: s.clock.Now()})
 		v.next = v.step.Next
 		v.next.Run = archive.NewID(time.Now())
-		vars.Self = v.self(cr.Object)
+		vars.Self = v.Self(cr.Object)
 		return v
 	}
 	s.recover(ctx, cr, v.cur)
 	return v
 }
 
-// self is obj as templates, guards and handlers read it during the visit:
+// Self is obj as templates, guards and handlers read it during the visit:
 // a new object is in its initial state already.
-func (v *visit) self(obj map[string]any) map[string]any {
+func (v *Visit) Self(obj map[string]any) map[string]any {
 	if v == nil || v.cur != nil || v.next == nil {
 		return obj
 	}
 	return withState(obj, v.next, nil)
 }
 
-// step decides the object's move after its children converged and its
+// Step decides the object's move after its children converged and its
 // handlers stepped (handlers is their state, nil for an Operator without
 // handlers); a move is put into vars.Self. It returns when to look again
 // for the state's timeout (0 for no timeout to wait for).
-func (s *states) step(cr *unstructured.Unstructured, v *visit, vars *definition.Vars, handlers *cause.State) time.Duration {
+func (s *Machine) Step(cr *unstructured.Unstructured, v *Visit, vars *definition.Vars, handlers *cause.State) time.Duration {
 	if v.next != nil {
 		return 0 // initialized: the next reconcile steps from the initial state
 	}
@@ -211,10 +197,10 @@ func (s *states) step(cr *unstructured.Unstructured, v *visit, vars *definition.
 	return 0
 }
 
-// writeTo puts the state and its conditions into the status being
+// WriteTo puts the state and its conditions into the status being
 // written; it reports whether the write must be made over the
 // resourceVersion read (the state moves).
-func (v *visit) writeTo(status map[string]any, conds []metav1.Condition) ([]metav1.Condition, bool) {
+func (v *Visit) WriteTo(status map[string]any, conds []metav1.Condition) ([]metav1.Condition, bool) {
 	cur := v.cur
 	if v.next != nil {
 		maps.Copy(status, v.set)
@@ -238,11 +224,11 @@ func (v *visit) writeTo(status map[string]any, conds []metav1.Condition) ([]meta
 	return append(conds, state, person), v.next != nil
 }
 
-// after does what follows the status write of a reconcile that stepped:
+// After does what follows the status write of a reconcile that stepped:
 // the Events and archive record of a move, and the decision annotation
 // removed once taken or refused. written is false when the write failed
 // (nothing is posted or recorded: the next reconcile decides again).
-func (s *states) after(ctx context.Context, cr *unstructured.Unstructured, v *visit, written bool) error {
+func (s *Machine) After(ctx context.Context, cr *unstructured.Unstructured, v *Visit, written bool) error {
 	if !written {
 		return nil
 	}
@@ -259,19 +245,18 @@ func (s *states) after(ctx context.Context, cr *unstructured.Unstructured, v *vi
 // answer posts the engine's answer to the object's decision, if the step
 // gives one: Decided, DecisionRefused (a Warning), or DecisionWaits, once
 // for as long as it waits for the same thing.
-func (s *states) answer(cr *unstructured.Unstructured, step statemachine.Step) {
-	key := types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}
+func (s *Machine) answer(cr *unstructured.Unstructured, step statemachine.Step) {
 	reason, message := step.Message()
 	switch reason {
 	case "":
 		return
 	case statemachine.EventDecisionWaits:
-		if last, ok := s.waits.Load(key); ok && last.(string) == message {
+		if s.memory.LifeCycle(cr).Waits == message {
 			return
 		}
-		s.waits.Store(key, message)
+		s.memory.SetLifeCycle(cr, func(l *run.LifeCycle) { l.Waits = message })
 	default:
-		s.waits.Delete(key)
+		s.memory.SetLifeCycle(cr, func(l *run.LifeCycle) { l.Waits = "" })
 	}
 	kind := corev1.EventTypeNormal
 	if reason == statemachine.EventDecisionRefused {
@@ -281,7 +266,7 @@ func (s *states) answer(cr *unstructured.Unstructured, step statemachine.Step) {
 }
 
 // moved posts a transition's Events and records it.
-func (s *states) moved(ctx context.Context, cr *unstructured.Unstructured, n *v1alpha1.ObjectState, why string) {
+func (s *Machine) moved(ctx context.Context, cr *unstructured.Unstructured, n *v1alpha1.ObjectState, why string) {
 	run := s.runRef(n.Run)
 	if n.From == "" {
 		s.events.Eventf(cr, nil, corev1.EventTypeNormal, "StateChanged", "Transition", "-> %s: the initial state (run %s)", n.Name, run)
@@ -298,7 +283,7 @@ func (s *states) moved(ctx context.Context, cr *unstructured.Unstructured, n *v1
 }
 
 // record adds the transition to n to the archive, with why as its log.
-func (s *states) record(ctx context.Context, cr *unstructured.Unstructured, n *v1alpha1.ObjectState, why string) error {
+func (s *Machine) record(ctx context.Context, cr *unstructured.Unstructured, n *v1alpha1.ObjectState, why string) error {
 	at := time.Now().UTC()
 	r := &archive.Run{
 		ID: n.Run, Operator: s.operator, Handler: v1alpha1.TransitionHandler, Action: "state", Trigger: n.Trigger,
@@ -322,7 +307,7 @@ func (s *states) record(ctx context.Context, cr *unstructured.Unstructured, n *v
 	if err := s.archive.AppendLog(ctx, r.ID, []byte(log)); err != nil {
 		return err
 	}
-	s.recorded.Store(types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}, n.Run)
+	s.memory.SetLifeCycle(cr, func(l *run.LifeCycle) { l.Recorded = n.Run })
 	return nil
 }
 
@@ -347,12 +332,8 @@ func transitionLog(n *v1alpha1.ObjectState, why string) string {
 // recover records the transition status.state names when the archive does
 // not have it: its engine stopped between the status write and the
 // record.
-func (s *states) recover(ctx context.Context, cr *unstructured.Unstructured, cur *v1alpha1.ObjectState) {
-	key := types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}
-	if cur.Run == "" {
-		return
-	}
-	if known, ok := s.recorded.Load(key); ok && known.(string) == cur.Run {
+func (s *Machine) recover(ctx context.Context, cr *unstructured.Unstructured, cur *v1alpha1.ObjectState) {
+	if cur.Run == "" || s.memory.LifeCycle(cr).Recorded == cur.Run {
 		return
 	}
 	ok, err := s.archive.Succeeded(ctx, transitionKey(cr.GetUID(), cur.Seq))
@@ -360,7 +341,7 @@ func (s *states) recover(ctx context.Context, cr *unstructured.Unstructured, cur
 		return // the next reconcile looks again
 	}
 	if ok {
-		s.recorded.Store(key, cur.Run)
+		s.memory.SetLifeCycle(cr, func(l *run.LifeCycle) { l.Recorded = cur.Run })
 		return
 	}
 	why := "recorded from status.state by a later reconcile: the engine that made the transition stopped before its record"
@@ -372,9 +353,9 @@ func (s *states) recover(ctx context.Context, cr *unstructured.Unstructured, cur
 	}
 }
 
-// deleting answers the decision on an object being deleted, if it has
+// Deleting answers the decision on an object being deleted, if it has
 // one: it is refused at once, as its state moves no more.
-func (s *states) deleting(ctx context.Context, cr *unstructured.Unstructured) error {
+func (s *Machine) Deleting(ctx context.Context, cr *unstructured.Unstructured) error {
 	raw, ok := cr.GetAnnotations()[v1alpha1.DecisionAnnotation]
 	cur := readState(cr.Object)
 	if !ok || cur == nil {
@@ -388,15 +369,9 @@ func (s *states) deleting(ctx context.Context, cr *unstructured.Unstructured) er
 	return nil
 }
 
-// Forget drops what is kept of an object that is gone.
-func (s *states) Forget(key types.NamespacedName) {
-	s.recorded.Delete(key)
-	s.waits.Delete(key)
-}
-
 // runRef names a transition's record in an Event: its id, and its console
 // page when the console's URL is known.
-func (s *states) runRef(id string) string {
+func (s *Machine) runRef(id string) string {
 	if s.console == "" {
 		return id
 	}
@@ -416,7 +391,7 @@ func objectArg(cr *unstructured.Unstructured) string {
 
 // removeDecision removes the decision annotation, as it was read: a
 // decision written since is left for the next reconcile.
-func (s *states) removeDecision(ctx context.Context, cr *unstructured.Unstructured) error {
+func (s *Machine) removeDecision(ctx context.Context, cr *unstructured.Unstructured) error {
 	value, ok := cr.GetAnnotations()[v1alpha1.DecisionAnnotation]
 	if !ok {
 		return nil

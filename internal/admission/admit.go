@@ -1,4 +1,4 @@
-package engine
+package admission
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -48,6 +49,29 @@ import (
 // are not AdmissionReviews, are answered with an HTTP error, for which
 // the API server applies the webhook's failure policy itself.
 
+// Server answers the admission calls of the operators it is Set with. Its
+// fields are set before its Handler serves, and not changed after.
+type Server struct {
+	// Archive records each call as a run. Required.
+	Archive archive.Recorder
+	// Stubs, when set, replaces the actions of the handlers it names.
+	Stubs *runpkg.Stubs
+	// RunFinished, when set, is told each call's run at its end.
+	RunFinished func(archive.Run)
+	// Logger logs what cannot be recorded.
+	Logger logr.Logger
+	// Reader reads the Secrets an exec or http action names.
+	Reader client.Reader
+	// Credentials makes an exec handler's kubeconfig.
+	Credentials executor.Credentials
+	// MaxBodyBytes bounds a review's body (the webhook server's cap).
+	MaxBodyBytes int64
+
+	mu sync.Mutex
+	// admitters answer the operators' calls, by Operator name.
+	admitters map[string]*admitter
+}
+
 // admissionContext is the binding context of an admission handler.
 type admissionContext struct {
 	Operator string `json:"operator"`
@@ -84,8 +108,8 @@ const (
 	admissionMessageCap = 4096 // bytes of the error
 )
 
-// admissionHandler serves /validate/ and /mutate/.
-func (e *Engine) admissionHandler() http.Handler {
+// Handler serves /validate/ and /mutate/.
+func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		trigger, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 		opName, hName, ok := strings.Cut(rest, "/")
@@ -94,9 +118,9 @@ func (e *Engine) admissionHandler() http.Handler {
 			http.Error(w, "admission reviews are POSTed", http.StatusMethodNotAllowed)
 			return
 		}
-		e.mu.Lock()
-		op := e.admitters[opName]
-		e.mu.Unlock()
+		s.mu.Lock()
+		op := s.admitters[opName]
+		s.mu.Unlock()
 		var h *definition.Handler
 		if op != nil && ok {
 			h = op.def.AdmissionHandler(hName)
@@ -105,7 +129,7 @@ func (e *Engine) admissionHandler() http.Handler {
 			http.Error(w, fmt.Sprintf("no admission handler %q of operator %q runs here", clipName(hName), clipName(opName)), http.StatusNotFound)
 			return
 		}
-		body, err := webhook.ReadBody(w, r, e.webhook.MaxBodyBytes())
+		body, err := webhook.ReadBody(w, r, s.MaxBodyBytes)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
 			return
@@ -115,7 +139,7 @@ func (e *Engine) admissionHandler() http.Handler {
 			http.Error(w, "the body is not an AdmissionReview with a request", http.StatusBadRequest)
 			return
 		}
-		resp := e.admit(r.Context(), op, h, review.Request)
+		resp := s.admit(r.Context(), op, h, review.Request)
 		resp.UID = review.Request.UID
 		out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
 		if out.APIVersion == "" {
@@ -134,7 +158,7 @@ func admissionBudget(timeout time.Duration) time.Duration {
 }
 
 // admit runs one admission call and returns the answer.
-func (e *Engine) admit(ctx context.Context, op *admitter, h *definition.Handler, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+func (s *Server) admit(ctx context.Context, op *admitter, h *definition.Handler, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	a := h.Admission
 	now := time.Now()
 	budget := admissionBudget(a.Timeout)
@@ -145,13 +169,7 @@ func (e *Engine) admit(ctx context.Context, op *admitter, h *definition.Handler,
 		subject = old
 	}
 	u := &unstructured.Unstructured{Object: subject}
-	name := req.Name
-	if name == "" {
-		name = u.GetName()
-	}
-	if name == "" && u.GetGenerateName() != "" {
-		name = u.GetGenerateName() + "*"
-	}
+	name := subjectName(req.Name, u)
 	dryRun := req.DryRun != nil && *req.DryRun
 	run := &archive.Run{
 		ID: archive.NewID(now), Operator: op.def.Operator.Name, Handler: h.Name, Action: h.Action(), Trigger: a.Trigger(),
@@ -168,8 +186,8 @@ func (e *Engine) admit(ctx context.Context, op *admitter, h *definition.Handler,
 	if dryRun {
 		run.Writes = append(run.Writes, "dryRun: the request writes nothing")
 	}
-	log := e.mgr.GetLogger().WithValues("operator", run.Operator, "handler", h.Name, "run", run.ID, "operation", string(req.Operation))
-	if err := e.opts.Archive.Insert(ctx, run); err != nil {
+	log := s.Logger.WithValues("operator", run.Operator, "handler", h.Name, "run", run.ID, "operation", string(req.Operation))
+	if err := s.Archive.Insert(ctx, run); err != nil {
 		// Nothing runs that is not recorded.
 		return policyAnswer(a, h, "", "the archive cannot record the call: "+err.Error())
 	}
@@ -179,43 +197,25 @@ func (e *Engine) admit(ctx context.Context, op *admitter, h *definition.Handler,
 		Request: admissionRequest{UID: string(req.UID), Kind: req.Kind, Resource: req.Resource, SubResource: req.SubResource, Namespace: req.Namespace, Name: req.Name},
 	})
 	if err != nil {
-		return e.finishAdmission(ctx, run, policyAnswer(a, h, run.ID, "encoding the binding context: "+err.Error()), archive.Failed, log)
+		return s.finishAdmission(ctx, run, policyAnswer(a, h, run.ID, "encoding the binding context: "+err.Error()), archive.Failed, log)
 	}
-	alog := runpkg.NewLog(context.WithoutCancel(ctx), e.opts.Archive, run.ID)
-	ex := e.opts.Stubs.Get(run.Operator, h.Name)
+	alog := runpkg.NewLog(context.WithoutCancel(ctx), s.Archive, run.ID)
+	ex := s.Stubs.Get(run.Operator, h.Name)
 	if ex == nil {
 		ex = op.execs[h.Name]
 	}
-	type outcome struct {
-		res *executor.Result
-		err error
+	call := executor.Request{
+		RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: 1, Input: input, Timeout: budget, Log: alog,
+		Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Namespace: run.Namespace, Name: run.Name, UID: u.GetUID()},
+		// Recorded, not kept on run: the answer may not wait for the
+		// executor, and its end's record keeps what is recorded.
+		OnRunner: func(name string) {
+			if err := s.Archive.SetRunner(context.WithoutCancel(ctx), run.ID, name); err != nil {
+				log.Error(err, "recording the runner of an admission run", "runner", name)
+			}
+		},
 	}
-	done := make(chan outcome, 1)
-	runCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	go func() {
-		defer cancel()
-		res, err := ex.Run(runCtx, executor.Request{
-			RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: 1, Input: input, Timeout: budget, Log: alog,
-			Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Namespace: run.Namespace, Name: run.Name, UID: u.GetUID()},
-			// Recorded, not kept on run: the answer may not wait for this
-			// goroutine, and its end's record keeps what is recorded.
-			OnRunner: func(name string) {
-				if err := e.opts.Archive.SetRunner(context.WithoutCancel(ctx), run.ID, name); err != nil {
-					log.Error(err, "recording the runner of an admission run", "runner", name)
-				}
-			},
-		})
-		done <- outcome{res, err}
-	}()
-	var res *executor.Result
-	select {
-	case o := <-done:
-		res, err = o.res, o.err
-	case <-time.After(budget + 100*time.Millisecond):
-		// The executor stops the handler at the deadline; one that takes
-		// longer to stop is not waited for.
-		err = &executor.Failure{Message: fmt.Sprintf("no answer within %s", budget.Round(time.Millisecond))}
-	}
+	res, runCtx, err := execute(ctx, ex, call, deadline)
 	alog.Flush()
 	if err == nil && res.Error != nil {
 		err = &executor.Failure{Message: "the handler reported an error: " + res.Error.Message}
@@ -229,7 +229,7 @@ func (e *Engine) admit(ctx context.Context, op *admitter, h *definition.Handler,
 		if errors.As(err, &f) && errors.Is(runCtx.Err(), context.DeadlineExceeded) && !strings.Contains(msg, "within") {
 			msg = fmt.Sprintf("no answer within %s: %s", budget.Round(time.Millisecond), msg)
 		}
-		return e.finishAdmission(ctx, run, policyAnswer(a, h, run.ID, msg), archive.Failed, log)
+		return s.finishAdmission(ctx, run, policyAnswer(a, h, run.ID, msg), archive.Failed, log)
 	}
 	resp := &admissionv1.AdmissionResponse{Allowed: res.Allowed == nil || *res.Allowed, Warnings: res.Warnings}
 	if !resp.Allowed {
@@ -240,23 +240,59 @@ func (e *Engine) admit(ctx context.Context, op *admitter, h *definition.Handler,
 		run.Error = clip(msg, admissionMessageCap)
 		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
 			Message: fmt.Sprintf("%s (opkit run %s)", msg, run.ID)}
-		return e.finishAdmission(ctx, run, resp, archive.Denied, log)
+		return s.finishAdmission(ctx, run, resp, archive.Denied, log)
 	}
 	if res.Patch != nil {
 		patch, paths, err := jsonPatchOf(req.Object.Raw, res.Patch)
 		if err != nil {
-			return e.finishAdmission(ctx, run, policyAnswer(a, h, run.ID, "the result's patch: "+err.Error()), archive.Failed, log)
+			return s.finishAdmission(ctx, run, policyAnswer(a, h, run.ID, "the result's patch: "+err.Error()), archive.Failed, log)
 		}
 		if len(patch) > 0 {
 			resp.Patch, resp.PatchType = patch, ptrTo(admissionv1.PatchTypeJSONPatch)
 			run.Writes = append(run.Writes, "patch: "+strings.Join(paths, ", "))
 		}
 	}
-	return e.finishAdmission(ctx, run, resp, archive.Allowed, log)
+	return s.finishAdmission(ctx, run, resp, archive.Allowed, log)
+}
+
+// subjectName names the object of a call: the request's name, else the
+// object's, else its generateName with a star.
+func subjectName(name string, u *unstructured.Unstructured) string {
+	if name == "" {
+		name = u.GetName()
+	}
+	if name == "" && u.GetGenerateName() != "" {
+		name = u.GetGenerateName() + "*"
+	}
+	return name
+}
+
+// execute runs req with ex until deadline, and waits 100ms more at most:
+// the executor stops the handler at the deadline, and one that takes
+// longer to stop is not waited for. runCtx is the run's context, ended
+// once the run ends or its deadline passes.
+func execute(ctx context.Context, ex executor.Executor, req executor.Request, deadline time.Time) (res *executor.Result, runCtx context.Context, err error) {
+	type outcome struct {
+		res *executor.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	runCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	go func() {
+		defer cancel()
+		res, err := ex.Run(runCtx, req)
+		done <- outcome{res, err}
+	}()
+	select {
+	case o := <-done:
+		return o.res, runCtx, o.err
+	case <-time.After(req.Timeout + 100*time.Millisecond):
+		return nil, runCtx, &executor.Failure{Message: fmt.Sprintf("no answer within %s", req.Timeout.Round(time.Millisecond))}
+	}
 }
 
 // finishAdmission records how the call ended and returns resp.
-func (e *Engine) finishAdmission(ctx context.Context, run *archive.Run, resp *admissionv1.AdmissionResponse, outcome archive.Outcome, log logr.Logger) *admissionv1.AdmissionResponse {
+func (s *Server) finishAdmission(ctx context.Context, run *archive.Run, resp *admissionv1.AdmissionResponse, outcome archive.Outcome, log logr.Logger) *admissionv1.AdmissionResponse {
 	run.Outcome, run.FinishedAt = outcome, time.Now().UTC()
 	if outcome == archive.Failed && resp.Result != nil {
 		run.Error = clip(resp.Result.Message, admissionMessageCap)
@@ -264,12 +300,12 @@ func (e *Engine) finishAdmission(ctx context.Context, run *archive.Run, resp *ad
 	if outcome == archive.Failed && resp.Allowed {
 		run.Error = clip(strings.Join(resp.Warnings, "; "), admissionMessageCap)
 	}
-	if err := e.opts.Archive.Finish(context.WithoutCancel(ctx), run); err != nil {
+	if err := s.Archive.Finish(context.WithoutCancel(ctx), run); err != nil {
 		log.Error(err, "recording the end of an admission call")
 	}
 	runpkg.Observe(run)
-	if e.opts.RunFinished != nil {
-		e.opts.RunFinished(*run)
+	if s.RunFinished != nil {
+		s.RunFinished(*run)
 	}
 	return resp
 }
@@ -406,6 +442,14 @@ func clip(s string, n int) string {
 
 func ptrTo[T any](v T) *T { return &v }
 
+// clipName cuts a name from a request's path for an error message.
+func clipName(s string) string {
+	if len(s) > 63 {
+		return s[:63] + "..."
+	}
+	return s
+}
+
 // admitter answers one operator's admission calls.
 type admitter struct {
 	def *definition.Definition
@@ -413,36 +457,56 @@ type admitter struct {
 	execs map[string]executor.Executor
 }
 
-// setAdmitter makes d's admission handlers answer its operator's calls
-// from now on; an operator without any has none.
-func (e *Engine) setAdmitter(d *definition.Definition) error {
-	execs, err := e.admissionExecutors(d)
+// Set makes d's admission handlers answer its operator's calls from now
+// on; an operator without any has none.
+func (s *Server) Set(d *definition.Definition) error {
+	execs, err := s.executors(d)
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if len(d.Admission) == 0 {
-		delete(e.admitters, d.Operator.Name)
+		delete(s.admitters, d.Operator.Name)
 		return nil
 	}
-	e.admitters[d.Operator.Name] = &admitter{def: d, execs: execs}
+	if s.admitters == nil {
+		s.admitters = map[string]*admitter{}
+	}
+	s.admitters[d.Operator.Name] = &admitter{def: d, execs: execs}
 	return nil
 }
 
-// admissionExecutors builds the executors of d's admission handlers. An
+// Remove stops answering the operator's admission calls.
+func (s *Server) Remove(operator string) {
+	s.mu.Lock()
+	delete(s.admitters, operator)
+	s.mu.Unlock()
+}
+
+// Stop stops answering every operator's calls and returns the operators
+// that had admission handlers.
+func (s *Server) Stop() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := slices.Sorted(maps.Keys(s.admitters))
+	s.admitters = nil
+	return names
+}
+
+// executors builds the executors of d's admission handlers. An
 // exec handler is stopped at once at its deadline (SIGTERM, then SIGKILL
 // 100ms later): the API server is waiting.
-func (e *Engine) admissionExecutors(d *definition.Definition) (map[string]executor.Executor, error) {
+func (s *Server) executors(d *definition.Definition) (map[string]executor.Executor, error) {
 	if len(d.Admission) == 0 {
 		return nil, nil
 	}
-	secret := func(ctx context.Context, namespace, name, key string) (string, error) {
-		var s corev1.Secret
-		if err := e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s); err != nil {
+	readSecret := func(ctx context.Context, namespace, name, key string) (string, error) {
+		var secret corev1.Secret
+		if err := s.Reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &secret); err != nil {
 			return "", err
 		}
-		v, ok := s.Data[key]
+		v, ok := secret.Data[key]
 		if !ok {
 			return "", fmt.Errorf("no key %q", key)
 		}
@@ -450,10 +514,10 @@ func (e *Engine) admissionExecutors(d *definition.Definition) (map[string]execut
 	}
 	reg := executor.Registry{
 		"exec": func(h *definition.Handler) executor.Executor {
-			return &executor.Exec{Action: *h.Exec, Secret: secret, Credentials: e.credentials, KillGrace: 100 * time.Millisecond}
+			return &executor.Exec{Action: *h.Exec, Secret: readSecret, Credentials: s.Credentials, KillGrace: 100 * time.Millisecond}
 		},
 		"http": func(h *definition.Handler) executor.Executor {
-			return &executor.HTTP{Action: *h.HTTP, Secret: secret}
+			return &executor.HTTP{Action: *h.HTTP, Secret: readSecret}
 		},
 	}
 	out := map[string]executor.Executor{}

@@ -1,4 +1,4 @@
-package engine
+package informer
 
 import (
 	"bufio"
@@ -30,7 +30,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/packed"
 )
 
-// packedInformers make the informers of the engine's shared cache. For an
+// Informers make the informers of the engine's shared cache. For an
 // unstructured kind (a custom resource, a child, a related object) the
 // informer lists and watches with a packedListWatch, which decodes each
 // object's JSON straight into the cache's compactObject; any other kind
@@ -45,38 +45,54 @@ import (
 // The shared cache has no label or field selector: what it holds is
 // chosen by kind and by Options.Namespace alone, which is all a
 // packedListWatch asks for. The watches of watch operators have their own
-// caches (watch.go), with selectors, and are not made here.
+// caches (the engine's watch.go), with selectors, and are not made here.
 //
 // Every informer's list and watch calls are held through an outage the
 // engine knows of (heldListWatch), so that its reflector relists as soon
 // as the API server is back, not after a back-off of its own.
-type packedInformers struct {
-	config    *rest.Config
-	http      *http.Client
-	scopes    *scopes
-	namespace string  // Options.Namespace
-	outage    *outage // the engine's (apihealth.go)
+type Informers struct {
+	Config *rest.Config
+	// HTTP is the client the list-watches use; set it before the first
+	// informer is made (the manager's, once it exists).
+	HTTP      *http.Client
+	Scopes    *Scopes
+	Namespace string // the engine's Options.Namespace: "" for all
+	// Outage, when set, holds the list and watch calls through the
+	// outages it knows of (package health's Outage).
+	Outage Outage
 }
 
-// newInformer is the shared cache's cache.Options.NewInformer.
-func (p *packedInformers) newInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+// Outage is what the informers ask of the API server's absence: Wait
+// returns false at once unless the API server is known away, and then
+// waits for its return (true) or for ctx's end (false).
+type Outage interface {
+	Wait(ctx context.Context) bool
+}
+
+// wait is o.Wait, false when o is nil.
+func wait(ctx context.Context, o Outage) bool {
+	return o != nil && o.Wait(ctx)
+}
+
+// NewInformer is the shared cache's cache.Options.NewInformer.
+func (p *Informers) NewInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
-		return toolscache.NewSharedIndexInformer(p.held(lw), obj, resync, indexers)
+		return toolscache.NewSharedIndexInformer(p.Held(lw), obj, resync, indexers)
 	}
 	plw, err := p.listWatch(u.GroupVersionKind())
 	if err != nil {
 		// Not mapped yet: the dynamic client's list-watch reports it.
-		return toolscache.NewSharedIndexInformer(p.held(lw), obj, resync, indexers)
+		return toolscache.NewSharedIndexInformer(p.Held(lw), obj, resync, indexers)
 	}
 	// The example object sets the type the reflector expects of every
 	// event's object.
-	return toolscache.NewSharedIndexInformer(p.held(plw), &compactObject{TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}}, resync, indexers)
+	return toolscache.NewSharedIndexInformer(p.Held(plw), &compactObject{TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}}, resync, indexers)
 }
 
-// held is lw with its calls held through the engine's known outages.
-func (p *packedInformers) held(lw toolscache.ListerWatcher) toolscache.ListerWatcher {
-	return &heldListWatch{lw: toolscache.ToListerWatcherWithContext(lw), outer: lw, outage: p.outage}
+// Held is lw with its calls held through the outages p.Outage knows of.
+func (p *Informers) Held(lw toolscache.ListerWatcher) toolscache.ListerWatcher {
+	return &heldListWatch{lw: toolscache.ToListerWatcherWithContext(lw), outer: lw, outage: p.Outage}
 }
 
 // heldListWatch is a list-watch whose calls that fail while the engine
@@ -88,7 +104,7 @@ func (p *packedInformers) held(lw toolscache.ListerWatcher) toolscache.ListerWat
 type heldListWatch struct {
 	lw     toolscache.ListerWatcherWithContext
 	outer  toolscache.ListerWatcher // lw as given, for what it says of itself
-	outage *outage
+	outage Outage
 }
 
 // List lists without a context; the reflector calls ListWithContext.
@@ -105,7 +121,7 @@ func (h *heldListWatch) Watch(opts metav1.ListOptions) (watch.Interface, error) 
 func (h *heldListWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	for {
 		obj, err := h.lw.ListWithContext(ctx, opts)
-		if err == nil || !h.outage.wait(ctx) {
+		if err == nil || !wait(ctx, h.outage) {
 			return obj, err
 		}
 	}
@@ -115,7 +131,7 @@ func (h *heldListWatch) ListWithContext(ctx context.Context, opts metav1.ListOpt
 func (h *heldListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	for {
 		w, err := h.lw.WatchWithContext(ctx, opts)
-		if err == nil || !h.outage.wait(ctx) {
+		if err == nil || !wait(ctx, h.outage) {
 			return w, err
 		}
 	}
@@ -127,14 +143,25 @@ func (h *heldListWatch) IsWatchListSemanticsUnSupported() bool {
 	return watchlist.DoesClientNotSupportWatchListSemantics(h.outer)
 }
 
-// listWatch returns the list-watch of gvk: in Options.Namespace if it is
-// set and the kind namespaced, else everywhere.
-func (p *packedInformers) listWatch(gvk schema.GroupVersionKind) (*packedListWatch, error) {
-	k, err := p.scopes.of(gvk)
+// ListWatch returns the list-watch the shared cache's informer of gvk
+// uses, which decodes straight into compact objects (for tests; see
+// CachedObjects).
+func (p *Informers) ListWatch(gvk schema.GroupVersionKind) (toolscache.ListerWatcherWithContext, error) {
+	lw, err := p.listWatch(gvk)
 	if err != nil {
 		return nil, err
 	}
-	cfg := rest.CopyConfig(p.config)
+	return lw, nil
+}
+
+// listWatch returns the list-watch of gvk: in Options.Namespace if it is
+// set and the kind namespaced, else everywhere.
+func (p *Informers) listWatch(gvk schema.GroupVersionKind) (*packedListWatch, error) {
+	k, err := p.Scopes.Of(gvk)
+	if err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(p.Config)
 	cfg.GroupVersion = &schema.GroupVersion{Group: gvk.Group, Version: gvk.Version}
 	cfg.APIPath = "/apis"
 	if gvk.Group == "" {
@@ -143,25 +170,25 @@ func (p *packedInformers) listWatch(gvk schema.GroupVersionKind) (*packedListWat
 	cfg.ContentType = runtime.ContentTypeJSON
 	cfg.AcceptContentTypes = runtime.ContentTypeJSON
 	cfg.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
-	client, err := rest.RESTClientForConfigAndClient(cfg, p.http)
+	client, err := rest.RESTClientForConfigAndClient(cfg, p.HTTP)
 	if err != nil {
 		return nil, err
 	}
-	lw := &packedListWatch{client: client, resource: k.resource.Resource, gvk: gvk, outage: p.outage}
-	if k.namespaced {
-		lw.namespace = p.namespace
+	lw := &packedListWatch{client: client, resource: k.Resource.Resource, gvk: gvk, outage: p.Outage}
+	if k.Namespaced {
+		lw.namespace = p.Namespace
 	}
 	return lw, nil
 }
 
 // packedListWatch lists and watches one kind, decoding each object into a
-// compactObject (see packedInformers).
+// compactObject (see Informers).
 type packedListWatch struct {
 	client    rest.Interface
 	resource  string
 	namespace string // "": every namespace, or a cluster-scoped kind
 	gvk       schema.GroupVersionKind
-	outage    *outage
+	outage    Outage
 }
 
 func (lw *packedListWatch) request(opts *metav1.ListOptions) *rest.Request {
@@ -218,7 +245,7 @@ func (lw *packedListWatch) WatchWithContext(ctx context.Context, opts metav1.Lis
 	// everything again for it, and log it. While the engine knows the API
 	// server away, the watch waits for its return instead, and tries then.
 	for retries := 0; err != nil && (utilnet.IsProbableEOF(err) || utilnet.IsHTTP2ConnectionLost(err)); retries++ {
-		if lw.outage.wait(ctx) {
+		if wait(ctx, lw.outage) {
 			retries = 0
 		} else {
 			if retries == 10 {
@@ -432,7 +459,7 @@ type objectMeta struct {
 }
 
 // decodeCompact decodes an object's JSON into the compactObject that
-// compactCache makes of the unstructured object the same JSON decodes
+// Transform makes of the unstructured object the same JSON decodes
 // to. An object without a kind has itemType's (a built-in list's items).
 // What the direct decoding cannot take (a key given twice, metadata of
 // the wrong types) takes the way through unstructured instead.
@@ -479,7 +506,7 @@ func decodeCompactSlowly(data []byte, itemType metav1.TypeMeta) (*compactObject,
 		u.SetAPIVersion(itemType.APIVersion)
 		u.SetKind(itemType.Kind)
 	}
-	out, err := compactCache(u)
+	out, err := Transform(u)
 	if err != nil {
 		return nil, err
 	}

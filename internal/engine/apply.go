@@ -1,0 +1,181 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/internal/compat"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/delivery"
+)
+
+// Apply installs or updates the definition's CRD, waits until it is
+// established, and (re)starts its controller. A definition compiled
+// without schemas is first compiled again with the children typed by the
+// schemas the cluster publishes; an expression that reads a field a child's
+// kind does not have is an error then. A CRD change that would break the
+// installed CRD's clients or lose its data is refused with a
+// *BreakingChangeError, before anything is changed, unless
+// Options.AllowBreaking.
+func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
+	if err := e.waitStarted(ctx); err != nil {
+		return err
+	}
+	if err := e.checkScope(d); err != nil {
+		return err
+	}
+	// Refuse a definition whose children the cluster cannot hold before
+	// changing anything.
+	for _, child := range d.Children {
+		if _, err := e.mgr.GetRESTMapper().RESTMapping(child.GVK.GroupKind(), child.GVK.Version); err != nil {
+			return fmt.Errorf("operator %s: child %s: kind %s is not served by the cluster: %w", d.Operator.Name, child.ID, child.GVK, err)
+		}
+	}
+	if err := e.checkRelated(ctx, d); err != nil {
+		return err
+	}
+	if (len(d.Handlers) > 0 || len(d.Admission) > 0) && e.opts.Archive == nil {
+		return fmt.Errorf("operator %s: handlers need a run archive, and the engine has none", d.Operator.Name)
+	}
+	if d.States != nil && e.opts.Archive == nil {
+		return fmt.Errorf("operator %s: states need a run archive, which records every transition, and the engine has none", d.Operator.Name)
+	}
+	if len(d.Admission) > 0 && e.webhook == nil {
+		return fmt.Errorf("operator %s: admission handlers (on validate or mutate) are served by the engine's webhook server, and it runs none: give it an address (opkit run --webhook-addr)", d.Operator.Name)
+	}
+	if len(d.Sources) > 0 {
+		if e.opts.Archive == nil {
+			return fmt.Errorf("operator %s: webhook sources need a run archive, and the engine has none", d.Operator.Name)
+		}
+		if err := e.ensureHooks(d); err != nil {
+			return err
+		}
+	}
+	if d.Watch != nil || d.Calendar() {
+		return e.applyUnowned(ctx, d)
+	}
+	// The CRD's conversion is the webhook server's: without one, every
+	// read at a version other than the stored one would fail.
+	if err := e.checkConversion(ctx, d); err != nil {
+		return err
+	}
+	if !d.Typed() {
+		typed, err := d.WithSchemas(e.schemaResolver())
+		if err != nil {
+			return err
+		}
+		d = typed
+	}
+	crd := e.installedCRD(d)
+	// Never take over a CRD that another Operator, or someone else, made.
+	var existing apiextensionsv1.CustomResourceDefinition
+	err := e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: crd.Name}, &existing)
+	switch {
+	case err == nil && definition.OperatorName(&existing) == "":
+		return fmt.Errorf("operator %s: CRD %s exists and was not installed by opkit; opkit will not take it over", d.Operator.Name, crd.Name)
+	case err == nil && definition.OperatorName(&existing) != d.Operator.Name:
+		return fmt.Errorf("operator %s: CRD %s belongs to operator %s", d.Operator.Name, crd.Name, definition.OperatorName(&existing))
+	case err != nil && !apierrors.IsNotFound(err):
+		return fmt.Errorf("operator %s: reading CRD %s: %w", d.Operator.Name, crd.Name, err)
+	case err == nil:
+		// A version still stored cannot be dropped (docs/migration.md),
+		// whatever AllowBreaking says: the API server would refuse it.
+		if err := d.CheckStoredVersions(existing.Status.StoredVersions); err != nil {
+			return err
+		}
+		if !e.opts.AllowBreaking {
+			if err := compat.RefuseBreaking(d, &existing, crd); err != nil {
+				return err
+			}
+		}
+	}
+	if err := e.installCRD(ctx, d); err != nil {
+		return fmt.Errorf("operator %s: installing CRD %s: %w", d.Operator.Name, crd.Name, err)
+	}
+	if err := e.waitEstablished(ctx, crd.Name); err != nil {
+		return fmt.Errorf("operator %s: CRD %s: %w", d.Operator.Name, crd.Name, err)
+	}
+	if e.opts.MigrateStorage {
+		if err := e.migrateStorage(ctx, d.Operator.Name, crd.Name); err != nil {
+			return fmt.Errorf("operator %s: %w", d.Operator.Name, err)
+		}
+	}
+	if err := e.syncFinalizerPolicy(ctx, d); err != nil {
+		return fmt.Errorf("operator %s: the admission policy that adds its finalizer: %w", d.Operator.Name, err)
+	}
+	if err := e.admission.Set(d); err != nil {
+		return err
+	}
+	if err := e.restart(ctx, d, e.startController); err != nil {
+		return err
+	}
+	return e.serveAdmission(ctx, d)
+}
+
+// restart stops the running operator of d's name, if any, and starts d
+// with start.
+func (e *Engine) restart(ctx context.Context, d *definition.Definition, start func(*definition.Definition) (*operator, error)) error {
+	e.mu.Lock()
+	old := e.running[d.Operator.Name]
+	delete(e.running, d.Operator.Name)
+	e.restarting[d.Operator.Name] = true
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.restarting, d.Operator.Name)
+		e.mu.Unlock()
+	}()
+	if old != nil {
+		old.stop()
+	}
+	if old != nil && old.def.Owns() {
+		// Watches opened before a CRD's schema changed go on decoding with
+		// the old schema (dropping new fields) until the API server closes
+		// them, up to a minute later: list and watch again. (A watch
+		// operator's watch is its own, and stopped with it.)
+		if err := e.removeInformer(ctx, old.def.GVK); err != nil {
+			return fmt.Errorf("operator %s: restarting the watch of %s: %w", d.Operator.Name, old.def.GVK.Kind, err)
+		}
+	}
+	op, err := start(d)
+	if err != nil {
+		return err
+	}
+
+	if len(d.Sources) > 0 {
+		if op.events, err = delivery.Start(e.ctx, d, op.runner, delivery.Options{Archive: e.opts.Archive, Client: e.client, Namespace: e.opts.Namespace, Logger: e.mgr.GetLogger()}); err != nil {
+			op.stop()
+			return err
+		}
+	}
+	e.mu.Lock()
+	e.running[d.Operator.Name] = op
+	e.mu.Unlock()
+	return nil
+}
+
+// applyUnowned (re)starts an operator without a custom resource: a watch
+// (watch.go) or a calendar (calendar.go). No CRD is installed.
+func (e *Engine) applyUnowned(ctx context.Context, d *definition.Definition) error {
+	if d.Watch != nil {
+		if err := e.checkWatch(ctx, d); err != nil {
+			return err
+		}
+		if !d.Typed() {
+			typed, err := d.WithSchemas(e.schemaResolver())
+			if err != nil {
+				return err
+			}
+			d = typed
+		}
+	}
+	start := e.startCalendar
+	if d.Watch != nil {
+		start = e.startWatch
+	}
+	return e.restart(ctx, d, start)
+}

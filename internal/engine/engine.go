@@ -220,7 +220,7 @@ func managerOptions(opts Options, informers *informer.Informers, away *health.Ou
 		}
 	}
 	if h := opts.HooksEndpoint; h != nil {
-		if err := h.check(); err != nil {
+		if err := h.Check("the hooks EndpointSlice"); err != nil {
 			return manager.Options{}, err
 		}
 	}

@@ -131,7 +131,7 @@ func (e *Engine) ensureHooks(d *definition.Definition) error {
 	if e.opts.HooksEndpoint != nil {
 		// Added once the engine acts: it runs at once, and stops with
 		// the operators.
-		if err := e.mgr.Add(manager.RunnableFunc(e.publishHooks(e.hooks.addr))); err != nil {
+		if err := e.mgr.Add(manager.RunnableFunc(e.publishEndpoint(e.opts.HooksEndpoint, hooksPortName, "webhook deliveries", e.hooks.addr))); err != nil {
 			return err
 		}
 	}

@@ -68,7 +68,7 @@ type Options struct {
 	// HooksEndpoint, when set, names the EndpointSlice of the hooks
 	// Service, which the engine that acts writes with its Pod's address
 	// once its hooks listener is bound, so that deliveries reach it and no
-	// standby (hooksendpoint.go).
+	// standby (package endpoint).
 	HooksEndpoint *HooksEndpoint
 	// Notice, when set, is called with one line at each change of the
 	// engine's health: the API server unreachable or not ready, and back
@@ -124,7 +124,7 @@ type Options struct {
 	// RunnersEndpoint, when set, names the EndpointSlice of the runners
 	// Service, which the engine that acts writes with its Pod's address
 	// and the runner API's port, so that runners pull runs from it and no
-	// standby (runnersendpoint.go).
+	// standby (package endpoint).
 	RunnersEndpoint *RunnersEndpoint
 	// Stubs, when set, replaces the actions of the handlers it names with
 	// its executors, for tests (package run's Stubs); it may change while the engine

@@ -57,7 +57,7 @@ type WebhookOptions struct {
 	Service *WebhookService
 	// Endpoint, when set, names the EndpointSlice of Service, which the
 	// engine that acts writes with its Pod's address and the server's
-	// port (as the hooks', hooksendpoint.go): a standby runs no operator
+	// port (as the hooks', package endpoint): a standby runs no operator
 	// and could answer no admission call, so the Service selects no Pods
 	// and reaches the acting replica alone.
 	Endpoint *HooksEndpoint
@@ -154,7 +154,7 @@ func (e *Engine) newWebhookServer() (*webhook.Server, error) {
 	srv.Handle("/mutate/", e.admission.Handler())
 	srv.Handle(definition.ConversionPath(""), e.conversionHandler())
 	if h := w.Endpoint; h != nil {
-		if err := h.check(); err != nil {
+		if err := h.Check("the webhook server's EndpointSlice"); err != nil {
 			return nil, err
 		}
 		// Added as a runnable that needs leadership: only the acting

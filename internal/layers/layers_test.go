@@ -21,7 +21,7 @@ var pure = []string{"internal/cause", "internal/statemachine", "internal/definit
 
 // acting are the packages that run operators, talk to a cluster or serve:
 // what a pure package must not reach.
-var acting = []string{"internal/engine/...", "internal/related/...", "internal/gauges/...", "internal/delivery/...", "internal/lifecycle/...", "internal/admission/...", "internal/informer/...", "internal/health/...", "internal/run/...", "internal/stack/...", "internal/executor/...", "internal/webhook/...", "internal/console/...", "internal/cli/...", "internal/devcluster/...", "internal/migrate/...", "internal/scenario/runner/...", "pkg/..."}
+var acting = []string{"internal/engine/...", "internal/related/...", "internal/gauges/...", "internal/delivery/...", "internal/lifecycle/...", "internal/admission/...", "internal/informer/...", "internal/health/...", "internal/run/...", "internal/endpoint/...", "internal/stack/...", "internal/executor/...", "internal/webhook/...", "internal/console/...", "internal/cli/...", "internal/devcluster/...", "internal/migrate/...", "internal/scenario/runner/...", "pkg/..."}
 
 // kubeClient and clock are the third-party packages a pure package does
 // not import itself.
@@ -83,8 +83,8 @@ var rules = []rule{
 		not:  []string{"internal/definition/...", "internal/cause/...", "internal/statemachine/...", "internal/engine/...", "internal/run/...", "internal/executor/...", "internal/console/...", "internal/source/...", "internal/webhook/...", "internal/stack/...", "internal/cli/..."},
 	},
 	{
-		says: "sources (webhook deliveries' reception) and the webhook server are used by the engine, never the other way (DESIGN.md, Architecture)",
-		from: []string{"internal/source/...", "internal/webhook/..."},
+		says: "sources (webhook deliveries' reception), the webhook server and the acting replica's EndpointSlices are used by the engine, never the other way (DESIGN.md, Architecture)",
+		from: []string{"internal/source/...", "internal/webhook/...", "internal/endpoint/..."},
 		not:  []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
 	},
 	{

@@ -83,7 +83,7 @@
 // control plane (the test binary again, so that it can be SIGKILLed),
 // waits after each step until the engine is quiet, and compares what the
 // recorder and the archive saw. TestFast plays cases through cause.Decide
-// in a miniature engine loop, thousands a second.
+// in a miniature engine loop (BenchmarkFast: thousands a second).
 //
 // KnownDefects lists the defects on main that the model finds, each with
 // its issue: TestConformance leaves their cases out until the fix is

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -112,15 +113,20 @@ func TestHandlerThatGaveUpHoldsBackNeitherTheNextStateNorADecision(t *testing.T)
 		return store.Succeeded(ctx, uid+"/state/2/page")
 	})
 
-	// The decision, as opkit decide writes it.
-	u, s, err := read(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := v1alpha1.Decision{State: s.Name, Seq: s.Seq, Choose: "Done", Reason: "nobody needs it done", By: "ana", At: time.Now().UTC().Format(time.RFC3339)}
-	if err := env.Client.Patch(t.Context(), u, client.RawPatch(types.MergePatchType, d.Patch(u.GetResourceVersion()))); err != nil {
-		t.Fatal(err)
-	}
+	// The decision, as opkit decide writes it: against the object as read,
+	// read again when the engine wrote it meanwhile.
+	eventually(t, 30*time.Second, "the decision written", func(ctx context.Context) (bool, error) {
+		u, s, err := read(ctx)
+		if err != nil {
+			return false, err
+		}
+		d := v1alpha1.Decision{State: s.Name, Seq: s.Seq, Choose: "Done", Reason: "nobody needs it done", By: "ana", At: time.Now().UTC().Format(time.RFC3339)}
+		err = env.Client.Patch(ctx, u, client.RawPatch(types.MergePatchType, d.Patch(u.GetResourceVersion())))
+		if apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
 	var done *v1alpha1.ObjectState
 	eventually(t, 30*time.Second, "the decision taken: dishes Done, the annotation removed", func(ctx context.Context) (bool, error) {
 		u, s, err := read(ctx)

@@ -63,17 +63,14 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	if err := e.checkConversion(ctx, d); err != nil {
 		return err
 	}
-	if !d.Typed() {
-		typed, err := d.WithSchemas(e.schemaResolver())
-		if err != nil {
-			return err
-		}
-		d = typed
+	d, err := e.typed(d)
+	if err != nil {
+		return err
 	}
 	crd := e.installedCRD(d)
 	// Never take over a CRD that another Operator, or someone else, made.
 	var existing apiextensionsv1.CustomResourceDefinition
-	err := e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: crd.Name}, &existing)
+	err = e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: crd.Name}, &existing)
 	switch {
 	case err == nil && definition.OperatorName(&existing) == "":
 		return fmt.Errorf("operator %s: CRD %s exists and was not installed by opkit; opkit will not take it over", d.Operator.Name, crd.Name)
@@ -165,12 +162,9 @@ func (e *Engine) applyUnowned(ctx context.Context, d *definition.Definition) err
 		if err := e.checkWatch(ctx, d); err != nil {
 			return err
 		}
-		if !d.Typed() {
-			typed, err := d.WithSchemas(e.schemaResolver())
-			if err != nil {
-				return err
-			}
-			d = typed
+		var err error
+		if d, err = e.typed(d); err != nil {
+			return err
 		}
 	}
 	start := e.startCalendar
@@ -178,4 +172,13 @@ func (e *Engine) applyUnowned(ctx context.Context, d *definition.Definition) err
 		start = e.startWatch
 	}
 	return e.restart(ctx, d, start)
+}
+
+// typed returns d with the schemas of the kinds it reads, resolved from
+// the API server, unless it has them already.
+func (e *Engine) typed(d *definition.Definition) (*definition.Definition, error) {
+	if d.Typed() {
+		return d, nil
+	}
+	return d.WithSchemas(e.schemaResolver())
 }

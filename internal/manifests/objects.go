@@ -318,22 +318,15 @@ func (m *Manifests) deployment() *appsv1.Deployment {
 		ServiceAccountName:           o.Name,
 		AutomountServiceAccountToken: ptr.To(true),
 		EnableServiceLinks:           ptr.To(false),
-		SecurityContext: &corev1.PodSecurityContext{
-			RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(UID)), RunAsGroup: ptr.To(int64(UID)),
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
+		SecurityContext:              restrictedPod(),
 		Containers: []corev1.Container{{
 			Name: "engine", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
 			Args: m.args(), Env: env, Ports: ports,
-			LivenessProbe:  probe("/healthz", 10),
-			ReadinessProbe: probe("/readyz", 5),
-			Resources:      *o.Resources.DeepCopy(),
-			SecurityContext: &corev1.SecurityContext{
-				AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true), RunAsNonRoot: ptr.To(true),
-				Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			VolumeMounts: mounts,
+			LivenessProbe:   probe("/healthz", 10),
+			ReadinessProbe:  probe("/readyz", 5),
+			Resources:       *o.Resources.DeepCopy(),
+			SecurityContext: restrictedContainer(true),
+			VolumeMounts:    mounts,
 		}},
 		Volumes: volumes,
 	}
@@ -477,4 +470,28 @@ func prune(m map[string]any) {
 			}
 		}
 	}
+}
+
+// restrictedPod is the pod security context of every Pod opkit makes:
+// the restricted Pod Security Standard, as user and group UID.
+func restrictedPod() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(UID)), RunAsGroup: ptr.To(int64(UID)),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// restrictedContainer is the security context of every container opkit
+// makes, under the restricted Pod Security Standard. readOnlyRoot: the
+// engine's; a runner's image may write (an interpreter's caches).
+func restrictedContainer(readOnlyRoot bool) *corev1.SecurityContext {
+	c := &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true),
+		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if readOnlyRoot {
+		c.ReadOnlyRootFilesystem = ptr.To(true)
+	}
+	return c
 }

@@ -24,15 +24,7 @@ func objects(t *testing.T, opts manifests.Options, examples ...string) map[strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := m.Objects()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]*unstructured.Unstructured{}
-	for _, o := range objs {
-		out[o.GetKind()+"/"+o.GetName()] = o
-	}
-	return out
+	return objectsOf(t, m)
 }
 
 func deployment(t *testing.T, objs map[string]*unstructured.Unstructured, name string) *appsv1.Deployment {

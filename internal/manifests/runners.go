@@ -232,27 +232,19 @@ func (m *Manifests) runnerObjects() []runtime.Object {
 func (m *Manifests) runnerDeployment(r *runnerOperator, image string) *appsv1.Deployment {
 	o := m.Options
 	labels := m.runnerLabels(r.name, image)
-	restricted := &corev1.SecurityContext{
-		AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true),
-		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-	}
 	engine := fmt.Sprintf("https://%s.%s.svc:%d", RunnersName, o.Namespace, o.RunnersPort)
 	pod := corev1.PodSpec{
 		ServiceAccountName:           RunnerServiceAccount(r.name),
 		Tolerations:                  m.tolerations(),
 		AutomountServiceAccountToken: ptr.To(false),
 		EnableServiceLinks:           ptr.To(false),
-		SecurityContext: &corev1.PodSecurityContext{
-			RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(UID)), RunAsGroup: ptr.To(int64(UID)),
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
+		SecurityContext:              restrictedPod(),
 		// The opkit image's binary is the file /opkit, so the emptyDir
 		// is mounted beside it, not under it.
 		InitContainers: []corev1.Container{{
 			Name: "agent", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
 			Command:         []string{"/opkit", "agent", "install", agentInstallDir},
-			SecurityContext: restricted.DeepCopy(),
+			SecurityContext: restrictedContainer(false),
 			VolumeMounts:    []corev1.VolumeMount{{Name: "opkit-bin", MountPath: agentInstallDir}},
 		}},
 		Containers: []corev1.Container{{
@@ -263,7 +255,7 @@ func (m *Manifests) runnerDeployment(r *runnerOperator, image string) *appsv1.De
 				"--ca-file=" + engineCADir + "/ca.crt", "--token-file=" + runnerTokenDir + "/token",
 			},
 			Env:             []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}}},
-			SecurityContext: restricted.DeepCopy(),
+			SecurityContext: restrictedContainer(false),
 			VolumeMounts: []corev1.VolumeMount{
 				{Name: "opkit-bin", MountPath: agentBinDir, ReadOnly: true},
 				{Name: "files", MountPath: filesDir, ReadOnly: true},

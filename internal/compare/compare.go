@@ -63,8 +63,8 @@ func Contains(live, desired any) bool {
 	case nil:
 		return live == nil
 	}
-	if dn, ok := number(desired); ok {
-		ln, ok := number(live)
+	if dn, ok := Number(desired); ok {
+		ln, ok := Number(live)
 		return ok && dn == ln
 	}
 	return live == desired
@@ -82,7 +82,10 @@ func isEmpty(v any) bool {
 	return false
 }
 
-func number(v any) (float64, bool) {
+// Number is v as a JSON number, whichever Go type a decoder gave it
+// (int, int32, int64, float64, json.Number); ok is false for a value
+// that is no number.
+func Number(v any) (float64, bool) {
 	switch n := v.(type) {
 	case int64:
 		return float64(n), true

@@ -18,6 +18,7 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/compare"
 	"github.com/opkit-dev/opkit/internal/scenario"
 )
 
@@ -392,26 +393,11 @@ func match(path string, want, got any) []string {
 }
 
 func equalScalar(want, got any) bool {
-	if wn, ok := number(want); ok {
-		gn, ok := number(got)
+	if wn, ok := compare.Number(want); ok {
+		gn, ok := compare.Number(got)
 		return ok && (wn == gn || math.Abs(wn-gn) < 1e-9*math.Max(math.Abs(wn), 1))
 	}
 	return want == got
-}
-
-func number(v any) (float64, bool) {
-	switch n := v.(type) {
-	case int:
-		return float64(n), true
-	case int64:
-		return float64(n), true
-	case float64:
-		return n, true
-	case json.Number:
-		f, err := n.Float64()
-		return f, err == nil
-	}
-	return 0, false
 }
 
 func join(path, key string) string {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -43,13 +42,8 @@ func TestMain(m *testing.M) {
 		cli.RouteKlog()
 		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	// Four tests at a time unless -parallel says otherwise: most of a
-	// test's time here is waiting (for its plane, an outage, a schedule),
-	// not CPU (the package used under half a core at two at a time).
-	flag.Parse()
-	if !flagGiven("test.parallel") {
-		_ = flag.Set("test.parallel", "4")
-	}
+	// Four tests at a time: the package used under half a core at two.
+	clustertest.DefaultParallel(4)
 	// Runs go to an archive of this test binary's, not the user's.
 	dir, err := os.MkdirTemp("", "opkit-archive-")
 	if err != nil {
@@ -61,13 +55,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// flagGiven reports whether the command line set the flag name.
-func flagGiven(name string) bool {
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == name })
-	return given
 }
 
 type result struct {

@@ -142,6 +142,7 @@ func admissionRuns(t *testing.T, store *archive.SQLite, trigger string, outcome 
 }
 
 func TestAValidateHandlerDeniesAScriptInAWebsiteAndAMutateHandlerSetsADefault(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	_, store, _ := startAdmissionEngine(t, env, admissionDefinition(t), nil)
 	const denial = "spec.content must not contain <script>: a Website serves static pages only"
@@ -200,6 +201,7 @@ func TestAValidateHandlerDeniesAScriptInAWebsiteAndAMutateHandlerSetsADefault(t 
 }
 
 func TestAHandlerThatCrashesOrHangsAnswersByItsFailurePolicyInTime(t *testing.T) {
+	t.Parallel()
 	bin, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -280,6 +282,7 @@ func servedIssuer(addr string) (string, error) {
 }
 
 func TestAForcedCertificateRotationFailsNoRequest(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	// Certificates of two hours issued an hour ago (by the fake clock),
 	// backdated an hour: valid in real time, and due for rotation when
@@ -380,6 +383,7 @@ func website(ns, name string) *unstructured.Unstructured {
 }
 
 func TestAnEngineInTheClusterIsReachedThroughItsServiceWhichNamesTheActingReplica(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	ctx := t.Context()
 	// What the manifests make: the Service without a selector, and its
@@ -434,6 +438,7 @@ func TestAnEngineInTheClusterIsReachedThroughItsServiceWhichNamesTheActingReplic
 }
 
 func TestTheWebhooksGoWhenTheOperatorNoLongerHasAdmissionHandlers(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	withHandlers := admissionDefinition(t)
 	e, _, _ := startAdmissionEngine(t, env, withHandlers, nil)
@@ -477,6 +482,7 @@ func TestTheWebhooksGoWhenTheOperatorNoLongerHasAdmissionHandlers(t *testing.T) 
 }
 
 func TestAnHTTPAdmissionHandlerAnswersWithTheBindingContextItIsPosted(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	var got atomic.Value
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

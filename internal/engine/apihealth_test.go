@@ -21,6 +21,7 @@ import (
 // knew of, a change could wait out a reflector's back-off: 24.5 s after
 // a 20 s outage.
 func TestAChangeIsHandledWithinSecondsOfAnOutagesEnd(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	proxy := clustertest.NewProxy(t, strings.TrimPrefix(env.Config.Host, "https://"))
 	cut := rest.CopyConfig(env.Config)

@@ -34,13 +34,14 @@ func declares(t *testing.T, env *clustertest.Env, name, field string) bool {
 }
 
 func TestABreakingChangeToAnInstalledCRDIsRefusedUnlessAllowed(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	v1 := strings.NewReplacer("name: notes}", "name: refusals}", "group: notes.example.com", "group: refusals.example.com",
 		"          a: {type: string}\n", "          a: {type: string}\n          size: {type: integer}\n").Replace(notesV1)
 	v2 := strings.Replace(v1, "          size: {type: integer}\n", "", 1)
 	const crdName = "notes.refusals.example.com"
 
-	e, stop := runEngine(t, env.Config)
+	e, stop := runEngine(t, env)
 	if err := e.Apply(t.Context(), compileYAML(t, v1)); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestABreakingChangeToAnInstalledCRDIsRefusedUnlessAllowed(t *testing.T) {
 	}
 	stop()
 
-	e, _ = runEngineWith(t, engine.Options{Config: env.Config, AllowBreaking: true})
+	e, _ = runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, AllowBreaking: true})
 	if err := e.Apply(t.Context(), compileYAML(t, v2)); err != nil {
 		t.Fatalf("v2 with AllowBreaking: %v", err)
 	}
@@ -111,6 +112,7 @@ func TestAnOperatorWithABreakingChangeSaysSoAndItsLastGenerationRuns(t *testing.
 // server gives back of a CRD (defaulted, its JSON values rewritten) is no
 // change from the CRD it was given, or every restart would be refused.
 func TestAnInstalledCRDShowsNoChangeFromItsOwnDefinition(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	files, err := filepath.Glob("../../examples/*/operator.yaml")
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 )
 
 func TestCatchUpRunsTheLatestSlotOnTimeOrByPolicy(t *testing.T) {
+	t.Parallel()
 	at := func(s float64) time.Time { return time.Unix(0, int64(s*float64(time.Second))) }
 	every := func(d time.Duration, policy string) *definition.Handler {
 		return &definition.Handler{Name: "tick", Every: d, CatchUp: policy}

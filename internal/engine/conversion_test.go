@@ -163,6 +163,7 @@ func conversionCAs(ctx context.Context, env *clustertest.Env) ([]string, error) 
 // webhook (across a rotation of its certificates); opkit migrate then
 // turning v1 off leaves every object readable and storedVersions == [v2].
 func TestTheWebsiteGainsAV2ServedByTheEnginesConversionWebhook(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	ctx := t.Context()
 	v1Only := filepath.Join(t.TempDir(), "v1.yaml")

@@ -18,6 +18,7 @@ import (
 )
 
 func TestACRDDeletedUnderARunningOperatorIsReinstalled(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "records.jsonl")
@@ -54,7 +55,7 @@ spec:
 	if err := os.WriteFile(file, []byte(def), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	runEngineWith(t, engine.Options{Config: env.Config, Archive: newArchive(t)}, file)
+	runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: newArchive(t)}, file)
 	cleanUpAll(t, env, "crdguard.example.com/v1", "Vault")
 
 	vault := func(name string) *unstructured.Unstructured {

@@ -85,9 +85,10 @@ func chore(ns, name string) *unstructured.Unstructured {
 // entered, and a person's decision there is taken, with who decided and
 // why; prepare is left given up.
 func TestHandlerThatGaveUpHoldsBackNeitherTheNextStateNorADecision(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	store := newArchive(t)
-	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, choresOperator(t, filepath.Join(t.TempDir(), "records.jsonl")))
+	runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, choresOperator(t, filepath.Join(t.TempDir(), "records.jsonl")))
 
 	create(t, env, chore(env.Namespace, "dishes"))
 	read := func(ctx context.Context) (*unstructured.Unstructured, *v1alpha1.ObjectState, error) {

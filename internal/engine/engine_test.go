@@ -35,15 +35,19 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(admissionHandlerEnv); mode != "" {
 		os.Exit(testAdmissionHandler(mode))
 	}
+	// Four tests at a time: each runs an engine of its own namespace, and
+	// waits most of its time (for a handler, a retry, the plane).
+	clustertest.DefaultParallel(4)
 	clustertest.Main(m)
 }
 
 var eventually = clustertest.Eventually
 
-// startEngine runs an engine with the definitions in files until the test ends.
+// startEngine runs an engine of env's namespace (runEngine) with the
+// definitions in files until the test ends.
 func startEngine(t *testing.T, env *clustertest.Env, files ...string) *engine.Engine {
 	t.Helper()
-	e, _ := runEngine(t, env.Config, files...)
+	e, _ := runEngine(t, env, files...)
 	return e
 }
 
@@ -70,6 +74,7 @@ func printer(ns, name, text string) *unstructured.Unstructured {
 }
 
 func TestPrinterPrintsItsTextAndFollowsChanges(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	startEngine(t, env, "../../examples/printer/operator.yaml")
 	ctx := t.Context()
@@ -186,6 +191,7 @@ spec:
 `
 
 func TestDefinitionsChangeAndGoWithoutRestart(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	e := startEngine(t, env)
 	ctx := t.Context()
@@ -220,6 +226,7 @@ func TestDefinitionsChangeAndGoWithoutRestart(t *testing.T) {
 }
 
 func TestChildKindNotServedIsRefusedAndOthersRun(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	e := startEngine(t, env)
 	bad := strings.Replace(notesV1, "name: notes}", "name: notes-bad}", 1)
@@ -252,6 +259,7 @@ func TestChildKindNotServedIsRefusedAndOthersRun(t *testing.T) {
 }
 
 func TestChildFieldsAreCheckedAgainstTheClustersSchemas(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	e := startEngine(t, env)
 	def := strings.NewReplacer("name: notes}", "name: typed}", "group: notes.example.com", "group: typed.example.com").Replace(notesV1) +

@@ -206,11 +206,12 @@ spec:
 // rotated secret is used without a restart; a handler's refusal is the
 // delivery's reason.
 func TestWebhookDeliveriesAreVerifiedRecordedAndHandledOnce(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	store := newArchive(t)
 	out := filepath.Join(t.TempDir(), "events.jsonl")
 	hookSecret(t, env, "s3cret\n") // a trailing newline is not part of it
-	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Archive: store, HooksAddr: "127.0.0.1:0"})
+	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store, HooksAddr: "127.0.0.1:0"})
 	d := hooksOperator(t, env, out)
 	if err := e.Apply(t.Context(), d); err != nil {
 		t.Fatal(err)
@@ -342,6 +343,7 @@ func TestWebhookDeliveriesAreVerifiedRecordedAndHandledOnce(t *testing.T) {
 // by an engine that died before handling them are handled by the next,
 // once: a handler that had succeeded for one is not run again.
 func TestPendingDeliveriesAreHandledWhenTheEngineStarts(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	store := newArchive(t)
 	out := filepath.Join(t.TempDir(), "events.jsonl")
@@ -371,7 +373,7 @@ func TestPendingDeliveriesAreHandledWhenTheEngineStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Archive: store, HooksAddr: "127.0.0.1:0"})
+	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store, HooksAddr: "127.0.0.1:0"})
 	if err := e.Apply(ctx, d); err != nil {
 		t.Fatal(err)
 	}
@@ -393,6 +395,7 @@ func TestPendingDeliveriesAreHandledWhenTheEngineStarts(t *testing.T) {
 // from the first delivery and patched by the next, each delivery naming
 // it among what it caused.
 func TestASourceCreatesAndPatchesItsObject(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	store := newArchive(t)
 	hookSecret(t, env, "s3cret")
@@ -429,7 +432,7 @@ spec:
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Archive: store, HooksAddr: "127.0.0.1:0"}, file)
+	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store, HooksAddr: "127.0.0.1:0"}, file)
 	url := "http://" + e.HooksAddr() + "/hooks/deploys-" + env.Namespace + "/github"
 	get := func(ctx context.Context) (*unstructured.Unstructured, error) {
 		u := &unstructured.Unstructured{}

@@ -43,6 +43,7 @@ import (
 //     delivery Handled with the handler's refusal as reason; deliveries
 //     with a bad signature or of another comment are refused.
 func TestDeployNotifierExampleCommentsOncePerPullRequestAndDeploysOnRequest(t *testing.T) {
+	t.Parallel()
 	const (
 		repo    = "packit/packit-service"
 		secret  = "webhook s3cret"
@@ -59,7 +60,7 @@ func TestDeployNotifierExampleCommentsOncePerPullRequestAndDeploysOnRequest(t *t
 		create(t, env, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, StringData: data})
 	}
 	store := newArchive(t)
-	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Archive: store, HooksAddr: "127.0.0.1:0"})
+	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store, HooksAddr: "127.0.0.1:0"})
 	d := exampleDefinition(t, example+"operator.yaml",
 		"https://api.github.com", gh.URL,
 		"namespace: default", "namespace: "+ns,

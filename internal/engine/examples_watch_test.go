@@ -53,10 +53,11 @@ func exampleDefinition(t *testing.T, file string, replace ...string) *definition
 // naming its image when first seen, one per new image and one when it is
 // deleted; scaling one, and a Deployment of another team, get none.
 func TestTeamWatchExampleAnnouncesEachImageOnce(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	ctx := t.Context()
 	store := newArchive(t)
-	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Archive: store})
+	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store})
 	d := exampleDefinition(t, "../../examples/team-watch/operator.yaml", "namespaces: [default, team-a]", "namespaces: ["+env.Namespace+"]")
 	if err := e.Apply(ctx, d); err != nil {
 		t.Fatal(err)
@@ -165,6 +166,7 @@ func running(t *testing.T, store *archive.SQLite) bool {
 // of its own and the slot in its binding context. Stopped and started
 // again on the same archive, it repeats no slot.
 func TestCalendarExampleRunsEachSlotOnce(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	store := newArchive(t)
 	const every = 2 * time.Second
@@ -173,7 +175,7 @@ func TestCalendarExampleRunsEachSlotOnce(t *testing.T) {
 	// it midway between two slots, when no run is in flight.
 	run := func(within time.Duration) {
 		t.Helper()
-		e, stop := runEngineWith(t, engine.Options{Config: env.Config, Archive: store})
+		e, stop := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store})
 		if err := e.Apply(t.Context(), d); err != nil {
 			t.Fatal(err)
 		}

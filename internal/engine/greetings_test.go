@@ -17,9 +17,10 @@ import (
 
 // The handlers example: one handler each in Python, bash and Go.
 func TestGreetingsExampleRunsItsPythonBashAndGoHandlers(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	store := newArchive(t)
-	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, "../../examples/handlers/operator.yaml")
+	runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, "../../examples/handlers/operator.yaml")
 	cleanUpAll(t, env, "demo.example.com/v1", "Greeting")
 
 	g := &unstructured.Unstructured{Object: map[string]any{

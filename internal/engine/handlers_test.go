@@ -339,7 +339,7 @@ func runTasks(t *testing.T) (*clustertest.Env, string, *archive.SQLite) {
 	env := clustertest.New(t)
 	file, out := tasksOperator(t)
 	store := newArchive(t)
-	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, file)
 	cleanUpTasks(t, env)
 	return env, out, store
 }
@@ -390,6 +390,7 @@ func condition(obj *unstructured.Unstructured, typ string) *metav1.Condition {
 }
 
 func TestHandlersFireOnCreateUpdateAndDeleteWithTheirContext(t *testing.T) {
+	t.Parallel()
 	env, out, store := runTasks(t)
 
 	obj := task(env.Namespace, "one", "", "first")
@@ -458,6 +459,7 @@ func TestHandlersFireOnCreateUpdateAndDeleteWithTheirContext(t *testing.T) {
 }
 
 func TestUpdatesDuringARunCoalesceIntoOneUpdate(t *testing.T) {
+	t.Parallel()
 	env, out, store := runTasks(t)
 	defer func() {
 		if t.Failed() {
@@ -487,6 +489,7 @@ func TestUpdatesDuringARunCoalesceIntoOneUpdate(t *testing.T) {
 }
 
 func TestFailingHandlersRetryWithGrowingDelaysThenStall(t *testing.T) {
+	t.Parallel()
 	env, out, store := runTasks(t)
 
 	create(t, env, task(env.Namespace, "flaky", "flaky", "x"))
@@ -574,6 +577,7 @@ func TestFailingHandlersRetryWithGrowingDelaysThenStall(t *testing.T) {
 }
 
 func TestASuccessAfterRetryClearsTheFailureItSupersedes(t *testing.T) {
+	t.Parallel()
 	env, out, store := runTasks(t)
 	obj := task(env.Namespace, "fixable", "fixable", "x")
 	create(t, env, obj)
@@ -631,6 +635,7 @@ func TestASuccessAfterRetryClearsTheFailureItSupersedes(t *testing.T) {
 }
 
 func TestRequeueAfterRunsTheHandlerAgain(t *testing.T) {
+	t.Parallel()
 	env, out, store := runTasks(t)
 	obj := task(env.Namespace, "poller", "poll", "x")
 	create(t, env, obj)
@@ -671,6 +676,7 @@ func TestRequeueAfterRunsTheHandlerAgain(t *testing.T) {
 }
 
 func TestSkippedRunsLeaveOneRecordAndNoEvents(t *testing.T) {
+	t.Parallel()
 	env, out, store := runTasks(t)
 	obj := task(env.Namespace, "skipper", "skipper", "x")
 	create(t, env, obj)
@@ -715,6 +721,7 @@ func mustTime(t *testing.T, s string) time.Time {
 }
 
 func TestBrokenHandlerOutputFailsOnlyItsRun(t *testing.T) {
+	t.Parallel()
 	env, out, store := runTasks(t)
 
 	want := map[string]string{
@@ -770,9 +777,10 @@ func mustLatestRun(t *testing.T, store archive.Store, name string) *archive.Run 
 }
 
 func TestAnotherControllersFinalizerIsNeverTouched(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	file, out := tasksOperator(t)
-	runEngineWith(t, engine.Options{Config: env.Config}, file)
+	runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace}, file)
 	cleanUpTasks(t, env)
 	const other = "example.com/other"
 
@@ -832,10 +840,11 @@ func TestAnotherControllersFinalizerIsNeverTouched(t *testing.T) {
 }
 
 func TestChangesWhileTheEngineWasStoppedAreAllHandled(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	file, out := tasksOperator(t)
 	store := newArchive(t)
-	_, stop := runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	_, stop := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, file)
 
 	names := []string{"kept", "changed", "deleted"}
 	objs := map[string]*unstructured.Unstructured{}
@@ -870,7 +879,7 @@ func TestChangesWhileTheEngineWasStoppedAreAllHandled(t *testing.T) {
 	}
 	create(t, env, task(env.Namespace, "born", "", "new"))
 
-	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, file)
 	cleanUpTasks(t, env)
 	waitRecords(t, out, "born", 1, "the Task created while stopped")
 	recs := waitRecords(t, out, "changed", 2, "the Task changed while stopped")
@@ -896,6 +905,7 @@ func TestChangesWhileTheEngineWasStoppedAreAllHandled(t *testing.T) {
 }
 
 func TestHandledTasksCauseNoWrites(t *testing.T) {
+	t.Parallel()
 	const tasks = 30
 	env := clustertest.New(t)
 	file, out := tasksOperator(t)
@@ -906,7 +916,7 @@ func TestHandledTasksCauseNoWrites(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	counter := &writeCounter{}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
-	runEngineWith(t, engine.Options{Config: cfg}, file)
+	runEngineWith(t, engine.Options{Config: cfg, Namespace: env.Namespace}, file)
 	cleanUpTasks(t, env)
 	for i := range tasks {
 		create(t, env, task(env.Namespace, fmt.Sprintf("t%02d", i), "", "x"))
@@ -960,6 +970,7 @@ func widenTimeout(t *testing.T, file string) {
 }
 
 func TestPausedObjectsRunNoHandlerUntilResumed(t *testing.T) {
+	t.Parallel()
 	env, out, _ := runTasks(t)
 
 	paused := task(env.Namespace, "paused", "", "one")
@@ -1003,11 +1014,12 @@ func TestPausedObjectsRunNoHandlerUntilResumed(t *testing.T) {
 // variable from a Secret that the handler echoes everywhere it can: the
 // value reaches the handler, and nothing opkit writes.
 func TestASecretsValueReachesTheHandlerOnly(t *testing.T) {
+	t.Parallel()
 	const token = "tok-5ecret-9f8e7d"
 	env := clustertest.New(t)
 	file, _ := tasksOperatorWork(t, "{name: API_TOKEN, valueFrom: {secretKeyRef: {name: task-api, key: token}}}", "")
 	store := newArchive(t)
-	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, file)
 	cleanUpTasks(t, env)
 
 	// Without the Secret, the run fails, naming it, and is retried.
@@ -1079,10 +1091,11 @@ func TestASecretsValueReachesTheHandlerOnly(t *testing.T) {
 // Secrets, never sees its token in the archive, and its kubeconfig is
 // gone when the run ends.
 func TestAnExecHandlerReadsTheClusterAsItsServiceAccount(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	file, _ := tasksOperatorWork(t, fmt.Sprintf("{name: TASK_NAMESPACE, value: %q}", env.Namespace), "serviceAccount: {name: task-reader}")
 	store := newArchive(t)
-	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, file)
 	cleanUpTasks(t, env)
 
 	create(t, env, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "task-reader", Namespace: env.Namespace}})
@@ -1127,10 +1140,11 @@ func TestAnExecHandlerReadsTheClusterAsItsServiceAccount(t *testing.T) {
 // there are slots: a run's record starts when it does, not while it waits
 // for a slot, so its duration is its own.
 func TestRunsWaitingForASlotAreNotRecordedAsRunning(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	file, _ := tasksOperator(t)
 	store := newArchive(t)
-	runEngineWith(t, engine.Options{Config: env.Config, Archive: store, MaxConcurrentRuns: 2}, file)
+	runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store, MaxConcurrentRuns: 2}, file)
 	cleanUpTasks(t, env)
 	const n = 8
 	for i := range n {
@@ -1165,12 +1179,13 @@ func TestRunsWaitingForASlotAreNotRecordedAsRunning(t *testing.T) {
 // with AdmissionFinalizers the API server gave each its finalizer at
 // creation, so each one's delete handler runs once the engine is back.
 func TestObjectsDeletedWhileTheEngineIsCutOffGetTheirDeleteHandlers(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	proxy := clustertest.NewProxy(t, strings.TrimPrefix(env.Config.Host, "https://"))
 	cut := rest.CopyConfig(env.Config)
 	cut.Host = "https://" + proxy.Addr()
 	file, out := tasksOperator(t)
-	runEngineWith(t, engine.Options{Config: cut, Archive: newArchive(t), AdmissionFinalizers: true}, file)
+	runEngineWith(t, engine.Options{Config: cut, Namespace: env.Namespace, Archive: newArchive(t), AdmissionFinalizers: true}, file)
 	cleanUpTasks(t, env)
 	// The engine is running: it handled a first Task.
 	create(t, env, task(env.Namespace, "canary", "", "x"))

@@ -35,6 +35,7 @@ func get(t *testing.T, h http.Handler, path string) (int, string) {
 }
 
 func TestReadyzNamesEachFailingCheckAndHealthzStaysUp(t *testing.T) {
+	t.Parallel()
 	e := &Engine{started: make(chan struct{}), stopped: make(chan struct{})}
 	rec := &insertRecorder{}
 	e.archive = health.NewArchiveWriter(rec, func(string) {}, prometheus.NewGauge(prometheus.GaugeOpts{Name: "writable"}))

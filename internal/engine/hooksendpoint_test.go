@@ -28,6 +28,7 @@ import (
 // documentation addresses (the API refuses loopback ones in a slice):
 // routing them is the Service proxy's part, not the engine's.
 func TestTheHooksEndpointSliceNamesTheLeaderOnly(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	hookSecret(t, env, "s3cret")
 	const name = "opkit-hooks"
@@ -41,7 +42,7 @@ func TestTheHooksEndpointSliceNamesTheLeaderOnly(t *testing.T) {
 
 	start := func(ip, pod string) (*engine.Engine, func(), chan error) {
 		e, stop := runEngineWith(t, engine.Options{
-			Config: env.Config, HooksAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
+			Config: env.Config, Namespace: env.Namespace, HooksAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
 			LeaderElection: &engine.LeaderElection{Namespace: env.Namespace, Name: "engines"},
 			HooksEndpoint:  &engine.HooksEndpoint{Namespace: env.Namespace, Name: name, IP: ip, Pod: pod},
 		})

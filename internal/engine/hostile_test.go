@@ -19,6 +19,7 @@ import (
 )
 
 func TestHostilePrinterTextIsRefusedOrPrintedVerbatim(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	startEngine(t, env, "../../examples/printer/operator.yaml")
 	ctx := t.Context()

@@ -96,10 +96,11 @@ spec:
 }
 
 func TestJobHandlersRunAsRestrictedJobsAndReportBack(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	store := newArchive(t)
 	runEngineWith(t, engine.Options{
-		Config: env.Config, Archive: store,
+		Config: env.Config, Namespace: env.Namespace, Archive: store,
 		JobTolerations: []corev1.Toleration{{Key: devnode.Taint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 	}, batchesOperator(t))
 
@@ -167,10 +168,11 @@ func TestJobHandlersRunAsRestrictedJobsAndReportBack(t *testing.T) {
 }
 
 func TestARestartedEngineWaitsForTheJobItStarted(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	store := newArchive(t)
 	opts := engine.Options{
-		Config: env.Config, Archive: store,
+		Config: env.Config, Namespace: env.Namespace, Archive: store,
 		JobTolerations: []corev1.Toleration{{Key: devnode.Taint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 	}
 	file := batchesOperator(t)

@@ -23,6 +23,7 @@ import (
 // every change after it, each object as a read of the API gives it (less
 // its managedFields).
 func TestThePackedListWatchGivesWhatTheAPIHolds(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	ctx := t.Context()
 	gvk := corev1.SchemeGroupVersion.WithKind("ConfigMap")

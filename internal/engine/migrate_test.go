@@ -72,7 +72,7 @@ func TestMigrateStorageRunsBesideReconciles(t *testing.T) {
 		return crd.Status.StoredVersions, err
 	}
 
-	_, stop := runEngine(t, env.Config, write("v1.yaml", slipsOperator("{name: v1}")))
+	_, stop := runEngine(t, env, write("v1.yaml", slipsOperator("{name: v1}")))
 	const n = 20
 	for i := range n {
 		create(t, env, slip(fmt.Sprintf("slip-%02d", i)))

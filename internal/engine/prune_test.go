@@ -42,6 +42,7 @@ spec:
 `
 
 func TestChildrenNoLongerRenderedArePruned(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	e := startEngine(t, env)
 	ctx := t.Context()

@@ -52,6 +52,7 @@ spec:
 `
 
 func TestTheEngineReadsCustomResourcesAtTheReadVersion(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	file := filepath.Join(t.TempDir(), "note.yaml")
 	if err := os.WriteFile(file, []byte(noteOperator), 0o600); err != nil {
@@ -76,6 +77,7 @@ func TestTheEngineReadsCustomResourcesAtTheReadVersion(t *testing.T) {
 }
 
 func TestAnOperatorThatDeclaresConversionIsRefusedByAnEngineWithoutAWebhookServer(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	e := startEngine(t, env)
 	// A group of its own: nothing else installs its CRD.

@@ -141,9 +141,11 @@ func checkNoLostWrite(t *testing.T, runs []counted, count int64) {
 // run before it wrote, also when the next run starts in the reconcile
 // that records the previous one's end.
 func TestRunsSeeEveryEarlierStatusWrite(t *testing.T) {
-	env := clustertest.New(t)
+	t.Parallel()
 	for _, n := range []int{2, 3, 8} {
 		t.Run(fmt.Sprintf("%d handlers", n), func(t *testing.T) {
+			t.Parallel()
+			env := clustertest.New(t)
 			out := filepath.Join(t.TempDir(), "counted.jsonl")
 			handlers := make([]string, n)
 			for i := range handlers {
@@ -191,6 +193,7 @@ func TestRunsSeeEveryEarlierStatusWrite(t *testing.T) {
 // schedule, when, resume — that follows a status write sees it, in
 // whatever order they come.
 func TestEveryTriggerSeesTheLastStatusWrite(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	out := filepath.Join(t.TempDir(), "counted.jsonl")
 	file := countingOperator(t, "mixed", out,
@@ -200,7 +203,7 @@ func TestEveryTriggerSeesTheLastStatusWrite(t *testing.T) {
 		"[resume]",
 	)
 	store := newArchive(t)
-	_, stop := runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	_, stop := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, file)
 	obj := counter(env.Namespace, "mixed", 0)
 	create(t, env, obj)
 	eventually(t, 60*time.Second, "a create, schedule and when run", func(context.Context) (bool, error) {
@@ -219,7 +222,7 @@ func TestEveryTriggerSeesTheLastStatusWrite(t *testing.T) {
 	stop()
 	// A second engine resumes the object: its resume run sees the count
 	// the first engine's runs left.
-	_, stop = runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	_, stop = runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, file)
 	setPaused(t, env, obj, false)
 	eventually(t, 60*time.Second, "the resume run and one more schedule run", func(context.Context) (bool, error) {
 		runs := readCounted(t, out)

@@ -76,6 +76,7 @@ func deployment(ns, name, image string) *appsv1.Deployment {
 // Watcher's child and status follow the Deployment's image and the
 // labelled ConfigMaps as they change, and opkit writes neither.
 func TestRelatedObjectsAreWatchedAndReadButNeverWritten(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	e := startEngine(t, env)
 	ctx := t.Context()

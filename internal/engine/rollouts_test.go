@@ -19,6 +19,7 @@ import (
 // follows a Deployment it does not own, its status shows the image, and
 // its Python handler announces each new image once, not a scaling.
 func TestRolloutsAnnounceEachNewImageOnce(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	startEngine(t, env, "../../examples/rollouts/operator.yaml")
 	ctx := t.Context()

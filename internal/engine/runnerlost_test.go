@@ -61,6 +61,7 @@ func (l *loseFirst) Dispatch(_ context.Context, d executor.Dispatch) (*executor.
 }
 
 func TestARunWhoseRunnerIsLostIsCancelledAndRunsAgainWithItsKey(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	store := newArchive(t)
 	pool := &loseFirst{}
@@ -114,6 +115,7 @@ spec:
 `
 
 func TestAnOperatorWideRunWhoseRunnerIsLostIsCancelledAndRunsAgainWithItsKey(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	store := newArchive(t)
 	pool := &loseFirst{result: "{}"} // a run for the operator has no status to write

@@ -23,6 +23,7 @@ import (
 // the engine that runs the operators; once the leader stops, the new
 // leader writes its own; the last to stop empties it.
 func TestTheRunnersEndpointSliceNamesTheLeadersRunnerAPIOnly(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	const name = "opkit-runners"
 	// As the manifests make it: no endpoints, no ports.

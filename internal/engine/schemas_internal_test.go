@@ -41,6 +41,7 @@ func validates(s *openapispec.Schema, v any) error {
 }
 
 func TestBindingContextMatchesItsSchema(t *testing.T) {
+	t.Parallel()
 	s := loadSchema(t, "../../docs/schemas/binding-context.schema.json")
 	old := map[string]any{"text": "a", "size": int64(1)}
 	cur := map[string]any{"text": "b", "color": "red"}
@@ -90,6 +91,7 @@ func TestBindingContextMatchesItsSchema(t *testing.T) {
 }
 
 func TestResultSchemaAgreesWithParseResult(t *testing.T) {
+	t.Parallel()
 	s := loadSchema(t, "../../docs/schemas/result.schema.json")
 	for _, c := range []struct {
 		name, result string

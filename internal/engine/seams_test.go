@@ -54,6 +54,7 @@ func consistently(t *testing.T, d time.Duration, what string, cond func() bool) 
 }
 
 func TestEnginesOfTwoNamespacesEachHandleOnlyTheirOwnObjects(t *testing.T) {
+	t.Parallel()
 	envA, envB := clustertest.New(t), clustertest.New(t)
 	file, out := tasksOperator(t)
 	// A watch whose definition names another namespace: each engine
@@ -221,11 +222,12 @@ spec:
 }
 
 func TestAStepOfTheClockRunsAnObjectsScheduleAtOnce(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	out := filepath.Join(t.TempDir(), "records.jsonl")
 	clock := clocktesting.NewFakeClock(time.Now())
 	store := newArchive(t)
-	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Archive: store, Clock: clock}, hourlyOperator(t, out))
+	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store, Clock: clock}, hourlyOperator(t, out))
 	cleanUpAll(t, env, "handlers.example.com/v1", "Hourly")
 
 	obj := task(env.Namespace, "clock", "", "x")
@@ -282,6 +284,7 @@ func TestAStepOfTheClockRunsAnObjectsScheduleAtOnce(t *testing.T) {
 }
 
 func TestAStepOfTheClockRunsAnOperatorWideScheduleAtOnce(t *testing.T) {
+	t.Parallel()
 	// The first slot is the clock's next full hour.
 	clock := clocktesting.NewFakeClock(time.Now())
 	boundary := clock.Now().Truncate(time.Hour).Add(time.Hour)
@@ -323,6 +326,7 @@ spec:
 }
 
 func TestAStubThatFailsStallsTheObjectAndASucceedingOneReadiesItOnRetry(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	file, out := tasksOperator(t)
 	// Retries ten minutes apart, which the test skips with the clock.
@@ -340,7 +344,7 @@ func TestAStubThatFailsStallsTheObjectAndASucceedingOneReadiesItOnRetry(t *testi
 	failing := executor.NewCanned(executor.CannedResult{Failure: &executor.Failure{Message: "boom: stubbed"}, Log: "the stub fails"})
 	stubs.Set("tasks", "work", failing)
 	store := newArchive(t)
-	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Archive: store, Clock: clock, Stubs: stubs}, file)
+	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store, Clock: clock, Stubs: stubs}, file)
 	cleanUpTasks(t, env)
 
 	obj := task(env.Namespace, "stubbed", "", "x")

@@ -90,6 +90,7 @@ func decisionJSON(d v1alpha1.Decision) string {
 // decision waits while the object is paused, saying so, and is taken, with
 // who and why, once it is resumed; status fields read the state entered.
 func TestStateDecisionsRecoveryAndPause(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "gates.yaml")
@@ -97,7 +98,7 @@ func TestStateDecisionsRecoveryAndPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := newArchive(t)
-	_, stop := runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	_, stop := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, file)
 
 	g := &unstructured.Unstructured{}
 	g.SetAPIVersion("states.example.com/v1")
@@ -134,7 +135,7 @@ func TestStateDecisionsRecoveryAndPause(t *testing.T) {
 	if err := env.Client.Status().Patch(t.Context(), u, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatal(err)
 	}
-	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file) // stopped when the test ends
+	runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, file) // stopped when the test ends
 	eventually(t, 30*time.Second, "the lost transition recorded", func(ctx context.Context) (bool, error) {
 		ok, err := store.Succeeded(ctx, uid+"/state/2")
 		return ok, err

@@ -47,11 +47,14 @@ func (w *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 	return w.next.RoundTrip(req)
 }
 
-// runEngine runs an engine on cfg with the definitions in files; the
-// returned function stops it and waits until it stopped.
-func runEngine(t *testing.T, cfg *rest.Config, files ...string) (*engine.Engine, func()) {
+// runEngine runs an engine of env's namespace alone (engines of tests
+// running in parallel never act on each other's objects) with the
+// definitions in files; the returned function stops it and waits until it
+// stopped. A test of what an engine of every namespace does calls
+// runEngineWith without a Namespace, and does not run in parallel.
+func runEngine(t *testing.T, env *clustertest.Env, files ...string) (*engine.Engine, func()) {
 	t.Helper()
-	return runEngineWith(t, engine.Options{Config: cfg}, files...)
+	return runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace}, files...)
 }
 
 // runEngineWith is runEngine with options; without an archive it gets a
@@ -150,7 +153,7 @@ func TestConvergedPrintersCauseNoWrites(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	counter := &writeCounter{}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
-	runEngine(t, cfg, "../../examples/printer/operator.yaml")
+	runEngineWith(t, engine.Options{Config: cfg}, "../../examples/printer/operator.yaml")
 	ctx := t.Context()
 	start := time.Now()
 
@@ -233,11 +236,12 @@ func TestConvergedPrintersCauseNoWrites(t *testing.T) {
 }
 
 func TestChangesMadeWhileTheEngineIsStoppedConvergeWhenItStarts(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	ctx := t.Context()
 	file := t.TempDir() + "/notes.yaml"
 	writeFile(t, file, strings.NewReplacer("name: notes}", "name: offline}", "group: notes.example.com", "group: offline.example.com").Replace(notesV1))
-	_, stop := runEngine(t, env.Config, file)
+	_, stop := runEngine(t, env, file)
 	note := func(name, a string) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "offline.example.com/v1", "kind": "Note",
@@ -295,7 +299,7 @@ func TestChangesMadeWhileTheEngineIsStoppedConvergeWhenItStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	runEngine(t, env.Config, file)
+	runEngine(t, env, file)
 	eventually(t, 60*time.Second, "every change converged", func(context.Context) (bool, error) {
 		for name, want := range map[string]string{"created": "offline", "changed": "offline", "drifted": "before", "lost": "before"} {
 			if a, err := configData(name); err != nil || a != want {

@@ -21,6 +21,7 @@ import (
 )
 
 func TestScheduleResumeAndHTTPHandlers(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	var mu sync.Mutex
 	var posted []map[string]any
@@ -66,7 +67,7 @@ spec:
 		t.Fatal(err)
 	}
 	store := newArchive(t)
-	_, stop := runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	_, stop := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, file)
 
 	obj := task(env.Namespace, "clock", "", "tick")
 	obj.SetAPIVersion("handlers.example.com/v1")
@@ -100,7 +101,7 @@ spec:
 
 	// A restart resumes the object once; the create hook does not run again.
 	stop()
-	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, file)
 	eventually(t, 30*time.Second, "the resume run", func(context.Context) (bool, error) {
 		for _, r := range records(t, out, "clock") {
 			if r.Trigger == "resume" {

@@ -65,6 +65,7 @@ func websiteManifest(name, spec string) string {
 // each refuse a bad kubectl apply with their message in kubectl's output,
 // and leave the object as it was; valid applies pass.
 func TestWebsiteRulesRefuseABadKubectlApplyWithTheirMessage(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	startEngine(t, env, "../../examples/website/operator.yaml")
 	applyFirst(t, env, websiteManifest("hello", `{content: "<h1>hi</h1>", domain: www.example.com}`))
@@ -117,6 +118,7 @@ spec:
 // inside an optional object cannot be set after creation, nor removed
 // (alone or with its object), nor changed; its neighbours can.
 func TestAnImmutableFieldCannotBeAddedRemovedOrChanged(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	file := filepath.Join(t.TempDir(), "volume.yaml")
 	if err := os.WriteFile(file, []byte(volumeOperator), 0o600); err != nil {

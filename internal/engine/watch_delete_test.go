@@ -130,6 +130,7 @@ func checkOneDeleteRun(t *testing.T, runs []archive.Run, handler string, want ..
 // delete run once, with a key of its own, after their create and update
 // runs.
 func TestAWatchedHandlerOnDeleteAndOtherTriggersRunsOnceOnDeletion(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	ctx := t.Context()
 	out := filepath.Join(t.TempDir(), "records.jsonl")
@@ -167,7 +168,7 @@ func TestAWatchedHandlerOnDeleteAndOtherTriggersRunsOnceOnDeletion(t *testing.T)
 		}
 		return w
 	}
-	e, stop := runEngineWith(t, engine.Options{Config: env.Config, Archive: store})
+	e, stop := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store})
 	apply(e)
 	for _, h := range cases {
 		for _, name := range []string{"live", "down"} {
@@ -211,7 +212,7 @@ func TestAWatchedHandlerOnDeleteAndOtherTriggersRunsOnceOnDeletion(t *testing.T)
 			t.Fatal(err)
 		}
 	}
-	again, _ := runEngineWith(t, engine.Options{Config: env.Config, Archive: store})
+	again, _ := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store})
 	apply(again)
 	for _, h := range cases {
 		t.Run(h.name+"/engine down", func(t *testing.T) {
@@ -228,6 +229,7 @@ func TestAWatchedHandlerOnDeleteAndOtherTriggersRunsOnceOnDeletion(t *testing.T)
 // engine starts), each get each handler's delete run once, with a key of
 // its own.
 func TestACustomResourcesHandlerOnDeleteAndOtherTriggersRunsOnceOnDeletion(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	ctx := t.Context()
 	out := filepath.Join(t.TempDir(), "records.jsonl")
@@ -254,7 +256,7 @@ spec:
 	}
 	file := filepath.Join(t.TempDir(), "deletes.yaml")
 	writeFile(t, file, def)
-	_, stop := runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	_, stop := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, file)
 	cleanUpAll(t, env, "deletes.example.com/v1", "Note")
 	note := func(name string) *unstructured.Unstructured {
 		obj := task(env.Namespace, name, "", "a")
@@ -301,7 +303,7 @@ spec:
 	if err := env.Client.Delete(ctx, note("down")); err != nil {
 		t.Fatal(err)
 	}
-	runEngineWith(t, engine.Options{Config: env.Config, Archive: store}, file)
+	runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, file)
 	cleanUpAll(t, env, "deletes.example.com/v1", "Note")
 	waitGone(t, env, note("down"), 60*time.Second, "the Note deleted while no engine ran gone")
 	check("down")

@@ -73,6 +73,7 @@ func triggers(recs []record) []string {
 // started again on the same archive, the engine runs nothing again for
 // what it handled, and handles once what changed while it was stopped.
 func TestAWatchRunsItsHandlersForTheSelectedDeploymentsOnlyAndWritesNone(t *testing.T) {
+	// An engine of every namespace, for a watch of two: not in parallel.
 	a, b, c := clustertest.New(t), clustertest.New(t), clustertest.New(t)
 	ctx := t.Context()
 	out := filepath.Join(t.TempDir(), "records.jsonl")
@@ -164,11 +165,12 @@ func TestAWatchRunsItsHandlersForTheSelectedDeploymentsOnlyAndWritesNone(t *test
 // label of a watched Deployment: it is forgotten, its delete handler does
 // not run, and labelled again it is new (create runs again).
 func TestAWatchLeavesAnObjectThatStopsMatchingWithoutADeleteRun(t *testing.T) {
+	t.Parallel()
 	a := clustertest.New(t)
 	ctx := t.Context()
 	out := filepath.Join(t.TempDir(), "records.jsonl")
 	store := newArchive(t)
-	e, _ := runEngineWith(t, engine.Options{Config: a.Config, Archive: store})
+	e, _ := runEngineWith(t, engine.Options{Config: a.Config, Namespace: a.Namespace, Archive: store})
 	// Its handlers take 2 s: the label goes while the create run runs.
 	def := strings.ReplaceAll(teamWatch(t, out, a.Namespace), `{name: EVENTS_ONLY, value: "1"}`, `{name: EVENTS_ONLY, value: "1"}, {name: SLEEP, value: 2s}`)
 	if err := e.Apply(ctx, compileYAML(t, def)); err != nil {
@@ -266,11 +268,12 @@ func TestAWatchTheEngineMayNotListIsRefusedNamingTheField(t *testing.T) {
 // owner's, stays where it is (opkit writes nothing to the Deployment); the
 // same value asks for nothing more.
 func TestARetryOfAStalledWatchedObjectRunsItAgainWithoutWritingIt(t *testing.T) {
+	t.Parallel()
 	a := clustertest.New(t)
 	ctx := t.Context()
 	dir := t.TempDir()
 	out, fixed := filepath.Join(dir, "records.jsonl"), filepath.Join(dir, "fixed")
-	e, _ := runEngineWith(t, engine.Options{Config: a.Config})
+	e, _ := runEngineWith(t, engine.Options{Config: a.Config, Namespace: a.Namespace})
 	if err := e.Apply(ctx, compileYAML(t, fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
 kind: Operator
 metadata: {name: retry-%s}
@@ -330,6 +333,7 @@ spec:
 // Deployment across a when condition: the handler runs once each time it
 // becomes true, not while it stays true.
 func TestAWhenOverAWatchedObjectRunsOncePerTransitionToTrue(t *testing.T) {
+	t.Parallel()
 	a := clustertest.New(t)
 	ctx := t.Context()
 	out := filepath.Join(t.TempDir(), "records.jsonl")
@@ -376,6 +380,7 @@ spec:
 // exists, then the Deployment goes; one that stops matching has the
 // finalizer removed and can be deleted with no engine's help.
 func TestAWatchWithAFinalizerRunsTheDeleteHandlerBeforeTheObjectIsGone(t *testing.T) {
+	t.Parallel()
 	a := clustertest.New(t)
 	ctx := t.Context()
 	dir := t.TempDir()
@@ -438,11 +443,12 @@ spec:
 // Deployments to ConfigMaps: the Deployments it knew are forgotten, with
 // no delete run, and the ConfigMaps are new to it.
 func TestAWatchOfAnotherKindForgetsTheOldKindsObjects(t *testing.T) {
+	t.Parallel()
 	a := clustertest.New(t)
 	ctx := t.Context()
 	out := filepath.Join(t.TempDir(), "records.jsonl")
 	store := newArchive(t)
-	e, _ := runEngineWith(t, engine.Options{Config: a.Config, Archive: store})
+	e, _ := runEngineWith(t, engine.Options{Config: a.Config, Namespace: a.Namespace, Archive: store})
 	def := teamWatch(t, out, a.Namespace)
 	if err := e.Apply(ctx, compileYAML(t, def)); err != nil {
 		t.Fatal(err)
@@ -476,6 +482,7 @@ func TestAWatchOfAnotherKindForgetsTheOldKindsObjects(t *testing.T) {
 // no delete run. A record of another cluster's object, left in the
 // archive, runs nothing either.
 func TestAWatchForgetsWhatItNoLongerWatchesOrNeverSawHere(t *testing.T) {
+	// An engine of every namespace, for a watch of two: not in parallel.
 	a, b := clustertest.New(t), clustertest.New(t)
 	ctx := t.Context()
 	out := filepath.Join(t.TempDir(), "records.jsonl")
@@ -524,7 +531,9 @@ func TestAWatchForgetsWhatItNoLongerWatchesOrNeverSawHere(t *testing.T) {
 // Namespaces whose job handler names no namespace, at apply.
 func TestAWatchOfAClusterScopedKindNeedsItsJobsNamespace(t *testing.T) {
 	a := clustertest.New(t)
-	e := startEngine(t, a)
+	// An engine of every namespace: one of a namespace refuses any watch
+	// of a cluster-scoped kind.
+	e, _ := runEngineWith(t, engine.Options{Config: a.Config})
 	err := e.Apply(t.Context(), compileYAML(t, `apiVersion: opkit.dev/v1alpha1
 kind: Operator
 metadata: {name: namespaces}

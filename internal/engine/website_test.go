@@ -15,6 +15,7 @@ import (
 )
 
 func TestWebsiteAppliesItsConfigMapFirstAndRollsOnChange(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	startEngine(t, env, "../../examples/website/operator.yaml")
 	ctx := t.Context()
@@ -88,6 +89,7 @@ func TestWebsiteAppliesItsConfigMapFirstAndRollsOnChange(t *testing.T) {
 // shows what an autoscaler reads: the replicas there are and the label
 // selector of their Pods.
 func TestKubectlScaleScalesAWebsiteAndItsDeploymentFollows(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	startEngine(t, env, "../../examples/website/operator.yaml")
 	applyFirst(t, env, websiteManifest("hello", `{content: "<h1>hi</h1>"}`))

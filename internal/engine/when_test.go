@@ -16,6 +16,7 @@ import (
 // a child ConfigMap holds the word "go": it runs when that becomes true,
 // not again while it stays true, and again after it was false.
 func TestWhenRunsOncePerTransitionToTrue(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	e := startEngine(t, env)
 	bin, err := os.Executable()

@@ -15,6 +15,8 @@
 package clustertest
 
 import (
+	"flag"
+	"strconv"
 	"testing"
 
 	"github.com/opkit-dev/opkit/pkg/opkittest"
@@ -41,4 +43,19 @@ func Cluster(t testing.TB) *opkittest.ControlPlane {
 func New(t testing.TB) *Env {
 	t.Helper()
 	return opkittest.New(t)
+}
+
+// DefaultParallel sets go test's -parallel to n unless the command line
+// set it: how many of a package's t.Parallel tests run at once. Most of an
+// integration test's time is waiting (for the plane, an outage, a
+// schedule, a handler), not CPU, so a package of such tests keeps a 2-core
+// machine busy only with more of them at once than GOMAXPROCS, go test's
+// default. Call it in TestMain, before Main or m.Run; it parses the flags.
+func DefaultParallel(n int) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }

@@ -30,6 +30,13 @@ func TestMain(m *testing.M) {
 	if os.Getenv(roleEnv) == agentRole {
 		os.Exit(agentMain())
 	}
+	if os.Getenv(roleEnv) == peerRole {
+		if err := peerMain(); err != nil {
+			fmt.Fprintln(os.Stderr, "peer:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	clustertest.Main(m)
 }
 
@@ -39,7 +46,10 @@ func TestMain(m *testing.M) {
 // Printer, and neither it nor the baseline writes at steady state, nor
 // to a watched Deployment (the watch scenario fails if either does);
 // every webhook delivery is answered with the status of its kind; the
-// archive and console scenarios measure SQLite and PostgreSQL alike.
+// archive and console scenarios measure SQLite and PostgreSQL alike; the
+// peers (the Python operator, shell-operator) drain the handlers' Printers
+// and watch the Deployments beside opkit, with the ratios among the
+// targets.
 func TestEveryScenarioMeasures(t *testing.T) {
 	kubeconfig := clustertest.Cluster(t).KubeconfigPath()
 	stores := archiveStores(t)
@@ -65,6 +75,7 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	var report struct {
 		Figures []figure `json:"figures"`
 		Targets []target `json:"targets"`
+		Notes   []string `json:"notes"`
 	}
 	if err := json.Unmarshal(data, &report); err != nil {
 		t.Fatalf("the JSON report: %v", err)
@@ -113,6 +124,36 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	} {
 		if v, ok := get(w[0], w[1], w[2]); !ok || v <= 0 {
 			t.Errorf("%s / %s / %s: got %v (measured: %v), want a positive figure", w[0], w[1], w[2], v, ok)
+		}
+	}
+	// The peers beside opkit, each doing the handlers drain's and the
+	// watch's work; one that could not be prepared is left out with a
+	// note, except under CI=true, where the suite fails instead.
+	for _, peer := range []impl{pythonPeer, shellOperatorPeer} {
+		if note := "peer " + peer.Name + " left out"; slices.ContainsFunc(report.Notes, func(n string) bool { return strings.HasPrefix(n, note) }) {
+			t.Logf("%s: not measured on this machine: %v", peer.Name, report.Notes)
+			continue
+		}
+		for _, w := range [][2]string{
+			{"handlers drain", "objects/s"},
+			{"handlers drain", "CPU per object, with its handlers"},
+			{"watch", "all handled once"},
+			{"watch", "new image handled p50"},
+			{"watch", "peak RSS"},
+		} {
+			if v, ok := get(w[0], peer.Name, w[1]); !ok || v <= 0 {
+				t.Errorf("%s / %s / %s: got %v (measured: %v), want a positive figure", w[0], peer.Name, w[1], v, ok)
+			}
+		}
+		// The child and the status of each Printer, nothing else.
+		if v, _ := get("handlers drain", peer.Name, "writes per object"); v != 2 {
+			t.Errorf("%s reported %.2f writes per Printer, want 2", peer.Name, v)
+		}
+		if v, ok := get("watch", peer.Name, "steady writes/min"); !ok || v != 0 {
+			t.Errorf("%s writes %v/min at the watch's steady state (measured: %v), want 0", peer.Name, v, ok)
+		}
+		if !slices.ContainsFunc(report.Targets, func(tg target) bool { return strings.HasSuffix(tg.Goal, "ahead of "+peer.Name) }) {
+			t.Errorf("no target compares opkit with %s: %+v", peer.Name, report.Targets)
 		}
 	}
 	for _, st := range stores {

@@ -158,6 +158,9 @@ type bench struct {
 	// plane reads the CPU time of the API server and etcd; nil when
 	// they do not run on this machine (see planeCPU).
 	plane *planeCPU
+	// peersReady are the peers prepared for this run (see peers), nil
+	// until the first scenario with peers asks.
+	peersReady *[]impl
 }
 
 func main() {
@@ -170,6 +173,13 @@ func main() {
 	}
 	if os.Getenv(roleEnv) == agentRole {
 		os.Exit(agentMain())
+	}
+	if os.Getenv(roleEnv) == peerRole {
+		if err := peerMain(); err != nil {
+			fmt.Fprintln(os.Stderr, "peer:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if err := benchMain(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -449,6 +459,15 @@ func (b *bench) run(ctx context.Context) error {
 					return err
 				}
 			}
+			peers, err := b.peers(ctx)
+			if err != nil {
+				return err
+			}
+			for _, im := range peers {
+				if err := step("exec handler drain, "+im.Name, func() error { return b.peerDrain(ctx, im, b.opts.HandlerObjects) }); err != nil {
+					return err
+				}
+			}
 			if err := step("job handler latency", func() error { return b.jobLatency(ctx, b.opts.JobObjects) }); err != nil {
 				return err
 			}
@@ -479,7 +498,11 @@ func (b *bench) run(ctx context.Context) error {
 			if err := step(fmt.Sprintf("watch: %d Deployments", b.opts.WatchObjects), func() (err error) { w, err = b.watchSetup(ctx); return err }); err != nil {
 				return err
 			}
-			for _, im := range []impl{opkitDefaults, baseline8} {
+			peers, err := b.peers(ctx)
+			if err != nil {
+				return err
+			}
+			for _, im := range append([]impl{opkitDefaults, baseline8}, peers...) {
 				if err := step("watch "+im.Name, func() error { return b.watch(ctx, w, im) }); err != nil {
 					return err
 				}

@@ -47,23 +47,39 @@ type controller struct {
 
 // startController starts impl on the workload file def. archive is the
 // SQLite path for opkit's run archive, or "off".
+// A peer (im.isPeer) runs under its supervisor instead (startPeer).
 func (b *bench) startController(im impl, def, archive string) (*controller, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
+	if im.isPeer() {
+		return b.startPeer(im, def)
 	}
-	if im.Exe != "" {
-		exe = im.Exe
+	return b.spawn(im, []string{
+		roleEnv + "=controller", implEnv + "=" + im.Kind, workersEnv + "=" + strconv.Itoa(im.Workers),
+		definitionEnv + "=" + def, archiveEnv + "=" + archive, profileEnv + "=" + b.opts.ProfileDir, "KUBECONFIG=" + b.kubeconfig,
+	}, im.Exe)
+}
+
+// spawn starts the bench's executable (exe, or this one when empty) with
+// env added to this process's, as the controller im; its stderr goes to a
+// log file in the work directory.
+func (b *bench) spawn(im impl, env []string, exe string) (*controller, error) {
+	if exe == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		exe = self
 	}
-	logFile, err := os.CreateTemp(b.workDir, im.Name+"-*.log")
+	name := im.Name
+	if im.isPeer() {
+		name = im.Kind // the peers' names have spaces
+	}
+	logFile, err := os.CreateTemp(b.workDir, name+"-*.log")
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = logFile.Close() }()
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(),
-		roleEnv+"=controller", implEnv+"="+im.Kind, workersEnv+"="+strconv.Itoa(im.Workers),
-		definitionEnv+"="+def, archiveEnv+"="+archive, profileEnv+"="+b.opts.ProfileDir, "KUBECONFIG="+b.kubeconfig)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()

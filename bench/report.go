@@ -157,6 +157,21 @@ func (b *bench) targets() []target {
 		overhead := (off - on) / off
 		out = append(out, target{Goal: "archive overhead on drain at most 5%", Got: fmt.Sprintf("%.1f%%", 100*overhead), Met: overhead <= 0.05})
 	}
+	// opkit ahead of each peer that ran: on the handlers drain, with its
+	// default archive, and on the watch.
+	for _, peer := range []impl{pythonPeer, shellOperatorPeer} {
+		if p, ok := b.median("handlers drain", peer.Name, "objects/s"); ok && okOn && p > 0 {
+			out = append(out, target{Goal: "handlers drain: opkit (archive on) ahead of " + peer.Name, Got: fmt.Sprintf("%.2fx (%.1f/s vs %.1f/s)", on/p, on, p), Met: on > p})
+		}
+		for _, metric := range []string{"all handled once", "new image handled p50"} {
+			o, ok1 := b.median("watch", opkitDefaults.Name, metric)
+			p, ok2 := b.median("watch", peer.Name, metric)
+			if ok1 && ok2 && o > 0 {
+				// The ratio is the peer's time over opkit's: above 1, opkit is ahead.
+				out = append(out, target{Goal: fmt.Sprintf("watch, %s: opkit ahead of %s", metric, peer.Name), Got: fmt.Sprintf("%.2fx (%s vs %s)", p/o, num(o), num(p)), Met: o < p})
+			}
+		}
+	}
 	for _, f := range b.figures {
 		if f.Scenario == "console 100k runs" && f.Metric == "page p99" {
 			out = append(out, target{Goal: fmt.Sprintf("console %s p99 under 100 ms with 100k runs (%s)", f.Subject, f.Store.title()), Got: fmt.Sprintf("%.1f ms", f.Median), Met: f.Median < 100})

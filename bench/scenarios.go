@@ -272,6 +272,31 @@ func (b *bench) handlerDrain(ctx context.Context, n int, archiveOn bool) error {
 	return b.c.cleanUp(ctx)
 }
 
+// peerDrain: the n Printers of handlerDrain drained by a peer (peers.go),
+// which does the same work: child, handler, status. Its CPU counts the
+// handlers it forked, and its writes are those it reports.
+func (b *bench) peerDrain(ctx context.Context, im impl, n int) error {
+	ctx, cancel := context.WithCancel(ctx) // ends the tracker's watches
+	defer cancel()
+	d, err := b.drainOnce(ctx, im, "printer-exec.yaml", "off", "touched", names("h", n))
+	if err != nil {
+		return err
+	}
+	defer d.c.stop()
+	time.Sleep(3 * statsInterval) // a stats line that counts the last writes
+	s, err := d.c.stats()
+	if err != nil {
+		return err
+	}
+	b.add("handlers drain", im.Name, "objects/s", "/s", float64(n)/d.elapsed.Seconds())
+	b.add("handlers drain", im.Name, "writes per object", "", float64(s.Writes)/float64(n))
+	b.add("handlers drain", im.Name, "CPU per object, with its handlers", "ms", 1000*s.CPUSecond/float64(n))
+	b.add("handlers drain", im.Name, "peak RSS", "MiB", float64(s.MaxRSS)/(1<<20))
+	fmt.Fprintf(b.log, "  writes: %v\n", s.WritesBy)
+	d.c.stop()
+	return b.c.cleanUp(ctx)
+}
+
 // jobLatency: Printers with a job handler created one at a time; the time
 // from the start of each creation until its Job exists.
 func (b *bench) jobLatency(ctx context.Context, n int) error {

@@ -105,7 +105,9 @@ func (b *bench) watch(ctx context.Context, w *watchSet, im impl) error {
 		return err
 	}
 	b.add("watch", im.Name, "peak RSS", "MiB", float64(before.MaxRSS)/(1<<20))
-	b.add("watch", im.Name, "peak heap", "MiB", float64(before.HeapPeak)/(1<<20))
+	if !im.isPeer() { // a peer's heap is not known
+		b.add("watch", im.Name, "peak heap", "MiB", float64(before.HeapPeak)/(1<<20))
+	}
 	b.add("watch", im.Name, "writes at start", "", float64(before.Writes))
 	fmt.Fprintf(b.log, "  writes at start: %v\n", before.WritesBy)
 	window := time.Duration(after.At - before.At)

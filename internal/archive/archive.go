@@ -54,9 +54,15 @@
 //     longer one keeps its start and is marked PayloadTruncated, with its
 //     whole size in PayloadBytes. An accepted one is kept whole, for its
 //     handling.
-//   - The archive stores what it is given: the engine never gives it the
-//     binding context or values from Secrets, and redacts the
-//     credentials of a delivery's headers before recording it. A
+//   - A run's binding context (Run.Input) and result (Run.Result) are
+//     kept with it, for opkit rerun --same-input and opkit replay; Get
+//     returns them and the ids of the run's re-runs (Run.Reruns), List
+//     neither.
+//   - The archive stores what it is given: the engine gives it the
+//     binding context as handlers get it, with the data of Secrets
+//     (children, related objects) already dropped, never a value from a
+//     Secret (a handler's env from secretKeyRef is not in it), and
+//     redacts the credentials of a delivery's headers before recording it. A
 //     payload is the sender's event, kept as received for its handling;
 //     what shows it redacts its secrets and tokens ([RedactPayload]).
 package archive
@@ -141,6 +147,20 @@ type Run struct {
 	// handler with exec.image, in a cluster; "" for every other run, and
 	// until a runner claims it ([Recorder.SetRunner]).
 	Runner string `json:"runner,omitempty"`
+	// RerunOf is the run a re-run repeats (trigger rerun, asked with
+	// opkit rerun or the console's Run again); "" for every other run.
+	// Actor is then the person who asked, and Reason why.
+	RerunOf string `json:"rerunOf,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// Reruns are the ids of the re-runs of this run, oldest first: set by
+	// [Reader.Get] only, never by List.
+	Reruns []string `json:"reruns,omitempty"`
+	// Input is the binding context the handler got (JSON, Secrets
+	// redacted: see the package doc), and Result what it answered (JSON;
+	// empty when it answered nothing or failed without a result). Both
+	// are set by [Reader.Get] only, never by List: they are large.
+	Input  json.RawMessage `json:"input,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
 
 	StartedAt  time.Time `json:"startedAt"`
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
@@ -377,7 +397,7 @@ type Recorder interface {
 	// Insert records a new run. r.ID must be set (NewID).
 	Insert(ctx context.Context, r *Run) error
 	// Finish records how a run ended: FinishedAt, Outcome, Error,
-	// NextRetryAt and Writes, and Runner when it is set (an empty one
+	// NextRetryAt, Writes and Result, and Runner when it is set (an empty one
 	// keeps what SetRunner recorded). A Skipped run replaces the object's
 	// earlier Skipped runs of the handler.
 	Finish(ctx context.Context, r *Run) error

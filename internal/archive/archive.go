@@ -406,6 +406,8 @@ type Recorder interface {
 	SetRunner(ctx context.Context, id, runner string) error
 	// AppendLog adds to a run's log, up to the cap.
 	AppendLog(ctx context.Context, id string, p []byte) error
+	// Get returns one run, or ErrNotFound: the run a re-run repeats.
+	Get(ctx context.Context, id string) (*Run, error)
 	// Succeeded reports whether a run with this idempotency key succeeded.
 	Succeeded(ctx context.Context, key string) (bool, error)
 	// List returns the runs q selects, newest first.

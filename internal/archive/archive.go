@@ -202,6 +202,31 @@ func (r *Run) Transition() (from, to string, ok bool) {
 	return from, to, true
 }
 
+// RerunRefusal says why r cannot be run again (opkit rerun, the
+// console's Run again) from its record alone, with sameInput when the
+// re-run is to get the recorded binding context; "" when its record
+// allows it. What the record cannot tell (is its object still there, is
+// its handler still defined) the asker and the engine check.
+func (r *Run) RerunRefusal(sameInput bool) string {
+	switch {
+	case r.Kind == v1alpha1.Kind && r.APIVersion == v1alpha1.SchemeGroupVersion.String():
+		other := "opkit schedule run " + r.Operator + " " + r.Handler
+		if r.Trigger == v1alpha1.OnEvent {
+			other = "opkit events redeliver ID (opkit events --operator " + r.Operator + " lists the deliveries)"
+		}
+		return fmt.Sprintf("run %s is operator %s's own (trigger %s), for no object: a re-run runs a handler again for an object; run this one again with %s", r.ID, r.Operator, r.Trigger, other)
+	case r.Outcome == Running:
+		return fmt.Sprintf("run %s is still running: wait for its end (opkit logs -f %s), then run it again", r.ID, r.ID)
+	case r.Handler == v1alpha1.TransitionHandler:
+		return fmt.Sprintf("run %s is the record of a state transition, not a handler's run: nothing runs again", r.ID)
+	case r.Trigger == v1alpha1.OnValidate || r.Trigger == v1alpha1.OnMutate:
+		return fmt.Sprintf("run %s answered an admission request of the API server (%s), which cannot be asked again: apply the object again instead", r.ID, r.Trigger)
+	case sameInput && len(r.Input) == 0:
+		return fmt.Sprintf("run %s has no recorded binding context (an earlier opkit did not keep it): run it again with the object as it is now, without the same input", r.ID)
+	}
+	return ""
+}
+
 // Query selects runs. Zero fields do not filter.
 type Query struct {
 	Operator  string

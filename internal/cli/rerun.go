@@ -69,7 +69,7 @@ delivery with opkit events redeliver.`,
 			if err != nil {
 				return err
 			}
-			if why := rerunRefusedByRecord(run, sameInput); why != "" {
+			if why := run.RerunRefusal(sameInput); why != "" {
 				return errors.New(why)
 			}
 			loader := kubeconfigLoader(kubeconfig)
@@ -114,28 +114,6 @@ delivery with opkit events redeliver.`,
 	cmd.Flags().StringVar(&reason, "reason", "", "why, in your words: recorded with the re-run")
 	cmd.Flags().DurationVar(&wait, "wait", 10*time.Second, "how long to wait for the engine's answer; 0: do not wait")
 	return cmd
-}
-
-// rerunRefusedByRecord says why the archived run r cannot be run again,
-// from its record alone; "" when it may.
-func rerunRefusedByRecord(r *archive.Run, sameInput bool) string {
-	switch {
-	case r.Kind == v1alpha1.Kind && r.APIVersion == v1alpha1.SchemeGroupVersion.String():
-		other := "opkit schedule run " + r.Operator + " " + r.Handler
-		if r.Trigger == v1alpha1.OnEvent {
-			other = "opkit events redeliver ID (opkit events --operator " + r.Operator + " lists the deliveries)"
-		}
-		return fmt.Sprintf("run %s is operator %s's own (trigger %s), for no object: opkit rerun runs a handler again for an object; run this one again with %s", r.ID, r.Operator, r.Trigger, other)
-	case r.Outcome == archive.Running:
-		return fmt.Sprintf("run %s is still running: wait for its end (opkit logs -f %s), then run it again", r.ID, r.ID)
-	case r.Handler == v1alpha1.TransitionHandler:
-		return fmt.Sprintf("run %s is the record of a state transition, not a handler's run: nothing runs again", r.ID)
-	case r.Trigger == v1alpha1.OnValidate || r.Trigger == v1alpha1.OnMutate:
-		return fmt.Sprintf("run %s answered an admission request of the API server (%s), which cannot be asked again: apply the object again instead", r.ID, r.Trigger)
-	case sameInput && len(r.Input) == 0:
-		return fmt.Sprintf("run %s has no recorded binding context (an earlier opkit did not keep it): run it again without --same-input, with the object as it is now", r.ID)
-	}
-	return ""
 }
 
 // rerunObject reads the object run r was for; gone (deleted, or another

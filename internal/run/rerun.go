@@ -112,16 +112,10 @@ func rerunRefusal(def *definition.Definition, cr *unstructured.Unstructured, req
 		return fmt.Sprintf("run %s is operator %s's, not %s's", orig.ID, orig.Operator, op)
 	case orig.UID != string(cr.GetUID()):
 		return fmt.Sprintf("run %s ran for another object (%s %s, uid %s), which is gone: a re-run is for the object its run was for", orig.ID, orig.Kind, orig.Object(), orig.UID)
-	case orig.Outcome == archive.Running:
-		return fmt.Sprintf("run %s is still running: wait for its end, then ask again", orig.ID)
-	case orig.Trigger == v1alpha1.OnValidate || orig.Trigger == v1alpha1.OnMutate:
-		return fmt.Sprintf("run %s answered an admission request of the API server (%s), which cannot be asked again", orig.ID, orig.Trigger)
-	case orig.Handler == v1alpha1.TransitionHandler:
-		return fmt.Sprintf("run %s is the record of a state transition, not a handler's run", orig.ID)
+	case orig.RerunRefusal(req.SameInput) != "":
+		return orig.RerunRefusal(req.SameInput)
 	case handlerNamed(def, orig.Handler) == nil:
 		return fmt.Sprintf("handler %s is no longer in operator %s's definition", orig.Handler, op)
-	case req.SameInput && len(orig.Input) == 0:
-		return fmt.Sprintf("run %s has no recorded binding context (an earlier opkit did not keep it): run it again with the object as it is now, without --same-input", orig.ID)
 	}
 	return ""
 }

@@ -3,10 +3,13 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -156,5 +159,75 @@ func TestRerunRunsTheHandlerAgainWithTheObjectNowOrTheRecordedInput(t *testing.T
 	})
 	if n := len(records(t, out, "a")); n != 4 {
 		t.Errorf("a's handler ran %d times; want 4: create, update and the two re-runs (a refused request and a re-run's own write run nothing)", n)
+	}
+}
+
+// TestARerunOfAWatchedObjectsRunLeavesTheObjectUnwritten: a re-run asked
+// on a watched Deployment runs its handler again, keyed as a re-run; the
+// engine writes nothing to the Deployment (the request stays, answered
+// once: an unrelated change of the object runs nothing more).
+func TestARerunOfAWatchedObjectsRunLeavesTheObjectUnwritten(t *testing.T) {
+	t.Parallel()
+	a := clustertest.New(t)
+	ctx := t.Context()
+	out := filepath.Join(t.TempDir(), "records.jsonl")
+	store := newArchive(t)
+	e, _ := runEngineWith(t, engine.Options{Config: a.Config, Namespace: a.Namespace, Archive: store})
+	if err := e.Apply(ctx, compileYAML(t, fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: rerun-%s}
+spec:
+  watch: {apiVersion: apps/v1, kind: Deployment, namespaces: [%s]}
+  handlers:
+  - name: created
+    on: [create]
+    %s
+`, a.Namespace, a.Namespace, recorderExec(t, out)))); err != nil {
+		t.Fatal(err)
+	}
+	name := "web-" + a.Namespace[len(a.Namespace)-6:]
+	create(t, a, deployment(a.Namespace, name, "nginx:1"))
+	waitRecords(t, out, name, 1, "the create run")
+	var created *archive.Run
+	eventually(t, 30*time.Second, "the create run succeeded", func(ctx context.Context) (bool, error) {
+		runs, err := archive.ListAll(ctx, store, archive.Query{Name: name, Outcome: archive.Succeeded})
+		if len(runs) == 1 {
+			created = &runs[0]
+		}
+		return created != nil, err
+	})
+
+	dep := &unstructured.Unstructured{}
+	dep.SetAPIVersion("apps/v1")
+	dep.SetKind("Deployment")
+	dep.SetNamespace(a.Namespace)
+	dep.SetName(name)
+	askRerun(t, a, dep, v1alpha1.Rerun{Request: "req-watched", Run: created.ID, Reason: "redo", By: "jane@example.com"})
+	rerunEvent(t, a, v1alpha1.EventRerunStarted, "req-watched")
+	recs := waitRecords(t, out, name, 2, "the re-run")
+	if recs[1].Trigger != v1alpha1.TriggerRerun || recs[1].Key != created.Key+"/rerun/1" {
+		t.Errorf("the re-run got trigger %q key %q; want rerun and %s/rerun/1", recs[1].Trigger, recs[1].Key, created.Key)
+	}
+
+	// An unrelated change reconciles it again: the request, still there,
+	// was answered.
+	if err := a.Client.Patch(ctx, dep, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"yes"}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // nothing should come: no event to wait for
+	if n := len(records(t, out, name)); n != 2 {
+		t.Errorf("%d runs; want 2: a request answered asks for nothing more", n)
+	}
+	got := &appsv1.Deployment{}
+	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name}, got); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Annotations[v1alpha1.RerunAnnotation]; !ok {
+		t.Errorf("annotations %v; want the request left on the watched object", got.Annotations)
+	}
+	for _, mf := range got.ManagedFields {
+		if mf.Manager == engine.FieldManager {
+			t.Errorf("opkit wrote the Deployment: %+v", mf)
+		}
 	}
 }

@@ -158,6 +158,60 @@ const (
 // On* constants.
 const TriggerRequeue = "requeue"
 
+// TriggerRerun is the trigger of a run a person asked for again (opkit
+// rerun, the console's Run again; RerunAnnotation): the handler of an
+// earlier run runs once more for the same object, recorded as a re-run
+// of it. It is not a value of Handler.On.
+const TriggerRerun = "rerun"
+
+// RerunAnnotation holds a person's request to run a handler again for
+// this object (a custom resource, or an object an Operator watches), as
+// the JSON of a Rerun. The engine takes it when the object has no run in
+// flight: it checks that the run is this object's and its handler still
+// in the definition, starts the re-run, answers with an Event (RerunStarted,
+// or RerunRefused with why), and removes the annotation from a custom
+// resource; on a watched object, which opkit does not write, the
+// request's Request id is remembered instead, so each new value is one
+// request. Who may set it is who may patch the object: Kubernetes RBAC.
+// `opkit rerun` and the console's Run again set it.
+const RerunAnnotation = "opkit.dev/rerun"
+
+// Rerun is a person's request to run a run's handler again
+// (RerunAnnotation).
+type Rerun struct {
+	// Request identifies the request: the engine's Events about it name it.
+	Request string `json:"request"`
+	// Run is the id of the run to repeat, in the run archive.
+	Run string `json:"run"`
+	// SameInput: the re-run gets the binding context the run got, as the
+	// archive recorded it; otherwise the object as it is now.
+	SameInput bool `json:"sameInput,omitempty"`
+	// Reason is why, in the person's words; may be empty.
+	Reason string `json:"reason,omitempty"`
+	// By is who asked: the Kubernetes user opkit rerun runs as, or the
+	// console's signed-in user.
+	By string `json:"by"`
+	// At is when, RFC 3339.
+	At string `json:"at"`
+}
+
+// Patch is the JSON merge patch that writes r as an object's
+// RerunAnnotation, over the resourceVersion read.
+func (r Rerun) Patch(resourceVersion string) []byte {
+	value, _ := json.Marshal(r) // strings and a bool: it cannot fail
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": resourceVersion,
+		"annotations":     map[string]string{RerunAnnotation: string(value)},
+	}})
+	return patch
+}
+
+// The reasons of the Events that answer a Rerun.
+const (
+	EventRerunStarted = "RerunStarted"
+	EventRerunRefused = "RerunRefused"
+)
+
 // MigrationAnnotation holds, on a CRD, the progress of a storage
 // migration in flight (`opkit migrate`, or the engine's --migrate-storage):
 // the storage version it rewrites objects to, the page it is at and its

@@ -54,9 +54,15 @@
 //     longer one keeps its start and is marked PayloadTruncated, with its
 //     whole size in PayloadBytes. An accepted one is kept whole, for its
 //     handling.
-//   - The archive stores what it is given: the engine never gives it the
-//     binding context or values from Secrets, and redacts the
-//     credentials of a delivery's headers before recording it. A
+//   - A run's binding context (Run.Input) and result (Run.Result) are
+//     kept with it, for opkit rerun --same-input and opkit replay; Get
+//     returns them and the ids of the run's re-runs (Run.Reruns), List
+//     neither.
+//   - The archive stores what it is given: the engine gives it the
+//     binding context as handlers get it, with the data of Secrets
+//     (children, related objects) already dropped, never a value from a
+//     Secret (a handler's env from secretKeyRef is not in it), and
+//     redacts the credentials of a delivery's headers before recording it. A
 //     payload is the sender's event, kept as received for its handling;
 //     what shows it redacts its secrets and tokens ([RedactPayload]).
 package archive
@@ -141,6 +147,20 @@ type Run struct {
 	// handler with exec.image, in a cluster; "" for every other run, and
 	// until a runner claims it ([Recorder.SetRunner]).
 	Runner string `json:"runner,omitempty"`
+	// RerunOf is the run a re-run repeats (trigger rerun, asked with
+	// opkit rerun or the console's Run again); "" for every other run.
+	// Actor is then the person who asked, and Reason why.
+	RerunOf string `json:"rerunOf,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// Reruns are the ids of the re-runs of this run, oldest first: set by
+	// [Reader.Get] only, never by List.
+	Reruns []string `json:"reruns,omitempty"`
+	// Input is the binding context the handler got (JSON, Secrets
+	// redacted: see the package doc), and Result what it answered (JSON;
+	// empty when it answered nothing or failed without a result). Both
+	// are set by [Reader.Get] only, never by List: they are large.
+	Input  json.RawMessage `json:"input,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
 
 	StartedAt  time.Time `json:"startedAt"`
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
@@ -180,6 +200,31 @@ func (r *Run) Transition() (from, to string, ok bool) {
 		}
 	}
 	return from, to, true
+}
+
+// RerunRefusal says why r cannot be run again (opkit rerun, the
+// console's Run again) from its record alone, with sameInput when the
+// re-run is to get the recorded binding context; "" when its record
+// allows it. What the record cannot tell (is its object still there, is
+// its handler still defined) the asker and the engine check.
+func (r *Run) RerunRefusal(sameInput bool) string {
+	switch {
+	case r.Kind == v1alpha1.Kind && r.APIVersion == v1alpha1.SchemeGroupVersion.String():
+		other := "opkit schedule run " + r.Operator + " " + r.Handler
+		if r.Trigger == v1alpha1.OnEvent {
+			other = "opkit events redeliver ID (opkit events --operator " + r.Operator + " lists the deliveries)"
+		}
+		return fmt.Sprintf("run %s is operator %s's own (trigger %s), for no object: a re-run runs a handler again for an object; run this one again with %s", r.ID, r.Operator, r.Trigger, other)
+	case r.Outcome == Running:
+		return fmt.Sprintf("run %s is still running: wait for its end (opkit logs -f %s), then run it again", r.ID, r.ID)
+	case r.Handler == v1alpha1.TransitionHandler:
+		return fmt.Sprintf("run %s is the record of a state transition, not a handler's run: nothing runs again", r.ID)
+	case r.Trigger == v1alpha1.OnValidate || r.Trigger == v1alpha1.OnMutate:
+		return fmt.Sprintf("run %s answered an admission request of the API server (%s), which cannot be asked again: apply the object again instead", r.ID, r.Trigger)
+	case sameInput && len(r.Input) == 0:
+		return fmt.Sprintf("run %s has no recorded binding context (an earlier opkit did not keep it): run it again with the object as it is now, without the same input", r.ID)
+	}
+	return ""
 }
 
 // Query selects runs. Zero fields do not filter.
@@ -377,7 +422,7 @@ type Recorder interface {
 	// Insert records a new run. r.ID must be set (NewID).
 	Insert(ctx context.Context, r *Run) error
 	// Finish records how a run ended: FinishedAt, Outcome, Error,
-	// NextRetryAt and Writes, and Runner when it is set (an empty one
+	// NextRetryAt, Writes and Result, and Runner when it is set (an empty one
 	// keeps what SetRunner recorded). A Skipped run replaces the object's
 	// earlier Skipped runs of the handler.
 	Finish(ctx context.Context, r *Run) error
@@ -386,6 +431,8 @@ type Recorder interface {
 	SetRunner(ctx context.Context, id, runner string) error
 	// AppendLog adds to a run's log, up to the cap.
 	AppendLog(ctx context.Context, id string, p []byte) error
+	// Get returns one run, or ErrNotFound: the run a re-run repeats.
+	Get(ctx context.Context, id string) (*Run, error)
 	// Succeeded reports whether a run with this idempotency key succeeded.
 	Succeeded(ctx context.Context, key string) (bool, error)
 	// List returns the runs q selects, newest first.

@@ -189,6 +189,13 @@ var pgMigrations = []string{
 	// Run.Runner: the runner Pod that ran an exec handler with an image
 	// (SQLite's sixth migration).
 	`ALTER TABLE runs ADD COLUMN runner text COLLATE "C" NOT NULL DEFAULT '';`,
+	// rerun37: Run.RerunOf, Run.Reason, Run.Input and Run.Result (SQLite's
+	// seventh migration).
+	`ALTER TABLE runs ADD COLUMN rerun_of text COLLATE "C" NOT NULL DEFAULT '';
+	ALTER TABLE runs ADD COLUMN reason text NOT NULL DEFAULT '';
+	ALTER TABLE runs ADD COLUMN input text NOT NULL DEFAULT '';
+	ALTER TABLE runs ADD COLUMN result text NOT NULL DEFAULT '';
+	CREATE INDEX runs_rerun_of ON runs (rerun_of) WHERE rerun_of <> '';`,
 }
 
 // OpenPostgres opens the archive in the PostgreSQL database dsn names (a

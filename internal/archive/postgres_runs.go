@@ -14,13 +14,14 @@ import (
 // it runs there.
 const (
 	pgInsertRunSQL = `INSERT INTO runs (id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation,
-		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor, runner)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)`
+		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor, runner, rerun_of, reason, input)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)`
 	pgFinishRunSQL = `UPDATE runs SET finished_at = $1, outcome = $2, failed = $3, error = $4, next_retry_at = $5, writes = $6,
-		runner = coalesce(nullif($7, ''), runner) WHERE id = $8`
+		runner = coalesce(nullif($7, ''), runner), result = $8 WHERE id = $9`
+	pgRerunsSQL     = `SELECT id FROM runs WHERE rerun_of = $1 AND rerun_of <> '' ORDER BY id`
 	pgSetRunnerSQL  = `UPDATE runs SET runner = $1 WHERE id = $2`
 	pgFoldSkipped   = `DELETE FROM runs WHERE uid = $1 AND handler = $2 AND outcome = 'Skipped' AND id < $3`
-	pgGetRunSQL     = `SELECT ` + runColumns + ` FROM runs WHERE id = $1`
+	pgGetRunSQL     = `SELECT ` + runDetailColumns + ` FROM runs WHERE id = $1`
 	pgKeySucceeded  = `SELECT EXISTS (SELECT 1 FROM runs WHERE idem_key = $1 AND outcome = 'Succeeded')`
 	pgCancelRunning = `UPDATE runs SET outcome = 'Cancelled', failed = 0, error = $1, finished_at = $2 WHERE outcome = 'Running'`
 	pgCountsSQL     = `SELECT operator, count(*), count(*) FILTER (WHERE failed = 1) FROM runs WHERE id >= $1 GROUP BY operator`
@@ -62,7 +63,7 @@ func (p *Postgres) Insert(ctx context.Context, r *Run) error {
 	}
 	_, err := p.pool.Exec(ctx, pgInsertRunSQL, r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID,
 		r.Generation, r.Key, r.Attempt, marshal(keptDiff(r.Diff)), nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), failedFlag(r.Outcome),
-		r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.Actor, r.Runner)
+		r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.Actor, r.Runner, r.RerunOf, r.Reason, string(r.Input))
 	if err != nil {
 		return p.fail("recording run "+r.ID, err)
 	}
@@ -80,7 +81,7 @@ func failedFlag(o Outcome) int16 {
 // Finish records how a run ended.
 func (p *Postgres) Finish(ctx context.Context, r *Run) error {
 	tag, err := p.pool.Exec(ctx, pgFinishRunSQL, nanos(r.FinishedAt), string(r.Outcome), failedFlag(r.Outcome), r.Error, nanos(r.NextRetryAt),
-		marshal(r.Writes), r.Runner, r.ID)
+		marshal(r.Writes), r.Runner, string(r.Result), r.ID)
 	if err != nil {
 		return p.fail("finishing run "+r.ID, err)
 	}
@@ -194,12 +195,23 @@ func (p *Postgres) AppendLog(ctx context.Context, id string, data []byte) error 
 
 // Get returns one run.
 func (p *Postgres) Get(ctx context.Context, id string) (*Run, error) {
-	r, err := scanRun(p.pool.QueryRow(ctx, pgGetRunSQL, id))
+	r, err := scanRun(p.pool.QueryRow(ctx, pgGetRunSQL, id), true)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("run %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, p.fail("run "+id, err)
+	}
+	rows, err := p.pool.Query(ctx, pgRerunsSQL, id)
+	if err != nil {
+		return nil, p.fail("re-runs of run "+id, err)
+	}
+	reruns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, p.fail("re-runs of run "+id, err)
+	}
+	if len(reruns) > 0 {
+		r.Reruns = reruns // nil for none, as SQLite's
 	}
 	return r, nil
 }

@@ -122,6 +122,14 @@ var migrations = []string{
 	`ALTER TABLE runs ADD COLUMN actor TEXT NOT NULL DEFAULT '';`,
 	// Run.Runner: the runner Pod that ran an exec handler with an image.
 	`ALTER TABLE runs ADD COLUMN runner TEXT NOT NULL DEFAULT '';`,
+	// rerun37: re-runs and replays. Run.RerunOf and Run.Reason (a re-run
+	// and why it was asked), Run.Input and Run.Result (the binding
+	// context and the result, JSON).
+	`ALTER TABLE runs ADD COLUMN rerun_of TEXT NOT NULL DEFAULT '';
+	ALTER TABLE runs ADD COLUMN reason TEXT NOT NULL DEFAULT '';
+	ALTER TABLE runs ADD COLUMN input TEXT NOT NULL DEFAULT '';
+	ALTER TABLE runs ADD COLUMN result TEXT NOT NULL DEFAULT '';
+	CREATE INDEX runs_rerun_of ON runs (rerun_of) WHERE rerun_of != '';`,
 }
 
 // SQLite is the embedded Store: one database file in WAL mode. Writes go
@@ -217,10 +225,11 @@ func (s *SQLite) open(ctx context.Context) error {
 // The statements every run makes.
 const (
 	insertRunSQL = `INSERT INTO runs (id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation,
-		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor, runner)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor, runner, rerun_of, reason, input)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	finishRunSQL = `UPDATE runs SET finished_at = ?, outcome = ?, failed = ?, error = ?, next_retry_at = ?, writes = ?,
-		runner = coalesce(nullif(?, ''), runner) WHERE id = ?`
+		runner = coalesce(nullif(?, ''), runner), result = ? WHERE id = ?`
+	rerunsSQL    = `SELECT id FROM runs WHERE rerun_of = ? AND rerun_of != '' ORDER BY id`
 	setRunnerSQL = `UPDATE runs SET runner = ? WHERE id = ?`
 	logHeadSQL   = `SELECT log_bytes, log_truncated FROM runs WHERE id = ?`
 	logInsertSQL = `INSERT INTO logs (run_id, pos, data) VALUES (?, ?, ?)`
@@ -322,7 +331,7 @@ func (s *SQLite) Insert(ctx context.Context, r *Run) error {
 	}
 	_, err := s.insert.ExecContext(ctx, r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID, r.Generation,
 		r.Key, r.Attempt, marshal(keptDiff(r.Diff)), nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error,
-		nanos(r.NextRetryAt), marshal(r.Writes), r.Actor, r.Runner)
+		nanos(r.NextRetryAt), marshal(r.Writes), r.Actor, r.Runner, r.RerunOf, r.Reason, string(r.Input))
 	if err != nil {
 		return fmt.Errorf("archive: recording run %s: %w", r.ID, err)
 	}
@@ -336,7 +345,7 @@ func (s *SQLite) Finish(ctx context.Context, r *Run) error {
 	if s.w == nil {
 		return s.lost
 	}
-	res, err := s.finish.ExecContext(ctx, nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.Runner, r.ID)
+	res, err := s.finish.ExecContext(ctx, nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.Runner, string(r.Result), r.ID)
 	if err != nil {
 		return fmt.Errorf("archive: finishing run %s: %w", r.ID, err)
 	}
@@ -450,17 +459,34 @@ const (
 )
 
 const runColumns = `id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation, idem_key, attempt, diff,
-	started_at, finished_at, outcome, error, next_retry_at, writes, log_bytes, log_truncated, actor, runner`
+	started_at, finished_at, outcome, error, next_retry_at, writes, log_bytes, log_truncated, actor, runner, rerun_of, reason`
+
+// runDetailColumns are runColumns and what Get gives beside: the binding
+// context and the result (scanRun's detail).
+const runDetailColumns = runColumns + `, input, result`
 
 type scanner interface{ Scan(...any) error }
 
-func scanRun(row scanner) (*Run, error) {
+// scanRun reads a row of runColumns, or of runDetailColumns when detail
+// is set.
+func scanRun(row scanner, detail ...bool) (*Run, error) {
 	var r Run
-	var diff, writes, outcome string
+	var diff, writes, outcome, input, result string
 	var started, finished, retry int64
-	if err := row.Scan(&r.ID, &r.Operator, &r.Handler, &r.Action, &r.Trigger, &r.APIVersion, &r.Kind, &r.Namespace, &r.Name, &r.UID, &r.Generation,
-		&r.Key, &r.Attempt, &diff, &started, &finished, &outcome, &r.Error, &retry, &writes, &r.LogBytes, &r.LogTruncated, &r.Actor, &r.Runner); err != nil {
+	dest := []any{&r.ID, &r.Operator, &r.Handler, &r.Action, &r.Trigger, &r.APIVersion, &r.Kind, &r.Namespace, &r.Name, &r.UID, &r.Generation,
+		&r.Key, &r.Attempt, &diff, &started, &finished, &outcome, &r.Error, &retry, &writes, &r.LogBytes, &r.LogTruncated, &r.Actor, &r.Runner,
+		&r.RerunOf, &r.Reason}
+	if len(detail) > 0 && detail[0] {
+		dest = append(dest, &input, &result)
+	}
+	if err := row.Scan(dest...); err != nil {
 		return nil, err
+	}
+	if input != "" {
+		r.Input = json.RawMessage(input)
+	}
+	if result != "" {
+		r.Result = json.RawMessage(result)
 	}
 	r.Outcome = Outcome(outcome)
 	r.StartedAt, r.FinishedAt, r.NextRetryAt = fromNanos(started), fromNanos(finished), fromNanos(retry)
@@ -485,12 +511,27 @@ func (s *SQLite) Get(ctx context.Context, id string) (*Run, error) {
 	if s.w == nil {
 		return nil, s.lost
 	}
-	r, err := scanRun(s.db.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
+	r, err := scanRun(s.db.QueryRowContext(ctx, `SELECT `+runDetailColumns+` FROM runs WHERE id = ?`, id), true)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("run %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("archive: run %s: %w", id, err)
+	}
+	rows, err := s.db.QueryContext(ctx, rerunsSQL, id)
+	if err != nil {
+		return nil, fmt.Errorf("archive: re-runs of run %s: %w", id, err)
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var rerun string
+		if err := rows.Scan(&rerun); err != nil {
+			return nil, fmt.Errorf("archive: re-runs of run %s: %w", id, err)
+		}
+		r.Reruns = append(r.Reruns, rerun)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("archive: re-runs of run %s: %w", id, err)
 	}
 	return r, nil
 }

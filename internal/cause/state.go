@@ -36,6 +36,9 @@ type State struct {
 	// acted on: opkit does not remove it from an object it does not own,
 	// so each new value is one retry.
 	RetrySeen string `json:"retrySeen,omitempty"`
+	// RerunSeen is the value of a watched object's re-run annotation
+	// (v1alpha1.RerunAnnotation) last answered, for the same reason.
+	RerunSeen string `json:"rerunSeen,omitempty"`
 }
 
 // HandlerState is one handler's record in status.opkit.handlers.

@@ -60,5 +60,6 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(newVersionCommand(), newClusterCommand(), newKubectlCommand(), newRunCommand(), newDevCommand(),
 		newRunsCommand(), newLogsCommand(), newEventsCommand(), newRetryCommand(), newDecideCommand(), newConsoleCommand(), newGenerateCommand(), newTestCommand(), newLintCommand(), newMigrateCommand(), newAgentCommand())
 	root.AddCommand(newStatesCommand())
+	root.AddCommand(newRerunCommand(), newReplayCommand())
 	return root
 }

@@ -188,7 +188,7 @@ func (f *outcomeFlag) Set(s string) error {
 
 // runTriggers are the triggers a run records.
 var runTriggers = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule,
-	v1alpha1.OnWhen, v1alpha1.OnEvent, v1alpha1.TriggerRequeue, v1alpha1.OnValidate, v1alpha1.OnMutate, v1alpha1.OnEnter, v1alpha1.OnExit,
+	v1alpha1.OnWhen, v1alpha1.OnEvent, v1alpha1.TriggerRequeue, v1alpha1.TriggerRerun, v1alpha1.OnValidate, v1alpha1.OnMutate, v1alpha1.OnEnter, v1alpha1.OnExit,
 	v1alpha1.TransitionInitial, v1alpha1.TransitionGuard, v1alpha1.TransitionTimeout, v1alpha1.TransitionDecision}
 
 // printRuns writes runs as a table; with a console URL, each with the link
@@ -229,6 +229,10 @@ func printRuns(w io.Writer, runs []archive.Run, consoleURL string, now time.Time
 			if r.Actor != "" {
 				errText = "decided by " + r.Actor
 			}
+		}
+		if r.RerunOf != "" && errText == "" {
+			// A re-run: which run it repeats, and who asked.
+			errText = "re-run of " + r.RerunOf + " by " + orDash(r.Actor)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s", r.ID, r.Operator, orDash(r.Kind), r.Object(), handler, r.Trigger, r.Attempt, r.Outcome)
 		if onRunners {
@@ -339,6 +343,21 @@ func unfinishedTail(data []byte) int {
 	return 0
 }
 
+// printRerunLinks says which run a re-run repeats, who asked and why,
+// and which re-runs a run has had; nothing for a run with neither.
+func printRerunLinks(w io.Writer, run *archive.Run) {
+	if run.RerunOf != "" {
+		fmt.Fprintf(w, "run %s re-runs run %s, asked by %s", run.ID, run.RerunOf, orDash(run.Actor))
+		if run.Reason != "" {
+			fmt.Fprintf(w, ": %s", run.Reason)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(run.Reruns) > 0 {
+		fmt.Fprintf(w, "run %s was run again as: %s\n", run.ID, strings.Join(run.Reruns, ", "))
+	}
+}
+
 // logsOptions are opkit logs' flags.
 type logsOptions struct {
 	// follow keeps printing until the run ends (-f).
@@ -395,6 +414,7 @@ func printLogs(ctx context.Context, store archive.Reader, id string, o logsOptio
 			if run.Outcome != archive.Running && run.Outcome != archive.Succeeded {
 				fmt.Fprintf(stderr, "run %s %s (attempt %d): %s\n", id, run.Outcome, run.Attempt, run.Error)
 			}
+			printRerunLinks(stderr, run)
 			return nil
 		}
 		select {

@@ -329,3 +329,37 @@ func TestBrowserARunOnARunnerNamesItsRunnerAndOthersNone(t *testing.T) {
 	waitJS(tab, t, 10*time.Second, "a run not on a runner shows none",
 		`location.pathname === "/runs/`+local+`" && document.title.startsWith("Run `+local+`") && ![...document.querySelectorAll("dl.facts dt")].some(dt => dt.innerText === "Runner")`)
 }
+
+// TestBrowserRunAgainFromARunPage: a succeeded run's page offers Run
+// again; with a reason, it starts a re-run of the run for its object,
+// recorded with who asked (the console without auth: its OS user) and
+// why, and both runs' pages link each other.
+func TestBrowserRunAgainFromARunPage(t *testing.T) {
+	f, env := withChore(t, "dust", "dust the shelves")
+	tab := browser(t)
+	orig := waitRuns(t, f, env.Namespace, "dust", archive.Succeeded, 1)[0]
+
+	within(tab, t, 30*time.Second, chromedp.Navigate(f.url+"/runs/"+orig.ID))
+	within(tab, t, 30*time.Second,
+		chromedp.SendKeys(chromedp.CSS(`#rerun-reason`), "the shelves got dusty again"),
+		chromedp.Click(chromedp.CSS(`button.rerun`)))
+
+	var rerun *archive.Run
+	clustertest.Eventually(t, 60*time.Second, "the re-run recorded and succeeded", func(ctx context.Context) (bool, error) {
+		got, err := f.store.Get(ctx, orig.ID)
+		if err != nil || len(got.Reruns) != 1 {
+			return false, err
+		}
+		rerun, err = f.store.Get(ctx, got.Reruns[0])
+		return err == nil && rerun.Outcome == archive.Succeeded, err
+	})
+	if rerun.RerunOf != orig.ID || rerun.Trigger != v1alpha1.TriggerRerun || rerun.Reason != "the shelves got dusty again" || !strings.HasPrefix(rerun.Actor, "console") {
+		t.Errorf("the re-run: rerunOf %q trigger %q reason %q actor %q; want %s, rerun, the reason typed, the console's user", rerun.RerunOf, rerun.Trigger, rerun.Reason, rerun.Actor, orig.ID)
+	}
+	within(tab, t, 30*time.Second, chromedp.Navigate(f.url+"/runs/"+rerun.ID))
+	waitJS(tab, t, 10*time.Second, "the re-run's page links the run it repeats, with the reason",
+		`!!document.querySelector(`+js(`a[href="/runs/`+orig.ID+`"]`)+`) && document.body.innerText.includes("the shelves got dusty again")`)
+	within(tab, t, 30*time.Second, chromedp.Navigate(f.url+"/runs/"+orig.ID))
+	waitJS(tab, t, 10*time.Second, "the run's page links its re-run",
+		`!!document.querySelector(`+js(`a[href="/runs/`+rerun.ID+`"]`)+`)`)
+}

@@ -4,7 +4,7 @@
 // with what it caused, from the events list and each event source's page;
 // the life cycle of an operator that declares states (spec.states), as a
 // diagram and in words, with each object's state and its transitions; and
-// the actions retry, pause, resume and decide.
+// the actions retry, pause, resume, decide and run again.
 //
 // Contracts:
 //   - It reads the run archive and the cluster only: the CRDs opkit
@@ -13,7 +13,11 @@
 //     talks to the engine, but for the definitions of the operators the
 //     engine beside it runs (Options.Definitions); its actions are
 //     annotations the engine consumes (opkit.dev/retry, opkit.dev/paused,
-//     opkit.dev/decision).
+//     opkit.dev/decision, opkit.dev/rerun).
+//   - Run again: a finished run of a custom resource's handler offers it
+//     on its page (see rerun): the handler runs once more for the object,
+//     as it is now or with the recorded binding context, recorded with who
+//     asked and why, linked both ways to the run it repeats.
 //   - States: the diagram and its words come from the operator's
 //     definition (the engine's, or its Operator object's, compiled); an
 //     object's state from its status.state, which the engine writes; its
@@ -53,8 +57,9 @@
 //     acting needs patch on the operator's resource (SubjectAccessReview):
 //     its custom resource, the watched object's kind, or for a calendar
 //     its Operator object (see access.go).
-//   - It shows no Secret's data: children are listed by kind and name, and
-//     the archive holds no binding context or Secret values. A webhook
+//   - It shows no Secret's data: children are listed by kind and name; the
+//     archive keeps a run's binding context without Secrets' data, and the
+//     console shows of it the key and the diff only. A webhook
 //     delivery's payload and headers, which the archive keeps as the
 //     sender sent them (the payload) or redacted by the engine (the
 //     headers), are shown redacted again (archive.RedactPayload,
@@ -203,6 +208,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /runs/{id}/log", s.rawLog)
 	m.HandleFunc("GET /live", s.live)
 	m.HandleFunc("POST /operators/{operator}/objects/{namespace}/{name}/{action}", s.act)
+	m.HandleFunc("POST /runs/{id}/rerun", s.rerun)
 	m.HandleFunc("GET /login", s.loginPage)
 	m.HandleFunc("POST /login", s.login)
 	m.HandleFunc("POST /logout", s.logout)

@@ -380,6 +380,7 @@ func (s *Server) runPage(r *http.Request, u *user) (string, *view, error) {
 	}
 	if op != nil && op.Owns() {
 		data["ActionURL"] = objectURL(run.Operator, run.Namespace, run.Name)
+		data["Rerun"] = run.RerunRefusal(false) == ""
 	}
 
 	if search := q.Get("q"); search != "" {

@@ -18,6 +18,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/cause"
+	"github.com/opkit-dev/opkit/internal/executor"
 )
 
 // finish records a finished run: the result's status patch and events, the
@@ -28,14 +29,20 @@ func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	run, h := f.run, f.cause.Handler
 	now := rn.clock.Now().UTC() // what the retry and the requeue count from
 	o, wrote := rn.apply(ctx, cr, f)
-	switch o.Verdict {
-	case Succeeded, Skipped:
+	switch {
+	case run.Trigger == v1alpha1.TriggerRerun:
+		// One run a person asked for: not retried, and no record of the
+		// handler's changes (what it is done with, its failed attempts).
+		if !o.done() {
+			run.Error, o.Verdict = o.Reason, GaveUp
+		}
+	case o.Verdict == Succeeded, o.Verdict == Skipped:
 		requeue = f.result.RequeueDuration()
 		st.Succeeded(rn.def.Handlers, f.cause, f.spec, requeue, now)
 		if run.Trigger == v1alpha1.OnDelete {
 			requeue = 0
 		}
-	default:
+	default: // failed
 		gaveUp, retryAt := st.Failed(f.cause, o.Reason, o.Verdict == GaveUp, now)
 		run.Error = o.Reason
 		if gaveUp {
@@ -46,6 +53,7 @@ func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		}
 	}
 	run.Outcome = o.archived()
+	run.Result = resultJSON(f.result)
 	if run.ID == "" {
 		return requeue, wrote // it had succeeded before a crash: nothing ran now
 	}
@@ -103,6 +111,19 @@ func (rn *Runner) apply(ctx context.Context, cr *unstructured.Unstructured, f *f
 		run.Writes = append(run.Writes, "event "+e.Type+" "+e.Reason)
 	}
 	return o, wrote
+}
+
+// resultJSON is a handler's result as the archive keeps it; nil for
+// none.
+func resultJSON(res *executor.Result) json.RawMessage {
+	if res == nil {
+		return nil
+	}
+	data, err := json.Marshal(res)
+	if err != nil || string(data) == "{}" {
+		return nil
+	}
+	return data
 }
 
 // ended tells who waits for runs' ends of one recorded as ended.

@@ -74,6 +74,7 @@ func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorOut
 			r.Log.Error(err, "encoding the binding context")
 			return OperatorOutcome{}
 		}
+		run.Input = input
 		o, ran := rn.runOnce(ctx, h, run, input, now, r.Log)
 		switch {
 		case !ran:
@@ -152,6 +153,7 @@ func (rn *Runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 		run.Error = o.Reason
 	}
 	run.Outcome = o.archived()
+	run.Result = resultJSON(res)
 	if o.done() || o.Verdict == Refused {
 		for _, ev := range res.Events {
 			rn.operatorEvent(ev.Type, ev.Reason, run.ID, ev.Message)

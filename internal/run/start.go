@@ -43,8 +43,11 @@ type Pending struct {
 	obj   *unstructured.Unstructured // the object, as read (Events and the wake are about it)
 	input BindingContext
 	req   executor.Request
-	alog  *archiveLog
-	now   time.Time // when it was decided, in real time
+	// recorded is the binding context a re-run with the same input gets
+	// (its run's, as the archive kept it); nil for every other run.
+	recorded *BindingContext
+	alog     *archiveLog
+	now      time.Time // when it was decided, in real time
 }
 
 // start prepares the run of cause c: its flight is registered, so that
@@ -112,8 +115,15 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 		return
 	}
 	f, run := p.f, p.f.run
-	p.input.Object = self
-	input, err := json.Marshal(p.input)
+	bc := p.input
+	bc.Object = self
+	if r := p.recorded; r != nil {
+		// The recorded input, as the run it repeats got it, named as the
+		// re-run's.
+		bc = *r
+		bc.Trigger, bc.RunID, bc.IdempotencyKey, bc.Attempt, bc.RerunOf = p.input.Trigger, p.input.RunID, p.input.IdempotencyKey, p.input.Attempt, p.input.RerunOf
+	}
+	input, err := json.Marshal(bc)
 	if err != nil {
 		// Nothing ran: the step records the failure as the run's.
 		rn.mem.mu.Lock()
@@ -124,6 +134,7 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 	}
 	req := p.req
 	req.Input = input
+	run.Input = input
 	woken := p.obj
 	log := rn.log.WithValues("namespace", woken.GetNamespace(), "name", woken.GetName(), "handler", f.cause.Handler.Name, "run", run.ID)
 	rn.metrics.queued.WithLabelValues(run.Operator).Inc()
@@ -211,6 +222,9 @@ type BindingContext struct {
 	Schedule *ScheduleContext `json:"schedule,omitempty"`
 	// Event is the delivery of a run on event.
 	Event *EventContext `json:"event,omitempty"`
+	// RerunOf is, in a re-run (trigger rerun), the id of the run it
+	// repeats.
+	RerunOf string `json:"rerunOf,omitempty"`
 }
 
 // ScheduleContext is the binding context's schedule of an operator-wide

@@ -117,6 +117,19 @@ func (rn *Runner) Step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		res.Requeue, wrote = rn.finish(ctx, cr, f, st)
 		res.Wrote = res.Wrote || wrote
 	}
+	if _, paused := cr.GetAnnotations()[v1alpha1.PauseAnnotation]; !paused && cr.GetDeletionTimestamp() == nil {
+		// A person's request to run a handler again comes before what is
+		// due: the object is free now. Paused, it waits.
+		p, wrote, err := rn.rerunRequested(ctx, cr, st, vars, subject)
+		if err != nil {
+			return nil, err
+		}
+		res.Wrote = res.Wrote || wrote
+		if p != nil {
+			res.Busy, res.Start = true, p
+			return res, nil
+		}
+	}
 
 	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Now: rn.clock.Now(), Started: rn.started, Related: vars.Related, Subject: subject,
 		Visit: visitOf(rn.def.States, vars.Self)} // vars.Self: a new object's initial state too

@@ -29,6 +29,7 @@ func Run(t *testing.T, open Open) {
 	}{
 		{"RunsRoundTrip", runsRoundTrip},
 		{"RunsKeepNoDiffValueTooDeep", runsKeepNoDiffValueTooDeep},
+		{"RerunsLinkedBothWaysWithInputAndResult", rerunsLinkedBothWaysWithInputAndResult},
 		{"FinishUnknownRun", finishUnknownRun},
 		{"LogsAppendReadAndCap", logsAppendReadAndCap},
 		{"ListFiltersAndPages", listFiltersAndPages},
@@ -574,5 +575,63 @@ func concurrentWriters(t *testing.T, open Open) {
 	page, err := s.List(ctx, archive.Query{Outcome: archive.Succeeded, Limit: 1000})
 	if err != nil || len(page.Runs) != 200 {
 		t.Errorf("%d succeeded runs (%v), want 200", len(page.Runs), err)
+	}
+}
+
+// rerunsLinkedBothWaysWithInputAndResult: a run keeps its binding context
+// and its result, which Get gives and List does not; a re-run names the
+// run it repeats, its actor and reason, and Get of the original lists its
+// re-runs, oldest first.
+func rerunsLinkedBothWaysWithInputAndResult(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	ctx := context.Background()
+	start := time.Now().UTC().Truncate(time.Microsecond)
+	orig := newRun(start, "printer", "default", "hello", "announce")
+	orig.Input = json.RawMessage(`{"operator":"printer","handler":"announce","trigger":"update","object":{"spec":{"text":"é \"quoted\""}}}`)
+	insert(t, s, orig)
+	orig.Result = json.RawMessage(`{"status":{"announced":true}}`)
+	finish(t, s, orig, archive.Succeeded)
+
+	got, err := s.Get(ctx, orig.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Input) != string(orig.Input) || string(got.Result) != string(orig.Result) {
+		t.Errorf("Get: input %s result %s, want %s and %s", got.Input, got.Result, orig.Input, orig.Result)
+	}
+	if len(got.Reruns) != 0 || got.RerunOf != "" {
+		t.Errorf("Get of a run never re-run: reruns %v rerunOf %q, want none", got.Reruns, got.RerunOf)
+	}
+
+	var reruns []string
+	for i := 1; i <= 2; i++ {
+		r := newRun(start.Add(time.Duration(i)*time.Second), "printer", "default", "hello", "announce")
+		r.Trigger, r.Key = "rerun", fmt.Sprintf("%s/rerun/%d", orig.Key, i)
+		r.RerunOf, r.Actor, r.Reason = orig.ID, "jane@example.com", "the handler's bug is fixed"
+		insert(t, s, r)
+		reruns = append(reruns, r.ID)
+		got, err := s.Get(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.RerunOf != orig.ID || got.Actor != "jane@example.com" || got.Reason != "the handler's bug is fixed" || got.Key != r.Key {
+			t.Errorf("re-run read back: rerunOf %q actor %q reason %q key %q, want %s, jane@example.com, the reason and %s", got.RerunOf, got.Actor, got.Reason, got.Key, orig.ID, r.Key)
+		}
+	}
+	if got, err = s.Get(ctx, orig.ID); err != nil || !reflect.DeepEqual(got.Reruns, reruns) {
+		t.Errorf("the original's re-runs: %v (%v), want %v, oldest first", got.Reruns, err, reruns)
+	}
+
+	page, err := s.List(ctx, archive.Query{UID: orig.UID})
+	if err != nil || len(page.Runs) != 3 {
+		t.Fatalf("listed %+v (%v), want 3 runs", page, err)
+	}
+	for _, r := range page.Runs {
+		if r.Input != nil || r.Result != nil || r.Reruns != nil {
+			t.Errorf("List gave run %s its input, result or re-runs: List gives none", r.ID)
+		}
+		if r.ID == reruns[0] && (r.RerunOf != orig.ID || r.Reason == "") {
+			t.Errorf("List: re-run %s without its rerunOf or reason: %+v", r.ID, r)
+		}
 	}
 }

@@ -55,7 +55,8 @@
 //     whole size in PayloadBytes. An accepted one is kept whole, for its
 //     handling.
 //   - A run's binding context (Run.Input) and result (Run.Result) are
-//     kept with it, for opkit rerun --same-input and opkit replay; Get
+//     kept with it, for opkit rerun --same-input and opkit replay (the
+//     engine gives neither when it is over 256 KiB); Get
 //     returns them and the ids of the run's re-runs (Run.Reruns), List
 //     neither.
 //   - The archive stores what it is given: the engine gives it the
@@ -222,7 +223,7 @@ func (r *Run) RerunRefusal(sameInput bool) string {
 	case r.Trigger == v1alpha1.OnValidate || r.Trigger == v1alpha1.OnMutate:
 		return fmt.Sprintf("run %s answered an admission request of the API server (%s), which cannot be asked again: apply the object again instead", r.ID, r.Trigger)
 	case sameInput && len(r.Input) == 0:
-		return fmt.Sprintf("run %s has no recorded binding context (an earlier opkit did not keep it): run it again with the object as it is now, without the same input", r.ID)
+		return fmt.Sprintf("run %s has no recorded binding context (an earlier opkit did not keep it, or it was larger than the 256 KiB a run's record keeps): run it again with the object as it is now, without the same input", r.ID)
 	}
 	return ""
 }

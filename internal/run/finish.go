@@ -123,6 +123,22 @@ func resultJSON(res *executor.Result) json.RawMessage {
 	if err != nil || string(data) == "{}" {
 		return nil
 	}
+	return kept(data)
+}
+
+// MaxKept is the largest binding context, and the largest result, that
+// a run's record keeps (for opkit rerun --same-input and opkit replay): a
+// run of a larger one is recorded without it, and a re-run of it takes
+// the object as it is now. A binding context holds the object, its
+// children and related objects; the archive keeps a run per attempt, and
+// a few large objects must not grow it by megabytes a run.
+const MaxKept = 256 << 10
+
+// kept is data, or nil when it is larger than MaxKept.
+func kept(data json.RawMessage) json.RawMessage {
+	if len(data) > MaxKept {
+		return nil
+	}
 	return data
 }
 

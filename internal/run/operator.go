@@ -74,7 +74,7 @@ func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorOut
 			r.Log.Error(err, "encoding the binding context")
 			return OperatorOutcome{}
 		}
-		run.Input = input
+		run.Input = kept(input)
 		o, ran := rn.runOnce(ctx, h, run, input, now, r.Log)
 		switch {
 		case !ran:

@@ -134,7 +134,7 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 	}
 	req := p.req
 	req.Input = input
-	run.Input = input
+	run.Input = kept(input)
 	woken := p.obj
 	log := rn.log.WithValues("namespace", woken.GetNamespace(), "name", woken.GetName(), "handler", f.cause.Handler.Name, "run", run.ID)
 	rn.metrics.queued.WithLabelValues(run.Operator).Inc()

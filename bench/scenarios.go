@@ -267,7 +267,18 @@ func (b *bench) handlerDrain(ctx context.Context, n int, archiveOn bool) error {
 		return fmt.Errorf("%s: %w", subject, err)
 	}
 	defer d.c.stop()
+	time.Sleep(3 * statsInterval) // a stats line that counts the last writes
+	s, err := d.c.stats()
+	if err != nil {
+		return err
+	}
 	b.add("handlers drain", subject, "objects/s", "/s", float64(n)/d.elapsed.Seconds())
+	b.add("handlers drain", subject, "writes per object", "", float64(s.Writes)/float64(n))
+	b.add("handlers drain", subject, "CPU per object", "ms", 1000*s.CPUSecond/float64(n))
+	if d.planeCPU >= 0 {
+		b.add("handlers drain", subject, "API server CPU per object", "ms", 1000*d.planeCPU/float64(n))
+	}
+	fmt.Fprintf(b.log, "  writes: %v\n", s.WritesBy)
 	d.c.stop()
 	return b.c.cleanUp(ctx)
 }

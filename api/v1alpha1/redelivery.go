@@ -11,7 +11,7 @@ import (
 
 // A Redelivery (redeliveries.opkit.dev, namespaced) asks the engine to
 // handle a webhook delivery of its archive again, on purpose: opkit
-// events redeliver and the console's Redeliver button create one. It
+// events redeliver creates one. It
 // goes through the Kubernetes API so that RBAC says who may redeliver
 // (create on redeliveries.opkit.dev in a namespace), and so that only the
 // acting replica (the leader) answers: the engine that runs the

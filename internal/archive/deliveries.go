@@ -95,7 +95,7 @@ type Delivery struct {
 	// FinishDelivery sets a zero one to the time of the call.
 	HandledAt time.Time `json:"handledAt,omitzero"`
 	// RedeliveryOf is, for a delivery redelivered on purpose (opkit events
-	// redeliver, the console's Redeliver), the archive id of the delivery
+	// redeliver), the archive id of the delivery
 	// it handles again; empty for one a sender sent. A redelivery has the
 	// original's DeliveryID, Event, Headers and Payload, is recorded
 	// Pending, and is never taken for a replay, nor makes a later one

@@ -24,7 +24,7 @@ import (
 )
 
 // Redelivery on purpose: a person asks the engine to handle a delivery of
-// its archive again (opkit events redeliver ID, the console's Redeliver),
+// its archive again (opkit events redeliver ID),
 // by creating a Redelivery object (v1alpha1.RedeliveryCRD), so that RBAC
 // says who may. The engine that acts (a standby applies no operator, so
 // starts none of this) installs the CRD with its first operator that has

@@ -73,8 +73,8 @@ func TestADeliveryIsRedeliveredOnPurposeThroughARedeliveryObject(t *testing.T) {
 
 	// The sender's redelivery is a replay, and says how to redeliver.
 	status, answer = send("d-1", "issue_comment", `{"action": "created", "text": "first"}`, "s3cret")
-	if want := "opkit events redeliver " + answer["delivery"]; status != http.StatusConflict || !strings.Contains(answer["reason"], want) || !strings.Contains(answer["reason"], "console") {
-		t.Errorf("the sender's redelivery was answered %d %v, want 409 saying %q and the console's button", status, answer, want)
+	if want := "opkit events redeliver " + answer["delivery"]; status != http.StatusConflict || !strings.Contains(answer["reason"], want) {
+		t.Errorf("the sender's redelivery was answered %d %v, want 409 saying %q", status, answer, want)
 	}
 
 	got := askRedelivery(t, env, first.ID, "alice", "the comment handler is fixed")

@@ -179,6 +179,12 @@ func (n *needs) engine(opts Options) {
 	if opts.Hooks {
 		n.add("discovery.k8s.io", "endpointslices", engineNamespace, HooksName,
 			"hooks: the EndpointSlice of the hooks Service, which the acting replica writes with its own address so that no webhook delivery reaches a standby", "get", "update", "patch")
+
+		crd := v1alpha1.RedeliveryCRD().Name
+		n.add("apiextensions.k8s.io", "customresourcedefinitions", anyNamespace, crd,
+			"hooks: installs the Redelivery CRD (server-side apply: create and patch by name) and waits until it is established", "get", "create", "patch")
+		n.add(v1alpha1.Group, v1alpha1.RedeliveryResource, anyNamespace, "", "hooks: reads the Redeliveries (opkit events redeliver) it answers", "get", "list", "watch")
+		n.add(v1alpha1.Group, v1alpha1.RedeliveryResource+"/status", anyNamespace, "", "hooks: answers each Redelivery in its status", "patch")
 	}
 	if opts.Webhook {
 		n.add("discovery.k8s.io", "endpointslices", engineNamespace, WebhookName,

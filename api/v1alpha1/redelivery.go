@@ -87,7 +87,7 @@ func ReadRedelivery(u *unstructured.Unstructured) (RedeliverySpec, RedeliverySta
 	} {
 		v, _, err := unstructured.NestedString(u.Object, f.path...)
 		if err != nil {
-			return spec, status, fmt.Errorf("Redelivery %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+			return spec, status, fmt.Errorf("the Redelivery %s/%s: %w", u.GetNamespace(), u.GetName(), err)
 		}
 		*f.into = v
 	}

@@ -22,6 +22,10 @@ type consoleFlags struct {
 	auth      string
 	tokenFile string
 	url       string
+	// namespace is where its Redeliver button creates Redeliveries: the
+	// namespace opkit runs in (kubeconfigNamespace), which the command
+	// sets; "" is default.
+	namespace string
 }
 
 // register adds the flags; addrFlag names the address flag.
@@ -82,7 +86,11 @@ func (f *consoleFlags) console() *stack.Console {
 		return nil
 	}
 	auth, _ := f.authOptions() // checked by validate
-	return &stack.Console{Addr: f.addr, AnyPort: f.anyPort, URL: f.url, Auth: auth}
+	ns := f.namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return &stack.Console{Addr: f.addr, AnyPort: f.anyPort, URL: f.url, Auth: auth, RedeliveryNamespace: ns}
 }
 
 // explain names the flag to change when err is the console's address
@@ -122,6 +130,7 @@ It listens on loopback unless --console-auth is token or kubernetes.`,
 				return err
 			}
 			defer func() { _ = store.Close() }()
+			f.namespace = kubeconfigNamespace(kubeconfig)
 			c := f.console()
 			if c == nil {
 				return errors.New("--listen is empty: nothing to serve")

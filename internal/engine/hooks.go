@@ -209,7 +209,7 @@ func (e *Engine) serveHook(w http.ResponseWriter, r *http.Request) {
 			// that the answer can say how to handle it again on purpose.
 			d.ID = archive.NewID(d.ReceivedAt)
 			e.recordRefused(r.Context(), w, d, &source.Refusal{Status: http.StatusConflict, Reason: reasonReplay + d.DeliveryID + ": it was accepted before" +
-				"; to handle it again on purpose: opkit events redeliver " + d.ID})
+				"; to handle it again on purpose: opkit events redeliver " + d.ID + ", or the console's Redeliver button"})
 			return
 		}
 		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the archive cannot record the delivery; deliver again: " + err.Error()})

@@ -195,6 +195,10 @@ func (n *needs) engine(opts Options) {
 	if opts.Console.served() {
 		n.add(v1alpha1.Group, "operators", anyNamespace, "", "console: lists the Operators it shows", "get", "list")
 		n.add("", "events", anyNamespace, "", "console: lists each object's Events for its timeline", "list")
+		if opts.Hooks {
+			n.add(v1alpha1.Group, v1alpha1.RedeliveryResource, engineNamespace, "",
+				"console: its Redeliver button creates a Redelivery in the engine's namespace and reads the engine's answer", "create", "get")
+		}
 	}
 	if opts.Console.Auth == ConsoleAuthKubernetes {
 		n.add("authentication.k8s.io", "tokenreviews", anyNamespace, "", "console (auth kubernetes): checks each caller's bearer token", "create")

@@ -111,7 +111,8 @@ func newConsoleCommand() *cobra.Command {
 		Long: `Serve the web console: the operators and their objects by condition (the
 objects watch operators have state for, and operator-wide schedules), each
 object's timeline of runs, each run's diff, log and outcome, and the failures
-inbox, with the actions retry, pause and resume on custom resources. opkit run --console and
+inbox, with the actions retry, pause and resume on custom resources, and
+Redeliver on a webhook delivery. opkit run --console and
 opkit dev serve the same console beside their engine; this command serves it
 from an archive (--archive) and a cluster alone. See docs/console.md.
 

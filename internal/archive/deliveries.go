@@ -94,6 +94,23 @@ type Delivery struct {
 	// HandledAt is when its handling ended, Handled or Failed; zero before.
 	// FinishDelivery sets a zero one to the time of the call.
 	HandledAt time.Time `json:"handledAt,omitzero"`
+	// RedeliveryOf is, for a delivery redelivered on purpose (opkit events
+	// redeliver), the archive id of the delivery
+	// it handles again; empty for one a sender sent. A redelivery has the
+	// original's DeliveryID, Event, Headers and Payload, is recorded
+	// Pending, and is never taken for a replay, nor makes a later one
+	// of the sender's a replay.
+	RedeliveryOf string `json:"redeliveryOf,omitempty"`
+	// RedeliveredBy is who asked for a redelivery (the Kubernetes user),
+	// and RedeliveryReason why, in their words; both set with
+	// RedeliveryOf, and required with it.
+	RedeliveredBy    string `json:"redeliveredBy,omitempty"`
+	RedeliveryReason string `json:"redeliveryReason,omitempty"`
+	// Redeliveries are the ids of the redeliveries of this delivery,
+	// oldest first: the other end of their RedeliveryOf. GetDelivery
+	// fills it; ListDeliveries and PendingDeliveries leave it out, and
+	// RecordDelivery ignores it.
+	Redeliveries []string `json:"redeliveries,omitempty"`
 }
 
 // DeliveryQuery selects deliveries. Zero fields do not filter.
@@ -187,6 +204,15 @@ func prepareDelivery(d *Delivery, limit int64) error {
 			d.DeliveryID, d.Operator, d.Source, d.Outcome)
 	case d.Outcome == DeliveryRefused && d.Reason == "":
 		return fmt.Errorf("archive: delivery %q of %s/%s is Refused without a reason: set Reason to why", d.DeliveryID, d.Operator, d.Source)
+	case d.RedeliveryOf == "" && (d.RedeliveredBy != "" || d.RedeliveryReason != ""):
+		return fmt.Errorf("archive: delivery %q of %s/%s names who redelivered it, but no RedeliveryOf: set the id of the delivery it redelivers", d.DeliveryID, d.Operator, d.Source)
+	case d.RedeliveryOf == "":
+	case !ValidID(d.RedeliveryOf):
+		return fmt.Errorf("archive: delivery %q of %s/%s: RedeliveryOf %q is not one of NewID", d.DeliveryID, d.Operator, d.Source, d.RedeliveryOf)
+	case d.Outcome != DeliveryPending:
+		return fmt.Errorf("archive: redelivery of %s is %s: a redelivery is recorded Pending (a refused one is not recorded)", d.RedeliveryOf, d.Outcome)
+	case d.RedeliveredBy == "":
+		return fmt.Errorf("archive: redelivery of %s without RedeliveredBy: a redelivery says who asked for it", d.RedeliveryOf)
 	}
 	if d.ReceivedAt.IsZero() {
 		d.ReceivedAt = time.Now()

@@ -196,6 +196,16 @@ var pgMigrations = []string{
 	ALTER TABLE runs ADD COLUMN input text NOT NULL DEFAULT '';
 	ALTER TABLE runs ADD COLUMN result text NOT NULL DEFAULT '';
 	CREATE INDEX runs_rerun_of ON runs (rerun_of) WHERE rerun_of <> '';`,
+	// Redeliveries on purpose (SQLite's eighth migration, of the same name:
+	// Delivery.RedeliveryOf, RedeliveredBy, RedeliveryReason). A bytea
+	// is stored out of line when large, so the payload need not stay the
+	// last column here.
+	`ALTER TABLE deliveries ADD COLUMN redelivery_of text COLLATE "C" NOT NULL DEFAULT '';
+	ALTER TABLE deliveries ADD COLUMN redelivered_by text COLLATE "C" NOT NULL DEFAULT '';
+	ALTER TABLE deliveries ADD COLUMN redelivery_reason text COLLATE "C" NOT NULL DEFAULT '';
+	DROP INDEX deliveries_accepted;
+	CREATE UNIQUE INDEX deliveries_accepted ON deliveries (operator, source, delivery_id) WHERE delivery_id <> '' AND outcome <> 'Refused' AND redelivery_of = '';
+	CREATE INDEX deliveries_redeliveries ON deliveries (redelivery_of, id) WHERE redelivery_of <> '';`,
 }
 
 // OpenPostgres opens the archive in the PostgreSQL database dsn names (a

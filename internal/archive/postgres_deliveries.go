@@ -16,9 +16,9 @@ const (
 	// that of concurrent replays, from any number of engines, one only
 	// is inserted.
 	pgRecordDeliverySQL = `INSERT INTO deliveries (id, operator, source, delivery_id, received_at, outcome, reason, event, runs, objects,
-		handled_at, payload_bytes, payload_truncated, headers, payload)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
-		ON CONFLICT (operator, source, delivery_id) WHERE delivery_id <> '' AND outcome <> 'Refused' DO NOTHING`
+		handled_at, payload_bytes, payload_truncated, headers, redelivery_of, redelivered_by, redelivery_reason, payload)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+		ON CONFLICT (operator, source, delivery_id) WHERE delivery_id <> '' AND outcome <> 'Refused' AND redelivery_of = '' DO NOTHING`
 	// pgDurableCommitSQL makes the transaction's commit wait for its WAL
 	// to be flushed when the session's synchronous_commit is off: any
 	// other setting (on, local, remote_write, remote_apply) flushes it
@@ -30,6 +30,7 @@ const (
 	pgDeliveryOutcomeSQL   = `SELECT outcome FROM deliveries WHERE id = $1`
 	pgPendingDeliveriesSQL = `SELECT ` + deliveryColumns + `, payload FROM deliveries WHERE operator = $1 AND outcome = 'Pending' ORDER BY id`
 	pgGetDeliverySQL       = `SELECT ` + deliveryColumns + `, payload FROM deliveries WHERE id = $1`
+	pgRedeliveriesSQL      = `SELECT id FROM deliveries WHERE redelivery_of = $1 AND redelivery_of <> '' ORDER BY id`
 
 	// Pending deliveries are never pruned; by count, refused and accepted
 	// deliveries are counted apart, so that a flood of forged deliveries
@@ -53,7 +54,8 @@ func (p *Postgres) RecordDelivery(ctx context.Context, d *Delivery) error {
 		payload = []byte{} // the column is NOT NULL; a nil slice is sent as NULL
 	}
 	args := []any{d.ID, d.Operator, d.Source, d.DeliveryID, nanos(d.ReceivedAt), string(d.Outcome), d.Reason, d.Event,
-		marshal(d.Runs), marshal(d.Objects), nanos(d.HandledAt), d.PayloadBytes, d.PayloadTruncated, marshal(d.Headers), payload}
+		marshal(d.Runs), marshal(d.Objects), nanos(d.HandledAt), d.PayloadBytes, d.PayloadTruncated, marshal(d.Headers),
+		d.RedeliveryOf, d.RedeliveredBy, d.RedeliveryReason, payload}
 	var inserted int64
 	var err error
 	if d.Outcome == DeliveryPending {
@@ -121,6 +123,16 @@ func (p *Postgres) GetDelivery(ctx context.Context, id string) (*Delivery, error
 	}
 	if err != nil {
 		return nil, p.fail("delivery "+id, err)
+	}
+	rows, err := p.pool.Query(ctx, pgRedeliveriesSQL, id)
+	if err == nil {
+		d.Redeliveries, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		return nil, p.fail("the redeliveries of delivery "+id, err)
+	}
+	if len(d.Redeliveries) == 0 {
+		d.Redeliveries = nil // as SQLite's: none is nil
 	}
 	return d, nil
 }

@@ -130,6 +130,44 @@ var migrations = []string{
 	ALTER TABLE runs ADD COLUMN input TEXT NOT NULL DEFAULT '';
 	ALTER TABLE runs ADD COLUMN result TEXT NOT NULL DEFAULT '';
 	CREATE INDEX runs_rerun_of ON runs (rerun_of) WHERE rerun_of != '';`,
+	// Redeliveries on purpose (Delivery.RedeliveryOf, RedeliveredBy,
+	// RedeliveryReason). The table is made again, so that the payload
+	// stays its last column (ADD COLUMN would put the new ones after it,
+	// and a list would read its overflow pages). deliveries_accepted
+	// leaves redeliveries out: one has its original's sender's id, and
+	// is no replay. deliveries_redeliveries: a delivery's redeliveries
+	// (GetDelivery).
+	`CREATE TABLE deliveries_redelivery (
+		id                TEXT PRIMARY KEY,
+		operator          TEXT NOT NULL,
+		source            TEXT NOT NULL,
+		delivery_id       TEXT NOT NULL,
+		received_at       INTEGER NOT NULL,
+		outcome           TEXT NOT NULL,
+		reason            TEXT NOT NULL,
+		event             TEXT NOT NULL,
+		runs              TEXT NOT NULL,
+		objects           TEXT NOT NULL,
+		handled_at        INTEGER NOT NULL,
+		payload_bytes     INTEGER NOT NULL,
+		payload_truncated INTEGER NOT NULL,
+		headers           TEXT NOT NULL,
+		redelivery_of     TEXT NOT NULL DEFAULT '',
+		redelivered_by    TEXT NOT NULL DEFAULT '',
+		redelivery_reason TEXT NOT NULL DEFAULT '',
+		payload           BLOB NOT NULL
+	);
+	INSERT INTO deliveries_redelivery (id, operator, source, delivery_id, received_at, outcome, reason, event, runs, objects,
+		handled_at, payload_bytes, payload_truncated, headers, payload)
+		SELECT id, operator, source, delivery_id, received_at, outcome, reason, event, runs, objects,
+		handled_at, payload_bytes, payload_truncated, headers, payload FROM deliveries;
+	DROP TABLE deliveries;
+	ALTER TABLE deliveries_redelivery RENAME TO deliveries;
+	CREATE UNIQUE INDEX deliveries_accepted ON deliveries (operator, source, delivery_id) WHERE delivery_id != '' AND outcome != 'Refused' AND redelivery_of = '';
+	CREATE INDEX deliveries_operator ON deliveries (operator, id);
+	CREATE INDEX deliveries_pending ON deliveries (operator, id) WHERE outcome = 'Pending';
+	CREATE INDEX deliveries_refused ON deliveries (id) WHERE outcome = 'Refused';
+	CREATE INDEX deliveries_redeliveries ON deliveries (redelivery_of, id) WHERE redelivery_of != '';`,
 }
 
 // SQLite is the embedded Store: one database file in WAL mode. Writes go

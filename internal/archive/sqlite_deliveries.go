@@ -15,14 +15,18 @@ const (
 	// recordDeliverySQL inserts a delivery, or nothing when an accepted
 	// one has its key (deliveries_accepted): the index decides, so
 	// concurrent replays cannot both pass a check made before the insert.
+	// A redelivery (redelivery_of set) is outside the index, and never
+	// conflicts.
 	recordDeliverySQL = `INSERT INTO deliveries (id, operator, source, delivery_id, received_at, outcome, reason, event, runs, objects,
-		handled_at, payload_bytes, payload_truncated, headers, payload)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (operator, source, delivery_id) WHERE delivery_id != '' AND outcome != 'Refused' DO NOTHING`
+		handled_at, payload_bytes, payload_truncated, headers, redelivery_of, redelivered_by, redelivery_reason, payload)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (operator, source, delivery_id) WHERE delivery_id != '' AND outcome != 'Refused' AND redelivery_of = '' DO NOTHING`
 	finishDeliverySQL = `UPDATE deliveries SET outcome = ?, reason = ?, runs = ?, objects = ?, handled_at = ? WHERE id = ? AND outcome != 'Refused'`
 	// The outcome is literal, as deliveries_pending's condition is.
 	pendingDeliveriesSQL = `SELECT ` + deliveryColumns + `, payload FROM deliveries WHERE operator = ? AND outcome = 'Pending' ORDER BY id`
 	getDeliverySQL       = `SELECT ` + deliveryColumns + `, payload FROM deliveries WHERE id = ?`
+	// Through deliveries_redeliveries.
+	redeliveriesSQL = `SELECT id FROM deliveries WHERE redelivery_of = ? AND redelivery_of != '' ORDER BY id`
 	// The pruning of deliveries, by age and by count; Pending ones stay,
 	// as running runs do.
 	pruneDeliveriesByAgeSQL = `DELETE FROM deliveries WHERE id < ? AND outcome != 'Pending'`
@@ -39,7 +43,7 @@ const (
 // the table's last: a list that does not read it does not read its
 // overflow pages either.
 const deliveryColumns = `id, operator, source, delivery_id, received_at, outcome, reason, event, runs, objects,
-	handled_at, payload_bytes, payload_truncated, headers`
+	handled_at, payload_bytes, payload_truncated, headers, redelivery_of, redelivered_by, redelivery_reason`
 
 // errClosed is the archive's state after Close.
 var errClosed = errors.New("archive: closed")
@@ -79,7 +83,8 @@ func (s *SQLite) RecordDelivery(ctx context.Context, d *Delivery) error {
 		defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous = NORMAL`) }()
 	}
 	res, err := conn.ExecContext(ctx, recordDeliverySQL, d.ID, d.Operator, d.Source, d.DeliveryID, nanos(d.ReceivedAt), string(d.Outcome),
-		d.Reason, d.Event, marshal(d.Runs), marshal(d.Objects), nanos(d.HandledAt), d.PayloadBytes, d.PayloadTruncated, marshal(d.Headers), payload)
+		d.Reason, d.Event, marshal(d.Runs), marshal(d.Objects), nanos(d.HandledAt), d.PayloadBytes, d.PayloadTruncated, marshal(d.Headers),
+		d.RedeliveryOf, d.RedeliveredBy, d.RedeliveryReason, payload)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -149,7 +154,29 @@ func (s *SQLite) GetDelivery(ctx context.Context, id string) (*Delivery, error) 
 	if err != nil {
 		return nil, fmt.Errorf("archive: delivery %s: %w", id, err)
 	}
+	if d.Redeliveries, err = s.redeliveries(ctx, id); err != nil {
+		return nil, fmt.Errorf("archive: delivery %s: its redeliveries: %w", id, err)
+	}
 	return d, nil
+}
+
+// redeliveries returns the ids of a delivery's redeliveries, oldest
+// first; nil for none.
+func (s *SQLite) redeliveries(ctx context.Context, id string) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, redeliveriesSQL, id)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var ids []string
+	for rows.Next() {
+		var r string
+		if err := rows.Scan(&r); err != nil {
+			return nil, err
+		}
+		ids = append(ids, r)
+	}
+	return ids, rows.Err()
 }
 
 // ListDeliveries returns the deliveries q selects, newest first, without
@@ -233,7 +260,7 @@ func scanDelivery(row scanner, withPayload bool) (*Delivery, error) {
 	var outcome, runs, objects, headers string
 	var received, handled int64
 	dest := []any{&d.ID, &d.Operator, &d.Source, &d.DeliveryID, &received, &outcome, &d.Reason, &d.Event, &runs, &objects,
-		&handled, &d.PayloadBytes, &d.PayloadTruncated, &headers}
+		&handled, &d.PayloadBytes, &d.PayloadTruncated, &headers, &d.RedeliveryOf, &d.RedeliveredBy, &d.RedeliveryReason}
 	if withPayload {
 		dest = append(dest, &d.Payload)
 	}

@@ -246,6 +246,7 @@ func TestSQLiteQueriesUseTheirIndexes(t *testing.T) {
 			return listDeliveries(DeliveryQuery{Outcome: DeliveryRefused})
 		}},
 		{"get a delivery", "sqlite_autoindex_deliveries_1", func() (string, []any) { return getDeliverySQL, []any{"id"} }},
+		{"redeliveries of a delivery", "deliveries_redeliveries", func() (string, []any) { return redeliveriesSQL, []any{"id"} }},
 		{"cancel running", "runs_running", func() (string, []any) {
 			return cancelRunningSQL, []any{string(Cancelled), "stopped", int64(1)}
 		}},

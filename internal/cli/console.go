@@ -22,6 +22,10 @@ type consoleFlags struct {
 	auth      string
 	tokenFile string
 	url       string
+	// namespace is where its Redeliver button creates Redeliveries: the
+	// namespace opkit runs in (kubeconfigNamespace), which the command
+	// sets; "" is default.
+	namespace string
 }
 
 // register adds the flags; addrFlag names the address flag.
@@ -82,7 +86,11 @@ func (f *consoleFlags) console() *stack.Console {
 		return nil
 	}
 	auth, _ := f.authOptions() // checked by validate
-	return &stack.Console{Addr: f.addr, AnyPort: f.anyPort, URL: f.url, Auth: auth}
+	ns := f.namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return &stack.Console{Addr: f.addr, AnyPort: f.anyPort, URL: f.url, Auth: auth, RedeliveryNamespace: ns}
 }
 
 // explain names the flag to change when err is the console's address
@@ -103,7 +111,8 @@ func newConsoleCommand() *cobra.Command {
 		Long: `Serve the web console: the operators and their objects by condition (the
 objects watch operators have state for, and operator-wide schedules), each
 object's timeline of runs, each run's diff, log and outcome, and the failures
-inbox, with the actions retry, pause and resume on custom resources. opkit run --console and
+inbox, with the actions retry, pause and resume on custom resources, and
+Redeliver on a webhook delivery. opkit run --console and
 opkit dev serve the same console beside their engine; this command serves it
 from an archive (--archive) and a cluster alone. See docs/console.md.
 
@@ -122,6 +131,7 @@ It listens on loopback unless --console-auth is token or kubernetes.`,
 				return err
 			}
 			defer func() { _ = store.Close() }()
+			f.namespace = kubeconfigNamespace(kubeconfig)
 			c := f.console()
 			if c == nil {
 				return errors.New("--listen is empty: nothing to serve")

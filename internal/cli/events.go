@@ -102,7 +102,7 @@ RUN.`,
 	cmd.Flags().IntVar(&q.Limit, "limit", 50, "deliveries per page, at most 1000")
 	cmd.Flags().StringVar(&q.Cursor, "cursor", "", "continue after a previous page")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
-	cmd.AddCommand(newEventsShowCommand())
+	cmd.AddCommand(newEventsShowCommand(), newEventsRedeliverCommand())
 	return cmd
 }
 
@@ -283,6 +283,12 @@ func printDelivery(w io.Writer, d *archive.Delivery, runs map[string]*archive.Ru
 		fmt.Fprintf(tw, "Reason:\t%s\n", cell(d.Reason, 4096))
 	}
 	fmt.Fprintf(tw, "Received:\t%s (%s ago)\n", d.ReceivedAt.Local().Format(time.RFC3339), duration.HumanDuration(now.Sub(d.ReceivedAt)))
+	if d.RedeliveryOf != "" {
+		fmt.Fprintf(tw, "Redelivery of:\t%s, asked by %s%s\n", d.RedeliveryOf, cell(d.RedeliveredBy, 256), orEmpty(": ", cell(d.RedeliveryReason, 1024)))
+	}
+	if len(d.Redeliveries) > 0 {
+		fmt.Fprintf(tw, "Redelivered as:\t%s\n", strings.Join(d.Redeliveries, ", "))
+	}
 	if !d.HandledAt.IsZero() {
 		fmt.Fprintf(tw, "Handled:\t%s (%s after it came)\n", d.HandledAt.Local().Format(time.RFC3339),
 			d.HandledAt.Sub(d.ReceivedAt).Round(time.Millisecond))
@@ -369,4 +375,12 @@ func printPayload(w io.Writer, d *archive.Delivery) {
 // humanSize is archive.HumanBytes without a ".0": 256 KiB, 1.2 MiB.
 func humanSize(n int64) string {
 	return strings.Replace(archive.HumanBytes(n), ".0 ", " ", 1)
+}
+
+// orEmpty is prefix and s, or "" when s is empty.
+func orEmpty(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
 }

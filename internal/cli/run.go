@@ -82,6 +82,7 @@ docs/production.md.`,
 				if err := cf.validate(cmd); err != nil {
 					return err
 				}
+				cf.namespace = kubeconfigNamespace(kubeconfig)
 				if err := mf.validate(cmd, false); err != nil {
 					return err
 				}

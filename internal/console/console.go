@@ -4,7 +4,8 @@
 // with what it caused, from the events list and each event source's page;
 // the life cycle of an operator that declares states (spec.states), as a
 // diagram and in words, with each object's state and its transitions; and
-// the actions retry, pause, resume, decide and run again.
+// the actions retry, pause, resume, decide and run again; and a
+// delivery's Redeliver (redeliver.go).
 //
 // Contracts:
 //   - It reads the run archive and the cluster only: the CRDs opkit
@@ -13,7 +14,8 @@
 //     talks to the engine, but for the definitions of the operators the
 //     engine beside it runs (Options.Definitions); its actions are
 //     annotations the engine consumes (opkit.dev/retry, opkit.dev/paused,
-//     opkit.dev/decision, opkit.dev/rerun).
+//     opkit.dev/decision, opkit.dev/rerun), and the Redelivery objects it
+//     creates for the Redeliver button, which the engine answers.
 //   - Run again: a finished run of a custom resource's handler offers it
 //     on its page (see rerun): the handler runs once more for the object,
 //     as it is now or with the recorded binding context, recorded with who
@@ -127,6 +129,13 @@ type Options struct {
 	// another replica), or "" while it acts: every page then says so, as
 	// what it shows is the leader's doing.
 	Standby func() string
+	// RedeliveryNamespace is where the Redeliver button of a delivery's
+	// page creates Redelivery objects (redeliver.go): a namespace whose
+	// Redeliveries the engine that runs the operators answers, the one
+	// it acts in when it has one (engine.Options.Namespace). A stack
+	// sets it (stack.Console.RedeliveryNamespace). Defaults to "": no
+	// button, as the console cannot tell where an engine reads them.
+	RedeliveryNamespace string
 }
 
 // Server is the console's HTTP handler.
@@ -209,6 +218,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /live", s.live)
 	m.HandleFunc("POST /operators/{operator}/objects/{namespace}/{name}/{action}", s.act)
 	m.HandleFunc("POST /runs/{id}/rerun", s.rerun)
+	m.HandleFunc("POST /events/{id}/redeliver", s.redeliver)
 	m.HandleFunc("GET /login", s.loginPage)
 	m.HandleFunc("POST /login", s.login)
 	m.HandleFunc("POST /logout", s.logout)

@@ -266,7 +266,12 @@ func (s *Server) deliveryPage(r *http.Request, u *user) (string, *view, error) {
 	}
 	v := &view{Title: "Delivery " + id, Crumbs: []crumb{{"Operators", "/"}, {d.Operator, operatorURL(d.Operator)},
 		{"source " + d.Source, sourceURL(d.Operator, d.Source)}}}
-	if d.Outcome == archive.DeliveryPending {
+	asked := r.URL.Query().Get("redelivery")
+	redelivery := s.redeliveryOf(ctx, u, v, d, asked)
+	switch {
+	case redelivery != nil && redelivery.Asked != nil && (redelivery.Asked.Waiting || d.Outcome == archive.DeliveryPending):
+		v.Live = deliveryURL(id) + "?" + url.Values{"redelivery": {asked}}.Encode()
+	case d.Outcome == archive.DeliveryPending:
 		v.Live = deliveryURL(id)
 	}
 
@@ -318,6 +323,7 @@ func (s *Server) deliveryPage(r *http.Request, u *user) (string, *view, error) {
 		"ShownCut": cut, "Shown": int64(payloadShown),
 		"ReasonLabel": label, "ReasonClass": class, "Meaning": meaning,
 		"Pending": d.Outcome == archive.DeliveryPending, "Refused": d.Outcome == archive.DeliveryRefused,
+		"Redeliver": redelivery,
 	}
 	return "delivery", v, nil
 }

@@ -8,8 +8,8 @@
 // is applied, then the handlers on event of its source run, in order, for
 // the operator, each with the idempotency key
 // <operator>/event/<source>/<delivery id>/<handler> (the sender's delivery
-// id, or the archive's id for a sender that gives none) and retried by
-// its policy. Then the archive records the delivery Handled, or Failed (a
+// id, or the archive's id for a sender that gives none; a redelivery on
+// purpose, a key of its own, see Key) and retried by its policy. Then the archive records the delivery Handled, or Failed (a
 // handler gave up, or the object could not be applied), with its runs and
 // objects. A handler whose result refuses the delivery stops its
 // handling: it is Handled, with the refusal as reason.

@@ -163,18 +163,15 @@ func (q *Queue) handle(d archive.Delivery) {
 		}
 		d.Objects = []string{obj}
 	}
-	id := d.DeliveryID
-	if id == "" {
-		id = d.ID
-	}
 	ev := &run.EventContext{
 		ID: d.ID, Source: d.Source, DeliveryID: d.DeliveryID, Event: d.Event, ReceivedAt: d.ReceivedAt.UTC().Format(time.RFC3339Nano),
 		Headers: headers, Payload: d.Payload,
+		RedeliveryOf: d.RedeliveryOf, RedeliveredBy: d.RedeliveredBy, RedeliveryReason: d.RedeliveryReason,
 	}
 	for _, h := range src.Handlers {
 		out := q.rn.RunForOperator(ctx, run.OperatorRun{
 			Handler: h, Trigger: v1alpha1.OnEvent, UID: d.ID,
-			Key:   fmt.Sprintf("%s/event/%s/%s/%s", q.def.Operator.Name, d.Source, id, h.Name),
+			Key:   Key(q.def.Operator.Name, &d, h.Name),
 			Log:   log.WithValues("handler", h.Name),
 			Event: ev,
 		})
@@ -191,6 +188,29 @@ func (q *Queue) handle(d archive.Delivery) {
 		}
 	}
 	q.finish(ctx, &d, log)
+}
+
+// Key is the idempotency key of handler's run on a delivery:
+// <operator>/event/<source>/<delivery id>/<handler>, with the sender's
+// delivery id, or the archive's id for a sender that gives none. A
+// redelivery on purpose is handled anew, under a key of its own:
+// <operator>/event/<source>/<delivery id>/redelivery/<its archive id>/<handler>.
+func Key(operator string, d *archive.Delivery, handler string) string {
+	id := d.DeliveryID
+	if id == "" {
+		id = d.ID
+	}
+	if d.RedeliveryOf != "" {
+		id += "/redelivery/" + d.ID
+	}
+	return fmt.Sprintf("%s/event/%s/%s/%s", operator, d.Source, id, handler)
+}
+
+// Handling reports whether a delivery is queued or being handled.
+func (q *Queue) Handling(id string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.queued[id]
 }
 
 // finish records how a delivery's handling ended, with every run of it the

@@ -54,6 +54,9 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 		if err := e.ensureHooks(d); err != nil {
 			return err
 		}
+		if err := e.ensureRedeliveries(ctx); err != nil {
+			return fmt.Errorf("operator %s: %w", d.Operator.Name, err)
+		}
 	}
 	if d.Watch != nil || d.Calendar() {
 		return e.applyUnowned(ctx, d)

@@ -91,6 +91,13 @@ type Engine struct {
 	clockSteps run.ClockSteps
 	// migrations are the storage migrations in flight, by CRD (migrate.go).
 	migrations migrations
+	// deliveries reads the archive's deliveries, for redeliveries
+	// (redeliver.go): Options.Archive, when it reads them, else nil.
+	// redeliveries: their CRD is installed and answered; redeliverMu
+	// takes one at a time.
+	deliveries   archive.DeliveryReader
+	redeliveries bool
+	redeliverMu  sync.Mutex
 }
 
 // operator is one running controller.
@@ -157,6 +164,7 @@ func New(opts Options) (*Engine, error) {
 	}
 	e := &Engine{opts: opts, outage: away, mgr: mgr, client: mgr.GetClient(), clientset: cs, metadata: md, discovery: dc, started: make(chan struct{}), replicaRunning: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}, converters: map[string]*converter{}}
 	if opts.Archive != nil {
+		e.deliveries, _ = opts.Archive.(archive.DeliveryReader)
 		e.archive = health.NewArchiveWriter(opts.Archive, e.notice, handlerMetrics().archiveWritable)
 		e.opts.Archive = e.archive
 	}

@@ -28,7 +28,8 @@ import (
 
 // eventHandlerEnv makes the test binary the event handler: it appends
 // {key, deliveryId, event, text} to $OUT, and refuses the delivery when
-// its payload says refuse.
+// its payload says refuse; it first waits for the file its payload's
+// hold names, if any, to exist.
 const eventHandlerEnv = "OPKIT_TEST_EVENT_HANDLER"
 
 // eventRecord is a line the event handler writes.
@@ -50,12 +51,18 @@ func testEventHandler() int {
 			Payload    struct {
 				Text   string `json:"text"`
 				Refuse string `json:"refuse"`
+				Hold   string `json:"hold"`
 			} `json:"payload"`
 		} `json:"event"`
 	}
 	if err := json.NewDecoder(os.Stdin).Decode(&bc); err != nil {
 		fmt.Fprintln(os.Stderr, "bad binding context:", err)
 		return 2
+	}
+	for deadline := time.Now().Add(2 * time.Minute); bc.Event.Payload.Hold != "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(bc.Event.Payload.Hold); err == nil {
+			break
+		}
 	}
 	line, _ := json.Marshal(eventRecord{Key: bc.IdempotencyKey, DeliveryID: bc.Event.DeliveryID, Event: bc.Event.Event, Text: bc.Event.Payload.Text, Trigger: bc.Trigger})
 	f, err := os.OpenFile(os.Getenv("OUT"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -176,12 +183,18 @@ func waitDelivery(t *testing.T, store archive.Store, id string, outcome archive.
 // created issue comments run the event handler.
 func hooksOperator(t *testing.T, env *clustertest.Env, out string) *definition.Definition {
 	t.Helper()
+	return hooksOperatorWith(t, env, out, "github")
+}
+
+// hooksOperatorWith is hooksOperator with its source named src.
+func hooksOperatorWith(t *testing.T, env *clustertest.Env, out, src string) *definition.Definition {
+	t.Helper()
 	yaml := fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
 kind: Operator
 metadata: {name: hooks-%[1]s}
 spec:
   sources:
-  - name: github
+  - name: %[3]s
     webhook:
       github: {secretRef: {namespace: %[1]s, name: hook, key: secret}}
       maxBodyBytes: 4096
@@ -189,9 +202,9 @@ spec:
   handlers:
   - name: comment
     on: [event]
-    timeout: 30s
+    timeout: 3m
     %[2]s
-`, env.Namespace, eventHandlerExec(t, out))
+`, env.Namespace, eventHandlerExec(t, out), src)
 	file := filepath.Join(t.TempDir(), "hooks.yaml")
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)

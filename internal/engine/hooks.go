@@ -37,7 +37,8 @@ import (
 // the reason and answered with the status that says why:
 //
 //	401 a bad or missing signature or token
-//	409 a replay: the sender's delivery id was accepted before
+//	409 a replay: the sender's delivery id was accepted before (the
+//	    reason says how to redeliver it on purpose: redeliver.go)
 //	413 a body larger than the source's limit
 //	415 a content type that is not JSON
 //	400 a body that is not JSON, or a malformed delivery id
@@ -204,7 +205,11 @@ func (e *Engine) serveHook(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := e.opts.Archive.RecordDelivery(r.Context(), d); err != nil {
 		if errors.Is(err, archive.ErrDuplicateDelivery) {
-			e.recordRefused(r.Context(), w, d, &source.Refusal{Status: http.StatusConflict, Reason: "replay of delivery " + d.DeliveryID + ": it was accepted before"})
+			// The refused record's id is known before it is recorded, so
+			// that the answer can say how to handle it again on purpose.
+			d.ID = archive.NewID(d.ReceivedAt)
+			e.recordRefused(r.Context(), w, d, &source.Refusal{Status: http.StatusConflict, Reason: reasonReplay + d.DeliveryID + ": it was accepted before" +
+				"; to handle it again on purpose: opkit events redeliver " + d.ID + ", or the console's Redeliver button"})
 			return
 		}
 		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the archive cannot record the delivery; deliver again: " + err.Error()})
@@ -261,9 +266,9 @@ func (e *Engine) check(r *http.Request, src *definition.EventSource, d *archive.
 	match, err := src.Accepts(vars)
 	switch {
 	case err != nil:
-		return 0, &source.Refusal{Status: http.StatusOK, Reason: "filtered out: the filter failed on it: " + err.Error()}
+		return 0, &source.Refusal{Status: http.StatusOK, Reason: reasonFiltered + ": the filter failed on it: " + err.Error()}
 	case !match:
-		return 0, &source.Refusal{Status: http.StatusOK, Reason: "filtered out"}
+		return 0, &source.Refusal{Status: http.StatusOK, Reason: reasonFiltered}
 	}
 	return http.StatusAccepted, nil
 }

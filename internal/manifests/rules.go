@@ -179,6 +179,12 @@ func (n *needs) engine(opts Options) {
 	if opts.Hooks {
 		n.add("discovery.k8s.io", "endpointslices", engineNamespace, HooksName,
 			"hooks: the EndpointSlice of the hooks Service, which the acting replica writes with its own address so that no webhook delivery reaches a standby", "get", "update", "patch")
+
+		crd := v1alpha1.RedeliveryCRD().Name
+		n.add("apiextensions.k8s.io", "customresourcedefinitions", anyNamespace, crd,
+			"hooks: installs the Redelivery CRD (server-side apply: create and patch by name) and waits until it is established", "get", "create", "patch")
+		n.add(v1alpha1.Group, v1alpha1.RedeliveryResource, anyNamespace, "", "hooks: reads the Redeliveries (opkit events redeliver) it answers", "get", "list", "watch")
+		n.add(v1alpha1.Group, v1alpha1.RedeliveryResource+"/status", anyNamespace, "", "hooks: answers each Redelivery in its status", "patch")
 	}
 	if opts.Webhook {
 		n.add("discovery.k8s.io", "endpointslices", engineNamespace, WebhookName,
@@ -189,6 +195,10 @@ func (n *needs) engine(opts Options) {
 	if opts.Console.served() {
 		n.add(v1alpha1.Group, "operators", anyNamespace, "", "console: lists the Operators it shows", "get", "list")
 		n.add("", "events", anyNamespace, "", "console: lists each object's Events for its timeline", "list")
+		if opts.Hooks {
+			n.add(v1alpha1.Group, v1alpha1.RedeliveryResource, engineNamespace, "",
+				"console: its Redeliver button creates a Redelivery in the engine's namespace and reads the engine's answer", "create", "get")
+		}
 	}
 	if opts.Console.Auth == ConsoleAuthKubernetes {
 		n.add("authentication.k8s.io", "tokenreviews", anyNamespace, "", "console (auth kubernetes): checks each caller's bearer token", "create")

@@ -248,6 +248,12 @@ type EventContext struct {
 	Headers map[string]string `json:"headers"`
 	// Payload is the body, as received.
 	Payload json.RawMessage `json:"payload"`
+	// RedeliveryOf is, for a delivery redelivered on purpose (opkit events
+	// redeliver), the archive's id of the delivery it handles again;
+	// RedeliveredBy who asked and RedeliveryReason why. Absent otherwise.
+	RedeliveryOf     string `json:"redeliveryOf,omitempty"`
+	RedeliveredBy    string `json:"redeliveredBy,omitempty"`
+	RedeliveryReason string `json:"redeliveryReason,omitempty"`
 }
 
 // RedactSecrets drops the values of Secret children: handlers get their

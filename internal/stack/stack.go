@@ -148,8 +148,12 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	// learns which operators the engine runs once there is one.
 	var running atomic.Pointer[engine.Engine]
 	if c := opts.Console; c != nil {
+		redeliveries := c.RedeliveryNamespace
+		if opts.Engine.Namespace != "" {
+			redeliveries = opts.Engine.Namespace
+		}
 		served, err := c.Serve(runCtx, console.Options{
-			Archive: s.Archive, Config: opts.Engine.Config, Auth: c.Auth,
+			Archive: s.Archive, Config: opts.Engine.Config, Auth: c.Auth, RedeliveryNamespace: redeliveries,
 			Runs: func(name string) bool {
 				e := running.Load()
 				return e != nil && e.Runs(name)
@@ -299,6 +303,12 @@ type Console struct {
 	// Auth says who may use it (console.Options.Auth). The zero value
 	// admits everyone, on loopback only.
 	Auth console.Auth
+	// RedeliveryNamespace is where its Redeliver button creates
+	// Redelivery objects (console.Options.RedeliveryNamespace). Beside an
+	// engine of one namespace (engine.Options.Namespace), Start uses that
+	// one instead, the only one the engine answers. Defaults to "": no
+	// Redeliver button, unless the engine has a namespace.
+	RedeliveryNamespace string
 }
 
 // Serve binds c.Addr and serves the console of opts, with c.Auth, until
@@ -306,6 +316,9 @@ type Console struct {
 // serves one without an engine. A taken address is a *ListenError.
 func (c Console) Serve(ctx context.Context, opts console.Options) (*Serving, error) {
 	opts.Auth = c.Auth
+	if opts.RedeliveryNamespace == "" {
+		opts.RedeliveryNamespace = c.RedeliveryNamespace
+	}
 	srv, err := console.New(opts)
 	if err != nil {
 		return nil, err

@@ -52,6 +52,7 @@ func Run(t *testing.T, open Open) {
 		{"DeliveriesRefuseBadRecords", deliveriesRefuseBadRecords},
 		{"DeliveriesCapPayload", deliveriesCapPayload},
 		{"DeliveriesRefuseReplays", deliveriesRefuseReplays},
+		{"DeliveriesRedeliveriesLinkedBothWaysAndNoReplays", deliveriesRedeliveries},
 		{"DeliveriesConcurrentFloodExactlyOnce", deliveriesConcurrentFloodExactlyOnce},
 		{"DeliveriesPendingOldestFirst", deliveriesPendingOldestFirst},
 		{"DeliveriesListFiltersAndPages", deliveriesListFiltersAndPages},

@@ -671,3 +671,79 @@ func deliveriesSurviveCancelRunning(t *testing.T, open Open) {
 		t.Errorf("Counts = %+v, want %+v: deliveries are not runs", counts, want)
 	}
 }
+
+// deliveriesRedeliveries: a redelivery on purpose has its original's
+// sender's id and is no replay, nor makes the sender's later delivery of
+// that id one; it is linked both ways, with who asked and why.
+func deliveriesRedeliveries(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	ctx := context.Background()
+	now := time.Now()
+	orig := newDelivery(now, "printer", "github", "x-1")
+	recordDelivery(t, s, orig)
+	finishDelivery(t, s, orig, archive.DeliveryHandled)
+
+	redeliver := func(of *archive.Delivery, at time.Time, by string) *archive.Delivery {
+		t.Helper()
+		r := newDelivery(at, of.Operator, of.Source, of.DeliveryID)
+		r.RedeliveryOf, r.RedeliveredBy, r.RedeliveryReason = of.ID, by, "the handler is fixed"
+		recordDelivery(t, s, r)
+		return r
+	}
+	r1 := redeliver(orig, now.Add(time.Second), "alice")
+	r2 := redeliver(orig, now.Add(2*time.Second), "bob")
+	if err := s.RecordDelivery(ctx, newDelivery(now.Add(3*time.Second), "printer", "github", "x-1")); !errors.Is(err, archive.ErrDuplicateDelivery) {
+		t.Errorf("the sender's replay of a delivery redelivered on purpose: %v, want ErrDuplicateDelivery", err)
+	}
+	got := getDelivery(t, s, orig.ID)
+	if !reflect.DeepEqual(got.Redeliveries, []string{r1.ID, r2.ID}) {
+		t.Errorf("the original's Redeliveries = %v, want %v", got.Redeliveries, []string{r1.ID, r2.ID})
+	}
+	g1 := getDelivery(t, s, r1.ID)
+	if g1.RedeliveryOf != orig.ID || g1.RedeliveredBy != "alice" || g1.RedeliveryReason != "the handler is fixed" || g1.DeliveryID != "x-1" || g1.Outcome != archive.DeliveryPending {
+		t.Errorf("a redelivery read back as %+v, want of %s by alice, its reason, delivery id x-1, Pending", g1, orig.ID)
+	}
+	if len(g1.Redeliveries) != 0 {
+		t.Errorf("a redelivery not redelivered has Redeliveries %v", g1.Redeliveries)
+	}
+	pending, err := s.PendingDeliveries(ctx, "printer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 2 || pending[0].ID != r1.ID || pending[0].RedeliveredBy != "alice" || pending[1].RedeliveryOf != orig.ID {
+		t.Errorf("PendingDeliveries = %+v, want the two redeliveries, with whom and of what", pending)
+	}
+	page, err := s.ListDeliveries(ctx, archive.DeliveryQuery{Operator: "printer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Deliveries) != 3 || page.Deliveries[0].RedeliveryOf != orig.ID || page.Deliveries[0].RedeliveredBy != "bob" {
+		t.Errorf("ListDeliveries = %+v, want the redeliveries with whom and of what first", page.Deliveries)
+	}
+	finishDelivery(t, s, r1, archive.DeliveryHandled)
+	if g := getDelivery(t, s, r1.ID); g.Outcome != archive.DeliveryHandled || g.RedeliveredBy != "alice" {
+		t.Errorf("a redelivery finished: %s by %q, want Handled by alice", g.Outcome, g.RedeliveredBy)
+	}
+
+	// A refused delivery redelivered does not make the sender's next
+	// delivery of its id a replay: only the sender's accepted ones do.
+	ref := refused(now, "printer", "github", "y-1", "filtered out")
+	recordDelivery(t, s, ref)
+	redeliver(ref, now.Add(time.Second), "alice")
+	recordDelivery(t, s, newDelivery(now.Add(2*time.Second), "printer", "github", "y-1"))
+
+	for name, bad := range map[string]func(d *archive.Delivery){
+		"no one asked":                func(d *archive.Delivery) { d.RedeliveredBy = "" },
+		"not an id":                   func(d *archive.Delivery) { d.RedeliveryOf = "nope" },
+		"refused":                     func(d *archive.Delivery) { d.Outcome, d.Reason = archive.DeliveryRefused, "filtered out" },
+		"who without what":            func(d *archive.Delivery) { d.RedeliveryOf = "" },
+		"a reason without redelivery": func(d *archive.Delivery) { d.RedeliveryOf, d.RedeliveredBy = "", "" },
+	} {
+		d := newDelivery(now, "printer", "github", "z-1")
+		d.RedeliveryOf, d.RedeliveredBy, d.RedeliveryReason = orig.ID, "alice", "why"
+		bad(d)
+		if err := s.RecordDelivery(ctx, d); err == nil {
+			t.Errorf("RecordDelivery accepted a redelivery with %s: %+v", name, d)
+		}
+	}
+}

@@ -1,0 +1,247 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
+	opsource "github.com/opkit-dev/opkit/internal/source"
+)
+
+// Redelivery on purpose: a person asks the engine to handle a delivery of
+// its archive again (opkit events redeliver ID),
+// by creating a Redelivery object (v1alpha1.RedeliveryCRD), so that RBAC
+// says who may. The engine that acts (a standby applies no operator, so
+// starts none of this) installs the CRD with its first operator that has
+// a source, and answers each Redelivery of its namespaces once, in its
+// status: Accepted, with the new delivery record's id, or Refused, with
+// why. An accepted redelivery is recorded Pending with RedeliveryOf (the
+// original), RedeliveredBy and RedeliveryReason, and queued as a delivery
+// the sender sent: its source's object is applied again and the handlers
+// on event of its source run again, under keys of their own
+// (delivery.Key). Refused: an id the archive does not hold; an operator
+// this engine does not run, or a source it no longer has; a delivery
+// still being handled (Pending, or its last redelivery Pending); a
+// refused delivery that was refused before its signature was verified,
+// or whose payload was cut; one the source's filter refuses now.
+
+// refusedAfterVerification are the starts of the reasons of deliveries
+// refused once their sender was verified: those may be redelivered.
+var refusedAfterVerification = []string{reasonFiltered, reasonReplay}
+
+// Reasons the hooks listener records, in part.
+const (
+	reasonFiltered = "filtered out"
+	reasonReplay   = "replay of delivery "
+)
+
+// RedeliveryRefusal is a redelivery the engine refuses, and why.
+type RedeliveryRefusal struct{ Reason string }
+
+func (r *RedeliveryRefusal) Error() string { return r.Reason }
+
+func refuseRedelivery(format string, args ...any) error {
+	return &RedeliveryRefusal{Reason: fmt.Sprintf(format, args...)}
+}
+
+// Redeliver records the delivery id again as a redelivery by who, for
+// why, and queues it; see above. A refusal is a *RedeliveryRefusal;
+// another error (the archive cannot be read) may pass if tried again.
+func (e *Engine) Redeliver(ctx context.Context, id, by, why string) (*archive.Delivery, error) {
+	if e.deliveries == nil {
+		return nil, refuseRedelivery("the engine's run archive does not read deliveries")
+	}
+	if strings.TrimSpace(by) == "" {
+		return nil, refuseRedelivery("a redelivery must say who asks for it (spec.by)")
+	}
+	// One at a time: two requests for one delivery must not both pass the
+	// check that none is being handled.
+	e.redeliverMu.Lock()
+	defer e.redeliverMu.Unlock()
+	if !archive.ValidID(id) {
+		return nil, refuseRedelivery("%q is not a delivery id: opkit events lists them", id)
+	}
+	d, err := e.deliveries.GetDelivery(ctx, id)
+	if errors.Is(err, archive.ErrNotFound) {
+		return nil, refuseRedelivery("no delivery %s in the run archive: it was never received here, or retention pruned it", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading delivery %s: %w", id, err)
+	}
+	e.mu.Lock()
+	op, restarting := e.running[d.Operator], e.restarting[d.Operator]
+	e.mu.Unlock()
+	switch {
+	case op == nil && restarting:
+		return nil, fmt.Errorf("operator %s is restarting", d.Operator)
+	case op == nil:
+		return nil, refuseRedelivery("operator %s of delivery %s does not run in this engine", d.Operator, id)
+	}
+	src := op.def.EventSource(d.Source)
+	if src == nil {
+		return nil, refuseRedelivery("operator %s no longer has the source %s of delivery %s", d.Operator, d.Source, id)
+	}
+	if op.events == nil {
+		return nil, fmt.Errorf("operator %s is starting", d.Operator)
+	}
+	if d.Outcome == archive.DeliveryPending || op.events.Handling(id) {
+		return nil, refuseRedelivery("delivery %s is still being handled (Pending): redeliver it once it is Handled or Failed", id)
+	}
+	if n := len(d.Redeliveries); n > 0 {
+		last := d.Redeliveries[n-1]
+		if op.events.Handling(last) {
+			return nil, refuseRedelivery("redelivery %s of delivery %s is still being handled: redeliver it once that one is Handled or Failed", last, id)
+		}
+		if l, err := e.deliveries.GetDelivery(ctx, last); err == nil && l.Outcome == archive.DeliveryPending {
+			return nil, refuseRedelivery("redelivery %s of delivery %s is still being handled (Pending): redeliver it once that one is Handled or Failed", last, id)
+		}
+	}
+	if d.Outcome == archive.DeliveryRefused {
+		verified := false
+		for _, prefix := range refusedAfterVerification {
+			verified = verified || strings.HasPrefix(d.Reason, prefix)
+		}
+		switch {
+		case !verified:
+			return nil, refuseRedelivery("delivery %s was refused before its sender was verified (%s): only a delivery filtered out or refused as a replay can be redelivered", id, d.Reason)
+		case d.PayloadTruncated:
+			return nil, refuseRedelivery("delivery %s was refused and the archive kept only the start of its payload: it cannot be handled", id)
+		}
+	}
+	if err := e.stillAccepts(src, d); err != nil {
+		return nil, err
+	}
+	r := &archive.Delivery{
+		Operator: d.Operator, Source: d.Source, DeliveryID: d.DeliveryID, Event: d.Event, Headers: d.Headers,
+		Payload: d.Payload, PayloadBytes: d.PayloadBytes, ReceivedAt: time.Now().UTC(), Outcome: archive.DeliveryPending,
+		RedeliveryOf: d.ID, RedeliveredBy: by, RedeliveryReason: why,
+	}
+	if err := e.opts.Archive.RecordDelivery(ctx, r); err != nil {
+		return nil, fmt.Errorf("recording the redelivery of %s: %w", id, err)
+	}
+	op.events.Add(*r)
+	return r, nil
+}
+
+// stillAccepts checks a recorded delivery against its source's filter as
+// it is now.
+func (e *Engine) stillAccepts(src *definition.EventSource, d *archive.Delivery) error {
+	payload, err := opsource.Payload(d.Payload)
+	if err != nil {
+		return refuseRedelivery("delivery %s: %v", d.ID, err)
+	}
+	vars := definition.EventVars{Payload: payload, Headers: opsource.Headers(d.Headers), Event: d.Event, DeliveryID: d.DeliveryID, Source: src.Name}
+	match, err := src.Accepts(vars)
+	switch {
+	case err != nil:
+		return refuseRedelivery("the filter of source %s fails on delivery %s: %v", src.Name, d.ID, err)
+	case !match:
+		return refuseRedelivery("the filter of source %s refuses delivery %s: filtered out", src.Name, d.ID)
+	}
+	return nil
+}
+
+// ensureRedeliveries installs the Redelivery CRD and starts answering
+// Redelivery objects, once.
+func (e *Engine) ensureRedeliveries(ctx context.Context) error {
+	e.mu.Lock()
+	started := e.redeliveries
+	e.mu.Unlock()
+	if started {
+		return nil
+	}
+	crd := v1alpha1.RedeliveryCRD()
+	if err := e.applyCRD(ctx, crd); err != nil {
+		return fmt.Errorf("installing the Redelivery CRD: %w", err)
+	}
+	if err := e.waitEstablished(ctx, crd.Name); err != nil {
+		return fmt.Errorf("the Redelivery CRD %s: %w", crd.Name, err)
+	}
+	c, err := controller.NewTypedUnmanaged("redeliveries", e.queues.Options(reconcile.Func(e.answerRedelivery), 1))
+	if err != nil {
+		return err
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.RedeliveryKind))
+	if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), obj, &handler.EnqueueRequestForObject{})); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.redeliveries {
+		return nil
+	}
+	e.redeliveries = true
+	go func() {
+		if err := c.Start(e.ctx); err != nil && e.ctx.Err() == nil {
+			e.mgr.GetLogger().Error(err, "answering Redeliveries")
+		}
+	}()
+	return nil
+}
+
+// answerRedelivery answers one Redelivery, once: read from the API
+// server, so that one answered is never answered again.
+func (e *Engine) answerRedelivery(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.RedeliveryKind))
+	if err := e.mgr.GetAPIReader().Get(ctx, req.NamespacedName, obj); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if why := outsideNamespace(e.opts.Namespace, obj.GetNamespace()); why {
+		return reconcile.Result{}, nil
+	}
+	spec, status, err := v1alpha1.ReadRedelivery(obj)
+	if err != nil || status.Outcome != "" {
+		return reconcile.Result{}, nil
+	}
+	log := e.mgr.GetLogger().WithValues("redelivery", req.String(), "delivery", spec.Delivery, "by", spec.By)
+	answer := v1alpha1.RedeliveryStatus{At: time.Now().UTC().Format(time.RFC3339)}
+	d, err := e.Redeliver(ctx, spec.Delivery, spec.By, spec.Reason)
+	var refusal *RedeliveryRefusal
+	switch {
+	case errors.As(err, &refusal):
+		answer.Outcome, answer.Reason = v1alpha1.RedeliveryRefused, refusal.Reason
+		log.Info("redelivery refused: " + refusal.Reason)
+	case err != nil:
+		return reconcile.Result{}, err // tried again, with back-off
+	default:
+		answer.Outcome, answer.Redelivery = v1alpha1.RedeliveryAccepted, d.ID
+		log.Info("redelivering", "as", d.ID, "reason", spec.Reason)
+	}
+	patch, err := json.Marshal(map[string]any{"status": answer})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := e.client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil
+		}
+		// Recorded already when accepted: say so in the log, since the
+		// next try would find it being handled.
+		log.Error(err, "writing the Redelivery's answer")
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, nil
+}
+
+// outsideNamespace reports whether ns is outside the engine's namespace
+// (Options.Namespace, "" for every one).
+func outsideNamespace(namespace, ns string) bool {
+	return namespace != "" && ns != namespace
+}

@@ -181,6 +181,7 @@ func dev(cmd *cobra.Command, o devOptions) error {
 		AdmissionFinalizers: true,
 		AllowBreaking:       ef.allowBreaking,
 		MigrateStorage:      ef.migrateStorage,
+		RunEvents:           ef.runEvents,
 	}, archivePath, cf, mf, stderr, zapcore.ErrorLevel)
 	if err != nil {
 		return err

@@ -98,7 +98,7 @@ docs/production.md.`,
 				if err != nil {
 					return err
 				}
-				opts := engine.Options{Config: cfg, AdmissionFinalizers: admission, AllowBreaking: ef.allowBreaking, MigrateStorage: ef.migrateStorage}
+				opts := engine.Options{Config: cfg, AdmissionFinalizers: admission, AllowBreaking: ef.allowBreaking, MigrateStorage: ef.migrateStorage, RunEvents: ef.runEvents}
 				if opts.Webhook, err = wf.options(cmd, kubeconfigNamespace(kubeconfig), false); err != nil {
 					return err
 				}
@@ -153,11 +153,12 @@ docs/production.md.`,
 // engineFlags are the flags of opkit run and opkit dev that say how the
 // engine applies a definition's CRD.
 type engineFlags struct {
-	allowBreaking, migrateStorage bool
+	allowBreaking, migrateStorage, runEvents bool
 }
 
 func (f *engineFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.allowBreaking, "allow-breaking", false, "apply a definition even when its CRD breaks the installed one's clients or loses data (see opkit lint --against-cluster)")
+	cmd.Flags().BoolVar(&f.runEvents, "run-events", false, "post a HandlerStarted and a HandlerSucceeded Event for every handler run; without it a run's Events are its failures (HandlerFailed, HandlerGaveUp) and those its result asks for, and a success is in the run archive and status.opkit.lastRun")
 	cmd.Flags().BoolVar(&f.migrateStorage, "migrate-storage", false, "when an operator's CRD has objects stored at an older version (status.storedVersions), rewrite them at the storage version in the background, as opkit migrate does (see docs/migration.md)")
 }
 

@@ -336,10 +336,18 @@ func readLines[T any](t *testing.T, file string) []T {
 // returns the namespace, the record file and the archive.
 func runTasks(t *testing.T) (*clustertest.Env, string, *archive.SQLite) {
 	t.Helper()
+	return runTasksWith(t, engine.Options{})
+}
+
+// runTasksWith is runTasks with options (Config, Namespace and Archive
+// are the test's).
+func runTasksWith(t *testing.T, opts engine.Options) (*clustertest.Env, string, *archive.SQLite) {
+	t.Helper()
 	env := clustertest.New(t)
 	file, out := tasksOperator(t)
 	store := newArchive(t)
-	runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, file)
+	opts.Config, opts.Namespace, opts.Archive = env.Config, env.Namespace, store
+	runEngineWith(t, opts, file)
 	cleanUpTasks(t, env)
 	return env, out, store
 }
@@ -677,7 +685,7 @@ func TestRequeueAfterRunsTheHandlerAgain(t *testing.T) {
 
 func TestSkippedRunsLeaveOneRecordAndNoEvents(t *testing.T) {
 	t.Parallel()
-	env, out, store := runTasks(t)
+	env, out, store := runTasksWith(t, engine.Options{RunEvents: true})
 	obj := task(env.Namespace, "skipper", "skipper", "x")
 	create(t, env, obj)
 	waitRecords(t, out, "skipper", 4, "three skipped runs, then one that works")
@@ -708,6 +716,50 @@ func TestSkippedRunsLeaveOneRecordAndNoEvents(t *testing.T) {
 	}
 	if reasons["HandlerStarted"] != 1 || reasons["HandlerSucceeded"] != 1 {
 		t.Errorf("handler Events %v; want one HandlerStarted (the create run) and one HandlerSucceeded", reasons)
+	}
+}
+
+// TestARunsEventsAreItsFailuresUnlessAskedFor: by default a run that
+// succeeds posts no Event (its record is in the archive and in
+// status.opkit.lastRun), and one that fails posts HandlerFailed, which
+// kubectl describe shows; the handler's own Events are posted either way.
+func TestARunsEventsAreItsFailuresUnlessAskedFor(t *testing.T) {
+	t.Parallel()
+	env, out, _ := runTasks(t)
+	create(t, env, task(env.Namespace, "fine", "", "x"))
+	create(t, env, task(env.Namespace, "flaky", "flaky", "x"))
+	waitRecords(t, out, "fine", 1, "the fine Task's run")
+	waitRecords(t, out, "flaky", 2, "the flaky Task's failed run and its retry")
+	reasons := func(name string) map[string]int {
+		var events corev1.EventList
+		if err := env.Client.List(t.Context(), &events, client.InNamespace(env.Namespace)); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int{}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name == name {
+				got[e.Reason] += max(int(e.Count), 1)
+			}
+		}
+		return got
+	}
+	eventually(t, 30*time.Second, "the flaky Task's HandlerFailed Event", func(context.Context) (bool, error) {
+		return reasons("flaky")["HandlerFailed"] >= 1, nil
+	})
+	fine := &unstructured.Unstructured{}
+	fine.SetAPIVersion("handlers.example.com/v1")
+	fine.SetKind("Task")
+	eventually(t, 30*time.Second, "the fine Task's lastRun Succeeded", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: "fine"}, fine); err != nil {
+			return false, err
+		}
+		outcome, _, _ := unstructured.NestedString(fine.Object, "status", "opkit", "lastRun", "outcome")
+		return outcome == "Succeeded", nil
+	})
+	for _, name := range []string{"fine", "flaky"} {
+		if got := reasons(name); got["HandlerStarted"]+got["HandlerSucceeded"] != 0 {
+			t.Errorf("%s: Events %v; want no HandlerStarted or HandlerSucceeded without RunEvents", name, got)
+		}
 	}
 }
 

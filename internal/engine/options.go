@@ -41,6 +41,11 @@ type Options struct {
 	// MaxConcurrentRuns bounds the handler runs each operator executes at
 	// once; runs beyond it wait for a slot. Defaults to 16.
 	MaxConcurrentRuns int
+	// RunEvents posts a HandlerStarted and a HandlerSucceeded Event for
+	// each run, as well as the failures'. Defaults to false: a run's
+	// Events are HandlerFailed and HandlerGaveUp, and those its result
+	// asks for (package run's Config.RunEvents).
+	RunEvents bool
 	// JobTolerations are added to the pods of job handlers (opkit dev adds
 	// the dev node's).
 	JobTolerations []corev1.Toleration

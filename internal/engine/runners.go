@@ -52,7 +52,7 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 	}
 	return run.New(ctx, run.Config{
 		Def: d, Archive: e.opts.Archive, Client: e.client, Events: rec, Execs: byHandler, Stubs: e.opts.Stubs, Memory: mem,
-		MaxConcurrentRuns: e.opts.MaxConcurrentRuns, ConsoleURL: e.opts.ConsoleURL, RunFinished: e.opts.RunFinished,
+		MaxConcurrentRuns: e.opts.MaxConcurrentRuns, ConsoleURL: e.opts.ConsoleURL, RunEvents: e.opts.RunEvents, RunFinished: e.opts.RunFinished,
 		Clock: e.opts.Clock, Steps: &e.clockSteps, Namespace: e.opts.Namespace, Log: e.mgr.GetLogger(),
 	}), nil
 }

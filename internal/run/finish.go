@@ -71,6 +71,9 @@ func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	case Skipped:
 		// Nothing was done: no Event, and the archive keeps the last one.
 	case Succeeded:
+		if !rn.runEvents {
+			break // the archive, status.opkit.lastRun and the console say it
+		}
 		rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerSucceeded", runAction(run.ID), "handler %s succeeded: run %s", h.Name, rn.runRef(run.ID))
 	case Retry:
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerFailed", runAction(run.ID), "handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, requeue.Round(time.Second), Truncate(run.Error), rn.runRef(run.ID))

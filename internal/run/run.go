@@ -74,6 +74,13 @@ type Config struct {
 	MaxConcurrentRuns int
 	// ConsoleURL is the console's base URL, named in Events; "" for none.
 	ConsoleURL string
+	// RunEvents posts HandlerStarted and HandlerSucceeded for each run.
+	// Defaults to false: a run's Events are its failures (HandlerFailed,
+	// HandlerGaveUp) and those its result asks for, which is what a person
+	// reads in kubectl describe; a success is in the archive, the
+	// object's status (status.opkit.lastRun) and the console, without two
+	// API writes a run.
+	RunEvents bool
 	// RunFinished is called with each run recorded as ended; nil for none.
 	RunFinished func(archive.Run)
 	// Clock times retries, schedules and requeues. Defaults to the real
@@ -111,6 +118,7 @@ type Runner struct {
 	clock     clock.Clock
 	steps     *ClockSteps
 	namespace string
+	runEvents bool // Config.RunEvents
 	running   sync.WaitGroup
 }
 
@@ -133,7 +141,7 @@ func New(ctx context.Context, cfg Config) *Runner {
 		watched: cfg.Def.Watch != nil, started: time.Now(), wake: make(chan event.GenericEvent, 1024),
 		slots: make(chan struct{}, cfg.MaxConcurrentRuns), ctx: ctx, log: cfg.Log.WithValues("operator", cfg.Def.Operator.Name),
 		metrics: handlerMetrics(), console: strings.TrimSuffix(cfg.ConsoleURL, "/"), finished: cfg.RunFinished,
-		clock: cfg.Clock, steps: cfg.Steps, namespace: cfg.Namespace,
+		clock: cfg.Clock, steps: cfg.Steps, namespace: cfg.Namespace, runEvents: cfg.RunEvents,
 	}
 	rn.metrics.forOperator(cfg.Def.Operator.Name)
 	return rn

@@ -142,7 +142,7 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 	go func() {
 		defer rn.running.Done()
 		res, recorded, err := rn.execute(rn.ctx, run, req, p.now, func() {
-			if !periodic(run.Trigger) {
+			if rn.runEvents && !periodic(run.Trigger) {
 				// A periodic run may well find nothing to do (skipped):
 				// its end says what matters.
 				rn.events.Eventf(woken, nil, corev1.EventTypeNormal, "HandlerStarted", runAction(run.ID), "handler %s (%s, attempt %d): run %s", run.Handler, run.Trigger, run.Attempt, rn.runRef(run.ID))

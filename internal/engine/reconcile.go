@@ -108,12 +108,17 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var step *run.Step
 	if r.runner != nil {
 		var err error
-		if step, err = r.runner.Step(ctx, cr, vars); err != nil {
+		if step, err = r.runner.StepWriting(ctx, cr, vars); err != nil {
 			failure = errors.Join(failure, err)
 		} else if step.Requeue > 0 && (requeue == 0 || step.Requeue < requeue) {
 			requeue = step.Requeue
 		}
-		if step != nil && step.Wrote {
+		switch {
+		case step != nil && step.Status != nil:
+			// The guards and status fields read what the run's result
+			// sets, written below with the rest.
+			vars.Self = sv.Self(run.WithStatus(cr, step.Status).Object)
+		case step != nil && step.Wrote:
 			vars.Self = sv.Self(cr.Object) // the guards and status fields read what the run wrote
 		}
 	}
@@ -127,6 +132,19 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	written, err := r.updateStatus(ctx, cr, vars, keep, waiting, notReady, failure, step, sv)
+	if step != nil && step.Status != nil {
+		if err != nil {
+			// The step is undone and done again: the run is recorded
+			// again, failed by a refusal of its result; the run the step
+			// decided does not start.
+			r.runner.StatusRefused(cr, step, err)
+			if run.Refusal(err) {
+				err = nil // the run's failure, not the reconcile's
+			}
+		} else {
+			r.runner.Written(cr, step)
+		}
+	}
 	if step != nil {
 		// The run decided starts once the status is written, and sees it:
 		// the earlier run's record, a transition.
@@ -387,6 +405,9 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	status := make(map[string]any, len(oldStatus)+len(r.def.Status)+3)
 	for k, v := range oldStatus {
 		status[k] = v
+	}
+	if step != nil && step.Status != nil {
+		run.MergeStatus(status, step.Status) // the run's result, in this one patch
 	}
 	for _, f := range r.def.Status {
 		v, err := f.Evaluate(vars)

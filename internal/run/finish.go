@@ -25,10 +25,14 @@ import (
 // handler's record, the archive's, and returns when to look again, and
 // whether it wrote the result's status (cr is then the object as the
 // write left it).
-func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *flight, st *cause.State) (requeue time.Duration, wrote bool) {
+//
+// With d, the result's status is not written but kept in d, for the
+// caller's one status patch, and so are the result's Events, posted once
+// that patch is written (StepWriting).
+func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *flight, st *cause.State, d *deferral) (requeue time.Duration, wrote bool) {
 	run, h := f.run, f.cause.Handler
 	now := rn.clock.Now().UTC() // what the retry and the requeue count from
-	o, wrote := rn.apply(ctx, cr, f)
+	o, wrote := rn.apply(ctx, cr, f, d)
 	switch {
 	case run.Trigger == v1alpha1.TriggerRerun:
 		// One run a person asked for: not retried, and no record of the
@@ -87,8 +91,9 @@ func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 // object: its status patch, then its Events. A result that asks what the
 // run cannot do fails it for good; a status patch the API refuses fails
 // it (retried). wrote: the status was written, and cr is the object as
-// the write left it.
-func (rn *Runner) apply(ctx context.Context, cr *unstructured.Unstructured, f *flight) (o Outcome, wrote bool) {
+// the write left it. With d, the status and the Events are kept in d
+// instead (finish).
+func (rn *Runner) apply(ctx context.Context, cr *unstructured.Unstructured, f *flight, d *deferral) (o Outcome, wrote bool) {
 	run, res := f.run, f.result
 	o = judge(res, f.err)
 	switch {
@@ -100,6 +105,13 @@ func (rn *Runner) apply(ctx context.Context, cr *unstructured.Unstructured, f *f
 		return failed("the result has fields of an admission answer (allowed, message, patch, warnings), which only a handler on validate or mutate gives", true), false
 	case len(res.Status) > 0 && rn.watched:
 		return failed("the result sets status, but opkit never writes to a watched object: post events or write to objects of your own instead", true), false
+	case len(res.Status) > 0 && d != nil:
+		d.status, d.events = res.Status, res.Events
+		run.Writes = append(run.Writes, "status: "+strings.Join(slices.Sorted(maps.Keys(res.Status)), ", "))
+		for _, e := range res.Events {
+			run.Writes = append(run.Writes, "event "+e.Type+" "+e.Reason)
+		}
+		return o, false
 	case len(res.Status) > 0:
 		patch, _ := json.Marshal(map[string]any{"status": res.Status})
 		if err := rn.client.Status().Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {

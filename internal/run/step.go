@@ -36,6 +36,12 @@ type Step struct {
 	// Start is the run the step decided, which the caller launches once
 	// its own write of the object is made (Launch); nil for none.
 	Start *Pending
+	// Status is, after StepWriting, the status a finished run's result
+	// sets, for the caller's patch (MergeStatus); nil for none.
+	Status map[string]any
+	// deferred is the run whose result Status is, until Written or
+	// StatusRefused.
+	deferred *deferral
 }
 
 // Idle reports whether the object's handlers are done: nothing in
@@ -72,6 +78,12 @@ func (rn *Runner) remember(cr *unstructured.Unstructured, st *cause.State) {
 // observed changes, and create and update are about its projection
 // (cause.Projection).
 func (rn *Runner) Step(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars) (*Step, error) {
+	return rn.step(ctx, cr, vars, false)
+}
+
+// step is Step; with writing, a finished run's result status is left to
+// the caller's patch (StepWriting).
+func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, writing bool) (*Step, error) {
 	st := rn.state(cr)
 	res := &Step{State: st}
 	defer rn.remember(cr, st)
@@ -113,11 +125,26 @@ func (rn *Runner) Step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		f = nil // recorded Cancelled: it runs again below, with its key
 	}
 	if f != nil {
+		var d *deferral
+		if writing {
+			d = &deferral{flight: f, before: st.Clone()}
+		}
 		var wrote bool
-		res.Requeue, wrote = rn.finish(ctx, cr, f, st)
+		res.Requeue, wrote = rn.finish(ctx, cr, f, st, d)
 		res.Wrote = res.Wrote || wrote
+		if d != nil && d.status != nil {
+			// What follows sees the result, as after its own patch.
+			res.Status, res.deferred = d.status, d
+			cr = WithStatus(cr, d.status)
+		}
 	}
-	if _, paused := cr.GetAnnotations()[v1alpha1.PauseAnnotation]; !paused && cr.GetDeletionTimestamp() == nil {
+	if _, asked := cr.GetAnnotations()[v1alpha1.RerunAnnotation]; asked && res.deferred != nil {
+		// A re-run request waits for the next step: this one may yet be
+		// undone (StatusRefused), and the request with it.
+		if res.Requeue == 0 || res.Requeue > time.Second {
+			res.Requeue = time.Second
+		}
+	} else if _, paused := cr.GetAnnotations()[v1alpha1.PauseAnnotation]; !paused && cr.GetDeletionTimestamp() == nil {
 		// A person's request to run a handler again comes before what is
 		// due: the object is free now. Paused, it waits.
 		p, wrote, err := rn.rerunRequested(ctx, cr, st, vars, subject)

@@ -95,7 +95,7 @@ func (rn *Runner) Settle(ctx context.Context, key types.NamespacedName, obj *uns
 	case errors.Is(f.err, errNotRecorded):
 		return false
 	}
-	rn.finish(ctx, obj, f, rn.state(obj))
+	rn.finish(ctx, obj, f, rn.state(obj), nil)
 	return false
 }
 

@@ -189,6 +189,9 @@ var pgMigrations = []string{
 	// Run.Runner: the runner Pod that ran an exec handler with an image
 	// (SQLite's sixth migration).
 	`ALTER TABLE runs ADD COLUMN runner text COLLATE "C" NOT NULL DEFAULT '';`,
+	// deliveries_turned_down: every refusal, by the source's checks and
+	// by a handler (SQLite's seventh migration).
+	`CREATE INDEX deliveries_turned_down ON deliveries (id) WHERE ` + turnedDown + `;`,
 }
 
 // OpenPostgres opens the archive in the PostgreSQL database dsn names (a

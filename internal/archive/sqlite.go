@@ -122,6 +122,10 @@ var migrations = []string{
 	`ALTER TABLE runs ADD COLUMN actor TEXT NOT NULL DEFAULT '';`,
 	// Run.Runner: the runner Pod that ran an exec handler with an image.
 	`ALTER TABLE runs ADD COLUMN runner TEXT NOT NULL DEFAULT '';`,
+	// deliveries_turned_down: ListDeliveries of every refusal (opkit
+	// events --refused), by the source's checks and by a handler, newest
+	// first. Its condition is turnedDown's.
+	`CREATE INDEX deliveries_turned_down ON deliveries (id) WHERE ` + turnedDown + `;`,
 }
 
 // SQLite is the embedded Store: one database file in WAL mode. Writes go

@@ -36,6 +36,11 @@ type State struct {
 	// acted on: opkit does not remove it from an object it does not own,
 	// so each new value is one retry.
 	RetrySeen string `json:"retrySeen,omitempty"`
+	// Paused is the pause last recorded in the archive: "v:" and the
+	// value of the object's pause annotation while it is paused, "" once
+	// its resume is recorded. A pause whose value changes is recorded
+	// again.
+	Paused string `json:"paused,omitempty"`
 }
 
 // HandlerState is one handler's record in status.opkit.handlers.

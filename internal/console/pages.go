@@ -501,10 +501,15 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	switch action {
 	case "retry":
 		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.RetryAnnotation, time.Now().UTC().Format(time.RFC3339Nano))
-	case "pause":
-		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, v1alpha1.PauseAnnotation)
-	case "resume":
-		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, v1alpha1.PauseAnnotation)
+	case "pause", "resume":
+		// Who acted, for the engine's record: the signed-in user; nobody
+		// known when the console runs without authentication.
+		by := v1alpha1.Pause{By: u.Name, At: time.Now().UTC().Format(time.RFC3339)}.Value()
+		if action == "pause" {
+			patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.PauseAnnotation, by)
+		} else {
+			patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null,%q:%q}}}`, v1alpha1.PauseAnnotation, v1alpha1.ResumedAnnotation, by)
+		}
 	default:
 		s.fail(w, r, notFound("no action %q: retry, pause, resume or decide", action))
 		return

@@ -88,6 +88,9 @@ func (rn *Runner) Step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	if err := rn.retryRequested(ctx, cr, st, res); err != nil {
 		return nil, err
 	}
+	if err := rn.pauseChanged(ctx, cr, st, res); err != nil {
+		return nil, err
+	}
 
 	rn.mem.mu.Lock()
 	o := rn.mem.object(cr)

@@ -74,8 +74,9 @@ func (e *Engine) startCalendar(d *definition.Definition) (*operator, error) {
 			last[s.Key] = rec.Slot
 		}
 	}
-	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: rn}
+	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: rn, manual: newManualRuns(ctx.Done())}
 	var loops sync.WaitGroup
+	loops.Go(func() { e.manualLoop(ctx, rn, d, op.manual) })
 	// A schedule never run before starts with the slot after now, read
 	// before the loops start: a clock stepped once startCalendar returned
 	// counts for them.

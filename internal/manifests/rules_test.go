@@ -163,6 +163,16 @@ func TestRulesOfTheExamplesGrantWhatTheEngineDoesAndNoMore(t *testing.T) {
 			"update customresourcedefinitions.apiextensions.k8s.io printers.demo.example.com",
 		},
 	}, {
+		// An operator-wide schedule: the engine removes, from its Operator
+		// alone, the requests to run now that it answered.
+		example: "calendar",
+		allowed: []string{"patch operators.opkit.dev calendar", "patch operators/status.opkit.dev calendar"},
+		denied:  []string{"patch operators.opkit.dev printer", "update operators.opkit.dev calendar", "create operators.opkit.dev"},
+	}, {
+		example: "calendar",
+		opts:    manifests.Options{Operators: manifests.FromFiles},
+		denied:  []string{"patch operators.opkit.dev calendar", "list operators.opkit.dev"},
+	}, {
 		example: "rollouts",
 		allowed: []string{"list deployments.apps", "watch deployments.apps", "create selfsubjectaccessreviews.authorization.k8s.io"},
 		denied:  []string{"get deployments.apps web in a", "patch deployments.apps web in a", "update rollouts/finalizers.demo.example.com r in a"},

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// RunNowAnnotationPrefix, followed by a handler's name, is the annotation
+// RunNowAnnotationPrefix is, followed by a handler's name, the annotation
 // on an Operator that asks its engine to run that operator-wide schedule's
 // handler now, once, besides its slots (opkit schedule run). Its value is
 // the JSON of a RunNow. The engine that leads runs it with the key

@@ -112,6 +112,12 @@ func (e *Engine) calendar(ctx context.Context, rn *run.Runner, d *definition.Def
 		if !run.SleepUntil(ctx, clk, &e.clockSteps, slot) {
 			return
 		}
+		// A paused operator runs no slot: the slots that came due while
+		// it was paused are handled at its resume, by catchUp, as after
+		// an engine that was down.
+		if !rn.WaitResumed(ctx) {
+			return
+		}
 		latest, due, skipped := catchUp(h, slot, clk.Now())
 		switch {
 		case skipped > 0 && due:

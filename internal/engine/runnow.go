@@ -135,9 +135,7 @@ func (e *Engine) runNow(ctx context.Context, rn *run.Runner, d *definition.Defin
 // the request's annotation, unless it changed since it was read.
 func (e *Engine) answerRunNow(ctx context.Context, r manualRequest, eventType, reason, note string) {
 	e.mgr.GetEventRecorder("opkit").Eventf(r.op, nil, eventType, reason, "RunNow", "%s", truncate(note))
-	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(r.annotation, "~", "~0"), "/", "~1")
-	patch := fmt.Appendf(nil, `[{"op":"test","path":%q,"value":%q},{"op":"remove","path":%q}]`, path, r.value, path)
-	err := e.client.Patch(ctx, r.op.DeepCopy(), client.RawPatch(types.JSONPatchType, patch))
+	err := e.client.Patch(ctx, r.op.DeepCopy(), client.RawPatch(types.JSONPatchType, run.RemoveAnnotationPatch(r.annotation, r.value)))
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err) { // gone, or changed: a newer request
 		e.mgr.GetLogger().Error(err, "removing the request to run now; the next engine sees it again", "operator", r.op.Name, "annotation", r.annotation)
 	}
@@ -176,6 +174,8 @@ func (e *Engine) takeRunNow(ctx context.Context, op *v1alpha1.Operator) {
 			why = fmt.Sprintf("the annotation %s cannot be read: %v", name, err)
 		case running.manual == nil:
 			why = fmt.Sprintf("the operator %s %s: it has no operator-wide schedule to run now", op.Name, d.What())
+		case pausedBy(running.runner) != "":
+			why = fmt.Sprintf("the operator %s is paused (%s): nothing runs until it is resumed (opkit resume --operator %s --all)", op.Name, pausedBy(running.runner), op.Name)
 		default:
 			for _, h := range d.Handlers {
 				if h.Name == handler {
@@ -193,6 +193,19 @@ func (e *Engine) takeRunNow(ctx context.Context, op *v1alpha1.Operator) {
 		r.request = req
 		running.manual.take(ctx, r)
 	}
+}
+
+// pausedBy says who paused the operator of rn and why; "" when it is not
+// paused.
+func pausedBy(rn *run.Runner) string {
+	if rn == nil {
+		return ""
+	}
+	p, paused := rn.OperatorPaused()
+	if !paused {
+		return ""
+	}
+	return "by " + or(p.By, "someone unknown") + reasonSuffix(p.Reason)
 }
 
 // handlerNames lists d's handlers for a message.

@@ -134,6 +134,9 @@ func TestPauseAndResumeFromTheCLIAreRecordedWithWhoAndWhy(t *testing.T) {
 		{[]string{"resume", "default/first"}, "Key default/first is not paused: nothing to resume"},
 		{[]string{"pause", "default/nosuch"}, "no runs for default/nosuch"},
 		{[]string{"pause", "default/nosuch", "--operator", "nobody"}, "there is no Operator nobody in the cluster"},
+		// Run from a file, the operator has no Operator to pause as a whole.
+		{[]string{"pause", "--operator", "keys", "--all"}, "there is no Operator keys in the cluster"},
+		{[]string{"resume", "--all"}, "name it with --operator"},
 	} {
 		res := opkit(t, "", append(c.args, "--kubeconfig", kc, "--archive", archivePath)...)
 		if res.code == 0 || !strings.Contains(res.stderr, c.want) {

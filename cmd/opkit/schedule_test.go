@@ -115,4 +115,53 @@ func TestScheduleRunRunsAFailedSlotNowRecordedWithWhoAndWhy(t *testing.T) {
 			t.Errorf("opkit schedule run %s: code %d, stderr %s; want it refused saying %q", strings.Join(c.args, " "), res.code, res.stderr, c.want)
 		}
 	}
+
+	// The whole operator paused: no slot runs, and a run now is refused
+	// saying who paused it and why; resumed, the slots run again.
+	slotsSince := func(since time.Time) int {
+		n := 0
+		for _, r := range opkitRuns(t, archivePath, "--operator", "imports", "--trigger", v1alpha1.OnSchedule) {
+			if r.StartedAt.After(since) {
+				n++
+			}
+		}
+		return n
+	}
+	res = opkit(t, "", "pause", "--operator", "imports", "--all", "--reason", "the registry migrates", "--kubeconfig", kc)
+	if res.code != 0 || !strings.Contains(res.stdout, "operator imports: handlers of every object paused by "+who+": the registry migrates") {
+		t.Fatalf("opkit pause --operator imports --all: code %d\nstdout %s\nstderr %s", res.code, res.stdout, res.stderr)
+	}
+	clustertest.Eventually(t, time.Minute, "the engine's OperatorPaused Event", func(context.Context) (bool, error) {
+		events, _ := kubectl(t, kc, "get", "events", "-n", "default", "--field-selector", "involvedObject.name=imports,reason=OperatorPaused", "-o", "jsonpath={.items[*].note}{.items[*].message}")
+		return strings.Contains(events, "paused by "+who+": the registry migrates"), nil
+	})
+	paused := time.Now()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"schedule", "run", "imports", "import"}, "the operator imports is paused (by " + who},
+		{[]string{"pause", "--operator", "imports", "--all"}, "the operator imports is already paused (by " + who},
+		{[]string{"pause", "default/x", "--operator", "imports", "--all"}, "give no object"},
+	} {
+		res := opkit(t, "", append(c.args, "--kubeconfig", kc)...)
+		if res.code == 0 || !strings.Contains(res.stderr, c.want) {
+			t.Errorf("opkit %s: code %d, stderr %s; want it refused saying %q", strings.Join(c.args, " "), res.code, res.stderr, c.want)
+		}
+	}
+	time.Sleep(7 * time.Second) // two slots of every 3s come due
+	if n := slotsSince(paused); n != 0 {
+		t.Errorf("%d slot(s) ran while the operator was paused", n)
+	}
+	res = opkit(t, "", "resume", "--operator", "imports", "--all", "--kubeconfig", kc)
+	if res.code != 0 || !strings.Contains(res.stdout, "operator imports: handlers of every object resumed by "+who) {
+		t.Fatalf("opkit resume --operator imports --all: code %d\nstdout %s\nstderr %s", res.code, res.stdout, res.stderr)
+	}
+	resumed := time.Now()
+	clustertest.Eventually(t, time.Minute, "a slot after the resume", func(context.Context) (bool, error) {
+		return slotsSince(resumed) > 0, nil
+	})
+	if res := opkit(t, "", "resume", "--operator", "imports", "--all", "--kubeconfig", kc); res.code == 0 || !strings.Contains(res.stderr, "the operator imports is not paused as a whole") {
+		t.Errorf("a second opkit resume --all: code %d, stderr %s; want it refused", res.code, res.stderr)
+	}
 }

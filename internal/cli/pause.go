@@ -33,12 +33,13 @@ func newResumeCommand() *cobra.Command {
 // pauseCommand is opkit pause (pause true) or opkit resume.
 func pauseCommand(pause bool) *cobra.Command {
 	var archivePath, kubeconfig, operator, reason string
+	var all bool
 	verb, done := "resume", "resumed"
 	if pause {
 		verb, done = "pause", "paused"
 	}
 	cmd := &cobra.Command{
-		Use: verb + " NAMESPACE/NAME [--operator OP] [--reason TEXT]",
+		Use: verb + " NAMESPACE/NAME [--operator OP] [--reason TEXT] | " + verb + " --operator OP --all [--reason TEXT]",
 		Short: map[bool]string{
 			true:  "Pause an object's handlers: none starts until it is resumed",
 			false: "Resume a paused object's handlers: what came due meanwhile runs",
@@ -56,7 +57,16 @@ NAMESPACE/NAME shows it, handler ` + v1alpha1.PauseHandler + `) and as an Event 
 object. Pausing needs patch on the object (Kubernetes RBAC).
 
 The object's kind is read from its Operator in the cluster (--operator), or
-else found from its runs in the archive.`,
+else found from its runs in the archive.
+
+With --all, the whole operator --operator is paused: the annotation is set
+on its Operator, and no handler of any of its objects starts, objects
+created while it is paused included, nor any of its operator-wide
+schedules' slots (opkit schedule run is refused too). Each object is
+recorded paused, naming the operator's pause, and its Paused condition
+says so. The operator is not restarted. This needs its Operator object in
+the cluster, which the engine watches: an operator run from a file (opkit
+run -f, opkit dev) has none. Pausing needs patch on the Operator.`,
 			false: `Resume the handlers of a paused custom resource, as the console's Resume
 does: what came due while it was paused runs now.
 
@@ -67,11 +77,34 @@ on the object, then removes it. Resuming needs patch on the object
 (Kubernetes RBAC).
 
 The object's kind is read from its Operator in the cluster (--operator), or
-else found from its runs in the archive.`,
+else found from its runs in the archive.
+
+With --all, the whole operator --operator is resumed (opkit pause --all):
+every object's handlers run what came due while it was paused, and each
+object is recorded resumed. An object paused on its own stays paused.`,
 		}[pause],
-		Args: cobra.ExactArgs(1),
+		Example: map[bool]string{
+			true: `  opkit pause team-a/web --operator deploys --reason "the registry is down"
+  opkit pause --operator deploys --all --reason "database migration until 10:00"`,
+			false: `  opkit resume team-a/web --operator deploys
+  opkit resume --operator deploys --all --reason "migration done"`,
+		}[pause],
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case all && len(args) > 0:
+				return fmt.Errorf("--all %ss every object of --operator: give no object (%s)", verb, args[0])
+			case all && operator == "":
+				return fmt.Errorf("--all %ss a whole operator: name it with --operator", verb)
+			case !all && len(args) != 1:
+				return fmt.Errorf("want one object, NAMESPACE/NAME, or --operator OP --all for a whole operator")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, out := cmd.Context(), cmd.OutOrStdout()
+			if all {
+				return pauseOperator(ctx, cmd, kubeconfig, operator, reason, pause)
+			}
 			ns, name, ok := strings.Cut(args[0], "/")
 			if !ok {
 				ns, name = "", args[0]
@@ -131,7 +164,58 @@ else found from its runs in the archive.`,
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	cmd.Flags().StringVar(&operator, "operator", "", "the object's operator: its kind is read from the Operator in the cluster")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, in your words: recorded with who "+done)
+	cmd.Flags().BoolVar(&all, "all", false, verb+" every object of --operator, and its schedules, through its Operator")
 	return cmd
+}
+
+// pauseOperator pauses (pause true) or resumes the whole operator name,
+// through the annotations of its Operator in the cluster.
+func pauseOperator(ctx context.Context, cmd *cobra.Command, kubeconfig, name, reason string, pause bool) error {
+	loader := kubeconfigLoader(kubeconfig)
+	cfg, err := loader.ClientConfig()
+	if err != nil {
+		return fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.Kind))
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, u); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return fmt.Errorf("there is no Operator %s in the cluster (kubectl get operators): a whole operator is paused through its Operator object, "+
+				"so an operator run from a file (opkit run -f, opkit dev) cannot be; pause its objects one by one (opkit pause NAMESPACE/NAME --operator %s), "+
+				"or stop it", name, name)
+		}
+		return fmt.Errorf("reading the Operator %s: %w", name, err)
+	}
+	current, paused := u.GetAnnotations()[v1alpha1.PauseAnnotation]
+	switch {
+	case pause && paused:
+		return fmt.Errorf("the operator %s is already paused (%s): nothing was written", name, describePause(v1alpha1.ReadPause(current)))
+	case !pause && !paused:
+		return fmt.Errorf("the operator %s is not paused as a whole: nothing to resume (an object paused on its own is resumed with opkit resume NAMESPACE/NAME --operator %s)", name, name)
+	}
+	by, note, err := whoAmI(ctx, cfg, loader)
+	if err != nil {
+		return err
+	}
+	if note != "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), note)
+	}
+	p := v1alpha1.Pause{By: by, Reason: reason, At: time.Now().UTC().Format(time.RFC3339)}
+	annotations, done := map[string]any{v1alpha1.PauseAnnotation: p.Value()}, "paused"
+	if !pause {
+		annotations, done = map[string]any{v1alpha1.PauseAnnotation: nil, v1alpha1.ResumedAnnotation: p.Value()}, "resumed"
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err := c.Patch(ctx, u, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("%s the Operator %s: %w", strings.TrimSuffix(done, "d"), name, err)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "operator %s: handlers of every object %s by %s%s; the engine records it for each (opkit runs --operator %s --handler %s)\n",
+		name, done, by, reasonSuffix(reason), name, v1alpha1.PauseHandler)
+	return nil
 }
 
 // pausedKind is the kind of the object opkit pause or resume names: that

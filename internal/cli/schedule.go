@@ -101,6 +101,10 @@ the handler still pending.`,
 			case h == nil:
 				return fmt.Errorf("the operator %s has no handler %s: its handlers are %s", name, handler, strings.Join(handlerList(d), ", "))
 			}
+			if value, paused := op.GetAnnotations()[v1alpha1.PauseAnnotation]; paused {
+				return fmt.Errorf("the operator %s is paused (%s): nothing runs until it is resumed (opkit resume --operator %s --all); nothing was written",
+					name, describePause(v1alpha1.ReadPause(value)), name)
+			}
 			annotation := v1alpha1.RunNowAnnotation(handler)
 			if pending, ok := op.GetAnnotations()[annotation]; ok {
 				p, _ := v1alpha1.ReadRunNow(pending)

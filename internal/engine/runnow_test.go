@@ -151,6 +151,17 @@ spec:
 		}
 		return true, nil
 	})
+
+	// The operator paused as a whole, a request is refused saying by whom.
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		v1alpha1.PauseAnnotation: v1alpha1.Pause{By: "joe", Reason: "the registry migrates"}.Value()}}})
+	if err := env.Client.Patch(t.Context(), op.DeepCopy(), client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		t.Fatal(err)
+	}
+	ask(v1alpha1.RunNowAnnotation("import"), v1alpha1.RunNow{ID: "r4", By: "jane", At: req.At}.Value())
+	if ev := answer("(request r4,"); ev.Reason != engine.ReasonRunNowRefused || !strings.Contains(ev.Message, "is paused (by joe: the registry migrates)") {
+		t.Errorf("a request to a paused operator is answered %s %q; want RunNowRefused naming who paused it", ev.Reason, ev.Message)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != 2 {

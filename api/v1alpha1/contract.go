@@ -24,8 +24,17 @@ const (
 	// run in flight finishes and is recorded, but no handler starts
 	// (create, update, delete, resume or schedule) until the annotation is
 	// removed; then what came due meanwhile runs. Children are still kept
-	// converged. The console's Pause and Resume set and remove it.
+	// converged. opkit pause and the console's Pause set it to the JSON of
+	// a Pause, saying who paused and why; any other value pauses too, by
+	// someone unknown. The engine records each pause it sees, with its
+	// Pause, in the run archive (handler PauseHandler) and as an Event.
 	PauseAnnotation = "opkit.dev/paused"
+	// ResumedAnnotation holds, as the JSON of a Pause, who resumed the
+	// object's handlers and why: opkit resume and the console's Resume
+	// set it in the patch that removes PauseAnnotation. The engine
+	// records the resume with it and removes it; a PauseAnnotation
+	// removed without it is recorded as resumed by someone unknown.
+	ResumedAnnotation = "opkit.dev/resumed"
 	// AppliedHashAnnotation, on a child, holds a hash of what opkit last
 	// applied to it: a child whose template renders the same is not
 	// written again.
@@ -68,6 +77,47 @@ func (d Decision) Patch(resourceVersion string) []byte {
 	}})
 	return patch
 }
+
+// Pause is who paused or resumed an object's handlers, and why: the value
+// of PauseAnnotation and of ResumedAnnotation.
+type Pause struct {
+	// By is the Kubernetes user opkit pause or resume runs as, or the
+	// console's signed-in user.
+	By string `json:"by"`
+	// Reason is why, in the person's words; optional.
+	Reason string `json:"reason,omitempty"`
+	// At is when, RFC 3339.
+	At string `json:"at"`
+}
+
+// Value is p as an annotation's value.
+func (p Pause) Value() string {
+	value, _ := json.Marshal(p) // strings: it cannot fail
+	return string(value)
+}
+
+// ReadPause reads an annotation's value as a Pause; a value that is not
+// one (set by hand, or by an older console) is a Pause by nobody known.
+func ReadPause(value string) Pause {
+	var p Pause
+	if json.Unmarshal([]byte(value), &p) != nil {
+		return Pause{}
+	}
+	return p
+}
+
+// PauseHandler is the handler name under which the run archive records
+// an object's handlers paused (trigger TriggerPaused) and resumed
+// (TriggerResumed), with who did it as the run's actor: not a DNS label,
+// so no handler of an Operator has it.
+const PauseHandler = "opkit.pause"
+
+// The triggers of PauseHandler's records. Not Handler.On values; not
+// OnResume either, which is an engine's start.
+const (
+	TriggerPaused  = "paused"
+	TriggerResumed = "resumed"
+)
 
 // ObjectState is status.state of a custom resource whose Operator
 // declares states: where it is in its life cycle.

@@ -32,6 +32,13 @@ func (o DeliveryOutcome) Accepted() bool {
 	return o == DeliveryPending || o == DeliveryHandled || o == DeliveryFailed
 }
 
+// TurnedDown reports whether d was turned away: Refused by the source's
+// checks, or Handled with a Reason (a handler refused it). These are what
+// DeliveryQuery.Refused selects.
+func (d *Delivery) TurnedDown() bool {
+	return d.Outcome == DeliveryRefused || d.Outcome == DeliveryHandled && d.Reason != ""
+}
+
 // known reports whether o is one of the four outcomes.
 func (o DeliveryOutcome) known() bool { return o.Accepted() || o == DeliveryRefused }
 
@@ -117,7 +124,10 @@ type Delivery struct {
 type DeliveryQuery struct {
 	Operator string
 	Source   string
-	// Refused selects only the refused deliveries (opkit events --refused).
+	// Refused selects every delivery that was turned away (opkit events
+	// --refused): those Refused by the source's checks (a bad signature,
+	// a replay, filtered out, too large), and those Handled with a
+	// Reason, which a handler refused (nothing was done).
 	Refused bool
 	// Outcome selects the deliveries of one outcome.
 	Outcome DeliveryOutcome

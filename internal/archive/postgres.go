@@ -206,6 +206,9 @@ var pgMigrations = []string{
 	DROP INDEX deliveries_accepted;
 	CREATE UNIQUE INDEX deliveries_accepted ON deliveries (operator, source, delivery_id) WHERE delivery_id <> '' AND outcome <> 'Refused' AND redelivery_of = '';
 	CREATE INDEX deliveries_redeliveries ON deliveries (redelivery_of, id) WHERE redelivery_of <> '';`,
+	// deliveries_turned_down: every refusal, by the source's checks and
+	// by a handler (SQLite's ninth migration).
+	`CREATE INDEX deliveries_turned_down ON deliveries (id) WHERE ` + turnedDown + `;`,
 }
 
 // OpenPostgres opens the archive in the PostgreSQL database dsn names (a

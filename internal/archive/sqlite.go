@@ -168,6 +168,10 @@ var migrations = []string{
 	CREATE INDEX deliveries_pending ON deliveries (operator, id) WHERE outcome = 'Pending';
 	CREATE INDEX deliveries_refused ON deliveries (id) WHERE outcome = 'Refused';
 	CREATE INDEX deliveries_redeliveries ON deliveries (redelivery_of, id) WHERE redelivery_of != '';`,
+	// deliveries_turned_down: ListDeliveries of every refusal (opkit
+	// events --refused), by the source's checks and by a handler, newest
+	// first. Its condition is turnedDown's.
+	`CREATE INDEX deliveries_turned_down ON deliveries (id) WHERE ` + turnedDown + `;`,
 }
 
 // SQLite is the embedded Store: one database file in WAL mode. Writes go

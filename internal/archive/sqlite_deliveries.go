@@ -209,6 +209,12 @@ func listDeliveriesSQL(where string) string {
 	return `SELECT ` + deliveryColumns + ` FROM deliveries` + where + ` ORDER BY id DESC LIMIT ?`
 }
 
+// turnedDown is the condition of the deliveries that were turned away:
+// refused by the source's checks, or accepted and refused by a handler
+// (Handled, with the handler's reason). It is the partial index
+// deliveries_turned_down's condition, in both stores.
+const turnedDown = "(outcome = 'Refused' OR outcome = 'Handled' AND reason != '')"
+
 // sql turns a query into a WHERE clause with ? placeholders.
 func (q DeliveryQuery) sql() (string, []any, int, error) {
 	var w where
@@ -218,10 +224,11 @@ func (q DeliveryQuery) sql() (string, []any, int, error) {
 	w.eq("operator", q.Operator)
 	w.eq("source", q.Source)
 	// Outcomes are literal, checked to be one of the four: SQLite uses a
-	// partial index (deliveries_refused, deliveries_pending) only for a
-	// condition it can see implies the index's.
+	// partial index (deliveries_turned_down, deliveries_refused,
+	// deliveries_pending) only for a condition it can see implies the
+	// index's: turnedDown is the index's condition, word for word.
 	if q.Refused {
-		w.conds = append(w.conds, "outcome = 'Refused'")
+		w.conds = append(w.conds, turnedDown)
 	}
 	if q.Outcome != "" {
 		if !q.Outcome.known() {

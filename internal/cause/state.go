@@ -39,6 +39,11 @@ type State struct {
 	// RerunSeen is the value of a watched object's re-run annotation
 	// (v1alpha1.RerunAnnotation) last answered, for the same reason.
 	RerunSeen string `json:"rerunSeen,omitempty"`
+	// Paused is the pause last recorded in the archive: "v:" and the
+	// value of the object's pause annotation while it is paused, "" once
+	// its resume is recorded. A pause whose value changes is recorded
+	// again.
+	Paused string `json:"paused,omitempty"`
 }
 
 // HandlerState is one handler's record in status.opkit.handlers.

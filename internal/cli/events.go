@@ -35,9 +35,17 @@ func newEventsCommand() *cobra.Command {
 operator and source each came in on, the sender's event and delivery id,
 its outcome (Pending, Handled, Failed, Refused) and why it failed or was
 refused, and the runs its handling started (the run's id when one, else
-how many). Filter by operator, source, outcome or age; --refused lists the
-deliveries that were turned away. -o json prints every field but the
-payload, headers that carry credentials redacted.
+how many). Filter by operator, source, outcome or age.
+
+--refused lists every delivery that was turned away: those the source's
+checks refused (a bad signature, a replay, filtered out, too large;
+outcome Refused) and those a handler refused (outcome Handled, nothing
+done, with the handler's reason). --refused --outcome Refused or Handled
+keeps one kind.
+
+The table cuts a long reason at 60 characters; -o wide shows it whole.
+-o json prints every field but the payload, headers that carry
+credentials redacted.
 
 Print one delivery whole, its headers, what it caused and its payload
 (secrets redacted), with opkit events show ID; a run's log with opkit logs
@@ -54,8 +62,8 @@ RUN.`,
 				if err != nil {
 					return err
 				}
-				if q.Refused && o != archive.DeliveryRefused {
-					return fmt.Errorf("--refused and --outcome %s select nothing together: pass one of them", o)
+				if q.Refused && o != archive.DeliveryRefused && o != archive.DeliveryHandled {
+					return fmt.Errorf("--refused and --outcome %s select nothing together: a refusal is Refused (by the source's checks) or Handled (by a handler); pass one of them", o)
 				}
 				q.Outcome = o
 			}
@@ -66,8 +74,8 @@ RUN.`,
 				}
 				q.Since = time.Now().Add(-d)
 			}
-			if output != "table" && output != "json" {
-				return fmt.Errorf("-o %q: want table or json", output)
+			if output != "table" && output != "wide" && output != "json" {
+				return fmt.Errorf("-o %q: want table, wide or json", output)
 			}
 			store, err := openExistingArchive(cmd.Context(), archivePath)
 			if err != nil {
@@ -86,7 +94,11 @@ RUN.`,
 				enc.SetIndent("", "  ")
 				return enc.Encode(page)
 			}
-			printDeliveries(cmd.OutOrStdout(), page.Deliveries, time.Now())
+			width := reasonWidth
+			if output == "wide" {
+				width = 0
+			}
+			printDeliveries(cmd.OutOrStdout(), page.Deliveries, time.Now(), width)
 			if page.Next != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "more deliveries: add --cursor %s\n", page.Next)
 			}
@@ -96,12 +108,12 @@ RUN.`,
 	archiveFlag(cmd, &archivePath)
 	cmd.Flags().StringVar(&q.Operator, "operator", "", "only deliveries to this operator")
 	cmd.Flags().StringVar(&q.Source, "source", "", "only deliveries on this event source of the operator (github)")
-	cmd.Flags().BoolVar(&q.Refused, "refused", false, "only refused deliveries (a bad signature, a replay, filtered out, too large), with why")
+	cmd.Flags().BoolVar(&q.Refused, "refused", false, "only deliveries turned away, with why: refused by the source's checks (a bad signature, a replay, filtered out, too large) or by a handler")
 	cmd.Flags().StringVar(&outcome, "outcome", "", "only deliveries of this outcome: "+joinOutcomes(", "))
 	cmd.Flags().StringVar(&since, "since", "", "only deliveries received in this last while, e.g. 30m or 48h")
 	cmd.Flags().IntVar(&q.Limit, "limit", 50, "deliveries per page, at most 1000")
 	cmd.Flags().StringVar(&q.Cursor, "cursor", "", "continue after a previous page")
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, wide (the reason whole) or json")
 	cmd.AddCommand(newEventsShowCommand(), newEventsRedeliverCommand())
 	return cmd
 }
@@ -124,10 +136,11 @@ func joinOutcomes(sep string) string {
 	return strings.Join(names, sep)
 }
 
-// printDeliveries writes deliveries as a table. What the sender chose (its
+// printDeliveries writes deliveries as a table, their reasons cut at
+// reasonWidth characters, or whole for 0. What the sender chose (its
 // event, its delivery id, a reason that quotes it) is shown cleaned, as a
 // run's log is.
-func printDeliveries(w io.Writer, deliveries []archive.Delivery, now time.Time) {
+func printDeliveries(w io.Writer, deliveries []archive.Delivery, now time.Time, reasonWidth int) {
 	if len(deliveries) == 0 {
 		fmt.Fprintln(w, "No deliveries.")
 		return
@@ -150,11 +163,11 @@ func printDeliveries(w io.Writer, deliveries []archive.Delivery, now time.Time) 
 }
 
 // cell is s cleaned for one table cell, on one line, cut to width
-// characters.
+// characters; whole for a width of 0.
 func cell(s string, width int) string {
 	s = archive.CleanLog([]byte(s))
 	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) <= width {
+	if width <= 0 || utf8.RuneCountInString(s) <= width {
 		return s
 	}
 	r := []rune(s)

@@ -51,6 +51,9 @@ func archiveOfDeliveries(t *testing.T) (path string, ids map[string]string, runI
 			[]string{archive.NewID(now), archive.NewID(now)}},
 		{"mr", "ci", "gitlab", "Merge Request Hook", "", 2 * time.Minute, archive.DeliveryFailed,
 			"creating ConfigMap ci/mr-7: admission webhook \"policy.example.com\" denied the request: the label team is required on every object", nil},
+		// Accepted, and refused by its handler: Handled, nothing done.
+		{"turned", "ci", "github", "issue_comment", "d-4", 170 * time.Second, archive.DeliveryHandled,
+			"refused by handler deploy: mallory is not a member of ci/deployers, who alone may deploy to production", []string{run.ID}},
 		{"invoice", "billing", "stripe", "invoice.paid", "evt_1", time.Minute, archive.DeliveryPending, "", nil},
 	} {
 		rec := &archive.Delivery{Operator: d.op, Source: d.source, Event: d.event, DeliveryID: d.deliveryID, ReceivedAt: now.Add(-d.ago),
@@ -95,16 +98,18 @@ func TestEventsFilterByOperatorSourceOutcomeAndAge(t *testing.T) {
 		flags []string
 		want  []string // newest first
 	}{
-		{nil, []string{"invoice", "mr", "comment", "forged", "replay", "push", "old"}},
+		{nil, []string{"invoice", "mr", "comment", "turned", "forged", "replay", "push", "old"}},
 		{[]string{"--operator", "billing"}, []string{"invoice"}},
-		{[]string{"--source", "github"}, []string{"comment", "forged", "replay", "push", "old"}},
-		{[]string{"--refused"}, []string{"forged", "replay"}},
-		{[]string{"--operator", "ci", "--refused"}, []string{"forged", "replay"}},
-		{[]string{"--outcome", "Handled"}, []string{"comment", "push", "old"}},
+		{[]string{"--source", "github"}, []string{"comment", "turned", "forged", "replay", "push", "old"}},
+		// Every refusal: the handler's and the source's.
+		{[]string{"--refused"}, []string{"turned", "forged", "replay"}},
+		{[]string{"--operator", "ci", "--refused"}, []string{"turned", "forged", "replay"}},
+		{[]string{"--refused", "--outcome", "Handled"}, []string{"turned"}},
+		{[]string{"--outcome", "Handled"}, []string{"comment", "turned", "push", "old"}},
 		// Outcomes are read in any case.
 		{[]string{"--outcome", "failed"}, []string{"mr"}},
 		{[]string{"--refused", "--outcome", "Refused"}, []string{"forged", "replay"}},
-		{[]string{"--since", "1h"}, []string{"invoice", "mr", "comment", "forged", "replay", "push"}},
+		{[]string{"--since", "1h"}, []string{"invoice", "mr", "comment", "turned", "forged", "replay", "push"}},
 		{[]string{"--since", "165s", "--source", "github"}, []string{"comment"}},
 		{[]string{"--operator", "ci", "--source", "gitlab", "--outcome", "Failed"}, []string{"mr"}},
 		{[]string{"--operator", "billing", "--refused"}, nil},
@@ -135,10 +140,11 @@ func TestEventsRejectFlagsThatSelectNothingOrAreNotUnderstood(t *testing.T) {
 		want  string
 	}{
 		{[]string{"--outcome", "Done"}, `--outcome "Done": want one of Pending, Handled, Failed, Refused`},
-		{[]string{"--refused", "--outcome", "Handled"}, "--refused and --outcome Handled select nothing together"},
+		{[]string{"--refused", "--outcome", "Failed"}, "--refused and --outcome Failed select nothing together"},
+		{[]string{"--refused", "--outcome", "pending"}, "--refused and --outcome Pending select nothing together"},
 		{[]string{"--since", "2d"}, `--since "2d": want how far back to look`},
 		{[]string{"--since", "-1h"}, `--since "-1h"`},
-		{[]string{"-o", "yaml"}, `-o "yaml": want table or json`},
+		{[]string{"-o", "yaml"}, `-o "yaml": want table, wide or json`},
 		// A delivery's id is shown with show, as a run's log with logs.
 		{[]string{"01JABCDEFGHJKMNPQR"}, "opkit events show 01JABCDEFGHJKMNPQR"},
 	} {
@@ -169,12 +175,13 @@ func TestEventsListRefusedDeliveriesWithWhy(t *testing.T) {
 	if want := []string{"ID", "OPERATOR", "SOURCE", "EVENT", "DELIVERY", "OUTCOME", "REASON", "RUNS", "AGE"}; !slices.Equal(header, want) {
 		t.Errorf("columns %v, want %v", header, want)
 	}
-	if len(rows) != 2 {
-		t.Fatalf("%d rows, want the 2 refused deliveries:\n%s", len(rows), out)
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want the 3 refused deliveries (2 by the source, 1 by a handler):\n%s", len(rows), out)
 	}
 	for name, want := range map[string]string{
 		"forged": "d-2 Refused bad signature -",
 		"replay": "d-1 Refused replay of delivery d-1 -",
+		"turned": "d-4 Handled refused by handler deploy: mallory is not a member of ci/...",
 	} {
 		if row := rows[ids[name]]; !strings.Contains(strings.Join(strings.Fields(row), " "), want) {
 			t.Errorf("the %s delivery reads %q, want %q in it:\n%s", name, row, want, out)
@@ -200,6 +207,24 @@ func TestEventsTableCutsALongReasonAndCountsRuns(t *testing.T) {
 	}
 	if f := strings.Fields(rows[ids["old"]]); f[len(f)-1] != "3h" {
 		t.Errorf("a delivery of three hours ago is %s old:\n%s", f[len(f)-1], out)
+	}
+}
+
+func TestEventsWideTableShowsTheReasonWhole(t *testing.T) {
+	path, ids, _ := archiveOfDeliveries(t)
+	out := opkit(t, "events", "--archive", path, "--refused", "-o", "wide")
+	_, rows := rowsByID(t, out)
+	for name, want := range map[string]string{
+		"turned": "refused by handler deploy: mallory is not a member of ci/deployers, who alone may deploy to production",
+		"forged": "bad signature",
+	} {
+		if row := strings.Join(strings.Fields(rows[ids[name]]), " "); !strings.Contains(row, want) || strings.Contains(row, "...") {
+			t.Errorf("the %s delivery reads %q in -o wide, want its reason whole, %q:\n%s", name, row, want, out)
+		}
+	}
+	out = opkit(t, "events", "--archive", path, "-o", "wide")
+	if _, rows = rowsByID(t, out); !strings.Contains(rows[ids["mr"]], "the label team is required on every object") {
+		t.Errorf("the failed delivery's reason is cut in -o wide:\n%s", out)
 	}
 }
 

@@ -58,7 +58,7 @@ func NewRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCommand(), newClusterCommand(), newKubectlCommand(), newRunCommand(), newDevCommand(),
-		newRunsCommand(), newLogsCommand(), newEventsCommand(), newRetryCommand(), newDecideCommand(), newConsoleCommand(), newGenerateCommand(), newTestCommand(), newLintCommand(), newMigrateCommand(), newAgentCommand())
+		newRunsCommand(), newLogsCommand(), newEventsCommand(), newRetryCommand(), newPauseCommand(), newResumeCommand(), newScheduleCommand(), newDecideCommand(), newConsoleCommand(), newGenerateCommand(), newTestCommand(), newLintCommand(), newMigrateCommand(), newAgentCommand())
 	root.AddCommand(newStatesCommand())
 	root.AddCommand(newRerunCommand(), newReplayCommand())
 	return root

@@ -189,7 +189,8 @@ func (f *outcomeFlag) Set(s string) error {
 // runTriggers are the triggers a run records.
 var runTriggers = []string{v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnResume, v1alpha1.OnSchedule,
 	v1alpha1.OnWhen, v1alpha1.OnEvent, v1alpha1.TriggerRequeue, v1alpha1.TriggerRerun, v1alpha1.OnValidate, v1alpha1.OnMutate, v1alpha1.OnEnter, v1alpha1.OnExit,
-	v1alpha1.TransitionInitial, v1alpha1.TransitionGuard, v1alpha1.TransitionTimeout, v1alpha1.TransitionDecision}
+	v1alpha1.TransitionInitial, v1alpha1.TransitionGuard, v1alpha1.TransitionTimeout, v1alpha1.TransitionDecision,
+	v1alpha1.TriggerManual, v1alpha1.TriggerPaused, v1alpha1.TriggerResumed}
 
 // printRuns writes runs as a table; with a console URL, each with the link
 // of its page. The object's kind has a column of its own, as the objects

@@ -104,13 +104,18 @@ func TestTokenAuthRefusesRequestsWithoutTheToken(t *testing.T) {
 	if r.status != http.StatusSeeOther || !strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Strict") {
 		t.Fatalf("sign-in: %d, cookie %q", r.status, cookie)
 	}
-	value := strings.SplitN(strings.SplitN(cookie, ";", 2)[0], "=", 2)[1]
-	r = do(t, http.MethodPost, objURL+"/pause", url.Values{"csrf": {csrf[1]}}, "Cookie", "opkit_token="+value)
+	cookieValue := strings.SplitN(strings.SplitN(cookie, ";", 2)[0], "=", 2)[1]
+	r = do(t, http.MethodPost, objURL+"/pause", url.Values{"csrf": {csrf[1]}}, "Cookie", "opkit_token="+cookieValue)
 	if r.status != http.StatusSeeOther {
 		t.Fatalf("pause when signed in: %d\n%s", r.status, r.body)
 	}
-	if _, ok := annotations(t, env, env.Namespace, "locked")[v1alpha1.PauseAnnotation]; !ok {
+	value, ok := annotations(t, env, env.Namespace, "locked")[v1alpha1.PauseAnnotation]
+	if !ok {
 		t.Fatal("the signed-in pause did not pause the object")
+	}
+	// The pause names who paused, for the engine's record.
+	if p := v1alpha1.ReadPause(value); p.By != "token" || p.At == "" {
+		t.Errorf("the console's pause reads %q, want it to name the signed-in user (token) and when", value)
 	}
 }
 

@@ -273,14 +273,14 @@ func TestBrowserRefusedAndHandledDeliveriesLeadToWhyAndToTheirRuns(t *testing.T)
 	}
 
 	// The list says why the refused delivery was refused; Refused only
-	// leaves the accepted ones out.
+	// leaves out the accepted ones but those a handler refused.
 	within(tab, t, 30*time.Second, chromedp.Navigate(ev.base+"/events?operator="+ev.op))
 	waitJS(tab, t, 10*time.Second, "the refused delivery's reason in the list",
 		shown(row(ev.forged)+`.querySelector("td.reason-cell")`)+` && `+row(ev.forged)+`.querySelector("td.reason-cell").innerText === "bad signature"`)
 	screenshot(tab, t, "events")
 	within(tab, t, 30*time.Second, chromedp.Click(chromedp.CSS(`a.refused-only`)))
 	waitJS(tab, t, 10*time.Second, "the refused deliveries only",
-		`location.search.includes("refused=1") && document.querySelectorAll("a.delivery-link").length === 2 && !!`+row(ev.forged)+
+		`location.search.includes("refused=1") && document.querySelectorAll("a.delivery-link").length === 3 && !!`+row(ev.forged)+` && !!`+row(ev.turnedDown)+
 			` && !document.querySelector("a.delivery-link[href='/events/`+ev.deployed+`']")`)
 
 	// Its page says why first.

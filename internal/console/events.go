@@ -62,8 +62,8 @@ func readDeliveryFilter(q url.Values) (deliveryFilter, error) {
 
 // conflict says why the filter selects nothing, or "".
 func (f deliveryFilter) conflict() string {
-	if f.Refused && f.Outcome != "" && f.Outcome != archive.DeliveryRefused {
-		return fmt.Sprintf("Refused only and the outcome %s select nothing together: choose one of them.", f.Outcome)
+	if f.Refused && f.Outcome != "" && f.Outcome != archive.DeliveryRefused && f.Outcome != archive.DeliveryHandled {
+		return fmt.Sprintf("Refused only and the outcome %s select nothing together: a refusal is Refused (by the source's checks) or Handled (by a handler); choose one of them.", f.Outcome)
 	}
 	return ""
 }

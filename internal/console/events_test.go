@@ -162,7 +162,9 @@ func TestEventsListFiltersByOperatorSourceAndOutcome(t *testing.T) {
 		want  []string
 	}{
 		{"operator=" + ev.op, all},
-		{"operator=" + ev.op + "&refused=1", []string{ev.hostile, ev.forged}},
+		// Every refusal: by the source's checks, and by a handler.
+		{"operator=" + ev.op + "&refused=1", []string{ev.hostile, ev.turnedDown, ev.forged}},
+		{"operator=" + ev.op + "&refused=1&outcome=Handled", []string{ev.turnedDown}},
 		{"operator=" + ev.op + "&source=ci", []string{ev.pending, ev.failed}},
 		{"operator=" + ev.op + "&outcome=Handled", []string{ev.turnedDown, ev.deployed}},
 		{"operator=" + ev.op + "&outcome=failed", []string{ev.failed}}, // in any case
@@ -187,8 +189,8 @@ func TestEventsListFiltersByOperatorSourceAndOutcome(t *testing.T) {
 
 	// Filters that select nothing together say so; what cannot be read is
 	// a 400 that says why.
-	mustContain(t, "conflicting filters", get(t, ev.base+"/events?operator="+ev.op+"&refused=1&outcome=Handled"),
-		"Refused only and the outcome Handled select nothing together")
+	mustContain(t, "conflicting filters", get(t, ev.base+"/events?operator="+ev.op+"&refused=1&outcome=Failed"),
+		"Refused only and the outcome Failed select nothing together")
 	for query, want := range map[string]string{
 		"outcome=Done":      `outcome &#34;Done&#34; is none of Pending, Handled, Failed, Refused`,
 		"cursor=not-a-page": `cursor &#34;not-a-page&#34; is not one this console links to`,

@@ -194,6 +194,32 @@ func firstLine(s string) string {
 	return s
 }
 
+// operatorPaused says who paused the whole operator name and why, read
+// from its Operator in the cluster (opkit pause --operator NAME --all);
+// "" when it is not paused, or has no Operator there.
+func (s *Server) operatorPaused(ctx context.Context, name string) string {
+	op := &v1alpha1.Operator{}
+	if err := s.catalog.client.Get(ctx, client.ObjectKey{Name: name}, op); err != nil {
+		return ""
+	}
+	value, paused := op.Annotations[v1alpha1.PauseAnnotation]
+	if !paused {
+		return ""
+	}
+	p := v1alpha1.ReadPause(value)
+	msg := "Paused as a whole by " + p.By
+	if p.By == "" {
+		msg = "Paused as a whole by someone unknown"
+	}
+	if p.At != "" {
+		msg += " at " + p.At
+	}
+	if p.Reason != "" {
+		msg += ": " + p.Reason
+	}
+	return msg + ". No handler of its objects starts, nor any of its schedules, until it is resumed (opkit resume --operator " + name + " --all)."
+}
+
 // objectsPerPage is the operator page's table size.
 const objectsPerPage = 100
 
@@ -226,6 +252,9 @@ func (s *Server) operatorPage(r *http.Request, u *user) (string, *view, error) {
 	}
 	sources, notices := s.operatorSources(ctx, name)
 	v.Notices = append(v.Notices, notices...)
+	if paused := s.operatorPaused(ctx, name); paused != "" {
+		v.Notices = append(v.Notices, paused)
+	}
 	if op.Calendar() {
 		scheds, err := s.schedules(ctx, op)
 		if err != nil {
@@ -502,10 +531,15 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	switch action {
 	case "retry":
 		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.RetryAnnotation, time.Now().UTC().Format(time.RFC3339Nano))
-	case "pause":
-		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, v1alpha1.PauseAnnotation)
-	case "resume":
-		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, v1alpha1.PauseAnnotation)
+	case "pause", "resume":
+		// Who acted, for the engine's record: the signed-in user; nobody
+		// known when the console runs without authentication.
+		by := v1alpha1.Pause{By: u.Name, At: time.Now().UTC().Format(time.RFC3339)}.Value()
+		if action == "pause" {
+			patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.PauseAnnotation, by)
+		} else {
+			patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null,%q:%q}}}`, v1alpha1.PauseAnnotation, v1alpha1.ResumedAnnotation, by)
+		}
 	default:
 		s.fail(w, r, notFound("no action %q: retry, pause, resume or decide", action))
 		return

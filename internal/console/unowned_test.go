@@ -15,6 +15,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -330,6 +331,16 @@ func TestCalendarsPageShowsEachScheduleWithItsSlotsAndRuns(t *testing.T) {
 	if strings.Contains(operator, "Pause handlers") {
 		t.Error("the calendar's timeline offers Pause")
 	}
+
+	// Paused as a whole (opkit pause --operator OP --all), its page says
+	// by whom and why.
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		v1alpha1.PauseAnnotation: v1alpha1.Pause{By: "jane", Reason: "the report server moves", At: "2025-01-02T08:00:00Z"}.Value()}}})
+	if err := u.env.Client.Patch(t.Context(), &v1alpha1.Operator{ObjectMeta: metav1.ObjectMeta{Name: u.calendar}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "the paused calendar's page", get(t, f.url+"/operators/"+u.calendar),
+		"Paused as a whole by jane at 2025-01-02T08:00:00Z: the report server moves", "opkit resume --operator "+u.calendar+" --all")
 }
 
 func TestOperatorsRunFromFilesAreShownFromTheEnginesDefinitions(t *testing.T) {

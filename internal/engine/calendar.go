@@ -74,8 +74,9 @@ func (e *Engine) startCalendar(d *definition.Definition) (*operator, error) {
 			last[s.Key] = rec.Slot
 		}
 	}
-	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: rn}
+	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: rn, manual: newManualRuns(ctx.Done())}
 	var loops sync.WaitGroup
+	loops.Go(func() { e.manualLoop(ctx, rn, d, op.manual) })
 	// A schedule never run before starts with the slot after now, read
 	// before the loops start: a clock stepped once startCalendar returned
 	// counts for them.
@@ -109,6 +110,12 @@ func (e *Engine) calendar(ctx context.Context, rn *run.Runner, d *definition.Def
 		}
 		// Slots are Options.Clock's times (clock.go).
 		if !run.SleepUntil(ctx, clk, &e.clockSteps, slot) {
+			return
+		}
+		// A paused operator runs no slot: the slots that came due while
+		// it was paused are handled at its resume, by catchUp, as after
+		// an engine that was down.
+		if !rn.WaitResumed(ctx) {
 			return
 		}
 		latest, due, skipped := catchUp(h, slot, clk.Now())

@@ -111,6 +111,9 @@ type operator struct {
 	// conditions are its custom resources' conditions, for the gauges
 	// (metrics.go); nil for a watch or a calendar.
 	conditions *gauges.Table
+	// manual takes the requests to run now of a calendar's schedules
+	// (runnow.go); nil for any other operator.
+	manual *manualRuns
 }
 
 // New creates an engine; it starts nothing.

@@ -141,6 +141,8 @@ func (r *operatorReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	} else {
 		crdName = crdOf(d)
 	}
+	e.takePause(ctx, op)
+	e.takeRunNow(ctx, op)
 	if ready.Status == metav1.ConditionTrue {
 		ready.Message = "the controller of " + crdName + " is running"
 		if d := e.definition(op.Name); d != nil && !d.Owns() {

@@ -441,7 +441,7 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 	}
 
 	conds := compare.Conditions(cr)
-	set := conditionsToSet(&conds, waiting, notReady, failure, step)
+	set := conditionsToSet(&conds, r.def.Operator.Name, waiting, notReady, failure, step)
 	precondition := false
 	if sv != nil {
 		set, precondition = sv.WriteTo(status, set)
@@ -491,9 +491,10 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 }
 
 // conditionsToSet are the conditions a reconcile sets: Ready and
-// Degraded, and with handlers Stalled and Paused; Paused is removed from
+// Degraded, and with handlers Stalled and Paused (by the object or by its
+// operator's pause, operator naming it); Paused is removed from
 // conds while the handlers are not paused.
-func conditionsToSet(conds *[]metav1.Condition, waiting, notReady []string, failure error, step *run.Step) []metav1.Condition {
+func conditionsToSet(conds *[]metav1.Condition, operator string, waiting, notReady []string, failure error, step *run.Step) []metav1.Condition {
 	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "ChildrenReady", Message: "all children exist and are ready"}
 	switch {
 	case failure != nil:
@@ -513,10 +514,14 @@ func conditionsToSet(conds *[]metav1.Condition, waiting, notReady []string, fail
 	if step != nil {
 		set = append(set, stalledCondition(step))
 	}
-	if step != nil && step.Paused {
+	switch {
+	case step != nil && step.Paused && step.OperatorPause != nil:
+		set = append(set, metav1.Condition{Type: v1alpha1.ConditionPaused, Status: metav1.ConditionTrue, Reason: "OperatorPaused",
+			Message: operatorPausedMessage(operator, *step.OperatorPause)})
+	case step != nil && step.Paused:
 		set = append(set, metav1.Condition{Type: v1alpha1.ConditionPaused, Status: metav1.ConditionTrue, Reason: "PausedByAnnotation",
 			Message: "handlers are paused: no run starts until the annotation " + v1alpha1.PauseAnnotation + " is removed"})
-	} else {
+	default:
 		meta.RemoveStatusCondition(conds, v1alpha1.ConditionPaused)
 	}
 	return set

@@ -225,6 +225,16 @@ func (n *needs) definition(d *definition.Definition, opts Options) {
 		n.add("", "namespaces", anyNamespace, "kube-system", op+": reads the uid of kube-system, the cluster's id in its watched objects' records", "get")
 		n.add("authorization.k8s.io", "selfsubjectaccessreviews", anyNamespace, "", op+": checks that the engine may watch "+kindName(w.GVK)+" before it starts", "create")
 	}
+	if opts.Operators == FromCluster {
+		// Only an Operator in the cluster carries the requests the engine
+		// consumes: a resume of the whole operator and, for a schedule, a
+		// run now.
+		why := op + ": removes from its Operator the record of its resume (opkit resume --operator " + d.Operator.Name + " --all) once read"
+		if d.Calendar() {
+			why += ", and each request to run a schedule now (opkit schedule run) once it is answered"
+		}
+		n.add(v1alpha1.Group, "operators", anyNamespace, d.Operator.Name, why, "patch")
+	}
 	for _, h := range d.Handlers {
 		n.handler(d, h, op)
 	}

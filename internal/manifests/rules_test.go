@@ -131,7 +131,7 @@ func TestRulesOfTheExamplesGrantWhatTheEngineDoesAndNoMore(t *testing.T) {
 			"patch printers.demo.example.com x in a", "update printers.demo.example.com x in a", "create printers.demo.example.com x in a",
 			"create jobs.batch in a", "create serviceaccounts/token x in a", "get leases.coordination.k8s.io opkit-engine in opkit",
 			"create selfsubjectaccessreviews.authorization.k8s.io", "create tokenreviews.authentication.k8s.io",
-			"patch operators.opkit.dev printer", "create operators.opkit.dev", "get pods/log x in a",
+			"create operators.opkit.dev", "get pods/log x in a",
 		},
 	}, {
 		example: "printer",
@@ -162,6 +162,26 @@ func TestRulesOfTheExamplesGrantWhatTheEngineDoesAndNoMore(t *testing.T) {
 			"update customresourcedefinitions/status.apiextensions.k8s.io other.example.com",
 			"update customresourcedefinitions.apiextensions.k8s.io printers.demo.example.com",
 		},
+	}, {
+		// An operator-wide schedule: the engine removes, from its Operator
+		// alone, the requests to run now that it answered.
+		example: "calendar",
+		allowed: []string{"patch operators.opkit.dev calendar", "patch operators/status.opkit.dev calendar"},
+		denied:  []string{"patch operators.opkit.dev printer", "update operators.opkit.dev calendar", "create operators.opkit.dev"},
+	}, {
+		// Any operator from the cluster: the engine removes, from its
+		// Operator alone, the record of its resume.
+		example: "printer",
+		allowed: []string{"patch operators.opkit.dev printer"},
+		denied:  []string{"patch operators.opkit.dev calendar", "update operators.opkit.dev printer", "delete operators.opkit.dev printer"},
+	}, {
+		example: "printer",
+		opts:    manifests.Options{Operators: manifests.FromFiles},
+		denied:  []string{"patch operators.opkit.dev printer"},
+	}, {
+		example: "calendar",
+		opts:    manifests.Options{Operators: manifests.FromFiles},
+		denied:  []string{"patch operators.opkit.dev calendar", "list operators.opkit.dev"},
 	}, {
 		example: "rollouts",
 		allowed: []string{"list deployments.apps", "watch deployments.apps", "create selfsubjectaccessreviews.authorization.k8s.io"},

@@ -32,6 +32,12 @@ type OperatorRun struct {
 	// nil for none.
 	Schedule *ScheduleContext
 	Event    *EventContext
+	// Actor is the person who asked for the run (archive.Run.Actor); ""
+	// for a slot or a delivery.
+	Actor string
+	// Note, when set, is the first line of each attempt's log: who asked
+	// for the run and why.
+	Note string
 }
 
 // OperatorOutcome is how an operator run ended.
@@ -65,7 +71,7 @@ func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorOut
 		run := &archive.Run{
 			ID: archive.NewID(now), Operator: operator, Handler: h.Name, Action: h.Action(), Trigger: r.Trigger,
 			APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind, Name: operator, UID: r.UID,
-			Key: r.Key, Attempt: attempt, StartedAt: now.UTC(), Outcome: archive.Running,
+			Key: r.Key, Attempt: attempt, Actor: r.Actor, StartedAt: now.UTC(), Outcome: archive.Running,
 		}
 		bc := BindingContext{Operator: operator, Handler: h.Name, Trigger: r.Trigger, RunID: run.ID, IdempotencyKey: r.Key, Attempt: attempt,
 			Schedule: r.Schedule, Event: r.Event}
@@ -75,7 +81,7 @@ func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorOut
 			return OperatorOutcome{}
 		}
 		run.Input = kept(input)
-		o, ran := rn.runOnce(ctx, h, run, input, now, r.Log)
+		o, ran := rn.runOnce(ctx, h, run, input, now, r.Note, r.Log)
 		switch {
 		case !ran:
 			if ctx.Err() != nil {
@@ -103,16 +109,20 @@ func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorOut
 	}
 }
 
-// runOnce records, executes and finishes one operator run; ran is false
-// when the archive could not record it (it did not run) or the engine
-// stopped during it.
-func (rn *Runner) runOnce(ctx context.Context, h *definition.Handler, run *archive.Run, input []byte, due time.Time, log logr.Logger) (o Outcome, ran bool) {
+// runOnce records, executes and finishes one operator run, its log
+// starting with note (unless ""); ran is false when the archive could not
+// record it (it did not run) or the engine stopped during it.
+func (rn *Runner) runOnce(ctx context.Context, h *definition.Handler, run *archive.Run, input []byte, due time.Time, note string, log logr.Logger) (o Outcome, ran bool) {
 	alog := &archiveLog{ctx: ctx, store: rn.archive, id: run.ID}
 	rn.metrics.queued.WithLabelValues(run.Operator).Inc()
 	res, recorded, err := rn.execute(ctx, run, executor.Request{
 		RunID: run.ID, Handler: h.Name, Trigger: run.Trigger, Key: run.Key, Attempt: run.Attempt, Input: input, Timeout: h.Timeout, Log: alog,
 		Object: &executor.ObjectRef{APIVersion: run.APIVersion, Kind: run.Kind, Name: run.Name},
-	}, due, func() {})
+	}, due, func() {
+		if note != "" {
+			_, _ = alog.Write([]byte(note + "\n")) // recorded now: the log can follow
+		}
+	})
 	if !recorded {
 		if err != nil {
 			log.Error(err, "the archive could not record the run; it did not run")

@@ -120,6 +120,8 @@ type Runner struct {
 	namespace string
 	runEvents bool // Config.RunEvents
 	running   sync.WaitGroup
+	// paused is the operator's own pause (pause.go).
+	paused operatorPause
 }
 
 // New returns a runner whose runs last until ctx ends.
@@ -144,6 +146,11 @@ func New(ctx context.Context, cfg Config) *Runner {
 		clock: cfg.Clock, steps: cfg.Steps, namespace: cfg.Namespace, runEvents: cfg.RunEvents,
 	}
 	rn.metrics.forOperator(cfg.Def.Operator.Name)
+	// An operator restarted while paused starts paused: no object runs
+	// before the Operator's reconcile reads its annotations again.
+	annotations := cfg.Def.Operator.GetAnnotations()
+	value, paused := annotations[v1alpha1.PauseAnnotation]
+	rn.paused.set(value, paused, annotations[v1alpha1.ResumedAnnotation])
 	return rn
 }
 

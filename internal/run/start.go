@@ -230,8 +230,20 @@ type BindingContext struct {
 // ScheduleContext is the binding context's schedule of an operator-wide
 // schedule's run.
 type ScheduleContext struct {
-	// Slot is the time the run is for, RFC 3339.
+	// Slot is the time the run is for, RFC 3339: for a run asked for by a
+	// person, when they asked.
 	Slot string `json:"slot"`
+	// Manual is who asked for the run and why (opkit schedule run); nil
+	// for a slot's run.
+	Manual *ManualContext `json:"manual,omitempty"`
+}
+
+// ManualContext is who asked for an operator-wide schedule's run now.
+type ManualContext struct {
+	// Request is the request's id, in the run's key.
+	Request string `json:"request"`
+	By      string `json:"by"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // EventContext is the binding context's event: the delivery a run on

@@ -28,6 +28,9 @@ type Step struct {
 	Busy bool
 	// Paused: handlers are paused; none starts.
 	Paused bool
+	// OperatorPause, when the object is paused by its Operator's pause
+	// (not its own), is who paused the operator and why; nil otherwise.
+	OperatorPause *v1alpha1.Pause
 	// Requeue is when to look again; 0 for never.
 	Requeue time.Duration
 	// Wrote: the step wrote to the object (a result's status, the retry
@@ -100,6 +103,10 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	if err := rn.retryRequested(ctx, cr, st, res); err != nil {
 		return nil, err
 	}
+	opPause, _ := rn.paused.get()
+	if err := rn.pauseChanged(ctx, cr, st, opPause, res); err != nil {
+		return nil, err
+	}
 
 	rn.mem.mu.Lock()
 	o := rn.mem.object(cr)
@@ -161,12 +168,18 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Now: rn.clock.Now(), Started: rn.started, Related: vars.Related, Subject: subject,
 		Visit: visitOf(rn.def.States, vars.Self)} // vars.Self: a new object's initial state too
 	_, in.Paused = cr.GetAnnotations()[v1alpha1.PauseAnnotation]
+	if !in.Paused && opPause.paused {
+		p := v1alpha1.ReadPause(opPause.value)
+		res.OperatorPause = &p
+		in.Paused = true
+	}
 	in.When = rn.whenValues(cr, vars)
 	d := cause.Decide(in)
 	*st = *d.State // the records the decision updated (passed, resumed, seen false)
 	res.Stalled = d.Stalled
 	if in.Paused {
-		// Removing the annotation is an update that wakes the object.
+		// Removing the annotation is an update that wakes the object; the
+		// Operator's resume wakes them all (PauseOperator).
 		res.Paused, res.Requeue = true, 0
 		return res, nil
 	}

@@ -483,6 +483,10 @@ func deliveriesListFiltersAndPages(t *testing.T, open Open) {
 		case d.Outcome == archive.DeliveryRefused:
 		case i%7 == 0:
 			finishDelivery(t, s, d, archive.DeliveryFailed)
+		case i%6 == 0:
+			// A handler refused it: Handled, nothing done, with why.
+			d.Reason = "refused by handler deploy: alice is not a member of packit/deployers"
+			finishDelivery(t, s, d, archive.DeliveryHandled)
 		case i%2 == 0:
 			finishDelivery(t, s, d, archive.DeliveryHandled)
 		}
@@ -508,9 +512,18 @@ func deliveriesListFiltersAndPages(t *testing.T, open Open) {
 		{"operator and source", archive.DeliveryQuery{Operator: "printer", Source: "gitlab"}, func(d *archive.Delivery) bool {
 			return d.Operator == "printer" && d.Source == "gitlab"
 		}},
-		{"refused", archive.DeliveryQuery{Refused: true}, func(d *archive.Delivery) bool { return d.Outcome == archive.DeliveryRefused }},
+		// Every refusal: by the source's checks, and by a handler.
+		{"refused", archive.DeliveryQuery{Refused: true}, func(d *archive.Delivery) bool {
+			return d.Outcome == archive.DeliveryRefused || d.Outcome == archive.DeliveryHandled && d.Reason != ""
+		}},
 		{"refused of an operator", archive.DeliveryQuery{Operator: "printer", Refused: true}, func(d *archive.Delivery) bool {
-			return d.Operator == "printer" && d.Outcome == archive.DeliveryRefused
+			return d.Operator == "printer" && d.TurnedDown()
+		}},
+		{"refused by a handler", archive.DeliveryQuery{Refused: true, Outcome: archive.DeliveryHandled}, func(d *archive.Delivery) bool {
+			return d.Outcome == archive.DeliveryHandled && d.Reason != ""
+		}},
+		{"refused by the source", archive.DeliveryQuery{Refused: true, Outcome: archive.DeliveryRefused}, func(d *archive.Delivery) bool {
+			return d.Outcome == archive.DeliveryRefused
 		}},
 		{"pending", archive.DeliveryQuery{Outcome: archive.DeliveryPending}, func(d *archive.Delivery) bool { return d.Outcome == archive.DeliveryPending }},
 		{"handled", archive.DeliveryQuery{Outcome: archive.DeliveryHandled}, func(d *archive.Delivery) bool { return d.Outcome == archive.DeliveryHandled }},

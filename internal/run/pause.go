@@ -1,0 +1,214 @@
+package run
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/cause"
+)
+
+// pauseChanged records, once each, the object's handlers paused and
+// resumed (v1alpha1.PauseAnnotation, on the object or on its Operator),
+// with who did it and why (the annotation's Pause; v1alpha1.ResumedAnnotation
+// for a resume): in the archive, as a record of v1alpha1.PauseHandler, and
+// as an Event. st.Paused remembers the pause recorded ("v:" and the
+// object's annotation, "op:" and the Operator's), so that each is recorded
+// once across reconciles and restarts; the object's own pause is the one
+// recorded while both hold. A custom resource's ResumedAnnotation is
+// removed once its resume is recorded; a watched object's stays, as opkit
+// never writes to it.
+func (rn *Runner) pauseChanged(ctx context.Context, cr *unstructured.Unstructured, st *cause.State, op operatorPauseState, res *Step) error {
+	annotations := cr.GetAnnotations()
+	value, paused := annotations[v1alpha1.PauseAnnotation]
+	resumed, hasResumed := annotations[v1alpha1.ResumedAnnotation]
+	now := ""
+	switch {
+	case paused:
+		now = "v:" + value
+	case op.paused:
+		now = "op:" + op.value
+	}
+	if st.Paused != now {
+		// A resume is recorded when the handlers run again, or when the
+		// object's own pause ends under its Operator's.
+		wasOperator := strings.HasPrefix(st.Paused, "op:")
+		switch {
+		case st.Paused == "" || now != "" && (wasOperator || paused):
+		case wasOperator:
+			rn.recordPause(ctx, cr, v1alpha1.TriggerResumed, v1alpha1.ReadPause(op.resumed), rn.def.Operator.Name)
+		default:
+			var p v1alpha1.Pause
+			if hasResumed {
+				p = v1alpha1.ReadPause(resumed)
+			}
+			rn.recordPause(ctx, cr, v1alpha1.TriggerResumed, p, "")
+		}
+		switch {
+		case paused:
+			rn.recordPause(ctx, cr, v1alpha1.TriggerPaused, v1alpha1.ReadPause(value), "")
+		case now != "":
+			rn.recordPause(ctx, cr, v1alpha1.TriggerPaused, v1alpha1.ReadPause(op.value), rn.def.Operator.Name)
+		}
+	}
+	st.Paused = now
+	if paused || !hasResumed || rn.watched {
+		return nil
+	}
+	// Recorded (now or before): the request is consumed. Guarded by a test
+	// of the value read, so that a newer resume is not lost.
+	if err := rn.client.Patch(ctx, cr, client.RawPatch(types.JSONPatchType, RemoveAnnotationPatch(v1alpha1.ResumedAnnotation, resumed))); err != nil {
+		return fmt.Errorf("removing %s: %w", v1alpha1.ResumedAnnotation, err)
+	}
+	rn.mem.Record(cr.DeepCopy())
+	res.Wrote = true
+	return nil
+}
+
+// RemoveAnnotationPatch is a JSON patch removing the annotation name
+// when it still has value: a newer value, written meanwhile, is not lost
+// (the patch fails Invalid).
+func RemoveAnnotationPatch(name, value string) []byte {
+	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(name, "~", "~0"), "/", "~1")
+	return fmt.Appendf(nil, `[{"op":"test","path":%q,"value":%q},{"op":"remove","path":%q}]`, path, value, path)
+}
+
+// operatorPause is the pause of the whole operator: the annotation
+// v1alpha1.PauseAnnotation on its Operator, which the engine's Operator
+// reconcile hands to the runner (PauseOperator). While it holds, no
+// handler of any of the operator's objects starts, as if each carried
+// the annotation, and no operator-wide schedule's slot runs.
+type operatorPause struct {
+	mu sync.Mutex
+	operatorPauseState
+	// changed is closed, and replaced, at each change.
+	changed chan struct{}
+}
+
+// operatorPauseState is the operator's pause as last read.
+type operatorPauseState struct {
+	paused bool
+	// value is the Operator's PauseAnnotation while paused.
+	value string
+	// resumed is the Operator's ResumedAnnotation as last seen: who
+	// resumed it, named in its objects' records of the resume.
+	resumed string
+}
+
+// set changes the pause; false when nothing changed.
+func (p *operatorPause) set(value string, paused bool, resumed string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !paused {
+		value = ""
+	}
+	if resumed == "" {
+		resumed = p.resumed // the annotation is removed once read: the resume keeps it
+	}
+	changed := p.paused != paused || p.value != value
+	p.operatorPauseState = operatorPauseState{paused: paused, value: value, resumed: resumed}
+	if changed && p.changed != nil {
+		close(p.changed)
+		p.changed = nil
+	}
+	return changed
+}
+
+// get returns the pause, and a channel closed at its next change.
+func (p *operatorPause) get() (operatorPauseState, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.changed == nil {
+		p.changed = make(chan struct{})
+	}
+	return p.operatorPauseState, p.changed
+}
+
+// PauseOperator sets the operator's own pause, as its Operator's
+// annotations say: value and paused are its v1alpha1.PauseAnnotation,
+// resumed its v1alpha1.ResumedAnnotation ("" for none). When the pause
+// changes, every object the runner knows is reconciled again, to record
+// it and, on a resume, to run what came due meanwhile; it returns
+// whether it changed.
+func (rn *Runner) PauseOperator(value string, paused bool, resumed string) bool {
+	if !rn.paused.set(value, paused, resumed) {
+		return false
+	}
+	rn.WakeAll()
+	return true
+}
+
+// OperatorPaused returns who paused the whole operator and why, and
+// whether it is paused.
+func (rn *Runner) OperatorPaused() (v1alpha1.Pause, bool) {
+	st, _ := rn.paused.get()
+	return v1alpha1.ReadPause(st.value), st.paused
+}
+
+// WaitResumed waits while the operator is paused; false when ctx ended
+// first.
+func (rn *Runner) WaitResumed(ctx context.Context) bool {
+	for {
+		st, changed := rn.paused.get()
+		if !st.paused {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// recordPause records one pause or resume (trigger) of cr's handlers by
+// p: an Event, and a record in the archive whose log says why. operator
+// names the operator when the pause is its Operator's, of all its objects;
+// "" for the object's own. An archive that cannot record it is reported
+// in a Warning Event; the pause itself holds.
+func (rn *Runner) recordPause(ctx context.Context, cr *unstructured.Unstructured, trigger string, p v1alpha1.Pause, operator string) {
+	by := p.By
+	if by == "" {
+		by = "someone (the annotation " + v1alpha1.PauseAnnotation + " names nobody)"
+	}
+	what := "paused"
+	if trigger == v1alpha1.TriggerResumed {
+		what = "resumed"
+	}
+	sentence := fmt.Sprintf("handlers %s by %s", what, by)
+	if operator != "" {
+		sentence = fmt.Sprintf("handlers %s with all of operator %s's, by %s", what, operator, by)
+	}
+	if p.Reason != "" {
+		sentence += ": " + p.Reason
+	}
+	now := time.Now().UTC()
+	r := &archive.Run{
+		ID: archive.NewID(now), Operator: rn.def.Operator.Name, Handler: v1alpha1.PauseHandler, Action: "pause", Trigger: trigger,
+		APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: string(cr.GetUID()),
+		Generation: cr.GetGeneration(), Attempt: 1, Actor: p.By, StartedAt: now, FinishedAt: now, Outcome: archive.Succeeded,
+	}
+	r.Key = string(cr.GetUID()) + "/" + trigger + "/" + r.ID
+	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, strings.ToUpper(what[:1])+what[1:], runAction(r.ID), "%s (run %s)", sentence, rn.runRef(r.ID))
+	ctx = context.WithoutCancel(ctx) // seen, it is recorded, also when the engine is stopping
+	log := sentence
+	if p.At != "" {
+		log += " (asked at " + p.At + ")"
+	}
+	err := rn.archive.Insert(ctx, r)
+	if err == nil {
+		err = rn.archive.AppendLog(ctx, r.ID, []byte(log+".\n"))
+	}
+	if err != nil {
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", "Pause", "%s: not recorded in the archive: %v", sentence, err)
+	}
+}

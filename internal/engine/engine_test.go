@@ -120,7 +120,7 @@ func TestPrinterPrintsItsTextAndFollowsChanges(t *testing.T) {
 	if len(conds) != 2 {
 		t.Errorf("conditions %v, want Ready and Degraded", conds)
 	}
-	table := kubectl(t, "get", "printers", "-n", env.Namespace)
+	table := kubectl(t, "get", "printers.demo.example.com", "-n", env.Namespace) // the group: other tests install other Printers
 	for _, col := range []string{"TEXT", "PHASE", "AGE", "Succeeded"} {
 		if !strings.Contains(table, col) {
 			t.Errorf("kubectl get printers lacks %s:\n%s", col, table)

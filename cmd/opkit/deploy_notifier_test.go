@@ -52,26 +52,7 @@ func TestDeployNotifierKilledBetweenTwoCommentsCommentsOncePerPullRequest(t *tes
 	// GitHub is the local one, a rollout in progress is looked at every
 	// second, and retries are quick.
 	dir := t.TempDir()
-	const example = "../../examples/deploy-notifier/"
-	for _, f := range []string{"notify.py", "deploy.py", "ghapi.py"} {
-		data, err := os.ReadFile(example + f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		writeTestFile(t, filepath.Join(dir, f), string(data))
-	}
-	def := filepath.Join(dir, "operator.yaml")
-	writeTestFile(t, def, replaceAll(t, example+"operator.yaml",
-		"https://api.github.com", gh.URL,
-		"{name: RECHECK_AFTER, value: 15s}", "{name: RECHECK_AFTER, value: 1s}",
-		"initialDelay: 10s, maxDelay: 10m", "initialDelay: 1s, maxDelay: 2s"))
-	setup := filepath.Join(dir, "setup.yaml")
-	writeTestFile(t, setup, replaceAll(t, example+"setup.yaml", strings.Repeat("0", 40), base))
-	for name, data := range map[string]map[string]string{"github-token": {"token": gh.Token()}, "github-webhook": {"secret": "s3cret"}} {
-		if err := c.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, StringData: data}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	def, setup := deployNotifierExample(t, c, gh, dir, base)
 
 	archivePath := filepath.Join(dir, "runs.db")
 	var engine *exec.Cmd // the opkit run started last
@@ -194,6 +175,36 @@ func TestDeployNotifierKilledBetweenTwoCommentsCommentsOncePerPullRequest(t *tes
 	if !finished {
 		t.Errorf("no notify run of worker-stg succeeded after the one killed (%s, key %s)", cancelled.ID, cancelled.Key)
 	}
+}
+
+// deployNotifierExample writes examples/deploy-notifier into dir, as its
+// README runs it: GitHub is gh, a rollout in progress is looked at every
+// second, retries are quick, and both Deployments run base. It creates
+// the Secrets the example needs, and returns the paths of its definition
+// and its setup.yaml.
+func deployNotifierExample(t *testing.T, c client.Client, gh *githubfake.Server, dir, base string) (def, setup string) {
+	t.Helper()
+	const example = "../../examples/deploy-notifier/"
+	for _, f := range []string{"notify.py", "deploy.py", "ghapi.py"} {
+		data, err := os.ReadFile(example + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeTestFile(t, filepath.Join(dir, f), string(data))
+	}
+	def = filepath.Join(dir, "operator.yaml")
+	writeTestFile(t, def, replaceAll(t, example+"operator.yaml",
+		"https://api.github.com", gh.URL,
+		"{name: RECHECK_AFTER, value: 15s}", "{name: RECHECK_AFTER, value: 1s}",
+		"initialDelay: 10s, maxDelay: 10m", "initialDelay: 1s, maxDelay: 2s"))
+	setup = filepath.Join(dir, "setup.yaml")
+	writeTestFile(t, setup, replaceAll(t, example+"setup.yaml", strings.Repeat("0", 40), base))
+	for name, data := range map[string]map[string]string{"github-token": {"token": gh.Token()}, "github-webhook": {"secret": "s3cret"}} {
+		if err := c.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, StringData: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return def, setup
 }
 
 // writeTestFile writes data to path.

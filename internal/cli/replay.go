@@ -32,16 +32,17 @@ func newReplayCommand() *cobra.Command {
 got (as the archive recorded it) on its stdin, print its result and
 compare it with the result the run recorded: the same, or a diff (- as
 recorded, + now), and exit 1. With a COMMAND after --, that command runs
-instead of the handler's: try a fix against the input that failed before
-you deploy it.
+instead of the handler's, in the current directory: try a fix against
+the input that failed before you deploy it.
 
 The command runs as the engine runs an exec handler: its argv, never
 through a shell, in its own process group, with the handler's timeout,
 the environment PATH, HOME, LANG, LC_ALL, TZ and TMPDIR, OPKIT_RUN_ID,
 OPKIT_HANDLER, OPKIT_TRIGGER and OPKIT_IDEMPOTENCY_KEY (the run's), and
-the handler's env. The handler's command and env are read from -f FILE,
-else from the Operator in the cluster; job and http handlers need a
-COMMAND.
+the handler's env. The handler's command and env are read from -f FILE
+(it runs in FILE's directory, or its workingDir relative to it, as opkit
+run has it), else from the Operator in the cluster (it runs in the
+current directory); job and http handlers need a COMMAND.
 
 Secrets never reach the archive: an env variable from a Secret
 (secretKeyRef) must be given with --env-file FILE (NAME=value lines; #
@@ -88,7 +89,10 @@ too) or a PostgreSQL URL.`,
 					action.Command = slices.Clone(h.Exec.Command)
 				}
 				if len(command) > 0 {
-					action.Command = command
+					// The user's command, as typed in their shell: its
+					// paths are the current directory's, not the
+					// definition's.
+					action.Command, action.WorkingDir = command, ""
 				}
 			}
 			if len(action.Command) == 0 {

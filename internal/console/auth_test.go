@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/console"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 )
@@ -167,6 +168,23 @@ func TestKubernetesAuthFollowsRBAC(t *testing.T) {
 	}
 	if _, ok := annotations(t, env, env.Namespace, "watched")[v1alpha1.RetryAnnotation]; ok {
 		t.Error("a refused retry set the annotation")
+	}
+	// Nor may the viewer pause, resume, or run a run again: each is
+	// refused for want of patch, and writes nothing.
+	run := waitRuns(t, f, env.Namespace, "watched", archive.Succeeded, 1)[0]
+	for what, r := range map[string]response{
+		"pause":     do(t, http.MethodPost, objURL+"/pause", url.Values{"csrf": {csrf[1]}}, "Authorization", viewer),
+		"resume":    do(t, http.MethodPost, objURL+"/resume", url.Values{"csrf": {csrf[1]}}, "Authorization", viewer),
+		"Run again": do(t, http.MethodPost, base+"/runs/"+run.ID+"/rerun", url.Values{"csrf": {csrf[1]}, "reason": {"curious"}}, "Authorization", viewer),
+	} {
+		if r.status != http.StatusForbidden || !strings.Contains(r.body, "may not patch chores.console.example.com") {
+			t.Errorf("%s by a viewer: %d, want 403 naming patch\n%s", what, r.status, r.body)
+		}
+	}
+	for _, a := range []string{v1alpha1.PauseAnnotation, v1alpha1.RerunAnnotation} {
+		if _, ok := annotations(t, env, env.Namespace, "watched")[a]; ok {
+			t.Errorf("a refused action set %s", a)
+		}
 	}
 	// Every namespace is beyond the viewer: the operator list is empty.
 	if page := get(t, base+"/", "Authorization", viewer); strings.Contains(page, `href="/operators/chores"`) {

@@ -362,4 +362,12 @@ func TestBrowserRunAgainFromARunPage(t *testing.T) {
 	within(tab, t, 30*time.Second, chromedp.Navigate(f.url+"/runs/"+orig.ID))
 	waitJS(tab, t, 10*time.Second, "the run's page links its re-run",
 		`!!document.querySelector(`+js(`a[href="/runs/`+rerun.ID+`"]`)+`)`)
+
+	// The object's timeline: the re-run's row says it re-runs the run,
+	// who asked and why.
+	within(tab, t, 30*time.Second, chromedp.Navigate(f.url+"/operators/chores/objects/"+env.Namespace+"/dust"))
+	row := `[...document.querySelectorAll("#runs ~ table tr")].find(tr => tr.querySelector(` + js(`th a[href="/runs/`+rerun.ID+`"]`) + `))`
+	waitJS(tab, t, 10*time.Second, "the timeline's row of the re-run names the run it repeats, who asked and why",
+		row+` && `+row+`.querySelector(`+js(`.asked a[href="/runs/`+orig.ID+`"]`)+`) && `+
+			row+`.innerText.includes("re-run of run `+orig.ID+`, asked by `+rerun.Actor+`: the shelves got dusty again")`)
 }

@@ -233,6 +233,24 @@ func TestBrowserRedeliverIsAnsweredByTheEngineAndLinkedBothWays(t *testing.T) {
 	waitJS(tab, t, 30*time.Second, "the original's page links the redelivery",
 		`location.pathname === "/events/`+first+`" && [...document.querySelectorAll("a.redelivered-as")].map(a => a.getAttribute("href")).join() === "/events/`+again+`"`)
 
+	// The run the redelivery started: its object's timeline (the
+	// operator's own) says it handles a redelivery, who asked and why.
+	var rerun string
+	clustertest.Eventually(t, 60*time.Second, "the redelivery handled by a run", func(ctx context.Context) (bool, error) {
+		got, err := store.GetDelivery(ctx, again)
+		if err != nil || got.Outcome != archive.DeliveryHandled || len(got.Runs) == 0 {
+			return false, err
+		}
+		rerun = got.Runs[0]
+		return true, nil
+	})
+	within(tab, t, 30*time.Second, chromedp.Navigate(base+"/operators/"+op))
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.CSS(`a[href="/operators/`+op+`/objects/_/`+op+`"]`)))
+	row := `[...document.querySelectorAll("#runs ~ table tr")].find(tr => tr.querySelector(` + js(`th a[href="/runs/`+rerun+`"]`) + `))`
+	waitJS(tab, t, 30*time.Second, "the timeline's row of the redelivery's run names the delivery, who asked and why",
+		row+` && `+row+`.querySelector(`+js(`.asked a[href="/events/`+first+`"]`)+`) && `+
+			row+`.innerText.includes("redelivery of delivery `+first+`, asked by `+who+`: the deploy handler is fixed")`)
+
 	// A delivery refused before its sender was verified: the engine says
 	// why not.
 	within(tab, t, 30*time.Second, chromedp.Navigate(base+"/events/"+forged))

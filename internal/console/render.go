@@ -65,6 +65,7 @@ var funcs = template.FuncMap{
 	"short":      definition.ShortDuration,
 	"trigger":    triggerWords,
 	"transition": transitionOf,
+	"action":     actionOf,
 }
 
 // clean is text a sender chose made readable: terminal control sequences

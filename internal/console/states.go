@@ -383,12 +383,19 @@ type transitionLogs struct {
 	logs map[string]string
 }
 
-// accounts returns the engine's account of each transition among runs,
-// by run id, cut to a paragraph.
+// accounts returns the engine's account of each transition, pause and
+// resume among runs, by run id, cut to a paragraph; and of each other run
+// a person asked for whose record keeps no reason (a schedule run now),
+// the first line of its log, which says who asked and why.
 func (s *Server) accounts(ctx context.Context, runs []archive.Run) map[string]string {
 	out := map[string]string{}
 	for _, r := range runs {
-		if r.Handler != v1alpha1.TransitionHandler {
+		firstLine := false
+		switch a := actionOf(r, nil); {
+		case r.Handler == v1alpha1.TransitionHandler, a != nil && a.Badge != "":
+		case a != nil && a.Account:
+			firstLine = true
+		default:
 			continue
 		}
 		s.logs.mu.Lock()
@@ -399,7 +406,11 @@ func (s *Server) accounts(ctx context.Context, runs []archive.Run) map[string]st
 			if err != nil {
 				continue
 			}
-			text = cut(strings.TrimSpace(archive.CleanLog(stored.Data)), 400)
+			text = strings.TrimSpace(archive.CleanLog(stored.Data))
+			if firstLine {
+				text, _, _ = strings.Cut(text, "\n")
+			}
+			text = cut(text, 400)
 			if text == "" || r.FinishedAt.IsZero() {
 				out[r.ID] = text
 				continue // not written whole yet, maybe

@@ -385,6 +385,14 @@ func TestBrowserPersonWhoMayPatchDecidesAndOneWhoMayNotCannot(t *testing.T) {
 	waitJS(tab, t, 30*time.Second, "the diagram's current state is RollingBack, on the same page",
 		`window.opkitTestMark === true && `+current+`.length === 1 && `+current+`[0].dataset.state === "RollingBack" && !document.querySelector(".decide")`)
 	waitJS(tab, t, time.Second, "the diagram still focused", `document.activeElement.id === "diagram"`)
+
+	// The engine's record of the transition: the timeline shows who
+	// decided, and the engine's account with the reason.
+	db.transition(t, 5, "NeedsAttention", "RollingBack", v1alpha1.TransitionDecision, d.By,
+		"NeedsAttention -> RollingBack: decided by "+d.By+": "+d.Reason, time.Now())
+	waitJS(tab, t, 30*time.Second, "the timeline shows the decision, by whom and why",
+		`[...document.querySelectorAll("#runs ~ table tr.transition")].some(tr => tr.innerText.includes("RollingBack") && `+
+			`tr.innerText.includes("a person decided, by system:serviceaccount:`+ns+`:deployer") && tr.innerText.includes("back to the last good one"))`)
 }
 
 // engineEvent posts an Event about the Database, as the engine does.

@@ -150,6 +150,7 @@ func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
 	}
 	data["Runs"] = page.Runs
 	data["Accounts"] = s.accounts(ctx, page.Runs)
+	data["Redelivered"] = s.redeliveredRuns(ctx, opName, page.Runs)
 	if page.Next != "" {
 		data["Next"] = withQuery("", kind, cursorQuery(page.Next))
 	}

@@ -42,30 +42,21 @@ func actionOf(r archive.Run, redelivered map[string]archive.Delivery) *actionVie
 		return nil // the transition's row says who decided
 	case r.RerunOf != "":
 		return &actionView{Words: "re-run of", Run: r.RerunOf, Who: r.Actor, Why: r.Reason}
-	case r.Handler == pauseHandler:
+	case r.Handler == v1alpha1.PauseHandler:
 		badge := "Paused"
-		if r.Trigger == triggerResumed {
+		if r.Trigger == v1alpha1.TriggerResumed {
 			badge = "Resumed"
 		}
 		return &actionView{Badge: badge, Who: r.Actor, Why: r.Reason, Account: r.Reason == ""}
 	case r.Actor != "":
 		words := r.Trigger + " run"
-		if r.Trigger == triggerManual {
+		if r.Trigger == v1alpha1.TriggerManual {
 			words = "run now"
 		}
 		return &actionView{Words: words, Who: r.Actor, Why: r.Reason, Account: r.Reason == ""}
 	}
 	return nil
 }
-
-// The names the engine records pauses, resumes and schedules run now
-// under (v1alpha1.PauseHandler, TriggerResumed and the manual trigger,
-// which opkit pause and opkit schedule run add to the contract).
-const (
-	pauseHandler   = "opkit.pause"
-	triggerResumed = "resumed"
-	triggerManual  = "manual"
-)
 
 // redeliveredRuns maps each run among runs that a redelivery started to
 // that redelivery, from the operator's latest deliveries: read only when

@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
@@ -45,6 +47,57 @@ func installOperatorCRD(t *testing.T, c client.Client) {
 		}
 		return false, nil
 	})
+}
+
+// operatorFiles are the files of the project that users copy or apply:
+// every YAML file under examples/, docs/, testdata/scenarios/ and
+// pkg/opkittest/testdata/ whose documents are all Operators.
+func operatorFiles(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	for _, dir := range []string{"../../examples", "../../docs", "../../testdata/scenarios", "../../pkg/opkittest/testdata"} {
+		err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+			if err != nil || e.IsDir() || !strings.HasSuffix(path, ".yaml") {
+				return err
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for doc := range strings.SplitSeq(string(data), "\n---\n") {
+				var head struct{ APIVersion, Kind string }
+				if err := yaml.Unmarshal([]byte(doc), &head); err != nil || head.APIVersion != v1alpha1.SchemeGroupVersion.String() || head.Kind != v1alpha1.Kind {
+					return nil
+				}
+			}
+			files = append(files, path)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return files
+}
+
+func TestKubectlAppliesEveryOperatorOfTheExamplesAndDocs(t *testing.T) {
+	env := clustertest.New(t)
+	installOperatorCRD(t, env.Client)
+	kubeconfig := clustertest.Cluster(t).KubeconfigPath()
+	files := operatorFiles(t)
+	if len(files) < 10 {
+		t.Fatalf("found %d Operator files, want every example's: %v", len(files), files)
+	}
+	for _, f := range files {
+		// One at a time: two examples may name the same Operator.
+		if out, err := clustertest.Kubectl(t, kubeconfig, "apply", "-f", f); err != nil {
+			t.Errorf("kubectl apply -f %s: %v\n%s", f, err, out)
+			continue
+		}
+		if out, err := clustertest.Kubectl(t, kubeconfig, "delete", "-f", f, "--wait"); err != nil {
+			t.Fatalf("kubectl delete -f %s: %v\n%s", f, err, out)
+		}
+	}
 }
 
 func TestKubectlRefusesABareOnSayingToQuoteIt(t *testing.T) {

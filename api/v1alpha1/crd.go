@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"strings"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -365,10 +367,11 @@ func duration(desc string) apiextensionsv1.JSONSchemaProps {
 func handlerSchema() apiextensionsv1.JSONSchemaProps {
 	name := str("Names the handler in runs and idempotency keys; a DNS label.")
 	name.Pattern, name.MaxLength = HandlerNamePattern, ptr.To(int64(63))
+	triggers := []string{OnCreate, OnUpdate, OnDelete, OnResume, OnSchedule, OnWhen, OnEvent, OnEnter, OnExit, OnValidate, OnMutate}
 	on := apiextensionsv1.JSONSchemaProps{
 		Type: "array", MinItems: ptr.To(int64(1)), MaxItems: ptr.To(int64(5)),
 		Description: "Triggers: create, update, delete, resume, schedule, when, event, enter, exit; or validate or mutate alone (admission).",
-		Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", Enum: enum(OnCreate, OnUpdate, OnDelete, OnResume, OnSchedule, OnWhen, OnEvent, OnEnter, OnExit, OnValidate, OnMutate)}},
+		Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", Enum: enum(triggers...)}},
 		XListType:   ptr.To("set"),
 	}
 	env := apiextensionsv1.JSONSchemaProps{
@@ -394,8 +397,11 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 		}},
 	}
 	return apiextensionsv1.JSONSchemaProps{
-		Type:     "object",
-		Required: []string{"name", "on"},
+		Type: "object",
+		// on is required by a rule, not here: a missing required field
+		// stops the API server before it evaluates any rule, and a bare on
+		// (true) would then be answered "on: Required value" alone.
+		Required: []string{"name"},
 		Properties: map[string]apiextensionsv1.JSONSchemaProps{
 			"name":    name,
 			"on":      on,
@@ -424,6 +430,12 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 				},
 			},
 			"timeout": duration("Bound of one run; defaults to 5m."),
+			// A list, as on is: a rule reads only a typed field, and a value
+			// of another type stops the API server before any rule.
+			bareOnKey: {
+				Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string"}},
+				Description: "Never valid: the on of a YAML 1.1 tool (kubectl, Helm, Argo CD, Flux), which reads a bare on key as true. Declared so that a rule can say how to write it, where an unknown field is only named.",
+			},
 			"admission": {
 				Type:        "object",
 				Description: "How the API server calls a handler on validate or mutate.",
@@ -508,9 +520,29 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 		XValidations: apiextensionsv1.ValidationRules{{
 			Rule:    "[has(self.exec), has(self.job), has(self.http)].filter(x, x).size() == 1",
 			Message: "a handler has exactly one of exec, job and http",
+		}, {
+			Rule:      "has(self.on) || has(self.__true__)",
+			Message:   "the triggers that run the handler: one or more of " + strings.Join(triggers, ", "),
+			FieldPath: ".on",
+			Reason:    ptr.To(apiextensionsv1.FieldValueRequired),
+		}, {
+			// CEL escapes a property named like a keyword: true is __true__.
+			Rule:      "!has(self.__true__)",
+			Message:   BareOnMessage,
+			FieldPath: "." + bareOnKey,
+			Reason:    ptr.To(apiextensionsv1.FieldValueForbidden),
 		}},
 	}
 }
+
+// bareOnKey is the key a handler's on: becomes in a YAML 1.1 parser
+// (kubectl's, Helm's, Argo CD's, Flux's), which reads a bare on as the
+// boolean true; YAML 1.2 parsers, opkit's among them, read it as "on".
+const bareOnKey = "true"
+
+// BareOnMessage is what the Operator CRD and opkit lint say of a bare on:
+// key: how to write it so that every YAML parser reads it as "on".
+const BareOnMessage = `write "on": quoted: YAML 1.1 tools (kubectl) read a bare on as true`
 
 // stateSchema is the schema of one of spec.states.
 func stateSchema() apiextensionsv1.JSONSchemaProps {

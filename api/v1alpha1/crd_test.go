@@ -59,10 +59,7 @@ func TestOperatorCRDAcceptsValidAndRefusesInvalidOperators(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	crd := v1alpha1.CustomResourceDefinition()
-	if err := c.Create(ctx, crd); err != nil {
-		t.Fatalf("installing the Operator CRD: %v", err)
-	}
+	installOperatorCRD(t, c)
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		return c.Create(ctx, printer("printer")) == nil, nil
 	})
@@ -140,8 +137,5 @@ func TestOperatorCRDAcceptsValidAndRefusesInvalidOperators(t *testing.T) {
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %q does not mention %q", tc.name, err, tc.want)
 		}
-	}
-	if err := c.Delete(ctx, crd); err != nil {
-		t.Fatal(err)
 	}
 }

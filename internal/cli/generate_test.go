@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -132,5 +134,62 @@ func TestGenerateRefusesAnExecHandlerWithoutAnImageOrWarnsWithAllowHostExec(t *t
 	}
 	if !strings.Contains(stdout.String(), "# WARNING: exec handlers without exec.image") {
 		t.Errorf("--allow-host-exec: the manifests' header does not carry the warning")
+	}
+}
+
+// yaml11Keys counts, in v as sigs.k8s.io/yaml (kubectl's and Helm's
+// YAML 1.1) reads it, the keys named on and those named true.
+func yaml11Keys(v any) (on, trueKeys int) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, item := range v {
+			o, tr := yaml11Keys(item)
+			on, trueKeys = on+o, trueKeys+tr
+			switch k {
+			case "on":
+				on++
+			case "true":
+				trueKeys++
+			}
+		}
+	case []any:
+		for _, item := range v {
+			o, tr := yaml11Keys(item)
+			on, trueKeys = on+o, trueKeys+tr
+		}
+	}
+	return on, trueKeys
+}
+
+func TestGeneratedOperatorsReadAsOperatorsInYAML11(t *testing.T) {
+	// Written with a bare on, which opkit reads and YAML 1.1 would not.
+	file := filepath.Join(t.TempDir(), "tick.yaml")
+	manifest := "apiVersion: opkit.dev/v1alpha1\nkind: Operator\nmetadata: {name: tick}\nspec:\n  handlers:\n  - name: tick\n    on: [schedule]\n    schedule: {every: 1m}\n    exec: {command: [/bin/true]}\n"
+	if err := os.WriteFile(file, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"generate", "manifests", "-f", file},
+		{"generate", "values", "-f", file},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := Main(append(args, "--allow-host-exec", "--image", "registry.example.com/opkit:v1"), &stdout, &stderr); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
+		}
+		var on, trueKeys int
+		for doc := range strings.SplitSeq(stdout.String(), "\n---\n") {
+			var obj map[string]any
+			if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+				t.Fatalf("%v: a document does not parse: %v\n%s", args, err, doc)
+			}
+			if obj["kind"] == "CustomResourceDefinition" {
+				continue // the Operator CRD has a property true, to refuse it
+			}
+			o, tr := yaml11Keys(obj)
+			on, trueKeys = on+o, trueKeys+tr
+		}
+		if on == 0 || trueKeys > 0 {
+			t.Errorf("%v: YAML 1.1 reads %d keys on and %d keys true; want the handler's on, and no true:\n%s", args, on, trueKeys, stdout.String())
+		}
 	}
 }

@@ -90,3 +90,27 @@ func TestLintMisusedExits2(t *testing.T) {
 		}
 	}
 }
+
+func TestLintWarnsOfABareOnAtItsLine(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tick.yaml")
+	manifest := "apiVersion: opkit.dev/v1alpha1\nkind: Operator\nmetadata: {name: tick}\nspec:\n  handlers:\n  - name: tick\n    on: [schedule]\n    schedule: {every: 1m}\n    exec: {command: [/bin/true]}\n"
+	if err := os.WriteFile(file, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := lintRun(file)
+	want := "warning: " + file + `:7: spec.handlers[0].on: kubectl and other YAML 1.1 tools read a bare on as true: write "on":` + "\n"
+	if code != 0 || !strings.HasPrefix(stdout, want) || !strings.Contains(stdout, "1 definition loads: no errors") {
+		t.Errorf("exit %d, stdout:\n%s\nstderr: %s\nwant 0, and first %q", code, stdout, stderr, want)
+	}
+}
+
+func TestLintFindsNothingToWarnOfInTheExamples(t *testing.T) {
+	files, err := filepath.Glob("../../examples/*/operator.yaml")
+	if err != nil || len(files) < 8 {
+		t.Fatalf("examples: %v %v", files, err)
+	}
+	code, stdout, stderr := lintRun(files...)
+	if code != 0 || strings.Contains(stdout, "warning") {
+		t.Errorf("opkit lint of the examples: exit %d\n%s%s", code, stdout, stderr)
+	}
+}

@@ -96,7 +96,7 @@ func Operator(d *Def, command []string, env []string) string {
 		for i, t := range h.On {
 			on[i] = string(t)
 		}
-		fmt.Fprintf(&b, "  - name: %s\n    on: [%s]\n", h.Name, strings.Join(on, ", "))
+		fmt.Fprintf(&b, "  - name: %s\n    \"on\": [%s]\n", h.Name, strings.Join(on, ", "))
 		if len(h.Fields) > 0 {
 			root := "spec."
 			if d.Kind == Watch {

@@ -156,6 +156,9 @@ func compileDefinition(src *Source, schemas SchemaResolver) (*Definition, error)
 		l.reported[e.Field] = true
 	}
 	d := compileInto(l, src, schemas)
+	if d != nil {
+		warnYAML11(l, d, src)
+	}
 	l.withFallbacks(fallbacks)
 	// In the file's order; those without a line keep theirs, after.
 	line := func(e *Error) int {

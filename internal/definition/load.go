@@ -25,6 +25,10 @@ type Source struct {
 	// File is the path it was read from; empty for the cluster.
 	File  string
 	lines map[string]int
+	// yaml11 are the keys of the file that YAML 1.1 tools (kubectl, Helm)
+	// read as booleans, by path: a bare on or y, which opkit reads as the
+	// strings.
+	yaml11 []yaml11Key
 	// errs are the problems found while reading the file: values that break
 	// the Operator's schema or have the wrong type. Such a value is left out
 	// of Operator, and Compile reports them with every other problem.
@@ -152,7 +156,8 @@ func Load(file string, data []byte) ([]*Source, error) {
 
 func decodeOperator(file string, root *yaml.Node) (*Source, error) {
 	lines := map[string]int{}
-	value, err := nodeValue(root, "", lines)
+	var yaml11 []yaml11Key
+	value, err := nodeValue(root, "", lines, &yaml11)
 	if err != nil {
 		return nil, Errors{{File: file, Line: root.Line, Message: err.Error()}}
 	}
@@ -186,7 +191,7 @@ func decodeOperator(file string, root *yaml.Node) (*Source, error) {
 		field, msg := jsonErrorField(s.Error())
 		l.add(field, "%s", msg)
 	}
-	return &Source{Operator: op, File: file, lines: lines, errs: l.errs}, nil
+	return &Source{Operator: op, File: file, lines: lines, yaml11: yaml11, errs: l.errs}, nil
 }
 
 var (
@@ -197,6 +202,9 @@ var (
 // jsonErrorField turns a decoding error into a field path and a message.
 func jsonErrorField(msg string) (field, message string) {
 	if m := unknownField.FindStringSubmatch(msg); m != nil {
+		if message, ok := yaml11Field(m[1]); ok {
+			return m[1], message
+		}
 		return m[1], "unknown field: an Operator has no such field (check its spelling in docs/operators.md)"
 	}
 	if m := typeMismatch.FindStringSubmatch(msg); m != nil {
@@ -206,14 +214,15 @@ func jsonErrorField(msg string) (field, message string) {
 }
 
 // nodeValue converts a YAML node to JSON-compatible values, recording the
-// line of each field under its path (a.b[0].c).
-func nodeValue(n *yaml.Node, path string, lines map[string]int) (any, error) {
+// line of each field under its path (a.b[0].c), and the keys YAML 1.1
+// reads otherwise in yaml11.
+func nodeValue(n *yaml.Node, path string, lines map[string]int, yaml11 *[]yaml11Key) (any, error) {
 	if _, ok := lines[path]; !ok && path != "" {
 		lines[path] = n.Line // a key's line, when there is one, comes first
 	}
 	switch n.Kind {
 	case yaml.AliasNode:
-		return nodeValue(n.Alias, path, lines)
+		return nodeValue(n.Alias, path, lines, yaml11)
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -226,7 +235,10 @@ func nodeValue(n *yaml.Node, path string, lines map[string]int) (any, error) {
 				child = path + "." + k.Value
 			}
 			lines[child] = k.Line
-			val, err := nodeValue(v, child, lines)
+			if b, ok := yaml11Bool(k); ok {
+				*yaml11 = append(*yaml11, yaml11Key{path: child, key: k.Value, value: b})
+			}
+			val, err := nodeValue(v, child, lines, yaml11)
 			if err != nil {
 				return nil, err
 			}
@@ -236,7 +248,7 @@ func nodeValue(n *yaml.Node, path string, lines map[string]int) (any, error) {
 	case yaml.SequenceNode:
 		s := make([]any, len(n.Content))
 		for i, item := range n.Content {
-			val, err := nodeValue(item, fmt.Sprintf("%s[%d]", path, i), lines)
+			val, err := nodeValue(item, fmt.Sprintf("%s[%d]", path, i), lines, yaml11)
 			if err != nil {
 				return nil, err
 			}

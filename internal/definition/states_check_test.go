@@ -32,7 +32,7 @@ const machine = base + `  states:
     final: true
   handlers:
   - name: h
-    on: [enter]
+    "on": [enter]
     states: [Running]
     exec: {command: [/bin/true]}
 `
@@ -109,7 +109,7 @@ func TestEveryStateCheckIsAnErrorAtItsFieldAndLine(t *testing.T) {
 			"required by the enter trigger: the states whose entering runs the handler, like states: [Ready]"},
 		{"a handler naming an unknown state", one("states: [Running]", "states: [Runnin]"), 40, "spec.handlers[0].states[0]",
 			`"Runnin" is not a state of the Operator: did you mean Running? (states: Pending, Running, Review, Failed)`},
-		{"states without enter or exit", one("on: [enter]", "on: [create]"), 40, "spec.handlers[0].states",
+		{"states without enter or exit", one(`"on": [enter]`, `"on": [create]`), 40, "spec.handlers[0].states",
 			"states names the states of the enter and exit triggers, which this handler does not have"},
 		{"a status field named state", one("  states:\n", "  status:\n    state: \"${self.spec.image}\"\n  states:\n"), 16, "spec.status.state",
 			`"state" is written by opkit for an Operator with states`},

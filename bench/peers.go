@@ -181,8 +181,11 @@ func (b *bench) prepareShellOperator(ctx context.Context) error {
 		return fmt.Errorf("go mod download %s@%s: %w: %s", shellOperatorModule, shellOperatorVersion, err, lastLines(errOutput(err), 5))
 	}
 	var mod struct{ Dir, Sum, Error string }
-	if err := json.Unmarshal(out, &mod); err != nil || mod.Error != "" {
-		return fmt.Errorf("go mod download %s@%s: %v %s", shellOperatorModule, shellOperatorVersion, err, mod.Error)
+	if err := json.Unmarshal(out, &mod); err != nil {
+		return fmt.Errorf("go mod download %s@%s: its answer: %w", shellOperatorModule, shellOperatorVersion, err)
+	}
+	if mod.Error != "" {
+		return fmt.Errorf("go mod download %s@%s: %s", shellOperatorModule, shellOperatorVersion, mod.Error)
 	}
 	if mod.Sum != shellOperatorSum {
 		return fmt.Errorf("%s@%s downloaded with hash %s, want %s", shellOperatorModule, shellOperatorVersion, mod.Sum, shellOperatorSum)
@@ -328,8 +331,11 @@ func freePort() (int, error) {
 // peer's /proc and its report file, until SIGTERM, which it passes on.
 func peerMain() error {
 	var argv []string
-	if err := json.Unmarshal([]byte(os.Getenv(peerCommandEnv)), &argv); err != nil || len(argv) == 0 {
-		return fmt.Errorf("%s: want a JSON array of the command and its arguments: %v", peerCommandEnv, err)
+	if err := json.Unmarshal([]byte(os.Getenv(peerCommandEnv)), &argv); err != nil {
+		return fmt.Errorf("%s: want a JSON array of the command and its arguments: %w", peerCommandEnv, err)
+	}
+	if len(argv) == 0 {
+		return fmt.Errorf("%s: want a JSON array of the command and its arguments, not an empty one", peerCommandEnv)
 	}
 	reportPath := os.Getenv(peerReportEnv)
 	if err := os.WriteFile(reportPath, nil, 0o644); err != nil {
@@ -396,11 +402,11 @@ func peerMain() error {
 		case <-sigs:
 			emit()
 			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
+			kill := time.AfterFunc(10*time.Second, func() { _ = cmd.Process.Kill() })
+			defer kill.Stop()
+			if err := <-exited; err != nil {
+				// Stopped by the signal (or killed): said, not a failure.
+				fmt.Fprintf(os.Stderr, "%s stopped: %v\n", argv[0], err)
 			}
 			return nil
 		case err := <-exited:

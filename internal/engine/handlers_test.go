@@ -198,7 +198,7 @@ func testHandler() int {
 		fmt.Println(`{"status": {"observedGeneration": 99}}`)
 		return 0
 	case "badstatus":
-		// status.summary is a string in the CRD's schema.
+		// status.summary is the operator's status field (spec.status).
 		fmt.Println(`{"status": {"summary": 5}}`)
 		return 0
 	case "badrecorded":
@@ -703,17 +703,22 @@ func TestSkippedRunsLeaveOneRecordAndNoEvents(t *testing.T) {
 		t.Errorf("runs %v; want the success and the last skipped run only", outcomes)
 	}
 	// Events: the create run's start, and the success; none for the skipped
-	// runs, and no start for the periodic ones.
-	var events corev1.EventList
-	if err := env.Client.List(t.Context(), &events, client.InNamespace(env.Namespace)); err != nil {
-		t.Fatal(err)
-	}
+	// runs, and no start for the periodic ones. An Event is posted after
+	// the archive records the run: wait for the success's, then count.
 	reasons := map[string]int{}
-	for _, e := range events.Items {
-		if e.InvolvedObject.Name == "skipper" {
-			reasons[e.Reason] += max(int(e.Count), 1)
+	eventually(t, 30*time.Second, "the HandlerSucceeded Event", func(ctx context.Context) (bool, error) {
+		var events corev1.EventList
+		if err := env.Client.List(ctx, &events, client.InNamespace(env.Namespace)); err != nil {
+			return false, err
 		}
-	}
+		reasons = map[string]int{}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name == "skipper" {
+				reasons[e.Reason] += max(int(e.Count), 1)
+			}
+		}
+		return reasons["HandlerSucceeded"] > 0, nil
+	})
 	if reasons["HandlerStarted"] != 1 || reasons["HandlerSucceeded"] != 1 {
 		t.Errorf("handler Events %v; want one HandlerStarted (the create run) and one HandlerSucceeded", reasons)
 	}
@@ -782,9 +787,9 @@ func TestBrokenHandlerOutputFailsOnlyItsRun(t *testing.T) {
 		"signal":      "killed by signal killed",
 		"hang":        "timed out after 6s; its process group was killed",
 		"reserved":    "status.observedGeneration is written by opkit and cannot be set by a handler",
-		"badstatus":   `the API refused the result's status patch: Task.handlers.example.com "badstatus" is invalid: status.summary: Invalid value: "integer": summary in body must be of type string`,
+		"badstatus":   "status.summary is operator tasks's status field (spec.status), which opkit writes from its expression at each reconcile: a handler cannot set it",
 		"chatty":      "exit status 1: boom: the real cause",
-		"badrecorded": `status.recorded: Invalid value: "integer": recorded in body must be of type string`,
+		"badrecorded": `the API refused the result's status patch: Task.handlers.example.com "badrecorded" is invalid: status.recorded: Invalid value: "integer": recorded in body must be of type string`,
 	}
 	for mode := range want {
 		create(t, env, task(env.Namespace, mode, mode, "x"))

@@ -18,6 +18,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/cause"
+	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/executor"
 )
 
@@ -105,6 +106,9 @@ func (rn *Runner) apply(ctx context.Context, cr *unstructured.Unstructured, f *f
 		return failed("the result has fields of an admission answer (allowed, message, patch, warnings), which only a handler on validate or mutate gives", true), false
 	case len(res.Status) > 0 && rn.watched:
 		return failed("the result sets status, but opkit never writes to a watched object: post events or write to objects of your own instead", true), false
+	case declaredField(rn.def, res.Status) != "":
+		k := declaredField(rn.def, res.Status)
+		return failed(fmt.Sprintf("status.%s is operator %s's status field (spec.status), which opkit writes from its expression at each reconcile: a handler cannot set it; write a field of its own", k, rn.def.Operator.Name), true), false
 	case len(res.Status) > 0 && d != nil:
 		d.status, d.events = res.Status, res.Events
 		run.Writes = append(run.Writes, "status: "+strings.Join(slices.Sorted(maps.Keys(res.Status)), ", "))
@@ -126,6 +130,19 @@ func (rn *Runner) apply(ctx context.Context, cr *unstructured.Unstructured, f *f
 		run.Writes = append(run.Writes, "event "+e.Type+" "+e.Reason)
 	}
 	return o, wrote
+}
+
+// declaredField returns a key of status that d's spec.status declares (in
+// sorted order, for a stable message), or "" when none is.
+func declaredField(d *definition.Definition, status map[string]any) string {
+	for _, k := range slices.Sorted(maps.Keys(status)) {
+		for _, f := range d.Status {
+			if f.Name == k {
+				return k
+			}
+		}
+	}
+	return ""
 }
 
 // resultJSON is a handler's result as the archive keeps it; nil for

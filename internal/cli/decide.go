@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -71,12 +70,7 @@ are read from the Operator in the cluster, or from -f FILE.`,
 			if err != nil {
 				return err
 			}
-			loader := kubeconfigLoader(kubeconfig)
-			cfg, err := loader.ClientConfig()
-			if err != nil {
-				return fmt.Errorf("loading the kubeconfig: %w", err)
-			}
-			c, err := client.New(cfg, client.Options{})
+			cfg, c, err := kubeClient(kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -112,7 +106,7 @@ are read from the Operator in the cluster, or from -f FILE.`,
 					"its Events say what it waits for (kubectl get events%s --field-selector involvedObject.name=%s), or remove it (kubectl annotate %s %s%s %s-) and decide again",
 					gvk.Kind, args[0], or(sent.By, "someone"), or(sent.Choose, "?"), nsFlag(ns), name, strings.ToLower(gvk.Kind), name, nsFlag(ns), v1alpha1.DecisionAnnotation)
 			}
-			by, note, err := whoAmI(ctx, cfg, loader)
+			by, note, err := whoAmI(ctx, cfg, kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -276,10 +270,23 @@ func printQuestion(w io.Writer, kind, arg string, st *v1alpha1.ObjectState, desc
 	fmt.Fprintf(w, "answer with: opkit decide %s --choose STATE --reason \"...\"\n", arg)
 }
 
+// kubeClient is the kubeconfig's REST config and a client of it.
+func kubeClient(kubeconfig string) (*rest.Config, client.Client, error) {
+	cfg, err := loadKubeconfig(kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, c, nil
+}
+
 // whoAmI is the user the API server at cfg knows the caller as (a
 // SelfSubjectReview); when the API refuses to say, the user of the
 // kubeconfig cfg was loaded from, with a note saying so.
-func whoAmI(ctx context.Context, cfg *rest.Config, loader clientcmd.ClientConfig) (by, note string, err error) {
+func whoAmI(ctx context.Context, cfg *rest.Config, kubeconfig string) (by, note string, err error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return "", "", err
@@ -292,7 +299,7 @@ func whoAmI(ctx context.Context, cfg *rest.Config, loader clientcmd.ClientConfig
 	if err != nil {
 		why = "SelfSubjectReview: " + err.Error()
 	}
-	raw, err := loader.RawConfig()
+	raw, err := kubeconfigLoader(kubeconfig).RawConfig()
 	if err != nil {
 		return "", "", fmt.Errorf("the API server did not say who you are (%s), and the kubeconfig cannot be read: %w", why, err)
 	}

@@ -112,12 +112,7 @@ object is recorded resumed. An object paused on its own stays paused.`,
 			if name == "" {
 				return fmt.Errorf("%q names no object: want NAMESPACE/NAME, or NAME for a cluster-scoped one", args[0])
 			}
-			loader := kubeconfigLoader(kubeconfig)
-			cfg, err := loader.ClientConfig()
-			if err != nil {
-				return fmt.Errorf("loading the kubeconfig: %w", err)
-			}
-			c, err := client.New(cfg, client.Options{})
+			cfg, c, err := kubeClient(kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -140,7 +135,7 @@ object is recorded resumed. An object paused on its own stays paused.`,
 			case !pause && !paused:
 				return fmt.Errorf("%s %s is not paused: nothing to resume", gvk.Kind, args[0])
 			}
-			by, note, err := whoAmI(ctx, cfg, loader)
+			by, note, err := whoAmI(ctx, cfg, kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -171,12 +166,7 @@ object is recorded resumed. An object paused on its own stays paused.`,
 // pauseOperator pauses (pause true) or resumes the whole operator name,
 // through the annotations of its Operator in the cluster.
 func pauseOperator(ctx context.Context, cmd *cobra.Command, kubeconfig, name, reason string, pause bool) error {
-	loader := kubeconfigLoader(kubeconfig)
-	cfg, err := loader.ClientConfig()
-	if err != nil {
-		return fmt.Errorf("loading the kubeconfig: %w", err)
-	}
-	c, err := client.New(cfg, client.Options{})
+	cfg, c, err := kubeClient(kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -197,7 +187,7 @@ func pauseOperator(ctx context.Context, cmd *cobra.Command, kubeconfig, name, re
 	case !pause && !paused:
 		return fmt.Errorf("the operator %s is not paused as a whole: nothing to resume (an object paused on its own is resumed with opkit resume NAMESPACE/NAME --operator %s)", name, name)
 	}
-	by, note, err := whoAmI(ctx, cfg, loader)
+	by, note, err := whoAmI(ctx, cfg, kubeconfig)
 	if err != nil {
 		return err
 	}

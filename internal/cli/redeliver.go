@@ -42,21 +42,14 @@ sender was verified), and exits 1.`,
 			if !archive.ValidID(id) {
 				return fmt.Errorf("%q is not a delivery id: opkit events lists them (the ID column of -o json's id)", id)
 			}
-			loader := kubeconfigLoader(kubeconfig)
-			cfg, err := loader.ClientConfig()
-			if err != nil {
-				return fmt.Errorf("loading the kubeconfig: %w", err)
-			}
-			if namespace == "" {
-				if namespace, _, err = loader.Namespace(); err != nil || namespace == "" {
-					namespace = "default"
-				}
-			}
-			c, err := client.New(cfg, client.Options{})
+			cfg, c, err := kubeClient(kubeconfig)
 			if err != nil {
 				return err
 			}
-			by, note, err := whoAmI(ctx, cfg, loader)
+			if namespace == "" {
+				namespace = kubeconfigNamespace(kubeconfig)
+			}
+			by, note, err := whoAmI(ctx, cfg, kubeconfig)
 			if err != nil {
 				return err
 			}

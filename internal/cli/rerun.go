@@ -72,12 +72,7 @@ delivery with opkit events redeliver.`,
 			if why := run.RerunRefusal(sameInput); why != "" {
 				return errors.New(why)
 			}
-			loader := kubeconfigLoader(kubeconfig)
-			cfg, err := loader.ClientConfig()
-			if err != nil {
-				return fmt.Errorf("loading the kubeconfig: %w", err)
-			}
-			c, err := client.New(cfg, client.Options{})
+			cfg, c, err := kubeClient(kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -92,7 +87,7 @@ delivery with opkit events redeliver.`,
 				return fmt.Errorf("a re-run request is already on %s %s and not answered yet (%s); nothing was written: its Events say what became of it, or remove it (kubectl annotate %s %s%s %s-)",
 					run.Kind, run.Object(), raw, strings.ToLower(run.Kind), run.Name, nsFlag(run.Namespace), v1alpha1.RerunAnnotation)
 			}
-			by, note, err := whoAmI(ctx, cfg, loader)
+			by, note, err := whoAmI(ctx, cfg, kubeconfig)
 			if err != nil {
 				return err
 			}

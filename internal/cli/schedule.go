@@ -75,12 +75,7 @@ the handler still pending.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, out := cmd.Context(), cmd.OutOrStdout()
 			name, handler := args[0], args[1]
-			loader := kubeconfigLoader(kubeconfig)
-			cfg, err := loader.ClientConfig()
-			if err != nil {
-				return fmt.Errorf("loading the kubeconfig: %w", err)
-			}
-			c, err := client.New(cfg, client.Options{})
+			cfg, c, err := kubeClient(kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -115,7 +110,7 @@ the handler still pending.`,
 			if ready := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: the Operator %s is not Ready (kubectl get operator %s): the request waits until its engine runs it\n", name, name)
 			}
-			by, note, err := whoAmI(ctx, cfg, loader)
+			by, note, err := whoAmI(ctx, cfg, kubeconfig)
 			if err != nil {
 				return err
 			}

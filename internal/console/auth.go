@@ -200,6 +200,21 @@ func (a *authorizer) csrf(u *user) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
+// formUser authenticates the user of a form's POST and checks its CSRF
+// token; when either fails, the answer says why and ok is false.
+func (s *Server) formUser(w http.ResponseWriter, r *http.Request) (u *user, ok bool) {
+	u, err := s.auth.authenticate(r.Context(), r)
+	if err != nil {
+		s.fail(w, r, err)
+		return nil, false
+	}
+	if err := s.auth.checkCSRF(r, u); err != nil {
+		s.fail(w, r, forbidden("%s", err))
+		return nil, false
+	}
+	return u, true
+}
+
 // checkCSRF refuses a state-changing request from another origin, or
 // without the user's CSRF token.
 func (a *authorizer) checkCSRF(r *http.Request, u *user) error {

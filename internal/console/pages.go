@@ -510,13 +510,8 @@ func (s *Server) mayAct(ctx context.Context, u *user, opName, ns string) (*opera
 // (see decide).
 func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	u, err := s.auth.authenticate(ctx, r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if err := s.auth.checkCSRF(r, u); err != nil {
-		s.fail(w, r, forbidden("%s", err))
+	u, ok := s.formUser(w, r)
+	if !ok {
 		return
 	}
 	opName, ns, name, action := r.PathValue("operator"), r.PathValue("namespace"), r.PathValue("name"), r.PathValue("action")

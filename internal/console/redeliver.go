@@ -60,13 +60,8 @@ func (s *Server) mayRedeliver(ctx context.Context, u *user) error {
 // redeliver answers the Redeliver form of a delivery's page.
 func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	u, err := s.auth.authenticate(ctx, r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if err := s.auth.checkCSRF(r, u); err != nil {
-		s.fail(w, r, forbidden("%s", err))
+	u, ok := s.formUser(w, r)
+	if !ok {
 		return
 	}
 	id := r.PathValue("id")

@@ -28,13 +28,8 @@ import (
 // object's timeline shows the Event that answers.
 func (s *Server) rerun(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	u, err := s.auth.authenticate(ctx, r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if err := s.auth.checkCSRF(r, u); err != nil {
-		s.fail(w, r, forbidden("%s", err))
+	u, ok := s.formUser(w, r)
+	if !ok {
 		return
 	}
 	id := r.PathValue("id")

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -104,22 +103,14 @@ func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) {
 
 // awaitRedelivery waits up to decisionWait for the engine to answer obj.
 func (s *Server) awaitRedelivery(ctx context.Context, obj *unstructured.Unstructured) {
-	ctx, cancel := context.WithTimeout(ctx, decisionWait)
-	defer cancel()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(250 * time.Millisecond):
-		}
+	poll(ctx, func(ctx context.Context) bool {
 		cur := obj.DeepCopy()
 		if err := s.client.Get(ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
-			return
+			return true
 		}
-		if _, status, err := v1alpha1.ReadRedelivery(cur); err != nil || status.Outcome != "" {
-			return
-		}
-	}
+		_, status, err := v1alpha1.ReadRedelivery(cur)
+		return err != nil || status.Outcome != ""
+	})
 }
 
 // redeliveryView is what a delivery's page says of redelivering it: the

@@ -91,15 +91,8 @@ func (s *Server) rerun(w http.ResponseWriter, r *http.Request) {
 // awaitRerun waits up to decisionWait for the engine's Event answering
 // the re-run request on obj, and returns the id of the run it started;
 // "" when it refused it or has not answered yet.
-func (s *Server) awaitRerun(ctx context.Context, obj *unstructured.Unstructured, request string) string {
-	ctx, cancel := context.WithTimeout(ctx, decisionWait)
-	defer cancel()
-	for {
-		select {
-		case <-ctx.Done():
-			return ""
-		case <-time.After(250 * time.Millisecond):
-		}
+func (s *Server) awaitRerun(ctx context.Context, obj *unstructured.Unstructured, request string) (started string) {
+	poll(ctx, func(ctx context.Context) bool {
 		events, _ := s.events(ctx, obj)
 		for _, e := range events {
 			if !strings.Contains(e.Message, "request "+request+" ") {
@@ -107,10 +100,12 @@ func (s *Server) awaitRerun(ctx context.Context, obj *unstructured.Unstructured,
 			}
 			if e.Reason == v1alpha1.EventRerunStarted {
 				if _, after, ok := strings.Cut(e.Message, ", as run "); ok && len(after) >= 18 && archive.ValidID(after[:18]) {
-					return after[:18]
+					started = after[:18]
 				}
 			}
-			return ""
+			return true
 		}
-	}
+		return false
+	})
+	return started
 }

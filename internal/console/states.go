@@ -277,6 +277,21 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, u *user, opName,
 // decision d written on obj (statemachine.Answer over the object and its
 // Events): taken, refused, or waiting.
 func (s *Server) awaitAnswer(ctx context.Context, obj *unstructured.Unstructured, d v1alpha1.Decision) {
+	poll(ctx, func(ctx context.Context) bool {
+		cur := obj.DeepCopy()
+		if err := s.client.Get(ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
+			return true
+		}
+		events, _ := s.events(ctx, cur)
+		verdict, _ := statemachine.Answer(d, cur.Object, engineSaid(events))
+		return verdict != statemachine.Unanswered
+	})
+}
+
+// poll calls done every 250 ms, up to decisionWait, until it reports that
+// the engine answered (or that asking again cannot help): how an action's
+// answer is awaited before its page is shown.
+func poll(ctx context.Context, done func(context.Context) bool) {
 	ctx, cancel := context.WithTimeout(ctx, decisionWait)
 	defer cancel()
 	for {
@@ -285,12 +300,7 @@ func (s *Server) awaitAnswer(ctx context.Context, obj *unstructured.Unstructured
 			return
 		case <-time.After(250 * time.Millisecond):
 		}
-		cur := obj.DeepCopy()
-		if err := s.client.Get(ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
-			return
-		}
-		events, _ := s.events(ctx, cur)
-		if verdict, _ := statemachine.Answer(d, cur.Object, engineSaid(events)); verdict != statemachine.Unanswered {
+		if done(ctx) {
 			return
 		}
 	}

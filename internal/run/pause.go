@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -76,10 +77,13 @@ func (rn *Runner) pauseChanged(ctx context.Context, cr *unstructured.Unstructure
 
 // RemoveAnnotationPatch is a JSON patch removing the annotation name
 // when it still has value: a newer value, written meanwhile, is not lost
-// (the patch fails Invalid).
+// (the patch fails Invalid). The value is encoded as JSON, whatever it
+// holds: one set by hand may hold what Go's quoting would not encode as
+// JSON, and a patch that never applies would leave the request forever.
 func RemoveAnnotationPatch(name, value string) []byte {
 	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(name, "~", "~0"), "/", "~1")
-	return fmt.Appendf(nil, `[{"op":"test","path":%q,"value":%q},{"op":"remove","path":%q}]`, path, value, path)
+	patch, _ := json.Marshal([]map[string]string{{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}}) // strings: it cannot fail
+	return patch
 }
 
 // operatorPause is the pause of the whole operator: the annotation

@@ -18,7 +18,13 @@ import (
 const (
 	// RetryAnnotation, set to any value, clears the object's handlers'
 	// failed attempts and Stalled state so that they run again; the engine
-	// removes it. `opkit retry` and the console's Retry set it.
+	// removes it from a custom resource, and remembers its value on an
+	// object it watches (each new value is one retry). opkit retry and
+	// the console's Retry set it to the JSON of a RetryRequest, saying who
+	// asked and why; any other value (a bare timestamp, as older CLIs
+	// wrote) asks too, by someone unknown. The engine records each retry
+	// it takes, with its RetryRequest, in the run archive (handler
+	// RetryHandler) and in its RetryRequested Event.
 	RetryAnnotation = "opkit.dev/retry"
 	// PauseAnnotation, set to any value, pauses the object's handlers: a
 	// run in flight finishes and is recorded, but no handler starts
@@ -118,6 +124,46 @@ const (
 	TriggerPaused  = "paused"
 	TriggerResumed = "resumed"
 )
+
+// RetryRequest is who asked for a retry of an object's handlers, and
+// why: the value of RetryAnnotation. Its fields are a Pause's.
+type RetryRequest struct {
+	// By is the Kubernetes user opkit retry runs as, or the console's
+	// signed-in user.
+	By string `json:"by"`
+	// Reason is why, in the person's words; optional.
+	Reason string `json:"reason,omitempty"`
+	// At is when, RFC 3339 with fractions of a second: on a watched
+	// object, where each new value is one retry, two retries by the same
+	// person for the same reason are two values.
+	At string `json:"at"`
+}
+
+// Value is r as an annotation's value.
+func (r RetryRequest) Value() string {
+	value, _ := json.Marshal(r) // strings: it cannot fail
+	return string(value)
+}
+
+// ReadRetry reads an annotation's value as a RetryRequest; a value that
+// is not one (a bare timestamp, as older CLIs and consoles wrote, or any
+// value set by hand) is a request by nobody known.
+func ReadRetry(value string) RetryRequest {
+	var r RetryRequest
+	if json.Unmarshal([]byte(value), &r) != nil {
+		return RetryRequest{}
+	}
+	return r
+}
+
+// RetryHandler is the handler name under which the run archive records a
+// retry of an object's handlers (trigger TriggerRetry), with who asked as
+// the run's actor: not a DNS label, so no handler of an Operator has it.
+const RetryHandler = "opkit.retry"
+
+// TriggerRetry is the trigger of RetryHandler's records. Not a value of
+// Handler.On.
+const TriggerRetry = "retry"
 
 // ObjectState is status.state of a custom resource whose Operator
 // declares states: where it is in its life cycle.

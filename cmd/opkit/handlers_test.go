@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
@@ -167,15 +168,30 @@ func TestSIGKILLedEngineRunsTheInterruptedHandlerAgainWithTheSameKey(t *testing.
 		t.Errorf("opkit logs: code %d\nstdout %s\nstderr %s", res.code, res.stdout, res.stderr)
 	}
 
-	// Once the cause is fixed, opkit retry runs it again.
+	// Once the cause is fixed, opkit retry runs it again, and the retry is
+	// recorded with who asked (the kubeconfig's user) and why.
 	if err := os.Remove(filepath.Join(dir, "fail")); err != nil {
 		t.Fatal(err)
 	}
-	res = opkit(t, "", "retry", "default/third", "--kubeconfig", kc, "--archive", archivePath)
-	if res.code != 0 || !strings.Contains(res.stdout, "Key default/third: retry requested") {
+	res = opkit(t, "", "retry", "default/third", "--reason", "the fail file is gone", "--kubeconfig", kc, "--archive", archivePath)
+	if res.code != 0 || !strings.Contains(res.stdout, "Key default/third: retry requested by ") {
 		t.Fatalf("opkit retry: code %d\nstdout %s\nstderr %s", res.code, res.stdout, res.stderr)
 	}
-	waitRunOutcome(t, archivePath, "third", archive.Succeeded)
+	who := strings.TrimSpace(strings.SplitN(strings.SplitN(res.stdout, "requested by ", 2)[1], ":", 2)[0])
+	if who == "" {
+		t.Fatalf("opkit retry names nobody: %s", res.stdout)
+	}
+	clustertest.Eventually(t, 60*time.Second, "third's handler succeeds after the retry", func(context.Context) (bool, error) {
+		runs := opkitRuns(t, archivePath, "--object", "default/third", "--handler", "record", "--outcome", string(archive.Succeeded))
+		return len(runs) > 0, nil
+	})
+	retries := opkitRuns(t, archivePath, "--object", "default/third", "--handler", v1alpha1.RetryHandler)
+	if len(retries) != 1 || retries[0].Actor != who || retries[0].Trigger != v1alpha1.TriggerRetry {
+		t.Fatalf("retry records of third: %+v; want one, by %s", retries, who)
+	}
+	if res := opkit(t, "", "logs", retries[0].ID, "--archive", archivePath); !strings.Contains(res.stdout, "retry asked by "+who+": the fail file is gone") {
+		t.Errorf("the retry's record says %q, want who asked and why", res.stdout)
+	}
 	if res := opkit(t, "", "retry", "default/nosuch", "--kubeconfig", kc, "--archive", archivePath); res.code == 0 || !strings.Contains(res.stderr, "no runs for default/nosuch") {
 		t.Errorf("opkit retry of an unknown object: code %d, stderr %s", res.code, res.stderr)
 	}

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -492,17 +493,24 @@ func objectKind(ctx context.Context, archivePath string, q archive.Query, arg, n
 }
 
 func newRetryCommand() *cobra.Command {
-	var archivePath, kubeconfig, operator string
+	var archivePath, kubeconfig, operator, reason string
 	cmd := &cobra.Command{
-		Use:   "retry NAMESPACE/NAME",
+		Use:   "retry NAMESPACE/NAME [--reason TEXT]",
 		Short: "Run a stalled object's handlers again",
 		Long: `Clear the failed attempts and the Stalled condition of an object's handlers,
 so that the engine runs them again. The object's kind is found from its runs
 in the archive (--operator chooses when several operators have an object of
 that name); the engine consumes the request (annotation ` + v1alpha1.RetryAnnotation + `).
 On an object a watch operator reacts to, which opkit never writes, the
-annotation stays: each new value is one retry.`,
-		Args: cobra.ExactArgs(1),
+annotation stays: each new value is one retry.
+
+The request says who asked (the Kubernetes user this command runs as) and
+why (--reason). The engine records the retry, with both, in the run archive
+(opkit runs --object NAMESPACE/NAME shows it, handler ` + v1alpha1.RetryHandler + `), in its
+RetryRequested Event on the object, and the console shows it on the object's
+timeline. Asking needs patch on the object (Kubernetes RBAC).`,
+		Example: `  opkit retry team-a/web --reason "the registry is back"`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ns, name, ok := strings.Cut(args[0], "/")
 			if !ok {
@@ -515,28 +523,43 @@ annotation stays: each new value is one retry.`,
 			case gvk.Group == v1alpha1.Group && gvk.Kind == v1alpha1.Kind:
 				return fmt.Errorf("%s is an operator-wide schedule: its runs are retried by its handler's retry policy, and its next slot runs in any case; there is nothing to retry", args[0])
 			}
-			cfg, err := loadKubeconfig(kubeconfig)
+			loader := kubeconfigLoader(kubeconfig)
+			cfg, err := loader.ClientConfig()
 			if err != nil {
-				return err
+				return fmt.Errorf("loading the kubeconfig: %w", err)
 			}
 			c, err := client.New(cfg, client.Options{})
 			if err != nil {
 				return err
 			}
+			by, note, err := whoAmI(cmd.Context(), cfg, loader)
+			if err != nil {
+				return err
+			}
+			if note != "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), note)
+			}
 			obj := &unstructured.Unstructured{}
 			obj.SetGroupVersionKind(gvk)
 			obj.SetNamespace(ns)
 			obj.SetName(name)
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.RetryAnnotation: time.Now().UTC().Format(time.RFC3339Nano)}}})
+			// At to the nanosecond: on a watched object each new value is
+			// one retry, also the same person's for the same reason.
+			request := v1alpha1.RetryRequest{By: by, Reason: reason, At: time.Now().UTC().Format(time.RFC3339Nano)}
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.RetryAnnotation: request.Value()}}})
 			if err := c.Patch(cmd.Context(), obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+				if apierrors.IsNotFound(err) {
+					return fmt.Errorf("%s %s does not exist: nothing to retry", gvk.Kind, args[0])
+				}
 				return fmt.Errorf("asking for a retry of %s %s: %w", gvk.Kind, args[0], err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: retry requested; follow it with opkit runs --object %s\n", gvk.Kind, args[0], args[0])
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: retry requested by %s%s; follow it with opkit runs --object %s\n", gvk.Kind, args[0], by, reasonSuffix(reason), args[0])
 			return nil
 		},
 	}
 	archiveFlag(cmd, &archivePath)
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	cmd.Flags().StringVar(&operator, "operator", "", "the operator, when several have an object of that name")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, in your words: recorded with who asked")
 	return cmd
 }

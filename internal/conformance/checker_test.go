@@ -268,6 +268,9 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 	finished := 0
 	for i := len(runs) - 1; i >= 0; i-- { // oldest first
 		r := runs[i]
+		if r.Handler == v1alpha1.RetryHandler {
+			continue // the record of a retry asked for, not a run
+		}
 		last[r.Key] = r
 		switch r.Outcome {
 		case archive.Running:

@@ -9,15 +9,15 @@ import (
 )
 
 // actionView is what a person did that a run of the timeline records: a
-// re-run asked, handlers paused or resumed, a schedule run now, a
+// re-run asked, handlers paused, resumed or retried, a schedule run now, a
 // delivery redelivered, or any run the archive records with an actor.
 // Who is the run's actor (a redelivery's RedeliveredBy), Why the reason
 // recorded with it; a record that keeps its reason in its log (a pause,
-// a manual run) has it in the timeline's accounts instead. Of is the run
+// a retry, a manual run) has it in the timeline's accounts instead. Of is the run
 // (Run) or delivery (Delivery) the action repeats.
 type actionView struct {
 	// Badge is set for a record that is the action itself, not a run of
-	// a handler: Paused, Resumed.
+	// a handler: Paused, Resumed, Retried.
 	Badge    string
 	Words    string
 	Run      string
@@ -48,6 +48,8 @@ func actionOf(r archive.Run, redelivered map[string]archive.Delivery) *actionVie
 			badge = "Resumed"
 		}
 		return &actionView{Badge: badge, Who: r.Actor, Why: r.Reason, Account: r.Reason == ""}
+	case r.Handler == v1alpha1.RetryHandler:
+		return &actionView{Badge: "Retried", Who: r.Actor, Why: r.Reason, Account: r.Reason == ""}
 	case r.Actor != "":
 		words := r.Trigger + " run"
 		if r.Trigger == v1alpha1.TriggerManual {

@@ -12,11 +12,11 @@ import (
 )
 
 // TestTimelineShowsWhoPausedResumedAndAskedARun: the records a person's
-// actions leave in the archive (a pause and a resume, the engine's
-// records with handler opkit.pause and the reason in their log; a run
-// asked with an actor and a reason; one of a trigger this console does
-// not know, with an actor) are each an entry of the object's timeline,
-// saying who and why.
+// actions leave in the archive (a pause, a resume and a retry, the
+// engine's records with handler opkit.pause or opkit.retry and the reason
+// in their log; a run asked with an actor and a reason; one of a trigger
+// this console does not know, with an actor) are each an entry of the
+// object's timeline, saying who and why.
 func TestTimelineShowsWhoPausedResumedAndAskedARun(t *testing.T) {
 	f, env := withChore(t, "acted", "sweep")
 	obj := chore(env.Namespace, "acted", "", "")
@@ -45,11 +45,13 @@ func TestTimelineShowsWhoPausedResumedAndAskedARun(t *testing.T) {
 	record("opkit.pause", "resumed", "bob", "", "handlers resumed by bob: the script is fixed.")
 	record("sweep", "manual", "carol", "", "run now by carol: the 8:00 slot failed\nsweeping")
 	record("sweep", "nudge", "dave", "a nudge of a newer opkit", "")
+	record("opkit.retry", "retry", "erin", "", "retry asked by erin: the disk is free again (asked at 2026-11-27T09:00:00Z); failed attempts cleared, handlers run again.")
 
 	page := html.UnescapeString(get(t, f.url+"/operators/chores/objects/"+env.Namespace+"/acted"))
 	mustContain(t, "the timeline", page,
 		"Paused</span> handlers", "by alice", "handlers paused by alice: fixing the sweep script",
 		"Resumed</span> handlers", "by bob", "handlers resumed by bob: the script is fixed.",
 		"run now, asked by carol", "run now by carol: the 8:00 slot failed",
-		"nudge run, asked by dave: a nudge of a newer opkit")
+		"nudge run, asked by dave: a nudge of a newer opkit",
+		"Retried</span> handlers", "by erin", "retry asked by erin: the disk is free again")
 }

@@ -118,6 +118,15 @@ func TestTokenAuthRefusesRequestsWithoutTheToken(t *testing.T) {
 	if p := v1alpha1.ReadPause(value); p.By != "token" || p.At == "" {
 		t.Errorf("the console's pause reads %q, want it to name the signed-in user (token) and when", value)
 	}
+	// So does its retry, which the engine records with who asked.
+	r = do(t, http.MethodPost, objURL+"/retry", url.Values{"csrf": {csrf[1]}}, "Cookie", "opkit_token="+cookieValue)
+	if r.status != http.StatusSeeOther {
+		t.Fatalf("retry when signed in: %d\n%s", r.status, r.body)
+	}
+	clustertest.Eventually(t, time.Minute, "the console's retry recorded by the engine", func(ctx context.Context) (bool, error) {
+		page, err := f.store.List(ctx, archive.Query{Namespace: env.Namespace, Name: "locked", Handler: v1alpha1.RetryHandler})
+		return err == nil && len(page.Runs) == 1 && page.Runs[0].Actor == "token", err
+	})
 }
 
 func TestKubernetesAuthFollowsRBAC(t *testing.T) {

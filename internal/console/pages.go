@@ -522,13 +522,16 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		s.decide(w, r, u, opName, ns, name)
 		return
 	}
+	// Who acted, for the engine's record: the signed-in user; nobody known
+	// when the console runs without authentication.
 	var patch string
 	switch action {
 	case "retry":
-		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.RetryAnnotation, time.Now().UTC().Format(time.RFC3339Nano))
+		// At to the nanosecond: on a watched object each new value is one
+		// retry.
+		by := v1alpha1.RetryRequest{By: u.Name, At: time.Now().UTC().Format(time.RFC3339Nano)}.Value()
+		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.RetryAnnotation, by)
 	case "pause", "resume":
-		// Who acted, for the engine's record: the signed-in user; nobody
-		// known when the console runs without authentication.
 		by := v1alpha1.Pause{By: u.Name, At: time.Now().UTC().Format(time.RFC3339)}.Value()
 		if action == "pause" {
 			patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.PauseAnnotation, by)

@@ -393,8 +393,8 @@ type transitionLogs struct {
 	logs map[string]string
 }
 
-// accounts returns the engine's account of each transition, pause and
-// resume among runs, by run id, cut to a paragraph; and of each other run
+// accounts returns the engine's account of each transition, pause, resume
+// and retry among runs, by run id, cut to a paragraph; and of each other run
 // a person asked for whose record keeps no reason (a schedule run now),
 // the first line of its log, which says who asked and why.
 func (s *Server) accounts(ctx context.Context, runs []archive.Run) map[string]string {

@@ -636,7 +636,7 @@ func TestASuccessAfterRetryClearsTheFailureItSupersedes(t *testing.T) {
 	if c := condition(obj, v1alpha1.ConditionStalled); c == nil || c.Status != metav1.ConditionFalse {
 		t.Errorf("Stalled %+v after a success; want False", c)
 	}
-	page, err := store.List(t.Context(), archive.Query{Name: "fixable", Outcome: archive.Succeeded})
+	page, err := store.List(t.Context(), archive.Query{Name: "fixable", Handler: "work", Outcome: archive.Succeeded})
 	if err != nil || len(page.Runs) != 1 || page.Runs[0].Attempt != 1 {
 		t.Errorf("succeeded runs %+v (%v); want one, attempt 1", page.Runs, err)
 	}

@@ -14,11 +14,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
@@ -264,16 +264,18 @@ func TestAWatchTheEngineMayNotListIsRefusedNamingTheField(t *testing.T) {
 
 // TestARetryOfAStalledWatchedObjectRunsItAgainWithoutWritingIt makes a
 // watched Deployment's handler give up, then asks for a retry as opkit
-// retry does: the handler runs again, and the annotation, the object
-// owner's, stays where it is (opkit writes nothing to the Deployment); the
-// same value asks for nothing more.
+// retry does, naming who and why: the handler runs again, the retry is
+// recorded once in the archive with who asked and why, and the
+// annotation, the object owner's, stays where it is (opkit writes nothing
+// to the Deployment); the same value asks for nothing more.
 func TestARetryOfAStalledWatchedObjectRunsItAgainWithoutWritingIt(t *testing.T) {
 	t.Parallel()
 	a := clustertest.New(t)
 	ctx := t.Context()
 	dir := t.TempDir()
 	out, fixed := filepath.Join(dir, "records.jsonl"), filepath.Join(dir, "fixed")
-	e, _ := runEngineWith(t, engine.Options{Config: a.Config, Namespace: a.Namespace})
+	store := newArchive(t)
+	e, _ := runEngineWith(t, engine.Options{Config: a.Config, Namespace: a.Namespace, Archive: store})
 	if err := e.Apply(ctx, compileYAML(t, fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
 kind: Operator
 metadata: {name: retry-%s}
@@ -297,29 +299,36 @@ spec:
 	if err := os.WriteFile(fixed, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	retryWith := func(value string) {
-		t.Helper()
-		dep := deployment(a.Namespace, name, "")
-		patch := []byte(`{"metadata":{"annotations":{"opkit.dev/retry":"` + value + `"}}}`)
-		if err := a.Client.Patch(ctx, dep, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	retryWith("1")
+	value := v1alpha1.RetryRequest{By: "bob", Reason: "the registry is back", At: time.Now().UTC().Format(time.RFC3339Nano)}.Value()
+	askRetry(t, a, deployment(a.Namespace, name, ""), value)
 	recs := waitRecords(t, out, name, 2, "the run asked for by the retry")
 	if recs[1].Key != recs[0].Key || recs[1].Attempt != 1 {
 		t.Errorf("runs %+v; want the retry with the same key, its attempts counted afresh", recs)
 	}
-	retryWith("1")
+	var recorded []archive.Run
+	eventually(t, 60*time.Second, "the retry recorded in the archive and in an Event", func(ctx context.Context) (bool, error) {
+		recorded = retryRecords(t, store, a.Namespace, name)
+		return len(recorded) > 0 && hasEvent(ctx, a, name, "RetryRequested", "retry asked by bob: the registry is back"), nil
+	})
+	if r := recorded[0]; r.Actor != "bob" || r.Trigger != v1alpha1.TriggerRetry || r.Kind != "Deployment" {
+		t.Errorf("the retry is recorded as %+v; want actor bob, trigger retry, of the Deployment", r)
+	}
+	if logs, err := logData(store.Logs(ctx, recorded[0].ID, 0)); err != nil || !strings.Contains(string(logs), "retry asked by bob: the registry is back") {
+		t.Errorf("the retry's log %q (%v); want who asked and why", logs, err)
+	}
+	askRetry(t, a, deployment(a.Namespace, name, ""), value)
 	time.Sleep(2 * time.Second)
 	if n := len(records(t, out, name)); n != 2 {
 		t.Errorf("%d runs; want 2: the same retry value asks for nothing more", n)
+	}
+	if n := len(retryRecords(t, store, a.Namespace, name)); n != 1 {
+		t.Errorf("%d records of one retry, want 1", n)
 	}
 	dep := &appsv1.Deployment{}
 	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name}, dep); err != nil {
 		t.Fatal(err)
 	}
-	if dep.Annotations["opkit.dev/retry"] != "1" {
+	if dep.Annotations[v1alpha1.RetryAnnotation] != value {
 		t.Errorf("annotations %v; want the retry annotation left as set", dep.Annotations)
 	}
 	for _, mf := range dep.ManagedFields {

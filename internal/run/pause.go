@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -76,10 +77,13 @@ func (rn *Runner) pauseChanged(ctx context.Context, cr *unstructured.Unstructure
 
 // RemoveAnnotationPatch is a JSON patch removing the annotation name
 // when it still has value: a newer value, written meanwhile, is not lost
-// (the patch fails Invalid).
+// (the patch fails Invalid). The value is encoded as JSON, whatever it
+// holds: one set by hand may hold what Go's quoting would not encode as
+// JSON, and a patch that never applies would leave the request forever.
 func RemoveAnnotationPatch(name, value string) []byte {
 	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(name, "~", "~0"), "/", "~1")
-	return fmt.Appendf(nil, `[{"op":"test","path":%q,"value":%q},{"op":"remove","path":%q}]`, path, value, path)
+	patch, _ := json.Marshal([]map[string]string{{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}}) // strings: it cannot fail
+	return patch
 }
 
 // operatorPause is the pause of the whole operator: the annotation
@@ -191,24 +195,39 @@ func (rn *Runner) recordPause(ctx context.Context, cr *unstructured.Unstructured
 	if p.Reason != "" {
 		sentence += ": " + p.Reason
 	}
-	now := time.Now().UTC()
-	r := &archive.Run{
-		ID: archive.NewID(now), Operator: rn.def.Operator.Name, Handler: v1alpha1.PauseHandler, Action: "pause", Trigger: trigger,
-		APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: string(cr.GetUID()),
-		Generation: cr.GetGeneration(), Attempt: 1, Actor: p.By, StartedAt: now, FinishedAt: now, Outcome: archive.Succeeded,
-	}
-	r.Key = string(cr.GetUID()) + "/" + trigger + "/" + r.ID
+	r := actionRecord(rn.def.Operator.Name, cr, v1alpha1.PauseHandler, "pause", trigger, p.By)
 	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, strings.ToUpper(what[:1])+what[1:], runAction(r.ID), "%s (run %s)", sentence, rn.runRef(r.ID))
-	ctx = context.WithoutCancel(ctx) // seen, it is recorded, also when the engine is stopping
 	log := sentence
 	if p.At != "" {
 		log += " (asked at " + p.At + ")"
 	}
+	rn.archiveAction(ctx, cr, r, log+".\n", sentence)
+}
+
+// actionRecord is the archive's record of what a person did to cr's
+// handlers (a pause, a resume, a retry): a run of handler, a name no
+// handler of an Operator has, finished as it starts, with the person
+// (actor; "" when nobody is named) as its actor.
+func actionRecord(operator string, cr *unstructured.Unstructured, handler, action, trigger, actor string) *archive.Run {
+	now := time.Now().UTC()
+	r := &archive.Run{
+		ID: archive.NewID(now), Operator: operator, Handler: handler, Action: action, Trigger: trigger,
+		APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: string(cr.GetUID()),
+		Generation: cr.GetGeneration(), Attempt: 1, Actor: actor, StartedAt: now, FinishedAt: now, Outcome: archive.Succeeded,
+	}
+	r.Key = string(cr.GetUID()) + "/" + trigger + "/" + r.ID
+	return r
+}
+
+// archiveAction inserts r with its log; when the archive cannot, a
+// Warning Event on cr says that what sentence tells was not recorded.
+func (rn *Runner) archiveAction(ctx context.Context, cr *unstructured.Unstructured, r *archive.Run, log, sentence string) {
+	ctx = context.WithoutCancel(ctx) // seen, it is recorded, also when the engine is stopping
 	err := rn.archive.Insert(ctx, r)
 	if err == nil {
-		err = rn.archive.AppendLog(ctx, r.ID, []byte(log+".\n"))
+		err = rn.archive.AppendLog(ctx, r.ID, []byte(log))
 	}
 	if err != nil {
-		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", "Pause", "%s: not recorded in the archive: %v", sentence, err)
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", strings.ToUpper(r.Action[:1])+r.Action[1:], "%s: not recorded in the archive: %v", sentence, err)
 	}
 }

@@ -3,14 +3,11 @@ package run
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/cause"
@@ -202,45 +199,6 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		st.AdvanceHandled(rn.def.Handlers, cr.GetGeneration(), subject)
 	}
 	return res, nil
-}
-
-// retryRequested clears the failed attempts when the object asks for a
-// retry (v1alpha1.RetryAnnotation): a custom resource's annotation is
-// removed, a watched object's value is remembered (it is the owner's to
-// remove).
-func (rn *Runner) retryRequested(ctx context.Context, cr *unstructured.Unstructured, st *cause.State, res *Step) error {
-	v, ok := cr.GetAnnotations()[v1alpha1.RetryAnnotation]
-	if ok && rn.watched && v != st.RetrySeen && !failing(st) {
-		st.RetrySeen = v // a value set before anything failed asks for nothing
-	}
-	if !ok || rn.watched && v == st.RetrySeen {
-		return nil
-	}
-	for _, hs := range st.Handlers {
-		hs.Attempt, hs.Target, hs.NextRetryAt, hs.Stalled, hs.LastError = 0, 0, "", false, ""
-	}
-	if rn.watched {
-		st.RetrySeen = v
-	} else {
-		patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.RetryAnnotation + `":null}}}`)
-		if err := rn.client.Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			return fmt.Errorf("clearing %s: %w", v1alpha1.RetryAnnotation, err)
-		}
-		rn.mem.Record(cr.DeepCopy())
-		res.Wrote = true
-	}
-	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "RetryRequested", "Retry", "failed attempts cleared; handlers run again")
-	return nil
-}
-
-// failing reports whether a handler has failed attempts or has given up.
-func failing(st *cause.State) bool {
-	for _, hs := range st.Handlers {
-		if hs.Attempt > 0 || hs.Stalled {
-			return true
-		}
-	}
-	return false
 }
 
 // whenValues evaluates the when conditions: by handler, those that can be

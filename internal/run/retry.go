@@ -1,0 +1,79 @@
+package run
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/cause"
+)
+
+// retryRequested clears the failed attempts when the object asks for a
+// retry (v1alpha1.RetryAnnotation): a custom resource's annotation is
+// removed, a watched object's value is remembered (it is the owner's to
+// remove). Each retry taken is recorded once, with who asked and why
+// (recordRetry): a custom resource's once its annotation is removed, so
+// that a removal that fails, and is tried again, records nothing twice.
+func (rn *Runner) retryRequested(ctx context.Context, cr *unstructured.Unstructured, st *cause.State, res *Step) error {
+	v, ok := cr.GetAnnotations()[v1alpha1.RetryAnnotation]
+	if ok && rn.watched && v != st.RetrySeen && !failing(st) {
+		st.RetrySeen = v // a value set before anything failed asks for nothing
+	}
+	if !ok || rn.watched && v == st.RetrySeen {
+		return nil
+	}
+	for _, hs := range st.Handlers {
+		hs.Attempt, hs.Target, hs.NextRetryAt, hs.Stalled, hs.LastError = 0, 0, "", false, ""
+	}
+	if rn.watched {
+		st.RetrySeen = v
+	} else {
+		// Guarded by a test of the value read: a newer request, written
+		// meanwhile, is not lost unrecorded (the patch fails, and the next
+		// step takes it).
+		if err := rn.client.Patch(ctx, cr, client.RawPatch(types.JSONPatchType, RemoveAnnotationPatch(v1alpha1.RetryAnnotation, v))); err != nil {
+			return fmt.Errorf("clearing %s: %w", v1alpha1.RetryAnnotation, err)
+		}
+		rn.mem.Record(cr.DeepCopy())
+		res.Wrote = true
+	}
+	rn.recordRetry(ctx, cr, v1alpha1.ReadRetry(v))
+	return nil
+}
+
+// recordRetry records one retry of cr's handlers asked for by r: the
+// RetryRequested Event, and a record of v1alpha1.RetryHandler in the
+// archive whose log says who asked and why. An archive that cannot
+// record it is reported in a Warning Event; the retry itself holds.
+func (rn *Runner) recordRetry(ctx context.Context, cr *unstructured.Unstructured, r v1alpha1.RetryRequest) {
+	by := r.By
+	if by == "" {
+		by = "someone (the annotation " + v1alpha1.RetryAnnotation + " names nobody)"
+	}
+	sentence := "retry asked by " + by
+	if r.Reason != "" {
+		sentence += ": " + r.Reason
+	}
+	rec := actionRecord(rn.def.Operator.Name, cr, v1alpha1.RetryHandler, "retry", v1alpha1.TriggerRetry, r.By)
+	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "RetryRequested", "Retry", "%s; failed attempts cleared, handlers run again (run %s)", sentence, rn.runRef(rec.ID))
+	log := sentence
+	if r.At != "" {
+		log += " (asked at " + r.At + ")"
+	}
+	rn.archiveAction(ctx, cr, rec, log+"; failed attempts cleared, handlers run again.\n", sentence)
+}
+
+// failing reports whether a handler has failed attempts or has given up.
+func failing(st *cause.State) bool {
+	for _, hs := range st.Handlers {
+		if hs.Attempt > 0 || hs.Stalled {
+			return true
+		}
+	}
+	return false
+}

@@ -523,16 +523,11 @@ timeline. Asking needs patch on the object (Kubernetes RBAC).`,
 			case gvk.Group == v1alpha1.Group && gvk.Kind == v1alpha1.Kind:
 				return fmt.Errorf("%s is an operator-wide schedule: its runs are retried by its handler's retry policy, and its next slot runs in any case; there is nothing to retry", args[0])
 			}
-			loader := kubeconfigLoader(kubeconfig)
-			cfg, err := loader.ClientConfig()
-			if err != nil {
-				return fmt.Errorf("loading the kubeconfig: %w", err)
-			}
-			c, err := client.New(cfg, client.Options{})
+			cfg, c, err := kubeClient(kubeconfig)
 			if err != nil {
 				return err
 			}
-			by, note, err := whoAmI(cmd.Context(), cfg, loader)
+			by, note, err := whoAmI(cmd.Context(), cfg, kubeconfig)
 			if err != nil {
 				return err
 			}

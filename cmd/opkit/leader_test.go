@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,10 +73,15 @@ func TestALeaderKilledMidDrainIsReplacedByItsStandby(t *testing.T) {
 		}
 		return info
 	}
-	// A standby is ready: healthy, ready to take over.
+	// A standby is ready: healthy, ready to take over, once its first look
+	// at the API server answered (on a loaded machine, a while after it
+	// says where its metrics are).
 	_, standbyMetrics, _ := strings.Cut(second.String(), "metrics: ")
 	standbyMetrics, _, _ = strings.Cut(standbyMetrics, "/metrics")
-	httpGet(t, standbyMetrics+"/readyz")
+	clustertest.Eventually(t, 30*time.Second, "the standby ready", func(context.Context) (bool, error) {
+		status, _ := clustertest.Get(t, standbyMetrics+"/readyz")
+		return status == http.StatusOK, nil
+	})
 	if a, b := leader(first), leader(second); a["leading"] != true || b["leading"] != false || b["holder"] == "" || a["holder"] != b["holder"] || b["lease"] != "default/opkit-engine" {
 		t.Errorf("/leader of the leader %v, of the standby %v; want the standby to name the leader's Lease and holder", a, b)
 	}

@@ -25,7 +25,9 @@ var accepted = regexp.MustCompile(`(?m)^accepted as delivery ([0-9a-z]{18}): fol
 // TestEventsRedeliverHandlesADeliveryAgainOrSaysWhyNot: opkit events
 // redeliver, against an opkit run that received a signed delivery, prints
 // who asked and the accepted answer with the new delivery's id, which is
-// then handled under a key of its own; an id the archive does not hold is
+// then handled under a key of its own; the sender's own redelivery is
+// refused (409) saying how to redeliver on purpose, and that refused
+// delivery, redelivered, is handled; an id the archive does not hold is
 // refused, with the engine's reason, and exits 1.
 func TestEventsRedeliverHandlesADeliveryAgainOrSaysWhyNot(t *testing.T) {
 	t.Parallel()
@@ -78,6 +80,27 @@ func TestEventsRedeliverHandlesADeliveryAgainOrSaysWhyNot(t *testing.T) {
 	mustSucceed(t, shown, "opkit events show "+again)
 	if !strings.Contains(shown.stdout, "Redelivery of:") || !strings.Contains(shown.stdout, first+", asked by ") || !strings.Contains(shown.stdout, ": the record handler is fixed") {
 		t.Errorf("opkit events show %s does not name its original, who asked and why:\n%s", again, shown.stdout)
+	}
+
+	// The sender's own redelivery is refused as a replay, saying how to
+	// redeliver on purpose; the refused record is redelivered, and
+	// handled.
+	status, answer = postDelivery(t, url, "d-1", "s3cret", []byte(`{"action": "created"}`))
+	replay := answer["delivery"]
+	if status != http.StatusConflict || !strings.Contains(answer["reason"], "opkit events redeliver "+replay) {
+		t.Fatalf("the sender's redelivery answered %d %v, want 409 saying opkit events redeliver %s", status, answer, replay)
+	}
+	res = opkit(t, "", "events", "redeliver", replay, "--reason", "GitHub's redelivery, on purpose", "--kubeconfig", cl.KubeconfigPath())
+	mustSucceed(t, res, "opkit events redeliver "+replay)
+	m = accepted.FindStringSubmatch(res.stdout)
+	if m == nil {
+		t.Fatalf("opkit events redeliver of the refused replay printed:\n%s\nwant it accepted", res.stdout)
+	}
+	clustertest.Eventually(t, 60*time.Second, "the refused replay's redelivery handled", func(context.Context) (bool, error) {
+		return opkitEvent(t, archivePath, m[1]).Outcome == archive.DeliveryHandled, nil
+	})
+	if keys := keysIn(filepath.Join(dir, "keys")); len(keys) != 3 || keys[2] != "hooks/event/github/d-1/redelivery/"+m[1]+"/record" {
+		t.Errorf("after the refused replay's redelivery, the handler ran with the keys %v; want a third, of its redelivery", keys)
 	}
 
 	unknown := archive.NewID(time.Now())

@@ -86,7 +86,7 @@ func TestWebsiteRulesRefuseABadKubectlApplyWithTheirMessage(t *testing.T) {
 	refused(t, env, "an immutable field", websiteManifest("hello", `{content: "<h1>hi</h1>", domain: other.example.com, https: true}`),
 		`spec.domain: Invalid value: "other.example.com": spec.domain is immutable: it cannot change once the object is created; delete and re-create the object to change it`)
 
-	got := kubectl(t, "get", "-n", env.Namespace, "websites", "-o", `jsonpath={range .items[*]}{.metadata.name} {.spec.domain} {.spec.https}{"\n"}{end}`)
+	got := kubectl(t, "get", "-n", env.Namespace, "websites.demo.example.com", "-o", `jsonpath={range .items[*]}{.metadata.name} {.spec.domain} {.spec.https}{"\n"}{end}`)
 	if got != "hello www.example.com true\n" {
 		t.Errorf("websites after the refusals:\n%s\nwant only hello, as last accepted", got)
 	}

@@ -29,7 +29,7 @@ func TestWebsiteAppliesItsConfigMapFirstAndRollsOnChange(t *testing.T) {
 	}
 	defer func() {
 		if t.Failed() {
-			t.Log(must(clustertest.Kubectl(t, clustertest.Cluster(t).KubeconfigPath(), "get", "websites,deploy,rs,pods,cm,events", "-n", env.Namespace, "-o", "wide")))
+			t.Log(must(clustertest.Kubectl(t, clustertest.Cluster(t).KubeconfigPath(), "get", "websites.demo.example.com,deploy,rs,pods,cm,events", "-n", env.Namespace, "-o", "wide")))
 		}
 	}()
 	// servedBy waits until the Website is Ready and one Pod of the current
@@ -95,21 +95,21 @@ func TestKubectlScaleScalesAWebsiteAndItsDeploymentFollows(t *testing.T) {
 	applyFirst(t, env, websiteManifest("hello", `{content: "<h1>hi</h1>"}`))
 	defer func() {
 		if t.Failed() {
-			t.Log(must(clustertest.Kubectl(t, clustertest.Cluster(t).KubeconfigPath(), "get", "websites,deploy,rs,pods", "-n", env.Namespace, "-o", "wide")))
+			t.Log(must(clustertest.Kubectl(t, clustertest.Cluster(t).KubeconfigPath(), "get", "websites.demo.example.com,deploy,rs,pods", "-n", env.Namespace, "-o", "wide")))
 		}
 	}()
 	scale := func() string {
-		return must(clustertest.Kubectl(t, clustertest.Cluster(t).KubeconfigPath(), "get", "website", "hello", "-n", env.Namespace,
+		return must(clustertest.Kubectl(t, clustertest.Cluster(t).KubeconfigPath(), "get", "websites.demo.example.com", "hello", "-n", env.Namespace,
 			"--subresource", "scale", "-o", "jsonpath={.spec.replicas} {.status.replicas} {.status.selector}"))
 	}
 	eventually(t, 90*time.Second, "the scale subresource shows 1 replica and the selector", func(context.Context) (bool, error) {
 		return scale() == "1 1 app.kubernetes.io/instance=hello", nil
 	})
 
-	if out := kubectl(t, "scale", "-n", env.Namespace, "website/hello", "--replicas", "3"); !strings.Contains(out, "website.demo.example.com/hello scaled") {
+	if out := kubectl(t, "scale", "-n", env.Namespace, "websites.demo.example.com/hello", "--replicas", "3"); !strings.Contains(out, "website.demo.example.com/hello scaled") {
 		t.Errorf("kubectl scale: %s", out)
 	}
-	if got := kubectl(t, "get", "-n", env.Namespace, "website", "hello", "-o", "jsonpath={.spec.replicas}"); got != "3" {
+	if got := kubectl(t, "get", "-n", env.Namespace, "websites.demo.example.com", "hello", "-o", "jsonpath={.spec.replicas}"); got != "3" {
 		t.Errorf("the Website's spec.replicas is %s after kubectl scale, want 3", got)
 	}
 	deploy := &appsv1.Deployment{}

@@ -51,7 +51,7 @@ var setups = []struct {
 	{"printer", []string{"printer"}, manifests.Options{}},
 	{"handlers from files", []string{"handlers", "printer"}, manifests.Options{Name: "greeter", Namespace: "ops", Operators: manifests.FromFiles, AllowHostExec: true}},
 	{"deploy notifier, three replicas, console with a token", []string{"deploy-notifier"}, manifests.Options{
-		Replicas: 3, ArchiveSecret: "opkit-archive", AdmissionFinalizers: true, MigrateStorage: true, AllowHostExec: true,
+		Replicas: 3, ArchiveSecret: "opkit-archive", AdmissionFinalizers: true, MigrateStorage: true, RunEvents: true, AllowHostExec: true,
 		Console: manifests.Console{Auth: manifests.ConsoleAuthToken, TokenSecret: "opkit-console", URL: "https://opkit.example.com"},
 	}},
 	{"every example, console with kubernetes auth", []string{"calendar", "handlers", "printer", "rollouts", "team-watch", "website"}, manifests.Options{

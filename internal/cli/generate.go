@@ -35,6 +35,7 @@ func (f *generateFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.Operators, "operators", manifests.FromCluster, "where the engine reads the definitions: cluster (applied as Operator objects) or files (a ConfigMap mounted in its Pod)")
 	cmd.Flags().BoolVar(&o.AdmissionFinalizers, "admission-finalizers", false, "run with --admission-finalizers (a MutatingAdmissionPolicy per operator with delete handlers; Kubernetes 1.36+), and grant it")
 	cmd.Flags().BoolVar(&o.MigrateStorage, "migrate-storage", false, "run with --migrate-storage (objects stored at an older version rewritten at the storage version), and grant it")
+	cmd.Flags().BoolVar(&o.RunEvents, "run-events", false, "run with --run-events (a HandlerStarted and a HandlerSucceeded Event for every handler run)")
 	cmd.Flags().StringVar(&o.Console.Auth, "console-auth", manifests.ConsoleAuthNone, "serve the console: none (no console), token (--console-token-secret) or kubernetes (TokenReview and SubjectAccessReview)")
 	cmd.Flags().StringVar(&o.Console.TokenSecret, "console-token-secret", "", "for --console-auth token: a Secret in the engine's namespace whose key "+manifests.TokenKey+" is the console's token")
 	cmd.Flags().StringVar(&o.Console.URL, "console-url", "", "the console's public base URL, linked from Events")

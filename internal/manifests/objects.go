@@ -249,6 +249,9 @@ func (m *Manifests) args() []string {
 	if o.MigrateStorage {
 		args = append(args, "--migrate-storage")
 	}
+	if o.RunEvents {
+		args = append(args, "--run-events")
+	}
 	if o.Console.served() {
 		args = append(args, "--console", port(o.ConsolePort), "--console-auth", o.Console.Auth)
 		if o.Console.URL != "" {

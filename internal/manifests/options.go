@@ -117,6 +117,10 @@ type Options struct {
 	// which needs list and update of the custom resources and update of
 	// their CRD's status.
 	MigrateStorage bool
+	// RunEvents runs the engine with --run-events: a HandlerStarted and a
+	// HandlerSucceeded Event for every handler run, besides the
+	// failures'. It needs no other right.
+	RunEvents bool
 	// Console serves the web console beside the engine, only with
 	// authentication.
 	Console Console

@@ -21,6 +21,7 @@ type values struct {
 	LeaderElection      bool          `json:"leaderElection" yaml:"leaderElection"`
 	AdmissionFinalizers bool          `json:"admissionFinalizers" yaml:"admissionFinalizers"`
 	MigrateStorage      bool          `json:"migrateStorage" yaml:"migrateStorage"`
+	RunEvents           bool          `json:"runEvents" yaml:"runEvents"`
 	DevNode             bool          `json:"devNode" yaml:"devNode"`
 	Archive             archiveValues `json:"archive" yaml:"archive"`
 	Console             consoleValues `json:"console" yaml:"console"`
@@ -96,7 +97,7 @@ type rulesValues struct {
 func (m *Manifests) values() (*values, error) {
 	o := m.Options
 	v := &values{
-		Image: o.Image, Replicas: o.Replicas, LeaderElection: o.LeaderElection, AdmissionFinalizers: o.AdmissionFinalizers, MigrateStorage: o.MigrateStorage, DevNode: o.DevNode,
+		Image: o.Image, Replicas: o.Replicas, LeaderElection: o.LeaderElection, AdmissionFinalizers: o.AdmissionFinalizers, MigrateStorage: o.MigrateStorage, RunEvents: o.RunEvents, DevNode: o.DevNode,
 		Archive:   archiveValues{SecretName: o.ArchiveSecret},
 		Console:   consoleValues{Auth: o.Console.Auth, TokenSecret: o.Console.TokenSecret, URL: o.Console.URL},
 		Hooks:     hooksValues{Enabled: o.Hooks},

@@ -84,32 +84,42 @@ func (d Decision) Patch(resourceVersion string) []byte {
 	return patch
 }
 
-// Pause is who paused or resumed an object's handlers, and why: the value
-// of PauseAnnotation and of ResumedAnnotation.
-type Pause struct {
-	// By is the Kubernetes user opkit pause or resume runs as, or the
-	// console's signed-in user.
+// Request is who asked, as a person, for what an annotation on an object
+// asks of its handlers, and why: the value of PauseAnnotation,
+// ResumedAnnotation and RetryAnnotation.
+type Request struct {
+	// By is the Kubernetes user the CLI runs as (opkit pause, resume,
+	// retry), or the console's signed-in user.
 	By string `json:"by"`
 	// Reason is why, in the person's words; optional.
 	Reason string `json:"reason,omitempty"`
-	// At is when, RFC 3339.
+	// At is when, RFC 3339; a retry's with fractions of a second: on a
+	// watched object, where each new value is one retry, two retries by
+	// the same person for the same reason are two values.
 	At string `json:"at"`
 }
 
-// Value is p as an annotation's value.
-func (p Pause) Value() string {
-	value, _ := json.Marshal(p) // strings: it cannot fail
+// Pause is the Request of a pause or a resume.
+type Pause = Request
+
+// RetryRequest is the Request of a retry (Retry is the retry policy).
+type RetryRequest = Request
+
+// Value is r as an annotation's value.
+func (r Request) Value() string {
+	value, _ := json.Marshal(r) // strings: it cannot fail
 	return string(value)
 }
 
-// ReadPause reads an annotation's value as a Pause; a value that is not
-// one (set by hand, or by an older console) is a Pause by nobody known.
-func ReadPause(value string) Pause {
-	var p Pause
-	if json.Unmarshal([]byte(value), &p) != nil {
-		return Pause{}
+// ReadRequest reads an annotation's value as a Request; a value that is
+// not one (a bare timestamp, as older CLIs and consoles wrote for a
+// retry, or any value set by hand) is a request by nobody known.
+func ReadRequest(value string) Request {
+	var r Request
+	if json.Unmarshal([]byte(value), &r) != nil {
+		return Request{}
 	}
-	return p
+	return r
 }
 
 // PauseHandler is the handler name under which the run archive records
@@ -124,37 +134,6 @@ const (
 	TriggerPaused  = "paused"
 	TriggerResumed = "resumed"
 )
-
-// RetryRequest is who asked for a retry of an object's handlers, and
-// why: the value of RetryAnnotation. Its fields are a Pause's.
-type RetryRequest struct {
-	// By is the Kubernetes user opkit retry runs as, or the console's
-	// signed-in user.
-	By string `json:"by"`
-	// Reason is why, in the person's words; optional.
-	Reason string `json:"reason,omitempty"`
-	// At is when, RFC 3339 with fractions of a second: on a watched
-	// object, where each new value is one retry, two retries by the same
-	// person for the same reason are two values.
-	At string `json:"at"`
-}
-
-// Value is r as an annotation's value.
-func (r RetryRequest) Value() string {
-	value, _ := json.Marshal(r) // strings: it cannot fail
-	return string(value)
-}
-
-// ReadRetry reads an annotation's value as a RetryRequest; a value that
-// is not one (a bare timestamp, as older CLIs and consoles wrote, or any
-// value set by hand) is a request by nobody known.
-func ReadRetry(value string) RetryRequest {
-	var r RetryRequest
-	if json.Unmarshal([]byte(value), &r) != nil {
-		return RetryRequest{}
-	}
-	return r
-}
 
 // RetryHandler is the handler name under which the run archive records a
 // retry of an object's handlers (trigger TriggerRetry), with who asked as

@@ -62,7 +62,7 @@ func TestPauseAndResumeFromTheCLIAreRecordedWithWhoAndWhy(t *testing.T) {
 	if who == "" {
 		t.Fatalf("opkit pause names nobody: %s", res.stdout)
 	}
-	if p := v1alpha1.ReadPause(get("{.metadata.annotations.opkit\\.dev/paused}")); p.By != who || p.Reason != "the registry is down" {
+	if p := v1alpha1.ReadRequest(get("{.metadata.annotations.opkit\\.dev/paused}")); p.By != who || p.Reason != "the registry is down" {
 		t.Errorf("the pause annotation holds %+v, want by %s for the registry", p, who)
 	}
 	record := func(trigger string) archive.Run {

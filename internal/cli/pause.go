@@ -131,7 +131,7 @@ object is recorded resumed. An object paused on its own stays paused.`,
 			current, paused := obj.GetAnnotations()[v1alpha1.PauseAnnotation]
 			switch {
 			case pause && paused:
-				return fmt.Errorf("%s %s is already paused (%s): nothing was written", gvk.Kind, args[0], describePause(v1alpha1.ReadPause(current)))
+				return fmt.Errorf("%s %s is already paused (%s): nothing was written", gvk.Kind, args[0], describePause(v1alpha1.ReadRequest(current)))
 			case !pause && !paused:
 				return fmt.Errorf("%s %s is not paused: nothing to resume", gvk.Kind, args[0])
 			}
@@ -183,7 +183,7 @@ func pauseOperator(ctx context.Context, cmd *cobra.Command, kubeconfig, name, re
 	current, paused := u.GetAnnotations()[v1alpha1.PauseAnnotation]
 	switch {
 	case pause && paused:
-		return fmt.Errorf("the operator %s is already paused (%s): nothing was written", name, describePause(v1alpha1.ReadPause(current)))
+		return fmt.Errorf("the operator %s is already paused (%s): nothing was written", name, describePause(v1alpha1.ReadRequest(current)))
 	case !pause && !paused:
 		return fmt.Errorf("the operator %s is not paused as a whole: nothing to resume (an object paused on its own is resumed with opkit resume NAMESPACE/NAME --operator %s)", name, name)
 	}

@@ -98,7 +98,7 @@ the handler still pending.`,
 			}
 			if value, paused := op.GetAnnotations()[v1alpha1.PauseAnnotation]; paused {
 				return fmt.Errorf("the operator %s is paused (%s): nothing runs until it is resumed (opkit resume --operator %s --all); nothing was written",
-					name, describePause(v1alpha1.ReadPause(value)), name)
+					name, describePause(v1alpha1.ReadRequest(value)), name)
 			}
 			annotation := v1alpha1.RunNowAnnotation(handler)
 			if pending, ok := op.GetAnnotations()[annotation]; ok {

@@ -115,7 +115,7 @@ func TestTokenAuthRefusesRequestsWithoutTheToken(t *testing.T) {
 		t.Fatal("the signed-in pause did not pause the object")
 	}
 	// The pause names who paused, for the engine's record.
-	if p := v1alpha1.ReadPause(value); p.By != "token" || p.At == "" {
+	if p := v1alpha1.ReadRequest(value); p.By != "token" || p.At == "" {
 		t.Errorf("the console's pause reads %q, want it to name the signed-in user (token) and when", value)
 	}
 	// So does its retry, which the engine records with who asked.

@@ -206,7 +206,7 @@ func (s *Server) operatorPaused(ctx context.Context, name string) string {
 	if !paused {
 		return ""
 	}
-	p := v1alpha1.ReadPause(value)
+	p := v1alpha1.ReadRequest(value)
 	msg := "Paused as a whole by " + p.By
 	if p.By == "" {
 		msg = "Paused as a whole by someone unknown"

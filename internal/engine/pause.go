@@ -46,9 +46,9 @@ func (e *Engine) takePause(ctx context.Context, op *v1alpha1.Operator) {
 	value, paused := op.Annotations[v1alpha1.PauseAnnotation]
 	resumed, hasResumed := op.Annotations[v1alpha1.ResumedAnnotation]
 	if running.runner.PauseOperator(value, paused, resumed) {
-		p, reason, what := v1alpha1.ReadPause(value), ReasonOperatorPaused, "paused"
+		p, reason, what := v1alpha1.ReadRequest(value), ReasonOperatorPaused, "paused"
 		if !paused {
-			p, reason, what = v1alpha1.ReadPause(resumed), ReasonOperatorResumed, "resumed"
+			p, reason, what = v1alpha1.ReadRequest(resumed), ReasonOperatorResumed, "resumed"
 		}
 		e.mgr.GetEventRecorder("opkit").Eventf(op, nil, corev1.EventTypeNormal, reason, "Pause", "%s",
 			truncate(fmt.Sprintf("handlers of every object of operator %s %s by %s%s", op.Name, what, or(p.By, "someone unknown"), reasonSuffix(p.Reason))))

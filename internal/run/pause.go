@@ -46,19 +46,19 @@ func (rn *Runner) pauseChanged(ctx context.Context, cr *unstructured.Unstructure
 		switch {
 		case st.Paused == "" || now != "" && (wasOperator || paused):
 		case wasOperator:
-			rn.recordPause(ctx, cr, v1alpha1.TriggerResumed, v1alpha1.ReadPause(op.resumed), rn.def.Operator.Name)
+			rn.recordPause(ctx, cr, v1alpha1.TriggerResumed, v1alpha1.ReadRequest(op.resumed), rn.def.Operator.Name)
 		default:
 			var p v1alpha1.Pause
 			if hasResumed {
-				p = v1alpha1.ReadPause(resumed)
+				p = v1alpha1.ReadRequest(resumed)
 			}
 			rn.recordPause(ctx, cr, v1alpha1.TriggerResumed, p, "")
 		}
 		switch {
 		case paused:
-			rn.recordPause(ctx, cr, v1alpha1.TriggerPaused, v1alpha1.ReadPause(value), "")
+			rn.recordPause(ctx, cr, v1alpha1.TriggerPaused, v1alpha1.ReadRequest(value), "")
 		case now != "":
-			rn.recordPause(ctx, cr, v1alpha1.TriggerPaused, v1alpha1.ReadPause(op.value), rn.def.Operator.Name)
+			rn.recordPause(ctx, cr, v1alpha1.TriggerPaused, v1alpha1.ReadRequest(op.value), rn.def.Operator.Name)
 		}
 	}
 	st.Paused = now
@@ -155,7 +155,7 @@ func (rn *Runner) PauseOperator(value string, paused bool, resumed string) bool 
 // whether it is paused.
 func (rn *Runner) OperatorPaused() (v1alpha1.Pause, bool) {
 	st, _ := rn.paused.get()
-	return v1alpha1.ReadPause(st.value), st.paused
+	return v1alpha1.ReadRequest(st.value), st.paused
 }
 
 // WaitResumed waits while the operator is paused; false when ctx ended

@@ -42,7 +42,7 @@ func (rn *Runner) retryRequested(ctx context.Context, cr *unstructured.Unstructu
 		rn.mem.Record(cr.DeepCopy())
 		res.Wrote = true
 	}
-	rn.recordRetry(ctx, cr, v1alpha1.ReadRetry(v))
+	rn.recordRetry(ctx, cr, v1alpha1.ReadRequest(v))
 	return nil
 }
 

@@ -166,7 +166,7 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		Visit: visitOf(rn.def.States, vars.Self)} // vars.Self: a new object's initial state too
 	_, in.Paused = cr.GetAnnotations()[v1alpha1.PauseAnnotation]
 	if !in.Paused && opPause.paused {
-		p := v1alpha1.ReadPause(opPause.value)
+		p := v1alpha1.ReadRequest(opPause.value)
 		res.OperatorPause = &p
 		in.Paused = true
 	}

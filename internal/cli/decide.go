@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -104,7 +105,7 @@ are read from the Operator in the cluster, or from -f FILE.`,
 				_ = json.Unmarshal([]byte(raw), &sent)
 				return fmt.Errorf("a decision is already sent for %s %s (by %s: choose %s) and not taken yet; nothing was written: "+
 					"its Events say what it waits for (kubectl get events%s --field-selector involvedObject.name=%s), or remove it (kubectl annotate %s %s%s %s-) and decide again",
-					gvk.Kind, args[0], or(sent.By, "someone"), or(sent.Choose, "?"), nsFlag(ns), name, strings.ToLower(gvk.Kind), name, nsFlag(ns), v1alpha1.DecisionAnnotation)
+					gvk.Kind, args[0], cmp.Or(sent.By, "someone"), cmp.Or(sent.Choose, "?"), nsFlag(ns), name, strings.ToLower(gvk.Kind), name, nsFlag(ns), v1alpha1.DecisionAnnotation)
 			}
 			by, note, err := whoAmI(ctx, cfg, kubeconfig)
 			if err != nil {
@@ -196,14 +197,6 @@ func nsFlag(ns string) string {
 		return ""
 	}
 	return " -n " + ns
-}
-
-// or is s, or otherwise when s is empty.
-func or(s, otherwise string) string {
-	if s == "" {
-		return otherwise
-	}
-	return s
 }
 
 // objectState reads status.state.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -105,7 +106,7 @@ the handler still pending.`,
 				p, _ := v1alpha1.ReadRunNow(pending)
 				return fmt.Errorf("a run now of %s %s is already asked for (by %s at %s, request %s) and not answered yet: nothing was written; "+
 					"its answer is an Event on the Operator (kubectl describe operator %s), or remove the request (kubectl annotate operator %s %s-) and ask again",
-					name, handler, or(p.By, "someone"), or(p.At, "?"), or(p.ID, "?"), name, name, annotation)
+					name, handler, cmp.Or(p.By, "someone"), cmp.Or(p.At, "?"), cmp.Or(p.ID, "?"), name, name, annotation)
 			}
 			if ready := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: the Operator %s is not Ready (kubectl get operator %s): the request waits until its engine runs it\n", name, name)

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -209,16 +210,9 @@ func checkDecision(obj *unstructured.Unstructured, d decision) error {
 		var sent v1alpha1.Decision
 		_ = json.Unmarshal([]byte(raw), &sent)
 		return &httpError{http.StatusConflict, fmt.Sprintf("a decision is already sent for %s (by %s: choose %s) and the engine has not answered it; nothing was sent: the object's page says why it waits",
-			what, or(sent.By, "someone"), or(sent.Choose, "?"))}
+			what, cmp.Or(sent.By, "someone"), cmp.Or(sent.Choose, "?"))}
 	}
 	return nil
-}
-
-func or(s, otherwise string) string {
-	if s == "" {
-		return otherwise
-	}
-	return s
 }
 
 // decisionWait is how long a decide form waits for the engine's answer

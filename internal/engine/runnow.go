@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -187,7 +188,7 @@ func (e *Engine) takeRunNow(ctx context.Context, op *v1alpha1.Operator) {
 			}
 		}
 		if why != "" {
-			e.answerRunNow(ctx, r, corev1.EventTypeWarning, ReasonRunNowRefused, fmt.Sprintf("run now of handler %s (request %s, asked by %s) refused: %s", handler, or(req.ID, "?"), or(req.By, "someone"), why))
+			e.answerRunNow(ctx, r, corev1.EventTypeWarning, ReasonRunNowRefused, fmt.Sprintf("run now of handler %s (request %s, asked by %s) refused: %s", handler, cmp.Or(req.ID, "?"), cmp.Or(req.By, "someone"), why))
 			continue
 		}
 		r.request = req
@@ -205,7 +206,7 @@ func pausedBy(rn *run.Runner) string {
 	if !paused {
 		return ""
 	}
-	return "by " + or(p.By, "someone unknown") + reasonSuffix(p.Reason)
+	return "by " + cmp.Or(p.By, "someone unknown") + reasonSuffix(p.Reason)
 }
 
 // handlerNames lists d's handlers for a message.
@@ -223,12 +224,4 @@ func reasonSuffix(reason string) string {
 		return ""
 	}
 	return ": " + reason
-}
-
-// or is s, or otherwise when s is empty.
-func or(s, otherwise string) string {
-	if s == "" {
-		return otherwise
-	}
-	return s
 }

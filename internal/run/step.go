@@ -130,7 +130,8 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	}
 	if f != nil {
 		var d *deferral
-		if writing {
+		if writing && f.result != nil && len(f.result.Status) > 0 {
+			// Only a result that sets status is left to the caller.
 			d = &deferral{flight: f, before: st.Clone()}
 		}
 		var wrote bool

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -48,12 +49,8 @@ func (e *Engine) WatchOperators(ctx context.Context) error {
 	if err := e.waitStarted(ctx); err != nil {
 		return err
 	}
-	crd := v1alpha1.CustomResourceDefinition()
-	if err := e.applyCRD(ctx, crd); err != nil {
-		return fmt.Errorf("installing the Operator CRD: %w", err)
-	}
-	if err := e.waitEstablished(ctx, crd.Name); err != nil {
-		return fmt.Errorf("the Operator CRD %s: %w", crd.Name, err)
+	if err := e.installOwnCRD(ctx, v1alpha1.CustomResourceDefinition(), v1alpha1.Kind); err != nil {
+		return err
 	}
 	c, err := controller.NewTypedUnmanaged("operators", e.queues.Options(&operatorReconciler{engine: e}, 1))
 	if err != nil {
@@ -76,6 +73,18 @@ func (e *Engine) WatchOperators(ctx context.Context) error {
 		return errStopped
 	}
 	return err
+}
+
+// installOwnCRD applies the CRD of one of opkit's own kinds (Operator,
+// Redelivery) and waits until the API server serves it.
+func (e *Engine) installOwnCRD(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, kind string) error {
+	if err := e.applyCRD(ctx, crd); err != nil {
+		return fmt.Errorf("installing the %s CRD: %w", kind, err)
+	}
+	if err := e.waitEstablished(ctx, crd.Name); err != nil {
+		return fmt.Errorf("the %s CRD %s: %w", kind, crd.Name, err)
+	}
+	return nil
 }
 
 func (e *Engine) applyCRD(ctx context.Context, obj runtime.Object) error {

@@ -165,12 +165,8 @@ func (e *Engine) ensureRedeliveries(ctx context.Context) error {
 	if started {
 		return nil
 	}
-	crd := v1alpha1.RedeliveryCRD()
-	if err := e.applyCRD(ctx, crd); err != nil {
-		return fmt.Errorf("installing the Redelivery CRD: %w", err)
-	}
-	if err := e.waitEstablished(ctx, crd.Name); err != nil {
-		return fmt.Errorf("the Redelivery CRD %s: %w", crd.Name, err)
+	if err := e.installOwnCRD(ctx, v1alpha1.RedeliveryCRD(), v1alpha1.RedeliveryKind); err != nil {
+		return err
 	}
 	c, err := controller.NewTypedUnmanaged("redeliveries", e.queues.Options(reconcile.Func(e.answerRedelivery), 1))
 	if err != nil {

@@ -225,14 +225,11 @@ func choiceDescriptions(ctx context.Context, c client.Client, op, file, state st
 			return nil
 		}
 	default:
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.Kind))
-		if err := c.Get(ctx, client.ObjectKey{Name: op}, u); err != nil {
+		read, err := getOperator(ctx, c, op)
+		if err != nil {
 			return nil
 		}
-		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &o) != nil {
-			return nil
-		}
+		o = *read
 	}
 	out := map[string]string{}
 	for _, s := range o.Spec.States {
@@ -261,6 +258,23 @@ func printQuestion(w io.Writer, kind, arg string, st *v1alpha1.ObjectState, desc
 		}
 	}
 	fmt.Fprintf(w, "answer with: opkit decide %s --choose STATE --reason \"...\"\n", arg)
+}
+
+// getOperator reads the Operator name from the cluster. The client's
+// scheme does not know opkit's types: it is read unstructured, then
+// converted. A Get's error is returned as it is (apierrors.IsNotFound,
+// meta.IsNoMatchError tell an Operator, or its CRD, absent).
+func getOperator(ctx context.Context, c client.Client, name string) (*v1alpha1.Operator, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.Kind))
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, u); err != nil {
+		return nil, err
+	}
+	op := &v1alpha1.Operator{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, op); err != nil {
+		return nil, err
+	}
+	return op, nil
 }
 
 // kubeClient is the kubeconfig's REST config and a client of it.

@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -223,9 +222,8 @@ func pausedKind(ctx context.Context, c client.Client, archivePath, operator, ns,
 		}
 		return gvk, nil
 	}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.Kind))
-	if err := c.Get(ctx, client.ObjectKey{Name: operator}, u); err != nil {
+	op, err := getOperator(ctx, c, operator)
+	if err != nil {
 		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 			// An operator run from a file has no Operator object: its
 			// object's runs in the archive say its kind.
@@ -233,10 +231,6 @@ func pausedKind(ctx context.Context, c client.Client, archivePath, operator, ns,
 				"there is no Operator "+operator+" in the cluster either (kubectl get operators)")
 			return gvk, aerr
 		}
-		return schema.GroupVersionKind{}, fmt.Errorf("reading the Operator %s: %w", operator, err)
-	}
-	op := &v1alpha1.Operator{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, op); err != nil {
 		return schema.GroupVersionKind{}, fmt.Errorf("reading the Operator %s: %w", operator, err)
 	}
 	d, err := definition.Compile(definition.FromCluster(op))

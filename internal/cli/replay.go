@@ -14,7 +14,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -149,16 +148,11 @@ func replayHandler(ctx context.Context, run *archive.Run, file, kubeconfig strin
 		if err != nil {
 			return nil, "", err
 		}
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.Kind))
-		if err := c.Get(ctx, client.ObjectKey{Name: run.Operator}, u); err != nil {
+		o, err := getOperator(ctx, c, run.Operator)
+		if err != nil {
 			return nil, "", fmt.Errorf("reading %s: %w (pass its definition with -f FILE, or a COMMAND after --)", from, err)
 		}
-		var o v1alpha1.Operator
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &o); err != nil {
-			return nil, "", fmt.Errorf("reading %s: %w", from, err)
-		}
-		d, err := definition.Compile(definition.FromCluster(&o))
+		d, err := definition.Compile(definition.FromCluster(o))
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: %w", from, err)
 		}

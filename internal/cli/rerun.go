@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -134,13 +133,8 @@ func rerunObject(ctx context.Context, c client.Client, r *archive.Run) (*unstruc
 // the cluster no longer has it; "" when it has it, or when the Operator
 // cannot be read there (one run from a file): the engine checks then.
 func handlerGone(ctx context.Context, c client.Client, r *archive.Run) string {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.Kind))
-	if err := c.Get(ctx, client.ObjectKey{Name: r.Operator}, u); err != nil {
-		return ""
-	}
-	var o v1alpha1.Operator
-	if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &o) != nil {
+	o, err := getOperator(ctx, c, r.Operator)
+	if err != nil {
 		return ""
 	}
 	for _, h := range o.Spec.Handlers {

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -147,17 +146,12 @@ the handler still pending.`,
 // scheduleOperator reads the Operator name from the cluster and compiles
 // it; an operator with no Operator object is refused, saying why.
 func scheduleOperator(ctx context.Context, c client.Client, name string) (*v1alpha1.Operator, *definition.Definition, error) {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.Kind))
-	if err := c.Get(ctx, client.ObjectKey{Name: name}, u); err != nil {
+	op, err := getOperator(ctx, c, name)
+	if err != nil {
 		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 			return nil, nil, fmt.Errorf("there is no Operator %s in the cluster (kubectl get operators): a run now is asked of the engine through the Operator object, "+
 				"so an operator run from a file (opkit run -f) cannot be asked this way; apply its Operator to the cluster (kubectl apply -f FILE) and run it from there", name)
 		}
-		return nil, nil, fmt.Errorf("reading the Operator %s: %w", name, err)
-	}
-	op := &v1alpha1.Operator{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, op); err != nil {
 		return nil, nil, fmt.Errorf("reading the Operator %s: %w", name, err)
 	}
 	d, err := definition.Compile(definition.FromCluster(op))

@@ -396,6 +396,20 @@ func postDelivery(t *testing.T, url, id, secret string, body []byte) (int, map[s
 	return resp.StatusCode, answer
 }
 
+// hooksSourceURL waits until opkit run, whose output is out, says where
+// the source github of the operator hooks receives deliveries (the line
+// after the operator's "running", written apart), and returns it.
+func hooksSourceURL(t *testing.T, out *lockedBuffer) string {
+	t.Helper()
+	waitOutput(t, out, "/hooks/hooks/github\n", 60*time.Second)
+	_, url, _ := strings.Cut(out.String(), "source github (github): POST ")
+	url, _, _ = strings.Cut(url, "\n")
+	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/hooks/hooks/github") {
+		t.Fatalf("opkit run did not say where the source receives deliveries:\n%s", out.String())
+	}
+	return url
+}
+
 // TestAWebhookDeliveryAcknowledgedBeforeASIGKILLIsHandledOnceAfterIt
 // kills opkit run with SIGKILL while the handler of a delivery it
 // acknowledged runs: the next opkit run handles the delivery, running the
@@ -421,13 +435,7 @@ func TestAWebhookDeliveryAcknowledgedBeforeASIGKILLIsHandledOnceAfterIt(t *testi
 	archivePath := filepath.Join(dir, "runs.db")
 	start := func() (*exec.Cmd, string) {
 		cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath, "--hooks-addr", "127.0.0.1:0", "--metrics-addr", "0")
-		waitOutput(t, out, "operator hooks: running", 60*time.Second)
-		_, url, _ := strings.Cut(out.String(), "source github (github): POST ")
-		url, _, _ = strings.Cut(url, "\n")
-		if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/hooks/hooks/github") {
-			t.Fatalf("opkit run did not say where the source receives deliveries:\n%s", out.String())
-		}
-		return cmd, url
+		return cmd, hooksSourceURL(t, out)
 	}
 	cmd, url := start()
 	body := []byte(`{"action": "created", "comment": {"body": "/deploy abc1234"}}`)

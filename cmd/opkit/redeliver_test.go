@@ -46,12 +46,7 @@ func TestEventsRedeliverHandlesADeliveryAgainOrSaysWhyNot(t *testing.T) {
 	}
 	archivePath := filepath.Join(dir, "runs.db")
 	_, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath, "--hooks-addr", "127.0.0.1:0", "--metrics-addr", "0")
-	waitOutput(t, out, "operator hooks: running", 60*time.Second)
-	_, url, _ := strings.Cut(out.String(), "source github (github): POST ")
-	url, _, _ = strings.Cut(url, "\n")
-	if !strings.HasPrefix(url, "http://127.0.0.1:") {
-		t.Fatalf("opkit run did not say where the source receives deliveries:\n%s", out.String())
-	}
+	url := hooksSourceURL(t, out)
 
 	status, answer := postDelivery(t, url, "d-1", "s3cret", []byte(`{"action": "created"}`))
 	if status != http.StatusAccepted {

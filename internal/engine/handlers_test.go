@@ -171,13 +171,17 @@ func testHandler() int {
 		fmt.Printf(`{"status": {"recorded": %q, "secrets": %q, "kubeconfig": %q, "json": %q}}`+"\n", cm.Data["color"], fmt.Sprint(apierrors.IsForbidden(err)), path, fmt.Sprint(jsonOK))
 		return 0
 	case "chatty":
-		// Writes 3 MiB of log, the cause of its failure last.
-		fmt.Fprintln(os.Stderr, "starting")
+		// Writes 3 MiB of log, the cause of its failure last, in 64 KiB
+		// writes: one a line took longer than its 6 s timeout on a
+		// loaded machine.
+		w := bufio.NewWriterSize(os.Stderr, 64<<10)
+		fmt.Fprintln(w, "starting")
 		line := strings.Repeat("all is well ", 8) + "\n"
 		for range 3 << 20 / len(line) {
-			fmt.Fprint(os.Stderr, line)
+			fmt.Fprint(w, line)
 		}
-		fmt.Fprintln(os.Stderr, "boom: the real cause")
+		fmt.Fprintln(w, "boom: the real cause")
+		_ = w.Flush()
 		return 1
 	case "notjson":
 		fmt.Println("hello, not JSON")

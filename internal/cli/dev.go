@@ -182,6 +182,7 @@ func dev(cmd *cobra.Command, o devOptions) error {
 		AllowBreaking:       ef.allowBreaking,
 		MigrateStorage:      ef.migrateStorage,
 		RunEvents:           ef.runEvents,
+		RunWait:             ef.engineRunWait(),
 	}, archivePath, cf, mf, stderr, zapcore.ErrorLevel)
 	if err != nil {
 		return err

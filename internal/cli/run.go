@@ -98,7 +98,7 @@ docs/production.md.`,
 				if err != nil {
 					return err
 				}
-				opts := engine.Options{Config: cfg, AdmissionFinalizers: admission, AllowBreaking: ef.allowBreaking, MigrateStorage: ef.migrateStorage, RunEvents: ef.runEvents}
+				opts := engine.Options{Config: cfg, AdmissionFinalizers: admission, AllowBreaking: ef.allowBreaking, MigrateStorage: ef.migrateStorage, RunEvents: ef.runEvents, RunWait: ef.engineRunWait()}
 				if opts.Webhook, err = wf.options(cmd, kubeconfigNamespace(kubeconfig), false); err != nil {
 					return err
 				}
@@ -154,12 +154,23 @@ docs/production.md.`,
 // engine applies a definition's CRD.
 type engineFlags struct {
 	allowBreaking, migrateStorage, runEvents bool
+	runWait                                  time.Duration
 }
 
 func (f *engineFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.allowBreaking, "allow-breaking", false, "apply a definition even when its CRD breaks the installed one's clients or loses data (see opkit lint --against-cluster)")
 	cmd.Flags().BoolVar(&f.runEvents, "run-events", false, "post a HandlerStarted and a HandlerSucceeded Event for every handler run; without it a run's Events are its failures (HandlerFailed, HandlerGaveUp) and those its result asks for, and a success is in the run archive and status.opkit.lastRun")
+	cmd.Flags().DurationVar(&f.runWait, "run-wait", engine.DefaultRunWait, "how long a custom resource's reconcile waits for a handler run it starts, so that a run that ends in time is recorded with the reconcile's one status write; 0 never waits")
 	cmd.Flags().BoolVar(&f.migrateStorage, "migrate-storage", false, "when an operator's CRD has objects stored at an older version (status.storedVersions), rewrite them at the storage version in the background, as opkit migrate does (see docs/migration.md)")
+}
+
+// engineRunWait is --run-wait as engine.Options.RunWait says it: 0 there
+// is the default, never waiting is negative.
+func (f *engineFlags) engineRunWait() time.Duration {
+	if f.runWait <= 0 {
+		return -1
+	}
+	return f.runWait
 }
 
 // kubeconfigNamespace is the namespace of a Lease not named: the Pod's

@@ -124,6 +124,9 @@ func New(opts Options) (*Engine, error) {
 	if opts.Workers == 0 {
 		opts.Workers = 8
 	}
+	if opts.RunWait == 0 {
+		opts.RunWait = DefaultRunWait
+	}
 	if opts.MaxConcurrentRuns == 0 {
 		opts.MaxConcurrentRuns = 16
 	}
@@ -454,7 +457,7 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	r := &reconciler{
 		def: d, client: e.client, reader: e.mgr.GetAPIReader(), scopes: &informer.Scopes{Mapper: e.mgr.GetRESTMapper()}, metadata: e.metadata,
 		events: e.mgr.GetEventRecorder("opkit"), related: related.NewIndex(), conditions: gauges.NewTable(),
-		namespace: e.opts.Namespace, memory: run.NewMemory(false),
+		namespace: e.opts.Namespace, memory: run.NewMemory(false), runWait: e.opts.RunWait,
 	}
 	// One memory forgets an object gone: what the runner and the life
 	// cycle keep of it, and what the related index and the gauges keep.

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -8,6 +10,11 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/executor"
 )
+
+// DefaultRunWait is Options.RunWait's default: longer than most exec and
+// HTTP handlers take (a fork, a request), short enough that a worker
+// waiting for a longer one is soon free.
+const DefaultRunWait = 100 * time.Millisecond
 
 // Options configures [New].
 type Options struct {
@@ -41,6 +48,13 @@ type Options struct {
 	// MaxConcurrentRuns bounds the handler runs each operator executes at
 	// once; runs beyond it wait for a slot. Defaults to 16.
 	MaxConcurrentRuns int
+	// RunWait is how long a custom resource's reconcile waits for a
+	// handler run it starts, when a slot is free, so that a run that ends
+	// in time is recorded, with its result, by the reconcile's one status
+	// write instead of a write of its own (docs/handlers.md). Defaults to
+	// DefaultRunWait; negative: the reconcile never waits. A Job
+	// handler's run is never waited for.
+	RunWait time.Duration
 	// RunEvents posts a HandlerStarted and a HandlerSucceeded Event for
 	// each run, as well as the failures'. Defaults to false: a run's
 	// Events are HandlerFailed and HandlerGaveUp, and those its result

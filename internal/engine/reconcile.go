@@ -58,6 +58,9 @@ type reconciler struct {
 	// a status written is not written twice while the cache does not show
 	// it, and a run sees every earlier write; it forgets an object gone.
 	memory *run.Memory
+	// runWait is how long a reconcile waits for a run it starts
+	// (Options.RunWait).
+	runWait time.Duration
 }
 
 var _ reconcile.Reconciler = &reconciler{}
@@ -105,30 +108,28 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.pruneInventory(ctx, cr, listed, keep); err != nil {
 		failure = errors.Join(failure, err)
 	}
-	var step *run.Step
-	if r.runner != nil {
-		var err error
-		if step, err = r.runner.StepWriting(ctx, cr, vars); err != nil {
-			failure = errors.Join(failure, err)
-		} else if step.Requeue > 0 && (requeue == 0 || step.Requeue < requeue) {
-			requeue = step.Requeue
-		}
-		switch {
-		case step != nil && step.Status != nil:
-			// The guards and status fields read what the run's result
-			// sets, written below with the rest.
-			vars.Self = sv.Self(run.WithStatus(cr, step.Status).Object)
-		case step != nil && step.Wrote:
-			vars.Self = sv.Self(cr.Object) // the guards and status fields read what the run wrote
-		}
+	step, stepRequeue, serr := r.stepHandlers(ctx, cr, &vars, sv)
+	failure = errors.Join(failure, serr)
+	if stepRequeue > 0 && (requeue == 0 || stepRequeue < requeue) {
+		requeue = stepRequeue
 	}
-	if sv != nil && (r.runner == nil || step != nil) {
-		var handlers *cause.State
-		if step != nil {
-			handlers = step.State
-		}
-		if wait := r.states.Step(cr, sv, &vars, handlers); wait > 0 && (requeue == 0 || wait < requeue) {
-			requeue = wait // the state's timeout
+	if step != nil && step.Start != nil && step.Status == nil && sv == nil {
+		// A short run ends before the status is written, and is recorded
+		// by the same write, not a second one. It sees the object as that
+		// write would leave it had the run not ended yet (its record
+		// Running): what a run launched after the write sees.
+		self := withStatus(cr, r.statusFor(cr, vars, keep, waiting, notReady, failure, step, sv).status)
+		start := step.Start
+		step.Start = nil // launched
+		if r.runner.LaunchWaiting(ctx, start, self.Object, r.runWait) {
+			next, nextRequeue, nerr := r.stepHandlers(ctx, cr, &vars, sv)
+			failure = errors.Join(failure, nerr)
+			if next != nil {
+				step = next
+			}
+			if nextRequeue > 0 && (requeue == 0 || nextRequeue < requeue) {
+				requeue = nextRequeue
+			}
 		}
 	}
 	written, err := r.updateStatus(ctx, cr, vars, keep, waiting, notReady, failure, step, sv)
@@ -174,6 +175,38 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, failure // retried with back-off
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+// stepHandlers steps the object's handlers (package run), then its
+// state machine's visit: the step (nil without handlers, or when it
+// failed, with its error), and when to look again (0: no need).
+func (r *reconciler) stepHandlers(ctx context.Context, cr *unstructured.Unstructured, vars *definition.Vars, sv *lifecycle.Visit) (step *run.Step, requeue time.Duration, failure error) {
+	if r.runner != nil {
+		var err error
+		if step, err = r.runner.StepWriting(ctx, cr, *vars); err != nil {
+			failure = err
+		} else {
+			requeue = step.Requeue
+		}
+		switch {
+		case step != nil && step.Status != nil:
+			// The guards and status fields read what the run's result
+			// sets, written below with the rest.
+			vars.Self = sv.Self(run.WithStatus(cr, step.Status).Object)
+		case step != nil && step.Wrote:
+			vars.Self = sv.Self(cr.Object) // the guards and status fields read what the run wrote
+		}
+	}
+	if sv != nil && (r.runner == nil || step != nil) {
+		var handlers *cause.State
+		if step != nil {
+			handlers = step.State
+		}
+		if wait := r.states.Step(cr, sv, vars, handlers); wait > 0 && (requeue == 0 || wait < requeue) {
+			requeue = wait // the state's timeout
+		}
+	}
+	return step, requeue, failure
 }
 
 // converged is what converging a custom resource's children found.
@@ -400,6 +433,57 @@ func (r *reconciler) recreate(ctx context.Context, cr *unstructured.Unstructured
 // conditions, only when they changed. It returns the object as its write
 // left it, also recorded in r.memory; nil when it wrote nothing.
 func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, children []inventory.Ref, waiting, notReady []string, failure error, step *run.Step, sv *lifecycle.Visit) (*unstructured.Unstructured, error) {
+	d := r.statusFor(cr, vars, children, waiting, notReady, failure, step, sv)
+	oldStatus, _ := cr.Object["status"].(map[string]any)
+	status, precondition := d.status, d.precondition
+	if compare.SameValue(oldStatus, status) {
+		return nil, nil // also a status written already: cr is read through r.memory
+	}
+	// Only what this reconcile changes is written: the object read may be
+	// older than a handler's result, whose status fields a whole-status
+	// patch would set back.
+	newJSON, err := json.Marshal(compare.StatusDelta(oldStatus, status))
+	if err != nil {
+		return nil, err
+	}
+	head := []byte(`{"status":`)
+	if precondition {
+		// The state moves: only over the object it was decided from.
+		rv, _ := json.Marshal(cr.GetResourceVersion())
+		head = append(append([]byte(`{"metadata":{"resourceVersion":`), rv...), `},"status":`...)
+	}
+	patch := append(append(head, newJSON...), '}')
+	// Patched as metadata: the API server answers with the object's
+	// metadata only, in protobuf, which is cheaper for both sides to
+	// encode and decode than the whole object as JSON; nothing reads the
+	// answer but its error.
+	answer, err := r.patch(ctx, r.def.GVK, cr.GetNamespace(), cr.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, errGone
+		}
+		return nil, err
+	}
+	// The object as the write left it: what was read, with this status and
+	// the answer's resourceVersion (the answer has no content to read).
+	written := withStatus(cr, status)
+	written.SetResourceVersion(answer.GetResourceVersion())
+	r.memory.Record(written.DeepCopy()) // cr's maps are shared, and its caller's
+	return written, nil
+}
+
+// desiredStatus is the status a reconcile writes.
+type desiredStatus struct {
+	status map[string]any
+	// precondition: the write is made only over the resourceVersion read
+	// (the object's state moves).
+	precondition bool
+}
+
+// statusFor is the status a reconcile writes: the status fields,
+// observedGeneration, opkit's own record (the inventory, the handlers')
+// and the conditions, over the status read. It changes nothing cr holds.
+func (r *reconciler) statusFor(cr *unstructured.Unstructured, vars definition.Vars, children []inventory.Ref, waiting, notReady []string, failure error, step *run.Step, sv *lifecycle.Visit) desiredStatus {
 	// Read, not copied: nothing below changes what oldStatus holds.
 	oldStatus, _ := cr.Object["status"].(map[string]any)
 	status := make(map[string]any, len(oldStatus)+len(r.def.Status)+3)
@@ -451,43 +535,17 @@ func (r *reconciler) updateStatus(ctx context.Context, cr *unstructured.Unstruct
 		meta.SetStatusCondition(&conds, c) // keeps lastTransitionTime when the status is unchanged
 	}
 	status["conditions"] = compare.ConditionValues(conds)
-	if compare.SameValue(oldStatus, status) {
-		return nil, nil // also a status written already: cr is read through r.memory
-	}
-	// Only what this reconcile changes is written: the object read may be
-	// older than a handler's result, whose status fields a whole-status
-	// patch would set back.
-	newJSON, err := json.Marshal(compare.StatusDelta(oldStatus, status))
-	if err != nil {
-		return nil, err
-	}
-	head := []byte(`{"status":`)
-	if precondition {
-		// The state moves: only over the object it was decided from.
-		rv, _ := json.Marshal(cr.GetResourceVersion())
-		head = append(append([]byte(`{"metadata":{"resourceVersion":`), rv...), `},"status":`...)
-	}
-	patch := append(append(head, newJSON...), '}')
-	// Patched as metadata: the API server answers with the object's
-	// metadata only, in protobuf, which is cheaper for both sides to
-	// encode and decode than the whole object as JSON; nothing reads the
-	// answer but its error.
-	answer, err := r.patch(ctx, r.def.GVK, cr.GetNamespace(), cr.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status")
-	if err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, errGone
-		}
-		return nil, err
-	}
-	// The object as the write left it: what was read, with this status and
-	// the answer's resourceVersion (the answer has no content to read).
-	written := &unstructured.Unstructured{Object: maps.Clone(cr.Object)}
+	return desiredStatus{status: status, precondition: precondition}
+}
+
+// withStatus is cr with status in place of its own, sharing cr's maps
+// but its metadata and status.
+func withStatus(cr *unstructured.Unstructured, status map[string]any) *unstructured.Unstructured {
+	out := &unstructured.Unstructured{Object: maps.Clone(cr.Object)}
 	md, _ := cr.Object["metadata"].(map[string]any)
-	written.Object["metadata"] = maps.Clone(md)
-	written.Object["status"] = status
-	written.SetResourceVersion(answer.GetResourceVersion())
-	r.memory.Record(written.DeepCopy()) // cr's maps are shared, and its caller's
-	return written, nil
+	out.Object["metadata"] = maps.Clone(md)
+	out.Object["status"] = status
+	return out
 }
 
 // conditionsToSet are the conditions a reconcile sets: Ready and

@@ -27,6 +27,26 @@ type flight struct {
 	done   bool
 	result *executor.Result
 	err    error
+	// ended, when a caller waits for the run (LaunchWaiting), is closed
+	// at its end; awaited says the caller still waits, so that the end
+	// wakes no one: the caller steps the object itself.
+	ended   chan struct{}
+	awaited bool
+}
+
+// end records a run's end and wakes its object, unless a caller waits
+// for it (LaunchWaiting).
+func (rn *Runner) end(f *flight, woken *unstructured.Unstructured, res *executor.Result, err error) {
+	rn.mem.mu.Lock()
+	f.done, f.result, f.err = true, res, err
+	awaited := f.awaited
+	rn.mem.mu.Unlock()
+	if f.ended != nil {
+		close(f.ended)
+	}
+	if !awaited {
+		rn.Wake(woken)
+	}
 }
 
 // errNotRecorded fails a run the archive could not record: it did not run.
@@ -126,10 +146,7 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 	input, err := json.Marshal(bc)
 	if err != nil {
 		// Nothing ran: the step records the failure as the run's.
-		rn.mem.mu.Lock()
-		f.done, f.err = true, &executor.Failure{Message: fmt.Sprintf("encoding the binding context: %v", err), Permanent: true}
-		rn.mem.mu.Unlock()
-		rn.Wake(p.obj)
+		rn.end(f, p.obj, nil, &executor.Failure{Message: fmt.Sprintf("encoding the binding context: %v", err), Permanent: true})
 		return
 	}
 	req := p.req
@@ -157,11 +174,38 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 			}
 			return
 		}
-		rn.mem.mu.Lock()
-		f.done, f.result, f.err = true, res, err
-		rn.mem.mu.Unlock()
-		rn.Wake(woken)
+		rn.end(f, woken, res, err)
 	}()
+}
+
+// LaunchWaiting is Launch for a caller that waits up to wait for the
+// run's end, so that a short run is recorded by the same write as the
+// step that decided it (a custom resource's reconcile: one status patch,
+// not two). It reports whether the run ended in time: the caller then
+// steps the object again, which records the end, and the end wakes no
+// one. Otherwise the run goes on and its end wakes the object, as
+// Launch's. A run of a Job handler is not waited for: it lasts longer
+// than any wait worth a worker.
+func (rn *Runner) LaunchWaiting(ctx context.Context, p *Pending, self map[string]any, wait time.Duration) bool {
+	if p == nil || wait <= 0 || p.f.cause.Handler.Job != nil || len(rn.slots) == cap(rn.slots) {
+		// No slot free: the run would wait for one, and the worker with it.
+		rn.Launch(p, self)
+		return false
+	}
+	f := p.f
+	f.ended, f.awaited = make(chan struct{}), true
+	rn.Launch(p, self)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-f.ended:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	rn.mem.mu.Lock()
+	defer rn.mem.mu.Unlock()
+	f.awaited = f.done // not done: its end wakes the object
+	return f.done
 }
 
 // execute runs one recorded run: it waits for a slot (unrecorded: the

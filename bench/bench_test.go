@@ -68,27 +68,8 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr.String())
 	}
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var report struct {
-		Figures []figure `json:"figures"`
-		Targets []target `json:"targets"`
-		Notes   []string `json:"notes"`
-	}
-	if err := json.Unmarshal(data, &report); err != nil {
-		t.Fatalf("the JSON report: %v", err)
-	}
-	getFor := func(st store, scenario, subject, metric string) (float64, bool) {
-		for _, f := range report.Figures {
-			if f.Store == st && f.Scenario == scenario && f.Subject == subject && f.Metric == metric {
-				return f.Median, true
-			}
-		}
-		return 0, false
-	}
-	get := func(scenario, subject, metric string) (float64, bool) { return getFor("", scenario, subject, metric) }
+	report := readReport(t, out)
+	getFor, get := report.getFor, report.get
 	for _, w := range [][3]string{
 		{"ceiling", "client-go, concurrency 1", "writes/s"},
 		{"ceiling", "client-go, concurrency 16", "writes/s"},
@@ -118,9 +99,6 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		{"watch", "baseline-8", "all handled once"},
 		{"watch", "baseline-8", "peak heap"},
 		{"watch", "baseline-8", "new image handled p50"},
-		{"webhook", "opkit, 30/s", "202 answered p99"},
-		{"webhook", "opkit, 30/s", "409 answered p50"},
-		{"webhook", "opkit, 30/s", "all handled, from the first send"},
 	} {
 		if v, ok := get(w[0], w[1], w[2]); !ok || v <= 0 {
 			t.Errorf("%s / %s / %s: got %v (measured: %v), want a positive figure", w[0], w[1], w[2], v, ok)
@@ -182,13 +160,7 @@ func TestEveryScenarioMeasures(t *testing.T) {
 			t.Errorf("%s writes %v/min at the watch's steady state (measured: %v), want 0", subject, v, ok)
 		}
 	}
-	// Of 60 deliveries, 3 forged and 3 replays; the scenario fails if one
-	// is answered otherwise, or handled other than once.
-	for metric, want := range map[string]float64{"accepted (202)": 54, "bad signature (401)": 3, "replay (409)": 3, "lost": 0} {
-		if v, ok := get("webhook", "opkit, 30/s", metric); !ok || v != want {
-			t.Errorf("webhook: %s %v (measured: %v), want %v", metric, v, ok, want)
-		}
-	}
+	checkWebhookFigures(t, report, "opkit, 30/s")
 	// A child and a status per Printer; an Event per child created, or a
 	// status written again over a stale cache, would make it 3.
 	if v, _ := get("drain 200", "opkit", "writes per object"); v < 1.95 || v > 2.5 {
@@ -203,6 +175,100 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	if len(report.Targets) == 0 || !strings.Contains(stdout.String(), "TARGET") {
 		t.Errorf("no targets in the report:\n%s", stdout.String())
 	}
+}
+
+// TestWebhookScenarioMeasures runs the webhook scenario alone, small, on
+// the local control plane: every delivery is answered with the status of
+// its kind and handled once (the scenario fails otherwise), and it gives
+// its figures, the times from receipt to the handler's start and to
+// Handled among them.
+func TestWebhookScenarioMeasures(t *testing.T) {
+	kubeconfig := clustertest.Cluster(t).KubeconfigPath()
+	out := filepath.Join(t.TempDir(), "bench.json")
+	var stdout, stderr bytes.Buffer
+	err := benchMain([]string{
+		"-kubeconfig", kubeconfig, "-scenarios", "webhook", "-runs", "1", "-webhook-deliveries", "60", "-webhook-rate", "30", "-json", out,
+	}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	checkWebhookFigures(t, readReport(t, out), "opkit, 30/s")
+}
+
+// checkWebhookFigures checks the webhook scenario's figures for subject,
+// of 60 deliveries: the count of each answer, each figure there and
+// positive, percentiles in order, and each accepted delivery's handler
+// started before its delivery was recorded Handled.
+func checkWebhookFigures(t *testing.T, report benchReport, subject string) {
+	t.Helper()
+	get := func(metric string) float64 {
+		t.Helper()
+		v, ok := report.get("webhook", subject, metric)
+		if !ok || v <= 0 {
+			t.Errorf("webhook / %s / %s: got %v (measured: %v), want a positive figure", subject, metric, v, ok)
+		}
+		return v
+	}
+	// Of 60 deliveries, 3 forged and 3 replays; the scenario fails if one
+	// is answered otherwise, or handled other than once.
+	for metric, want := range map[string]float64{"accepted (202)": 54, "bad signature (401)": 3, "replay (409)": 3, "lost": 0} {
+		if v, ok := report.get("webhook", subject, metric); !ok || v != want {
+			t.Errorf("webhook: %s %v (measured: %v), want %v", metric, v, ok, want)
+		}
+	}
+	for _, metric := range []string{"first send to last answer", "409 answered p50", "401 answered p99", "all handled, from the first send"} {
+		get(metric)
+	}
+	for _, measure := range []string{"202 answered", "received to handler started"} {
+		p50, p90, p99, pmax := get(measure+" p50"), get(measure+" p90"), get(measure+" p99"), get(measure+" max")
+		if p50 > p90 || p90 > p99 || p99 > pmax {
+			t.Errorf("webhook: %s p50 %v, p90 %v, p99 %v, max %v: want them in order", measure, p50, p90, p99, pmax)
+		}
+	}
+	// A delivery is Handled once its run ended: the start comes first,
+	// delivery by delivery, and so at each percentile.
+	for _, p := range []string{"p50", "p99"} {
+		if started, handled := get("received to handler started "+p), get("received to handled "+p); started > handled {
+			t.Errorf("webhook: received to handler started %s %v ms, after received to handled %s %v ms", p, started, p, handled)
+		}
+	}
+}
+
+// benchReport is the bench's JSON report.
+type benchReport struct {
+	Figures []figure `json:"figures"`
+	Targets []target `json:"targets"`
+	Notes   []string `json:"notes"`
+}
+
+// readReport reads the JSON report the bench wrote to path.
+func readReport(t *testing.T, path string) benchReport {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report benchReport
+	if err := json.Unmarshal(data, &report); err != nil {
+		t.Fatalf("the JSON report: %v", err)
+	}
+	return report
+}
+
+// getFor returns the median of a figure measured on a store, and
+// whether it was measured.
+func (r benchReport) getFor(st store, scenario, subject, metric string) (float64, bool) {
+	for _, f := range r.Figures {
+		if f.Store == st && f.Scenario == scenario && f.Subject == subject && f.Metric == metric {
+			return f.Median, true
+		}
+	}
+	return 0, false
+}
+
+// get returns the median of a figure, and whether it was measured.
+func (r benchReport) get(scenario, subject, metric string) (float64, bool) {
+	return r.getFor("", scenario, subject, metric)
 }
 
 // archiveStores are the stores the suite's archive scenarios run on: both,

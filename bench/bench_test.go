@@ -177,24 +177,6 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	}
 }
 
-// TestWebhookScenarioMeasures runs the webhook scenario alone, small, on
-// the local control plane: every delivery is answered with the status of
-// its kind and handled once (the scenario fails otherwise), and it gives
-// its figures, the times from receipt to the handler's start and to
-// Handled among them.
-func TestWebhookScenarioMeasures(t *testing.T) {
-	kubeconfig := clustertest.Cluster(t).KubeconfigPath()
-	out := filepath.Join(t.TempDir(), "bench.json")
-	var stdout, stderr bytes.Buffer
-	err := benchMain([]string{
-		"-kubeconfig", kubeconfig, "-scenarios", "webhook", "-runs", "1", "-webhook-deliveries", "60", "-webhook-rate", "30", "-json", out,
-	}, &stdout, &stderr)
-	if err != nil {
-		t.Fatalf("bench: %v\n%s", err, stderr.String())
-	}
-	checkWebhookFigures(t, readReport(t, out), "opkit, 30/s")
-}
-
 // checkWebhookFigures checks the webhook scenario's figures for subject,
 // of 60 deliveries: the count of each answer, each figure there and
 // positive, percentiles in order, and each accepted delivery's handler

@@ -166,11 +166,13 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	if v, _ := get("drain 200", "opkit", "writes per object"); v < 1.95 || v > 2.5 {
 		t.Errorf("opkit wrote %.2f requests per Printer, want 2 (1.95 to 2.5)", v)
 	}
-	// With a handler on create: the child, the first reconcile's status,
-	// and the run's end, its result with its record in one patch; no
-	// Event. The engine's few writes at its start count over 30 Printers.
-	if v, _ := get("handlers drain", "opkit, archive on (SQLite)", "writes per object"); v < 2.95 || v > 3.3 {
-		t.Errorf("opkit wrote %.2f requests per Printer with a handler, want 3 (2.95 to 3.3)", v)
+	// With a handler on create: the child, and the status with the run's
+	// record and result, the run ending within the reconcile's wait; no
+	// Event. A run that outlasts the wait on a loaded machine costs one
+	// write more (1/30 each); the engine's few writes at its start count
+	// over 30 Printers.
+	if v, _ := get("handlers drain", "opkit, archive on (SQLite)", "writes per object"); v < 1.95 || v > 2.5 {
+		t.Errorf("opkit wrote %.2f requests per Printer with a handler, want 2 (1.95 to 2.5)", v)
 	}
 	if len(report.Targets) == 0 || !strings.Contains(stdout.String(), "TARGET") {
 		t.Errorf("no targets in the report:\n%s", stdout.String())

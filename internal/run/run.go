@@ -14,13 +14,15 @@
 // it through a narrow API: Step (an object's reconcile decides and
 // prepares its next run, recording the end of the last), Launch (the run
 // prepared starts once the driver's own write of the object is made, so
-// it sees that write), RunForOperator (a run for the operator itself: a
+// it sees that write; or LaunchWaiting, whose caller waits a little for
+// the run's end and steps again, so that one write records both the step
+// and a short run's end), RunForOperator (a run for the operator itself: a
 // schedule's slot, a webhook delivery), Forget and Wake. Nothing here
 // calls back into the engine.
 //
 // Runs execute in their own goroutines, one at a time per object, at most
 // Config.MaxConcurrentRuns at once per operator. The reconcile that follows
-// a run's end records its outcome, so that every write to an object is
+// a run's end (or the one that waited for it) records its outcome, so that every write to an object is
 // made by its one reconcile worker.
 //
 // Guarantees: nothing runs that is not recorded in the archive first (a

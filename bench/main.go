@@ -214,7 +214,7 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	fs.IntVar(&opts.ArchiveBatch, "archive-batch", opts.ArchiveBatch, "runs each archive measurement records, then prunes")
 	stores := fs.String("archive-stores", "sqlite,postgres", "the archive stores of the archive and console scenarios, comma-separated: sqlite, postgres (a server the bench starts)")
 	fs.IntVar(&opkitDefaults.Workers, "opkit-workers", 0, "opkit's concurrent reconciles (0: the engine's default)")
-	subjects := fs.String("subjects", "", "the controllers of drain and live, comma-separated: opkit, opkit-b, baseline-1, baseline-8 (default: all)")
+	subjects := fs.String("subjects", "", "the controllers of drain, live and watch (which then leaves out the peers), comma-separated: opkit, opkit-b, baseline-1, baseline-8 (default: all)")
 	fs.StringVar(&opkitB.Exe, "opkit-b", "", "a bench binary built at another commit: its opkit drains beside this one's, as opkit-b, for an A/B comparison in one run")
 	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory")
 	jsonPath := fs.String("json", "", "also write the figures as JSON to this file")
@@ -387,6 +387,23 @@ func (b *bench) drainSubjects() []impl {
 	return out
 }
 
+// watchSubjects are the controllers the watch scenario measures: opkit,
+// opkit-b when given, the baseline with 8 workers and the peers; -subjects
+// keeps some of them, and leaves the peers out.
+func (b *bench) watchSubjects(ctx context.Context) ([]impl, error) {
+	var out []impl
+	for _, im := range []impl{opkitDefaults, opkitB, baseline8} {
+		if (im != opkitB || opkitB.Exe != "") && (len(b.opts.Subjects) == 0 || slices.Contains(b.opts.Subjects, im.Name)) {
+			out = append(out, im)
+		}
+	}
+	if len(b.opts.Subjects) > 0 {
+		return out, nil
+	}
+	peers, err := b.peers(ctx)
+	return append(out, peers...), err
+}
+
 // drainSizes are the drains' sizes: the cold start's, then -objects.
 func (b *bench) drainSizes() []int {
 	if n := b.opts.ColdObjects; n > 0 && n != b.opts.Objects {
@@ -498,11 +515,11 @@ func (b *bench) run(ctx context.Context) error {
 			if err := step(fmt.Sprintf("watch: %d Deployments", b.opts.WatchObjects), func() (err error) { w, err = b.watchSetup(ctx); return err }); err != nil {
 				return err
 			}
-			peers, err := b.peers(ctx)
+			subjects, err := b.watchSubjects(ctx)
 			if err != nil {
 				return err
 			}
-			for _, im := range append([]impl{opkitDefaults, baseline8}, peers...) {
+			for _, im := range subjects {
 				if err := step("watch "+im.Name, func() error { return b.watch(ctx, w, im) }); err != nil {
 					return err
 				}

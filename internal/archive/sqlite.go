@@ -194,6 +194,8 @@ type SQLite struct {
 	file                                                  os.FileInfo
 	// lost is why the archive cannot record runs, or nil.
 	lost error
+	// commit groups the writes of runs and states (sqlite_commit.go).
+	commit committer
 
 	stop    chan struct{}
 	stopped chan struct{}
@@ -371,9 +373,13 @@ func (s *SQLite) Insert(ctx context.Context, r *Run) error {
 	if r.Outcome == "" {
 		r.Outcome = Running
 	}
-	_, err := s.insert.ExecContext(ctx, r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID, r.Generation,
-		r.Key, r.Attempt, marshal(keptDiff(r.Diff)), nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error,
-		nanos(r.NextRetryAt), marshal(r.Writes), r.Actor, r.Runner, r.RerunOf, r.Reason, string(r.Input))
+	diff, writes := marshal(keptDiff(r.Diff)), marshal(r.Writes)
+	err := s.commit.write(ctx, s.w, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.StmtContext(ctx, s.insert).ExecContext(ctx, r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID, r.Generation,
+			r.Key, r.Attempt, diff, nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error,
+			nanos(r.NextRetryAt), writes, r.Actor, r.Runner, r.RerunOf, r.Reason, string(r.Input))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("archive: recording run %s: %w", r.ID, err)
 	}
@@ -387,20 +393,23 @@ func (s *SQLite) Finish(ctx context.Context, r *Run) error {
 	if s.w == nil {
 		return s.lost
 	}
-	res, err := s.finish.ExecContext(ctx, nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.Runner, string(r.Result), r.ID)
-	if err != nil {
-		return fmt.Errorf("archive: finishing run %s: %w", r.ID, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("archive: finishing run %s: %w", r.ID, ErrNotFound)
-	}
-	if r.Outcome == Skipped {
-		// Through runs_uid; the logs go with their runs (ON DELETE CASCADE).
-		if _, err := s.w.ExecContext(ctx, foldSkippedSQL, r.UID, r.Handler, r.ID); err != nil {
-			return fmt.Errorf("archive: folding the skipped runs before %s: %w", r.ID, err)
+	writes := marshal(r.Writes)
+	return s.commit.write(ctx, s.w, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.StmtContext(ctx, s.finish).ExecContext(ctx, nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error, nanos(r.NextRetryAt), writes, r.Runner, string(r.Result), r.ID)
+		if err != nil {
+			return fmt.Errorf("archive: finishing run %s: %w", r.ID, err)
 		}
-	}
-	return nil
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("archive: finishing run %s: %w", r.ID, ErrNotFound)
+		}
+		if r.Outcome == Skipped {
+			// Through runs_uid; the logs go with their runs (ON DELETE CASCADE).
+			if _, err := tx.ExecContext(ctx, foldSkippedSQL, r.UID, r.Handler, r.ID); err != nil {
+				return fmt.Errorf("archive: folding the skipped runs before %s: %w", r.ID, err)
+			}
+		}
+		return nil
+	})
 }
 
 // SetRunner records the runner that claimed a running run.
@@ -410,14 +419,16 @@ func (s *SQLite) SetRunner(ctx context.Context, id, runner string) error {
 	if s.w == nil {
 		return s.lost
 	}
-	res, err := s.w.ExecContext(ctx, setRunnerSQL, runner, id)
-	if err != nil {
-		return fmt.Errorf("archive: recording the runner of run %s: %w", id, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("archive: recording the runner of run %s: %w", id, ErrNotFound)
-	}
-	return nil
+	return s.commit.write(ctx, s.w, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, setRunnerSQL, runner, id)
+		if err != nil {
+			return fmt.Errorf("archive: recording the runner of run %s: %w", id, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("archive: recording the runner of run %s: %w", id, ErrNotFound)
+		}
+		return nil
+	})
 }
 
 // foldSkippedSQL deletes an object's earlier skipped runs of a handler.
@@ -436,14 +447,16 @@ func (s *SQLite) AppendLog(ctx context.Context, id string, p []byte) error {
 	if len(p) == 0 {
 		return nil
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("archive: log of run %s: %w", id, err)
-	}
-	defer func() { _ = tx.Rollback() }()
+	return s.commit.write(ctx, s.w, func(ctx context.Context, tx *sql.Tx) error {
+		return s.appendLog(ctx, tx, id, p)
+	})
+}
+
+// appendLog is AppendLog's write, in tx.
+func (s *SQLite) appendLog(ctx context.Context, tx *sql.Tx, id string, p []byte) error {
 	var size int64
 	var truncated bool
-	err = tx.StmtContext(ctx, s.logHead).QueryRowContext(ctx, id).Scan(&size, &truncated)
+	err := tx.StmtContext(ctx, s.logHead).QueryRowContext(ctx, id).Scan(&size, &truncated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("archive: log of run %s: %w", id, ErrNotFound)
 	}
@@ -490,7 +503,7 @@ func (s *SQLite) AppendLog(ctx context.Context, id string, p []byte) error {
 	if _, err := tx.StmtContext(ctx, s.logSize).ExecContext(ctx, end, truncated, id); err != nil {
 		return fmt.Errorf("archive: log of run %s: %w", id, err)
 	}
-	return tx.Commit()
+	return nil
 }
 
 // The statements that keep a long log's tail: delete the pieces between
@@ -888,7 +901,10 @@ func (s *SQLite) PutState(ctx context.Context, st *State) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.putState.ExecContext(ctx, st.Operator, st.Key, st.APIVersion, st.Kind, st.Namespace, st.Name, data, updated.UnixNano())
+	err = s.commit.write(ctx, s.w, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.StmtContext(ctx, s.putState).ExecContext(ctx, st.Operator, st.Key, st.APIVersion, st.Kind, st.Namespace, st.Name, data, updated.UnixNano())
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("archive: recording state %s of operator %s: %w", st.Key, st.Operator, err)
 	}
@@ -902,7 +918,11 @@ func (s *SQLite) DeleteState(ctx context.Context, operator, key string) error {
 	if s.w == nil {
 		return s.lost
 	}
-	if _, err := s.w.ExecContext(ctx, deleteStateSQL, operator, key); err != nil {
+	err := s.commit.write(ctx, s.w, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, deleteStateSQL, operator, key)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("archive: deleting state %s of operator %s: %w", key, operator, err)
 	}
 	return nil

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -132,7 +134,7 @@ func (e *Engine) startWatch(d *definition.Definition) (*operator, error) {
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(w.GVK)
-	if err := c.Watch(source.Kind[client.Object](watchCache, obj, r.watchHandler())); err != nil {
+	if err := c.Watch(&watchSource{cache: watchCache, obj: obj, handler: r.watchHandler()}); err != nil {
 		return fail(err)
 	}
 	if err := c.Watch(source.Channel(rn.Wakes(), &handler.EnqueueRequestForObject{})); err != nil {
@@ -192,6 +194,87 @@ func (r *watchReconciler) watchHandler() handler.TypedEventHandler[client.Object
 			enqueue(e.Object, q)
 		},
 	}
+}
+
+// watchSource is source.Kind for the watch, but for how its sync is
+// waited for. The controller's workers start once its sources have
+// synced, and source.Kind waits for its informer's sync, and again for
+// its handler's, with client-go's WaitForCacheSync, which looks every
+// 100 ms: the first watched objects waited up to 200 ms for nothing.
+// watchSource looks every watchSyncPoll.
+type watchSource struct {
+	cache   cache.Cache
+	obj     client.Object
+	handler handler.TypedEventHandler[client.Object, reconcile.Request]
+	// registration is the handler's on the informer, once Start added it.
+	registration toolscache.ResourceEventHandlerRegistration
+}
+
+// watchSyncPoll is how often watchSource looks whether its handler has
+// had the objects of the watch's first list.
+const watchSyncPoll = 5 * time.Millisecond
+
+var _ source.TypedSyncingSource[reconcile.Request] = &watchSource{}
+
+func (s *watchSource) String() string {
+	return fmt.Sprintf("watch of %s", s.obj.GetObjectKind().GroupVersionKind())
+}
+
+// Start adds the handler to the watch's informer (started with the
+// cache, which may start after this), without waiting for its sync.
+func (s *watchSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	inf, err := s.cache.GetInformer(ctx, s.obj, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("the informer of the %s: %w", s, err)
+	}
+	object := func(o any) (client.Object, bool) {
+		obj, ok := o.(client.Object)
+		return obj, ok
+	}
+	s.registration, err = inf.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(o any, initial bool) {
+			if obj, ok := object(o); ok {
+				s.handler.Create(ctx, event.TypedCreateEvent[client.Object]{Object: obj, IsInInitialList: initial}, q)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			old, ok1 := object(oldObj)
+			obj, ok2 := object(newObj)
+			if ok1 && ok2 {
+				s.handler.Update(ctx, event.TypedUpdateEvent[client.Object]{ObjectOld: old, ObjectNew: obj}, q)
+			}
+		},
+		DeleteFunc: func(o any) {
+			e := event.TypedDeleteEvent[client.Object]{}
+			if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+				// The watch missed the deletion: the last state it had.
+				o, e.DeleteStateUnknown = t.Obj, true
+			}
+			if obj, ok := object(o); ok {
+				e.Object = obj
+				s.handler.Delete(ctx, e, q)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("watching the %s: %w", s, err)
+	}
+	return nil
+}
+
+// WaitForSync waits until the handler has had every object of the
+// watch's first list.
+func (s *watchSource) WaitForSync(ctx context.Context) error {
+	if s.registration == nil {
+		return fmt.Errorf("the %s was not started", s)
+	}
+	err := wait.PollUntilContextCancel(ctx, watchSyncPoll, true, func(context.Context) (bool, error) {
+		return s.registration.HasSynced(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the %s to sync: %w", s, err)
+	}
+	return nil
 }
 
 // clusterID is the uid of the kube-system namespace, or "" when the engine

@@ -1,0 +1,165 @@
+package archive
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Group commit: the engine's writes of a run (its record at the start,
+// its end, the watched object's state before and after, log pieces) come
+// from many goroutines at once, and each was a transaction of its own on
+// the one writer connection. A transaction's commit costs as much as a
+// few statements (its WAL frames, the WAL index, the locks): the writer
+// was the busiest part of a burst of runs. So the writes that queue while
+// a transaction commits go into the next one together, each in a
+// savepoint of its own: a write that fails leaves the others of its
+// transaction untouched, and each caller returns only once its write is
+// committed, as before. Alone, a write is one transaction, as before.
+//
+// No goroutine runs the transactions: the caller whose write finds none
+// running leads one, with every write queued by then; the first write
+// queued meanwhile leads the next, so that no caller carries other
+// callers' writes for long.
+
+// maxGroup bounds the writes of one transaction: a long one holds the
+// writer connection from the other writers (deliveries, pruning).
+const maxGroup = 64
+
+// groupWrite is a write waiting for its transaction.
+type groupWrite struct {
+	ctx  context.Context
+	fn   func(ctx context.Context, tx *sql.Tx) error
+	done chan groupTurn
+}
+
+// groupTurn tells a waiting write how it ended, or that its caller leads
+// the next transaction.
+type groupTurn struct {
+	err  error
+	lead bool
+}
+
+// committer queues writes for the writer connection.
+type committer struct {
+	mu      sync.Mutex
+	queue   []*groupWrite
+	leading bool
+}
+
+// write runs fn in a transaction on w, with whatever other writes queue
+// meanwhile, and returns fn's error, or the transaction's. The caller
+// holds s.mu for reading (w is not replaced meanwhile). A write whose ctx
+// ends before its transaction starts is not made; once started, it is
+// finished whatever ctx does: an interrupted statement would roll back
+// the other writes of its transaction.
+func (c *committer) write(ctx context.Context, w *sql.DB, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	me := &groupWrite{ctx: ctx, fn: fn, done: make(chan groupTurn, 1)}
+	c.mu.Lock()
+	c.queue = append(c.queue, me)
+	if c.leading {
+		c.mu.Unlock()
+		turn := <-me.done
+		if !turn.lead {
+			return turn.err
+		}
+		c.mu.Lock()
+	}
+	c.leading = true
+	n := min(len(c.queue), maxGroup)
+	group := c.queue[:n:n]
+	c.queue = c.queue[n:]
+	c.mu.Unlock()
+
+	commitGroup(w, group)
+
+	c.mu.Lock()
+	if len(c.queue) > 0 {
+		c.queue[0].done <- groupTurn{lead: true} // its caller leads the next transaction
+	} else {
+		c.leading = false
+	}
+	c.mu.Unlock()
+	turn := <-me.done // me is in group: commitGroup answered it
+	return turn.err
+}
+
+// commitGroup makes the writes of group in one transaction and answers
+// each.
+func commitGroup(w *sql.DB, group []*groupWrite) {
+	answer := func(g *groupWrite, err error) { g.done <- groupTurn{err: err} }
+	live := group[:0:0]
+	for _, g := range group {
+		if err := g.ctx.Err(); err != nil {
+			answer(g, err)
+			continue
+		}
+		live = append(live, g)
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx := context.Background()
+	tx, err := w.BeginTx(ctx, nil)
+	if err != nil {
+		for _, g := range live {
+			answer(g, err)
+		}
+		return
+	}
+	if len(live) == 1 {
+		g := live[0]
+		if err := g.fn(context.WithoutCancel(g.ctx), tx); err != nil {
+			_ = tx.Rollback()
+			answer(g, err)
+			return
+		}
+		answer(g, tx.Commit())
+		return
+	}
+	var made []*groupWrite // the writes in the transaction
+	for i, g := range live {
+		wctx := context.WithoutCancel(g.ctx)
+		if _, err := tx.ExecContext(wctx, `SAVEPOINT write`); err != nil {
+			_ = tx.Rollback()
+			for _, g := range append(made, live[i:]...) {
+				answer(g, err)
+			}
+			return
+		}
+		err := g.fn(wctx, tx)
+		if err == nil {
+			_, err = tx.ExecContext(wctx, `RELEASE write`)
+			if err == nil {
+				made = append(made, g)
+				continue
+			}
+		}
+		answer(g, err)
+		if _, rerr := tx.ExecContext(wctx, `ROLLBACK TO write`); rerr != nil {
+			// The failure ended the transaction (SQLite rolls back the
+			// whole of it on some errors): nothing of it was made.
+			_ = tx.Rollback()
+			for _, g := range made {
+				answer(g, fmt.Errorf("archive: another write of the same transaction failed: %w", errors.Join(err, rerr)))
+			}
+			for _, g := range live[i+1:] {
+				answer(g, fmt.Errorf("archive: another write of the same transaction failed: %w", err))
+			}
+			return
+		}
+		if _, rerr := tx.ExecContext(wctx, `RELEASE write`); rerr != nil {
+			_ = tx.Rollback()
+			for _, g := range append(made, live[i+1:]...) {
+				answer(g, rerr)
+			}
+			return
+		}
+	}
+	err = tx.Commit()
+	for _, g := range made {
+		answer(g, err)
+	}
+}

@@ -101,7 +101,10 @@ func (r *reconciler) finalize(ctx context.Context, cr *unstructured.Unstructured
 	before := maps.Clone(own)
 	step.State.WriteTo(own)
 	conds := compare.Conditions(cr)
-	changed := meta.SetStatusCondition(&conds, stalledCondition(step))
+	changed := false
+	if c, ok := stalledCondition(conds, step); ok {
+		changed = meta.SetStatusCondition(&conds, c)
+	}
 	if changed || !compare.SameValue(before, own) {
 		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"opkit": compare.WithRemovals(before, own), "conditions": conds}})
 		if err = r.client.Status().Patch(ctx, cr, client.RawPatch(types.MergePatchType, patch)); err == nil {

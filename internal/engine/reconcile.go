@@ -569,8 +569,8 @@ func conditionsToSet(conds *[]metav1.Condition, operator string, waiting, notRea
 		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, "ReconcileFailed", truncate(failure.Error())
 	}
 	set := []metav1.Condition{ready, degraded}
-	if step != nil {
-		set = append(set, stalledCondition(step))
+	if c, ok := stalledCondition(*conds, step); ok {
+		set = append(set, c)
 	}
 	switch {
 	case step != nil && step.Paused && step.OperatorPause != nil:
@@ -585,9 +585,19 @@ func conditionsToSet(conds *[]metav1.Condition, operator string, waiting, notRea
 	return set
 }
 
-func stalledCondition(step *run.Step) metav1.Condition {
-	if step.Stalled != "" {
-		return metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: "HandlerGaveUp", Message: truncate(step.Stalled)}
+// stalledCondition is the Stalled condition to set, if any: True while a
+// handler has given up; False once it no longer has, for an object that
+// was Stalled (lastTransitionTime says since when). An object that never
+// was has none, which reads as False (kstatus): every status write of
+// an operator with handlers is the smaller for it.
+func stalledCondition(conds []metav1.Condition, step *run.Step) (metav1.Condition, bool) {
+	switch {
+	case step == nil:
+		return metav1.Condition{}, false
+	case step.Stalled != "":
+		return metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: "HandlerGaveUp", Message: truncate(step.Stalled)}, true
+	case meta.FindStatusCondition(conds, v1alpha1.ConditionStalled) != nil:
+		return metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: "NoStalledHandler", Message: "no handler has given up"}, true
 	}
-	return metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: "NoStalledHandler", Message: "no handler has given up"}
+	return metav1.Condition{}, false
 }

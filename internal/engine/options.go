@@ -48,12 +48,13 @@ type Options struct {
 	// MaxConcurrentRuns bounds the handler runs each operator executes at
 	// once; runs beyond it wait for a slot. Defaults to 16.
 	MaxConcurrentRuns int
-	// RunWait is how long a custom resource's reconcile waits for a
-	// handler run it starts, when a slot is free, so that a run that ends
-	// in time is recorded, with its result, by the reconcile's one status
-	// write instead of a write of its own (docs/handlers.md). Defaults to
-	// DefaultRunWait; negative: the reconcile never waits. A Job
-	// handler's run is never waited for.
+	// RunWait is how long an object's reconcile waits for a handler run
+	// it starts, when a slot is free, so that a run that ends in time is
+	// recorded by that reconcile: a custom resource's with its result in
+	// the reconcile's one status write instead of a write of its own
+	// (docs/handlers.md), a watched object's without a reconcile its end
+	// wakes. Defaults to DefaultRunWait; negative: the reconcile never
+	// waits. A Job handler's run is never waited for.
 	RunWait time.Duration
 	// RunEvents posts a HandlerStarted and a HandlerSucceeded Event for
 	// each run, as well as the failures'. Defaults to false: a run's

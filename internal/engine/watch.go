@@ -89,6 +89,9 @@ type watchReconciler struct {
 	events  events.EventRecorder
 	// namespace is Options.Namespace.
 	namespace string
+	// runWait is how long a reconcile waits for a run it starts
+	// (Options.RunWait).
+	runWait time.Duration
 }
 
 var _ reconcile.Reconciler = &watchReconciler{}
@@ -123,7 +126,7 @@ func (e *Engine) startWatch(d *definition.Definition) (*operator, error) {
 	}
 	cluster := clusterID(ctx, e.mgr.GetAPIReader())
 	r := &watchReconciler{def: d, cache: watchCache, reader: e.mgr.GetAPIReader(), client: e.client, runner: rn, store: e.opts.Archive, cluster: cluster,
-		log: e.mgr.GetLogger().WithValues("operator", d.Operator.Name), events: e.mgr.GetEventRecorder("opkit"), namespace: e.opts.Namespace}
+		log: e.mgr.GetLogger().WithValues("operator", d.Operator.Name), events: e.mgr.GetEventRecorder("opkit"), namespace: e.opts.Namespace, runWait: e.opts.RunWait}
 	records, err := r.preload(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("operator %s: reading its watched objects' state from the archive: %w", d.Operator.Name, err))
@@ -399,7 +402,19 @@ func (r *watchReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		return reconcile.Result{}, err
 	}
 	err = r.persist(ctx, obj, step.State, false)
-	rn.Launch(step.Start, obj.Object) // after its record, also when the archive refused it
+	// After its record, also when the archive refused it. A short run's
+	// end is recorded by this reconcile, not by one its end wakes.
+	wait := r.runWait
+	if err != nil {
+		wait = -1
+	}
+	if rn.LaunchWaiting(ctx, step.Start, obj.Object, wait) {
+		if step, err = rn.Step(ctx, obj, definition.Vars{Self: obj.Object}); err != nil {
+			return reconcile.Result{}, err
+		}
+		err = r.persist(ctx, obj, step.State, false)
+		rn.Launch(step.Start, obj.Object)
+	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}

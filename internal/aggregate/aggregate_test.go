@@ -112,7 +112,9 @@ func TestAnAggregatedServerOnTheHostIsReachedThroughTheAPIServerAndItsOutageIsCo
 	go func() { served <- srv.Start(srvCtx) }()
 	t.Cleanup(func() {
 		stopServer()
-		<-served
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
 		if err := reg.Unregister(context.WithoutCancel(ctx), api); err != nil {
 			t.Error(err)
 		}

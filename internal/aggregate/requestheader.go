@@ -108,12 +108,17 @@ func (h *RequestHeader) Authenticate(r *http.Request) (User, error) {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return User{}, fmt.Errorf("%w: no client certificate", ErrNotFrontProxy)
 	}
+	roots := h.roots
+	if roots == nil { // a RequestHeader made by hand, not by ReadRequestHeader
+		roots = x509.NewCertPool()
+		roots.AppendCertsFromPEM(h.ClientCA)
+	}
 	leaf := r.TLS.PeerCertificates[0]
 	inter := x509.NewCertPool()
 	for _, c := range r.TLS.PeerCertificates[1:] {
 		inter.AddCert(c)
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: h.roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		return User{}, fmt.Errorf("%w: client certificate %q: %w", ErrNotFrontProxy, leaf.Subject.CommonName, err)
 	}
 	if len(h.AllowedNames) > 0 && !slices.Contains(h.AllowedNames, leaf.Subject.CommonName) {
@@ -142,15 +147,15 @@ func (h *RequestHeader) Authenticate(r *http.Request) (User, error) {
 			if !ok {
 				continue
 			}
-			// The API server escapes the key (k8s.io/apiserver's
-			// headerrequest): unescape it as it does.
+			// The API server escapes the key: read it as k8s.io/apiserver's
+			// headerrequest does, lower case, then unescaped.
+			key = strings.ToLower(key)
 			if k, err := url.PathUnescape(key); err == nil {
 				key = k
 			}
 			if u.Extra == nil {
 				u.Extra = map[string][]string{}
 			}
-			key = strings.ToLower(key)
 			u.Extra[key] = append(u.Extra[key], values...)
 		}
 	}

@@ -52,6 +52,6 @@
 //   - The server's service account needs to read the ConfigMap: the Role
 //     extension-apiserver-authentication-reader in kube-system, bound to
 //     it, grants that.
-//   - On the local plane a Service of the API's name that is not of type
-//     ExternalName is replaced by Register's.
+//   - On the local plane the Service is Register's own: a Service of that
+//     name and another type, made by someone else, is not supported.
 package aggregate

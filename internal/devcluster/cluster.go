@@ -339,6 +339,21 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 		"--kubelet-certificate-authority=" + p.cert("ca"),
 		"--kubelet-preferred-address-types=InternalIP",
 		"--profiling=false",
+		// The aggregation layer: kube-apiserver proxies an APIService's
+		// requests with the front-proxy client certificate and names the
+		// user in these headers; it publishes the CA and the names in
+		// kube-system/extension-apiserver-authentication for aggregated
+		// servers to verify them. --enable-aggregator-routing stays off,
+		// so that an APIService's Service of type ExternalName is reached
+		// at its externalName (a server on this host: 127.0.0.1), with no
+		// cluster network.
+		"--requestheader-client-ca-file=" + p.cert("front-proxy-ca"),
+		"--requestheader-allowed-names=" + frontProxyClientCN,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + p.cert("front-proxy-client"),
+		"--proxy-client-key-file=" + p.key("front-proxy-client"),
 	}
 	apiArgs = append(apiArgs, c.opts.APIServerFlags...)
 	if err := c.launch(bins, KubeAPIServer, apiArgs, logs); err != nil {

@@ -350,6 +350,9 @@ func TestStopLeavesNoProcessAndRemovesTemporaryData(t *testing.T) {
 	}
 }
 
+// TestKeptDataDirSurvivesARestart also restarts a data directory made
+// before the plane had a front proxy (its files removed): it gets one, and
+// kube-apiserver publishes its CA for aggregated API servers.
 func TestKeptDataDirSurvivesARestart(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -373,11 +376,32 @@ func TestKeptDataDirSurvivesARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Stop()
+	for _, f := range []string{"front-proxy-ca.crt", "front-proxy-ca.key", "front-proxy-client.crt", "front-proxy-client.key"} {
+		if err := os.Remove(filepath.Join(dataDir, "pki", f)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c, cl = start()
 	defer c.Stop()
 	var got corev1.ConfigMap
 	if err := cl.Get(t.Context(), client.ObjectKeyFromObject(cm), &got); err != nil || got.Data["k"] != "v" {
 		t.Fatalf("ConfigMap after restart: %v %v", got.Data, err)
+	}
+	frontProxyCA, err := os.ReadFile(filepath.Join(dataDir, "pki", "front-proxy-ca.crt"))
+	if err != nil {
+		t.Fatalf("the restart made no front-proxy CA: %v", err)
+	}
+	var auth corev1.ConfigMap
+	if err := cl.Get(t.Context(), client.ObjectKey{Namespace: "kube-system", Name: "extension-apiserver-authentication"}, &auth); err != nil {
+		t.Fatal(err)
+	}
+	// kube-apiserver adds to the CAs the ConfigMap holds (several API
+	// servers share it), so the first start's CA may stay in it.
+	if ca := auth.Data["requestheader-client-ca-file"]; !strings.Contains(ca, strings.TrimSpace(string(frontProxyCA))) {
+		t.Errorf("requestheader-client-ca-file = %q, want it to hold the new front-proxy CA", ca)
+	}
+	if names := auth.Data["requestheader-allowed-names"]; names != `["front-proxy-client"]` {
+		t.Errorf("requestheader-allowed-names = %s, want [\"front-proxy-client\"]", names)
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "etcd")); err != nil {
 		t.Errorf("etcd data: %v", err)

@@ -28,6 +28,14 @@
 //     signal: if the process that started the plane dies, even by SIGKILL,
 //     the kernel kills the components. [Cluster.Stop] sends SIGTERM to each
 //     group, then SIGKILL after a grace period.
+//   - kube-apiserver's aggregation layer is configured: a front-proxy CA
+//     of its own signs the client certificate (CN front-proxy-client) the
+//     aggregator proxies with, published with the requestheader flags in
+//     kube-system/extension-apiserver-authentication. Aggregator routing
+//     is off, so an APIService's Service of type ExternalName is dialed at
+//     its externalName: a server on the host (127.0.0.1) serves an API.
+//     A data directory made before gets the CA and the certificate at its
+//     next start; what it holds is kept.
 //   - A port that is asked for and already taken is reported before any
 //     process starts.
 //   - The data directory is private (0700, made so when it is given) and

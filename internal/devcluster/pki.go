@@ -1,6 +1,7 @@
 package devcluster
 
 import (
+	"cmp"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -20,20 +21,42 @@ import (
 )
 
 // pki holds the file paths of the plane's certificates and keys, all under
-// one directory. The CA is created once per data directory and reused, so a
+// one directory. The CAs are created once per data directory and reused, so a
 // kept data directory keeps its kubeconfig valid across restarts.
 type pki struct {
 	dir string
 }
 
-// certSpec describes one certificate signed by the plane's CA.
+// caSpec describes one of the plane's CAs.
+type caSpec struct {
+	name string // file base name: <name>.crt and <name>.key
+	cn   string
+}
+
+// The plane's CAs: "ca" signs every identity and serving certificate;
+// "front-proxy-ca" signs only the client certificate kube-apiserver's
+// aggregator presents to an aggregated API server, which trusts its
+// X-Remote-User headers because of it. It is a CA of its own, as
+// kubeadm's is: a certificate of the main CA must not be able to pass for
+// the front proxy.
+var planeCAs = []caSpec{
+	{name: "ca", cn: "opkit-devcluster-ca"},
+	{name: "front-proxy-ca", cn: "opkit-devcluster-front-proxy-ca"},
+}
+
+// certSpec describes one certificate signed by one of the plane's CAs.
 type certSpec struct {
 	name   string // file base name: <name>.crt and <name>.key
+	ca     string // the signing CA's name; "" is "ca"
 	cn     string
 	orgs   []string
 	server bool // serving certificate for loopback names
 	client bool
 }
+
+// frontProxyClientCN is the front proxy's name, which kube-apiserver's
+// --requestheader-allowed-names lists.
+const frontProxyClientCN = "front-proxy-client"
 
 // The certificates the plane uses.
 var planeCerts = []certSpec{
@@ -46,27 +69,41 @@ var planeCerts = []certSpec{
 	{name: "scheduler", cn: "system:kube-scheduler", client: true},
 	{name: "apiserver-kubelet-client", cn: "kube-apiserver-kubelet-client", client: true},
 	{name: "dev-node", cn: "system:node:" + devnode.DefaultName, orgs: []string{"system:nodes"}, client: true},
+	{name: "front-proxy-client", ca: "front-proxy-ca", cn: frontProxyClientCN, client: true},
 }
 
 func (p pki) path(name string) string { return filepath.Join(p.dir, name) }
 func (p pki) cert(name string) string { return p.path(name + ".crt") }
 func (p pki) key(name string) string  { return p.path(name + ".key") }
 
-// ensure creates the CA, the certificates and the service-account key pair
-// where they do not exist yet.
+// ensure creates the CAs, the certificates and the service-account key
+// pair where they do not exist yet: a data directory made before a CA or a
+// certificate was added to the plane gets it at its next start. A CA made
+// anew (its files were missing) reissues every certificate it signs, which
+// would not verify against it otherwise.
 func (p pki) ensure() error {
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
 		return err
 	}
-	ca, caKey, err := p.ensureCA()
-	if err != nil {
-		return err
+	type signer struct {
+		cert    *x509.Certificate
+		key     crypto.Signer
+		created bool
+	}
+	cas := map[string]signer{}
+	for _, spec := range planeCAs {
+		cert, key, created, err := p.ensureCA(spec)
+		if err != nil {
+			return fmt.Errorf("%s: %w", spec.name, err)
+		}
+		cas[spec.name] = signer{cert, key, created}
 	}
 	for _, spec := range planeCerts {
-		if fileExists(p.cert(spec.name)) && fileExists(p.key(spec.name)) {
+		ca := cas[cmp.Or(spec.ca, "ca")]
+		if !ca.created && fileExists(p.cert(spec.name)) && fileExists(p.key(spec.name)) {
 			continue
 		}
-		if err := p.issue(spec, ca, caKey); err != nil {
+		if err := p.issue(spec, ca.cert, ca.key); err != nil {
 			return fmt.Errorf("issuing %s certificate: %w", spec.name, err)
 		}
 	}
@@ -89,17 +126,24 @@ func (p pki) ensure() error {
 	return nil
 }
 
-func (p pki) ensureCA() (*x509.Certificate, crypto.Signer, error) {
-	if fileExists(p.cert("ca")) && fileExists(p.key("ca")) {
-		return loadPair(p.cert("ca"), p.key("ca"))
+// ensureCA loads the CA spec names, or creates it (created is then true).
+func (p pki) ensureCA(spec caSpec) (cert *x509.Certificate, key crypto.Signer, created bool, err error) {
+	if fileExists(p.cert(spec.name)) && fileExists(p.key(spec.name)) {
+		cert, key, err = loadPair(p.cert(spec.name), p.key(spec.name))
+		return cert, key, false, err
 	}
+	cert, key, err = p.newCA(spec)
+	return cert, key, true, err
+}
+
+func (p pki) newCA(spec caSpec) (*x509.Certificate, crypto.Signer, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "opkit-devcluster-ca"},
+		Subject:               pkix.Name{CommonName: spec.cn},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().AddDate(10, 0, 0),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
@@ -110,10 +154,10 @@ func (p pki) ensureCA() (*x509.Certificate, crypto.Signer, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := writeKey(p.key("ca"), key); err != nil {
+	if err := writeKey(p.key(spec.name), key); err != nil {
 		return nil, nil, err
 	}
-	if err := writePEM(p.cert("ca"), "CERTIFICATE", der, 0o644); err != nil {
+	if err := writePEM(p.cert(spec.name), "CERTIFICATE", der, 0o644); err != nil {
 		return nil, nil, err
 	}
 	cert, err := x509.ParseCertificate(der)

@@ -1,6 +1,8 @@
 // Package webhook is the engine's HTTPS server for the API server's calls:
-// admission reviews now, CRD conversion later. It owns the server's
-// certificates and keeps them valid without downtime.
+// admission reviews, CRD conversion, and the requests the aggregation
+// layer proxies to an aggregated API (package aggregate makes that server,
+// with Options.ClientCerts). It owns the server's certificates and keeps
+// them valid without downtime.
 //
 // # Certificates
 //

@@ -65,6 +65,13 @@ type Options struct {
 	// server whose requests last as long as a handler's run (the runner
 	// API, package runners, which bounds them itself). Defaults to false.
 	Streaming bool
+	// ClientCerts asks each client for its certificate (tls.RequestClientCert),
+	// which the server does not verify: r.TLS.PeerCertificates holds it
+	// for the handler to verify. An aggregated API server verifies the
+	// front proxy's this way (package aggregate), against a CA the API
+	// server publishes and may change while the server runs. Defaults to
+	// false: no client certificate is asked for.
+	ClientCerts bool
 }
 
 // Server is the HTTPS server (see the package doc).
@@ -190,6 +197,9 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	if s.opts.Streaming {
 		srv.ReadTimeout, srv.WriteTimeout = 0, 0
+	}
+	if s.opts.ClientCerts {
+		srv.TLSConfig.ClientAuth = tls.RequestClientCert
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.ServeTLS(s.ln, "", "") }()

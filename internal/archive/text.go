@@ -72,6 +72,7 @@ func NewCleanWriter(w io.Writer) *CleanWriter { return &CleanWriter{w: w} }
 // "sequence" is not one, and is cleaned as it is.
 const maxHeldBack = 4096
 
+// Write writes p cleaned, but for an unfinished end it keeps back.
 func (c *CleanWriter) Write(p []byte) (int, error) {
 	data := append(c.pending, p...)
 	cut := len(data) - unfinishedTail(data)

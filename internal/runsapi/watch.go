@@ -2,11 +2,11 @@ package runsapi
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 

@@ -70,7 +70,7 @@ func (h *Handler) watch(w http.ResponseWriter, r *http.Request, req request) {
 	sent := map[string]*known{}
 	headers := true
 	send := func(typ watch.EventType, obj *object) error {
-		var payload any = obj.api
+		payload := obj.api
 		if asTable {
 			payload = table(k, []*object{obj}, topt, metav1.ListMeta{ResourceVersion: obj.meta.ResourceVersion}, headers)
 			headers = false

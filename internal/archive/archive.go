@@ -233,8 +233,12 @@ type Query struct {
 	Operator  string
 	Handler   string
 	Namespace string
-	Name      string
-	UID       string
+	// NoNamespace selects the runs whose object has no namespace: those
+	// of cluster-scoped objects and of operator-wide schedules (kind
+	// Operator). Namespace must then be empty.
+	NoNamespace bool
+	Name        string
+	UID         string
 	// Kind is the object's kind, matched exactly (Deployment); the runs of
 	// an operator-wide schedule have the kind Operator.
 	Kind string

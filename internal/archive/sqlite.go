@@ -699,6 +699,14 @@ func (q Query) sql() (string, []any, int, error) {
 	w.eq("operator", q.Operator)
 	w.eq("handler", q.Handler)
 	w.eq("namespace", q.Namespace)
+	if q.NoNamespace {
+		if q.Namespace != "" {
+			return "", nil, 0, fmt.Errorf("archive: a query for the runs of namespace %q and of no namespace at once: set one of Namespace and NoNamespace", q.Namespace)
+		}
+		// A literal, so that runs_object serves it as it serves a
+		// namespace's runs.
+		w.conds = append(w.conds, "namespace = ''")
+	}
 	w.eq("name", q.Name)
 	w.eq("uid", q.UID)
 	// Kind and trigger have no index: each would cost every run's insert a

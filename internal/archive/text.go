@@ -2,8 +2,10 @@ package archive
 
 import (
 	"bytes"
+	"io"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // controlSequences are ANSI escapes (CSI, OSC, two-character) and the other
@@ -52,4 +54,63 @@ func UnfinishedControlSequence(data []byte) int {
 		}
 	}
 	return hold
+}
+
+// CleanWriter writes a log through CleanLog. A write that ends
+// inside a control sequence or a UTF-8 character keeps that end back until
+// the next write completes it, or Flush: a log read in chunks (opkit logs
+// -f, the runs API's log) is cleaned as the whole would be.
+type CleanWriter struct {
+	w       io.Writer
+	pending []byte
+}
+
+// NewCleanWriter returns a CleanWriter that writes on w.
+func NewCleanWriter(w io.Writer) *CleanWriter { return &CleanWriter{w: w} }
+
+// maxHeldBack bounds what a write may keep back: a longer unfinished
+// "sequence" is not one, and is cleaned as it is.
+const maxHeldBack = 4096
+
+// Write writes p cleaned, but for an unfinished end it keeps back.
+func (c *CleanWriter) Write(p []byte) (int, error) {
+	data := append(c.pending, p...)
+	cut := len(data) - unfinishedTail(data)
+	if len(data)-cut > maxHeldBack {
+		cut = len(data)
+	}
+	c.pending = append([]byte(nil), data[cut:]...)
+	if _, err := io.WriteString(c.w, CleanLog(data[:cut])); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Flush writes what was kept back.
+func (c *CleanWriter) Flush() error {
+	data := c.pending
+	c.pending = nil
+	_, err := io.WriteString(c.w, CleanLog(data))
+	return err
+}
+
+// unfinishedTail is the length of data's end that may be the start of a
+// control sequence, a \r\n or a UTF-8 character that the next bytes
+// finish.
+func unfinishedTail(data []byte) int {
+	if n := UnfinishedControlSequence(data); n > 0 {
+		return n
+	}
+	if n := len(data); n > 0 && data[n-1] == '\r' {
+		return 1
+	}
+	for n := 1; n < utf8.UTFMax && n <= len(data); n++ {
+		if b := data[len(data)-n]; utf8.RuneStart(b) {
+			if !utf8.FullRune(data[len(data)-n:]) {
+				return n
+			}
+			break
+		}
+	}
+	return 0
 }

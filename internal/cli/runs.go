@@ -11,7 +11,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -290,61 +289,6 @@ console shows it. --raw prints the bytes as the handler wrote them.`,
 	return cmd
 }
 
-// cleanWriter writes a log through archive.CleanLog. A write that ends
-// inside a control sequence or a UTF-8 character keeps that end back until
-// the next write completes it, or Flush: a log read in chunks (opkit logs
-// -f) is cleaned as the whole would be.
-type cleanWriter struct {
-	w       io.Writer
-	pending []byte
-}
-
-// maxHeldBack bounds what a write may keep back: a longer unfinished
-// "sequence" is not one, and is cleaned as it is.
-const maxHeldBack = 4096
-
-func (c *cleanWriter) Write(p []byte) (int, error) {
-	data := append(c.pending, p...)
-	cut := len(data) - unfinishedTail(data)
-	if len(data)-cut > maxHeldBack {
-		cut = len(data)
-	}
-	c.pending = append([]byte(nil), data[cut:]...)
-	if _, err := io.WriteString(c.w, archive.CleanLog(data[:cut])); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-// Flush writes what was kept back.
-func (c *cleanWriter) Flush() error {
-	data := c.pending
-	c.pending = nil
-	_, err := io.WriteString(c.w, archive.CleanLog(data))
-	return err
-}
-
-// unfinishedTail is the length of data's end that may be the start of a
-// control sequence, a \r\n or a UTF-8 character that the next bytes
-// finish.
-func unfinishedTail(data []byte) int {
-	if n := archive.UnfinishedControlSequence(data); n > 0 {
-		return n
-	}
-	if n := len(data); n > 0 && data[n-1] == '\r' {
-		return 1
-	}
-	for n := 1; n < utf8.UTFMax && n <= len(data); n++ {
-		if b := data[len(data)-n]; utf8.RuneStart(b) {
-			if !utf8.FullRune(data[len(data)-n:]) {
-				return n
-			}
-			break
-		}
-	}
-	return 0
-}
-
 // printRerunLinks says which run a re-run repeats, who asked and why,
 // and which re-runs a run has had; nothing for a run with neither.
 func printRerunLinks(w io.Writer, run *archive.Run) {
@@ -376,9 +320,9 @@ type logsOptions struct {
 func printLogs(ctx context.Context, store archive.Reader, id string, o logsOptions, stdout, stderr io.Writer) error {
 	end := &lineEnd{w: stdout}
 	out := io.Writer(end)
-	var clean *cleanWriter
+	var clean *archive.CleanWriter
 	if !o.raw {
-		clean = &cleanWriter{w: end}
+		clean = archive.NewCleanWriter(end)
 		out = clean
 	}
 	// done writes what the cleaner kept back and ends the last line.

@@ -275,28 +275,6 @@ func TestLogsStripTerminalControlUnlessRaw(t *testing.T) {
 	}
 }
 
-func TestCleanWriterCleansALogSplitAnywhereAsAWhole(t *testing.T) {
-	log := hostileLog + "\x1b]8;;https://example.com\x1b\\link\x1b]8;;\x1b\\ é ü 日本\r\nend"
-	want := archive.CleanLog([]byte(log))
-	for cut := range len(log) + 1 {
-		for second := cut; second <= len(log); second += 7 {
-			var out bytes.Buffer
-			w := &cleanWriter{w: &out}
-			for _, part := range []string{log[:cut], log[cut:second], log[second:]} {
-				if _, err := w.Write([]byte(part)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := w.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			if out.String() != want {
-				t.Fatalf("split at %d and %d: %q, want %q", cut, second, out.String(), want)
-			}
-		}
-	}
-}
-
 func TestLogsOfALongRunKeepItsStartAndEndWithTheCutMarked(t *testing.T) {
 	ctx := t.Context()
 	path, store, run := archiveWithRun(t)

@@ -123,6 +123,12 @@ var rules = []rule{
 		not:  []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
 	},
 	{
+		says:      "the runs API reads the archive and serves it on net/http: no engine, console or CLI, and no k8s.io/apiserver (package runsapi)",
+		from:      []string{"internal/runsapi/..."},
+		not:       []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/executor/...", "k8s.io/apiserver/..."},
+		notDirect: []string{"sigs.k8s.io/controller-runtime/..."},
+	},
+	{
 		says:   "a run's path from cause to archive stays in the run package, with no call climbing back to the engine (issue 35)",
 		from:   []string{"internal/run/..."},
 		not:    []string{"internal/engine/..."},

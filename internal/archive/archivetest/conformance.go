@@ -316,6 +316,8 @@ func listFiltersAndPages(t *testing.T, open Open) {
 		{"all", archive.Query{}, func(*archive.Run) bool { return true }},
 		{"operator", archive.Query{Operator: "website"}, func(r *archive.Run) bool { return r.Operator == "website" }},
 		{"object", archive.Query{Namespace: "ns", Name: "obj-2"}, func(r *archive.Run) bool { return r.Namespace == "ns" && r.Name == "obj-2" }},
+		{"no namespace", archive.Query{NoNamespace: true}, func(r *archive.Run) bool { return r.Namespace == "" }},
+		{"object of no namespace", archive.Query{NoNamespace: true, Name: "printer"}, func(r *archive.Run) bool { return r.Namespace == "" && r.Name == "printer" }},
 		{"uid", archive.Query{UID: "uid-ns-obj-3"}, func(r *archive.Run) bool { return r.UID == "uid-ns-obj-3" }},
 		{"handler", archive.Query{Handler: "cleanup"}, func(r *archive.Run) bool { return r.Handler == "cleanup" }},
 		{"failed", archive.Query{Failed: true}, func(r *archive.Run) bool { return r.Outcome.Failure() }},

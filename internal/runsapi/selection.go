@@ -1,0 +1,109 @@
+package runsapi
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+)
+
+// filter is what a list or watch selects: its namespace, and the
+// value each label or field of its selectors names, which the archive's
+// query filters on.
+type filter struct {
+	// namespace is the request's, or the one metadata.namespace names;
+	// "" for every namespace.
+	namespace string
+	// values are the selected values, by label key or field path.
+	values map[string]string
+	// none is set when two terms want different values of one thing:
+	// nothing matches.
+	none bool
+	// labels and fields are the selectors as parsed, which watched
+	// objects are matched against.
+	labels labels.Selector
+	fields fields.Selector
+}
+
+// value is the value selected for a label or field, "" if none.
+func (s *filter) value(key string) string { return s.values[key] }
+
+// set records that key selects v; another value for the same thing
+// (a label and the field it mirrors) selects nothing.
+func (s *filter) set(key, v string) {
+	if old, ok := s.values[key]; ok && old != v {
+		s.none = true
+	}
+	s.values[key] = v
+}
+
+// parseSelection reads the labelSelector and fieldSelector of a list or
+// watch of resource, whose labels and fields (each mapped to the key it
+// sets: a label and the field it mirrors set the same) are those given.
+// A selector the archive cannot express is a 400 naming it.
+func parseSelection(r *http.Request, namespace, resource string, labelKeys, fieldKeys map[string]string) (*filter, error) {
+	sel := &filter{namespace: namespace, values: map[string]string{}, labels: labels.Everything(), fields: fields.Everything()}
+	bad := func(format string, args ...any) error {
+		return apierrors.NewBadRequest(fmt.Sprintf(format, args...))
+	}
+	if text := r.URL.Query().Get("labelSelector"); text != "" {
+		ls, err := labels.Parse(text)
+		if err != nil {
+			return nil, bad("labelSelector %q: %v", text, err)
+		}
+		reqs, _ := ls.Requirements()
+		for _, req := range reqs {
+			key, ok := labelKeys[req.Key()]
+			if !ok {
+				return nil, bad("labelSelector %q: %s has no label %s; the labels of %s are %s", text, resource, req.Key(), resource, strings.Join(sortedKeys(labelKeys), ", "))
+			}
+			vals := req.Values().List()
+			switch op := req.Operator(); {
+			case (op == selection.Equals || op == selection.DoubleEquals || op == selection.In) && len(vals) == 1:
+				sel.set(key, vals[0])
+			default:
+				return nil, bad("labelSelector %q: %q: the archive selects %s by one value of a label (%s=VALUE), not with %s", text, req.String(), resource, req.Key(), op)
+			}
+		}
+		sel.labels = ls
+	}
+	if text := r.URL.Query().Get("fieldSelector"); text != "" {
+		fs, err := fields.ParseSelector(text)
+		if err != nil {
+			return nil, bad("fieldSelector %q: %v", text, err)
+		}
+		for _, req := range fs.Requirements() {
+			if req.Operator != selection.Equals && req.Operator != selection.DoubleEquals {
+				return nil, bad("fieldSelector %q: %s%s%s: the archive selects %s by one value of a field (%s=VALUE), not with %s", text, req.Field, req.Operator, req.Value, resource, req.Field, req.Operator)
+			}
+			if req.Field == "metadata.namespace" {
+				if sel.namespace != "" && sel.namespace != req.Value {
+					sel.none = true
+				}
+				sel.namespace = req.Value
+				continue
+			}
+			key, ok := fieldKeys[req.Field]
+			if !ok {
+				return nil, bad("fieldSelector %q: %s cannot be selected by %s; the fields are metadata.namespace, %s", text, resource, req.Field, strings.Join(sortedKeys(fieldKeys), ", "))
+			}
+			sel.set(key, req.Value)
+		}
+		sel.fields = fs
+	}
+	return sel, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

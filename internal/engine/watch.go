@@ -404,8 +404,11 @@ func (r *watchReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	err = r.persist(ctx, obj, step.State, false)
 	// After its record, also when the archive refused it. A short run's
 	// end is recorded by this reconcile, not by one its end wakes.
+	// In a burst (other runs executing) it does not wait: the run slots,
+	// not the workers, then bound the runs in flight, and a watched
+	// object's end costs no API write that waiting would save.
 	wait := r.runWait
-	if err != nil {
+	if err != nil || rn.Executing() > 0 {
 		wait = -1
 	}
 	if rn.LaunchWaiting(ctx, step.Start, obj.Object, wait) {

@@ -178,6 +178,9 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 	}()
 }
 
+// Executing is the number of the operator's runs executing now.
+func (rn *Runner) Executing() int { return len(rn.slots) }
+
 // LaunchWaiting is Launch for a caller that waits up to wait for the
 // run's end, so that a short run is recorded by the same write as the
 // step that decided it (a custom resource's reconcile: one status patch,

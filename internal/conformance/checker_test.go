@@ -189,7 +189,14 @@ func (ch *checker) start() {
 		ch.procLog = f
 	}
 	cmd := exec.Command(ch.bin)
-	cmd.Env = append(os.Environ(), engineEnv+"="+ch.dir, namespaceEnv+"="+ch.ns, "KUBECONFIG="+ch.kube)
+	// A case's first engine waits or not by its history's length, so that
+	// both ways are checked in cases without a restart too; its next
+	// engines take turns.
+	runWait := "-1ns" // never waits
+	if (len(ch.c.History)+len(ch.starts))%2 == 1 {
+		runWait = "5s" // waits for the end of every run but a held or slow one
+	}
+	cmd.Env = append(os.Environ(), engineEnv+"="+ch.dir, namespaceEnv+"="+ch.ns, "KUBECONFIG="+ch.kube, runWaitEnv+"="+runWait)
 	cmd.Stdout, cmd.Stderr = ch.procLog, ch.procLog
 	// The engine process ends with the test's, also when the test is
 	// killed (make soak stopped with Ctrl-C, a CI timeout).

@@ -33,6 +33,12 @@ const (
 	// ready.<pid> out.
 	engineEnv    = "OPKIT_CONFORMANCE_ENGINE"
 	namespaceEnv = "OPKIT_CONFORMANCE_NAMESPACE"
+	// runWaitEnv is the engine's Options.RunWait (a duration): the
+	// checker's engine starts alternate between a reconcile that waits
+	// for every run it starts, whose end its own status write records,
+	// and one that never waits, whose runs' ends the next reconcile
+	// records.
+	runWaitEnv = "OPKIT_CONFORMANCE_RUN_WAIT"
 )
 
 func TestMain(m *testing.M) {
@@ -196,7 +202,11 @@ func runEngine(dir, namespace string) int {
 	if err != nil {
 		return fail(err)
 	}
-	s, err := stack.Start(ctx, stack.Options{Engine: engine.Options{Config: cfg, Namespace: namespace}, Archive: filepath.Join(dir, "runs.db")})
+	runWait, err := time.ParseDuration(os.Getenv(runWaitEnv))
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", runWaitEnv, err))
+	}
+	s, err := stack.Start(ctx, stack.Options{Engine: engine.Options{Config: cfg, Namespace: namespace, RunWait: runWait}, Archive: filepath.Join(dir, "runs.db")})
 	if err != nil {
 		return fail(err)
 	}

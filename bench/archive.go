@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"reflect"
@@ -19,6 +21,7 @@ import (
 	"github.com/opkit-dev/opkit/bench/baseline"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/archive/pgtest"
+	"github.com/opkit-dev/opkit/internal/runsapi"
 )
 
 // The archive and console scenarios run on each store of -archive-stores:
@@ -106,6 +109,9 @@ func (b *bench) archiveScale(ctx context.Context, st store, n int) error {
 		}
 		b.addFor(st, "archive", subject, q.name, "ms", percentile(lat, 99))
 	}
+	if err := b.runsAPIList(ctx, st, s, subject); err != nil {
+		return err
+	}
 	t0 := time.Now()
 	pruned, err := s.Prune(ctx, archive.Retention{MaxRuns: n})
 	if err != nil {
@@ -115,6 +121,60 @@ func (b *bench) archiveScale(ctx context.Context, st store, n int) error {
 		return fmt.Errorf("prune to %d runs deleted %d, want the %d recorded since", n, pruned, batch)
 	}
 	b.addFor(st, "archive", subject, fmt.Sprintf("prune %s oldest", sizeLabel(batch)), "ms", float64(time.Since(t0).Microseconds())/1000)
+	return nil
+}
+
+// runsAPIObjectQueries are the lists of runsAPIList: one object's runs
+// (kubectl get runs -l opkit.dev/object=NAME) in every namespace and in
+// its own, with the metric each gives.
+var runsAPIObjectQueries = []struct{ metric, path string }{
+	{"runs API one object, all namespaces", "/apis/runs.opkit.dev/v1alpha1/runs"},
+	{"runs API one object, one namespace", "/apis/runs.opkit.dev/v1alpha1/namespaces/%s/runs"},
+}
+
+// runsAPIList lists one object's runs through the runs API's handler
+// (package runsapi, in process: no API server, no TLS), as kubectl get
+// runs asks: a Table, a page of 500 (kubectl's --chunk-size), with the
+// label selector opkit.dev/object. The object has a run in 2000 (500 at
+// 1M runs): every list is a full page. p50 and p99 of 200 lists each.
+func (b *bench) runsAPIList(ctx context.Context, st store, s archive.Reader, subject string) error {
+	h, err := runsapi.New(runsapi.Options{
+		Archive: s, Namespace: "opkit-system", // not the runs': their namespace's list is one query
+		Authenticator: runsapi.AuthenticatorFunc(func(*http.Request) (*runsapi.User, bool, error) {
+			return &runsapi.User{Name: "bench"}, true, nil
+		}),
+		Authorizer: runsapi.AuthorizerFunc(func(context.Context, runsapi.Attributes) (bool, string, error) { return true, "", nil }),
+	})
+	if err != nil {
+		return err
+	}
+	for _, q := range runsAPIObjectQueries {
+		path := q.path
+		if strings.Contains(path, "%s") {
+			path = fmt.Sprintf(path, b.c.ns)
+		}
+		path += "?limit=500&labelSelector=" + url.QueryEscape("opkit.dev/object=obj-1234")
+		var lat []time.Duration
+		var body string
+		for range 200 {
+			req := httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil)
+			req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
+			rec := httptest.NewRecorder()
+			t0 := time.Now()
+			h.ServeHTTP(rec, req)
+			lat = append(lat, time.Since(t0))
+			if rec.Code != http.StatusOK {
+				return fmt.Errorf("%s: %s: %d %s", q.metric, path, rec.Code, rec.Body)
+			}
+			body = rec.Body.String()
+		}
+		// An empty table would time nothing: the object has runs.
+		if !strings.Contains(body, `"kind":"Table"`) || !strings.Contains(body, `"obj-1234"`) {
+			return fmt.Errorf("%s: %s answers no Table of obj-1234's runs: %.300s", q.metric, path, body)
+		}
+		b.addFor(st, "archive", subject, q.metric+" p50", "ms", percentile(lat, 50))
+		b.addFor(st, "archive", subject, q.metric+" p99", "ms", percentile(lat, 99))
+	}
 	return nil
 }
 

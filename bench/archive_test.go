@@ -12,8 +12,8 @@ import (
 // TestArchiveScenarioOnEachStore runs the archive scenario, small, on
 // SQLite and on PostgreSQL, without a cluster: each store is filled in
 // bulk (its loader writes the sample run as the store does, or the fill
-// fails), records, answers the queries, is pruned back to its size, and
-// gives every figure. PostgreSQL is skipped where it cannot start, unless
+// fails), records, answers the queries (the runs API's lists of one
+// object's runs too), is pruned back to its size, and gives every figure. PostgreSQL is skipped where it cannot start, unless
 // CI=true.
 func TestArchiveScenarioOnEachStore(t *testing.T) {
 	const n = 3000
@@ -51,6 +51,8 @@ func TestArchiveScenarioOnEachStore(t *testing.T) {
 			}{
 				{"bulk fill", 1}, {"size on disk", 1}, {"runs recorded/s", 2}, {"one object's runs p99", 2},
 				{"latest failures p99", 2}, {"prune 500 oldest", 2},
+				{"runs API one object, all namespaces p50", 2}, {"runs API one object, all namespaces p99", 2},
+				{"runs API one object, one namespace p50", 2}, {"runs API one object, one namespace p99", 2},
 			} {
 				f := b.find(st, "archive", "3k runs", m.metric)
 				if f == nil || len(f.Values) != m.runs || f.Min <= 0 {

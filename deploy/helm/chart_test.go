@@ -68,6 +68,10 @@ var setups = []struct {
 	{"runners beside the printer, another release and port", []string{runnersFixture, "printer"}, manifests.Options{
 		Name: "ops", Namespace: "tools", RunnersPort: 9444, Image: "registry.example.com/opkit:v1.4.0",
 	}},
+	{"runs API, one replica", []string{"printer"}, manifests.Options{RunsAPI: true}},
+	{"runs API, three replicas, another release and port", []string{"deploy-notifier", "website/admission"}, manifests.Options{
+		Name: "ops", Namespace: "tools", Replicas: 3, ArchiveSecret: "opkit-archive", RunsAPI: true, RunsAPIPort: 9445, AllowHostExec: true,
+	}},
 	{"no definitions", nil, manifests.Options{}},
 }
 
@@ -258,6 +262,19 @@ func TestChartRefusesReplicasWithoutASharedArchive(t *testing.T) {
 	vals["replicas"] = 2
 	if _, err := render(t, c, vals, "opkit", "opkit"); err == nil || !strings.Contains(err.Error(), "archive.secretName") {
 		t.Errorf("rendered two replicas without an archive Secret: %v; want a refusal", err)
+	}
+}
+
+func TestChartRefusesTheRunsAPIWithoutItsRules(t *testing.T) {
+	c := loadChart(t)
+	_, vals := generated(t, []string{"printer"}, manifests.Options{})
+	vals["runsApi"] = map[string]any{"enabled": true}
+	if _, err := render(t, c, vals, "opkit", "opkit"); err == nil || !strings.Contains(err.Error(), "opkit generate values --runs-api") {
+		t.Errorf("rendered the runs API with rules that do not grant it: %v; want a refusal naming opkit generate values --runs-api", err)
+	}
+	_, vals = generated(t, []string{"printer"}, manifests.Options{RunsAPI: true})
+	if _, err := render(t, c, vals, "opkit", "opkit"); err != nil {
+		t.Errorf("the values of opkit generate values --runs-api: %v", err)
 	}
 }
 

@@ -209,6 +209,9 @@ var pgMigrations = []string{
 	// deliveries_turned_down: every refusal, by the source's checks and
 	// by a handler (SQLite's ninth migration).
 	`CREATE INDEX deliveries_turned_down ON deliveries (id) WHERE ` + turnedDown + `;`,
+	// runs_name: one object's runs in every namespace, newest first
+	// (SQLite's tenth migration, which says why).
+	`CREATE INDEX runs_name ON runs (name, id);`,
 }
 
 // OpenPostgres opens the archive in the PostgreSQL database dsn names (a

@@ -172,6 +172,13 @@ var migrations = []string{
 	// events --refused), by the source's checks and by a handler, newest
 	// first. Its condition is turnedDown's.
 	`CREATE INDEX deliveries_turned_down ON deliveries (id) WHERE ` + turnedDown + `;`,
+	// runs_name: one object's runs in every namespace, newest first (the
+	// runs API's kubectl get runs -A -l opkit.dev/object=NAME, a Query
+	// with a Name and no Namespace), which runs_object, led by the
+	// namespace, cannot serve: without it the list read every run
+	// (about 40 ms at 100k runs, 0.5 s at 1M). It costs each run's
+	// insert one more index entry.
+	`CREATE INDEX runs_name ON runs (name, id);`,
 }
 
 // SQLite is the embedded Store: one database file in WAL mode. Writes go

@@ -234,6 +234,9 @@ func TestSQLiteQueriesUseTheirIndexes(t *testing.T) {
 		{"object", "runs_object", func() (string, []any) { return list(Query{Namespace: "ns", Name: "n"}) }},
 		{"uid", "runs_uid", func() (string, []any) { return list(Query{UID: "u"}) }},
 		{"object of a kind", "runs_object", func() (string, []any) { return list(Query{Kind: "Deployment", Namespace: "ns", Name: "n"}) }},
+		// The runs API's kubectl get runs -A -l opkit.dev/object=n.
+		{"object in every namespace", "runs_name", func() (string, []any) { return list(Query{Name: "n"}) }},
+		{"object of an operator in every namespace", "runs_name", func() (string, []any) { return list(Query{Operator: "op", Name: "n"}) }},
 		{"states of an operator", "sqlite_autoindex_states_1", func() (string, []any) { return statesSQL, []any{"op"} }},
 		{"delete a state", "sqlite_autoindex_states_1", func() (string, []any) { return deleteStateSQL, []any{"op", "uid"} }},
 		{"pending deliveries", "deliveries_pending", func() (string, []any) { return pendingDeliveriesSQL, []any{"op"} }},

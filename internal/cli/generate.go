@@ -39,6 +39,7 @@ func (f *generateFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.Console.Auth, "console-auth", manifests.ConsoleAuthNone, "serve the console: none (no console), token (--console-token-secret) or kubernetes (TokenReview and SubjectAccessReview)")
 	cmd.Flags().StringVar(&o.Console.TokenSecret, "console-token-secret", "", "for --console-auth token: a Secret in the engine's namespace whose key "+manifests.TokenKey+" is the console's token")
 	cmd.Flags().StringVar(&o.Console.URL, "console-url", "", "the console's public base URL, linked from Events")
+	cmd.Flags().BoolVar(&o.RunsAPI, "runs-api", false, "serve the run archive as the aggregated API runs.opkit.dev (kubectl get runs): an APIService, the whole cluster's, its Service, its RBAC and the ClusterRole "+manifests.RunsViewerRole+" (docs/runs-api.md)")
 	cmd.Flags().BoolVar(&o.Hooks, "hooks", false, "expose the hooks port (webhook deliveries) even when no definition has a source")
 	cmd.Flags().BoolVar(&o.AllowHostExec, "allow-host-exec", false, "warn, instead of refusing, when an exec handler names no exec.image: it runs in the engine's container, so the engine's image (--image) must hold its program")
 }

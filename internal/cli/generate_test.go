@@ -35,6 +35,23 @@ func TestGenerateManifestsPrintsTheEngineAndItsOperators(t *testing.T) {
 	}
 }
 
+func TestGenerateManifestsWithRunsAPIAddsTheAPIServiceItsServiceAndItsRBAC(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"generate", "manifests", "-f", "../../examples/printer/operator.yaml", "--image", "registry.example.com/opkit:v1", "--runs-api"}
+	if code := Main(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	for _, s := range []string{
+		"kind: APIService", "name: v1alpha1.runs.opkit.dev", "name: opkit-runs\n", "name: opkit-runs-viewer", "name: system:auth-delegator",
+		"name: extension-apiserver-authentication-reader", "- --runs-api-addr\n        - :7385\n        - --runs-api-service\n        - opkit/opkit-runs\n",
+		"# runs API: keeps the caBundle of its APIService current",
+	} {
+		if !strings.Contains(stdout.String(), s) {
+			t.Errorf("the manifests lack %q", s)
+		}
+	}
+}
+
 func TestGenerateValuesWritesTheRules(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := Main([]string{"generate", "values", "-f", "../../examples/team-watch/operator.yaml", "--allow-host-exec"}, &stdout, &stderr); code != 0 {

@@ -50,6 +50,14 @@
 //   - the console: get and list of Operators, list of core Events, get and
 //     patch of the custom resources, and with Kubernetes auth create of
 //     TokenReviews and SubjectAccessReviews.
+//   - the runs API (Options.RunsAPI): get and patch of its APIService
+//     RunsAPIName by name (its caBundle; never create nor delete: the
+//     manifests make it, and an uninstall must not see an engine that is
+//     still stopping make it again), get and update of the Secret of its
+//     certificates by name; and, as every aggregated API server, the
+//     ClusterRoles system:auth-delegator (SubjectAccessReviews) and, in
+//     kube-system, the Role extension-apiserver-authentication-reader,
+//     bound rather than copied, which Kubernetes keeps current.
 //   - runners (an exec handler that names exec.image): create of
 //     TokenReviews (each runner's token), get and update of the Secret
 //     RunnersTLSSecret and the ConfigMap RunnersCA by name, which the
@@ -69,7 +77,11 @@
 // no capabilities, RuntimeDefault seccomp), probes on /healthz and
 // /readyz, and leader election and anti-affinity with more than one
 // replica, a Service, and a PodDisruptionBudget with more than one
-// replica. The console is served only with authentication.
+// replica. The console is served only with authentication. With
+// Options.RunsAPI, the runs API's Service (every replica serves reads),
+// the Secret of its certificates and its APIService, both made without
+// what the engine fills, and the ClusterRole RunsViewerRole, aggregated
+// into the built-in view, edit and admin.
 //
 // # Runners
 //

@@ -2,6 +2,7 @@ package manifests_test
 
 import (
 	"bytes"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -216,6 +217,7 @@ func TestOptionsThatCannotWorkAreRefusedNamingTheFlag(t *testing.T) {
 		{manifests.Options{Operators: "git"}, "--operators"},
 		{manifests.Options{Namespace: "Opkit"}, "--namespace"},
 		{manifests.Options{MetricsPort: 7382}, "ports are both 7382"},
+		{manifests.Options{RunsAPIPort: 7384}, "the runners and runs-api ports are both 7384"},
 	} {
 		_, err := manifests.New(defs, tc.opts)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -297,5 +299,85 @@ func TestAConversionHasTheWebhookServiceToo(t *testing.T) {
 	c := deployment(t, objs, "opkit").Spec.Template.Spec.Containers[0]
 	if want := "--webhook-addr :7383 --webhook-service opkit-webhook:443"; !strings.Contains(strings.Join(c.Args, " "), want) {
 		t.Errorf("args %q; want %s", c.Args, want)
+	}
+}
+
+// TestRunsAPIIsServedByEveryReplicaBehindAnAPIServiceTheEngineCompletes:
+// with RunsAPI, the engine is told where to serve and which Service the
+// APIService names; that Service selects every replica; the APIService
+// and the certificates' Secret are made without what the engine fills
+// (a caBundle, certificates); the engine is bound to the roles every
+// aggregated API server needs; and people get a viewer role that the
+// built-in view, edit and admin aggregate. Without RunsAPI (the
+// default), none of it.
+func TestRunsAPIIsServedByEveryReplicaBehindAnAPIServiceTheEngineCompletes(t *testing.T) {
+	objs := objects(t, manifests.Options{Replicas: 2, ArchiveSecret: "opkit-db", RunsAPI: true}, "printer")
+	d := deployment(t, objs, "opkit")
+	c := d.Spec.Template.Spec.Containers[0]
+	if want := "--runs-api-addr :7385 --runs-api-service opkit/opkit-runs"; !strings.Contains(strings.Join(c.Args, " "), want) {
+		t.Errorf("args %q; want %s", c.Args, want)
+	}
+	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "runs-api" && p.ContainerPort == 7385 }) {
+		t.Errorf("ports %+v; want runs-api 7385", c.Ports)
+	}
+	svc := &corev1.Service{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["Service/opkit-runs"].Object, svc); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(svc.Spec.Selector, d.Spec.Template.Labels) || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort.String() != "runs-api" {
+		t.Errorf("runs Service %+v; want port 443 to runs-api, selecting every replica (%v)", svc.Spec, d.Spec.Template.Labels)
+	}
+	api := objs["APIService/v1alpha1.runs.opkit.dev"]
+	if api == nil {
+		t.Fatalf("no APIService among %v", keys(objs))
+	}
+	spec, _, _ := unstructured.NestedMap(api.Object, "spec")
+	if spec["group"] != "runs.opkit.dev" || spec["version"] != "v1alpha1" || spec["caBundle"] != nil || spec["insecureSkipTLSVerify"] != nil {
+		t.Errorf("APIService spec %v; want group runs.opkit.dev, version v1alpha1, no caBundle (the engine's) and TLS verified", spec)
+	}
+	if ref, _, _ := unstructured.NestedMap(spec, "service"); ref["namespace"] != "opkit" || ref["name"] != "opkit-runs" || ref["port"] != int64(443) {
+		t.Errorf("APIService service %v; want opkit/opkit-runs:443", ref)
+	}
+	if s := objs["Secret/opkit-runs-tls"]; s == nil || s.Object["data"] != nil {
+		t.Errorf("the runs API's certificates' Secret %v; want it, empty", s)
+	}
+	crb := &rbacv1.ClusterRoleBinding{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["ClusterRoleBinding/opkit:opkit:auth-delegator"].Object, crb); err != nil {
+		t.Fatal(err)
+	}
+	if crb.RoleRef.Name != "system:auth-delegator" || len(crb.Subjects) != 1 || crb.Subjects[0].Name != "opkit" || crb.Subjects[0].Namespace != "opkit" {
+		t.Errorf("auth-delegator binding %+v", crb)
+	}
+	rb := &rbacv1.RoleBinding{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["RoleBinding/opkit:opkit:auth-reader"].Object, rb); err != nil {
+		t.Fatal(err)
+	}
+	if rb.Namespace != "kube-system" || rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != "extension-apiserver-authentication-reader" || rb.Subjects[0].Name != "opkit" {
+		t.Errorf("auth-reader binding %+v; want the Role extension-apiserver-authentication-reader in kube-system", rb)
+	}
+	viewer := &rbacv1.ClusterRole{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs["ClusterRole/opkit-runs-viewer"].Object, viewer); err != nil {
+		t.Fatal(err)
+	}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"runs.opkit.dev"}, Resources: []string{"runs", "runs/log", "deliveries"}, Verbs: []string{"get", "list", "watch"}}}
+	if !slices.EqualFunc(viewer.Rules, want, func(a, b rbacv1.PolicyRule) bool {
+		return slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) && slices.Equal(a.Verbs, b.Verbs) && len(a.ResourceNames) == 0
+	}) {
+		t.Errorf("opkit-runs-viewer rules %+v; want %+v", viewer.Rules, want)
+	}
+	for _, role := range []string{"view", "edit", "admin"} {
+		if viewer.Labels["rbac.authorization.k8s.io/aggregate-to-"+role] != "true" {
+			t.Errorf("opkit-runs-viewer labels %v; want it aggregated to %s", viewer.Labels, role)
+		}
+	}
+
+	printer := objects(t, manifests.Options{}, "printer")
+	for _, k := range []string{"APIService/v1alpha1.runs.opkit.dev", "Service/opkit-runs", "Secret/opkit-runs-tls", "ClusterRole/opkit-runs-viewer", "ClusterRoleBinding/opkit:opkit:auth-delegator", "RoleBinding/opkit:opkit:auth-reader"} {
+		if printer[k] != nil {
+			t.Errorf("%s without RunsAPI: it is off by default", k)
+		}
+	}
+	if args := deployment(t, printer, "opkit").Spec.Template.Spec.Containers[0].Args; slices.Contains(args, "--runs-api-addr") {
+		t.Errorf("args %q without RunsAPI", args)
 	}
 }

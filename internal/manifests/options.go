@@ -44,6 +44,7 @@ const (
 	DefaultConsolePort     = 7380
 	DefaultWebhookPort     = 7383
 	DefaultRunnersPort     = 7384
+	DefaultRunsAPIPort     = 7385
 	// LeaseName is the Lease of leader election (opkit run's
 	// --leader-elect-lease default).
 	LeaseName = "opkit-engine"
@@ -64,6 +65,14 @@ const (
 	// certificate (opkit run --webhook-secret's default): made empty by
 	// the manifests, filled by the engine.
 	WebhookSecret = "opkit-webhook-certs"
+	// RunsAPIName is the APIService of the runs API (opkit run
+	// --runs-api-addr), <version>.<group>: one per cluster.
+	RunsAPIName = "v1alpha1.runs.opkit.dev"
+	// RunsViewerRole is the ClusterRole that reads the runs API: get,
+	// list and watch of runs, runs/log and deliveries. A RoleBinding to
+	// it grants a namespace's runs; the built-in view, edit and admin
+	// roles aggregate it.
+	RunsViewerRole = "opkit-runs-viewer"
 	// ArchiveKey is the key of Options.ArchiveSecret that holds the DSN.
 	ArchiveKey = "dsn"
 	// TokenKey is the key of Options.Console.TokenSecret.
@@ -133,6 +142,19 @@ type Options struct {
 	// writes, and the certificates' Secret (WebhookSecret). Defaults to
 	// whether a definition has admission handlers.
 	Webhook bool
+	// RunsAPI serves the run archive as the aggregated API
+	// runs.opkit.dev/v1alpha1 (kubectl get runs, docs/runs-api.md): the
+	// runs-api port, a Service <Name>-runs in front of every replica
+	// (each serves reads from the archive), the APIService RunsAPIName
+	// (the engine fills its caBundle), the Secret of its certificates
+	// (<Name>-runs-tls, made empty, filled by the engine), the
+	// engine's bindings to system:auth-delegator and, in kube-system,
+	// to extension-apiserver-authentication-reader, and the ClusterRole
+	// RunsViewerRole. Defaults to false: an APIService is the whole
+	// cluster's, and while no replica answers, discovery of its group
+	// fails for every client and namespaces being deleted wait
+	// (docs/runs-api.md says more).
+	RunsAPI bool
 	// AllowHostExec lets an exec handler without exec.image through, with
 	// a warning: it runs in the engine's container, where the stock image
 	// has no interpreter and the handler shares the engine's credentials.
@@ -145,8 +167,9 @@ type Options struct {
 	// toleration changes nothing. Defaults to false.
 	DevNode bool
 	// Ports of the engine's listeners. Each defaults to its Default*Port.
-	// RunnersPort serves the runner API, with an exec handler in an image.
-	MetricsPort, HooksPort, ConsolePort, WebhookPort, RunnersPort int32
+	// RunnersPort serves the runner API, with an exec handler in an image;
+	// RunsAPIPort the runs API, with RunsAPI.
+	MetricsPort, HooksPort, ConsolePort, WebhookPort, RunnersPort, RunsAPIPort int32
 	// Resources of the engine's container. Defaults to a request of 100m
 	// CPU and 192Mi of memory and a limit of 512Mi (docs/production.md,
 	// Sizing).
@@ -214,6 +237,9 @@ func (o Options) withDefaults() Options {
 	if o.RunnersPort == 0 {
 		o.RunnersPort = DefaultRunnersPort
 	}
+	if o.RunsAPIPort == 0 {
+		o.RunsAPIPort = DefaultRunsAPIPort
+	}
 	if o.Resources == nil {
 		r := DefaultResources()
 		o.Resources = &r
@@ -258,7 +284,7 @@ func (o Options) validate() error {
 	for _, p := range []struct {
 		name string
 		port int32
-	}{{"metrics", o.MetricsPort}, {"hooks", o.HooksPort}, {"console", o.ConsolePort}, {"webhook", o.WebhookPort}, {"runners", o.RunnersPort}} {
+	}{{"metrics", o.MetricsPort}, {"hooks", o.HooksPort}, {"console", o.ConsolePort}, {"webhook", o.WebhookPort}, {"runners", o.RunnersPort}, {"runs-api", o.RunsAPIPort}} {
 		if p.port < 1 || p.port > 65535 {
 			errs = append(errs, fmt.Errorf("the %s port %d is not a port", p.name, p.port))
 		}

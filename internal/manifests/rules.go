@@ -192,6 +192,16 @@ func (n *needs) engine(opts Options) {
 		n.add("", "secrets", engineNamespace, WebhookSecret,
 			"webhook: keeps the CA and serving certificate there, shared by every replica and restart, and rotates them", "get", "update")
 	}
+	if opts.RunsAPI {
+		// Patch, not create nor delete: the manifests make the APIService
+		// and an uninstall removes it, which an engine still stopping must
+		// not undo (an APIService left without its server fails discovery
+		// of its group for every client).
+		n.add("apiregistration.k8s.io", "apiservices", anyNamespace, RunsAPIName,
+			"runs API: keeps the caBundle of its APIService current with the CA of its certificates (server-side apply), and reads whether it is Available", "get", "patch")
+		n.add("", "secrets", engineNamespace, RunsAPISecret(opts.Name),
+			"runs API: keeps its CA and serving certificate there, shared by every replica and restart, and rotates them", "get", "update")
+	}
 	if opts.Console.served() {
 		n.add(v1alpha1.Group, "operators", anyNamespace, "", "console: lists the Operators it shows", "get", "list")
 		n.add("", "events", anyNamespace, "", "console: lists each object's Events for its timeline", "list")

@@ -198,6 +198,26 @@ func TestRulesOfTheExamplesGrantWhatTheEngineDoesAndNoMore(t *testing.T) {
 		},
 		namespaceRoles: []string{"default", "team-a"},
 	}, {
+		// The runs API: its APIService and its certificates' Secret by
+		// name; the manifests make both, and the engine never creates nor
+		// deletes the APIService, so that an uninstall removes it for good.
+		example: "printer",
+		opts:    manifests.Options{RunsAPI: true},
+		allowed: []string{
+			"get apiservices.apiregistration.k8s.io v1alpha1.runs.opkit.dev", "patch apiservices.apiregistration.k8s.io v1alpha1.runs.opkit.dev",
+			"get secrets opkit-runs-tls in opkit", "update secrets opkit-runs-tls in opkit",
+		},
+		denied: []string{
+			"create apiservices.apiregistration.k8s.io v1alpha1.runs.opkit.dev", "delete apiservices.apiregistration.k8s.io v1alpha1.runs.opkit.dev",
+			"patch apiservices.apiregistration.k8s.io v1beta1.metrics.k8s.io", "list apiservices.apiregistration.k8s.io",
+			"get secrets opkit-runs-tls in default", "get secrets other in opkit", "create secrets in opkit",
+			// system:auth-delegator grants these, not the engine's rules.
+			"create subjectaccessreviews.authorization.k8s.io",
+		},
+	}, {
+		example: "printer",
+		denied:  []string{"get apiservices.apiregistration.k8s.io v1alpha1.runs.opkit.dev", "get secrets opkit-runs-tls in opkit"},
+	}, {
 		example: "deploy-notifier",
 		opts:    manifests.Options{AdmissionFinalizers: true, Console: manifests.Console{Auth: manifests.ConsoleAuthKubernetes}, Replicas: 2, ArchiveSecret: "db"},
 		allowed: []string{
@@ -253,7 +273,7 @@ func TestRulesOfTheExamplesGrantWhatTheEngineDoesAndNoMore(t *testing.T) {
 func TestNoRuleHasAWildcardAndEachSaysWhy(t *testing.T) {
 	defs := compileExamples(t, "calendar", "deploy-notifier", "handlers", "printer", "rollouts", "team-watch", "website")
 	rules, _ := manifests.ComputeRules(defs, manifests.Options{
-		Replicas: 2, AdmissionFinalizers: true, Console: manifests.Console{Auth: manifests.ConsoleAuthKubernetes},
+		Replicas: 2, AdmissionFinalizers: true, Console: manifests.Console{Auth: manifests.ConsoleAuthKubernetes}, RunsAPI: true,
 	})
 	all := append(append([]manifests.Rule{}, rules.Cluster...), rules.Engine...)
 	for _, rs := range rules.Namespaces {

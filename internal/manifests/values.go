@@ -27,6 +27,7 @@ type values struct {
 	Console             consoleValues `json:"console" yaml:"console"`
 	Hooks               hooksValues   `json:"hooks" yaml:"hooks"`
 	Webhook             hooksValues   `json:"webhook" yaml:"webhook"`
+	RunsAPI             hooksValues   `json:"runsApi" yaml:"runsApi"`
 	Ports               portValues    `json:"ports" yaml:"ports"`
 	Resources           any           `json:"resources" yaml:"resources"`
 	Operators           operatorsVal  `json:"operators" yaml:"operators"`
@@ -80,6 +81,7 @@ type portValues struct {
 	Console int32 `json:"console" yaml:"console"`
 	Webhook int32 `json:"webhook" yaml:"webhook"`
 	Runners int32 `json:"runners" yaml:"runners"`
+	RunsAPI int32 `json:"runsApi" yaml:"runsApi"`
 }
 
 type operatorsVal struct {
@@ -102,7 +104,8 @@ func (m *Manifests) values() (*values, error) {
 		Console:   consoleValues{Auth: o.Console.Auth, TokenSecret: o.Console.TokenSecret, URL: o.Console.URL},
 		Hooks:     hooksValues{Enabled: o.Hooks},
 		Webhook:   hooksValues{Enabled: o.Webhook},
-		Ports:     portValues{Metrics: o.MetricsPort, Hooks: o.HooksPort, Console: o.ConsolePort, Webhook: o.WebhookPort, Runners: o.RunnersPort},
+		RunsAPI:   hooksValues{Enabled: o.RunsAPI},
+		Ports:     portValues{Metrics: o.MetricsPort, Hooks: o.HooksPort, Console: o.ConsolePort, Webhook: o.WebhookPort, Runners: o.RunnersPort, RunsAPI: o.RunsAPIPort},
 		Operators: operatorsVal{From: o.Operators, Definitions: map[string]any{}},
 		Runners:   runnersValues{Operators: map[string]runnerValues{}},
 		Rules:     rulesValues{Namespaces: map[string][]any{}},
@@ -189,6 +192,7 @@ func (m *Manifests) WriteValues(w io.Writer) error {
 		"operators": fmt.Sprintf("The definitions: applied as Operator objects (from: %s) or mounted as\nfiles in a ConfigMap (from: %s).", FromCluster, FromFiles),
 		"archive":   fmt.Sprintf("A Secret in the release's namespace whose key %s is the archive's\nPostgreSQL URL; empty: SQLite on an emptyDir, lost with the Pod.", ArchiveKey),
 		"console":   "auth none serves no console; token (a Secret's key token) or kubernetes serve it.",
+		"runsApi":   "The runs API, runs.opkit.dev (kubectl get runs, docs/runs-api.md): an\nAPIService, the whole cluster's; the rules must grant it (opkit generate\nvalues --runs-api writes them).",
 		"runners":   "The runners of the operators whose exec handlers name exec.image, by operator:\nthe images (a runner Deployment each) and the operator's directory, as its\nConfigMap OPERATOR-files holds it (docs/production.md).",
 	} {
 		for i := 0; i+1 < len(doc.Content); i += 2 {

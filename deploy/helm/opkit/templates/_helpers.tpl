@@ -51,6 +51,17 @@ not given, a wildcard, or a console without authentication.
 {{- if and (eq .Values.console.auth "token") (not .Values.console.tokenSecret) -}}
 {{- fail "console.auth token: set console.tokenSecret, a Secret whose key token is the console's token" -}}
 {{- end -}}
+{{- if .Values.runsApi.enabled -}}
+{{- $granted := false -}}
+{{- range $rule := ($rules.cluster | default list) -}}
+{{- if and (has "apiservices" ($rule.resources | default list)) (has "v1alpha1.runs.opkit.dev" ($rule.resourceNames | default list)) -}}
+{{- $granted = true -}}
+{{- end -}}
+{{- end -}}
+{{- if not $granted -}}
+{{- fail "runsApi.enabled: the rules do not let the engine keep the APIService v1alpha1.runs.opkit.dev current: write the values with `opkit generate values --runs-api -f operator.yaml > values.yaml`" -}}
+{{- end -}}
+{{- end -}}
 {{- if not (has .Values.operators.from (list "cluster" "files")) -}}
 {{- fail (printf "operators.from %q: want cluster or files" .Values.operators.from) -}}
 {{- end -}}

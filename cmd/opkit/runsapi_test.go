@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,8 +19,8 @@ import (
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 )
 
-// napOperator's handler logs, naps NAP seconds, and fails for a Nap whose
-// spec says fail: true.
+// napOperator's handler logs, waits until the file GATE_PATH exists, naps
+// 2 seconds, and fails for a Nap whose spec says fail: true.
 const napOperator = `apiVersion: opkit.dev/v1alpha1
 kind: Operator
 metadata: {name: napper}
@@ -34,8 +35,14 @@ spec:
   - name: nap
     "on": [create]
     exec:
-      command: [sh, -c, 'input=$(cat); echo "napping" >&2; sleep 3; case "$input" in *"\"fail\":true"*) echo "woke up badly" >&2; exit 1;; esac; echo "woke up" >&2']
+      command: [sh, -c, 'input=$(cat); echo "napping" >&2; while [ ! -e "$GATE" ]; do sleep 0.2; done; sleep 2; case "$input" in *"\"fail\":true"*) echo "woke up badly" >&2; exit 1;; esac; echo "woke up" >&2']
+      env: [{name: GATE, value: GATE_PATH}]
 `
+
+// napOperatorGated is napOperator with its gate at gate.
+func napOperatorGated(gate string) string {
+	return strings.Replace(napOperator, "GATE_PATH", strconv.Quote(gate), 1)
+}
 
 // kubectlAll runs kubectl as a user would, on kubeconfig, and returns
 // what it wrote on stdout and stderr, and its error.
@@ -101,7 +108,8 @@ func TestKubectlReadsTheRunsOfOpkitDevAsRBACAllows(t *testing.T) {
 		t.Skip("starts a control plane")
 	}
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "napper.yaml"), []byte(napOperator), 0o600); err != nil {
+	gate := filepath.Join(t.TempDir(), "gate")
+	if err := os.WriteFile(filepath.Join(dir, "napper.yaml"), []byte(napOperatorGated(gate)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, out, kc := startDev(t, dir)
@@ -126,13 +134,17 @@ func TestKubectlReadsTheRunsOfOpkitDevAsRBACAllows(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = watch.Process.Kill(); _ = watch.Wait() })
-	// kubectl says the list is empty before it watches.
-	waitOutput(t, watched, "No resources found", 30*time.Second)
 
 	createNap(t, kc, "a", "ok", false)
 	createNap(t, kc, "b", "bad", true)
-
-	clustertest.Eventually(t, 90*time.Second, "kubectl get runs -w shows a/ok's run Running, then Succeeded", func(context.Context) (bool, error) {
+	// The runs wait at the gate until the watch has shown one Running.
+	clustertest.Eventually(t, 90*time.Second, "kubectl get runs -w shows a/ok's run Running", func(context.Context) (bool, error) {
+		return strings.Contains(strings.Join(runRows(watched.String(), "a/ok"), "\n"), " Running "), nil
+	})
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, 90*time.Second, "kubectl get runs -w shows a/ok's run Succeeded after Running", func(context.Context) (bool, error) {
 		rows := runRows(watched.String(), "a/ok")
 		var running, succeeded bool
 		for _, r := range rows {
@@ -224,7 +236,11 @@ func TestTheAPIServerOutlivesOpkitRunsRunsAPIAndAStopRemovesIt(t *testing.T) {
 	dir := t.TempDir()
 	def := filepath.Join(dir, "napper.yaml")
 	hooksDef := strings.Replace(hooksOperatorYAML, "command: [./handler.sh]\n      env: [{name: DIR, value: %q}]", `command: [sh, -c, 'cat >/dev/null; echo delivered >&2']`, 1)
-	if err := os.WriteFile(def, []byte(napOperator+"---\n"+hooksDef), 0o600); err != nil {
+	gate := filepath.Join(dir, "gate")
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(def, []byte(napOperatorGated(gate)+"---\n"+hooksDef), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hook"}, StringData: map[string]string{"secret": "s3cret"}}

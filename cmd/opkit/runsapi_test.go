@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -254,6 +256,26 @@ func TestTheAPIServerOutlivesOpkitRunsRunsAPIAndAStopRemovesIt(t *testing.T) {
 	waitOutput(t, out, "runs API: https://127.0.0.1:", 90*time.Second)
 	// The line comes once the engine started.
 	waitRunsDiscovered(t, kc, 10*time.Second)
+
+	// Only the API server's front proxy may call: a request straight to
+	// the port, naming an administrator in the headers, is refused.
+	_, addr, _ := strings.Cut(out.String(), "runs API: https://")
+	addr, _, _ = strings.Cut(addr, ",")
+	direct, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://"+addr+"/apis/runs.opkit.dev/v1alpha1/runs", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct.Header.Set("X-Remote-User", "system:admin")
+	direct.Header.Set("X-Remote-Group", "system:masters")
+	insecure := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // what is tested is the server's check of its client
+	resp, err := insecure.Do(direct)
+	if err != nil {
+		t.Fatalf("a request straight to the runs API at %q: %v", addr, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a request straight to the runs API with a forged X-Remote-User: HTTP %d, want 401", resp.StatusCode)
+	}
 
 	createNap(t, kc, "default", "n1", false)
 	clustertest.Eventually(t, 90*time.Second, "kubectl get runs lists default/n1's run Succeeded", func(context.Context) (bool, error) {

@@ -25,7 +25,7 @@ import (
 )
 
 func newDevCommand() *cobra.Command {
-	o := devOptions{console: &consoleFlags{}, metrics: &metricsFlag{}, webhook: &webhookFlags{}}
+	o := devOptions{console: &consoleFlags{}, metrics: &metricsFlag{}, webhook: &webhookFlags{}, runsAPI: &runsAPIFlags{}}
 	cmd := &cobra.Command{
 		Use:   "dev DIR",
 		Short: "Run the Operators in DIR on a local control plane with a dev node, until interrupted",
@@ -52,7 +52,12 @@ The dev node runs the commands of Pods that tolerate opkit.dev/dev-node as
 processes of this machine: see docs/local-control-plane.md.
 
 Prometheus metrics, /healthz and /readyz are served on --metrics-addr, on
-loopback (another port when the default one is taken): see docs/metrics.md.`,
+loopback (another port when the default one is taken): see docs/metrics.md.
+
+The run archive is served to the plane's API server as the aggregated API
+runs.opkit.dev/v1alpha1 (--runs-api-addr; 0 for none): kubectl get runs -A,
+kubectl get runs -w, kubectl get --raw .../runs/ID/log. Its APIService is
+removed when opkit dev stops: see docs/dev.md.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.logFormat.validate(); err != nil {
@@ -75,6 +80,7 @@ loopback (another port when the default one is taken): see docs/metrics.md.`,
 	o.console.register(cmd, "console", "127.0.0.1:7380", "serve the web console on this address; '' for none")
 	o.metrics.register(cmd)
 	o.webhook.register(cmd, defaultWebhookAddr)
+	o.runsAPI.register(cmd, "127.0.0.1:0", "127.0.0.1")
 	o.logFormat.register(cmd)
 	return cmd
 }
@@ -94,6 +100,7 @@ type devOptions struct {
 	console     *consoleFlags
 	metrics     *metricsFlag
 	webhook     *webhookFlags
+	runsAPI     *runsAPIFlags
 	logFormat   logFormatFlag
 	// stdout and stderr are the command's.
 	stdout, stderr io.Writer
@@ -171,9 +178,17 @@ func dev(cmd *cobra.Command, o devOptions) error {
 	if err != nil {
 		return err
 	}
+	// The runs API, reached by the plane's API server through a Service
+	// of type ExternalName to 127.0.0.1; operator-wide runs and the
+	// deliveries are in the engine's namespace, default.
+	runsAPIOpts, err := o.runsAPI.options(metav1.NamespaceDefault)
+	if err != nil {
+		return err
+	}
 	r, err := startEngineLogging(ctx, engine.Options{
 		Config:  cl.RESTConfig(),
 		Webhook: webhookOpts,
+		RunsAPI: runsAPIOpts,
 		// Job handlers' pods run on the dev node.
 		JobTolerations: []corev1.Toleration{{Key: devnode.Taint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 		RunFinished:    func(run archive.Run) { reportFailedRun(stderr, run, archivePath) },
@@ -215,7 +230,11 @@ func dev(cmd *cobra.Command, o devOptions) error {
 	if url := r.MetricsURL(); url != "" {
 		fmt.Fprintf(stderr, "Metrics: %s (and /healthz, /readyz)\n", url)
 	}
-	fmt.Fprintf(stderr, "In another shell:\n  export KUBECONFIG=%s\n  opkit runs --archive %s   # the handler runs\nStop it with Ctrl-C.\n", shellQuote(cl.KubeconfigPath()), shellQuote(archive.RedactDSN(archivePath)))
+	fmt.Fprintf(stderr, "In another shell:\n  export KUBECONFIG=%s\n  opkit runs --archive %s   # the handler runs\n", shellQuote(cl.KubeconfigPath()), shellQuote(archive.RedactDSN(archivePath)))
+	if r.Engine.RunsAPIAddr() != "" {
+		fmt.Fprintf(stderr, "  kubectl get runs -A   # the same, through the API server (runs.opkit.dev)\n")
+	}
+	fmt.Fprintf(stderr, "Stop it with Ctrl-C.\n")
 	select {
 	case <-ctx.Done():
 		return r.Stop() // the engine said "stopping"

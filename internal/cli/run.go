@@ -36,6 +36,7 @@ func newRunCommand() *cobra.Command {
 	wf := &webhookFlags{}
 	lf := &logFormatFlag{}
 	rf := &runnersFlags{}
+	af := &runsAPIFlags{}
 	cmd := &cobra.Command{
 		Use:   "run [-f FILE]...",
 		Short: "Run the engine against the current kubeconfig, for the Operators in the cluster or in FILEs",
@@ -71,7 +72,12 @@ served to the API server over HTTPS on --webhook-addr, reached at
 Exec handlers that name an image (exec.image) run in runner Pods of that image
 when --runners-addr serves the runner API they pull runs from (through
 --runners-service); without it they run on the engine's host: see
-docs/production.md.`,
+docs/production.md.
+
+With --runs-api-addr, the engine also serves its archive to the API server's
+aggregation layer as runs.opkit.dev/v1alpha1, so that kubectl get runs,
+kubectl get deliveries and kubectl get --raw .../runs/ID/log read it, as RBAC
+allows each user: see docs/production.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := lf.validate(); err != nil {
@@ -100,6 +106,9 @@ docs/production.md.`,
 				}
 				opts := engine.Options{Config: cfg, AdmissionFinalizers: admission, AllowBreaking: ef.allowBreaking, MigrateStorage: ef.migrateStorage, RunEvents: ef.runEvents, RunWait: ef.engineRunWait()}
 				if opts.Webhook, err = wf.options(cmd, kubeconfigNamespace(kubeconfig), false); err != nil {
+					return err
+				}
+				if opts.RunsAPI, err = af.options(kubeconfigNamespace(kubeconfig)); err != nil {
 					return err
 				}
 				if err := rf.serve(cmd.Context(), cfg, kubeconfigNamespace(kubeconfig), &opts); err != nil {
@@ -146,6 +155,7 @@ docs/production.md.`,
 	mf.register(cmd)
 	wf.register(cmd, "0")
 	rf.register(cmd)
+	af.register(cmd, "0", "")
 	lf.register(cmd)
 	return cmd
 }
@@ -329,6 +339,9 @@ func startEngine(ctx context.Context, opts engine.Options, archivePath string, c
 	}
 	if err == nil && r.MetricsURL() != "" {
 		fmt.Fprintf(log, "metrics: %s (and /healthz, /readyz)\n", r.MetricsURL())
+	}
+	if err == nil && r.Engine.RunsAPIAddr() != "" {
+		fmt.Fprintf(log, "runs API: https://%s, registered as the APIService %s (kubectl get runs -A)\n", r.Engine.RunsAPIAddr(), engine.RunsAPIName)
 	}
 	return r, err
 }

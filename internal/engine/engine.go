@@ -75,6 +75,9 @@ type Engine struct {
 	// Options.Webhook. webhookMu orders the writes of its configurations.
 	webhook   *webhook.Server
 	webhookMu sync.Mutex
+	// runsAPI serves the archive to kubectl (runsapi.go); nil without
+	// Options.RunsAPI.
+	runsAPI *runsAPI
 	// admission answers the operators' admission calls (package
 	// admission). An operator's admitter is replaced whole when its
 	// definition is applied, apart from its controller, so that a restart
@@ -189,6 +192,13 @@ func New(opts Options) (*Engine, error) {
 			return nil, err
 		}
 	}
+	if opts.RunsAPI != nil {
+		// The archive as given: what the engine records through
+		// (e.opts.Archive) does not read.
+		if e.runsAPI, err = e.newRunsAPI(opts.Archive); err != nil {
+			return nil, err
+		}
+	}
 	return e, nil
 }
 
@@ -294,6 +304,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.running = map[string]*operator{}
 	e.mu.Unlock()
 	e.stopAdmission(ctx)
+	e.stopRunsAPI(ctx)
 	for _, op := range ops {
 		op.stop()
 	}

@@ -135,6 +135,10 @@ type Options struct {
 	// served, and an operator with admission handlers or conversion is
 	// refused.
 	Webhook *WebhookOptions
+	// RunsAPI, when set, serves the archive as the aggregated API
+	// runs.opkit.dev/v1alpha1 (kubectl get runs), on every replica, and
+	// registers its APIService (runsapi.go). Defaults to nil: none.
+	RunsAPI *RunsAPIOptions
 	// Runners, when set, runs exec handlers that name an image
 	// (exec.image) in runner Pods of that image (package runners); a run
 	// whose runner is lost mid-run is recorded Cancelled and runs again

@@ -329,7 +329,7 @@ func (m *Manifests) args() []string {
 		args = append(args, "--runners-addr", port(o.RunnersPort), "--runners-service", RunnersName, "--runners-endpointslice", RunnersName)
 	}
 	if o.RunsAPI {
-		args = append(args, "--runs-api-addr", port(o.RunsAPIPort), "--runs-api-service", o.Namespace+"/"+RunsAPIService(o.Name))
+		args = append(args, "--runs-api-addr", port(o.RunsAPIPort), "--runs-api-service", RunsAPIService(o.Name))
 	}
 	if o.LeaderElection {
 		args = append(args, "--leader-elect")

@@ -314,7 +314,7 @@ func TestRunsAPIIsServedByEveryReplicaBehindAnAPIServiceTheEngineCompletes(t *te
 	objs := objects(t, manifests.Options{Replicas: 2, ArchiveSecret: "opkit-db", RunsAPI: true}, "printer")
 	d := deployment(t, objs, "opkit")
 	c := d.Spec.Template.Spec.Containers[0]
-	if want := "--runs-api-addr :7385 --runs-api-service opkit/opkit-runs"; !strings.Contains(strings.Join(c.Args, " "), want) {
+	if want := "--runs-api-addr :7385 --runs-api-service opkit-runs"; !strings.Contains(strings.Join(c.Args, " "), want) {
 		t.Errorf("args %q; want %s", c.Args, want)
 	}
 	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "runs-api" && p.ContainerPort == 7385 }) {

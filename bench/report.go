@@ -151,6 +151,24 @@ func (b *bench) targets() []target {
 	if v, ok := b.median("watch", opkitDefaults.Name, "steady writes/min"); ok {
 		out = append(out, target{Goal: fmt.Sprintf("watch of %d Deployments: writes at steady state 0", b.opts.WatchObjects), Got: fmt.Sprintf("%.1f/min", v), Met: v == 0})
 	}
+	// A handler run costs almost nothing beyond its object (the handlers
+	// drain beside the drain of the same Printers without a handler), and
+	// the watch is within reach of the hand-written one.
+	if h, ok := b.median("handlers drain", "opkit, archive on (SQLite)", "objects/s"); ok {
+		if d, ok := b.median(drainScenario(b.opts.Objects), opkitDefaults.Name, "objects/s"); ok && d > 0 && b.opts.Objects == b.opts.HandlerObjects {
+			out = append(out, target{Goal: "handlers drain at least 0.9x the drain of the same Printers without a handler", Got: fmt.Sprintf("%.2fx (%.0f/s vs %.0f/s)", h/d, h, d), Met: h >= 0.9*d})
+		}
+	}
+	for _, w := range []struct {
+		metric string
+		most   float64
+	}{{"all handled once", 2}, {"new image handled p50", 1.5}} {
+		o, ok1 := b.median("watch", opkitDefaults.Name, w.metric)
+		base, ok2 := b.median("watch", baseline8.Name, w.metric)
+		if ok1 && ok2 && base > 0 {
+			out = append(out, target{Goal: fmt.Sprintf("watch, %s: at most %.1fx baseline-8", w.metric, w.most), Got: fmt.Sprintf("%.2fx (%.3g vs %.3g)", o/base, o, base), Met: o <= w.most*base})
+		}
+	}
 	on, okOn := b.median("handlers drain", "opkit, archive on (SQLite)", "objects/s")
 	off, okOff := b.median("handlers drain", "opkit, archive off", "objects/s")
 	if okOn && okOff {

@@ -168,11 +168,12 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	}
 	// With a handler on create: the child, and the status with the run's
 	// record and result, the run ending within the reconcile's wait; no
-	// Event. A run that outlasts the wait on a loaded machine costs one
-	// write more (1/30 each); the engine's few writes at its start count
-	// over 30 Printers.
-	if v, _ := get("handlers drain", "opkit, archive on (SQLite)", "writes per object"); v < 1.95 || v > 2.5 {
-		t.Errorf("opkit wrote %.2f requests per Printer with a handler, want 2 (1.95 to 2.5)", v)
+	// Event. A run that outlasts the wait costs one write more, its end's:
+	// under this suite's load (a race-built engine, the other packages'
+	// tests beside it) many do. The engine's few writes at its start count
+	// over 30 Printers. More than 3 would be a write no run explains.
+	if v, _ := get("handlers drain", "opkit, archive on (SQLite)", "writes per object"); v < 1.95 || v > 3.1 {
+		t.Errorf("opkit wrote %.2f requests per Printer with a handler, want 2, 3 for a run that outlasts the wait (1.95 to 3.1)", v)
 	}
 	if len(report.Targets) == 0 || !strings.Contains(stdout.String(), "TARGET") {
 		t.Errorf("no targets in the report:\n%s", stdout.String())

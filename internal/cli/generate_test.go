@@ -43,7 +43,7 @@ func TestGenerateManifestsWithRunsAPIAddsTheAPIServiceItsServiceAndItsRBAC(t *te
 	}
 	for _, s := range []string{
 		"kind: APIService", "name: v1alpha1.runs.opkit.dev", "name: opkit-runs\n", "name: opkit-runs-viewer", "name: system:auth-delegator",
-		"name: extension-apiserver-authentication-reader", "- --runs-api-addr\n        - :7385\n        - --runs-api-service\n        - opkit/opkit-runs\n",
+		"name: extension-apiserver-authentication-reader", "- --runs-api-addr\n        - :7385\n        - --runs-api-service\n        - opkit-runs\n",
 		"# runs API: keeps the caBundle of its APIService current",
 	} {
 		if !strings.Contains(stdout.String(), s) {

@@ -63,6 +63,12 @@ func installOperatorCRD(t *testing.T, env *clustertest.Env) {
 		}
 		return false, nil
 	})
+	// Established is not yet served: the API server's discovery, which
+	// the client's mapper reads, follows a moment later.
+	clustertest.Eventually(t, 30*time.Second, "the Operator kind in discovery", func(context.Context) (bool, error) {
+		_, err := env.Client.RESTMapper().RESTMapping(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.Kind).GroupKind(), v1alpha1.SchemeGroupVersion.Version)
+		return err == nil, nil
+	})
 }
 
 // applyOperator creates an Operator from YAML in the cluster until the

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 )
@@ -329,5 +330,73 @@ func TestTheAPIServerOutlivesOpkitRunsRunsAPIAndAStopRemovesIt(t *testing.T) {
 	}
 	if _, stderr, err := kubectlAll(t, kc, "api-resources"); err != nil || stderr != "" {
 		t.Errorf("kubectl api-resources after opkit run stopped = %v, stderr %q; want no error", err, stderr)
+	}
+}
+
+// TestOpkitConsoleServesTheRunsOfAnArchiveWithoutAnEngine runs opkit
+// console with --runs-api-addr on an archive no engine serves: kubectl
+// get runs -A lists its runs, an operator-wide run in the kubeconfig's
+// namespace, and --field-selector status.startedSince selects by start;
+// stopped with Ctrl-C, it takes its APIService away.
+func TestOpkitConsoleServesTheRunsOfAnArchiveWithoutAnEngine(t *testing.T) {
+	t.Parallel()
+	cl, _ := startPlane(t)
+	kc := cl.KubeconfigPath()
+	archivePath := filepath.Join(t.TempDir(), "runs.db")
+	store, err := archive.OpenSQLite(t.Context(), archivePath, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	record := func(at time.Time, r archive.Run) archive.Run {
+		r.ID, r.StartedAt, r.Operator, r.Attempt = archive.NewID(at), at, "printer", 1
+		if err := store.Insert(t.Context(), &r); err != nil {
+			t.Fatal(err)
+		}
+		r.Outcome, r.FinishedAt = archive.Succeeded, at.Add(time.Second)
+		if err := store.Finish(t.Context(), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	early := record(start, archive.Run{Handler: "announce", Action: "exec", Trigger: "create", APIVersion: "demo.example.com/v1", Kind: "Printer", Namespace: "team-a", Name: "early", UID: "uid-early", Key: "uid-early/1/announce"})
+	late := record(start.Add(30*time.Minute), archive.Run{Handler: "announce", Action: "exec", Trigger: "create", APIVersion: "demo.example.com/v1", Kind: "Printer", Namespace: "team-a", Name: "late", UID: "uid-late", Key: "uid-late/1/announce"})
+	wide := record(start.Add(40*time.Minute), archive.Run{Handler: "nightly", Action: "exec", Trigger: "schedule", APIVersion: "opkit.dev/v1alpha1", Kind: "Operator", Name: "printer", Key: "schedule/nightly"})
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd, out := startOpkit(t, "console", "--archive", archivePath, "--kubeconfig", kc, "--listen", "127.0.0.1:0",
+		"--runs-api-addr", "127.0.0.1:0", "--runs-api-host", "127.0.0.1")
+	waitOutput(t, out, "runs API: https://127.0.0.1:", 90*time.Second)
+	waitOutput(t, out, "console: http://127.0.0.1:", 30*time.Second)
+	waitRunsDiscovered(t, kc, 30*time.Second)
+
+	clustertest.Eventually(t, 30*time.Second, "kubectl get runs -A lists team-a/early's and team-a/late's runs", func(context.Context) (bool, error) {
+		all, _, err := kubectlAll(t, kc, "get", "runs", "-A")
+		return err == nil && len(runRows(all, "team-a/early")) == 1 && len(runRows(all, "team-a/late")) == 1, nil
+	})
+	if got, _, err := kubectlAll(t, kc, "get", "runs", "-n", "default", "-o", "jsonpath={.items[*].metadata.name}"); err != nil || got != wide.ID {
+		t.Errorf("kubectl get runs -n default (the kubeconfig's namespace) = %q, %v; want the operator-wide run %s alone", got, err, wide.ID)
+	}
+	since := late.StartedAt.UTC().Format(time.RFC3339)
+	if got, _, err := kubectlAll(t, kc, "get", "runs", "-n", "team-a", "--field-selector", "status.startedSince="+since, "-o", "jsonpath={.items[*].metadata.name}"); err != nil || got != late.ID {
+		t.Errorf("kubectl get runs -n team-a --field-selector status.startedSince=%s = %q, %v; want %s alone, not %s", since, got, err, late.ID, early.ID)
+	}
+	if _, stderr, err := kubectlAll(t, kc, "get", "runs", "-A", "--field-selector", "status.startedSince=1h"); err == nil || !strings.Contains(stderr, "status.startedSince=1h") {
+		t.Errorf("kubectl get runs --field-selector status.startedSince=1h = %v, %s; want a BadRequest naming the value", err, stderr)
+	}
+
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("opkit console after Ctrl-C: %v\n%s", err, out.String())
+	}
+	if _, stderr, err := kubectlAll(t, kc, "get", "apiservice", "v1alpha1.runs.opkit.dev"); err == nil || !strings.Contains(stderr, "NotFound") {
+		t.Errorf("the APIService after opkit console stopped: %v, %s; want NotFound", err, stderr)
+	}
+	if _, stderr, err := kubectlAll(t, kc, "api-resources"); err != nil || stderr != "" {
+		t.Errorf("kubectl api-resources after opkit console stopped = %v, stderr %q; want no error", err, stderr)
 	}
 }

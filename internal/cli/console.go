@@ -1,14 +1,17 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/opkit-dev/opkit/internal/console"
+	"github.com/opkit-dev/opkit/internal/runsserver"
 	"github.com/opkit-dev/opkit/internal/stack"
 )
 
@@ -105,6 +108,7 @@ func (f *consoleFlags) explain(err error) error {
 func newConsoleCommand() *cobra.Command {
 	var archivePath, kubeconfig string
 	f := &consoleFlags{}
+	af := &runsAPIFlags{}
 	cmd := &cobra.Command{
 		Use:   "console",
 		Short: "Serve the web console from a run archive and a kubeconfig, without an engine",
@@ -116,11 +120,27 @@ Redeliver on a webhook delivery. opkit run --console and
 opkit dev serve the same console beside their engine; this command serves it
 from an archive (--archive) and a cluster alone. See docs/console.md.
 
-It listens on loopback unless --console-auth is token or kubernetes.`,
+It listens on loopback unless --console-auth is token or kubernetes.
+
+With --runs-api-addr, it also serves the archive to the API server's
+aggregation layer as runs.opkit.dev/v1alpha1, as opkit run does, so that
+kubectl get runs reads an archive no engine serves (--listen "" for the runs
+API alone): see docs/runs-api.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.validate(cmd); err != nil {
 				return err
+			}
+			// Operator-wide runs and deliveries are served in the namespace
+			// of the kubeconfig, as opkit run serves them in its own.
+			f.namespace = kubeconfigNamespace(kubeconfig)
+			runsOpts, err := af.options(f.namespace)
+			if err != nil {
+				return err
+			}
+			c := f.console()
+			if c == nil && runsOpts == nil {
+				return errors.New("--listen is empty and --runs-api-addr is 0: nothing to serve")
 			}
 			cfg, err := loadKubeconfig(kubeconfig)
 			if err != nil {
@@ -131,21 +151,40 @@ It listens on loopback unless --console-auth is token or kubernetes.`,
 				return err
 			}
 			defer func() { _ = store.Close() }()
-			f.namespace = kubeconfigNamespace(kubeconfig)
-			c := f.console()
-			if c == nil {
-				return errors.New("--listen is empty: nothing to serve")
+			ctx, stop := context.WithCancel(cmd.Context())
+			defer stop()
+			var g errgroup.Group
+			if runsOpts != nil {
+				runsOpts.Archive = store
+				srv, err := runsserver.New(cfg, *runsOpts, newLogger(cmd.ErrOrStderr()).WithName("runs-api"))
+				if err != nil {
+					return err
+				}
+				g.Go(func() error {
+					defer stop() // the console is of no use to kubectl users without it
+					return srv.Start(ctx)
+				})
+				fmt.Fprintf(cmd.ErrOrStderr(), "runs API: https://%s, registered as the APIService %s (kubectl get runs -A; Ctrl-C removes it)\n", srv.Addr(), runsserver.Name)
 			}
-			served, err := c.Serve(cmd.Context(), console.Options{Archive: store, Config: cfg})
-			if err != nil {
-				return f.explain(err)
+			if c != nil {
+				served, err := c.Serve(ctx, console.Options{Archive: store, Config: cfg})
+				if err != nil {
+					stop()
+					_ = g.Wait()
+					return f.explain(err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "console: %s (Ctrl-C stops it)\n", served.URL)
+				g.Go(func() error {
+					defer stop()
+					return served.Wait()
+				})
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "console: %s (Ctrl-C stops it)\n", served.URL)
-			return served.Wait()
+			return g.Wait()
 		},
 	}
 	archiveFlag(cmd, &archivePath)
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	f.register(cmd, "listen", "127.0.0.1:7380", "the address to serve the console on")
+	f.register(cmd, "listen", "127.0.0.1:7380", "the address to serve the console on; empty for none")
+	af.register(cmd, "0", "")
 	return cmd
 }

@@ -17,9 +17,10 @@ import (
 const defaultRunsAPIService = "opkit-runs"
 
 // runsAPIFlags are --runs-api-addr, --runs-api-service and
-// --runs-api-host, of run and dev: the runs API the engine serves to the
-// API server's aggregation layer, so that kubectl get runs reads the
-// archive (docs/dev.md, docs/production.md).
+// --runs-api-host, of run, dev and console: the runs API the engine (or
+// opkit console, for an archive without one) serves to the API server's
+// aggregation layer, so that kubectl get runs reads the archive
+// (docs/runs-api.md).
 type runsAPIFlags struct {
 	addr, service, host string
 }
@@ -28,12 +29,12 @@ type runsAPIFlags struct {
 // none), host --runs-api-host's.
 func (f *runsAPIFlags) register(cmd *cobra.Command, addr, host string) {
 	cmd.Flags().StringVar(&f.addr, "runs-api-addr", addr, "serve the run archive as the aggregated API runs.opkit.dev (kubectl get runs) over HTTPS on this address, and register its APIService; 0 for none")
-	cmd.Flags().StringVar(&f.service, "runs-api-service", defaultRunsAPIService, "NAME[:PORT]: the Service, in the engine's namespace, the APIService of the runs API points at (port 443 by default)")
-	cmd.Flags().StringVar(&f.host, "runs-api-host", host, "for an engine outside the cluster: the host the API server reaches --runs-api-addr at; the engine then applies --runs-api-service as a Service of type ExternalName pointing there, and removes it and the APIService when it stops")
+	cmd.Flags().StringVar(&f.service, "runs-api-service", defaultRunsAPIService, "NAME[:PORT]: the Service, in the namespace opkit runs in, the APIService of the runs API points at (port 443 by default)")
+	cmd.Flags().StringVar(&f.host, "runs-api-host", host, "outside the cluster: the host the API server reaches --runs-api-addr at; opkit then applies --runs-api-service as a Service of type ExternalName pointing there, and removes it and the APIService when it stops")
 }
 
-// options are the engine's runs API options; nil for none. namespace is
-// the engine's.
+// options are the runs API's options; nil for none. namespace is the
+// one opkit runs in.
 func (f *runsAPIFlags) options(namespace string) (*engine.RunsAPIOptions, error) {
 	if f.addr == "" || f.addr == "0" {
 		return nil, nil

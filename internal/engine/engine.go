@@ -42,6 +42,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/lifecycle"
 	"github.com/opkit-dev/opkit/internal/related"
 	"github.com/opkit-dev/opkit/internal/run"
+	"github.com/opkit-dev/opkit/internal/runsserver"
 	"github.com/opkit-dev/opkit/internal/webhook"
 )
 
@@ -77,7 +78,7 @@ type Engine struct {
 	webhookMu sync.Mutex
 	// runsAPI serves the archive to kubectl (runsapi.go); nil without
 	// Options.RunsAPI.
-	runsAPI *runsAPI
+	runsAPI *runsserver.Server
 	// admission answers the operators' admission calls (package
 	// admission). An operator's admitter is replaced whole when its
 	// definition is applied, apart from its controller, so that a restart
@@ -304,7 +305,6 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.running = map[string]*operator{}
 	e.mu.Unlock()
 	e.stopAdmission(ctx)
-	e.stopRunsAPI(ctx)
 	for _, op := range ops {
 		op.stop()
 	}

@@ -28,17 +28,21 @@ var (
 	deliveryFields = map[string]string{"metadata.name": "name", "status.outcome": "outcome", "spec.operator": "operator", "spec.source": "source"}
 )
 
+// deliverySinceField selects the deliveries received at or after a time
+// (RFC 3339), as runSinceField does runs.
+const deliverySinceField = "status.receivedSince"
+
 func (deliveries) resource() string { return deliveriesResource }
 func (deliveries) kind() string     { return runsv1alpha1.DeliveryKind }
 
 func (deliveries) parse(r *http.Request, namespace string) (*filter, error) {
-	return parseSelection(r, namespace, deliveriesResource, deliveryLabels, deliveryFields)
+	return parseSelection(r, namespace, deliveriesResource, deliveryLabels, deliveryFields, deliverySinceField)
 }
 
 // query is the archive's query of sel; ok is false when sel's namespace
 // holds no delivery.
 func (k deliveries) query(sel *filter) (archive.DeliveryQuery, bool) {
-	q := archive.DeliveryQuery{Operator: sel.value("operator"), Source: sel.value("source"), Outcome: archive.DeliveryOutcome(sel.value("outcome"))}
+	q := archive.DeliveryQuery{Operator: sel.value("operator"), Source: sel.value("source"), Outcome: archive.DeliveryOutcome(sel.value("outcome")), Since: sel.since}
 	return q, sel.namespace == "" || sel.namespace == k.namespace
 }
 
@@ -85,7 +89,7 @@ func (k deliveries) unfinished(ctx context.Context, sel *filter) ([]*object, err
 }
 
 func (k deliveries) since(ctx context.Context, sel *filter, t time.Time) ([]*object, error) {
-	return k.all(ctx, sel, func(q *archive.DeliveryQuery) { q.Outcome, q.Since = "", t })
+	return k.all(ctx, sel, func(q *archive.DeliveryQuery) { q.Outcome, q.Since = "", later(t, sel.since) })
 }
 
 // all returns every delivery of sel's query, changed by edit, oldest
@@ -142,7 +146,7 @@ func (k deliveries) object(d *archive.Delivery) *object {
 		reason = reason[:77] + "..."
 	}
 	return &object{
-		id: d.ID, namespace: k.namespace, changed: changed, done: d.Outcome != archive.DeliveryPending,
+		id: d.ID, namespace: k.namespace, changed: changed, began: d.ReceivedAt, done: d.Outcome != archive.DeliveryPending,
 		labels: labels.Set{runsv1alpha1.LabelOperator: d.Operator, runsv1alpha1.LabelSource: d.Source, runsv1alpha1.LabelOutcome: string(d.Outcome)},
 		fields: fields.Set{
 			"metadata.name": d.ID, "metadata.namespace": k.namespace, "status.outcome": string(d.Outcome),

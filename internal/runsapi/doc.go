@@ -19,8 +19,13 @@
 //     trigger, object, outcome (deliveries: operator, source, outcome);
 //     fields metadata.name, metadata.namespace, status.outcome,
 //     spec.handler, spec.operator, spec.trigger (deliveries:
-//     spec.source, not spec.handler nor spec.trigger). Any other is a 400
-//     Status that names it.
+//     spec.source, not spec.handler nor spec.trigger); and
+//     status.startedSince (deliveries: status.receivedSince), an RFC 3339
+//     time: what started (came in) at or after it, the archive's
+//     Query.Since. A time, not a duration: the selector comes again with
+//     each page and with the watch after a list, and a bound relative to
+//     the server's clock would select another set each time. Any other is
+//     a 400 Status that names it.
 //   - limit and continue: the continue token is the archive's cursor. A
 //     list without a limit returns at most 500, with a continue token
 //     when more remain (the API server would return all: here a client

@@ -23,6 +23,9 @@ type object struct {
 	namespace string
 	// changed is when it last changed: its resourceVersion.
 	changed time.Time
+	// began is when it started (a run) or came in (a delivery): what
+	// the since field selects by.
+	began time.Time
 	// done is set when no later change comes (a run finished, a delivery
 	// handled or refused).
 	done   bool
@@ -71,18 +74,25 @@ var (
 	}
 )
 
+// runSinceField selects the runs that started at or after a time (RFC
+// 3339), the archive's Query.Since. A time, not a duration as opkit
+// events --since takes: a field selector is sent again, as it is, with
+// each page (continue) and with the watch that follows a list, and one
+// relative to the server's clock would select another set each time.
+const runSinceField = "status.startedSince"
+
 func (runs) resource() string { return runsResource }
 func (runs) kind() string     { return runsv1alpha1.RunKind }
 
 func (runs) parse(r *http.Request, namespace string) (*filter, error) {
-	return parseSelection(r, namespace, runsResource, runLabels, runFields)
+	return parseSelection(r, namespace, runsResource, runLabels, runFields, runSinceField)
 }
 
 // query is the archive's query of what sel selects but its namespace.
 func (runs) query(sel *filter) archive.Query {
 	return archive.Query{
 		Operator: sel.value("operator"), Handler: sel.value("handler"), Trigger: sel.value("trigger"),
-		Name: sel.value("object"), Outcome: archive.Outcome(sel.value("outcome")),
+		Name: sel.value("object"), Outcome: archive.Outcome(sel.value("outcome")), Since: sel.since,
 	}
 }
 
@@ -160,7 +170,7 @@ func (k runs) unfinished(ctx context.Context, sel *filter) ([]*object, error) {
 }
 
 func (k runs) since(ctx context.Context, sel *filter, t time.Time) ([]*object, error) {
-	return k.all(ctx, sel, func(q *archive.Query) { q.Outcome, q.Since = "", t })
+	return k.all(ctx, sel, func(q *archive.Query) { q.Outcome, q.Since = "", later(t, sel.since) })
 }
 
 // all returns every run of sel's queries, changed by edit, oldest first.
@@ -210,7 +220,7 @@ func (k runs) object(r *archive.Run) *object {
 		},
 	}
 	return &object{
-		id: r.ID, namespace: ns, changed: changed, done: r.Outcome != archive.Running,
+		id: r.ID, namespace: ns, changed: changed, began: r.StartedAt, done: r.Outcome != archive.Running,
 		// Every label, valid or not, for matching: the archive selected by
 		// them.
 		labels: labels.Set{
@@ -235,6 +245,14 @@ func labelsOf(m map[string]string) map[string]string {
 		}
 	}
 	return m
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func timeOrNil(t time.Time) *metav1.Time {

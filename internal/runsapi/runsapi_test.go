@@ -210,6 +210,112 @@ func TestListSelectsRunsByLabelsAndFieldsAsKubectlAsks(t *testing.T) {
 	}
 }
 
+// TestListSelectsRunsAndDeliveriesStartedSinceATime: kubectl get runs
+// --field-selector status.startedSince=T lists the runs started at or
+// after T (deliveries: status.receivedSince), in one namespace, in the
+// engine's (two queries) and by name, whatever T's zone; a value that is
+// not an RFC 3339 time is a 400 that names it.
+func TestListSelectsRunsAndDeliveriesStartedSinceATime(t *testing.T) {
+	s := serve(t, nil)
+	ctx := t.Context()
+	old := s.run(t, 1, engineNS, "printer-1", "announce", archive.Succeeded)
+	s.run(t, 2, "", "printer", "nightly", archive.Succeeded)
+	at := s.run(t, 3, engineNS, "printer-1", "announce", archive.Failed)
+	wide := s.run(t, 4, "", "printer", "nightly", archive.Succeeded)
+	running := s.run(t, 5, engineNS, "printer-2", "announce", archive.Running)
+	since := base.Add(3 * time.Second)
+
+	for _, c := range []struct {
+		name, selector string
+		want           []string
+	}{
+		{"in UTC", "status.startedSince=" + since.UTC().Format(time.RFC3339Nano), []string{running.ID, wide.ID, at.ID}},
+		{"in another zone", "status.startedSince=" + since.In(time.FixedZone("", 2*3600)).Format(time.RFC3339Nano), []string{running.ID, wide.ID, at.ID}},
+		{"with another field", "spec.handler=announce,status.startedSince=" + since.UTC().Format(time.RFC3339Nano), []string{running.ID, at.ID}},
+		{"the later of two", "status.startedSince=" + base.UTC().Format(time.RFC3339Nano) + ",status.startedSince=" + since.UTC().Format(time.RFC3339Nano), []string{running.ID, wide.ID, at.ID}},
+		{"by name, started before", "metadata.name=" + old.ID + ",status.startedSince=" + since.UTC().Format(time.RFC3339Nano), nil},
+		{"by name, started since", "metadata.name=" + at.ID + ",status.startedSince=" + since.UTC().Format(time.RFC3339Nano), []string{at.ID}},
+	} {
+		l, err := s.dyn.Resource(runsGVR).Namespace(engineNS).List(ctx, metav1.ListOptions{FieldSelector: c.selector})
+		if err != nil {
+			t.Errorf("%s: --field-selector %s: %v", c.name, c.selector, err)
+			continue
+		}
+		if got := names(l); !slices.Equal(got, c.want) {
+			t.Errorf("%s: --field-selector %s: %v, want %v", c.name, c.selector, got, c.want)
+		}
+	}
+
+	deliveries := schema.GroupVersionResource{Group: runsv1alpha1.Group, Version: runsv1alpha1.Version, Resource: "deliveries"}
+	var delivered []string
+	for i := range 2 {
+		d := &archive.Delivery{ID: archive.NewID(base.Add(time.Duration(2+i) * time.Second)), Operator: "printer", Source: "github", DeliveryID: fmt.Sprint("d-", i),
+			ReceivedAt: base.Add(time.Duration(2+i) * time.Second), Outcome: archive.DeliveryPending, Payload: []byte("{}")}
+		if err := s.store.RecordDelivery(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		delivered = append(delivered, d.ID)
+	}
+	l, err := s.dyn.Resource(deliveries).Namespace(engineNS).List(ctx, metav1.ListOptions{FieldSelector: "status.receivedSince=" + since.UTC().Format(time.RFC3339Nano)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(l); !slices.Equal(got, delivered[1:]) {
+		t.Errorf("deliveries received since %s: %v, want %v", since, got, delivered[1:])
+	}
+
+	for _, c := range []struct {
+		gvr      schema.GroupVersionResource
+		selector string
+		names    string
+	}{
+		{runsGVR, "status.startedSince=1h", "status.startedSince=1h"},
+		{runsGVR, "status.startedSince=2026-11-27", "status.startedSince=2026-11-27"},
+		{runsGVR, "status.startedSince!=2026-11-27T10:00:00Z", "!="},
+		{runsGVR, "status.receivedSince=2026-11-27T10:00:00Z", "status.startedSince"},
+		{deliveries, "status.receivedSince=yesterday", "status.receivedSince=yesterday"},
+	} {
+		_, err := s.dyn.Resource(c.gvr).List(ctx, metav1.ListOptions{FieldSelector: c.selector})
+		if !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), c.names) {
+			t.Errorf("list %s --field-selector %s: %v; want a 400 naming %s", c.gvr.Resource, c.selector, err, c.names)
+		}
+	}
+}
+
+// TestWatchSendsOnlyRunsStartedSinceItsFieldSelectorsTime: kubectl get
+// runs -w --field-selector status.startedSince=T sends the runs that start
+// at or after T, not those that start before it, though after the watch's
+// start.
+func TestWatchSendsOnlyRunsStartedSinceItsFieldSelectorsTime(t *testing.T) {
+	s := serve(t, nil)
+	ctx := t.Context()
+	now := time.Now()
+	since := now.Add(time.Hour)
+	w, err := s.dyn.Resource(runsGVR).Namespace("team-a").Watch(ctx, metav1.ListOptions{FieldSelector: "status.startedSince=" + since.UTC().Format(time.RFC3339Nano)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	before := &archive.Run{ID: archive.NewID(now), Operator: "printer", Handler: "announce", Namespace: "team-a", Name: "p", StartedAt: now}
+	after := &archive.Run{ID: archive.NewID(since), Operator: "printer", Handler: "announce", Namespace: "team-a", Name: "p", StartedAt: since}
+	for _, r := range []*archive.Run{before, after} {
+		if err := s.store.Insert(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case ev, ok := <-w.ResultChan():
+		if !ok {
+			t.Fatal("watch ended")
+		}
+		if u, _ := ev.Object.(*unstructured.Unstructured); ev.Type != watch.Added || u == nil || u.GetName() != after.ID {
+			t.Errorf("first event: %s %v; want ADDED %s (started since), not %s (started before)", ev.Type, ev.Object, after.ID, before.ID)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no event in 30s")
+	}
+}
+
 func TestGetAnswersAStatusForAnUnknownRunAWriteOrAnotherNamespace(t *testing.T) {
 	s := serve(t, nil)
 	ctx := t.Context()

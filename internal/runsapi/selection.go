@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
@@ -24,8 +25,13 @@ type filter struct {
 	// none is set when two terms want different values of one thing:
 	// nothing matches.
 	none bool
-	// labels and fields are the selectors as parsed, which watched
-	// objects are matched against.
+	// since is the time the since field selects from (status.startedSince
+	// of runs, status.receivedSince of deliveries): what started or came
+	// at or after it, to the millisecond, as the archive's ids do; zero
+	// for any time.
+	since time.Time
+	// labels and fields are the selectors as parsed, but the since
+	// field, which watched objects are matched against.
 	labels labels.Selector
 	fields fields.Selector
 }
@@ -44,9 +50,10 @@ func (s *filter) set(key, v string) {
 
 // parseSelection reads the labelSelector and fieldSelector of a list or
 // watch of resource, whose labels and fields (each mapped to the key it
-// sets: a label and the field it mirrors set the same) are those given.
-// A selector the archive cannot express is a 400 naming it.
-func parseSelection(r *http.Request, namespace, resource string, labelKeys, fieldKeys map[string]string) (*filter, error) {
+// sets: a label and the field it mirrors set the same) are those given,
+// and whose field sinceField selects by time (filter.since). A selector
+// the archive cannot express is a 400 naming it.
+func parseSelection(r *http.Request, namespace, resource string, labelKeys, fieldKeys map[string]string, sinceField string) (*filter, error) {
 	sel := &filter{namespace: namespace, values: map[string]string{}, labels: labels.Everything(), fields: fields.Everything()}
 	bad := func(format string, args ...any) error {
 		return apierrors.NewBadRequest(fmt.Sprintf(format, args...))
@@ -77,10 +84,22 @@ func parseSelection(r *http.Request, namespace, resource string, labelKeys, fiel
 		if err != nil {
 			return nil, bad("fieldSelector %q: %v", text, err)
 		}
+		var matched []fields.Selector
 		for _, req := range fs.Requirements() {
 			if req.Operator != selection.Equals && req.Operator != selection.DoubleEquals {
 				return nil, bad("fieldSelector %q: %s%s%s: the archive selects %s by one value of a field (%s=VALUE), not with %s", text, req.Field, req.Operator, req.Value, resource, req.Field, req.Operator)
 			}
+			if req.Field == sinceField {
+				t, err := time.Parse(time.RFC3339Nano, req.Value)
+				if err != nil {
+					return nil, bad("fieldSelector %q: %s=%s: want a time in RFC 3339, e.g. %s=2026-11-27T10:00:00Z", text, req.Field, req.Value, req.Field)
+				}
+				if sel.since.IsZero() || t.After(sel.since) {
+					sel.since = t // the later of two bounds: both hold
+				}
+				continue
+			}
+			matched = append(matched, fields.OneTermEqualSelector(req.Field, req.Value))
 			if req.Field == "metadata.namespace" {
 				if sel.namespace != "" && sel.namespace != req.Value {
 					sel.none = true
@@ -90,11 +109,11 @@ func parseSelection(r *http.Request, namespace, resource string, labelKeys, fiel
 			}
 			key, ok := fieldKeys[req.Field]
 			if !ok {
-				return nil, bad("fieldSelector %q: %s cannot be selected by %s; the fields are metadata.namespace, %s", text, resource, req.Field, strings.Join(sortedKeys(fieldKeys), ", "))
+				return nil, bad("fieldSelector %q: %s cannot be selected by %s; the fields are metadata.namespace, %s, %s", text, resource, req.Field, strings.Join(sortedKeys(fieldKeys), ", "), sinceField)
 			}
 			sel.set(key, req.Value)
 		}
-		sel.fields = fs
+		sel.fields = fields.AndSelectors(matched...)
 	}
 	return sel, nil
 }

@@ -29,7 +29,8 @@ func (h *Handler) kindOf(resource string) kind {
 // matches reports whether obj is in sel's namespace and matches its
 // selectors.
 func (s *filter) matches(obj *object) bool {
-	return !s.none && (s.namespace == "" || s.namespace == obj.namespace) && s.labels.Matches(obj.labels) && s.fields.Matches(obj.fields)
+	return !s.none && (s.namespace == "" || s.namespace == obj.namespace) && s.labels.Matches(obj.labels) && s.fields.Matches(obj.fields) &&
+		(s.since.IsZero() || obj.began.UnixMilli() >= s.since.UnixMilli())
 }
 
 // resourceVersion is the resourceVersion of a change at t: its Unix time

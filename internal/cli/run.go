@@ -419,6 +419,11 @@ func startOperators(ctx context.Context, opts engine.Options, archivePath string
 	}
 	for _, d := range defs {
 		if err := r.Engine.Apply(ctx, d); err != nil {
+			if ctx.Err() != nil {
+				// Interrupted while starting (Ctrl-C, SIGTERM): the engine
+				// stops as it would once started, and the exit is clean.
+				return r, nil
+			}
 			r.quiet() // err says why it stops
 			_ = r.Stop()
 			return nil, err

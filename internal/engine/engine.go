@@ -481,7 +481,13 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 			return nil, err
 		}
 	}
-	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.Options(r, e.opts.Workers))
+	workers := e.opts.Workers
+	if r.runner != nil && r.runWait > 0 {
+		// A worker waiting for a run reconciles nothing else meanwhile:
+		// more of them keep the run slots and the API server busy.
+		workers += e.opts.MaxConcurrentRuns / 2
+	}
+	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.Options(r, workers))
 	if err != nil {
 		cancel()
 		return nil, err

@@ -24,7 +24,10 @@ type Options struct {
 	// UserAgent defaults to "opkit-engine".
 	Config *rest.Config
 	// Workers is the number of concurrent reconciles per operator. Defaults
-	// to 8: reconciles mostly wait for the API server (see bench/).
+	// to 8: reconciles mostly wait for the API server (see bench/). An
+	// operator of custom resources with handlers gets MaxConcurrentRuns/2
+	// more, unless RunWait is negative: its reconciles also wait for the
+	// runs they start.
 	Workers int
 	// MetricsAddr is the address New binds to serve /metrics (Prometheus),
 	// /healthz and /readyz, e.g. "127.0.0.1:7381" (port 0: any free one,

@@ -147,9 +147,12 @@ func TestStateDecisionsRecoveryAndPause(t *testing.T) {
 	if rec.Handler != v1alpha1.TransitionHandler || rec.Trigger != v1alpha1.TransitionGuard || len(rec.Diff) != 1 || rec.Diff[0].Old != "Open" || rec.Diff[0].New != "Asking" {
 		t.Errorf("the recovered record: %+v", rec)
 	}
-	if l, err := store.Logs(t.Context(), lost.Run, 0); err != nil || !strings.Contains(string(l.Data), "recorded from status.state") {
-		t.Errorf("the recovered record's log: %v %v", l, err)
-	}
+	// Its log is written right after the record: it may follow the
+	// record's Succeeded by a moment.
+	eventually(t, 30*time.Second, "the recovered record's log saying why", func(ctx context.Context) (bool, error) {
+		l, err := store.Logs(ctx, lost.Run, 0)
+		return err == nil && strings.Contains(string(l.Data), "recorded from status.state"), err
+	})
 
 	// A decision for another visit: refused, removed, nothing moves.
 	annotate(t, env, "front", v1alpha1.DecisionAnnotation, decisionJSON(v1alpha1.Decision{State: "Asking", Seq: 1, Choose: "Closed", Reason: "old", By: "ann"}))

@@ -69,6 +69,7 @@
 package archive
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -201,6 +202,33 @@ func (r *Run) Transition() (from, to string, ok bool) {
 		}
 	}
 	return from, to, true
+}
+
+// Row is how a run reads in a table of runs (opkit runs, kubectl get
+// runs): its handler, a state transition's as the states it left and
+// entered; its duration, "-" while it runs; and a note: its error on one
+// line, cut at 80 characters, or who decided a transition, or which run
+// a re-run repeats and who asked.
+func (r *Run) Row() (handler, duration, note string) {
+	duration = "-"
+	if !r.FinishedAt.IsZero() {
+		duration = r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond).String()
+	}
+	note = strings.ReplaceAll(r.Error, "\n", " ")
+	if len(note) > 80 {
+		note = note[:77] + "..."
+	}
+	handler = r.Handler
+	if from, to, ok := r.Transition(); ok {
+		handler = "state " + cmp.Or(from, "-") + " -> " + to
+		if r.Actor != "" {
+			note = "decided by " + r.Actor
+		}
+	}
+	if r.RerunOf != "" && note == "" {
+		note = "re-run of " + r.RerunOf + " by " + cmp.Or(r.Actor, "-")
+	}
+	return handler, duration, note
 }
 
 // RerunRefusal says why r cannot be run again (opkit rerun, the

@@ -215,26 +215,7 @@ func printRuns(w io.Writer, runs []archive.Run, consoleURL string, now time.Time
 	}
 	fmt.Fprintln(tw, header)
 	for _, r := range runs {
-		duration := "-"
-		if !r.FinishedAt.IsZero() {
-			duration = r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond).String()
-		}
-		errText := strings.ReplaceAll(r.Error, "\n", " ")
-		if len(errText) > 80 {
-			errText = errText[:77] + "..."
-		}
-		handler := r.Handler
-		if from, to, ok := r.Transition(); ok {
-			// A state transition: where it went, and who chose it.
-			handler = "state " + orDash(from) + " -> " + to
-			if r.Actor != "" {
-				errText = "decided by " + r.Actor
-			}
-		}
-		if r.RerunOf != "" && errText == "" {
-			// A re-run: which run it repeats, and who asked.
-			errText = "re-run of " + r.RerunOf + " by " + orDash(r.Actor)
-		}
+		handler, duration, errText := r.Row()
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s", r.ID, r.Operator, orDash(r.Kind), r.Object(), handler, r.Trigger, r.Attempt, r.Outcome)
 		if onRunners {
 			fmt.Fprintf(tw, "\t%s", orDash(r.Runner))

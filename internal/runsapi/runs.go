@@ -285,24 +285,7 @@ func (runs) columns() []metav1.TableColumnDefinition {
 // runCells are a run's cells, as opkit runs prints them; Started is
 // filled in when the table is written (it is an age).
 func runCells(r *archive.Run) []any {
-	duration := "-"
-	if !r.FinishedAt.IsZero() {
-		duration = r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond).String()
-	}
-	errText := strings.ReplaceAll(r.Error, "\n", " ")
-	if len(errText) > 80 {
-		errText = errText[:77] + "..."
-	}
-	handler := r.Handler
-	if from, to, ok := r.Transition(); ok {
-		handler = "state " + orText(from, "-") + " -> " + to
-		if r.Actor != "" {
-			errText = "decided by " + r.Actor
-		}
-	}
-	if r.RerunOf != "" && errText == "" {
-		errText = "re-run of " + r.RerunOf + " by " + orText(r.Actor, "-")
-	}
+	handler, duration, errText := r.Row()
 	return []any{r.ID, r.Operator, orText(r.Kind, "-"), r.Object(), handler, r.Trigger, int64(r.Attempt), string(r.Outcome),
 		orText(r.Runner, "-"), startedAt(r.StartedAt), duration, errText}
 }

@@ -110,10 +110,8 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	step, stepRequeue, serr := r.stepHandlers(ctx, cr, &vars, sv)
 	failure = errors.Join(failure, serr)
-	if stepRequeue > 0 && (requeue == 0 || stepRequeue < requeue) {
-		requeue = stepRequeue
-	}
-	if step != nil && step.Start != nil && step.Status == nil && sv == nil {
+	requeue = sooner(requeue, stepRequeue)
+	if step != nil && step.Status == nil && sv == nil && r.runWait > 0 && r.runner.Waitable(step.Start) {
 		// A short run ends before the status is written, and is recorded
 		// by the same write, not a second one. It sees the object as that
 		// write would leave it had the run not ended yet (its record
@@ -127,9 +125,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			if next != nil {
 				step = next
 			}
-			if nextRequeue > 0 && (requeue == 0 || nextRequeue < requeue) {
-				requeue = nextRequeue
-			}
+			requeue = sooner(requeue, nextRequeue)
 		}
 	}
 	written, err := r.updateStatus(ctx, cr, vars, keep, waiting, notReady, failure, step, sv)
@@ -202,11 +198,17 @@ func (r *reconciler) stepHandlers(ctx context.Context, cr *unstructured.Unstruct
 		if step != nil {
 			handlers = step.State
 		}
-		if wait := r.states.Step(cr, sv, vars, handlers); wait > 0 && (requeue == 0 || wait < requeue) {
-			requeue = wait // the state's timeout
-		}
+		requeue = sooner(requeue, r.states.Step(cr, sv, vars, handlers)) // the state's timeout
 	}
 	return step, requeue, failure
+}
+
+// sooner is the sooner of two times to look again, 0 being never.
+func sooner(a, b time.Duration) time.Duration {
+	if b > 0 && (a == 0 || b < a) {
+		return b
+	}
+	return a
 }
 
 // converged is what converging a custom resource's children found.

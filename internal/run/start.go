@@ -181,6 +181,13 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 // Executing is the number of the operator's runs executing now.
 func (rn *Runner) Executing() int { return len(rn.slots) }
 
+// Waitable reports whether LaunchWaiting would wait for p's run: a run,
+// not a Job handler's, while one of the operator's slots is free (else
+// the run would wait for one, and the worker with it).
+func (rn *Runner) Waitable(p *Pending) bool {
+	return p != nil && p.f.cause.Handler.Job == nil && len(rn.slots) < cap(rn.slots)
+}
+
 // LaunchWaiting is Launch for a caller that waits up to wait for the
 // run's end, so that a short run is recorded by the same write as the
 // step that decided it (a custom resource's reconcile: one status patch,
@@ -190,8 +197,7 @@ func (rn *Runner) Executing() int { return len(rn.slots) }
 // Launch's. A run of a Job handler is not waited for: it lasts longer
 // than any wait worth a worker.
 func (rn *Runner) LaunchWaiting(ctx context.Context, p *Pending, self map[string]any, wait time.Duration) bool {
-	if p == nil || wait <= 0 || p.f.cause.Handler.Job != nil || len(rn.slots) == cap(rn.slots) {
-		// No slot free: the run would wait for one, and the worker with it.
+	if wait <= 0 || !rn.Waitable(p) {
 		rn.Launch(p, self)
 		return false
 	}

@@ -170,7 +170,7 @@ type engineFlags struct {
 func (f *engineFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.allowBreaking, "allow-breaking", false, "apply a definition even when its CRD breaks the installed one's clients or loses data (see opkit lint --against-cluster)")
 	cmd.Flags().BoolVar(&f.runEvents, "run-events", false, "post a HandlerStarted and a HandlerSucceeded Event for every handler run; without it a run's Events are its failures (HandlerFailed, HandlerGaveUp) and those its result asks for, and a success is in the run archive and status.opkit.lastRun")
-	cmd.Flags().DurationVar(&f.runWait, "run-wait", engine.DefaultRunWait, "how long a custom resource's reconcile waits for a handler run it starts, so that a run that ends in time is recorded with the reconcile's one status write; 0 never waits")
+	cmd.Flags().DurationVar(&f.runWait, "run-wait", engine.DefaultRunWait, "how long an object's reconcile waits for a handler run it starts, so that a run that ends in time is recorded by it (a custom resource's with its one status write); 0 never waits")
 	cmd.Flags().BoolVar(&f.migrateStorage, "migrate-storage", false, "when an operator's CRD has objects stored at an older version (status.storedVersions), rewrite them at the storage version in the background, as opkit migrate does (see docs/migration.md)")
 }
 

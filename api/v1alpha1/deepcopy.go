@@ -131,6 +131,35 @@ func (s *Source) DeepCopy() *Source {
 		w.Bearer = copyPtr(s.Webhook.Bearer)
 		out.Webhook = &w
 	}
+	if s.CloudEvents != nil {
+		c := *s.CloudEvents
+		c.HMAC = copyPtr(s.CloudEvents.HMAC)
+		c.Bearer = copyPtr(s.CloudEvents.Bearer)
+		out.CloudEvents = &c
+	}
+	if s.GitHubPoll != nil {
+		g := *s.GitHubPoll
+		g.TokenSecretRef = copyPtr(s.GitHubPoll.TokenSecretRef)
+		g.App = copyPtr(s.GitHubPoll.App)
+		out.GitHubPoll = &g
+	}
+	if s.NATS != nil {
+		n := *s.NATS
+		n.Subjects = copyStrings(s.NATS.Subjects)
+		n.TokenSecretRef = copyPtr(s.NATS.TokenSecretRef)
+		n.CredsSecretRef = copyPtr(s.NATS.CredsSecretRef)
+		n.PasswordSecretRef = copyPtr(s.NATS.PasswordSecretRef)
+		n.TLS = s.NATS.TLS.DeepCopy()
+		out.NATS = &n
+	}
+	if s.Kafka != nil {
+		k := *s.Kafka
+		k.Brokers = copyStrings(s.Kafka.Brokers)
+		k.Topics = copyStrings(s.Kafka.Topics)
+		k.SASL = copyPtr(s.Kafka.SASL)
+		k.TLS = s.Kafka.TLS.DeepCopy()
+		out.Kafka = &k
+	}
 	if s.Object != nil {
 		out.Object = &apiextensionsv1.JSON{}
 		s.Object.DeepCopyInto(out.Object)
@@ -270,4 +299,12 @@ func copyStrings(s []string) []string {
 		return nil
 	}
 	return append([]string(nil), s...)
+}
+
+// DeepCopy returns a deep copy.
+func (t *SourceTLS) DeepCopy() *SourceTLS {
+	if t == nil {
+		return nil
+	}
+	return &SourceTLS{CASecretRef: copyPtr(t.CASecretRef)}
 }

@@ -3,9 +3,13 @@ package definition
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/textproto"
+	"net/url"
+	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/cel-go/cel"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,10 +35,40 @@ const (
 	GitHubEventHeader     = "X-GitHub-Event"
 )
 
+// Kinds of EventSource: where its deliveries come from.
+const (
+	// KindWebhook and KindCloudEvents are posted to the hooks listener.
+	KindWebhook     = "webhook"
+	KindCloudEvents = "cloudEvents"
+	// KindGitHubPoll, KindNATS and KindKafka are taken by a consumer the
+	// engine runs (package source's Consumer) while the operator runs.
+	KindGitHubPoll = "githubPoll"
+	KindNATS       = "nats"
+	KindKafka      = "kafka"
+)
+
+// Defaults of a consumer's source.
+const (
+	DefaultPollInterval = 60 * time.Second
+	MinPollInterval     = 10 * time.Second
+	DefaultGitHubAPI    = "https://api.github.com"
+)
+
 // EventSource is a compiled spec.sources[] entry: how its deliveries are
 // verified and read, which it accepts, and what an accepted one does.
 type EventSource struct {
 	Name string
+	// Kind is where deliveries come from: KindWebhook, KindCloudEvents,
+	// KindGitHubPoll, KindNATS or KindKafka.
+	Kind string
+	// CloudEvents, GitHubPoll, NATS and Kafka are the source's spec, its
+	// defaults filled in, for the kind that has one; nil for the others.
+	CloudEvents *v1alpha1.CloudEventsSource
+	GitHubPoll  *v1alpha1.GitHubPollSource
+	NATS        *v1alpha1.NATSSource
+	Kafka       *v1alpha1.KafkaSource
+	// PollInterval is a githubPoll source's interval.
+	PollInterval time.Duration
 	// Verify is how a delivery proves its sender: VerifyGitHub,
 	// VerifyHMAC or VerifyBearer, with the shared secret in Secret.
 	Verify string
@@ -48,7 +82,7 @@ type EventSource struct {
 	// event (empty: none). Both canonical (textproto) header names.
 	DeliveryHeader string
 	EventHeader    string
-	// MaxBodyBytes refuses a larger body.
+	// MaxBodyBytes refuses a larger body (a message's, for a consumer).
 	MaxBodyBytes int64
 	// Filter is the condition a delivery must meet, or nil for all.
 	Filter *Expression
@@ -201,7 +235,7 @@ func compileSources(l *errorList, d *Definition) {
 		}
 		seen[s.Name] = true
 		out := &EventSource{Name: s.Name}
-		compileWebhook(l, field+".webhook", s.Webhook, out)
+		compileKind(l, field, op.Name, s, out)
 		if s.Filter != "" {
 			out.Filter = compileCondition(l, env, field+".filter", s.Filter)
 		}
@@ -220,12 +254,255 @@ func compileSources(l *errorList, d *Definition) {
 	}
 }
 
-// compileWebhook checks a source's webhook.
-func compileWebhook(l *errorList, field string, w *v1alpha1.WebhookSource, out *EventSource) {
-	if w == nil {
-		l.add(field, "required: how deliveries are verified (github, hmac or bearer)")
+// compileKind checks the one kind a source has.
+func compileKind(l *errorList, field, operator string, s v1alpha1.Source, out *EventSource) {
+	var kinds []string
+	for _, k := range []struct {
+		set  bool
+		name string
+	}{{s.Webhook != nil, KindWebhook}, {s.CloudEvents != nil, KindCloudEvents}, {s.GitHubPoll != nil, KindGitHubPoll}, {s.NATS != nil, KindNATS}, {s.Kafka != nil, KindKafka}} {
+		if k.set {
+			kinds = append(kinds, k.name)
+		}
+	}
+	if len(kinds) != 1 {
+		what := "none"
+		if len(kinds) > 1 {
+			what = strings.Join(kinds, " and ")
+		}
+		l.add(field, "set exactly one of webhook, cloudEvents, githubPoll, nats and kafka (this one has %s): where the source's events come from", what)
 		return
 	}
+	out.Kind = kinds[0]
+	consumer := "opkit-" + operator + "-" + s.Name
+	switch out.Kind {
+	case KindWebhook:
+		compileWebhook(l, field+".webhook", s.Webhook, out)
+	case KindCloudEvents:
+		compileCloudEvents(l, field+".cloudEvents", s.CloudEvents, out)
+	case KindGitHubPoll:
+		compileGitHubPoll(l, field+".githubPoll", s.GitHubPoll, out)
+	case KindNATS:
+		n := *s.NATS
+		f := field + ".nats"
+		if strings.TrimSpace(n.URL) == "" {
+			l.add(f+".url", "required: the server, like nats://nats.messaging:4222")
+		}
+		for i, u := range strings.Split(n.URL, ",") {
+			if u = strings.TrimSpace(u); u != "" && !strings.Contains(u, "://") && strings.Contains(u, "/") {
+				l.add(f+".url", "server %d, %q, is not host:port nor a nats://, tls:// or ws:// URL", i+1, u)
+			}
+		}
+		checkNATSName(l, f+".stream", n.Stream, true)
+		if n.Consumer == "" {
+			n.Consumer = consumer
+		}
+		checkNATSName(l, f+".consumer", n.Consumer, false)
+		for i, sub := range n.Subjects {
+			if sub == "" || strings.ContainsAny(sub, " \t\r\n") || strings.HasPrefix(sub, ".") || strings.HasSuffix(sub, ".") || strings.Contains(sub, "..") {
+				l.add(fmt.Sprintf("%s.subjects[%d]", f, i), "%q is not a NATS subject (tokens separated by dots, * and > as wildcards, no spaces)", sub)
+			}
+		}
+		switch n.DeliverPolicy {
+		case "":
+			n.DeliverPolicy = v1alpha1.DeliverNew
+		case v1alpha1.DeliverNew, v1alpha1.DeliverAll:
+		default:
+			l.add(f+".deliverPolicy", "%q: New or All", n.DeliverPolicy)
+		}
+		auth := 0
+		for _, ref := range []struct {
+			name string
+			ref  *v1alpha1.SecretKeySelector
+		}{{"tokenSecretRef", n.TokenSecretRef}, {"credsSecretRef", n.CredsSecretRef}, {"passwordSecretRef", n.PasswordSecretRef}} {
+			if ref.ref != nil {
+				auth++
+				checkSecretRef(l, f+"."+ref.name, *ref.ref)
+			}
+		}
+		switch {
+		case auth > 1:
+			l.add(f, "set at most one of tokenSecretRef, credsSecretRef and username with passwordSecretRef")
+		case (n.Username != "") != (n.PasswordSecretRef != nil):
+			l.add(f+".username", "username and passwordSecretRef go together")
+		}
+		checkTLS(l, f+".tls", n.TLS)
+		n.MaxBodyBytes = checkMaxBody(l, f+".maxBodyBytes", n.MaxBodyBytes)
+		out.NATS, out.MaxBodyBytes = &n, n.MaxBodyBytes
+	case KindKafka:
+		k := *s.Kafka
+		f := field + ".kafka"
+		if len(k.Brokers) == 0 {
+			l.add(f+".brokers", "required: the seed brokers, like kafka.messaging:9092")
+		}
+		for i, b := range k.Brokers {
+			if host, port, err := net.SplitHostPort(b); err != nil || host == "" || port == "" {
+				l.add(fmt.Sprintf("%s.brokers[%d]", f, i), "%q is not host:port", b)
+			}
+		}
+		if len(k.Topics) == 0 {
+			l.add(f+".topics", "required: the topics to consume")
+		}
+		for i, t := range k.Topics {
+			if !kafkaNameRE.MatchString(t) {
+				l.add(fmt.Sprintf("%s.topics[%d]", f, i), "%q is not a Kafka topic (letters, digits, '.', '_' and '-', at most 249)", t)
+			}
+		}
+		if k.Group == "" {
+			k.Group = consumer
+		}
+		if !kafkaNameRE.MatchString(k.Group) {
+			l.add(f+".group", "%q is not a consumer group name (letters, digits, '.', '_' and '-', at most 249)", k.Group)
+		}
+		switch k.StartOffset {
+		case "":
+			k.StartOffset = v1alpha1.OffsetLatest
+		case v1alpha1.OffsetLatest, v1alpha1.OffsetEarliest:
+		default:
+			l.add(f+".startOffset", "%q: Latest or Earliest", k.StartOffset)
+		}
+		if k.SASL != nil {
+			switch k.SASL.Mechanism {
+			case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+			default:
+				l.add(f+".sasl.mechanism", "%q: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", k.SASL.Mechanism)
+			}
+			if k.SASL.Username == "" {
+				l.add(f+".sasl.username", "required")
+			}
+			checkSecretRef(l, f+".sasl.passwordSecretRef", k.SASL.PasswordSecretRef)
+		}
+		checkTLS(l, f+".tls", k.TLS)
+		k.MaxBodyBytes = checkMaxBody(l, f+".maxBodyBytes", k.MaxBodyBytes)
+		out.Kafka, out.MaxBodyBytes = &k, k.MaxBodyBytes
+	}
+}
+
+// kafkaNameRE is a Kafka topic or group name.
+var kafkaNameRE = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+// checkNATSName checks a stream's or consumer's name.
+func checkNATSName(l *errorList, field, name string, required bool) {
+	switch {
+	case name == "" && required:
+		l.add(field, "required")
+	case len(name) > 255 || strings.ContainsAny(name, " \t\r\n.*>/\\"):
+		l.add(field, "%q is not a JetStream name (no spaces, '.', '*', '>', '/' or '\\', at most 255)", name)
+	}
+}
+
+// checkTLS checks a source's TLS.
+func checkTLS(l *errorList, field string, t *v1alpha1.SourceTLS) {
+	if t != nil && t.CASecretRef != nil {
+		checkSecretRef(l, field+".caSecretRef", *t.CASecretRef)
+	}
+}
+
+// checkMaxBody checks a body limit and returns it, defaulted.
+func checkMaxBody(l *errorList, field string, n int64) int64 {
+	switch {
+	case n == 0:
+		return v1alpha1.DefaultWebhookBody
+	case n < 0 || n > v1alpha1.MaxWebhookBody:
+		l.add(field, "%d is out of range: from 1 to %d (25 MiB)", n, v1alpha1.MaxWebhookBody)
+		return v1alpha1.DefaultWebhookBody
+	}
+	return n
+}
+
+// compileCloudEvents checks a cloudEvents source: verified as an hmac or
+// bearer webhook, its delivery id and event read from the event itself.
+func compileCloudEvents(l *errorList, field string, c *v1alpha1.CloudEventsSource, out *EventSource) {
+	ce := *c
+	switch {
+	case (c.HMAC != nil) == (c.Bearer != nil):
+		l.add(field, "set exactly one of hmac and bearer: a source never accepts a delivery it cannot verify")
+	case c.HMAC != nil:
+		out.Verify, out.SignaturePrefix = VerifyHMAC, c.HMAC.Prefix
+		out.SignatureHeader = checkHeader(l, field+".hmac.header", c.HMAC.Header, true)
+		out.Secret = checkSecretRef(l, field+".hmac.secretRef", c.HMAC.SecretRef)
+	default:
+		out.Verify = VerifyBearer
+		out.Secret = checkSecretRef(l, field+".bearer.secretRef", c.Bearer.SecretRef)
+	}
+	switch ce.Batch {
+	case "":
+		ce.Batch = v1alpha1.BatchRefuse
+	case v1alpha1.BatchRefuse, v1alpha1.BatchSplit:
+	default:
+		l.add(field+".batch", "%q: Refuse or Split", ce.Batch)
+	}
+	ce.MaxBodyBytes = checkMaxBody(l, field+".maxBodyBytes", ce.MaxBodyBytes)
+	out.CloudEvents, out.MaxBodyBytes = &ce, ce.MaxBodyBytes
+}
+
+// compileGitHubPoll checks a githubPoll source.
+func compileGitHubPoll(l *errorList, field string, g *v1alpha1.GitHubPollSource, out *EventSource) {
+	p := *g
+	switch {
+	case (p.Repository == "") == (p.Organization == ""):
+		l.add(field, "set exactly one of repository (owner/name) and organization")
+	case p.Repository != "":
+		owner, name, ok := strings.Cut(p.Repository, "/")
+		if !ok || !githubLoginRE.MatchString(owner) || !githubRepoRE.MatchString(name) {
+			l.add(field+".repository", "%q is not owner/name", p.Repository)
+		}
+	default:
+		if !githubLoginRE.MatchString(p.Organization) {
+			l.add(field+".organization", "%q is not an organization's login (letters, digits and '-')", p.Organization)
+		}
+	}
+	switch {
+	case (p.TokenSecretRef == nil) == (p.App == nil):
+		l.add(field, "set exactly one of tokenSecretRef and app: how opkit authenticates to GitHub")
+	case p.TokenSecretRef != nil:
+		checkSecretRef(l, field+".tokenSecretRef", *p.TokenSecretRef)
+	default:
+		if p.App.AppID <= 0 {
+			l.add(field+".app.appID", "required: the App's id")
+		}
+		if p.App.InstallationID <= 0 {
+			l.add(field+".app.installationID", "required: the installation's id")
+		}
+		checkSecretRef(l, field+".app.privateKeySecretRef", p.App.PrivateKeySecretRef)
+	}
+	if p.APIURL == "" {
+		p.APIURL = DefaultGitHubAPI
+	}
+	if u, err := url.Parse(p.APIURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		l.add(field+".apiURL", "%q is not an http(s) URL like https://api.github.com", p.APIURL)
+	}
+	out.PollInterval = DefaultPollInterval
+	if p.Interval != "" {
+		d, err := time.ParseDuration(p.Interval)
+		switch {
+		case err != nil:
+			l.add(field+".interval", "%q is not a duration like 30s or 2m", p.Interval)
+		case d < MinPollInterval:
+			l.add(field+".interval", "%s is too short: at least %s (GitHub's X-Poll-Interval asks for 60s)", d, MinPollInterval)
+		default:
+			out.PollInterval = d
+		}
+	}
+	switch p.Since {
+	case "":
+		p.Since = v1alpha1.SinceNow
+	case v1alpha1.SinceNow, v1alpha1.SinceAll:
+	default:
+		l.add(field+".since", "%q: Now or All", p.Since)
+	}
+	out.GitHubPoll = &p
+	out.EventHeader = GitHubEventHeader
+}
+
+// GitHub's names.
+var (
+	githubLoginRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,38})$`)
+	githubRepoRE  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
+)
+
+// compileWebhook checks a source's webhook.
+func compileWebhook(l *errorList, field string, w *v1alpha1.WebhookSource, out *EventSource) {
 	n := 0
 	for _, set := range []bool{w.GitHub != nil, w.HMAC != nil, w.Bearer != nil} {
 		if set {
@@ -255,14 +532,13 @@ func compileWebhook(l *errorList, field string, w *v1alpha1.WebhookSource, out *
 	if w.EventHeader != "" {
 		out.EventHeader = checkHeader(l, field+".eventHeader", w.EventHeader, false)
 	}
-	switch {
-	case w.MaxBodyBytes == 0:
-		out.MaxBodyBytes = v1alpha1.DefaultWebhookBody
-	case w.MaxBodyBytes < 0 || w.MaxBodyBytes > v1alpha1.MaxWebhookBody:
-		l.add(field+".maxBodyBytes", "%d is out of range: from 1 to %d (25 MiB, GitHub's own cap)", w.MaxBodyBytes, v1alpha1.MaxWebhookBody)
-	default:
-		out.MaxBodyBytes = w.MaxBodyBytes
-	}
+	out.MaxBodyBytes = checkMaxBody(l, field+".maxBodyBytes", w.MaxBodyBytes)
+}
+
+// Consumed reports whether the source's deliveries are taken by a
+// consumer the engine runs, not posted to its hooks listener.
+func (s *EventSource) Consumed() bool {
+	return s.Kind == KindGitHubPoll || s.Kind == KindNATS || s.Kind == KindKafka
 }
 
 // checkHeader checks a header name and returns its canonical form.

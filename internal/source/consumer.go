@@ -3,6 +3,8 @@ package source
 import (
 	"context"
 	"time"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 )
 
 // A Consumer takes the messages of one source the engine reaches out to
@@ -91,4 +93,17 @@ func Backoff(n int, jitter float64) time.Duration {
 		d = min(time.Second<<(n-1), time.Minute)
 	}
 	return d/2 + time.Duration(jitter*float64(d/2))
+}
+
+// Secrets reads a Secret's key for a consumer: its credentials, read
+// again at each connection, so that a rotated one is picked up by the
+// next. The engine's reads the API server (with the engine's RBAC).
+type Secrets func(ctx context.Context, ref v1alpha1.SecretKeySelector) ([]byte, error)
+
+// Cursors keep a consumer's position where its source keeps none (a
+// GitHub poll's newest event seen): the run archive's, per operator and
+// source. Cursor returns "" for a source that has none yet.
+type Cursors interface {
+	Cursor(ctx context.Context, operator, source string) (string, error)
+	SetCursor(ctx context.Context, operator, source, cursor string) error
 }

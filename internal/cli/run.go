@@ -439,7 +439,22 @@ func startOperators(ctx context.Context, opts engine.Options, archivePath string
 // conversion are served.
 func printSources(w io.Writer, e *engine.Engine, d *definition.Definition) {
 	for _, s := range d.Sources {
-		fmt.Fprintf(w, "  source %s (%s): POST http://%s/hooks/%s/%s\n", s.Name, s.Verify, e.HooksAddr(), d.Operator.Name, s.Name)
+		switch s.Kind {
+		case definition.KindGitHubPoll:
+			what := "repository " + s.GitHubPoll.Repository
+			if s.GitHubPoll.Organization != "" {
+				what = "organization " + s.GitHubPoll.Organization
+			}
+			fmt.Fprintf(w, "  source %s (githubPoll): polls the events of %s every %s at %s\n", s.Name, what, s.PollInterval, s.GitHubPoll.APIURL)
+		case definition.KindNATS:
+			fmt.Fprintf(w, "  source %s (nats): consumes stream %s as %s at %s\n", s.Name, s.NATS.Stream, s.NATS.Consumer, s.NATS.URL)
+		case definition.KindKafka:
+			fmt.Fprintf(w, "  source %s (kafka): consumes %s in group %s at %s\n", s.Name, strings.Join(s.Kafka.Topics, ", "), s.Kafka.Group, strings.Join(s.Kafka.Brokers, ","))
+		case definition.KindCloudEvents:
+			fmt.Fprintf(w, "  source %s (CloudEvents, %s): POST http://%s/hooks/%s/%s\n", s.Name, s.Verify, e.HooksAddr(), d.Operator.Name, s.Name)
+		default:
+			fmt.Fprintf(w, "  source %s (%s): POST http://%s/hooks/%s/%s\n", s.Name, s.Verify, e.HooksAddr(), d.Operator.Name, s.Name)
+		}
 	}
 	for _, h := range d.Admission {
 		fmt.Fprintf(w, "  admission handler %s (%s %s): served on https://%s/%s/%s/%s\n", h.Name, h.Admission.Trigger(),

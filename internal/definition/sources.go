@@ -535,6 +535,47 @@ func compileWebhook(l *errorList, field string, w *v1alpha1.WebhookSource, out *
 	out.MaxBodyBytes = checkMaxBody(l, field+".maxBodyBytes", w.MaxBodyBytes)
 }
 
+// SecretUse is a Secret key a source reads, and what for.
+type SecretUse struct {
+	Ref v1alpha1.SecretKeySelector
+	// For says what the key holds, e.g. "its shared secret".
+	For string
+}
+
+// SecretRefs are the Secret keys the source reads.
+func (s *EventSource) SecretRefs() []SecretUse {
+	var out []SecretUse
+	add := func(ref *v1alpha1.SecretKeySelector, what string) {
+		if ref != nil && ref.Name != "" {
+			out = append(out, SecretUse{Ref: *ref, For: what})
+		}
+	}
+	switch s.Kind {
+	case KindWebhook, KindCloudEvents, "":
+		add(&s.Secret, "its shared secret")
+	case KindGitHubPoll:
+		add(s.GitHubPoll.TokenSecretRef, "its GitHub token")
+		if s.GitHubPoll.App != nil {
+			add(&s.GitHubPoll.App.PrivateKeySecretRef, "its GitHub App's private key")
+		}
+	case KindNATS:
+		add(s.NATS.TokenSecretRef, "its NATS token")
+		add(s.NATS.CredsSecretRef, "its NATS credentials")
+		add(s.NATS.PasswordSecretRef, "its NATS password")
+		if s.NATS.TLS != nil {
+			add(s.NATS.TLS.CASecretRef, "the CA of its NATS servers")
+		}
+	case KindKafka:
+		if s.Kafka.SASL != nil {
+			add(&s.Kafka.SASL.PasswordSecretRef, "its Kafka password")
+		}
+		if s.Kafka.TLS != nil {
+			add(s.Kafka.TLS.CASecretRef, "the CA of its Kafka brokers")
+		}
+	}
+	return out
+}
+
 // Consumed reports whether the source's deliveries are taken by a
 // consumer the engine runs, not posted to its hooks listener.
 func (s *EventSource) Consumed() bool {

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,10 +50,12 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	}
 	if len(d.Sources) > 0 {
 		if e.opts.Archive == nil {
-			return fmt.Errorf("operator %s: webhook sources need a run archive, and the engine has none", d.Operator.Name)
+			return fmt.Errorf("operator %s: sources need a run archive, which records every delivery before it is acknowledged, and the engine has none", d.Operator.Name)
 		}
-		if err := e.ensureHooks(d); err != nil {
-			return err
+		if slices.ContainsFunc(d.Sources, func(s *definition.EventSource) bool { return !s.Consumed() }) {
+			if err := e.ensureHooks(d); err != nil {
+				return err
+			}
 		}
 		if err := e.ensureRedeliveries(ctx); err != nil {
 			return fmt.Errorf("operator %s: %w", d.Operator.Name, err)
@@ -148,6 +151,10 @@ func (e *Engine) restart(ctx context.Context, d *definition.Definition, start fu
 
 	if len(d.Sources) > 0 {
 		if op.events, err = delivery.Start(e.ctx, d, op.runner, delivery.Options{Archive: e.opts.Archive, Client: e.client, Namespace: e.opts.Namespace, Logger: e.mgr.GetLogger()}); err != nil {
+			op.stop()
+			return err
+		}
+		if err := e.startConsumers(op); err != nil {
 			op.stop()
 			return err
 		}

@@ -112,6 +112,9 @@ type operator struct {
 	runner *run.Runner // nil without handlers
 	// events handles the deliveries of its sources; nil without sources.
 	events *delivery.Queue
+	// consumers take the messages of its consumed sources (consumers.go);
+	// nil without any.
+	consumers *consumers
 	// conditions are its custom resources' conditions, for the gauges
 	// (metrics.go); nil for a watch or a calendar.
 	conditions *gauges.Table
@@ -349,6 +352,7 @@ const stopGrace = 30 * time.Second
 
 func (o *operator) stop() {
 	o.cancel()
+	o.consumers.stop() // before the queue they add to closes
 	if o.events != nil {
 		o.events.Close()
 	}

@@ -140,6 +140,7 @@ func (e *Engine) readyChecks() map[string]healthz.Checker {
 			}
 		},
 		"api-server": func(*http.Request) error { return e.health.api.Err() },
+		"sources":    e.sourcesReady,
 	}
 	if e.archive != nil {
 		checks["archive"] = func(*http.Request) error { return e.archive.Failure() }

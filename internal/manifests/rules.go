@@ -252,8 +252,10 @@ func (n *needs) definition(d *definition.Definition, opts Options) {
 		n.handler(d, h, op)
 	}
 	for _, s := range d.Sources {
-		why := fmt.Sprintf("%s: source %s reads its shared secret (key %s)", op, s.Name, s.Secret.Key)
-		n.add("", "secrets", namespaceOr(s.Secret.Namespace), s.Secret.Name, why, "get")
+		for _, u := range s.SecretRefs() {
+			why := fmt.Sprintf("%s: source %s reads %s (key %s)", op, s.Name, u.For, u.Ref.Key)
+			n.add("", "secrets", namespaceOr(u.Ref.Namespace), u.Ref.Name, why, "get")
+		}
 		if s.Object != nil {
 			n.add(d.GVK.Group, d.Plural, anyNamespace, "", fmt.Sprintf("%s: source %s creates or patches a %s per delivery (server-side apply)", op, s.Name, d.GVK.Kind), "create", "patch")
 		}

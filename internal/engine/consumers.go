@@ -1,0 +1,309 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/source"
+)
+
+// The sources the engine reaches out to (a GitHub poll, a NATS JetStream
+// consumer, a Kafka consumer group: definition.EventSource.Consumed) are
+// consumed while their operator runs, so on the acting replica alone:
+// a standby runs no operator, and connects when it takes over. Each
+// message is checked and recorded as the hooks listener records a
+// delivery (hooks.go), then acknowledged at its source:
+//
+//   - one larger than the source's limit, not JSON, or filtered out is
+//     recorded Refused with the reason, and acknowledged (delivering it
+//     again would refuse it again);
+//   - one accepted is recorded Pending, durably, then acknowledged and
+//     queued for its handlers (package delivery): from then on its
+//     handling survives the engine's end, as a webhook delivery's does;
+//   - one whose id the archive holds already (a redelivery after a crash
+//     between the record and the acknowledgement, a rebalance) is
+//     acknowledged and not handled again;
+//   - one the archive cannot record now is not acknowledged: the
+//     consumer delivers it again (package source's Consumer contract).
+//
+// A consumer that cannot reach its source says so in one line of the log
+// (and again when it recovers), in /readyz (check "sources") and in
+// opkit_source_connected; opkit_source_lag is how many messages its
+// source holds that are not recorded yet.
+
+// consumerWatch is how often a consumer's State is read for the log and
+// the gauges.
+const consumerWatch = 2 * time.Second
+
+// consumers are the running consumers of one operator.
+type consumers struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	list   []*consumed
+}
+
+// consumed is one running consumer.
+type consumed struct {
+	operator string
+	src      *definition.EventSource
+	c        source.Consumer
+	// failed is the failure last logged, "" while it works: a failure is
+	// logged once, not on every retry.
+	failed string
+}
+
+// stop stops the consumers and waits for them.
+func (cs *consumers) stop() {
+	if cs == nil {
+		return
+	}
+	cs.cancel()
+	cs.wg.Wait()
+	for _, c := range cs.list {
+		sourceMetrics().lag.DeleteLabelValues(c.operator, c.src.Name)
+		sourceMetrics().connected.DeleteLabelValues(c.operator, c.src.Name)
+	}
+}
+
+// startConsumers starts a consumer for each consumed source of op, its
+// messages queued on op.events.
+func (e *Engine) startConsumers(op *operator) error {
+	d := op.def
+	var srcs []*definition.EventSource
+	for _, s := range d.Sources {
+		if s.Consumed() {
+			srcs = append(srcs, s)
+		}
+	}
+	if len(srcs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	cs := &consumers{cancel: cancel}
+	log := e.mgr.GetLogger().WithValues("operator", d.Operator.Name)
+	for _, s := range srcs {
+		c, err := e.newConsumer(d, s)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("operator %s: source %s: %w", d.Operator.Name, s.Name, err)
+		}
+		cs.list = append(cs.list, &consumed{operator: d.Operator.Name, src: s, c: c})
+	}
+	for _, c := range cs.list {
+		sink := e.sink(op, c.src)
+		log := log.WithValues("source", c.src.Name, "kind", c.src.Kind)
+		cs.wg.Go(func() {
+			if err := c.c.Run(ctx, sink); err != nil && ctx.Err() == nil {
+				log.Error(err, "the source cannot be consumed")
+			}
+		})
+		cs.wg.Go(func() { c.watch(ctx, log) })
+	}
+	op.consumers = cs
+	return nil
+}
+
+// newConsumer makes the consumer of a consumed source.
+func (e *Engine) newConsumer(d *definition.Definition, s *definition.EventSource) (source.Consumer, error) {
+	switch s.Kind {
+	case definition.KindGitHubPoll, definition.KindNATS, definition.KindKafka:
+	}
+	return nil, fmt.Errorf("sources of kind %s are not built yet", s.Kind)
+}
+
+// readSecret reads a Secret's key for a consumer, at each of its
+// connections: a rotated credential is picked up by the next.
+func (e *Engine) readSecret(ctx context.Context, ref v1alpha1.SecretKeySelector) ([]byte, error) {
+	s, err := e.clientset.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	v, ok := secretKey(s, ref.Key)
+	if !ok {
+		return nil, fmt.Errorf("the Secret %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key)
+	}
+	return v, nil
+}
+
+// watch logs the consumer's failures and recoveries and sets its gauges,
+// until ctx ends.
+func (c *consumed) watch(ctx context.Context, log logr.Logger) {
+	t := time.NewTicker(consumerWatch)
+	defer t.Stop()
+	for {
+		st := c.c.State()
+		m := sourceMetrics()
+		m.connected.WithLabelValues(c.operator, c.src.Name).Set(boolGauge(st.Connected))
+		if st.Lag >= 0 {
+			m.lag.WithLabelValues(c.operator, c.src.Name).Set(float64(st.Lag))
+		}
+		switch {
+		case st.Err != nil && st.Err.Error() != c.failed:
+			c.failed = st.Err.Error()
+			log.Info(fmt.Sprintf("source %s (%s) cannot be consumed: %v; trying again %s", c.src.Name, c.src.Kind, st.Err, retryIn(st.RetryAt)))
+		case st.Err == nil && st.Connected && c.failed != "":
+			c.failed = ""
+			log.Info(fmt.Sprintf("source %s (%s) is consumed again", c.src.Name, c.src.Kind))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// retryIn says when a consumer tries again.
+func retryIn(at time.Time) string {
+	if at.IsZero() {
+		return "soon"
+	}
+	return "in " + time.Until(at).Round(time.Second).String()
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// sink records a consumer's messages for op's source src.
+func (e *Engine) sink(op *operator, src *definition.EventSource) source.Sink {
+	return source.SinkFunc(func(ctx context.Context, m source.Message) error {
+		d := &archive.Delivery{
+			Operator: op.def.Operator.Name, Source: src.Name, ReceivedAt: time.Now().UTC(),
+			DeliveryID: m.ID, Event: m.Event, Headers: messageHeaders(m.Headers),
+			Payload: m.Body, PayloadBytes: int64(len(m.Body)),
+		}
+		if ref := checkMessage(src, m); ref != nil {
+			d.Outcome, d.Reason = archive.DeliveryRefused, ref.Reason
+			if len(d.Payload) > refusedPayloadCap {
+				d.Payload = d.Payload[:refusedPayloadCap]
+			}
+			if err := e.opts.Archive.RecordDelivery(ctx, d); err != nil {
+				return fmt.Errorf("recording a refused message: %w", err)
+			}
+			sourceMetrics().messages.WithLabelValues(d.Operator, d.Source, "refused").Inc()
+			return nil
+		}
+		err := e.opts.Archive.RecordDelivery(ctx, d)
+		switch {
+		case errors.Is(err, archive.ErrDuplicateDelivery):
+			sourceMetrics().messages.WithLabelValues(d.Operator, d.Source, "redelivered").Inc()
+			return nil
+		case err != nil:
+			return fmt.Errorf("recording the message: %w", err)
+		}
+		sourceMetrics().messages.WithLabelValues(d.Operator, d.Source, "accepted").Inc()
+		op.events.Add(*d)
+		return nil
+	})
+}
+
+// checkMessage checks a message as check (hooks.go) checks a webhook's
+// delivery: nil for one to accept, else why it is refused.
+func checkMessage(src *definition.EventSource, m source.Message) *source.Refusal {
+	if int64(len(m.Body)) > src.MaxBodyBytes {
+		return &source.Refusal{Status: http.StatusRequestEntityTooLarge, Reason: fmt.Sprintf("message of %s is larger than the source's limit of %s", source.Size(int64(len(m.Body))), source.Size(src.MaxBodyBytes))}
+	}
+	payload, err := source.Payload(m.Body)
+	if err != nil {
+		var ref *source.Refusal
+		if errors.As(err, &ref) {
+			return ref
+		}
+		return &source.Refusal{Status: http.StatusBadRequest, Reason: err.Error()}
+	}
+	vars := definition.EventVars{Payload: payload, Headers: m.Headers, Event: m.Event, DeliveryID: m.ID, Source: src.Name}
+	match, err := src.Accepts(vars)
+	switch {
+	case err != nil:
+		return &source.Refusal{Status: http.StatusOK, Reason: reasonFiltered + ": the filter failed on it: " + err.Error()}
+	case !match:
+		return &source.Refusal{Status: http.StatusOK, Reason: reasonFiltered}
+	}
+	return nil
+}
+
+// messageHeaders are a message's headers as the archive keeps a
+// delivery's, credentials redacted.
+func messageHeaders(h map[string]string) map[string][]string {
+	if len(h) == 0 {
+		return nil
+	}
+	hh := make(http.Header, len(h))
+	for k, v := range h {
+		hh[k] = []string{v}
+	}
+	return archive.RedactHeaders(hh, "")
+}
+
+// sourcesReady is /readyz's check "sources": it fails while a consumer
+// of a running operator cannot reach its source, naming each.
+func (e *Engine) sourcesReady(*http.Request) error {
+	e.mu.Lock()
+	var failing []string
+	for _, op := range e.running {
+		if op.consumers == nil {
+			continue
+		}
+		for _, c := range op.consumers.list {
+			if st := c.c.State(); st.Err != nil && !st.Connected {
+				failing = append(failing, fmt.Sprintf("operator %s source %s (%s): %v", c.operator, c.src.Name, c.src.Kind, st.Err))
+			}
+		}
+	}
+	e.mu.Unlock()
+	if len(failing) == 0 {
+		return nil
+	}
+	sort.Strings(failing)
+	return errors.New(strings.Join(failing, "; "))
+}
+
+// sourceMetricsT are the consumed sources' metrics.
+type sourceMetricsT struct {
+	lag       *prometheus.GaugeVec
+	connected *prometheus.GaugeVec
+	messages  *prometheus.CounterVec
+}
+
+var (
+	sourceMetricsOnce sync.Once
+	theSourceMetrics  *sourceMetricsT
+)
+
+// sourceMetrics returns the consumed sources' metrics, registered once
+// per process.
+func sourceMetrics() *sourceMetricsT {
+	sourceMetricsOnce.Do(func() {
+		theSourceMetrics = &sourceMetricsT{
+			lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Name: "opkit_source_lag", Help: "Messages a consumed source (nats, kafka) holds that the engine has not recorded yet.",
+			}, []string{"operator", "source"}),
+			connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Name: "opkit_source_connected", Help: "1 while a consumed source (githubPoll, nats, kafka) is reached, else 0.",
+			}, []string{"operator", "source"}),
+			messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "opkit_source_messages_total", Help: "Messages of a consumed source, by outcome: accepted (recorded Pending), refused (recorded Refused: too large, not JSON, filtered out), redelivered (recorded before: not handled again).",
+			}, []string{"operator", "source", "outcome"}),
+		}
+		metrics.Registry.MustRegister(theSourceMetrics.lag, theSourceMetrics.connected, theSourceMetrics.messages)
+	})
+	return theSourceMetrics
+}

@@ -89,7 +89,7 @@ func (e *Engine) startConsumers(op *operator) error {
 			srcs = append(srcs, s)
 		}
 	}
-	if len(srcs) == 0 {
+	if len(srcs) == 0 || e.opts.ConsumeNothing {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
@@ -185,34 +185,67 @@ func boolGauge(b bool) float64 {
 // sink records a consumer's messages for op's source src.
 func (e *Engine) sink(op *operator, src *definition.EventSource) source.Sink {
 	return source.SinkFunc(func(ctx context.Context, m source.Message) error {
-		d := &archive.Delivery{
-			Operator: op.def.Operator.Name, Source: src.Name, ReceivedAt: time.Now().UTC(),
-			DeliveryID: m.ID, Event: m.Event, Headers: messageHeaders(m.Headers),
-			Payload: m.Body, PayloadBytes: int64(len(m.Body)),
-		}
-		if ref := checkMessage(src, m); ref != nil {
-			d.Outcome, d.Reason = archive.DeliveryRefused, ref.Reason
-			if len(d.Payload) > refusedPayloadCap {
-				d.Payload = d.Payload[:refusedPayloadCap]
-			}
-			if err := e.opts.Archive.RecordDelivery(ctx, d); err != nil {
-				return fmt.Errorf("recording a refused message: %w", err)
-			}
-			sourceMetrics().messages.WithLabelValues(d.Operator, d.Source, "refused").Inc()
-			return nil
-		}
-		err := e.opts.Archive.RecordDelivery(ctx, d)
-		switch {
-		case errors.Is(err, archive.ErrDuplicateDelivery):
-			sourceMetrics().messages.WithLabelValues(d.Operator, d.Source, "redelivered").Inc()
-			return nil
-		case err != nil:
-			return fmt.Errorf("recording the message: %w", err)
-		}
-		sourceMetrics().messages.WithLabelValues(d.Operator, d.Source, "accepted").Inc()
-		op.events.Add(*d)
-		return nil
+		_, _, err := e.take(ctx, op, src, m)
+		return err
 	})
+}
+
+// take records one message of a consumed source and queues it when
+// accepted. It returns the record and the status a webhook delivery
+// would have been answered with: 202 accepted, 200 filtered out, 413 or
+// 400 refused, 409 recorded before (the record is then nil). An error is
+// a message not recorded.
+func (e *Engine) take(ctx context.Context, op *operator, src *definition.EventSource, m source.Message) (*archive.Delivery, int, error) {
+	d := &archive.Delivery{
+		Operator: op.def.Operator.Name, Source: src.Name, ReceivedAt: time.Now().UTC(),
+		DeliveryID: m.ID, Event: m.Event, Headers: messageHeaders(m.Headers),
+		Payload: m.Body, PayloadBytes: int64(len(m.Body)),
+	}
+	if ref := checkMessage(src, m); ref != nil {
+		d.Outcome, d.Reason = archive.DeliveryRefused, ref.Reason
+		if len(d.Payload) > refusedPayloadCap {
+			d.Payload, d.PayloadTruncated = d.Payload[:refusedPayloadCap], true
+		}
+		if err := e.opts.Archive.RecordDelivery(ctx, d); err != nil {
+			return nil, 0, fmt.Errorf("recording a refused message: %w", err)
+		}
+		sourceMetrics().messages.WithLabelValues(d.Operator, d.Source, "refused").Inc()
+		return d, ref.Status, nil
+	}
+	err := e.opts.Archive.RecordDelivery(ctx, d)
+	switch {
+	case errors.Is(err, archive.ErrDuplicateDelivery):
+		sourceMetrics().messages.WithLabelValues(d.Operator, d.Source, "redelivered").Inc()
+		return nil, http.StatusConflict, nil
+	case err != nil:
+		return nil, 0, fmt.Errorf("recording the message: %w", err)
+	}
+	sourceMetrics().messages.WithLabelValues(d.Operator, d.Source, "accepted").Inc()
+	op.events.Add(*d)
+	return d, http.StatusAccepted, nil
+}
+
+// Inject hands a message to a running operator's consumed source as its
+// consumer would: checked, recorded and queued (see take for the status
+// returned). opkit test's send steps use it in place of a GitHub, NATS or
+// Kafka.
+func (e *Engine) Inject(ctx context.Context, operator, sourceName string, m source.Message) (*archive.Delivery, int, error) {
+	e.mu.Lock()
+	op := e.running[operator]
+	e.mu.Unlock()
+	if op == nil {
+		return nil, 0, fmt.Errorf("no operator %q runs here", operator)
+	}
+	src := op.def.EventSource(sourceName)
+	switch {
+	case src == nil:
+		return nil, 0, fmt.Errorf("operator %s has no source %q", operator, sourceName)
+	case !src.Consumed():
+		return nil, 0, fmt.Errorf("operator %s: source %s is a %s source: its deliveries are posted to the hooks listener", operator, sourceName, src.Kind)
+	case op.events == nil:
+		return nil, 0, fmt.Errorf("operator %s is starting", operator)
+	}
+	return e.take(ctx, op, src, m)
 }
 
 // checkMessage checks a message as check (hooks.go) checks a webhook's

@@ -39,6 +39,11 @@ type Options struct {
 	// It is bound when the first operator with a source is applied; "0"
 	// or "" serves none, and such an operator is refused. Defaults to "0".
 	HooksAddr string
+	// ConsumeNothing keeps the engine from reaching the consumed sources
+	// (githubPoll, nats, kafka): their messages come only through
+	// Engine.Inject. opkit test's engine, whose scenarios play the
+	// sources' senders, sets it.
+	ConsumeNothing bool
 	// Archive records handler runs (and webhook deliveries, and what the
 	// operators remember of what they do not own). Required by definitions
 	// with handlers or sources.

@@ -120,7 +120,7 @@ func stub(m map[string]any) *Stub {
 
 func send(m map[string]any) *Send {
 	s := &Send{
-		Source: str(m, "source"), Operator: str(m, "operator"), Event: str(m, "event"),
+		Source: str(m, "source"), Operator: str(m, "operator"), Event: str(m, "event"), ID: str(m, "id"),
 		Payload: object(m["payload"]), Status: DefaultSendStatus,
 	}
 	if s.Payload == nil {

@@ -203,8 +203,14 @@ type Send struct {
 	Event string
 	// Payload is the JSON body. Defaults to {}.
 	Payload Object
-	// Headers are more request headers.
+	// Headers are more request headers (a message's headers, for a
+	// consumed source).
 	Headers map[string]string
+	// ID is the message's id, for a consumed source (githubPoll, nats,
+	// kafka), whose messages are handed to the engine as its consumer
+	// would: a GitHub event's id, <stream>:<sequence>. Defaults to a
+	// random one.
+	ID string
 	// Status is the HTTP status the delivery must be answered with.
 	// Defaults to DefaultSendStatus.
 	Status int

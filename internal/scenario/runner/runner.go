@@ -250,6 +250,8 @@ func (r *scenarioRun) setUp(ctx context.Context) (stop func(), err error) {
 	r.stubs = &engine.Stubs{}
 	eopts := engine.Options{
 		Config: r.cl.config, Namespace: r.ns, Clock: clk, Stubs: r.stubs, JobTolerations: r.opts.JobTolerations,
+		// The scenario's send steps play a consumed source's messages.
+		ConsumeNothing: true,
 	}
 	// The plane's API server calls the admission handlers on loopback;
 	// their certificates are kept in the scenario's namespace.

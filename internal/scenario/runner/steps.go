@@ -22,6 +22,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/executor"
 	"github.com/opkit-dev/opkit/internal/scenario"
+	"github.com/opkit-dev/opkit/internal/source"
 )
 
 // TestFieldManager is the field manager of what apply steps write.
@@ -378,6 +379,9 @@ func (r *scenarioRun) send(ctx context.Context, s *scenario.Send) error {
 	if err != nil {
 		return err
 	}
+	if src.Consumed() {
+		return r.inject(ctx, d, src, s, body)
+	}
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
 	for k, v := range s.Headers {
@@ -395,6 +399,30 @@ func (r *scenarioRun) send(ctx context.Context, s *scenario.Send) error {
 	}
 	if status != s.Status {
 		return &errStep{what: "the delivery's answer", expected: fmt.Sprintf("%d", s.Status), found: fmt.Sprintf("%d %s", status, strings.TrimSpace(string(answer)))}
+	}
+	return nil
+}
+
+// inject hands a message to a consumed source (githubPoll, nats, kafka)
+// as its consumer would: opkit test's engine reaches no GitHub, NATS or
+// Kafka. The status is the one a webhook delivery would be answered with.
+func (r *scenarioRun) inject(ctx context.Context, d *definition.Definition, src *definition.EventSource, s *scenario.Send, body []byte) error {
+	m := source.Message{ID: s.ID, Event: s.Event, Body: body, Headers: map[string]string{}}
+	if m.ID == "" {
+		m.ID = "opkit-test-" + utilrand.String(10)
+	}
+	for k, v := range s.Headers {
+		m.Headers[strings.ToLower(k)] = v
+	}
+	if src.Kind == definition.KindGitHubPoll {
+		m.Headers["x-github-event"], m.Headers["x-github-delivery"] = m.Event, m.ID
+	}
+	_, status, err := r.eng.Inject(ctx, d.Operator.Name, src.Name, m)
+	if err != nil {
+		return err
+	}
+	if status != s.Status {
+		return &errStep{what: "the message's outcome", expected: fmt.Sprintf("%d", s.Status), found: fmt.Sprintf("%d", status)}
 	}
 	return nil
 }

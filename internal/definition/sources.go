@@ -493,6 +493,9 @@ func compileGitHubPoll(l *errorList, field string, g *v1alpha1.GitHubPollSource,
 	}
 	out.GitHubPoll = &p
 	out.EventHeader = GitHubEventHeader
+	// GitHub's own cap on a webhook's payload: the events API's are
+	// smaller.
+	out.MaxBodyBytes = v1alpha1.MaxWebhookBody
 }
 
 // GitHub's names.

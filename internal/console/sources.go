@@ -174,7 +174,14 @@ func (s *Server) operatorSources(ctx context.Context, name string) ([]sourceRow,
 		// The operator page says so already.
 	case d != nil:
 		for _, src := range d.Sources {
-			add(sourceRow{Name: src.Name, Kind: src.Verify, Declared: true})
+			kind := src.Verify // github, hmac, bearer
+			switch {
+			case src.Consumed():
+				kind = src.Kind
+			case src.Kind == definition.KindCloudEvents:
+				kind = "CloudEvents, " + src.Verify
+			}
+			add(sourceRow{Name: src.Name, Kind: kind, Declared: true})
 		}
 	}
 	page, err := s.opts.Archive.ListDeliveries(ctx, archive.DeliveryQuery{Operator: name, Since: time.Now().Add(-sourcesWindow), Limit: 1000})

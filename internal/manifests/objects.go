@@ -42,7 +42,11 @@ type Manifests struct {
 // error names the option at fault.
 func New(defs []*definition.Definition, opts Options) (*Manifests, error) {
 	opts = opts.withDefaults()
-	if slices.ContainsFunc(defs, func(d *definition.Definition) bool { return len(d.Sources) > 0 }) {
+	// The hooks listener receives the webhook and cloudEvents sources'
+	// deliveries; the consumed ones (githubPoll, nats, kafka) need none.
+	if slices.ContainsFunc(defs, func(d *definition.Definition) bool {
+		return slices.ContainsFunc(d.Sources, func(s *definition.EventSource) bool { return !s.Consumed() })
+	}) {
 		opts.Hooks = true
 	}
 	// The webhook server answers admission calls and conversions.

@@ -55,6 +55,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -280,7 +281,7 @@ func (s *Stack) Stop() error {
 // and senders are on loopback.
 func ListenOnLoopback(o *engine.Options, defs ...*definition.Definition) {
 	for _, d := range defs {
-		if len(d.Sources) > 0 {
+		if slices.ContainsFunc(d.Sources, func(s *definition.EventSource) bool { return !s.Consumed() }) {
 			o.HooksAddr = "127.0.0.1:0"
 		}
 		if len(d.Admission) > 0 {

@@ -148,7 +148,7 @@ var appTokenPath = regexp.MustCompile(`^/app/installations/[^/]+/access_tokens$`
 // token not expired, as "Bearer <token>" or "token <token>".
 func (s *Server) authorized(r *http.Request) bool {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !(strings.EqualFold(scheme, "bearer") || strings.EqualFold(scheme, "token")) {
+	if !ok || (!strings.EqualFold(scheme, "bearer") && !strings.EqualFold(scheme, "token")) {
 		return false
 	}
 	if token == s.opts.Token {

@@ -277,8 +277,7 @@ func TestSinceNowStartsAtTheNewestEventAndAllDeliversEveryOne(t *testing.T) {
 				c, _ := s.cursors.Cursor(context.Background(), "notifier", "github")
 				return c != ""
 			})
-			c := s.gh.Comment(repo, n, "carol", "new")
-			_ = c
+			s.gh.Comment(repo, n, "carol", "new")
 			all := eventIDs(s.gh)
 			want := all[len(before):]
 			if since == v1alpha1.SinceAll {
@@ -432,10 +431,9 @@ func TestASecondaryRateLimitWaitsRetryAfter(t *testing.T) {
 	s := newSetup(t, v1alpha1.SinceAll)
 	s.gh.Inject(githubfake.Fault{Path: "/repos/*/*/events", Status: 403, Header: map[string]string{"Retry-After": "90"}})
 	var snk sink
-	p, _ := s.start(t, &snk)
+	s.start(t, &snk)
 	eventually(t, "a wait of Retry-After's 90s", func() bool { return s.clock.waited(89 * time.Second) })
 	eventually(t, "the events delivered after it", func() bool { return len(snk.ids()) == len(eventIDs(s.gh)) })
-	_ = p
 }
 
 func TestAGitHubAppPollsWithAnInstallationTokenMadeAgainWhenRefused(t *testing.T) {

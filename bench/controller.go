@@ -323,6 +323,8 @@ func (discardArchive) FinishDelivery(context.Context, *archive.Delivery) error {
 func (discardArchive) PendingDeliveries(context.Context, string) ([]archive.Delivery, error) {
 	return []archive.Delivery{}, nil
 }
+func (discardArchive) Cursor(context.Context, string, string) (string, error)  { return "", nil }
+func (discardArchive) SetCursor(context.Context, string, string, string) error { return nil }
 func (discardArchive) GetDelivery(context.Context, string) (*archive.Delivery, error) {
 	return nil, archive.ErrNotFound
 }

@@ -50,6 +50,10 @@
 //     [ErrDuplicateDelivery] and stored by the caller as Refused. Refused
 //     records never conflict. A key is remembered as long as its record
 //     is kept.
+//   - A source cursor ([CursorStore.SetCursor]) is one per operator and
+//     source, replaced whole; like a State record, neither retention nor
+//     CancelRunning touches it. It is where a consumer whose source keeps
+//     no position (a GitHub poll) goes on from after a restart.
 //   - A refused delivery's payload is capped ([Options.PayloadLimit]): a
 //     longer one keeps its start and is marked PayloadTruncated, with its
 //     whole size in PayloadBytes. An accepted one is kept whole, for its
@@ -481,6 +485,7 @@ type Recorder interface {
 	Prune(ctx context.Context, keep Retention) (int, error)
 	StateStore
 	DeliveryRecorder
+	CursorStore
 }
 
 // Reader is the archive as the console and the CLI read it: runs and

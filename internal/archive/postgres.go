@@ -212,6 +212,14 @@ var pgMigrations = []string{
 	// runs_name: one object's runs in every namespace, newest first
 	// (SQLite's tenth migration, which says why).
 	`CREATE INDEX runs_name ON runs (name, id);`,
+	// Source cursors (SQLite's eleventh migration).
+	`CREATE TABLE source_cursors (
+		operator   text COLLATE "C" NOT NULL,
+		source     text COLLATE "C" NOT NULL,
+		cursor     text COLLATE "C" NOT NULL,
+		updated_at bigint NOT NULL,
+		PRIMARY KEY (operator, source)
+	);`,
 }
 
 // OpenPostgres opens the archive in the PostgreSQL database dsn names (a

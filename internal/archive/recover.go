@@ -34,9 +34,10 @@ func (s *SQLite) watch() {
 // archive goes on there. A file replaced by another one keeps the path:
 // the open file's records are copied beside it, to PATH.recovered-TIME,
 // and the archive goes on in the new file, with the open file's state
-// records and webhook deliveries: they are what the running engine has
-// done, and it goes on from them (a Pending delivery is still to handle,
-// an accepted one's key still refuses its replays). Until a copy succeeds
+// records, webhook deliveries and source cursors: they are what the
+// running engine has done, and it goes on from them (a Pending delivery
+// is still to handle, an accepted one's key still refuses its replays, a
+// poll goes on from its cursor). Until a copy succeeds
 // the archive refuses to record runs and deliveries (so no run starts and
 // no sender is acknowledged: nothing is done that is not recorded) and
 // Check returns why. Each change is reported once through Options.Log.
@@ -76,7 +77,7 @@ func (s *SQLite) Check(ctx context.Context) error {
 	}
 	if replaced {
 		var carried []string
-		for _, c := range []struct{ what, statement string }{{"its state records", carryStatesSQL}, {"its webhook deliveries", carryDeliveriesSQL}} {
+		for _, c := range []struct{ what, statement string }{{"its state records", carryStatesSQL}, {"its webhook deliveries", carryDeliveriesSQL}, {"its source cursors", carryCursorsSQL}} {
 			if err := s.carry(ctx, dest, c.statement); err != nil {
 				carried = append(carried, fmt.Sprintf("%s could not be carried over (%v) and are there only", c.what, err))
 			} else {

@@ -466,3 +466,55 @@ func TestAnArchiveReplacedWhileInUseCarriesItsDeliveriesOver(t *testing.T) {
 		t.Errorf("the archive at the path holds the deliveries %s; want %s", got, want)
 	}
 }
+
+// TestAnArchiveReplacedWhileInUseCarriesItsSourceCursorsOver: a poll's
+// cursor is where the running engine stands; the file that takes the path
+// (an older copy) would make it deliver again what it delivered, or, with
+// a newer cursor of its own, miss nothing but keep a stale one. The open
+// file's cursor goes on.
+func TestAnArchiveReplacedWhileInUseCarriesItsSourceCursorsOver(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "runs.db")
+	var told lines
+	ctx := context.Background()
+	s, err := archive.OpenSQLite(ctx, path, archive.Options{CheckEvery: 200 * time.Millisecond, Log: told.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetCursor(ctx, "op", "github", "9042"); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.db")
+	o, err := archive.OpenSQLite(ctx, other, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][2]string{{"github", "8000"}, {"other", "17"}} {
+		if err := o.SetCursor(ctx, "op", c[0], c[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(other, path); err != nil {
+		t.Fatal(err)
+	}
+	line := told.wait(t, "was replaced by another file")
+	if !strings.Contains(line, "its source cursors were carried over") {
+		t.Errorf("the report %q does not say the source cursors were carried over", line)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := archive.OpenSQLite(ctx, path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Close() }()
+	for src, want := range map[string]string{"github": "9042", "other": "17"} {
+		if got, err := r.Cursor(ctx, "op", src); err != nil || got != want {
+			t.Errorf("cursor of op/%s after the replacement: %q (%v), want %q", src, got, err, want)
+		}
+	}
+}

@@ -179,6 +179,16 @@ var migrations = []string{
 	// (about 40 ms at 100k runs, 0.5 s at 1M). It costs each run's
 	// insert one more index entry.
 	`CREATE INDEX runs_name ON runs (name, id);`,
+	// Source cursors: where a consumer whose source keeps no position (a
+	// GitHub poll) stands, one row per operator and source. WITHOUT
+	// ROWID: the rows are small and read by their key only.
+	`CREATE TABLE source_cursors (
+		operator   TEXT NOT NULL,
+		source     TEXT NOT NULL,
+		cursor     TEXT NOT NULL,
+		updated_at INTEGER NOT NULL,
+		PRIMARY KEY (operator, source)
+	) WITHOUT ROWID;`,
 }
 
 // SQLite is the embedded Store: one database file in WAL mode. Writes go

@@ -21,6 +21,9 @@
 //	GET  /repos/{owner}/{repo}/issues/{number}/comments
 //	POST /repos/{owner}/{repo}/issues/{number}/comments
 //	GET  /orgs/{org}/teams/{team}/memberships/{username}
+//	GET  /repos/{owner}/{repo}/events
+//	GET  /orgs/{org}/events
+//	POST /app/installations/{id}/access_tokens
 //
 // Every request must carry the token, as "Authorization: Bearer <token>"
 // or "Authorization: token <token>"; without it the answer is 401 Bad
@@ -47,10 +50,31 @@
 // GitHub's "List pull requests associated with a commit". Pull requests
 // and issues share one sequence of numbers, and both take comments.
 //
+// # Events, rate limits and Apps
+//
+// What the fake does that GitHub makes an event of is recorded as one,
+// with ids that grow (as numbers: they cross a power of ten early) and
+// the webhook's payload for the same action without repository, sender
+// and organization, which the event has as repo, actor and org: a
+// repository created (CreateEvent), an issue opened (IssuesEvent), a pull
+// request opened or merged (PullRequestEvent, and the merge's PushEvent),
+// a push (PushEvent, GitHub's shorter payload), a comment by the test or
+// through the API (IssueCommentEvent); AddEvent records any other. The
+// events API lists them newest first, 30 a page with a Link to the next,
+// the newest 300 at most, with an ETag (If-None-Match of it is 304 Not
+// Modified, which costs no request of the rate limit) and X-Poll-Interval
+// (SetPollInterval). Every other answer counts against the rate limit and
+// says so in X-RateLimit-Limit, -Remaining, -Used and -Reset; exhausted
+// (SetRateLimit), a request is 403 "API rate limit exceeded" until the
+// reset. With Options.App, POST /app/installations/{id}/access_tokens
+// trades the App's JWT (RS256 by its key, iss its id, at most 10 minutes
+// long) for an installation token, good for an hour, that authenticates
+// as the token does.
+//
 // # Assertions and faults
 //
 // Every request answered is recorded (Calls), with its method, path,
-// query, status and time. Inject makes chosen requests fail (a status,
+// query, If-None-Match, status and time. Inject makes chosen requests fail (a status,
 // e.g. 502), fail after doing what they asked (the comment is created but
 // its answer is lost), or hang until the client goes away or the test
 // releases them: the moments a handler can be killed or retried in.
@@ -68,7 +92,8 @@
 //
 // # Not faked
 //
-// Rate limits, conditional requests (ETag), GraphQL, branches other than
+// Conditional requests on other endpoints than events, secondary rate
+// limits (Inject a 403 or 429 with a Retry-After Header), GraphQL, branches other than
 // main, squash and rebase merges, and every endpoint not listed above
 // (answered 404). The server is plain HTTP on loopback.
 package githubfake

@@ -31,6 +31,9 @@ type Fault struct {
 	// Hang holds the request until the client goes away (it is then
 	// recorded with status 0), Release is called, or the server closes.
 	Hang bool
+	// Header is set on a Status answer: Retry-After of a secondary rate
+	// limit (403 or 429), say.
+	Header map[string]string
 }
 
 // Injection is a Fault in force. Its methods are safe for concurrent use.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,9 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /repos/{owner}/{repo}/issues/{number}/comments", s.listComments)
 	mux.HandleFunc("POST /repos/{owner}/{repo}/issues/{number}/comments", s.postComment)
 	mux.HandleFunc("GET /orgs/{org}/teams/{team}/memberships/{username}", s.membership)
+	mux.HandleFunc("GET /repos/{owner}/{repo}/events", s.repoEvents)
+	mux.HandleFunc("GET /orgs/{org}/events", s.orgEvents)
+	mux.HandleFunc("POST /app/installations/{id}/access_tokens", s.installationToken)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { writeError(w, http.StatusNotFound, "Not Found") })
 	return mux
 }
@@ -41,6 +45,8 @@ func (s *Server) routes() *http.ServeMux {
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	// free is an answer that costs no request of the rate limit (304).
+	free bool
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -60,7 +66,7 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // serve checks the token, applies the faults injected, routes the request
 // and records it.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	call := Call{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Time: time.Now()}
+	call := Call{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, IfNoneMatch: r.Header.Get("If-None-Match"), Time: time.Now()}
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() {
 		call.Status = sw.status
@@ -68,10 +74,27 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.calls = append(s.calls, call)
 		s.mu.Unlock()
 	}()
+	if r.Method == http.MethodPost && appTokenPath.MatchString(r.URL.Path) {
+		s.mux.ServeHTTP(sw, r) // authenticated by the App's JWT
+		return
+	}
 	if !s.authorized(r) {
 		writeError(sw, http.StatusUnauthorized, "Bad credentials")
 		return
 	}
+	s.mu.Lock()
+	counts := s.rateLimitLocked(sw, s.opts.Login)
+	s.mu.Unlock()
+	if !counts {
+		return
+	}
+	defer func() {
+		if !sw.free && sw.status != 0 {
+			s.mu.Lock()
+			s.rateRemaining--
+			s.mu.Unlock()
+		}
+	}()
 	// Read the body now: the server notices a client that goes away
 	// (r.Context ends) only once the body is read, and a hanging request
 	// must notice it.
@@ -103,6 +126,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case f.Status != 0:
+		for k, v := range f.Header {
+			sw.Header().Set(k, v)
+		}
 		writeError(sw, f.Status, http.StatusText(f.Status))
 	case done != nil:
 		for k, v := range done.Header() {
@@ -115,11 +141,23 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// authorized reports whether r carries the token, as "Bearer <token>" or
-// "token <token>".
+// appTokenPath is the path of an installation token's request.
+var appTokenPath = regexp.MustCompile(`^/app/installations/[^/]+/access_tokens$`)
+
+// authorized reports whether r carries the token, or an installation
+// token not expired, as "Bearer <token>" or "token <token>".
 func (s *Server) authorized(r *http.Request) bool {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	return ok && (strings.EqualFold(scheme, "bearer") || strings.EqualFold(scheme, "token")) && token == s.opts.Token
+	if !ok || (!strings.EqualFold(scheme, "bearer") && !strings.EqualFold(scheme, "token")) {
+		return false
+	}
+	if token == s.opts.Token {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	expires, ok := s.installTokens[token]
+	return ok && time.Now().Before(expires)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -405,11 +443,12 @@ func (s *Server) userJSON(login string) map[string]any {
 		typ = "Bot"
 	}
 	return map[string]any{
-		"login":    login,
-		"id":       id("user", login),
-		"type":     typ,
-		"url":      s.URL + "/users/" + url.PathEscape(login),
-		"html_url": "https://github.com/" + url.PathEscape(login),
+		"login":      login,
+		"id":         id("user", login),
+		"avatar_url": "https://avatars.githubusercontent.com/u/" + strconv.FormatInt(id("user", login), 10),
+		"type":       typ,
+		"url":        s.URL + "/users/" + url.PathEscape(login),
+		"html_url":   "https://github.com/" + url.PathEscape(login),
 	}
 }
 

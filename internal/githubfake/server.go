@@ -32,6 +32,13 @@ type Options struct {
 	// Login is the user the token authenticates as. Defaults to
 	// DefaultLogin.
 	Login string
+	// RateLimit is how many requests may be made per hour (every request
+	// counts but a 304 Not Modified). Defaults to DefaultRateLimit.
+	RateLimit int
+	// App, when set, is a GitHub App installed on every repository:
+	// POST /app/installations/{id}/access_tokens trades its JWT for an
+	// installation token, which authenticates as Token does.
+	App *App
 }
 
 // Server is a local GitHub. Its methods are safe for concurrent use with
@@ -57,6 +64,14 @@ type Server struct {
 	faults    []*Injection
 	seq       int   // commits made, for their SHAs and order
 	commentID int64 // the last comment's id
+
+	orgs          map[string]string // lower-case login -> login
+	events        []*Event          // oldest first
+	lastEventID   int64
+	pollInterval  int // seconds
+	rateRemaining int
+	rateReset     time.Time
+	installTokens map[string]time.Time // installation token -> expiry
 }
 
 // PullRequest is a pull request of a Server's repository, as it was when
@@ -92,6 +107,9 @@ type Call struct {
 	Path   string
 	// Query is the raw query, without "?".
 	Query string
+	// IfNoneMatch is the request's If-None-Match: the ETag of a
+	// conditional request.
+	IfNoneMatch string
 	// Status is the answer's status; 0 when the client went away before
 	// an answer (a hanging request).
 	Status int
@@ -142,9 +160,13 @@ func New(t testing.TB, opts Options) *Server {
 	if opts.Login == "" {
 		opts.Login = DefaultLogin
 	}
+	if opts.RateLimit == 0 {
+		opts.RateLimit = DefaultRateLimit
+	}
 	s := &Server{
 		t: t, opts: opts, closing: make(chan struct{}),
 		repos: map[string]*repo{}, teams: map[string]map[string]bool{},
+		orgs: map[string]string{}, pollInterval: DefaultPollInterval, installTokens: map[string]time.Time{},
 	}
 	s.mux = s.routes()
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
@@ -188,6 +210,9 @@ func (s *Server) CreateRepo(fullName string) string {
 	r := &repo{owner: owner, name: name, commits: map[string]*commit{}, issues: map[int]*issue{}}
 	s.repos[key] = r
 	r.head = s.commitLocked(r, "Initial commit", owner, nil).sha
+	s.eventLocked(r, "CreateEvent", owner, map[string]any{
+		"ref": nil, "ref_type": "repository", "master_branch": DefaultBranch, "description": nil, "pusher_type": "user",
+	})
 	return r.head
 }
 
@@ -198,7 +223,9 @@ func (s *Server) Push(repoName, message string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.repoLocked(repoName)
+	before := r.head
 	r.head = s.commitLocked(r, message, r.owner, []string{r.head}).sha
+	s.pushEventLocked(r, r.owner, before)
 	return r.head
 }
 
@@ -230,6 +257,7 @@ func (s *Server) OpenPull(repoName, author, title string, n int) PullRequest {
 		parent = c.sha
 	}
 	r.issues[num] = &issue{number: num, title: title, author: author, created: time.Now().UTC(), pull: p}
+	s.eventLocked(r, "PullRequestEvent", author, map[string]any{"action": "opened", "number": num, "pull_request": s.pullJSON(r, r.issues[num])})
 	return pullRequest(r, r.issues[num])
 }
 
@@ -249,9 +277,12 @@ func (s *Server) Merge(repoName string, number int) PullRequest {
 	}
 	p := is.pull
 	msg := fmt.Sprintf("Merge pull request #%d from %s\n\n%s", number, p.branch, is.title)
+	before := r.head
 	c := s.commitLocked(r, msg, r.owner, []string{r.head, p.commits[len(p.commits)-1]})
 	r.head = c.sha
 	p.merged, p.mergeSHA, p.mergedAt = true, c.sha, c.at
+	s.eventLocked(r, "PullRequestEvent", r.owner, map[string]any{"action": "closed", "number": number, "pull_request": s.pullJSON(r, is)})
+	s.pushEventLocked(r, r.owner, before)
 	return pullRequest(r, is)
 }
 
@@ -284,6 +315,7 @@ func (s *Server) OpenIssue(repoName, author, title string) int {
 	r := s.repoLocked(repoName)
 	r.lastNumber++
 	r.issues[r.lastNumber] = &issue{number: r.lastNumber, title: title, author: author, created: time.Now().UTC()}
+	s.eventLocked(r, "IssuesEvent", author, map[string]any{"action": "opened", "issue": s.issueJSON(r, r.issues[r.lastNumber])})
 	return r.lastNumber
 }
 
@@ -361,7 +393,32 @@ func (s *Server) commentLocked(r *repo, is *issue, author, body string) *Comment
 	s.commentID++
 	c := &Comment{ID: s.commentID, Repo: r.fullName(), Issue: is.number, Author: author, Body: body, CreatedAt: time.Now().UTC().Truncate(time.Second)}
 	is.comments = append(is.comments, c)
+	s.eventLocked(r, "IssueCommentEvent", author, map[string]any{"action": "created", "issue": s.issueJSON(r, is), "comment": s.commentJSON(r, is, c)})
 	return c
+}
+
+// pushEventLocked records the PushEvent of main moving from before to
+// its head, as the events API lists it: a shorter payload than the push
+// webhook's (ref, head, before, size and commits, oldest first).
+func (s *Server) pushEventLocked(r *repo, pusher, before string) {
+	from, to := r.ancestors(before), r.ancestors(r.head)
+	for sha := range from {
+		delete(to, sha)
+	}
+	var commits []any
+	for _, c := range r.sorted(to) {
+		commits = append(commits, map[string]any{
+			"sha":      c.sha,
+			"author":   map[string]any{"name": c.author, "email": c.author + "@users.noreply.github.com"},
+			"message":  c.message,
+			"distinct": true,
+			"url":      s.URL + "/repos/" + r.fullName() + "/commits/" + c.sha,
+		})
+	}
+	s.eventLocked(r, "PushEvent", pusher, map[string]any{
+		"repository_id": id("repo", r.fullName()), "push_id": s.lastEventID + 1, "size": len(commits), "distinct_size": len(commits),
+		"ref": "refs/heads/" + DefaultBranch, "head": r.head, "before": before, "commits": commits,
+	})
 }
 
 func pullRequest(r *repo, is *issue) PullRequest {

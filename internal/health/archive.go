@@ -101,6 +101,14 @@ func (w *ArchiveWriter) FinishDelivery(ctx context.Context, d *archive.Delivery)
 	return err
 }
 
+// SetCursor records a source's cursor, and reports whether the archive
+// works.
+func (w *ArchiveWriter) SetCursor(ctx context.Context, operator, source, cursor string) error {
+	err := w.Recorder.SetCursor(ctx, operator, source, cursor)
+	w.report(ctx, err)
+	return err
+}
+
 // report notices a change between writing and failing; a cancelled
 // context says nothing of the archive.
 func (w *ArchiveWriter) report(ctx context.Context, err error) {

@@ -58,6 +58,10 @@ func Run(t *testing.T, open Open) {
 		{"DeliveriesListFiltersAndPages", deliveriesListFiltersAndPages},
 		{"DeliveriesPruneKeepsPending", deliveriesPruneKeepsPending},
 		{"DeliveriesSurviveCancelRunning", deliveriesSurviveCancelRunning},
+		{"CursorsRoundTripPerOperatorAndSource", cursorsRoundTripPerOperatorAndSource},
+		{"CursorsRefuseBadKeys", cursorsRefuseBadKeys},
+		{"CursorsOutlivePruneAndCancelRunning", cursorsOutlivePruneAndCancelRunning},
+		{"CursorsConcurrentWriters", cursorsConcurrentWriters},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })

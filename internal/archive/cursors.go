@@ -1,0 +1,124 @@
+package archive
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// CursorStore keeps the cursors of the sources an engine reaches out to
+// and whose source keeps no position of its own (a GitHub poll's newest
+// event handed to the engine): one per operator and source, replaced by
+// each SetCursor. It is package source's Cursors. A cursor is not a run:
+// neither retention nor CancelRunning touches it, and a SQLite archive
+// replaced while in use carries it over with the state records. Its
+// methods are safe for concurrent use.
+type CursorStore interface {
+	// Cursor returns the cursor of an operator's source, "" when it has
+	// none yet.
+	Cursor(ctx context.Context, operator, source string) (string, error)
+	// SetCursor records the cursor of an operator's source, replacing
+	// the one before. Operator and source must be set.
+	SetCursor(ctx context.Context, operator, source, cursor string) error
+}
+
+// maxCursor is the longest cursor kept: a cursor is a position (an event
+// id, an offset), never a payload.
+const maxCursor = 1 << 10
+
+// checkCursor checks a cursor about to be stored; for stores.
+func checkCursor(operator, source, cursor string) error {
+	switch {
+	case operator == "" || source == "":
+		return fmt.Errorf("archive: cursor of operator %q, source %q: both the operator and the source must be set", operator, source)
+	case len(cursor) > maxCursor:
+		return fmt.Errorf("archive: cursor of %s/%s is %d bytes long; a cursor is a position, at most %d bytes", operator, source, len(cursor), maxCursor)
+	}
+	return nil
+}
+
+const (
+	cursorSQL    = `SELECT cursor FROM source_cursors WHERE operator = ? AND source = ?`
+	setCursorSQL = `INSERT INTO source_cursors (operator, source, cursor, updated_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (operator, source) DO UPDATE SET cursor = excluded.cursor, updated_at = excluded.updated_at`
+
+	pgCursorSQL    = `SELECT cursor FROM source_cursors WHERE operator = $1 AND source = $2`
+	pgSetCursorSQL = `INSERT INTO source_cursors (operator, source, cursor, updated_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (operator, source) DO UPDATE SET cursor = excluded.cursor, updated_at = excluded.updated_at`
+
+	// carryCursorsSQL copies the attached archive's cursors, replacing
+	// those of the same operator and source: the open file's are where
+	// the running engine stands.
+	carryCursorsSQL = `INSERT INTO main.source_cursors (operator, source, cursor, updated_at)
+	SELECT operator, source, cursor, updated_at FROM recovered.source_cursors WHERE true
+	ON CONFLICT (operator, source) DO UPDATE SET cursor = excluded.cursor, updated_at = excluded.updated_at`
+)
+
+// Cursor returns the cursor of an operator's source, "" when none.
+func (s *SQLite) Cursor(ctx context.Context, operator, source string) (string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return "", s.lost
+	}
+	var cursor string
+	err := s.db.QueryRowContext(ctx, cursorSQL, operator, source).Scan(&cursor)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("archive: cursor of %s/%s: %w", operator, source, err)
+	}
+	return cursor, nil
+}
+
+// SetCursor records the cursor of an operator's source. Like a state
+// record, it is written while the archive's file is lost but still open:
+// it goes with the file when the file is copied back.
+func (s *SQLite) SetCursor(ctx context.Context, operator, source, cursor string) error {
+	if err := checkCursor(operator, source, cursor); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.w == nil {
+		return s.lost
+	}
+	now := time.Now().UnixNano()
+	err := s.commit.write(ctx, s.w, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, setCursorSQL, operator, source, cursor, now)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("archive: recording the cursor of %s/%s: %w", operator, source, err)
+	}
+	return nil
+}
+
+// Cursor returns the cursor of an operator's source, "" when none.
+func (p *Postgres) Cursor(ctx context.Context, operator, source string) (string, error) {
+	var cursor string
+	err := p.pool.QueryRow(ctx, pgCursorSQL, operator, source).Scan(&cursor)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", p.fail(fmt.Sprintf("cursor of %s/%s", operator, source), err)
+	}
+	return cursor, nil
+}
+
+// SetCursor records the cursor of an operator's source.
+func (p *Postgres) SetCursor(ctx context.Context, operator, source, cursor string) error {
+	if err := checkCursor(operator, source, cursor); err != nil {
+		return err
+	}
+	if _, err := p.pool.Exec(ctx, pgSetCursorSQL, operator, source, cursor, time.Now().UnixNano()); err != nil {
+		return p.fail(fmt.Sprintf("recording the cursor of %s/%s", operator, source), err)
+	}
+	return nil
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/source"
+	"github.com/opkit-dev/opkit/internal/source/ghpoll"
 )
 
 // The sources the engine reaches out to (a GitHub poll, a NATS JetStream
@@ -120,7 +121,8 @@ func (e *Engine) startConsumers(op *operator) error {
 // newConsumer makes the consumer of a consumed source.
 func (e *Engine) newConsumer(d *definition.Definition, s *definition.EventSource) (source.Consumer, error) {
 	switch s.Kind {
-	case definition.KindGitHubPoll, definition.KindNATS, definition.KindKafka:
+	case definition.KindGitHubPoll:
+		return ghpoll.New(s.GitHubPoll, s.PollInterval, d.Operator.Name, s.Name, e.readSecret, e.opts.Archive)
 	}
 	return nil, fmt.Errorf("sources of kind %s are not built yet", s.Kind)
 }

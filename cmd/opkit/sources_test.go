@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/devcluster"
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+	"github.com/opkit-dev/opkit/internal/githubfake"
+)
+
+// consumedOperatorYAML is an operator of one consumed source (%s: its
+// kind's block, indented under the source) whose handler appends each
+// run's idempotency key to DIR/keys.
+const consumedOperatorYAML = `apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: consumed}
+spec:
+  sources:
+  - name: in
+%s
+  handlers:
+  - name: record
+    on: [event]
+    exec:
+      command: [./handler.sh]
+      env: [{name: DIR, value: %q}]
+`
+
+// consumedSource is one kind of consumed source under test: its block in
+// the Operator, and how n messages are published to it (each with a
+// distinct body; the i-th names i).
+type consumedSource struct {
+	block   string
+	publish func(t *testing.T, from, n int)
+}
+
+// checkConsumedAcrossSIGKILL runs opkit run on an operator of the
+// source, publishes half the messages, kills opkit run with SIGKILL once
+// some of them are handled and before all are, publishes the rest while
+// no engine runs, and starts opkit run again on the same archive. In the
+// end every message is recorded once, Handled, and its handler ran once,
+// or twice with the same key when the kill interrupted its run (which
+// the archive then shows Cancelled).
+func checkConsumedAcrossSIGKILL(t *testing.T, cl *devcluster.Cluster, src consumedSource, n int) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "handler.sh"), []byte(keyHandler), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	def := filepath.Join(dir, "consumed.yaml")
+	if err := os.WriteFile(def, fmt.Appendf(nil, consumedOperatorYAML, src.block, dir), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	archivePath := filepath.Join(dir, "runs.db")
+	keys := filepath.Join(dir, "keys")
+	start := func() (*exec.Cmd, *lockedBuffer) {
+		cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath, "--metrics-addr", "0")
+		clustertest.Eventually(t, time.Minute, "opkit run runs the operator", func(context.Context) (bool, error) {
+			return strings.Contains(out.String(), "source in ("), nil
+		})
+		return cmd, out
+	}
+	killed, out := start()
+	src.publish(t, 0, n/2)
+	clustertest.Eventually(t, 2*time.Minute, "some messages handled", func(context.Context) (bool, error) { return len(keysIn(keys)) >= n/10, nil })
+	if err := killed.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = killed.Wait()
+	before := len(keysIn(keys))
+	if before >= n/2 {
+		t.Logf("all %d messages published were handled before the kill; the restart is checked for the rest", before)
+	}
+	src.publish(t, n/2, n-n/2)
+	killed, out = start()
+	clustertest.Eventually(t, 3*time.Minute, "every message handled", func(context.Context) (bool, error) {
+		return len(uniq(keysIn(keys))) >= n, nil
+	})
+	if err := killed.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = killed.Wait()
+
+	all := keysIn(keys)
+	if u := uniq(all); len(u) != n {
+		t.Errorf("%d messages handled; want %d\n%s", len(u), n, out.String())
+	}
+	store, err := archive.OpenSQLite(t.Context(), archivePath, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	page, err := store.ListDeliveries(t.Context(), archive.DeliveryQuery{Operator: "consumed", Limit: 10 * n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	handled := 0
+	for _, d := range page.Deliveries {
+		if ids[d.DeliveryID] {
+			t.Errorf("message %s recorded twice", d.DeliveryID)
+		}
+		ids[d.DeliveryID] = true
+		if d.Outcome == archive.DeliveryHandled {
+			handled++
+		}
+	}
+	if handled != n {
+		t.Errorf("%d deliveries Handled; want %d", handled, n)
+	}
+	runs, err := archive.ListAll(t.Context(), store, archive.Query{Operator: "consumed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled := 0
+	for _, r := range runs {
+		if r.Outcome == archive.Cancelled {
+			cancelled++
+		}
+	}
+	if again := len(all) - n; again > cancelled {
+		t.Errorf("the handler ran %d times more than once per message, and the kill interrupted %d runs: a message was handled twice", again, cancelled)
+	}
+}
+
+func uniq(s []string) map[string]bool {
+	out := make(map[string]bool, len(s))
+	for _, v := range s {
+		out[v] = true
+	}
+	return out
+}
+
+// TestAGitHubPollResumesFromItsCursorAcrossASIGKILL: the comments made
+// while no engine runs are delivered by the next from the cursor, and
+// none made before is delivered again.
+func TestAGitHubPollResumesFromItsCursorAcrossASIGKILL(t *testing.T) {
+	t.Parallel()
+	gh := githubfake.New(t, githubfake.Options{})
+	gh.SetPollInterval(1)
+	gh.CreateRepo("acme/app")
+	issue := gh.MergePull("acme/app", "dave", "A pull request to comment on", 1)
+	cl, c := startPlane(t)
+	if err := c.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "gh"}, StringData: map[string]string{"token": gh.Token()}}); err != nil {
+		t.Fatal(err)
+	}
+	checkConsumedAcrossSIGKILL(t, cl, consumedSource{
+		block: fmt.Sprintf("    githubPoll: {repository: acme/app, interval: 10s, apiURL: %q, tokenSecretRef: {namespace: default, name: gh, key: token}}\n    filter: event == 'issue_comment'", gh.URL),
+		publish: func(t *testing.T, from, n int) {
+			for i := from; i < from+n; i++ {
+				gh.Comment("acme/app", issue.Number, "alice", fmt.Sprintf("comment %d", i))
+			}
+		},
+	}, 60)
+}

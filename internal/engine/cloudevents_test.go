@@ -78,6 +78,15 @@ func binaryEvent(id, typ, subject, text, secret string) ceRequest {
 	return ceRequest{header: h, body: fmt.Sprintf(`{"text": %q}`, text), secret: secret}
 }
 
+// bytesEvent is a binary-mode request of an event whose data is not
+// text.
+func bytesEvent(secret string) ceRequest {
+	c := binaryEvent("8", "dev.ci.build.finished", "main", "", secret)
+	c.header.Set("Content-Type", "application/octet-stream")
+	c.body = "\xff\xfe"
+	return c
+}
+
 // postEvent posts c to the source ci of d and returns the status and the
 // answer.
 func postEvent(t *testing.T, e *engine.Engine, d *definition.Definition, c ceRequest) (int, ceAnswer) {
@@ -168,6 +177,8 @@ func TestCloudEventsAreVerifiedRecordedAndHandledOnce(t *testing.T) {
 		{"a bad signature", structuredEvent("3", "dev.ci.build.finished", "main", "forged", "guess"), http.StatusUnauthorized, "bad signature"},
 		{"no ce-id", binaryEvent("", "dev.ci.build.finished", "main", "anonymous", "s3cret"), http.StatusBadRequest, "no ce-id header: the event's id"},
 		{"a batch", batch, http.StatusUnsupportedMediaType, "set the source's cloudEvents.batch to Split"},
+		{"bytes", bytesEvent("s3cret"), http.StatusUnsupportedMediaType, "the body, of content type application/octet-stream, is not UTF-8 text"},
+		{"bytes with a bad signature", bytesEvent("guess"), http.StatusUnauthorized, "bad signature"}, // the data is read once its sender is verified
 		{"another type", structuredEvent("4", "dev.ci.build.started", "main", "started", "s3cret"), http.StatusOK, "filtered out"},
 		{"another type, in binary mode", binaryEvent("5", "dev.ci.build.started", "main", "started", "s3cret"), http.StatusOK, "filtered out"},
 		{"a subject filtered out", structuredEvent("6", "dev.ci.build.finished", "skip", "skipped", "s3cret"), http.StatusOK, "filtered out"},

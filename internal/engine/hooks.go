@@ -393,10 +393,10 @@ func (e *Engine) serveCloudEvents(w http.ResponseWriter, r *http.Request, op *op
 		}
 		a.DeliveryID = ev.DeliveryID
 		all.Deliveries = append(all.Deliveries, a)
-		switch {
-		case st == http.StatusAccepted:
+		switch st {
+		case http.StatusAccepted:
 			status, all.Outcome = st, string(archive.DeliveryPending)
-		case st == http.StatusConflict:
+		case http.StatusConflict:
 			replays = append(replays, ev.DeliveryID)
 			if status != http.StatusAccepted {
 				status = st
@@ -413,19 +413,20 @@ func (e *Engine) serveCloudEvents(w http.ResponseWriter, r *http.Request, op *op
 // its events, and whether it is a batch; or a *source.Refusal of the
 // request as a whole (req then holds what was read of it), or another
 // error when it cannot be checked now. A content type it does not take
-// is refused before the sender is verified, as a webhook's is; a
-// malformed event once it is.
+// is refused before the sender is verified, as a webhook's is; an event
+// that cannot be read, or whose data is neither JSON nor text, only
+// after.
 func (e *Engine) checkCloudEvents(r *http.Request, src *definition.EventSource, req *archive.Delivery) ([]source.CloudEvent, bool, error) {
 	body, err := source.ReadBody(r, src.MaxBodyBytes)
 	req.Payload, req.PayloadBytes = body, max(r.ContentLength, int64(len(body)))
 	if err != nil {
 		return nil, false, err
 	}
-	events, batch, readErr := source.CloudEvents(r.Header, body, src.CloudEvents != nil && src.CloudEvents.Batch == v1alpha1.BatchSplit)
-	var ref *source.Refusal
-	if errors.As(readErr, &ref) && ref.Status == http.StatusUnsupportedMediaType {
-		return nil, batch, readErr
+	split := src.CloudEvents != nil && src.CloudEvents.Batch == v1alpha1.BatchSplit
+	if batch, err := source.CloudEventsMode(r.Header, split); err != nil {
+		return nil, batch, err
 	}
+	events, batch, readErr := source.CloudEvents(r.Header, body, split)
 	if readErr == nil && !batch {
 		// Recorded with a refusal of its sender, as a webhook's are.
 		req.DeliveryID, req.Event = events[0].DeliveryID, events[0].Type

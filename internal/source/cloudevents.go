@@ -98,35 +98,56 @@ func (ev *CloudEvent) Headers(h http.Header) http.Header {
 
 // CloudEvents reads the events of a request to a cloudEvents source: one
 // for the structured and the binary mode, and whether the request is a
-// batch, whose events are returned when split is true (a Split source)
-// and refused 415 otherwise. A request that is not a CloudEvent, or an
-// event that breaks the specification, is a *Refusal; the refusals of
-// its content type (415) need no verification of the sender to be told.
+// batch, whose events are returned when split is true (a Split source).
+// A request whose content type CloudEventsMode refuses, that is not a
+// CloudEvent, or an event that breaks the specification, is a *Refusal.
 func CloudEvents(h http.Header, body []byte, split bool) (events []CloudEvent, batch bool, err error) {
-	ct := h.Get("Content-Type")
-	mt, _, ctErr := mime.ParseMediaType(ct)
+	batch, err = CloudEventsMode(h, split)
 	switch {
-	case ct != "" && ctErr != nil:
-		return nil, false, refuse(http.StatusUnsupportedMediaType, "content type %q cannot be read", clip(ct))
-	case mt == ContentTypeCloudEventBatch && !split:
-		return nil, true, refuse(http.StatusUnsupportedMediaType, "a batch of events (%s): this source takes one event per request; send them one by one, or set the source's cloudEvents.batch to Split", ContentTypeCloudEventBatch)
-	case mt == ContentTypeCloudEventBatch:
+	case err != nil:
+		return nil, batch, err
+	case batch:
 		events, err := cloudEventBatch(body)
 		return events, true, err
-	case mt == ContentTypeCloudEvent:
+	case isStructured(h):
 		ev, err := structuredEvent(body, "")
 		if err != nil {
 			return nil, false, err
 		}
 		return []CloudEvent{*ev}, false, nil
-	case strings.HasPrefix(mt, "application/cloudevents"):
-		return nil, false, refuse(http.StatusUnsupportedMediaType, "content type %s: opkit reads the JSON event format only (%s, or %s for a batch)", clip(mt), ContentTypeCloudEvent, ContentTypeCloudEventBatch)
 	}
 	ev, err := binaryEvent(h, body)
 	if err != nil {
 		return nil, false, err
 	}
 	return []CloudEvent{*ev}, false, nil
+}
+
+// CloudEventsMode checks a request's content type, before anything else
+// of it (the sender's verification too), and says whether it is a batch:
+// a batch when split is false (the source refuses them), an event format
+// other than JSON, or a content type that cannot be read is a 415
+// Refusal.
+func CloudEventsMode(h http.Header, split bool) (batch bool, err error) {
+	ct := h.Get("Content-Type")
+	mt, _, ctErr := mime.ParseMediaType(ct)
+	switch {
+	case ct != "" && ctErr != nil:
+		return false, refuse(http.StatusUnsupportedMediaType, "content type %q cannot be read", clip(ct))
+	case mt == ContentTypeCloudEventBatch && !split:
+		return true, refuse(http.StatusUnsupportedMediaType, "a batch of events (%s): this source takes one event per request; send them one by one, or set the source's cloudEvents.batch to Split", ContentTypeCloudEventBatch)
+	case mt == ContentTypeCloudEventBatch:
+		return true, nil
+	case mt != ContentTypeCloudEvent && strings.HasPrefix(mt, "application/cloudevents"):
+		return false, refuse(http.StatusUnsupportedMediaType, "content type %s: opkit reads the JSON event format only (%s, or %s for a batch)", clip(mt), ContentTypeCloudEvent, ContentTypeCloudEventBatch)
+	}
+	return false, nil
+}
+
+// isStructured reports whether a request is a structured-mode event.
+func isStructured(h http.Header) bool {
+	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+	return err == nil && mt == ContentTypeCloudEvent
 }
 
 // binaryEvent reads a binary-mode event: its attributes in the ce-*

@@ -24,9 +24,10 @@ import (
 )
 
 // The hooks listener receives the deliveries of the operators' webhook
-// sources on POST /hooks/<operator>/<source>. It is bound when the first
-// operator with a source is applied (never for an engine without one),
-// on Options.HooksAddr, apart from the metrics and the console.
+// and cloudEvents sources on POST /hooks/<operator>/<source>. It is bound
+// when the first operator with a source is applied (never for an engine
+// without one), on Options.HooksAddr, apart from the metrics and the
+// console.
 //
 // A delivery is read within the source's body limit, its content type
 // checked, its signature or token verified against the source's Secret,
@@ -48,6 +49,16 @@ import (
 //
 //	503 cannot be verified now (the source's Secret cannot be read): the
 //	    sender should deliver again
+//
+// A cloudEvents source's request is read as package source's CloudEvents
+// says (its delivery id the event's id and source, its event the type,
+// its payload the data, its attributes ce-* headers), verified as a
+// webhook's, and each of its events (one, or those of a batch its source
+// splits) filtered and recorded as a delivery of its own before the
+// request is answered: 415 also for a batch its source refuses, and for
+// data that is neither JSON nor text; 400 also for an event without
+// specversion 1.0, id, source or type. A batch is answered 202 when one
+// of its events was accepted, with the answer to each (serveCloudEvents).
 //
 // Requests that do not reach a source are answered and not recorded: 404
 // for an unknown operator or source, 405 for a method other than POST,
@@ -143,8 +154,14 @@ func (e *Engine) ensureHooks(d *definition.Definition) error {
 type hookAnswer struct {
 	// Delivery is the archive's id of the record, when one was made.
 	Delivery string `json:"delivery,omitempty"`
-	Outcome  string `json:"outcome"`
-	Reason   string `json:"reason,omitempty"`
+	// DeliveryID is the sender's delivery id, in the answer to an event
+	// of a batch (Deliveries), where it says which event the answer is of.
+	DeliveryID string `json:"deliveryId,omitempty"`
+	Outcome    string `json:"outcome"`
+	Reason     string `json:"reason,omitempty"`
+	// Deliveries are the answers to each event of a CloudEvents batch, in
+	// its order.
+	Deliveries []hookAnswer `json:"deliveries,omitempty"`
 }
 
 func answer(w http.ResponseWriter, status int, a hookAnswer) {
@@ -192,31 +209,53 @@ func (e *Engine) serveHook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := &archive.Delivery{Operator: opName, Source: srcName, ReceivedAt: time.Now().UTC(), Headers: archive.RedactHeaders(r.Header, src.SignatureHeader)}
-	status, err := e.check(r, src, d)
-	if err != nil {
-		var ref *source.Refusal
-		if !errors.As(err, &ref) {
-			// Not the sender's fault: recorded, so that it is seen, and
-			// answered so that the sender delivers again.
-			ref = &source.Refusal{Status: http.StatusServiceUnavailable, Reason: "cannot be verified now: " + err.Error()}
-		}
-		e.recordRefused(r.Context(), w, d, ref)
+	if src.Kind == definition.KindCloudEvents {
+		e.serveCloudEvents(w, r, op, src, d)
 		return
 	}
-	if err := e.opts.Archive.RecordDelivery(r.Context(), d); err != nil {
+	status, err := e.check(r, src, d)
+	if err != nil {
+		e.recordRefused(r.Context(), w, d, refusal(err))
+		return
+	}
+	status, a, err := e.accept(r.Context(), op, d, status)
+	if err != nil {
+		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the archive cannot record the delivery; deliver again: " + err.Error()})
+		return
+	}
+	answer(w, status, a)
+}
+
+// refusal is the refusal of a delivery that check could not accept: its
+// *source.Refusal, or, for an error that is not the sender's fault, a
+// 503 recorded, so that it is seen, and answered so that the sender
+// delivers again.
+func refusal(err error) *source.Refusal {
+	var ref *source.Refusal
+	if !errors.As(err, &ref) {
+		ref = &source.Refusal{Status: http.StatusServiceUnavailable, Reason: "cannot be verified now: " + err.Error()}
+	}
+	return ref
+}
+
+// accept records a delivery that passed its checks Pending and queues it
+// for its handlers: status (202) and its answer, or 409 and the answer of
+// its refusal, recorded, when it is a replay. An error is the archive's:
+// nothing is recorded, and the sender should deliver again.
+func (e *Engine) accept(ctx context.Context, op *operator, d *archive.Delivery, status int) (int, hookAnswer, error) {
+	if err := e.opts.Archive.RecordDelivery(ctx, d); err != nil {
 		if errors.Is(err, archive.ErrDuplicateDelivery) {
 			// The refused record's id is known before it is recorded, so
 			// that the answer can say how to handle it again on purpose.
 			d.ID = archive.NewID(d.ReceivedAt)
-			e.recordRefused(r.Context(), w, d, &source.Refusal{Status: http.StatusConflict, Reason: reasonReplay + d.DeliveryID + ": it was accepted before" +
-				"; to handle it again on purpose: opkit events redeliver " + d.ID + ", or the console's Redeliver button"})
-			return
+			ref := &source.Refusal{Status: http.StatusConflict, Reason: reasonReplay + d.DeliveryID + ": it was accepted before" +
+				"; to handle it again on purpose: opkit events redeliver " + d.ID + ", or the console's Redeliver button"}
+			return ref.Status, e.recordRefusal(ctx, d, ref), nil
 		}
-		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the archive cannot record the delivery; deliver again: " + err.Error()})
-		return
+		return 0, hookAnswer{}, err
 	}
 	op.events.Add(*d)
-	answer(w, status, hookAnswer{Delivery: d.ID, Outcome: string(d.Outcome)})
+	return status, hookAnswer{Delivery: d.ID, Outcome: string(d.Outcome)}, nil
 }
 
 // check reads and checks a delivery into d: 202 for one to accept, or a
@@ -235,24 +274,7 @@ func (e *Engine) check(r *http.Request, src *definition.EventSource, d *archive.
 	// with them; a malformed one is refused once it is verified.
 	var idErr error
 	d.DeliveryID, d.Event, idErr = source.Identity(src, r.Header)
-	secret, fresh, err := e.secret(r.Context(), src.Secret, false)
-	if err != nil {
-		return 0, err
-	}
-	err = source.Verify(src, secret, r.Header, body)
-	if err != nil && !fresh {
-		// Perhaps rotated: read it again, once.
-		if secret, fresh, err = e.secret(r.Context(), src.Secret, true); err != nil {
-			return 0, err
-		}
-		if fresh {
-			err = source.Verify(src, secret, r.Header, body)
-		}
-	}
-	if errors.Is(err, source.ErrNoSecret) {
-		return 0, fmt.Errorf("source %s: key %s of Secret %s/%s is empty: it verifies nothing", src.Name, src.Secret.Key, src.Secret.Namespace, src.Secret.Name)
-	}
-	if err != nil {
+	if err := e.verify(r.Context(), src, r.Header, body); err != nil {
 		return 0, err
 	}
 	if idErr != nil {
@@ -263,18 +285,56 @@ func (e *Engine) check(r *http.Request, src *definition.EventSource, d *archive.
 		return 0, err
 	}
 	vars := definition.EventVars{Payload: payload, Headers: source.Headers(r.Header), Event: d.Event, DeliveryID: d.DeliveryID, Source: src.Name}
-	match, err := src.Accepts(vars)
-	switch {
-	case err != nil:
-		return 0, &source.Refusal{Status: http.StatusOK, Reason: reasonFiltered + ": the filter failed on it: " + err.Error()}
-	case !match:
-		return 0, &source.Refusal{Status: http.StatusOK, Reason: reasonFiltered}
+	if ref := filter(src, vars); ref != nil {
+		return 0, ref
 	}
 	return http.StatusAccepted, nil
 }
 
+// verify checks that a delivery of body comes from the holder of the
+// source's secret: nil, a *source.Refusal (401), or an error when the
+// secret cannot be read.
+func (e *Engine) verify(ctx context.Context, src *definition.EventSource, h http.Header, body []byte) error {
+	secret, fresh, err := e.secret(ctx, src.Secret, false)
+	if err != nil {
+		return err
+	}
+	err = source.Verify(src, secret, h, body)
+	if err != nil && !fresh {
+		// Perhaps rotated: read it again, once.
+		if secret, fresh, err = e.secret(ctx, src.Secret, true); err != nil {
+			return err
+		}
+		if fresh {
+			err = source.Verify(src, secret, h, body)
+		}
+	}
+	if errors.Is(err, source.ErrNoSecret) {
+		return fmt.Errorf("source %s: key %s of Secret %s/%s is empty: it verifies nothing", src.Name, src.Secret.Key, src.Secret.Namespace, src.Secret.Name)
+	}
+	return err
+}
+
+// filter applies the source's filter to a delivery: nil when it accepts
+// it, the 200 refusal of one filtered out otherwise.
+func filter(src *definition.EventSource, vars definition.EventVars) *source.Refusal {
+	match, err := src.Accepts(vars)
+	switch {
+	case err != nil:
+		return &source.Refusal{Status: http.StatusOK, Reason: reasonFiltered + ": the filter failed on it: " + err.Error()}
+	case !match:
+		return &source.Refusal{Status: http.StatusOK, Reason: reasonFiltered}
+	}
+	return nil
+}
+
 // recordRefused records a refused delivery and answers it.
 func (e *Engine) recordRefused(ctx context.Context, w http.ResponseWriter, d *archive.Delivery, ref *source.Refusal) {
+	answer(w, ref.Status, e.recordRefusal(ctx, d, ref))
+}
+
+// recordRefusal records a refused delivery and returns its answer.
+func (e *Engine) recordRefusal(ctx context.Context, d *archive.Delivery, ref *source.Refusal) hookAnswer {
 	d.Outcome, d.Reason = archive.DeliveryRefused, ref.Reason
 	if len(d.Payload) > refusedPayloadCap {
 		d.Payload = d.Payload[:refusedPayloadCap]
@@ -283,7 +343,101 @@ func (e *Engine) recordRefused(ctx context.Context, w http.ResponseWriter, d *ar
 		e.mgr.GetLogger().Error(err, "recording a refused delivery", "operator", d.Operator, "source", d.Source, "reason", d.Reason)
 		d.ID = ""
 	}
-	answer(w, ref.Status, hookAnswer{Delivery: d.ID, Outcome: string(archive.DeliveryRefused), Reason: ref.Reason})
+	return hookAnswer{Delivery: d.ID, Outcome: string(archive.DeliveryRefused), Reason: ref.Reason}
+}
+
+// serveCloudEvents receives a request to a cloudEvents source: one event
+// (structured or binary mode), or the events of a batch (a Split
+// source's), each checked by the filter and recorded as a delivery of its
+// own (Pending, or Refused as filtered out or a replay) before the
+// request is answered. req holds what is recorded of a request refused
+// as a whole. One event is answered as a webhook's delivery is; a batch
+// 202 when one of its events was accepted, else 409 when one was a
+// replay, else 200, with each event's answer in its order.
+func (e *Engine) serveCloudEvents(w http.ResponseWriter, r *http.Request, op *operator, src *definition.EventSource, req *archive.Delivery) {
+	ctx := r.Context()
+	events, batch, err := e.checkCloudEvents(r, src, req)
+	if err != nil {
+		e.recordRefused(ctx, w, req, refusal(err))
+		return
+	}
+	all := hookAnswer{Outcome: string(archive.DeliveryRefused)}
+	status := http.StatusOK
+	var replays []string
+	for i, ev := range events {
+		h := ev.Headers(r.Header)
+		// The payload recorded is what handlers read (package delivery
+		// decodes it again), the attributes are in the headers: a
+		// redelivery and the handlers see what the filter saw.
+		d := &archive.Delivery{
+			Operator: req.Operator, Source: req.Source, ReceivedAt: req.ReceivedAt,
+			DeliveryID: ev.DeliveryID, Event: ev.Type, Headers: archive.RedactHeaders(h, src.SignatureHeader),
+			Payload: ev.Payload, PayloadBytes: int64(len(ev.Payload)),
+		}
+		vars := definition.EventVars{Payload: ev.Data, Headers: source.Headers(h), Event: d.Event, DeliveryID: d.DeliveryID, Source: src.Name}
+		var a hookAnswer
+		st := http.StatusAccepted
+		if ref := filter(src, vars); ref != nil {
+			st, a = ref.Status, e.recordRefusal(ctx, d, ref)
+		} else if st, a, err = e.accept(ctx, op, d, st); err != nil {
+			reason := "the archive cannot record the delivery; deliver again: " + err.Error()
+			if batch {
+				reason = fmt.Sprintf("the archive cannot record event %d of the batch (%s); deliver the batch again (the events recorded before it are then refused as replays): %v", i+1, ev.DeliveryID, err)
+			}
+			answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: reason, Deliveries: all.Deliveries})
+			return
+		}
+		if !batch {
+			answer(w, st, a)
+			return
+		}
+		a.DeliveryID = ev.DeliveryID
+		all.Deliveries = append(all.Deliveries, a)
+		switch st {
+		case http.StatusAccepted:
+			status, all.Outcome = st, string(archive.DeliveryPending)
+		case http.StatusConflict:
+			replays = append(replays, ev.DeliveryID)
+			if status != http.StatusAccepted {
+				status = st
+			}
+		}
+	}
+	if len(replays) > 0 {
+		all.Reason = fmt.Sprintf("%d of the batch's %d events are replays, accepted before: %s", len(replays), len(events), strings.Join(replays, ", "))
+	}
+	answer(w, status, all)
+}
+
+// checkCloudEvents reads and checks a request to a cloudEvents source:
+// its events, and whether it is a batch; or a *source.Refusal of the
+// request as a whole (req then holds what was read of it), or another
+// error when it cannot be checked now. A content type it does not take
+// is refused before the sender is verified, as a webhook's is; an event
+// that cannot be read, or whose data is neither JSON nor text, only
+// after.
+func (e *Engine) checkCloudEvents(r *http.Request, src *definition.EventSource, req *archive.Delivery) ([]source.CloudEvent, bool, error) {
+	body, err := source.ReadBody(r, src.MaxBodyBytes)
+	req.Payload, req.PayloadBytes = body, max(r.ContentLength, int64(len(body)))
+	if err != nil {
+		return nil, false, err
+	}
+	split := src.CloudEvents != nil && src.CloudEvents.Batch == v1alpha1.BatchSplit
+	if batch, err := source.CloudEventsMode(r.Header, split); err != nil {
+		return nil, batch, err
+	}
+	events, batch, readErr := source.CloudEvents(r.Header, body, split)
+	if readErr == nil && !batch {
+		// Recorded with a refusal of its sender, as a webhook's are.
+		req.DeliveryID, req.Event = events[0].DeliveryID, events[0].Type
+	}
+	if err := e.verify(r.Context(), src, r.Header, body); err != nil {
+		return nil, batch, err
+	}
+	if readErr != nil {
+		return nil, batch, readErr
+	}
+	return events, batch, nil
 }
 
 // secret returns a source's secret, and whether it was read from the

@@ -1,5 +1,6 @@
 // Package source checks what comes in from outside the cluster: the
-// webhook deliveries of an operator's event sources.
+// webhook deliveries and CloudEvents (cloudevents.go) of an operator's
+// event sources.
 //
 // It is the pure part of a delivery's reception: reading the body within
 // the source's limit, checking the content type, verifying the signature

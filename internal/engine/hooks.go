@@ -203,6 +203,10 @@ func (e *Engine) serveHook(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("operator %s has no source %q", opName, clipName(srcName))})
 		return
 	}
+	if src.Consumed() {
+		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("operator %s's source %s is a %s source: the engine takes its events, nothing is posted to it", opName, srcName, src.Kind)})
+		return
+	}
 	w = &countingWriter{ResponseWriter: w, operator: opName, source: srcName}
 	if op.events == nil {
 		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the operator is starting; deliver again"})

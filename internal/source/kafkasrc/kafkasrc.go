@@ -20,6 +20,10 @@
 //     next Run, starts from the committed offsets: a record may come
 //     again (a crash between Deliver and the commit), never be lost, and
 //     comes with the same ID each time.
+//   - A partition the group has no commit for starts at its end (Latest)
+//     or its start (Earliest), and that offset is committed as the member
+//     takes it: a Latest group that stops before delivering a record of
+//     it resumes at that record, not at the end again.
 //   - Failing to reach the brokers (connection, TLS, SASL, a group
 //     session lost, a commit refused, no answer for a while) is said in
 //     State; the client is closed and, after a back-off, made again,

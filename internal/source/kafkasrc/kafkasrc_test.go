@@ -506,6 +506,32 @@ func TestAnUnreachableBrokerIsRetried(t *testing.T) {
 	}
 }
 
+// TestABrokerLostWhileConsumingIsSaidAndReconnected: the broker stops
+// while the consumer runs; State says so before long, and when the broker
+// is back the consumer delivers from where it was.
+func TestABrokerLostWhileConsumingIsSaidAndReconnected(t *testing.T) {
+	cluster := kafkatest.Start(t, kafkatest.Options{Topics: []string{"orders"}, Partitions: 1})
+	records := cluster.ProduceN("orders", 1, 10)
+	sk := newSink()
+	c := kafkasrc.New(spec(cluster, "g", "orders"), nil)
+	run(t, c, sk)
+	eventually(t, time.Minute, "the first records delivered", func() bool { return sk.has(ids(records)) })
+	eventually(t, time.Minute, "them committed", committedAll(cluster, "g", "orders", records))
+
+	cluster.Stop()
+	eventually(t, 2*time.Minute, "State to say the broker is lost", func() bool {
+		s := c.State()
+		return !s.Connected && s.Err != nil && !s.RetryAt.IsZero()
+	})
+	t.Logf("with the broker stopped: %v", c.State().Err)
+	cluster.Restart()
+	more := cluster.ProduceN("orders", 1, 10)
+	eventually(t, 3*time.Minute, "the records produced after the restart delivered", func() bool { return sk.has(ids(more)) })
+	if n := len(sk.delivered()); n != 20 {
+		t.Errorf("%d deliveries of 20 records, want each once (the first ten were committed)", n)
+	}
+}
+
 // TestLagIsWhatTheSinkHasNotTaken: while the sink holds the first of 100
 // records, Lag is 100; once all are taken, 0.
 func TestLagIsWhatTheSinkHasNotTaken(t *testing.T) {

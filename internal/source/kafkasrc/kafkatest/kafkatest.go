@@ -28,7 +28,7 @@ type Options struct {
 	Topics []string
 	// Partitions is each topic's number of partitions. Defaults to 3.
 	Partitions int32
-	// Port is the broker's port on 127.0.0.1. Defaults to a free one.
+	// Port is the broker's port on 127.0.0.1. Defaults to one free now.
 	Port int
 	// SASL, when set, makes the cluster take only clients that
 	// authenticate as this user. The cluster's own clients (Produce,
@@ -45,6 +45,7 @@ type User struct {
 // Cluster is a running cluster of one broker.
 type Cluster struct {
 	tb   testing.TB
+	opts []kfake.Opt
 	fake *kfake.Cluster
 	cl   *kgo.Client
 }
@@ -55,13 +56,16 @@ func Start(tb testing.TB, o Options) *Cluster {
 	if o.Partitions == 0 {
 		o.Partitions = 3
 	}
-	opts := []kfake.Opt{kfake.NumBrokers(1)}
+	// Kept in a directory, the cluster can be stopped and started again
+	// with its records and offsets: see Restart.
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.DataDir(tb.TempDir())}
 	if len(o.Topics) > 0 {
 		opts = append(opts, kfake.SeedTopics(o.Partitions, o.Topics...))
 	}
-	if o.Port != 0 {
-		opts = append(opts, kfake.Ports(o.Port))
+	if o.Port == 0 {
+		o.Port = FreePort(tb)
 	}
+	opts = append(opts, kfake.Ports(o.Port))
 	if o.SASL != nil {
 		opts = append(opts, kfake.EnableSASL(), kfake.Superuser(o.SASL.Mechanism, o.SASL.Name, o.SASL.Password))
 	}
@@ -92,7 +96,23 @@ func Start(tb testing.TB, o Options) *Cluster {
 		tb.Fatalf("a client of the kfake cluster: %v", err)
 	}
 	tb.Cleanup(cl.Close)
-	return &Cluster{tb: tb, fake: fake, cl: cl}
+	return &Cluster{tb: tb, opts: opts, fake: fake, cl: cl}
+}
+
+// Stop stops the broker: its clients find nothing at its address until
+// Restart.
+func (c *Cluster) Stop() { c.fake.Close() }
+
+// Restart starts the stopped broker again at its address, with the
+// topics, records and offsets it had.
+func (c *Cluster) Restart() {
+	c.tb.Helper()
+	fake, err := kfake.NewCluster(c.opts...)
+	if err != nil {
+		c.tb.Fatalf("restarting the kfake cluster: %v", err)
+	}
+	c.tb.Cleanup(fake.Close)
+	c.fake = fake
 }
 
 // Addrs are the brokers' host:port.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/githubfake"
+	"github.com/opkit-dev/opkit/internal/source/kafkasrc/kafkatest"
 )
 
 // consumedOperatorYAML is an operator of one consumed source (%s: its
@@ -163,4 +165,23 @@ func TestAGitHubPollResumesFromItsCursorAcrossASIGKILL(t *testing.T) {
 			}
 		},
 	}, 60)
+}
+
+// TestAKafkaRecordIsHandledOnceAcrossASIGKILL: offsets are committed only
+// once records are recorded, so the records a killed engine had not
+// recorded come again to the next, and those it had are recognised.
+func TestAKafkaRecordIsHandledOnceAcrossASIGKILL(t *testing.T) {
+	t.Parallel()
+	kafka := kafkatest.Start(t, kafkatest.Options{Topics: []string{"builds"}, Partitions: 3})
+	cl, _ := startPlane(t)
+	checkConsumedAcrossSIGKILL(t, cl, consumedSource{
+		block: fmt.Sprintf("    kafka: {brokers: [%q], topics: [builds], startOffset: Earliest}", kafka.Addrs()[0]),
+		publish: func(t *testing.T, from, n int) {
+			records := make([]*kgo.Record, n)
+			for i := range records {
+				records[i] = &kgo.Record{Topic: "builds", Partition: int32(from+i) % 3, Value: fmt.Appendf(nil, `{"n": %d}`, from+i)}
+			}
+			kafka.Produce(records...)
+		},
+	}, 400)
 }

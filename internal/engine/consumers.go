@@ -20,6 +20,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/source"
 	"github.com/opkit-dev/opkit/internal/source/ghpoll"
+	"github.com/opkit-dev/opkit/internal/source/kafkasrc"
 )
 
 // The sources the engine reaches out to (a GitHub poll, a NATS JetStream
@@ -123,6 +124,8 @@ func (e *Engine) newConsumer(d *definition.Definition, s *definition.EventSource
 	switch s.Kind {
 	case definition.KindGitHubPoll:
 		return ghpoll.New(s.GitHubPoll, s.PollInterval, d.Operator.Name, s.Name, e.readSecret, e.opts.Archive)
+	case definition.KindKafka:
+		return kafkasrc.New(s.Kafka, e.readSecret), nil
 	}
 	return nil, fmt.Errorf("sources of kind %s are not built yet", s.Kind)
 }

@@ -115,12 +115,15 @@ type options struct {
 	// WebhookRate per second.
 	WebhookDeliveries int
 	WebhookRate       int
-	ProfileDir        string
+	// SourceMessages are the messages the sources scenario floods each
+	// consumed source with.
+	SourceMessages int
+	ProfileDir     string
 	// Subjects are the drains' controllers by name; empty: all.
 	Subjects []string
 }
 
-var allScenarios = []string{"ceiling", "drain", "live", "memory", "idle", "handlers", "archive", "console", "watch", "webhook"}
+var allScenarios = []string{"ceiling", "drain", "live", "memory", "idle", "handlers", "archive", "console", "watch", "webhook", "sources"}
 
 // benchNamespace is where every scenario works; watch.yaml names it.
 const benchNamespace = "bench"
@@ -131,7 +134,7 @@ func defaultOptions() options {
 		LiveRates: []int{100, 500}, LiveDuration: 10 * time.Second, Idle: 30 * time.Second,
 		HandlerObjects: 1_000, JobObjects: 15, ArchiveSizes: []int{100_000, 1_000_000}, ArchiveStores: allStores, ArchiveBatch: 10_000,
 		ConsoleObjects: 1_000, ConsoleRequests: 200, WatchObjects: 500, WatchSteady: time.Minute,
-		WebhookDeliveries: 1_000, WebhookRate: 100,
+		WebhookDeliveries: 1_000, WebhookRate: 100, SourceMessages: 10_000,
 	}
 }
 
@@ -210,6 +213,7 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	fs.DurationVar(&opts.WatchSteady, "watch-steady", opts.WatchSteady, "the steady-state window of the watch scenario")
 	fs.IntVar(&opts.WebhookDeliveries, "webhook-deliveries", opts.WebhookDeliveries, "deliveries the webhook scenario sends")
 	fs.IntVar(&opts.WebhookRate, "webhook-rate", opts.WebhookRate, "deliveries per second the webhook scenario sends")
+	fs.IntVar(&opts.SourceMessages, "source-messages", opts.SourceMessages, "messages the sources scenario floods each consumed source (NATS, Kafka) with")
 	sizes := fs.String("archive-sizes", "100000,1000000", "archive sizes in runs, comma-separated")
 	fs.IntVar(&opts.ArchiveBatch, "archive-batch", opts.ArchiveBatch, "runs each archive measurement records, then prunes")
 	stores := fs.String("archive-stores", "sqlite,postgres", "the archive stores of the archive and console scenarios, comma-separated: sqlite, postgres (a server the bench starts)")
@@ -245,7 +249,7 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	if opts.ArchiveStores, err = storeList(*stores); err != nil {
 		return fmt.Errorf("-archive-stores: %w", err)
 	}
-	if opts.Runs < 1 || opts.Objects < 1 || opts.WatchObjects < 1 || opts.WebhookDeliveries < 1 || opts.WebhookRate < 1 || opts.ArchiveBatch < 1 || opts.JobObjects > 16 {
+	if opts.Runs < 1 || opts.Objects < 1 || opts.WatchObjects < 1 || opts.WebhookDeliveries < 1 || opts.WebhookRate < 1 || opts.SourceMessages < 1 || opts.ArchiveBatch < 1 || opts.JobObjects > 16 {
 		return errors.New("-runs, -objects, -watch-objects, -webhook-deliveries, -webhook-rate and -archive-batch must be at least 1, and -job-objects at most 16")
 	}
 
@@ -531,6 +535,12 @@ func (b *bench) run(ctx context.Context) error {
 		if on("webhook") {
 			what := fmt.Sprintf("webhook: %d deliveries at %d/s", b.opts.WebhookDeliveries, b.opts.WebhookRate)
 			if err := step(what, func() error { return b.webhook(ctx) }); err != nil {
+				return err
+			}
+		}
+		if on("sources") {
+			what := fmt.Sprintf("sources: %d messages at once on NATS and Kafka", b.opts.SourceMessages)
+			if err := step(what, func() error { return b.sources(ctx) }); err != nil {
 				return err
 			}
 		}

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/stack"
+)
+
+// The sources scenario floods a consumed source (a NATS JetStream stream,
+// a Kafka topic, each served in this process by its broker's own Go
+// module) with SourceMessages messages at once, while an engine consumes
+// it with an operator whose handler appends each run's idempotency key to
+// a file, as the webhook scenario's does. It measures the messages
+// handled per second (from the first published to the last handled), and
+// per message the time from its publication (its broker's ack to the
+// bench) to its record in the archive, to its handler's start and to its
+// handling's end. Every message must be recorded once and handled once.
+
+// sourcesOperator names the operator of the sources scenario.
+const sourcesOperator = "bench-sources"
+
+// sourcesOperatorYAML is the operator, %s its source's kind block
+// (indented under the source) and %q the keys file.
+const sourcesOperatorYAML = `apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: bench-sources}
+spec:
+  sources:
+  - name: flood
+%s
+  handlers:
+  - name: record
+    "on": [event]
+    exec:
+      command: ["/bin/sh", "-c", 'echo "$OPKIT_IDEMPOTENCY_KEY" >> "$OUT"']
+      env: [{name: OUT, value: %q}]
+`
+
+// floodSource is a broker the scenario floods: its source block, and how
+// it publishes n messages at once, returning each one's delivery id (as
+// the consumer names it) and the time its broker acknowledged it.
+type floodSource struct {
+	name    string
+	block   string
+	publish func(ctx context.Context, n int) (map[string]time.Time, error)
+	stop    func()
+}
+
+// sources runs the flood on each broker.
+func (b *bench) sources(ctx context.Context) error {
+	for _, start := range []func(context.Context) (*floodSource, error){startKafkaFlood} {
+		src, err := start(ctx)
+		if err != nil {
+			return err
+		}
+		err = b.flood(ctx, src)
+		src.stop()
+		if err != nil {
+			return fmt.Errorf("%s: %w", src.name, err)
+		}
+	}
+	b.note("sources: opkit alone; the webhook scenario's figures are the HTTP source's beside them")
+	return nil
+}
+
+// flood runs one flood.
+func (b *bench) flood(ctx context.Context, src *floodSource) error {
+	n := b.opts.SourceMessages
+	subject := fmt.Sprintf("%s, %d at once", src.name, n)
+	out := filepath.Join(b.workDir, fmt.Sprintf("sources-%s-%d.keys", src.name, time.Now().UnixNano()))
+	srcs, err := definition.Load("sources.yaml", fmt.Appendf(nil, sourcesOperatorYAML, src.block, out))
+	if err != nil {
+		return err
+	}
+	d, err := definition.Compile(srcs[0])
+	if err != nil {
+		return err
+	}
+	store, err := archive.OpenSQLite(ctx, tempArchive(b.workDir), archive.Options{})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = store.Close() }()
+	logPath := b.engineLog()
+	s, err := stack.Start(ctx, stack.Options{Engine: engine.Options{Config: b.c.cfg}, Store: store})
+	if err != nil {
+		return err
+	}
+	stop := s.Stop
+	defer func() { _ = stop() }()
+	if err := s.Engine.Apply(ctx, d); err != nil {
+		return fmt.Errorf("applying the operator: %w (log: %s)", err, logPath)
+	}
+	// A first message connects the consumer and starts the first
+	// handler; it is not measured.
+	if _, err := src.publish(ctx, 1); err != nil {
+		return err
+	}
+	if err := waitHandled(ctx, store, 1, time.Minute); err != nil {
+		return fmt.Errorf("the first message: %w (log: %s)", err, logPath)
+	}
+	fmt.Fprintf(b.log, "  %d messages at once\n", n)
+	first := time.Now()
+	published, err := src.publish(ctx, n)
+	if err != nil {
+		return err
+	}
+	waitErr := waitHandled(ctx, store, n+1, b.timeout(n))
+	if err := stop(); err != nil {
+		return fmt.Errorf("the engine: %w (log: %s)", err, logPath)
+	}
+	all, err := listDeliveries(ctx, store, sourcesOperator)
+	if err != nil {
+		return err
+	}
+	runs, err := archive.ListAll(ctx, store, archive.Query{Operator: sourcesOperator})
+	if err != nil {
+		return fmt.Errorf("reading the runs: %w", err)
+	}
+	started := make(map[string]time.Time, len(runs))
+	for _, r := range runs {
+		started[r.ID] = r.StartedAt
+	}
+	var problems []error
+	var toRecorded, toStarted, toHandled []time.Duration
+	var last time.Time
+	seen := map[string]bool{}
+	for _, dl := range all {
+		at, ok := published[dl.DeliveryID]
+		if !ok {
+			continue // the first message
+		}
+		if seen[dl.DeliveryID] {
+			problems = append(problems, fmt.Errorf("message %s recorded twice", dl.DeliveryID))
+		}
+		seen[dl.DeliveryID] = true
+		if dl.Outcome != archive.DeliveryHandled {
+			problems = append(problems, fmt.Errorf("message %s: %s %s", dl.DeliveryID, dl.Outcome, dl.Reason))
+			continue
+		}
+		toRecorded = append(toRecorded, dl.ReceivedAt.Sub(at))
+		toHandled = append(toHandled, dl.HandledAt.Sub(at))
+		if len(dl.Runs) > 0 {
+			toStarted = append(toStarted, started[dl.Runs[0]].Sub(at))
+		}
+		if dl.HandledAt.After(last) {
+			last = dl.HandledAt
+		}
+	}
+	keys := keysOf(out)
+	lost := n - len(seen)
+	twice := len(keys) - len(slices.Compact(slices.Sorted(slices.Values(keys))))
+	b.add("sources", subject, "handled", "", float64(len(toHandled)))
+	b.add("sources", subject, "lost", "", float64(lost))
+	b.add("sources", subject, "handled twice", "", float64(twice))
+	if waitErr == nil {
+		b.add("sources", subject, "messages handled/s", "/s", float64(n)/last.Sub(first).Seconds())
+	}
+	b.add("sources", subject, "published to recorded p50", "ms", percentile(toRecorded, 50))
+	b.add("sources", subject, "published to recorded p99", "ms", percentile(toRecorded, 99))
+	b.add("sources", subject, "published to handler started p50", "ms", percentile(toStarted, 50))
+	b.add("sources", subject, "published to handler started p99", "ms", percentile(toStarted, 99))
+	b.add("sources", subject, "published to handled p50", "ms", percentile(toHandled, 50))
+	b.add("sources", subject, "published to handled p99", "ms", percentile(toHandled, 99))
+	if lost > 0 {
+		problems = append(problems, fmt.Errorf("%d of %d messages never recorded", lost, n))
+	}
+	if twice > 0 {
+		problems = append(problems, fmt.Errorf("%d handler runs repeated a key", twice))
+	}
+	problems = append([]error{waitErr}, firstOf(problems, 20)...)
+	if err := errors.Join(problems...); err != nil {
+		return fmt.Errorf("%w (log: %s)", err, logPath)
+	}
+	return nil
+}
+
+// waitHandled waits until the archive holds n deliveries of the sources
+// operator, none Pending.
+func waitHandled(ctx context.Context, store archive.Store, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var have, pending int
+	for time.Now().Before(deadline) {
+		all, err := listDeliveries(ctx, store, sourcesOperator)
+		if err != nil {
+			return err
+		}
+		have, pending = len(all), 0
+		for _, d := range all {
+			if d.Outcome == archive.DeliveryPending {
+				pending++
+			}
+		}
+		if have >= n && pending == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("after %s, %d of %d messages recorded, %d of them Pending", timeout, have, n, pending)
+}
+
+// listDeliveries lists an operator's deliveries.
+func listDeliveries(ctx context.Context, store archive.Store, operator string) ([]archive.Delivery, error) {
+	var out []archive.Delivery
+	q := archive.DeliveryQuery{Operator: operator, Limit: 1000}
+	for {
+		page, err := store.ListDeliveries(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("reading the deliveries: %w", err)
+		}
+		out = append(out, page.Deliveries...)
+		if page.Next == "" {
+			return out, nil
+		}
+		q.Cursor = page.Next
+	}
+}
+
+// keysOf reads the keys a flood's handler wrote.
+func keysOf(path string) []string {
+	data, _ := os.ReadFile(path)
+	return strings.Fields(string(data))
+}

@@ -23,13 +23,14 @@
 //     message acknowledged late, or not at all (Run stopped between
 //     Deliver and the acknowledgement, the connection lost), is delivered
 //     again with the ID the sink already recorded.
-//   - When ctx ends, the messages fetched and not delivered are sent back
-//     (a negative acknowledgement, redelivered a second later, once this
-//     connection is gone) and the acknowledgements are flushed before the
-//     connection closes, so that the next consumer gets them at once.
-//     Messages the server sent that never reached Run (in flight when it
-//     stopped, or when the connection was lost) are delivered again after
-//     the consumer's ack wait, 30 s.
+//   - When ctx ends, the fetch in progress is given a moment (250 ms) to
+//     hand over what the server sent for it; the messages fetched and
+//     not delivered are then sent back (a negative acknowledgement,
+//     redelivered a second later, once this connection is gone) and the
+//     acknowledgements are flushed before the connection closes, so that
+//     the next consumer gets them at once. A message the server sent that
+//     never reached Run (still in flight then, or when the connection was
+//     lost) is delivered again after the consumer's ack wait, 30 s.
 //   - Nothing is ever deleted: not the stream, which the user owns (a
 //     missing one is an error in State, naming it, and Run keeps trying),
 //     nor the durable consumer, which keeps the position across restarts.
@@ -86,6 +87,9 @@ const (
 	// closed, and the server sends them to the next consumer, not to the
 	// pull request of this one.
 	nakDelay = time.Second
+	// drainGrace is how long a fetch is given to hand over what the
+	// server sent for it once Run stops taking messages from it.
+	drainGrace = 250 * time.Millisecond
 	// lagEvery is how often the consumer's pending counts are asked.
 	lagEvery = 2 * time.Second
 	// opTimeout bounds connecting and each request to the JetStream API.
@@ -179,7 +183,10 @@ func (c *Consumer) check() error {
 // ends. It says whether it connected, and why it ended (nil when ctx
 // did).
 func (c *Consumer) session(ctx context.Context, sink source.Sink) (connected bool, err error) {
-	connCtx, cancel := context.WithCancelCause(ctx)
+	// The connection's context ends when it is lost, not with ctx: when
+	// ctx ends, the fetch in progress is given drainGrace to hand over
+	// what the server sent, which Run then sends back.
+	connCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
 	nc, cons, err := c.connect(ctx, func(err error) { cancel(err) })
 	if err != nil {
@@ -236,7 +243,7 @@ func (c *Consumer) session(ctx context.Context, sink source.Sink) (connected boo
 		failures++
 		wait := source.Backoff(failures, rand.Float64())
 		c.update(func(s *source.State) { s.Err, s.RetryAt = err, time.Now().Add(wait) })
-		hold(connCtx, held, wait)
+		hold(ctx, connCtx, held, wait)
 	}
 }
 
@@ -263,18 +270,41 @@ func (c *Consumer) batch(ctx, connCtx context.Context, cons jetstream.Consumer, 
 	fetched := time.Now()
 	var rest []jetstream.Msg
 	var failed error
-	for msg := range b.Messages() {
-		if rest != nil || ctx.Err() != nil || connCtx.Err() != nil {
-			rest = append(rest, msg)
-			cancel() // ends the fetch: what was sent is kept, in order
-			continue
+	// Once a Deliver failed or ctx ended, the fetch is given drainGrace
+	// to hand over the messages the server sent for it, which are kept
+	// in rest, before it is cancelled: a message that arrives after
+	// that is delivered again only after ackWait.
+	var grace <-chan time.Time
+	stopping := false
+	stop := func() {
+		if !stopping {
+			stopping, grace = true, time.After(drainGrace)
 		}
-		if time.Since(fetched) > ackWait/2 {
-			_ = msg.InProgress() // waited in the batch behind slow Delivers
-		}
-		if failed = c.deliver(ctx, sink, msg); failed != nil {
-			rest = append(rest, msg)
-			cancel()
+	}
+	done := ctx.Done()
+	msgs := b.Messages()
+	for msgs != nil {
+		select {
+		case <-done:
+			done = nil
+			stop()
+		case <-grace:
+			cancel() // the fetch ends and closes msgs
+		case msg, ok := <-msgs:
+			switch {
+			case !ok:
+				msgs = nil
+			case stopping || connCtx.Err() != nil:
+				rest = append(rest, msg)
+			default:
+				if time.Since(fetched) > ackWait/2 {
+					_ = msg.InProgress() // waited in the batch behind slow Delivers
+				}
+				if failed = c.deliver(ctx, sink, msg); failed != nil {
+					rest = append(rest, msg)
+					stop()
+				}
+			}
 		}
 	}
 	c.update(func(s *source.State) { s.Last = time.Now() })
@@ -304,7 +334,7 @@ func (c *Consumer) deliverAll(ctx, connCtx context.Context, sink source.Sink, ms
 
 // hold waits d, or until ctx ends, telling the server every ackWait/3
 // that msgs are in progress, so that it delivers them to no one else.
-func hold(ctx context.Context, msgs []jetstream.Msg, d time.Duration) {
+func hold(ctx, connCtx context.Context, msgs []jetstream.Msg, d time.Duration) {
 	t := time.NewTicker(ackWait / 3)
 	defer t.Stop()
 	end := time.NewTimer(d)
@@ -312,6 +342,8 @@ func hold(ctx context.Context, msgs []jetstream.Msg, d time.Duration) {
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-connCtx.Done():
 			return
 		case <-end.C:
 			return

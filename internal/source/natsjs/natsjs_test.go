@@ -508,3 +508,15 @@ func TestTenThousandMessagesFlow(t *testing.T) {
 		return info.AckFloor.Stream == n && info.NumAckPending == 0
 	}, func() string { return fmt.Sprintf("%+v", srv.ConsumerInfo(consumerName)) })
 }
+
+func TestRunRefusesAStreamWhoseIDsCannotFit(t *testing.T) {
+	s := &v1alpha1.NATSSource{URL: "nats://127.0.0.1:1", Stream: strings.Repeat("s", 180), Consumer: consumerName}
+	c := natsjs.New(s, nil)
+	err := c.Run(t.Context(), &recorder{})
+	if err == nil || !strings.Contains(err.Error(), "names up to 179 characters") {
+		t.Fatalf("Run = %v, want an error saying stream names of up to 179 characters are consumed", err)
+	}
+	if st := c.State(); st.Err == nil || st.Connected {
+		t.Errorf("state %+v, want the error said", st)
+	}
+}

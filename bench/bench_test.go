@@ -63,7 +63,7 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		"-kubeconfig", kubeconfig, "-runs", "1", "-cold-objects", "100", "-objects", "200", "-memory-objects", "300", "-ceiling-objects", "200",
 		"-live-rates", "50", "-live-duration", "2s", "-idle", "3s", "-handler-objects", "30", "-job-objects", "3",
 		"-archive-sizes", "2000", "-archive-batch", "1000", "-archive-stores", strings.Join(storeFlag, ","), "-console-objects", "50", "-console-requests", "20",
-		"-watch-objects", "30", "-watch-steady", "3s", "-webhook-deliveries", "60", "-webhook-rate", "30", "-json", out,
+		"-watch-objects", "30", "-watch-steady", "3s", "-webhook-deliveries", "60", "-webhook-rate", "30", "-source-messages", "200", "-json", out,
 	}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr.String())
@@ -161,6 +161,24 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		}
 	}
 	checkWebhookFigures(t, report, "opkit, 30/s")
+	// Each consumed source flooded at once and at the webhook's rate:
+	// every message handled, once.
+	for _, subject := range []string{"nats, 200 at once", "nats, 30/s", "kafka, 200 at once", "kafka, 30/s"} {
+		want := map[string]float64{"handled": 200, "lost": 0, "handled twice": 0}
+		if strings.HasSuffix(subject, "/s") {
+			want["handled"] = 60
+		}
+		for metric, v := range want {
+			if got, ok := get("sources", subject, metric); !ok || got != v {
+				t.Errorf("sources / %s / %s: got %v (measured: %v), want %v", subject, metric, got, ok, v)
+			}
+		}
+		for _, metric := range []string{"messages handled/s", "sent to handler started p99", "sent to handled p99"} {
+			if v, ok := get("sources", subject, metric); !ok || v <= 0 {
+				t.Errorf("sources / %s / %s: got %v (measured: %v), want a positive figure", subject, metric, v, ok)
+			}
+		}
+	}
 	// A child and a status per Printer; an Event per child created, or a
 	// status written again over a stale cache, would make it 3.
 	if v, _ := get("drain 200", "opkit", "writes per object"); v < 1.95 || v > 2.5 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,9 +23,10 @@ import (
 // it with an operator whose handler appends each run's idempotency key to
 // a file, as the webhook scenario's does. It measures the messages
 // handled per second (from the first published to the last handled), and
-// per message the time from its publication (its broker's ack to the
-// bench) to its record in the archive, to its handler's start and to its
-// handling's end. Every message must be recorded once and handled once.
+// per message the time from its publication (the bench sending it to its
+// broker) to its record in the archive, to its handler's start and to its
+// handling's end; all at once (10,000: the throughput) and at the webhook
+// scenario's rate (1,000 at 100/s: the time a message takes). Every message must be recorded once and handled once.
 
 // sourcesOperator names the operator of the sources scenario.
 const sourcesOperator = "bench-sources"
@@ -48,7 +50,7 @@ spec:
 
 // floodSource is a broker the scenario floods: its source block, and how
 // it publishes n messages at once, returning each one's delivery id (as
-// the consumer names it) and the time its broker acknowledged it.
+// the consumer names it) and the time it was sent.
 type floodSource struct {
 	name    string
 	block   string
@@ -58,15 +60,23 @@ type floodSource struct {
 
 // sources runs the flood on each broker.
 func (b *bench) sources(ctx context.Context) error {
-	for _, start := range []func(context.Context) (*floodSource, error){startKafkaFlood} {
-		src, err := start(ctx)
-		if err != nil {
-			return err
-		}
-		err = b.flood(ctx, src)
-		src.stop()
-		if err != nil {
-			return fmt.Errorf("%s: %w", src.name, err)
+	for _, start := range []func(context.Context) (*floodSource, error){startNATSFlood, startKafkaFlood} {
+		// At once: the throughput; at the webhook scenario's rate: the
+		// time a message takes, beside a webhook delivery's.
+		for _, rate := range []int{0, b.opts.WebhookRate} {
+			n := b.opts.SourceMessages
+			if rate > 0 {
+				n = b.opts.WebhookDeliveries
+			}
+			src, err := start(ctx)
+			if err != nil {
+				return err
+			}
+			err = b.flood(ctx, src, n, rate)
+			src.stop()
+			if err != nil {
+				return fmt.Errorf("%s: %w", src.name, err)
+			}
 		}
 	}
 	b.note("sources: opkit alone; the webhook scenario's figures are the HTTP source's beside them")
@@ -74,9 +84,11 @@ func (b *bench) sources(ctx context.Context) error {
 }
 
 // flood runs one flood.
-func (b *bench) flood(ctx context.Context, src *floodSource) error {
-	n := b.opts.SourceMessages
+func (b *bench) flood(ctx context.Context, src *floodSource, n, rate int) error {
 	subject := fmt.Sprintf("%s, %d at once", src.name, n)
+	if rate > 0 {
+		subject = fmt.Sprintf("%s, %d/s", src.name, rate)
+	}
 	out := filepath.Join(b.workDir, fmt.Sprintf("sources-%s-%d.keys", src.name, time.Now().UnixNano()))
 	srcs, err := definition.Load("sources.yaml", fmt.Appendf(nil, sourcesOperatorYAML, src.block, out))
 	if err != nil {
@@ -109,9 +121,9 @@ func (b *bench) flood(ctx context.Context, src *floodSource) error {
 	if err := waitHandled(ctx, store, 1, time.Minute); err != nil {
 		return fmt.Errorf("the first message: %w (log: %s)", err, logPath)
 	}
-	fmt.Fprintf(b.log, "  %d messages at once\n", n)
+	fmt.Fprintf(b.log, "  %s\n", subject)
 	first := time.Now()
-	published, err := src.publish(ctx, n)
+	published, err := publishAt(ctx, src, n, rate)
 	if err != nil {
 		return err
 	}
@@ -166,12 +178,12 @@ func (b *bench) flood(ctx context.Context, src *floodSource) error {
 	if waitErr == nil {
 		b.add("sources", subject, "messages handled/s", "/s", float64(n)/last.Sub(first).Seconds())
 	}
-	b.add("sources", subject, "published to recorded p50", "ms", percentile(toRecorded, 50))
-	b.add("sources", subject, "published to recorded p99", "ms", percentile(toRecorded, 99))
-	b.add("sources", subject, "published to handler started p50", "ms", percentile(toStarted, 50))
-	b.add("sources", subject, "published to handler started p99", "ms", percentile(toStarted, 99))
-	b.add("sources", subject, "published to handled p50", "ms", percentile(toHandled, 50))
-	b.add("sources", subject, "published to handled p99", "ms", percentile(toHandled, 99))
+	b.add("sources", subject, "sent to recorded p50", "ms", percentile(toRecorded, 50))
+	b.add("sources", subject, "sent to recorded p99", "ms", percentile(toRecorded, 99))
+	b.add("sources", subject, "sent to handler started p50", "ms", percentile(toStarted, 50))
+	b.add("sources", subject, "sent to handler started p99", "ms", percentile(toStarted, 99))
+	b.add("sources", subject, "sent to handled p50", "ms", percentile(toHandled, 50))
+	b.add("sources", subject, "sent to handled p99", "ms", percentile(toHandled, 99))
 	if lost > 0 {
 		problems = append(problems, fmt.Errorf("%d of %d messages never recorded", lost, n))
 	}
@@ -183,6 +195,28 @@ func (b *bench) flood(ctx context.Context, src *floodSource) error {
 		return fmt.Errorf("%w (log: %s)", err, logPath)
 	}
 	return nil
+}
+
+// publishAt publishes n messages, at once (rate 0) or rate a second.
+func publishAt(ctx context.Context, src *floodSource, n, rate int) (map[string]time.Time, error) {
+	if rate == 0 {
+		return src.publish(ctx, n)
+	}
+	out := make(map[string]time.Time, n)
+	start := time.Now()
+	for i := range n {
+		select {
+		case <-time.After(time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate)))):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		one, err := src.publish(ctx, 1)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, one)
+	}
+	return out, nil
 }
 
 // waitHandled waits until the archive holds n deliveries of the sources

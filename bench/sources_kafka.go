@@ -37,14 +37,14 @@ func startKafkaFlood(context.Context) (*floodSource, error) {
 				records[i] = &kgo.Record{Topic: "flood", Partition: int32(next % floodPartitions), Value: fmt.Appendf(nil, `{"n": %d}`, next)}
 				next++
 			}
-			// Produced asynchronously, each one's ack time kept: a
-			// message is published once its broker has it.
+			// Produced asynchronously, each one's send time kept by its
+			// id, known once the broker has it.
 			done := make(chan error, n)
 			var mu sync.Mutex
 			for _, r := range records {
+				at := time.Now()
 				producer.Produce(ctx, r, func(r *kgo.Record, err error) {
 					if err == nil {
-						at := time.Now()
 						mu.Lock()
 						out[fmt.Sprintf("%s:%d:%d", r.Topic, r.Partition, r.Offset)] = at
 						mu.Unlock()

@@ -20,6 +20,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/githubfake"
 	"github.com/opkit-dev/opkit/internal/source/kafkasrc/kafkatest"
+	"github.com/opkit-dev/opkit/internal/source/natsjs/natstest"
 )
 
 // consumedOperatorYAML is an operator of one consumed source (%s: its
@@ -182,6 +183,22 @@ func TestAKafkaRecordIsHandledOnceAcrossASIGKILL(t *testing.T) {
 				records[i] = &kgo.Record{Topic: "builds", Partition: int32(from+i) % 3, Value: fmt.Appendf(nil, `{"n": %d}`, from+i)}
 			}
 			kafka.Produce(records...)
+		},
+	}, 400)
+}
+
+// TestANATSMessageIsHandledOnceAcrossASIGKILL: a message is acked only
+// once recorded, so the messages a killed engine had not recorded come
+// again to the next (after JetStream's ack wait), and those it had are
+// recognised by their stream sequence.
+func TestANATSMessageIsHandledOnceAcrossASIGKILL(t *testing.T) {
+	t.Parallel()
+	nats := natstest.Start(t, natstest.Options{Stream: "ORDERS", Subjects: []string{"orders.>"}})
+	cl, _ := startPlane(t)
+	checkConsumedAcrossSIGKILL(t, cl, consumedSource{
+		block: fmt.Sprintf("    nats: {url: %q, stream: ORDERS, subjects: [orders.created], deliverPolicy: All}", nats.URL()),
+		publish: func(t *testing.T, from, n int) {
+			nats.Publish("orders.created", n)
 		},
 	}, 400)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/source"
 	"github.com/opkit-dev/opkit/internal/source/ghpoll"
 	"github.com/opkit-dev/opkit/internal/source/kafkasrc"
+	"github.com/opkit-dev/opkit/internal/source/natsjs"
 )
 
 // The sources the engine reaches out to (a GitHub poll, a NATS JetStream
@@ -126,6 +127,8 @@ func (e *Engine) newConsumer(d *definition.Definition, s *definition.EventSource
 		return ghpoll.New(s.GitHubPoll, s.PollInterval, d.Operator.Name, s.Name, e.readSecret, e.opts.Archive)
 	case definition.KindKafka:
 		return kafkasrc.New(s.Kafka, e.readSecret), nil
+	case definition.KindNATS:
+		return natsjs.New(s.NATS, e.readSecret), nil
 	}
 	return nil, fmt.Errorf("sources of kind %s are not built yet", s.Kind)
 }

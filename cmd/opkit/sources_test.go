@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/archive/pgtest"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/githubfake"
@@ -201,4 +203,100 @@ func TestANATSMessageIsHandledOnceAcrossASIGKILL(t *testing.T) {
 			nats.Publish("orders.created", n)
 		},
 	}, 400)
+}
+
+// TestOnlyTheLeaderConsumesAndItsStandbyTakesOverTheStream runs two
+// replicas of opkit run with leader election on one PostgreSQL archive,
+// and a NATS source: the standby does not connect while the leader
+// consumes; the leader killed with SIGKILL mid-stream, the standby takes
+// over the durable consumer, and every message is recorded once and
+// handled once.
+func TestOnlyTheLeaderConsumesAndItsStandbyTakesOverTheStream(t *testing.T) {
+	t.Parallel()
+	nats := natstest.Start(t, natstest.Options{Stream: "ORDERS", Subjects: []string{"orders.>"}})
+	cl, _ := startPlane(t)
+	dsn := pgtest.Own(t).NewDatabase(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "handler.sh"), []byte(keyHandler), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	def := filepath.Join(dir, "consumed.yaml")
+	block := fmt.Sprintf("    nats: {url: %q, stream: ORDERS, deliverPolicy: All}", nats.URL())
+	if err := os.WriteFile(def, fmt.Appendf(nil, consumedOperatorYAML, block, dir), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := func() (*exec.Cmd, *lockedBuffer, string) {
+		cmd, out := startOpkit(t, "run", "--leader-elect", "--leader-elect-namespace", "default", "-f", def,
+			"--kubeconfig", cl.KubeconfigPath(), "--archive", dsn, "--metrics-addr", "127.0.0.1:0")
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		waitOutput(t, out, "metrics: http://", 60*time.Second)
+		_, url, _ := strings.Cut(out.String(), "metrics: ")
+		url, _, _ = strings.Cut(url, "/metrics")
+		return cmd, out, url
+	}
+	first, firstOut, firstURL := start()
+	waitOutput(t, firstOut, "source in (nats): consumes stream ORDERS as opkit-consumed-in at "+nats.URL(), 60*time.Second)
+	_, second, secondURL := start()
+	clustertest.Eventually(t, 30*time.Second, "the standby ready", func(context.Context) (bool, error) {
+		status, _ := clustertest.Get(t, secondURL+"/readyz")
+		return status == http.StatusOK, nil
+	})
+
+	const n = 400
+	nats.Publish("orders.created", n)
+	keys := filepath.Join(dir, "keys")
+	clustertest.Eventually(t, 2*time.Minute, "the leader consumes", func(context.Context) (bool, error) {
+		return len(keysIn(keys)) >= n/10, nil
+	})
+	connected := `opkit_source_connected{operator="consumed",source="in"} 1`
+	clustertest.Eventually(t, 30*time.Second, "the leader says it is connected", func(context.Context) (bool, error) {
+		return strings.Contains(httpGet(t, firstURL+"/metrics"), connected), nil
+	})
+	if m := httpGet(t, secondURL+"/metrics"); strings.Contains(m, "opkit_source_connected{") {
+		t.Errorf("the standby reaches the source while the leader consumes:\n%s", grepLines(m, "opkit_source_"))
+	}
+	if consumers := nats.ConsumerInfo("opkit-consumed-in"); consumers == nil {
+		t.Fatal("the durable consumer opkit-consumed-in does not exist")
+	}
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	waitOutput(t, second, "source in (nats): consumes stream ORDERS", 60*time.Second)
+	clustertest.Eventually(t, 3*time.Minute, "every message handled", func(context.Context) (bool, error) {
+		return len(uniq(keysIn(keys))) >= n, nil
+	})
+	clustertest.Eventually(t, 30*time.Second, "the new leader says it is connected", func(context.Context) (bool, error) {
+		return strings.Contains(httpGet(t, secondURL+"/metrics"), connected), nil
+	})
+
+	store, err := archive.Open(t.Context(), dsn, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	clustertest.Eventually(t, time.Minute, "every delivery Handled", func(ctx context.Context) (bool, error) {
+		page, err := store.ListDeliveries(ctx, archive.DeliveryQuery{Operator: "consumed", Outcome: archive.DeliveryHandled, Limit: 10 * n})
+		return err == nil && len(page.Deliveries) == n, err
+	})
+	page, err := store.ListDeliveries(t.Context(), archive.DeliveryQuery{Operator: "consumed", Limit: 10 * n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Deliveries) != n {
+		t.Errorf("%d deliveries recorded; want %d, each message once", len(page.Deliveries), n)
+	}
+	runs, err := archive.ListAll(t.Context(), store, archive.Query{Operator: "consumed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled := 0
+	for _, r := range runs {
+		if r.Outcome == archive.Cancelled {
+			cancelled++
+		}
+	}
+	if again := len(keysIn(keys)) - n; again > cancelled {
+		t.Errorf("the handler ran %d times more than once per message, and the kill interrupted %d runs: a message was handled twice", again, cancelled)
+	}
 }

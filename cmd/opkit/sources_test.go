@@ -300,3 +300,56 @@ func TestOnlyTheLeaderConsumesAndItsStandbyTakesOverTheStream(t *testing.T) {
 		t.Errorf("the handler ran %d times more than once per message, and the kill interrupted %d runs: a message was handled twice", again, cancelled)
 	}
 }
+
+// TestASourceThatCannotConnectIsSaidOnceAndInReadyz starts opkit run with
+// a NATS source whose server is down: opkit run says so in one line (not
+// once per retry), /readyz fails naming the source, and opkit_source_connected
+// is 0; once the server is up, the next try connects, opkit run says so,
+// /readyz passes and the messages published meanwhile are handled.
+func TestASourceThatCannotConnectIsSaidOnceAndInReadyz(t *testing.T) {
+	t.Parallel()
+	nats := natstest.Start(t, natstest.Options{Stream: "ORDERS", Subjects: []string{"orders.>"}})
+	nats.Stop()
+	cl, _ := startPlane(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "handler.sh"), []byte(keyHandler), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	def := filepath.Join(dir, "consumed.yaml")
+	block := fmt.Sprintf("    nats: {url: %q, stream: ORDERS, deliverPolicy: All}", nats.URL())
+	if err := os.WriteFile(def, fmt.Appendf(nil, consumedOperatorYAML, block, dir), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", filepath.Join(dir, "runs.db"), "--metrics-addr", "127.0.0.1:0")
+	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
+	waitOutput(t, out, "metrics: http://", 60*time.Second)
+	_, url, _ := strings.Cut(out.String(), "metrics: ")
+	url, _, _ = strings.Cut(url, "/metrics")
+	const failed = "source in (nats) cannot be consumed: "
+	waitOutput(t, out, failed, 60*time.Second)
+	var body string
+	clustertest.Eventually(t, 30*time.Second, "/readyz fails on the source", func(context.Context) (bool, error) {
+		var status int
+		status, body = clustertest.Get(t, url+"/readyz/sources")
+		return status == http.StatusInternalServerError && strings.Contains(body, "operator consumed source in (nats): ") && strings.Contains(body, nats.URL()), nil
+	})
+	if m := httpGet(t, url+"/metrics"); !strings.Contains(m, `opkit_source_connected{operator="consumed",source="in"} 0`) {
+		t.Errorf("opkit_source_connected is not 0 while the server is down:\n%s", grepLines(m, "opkit_source"))
+	}
+	// Back-offs of 1, 2, 4 s: three tries or more, one line.
+	time.Sleep(8 * time.Second)
+	if n := strings.Count(out.String(), failed); n != 1 {
+		t.Errorf("opkit run said %d times that the source cannot be consumed; want once:\n%s", n, out.String())
+	}
+
+	nats.Restart()
+	nats.Publish("orders.created", 5)
+	waitOutput(t, out, "source in (nats) is consumed again", 2*time.Minute)
+	clustertest.Eventually(t, time.Minute, "the messages handled", func(context.Context) (bool, error) {
+		return len(keysIn(filepath.Join(dir, "keys"))) == 5, nil
+	})
+	clustertest.Eventually(t, 30*time.Second, "/readyz passes", func(context.Context) (bool, error) {
+		status, _ := clustertest.Get(t, url+"/readyz")
+		return status == http.StatusOK, nil
+	})
+}

@@ -76,7 +76,7 @@ func checkConsumedAcrossSIGKILL(t *testing.T, cl *devcluster.Cluster, src consum
 		})
 		return cmd, out
 	}
-	killed, out := start()
+	killed, _ := start()
 	src.publish(t, 0, n/2)
 	clustertest.Eventually(t, 2*time.Minute, "some messages handled", func(context.Context) (bool, error) { return len(keysIn(keys)) >= n/10, nil })
 	if err := killed.Process.Signal(syscall.SIGKILL); err != nil {
@@ -88,7 +88,7 @@ func checkConsumedAcrossSIGKILL(t *testing.T, cl *devcluster.Cluster, src consum
 		t.Logf("all %d messages published were handled before the kill; the restart is checked for the rest", before)
 	}
 	src.publish(t, n/2, n-n/2)
-	killed, out = start()
+	killed, out := start()
 	clustertest.Eventually(t, 3*time.Minute, "every message handled", func(context.Context) (bool, error) {
 		return len(uniq(keysIn(keys))) >= n, nil
 	})

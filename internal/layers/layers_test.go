@@ -88,6 +88,11 @@ var rules = []rule{
 		not:  []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
 	},
 	{
+		says: "a consumer (a GitHub poll, NATS, Kafka) hands messages to package source's Sink and keeps its place through source.Cursors: the archive and the queue are the engine's (package source's Consumer)",
+		from: []string{"internal/source/ghpoll/...", "internal/source/natsjs/...", "internal/source/kafkasrc/..."},
+		not:  []string{"internal/archive/...", "internal/delivery/..."},
+	},
+	{
 		says: "the informer cache lists, watches and keeps objects of any kind: it knows no operator, run or engine (package informer)",
 		from: []string{"internal/informer/..."},
 		not:  []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/definition/...", "internal/cause/...", "internal/executor/...", "internal/archive/...", "internal/console/...", "internal/cli/..."},

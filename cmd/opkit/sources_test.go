@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -89,8 +90,10 @@ func checkConsumedAcrossSIGKILL(t *testing.T, cl *devcluster.Cluster, src consum
 	}
 	src.publish(t, n/2, n-n/2)
 	killed, out := start()
+	// Handled in the archive, not only run: a delivery whose handling
+	// a stop interrupts stays Pending, for the next start.
 	clustertest.Eventually(t, 3*time.Minute, "every message handled", func(context.Context) (bool, error) {
-		return len(uniq(keysIn(keys))) >= n, nil
+		return len(uniq(keysIn(keys))) >= n && handledDeliveries(t, archivePath) >= n, nil
 	})
 	if err := killed.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -137,6 +140,21 @@ func checkConsumedAcrossSIGKILL(t *testing.T, cl *devcluster.Cluster, src consum
 	if again := len(all) - n; again > cancelled {
 		t.Errorf("the handler ran %d times more than once per message, and the kill interrupted %d runs: a message was handled twice", again, cancelled)
 	}
+}
+
+// handledDeliveries counts the deliveries of the operator consumed that
+// the archive holds Handled, with opkit events.
+func handledDeliveries(t *testing.T, archivePath string) int {
+	t.Helper()
+	res := opkit(t, "", "events", "--operator", "consumed", "--outcome", "Handled", "--limit", "1000", "-o", "json", "--archive", archivePath)
+	if res.code != 0 {
+		t.Fatalf("opkit events: %s", res.stderr)
+	}
+	var page archive.DeliveryPage
+	if err := json.Unmarshal([]byte(res.stdout), &page); err != nil {
+		t.Fatalf("opkit events -o json: %v\n%s", err, res.stdout)
+	}
+	return len(page.Deliveries)
 }
 
 func uniq(s []string) map[string]bool {

@@ -171,13 +171,15 @@ func testHandler() int {
 		fmt.Printf(`{"status": {"recorded": %q, "secrets": %q, "kubeconfig": %q, "json": %q}}`+"\n", cm.Data["color"], fmt.Sprint(apierrors.IsForbidden(err)), path, fmt.Sprint(jsonOK))
 		return 0
 	case "chatty":
-		// Writes 3 MiB of log, the cause of its failure last, in 64 KiB
-		// writes: one a line took longer than its 6 s timeout on a
-		// loaded machine.
-		w := bufio.NewWriterSize(os.Stderr, 64<<10)
+		// Writes 1.25 MiB of log (a quarter more than the archive's 1 MiB
+		// cap), the cause of its failure last, in 256 KiB writes: a line
+		// a write took longer than its 6 s timeout on a loaded machine,
+		// and so did 3 MiB in 64 KiB writes with make test's packages
+		// beside it.
+		w := bufio.NewWriterSize(os.Stderr, 256<<10)
 		fmt.Fprintln(w, "starting")
 		line := strings.Repeat("all is well ", 8) + "\n"
-		for range 3 << 20 / len(line) {
+		for range 5 << 18 / len(line) {
 			fmt.Fprint(w, line)
 		}
 		fmt.Fprintln(w, "boom: the real cause")

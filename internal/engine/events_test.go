@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -473,6 +474,54 @@ spec:
 		by, _, _ := unstructured.NestedString(u.Object, "spec", "requestedBy")
 		if got != sha || by != "alice" || u.GetLabels()["delivery"] != fmt.Sprintf("o-%d", i) {
 			t.Errorf("the object after delivery %d: sha %q by %q, labels %v; want %s by alice", i, got, by, u.GetLabels(), sha)
+		}
+	}
+}
+
+// TestAFloodOfForgedDeliveriesIsRefusedEvenWhenTheSecretIsNotReadAgain
+// sends forged deliveries faster than the limit of the Secret's rereads (10
+// a second, burst 5): a forged delivery whose verification fails reads the
+// Secret again only while the limit allows, and is refused either way. A
+// reread the limit refused once let such a delivery through, answered 202
+// and handled (seen in the webhook bench on a loaded machine).
+func TestAFloodOfForgedDeliveriesIsRefusedEvenWhenTheSecretIsNotReadAgain(t *testing.T) {
+	t.Parallel()
+	env := clustertest.New(t)
+	store := newArchive(t)
+	out := filepath.Join(t.TempDir(), "events.jsonl")
+	hookSecret(t, env, "s3cret")
+	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store, HooksAddr: "127.0.0.1:0"})
+	d := hooksOperator(t, env, out)
+	if err := e.Apply(t.Context(), d); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + e.HooksAddr() + "/hooks/" + d.Operator.Name + "/github"
+	body := []byte(`{"action": "created", "comment": {"body": "forged"}}`)
+	// The first reads the Secret into the cache; the rest find it there.
+	if status, answer := deliver(t, url, delivery{id: "f-0", event: "issue_comment", body: body, secret: "s3cret"}); status != http.StatusAccepted {
+		t.Fatalf("a signed delivery was answered %d %v, want 202", status, answer)
+	}
+	const n = 40
+	statuses := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			statuses[i], _ = deliver(t, url, delivery{id: fmt.Sprintf("f-%d", i+1), event: "issue_comment", body: body, secret: "a guess"})
+		})
+	}
+	wg.Wait()
+	for i, s := range statuses {
+		if s != http.StatusUnauthorized {
+			t.Errorf("forged delivery f-%d was answered %d, want 401", i+1, s)
+		}
+	}
+	page, err := store.ListDeliveries(t.Context(), archive.DeliveryQuery{Operator: d.Operator.Name, Outcome: archive.DeliveryPending, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dl := range page.Deliveries {
+		if dl.DeliveryID != "f-0" {
+			t.Errorf("forged delivery %s was accepted", dl.DeliveryID)
 		}
 	}
 }

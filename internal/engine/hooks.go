@@ -305,12 +305,16 @@ func (e *Engine) verify(ctx context.Context, src *definition.EventSource, h http
 	}
 	err = source.Verify(src, secret, h, body)
 	if err != nil && !fresh {
-		// Perhaps rotated: read it again, once.
-		if secret, fresh, err = e.secret(ctx, src.Secret, true); err != nil {
-			return err
+		// Perhaps rotated: read it again, once, when the limit of rereads
+		// allows. The failed verification stands unless the secret read
+		// now verifies the delivery: a reread refused by the limit (a
+		// flood of forged deliveries) leaves the delivery refused.
+		again, fresh, rerr := e.secret(ctx, src.Secret, true)
+		if rerr != nil {
+			return rerr
 		}
 		if fresh {
-			err = source.Verify(src, secret, h, body)
+			err = source.Verify(src, again, h, body)
 		}
 	}
 	if errors.Is(err, source.ErrNoSecret) {

@@ -270,15 +270,7 @@ func checkMessage(src *definition.EventSource, m source.Message) *source.Refusal
 		}
 		return &source.Refusal{Status: http.StatusBadRequest, Reason: err.Error()}
 	}
-	vars := definition.EventVars{Payload: payload, Headers: m.Headers, Event: m.Event, DeliveryID: m.ID, Source: src.Name}
-	match, err := src.Accepts(vars)
-	switch {
-	case err != nil:
-		return &source.Refusal{Status: http.StatusOK, Reason: reasonFiltered + ": the filter failed on it: " + err.Error()}
-	case !match:
-		return &source.Refusal{Status: http.StatusOK, Reason: reasonFiltered}
-	}
-	return nil
+	return filter(src, definition.EventVars{Payload: payload, Headers: m.Headers, Event: m.Event, DeliveryID: m.ID, Source: src.Name})
 }
 
 // messageHeaders are a message's headers as the archive keeps a

@@ -371,3 +371,77 @@ func TestASourceThatCannotConnectIsSaidOnceAndInReadyz(t *testing.T) {
 		return status == http.StatusOK, nil
 	})
 }
+
+// TestACloudEventAcknowledgedBeforeASIGKILLIsHandledOnceAfterIt: a
+// CloudEvent (binary mode, a bearer token) answered 202 while its handler
+// runs, opkit run killed with SIGKILL, is handled by the next opkit run
+// with the same key, and the same event sent again (its source and id) is
+// a replay that runs nothing.
+func TestACloudEventAcknowledgedBeforeASIGKILLIsHandledOnceAfterIt(t *testing.T) {
+	t.Parallel()
+	cl, c := startPlane(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "handler.sh"), []byte(keyHandler), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sleep"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	def := filepath.Join(dir, "consumed.yaml")
+	block := "    cloudEvents: {bearer: {secretRef: {namespace: default, name: ce, key: token}}}"
+	if err := os.WriteFile(def, fmt.Appendf(nil, consumedOperatorYAML, block, dir), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "ce"}, StringData: map[string]string{"token": "t0ken"}}); err != nil {
+		t.Fatal(err)
+	}
+	archivePath := filepath.Join(dir, "runs.db")
+	start := func() (*exec.Cmd, string) {
+		cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath, "--hooks-addr", "127.0.0.1:0", "--metrics-addr", "0")
+		waitOutput(t, out, "source in (CloudEvents, bearer): POST ", 60*time.Second)
+		_, url, _ := strings.Cut(out.String(), "source in (CloudEvents, bearer): POST ")
+		url, _, _ = strings.Cut(url, "\n")
+		return cmd, url
+	}
+	send := func(url string) (int, map[string]any) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(`{"build": 42}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range map[string]string{"Content-Type": "application/json", "Authorization": "Bearer t0ken",
+			"ce-specversion": "1.0", "ce-id": "b-42", "ce-source": "/ci/builds", "ce-type": "com.example.build.finished"} {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var answer map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&answer)
+		return resp.StatusCode, answer
+	}
+	cmd, url := start()
+	if status, answer := send(url); status != http.StatusAccepted {
+		t.Fatalf("a CloudEvent was answered %d %v; want 202", status, answer)
+	}
+	keys := filepath.Join(dir, "keys")
+	clustertest.Eventually(t, time.Minute, "the handler started", func(context.Context) (bool, error) { return len(keysIn(keys)) == 1, nil })
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	cmd, url = start()
+	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
+	clustertest.Eventually(t, time.Minute, "the event handled", func(context.Context) (bool, error) { return handledDeliveries(t, archivePath) == 1, nil })
+	got := keysIn(keys)
+	if len(got) != 2 || got[0] != got[1] || !strings.HasPrefix(got[0], "consumed/event/in/b-42@") {
+		t.Errorf("the handler ran with the keys %v; want consumed/event/in/b-42@<source> twice: interrupted, then again", got)
+	}
+	if status, answer := send(url); status != http.StatusConflict {
+		t.Errorf("the same event again was answered %d %v; want 409, a replay", status, answer)
+	}
+	if n := len(keysIn(keys)); n != 2 {
+		t.Errorf("after the replay the handler ran %d times; want 2", n)
+	}
+}

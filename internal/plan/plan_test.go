@@ -1,0 +1,261 @@
+package plan
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+	"github.com/opkit-dev/opkit/internal/engine"
+)
+
+func TestMain(m *testing.M) { clustertest.Main(m) }
+
+const websiteFile = "../../examples/website/operator.yaml"
+
+var (
+	configMapGVK  = schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+	deploymentGVK = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
+)
+
+// edited writes the Website operator with edits applied (each old text
+// replaced by the new, once) into the test's directory.
+func edited(t *testing.T, edits ...string) string {
+	t.Helper()
+	data, err := os.ReadFile(websiteFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	for i := 0; i < len(edits); i += 2 {
+		if !strings.Contains(text, edits[i]) {
+			t.Fatalf("operator.yaml has no %q to edit", edits[i])
+		}
+		text = strings.Replace(text, edits[i], edits[i+1], 1)
+	}
+	path := filepath.Join(t.TempDir(), "operator.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func compile(t *testing.T, file string) *definition.Definition {
+	t.Helper()
+	defs, err := definition.CompileFiles(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return defs[0]
+}
+
+// runEngine runs an engine of env's namespace with def and an archive,
+// until the test ends.
+func runEngine(t *testing.T, env *clustertest.Env, def *definition.Definition) (*engine.Engine, archive.Store) {
+	t.Helper()
+	store, err := archive.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "runs.db"), archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := e.Run(ctx); err != nil {
+			t.Errorf("engine: %v", err)
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait(); _ = store.Close() })
+	if err := e.Apply(t.Context(), def); err != nil {
+		t.Fatal(err)
+	}
+	return e, store
+}
+
+// websites creates n Websites and waits until the engine has made their
+// children and written their status.
+func websites(t *testing.T, env *clustertest.Env, n int) []string {
+	t.Helper()
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("site%d", i)
+		names = append(names, name)
+		site := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "demo.example.com/v1", "kind": "Website",
+			"metadata": map[string]any{"name": name, "namespace": env.Namespace},
+			"spec":     map[string]any{"content": fmt.Sprintf("<h1>%d</h1>", i)},
+		}}
+		if err := env.Client.Create(t.Context(), site); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range names {
+		clustertest.Eventually(t, 60*time.Second, name+"'s children made and its status written", func(ctx context.Context) (bool, error) {
+			site := &unstructured.Unstructured{}
+			site.SetGroupVersionKind(schema.GroupVersionKind{Group: "demo.example.com", Version: "v1", Kind: "Website"})
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: name}, site); err != nil {
+				return false, err
+			}
+			v, _, _ := unstructured.NestedString(site.Object, "status", "contentVersion")
+			return v != "" && get(t, env, deploymentGVK, name) != nil, nil
+		})
+	}
+	return names
+}
+
+// get reads an object, nil when there is none.
+func get(t *testing.T, env *clustertest.Env, gvk schema.GroupVersionKind, name string) *unstructured.Unstructured {
+	t.Helper()
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(gvk)
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: env.Namespace, Name: name}, obj); err != nil {
+		if notFound(err) {
+			return nil
+		}
+		t.Fatal(err)
+	}
+	return obj
+}
+
+// controllerFilled are fields other controllers than opkit write on a
+// child, which no plan of opkit's knows: the Deployment's revision.
+var controllerFilled = []string{"metadata.annotations.deployment.kubernetes.io/revision"}
+
+// happened is what changed on a child from before to after, as the plan
+// says it: its fields, Unknown where the plan cannot know the value.
+func happened(before, after *unstructured.Unstructured) []Change {
+	var out []Change
+	for _, c := range diff(clean(before.Object), clean(after.Object)) {
+		if !slices.Contains(controllerFilled, c.Path) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// TestPlanListsEveryChildChangeAndHandlerRunThatThenHappens: a template
+// edit (a ConfigMap key, the Deployment's image) and a new create
+// handler; the plan lists, for each Website, the ConfigMap and the
+// Deployment changes field by field, the handler's first run, the status
+// field that follows; once the engine runs the new definition, exactly
+// those fields changed on the children and exactly those runs are
+// archived, with the keys the plan said.
+func TestPlanListsEveryChildChangeAndHandlerRunThatThenHappens(t *testing.T) {
+	env := clustertest.New(t)
+	old := compile(t, websiteFile)
+	e, store := runEngine(t, env, old)
+	names := websites(t, env, 3)
+	newFile := edited(t,
+		`        https: "${self.spec.https ? 'on' : 'off'}"`,
+		`        https: "${self.spec.https ? 'on' : 'off'}"
+        footer: "served by opkit"`,
+		`image: busybox:1.36`, `image: busybox:1.37`,
+		"  status:\n",
+		"  handlers:\n  - name: announce\n    on: [create]\n    exec: {command: [\"true\"]}\n  status:\n")
+	def := compile(t, newFile)
+
+	p, err := Run(t.Context(), Options{Config: env.Config, New: def, Old: old, Namespace: env.Namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	p.WriteText(&text)
+	t.Logf("the plan:\n%s", text.String())
+	if p.Refused != "" {
+		t.Fatalf("refused: %s", p.Refused)
+	}
+	s := p.Summary
+	if s.Objects != 3 || s.Changed != 3 || s.Updated != 6 || s.Created+s.Recreated+s.Pruned != 0 || s.HandlerRuns != 3 || s.StatusChanges != 3 || s.Errors != 0 {
+		t.Fatalf("summary %+v, want 3 objects changed, 6 children changed, 3 handler runs, 3 status fields", s)
+	}
+
+	before := map[objKey]*unstructured.Unstructured{}
+	for _, name := range names {
+		before[objKey{configMapGVK, env.Namespace, name + "-content"}] = get(t, env, configMapGVK, name+"-content")
+		before[objKey{deploymentGVK, env.Namespace, name}] = get(t, env, deploymentGVK, name)
+	}
+
+	if err := e.Apply(t.Context(), def); err != nil {
+		t.Fatal(err)
+	}
+	var runs []archive.Run
+	clustertest.Eventually(t, 90*time.Second, "the children changed and the handler's runs archived", func(ctx context.Context) (bool, error) {
+		for _, name := range names {
+			cm, dep := get(t, env, configMapGVK, name+"-content"), get(t, env, deploymentGVK, name)
+			footer, _, _ := unstructured.NestedString(cm.Object, "data", "footer")
+			version, _, _ := unstructured.NestedString(dep.Object, "spec", "template", "metadata", "annotations", "demo.example.com/content-version")
+			if footer == "" || version != cm.GetResourceVersion() {
+				return false, nil
+			}
+		}
+		page, err := store.List(ctx, archive.Query{Operator: "website", Namespace: env.Namespace})
+		if err != nil {
+			return false, err
+		}
+		runs = page.Runs
+		return len(runs) >= 3 && !slices.ContainsFunc(runs, func(r archive.Run) bool { return r.Outcome != archive.Succeeded }), nil
+	})
+
+	planned := map[objKey]Child{}
+	var keys []string
+	for _, o := range p.Objects {
+		for _, c := range o.Children {
+			planned[objKey{schema.FromAPIVersionAndKind(c.APIVersion, c.Kind), c.Namespace, c.Name}] = c
+		}
+		for _, h := range o.Handlers {
+			keys = append(keys, h.Handler+" "+h.Trigger+" "+h.Key)
+		}
+		if len(o.Status) != 1 || o.Status[0].Path != "status.contentVersion" || o.Status[0].New != Unknown {
+			t.Errorf("%s: status changes %v, want status.contentVersion to %s", o.Name, o.Status, Unknown)
+		}
+	}
+	for key, was := range before {
+		now := get(t, env, key.gvk, key.name)
+		got := happened(was, now)
+		c, ok := planned[key]
+		if !ok {
+			if len(got) > 0 {
+				t.Errorf("%s %s: not in the plan, and changed: %v", key.gvk.Kind, key.name, got)
+			}
+			continue
+		}
+		if c.Action != Update {
+			t.Errorf("%s %s: planned %s, want update", key.gvk.Kind, key.name, c.Action)
+		}
+		if len(got) != len(c.Changes) {
+			t.Errorf("%s %s: planned %v, happened %v", key.gvk.Kind, key.name, c.Changes, got)
+			continue
+		}
+		for i, want := range c.Changes {
+			h := got[i]
+			if h.Path != want.Path || h.Op != want.Op || want.New != Unknown && fmt.Sprint(h.New) != fmt.Sprint(want.New) {
+				t.Errorf("%s %s: planned %s, happened %s", key.gvk.Kind, key.name, want, h)
+			}
+		}
+	}
+	var ran []string
+	for _, r := range runs {
+		ran = append(ran, r.Handler+" "+r.Trigger+" "+r.Key)
+	}
+	slices.Sort(keys)
+	slices.Sort(ran)
+	if !slices.Equal(keys, ran) {
+		t.Errorf("planned runs %q, archived %q", keys, ran)
+	}
+}

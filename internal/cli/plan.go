@@ -66,7 +66,7 @@ docs/changing-operators.md.`,
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "plan the objects of this namespace only (default: every namespace)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
-	cmd.Flags().IntVar(&concurrency, "concurrency", 16, "objects planned at once (each makes one dry-run at a time)")
+	cmd.Flags().IntVar(&concurrency, "concurrency", 32, "objects planned at once (each makes one dry-run at a time)")
 	return cmd
 }
 

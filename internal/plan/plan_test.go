@@ -88,7 +88,7 @@ func runEngine(t *testing.T, env *clustertest.Env, def *definition.Definition) (
 	return e, store
 }
 
-// websites creates n Websites and waits until the engine has made their
+// websites creates n Websites of no replicas and waits until the engine has made their
 // children and written their status.
 func websites(t *testing.T, env *clustertest.Env, n int) []string {
 	t.Helper()
@@ -99,7 +99,9 @@ func websites(t *testing.T, env *clustertest.Env, n int) []string {
 		site := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "demo.example.com/v1", "kind": "Website",
 			"metadata": map[string]any{"name": name, "namespace": env.Namespace},
-			"spec":     map[string]any{"content": fmt.Sprintf("<h1>%d</h1>", i)},
+			// No Pods: the Deployments' status, which the Websites' reads,
+			// stays as it is while the test compares.
+			"spec": map[string]any{"content": fmt.Sprintf("<h1>%d</h1>", i), "replicas": int64(0)},
 		}}
 		if err := env.Client.Create(t.Context(), site); err != nil {
 			t.Fatal(err)
@@ -150,10 +152,11 @@ func happened(before, after *unstructured.Unstructured) []Change {
 }
 
 // TestPlanListsEveryChildChangeAndHandlerRunThatThenHappens: a template
-// edit (a ConfigMap key, the Deployment's image) and a new create
-// handler; the plan lists, for each Website, the ConfigMap and the
-// Deployment changes field by field, the handler's first run, the status
-// field that follows; once the engine runs the new definition, exactly
+// edit (a ConfigMap key, the Deployment's image), a new create handler
+// and a new when handler over the new key; the plan lists, for each
+// Website, the ConfigMap and the Deployment changes field by field, the
+// create handler's first run and the when condition's turn to true, the
+// status field that follows; once the engine runs the new definition, exactly
 // those fields changed on the children and exactly those runs are
 // archived, with the keys the plan said.
 func TestPlanListsEveryChildChangeAndHandlerRunThatThenHappens(t *testing.T) {
@@ -167,7 +170,8 @@ func TestPlanListsEveryChildChangeAndHandlerRunThatThenHappens(t *testing.T) {
         footer: "served by opkit"`,
 		`image: busybox:1.36`, `image: busybox:1.37`,
 		"  status:\n",
-		"  handlers:\n  - name: announce\n    on: [create]\n    exec: {command: [\"true\"]}\n  status:\n")
+		"  handlers:\n  - name: announce\n    on: [create]\n    exec: {command: [\"true\"]}\n"+
+			"  - name: footed\n    on: [when]\n    when: \"children.content.data.footer == 'served by opkit'\"\n    exec: {command: [\"true\"]}\n  status:\n")
 	def := compile(t, newFile)
 
 	p, err := Run(t.Context(), Options{Config: env.Config, New: def, Old: old, Namespace: env.Namespace})
@@ -181,8 +185,8 @@ func TestPlanListsEveryChildChangeAndHandlerRunThatThenHappens(t *testing.T) {
 		t.Fatalf("refused: %s", p.Refused)
 	}
 	s := p.Summary
-	if s.Objects != 3 || s.Changed != 3 || s.Updated != 6 || s.Created+s.Recreated+s.Pruned != 0 || s.HandlerRuns != 3 || s.StatusChanges != 3 || s.Errors != 0 {
-		t.Fatalf("summary %+v, want 3 objects changed, 6 children changed, 3 handler runs, 3 status fields", s)
+	if s.Objects != 3 || s.Changed != 3 || s.Updated != 6 || s.Created+s.Recreated+s.Pruned != 0 || s.HandlerRuns != 6 || s.StatusChanges != 3 || s.Errors != 0 {
+		t.Fatalf("summary %+v, want 3 objects changed, 6 children changed, 6 handler runs, 3 status fields", s)
 	}
 
 	before := map[objKey]*unstructured.Unstructured{}
@@ -209,7 +213,7 @@ func TestPlanListsEveryChildChangeAndHandlerRunThatThenHappens(t *testing.T) {
 			return false, err
 		}
 		runs = page.Runs
-		return len(runs) >= 3 && !slices.ContainsFunc(runs, func(r archive.Run) bool { return r.Outcome != archive.Succeeded }), nil
+		return len(runs) >= 6 && !slices.ContainsFunc(runs, func(r archive.Run) bool { return r.Outcome != archive.Succeeded }), nil
 	})
 
 	planned := map[objKey]Child{}

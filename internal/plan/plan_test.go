@@ -263,3 +263,47 @@ func TestPlanListsEveryChildChangeAndHandlerRunThatThenHappens(t *testing.T) {
 		t.Errorf("planned runs %q, archived %q", keys, ran)
 	}
 }
+
+// TestPlanListsTheChildrenTheEngineThenPrunes: a child removed from the
+// definition is planned pruned for each object, nothing else changes,
+// and once the engine runs the new definition those objects are gone.
+func TestPlanListsTheChildrenTheEngineThenPrunes(t *testing.T) {
+	env := clustertest.New(t)
+	old := compile(t, edited(t, "  - id: server\n", `  - id: extra
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "${self.metadata.name}-extra"}
+      data: {note: "removed next"}
+  - id: server
+`))
+	e, _ := runEngine(t, env, old)
+	names := websites(t, env, 2)
+	for _, name := range names {
+		clustertest.Eventually(t, 30*time.Second, name+"-extra made", func(context.Context) (bool, error) {
+			return get(t, env, configMapGVK, name+"-extra") != nil, nil
+		})
+	}
+	def := compile(t, websiteFile)
+	p, err := Run(t.Context(), Options{Config: env.Config, New: def, Old: old, Namespace: env.Namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Summary; s.Pruned != 2 || s.Unchanged != 4 || s.Created+s.Updated+s.Recreated+s.HandlerRuns+s.StatusChanges+s.Errors != 0 {
+		t.Fatalf("summary %+v, want 2 children pruned and 4 unchanged", s)
+	}
+	for i, o := range p.Objects {
+		want := Child{ID: "extra", APIVersion: "v1", Kind: "ConfigMap", Namespace: env.Namespace, Name: names[i] + "-extra", Action: Prune}
+		if len(o.Children) != 1 || fmt.Sprint(o.Children[0]) != fmt.Sprint(want) {
+			t.Errorf("%s: children %+v, want %+v", o.Name, o.Children, want)
+		}
+	}
+	if err := e.Apply(t.Context(), def); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		clustertest.Eventually(t, 60*time.Second, name+"-extra pruned", func(context.Context) (bool, error) {
+			return get(t, env, configMapGVK, name+"-extra") == nil, nil
+		})
+	}
+}

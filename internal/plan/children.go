@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/compare"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
@@ -191,7 +192,8 @@ func (pl *planner) object(ctx context.Context, cr *unstructured.Unstructured) (O
 	}
 	o.Handlers = pl.handlers(cr, vars, fail)
 	s.HandlerRuns = len(o.Handlers)
-	o.States = pl.states(cr)
+	o.States = pl.states(cr, vars, cause.Read(cr))
+	s.StateEffects = len(o.States)
 	return o, s
 }
 

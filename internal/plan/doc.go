@@ -33,8 +33,11 @@
 // listed.
 //
 // Status fields the definition computes (spec.status) are evaluated over
-// the planned children and compared with the object's status. An object
-// in a state the new definition does not declare is reported.
+// the planned children and compared with the object's status. The state
+// machine's next step is statemachine.Next, the engine's, with the guards
+// over the planned children: a move, the initial state of a machine new to
+// the object, a state no longer declared. A move is planned one step
+// ahead: the enter runs of the state it enters are not listed.
 //
 // Before any object is read, the CRD the new definition builds is checked
 // against the old one (package compat): a breaking change refuses the

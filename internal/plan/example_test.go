@@ -22,7 +22,7 @@ func ExamplePlan_WriteText() {
 	// Output:
 	// operator website: 2 Website objects, 1 with changes
 	//   children: 0 created, 1 changed, 0 re-created, 0 pruned, 3 unchanged
-	//   handlers: 1 run; status: 0 fields change
+	//   handlers: 1 run; status: 0 fields change; states: 0 effects
 	//
 	// Website default/hello
 	//   ~ Deployment default/hello (child server) changed

@@ -12,6 +12,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/compare"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/statemachine"
 )
 
 // timed are the triggers of time, not of the definition: not planned.
@@ -28,9 +29,7 @@ func (pl *planner) handlers(cr *unstructured.Unstructured, vars definition.Vars,
 	if _, paused := cr.GetAnnotations()[v1alpha1.PauseAnnotation]; paused {
 		return nil // no handler runs for a paused object
 	}
-	if s, err := v1alpha1.ReadObjectState(vars.Self); err == nil && s != nil && s.Name != "" && pl.def.States != nil {
-		in.Visit = cause.VisitOf(pl.def.States, s)
-	}
+	in.Visit = pl.visit(cr)
 	in.When = map[string]bool{}
 	for _, h := range pl.def.Handlers {
 		if h.When == nil {
@@ -116,24 +115,62 @@ func (pl *planner) status(cr *unstructured.Unstructured, vars definition.Vars, f
 	return out
 }
 
-// states says what the new state machine does to cr: a state it no
+// states says what the new state machine does to cr: the move its
+// next step makes (statemachine.Next, the engine's step, with the guards
+// over the planned children and the handler state st), a state it no
 // longer declares, a machine new to it.
-func (pl *planner) states(cr *unstructured.Unstructured) []string {
+func (pl *planner) states(cr *unstructured.Unstructured, vars definition.Vars, st *cause.State) []string {
 	m := pl.def.States
-	s, err := v1alpha1.ReadObjectState(cr.Object)
+	cur, err := v1alpha1.ReadObjectState(cr.Object)
 	switch {
 	case err != nil:
 		return []string{err.Error()}
-	case m == nil && s != nil && s.Name != "":
-		return []string{fmt.Sprintf("in state %s; the new definition declares no states: status.state stays as it is and nothing moves it", s.Name)}
+	case m == nil && cur != nil && cur.Name != "":
+		return []string{fmt.Sprintf("in state %s; the new definition declares no states: status.state stays as it is and nothing moves it", cur.Name)}
 	case m == nil:
 		return nil
-	case s == nil || s.Name == "":
-		if m.Initial != nil {
-			return []string{"enters the initial state " + m.Initial.Name}
-		}
-	case m.State(s.Name) == nil:
-		return []string{fmt.Sprintf("in state %s, which the new definition does not declare", s.Name)}
 	}
-	return nil
+	_, paused := cr.GetAnnotations()[v1alpha1.PauseAnnotation]
+	in := statemachine.Input{Machine: m, Current: cur, Paused: paused, Deleting: cr.GetDeletionTimestamp() != nil, Now: pl.now}
+	var run definition.Run
+	if cur != nil && cur.Name != "" {
+		if v := cause.VisitOf(m, cur); v != nil && v.State != nil {
+			in.Awaited, run = v.Awaited(st, cr.GetGeneration()), v.Run(st)
+		}
+	}
+	in.Guard = func(t *definition.Transition) (bool, error) { return t.Holds(vars, run) }
+	step := statemachine.Next(in)
+	var out []string
+	switch {
+	case step.Unknown != "":
+		out = append(out, step.Unknown)
+	case step.Action == statemachine.Initialize:
+		out = append(out, "enters the initial state "+step.Next.Name)
+	case step.Action == statemachine.Move:
+		out = append(out, fmt.Sprintf("moves from %s to %s: %s", cur.Name, step.Next.Name, step.Why))
+	}
+	for _, e := range step.GuardErrors {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+// visit is the state visit cr's handlers are decided for: its state's,
+// or for an object in none yet, the initial state's first visit, which
+// the engine puts it in before its handlers step.
+func (pl *planner) visit(cr *unstructured.Unstructured) *cause.Visit {
+	m := pl.def.States
+	if m == nil {
+		return nil
+	}
+	cur, err := v1alpha1.ReadObjectState(cr.Object)
+	switch {
+	case err != nil:
+		return nil
+	case (cur == nil || cur.Name == "") && m.Initial != nil:
+		return cause.VisitOf(m, &v1alpha1.ObjectState{Name: m.Initial.Name, Seq: 1})
+	case cur == nil:
+		return nil
+	}
+	return cause.VisitOf(m, cur)
 }

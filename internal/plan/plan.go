@@ -85,13 +85,16 @@ type Summary struct {
 	HandlerRuns int `json:"handlerRuns"`
 	// StatusChanges is the count of status fields that change.
 	StatusChanges int `json:"statusChanges"`
+	// StateEffects is the count of the state machine's effects: moves,
+	// objects in states no longer declared.
+	StateEffects int `json:"stateEffects"`
 	// Errors is the count of objects that could not be planned in full.
 	Errors int `json:"errors"`
 }
 
 // Changes reports whether the plan changes anything.
 func (s Summary) Changes() bool {
-	return s.Created+s.Updated+s.Recreated+s.Pruned+s.HandlerRuns+s.StatusChanges > 0
+	return s.Created+s.Updated+s.Recreated+s.Pruned+s.HandlerRuns+s.StatusChanges+s.StateEffects > 0
 }
 
 // Object is what the definition changes for one custom resource.
@@ -240,10 +243,11 @@ func Run(ctx context.Context, o Options) (*Plan, error) {
 		p.Summary.Unchanged += s.Unchanged
 		p.Summary.HandlerRuns += s.HandlerRuns
 		p.Summary.StatusChanges += s.StatusChanges
+		p.Summary.StateEffects += s.StateEffects
 		if len(r.Errors) > 0 {
 			p.Summary.Errors++
 		}
-		if s.Changes() || len(r.Errors) > 0 || len(r.States) > 0 {
+		if s.Changes() || len(r.Errors) > 0 {
 			p.Summary.Changed++
 			p.Objects = append(p.Objects, r)
 		}

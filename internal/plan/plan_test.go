@@ -35,7 +35,13 @@ var (
 // replaced by the new, once) into the test's directory.
 func edited(t *testing.T, edits ...string) string {
 	t.Helper()
-	data, err := os.ReadFile(websiteFile)
+	return editedFile(t, websiteFile, edits...)
+}
+
+// editedFile is edited for another definition file.
+func editedFile(t *testing.T, file string, edits ...string) string {
+	t.Helper()
+	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,4 +312,47 @@ func TestPlanListsTheChildrenTheEngineThenPrunes(t *testing.T) {
 			return get(t, env, configMapGVK, name+"-extra") == nil, nil
 		})
 	}
+}
+
+// TestPlanSaysWhichObjectsMoveWhenATransitionsGuardNowHolds: the
+// Database's Provisioning -> Ready guard changed to one that holds; the
+// plan says the object moves, and once the engine runs the new
+// definition it does.
+func TestPlanSaysWhichObjectsMoveWhenATransitionsGuardNowHolds(t *testing.T) {
+	env := clustertest.New(t)
+	const file = "../../examples/database/operator.yaml"
+	guard := `when: "has(children.server.status.readyReplicas) && children.server.status.readyReplicas == 1"`
+	announce := `exec: {command: ["./announce.py"]}`
+	old := compile(t, editedFile(t, file, guard, `when: "self.spec.version == '0.0'"`, announce, `exec: {command: ["true"]}`))
+	e, _ := runEngine(t, env, old)
+	dbGVK := schema.GroupVersionKind{Group: "demo.example.com", Version: "v1", Kind: "Database"}
+	db := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "demo.example.com/v1", "kind": "Database",
+		"metadata": map[string]any{"name": "orders", "namespace": env.Namespace},
+		"spec":     map[string]any{"version": "16.2"},
+	}}
+	if err := env.Client.Create(t.Context(), db); err != nil {
+		t.Fatal(err)
+	}
+	inState := func(want string) func(context.Context) (bool, error) {
+		return func(context.Context) (bool, error) {
+			obj := get(t, env, dbGVK, "orders")
+			name, _, _ := unstructured.NestedString(obj.Object, "status", "state", "name")
+			return name == want, nil
+		}
+	}
+	clustertest.Eventually(t, 60*time.Second, "the Database Provisioning", inState("Provisioning"))
+
+	def := compile(t, editedFile(t, file, guard, `when: "self.spec.version != '0.0'"`, announce, `exec: {command: ["true"]}`))
+	p, err := Run(t.Context(), Options{Config: env.Config, New: def, Old: old, Namespace: env.Namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Objects) != 1 || len(p.Objects[0].States) != 1 || !strings.HasPrefix(p.Objects[0].States[0], "moves from Provisioning to Ready") || p.Summary.StateEffects != 1 {
+		t.Fatalf("plan %+v, want the Database to move from Provisioning to Ready", p)
+	}
+	if err := e.Apply(t.Context(), def); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, 60*time.Second, "the Database Ready", inState("Ready"))
 }

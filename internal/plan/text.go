@@ -24,7 +24,7 @@ func (p *Plan) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "operator %s: %s, %d with changes\n", p.Operator, count1(s.Objects, p.kind()+" object", p.kind()+" objects"), s.Changed)
 	fmt.Fprintf(w, "  children: %d created, %d changed, %d re-created, %d pruned, %d unchanged\n", s.Created, s.Updated, s.Recreated, s.Pruned, s.Unchanged)
-	fmt.Fprintf(w, "  handlers: %s; status: %s\n", count1(s.HandlerRuns, "run", "runs"), count1(s.StatusChanges, "field changes", "fields change"))
+	fmt.Fprintf(w, "  handlers: %s; status: %s; states: %s\n", count1(s.HandlerRuns, "run", "runs"), count1(s.StatusChanges, "field changes", "fields change"), count1(s.StateEffects, "effect", "effects"))
 	if s.Errors > 0 {
 		fmt.Fprintf(w, "  %s could not be planned in full\n", count1(s.Errors, "object", "objects"))
 	}

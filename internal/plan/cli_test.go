@@ -98,3 +98,21 @@ func TestPlanAgainstTheOperatorInTheClusterPrintsJSONAndExitsTwo(t *testing.T) {
 		t.Errorf("stderr %q, want nothing: exit 2 is not an error", errOut.String())
 	}
 }
+
+// TestPlanMisusedSaysWhatIsWrongAndExitsOne: no definition, an unknown
+// output, a definition that does not load: exit 1 with what to do.
+func TestPlanMisusedSaysWhatIsWrongAndExitsOne(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan"}, "plan: name the new definition: opkit plan -f NEW.yaml"},
+		{[]string{"plan", "-f", plan.WebsiteFile, "-o", "yaml"}, `plan: -o "yaml": choose text or json`},
+		{[]string{"plan", "-f", "missing.yaml"}, "missing.yaml"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := cli.Main(tc.args, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 1 and %q", tc.args, code, errOut.String(), tc.want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -204,6 +205,9 @@ func Run(ctx context.Context, o Options) (*Plan, error) {
 	}
 	pl := &planner{c: c, old: o.Old, def: o.New, now: o.Now}
 	crs, err := pl.list(ctx, o.New.GVK, o.Namespace, nil)
+	if meta.IsNoMatchError(err) {
+		return nil, fmt.Errorf("the cluster does not serve %s (its CRD is not installed): there are no objects to plan", p.Resource)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing the %s objects: %w", o.New.GVK.Kind, err)
 	}

@@ -293,61 +293,19 @@ type childResult struct {
 // differs. A child excluded by includeWhen gives an empty result: the
 // inventory prunes it.
 func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstructured, child *definition.Child, vars definition.Vars) (childResult, error) {
-	included, err := child.Included(vars)
+	obj, err := Desired(r.def.Operator.Name, cr, child, vars, r.scopes.Namespaced) // in plan.go: opkit plan renders with it
 	if errors.Is(err, definition.ErrChildMissing) {
 		return childResult{waiting: true}, nil
 	}
-	if err != nil || !included {
+	if err != nil || obj == nil {
 		return childResult{}, err
 	}
-	desired, err := child.Render(vars)
-	if errors.Is(err, definition.ErrChildMissing) {
-		return childResult{waiting: true}, nil
-	}
-	if err != nil {
-		return childResult{}, err
-	}
-	obj := &unstructured.Unstructured{Object: desired}
-	namespaced, err := r.scopes.Namespaced(child.GVK)
-	if err != nil {
-		return childResult{}, fmt.Errorf("kind %s is not served: %w", child.GVK, err)
-	}
-	if namespaced {
-		if cr.GetNamespace() == "" && obj.GetNamespace() == "" {
-			return childResult{}, errors.New("a cluster-scoped resource cannot own a namespaced child without a namespace")
-		}
-		if obj.GetNamespace() == "" {
-			obj.SetNamespace(cr.GetNamespace())
-		}
+	if namespaced, _ := r.scopes.Namespaced(child.GVK); namespaced { // known: Desired asked
 		if why := outside(r.namespace, obj.GetNamespace()); why != "" {
 			return childResult{}, fmt.Errorf("%s %s: %s", child.GVK.Kind, obj.GetName(), why)
 		}
 	}
-	// What SetOwnerReferences writes, without its reflection.
-	if md, ok := obj.Object["metadata"].(map[string]any); ok {
-		md["ownerReferences"] = []any{map[string]any{
-			"apiVersion": cr.GetAPIVersion(), "kind": cr.GetKind(), "name": cr.GetName(), "uid": string(cr.GetUID()),
-			"controller": true, "blockOwnerDeletion": true,
-		}}
-	} else {
-		obj.SetOwnerReferences([]metav1.OwnerReference{{
-			APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Name: cr.GetName(), UID: cr.GetUID(),
-			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-		}})
-	}
-	labels := obj.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[definition.OperatorLabel] = r.def.Operator.Name
-	obj.SetLabels(labels)
-	hash := compare.AppliedHash(obj.Object)
-	annotations := obj.GetAnnotations()
-	if annotations == nil {
-		annotations = map[string]string{}
-	}
-	annotations[v1alpha1.AppliedHashAnnotation] = hash
-	obj.SetAnnotations(annotations)
+	hash := obj.GetAnnotations()[v1alpha1.AppliedHashAnnotation]
 
 	ref := inventory.RefOf(child.ID, obj)
 	rendered := childResult{ref: &ref}

@@ -104,7 +104,8 @@ func Check(t testing.TB, env *clustertest.Env, c conformance.Case) ([]conformanc
 	for i, s := range c.History {
 		held := i+1 < len(c.History) && c.History[i+1].Op == conformance.OpCrash
 		if held {
-			ch.touchFile("block")
+			// The run of the handler it names, if it names one.
+			ch.writeFile("block", c.History[i+1].Handler)
 		}
 		ch.apply(s)
 		switch {
@@ -244,8 +245,8 @@ func (ch *checker) patch(p map[string]any) {
 	}
 }
 
-func (ch *checker) touchFile(name string) {
-	if err := os.WriteFile(filepath.Join(ch.dir, name), nil, 0o644); err != nil {
+func (ch *checker) writeFile(name, content string) {
+	if err := os.WriteFile(filepath.Join(ch.dir, name), []byte(content), 0o644); err != nil {
 		ch.t.Fatal(err)
 	}
 }

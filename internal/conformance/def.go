@@ -236,6 +236,10 @@ type Step struct {
 	// Delivery is OpDeliver's and OpDeliverAgain's: the delivery's
 	// number, its id DeliveryID(Delivery).
 	Delivery int
+	// Handler is, for an OpCrash after an OpDeliver, the handler on event
+	// whose first run the SIGKILL comes in: those declared before it run
+	// first. "" for the first.
+	Handler string
 }
 
 func (s Step) String() string {
@@ -251,6 +255,10 @@ func (s Step) String() string {
 		return "decide " + s.Choice
 	case OpDeliver, OpDeliverAgain:
 		return string(s.Op) + " " + DeliveryID(s.Delivery)
+	case OpCrash:
+		if s.Handler != "" {
+			return "crash in " + s.Handler
+		}
 	}
 	return string(s.Op)
 }

@@ -172,7 +172,14 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 			opts = append(opts, option{1, Step{Op: OpStop, Kill: r.IntN(2) == 0}})
 			last := steps[len(steps)-1].Op
 			if last != OpCrash && last != OpStop && (last != OpDeliver || !d.Source.Object) {
-				opts = append(opts, option{2, Step{Op: OpCrash}})
+				crash := Step{Op: OpCrash}
+				if ev := d.EventHandlers(); last == OpDeliver && len(ev) > 1 {
+					// In the first run of one of the delivery's handlers.
+					if i := r.IntN(len(ev)); i > 0 {
+						crash.Handler = ev[i].Name
+					}
+				}
+				opts = append(opts, option{2, crash})
 			}
 		} else {
 			opts = append(opts, option{3, Step{Op: OpStart}})

@@ -105,8 +105,9 @@ type bindingContext struct {
 // what its binding context holds to records.jsonl, then answers as the
 // behaviour says: the first Fail executions of a key fail, the next ones
 // succeed, writing status.count + 1 if asked. When the checker left a
-// file "block" in the directory, the first execution to take it records
-// itself as blocked and waits to be killed with its engine.
+// file "block" in the directory, the first execution to take it (of the
+// handler it names, if it names one) records itself as blocked and waits
+// to be killed with its engine.
 func runRecorder(args []string) int {
 	if len(args) != 3 {
 		fmt.Fprintf(os.Stderr, "recorder: want DIR BEHAVIOUR KIND, got %q\n", args)
@@ -142,7 +143,9 @@ func runRecorder(args []string) int {
 			execs++
 		}
 	}
-	if os.Rename(filepath.Join(dir, "block"), filepath.Join(dir, "block.taken")) == nil {
+	// The block may name the handler whose run it holds.
+	if only, err := os.ReadFile(filepath.Join(dir, "block")); err == nil && (len(only) == 0 || string(only) == ctx.Handler) &&
+		os.Rename(filepath.Join(dir, "block"), filepath.Join(dir, "block.taken")) == nil {
 		rec.Blocked = true
 	}
 	line, _ := json.Marshal(rec)

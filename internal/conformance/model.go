@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -352,8 +353,17 @@ func (m *model) apply(s Step, held bool) {
 		// that caused no run was done with before the kill. A delivery's
 		// first run is its first handler's on event; the delivery stays
 		// Pending, and the next start handles it.
+		// In another handler than the first (s.Handler), those before it
+		// run first; should one give up, the delivery ends Failed and the
+		// engine is killed once quiet.
 		if ev := m.def.EventHandlers(); len(m.pending) > 0 && len(ev) > 0 {
-			m.interrupted = append(m.interrupted, RunID{Handler: ev[0].Name, Trigger: Event, Delivery: m.pending[0].N})
+			held := cmp.Or(s.Handler, ev[0].Name)
+			d := m.pending[0]
+			if m.handle(d, held) {
+				m.interrupted = append(m.interrupted, RunID{Handler: held, Trigger: Event, Delivery: d.N})
+			} else {
+				m.pending = m.pending[1:]
+			}
 		} else if m.due() {
 			m.interrupted = append(m.interrupted, m.dueRun)
 		} else {
@@ -452,33 +462,49 @@ func (m *model) change(l *life, field, value string) {
 // from the object's runs: nothing orders the two.
 func (m *model) handleDeliveries() {
 	for _, d := range m.pending {
-	handlers:
-		for _, h := range m.def.EventHandlers() {
-			id := RunID{Handler: h.Name, Trigger: Event, Delivery: d.N}
-			r := m.byID[id]
-			if r == nil {
-				r = &Run{Handler: h.Name, Trigger: Event, Delivery: d.N}
-				m.byID[id] = r
-				m.runs = append(m.runs, r)
-			}
-			for attempt := 1; ; attempt++ {
-				m.eventExecs[id]++
-				b := h.Behaviour
-				switch {
-				case m.eventExecs[id] <= b.Fail && (b.Permanent || attempt >= h.MaxAttempts):
-					r.Outcomes = append(r.Outcomes, GaveUp)
-					d.Outcome = DeliveryFailed
-					break handlers
-				case m.eventExecs[id] <= b.Fail:
-					r.Outcomes = append(r.Outcomes, Failed)
-					continue
-				}
-				r.Outcomes = append(r.Outcomes, Succeeded)
-				break
-			}
-		}
+		m.handle(d, "")
 	}
 	m.pending = nil
+}
+
+// handle runs d's handlers on event, up to (not including) the handler
+// until, "" for all, and reports whether it got there: no handler gave
+// up. A handler that succeeded for d before (an engine ago) does not run
+// again: its key.
+func (m *model) handle(d *Delivery, until string) bool {
+	for _, h := range m.def.EventHandlers() {
+		if h.Name == until {
+			return true
+		}
+		id := RunID{Handler: h.Name, Trigger: Event, Delivery: d.N}
+		r := m.byID[id]
+		if r == nil {
+			r = &Run{Handler: h.Name, Trigger: Event, Delivery: d.N}
+			m.byID[id] = r
+			m.runs = append(m.runs, r)
+		}
+		if len(r.Outcomes) > 0 && r.Ended() == Succeeded {
+			continue
+		}
+		// Attempts count from 1 in each engine: one a SIGKILL
+		// interrupted is no attempt, and is not among the outcomes.
+		for attempt := 1; ; attempt++ {
+			m.eventExecs[id]++
+			b := h.Behaviour
+			switch {
+			case m.eventExecs[id] <= b.Fail && (b.Permanent || attempt >= h.MaxAttempts):
+				r.Outcomes = append(r.Outcomes, GaveUp)
+				d.Outcome = DeliveryFailed
+				return false
+			case m.eventExecs[id] <= b.Fail:
+				r.Outcomes = append(r.Outcomes, Failed)
+				continue
+			}
+			r.Outcomes = append(r.Outcomes, Succeeded)
+			break
+		}
+	}
+	return true
 }
 
 // settle runs everything due, one run at a time, until nothing is.

@@ -61,6 +61,9 @@ func Valid(c Case) bool {
 			if c.History[i-1].Op == OpDeliver && c.Def.Source.Object {
 				return false
 			}
+			if s.Handler != "" && (c.History[i-1].Op != OpDeliver || !slices.ContainsFunc(c.Def.EventHandlers(), func(h Handler) bool { return h.Name == s.Handler })) {
+				return false
+			}
 		case OpDeliver:
 			if c.Def.Source == nil || !m.up || s.Delivery < 1 || delivered[s.Delivery] || (c.Def.Source.Object && exists && l.deleting) {
 				return false
@@ -148,6 +151,11 @@ func smaller(c Case) []Case {
 	}
 	if c.Def.Source != nil && c.Def.Source.Object {
 		with(func(n *Case) { n.Def.Source.Object = false })
+	}
+	for i, s := range c.History {
+		if s.Handler != "" {
+			with(func(n *Case) { n.History[i].Handler = "" })
+		}
 	}
 	for i, h := range c.Def.Handlers {
 		if len(h.On) > 1 {

@@ -162,10 +162,10 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 			// Posted while the engine runs: one posted while none does
 			// gets no answer, and nothing is recorded.
 			if !d.Source.Object || !l.exists || !l.deleting {
-				opts = append(opts, option{3, Step{Op: OpDeliver, Delivery: delivered + 1}})
+				opts = append(opts, option{5, Step{Op: OpDeliver, Delivery: delivered + 1}})
 			}
 			if delivered > 0 {
-				opts = append(opts, option{2, Step{Op: OpDeliverAgain, Delivery: 1 + r.IntN(delivered)}})
+				opts = append(opts, option{3, Step{Op: OpDeliverAgain, Delivery: 1 + r.IntN(delivered)}})
 			}
 		}
 		if m.up {
@@ -179,7 +179,11 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 						crash.Handler = ev[i].Name
 					}
 				}
-				opts = append(opts, option{2, crash})
+				weight := 2
+				if last == OpDeliver {
+					weight = 4 // a SIGKILL while a delivery is handled
+				}
+				opts = append(opts, option{weight, crash})
 			}
 		} else {
 			opts = append(opts, option{3, Step{Op: OpStart}})
@@ -202,6 +206,10 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 	}
 	if !m.up {
 		add(Step{Op: OpStart})
+	}
+	if l := m.current(); d.Source != nil && delivered == 0 && (!d.Source.Object || !l.exists || !l.deleting) {
+		// A source's case posts at least one delivery.
+		add(Step{Op: OpDeliver, Delivery: 1})
 	}
 	return steps
 }

@@ -339,3 +339,11 @@ func TestAnObjectIsNotAppliedByADeliveryWhileItIsBeingDeleted(t *testing.T) {
 		t.Errorf("a delivery applying the object while its deletion waits for a delete handler is valid:\n%s", c)
 	}
 }
+
+func TestRegressionCasesCanBePlayed(t *testing.T) {
+	for _, r := range conformance.Regressions {
+		if !conformance.Valid(r.Case) {
+			t.Errorf("regression %q cannot be played:\n%s", r.Name, r.Case)
+		}
+	}
+}

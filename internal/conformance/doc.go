@@ -76,9 +76,11 @@
 //     handling and the object's runs are not ordered: the model checks
 //     each on its own, and draws no SIGKILL in the first run of a
 //     delivery that applies the object (which of the two runs first is
-//     not the docs' to say). A SIGKILL in a delivery's first handler run
-//     is drawn: the run is Cancelled, the delivery stays Pending, and the
-//     next start runs it again with its key, as its first attempt.
+//     not the docs' to say). A SIGKILL in the first run of one of a
+//     delivery's handlers is drawn: the run is Cancelled, the delivery
+//     stays Pending, and the next start runs it again with its key, as
+//     its first attempt; the handlers before it that succeeded do not
+//     run again.
 //     Nothing applies the object while it is being deleted.
 //   - A decision is taken once the visit's enter runs are done, which a
 //     handler that gave up does not hold back; were they still not done,

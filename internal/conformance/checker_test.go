@@ -1,9 +1,12 @@
 package conformance_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,6 +61,12 @@ type checker struct {
 	gen int64
 	// engineLog gathers what failed engine processes said.
 	engineLog string
+	// hooks is the engine's hooks listener's address; payloads the body
+	// of each delivery posted, by number; answers the statuses of the
+	// posts, in order.
+	hooks    string
+	payloads map[int][]byte
+	answers  []int
 }
 
 // Check plays c against the engine and compares what happened with the
@@ -70,13 +79,13 @@ func Check(t testing.TB, env *clustertest.Env, c conformance.Case) ([]conformanc
 	}
 	ch := &checker{
 		t: t, env: env, c: c, bin: bin, kube: clustertest.Cluster(t).KubeconfigPath(),
-		dir: filepath.Join(t.TempDir(), "case"), starts: map[int]int{}, uids: map[string]int{},
+		dir: filepath.Join(t.TempDir(), "case"), starts: map[int]int{}, uids: map[string]int{}, payloads: map[int][]byte{},
 		ns: "conf-" + rand.String(8),
 	}
 	if err := os.MkdirAll(ch.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	def := conformance.Operator(&c.Def, []string{bin, ch.dir}, []string{recorderEnv + "=1"})
+	def := conformance.Operator(&c.Def, ch.ns, []string{bin, ch.dir}, []string{recorderEnv + "=1"})
 	if err := os.WriteFile(filepath.Join(ch.dir, "operator.yaml"), []byte(def), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -85,11 +94,18 @@ func Check(t testing.TB, env *clustertest.Env, c conformance.Case) ([]conformanc
 		t.Fatal(err)
 	}
 	defer ch.cleanUp()
+	if c.Def.Source != nil {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ch.ns, Name: conformance.HookSecret}, StringData: map[string]string{"token": conformance.HookToken}}
+		if err := env.Client.Create(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ch.start()
 	for i, s := range c.History {
 		held := i+1 < len(c.History) && c.History[i+1].Op == conformance.OpCrash
 		if held {
-			ch.touchFile("block")
+			// The run of the handler it names, if it names one.
+			ch.writeFile("block", c.History[i+1].Handler)
 		}
 		ch.apply(s)
 		switch {
@@ -100,6 +116,9 @@ func Check(t testing.TB, env *clustertest.Env, c conformance.Case) ([]conformanc
 			ch.stop(true)
 		default:
 			ch.waitQuiet(i)
+		}
+		if s.Op == conformance.OpDeliver && c.Def.Source.Object && ch.proc != nil {
+			ch.adopt()
 		}
 	}
 	obs := ch.observe()
@@ -146,8 +165,63 @@ func (ch *checker) apply(s conformance.Step) {
 		ch.stop(s.Kill)
 	case conformance.OpStart, conformance.OpCrash:
 		ch.start()
+	case conformance.OpDeliver, conformance.OpDeliverAgain:
+		ch.deliver(s)
 	default:
 		t.Fatalf("the checker cannot play %s yet", s)
+	}
+}
+
+// deliver posts a delivery to the source, as its sender would: a new one
+// with its payload, or one posted before, again, the same body and id.
+func (ch *checker) deliver(s conformance.Step) {
+	t := ch.t
+	body := ch.payloads[s.Delivery]
+	if s.Op == conformance.OpDeliver {
+		a := ""
+		if ch.c.Def.Source.Object {
+			ch.changes++
+			a = strconv.Itoa(ch.changes)
+		}
+		body, _ = json.Marshal(conformance.DeliveryPayload(s.Delivery, a))
+		ch.payloads[s.Delivery] = body
+	}
+	if ch.proc == nil {
+		return // no engine listens: the sender gets no answer (not drawn)
+	}
+	url := "http://" + ch.hooks + "/hooks/" + ch.c.Def.OperatorName() + "/" + conformance.SourceName
+	req, err := http.NewRequestWithContext(context.WithoutCancel(t.Context()), http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+conformance.HookToken)
+	req.Header.Set(conformance.DeliveryHeader, conformance.DeliveryID(s.Delivery))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("posting %s: %v", s, err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	ch.answers = append(ch.answers, resp.StatusCode)
+	if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusConflict {
+		t.Logf("%s: answered %d %s", s, resp.StatusCode, answer)
+	}
+}
+
+// adopt counts the object the source's object template created, if it is
+// a new life of it.
+func (ch *checker) adopt() {
+	obj := ch.object()
+	if err := ch.env.Client.Get(context.WithoutCancel(ch.t.Context()), client.ObjectKeyFromObject(obj), obj); err != nil {
+		if !apierrors.IsNotFound(err) {
+			ch.t.Fatal(err)
+		}
+		return
+	}
+	if _, known := ch.uids[string(obj.GetUID())]; !known {
+		ch.lives = append(ch.lives, obj.GetUID())
+		ch.uids[string(obj.GetUID())] = len(ch.lives)
 	}
 }
 
@@ -171,8 +245,8 @@ func (ch *checker) patch(p map[string]any) {
 	}
 }
 
-func (ch *checker) touchFile(name string) {
-	if err := os.WriteFile(filepath.Join(ch.dir, name), nil, 0o644); err != nil {
+func (ch *checker) writeFile(name, content string) {
+	if err := os.WriteFile(filepath.Join(ch.dir, name), []byte(content), 0o644); err != nil {
 		ch.t.Fatal(err)
 	}
 }
@@ -214,7 +288,8 @@ func (ch *checker) start() {
 			return false, fmt.Errorf("the engine process ended: %s", ch.logTail())
 		default:
 		}
-		_, err := os.Stat(ready)
+		addr, err := os.ReadFile(ready)
+		ch.hooks = string(addr)
 		return err == nil, nil
 	})
 	if ch.store == nil {
@@ -294,6 +369,14 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 		}
 	}
 	short := finished < want
+	if ch.c.Def.Source != nil {
+		// A delivery accepted and not handled yet (its handling is in
+		// no run between a handler's end and the next's start).
+		pending, err := ch.store.PendingDeliveries(ctx, ch.c.Def.OperatorName())
+		if err != nil || len(pending) > 0 {
+			return "", err
+		}
+	}
 	obj := ch.object()
 	err = ch.env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -512,6 +595,13 @@ func (ch *checker) observe() *conformance.Observed {
 			Outcome: conformance.Outcome(byID[r.RunID].Outcome), Count: r.Count, Generation: r.Generation, Spec: r.Spec,
 			State: r.State, StateSeq: r.StateSeq,
 		}
+		if s.ID.Trigger == conformance.Event {
+			s.ID = conformance.RunID{Handler: r.Handler, Trigger: conformance.Event}
+			s.ID.Delivery, _ = strconv.Atoi(strings.TrimPrefix(r.DeliveryID, "d"))
+			s.Payload = r.Payload
+			obs.Runs = append(obs.Runs, s)
+			continue
+		}
 		parts := strings.Split(r.Key, "/")
 		if len(parts) >= 3 {
 			if parts[1] == "state" {
@@ -532,6 +622,23 @@ func (ch *checker) observe() *conformance.Observed {
 		// Transitions are archived as runs too; they are not handlers'.
 		if !recorded[r.ID] && r.Outcome != archive.Skipped && ch.c.Def.Handler(r.Handler) != nil {
 			obs.Orphans = append(obs.Orphans, fmt.Sprintf("run %s: %s %s key %s attempt %d: %s %s", r.ID, r.Handler, r.Trigger, r.Key, r.Attempt, r.Outcome, r.Error))
+		}
+	}
+	obs.Answers = ch.answers
+	if ch.c.Def.Source != nil {
+		query := archive.DeliveryQuery{Operator: ch.c.Def.OperatorName(), Limit: 1000}
+		for {
+			page, err := ch.store.ListDeliveries(ctx, query)
+			if err != nil {
+				ch.t.Fatal(err)
+			}
+			for _, d := range page.Deliveries {
+				obs.Deliveries = append(obs.Deliveries, conformance.SeenDelivery{DeliveryID: d.DeliveryID, Outcome: string(d.Outcome), Reason: d.Reason})
+			}
+			if page.Next == "" {
+				break
+			}
+			query.Cursor = page.Next
 		}
 	}
 	data, _ := os.ReadFile(filepath.Join(ch.dir, "engine.log"))
@@ -582,6 +689,13 @@ func (ch *checker) transcript(want *conformance.Expectation, obs *conformance.Ob
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "ends: model %+v, seen %+v\n", want.Ends, obs.Ends)
+	if len(want.Deliveries) > 0 || len(obs.Deliveries) > 0 {
+		fmt.Fprintf(&b, "deliveries: model")
+		for _, d := range want.Deliveries {
+			fmt.Fprintf(&b, " %s %s (%d replays)", conformance.DeliveryID(d.N), d.Outcome, d.Replays)
+		}
+		fmt.Fprintf(&b, "; archive %+v; answers: model %v, seen %v\n", obs.Deliveries, want.Answers, obs.Answers)
+	}
 	return b.String()
 }
 

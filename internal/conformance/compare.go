@@ -34,6 +34,15 @@ type Seen struct {
 	// status.state.name and seq.
 	State    string
 	StateSeq int64
+	// Payload is, for an event run, the binding context's event payload.
+	Payload map[string]string
+}
+
+// SeenDelivery is a delivery as the archive recorded it.
+type SeenDelivery struct {
+	DeliveryID string
+	// Outcome is Pending, Handled, Failed or Refused; Reason its reason.
+	Outcome, Reason string
 }
 
 // Observed is everything the checker saw of one case.
@@ -47,6 +56,10 @@ type Observed struct {
 	// Engine says what the engine process said on its way out when it
 	// failed (a data race, a panic); "" when it did not.
 	Engine string
+	// Deliveries are the archive's records of the source's deliveries;
+	// Answers the HTTP statuses of the posts, in order.
+	Deliveries []SeenDelivery
+	Answers    []int
 }
 
 // Violation is a promise broken: Row names the guarantee (a row of
@@ -68,6 +81,7 @@ const (
 	RowFinal         = "final state"
 	RowDecision      = "a decision is taken or refused"
 	RowEngine        = "engine"
+	RowDelivery      = "a delivery is recorded and handled once"
 )
 
 // Compare checks obs against what e promises for def, and returns every
@@ -95,6 +109,9 @@ func Compare(def *Def, e *Expectation, obs *Observed) []Violation {
 		got := seen[r.ID()]
 		outcomes := finished(got)
 		row := RowRunsOnce
+		if r.Trigger == Event {
+			row = RowDelivery
+		}
 		switch {
 		case len(got) == 0:
 			add(row, "missing run: %s never ran; the docs promise %s", r.ID(), outcomesText(r.Outcomes))
@@ -165,6 +182,7 @@ func Compare(def *Def, e *Expectation, obs *Observed) []Violation {
 			}
 		}
 	}
+	out = append(out, compareDeliveries(def, e, obs)...)
 	// The ends.
 	for i, want := range e.Ends {
 		if i >= len(obs.Ends) {
@@ -217,4 +235,61 @@ func outcomesText(os []Outcome) string {
 		parts[i] = string(o)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// compareDeliveries checks the source's deliveries (docs/events.md): the
+// answers to the posts, one accepted record per delivery id with the
+// outcome its handling must end with and a Refused one per replay, and
+// each event run's key and payload.
+func compareDeliveries(def *Def, e *Expectation, obs *Observed) []Violation {
+	var out []Violation
+	add := func(format string, args ...any) {
+		out = append(out, Violation{Row: RowDelivery, Text: fmt.Sprintf(format, args...)})
+	}
+	if !slices.Equal(e.Answers, obs.Answers) {
+		add("the posts to the source were answered %v; the docs promise %v (202 accepted, 409 a replay)", obs.Answers, e.Answers)
+	}
+	want := map[string]*Delivery{}
+	for _, d := range e.Deliveries {
+		id := DeliveryID(d.N)
+		want[id] = d
+		var accepted []SeenDelivery
+		refused := 0
+		for _, s := range obs.Deliveries {
+			switch {
+			case s.DeliveryID != id:
+			case s.Outcome == "Refused":
+				refused++
+			default:
+				accepted = append(accepted, s)
+			}
+		}
+		switch {
+		case len(accepted) != 1:
+			add("delivery %s: the archive has %d accepted records of it %v; the docs promise one", id, len(accepted), accepted)
+		case accepted[0].Outcome != d.Outcome:
+			add("delivery %s: recorded %s (%s); the docs promise %s", id, accepted[0].Outcome, accepted[0].Reason, d.Outcome)
+		}
+		if refused != d.Replays {
+			add("delivery %s: the archive has %d Refused records of it; it was posted again %d times, each a replay", id, refused, d.Replays)
+		}
+	}
+	for _, s := range obs.Deliveries {
+		if want[s.DeliveryID] == nil {
+			add("the archive records a delivery %s (%s) that was never posted", s.DeliveryID, s.Outcome)
+		}
+	}
+	for _, s := range obs.Runs {
+		if s.ID.Trigger != Event {
+			continue
+		}
+		id := DeliveryID(s.ID.Delivery)
+		if key := def.OperatorName() + "/event/" + SourceName + "/" + id + "/" + s.ID.Handler; s.Key != key {
+			add("%s (run %s) has the key %s; the docs promise %s", s.ID, s.RunID, s.Key, key)
+		}
+		if d := want[id]; d != nil && !maps.Equal(s.Payload, d.Payload) {
+			add("%s (run %s) saw the payload %v; the delivery's was %v", s.ID, s.RunID, s.Payload, d.Payload)
+		}
+	}
+	return out
 }

@@ -26,6 +26,7 @@ var (
 	flagShrink   = flag.Int("conformance.shrink", 40, "how many smaller cases a failing case's shrinking may play")
 	flagReport   = flag.String("conformance.report", "", "write the report of what was tried to this file (make soak)")
 	flagKinds    = flag.String("conformance.kinds", "", "draw only these kinds of operator, comma-separated: resource, watch; default both")
+	flagSources  = flag.String("conformance.sources", "", "only: play only the cases whose operator has a webhook source; none: draw no source; default: draw some")
 )
 
 // TestConformance plays generated cases against the engine on the plane
@@ -47,6 +48,13 @@ func TestConformance(t *testing.T) {
 			space.Kinds = append(space.Kinds, conformance.Kind(strings.TrimSpace(k)))
 		}
 	}
+	switch *flagSources {
+	case "", "only":
+	case "none":
+		space.Sources = false
+	default:
+		t.Fatalf("-conformance.sources=%s: expected only or none", *flagSources)
+	}
 	sem := make(chan struct{}, max(1, *flagParallel))
 	var wg sync.WaitGroup
 	played := 0
@@ -59,6 +67,9 @@ func TestConformance(t *testing.T) {
 		}
 		caseSeed := seed + i
 		c := conformance.Generate(rand.New(rand.NewPCG(caseSeed, 0)), space)
+		if *flagSources == "only" && c.Def.Source == nil {
+			continue
+		}
 		if d := conformance.Known(c); d != nil && !*flagKnown {
 			rep.skip(d)
 			// Played without what meets the defect, when that can be.
@@ -180,6 +191,9 @@ func (r *report) add(seed uint64, c conformance.Case, vs []conformance.Violation
 	r.cases++
 	r.steps += len(c.History)
 	r.kinds[c.Def.Kind]++
+	if c.Def.Source != nil {
+		r.kinds[c.Def.Kind+" with a source"]++
+	}
 	for _, h := range c.Def.Handlers {
 		on := make([]string, len(h.On))
 		for i, t := range h.On {

@@ -3,6 +3,7 @@ package conformance
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -28,6 +29,9 @@ const (
 	Resume Trigger = "resume"
 	When   Trigger = "when"
 	Enter  Trigger = "enter"
+	// Event: a handler on the deliveries of the operator's source
+	// (docs/events.md). It has no other trigger.
+	Event Trigger = "event"
 )
 
 // Behaviour is what a handler's program does with each run, the same for
@@ -83,6 +87,55 @@ type Def struct {
 	Handlers []Handler
 	// States is nil for an operator without spec.states.
 	States *Machine
+	// Source is the operator's webhook source, nil for none: its
+	// handlers are those on Event.
+	Source *Source
+}
+
+// Source is a webhook source (docs/events.md), SourceName, verified by a
+// bearer token, whose delivery id is the header DeliveryHeader: a
+// delivery posted again with the same id is a replay. Each delivery's
+// payload is {"delivery": "d<n>"}, and with Object also {"a": value}.
+type Source struct {
+	// Object: the source's object template server-side applies the
+	// history's custom resource, its spec.a the payload's a: the first
+	// delivery creates the object, the next ones change a. Custom
+	// resources only.
+	Object bool
+}
+
+// The names of the rendered source.
+const (
+	SourceName     = "src"
+	DeliveryHeader = "X-Conformance-Delivery"
+	// HookSecret is the Secret (key token) of the source's bearer token,
+	// in the engine's namespace.
+	HookSecret = "conformance-hook"
+	HookToken  = "conformance-token"
+)
+
+// DeliveryID is the sender's id of delivery n.
+func DeliveryID(n int) string { return "d" + strconv.Itoa(n) }
+
+// DeliveryPayload is the payload of delivery n; a is its "a" (the value
+// the source's object gives spec.a), "" for none.
+func DeliveryPayload(n int, a string) map[string]string {
+	p := map[string]string{"delivery": DeliveryID(n)}
+	if a != "" {
+		p["a"] = a
+	}
+	return p
+}
+
+// EventHandlers are d's handlers on Event, in declared order.
+func (d *Def) EventHandlers() []Handler {
+	var out []Handler
+	for _, h := range d.Handlers {
+		if h.Fires(Event) {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // Machine is a small state machine: Start, entered first, leads
@@ -115,6 +168,12 @@ func (d *Def) String() string {
 	fmt.Fprintf(&b, "%s operator", d.Kind)
 	if d.States != nil {
 		b.WriteString(" with states Start -> Ask (a person) -> Done | Start")
+	}
+	if d.Source != nil {
+		b.WriteString(" with a webhook source")
+		if d.Source.Object {
+			b.WriteString(" applying the object (spec.a)")
+		}
 	}
 	for _, h := range d.Handlers {
 		fmt.Fprintf(&b, "\n  %s on %v", h.Name, h.On)
@@ -156,6 +215,13 @@ const (
 	// starts it again; when that step caused no run, it kills the engine
 	// once it is quiet.
 	OpCrash Op = "crash"
+	// OpDeliver posts delivery Delivery, a new id, to the source (drawn
+	// while the engine runs: one posted while none does gets no answer,
+	// and is the sender's to deliver again).
+	OpDeliver Op = "deliver"
+	// OpDeliverAgain posts delivery Delivery again, the same id and
+	// payload: a replay, as GitHub's Redeliver button sends.
+	OpDeliverAgain Op = "deliver-again"
 )
 
 // Step is one step of a history.
@@ -167,6 +233,13 @@ type Step struct {
 	Kill bool
 	// Choice is OpDecide's: the state chosen.
 	Choice string
+	// Delivery is OpDeliver's and OpDeliverAgain's: the delivery's
+	// number, its id DeliveryID(Delivery).
+	Delivery int
+	// Handler is, for an OpCrash after an OpDeliver, the handler on event
+	// whose first run the SIGKILL comes in: those declared before it run
+	// first. "" for the first.
+	Handler string
 }
 
 func (s Step) String() string {
@@ -180,6 +253,12 @@ func (s Step) String() string {
 		return "stop (SIGTERM)"
 	case OpDecide:
 		return "decide " + s.Choice
+	case OpDeliver, OpDeliverAgain:
+		return string(s.Op) + " " + DeliveryID(s.Delivery)
+	case OpCrash:
+		if s.Handler != "" {
+			return "crash in " + s.Handler
+		}
 	}
 	return string(s.Op)
 }

@@ -206,6 +206,18 @@ var Regressions = []Regression{
 		},
 	},
 	{
+		Name:  "a delivery whose second handler a SIGKILL interrupts is handled once, its first handler not run again, and a replay runs nothing",
+		Issue: "",
+		Case: Case{
+			Def: Def{Kind: CustomResource, Source: &Source{}, Handlers: []Handler{
+				h("h1", Behaviour{Write: true}, Create),
+				h("e1", Behaviour{Fail: 1}, Event),
+				h("e2", Behaviour{}, Event),
+			}},
+			History: []Step{{Op: OpCreate}, {Op: OpDeliver, Delivery: 1}, {Op: OpCrash, Handler: "e2"}, {Op: OpDeliverAgain, Delivery: 1}},
+		},
+	},
+	{
 		Name:  "a resume run interrupted by a SIGKILL is replaced by the next start's",
 		Issue: "",
 		Case: Case{

@@ -13,12 +13,25 @@
 // handlers, in declared order, each with a set of triggers among create,
 // update, delete, resume and when, or enter of a state; fields or none;
 // and a behaviour: succeed, write status.count+1 from what the run saw,
-// fail N times, give up) and a history (Step: create, change a spec
-// field, change an annotation, delete, opkit retry, a person's decision,
-// stop the engine gracefully or with SIGKILL, start it, SIGKILL it during
-// a run), it says which runs must happen — handler, trigger, object life,
-// generation, engine start or state visit, and the outcome of every
-// attempt — what each run must see, and how each object ends.
+// fail N times, give up; and optionally a webhook source, with handlers
+// on event and an object template that applies the custom resource) and
+// a history (Step: create, change a spec field, change an annotation,
+// delete, opkit retry, a person's decision, stop the engine gracefully or
+// with SIGKILL, start it, SIGKILL it during a run, post a delivery to the
+// source, post one again), it says which runs must happen — handler,
+// trigger, object life, generation, engine start, state visit or
+// delivery, and the outcome of every attempt — what each run must see,
+// how each object ends, and how each delivery is answered and recorded.
+//
+// Deliveries (docs/events.md): each delivery id is recorded once,
+// answered 202, and handled once, after a SIGKILL too: its source's
+// object applied (created by the first, its spec.a changed by the next,
+// the custom resource's handlers then running as for any create or
+// change), then each handler on event in declared order, one after the
+// other, under the key <operator>/event/<source>/<delivery id>/<handler>,
+// retried by its policy; a handler that gave up ends it Failed, else it
+// is Handled. A handler run sees the payload that was posted. A delivery
+// posted again is a replay: answered 409, recorded Refused, nothing runs.
 //
 // What a run must see (read-your-writes, DESIGN.md 11): the spec of the
 // generation its key names; status.count equal to the number of writing
@@ -57,6 +70,18 @@
 //     is replaced by the next start's, not run again with its key.
 //   - A watched object's generation counts the changes an engine saw:
 //     those made while no engine ran are one.
+//   - A delivery is posted only while the engine runs: one posted while
+//     none listens gets no answer and is the sender's to post again, so
+//     nothing is recorded of it, and the generator draws none. Its
+//     handling and the object's runs are not ordered: the model checks
+//     each on its own, and draws no SIGKILL in the first run of a
+//     delivery that applies the object (which of the two runs first is
+//     not the docs' to say). A SIGKILL in the first run of one of a
+//     delivery's handlers is drawn: the run is Cancelled, the delivery
+//     stays Pending, and the next start runs it again with its key, as
+//     its first attempt; the handlers before it that succeeded do not
+//     run again.
+//     Nothing applies the object while it is being deleted.
 //   - A decision is taken once the visit's enter runs are done, which a
 //     handler that gave up does not hold back; were they still not done,
 //     it would be taken or refused at once (a DecisionRefused Event), and
@@ -68,7 +93,10 @@
 // run that gave up). Not modelled yet: operator-wide schedules and the
 // schedule and requeue triggers (they need time to pass on a clock the
 // engine process does not share), related fields, paused objects,
-// webhook deliveries and leader election. "Where the state is" says
+// sources other than a webhook (cloudEvents, githubPoll, nats, kafka: the
+// same contract, but their own senders), a filter that refuses a
+// delivery, a handler's refusal of one, opkit events redeliver, and
+// leader election. "Where the state is" says
 // where, and is not a behaviour to check.
 //
 // # The checks
@@ -81,9 +109,12 @@
 // case into an Operator whose exec handlers run the test binary as a
 // recorder, plays the history against an engine process on the local
 // control plane (the test binary again, so that it can be SIGKILLed),
-// waits after each step until the engine is quiet, and compares what the
-// recorder and the archive saw. TestFast plays cases through cause.Decide
-// in a miniature engine loop (BenchmarkFast: thousands a second).
+// waits after each step until the engine is quiet (no delivery left
+// Pending), posts deliveries to the engine's hooks listener with the
+// source's bearer token, and compares what the recorder, the answers and
+// the archive saw. TestFast plays cases through cause.Decide
+// in a miniature engine loop (BenchmarkFast: thousands a second); it
+// draws no source, as the deciding layer has no deliveries.
 //
 // KnownDefects lists the defects on main that the model finds, each with
 // its issue: TestConformance leaves their cases out until the fix is

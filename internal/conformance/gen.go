@@ -18,6 +18,9 @@ type Space struct {
 	MaxHandlers int
 	// MaxSteps bounds a history's steps before the engine's last start.
 	MaxSteps int
+	// Sources: an operator may have a webhook source, with up to two
+	// handlers on event, and deliveries and replays in its history.
+	Sources bool
 }
 
 // DefaultSpace is what TestConformance and make soak draw from.
@@ -27,6 +30,7 @@ var DefaultSpace = Space{
 	States:      true,
 	MaxHandlers: 3,
 	MaxSteps:    8,
+	Sources:     true,
 }
 
 // Generate draws a case: a definition, then a history that goes with it
@@ -87,6 +91,24 @@ func genDef(r *rand.Rand, sp Space) Def {
 		}
 		d.Handlers = append(d.Handlers, h)
 	}
+	if sp.Sources && r.IntN(3) == 0 {
+		// A webhook source: it applies the object, or runs handlers on
+		// event, or both. A handler on event fails or gives up as any
+		// other; it writes no status (its run is for the operator).
+		d.Source = &Source{Object: d.Kind == CustomResource && r.IntN(2) == 0}
+		n := r.IntN(3)
+		if !d.Source.Object {
+			n = max(n, 1)
+		}
+		for i := range n {
+			h := Handler{Name: fmt.Sprintf("e%d", i+1), On: []Trigger{Event}, MaxAttempts: 2 + r.IntN(2)}
+			if r.IntN(5) < 2 {
+				h.Behaviour.Fail = 1 + r.IntN(3)
+				h.Behaviour.Permanent = r.IntN(5) == 0
+			}
+			d.Handlers = append(d.Handlers, h)
+		}
+	}
 	return d
 }
 
@@ -101,7 +123,14 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 		// The object is created while no engine runs.
 		add(Step{Op: OpStop, Kill: r.IntN(2) == 0})
 	}
-	add(Step{Op: OpCreate})
+	delivered := 0
+	if d.Source != nil && d.Source.Object && m.up && r.IntN(3) == 0 {
+		// The first delivery creates the object.
+		delivered++
+		add(Step{Op: OpDeliver, Delivery: delivered})
+	} else {
+		add(Step{Op: OpCreate})
+	}
 	for len(steps) < sp.MaxSteps && r.IntN(8) != 0 {
 		l := m.current()
 		if l != nil && l.refusable {
@@ -129,10 +158,32 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 		if m.up && l.exists && !l.deleting && l.state == StateAsk {
 			opts = append(opts, option{4, Step{Op: OpDecide, Choice: []string{StateDone, StateStart}[r.IntN(2)]}})
 		}
+		if m.up && d.Source != nil {
+			// Posted while the engine runs: one posted while none does
+			// gets no answer, and nothing is recorded.
+			if !d.Source.Object || !l.exists || !l.deleting {
+				opts = append(opts, option{5, Step{Op: OpDeliver, Delivery: delivered + 1}})
+			}
+			if delivered > 0 {
+				opts = append(opts, option{3, Step{Op: OpDeliverAgain, Delivery: 1 + r.IntN(delivered)}})
+			}
+		}
 		if m.up {
 			opts = append(opts, option{1, Step{Op: OpStop, Kill: r.IntN(2) == 0}})
-			if last := steps[len(steps)-1].Op; last != OpCrash && last != OpStop {
-				opts = append(opts, option{2, Step{Op: OpCrash}})
+			last := steps[len(steps)-1].Op
+			if last != OpCrash && last != OpStop && (last != OpDeliver || !d.Source.Object) {
+				crash := Step{Op: OpCrash}
+				if ev := d.EventHandlers(); last == OpDeliver && len(ev) > 1 {
+					// In the first run of one of the delivery's handlers.
+					if i := r.IntN(len(ev)); i > 0 {
+						crash.Handler = ev[i].Name
+					}
+				}
+				weight := 2
+				if last == OpDeliver {
+					weight = 4 // a SIGKILL while a delivery is handled
+				}
+				opts = append(opts, option{weight, crash})
 			}
 		} else {
 			opts = append(opts, option{3, Step{Op: OpStart}})
@@ -144,6 +195,9 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 		pick := r.IntN(total)
 		for _, o := range opts {
 			if pick < o.weight {
+				if o.step.Op == OpDeliver {
+					delivered++
+				}
 				add(o.step)
 				break
 			}
@@ -152,6 +206,10 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 	}
 	if !m.up {
 		add(Step{Op: OpStart})
+	}
+	if l := m.current(); d.Source != nil && delivered == 0 && (!d.Source.Object || !l.exists || !l.deleting) {
+		// A source's case posts at least one delivery.
+		add(Step{Op: OpDeliver, Delivery: 1})
 	}
 	return steps
 }

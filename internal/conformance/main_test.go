@@ -67,6 +67,9 @@ type record struct {
 	State      string            `json:"state,omitempty"`
 	StateSeq   int64             `json:"stateSeq,omitempty"`
 	Blocked    bool              `json:"blocked,omitempty"`
+	// DeliveryID and Payload are an event run's delivery's.
+	DeliveryID string            `json:"deliveryId,omitempty"`
+	Payload    map[string]string `json:"payload,omitempty"`
 }
 
 // bindingContext is what the recorder reads of its input.
@@ -91,6 +94,10 @@ type bindingContext struct {
 			} `json:"state"`
 		} `json:"status"`
 	} `json:"object"`
+	Event struct {
+		DeliveryID string            `json:"deliveryId"`
+		Payload    map[string]string `json:"payload"`
+	} `json:"event"`
 }
 
 // runRecorder is the handler of every rendered definition: argv is the case's
@@ -98,8 +105,9 @@ type bindingContext struct {
 // what its binding context holds to records.jsonl, then answers as the
 // behaviour says: the first Fail executions of a key fail, the next ones
 // succeed, writing status.count + 1 if asked. When the checker left a
-// file "block" in the directory, the first execution to take it records
-// itself as blocked and waits to be killed with its engine.
+// file "block" in the directory, the first execution to take it (of the
+// handler it names, if it names one) records itself as blocked and waits
+// to be killed with its engine.
 func runRecorder(args []string) int {
 	if len(args) != 3 {
 		fmt.Fprintf(os.Stderr, "recorder: want DIR BEHAVIOUR KIND, got %q\n", args)
@@ -121,6 +129,7 @@ func runRecorder(args []string) int {
 		Engine: os.Getppid(), UID: ctx.Object.Metadata.UID, Generation: ctx.Object.Metadata.Generation,
 		Count: ctx.Object.Status.Count, Spec: ctx.Object.Spec,
 		State: ctx.Object.Status.State.Name, StateSeq: ctx.Object.Status.State.Seq,
+		DeliveryID: ctx.Event.DeliveryID, Payload: ctx.Event.Payload,
 	}
 	if args[2] == string(conformance.Watch) {
 		rec.Spec = ctx.Object.Data
@@ -134,7 +143,9 @@ func runRecorder(args []string) int {
 			execs++
 		}
 	}
-	if os.Rename(filepath.Join(dir, "block"), filepath.Join(dir, "block.taken")) == nil {
+	// The block may name the handler whose run it holds.
+	if only, err := os.ReadFile(filepath.Join(dir, "block")); err == nil && (len(only) == 0 || string(only) == ctx.Handler) &&
+		os.Rename(filepath.Join(dir, "block"), filepath.Join(dir, "block.taken")) == nil {
 		rec.Blocked = true
 	}
 	line, _ := json.Marshal(rec)
@@ -186,7 +197,8 @@ func readRecords(file string) []record {
 
 // runEngine is the engine process: it runs the definition in dir's
 // operator.yaml in namespace, with the archive dir/runs.db, until SIGTERM,
-// and writes dir/ready.<pid> once the definition is applied.
+// and writes dir/ready.<pid> once the definition is applied: the address
+// of its hooks listener, for an operator with a source.
 func runEngine(dir, namespace string) int {
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, "engine:", err)
@@ -206,7 +218,9 @@ func runEngine(dir, namespace string) int {
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", runWaitEnv, err))
 	}
-	s, err := stack.Start(ctx, stack.Options{Engine: engine.Options{Config: cfg, Namespace: namespace, RunWait: runWait}, Archive: filepath.Join(dir, "runs.db")})
+	opts := engine.Options{Config: cfg, Namespace: namespace, RunWait: runWait}
+	stack.ListenOnLoopback(&opts, defs...)
+	s, err := stack.Start(ctx, stack.Options{Engine: opts, Archive: filepath.Join(dir, "runs.db")})
 	if err != nil {
 		return fail(err)
 	}
@@ -214,7 +228,7 @@ func runEngine(dir, namespace string) int {
 		_ = s.Stop()
 		return fail(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "ready."+strconv.Itoa(os.Getpid())), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "ready."+strconv.Itoa(os.Getpid())), []byte(s.Engine.HooksAddr()), 0o644); err != nil {
 		return fail(err)
 	}
 	if err := s.Wait(); err != nil && !errors.Is(err, context.Canceled) {

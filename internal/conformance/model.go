@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -35,6 +36,9 @@ type Run struct {
 	Start int
 	// Seq is, for an enter run, the visit (status.state.seq) it is for.
 	Seq int64
+	// Delivery is, for an event run, the delivery it is for (its number:
+	// DeliveryID); its Life is 0, as it is for the operator.
+	Delivery int
 	// Outcomes are the attempts' outcomes. A run interrupted by a
 	// SIGKILL is not among them: it runs again with its key, and that
 	// attempt is.
@@ -50,7 +54,7 @@ func (r *Run) Ended() Outcome { return r.Outcomes[len(r.Outcomes)-1] }
 // ID names the run as the checker matches it: life, handler, trigger and
 // what the trigger is about.
 func (r *Run) ID() RunID {
-	return RunID{Life: r.Life, Handler: r.Handler, Trigger: r.Trigger, Gen: r.Gen, Start: r.Start, Seq: r.Seq}
+	return RunID{Life: r.Life, Handler: r.Handler, Trigger: r.Trigger, Gen: r.Gen, Start: r.Start, Seq: r.Seq, Delivery: r.Delivery}
 }
 
 // RunID identifies a run across the model and the observations.
@@ -61,9 +65,14 @@ type RunID struct {
 	Gen     int64
 	Start   int
 	Seq     int64
+	// Delivery is an event run's delivery.
+	Delivery int
 }
 
 func (id RunID) String() string {
+	if id.Trigger == Event {
+		return fmt.Sprintf("delivery %s %s event", DeliveryID(id.Delivery), id.Handler)
+	}
 	s := fmt.Sprintf("object #%d %s %s gen %d", id.Life, id.Handler, id.Trigger, id.Gen)
 	if id.Trigger == Resume {
 		s += " start " + strconv.Itoa(id.Start)
@@ -116,7 +125,33 @@ type Expectation struct {
 	// Interrupted are the runs the history's crashes interrupt: each the
 	// first run of the step before its crash.
 	Interrupted []RunID
+	// Deliveries are the source's deliveries, in the order sent, each
+	// accepted once.
+	Deliveries []*Delivery
+	// Answers are the HTTP statuses of the history's posts to the
+	// source, in order: 202 accepted, 409 a replay.
+	Answers []int
 }
+
+// Delivery is what the docs promise of one delivery id (docs/events.md):
+// recorded once, accepted, with its payload, handled once by each handler
+// on event in declared order, and recorded Handled, or Failed when one
+// gave up; each post of it again is recorded Refused, as a replay, and
+// runs nothing.
+type Delivery struct {
+	N       int
+	Payload map[string]string
+	// Outcome is the record's last: "Handled" or "Failed".
+	Outcome string
+	// Replays is how many times it was posted again while an engine ran.
+	Replays int
+}
+
+// The outcomes of an accepted delivery.
+const (
+	DeliveryHandled = "Handled"
+	DeliveryFailed  = "Failed"
+)
 
 // Expect returns what the docs promise for c: the runs that must happen,
 // their attempts, and how each life of the object ends. It plays the
@@ -149,6 +184,13 @@ type model struct {
 	dueRun RunID
 	// interrupted are the runs a crash interrupted.
 	interrupted []RunID
+	// deliveries are those accepted, in order; pending those not handled
+	// yet; answers the statuses of the posts.
+	deliveries []*Delivery
+	pending    []*Delivery
+	answers    []int
+	// eventExecs counts each event run's executions, for its Behaviour.
+	eventExecs map[RunID]int
 }
 
 // life is one object of the name "obj", from its creation to its end.
@@ -215,7 +257,7 @@ func WhenHolds(spec map[string]string) bool {
 }
 
 func newModel(def *Def) *model {
-	return &model{def: def, up: true, starts: 1, byID: map[RunID]*Run{}}
+	return &model{def: def, up: true, starts: 1, byID: map[RunID]*Run{}, eventExecs: map[RunID]int{}}
 }
 
 // current is the newest life, or nil.
@@ -233,32 +275,43 @@ func (m *model) apply(s Step, held bool) {
 	l := m.current()
 	switch s.Op {
 	case OpCreate:
-		l = &life{n: len(m.lives) + 1, exists: true, gen: 1, specs: []map[string]string{nil, {"a": "0", "b": "0"}}, hs: map[string]*handlerState{}}
-		for _, h := range m.def.Handlers {
-			l.hs[h.Name] = &handlerState{execs: map[RunID]int{}, resumed: map[int]bool{}}
-		}
-		m.lives = append(m.lives, l)
-		if m.def.States != nil {
-			// A new object enters its initial state first.
-			l.state, l.seq = StateStart, 1
-		}
+		m.create(map[string]string{"a": "0", "b": "0"})
 	case OpChange:
-		spec := maps.Clone(l.specs[l.gen])
 		m.nextRev++
-		spec[s.Field] = strconv.Itoa(m.nextRev)
-		if m.def.Kind == Watch && l.gen > l.seenGen {
-			// A watched object's generation counts the changes an engine
-			// saw: those made while none ran are one.
-			l.specs[l.gen] = spec
-			break
+		m.change(l, s.Field, strconv.Itoa(m.nextRev))
+	case OpDeliver:
+		if !m.up {
+			// No engine listens: the sender gets no answer, and nothing
+			// is recorded (the generator draws none).
+			return
 		}
-		l.gen++
-		l.specs = append(l.specs, spec)
-		// A new generation starts afresh, from attempt 1, the handlers
-		// that gave up included.
-		for _, hs := range l.hs {
-			hs.stalled, hs.attempts = nil, 0
+		a := ""
+		if m.def.Source.Object {
+			// The source's object is applied as the delivery is handled,
+			// at once: created, or its spec.a changed (server-side apply).
+			m.nextRev++
+			a = strconv.Itoa(m.nextRev)
+			if l == nil || !l.exists {
+				m.create(map[string]string{"a": a})
+			} else {
+				m.change(l, "a", a)
+			}
 		}
+		d := &Delivery{N: s.Delivery, Payload: DeliveryPayload(s.Delivery, a), Outcome: DeliveryHandled}
+		m.deliveries = append(m.deliveries, d)
+		m.pending = append(m.pending, d)
+		m.answers = append(m.answers, 202)
+	case OpDeliverAgain:
+		if !m.up {
+			return
+		}
+		// A replay: recorded Refused, answered 409, nothing runs.
+		for _, d := range m.deliveries {
+			if d.N == s.Delivery {
+				d.Replays++
+			}
+		}
+		m.answers = append(m.answers, 409)
 	case OpTouch:
 		// An annotation: neither the generation nor a projection moves.
 	case OpDelete:
@@ -297,8 +350,21 @@ func (m *model) apply(s Step, held bool) {
 		// The engine was killed in the first run the step before caused:
 		// that run is interrupted and runs again after the start, with
 		// its key, so the step's runs all come after the start. A step
-		// that caused no run was done with before the kill.
-		if m.due() {
+		// that caused no run was done with before the kill. A delivery's
+		// first run is its first handler's on event; the delivery stays
+		// Pending, and the next start handles it.
+		// In another handler than the first (s.Handler), those before it
+		// run first; should one give up, the delivery ends Failed and the
+		// engine is killed once quiet.
+		if ev := m.def.EventHandlers(); len(m.pending) > 0 && len(ev) > 0 {
+			held := cmp.Or(s.Handler, ev[0].Name)
+			d := m.pending[0]
+			if m.handle(d, held) {
+				m.interrupted = append(m.interrupted, RunID{Handler: held, Trigger: Event, Delivery: d.N})
+			} else {
+				m.pending = m.pending[1:]
+			}
+		} else if m.due() {
 			m.interrupted = append(m.interrupted, m.dueRun)
 		} else {
 			m.settle()
@@ -357,8 +423,93 @@ func (m *model) hasDelete() bool {
 	return slices.ContainsFunc(m.def.Handlers, func(h Handler) bool { return h.Fires(Delete) })
 }
 
+// create is a new life of the object, with spec.
+func (m *model) create(spec map[string]string) {
+	l := &life{n: len(m.lives) + 1, exists: true, gen: 1, specs: []map[string]string{nil, spec}, hs: map[string]*handlerState{}}
+	for _, h := range m.def.Handlers {
+		l.hs[h.Name] = &handlerState{execs: map[RunID]int{}, resumed: map[int]bool{}}
+	}
+	m.lives = append(m.lives, l)
+	if m.def.States != nil {
+		// A new object enters its initial state first.
+		l.state, l.seq = StateStart, 1
+	}
+}
+
+// change sets l's spec field to value.
+func (m *model) change(l *life, field, value string) {
+	spec := maps.Clone(l.specs[l.gen])
+	spec[field] = value
+	if m.def.Kind == Watch && l.gen > l.seenGen {
+		// A watched object's generation counts the changes an engine
+		// saw: those made while none ran are one.
+		l.specs[l.gen] = spec
+		return
+	}
+	l.gen++
+	l.specs = append(l.specs, spec)
+	// A new generation starts afresh, from attempt 1, the handlers
+	// that gave up included.
+	for _, hs := range l.hs {
+		hs.stalled, hs.attempts = nil, 0
+	}
+}
+
+// handleDeliveries handles the pending deliveries (docs/events.md, "What
+// happens to a delivery"): each handler on event, in declared order, one
+// after the other, its run retried with its key by its retry policy; one
+// that gave up ends the delivery's handling, Failed. Deliveries are apart
+// from the object's runs: nothing orders the two.
+func (m *model) handleDeliveries() {
+	for _, d := range m.pending {
+		m.handle(d, "")
+	}
+	m.pending = nil
+}
+
+// handle runs d's handlers on event, up to (not including) the handler
+// until, "" for all, and reports whether it got there: no handler gave
+// up. A handler that succeeded for d before (an engine ago) does not run
+// again: its key.
+func (m *model) handle(d *Delivery, until string) bool {
+	for _, h := range m.def.EventHandlers() {
+		if h.Name == until {
+			return true
+		}
+		id := RunID{Handler: h.Name, Trigger: Event, Delivery: d.N}
+		r := m.byID[id]
+		if r == nil {
+			r = &Run{Handler: h.Name, Trigger: Event, Delivery: d.N}
+			m.byID[id] = r
+			m.runs = append(m.runs, r)
+		}
+		if len(r.Outcomes) > 0 && r.Ended() == Succeeded {
+			continue
+		}
+		// Attempts count from 1 in each engine: one a SIGKILL
+		// interrupted is no attempt, and is not among the outcomes.
+		for attempt := 1; ; attempt++ {
+			m.eventExecs[id]++
+			b := h.Behaviour
+			switch {
+			case m.eventExecs[id] <= b.Fail && (b.Permanent || attempt >= h.MaxAttempts):
+				r.Outcomes = append(r.Outcomes, GaveUp)
+				d.Outcome = DeliveryFailed
+				return false
+			case m.eventExecs[id] <= b.Fail:
+				r.Outcomes = append(r.Outcomes, Failed)
+				continue
+			}
+			r.Outcomes = append(r.Outcomes, Succeeded)
+			break
+		}
+	}
+	return true
+}
+
 // settle runs everything due, one run at a time, until nothing is.
 func (m *model) settle() {
+	m.handleDeliveries()
 	for {
 		progress := false
 		for i, l := range m.lives {
@@ -655,7 +806,7 @@ func touches(h *Handler, before, after map[string]string) bool {
 }
 
 func (m *model) expectation() *Expectation {
-	e := &Expectation{Runs: m.runs, Starts: m.starts, Interrupted: m.interrupted}
+	e := &Expectation{Runs: m.runs, Starts: m.starts, Interrupted: m.interrupted, Deliveries: m.deliveries, Answers: m.answers}
 	for _, l := range m.lives {
 		e.Ends = append(e.Ends, End{Life: l.n, Exists: l.exists, Count: l.count, State: l.state, OrRefused: l.refusable, Spec: l.specs[l.gen], Gen: l.gen})
 	}

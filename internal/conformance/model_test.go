@@ -2,7 +2,9 @@ package conformance_test
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -219,5 +221,129 @@ func TestShrinkKeepsTheSmallestFailingCase(t *testing.T) {
 	}
 	if got.String() != want.String() {
 		t.Errorf("shrunk to\n%s\nwant\n%s", got, want)
+	}
+}
+
+// deliveries writes the expectation's deliveries one a line: "d1 Handled, 1 replays".
+func deliveries(e *conformance.Expectation) string {
+	var b strings.Builder
+	for _, d := range e.Deliveries {
+		fmt.Fprintf(&b, "%s %s, %d replays\n", conformance.DeliveryID(d.N), d.Outcome, d.Replays)
+	}
+	return b.String()
+}
+
+func TestModelSaysWhatTheDocsPromiseOfDeliveries(t *testing.T) {
+	deliver := func(op conformance.Op, n int) conformance.Step { return conformance.Step{Op: op, Delivery: n} }
+	crash := conformance.Step{Op: conformance.OpCrash}
+	for _, tc := range []struct {
+		name       string
+		object     bool
+		handlers   []conformance.Handler
+		history    []conformance.Step
+		want       string
+		deliveries string
+		answers    []int
+		spec       map[string]string
+	}{
+		{
+			name: "each delivery runs each handler on event once, in declared order, and a replay runs nothing",
+			handlers: []conformance.Handler{
+				handler("e1", ok, "event"), handler("e2", conformance.Behaviour{Fail: 1}, "event"),
+			},
+			history:    append(steps("create"), deliver(conformance.OpDeliver, 1), deliver(conformance.OpDeliverAgain, 1), deliver(conformance.OpDeliver, 2)),
+			want:       "e1 event gen 0: [Succeeded]\ne2 event gen 0: [Failed Succeeded]\ne1 event gen 0: [Succeeded]\ne2 event gen 0: [Failed Succeeded]\n",
+			deliveries: "d1 Handled, 1 replays\nd2 Handled, 0 replays\n",
+			answers:    []int{202, 409, 202},
+			spec:       map[string]string{"a": "0", "b": "0"},
+		},
+		{
+			name: "a handler that gives up fails the delivery, and the handlers after it do not run",
+			handlers: []conformance.Handler{
+				handler("e1", conformance.Behaviour{Fail: 2}, "event"), handler("e2", ok, "event"),
+			},
+			history:    append(steps("create"), deliver(conformance.OpDeliver, 1)),
+			want:       "e1 event gen 0: [Failed GaveUp]\n",
+			deliveries: "d1 Failed, 0 replays\n",
+			answers:    []int{202},
+			spec:       map[string]string{"a": "0", "b": "0"},
+		},
+		{
+			name:       "a delivery whose handler a SIGKILL interrupts is handled after the start, its run again with its key",
+			handlers:   []conformance.Handler{handler("e1", ok, "event")},
+			history:    append(steps("create"), deliver(conformance.OpDeliver, 1), crash),
+			want:       "e1 event gen 0: [Succeeded]\n",
+			deliveries: "d1 Handled, 0 replays\n",
+			answers:    []int{202},
+			spec:       map[string]string{"a": "0", "b": "0"},
+		},
+		{
+			name:       "a handler that succeeded before the SIGKILL in the next one's run does not run again",
+			handlers:   []conformance.Handler{handler("e1", conformance.Behaviour{Fail: 1}, "event"), handler("e2", ok, "event")},
+			history:    append(steps("create"), deliver(conformance.OpDeliver, 1), conformance.Step{Op: conformance.OpCrash, Handler: "e2"}),
+			want:       "e1 event gen 0: [Failed Succeeded]\ne2 event gen 0: [Succeeded]\n",
+			deliveries: "d1 Handled, 0 replays\n",
+			answers:    []int{202},
+			spec:       map[string]string{"a": "0", "b": "0"},
+		},
+		{
+			name:       "a handler that gave up before the one the SIGKILL was to come in leaves nothing to interrupt",
+			handlers:   []conformance.Handler{handler("e1", conformance.Behaviour{Fail: 1, Permanent: true}, "event"), handler("e2", ok, "event")},
+			history:    append(steps("create"), deliver(conformance.OpDeliver, 1), conformance.Step{Op: conformance.OpCrash, Handler: "e2"}),
+			want:       "e1 event gen 0: [GaveUp]\n",
+			deliveries: "d1 Failed, 0 replays\n",
+			answers:    []int{202},
+			spec:       map[string]string{"a": "0", "b": "0"},
+		},
+		{
+			name:       "the source's object is created by the first delivery and changed by the next; a replay changes nothing",
+			object:     true,
+			handlers:   []conformance.Handler{handler("h1", write, "create", "update")},
+			history:    []conformance.Step{deliver(conformance.OpDeliver, 1), deliver(conformance.OpDeliver, 2), deliver(conformance.OpDeliverAgain, 1)},
+			want:       "h1 create gen 1: [Succeeded]\nh1 update gen 2: [Succeeded]\n",
+			deliveries: "d1 Handled, 1 replays\nd2 Handled, 0 replays\n",
+			answers:    []int{202, 202, 409},
+			spec:       map[string]string{"a": "2"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := conformance.Case{Def: conformance.Def{Kind: conformance.CustomResource, Handlers: tc.handlers, Source: &conformance.Source{Object: tc.object}}, History: tc.history}
+			if !conformance.Valid(c) {
+				t.Fatalf("the case is not valid:\n%s", c)
+			}
+			e := conformance.Expect(c)
+			if got := runs(e); got != tc.want {
+				t.Errorf("runs:\n%s\nwant:\n%s", got, tc.want)
+			}
+			if got := deliveries(e); got != tc.deliveries {
+				t.Errorf("deliveries:\n%s\nwant:\n%s", got, tc.deliveries)
+			}
+			if !slices.Equal(e.Answers, tc.answers) {
+				t.Errorf("answers %v, want %v", e.Answers, tc.answers)
+			}
+			if end := e.Ends[len(e.Ends)-1]; !maps.Equal(end.Spec, tc.spec) {
+				t.Errorf("spec %v, want %v", end.Spec, tc.spec)
+			}
+		})
+	}
+}
+
+func TestAnObjectIsNotAppliedByADeliveryWhileItIsBeingDeleted(t *testing.T) {
+	c := conformance.Case{
+		Def: conformance.Def{Kind: conformance.CustomResource, Source: &conformance.Source{Object: true}, Handlers: []conformance.Handler{
+			handler("h1", conformance.Behaviour{Fail: 1, Permanent: true}, "delete"),
+		}},
+		History: append(steps("create", "delete"), conformance.Step{Op: conformance.OpDeliver, Delivery: 1}),
+	}
+	if conformance.Valid(c) {
+		t.Errorf("a delivery applying the object while its deletion waits for a delete handler is valid:\n%s", c)
+	}
+}
+
+func TestRegressionCasesCanBePlayed(t *testing.T) {
+	for _, r := range conformance.Regressions {
+		if !conformance.Valid(r.Case) {
+			t.Errorf("regression %q cannot be played:\n%s", r.Name, r.Case)
+		}
 	}
 }

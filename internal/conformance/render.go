@@ -45,16 +45,24 @@ func (d *Def) APIVersion() string {
 	return Group + "/v1"
 }
 
+// OperatorName is the name of d's rendered Operator.
+func (d *Def) OperatorName() string {
+	if d.States != nil {
+		return OperatorName + "-states"
+	}
+	return OperatorName
+}
+
 // Operator renders d as an Operator manifest whose handlers run command
 // (the recorder: argv, never a shell) with two more arguments, the
 // handler's behaviour (Behaviour.Arg) and the kind ("resource" or
 // "watch"), and the environment variables env (NAME=value).
-func Operator(d *Def, command []string, env []string) string {
+//
+// A source is rendered as a webhook source of namespace ns: its bearer
+// token the Secret HookSecret there, its object the history's, there.
+func Operator(d *Def, ns string, command []string, env []string) string {
 	var b strings.Builder
-	name := OperatorName
-	if d.States != nil {
-		name += "-states"
-	}
+	name := d.OperatorName()
 	fmt.Fprintf(&b, "apiVersion: opkit.dev/v1alpha1\nkind: Operator\nmetadata: {name: %s}\nspec:\n", name)
 	switch d.Kind {
 	case Watch:
@@ -89,6 +97,22 @@ func Operator(d *Def, command []string, env []string) string {
   - name: Done
     final: true
 `)
+	}
+	if d.Source != nil {
+		fmt.Fprintf(&b, `  sources:
+  - name: %s
+    webhook:
+      bearer:
+        secretRef: {namespace: %s, name: %s, key: token}
+      deliveryHeader: %s
+`, SourceName, ns, HookSecret, DeliveryHeader)
+		if d.Source.Object {
+			fmt.Fprintf(&b, `    object:
+      metadata: {name: %s, namespace: %s}
+      spec:
+        a: "${payload.a}"
+`, ObjectName, ns)
+		}
 	}
 	b.WriteString("  handlers:\n")
 	for _, h := range d.Handlers {

@@ -14,10 +14,15 @@ import (
 func Rows(c Case) []string {
 	kind := map[Kind]string{CustomResource: "custom resource", Watch: "watched object"}[c.Def.Kind]
 	rows := []string{"runs once, " + kind}
-	var down, crash, retry, decide, write, resume bool
+	var down, crash, retry, decide, write, resume, deliver, again, crashEvent bool
 	stopped := false
-	for _, s := range c.History {
+	for i, s := range c.History {
 		switch s.Op {
+		case OpDeliver:
+			deliver = true
+			crashEvent = crashEvent || i+1 < len(c.History) && c.History[i+1].Op == OpCrash
+		case OpDeliverAgain:
+			again = true
 		case OpStop:
 			stopped = true
 		case OpStart:
@@ -54,6 +59,18 @@ func Rows(c Case) []string {
 	if decide {
 		rows = append(rows, "DESIGN 12 a decision is taken or refused")
 	}
+	if deliver {
+		rows = append(rows, "events: a delivery handled once")
+		if c.Def.Source.Object {
+			rows = append(rows, "events: the source's object applied")
+		}
+	}
+	if again {
+		rows = append(rows, "events: a replay runs nothing")
+	}
+	if crashEvent {
+		rows = append(rows, "events: handled once across a SIGKILL")
+	}
 	return rows
 }
 
@@ -80,11 +97,15 @@ func Scenario(c Case) string {
 	b.WriteString("# To play it: save this document as operator.yaml and the next as conformance.test.yaml in a\n" +
 		"# directory, build the recorder there (go test -c -o DIR/conformance.test ./internal/conformance),\n" +
 		"# then: opkit test DIR/conformance.test.yaml\n")
-	b.WriteString(Operator(&c.Def, []string{"./conformance.test", "."}, []string{"OPKIT_CONFORMANCE_RECORDER=1"}))
+	b.WriteString(Operator(&c.Def, "default", []string{"./conformance.test", "."}, []string{"OPKIT_CONFORMANCE_RECORDER=1"}))
 	b.WriteString("---\n# conformance.test.yaml\n")
 	fmt.Fprintf(&b, "scenario: conformance case (%s, %d handlers)\noperators: [operator.yaml]\nsteps:\n", c.Def.Kind, len(c.Def.Handlers))
 	ref := fmt.Sprintf("{kind: %s, name: %s}", c.Def.ObjectKind(), ObjectName)
 	changes := 0
+	payloads := map[int]map[string]string{}
+	for _, d := range e.Deliveries {
+		payloads[d.N] = d.Payload
+	}
 	var unsaid []string
 	m := newModel(&c.Def)
 	for i, s := range c.History {
@@ -111,6 +132,15 @@ func Scenario(c Case) string {
 			fmt.Fprintf(&b, "- delete: {object: %s}\n", ref)
 		case OpRetry:
 			fmt.Fprintf(&b, "- retry: {object: %s}\n", ref)
+		case OpDeliver, OpDeliverAgain:
+			status := 202
+			if s.Op == OpDeliverAgain {
+				status = 409
+			} else if c.Def.Source.Object {
+				changes++ // the value the object's spec.a takes
+			}
+			p, _ := json.Marshal(payloads[s.Delivery])
+			fmt.Fprintf(&b, "- send: {source: %s, headers: {%s: %s}, payload: %s, status: %d}\n", SourceName, DeliveryHeader, DeliveryID(s.Delivery), p, status)
 		default:
 			fmt.Fprintf(&b, "# step %d, %s: a scenario cannot stop, kill or start its engine\n", i+1, s)
 			unsaid = append(unsaid, s.String())
@@ -162,6 +192,9 @@ func GoString(c Case) string {
 	fmt.Fprintf(&b, "conformance.Case{\n\tDef: conformance.Def{Kind: %q", c.Def.Kind)
 	if c.Def.States != nil {
 		b.WriteString(", States: &conformance.Machine{}")
+	}
+	if c.Def.Source != nil {
+		fmt.Fprintf(&b, ", Source: &conformance.Source{Object: %t}", c.Def.Source.Object)
 	}
 	b.WriteString(", Handlers: []conformance.Handler{\n")
 	for _, h := range c.Def.Handlers {

@@ -6,9 +6,14 @@ import "slices"
 // only when there is none, changed or deleted only when there is one not
 // being deleted, decided on only in Ask, the engine stopped only when it
 // runs and started only when it does not, a crash only when it runs after
-// a step that was not a stop, and the engine runs at the end.
+// a step that was not a stop, and the engine runs at the end. A
+// delivery is posted while the engine runs, each id once, and again only
+// after it was; none creates or changes the object while it is being
+// deleted, nor is followed by a crash when the source applies the object
+// (which of the object's and the delivery's runs is first is not the
+// docs' to say).
 func Valid(c Case) bool {
-	if len(c.Def.Handlers) == 0 {
+	if len(c.Def.Handlers) == 0 || !validSource(&c.Def) {
 		return false
 	}
 	for _, h := range c.Def.Handlers {
@@ -16,6 +21,7 @@ func Valid(c Case) bool {
 			return false // not drawn (Generate says why)
 		}
 	}
+	delivered := map[int]bool{}
 	m := newModel(&c.Def)
 	for i, s := range c.History {
 		l := m.current()
@@ -52,10 +58,44 @@ func Valid(c Case) bool {
 			if !m.up || i == 0 || c.History[i-1].Op == OpCrash || c.History[i-1].Op == OpStop {
 				return false
 			}
+			if c.History[i-1].Op == OpDeliver && c.Def.Source.Object {
+				return false
+			}
+			if s.Handler != "" && (c.History[i-1].Op != OpDeliver || !slices.ContainsFunc(c.Def.EventHandlers(), func(h Handler) bool { return h.Name == s.Handler })) {
+				return false
+			}
+		case OpDeliver:
+			if c.Def.Source == nil || !m.up || s.Delivery < 1 || delivered[s.Delivery] || (c.Def.Source.Object && exists && l.deleting) {
+				return false
+			}
+			delivered[s.Delivery] = true
+		case OpDeliverAgain:
+			if !m.up || !delivered[s.Delivery] {
+				return false
+			}
 		}
 		m.apply(s, false)
 	}
 	return m.up
+}
+
+// validSource reports whether d's source and handlers on event go
+// together: handlers on event (on nothing else, and writing no status,
+// which a run for the operator cannot) only with a source, and a source
+// that runs a handler or applies the object (a custom resource's).
+func validSource(d *Def) bool {
+	for _, h := range d.Handlers {
+		if h.Fires(Event) && (len(h.On) != 1 || h.Behaviour.Write || d.Source == nil) {
+			return false
+		}
+	}
+	if d.Source == nil {
+		return true
+	}
+	if d.Source.Object && d.Kind != CustomResource {
+		return false
+	}
+	return d.Source.Object || len(d.EventHandlers()) > 0
 }
 
 // Shrink returns the smallest case it finds, from c, that still fails:
@@ -109,6 +149,14 @@ func smaller(c Case) []Case {
 	if c.Def.States != nil {
 		with(func(n *Case) { n.Def.States = nil })
 	}
+	if c.Def.Source != nil && c.Def.Source.Object {
+		with(func(n *Case) { n.Def.Source.Object = false })
+	}
+	for i, s := range c.History {
+		if s.Handler != "" {
+			with(func(n *Case) { n.History[i].Handler = "" })
+		}
+	}
 	for i, h := range c.Def.Handlers {
 		if len(h.On) > 1 {
 			for j := range h.On {
@@ -142,6 +190,10 @@ func smaller(c Case) []Case {
 func clone(c Case) Case {
 	n := Case{Def: c.Def, History: slices.Clone(c.History)}
 	n.Def.Handlers = slices.Clone(c.Def.Handlers)
+	if c.Def.Source != nil {
+		src := *c.Def.Source
+		n.Def.Source = &src
+	}
 	for i, h := range n.Def.Handlers {
 		n.Def.Handlers[i].On = slices.Clone(h.On)
 		n.Def.Handlers[i].Fields = slices.Clone(h.Fields)

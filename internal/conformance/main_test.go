@@ -228,7 +228,14 @@ func runEngine(dir, namespace string) int {
 		_ = s.Stop()
 		return fail(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "ready."+strconv.Itoa(os.Getpid())), []byte(s.Engine.HooksAddr()), 0o644); err != nil {
+	// Written whole, then renamed: the checker takes the file's being
+	// there for the engine's readiness and reads the hooks address from
+	// it, and could otherwise read it created and still empty.
+	ready := filepath.Join(dir, "ready."+strconv.Itoa(os.Getpid()))
+	if err := os.WriteFile(ready+".tmp", []byte(s.Engine.HooksAddr()), 0o644); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(ready+".tmp", ready); err != nil {
 		return fail(err)
 	}
 	if err := s.Wait(); err != nil && !errors.Is(err, context.Canceled) {

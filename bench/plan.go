@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -66,6 +67,10 @@ func (b *bench) plan(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// From an empty namespace, as every measurement.
+	if err := b.deleteWebsites(ctx); err != nil {
+		return err
+	}
 	store, err := archive.OpenSQLite(ctx, tempArchive(b.workDir), archive.Options{})
 	if err != nil {
 		return err
@@ -78,9 +83,10 @@ func (b *bench) plan(ctx context.Context) (err error) {
 	}
 	stop := s.Stop
 	defer func() { _ = stop() }()
-	// Whatever happens, the Websites go, and their children with them.
+	// The Websites go, and their children with them, unless the bench
+	// was interrupted: then the next plan scenario deletes them first.
 	defer func() {
-		if cerr := b.deleteWebsites(context.WithoutCancel(ctx)); cerr != nil && err == nil {
+		if cerr := b.deleteWebsites(ctx); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
@@ -238,13 +244,18 @@ func (b *bench) waitWebsites(ctx context.Context, n int, timeout time.Duration) 
 }
 
 // deleteWebsites deletes the namespace's Websites and waits until they
-// are gone, and then their children.
+// are gone, and then their children. Where the Website CRD is not
+// installed, there are none.
 func (b *bench) deleteWebsites(ctx context.Context) error {
 	ws := b.c.dyn.Resource(websites).Namespace(b.c.ns)
 	bg := metav1.DeletePropagationBackground
 	var left int
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := ws.DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{}); err != nil {
+		err := ws.DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
 			return false, err
 		}
 		list, err := ws.List(ctx, metav1.ListOptions{Limit: 1})

@@ -49,7 +49,8 @@ func TestMain(m *testing.M) {
 // archive and console scenarios measure SQLite and PostgreSQL alike; the
 // peers (the Python operator, shell-operator) drain the handlers' Printers
 // and watch the Deployments beside opkit, with the ratios among the
-// targets.
+// targets; the plan scenario plans both children of each Website changed,
+// with issue 41's goal among the targets.
 func TestEveryScenarioMeasures(t *testing.T) {
 	kubeconfig := clustertest.Cluster(t).KubeconfigPath()
 	stores := archiveStores(t)
@@ -63,7 +64,7 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		"-kubeconfig", kubeconfig, "-runs", "1", "-cold-objects", "100", "-objects", "200", "-memory-objects", "300", "-ceiling-objects", "200",
 		"-live-rates", "50", "-live-duration", "2s", "-idle", "3s", "-handler-objects", "30", "-job-objects", "3",
 		"-archive-sizes", "2000", "-archive-batch", "1000", "-archive-stores", strings.Join(storeFlag, ","), "-console-objects", "50", "-console-requests", "20",
-		"-watch-objects", "30", "-watch-steady", "3s", "-webhook-deliveries", "60", "-webhook-rate", "30", "-source-messages", "200", "-json", out,
+		"-watch-objects", "30", "-watch-steady", "3s", "-webhook-deliveries", "60", "-webhook-rate", "30", "-source-messages", "200", "-plan-objects", "50", "-json", out,
 	}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr.String())
@@ -161,6 +162,7 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		}
 	}
 	checkWebhookFigures(t, report, "opkit, 30/s")
+	checkPlanFigures(t, report, 50)
 	// Each consumed source flooded at once and at the webhook's rate:
 	// every message handled, once.
 	for _, subject := range []string{"nats, 200 at once", "nats, 30/s", "kafka, 200 at once", "kafka, 30/s"} {
@@ -234,6 +236,26 @@ func checkWebhookFigures(t *testing.T, report benchReport, subject string) {
 		if started, handled := get("received to handler started "+p), get("received to handled "+p); started > handled {
 			t.Errorf("webhook: received to handler started %s %v ms, after received to handled %s %v ms", p, started, p, handled)
 		}
+	}
+}
+
+// checkPlanFigures checks the plan scenario's figures, of n Websites:
+// each there and positive, every Website planned, both its children
+// changed, and issue 41's goal among the targets.
+func checkPlanFigures(t *testing.T, report benchReport, n int) {
+	t.Helper()
+	for _, metric := range []string{"wall time", "objects/s"} {
+		if v, ok := report.get("plan", "opkit", metric); !ok || v <= 0 {
+			t.Errorf("plan / opkit / %s: got %v (measured: %v), want a positive figure", metric, v, ok)
+		}
+	}
+	for metric, want := range map[string]float64{"objects planned": float64(n), "children changed": float64(2 * n)} {
+		if v, ok := report.get("plan", "opkit", metric); !ok || v != want {
+			t.Errorf("plan / opkit / %s: got %v (measured: %v), want %v", metric, v, ok, want)
+		}
+	}
+	if !slices.ContainsFunc(report.Targets, func(tg target) bool { return tg.Goal == "opkit plan: 10,000 objects in under a minute" }) {
+		t.Errorf("no target for issue 41's goal: %+v", report.Targets)
 	}
 }
 

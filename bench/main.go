@@ -52,6 +52,13 @@
 //	          request answered, the time to the answer, the time until each
 //	          accepted one is handled, each handled once; opkit alone,
 //	          without a baseline
+//	plan      -plan-objects Websites (examples/website/operator.yaml, run
+//	          by opkit's engine in this process) with their children;
+//	          then the engine stops and opkit plan's entry point
+//	          (plan.Run) plans a template edit that changes both children
+//	          of each: objects planned, wall time, objects/s, children
+//	          changed (anything but 2 a Website fails the scenario);
+//	          opkit alone, without a baseline
 //
 // With -json FILE the figures, targets and machine go to FILE as well.
 package main
@@ -118,12 +125,14 @@ type options struct {
 	// SourceMessages are the messages the sources scenario floods each
 	// consumed source with.
 	SourceMessages int
-	ProfileDir     string
+	// PlanObjects are the Websites the plan scenario plans.
+	PlanObjects int
+	ProfileDir  string
 	// Subjects are the drains' controllers by name; empty: all.
 	Subjects []string
 }
 
-var allScenarios = []string{"ceiling", "drain", "live", "memory", "idle", "handlers", "archive", "console", "watch", "webhook", "sources"}
+var allScenarios = []string{"ceiling", "drain", "live", "memory", "idle", "handlers", "archive", "console", "watch", "webhook", "sources", "plan"}
 
 // benchNamespace is where every scenario works; watch.yaml names it.
 const benchNamespace = "bench"
@@ -134,7 +143,7 @@ func defaultOptions() options {
 		LiveRates: []int{100, 500}, LiveDuration: 10 * time.Second, Idle: 30 * time.Second,
 		HandlerObjects: 1_000, JobObjects: 15, ArchiveSizes: []int{100_000, 1_000_000}, ArchiveStores: allStores, ArchiveBatch: 10_000,
 		ConsoleObjects: 1_000, ConsoleRequests: 200, WatchObjects: 500, WatchSteady: time.Minute,
-		WebhookDeliveries: 1_000, WebhookRate: 100, SourceMessages: 10_000,
+		WebhookDeliveries: 1_000, WebhookRate: 100, SourceMessages: 10_000, PlanObjects: 10_000,
 	}
 }
 
@@ -214,6 +223,7 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	fs.IntVar(&opts.WebhookDeliveries, "webhook-deliveries", opts.WebhookDeliveries, "deliveries the webhook scenario sends")
 	fs.IntVar(&opts.WebhookRate, "webhook-rate", opts.WebhookRate, "deliveries per second the webhook scenario sends")
 	fs.IntVar(&opts.SourceMessages, "source-messages", opts.SourceMessages, "messages the sources scenario floods each consumed source (NATS, Kafka) with")
+	fs.IntVar(&opts.PlanObjects, "plan-objects", opts.PlanObjects, "Websites the plan scenario makes, then plans a change of")
 	sizes := fs.String("archive-sizes", "100000,1000000", "archive sizes in runs, comma-separated")
 	fs.IntVar(&opts.ArchiveBatch, "archive-batch", opts.ArchiveBatch, "runs each archive measurement records, then prunes")
 	stores := fs.String("archive-stores", "sqlite,postgres", "the archive stores of the archive and console scenarios, comma-separated: sqlite, postgres (a server the bench starts)")
@@ -249,8 +259,8 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	if opts.ArchiveStores, err = storeList(*stores); err != nil {
 		return fmt.Errorf("-archive-stores: %w", err)
 	}
-	if opts.Runs < 1 || opts.Objects < 1 || opts.WatchObjects < 1 || opts.WebhookDeliveries < 1 || opts.WebhookRate < 1 || opts.SourceMessages < 1 || opts.ArchiveBatch < 1 || opts.JobObjects > 16 {
-		return errors.New("-runs, -objects, -watch-objects, -webhook-deliveries, -webhook-rate and -archive-batch must be at least 1, and -job-objects at most 16")
+	if opts.Runs < 1 || opts.Objects < 1 || opts.WatchObjects < 1 || opts.WebhookDeliveries < 1 || opts.WebhookRate < 1 || opts.SourceMessages < 1 || opts.ArchiveBatch < 1 || opts.PlanObjects < 1 || opts.JobObjects > 16 {
+		return errors.New("-runs, -objects, -watch-objects, -webhook-deliveries, -webhook-rate, -source-messages, -archive-batch and -plan-objects must be at least 1, and -job-objects at most 16")
 	}
 
 	if opts.ProfileDir != "" {
@@ -541,6 +551,12 @@ func (b *bench) run(ctx context.Context) error {
 		if on("sources") {
 			what := fmt.Sprintf("sources: %d messages at once on NATS and Kafka", b.opts.SourceMessages)
 			if err := step(what, func() error { return b.sources(ctx) }); err != nil {
+				return err
+			}
+		}
+		if on("plan") {
+			what := fmt.Sprintf("plan: %d Websites, both children changed", b.opts.PlanObjects)
+			if err := step(what, func() error { return b.plan(ctx) }); err != nil {
 				return err
 			}
 		}

@@ -194,6 +194,14 @@ func (b *bench) targets() []target {
 	if v, ok := b.median("webhook", opkitDefaults.Name+", 100/s", "received to handler started p99"); ok {
 		out = append(out, target{Goal: "webhook at 100/s: accepted delivery to handler started p99 under 50 ms", Got: fmt.Sprintf("%.1f ms", v), Met: v < 50})
 	}
+	// Issue 41's goal. Fewer objects than it names are held to its rate.
+	if v, ok := b.median(planScenario, opkitDefaults.Name, "objects/s"); ok {
+		objects, _ := b.median(planScenario, opkitDefaults.Name, "objects planned")
+		secs, _ := b.median(planScenario, opkitDefaults.Name, "wall time")
+		want := planGoal / planGoalTime.Seconds()
+		out = append(out, target{Goal: "opkit plan: 10,000 objects in under a minute",
+			Got: fmt.Sprintf("%.0f objects in %.1f s (%.0f/s, %.0f/s needed)", objects, secs, v, want), Met: v >= want})
+	}
 	for _, f := range b.figures {
 		// Issue 39's goal: kubectl get runs -A -l opkit.dev/object=NAME.
 		if f.Scenario == "archive" && f.Subject == "1M runs" && f.Metric == runsAPIObjectQueries[0].metric+" p99" {

@@ -118,14 +118,12 @@ func Operator(d *Def, ns, natsURL string, command []string, env []string) string
       deliveryHeader: %s
 `, SourceName, ns, HookSecret, DeliveryHeader)
 	}
-	if d.Source != nil {
-		if d.Source.Object {
-			fmt.Fprintf(&b, `    object:
+	if d.Source != nil && d.Source.Object {
+		fmt.Fprintf(&b, `    object:
       metadata: {name: %s, namespace: %s}
       spec:
         a: "${payload.a}"
 `, ObjectName, ns)
-		}
 	}
 	b.WriteString("  handlers:\n")
 	for _, h := range d.Handlers {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +29,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/conformance"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+	"github.com/opkit-dev/opkit/internal/source/natsjs/natstest"
 )
 
 // checker plays one case against a real engine on the plane, in a
@@ -67,6 +69,11 @@ type checker struct {
 	hooks    string
 	payloads map[int][]byte
 	answers  []int
+	// nats is a NATS source's server, the case's own (nil for a webhook
+	// source or none), and published the count of messages published to
+	// its stream.
+	nats      *natstest.Server
+	published int
 }
 
 // Check plays c against the engine and compares what happened with the
@@ -85,7 +92,14 @@ func Check(t testing.TB, env *clustertest.Env, c conformance.Case) ([]conformanc
 	if err := os.MkdirAll(ch.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	def := conformance.Operator(&c.Def, ch.ns, []string{bin, ch.dir}, []string{recorderEnv + "=1"})
+	natsURL := ""
+	if c.Def.Source != nil && c.Def.Source.Consumed() {
+		// The case's own JetStream server and stream: delivery n is its
+		// n-th message, <stream>:<n>.
+		ch.nats = natstest.Start(t, natstest.Options{Stream: conformance.NATSStream, Subjects: []string{conformance.NATSSubject}})
+		natsURL = ch.nats.URL()
+	}
+	def := conformance.Operator(&c.Def, ch.ns, natsURL, []string{bin, ch.dir}, []string{recorderEnv + "=1"})
 	if err := os.WriteFile(filepath.Join(ch.dir, "operator.yaml"), []byte(def), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +108,7 @@ func Check(t testing.TB, env *clustertest.Env, c conformance.Case) ([]conformanc
 		t.Fatal(err)
 	}
 	defer ch.cleanUp()
-	if c.Def.Source != nil {
+	if c.Def.Source != nil && !c.Def.Source.Consumed() {
 		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ch.ns, Name: conformance.HookSecret}, StringData: map[string]string{"token": conformance.HookToken}}
 		if err := env.Client.Create(ctx, secret); err != nil {
 			t.Fatal(err)
@@ -172,8 +186,10 @@ func (ch *checker) apply(s conformance.Step) {
 	}
 }
 
-// deliver posts a delivery to the source, as its sender would: a new one
-// with its payload, or one posted before, again, the same body and id.
+// deliver posts a delivery to a webhook source, as its sender would: a new
+// one with its payload, or one posted before, again, the same body and
+// id; or publishes it to a NATS source's stream, whether an engine runs
+// or not.
 func (ch *checker) deliver(s conformance.Step) {
 	t := ch.t
 	body := ch.payloads[s.Delivery]
@@ -185,6 +201,14 @@ func (ch *checker) deliver(s conformance.Step) {
 		}
 		body, _ = json.Marshal(conformance.DeliveryPayload(s.Delivery, a))
 		ch.payloads[s.Delivery] = body
+	}
+	if ch.nats != nil {
+		seqs := ch.nats.PublishMsgs(&nats.Msg{Subject: conformance.NATSSubject, Data: body})
+		ch.published++
+		if seqs[0] != uint64(s.Delivery) {
+			t.Fatalf("%s was published as the stream's message %d: the model names it %s", s, seqs[0], ch.c.Def.SourceDeliveryID(s.Delivery))
+		}
+		return
 	}
 	if ch.proc == nil {
 		return // no engine listens: the sender gets no answer (not drawn)
@@ -374,6 +398,14 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 		// no run between a handler's end and the next's start).
 		pending, err := ch.store.PendingDeliveries(ctx, ch.c.Def.OperatorName())
 		if err != nil || len(pending) > 0 {
+			return "", err
+		}
+	}
+	if ch.nats != nil {
+		// A message published and not recorded yet: the consumer has
+		// not fetched it.
+		recorded, err := ch.deliveries(ctx)
+		if err != nil || len(recorded) < ch.published {
 			return "", err
 		}
 	}
@@ -597,7 +629,7 @@ func (ch *checker) observe() *conformance.Observed {
 		}
 		if s.ID.Trigger == conformance.Event {
 			s.ID = conformance.RunID{Handler: r.Handler, Trigger: conformance.Event}
-			s.ID.Delivery, _ = strconv.Atoi(strings.TrimPrefix(r.DeliveryID, "d"))
+			s.ID.Delivery = ch.deliveryNumber(r.DeliveryID)
 			s.Payload = r.Payload
 			obs.Runs = append(obs.Runs, s)
 			continue
@@ -626,24 +658,46 @@ func (ch *checker) observe() *conformance.Observed {
 	}
 	obs.Answers = ch.answers
 	if ch.c.Def.Source != nil {
-		query := archive.DeliveryQuery{Operator: ch.c.Def.OperatorName(), Limit: 1000}
-		for {
-			page, err := ch.store.ListDeliveries(ctx, query)
-			if err != nil {
-				ch.t.Fatal(err)
-			}
-			for _, d := range page.Deliveries {
-				obs.Deliveries = append(obs.Deliveries, conformance.SeenDelivery{DeliveryID: d.DeliveryID, Outcome: string(d.Outcome), Reason: d.Reason})
-			}
-			if page.Next == "" {
-				break
-			}
-			query.Cursor = page.Next
+		ds, err := ch.deliveries(ctx)
+		if err != nil {
+			ch.t.Fatal(err)
+		}
+		for _, d := range ds {
+			obs.Deliveries = append(obs.Deliveries, conformance.SeenDelivery{DeliveryID: d.DeliveryID, Outcome: string(d.Outcome), Reason: d.Reason})
 		}
 	}
 	data, _ := os.ReadFile(filepath.Join(ch.dir, "engine.log"))
 	obs.Engine = strings.TrimSpace(ch.engineLog + engineFailure(string(data)))
 	return obs
+}
+
+// deliveries are the archive's records of the source's deliveries.
+func (ch *checker) deliveries(ctx context.Context) ([]archive.Delivery, error) {
+	var out []archive.Delivery
+	query := archive.DeliveryQuery{Operator: ch.c.Def.OperatorName(), Limit: 1000}
+	for {
+		page, err := ch.store.ListDeliveries(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page.Deliveries...)
+		if page.Next == "" {
+			return out, nil
+		}
+		query.Cursor = page.Next
+	}
+}
+
+// deliveryNumber is the model's number of the delivery the engine
+// recorded as id: d<n> (a webhook's), <stream>:<n> (a NATS message's); 0
+// for another.
+func (ch *checker) deliveryNumber(id string) int {
+	for n := range ch.payloads {
+		if ch.c.Def.SourceDeliveryID(n) == id {
+			return n
+		}
+	}
+	return 0
 }
 
 // untouched says what of a watched object is not the checker's: a label

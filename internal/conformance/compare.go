@@ -238,7 +238,7 @@ func outcomesText(os []Outcome) string {
 }
 
 // compareDeliveries checks the source's deliveries (docs/events.md): the
-// answers to the posts, one accepted record per delivery id with the
+// answers to the posts (a webhook's; a NATS source has none), one accepted record per delivery id with the
 // outcome its handling must end with and a Refused one per replay, and
 // each event run's key and payload.
 func compareDeliveries(def *Def, e *Expectation, obs *Observed) []Violation {
@@ -251,7 +251,7 @@ func compareDeliveries(def *Def, e *Expectation, obs *Observed) []Violation {
 	}
 	want := map[string]*Delivery{}
 	for _, d := range e.Deliveries {
-		id := DeliveryID(d.N)
+		id := def.SourceDeliveryID(d.N)
 		want[id] = d
 		var accepted []SeenDelivery
 		refused := 0
@@ -283,7 +283,7 @@ func compareDeliveries(def *Def, e *Expectation, obs *Observed) []Violation {
 		if s.ID.Trigger != Event {
 			continue
 		}
-		id := DeliveryID(s.ID.Delivery)
+		id := def.SourceDeliveryID(s.ID.Delivery)
 		if key := def.OperatorName() + "/event/" + SourceName + "/" + id + "/" + s.ID.Handler; s.Key != key {
 			add("%s (run %s) has the key %s; the docs promise %s", s.ID, s.RunID, s.Key, key)
 		}

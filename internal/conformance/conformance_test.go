@@ -1,6 +1,7 @@
 package conformance_test
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -26,7 +27,7 @@ var (
 	flagShrink   = flag.Int("conformance.shrink", 40, "how many smaller cases a failing case's shrinking may play")
 	flagReport   = flag.String("conformance.report", "", "write the report of what was tried to this file (make soak)")
 	flagKinds    = flag.String("conformance.kinds", "", "draw only these kinds of operator, comma-separated: resource, watch; default both")
-	flagSources  = flag.String("conformance.sources", "", "only: play only the cases whose operator has a webhook source; none: draw no source; default: draw some")
+	flagSources  = flag.String("conformance.sources", "", "only: play only the cases whose operator has a source; webhook or nats: only those whose source is of that kind; none: draw no source; default: draw some")
 )
 
 // TestConformance plays generated cases against the engine on the plane
@@ -49,11 +50,11 @@ func TestConformance(t *testing.T) {
 		}
 	}
 	switch *flagSources {
-	case "", "only":
+	case "", "only", string(conformance.Webhook), string(conformance.NATS):
 	case "none":
 		space.Sources = false
 	default:
-		t.Fatalf("-conformance.sources=%s: expected only or none", *flagSources)
+		t.Fatalf("-conformance.sources=%s: expected only, webhook, nats or none", *flagSources)
 	}
 	sem := make(chan struct{}, max(1, *flagParallel))
 	var wg sync.WaitGroup
@@ -67,7 +68,7 @@ func TestConformance(t *testing.T) {
 		}
 		caseSeed := seed + i
 		c := conformance.Generate(rand.New(rand.NewPCG(caseSeed, 0)), space)
-		if *flagSources == "only" && c.Def.Source == nil {
+		if !drawn(c, *flagSources) {
 			continue
 		}
 		if d := conformance.Known(c); d != nil && !*flagKnown {
@@ -107,6 +108,20 @@ func TestConformance(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// drawn reports whether c is among the cases -conformance.sources asks
+// for.
+func drawn(c conformance.Case, sources string) bool {
+	switch sources {
+	case "only":
+		return c.Def.Source != nil
+	case string(conformance.Webhook):
+		return c.Def.Source != nil && !c.Def.Source.Consumed()
+	case string(conformance.NATS):
+		return c.Def.Source != nil && c.Def.Source.Consumed()
+	}
+	return true
 }
 
 // TestRegressions plays the shrunk case of each defect the model found.
@@ -193,6 +208,7 @@ func (r *report) add(seed uint64, c conformance.Case, vs []conformance.Violation
 	r.kinds[c.Def.Kind]++
 	if c.Def.Source != nil {
 		r.kinds[c.Def.Kind+" with a source"]++
+		r.kinds[c.Def.Kind+" with a "+conformance.Kind(cmp.Or(c.Def.Source.Kind, conformance.Webhook))+" source"]++
 	}
 	for _, h := range c.Def.Handlers {
 		on := make([]string, len(h.On))

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -87,22 +88,52 @@ type Def struct {
 	Handlers []Handler
 	// States is nil for an operator without spec.states.
 	States *Machine
-	// Source is the operator's webhook source, nil for none: its
-	// handlers are those on Event.
+	// Source is the operator's source, nil for none: its handlers are
+	// those on Event.
 	Source *Source
 }
 
-// Source is a webhook source (docs/events.md), SourceName, verified by a
-// bearer token, whose delivery id is the header DeliveryHeader: a
-// delivery posted again with the same id is a replay. Each delivery's
-// payload is {"delivery": "d<n>"}, and with Object also {"a": value}.
+// Source is the operator's source (docs/events.md), SourceName: a webhook
+// or a NATS JetStream stream. Each delivery's payload is {"delivery":
+// "d<n>"}, and with Object also {"a": value}.
 type Source struct {
+	// Kind is the source's kind: a webhook (the zero value) or NATS.
+	Kind SourceKind
 	// Object: the source's object template server-side applies the
 	// history's custom resource, its spec.a the payload's a: the first
 	// delivery creates the object, the next ones change a. Custom
 	// resources only.
 	Object bool
 }
+
+// SourceKind is the kind of a Source.
+type SourceKind string
+
+// The kinds of source the model knows.
+const (
+	// Webhook: verified by a bearer token, its delivery id the header
+	// DeliveryHeader; a delivery posted again with the same id is a
+	// replay. One posted while no engine runs gets no answer (not drawn).
+	Webhook SourceKind = "webhook"
+	// NATS: a JetStream stream, NATSStream, read by the engine's durable
+	// consumer (deliverPolicy All). A delivery is a message published on
+	// NATSSubject, its id <stream>:<stream sequence>: the stream is the
+	// case's own, so delivery n is its n-th message. One published while
+	// no engine runs waits in the stream for the next start. A message
+	// published again is a new message, with a new sequence: a new
+	// delivery, so nothing is posted again.
+	NATS SourceKind = "nats"
+)
+
+// Consumed reports whether s is a source the engine reaches out to (a
+// NATS stream), rather than one posted to (a webhook).
+func (s *Source) Consumed() bool { return s.Kind == NATS }
+
+// The names of a NATS source's stream and subject.
+const (
+	NATSStream  = "CONFORMANCE"
+	NATSSubject = "conformance.events"
+)
 
 // The names of the rendered source.
 const (
@@ -114,8 +145,19 @@ const (
 	HookToken  = "conformance-token"
 )
 
-// DeliveryID is the sender's id of delivery n.
+// DeliveryID is the model's name of delivery n, and a webhook sender's id
+// of it (Def.SourceDeliveryID is the id the engine records).
 func DeliveryID(n int) string { return "d" + strconv.Itoa(n) }
+
+// SourceDeliveryID is the id the engine records of delivery n of d's
+// source: the webhook sender's, or <stream>:<sequence> of a NATS
+// message.
+func (d *Def) SourceDeliveryID(n int) string {
+	if d.Source != nil && d.Source.Consumed() {
+		return NATSStream + ":" + strconv.Itoa(n)
+	}
+	return DeliveryID(n)
+}
 
 // DeliveryPayload is the payload of delivery n; a is its "a" (the value
 // the source's object gives spec.a), "" for none.
@@ -170,7 +212,7 @@ func (d *Def) String() string {
 		b.WriteString(" with states Start -> Ask (a person) -> Done | Start")
 	}
 	if d.Source != nil {
-		b.WriteString(" with a webhook source")
+		fmt.Fprintf(&b, " with a %s source", cmp.Or(d.Source.Kind, Webhook))
 		if d.Source.Object {
 			b.WriteString(" applying the object (spec.a)")
 		}
@@ -215,12 +257,15 @@ const (
 	// starts it again; when that step caused no run, it kills the engine
 	// once it is quiet.
 	OpCrash Op = "crash"
-	// OpDeliver posts delivery Delivery, a new id, to the source (drawn
-	// while the engine runs: one posted while none does gets no answer,
-	// and is the sender's to deliver again).
+	// OpDeliver posts delivery Delivery, a new id, to a webhook source
+	// (drawn while the engine runs: one posted while none does gets no
+	// answer, and is the sender's to deliver again), or publishes it to
+	// a NATS source's stream (drawn while it is stopped too, but for a
+	// source that applies the object).
 	OpDeliver Op = "deliver"
-	// OpDeliverAgain posts delivery Delivery again, the same id and
-	// payload: a replay, as GitHub's Redeliver button sends.
+	// OpDeliverAgain posts delivery Delivery again to a webhook source,
+	// the same id and payload: a replay, as GitHub's Redeliver button
+	// sends.
 	OpDeliverAgain Op = "deliver-again"
 )
 

@@ -218,6 +218,21 @@ var Regressions = []Regression{
 		},
 	},
 	{
+		Name:  "NATS messages: one whose second handler a SIGKILL interrupts is handled once, and those published while the engine is stopped are handled after its start",
+		Issue: "",
+		Case: Case{
+			Def: Def{Kind: CustomResource, Source: &Source{Kind: NATS}, Handlers: []Handler{
+				h("h1", Behaviour{Write: true}, Create, Resume),
+				h("e1", Behaviour{Fail: 1}, Event),
+				h("e2", Behaviour{}, Event),
+			}},
+			History: []Step{
+				{Op: OpCreate}, {Op: OpDeliver, Delivery: 1}, {Op: OpCrash, Handler: "e2"},
+				{Op: OpStop, Kill: true}, {Op: OpDeliver, Delivery: 2}, {Op: OpDeliver, Delivery: 3}, {Op: OpStart},
+			},
+		},
+	},
+	{
 		Name:  "a resume run interrupted by a SIGKILL is replaced by the next start's",
 		Issue: "",
 		Case: Case{

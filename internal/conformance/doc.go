@@ -13,12 +13,13 @@
 // handlers, in declared order, each with a set of triggers among create,
 // update, delete, resume and when, or enter of a state; fields or none;
 // and a behaviour: succeed, write status.count+1 from what the run saw,
-// fail N times, give up; and optionally a webhook source, with handlers
-// on event and an object template that applies the custom resource) and
+// fail N times, give up; and optionally a source, a webhook or a NATS
+// JetStream stream, with handlers on event and an object template that
+// applies the custom resource) and
 // a history (Step: create, change a spec field, change an annotation,
 // delete, opkit retry, a person's decision, stop the engine gracefully or
 // with SIGKILL, start it, SIGKILL it during a run, post a delivery to the
-// source, post one again), it says which runs must happen — handler,
+// source or publish it to its stream, post one again), it says which runs must happen — handler,
 // trigger, object life, generation, engine start, state visit or
 // delivery, and the outcome of every attempt — what each run must see,
 // how each object ends, and how each delivery is answered and recorded.
@@ -31,7 +32,13 @@
 // other, under the key <operator>/event/<source>/<delivery id>/<handler>,
 // retried by its policy; a handler that gave up ends it Failed, else it
 // is Handled. A handler run sees the payload that was posted. A delivery
-// posted again is a replay: answered 409, recorded Refused, nothing runs.
+// posted again to a webhook is a replay: answered 409, recorded Refused,
+// nothing runs. A NATS source's delivery is a message of its stream, its
+// id <stream>:<stream sequence>, acked rather than answered; one
+// published while no engine runs waits in the stream, and the next start
+// records and handles it as any other. A message published again is a
+// new message, with a new sequence: a new delivery, so the history has
+// no replay of one.
 //
 // What a run must see (read-your-writes, DESIGN.md 11): the spec of the
 // generation its key names; status.count equal to the number of writing
@@ -70,9 +77,15 @@
 //     is replaced by the next start's, not run again with its key.
 //   - A watched object's generation counts the changes an engine saw:
 //     those made while no engine ran are one.
-//   - A delivery is posted only while the engine runs: one posted while
-//     none listens gets no answer and is the sender's to post again, so
-//     nothing is recorded of it, and the generator draws none. Its
+//   - A webhook delivery is posted only while the engine runs: one posted
+//     while none listens gets no answer and is the sender's to post
+//     again, so nothing is recorded of it, and the generator draws none.
+//     A NATS message is published at any time, but for one the source's
+//     object template applies, which is published only while the engine
+//     runs: applied at a start, the object's runs and those of the
+//     changes made meanwhile would be in no order the docs say; nor is a
+//     SIGKILL drawn in the first run of a start with messages to handle
+//     (a delivery's or the object's, in no order either). A delivery's
 //     handling and the object's runs are not ordered: the model checks
 //     each on its own, and draws no SIGKILL in the first run of a
 //     delivery that applies the object (which of the two runs first is
@@ -93,8 +106,8 @@
 // run that gave up). Not modelled yet: operator-wide schedules and the
 // schedule and requeue triggers (they need time to pass on a clock the
 // engine process does not share), related fields, paused objects,
-// sources other than a webhook (cloudEvents, githubPoll, nats, kafka: the
-// same contract, but their own senders), a filter that refuses a
+// sources other than a webhook and NATS (cloudEvents, githubPoll, kafka:
+// the same contract, but their own senders), a filter that refuses a
 // delivery, a handler's refusal of one, opkit events redeliver, and
 // leader election. "Where the state is" says
 // where, and is not a behaviour to check.
@@ -110,8 +123,11 @@
 // recorder, plays the history against an engine process on the local
 // control plane (the test binary again, so that it can be SIGKILLed),
 // waits after each step until the engine is quiet (no delivery left
-// Pending), posts deliveries to the engine's hooks listener with the
-// source's bearer token, and compares what the recorder, the answers and
+// Pending, every message published recorded), posts deliveries to the
+// engine's hooks listener with the source's bearer token or publishes
+// them to the case's own JetStream server (natstest's, in the test
+// process; the stream CONFORMANCE, read by the engine's consumer from
+// its first message), and compares what the recorder, the answers and
 // the archive saw. TestFast plays cases through cause.Decide
 // in a miniature engine loop (BenchmarkFast: thousands a second); it
 // draws no source, as the deciding layer has no deliveries.

@@ -18,8 +18,9 @@ type Space struct {
 	MaxHandlers int
 	// MaxSteps bounds a history's steps before the engine's last start.
 	MaxSteps int
-	// Sources: an operator may have a webhook source, with up to two
-	// handlers on event, and deliveries and replays in its history.
+	// Sources: an operator may have a source, a webhook or a NATS
+	// stream, with up to two handlers on event, and deliveries (and a
+	// webhook's replays) in its history.
 	Sources bool
 }
 
@@ -92,10 +93,10 @@ func genDef(r *rand.Rand, sp Space) Def {
 		d.Handlers = append(d.Handlers, h)
 	}
 	if sp.Sources && r.IntN(3) == 0 {
-		// A webhook source: it applies the object, or runs handlers on
-		// event, or both. A handler on event fails or gives up as any
+		// A source, a webhook or a NATS stream: it applies the object,
+		// or runs handlers on event, or both. A handler on event fails or gives up as any
 		// other; it writes no status (its run is for the operator).
-		d.Source = &Source{Object: d.Kind == CustomResource && r.IntN(2) == 0}
+		d.Source = &Source{Kind: []SourceKind{Webhook, NATS}[r.IntN(2)], Object: d.Kind == CustomResource && r.IntN(2) == 0}
 		n := r.IntN(3)
 		if !d.Source.Object {
 			n = max(n, 1)
@@ -158,20 +159,24 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 		if m.up && l.exists && !l.deleting && l.state == StateAsk {
 			opts = append(opts, option{4, Step{Op: OpDecide, Choice: []string{StateDone, StateStart}[r.IntN(2)]}})
 		}
-		if m.up && d.Source != nil {
-			// Posted while the engine runs: one posted while none does
-			// gets no answer, and nothing is recorded.
+		if d.Source != nil && (m.up || d.Source.Consumed() && !d.Source.Object) {
+			// Posted to a webhook while the engine runs: one posted while
+			// none does gets no answer, and nothing is recorded. Published
+			// to a NATS stream at any time: the next start handles what
+			// came meanwhile; but the object is applied only while the
+			// engine runs (applied at a start, its runs and those of the
+			// changes made meanwhile are not ordered).
 			if !d.Source.Object || !l.exists || !l.deleting {
 				opts = append(opts, option{5, Step{Op: OpDeliver, Delivery: delivered + 1}})
 			}
-			if delivered > 0 {
+			if delivered > 0 && !d.Source.Consumed() {
 				opts = append(opts, option{3, Step{Op: OpDeliverAgain, Delivery: 1 + r.IntN(delivered)}})
 			}
 		}
 		if m.up {
 			opts = append(opts, option{1, Step{Op: OpStop, Kill: r.IntN(2) == 0}})
 			last := steps[len(steps)-1].Op
-			if last != OpCrash && last != OpStop && (last != OpDeliver || !d.Source.Object) {
+			if last != OpCrash && last != OpStop && (last != OpDeliver || !d.Source.Object) && !startsWithDeliveries(steps) {
 				crash := Step{Op: OpCrash}
 				if ev := d.EventHandlers(); last == OpDeliver && len(ev) > 1 {
 					// In the first run of one of the delivery's handlers.
@@ -219,6 +224,22 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 func (m *model) stalled(l *life) bool {
 	for _, hs := range l.hs {
 		if hs.stalled != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// startsWithDeliveries reports whether the history's last step is a start
+// with deliveries to handle, published to a NATS stream while the engine
+// was stopped: no crash is drawn in its first run, as that is one of a
+// delivery's handlers or one of the object's, in no order the docs say.
+func startsWithDeliveries(steps []Step) bool {
+	if len(steps) == 0 || steps[len(steps)-1].Op != OpStart {
+		return false
+	}
+	for i := len(steps) - 2; i >= 0 && steps[i].Op != OpStop; i-- {
+		if steps[i].Op == OpDeliver {
 			return true
 		}
 	}

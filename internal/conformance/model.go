@@ -128,8 +128,9 @@ type Expectation struct {
 	// Deliveries are the source's deliveries, in the order sent, each
 	// accepted once.
 	Deliveries []*Delivery
-	// Answers are the HTTP statuses of the history's posts to the
-	// source, in order: 202 accepted, 409 a replay.
+	// Answers are the HTTP statuses of the history's posts to a webhook
+	// source, in order: 202 accepted, 409 a replay. A NATS source has
+	// none: its messages are acked to JetStream, not answered.
 	Answers []int
 }
 
@@ -280,13 +281,17 @@ func (m *model) apply(s Step, held bool) {
 		m.nextRev++
 		m.change(l, s.Field, strconv.Itoa(m.nextRev))
 	case OpDeliver:
-		if !m.up {
+		consumed := m.def.Source.Consumed()
+		if !m.up && !consumed {
 			// No engine listens: the sender gets no answer, and nothing
 			// is recorded (the generator draws none).
 			return
 		}
+		// A NATS message published while no engine runs waits in the
+		// stream: the next start records and handles it (its object, not
+		// drawn then, is applied only while the engine runs).
 		a := ""
-		if m.def.Source.Object {
+		if m.def.Source.Object && m.up {
 			// The source's object is applied as the delivery is handled,
 			// at once: created, or its spec.a changed (server-side apply).
 			m.nextRev++
@@ -300,10 +305,12 @@ func (m *model) apply(s Step, held bool) {
 		d := &Delivery{N: s.Delivery, Payload: DeliveryPayload(s.Delivery, a), Outcome: DeliveryHandled}
 		m.deliveries = append(m.deliveries, d)
 		m.pending = append(m.pending, d)
-		m.answers = append(m.answers, 202)
+		if !consumed {
+			m.answers = append(m.answers, 202)
+		}
 	case OpDeliverAgain:
-		if !m.up {
-			return
+		if !m.up || m.def.Source.Consumed() {
+			return // not drawn: a NATS message published again is a new one
 		}
 		// A replay: recorded Refused, answered 409, nothing runs.
 		for _, d := range m.deliveries {

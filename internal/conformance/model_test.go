@@ -347,3 +347,56 @@ func TestRegressionCasesCanBePlayed(t *testing.T) {
 		}
 	}
 }
+
+func TestModelHandlesNATSMessagesPublishedWhileTheEngineIsStoppedAfterTheStart(t *testing.T) {
+	deliver := func(n int) conformance.Step { return conformance.Step{Op: conformance.OpDeliver, Delivery: n} }
+	c := conformance.Case{
+		Def: conformance.Def{Kind: conformance.CustomResource, Source: &conformance.Source{Kind: conformance.NATS}, Handlers: []conformance.Handler{
+			handler("e1", conformance.Behaviour{Fail: 1}, "event"),
+		}},
+		History: append(append(steps("create", "stop kill"), deliver(1), deliver(2)), steps("start")...),
+	}
+	if !conformance.Valid(c) {
+		t.Fatalf("the case is not valid:\n%s", c)
+	}
+	e := conformance.Expect(c)
+	if got, want := runs(e), "e1 event gen 0: [Failed Succeeded]\ne1 event gen 0: [Failed Succeeded]\n"; got != want {
+		t.Errorf("runs:\n%s\nwant:\n%s", got, want)
+	}
+	if got, want := deliveries(e), "d1 Handled, 0 replays\nd2 Handled, 0 replays\n"; got != want {
+		t.Errorf("deliveries:\n%s\nwant:\n%s", got, want)
+	}
+	if len(e.Answers) != 0 {
+		t.Errorf("a NATS source's messages are answered %v; they are acked, not answered", e.Answers)
+	}
+	if got := c.Def.SourceDeliveryID(2); got != conformance.NATSStream+":2" {
+		t.Errorf("delivery 2's id is %s, want the stream's second message, %s:2", got, conformance.NATSStream)
+	}
+}
+
+func TestNATSCasesAreNotValidWithWhatTheStreamCannotDo(t *testing.T) {
+	deliver := func(op conformance.Op, n int) conformance.Step { return conformance.Step{Op: op, Delivery: n} }
+	e1 := handler("e1", ok, "event")
+	for name, c := range map[string]conformance.Case{
+		"a message published again": {
+			Def:     conformance.Def{Kind: conformance.CustomResource, Source: &conformance.Source{Kind: conformance.NATS}, Handlers: []conformance.Handler{e1}},
+			History: append(steps("create"), deliver(conformance.OpDeliver, 1), deliver(conformance.OpDeliverAgain, 1)),
+		},
+		"a message that applies the object, published while the engine is stopped": {
+			Def:     conformance.Def{Kind: conformance.CustomResource, Source: &conformance.Source{Kind: conformance.NATS, Object: true}, Handlers: []conformance.Handler{e1}},
+			History: append(append(steps("create", "stop"), deliver(conformance.OpDeliver, 1)), steps("start")...),
+		},
+		"the stream's second message, with no first": {
+			Def:     conformance.Def{Kind: conformance.CustomResource, Source: &conformance.Source{Kind: conformance.NATS}, Handlers: []conformance.Handler{e1}},
+			History: append(steps("create"), deliver(conformance.OpDeliver, 2)),
+		},
+		"a crash in the first run of a start with messages to handle": {
+			Def:     conformance.Def{Kind: conformance.CustomResource, Source: &conformance.Source{Kind: conformance.NATS}, Handlers: []conformance.Handler{handler("h1", ok, "create", "resume"), e1}},
+			History: append(append(steps("create", "stop"), deliver(conformance.OpDeliver, 1)), steps("start", "crash")...),
+		},
+	} {
+		if conformance.Valid(c) {
+			t.Errorf("%s is valid:\n%s", name, c)
+		}
+	}
+}

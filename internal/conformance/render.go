@@ -58,9 +58,12 @@ func (d *Def) OperatorName() string {
 // handler's behaviour (Behaviour.Arg) and the kind ("resource" or
 // "watch"), and the environment variables env (NAME=value).
 //
-// A source is rendered as a webhook source of namespace ns: its bearer
-// token the Secret HookSecret there, its object the history's, there.
-func Operator(d *Def, ns string, command []string, env []string) string {
+// A webhook source is rendered with its bearer token the Secret
+// HookSecret of namespace ns; a NATS source as the stream NATSStream of
+// the server at natsURL, read from its first message (deliverPolicy
+// All), by the default consumer opkit-<operator>-<source>. A source's
+// object is the history's, in ns.
+func Operator(d *Def, ns, natsURL string, command []string, env []string) string {
 	var b strings.Builder
 	name := d.OperatorName()
 	fmt.Fprintf(&b, "apiVersion: opkit.dev/v1alpha1\nkind: Operator\nmetadata: {name: %s}\nspec:\n", name)
@@ -98,7 +101,15 @@ func Operator(d *Def, ns string, command []string, env []string) string {
     final: true
 `)
 	}
-	if d.Source != nil {
+	if d.Source != nil && d.Source.Consumed() {
+		fmt.Fprintf(&b, `  sources:
+  - name: %s
+    nats:
+      url: %s
+      stream: %s
+      deliverPolicy: All
+`, SourceName, natsURL, NATSStream)
+	} else if d.Source != nil {
 		fmt.Fprintf(&b, `  sources:
   - name: %s
     webhook:
@@ -106,13 +117,13 @@ func Operator(d *Def, ns string, command []string, env []string) string {
         secretRef: {namespace: %s, name: %s, key: token}
       deliveryHeader: %s
 `, SourceName, ns, HookSecret, DeliveryHeader)
-		if d.Source.Object {
-			fmt.Fprintf(&b, `    object:
+	}
+	if d.Source != nil && d.Source.Object {
+		fmt.Fprintf(&b, `    object:
       metadata: {name: %s, namespace: %s}
       spec:
         a: "${payload.a}"
 `, ObjectName, ns)
-		}
 	}
 	b.WriteString("  handlers:\n")
 	for _, h := range d.Handlers {

@@ -14,12 +14,13 @@ import (
 func Rows(c Case) []string {
 	kind := map[Kind]string{CustomResource: "custom resource", Watch: "watched object"}[c.Def.Kind]
 	rows := []string{"runs once, " + kind}
-	var down, crash, retry, decide, write, resume, deliver, again, crashEvent bool
+	var down, crash, retry, decide, write, resume, deliver, again, crashEvent, downDelivery bool
 	stopped := false
 	for i, s := range c.History {
 		switch s.Op {
 		case OpDeliver:
 			deliver = true
+			downDelivery = downDelivery || stopped
 			crashEvent = crashEvent || i+1 < len(c.History) && c.History[i+1].Op == OpCrash
 		case OpDeliverAgain:
 			again = true
@@ -64,9 +65,15 @@ func Rows(c Case) []string {
 		if c.Def.Source.Object {
 			rows = append(rows, "events: the source's object applied")
 		}
+		if c.Def.Source.Consumed() {
+			rows = append(rows, "events: NATS messages handled once")
+		}
 	}
 	if again {
 		rows = append(rows, "events: a replay runs nothing")
+	}
+	if downDelivery {
+		rows = append(rows, "events: published while down, then handled")
 	}
 	if crashEvent {
 		rows = append(rows, "events: handled once across a SIGKILL")
@@ -97,7 +104,7 @@ func Scenario(c Case) string {
 	b.WriteString("# To play it: save this document as operator.yaml and the next as conformance.test.yaml in a\n" +
 		"# directory, build the recorder there (go test -c -o DIR/conformance.test ./internal/conformance),\n" +
 		"# then: opkit test DIR/conformance.test.yaml\n")
-	b.WriteString(Operator(&c.Def, "default", []string{"./conformance.test", "."}, []string{"OPKIT_CONFORMANCE_RECORDER=1"}))
+	b.WriteString(Operator(&c.Def, "default", "nats://127.0.0.1:4222", []string{"./conformance.test", "."}, []string{"OPKIT_CONFORMANCE_RECORDER=1"}))
 	b.WriteString("---\n# conformance.test.yaml\n")
 	fmt.Fprintf(&b, "scenario: conformance case (%s, %d handlers)\noperators: [operator.yaml]\nsteps:\n", c.Def.Kind, len(c.Def.Handlers))
 	ref := fmt.Sprintf("{kind: %s, name: %s}", c.Def.ObjectKind(), ObjectName)
@@ -140,6 +147,12 @@ func Scenario(c Case) string {
 				changes++ // the value the object's spec.a takes
 			}
 			p, _ := json.Marshal(payloads[s.Delivery])
+			if c.Def.Source.Consumed() {
+				// opkit test connects to no NATS: the message is handed to
+				// the engine as its consumer would, with its id.
+				fmt.Fprintf(&b, "- send: {source: %s, event: %s, id: %q, payload: %s, status: %d}\n", SourceName, NATSSubject, c.Def.SourceDeliveryID(s.Delivery), p, status)
+				break
+			}
 			fmt.Fprintf(&b, "- send: {source: %s, headers: {%s: %s}, payload: %s, status: %d}\n", SourceName, DeliveryHeader, DeliveryID(s.Delivery), p, status)
 		default:
 			fmt.Fprintf(&b, "# step %d, %s: a scenario cannot stop, kill or start its engine\n", i+1, s)
@@ -194,7 +207,11 @@ func GoString(c Case) string {
 		b.WriteString(", States: &conformance.Machine{}")
 	}
 	if c.Def.Source != nil {
-		fmt.Fprintf(&b, ", Source: &conformance.Source{Object: %t}", c.Def.Source.Object)
+		if c.Def.Source.Consumed() {
+			fmt.Fprintf(&b, ", Source: &conformance.Source{Kind: conformance.NATS, Object: %t}", c.Def.Source.Object)
+		} else {
+			fmt.Fprintf(&b, ", Source: &conformance.Source{Object: %t}", c.Def.Source.Object)
+		}
 	}
 	b.WriteString(", Handlers: []conformance.Handler{\n")
 	for _, h := range c.Def.Handlers {

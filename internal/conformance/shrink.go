@@ -7,11 +7,15 @@ import "slices"
 // being deleted, decided on only in Ask, the engine stopped only when it
 // runs and started only when it does not, a crash only when it runs after
 // a step that was not a stop, and the engine runs at the end. A
-// delivery is posted while the engine runs, each id once, and again only
-// after it was; none creates or changes the object while it is being
-// deleted, nor is followed by a crash when the source applies the object
-// (which of the object's and the delivery's runs is first is not the
-// docs' to say).
+// delivery is posted to a webhook while the engine runs, each id once,
+// and again only after it was; published to a NATS stream at any time
+// (but while the engine runs when the source applies the object), in
+// the order of its number (delivery n is the stream's n-th message),
+// never again, and no crash is drawn in the first run of a start with
+// such deliveries to handle; none creates or changes the object while
+// it is being deleted, nor is followed by a crash when the source
+// applies the object (which of the object's and the delivery's runs is
+// first is not the docs' to say).
 func Valid(c Case) bool {
 	if len(c.Def.Handlers) == 0 || !validSource(&c.Def) {
 		return false
@@ -58,19 +62,25 @@ func Valid(c Case) bool {
 			if !m.up || i == 0 || c.History[i-1].Op == OpCrash || c.History[i-1].Op == OpStop {
 				return false
 			}
-			if c.History[i-1].Op == OpDeliver && c.Def.Source.Object {
+			if c.History[i-1].Op == OpDeliver && c.Def.Source.Object || startsWithDeliveries(c.History[:i]) {
 				return false
 			}
 			if s.Handler != "" && (c.History[i-1].Op != OpDeliver || !slices.ContainsFunc(c.Def.EventHandlers(), func(h Handler) bool { return h.Name == s.Handler })) {
 				return false
 			}
 		case OpDeliver:
-			if c.Def.Source == nil || !m.up || s.Delivery < 1 || delivered[s.Delivery] || (c.Def.Source.Object && exists && l.deleting) {
+			if c.Def.Source == nil || s.Delivery < 1 || delivered[s.Delivery] || (c.Def.Source.Object && exists && l.deleting) {
 				return false
+			}
+			if !m.up && (!c.Def.Source.Consumed() || c.Def.Source.Object) {
+				return false
+			}
+			if c.Def.Source.Consumed() && s.Delivery != len(delivered)+1 {
+				return false // delivery n is the stream's n-th message
 			}
 			delivered[s.Delivery] = true
 		case OpDeliverAgain:
-			if !m.up || !delivered[s.Delivery] {
+			if !m.up || !delivered[s.Delivery] || c.Def.Source.Consumed() {
 				return false
 			}
 		}
@@ -132,6 +142,17 @@ func smaller(c Case) []Case {
 	with := func(change func(*Case)) {
 		n := clone(c)
 		change(&n)
+		if n.Def.Source != nil && n.Def.Source.Consumed() {
+			// Delivery n is the stream's n-th message: those after one
+			// cut take its place.
+			k := 0
+			for i := range n.History {
+				if n.History[i].Op == OpDeliver {
+					k++
+					n.History[i].Delivery = k
+				}
+			}
+		}
 		out = append(out, n)
 	}
 	for i := range c.History {

@@ -414,16 +414,10 @@ func checkMaxBody(l *errorList, field string, n int64) int64 {
 // bearer webhook, its delivery id and event read from the event itself.
 func compileCloudEvents(l *errorList, field string, c *v1alpha1.CloudEventsSource, out *EventSource) {
 	ce := *c
-	switch {
-	case (c.HMAC != nil) == (c.Bearer != nil):
+	if (c.HMAC != nil) == (c.Bearer != nil) {
 		l.add(field, "set exactly one of hmac and bearer: a source never accepts a delivery it cannot verify")
-	case c.HMAC != nil:
-		out.Verify, out.SignaturePrefix = VerifyHMAC, c.HMAC.Prefix
-		out.SignatureHeader = checkHeader(l, field+".hmac.header", c.HMAC.Header, true)
-		out.Secret = checkSecretRef(l, field+".hmac.secretRef", c.HMAC.SecretRef)
-	default:
-		out.Verify = VerifyBearer
-		out.Secret = checkSecretRef(l, field+".bearer.secretRef", c.Bearer.SecretRef)
+	} else {
+		compileSecretVerify(l, field, c.HMAC, c.Bearer, out)
 	}
 	switch ce.Batch {
 	case "":
@@ -434,6 +428,19 @@ func compileCloudEvents(l *errorList, field string, c *v1alpha1.CloudEventsSourc
 	}
 	ce.MaxBodyBytes = checkMaxBody(l, field+".maxBodyBytes", ce.MaxBodyBytes)
 	out.CloudEvents, out.MaxBodyBytes = &ce, ce.MaxBodyBytes
+}
+
+// compileSecretVerify sets out's verification from the one of hmac and
+// bearer that is set (a webhook's or a cloudEvents source's).
+func compileSecretVerify(l *errorList, field string, hmac *v1alpha1.HMACVerification, bearer *v1alpha1.WebhookSecret, out *EventSource) {
+	if hmac != nil {
+		out.Verify, out.SignaturePrefix = VerifyHMAC, hmac.Prefix
+		out.SignatureHeader = checkHeader(l, field+".hmac.header", hmac.Header, true)
+		out.Secret = checkSecretRef(l, field+".hmac.secretRef", hmac.SecretRef)
+		return
+	}
+	out.Verify = VerifyBearer
+	out.Secret = checkSecretRef(l, field+".bearer.secretRef", bearer.SecretRef)
 }
 
 // compileGitHubPoll checks a githubPoll source.
@@ -521,13 +528,8 @@ func compileWebhook(l *errorList, field string, w *v1alpha1.WebhookSource, out *
 		out.Verify, out.SignatureHeader, out.SignaturePrefix = VerifyGitHub, GitHubSignatureHeader, "sha256="
 		out.DeliveryHeader, out.EventHeader = GitHubDeliveryHeader, GitHubEventHeader
 		out.Secret = checkSecretRef(l, field+".github.secretRef", w.GitHub.SecretRef)
-	case w.HMAC != nil:
-		out.Verify, out.SignaturePrefix = VerifyHMAC, w.HMAC.Prefix
-		out.SignatureHeader = checkHeader(l, field+".hmac.header", w.HMAC.Header, true)
-		out.Secret = checkSecretRef(l, field+".hmac.secretRef", w.HMAC.SecretRef)
 	default:
-		out.Verify = VerifyBearer
-		out.Secret = checkSecretRef(l, field+".bearer.secretRef", w.Bearer.SecretRef)
+		compileSecretVerify(l, field, w.HMAC, w.Bearer, out)
 	}
 	if w.DeliveryHeader != "" {
 		out.DeliveryHeader = checkHeader(l, field+".deliveryHeader", w.DeliveryHeader, false)

@@ -133,16 +133,17 @@ func (e *Engine) newConsumer(d *definition.Definition, s *definition.EventSource
 	return nil, fmt.Errorf("sources of kind %s are not built yet", s.Kind)
 }
 
-// readSecret reads a Secret's key for a consumer, at each of its
-// connections: a rotated credential is picked up by the next.
+// readSecret reads a source's Secret key from the API server: a
+// consumer's credentials at each of its connections (a rotated one is
+// picked up by the next), the hooks' shared secret behind their cache.
 func (e *Engine) readSecret(ctx context.Context, ref v1alpha1.SecretKeySelector) ([]byte, error) {
 	s, err := e.clientset.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("reading Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+		return nil, fmt.Errorf("reading the source's Secret %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	v, ok := secretKey(s, ref.Key)
 	if !ok {
-		return nil, fmt.Errorf("the Secret %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key)
+		return nil, fmt.Errorf("the source's Secret %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key)
 	}
 	return v, nil
 }

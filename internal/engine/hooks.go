@@ -14,7 +14,6 @@ import (
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -459,13 +458,9 @@ func (e *Engine) secret(ctx context.Context, ref v1alpha1.SecretKeySelector, rer
 	if ok && time.Since(c.read) < secretTTL && (!reread || !c.rereads.Allow()) {
 		return c.value, false, nil
 	}
-	s, err := e.clientset.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	v, err := e.readSecret(ctx, ref)
 	if err != nil {
-		return nil, false, fmt.Errorf("reading the source's Secret %s/%s: %w", ref.Namespace, ref.Name, err)
-	}
-	v, ok := secretKey(s, ref.Key)
-	if !ok {
-		return nil, false, fmt.Errorf("the source's Secret %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key)
+		return nil, false, err
 	}
 	h.mu.Lock()
 	limiter := h.secrets[ref].rereads

@@ -71,13 +71,18 @@ func checkConsumedAcrossSIGKILL(t *testing.T, cl *devcluster.Cluster, src consum
 	archivePath := filepath.Join(dir, "runs.db")
 	keys := filepath.Join(dir, "keys")
 	start := func() (*exec.Cmd, *lockedBuffer) {
-		cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath, "--metrics-addr", "0")
-		clustertest.Eventually(t, time.Minute, "opkit run runs the operator", func(context.Context) (bool, error) {
-			return strings.Contains(out.String(), "source in ("), nil
-		})
+		cmd, out := startOpkit(t, "run", "-f", def, "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath, "--metrics-addr", "127.0.0.1:0")
+		waitOutput(t, out, "metrics: http://", time.Minute)
 		return cmd, out
 	}
-	killed, _ := start()
+	killed, out := start()
+	// Published once the source is consumed: a GitHub poll with since:
+	// Now skips what its first poll lists.
+	_, metrics, _ := strings.Cut(out.String(), "metrics: ")
+	metrics, _, _ = strings.Cut(metrics, " ")
+	clustertest.Eventually(t, time.Minute, "the source consumed", func(context.Context) (bool, error) {
+		return strings.Contains(httpGet(t, metrics), `opkit_source_connected{operator="consumed",source="in"} 1`), nil
+	})
 	src.publish(t, 0, n/2)
 	clustertest.Eventually(t, 2*time.Minute, "some messages handled", func(context.Context) (bool, error) { return len(keysIn(keys)) >= n/10, nil })
 	if err := killed.Process.Signal(syscall.SIGKILL); err != nil {
@@ -89,7 +94,7 @@ func checkConsumedAcrossSIGKILL(t *testing.T, cl *devcluster.Cluster, src consum
 		t.Logf("all %d messages published were handled before the kill; the restart is checked for the rest", before)
 	}
 	src.publish(t, n/2, n-n/2)
-	killed, out := start()
+	killed, out = start()
 	// Handled in the archive, not only run: a delivery whose handling
 	// a stop interrupts stays Pending, for the next start.
 	clustertest.Eventually(t, 3*time.Minute, "every message handled", func(context.Context) (bool, error) {

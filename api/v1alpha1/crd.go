@@ -395,6 +395,7 @@ func CustomResourceDefinition() *apiextensionsv1.CustomResourceDefinition {
 				Description: "The life cycle of each custom resource: states, one initial, and the transitions between them (docs/states.md).",
 				Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: ptr.To(stateSchema())},
 			},
+			"rollout": rolloutSchema(watch.Properties["selector"]),
 		},
 	}
 	status := apiextensionsv1.JSONSchemaProps{
@@ -712,4 +713,34 @@ func enum(values ...string) []apiextensionsv1.JSON {
 		out[i] = apiextensionsv1.JSON{Raw: []byte(`"` + v + `"`)}
 	}
 	return out
+}
+
+// rolloutSchema is spec.rollout's, with selector the label selector's.
+func rolloutSchema(selector apiextensionsv1.JSONSchemaProps) apiextensionsv1.JSONSchemaProps {
+	selector.Description = "Moves the objects with these labels (a canary)."
+	step := apiextensionsv1.JSONSchemaProps{
+		Type: "object",
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"count":    {Type: "integer", Format: "int32", Minimum: ptr.To(1.0), Description: "Moves objects until this many are on the new definition."},
+			"percent":  {Type: "integer", Format: "int32", Minimum: ptr.To(1.0), Maximum: ptr.To(100.0), Description: "Moves objects until this percentage of them (rounded up) is on the new definition."},
+			"selector": selector,
+		},
+		XValidations: apiextensionsv1.ValidationRules{{
+			Rule:    "[has(self.count), has(self.percent), has(self.selector)].filter(x, x).size() == 1",
+			Message: "set exactly one of count, percent and selector",
+		}},
+	}
+	return apiextensionsv1.JSONSchemaProps{
+		Type:        "object",
+		Description: "A change of the definition reaches the custom resources in steps, pausing when moved objects go unhealthy (docs/changing-operators.md).",
+		Required:    []string{"steps"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"steps": {
+				Type: "array", MinItems: ptr.To(int64(1)), MaxItems: ptr.To(int64(16)),
+				Description: "The objects on the new definition after each step, counting those before; 100 percent is implied last.",
+				Items:       &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &step},
+			},
+			"settle": duration("How long the objects moved so far must stay healthy before the next step. Defaults to 30s."),
+		},
+	}
 }

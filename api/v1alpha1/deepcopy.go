@@ -102,6 +102,16 @@ func (s *OperatorSpec) DeepCopy() *OperatorSpec {
 			out.States[i] = *s.States[i].DeepCopy()
 		}
 	}
+	if s.Rollout != nil {
+		r := *s.Rollout
+		if s.Rollout.Steps != nil {
+			r.Steps = make([]RolloutStep, len(s.Rollout.Steps))
+			for i, st := range s.Rollout.Steps {
+				r.Steps[i] = RolloutStep{Count: copyPtr(st.Count), Percent: copyPtr(st.Percent), Selector: st.Selector.DeepCopy()}
+			}
+		}
+		out.Rollout = &r
+	}
 	return out
 }
 

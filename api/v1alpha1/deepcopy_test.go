@@ -72,6 +72,16 @@ func TestDeepCopyIsEqualAndIndependent(t *testing.T) {
 				out.Spec.Related[i].Selector[k] = "mutated"
 			}
 		}
+		if r := out.Spec.Rollout; r != nil {
+			for i := range r.Steps {
+				if r.Steps[i].Count != nil {
+					*r.Steps[i].Count++
+				}
+				if r.Steps[i].Selector != nil {
+					r.Steps[i].Selector.MatchLabels = map[string]string{"mutated": "x"}
+				}
+			}
+		}
 		if !equality.Semantic.DeepEqual(&in, before) {
 			t.Fatal("mutating the copy changed the original")
 		}

@@ -97,6 +97,40 @@ type OperatorSpec struct {
 	// is recorded in the run archive and as an Event. Handlers on enter
 	// and exit run once per transition. See docs/states.md.
 	States []State `json:"states,omitempty"`
+	// Rollout makes a change of this definition reach the custom
+	// resources in steps instead of all at once: the objects a step names
+	// move to the new definition, and the next step waits until they have
+	// been healthy for Settle; one that goes Degraded or Stalled, or whose
+	// handler fails, pauses the rollout until a person continues it or
+	// undoes it (opkit rollout). The objects not moved yet stay on the
+	// previous definition: its children, status and handlers. Only an
+	// operator with a custom resource (spec.resource) rolls out in steps.
+	// See docs/changing-operators.md.
+	Rollout *Rollout `json:"rollout,omitempty"`
+}
+
+// Rollout is how a change of the definition reaches the custom resources.
+type Rollout struct {
+	// Steps are the objects on the new definition after each step, each
+	// counting those of the steps before: a count, a percentage of the
+	// objects, or those matching a label selector (a canary). A last step
+	// of 100 percent is implied.
+	Steps []RolloutStep `json:"steps"`
+	// Settle is how long every object moved so far must stay healthy
+	// (Ready, neither Degraded nor Stalled, no handler failed) before the
+	// next step. Defaults to 30s.
+	Settle metav1.Duration `json:"settle,omitzero"`
+}
+
+// RolloutStep is one step of a Rollout: exactly one of its fields.
+type RolloutStep struct {
+	// Count moves objects until this many are on the new definition.
+	Count *int32 `json:"count,omitempty"`
+	// Percent moves objects until this percentage of them (rounded up)
+	// is on the new definition.
+	Percent *int32 `json:"percent,omitempty"`
+	// Selector moves the objects with these labels.
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
 }
 
 // State is one state of a custom resource's life cycle.

@@ -61,6 +61,9 @@ type Definition struct {
 	Sources []*EventSource
 	// States is the custom resource's life cycle (spec.states), or nil.
 	States *StateMachine
+	// Rollout is how a change of the definition reaches the custom
+	// resources (spec.rollout), or nil: all at once.
+	Rollout *Rollout
 	// Warnings are problems that do not stop the definition from running
 	// but will surprise its users (a kind that shadows a built-in one in
 	// kubectl), each placed like an error. Callers print them.
@@ -282,6 +285,7 @@ func compileInto(l *errorList, src *Source, schemas SchemaResolver) *Definition 
 	compileSources(l, d)
 	d.Handlers, d.Admission = splitAdmission(d.Handlers)
 	compileStates(l, envs, d)
+	compileRollout(l, d)
 	for _, r := range relatedTypes {
 		if r.schema == nil {
 			continue

@@ -119,6 +119,9 @@ func compileUnowned(l *errorList, src *Source, d *Definition, schemas SchemaReso
 	if len(op.Spec.States) > 0 {
 		l.add("spec.states", "%s: states are the life cycle of a custom resource; declare spec.resource", what)
 	}
+	if op.Spec.Rollout != nil {
+		l.add("spec.rollout", "%s: a rollout moves custom resources from one definition to the next in steps; declare spec.resource", what)
+	}
 	if subj == calendarSubject && len(op.Spec.Handlers) == 0 {
 		l.add("spec", "an Operator declares spec.resource (a custom resource it owns), spec.watch (objects it reacts to) or, with neither, handlers on schedule (operator-wide schedules) or on event (deliveries of spec.sources)")
 		return nil

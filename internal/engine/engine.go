@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/cel/openapi/resolver"
 	"k8s.io/client-go/discovery"
@@ -29,6 +30,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -101,7 +103,9 @@ type Engine struct {
 	// takes one at a time.
 	deliveries   archive.DeliveryReader
 	redeliveries bool
-	redeliverMu  sync.Mutex
+	// rolloutsCRD: the Rollout CRD is installed (rollout.go).
+	rolloutsCRD bool
+	redeliverMu sync.Mutex
 }
 
 // operator is one running controller.
@@ -121,6 +125,8 @@ type operator struct {
 	// manual takes the requests to run now of a calendar's schedules
 	// (runnow.go); nil for any other operator.
 	manual *manualRuns
+	// rollout drives its rollout (rollout.go); nil without spec.rollout.
+	rollout *rollout
 }
 
 // New creates an engine; it starts nothing.
@@ -467,23 +473,45 @@ func WaitEstablished(ctx context.Context, reader client.Reader, name string) err
 	})
 }
 
+// startController starts the controller of an operator with a custom
+// resource. With spec.rollout, a rollout under way (rollout.go) runs two
+// definitions in it, each object on the one the rollout says.
 func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	ctx, cancel := context.WithCancel(e.ctx)
-	r := &reconciler{
-		def: d, client: e.client, reader: e.mgr.GetAPIReader(), scopes: &informer.Scopes{Mapper: e.mgr.GetRESTMapper()}, metadata: e.metadata,
-		events: e.mgr.GetEventRecorder("opkit"), related: related.NewIndex(), conditions: gauges.NewTable(),
-		namespace: e.opts.Namespace, memory: run.NewMemory(false), runWait: e.opts.RunWait,
+	ro, err := e.prepareRollout(ctx, d)
+	if err != nil {
+		cancel()
+		return nil, err
 	}
-	// One memory forgets an object gone: what the runner and the life
-	// cycle keep of it, and what the related index and the gauges keep.
-	r.memory.Also(r.related, r.conditions)
-	r.states = lifecycle.New(d, lifecycle.Options{Archive: e.opts.Archive, Clock: e.opts.Clock, Events: r.events, Client: e.client, ConsoleURL: e.opts.ConsoleURL, Memory: r.memory})
-	if len(d.Handlers) > 0 {
-		var err error
-		if r.runner, err = newRunner(ctx, d, e, r.events, r.memory); err != nil {
+	// One memory and one table of conditions for both definitions of a
+	// rollout: an object moved from one to the other keeps what the
+	// engine knows of it (its last writes, its run in flight).
+	mem, conditions := run.NewMemory(false), gauges.NewTable()
+	mem.Also(conditions)
+	current := d
+	if ro != nil && ro.from != nil {
+		current = ro.from
+	}
+	r, err := e.newReconciler(ctx, current, mem, conditions)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	reconcilers := []*reconciler{r}
+	var top reconcile.Reconciler = r
+	pick := func(types.NamespacedName) *reconciler { return r }
+	if ro != nil && ro.from != nil {
+		next, err := e.newReconciler(ctx, d, mem, conditions)
+		if err != nil {
 			cancel()
 			return nil, err
 		}
+		ro.split = &split{from: r, to: next, moved: ro.moved}
+		r.rolloutHash, next.rolloutHash = ro.from.Hash(), d.Hash()
+		reconcilers = append(reconcilers, next)
+		top, pick = ro.split, ro.split.pick
+	} else if ro != nil {
+		r.rolloutHash = current.Hash()
 	}
 	workers := e.opts.Workers
 	if r.runner != nil && r.runWait > 0 {
@@ -491,7 +519,7 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 		// more of them keep the run slots and the API server busy.
 		workers += e.opts.MaxConcurrentRuns / 2
 	}
-	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.Options(r, workers))
+	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, e.queues.Options(top, workers))
 	if err != nil {
 		cancel()
 		return nil, err
@@ -502,45 +530,82 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 		cancel()
 		return nil, err
 	}
-	if r.runner != nil {
-		// A run's end wakes its object.
-		if err := c.Watch(source.Channel(r.runner.Wakes(), &handler.EnqueueRequestForObject{})); err != nil {
-			cancel()
-			return nil, err
-		}
-	}
-	// A change of a related object reconciles the custom resources that
-	// refer to it (related.go).
-	if err := e.watchRelated(ctx, c, r); err != nil {
-		cancel()
-		return nil, err
-	}
 	seen := map[string]bool{}
-	for _, child := range d.Children {
-		if seen[child.GVK.String()] {
-			continue
+	hasDelete := false
+	for _, r := range reconcilers {
+		if r.runner != nil {
+			// A run's end wakes its object.
+			if err := c.Watch(source.Channel(r.runner.Wakes(), &handler.EnqueueRequestForObject{})); err != nil {
+				cancel()
+				return nil, err
+			}
 		}
-		seen[child.GVK.String()] = true
-		obj := &unstructured.Unstructured{}
-		obj.SetGroupVersionKind(child.GVK)
-		h := handler.EnqueueRequestForOwner(e.mgr.GetScheme(), e.mgr.GetRESTMapper(), owner, handler.OnlyControllerOwner())
-		if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), obj, h)); err != nil {
+		// A change of a related object reconciles the custom resources
+		// that refer to it (related.go).
+		if err := e.watchRelated(ctx, c, r); err != nil {
+			cancel()
+			return nil, err
+		}
+		for _, child := range r.def.Children {
+			if seen[child.GVK.String()] {
+				continue
+			}
+			seen[child.GVK.String()] = true
+			obj := &unstructured.Unstructured{}
+			obj.SetGroupVersionKind(child.GVK)
+			h := handler.EnqueueRequestForOwner(e.mgr.GetScheme(), e.mgr.GetRESTMapper(), owner, handler.OnlyControllerOwner())
+			if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), obj, h)); err != nil {
+				cancel()
+				return nil, err
+			}
+		}
+		hasDelete = hasDelete || r.runner.HasDelete()
+	}
+	if ro != nil {
+		if err := c.Watch(source.Channel(ro.moves, &handler.EnqueueRequestForObject{})); err != nil {
 			cancel()
 			return nil, err
 		}
 	}
-	if r.runner.HasDelete() {
-		if err := e.startFinalizerController(ctx, r); err != nil {
+	if hasDelete {
+		if err := e.startFinalizerController(ctx, d, pick); err != nil {
 			cancel()
 			return nil, err
 		}
 	}
-	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: r.runner, conditions: r.conditions}
+	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: r.runner, conditions: conditions, rollout: ro}
+	if ro != nil && ro.split != nil {
+		op.runner = ro.split.to.runner
+	}
 	go func() {
 		defer close(op.done)
+		if ro != nil {
+			go ro.drive(ctx)
+		}
 		if err := c.Start(ctx); err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			e.mgr.GetLogger().Error(err, "controller stopped", "operator", d.Operator.Name)
 		}
 	}()
 	return op, nil
+}
+
+// newReconciler is the reconciler of d's custom resources, with the
+// operator's memory and table of conditions.
+func (e *Engine) newReconciler(ctx context.Context, d *definition.Definition, mem *run.Memory, conditions *gauges.Table) (*reconciler, error) {
+	r := &reconciler{
+		def: d, client: e.client, reader: e.mgr.GetAPIReader(), scopes: &informer.Scopes{Mapper: e.mgr.GetRESTMapper()}, metadata: e.metadata,
+		events: e.mgr.GetEventRecorder("opkit"), related: related.NewIndex(), conditions: conditions,
+		namespace: e.opts.Namespace, memory: mem, runWait: e.opts.RunWait,
+	}
+	// The memory forgets an object gone: what the runner and the life
+	// cycle keep of it, and what the related index keeps.
+	r.memory.Also(r.related)
+	r.states = lifecycle.New(d, lifecycle.Options{Archive: e.opts.Archive, Clock: e.opts.Clock, Events: r.events, Client: e.client, ConsoleURL: e.opts.ConsoleURL, Memory: r.memory})
+	if len(d.Handlers) > 0 {
+		var err error
+		if r.runner, err = newRunner(ctx, d, e, r.events, r.memory); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }

@@ -167,22 +167,28 @@ const finalizerWorkers = 2
 // operator with delete handlers that lack it. It has its own queue and
 // workers, beside the operator's: a new object gets the finalizer at once,
 // however many objects wait in the operator's queue, so that an object
-// deleted soon after its creation still gets its delete handlers.
+// deleted soon after its creation still gets its delete handlers. pick
+// is the reconciler of an object (during a rollout, of the definition it
+// is on): one without delete handlers adds none.
 type finalizerReconciler struct {
-	r *reconciler
+	pick func(types.NamespacedName) *reconciler
 }
 
 func (f *finalizerReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	r := f.pick(req.NamespacedName)
+	if !r.runner.HasDelete() {
+		return reconcile.Result{}, nil
+	}
 	cr := &unstructured.Unstructured{}
-	cr.SetGroupVersionKind(f.r.def.GVK)
-	if err := f.r.client.Get(ctx, req.NamespacedName, cr); err != nil {
+	cr.SetGroupVersionKind(r.def.GVK)
+	if err := r.client.Get(ctx, req.NamespacedName, cr); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	fin := FinalizerName(f.r.def.Operator.Name)
+	fin := FinalizerName(r.def.Operator.Name)
 	if !lacksFinalizer(cr, fin) {
 		return reconcile.Result{}, nil
 	}
-	return f.r.patchFinalizer(ctx, cr, fin, true)
+	return r.patchFinalizer(ctx, cr, fin, true)
 }
 
 // lacksFinalizer reports whether o is live and without the finalizer fin.
@@ -202,20 +208,21 @@ func lackingFinalizer(fin string) predicate.Funcs {
 }
 
 // startFinalizerController starts the finalizer controller of an operator
-// whose reconciler holds finalizers; it stops with ctx.
-func (e *Engine) startFinalizerController(ctx context.Context, r *reconciler) error {
-	c, err := controller.NewTypedUnmanaged("finalizer-"+r.def.Operator.Name, e.queues.Options(&finalizerReconciler{r: r}, finalizerWorkers))
+// whose reconciler holds finalizers, pick giving each object's; it stops
+// with ctx.
+func (e *Engine) startFinalizerController(ctx context.Context, d *definition.Definition, pick func(types.NamespacedName) *reconciler) error {
+	c, err := controller.NewTypedUnmanaged("finalizer-"+d.Operator.Name, e.queues.Options(&finalizerReconciler{pick: pick}, finalizerWorkers))
 	if err != nil {
 		return err
 	}
 	owner := &unstructured.Unstructured{}
-	owner.SetGroupVersionKind(r.def.GVK)
-	if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), owner, &handler.EnqueueRequestForObject{}, lackingFinalizer(FinalizerName(r.def.Operator.Name)))); err != nil {
+	owner.SetGroupVersionKind(d.GVK)
+	if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), owner, &handler.EnqueueRequestForObject{}, lackingFinalizer(FinalizerName(d.Operator.Name)))); err != nil {
 		return err
 	}
 	go func() {
 		if err := c.Start(ctx); err != nil && ctx.Err() == nil {
-			e.mgr.GetLogger().Error(err, "finalizer controller stopped", "operator", r.def.Operator.Name)
+			e.mgr.GetLogger().Error(err, "finalizer controller stopped", "operator", d.Operator.Name)
 		}
 	}()
 	return nil

@@ -61,6 +61,11 @@ type reconciler struct {
 	// runWait is how long a reconcile waits for a run it starts
 	// (Options.RunWait).
 	runWait time.Duration
+	// rolloutHash is the definition's hash (Definition.Hash) for an
+	// operator with spec.rollout, written to status.opkit.definition:
+	// which definition an object is on, and that it has been reconciled
+	// by it. Empty otherwise, and nothing is written.
+	rolloutHash string
 }
 
 var _ reconcile.Reconciler = &reconciler{}
@@ -477,6 +482,11 @@ func (r *reconciler) statusFor(cr *unstructured.Unstructured, vars definition.Va
 	}
 	if step != nil {
 		step.State.WriteTo(own)
+	}
+	if r.rolloutHash != "" {
+		own["definition"] = r.rolloutHash
+	} else {
+		delete(own, "definition")
 	}
 	if len(own) == 0 {
 		delete(status, "opkit")

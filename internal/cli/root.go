@@ -61,6 +61,6 @@ func NewRootCommand() *cobra.Command {
 		newRunsCommand(), newLogsCommand(), newEventsCommand(), newRetryCommand(), newPauseCommand(), newResumeCommand(), newScheduleCommand(), newDecideCommand(), newConsoleCommand(), newGenerateCommand(), newTestCommand(), newLintCommand(), newMigrateCommand(), newAgentCommand())
 	root.AddCommand(newStatesCommand())
 	root.AddCommand(newRerunCommand(), newReplayCommand())
-	root.AddCommand(newPlanCommand())
+	root.AddCommand(newPlanCommand(), newRolloutCommand())
 	return root
 }

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -272,4 +273,75 @@ func TestARolloutPausesOnItsCanaryAndIsUndoneAndAGoodOneGoesThrough(t *testing.T
 			t.Errorf("%s-broken: %v; want none", name, err)
 		}
 	}
+}
+
+// TestARolloutRunsANewHandlerOnlyForTheObjectsItMoved: a definition that
+// adds a create handler runs it for the canary (the Pages labelled
+// canary) alone; the handler failing pauses the rollout, naming it; a
+// person continuing moves the others, whose failing runs pause it again,
+// while the canary's, accepted, no longer do.
+func TestARolloutRunsANewHandlerOnlyForTheObjectsItMoved(t *testing.T) {
+	t.Parallel()
+	env := clustertest.New(t)
+	e := startEngine(t, env)
+	ctx := t.Context()
+	canaryFirst := strings.Replace(pagesV1, "steps: [{count: 2}, {percent: 50}]", "steps: [{selector: {matchLabels: {canary: \"yes\"}}}]", 1)
+	if err := e.Apply(ctx, compileYAML(t, canaryFirst)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		p := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "rollout.example.com/v1", "kind": "Page",
+			"metadata": map[string]any{"name": fmt.Sprintf("page%d", i), "namespace": env.Namespace},
+			"spec":     map[string]any{"text": "hello"},
+		}}
+		if i == 1 || i == 3 {
+			p.SetLabels(map[string]string{"canary": "yes"})
+		}
+		create(t, env, p)
+	}
+	waitConfigMapData(t, env, "page3-content", "the last Page's ConfigMap", map[string]string{"definition": "one"})
+
+	out := filepath.Join(t.TempDir(), "runs")
+	never := filepath.Join(t.TempDir(), "never")
+	withHandler := canaryFirst + fmt.Sprintf(`  handlers:
+  - name: announce
+    on: [create]
+    %s
+`, recorderExec(t, out, "FAIL_UNTIL="+never))
+	if err := e.Apply(ctx, compileYAML(t, withHandler)); err != nil {
+		t.Fatal(err)
+	}
+	r := waitRollout(t, env, time.Minute, "the rollout paused on the canary's handler", func(s *v1alpha1.RolloutStatus) bool { return s.Phase == v1alpha1.RolloutPaused })
+	if want := []string{env.Namespace + "/page1", env.Namespace + "/page3"}; !slices.Equal(r.Status.Moved, want) {
+		t.Errorf("moved %v; want the canary %v", r.Status.Moved, want)
+	}
+	if !strings.Contains(r.Status.Reason, "handler announce failed") {
+		t.Errorf("paused because %q; want the handler announce's failure", r.Status.Reason)
+	}
+	time.Sleep(3 * time.Second)
+	ran := map[string]bool{}
+	for _, rec := range readLines[record](t, out) {
+		ran[rec.Name] = true
+	}
+	if !ran["page1"] || !ran["page3"] || ran["page0"] || ran["page2"] {
+		t.Errorf("announce ran for %v; want the canary page1 and page3 alone", ran)
+	}
+
+	requestRollout(t, env, v1alpha1.RolloutContinue)
+	r = waitRollout(t, env, time.Minute, "paused again by the objects the continue moved", func(s *v1alpha1.RolloutStatus) bool {
+		return s.Phase == v1alpha1.RolloutPaused && s.Step == 2
+	})
+	if r.Status.MovedCount != 4 || !strings.Contains(r.Status.Reason, "/page0: handler announce failed") {
+		t.Errorf("after continue: %d moved, paused because %q; want 4, page0's handler", r.Status.MovedCount, r.Status.Reason)
+	}
+	if want := []string{env.Namespace + "/page1", env.Namespace + "/page3"}; !slices.Equal(r.Status.Accepted, want) {
+		t.Errorf("accepted %v; want the canary %v, unhealthy when continued", r.Status.Accepted, want)
+	}
+	eventually(t, 30*time.Second, "announce run for every Page", func(context.Context) (bool, error) {
+		for _, rec := range readLines[record](t, out) {
+			ran[rec.Name] = true
+		}
+		return len(ran) == 4, nil
+	})
 }

@@ -286,6 +286,15 @@ func (n *needs) owned(d *definition.Definition, op string, opts Options) {
 		// may update the owner's finalizers.
 		n.add(d.GVK.Group, d.Plural+"/finalizers", anyNamespace, "", op+": sets blockOwnerDeletion in its children's ownerReferences (checked by the OwnerReferencesPermissionEnforcement admission plugin, where it is on)", "update")
 	}
+	if d.Rollout != nil {
+		crd := v1alpha1.RolloutCRD().Name
+		n.add("apiextensions.k8s.io", "customresourcedefinitions", anyNamespace, crd,
+			op+": installs the Rollout CRD (server-side apply: create and patch by name) and waits until it is established", "get", "create", "patch")
+		n.add(v1alpha1.Group, v1alpha1.RolloutResource, anyNamespace, d.Operator.Name,
+			op+": keeps where a change of its definition has reached its objects in its Rollout, and answers the requests written there (opkit rollout)", "get", "update")
+		n.add(v1alpha1.Group, v1alpha1.RolloutResource, anyNamespace, "",
+			op+": makes its Rollout (created once; a create cannot be limited by name)", "create")
+	}
 	seen := map[schema.GroupVersionKind]bool{}
 	for _, c := range d.Children {
 		if seen[c.GVK] {

@@ -415,3 +415,31 @@ spec:
 		t.Errorf("certificates are not granted")
 	}
 }
+
+func TestARolloutGetsItsRolloutAndNoOther(t *testing.T) {
+	defs := compileYAML(t, `
+apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: sites}
+spec:
+  resource:
+    group: demo.example.com
+    kind: Site
+    versions: [{name: v1, schema: {type: object}}]
+  rollout: {steps: [{count: 1}]}
+`)
+	rules, _ := manifests.ComputeRules(defs, manifests.Options{})
+	for _, s := range []string{
+		"get customresourcedefinitions.apiextensions.k8s.io rollouts.opkit.dev", "create customresourcedefinitions.apiextensions.k8s.io rollouts.opkit.dev",
+		"get rollouts.opkit.dev sites", "update rollouts.opkit.dev sites", "create rollouts.opkit.dev",
+	} {
+		if !allows(rules, "opkit", parse(s)) {
+			t.Errorf("the rules do not allow %s", parse(s))
+		}
+	}
+	for _, s := range []string{"get rollouts.opkit.dev others", "update rollouts.opkit.dev others", "list rollouts.opkit.dev", "delete rollouts.opkit.dev sites"} {
+		if allows(rules, "opkit", parse(s)) {
+			t.Errorf("the rules allow %s", parse(s))
+		}
+	}
+}

@@ -29,9 +29,7 @@ func (e *Engine) ClockStepped() {
 	e.mu.Lock()
 	runners := make([]*run.Runner, 0, len(e.running))
 	for _, op := range e.running {
-		if op.runner != nil {
-			runners = append(runners, op.runner)
-		}
+		runners = append(runners, op.runners()...)
 	}
 	e.mu.Unlock()
 	for _, rn := range runners {

@@ -126,7 +126,23 @@ type operator struct {
 	// (runnow.go); nil for any other operator.
 	manual *manualRuns
 	// rollout drives its rollout (rollout.go); nil without spec.rollout.
-	rollout *rollout
+	// While one is under way, runner is the new definition's, and
+	// previous the runner of the definition the objects not moved are
+	// on (nil without handlers); both are stopped, waited for, paused
+	// and woken alike.
+	rollout  *rollout
+	previous *run.Runner
+}
+
+// runners are the operator's runners: one, two during a rollout.
+func (o *operator) runners() []*run.Runner {
+	var out []*run.Runner
+	for _, rn := range []*run.Runner{o.runner, o.previous} {
+		if rn != nil {
+			out = append(out, rn)
+		}
+	}
+	return out
 }
 
 // New creates an engine; it starts nothing.
@@ -366,8 +382,8 @@ func (o *operator) stop() {
 	case <-o.done:
 	case <-time.After(stopGrace):
 	}
-	if o.runner != nil {
-		o.runner.Wait()
+	for _, rn := range o.runners() {
+		rn.Wait()
 	}
 }
 
@@ -575,7 +591,7 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	}
 	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: r.runner, conditions: conditions, rollout: ro}
 	if ro != nil && ro.split != nil {
-		op.runner = ro.split.to.runner
+		op.runner, op.previous = ro.split.to.runner, ro.split.from.runner
 	}
 	go func() {
 		defer close(op.done)

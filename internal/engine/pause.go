@@ -41,12 +41,16 @@ func (e *Engine) takePause(ctx context.Context, op *v1alpha1.Operator) {
 	e.mu.Lock()
 	running := e.running[op.Name]
 	e.mu.Unlock()
-	if running == nil || running.runner == nil || running.def.Operator.UID != op.UID {
+	if running == nil || len(running.runners()) == 0 || running.def.Operator.UID != op.UID {
 		return // the annotation is read when it starts (run.New)
 	}
 	value, paused := op.Annotations[v1alpha1.PauseAnnotation]
 	resumed, hasResumed := op.Annotations[v1alpha1.ResumedAnnotation]
-	if running.runner.PauseOperator(value, paused, resumed) {
+	changed := false
+	for _, rn := range running.runners() {
+		changed = rn.PauseOperator(value, paused, resumed) || changed
+	}
+	if changed {
 		p, reason, what := v1alpha1.ReadRequest(value), ReasonOperatorPaused, "paused"
 		if !paused {
 			p, reason, what = v1alpha1.ReadRequest(resumed), ReasonOperatorResumed, "resumed"

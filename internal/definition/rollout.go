@@ -59,6 +59,46 @@ func (s RolloutStep) String() string {
 	return fmt.Sprintf("%d%%", s.Percent)
 }
 
+// Candidate is an object a rollout may move: its key, namespace/name
+// (name alone for a cluster-scoped kind), and its labels.
+type Candidate struct {
+	Key    string
+	Labels map[string]string
+}
+
+// Take moves into moved the objects step i moves, and returns them, in
+// order: a selector's every object it matches; a count's or a
+// percentage's the first objects of objs not moved yet, up to its
+// target over len(objs). objs must be sorted by Key, so that a rollout
+// played again moves the same objects.
+func (r *Rollout) Take(i int, objs []Candidate, moved map[string]bool) []string {
+	s := r.Steps[i]
+	target := s.Target(len(objs))
+	n := 0
+	for _, o := range objs {
+		if moved[o.Key] {
+			n++
+		}
+	}
+	var took []string
+	for _, o := range objs {
+		switch {
+		case moved[o.Key]:
+			continue
+		case s.Selector != nil:
+			if !s.Selector.Matches(labels.Set(o.Labels)) {
+				continue
+			}
+		case n >= target:
+			return took
+		}
+		moved[o.Key] = true
+		took = append(took, o.Key)
+		n++
+	}
+	return took
+}
+
 // compileRollout compiles spec.rollout into d.Rollout.
 func compileRollout(l *errorList, d *Definition) {
 	r := d.Operator.Spec.Rollout

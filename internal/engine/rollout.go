@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -510,33 +509,27 @@ func (ro *rollout) step(ctx context.Context, st *v1alpha1.RolloutStatus, now tim
 	if err != nil {
 		return err
 	}
-	moved := keys(st.Moved)
-	before := len(moved)
-	for st.Step < st.Steps && len(moved) == before {
-		s := ro.def.Rollout.Steps[st.Step]
+	candidates := make([]definition.Candidate, len(objs))
+	for i, o := range objs {
+		candidates[i] = definition.Candidate{Key: objectName(types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}), Labels: o.GetLabels()}
+	}
+	moved := map[string]bool{}
+	for _, m := range st.Moved {
+		moved[m] = true
+	}
+	var took []string
+	for st.Step < st.Steps && len(took) == 0 {
+		took = ro.def.Rollout.Take(st.Step, candidates, moved)
 		st.Step++
-		target := s.Target(len(objs))
-		for _, o := range objs {
-			k := types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}
-			switch {
-			case moved[k]:
-			case s.Selector != nil:
-				if s.Selector.Matches(labels.Set(o.GetLabels())) {
-					moved[k] = true
-				}
-			case len(moved) < target:
-				moved[k] = true
-			}
-		}
 	}
 	st.Moved = st.Moved[:0]
 	for k := range moved {
-		st.Moved = append(st.Moved, objectName(k))
+		st.Moved = append(st.Moved, k)
 	}
 	slices.Sort(st.Moved)
 	st.StepStarted, st.HealthySince = now.Format(time.RFC3339), ""
 	st.Reason = fmt.Sprintf("step %d of %d (%s) moved %d objects: %d of %d on definition %s",
-		st.Step, st.Steps, ro.def.Rollout.Steps[st.Step-1], len(moved)-before, len(moved), len(objs), st.To.Hash)
+		st.Step, st.Steps, ro.def.Rollout.Steps[st.Step-1], len(took), len(moved), len(objs), st.To.Hash)
 	ro.log.Info(fmt.Sprintf("operator %s: rollout %s", ro.def.Operator.Name, st.Reason))
 	return nil
 }

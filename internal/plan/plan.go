@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,6 +59,10 @@ type Plan struct {
 	// Objects are the custom resources the definition changes something
 	// for, by namespace and name; unchanged ones are counted only.
 	Objects []Object `json:"objects"`
+	// Rollout is the objects each step of the new definition's
+	// spec.rollout moves, when it has one: the change reaches them in
+	// these steps, each once the objects before it are healthy.
+	Rollout []RolloutStep `json:"rollout,omitempty"`
 }
 
 // Finding is one CRD compatibility finding.
@@ -260,7 +265,40 @@ func Run(ctx context.Context, o Options) (*Plan, error) {
 		a, b := p.Objects[i], p.Objects[j]
 		return a.Namespace < b.Namespace || a.Namespace == b.Namespace && a.Name < b.Name
 	})
+	if o.New.Rollout != nil && o.New.Hash() != o.Old.Hash() {
+		p.Rollout = rolloutSteps(o.New.Rollout, crs)
+	}
 	return p, nil
+}
+
+// RolloutStep is the objects a step of spec.rollout moves.
+type RolloutStep struct {
+	// Step is the step as declared: "2 objects", "50%".
+	Step    string   `json:"step"`
+	Objects []string `json:"objects"`
+}
+
+// rolloutSteps are the objects each step of r moves when the change is
+// rolled out from its first step, as the engine takes them.
+func rolloutSteps(r *definition.Rollout, crs []unstructured.Unstructured) []RolloutStep {
+	candidates := make([]definition.Candidate, len(crs))
+	for i := range crs {
+		key := crs[i].GetName()
+		if ns := crs[i].GetNamespace(); ns != "" {
+			key = ns + "/" + key
+		}
+		candidates[i] = definition.Candidate{Key: key, Labels: crs[i].GetLabels()}
+	}
+	sort.Slice(candidates, func(i, j int) bool { return candidates[i].Key < candidates[j].Key })
+	moved := map[string]bool{}
+	out := make([]RolloutStep, len(r.Steps))
+	for i, s := range r.Steps {
+		out[i] = RolloutStep{Step: s.String(), Objects: r.Take(i, candidates, moved)}
+		if out[i].Objects == nil {
+			out[i].Objects = []string{}
+		}
+	}
+	return out
 }
 
 // withGVK is d read as the objects of gvk.

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
@@ -355,4 +356,52 @@ func TestPlanSaysWhichObjectsMoveWhenATransitionsGuardNowHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	clustertest.Eventually(t, 60*time.Second, "the Database Ready", inState("Ready"))
+}
+
+// TestPlanSaysWhichObjectsEachStepOfARolloutMovesAsTheEngineThenDoes:
+// with spec.rollout, the plan lists the objects each step moves, and the
+// engine's first step moves those.
+func TestPlanSaysWhichObjectsEachStepOfARolloutMovesAsTheEngineThenDoes(t *testing.T) {
+	env := clustertest.New(t)
+	staged := "  rollout:\n    steps: [{count: 1}, {percent: 50}]\n    settle: 1h\n  children:\n"
+	old := compile(t, edited(t, "  children:\n", staged))
+	e, _ := runEngine(t, env, old)
+	names := websites(t, env, 3)
+	def := compile(t, edited(t, "  children:\n", staged, "busybox:1.36", "busybox:1.37"))
+	p, err := Run(t.Context(), Options{Config: env.Config, New: def, Old: old, Namespace: env.Namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := env.Namespace + "/"
+	want := []RolloutStep{{Step: "1 object", Objects: []string{ns + names[0]}}, {Step: "50%", Objects: []string{ns + names[1]}}, {Step: "100%", Objects: []string{ns + names[2]}}}
+	if fmt.Sprint(p.Rollout) != fmt.Sprint(want) {
+		t.Errorf("rollout %+v; want %+v", p.Rollout, want)
+	}
+	var text strings.Builder
+	p.WriteText(&text)
+	if !strings.Contains(text.String(), "rolled out in 3 steps (spec.rollout), the next once the objects moved are healthy:\n    1. 1 object: "+ns+names[0]+"\n") {
+		t.Errorf("the plan's text does not list the steps:\n%s", text.String())
+	}
+	if p, err := Run(t.Context(), Options{Config: env.Config, New: old, Old: old, Namespace: env.Namespace}); err != nil || p.Rollout != nil {
+		t.Errorf("a plan of the same definition: rollout %v, %v; want none", p.Rollout, err)
+	}
+
+	if err := e.Apply(t.Context(), def); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, time.Minute, "the engine's first step", func(ctx context.Context) (bool, error) {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.RolloutKind))
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "website." + env.Namespace}, u); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		r, err := v1alpha1.ReadRollout(u)
+		if err != nil || r.Status.Step != 1 {
+			return false, err
+		}
+		if !slices.Equal(r.Status.Moved, want[0].Objects) {
+			t.Errorf("the engine's first step moved %v; the plan said %v", r.Status.Moved, want[0].Objects)
+		}
+		return true, nil
+	})
 }

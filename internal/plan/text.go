@@ -28,6 +28,12 @@ func (p *Plan) WriteText(w io.Writer) {
 	if s.Errors > 0 {
 		fmt.Fprintf(w, "  %s could not be planned in full\n", count1(s.Errors, "object", "objects"))
 	}
+	if len(p.Rollout) > 0 {
+		fmt.Fprintf(w, "  rolled out in %s (spec.rollout), the next once the objects moved are healthy:\n", count1(len(p.Rollout), "step", "steps"))
+		for i, st := range p.Rollout {
+			fmt.Fprintf(w, "    %d. %s: %s\n", i+1, st.Step, listObjects(st.Objects))
+		}
+	}
 	for _, o := range p.Objects {
 		fmt.Fprintf(w, "\n%s %s\n", p.kind(), qualified(o.Namespace, o.Name))
 		for _, c := range o.Children {
@@ -122,4 +128,15 @@ func count1(n int, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+// listObjects names up to 5 objects, and counts the others.
+func listObjects(objs []string) string {
+	switch {
+	case len(objs) == 0:
+		return "no object"
+	case len(objs) <= 5:
+		return strings.Join(objs, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(objs[:5], ", "), len(objs)-5)
 }

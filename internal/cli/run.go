@@ -463,4 +463,12 @@ func printSources(w io.Writer, e *engine.Engine, d *definition.Definition) {
 	if d.Conversion != nil {
 		fmt.Fprintf(w, "  conversion (to and from %s, the storage version): served on https://%s%s\n", d.StorageVersion, e.WebhookAddr(), definition.ConversionPath(d.Operator.Name))
 	}
+	if r := d.Rollout; r != nil {
+		steps := make([]string, len(r.Steps))
+		for i, s := range r.Steps {
+			steps[i] = s.String()
+		}
+		fmt.Fprintf(w, "  rollout: definition %s; a change reaches the objects in steps of %s, %s of health apart (opkit rollout status %s)\n",
+			d.Hash(), strings.Join(steps, ", "), r.Settle, d.Operator.Name)
+	}
 }

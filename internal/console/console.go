@@ -217,6 +217,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /runs/{id}/log", s.rawLog)
 	m.HandleFunc("GET /live", s.live)
 	m.HandleFunc("POST /operators/{operator}/objects/{namespace}/{name}/{action}", s.act)
+	m.HandleFunc("POST /operators/{operator}/rollouts/{rollout}/{action}", s.requestRollout)
 	m.HandleFunc("POST /runs/{id}/rerun", s.rerun)
 	m.HandleFunc("POST /events/{id}/redeliver", s.redeliver)
 	m.HandleFunc("GET /login", s.loginPage)

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -47,8 +50,13 @@ type rolloutView struct {
 	// it cannot be said.
 	Diff    []archive.Change
 	DiffErr string
-	// CanContinue and CanUndo say which request the phase accepts.
+	// CanContinue and CanUndo say which request the phase accepts;
+	// MayRequest that the user may write one (patch on the Rollout).
+	// ResourceVersion is the Rollout's as read, for the form: a request
+	// on a rollout changed since is refused.
 	CanContinue, CanUndo bool
+	MayRequest           bool
+	ResourceVersion      string
 
 	moved map[string]bool
 }
@@ -137,6 +145,8 @@ func (s *Server) operatorRollouts(ctx context.Context, u *user, name string) []*
 			continue
 		}
 		if r := readRolloutView(name, &found[i]); r != nil {
+			res.Name = r.Name
+			r.MayRequest, _ = s.auth.allowed(ctx, u, res, "patch", "")
 			out = append(out, r)
 		}
 	}
@@ -158,7 +168,7 @@ func readRolloutView(name string, u *unstructured.Unstructured) *rolloutView {
 	}
 	r := &rolloutView{Name: u.GetName(), Namespace: strings.TrimPrefix(strings.TrimPrefix(u.GetName(), name), "."), Operator: name,
 		Phase: st.Phase, Reason: st.Reason, From: st.From.Hash, To: st.To.Hash, Step: st.Step, NSteps: st.Steps, Moved: st.MovedCount,
-		Request: obj.Spec.Request, RequestedBy: obj.Spec.RequestedBy, moved: map[string]bool{}}
+		Request: obj.Spec.Request, RequestedBy: obj.Spec.RequestedBy, ResourceVersion: u.GetResourceVersion(), moved: map[string]bool{}}
 	r.Pending = st.From.Hash != st.To.Hash && (st.Phase == v1alpha1.RolloutProgressing || st.Phase == v1alpha1.RolloutPaused || st.Phase == v1alpha1.RolloutRolledBack)
 	r.CanContinue = st.Phase == v1alpha1.RolloutPaused || st.Phase == v1alpha1.RolloutRolledBack
 	r.CanUndo = st.Phase == v1alpha1.RolloutProgressing || st.Phase == v1alpha1.RolloutPaused
@@ -192,6 +202,71 @@ func readRolloutView(name string, u *unstructured.Unstructured) *rolloutView {
 	}
 	r.Diff = diff
 	return r
+}
+
+// requestRollout writes a person's Continue or Undo to an operator's
+// Rollout (POST /operators/OP/rollouts/NAME/continue|undo), as opkit
+// rollout continue|undo does: spec.request and spec.requestedBy, by a
+// merge patch that carries the resourceVersion the page showed, so that
+// a rollout changed since is refused (409) rather than asked something
+// its person did not see. It needs patch on the Rollout, and the phase
+// to accept the request; the engine answers it within a second or two.
+func (s *Server) requestRollout(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	u, ok := s.formUser(w, r)
+	if !ok {
+		return
+	}
+	opName, name, action := r.PathValue("operator"), r.PathValue("rollout"), r.PathValue("action")
+	req := map[string]string{"continue": v1alpha1.RolloutContinue, "undo": v1alpha1.RolloutUndo}[action]
+	if req == "" {
+		s.fail(w, r, notFound("no rollout action %q: continue or undo", action))
+		return
+	}
+	res := resource{Group: v1alpha1.Group, Resource: v1alpha1.RolloutResource, Name: name}
+	if ok, err := s.auth.allowed(ctx, u, res, "patch", ""); err != nil || !ok {
+		if err == nil {
+			err = forbidden("%s may not patch %s", u.Name, res)
+		}
+		s.fail(w, r, err)
+		return
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.RolloutKind))
+	if err := s.catalog.client.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			err = notFound("no Rollout %s", name)
+		}
+		s.fail(w, r, err)
+		return
+	}
+	view := readRolloutView(opName, obj)
+	switch {
+	case view == nil:
+		s.fail(w, r, notFound("the Rollout %s is not operator %s's", name, opName))
+		return
+	case obj.GetResourceVersion() != r.PostFormValue("resourceVersion"):
+		s.fail(w, r, &httpError{http.StatusConflict, "the rollout changed since the page showed it: look at it again"})
+		return
+	case req == v1alpha1.RolloutContinue && !view.CanContinue, req == v1alpha1.RolloutUndo && !view.CanUndo:
+		s.fail(w, r, &httpError{http.StatusConflict, fmt.Sprintf("the rollout is %s: nothing to %s (%s)", view.Phase, action, view.Reason)})
+		return
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": obj.GetResourceVersion()},
+		"spec":     map[string]any{"request": req, "requestedBy": s.decidedBy(u)},
+	})
+	if err == nil {
+		err = s.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
+	}
+	if apierrors.IsConflict(err) {
+		err = &httpError{http.StatusConflict, "the rollout changed since the page showed it: look at it again"}
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	http.Redirect(w, r, operatorURL(opName), http.StatusSeeOther)
 }
 
 // definitionDiff lists the changes from one definition to another (each

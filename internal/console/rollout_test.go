@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -109,7 +112,18 @@ func rolloutDefinition(t *testing.T, d *definition.Definition) v1alpha1.RolloutD
 	return v1alpha1.RolloutDefinition{Hash: d.Hash(), Operator: string(data)}
 }
 
-func TestOperatorPageShowsAPausedRolloutItsStepsEachObjectsDefinitionAndTheDiff(t *testing.T) {
+// gadgets is a console and the Gadget operator's three objects in a
+// namespace of the test's own, g0 and g1 moved by a Paused Rollout (g1
+// not reconciled by the new definition yet), g2 not.
+type gadgets struct {
+	env      *clustertest.Env
+	base     string // the console's
+	from, to *definition.Definition
+	reason   string
+}
+
+func withGadgets(t *testing.T) *gadgets {
+	t.Helper()
 	f := start(t)
 	env := clustertest.New(t)
 	from, to := gadgetsDefinition(t, "one", "1m"), gadgetsDefinition(t, "two", "2m")
@@ -149,6 +163,12 @@ func TestOperatorPageShowsAPausedRolloutItsStepsEachObjectsDefinitionAndTheDiff(
 		_ = env.Client.Delete(context.Background(), u)
 	})
 
+	return &gadgets{env: env, base: base, from: from, to: to, reason: reason}
+}
+
+func TestOperatorPageShowsAPausedRolloutItsStepsEachObjectsDefinitionAndTheDiff(t *testing.T) {
+	g := withGadgets(t)
+	env, base, from, to, reason := g.env, g.base, g.from, g.to, g.reason
 	var page string
 	clustertest.Eventually(t, 30*time.Second, "the operator page shows the rollout and the three gadgets", func(context.Context) (bool, error) {
 		page = get(t, base+"/operators/gadgets")
@@ -200,5 +220,63 @@ func TestOperatorPageShowsAPausedRolloutItsStepsEachObjectsDefinitionAndTheDiff(
 	mustContain(t, "the page of a complete rollout", page, "Definition <code>"+to.Hash()+"</code>, rolled out to every object.")
 	if strings.Contains(page, `<section class="rollout`) || strings.Contains(page, `<th scope="col">Definition</th>`) {
 		t.Errorf("the page of a complete rollout shows it as pending")
+	}
+}
+
+// rollout reads the Rollout of gadgets.
+func (g *gadgets) rollout(t *testing.T) (*unstructured.Unstructured, *v1alpha1.RolloutObject) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.RolloutKind))
+	if err := g.env.Client.Get(t.Context(), client.ObjectKey{Name: "gadgets"}, u); err != nil {
+		t.Fatal(err)
+	}
+	r, err := v1alpha1.ReadRollout(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u, r
+}
+
+func TestBrowserUndoesAPausedRolloutAndContinuesAnUndoneOne(t *testing.T) {
+	g := withGadgets(t)
+	tab := browser(t)
+	within(tab, t, 30*time.Second, chromedp.Navigate(g.base+"/operators/gadgets"))
+	waitJS(tab, t, 30*time.Second, "the page offers Continue and Undo",
+		`!!document.querySelector("button.rollout-continue") && !!document.querySelector("button.rollout-undo")`)
+	screenshot(tab, t, "rollout")
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.CSS("button.rollout-undo")))
+	waitJS(tab, t, 30*time.Second, "the page says Undo is asked, and offers no button",
+		`document.body.innerText.includes("Undo asked by console") && !document.querySelector("button.rollout-undo")`)
+	u, r := g.rollout(t)
+	if r.Spec.Request != v1alpha1.RolloutUndo || !strings.HasPrefix(r.Spec.RequestedBy, "console") {
+		t.Fatalf("the request written: %+v; want Undo by the console", r.Spec)
+	}
+
+	// The engine answers: undone. A request on the page as it was before
+	// is refused; the page offers Continue, which rolls it out again.
+	stale := u.GetResourceVersion()
+	r.Spec = v1alpha1.RolloutRequest{}
+	r.Status.Phase, r.Status.Moved, r.Status.MovedCount, r.Status.Reason = v1alpha1.RolloutRolledBack, nil, 0, "undone by console at step 1"
+	writeRollout(t, g.env, r)
+	page := get(t, g.base+"/operators/gadgets")
+	csrf := csrfField.FindStringSubmatch(page)
+	if csrf == nil {
+		t.Fatal("no CSRF token on the operator page")
+	}
+	if resp := do(t, http.MethodPost, g.base+"/operators/gadgets/rollouts/gadgets/continue", url.Values{"csrf": {csrf[1]}, "resourceVersion": {stale}}); resp.status != http.StatusConflict ||
+		!strings.Contains(resp.body, "changed since the page showed it") {
+		t.Errorf("a continue on a stale page: %d, want 409 saying the rollout changed\n%s", resp.status, resp.body)
+	}
+	if resp := do(t, http.MethodPost, g.base+"/operators/gadgets/rollouts/gadgets/continue", url.Values{"resourceVersion": {stale}}); resp.status != http.StatusForbidden {
+		t.Errorf("a continue without the CSRF token: %d, want 403", resp.status)
+	}
+	within(tab, t, 30*time.Second, chromedp.Navigate(g.base+"/operators/gadgets"))
+	waitJS(tab, t, 30*time.Second, "the page says rolled back and offers Continue alone",
+		`document.body.innerText.includes("Rolled back") && !!document.querySelector("button.rollout-continue") && !document.querySelector("button.rollout-undo")`)
+	within(tab, t, 30*time.Second, chromedp.Click(chromedp.CSS("button.rollout-continue")))
+	waitJS(tab, t, 30*time.Second, "the page says Continue is asked", `document.body.innerText.includes("Continue asked by console")`)
+	if _, r := g.rollout(t); r.Spec.Request != v1alpha1.RolloutContinue || r.Status.Phase != v1alpha1.RolloutRolledBack {
+		t.Fatalf("the Rollout after Continue: %+v %s; want Continue asked, the phase the engine's to change", r.Spec, r.Status.Phase)
 	}
 }

@@ -85,6 +85,10 @@ type objectRow struct {
 	Columns         []string
 	State           state
 	Message         string
+	// Definition is the hash of the definition that last reconciled a
+	// custom resource (status.opkit.definition), of an operator with
+	// spec.rollout.
+	Definition string
 
 	// Of a watched object: its kind, when the engine last recorded its
 	// state, whether it was deleted (its delete handlers are not done),
@@ -309,6 +313,7 @@ func rowOf(op *operator, obj *unstructured.Unstructured) objectRow {
 		row.Columns = append(row.Columns, columnValue(col, obj))
 	}
 	row.State, row.Message = stateOf(obj)
+	row.Definition, _, _ = unstructured.NestedString(obj.Object, "status", "opkit", "definition")
 	return row
 }
 

@@ -43,6 +43,12 @@
 //     when the OS user is not known. The engine takes the decision and
 //     removes the annotation; until then the page says it is sent, and
 //     offers no choice.
+//   - Rollout: an operator's page shows its Rollout (rollouts.opkit.dev,
+//     read as the console's identity, shown to whoever may get it) while
+//     a changed definition rolls out, with the definition each object's
+//     status says (rollout.go). Continue and Undo write spec.request as
+//     opkit rollout does, checking the CSRF token, patch on the Rollout,
+//     and the resourceVersion the page showed.
 //   - An operator that owns no resource is shown from its definition and
 //     the archive: a watch operator's objects are those it has state
 //     records for, and a calendar's schedules their last slots and runs.
@@ -217,6 +223,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /runs/{id}/log", s.rawLog)
 	m.HandleFunc("GET /live", s.live)
 	m.HandleFunc("POST /operators/{operator}/objects/{namespace}/{name}/{action}", s.act)
+	m.HandleFunc("POST /operators/{operator}/rollouts/{rollout}/{action}", s.requestRollout)
 	m.HandleFunc("POST /runs/{id}/rerun", s.rerun)
 	m.HandleFunc("POST /events/{id}/redeliver", s.redeliver)
 	m.HandleFunc("GET /login", s.loginPage)

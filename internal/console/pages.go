@@ -300,14 +300,37 @@ func (s *Server) operatorPage(r *http.Request, u *user) (string, *view, error) {
 			}
 		}
 	}
+	// A pending rollout: which definition each object is on.
+	var rollouts, pending []*rolloutView
+	if op.Owns() {
+		rollouts = s.operatorRollouts(ctx, u, name)
+		for _, ro := range rollouts {
+			for _, o := range objs {
+				if ro.covers(o.Namespace) {
+					ro.Total++
+				}
+			}
+			if ro.Pending {
+				pending = append(pending, ro)
+			}
+		}
+	}
 	type row struct {
 		objectRow
 		URL  string
 		Last *archive.Run
+		// Def is the object's definition against a pending rollout.
+		Def *objectDefinition
 	}
 	var out []row
 	for _, o := range rows {
 		rw := row{objectRow: o, URL: objectURL(name, o.Namespace, o.Name), Last: o.LastRun}
+		for _, ro := range pending {
+			if ro.covers(o.Namespace) {
+				rw.Def = ro.definitionOf(o.Namespace, o.Name, o.Definition)
+				break
+			}
+		}
 		if run, ok := last[o.UID]; ok {
 			rw.Last = &run
 		}
@@ -317,7 +340,8 @@ func (s *Server) operatorPage(r *http.Request, u *user) (string, *view, error) {
 		out = append(out, rw)
 	}
 	data := map[string]any{"Op": op, "Rows": out, "Counts": counts, "Total": len(objs), "Filter": string(filter),
-		"Page": pageNo, "Pages": pages, "Prev": pageLink(q, pageNo-1, pages), "Next": pageLink(q, pageNo+1, pages), "Sources": sources}
+		"Page": pageNo, "Pages": pages, "Prev": pageLink(q, pageNo-1, pages), "Next": pageLink(q, pageNo+1, pages), "Sources": sources,
+		"Rollouts": rollouts, "RolloutColumn": len(pending) > 0}
 	if op.Owns() {
 		if def, _, _ := s.catalog.definition(ctx, name); def != nil {
 			if m := machineOf(def, "", op.GVK.Kind); m != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 )
@@ -42,30 +43,31 @@ func parseTemplates() (map[string]*template.Template, error) {
 }
 
 var funcs = template.FuncMap{
-	"ago":        ago,
-	"duration":   runDuration,
-	"objectURL":  objectURL,
-	"objectOf":   func(r archive.Run) string { return r.Object() },
-	"outcome":    outcomeBadge,
-	"state":      stateBadge,
-	"linkRuns":   linkRuns,
-	"rfc3339":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-	"label":      objectLabel,
-	"join":       strings.Join,
-	"humanBytes": archive.HumanBytes,
-	"until":      until,
-	"dict":       dict,
-	"value":      value,
-	"slotOf":     slotOf,
-	"delivery":   deliveryBadge,
-	"sourceURL":  sourceURL,
-	"cut":        cut,
-	"clean":      clean,
-	"add":        func(a, b int) int { return a + b },
-	"short":      definition.ShortDuration,
-	"trigger":    triggerWords,
-	"transition": transitionOf,
-	"action":     actionOf,
+	"ago":          ago,
+	"duration":     runDuration,
+	"objectURL":    objectURL,
+	"objectOf":     func(r archive.Run) string { return r.Object() },
+	"outcome":      outcomeBadge,
+	"state":        stateBadge,
+	"linkRuns":     linkRuns,
+	"rfc3339":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"label":        objectLabel,
+	"join":         strings.Join,
+	"humanBytes":   archive.HumanBytes,
+	"until":        until,
+	"dict":         dict,
+	"value":        value,
+	"slotOf":       slotOf,
+	"delivery":     deliveryBadge,
+	"sourceURL":    sourceURL,
+	"cut":          cut,
+	"clean":        clean,
+	"add":          func(a, b int) int { return a + b },
+	"short":        definition.ShortDuration,
+	"trigger":      triggerWords,
+	"transition":   transitionOf,
+	"action":       actionOf,
+	"rolloutPhase": rolloutBadge,
 }
 
 // clean is text a sender chose made readable: terminal control sequences
@@ -223,6 +225,20 @@ func stateBadge(s state) badge {
 		return badge{"ok", "✓", "OK"}
 	}
 	return badge{"", "?", "Unknown"}
+}
+
+func rolloutBadge(phase string) badge {
+	switch phase {
+	case v1alpha1.RolloutProgressing:
+		return badge{"run", "⟳", "Progressing"}
+	case v1alpha1.RolloutPaused:
+		return badge{"bad", "‖", "Paused"}
+	case v1alpha1.RolloutComplete:
+		return badge{"ok", "✓", "Complete"}
+	case v1alpha1.RolloutRolledBack:
+		return badge{"warn", "↶", "Rolled back"}
+	}
+	return badge{"", "?", phase}
 }
 
 // runID matches the run ids in Event messages, with the console URL the

@@ -294,6 +294,10 @@ func (n *needs) owned(d *definition.Definition, op string, opts Options) {
 			op+": keeps where a change of its definition has reached its objects in its Rollout, and answers the requests written there (opkit rollout)", "get", "update")
 		n.add(v1alpha1.Group, v1alpha1.RolloutResource, anyNamespace, "",
 			op+": makes its Rollout (created once; a create cannot be limited by name)", "create")
+		if opts.Console.served() {
+			n.add(v1alpha1.Group, v1alpha1.RolloutResource, anyNamespace, d.Operator.Name,
+				"console: shows the rollout of "+d.Operator.Name+" on its page, and its Continue and Undo buttons write their request to it", "get", "patch")
+		}
 	}
 	seen := map[schema.GroupVersionKind]bool{}
 	for _, c := range d.Children {

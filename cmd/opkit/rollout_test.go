@@ -49,13 +49,15 @@ spec:
 // TestARolloutThroughTheBinaryPausesIsUndoneAndSurvivesItsLeader runs
 // two replicas of opkit run with leader election on one PostgreSQL
 // archive. A definition whose new child the API server refuses, written
-// to the file and the replicas restarted, reaches the canary's 2 Pages
-// and pauses (opkit rollout status says so, the 8 others untouched);
+// to the file and the replicas restarted, reaches the canary's 2 of 20
+// Pages and pauses (opkit rollout status says so, the 18 others
+// untouched);
 // opkit rollout undo returns the 2; a good definition then rolls out,
 // and when the leader is killed with SIGKILL mid-rollout the standby
 // goes on from its step to the end.
 func TestARolloutThroughTheBinaryPausesIsUndoneAndSurvivesItsLeader(t *testing.T) {
 	t.Parallel()
+	const pages = 20
 	cl, c := startPlane(t)
 	dsn := pgtest.Own(t).NewDatabase(t)
 	dir := t.TempDir()
@@ -100,7 +102,7 @@ func TestARolloutThroughTheBinaryPausesIsUndoneAndSurvivesItsLeader(t *testing.T
 	}
 	content := func() map[string]string {
 		out := map[string]string{}
-		for i := range 10 {
+		for i := range pages {
 			cm := &corev1.ConfigMap{}
 			name := fmt.Sprintf("page%d", i)
 			if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name + "-content"}, cm); err == nil {
@@ -113,7 +115,7 @@ func TestARolloutThroughTheBinaryPausesIsUndoneAndSurvivesItsLeader(t *testing.T
 		t.Helper()
 		clustertest.Eventually(t, 2*time.Minute, what, func(context.Context) (bool, error) {
 			got := content()
-			for i := range 10 {
+			for i := range pages {
 				name := fmt.Sprintf("page%d", i)
 				if got[name] != want(name) {
 					return false, nil
@@ -126,7 +128,7 @@ func TestARolloutThroughTheBinaryPausesIsUndoneAndSurvivesItsLeader(t *testing.T
 	write("one", "")
 	a, b := start(), start()
 	leader(a, b)
-	for i := range 10 {
+	for i := range pages {
 		p := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "pages.example.com/v1", "kind": "Page",
 			"metadata": map[string]any{"name": fmt.Sprintf("page%d", i), "namespace": "default"},
@@ -158,7 +160,7 @@ func TestARolloutThroughTheBinaryPausesIsUndoneAndSurvivesItsLeader(t *testing.T
 		status = rollout("status", "pages")
 		return strings.Contains(status.stdout, "Paused at step 1 of 3"), nil
 	})
-	for _, want := range []string{"objects: 2 of 10 on", "default/page0", "Degraded", "not a key", "1. 2 objects  (taken)"} {
+	for _, want := range []string{"objects: 2 of 20 on", "default/page0", "Degraded", "not a key", "1. 2 objects  (taken)"} {
 		if !strings.Contains(status.stdout, want) {
 			t.Errorf("opkit rollout status does not say %q:\n%s", want, status.stdout)
 		}

@@ -66,9 +66,15 @@ const brokenChild = `  - id: broken
 // readRollout reads the Rollout of the pages operator of env's engine.
 func readRollout(t *testing.T, env *clustertest.Env) *v1alpha1.RolloutObject {
 	t.Helper()
+	return readRolloutOf(t, env, "pages")
+}
+
+// readRolloutOf reads the Rollout of the operator op of env's engine.
+func readRolloutOf(t *testing.T, env *clustertest.Env, op string) *v1alpha1.RolloutObject {
+	t.Helper()
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.RolloutKind))
-	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "pages." + env.Namespace}, u); err != nil {
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: op + "." + env.Namespace}, u); err != nil {
 		t.Fatal(err)
 	}
 	r, err := v1alpha1.ReadRollout(u)
@@ -78,14 +84,22 @@ func readRollout(t *testing.T, env *clustertest.Env) *v1alpha1.RolloutObject {
 	return r
 }
 
-// waitRollout waits until the Rollout satisfies ok, and returns it.
+// waitRollout waits until the Rollout of the pages operator satisfies
+// ok, and returns it.
 func waitRollout(t *testing.T, env *clustertest.Env, within time.Duration, what string, ok func(*v1alpha1.RolloutStatus) bool) *v1alpha1.RolloutObject {
+	t.Helper()
+	return waitRolloutOf(t, env, "pages", within, what, ok)
+}
+
+// waitRolloutOf waits until the Rollout of the operator op satisfies ok,
+// and returns it.
+func waitRolloutOf(t *testing.T, env *clustertest.Env, op string, within time.Duration, what string, ok func(*v1alpha1.RolloutStatus) bool) *v1alpha1.RolloutObject {
 	t.Helper()
 	var last *v1alpha1.RolloutObject
 	eventually(t, within, what, func(ctx context.Context) (bool, error) {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.RolloutKind))
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: "pages." + env.Namespace}, u); err != nil {
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: op + "." + env.Namespace}, u); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
 		r, err := v1alpha1.ReadRollout(u)
@@ -344,4 +358,120 @@ func TestARolloutRunsANewHandlerOnlyForTheObjectsItMoved(t *testing.T) {
 		}
 		return len(ran) == 4, nil
 	})
+}
+
+// TestAnObjectWaitingForAPersonTakesTheDecisionOnItsOwnDefinition: two
+// Parcels wait for a person; a definition that adds an enter handler of
+// the state they go to rolls out to the first alone (settle holds the
+// next step). A decision on each is taken by the definition it is on:
+// both move, and the new handler runs for the moved one alone.
+func TestAnObjectWaitingForAPersonTakesTheDecisionOnItsOwnDefinition(t *testing.T) {
+	t.Parallel()
+	env := clustertest.New(t)
+	store := newArchive(t)
+	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store})
+	ctx := t.Context()
+	const parcels = `apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: parcels}
+spec:
+  resource:
+    group: rolloutstates.example.com
+    kind: Parcel
+    versions:
+    - name: v1
+      schema: {type: object, properties: {to: {type: string}}}
+  rollout:
+    steps: [{count: 1}]
+    settle: 1h
+  states:
+  - name: Waiting
+    initial: true
+    needsPerson: {question: "Ship it?"}
+    transitions:
+    - {to: Shipped, reason: Approved, description: ship it}
+  - {name: Shipped, final: true}
+`
+	if err := e.Apply(ctx, compileYAML(t, parcels)); err != nil {
+		t.Fatal(err)
+	}
+	parcel := func(name string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("rolloutstates.example.com/v1")
+		u.SetKind("Parcel")
+		u.SetNamespace(env.Namespace)
+		u.SetName(name)
+		return u
+	}
+	stateOf := func(ctx context.Context, name string) (*unstructured.Unstructured, *v1alpha1.ObjectState, error) {
+		u := parcel(name)
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
+			return nil, nil, err
+		}
+		s, err := v1alpha1.ReadObjectState(u.Object)
+		if s == nil {
+			s = &v1alpha1.ObjectState{}
+		}
+		return u, s, err
+	}
+	names := []string{"parcel0", "parcel1"}
+	for _, name := range names {
+		create(t, env, parcel(name))
+		eventually(t, time.Minute, name+" waiting for a person", func(ctx context.Context) (bool, error) {
+			_, s, err := stateOf(ctx, name)
+			return err == nil && s.Name == "Waiting", err
+		})
+	}
+
+	out := filepath.Join(t.TempDir(), "runs")
+	withShip := parcels + fmt.Sprintf(`  handlers:
+  - name: ship
+    on: [enter]
+    states: [Shipped]
+    %s
+`, recorderExec(t, out))
+	next := compileYAML(t, withShip)
+	if err := e.Apply(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	r := waitRolloutOf(t, env, "parcels", time.Minute, "the first step", func(s *v1alpha1.RolloutStatus) bool { return s.Step == 1 })
+	if want := []string{env.Namespace + "/parcel0"}; !slices.Equal(r.Status.Moved, want) {
+		t.Fatalf("moved %v; want %v", r.Status.Moved, want)
+	}
+	eventually(t, time.Minute, "parcel0 reconciled by the new definition", func(ctx context.Context) (bool, error) {
+		u, _, err := stateOf(ctx, "parcel0")
+		if err != nil {
+			return false, err
+		}
+		on, _, _ := unstructured.NestedString(u.Object, "status", "opkit", "definition")
+		return on == next.Hash(), nil
+	})
+	for _, name := range names {
+		eventually(t, 30*time.Second, "the decision on "+name+" written", func(ctx context.Context) (bool, error) {
+			u, s, err := stateOf(ctx, name)
+			if err != nil {
+				return false, err
+			}
+			d := v1alpha1.Decision{State: s.Name, Seq: s.Seq, Choose: "Shipped", Reason: "approved", By: "ana", At: time.Now().UTC().Format(time.RFC3339)}
+			err = env.Client.Patch(ctx, u, client.RawPatch(types.MergePatchType, d.Patch(u.GetResourceVersion())))
+			if apierrors.IsConflict(err) {
+				return false, nil
+			}
+			return err == nil, err
+		})
+		eventually(t, time.Minute, name+" Shipped", func(ctx context.Context) (bool, error) {
+			_, s, err := stateOf(ctx, name)
+			return err == nil && s.Name == "Shipped", err
+		})
+	}
+	eventually(t, time.Minute, "ship run for parcel0", func(context.Context) (bool, error) {
+		return len(records(t, out, "parcel0")) == 1, nil
+	})
+	time.Sleep(2 * time.Second)
+	if recs := records(t, out, "parcel1"); len(recs) != 0 {
+		t.Errorf("ship ran for parcel1, which is on the previous definition: %+v", recs)
+	}
+	if r := readRolloutOf(t, env, "parcels"); r.Status.Phase != v1alpha1.RolloutProgressing || r.Status.Step != 1 {
+		t.Errorf("the rollout moved on: %s at step %d: %s", r.Status.Phase, r.Status.Step, r.Status.Reason)
+	}
 }

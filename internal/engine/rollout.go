@@ -544,10 +544,14 @@ type rolloutHealth struct {
 // objects that are healthy again are dropped from st.Accepted.
 func (ro *rollout) health(ctx context.Context, st *v1alpha1.RolloutStatus) rolloutHealth {
 	var h rolloutHealth
-	accepted := st.Accepted[:0]
+	was := map[string]bool{}
+	for _, name := range st.Accepted {
+		was[name] = true
+	}
+	var accepted []string
 	for _, name := range st.Moved {
 		failed, waiting := ro.objectHealth(ctx, objectKey(name), st.To.Hash)
-		isAccepted := slices.Contains(st.Accepted, name)
+		isAccepted := was[name]
 		if isAccepted && (failed != "" || waiting != "") {
 			accepted = append(accepted, name)
 		}
@@ -559,9 +563,6 @@ func (ro *rollout) health(ctx context.Context, st *v1alpha1.RolloutStatus) rollo
 		}
 	}
 	st.Accepted = accepted
-	if len(st.Accepted) == 0 {
-		st.Accepted = nil
-	}
 	return h
 }
 

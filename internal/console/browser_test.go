@@ -203,7 +203,7 @@ func TestBrowserActionWithoutAValidTokenIsRefused(t *testing.T) {
 	waitJS(tab, t, 5*time.Second, "a refusal before signing in", `document.title.startsWith("Forbidden")`)
 	within(tab, t, 30*time.Second, chromedp.Navigate(base+"/login"))
 	screenshot(tab, t, "login")
-	within(tab, t, 30*time.Second, chromedp.SendKeys(chromedp.ID("token"), token), chromedp.Submit(chromedp.ID("token")))
+	within(tab, t, 30*time.Second, chromedp.SetValue(chromedp.ID("token"), token), chromedp.Submit(chromedp.ID("token")))
 	waitJS(tab, t, 10*time.Second, "the overview after signing in", `location.pathname === "/" && document.body.innerText.includes("Signed in as")`)
 	within(tab, t, 30*time.Second, chromedp.Navigate(base+"/operators/chores/objects/"+env.Namespace+"/vault"))
 	waitJS(tab, t, 5*time.Second, "the timeline", `!!document.querySelector("button.pause")`)

@@ -201,7 +201,7 @@ func TestBrowserRedeliverIsAnsweredByTheEngineAndLinkedBothWays(t *testing.T) {
 	who := "system:serviceaccount:" + env.Namespace + ":deployer"
 	tab := browser(t)
 	within(tab, t, 30*time.Second, chromedp.Navigate(base+"/login"))
-	within(tab, t, 30*time.Second, chromedp.SendKeys(chromedp.ID("token"), strings.TrimPrefix(deployer, "Bearer ")), chromedp.Submit(chromedp.ID("token")))
+	within(tab, t, 30*time.Second, chromedp.SetValue(chromedp.ID("token"), strings.TrimPrefix(deployer, "Bearer ")), chromedp.Submit(chromedp.ID("token")))
 	waitJS(tab, t, 30*time.Second, "signed in", `document.body.innerText.includes("Signed in as `+who+`")`)
 	within(tab, t, 30*time.Second, chromedp.Navigate(base+"/events/"+first))
 	within(tab, t, 30*time.Second, chromedp.SendKeys(chromedp.ID("redeliver-reason"), "the deploy handler is fixed"))

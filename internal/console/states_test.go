@@ -356,7 +356,7 @@ func TestBrowserPersonWhoMayPatchDecidesAndOneWhoMayNotCannot(t *testing.T) {
 	// The deployer decides in a browser.
 	tab := browser(t)
 	within(tab, t, 30*time.Second, chromedp.Navigate(db.base+"/login"))
-	within(tab, t, 30*time.Second, chromedp.SendKeys(chromedp.ID("token"), strings.TrimPrefix(deployer, "Bearer ")), chromedp.Submit(chromedp.ID("token")))
+	within(tab, t, 30*time.Second, chromedp.SetValue(chromedp.ID("token"), strings.TrimPrefix(deployer, "Bearer ")), chromedp.Submit(chromedp.ID("token")))
 	waitJS(tab, t, 30*time.Second, "signed in", `document.body.innerText.includes("Signed in as system:serviceaccount:`+ns+`:deployer")`)
 	within(tab, t, 30*time.Second, chromedp.Navigate(db.base+db.path()))
 	current := `document.querySelectorAll("svg.states g.node.current")`

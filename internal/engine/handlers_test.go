@@ -893,8 +893,16 @@ func TestAnotherControllersFinalizerIsNeverTouched(t *testing.T) {
 		}
 		return slices.Equal(obj.GetFinalizers(), []string{other}), nil
 	})
-	if recs := records(t, out, "shared"); len(recs) != 2 || recs[1].Trigger != "delete" {
-		t.Errorf("records %+v; want create then delete", recs)
+	// The create run, then the delete run. (A loaded machine may time the
+	// slow create run out: its attempts keep its key.)
+	recs := records(t, out, "shared")
+	if len(recs) < 2 || recs[len(recs)-1].Trigger != "delete" {
+		t.Fatalf("records %+v; want create then delete", recs)
+	}
+	for _, r := range recs[:len(recs)-1] {
+		if r.Trigger != "create" || r.Key != recs[0].Key {
+			t.Errorf("records %+v; want the create run's attempts, one key, then delete", recs)
+		}
 	}
 	obj.SetFinalizers(nil)
 	if err := env.Client.Update(t.Context(), obj); err != nil {

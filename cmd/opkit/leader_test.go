@@ -87,9 +87,14 @@ func TestALeaderKilledMidDrainIsReplacedByItsStandby(t *testing.T) {
 	}
 
 	const n = 1000
+	// Sixteen creates at a time: a thousand at once starve a loaded
+	// machine's API server of new connections (TLS handshake timeouts).
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, 16)
 	for i := range n {
+		slots <- struct{}{}
 		wg.Go(func() {
+			defer func() { <-slots }()
 			k := &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "keys.example.com/v1", "kind": "Key",
 				"metadata": map[string]any{"name": fmt.Sprintf("k-%03d", i), "namespace": "default"},

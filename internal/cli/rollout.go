@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -194,7 +195,7 @@ func printRollout(ctx context.Context, out io.Writer, c client.Client, u *unstru
 			want = st.To.Hash
 		}
 		if on != want {
-			on = fmt.Sprintf("%s (moving to %s)", cmpOrString(on, "none"), want)
+			on = fmt.Sprintf("%s (moving to %s)", cmp.Or(on, "none"), want)
 		}
 		fmt.Fprintf(tw, "    %s\t%s\t%s\n", name, on, objectHealth(&o))
 	}
@@ -231,13 +232,6 @@ func objectRef(ns, name string) string {
 		return name
 	}
 	return ns + "/" + name
-}
-
-func cmpOrString(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // requestRollout writes a person's continue or undo, and waits for the

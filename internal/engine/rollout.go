@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -384,7 +386,7 @@ func (ro *rollout) tick(ctx context.Context) error {
 	}
 	now := e.opts.Clock.Now().UTC()
 	if req := obj.Spec.Request; req != "" {
-		by := cmpOr(obj.Spec.RequestedBy, "someone")
+		by := cmp.Or(obj.Spec.RequestedBy, "someone")
 		obj.Spec = v1alpha1.RolloutRequest{}
 		switch {
 		case req == v1alpha1.RolloutUndo && st.Phase != v1alpha1.RolloutRolledBack:
@@ -559,7 +561,7 @@ func (ro *rollout) health(ctx context.Context, st *v1alpha1.RolloutStatus) rollo
 		case failed != "" && !isAccepted && h.failed == "":
 			h.failed = name + ": " + failed
 		case (waiting != "" || failed != "") && h.waiting == "":
-			h.waiting = name + ": " + cmpOr(waiting, failed)
+			h.waiting = name + ": " + cmp.Or(waiting, failed)
 		}
 	}
 	st.Accepted = accepted
@@ -600,7 +602,7 @@ func (ro *rollout) objectHealth(ctx context.Context, key types.NamespacedName, h
 		}
 	}
 	st := cause.Read(cr)
-	for _, name := range sortedHandlerNames(st) {
+	for _, name := range slices.Sorted(maps.Keys(st.Handlers)) {
 		if hs := st.Handlers[name]; hs.Attempt > 0 {
 			return fmt.Sprintf("handler %s failed (%d attempts since its last success)", name, hs.Attempt), ""
 		}
@@ -613,20 +615,4 @@ func (ro *rollout) objectHealth(ctx context.Context, key types.NamespacedName, h
 		return "", msg
 	}
 	return "", ""
-}
-
-func sortedHandlerNames(st *cause.State) []string {
-	out := make([]string, 0, len(st.Handlers))
-	for name := range st.Handlers {
-		out = append(out, name)
-	}
-	slices.Sort(out)
-	return out
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

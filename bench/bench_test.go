@@ -89,11 +89,13 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		{"live", "baseline-8, 50/s", "child p50"},
 		{"idle", "opkit", "CPU"},
 		{"handlers", "exec, /bin/echo", "executor p50"},
+		{"handlers", "exec, /bin/echo", "bare fork/exec CPU"},
 		{"handlers", "exec, /bin/echo, warm runner", "runner p50"},
 		{"handlers", "exec, /bin/echo, warm runner", "runner/local runs/s"},
 		{"handlers drain", "opkit, archive on (SQLite)", "objects/s"},
 		{"handlers drain", "opkit, archive off", "objects/s"},
 		{"handlers", "job", "change to Job created p99"},
+		{"watch", "opkit", "first handled"},
 		{"watch", "opkit", "all handled once"},
 		{"watch", "opkit", "peak RSS"},
 		{"watch", "opkit", "new image handled max"},
@@ -197,6 +199,13 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	}
 	if len(report.Targets) == 0 || !strings.Contains(stdout.String(), "TARGET") {
 		t.Errorf("no targets in the report:\n%s", stdout.String())
+	}
+	// The watch's target says what the forks alone take: the baseline
+	// forks nothing.
+	if !slices.ContainsFunc(report.Targets, func(tg target) bool {
+		return tg.Goal == "watch, all handled once: at most 2.0x baseline-8" && strings.Contains(tg.Got, "30 forks/execs alone take")
+	}) {
+		t.Errorf("the watch's target does not say what its forks take: %+v", report.Targets)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // planeCPU reads the CPU time of the control plane's kube-apiserver and
@@ -120,4 +122,17 @@ func flagValue(args []string, name string) string {
 		}
 	}
 	return ""
+}
+
+// processCPU is the CPU time of the bench's process and of the children
+// it has waited for, user and system.
+func processCPU() time.Duration {
+	var self, children syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
+	sum := time.Duration(0)
+	for _, r := range []syscall.Rusage{self, children} {
+		sum += time.Duration(r.Utime.Nano() + r.Stime.Nano())
+	}
+	return sum
 }

@@ -486,8 +486,13 @@ func (b *bench) run(ctx context.Context) error {
 				return err
 			}
 			for _, archiveOn := range []bool{true, false} {
-				if err := step(fmt.Sprintf("exec handler drain, archive %v", archiveOn), func() error { return b.handlerDrain(ctx, b.opts.HandlerObjects, archiveOn) }); err != nil {
+				if err := step(fmt.Sprintf("exec handler drain, archive %v", archiveOn), func() error { return b.handlerDrain(ctx, opkitDefaults, b.opts.HandlerObjects, archiveOn) }); err != nil {
 					return err
+				}
+				if opkitB.Exe != "" && archiveOn {
+					if err := step("exec handler drain, opkit-b, archive true", func() error { return b.handlerDrain(ctx, opkitB, b.opts.HandlerObjects, true) }); err != nil {
+						return err
+					}
 				}
 			}
 			peers, err := b.peers(ctx)

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -156,7 +157,16 @@ func (b *bench) targets() []target {
 	// the watch is within reach of the hand-written one.
 	if h, ok := b.median("handlers drain", "opkit, archive on (SQLite)", "objects/s"); ok {
 		if d, ok := b.median(drainScenario(b.opts.Objects), opkitDefaults.Name, "objects/s"); ok && d > 0 && b.opts.Objects == b.opts.HandlerObjects {
-			out = append(out, target{Goal: "handlers drain at least 0.9x the drain of the same Printers without a handler", Got: fmt.Sprintf("%.2fx (%.0f/s vs %.0f/s)", h/d, h, d), Met: h >= 0.9*d})
+			got := fmt.Sprintf("%.2fx (%.0f/s vs %.0f/s)", h/d, h, d)
+			// The drain is bound by the machine's CPU: a process per run
+			// caps the ratio at the drain's CPU per Printer over that plus
+			// a bare fork/exec's, whatever the engine does around it.
+			perObject, ok1 := b.median(drainScenario(b.opts.Objects), opkitDefaults.Name, "CPU per object, with the API server")
+			fork, ok2 := b.median("handlers", "exec, /bin/echo", "bare fork/exec CPU")
+			if ok1 && ok2 && perObject > 0 {
+				got += fmt.Sprintf("; a process per run caps it at %.2fx (%.2f ms of CPU per Printer, %.2f ms per fork/exec)", perObject/(perObject+fork), perObject, fork)
+			}
+			out = append(out, target{Goal: "handlers drain at least 0.9x the drain of the same Printers without a handler", Got: got, Met: h >= 0.9*d})
 		}
 	}
 	for _, w := range []struct {
@@ -166,7 +176,13 @@ func (b *bench) targets() []target {
 		o, ok1 := b.median("watch", opkitDefaults.Name, w.metric)
 		base, ok2 := b.median("watch", baseline8.Name, w.metric)
 		if ok1 && ok2 && base > 0 {
-			out = append(out, target{Goal: fmt.Sprintf("watch, %s: at most %.1fx baseline-8", w.metric, w.most), Got: fmt.Sprintf("%.2fx (%.3g vs %.3g)", o/base, o, base), Met: o <= w.most*base})
+			got := fmt.Sprintf("%.2fx (%.3g vs %.3g)", o/base, o, base)
+			if fork, ok := b.median("handlers", "exec, /bin/echo", "bare fork/exec CPU"); ok && w.metric == "all handled once" {
+				// The baseline forks nothing: the forks alone, on every core.
+				floor := float64(b.opts.WatchObjects) * fork / 1000 / float64(runtime.NumCPU())
+				got += fmt.Sprintf("; %d forks/execs alone take %.3g s of %d cores", b.opts.WatchObjects, floor, runtime.NumCPU())
+			}
+			out = append(out, target{Goal: fmt.Sprintf("watch, %s: at most %.1fx baseline-8", w.metric, w.most), Got: got, Met: o <= w.most*base})
 		}
 	}
 	on, okOn := b.median("handlers drain", "opkit, archive on (SQLite)", "objects/s")

@@ -88,12 +88,16 @@ func (b *bench) watch(ctx context.Context, w *watchSet, im impl) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", im.Name, err)
 	}
-	var last time.Time
+	var first, last time.Time
 	for _, at := range creates {
 		if at.After(last) {
 			last = at
 		}
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
 	}
+	b.add("watch", im.Name, "first handled", "s", first.Sub(start).Seconds())
 	b.add("watch", im.Name, "all handled once", "s", last.Sub(start).Seconds())
 	b.add("watch", im.Name, "handled/s", "/s", float64(n)/last.Sub(start).Seconds())
 

@@ -343,6 +343,37 @@ func TestStateRoundTripsThroughStatus(t *testing.T) {
 	}
 }
 
+// Clone copies every part a step may change, and nothing else differs.
+func TestCloneIsDeepAndWhole(t *testing.T) {
+	st := &State{
+		Handlers:  map[string]*HandlerState{"h": {Generation: 2, Attempt: 1, LastError: "boom"}},
+		Handled:   &Handled{Generation: 2, Spec: map[string]any{"list": []any{map[string]any{"a": int64(1)}}, "n": int64(1) << 60}},
+		Specs:     map[int64]map[string]any{3: {"text": "b"}},
+		LastRun:   &LastRun{ID: "r1", Handler: "h", Trigger: "update", Outcome: "Failed", Attempt: 1},
+		Observed:  &Observed{Generation: 4, Hash: "x"},
+		EnterRun:  &EnterRun{Seq: 2, Handler: "h", Outcome: "Succeeded"},
+		RetrySeen: "1", RerunSeen: "2", Paused: "v:yes",
+	}
+	want, _ := json.Marshal(st)
+	c := st.Clone()
+	if got, _ := json.Marshal(c); string(got) != string(want) {
+		t.Fatalf("Clone is\n%s\nwant\n%s", got, want)
+	}
+	if c.Handled.Spec["n"] != int64(1)<<60 {
+		t.Errorf("Clone changed a spec value's type or value: %#v", c.Handled.Spec["n"])
+	}
+	c.Handlers["h"].Attempt = 5
+	c.Handled.Spec["list"].([]any)[0].(map[string]any)["a"] = int64(2)
+	c.Specs[3]["text"] = "c"
+	c.LastRun.Outcome, c.Observed.Generation, c.EnterRun.Seq = "Succeeded", 5, 3
+	if got, _ := json.Marshal(st); string(got) != string(want) {
+		t.Errorf("changing the clone changed the state:\n%s\nwas\n%s", got, want)
+	}
+	if empty := (&State{}).Clone(); empty.Handlers == nil {
+		t.Error("the clone of an empty state has no handler map")
+	}
+}
+
 func TestDiff(t *testing.T) {
 	before := map[string]any{"a": int64(1), "m": map[string]any{"x": "1", "y": "2"}, "gone": true}
 	after := map[string]any{"a": float64(1), "m": map[string]any{"x": "1", "y": "3"}, "new": "v"}

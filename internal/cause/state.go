@@ -144,15 +144,67 @@ func (st *State) of(name string) *HandlerState {
 	return &HandlerState{}
 }
 
-// Clone returns a deep copy.
+// Clone returns a deep copy. It is made field by field (a step clones
+// the state twice, and a JSON round trip was a twentieth of the engine's
+// CPU in a handlers drain); the spec values keep their types.
 func (st *State) Clone() *State {
-	data, _ := json.Marshal(st)
-	out := &State{}
-	_ = json.Unmarshal(data, out)
-	if out.Handlers == nil {
-		out.Handlers = map[string]*HandlerState{}
+	out := *st
+	out.Handlers = make(map[string]*HandlerState, len(st.Handlers))
+	for name, hs := range st.Handlers {
+		if hs != nil {
+			c := *hs
+			out.Handlers[name] = &c
+		}
+	}
+	if st.Handled != nil {
+		out.Handled = &Handled{Generation: st.Handled.Generation, Spec: copyMap(st.Handled.Spec)}
+	}
+	if st.Specs != nil {
+		out.Specs = make(map[int64]map[string]any, len(st.Specs))
+		for g, spec := range st.Specs {
+			out.Specs[g] = copyMap(spec)
+		}
+	}
+	out.LastRun = clonePtr(st.LastRun)
+	out.Observed = clonePtr(st.Observed)
+	out.EnterRun = clonePtr(st.EnterRun)
+	return &out
+}
+
+// clonePtr is a copy of what p points to, or nil.
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
+}
+
+// copyMap is a deep copy of a JSON-like map: its maps and slices are
+// copied, other values shared (they are immutable).
+func copyMap(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = copyValue(v)
 	}
 	return out
+}
+
+func copyValue(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		return copyMap(v)
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = copyValue(e)
+		}
+		return out
+	}
+	return v
 }
 
 // forDecide returns a copy of st that Decide may change, so that it

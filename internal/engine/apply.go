@@ -169,13 +169,25 @@ func (e *Engine) restart(ctx context.Context, d *definition.Definition, start fu
 // (watch.go) or a calendar (calendar.go). No CRD is installed.
 func (e *Engine) applyUnowned(ctx context.Context, d *definition.Definition) error {
 	if d.Watch != nil {
-		if err := e.checkWatch(ctx, d); err != nil {
-			return err
+		// The access checks and the schemas' reads are round trips to
+		// the API server that do not wait for each other: a watch's
+		// start is what its first handling waits for.
+		var typed *definition.Definition
+		var typedErr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			typed, typedErr = e.typed(d)
+		}()
+		err := e.checkWatch(ctx, d)
+		<-done
+		if err != nil {
+			return err // before the schemas': it names what is missing
 		}
-		var err error
-		if d, err = e.typed(d); err != nil {
-			return err
+		if typedErr != nil {
+			return typedErr
 		}
+		d = typed
 	}
 	start := e.startCalendar
 	if d.Watch != nil {

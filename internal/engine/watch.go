@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/errgroup"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -590,22 +591,42 @@ func (e *Engine) checkWatch(ctx context.Context, d *definition.Definition) error
 	if w.Finalizer {
 		verbs = append(verbs, "patch")
 	}
+	// The reviews go at once (a few at a time), and the first refused in
+	// the order of namespaces and verbs is reported.
+	type check struct {
+		ns, verb string
+		allowed  bool
+		err      error
+	}
+	var checks []*check
 	for _, ns := range namespaces {
 		for _, verb := range verbs {
+			checks = append(checks, &check{ns: ns, verb: verb})
+		}
+	}
+	var g errgroup.Group
+	g.SetLimit(8)
+	for _, c := range checks {
+		g.Go(func() error {
 			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Namespace: ns, Group: mapping.Resource.Group, Version: mapping.Resource.Version, Resource: mapping.Resource.Resource},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: c.verb, Namespace: c.ns, Group: mapping.Resource.Group, Version: mapping.Resource.Version, Resource: mapping.Resource.Resource},
 			}}
 			got, err := e.clientset.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
-			if err != nil {
-				return fmt.Errorf("operator %s: spec.watch: checking the engine may %s %s: %w", d.Operator.Name, verb, mapping.Resource.Resource, err)
+			c.err, c.allowed = err, err == nil && got.Status.Allowed
+			return nil
+		})
+	}
+	_ = g.Wait()
+	for _, c := range checks {
+		if c.err != nil {
+			return fmt.Errorf("operator %s: spec.watch: checking the engine may %s %s: %w", d.Operator.Name, c.verb, mapping.Resource.Resource, c.err)
+		}
+		if !c.allowed {
+			where := "in all namespaces"
+			if c.ns != "" {
+				where = "in namespace " + c.ns
 			}
-			if !got.Status.Allowed {
-				where := "in all namespaces"
-				if ns != "" {
-					where = "in namespace " + ns
-				}
-				return fmt.Errorf("operator %s: spec.watch: the engine may not %s %s %s; grant it %s and %s on %s there", d.Operator.Name, verb, mapping.Resource.GroupResource(), where, strings.Join(verbs[:len(verbs)-1], ", "), verbs[len(verbs)-1], mapping.Resource.GroupResource())
-			}
+			return fmt.Errorf("operator %s: spec.watch: the engine may not %s %s %s; grant it %s and %s on %s there", d.Operator.Name, c.verb, mapping.Resource.GroupResource(), where, strings.Join(verbs[:len(verbs)-1], ", "), verbs[len(verbs)-1], mapping.Resource.GroupResource())
 		}
 	}
 	return nil

@@ -148,14 +148,7 @@ func (st *State) of(name string) *HandlerState {
 // the state twice, and a JSON round trip was a twentieth of the engine's
 // CPU in a handlers drain); the spec values keep their types.
 func (st *State) Clone() *State {
-	out := *st
-	out.Handlers = make(map[string]*HandlerState, len(st.Handlers))
-	for name, hs := range st.Handlers {
-		if hs != nil {
-			c := *hs
-			out.Handlers[name] = &c
-		}
-	}
+	out := st.forDecide() // the handler records copied; the rest below
 	if st.Handled != nil {
 		out.Handled = &Handled{Generation: st.Handled.Generation, Spec: copyMap(st.Handled.Spec)}
 	}
@@ -168,7 +161,7 @@ func (st *State) Clone() *State {
 	out.LastRun = clonePtr(st.LastRun)
 	out.Observed = clonePtr(st.Observed)
 	out.EnterRun = clonePtr(st.EnterRun)
-	return &out
+	return out
 }
 
 // clonePtr is a copy of what p points to, or nil.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -21,13 +22,27 @@ type SecretValue func(ctx context.Context, namespace, name, key string) (string,
 // result; 408, 429 and 5xx are temporary failures; any other status is a
 // permanent one. The token, when configured, is read from its Secret for
 // each run and never logged.
+//
+// The runs of one HTTP share its client: their connections are kept
+// alive and reused (up to maxIdlePerHost idle ones), so that a run costs
+// a request, not a new connection and, for an https URL, a handshake.
 type HTTP struct {
 	Action v1alpha1.HTTPAction
 	// Secret reads the token. Required when Action.TokenSecret is set.
 	Secret SecretValue
 	// Transport overrides the default transport (for tests).
 	Transport http.RoundTripper
+
+	once   sync.Once
+	shared *http.Client
+	err    error // the client's, for good: the action does not change
 }
+
+// maxIdlePerHost is how many idle connections the runs of one HTTP
+// handler keep to its host: as many as an operator runs at once by
+// default (engine.Options.MaxConcurrentRuns), so that a burst finds them
+// open (net/http keeps 2).
+const maxIdlePerHost = 16
 
 // Run posts once.
 func (h *HTTP) Run(ctx context.Context, req Request) (*Result, error) {
@@ -80,11 +95,18 @@ func (h *HTTP) Run(ctx context.Context, req Request) (*Result, error) {
 	return nil, &Failure{Message: fmt.Sprintf("POST %s: %s", h.Action.URL, resp.Status), Permanent: !temporary}
 }
 
+// client is the client of every run, made at the first.
 func (h *HTTP) client() (*http.Client, error) {
+	h.once.Do(func() { h.shared, h.err = h.newClient() })
+	return h.shared, h.err
+}
+
+func (h *HTTP) newClient() (*http.Client, error) {
 	if h.Transport != nil {
 		return &http.Client{Transport: h.Transport}, nil
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = maxIdlePerHost
 	if h.Action.CABundle != "" {
 		pool, err := x509.SystemCertPool()
 		if err != nil {

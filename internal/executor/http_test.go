@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,5 +75,53 @@ func TestHTTPFailures(t *testing.T) {
 				t.Errorf("failure %+v, want %q permanent %v", f, c.want, c.permanent)
 			}
 		})
+	}
+}
+
+// The runs of one handler reuse their connections: a run costs a
+// request, not a dial (and, for https, a handshake), also in a burst.
+func TestHTTPRunsReuseTheirConnections(t *testing.T) {
+	var mu sync.Mutex
+	dialed := 0
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		_, _ = w.Write([]byte(`{"status": {"ok": true}}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		if state == http.StateNew {
+			mu.Lock()
+			dialed++
+			mu.Unlock()
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	h := &HTTP{Action: v1alpha1.HTTPAction{URL: srv.URL}}
+	run := func() {
+		res, err := h.Run(context.Background(), Request{Input: []byte("{}"), Timeout: 10 * time.Second, Log: io.Discard})
+		if err != nil || res.Status["ok"] != true {
+			t.Errorf("run: %+v, %v", res, err)
+		}
+	}
+	for range 20 {
+		run()
+	}
+	mu.Lock()
+	if dialed != 1 {
+		t.Errorf("20 runs one after the other made %d connections, want 1", dialed)
+	}
+	mu.Unlock()
+	// Bursts of 8 at once: the second finds the first's connections open.
+	for range 3 {
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(run)
+		}
+		wg.Wait()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if dialed > 1+8 {
+		t.Errorf("three bursts of 8 runs made %d connections in all, want at most 9: the idle ones were not kept", dialed)
 	}
 }

@@ -94,6 +94,8 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		{"handlers", "exec, /bin/echo, warm runner", "runner/local runs/s"},
 		{"handlers drain", "opkit, archive on (SQLite)", "objects/s"},
 		{"handlers drain", "opkit, archive off", "objects/s"},
+		{"handlers drain", "opkit, http handler", "objects/s"},
+		{"handlers drain", "opkit, http handler", "API server CPU per object"},
 		{"handlers", "job", "change to Job created p99"},
 		{"watch", "opkit", "first handled"},
 		{"watch", "opkit", "all handled once"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -46,6 +47,17 @@ const (
 	definitionEnv = "OPKIT_BENCH_DEFINITION" // an embedded workload file; watch.yaml selects the baseline's watch too
 	archiveEnv    = "OPKIT_BENCH_ARCHIVE"    // a SQLite path, or "off"
 	profileEnv    = "OPKIT_BENCH_PROFILE"    // a directory for CPU and heap profiles
+	// handlerURLEnv is the address of the bench's HTTP handler, which
+	// printer-http.yaml's URL names as httpHandlerPlaceholder.
+	handlerURLEnv = "OPKIT_BENCH_HANDLER_URL"
+)
+
+// httpWorkload is the Printer with an HTTP handler; its URL's host is
+// httpHandlerPlaceholder until the controller puts the bench's server's
+// address there.
+const (
+	httpWorkload           = "printer-http.yaml"
+	httpHandlerPlaceholder = "http://bench-handler.invalid"
 )
 
 // stats is what a controller process reports, as one JSON line every
@@ -240,6 +252,9 @@ func runOpkit(ctx context.Context, cfg *rest.Config, workers int, def string, hl
 	data, err := workloads.ReadFile(def)
 	if err != nil {
 		return err
+	}
+	if def == httpWorkload {
+		data = bytes.ReplaceAll(data, []byte(httpHandlerPlaceholder), []byte(os.Getenv(handlerURLEnv)))
 	}
 	srcs, err := definition.Load(def, data)
 	if err != nil {

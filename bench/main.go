@@ -495,6 +495,9 @@ func (b *bench) run(ctx context.Context) error {
 					}
 				}
 			}
+			if err := step("http handler drain", func() error { return b.httpHandlerDrain(ctx, b.opts.HandlerObjects) }); err != nil {
+				return err
+			}
 			peers, err := b.peers(ctx)
 			if err != nil {
 				return err

@@ -3,9 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
 	"os/exec"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -264,13 +269,52 @@ func (b *bench) execOverhead(ctx context.Context) error {
 // opkit-b for an A/B comparison) with the archive on, or off; the time
 // until every handler run set its status.
 func (b *bench) handlerDrain(ctx context.Context, im impl, n int, archiveOn bool) error {
-	ctx, cancel := context.WithCancel(ctx) // ends the tracker's watches
-	defer cancel()
 	path, subject := "off", im.Name+", archive off"
 	if archiveOn {
 		path, subject = tempArchive(b.workDir), im.Name+", archive on (SQLite)"
 	}
-	d, err := b.drainOnce(ctx, im, "printer-exec.yaml", path, "touched", names("h", n))
+	return b.handlerDrainOf(ctx, im, "printer-exec.yaml", subject, path, n)
+}
+
+// httpHandlerDrain: handlerDrain's Printers with an HTTP handler instead,
+// which a server in the bench's process answers as /bin/echo does: a run
+// without a process of its own, the archive on.
+func (b *bench) httpHandlerDrain(ctx context.Context, n int) error {
+	var served atomic.Int64
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			served.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"status": {"touched": true}}`)
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Close() }()
+	// The controller, a child process, inherits it.
+	if err := os.Setenv(handlerURLEnv, "http://"+ln.Addr().String()); err != nil {
+		return err
+	}
+	if err := b.handlerDrainOf(ctx, opkitDefaults, httpWorkload, "opkit, http handler", tempArchive(b.workDir), n); err != nil {
+		return err
+	}
+	if got := served.Load(); got < int64(n) {
+		return fmt.Errorf("the HTTP handler answered %d runs for %d Printers", got, n)
+	}
+	return nil
+}
+
+// handlerDrainOf drains n Printers of the workload def with a handler,
+// as subject.
+func (b *bench) handlerDrainOf(ctx context.Context, im impl, def, subject, path string, n int) error {
+	ctx, cancel := context.WithCancel(ctx) // ends the tracker's watches
+	defer cancel()
+	d, err := b.drainOnce(ctx, im, def, path, "touched", names("h", n))
 	if err != nil {
 		return fmt.Errorf("%s: %w", subject, err)
 	}

@@ -34,7 +34,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 )
 
-//go:embed printer.yaml printer-exec.yaml printer-job.yaml watch.yaml webhook.yaml
+//go:embed printer.yaml printer-exec.yaml printer-http.yaml printer-job.yaml watch.yaml webhook.yaml
 var workloads embed.FS
 
 var printers = baseline.GroupVersion.WithResource("printers")

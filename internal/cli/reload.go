@@ -24,11 +24,15 @@ type reloader struct {
 	engine *engine.Engine
 	log    io.Writer
 
-	contents map[string][]byte   // file -> what was last read
-	byFile   map[string][]string // file -> names of the operators it defines, as running
-	applied  map[string][32]byte // operator name -> hash of the spec running
-	failed   map[string]bool     // files whose last version was refused
-	skipped  map[string]string   // file -> why it is skipped, as last said
+	contents map[string][]byte // file -> what was last read
+	// leaving holds the files that, at the last poll, were gone or no
+	// longer held an Operator: their operators stop if the next poll
+	// says so again (a file being written may read so for a moment).
+	leaving map[string]bool
+	byFile  map[string][]string // file -> names of the operators it defines, as running
+	applied map[string][32]byte // operator name -> hash of the spec running
+	failed  map[string]bool     // files whose last version was refused
+	skipped map[string]string   // file -> why it is skipped, as last said
 }
 
 // watch polls the directory every interval until ctx ends. Polling reads a
@@ -51,7 +55,7 @@ func (r *reloader) watch(ctx context.Context, interval time.Duration) {
 // returns the errors it reported.
 func (r *reloader) sync(ctx context.Context) error {
 	if r.contents == nil {
-		r.contents, r.byFile, r.applied, r.failed = map[string][]byte{}, map[string][]string{}, map[string][32]byte{}, map[string]bool{}
+		r.contents, r.byFile, r.applied, r.failed, r.leaving = map[string][]byte{}, map[string][]string{}, map[string][32]byte{}, map[string]bool{}, map[string]bool{}
 	}
 	files, err := r.operatorFiles()
 	if err != nil {
@@ -60,10 +64,17 @@ func (r *reloader) sync(ctx context.Context) error {
 	}
 	var errs []error
 	for file := range r.contents {
-		if !slices.Contains(files, file) {
-			delete(r.contents, file)
-			r.removeFile(ctx, file, nil)
+		if slices.Contains(files, file) {
+			delete(r.leaving, file)
+			continue
 		}
+		if !r.leaving[file] {
+			r.leaving[file] = true // gone for good if the next poll agrees
+			continue
+		}
+		delete(r.leaving, file)
+		delete(r.contents, file)
+		r.removeFile(ctx, file, nil)
 	}
 	for _, file := range files {
 		data, err := os.ReadFile(file)
@@ -73,6 +84,9 @@ func (r *reloader) sync(ctx context.Context) error {
 		}
 		if old, ok := r.contents[file]; ok && bytes.Equal(old, data) {
 			continue
+		}
+		if !settled(file, data) {
+			continue // being written: the next poll reads it whole
 		}
 		r.contents[file] = data
 		if err := r.loadFile(ctx, file, data); err != nil {
@@ -84,6 +98,20 @@ func (r *reloader) sync(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// settleTime is how long a changed file is left before it is read again.
+// An editor or a script that writes a file in place truncates it first:
+// read in between, it is empty or cut short, and would stop or refuse
+// the operators it defines.
+const settleTime = 50 * time.Millisecond
+
+// settled reports whether file, read as data, reads the same a moment
+// later.
+func settled(file string, data []byte) bool {
+	time.Sleep(settleTime)
+	again, err := os.ReadFile(file)
+	return err == nil && bytes.Equal(again, data)
 }
 
 // operatorFiles lists the directory's Operator files and says which files

@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
@@ -92,15 +89,7 @@ func TestHandlerThatGaveUpHoldsBackNeitherTheNextStateNorADecision(t *testing.T)
 
 	create(t, env, chore(env.Namespace, "dishes"))
 	read := func(ctx context.Context) (*unstructured.Unstructured, *v1alpha1.ObjectState, error) {
-		u := chore(env.Namespace, "dishes")
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
-			return nil, nil, err
-		}
-		s, err := v1alpha1.ReadObjectState(u.Object)
-		if s == nil {
-			s = &v1alpha1.ObjectState{}
-		}
-		return u, s, err
+		return objectState(ctx, env, chore(env.Namespace, "dishes"))
 	}
 	var u *unstructured.Unstructured
 	eventually(t, 60*time.Second, "dishes Stuck, after work gave up", func(ctx context.Context) (bool, error) {
@@ -116,18 +105,7 @@ func TestHandlerThatGaveUpHoldsBackNeitherTheNextStateNorADecision(t *testing.T)
 
 	// The decision, as opkit decide writes it: against the object as read,
 	// read again when the engine wrote it meanwhile.
-	eventually(t, 30*time.Second, "the decision written", func(ctx context.Context) (bool, error) {
-		u, s, err := read(ctx)
-		if err != nil {
-			return false, err
-		}
-		d := v1alpha1.Decision{State: s.Name, Seq: s.Seq, Choose: "Done", Reason: "nobody needs it done", By: "ana", At: time.Now().UTC().Format(time.RFC3339)}
-		err = env.Client.Patch(ctx, u, client.RawPatch(types.MergePatchType, d.Patch(u.GetResourceVersion())))
-		if apierrors.IsConflict(err) {
-			return false, nil
-		}
-		return err == nil, err
-	})
+	writeDecision(t, env, chore(env.Namespace, "dishes"), "Done", "nobody needs it done")
 	var done *v1alpha1.ObjectState
 	eventually(t, 30*time.Second, "the decision taken: dishes Done, the annotation removed", func(ctx context.Context) (bool, error) {
 		u, s, err := read(ctx)

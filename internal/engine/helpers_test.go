@@ -13,9 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 )
@@ -26,6 +28,39 @@ func create(t *testing.T, env *clustertest.Env, obj client.Object) {
 	t.Helper()
 	eventually(t, 30*time.Second, "create "+obj.GetObjectKind().GroupVersionKind().Kind+" "+obj.GetName(), func(ctx context.Context) (bool, error) {
 		return env.Client.Create(ctx, obj) == nil, nil
+	})
+}
+
+// objectState reads obj (a name and kind) and its state machine's
+// status.state, empty when it has none yet.
+func objectState(ctx context.Context, env *clustertest.Env, obj *unstructured.Unstructured) (*unstructured.Unstructured, *v1alpha1.ObjectState, error) {
+	u := obj.DeepCopy()
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
+		return nil, nil, err
+	}
+	s, err := v1alpha1.ReadObjectState(u.Object)
+	if s == nil {
+		s = &v1alpha1.ObjectState{}
+	}
+	return u, s, err
+}
+
+// writeDecision writes ana's decision on obj's current state, as opkit
+// decide writes it: against the object as read, read again when the
+// engine wrote it meanwhile.
+func writeDecision(t *testing.T, env *clustertest.Env, obj *unstructured.Unstructured, choose, reason string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "the decision on "+obj.GetName()+" written", func(ctx context.Context) (bool, error) {
+		u, s, err := objectState(ctx, env, obj)
+		if err != nil {
+			return false, err
+		}
+		d := v1alpha1.Decision{State: s.Name, Seq: s.Seq, Choose: choose, Reason: reason, By: "ana", At: time.Now().UTC().Format(time.RFC3339)}
+		err = env.Client.Patch(ctx, u, client.RawPatch(types.MergePatchType, d.Patch(u.GetResourceVersion())))
+		if apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return err == nil, err
 	})
 }
 

@@ -404,15 +404,7 @@ spec:
 		return u
 	}
 	stateOf := func(ctx context.Context, name string) (*unstructured.Unstructured, *v1alpha1.ObjectState, error) {
-		u := parcel(name)
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
-			return nil, nil, err
-		}
-		s, err := v1alpha1.ReadObjectState(u.Object)
-		if s == nil {
-			s = &v1alpha1.ObjectState{}
-		}
-		return u, s, err
+		return objectState(ctx, env, parcel(name))
 	}
 	names := []string{"parcel0", "parcel1"}
 	for _, name := range names {
@@ -447,18 +439,7 @@ spec:
 		return on == next.Hash(), nil
 	})
 	for _, name := range names {
-		eventually(t, 30*time.Second, "the decision on "+name+" written", func(ctx context.Context) (bool, error) {
-			u, s, err := stateOf(ctx, name)
-			if err != nil {
-				return false, err
-			}
-			d := v1alpha1.Decision{State: s.Name, Seq: s.Seq, Choose: "Shipped", Reason: "approved", By: "ana", At: time.Now().UTC().Format(time.RFC3339)}
-			err = env.Client.Patch(ctx, u, client.RawPatch(types.MergePatchType, d.Patch(u.GetResourceVersion())))
-			if apierrors.IsConflict(err) {
-				return false, nil
-			}
-			return err == nil, err
-		})
+		writeDecision(t, env, parcel(name), "Shipped", "approved")
 		eventually(t, time.Minute, name+" Shipped", func(ctx context.Context) (bool, error) {
 			_, s, err := stateOf(ctx, name)
 			return err == nil && s.Name == "Shipped", err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/definition"
@@ -146,16 +147,18 @@ func (st *State) of(name string) *HandlerState {
 
 // Clone returns a deep copy. It is made field by field (a step clones
 // the state twice, and a JSON round trip was a twentieth of the engine's
-// CPU in a handlers drain); the spec values keep their types.
+// CPU in a handlers drain); the spec values keep their types, and are
+// those of objects read from the API, which runtime.DeepCopyJSON copies
+// as unstructured.DeepCopy does.
 func (st *State) Clone() *State {
 	out := st.forDecide() // the handler records copied; the rest below
 	if st.Handled != nil {
-		out.Handled = &Handled{Generation: st.Handled.Generation, Spec: copyMap(st.Handled.Spec)}
+		out.Handled = &Handled{Generation: st.Handled.Generation, Spec: runtime.DeepCopyJSON(st.Handled.Spec)}
 	}
 	if st.Specs != nil {
 		out.Specs = make(map[int64]map[string]any, len(st.Specs))
 		for g, spec := range st.Specs {
-			out.Specs[g] = copyMap(spec)
+			out.Specs[g] = runtime.DeepCopyJSON(spec)
 		}
 	}
 	out.LastRun = clonePtr(st.LastRun)
@@ -171,33 +174,6 @@ func clonePtr[T any](p *T) *T {
 	}
 	c := *p
 	return &c
-}
-
-// copyMap is a deep copy of a JSON-like map: its maps and slices are
-// copied, other values shared (they are immutable).
-func copyMap(m map[string]any) map[string]any {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		out[k] = copyValue(v)
-	}
-	return out
-}
-
-func copyValue(v any) any {
-	switch v := v.(type) {
-	case map[string]any:
-		return copyMap(v)
-	case []any:
-		out := make([]any, len(v))
-		for i, e := range v {
-			out[i] = copyValue(e)
-		}
-		return out
-	}
-	return v
 }
 
 // forDecide returns a copy of st that Decide may change, so that it

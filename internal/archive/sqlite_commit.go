@@ -111,16 +111,6 @@ func commitGroup(w *sql.DB, group []*groupWrite) {
 		}
 		return
 	}
-	if len(live) == 1 {
-		g := live[0]
-		if err := g.fn(context.WithoutCancel(g.ctx), tx); err != nil {
-			_ = tx.Rollback()
-			answer(g, err)
-			return
-		}
-		answer(g, tx.Commit())
-		return
-	}
 	if commitPlain(tx, live) {
 		return
 	}
@@ -181,12 +171,17 @@ func commitGroup(w *sql.DB, group []*groupWrite) {
 // commitPlain makes the writes of group in tx without savepoints, which
 // cost two statements a write: a failed write is rare, and then the
 // caller does them again with savepoints. It reports false, with tx
-// rolled back and no write answered, when a write failed; else it
-// answers each with the commit's error.
+// rolled back and no write answered, when one of several writes failed;
+// else it answers each, a lone write that failed with its error, the
+// others with the commit's.
 func commitPlain(tx *sql.Tx, group []*groupWrite) bool {
 	for _, g := range group {
 		if err := g.fn(context.WithoutCancel(g.ctx), tx); err != nil {
 			_ = tx.Rollback()
+			if len(group) == 1 {
+				g.done <- groupTurn{err: err} // nothing else to keep whole
+				return true
+			}
 			return false
 		}
 	}

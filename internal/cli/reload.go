@@ -76,6 +76,7 @@ func (r *reloader) sync(ctx context.Context) error {
 		delete(r.contents, file)
 		r.removeFile(ctx, file, nil)
 	}
+	var changed []fileRead
 	for _, file := range files {
 		data, err := os.ReadFile(file)
 		if err != nil {
@@ -85,9 +86,11 @@ func (r *reloader) sync(ctx context.Context) error {
 		if old, ok := r.contents[file]; ok && bytes.Equal(old, data) {
 			continue
 		}
-		if !settled(file, data) {
-			continue // being written: the next poll reads it whole
-		}
+		changed = append(changed, fileRead{file, data})
+	}
+	// Those being written are left out: the next poll reads them whole.
+	for _, c := range settled(changed) {
+		file, data := c.file, c.data
 		r.contents[file] = data
 		if err := r.loadFile(ctx, file, data); err != nil {
 			fmt.Fprintf(r.log, "reload: %v\n", err)
@@ -106,12 +109,26 @@ func (r *reloader) sync(ctx context.Context) error {
 // the operators it defines.
 const settleTime = 50 * time.Millisecond
 
-// settled reports whether file, read as data, reads the same a moment
-// later.
-func settled(file string, data []byte) bool {
+// fileRead is a file and what was read of it.
+type fileRead struct {
+	file string
+	data []byte
+}
+
+// settled returns the files of reads that read the same a moment later
+// (one wait for them all).
+func settled(reads []fileRead) []fileRead {
+	if len(reads) == 0 {
+		return nil
+	}
 	time.Sleep(settleTime)
-	again, err := os.ReadFile(file)
-	return err == nil && bytes.Equal(again, data)
+	var out []fileRead
+	for _, r := range reads {
+		if again, err := os.ReadFile(r.file); err == nil && bytes.Equal(again, r.data) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // operatorFiles lists the directory's Operator files and says which files

@@ -581,6 +581,14 @@ func handlerSchema() apiextensionsv1.JSONSchemaProps {
 							"name":      str("The ServiceAccount."),
 						},
 					},
+					"mode": {
+						Type: "string", Enum: enum("Run", "Serve"),
+						Description: "Run (the default): a process per run. Serve: processes that outlive runs, a binding context per line on stdin, a result per line on stdout.",
+					},
+					"processes": {
+						Type: "integer", Format: "int32", Minimum: ptr.To(1.0), Maximum: ptr.To(64.0),
+						Description: "How many processes of a Serve handler may run at once; defaults to 4.",
+					},
 				},
 			},
 			"job": {

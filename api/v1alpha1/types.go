@@ -859,7 +859,27 @@ type ExecAction struct {
 	// its timeout, in a private kubeconfig file named by $KUBECONFIG.
 	// Without it the process has no credentials.
 	ServiceAccount *ServiceAccountRef `json:"serviceAccount,omitempty"`
+	// Mode is Run (the default): a process per run, the binding context
+	// its stdin, its stdout the result; or Serve: processes that outlive
+	// runs, each taking a binding context per line on its stdin and
+	// answering each with a result on one line of its stdout, one run at a
+	// time (no fork per run). In a runner Pod (Image, in a cluster) each
+	// run is a process of its own either way.
+	Mode ExecMode `json:"mode,omitempty"`
+	// Processes bounds the processes of a Serve handler running at once;
+	// a run beyond them waits for one within its timeout. Defaults to 4.
+	Processes int32 `json:"processes,omitempty"`
 }
+
+// ExecMode is how an exec handler's process lives: a run's, or many
+// runs'.
+type ExecMode string
+
+// The modes of an exec handler.
+const (
+	ExecRun   ExecMode = "Run"
+	ExecServe ExecMode = "Serve"
+)
 
 // ServiceAccountRef names a ServiceAccount. Namespace defaults to the
 // object's; a cluster-scoped resource names it.

@@ -465,33 +465,56 @@ func (s *Server) Set(d *definition.Definition) error {
 		return err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(d.Admission) == 0 {
+	old := s.admitters[d.Operator.Name]
+	switch {
+	case len(d.Admission) == 0:
 		delete(s.admitters, d.Operator.Name)
-		return nil
-	}
-	if s.admitters == nil {
+	case s.admitters == nil:
 		s.admitters = map[string]*admitter{}
+		fallthrough
+	default:
+		s.admitters[d.Operator.Name] = &admitter{def: d, execs: execs}
 	}
-	s.admitters[d.Operator.Name] = &admitter{def: d, execs: execs}
+	s.mu.Unlock()
+	old.close()
 	return nil
 }
 
 // Remove stops answering the operator's admission calls.
 func (s *Server) Remove(operator string) {
 	s.mu.Lock()
+	old := s.admitters[operator]
 	delete(s.admitters, operator)
 	s.mu.Unlock()
+	old.close()
 }
 
 // Stop stops answering every operator's calls and returns the operators
 // that had admission handlers.
 func (s *Server) Stop() []string {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	names := slices.Sorted(maps.Keys(s.admitters))
+	old := s.admitters
 	s.admitters = nil
+	s.mu.Unlock()
+	for _, a := range old {
+		a.close()
+	}
 	return names
+}
+
+// close stops the processes of a's Serve handlers (exec.mode Serve); a
+// call still in flight with a runs a process of its own. A nil a has
+// none.
+func (a *admitter) close() {
+	if a == nil {
+		return
+	}
+	for _, ex := range a.execs {
+		if c, ok := ex.(interface{ Close() }); ok {
+			c.Close()
+		}
+	}
 }
 
 // executors builds the executors of d's admission handlers. An
@@ -514,7 +537,11 @@ func (s *Server) executors(d *definition.Definition) (map[string]executor.Execut
 	}
 	reg := executor.Registry{
 		"exec": func(h *definition.Handler) executor.Executor {
-			return &executor.Exec{Action: *h.Exec, Secret: readSecret, Credentials: s.Credentials, KillGrace: 100 * time.Millisecond}
+			ex := executor.Exec{Action: *h.Exec, Secret: readSecret, Credentials: s.Credentials, KillGrace: 100 * time.Millisecond}
+			if h.Exec.Mode == v1alpha1.ExecServe {
+				return &executor.Serve{Exec: ex, Processes: int(h.Exec.Processes), Log: s.Logger.WithValues("operator", d.Operator.Name, "handler", h.Name)}
+			}
+			return &ex
 		},
 		"http": func(h *definition.Handler) executor.Executor {
 			return &executor.HTTP{Action: *h.HTTP, Secret: readSecret}

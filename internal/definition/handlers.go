@@ -589,6 +589,21 @@ func compileAction(l *errorList, field string, h v1alpha1.Handler, c *Handler, d
 				l.add(field+".exec.serviceAccount.namespace", "required: %s, so the ServiceAccount's namespace must be named", noNamespace)
 			}
 		}
+		switch e.Mode {
+		case "", v1alpha1.ExecRun:
+			if e.Processes != 0 {
+				l.add(field+".exec.processes", "set with mode: Serve only: a handler in mode Run starts a process per run")
+			}
+		case v1alpha1.ExecServe:
+			if e.ServiceAccount != nil {
+				l.add(field+".exec.serviceAccount", "not with mode: Serve: its token is requested for each run, and a Serve process outlives runs; use mode: Run, or an http handler")
+			}
+			if e.Processes < 0 || e.Processes > 64 {
+				l.add(field+".exec.processes", "%d is not between 1 and 64", e.Processes)
+			}
+		default:
+			l.add(field+".exec.mode", "%q is not Run or Serve", e.Mode)
+		}
 		c.Exec = &e
 	case h.Job != nil:
 		if h.Job.Image == "" {

@@ -367,6 +367,29 @@ func TestAServiceAccountForExecIsChecked(t *testing.T) {
 	}
 }
 
+func TestAnExecModeIsRunOrServe(t *testing.T) {
+	for _, c := range []struct{ exec, want string }{
+		{`{command: [echo], mode: Serve, processes: 2}`, ""},
+		{`{command: [echo], mode: Run}`, ""},
+		{`{command: [echo], mode: serve}`, `spec.handlers[0].exec.mode: "serve" is not Run or Serve`},
+		{`{command: [echo], processes: 2}`, `spec.handlers[0].exec.processes: set with mode: Serve only`},
+		{`{command: [echo], mode: Serve, processes: 65}`, `spec.handlers[0].exec.processes: 65 is not between 1 and 64`},
+		{`{command: [echo], mode: Serve, serviceAccount: {name: reader}}`, `spec.handlers[0].exec.serviceAccount: not with mode: Serve: its token is requested for each run`},
+	} {
+		_, err := compileFile(t, "app.yaml", base+`  handlers:
+  - name: read
+    on: [create]
+    exec: `+c.exec+`
+`)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("exec %s: %v", c.exec, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("exec %s: error %v, want %q", c.exec, err, c.want)
+		}
+	}
+}
+
 func TestAnExecImageIsAnImageReferenceNamingItsHandler(t *testing.T) {
 	for _, image := range []string{"Python:3.12", "python:3.12 ", "python:", "python@sha256:nothex"} {
 		_, err := compileFile(t, "app.yaml", base+`  handlers:

@@ -50,9 +50,29 @@ type record struct {
 	OldText string   `json:"oldText"`
 	NewText string   `json:"newText"`
 	At      string   `json:"at"`
+	// Pid is the handler's process.
+	Pid int `json:"pid"`
 }
 
+// testHandler handles one binding context on stdin, or, with
+// OPKIT_MODE=Serve (exec.mode Serve), one per line until the end of its
+// input: it exits, as a process per run would, where a run's process
+// would exit with a failure.
 func testHandler() int {
+	dec := json.NewDecoder(os.Stdin)
+	if os.Getenv("OPKIT_MODE") != string(v1alpha1.ExecServe) {
+		return testHandlerRun(dec)
+	}
+	for dec.More() {
+		if code := testHandlerRun(dec); code != 0 {
+			return code
+		}
+	}
+	return 0
+}
+
+// testHandlerRun handles the next binding context of dec.
+func testHandlerRun(dec *json.Decoder) int {
 	var ctx struct {
 		Handler        string `json:"handler"`
 		Trigger        string `json:"trigger"`
@@ -65,12 +85,12 @@ func testHandler() int {
 		Old  struct{ Text string } `json:"old"`
 		Diff []archive.Change      `json:"diff"`
 	}
-	if err := json.NewDecoder(os.Stdin).Decode(&ctx); err != nil {
+	if err := dec.Decode(&ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "bad binding context:", err)
 		return 2
 	}
 	rec := record{Name: ctx.Object.Metadata.Name, Handler: ctx.Handler, Trigger: ctx.Trigger, Key: ctx.IdempotencyKey,
-		Attempt: ctx.Attempt, OldText: ctx.Old.Text, NewText: ctx.Object.Spec.Text, At: time.Now().Format(time.RFC3339Nano)}
+		Attempt: ctx.Attempt, OldText: ctx.Old.Text, NewText: ctx.Object.Spec.Text, At: time.Now().Format(time.RFC3339Nano), Pid: os.Getpid()}
 	for _, c := range ctx.Diff {
 		rec.Diff = append(rec.Diff, c.Op+" "+c.Path)
 	}

@@ -51,6 +51,17 @@ type Credentials func(ctx context.Context, namespace, serviceAccount string, ttl
 // the engine's environment (credentials, kubeconfig) is passed on.
 var inheritedEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
 
+// inherited is inheritedEnv's variables that the engine has.
+func inherited() []string {
+	var env []string
+	for _, k := range inheritedEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
 // Run runs the process once.
 func (e *Exec) Run(ctx context.Context, req Request) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
@@ -69,11 +80,7 @@ func (e *Exec) Run(ctx context.Context, req Request) (*Result, error) {
 // for its ServiceAccount, with the values it must not show; cleanUp
 // removes the kubeconfig.
 func (e *Exec) environment(ctx context.Context, req Request) (env []string, hidden secrets, cleanUp func(), err error) {
-	for _, k := range inheritedEnv {
-		if v, ok := os.LookupEnv(k); ok {
-			env = append(env, k+"="+v)
-		}
-	}
+	env = inherited()
 	env = append(env,
 		"OPKIT_RUN_ID="+req.RunID, "OPKIT_HANDLER="+req.Handler,
 		"OPKIT_TRIGGER="+req.Trigger, "OPKIT_IDEMPOTENCY_KEY="+req.Key)

@@ -47,3 +47,11 @@ func (g deepContextGuard) Run(ctx context.Context, req Request) (*Result, error)
 	}
 	return g.Executor.Run(ctx, req)
 }
+
+// Close stops what the executor keeps running between runs (a Serve
+// handler's processes); other executors keep nothing.
+func (g deepContextGuard) Close() {
+	if c, ok := g.Executor.(interface{ Close() }); ok {
+		c.Close()
+	}
+}

@@ -1,0 +1,504 @@
+package executor
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"golang.org/x/sys/unix"
+)
+
+// Serve runs an exec handler's runs in processes that outlive them
+// (exec.mode Serve): each process takes a binding context per line on its
+// stdin and answers each with a result on one line of its stdout, one run
+// at a time. What it writes on stderr before it answers a run is that
+// run's log; between runs, the engine's log (what it writes after an
+// answer may be the next run's: a process logs a run before answering it). A process is started when a
+// run finds none free, up to Processes at once; a run beyond them waits
+// for one, within its timeout.
+//
+// A run ends as Exec's does: a result (or its error), or a *Failure. A
+// process that times out, exits, writes more than a result's limit, or
+// answers with a line that is not a result is stopped, and the next run
+// starts a new one: an answer out of step would answer the wrong run.
+//
+// The environment is Exec's without the run's own variables (they are in
+// the binding context: runId, trigger, idempotencyKey, attempt); values
+// from Secrets are read at each run, and a process started with other
+// values is replaced before the run. Action.ServiceAccount is refused by
+// the definition: its token is per run.
+//
+// After Close, or once its processes are stopped, each run is a process
+// of its own, as Exec's (one line in, end of input, one line out): a
+// handler written for Serve reads to the end of its input and exits.
+type Serve struct {
+	Exec
+	// Processes bounds the processes running at once. Defaults to 4.
+	Processes int
+	// Log receives what a process writes on stderr between runs.
+	Log logr.Logger
+
+	once   sync.Once
+	slots  chan struct{} // a token per process that may run
+	mu     sync.Mutex
+	idle   []*served
+	all    map[*served]bool
+	closed bool
+}
+
+// served is one process of a Serve.
+type served struct {
+	cmd     *exec.Cmd
+	env     []string
+	stdin   io.WriteCloser
+	stdout  *os.File        // its read end
+	stderr  *os.File        // its read end, read through errConn
+	errConn syscall.RawConn // stderr's, non-blocking
+	lines   chan line       // stdout, a line at a time, then its error
+	exited  chan struct{}   // closed once Wait returned
+	waitErr error
+	quit    chan struct{} // closed by stop
+	grace   time.Duration
+
+	mu   sync.Mutex // held while stderr is read and passed on
+	log  io.Writer  // the run in flight's, or nil between runs
+	idle logr.Logger
+	buf  []byte
+}
+
+// line is a line of a process's stdout, or why there is none.
+type line struct {
+	text []byte
+	err  error
+}
+
+// errLineTooLong says a process wrote more than a result's limit without
+// ending the line.
+var errLineTooLong = errors.New("line too long")
+
+// Run runs req in a process of the pool.
+func (s *Serve) Run(ctx context.Context, req Request) (*Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
+	defer cancel()
+	s.once.Do(func() {
+		s.slots = make(chan struct{}, cmp.Or(s.Processes, 4))
+		s.all = map[*served]bool{}
+	})
+	env, hidden, err := s.serveEnv(ctx, req)
+	if err != nil {
+		return hidden.redactResult(nil, err)
+	}
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, &Failure{Message: fmt.Sprintf("timed out after %s waiting for one of the handler's %d processes (exec.processes) to be free", req.Timeout, cap(s.slots))}
+		}
+		return nil, &Failure{Message: "cancelled: the engine is stopping"}
+	}
+	defer func() { <-s.slots }()
+	p, err := s.take(env)
+	if errors.Is(err, errClosed) {
+		return s.Exec.Run(ctx, req)
+	}
+	if err != nil {
+		return hidden.redactResult(nil, err)
+	}
+	res, keep, err := p.run(ctx, req, hidden)
+	s.put(p, keep)
+	return hidden.redactResult(res, err)
+}
+
+var errClosed = errors.New("closed")
+
+// serveEnv is the processes' environment for req, with the values it
+// must not show.
+func (s *Serve) serveEnv(ctx context.Context, req Request) ([]string, secrets, error) {
+	env := inherited()
+	env = append(env, "OPKIT_HANDLER="+req.Handler, "OPKIT_MODE=Serve")
+	own, hidden, err := s.handlerEnv(ctx, req)
+	return append(env, own...), hidden, err
+}
+
+// take returns a free process started with env, starting one when none
+// is; errClosed after Close. The caller holds a slot.
+func (s *Serve) take(env []string) (*served, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errClosed
+	}
+	var stale []*served
+	var p *served
+	for len(s.idle) > 0 && p == nil {
+		q := s.idle[len(s.idle)-1]
+		s.idle = s.idle[:len(s.idle)-1]
+		switch {
+		case !slices.Equal(q.env, env):
+			stale = append(stale, q) // a Secret's value changed
+		case !q.ready():
+			stale = append(stale, q) // it exited, or wrote out of turn
+		default:
+			p = q
+		}
+	}
+	for _, q := range stale {
+		delete(s.all, q)
+	}
+	s.mu.Unlock()
+	for _, q := range stale {
+		go q.stop()
+	}
+	if p != nil {
+		return p, nil
+	}
+	p, err := s.start(env)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		go p.stop()
+		return nil, errClosed
+	}
+	s.all[p] = true
+	return p, nil
+}
+
+// put gives p back after a run, or stops it when it cannot take another.
+func (s *Serve) put(p *served, keep bool) {
+	s.mu.Lock()
+	if keep && !s.closed {
+		s.idle = append(s.idle, p)
+		s.mu.Unlock()
+		return
+	}
+	delete(s.all, p)
+	s.mu.Unlock()
+	p.stop()
+}
+
+// Close stops the processes: a run in flight ends first (or at its
+// timeout); the runs after it are processes of their own. It returns once
+// the idle ones have exited.
+func (s *Serve) Close() {
+	s.mu.Lock()
+	s.closed = true
+	idle := s.idle
+	s.idle = nil
+	for _, p := range idle {
+		delete(s.all, p)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range idle {
+		wg.Go(p.stop)
+	}
+	wg.Wait()
+}
+
+// start starts a process with env.
+func (s *Serve) start(env []string) (*served, error) {
+	grace := s.KillGrace
+	if grace == 0 {
+		grace = 2 * time.Second
+	}
+	cmd := exec.Command(s.Action.Command[0], s.Action.Command[1:]...)
+	cmd.Dir = s.Action.WorkingDir
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, &Failure{Message: err.Error()}
+	}
+	// stdout and stderr are pipes of opkit's own, not Cmd's: Wait
+	// would close them when the process exits, before its last words
+	// are read.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, &Failure{Message: err.Error()}
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		_, _ = outR.Close(), outW.Close()
+		return nil, &Failure{Message: err.Error()}
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = cmd.Start()
+	_, _ = outW.Close(), errW.Close()
+	if err != nil {
+		_, _ = outR.Close(), errR.Close()
+		return nil, &Failure{Message: fmt.Sprintf("starting %s: %v", s.Action.Command[0], err), Permanent: errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission)}
+	}
+	p := &served{
+		cmd: cmd, env: env, stdin: stdin, stdout: outR, stderr: errR, lines: make(chan line),
+		exited: make(chan struct{}), quit: make(chan struct{}), grace: grace,
+		idle: s.Log.WithValues("pid", cmd.Process.Pid), buf: make([]byte, 32<<10),
+	}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	if p.errConn, err = errR.SyscallConn(); err != nil {
+		p.kill()
+		p.stop()
+		return nil, &Failure{Message: err.Error()}
+	}
+	go p.readStderr()
+	go p.readStdout()
+	return p, nil
+}
+
+// readStdout sends p's stdout on p.lines, a line at a time, then the
+// error that ended it; a line longer than a result's limit ends it too.
+func (p *served) readStdout() {
+	defer p.stdout.Close()
+	br := bufio.NewReaderSize(p.stdout, 64<<10)
+	for {
+		var text []byte
+		var err error
+		for {
+			chunk, e := br.ReadSlice('\n')
+			text = append(text, chunk...)
+			if len(text) > MaxResultBytes+1 {
+				err = errLineTooLong
+				break
+			}
+			if !errors.Is(e, bufio.ErrBufferFull) {
+				err = e
+				break
+			}
+		}
+		select {
+		case p.lines <- line{text: text, err: err}:
+		case <-p.quit:
+			return
+		}
+		if err != nil {
+			close(p.lines)
+			return
+		}
+	}
+}
+
+// readStderr passes p's stderr on until its end: to the run in flight's
+// log, or the engine's between runs. Each read and its passing on happen
+// under p.mu, so that drain sees all of what was written before it.
+func (p *served) readStderr() {
+	for {
+		var n int
+		var rerr error
+		err := p.errConn.Read(func(fd uintptr) bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			n, rerr = unix.Read(int(fd), p.buf)
+			if errors.Is(rerr, unix.EAGAIN) {
+				return false
+			}
+			if n > 0 {
+				p.pass(p.buf[:n])
+			}
+			return true
+		})
+		if err != nil || rerr != nil || n <= 0 {
+			return
+		}
+	}
+}
+
+// pass passes b on; p.mu is held.
+func (p *served) pass(b []byte) {
+	if p.log != nil {
+		_, _ = p.log.Write(b)
+		return
+	}
+	if text := strings.TrimRight(string(b), "\n"); text != "" {
+		p.idle.Info("handler process, between runs: " + text)
+	}
+}
+
+// drain passes on what p wrote on stderr and is not yet read; p.mu is
+// held.
+func (p *served) drain() {
+	// Control, not Read: readStderr holds the descriptor's read lock
+	// while it waits for more.
+	_ = p.errConn.Control(func(fd uintptr) {
+		for {
+			n, err := unix.Read(int(fd), p.buf)
+			if n <= 0 || err != nil {
+				return
+			}
+			p.pass(p.buf[:n])
+		}
+	})
+}
+
+// setLog makes w the destination of p's stderr, after passing on what it
+// wrote before.
+func (p *served) setLog(w io.Writer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drain()
+	p.log = w
+}
+
+// ready reports whether p may take a run: it has not exited and wrote
+// nothing on stdout since its last answer.
+func (p *served) ready() bool {
+	select {
+	case <-p.exited:
+		return false
+	case l, ok := <-p.lines:
+		if ok && l.err == nil {
+			p.idle.Info("handler process wrote a line between runs; it is stopped, as its next answer would be out of step", "line", excerpt(l.text))
+		}
+		return false
+	default:
+		return true
+	}
+}
+
+// run hands req to p and reads its answer; keep says whether p can take
+// the next run.
+func (p *served) run(ctx context.Context, req Request, hidden secrets) (res *Result, keep bool, err error) {
+	input := bytes.NewBuffer(make([]byte, 0, len(req.Input)+1))
+	if err := json.Compact(input, req.Input); err != nil {
+		return nil, true, &Failure{Message: fmt.Sprintf("the binding context is not JSON: %v", err), Permanent: true}
+	}
+	input.WriteByte('\n')
+	stderr := &tailWriter{w: req.Log}
+	redacted := &redactor{w: stderr, hidden: hidden}
+	p.setLog(redacted)
+	// detach passes on what the process logged before it answered (or
+	// ended), then leaves its stderr to the engine's log.
+	detach := sync.OnceFunc(func() {
+		p.setLog(nil)
+		redacted.Flush()
+	})
+	defer detach()
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := p.stdin.Write(input.Bytes())
+		wrote <- err
+	}()
+	var l line
+	var ok bool
+	select {
+	case l, ok = <-p.lines:
+	case <-p.exited:
+		// Its descendants may hold stdout: they go with it.
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		l, ok = <-p.lines
+	case <-ctx.Done():
+		// An answer that came as the time ran out is taken.
+		select {
+		case l, ok = <-p.lines:
+		default:
+			p.kill()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, false, &Failure{Message: fmt.Sprintf("timed out after %s; its process group was killed (the next run starts a new process)", req.Timeout)}
+			}
+			return nil, false, &Failure{Message: "cancelled: the engine is stopping"}
+		}
+	}
+	if ok && errors.Is(l.err, errLineTooLong) {
+		p.kill()
+		return nil, false, &Failure{Message: fmt.Sprintf("stdout exceeded the %d-byte limit of a result; the process was killed (write logs to stderr)", MaxResultBytes)}
+	}
+	if !ok || l.err != nil {
+		return nil, false, p.exitFailure(ctx, stderr, detach, wrote)
+	}
+	detach()
+	res, err = ParseResult(l.text)
+	if err != nil {
+		f := AsFailure(err)
+		f.Message += "; in exec.mode Serve a result is one line of JSON (print it compact, then flush), and the process is stopped, as its next answer could be out of step"
+		return nil, false, f
+	}
+	return res, true, nil
+}
+
+// exitFailure says why p ended its output without answering: how it
+// exited and the last line of its log.
+func (p *served) exitFailure(ctx context.Context, stderr *tailWriter, detach func(), wrote <-chan error) error {
+	select {
+	case <-p.exited:
+	case <-ctx.Done():
+		p.kill()
+		<-p.exited
+	}
+	detach()
+	plain := "the process ended its output without answering"
+	var exitErr *exec.ExitError
+	switch {
+	case errors.As(p.waitErr, &exitErr):
+		if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			plain = fmt.Sprintf("the process was killed by signal %s before answering", ws.Signal())
+			break
+		}
+		plain = fmt.Sprintf("the process exited with status %d before answering", exitErr.ExitCode())
+	case p.waitErr == nil:
+		plain = "the process exited with status 0 before answering (in exec.mode Serve it reads a binding context per line until the end of its input)"
+	}
+	if line := stderr.lastLine(); line != "" {
+		plain += ": " + line
+	}
+	select {
+	case err := <-wrote:
+		if errors.Is(err, syscall.EPIPE) {
+			plain += " (it did not read the binding context)"
+		}
+	default:
+	}
+	if exitErr != nil && exitErr.ExitCode() == ExitTemporary {
+		return &Failure{Message: plain + "; exit status 75: temporary failure"}
+	}
+	return &Failure{Message: plain}
+}
+
+// kill stops p's process group at once: SIGTERM, then SIGKILL after its
+// grace.
+func (p *served) kill() {
+	pid := p.cmd.Process.Pid
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	go func() {
+		select {
+		case <-p.exited:
+		case <-time.After(p.grace):
+		}
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}()
+}
+
+// stop ends p: the end of its input asks it to exit; after its grace it
+// is killed. It returns once p exited.
+func (p *served) stop() {
+	_ = p.stdin.Close()
+	select {
+	case <-p.exited:
+	case <-time.After(p.grace):
+		p.kill()
+		<-p.exited
+	}
+	// Whatever the leader did, leave nothing of its group behind.
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	close(p.quit)
+	p.mu.Lock()
+	p.drain()
+	p.mu.Unlock()
+	_, _ = p.stdout.Close(), p.stderr.Close()
+}

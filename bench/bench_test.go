@@ -96,12 +96,14 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		{"handlers drain", "opkit, archive off", "objects/s"},
 		{"handlers drain", "opkit, http handler", "objects/s"},
 		{"handlers drain", "opkit, http handler", "API server CPU per object"},
+		{"handlers drain", serveSubject, "objects/s"},
 		{"handlers", "job", "change to Job created p99"},
 		{"watch", "opkit", "first handled"},
 		{"watch", "opkit", "all handled once"},
 		{"watch", "opkit", "peak RSS"},
 		{"watch", "opkit", "new image handled max"},
 		{"watch", "baseline-8", "all handled once"},
+		{"watch", opkitServe.Name, "all handled once"},
 		{"watch", "baseline-8", "peak heap"},
 		{"watch", "baseline-8", "new image handled p50"},
 	} {
@@ -208,6 +210,15 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		return tg.Goal == "watch, all handled once: at most 2.0x baseline-8" && strings.Contains(tg.Got, "30 forks/execs alone take")
 	}) {
 		t.Errorf("the watch's target does not say what its forks take: %+v", report.Targets)
+	}
+	// Serve's targets are there, without forks: it makes none per run.
+	for _, goal := range []string{"handlers drain with an exec handler in mode Serve at least 0.9x the drain without a handler", "watch with exec mode Serve, all handled once: at most 2.0x baseline-8"} {
+		if !slices.ContainsFunc(report.Targets, func(tg target) bool { return tg.Goal == goal && !strings.Contains(tg.Got, "fork") }) {
+			t.Errorf("no target %q without forks: %+v", goal, report.Targets)
+		}
+	}
+	if v, _ := get("handlers drain", serveSubject, "writes per object"); v < 1.95 || v > 3.1 {
+		t.Errorf("opkit wrote %.2f requests per Printer with a Serve handler, want 2, 3 for a run that outlasts the wait (1.95 to 3.1)", v)
 	}
 }
 

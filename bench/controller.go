@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/bench/baseline"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
@@ -50,6 +51,9 @@ const (
 	// handlerURLEnv is the address of the bench's HTTP handler, which
 	// printer-http.yaml's URL names as httpHandlerPlaceholder.
 	handlerURLEnv = "OPKIT_BENCH_HANDLER_URL"
+	// serveEnv, set, runs the workload's exec handlers in exec.mode Serve
+	// (serveMode).
+	serveEnv = "OPKIT_BENCH_SERVE"
 )
 
 // httpWorkload is the Printer with an HTTP handler; its URL's host is
@@ -260,6 +264,11 @@ func runOpkit(ctx context.Context, cfg *rest.Config, workers int, def string, hl
 	if err != nil {
 		return err
 	}
+	if os.Getenv(serveEnv) != "" {
+		if err := serveMode(srcs[0].Operator); err != nil {
+			return err
+		}
+	}
 	d, err := definition.Compile(srcs[0])
 	if err != nil {
 		return err
@@ -386,4 +395,31 @@ func readStats(sc *bufio.Scanner, c *controller) {
 		}
 		c.latest.Store(&s)
 	}
+}
+
+// serveMode turns the workload's exec handlers, which print a fixed result
+// (/bin/echo RESULT) or none (/bin/true), into handlers in exec.mode Serve
+// that answer each binding context with the same: sed, unbuffered, which
+// replaces each line it reads with the result.
+func serveMode(op *v1alpha1.Operator) error {
+	for i := range op.Spec.Handlers {
+		e := op.Spec.Handlers[i].Exec
+		if e == nil {
+			continue
+		}
+		var result string
+		switch {
+		case len(e.Command) == 2 && e.Command[0] == "/bin/echo":
+			result = e.Command[1]
+		case len(e.Command) == 1 && e.Command[0] == "/bin/true":
+		default:
+			return fmt.Errorf("handler %s: %v is not /bin/echo RESULT or /bin/true", op.Spec.Handlers[i].Name, e.Command)
+		}
+		if strings.ContainsAny(result, "|&\\\n") {
+			return fmt.Errorf("handler %s: the result %q has a character sed would read", op.Spec.Handlers[i].Name, result)
+		}
+		e.Command = []string{"/bin/sed", "-u", "s|.*|" + result + "|"}
+		e.Mode = v1alpha1.ExecServe
+	}
+	return nil
 }

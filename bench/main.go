@@ -406,7 +406,7 @@ func (b *bench) drainSubjects() []impl {
 // keeps some of them, and leaves the peers out.
 func (b *bench) watchSubjects(ctx context.Context) ([]impl, error) {
 	var out []impl
-	for _, im := range []impl{opkitDefaults, opkitB, baseline8} {
+	for _, im := range []impl{opkitDefaults, opkitServe, opkitB, baseline8} {
 		if (im != opkitB || opkitB.Exe != "") && (len(b.opts.Subjects) == 0 || slices.Contains(b.opts.Subjects, im.Name)) {
 			out = append(out, im)
 		}
@@ -496,6 +496,11 @@ func (b *bench) run(ctx context.Context) error {
 				}
 			}
 			if err := step("http handler drain", func() error { return b.httpHandlerDrain(ctx, b.opts.HandlerObjects) }); err != nil {
+				return err
+			}
+			if err := step("exec handler drain, mode Serve", func() error {
+				return b.handlerDrainOf(ctx, opkitServe, "printer-exec.yaml", serveSubject, tempArchive(b.workDir), b.opts.HandlerObjects)
+			}); err != nil {
 				return err
 			}
 			peers, err := b.peers(ctx)

@@ -23,6 +23,8 @@ type impl struct {
 	// comparison (-opkit-b) runs opkit from a binary built at another
 	// commit.
 	Exe string
+	// Serve runs opkit's exec handlers in exec.mode Serve (serveMode).
+	Serve bool
 }
 
 var (
@@ -31,6 +33,9 @@ var (
 	baseline8     = impl{Name: "baseline-8", Kind: "baseline", Workers: 8}
 	// opkitB is opkit from another bench binary (-opkit-b).
 	opkitB = impl{Name: "opkit-b", Kind: "opkit"}
+	// opkitServe is opkit with the workload's exec handlers in
+	// exec.mode Serve: no process per run.
+	opkitServe = impl{Name: "opkit-serve", Kind: "opkit", Serve: true}
 )
 
 // controller is a running controller process.
@@ -52,10 +57,14 @@ func (b *bench) startController(im impl, def, archive string) (*controller, erro
 	if im.isPeer() {
 		return b.startPeer(im, def)
 	}
-	return b.spawn(im, []string{
+	env := []string{
 		roleEnv + "=controller", implEnv + "=" + im.Kind, workersEnv + "=" + strconv.Itoa(im.Workers),
 		definitionEnv + "=" + def, archiveEnv + "=" + archive, profileEnv + "=" + b.opts.ProfileDir, "KUBECONFIG=" + b.kubeconfig,
-	}, im.Exe)
+	}
+	if im.Serve {
+		env = append(env, serveEnv+"=1")
+	}
+	return b.spawn(im, env, im.Exe)
 }
 
 // spawn starts the bench's executable (exe, or this one when empty) with

@@ -309,6 +309,10 @@ func (b *bench) httpHandlerDrain(ctx context.Context, n int) error {
 	return nil
 }
 
+// serveSubject is the handlers drain with printer-exec.yaml's handler in
+// exec.mode Serve (opkitServe), the archive on.
+const serveSubject = "opkit, exec mode Serve"
+
 // handlerDrainOf drains n Printers of the workload def with a handler,
 // as subject.
 func (b *bench) handlerDrainOf(ctx context.Context, im impl, def, subject, path string, n int) error {

@@ -76,6 +76,9 @@ type Handler struct {
 	Behaviour Behaviour
 	// MaxAttempts is the handler's retry.maxAttempts, from 1.
 	MaxAttempts int
+	// Serve runs the handler in exec.mode Serve: processes that outlive
+	// runs, a binding context per line. What the handler does is the same.
+	Serve bool
 }
 
 // Fires reports whether h has trigger t.
@@ -226,6 +229,9 @@ func (d *Def) String() string {
 			fmt.Fprintf(&b, " states %v", h.States)
 		}
 		fmt.Fprintf(&b, ": %s, maxAttempts %d", h.Behaviour, h.MaxAttempts)
+		if h.Serve {
+			b.WriteString(", mode Serve")
+		}
 	}
 	return b.String()
 }

@@ -13,7 +13,9 @@
 // handlers, in declared order, each with a set of triggers among create,
 // update, delete, resume and when, or enter of a state; fields or none;
 // and a behaviour: succeed, write status.count+1 from what the run saw,
-// fail N times, give up; and optionally a source, a webhook or a NATS
+// fail N times, give up; each run in a process of its own or, exec.mode
+// Serve, by a process that outlives runs (the same behaviour, answered
+// on a line; the model expects the same of both); and optionally a source, a webhook or a NATS
 // JetStream stream, with handlers on event and an object template that
 // applies the custom resource) and
 // a history (Step: create, change a spec field, change an annotation,

@@ -110,6 +110,11 @@ func genDef(r *rand.Rand, sp Space) Def {
 			d.Handlers = append(d.Handlers, h)
 		}
 	}
+	// Drawn last, so that the rest of a seed's definition is what it was
+	// before the model drew it.
+	for i := range d.Handlers {
+		d.Handlers[i].Serve = r.IntN(2) == 0
+	}
 	return d
 }
 

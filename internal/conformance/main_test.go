@@ -119,8 +119,26 @@ func runRecorder(args []string) int {
 		fmt.Fprintln(os.Stderr, "recorder:", err)
 		return 2
 	}
+	dec := json.NewDecoder(os.Stdin)
+	if os.Getenv("OPKIT_MODE") != "Serve" {
+		return record1(dir, b, args[2], dec, false)
+	}
+	// exec.mode Serve: a binding context per line, until the end of the
+	// input; a failure is an answer, not an exit.
+	for dec.More() {
+		if code := record1(dir, b, args[2], dec, true); code != 0 {
+			return code
+		}
+	}
+	return 0
+}
+
+// record1 records the next binding context of dec and answers it as b
+// says; serve: a process for many runs, which answers every run with a
+// line and exits only when it cannot go on.
+func record1(dir string, b conformance.Behaviour, kind string, dec *json.Decoder, serve bool) int {
 	var ctx bindingContext
-	if err := json.NewDecoder(os.Stdin).Decode(&ctx); err != nil {
+	if err := dec.Decode(&ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "recorder: reading the binding context:", err)
 		return 2
 	}
@@ -131,7 +149,7 @@ func runRecorder(args []string) int {
 		State: ctx.Object.Status.State.Name, StateSeq: ctx.Object.Status.State.Seq,
 		DeliveryID: ctx.Event.DeliveryID, Payload: ctx.Event.Payload,
 	}
-	if args[2] == string(conformance.Watch) {
+	if kind == string(conformance.Watch) {
 		rec.Spec = ctx.Object.Data
 	}
 	file := filepath.Join(dir, "records.jsonl")
@@ -174,10 +192,16 @@ func runRecorder(args []string) int {
 	}
 	if execs < b.Fail {
 		fmt.Printf(`{"error": {"message": "failure %d of %d", "permanent": %t}}`+"\n", execs+1, b.Fail, b.Permanent)
+		if serve {
+			return 0
+		}
 		return 1
 	}
-	if b.Write {
+	switch {
+	case b.Write:
 		fmt.Printf(`{"status": {"count": %d}}`+"\n", rec.Count+1)
+	case serve:
+		fmt.Println() // an empty result
 	}
 	return 0
 }

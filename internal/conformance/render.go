@@ -161,6 +161,9 @@ func Operator(d *Def, ns, natsURL string, command []string, env []string) string
 			quoted[i] = strconv.Quote(a)
 		}
 		fmt.Fprintf(&b, "    exec:\n      command: [%s]\n", strings.Join(quoted, ", "))
+		if h.Serve {
+			b.WriteString("      mode: Serve\n")
+		}
 		if len(env) > 0 {
 			vars := make([]string, len(env))
 			for i, kv := range env {

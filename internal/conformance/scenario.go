@@ -215,7 +215,7 @@ func GoString(c Case) string {
 	}
 	b.WriteString(", Handlers: []conformance.Handler{\n")
 	for _, h := range c.Def.Handlers {
-		fmt.Fprintf(&b, "\t\t{Name: %q, On: %#v, Fields: %#v, States: %#v, MaxAttempts: %d, Behaviour: %#v},\n", h.Name, h.On, h.Fields, h.States, h.MaxAttempts, h.Behaviour)
+		fmt.Fprintf(&b, "\t\t{Name: %q, On: %#v, Fields: %#v, States: %#v, MaxAttempts: %d, Behaviour: %#v, Serve: %t},\n", h.Name, h.On, h.Fields, h.States, h.MaxAttempts, h.Behaviour, h.Serve)
 	}
 	b.WriteString("\t}},\n\tHistory: []conformance.Step{\n")
 	for _, s := range c.History {

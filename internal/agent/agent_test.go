@@ -148,19 +148,24 @@ func TestARunThroughAnAgentEndsAsTheSameLocalExecRunEnds(t *testing.T) {
 	r.script(t, "fails.sh", `echo "about to fail" >&2; echo "no such thing" >&2; exit 3`)
 	r.script(t, "slow.sh", `echo "sleeping" >&2; sleep 30`)
 	r.script(t, "temporary.sh", `exit 75`)
+	// A handler written for exec.mode Serve: a line at a time.
+	r.script(t, "serve.sh", `while read -r line; do echo "$line" >&2; echo '{"status":{"seen":"a line"}}'; done`)
 	cases := []struct {
 		name    string
 		command string
 		timeout time.Duration
+		mode    v1alpha1.ExecMode
 	}{
-		{"a result on stdout, the log on stderr", "./hooks/ok.sh", 10 * time.Second},
-		{"a non-zero exit", "./hooks/fails.sh", 10 * time.Second},
-		{"exit status 75", "./hooks/temporary.sh", 10 * time.Second},
-		{"a timeout", "./hooks/slow.sh", time.Second},
+		{"a result on stdout, the log on stderr", "./hooks/ok.sh", 10 * time.Second, ""},
+		{"a non-zero exit", "./hooks/fails.sh", 10 * time.Second, ""},
+		{"exit status 75", "./hooks/temporary.sh", 10 * time.Second, ""},
+		{"a timeout", "./hooks/slow.sh", time.Second, ""},
+		// In a runner, a process per run: its one line, ended.
+		{"a Serve handler", "./hooks/serve.sh", 10 * time.Second, v1alpha1.ExecServe},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			action := v1alpha1.ExecAction{Command: []string{c.command}, Image: image, Env: []v1alpha1.EnvVar{{Name: "GREETING", Value: "hello"}}}
+			action := v1alpha1.ExecAction{Command: []string{c.command}, Image: image, Env: []v1alpha1.EnvVar{{Name: "GREETING", Value: "hello"}}, Mode: c.mode}
 			var remoteLog, localLog bytes.Buffer
 			remote := &executor.InImage{Action: action, Operator: "demo", Runners: r.serving}
 			gotRes, gotErr := remote.Run(t.Context(), request(&remoteLog, c.timeout))
@@ -174,6 +179,9 @@ func TestARunThroughAnAgentEndsAsTheSameLocalExecRunEnds(t *testing.T) {
 			}
 			if status(gotRes) != status(wantRes) {
 				t.Errorf("through the agent: result %v; locally %v", status(gotRes), status(wantRes))
+			}
+			if c.mode == v1alpha1.ExecServe && !strings.Contains(status(gotRes), "a line") {
+				t.Errorf("through the agent, a Serve handler answered %v; want its answer to the line", status(gotRes))
 			}
 			if !strings.Contains(remoteLog.String(), localLog.String()) || !strings.Contains(remoteLog.String(), "opkit: runner runner-a runs it") {
 				t.Errorf("through the agent, the log is\n%s\nwant the local one\n%s\nand the runner's name", remoteLog.String(), localLog.String())

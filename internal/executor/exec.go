@@ -128,7 +128,14 @@ func (e *Exec) run(ctx context.Context, req Request, env []string, hidden secret
 	cmd := exec.Command(e.Action.Command[0], e.Action.Command[1:]...)
 	cmd.Dir = e.Action.WorkingDir
 	cmd.Env = env
-	cmd.Stdin = bytes.NewReader(req.Input)
+	input := req.Input
+	if e.Action.Mode == v1alpha1.ExecServe {
+		// A Serve handler run as a process of its own (in a runner, after
+		// its pool closed, replayed) reads lines: its one line is ended,
+		// or a shell's read would not return it.
+		input = asLine(input)
+	}
+	cmd.Stdin = bytes.NewReader(input)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	var kill sync.Once

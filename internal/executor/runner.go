@@ -129,6 +129,10 @@ func (r *InImage) Run(ctx context.Context, req Request) (*Result, error) {
 		Command: r.Action.Command, WorkingDir: r.Action.WorkingDir, Env: env, Input: req.Input,
 		Timeout: req.Timeout.Milliseconds(),
 	}
+	if r.Action.Mode == v1alpha1.ExecServe {
+		// A process per run in the runner: its one line, ended (Exec's).
+		w.Input = asLine(req.Input)
+	}
 	if sa := r.Action.ServiceAccount; sa != nil {
 		config, token, err := local.credentials(ctx, req, sa)
 		if err != nil {

@@ -375,11 +375,7 @@ func (p *served) ready() bool {
 // run hands req to p and reads its answer; keep says whether p can take
 // the next run.
 func (p *served) run(ctx context.Context, req Request, hidden secrets) (res *Result, keep bool, err error) {
-	input := bytes.NewBuffer(make([]byte, 0, len(req.Input)+1))
-	if err := json.Compact(input, req.Input); err != nil {
-		return nil, true, &Failure{Message: fmt.Sprintf("the binding context is not JSON: %v", err), Permanent: true}
-	}
-	input.WriteByte('\n')
+	input := asLine(req.Input)
 	stderr := &tailWriter{w: req.Log}
 	redacted := &redactor{w: stderr, hidden: hidden}
 	p.setLog(redacted)
@@ -392,7 +388,7 @@ func (p *served) run(ctx context.Context, req Request, hidden secrets) (res *Res
 	defer detach()
 	wrote := make(chan error, 1)
 	go func() {
-		_, err := p.stdin.Write(input.Bytes())
+		_, err := p.stdin.Write(input)
 		wrote <- err
 	}()
 	var l line
@@ -430,6 +426,20 @@ func (p *served) run(ctx context.Context, req Request, hidden secrets) (res *Res
 		return nil, false, f
 	}
 	return res, true, nil
+}
+
+// asLine is the binding context on one line, ended by a newline. The
+// engine's binding contexts are compact JSON already; anything else is
+// passed as it is, its newlines replaced, so that it stays one line.
+func asLine(input []byte) []byte {
+	var b bytes.Buffer
+	b.Grow(len(input) + 1)
+	if json.Compact(&b, input) != nil {
+		b.Reset()
+		b.Write(bytes.ReplaceAll(bytes.TrimSpace(input), []byte("\n"), []byte(" ")))
+	}
+	b.WriteByte('\n')
+	return b.Bytes()
 }
 
 // exitFailure says why p ended its output without answering: how it

@@ -43,7 +43,7 @@ func serveRun(s *Serve, id string, timeout time.Duration) (*Result, string, erro
 
 // pidOf is the pid a test handler put in its result's status.
 func pidOf(res *Result) string {
-	if res == nil {
+	if res == nil || res.Status["pid"] == nil {
 		return ""
 	}
 	return fmt.Sprint(res.Status["pid"])

@@ -163,3 +163,37 @@ func TestReplayRefusesWhatItCannotReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayRunsAServeHandlerWithItsLine: a handler in exec.mode Serve,
+// which reads a binding context per line (here bash's read, which returns
+// no line that is not ended), is replayed as a process of its own given
+// its one line, and gives the result recorded.
+func TestReplayRunsAServeHandlerWithItsLine(t *testing.T) {
+	dir := t.TempDir()
+	def := filepath.Join(dir, "operator.yaml")
+	envFile := filepath.Join(dir, "secrets.env")
+	handler := `#!/bin/bash
+while IFS= read -r ctx; do
+  text=$(sed -E 's/.*"text":"([^"]*)".*/\1/' <<<"$ctx")
+  echo "{\"events\": [{\"type\": \"Normal\", \"reason\": \"Notified\", \"message\": \"$GREETING $text ($STYLE, create)\"}]}"
+done
+`
+	serve := strings.Replace(replayOperator, "      command: [./handler.py]\n", "      command: [./handler.sh]\n      mode: Serve\n", 1)
+	for name, data := range map[string]string{def: serve, filepath.Join(dir, "handler.sh"): handler, envFile: "GREETING=hello\n"} {
+		if err := os.WriteFile(name, []byte(data), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "runs.db")
+	store, err := archive.OpenSQLite(t.Context(), path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	r := replayRun(t, store)
+	var out, errOut bytes.Buffer
+	code := Main([]string{"replay", r.ID, "--archive", path, "-f", def, "--env-file", envFile}, &out, &errOut)
+	if code != 0 || !strings.Contains(out.String(), "the same as run "+r.ID) {
+		t.Errorf("replay of a Serve handler: exit %d\n%s\n%s; want the recorded result", code, out.String(), errOut.String())
+	}
+}

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -121,13 +122,7 @@ func (e *Exec) handlerEnv(ctx context.Context, req Request) (env []string, hidde
 // run runs the process, within ctx's deadline (req.Timeout), its log
 // written with hidden's values replaced.
 func (e *Exec) run(ctx context.Context, req Request, env []string, hidden secrets) (*Result, error) {
-	grace := e.KillGrace
-	if grace == 0 {
-		grace = 2 * time.Second
-	}
-	cmd := exec.Command(e.Action.Command[0], e.Action.Command[1:]...)
-	cmd.Dir = e.Action.WorkingDir
-	cmd.Env = env
+	cmd, grace := e.command(env)
 	input := req.Input
 	if e.Action.Mode == v1alpha1.ExecServe {
 		// A Serve handler run as a process of its own (in a runner, after
@@ -136,7 +131,6 @@ func (e *Exec) run(ctx context.Context, req Request, env []string, hidden secret
 		input = asLine(input)
 	}
 	cmd.Stdin = bytes.NewReader(input)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	var kill sync.Once
 	killGroup := func() {
@@ -158,7 +152,7 @@ func (e *Exec) run(ctx context.Context, req Request, env []string, hidden secret
 	cmd.WaitDelay = grace + time.Second
 
 	if err := cmd.Start(); err != nil {
-		return nil, &Failure{Message: fmt.Sprintf("starting %s: %v", e.Action.Command[0], err), Permanent: errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission)}
+		return nil, e.startFailure(err)
 	}
 	done := make(chan struct{})
 	var killed atomic.Bool
@@ -205,6 +199,23 @@ func (e *Exec) run(ctx context.Context, req Request, env []string, hidden secret
 		return nil, &Failure{Message: err.Error()}
 	}
 	return ParseResult(stdout.buf.Bytes())
+}
+
+// command is the handler's process with env, not started: argv only, in
+// a process group of its own, killed by the kernel if the engine dies;
+// and the time between SIGTERM and SIGKILL when it is stopped.
+func (e *Exec) command(env []string) (*exec.Cmd, time.Duration) {
+	cmd := exec.Command(e.Action.Command[0], e.Action.Command[1:]...)
+	cmd.Dir = e.Action.WorkingDir
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return cmd, cmp.Or(e.KillGrace, 2*time.Second)
+}
+
+// startFailure is the failure of a process that did not start: permanent
+// when no retry can start it (no such program, not executable).
+func (e *Exec) startFailure(err error) *Failure {
+	return &Failure{Message: fmt.Sprintf("starting %s: %v", e.Action.Command[0], err), Permanent: errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission)}
 }
 
 // exited reports whether the child process has exited: it waits to be

@@ -213,14 +213,7 @@ func (s *Serve) Close() {
 
 // start starts a process with env.
 func (s *Serve) start(env []string) (*served, error) {
-	grace := s.KillGrace
-	if grace == 0 {
-		grace = 2 * time.Second
-	}
-	cmd := exec.Command(s.Action.Command[0], s.Action.Command[1:]...)
-	cmd.Dir = s.Action.WorkingDir
-	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd, grace := s.command(env)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, &Failure{Message: err.Error()}
@@ -242,7 +235,7 @@ func (s *Serve) start(env []string) (*served, error) {
 	_, _ = outW.Close(), errW.Close()
 	if err != nil {
 		_, _ = outR.Close(), errR.Close()
-		return nil, &Failure{Message: fmt.Sprintf("starting %s: %v", s.Action.Command[0], err), Permanent: errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission)}
+		return nil, s.startFailure(err)
 	}
 	p := &served{
 		cmd: cmd, env: env, stdin: stdin, stdout: outR, stderr: errR, lines: make(chan line),

@@ -210,12 +210,26 @@ func (r *report) add(seed uint64, c conformance.Case, vs []conformance.Violation
 		r.kinds[c.Def.Kind+" with a source"]++
 		r.kinds[c.Def.Kind+" with a "+conformance.Kind(cmp.Or(c.Def.Source.Kind, conformance.Webhook))+" source"]++
 	}
+	serve := 0
 	for _, h := range c.Def.Handlers {
 		on := make([]string, len(h.On))
 		for i, t := range h.On {
 			on[i] = string(t)
 		}
 		r.sets[string(c.Def.Kind)+" ["+strings.Join(on, ",")+"]"]++
+		if h.Serve {
+			serve++
+		}
+	}
+	// The cases whose handlers all run a process per run, all in mode
+	// Serve, or some of each.
+	switch serve {
+	case 0:
+		r.kinds["handlers: a process per run"]++
+	case len(c.Def.Handlers):
+		r.kinds["handlers: exec mode Serve"]++
+	default:
+		r.kinds["handlers: some of each"]++
 	}
 	for _, row := range conformance.Rows(c) {
 		r.rows[row]++

@@ -26,9 +26,9 @@ import (
 // stdin and answers each with a result on one line of its stdout, one run
 // at a time. What it writes on stderr before it answers a run is that
 // run's log; between runs, the engine's log (what it writes after an
-// answer may be the next run's: a process logs a run before answering it). A process is started when a
-// run finds none free, up to Processes at once; a run beyond them waits
-// for one, within its timeout.
+// answer may be the next run's: a process logs a run before answering
+// it). A process is started when a run finds none free, up to Processes
+// at once; a run beyond them waits for one, within its timeout.
 //
 // A run ends as Exec's does: a result (or its error), or a *Failure. A
 // process that times out, exits, writes more than a result's limit, or
@@ -54,8 +54,7 @@ type Serve struct {
 	once   sync.Once
 	slots  chan struct{} // a token per process that may run
 	mu     sync.Mutex
-	idle   []*served
-	all    map[*served]bool
+	idle   []*served // started, free, the latest last
 	closed bool
 }
 
@@ -95,7 +94,6 @@ func (s *Serve) Run(ctx context.Context, req Request) (*Result, error) {
 	defer cancel()
 	s.once.Do(func() {
 		s.slots = make(chan struct{}, cmp.Or(s.Processes, 4))
-		s.all = map[*served]bool{}
 	})
 	env, hidden, err := s.serveEnv(ctx, req)
 	if err != nil {
@@ -155,9 +153,6 @@ func (s *Serve) take(env []string) (*served, error) {
 			p = q
 		}
 	}
-	for _, q := range stale {
-		delete(s.all, q)
-	}
 	s.mu.Unlock()
 	for _, q := range stale {
 		go q.stop()
@@ -170,12 +165,12 @@ func (s *Serve) take(env []string) (*served, error) {
 		return nil, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
 		go p.stop()
 		return nil, errClosed
 	}
-	s.all[p] = true
 	return p, nil
 }
 
@@ -187,7 +182,6 @@ func (s *Serve) put(p *served, keep bool) {
 		s.mu.Unlock()
 		return
 	}
-	delete(s.all, p)
 	s.mu.Unlock()
 	p.stop()
 }
@@ -200,9 +194,6 @@ func (s *Serve) Close() {
 	s.closed = true
 	idle := s.idle
 	s.idle = nil
-	for _, p := range idle {
-		delete(s.all, p)
-	}
 	s.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, p := range idle {

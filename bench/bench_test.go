@@ -211,11 +211,11 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	}) {
 		t.Errorf("the watch's target does not say what its forks take: %+v", report.Targets)
 	}
-	// Serve's targets are there, without forks: it makes none per run.
-	for _, goal := range []string{"handlers drain with an exec handler in mode Serve at least 0.9x the drain without a handler", "watch with exec mode Serve, all handled once: at most 2.0x baseline-8"} {
-		if !slices.ContainsFunc(report.Targets, func(tg target) bool { return tg.Goal == goal && !strings.Contains(tg.Got, "fork") }) {
-			t.Errorf("no target %q without forks: %+v", goal, report.Targets)
-		}
+	// The watch's Serve target is there, without forks: it makes none
+	// per run. (The handlers drains' targets need -objects and
+	// -handler-objects alike, which this suite does not give.)
+	if goal := "watch with exec mode Serve, all handled once: at most 2.0x baseline-8"; !slices.ContainsFunc(report.Targets, func(tg target) bool { return tg.Goal == goal && !strings.Contains(tg.Got, "fork") }) {
+		t.Errorf("no target %q without forks: %+v", goal, report.Targets)
 	}
 	if v, _ := get("handlers drain", serveSubject, "writes per object"); v < 1.95 || v > 3.1 {
 		t.Errorf("opkit wrote %.2f requests per Printer with a Serve handler, want 2, 3 for a run that outlasts the wait (1.95 to 3.1)", v)

@@ -1109,6 +1109,21 @@ func TestASecretsValueReachesTheHandlerOnly(t *testing.T) {
 	const token = "tok-5ecret-9f8e7d"
 	env := clustertest.New(t)
 	file, _ := tasksOperatorWork(t, "{name: API_TOKEN, valueFrom: {secretKeyRef: {name: task-api, key: token}}}", "")
+	// Retried until well after the Secret is created: the Task's three
+	// attempts 0.4 s apart could all fail before the test, on a loaded
+	// machine, has seen the first and created the Secret (the Task would
+	// be Stalled, waiting for a person).
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const retry = "retry: {maxAttempts: 3, initialDelay: 400ms,"
+	if !bytes.Contains(data, []byte(retry)) {
+		t.Fatalf("%s has no %q to widen", file, retry)
+	}
+	if err := os.WriteFile(file, bytes.Replace(data, []byte(retry), []byte("retry: {maxAttempts: 20, initialDelay: 1s,"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	store := newArchive(t)
 	runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store}, file)
 	cleanUpTasks(t, env)

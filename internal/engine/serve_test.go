@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -108,7 +107,7 @@ func TestServeHandlersAnswerManyRunsPerProcess(t *testing.T) {
 	stop()
 	eventually(t, 10*time.Second, "the handler's processes end with the engine", func(context.Context) (bool, error) {
 		for pid := range pids {
-			if syscall.Kill(pid, 0) == nil {
+			if clustertest.ProcessAlive(pid) {
 				return false, nil
 			}
 		}

@@ -175,13 +175,15 @@ func (e *Exec) run(ctx context.Context, req Request, env []string, hidden secret
 	// Whatever the leader did, leave nothing of its group behind.
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 
+	// The first cause is the run's: a process killed for its output, and
+	// still dying when its time was up, overflowed.
 	switch {
+	case stdout.overflow:
+		return nil, &Failure{Message: fmt.Sprintf("stdout exceeded the %d-byte limit of a result; the process was killed (write logs to stderr)", MaxResultBytes)}
 	case killed.Load() && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return nil, &Failure{Message: fmt.Sprintf("timed out after %s; its process group was killed", req.Timeout)}
 	case killed.Load():
 		return nil, &Failure{Message: "cancelled: the engine is stopping"}
-	case stdout.overflow:
-		return nil, &Failure{Message: fmt.Sprintf("stdout exceeded the %d-byte limit of a result; the process was killed (write logs to stderr)", MaxResultBytes)}
 	}
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) {

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -84,7 +86,35 @@ func (e *Engine) installOwnCRD(ctx context.Context, crd *apiextensionsv1.CustomR
 	if err := e.waitEstablished(ctx, crd.Name); err != nil {
 		return fmt.Errorf("the %s CRD %s: %w", kind, crd.Name, err)
 	}
+	if err := e.waitMapped(ctx, crd); err != nil {
+		return fmt.Errorf("the %s CRD %s: %w", kind, crd.Name, err)
+	}
 	return nil
+}
+
+// waitMapped waits, up to 30 seconds, until the engine's REST mapper maps
+// each served version of crd, established: the API server's discovery
+// publishes a new kind a moment after its CRD is established, and a read
+// of it before then fails with "no matches for kind" (the mapper reloads
+// a group's discovery on each such miss).
+func (e *Engine) waitMapped(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) error {
+	gk := schema.GroupKind{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind}
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		for _, v := range crd.Spec.Versions {
+			if !v.Served {
+				continue
+			}
+			if _, last = e.mgr.GetRESTMapper().RESTMapping(gk, v.Name); last != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("its kind is not in the API server's discovery: %w", last)
+	}
+	return err
 }
 
 func (e *Engine) applyCRD(ctx context.Context, obj runtime.Object) error {

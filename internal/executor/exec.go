@@ -123,14 +123,7 @@ func (e *Exec) handlerEnv(ctx context.Context, req Request) (env []string, hidde
 // written with hidden's values replaced.
 func (e *Exec) run(ctx context.Context, req Request, env []string, hidden secrets) (*Result, error) {
 	cmd, grace := e.command(env)
-	input := req.Input
-	if e.Action.Mode == v1alpha1.ExecServe {
-		// A Serve handler run as a process of its own (in a runner, after
-		// its pool closed, replayed) reads lines: its one line is ended,
-		// or a shell's read would not return it.
-		input = asLine(input)
-	}
-	cmd.Stdin = bytes.NewReader(input)
+	cmd.Stdin = bytes.NewReader(stdinOf(e.Action, req.Input))
 
 	var kill sync.Once
 	killGroup := func() {
@@ -179,11 +172,9 @@ func (e *Exec) run(ctx context.Context, req Request, env []string, hidden secret
 	// still dying when its time was up, overflowed.
 	switch {
 	case stdout.overflow:
-		return nil, &Failure{Message: fmt.Sprintf("stdout exceeded the %d-byte limit of a result; the process was killed (write logs to stderr)", MaxResultBytes)}
-	case killed.Load() && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return nil, &Failure{Message: fmt.Sprintf("timed out after %s; its process group was killed", req.Timeout)}
+		return nil, overflowFailure()
 	case killed.Load():
-		return nil, &Failure{Message: "cancelled: the engine is stopping"}
+		return nil, endedFailure(ctx, req.Timeout, "; its process group was killed")
 	}
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) {
@@ -212,6 +203,21 @@ func (e *Exec) command(env []string) (*exec.Cmd, time.Duration) {
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return cmd, cmp.Or(e.KillGrace, 2*time.Second)
+}
+
+// overflowFailure is the failure of a process that wrote more than a
+// result's limit on stdout, and was killed for it.
+func overflowFailure() *Failure {
+	return &Failure{Message: fmt.Sprintf("stdout exceeded the %d-byte limit of a result; the process was killed (write logs to stderr)", MaxResultBytes)}
+}
+
+// endedFailure is the failure of a run that ctx ended: its time, timeout,
+// was up (what follows says what became of it), or the engine stops.
+func endedFailure(ctx context.Context, timeout time.Duration, after string) *Failure {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return &Failure{Message: fmt.Sprintf("timed out after %s%s", timeout, after)}
+	}
+	return &Failure{Message: "cancelled: the engine is stopping"}
 }
 
 // startFailure is the failure of a process that did not start: permanent

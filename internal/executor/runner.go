@@ -126,12 +126,8 @@ func (r *InImage) Run(ctx context.Context, req Request) (*Result, error) {
 	}
 	w := RunnerWork{
 		RunID: req.RunID, Handler: req.Handler, Trigger: req.Trigger, Key: req.Key, Attempt: req.Attempt,
-		Command: r.Action.Command, WorkingDir: r.Action.WorkingDir, Env: env, Input: req.Input,
+		Command: r.Action.Command, WorkingDir: r.Action.WorkingDir, Env: env, Input: stdinOf(r.Action, req.Input),
 		Timeout: req.Timeout.Milliseconds(),
-	}
-	if r.Action.Mode == v1alpha1.ExecServe {
-		// A process per run in the runner: its one line, ended (Exec's).
-		w.Input = asLine(req.Input)
 	}
 	if sa := r.Action.ServiceAccount; sa != nil {
 		config, token, err := local.credentials(ctx, req, sa)

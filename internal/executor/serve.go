@@ -19,6 +19,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 )
 
 // Serve runs an exec handler's runs in processes that outlive them
@@ -102,10 +104,7 @@ func (s *Serve) Run(ctx context.Context, req Request) (*Result, error) {
 	select {
 	case s.slots <- struct{}{}:
 	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, &Failure{Message: fmt.Sprintf("timed out after %s waiting for one of the handler's %d processes (exec.processes) to be free", req.Timeout, cap(s.slots))}
-		}
-		return nil, &Failure{Message: "cancelled: the engine is stopping"}
+		return nil, endedFailure(ctx, req.Timeout, fmt.Sprintf(" waiting for one of the handler's %d processes (exec.processes) to be free", cap(s.slots)))
 	}
 	defer func() { <-s.slots }()
 	p, err := s.take(env)
@@ -389,15 +388,12 @@ func (p *served) run(ctx context.Context, req Request, hidden secrets) (res *Res
 		case l, ok = <-p.lines:
 		default:
 			p.kill()
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return nil, false, &Failure{Message: fmt.Sprintf("timed out after %s; its process group was killed (the next run starts a new process)", req.Timeout)}
-			}
-			return nil, false, &Failure{Message: "cancelled: the engine is stopping"}
+			return nil, false, endedFailure(ctx, req.Timeout, "; its process group was killed (the next run starts a new process)")
 		}
 	}
 	if ok && errors.Is(l.err, errLineTooLong) {
 		p.kill()
-		return nil, false, &Failure{Message: fmt.Sprintf("stdout exceeded the %d-byte limit of a result; the process was killed (write logs to stderr)", MaxResultBytes)}
+		return nil, false, overflowFailure()
 	}
 	if !ok || l.err != nil {
 		return nil, false, p.exitFailure(ctx, stderr, detach, wrote)
@@ -410,6 +406,17 @@ func (p *served) run(ctx context.Context, req Request, hidden secrets) (res *Res
 		return nil, false, f
 	}
 	return res, true, nil
+}
+
+// stdinOf is what a process per run of action reads: the binding
+// context, or, for a Serve handler run so (in a runner, after its pool
+// closed, replayed), its one line, ended, or a shell's read would not
+// return it.
+func stdinOf(action v1alpha1.ExecAction, input []byte) []byte {
+	if action.Mode == v1alpha1.ExecServe {
+		return asLine(input)
+	}
+	return input
 }
 
 // asLine is the binding context on one line, ended by a newline. The

@@ -507,13 +507,8 @@ func (s *Server) Stop() []string {
 // call still in flight with a runs a process of its own. A nil a has
 // none.
 func (a *admitter) close() {
-	if a == nil {
-		return
-	}
-	for _, ex := range a.execs {
-		if c, ok := ex.(interface{ Close() }); ok {
-			c.Close()
-		}
+	if a != nil {
+		executor.CloseAll(a.execs)
 	}
 }
 
@@ -537,11 +532,7 @@ func (s *Server) executors(d *definition.Definition) (map[string]executor.Execut
 	}
 	reg := executor.Registry{
 		"exec": func(h *definition.Handler) executor.Executor {
-			ex := executor.Exec{Action: *h.Exec, Secret: readSecret, Credentials: s.Credentials, KillGrace: 100 * time.Millisecond}
-			if h.Exec.Mode == v1alpha1.ExecServe {
-				return &executor.Serve{Exec: ex, Processes: int(h.Exec.Processes), Log: s.Logger.WithValues("operator", d.Operator.Name, "handler", h.Name)}
-			}
-			return &ex
+			return executor.Local(executor.Exec{Action: *h.Exec, Secret: readSecret, Credentials: s.Credentials, KillGrace: 100 * time.Millisecond}, s.Logger.WithValues("operator", d.Operator.Name, "handler", h.Name))
 		},
 		"http": func(h *definition.Handler) executor.Executor {
 			return &executor.HTTP{Action: *h.HTTP, Secret: readSecret}

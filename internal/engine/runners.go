@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/executor"
 	"github.com/opkit-dev/opkit/internal/run"
@@ -26,21 +25,12 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 	secret := func(ctx context.Context, namespace, name, key string) (string, error) {
 		return secretValue(ctx, reader, namespace, name, key)
 	}
-	// A Serve handler's processes live as long as the runner: they are
-	// stopped when ctx ends (the operator stops, or is changed).
-	var serves []*executor.Serve
 	execs := executor.Registry{
 		"exec": func(h *definition.Handler) executor.Executor {
 			if h.RunnerExec != nil && e.opts.Runners != nil {
 				return &executor.InImage{Action: *h.RunnerExec, Operator: d.Operator.Name, Runners: e.opts.Runners, Secret: secret, Credentials: e.credentials}
 			}
-			ex := executor.Exec{Action: *h.Exec, Secret: secret, Credentials: e.credentials}
-			if h.Exec.Mode == v1alpha1.ExecServe {
-				s := &executor.Serve{Exec: ex, Processes: int(h.Exec.Processes), Log: e.mgr.GetLogger().WithValues("operator", d.Operator.Name, "handler", h.Name)}
-				serves = append(serves, s)
-				return s
-			}
-			return &ex
+			return executor.Local(executor.Exec{Action: *h.Exec, Secret: secret, Credentials: e.credentials}, e.mgr.GetLogger().WithValues("operator", d.Operator.Name, "handler", h.Name))
 		},
 		"http": func(h *definition.Handler) executor.Executor {
 			return &executor.HTTP{Action: *h.HTTP, Secret: secret}
@@ -60,14 +50,12 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 		}
 		byHandler[h.Name] = ex
 	}
-	if len(serves) > 0 {
-		go func() {
-			<-ctx.Done()
-			for _, s := range serves {
-				s.Close()
-			}
-		}()
-	}
+	// A Serve handler's processes live as long as the runner: they are
+	// stopped when ctx ends (the operator stops, or is changed).
+	go func() {
+		<-ctx.Done()
+		executor.CloseAll(byHandler)
+	}()
 	return run.New(ctx, run.Config{
 		Def: d, Archive: e.opts.Archive, Client: e.client, Events: rec, Execs: byHandler, Stubs: e.opts.Stubs, Memory: mem,
 		MaxConcurrentRuns: e.opts.MaxConcurrentRuns, ConsoleURL: e.opts.ConsoleURL, RunEvents: e.opts.RunEvents, RunFinished: e.opts.RunFinished,

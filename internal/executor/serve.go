@@ -29,8 +29,8 @@ import (
 // at a time. What it writes on stderr before it answers a run is that
 // run's log; between runs, the engine's log (what it writes after an
 // answer may be the next run's: a process logs a run before answering
-// it). A process is started when a run finds none free, up to Processes
-// at once; a run beyond them waits for one, within its timeout.
+// it). A process is started when a run finds none free, up to
+// Action.Processes (4 by default) at once; a run beyond them waits for one, within its timeout.
 //
 // A run ends as Exec's does: a result (or its error), or a *Failure. A
 // process that times out, exits, writes more than a result's limit, or
@@ -48,8 +48,6 @@ import (
 // handler written for Serve reads to the end of its input and exits.
 type Serve struct {
 	Exec
-	// Processes bounds the processes running at once. Defaults to 4.
-	Processes int
 	// Log receives what a process writes on stderr between runs.
 	Log logr.Logger
 
@@ -95,7 +93,7 @@ func (s *Serve) Run(ctx context.Context, req Request) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
 	defer cancel()
 	s.once.Do(func() {
-		s.slots = make(chan struct{}, cmp.Or(s.Processes, 4))
+		s.slots = make(chan struct{}, cmp.Or(int(s.Action.Processes), 4))
 	})
 	env, hidden, err := s.serveEnv(ctx, req)
 	if err != nil {
@@ -120,6 +118,26 @@ func (s *Serve) Run(ctx context.Context, req Request) (*Result, error) {
 }
 
 var errClosed = errors.New("closed")
+
+// Local is the executor of ex's action on this host: a process per run,
+// or, in mode Serve, processes that outlive runs, whose words between
+// runs go to log.
+func Local(ex Exec, log logr.Logger) Executor {
+	if ex.Action.Mode == v1alpha1.ExecServe {
+		return &Serve{Exec: ex, Log: log}
+	}
+	return &ex
+}
+
+// CloseAll stops what the executors keep running between runs (a Serve
+// handler's processes); the others keep nothing.
+func CloseAll(execs map[string]Executor) {
+	for _, ex := range execs {
+		if c, ok := ex.(interface{ Close() }); ok {
+			c.Close()
+		}
+	}
+}
 
 // serveEnv is the processes' environment for req, with the values it
 // must not show.

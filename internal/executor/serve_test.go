@@ -27,8 +27,7 @@ done`)
 
 func newServe(argv []string, processes int) *Serve {
 	return &Serve{
-		Exec:      Exec{Action: v1alpha1.ExecAction{Command: argv, Mode: v1alpha1.ExecServe, Env: []v1alpha1.EnvVar{{Name: "GREETING", Value: "hi"}}}, KillGrace: 200 * time.Millisecond},
-		Processes: processes,
+		Exec: Exec{Action: v1alpha1.ExecAction{Command: argv, Mode: v1alpha1.ExecServe, Processes: int32(processes), Env: []v1alpha1.EnvVar{{Name: "GREETING", Value: "hi"}}}, KillGrace: 200 * time.Millisecond},
 	}
 }
 

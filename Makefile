@@ -10,10 +10,20 @@ GOLANGCI_LINT_VERSION  := v2.15.0
 GOLANGCI_LINT          := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # go test's timeout per package binary; integration packages start a plane.
 TEST_TIMEOUT           ?= 30m
-# How many test binaries run at once. Most of an integration package's
-# time is waiting (for its plane, an outage, a schedule, a back-off), not
-# CPU: more than the cores' count keeps a 2-core machine busy.
-TEST_P                 ?= 4
+# The machine's cores, which the test run is sized from.
+CORES                  := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
+# How many test binaries run at once: one a core. Most of an integration
+# package's time is waiting, not CPU, but each binary with a plane of its
+# own brings etcd, a kube-apiserver and engines with it: on 2 cores, more
+# binaries at once made each slower than they saved (docs/testing.md).
+TEST_P                 ?= $(CORES)
+# How many scenarios opkit test runs at once, beside the unit tests.
+SCENARIOS_P            ?= $(CORES)
+# The tests' waits are this many times longer than on a quiet machine
+# (pkg/opkittest, and opkit test's expect steps): a wait that its
+# condition ends costs nothing more; only a failing test waits the longer.
+OPKIT_TEST_TIMEOUT_SCALE ?= 3
+export OPKIT_TEST_TIMEOUT_SCALE
 # The packages whose tests take longest, started first (go test starts
 # them in the order given; ./... adds the rest once each), so that none of
 # them starts last and finishes alone.
@@ -30,7 +40,7 @@ SOURCE_DATE_EPOCH      ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # More flags for cmd/opkit-image, e.g. -ca-certificates FILE.
 IMAGE_FLAGS            ?=
 
-.PHONY: all build plane browser postgresql demo test checks vet lint unit usermodule helmchart scenarios fmt bench soak image clean
+.PHONY: all build plane browser postgresql demo test compile compiletests checks vet lint unit usermodule helmchart scenarios fmt bench soak image clean
 
 all: build
 
@@ -70,15 +80,31 @@ postgresql:
 ## another module, and the examples' scenarios through opkit test), race
 ## detector on
 ##
-## The checks and the tests run side by side (make -j2): unit, the longest,
-## beside vet, lint and the other modules' tests, one after the other;
-## each part's output is printed whole when it ends.
+## In two phases, so that no test waits while a compiler takes the cores:
+## first what only needs CPU (every test binary compiled, vet, lint),
+## then the tests, the unit tests beside the other modules' and the
+## scenarios; each part's output is printed whole when it ends.
 test: plane browser postgresql
+	$(MAKE) --no-print-directory -j2 --output-sync=target compile
 	$(MAKE) --no-print-directory -j2 --output-sync=target unit checks
 
+# The first phase of make test: the test binaries compiled (and linked,
+# then not run: -exec true) beside vet and lint, and what tests would
+# otherwise build while others wait: the Helm chart's renderer (go run by
+# the manifests' rehearsal) and the bench's peers (shell-operator, built
+# once into the plane's cache).
+compile: compiletests lint
+
+compiletests: vet
+	$(GO) test -race -count=1 -run '^$$' -exec true $(SLOW_PACKAGES) ./... >/dev/null
+	cd testdata/usermodule && $(GO) test -mod=mod -race -count=1 -run '^$$' -exec true ./... >/dev/null
+	cd deploy/helm && $(GO) test -mod=mod -race -count=1 -run '^$$' -exec true ./... >/dev/null
+	cd deploy/helm && $(GO) build -mod=mod -o /dev/null ./render
+	$(GO) run ./bench -prepare-peers
+
 # What make test runs beside unit, in this order.
-checks: vet
-	$(MAKE) --no-print-directory lint usermodule helmchart scenarios
+checks:
+	$(MAKE) --no-print-directory usermodule helmchart scenarios
 
 vet:
 	$(GO) vet ./...
@@ -103,9 +129,9 @@ helmchart:
 	cd deploy/helm && $(GO) test -mod=mod -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # The examples' scenarios (*.test.yaml), run by opkit test as a user runs
-# them: a control plane of its own, four scenarios at a time.
+# them: a control plane of its own, a scenario a core at a time.
 scenarios: build
-	$(OPKIT) test -p 4 examples testdata/scenarios
+	$(OPKIT) test -p $(SCENARIOS_P) examples testdata/scenarios
 
 ## image: opkit's OCI image, built without Docker (docs/image.md):
 ## bin/opkit-image/ (an OCI layout) and bin/opkit-image.tar (the same, as an

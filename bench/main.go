@@ -232,6 +232,7 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	fs.StringVar(&opkitB.Exe, "opkit-b", "", "a bench binary built at another commit: its opkit drains beside this one's, as opkit-b, for an A/B comparison in one run")
 	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory")
 	jsonPath := fs.String("json", "", "also write the figures as JSON to this file")
+	preparePeers := fs.Bool("prepare-peers", false, "only prepare the peers (python3-kubernetes installed, shell-operator built into the cache), then exit: what make test does before its tests, so that no build runs beside them")
 	kubeconfig := fs.String("kubeconfig", "", "use this cluster instead of starting a local control plane")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -271,6 +272,17 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *preparePeers {
+		b := &bench{log: stderr}
+		ready, err := b.peers(ctx)
+		for _, n := range b.notes {
+			fmt.Fprintln(stderr, n)
+		}
+		if err == nil {
+			fmt.Fprintf(stderr, "%d of 2 peers ready\n", len(ready))
+		}
+		return err
+	}
 	workDir, err := os.MkdirTemp("", "opkit-bench-")
 	if err != nil {
 		return err

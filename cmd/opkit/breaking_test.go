@@ -11,6 +11,8 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 )
 
 // cratesV1 is an Operator whose v2 (cratesV1 less its field size)
@@ -52,8 +54,8 @@ func waitExit(t *testing.T, cmd *exec.Cmd, out *lockedBuffer, within time.Durati
 			t.Fatalf("waiting for opkit: %v", err)
 		}
 		return 0
-	case <-time.After(within):
-		t.Fatalf("opkit still runs after %s:\n%s", within, out.String())
+	case <-time.After(clustertest.Scaled(within)):
+		t.Fatalf("opkit still runs after %s:\n%s", clustertest.Scaled(within), out.String())
 	}
 	return 0
 }

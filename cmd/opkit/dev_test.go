@@ -93,7 +93,7 @@ func keeperRuns(t *testing.T) ([]archive.Run, error) {
 // cond wants, or fails with the runs and what opkit dev said.
 func waitKeeperRuns(t *testing.T, out *lockedBuffer, what string, cond func([]archive.Run) bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(clustertest.Scaled(time.Minute))
 	for {
 		runs, err := keeperRuns(t)
 		if err == nil && cond(runs) {

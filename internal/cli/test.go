@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"runtime"
 	"slices"
@@ -34,6 +35,7 @@ func newTestCommand() *cobra.Command {
 	var parallel int
 	var match, junit, kubeconfig string
 	var verbose, schema bool
+	var timeoutScale float64
 	cmd := &cobra.Command{
 		Use:   "test [PATH]...",
 		Short: "Run the test scenarios (*.test.yaml) in PATHs against a local control plane",
@@ -73,7 +75,10 @@ and what was found, and its handler runs with their logs. The exit code is
 			if err := checkSelection(scenarios, re); err != nil {
 				return err
 			}
-			return runScenarios(cmd, scenarios, runner.Options{Parallel: parallel, Match: re, Verbose: verbose, Out: cmd.OutOrStdout()}, kubeconfig, junit)
+			if timeoutScale < 1 {
+				return fmt.Errorf("--timeout-scale %g: want 1 or more", timeoutScale)
+			}
+			return runScenarios(cmd, scenarios, runner.Options{Parallel: parallel, Match: re, Verbose: verbose, Out: cmd.OutOrStdout(), TimeoutScale: timeoutScale}, kubeconfig, junit)
 		},
 	}
 	cmd.Flags().IntVarP(&parallel, "parallel", "p", runtime.GOMAXPROCS(0), "how many scenarios run at once")
@@ -81,8 +86,19 @@ and what was found, and its handler runs with their logs. The exit code is
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print every step of every scenario, not only failures")
 	cmd.Flags().StringVar(&junit, "junit", "", "write a JUnit XML report to this file, for CI")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "run against this running cluster (e.g. opkit cluster start's) instead of starting a local control plane")
+	cmd.Flags().Float64Var(&timeoutScale, "timeout-scale", envTimeoutScale(), "multiply every expect step's timeout by this, for a loaded machine (default: $"+scenario.TimeoutScaleEnv+", else 1)")
 	cmd.Flags().BoolVar(&schema, "schema", false, "print the JSON Schema of scenario files (for editors) and exit")
 	return cmd
+}
+
+// envTimeoutScale is --timeout-scale's default: $OPKIT_TEST_TIMEOUT_SCALE,
+// which scales Go tests' waits too (pkg/opkittest), else 1.
+func envTimeoutScale() float64 {
+	f, err := strconv.ParseFloat(os.Getenv(scenario.TimeoutScaleEnv), 64)
+	if err != nil || f < 1 {
+		return 1
+	}
+	return f
 }
 
 // goTestFlags lets `opkit test` take go test's spelling of its flags,

@@ -337,10 +337,10 @@ func (ch *checker) stop(kill bool) {
 	_ = ch.proc.Process.Signal(sig)
 	select {
 	case <-ch.waited:
-	case <-time.After(time.Minute):
+	case <-time.After(clustertest.Scaled(time.Minute)):
 		_ = ch.proc.Process.Kill()
 		<-ch.waited
-		ch.t.Errorf("the engine did not stop within a minute of %v", sig)
+		ch.t.Errorf("the engine did not stop within %s of %v", clustertest.Scaled(time.Minute), sig)
 	}
 	if st := ch.proc.ProcessState; !kill && st != nil && !st.Success() {
 		ch.engineLog += fmt.Sprintf("the engine process exited %v after SIGTERM\n", st)
@@ -532,7 +532,7 @@ func (ch *checker) hasBlockedRecord() bool {
 // second (false), at most a minute.
 func (ch *checker) waitFor(done func(context.Context) (bool, error), want int) bool {
 	ctx := context.WithoutCancel(ch.t.Context())
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(clustertest.Scaled(time.Minute))
 	var stable string
 	var since time.Time
 	for time.Now().Before(deadline) {
@@ -559,7 +559,7 @@ func (ch *checker) waitFor(done func(context.Context) (bool, error), want int) b
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	ch.t.Logf("the engine was not quiet within a minute: the comparison says what is missing")
+	ch.t.Logf("the engine was not quiet within %s: the comparison says what is missing", clustertest.Scaled(time.Minute))
 	return false
 }
 

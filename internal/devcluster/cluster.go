@@ -40,6 +40,12 @@ const (
 	serviceIP   = "10.96.0.1"
 )
 
+// DefaultStartTimeout is how long Start waits for the plane to be ready
+// unless Options.StartTimeout says otherwise: about 11 s on a quiet 2-core
+// machine, over a minute on a loaded one, so that only a plane that will
+// not start fails.
+const DefaultStartTimeout = 3 * time.Minute
+
 // Options configures [Start].
 type Options struct {
 	// DataDir holds etcd's data, the certificates, kubeconfigs and component
@@ -64,7 +70,7 @@ type Options struct {
 	// executable when it is opkit.
 	Opkit string
 	// StartTimeout bounds the wait for readiness, builds excluded. Defaults
-	// to 90s.
+	// to DefaultStartTimeout.
 	StartTimeout time.Duration
 	// StopGrace is how long each component gets between SIGTERM and SIGKILL.
 	// Defaults to 10s.
@@ -115,7 +121,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		opts.Log = io.Discard
 	}
 	if opts.StartTimeout == 0 {
-		opts.StartTimeout = 90 * time.Second
+		opts.StartTimeout = DefaultStartTimeout
 	}
 	if opts.StopGrace == 0 {
 		opts.StopGrace = 10 * time.Second

@@ -227,11 +227,10 @@ func TestAHandlerThatCrashesOrHangsAnswersByItsFailurePolicyInTime(t *testing.T)
 			if (err == nil) != tc.allowed || !strings.Contains(out, tc.want) {
 				t.Fatalf("kubectl apply: %v; want allowed %v, saying %q", err, tc.allowed, tc.want)
 			}
-			// 3s is the webhook's timeout; kubectl's own start and the
-			// other webhook add a little.
-			if took > 8*time.Second {
-				t.Errorf("kubectl apply took %s; the webhook's timeout is 3s", took)
-			}
+			// The answer is the engine's own (its words, above), given
+			// before the API server's timeout of the webhook (3s) would
+			// have answered for it, in words of its own: no bound on
+			// kubectl's time is needed, which a loaded machine could break.
 			failed := admissionRuns(t, store, "validate", archive.Failed)
 			if len(failed) != 1 || !strings.Contains(failed[0].Error, tc.recorded) {
 				t.Fatalf("failed validate runs: %+v; want one whose error says %q", failed, tc.recorded)

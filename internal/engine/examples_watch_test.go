@@ -187,7 +187,7 @@ func TestCalendarExampleRunsEachSlotOnce(t *testing.T) {
 		// On a loaded machine a run may still be in flight midway: the
 		// stop waits for it to be recorded, so that what is counted is
 		// what the calendar did, not what the stop cut short.
-		deadline := time.Now().Add(time.Minute)
+		deadline := time.Now().Add(clustertest.Scaled(time.Minute))
 		for running(t, store) && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}

@@ -388,7 +388,7 @@ func cleanUpTasks(t *testing.T, env *clustertest.Env) {
 // started earlier stop, every object of a kind in the test's namespace.
 func cleanUpAll(t *testing.T, env *clustertest.Env, apiVersion, kind string) {
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), clustertest.Scaled(60*time.Second))
 		defer cancel()
 		list := &unstructured.UnstructuredList{}
 		list.SetAPIVersion(apiVersion)

@@ -130,8 +130,8 @@ func nextEvent(t *testing.T, w watch.Interface) watch.Event {
 			if ev.Type != watch.Bookmark {
 				return ev
 			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("no event in 30s")
+		case <-time.After(clustertest.Scaled(30 * time.Second)):
+			t.Fatalf("no event in %s", clustertest.Scaled(30*time.Second))
 		}
 	}
 }

@@ -172,7 +172,7 @@ func TestRunsSeeEveryEarlierStatusWrite(t *testing.T) {
 			// then say what was lost, if anything was.
 			got := counter(env.Namespace, name, 0)
 			var c int64
-			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			for deadline := time.Now().Add(clustertest.Scaled(30 * time.Second)); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 				if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(got), got); err != nil {
 					t.Fatal(err)
 				}

@@ -10,6 +10,12 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 )
 
+// TimeoutScaleEnv names the environment variable that multiplies the
+// waits of tests on a loaded machine: opkit test's expect steps (its
+// --timeout-scale's default) and pkg/opkittest's waits. A number, 1 or
+// more.
+const TimeoutScaleEnv = "OPKIT_TEST_TIMEOUT_SCALE"
+
 // DefaultTimeout is how long an expect step waits when neither it nor its
 // scenario says.
 const DefaultTimeout = 30 * time.Second

@@ -180,12 +180,13 @@ func (e *Engine) Runs(ctx context.Context, q Query) ([]Run, error) {
 }
 
 // WaitRun waits until the archive has a run that q selects and returns the
-// newest one; it fails the test when within passes first, listing the runs
-// of q's operator, handler and object with other outcomes.
+// newest one; it fails the test when within, scaled (Scaled), passes
+// first, listing the runs of q's operator, handler and object with other
+// outcomes.
 func (e *Engine) WaitRun(t testing.TB, within time.Duration, q Query) Run {
 	t.Helper()
 	var found Run
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, Scaled(within), true, func(ctx context.Context) (bool, error) {
 		runs, err := e.Runs(ctx, q)
 		if err != nil || len(runs) == 0 {
 			return false, err
@@ -197,7 +198,7 @@ func (e *Engine) WaitRun(t testing.TB, within time.Duration, q Query) Run {
 		others := q
 		others.Outcome, others.Failed = "", false
 		runs, _ := e.Runs(context.WithoutCancel(t.Context()), others)
-		t.Fatalf("opkittest: no run %s within %v: %v; runs without the outcome filter: %s", describe(q), within, err, summary(runs))
+		t.Fatalf("opkittest: no run %s within %s: %v; runs without the outcome filter: %s", describe(q), scaledText(within), err, summary(runs))
 	}
 	return found
 }

@@ -66,7 +66,7 @@ func New(t testing.TB) *Env {
 	}
 	t.Cleanup(func() {
 		// t.Context is already cancelled during cleanup.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), Scaled(30*time.Second))
 		defer cancel()
 		err := c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -75,7 +75,7 @@ func New(t testing.TB) *Env {
 	})
 	// Pods cannot be created until the service-account controller has made
 	// "default" in the namespace.
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, Scaled(30*time.Second), true, func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "default"}, &corev1.ServiceAccount{})
 		return err == nil, client.IgnoreNotFound(err)
 	})
@@ -105,12 +105,13 @@ func (env *Env) Retry(t testing.TB, obj client.Object) {
 }
 
 // Eventually polls cond every 100ms until it returns true, and fails the
-// test with what and the last error when within passes first. An error from
-// cond ends the wait at once.
+// test with what and the last error when within, scaled (Scaled), passes
+// first. An error from cond ends the wait at once. within is how long the
+// condition may take on a quiet machine.
 func Eventually(t testing.TB, within time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, within, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
+	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, Scaled(within), true, cond); err != nil {
+		t.Fatalf("%s (waited %s): %v", what, scaledText(within), err)
 	}
 }
 

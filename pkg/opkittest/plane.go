@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -31,12 +32,18 @@ func run(m *testing.M) int {
 	if testing.Short() {
 		return m.Run()
 	}
+	if _, err := envScale(); err != nil {
+		fmt.Fprintf(os.Stderr, "opkittest: %v\n", err)
+		return 1
+	}
 	var err error
-	plane, err = devcluster.Start(context.Background(), devcluster.Options{DevNode: true, Log: os.Stderr})
+	began := time.Now()
+	plane, err = devcluster.Start(context.Background(), devcluster.Options{DevNode: true, Log: os.Stderr, StartTimeout: Scaled(devcluster.DefaultStartTimeout)})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "opkittest: starting the local control plane: %v\n", err)
 		return 1
 	}
+	measureStart(time.Since(began))
 	defer plane.Stop()
 	return m.Run()
 }

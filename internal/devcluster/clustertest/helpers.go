@@ -21,6 +21,9 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func(ctx 
 	opkittest.Eventually(t, timeout, what, cond)
 }
 
+// Scaled is opkittest.Scaled: d times the binary's wait factor.
+func Scaled(d time.Duration) time.Duration { return opkittest.Scaled(d) }
+
 // Kubectl runs the plane's kubectl (see devcluster.Kubectl) with kubeconfig
 // and returns its standard output; on failure the error holds its standard
 // error.

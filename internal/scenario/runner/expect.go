@@ -78,9 +78,14 @@ func runFilter(e *scenario.ExpectRun) string {
 // expect polls a check until it holds or the step's timeout passes; the
 // error then is the check's last finding.
 func (r *scenarioRun) expect(ctx context.Context, e *scenario.Expect) error {
-	timeout := e.Timeout
-	if timeout == 0 {
-		timeout = r.sc.Timeout
+	given := e.Timeout
+	if given == 0 {
+		given = r.sc.Timeout
+	}
+	timeout, within := given, given.String()
+	if f := r.opts.TimeoutScale; f > 1 {
+		timeout = time.Duration(float64(given) * f)
+		within = fmt.Sprintf("%s (×%g: %s)", given, f, timeout.Round(time.Millisecond))
 	}
 	check, err := r.check(e)
 	if err != nil {
@@ -94,10 +99,10 @@ func (r *scenarioRun) expect(ctx context.Context, e *scenario.Expect) error {
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			if es, ok := errors.AsType[*errStep](last); ok {
-				es.what = fmt.Sprintf("not so within %s", timeout)
+				es.what = "not so within " + within
 				return es
 			}
-			return fmt.Errorf("not so within %s: %w", timeout, last)
+			return fmt.Errorf("not so within %s: %w", within, last)
 		}
 		select {
 		case <-ctx.Done():

@@ -74,6 +74,9 @@ type Options struct {
 	// JobTolerations are added to the pods of job handlers (the dev
 	// node's, on the local control plane).
 	JobTolerations []corev1.Toleration
+	// TimeoutScale multiplies every expect step's timeout, for a loaded
+	// machine; below 1 counts as 1.
+	TimeoutScale float64
 }
 
 // Result is how one scenario ended.

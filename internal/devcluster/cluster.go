@@ -115,7 +115,10 @@ type Cluster struct {
 
 // Start builds the binaries if needed, starts etcd, kube-apiserver,
 // kube-controller-manager and kube-scheduler on loopback and returns once the
-// plane is ready. On error nothing it started is left running.
+// plane is ready. On error nothing it started is left running. A machine
+// starts one plane at a time a two cores, whatever process starts it: a
+// Start first waits, until ctx ends, for other planes' starts to end
+// (startslot.go); Options.StartTimeout counts from then.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
@@ -131,6 +134,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	// with new ports, a few times.
 	// What a plane killed by SIGKILL left: its Stop did not run.
 	removeStale(opts.Log)
+	// One start at a time a two cores, machine-wide (startslot.go).
+	slot, err := takeStartSlot(ctx, opts.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer slot.release()
 	for attempt := 1; ; attempt++ {
 		c, err := startOnce(ctx, opts)
 		if err == nil || attempt == 3 || !lostPortRace(err) {

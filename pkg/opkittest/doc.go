@@ -46,6 +46,13 @@
 //     running it runs in parallel with. Operator-wide schedules (for no
 //     object) run in every engine, each recording them in its own archive.
 //   - The pods of job handlers tolerate the dev node's taint, so they run.
+//   - Every wait this package makes (Eventually, Engine.WaitRun, New's,
+//     Main's for the plane) is the duration given times the binary's wait
+//     factor (Scale): the larger of $OPKIT_TEST_TIMEOUT_SCALE and how much
+//     slower than on a quiet machine the plane started (at most 6). A
+//     wait that its condition ends is no longer for it. Main fails when
+//     $OPKIT_TEST_TIMEOUT_SCALE is set to anything but a number from 1 to
+//     100.
 //
 // # Stubs, the clock and deliveries
 //

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -37,13 +36,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	var err error
-	began := time.Now()
 	plane, err = devcluster.Start(context.Background(), devcluster.Options{DevNode: true, Log: os.Stderr, StartTimeout: Scaled(devcluster.DefaultStartTimeout)})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "opkittest: starting the local control plane: %v\n", err)
 		return 1
 	}
-	measureStart(time.Since(began))
+	measureStart(plane.ReadyAfter())
 	defer plane.Stop()
 	return m.Run()
 }

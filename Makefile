@@ -12,13 +12,11 @@ GOLANGCI_LINT          := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 TEST_TIMEOUT           ?= 30m
 # The machine's cores, which the test run is sized from.
 CORES                  := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
-# How many test binaries run at once: two a core that no other work uses
-# (hack/free-cores, measured as the tests start). Most of an integration
-# package's time is waiting, not CPU, but each binary brings a plane and
-# engines with it: on a machine shared with other work, as many as on an
-# idle one made each slower than they saved (docs/testing.md). Set it to
-# choose.
-TEST_P                 ?=
+# How many test binaries run at once: one a core. Most of an integration
+# package's time is waiting, not CPU, but each binary with a plane of its
+# own brings etcd, a kube-apiserver and engines with it: on 2 cores, more
+# binaries at once made each slower than they saved (docs/testing.md).
+TEST_P                 ?= $(CORES)
 # How many scenarios opkit test runs at once, beside the unit tests.
 SCENARIOS_P            ?= $(CORES)
 # The tests' waits are this many times longer than on a quiet machine
@@ -88,9 +86,7 @@ postgresql:
 ## scenarios; each part's output is printed whole when it ends.
 test: plane browser postgresql
 	$(MAKE) --no-print-directory -j2 --output-sync=target compile
-	@p='$(TEST_P)'; free=$$(hack/free-cores); [ -n "$$p" ] || p=$$((2 * free)); \
-	echo "running the tests, $$p test binaries at once ($$free of $(CORES) cores free)"; \
-	$(MAKE) --no-print-directory -j2 --output-sync=target TEST_P=$$p unit checks
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit checks
 
 # The first phase of make test: the test binaries compiled (and linked,
 # then not run: -exec true) beside vet and lint, and what tests would
@@ -117,9 +113,7 @@ lint: $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
 
 unit:
-	@p='$(TEST_P)'; [ -n "$$p" ] || p=$$((2 * $$(hack/free-cores))); \
-	echo "$(GO) test -race -count=1 -p $$p -timeout $(TEST_TIMEOUT) $(SLOW_PACKAGES) ./..."; \
-	$(GO) test -race -count=1 -p $$p -timeout $(TEST_TIMEOUT) $(SLOW_PACKAGES) ./...
+	$(GO) test -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(SLOW_PACKAGES) ./...
 
 # A module of its own (the go tool skips testdata/ in ./...): an operator's
 # tests written against pkg/opkittest alone, with a replace to this checkout.

@@ -346,8 +346,10 @@ func TestARolloutRunsANewHandlerOnlyForTheObjectsItMoved(t *testing.T) {
 	r = waitRollout(t, env, time.Minute, "paused again by the objects the continue moved", func(s *v1alpha1.RolloutStatus) bool {
 		return s.Phase == v1alpha1.RolloutPaused && s.Step == 2
 	})
-	if r.Status.MovedCount != 4 || !strings.Contains(r.Status.Reason, "/page0: handler announce failed") {
-		t.Errorf("after continue: %d moved, paused because %q; want 4, page0's handler", r.Status.MovedCount, r.Status.Reason)
+	// page0 and page2 both fail: whichever failed first, on a loaded
+	// machine either, is the one named.
+	if named := strings.Contains(r.Status.Reason, "/page0: handler announce failed") || strings.Contains(r.Status.Reason, "/page2: handler announce failed"); r.Status.MovedCount != 4 || !named {
+		t.Errorf("after continue: %d moved, paused because %q; want 4, page0's or page2's handler", r.Status.MovedCount, r.Status.Reason)
 	}
 	if want := []string{env.Namespace + "/page1", env.Namespace + "/page3"}; !slices.Equal(r.Status.Accepted, want) {
 		t.Errorf("accepted %v; want the canary %v, unhealthy when continued", r.Status.Accepted, want)

@@ -265,7 +265,7 @@ func (c *Consumer) batch(ctx, connCtx context.Context, cons jetstream.Consumer, 
 	defer cancel()
 	b, err := cons.Fetch(batchSize, jetstream.FetchContext(fetchCtx))
 	if err != nil {
-		return nil, fmt.Errorf("fetching from consumer %s: %w", c.spec.Consumer, err)
+		return nil, fmt.Errorf("fetching from consumer %s on %s: %w", c.spec.Consumer, servers(c.spec.URL), err)
 	}
 	fetched := time.Now()
 	var rest []jetstream.Msg
@@ -312,7 +312,7 @@ func (c *Consumer) batch(ctx, connCtx context.Context, cons jetstream.Consumer, 
 		return rest, failed
 	}
 	if err := b.Error(); err != nil && fetchCtx.Err() == nil {
-		return rest, fmt.Errorf("fetching from consumer %s: %w", c.spec.Consumer, err)
+		return rest, fmt.Errorf("fetching from consumer %s on %s: %w", c.spec.Consumer, servers(c.spec.URL), err)
 	}
 	return rest, nil
 }

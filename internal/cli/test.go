@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"runtime"
 	"slices"
@@ -94,10 +93,7 @@ and what was found, and its handler runs with their logs. The exit code is
 // envTimeoutScale is --timeout-scale's default: $OPKIT_TEST_TIMEOUT_SCALE,
 // which scales Go tests' waits too (pkg/opkittest), else 1.
 func envTimeoutScale() float64 {
-	f, err := strconv.ParseFloat(os.Getenv(scenario.TimeoutScaleEnv), 64)
-	if err != nil || f < 1 {
-		return 1
-	}
+	f, _ := scenario.TimeoutScale() // 1 when unset or not such a number
 	return f
 }
 

@@ -2,7 +2,9 @@ package scenario
 
 import (
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/google/cel-go/cel"
@@ -15,6 +17,20 @@ import (
 // --timeout-scale's default) and pkg/opkittest's waits. A number, 1 or
 // more.
 const TimeoutScaleEnv = "OPKIT_TEST_TIMEOUT_SCALE"
+
+// TimeoutScale reads TimeoutScaleEnv: 1 when it is unset, an error
+// naming it when it is not a number from 1 to 100.
+func TimeoutScale() (float64, error) {
+	v := os.Getenv(TimeoutScaleEnv)
+	if v == "" {
+		return 1, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 1 || f > 100 {
+		return 1, fmt.Errorf("%s=%q: want a number from 1 to 100", TimeoutScaleEnv, v)
+	}
+	return f, nil
+}
 
 // DefaultTimeout is how long an expect step waits when neither it nor its
 // scenario says.

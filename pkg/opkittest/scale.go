@@ -2,8 +2,6 @@ package opkittest
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -52,18 +50,8 @@ func Scaled(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * Scale())
 }
 
-// envScale reads ScaleEnv; it is 1 when unset.
-func envScale() (float64, error) {
-	v := os.Getenv(ScaleEnv)
-	if v == "" {
-		return 1, nil
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f < 1 || f > 100 {
-		return 1, fmt.Errorf("%s=%q: want a number from 1 to 100", ScaleEnv, v)
-	}
-	return f, nil
-}
+// envScale reads ScaleEnv (scenario.TimeoutScale).
+func envScale() (float64, error) { return scenario.TimeoutScale() }
 
 // measureStart records how long the plane took to start.
 func measureStart(took time.Duration) {

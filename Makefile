@@ -88,17 +88,19 @@ test: plane browser postgresql
 	$(MAKE) --no-print-directory -j2 --output-sync=target compile
 	$(MAKE) --no-print-directory -j2 --output-sync=target unit checks
 
-# The first phase of make test: the test binaries compiled (and linked,
-# then not run: -exec true) beside vet and lint, and what tests would
-# otherwise build while others wait: the Helm chart's renderer (go run by
-# the manifests' rehearsal) and the bench's peers (shell-operator, built
-# once into the plane's cache).
+# The first phase of make test: every package and test package compiled
+# with the race detector into the build cache (go list -export compiles
+# without linking: go test links each binary again and does not cache
+# the link, so linking here was paid twice), beside vet and lint, and
+# what tests would otherwise build while others wait: the Helm chart's
+# renderer (go run by the manifests' rehearsal) and the bench's peers
+# (shell-operator, built once into the plane's cache).
 compile: compiletests lint
 
 compiletests: vet
-	$(GO) test -race -count=1 -run '^$$' -exec true $(SLOW_PACKAGES) ./... >/dev/null
-	cd testdata/usermodule && $(GO) test -mod=mod -race -count=1 -run '^$$' -exec true ./... >/dev/null
-	cd deploy/helm && $(GO) test -mod=mod -race -count=1 -run '^$$' -exec true ./... >/dev/null
+	$(GO) list -race -test -export -deps -f '' ./... >/dev/null
+	cd testdata/usermodule && $(GO) list -mod=mod -race -test -export -deps -f '' ./... >/dev/null
+	cd deploy/helm && $(GO) list -mod=mod -race -test -export -deps -f '' ./... >/dev/null
 	cd deploy/helm && $(GO) build -mod=mod -o /dev/null ./render
 	$(GO) run ./bench -prepare-peers
 

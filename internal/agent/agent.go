@@ -6,9 +6,18 @@
 // the run's log as it comes, exit codes, a timeout that kills the process
 // group, a process judged by its exit however late it is looked at.
 //
-// The agent dials the engine over HTTPS, trusting only the CA file, and
-// authenticates with its projected ServiceAccount token, read again for
-// every request (the kubelet renews it). Values from Secrets and a run's
+// The agent dials the engine over HTTPS, trusting only the CA file (read
+// again when it changes: the kubelet updates a mounted ConfigMap when the
+// engine rotates its CA), and authenticates with its projected
+// ServiceAccount token, read again for every request (the kubelet renews
+// it).
+//
+// An engine replaced (upgraded, restarted, rescheduled, SIGKILLed) is
+// found again within seconds: a take waits at most TakeTimeout (longer
+// than the engine's long poll), a connection whose peer vanished without
+// closing it ends after about 20 s of unanswered keepalives or unacked
+// data, and every failure is followed by a new dial, through the
+// Service, to whichever engine serves it now. Values from Secrets and a run's
 // kubeconfig come with the run, from the engine; the engine redacts the
 // log and the result. Relative command paths and working directories
 // resolve from Options.Files, the operator's files.
@@ -28,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -69,6 +79,10 @@ type Options struct {
 	// KillGrace is the time between SIGTERM and SIGKILL of a command on
 	// timeout. Defaults to 2s.
 	KillGrace time.Duration
+	// TakeTimeout bounds a take, the engine's long poll for a run (25s
+	// by default): an answer that does not come within it means the
+	// engine went away, and the agent dials again. Defaults to 1m.
+	TakeTimeout time.Duration
 	// Log receives what the agent does. Defaults to none.
 	Log logr.Logger
 }
@@ -88,9 +102,12 @@ func Run(ctx context.Context, opts Options) error {
 }
 
 type agent struct {
-	opts   Options
+	opts  Options
+	query string
+
+	mu     sync.Mutex
+	ca     []byte // the CA file's content client trusts
 	client *http.Client
-	query  string
 }
 
 func newAgent(opts Options) (*agent, error) {
@@ -106,29 +123,84 @@ func newAgent(opts Options) (*agent, error) {
 	if u, err := url.Parse(opts.Engine); err != nil || u.Scheme != "https" || u.Host == "" {
 		return nil, fmt.Errorf("agent: --engine %q is not an https://HOST:PORT URL", opts.Engine)
 	}
-	pem, err := os.ReadFile(opts.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("agent: reading the engine's CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("agent: %s holds no PEM certificate", opts.CAFile)
-	}
 	if opts.Parallel <= 0 {
 		opts.Parallel = 4
 	}
 	if opts.Beat <= 0 {
 		opts.Beat = 3 * time.Second
 	}
+	if opts.TakeTimeout <= 0 {
+		opts.TakeTimeout = time.Minute
+	}
 	if opts.Files == "" {
 		opts.Files, _ = os.Getwd()
+	}
+	q := url.Values{"operator": {opts.Operator}, "image": {opts.Image}}
+	a := &agent{opts: opts, query: "?" + q.Encode()}
+	if _, err := a.httpClient(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// httpClient is the client that trusts the CA file's content now: made
+// again when the content changed, its old connections closed once idle.
+// A CA file that cannot be read or parsed later keeps the client that
+// trusts the last good one.
+func (a *agent) httpClient() (*http.Client, error) {
+	pem, err := os.ReadFile(a.opts.CAFile)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err == nil && a.client != nil && bytes.Equal(pem, a.ca) {
+		return a.client, nil
+	}
+	var pool *x509.CertPool
+	switch {
+	case err != nil:
+		err = fmt.Errorf("agent: reading the engine's CA: %w", err)
+	default:
+		pool = x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			err = fmt.Errorf("agent: %s holds no PEM certificate", a.opts.CAFile)
+		}
+	}
+	if err != nil {
+		if a.client != nil {
+			a.opts.Log.Error(err, "keeping the CA read before")
+			return a.client, nil
+		}
+		return nil, err
+	}
+	if a.client != nil {
+		a.opts.Log.Info("the engine's CA changed: trusting the new one", "file", a.opts.CAFile)
+		a.client.CloseIdleConnections()
+	}
+	dialer := &net.Dialer{
+		Timeout: 10 * time.Second,
+		// A peer that vanished without closing (a node lost, a Pod's
+		// address gone) is found in about 20 s, idle or mid-stream.
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 5 * time.Second, Count: 3},
+		Control:         userTimeout(20 * time.Second),
 	}
 	// Through $HTTPS_PROXY when set: the dev node resolves the engine's
 	// Service for its Pods so (devnode.Node.ServiceProxy), as a proxy of
 	// the cluster may.
-	tr := &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: opts.Parallel * 3, IdleConnTimeout: 90 * time.Second}
-	q := url.Values{"operator": {opts.Operator}, "image": {opts.Image}}
-	return &agent{opts: opts, client: &http.Client{Transport: tr}, query: "?" + q.Encode()}, nil
+	tr := &http.Transport{
+		Proxy: http.ProxyFromEnvironment, DialContext: dialer.DialContext,
+		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, TLSHandshakeTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost: a.opts.Parallel * 3, IdleConnTimeout: 90 * time.Second,
+	}
+	a.ca, a.client = pem, &http.Client{Transport: tr}
+	return a.client, nil
+}
+
+// do sends req with the client of the CA file's content now.
+func (a *agent) do(req *http.Request) (*http.Response, error) {
+	c, err := a.httpClient()
+	if err != nil {
+		return nil, err
+	}
+	return c.Do(req)
 }
 
 // loop takes and runs runs, one at a time, until ctx ends.
@@ -168,12 +240,17 @@ func (a *agent) request(ctx context.Context, path string, body io.Reader) (*http
 
 // take waits for a run: nil when none came within the engine's poll.
 func (a *agent) take(ctx context.Context) (*executor.RunnerWork, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.opts.TakeTimeout)
+	defer cancel()
 	req, err := a.request(ctx, runners.PathTake, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := a.client.Do(req)
+	resp, err := a.do(req)
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("the engine did not answer a take within %s: dialing again", a.opts.TakeTimeout)
+		}
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
@@ -197,13 +274,15 @@ func refusal(resp *http.Response) error {
 
 // run claims w, runs it and streams its log and outcome.
 func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
-	req, err := a.request(ctx, runners.PathStart+w.ID, nil)
+	claimCtx, cancelClaim := context.WithTimeout(ctx, a.opts.TakeTimeout)
+	defer cancelClaim()
+	req, err := a.request(claimCtx, runners.PathStart+w.ID, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := a.client.Do(req)
+	resp, err := a.do(req)
 	if err != nil {
-		return err
+		return err // not claimed: the engine gives it to another runner
 	}
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
@@ -219,7 +298,7 @@ func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
 		req, err := a.request(runCtx, runners.PathStream+w.ID, pr)
 		if err == nil {
 			var resp *http.Response
-			if resp, err = a.client.Do(req); err == nil {
+			if resp, err = a.do(req); err == nil {
 				if resp.StatusCode != http.StatusNoContent {
 					err = refusal(resp)
 				}
@@ -254,7 +333,15 @@ func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
 		return fmt.Errorf("sending the outcome: %w", err)
 	}
 	_ = pw.Close()
-	return <-sent
+	// The engine answers once it has read the outcome; one that does not
+	// within TakeTimeout went away (it runs the run again with its key).
+	select {
+	case err := <-sent:
+		return err
+	case <-time.After(a.opts.TakeTimeout):
+		cancel()
+		return fmt.Errorf("the engine did not acknowledge the outcome within %s: it went away, and runs it again (%w)", a.opts.TakeTimeout, <-sent)
+	}
 }
 
 var errStreamClosed = errors.New("the stream to the engine closed")

@@ -24,7 +24,7 @@ func TestGenerateManifestsPrintsTheEngineAndItsOperators(t *testing.T) {
 		}
 		kinds = append(kinds, obj["kind"].(string))
 	}
-	want := "Namespace CustomResourceDefinition ServiceAccount ClusterRole ClusterRoleBinding Deployment Service Operator"
+	want := "Namespace CustomResourceDefinition ServiceAccount ClusterRole ClusterRoleBinding PersistentVolumeClaim Deployment Service Operator"
 	if got := strings.Join(kinds, " "); got != want {
 		t.Errorf("kinds %s, want %s", got, want)
 	}
@@ -82,6 +82,10 @@ func TestGenerateRefusesWhatCannotWork(t *testing.T) {
 		{[]string{"--replicas", "2"}, "--archive-secret"},
 		{[]string{"--console-auth", "token"}, "--console-token-secret"},
 		{[]string{"--console-auth", "open"}, "the console is never served without authentication"},
+		{[]string{"--archive-size", "lots"}, `--archive-size "lots": want a size such as 1Gi`},
+		{[]string{"--archive-size", "-1Gi"}, `--archive-size "-1Gi"`},
+		{[]string{"--archive-secret", "pg", "--archive-size", "5Gi"}, "with --archive-secret the archive is PostgreSQL's"},
+		{[]string{"--archive-storage-class", "Fast Disks"}, `--archive-storage-class "Fast Disks"`},
 	} {
 		var stdout, stderr bytes.Buffer
 		args := append([]string{"generate", "manifests", "-f", "../../examples/printer/operator.yaml"}, tc.args...)

@@ -68,7 +68,7 @@ too) or a PostgreSQL URL.`,
 				return err
 			}
 			defer func() { _ = store.Close() }()
-			run, err := store.Get(ctx, id)
+			run, err := getRun(ctx, store, id, archivePath)
 			if err != nil {
 				return err
 			}

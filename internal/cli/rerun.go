@@ -64,7 +64,7 @@ delivery with opkit events redeliver.`,
 				return err
 			}
 			defer func() { _ = store.Close() }()
-			run, err := store.Get(ctx, id)
+			run, err := getRun(ctx, store, id, archivePath)
 			if err != nil {
 				return err
 			}

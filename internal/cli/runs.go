@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -91,9 +92,9 @@ operator's name. opkit runs --kind Operator lists those runs.`,
 			if err != nil {
 				return err
 			}
-			noRuns := "No runs."
-			if len(page.Runs) == 0 && q.Operator != "" && q.Cursor == "" {
-				if noRuns, err = noRunsOf(cmd.Context(), store, q.Operator, archivePath); err != nil {
+			noRuns := ""
+			if len(page.Runs) == 0 && q.Cursor == "" {
+				if noRuns, err = noRunsIn(cmd.Context(), store, q.Operator, archivePath); err != nil {
 					return err
 				}
 			}
@@ -128,18 +129,38 @@ operator's name. opkit runs --kind Operator lists those runs.`,
 	return cmd
 }
 
-// noRunsOf says why opkit runs --operator operator found no run: an
-// operator the archive knows (by its runs, its webhook deliveries or its
-// records of watched objects and schedules) has none that the other
-// flags select; a name it has never seen is an error that lists the
-// operators it has runs of, as a misspelt name is the likely cause.
-func noRunsOf(ctx context.Context, store archive.Reader, operator, archivePath string) (string, error) {
+// getRun reads run id from the archive at location: an id it does not
+// hold is an error naming the archive read, as it may not be the
+// engine's.
+func getRun(ctx context.Context, store archive.Reader, id, location string) (*archive.Run, error) {
+	run, err := store.Get(ctx, id)
+	if errors.Is(err, archive.ErrNotFound) {
+		return nil, fmt.Errorf("run %s is not in the archive %s: opkit runs lists the runs it keeps, and an engine records its runs in its own archive, which --archive names", id, archive.RedactDSN(location))
+	}
+	return run, err
+}
+
+// noRunsIn says why opkit runs found no run, naming the archive it read:
+// an archive with no run at all may be another than the engine's; with
+// --operator, an operator the archive knows (by its runs, its webhook
+// deliveries or its records of watched objects and schedules) has none
+// that the other flags select, and a name it has never seen is an error
+// that lists the operators it has runs of, as a misspelt name is the
+// likely cause.
+func noRunsIn(ctx context.Context, store archive.Reader, operator, archivePath string) (string, error) {
 	counts, err := store.Counts(ctx, time.Time{})
 	if err != nil {
 		return "", err
 	}
+	where := archive.RedactDSN(archivePath)
+	if operator == "" {
+		if len(counts) == 0 {
+			return fmt.Sprintf("No runs: the archive %s has none at all. An engine records its runs in its own archive: --archive names it (an engine in a cluster: docs/when-something-fails.md).", where), nil
+		}
+		return fmt.Sprintf("No runs in %s select these flags.", where), nil
+	}
 	if _, ok := counts[operator]; ok {
-		return "No runs.", nil
+		return fmt.Sprintf("No runs of operator %s in %s select these flags.", operator, where), nil
 	}
 	deliveries, err := store.ListDeliveries(ctx, archive.DeliveryQuery{Operator: operator, Limit: 1})
 	if err != nil {
@@ -150,10 +171,9 @@ func noRunsOf(ctx context.Context, store archive.Reader, operator, archivePath s
 		return "", err
 	}
 	if len(deliveries.Deliveries) > 0 || len(states) > 0 {
-		return fmt.Sprintf("No runs: operator %s has none in the archive.", operator), nil
+		return fmt.Sprintf("No runs: operator %s has none in the archive %s.", operator, where), nil
 	}
 	known := slices.Sorted(maps.Keys(counts))
-	where := archive.RedactDSN(archivePath)
 	if len(known) == 0 {
 		return "", fmt.Errorf("operator %s: the archive %s has no runs, webhook deliveries or records of it, nor runs of any operator", operator, where)
 	}
@@ -261,6 +281,9 @@ console shows it. --raw prints the bytes as the handler wrote them.`,
 				return err
 			}
 			defer func() { _ = store.Close() }()
+			if _, err := getRun(cmd.Context(), store, id, archivePath); err != nil {
+				return err
+			}
 			return printLogs(cmd.Context(), store, id, logsOptions{follow: follow, raw: raw}, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}

@@ -494,11 +494,12 @@ func TestRunsOfAnOperatorTheArchiveNeverSawIsAnErrorNamingTheKnownOnes(t *testin
 			stderr: []string{"operator nosuch: the archive " + path + " has no runs, webhook deliveries or records of it; it has runs of nightly, printer, team-a"}},
 		{flags: []string{"--operator", "nosuch", "-o", "json"}, code: 1, stderr: []string{"operator nosuch: the archive"}},
 		// Known, without runs: said so, and no error.
-		{flags: []string{"--operator", "hooked"}, stdout: "No runs: operator hooked has none in the archive.\n"},
-		{flags: []string{"--operator", "watcher"}, stdout: "No runs: operator watcher has none in the archive.\n"},
-		// Runs of the operator, none selected by the other flags.
-		{flags: []string{"--operator", "printer", "--trigger", "delete"}, stdout: "No runs.\n"},
-		{flags: []string{"--trigger", "delete"}, stdout: "No runs.\n"},
+		{flags: []string{"--operator", "hooked"}, stdout: "No runs: operator hooked has none in the archive " + path + ".\n"},
+		{flags: []string{"--operator", "watcher"}, stdout: "No runs: operator watcher has none in the archive " + path + ".\n"},
+		// Runs of the operator, none selected by the other flags: the
+		// archive read is named.
+		{flags: []string{"--operator", "printer", "--trigger", "delete"}, stdout: "No runs of operator printer in " + path + " select these flags.\n"},
+		{flags: []string{"--trigger", "delete"}, stdout: "No runs in " + path + " select these flags.\n"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := Main(append([]string{"runs", "--archive", path}, tc.flags...), &stdout, &stderr)
@@ -512,6 +513,35 @@ func TestRunsOfAnOperatorTheArchiveNeverSawIsAnErrorNamingTheKnownOnes(t *testin
 			if !strings.Contains(stderr.String(), want) {
 				t.Errorf("opkit runs %s: stderr %q lacks %q", strings.Join(tc.flags, " "), stderr.String(), want)
 			}
+		}
+	}
+}
+
+// An archive with no run at all is named, and said to be perhaps not the
+// engine's: the likely cause is that the engine records elsewhere.
+func TestRunsInAnEmptyArchiveNamesItAndSaysWhereAnEnginesRunsAre(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runs.db")
+	store, err := archive.OpenSQLite(t.Context(), path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = store.Close()
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"runs", "--archive", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if want := "No runs: the archive " + path + " has none at all. An engine records its runs in its own archive: --archive names it"; !strings.HasPrefix(stdout.String(), want) {
+		t.Errorf("opkit runs printed %q; want it to begin %q", stdout.String(), want)
+	}
+	// A run it does not hold, asked of logs, rerun and replay: the
+	// archive read is named.
+	unknown := archive.NewID(time.Now())
+	for _, cmd := range [][]string{{"logs", unknown}, {"rerun", unknown}, {"replay", unknown}} {
+		stdout.Reset()
+		stderr.Reset()
+		code := Main(append(cmd, "--archive", path), &stdout, &stderr)
+		if want := "run " + unknown + " is not in the archive " + path + ": opkit runs lists the runs it keeps"; code != 1 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("opkit %s: exit %d, stderr %q; want 1 and %q", strings.Join(cmd, " "), code, stderr.String(), want)
 		}
 	}
 }

@@ -413,7 +413,7 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 		if err != nil {
 			return err
 		}
-		if err := bindNodeProxier(ctx, c.rest, devnode.DefaultName); err != nil {
+		if err := bindNodeRoles(ctx, c.rest, devnode.DefaultName); err != nil {
 			return err
 		}
 		c.node, err = devnode.Start(ctx, devnode.Options{
@@ -617,23 +617,32 @@ func (c *Cluster) Components() []Component {
 	return out
 }
 
-// bindNodeProxier grants the dev node what a node's kube-proxy may read
+// bindNodeRoles grants the dev node what a node's kube-proxy may read
 // (the ClusterRole system:node-proxier: Services, EndpointSlices), since
-// the dev node is its own proxy to Services (devnode.Node.ServiceProxy).
-// A start on kept data finds the binding made.
-func bindNodeProxier(ctx context.Context, cfg *rest.Config, node string) error {
+// the dev node is its own proxy to Services (devnode.Node.ServiceProxy),
+// and what a volume provisioner may do (system:persistent-volume-provisioner:
+// claims read, volumes made and deleted), since it binds the plane's
+// claims. A start on kept data finds the bindings made.
+func bindNodeRoles(ctx context.Context, cfg *rest.Config, node string) error {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "opkit:dev-node-proxier"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node-proxier"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "system:node:" + node}},
-	}
-	_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("granting the dev node the rights of a node's proxy: %w", err)
+	// A node's proxy (Services' EndpointSlices), and the provisioner of
+	// the plane's PersistentVolumeClaims (devnode's claims.go).
+	for _, b := range []struct{ name, role, what string }{
+		{"opkit:dev-node-proxier", "system:node-proxier", "a node's proxy"},
+		{"opkit:dev-node-provisioner", "system:persistent-volume-provisioner", "a volume provisioner"},
+	} {
+		binding := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: b.name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.role},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "system:node:" + node}},
+		}
+		_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("granting the dev node the rights of %s: %w", b.what, err)
+		}
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -124,6 +125,9 @@ func (m *Manifests) Objects() ([]*unstructured.Unstructured, error) {
 	}
 	if o.Operators == FromFiles {
 		objs = append(objs, &corev1.ConfigMap{TypeMeta: typeMeta("v1", "ConfigMap"), ObjectMeta: m.meta(o.Name+"-operators", true), Data: files})
+	}
+	if size, ok := o.archiveClaim(); ok {
+		objs = append(objs, m.archiveClaim(size))
 	}
 	objs = append(objs, m.deployment(), m.service())
 	objs = append(objs, m.runnerObjects()...)
@@ -373,7 +377,11 @@ func (m *Manifests) deployment() *appsv1.Deployment {
 	} else {
 		env = append(env, corev1.EnvVar{Name: "OPKIT_ARCHIVE", Value: SQLitePath})
 		mounts = append(mounts, corev1.VolumeMount{Name: "archive", MountPath: "/var/lib/opkit"})
-		volumes = append(volumes, corev1.Volume{Name: "archive", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		source := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+		if _, ok := o.archiveClaim(); ok {
+			source = corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: o.Name + "-archive"}}
+		}
+		volumes = append(volumes, corev1.Volume{Name: "archive", VolumeSource: source})
 	}
 	if o.Hooks || o.Webhook || len(m.runners) > 0 {
 		// The acting replica writes its address to the hooks', the
@@ -419,7 +427,7 @@ func (m *Manifests) deployment() *appsv1.Deployment {
 		ServiceAccountName:           o.Name,
 		AutomountServiceAccountToken: ptr.To(true),
 		EnableServiceLinks:           ptr.To(false),
-		SecurityContext:              restrictedPod(),
+		SecurityContext:              engineSecurity(),
 		Containers: []corev1.Container{{
 			Name: "engine", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
 			Args: m.args(), Env: env, Ports: ports,
@@ -455,6 +463,33 @@ func (m *Manifests) deployment() *appsv1.Deployment {
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: m.labels()}, Spec: pod},
 		},
 	}
+}
+
+// archiveClaim is the PersistentVolumeClaim of the SQLite archive,
+// <Name>-archive: one engine writes it at a time (the Deployment's
+// Recreate strategy), and it outlives the engine's Pods.
+func (m *Manifests) archiveClaim(size resource.Quantity) *corev1.PersistentVolumeClaim {
+	c := &corev1.PersistentVolumeClaim{
+		TypeMeta: typeMeta("v1", "PersistentVolumeClaim"), ObjectMeta: m.meta(m.Options.Name+"-archive", true),
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+		},
+	}
+	if sc := m.Options.ArchiveStorageClass; sc != "" {
+		c.Spec.StorageClassName = &sc
+	}
+	return c
+}
+
+// engineSecurity is the engine's Pod's security context: restricted, and
+// its volumes (the archive's claim) made writable by its group.
+func engineSecurity() *corev1.PodSecurityContext {
+	sc := restrictedPod()
+	sc.FSGroup = ptr.To(int64(UID))
+	policy := corev1.FSGroupChangeOnRootMismatch
+	sc.FSGroupChangePolicy = &policy
+	return sc
 }
 
 // DevNodeTaint is the taint of the local control plane's dev node

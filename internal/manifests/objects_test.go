@@ -381,3 +381,50 @@ func TestRunsAPIIsServedByEveryReplicaBehindAnAPIServiceTheEngineCompletes(t *te
 		t.Errorf("args %q without RunsAPI", args)
 	}
 }
+
+// The SQLite archive is on a claim of its own by default, which outlives
+// the engine's Pods (one writer at a time: Recreate); --archive-size 0
+// keeps it on an emptyDir, and a PostgreSQL archive needs neither.
+func TestTheSQLiteArchiveIsOnAClaimThatOutlivesThePod(t *testing.T) {
+	archiveVolume := func(d *appsv1.Deployment) *corev1.Volume {
+		for i, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name == "archive" {
+				return &d.Spec.Template.Spec.Volumes[i]
+			}
+		}
+		return nil
+	}
+	objs := objects(t, manifests.Options{ArchiveStorageClass: "fast"}, "printer")
+	u := objs["PersistentVolumeClaim/opkit-archive"]
+	if u == nil {
+		t.Fatalf("no PersistentVolumeClaim opkit-archive among %v", keys(objs))
+	}
+	claim := &corev1.PersistentVolumeClaim{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, claim); err != nil {
+		t.Fatal(err)
+	}
+	if size := claim.Spec.Resources.Requests[corev1.ResourceStorage]; size.String() != manifests.DefaultArchiveSize ||
+		!slices.Equal(claim.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}) ||
+		claim.Spec.StorageClassName == nil || *claim.Spec.StorageClassName != "fast" || claim.Namespace != "opkit" {
+		t.Errorf("the claim is %+v; want %s, ReadWriteOnce, class fast, in opkit", claim.Spec, manifests.DefaultArchiveSize)
+	}
+	d := deployment(t, objs, "opkit")
+	if v := archiveVolume(d); v == nil || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != "opkit-archive" {
+		t.Errorf("the archive's volume is %+v; want the claim opkit-archive", v)
+	}
+	if psc := d.Spec.Template.Spec.SecurityContext; psc.FSGroup == nil || *psc.FSGroup != 65532 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("fsGroup %v, strategy %s; want the engine's group to own the claim, and one writer at a time", psc.FSGroup, d.Spec.Strategy.Type)
+	}
+
+	objs = objects(t, manifests.Options{ArchiveSize: "0"}, "printer")
+	if objs["PersistentVolumeClaim/opkit-archive"] != nil {
+		t.Error("--archive-size 0 still makes a claim")
+	}
+	if v := archiveVolume(deployment(t, objs, "opkit")); v == nil || v.EmptyDir == nil {
+		t.Errorf("--archive-size 0: the archive's volume is %+v; want an emptyDir", v)
+	}
+	objs = objects(t, manifests.Options{ArchiveSecret: "pg"}, "printer")
+	if objs["PersistentVolumeClaim/opkit-archive"] != nil || archiveVolume(deployment(t, objs, "opkit")) != nil {
+		t.Error("a PostgreSQL archive still has a claim or an archive volume")
+	}
+}

@@ -80,16 +80,22 @@ const (
 	// OperatorsDir is where the definitions are mounted with FromFiles.
 	OperatorsDir = "/etc/opkit/operators"
 	// SQLitePath is the archive without ArchiveSecret: a SQLite file on
-	// an emptyDir, lost with the Pod.
+	// the PersistentVolumeClaim <Name>-archive (an emptyDir, lost with
+	// the Pod, with ArchiveSize 0).
 	SQLitePath = "/var/lib/opkit/runs.db"
+	// DefaultArchiveSize is Options.ArchiveSize's default: some 200,000
+	// runs of a few KiB of input, result and log each (docs/production.md,
+	// The archive).
+	DefaultArchiveSize = "1Gi"
 	// UID is the user and group the engine runs as (the image's nonroot).
 	UID = 65532
 )
 
 // Options says how the engine is installed. The zero value is one
 // replica named opkit in namespace opkit, running the definitions applied
-// as Operator objects, with a SQLite archive that lasts as long as its
-// Pod, no console, and its metrics and health on port 7381.
+// as Operator objects, with a SQLite archive on a PersistentVolumeClaim of
+// 1Gi (kept across upgrades and rescheduling), no console, and its
+// metrics and health on port 7381.
 type Options struct {
 	// Name names the engine's objects: its ServiceAccount, Deployment,
 	// Service, PodDisruptionBudget and Role; its ClusterRole is
@@ -114,8 +120,16 @@ type Options struct {
 	LeaderElection bool
 	// ArchiveSecret names a Secret in Namespace whose key dsn holds the
 	// archive's PostgreSQL URL, given to the engine as $OPKIT_ARCHIVE.
-	// Defaults to none: a SQLite file on an emptyDir, lost with the Pod.
+	// Defaults to none: a SQLite file on the PersistentVolumeClaim
+	// <Name>-archive.
 	ArchiveSecret string
+	// ArchiveSize is the size of that claim, a quantity (512Mi, 5Gi).
+	// Defaults to DefaultArchiveSize; "0" puts the SQLite file on an
+	// emptyDir instead, lost with the Pod (a cluster without storage).
+	ArchiveSize string
+	// ArchiveStorageClass is the claim's storage class. Defaults to
+	// none: the cluster's default class.
+	ArchiveStorageClass string
 	// Operators is FromCluster (the default) or FromFiles.
 	Operators string
 	// AdmissionFinalizers runs the engine with --admission-finalizers,
@@ -244,7 +258,20 @@ func (o Options) withDefaults() Options {
 		r := DefaultResources()
 		o.Resources = &r
 	}
+	if o.ArchiveSize == "" && o.ArchiveSecret == "" {
+		o.ArchiveSize = DefaultArchiveSize
+	}
 	return o
+}
+
+// archiveClaim reports whether the SQLite archive is on a claim, and its
+// size.
+func (o Options) archiveClaim() (resource.Quantity, bool) {
+	if o.ArchiveSecret != "" {
+		return resource.Quantity{}, false
+	}
+	q, err := resource.ParseQuantity(o.ArchiveSize)
+	return q, err == nil && o.ArchiveSize != "0"
 }
 
 // validate says what is wrong with defaulted options, naming the flag of
@@ -261,6 +288,17 @@ func (o Options) validate() error {
 	}
 	if o.Replicas > 1 && o.ArchiveSecret == "" {
 		errs = append(errs, fmt.Errorf("--replicas %d: replicas share one PostgreSQL archive: name the Secret holding its URL (key %s) with --archive-secret", o.Replicas, ArchiveKey))
+	}
+	if o.ArchiveSecret != "" && (o.ArchiveSize != "" || o.ArchiveStorageClass != "") {
+		errs = append(errs, errors.New("--archive-size and --archive-storage-class are the SQLite archive's claim: with --archive-secret the archive is PostgreSQL's"))
+	}
+	if q, err := resource.ParseQuantity(o.ArchiveSize); o.ArchiveSecret == "" && o.ArchiveSize != "0" && (err != nil || q.Sign() <= 0) {
+		errs = append(errs, fmt.Errorf("--archive-size %q: want a size such as 1Gi or 500Mi (0: an emptyDir, lost with the Pod)", o.ArchiveSize))
+	}
+	if o.ArchiveStorageClass != "" {
+		if msgs := validation.IsDNS1123Subdomain(o.ArchiveStorageClass); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--archive-storage-class %q: %v", o.ArchiveStorageClass, msgs))
+		}
 	}
 	if o.Operators != FromCluster && o.Operators != FromFiles {
 		errs = append(errs, fmt.Errorf("--operators %q: want %s or %s", o.Operators, FromCluster, FromFiles))

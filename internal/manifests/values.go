@@ -62,7 +62,9 @@ type itemValues struct {
 }
 
 type archiveValues struct {
-	SecretName string `json:"secretName" yaml:"secretName"`
+	SecretName       string `json:"secretName" yaml:"secretName"`
+	Size             string `json:"size" yaml:"size"`
+	StorageClassName string `json:"storageClassName" yaml:"storageClassName"`
 }
 
 type consoleValues struct {
@@ -100,7 +102,7 @@ func (m *Manifests) values() (*values, error) {
 	o := m.Options
 	v := &values{
 		Image: o.Image, Replicas: o.Replicas, LeaderElection: o.LeaderElection, AdmissionFinalizers: o.AdmissionFinalizers, MigrateStorage: o.MigrateStorage, RunEvents: o.RunEvents, DevNode: o.DevNode,
-		Archive:   archiveValues{SecretName: o.ArchiveSecret},
+		Archive:   archiveValues{SecretName: o.ArchiveSecret, Size: o.ArchiveSize, StorageClassName: o.ArchiveStorageClass},
 		Console:   consoleValues{Auth: o.Console.Auth, TokenSecret: o.Console.TokenSecret, URL: o.Console.URL},
 		Hooks:     hooksValues{Enabled: o.Hooks},
 		Webhook:   hooksValues{Enabled: o.Webhook},
@@ -190,7 +192,7 @@ func (m *Manifests) WriteValues(w io.Writer) error {
 	for key, comment := range map[string]string{
 		"rules":     "The engine's RBAC rules: a ClusterRole (cluster), a Role in each namespace\nthat a definition names (namespaces), and a Role in the release's namespace\n(engine). The chart refuses to render without them, and refuses a \"*\".",
 		"operators": fmt.Sprintf("The definitions: applied as Operator objects (from: %s) or mounted as\nfiles in a ConfigMap (from: %s).", FromCluster, FromFiles),
-		"archive":   fmt.Sprintf("A Secret in the release's namespace whose key %s is the archive's\nPostgreSQL URL; empty: SQLite on an emptyDir, lost with the Pod.", ArchiveKey),
+		"archive":   fmt.Sprintf("secretName: a Secret in the release's namespace whose key %s is the archive's\nPostgreSQL URL; empty: SQLite on the PersistentVolumeClaim RELEASE-archive of\nsize and storageClassName (empty: the cluster's default), kept across\nupgrades; size \"0\": an emptyDir, lost with the Pod.", ArchiveKey),
 		"console":   "auth none serves no console; token (a Secret's key token) or kubernetes serve it.",
 		"runsApi":   "The runs API, runs.opkit.dev (kubectl get runs, docs/runs-api.md): an\nAPIService, the whole cluster's; the rules must grant it (opkit generate\nvalues --runs-api writes them).",
 		"runners":   "The runners of the operators whose exec handlers name exec.image, by operator:\nthe images (a runner Deployment each) and the operator's directory, as its\nConfigMap OPERATOR-files holds it (docs/production.md).",

@@ -195,8 +195,14 @@ func (s *Server) Start(ctx context.Context) error {
 		IdleTimeout:    90 * time.Second,
 		MaxHeaderBytes: 64 << 10,
 	}
+	// A streaming server's requests (long polls, streams) end when it
+	// stops, at once, rather than holding its shutdown until they end on
+	// their own: their clients dial again, the engine that replaces it.
+	base, endRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer endRequests()
 	if s.opts.Streaming {
 		srv.ReadTimeout, srv.WriteTimeout = 0, 0
+		srv.BaseContext = func(net.Listener) context.Context { return base }
 	}
 	if s.opts.ClientCerts {
 		srv.TLSConfig.ClientAuth = tls.RequestClientCert
@@ -217,6 +223,9 @@ func (s *Server) Start(ctx context.Context) error {
 				s.opts.Log.Error(err, "webhook certificates: checking them failed; trying again", "secret", s.opts.Secret.String())
 			}
 		case <-ctx.Done():
+			if s.opts.Streaming {
+				endRequests()
+			}
 			stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			err := srv.Shutdown(stop)
 			cancel()

@@ -40,8 +40,11 @@
 //     /etc/config is the directory $OPKIT_POD_ROOT/etc/config, and the
 //     termination message is read from $OPKIT_POD_ROOT/dev/termination-log.
 //     Each mount is also in $OPKIT_MOUNT_<VOLUME> (the volume name upper-cased,
-//     non-alphanumerics as _). ConfigMap, Secret, emptyDir, downwardAPI
-//     and projected volumes are supported, with projected
+//     non-alphanumerics as _). ConfigMap, Secret, emptyDir, hostPath,
+//     persistentVolumeClaim, downwardAPI and projected volumes are
+//     supported: a claim of no storage class is bound to a volume the
+//     node makes, a directory that outlives the claim's Pods and goes
+//     with the claim (claims.go); with projected
 //     serviceAccountToken sources (a TokenRequest for the Pod with the
 //     audience and expiry given, written as the file at the path).
 //   - Services by name: every container gets HTTP_PROXY and HTTPS_PROXY

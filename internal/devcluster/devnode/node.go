@@ -158,13 +158,16 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 		UpdateFunc: func(_, obj any) { n.podChanged(runCtx, obj) },
 		DeleteFunc: func(obj any) { n.podGone(obj) },
 	})
+	cluster := informers.NewSharedInformerFactory(client, 0)
+	n.provisionClaims(runCtx, cluster)
 	factory.Start(runCtx.Done())
+	cluster.Start(runCtx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced) {
 		n.Stop()
 		return nil, fmt.Errorf("dev node: waiting for the pod informer: %w", context.Cause(ctx))
 	}
 	n.done.Add(1)
-	go func() { defer n.done.Done(); <-runCtx.Done(); factory.Shutdown() }()
+	go func() { defer n.done.Done(); <-runCtx.Done(); factory.Shutdown(); cluster.Shutdown() }()
 	fmt.Fprintf(opts.Log, "dev node %s ready (kubelet API on 127.0.0.1:%d)\n", opts.Name, n.port)
 	return n, nil
 }

@@ -105,7 +105,10 @@ func (p *serviceProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // tunnel answers CONNECT: it dials the resolved address and copies bytes
-// both ways until either side closes.
+// both ways until either side closes, and then closes both: a client
+// waiting on an answer from a server that went away (an engine's Pod
+// replaced mid long poll) gets an error at once, as when it dials the
+// server itself, instead of a half-open tunnel that never answers.
 func (p *serviceProxy) tunnel(w http.ResponseWriter, r *http.Request) {
 	addr, err := p.resolve(r.Context(), r.Host)
 	if err != nil {
@@ -130,8 +133,9 @@ func (p *serviceProxy) tunnel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	go func() {
-		defer func() { _ = upstream.Close() }()
-		defer func() { _ = conn.Close() }()
+		var once sync.Once
+		closeBoth := func() { once.Do(func() { _ = upstream.Close(); _ = conn.Close() }) }
+		defer closeBoth()
 		// What the client sent after its CONNECT, already read.
 		if n := buf.Reader.Buffered(); n > 0 {
 			data, _ := buf.Reader.Peek(n)
@@ -139,10 +143,8 @@ func (p *serviceProxy) tunnel(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		done := make(chan struct{})
-		go func() { _, _ = io.Copy(conn, upstream); close(done) }()
+		go func() { _, _ = io.Copy(conn, upstream); closeBoth() }()
 		_, _ = io.Copy(upstream, conn)
-		<-done
 	}()
 }
 

@@ -1,12 +1,18 @@
 package devnode
 
 import (
+	"bufio"
+	"errors"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -183,5 +189,65 @@ func TestServiceNameParsesTheNamesAClustersDNSGives(t *testing.T) {
 		if got := [2]string{ns, name}; got != want || ok != (want != [2]string{}) {
 			t.Errorf("serviceName(%q) = %q, %q, %v; want %q", host, ns, name, ok, want)
 		}
+	}
+}
+
+// A tunnel whose server goes away closes the client's side too: a client
+// waiting on its answer (a runner's long poll of a replaced engine) sees
+// the connection end, not a tunnel open forever.
+func TestATunnelWhoseServerClosesClosesTheClientsSide(t *testing.T) {
+	server, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := server.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	p, err := startServiceProxy(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+
+	client, err := net.Dial("tcp", p.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	addr := server.Addr().String()
+	if _, err := fmt.Fprintf(client, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", addr, addr); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(client)
+	resp, err := http.ReadResponse(r, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT answered %v, %v; want 200", resp, err)
+	}
+	// A request goes through; the server reads it and goes away without
+	// answering, as a killed process's sockets do.
+	if _, err := client.Write([]byte("a long poll\n")); err != nil {
+		t.Fatal(err)
+	}
+	up := <-accepted
+	if line, err := bufio.NewReader(up).ReadString('\n'); err != nil || line != "a long poll\n" {
+		t.Fatalf("the server read %q, %v", line, err)
+	}
+	_ = up.Close()
+
+	// The client's read ends (the minute bounds a hang, not a speed).
+	done := make(chan error, 1)
+	go func() { _, err := r.ReadByte(); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, io.EOF) {
+			t.Errorf("the client read %v; want io.EOF, the tunnel closed", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the client's side of the tunnel was still open a minute after its server closed")
 	}
 }

@@ -59,6 +59,13 @@ func (w *podWorker) materialize(ctx context.Context, pod *corev1.Pod, v corev1.V
 	case v.HostPath != nil:
 		_ = os.Remove(dir)
 		return os.Symlink(v.HostPath.Path, dir)
+	case v.PersistentVolumeClaim != nil:
+		target, err := w.claimDir(ctx, pod.Namespace, v.PersistentVolumeClaim.ClaimName)
+		if err != nil {
+			return err
+		}
+		_ = os.Remove(dir)
+		return os.Symlink(target, dir)
 	case v.ConfigMap != nil:
 		files, err := w.configMapFiles(ctx, pod.Namespace, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.Optional)
 		if err != nil {
@@ -105,7 +112,7 @@ func (w *podWorker) materialize(ctx context.Context, pod *corev1.Pod, v corev1.V
 		}
 		return writeFiles(dir, files, mode(v.Projected.DefaultMode))
 	}
-	return fmt.Errorf("this volume type is not supported by the dev node (supported: emptyDir, hostPath, configMap, secret, downwardAPI, projected)")
+	return fmt.Errorf("this volume type is not supported by the dev node (supported: emptyDir, hostPath, persistentVolumeClaim, configMap, secret, downwardAPI, projected)")
 }
 
 func mode(m *int32) os.FileMode {

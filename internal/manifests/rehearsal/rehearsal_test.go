@@ -234,6 +234,11 @@ type install struct {
 	c    client.Client
 	gh   *githubfake.Server
 	base string // the repository's first commit, which setup.yaml's Deployments run
+	// What was installed: from source, for the definitions and options
+	// of m; upgrade applies it again with other options.
+	source source
+	m      *manifests.Manifests
+	defs   []*definition.Definition
 }
 
 // The deploy notifier and a probe, installed from opkit generate manifests
@@ -252,6 +257,7 @@ func TestAnInstallFromGeneratedManifestsOrTheHelmChartRunsHandlersInRunners(t *t
 			t.Run("the deploy notifier comments on rollouts and deploys on /deploy", in.deployNotifier)
 			t.Run("a handler reaches the API server only as its own serviceAccount", in.probe)
 			t.Run("every run was taken by a runner", in.archive)
+			t.Run("an upgrade keeps every run, and the runners find the new engine", in.upgrade)
 		})
 		if !ok {
 			break // the next install might meet what this one left
@@ -273,7 +279,7 @@ func installFrom(t *testing.T, s source, ns string) *install {
 		t.Fatal(err)
 	}
 	gh := githubfake.New(t, githubfake.Options{})
-	in := &install{ns: ns, cs: cs, c: c, gh: gh, base: gh.CreateRepo(repo)}
+	in := &install{ns: ns, cs: cs, c: c, gh: gh, base: gh.CreateRepo(repo), source: s}
 	notifier := copyOperator(t, example,
 		"https://api.github.com", gh.URL,
 		"namespace: default", "namespace: "+ns,
@@ -297,6 +303,7 @@ func installFrom(t *testing.T, s source, ns string) *install {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in.m, in.defs = m, defs
 	file, holdsNamespace := s.objects(t, m)
 	t.Cleanup(func() {
 		// The engine and the runners go with their namespace, what is
@@ -585,22 +592,33 @@ func (in *install) probe(t *testing.T) {
 	}
 }
 
-// archive: the engine's SQLite file on its Pod's emptyDir holds every run,
-// each taken by a runner of its operator; deploy succeeded once.
+// openArchive opens the engine's SQLite file, on its claim: the dev
+// node's directory of the volume bound to it.
+func (in *install) openArchive(t *testing.T) *archive.SQLite {
+	t.Helper()
+	ctx := t.Context()
+	claim, err := in.cs.CoreV1().PersistentVolumeClaims(in.ns).Get(ctx, in.m.Options.Name+"-archive", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the archive's claim: %v", err)
+	}
+	pv, err := in.cs.CoreV1().PersistentVolumes().Get(ctx, claim.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil || pv.Spec.HostPath == nil {
+		t.Fatalf("the archive claim's volume %q: %v (%+v)", claim.Spec.VolumeName, err, pv)
+	}
+	store, err := archive.OpenSQLite(ctx, filepath.Join(pv.Spec.HostPath.Path, "runs.db"), archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	return store
+}
+
+// archive: the engine's SQLite file on its claim holds every run, each
+// taken by a runner of its operator; deploy succeeded once.
 func (in *install) archive(t *testing.T) {
 	ctx := t.Context()
-	pods, err := in.cs.CoreV1().Pods(in.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=opkit"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pods.Items) == 0 {
-		t.Fatal("no engine Pod")
-	}
-	store, err := archive.OpenSQLite(ctx, filepath.Join(plane.DataDir(), "pods", string(pods.Items[0].UID), "volumes", "archive", "runs.db"), archive.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = store.Close() }()
+	store := in.openArchive(t)
+	var err error
 	var page *archive.Page
 	clustertest.Eventually(t, time.Minute, "the runs are finished in the archive", func(ctx context.Context) (bool, error) {
 		page, err = store.List(ctx, archive.Query{Limit: 1000})

@@ -89,3 +89,11 @@ runAsNonRoot: true
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
+
+{{/*
+Whether the SQLite archive is on the PersistentVolumeClaim RELEASE-archive:
+without archive.secretName, unless archive.size is "0" (an emptyDir).
+*/}}
+{{- define "opkit.archiveClaim" -}}
+{{- if and (not .Values.archive.secretName) (ne (toString .Values.archive.size) "0") }}true{{ end }}
+{{- end }}

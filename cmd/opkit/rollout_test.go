@@ -160,10 +160,14 @@ func TestARolloutThroughTheBinaryPausesIsUndoneAndSurvivesItsLeader(t *testing.T
 		status = rollout("status", "pages")
 		return strings.Contains(status.stdout, "Paused at step 1 of 3"), nil
 	})
-	for _, want := range []string{"objects: 2 of 20 on", "default/page0", "Degraded", "not a key", "1. 2 objects  (taken)"} {
+	for _, want := range []string{"objects: 2 of 20 on", "the other 18 on", "default/page0", "Degraded", "not a key", "1. 2 objects  (taken)"} {
 		if !strings.Contains(status.stdout, want) {
 			t.Errorf("opkit rollout status does not say %q:\n%s", want, status.stdout)
 		}
+	}
+	// Paused waits for a person: said by the exit code too.
+	if status.code != 1 || !strings.Contains(status.stderr, "the rollout is Paused: it waits for opkit rollout continue or undo") {
+		t.Errorf("opkit rollout status of a paused rollout: exit %d, stderr %q; want 1, saying it waits for a person", status.code, status.stderr)
 	}
 	t.Logf("opkit rollout status pages, paused:\n%s", status.stdout)
 	time.Sleep(4 * time.Second) // more than settle: nothing moves while paused

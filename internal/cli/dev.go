@@ -142,7 +142,12 @@ func dev(cmd *cobra.Command, o devOptions) error {
 	ctx := cmd.Context()
 	dir, apply, archivePath, stdout, stderr := o.dir, o.apply, o.archivePath, o.stdout, o.stderr
 	ef, cf, mf, wf := o.engine, o.console, o.metrics, o.webhook
-	reload := &reloader{dir: dir, log: stderr}
+	reload := &reloader{dir: dir, log: stderr, objects: map[string]bool{}}
+	for _, f := range apply {
+		if abs, err := filepath.Abs(f); err == nil {
+			reload.objects[abs] = true
+		}
+	}
 	files, err := reload.operatorFiles()
 	if err != nil {
 		return err

@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"bytes"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -58,5 +60,27 @@ func TestOperatorFilesSaysNothingOfScenariosAndNamesWhatElseItSkips(t *testing.T
 		}
 		slices.Sort(got)
 		t.Errorf("skipped %v, want only %v (nothing said of the scenario file)", got, slices.Sorted(maps.Keys(want)))
+	}
+}
+
+// A file opkit dev applies (--apply) is skipped without a word: the demo's
+// printer.yaml, beside its operator, is the object it applies.
+func TestOpkitDevSaysNothingOfTheFilesItApplies(t *testing.T) {
+	dir := t.TempDir()
+	for name, data := range map[string]string{
+		"printer.yaml": "apiVersion: demo.example.com/v1\nkind: Printer\nmetadata: {name: hello}\n",
+		"other.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var log bytes.Buffer
+	r := &reloader{dir: dir, log: &log, objects: map[string]bool{filepath.Join(dir, "printer.yaml"): true}}
+	if _, err := r.operatorFiles(); err != nil {
+		t.Fatal(err)
+	}
+	if got := log.String(); strings.Contains(got, "printer.yaml") || !strings.Contains(got, "skipping "+filepath.Join(dir, "other.yaml")) {
+		t.Errorf("opkit dev said %q; want other.yaml skipped, and nothing of printer.yaml, which it applies", got)
 	}
 }

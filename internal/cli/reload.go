@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -33,6 +34,9 @@ type reloader struct {
 	applied map[string][32]byte // operator name -> hash of the spec running
 	failed  map[string]bool     // files whose last version was refused
 	skipped map[string]string   // file -> why it is skipped, as last said
+	// objects are the files given to --apply, by absolute path: skipped
+	// without a word, as they are known to hold objects, not Operators.
+	objects map[string]bool
 }
 
 // watch polls the directory every interval until ctx ends. Polling reads a
@@ -139,6 +143,9 @@ func (r *reloader) operatorFiles() ([]string, error) {
 		return nil, err
 	}
 	for file, why := range skipped {
+		if abs, err := filepath.Abs(file); err == nil && r.objects[abs] {
+			continue
+		}
 		if r.skipped[file] != why {
 			fmt.Fprintln(r.log, why)
 		}

@@ -68,7 +68,15 @@ answer. They need patch on rollouts.opkit.dev.`,
 				if err != nil {
 					return err
 				}
-				return printRollout(ctx, out, c, u)
+				if err := printRollout(ctx, out, c, u); err != nil {
+					return err
+				}
+				// A paused rollout waits for a person: a script that
+				// checks the status sees it by the exit code.
+				if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase == string(v1alpha1.RolloutPaused) {
+					return fmt.Errorf("operator %s: the rollout is Paused: it waits for opkit rollout continue or undo", operator)
+				}
+				return nil
 			case "continue", "undo":
 				return requestRollout(ctx, cmd, kubeconfig, c, operator, namespace, verb)
 			}
@@ -181,7 +189,12 @@ func printRollout(ctx context.Context, out io.Writer, c client.Client, u *unstru
 		moved[m] = true
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(out, "  objects: %d of %d on %s, the others on %s\n", len(st.Moved), len(list.Items), st.To.Hash, st.From.Hash)
+	switch others := len(list.Items) - len(st.Moved); {
+	case others <= 0:
+		fmt.Fprintf(out, "  objects: all %d on %s\n", len(list.Items), st.To.Hash)
+	default:
+		fmt.Fprintf(out, "  objects: %d of %d on %s, the other %d on %s\n", len(st.Moved), len(list.Items), st.To.Hash, others, st.From.Hash)
+	}
 	fmt.Fprintln(tw, "    OBJECT\tDEFINITION\tHEALTH")
 	items := list.Items
 	slices.SortFunc(items, func(a, b unstructured.Unstructured) int {

@@ -144,7 +144,7 @@ allows each user: see docs/production.md.`,
 	}
 	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "an Operator definition (YAML, several documents allowed); repeatable")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	cmd.Flags().BoolVar(&leaderElect, "leader-elect", false, "run as one of several replicas, of which the holder of a Lease acts and the others stand by, taking over within 15s of its end (see docs/production.md)")
+	cmd.Flags().BoolVar(&leaderElect, "leader-elect", false, "run as one of several replicas, of which the holder of a Lease acts and the others stand by, taking over within seconds of its end (8s after a leader that died) (see docs/production.md)")
 	cmd.Flags().StringVar(&leaseNamespace, "leader-elect-namespace", "", "the Lease's namespace (default: $POD_NAMESPACE, else the kubeconfig's namespace, else default)")
 	cmd.Flags().StringVar(&leaseName, "leader-elect-lease", engine.DefaultLeaseName, "the Lease's name: replicas of one engine share it")
 	cmd.Flags().StringVar(&hooksSlice, "hooks-endpointslice", "", "the EndpointSlice of the hooks Service, in $POD_NAMESPACE: the replica that acts writes its address ($POD_IP) there, so that webhook deliveries reach it and no standby (see docs/production.md)")

@@ -66,7 +66,8 @@ func (d *Definition) Owns() bool { return !d.GVK.Empty() }
 
 // What says in a few words what the operator reacts to, for logs:
 // Printer.demo.example.com, the watch of Deployment.apps, operator-wide
-// schedules, webhook sources.
+// schedules, event sources (webhooks, CloudEvents, NATS, Kafka, a GitHub
+// poll).
 func (d *Definition) What() string {
 	switch {
 	case d.Owns():
@@ -74,9 +75,9 @@ func (d *Definition) What() string {
 	case d.Watch != nil:
 		return "the watch of " + d.Watch.GVK.GroupKind().String()
 	case len(d.Sources) > 0 && !slices.ContainsFunc(d.Handlers, func(h *Handler) bool { return h.Fires(v1alpha1.OnSchedule) }):
-		return "webhook sources"
+		return "event sources"
 	case len(d.Sources) > 0:
-		return "operator-wide schedules and webhook sources"
+		return "operator-wide schedules and event sources"
 	}
 	return "operator-wide schedules"
 }

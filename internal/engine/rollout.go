@@ -437,7 +437,12 @@ func (ro *rollout) tick(ctx context.Context) error {
 	}
 	if st.HealthySince == "" {
 		st.HealthySince = now.Format(time.RFC3339)
-		st.Reason = fmt.Sprintf("every moved object is healthy: the next step in %s", ro.def.Rollout.Settle)
+		next := "the next step"
+		if st.Step >= st.Steps {
+			next = "the rollout completes"
+		}
+		// A time, not a delay: the reason stays true while it is read.
+		st.Reason = fmt.Sprintf("every moved object is healthy: %s at %s, if they stay so (settle %s)", next, now.Add(ro.def.Rollout.Settle).Format(time.RFC3339), ro.def.Rollout.Settle)
 		return ro.commit(ctx, u, obj)
 	}
 	since, err := time.Parse(time.RFC3339, st.HealthySince)

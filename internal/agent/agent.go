@@ -17,9 +17,10 @@
 // than the engine's long poll), a connection whose peer vanished without
 // closing it ends after about 20 s of unanswered keepalives or unacked
 // data, and every failure is followed by a new dial, through the
-// Service, to whichever engine serves it now. Values from Secrets and a run's
-// kubeconfig come with the run, from the engine; the engine redacts the
-// log and the result. Relative command paths and working directories
+// Service, to whichever engine serves it now.
+//
+// Values from Secrets and a run's kubeconfig come with the run, from the
+// engine; the engine redacts the log and the result. Relative command paths and working directories
 // resolve from Options.Files, the operator's files.
 //
 // A run's stream that breaks (the engine stopped, or took the run back)

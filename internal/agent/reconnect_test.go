@@ -94,23 +94,15 @@ func TestAnAgentFindsAReplacedEngineBehindASilentConnectionWithANewCA(t *testing
 	// a word, and the new one keeps its certificate in a new Secret.
 	sw.silence()
 	stopOld()
-	for _, del := range []func() error{
-		func() error {
-			return client.CoreV1().Secrets(env.Namespace).Delete(t.Context(), runners.TLSSecret, metav1.DeleteOptions{})
-		},
-		func() error {
-			return client.CoreV1().ConfigMaps(env.Namespace).Delete(t.Context(), runners.CAConfigMap, metav1.DeleteOptions{})
-		},
-	} {
-		// The old engine may write either once more as it stops: removed
-		// until it stays so.
-		clustertest.Eventually(t, 30*time.Second, "the old engine's certificate removed", func(ctx context.Context) (bool, error) {
-			_ = del()
-			_, errS := client.CoreV1().Secrets(env.Namespace).Get(ctx, runners.TLSSecret, metav1.GetOptions{})
-			_, errC := client.CoreV1().ConfigMaps(env.Namespace).Get(ctx, runners.CAConfigMap, metav1.GetOptions{})
-			return errS != nil && errC != nil, nil
-		})
-	}
+	// The old engine may write either once more as it stops: removed
+	// until both stay so.
+	clustertest.Eventually(t, 30*time.Second, "the old engine's certificate removed", func(ctx context.Context) (bool, error) {
+		_ = client.CoreV1().Secrets(env.Namespace).Delete(ctx, runners.TLSSecret, metav1.DeleteOptions{})
+		_ = client.CoreV1().ConfigMaps(env.Namespace).Delete(ctx, runners.CAConfigMap, metav1.DeleteOptions{})
+		_, errS := client.CoreV1().Secrets(env.Namespace).Get(ctx, runners.TLSSecret, metav1.GetOptions{})
+		_, errC := client.CoreV1().ConfigMaps(env.Namespace).Get(ctx, runners.CAConfigMap, metav1.GetOptions{})
+		return errS != nil && errC != nil, nil
+	})
 	oldCA, _ := os.ReadFile(caFile)
 	fresh := serve(t.Context())
 	if newCA, _ := os.ReadFile(caFile); bytes.Equal(oldCA, newCA) {

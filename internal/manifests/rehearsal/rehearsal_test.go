@@ -108,6 +108,7 @@ const (
 	secret  = "webhook s3cret"
 	example = "../../../examples/deploy-notifier"
 	probe   = "testdata/probe"
+	drain   = "testdata/drain"
 	// helmModule is deploy/helm, whose command render renders the chart.
 	helmModule = "../../../deploy/helm"
 	image      = "python:3.12-slim"
@@ -258,6 +259,7 @@ func TestAnInstallFromGeneratedManifestsOrTheHelmChartRunsHandlersInRunners(t *t
 			t.Run("a handler reaches the API server only as its own serviceAccount", in.probe)
 			t.Run("every run was taken by a runner", in.archive)
 			t.Run("an upgrade keeps every run, and the runners find the new engine", in.upgrade)
+			t.Run("a drain through runners survives the engine replaced, a runner deleted, the engine killed", in.drainThroughReplacements)
 		})
 		if !ok {
 			break // the next install might meet what this one left
@@ -291,7 +293,8 @@ func installFrom(t *testing.T, s source, ns string) *install {
 
 	// opkit generate manifests --dev-node -f operator.yaml -f probe.yaml,
 	// on ports free on this host.
-	defs, err := definition.CompileFiles(filepath.Join(notifier, "operator.yaml"), filepath.Join(prober, "operator.yaml"))
+	drainer := copyOperator(t, drain)
+	defs, err := definition.CompileFiles(filepath.Join(notifier, "operator.yaml"), filepath.Join(prober, "operator.yaml"), filepath.Join(drainer, "operator.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +381,7 @@ func installFrom(t *testing.T, s source, ns string) *install {
 				running[p.Labels["app.kubernetes.io/name"]+" "+p.Labels["opkit.dev/operator"]] = true
 			}
 		}
-		return running["opkit "] && running["opkit-runner deploy-notifier"] && running["opkit-runner probe"], nil
+		return running["opkit "] && running["opkit-runner deploy-notifier"] && running["opkit-runner probe"] && running["opkit-runner drain"], nil
 	})
 	return in
 }

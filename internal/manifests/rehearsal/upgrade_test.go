@@ -1,9 +1,15 @@
 package rehearsal_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -197,4 +203,220 @@ func missing(before, after map[string]bool) string {
 		out = append(out[:10], "…")
 	}
 	return strings.Join(out, ", ")
+}
+
+// drainThroughReplacements: four drains of Items through the runners
+// (each run half a second of python), and mid-drain, one each of: a
+// changed flag applied, kubectl rollout restart, a runner Pod deleted,
+// the engine's process SIGKILLed (its container restarted by the node).
+// Every Item is handled, and succeeded once: a run interrupted is
+// Cancelled and runs again with its key, never recorded Succeeded twice.
+// After each replacement of the engine, the drain goes on within seconds
+// of the new engine's start: the runners found it.
+func (in *install) drainThroughReplacements(t *testing.T) {
+	steps := []struct {
+		name string
+		do   func(t *testing.T) (engineReplaced bool)
+	}{
+		{"--run-events applied", func(t *testing.T) bool {
+			in.apply(t, func(o *manifests.Options) { o.RunEvents = !o.RunEvents })
+			return true
+		}},
+		{"kubectl rollout restart", func(t *testing.T) bool {
+			if out, err := kubectl(t, "rollout", "restart", "-n", in.ns, "deployment/"+in.m.Options.Name); err != nil {
+				t.Fatalf("kubectl rollout restart: %v\n%s", err, out)
+			}
+			return true
+		}},
+		{"a runner Pod deleted", func(t *testing.T) bool {
+			pods, err := in.cs.CoreV1().Pods(in.ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=opkit-runner,opkit.dev/operator=drain"})
+			if err != nil || len(pods.Items) == 0 {
+				t.Fatalf("the drain's runner Pods: %v (%d)", err, len(pods.Items))
+			}
+			if err := in.cs.CoreV1().Pods(in.ns).Delete(t.Context(), pods.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			return false
+		}},
+		{"the engine SIGKILLed", func(t *testing.T) bool {
+			killEngine(t, in.enginePod(t))
+			return true
+		}},
+	}
+	const perStep = 60
+	var all []string
+	for i, step := range steps {
+		names := in.createItems(t, fmt.Sprintf("s%d", i), perStep)
+		all = append(all, names...)
+		clustertest.Eventually(t, 2*time.Minute, step.name+": the drain under way (5 handled)", func(ctx context.Context) (bool, error) {
+			return in.handled(ctx, names) >= 5, nil
+		})
+		uid, restarts := in.engineContainer(t)
+		replaced := step.do(t)
+		if replaced {
+			started := in.waitEngineRestarted(t, uid, restarts)
+			before := in.handled(t.Context(), names)
+			var progressed time.Time
+			clustertest.Eventually(t, 3*time.Minute, step.name+": the drain goes on after the engine's start", func(ctx context.Context) (bool, error) {
+				progressed = time.Now()
+				return in.handled(ctx, names) > before || before == len(names), nil
+			})
+			took := progressed.Sub(started)
+			t.Logf("%s: the drain went on %s after the new engine started", step.name, took.Round(100*time.Millisecond))
+			if bound := clustertest.Scaled(30 * time.Second); took > bound {
+				t.Errorf("%s: the drain went on %s after the new engine started; want within %s", step.name, took.Round(100*time.Millisecond), bound)
+			}
+		}
+		clustertest.Eventually(t, 5*time.Minute, step.name+": every Item of the drain handled", func(ctx context.Context) (bool, error) {
+			return in.handled(ctx, names) == len(names), nil
+		})
+	}
+
+	// Once each: an interrupted run is Cancelled, never Succeeded twice.
+	store := in.openArchive(t)
+	var runs []archive.Run
+	clustertest.Eventually(t, time.Minute, "no drain run left Running", func(ctx context.Context) (bool, error) {
+		var err error
+		runs, err = archive.ListAll(ctx, store, archive.Query{Operator: "drain"})
+		if err != nil {
+			return false, err
+		}
+		for _, r := range runs {
+			if r.FinishedAt.IsZero() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	succeeded := map[string]int{}
+	outcomes := map[archive.Outcome]int{}
+	for _, r := range runs {
+		outcomes[r.Outcome]++
+		if r.Outcome == archive.Succeeded {
+			succeeded[r.Name]++
+		}
+	}
+	t.Logf("the drain's %d runs: %v", len(runs), outcomes)
+	for _, name := range all {
+		if succeeded[name] != 1 {
+			t.Errorf("Item %s succeeded %d times; want once", name, succeeded[name])
+		}
+	}
+	for o, n := range outcomes {
+		if o != archive.Succeeded && o != archive.Cancelled {
+			t.Errorf("%d drain runs ended %s; want Succeeded, or Cancelled when interrupted", n, o)
+		}
+	}
+}
+
+// createItems creates n Items named PREFIX-NNN, eight at a time.
+func (in *install) createItems(t *testing.T, prefix string, n int) []string {
+	t.Helper()
+	names := make([]string, n)
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, 8)
+	for i := range n {
+		names[i] = fmt.Sprintf("%s-%03d", prefix, i)
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			item := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "drain.example.com/v1", "kind": "Item",
+				"metadata": map[string]any{"name": names[i], "namespace": in.ns}, "spec": map[string]any{"n": int64(i)},
+			}}
+			if err := in.c.Create(t.Context(), item); err != nil {
+				t.Errorf("creating Item %s: %v", names[i], err)
+			}
+		})
+	}
+	wg.Wait()
+	return names
+}
+
+// handled counts the Items of names whose status says handled.
+func (in *install) handled(ctx context.Context, names []string) int {
+	list := &unstructured.UnstructuredList{}
+	list.SetAPIVersion("drain.example.com/v1")
+	list.SetKind("ItemList")
+	if err := in.c.List(ctx, list, client.InNamespace(in.ns)); err != nil {
+		return 0
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	count := 0
+	for _, it := range list.Items {
+		if done, _, _ := unstructured.NestedBool(it.Object, "status", "handled"); done && want[it.GetName()] {
+			count++
+		}
+	}
+	return count
+}
+
+// engineContainer is the engine Pod's UID and its container's restarts.
+func (in *install) engineContainer(t *testing.T) (uid string, restarts int32) {
+	t.Helper()
+	uid = in.enginePod(t)
+	pods, err := in.cs.CoreV1().Pods(in.ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=opkit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if string(p.UID) == uid && len(p.Status.ContainerStatuses) > 0 {
+			restarts = p.Status.ContainerStatuses[0].RestartCount
+		}
+	}
+	return uid, restarts
+}
+
+// waitEngineRestarted waits until the engine runs again, in another Pod
+// than uid or in uid's with more restarts, and returns when it started.
+func (in *install) waitEngineRestarted(t *testing.T, uid string, restarts int32) time.Time {
+	t.Helper()
+	var started time.Time
+	clustertest.Eventually(t, 3*time.Minute, "the engine runs again", func(ctx context.Context) (bool, error) {
+		pods, err := in.cs.CoreV1().Pods(in.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=opkit"})
+		if err != nil {
+			return false, err
+		}
+		if len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning || len(pods.Items[0].Status.ContainerStatuses) == 0 {
+			return false, nil
+		}
+		p, cs := pods.Items[0], pods.Items[0].Status.ContainerStatuses[0]
+		if (string(p.UID) == uid && cs.RestartCount <= restarts) || cs.State.Running == nil {
+			return false, nil
+		}
+		started = cs.State.Running.StartedAt.Time
+		return true, nil
+	})
+	return started
+}
+
+// killEngine sends SIGKILL to the engine's process, a process of this
+// host the dev node runs for the Pod uid: the one whose $OPKIT_POD_ROOT
+// is under the Pod's directory.
+func killEngine(t *testing.T, uid string) {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := []byte("OPKIT_POD_ROOT=" + filepath.Join(plane.DataDir(), "pods", uid))
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !bytes.Contains(env, marker) {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("killing the engine's process %d: %v", pid, err)
+		}
+		t.Logf("SIGKILLed the engine's process %d", pid)
+		return
+	}
+	t.Fatalf("no process of the engine's Pod %s found (no $OPKIT_POD_ROOT under %s)", uid, marker)
 }

@@ -369,6 +369,9 @@ func (discardArchive) List(context.Context, archive.Query) (*archive.Page, error
 	return &archive.Page{}, nil
 }
 func (discardArchive) Succeeded(context.Context, string) (bool, error) { return false, nil }
+func (discardArchive) SucceededRun(context.Context, string) (*archive.Run, error) {
+	return nil, nil
+}
 func (discardArchive) CancelRunning(context.Context, string) (int, error) {
 	return 0, nil
 }

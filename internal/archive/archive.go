@@ -472,6 +472,11 @@ type Recorder interface {
 	Get(ctx context.Context, id string) (*Run, error)
 	// Succeeded reports whether a run with this idempotency key succeeded.
 	Succeeded(ctx context.Context, key string) (bool, error)
+	// SucceededRun returns the latest run with this idempotency key that
+	// succeeded, result included, or nil when none did: an engine that
+	// finds a run succeeded before a crash kept it from applying its
+	// result applies the recorded one.
+	SucceededRun(ctx context.Context, key string) (*Run, error)
 	// List returns the runs q selects, newest first.
 	List(ctx context.Context, q Query) (*Page, error)
 	// CancelRunning ends every Running run as Cancelled with reason, and

@@ -18,13 +18,15 @@ const (
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)`
 	pgFinishRunSQL = `UPDATE runs SET finished_at = $1, outcome = $2, failed = $3, error = $4, next_retry_at = $5, writes = $6,
 		runner = coalesce(nullif($7, ''), runner), result = $8 WHERE id = $9`
-	pgRerunsSQL     = `SELECT id FROM runs WHERE rerun_of = $1 AND rerun_of <> '' ORDER BY id`
-	pgSetRunnerSQL  = `UPDATE runs SET runner = $1 WHERE id = $2`
-	pgFoldSkipped   = `DELETE FROM runs WHERE uid = $1 AND handler = $2 AND outcome = 'Skipped' AND id < $3`
-	pgGetRunSQL     = `SELECT ` + runDetailColumns + ` FROM runs WHERE id = $1`
-	pgKeySucceeded  = `SELECT EXISTS (SELECT 1 FROM runs WHERE idem_key = $1 AND outcome = 'Succeeded')`
-	pgCancelRunning = `UPDATE runs SET outcome = 'Cancelled', failed = 0, error = $1, finished_at = $2 WHERE outcome = 'Running'`
-	pgCountsSQL     = `SELECT operator, count(*), count(*) FILTER (WHERE failed = 1) FROM runs WHERE id >= $1 GROUP BY operator`
+	pgRerunsSQL    = `SELECT id FROM runs WHERE rerun_of = $1 AND rerun_of <> '' ORDER BY id`
+	pgSetRunnerSQL = `UPDATE runs SET runner = $1 WHERE id = $2`
+	pgFoldSkipped  = `DELETE FROM runs WHERE uid = $1 AND handler = $2 AND outcome = 'Skipped' AND id < $3`
+	pgGetRunSQL    = `SELECT ` + runDetailColumns + ` FROM runs WHERE id = $1`
+	pgKeySucceeded = `SELECT EXISTS (SELECT 1 FROM runs WHERE idem_key = $1 AND outcome = 'Succeeded')`
+	// pgKeySucceededRun is the latest: ids sort by time.
+	pgKeySucceededRun = `SELECT id FROM runs WHERE idem_key = $1 AND outcome = 'Succeeded' ORDER BY id DESC LIMIT 1`
+	pgCancelRunning   = `UPDATE runs SET outcome = 'Cancelled', failed = 0, error = $1, finished_at = $2 WHERE outcome = 'Running'`
+	pgCountsSQL       = `SELECT operator, count(*), count(*) FILTER (WHERE failed = 1) FROM runs WHERE id >= $1 GROUP BY operator`
 
 	// AppendLog's, in one transaction that holds the run's row, so that
 	// two writers of one log (two engines, or a retry beside a late
@@ -304,6 +306,20 @@ func (p *Postgres) Succeeded(ctx context.Context, key string) (bool, error) {
 		return false, p.fail("looking up key "+key, err)
 	}
 	return found, nil
+}
+
+// SucceededRun returns the latest run with this idempotency key that
+// succeeded, or nil.
+func (p *Postgres) SucceededRun(ctx context.Context, key string) (*Run, error) {
+	var id string
+	err := p.pool.QueryRow(ctx, pgKeySucceededRun, key).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, p.fail("looking up the succeeded run of key "+key, err)
+	}
+	return p.Get(ctx, id)
 }
 
 // CancelRunning ends every Running run as Cancelled, those of every

@@ -298,6 +298,8 @@ const (
 	// EXISTS stops at the first: a key may have many runs. The outcome is
 	// literal, as runs_succeeded's condition is.
 	keySucceededSQL = `SELECT EXISTS (SELECT 1 FROM runs WHERE idem_key = ? AND outcome = 'Succeeded')`
+	// keySucceededRunSQL is the latest: ids sort by time.
+	keySucceededRunSQL = `SELECT id FROM runs WHERE idem_key = ? AND outcome = 'Succeeded' ORDER BY id DESC LIMIT 1`
 )
 
 // cancelRunningSQL is CancelRunning's statement, made once at start-up.
@@ -809,6 +811,26 @@ func (s *SQLite) Succeeded(ctx context.Context, key string) (bool, error) {
 		return false, fmt.Errorf("archive: %w", err)
 	}
 	return found, nil
+}
+
+// SucceededRun returns the latest run with this idempotency key that
+// succeeded, or nil.
+func (s *SQLite) SucceededRun(ctx context.Context, key string) (*Run, error) {
+	s.mu.RLock()
+	if s.w == nil {
+		s.mu.RUnlock()
+		return nil, s.lost
+	}
+	var id string
+	err := s.db.QueryRowContext(ctx, keySucceededRunSQL, key).Scan(&id)
+	s.mu.RUnlock()
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("archive: the succeeded run of key %s: %w", key, err)
+	}
+	return s.Get(ctx, id)
 }
 
 // CancelRunning ends every Running run as Cancelled.

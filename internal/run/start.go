@@ -86,12 +86,14 @@ func (rn *Runner) start(ctx context.Context, cr *unstructured.Unstructured, c *c
 	f := &flight{cause: c, spec: subject}
 	switch c.Trigger {
 	case v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnEnter, v1alpha1.OnExit:
-		ok, err := rn.archive.Succeeded(ctx, c.Key)
+		done, err := rn.archive.SucceededRun(ctx, c.Key)
 		if err != nil {
 			return nil, err
 		}
-		if ok {
-			f.done, f.result = true, &executor.Result{}
+		if done != nil {
+			// Its result as recorded: the crash may have come before the
+			// engine merged its status (the merge is idempotent).
+			f.done, f.result = true, recordedResult(done)
 			f.run = &archive.Run{Trigger: c.Trigger, Generation: g, Attempt: c.Attempt, Key: c.Key}
 			rn.mem.mu.Lock()
 			rn.mem.object(cr).flight = f
@@ -124,6 +126,18 @@ func (rn *Runner) start(ctx context.Context, cr *unstructured.Unstructured, c *c
 		p.req.Object.UID = "" // a watched object owns nothing of opkit's: its Jobs outlive it
 	}
 	return p, nil
+}
+
+// recordedResult is what a succeeded run answered, as the archive kept it
+// (Secrets' values redacted, which a status never holds): its status and
+// requeue; its Events are not posted again. A result that does not parse
+// (recorded by an older engine, or cut) is none.
+func recordedResult(run *archive.Run) *executor.Result {
+	res, err := executor.ParseResult(run.Result)
+	if len(run.Result) == 0 || err != nil || res == nil {
+		return &executor.Result{}
+	}
+	return &executor.Result{Status: res.Status, RequeueAfter: res.RequeueAfter}
 }
 
 // Launch starts a run Step prepared, with self as its binding context's

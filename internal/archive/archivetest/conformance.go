@@ -437,6 +437,20 @@ func succeededByKey(t *testing.T, open Open) {
 	if ok, _ := s.Succeeded(ctx, "other/1/h"); ok {
 		t.Error("Succeeded is true for a key never run")
 	}
+	// The run itself, with its result: what an engine applies when a
+	// crash kept the one before from applying it.
+	if run, err := s.SucceededRun(ctx, "other/1/h"); err != nil || run != nil {
+		t.Errorf("SucceededRun of a key never run: %v, %v; want nil", run, err)
+	}
+	r3 := newRun(time.Now().Add(time.Millisecond), "op", "ns", "n", "h")
+	r3.Attempt = 3
+	insert(t, s, r3)
+	r3.Result = json.RawMessage(`{"status":{"handled":true}}`)
+	finish(t, s, r3, archive.Succeeded)
+	run, err := s.SucceededRun(ctx, r1.Key)
+	if err != nil || run == nil || run.ID != r3.ID || string(run.Result) != string(r3.Result) {
+		t.Errorf("SucceededRun = %+v, %v; want the latest, %s, with its result %s", run, err, r3.ID, r3.Result)
+	}
 }
 
 // skippedRunsFold: a Skipped run replaces the earlier Skipped runs of its

@@ -90,6 +90,14 @@
 // purpose. IssueCommentEvent builds the payload GitHub sends when someone
 // comments.
 //
+// # As a command
+//
+// Serve starts a Server on a listener, for cmd/githubfake (go run
+// ./cmd/githubfake): with Options.Control it serves the control API
+// under ControlPath, which sets up and reads the world over HTTP, and
+// sends the signed delivery a comment makes (control.go); a misuse
+// there is that request's 400 rather than a failed test.
+//
 // # Not faked
 //
 // Conditional requests on other endpoints than events, secondary rate

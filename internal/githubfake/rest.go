@@ -66,6 +66,10 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // serve checks the token, applies the faults injected, routes the request
 // and records it.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Control && strings.HasPrefix(r.URL.Path, ControlPath) {
+		s.control(w, r) // not GitHub's: not recorded, nor counted
+		return
+	}
 	call := Call{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, IfNoneMatch: r.Header.Get("If-None-Match"), Time: time.Now()}
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() {

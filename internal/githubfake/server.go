@@ -4,6 +4,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -39,18 +40,30 @@ type Options struct {
 	// POST /app/installations/{id}/access_tokens trades its JWT for an
 	// installation token, which authenticates as Token does.
 	App *App
+	// Control serves the control API under ControlPath (control.go): the
+	// world set up and read over HTTP, for a fake run as a command
+	// rather than from a Go test.
+	Control bool
+}
+
+// misuser is what a misuse of the setup methods fails: the test given to
+// New, or a command's control API (Serve), which answers it 400.
+type misuser interface {
+	Helper()
+	Fatalf(format string, args ...any)
 }
 
 // Server is a local GitHub. Its methods are safe for concurrent use with
 // the requests it serves; those that set up or read the world (CreateRepo,
 // MergePull, Comments...) fail the test given to New on a misuse (an
-// unknown repository), and so belong in the test's goroutine.
+// unknown repository), and so belong in the test's goroutine; a Server
+// of Serve refuses the control API's request instead.
 type Server struct {
 	// URL is the REST API's base URL, without a trailing slash: what
 	// GITHUB_API_URL is set to.
 	URL string
 
-	t       testing.TB
+	t       misuser
 	opts    Options
 	srv     *httptest.Server
 	mux     *http.ServeMux
@@ -154,6 +167,27 @@ type pull struct {
 // New starts a Server, closed when the test ends.
 func New(t testing.TB, opts Options) *Server {
 	t.Helper()
+	s := newServer(t, opts)
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.URL = s.srv.URL
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Serve starts a Server on ln, for a command (cmd/githubfake): a misuse
+// through the control API is that request's 400, nothing else. Close
+// stops it.
+func Serve(ln net.Listener, opts Options) *Server {
+	s := newServer(refuser{}, opts)
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	_ = s.srv.Listener.Close()
+	s.srv.Listener = ln
+	s.srv.Start()
+	s.URL = s.srv.URL
+	return s
+}
+
+func newServer(t misuser, opts Options) *Server {
 	if opts.Token == "" {
 		opts.Token = DefaultToken
 	}
@@ -169,9 +203,6 @@ func New(t testing.TB, opts Options) *Server {
 		orgs: map[string]string{}, pollInterval: DefaultPollInterval, installTokens: map[string]time.Time{},
 	}
 	s.mux = s.routes()
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL
-	t.Cleanup(s.Close)
 	return s
 }
 

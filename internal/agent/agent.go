@@ -106,9 +106,10 @@ type agent struct {
 	opts  Options
 	query string
 
-	mu     sync.Mutex
-	ca     []byte // the CA file's content client trusts
-	client *http.Client
+	mu      sync.Mutex
+	ca      []byte // the CA file's content client trusts
+	client  *http.Client
+	caError string // the CA file's last error, said once
 }
 
 func newAgent(opts Options) (*agent, error) {
@@ -167,11 +168,15 @@ func (a *agent) httpClient() (*http.Client, error) {
 	}
 	if err != nil {
 		if a.client != nil {
-			a.opts.Log.Error(err, "keeping the CA read before")
+			if err.Error() != a.caError {
+				a.caError = err.Error()
+				a.opts.Log.Error(err, "keeping the CA read before")
+			}
 			return a.client, nil
 		}
 		return nil, err
 	}
+	a.caError = ""
 	if a.client != nil {
 		a.opts.Log.Info("the engine's CA changed: trusting the new one", "file", a.opts.CAFile)
 		a.client.CloseIdleConnections()

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 )
 
 // DeliveryOutcome is where a webhook delivery stands.
@@ -93,7 +96,9 @@ type Delivery struct {
 	// PayloadTruncated says that Payload is not the whole body: the store
 	// cut it at PayloadLimit, or the caller gave only a part of it.
 	PayloadTruncated bool `json:"payloadTruncated,omitempty"`
-	// Runs are the ids of the runs the delivery's handling started.
+	// Runs are the ids of the runs the delivery's handling started,
+	// oldest first: those recorded so far while it is Pending (its
+	// handlers' runs, retries included, found by the delivery's id).
 	Runs []string `json:"runs,omitempty"`
 	// Objects are the objects its handling created or patched, each as
 	// "Kind namespace/name" ("Kind name" for a cluster-scoped one).
@@ -201,6 +206,51 @@ type DeliveryReader interface {
 
 // prepareDelivery checks a delivery about to be recorded and fills in
 // what RecordDelivery fills in, its payload capped at limit; for stores.
+// DeliveryRuns returns the ids of the runs of operator's handlers on event
+// for the delivery id (recorded with its id as their object's UID),
+// oldest first: those of an engine before a restart too.
+func DeliveryRuns(ctx context.Context, r interface {
+	List(context.Context, Query) (*Page, error)
+}, operator, id string) ([]string, error) {
+	var ids []string
+	q := Query{Operator: operator, Kind: v1alpha1.Kind, UID: id, Trigger: v1alpha1.OnEvent, Limit: 1000}
+	for {
+		page, err := r.List(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		for _, run := range page.Runs {
+			ids = append(ids, run.ID)
+		}
+		if page.Next == "" {
+			break
+		}
+		q.Cursor = page.Next
+	}
+	slices.Reverse(ids)
+	return ids, nil
+}
+
+// runsSoFar sets the Runs of the Pending deliveries of ds to the runs
+// recorded so far: a delivery's record lists its runs once its handling
+// ends, and until then a reader sees them being made (a handler failing
+// and retried) rather than none.
+func runsSoFar(ctx context.Context, r interface {
+	List(context.Context, Query) (*Page, error)
+}, ds []Delivery) error {
+	for i := range ds {
+		if ds[i].Outcome != DeliveryPending {
+			continue
+		}
+		ids, err := DeliveryRuns(ctx, r, ds[i].Operator, ds[i].ID)
+		if err != nil {
+			return fmt.Errorf("archive: the runs so far of delivery %s: %w", ds[i].ID, err)
+		}
+		ds[i].Runs = ids
+	}
+	return nil
+}
+
 func prepareDelivery(d *Delivery, limit int64) error {
 	if d.Operator == "" || d.Source == "" {
 		return fmt.Errorf("archive: delivery %q of operator %q, source %q: both the operator and the source must be set", d.DeliveryID, d.Operator, d.Source)

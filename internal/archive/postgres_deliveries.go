@@ -134,7 +134,11 @@ func (p *Postgres) GetDelivery(ctx context.Context, id string) (*Delivery, error
 	if len(d.Redeliveries) == 0 {
 		d.Redeliveries = nil // as SQLite's: none is nil
 	}
-	return d, nil
+	ds := []Delivery{*d}
+	if err := runsSoFar(ctx, p, ds); err != nil {
+		return nil, err
+	}
+	return &ds[0], nil
 }
 
 // ListDeliveries returns the deliveries q selects, newest first, without
@@ -152,6 +156,9 @@ func (p *Postgres) ListDeliveries(ctx context.Context, q DeliveryQuery) (*Delive
 	if len(all) > limit {
 		page.Deliveries = all[:limit]
 		page.Next = all[limit-1].ID
+	}
+	if err := runsSoFar(ctx, p, page.Deliveries); err != nil {
+		return nil, err
 	}
 	return page, nil
 }

@@ -142,6 +142,18 @@ func (s *SQLite) PendingDeliveries(ctx context.Context, operator string) ([]Deli
 
 // GetDelivery returns one delivery, with its payload.
 func (s *SQLite) GetDelivery(ctx context.Context, id string) (*Delivery, error) {
+	d, err := s.getDelivery(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	ds := []Delivery{*d}
+	if err := runsSoFar(ctx, s, ds); err != nil {
+		return nil, err
+	}
+	return &ds[0], nil
+}
+
+func (s *SQLite) getDelivery(ctx context.Context, id string) (*Delivery, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.w == nil {
@@ -182,6 +194,17 @@ func (s *SQLite) redeliveries(ctx context.Context, id string) ([]string, error) 
 // ListDeliveries returns the deliveries q selects, newest first, without
 // their payloads.
 func (s *SQLite) ListDeliveries(ctx context.Context, q DeliveryQuery) (*DeliveryPage, error) {
+	page, err := s.listDeliveries(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if err := runsSoFar(ctx, s, page.Deliveries); err != nil {
+		return nil, err
+	}
+	return page, nil
+}
+
+func (s *SQLite) listDeliveries(ctx context.Context, q DeliveryQuery) (*DeliveryPage, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.w == nil {

@@ -329,12 +329,16 @@ func printDelivery(w io.Writer, d *archive.Delivery, runs map[string]*archive.Ru
 	switch {
 	case d.Outcome == archive.DeliveryRefused:
 		fmt.Fprintln(w, "Caused: nothing; a refused delivery is never handled")
-	case d.Outcome == archive.DeliveryPending:
+	case d.Outcome == archive.DeliveryPending && len(d.Runs) == 0:
 		fmt.Fprintln(w, "Caused: nothing yet; it is handled when its operator's engine runs")
 	case len(d.Runs) == 0 && len(d.Objects) == 0:
 		fmt.Fprintln(w, "Caused: no runs, no objects")
 	default:
-		fmt.Fprintln(w, "Caused:")
+		if d.Outcome == archive.DeliveryPending {
+			fmt.Fprintln(w, "Caused so far (it is being handled):")
+		} else {
+			fmt.Fprintln(w, "Caused:")
+		}
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		for _, id := range d.Runs {
 			if r, ok := runs[id]; ok {

@@ -516,3 +516,33 @@ func TestEventsStripTerminalControlFromWhatTheSenderSent(t *testing.T) {
 		t.Errorf("the cleaned text is not all there:\n%s\n%s", list, show)
 	}
 }
+
+// A Pending delivery whose handler failed and is retried shows its runs
+// so far: opkit events counts them, and opkit events show lists them as
+// what it caused so far, rather than "nothing yet".
+func TestEventsShowThePendingDeliverysRunsSoFar(t *testing.T) {
+	path, ids, _ := archiveOfDeliveries(t)
+	store, err := archive.OpenSQLite(t.Context(), path, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var runIDs []string
+	for attempt := 1; attempt <= 2; attempt++ {
+		r := &archive.Run{ID: archive.NewID(now.Add(time.Duration(attempt) * time.Millisecond)), Operator: "billing", Handler: "book", Trigger: "event",
+			Kind: "Operator", Name: "billing", UID: ids["invoice"], Key: "billing/event/stripe/evt_1/book", Attempt: attempt, StartedAt: now}
+		if err := store.Insert(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+		runIDs = append(runIDs, r.ID)
+	}
+	_ = store.Close()
+	_, rows := rowsByID(t, opkit(t, "events", "--archive", path))
+	if f := strings.Fields(rows[ids["invoice"]]); f[len(f)-2] != "2" {
+		t.Errorf("the Pending delivery's RUNS reads %q, want 2 (its runs so far)", f[len(f)-2])
+	}
+	out := opkit(t, "events", "show", ids["invoice"], "--archive", path)
+	if !strings.Contains(out, "Caused so far (it is being handled):") || !strings.Contains(out, runIDs[0]) || !strings.Contains(out, runIDs[1]) {
+		t.Errorf("opkit events show of a Pending delivery with runs:\n%s\nwant its runs so far", out)
+	}
+}

@@ -283,6 +283,17 @@ func TestDeliveryPageShowsWhatItCausedRedactedAndEscaped(t *testing.T) {
 	}
 	mustContain(t, "the refused delivery", get(t, ev.base+"/events/"+ev.forged), "Nothing: a refused delivery is never handled.")
 	mustContain(t, "the pending delivery", get(t, ev.base+"/events/"+ev.pending), "Nothing yet", `data-live="/events/`+ev.pending+`"`)
+	// Its handler failed once and is retried: its runs so far are shown,
+	// not "nothing yet".
+	retried := record(t, f.store, archive.Run{Operator: ev.op, Handler: "deploy", Action: "exec", Trigger: "event", APIVersion: "opkit.dev/v1alpha1",
+		Kind: "Operator", Name: ev.op, UID: ev.pending, Key: ev.op + "/event/deploy/" + ev.pending, Attempt: 1,
+		StartedAt: time.Now(), Outcome: archive.Failed, Error: "exit status 1"})
+	pending := get(t, ev.base+"/events/"+ev.pending)
+	mustContain(t, "the pending delivery with a failed run", pending, "not yet: being handled, its runs so far below",
+		"Runs so far: it is being handled", `<a class="run-link" href="/runs/`+retried+`">`+retried+`</a>`)
+	if strings.Contains(pending, "Nothing yet") {
+		t.Error("a Pending delivery with a run says it caused nothing yet")
+	}
 
 	// What the sender chose is escaped, and cleaned of terminal control.
 	hostile := get(t, ev.base+"/events/"+ev.hostile)

@@ -3,7 +3,6 @@ package delivery
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -219,7 +218,7 @@ func (q *Queue) Handling(id string) bool {
 func (q *Queue) finish(ctx context.Context, d *archive.Delivery, log logr.Logger) {
 	d.HandledAt = time.Time{}
 	for {
-		runs, err := q.runsOf(ctx, d.ID)
+		runs, err := archive.DeliveryRuns(ctx, q.opts.Archive, q.def.Operator.Name, d.ID)
 		if err == nil {
 			d.Runs = runs
 			err = q.opts.Archive.FinishDelivery(ctx, d)
@@ -235,28 +234,6 @@ func (q *Queue) finish(ctx context.Context, d *archive.Delivery, log logr.Logger
 			return
 		}
 	}
-}
-
-// runsOf returns the ids of the runs that handled a delivery, oldest
-// first.
-func (q *Queue) runsOf(ctx context.Context, id string) ([]string, error) {
-	var ids []string
-	query := archive.Query{Operator: q.def.Operator.Name, Kind: v1alpha1.Kind, UID: id, Trigger: v1alpha1.OnEvent, Limit: 1000}
-	for {
-		page, err := q.opts.Archive.List(ctx, query)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range page.Runs {
-			ids = append(ids, r.ID)
-		}
-		if page.Next == "" {
-			break
-		}
-		query.Cursor = page.Next
-	}
-	slices.Reverse(ids)
-	return ids, nil
 }
 
 // objectAttempts is how often a source's object is applied before the

@@ -58,6 +58,7 @@ func Run(t *testing.T, open Open) {
 		{"DeliveriesListFiltersAndPages", deliveriesListFiltersAndPages},
 		{"DeliveriesPruneKeepsPending", deliveriesPruneKeepsPending},
 		{"DeliveriesSurviveCancelRunning", deliveriesSurviveCancelRunning},
+		{"DeliveriesPendingListTheirRunsSoFar", deliveriesPendingListTheirRunsSoFar},
 		{"CursorsRoundTripPerOperatorAndSource", cursorsRoundTripPerOperatorAndSource},
 		{"CursorsRefuseBadKeys", cursorsRefuseBadKeys},
 		{"CursorsOutlivePruneAndCancelRunning", cursorsOutlivePruneAndCancelRunning},

@@ -760,3 +760,52 @@ func deliveriesRedeliveries(t *testing.T, open Open) {
 		}
 	}
 }
+
+// A Pending delivery lists the runs of its handlers recorded so far (a
+// handler failing and retried), oldest first, in GetDelivery and
+// ListDeliveries alike; another delivery's or operator's runs are not
+// its. Once finished, it lists the runs its record names.
+func deliveriesPendingListTheirRunsSoFar(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	ctx := context.Background()
+	now := time.Now()
+	d := newDelivery(now, "notifier", "github", "d-1")
+	recordDelivery(t, s, d)
+	other := newDelivery(now.Add(time.Millisecond), "notifier", "github", "d-2")
+	recordDelivery(t, s, other)
+	eventRun := func(at time.Time, op, uid string, attempt int) *archive.Run {
+		r := &archive.Run{
+			ID: archive.NewID(at), Operator: op, Handler: "deploy", Action: "exec", Trigger: "event", APIVersion: "opkit.dev/v1alpha1", Kind: "Operator",
+			Name: op, UID: uid, Key: op + "/event/github/d-1/deploy", Attempt: attempt, StartedAt: at.UTC(),
+		}
+		insert(t, s, r)
+		return r
+	}
+	if got := getDelivery(t, s, d.ID).Runs; len(got) != 0 {
+		t.Errorf("a Pending delivery with no run lists %v", got)
+	}
+	r1 := eventRun(now.Add(2*time.Millisecond), "notifier", d.ID, 1)
+	finish(t, s, r1, archive.Failed)
+	r2 := eventRun(now.Add(3*time.Millisecond), "notifier", d.ID, 2)
+	eventRun(now.Add(4*time.Millisecond), "notifier", other.ID, 1)
+	eventRun(now.Add(5*time.Millisecond), "another", d.ID, 1)
+
+	want := []string{r1.ID, r2.ID}
+	if got := getDelivery(t, s, d.ID).Runs; !slices.Equal(got, want) {
+		t.Errorf("GetDelivery of a Pending delivery: runs %v, want %v (its runs so far, oldest first)", got, want)
+	}
+	page, err := s.ListDeliveries(ctx, archive.DeliveryQuery{Operator: "notifier"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, listed := range page.Deliveries {
+		if listed.ID == d.ID && !slices.Equal(listed.Runs, want) {
+			t.Errorf("ListDeliveries: runs %v, want %v", listed.Runs, want)
+		}
+	}
+	d.Runs = []string{r1.ID}
+	finishDelivery(t, s, d, archive.DeliveryFailed)
+	if got := getDelivery(t, s, d.ID).Runs; !slices.Equal(got, []string{r1.ID}) {
+		t.Errorf("a finished delivery lists %v, want what its record names, %v", got, []string{r1.ID})
+	}
+}

@@ -30,6 +30,10 @@ const (
 	ReasonRunning     = "Running"
 	ReasonInvalid     = "InvalidDefinition"
 	ReasonApplyFailed = "ApplyFailed"
+	// ReasonRolloutPaused and ReasonRolledBack: the operator runs, and
+	// its rollout waits for a person (rollout.go's note).
+	ReasonRolloutPaused = "RolloutPaused"
+	ReasonRolledBack    = "RolledBack"
 )
 
 // WatchOperators installs the CRD of operators.opkit.dev and runs every
@@ -183,12 +187,17 @@ func (r *operatorReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	e.takePause(ctx, op)
 	e.takeRunNow(ctx, op)
 	if ready.Status == metav1.ConditionTrue {
-		ready.Message = "the controller of " + crdName + " is running"
-		if d := e.definition(op.Name); d != nil && !d.Owns() {
-			ready.Message = "running: " + d.What()
-		}
+		ready.Message = runningMessage(e.definition(op.Name), crdName)
 	}
 	return reconcile.Result{}, r.setStatus(ctx, op, ready, crdName)
+}
+
+// runningMessage is the message of a running operator's Ready.
+func runningMessage(d *definition.Definition, crdName string) string {
+	if d != nil && !d.Owns() {
+		return "running: " + d.What()
+	}
+	return "the controller of " + crdName + " is running"
 }
 
 // crdOf is the name of an operator's CRD, or "" when it owns none.
@@ -205,7 +214,14 @@ func (r *operatorReconciler) setStatus(ctx context.Context, op *v1alpha1.Operato
 	status.ObservedGeneration = op.Generation
 	status.CRD = crdName
 	degraded := metav1.Condition{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonRunning, Message: "no errors"}
-	if ready.Status != metav1.ConditionTrue {
+	if ready.Status == metav1.ConditionTrue {
+		// A rollout that waits for a person says so: the operator runs,
+		// and is not as its definition says.
+		if note := r.engine.rolloutNote(op.Name); note != nil {
+			ready.Reason, ready.Message = note.reason, truncate(note.message)
+			degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, note.reason, ready.Message
+		}
+	} else {
 		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, ready.Reason, ready.Message
 	}
 	for _, c := range []metav1.Condition{ready, degraded} {

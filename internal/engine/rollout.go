@@ -74,6 +74,69 @@ type rollout struct {
 	log   logr.Logger
 	// said is the last problem logged, so that it is logged once.
 	said string
+
+	noteMu sync.Mutex
+	note   *rolloutNote // what its Operator says of it; nil: nothing
+}
+
+// rolloutNote is what a rollout that waits for a person says on its
+// Operator (operators.go's setStatus): Ready stays True, the operator
+// runs, with this reason and message, and Degraded is True with them,
+// so that kubectl get operators shows it.
+type rolloutNote struct{ reason, message string }
+
+// noteOf is the note of a rollout's status: Paused and RolledBack wait
+// for a person; nil for any other phase.
+func noteOf(op string, st *v1alpha1.RolloutStatus) *rolloutNote {
+	switch st.Phase {
+	case v1alpha1.RolloutPaused:
+		return &rolloutNote{ReasonRolloutPaused, fmt.Sprintf("running; the rollout of definition %s is paused (%s): opkit rollout continue %s, or opkit rollout undo %s", st.To.Hash, st.Reason, op, op)}
+	case v1alpha1.RolloutRolledBack:
+		return &rolloutNote{ReasonRolledBack, fmt.Sprintf("running definition %s, not this one (%s), whose rollout was undone (%s): change the definition, or opkit rollout continue %s", st.From.Hash, st.To.Hash, st.Reason, op)}
+	}
+	return nil
+}
+
+// setNote keeps the note of st, and reports whether it changed.
+func (ro *rollout) setNote(st *v1alpha1.RolloutStatus) bool {
+	note := noteOf(ro.def.Operator.Name, st)
+	ro.noteMu.Lock()
+	defer ro.noteMu.Unlock()
+	if (note == nil) == (ro.note == nil) && (note == nil || *note == *ro.note) {
+		return false
+	}
+	ro.note = note
+	return true
+}
+
+// rolloutNote is the note of operator's rollout; nil when it has none,
+// or none that waits for a person.
+func (e *Engine) rolloutNote(operator string) *rolloutNote {
+	e.mu.Lock()
+	o := e.running[operator]
+	e.mu.Unlock()
+	if o == nil || o.rollout == nil {
+		return nil
+	}
+	o.rollout.noteMu.Lock()
+	defer o.rollout.noteMu.Unlock()
+	return o.rollout.note
+}
+
+// noteOnOperator writes the rollout's note on its Operator's conditions,
+// as its reconcile would (setStatus): an Operator that is not Ready for
+// another reason keeps that.
+func (ro *rollout) noteOnOperator(ctx context.Context) error {
+	op := &v1alpha1.Operator{}
+	if err := ro.e.client.Get(ctx, client.ObjectKey{Name: ro.def.Operator.Name}, op); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	ready := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionTrue || ready.ObservedGeneration != op.Generation {
+		return nil // its reconcile writes it, with the note
+	}
+	c := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonRunning, Message: runningMessage(ro.def, op.Status.CRD)}
+	return (&operatorReconciler{engine: ro.e}).setStatus(ctx, op, c, op.Status.CRD)
 }
 
 // split is the reconciler of an operator with two definitions: each
@@ -384,6 +447,12 @@ func (ro *rollout) tick(ctx context.Context) error {
 	if st.To.Hash != ro.def.Hash() {
 		return fmt.Errorf("its Rollout %s rolls out definition %s, not this engine's %s: another engine runs the operator", u.GetName(), st.To.Hash, ro.def.Hash())
 	}
+	// As read: an engine started on a rollout paused or undone says so.
+	if ro.setNote(st) {
+		if err := ro.noteOnOperator(ctx); err != nil {
+			ro.log.Error(err, "saying the rollout's state on the Operator")
+		}
+	}
 	now := e.opts.Clock.Now().UTC()
 	if req := obj.Spec.Request; req != "" {
 		by := cmp.Or(obj.Spec.RequestedBy, "someone")
@@ -465,6 +534,11 @@ func (ro *rollout) tick(ctx context.Context) error {
 func (ro *rollout) commit(ctx context.Context, u *unstructured.Unstructured, obj *v1alpha1.RolloutObject) error {
 	if err := ro.e.writeRollout(ctx, u, obj); err != nil {
 		return err
+	}
+	if ro.setNote(&obj.Status) {
+		if err := ro.noteOnOperator(ctx); err != nil {
+			ro.log.Error(err, "saying the rollout's state on the Operator")
+		}
 	}
 	moved := keys(obj.Status.Moved)
 	if obj.Status.Phase == v1alpha1.RolloutComplete {

@@ -204,8 +204,6 @@ type DeliveryReader interface {
 	ListDeliveries(ctx context.Context, q DeliveryQuery) (*DeliveryPage, error)
 }
 
-// prepareDelivery checks a delivery about to be recorded and fills in
-// what RecordDelivery fills in, its payload capped at limit; for stores.
 // DeliveryRuns returns the ids of the runs of operator's handlers on event
 // for the delivery id (recorded with its id as their object's UID),
 // oldest first: those of an engine before a restart too.
@@ -251,6 +249,8 @@ func runsSoFar(ctx context.Context, r interface {
 	return nil
 }
 
+// prepareDelivery checks a delivery about to be recorded and fills in
+// what RecordDelivery fills in, its payload capped at limit; for stores.
 func prepareDelivery(d *Delivery, limit int64) error {
 	if d.Operator == "" || d.Source == "" {
 		return fmt.Errorf("archive: delivery %q of operator %q, source %q: both the operator and the source must be set", d.DeliveryID, d.Operator, d.Source)

@@ -97,6 +97,17 @@ func noteOf(op string, st *v1alpha1.RolloutStatus) *rolloutNote {
 	return nil
 }
 
+// say keeps the note of st and, when it changed, writes it on the
+// Operator.
+func (ro *rollout) say(ctx context.Context, st *v1alpha1.RolloutStatus) {
+	if !ro.setNote(st) {
+		return
+	}
+	if err := ro.noteOnOperator(ctx); err != nil {
+		ro.log.Error(err, "saying the rollout's state on the Operator")
+	}
+}
+
 // setNote keeps the note of st, and reports whether it changed.
 func (ro *rollout) setNote(st *v1alpha1.RolloutStatus) bool {
 	note := noteOf(ro.def.Operator.Name, st)
@@ -448,11 +459,7 @@ func (ro *rollout) tick(ctx context.Context) error {
 		return fmt.Errorf("its Rollout %s rolls out definition %s, not this engine's %s: another engine runs the operator", u.GetName(), st.To.Hash, ro.def.Hash())
 	}
 	// As read: an engine started on a rollout paused or undone says so.
-	if ro.setNote(st) {
-		if err := ro.noteOnOperator(ctx); err != nil {
-			ro.log.Error(err, "saying the rollout's state on the Operator")
-		}
-	}
+	ro.say(ctx, st)
 	now := e.opts.Clock.Now().UTC()
 	if req := obj.Spec.Request; req != "" {
 		by := cmp.Or(obj.Spec.RequestedBy, "someone")
@@ -535,11 +542,7 @@ func (ro *rollout) commit(ctx context.Context, u *unstructured.Unstructured, obj
 	if err := ro.e.writeRollout(ctx, u, obj); err != nil {
 		return err
 	}
-	if ro.setNote(&obj.Status) {
-		if err := ro.noteOnOperator(ctx); err != nil {
-			ro.log.Error(err, "saying the rollout's state on the Operator")
-		}
-	}
+	ro.say(ctx, &obj.Status)
 	moved := keys(obj.Status.Moved)
 	if obj.Status.Phase == v1alpha1.RolloutComplete {
 		// Objects made from now on are on To too.

@@ -130,11 +130,11 @@ func (rn *Runner) start(ctx context.Context, cr *unstructured.Unstructured, c *c
 
 // recordedResult is what a succeeded run answered, as the archive kept it
 // (Secrets' values redacted, which a status never holds): its status and
-// requeue; its Events are not posted again. A result that does not parse
-// (recorded by an older engine, or cut) is none.
+// requeue; its Events are not posted again. None recorded (a result
+// over MaxKept), or one that does not parse, is none.
 func recordedResult(run *archive.Run) *executor.Result {
-	res, err := executor.ParseResult(run.Result)
-	if len(run.Result) == 0 || err != nil || res == nil {
+	res, err := executor.ParseResult(run.Result) // empty: an empty result
+	if err != nil {
 		return &executor.Result{}
 	}
 	return &executor.Result{Status: res.Status, RequeueAfter: res.RequeueAfter}

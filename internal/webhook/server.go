@@ -223,9 +223,7 @@ func (s *Server) Start(ctx context.Context) error {
 				s.opts.Log.Error(err, "webhook certificates: checking them failed; trying again", "secret", s.opts.Secret.String())
 			}
 		case <-ctx.Done():
-			if s.opts.Streaming {
-				endRequests()
-			}
+			endRequests() // a streaming server's long polls and streams
 			stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			err := srv.Shutdown(stop)
 			cancel()

@@ -49,9 +49,9 @@ func (in *install) upgrade(t *testing.T) {
 		t.Fatalf("the archive holds %d runs and %d deliveries before the upgrade; want some of each (the deploy notifier's)", len(before.runs), len(before.deliveries))
 	}
 	for i, step := range steps {
-		old := in.enginePod(t)
+		old := in.engine(t)
 		step.do(t)
-		started := in.waitNewEngine(t, old)
+		started := in.waitEngine(t, 3*time.Minute, "a new engine Pod replaces "+old.uid+" and runs", func(s engineState) bool { return s.uid != old.uid }).started
 		took := in.probeRuns(t, fmt.Sprintf("after-%d", i)).Sub(started)
 		t.Logf("%s: the new engine's Pod started; a Probe's handlers ran in the runners %s after it", step.name, took.Round(time.Millisecond))
 		// Seconds on a quiet machine: the engine's start and the runners'
@@ -89,45 +89,41 @@ func (in *install) apply(t *testing.T, change func(*manifests.Options)) {
 	in.m = m
 }
 
-// enginePod is the UID of the engine's running Pod.
-func (in *install) enginePod(t *testing.T) string {
-	t.Helper()
-	var uid string
-	clustertest.Eventually(t, time.Minute, "one engine Pod runs", func(ctx context.Context) (bool, error) {
-		pods, err := in.cs.CoreV1().Pods(in.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=opkit"})
-		if err != nil {
-			return false, err
-		}
-		if len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
-			return false, nil
-		}
-		uid = string(pods.Items[0].UID)
-		return true, nil
-	})
-	return uid
+// engineState is the engine's one Pod, running: its UID, its
+// container's restarts, and when the container last started.
+type engineState struct {
+	uid      string
+	restarts int32
+	started  time.Time
 }
 
-// waitNewEngine waits until the engine's Pod is another than old, alone
-// and running, and returns when it started.
-func (in *install) waitNewEngine(t *testing.T, old string) time.Time {
+// waitEngine waits until the engine runs in one Pod, its container
+// running, in a state that ok accepts, and returns that state.
+func (in *install) waitEngine(t *testing.T, within time.Duration, what string, ok func(engineState) bool) engineState {
 	t.Helper()
-	var started time.Time
-	clustertest.Eventually(t, 3*time.Minute, "a new engine Pod replaces "+old+" and runs", func(ctx context.Context) (bool, error) {
+	var s engineState
+	clustertest.Eventually(t, within, what, func(ctx context.Context) (bool, error) {
 		pods, err := in.cs.CoreV1().Pods(in.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=opkit"})
 		if err != nil {
 			return false, err
 		}
-		if len(pods.Items) != 1 || string(pods.Items[0].UID) == old || pods.Items[0].Status.Phase != corev1.PodRunning {
+		if len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning || len(pods.Items[0].Status.ContainerStatuses) == 0 {
 			return false, nil
 		}
-		for _, cs := range pods.Items[0].Status.ContainerStatuses {
-			if cs.State.Running != nil {
-				started = cs.State.Running.StartedAt.Time
-			}
+		p, cs := pods.Items[0], pods.Items[0].Status.ContainerStatuses[0]
+		if cs.State.Running == nil {
+			return false, nil
 		}
-		return !started.IsZero(), nil
+		s = engineState{uid: string(p.UID), restarts: cs.RestartCount, started: cs.State.Running.StartedAt.Time}
+		return ok(s), nil
 	})
-	return started
+	return s
+}
+
+// engine is the engine's Pod as it runs now.
+func (in *install) engine(t *testing.T) engineState {
+	t.Helper()
+	return in.waitEngine(t, time.Minute, "one engine Pod runs", func(engineState) bool { return true })
 }
 
 // probeRuns creates a Probe and waits until both its handlers reported in
@@ -250,7 +246,7 @@ func (in *install) drainThroughReplacements(t *testing.T) {
 			return false
 		}},
 		{"the engine SIGKILLed", func(t *testing.T) bool {
-			killEngine(t, in.enginePod(t))
+			killEngine(t, in.engine(t).uid)
 			return true
 		}},
 	}
@@ -262,10 +258,13 @@ func (in *install) drainThroughReplacements(t *testing.T) {
 		clustertest.Eventually(t, 2*time.Minute, step.name+": the drain under way (5 handled)", func(ctx context.Context) (bool, error) {
 			return in.handled(ctx, names) >= 5, nil
 		})
-		uid, restarts := in.engineContainer(t)
+		old := in.engine(t)
 		replaced := step.do(t)
 		if replaced {
-			started := in.waitEngineRestarted(t, uid, restarts)
+			// Another Pod, or the same one's container started again.
+			started := in.waitEngine(t, 3*time.Minute, "the engine runs again", func(s engineState) bool {
+				return s.uid != old.uid || s.restarts > old.restarts
+			}).started
 			before := in.handled(t.Context(), names)
 			var progressed time.Time
 			clustertest.Eventually(t, 3*time.Minute, step.name+": the drain goes on after the engine's start", func(ctx context.Context) (bool, error) {
@@ -363,45 +362,6 @@ func (in *install) handled(ctx context.Context, names []string) int {
 		}
 	}
 	return count
-}
-
-// engineContainer is the engine Pod's UID and its container's restarts.
-func (in *install) engineContainer(t *testing.T) (uid string, restarts int32) {
-	t.Helper()
-	uid = in.enginePod(t)
-	pods, err := in.cs.CoreV1().Pods(in.ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=opkit"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods.Items {
-		if string(p.UID) == uid && len(p.Status.ContainerStatuses) > 0 {
-			restarts = p.Status.ContainerStatuses[0].RestartCount
-		}
-	}
-	return uid, restarts
-}
-
-// waitEngineRestarted waits until the engine runs again, in another Pod
-// than uid or in uid's with more restarts, and returns when it started.
-func (in *install) waitEngineRestarted(t *testing.T, uid string, restarts int32) time.Time {
-	t.Helper()
-	var started time.Time
-	clustertest.Eventually(t, 3*time.Minute, "the engine runs again", func(ctx context.Context) (bool, error) {
-		pods, err := in.cs.CoreV1().Pods(in.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=opkit"})
-		if err != nil {
-			return false, err
-		}
-		if len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning || len(pods.Items[0].Status.ContainerStatuses) == 0 {
-			return false, nil
-		}
-		p, cs := pods.Items[0], pods.Items[0].Status.ContainerStatuses[0]
-		if (string(p.UID) == uid && cs.RestartCount <= restarts) || cs.State.Running == nil {
-			return false, nil
-		}
-		started = cs.State.Running.StartedAt.Time
-		return true, nil
-	})
-	return started
 }
 
 // killEngine sends SIGKILL to the engine's process, a process of this

@@ -27,7 +27,12 @@ export OPKIT_TEST_TIMEOUT_SCALE
 # The packages whose tests take longest, started first (go test starts
 # them in the order given; ./... adds the rest once each), so that none of
 # them starts last and finishes alone.
-SLOW_PACKAGES          := ./internal/engine ./cmd/opkit ./bench ./internal/conformance ./internal/devcluster ./internal/console ./examples/printer
+SLOW_PACKAGES          := ./internal/engine ./cmd/opkit ./internal/conformance ./internal/devcluster ./internal/console ./examples/printer
+# The bench's tests run without the race detector, beside the others
+# (benchtests): they check that every scenario measures, on engines and
+# baselines that the race detector made several times slower; the code
+# they measure has its race-detected tests in its own packages.
+BENCH_PACKAGE          := github.com/opkit-dev/opkit/bench
 
 # make image: the platforms, and what the image's labels say. The same
 # commit gives the same digest; SOURCE_DATE_EPOCH (the commit's time) dates
@@ -40,7 +45,7 @@ SOURCE_DATE_EPOCH      ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # More flags for cmd/opkit-image, e.g. -ca-certificates FILE.
 IMAGE_FLAGS            ?=
 
-.PHONY: all build plane browser postgresql demo test compile compiletests checks vet lint unit usermodule helmchart scenarios fmt bench soak image clean
+.PHONY: all build plane browser postgresql demo test compile compiletests checks vet lint unit benchtests usermodule helmchart scenarios fmt bench soak image clean
 
 all: build
 
@@ -98,7 +103,8 @@ test: plane browser postgresql
 compile: compiletests lint
 
 compiletests: vet
-	$(GO) list -race -test -export -deps -f '' ./... >/dev/null
+	$(GO) list -race -test -export -deps -f '' $$($(GO) list ./... | grep -vx '$(BENCH_PACKAGE)') >/dev/null
+	$(GO) list -test -export -deps -f '' ./bench >/dev/null
 	cd testdata/usermodule && $(GO) list -mod=mod -race -test -export -deps -f '' ./... >/dev/null
 	cd deploy/helm && $(GO) list -mod=mod -race -test -export -deps -f '' ./... >/dev/null
 	cd deploy/helm && $(GO) build -mod=mod -o /dev/null ./render
@@ -106,7 +112,7 @@ compiletests: vet
 
 # What make test runs beside unit, in this order.
 checks:
-	$(MAKE) --no-print-directory usermodule helmchart scenarios
+	$(MAKE) --no-print-directory benchtests usermodule helmchart scenarios
 
 vet:
 	$(GO) vet ./...
@@ -115,7 +121,10 @@ lint: $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
 
 unit:
-	$(GO) test -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(SLOW_PACKAGES) ./...
+	$(GO) test -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(SLOW_PACKAGES) $$($(GO) list ./... | grep -vx '$(BENCH_PACKAGE)')
+
+benchtests:
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./bench
 
 # A module of its own (the go tool skips testdata/ in ./...): an operator's
 # tests written against pkg/opkittest alone, with a replace to this checkout.

@@ -46,8 +46,8 @@ spec:
 // runs, with its output and the kubeconfig it names.
 func startDev(t *testing.T, dir string, args ...string) (*exec.Cmd, *lockedBuffer, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"dev", dir, "--console", ""}, args...)...)
-	cmd.Env = append(os.Environ(), asCLI+"=1", "OPKIT_STATE_DIR="+t.TempDir(), archiveEnv(t))
+	cmd := exec.Command(cliBinary, append([]string{"dev", dir, "--console", ""}, args...)...)
+	cmd.Env = append(os.Environ(), "OPKIT_STATE_DIR="+t.TempDir(), archiveEnv(t))
 	stderr := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	if err := cmd.Start(); err != nil {

@@ -28,20 +28,21 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
-	"github.com/opkit-dev/opkit/internal/cli"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 )
 
-// asCLI makes the test binary behave as the opkit command, so that the
-// supervisor `opkit cluster start` re-executes is this very build.
-const asCLI = "OPKIT_TEST_AS_CLI"
+// cliBinary is the opkit command the tests run, as a user would: this
+// package built by go build, into a temporary directory, without the
+// race detector even when the tests have it. These tests start some
+// three hundred engines and CLIs; built with the race detector, their
+// CPU was most of the package's, on a machine running the other
+// packages' tests beside it. The race detector watches the same code
+// in the packages' own tests (internal/engine runs its engines in
+// process), where it finds more for less.
+var cliBinary string
 
 func TestMain(m *testing.M) {
-	if os.Getenv(asCLI) == "1" {
-		cli.RouteKlog()
-		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
-	}
 	// Four tests at a time: the package used under half a core at two.
 	clustertest.DefaultParallel(4)
 	// Runs go to an archive of this test binary's, not the user's.
@@ -51,6 +52,13 @@ func TestMain(m *testing.M) {
 	}
 	if err := os.Setenv("OPKIT_ARCHIVE", filepath.Join(dir, "runs.db")); err != nil {
 		panic(err)
+	}
+	// go test puts its toolchain's go first on $PATH.
+	cliBinary = filepath.Join(dir, "opkit")
+	if out, err := exec.Command("go", "build", "-o", cliBinary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the opkit command to test: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -71,8 +79,8 @@ func opkit(t *testing.T, stateDir string, args ...string) result {
 // opkitWithEnv runs the CLI with the environment less KUBECONFIG, plus env.
 func opkitWithEnv(t *testing.T, env []string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "KUBECONFIG=") }), asCLI+"=1", archiveEnv(t))
+	cmd := exec.Command(cliBinary, args...)
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "KUBECONFIG=") }), archiveEnv(t))
 	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -302,8 +310,7 @@ func TestRunRefusesInvalidDefinitionsBeforeTouchingTheCluster(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "run", "-f", bad, "--kubeconfig", filepath.Join(dir, "no-such-kubeconfig"))
-	cmd.Env = append(os.Environ(), asCLI+"=1")
+	cmd := exec.Command(cliBinary, "run", "-f", bad, "--kubeconfig", filepath.Join(dir, "no-such-kubeconfig"))
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatalf("opkit run accepted an invalid definition:\n%s", out)
@@ -330,8 +337,7 @@ func TestRunRefusesDefinitionsThatClashBeforeTouchingTheCluster(t *testing.T) {
 		}
 		args = append(args, "-f", path)
 	}
-	cmd := exec.Command(os.Args[0], append(append([]string{"run"}, args...), "--kubeconfig", filepath.Join(dir, "no-such-kubeconfig"))...)
-	cmd.Env = append(os.Environ(), asCLI+"=1")
+	cmd := exec.Command(cliBinary, append(append([]string{"run"}, args...), "--kubeconfig", filepath.Join(dir, "no-such-kubeconfig"))...)
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatalf("opkit run accepted clashing definitions:\n%s", out)
@@ -385,8 +391,8 @@ func (b *lockedBuffer) String() string {
 // together in the buffer returned; the process is killed when the test ends.
 func startOpkit(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), asCLI+"=1", archiveEnv(t))
+	cmd := exec.Command(cliBinary, args...)
+	cmd.Env = append(os.Environ(), archiveEnv(t))
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -443,8 +449,8 @@ func TestDevRunsThePrinterReloadsDefinitionsAndStopsCleanly(t *testing.T) {
 		}
 	}
 	stateDir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "dev", dir, "--apply", "../../examples/printer/printer.yaml", "--console", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), asCLI+"=1", "OPKIT_STATE_DIR="+stateDir, archiveEnv(t))
+	cmd := exec.Command(cliBinary, "dev", dir, "--apply", "../../examples/printer/printer.yaml", "--console", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "OPKIT_STATE_DIR="+stateDir, archiveEnv(t))
 	stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {

@@ -38,7 +38,7 @@ const defaultMetricsAddr = "127.0.0.1:7381"
 // environment. (Not in the commands themselves: their environment is the
 // test's.)
 func init() {
-	if os.Getenv(asCLI) != "1" && os.Getenv(metricsEnv) == "" {
+	if os.Getenv(metricsEnv) == "" {
 		_ = os.Setenv(metricsEnv, "127.0.0.1:0")
 	}
 }
@@ -47,8 +47,8 @@ func init() {
 // left as the command has it, and env added.
 func startOpkitWithDefaultMetrics(t *testing.T, env []string, args ...string) (*exec.Cmd, *lockedBuffer) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, metricsEnv+"=") }), asCLI+"=1", archiveEnv(t))
+	cmd := exec.Command(cliBinary, args...)
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, metricsEnv+"=") }), archiveEnv(t))
 	cmd.Env = append(cmd.Env, env...)
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out

@@ -23,9 +23,9 @@ import (
 // opkitIn runs the CLI as a user would, in the directory dir.
 func opkitIn(t *testing.T, dir string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
+	cmd := exec.Command(cliBinary, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), asCLI+"=1", archiveEnv(t))
+	cmd.Env = append(os.Environ(), archiveEnv(t))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -13,8 +13,8 @@ import (
 )
 
 // Starting a plane is its costliest moment: kube-apiserver builds its
-// storage and OpenAPI, the controllers fill their caches, some twenty
-// seconds of CPU in all. Planes that start together on a small machine
+// storage and OpenAPI, the controllers fill their caches, some three
+// seconds of CPU in all, in bursts. Planes that start together on a small machine
 // each take several times as long as one alone (31–81 s against 11 s,
 // seen on 2 cores), and everything else on the machine waits with them.
 // So a machine starts at most startSlots planes at once, whatever

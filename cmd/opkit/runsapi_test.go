@@ -196,6 +196,26 @@ func TestKubectlReadsTheRunsOfOpkitDevAsRBACAllows(t *testing.T) {
 		t.Errorf("kubectl get --raw .../runs/%s/log?follow=true = %v\n%s; want the log to the run's end", laterID, err, followed)
 	}
 
+	// opkit's triage commands read the same runs through the cluster,
+	// given no archive: a kubeconfig is all they need, as kubectl's.
+	viaCluster := []string{"OPKIT_ARCHIVE=", "KUBECONFIG=" + kc, "HOME=" + t.TempDir(), "XDG_STATE_HOME=" + t.TempDir()}
+	if r := opkitWithEnv(t, viaCluster, "runs", "--failed"); r.code != 0 || len(runRows(r.stdout, "b/bad")) == 0 || len(runRows(r.stdout, "a/ok")) != 0 {
+		t.Errorf("opkit runs --failed, no archive: exit %d\n%s%s; want b/bad's failed runs alone, read through the cluster", r.code, r.stdout, r.stderr)
+	}
+	if r := opkitWithEnv(t, viaCluster, "runs", "--object", "a/ok", "--kind", "Nap"); r.code != 0 || len(runRows(r.stdout, "a/ok")) != 1 {
+		t.Errorf("opkit runs --object a/ok --kind Nap, no archive: exit %d\n%s%s; want a/ok's run", r.code, r.stdout, r.stderr)
+	}
+	if r := opkitWithEnv(t, viaCluster, "logs", id); r.code != 0 || !strings.Contains(r.stdout, "napping") || !strings.Contains(r.stdout, "woke up") {
+		t.Errorf("opkit logs %s, no archive: exit %d\n%s%s; want the handler's log", id, r.code, r.stdout, r.stderr)
+	}
+	if r := opkitWithEnv(t, viaCluster, "runs", "--operator", "nobody"); r.code != 0 || !strings.Contains(r.stdout, "No runs in the runs API of the cluster at https://") {
+		t.Errorf("opkit runs --operator nobody, no archive: exit %d\n%s%s; want No runs, naming the cluster's runs API", r.code, r.stdout, r.stderr)
+	}
+	missingRun := "0000000000zzzzzzzz"
+	if r := opkitWithEnv(t, viaCluster, "logs", missingRun); r.code == 0 || !strings.Contains(r.stderr, "is not in the runs API of the cluster at https://") {
+		t.Errorf("opkit logs %s, no archive: exit %d\n%s%s; want an error naming what was read", missingRun, r.code, r.stdout, r.stderr)
+	}
+
 	// RBAC: alice may read runs in a, and only there.
 	for _, args := range [][]string{
 		{"create", "role", "runs-viewer", "-n", "a", "--verb=get,list,watch", "--resource=runs.runs.opkit.dev"},

@@ -26,7 +26,7 @@ var deliveryOutcomes = []archive.DeliveryOutcome{archive.DeliveryPending, archiv
 const reasonWidth = 60
 
 func newEventsCommand() *cobra.Command {
-	var archivePath, output, outcome, since string
+	var archivePath, kubeconfig, output, outcome, since string
 	var q archive.DeliveryQuery
 	cmd := &cobra.Command{
 		Use:   "events",
@@ -77,12 +77,12 @@ RUN.`,
 			if output != "table" && output != "wide" && output != "json" {
 				return fmt.Errorf("-o %q: want table, wide or json", output)
 			}
-			store, err := openExistingArchive(cmd.Context(), archivePath)
+			src, err := openRunSource(cmd, archivePath, kubeconfig)
 			if err != nil {
 				return err
 			}
-			defer func() { _ = store.Close() }()
-			page, err := store.ListDeliveries(cmd.Context(), q)
+			defer func() { _ = src.Close() }()
+			page, err := src.ListDeliveries(cmd.Context(), q)
 			if err != nil {
 				return err
 			}
@@ -98,6 +98,10 @@ RUN.`,
 			if output == "wide" {
 				width = 0
 			}
+			if len(page.Deliveries) == 0 && q.Cursor == "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "No deliveries in %s select these flags.\n", src.where)
+				return nil
+			}
 			printDeliveries(cmd.OutOrStdout(), page.Deliveries, time.Now(), width)
 			if page.Next != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "more deliveries: add --cursor %s\n", page.Next)
@@ -105,7 +109,7 @@ RUN.`,
 			return nil
 		},
 	}
-	archiveFlag(cmd, &archivePath)
+	runSourceFlags(cmd, &archivePath, &kubeconfig)
 	cmd.Flags().StringVar(&q.Operator, "operator", "", "only deliveries to this operator")
 	cmd.Flags().StringVar(&q.Source, "source", "", "only deliveries on this event source of the operator (github)")
 	cmd.Flags().BoolVar(&q.Refused, "refused", false, "only deliveries turned away, with why: refused by the source's checks (a bad signature, a replay, filtered out, too large) or by a handler")

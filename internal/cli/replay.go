@@ -63,12 +63,14 @@ too) or a PostgreSQL URL.`,
 			if !archive.ValidID(id) {
 				return fmt.Errorf("%q is not a run id (opkit runs lists them)", id)
 			}
-			store, err := openExistingArchive(ctx, archivePath)
+			// The binding context a run got is the archive's alone: the
+			// runs API does not serve it.
+			store, err := openArchiveSource(ctx, archivePath)
 			if err != nil {
 				return err
 			}
 			defer func() { _ = store.Close() }()
-			run, err := getRun(ctx, store, id, archivePath)
+			run, err := getRun(ctx, store, id)
 			if err != nil {
 				return err
 			}

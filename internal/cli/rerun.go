@@ -59,16 +59,18 @@ delivery with opkit events redeliver.`,
 			if !archive.ValidID(id) {
 				return fmt.Errorf("%q is not a run id (opkit runs lists them)", id)
 			}
-			store, err := openExistingArchive(ctx, archivePath)
+			src, err := openRunSource(cmd, archivePath, kubeconfig)
 			if err != nil {
 				return err
 			}
-			defer func() { _ = store.Close() }()
-			run, err := getRun(ctx, store, id, archivePath)
+			defer func() { _ = src.Close() }()
+			run, err := getRun(ctx, src, id)
 			if err != nil {
 				return err
 			}
-			if why := run.RerunRefusal(sameInput); why != "" {
+			// The runs API does not serve a run's binding context: whether
+			// it has one is the engine's to check then.
+			if why := run.RerunRefusal(sameInput && !src.remote); why != "" {
 				return errors.New(why)
 			}
 			cfg, c, err := kubeClient(kubeconfig)
@@ -102,8 +104,7 @@ delivery with opkit events redeliver.`,
 			return awaitRerun(ctx, c, obj, req.Request, wait, out)
 		},
 	}
-	archiveFlag(cmd, &archivePath)
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	runSourceFlags(cmd, &archivePath, &kubeconfig)
 	cmd.Flags().BoolVar(&sameInput, "same-input", false, "give the handler the binding context the run got, as recorded, instead of the object as it is now")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, in your words: recorded with the re-run")
 	cmd.Flags().DurationVar(&wait, "wait", 10*time.Second, "how long to wait for the engine's answer; 0: do not wait")

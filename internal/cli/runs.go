@@ -54,7 +54,7 @@ func openExistingArchive(ctx context.Context, location string) (archive.Store, e
 }
 
 func newRunsCommand() *cobra.Command {
-	var archivePath, object, output, consoleURL string
+	var archivePath, kubeconfig, object, output, consoleURL string
 	var q archive.Query
 	cmd := &cobra.Command{
 		Use:   "runs",
@@ -83,18 +83,18 @@ operator's name. opkit runs --kind Operator lists those runs.`,
 			if output != "table" && output != "json" {
 				return fmt.Errorf("-o %q: want table or json", output)
 			}
-			store, err := openExistingArchive(cmd.Context(), archivePath)
+			src, err := openRunSource(cmd, archivePath, kubeconfig)
 			if err != nil {
 				return err
 			}
-			defer func() { _ = store.Close() }()
-			page, err := store.List(cmd.Context(), q)
+			defer func() { _ = src.Close() }()
+			page, err := src.List(cmd.Context(), q)
 			if err != nil {
 				return err
 			}
 			noRuns := ""
 			if len(page.Runs) == 0 && q.Cursor == "" {
-				if noRuns, err = noRunsIn(cmd.Context(), store, q.Operator, archivePath); err != nil {
+				if noRuns, err = noRunsIn(cmd.Context(), src, q.Operator); err != nil {
 					return err
 				}
 			}
@@ -114,7 +114,7 @@ operator's name. opkit runs --kind Operator lists those runs.`,
 			return nil
 		},
 	}
-	archiveFlag(cmd, &archivePath)
+	runSourceFlags(cmd, &archivePath, &kubeconfig)
 	cmd.Flags().StringVar(&q.Operator, "operator", "", "only this operator's runs; a name the archive has never seen is an error")
 	cmd.Flags().StringVar(&object, "object", "", "only runs for this object, NAMESPACE/NAME; NAME alone matches it in every namespace and none (cluster-scoped objects, operators)")
 	cmd.Flags().StringVar(&q.Kind, "kind", "", "only runs for objects of this kind, as written in manifests (Deployment); Operator for operator-wide schedules")
@@ -132,10 +132,10 @@ operator's name. opkit runs --kind Operator lists those runs.`,
 // getRun reads run id from the archive at location: an id it does not
 // hold is an error naming the archive read, as it may not be the
 // engine's.
-func getRun(ctx context.Context, store archive.Reader, id, location string) (*archive.Run, error) {
-	run, err := store.Get(ctx, id)
+func getRun(ctx context.Context, src *runSource, id string) (*archive.Run, error) {
+	run, err := src.Get(ctx, id)
 	if errors.Is(err, archive.ErrNotFound) {
-		return nil, fmt.Errorf("run %s is not in the archive %s: opkit runs lists the runs it keeps, and an engine records its runs in its own archive, which --archive names", id, archive.RedactDSN(location))
+		return nil, fmt.Errorf("run %s is not in %s: opkit runs lists the runs it keeps, and an engine records its runs in its own archive: --archive names a file or database, and without it the runs API of the kubeconfig's cluster is read when it serves one", id, src.where)
 	}
 	return run, err
 }
@@ -147,12 +147,16 @@ func getRun(ctx context.Context, store archive.Reader, id, location string) (*ar
 // that the other flags select, and a name it has never seen is an error
 // that lists the operators it has runs of, as a misspelt name is the
 // likely cause.
-func noRunsIn(ctx context.Context, store archive.Reader, operator, archivePath string) (string, error) {
+func noRunsIn(ctx context.Context, src *runSource, operator string) (string, error) {
+	if src.remote {
+		// The runs API serves no counts: what it read is said.
+		return fmt.Sprintf("No runs in %s select these flags.", src.where), nil
+	}
+	store, where := src.Reader, strings.TrimPrefix(src.where, "the archive ")
 	counts, err := store.Counts(ctx, time.Time{})
 	if err != nil {
 		return "", err
 	}
-	where := archive.RedactDSN(archivePath)
 	if operator == "" {
 		if len(counts) == 0 {
 			return fmt.Sprintf("No runs: the archive %s has none at all. An engine records its runs in its own archive: --archive names it (an engine in a cluster: docs/when-something-fails.md).", where), nil
@@ -258,7 +262,7 @@ func orDash(s string) string {
 }
 
 func newLogsCommand() *cobra.Command {
-	var archivePath string
+	var archivePath, kubeconfig string
 	var follow, raw bool
 	cmd := &cobra.Command{
 		Use:   "logs RUN",
@@ -276,18 +280,21 @@ console shows it. --raw prints the bytes as the handler wrote them.`,
 			if !archive.ValidID(id) {
 				return fmt.Errorf("%q is not a run id (opkit runs lists them)", id)
 			}
-			store, err := openExistingArchive(cmd.Context(), archivePath)
+			src, err := openRunSource(cmd, archivePath, kubeconfig)
 			if err != nil {
 				return err
 			}
-			defer func() { _ = store.Close() }()
-			if _, err := getRun(cmd.Context(), store, id, archivePath); err != nil {
+			defer func() { _ = src.Close() }()
+			if raw && src.remote {
+				return fmt.Errorf("--raw prints the log's bytes as the archive keeps them, and %s serves it cleaned: read the archive itself with --archive", src.where)
+			}
+			if _, err := getRun(cmd.Context(), src, id); err != nil {
 				return err
 			}
-			return printLogs(cmd.Context(), store, id, logsOptions{follow: follow, raw: raw}, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return printLogs(cmd.Context(), src, id, logsOptions{follow: follow, raw: raw}, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	archiveFlag(cmd, &archivePath)
+	runSourceFlags(cmd, &archivePath, &kubeconfig)
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the log until the run ends")
 	cmd.Flags().BoolVar(&raw, "raw", false, "print the log's bytes as written, control sequences included")
 	return cmd
@@ -406,11 +413,17 @@ func (l *lineEnd) finish() error {
 // error that ends with none (what that means to the command), several
 // operators one that asks for --operator.
 func objectKind(ctx context.Context, archivePath string, q archive.Query, arg, none string) (schema.GroupVersionKind, string, error) {
-	store, err := openExistingArchive(ctx, archivePath)
+	src, err := openArchiveSource(ctx, archivePath)
 	if err != nil {
 		return schema.GroupVersionKind{}, "", err
 	}
-	defer func() { _ = store.Close() }()
+	defer func() { _ = src.Close() }()
+	return objectKindIn(ctx, src, q, arg, none)
+}
+
+// objectKindIn is objectKind, reading src.
+func objectKindIn(ctx context.Context, src *runSource, q archive.Query, arg, none string) (schema.GroupVersionKind, string, error) {
+	store := src.Reader
 	q.Limit = 1000
 	page, err := store.List(ctx, q)
 	if err != nil {
@@ -428,7 +441,7 @@ func objectKind(ctx context.Context, archivePath string, q archive.Query, arg, n
 		if q.Handler == v1alpha1.TransitionHandler {
 			what = "state transitions"
 		}
-		return gvk, "", fmt.Errorf("no %s for %s in %s: %s", what, arg, archive.RedactDSN(archivePath), none)
+		return gvk, "", fmt.Errorf("no %s for %s in %s: %s", what, arg, src.where, none)
 	case len(kinds) > 1:
 		var ops []string
 		for _, op := range kinds {
@@ -464,7 +477,12 @@ timeline. Asking needs patch on the object (Kubernetes RBAC).`,
 			if !ok {
 				ns, name = "", args[0]
 			}
-			gvk, _, err := objectKind(cmd.Context(), archivePath, archive.Query{Namespace: ns, Name: name, Operator: operator}, args[0], "nothing to retry")
+			src, err := openRunSource(cmd, archivePath, kubeconfig)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = src.Close() }()
+			gvk, _, err := objectKindIn(cmd.Context(), src, archive.Query{Namespace: ns, Name: name, Operator: operator}, args[0], "nothing to retry")
 			switch {
 			case err != nil:
 				return err
@@ -500,8 +518,7 @@ timeline. Asking needs patch on the object (Kubernetes RBAC).`,
 			return nil
 		},
 	}
-	archiveFlag(cmd, &archivePath)
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	runSourceFlags(cmd, &archivePath, &kubeconfig)
 	cmd.Flags().StringVar(&operator, "operator", "", "the operator, when several have an object of that name")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, in your words: recorded with who asked")
 	return cmd

@@ -224,6 +224,7 @@ func reservePorts(opts Options) (map[string]int, error) {
 		{"kube-controller-manager", 0},
 		{"kube-scheduler", 0},
 		{"dev-node", 0},
+		{"dev-node-proxy", 0},
 	}
 	ports := map[string]int{}
 	var held []net.Listener
@@ -371,7 +372,7 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 		"--proxy-client-key-file=" + p.key("front-proxy-client"),
 	}
 	apiArgs = append(apiArgs, c.opts.APIServerFlags...)
-	if err := c.launch(bins, KubeAPIServer, apiArgs, logs); err != nil {
+	if err := c.launch(bins, KubeAPIServer, apiArgs, logs, c.apiServerEnv()...); err != nil {
 		return err
 	}
 	if err := c.waitHTTP(ctx, client, "kube-apiserver", c.endpoint+"/readyz"); err != nil {
@@ -390,6 +391,12 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 		"--cluster-signing-cert-file="+p.cert("ca"), "--cluster-signing-key-file="+p.key("ca"),
 		"--use-service-account-credentials=true",
 		"--controllers=*",
+		// At its start the manager makes a service account and a token for
+		// each of its forty controllers (--use-service-account-credentials)
+		// and reads what each needs: at its default client limit (20
+		// requests a second) that took 5 s of an 8 s plane start, waiting
+		// on itself. One plane has this manager alone as a heavy client.
+		"--kube-api-qps=200", "--kube-api-burst=400",
 	), logs); err != nil {
 		return err
 	}
@@ -420,11 +427,12 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 			Config:      nodeConfig,
 			Dir:         filepath.Join(c.dataDir, "pods"),
 			ServingCert: p.cert("loopback-serving"), ServingKey: p.key("loopback-serving"),
-			ClientCA: p.cert("ca"),
-			Port:     c.ports["dev-node"],
-			Version:  KubernetesVersion,
-			Log:      c.opts.Log,
-			Opkit:    c.opts.Opkit,
+			ClientCA:  p.cert("ca"),
+			Port:      c.ports["dev-node"],
+			ProxyPort: c.ports["dev-node-proxy"],
+			Version:   KubernetesVersion,
+			Log:       c.opts.Log,
+			Opkit:     c.opts.Opkit,
 		})
 		if err != nil {
 			return err
@@ -433,6 +441,24 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 	c.ready = time.Since(begin)
 	fmt.Fprintf(c.opts.Log, "control plane ready at %s in %s\n", c.endpoint, c.ready.Round(100*time.Millisecond))
 	return nil
+}
+
+// apiServerEnv sends kube-apiserver's connections to Services through the
+// dev node's proxy, which resolves a Service's ClusterIP (or name) to a
+// ready endpoint as kube-proxy would: the aggregation layer dials an
+// APIService's Service at its ClusterIP (a runs API in a Pod, as the
+// generated manifests make it), and no ClusterIP routes on this host.
+// Loopback is dialed as it is (etcd, the kubelet API, an ExternalName
+// Service's 127.0.0.1), as is the Pods' address (HostAddress). Without a
+// dev node, none: there are no Pods to reach.
+func (c *Cluster) apiServerEnv() []string {
+	if !c.opts.DevNode {
+		return nil
+	}
+	proxy := "http://127.0.0.1:" + strconv.Itoa(c.ports["dev-node-proxy"])
+	noProxy := "127.0.0.1,localhost,::1," + devnode.HostAddress()
+	return []string{"HTTPS_PROXY=" + proxy, "HTTP_PROXY=" + proxy, "NO_PROXY=" + noProxy,
+		"https_proxy=" + proxy, "http_proxy=" + proxy, "no_proxy=" + noProxy}
 }
 
 // componentArgs are the flags kube-controller-manager and kube-scheduler
@@ -451,9 +477,11 @@ func componentArgs(p pki, kubeconfig string, port int) []string {
 	}
 }
 
-func (c *Cluster) launch(bins Binaries, b Binary, args []string, logs string) error {
+// launch starts component b with args, and env added to this process's
+// environment.
+func (c *Cluster) launch(bins Binaries, b Binary, args []string, logs string, env ...string) error {
 	fmt.Fprintf(c.opts.Log, "starting %s\n", b)
-	proc, err := startProcess(string(b), bins.Path(b), args, filepath.Join(logs, string(b)+".log"))
+	proc, err := startProcess(string(b), bins.Path(b), args, env, filepath.Join(logs, string(b)+".log"))
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,11 @@
 //     kube-system/extension-apiserver-authentication. Aggregator routing
 //     is off, so an APIService's Service of type ExternalName is dialed at
 //     its externalName: a server on the host (127.0.0.1) serves an API.
+//     With a dev node, kube-apiserver's HTTPS_PROXY is the node's proxy to
+//     Services, which resolves a ClusterIP (and a Service's name) to a
+//     ready endpoint: an APIService or a webhook whose Service selects a
+//     Pod of the dev node is reached as in a cluster. Loopback and the
+//     Pods' address are dialed directly.
 //     A data directory made before gets the CA and the certificate at its
 //     next start; what it holds is kept.
 //   - A port that is asked for and already taken is reported before any

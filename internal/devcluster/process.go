@@ -23,7 +23,7 @@ type process struct {
 // appended to logPath. The process gets SIGKILL when the thread that started
 // it dies (PR_SET_PDEATHSIG); the Go runtime does not end threads that start
 // processes, so in practice this means when this process dies.
-func startProcess(name, path string, args []string, logPath string) (*process, error) {
+func startProcess(name, path string, args, env []string, logPath string) (*process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -32,6 +32,9 @@ func startProcess(name, path string, args []string, logPath string) (*process, e
 	cmd := exec.Command(path, args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)

@@ -134,6 +134,11 @@ var rules = []rule{
 		notDirect: []string{"sigs.k8s.io/controller-runtime/..."},
 	},
 	{
+		says: "the CLI's client of the runs API reads it as kubectl does: it knows the API's types and the archive's records, never the runs API's server, an engine or a store's internals (package runsclient)",
+		from: []string{"internal/runsclient/..."},
+		not:  []string{"internal/runsapi/...", "internal/engine/...", "internal/run/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
+	},
+	{
 		says:   "a run's path from cause to archive stays in the run package, with no call climbing back to the engine (issue 35)",
 		from:   []string{"internal/run/..."},
 		not:    []string{"internal/engine/..."},

@@ -18,8 +18,9 @@
 //     ==, or in with one value): labels opkit.dev/operator, handler,
 //     trigger, object, outcome (deliveries: operator, source, outcome);
 //     fields metadata.name, metadata.namespace, status.outcome,
-//     spec.handler, spec.operator, spec.trigger (deliveries:
-//     spec.source, not spec.handler nor spec.trigger); and
+//     spec.handler, spec.operator, spec.trigger, spec.object.kind and
+//     status.failed=true (Failed or GaveUp) (deliveries: spec.source,
+//     none of the run's others but status.outcome); and
 //     status.startedSince (deliveries: status.receivedSince), an RFC 3339
 //     time: what started (came in) at or after it, the archive's
 //     Query.Since. A time, not a duration: the selector comes again with

@@ -2,11 +2,14 @@ package runsapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -71,6 +74,7 @@ var (
 	}
 	runFields = map[string]string{
 		"metadata.name": "name", "status.outcome": "outcome", "spec.handler": "handler", "spec.operator": "operator", "spec.trigger": "trigger",
+		"spec.object.kind": "kind", runFailedField: "failed",
 	}
 )
 
@@ -81,11 +85,22 @@ var (
 // relative to the server's clock would select another set each time.
 const runSinceField = "status.startedSince"
 
+// runFailedField=true selects the runs that failed, Failed or GaveUp (the
+// archive's Query.Failed, opkit runs --failed): status.outcome takes one
+// value.
+const runFailedField = "status.failed"
+
 func (runs) resource() string { return runsResource }
 func (runs) kind() string     { return runsv1alpha1.RunKind }
 
 func (runs) parse(r *http.Request, namespace string) (*filter, error) {
-	return parseSelection(r, namespace, runsResource, runLabels, runFields, runSinceField)
+	sel, err := parseSelection(r, namespace, runsResource, runLabels, runFields, runSinceField)
+	if err == nil {
+		if v := sel.value("failed"); v != "" && v != "true" {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("fieldSelector: %s=%s: %s selects the failed runs with true only", runFailedField, v, runFailedField))
+		}
+	}
+	return sel, err
 }
 
 // query is the archive's query of what sel selects but its namespace.
@@ -93,6 +108,7 @@ func (runs) query(sel *filter) archive.Query {
 	return archive.Query{
 		Operator: sel.value("operator"), Handler: sel.value("handler"), Trigger: sel.value("trigger"),
 		Name: sel.value("object"), Outcome: archive.Outcome(sel.value("outcome")), Since: sel.since,
+		Kind: sel.value("kind"), Failed: sel.value("failed") == "true",
 	}
 }
 
@@ -230,6 +246,7 @@ func (k runs) object(r *archive.Run) *object {
 		fields: fields.Set{
 			"metadata.name": r.ID, "metadata.namespace": ns, "status.outcome": string(r.Outcome),
 			"spec.handler": r.Handler, "spec.operator": r.Operator, "spec.trigger": r.Trigger,
+			"spec.object.kind": r.Kind, runFailedField: strconv.FormatBool(r.Outcome == archive.Failed || r.Outcome == archive.GaveUp),
 		},
 		meta:  &run.ObjectMeta,
 		api:   run,

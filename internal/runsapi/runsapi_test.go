@@ -147,7 +147,7 @@ func TestListSelectsRunsByLabelsAndFieldsAsKubectlAsks(t *testing.T) {
 	ctx := t.Context()
 	failed1 := s.run(t, 1, "team-a", "printer-1", "announce", archive.Failed)
 	s.run(t, 2, "team-a", "printer-1", "announce", archive.Succeeded)
-	s.run(t, 3, "team-a", "printer-2", "announce", archive.Failed)
+	failed3 := s.run(t, 3, "team-a", "printer-2", "announce", archive.Failed)
 	failed2 := s.run(t, 4, "team-a", "printer-1", "cleanup", archive.GaveUp)
 	s.run(t, 5, "team-b", "printer-1", "announce", archive.Failed)
 	wide := s.run(t, 6, "", "printer", "nightly", archive.Succeeded)
@@ -187,6 +187,23 @@ func TestListSelectsRunsByLabelsAndFieldsAsKubectlAsks(t *testing.T) {
 		t.Errorf("runs of %s: %v, want %v", engineNS, got, want)
 	}
 
+	// opkit runs --failed and --kind: status.failed=true is Failed and
+	// GaveUp; spec.object.kind is the object's kind.
+	l, err = s.dyn.Resource(runsGVR).Namespace("team-a").List(ctx, metav1.ListOptions{FieldSelector: "status.failed=true,spec.object.kind=Printer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := names(l), []string{failed2.ID, failed3.ID, failed1.ID}; !slices.Equal(got, want) {
+		t.Errorf("failed Printer runs of team-a: %v, want %v", got, want)
+	}
+	l, err = s.dyn.Resource(runsGVR).List(ctx, metav1.ListOptions{FieldSelector: "spec.object.kind=Operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := names(l), []string{wide.ID}; !slices.Equal(got, want) {
+		t.Errorf("runs of kind Operator: %v, want %v", got, want)
+	}
+
 	// A label and the field it mirrors that disagree select nothing.
 	l, err = s.dyn.Resource(runsGVR).List(ctx, metav1.ListOptions{LabelSelector: "opkit.dev/outcome=Failed", FieldSelector: "status.outcome=Succeeded"})
 	if err != nil || len(l.Items) != 0 {
@@ -201,7 +218,8 @@ func TestListSelectsRunsByLabelsAndFieldsAsKubectlAsks(t *testing.T) {
 		{metav1.ListOptions{LabelSelector: "opkit.dev/outcome!=Failed"}, "!="},
 		{metav1.ListOptions{LabelSelector: "opkit.dev/handler in (a,b)"}, "opkit.dev/handler"},
 		{metav1.ListOptions{LabelSelector: "team=a"}, "team"},
-		{metav1.ListOptions{FieldSelector: "spec.object.kind=Printer"}, "spec.object.kind"},
+		{metav1.ListOptions{FieldSelector: "spec.object.apiVersion=demo.example.com/v1"}, "spec.object.apiVersion"},
+		{metav1.ListOptions{FieldSelector: "status.failed=false"}, "status.failed"},
 	} {
 		_, err := s.dyn.Resource(runsGVR).List(ctx, c.opts)
 		if !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), c.names) {

@@ -59,7 +59,7 @@ var (
 // RunFields are the fields a field selector of runs may name, with =;
 // DeliveryFields those of deliveries.
 var (
-	RunFields      = []string{"metadata.name", "metadata.namespace", "status.outcome", "spec.handler", "spec.operator", "spec.trigger"}
+	RunFields      = []string{"metadata.name", "metadata.namespace", "status.outcome", "spec.handler", "spec.operator", "spec.trigger", "spec.object.kind", "status.failed"}
 	DeliveryFields = []string{"metadata.name", "metadata.namespace", "status.outcome", "spec.operator", "spec.source"}
 )
 

@@ -57,6 +57,10 @@ type Options struct {
 	AllowedClients []string
 	// Port is the kubelet API's port on 127.0.0.1. Defaults to a free port.
 	Port int
+	// ProxyPort is the port of the node's proxy to Services (ServiceProxy)
+	// on 127.0.0.1, which the plane may have given kube-apiserver before
+	// the node starts. Defaults to a free port.
+	ProxyPort int
 	// Version is reported as the node's kubelet version. Defaults to "v0.0.0".
 	Version string
 	// Log receives one line per notable event. Defaults to io.Discard.
@@ -133,7 +137,7 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 		ln.Close()
 		return nil, err
 	}
-	if n.proxy, err = startServiceProxy(client); err != nil {
+	if n.proxy, err = startServiceProxy(client, opts.ProxyPort); err != nil {
 		n.server.close()
 		return nil, err
 	}

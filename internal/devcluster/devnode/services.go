@@ -29,6 +29,9 @@ import (
 // resolves a Service's name to a ready endpoint of its EndpointSlices,
 // as kube-proxy would, and dials any other host as it is. A TLS client
 // still checks the Service's name, since CONNECT keeps TLS end to end.
+// A Service's ClusterIP is resolved the same way, for a client that has
+// one (kube-apiserver reaches an APIService's Service at its ClusterIP:
+// the plane gives it the proxy too).
 // A program that ignores the proxy variables reaches no Service, as
 // before.
 
@@ -46,8 +49,8 @@ type serviceProxy struct {
 	next int // round robin over a Service's ready endpoints
 }
 
-func startServiceProxy(client kubernetes.Interface) (*serviceProxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func startServiceProxy(client kubernetes.Interface, port int) (*serviceProxy, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		return nil, fmt.Errorf("dev node: the Services' proxy: %w", err)
 	}
@@ -181,14 +184,15 @@ func (p *serviceProxy) resolve(ctx context.Context, addr string) (string, error)
 	if err != nil {
 		return "", fmt.Errorf("dev node proxy: %q: %w", addr, err)
 	}
-	namespace, name, ok := serviceName(host)
-	if !ok {
-		return addr, nil
+	var svc *corev1.Service
+	if namespace, name, ok := serviceName(host); ok {
+		if svc, err = p.client.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return "", fmt.Errorf("dev node proxy: Service %s/%s: %w", namespace, name, err)
+		}
+	} else if svc, err = p.serviceOfIP(ctx, host); err != nil || svc == nil {
+		return addr, err
 	}
-	svc, err := p.client.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return "", fmt.Errorf("dev node proxy: Service %s/%s: %w", namespace, name, err)
-	}
+	namespace, name := svc.Namespace, svc.Name
 	var sp *corev1.ServicePort
 	for i := range svc.Spec.Ports {
 		if strconv.Itoa(int(svc.Spec.Ports[i].Port)) == port {
@@ -230,6 +234,27 @@ func (p *serviceProxy) resolve(ctx context.Context, addr string) (string, error)
 	i := p.next % len(ready)
 	p.mu.Unlock()
 	return ready[i], nil
+}
+
+// serviceOfIP is the Service whose ClusterIP host is; nil when host is
+// no Service's (an address dialed as it is).
+func (p *serviceProxy) serviceOfIP(ctx context.Context, host string) (*corev1.Service, error) {
+	ip := net.ParseIP(host)
+	if ip == nil || ip.IsLoopback() {
+		return nil, nil
+	}
+	list, err := p.client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("dev node proxy: the Services, to find %s's: %w", host, err)
+	}
+	for i := range list.Items {
+		for _, c := range list.Items[i].Spec.ClusterIPs {
+			if cip := net.ParseIP(c); cip != nil && cip.Equal(ip) {
+				return &list.Items[i], nil
+			}
+		}
+	}
+	return nil, nil
 }
 
 func ptrValue(s *string) string {

@@ -156,6 +156,26 @@ func TestAPodReachesServicesByNameAndTheAPIAsItsServiceAccountWithRenewedTokens(
 		t.Errorf("the Pod reaches the API server as %q; want its ServiceAccount, %q (log:\n%s)", lines["user"], want, log)
 	}
 
+	// The Service at its ClusterIP, as kube-apiserver dials an
+	// APIService's: the proxy finds the Service that has it.
+	created, err := cs.CoreV1().Services(env.Namespace).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byIP := "http://" + net.JoinHostPort(created.Spec.ClusterIP, "80") + "/"
+	ipPod := devPod(env.Namespace, "probe-ip", corev1.RestartPolicyNever, exe, "probe", byIP)
+	if err := env.Client.Create(ctx, ipPod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the second probe fetches "+byIP, func(ctx context.Context) (bool, error) {
+		data, err := cs.CoreV1().Pods(env.Namespace).GetLogs(ipPod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		log = string(data)
+		return err == nil && strings.Contains(log, "fetch"), nil
+	})
+	if want := "fetched 200 hello from " + net.JoinHostPort(created.Spec.ClusterIP, "80"); !strings.Contains(log, want) {
+		t.Errorf("GET %s through the node's proxy: %s; want %q", byIP, log, want)
+	}
+
 	// The token file, renewed: a new token, valid, for the Pod.
 	tokenFile := filepath.Join(lines["root"], "var/run/secrets/kubernetes.io/serviceaccount/token")
 	first, err := os.ReadFile(tokenFile)

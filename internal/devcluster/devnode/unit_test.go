@@ -208,7 +208,7 @@ func TestATunnelWhoseServerClosesClosesTheClientsSide(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	p, err := startServiceProxy(nil)
+	p, err := startServiceProxy(nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,8 +59,11 @@ import (
 )
 
 // plane is the test binary's control plane, whose dev node runs this
-// binary as opkit.
-var plane *devcluster.Cluster
+// binary as opkit, by the link opkitLink.
+var (
+	plane     *devcluster.Cluster
+	opkitLink string
+)
 
 // TestMain is opkit's CLI when the binary runs under the name opkit: the
 // dev node runs it so, for the engine's Pod and the runner's init
@@ -90,6 +93,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	link := filepath.Join(dir, "opkit")
+	opkitLink = link
 	if err := os.Symlink(exe, link); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -303,10 +307,11 @@ func installFrom(t *testing.T, s source, ns string) *install {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 3)
+	ports := freePorts(t, 4)
 	m, err := manifests.New(defs, manifests.Options{
 		Namespace: ns, CreateNamespace: true, DevNode: true,
 		MetricsPort: ports[0], HooksPort: ports[1], RunnersPort: ports[2],
+		RunsAPI: true, RunsAPIPort: ports[3],
 	})
 	if err != nil {
 		t.Fatal(err)

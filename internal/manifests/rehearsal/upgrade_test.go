@@ -3,8 +3,10 @@ package rehearsal_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -70,6 +72,45 @@ func (in *install) upgrade(t *testing.T) {
 			t.Errorf("%s: the archive holds %d runs, %d before; want the Probe's two more", step.name, len(after.runs), len(before.runs))
 		}
 		before = after
+	}
+	// The runs API the manifests serve, through the API server's
+	// aggregation layer (which reaches its Service's ClusterIP through
+	// the dev node): every run, from before the upgrades too.
+	clustertest.Eventually(t, 2*time.Minute, "kubectl get runs lists every run the archive holds", func(context.Context) (bool, error) {
+		out, err := kubectl(t, "get", "runs", "-A", "-o", `jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}`)
+		if err != nil {
+			t.Logf("kubectl get runs: %v: %s", err, out)
+			return false, nil
+		}
+		listed := map[string]bool{}
+		for _, id := range strings.Fields(out) {
+			listed[id] = true
+		}
+		if lost := missing(before.runs, listed); len(lost) > 0 {
+			t.Logf("kubectl get runs lists %d runs; %d of the archive's %d are not among them: %s", len(listed), len(lost), len(before.runs), some(lost))
+			return false, nil
+		}
+		return true, nil
+	})
+	// And opkit runs, from outside the cluster with its kubeconfig alone:
+	// no --archive, no archive file on this side.
+	cmd := exec.CommandContext(t.Context(), opkitLink, "runs", "--limit", "1000", "-o", "json")
+	cmd.Env = append(os.Environ(), "OPKIT_ARCHIVE=", "KUBECONFIG="+plane.KubeconfigPath(), "HOME="+t.TempDir(), "XDG_STATE_HOME="+t.TempDir())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("opkit runs, no --archive: %v\n%s", err, stderr.String())
+	}
+	var page archive.Page
+	if err := json.Unmarshal(stdout.Bytes(), &page); err != nil {
+		t.Fatalf("opkit runs -o json: %v\n%s", err, stdout.String())
+	}
+	listed := map[string]bool{}
+	for _, r := range page.Runs {
+		listed[r.ID] = true
+	}
+	if lost := missing(before.runs, listed); len(lost) > 0 && page.Next == "" {
+		t.Errorf("opkit runs, no --archive, lists %d runs; %d of the archive's %d are not among them: %s\n%s", len(listed), len(lost), len(before.runs), some(lost), stderr.String())
 	}
 }
 

@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/runsclient"
+)
+
+// runSource is the archive a triage command reads (opkit runs, logs,
+// rerun, retry, events), and what it is, for its messages.
+type runSource struct {
+	archive.Reader
+	// where names it: a file, a database (its password redacted), or the
+	// runs API of a cluster.
+	where string
+	// remote is set for the runs API of a cluster.
+	remote bool
+}
+
+// runSourceFlags adds --archive and --kubeconfig, the two ways to say
+// which archive a triage command reads.
+func runSourceFlags(cmd *cobra.Command, archivePath, kubeconfig *string) {
+	archiveFlag(cmd, archivePath)
+	cmd.Flags().Lookup("archive").Usage += "; without it (nor the variable), the runs API of the kubeconfig's cluster when it serves one, else the default file"
+	if cmd.Flags().Lookup("kubeconfig") == nil {
+		cmd.Flags().StringVar(kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	}
+}
+
+// openRunSource opens the archive a triage command reads:
+//
+//   - --archive or $OPKIT_ARCHIVE, when given: that file or database;
+//   - else the runs API of the kubeconfig's cluster, when it serves one
+//     (an engine in it runs with --runs-api): the engine's own archive,
+//     read as the kubeconfig's user, as RBAC allows;
+//   - else the default file, which opkit dev and opkit run write: no
+//     kubeconfig, or a cluster that serves no runs API, or one that
+//     cannot be reached (said on stderr, with why).
+//
+// A cluster that has the runs API registered but cannot serve it (the
+// engine down) is an error: another archive would show other runs.
+func openRunSource(cmd *cobra.Command, archivePath, kubeconfig string) (*runSource, error) {
+	ctx := cmd.Context()
+	if cmd.Flags().Changed("archive") || os.Getenv("OPKIT_ARCHIVE") != "" {
+		return openArchiveSource(ctx, archivePath)
+	}
+	cfg, err := loadKubeconfig(kubeconfig)
+	if err != nil {
+		if !clientcmd.IsEmptyConfig(errors.Unwrap(err)) && !clientcmd.IsEmptyConfig(err) {
+			note(cmd.ErrOrStderr(), "no cluster to read the runs of (%v): reading %s", err, archive.RedactDSN(archivePath))
+		}
+		return openArchiveSource(ctx, archivePath)
+	}
+	askCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r, err := runsclient.Open(askCtx, cfg)
+	switch {
+	case err == nil:
+		return &runSource{Reader: r, where: r.String(), remote: true}, nil
+	case runsclient.IsNotServed(err):
+		src, oerr := openArchiveSource(ctx, archivePath)
+		why := fmt.Sprintf("the cluster at %s serves no runs API: an engine installed with --runs-api serves its archive there, docs/runs-api.md", cfg.Host)
+		if oerr != nil {
+			return nil, fmt.Errorf("%w; %s", oerr, why)
+		}
+		src.where += " (" + why + ")"
+		return src, nil
+	case errors.Is(err, runsclient.ErrUnavailable):
+		return nil, err
+	default:
+		note(cmd.ErrOrStderr(), "%v: reading %s instead", err, archive.RedactDSN(archivePath))
+		return openArchiveSource(ctx, archivePath)
+	}
+}
+
+func openArchiveSource(ctx context.Context, location string) (*runSource, error) {
+	store, err := openExistingArchive(ctx, location)
+	if err != nil {
+		return nil, err
+	}
+	return &runSource{Reader: store, where: "the archive " + archive.RedactDSN(location)}, nil
+}
+
+// note writes one line on w, prefixed opkit:.
+func note(w io.Writer, format string, args ...any) {
+	fmt.Fprintf(w, "opkit: "+format+"\n", args...)
+}

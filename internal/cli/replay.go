@@ -70,6 +70,9 @@ too) or a PostgreSQL URL.`,
 				return err
 			}
 			defer func() { _ = store.Close() }()
+			if !archiveGiven(cmd) {
+				store.where += " (opkit replay reads an archive itself, by --archive: the runs API of a cluster does not serve the binding context a run got)"
+			}
 			run, err := getRun(ctx, store, id)
 			if err != nil {
 				return err

@@ -135,7 +135,7 @@ operator's name. opkit runs --kind Operator lists those runs.`,
 func getRun(ctx context.Context, src *runSource, id string) (*archive.Run, error) {
 	run, err := src.Get(ctx, id)
 	if errors.Is(err, archive.ErrNotFound) {
-		return nil, fmt.Errorf("run %s is not in %s: opkit runs lists the runs it keeps, and an engine records its runs in its own archive: --archive names a file or database, and without it the runs API of the kubeconfig's cluster is read when it serves one", id, src.where)
+		return nil, fmt.Errorf("run %s is not in %s: opkit runs lists the runs it keeps; an engine records its runs in its own archive (which one a command reads: docs/when-something-fails.md)", id, src.where)
 	}
 	return run, err
 }

@@ -50,7 +50,7 @@ func runSourceFlags(cmd *cobra.Command, archivePath, kubeconfig *string) {
 // engine down) is an error: another archive would show other runs.
 func openRunSource(cmd *cobra.Command, archivePath, kubeconfig string) (*runSource, error) {
 	ctx := cmd.Context()
-	if cmd.Flags().Changed("archive") || os.Getenv("OPKIT_ARCHIVE") != "" {
+	if archiveGiven(cmd) {
 		return openArchiveSource(ctx, archivePath)
 	}
 	cfg, err := loadKubeconfig(kubeconfig)
@@ -80,6 +80,12 @@ func openRunSource(cmd *cobra.Command, archivePath, kubeconfig string) (*runSour
 		note(cmd.ErrOrStderr(), "%v: reading %s instead", err, archive.RedactDSN(archivePath))
 		return openArchiveSource(ctx, archivePath)
 	}
+}
+
+// archiveGiven reports whether the user named an archive: --archive, or
+// $OPKIT_ARCHIVE.
+func archiveGiven(cmd *cobra.Command) bool {
+	return cmd.Flags().Changed("archive") || os.Getenv("OPKIT_ARCHIVE") != ""
 }
 
 func openArchiveSource(ctx context.Context, location string) (*runSource, error) {

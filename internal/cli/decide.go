@@ -66,7 +66,7 @@ are read from the Operator in the cluster, or from -f FILE.`,
 			if choose != "" && strings.TrimSpace(reason) == "" {
 				return fmt.Errorf("--reason is required with --choose: say why, in your words; it is recorded with the decision")
 			}
-			gvk, op, err := objectKind(ctx, archivePath, archive.Query{Namespace: ns, Name: name, Operator: operator, Handler: v1alpha1.TransitionHandler}, args[0],
+			gvk, op, err := objectKind(cmd, archivePath, kubeconfig, archive.Query{Namespace: ns, Name: name, Operator: operator, Handler: v1alpha1.TransitionHandler}, args[0],
 				"is it an object of an Operator that declares states, run with this archive (--archive)?")
 			if err != nil {
 				return err
@@ -130,8 +130,7 @@ are read from the Operator in the cluster, or from -f FILE.`,
 			return nil
 		},
 	}
-	archiveFlag(cmd, &archivePath)
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	runSourceFlags(cmd, &archivePath, &kubeconfig)
 	cmd.Flags().StringVar(&operator, "operator", "", "the operator, when several have an object of that name")
 	cmd.Flags().StringVar(&choose, "choose", "", "the state to go to: one of the choices of the object's state")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, in your words (required with --choose)")

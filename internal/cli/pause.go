@@ -115,7 +115,7 @@ object is recorded resumed. An object paused on its own stays paused.`,
 			if err != nil {
 				return err
 			}
-			gvk, err := pausedKind(ctx, c, archivePath, operator, ns, name, args[0])
+			gvk, err := pausedKind(cmd, c, archivePath, kubeconfig, operator, ns, name, args[0])
 			if err != nil {
 				return err
 			}
@@ -154,8 +154,7 @@ object is recorded resumed. An object paused on its own stays paused.`,
 			return nil
 		},
 	}
-	archiveFlag(cmd, &archivePath)
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	runSourceFlags(cmd, &archivePath, &kubeconfig)
 	cmd.Flags().StringVar(&operator, "operator", "", "the object's operator: its kind is read from the Operator in the cluster")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, in your words: recorded with who "+done)
 	cmd.Flags().BoolVar(&all, "all", false, verb+" every object of --operator, and its schedules, through its Operator")
@@ -210,9 +209,10 @@ func pauseOperator(ctx context.Context, cmd *cobra.Command, kubeconfig, name, re
 // pausedKind is the kind of the object opkit pause or resume names: that
 // of the custom resources of the Operator operator in the cluster, when
 // one is named; else the kind of the object's runs in the archive.
-func pausedKind(ctx context.Context, c client.Client, archivePath, operator, ns, name, arg string) (schema.GroupVersionKind, error) {
+func pausedKind(cmd *cobra.Command, c client.Client, archivePath, kubeconfig, operator, ns, name, arg string) (schema.GroupVersionKind, error) {
+	ctx := cmd.Context()
 	if operator == "" {
-		gvk, _, err := objectKind(ctx, archivePath, archive.Query{Namespace: ns, Name: name}, arg,
+		gvk, _, err := objectKind(cmd, archivePath, kubeconfig, archive.Query{Namespace: ns, Name: name}, arg,
 			"name its operator with --operator, whose Operator in the cluster says its kind")
 		switch {
 		case err != nil:
@@ -227,7 +227,7 @@ func pausedKind(ctx context.Context, c client.Client, archivePath, operator, ns,
 		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 			// An operator run from a file has no Operator object: its
 			// object's runs in the archive say its kind.
-			gvk, _, aerr := objectKind(ctx, archivePath, archive.Query{Namespace: ns, Name: name, Operator: operator}, arg,
+			gvk, _, aerr := objectKind(cmd, archivePath, kubeconfig, archive.Query{Namespace: ns, Name: name, Operator: operator}, arg,
 				"there is no Operator "+operator+" in the cluster either (kubectl get operators)")
 			return gvk, aerr
 		}

@@ -412,17 +412,13 @@ func (l *lineEnd) finish() error {
 // selects in the archive, and the operator that made them; none is an
 // error that ends with none (what that means to the command), several
 // operators one that asks for --operator.
-func objectKind(ctx context.Context, archivePath string, q archive.Query, arg, none string) (schema.GroupVersionKind, string, error) {
-	src, err := openArchiveSource(ctx, archivePath)
+func objectKind(cmd *cobra.Command, archivePath, kubeconfig string, q archive.Query, arg, none string) (schema.GroupVersionKind, string, error) {
+	ctx := cmd.Context()
+	src, err := openRunSource(cmd, archivePath, kubeconfig)
 	if err != nil {
 		return schema.GroupVersionKind{}, "", err
 	}
 	defer func() { _ = src.Close() }()
-	return objectKindIn(ctx, src, q, arg, none)
-}
-
-// objectKindIn is objectKind, reading src.
-func objectKindIn(ctx context.Context, src *runSource, q archive.Query, arg, none string) (schema.GroupVersionKind, string, error) {
 	store := src.Reader
 	q.Limit = 1000
 	page, err := store.List(ctx, q)
@@ -477,12 +473,7 @@ timeline. Asking needs patch on the object (Kubernetes RBAC).`,
 			if !ok {
 				ns, name = "", args[0]
 			}
-			src, err := openRunSource(cmd, archivePath, kubeconfig)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = src.Close() }()
-			gvk, _, err := objectKindIn(cmd.Context(), src, archive.Query{Namespace: ns, Name: name, Operator: operator}, args[0], "nothing to retry")
+			gvk, _, err := objectKind(cmd, archivePath, kubeconfig, archive.Query{Namespace: ns, Name: name, Operator: operator}, args[0], "nothing to retry")
 			switch {
 			case err != nil:
 				return err

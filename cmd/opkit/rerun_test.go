@@ -162,3 +162,65 @@ func TestRerunThroughTheBinary(t *testing.T) {
 		t.Errorf("opkit rerun of a deleted object's run: exit %d, stderr %s; want a refusal saying the object is gone", gone.code, gone.stderr)
 	}
 }
+
+// TestAWatchedObjectsRunIsRerunAgainAndAgain: opkit never writes an
+// object it only watches, so its re-run request stays on it once
+// answered; opkit rerun takes an answered request for done, and a second
+// and a third re-run of its run each run once.
+func TestAWatchedObjectsRunIsRerunAgainAndAgain(t *testing.T) {
+	t.Parallel()
+	cl, c := startPlane(t)
+	kc := cl.KubeconfigPath()
+	dir := t.TempDir()
+	def := filepath.Join(dir, "operator.yaml")
+	writeTestFile(t, def, fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: notes-watch}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespaces: [default]}
+  handlers:
+  - name: noted
+    on: [create]
+    exec: {command: [sh, -c, 'input=$(cat); case "$input" in *"\"trigger\":\"rerun\""*) echo rerun >> "$DIR/seen";; esac'], env: [{name: DIR, value: %q}]}
+`, dir))
+	store := filepath.Join(dir, "runs.db")
+	_, out := startOpkit(t, "run", "-f", def, "--kubeconfig", kc, "--archive", store, "--metrics-addr", "0")
+	waitOutput(t, out, "operator notes-watch: running", 90*time.Second)
+	runs := func(n int) {
+		t.Helper()
+		clustertest.Eventually(t, time.Minute, fmt.Sprintf("%d re-runs of the handler", n), func(context.Context) (bool, error) {
+			data, _ := os.ReadFile(filepath.Join(dir, "seen"))
+			return strings.Count(string(data), "rerun\n") >= n, nil
+		})
+	}
+	cm := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "watched", "namespace": "default"}, "data": map[string]any{"a": "1"},
+	}}
+	if err := c.Create(t.Context(), cm); err != nil {
+		t.Fatal(err)
+	}
+	var page archive.Page
+	clustertest.Eventually(t, 30*time.Second, "the create run succeeded", func(context.Context) (bool, error) {
+		r := opkit(t, "", "runs", "--archive", store, "--operator", "notes-watch", "--object", "default/watched", "--trigger", "create", "-o", "json")
+		return json.Unmarshal([]byte(r.stdout), &page) == nil && len(page.Runs) == 1 && page.Runs[0].Outcome == archive.Succeeded, nil
+	})
+	created := page.Runs[0]
+	for i := 1; i <= 3; i++ {
+		r := opkit(t, "", "rerun", created.ID, "--reason", fmt.Sprintf("time %d", i), "--kubeconfig", kc, "--archive", store)
+		mustSucceed(t, r, fmt.Sprintf("opkit rerun, time %d", i))
+		if want := "as run "; !strings.Contains(r.stdout, want) {
+			t.Errorf("opkit rerun, time %d:\n%s\nwant the engine's answer, the new run", i, r.stdout)
+		}
+		runs(i)
+	}
+	clustertest.Eventually(t, 30*time.Second, "three re-runs recorded", func(context.Context) (bool, error) {
+		r := opkit(t, "", "runs", "--archive", store, "--operator", "notes-watch", "--trigger", "rerun", "-o", "json")
+		return json.Unmarshal([]byte(r.stdout), &page) == nil && len(page.Runs) == 3, nil
+	})
+	for _, r := range page.Runs {
+		if r.RerunOf != created.ID || !strings.HasPrefix(r.Key, created.Key+"/rerun/") {
+			t.Errorf("re-run %s: rerunOf %q key %q; want %s and a key of its own", r.ID, r.RerunOf, r.Key, created.ID)
+		}
+	}
+}

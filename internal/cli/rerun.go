@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -84,7 +85,7 @@ delivery with opkit events redeliver.`,
 			if why := handlerGone(ctx, c, run); why != "" {
 				return errors.New(why)
 			}
-			if raw, ok := obj.GetAnnotations()[v1alpha1.RerunAnnotation]; ok {
+			if raw, ok := obj.GetAnnotations()[v1alpha1.RerunAnnotation]; ok && !rerunAnswered(ctx, c, obj, raw) {
 				return fmt.Errorf("a re-run request is already on %s %s and not answered yet (%s); nothing was written: its Events say what became of it, or remove it (kubectl annotate %s %s%s %s-)",
 					run.Kind, run.Object(), raw, strings.ToLower(run.Kind), run.Name, nsFlag(run.Namespace), v1alpha1.RerunAnnotation)
 			}
@@ -109,6 +110,24 @@ delivery with opkit events redeliver.`,
 	cmd.Flags().StringVar(&reason, "reason", "", "why, in your words: recorded with the re-run")
 	cmd.Flags().DurationVar(&wait, "wait", 10*time.Second, "how long to wait for the engine's answer; 0: do not wait")
 	return cmd
+}
+
+// rerunAnswered reports whether the re-run request raw, on obj, has its
+// answer among obj's Events (RerunStarted or RerunRefused). The engine
+// removes the request from a custom resource once read, and leaves it on
+// an object it only watches, which opkit never writes: there a request
+// answered is no longer waiting, and a new one replaces it.
+func rerunAnswered(ctx context.Context, c client.Client, obj *unstructured.Unstructured, raw string) bool {
+	var req v1alpha1.Rerun
+	if json.Unmarshal([]byte(raw), &req) != nil || req.Request == "" {
+		return false
+	}
+	for _, e := range objectEvents(ctx, c, obj) {
+		if (e.Reason == v1alpha1.EventRerunStarted || e.Reason == v1alpha1.EventRerunRefused) && strings.Contains(e.Message, "request "+req.Request+" ") {
+			return true
+		}
+	}
+	return false
 }
 
 // rerunObject reads the object run r was for; gone (deleted, or another

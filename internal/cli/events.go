@@ -99,7 +99,7 @@ RUN.`,
 				width = 0
 			}
 			if len(page.Deliveries) == 0 && q.Cursor == "" {
-				fmt.Fprintf(cmd.OutOrStdout(), "No deliveries in %s select these flags.\n", src.where)
+				fmt.Fprintf(cmd.OutOrStdout(), "No deliveries in %s select these flags.\n", src.where())
 				return nil
 			}
 			printDeliveries(cmd.OutOrStdout(), page.Deliveries, time.Now(), width)

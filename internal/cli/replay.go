@@ -71,7 +71,7 @@ too) or a PostgreSQL URL.`,
 			}
 			defer func() { _ = store.Close() }()
 			if !archiveGiven(cmd) {
-				store.where += " (opkit replay reads an archive itself, by --archive: the runs API of a cluster does not serve the binding context a run got)"
+				store.location += " (opkit replay reads an archive itself, by --archive: the runs API of a cluster does not serve the binding context a run got)"
 			}
 			run, err := getRun(ctx, store, id)
 			if err != nil {

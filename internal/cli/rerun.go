@@ -71,7 +71,7 @@ delivery with opkit events redeliver.`,
 			}
 			// The runs API does not serve a run's binding context: whether
 			// it has one is the engine's to check then.
-			if why := run.RerunRefusal(sameInput && !src.remote); why != "" {
+			if why := run.RerunRefusal(sameInput && !src.remote()); why != "" {
 				return errors.New(why)
 			}
 			cfg, c, err := kubeClient(kubeconfig)

@@ -135,7 +135,7 @@ operator's name. opkit runs --kind Operator lists those runs.`,
 func getRun(ctx context.Context, src *runSource, id string) (*archive.Run, error) {
 	run, err := src.Get(ctx, id)
 	if errors.Is(err, archive.ErrNotFound) {
-		return nil, fmt.Errorf("run %s is not in %s: opkit runs lists the runs it keeps; an engine records its runs in its own archive (which one a command reads: docs/when-something-fails.md)", id, src.where)
+		return nil, fmt.Errorf("run %s is not in %s: opkit runs lists the runs it keeps; an engine records its runs in its own archive (which one a command reads: docs/when-something-fails.md)", id, src.where())
 	}
 	return run, err
 }
@@ -148,11 +148,11 @@ func getRun(ctx context.Context, src *runSource, id string) (*archive.Run, error
 // that lists the operators it has runs of, as a misspelt name is the
 // likely cause.
 func noRunsIn(ctx context.Context, src *runSource, operator string) (string, error) {
-	if src.remote {
+	if src.remote() {
 		// The runs API serves no counts: what it read is said.
-		return fmt.Sprintf("No runs in %s select these flags.", src.where), nil
+		return fmt.Sprintf("No runs in %s select these flags.", src.where()), nil
 	}
-	store, where := src.Reader, strings.TrimPrefix(src.where, "the archive ")
+	store, where := src.Reader, src.location
 	counts, err := store.Counts(ctx, time.Time{})
 	if err != nil {
 		return "", err
@@ -285,8 +285,8 @@ console shows it. --raw prints the bytes as the handler wrote them.`,
 				return err
 			}
 			defer func() { _ = src.Close() }()
-			if raw && src.remote {
-				return fmt.Errorf("--raw prints the log's bytes as the archive keeps them, and %s serves it cleaned: read the archive itself with --archive", src.where)
+			if raw && src.remote() {
+				return fmt.Errorf("--raw prints the log's bytes as the archive keeps them, and %s serves it cleaned: read the archive itself with --archive", src.where())
 			}
 			if _, err := getRun(cmd.Context(), src, id); err != nil {
 				return err
@@ -437,7 +437,7 @@ func objectKind(cmd *cobra.Command, archivePath, kubeconfig string, q archive.Qu
 		if q.Handler == v1alpha1.TransitionHandler {
 			what = "state transitions"
 		}
-		return gvk, "", fmt.Errorf("no %s for %s in %s: %s", what, arg, src.where, none)
+		return gvk, "", fmt.Errorf("no %s for %s in %s: %s", what, arg, src.where(), none)
 	case len(kinds) > 1:
 		var ops []string
 		for _, op := range kinds {

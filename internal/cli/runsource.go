@@ -19,11 +19,22 @@ import (
 // rerun, retry, events), and what it is, for its messages.
 type runSource struct {
 	archive.Reader
-	// where names it: a file, a database (its password redacted), or the
-	// runs API of a cluster.
-	where string
-	// remote is set for the runs API of a cluster.
-	remote bool
+	// location is the archive's file or database (its password redacted),
+	// with what the command adds of why it reads it; "" for the runs API.
+	location string
+	// api names the runs API of a cluster it reads; "" for an archive.
+	api string
+}
+
+// remote reports whether it reads the runs API of a cluster.
+func (s *runSource) remote() bool { return s.api != "" }
+
+// where names what it reads, for messages.
+func (s *runSource) where() string {
+	if s.remote() {
+		return s.api
+	}
+	return "the archive " + s.location
 }
 
 // runSourceFlags adds --archive and --kubeconfig, the two ways to say
@@ -65,14 +76,14 @@ func openRunSource(cmd *cobra.Command, archivePath, kubeconfig string) (*runSour
 	r, err := runsclient.Open(askCtx, cfg)
 	switch {
 	case err == nil:
-		return &runSource{Reader: r, where: r.String(), remote: true}, nil
+		return &runSource{Reader: r, api: r.String()}, nil
 	case runsclient.IsNotServed(err):
 		src, oerr := openArchiveSource(ctx, archivePath)
 		why := fmt.Sprintf("the cluster at %s serves no runs API: an engine installed with --runs-api serves its archive there, docs/runs-api.md", cfg.Host)
 		if oerr != nil {
 			return nil, fmt.Errorf("%w; %s", oerr, why)
 		}
-		src.where += " (" + why + ")"
+		src.location += " (" + why + ")"
 		return src, nil
 	case errors.Is(err, runsclient.ErrUnavailable):
 		return nil, err
@@ -93,7 +104,7 @@ func openArchiveSource(ctx context.Context, location string) (*runSource, error)
 	if err != nil {
 		return nil, err
 	}
-	return &runSource{Reader: store, where: "the archive " + archive.RedactDSN(location)}, nil
+	return &runSource{Reader: store, location: archive.RedactDSN(location)}, nil
 }
 
 // note writes one line on w, prefixed opkit:.

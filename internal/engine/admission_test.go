@@ -219,7 +219,7 @@ func TestAHandlerThatCrashesOrHangsAnswersByItsFailurePolicyInTime(t *testing.T)
 		t.Run(tc.mode+"-"+tc.policy, func(t *testing.T) {
 			env := clustertest.New(t)
 			file := admissionDefinition(t,
-				"      failurePolicy: Fail\n      timeout: 5s\n    exec: {command: [./check-content.py]}",
+				"      failurePolicy: Fail\n      timeout: 10s\n    exec: {command: [./check-content.py]}",
 				fmt.Sprintf("      failurePolicy: %s\n      timeout: 3s\n    exec: {command: [%q], env: [{name: %s, value: %s}]}", tc.policy, bin, admissionHandlerEnv, tc.mode))
 			_, store, _ := startAdmissionEngine(t, env, file, nil)
 			out, took, err := applyWebsite(t, env, "site", "<h1>Hi</h1>")

@@ -419,10 +419,7 @@ func Decide(in Input) Decision {
 	if visitTrigger(bestTrigger) {
 		c.Seq = in.Visit.Seq
 	}
-	uid := obj.GetUID()
-	if st.Observed != nil && st.Observed.Since != "" {
-		uid += types.UID("." + st.Observed.Since) // a watched object's life
-	}
+	uid := st.Life(obj.GetUID())
 	at := bestSlot
 	if bestTrigger == v1alpha1.OnResume {
 		at, c.Started = in.Started, in.Started

@@ -2,6 +2,7 @@ package cause
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -312,6 +313,41 @@ func TestOutcomesUpdateTheRecord(t *testing.T) {
 	st.Succeeded(hs, sched, spec, 0, now.Add(time.Minute))
 	if r := st.Of("h"); r.LastScheduled != at(now) {
 		t.Errorf("lastScheduled = %q; want the slot's due time %q", r.LastScheduled, at(now))
+	}
+}
+
+// TestEveryFieldOfStateRoundTripsThroughStatus sets every field of
+// State and writes it to status.opkit: each comes back from Read. A field
+// that WriteTo left out was forgotten at every engine start (the pause
+// recorded, which made each start record the pause again).
+func TestEveryFieldOfStateRoundTripsThroughStatus(t *testing.T) {
+	st := &State{
+		Handlers:     map[string]*HandlerState{"h": {Generation: 2}},
+		Handled:      &Handled{Generation: 2, Spec: map[string]any{"text": "a"}},
+		Specs:        map[int64]map[string]any{3: {"text": "b"}},
+		LastRun:      &LastRun{ID: "r1", Handler: "h", Trigger: "update", Outcome: "Succeeded", Attempt: 1},
+		Observed:     &Observed{Generation: 1, Hash: "h1"},
+		EnterRun:     &EnterRun{Seq: 1, Handler: "h", Outcome: "Succeeded"},
+		RetrySeen:    "retry-1",
+		RerunSeen:    "rerun-1",
+		Paused:       "v:paused-by-jane",
+		PauseRecords: 3,
+	}
+	v := reflect.ValueOf(st).Elem()
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Fatalf("the test sets no %s: set every field of State", v.Type().Field(i).Name)
+		}
+	}
+	own := map[string]any{}
+	st.WriteTo(own)
+	obj := object(2, nil)
+	obj.Object["status"] = map[string]any{"opkit": own}
+	back := Read(obj)
+	want, _ := json.Marshal(st)
+	got, _ := json.Marshal(back)
+	if string(got) != string(want) {
+		t.Errorf("read back from status.opkit\n%s\nwant what was written\n%s", got, want)
 	}
 }
 

@@ -3,11 +3,14 @@ package cause
 import (
 	"encoding/json"
 	"maps"
+	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/definition"
@@ -45,6 +48,21 @@ type State struct {
 	// its resume is recorded. A pause whose value changes is recorded
 	// again.
 	Paused string `json:"paused,omitempty"`
+	// PauseRecords counts the pauses and resumes recorded: the next
+	// one's record has the key <life>/pause/<PauseRecords+1>, which an
+	// engine killed before it wrote this state has recorded already
+	// (the next one then records it no second time).
+	PauseRecords int64 `json:"pauseRecords,omitempty"`
+}
+
+// Life is the uid the keys of the object's runs name: a watched object's
+// qualified by its life (Observed.Since), as it may stop matching and
+// match again with the same uid.
+func (st *State) Life(uid types.UID) types.UID {
+	if st.Observed != nil && st.Observed.Since != "" {
+		return uid + types.UID("."+st.Observed.Since)
+	}
+	return uid
 }
 
 // HandlerState is one handler's record in status.opkit.handlers.
@@ -194,8 +212,23 @@ func (st *State) forDecide() *State {
 	return &out
 }
 
-// WriteTo stores the state into status.opkit (a map of the status).
-// Handlers with nothing to record are left out.
+// stateKeys are the keys of status.opkit that State owns: each field's
+// JSON name, so that a field added to State is written with the rest (a
+// field left out of WriteTo is forgotten at the next engine start, as the
+// recorded pause once was).
+var stateKeys = func() []string {
+	var keys []string
+	t := reflect.TypeFor[State]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		keys = append(keys, name)
+	}
+	return keys
+}()
+
+// WriteTo stores the state into status.opkit (a map of the status),
+// every field State has; the rest of the map (the inventory's children)
+// is left as it is. Handlers with nothing to record are left out.
 func (st *State) WriteTo(own map[string]any) {
 	for name, hs := range st.Handlers {
 		if *hs == (HandlerState{}) {
@@ -205,7 +238,7 @@ func (st *State) WriteTo(own map[string]any) {
 	data, _ := json.Marshal(st)
 	var m map[string]any
 	_ = json.Unmarshal(data, &m)
-	for _, k := range []string{"handlers", "handled", "specs", "lastRun", "enterRun"} {
+	for _, k := range stateKeys {
 		if v, ok := m[k]; ok {
 			own[k] = v
 		} else {

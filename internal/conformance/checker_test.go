@@ -161,6 +161,8 @@ func (ch *checker) apply(s conformance.Step) {
 		ch.patch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{conformance.TouchAnnotation: time.Now().Format(time.RFC3339Nano)}}})
 	case conformance.OpRetry:
 		ch.patch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{v1alpha1.RetryAnnotation: time.Now().Format(time.RFC3339Nano)}}})
+	case conformance.OpPause, conformance.OpResume:
+		ch.patch(map[string]any{"metadata": map[string]any{"annotations": conformance.PauseAnnotations(s.Op)}})
 	case conformance.OpDelete:
 		if err := ch.env.Client.Delete(ctx, ch.object()); err != nil {
 			t.Fatalf("delete: %v", err)
@@ -374,8 +376,8 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 	finished := 0
 	for i := len(runs) - 1; i >= 0; i-- { // oldest first
 		r := runs[i]
-		if r.Handler == v1alpha1.RetryHandler {
-			continue // the record of a retry asked for, not a run
+		if r.Handler == v1alpha1.RetryHandler || r.Handler == v1alpha1.PauseHandler {
+			continue // the record of a retry asked for, or of a pause or resume: not a run
 		}
 		last[r.Key] = r
 		switch r.Outcome {
@@ -424,6 +426,9 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 	if err == nil {
 		if _, retry := obj.GetAnnotations()[v1alpha1.RetryAnnotation]; retry && ch.c.Def.Kind == conformance.CustomResource {
 			return "", nil
+		}
+		if _, resumed := obj.GetAnnotations()[v1alpha1.ResumedAnnotation]; resumed && ch.c.Def.Kind == conformance.CustomResource {
+			return "", nil // the engine removes it once it recorded the resume
 		}
 		if _, waits := obj.GetAnnotations()[v1alpha1.DecisionAnnotation]; waits {
 			// Taken or refused at once: give it a few seconds, then the
@@ -617,6 +622,14 @@ func (ch *checker) observe() *conformance.Observed {
 	byID := map[string]archive.Run{}
 	for _, r := range runs {
 		byID[r.ID] = r
+		if life := ch.uids[r.UID]; r.Handler == v1alpha1.PauseHandler && life > 0 && life <= len(obs.Ends) {
+			switch r.Trigger {
+			case v1alpha1.TriggerPaused:
+				obs.Ends[life-1].Pauses++
+			case v1alpha1.TriggerResumed:
+				obs.Ends[life-1].Resumes++
+			}
+		}
 	}
 	recorded := map[string]bool{}
 	for _, r := range readRecords(filepath.Join(ch.dir, "records.jsonl")) {
@@ -711,7 +724,7 @@ func untouched(obj *unstructured.Unstructured) string {
 		}
 	}
 	for k := range obj.GetAnnotations() {
-		if k != conformance.TouchAnnotation && k != v1alpha1.RetryAnnotation {
+		if k != conformance.TouchAnnotation && k != v1alpha1.RetryAnnotation && k != v1alpha1.PauseAnnotation && k != v1alpha1.ResumedAnnotation {
 			found = append(found, "annotation "+k)
 		}
 	}
@@ -767,5 +780,17 @@ func (ch *checker) cleanUp() {
 	}
 	if ch.procLog != nil {
 		_ = ch.procLog.Close()
+	}
+}
+
+// TestThePauseAnnotationsAreOpkits: the model names opkit pause's
+// annotations without importing them.
+func TestThePauseAnnotationsAreOpkits(t *testing.T) {
+	if conformance.PauseAnnotation != v1alpha1.PauseAnnotation || conformance.ResumedAnnotation != v1alpha1.ResumedAnnotation {
+		t.Errorf("the model's pause annotations %q and %q; opkit's are %q and %q", conformance.PauseAnnotation, conformance.ResumedAnnotation, v1alpha1.PauseAnnotation, v1alpha1.ResumedAnnotation)
+	}
+	var p v1alpha1.Pause
+	if err := json.Unmarshal([]byte(conformance.PauseAnnotations(conformance.OpPause)[v1alpha1.PauseAnnotation].(string)), &p); err != nil || p.By != "conformance" {
+		t.Errorf("the model's pause %v (%v); want one by conformance", p, err)
 	}
 }

@@ -82,6 +82,7 @@ const (
 	RowDecision      = "a decision is taken or refused"
 	RowEngine        = "engine"
 	RowDelivery      = "a delivery is recorded and handled once"
+	RowPause         = "a pause holds every run, and is recorded once"
 )
 
 // Compare checks obs against what e promises for def, and returns every
@@ -198,6 +199,9 @@ func Compare(def *Def, e *Expectation, obs *Observed) []Violation {
 		}
 		if got.Exists && !maps.Equal(got.Spec, want.Spec) {
 			add(RowNeverWritten, "object #%d's spec is %v; the history wrote %v, and opkit never writes it", want.Life, got.Spec, want.Spec)
+		}
+		if got.Pauses != want.Pauses || got.Resumes != want.Resumes {
+			add(RowPause, "object #%d: its handlers recorded paused %d and resumed %d times; the docs promise %d and %d (each pause and each resume recorded once)", want.Life, got.Pauses, got.Resumes, want.Pauses, want.Resumes)
 		}
 		if got.Exists && got.Written != "" {
 			add(RowNeverWritten, "object #%d: opkit wrote to a watched object: %s", want.Life, got.Written)

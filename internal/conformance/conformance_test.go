@@ -28,6 +28,7 @@ var (
 	flagReport   = flag.String("conformance.report", "", "write the report of what was tried to this file (make soak)")
 	flagKinds    = flag.String("conformance.kinds", "", "draw only these kinds of operator, comma-separated: resource, watch; default both")
 	flagSources  = flag.String("conformance.sources", "", "only: play only the cases whose operator has a source; webhook or nats: only those whose source is of that kind; none: draw no source; default: draw some")
+	flagSteps    = flag.String("conformance.steps", "", "play only the cases whose history has one of these steps, comma-separated (pause,resume,crash...); default: every case")
 )
 
 // TestConformance plays generated cases against the engine on the plane
@@ -68,7 +69,7 @@ func TestConformance(t *testing.T) {
 		}
 		caseSeed := seed + i
 		c := conformance.Generate(rand.New(rand.NewPCG(caseSeed, 0)), space)
-		if !drawn(c, *flagSources) {
+		if !drawn(c, *flagSources) || !hasStep(c, *flagSteps) {
 			continue
 		}
 		if d := conformance.Known(c); d != nil && !*flagKnown {
@@ -122,6 +123,20 @@ func drawn(c conformance.Case, sources string) bool {
 		return c.Def.Source != nil && c.Def.Source.Consumed()
 	}
 	return true
+}
+
+// hasStep reports whether c's history has one of the steps named in ops
+// (comma-separated), or ops is "".
+func hasStep(c conformance.Case, ops string) bool {
+	if ops == "" {
+		return true
+	}
+	for op := range strings.SplitSeq(ops, ",") {
+		if slices.ContainsFunc(c.History, func(s conformance.Step) bool { return s.Op == conformance.Op(strings.TrimSpace(op)) }) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestRegressions plays the shrunk case of each defect the model found.

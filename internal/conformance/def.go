@@ -273,6 +273,12 @@ const (
 	// the same id and payload: a replay, as GitHub's Redeliver button
 	// sends.
 	OpDeliverAgain Op = "deliver-again"
+	// OpPause pauses the object's handlers, as opkit pause does: the
+	// annotation opkit.dev/paused, saying who and why.
+	OpPause Op = "pause"
+	// OpResume resumes them, as opkit resume does: the annotation
+	// removed, and opkit.dev/resumed saying who.
+	OpResume Op = "resume"
 )
 
 // Step is one step of a history.

@@ -240,4 +240,39 @@ var Regressions = []Regression{
 			History: []Step{{Op: OpCreate}, {Op: OpStop}, {Op: OpStart}, {Op: OpCrash}},
 		},
 	},
+	{
+		Name:  "a custom resource's pause is recorded once, not again at each engine start, and nothing runs until its resume",
+		Issue: "50 (status.opkit did not keep the pause recorded)",
+		Case: Case{
+			Def: Def{Kind: CustomResource, Handlers: []Handler{h("h1", Behaviour{Write: true}, Create, Update)}},
+			History: []Step{
+				{Op: OpCreate}, {Op: OpPause}, {Op: OpChange, Field: "a"}, {Op: OpStop, Kill: true}, {Op: OpStart},
+				{Op: OpStop}, {Op: OpStart}, {Op: OpResume},
+			},
+		},
+	},
+	{
+		Name:  "a resume recorded by an engine killed in the run it let start is recorded no second time",
+		Issue: "50 (found by the model, seed 1019: the record came before the state that says it was made)",
+		Case: Case{
+			Def:     Def{Kind: CustomResource, Handlers: []Handler{{Name: "h2", On: []Trigger{Resume}, MaxAttempts: 2, Serve: true}}},
+			History: []Step{{Op: OpCreate}, {Op: OpChange, Field: "b"}, {Op: OpPause}, {Op: OpCrash}, {Op: OpResume}, {Op: OpCrash}},
+		},
+	},
+	{
+		Name:  "a watched object paused, then resumed and deleted while no engine ran, gets its delete run",
+		Issue: "50 (the engine judged the gone object by the pause it last saw)",
+		Case: Case{
+			Def:     Def{Kind: Watch, Handlers: []Handler{h("h1", Behaviour{}, Create, Delete)}},
+			History: []Step{{Op: OpCreate}, {Op: OpPause}, {Op: OpStop}, {Op: OpResume}, {Op: OpDelete}, {Op: OpStart}},
+		},
+	},
+	{
+		Name:  "a watched object deleted while paused takes its pause with it: its delete run comes",
+		Issue: "50",
+		Case: Case{
+			Def:     Def{Kind: Watch, Handlers: []Handler{h("h1", Behaviour{}, Create, Delete)}},
+			History: []Step{{Op: OpCreate}, {Op: OpPause}, {Op: OpDelete}},
+		},
+	},
 }

@@ -19,7 +19,8 @@
 // JetStream stream, with handlers on event and an object template that
 // applies the custom resource) and
 // a history (Step: create, change a spec field, change an annotation,
-// delete, opkit retry, a person's decision, stop the engine gracefully or
+// delete, opkit retry, a person's decision, pause the object's handlers
+// and resume them, stop the engine gracefully or
 // with SIGKILL, start it, SIGKILL it during a run, post a delivery to the
 // source or publish it to its stream, post one again), it says which runs must happen — handler,
 // trigger, object life, generation, engine start, state visit or
@@ -97,6 +98,18 @@
 //     its first attempt; the handlers before it that succeeded do not
 //     run again.
 //     Nothing applies the object while it is being deleted.
+//   - Pauses (docs/handlers.md, "Pausing an object's handlers"): nothing
+//     runs for a paused object, a delete run included (a paused custom
+//     resource being deleted keeps opkit's finalizer until it is
+//     resumed); it is still seen (a watched object's changes still
+//     count). The resume runs what came due, once: a resume run of a
+//     start made while paused runs then, and an update is about the
+//     change since the handler last ran. An engine records each pause
+//     and each resume it sees once; a pause undone while no engine ran
+//     is not seen. A watched object that is gone takes its pause with
+//     it: its delete runs come, and its resume is recorded, by opkit
+//     (when it has delete handlers: without, it is forgotten). No
+//     decision is drawn on a paused object.
 //   - A decision is taken once the visit's enter runs are done, which a
 //     handler that gave up does not hold back; were they still not done,
 //     it would be taken or refused at once (a DecisionRefused Event), and
@@ -107,7 +120,8 @@
 // handlers declared after it, and what a later start does with a resume
 // run that gave up). Not modelled yet: operator-wide schedules and the
 // schedule and requeue triggers (they need time to pass on a clock the
-// engine process does not share), related fields, paused objects,
+// engine process does not share), related fields, a whole operator
+// paused, a decision on a paused object,
 // sources other than a webhook and NATS (cloudEvents, githubPoll, kafka:
 // the same contract, but their own senders), a filter that refuses a
 // delivery, a handler's refusal of one, opkit events redeliver, and

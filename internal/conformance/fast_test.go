@@ -32,6 +32,7 @@ func TestFast(t *testing.T) {
 	space.Kinds = []conformance.Kind{conformance.CustomResource}
 	space.States = false
 	space.Sources = false // the miniature engine has no deliveries: they are TestConformance's
+	space.Pauses = false  // nor records of pauses: they are the runner's, not the deciding layer's
 	seed := *flagSeed
 	start := time.Now()
 	n, skipped := 0, 0
@@ -79,6 +80,7 @@ func BenchmarkFast(b *testing.B) {
 	space.Kinds = []conformance.Kind{conformance.CustomResource}
 	space.States = false
 	space.Sources = false // the miniature engine has no deliveries: they are TestConformance's
+	space.Pauses = false  // nor records of pauses: they are the runner's, not the deciding layer's
 	for i := range b.N {
 		c := conformance.Generate(rand.New(rand.NewPCG(uint64(i), 1)), space)
 		if conformance.KnownDecided(c) != nil {

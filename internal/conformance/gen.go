@@ -22,6 +22,9 @@ type Space struct {
 	// stream, with up to two handlers on event, and deliveries (and a
 	// webhook's replays) in its history.
 	Sources bool
+	// Pauses: the history may pause and resume the object's handlers
+	// (opkit pause and opkit resume), while an engine runs or not.
+	Pauses bool
 }
 
 // DefaultSpace is what TestConformance and make soak draw from.
@@ -32,6 +35,7 @@ var DefaultSpace = Space{
 	MaxHandlers: 3,
 	MaxSteps:    8,
 	Sources:     true,
+	Pauses:      true,
 }
 
 // Generate draws a case: a definition, then a history that goes with it
@@ -161,7 +165,15 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 		if l.exists && m.stalled(l) {
 			opts = append(opts, option{3, Step{Op: OpRetry}})
 		}
-		if m.up && l.exists && !l.deleting && l.state == StateAsk {
+		if sp.Pauses && l.exists && !l.deleting && !l.paused {
+			opts = append(opts, option{2, Step{Op: OpPause}})
+		}
+		if l.exists && l.paused {
+			// Resumed, also while it is being deleted: a paused custom
+			// resource keeps opkit's finalizer until then.
+			opts = append(opts, option{4, Step{Op: OpResume}})
+		}
+		if m.up && l.exists && !l.deleting && !l.paused && l.state == StateAsk {
 			opts = append(opts, option{4, Step{Op: OpDecide, Choice: []string{StateDone, StateStart}[r.IntN(2)]}})
 		}
 		if d.Source != nil && (m.up || d.Source.Consumed() && !d.Source.Object) {

@@ -107,6 +107,9 @@ type End struct {
 	// changes an engine saw).
 	Spec map[string]string
 	Gen  int64
+	// Pauses and Resumes are how many times the archive recorded the
+	// object's handlers paused and resumed (handler opkit.pause).
+	Pauses, Resumes int
 	// Written says what the checker found opkit wrote to a watched
 	// object (a label, an annotation, an owner reference, a finalizer, a
 	// status); "" for nothing.
@@ -224,6 +227,11 @@ type life struct {
 	// take it or refuse it at once (DESIGN.md 12), so the state after it
 	// is one of two, and nothing is modelled after it.
 	refusable bool
+	// paused: the object's pause annotation is set. pauseSeen: an engine
+	// recorded the pause (and not its resume since); pauses and resumes
+	// count the records.
+	paused, pauseSeen bool
+	pauses, resumes   int
 }
 
 // handlerState is what a handler has done for a life.
@@ -348,6 +356,10 @@ func (m *model) apply(s Step, held bool) {
 			l.refusable = true
 		}
 		m.move(l, s.Choice)
+	case OpPause:
+		l.paused = true
+	case OpResume:
+		l.paused = false
 	case OpStop:
 		m.up = false
 		return
@@ -517,6 +529,7 @@ func (m *model) handle(d *Delivery, until string) bool {
 // settle runs everything due, one run at a time, until nothing is.
 func (m *model) settle() {
 	m.handleDeliveries()
+	m.seePauses()
 	for {
 		progress := false
 		for i, l := range m.lives {
@@ -541,6 +554,28 @@ func (m *model) settle() {
 			return (h.Fires(Create) || h.Fires(Update)) && l.hs[h.Name].gen < l.gen
 		}) {
 			l.handled = true
+		}
+	}
+}
+
+// seePauses records each object's pause and resume as an engine sees
+// them (docs/handlers.md: "records each pause and each resume once"): a
+// pause and its resume both made while no engine ran are never seen. A
+// watched object that is gone takes its pause with it: its resume is
+// recorded, by opkit, when its delete handlers are to run; a custom
+// resource that is gone leaves nothing to record.
+func (m *model) seePauses() {
+	for _, l := range m.lives {
+		switch {
+		case l.exists && l.paused && !l.pauseSeen:
+			l.pauseSeen = true
+			l.pauses++
+		case l.exists && !l.paused && l.pauseSeen:
+			l.pauseSeen = false
+			l.resumes++
+		case !l.exists && l.pauseSeen && m.def.Kind == Watch && l.deleting && m.hasDelete():
+			l.pauseSeen, l.paused = false, false
+			l.resumes++
 		}
 	}
 }
@@ -578,6 +613,15 @@ func (m *model) deletePending(l *life) bool {
 // meanwhile. One that gave up holds them back until the spec changes or
 // opkit retry.
 func (m *model) step(l *life) bool {
+	if l.paused && l.exists {
+		// Nothing runs for a paused object ("none starts — create,
+		// update, delete, resume or schedule"); it is still seen. One
+		// being deleted keeps opkit's finalizer until it is resumed.
+		if !l.deleting {
+			l.seen, l.seenGen = true, l.gen
+		}
+		return false
+	}
 	if l.deleting {
 		return m.stepDelete(l)
 	}
@@ -815,7 +859,8 @@ func touches(h *Handler, before, after map[string]string) bool {
 func (m *model) expectation() *Expectation {
 	e := &Expectation{Runs: m.runs, Starts: m.starts, Interrupted: m.interrupted, Deliveries: m.deliveries, Answers: m.answers}
 	for _, l := range m.lives {
-		e.Ends = append(e.Ends, End{Life: l.n, Exists: l.exists, Count: l.count, State: l.state, OrRefused: l.refusable, Spec: l.specs[l.gen], Gen: l.gen})
+		e.Ends = append(e.Ends, End{Life: l.n, Exists: l.exists, Count: l.count, State: l.state, OrRefused: l.refusable, Spec: l.specs[l.gen], Gen: l.gen,
+			Pauses: l.pauses, Resumes: l.resumes})
 	}
 	return e
 }

@@ -63,6 +63,8 @@ func TestModelSaysWhatTheDocsPromise(t *testing.T) {
 		want     string
 		count    int
 		exists   bool
+		// pauses and resumes: how many times each is recorded.
+		pauses, resumes int
 	}{
 		{
 			name:     "create once, then an update per generation, each writing count+1",
@@ -163,6 +165,54 @@ func TestModelSaysWhatTheDocsPromise(t *testing.T) {
 			want:     "h1 create gen 1: [Succeeded]\nh1 delete gen 0: [Succeeded]\nh1 create gen 1 #2: [Succeeded]\n",
 			exists:   true,
 		},
+		{
+			name:     "nothing runs for a paused object, across a restart; the resume runs what came due, once, and each is recorded once",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", write, "create", "update")},
+			history:  steps("create", "pause", "change a", "change b", "stop kill", "start", "resume"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 update gen 3: [Succeeded]\n",
+			count:    2, exists: true, pauses: 1, resumes: 1,
+		},
+		{
+			name:     "a paused custom resource being deleted keeps opkit's finalizer until it is resumed",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", ok, "create", "delete")},
+			history:  steps("create", "pause", "delete"),
+			want:     "h1 create gen 1: [Succeeded]\n",
+			exists:   true, pauses: 1,
+		},
+		{
+			name:     "... and its delete run comes with the resume",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", ok, "create", "delete")},
+			history:  steps("create", "pause", "delete", "resume"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 delete gen 0: [Succeeded]\n",
+			pauses:   1, resumes: 1,
+		},
+		{
+			name:     "a pause and its resume while no engine ran are never seen",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", ok, "create", "update")},
+			history:  steps("create", "stop", "pause", "change a", "resume", "start"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 update gen 2: [Succeeded]\n",
+			exists:   true,
+		},
+		{
+			name:     "a watched object paused, resumed and deleted while no engine ran gets its delete run",
+			kind:     watch,
+			handlers: []conformance.Handler{handler("h1", ok, "create", "delete")},
+			history:  steps("create", "pause", "stop", "resume", "delete", "start"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 delete gen 0: [Succeeded]\n",
+			pauses:   1, resumes: 1,
+		},
+		{
+			name:     "a watched object deleted while paused takes its pause with it: its delete run, its resume recorded",
+			kind:     watch,
+			handlers: []conformance.Handler{handler("h1", ok, "create", "delete")},
+			history:  steps("create", "pause", "delete"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 delete gen 0: [Succeeded]\n",
+			pauses:   1, resumes: 1,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := conformance.Case{Def: conformance.Def{Kind: tc.kind, Handlers: tc.handlers}, History: tc.history}
@@ -174,8 +224,8 @@ func TestModelSaysWhatTheDocsPromise(t *testing.T) {
 				t.Errorf("runs:\n%s\nwant:\n%s", got, tc.want)
 			}
 			end := e.Ends[len(e.Ends)-1]
-			if end.Count != tc.count || end.Exists != tc.exists {
-				t.Errorf("end %+v, want count %d, exists %v", end, tc.count, tc.exists)
+			if end.Count != tc.count || end.Exists != tc.exists || end.Pauses != tc.pauses || end.Resumes != tc.resumes {
+				t.Errorf("end %+v, want count %d, exists %v, %d pauses and %d resumes recorded", end, tc.count, tc.exists, tc.pauses, tc.resumes)
 			}
 		})
 	}

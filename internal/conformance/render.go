@@ -25,6 +25,25 @@ const (
 	TouchAnnotation = "conformance.example.com/touched"
 )
 
+// The annotations of opkit pause and opkit resume (v1alpha1's
+// PauseAnnotation and ResumedAnnotation: the model imports nothing of
+// opkit's).
+const (
+	PauseAnnotation   = "opkit.dev/paused"
+	ResumedAnnotation = "opkit.dev/resumed"
+)
+
+// PauseAnnotations are the annotations OpPause or OpResume sets, as opkit
+// pause and opkit resume do (nil removes one): a pause says who and why;
+// a resume removes it and says who resumed.
+func PauseAnnotations(op Op) map[string]any {
+	by := fmt.Sprintf(`{"by":"conformance","reason":"the conformance check %ss","at":"2026-01-01T00:00:00Z"}`, op)
+	if op == OpPause {
+		return map[string]any{PauseAnnotation: by}
+	}
+	return map[string]any{PauseAnnotation: nil, ResumedAnnotation: by}
+}
+
 // ObjectKind is the kind of d's object: its custom resource's, or
 // ConfigMap for a watch.
 func (d *Def) ObjectKind() string {

@@ -14,7 +14,7 @@ import (
 func Rows(c Case) []string {
 	kind := map[Kind]string{CustomResource: "custom resource", Watch: "watched object"}[c.Def.Kind]
 	rows := []string{"runs once, " + kind}
-	var down, crash, retry, decide, write, resume, deliver, again, crashEvent, downDelivery bool
+	var down, crash, retry, decide, write, resume, deliver, again, crashEvent, downDelivery, pause, pauseDown bool
 	stopped := false
 	for i, s := range c.History {
 		switch s.Op {
@@ -34,6 +34,9 @@ func Rows(c Case) []string {
 			retry = true
 		case OpDecide:
 			decide = true
+		case OpPause, OpResume:
+			pause = true
+			pauseDown = pauseDown || stopped
 		case OpCreate, OpChange, OpDelete:
 			if stopped {
 				down = true
@@ -77,6 +80,12 @@ func Rows(c Case) []string {
 	}
 	if crashEvent {
 		rows = append(rows, "events: handled once across a SIGKILL")
+	}
+	if pause {
+		rows = append(rows, "pause: nothing runs, each pause and resume recorded once")
+	}
+	if pauseDown {
+		rows = append(rows, "pause: paused or resumed while no engine ran")
 	}
 	return rows
 }
@@ -139,6 +148,9 @@ func Scenario(c Case) string {
 			fmt.Fprintf(&b, "- delete: {object: %s}\n", ref)
 		case OpRetry:
 			fmt.Fprintf(&b, "- retry: {object: %s}\n", ref)
+		case OpPause, OpResume:
+			p, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": PauseAnnotations(s.Op)}})
+			fmt.Fprintf(&b, "- patch: {object: %s, merge: %s}\n", ref, p)
 		case OpDeliver, OpDeliverAgain:
 			status := 202
 			if s.Op == OpDeliverAgain {

@@ -47,7 +47,15 @@ func Valid(c Case) bool {
 				return false
 			}
 		case OpDecide:
-			if !m.up || !exists || l.deleting || l.state != StateAsk {
+			if !m.up || !exists || l.deleting || l.paused || l.state != StateAsk {
+				return false // a decision on a paused object is not drawn
+			}
+		case OpPause:
+			if !exists || l.deleting || l.paused {
+				return false
+			}
+		case OpResume:
+			if !exists || !l.paused {
 				return false
 			}
 		case OpStop:

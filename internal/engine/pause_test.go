@@ -157,10 +157,20 @@ spec:
 	}
 	t2 := task("t2", "new")
 	create(t, env, t2)
-	pausedAt(t1, 2, true)
+	// A re-run asked while paused waits too (an object's own pause holds
+	// its re-run; so does its operator's).
+	created, err := store.List(t.Context(), archive.Query{Operator: name, Handler: "work", Name: "t1", Trigger: v1alpha1.OnCreate, Limit: 1})
+	if err != nil || len(created.Runs) != 1 {
+		t.Fatalf("t1's create run: %+v, %v", created, err)
+	}
+	askRerun(t, env, t1, v1alpha1.Rerun{Request: "req-paused", Run: created.Runs[0].ID, By: "jane", Reason: "asked while paused"})
+	live = pausedAt(t1, 2, true)
 	pausedAt(t2, 1, true)
 	if got := runs(); len(got) != 1 {
 		t.Fatalf("handlers ran while the operator was paused: %v", got)
+	}
+	if live.GetAnnotations()[v1alpha1.RerunAnnotation] == "" {
+		t.Errorf("t1's re-run request was taken while its operator was paused; want it to wait for the resume")
 	}
 	paused := records(v1alpha1.TriggerPaused)
 	for _, n := range []string{"t1", "t2"} {
@@ -176,7 +186,8 @@ spec:
 
 	// Resumed: what was held back runs, once.
 	annotate(map[string]any{v1alpha1.PauseAnnotation: nil, v1alpha1.ResumedAnnotation: v1alpha1.Pause{By: "joe", Reason: "done"}.Value()})
-	ranAll("the held-back runs after the resume", "t1/update/2", "t2/create/1")
+	ranAll("the held-back runs and the re-run after the resume", "t1/update/2", "t2/create/1", "t1/rerun/2")
+	rerunEvent(t, env, v1alpha1.EventRerunStarted, "req-paused")
 	pausedAt(t1, 2, false)
 	pausedAt(t2, 1, false)
 	eventually(t, 30*time.Second, "the record of the resume removed from the Operator", func(ctx context.Context) (bool, error) {
@@ -196,7 +207,7 @@ spec:
 	if got := records(v1alpha1.TriggerPaused); len(got["t1"]) != 1 || len(got["t2"]) != 1 {
 		t.Errorf("pauses recorded again after the resume: %+v", got)
 	}
-	if got := runs(); len(got) != 3 {
-		t.Errorf("handler runs %v; want t1's create, then t1's update and t2's create once each", got)
+	if got := runs(); len(got) != 4 {
+		t.Errorf("handler runs %v; want t1's create, then t1's update, its re-run and t2's create once each", got)
 	}
 }

@@ -478,6 +478,7 @@ func (r *watchReconciler) gone(ctx context.Context, key types.NamespacedName, ui
 		now := metav1.Now()
 		obj.SetDeletionTimestamp(&now)
 	}
+	run.EndPause(obj)
 	step, err := rn.Step(ctx, obj, definition.Vars{Self: obj.Object})
 	if err != nil {
 		return reconcile.Result{}, false, err

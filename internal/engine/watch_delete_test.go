@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
@@ -307,4 +309,82 @@ spec:
 	cleanUpAll(t, env, "deletes.example.com/v1", "Note")
 	waitGone(t, env, note("down"), 60*time.Second, "the Note deleted while no engine ran gone")
 	check("down")
+}
+
+// TestAWatchedObjectWhosePauseEndedOrWhichWentPausedGetsItsDeleteRun
+// pauses two watched ConfigMaps while the engine runs; while no engine
+// runs, one is resumed, then deleted, and the other deleted still paused.
+// The next engine runs each one's delete handler once: a pause held by a
+// gone object ends with it (nothing is left to resume it), and each
+// object's pause and resume are recorded once, across the restart.
+func TestAWatchedObjectWhosePauseEndedOrWhichWentPausedGetsItsDeleteRun(t *testing.T) {
+	t.Parallel()
+	env := clustertest.New(t)
+	ctx := t.Context()
+	out := filepath.Join(t.TempDir(), "records.jsonl")
+	store := newArchive(t)
+	h := oneHandler{name: "paused", on: "[create, delete]"}
+	op := "paused-" + env.Namespace[len(env.Namespace)-6:]
+	start := func() func() {
+		e, stop := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store})
+		if err := e.Apply(ctx, compileYAML(t, configMapWatch(t, op, env.Namespace, out, h))); err != nil {
+			t.Fatal(err)
+		}
+		return stop
+	}
+	pauseRecords := func(name, trigger string) []archive.Run {
+		t.Helper()
+		runs, err := archive.ListAll(ctx, store, archive.Query{Operator: op, Name: name, Handler: v1alpha1.PauseHandler, Trigger: trigger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return runs
+	}
+	stop := start()
+	names := []string{"resumed", "gone-paused"}
+	for _, name := range names {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace, Name: name, Labels: map[string]string{"watched": h.name}}}
+		create(t, env, cm)
+		waitSucceeded(t, store, op, name, 1, "the create run of "+name)
+		pause := v1alpha1.Pause{By: "jane", Reason: "the registry is down"}.Value()
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.PauseAnnotation: pause}}})
+		if err := env.Client.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, name+"'s pause recorded", func(context.Context) (bool, error) {
+			return len(pauseRecords(name, v1alpha1.TriggerPaused)) == 1, nil
+		})
+	}
+	stop()
+	// While no engine runs: one resumed, then both deleted.
+	resume, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		v1alpha1.PauseAnnotation: nil, v1alpha1.ResumedAnnotation: v1alpha1.Pause{By: "joe"}.Value()}}})
+	if err := env.Client.Patch(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace, Name: "resumed"}}, client.RawPatch(types.MergePatchType, resume)); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if err := env.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace, Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start()
+	for _, name := range names {
+		runs := objectRuns(t, store, op, name, "the new engine done with "+name)
+		var got []string
+		for _, r := range runs {
+			if r.Handler != v1alpha1.PauseHandler {
+				got = append(got, r.Trigger+"/"+string(r.Outcome))
+			}
+		}
+		if want := []string{"create/Succeeded", "delete/Succeeded"}; !slices.Equal(got, want) {
+			t.Errorf("%s's handler runs %v; want %v: its delete run once, after the restart", name, got, want)
+		}
+		if n := len(pauseRecords(name, v1alpha1.TriggerPaused)); n != 1 {
+			t.Errorf("%s's pause recorded %d times; want once, across the restart", name, n)
+		}
+		resumed := pauseRecords(name, v1alpha1.TriggerResumed)
+		if len(resumed) != 1 || resumed[0].Actor != "opkit" {
+			t.Errorf("%s's resume records %+v; want one, by opkit (the object went with its pause)", name, resumed)
+		}
+	}
 }

@@ -46,19 +46,19 @@ func (rn *Runner) pauseChanged(ctx context.Context, cr *unstructured.Unstructure
 		switch {
 		case st.Paused == "" || now != "" && (wasOperator || paused):
 		case wasOperator:
-			rn.recordPause(ctx, cr, v1alpha1.TriggerResumed, v1alpha1.ReadRequest(op.resumed), rn.def.Operator.Name)
+			rn.recordPause(ctx, cr, st, v1alpha1.TriggerResumed, v1alpha1.ReadRequest(op.resumed), rn.def.Operator.Name)
 		default:
 			var p v1alpha1.Pause
 			if hasResumed {
 				p = v1alpha1.ReadRequest(resumed)
 			}
-			rn.recordPause(ctx, cr, v1alpha1.TriggerResumed, p, "")
+			rn.recordPause(ctx, cr, st, v1alpha1.TriggerResumed, p, "")
 		}
 		switch {
 		case paused:
-			rn.recordPause(ctx, cr, v1alpha1.TriggerPaused, v1alpha1.ReadRequest(value), "")
+			rn.recordPause(ctx, cr, st, v1alpha1.TriggerPaused, v1alpha1.ReadRequest(value), "")
 		case now != "":
-			rn.recordPause(ctx, cr, v1alpha1.TriggerPaused, v1alpha1.ReadRequest(op.value), rn.def.Operator.Name)
+			rn.recordPause(ctx, cr, st, v1alpha1.TriggerPaused, v1alpha1.ReadRequest(op.value), rn.def.Operator.Name)
 		}
 	}
 	st.Paused = now
@@ -73,6 +73,24 @@ func (rn *Runner) pauseChanged(ctx context.Context, cr *unstructured.Unstructure
 	rn.mem.Record(cr.DeepCopy())
 	res.Wrote = true
 	return nil
+}
+
+// EndPause ends the object's own pause on obj, the last state kept of a
+// watched object that is gone: nothing is left to resume it, and the
+// pause kept may have ended before it went (resumed, then deleted, while
+// no engine ran). Its delete handlers run, and its resume is recorded
+// once, by opkit, saying why. Its operator's pause still holds them until
+// the operator is resumed. (A watched object held by opkit's finalizer is
+// not gone: its pause holds until a person resumes it.)
+func EndPause(obj *unstructured.Unstructured) {
+	annotations := obj.GetAnnotations()
+	if _, paused := annotations[v1alpha1.PauseAnnotation]; !paused {
+		return
+	}
+	delete(annotations, v1alpha1.PauseAnnotation)
+	annotations[v1alpha1.ResumedAnnotation] = v1alpha1.Pause{By: "opkit",
+		Reason: "the object is gone, and its pause with it (nothing is left to resume): its delete handlers run"}.Value()
+	obj.SetAnnotations(annotations)
 }
 
 // RemoveAnnotationPatch is a JSON patch removing the annotation name
@@ -179,7 +197,18 @@ func (rn *Runner) WaitResumed(ctx context.Context) bool {
 // names the operator when the pause is its Operator's, of all its objects;
 // "" for the object's own. An archive that cannot record it is reported
 // in a Warning Event; the pause itself holds.
-func (rn *Runner) recordPause(ctx context.Context, cr *unstructured.Unstructured, trigger string, p v1alpha1.Pause, operator string) {
+//
+// Each record has a key, <life>/pause/<n>, n counting the object's
+// records (st.PauseRecords): one that the archive holds already was made
+// by an engine killed before it wrote st, and is not made again, nor its
+// Event posted. The record and st are not written at once, so that the
+// key, not the order of the writes, makes each recorded once.
+func (rn *Runner) recordPause(ctx context.Context, cr *unstructured.Unstructured, st *cause.State, trigger string, p v1alpha1.Pause, operator string) {
+	st.PauseRecords++
+	key := fmt.Sprintf("%s/pause/%d", st.Life(cr.GetUID()), st.PauseRecords)
+	if done, err := rn.archive.Succeeded(ctx, key); err == nil && done {
+		return
+	}
 	by := p.By
 	if by == "" {
 		by = "someone (the annotation " + v1alpha1.PauseAnnotation + " names nobody)"
@@ -196,6 +225,7 @@ func (rn *Runner) recordPause(ctx context.Context, cr *unstructured.Unstructured
 		sentence += ": " + p.Reason
 	}
 	r := actionRecord(rn.def.Operator.Name, cr, v1alpha1.PauseHandler, "pause", trigger, p.By)
+	r.Key = key
 	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, strings.ToUpper(what[:1])+what[1:], runAction(r.ID), "%s (run %s)", sentence, rn.runRef(r.ID))
 	log := sentence
 	if p.At != "" {

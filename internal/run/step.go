@@ -149,9 +149,11 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		if res.Requeue == 0 || res.Requeue > time.Second {
 			res.Requeue = time.Second
 		}
-	} else if _, paused := cr.GetAnnotations()[v1alpha1.PauseAnnotation]; !paused && cr.GetDeletionTimestamp() == nil {
+	} else if _, paused := cr.GetAnnotations()[v1alpha1.PauseAnnotation]; !paused && !opPause.paused && cr.GetDeletionTimestamp() == nil {
 		// A person's request to run a handler again comes before what is
-		// due: the object is free now. Paused, it waits.
+		// due: the object is free now. Paused, on its own or with its
+		// whole operator, it waits (docs/handlers.md: no handler of any
+		// of its objects starts).
 		p, wrote, err := rn.rerunRequested(ctx, cr, st, vars, subject)
 		if err != nil {
 			return nil, err

@@ -143,17 +143,19 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 			cr = WithStatus(cr, d.status)
 		}
 	}
+	// Paused on its own or with its whole operator: no handler starts, a
+	// re-run included (docs/handlers.md).
+	_, ownPause := cr.GetAnnotations()[v1alpha1.PauseAnnotation]
+	paused := ownPause || opPause.paused
 	if _, asked := cr.GetAnnotations()[v1alpha1.RerunAnnotation]; asked && res.deferred != nil {
 		// A re-run request waits for the next step: this one may yet be
 		// undone (StatusRefused), and the request with it.
 		if res.Requeue == 0 || res.Requeue > time.Second {
 			res.Requeue = time.Second
 		}
-	} else if _, paused := cr.GetAnnotations()[v1alpha1.PauseAnnotation]; !paused && !opPause.paused && cr.GetDeletionTimestamp() == nil {
+	} else if !paused && cr.GetDeletionTimestamp() == nil {
 		// A person's request to run a handler again comes before what is
-		// due: the object is free now. Paused, on its own or with its
-		// whole operator, it waits (docs/handlers.md: no handler of any
-		// of its objects starts).
+		// due: the object is free now. Paused, it waits.
 		p, wrote, err := rn.rerunRequested(ctx, cr, st, vars, subject)
 		if err != nil {
 			return nil, err
@@ -167,11 +169,10 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 
 	in := cause.Input{Handlers: rn.def.Handlers, Object: cr, State: st, Now: rn.clock.Now(), Started: rn.started, Related: vars.Related, Subject: subject,
 		Visit: visitOf(rn.def.States, vars.Self)} // vars.Self: a new object's initial state too
-	_, in.Paused = cr.GetAnnotations()[v1alpha1.PauseAnnotation]
-	if !in.Paused && opPause.paused {
+	in.Paused = paused
+	if !ownPause && opPause.paused {
 		p := v1alpha1.ReadRequest(opPause.value)
 		res.OperatorPause = &p
-		in.Paused = true
 	}
 	in.When = rn.whenValues(cr, vars)
 	d := cause.Decide(in)

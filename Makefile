@@ -7,7 +7,11 @@ GO                     ?= go
 BIN                    := $(CURDIR)/bin
 OPKIT                  := $(BIN)/opkit
 GOLANGCI_LINT_VERSION  := v2.15.0
-GOLANGCI_LINT          := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+# opkit's cache on this machine (devcluster.DefaultCacheDir: the plane's
+# binaries are there too): golangci-lint is built once a machine, not once
+# a checkout (some minutes of CPU with an empty build cache).
+OPKIT_CACHE_DIR        ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/opkit
+GOLANGCI_LINT          := $(OPKIT_CACHE_DIR)/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # go test's timeout per package binary; integration packages start a plane.
 TEST_TIMEOUT           ?= 30m
 # The machine's cores, which the test run is sized from.
@@ -24,6 +28,11 @@ SCENARIOS_P            ?= $(CORES)
 # condition ends costs nothing more; only a failing test waits the longer.
 OPKIT_TEST_TIMEOUT_SCALE ?= 3
 export OPKIT_TEST_TIMEOUT_SCALE
+# A binary built with the race detector sleeps a second at its exit
+# (atexit_sleep_ms): each test binary, and each engine or helper process a
+# test starts from its own binary, need not (clustertest.Exit says more).
+GORACE                 ?= atexit_sleep_ms=0
+export GORACE
 # The packages whose tests take longest, started first (go test starts
 # them in the order given; ./... adds the rest once each), so that none of
 # them starts last and finishes alone.
@@ -190,9 +199,9 @@ fmt: $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) fmt ./...
 
 $(GOLANGCI_LINT):
-	@mkdir -p $(BIN)/.install
-	GOBIN=$(BIN)/.install $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
-	mv $(BIN)/.install/golangci-lint $@
+	@mkdir -p $(@D)/.install-$(GOLANGCI_LINT_VERSION)
+	GOBIN=$(@D)/.install-$(GOLANGCI_LINT_VERSION) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(@D)/.install-$(GOLANGCI_LINT_VERSION)/golangci-lint $@
 
 clean:
 	-$(OPKIT) cluster stop 2>/dev/null

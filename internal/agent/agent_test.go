@@ -37,9 +37,9 @@ func TestMain(m *testing.M) {
 		})
 		if err != nil {
 			_, _ = os.Stderr.WriteString(err.Error() + "\n")
-			os.Exit(1)
+			clustertest.Exit(1)
 		}
-		os.Exit(0)
+		clustertest.Exit(0)
 	}
 	clustertest.Main(m)
 }

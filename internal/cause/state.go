@@ -251,15 +251,22 @@ func (st *State) WriteTo(own map[string]any) {
 // spec, once every create and update handler of hs is done with g.
 func (st *State) AdvanceHandled(hs []*definition.Handler, g int64, spec map[string]any) {
 	defer st.prune(hs)
-	if st.Handled != nil && st.Handled.Generation >= g {
+	if st.Handled != nil && st.Handled.Generation >= g || st.Pending(hs, g) != nil {
 		return
 	}
+	st.Handled = &Handled{Generation: g, Spec: spec}
+}
+
+// Pending returns the first create or update handler of hs not done with
+// generation g yet (its run for it has not succeeded, and the change to it
+// was not found to be none of its business), or nil when every one is.
+func (st *State) Pending(hs []*definition.Handler, g int64) *definition.Handler {
 	for _, h := range hs {
-		if (h.Fires(v1alpha1.OnCreate) || h.Fires(v1alpha1.OnUpdate)) && st.Of(h.Name).Generation < g {
-			return
+		if (h.Fires(v1alpha1.OnCreate) || h.Fires(v1alpha1.OnUpdate)) && st.of(h.Name).Generation < g {
+			return h
 		}
 	}
-	st.Handled = &Handled{Generation: g, Spec: spec}
+	return nil
 }
 
 // done records that h is done with generation g, whose spec (a watched

@@ -44,9 +44,9 @@ const (
 func TestMain(m *testing.M) {
 	switch {
 	case os.Getenv(recorderEnv) == "1":
-		os.Exit(runRecorder(os.Args[1:]))
+		clustertest.Exit(runRecorder(os.Args[1:]))
 	case os.Getenv(engineEnv) != "":
-		os.Exit(runEngine(os.Getenv(engineEnv), os.Getenv(namespaceEnv)))
+		clustertest.Exit(runEngine(os.Getenv(engineEnv), os.Getenv(namespaceEnv)))
 	}
 	clustertest.Main(m)
 }

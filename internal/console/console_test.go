@@ -33,7 +33,7 @@ const handlerEnv = "OPKIT_CONSOLE_TEST_HANDLER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(handlerEnv) != "" {
-		os.Exit(handler())
+		clustertest.Exit(handler())
 	}
 	clustertest.Main(m)
 }

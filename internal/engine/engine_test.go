@@ -21,19 +21,19 @@ import (
 
 func TestMain(m *testing.M) {
 	if os.Getenv(handlerEnv) == "1" {
-		os.Exit(testHandler())
+		clustertest.Exit(testHandler())
 	}
 	if os.Getenv(jobHandlerEnv) == "1" {
-		os.Exit(testJobHandler())
+		clustertest.Exit(testJobHandler())
 	}
 	if os.Getenv(eventHandlerEnv) == "1" {
-		os.Exit(testEventHandler())
+		clustertest.Exit(testEventHandler())
 	}
 	if os.Getenv(counterHandlerEnv) == "1" {
-		os.Exit(testCounterHandler())
+		clustertest.Exit(testCounterHandler())
 	}
 	if mode := os.Getenv(admissionHandlerEnv); mode != "" {
-		os.Exit(testAdmissionHandler(mode))
+		clustertest.Exit(testAdmissionHandler(mode))
 	}
 	// Four tests at a time: each runs an engine of its own namespace, and
 	// waits most of its time (for a handler, a retry, the plane).

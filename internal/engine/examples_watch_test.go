@@ -161,7 +161,7 @@ func running(t *testing.T, store *archive.SQLite) bool {
 }
 
 // TestCalendarExampleRunsEachSlotOnce runs examples/calendar with its
-// 30-second tick made a 2-second one: over 10 seconds it runs 5 times, once
+// 30-second tick made a 2-second one: over 10 seconds or more it runs once
 // per slot, each slot a multiple of 2 seconds since the epoch, with a key
 // of its own and the slot in its binding context. A slot is skipped only
 // when the run before it was still going when the slot after it came due
@@ -236,8 +236,11 @@ func TestCalendarExampleRunsEachSlotOnce(t *testing.T) {
 	run(10 * time.Second)
 	first := slots()
 	period := int64(every / time.Second)
-	if n := len(first); n == 0 || (first[n-1]-first[0])/period+1 < 4 || (first[n-1]-first[0])/period+1 > 6 {
-		t.Errorf("slots %v in 10 seconds; want 5±1 slots from the first to the last, one per 2 seconds", first)
+	// At least 4 slots from the first to the last; more when a run in
+	// flight at the 10 seconds' end kept the engine on (run waits for
+	// it), which the slots' gaps below account for one by one.
+	if n := len(first); n == 0 || (first[n-1]-first[0])/period+1 < 4 {
+		t.Errorf("slots %v in 10 seconds or more; want at least 4 from the first to the last, one per 2 seconds", first)
 	}
 	for i := 1; i < len(first); i++ {
 		prev, gap := first[i-1], first[i]-first[i-1]

@@ -193,7 +193,7 @@ func testHandlerRun(dec *json.Decoder) int {
 	case "chatty":
 		// Writes 1.25 MiB of log (a quarter more than the archive's 1 MiB
 		// cap), the cause of its failure last, in 256 KiB writes: a line
-		// a write took longer than its 6 s timeout on a loaded machine,
+		// a write took longer than a 6 s timeout on a loaded machine,
 		// and so did 3 MiB in 64 KiB writes with make test's packages
 		// beside it.
 		w := bufio.NewWriterSize(os.Stderr, 256<<10)
@@ -232,7 +232,7 @@ func testHandlerRun(dec *json.Decoder) int {
 		fmt.Println(`{"status": {"recorded": 5}}`)
 		return 0
 	case "slow":
-		time.Sleep(2 * time.Second) // the handler's timeout is 6s
+		time.Sleep(2 * time.Second) // the handler's timeout is at least 6s
 	case "sleepfirst":
 		// The first run sleeps, to be interrupted; a run with a key seen
 		// before ends at once.
@@ -248,6 +248,13 @@ func testHandlerRun(dec *json.Decoder) int {
 	fmt.Printf(`{"status": {"recorded": %q}, "events": [{"reason": "Recorded", "message": "recorded %s"}]}`+"\n", ctx.Object.Spec.Text, ctx.Trigger)
 	return 0
 }
+
+// taskTimeout is the Task operator's handlers' timeout: 6s on a quiet
+// machine, which a hanging handler's test waits three times for, and
+// longer by the tests' wait factor (clustertest.Scaled) on a loaded one,
+// where a handler process of this race-built binary, started with others
+// beside it, took more than 6s to print its result.
+func taskTimeout() time.Duration { return clustertest.Scaled(6 * time.Second).Round(time.Second) }
 
 // tasksOperator writes the Task operator, whose handlers run this test
 // binary, and returns its path and the record file.
@@ -301,7 +308,7 @@ spec:
   - name: work
     on: [create, update]
     fields: [spec.text, spec.mode]
-    timeout: 6s
+    timeout: ` + taskTimeout().String() + `
     retry: {maxAttempts: 3, initialDelay: 400ms, maxDelay: 10s, factor: 2, jitter: 0}
     ` + work + `
   - name: goodbye
@@ -811,7 +818,7 @@ func TestBrokenHandlerOutputFailsOnlyItsRun(t *testing.T) {
 		"notjson":     "output is not a JSON result",
 		"huge":        "stdout exceeded the 1048576-byte limit",
 		"signal":      "killed by signal killed",
-		"hang":        "timed out after 6s; its process group was killed",
+		"hang":        fmt.Sprintf("timed out after %v; its process group was killed", taskTimeout()),
 		"reserved":    "status.observedGeneration is written by opkit and cannot be set by a handler",
 		"badstatus":   "status.summary is operator tasks's status field (spec.status), which opkit writes from its expression at each reconcile: a handler cannot set it",
 		"chatty":      "exit status 1: boom: the real cause",
@@ -1001,8 +1008,8 @@ func TestHandledTasksCauseNoWrites(t *testing.T) {
 	env := clustertest.New(t)
 	file, out := tasksOperator(t)
 	// Thirty handler processes at once on a loaded machine may take longer
-	// than the 6s the timeout tests need: a run timed out is retried, a
-	// second run this test does not look for.
+	// than the timeout the timeout tests need: a run timed out is retried,
+	// a second run this test does not look for.
 	widenTimeout(t, file)
 	cfg := rest.CopyConfig(env.Config)
 	counter := &writeCounter{}
@@ -1052,10 +1059,11 @@ func widenTimeout(t *testing.T, file string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(data, []byte("timeout: 6s")) {
-		t.Fatalf("%s has no timeout: 6s to widen", file)
+	was := []byte("timeout: " + taskTimeout().String())
+	if !bytes.Contains(data, was) {
+		t.Fatalf("%s has no %s to widen", file, was)
 	}
-	if err := os.WriteFile(file, bytes.ReplaceAll(data, []byte("timeout: 6s"), []byte("timeout: 60s")), 0o644); err != nil {
+	if err := os.WriteFile(file, bytes.ReplaceAll(data, was, []byte("timeout: 60s")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

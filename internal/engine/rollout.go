@@ -45,8 +45,10 @@ import (
 // objects in memory, so that a restart finds them where it left them.
 //
 // An object is healthy when it has been reconciled by To
-// (status.opkit.definition), is Ready, and is neither Degraded nor
-// Stalled, and no handler of it has failed since its last success. The
+// (status.opkit.definition), is Ready, is neither Degraded nor Stalled,
+// every create and update handler of To is done with its generation (a
+// handler still running holds the step: its outcome is not known), and
+// no handler of it has failed since its last success. The
 // next step waits until every moved object has been healthy for settle;
 // a moved object Degraded, Stalled or with a failed handler pauses the
 // rollout until a person continues (that object then pauses it no more
@@ -688,6 +690,11 @@ func (ro *rollout) objectHealth(ctx context.Context, key types.NamespacedName, h
 		if hs := st.Handlers[name]; hs.Attempt > 0 {
 			return fmt.Sprintf("handler %s failed (%d attempts since its last success)", name, hs.Attempt), ""
 		}
+	}
+	if h := st.Pending(ro.def.Handlers, cr.GetGeneration()); h != nil {
+		// Its run has not ended yet (a handler slower than settle, or
+		// waiting for a slot): healthy is judged on its outcome.
+		return "", fmt.Sprintf("handler %s not done with generation %d yet", h.Name, cr.GetGeneration())
 	}
 	if c := meta.FindStatusCondition(conds, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
 		msg := "not Ready"

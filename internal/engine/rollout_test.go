@@ -362,6 +362,62 @@ func TestARolloutRunsANewHandlerOnlyForTheObjectsItMoved(t *testing.T) {
 	})
 }
 
+// TestAHandlerSlowerThanSettleHoldsTheStepUntilItsRunEnds: the canary's
+// new handler takes longer than settle; the next step is not taken while
+// its run is under way (its outcome, not its start, is what the step is
+// judged on), and is once it has succeeded. On a loaded machine a run
+// waiting to start was taken for a healthy canary, and the rollout moved
+// every object past a handler that then failed.
+func TestAHandlerSlowerThanSettleHoldsTheStepUntilItsRunEnds(t *testing.T) {
+	t.Parallel()
+	env := clustertest.New(t)
+	e := startEngine(t, env)
+	ctx := t.Context()
+	canaryFirst := strings.Replace(pagesV1, "steps: [{count: 2}, {percent: 50}]", "steps: [{selector: {matchLabels: {canary: \"yes\"}}}]", 1)
+	if err := e.Apply(ctx, compileYAML(t, canaryFirst)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		p := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "rollout.example.com/v1", "kind": "Page",
+			"metadata": map[string]any{"name": fmt.Sprintf("page%d", i), "namespace": env.Namespace},
+			"spec":     map[string]any{"text": "hello"},
+		}}
+		if i == 1 {
+			p.SetLabels(map[string]string{"canary": "yes"})
+		}
+		create(t, env, p)
+	}
+	waitConfigMapData(t, env, "page1-content", "the canary's ConfigMap", map[string]string{"definition": "one"})
+
+	out := filepath.Join(t.TempDir(), "runs")
+	withHandler := canaryFirst + fmt.Sprintf(`  handlers:
+  - name: announce
+    on: [create]
+    timeout: 1m
+    %s
+`, recorderExec(t, out, "SLEEP=8s"))
+	if err := e.Apply(ctx, compileYAML(t, withHandler)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the canary's announce run started", func(context.Context) (bool, error) {
+		return len(readLines[record](t, out)) > 0, nil
+	})
+	// settle is 2s: the step would have been taken by now, were a run
+	// under way taken for a healthy canary.
+	time.Sleep(5 * time.Second)
+	r := waitRollout(t, env, 10*time.Second, "the rollout", func(*v1alpha1.RolloutStatus) bool { return true })
+	if r.Status.MovedCount != 1 || !strings.Contains(r.Status.Reason, "/page1: handler announce not done with generation 1 yet") {
+		t.Errorf("while the canary's run is under way: %d moved, %q; want 1, waiting for page1's handler announce", r.Status.MovedCount, r.Status.Reason)
+	}
+	if recs := readLines[record](t, out); len(recs) != 1 || recs[0].Name != "page1" {
+		t.Errorf("announce runs %+v; want the canary's alone", recs)
+	}
+	waitRollout(t, env, time.Minute, "the rollout complete once the canary's run succeeded", func(s *v1alpha1.RolloutStatus) bool {
+		return s.Phase == v1alpha1.RolloutComplete
+	})
+}
+
 // TestAnObjectWaitingForAPersonTakesTheDecisionOnItsOwnDefinition: two
 // Parcels wait for a person; a definition that adds an enter handler of
 // the state they go to rolls out to the first alone (settle holds the

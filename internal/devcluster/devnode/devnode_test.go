@@ -39,13 +39,13 @@ func TestMain(m *testing.M) {
 		return
 	}
 	if len(os.Args) > 1 && os.Args[1] == "agent" {
-		os.Exit(agentStandIn(os.Args[2:]))
+		clustertest.Exit(agentStandIn(os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "probe" {
-		os.Exit(probe(os.Args[2:]))
+		clustertest.Exit(probe(os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
-		os.Exit(probe(os.Args[1:]))
+		clustertest.Exit(probe(os.Args[1:]))
 	}
 	// Tokens renewed within seconds, for TestAPodReachesServicesByNameAndTheAPIAsItsServiceAccountWithRenewedTokens.
 	devnode.RenewTokensAfter(3 * time.Second)

@@ -62,7 +62,7 @@ const asOpkit = "OPKIT_TEST_AS_OPKIT"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(asOpkit) == "1" {
-		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+		clustertest.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	clustertest.Main(m)
 }

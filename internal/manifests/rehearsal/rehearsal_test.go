@@ -72,7 +72,7 @@ var (
 // binary.
 func TestMain(m *testing.M) {
 	if filepath.Base(os.Args[0]) == "opkit" {
-		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+		clustertest.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(run(m))
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -183,8 +184,38 @@ func (ch *checker) apply(s conformance.Step) {
 		ch.start()
 	case conformance.OpDeliver, conformance.OpDeliverAgain:
 		ch.deliver(s)
+	case conformance.OpRerun:
+		ch.rerun(s)
 	default:
 		t.Fatalf("the checker cannot play %s yet", s)
+	}
+}
+
+// rerun writes a re-run request for the newest create or update run of
+// the step's handler for the object, as opkit rerun does: the annotation
+// over the resourceVersion read.
+func (ch *checker) rerun(s conformance.Step) {
+	t := ch.t
+	ctx := context.WithoutCancel(t.Context())
+	runs, err := archive.ListAll(ctx, ch.store, archive.Query{UID: string(ch.lives[len(ch.lives)-1]), Handler: s.Handler})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(runs, func(r archive.Run) bool { return r.Trigger == v1alpha1.OnCreate || r.Trigger == v1alpha1.OnUpdate })
+	if i < 0 {
+		// A shrunk history may ask for a run it no longer makes: the
+		// model asks for nothing then.
+		t.Logf("%s: the archive has no create or update run of %s for the object: nothing asked", s, s.Handler)
+		return
+	}
+	obj := ch.object()
+	if err := ch.env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	req := v1alpha1.Rerun{Request: archive.NewID(now), Run: runs[i].ID, SameInput: s.SameInput, Reason: "the conformance check asks", By: "conformance", At: now.Format(time.RFC3339)}
+	if err := ch.env.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, req.Patch(obj.GetResourceVersion()))); err != nil {
+		t.Fatalf("%s: %v", s, err)
 	}
 }
 
@@ -430,6 +461,11 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 		if _, resumed := obj.GetAnnotations()[v1alpha1.ResumedAnnotation]; resumed && ch.c.Def.Kind == conformance.CustomResource {
 			return "", nil // the engine removes it once it recorded the resume
 		}
+		if _, rerun := obj.GetAnnotations()[v1alpha1.RerunAnnotation]; rerun && ch.c.Def.Kind == conformance.CustomResource && obj.GetDeletionTimestamp() == nil {
+			if _, paused := obj.GetAnnotations()[v1alpha1.PauseAnnotation]; !paused {
+				return "", nil // the engine removes it once it took it
+			}
+		}
 		if _, waits := obj.GetAnnotations()[v1alpha1.DecisionAnnotation]; waits {
 			// Taken or refused at once: give it a few seconds, then the
 			// comparison says it waited.
@@ -655,6 +691,10 @@ func (ch *checker) observe() *conformance.Observed {
 				s.ID.Gen, _ = strconv.ParseInt(parts[1], 10, 64)
 			}
 		}
+		if s.ID.Trigger == conformance.Rerun && len(parts) >= 5 {
+			// <uid>/<gen>/<handler>/rerun/<n>
+			s.ID.Rerun, _ = strconv.Atoi(parts[len(parts)-1])
+		}
 		switch s.ID.Trigger {
 		case conformance.Resume:
 			s.ID.Start = ch.starts[r.Engine]
@@ -724,7 +764,7 @@ func untouched(obj *unstructured.Unstructured) string {
 		}
 	}
 	for k := range obj.GetAnnotations() {
-		if k != conformance.TouchAnnotation && k != v1alpha1.RetryAnnotation && k != v1alpha1.PauseAnnotation && k != v1alpha1.ResumedAnnotation {
+		if k != conformance.TouchAnnotation && k != v1alpha1.RetryAnnotation && k != v1alpha1.PauseAnnotation && k != v1alpha1.ResumedAnnotation && k != v1alpha1.RerunAnnotation {
 			found = append(found, "annotation "+k)
 		}
 	}

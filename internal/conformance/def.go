@@ -33,6 +33,9 @@ const (
 	// Event: a handler on the deliveries of the operator's source
 	// (docs/events.md). It has no other trigger.
 	Event Trigger = "event"
+	// Rerun: a run a person asked for again (opkit rerun); no handler's
+	// on: names it.
+	Rerun Trigger = "rerun"
 )
 
 // Behaviour is what a handler's program does with each run, the same for
@@ -279,6 +282,11 @@ const (
 	// OpResume resumes them, as opkit resume does: the annotation
 	// removed, and opkit.dev/resumed saying who.
 	OpResume Op = "resume"
+	// OpRerun asks, as opkit rerun does (the annotation opkit.dev/rerun),
+	// for the last create or update run of handler Handler for the
+	// object to run again: with the object as it is then, or with
+	// SameInput, the binding context the run got.
+	OpRerun Op = "rerun"
 )
 
 // Step is one step of a history.
@@ -295,8 +303,11 @@ type Step struct {
 	Delivery int
 	// Handler is, for an OpCrash after an OpDeliver, the handler on event
 	// whose first run the SIGKILL comes in: those declared before it run
-	// first. "" for the first.
+	// first. "" for the first. For an OpRerun, the handler whose run is
+	// asked for again.
 	Handler string
+	// SameInput is OpRerun's --same-input.
+	SameInput bool
 }
 
 func (s Step) String() string {
@@ -316,6 +327,11 @@ func (s Step) String() string {
 		if s.Handler != "" {
 			return "crash in " + s.Handler
 		}
+	case OpRerun:
+		if s.SameInput {
+			return "rerun " + s.Handler + " --same-input"
+		}
+		return "rerun " + s.Handler
 	}
 	return string(s.Op)
 }

@@ -275,4 +275,31 @@ var Regressions = []Regression{
 			History: []Step{{Op: OpCreate}, {Op: OpPause}, {Op: OpDelete}},
 		},
 	},
+	{
+		Name:  "a watched object's run asked for again twice runs twice, each re-run with a key of its own",
+		Issue: "50 (opkit rerun refused a watched object's second request for good)",
+		Case: Case{
+			Def:     Def{Kind: Watch, Handlers: []Handler{h("h1", Behaviour{}, Create, Update)}},
+			History: []Step{{Op: OpCreate}, {Op: OpRerun, Handler: "h1"}, {Op: OpChange, Field: "a"}, {Op: OpRerun, Handler: "h1", SameInput: true}, {Op: OpRerun, Handler: "h1"}},
+		},
+	},
+	{
+		Name:  "a re-run of a key retried since its first re-run gets a key no earlier re-run had",
+		Issue: "50 (found by the model: a re-run's number counted the re-runs of the attempt asked for, not of its key)",
+		Case: Case{
+			Def:     Def{Kind: CustomResource, Handlers: []Handler{h("h1", Behaviour{Fail: 1, Permanent: true}, Create)}},
+			History: []Step{{Op: OpCreate}, {Op: OpRerun, Handler: "h1"}, {Op: OpRetry}, {Op: OpRerun, Handler: "h1"}},
+		},
+	},
+	{
+		Name:  "a re-run asked while paused, and while no engine ran, waits, then comes before what came due",
+		Issue: "50",
+		Case: Case{
+			Def: Def{Kind: CustomResource, Handlers: []Handler{h("h1", Behaviour{Write: true}, Create, Update)}},
+			History: []Step{
+				{Op: OpCreate}, {Op: OpPause}, {Op: OpRerun, Handler: "h1", SameInput: true}, {Op: OpChange, Field: "a"}, {Op: OpResume},
+				{Op: OpStop, Kill: true}, {Op: OpRerun, Handler: "h1"}, {Op: OpChange, Field: "b"}, {Op: OpStart},
+			},
+		},
+	},
 }

@@ -110,6 +110,16 @@
 //     it: its delete runs come, and its resume is recorded, by opkit
 //     (when it has delete handlers: without, it is forgotten). No
 //     decision is drawn on a paused object.
+//   - Re-runs (docs/handlers.md, "opkit rerun"): of a handler's last
+//     create or update run for the object, one request at a time. The
+//     next step of the object takes it, before what is due (a paused
+//     object's at its resume; one deleted first never does): one run,
+//     trigger rerun, key <key>/rerun/<n> with n counting the key's
+//     re-runs, not retried (a failure is GaveUp), changing none of the
+//     handler's records; it sees the object as it is then, or with
+//     --same-input the one its run saw, and a result that writes status
+//     writes it. No SIGKILL is drawn in a re-run: one cut is Cancelled
+//     and not run again (its request was taken).
 //   - A decision is taken once the visit's enter runs are done, which a
 //     handler that gave up does not hold back; were they still not done,
 //     it would be taken or refused at once (a DecisionRefused Event), and

@@ -33,6 +33,7 @@ func TestFast(t *testing.T) {
 	space.States = false
 	space.Sources = false // the miniature engine has no deliveries: they are TestConformance's
 	space.Pauses = false  // nor records of pauses: they are the runner's, not the deciding layer's
+	space.Reruns = false  // nor re-runs: they are the runner's too
 	seed := *flagSeed
 	start := time.Now()
 	n, skipped := 0, 0
@@ -81,6 +82,7 @@ func BenchmarkFast(b *testing.B) {
 	space.States = false
 	space.Sources = false // the miniature engine has no deliveries: they are TestConformance's
 	space.Pauses = false  // nor records of pauses: they are the runner's, not the deciding layer's
+	space.Reruns = false  // nor re-runs: they are the runner's too
 	for i := range b.N {
 		c := conformance.Generate(rand.New(rand.NewPCG(uint64(i), 1)), space)
 		if conformance.KnownDecided(c) != nil {

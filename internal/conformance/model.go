@@ -44,8 +44,23 @@ type Run struct {
 	// attempt is.
 	Outcomes []Outcome
 	// Spec is what a create or update run must see of the object's spec
-	// (a watched ConfigMap's data): the spec of Gen.
-	Spec map[string]string
+	// (a watched ConfigMap's data): the spec of SpecGen, which is Gen
+	// but for a re-run without --same-input, which sees the object as it
+	// is when it runs.
+	Spec    map[string]string
+	SpecGen int64
+	// Rerun is, for a re-run, the how-manieth re-run of the key it
+	// repeats (that of the create or update run of Gen) it is: 1 for the
+	// first. SameInput: it was asked with --same-input, and sees the
+	// binding context the run it repeats got.
+	Rerun     int
+	SameInput bool
+	// Of is, for a re-run, the run it repeats.
+	Of *Run
+	// SawCount is the status.count the run's last attempt saw (custom
+	// resources): what a re-run of it with --same-input sees, and writes
+	// one more than.
+	SawCount int
 }
 
 // Ended is the last outcome.
@@ -54,7 +69,7 @@ func (r *Run) Ended() Outcome { return r.Outcomes[len(r.Outcomes)-1] }
 // ID names the run as the checker matches it: life, handler, trigger and
 // what the trigger is about.
 func (r *Run) ID() RunID {
-	return RunID{Life: r.Life, Handler: r.Handler, Trigger: r.Trigger, Gen: r.Gen, Start: r.Start, Seq: r.Seq, Delivery: r.Delivery}
+	return RunID{Life: r.Life, Handler: r.Handler, Trigger: r.Trigger, Gen: r.Gen, Start: r.Start, Seq: r.Seq, Delivery: r.Delivery, Rerun: r.Rerun}
 }
 
 // RunID identifies a run across the model and the observations.
@@ -67,6 +82,8 @@ type RunID struct {
 	Seq     int64
 	// Delivery is an event run's delivery.
 	Delivery int
+	// Rerun is a re-run's number among the re-runs of its key.
+	Rerun int
 }
 
 func (id RunID) String() string {
@@ -79,6 +96,9 @@ func (id RunID) String() string {
 	}
 	if id.Trigger == Enter {
 		s += fmt.Sprintf(" visit %d", id.Seq)
+	}
+	if id.Trigger == Rerun {
+		s = fmt.Sprintf("object #%d %s re-run %d of its gen %d run", id.Life, id.Handler, id.Rerun, id.Gen)
 	}
 	return s
 }
@@ -232,6 +252,17 @@ type life struct {
 	// count the records.
 	paused, pauseSeen bool
 	pauses, resumes   int
+	// rerun is the re-run asked for and not taken yet (a paused object,
+	// or no engine running); reruns counts each key's re-runs.
+	rerun  *rerunRequest
+	reruns map[RunID]int
+}
+
+// rerunRequest is a re-run asked for: of the run of, with the binding
+// context it got (sameInput) or the object as it is when it runs.
+type rerunRequest struct {
+	of        *Run
+	sameInput bool
 }
 
 // handlerState is what a handler has done for a life.
@@ -360,6 +391,14 @@ func (m *model) apply(s Step, held bool) {
 		l.paused = true
 	case OpResume:
 		l.paused = false
+	case OpRerun:
+		// Taken when an engine next steps the object (docs/handlers.md,
+		// "opkit rerun": once it has no run in flight; a paused object
+		// waits for resume), before what is due; a request on an object
+		// deleted first is never taken.
+		if of := m.lastRun(l, s.Handler); of != nil {
+			l.rerun = &rerunRequest{of: of, sameInput: s.SameInput}
+		}
 	case OpStop:
 		m.up = false
 		return
@@ -623,12 +662,20 @@ func (m *model) step(l *life) bool {
 		return false
 	}
 	if l.deleting {
+		l.rerun = nil // a request on an object being deleted is not taken
 		return m.stepDelete(l)
 	}
 	if !l.exists {
 		return false
 	}
 	l.seen, l.seenGen = true, l.gen
+	if q := l.rerun; q != nil {
+		// "A person's request to run a handler again comes before what is
+		// due."
+		l.rerun = nil
+		m.rerun(l, q)
+		return true
+	}
 	hs := m.def.Handlers
 	limit := slices.IndexFunc(hs, func(h Handler) bool {
 		st := l.hs[h.Name]
@@ -790,7 +837,7 @@ func (m *model) execute(l *life, h *Handler, id RunID) {
 	if r == nil {
 		r = &Run{Life: id.Life, Handler: id.Handler, Trigger: id.Trigger, Gen: id.Gen, Start: id.Start, Seq: id.Seq}
 		if id.Trigger == Create || id.Trigger == Update {
-			r.Spec = l.specs[id.Gen]
+			r.Spec, r.SpecGen = l.specs[id.Gen], id.Gen
 		}
 		m.byID[id] = r
 		m.runs = append(m.runs, r)
@@ -799,6 +846,7 @@ func (m *model) execute(l *life, h *Handler, id RunID) {
 	hs.execs[id]++
 	hs.attempts++
 	hs.waiting = nil
+	r.SawCount = l.count
 	b := h.Behaviour
 	switch {
 	case hs.execs[id] <= b.Fail && (b.Permanent || hs.attempts >= h.MaxAttempts):
@@ -829,6 +877,55 @@ func (m *model) execute(l *life, h *Handler, id RunID) {
 			hs.whenTrue = true
 		case Enter:
 			hs.entered = id.Seq
+		}
+	}
+}
+
+// lastRun is the last create or update run of handler for l, nil for
+// none: what OpRerun asks for again.
+func (m *model) lastRun(l *life, handler string) *Run {
+	for _, r := range slices.Backward(m.runs) {
+		if r.Life == l.n && r.Handler == handler && (r.Trigger == Create || r.Trigger == Update) {
+			return r
+		}
+	}
+	return nil
+}
+
+// rerun makes the re-run q asks for (docs/handlers.md, "opkit rerun"):
+// trigger rerun, the key of the run it repeats and /rerun/<n>, one
+// attempt ("it is not retried"), which fails as the handler's Behaviour
+// says for a key it has not run before; it "changes none of the handler's
+// records (the generation it is done with, its failed attempts)". A
+// result that writes status is written, as any run's.
+func (m *model) rerun(l *life, q *rerunRequest) {
+	if m.dry {
+		m.dueRun = RunID{Life: l.n, Handler: q.of.Handler, Trigger: Rerun, Gen: q.of.Gen, Rerun: l.reruns[q.of.ID()] + 1}
+		return
+	}
+	if l.reruns == nil {
+		l.reruns = map[RunID]int{}
+	}
+	l.reruns[q.of.ID()]++
+	r := &Run{Life: l.n, Handler: q.of.Handler, Trigger: Rerun, Gen: q.of.Gen, Rerun: l.reruns[q.of.ID()], SameInput: q.sameInput, Of: q.of,
+		Spec: l.specs[l.gen], SpecGen: l.gen, SawCount: l.count}
+	if q.sameInput {
+		r.Spec, r.SpecGen, r.SawCount = q.of.Spec, q.of.SpecGen, q.of.SawCount
+	}
+	m.byID[r.ID()] = r
+	m.runs = append(m.runs, r)
+	hs := l.hs[r.Handler]
+	hs.execs[r.ID()]++
+	b := m.def.Handler(r.Handler).Behaviour
+	switch {
+	case hs.execs[r.ID()] <= b.Fail, b.Write && m.def.Kind == Watch:
+		r.Outcomes = append(r.Outcomes, GaveUp)
+	default:
+		r.Outcomes = append(r.Outcomes, Succeeded)
+		if b.Write {
+			// The count its binding context held, and one: with
+			// --same-input, the one its run saw (a count back in time).
+			l.count = r.SawCount + 1
 		}
 	}
 }

@@ -26,6 +26,9 @@ func steps(ops ...string) []conformance.Step {
 			s.Field = arg
 		case conformance.OpStop:
 			s.Kill = arg == "kill"
+		case conformance.OpRerun:
+			s.Handler, _, _ = strings.Cut(arg, " ")
+			s.SameInput = strings.HasSuffix(arg, " --same-input")
 		}
 		out = append(out, s)
 	}
@@ -39,6 +42,9 @@ func runs(e *conformance.Expectation) string {
 		fmt.Fprintf(&b, "%s %s gen %d", r.Handler, r.Trigger, r.Gen)
 		if r.Trigger == conformance.Resume {
 			fmt.Fprintf(&b, " start %d", r.Start)
+		}
+		if r.Trigger == conformance.Rerun {
+			fmt.Fprintf(&b, " rerun %d sees gen %d", r.Rerun, r.SpecGen)
 		}
 		if r.Life > 1 {
 			fmt.Fprintf(&b, " #%d", r.Life)
@@ -212,6 +218,45 @@ func TestModelSaysWhatTheDocsPromise(t *testing.T) {
 			history:  steps("create", "pause", "delete"),
 			want:     "h1 create gen 1: [Succeeded]\nh1 delete gen 0: [Succeeded]\n",
 			pauses:   1, resumes: 1,
+		},
+		{
+			name:     "a re-run runs once, with a key of its own, sees the object as it is or as its run saw it (status.count back in time), and writes as any run",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", write, "create", "update")},
+			history:  steps("create", "change a", "rerun h1", "rerun h1 --same-input", "rerun h1"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 update gen 2: [Succeeded]\nh1 rerun gen 2 rerun 1 sees gen 2: [Succeeded]\nh1 rerun gen 2 rerun 2 sees gen 2: [Succeeded]\nh1 rerun gen 2 rerun 3 sees gen 2: [Succeeded]\n",
+			count:    3, exists: true,
+		},
+		{
+			name:     "a re-run is not retried, and changes none of the handler's records: its update still runs after the change",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", conformance.Behaviour{Fail: 1}, "create", "update")},
+			history:  steps("create", "rerun h1", "change a"),
+			want:     "h1 create gen 1: [Failed Succeeded]\nh1 rerun gen 1 rerun 1 sees gen 1: [GaveUp]\nh1 update gen 2: [Failed Succeeded]\n",
+			exists:   true,
+		},
+		{
+			name:     "a re-run asked while paused waits for the resume, comes before what came due, and sees the object as it is then",
+			kind:     watch,
+			handlers: []conformance.Handler{handler("h1", ok, "create", "update")},
+			history:  steps("create", "pause", "rerun h1", "change a", "resume"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 rerun gen 1 rerun 1 sees gen 2: [Succeeded]\nh1 update gen 2: [Succeeded]\n",
+			exists:   true, pauses: 1, resumes: 1,
+		},
+		{
+			name:     "a re-run asked with --same-input while no engine ran sees what its run saw",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", ok, "create", "update")},
+			history:  steps("create", "stop", "rerun h1 --same-input", "change b", "start"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 rerun gen 1 rerun 1 sees gen 1: [Succeeded]\nh1 update gen 2: [Succeeded]\n",
+			exists:   true,
+		},
+		{
+			name:     "a re-run asked of an object deleted before an engine took it is never taken",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", ok, "create", "delete")},
+			history:  steps("create", "stop", "rerun h1", "delete", "start"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 delete gen 0: [Succeeded]\n",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

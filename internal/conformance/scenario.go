@@ -14,7 +14,7 @@ import (
 func Rows(c Case) []string {
 	kind := map[Kind]string{CustomResource: "custom resource", Watch: "watched object"}[c.Def.Kind]
 	rows := []string{"runs once, " + kind}
-	var down, crash, retry, decide, write, resume, deliver, again, crashEvent, downDelivery, pause, pauseDown bool
+	var down, crash, retry, decide, write, resume, deliver, again, crashEvent, downDelivery, pause, pauseDown, rerun, rerunSame, rerunWaits bool
 	stopped := false
 	for i, s := range c.History {
 		switch s.Op {
@@ -37,6 +37,10 @@ func Rows(c Case) []string {
 		case OpPause, OpResume:
 			pause = true
 			pauseDown = pauseDown || stopped
+		case OpRerun:
+			rerun = true
+			rerunSame = rerunSame || s.SameInput
+			rerunWaits = rerunWaits || stopped || pausedAt(c.History[:i])
 		case OpCreate, OpChange, OpDelete:
 			if stopped {
 				down = true
@@ -87,7 +91,30 @@ func Rows(c Case) []string {
 	if pauseDown {
 		rows = append(rows, "pause: paused or resumed while no engine ran")
 	}
+	if rerun {
+		rows = append(rows, "rerun: a re-run runs once, with a key of its own")
+	}
+	if rerunSame {
+		rows = append(rows, "rerun: with --same-input")
+	}
+	if rerunWaits {
+		rows = append(rows, "rerun: asked while paused or no engine ran")
+	}
 	return rows
+}
+
+// pausedAt reports whether the object is paused after the steps h.
+func pausedAt(h []Step) bool {
+	paused := false
+	for _, s := range h {
+		switch s.Op {
+		case OpPause:
+			paused = true
+		case OpResume, OpCreate:
+			paused = false
+		}
+	}
+	return paused
 }
 
 // has reports whether h has a step op.
@@ -151,6 +178,8 @@ func Scenario(c Case) string {
 		case OpPause, OpResume:
 			p, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": PauseAnnotations(s.Op)}})
 			fmt.Fprintf(&b, "- patch: {object: %s, merge: %s}\n", ref, p)
+		case OpRerun:
+			fmt.Fprintf(&b, "# step %d, %s: a scenario cannot name the run to ask for again (opkit rerun RUN)\n", i+1, s)
 		case OpDeliver, OpDeliverAgain:
 			status := 202
 			if s.Op == OpDeliverAgain {

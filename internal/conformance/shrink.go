@@ -27,6 +27,7 @@ func Valid(c Case) bool {
 	}
 	delivered := map[int]bool{}
 	m := newModel(&c.Def)
+	rerunDue := false // as Generate draws it: no SIGKILL in a re-run's run
 	for i, s := range c.History {
 		l := m.current()
 		if l != nil && l.refusable {
@@ -58,6 +59,10 @@ func Valid(c Case) bool {
 			if !exists || !l.paused {
 				return false
 			}
+		case OpRerun:
+			if !exists || l.deleting || l.rerun != nil || m.lastRun(l, s.Handler) == nil {
+				return false
+			}
 		case OpStop:
 			if !m.up {
 				return false
@@ -67,7 +72,7 @@ func Valid(c Case) bool {
 				return false
 			}
 		case OpCrash:
-			if !m.up || i == 0 || c.History[i-1].Op == OpCrash || c.History[i-1].Op == OpStop {
+			if !m.up || i == 0 || c.History[i-1].Op == OpCrash || c.History[i-1].Op == OpStop || rerunDue {
 				return false
 			}
 			if c.History[i-1].Op == OpDeliver && c.Def.Source.Object || startsWithDeliveries(c.History[:i]) {
@@ -92,6 +97,7 @@ func Valid(c Case) bool {
 				return false
 			}
 		}
+		rerunDue = s.Op == OpRerun || l != nil && l.rerun != nil
 		m.apply(s, false)
 	}
 	return m.up

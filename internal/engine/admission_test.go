@@ -292,7 +292,11 @@ func TestAForcedCertificateRotationFailsNoRequest(t *testing.T) {
 	// the clock reaches real time.
 	clk := clocktesting.NewFakeClock(time.Now().Add(-time.Hour))
 	w := &engine.WebhookOptions{Clock: clk, CALifetime: 2 * time.Hour, ServingLifetime: 2 * time.Hour, Grace: time.Minute, CheckEvery: 100 * time.Millisecond}
-	e, _, _ := startAdmissionEngine(t, env, admissionDefinition(t), w)
+	// The handlers' timeout is the API server's most (30s), not the
+	// example's 10s: what fails a request here must be the certificates,
+	// and a Python process per call, with this test's client calling
+	// without a pause, took more than 9s to answer on a loaded machine.
+	e, _, _ := startAdmissionEngine(t, env, admissionDefinition(t, "timeout: 10s", "timeout: 30s"), w)
 	ctx := t.Context()
 
 	// A client creates Websites (server-side dry runs: both webhooks are

@@ -289,7 +289,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		if e.opts.Archive != nil {
 			// The runs a previous engine (or leader) left Running end
 			// Cancelled, and run again with their keys.
-			if _, err := e.opts.Archive.CancelRunning(ctx, "the engine stopped during the run; it runs again with the same idempotency key, unless its object changed meanwhile: the newer generation's run then takes its place, with its own key"); err != nil {
+			if _, err := e.opts.Archive.CancelRunning(ctx, "the engine stopped during the run; it runs again with the same idempotency key, unless its object changed meanwhile: the newer generation's run then takes its place, with its own key (a re-run is not run again: ask for it again)"); err != nil {
 				return err
 			}
 			go e.prune(ctx)

@@ -75,6 +75,10 @@ func (rn *Runner) rerunRequested(ctx context.Context, cr *unstructured.Unstructu
 		return refuse("%s", why)
 	}
 	h := handlerNamed(rn.def, orig.Handler)
+	n, err := rn.rerunNumber(ctx, orig)
+	if err != nil {
+		return nil, wrote, err
+	}
 	var recorded BindingContext
 	if len(orig.Input) > 0 {
 		if err := json.Unmarshal(orig.Input, &recorded); err != nil && req.SameInput {
@@ -82,7 +86,7 @@ func (rn *Runner) rerunRequested(ctx context.Context, cr *unstructured.Unstructu
 		}
 	}
 	c := &cause.Cause{
-		Handler: h, Trigger: v1alpha1.TriggerRerun, Generation: cr.GetGeneration(), Key: RerunKey(orig.Key, len(orig.Reruns)+1), Attempt: 1,
+		Handler: h, Trigger: v1alpha1.TriggerRerun, Generation: cr.GetGeneration(), Key: RerunKey(orig.Key, n), Attempt: 1,
 		Due: rn.clock.Now(), Old: recorded.Old, Diff: orig.Diff,
 	}
 	if p, err = rn.start(ctx, cr, c, vars, subject); err != nil {
@@ -118,6 +122,28 @@ func rerunRefusal(def *definition.Definition, cr *unstructured.Unstructured, req
 		return fmt.Sprintf("handler %s is no longer in operator %s's definition", orig.Handler, op)
 	}
 	return ""
+}
+
+// rerunNumber is the number of the next re-run of orig's key: one more
+// than the re-runs of any run of that key so far, not of orig alone. A
+// key retried after a re-run of its first attempt has an attempt with no
+// re-run of its own, whose first re-run would have the key the earlier
+// re-run had: a handler that keys its side effects by it would take the
+// second for the first, done already.
+func (rn *Runner) rerunNumber(ctx context.Context, orig *archive.Run) (int, error) {
+	n := len(orig.Reruns)
+	runs, err := archive.ListAll(ctx, rn.archive, archive.Query{Operator: orig.Operator, UID: orig.UID, Handler: orig.Handler, Trigger: v1alpha1.TriggerRerun})
+	if err != nil {
+		return 0, fmt.Errorf("reading the re-runs of run %s's key: %w", orig.ID, err)
+	}
+	for _, r := range runs {
+		if rest, ok := strings.CutPrefix(r.Key, orig.Key+"/rerun/"); ok {
+			if k, err := strconv.Atoi(rest); err == nil {
+				n = max(n, k)
+			}
+		}
+	}
+	return n + 1, nil
 }
 
 // RerunKey is the idempotency key of the n-th re-run of a run whose key

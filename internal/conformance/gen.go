@@ -130,14 +130,9 @@ func genDef(r *rand.Rand, sp Space) Def {
 func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 	m := newModel(d)
 	var steps []Step
-	// rerunDue: the last step let a re-run asked for be taken (or asked
-	// for one): no SIGKILL is drawn in its first run, which is the
-	// re-run's (docs/handlers.md leaves a re-run cut by one to a person
-	// to ask again; docs/conformance.md).
-	rerunDue := false
+	rerunDue := false // the last step's (model.rerunDue): no SIGKILL after it
 	add := func(s Step) {
-		l := m.current()
-		rerunDue = s.Op == OpRerun || l != nil && l.rerun != nil
+		rerunDue = m.rerunDue(s)
 		steps = append(steps, s)
 		m.apply(s, false)
 	}

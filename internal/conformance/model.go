@@ -669,11 +669,10 @@ func (m *model) step(l *life) bool {
 		return false
 	}
 	l.seen, l.seenGen = true, l.gen
-	if q := l.rerun; q != nil {
+	if l.rerun != nil {
 		// "A person's request to run a handler again comes before what is
 		// due."
-		l.rerun = nil
-		m.rerun(l, q)
+		m.rerun(l)
 		return true
 	}
 	hs := m.def.Handlers
@@ -881,6 +880,15 @@ func (m *model) execute(l *life, h *Handler, id RunID) {
 	}
 }
 
+// rerunDue reports whether step s, made next, lets a re-run be taken (or
+// asks for one): Generate draws no SIGKILL after it, as the first run it
+// causes is the re-run's, which one cuts for good (docs/handlers.md: ask
+// again).
+func (m *model) rerunDue(s Step) bool {
+	l := m.current()
+	return s.Op == OpRerun || l != nil && l.rerun != nil
+}
+
 // lastRun is the last create or update run of handler for l, nil for
 // none: what OpRerun asks for again.
 func (m *model) lastRun(l *life, handler string) *Run {
@@ -892,33 +900,36 @@ func (m *model) lastRun(l *life, handler string) *Run {
 	return nil
 }
 
-// rerun makes the re-run q asks for (docs/handlers.md, "opkit rerun"):
+// rerun makes the re-run l's request asks for, and takes the request
+// (docs/handlers.md, "opkit rerun"):
 // trigger rerun, the key of the run it repeats and /rerun/<n>, one
 // attempt ("it is not retried"), which fails as the handler's Behaviour
 // says for a key it has not run before; it "changes none of the handler's
 // records (the generation it is done with, its failed attempts)". A
 // result that writes status is written, as any run's.
-func (m *model) rerun(l *life, q *rerunRequest) {
+func (m *model) rerun(l *life) {
+	q := l.rerun
+	id := RunID{Life: l.n, Handler: q.of.Handler, Trigger: Rerun, Gen: q.of.Gen, Rerun: l.reruns[q.of.ID()] + 1}
 	if m.dry {
-		m.dueRun = RunID{Life: l.n, Handler: q.of.Handler, Trigger: Rerun, Gen: q.of.Gen, Rerun: l.reruns[q.of.ID()] + 1}
+		m.dueRun = id
 		return
 	}
+	l.rerun = nil
 	if l.reruns == nil {
 		l.reruns = map[RunID]int{}
 	}
-	l.reruns[q.of.ID()]++
-	r := &Run{Life: l.n, Handler: q.of.Handler, Trigger: Rerun, Gen: q.of.Gen, Rerun: l.reruns[q.of.ID()], SameInput: q.sameInput, Of: q.of,
+	l.reruns[q.of.ID()] = id.Rerun
+	r := &Run{Life: l.n, Handler: id.Handler, Trigger: Rerun, Gen: id.Gen, Rerun: id.Rerun, SameInput: q.sameInput, Of: q.of,
 		Spec: l.specs[l.gen], SpecGen: l.gen, SawCount: l.count}
 	if q.sameInput {
 		r.Spec, r.SpecGen, r.SawCount = q.of.Spec, q.of.SpecGen, q.of.SawCount
 	}
-	m.byID[r.ID()] = r
+	m.byID[id] = r
 	m.runs = append(m.runs, r)
-	hs := l.hs[r.Handler]
-	hs.execs[r.ID()]++
 	b := m.def.Handler(r.Handler).Behaviour
 	switch {
-	case hs.execs[r.ID()] <= b.Fail, b.Write && m.def.Kind == Watch:
+	case b.Fail > 0, b.Write && m.def.Kind == Watch:
+		// Its key's first execution, and its only one.
 		r.Outcomes = append(r.Outcomes, GaveUp)
 	default:
 		r.Outcomes = append(r.Outcomes, Succeeded)

@@ -27,7 +27,7 @@ func Valid(c Case) bool {
 	}
 	delivered := map[int]bool{}
 	m := newModel(&c.Def)
-	rerunDue := false // as Generate draws it: no SIGKILL in a re-run's run
+	rerunDue := false // the last step's (model.rerunDue): no SIGKILL after it
 	for i, s := range c.History {
 		l := m.current()
 		if l != nil && l.refusable {
@@ -97,7 +97,7 @@ func Valid(c Case) bool {
 				return false
 			}
 		}
-		rerunDue = s.Op == OpRerun || l != nil && l.rerun != nil
+		rerunDue = m.rerunDue(s)
 		m.apply(s, false)
 	}
 	return m.up

@@ -289,6 +289,31 @@ func TestARolloutPausesOnItsCanaryAndIsUndoneAndAGoodOneGoesThrough(t *testing.T
 	}
 }
 
+// canaryPages runs an engine with the Page operator whose rollout has one
+// step, the canary (the Pages labelled canary: yes), and creates n Pages,
+// page0 to page<n-1>, the odd ones the canary. It returns the engine and
+// that definition, for the test to change.
+func canaryPages(t *testing.T, env *clustertest.Env, n int) (*engine.Engine, string) {
+	t.Helper()
+	e := startEngine(t, env)
+	canaryFirst := strings.Replace(pagesV1, "steps: [{count: 2}, {percent: 50}]", "steps: [{selector: {matchLabels: {canary: \"yes\"}}}]", 1)
+	if err := e.Apply(t.Context(), compileYAML(t, canaryFirst)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		p := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "rollout.example.com/v1", "kind": "Page",
+			"metadata": map[string]any{"name": fmt.Sprintf("page%d", i), "namespace": env.Namespace},
+			"spec":     map[string]any{"text": "hello"},
+		}}
+		if i%2 == 1 {
+			p.SetLabels(map[string]string{"canary": "yes"})
+		}
+		create(t, env, p)
+	}
+	return e, canaryFirst
+}
+
 // TestARolloutRunsANewHandlerOnlyForTheObjectsItMoved: a definition that
 // adds a create handler runs it for the canary (the Pages labelled
 // canary) alone; the handler failing pauses the rollout, naming it; a
@@ -297,23 +322,8 @@ func TestARolloutPausesOnItsCanaryAndIsUndoneAndAGoodOneGoesThrough(t *testing.T
 func TestARolloutRunsANewHandlerOnlyForTheObjectsItMoved(t *testing.T) {
 	t.Parallel()
 	env := clustertest.New(t)
-	e := startEngine(t, env)
+	e, canaryFirst := canaryPages(t, env, 4)
 	ctx := t.Context()
-	canaryFirst := strings.Replace(pagesV1, "steps: [{count: 2}, {percent: 50}]", "steps: [{selector: {matchLabels: {canary: \"yes\"}}}]", 1)
-	if err := e.Apply(ctx, compileYAML(t, canaryFirst)); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 4 {
-		p := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "rollout.example.com/v1", "kind": "Page",
-			"metadata": map[string]any{"name": fmt.Sprintf("page%d", i), "namespace": env.Namespace},
-			"spec":     map[string]any{"text": "hello"},
-		}}
-		if i == 1 || i == 3 {
-			p.SetLabels(map[string]string{"canary": "yes"})
-		}
-		create(t, env, p)
-	}
 	waitConfigMapData(t, env, "page3-content", "the last Page's ConfigMap", map[string]string{"definition": "one"})
 
 	out := filepath.Join(t.TempDir(), "runs")
@@ -371,23 +381,8 @@ func TestARolloutRunsANewHandlerOnlyForTheObjectsItMoved(t *testing.T) {
 func TestAHandlerSlowerThanSettleHoldsTheStepUntilItsRunEnds(t *testing.T) {
 	t.Parallel()
 	env := clustertest.New(t)
-	e := startEngine(t, env)
+	e, canaryFirst := canaryPages(t, env, 2)
 	ctx := t.Context()
-	canaryFirst := strings.Replace(pagesV1, "steps: [{count: 2}, {percent: 50}]", "steps: [{selector: {matchLabels: {canary: \"yes\"}}}]", 1)
-	if err := e.Apply(ctx, compileYAML(t, canaryFirst)); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 2 {
-		p := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "rollout.example.com/v1", "kind": "Page",
-			"metadata": map[string]any{"name": fmt.Sprintf("page%d", i), "namespace": env.Namespace},
-			"spec":     map[string]any{"text": "hello"},
-		}}
-		if i == 1 {
-			p.SetLabels(map[string]string{"canary": "yes"})
-		}
-		create(t, env, p)
-	}
 	waitConfigMapData(t, env, "page1-content", "the canary's ConfigMap", map[string]string{"definition": "one"})
 
 	out := filepath.Join(t.TempDir(), "runs")

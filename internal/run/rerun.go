@@ -75,15 +75,15 @@ func (rn *Runner) rerunRequested(ctx context.Context, cr *unstructured.Unstructu
 		return refuse("%s", why)
 	}
 	h := handlerNamed(rn.def, orig.Handler)
-	n, err := rn.rerunNumber(ctx, orig)
-	if err != nil {
-		return nil, wrote, err
-	}
 	var recorded BindingContext
 	if len(orig.Input) > 0 {
 		if err := json.Unmarshal(orig.Input, &recorded); err != nil && req.SameInput {
 			return refuse("the binding context run %s recorded cannot be read (%v): run it again without --same-input", orig.ID, err)
 		}
+	}
+	n, err := rn.rerunNumber(ctx, orig)
+	if err != nil {
+		return nil, wrote, err
 	}
 	c := &cause.Cause{
 		Handler: h, Trigger: v1alpha1.TriggerRerun, Generation: cr.GetGeneration(), Key: RerunKey(orig.Key, n), Attempt: 1,
@@ -125,13 +125,14 @@ func rerunRefusal(def *definition.Definition, cr *unstructured.Unstructured, req
 }
 
 // rerunNumber is the number of the next re-run of orig's key: one more
-// than the re-runs of any run of that key so far, not of orig alone. A
+// than the re-runs of any run of that key so far (orig's among them), not
+// of orig alone (Run.Reruns). A
 // key retried after a re-run of its first attempt has an attempt with no
 // re-run of its own, whose first re-run would have the key the earlier
 // re-run had: a handler that keys its side effects by it would take the
 // second for the first, done already.
 func (rn *Runner) rerunNumber(ctx context.Context, orig *archive.Run) (int, error) {
-	n := len(orig.Reruns)
+	n := 0
 	runs, err := archive.ListAll(ctx, rn.archive, archive.Query{Operator: orig.Operator, UID: orig.UID, Handler: orig.Handler, Trigger: v1alpha1.TriggerRerun})
 	if err != nil {
 		return 0, fmt.Errorf("reading the re-runs of run %s's key: %w", orig.ID, err)

@@ -516,6 +516,11 @@ func (r *watchReconciler) drop(ctx context.Context, key types.NamespacedName, ui
 // persist writes an object's handler state to the archive when it
 // changed, with the object as it is now (kept as its last state);
 // deleted: the object is gone, its last state is kept as it was.
+//
+// An engine stopping does not cut the write: the step's records (a pause
+// recorded, a run started) are made, and a state that does not hold them
+// would be taken for the truth by the next engine (a gone object's pause,
+// recorded, would never be resumed).
 func (r *watchReconciler) persist(ctx context.Context, obj *unstructured.Unstructured, st *cause.State, deleted bool) error {
 	data, err := json.Marshal(st)
 	if err != nil {
@@ -542,7 +547,7 @@ func (r *watchReconciler) persist(ctx context.Context, obj *unstructured.Unstruc
 		Operator: r.def.Operator.Name, Key: string(obj.GetUID()), APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(),
 		Namespace: obj.GetNamespace(), Name: obj.GetName(), Data: rec, UpdatedAt: time.Now().UTC(),
 	}
-	if err := r.store.PutState(ctx, s); err != nil {
+	if err := r.store.PutState(context.WithoutCancel(ctx), s); err != nil {
 		return fmt.Errorf("recording the handler state of %s in the archive: %w", key, err)
 	}
 	rn.SetPersisted(key, obj.GetUID(), data, last)

@@ -213,8 +213,9 @@ func (in *install) history(t *testing.T) history {
 	for _, r := range runs {
 		// A Skipped run replaces the object's earlier Skipped runs of its
 		// handler, by design (the deploy notifier's rechecks): kept
-		// until the next.
-		if r.Outcome != archive.Skipped {
+		// until the next. A run in flight may end Skipped, and go with
+		// the next: only finished runs are held to stay.
+		if r.Outcome != archive.Skipped && r.Outcome != archive.Running {
 			h.runs[r.ID] = true
 		}
 	}

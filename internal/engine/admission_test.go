@@ -524,6 +524,7 @@ func TestAnHTTPAdmissionHandlerAnswersWithTheBindingContextItIsPosted(t *testing
 // runs: otherwise every deletion would wait for an engine that no longer
 // removes the finalizer.
 func TestTheFinalizerPolicyGoesWhenNoEngineAsksForIt(t *testing.T) {
+	runsClusterOperators(t)
 	env := clustertest.New(t)
 	file, _ := tasksOperator(t)
 	cleanUpTasks(t, env) // registered first: runs after the engines stop

@@ -73,6 +73,7 @@ func TestABreakingChangeToAnInstalledCRDIsRefusedUnlessAllowed(t *testing.T) {
 }
 
 func TestAnOperatorWithABreakingChangeSaysSoAndItsLastGenerationRuns(t *testing.T) {
+	runsClusterOperators(t)
 	env := clustertest.New(t)
 	e := startEngine(t, env)
 	watchOperators(t, e)

@@ -51,6 +51,7 @@ spec:
 // meanwhile gets its ConfigMap while storedVersions is still [v1 v2];
 // then storedVersions becomes [v2], and the engine's notices say so.
 func TestMigrateStorageRunsBesideReconciles(t *testing.T) {
+	t.Parallel()
 	env := clustertest.New(t)
 	dir := t.TempDir()
 	write := func(name, text string) string {

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,21 @@ import (
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
 )
+
+// clusterOperators is held by the test whose engine runs the cluster's
+// Operators (watchOperators): such an engine runs every Operator object
+// of the cluster, another test's too.
+var clusterOperators sync.Mutex
+
+// runsClusterOperators makes t a parallel test that runs with the
+// others, but with none that runs the cluster's Operators too: call it
+// first, before the test's plane and engine, whose clean-ups then run
+// before the next such test starts.
+func runsClusterOperators(t *testing.T) {
+	t.Parallel()
+	clusterOperators.Lock()
+	t.Cleanup(clusterOperators.Unlock)
+}
 
 // watchOperators runs the engine's Operator watch until the test ends.
 func watchOperators(t *testing.T, e *engine.Engine) {
@@ -70,6 +86,7 @@ func waitOperator(t *testing.T, c client.Client, name string, status metav1.Cond
 }
 
 func TestOperatorsInTheClusterAreAddedChangedAndDeletedWithoutRestart(t *testing.T) {
+	runsClusterOperators(t)
 	env := clustertest.New(t)
 	e := startEngine(t, env)
 	watchOperators(t, e)
@@ -157,6 +174,7 @@ func TestOperatorsInTheClusterAreAddedChangedAndDeletedWithoutRestart(t *testing
 }
 
 func TestAnOperatorCannotTakeAnotherOperatorsCRD(t *testing.T) {
+	runsClusterOperators(t)
 	env := clustertest.New(t)
 	e := startEngine(t, env)
 	first := strings.NewReplacer("name: notes}", "name: owner-a}", "group: notes.example.com", "group: taken.example.com").Replace(notesV1)

@@ -34,6 +34,7 @@ import (
 // Not parallel: an engine watching Operators runs every Operator of the
 // plane, so two such tests at once would each run the other's.
 func TestAPausedOperatorRunsNothingUntilResumedAndRecordsEachObjectOnce(t *testing.T) {
+	runsClusterOperators(t)
 	env := clustertest.New(t)
 	var mu sync.Mutex
 	var ran []string // name/trigger/generation

@@ -22,9 +22,10 @@ import (
 // operators shows it: paused, Ready's reason is RolloutPaused; undone,
 // RolledBack, naming the definition its objects run; Degraded is True
 // with the same words, and the operator still runs. A good definition
-// after it puts Running and "no errors" back. (Not in parallel: it runs
-// the cluster's Operators, as the other tests of Operators do.)
+// after it puts Running and "no errors" back. (One at a time with the
+// other tests that run the cluster's Operators: runsClusterOperators.)
 func TestAnOperatorSaysItsRolloutIsPausedOrUndone(t *testing.T) {
+	runsClusterOperators(t)
 	env := clustertest.New(t)
 	e := startEngine(t, env)
 	watchOperators(t, e)

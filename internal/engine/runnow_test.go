@@ -28,8 +28,8 @@ import (
 // naming who asked and why; the engine answers with an Event and removes
 // the request; a request that cannot apply is refused the same way.
 func TestRunNowRunsAScheduleOnceAsManualWithWhoAndWhy(t *testing.T) {
+	runsClusterOperators(t)
 	env := clustertest.New(t)
-	t.Parallel()
 	var mu sync.Mutex
 	var got []map[string]any
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

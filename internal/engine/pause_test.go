@@ -31,8 +31,10 @@ import (
 // object recorded resumed once by who resumed, and the record of the resume
 // is removed from the Operator.
 //
-// Not parallel: an engine watching Operators runs every Operator of the
-// plane, so two such tests at once would each run the other's.
+// One at a time with the other tests that run the cluster's Operators
+// (runsClusterOperators): an engine watching Operators runs every
+// Operator of the plane, so two such tests at once would each run the
+// other's.
 func TestAPausedOperatorRunsNothingUntilResumedAndRecordsEachObjectOnce(t *testing.T) {
 	runsClusterOperators(t)
 	env := clustertest.New(t)

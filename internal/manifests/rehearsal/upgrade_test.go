@@ -196,7 +196,7 @@ func (in *install) probeRuns(t *testing.T, name string) time.Time {
 }
 
 // history is what the archive holds: its runs' and deliveries' IDs (the
-// runs Skipped aside).
+// runs Skipped or still in flight aside).
 type history struct {
 	runs, deliveries map[string]bool
 }

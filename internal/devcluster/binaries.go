@@ -368,9 +368,13 @@ func (c *Cache) stagingModules(ctx context.Context, goCmd, workDir string) ([]st
 		return nil, fmt.Errorf("%w: %w", ErrCacheNotWritable, err)
 	}
 	var stdout bytes.Buffer
-	cmd := c.goExec(ctx, goCmd, workDir, "mod", "download", "-json", "k8s.io/kubernetes@"+KubernetesVersion)
-	cmd.Stdout = &stdout
-	if err := c.run(cmd, "downloading k8s.io/kubernetes@"+KubernetesVersion); err != nil {
+	download := func() *exec.Cmd {
+		stdout.Reset()
+		cmd := c.goExec(ctx, goCmd, workDir, "mod", "download", "-json", "k8s.io/kubernetes@"+KubernetesVersion)
+		cmd.Stdout = &stdout
+		return cmd
+	}
+	if err := c.runFetching(ctx, download, "downloading k8s.io/kubernetes@"+KubernetesVersion); err != nil {
 		return nil, err
 	}
 	var info struct{ GoMod, Error string }
@@ -430,11 +434,62 @@ func (c *Cache) goBuild(ctx context.Context, goCmd, src string, gomod []byte, ou
 	for _, p := range pkgs {
 		get = append(get, p+"@"+version)
 	}
-	if err := c.run(c.goExec(ctx, goCmd, src, get...), "resolving "+strings.Join(pkgs, " ")); err != nil {
+	if err := c.runFetching(ctx, func() *exec.Cmd { return c.goExec(ctx, goCmd, src, get...) }, "resolving "+strings.Join(pkgs, " ")); err != nil {
 		return err
 	}
+	// The build downloads the modules the resolve did not.
 	build := append([]string{"build", "-trimpath", "-ldflags=" + ldflags, "-o", out}, pkgs...)
-	return c.run(c.goExec(ctx, goCmd, src, build...), "building "+strings.Join(pkgs, " "))
+	return c.runFetching(ctx, func() *exec.Cmd { return c.goExec(ctx, goCmd, src, build...) }, "building "+strings.Join(pkgs, " "))
+}
+
+// fetchAttempts is how many times a go command that reaches the module
+// proxy runs when it keeps failing on a passing network fault, and
+// fetchPause the pause after its first failure (doubled after each).
+const fetchAttempts = 3
+
+var fetchPause = 2 * time.Second
+
+// runFetching runs the go command newCmd makes, and runs a new one after a
+// pause when it failed on a network fault that the next try may not meet
+// (transientFetch): the proxy is reached over the internet, and one reset
+// connection must not fail a build of some minutes. Any other failure (an
+// unknown version, a compile error, no network at all) is returned at once.
+func (c *Cache) runFetching(ctx context.Context, newCmd func() *exec.Cmd, what string) error {
+	pause := fetchPause
+	for attempt := 1; ; attempt++ {
+		err := c.run(newCmd(), what)
+		if err == nil || attempt == fetchAttempts || !transientFetch(err.Error()) {
+			return err
+		}
+		c.logf("%s: a network fault, trying again in %s (%d of %d): %s", what, pause, attempt+1, fetchAttempts, lastLine(err.Error()))
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause *= 2
+	}
+}
+
+// transientFetch reports whether a go command's error text names a fault
+// of the network or of the proxy that a later try may not meet.
+func transientFetch(msg string) bool {
+	for _, s := range []string{
+		"connection reset by peer", "i/o timeout", "TLS handshake timeout", "unexpected EOF",
+		"broken pipe", "502 Bad Gateway", "503 Service Unavailable", "504 Gateway Timeout",
+		"server misbehaving", "stream error", "http2: ",
+	} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
 
 func (c *Cache) goExec(ctx context.Context, goCmd, dir string, args ...string) *exec.Cmd {

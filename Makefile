@@ -35,11 +35,12 @@ GORACE                 ?= atexit_sleep_ms=0
 export GORACE
 # The packages whose tests take longest, started first, longest first
 # (go test starts them in the order given; ./... adds the rest once each),
-# so that none of them starts last and finishes alone. A fresh clone on 2
-# cores with a busy core beside it: engine 1,349 s, cmd/opkit 1,334,
-# devcluster 1,055 (its planes wait their turn to start), conformance 318,
-# rehearsal 297, console 191, archive 149.
-SLOW_PACKAGES          := ./internal/engine ./cmd/opkit ./internal/devcluster ./internal/conformance ./internal/manifests/rehearsal ./internal/console ./internal/archive ./examples/printer
+# so that none of them starts last and finishes alone. Warm, nothing
+# beside it (2026-12-03): cmd/opkit 445 s, engine 389, conformance 140,
+# rehearsal 123, devcluster 97, console 82, kafkasrc 72, archive 65,
+# printer 50, devnode 47, natsjs 42, cli 40, aggregate 35; the forty
+# others less than 30 each.
+SLOW_PACKAGES          := ./cmd/opkit ./internal/engine ./internal/conformance ./internal/manifests/rehearsal ./internal/devcluster ./internal/console ./internal/source/kafkasrc ./internal/archive ./examples/printer ./internal/devcluster/devnode ./internal/source/natsjs ./internal/cli ./internal/aggregate
 # go test links each test binary again at every run (the link is not
 # cached): without DWARF (-w), which nothing in a test reads (a panic's
 # stack and the race detector's reports name files and lines from the

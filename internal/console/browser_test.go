@@ -37,11 +37,20 @@ func browser(t *testing.T) context.Context {
 		}
 		t.Skip("no chromium in PATH: install Debian's chromium package, or run make test")
 	}
+	// Chromium leaves directories of its own in its TMPDIR
+	// (org.chromium.Chromium.*): a directory of this browser's, removed
+	// after it. Short: its socket's path must fit in 108 bytes, which
+	// t.TempDir's long names do not.
+	tmp, err := os.MkdirTemp("", "cr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Headless,
-		chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 900))
+		chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 900),
+		chromedp.Env("TMPDIR="+tmp))
 	// On a loaded machine Chromium may fail to fork its helpers at start
 	// ("Zygote could not fork"): try again, a few times, before failing.
-	var err error
 	for attempt := range 4 {
 		if attempt > 0 {
 			time.Sleep(time.Duration(attempt) * time.Second)

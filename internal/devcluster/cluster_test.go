@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -405,5 +407,56 @@ func TestKeptDataDirSurvivesARestart(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "etcd")); err != nil {
 		t.Errorf("etcd data: %v", err)
+	}
+}
+
+// TestALeanPlaneLeavesOutFairnessAndTheControllersItLists starts a lean
+// plane: its API server answers without API Priority and Fairness (no
+// flow schema named in a response's headers), and its controller manager
+// runs without each of LeanOffControllers; the package's plane, lean under
+// make test, collects garbage and runs Jobs (the tests above).
+func TestALeanPlaneLeavesOutFairnessAndTheControllersItLists(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	c, err := devcluster.Start(t.Context(), devcluster.Options{Lean: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	cfg := c.RESTConfig()
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Get(c.Endpoint() + "/api/v1/namespaces/default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET the default namespace: %s", resp.Status)
+	}
+	if fs := resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID"); fs != "" {
+		t.Errorf("the API server classified the request by flow schema %s: API Priority and Fairness is on", fs)
+	}
+	var kcm string
+	for _, comp := range c.Components() {
+		if comp.Name == "kube-controller-manager" {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", comp.Pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			kcm = strings.ReplaceAll(string(b), "\x00", " ")
+		}
+	}
+	if kcm == "" {
+		t.Fatal("no kube-controller-manager among the plane's components")
+	}
+	for _, name := range devcluster.LeanOffControllers {
+		if !strings.Contains(kcm, ",-"+name) {
+			t.Errorf("kube-controller-manager runs %s: its command line is %s", name, kcm)
+		}
 	}
 }

@@ -22,6 +22,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/opkit-dev/opkit/pkg/opkittest"
 )
 
 // Options are the server's and its stream's.
@@ -204,15 +206,20 @@ func (s *Server) PublishMsgs(msgs ...*nats.Msg) []uint64 {
 	defer nc.Close()
 	js := s.jetStream(nc)
 	futures := make([]jetstream.PubAckFuture, len(msgs))
+	// Once 4,000 publishes wait for their acks, a publish waits for one
+	// to come, 200 ms by default: a loaded machine's server took longer
+	// (a test failed on "stalled with too many outstanding async
+	// published messages"). As long as the wait for the stored messages.
+	stall := opkittest.Scaled(60 * time.Second)
 	for i, m := range msgs {
-		f, err := js.PublishMsgAsync(m)
+		f, err := js.PublishMsgAsync(m, jetstream.WithStallWait(stall))
 		if err != nil {
 			s.t.Fatalf("natstest: publishing message %d on %s: %v", i+1, m.Subject, err)
 		}
 		futures[i] = f
 	}
 	seqs := make([]uint64, len(msgs))
-	timeout := time.After(60 * time.Second)
+	timeout := time.After(stall)
 	for i, f := range futures {
 		select {
 		case ack := <-f.Ok():
@@ -220,7 +227,7 @@ func (s *Server) PublishMsgs(msgs ...*nats.Msg) []uint64 {
 		case err := <-f.Err():
 			s.t.Fatalf("natstest: publishing message %d on %s: %v", i+1, msgs[i].Subject, err)
 		case <-timeout:
-			s.t.Fatalf("natstest: message %d of %d not stored after 60s", i+1, len(msgs))
+			s.t.Fatalf("natstest: message %d of %d not stored after %v", i+1, len(msgs), stall)
 		}
 	}
 	return seqs

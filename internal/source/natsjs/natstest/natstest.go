@@ -23,7 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/opkit-dev/opkit/pkg/opkittest"
+	"github.com/opkit-dev/opkit/internal/scenario"
 )
 
 // Options are the server's and its stream's.
@@ -210,7 +210,8 @@ func (s *Server) PublishMsgs(msgs ...*nats.Msg) []uint64 {
 	// to come, 200 ms by default: a loaded machine's server took longer
 	// (a test failed on "stalled with too many outstanding async
 	// published messages"). As long as the wait for the stored messages.
-	stall := opkittest.Scaled(60 * time.Second)
+	scale, _ := scenario.TimeoutScale() // 1 when it cannot be read
+	stall := time.Duration(float64(60*time.Second) * scale)
 	for i, m := range msgs {
 		f, err := js.PublishMsgAsync(m, jetstream.WithStallWait(stall))
 		if err != nil {

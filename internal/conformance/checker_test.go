@@ -75,6 +75,9 @@ type checker struct {
 	// its stream.
 	nats      *natstest.Server
 	published int
+	// redeliveries are the Redelivery objects the checker created, in
+	// order: the model's redeliveries, numbered from 1.
+	redeliveries []string
 }
 
 // Check plays c against the engine and compares what happened with the
@@ -132,7 +135,7 @@ func Check(t testing.TB, env *clustertest.Env, c conformance.Case) ([]conformanc
 		default:
 			ch.waitQuiet(i)
 		}
-		if s.Op == conformance.OpDeliver && c.Def.Source.Object && ch.proc != nil {
+		if (s.Op == conformance.OpDeliver || s.Op == conformance.OpRedeliver) && c.Def.Source.Object && ch.proc != nil {
 			ch.adopt()
 		}
 	}
@@ -186,6 +189,8 @@ func (ch *checker) apply(s conformance.Step) {
 		ch.deliver(s)
 	case conformance.OpRerun:
 		ch.rerun(s)
+	case conformance.OpRedeliver:
+		ch.redeliver(s)
 	default:
 		t.Fatalf("the checker cannot play %s yet", s)
 	}
@@ -217,6 +222,59 @@ func (ch *checker) rerun(s conformance.Step) {
 	if err := ch.env.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, req.Patch(obj.GetResourceVersion()))); err != nil {
 		t.Fatalf("%s: %v", s, err)
 	}
+}
+
+// redeliver asks for the sender's delivery of the step to be handled
+// again, as opkit events redeliver does: a Redelivery naming its record
+// in the archive, in the case's namespace, which the engine answers once
+// (the next start, when none runs).
+func (ch *checker) redeliver(s conformance.Step) {
+	t := ch.t
+	ctx := context.WithoutCancel(t.Context())
+	ds, err := ch.deliveries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ch.c.Def.SourceDeliveryID(s.Delivery)
+	i := slices.IndexFunc(ds, func(d archive.Delivery) bool {
+		return d.DeliveryID == id && d.RedeliveryOf == "" && d.Outcome != archive.DeliveryRefused
+	})
+	if i < 0 {
+		t.Fatalf("%s: the archive has no accepted record of %s", s, id)
+	}
+	u := v1alpha1.NewRedelivery(ch.ns, v1alpha1.RedeliverySpec{Delivery: ds[i].ID, By: "conformance", Reason: "the conformance check asks"})
+	clustertest.Eventually(t, time.Minute, "create a Redelivery (its kind served)", func(ctx context.Context) (bool, error) {
+		return ch.env.Client.Create(ctx, u) == nil, nil
+	})
+	ch.redeliveries = append(ch.redeliveries, u.GetName())
+}
+
+// redeliveryAnswers are the engine's answers to the Redeliveries, in the
+// order they were created: status.outcome, with the reason of a refusal;
+// "" for one not answered. records maps the id of each redelivery
+// accepted to its number.
+func (ch *checker) redeliveryAnswers(ctx context.Context) (answers []string, records map[string]int, err error) {
+	records = map[string]int{}
+	for k, name := range ch.redeliveries {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.RedeliveryKind))
+		if err := ch.env.Client.Get(ctx, client.ObjectKey{Namespace: ch.ns, Name: name}, u); err != nil {
+			return nil, nil, err
+		}
+		_, st, err := v1alpha1.ReadRedelivery(u)
+		if err != nil {
+			return nil, nil, err
+		}
+		answer := st.Outcome
+		if st.Reason != "" {
+			answer += ": " + st.Reason
+		}
+		answers = append(answers, answer)
+		if st.Redelivery != "" {
+			records[st.Redelivery] = k + 1
+		}
+	}
+	return answers, records, nil
 }
 
 // deliver posts a delivery to a webhook source, as its sender would: a new
@@ -431,6 +489,13 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 		// no run between a handler's end and the next's start).
 		pending, err := ch.store.PendingDeliveries(ctx, ch.c.Def.OperatorName())
 		if err != nil || len(pending) > 0 {
+			return "", err
+		}
+	}
+	if len(ch.redeliveries) > 0 {
+		// A Redelivery not answered yet: its record is not made.
+		answers, _, err := ch.redeliveryAnswers(ctx)
+		if err != nil || slices.Contains(answers, "") {
 			return "", err
 		}
 	}
@@ -667,6 +732,11 @@ func (ch *checker) observe() *conformance.Observed {
 			}
 		}
 	}
+	answers, redelivered, err := ch.redeliveryAnswers(ctx)
+	if err != nil {
+		ch.t.Fatal(err)
+	}
+	obs.Redeliveries = answers
 	recorded := map[string]bool{}
 	for _, r := range readRecords(filepath.Join(ch.dir, "records.jsonl")) {
 		recorded[r.RunID] = true
@@ -679,6 +749,10 @@ func (ch *checker) observe() *conformance.Observed {
 		if s.ID.Trigger == conformance.Event {
 			s.ID = conformance.RunID{Handler: r.Handler, Trigger: conformance.Event}
 			s.ID.Delivery = ch.deliveryNumber(r.DeliveryID)
+			// <operator>/event/<source>/<id>/redelivery/<its record>/<handler>
+			if parts := strings.Split(r.Key, "/"); len(parts) >= 3 && parts[len(parts)-3] == "redelivery" {
+				s.ID.Redelivery = redelivered[parts[len(parts)-2]]
+			}
 			s.Payload = r.Payload
 			obs.Runs = append(obs.Runs, s)
 			continue
@@ -716,7 +790,10 @@ func (ch *checker) observe() *conformance.Observed {
 			ch.t.Fatal(err)
 		}
 		for _, d := range ds {
-			obs.Deliveries = append(obs.Deliveries, conformance.SeenDelivery{DeliveryID: d.DeliveryID, Outcome: string(d.Outcome), Reason: d.Reason})
+			obs.Deliveries = append(obs.Deliveries, conformance.SeenDelivery{
+				ID: d.ID, DeliveryID: d.DeliveryID, Outcome: string(d.Outcome), Reason: d.Reason,
+				RedeliveryOf: d.RedeliveryOf, Redelivery: redelivered[d.ID],
+			})
 		}
 	}
 	data, _ := os.ReadFile(filepath.Join(ch.dir, "engine.log"))

@@ -40,7 +40,14 @@ type Seen struct {
 
 // SeenDelivery is a delivery as the archive recorded it.
 type SeenDelivery struct {
+	// ID is the archive's id of the record, DeliveryID the sender's.
+	ID         string
 	DeliveryID string
+	// RedeliveryOf is, for a redelivery, the record it redelivers;
+	// Redelivery its number among the history's (the checker's count of
+	// the Redeliveries it made), 0 for one the checker did not ask for.
+	RedeliveryOf string
+	Redelivery   int
 	// Outcome is Pending, Handled, Failed or Refused; Reason its reason.
 	Outcome, Reason string
 }
@@ -60,6 +67,9 @@ type Observed struct {
 	// Answers the HTTP statuses of the posts, in order.
 	Deliveries []SeenDelivery
 	Answers    []int
+	// Redeliveries are the engine's answers to the history's
+	// redeliveries, in order: Accepted, or Refused and why.
+	Redeliveries []string
 }
 
 // Violation is a promise broken: Row names the guarantee (a row of
@@ -252,7 +262,8 @@ func outcomesText(os []Outcome) string {
 
 // compareDeliveries checks the source's deliveries (docs/events.md): the
 // answers to the posts (a webhook's; a NATS source has none), one accepted record per delivery id with the
-// outcome its handling must end with and a Refused one per replay, and
+// outcome its handling must end with and a Refused one per replay, each
+// redelivery accepted and recorded once, linked to the one it redelivers, and
 // each event run's key and payload.
 func compareDeliveries(def *Def, e *Expectation, obs *Observed) []Violation {
 	var out []Violation
@@ -263,14 +274,41 @@ func compareDeliveries(def *Def, e *Expectation, obs *Observed) []Violation {
 		add("the posts to the source were answered %v; the docs promise %v (202 accepted, 409 a replay)", obs.Answers, e.Answers)
 	}
 	want := map[string]*Delivery{}
+	redelivery := map[int]SeenDelivery{} // the record of each redelivery, by number
+	for _, s := range obs.Deliveries {
+		if s.Redelivery > 0 {
+			redelivery[s.Redelivery] = s
+		}
+	}
+	asked := 0
 	for _, d := range e.Deliveries {
 		id := def.SourceDeliveryID(d.N)
+		if d.Redelivery > 0 {
+			// docs/events.md, "Handling a delivery again": accepted, a
+			// record of its own linked to the one it redelivers, handled
+			// as a delivery is.
+			asked++
+			if d.Redelivery > len(obs.Redeliveries) || obs.Redeliveries[d.Redelivery-1] != "Accepted" {
+				add("redelivery %d of %s: answered %q; the docs accept a delivery that was handled", d.Redelivery, id, answerOf(obs.Redeliveries, d.Redelivery))
+				continue
+			}
+			s, ok := redelivery[d.Redelivery]
+			switch {
+			case !ok:
+				add("redelivery %d of %s: accepted, and the archive has no record of it", d.Redelivery, id)
+			case s.DeliveryID != id:
+				add("redelivery %d of %s: recorded with the sender's id %s", d.Redelivery, id, s.DeliveryID)
+			case s.Outcome != d.Outcome:
+				add("redelivery %d of %s: recorded %s (%s); the docs promise %s", d.Redelivery, id, s.Outcome, s.Reason, d.Outcome)
+			}
+			continue
+		}
 		want[id] = d
 		var accepted []SeenDelivery
 		refused := 0
 		for _, s := range obs.Deliveries {
 			switch {
-			case s.DeliveryID != id:
+			case s.DeliveryID != id || s.RedeliveryOf != "":
 			case s.Outcome == "Refused":
 				refused++
 			default:
@@ -287,8 +325,14 @@ func compareDeliveries(def *Def, e *Expectation, obs *Observed) []Violation {
 			add("delivery %s: the archive has %d Refused records of it; it was posted again %d times, each a replay", id, refused, d.Replays)
 		}
 	}
+	if len(obs.Redeliveries) != asked {
+		add("%d redeliveries were answered; the history asked for %d", len(obs.Redeliveries), asked)
+	}
 	for _, s := range obs.Deliveries {
-		if want[s.DeliveryID] == nil {
+		switch {
+		case s.RedeliveryOf != "" && s.Redelivery == 0:
+			add("the archive records a redelivery %s of %s (%s) that was never asked for", s.ID, s.DeliveryID, s.Outcome)
+		case want[s.DeliveryID] == nil:
 			add("the archive records a delivery %s (%s) that was never posted", s.DeliveryID, s.Outcome)
 		}
 	}
@@ -297,7 +341,11 @@ func compareDeliveries(def *Def, e *Expectation, obs *Observed) []Violation {
 			continue
 		}
 		id := def.SourceDeliveryID(s.ID.Delivery)
-		if key := def.OperatorName() + "/event/" + SourceName + "/" + id + "/" + s.ID.Handler; s.Key != key {
+		key := def.OperatorName() + "/event/" + SourceName + "/" + id + "/" + s.ID.Handler
+		if s.ID.Redelivery > 0 {
+			key = def.OperatorName() + "/event/" + SourceName + "/" + id + "/redelivery/" + redelivery[s.ID.Redelivery].ID + "/" + s.ID.Handler
+		}
+		if s.Key != key {
 			add("%s (run %s) has the key %s; the docs promise %s", s.ID, s.RunID, s.Key, key)
 		}
 		if d := want[id]; d != nil && !maps.Equal(s.Payload, d.Payload) {
@@ -305,4 +353,12 @@ func compareDeliveries(def *Def, e *Expectation, obs *Observed) []Violation {
 		}
 	}
 	return out
+}
+
+// answerOf is the k-th answer, "none" when there is none.
+func answerOf(answers []string, k int) string {
+	if k > len(answers) || answers[k-1] == "" {
+		return "none"
+	}
+	return answers[k-1]
 }

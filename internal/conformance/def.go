@@ -287,6 +287,13 @@ const (
 	// object to run again: with the object as it is then, or with
 	// SameInput, the binding context the run got.
 	OpRerun Op = "rerun"
+	// OpRedeliver asks, as opkit events redeliver does (a Redelivery
+	// object), for delivery Delivery, accepted and handled, to be handled
+	// again: a new delivery record with the sender's id and payload, its
+	// handlers on event under keys of their own, the source's object
+	// applied again. While the engine runs, or, for a source that applies
+	// no object, while it is stopped (the next start answers it).
+	OpRedeliver Op = "redeliver"
 )
 
 // Step is one step of a history.
@@ -298,8 +305,8 @@ type Step struct {
 	Kill bool
 	// Choice is OpDecide's: the state chosen.
 	Choice string
-	// Delivery is OpDeliver's and OpDeliverAgain's: the delivery's
-	// number, its id DeliveryID(Delivery).
+	// Delivery is OpDeliver's, OpDeliverAgain's and OpRedeliver's: the
+	// delivery's number, its id DeliveryID(Delivery).
 	Delivery int
 	// Handler is, for an OpCrash after an OpDeliver, the handler on event
 	// whose first run the SIGKILL comes in: those declared before it run
@@ -321,7 +328,7 @@ func (s Step) String() string {
 		return "stop (SIGTERM)"
 	case OpDecide:
 		return "decide " + s.Choice
-	case OpDeliver, OpDeliverAgain:
+	case OpDeliver, OpDeliverAgain, OpRedeliver:
 		return string(s.Op) + " " + DeliveryID(s.Delivery)
 	case OpCrash:
 		if s.Handler != "" {

@@ -22,7 +22,8 @@
 // delete, opkit retry, a person's decision, pause the object's handlers
 // and resume them, stop the engine gracefully or
 // with SIGKILL, start it, SIGKILL it during a run, post a delivery to the
-// source or publish it to its stream, post one again), it says which runs must happen — handler,
+// source or publish it to its stream, post one again, ask for one to
+// be handled again), it says which runs must happen — handler,
 // trigger, object life, generation, engine start, state visit or
 // delivery, and the outcome of every attempt — what each run must see,
 // how each object ends, and how each delivery is answered and recorded.
@@ -120,6 +121,22 @@
 //     --same-input the one its run saw, and a result that writes status
 //     writes it. No SIGKILL is drawn in a re-run: one cut is Cancelled
 //     and not run again (its request was taken).
+//   - Redeliveries (docs/events.md, "Redelivering on purpose"): of a
+//     delivery the sender sent, accepted and handled (neither it nor a
+//     redelivery of it Pending: the engine refuses those), while the
+//     engine runs or, for a source that applies no object, while it is
+//     stopped (the next start answers it; one that applies the object is
+//     not drawn then, as for a NATS message). Each is accepted, recorded
+//     once with the sender's id and payload, linked to the record it
+//     redelivers, and handled as a delivery is: each handler on event in
+//     declared order, retried by its policy, under the key
+//     <operator>/event/<source>/<delivery id>/redelivery/<its record's
+//     id>/<handler>, the attempts counted afresh under that key; the
+//     source's object applied again with the payload's spec.a (created
+//     again if it is gone; no change if it holds that already). A
+//     SIGKILL in one of its handlers' first run is drawn as for a
+//     delivery. A redelivery is never a replay: it is neither answered
+//     nor recorded Refused.
 //   - A decision is taken once the visit's enter runs are done, which a
 //     handler that gave up does not hold back; were they still not done,
 //     it would be taken or refused at once (a DecisionRefused Event), and
@@ -134,8 +151,8 @@
 // paused, a decision on a paused object,
 // sources other than a webhook and NATS (cloudEvents, githubPoll, kafka:
 // the same contract, but their own senders), a filter that refuses a
-// delivery, a handler's refusal of one, opkit events redeliver, and
-// leader election. "Where the state is" says
+// delivery, a handler's refusal of one, a redelivery the engine refuses,
+// and leader election. "Where the state is" says
 // where, and is not a behaviour to check.
 //
 // # The checks

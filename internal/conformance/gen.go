@@ -29,18 +29,23 @@ type Space struct {
 	// run again (opkit rerun, with or without --same-input), while an
 	// engine runs or not.
 	Reruns bool
+	// Redeliveries: the history may ask for a delivery accepted and
+	// handled to be handled again (opkit events redeliver), while an
+	// engine runs or, for a source that applies no object, not.
+	Redeliveries bool
 }
 
 // DefaultSpace is what TestConformance and make soak draw from.
 var DefaultSpace = Space{
-	Kinds:       []Kind{CustomResource, CustomResource, Watch},
-	Triggers:    []Trigger{Create, Update, Delete, Resume, When},
-	States:      true,
-	MaxHandlers: 3,
-	MaxSteps:    8,
-	Sources:     true,
-	Pauses:      true,
-	Reruns:      true,
+	Kinds:        []Kind{CustomResource, CustomResource, Watch},
+	Triggers:     []Trigger{Create, Update, Delete, Resume, When},
+	States:       true,
+	MaxHandlers:  3,
+	MaxSteps:     8,
+	Sources:      true,
+	Pauses:       true,
+	Reruns:       true,
+	Redeliveries: true,
 }
 
 // Generate draws a case: a definition, then a history that goes with it
@@ -210,19 +215,24 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 				opts = append(opts, option{3, Step{Op: OpDeliverAgain, Delivery: 1 + r.IntN(delivered)}})
 			}
 		}
+		if sp.Redeliveries && delivered > 0 {
+			if n := 1 + r.IntN(delivered); m.canRedeliver(n) {
+				opts = append(opts, option{3, Step{Op: OpRedeliver, Delivery: n}})
+			}
+		}
 		if m.up {
 			opts = append(opts, option{1, Step{Op: OpStop, Kill: r.IntN(2) == 0}})
 			last := steps[len(steps)-1].Op
-			if last != OpCrash && last != OpStop && (last != OpDeliver || !d.Source.Object) && !startsWithDeliveries(steps) && !rerunDue {
+			if last != OpCrash && last != OpStop && (!delivers(last) || !d.Source.Object) && !startsWithDeliveries(steps) && !rerunDue {
 				crash := Step{Op: OpCrash}
-				if ev := d.EventHandlers(); last == OpDeliver && len(ev) > 1 {
+				if ev := d.EventHandlers(); delivers(last) && len(ev) > 1 {
 					// In the first run of one of the delivery's handlers.
 					if i := r.IntN(len(ev)); i > 0 {
 						crash.Handler = ev[i].Name
 					}
 				}
 				weight := 2
-				if last == OpDeliver {
+				if delivers(last) {
 					weight = 4 // a SIGKILL while a delivery is handled
 				}
 				opts = append(opts, option{weight, crash})
@@ -276,9 +286,13 @@ func startsWithDeliveries(steps []Step) bool {
 		return false
 	}
 	for i := len(steps) - 2; i >= 0 && steps[i].Op != OpStop; i-- {
-		if steps[i].Op == OpDeliver {
+		if delivers(steps[i].Op) {
 			return true
 		}
 	}
 	return false
 }
+
+// delivers reports whether a step of op makes a delivery to handle: the
+// sender's, or a redelivery.
+func delivers(op Op) bool { return op == OpDeliver || op == OpRedeliver }

@@ -37,8 +37,10 @@ type Run struct {
 	// Seq is, for an enter run, the visit (status.state.seq) it is for.
 	Seq int64
 	// Delivery is, for an event run, the delivery it is for (its number:
-	// DeliveryID); its Life is 0, as it is for the operator.
-	Delivery int
+	// DeliveryID); its Life is 0, as it is for the operator. Redelivery
+	// is, for a run of a redelivery, the redelivery's number.
+	Delivery   int
+	Redelivery int
 	// Outcomes are the attempts' outcomes. A run interrupted by a
 	// SIGKILL is not among them: it runs again with its key, and that
 	// attempt is.
@@ -69,7 +71,7 @@ func (r *Run) Ended() Outcome { return r.Outcomes[len(r.Outcomes)-1] }
 // ID names the run as the checker matches it: life, handler, trigger and
 // what the trigger is about.
 func (r *Run) ID() RunID {
-	return RunID{Life: r.Life, Handler: r.Handler, Trigger: r.Trigger, Gen: r.Gen, Start: r.Start, Seq: r.Seq, Delivery: r.Delivery, Rerun: r.Rerun}
+	return RunID{Life: r.Life, Handler: r.Handler, Trigger: r.Trigger, Gen: r.Gen, Start: r.Start, Seq: r.Seq, Delivery: r.Delivery, Redelivery: r.Redelivery, Rerun: r.Rerun}
 }
 
 // RunID identifies a run across the model and the observations.
@@ -80,13 +82,18 @@ type RunID struct {
 	Gen     int64
 	Start   int
 	Seq     int64
-	// Delivery is an event run's delivery.
-	Delivery int
+	// Delivery is an event run's delivery; Redelivery, for a run of a
+	// redelivery of it, that redelivery's number (Delivery.Redelivery).
+	Delivery   int
+	Redelivery int
 	// Rerun is a re-run's number among the re-runs of its key.
 	Rerun int
 }
 
 func (id RunID) String() string {
+	if id.Trigger == Event && id.Redelivery > 0 {
+		return fmt.Sprintf("delivery %s redelivery %d %s event", DeliveryID(id.Delivery), id.Redelivery, id.Handler)
+	}
 	if id.Trigger == Event {
 		return fmt.Sprintf("delivery %s %s event", DeliveryID(id.Delivery), id.Handler)
 	}
@@ -163,8 +170,14 @@ type Expectation struct {
 // gave up; each post of it again is recorded Refused, as a replay, and
 // runs nothing.
 type Delivery struct {
-	N       int
-	Payload map[string]string
+	N int
+	// Redelivery is, for a redelivery (opkit events redeliver) of the
+	// sender's delivery N, its number among the history's redeliveries,
+	// from 1; 0 for a delivery the sender sent. A redelivery keeps the
+	// sender's id and payload, is never a replay, and runs its handlers
+	// under keys of their own.
+	Redelivery int
+	Payload    map[string]string
 	// Outcome is the record's last: "Handled" or "Failed".
 	Outcome string
 	// Replays is how many times it was posted again while an engine ran.
@@ -215,6 +228,8 @@ type model struct {
 	answers    []int
 	// eventExecs counts each event run's executions, for its Behaviour.
 	eventExecs map[RunID]int
+	// redeliveries counts the redeliveries asked for.
+	redeliveries int
 }
 
 // life is one object of the name "obj", from its creation to its end.
@@ -352,12 +367,31 @@ func (m *model) apply(s Step, held bool) {
 			return // not drawn: a NATS message published again is a new one
 		}
 		// A replay: recorded Refused, answered 409, nothing runs.
-		for _, d := range m.deliveries {
-			if d.N == s.Delivery {
-				d.Replays++
-			}
+		if d := m.delivery(s.Delivery); d != nil {
+			d.Replays++
 		}
 		m.answers = append(m.answers, 409)
+	case OpRedeliver:
+		if !m.canRedeliver(s.Delivery) {
+			return // not drawn
+		}
+		orig := m.delivery(s.Delivery)
+		// docs/events.md, "Handling a delivery again": a new delivery
+		// record, the sender's id and payload kept, its handlers on event
+		// run under keys of their own; the source's object applied again
+		// (only while the engine runs: at a start, its runs and those of
+		// the changes made meanwhile would be in no order).
+		if a := orig.Payload["a"]; m.def.Source.Object && m.up && a != "" {
+			if l == nil || !l.exists {
+				m.create(map[string]string{"a": a})
+			} else if l.specs[l.gen]["a"] != a {
+				m.change(l, "a", a)
+			}
+		}
+		m.redeliveries++
+		d := &Delivery{N: orig.N, Redelivery: m.redeliveries, Payload: orig.Payload, Outcome: DeliveryHandled}
+		m.deliveries = append(m.deliveries, d)
+		m.pending = append(m.pending, d)
 	case OpTouch:
 		// An annotation: neither the generation nor a projection moves.
 	case OpDelete:
@@ -418,7 +452,7 @@ func (m *model) apply(s Step, held bool) {
 			held := cmp.Or(s.Handler, ev[0].Name)
 			d := m.pending[0]
 			if m.handle(d, held) {
-				m.interrupted = append(m.interrupted, RunID{Handler: held, Trigger: Event, Delivery: d.N})
+				m.interrupted = append(m.interrupted, d.run(held))
 			} else {
 				m.pending = m.pending[1:]
 			}
@@ -513,6 +547,43 @@ func (m *model) change(l *life, field, value string) {
 	}
 }
 
+// delivery is the sender's delivery n, or nil.
+func (m *model) delivery(n int) *Delivery {
+	for _, d := range m.deliveries {
+		if d.N == n && d.Redelivery == 0 {
+			return d
+		}
+	}
+	return nil
+}
+
+// canRedeliver reports whether the sender's delivery n may be redelivered
+// in a history (opkit events redeliver): accepted and handled (neither it
+// nor a redelivery of it Pending, which the engine refuses), and the
+// source's object, when it applies one, applied only while the engine
+// runs and never while the object is being deleted.
+func (m *model) canRedeliver(n int) bool {
+	orig := m.delivery(n)
+	if orig == nil || m.def.Source == nil {
+		return false
+	}
+	for _, d := range m.pending {
+		if d.N == n {
+			return false
+		}
+	}
+	if m.def.Source.Object {
+		l := m.current()
+		return m.up && (l == nil || !l.exists || !l.deleting)
+	}
+	return true
+}
+
+// run is the run of d's handler on event.
+func (d *Delivery) run(handler string) RunID {
+	return RunID{Handler: handler, Trigger: Event, Delivery: d.N, Redelivery: d.Redelivery}
+}
+
 // handleDeliveries handles the pending deliveries (docs/events.md, "What
 // happens to a delivery"): each handler on event, in declared order, one
 // after the other, its run retried with its key by its retry policy; one
@@ -534,10 +605,10 @@ func (m *model) handle(d *Delivery, until string) bool {
 		if h.Name == until {
 			return true
 		}
-		id := RunID{Handler: h.Name, Trigger: Event, Delivery: d.N}
+		id := d.run(h.Name)
 		r := m.byID[id]
 		if r == nil {
-			r = &Run{Handler: h.Name, Trigger: Event, Delivery: d.N}
+			r = &Run{Handler: h.Name, Trigger: Event, Delivery: d.N, Redelivery: d.Redelivery}
 			m.byID[id] = r
 			m.runs = append(m.runs, r)
 		}

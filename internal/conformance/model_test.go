@@ -46,6 +46,9 @@ func runs(e *conformance.Expectation) string {
 		if r.Trigger == conformance.Rerun {
 			fmt.Fprintf(&b, " rerun %d sees gen %d", r.Rerun, r.SpecGen)
 		}
+		if r.Redelivery > 0 {
+			fmt.Fprintf(&b, " redelivery %d", r.Redelivery)
+		}
 		if r.Life > 1 {
 			fmt.Fprintf(&b, " #%d", r.Life)
 		}
@@ -323,6 +326,10 @@ func TestShrinkKeepsTheSmallestFailingCase(t *testing.T) {
 func deliveries(e *conformance.Expectation) string {
 	var b strings.Builder
 	for _, d := range e.Deliveries {
+		if d.Redelivery > 0 {
+			fmt.Fprintf(&b, "%s redelivery %d %s\n", conformance.DeliveryID(d.N), d.Redelivery, d.Outcome)
+			continue
+		}
 		fmt.Fprintf(&b, "%s %s, %d replays\n", conformance.DeliveryID(d.N), d.Outcome, d.Replays)
 	}
 	return b.String()
@@ -330,6 +337,7 @@ func deliveries(e *conformance.Expectation) string {
 
 func TestModelSaysWhatTheDocsPromiseOfDeliveries(t *testing.T) {
 	deliver := func(op conformance.Op, n int) conformance.Step { return conformance.Step{Op: op, Delivery: n} }
+	redeliver := func(n int) conformance.Step { return conformance.Step{Op: conformance.OpRedeliver, Delivery: n} }
 	crash := conformance.Step{Op: conformance.OpCrash}
 	for _, tc := range []struct {
 		name       string
@@ -400,6 +408,54 @@ func TestModelSaysWhatTheDocsPromiseOfDeliveries(t *testing.T) {
 			answers:    []int{202, 202, 409},
 			spec:       map[string]string{"a": "2"},
 		},
+		{
+			name: "a redelivery runs each handler on event once more, under keys of its own, retried by its policy",
+			handlers: []conformance.Handler{
+				handler("e1", ok, "event"), handler("e2", conformance.Behaviour{Fail: 1}, "event"),
+			},
+			history:    append(steps("create"), deliver(conformance.OpDeliver, 1), redeliver(1)),
+			want:       "e1 event gen 0: [Succeeded]\ne2 event gen 0: [Failed Succeeded]\ne1 event gen 0 redelivery 1: [Succeeded]\ne2 event gen 0 redelivery 1: [Failed Succeeded]\n",
+			deliveries: "d1 Handled, 0 replays\nd1 redelivery 1 Handled\n",
+			answers:    []int{202},
+			spec:       map[string]string{"a": "0", "b": "0"},
+		},
+		{
+			name:       "a failed delivery redelivered twice runs its handler as many times more, each failing as the original did",
+			handlers:   []conformance.Handler{handler("e1", conformance.Behaviour{Fail: 2}, "event")},
+			history:    append(steps("create"), deliver(conformance.OpDeliver, 1), redeliver(1), redeliver(1)),
+			want:       "e1 event gen 0: [Failed GaveUp]\ne1 event gen 0 redelivery 1: [Failed GaveUp]\ne1 event gen 0 redelivery 2: [Failed GaveUp]\n",
+			deliveries: "d1 Failed, 0 replays\nd1 redelivery 1 Failed\nd1 redelivery 2 Failed\n",
+			answers:    []int{202},
+			spec:       map[string]string{"a": "0", "b": "0"},
+		},
+		{
+			name:       "a redelivery asked while no engine runs is handled after the start",
+			handlers:   []conformance.Handler{handler("e1", ok, "event")},
+			history:    append(append(steps("create"), deliver(conformance.OpDeliver, 1)), append(steps("stop kill"), redeliver(1), conformance.Step{Op: conformance.OpStart})...),
+			want:       "e1 event gen 0: [Succeeded]\ne1 event gen 0 redelivery 1: [Succeeded]\n",
+			deliveries: "d1 Handled, 0 replays\nd1 redelivery 1 Handled\n",
+			answers:    []int{202},
+			spec:       map[string]string{"a": "0", "b": "0"},
+		},
+		{
+			name:       "a redelivery whose handler a SIGKILL interrupts is handled after the start, its run again with its key",
+			handlers:   []conformance.Handler{handler("e1", ok, "event"), handler("e2", ok, "event")},
+			history:    append(steps("create"), deliver(conformance.OpDeliver, 1), redeliver(1), conformance.Step{Op: conformance.OpCrash, Handler: "e2"}),
+			want:       "e1 event gen 0: [Succeeded]\ne2 event gen 0: [Succeeded]\ne1 event gen 0 redelivery 1: [Succeeded]\ne2 event gen 0 redelivery 1: [Succeeded]\n",
+			deliveries: "d1 Handled, 0 replays\nd1 redelivery 1 Handled\n",
+			answers:    []int{202},
+			spec:       map[string]string{"a": "0", "b": "0"},
+		},
+		{
+			name:       "a redelivery applies the source's object again, with the payload the sender posted",
+			object:     true,
+			handlers:   []conformance.Handler{handler("h1", write, "create", "update")},
+			history:    []conformance.Step{deliver(conformance.OpDeliver, 1), deliver(conformance.OpDeliver, 2), redeliver(1), redeliver(1)},
+			want:       "h1 create gen 1: [Succeeded]\nh1 update gen 2: [Succeeded]\nh1 update gen 3: [Succeeded]\n",
+			deliveries: "d1 Handled, 0 replays\nd2 Handled, 0 replays\nd1 redelivery 1 Handled\nd1 redelivery 2 Handled\n",
+			answers:    []int{202, 202},
+			spec:       map[string]string{"a": "1"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := conformance.Case{Def: conformance.Def{Kind: conformance.CustomResource, Handlers: tc.handlers, Source: &conformance.Source{Object: tc.object}}, History: tc.history}
@@ -432,6 +488,26 @@ func TestAnObjectIsNotAppliedByADeliveryWhileItIsBeingDeleted(t *testing.T) {
 	}
 	if conformance.Valid(c) {
 		t.Errorf("a delivery applying the object while its deletion waits for a delete handler is valid:\n%s", c)
+	}
+}
+
+func TestARedeliveryIsDrawnOnlyWhereTheEngineAnswersIt(t *testing.T) {
+	redeliver := conformance.Step{Op: conformance.OpRedeliver, Delivery: 1}
+	deliver := conformance.Step{Op: conformance.OpDeliver, Delivery: 1}
+	e1 := []conformance.Handler{handler("e1", ok, "event")}
+	for _, tc := range []struct {
+		name    string
+		object  bool
+		history []conformance.Step
+	}{
+		{"a delivery never posted", false, append(steps("create"), redeliver)},
+		{"a second redelivery while the first waits for a start", false, append(steps("create"), deliver, conformance.Step{Op: conformance.OpStop}, redeliver, redeliver, conformance.Step{Op: conformance.OpStart})},
+		{"a redelivery that applies the object while no engine runs", true, []conformance.Step{deliver, {Op: conformance.OpStop}, redeliver, {Op: conformance.OpStart}}},
+	} {
+		c := conformance.Case{Def: conformance.Def{Kind: conformance.CustomResource, Handlers: e1, Source: &conformance.Source{Object: tc.object}}, History: tc.history}
+		if conformance.Valid(c) {
+			t.Errorf("%s is valid:\n%s", tc.name, c)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ func Rows(c Case) []string {
 	kind := map[Kind]string{CustomResource: "custom resource", Watch: "watched object"}[c.Def.Kind]
 	rows := []string{"runs once, " + kind}
 	var down, crash, retry, decide, write, resume, deliver, again, crashEvent, downDelivery, pause, pauseDown, rerun, rerunSame, rerunWaits bool
+	var redeliver, redeliverDown, crashRedelivery bool
 	stopped := false
 	for i, s := range c.History {
 		switch s.Op {
@@ -24,6 +25,10 @@ func Rows(c Case) []string {
 			crashEvent = crashEvent || i+1 < len(c.History) && c.History[i+1].Op == OpCrash
 		case OpDeliverAgain:
 			again = true
+		case OpRedeliver:
+			redeliver = true
+			redeliverDown = redeliverDown || stopped
+			crashRedelivery = crashRedelivery || i+1 < len(c.History) && c.History[i+1].Op == OpCrash
 		case OpStop:
 			stopped = true
 		case OpStart:
@@ -84,6 +89,15 @@ func Rows(c Case) []string {
 	}
 	if crashEvent {
 		rows = append(rows, "events: handled once across a SIGKILL")
+	}
+	if redeliver {
+		rows = append(rows, "redeliver: a redelivery handled once, with keys of its own")
+	}
+	if redeliverDown {
+		rows = append(rows, "redeliver: asked while no engine ran")
+	}
+	if crashRedelivery {
+		rows = append(rows, "redeliver: handled once across a SIGKILL")
 	}
 	if pause {
 		rows = append(rows, "pause: nothing runs, each pause and resume recorded once")
@@ -180,6 +194,9 @@ func Scenario(c Case) string {
 			fmt.Fprintf(&b, "- patch: {object: %s, merge: %s}\n", ref, p)
 		case OpRerun:
 			fmt.Fprintf(&b, "# step %d, %s: a scenario cannot name the run to ask for again (opkit rerun RUN)\n", i+1, s)
+		case OpRedeliver:
+			fmt.Fprintf(&b, "# step %d, %s: a scenario cannot name the delivery to handle again (opkit events redeliver ID)\n", i+1, s)
+			unsaid = append(unsaid, s.String())
 		case OpDeliver, OpDeliverAgain:
 			status := 202
 			if s.Op == OpDeliverAgain {

@@ -75,10 +75,10 @@ func Valid(c Case) bool {
 			if !m.up || i == 0 || c.History[i-1].Op == OpCrash || c.History[i-1].Op == OpStop || rerunDue {
 				return false
 			}
-			if c.History[i-1].Op == OpDeliver && c.Def.Source.Object || startsWithDeliveries(c.History[:i]) {
+			if delivers(c.History[i-1].Op) && c.Def.Source.Object || startsWithDeliveries(c.History[:i]) {
 				return false
 			}
-			if s.Handler != "" && (c.History[i-1].Op != OpDeliver || !slices.ContainsFunc(c.Def.EventHandlers(), func(h Handler) bool { return h.Name == s.Handler })) {
+			if s.Handler != "" && (!delivers(c.History[i-1].Op) || !slices.ContainsFunc(c.Def.EventHandlers(), func(h Handler) bool { return h.Name == s.Handler })) {
 				return false
 			}
 		case OpDeliver:
@@ -94,6 +94,10 @@ func Valid(c Case) bool {
 			delivered[s.Delivery] = true
 		case OpDeliverAgain:
 			if !m.up || !delivered[s.Delivery] || c.Def.Source.Consumed() {
+				return false
+			}
+		case OpRedeliver:
+			if !m.canRedeliver(s.Delivery) {
 				return false
 			}
 		}

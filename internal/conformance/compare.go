@@ -284,7 +284,7 @@ func compareDeliveries(def *Def, e *Expectation, obs *Observed) []Violation {
 	for _, d := range e.Deliveries {
 		id := def.SourceDeliveryID(d.N)
 		if d.Redelivery > 0 {
-			// docs/events.md, "Handling a delivery again": accepted, a
+			// docs/events.md, "Redelivering on purpose": accepted, a
 			// record of its own linked to the one it redelivers, handled
 			// as a delivery is.
 			asked++
@@ -341,10 +341,11 @@ func compareDeliveries(def *Def, e *Expectation, obs *Observed) []Violation {
 			continue
 		}
 		id := def.SourceDeliveryID(s.ID.Delivery)
-		key := def.OperatorName() + "/event/" + SourceName + "/" + id + "/" + s.ID.Handler
+		key := def.OperatorName() + "/event/" + SourceName + "/" + id + "/"
 		if s.ID.Redelivery > 0 {
-			key = def.OperatorName() + "/event/" + SourceName + "/" + id + "/redelivery/" + redelivery[s.ID.Redelivery].ID + "/" + s.ID.Handler
+			key += "redelivery/" + redelivery[s.ID.Redelivery].ID + "/"
 		}
+		key += s.ID.Handler
 		if s.Key != key {
 			add("%s (run %s) has the key %s; the docs promise %s", s.ID, s.RunID, s.Key, key)
 		}

@@ -350,11 +350,7 @@ func (m *model) apply(s Step, held bool) {
 			// at once: created, or its spec.a changed (server-side apply).
 			m.nextRev++
 			a = strconv.Itoa(m.nextRev)
-			if l == nil || !l.exists {
-				m.create(map[string]string{"a": a})
-			} else {
-				m.change(l, "a", a)
-			}
+			m.applyObject(l, a)
 		}
 		d := &Delivery{N: s.Delivery, Payload: DeliveryPayload(s.Delivery, a), Outcome: DeliveryHandled}
 		m.deliveries = append(m.deliveries, d)
@@ -376,17 +372,13 @@ func (m *model) apply(s Step, held bool) {
 			return // not drawn
 		}
 		orig := m.delivery(s.Delivery)
-		// docs/events.md, "Handling a delivery again": a new delivery
+		// docs/events.md, "Redelivering on purpose": a new delivery
 		// record, the sender's id and payload kept, its handlers on event
 		// run under keys of their own; the source's object applied again
 		// (only while the engine runs: at a start, its runs and those of
 		// the changes made meanwhile would be in no order).
 		if a := orig.Payload["a"]; m.def.Source.Object && m.up && a != "" {
-			if l == nil || !l.exists {
-				m.create(map[string]string{"a": a})
-			} else if l.specs[l.gen]["a"] != a {
-				m.change(l, "a", a)
-			}
+			m.applyObject(l, a)
 		}
 		m.redeliveries++
 		d := &Delivery{N: orig.N, Redelivery: m.redeliveries, Payload: orig.Payload, Outcome: DeliveryHandled}
@@ -544,6 +536,19 @@ func (m *model) change(l *life, field, value string) {
 	// that gave up included.
 	for _, hs := range l.hs {
 		hs.stalled, hs.attempts = nil, 0
+	}
+}
+
+// applyObject is the source's object template applied, server-side, with
+// spec.a set to a: the object created when there is none, its spec.a
+// changed when it holds another value (an apply that changes nothing
+// makes no generation).
+func (m *model) applyObject(l *life, a string) {
+	switch {
+	case l == nil || !l.exists:
+		m.create(map[string]string{"a": a})
+	case l.specs[l.gen]["a"] != a:
+		m.change(l, "a", a)
 	}
 }
 

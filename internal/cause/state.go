@@ -38,7 +38,8 @@ type State struct {
 	EnterRun *EnterRun `json:"enterRun,omitempty"`
 	// RetrySeen is the value of a watched object's retry annotation last
 	// acted on: opkit does not remove it from an object it does not own,
-	// so each new value is one retry.
+	// so each new value is one retry. A custom resource's is the value of
+	// the request taken whose annotation is still to be removed.
 	RetrySeen string `json:"retrySeen,omitempty"`
 	// RerunSeen is the value of a watched object's re-run annotation
 	// (v1alpha1.RerunAnnotation) last answered, for the same reason.

@@ -42,56 +42,7 @@ func Avoiding(c Case, decided bool) (Case, bool) {
 // KnownDefects are the defects the model found on main. The lead removes
 // each entry when the fix that makes its cases pass is merged
 // (TestRegressions then says so: its shrunk case passes).
-var KnownDefects = []Defect{
-	{
-		Issue: retryCutIssue,
-		Text:  "a run that opkit retry started, cut by a SIGKILL, does not run again after the start: the handler stays given up, though the run was recorded Cancelled (handlers.md: it runs again with the same idempotency key)",
-		Match: func(c Case) bool { return retryThenCrash(c.History) >= 0 },
-		Avoid: func(c Case) Case {
-			i := retryThenCrash(c.History)
-			c.History = slices.Delete(c.History, i+1, i+2) // the retry's run is not cut
-			return c
-		},
-	},
-	{
-		Issue: redeliverAtStartIssue,
-		Text:  "a Redelivery made while no engine ran is refused at the next start (\"operator ... does not run in this engine\"): the engine answers it before it runs its operators",
-		Match: func(c Case) bool {
-			up := true
-			for _, s := range c.History {
-				switch s.Op {
-				case OpStop:
-					up = false
-				case OpStart:
-					up = true
-				case OpRedeliver:
-					if !up {
-						return true
-					}
-				}
-			}
-			return false
-		},
-	},
-}
-
-// The known defects' issues: each its own, so that the regressions of the
-// defects of issue 50 already fixed are not taken for theirs (Listed).
-const (
-	retryCutIssue         = "50 (a retried run cut by a SIGKILL)"
-	redeliverAtStartIssue = "50 (a Redelivery answered at a start)"
-)
-
-// retryThenCrash is the index of an opkit retry followed by a SIGKILL in
-// the run it starts, or -1.
-func retryThenCrash(history []Step) int {
-	for i := 0; i+1 < len(history); i++ {
-		if history[i].Op == OpRetry && history[i+1].Op == OpCrash {
-			return i
-		}
-	}
-	return -1
-}
+var KnownDefects = []Defect{}
 
 // Known returns the first known defect c matches, or nil.
 func Known(c Case) *Defect {
@@ -342,7 +293,7 @@ var Regressions = []Regression{
 	},
 	{
 		Name:  "a run that opkit retry started, cut by a SIGKILL, runs again with its key after the start",
-		Issue: retryCutIssue,
+		Issue: "50 (a retried run cut by a SIGKILL: the attempts the retry cleared were kept only once the run ended)",
 		Case: Case{
 			Def:     Def{Kind: CustomResource, Handlers: []Handler{{Name: "h1", On: []Trigger{Create}, MaxAttempts: 1, Behaviour: Behaviour{Fail: 1}}}},
 			History: []Step{{Op: OpCreate}, {Op: OpRetry}, {Op: OpCrash}},
@@ -350,7 +301,7 @@ var Regressions = []Regression{
 	},
 	{
 		Name:  "a redelivery asked while no engine ran is accepted and handled at the next start",
-		Issue: redeliverAtStartIssue,
+		Issue: "50 (a Redelivery made while no engine ran was refused at the start, read before the engine ran its operator)",
 		Case: Case{
 			Def:     Def{Kind: Watch, Source: &Source{Kind: NATS}, Handlers: []Handler{h("e1", Behaviour{}, Event)}},
 			History: []Step{{Op: OpDeliver, Delivery: 1}, {Op: OpStop}, {Op: OpRedeliver, Delivery: 1}, {Op: OpStart}},

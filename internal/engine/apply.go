@@ -162,6 +162,9 @@ func (e *Engine) restart(ctx context.Context, d *definition.Definition, start fu
 	e.mu.Lock()
 	e.running[d.Operator.Name] = op
 	e.mu.Unlock()
+	if len(d.Sources) > 0 {
+		go e.wakeRedeliveries(e.ctx) // those left while it did not run
+	}
 	return nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -99,10 +100,11 @@ type Engine struct {
 	migrations migrations
 	// deliveries reads the archive's deliveries, for redeliveries
 	// (redeliver.go): Options.Archive, when it reads them, else nil.
-	// redeliveries: their CRD is installed and answered; redeliverMu
-	// takes one at a time.
-	deliveries   archive.DeliveryReader
-	redeliveries bool
+	// redeliveryWakes, once their CRD is installed and answered, reads
+	// Redeliveries again (wakeRedeliveries); redeliverMu takes one at a
+	// time.
+	deliveries      archive.DeliveryReader
+	redeliveryWakes chan event.GenericEvent
 	// rolloutsCRD: the Rollout CRD is installed (rollout.go).
 	rolloutsCRD bool
 	redeliverMu sync.Mutex

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -34,8 +35,12 @@ import (
 // original), RedeliveredBy and RedeliveryReason, and queued as a delivery
 // the sender sent: its source's object is applied again and the handlers
 // on event of its source run again, under keys of their own
-// (delivery.Key). Refused: an id the archive does not hold; an operator
-// this engine does not run, or a source it no longer has; a delivery
+// (delivery.Key). An engine answers only the Redeliveries of the
+// operators it runs: one of an operator it does not run (yet: at a start,
+// Redeliveries are read before every operator is applied) is left to the
+// engine that runs it, and read again whenever an operator with a source
+// starts here (wakeRedeliveries). Refused: an id the archive does not
+// hold; a source the operator no longer has; a delivery
 // still being handled (Pending, or its last redelivery Pending); a
 // refused delivery that was refused before its signature was verified,
 // or whose payload was cut; one the source's filter refuses now.
@@ -54,6 +59,10 @@ const (
 type RedeliveryRefusal struct{ Reason string }
 
 func (r *RedeliveryRefusal) Error() string { return r.Reason }
+
+// errElsewhere: the delivery's operator does not run in this engine; the
+// Redelivery is left for the engine that runs it.
+var errElsewhere = errors.New("does not run in this engine")
 
 func refuseRedelivery(format string, args ...any) error {
 	return &RedeliveryRefusal{Reason: fmt.Sprintf(format, args...)}
@@ -90,7 +99,7 @@ func (e *Engine) Redeliver(ctx context.Context, id, by, why string) (*archive.De
 	case op == nil && restarting:
 		return nil, fmt.Errorf("operator %s is restarting", d.Operator)
 	case op == nil:
-		return nil, refuseRedelivery("operator %s of delivery %s does not run in this engine", d.Operator, id)
+		return nil, fmt.Errorf("operator %s of delivery %s %w", d.Operator, id, errElsewhere)
 	}
 	src := op.def.EventSource(d.Source)
 	if src == nil {
@@ -160,7 +169,7 @@ func (e *Engine) stillAccepts(src *definition.EventSource, d *archive.Delivery) 
 // Redelivery objects, once.
 func (e *Engine) ensureRedeliveries(ctx context.Context) error {
 	e.mu.Lock()
-	started := e.redeliveries
+	started := e.redeliveryWakes != nil
 	e.mu.Unlock()
 	if started {
 		return nil
@@ -177,18 +186,57 @@ func (e *Engine) ensureRedeliveries(ctx context.Context) error {
 	if err := c.Watch(source.Kind[client.Object](e.mgr.GetCache(), obj, &handler.EnqueueRequestForObject{})); err != nil {
 		return err
 	}
+	wakes := make(chan event.GenericEvent, 64)
+	if err := c.Watch(source.Channel(wakes, &handler.EnqueueRequestForObject{})); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.redeliveries {
+	if e.redeliveryWakes != nil {
 		return nil
 	}
-	e.redeliveries = true
+	e.redeliveryWakes = wakes
 	go func() {
 		if err := c.Start(e.ctx); err != nil && e.ctx.Err() == nil {
 			e.mgr.GetLogger().Error(err, "answering Redeliveries")
 		}
 	}()
 	return nil
+}
+
+// wakeRedeliveries reads again each Redelivery not answered yet, once an
+// operator with a source starts: those this engine left, since it did not
+// run their operator then, are answered now if it is the one.
+func (e *Engine) wakeRedeliveries(ctx context.Context) {
+	e.mu.Lock()
+	wakes := e.redeliveryWakes
+	e.mu.Unlock()
+	if wakes == nil {
+		return
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.RedeliveryKind + "List"))
+	var opts []client.ListOption
+	if e.opts.Namespace != "" {
+		opts = append(opts, client.InNamespace(e.opts.Namespace))
+	}
+	if err := e.mgr.GetCache().List(ctx, list, opts...); err != nil {
+		// Not read: those not answered yet are read when the cache is,
+		// as each object is when it is first seen.
+		e.mgr.GetLogger().V(1).Info("reading the Redeliveries again: " + err.Error())
+		return
+	}
+	for i := range list.Items {
+		obj := &list.Items[i]
+		if _, status, err := v1alpha1.ReadRedelivery(obj); err != nil || status.Outcome != "" {
+			continue
+		}
+		select {
+		case wakes <- event.GenericEvent{Object: obj}:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // answerRedelivery answers one Redelivery, once: read from the API
@@ -211,6 +259,9 @@ func (e *Engine) answerRedelivery(ctx context.Context, req reconcile.Request) (r
 	d, err := e.Redeliver(ctx, spec.Delivery, spec.By, spec.Reason)
 	var refusal *RedeliveryRefusal
 	switch {
+	case errors.Is(err, errElsewhere):
+		log.V(1).Info("left for the engine that runs its operator: " + err.Error())
+		return reconcile.Result{}, nil // read again when an operator starts here
 	case errors.As(err, &refusal):
 		answer.Outcome, answer.Reason = v1alpha1.RedeliveryRefused, refusal.Reason
 		log.Info("redelivery refused: " + refusal.Reason)

@@ -68,6 +68,8 @@ type Pending struct {
 	recorded *BindingContext
 	alog     *archiveLog
 	now      time.Time // when it was decided, in real time
+	// writeFirst: the run starts after the caller's write (Step.writeFirst).
+	writeFirst bool
 }
 
 // start prepares the run of cause c: its flight is registered, so that
@@ -199,7 +201,7 @@ func (rn *Runner) Executing() int { return len(rn.slots) }
 // not a Job handler's, while one of the operator's slots is free (else
 // the run would wait for one, and the worker with it).
 func (rn *Runner) Waitable(p *Pending) bool {
-	return p != nil && p.f.cause.Handler.Job == nil && len(rn.slots) < cap(rn.slots)
+	return p != nil && !p.writeFirst && p.f.cause.Handler.Job == nil && len(rn.slots) < cap(rn.slots)
 }
 
 // LaunchWaiting is Launch for a caller that waits up to wait for the

@@ -42,6 +42,10 @@ type Step struct {
 	// deferred is the run whose result Status is, until Written or
 	// StatusRefused.
 	deferred *deferral
+	// writeFirst: the step took a retry request whose cleared attempts
+	// only the caller's write keeps; the run it starts waits for that
+	// write (Waitable), so that a SIGKILL in the run finds them kept.
+	writeFirst bool
 }
 
 // Idle reports whether the object's handlers are done: nothing in
@@ -163,6 +167,7 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		res.Wrote = res.Wrote || wrote
 		if p != nil {
 			res.Busy, res.Start = true, p
+			p.writeFirst = res.writeFirst
 			return res, nil
 		}
 	}
@@ -192,6 +197,9 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		var err error
 		if res.Start, err = rn.start(ctx, cr, d.Cause, vars, subject); err != nil {
 			return nil, err
+		}
+		if res.Start != nil {
+			res.Start.writeFirst = res.writeFirst
 		}
 		return res, nil
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/twmb/franz-go/pkg/kgo"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +31,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/conformance"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
+	"github.com/opkit-dev/opkit/internal/source/kafkasrc/kafkatest"
 	"github.com/opkit-dev/opkit/internal/source/natsjs/natstest"
 )
 
@@ -66,14 +68,18 @@ type checker struct {
 	engineLog string
 	// hooks is the engine's hooks listener's address; payloads the body
 	// of each delivery posted, by number; answers the statuses of the
-	// posts, in order.
+	// posts, in order; ceposts the count of posts of each CloudEvent, by
+	// number.
 	hooks    string
 	payloads map[int][]byte
 	answers  []int
-	// nats is a NATS source's server, the case's own (nil for a webhook
-	// source or none), and published the count of messages published to
-	// its stream.
+	ceposts  map[int]int
+	// nats is a NATS source's server, kafka a Kafka source's cluster,
+	// the case's own (nil for another source or none), and published
+	// the count of messages published to its stream or records produced
+	// to its topic.
 	nats      *natstest.Server
+	kafka     *kafkatest.Cluster
 	published int
 	// redeliveries are the Redelivery objects the checker created, in
 	// order: the model's redeliveries, numbered from 1.
@@ -90,20 +96,26 @@ func Check(t testing.TB, env *clustertest.Env, c conformance.Case) ([]conformanc
 	}
 	ch := &checker{
 		t: t, env: env, c: c, bin: bin, kube: clustertest.Cluster(t).KubeconfigPath(),
-		dir: filepath.Join(t.TempDir(), "case"), starts: map[int]int{}, uids: map[string]int{}, payloads: map[int][]byte{},
+		dir: filepath.Join(t.TempDir(), "case"), starts: map[int]int{}, uids: map[string]int{}, payloads: map[int][]byte{}, ceposts: map[int]int{},
 		ns: "conf-" + rand.String(8),
 	}
 	if err := os.MkdirAll(ch.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	natsURL := ""
-	if c.Def.Source != nil && c.Def.Source.Consumed() {
+	brokerURL := ""
+	switch {
+	case c.Def.Source != nil && c.Def.Source.Kind == conformance.Kafka:
+		// The case's own cluster and topic, of one partition: delivery n
+		// is its record at offset n-1, <topic>:0:<n-1>.
+		ch.kafka = kafkatest.Start(t, kafkatest.Options{Topics: []string{conformance.KafkaTopic}, Partitions: 1})
+		brokerURL = ch.kafka.Addrs()[0]
+	case c.Def.Source != nil && c.Def.Source.Consumed():
 		// The case's own JetStream server and stream: delivery n is its
 		// n-th message, <stream>:<n>.
 		ch.nats = natstest.Start(t, natstest.Options{Stream: conformance.NATSStream, Subjects: []string{conformance.NATSSubject}})
-		natsURL = ch.nats.URL()
+		brokerURL = ch.nats.URL()
 	}
-	def := conformance.Operator(&c.Def, ch.ns, natsURL, []string{bin, ch.dir}, []string{recorderEnv + "=1"})
+	def := conformance.Operator(&c.Def, ch.ns, brokerURL, []string{bin, ch.dir}, []string{recorderEnv + "=1"})
 	if err := os.WriteFile(filepath.Join(ch.dir, "operator.yaml"), []byte(def), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -293,6 +305,14 @@ func (ch *checker) deliver(s conformance.Step) {
 		body, _ = json.Marshal(conformance.DeliveryPayload(s.Delivery, a))
 		ch.payloads[s.Delivery] = body
 	}
+	if ch.kafka != nil {
+		rec := ch.kafka.Produce(&kgo.Record{Topic: conformance.KafkaTopic, Partition: 0, Value: body})[0]
+		ch.published++
+		if rec.Offset != int64(s.Delivery-1) {
+			t.Fatalf("%s was produced at offset %d: the model names it %s", s, rec.Offset, ch.c.Def.SourceDeliveryID(s.Delivery))
+		}
+		return
+	}
 	if ch.nats != nil {
 		seqs := ch.nats.PublishMsgs(&nats.Msg{Subject: conformance.NATSSubject, Data: body})
 		ch.published++
@@ -311,7 +331,11 @@ func (ch *checker) deliver(s conformance.Step) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+conformance.HookToken)
-	req.Header.Set(conformance.DeliveryHeader, conformance.DeliveryID(s.Delivery))
+	if ch.c.Def.Source.Kind == conformance.CloudEvents {
+		ch.cloudEvent(req, s.Delivery, body)
+	} else {
+		req.Header.Set(conformance.DeliveryHeader, conformance.DeliveryID(s.Delivery))
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("posting %s: %v", s, err)
@@ -322,6 +346,31 @@ func (ch *checker) deliver(s conformance.Step) {
 	if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusConflict {
 		t.Logf("%s: answered %d %s", s, resp.StatusCode, answer)
 	}
+}
+
+// cloudEvent makes req the CloudEvent of delivery n, its data body: in the
+// binary mode or the structured one, by turns for each post of it (a
+// delivery's first post takes its number's turn), so that a replay comes
+// in the other mode than the post it repeats.
+func (ch *checker) cloudEvent(req *http.Request, n int, body []byte) {
+	ch.ceposts[n]++
+	if (n+ch.ceposts[n])%2 == 0 {
+		req.Header.Set("ce-specversion", "1.0")
+		req.Header.Set("ce-id", conformance.DeliveryID(n))
+		req.Header.Set("ce-source", conformance.CloudEventsSource)
+		req.Header.Set("ce-type", conformance.CloudEventsType)
+		return
+	}
+	event, err := json.Marshal(map[string]any{
+		"specversion": "1.0", "id": conformance.DeliveryID(n), "source": conformance.CloudEventsSource,
+		"type": conformance.CloudEventsType, "datacontenttype": "application/json", "data": json.RawMessage(body),
+	})
+	if err != nil {
+		ch.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/cloudevents+json")
+	req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(event)), int64(len(event))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(event)), nil }
 }
 
 // adopt counts the object the source's object template created, if it is
@@ -499,7 +548,7 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 			return "", err
 		}
 	}
-	if ch.nats != nil {
+	if ch.nats != nil || ch.kafka != nil {
 		// A message published and not recorded yet: the consumer has
 		// not fetched it.
 		recorded, err := ch.deliveries(ctx)
@@ -819,8 +868,7 @@ func (ch *checker) deliveries(ctx context.Context) ([]archive.Delivery, error) {
 }
 
 // deliveryNumber is the model's number of the delivery the engine
-// recorded as id: d<n> (a webhook's), <stream>:<n> (a NATS message's); 0
-// for another.
+// recorded as id (Def.SourceDeliveryID); 0 for another.
 func (ch *checker) deliveryNumber(id string) int {
 	for n := range ch.payloads {
 		if ch.c.Def.SourceDeliveryID(n) == id {

@@ -27,7 +27,7 @@ var (
 	flagShrink   = flag.Int("conformance.shrink", 40, "how many smaller cases a failing case's shrinking may play")
 	flagReport   = flag.String("conformance.report", "", "write the report of what was tried to this file (make soak)")
 	flagKinds    = flag.String("conformance.kinds", "", "draw only these kinds of operator, comma-separated: resource, watch; default both")
-	flagSources  = flag.String("conformance.sources", "", "only: play only the cases whose operator has a source; webhook or nats: only those whose source is of that kind; none: draw no source; default: draw some")
+	flagSources  = flag.String("conformance.sources", "", "only: play only the cases whose operator has a source; webhook, nats, cloudevents or kafka: only those whose source is of that kind; none: draw no source; default: draw some")
 	flagSteps    = flag.String("conformance.steps", "", "play only the cases whose history has one of these steps, comma-separated (pause,resume,crash...); default: every case")
 )
 
@@ -51,11 +51,11 @@ func TestConformance(t *testing.T) {
 		}
 	}
 	switch *flagSources {
-	case "", "only", string(conformance.Webhook), string(conformance.NATS):
+	case "", "only", string(conformance.Webhook), string(conformance.NATS), string(conformance.CloudEvents), string(conformance.Kafka):
 	case "none":
 		space.Sources = false
 	default:
-		t.Fatalf("-conformance.sources=%s: expected only, webhook, nats or none", *flagSources)
+		t.Fatalf("-conformance.sources=%s: expected only, webhook, nats, cloudevents, kafka or none", *flagSources)
 	}
 	sem := make(chan struct{}, max(1, *flagParallel))
 	var wg sync.WaitGroup
@@ -117,12 +117,10 @@ func drawn(c conformance.Case, sources string) bool {
 	switch sources {
 	case "only":
 		return c.Def.Source != nil
-	case string(conformance.Webhook):
-		return c.Def.Source != nil && !c.Def.Source.Consumed()
-	case string(conformance.NATS):
-		return c.Def.Source != nil && c.Def.Source.Consumed()
+	case "", "none":
+		return true
 	}
-	return true
+	return c.Def.Source != nil && cmp.Or(c.Def.Source.Kind, conformance.Webhook) == conformance.SourceKind(sources)
 }
 
 // hasStep reports whether c's history has one of the steps named in ops

@@ -99,11 +99,12 @@ type Def struct {
 	Source *Source
 }
 
-// Source is the operator's source (docs/events.md), SourceName: a webhook
-// or a NATS JetStream stream. Each delivery's payload is {"delivery":
+// Source is the operator's source (docs/events.md), SourceName: a webhook,
+// CloudEvents over HTTP, a NATS JetStream stream or a Kafka topic. Each delivery's payload is {"delivery":
 // "d<n>"}, and with Object also {"a": value}.
 type Source struct {
-	// Kind is the source's kind: a webhook (the zero value) or NATS.
+	// Kind is the source's kind: a webhook (the zero value), CloudEvents,
+	// NATS or Kafka.
 	Kind SourceKind
 	// Object: the source's object template server-side applies the
 	// history's custom resource, its spec.a the payload's a: the first
@@ -129,11 +130,36 @@ const (
 	// published again is a new message, with a new sequence: a new
 	// delivery, so nothing is posted again.
 	NATS SourceKind = "nats"
+	// CloudEvents: CloudEvents 1.0 posted to the hooks listener as a
+	// webhook's deliveries are, verified by the same bearer token; the
+	// event CloudEventsType from CloudEventsSource, its id DeliveryID.
+	// The checker posts a delivery in the binding's binary mode or its
+	// structured one, by turns, and posts it again in the other mode: a
+	// replay all the same (the id and source are the event's, whichever
+	// the mode).
+	CloudEvents SourceKind = "cloudevents"
+	// Kafka: the topic KafkaTopic, of one partition, read by the engine's
+	// consumer group (startOffset Earliest). A delivery is a record
+	// produced to it, its id <topic>:0:<offset>: the cluster is the
+	// case's own, so delivery n is the record at offset n-1. Otherwise
+	// as NATS: one produced while no engine runs waits for the next
+	// start, and one produced again is a new record.
+	Kafka SourceKind = "kafka"
+)
+
+// KafkaTopic is a Kafka source's topic.
+const KafkaTopic = "conformance"
+
+// The attributes of the model's CloudEvents besides their id.
+const (
+	CloudEventsSource = "conformance"
+	CloudEventsType   = "dev.opkit.conformance"
 )
 
 // Consumed reports whether s is a source the engine reaches out to (a
-// NATS stream), rather than one posted to (a webhook).
-func (s *Source) Consumed() bool { return s.Kind == NATS }
+// NATS stream, a Kafka topic), rather than one posted to (a webhook,
+// CloudEvents).
+func (s *Source) Consumed() bool { return s.Kind == NATS || s.Kind == Kafka }
 
 // The names of a NATS source's stream and subject.
 const (
@@ -156,11 +182,17 @@ const (
 func DeliveryID(n int) string { return "d" + strconv.Itoa(n) }
 
 // SourceDeliveryID is the id the engine records of delivery n of d's
-// source: the webhook sender's, or <stream>:<sequence> of a NATS
-// message.
+// source: the webhook sender's, <id>@<source> of a CloudEvent (neither
+// has a character to percent-encode), <stream>:<sequence> of a NATS
+// message, or <topic>:<partition>:<offset> of a Kafka record.
 func (d *Def) SourceDeliveryID(n int) string {
-	if d.Source != nil && d.Source.Consumed() {
+	switch {
+	case d.Source != nil && d.Source.Kind == Kafka:
+		return KafkaTopic + ":0:" + strconv.Itoa(n-1)
+	case d.Source != nil && d.Source.Consumed():
 		return NATSStream + ":" + strconv.Itoa(n)
+	case d.Source != nil && d.Source.Kind == CloudEvents:
+		return DeliveryID(n) + "@" + CloudEventsSource
 	}
 	return DeliveryID(n)
 }

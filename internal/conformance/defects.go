@@ -233,6 +233,22 @@ var Regressions = []Regression{
 		},
 	},
 	{
+		Name:  "Kafka records: one whose second handler a SIGKILL interrupts is handled once, those produced while the engine is stopped (SIGTERM: the group's member leaves at once) are handled after its start, and a redelivery of one keeps its id",
+		Issue: "",
+		Case: Case{
+			Def: Def{Kind: CustomResource, Source: &Source{Kind: Kafka}, Handlers: []Handler{
+				h("h1", Behaviour{Write: true}, Create, Resume),
+				h("e1", Behaviour{Fail: 1}, Event),
+				h("e2", Behaviour{}, Event),
+			}},
+			History: []Step{
+				{Op: OpCreate}, {Op: OpDeliver, Delivery: 1}, {Op: OpCrash, Handler: "e2"},
+				{Op: OpStop}, {Op: OpDeliver, Delivery: 2}, {Op: OpDeliver, Delivery: 3}, {Op: OpStart},
+				{Op: OpRedeliver, Delivery: 2},
+			},
+		},
+	},
+	{
 		Name:  "a resume run interrupted by a SIGKILL is replaced by the next start's",
 		Issue: "",
 		Case: Case{
@@ -305,6 +321,17 @@ var Regressions = []Regression{
 		Case: Case{
 			Def:     Def{Kind: Watch, Source: &Source{Kind: NATS}, Handlers: []Handler{h("e1", Behaviour{}, Event)}},
 			History: []Step{{Op: OpDeliver, Delivery: 1}, {Op: OpStop}, {Op: OpRedeliver, Delivery: 1}, {Op: OpStart}},
+		},
+	},
+	{
+		Name:  "a CloudEvent is handled once in either mode, posted again in the other it is a replay, and its redelivery keeps its id and source",
+		Issue: "",
+		Case: Case{
+			Def: Def{Kind: CustomResource, Source: &Source{Kind: CloudEvents, Object: true}, Handlers: []Handler{
+				h("h1", Behaviour{}, Create, Update),
+				h("e1", Behaviour{Fail: 1}, Event),
+			}},
+			History: []Step{{Op: OpDeliver, Delivery: 1}, {Op: OpDeliverAgain, Delivery: 1}, {Op: OpDeliver, Delivery: 2}, {Op: OpDeliverAgain, Delivery: 2}, {Op: OpRedeliver, Delivery: 1}},
 		},
 	},
 	{

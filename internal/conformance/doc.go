@@ -15,8 +15,8 @@
 // and a behaviour: succeed, write status.count+1 from what the run saw,
 // fail N times, give up; each run in a process of its own or, exec.mode
 // Serve, by a process that outlives runs (the same behaviour, answered
-// on a line; the model expects the same of both); and optionally a source, a webhook or a NATS
-// JetStream stream, with handlers on event and an object template that
+// on a line; the model expects the same of both); and optionally a source, a webhook,
+// CloudEvents over HTTP or a NATS JetStream stream, with handlers on event and an object template that
 // applies the custom resource) and
 // a history (Step: create, change a spec field, change an annotation,
 // delete, opkit retry, a person's decision, pause the object's handlers
@@ -37,12 +37,16 @@
 // retried by its policy; a handler that gave up ends it Failed, else it
 // is Handled. A handler run sees the payload that was posted. A delivery
 // posted again to a webhook is a replay: answered 409, recorded Refused,
-// nothing runs. A NATS source's delivery is a message of its stream, its
+// nothing runs; so is a CloudEvent posted again, in the binding's other
+// mode (binary or structured) than the post it repeats, as its id and
+// source are the event's. A NATS source's delivery is a message of its stream, its
 // id <stream>:<stream sequence>, acked rather than answered; one
 // published while no engine runs waits in the stream, and the next start
 // records and handles it as any other. A message published again is a
 // new message, with a new sequence: a new delivery, so the history has
-// no replay of one.
+// no replay of one. A Kafka source's delivery is a record of its topic,
+// its id <topic>:<partition>:<offset>, committed rather than answered,
+// and otherwise as a NATS message.
 //
 // What a run must see (read-your-writes, DESIGN.md 11): the spec of the
 // generation its key names; status.count equal to the number of writing
@@ -81,10 +85,10 @@
 //     is replaced by the next start's, not run again with its key.
 //   - A watched object's generation counts the changes an engine saw:
 //     those made while no engine ran are one.
-//   - A webhook delivery is posted only while the engine runs: one posted
+//   - A webhook delivery or a CloudEvent is posted only while the engine runs: one posted
 //     while none listens gets no answer and is the sender's to post
 //     again, so nothing is recorded of it, and the generator draws none.
-//     A NATS message is published at any time, but for one the source's
+//     A NATS message (a Kafka record) is published at any time, but for one the source's
 //     object template applies, which is published only while the engine
 //     runs: applied at a start, the object's runs and those of the
 //     changes made meanwhile would be in no order the docs say; nor is a
@@ -149,8 +153,9 @@
 // schedule and requeue triggers (they need time to pass on a clock the
 // engine process does not share), related fields, a whole operator
 // paused, a decision on a paused object,
-// sources other than a webhook and NATS (cloudEvents, githubPoll, kafka:
-// the same contract, but their own senders), a filter that refuses a
+// a githubPoll source (the same contract, but the checker would have to
+// serve GitHub's API), a CloudEvents batch, a Kafka topic of several
+// partitions, a filter that refuses a
 // delivery, a handler's refusal of one, a redelivery the engine refuses,
 // and leader election. "Where the state is" says
 // where, and is not a behaviour to check.

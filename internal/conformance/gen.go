@@ -18,9 +18,9 @@ type Space struct {
 	MaxHandlers int
 	// MaxSteps bounds a history's steps before the engine's last start.
 	MaxSteps int
-	// Sources: an operator may have a source, a webhook or a NATS
-	// stream, with up to two handlers on event, and deliveries (and a
-	// webhook's replays) in its history.
+	// Sources: an operator may have a source, a webhook, CloudEvents, a
+	// NATS stream or a Kafka topic, with up to two handlers on event, and deliveries
+	// (and a webhook's or CloudEvent's replays) in its history.
 	Sources bool
 	// Pauses: the history may pause and resume the object's handlers
 	// (opkit pause and opkit resume), while an engine runs or not.
@@ -107,10 +107,10 @@ func genDef(r *rand.Rand, sp Space) Def {
 		d.Handlers = append(d.Handlers, h)
 	}
 	if sp.Sources && r.IntN(3) == 0 {
-		// A source, a webhook or a NATS stream: it applies the object,
+		// A source (a webhook, CloudEvents, a NATS stream, a Kafka topic): it applies the object,
 		// or runs handlers on event, or both. A handler on event fails or gives up as any
 		// other; it writes no status (its run is for the operator).
-		d.Source = &Source{Kind: []SourceKind{Webhook, NATS}[r.IntN(2)], Object: d.Kind == CustomResource && r.IntN(2) == 0}
+		d.Source = &Source{Kind: []SourceKind{Webhook, NATS, CloudEvents, Kafka}[r.IntN(4)], Object: d.Kind == CustomResource && r.IntN(2) == 0}
 		n := r.IntN(3)
 		if !d.Source.Object {
 			n = max(n, 1)

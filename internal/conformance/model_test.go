@@ -545,29 +545,35 @@ func TestModelHandlesNATSMessagesPublishedWhileTheEngineIsStoppedAfterTheStart(t
 	}
 }
 
-func TestNATSCasesAreNotValidWithWhatTheStreamCannotDo(t *testing.T) {
+func TestNATSAndKafkaCasesAreNotValidWithWhatTheStreamCannotDo(t *testing.T) {
+	for _, kind := range []conformance.SourceKind{conformance.NATS, conformance.Kafka} {
+		notValid(t, kind)
+	}
+}
+
+func notValid(t *testing.T, kind conformance.SourceKind) {
 	deliver := func(op conformance.Op, n int) conformance.Step { return conformance.Step{Op: op, Delivery: n} }
 	e1 := handler("e1", ok, "event")
 	for name, c := range map[string]conformance.Case{
 		"a message published again": {
-			Def:     conformance.Def{Kind: conformance.CustomResource, Source: &conformance.Source{Kind: conformance.NATS}, Handlers: []conformance.Handler{e1}},
+			Def:     conformance.Def{Kind: conformance.CustomResource, Source: &conformance.Source{Kind: kind}, Handlers: []conformance.Handler{e1}},
 			History: append(steps("create"), deliver(conformance.OpDeliver, 1), deliver(conformance.OpDeliverAgain, 1)),
 		},
 		"a message that applies the object, published while the engine is stopped": {
-			Def:     conformance.Def{Kind: conformance.CustomResource, Source: &conformance.Source{Kind: conformance.NATS, Object: true}, Handlers: []conformance.Handler{e1}},
+			Def:     conformance.Def{Kind: conformance.CustomResource, Source: &conformance.Source{Kind: kind, Object: true}, Handlers: []conformance.Handler{e1}},
 			History: append(append(steps("create", "stop"), deliver(conformance.OpDeliver, 1)), steps("start")...),
 		},
 		"the stream's second message, with no first": {
-			Def:     conformance.Def{Kind: conformance.CustomResource, Source: &conformance.Source{Kind: conformance.NATS}, Handlers: []conformance.Handler{e1}},
+			Def:     conformance.Def{Kind: conformance.CustomResource, Source: &conformance.Source{Kind: kind}, Handlers: []conformance.Handler{e1}},
 			History: append(steps("create"), deliver(conformance.OpDeliver, 2)),
 		},
 		"a crash in the first run of a start with messages to handle": {
-			Def:     conformance.Def{Kind: conformance.CustomResource, Source: &conformance.Source{Kind: conformance.NATS}, Handlers: []conformance.Handler{handler("h1", ok, "create", "resume"), e1}},
+			Def:     conformance.Def{Kind: conformance.CustomResource, Source: &conformance.Source{Kind: kind}, Handlers: []conformance.Handler{handler("h1", ok, "create", "resume"), e1}},
 			History: append(append(steps("create", "stop"), deliver(conformance.OpDeliver, 1)), steps("start", "crash")...),
 		},
 	} {
 		if conformance.Valid(c) {
-			t.Errorf("%s is valid:\n%s", name, c)
+			t.Errorf("%s (%s) is valid:\n%s", name, kind, c)
 		}
 	}
 }

@@ -77,12 +77,15 @@ func (d *Def) OperatorName() string {
 // handler's behaviour (Behaviour.Arg) and the kind ("resource" or
 // "watch"), and the environment variables env (NAME=value).
 //
-// A webhook source is rendered with its bearer token the Secret
-// HookSecret of namespace ns; a NATS source as the stream NATSStream of
-// the server at natsURL, read from its first message (deliverPolicy
-// All), by the default consumer opkit-<operator>-<source>. A source's
+// A webhook or CloudEvents source is rendered with its bearer token the
+// Secret HookSecret of namespace ns; a NATS source as the stream
+// NATSStream of the server at brokerURL, read from its first message
+// (deliverPolicy All), by the default consumer opkit-<operator>-<source>;
+// a Kafka source as the topic KafkaTopic of the broker at brokerURL
+// (host:port), from its earliest offset, by the default group
+// opkit-<operator>-<source>. A source's
 // object is the history's, in ns.
-func Operator(d *Def, ns, natsURL string, command []string, env []string) string {
+func Operator(d *Def, ns, brokerURL string, command []string, env []string) string {
 	var b strings.Builder
 	name := d.OperatorName()
 	fmt.Fprintf(&b, "apiVersion: opkit.dev/v1alpha1\nkind: Operator\nmetadata: {name: %s}\nspec:\n", name)
@@ -120,14 +123,29 @@ func Operator(d *Def, ns, natsURL string, command []string, env []string) string
     final: true
 `)
 	}
-	if d.Source != nil && d.Source.Consumed() {
+	if d.Source != nil && d.Source.Kind == Kafka {
+		fmt.Fprintf(&b, `  sources:
+  - name: %s
+    kafka:
+      brokers: [%q]
+      topics: [%s]
+      startOffset: Earliest
+`, SourceName, brokerURL, KafkaTopic)
+	} else if d.Source != nil && d.Source.Consumed() {
 		fmt.Fprintf(&b, `  sources:
   - name: %s
     nats:
       url: %s
       stream: %s
       deliverPolicy: All
-`, SourceName, natsURL, NATSStream)
+`, SourceName, brokerURL, NATSStream)
+	} else if d.Source != nil && d.Source.Kind == CloudEvents {
+		fmt.Fprintf(&b, `  sources:
+  - name: %s
+    cloudEvents:
+      bearer:
+        secretRef: {namespace: %s, name: %s, key: token}
+`, SourceName, ns, HookSecret)
 	} else if d.Source != nil {
 		fmt.Fprintf(&b, `  sources:
   - name: %s

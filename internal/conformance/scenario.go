@@ -77,8 +77,14 @@ func Rows(c Case) []string {
 		if c.Def.Source.Object {
 			rows = append(rows, "events: the source's object applied")
 		}
-		if c.Def.Source.Consumed() {
+		if c.Def.Source.Kind == NATS {
 			rows = append(rows, "events: NATS messages handled once")
+		}
+		if c.Def.Source.Kind == Kafka {
+			rows = append(rows, "events: Kafka records handled once")
+		}
+		if c.Def.Source.Kind == CloudEvents {
+			rows = append(rows, "events: CloudEvents in either mode handled once")
 		}
 	}
 	if again {
@@ -208,7 +214,17 @@ func Scenario(c Case) string {
 			if c.Def.Source.Consumed() {
 				// opkit test connects to no NATS: the message is handed to
 				// the engine as its consumer would, with its id.
-				fmt.Fprintf(&b, "- send: {source: %s, event: %s, id: %q, payload: %s, status: %d}\n", SourceName, NATSSubject, c.Def.SourceDeliveryID(s.Delivery), p, status)
+				event := NATSSubject
+				if c.Def.Source.Kind == Kafka {
+					event = KafkaTopic
+				}
+				fmt.Fprintf(&b, "- send: {source: %s, event: %s, id: %q, payload: %s, status: %d}\n", SourceName, event, c.Def.SourceDeliveryID(s.Delivery), p, status)
+				break
+			}
+			if c.Def.Source.Kind == CloudEvents {
+				// In the binary mode: the checker's posts take turns.
+				fmt.Fprintf(&b, "- send: {source: %s, headers: {ce-specversion: \"1.0\", ce-id: %s, ce-source: %s, ce-type: %s}, payload: %s, status: %d}\n",
+					SourceName, DeliveryID(s.Delivery), CloudEventsSource, CloudEventsType, p, status)
 				break
 			}
 			fmt.Fprintf(&b, "- send: {source: %s, headers: {%s: %s}, payload: %s, status: %d}\n", SourceName, DeliveryHeader, DeliveryID(s.Delivery), p, status)
@@ -265,9 +281,14 @@ func GoString(c Case) string {
 		b.WriteString(", States: &conformance.Machine{}")
 	}
 	if c.Def.Source != nil {
-		if c.Def.Source.Consumed() {
+		switch c.Def.Source.Kind {
+		case NATS:
 			fmt.Fprintf(&b, ", Source: &conformance.Source{Kind: conformance.NATS, Object: %t}", c.Def.Source.Object)
-		} else {
+		case CloudEvents:
+			fmt.Fprintf(&b, ", Source: &conformance.Source{Kind: conformance.CloudEvents, Object: %t}", c.Def.Source.Object)
+		case Kafka:
+			fmt.Fprintf(&b, ", Source: &conformance.Source{Kind: conformance.Kafka, Object: %t}", c.Def.Source.Object)
+		default:
 			fmt.Fprintf(&b, ", Source: &conformance.Source{Object: %t}", c.Def.Source.Object)
 		}
 	}

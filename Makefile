@@ -34,12 +34,14 @@ export OPKIT_TEST_TIMEOUT_SCALE
 # plane's start takes a fifth less CPU, and make test starts some 120.
 OPKIT_PLANE_LEAN       ?= 1
 export OPKIT_PLANE_LEAN
-# make test's processes (the test binaries, the engines and handlers they
-# start, each plane's etcd and kube-apiserver) collect their garbage at
-# five times their live heap, not Go's default of two: internal/plan's
-# tests with their plane took 11% less CPU, at half as much memory again
-# at their peak (two runs each, 2026-12-03). Not for make bench, whose
-# figures are for Go's default.
+# The processes of make test's second phase (the test binaries, the
+# engines and handlers they start, each plane's etcd and kube-apiserver)
+# collect their garbage at five times their live heap, not Go's default
+# of two: internal/plan's tests with their plane took 11% less CPU, at
+# half as much memory again at their peak (two runs each, 2026-12-03).
+# Not the compile phase, whose compilers and linter beside each other
+# would need several times the memory; not make bench, whose figures are
+# for Go's default.
 TEST_GOGC              ?= 400
 # A binary built with the race detector sleeps a second at its exit
 # (atexit_sleep_ms): each test binary, and each engine or helper process a
@@ -131,10 +133,9 @@ postgresql:
 ## first what only needs CPU (every test binary compiled, vet, lint),
 ## then the tests, the unit tests beside the other modules' and the
 ## scenarios; each part's output is printed whole when it ends.
-test: export GOGC := $(TEST_GOGC)
 test: plane browser postgresql
 	$(MAKE) --no-print-directory -j2 --output-sync=target compile
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit checks
+	GOGC=$(TEST_GOGC) $(MAKE) --no-print-directory -j2 --output-sync=target unit checks
 
 # The first phase of make test: every package and test package compiled
 # with the race detector into the build cache (go list -export compiles

@@ -343,7 +343,16 @@ func peerMain() error {
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	// The peer's temporary files (shell-operator's client caches its
+	// discovery and HTTP answers in directories of its own there) go with
+	// it.
+	tmp, err := os.MkdirTemp("", "opkit-bench-peer-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr // stdout is the stats lines
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

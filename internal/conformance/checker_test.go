@@ -109,7 +109,7 @@ func Check(t testing.TB, env *clustertest.Env, c conformance.Case) ([]conformanc
 		// is its record at offset n-1, <topic>:0:<n-1>.
 		ch.kafka = kafkatest.Start(t, kafkatest.Options{Topics: []string{conformance.KafkaTopic}, Partitions: 1})
 		brokerURL = ch.kafka.Addrs()[0]
-	case c.Def.Source != nil && c.Def.Source.Consumed():
+	case c.Def.Source != nil && c.Def.Source.Kind == conformance.NATS:
 		// The case's own JetStream server and stream: delivery n is its
 		// n-th message, <stream>:<n>.
 		ch.nats = natstest.Start(t, natstest.Options{Stream: conformance.NATSStream, Subjects: []string{conformance.NATSSubject}})

@@ -186,12 +186,15 @@ func DeliveryID(n int) string { return "d" + strconv.Itoa(n) }
 // has a character to percent-encode), <stream>:<sequence> of a NATS
 // message, or <topic>:<partition>:<offset> of a Kafka record.
 func (d *Def) SourceDeliveryID(n int) string {
-	switch {
-	case d.Source != nil && d.Source.Kind == Kafka:
-		return KafkaTopic + ":0:" + strconv.Itoa(n-1)
-	case d.Source != nil && d.Source.Consumed():
+	if d.Source == nil {
+		return DeliveryID(n)
+	}
+	switch d.Source.Kind {
+	case NATS:
 		return NATSStream + ":" + strconv.Itoa(n)
-	case d.Source != nil && d.Source.Kind == CloudEvents:
+	case Kafka:
+		return KafkaTopic + ":0:" + strconv.Itoa(n-1)
+	case CloudEvents:
 		return DeliveryID(n) + "@" + CloudEventsSource
 	}
 	return DeliveryID(n)

@@ -123,37 +123,18 @@ func Operator(d *Def, ns, brokerURL string, command []string, env []string) stri
     final: true
 `)
 	}
-	if d.Source != nil && d.Source.Kind == Kafka {
-		fmt.Fprintf(&b, `  sources:
-  - name: %s
-    kafka:
-      brokers: [%q]
-      topics: [%s]
-      startOffset: Earliest
-`, SourceName, brokerURL, KafkaTopic)
-	} else if d.Source != nil && d.Source.Consumed() {
-		fmt.Fprintf(&b, `  sources:
-  - name: %s
-    nats:
-      url: %s
-      stream: %s
-      deliverPolicy: All
-`, SourceName, brokerURL, NATSStream)
-	} else if d.Source != nil && d.Source.Kind == CloudEvents {
-		fmt.Fprintf(&b, `  sources:
-  - name: %s
-    cloudEvents:
-      bearer:
-        secretRef: {namespace: %s, name: %s, key: token}
-`, SourceName, ns, HookSecret)
-	} else if d.Source != nil {
-		fmt.Fprintf(&b, `  sources:
-  - name: %s
-    webhook:
-      bearer:
-        secretRef: {namespace: %s, name: %s, key: token}
-      deliveryHeader: %s
-`, SourceName, ns, HookSecret, DeliveryHeader)
+	if d.Source != nil {
+		fmt.Fprintf(&b, "  sources:\n  - name: %s\n", SourceName)
+		switch d.Source.Kind {
+		case NATS:
+			fmt.Fprintf(&b, "    nats:\n      url: %s\n      stream: %s\n      deliverPolicy: All\n", brokerURL, NATSStream)
+		case Kafka:
+			fmt.Fprintf(&b, "    kafka:\n      brokers: [%q]\n      topics: [%s]\n      startOffset: Earliest\n", brokerURL, KafkaTopic)
+		case CloudEvents:
+			fmt.Fprintf(&b, "    cloudEvents:\n      bearer:\n        secretRef: {namespace: %s, name: %s, key: token}\n", ns, HookSecret)
+		default:
+			fmt.Fprintf(&b, "    webhook:\n      bearer:\n        secretRef: {namespace: %s, name: %s, key: token}\n      deliveryHeader: %s\n", ns, HookSecret, DeliveryHeader)
+		}
 	}
 	if d.Source != nil && d.Source.Object {
 		fmt.Fprintf(&b, `    object:

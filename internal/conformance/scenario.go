@@ -77,13 +77,12 @@ func Rows(c Case) []string {
 		if c.Def.Source.Object {
 			rows = append(rows, "events: the source's object applied")
 		}
-		if c.Def.Source.Kind == NATS {
+		switch c.Def.Source.Kind {
+		case NATS:
 			rows = append(rows, "events: NATS messages handled once")
-		}
-		if c.Def.Source.Kind == Kafka {
+		case Kafka:
 			rows = append(rows, "events: Kafka records handled once")
-		}
-		if c.Def.Source.Kind == CloudEvents {
+		case CloudEvents:
 			rows = append(rows, "events: CloudEvents in either mode handled once")
 		}
 	}
@@ -281,16 +280,8 @@ func GoString(c Case) string {
 		b.WriteString(", States: &conformance.Machine{}")
 	}
 	if c.Def.Source != nil {
-		switch c.Def.Source.Kind {
-		case NATS:
-			fmt.Fprintf(&b, ", Source: &conformance.Source{Kind: conformance.NATS, Object: %t}", c.Def.Source.Object)
-		case CloudEvents:
-			fmt.Fprintf(&b, ", Source: &conformance.Source{Kind: conformance.CloudEvents, Object: %t}", c.Def.Source.Object)
-		case Kafka:
-			fmt.Fprintf(&b, ", Source: &conformance.Source{Kind: conformance.Kafka, Object: %t}", c.Def.Source.Object)
-		default:
-			fmt.Fprintf(&b, ", Source: &conformance.Source{Object: %t}", c.Def.Source.Object)
-		}
+		kind := map[SourceKind]string{NATS: "Kind: conformance.NATS, ", CloudEvents: "Kind: conformance.CloudEvents, ", Kafka: "Kind: conformance.Kafka, "}[c.Def.Source.Kind]
+		fmt.Fprintf(&b, ", Source: &conformance.Source{%sObject: %t}", kind, c.Def.Source.Object)
 	}
 	b.WriteString(", Handlers: []conformance.Handler{\n")
 	for _, h := range c.Def.Handlers {

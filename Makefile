@@ -72,6 +72,10 @@ MODULE                 := github.com/opkit-dev/opkit
 # three links each); some ninety links a run took 15% of make test's CPU
 # (process accounting, 2026-12-03).
 TEST_LDFLAGS           ?= -s -w
+# Packages whose tests start their own test binary as a handler hundreds
+# of times: it is built again without the race detector for that
+# (clustertest.HandlerBinary), compiled here beforehand.
+HANDLER_PACKAGES       := ./internal/engine ./internal/conformance
 # The bench's tests run without the race detector, beside the others
 # (benchtests): they check that every scenario measures, on engines and
 # baselines that the race detector made several times slower; the code
@@ -148,7 +152,7 @@ compile: compiletests lint
 
 compiletests: vet
 	$(GO) list -race -test -export -deps -f '' $$($(GO) list ./... | grep -vx '$(BENCH_PACKAGE)') >/dev/null
-	$(GO) list -test -export -deps -f '' ./bench >/dev/null
+	$(GO) list -test -export -deps -f '' ./bench $(HANDLER_PACKAGES) >/dev/null
 	cd testdata/usermodule && $(GO) list -mod=mod -race -test -export -deps -f '' ./... >/dev/null
 	cd deploy/helm && $(GO) list -mod=mod -race -test -export -deps -f '' ./... >/dev/null
 	cd deploy/helm && $(GO) build -mod=mod -o /dev/null ./render

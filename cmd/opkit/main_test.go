@@ -33,8 +33,9 @@ import (
 )
 
 // cliBinary is the opkit command the tests run, as a user would: this
-// package built by go build, into a temporary directory, without the
-// race detector even when the tests have it. These tests start some
+// package built by go build (clustertest.Command: into opkit's cache,
+// linked again only when the code changed), without the race detector
+// even when the tests have it. These tests start some
 // three hundred engines and CLIs; built with the race detector, their
 // CPU was most of the package's, on a machine running the other
 // packages' tests beside it. The race detector watches the same code
@@ -54,9 +55,8 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	// go test puts its toolchain's go first on $PATH.
-	cliBinary = filepath.Join(dir, "opkit")
-	if out, err := exec.Command("go", "build", "-o", cliBinary, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the opkit command to test: %v\n%s", err, out)
+	if cliBinary, err = clustertest.Command("."); err != nil {
+		fmt.Fprintf(os.Stderr, "building the opkit command to test: %v\n", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}

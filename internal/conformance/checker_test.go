@@ -115,7 +115,7 @@ func Check(t testing.TB, env *clustertest.Env, c conformance.Case) ([]conformanc
 		ch.nats = natstest.Start(t, natstest.Options{Stream: conformance.NATSStream, Subjects: []string{conformance.NATSSubject}})
 		brokerURL = ch.nats.URL()
 	}
-	def := conformance.Operator(&c.Def, ch.ns, brokerURL, []string{bin, ch.dir}, []string{recorderEnv + "=1"})
+	def := conformance.Operator(&c.Def, ch.ns, brokerURL, []string{clustertest.HandlerBinary(t), ch.dir}, []string{recorderEnv + "=1"})
 	if err := os.WriteFile(filepath.Join(ch.dir, "operator.yaml"), []byte(def), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -202,15 +202,12 @@ func TestAValidateHandlerDeniesAScriptInAWebsiteAndAMutateHandlerSetsADefault(t 
 
 func TestAHandlerThatCrashesOrHangsAnswersByItsFailurePolicyInTime(t *testing.T) {
 	t.Parallel()
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := clustertest.HandlerBinary(t)
 	for _, tc := range []struct {
 		mode, policy string
 		// timeout is the webhook's: a hang's answer is the engine's
 		// before the API server's; a crash needs the time a process of
-		// this race-built binary takes to start on a loaded machine.
+		// the handlers' binary takes to start on a loaded machine.
 		timeout  string
 		want     string // in kubectl's output
 		allowed  bool

@@ -22,10 +22,7 @@ func TestACRDDeletedUnderARunningOperatorIsReinstalled(t *testing.T) {
 	env := clustertest.New(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "records.jsonl")
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := clustertest.HandlerBinary(t)
 	// A kind of its own: the CRD is cluster-wide, and this test deletes it.
 	def := fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
 kind: Operator

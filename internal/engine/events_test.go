@@ -106,10 +106,7 @@ func eventRecords(t *testing.T, out string) []eventRecord {
 // binary as the event handler, writing to out.
 func eventHandlerExec(t *testing.T, out string) string {
 	t.Helper()
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := clustertest.HandlerBinary(t)
 	return fmt.Sprintf(`exec:
       command: [%q]
       env: [{name: %s, value: "1"}, {name: OUT, value: %q}]`, bin, eventHandlerEnv, out)

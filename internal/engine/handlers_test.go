@@ -33,7 +33,8 @@ import (
 	"github.com/opkit-dev/opkit/internal/engine"
 )
 
-// The test binary is its own handler: with OPKIT_TEST_HANDLER=1 in its
+// The test binary is its own handler (built again without the race
+// detector: clustertest.HandlerBinary): with OPKIT_TEST_HANDLER=1 in its
 // environment (set by the definition), TestMain runs testHandler instead of
 // the tests. It appends a record of each run to $OUT and behaves as the
 // object's spec.mode says.
@@ -252,8 +253,9 @@ func testHandlerRun(dec *json.Decoder) int {
 // taskTimeout is the Task operator's handlers' timeout: 6s on a quiet
 // machine, which a hanging handler's test waits three times for, and
 // longer by the tests' wait factor (clustertest.Scaled) on a loaded one,
-// where a handler process of this race-built binary, started with others
-// beside it, took more than 6s to print its result.
+// where a handler process of the race-built test binary, started with
+// others beside it, took more than 6s to print its result (handlers are a
+// build without the race detector since: clustertest.HandlerBinary).
 func taskTimeout() time.Duration { return clustertest.Scaled(6 * time.Second).Round(time.Second) }
 
 // tasksOperator writes the Task operator, whose handlers run this test
@@ -270,10 +272,7 @@ func tasksOperatorWork(t *testing.T, workEnv, workExec string) (file, out string
 	t.Helper()
 	dir := t.TempDir()
 	out = filepath.Join(dir, "records.jsonl")
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := clustertest.HandlerBinary(t)
 	exec := fmt.Sprintf(`exec:
       command: [%q]
       env: [{name: %s, value: "1"}, {name: OUT, value: %q}]`, bin, handlerEnv, out)

@@ -3,7 +3,6 @@ package engine_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -121,10 +120,7 @@ func updateDeployment(t *testing.T, env *clustertest.Env, name string, change fu
 // handler's indent of four spaces; the lines after it carry their own.
 func recorderExec(t *testing.T, out string, env ...string) string {
 	t.Helper()
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := clustertest.HandlerBinary(t)
 	vars := []string{
 		fmt.Sprintf(`{name: %s, value: "1"}`, handlerEnv),
 		fmt.Sprintf(`{name: OUT, value: %q}`, out),

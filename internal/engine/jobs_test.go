@@ -60,10 +60,7 @@ func testJobHandler() int {
 
 func batchesOperator(t *testing.T) string {
 	t.Helper()
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := clustertest.HandlerBinary(t)
 	def := fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
 kind: Operator
 metadata: {name: batches}

@@ -71,10 +71,7 @@ func testCounterHandler() int {
 // list, and its extra lines).
 func countingOperator(t *testing.T, name string, out string, handlers ...string) string {
 	t.Helper()
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := clustertest.HandlerBinary(t)
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: opkit.dev/v1alpha1
 kind: Operator

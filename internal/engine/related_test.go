@@ -3,7 +3,6 @@ package engine_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -80,10 +79,7 @@ func TestRelatedObjectsAreWatchedAndReadButNeverWritten(t *testing.T) {
 	env := clustertest.New(t)
 	e := startEngine(t, env)
 	ctx := t.Context()
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := clustertest.HandlerBinary(t)
 	out := filepath.Join(t.TempDir(), "records.jsonl")
 	// A handler for image changes: scaling the Deployment does not run it.
 	def := watchers + fmt.Sprintf(`  handlers:

@@ -40,7 +40,7 @@ func TestScheduleResumeAndHTTPHandlers(t *testing.T) {
 
 	dir := t.TempDir()
 	out := filepath.Join(dir, "records.jsonl")
-	bin, _ := os.Executable()
+	bin := clustertest.HandlerBinary(t)
 	exec := fmt.Sprintf(`exec: {command: [%q], env: [{name: %s, value: "1"}, {name: OUT, value: %q}]}`, bin, handlerEnv, out)
 	def := `apiVersion: opkit.dev/v1alpha1
 kind: Operator

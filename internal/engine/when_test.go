@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -19,10 +18,7 @@ func TestWhenRunsOncePerTransitionToTrue(t *testing.T) {
 	t.Parallel()
 	env := clustertest.New(t)
 	e := startEngine(t, env)
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := clustertest.HandlerBinary(t)
 	out := filepath.Join(t.TempDir(), "records.jsonl")
 	def := fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
 kind: Operator

@@ -61,10 +61,10 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "bench.json")
 	var stdout, stderr bytes.Buffer
 	err := benchMain([]string{
-		"-kubeconfig", kubeconfig, "-runs", "1", "-cold-objects", "100", "-objects", "200", "-memory-objects", "300", "-ceiling-objects", "200",
+		"-kubeconfig", kubeconfig, "-runs", "1", "-cold-objects", "50", "-objects", "100", "-memory-objects", "150", "-ceiling-objects", "100",
 		"-live-rates", "50", "-live-duration", "2s", "-idle", "3s", "-handler-objects", "30", "-job-objects", "3",
 		"-archive-sizes", "2000", "-archive-batch", "1000", "-archive-stores", strings.Join(storeFlag, ","), "-console-objects", "50", "-console-requests", "20",
-		"-watch-objects", "30", "-watch-steady", "3s", "-webhook-deliveries", "60", "-webhook-rate", "30", "-source-messages", "200", "-plan-objects", "50", "-json", out,
+		"-watch-objects", "30", "-watch-steady", "3s", "-webhook-deliveries", "60", "-webhook-rate", "30", "-source-messages", "100", "-plan-objects", "50", "-json", out,
 	}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr.String())
@@ -74,17 +74,17 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	for _, w := range [][3]string{
 		{"ceiling", "client-go, concurrency 1", "writes/s"},
 		{"ceiling", "client-go, concurrency 16", "writes/s"},
-		{"drain 200", "opkit", "objects/s"},
-		{"drain 200", "baseline-1", "objects/s"},
-		{"drain 200", "baseline-8", "objects/s"},
-		{"drain 200", "opkit", "start-up"},
-		{"drain 200", "opkit", "API server CPU per object"},
-		{"drain 200", "baseline-8", "CPU per object, with the API server"},
 		{"drain 100", "opkit", "objects/s"},
+		{"drain 100", "baseline-1", "objects/s"},
 		{"drain 100", "baseline-8", "objects/s"},
-		{"drain 100", "baseline-8", "API server CPU per object"},
-		{"memory 200 objects", "opkit", "peak RSS"},
-		{"memory 300 objects", "baseline-8", "peak heap"},
+		{"drain 100", "opkit", "start-up"},
+		{"drain 100", "opkit", "API server CPU per object"},
+		{"drain 100", "baseline-8", "CPU per object, with the API server"},
+		{"drain 50", "opkit", "objects/s"},
+		{"drain 50", "baseline-8", "objects/s"},
+		{"drain 50", "baseline-8", "API server CPU per object"},
+		{"memory 100 objects", "opkit", "peak RSS"},
+		{"memory 150 objects", "baseline-8", "peak heap"},
 		{"live", "opkit, 50/s", "status p99"},
 		{"live", "baseline-8, 50/s", "child p50"},
 		{"idle", "opkit", "CPU"},
@@ -171,8 +171,8 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	checkPlanFigures(t, report, 50)
 	// Each consumed source flooded at once and at the webhook's rate:
 	// every message handled, once.
-	for _, subject := range []string{"nats, 200 at once", "nats, 30/s", "kafka, 200 at once", "kafka, 30/s"} {
-		want := map[string]float64{"handled": 200, "lost": 0, "handled twice": 0}
+	for _, subject := range []string{"nats, 100 at once", "nats, 30/s", "kafka, 100 at once", "kafka, 30/s"} {
+		want := map[string]float64{"handled": 100, "lost": 0, "handled twice": 0}
 		if strings.HasSuffix(subject, "/s") {
 			want["handled"] = 60
 		}
@@ -189,7 +189,7 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	}
 	// A child and a status per Printer; an Event per child created, or a
 	// status written again over a stale cache, would make it 3.
-	if v, _ := get("drain 200", "opkit", "writes per object"); v < 1.95 || v > 2.5 {
+	if v, _ := get("drain 100", "opkit", "writes per object"); v < 1.95 || v > 2.5 {
 		t.Errorf("opkit wrote %.2f requests per Printer, want 2 (1.95 to 2.5)", v)
 	}
 	// With a handler on create: the child, and the status with the run's

@@ -80,7 +80,7 @@ func cachedBuild(verb string, args ...string) (string, error) {
 	cmd := exec.Command("go", append([]string{verb, "-ldflags=-s -w", "-o", out}, args...)...)
 	cmd.Dir = dir
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building %s without the race detector (go %s in %s): %v\n%s", base, strings.Join(cmd.Args[1:], " "), dir, err, b)
+		return "", fmt.Errorf("building %s without the race detector (go %s in %s): %w\n%s", base, strings.Join(cmd.Args[1:], " "), dir, err, b)
 	}
 	// Its time is its last use, for pruneBinaries: an up-to-date binary
 	// is not written again.

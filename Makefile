@@ -51,9 +51,9 @@ export GORACE
 # The packages whose tests take longest, started first, longest first
 # (go test starts them in the order given; ./... adds the rest once each),
 # so that none of them starts last and finishes alone. Warm, nothing
-# beside it (2026-12-03): cmd/opkit 490 s, engine 420, devcluster 52,
-# console 71, archive 50, printer 50, devnode 40, natsjs 13, cli 38,
-# aggregate 35; the others less than 30 each.
+# beside it (2026-12-03): cmd/opkit 368 s, engine 340, devcluster 88,
+# console 80, archive 45, printer 50, devnode 37, natsjs 43, cli 39,
+# aggregate 34; the others less than 25 each.
 SLOW_PACKAGES          := ./cmd/opkit ./internal/engine ./internal/devcluster ./internal/console ./internal/archive ./examples/printer ./internal/devcluster/devnode ./internal/source/natsjs ./internal/cli ./internal/aggregate
 # Packages whose tests wait more than they compute (conformance 142 s,
 # rehearsal 122, kafkasrc 73, warm): tested in the checks' lane once the

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	uberzap "go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -30,7 +31,7 @@ func newRunCommand() *cobra.Command {
 	var kubeconfig, archivePath string
 	var admission, leaderElect bool
 	var ef engineFlags
-	var leaseNamespace, leaseName, hooksSlice string
+	var leaseNamespace, leaseName, hooksSlice, selector string
 	cf := &consoleFlags{}
 	mf := &metricsFlag{}
 	wf := &webhookFlags{}
@@ -46,6 +47,9 @@ interrupted.
 Without -f, it installs the CRD of operators.opkit.dev and runs every Operator
 object in the cluster, picking up each one added, changed or deleted; each
 Operator's status says whether it runs or why not (kubectl get operators).
+With --selector (-l), it runs only those whose labels match, so that engines
+sharing a cluster each run their own: an Operator relabelled out of it stops
+here as a deleted one does.
 
 With -f, it runs the Operators defined in FILEs instead. Every definition is
 checked first; any error, with its file and line, stops the command before it
@@ -105,6 +109,9 @@ allows each user: see docs/production.md.`,
 					return err
 				}
 				opts := engine.Options{Config: cfg, AdmissionFinalizers: admission, AllowBreaking: ef.allowBreaking, MigrateStorage: ef.migrateStorage, RunEvents: ef.runEvents, RunWait: ef.engineRunWait()}
+				if opts.OperatorSelector, err = operatorSelector(selector, len(files) > 0); err != nil {
+					return err
+				}
 				if opts.Webhook, err = wf.options(cmd, kubeconfigNamespace(kubeconfig), false); err != nil {
 					return err
 				}
@@ -143,6 +150,7 @@ allows each user: see docs/production.md.`,
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "an Operator definition (YAML, several documents allowed); repeatable")
+	cmd.Flags().StringVarP(&selector, "selector", "l", "", "run only the Operators of the cluster whose labels match this selector, as kubectl's -l (e.g. team=payments): engines that share a cluster each run their own (not with -f)")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	cmd.Flags().BoolVar(&leaderElect, "leader-elect", false, "run as one of several replicas, of which the holder of a Lease acts and the others stand by, taking over within seconds of its end (8s after a leader that died) (see docs/production.md)")
 	cmd.Flags().StringVar(&leaseNamespace, "leader-elect-namespace", "", "the Lease's namespace (default: $POD_NAMESPACE, else the kubeconfig's namespace, else default)")
@@ -158,6 +166,24 @@ allows each user: see docs/production.md.`,
 	af.register(cmd, "0", "")
 	lf.register(cmd)
 	return cmd
+}
+
+// operatorSelector parses --selector: nil when it is empty.
+func operatorSelector(s string, withFiles bool) (labels.Selector, error) {
+	if s == "" {
+		return nil, nil
+	}
+	if withFiles {
+		return nil, errors.New("--selector chooses among the Operators of the cluster; with -f, the files say which operators run")
+	}
+	sel, err := labels.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("--selector %q: %w", s, err)
+	}
+	if sel.Empty() {
+		return nil, nil
+	}
+	return sel, nil
 }
 
 // engineFlags are the flags of opkit run and opkit dev that say how the

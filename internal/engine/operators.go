@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -37,7 +38,8 @@ const (
 )
 
 // WatchOperators installs the CRD of operators.opkit.dev and runs every
-// Operator object of the cluster until ctx ends: an Operator created or
+// Operator object of the cluster (those of Options.OperatorSelector, when
+// set; the others' status is left alone) until ctx ends: an Operator created or
 // changed is compiled and applied (its controller restarted), a deleted one
 // is removed (its CRD and custom resources stay). Each Operator's status
 // says whether it runs: Ready=True with reason Running, or Ready=False and
@@ -79,6 +81,12 @@ func (e *Engine) WatchOperators(ctx context.Context) error {
 		return errStopped
 	}
 	return err
+}
+
+// selects reports whether this engine runs op: every Operator, or those
+// that Options.OperatorSelector matches.
+func (e *Engine) selects(op *v1alpha1.Operator) bool {
+	return e.opts.OperatorSelector == nil || e.opts.OperatorSelector.Matches(labels.Set(op.Labels))
 }
 
 // installOwnCRD applies the CRD of one of opkit's own kinds (Operator,
@@ -143,7 +151,9 @@ func (r *operatorReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if op.DeletionTimestamp != nil {
+	if op.DeletionTimestamp != nil || !e.selects(op) {
+		// Deleted, or another engine's (Options.OperatorSelector): one
+		// that stopped matching stops here, as a deleted one does.
 		e.Remove(ctx, req.Name)
 		return reconcile.Result{}, nil
 	}

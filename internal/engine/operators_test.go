@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -186,4 +187,53 @@ func TestAnOperatorCannotTakeAnotherOperatorsCRD(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "belongs to operator owner-a") {
 		t.Fatalf("a second Operator for the same CRD: %v", err)
 	}
+}
+
+// TestEnginesWithSelectorsEachRunTheirOwnOperators: two engines share the
+// cluster, each with its Operator selector (opkit run --selector): each
+// runs the Operators its selector matches and no other, and an Operator
+// relabelled from one team to the other stops in the first engine and
+// runs in the second, which handles its objects from then on.
+func TestEnginesWithSelectorsEachRunTheirOwnOperators(t *testing.T) {
+	runsClusterOperators(t)
+	env := clustertest.New(t)
+	engineOf := func(team string) *engine.Engine {
+		sel := labels.SelectorFromSet(labels.Set{"team": team})
+		e, _ := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, OperatorSelector: sel})
+		watchOperators(t, e)
+		return e
+	}
+	a, b := engineOf("a"), engineOf("b")
+	for name, team := range map[string]string{"sel-one": "a", "sel-two": "b"} {
+		op := operatorObject(t, strings.NewReplacer("name: notes}", "name: "+name+"}", "group: notes.example.com", "group: "+name+".example.com").Replace(notesV1))
+		op.Labels = map[string]string{"team": team}
+		putOperator(t, env.Client, op)
+		waitOperator(t, env.Client, name, metav1.ConditionTrue, engine.ReasonRunning)
+	}
+	if !a.Runs("sel-one") || a.Runs("sel-two") || !b.Runs("sel-two") || b.Runs("sel-one") {
+		t.Fatalf("engine a runs sel-one %v, sel-two %v; engine b runs sel-one %v, sel-two %v; want each its team's alone",
+			a.Runs("sel-one"), a.Runs("sel-two"), b.Runs("sel-one"), b.Runs("sel-two"))
+	}
+
+	// Relabelled to team b: a stops it, b runs it.
+	eventually(t, 30*time.Second, "relabel sel-one to team b", func(ctx context.Context) (bool, error) {
+		live := &v1alpha1.Operator{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "sel-one"}, live); err != nil {
+			return false, err
+		}
+		live.Labels["team"] = "b"
+		return env.Client.Update(ctx, live) == nil, nil
+	})
+	eventually(t, 30*time.Second, "sel-one run by engine b alone", func(context.Context) (bool, error) {
+		return !a.Runs("sel-one") && b.Runs("sel-one"), nil
+	})
+	note := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "sel-one.example.com/v1", "kind": "Note",
+		"metadata": map[string]any{"name": "moved", "namespace": env.Namespace},
+		"spec":     map[string]any{"a": "handled by b"},
+	}}
+	if err := env.Client.Create(t.Context(), note); err != nil {
+		t.Fatal(err)
+	}
+	waitConfigMapData(t, env, "moved-note", "the ConfigMap of a Note of the moved Operator", map[string]string{"a": "handled by b"})
 }

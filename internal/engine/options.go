@@ -4,6 +4,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
@@ -121,6 +122,15 @@ type Options struct {
 	// namespace. Operator-wide schedules, for no object, run in every
 	// engine. Defaults to "": every namespace.
 	Namespace string
+	// OperatorSelector, when set, is which Operator objects of the
+	// cluster WatchOperators runs: those whose labels it matches (opkit
+	// run --selector). An Operator that stops matching is removed as a
+	// deleted one is (its CRD and custom resources stay), and one that
+	// starts matching is run; the others are not read further, their
+	// status left to the engine that runs them. Engines that share a
+	// cluster each run their team's Operators this way. Defaults to nil:
+	// every Operator.
+	OperatorSelector labels.Selector
 	// Clock times what the definitions schedule: per-object schedules
 	// (schedule.every, cron) and requeues, the retry delays of failed
 	// runs, operator-wide schedules, and the times recorded for them

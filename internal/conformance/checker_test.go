@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/conformance"
+	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/source/kafkasrc/kafkatest"
 	"github.com/opkit-dev/opkit/internal/source/natsjs/natstest"
@@ -123,7 +125,16 @@ func Check(t testing.TB, env *clustertest.Env, c conformance.Case) ([]conformanc
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ch.ns}}); err != nil {
 		t.Fatal(err)
 	}
+	if c.Def.Cluster {
+		// One case at a time with its Operator in the cluster: the
+		// Operator's name is the model's, as in every case.
+		clusterCases.Lock()
+		defer clusterCases.Unlock()
+	}
 	defer ch.cleanUp()
+	if c.Def.Cluster {
+		ch.createOperator(def)
+	}
 	if c.Def.Source != nil && !c.Def.Source.Consumed() {
 		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ch.ns, Name: conformance.HookSecret}, StringData: map[string]string{"token": conformance.HookToken}}
 		if err := env.Client.Create(ctx, secret); err != nil {
@@ -179,6 +190,14 @@ func (ch *checker) apply(s conformance.Step) {
 		ch.patch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{v1alpha1.RetryAnnotation: time.Now().Format(time.RFC3339Nano)}}})
 	case conformance.OpPause, conformance.OpResume:
 		ch.patch(map[string]any{"metadata": map[string]any{"annotations": conformance.PauseAnnotations(s.Op)}})
+	case conformance.OpPauseOperator, conformance.OpResumeOperator:
+		// As opkit pause --operator OP --all and opkit resume do, with
+		// the object's pause's annotations.
+		op := map[conformance.Op]conformance.Op{conformance.OpPauseOperator: conformance.OpPause, conformance.OpResumeOperator: conformance.OpResume}[s.Op]
+		data, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": conformance.PauseAnnotations(op)}})
+		if err := ch.env.Client.Patch(ctx, &v1alpha1.Operator{ObjectMeta: metav1.ObjectMeta{Name: def.OperatorName()}}, client.RawPatch(types.MergePatchType, data)); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
 	case conformance.OpDelete:
 		if err := ch.env.Client.Delete(ctx, ch.object()); err != nil {
 			t.Fatalf("delete: %v", err)
@@ -409,6 +428,31 @@ func (ch *checker) patch(p map[string]any) {
 	}
 }
 
+// clusterCases holds a case whose Operator is in the cluster
+// (Def.Cluster) while it plays: each has the model's Operator name.
+var clusterCases sync.Mutex
+
+// createOperator creates the case's Operator in the cluster from its
+// rendered definition, labelled with the case's namespace, which its
+// engines' selector matches (opkit run --selector); the CRD of Operators
+// first, as opkit run installs it.
+func (ch *checker) createOperator(def string) {
+	t := ch.t
+	ctx := context.WithoutCancel(t.Context())
+	if err := ch.env.Client.Create(ctx, v1alpha1.CustomResourceDefinition()); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	srcs, err := definition.Load("operator.yaml", []byte(def))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := srcs[0].Operator.DeepCopy()
+	op.Labels = map[string]string{caseLabel: ch.ns}
+	clustertest.Eventually(t, time.Minute, "create the case's Operator (its kind served)", func(ctx context.Context) (bool, error) {
+		return ch.env.Client.Create(ctx, op.DeepCopy()) == nil, nil
+	})
+}
+
 func (ch *checker) writeFile(name, content string) {
 	if err := os.WriteFile(filepath.Join(ch.dir, name), []byte(content), 0o644); err != nil {
 		ch.t.Fatal(err)
@@ -435,6 +479,9 @@ func (ch *checker) start() {
 		runWait = "5s" // waits for the end of every run but a held or slow one
 	}
 	cmd.Env = append(os.Environ(), engineEnv+"="+ch.dir, namespaceEnv+"="+ch.ns, "KUBECONFIG="+ch.kube, runWaitEnv+"="+runWait)
+	if ch.c.Def.Cluster {
+		cmd.Env = append(cmd.Env, clusterEnv+"=1")
+	}
 	cmd.Stdout, cmd.Stderr = ch.procLog, ch.procLog
 	// The engine process ends with the test's, also when the test is
 	// killed (make soak stopped with Ctrl-C, a CI timeout).
@@ -514,8 +561,12 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 	finished := 0
 	for i := len(runs) - 1; i >= 0; i-- { // oldest first
 		r := runs[i]
-		if r.Handler == v1alpha1.RetryHandler || r.Handler == v1alpha1.PauseHandler {
-			continue // the record of a retry asked for, or of a pause or resume: not a run
+		if r.Handler == v1alpha1.PauseHandler {
+			finished++ // a pause or resume recorded, which the model counts too (attempts)
+			continue
+		}
+		if r.Handler == v1alpha1.RetryHandler {
+			continue // the record of a retry asked for: not a run
 		}
 		last[r.Key] = r
 		switch r.Outcome {
@@ -554,6 +605,15 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 		recorded, err := ch.deliveries(ctx)
 		if err != nil || len(recorded) < ch.published {
 			return "", err
+		}
+	}
+	if ch.c.Def.Cluster {
+		op := &v1alpha1.Operator{}
+		if err := ch.env.Client.Get(ctx, client.ObjectKey{Name: ch.c.Def.OperatorName()}, op); err != nil {
+			return "", err
+		}
+		if _, resumed := op.Annotations[v1alpha1.ResumedAnnotation]; resumed {
+			return "", nil // the engine removes it once it handed the resume over
 		}
 	}
 	obj := ch.object()
@@ -723,6 +783,9 @@ func attempts(e *conformance.Expectation) int {
 	n := 0
 	for _, r := range e.Runs {
 		n += len(r.Outcomes)
+	}
+	for _, end := range e.Ends {
+		n += end.Pauses + end.Resumes
 	}
 	return n
 }
@@ -935,6 +998,9 @@ func (ch *checker) transcript(want *conformance.Expectation, obs *conformance.Ob
 func (ch *checker) cleanUp() {
 	ch.stop(true)
 	ctx := context.WithoutCancel(ch.t.Context())
+	if ch.c.Def.Cluster {
+		_ = ch.env.Client.Delete(ctx, &v1alpha1.Operator{ObjectMeta: metav1.ObjectMeta{Name: ch.c.Def.OperatorName()}})
+	}
 	obj := ch.object()
 	if err := ch.env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err == nil && len(obj.GetFinalizers()) > 0 {
 		_ = ch.env.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))

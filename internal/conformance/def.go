@@ -97,6 +97,11 @@ type Def struct {
 	// Source is the operator's source, nil for none: its handlers are
 	// those on Event.
 	Source *Source
+	// Cluster: the operator is an Operator object in the cluster (not a
+	// file), labelled with the case's namespace, run by an engine that
+	// runs the cluster's Operators of that label (opkit run --selector);
+	// its history may pause and resume it whole (OpPauseOperator).
+	Cluster bool
 }
 
 // Source is the operator's source (docs/events.md), SourceName: a webhook,
@@ -317,6 +322,13 @@ const (
 	// OpResume resumes them, as opkit resume does: the annotation
 	// removed, and opkit.dev/resumed saying who.
 	OpResume Op = "resume"
+	// OpPauseOperator pauses the whole operator, as opkit pause
+	// --operator OP --all does: the annotation opkit.dev/paused on its
+	// Operator (a Cluster definition's).
+	OpPauseOperator Op = "pause-operator"
+	// OpResumeOperator resumes it, as opkit resume --operator OP --all
+	// does: the annotation removed, and opkit.dev/resumed saying who.
+	OpResumeOperator Op = "resume-operator"
 	// OpRerun asks, as opkit rerun does (the annotation opkit.dev/rerun),
 	// for the last create or update run of handler Handler for the
 	// object to run again: with the object as it is then, or with

@@ -115,6 +115,12 @@
 //     it: its delete runs come, and its resume is recorded, by opkit
 //     (when it has delete handlers: without, it is forgotten). No
 //     decision is drawn on a paused object.
+//   - A whole operator paused (docs/handlers.md, "Pausing a whole
+//     operator"), for a definition that is an Operator in the cluster
+//     (Def.Cluster): no handler of any of its objects starts, a watched
+//     object's delete runs included, until it is resumed; each object is
+//     recorded paused once and resumed once, and while both its own pause
+//     and its operator's hold, its own is the one recorded.
 //   - Re-runs (docs/handlers.md, "opkit rerun"): of a handler's last
 //     create or update run for the object, one request at a time. The
 //     next step of the object takes it, before what is due (a paused
@@ -151,8 +157,8 @@
 // handlers declared after it, and what a later start does with a resume
 // run that gave up). Not modelled yet: operator-wide schedules and the
 // schedule and requeue triggers (they need time to pass on a clock the
-// engine process does not share), related fields, a whole operator
-// paused, a decision on a paused object,
+// engine process does not share), related fields, a decision on a paused
+// object,
 // a githubPoll source (the same contract, but the checker would have to
 // serve GitHub's API), a CloudEvents batch, a Kafka topic of several
 // partitions, a filter that refuses a

@@ -31,9 +31,10 @@ func TestFast(t *testing.T) {
 	space := conformance.DefaultSpace
 	space.Kinds = []conformance.Kind{conformance.CustomResource}
 	space.States = false
-	space.Sources = false // the miniature engine has no deliveries: they are TestConformance's
-	space.Pauses = false  // nor records of pauses: they are the runner's, not the deciding layer's
-	space.Reruns = false  // nor re-runs: they are the runner's too
+	space.Sources = false        // the miniature engine has no deliveries: they are TestConformance's
+	space.Pauses = false         // nor records of pauses: they are the runner's, not the deciding layer's
+	space.Reruns = false         // nor re-runs: they are the runner's too
+	space.OperatorPauses = false // nor an operator's pause: the runner's and the engine's
 	seed := *flagSeed
 	start := time.Now()
 	n, skipped := 0, 0
@@ -80,9 +81,10 @@ func BenchmarkFast(b *testing.B) {
 	space := conformance.DefaultSpace
 	space.Kinds = []conformance.Kind{conformance.CustomResource}
 	space.States = false
-	space.Sources = false // the miniature engine has no deliveries: they are TestConformance's
-	space.Pauses = false  // nor records of pauses: they are the runner's, not the deciding layer's
-	space.Reruns = false  // nor re-runs: they are the runner's too
+	space.Sources = false        // the miniature engine has no deliveries: they are TestConformance's
+	space.Pauses = false         // nor records of pauses: they are the runner's, not the deciding layer's
+	space.Reruns = false         // nor re-runs: they are the runner's too
+	space.OperatorPauses = false // nor an operator's pause: the runner's and the engine's
 	for i := range b.N {
 		c := conformance.Generate(rand.New(rand.NewPCG(uint64(i), 1)), space)
 		if conformance.KnownDecided(c) != nil {

@@ -33,19 +33,24 @@ type Space struct {
 	// handled to be handled again (opkit events redeliver), while an
 	// engine runs or, for a source that applies no object, not.
 	Redeliveries bool
+	// OperatorPauses: the operator may be an Operator of the cluster
+	// (Def.Cluster), whose history pauses and resumes it whole (opkit
+	// pause --operator OP --all), while an engine runs or not.
+	OperatorPauses bool
 }
 
 // DefaultSpace is what TestConformance and make soak draw from.
 var DefaultSpace = Space{
-	Kinds:        []Kind{CustomResource, CustomResource, Watch},
-	Triggers:     []Trigger{Create, Update, Delete, Resume, When},
-	States:       true,
-	MaxHandlers:  3,
-	MaxSteps:     8,
-	Sources:      true,
-	Pauses:       true,
-	Reruns:       true,
-	Redeliveries: true,
+	Kinds:          []Kind{CustomResource, CustomResource, Watch},
+	Triggers:       []Trigger{Create, Update, Delete, Resume, When},
+	States:         true,
+	MaxHandlers:    3,
+	MaxSteps:       8,
+	Sources:        true,
+	Pauses:         true,
+	Reruns:         true,
+	Redeliveries:   true,
+	OperatorPauses: true,
 }
 
 // Generate draws a case: a definition, then a history that goes with it
@@ -129,6 +134,7 @@ func genDef(r *rand.Rand, sp Space) Def {
 	for i := range d.Handlers {
 		d.Handlers[i].Serve = r.IntN(2) == 0
 	}
+	d.Cluster = sp.OperatorPauses && r.IntN(4) == 0
 	return d
 }
 
@@ -198,7 +204,14 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 				opts = append(opts, option{2, Step{Op: OpRerun, Handler: ran[r.IntN(len(ran))], SameInput: r.IntN(2) == 0}})
 			}
 		}
-		if m.up && l.exists && !l.deleting && !l.paused && l.state == StateAsk {
+		if d.Cluster {
+			if m.opPaused {
+				opts = append(opts, option{4, Step{Op: OpResumeOperator}})
+			} else {
+				opts = append(opts, option{2, Step{Op: OpPauseOperator}})
+			}
+		}
+		if m.up && l.exists && !l.deleting && !l.paused && !m.opPaused && l.state == StateAsk {
 			opts = append(opts, option{4, Step{Op: OpDecide, Choice: []string{StateDone, StateStart}[r.IntN(2)]}})
 		}
 		if d.Source != nil && (m.up || d.Source.Consumed() && !d.Source.Object) {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/opkit-dev/opkit/internal/conformance"
@@ -39,6 +40,12 @@ const (
 	// and one that never waits, whose runs' ends the next reconcile
 	// records.
 	runWaitEnv = "OPKIT_CONFORMANCE_RUN_WAIT"
+	// clusterEnv, set to 1, makes the engine process run the case's
+	// Operator from the cluster (Def.Cluster): those labelled caseLabel
+	// with the case's namespace, as opkit run --selector does.
+	clusterEnv = "OPKIT_CONFORMANCE_CLUSTER"
+	// caseLabel labels a case's Operator in the cluster.
+	caseLabel = "conformance.opkit.dev/case"
 )
 
 func TestMain(m *testing.M) {
@@ -243,12 +250,32 @@ func runEngine(dir, namespace string) int {
 		return fail(fmt.Errorf("%s: %w", runWaitEnv, err))
 	}
 	opts := engine.Options{Config: cfg, Namespace: namespace, RunWait: runWait}
+	cluster := os.Getenv(clusterEnv) == "1"
+	if cluster {
+		opts.OperatorSelector = labels.SelectorFromSet(labels.Set{caseLabel: namespace})
+	}
 	stack.ListenOnLoopback(&opts, defs...)
 	s, err := stack.Start(ctx, stack.Options{Engine: opts, Archive: filepath.Join(dir, "runs.db")})
 	if err != nil {
 		return fail(err)
 	}
-	if err := s.Apply(ctx, defs...); err != nil {
+	if cluster {
+		// The Operator the checker created, as opkit run --selector
+		// runs it: ready once it runs.
+		watched := make(chan error, 1)
+		go func() { watched <- s.Engine.WatchOperators(ctx) }()
+		for !s.Engine.Runs(defs[0].Operator.Name) {
+			select {
+			case err := <-watched:
+				_ = s.Stop()
+				if err == nil { // stopped before the operator ran
+					return 0
+				}
+				return fail(fmt.Errorf("watching the cluster's Operators: %w", err))
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	} else if err := s.Apply(ctx, defs...); err != nil {
 		_ = s.Stop()
 		return fail(err)
 	}

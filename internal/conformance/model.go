@@ -230,6 +230,9 @@ type model struct {
 	eventExecs map[RunID]int
 	// redeliveries counts the redeliveries asked for.
 	redeliveries int
+	// opPaused: the Operator's pause annotation is set (a Cluster
+	// definition's, paused whole).
+	opPaused bool
 }
 
 // life is one object of the name "obj", from its creation to its end.
@@ -262,11 +265,13 @@ type life struct {
 	// take it or refuse it at once (DESIGN.md 12), so the state after it
 	// is one of two, and nothing is modelled after it.
 	refusable bool
-	// paused: the object's pause annotation is set. pauseSeen: an engine
-	// recorded the pause (and not its resume since); pauses and resumes
-	// count the records.
-	paused, pauseSeen bool
-	pauses, resumes   int
+	// paused: the object's pause annotation is set. pauseSeen is the
+	// pause an engine recorded last, and not its resume since: the
+	// object's own (pausedOwn), its operator's (pausedOperator) or none;
+	// pauses and resumes count the records.
+	paused          bool
+	pauseSeen       string
+	pauses, resumes int
 	// rerun is the re-run asked for and not taken yet (a paused object,
 	// or no engine running); reruns counts each key's re-runs.
 	rerun  *rerunRequest
@@ -417,6 +422,10 @@ func (m *model) apply(s Step, held bool) {
 		l.paused = true
 	case OpResume:
 		l.paused = false
+	case OpPauseOperator:
+		m.opPaused = true
+	case OpResumeOperator:
+		m.opPaused = false
 	case OpRerun:
 		// Taken when an engine next steps the object (docs/handlers.md,
 		// "opkit rerun": once it has no run in flight; a paused object
@@ -679,21 +688,56 @@ func (m *model) settle() {
 // watched object that is gone takes its pause with it: its resume is
 // recorded, by opkit, when its delete handlers are to run; a custom
 // resource that is gone leaves nothing to record.
+//
+// The pause recorded is the object's own while both its own and its
+// operator's hold ("its own pause is the one its condition and records
+// name while both hold"): an object paused on its own and then under its
+// operator's records nothing more; its own pause ended under the
+// operator's records its resume and the operator's pause; the operator's
+// pause ended under its own records nothing, its own pause set under the
+// operator's records that pause; a resume is recorded when neither holds
+// ("every object ... is recorded resumed once, by who resumed the
+// operator"). A watched object that is gone and whose delete handlers are
+// held by its operator's pause only is recorded resumed from its own
+// (opkit.EndPause: "Its operator's pause still holds them until the
+// operator is resumed").
 func (m *model) seePauses() {
 	for _, l := range m.lives {
+		gone := !l.exists && m.def.Kind == Watch && m.deletePending(l)
+		if !l.exists && !gone {
+			continue
+		}
+		if gone && l.pauseSeen == "" && !m.opPaused {
+			continue
+		}
+		now := ""
 		switch {
-		case l.exists && l.paused && !l.pauseSeen:
-			l.pauseSeen = true
-			l.pauses++
-		case l.exists && !l.paused && l.pauseSeen:
-			l.pauseSeen = false
-			l.resumes++
-		case !l.exists && l.pauseSeen && m.def.Kind == Watch && l.deleting && m.hasDelete():
-			l.pauseSeen, l.paused = false, false
+		case l.paused && !gone:
+			now = pausedOwn
+		case m.opPaused:
+			now = pausedOperator
+		}
+		if gone {
+			l.paused = false
+		}
+		if now == l.pauseSeen {
+			continue
+		}
+		if l.pauseSeen != "" && (now == "" || l.pauseSeen == pausedOwn && now == pausedOperator) {
 			l.resumes++
 		}
+		if now != "" {
+			l.pauses++
+		}
+		l.pauseSeen = now
 	}
 }
+
+// The pauses an engine records of an object (life.pauseSeen).
+const (
+	pausedOwn      = "own"
+	pausedOperator = "operator"
+)
 
 // deletePending reports whether l still has delete runs to make that a
 // new object of its name waits for. One of its delete handlers that gave
@@ -728,11 +772,14 @@ func (m *model) deletePending(l *life) bool {
 // meanwhile. One that gave up holds them back until the spec changes or
 // opkit retry.
 func (m *model) step(l *life) bool {
-	if l.paused && l.exists {
+	if l.paused && l.exists || m.opPaused && (l.exists || l.deleting) {
 		// Nothing runs for a paused object ("none starts — create,
-		// update, delete, resume or schedule"); it is still seen. One
-		// being deleted keeps opkit's finalizer until it is resumed.
-		if !l.deleting {
+		// update, delete, resume or schedule"), nor for any object of an
+		// operator paused whole ("no handler of any of its objects
+		// starts, objects created meanwhile included"), a watched object
+		// gone included; it is still seen. One being deleted keeps
+		// opkit's finalizer until it is resumed.
+		if l.exists && !l.deleting {
 			l.seen, l.seenGen = true, l.gen
 		}
 		return false

@@ -74,6 +74,9 @@ func TestModelSaysWhatTheDocsPromise(t *testing.T) {
 		exists   bool
 		// pauses and resumes: how many times each is recorded.
 		pauses, resumes int
+		// cluster: the operator is an Operator in the cluster, which the
+		// history may pause whole.
+		cluster bool
 	}{
 		{
 			name:     "create once, then an update per generation, each writing count+1",
@@ -255,6 +258,46 @@ func TestModelSaysWhatTheDocsPromise(t *testing.T) {
 			exists:   true,
 		},
 		{
+			name:     "nothing runs while the whole operator is paused, objects created meanwhile included; what came due runs once at its resume, with the latest spec",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", write, "create", "update")},
+			history:  steps("pause-operator", "create", "change a", "change b", "resume-operator"),
+			want:     "h1 create gen 3: [Succeeded]\n",
+			count:    1, exists: true, pauses: 1, resumes: 1, cluster: true,
+		},
+		{
+			name:     "an object paused on its own, then with its operator: its own pause is the one recorded; its end under the operator's records the operator's",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", ok, "create", "update")},
+			history:  steps("create", "pause", "pause-operator", "change a", "resume", "resume-operator"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 update gen 2: [Succeeded]\n",
+			exists:   true, pauses: 2, resumes: 2, cluster: true,
+		},
+		{
+			name:     "the operator paused, then the object on its own: its own pause recorded too, and the operator's resume under it records nothing",
+			kind:     cr,
+			handlers: []conformance.Handler{handler("h1", ok, "create")},
+			history:  steps("create", "pause-operator", "pause", "resume-operator", "resume"),
+			want:     "h1 create gen 1: [Succeeded]\n",
+			exists:   true, pauses: 2, resumes: 1, cluster: true,
+		},
+		{
+			name:     "a watched object deleted while its operator is paused: its delete run waits for the resume",
+			kind:     watch,
+			handlers: []conformance.Handler{handler("h1", ok, "create", "delete")},
+			history:  steps("create", "pause-operator", "delete", "stop", "start", "resume-operator"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 delete gen 0: [Succeeded]\n",
+			pauses:   1, resumes: 1, cluster: true,
+		},
+		{
+			name:     "the operator paused and resumed while no engine ran is never seen",
+			kind:     watch,
+			handlers: []conformance.Handler{handler("h1", ok, "create", "update")},
+			history:  steps("create", "stop", "pause-operator", "change a", "resume-operator", "start"),
+			want:     "h1 create gen 1: [Succeeded]\nh1 update gen 2: [Succeeded]\n",
+			exists:   true, cluster: true,
+		},
+		{
 			name:     "a re-run asked of an object deleted before an engine took it is never taken",
 			kind:     cr,
 			handlers: []conformance.Handler{handler("h1", ok, "create", "delete")},
@@ -263,7 +306,7 @@ func TestModelSaysWhatTheDocsPromise(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := conformance.Case{Def: conformance.Def{Kind: tc.kind, Handlers: tc.handlers}, History: tc.history}
+			c := conformance.Case{Def: conformance.Def{Kind: tc.kind, Handlers: tc.handlers, Cluster: tc.cluster}, History: tc.history}
 			if !conformance.Valid(c) {
 				t.Fatalf("the case is not valid:\n%s", c)
 			}

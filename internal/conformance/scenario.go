@@ -15,7 +15,7 @@ func Rows(c Case) []string {
 	kind := map[Kind]string{CustomResource: "custom resource", Watch: "watched object"}[c.Def.Kind]
 	rows := []string{"runs once, " + kind}
 	var down, crash, retry, decide, write, resume, deliver, again, crashEvent, downDelivery, pause, pauseDown, rerun, rerunSame, rerunWaits bool
-	var redeliver, redeliverDown, crashRedelivery bool
+	var redeliver, redeliverDown, crashRedelivery, opPause, opPauseDown, opPauseBoth bool
 	stopped := false
 	for i, s := range c.History {
 		switch s.Op {
@@ -42,6 +42,10 @@ func Rows(c Case) []string {
 		case OpPause, OpResume:
 			pause = true
 			pauseDown = pauseDown || stopped
+		case OpPauseOperator, OpResumeOperator:
+			opPause = true
+			opPauseDown = opPauseDown || stopped
+			opPauseBoth = opPauseBoth || pausedAt(c.History[:i])
 		case OpRerun:
 			rerun = true
 			rerunSame = rerunSame || s.SameInput
@@ -109,6 +113,15 @@ func Rows(c Case) []string {
 	}
 	if pauseDown {
 		rows = append(rows, "pause: paused or resumed while no engine ran")
+	}
+	if opPause {
+		rows = append(rows, "pause: the whole operator paused, each object's pause and resume recorded once")
+	}
+	if opPauseDown {
+		rows = append(rows, "pause: the whole operator paused or resumed while no engine ran")
+	}
+	if opPauseBoth {
+		rows = append(rows, "pause: the whole operator and the object paused at once")
 	}
 	if rerun {
 		rows = append(rows, "rerun: a re-run runs once, with a key of its own")
@@ -197,6 +210,9 @@ func Scenario(c Case) string {
 		case OpPause, OpResume:
 			p, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": PauseAnnotations(s.Op)}})
 			fmt.Fprintf(&b, "- patch: {object: %s, merge: %s}\n", ref, p)
+		case OpPauseOperator, OpResumeOperator:
+			fmt.Fprintf(&b, "# step %d, %s: a scenario's operators are files, which cannot be paused whole (opkit pause --operator OP --all)\n", i+1, s)
+			unsaid = append(unsaid, s.String())
 		case OpRerun:
 			fmt.Fprintf(&b, "# step %d, %s: a scenario cannot name the run to ask for again (opkit rerun RUN)\n", i+1, s)
 		case OpRedeliver:
@@ -282,6 +298,9 @@ func GoString(c Case) string {
 	if c.Def.Source != nil {
 		kind := map[SourceKind]string{NATS: "Kind: conformance.NATS, ", CloudEvents: "Kind: conformance.CloudEvents, ", Kafka: "Kind: conformance.Kafka, "}[c.Def.Source.Kind]
 		fmt.Fprintf(&b, ", Source: &conformance.Source{%sObject: %t}", kind, c.Def.Source.Object)
+	}
+	if c.Def.Cluster {
+		b.WriteString(", Cluster: true")
 	}
 	b.WriteString(", Handlers: []conformance.Handler{\n")
 	for _, h := range c.Def.Handlers {

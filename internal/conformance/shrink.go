@@ -48,7 +48,7 @@ func Valid(c Case) bool {
 				return false
 			}
 		case OpDecide:
-			if !m.up || !exists || l.deleting || l.paused || l.state != StateAsk {
+			if !m.up || !exists || l.deleting || l.paused || m.opPaused || l.state != StateAsk {
 				return false // a decision on a paused object is not drawn
 			}
 		case OpPause:
@@ -57,6 +57,14 @@ func Valid(c Case) bool {
 			}
 		case OpResume:
 			if !exists || !l.paused {
+				return false
+			}
+		case OpPauseOperator:
+			if !c.Def.Cluster || m.opPaused {
+				return false
+			}
+		case OpResumeOperator:
+			if !c.Def.Cluster || !m.opPaused {
 				return false
 			}
 		case OpRerun:

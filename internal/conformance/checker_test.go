@@ -547,15 +547,16 @@ func (ch *checker) logTail() string {
 // quiet describes what the engine has done, as far as the archive and
 // the object show, once nothing is in flight: no run running or waiting
 // for its retry, the object's observedGeneration caught up and no retry
-// or decision annotation left; "" while something is. The description
+// or decision annotation left; "" and what is in flight while something
+// is. The description
 // ends with "short" while fewer attempts finished than the model
 // expects: the model's count only makes the wait end sooner when it is
 // reached (a run missing is then waited for a while, and shows in the
 // comparison).
-func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
+func (ch *checker) quiet(ctx context.Context, want int) (state, busy string, err error) {
 	runs, err := archive.ListAll(ctx, ch.store, archive.Query{})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	last := map[string]archive.Run{}
 	finished := 0
@@ -571,7 +572,7 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 		last[r.Key] = r
 		switch r.Outcome {
 		case archive.Running:
-			return "", nil
+			return "", "a run of " + r.Key + " running", nil
 		case archive.Succeeded, archive.Failed, archive.GaveUp:
 			finished++
 		}
@@ -580,7 +581,7 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 		// A failed run's retry comes at its nextRetryAt; one long overdue
 		// is not coming (the comparison says so).
 		if r.Outcome == archive.Failed && time.Since(r.NextRetryAt) < 5*time.Second {
-			return "", nil
+			return "", "a failed run of " + r.Key + " waiting for its retry", nil
 		}
 	}
 	short := finished < want
@@ -589,14 +590,14 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 		// no run between a handler's end and the next's start).
 		pending, err := ch.store.PendingDeliveries(ctx, ch.c.Def.OperatorName())
 		if err != nil || len(pending) > 0 {
-			return "", err
+			return "", fmt.Sprintf("%d deliveries pending", len(pending)), err
 		}
 	}
 	if len(ch.redeliveries) > 0 {
 		// A Redelivery not answered yet: its record is not made.
 		answers, _, err := ch.redeliveryAnswers(ctx)
 		if err != nil || slices.Contains(answers, "") {
-			return "", err
+			return "", "a Redelivery not answered", err
 		}
 	}
 	if ch.nats != nil || ch.kafka != nil {
@@ -604,40 +605,40 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 		// not fetched it.
 		recorded, err := ch.deliveries(ctx)
 		if err != nil || len(recorded) < ch.published {
-			return "", err
+			return "", fmt.Sprintf("%d of %d messages recorded", len(recorded), ch.published), err
 		}
 	}
 	if ch.c.Def.Cluster {
 		op := &v1alpha1.Operator{}
 		if err := ch.env.Client.Get(ctx, client.ObjectKey{Name: ch.c.Def.OperatorName()}, op); err != nil {
-			return "", err
+			return "", "", err
 		}
 		if _, resumed := op.Annotations[v1alpha1.ResumedAnnotation]; resumed {
-			return "", nil // the engine removes it once it handed the resume over
+			return "", "the Operator's resume not handed over", nil // the engine removes it once it did
 		}
 	}
 	obj := ch.object()
 	err = ch.env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 	if err != nil && !apierrors.IsNotFound(err) {
-		return "", err
+		return "", "", err
 	}
-	state := fmt.Sprintf("%d runs", len(runs))
+	state = fmt.Sprintf("%d runs", len(runs))
 	if err == nil && ch.gen > 0 {
 		seen, err := ch.watchedGeneration(ctx)
 		if err != nil || seen < ch.gen {
-			return "", err // the engine has not seen the last change yet
+			return "", fmt.Sprintf("the engine recorded change %d of %d", seen, ch.gen), err
 		}
 	}
 	if err == nil {
 		if _, retry := obj.GetAnnotations()[v1alpha1.RetryAnnotation]; retry && ch.c.Def.Kind == conformance.CustomResource {
-			return "", nil
+			return "", "the retry annotation not taken", nil
 		}
 		if _, resumed := obj.GetAnnotations()[v1alpha1.ResumedAnnotation]; resumed && ch.c.Def.Kind == conformance.CustomResource {
-			return "", nil // the engine removes it once it recorded the resume
+			return "", "the resume annotation not taken", nil // the engine removes it once it recorded the resume
 		}
 		if _, rerun := obj.GetAnnotations()[v1alpha1.RerunAnnotation]; rerun && ch.c.Def.Kind == conformance.CustomResource && obj.GetDeletionTimestamp() == nil {
 			if _, paused := obj.GetAnnotations()[v1alpha1.PauseAnnotation]; !paused {
-				return "", nil // the engine removes it once it took it
+				return "", "the rerun annotation not taken", nil // the engine removes it once it took it
 			}
 		}
 		if _, waits := obj.GetAnnotations()[v1alpha1.DecisionAnnotation]; waits {
@@ -647,15 +648,18 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 				ch.decisionSince = time.Now()
 			}
 			if time.Since(ch.decisionSince) < 10*time.Second {
-				return "", nil
+				return "", "a decision asked for less than 10 s ago", nil
 			}
 		} else {
 			ch.decisionSince = time.Time{}
 		}
-		if ch.c.Def.Kind == conformance.CustomResource {
+		// A deleting object's generation was raised by its deletion, which
+		// the finalizer does not write as observed: its delete handlers'
+		// runs say where it is.
+		if ch.c.Def.Kind == conformance.CustomResource && obj.GetDeletionTimestamp() == nil {
 			observed, _, _ := unstructured.NestedInt64(obj.Object, "status", "observedGeneration")
 			if observed != obj.GetGeneration() {
-				return "", nil
+				return "", fmt.Sprintf("status.observedGeneration %d of generation %d", observed, obj.GetGeneration()), nil
 			}
 		}
 		state += " rv " + obj.GetResourceVersion()
@@ -667,7 +671,7 @@ func (ch *checker) quiet(ctx context.Context, want int) (string, error) {
 	if short {
 		state += " short"
 	}
-	return state, nil
+	return state, "", nil
 }
 
 // watchedGeneration is the count of changes of the watched object the
@@ -748,7 +752,7 @@ func (ch *checker) hasBlockedRecord() bool {
 func (ch *checker) waitFor(done func(context.Context) (bool, error), want int) bool {
 	ctx := context.WithoutCancel(ch.t.Context())
 	deadline := time.Now().Add(clustertest.Scaled(time.Minute))
-	var stable string
+	var stable, busy string
 	var since time.Time
 	for time.Now().Before(deadline) {
 		if ok, err := done(ctx); err != nil {
@@ -756,9 +760,12 @@ func (ch *checker) waitFor(done func(context.Context) (bool, error), want int) b
 		} else if ok {
 			return true
 		}
-		state, err := ch.quiet(ctx, want)
+		state, why, err := ch.quiet(ctx, want)
 		if err != nil {
 			ch.t.Fatal(err)
+		}
+		if state == "" {
+			busy = why
 		}
 		settle := time.Second
 		if strings.HasSuffix(state, " short") {
@@ -774,7 +781,7 @@ func (ch *checker) waitFor(done func(context.Context) (bool, error), want int) b
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	ch.t.Logf("the engine was not quiet within %s: the comparison says what is missing", clustertest.Scaled(time.Minute))
+	ch.t.Logf("the engine was not quiet within %s (last: %s): the comparison says what is missing", clustertest.Scaled(time.Minute), busy)
 	return false
 }
 

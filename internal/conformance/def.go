@@ -254,6 +254,9 @@ func (d *Def) Handler(name string) *Handler {
 func (d *Def) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s operator", d.Kind)
+	if d.Cluster {
+		b.WriteString(", an Operator in the cluster,")
+	}
 	if d.States != nil {
 		b.WriteString(" with states Start -> Ask (a person) -> Done | Start")
 	}

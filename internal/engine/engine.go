@@ -44,6 +44,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/informer"
 	"github.com/opkit-dev/opkit/internal/lifecycle"
 	"github.com/opkit-dev/opkit/internal/related"
+	"github.com/opkit-dev/opkit/internal/rollout"
 	"github.com/opkit-dev/opkit/internal/run"
 	"github.com/opkit-dev/opkit/internal/runsserver"
 	"github.com/opkit-dev/opkit/internal/webhook"
@@ -127,12 +128,13 @@ type operator struct {
 	// manual takes the requests to run now of a calendar's schedules
 	// (runnow.go); nil for any other operator.
 	manual *manualRuns
-	// rollout drives its rollout (rollout.go); nil without spec.rollout.
+	// rollout drives its rollout (internal/rollout); nil without
+	// spec.rollout.
 	// While one is under way, runner is the new definition's, and
 	// previous the runner of the definition the objects not moved are
 	// on (nil without handlers); both are stopped, waited for, paused
 	// and woken alike.
-	rollout  *rollout
+	rollout  *rollout.Rollout
 	previous *run.Runner
 }
 
@@ -492,11 +494,11 @@ func WaitEstablished(ctx context.Context, reader client.Reader, name string) err
 }
 
 // startController starts the controller of an operator with a custom
-// resource. With spec.rollout, a rollout under way (rollout.go) runs two
+// resource. With spec.rollout, a rollout under way (internal/rollout) runs two
 // definitions in it, each object on the one the rollout says.
 func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	ctx, cancel := context.WithCancel(e.ctx)
-	ro, err := e.prepareRollout(ctx, d)
+	ro, err := rollout.Prepare(ctx, e.rolloutConfig(d), d)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -507,8 +509,8 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	mem, conditions := run.NewMemory(false), gauges.NewTable()
 	mem.Also(conditions)
 	current := d
-	if ro != nil && ro.from != nil {
-		current = ro.from
+	if ro != nil && ro.From() != nil {
+		current = ro.From()
 	}
 	r, err := e.newReconciler(ctx, current, mem, conditions)
 	if err != nil {
@@ -518,16 +520,17 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 	reconcilers := []*reconciler{r}
 	var top reconcile.Reconciler = r
 	pick := func(types.NamespacedName) *reconciler { return r }
-	if ro != nil && ro.from != nil {
+	var split *rollout.Split[*reconciler]
+	if ro != nil && ro.From() != nil {
 		next, err := e.newReconciler(ctx, d, mem, conditions)
 		if err != nil {
 			cancel()
 			return nil, err
 		}
-		ro.split = &split{from: r, to: next, moved: ro.moved}
-		r.rolloutHash, next.rolloutHash = ro.from.Hash(), d.Hash()
+		split = rollout.NewSplit(r, next, ro.Moved())
+		r.rolloutHash, next.rolloutHash = ro.From().Hash(), d.Hash()
 		reconcilers = append(reconcilers, next)
-		top, pick = ro.split, ro.split.pick
+		top, pick = split, split.Pick
 	} else if ro != nil {
 		r.rolloutHash = current.Hash()
 	}
@@ -580,7 +583,7 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 		hasDelete = hasDelete || r.runner.HasDelete()
 	}
 	if ro != nil {
-		if err := c.Watch(source.Channel(ro.moves, &handler.EnqueueRequestForObject{})); err != nil {
+		if err := c.Watch(source.Channel(ro.Moves(), &handler.EnqueueRequestForObject{})); err != nil {
 			cancel()
 			return nil, err
 		}
@@ -592,13 +595,13 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 		}
 	}
 	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: r.runner, conditions: conditions, rollout: ro}
-	if ro != nil && ro.split != nil {
-		op.runner, op.previous = ro.split.to.runner, ro.split.from.runner
+	if split != nil {
+		op.runner, op.previous = reconcilers[1].runner, r.runner
 	}
 	go func() {
 		defer close(op.done)
-		if ro != nil {
-			go ro.drive(ctx)
+		if split != nil {
+			go ro.Drive(ctx, split, mem.Newest)
 		}
 		if err := c.Start(ctx); err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			e.mgr.GetLogger().Error(err, "controller stopped", "operator", d.Operator.Name)

@@ -24,6 +24,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/compare"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/rollout"
 )
 
 // Reasons of an Operator's Ready condition.
@@ -32,9 +33,9 @@ const (
 	ReasonInvalid     = "InvalidDefinition"
 	ReasonApplyFailed = "ApplyFailed"
 	// ReasonRolloutPaused and ReasonRolledBack: the operator runs, and
-	// its rollout waits for a person (rollout.go's note).
-	ReasonRolloutPaused = "RolloutPaused"
-	ReasonRolledBack    = "RolledBack"
+	// its rollout waits for a person (rollout.Note).
+	ReasonRolloutPaused = rollout.ReasonPaused
+	ReasonRolledBack    = rollout.ReasonRolledBack
 )
 
 // WatchOperators installs the CRD of operators.opkit.dev and runs every
@@ -228,8 +229,8 @@ func (r *operatorReconciler) setStatus(ctx context.Context, op *v1alpha1.Operato
 		// A rollout that waits for a person says so: the operator runs,
 		// and is not as its definition says.
 		if note := r.engine.rolloutNote(op.Name); note != nil {
-			ready.Reason, ready.Message = note.reason, truncate(note.message)
-			degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, note.reason, ready.Message
+			ready.Reason, ready.Message = note.Reason, truncate(note.Message)
+			degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, note.Reason, ready.Message
 		}
 	} else {
 		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, ready.Reason, ready.Message

@@ -118,6 +118,11 @@ var rules = []rule{
 		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/informer/...", "internal/health/...", "internal/admission/...", "internal/lifecycle/..."},
 	},
 	{
+		says: "a staged rollout moves objects between the definitions the engine runs, through what its Config gives: it knows nothing of the engine (package rollout)",
+		from: []string{"internal/rollout/..."},
+		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/informer/...", "internal/health/...", "internal/admission/..."},
+	},
+	{
 		says: "the object gauges read what the engine hands them: they know nothing of the engine (package gauges)",
 		from: []string{"internal/gauges/..."},
 		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},

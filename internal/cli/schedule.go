@@ -21,8 +21,8 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/calendar"
 	"github.com/opkit-dev/opkit/internal/definition"
-	"github.com/opkit-dev/opkit/internal/engine"
 )
 
 func newScheduleCommand() *cobra.Command {
@@ -191,10 +191,10 @@ func awaitRunNow(ctx context.Context, out io.Writer, c client.Client, op *v1alph
 					continue
 				}
 				switch ev.Reason {
-				case engine.ReasonRanNow:
+				case calendar.ReasonRanNow:
 					fmt.Fprintln(out, ev.Message)
 					return nil
-				case engine.ReasonRunNowFailed, engine.ReasonRunNowRefused:
+				case calendar.ReasonRunNowFailed, calendar.ReasonRunNowRefused:
 					return errors.New(ev.Message)
 				}
 			}

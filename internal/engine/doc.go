@@ -7,7 +7,7 @@
 //	changes   the drivers: the reconcile of custom resources, their
 //	          children and related objects (reconcile.go, related.go),
 //	          watches (watch.go), the calendar of operator-wide schedules
-//	          (calendar.go), due times on the clock (clock.go), webhook
+//	          (package calendar), due times on the clock (clock.go), webhook
 //	          deliveries (hooks.go, checked by package source, queued by
 //	          package delivery), decisions and retries (annotations read
 //	          by the reconcile), the start
@@ -80,7 +80,8 @@
 // kept in the run archive, loaded at start, so what changed or went while
 // no engine ran is handled once: watch.go), or runs its handlers on
 // operator-wide schedules, once per slot, the last slot kept in the
-// archive (calendar.go). Both share the runner of custom resources: its
+// archive (package calendar, which answers the requests to run one now
+// too). Both share the runner of custom resources: its
 // executors, slots, archive writes and metrics. No CRD is installed.
 //
 // # A CRD deleted under a running operator

@@ -37,6 +37,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/admission"
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/calendar"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/delivery"
 	"github.com/opkit-dev/opkit/internal/gauges"
@@ -106,7 +107,7 @@ type Engine struct {
 	// time.
 	deliveries      archive.DeliveryReader
 	redeliveryWakes chan event.GenericEvent
-	// rolloutsCRD: the Rollout CRD is installed (rollout.go).
+	// rolloutsCRD: the Rollout CRD is installed (installRollouts).
 	rolloutsCRD bool
 	redeliverMu sync.Mutex
 }
@@ -115,8 +116,8 @@ type Engine struct {
 type operator struct {
 	def    *definition.Definition
 	cancel context.CancelFunc
-	done   chan struct{}
-	runner *run.Runner // nil without handlers
+	done   <-chan struct{} // closed once it stopped
+	runner *run.Runner     // nil without handlers
 	// events handles the deliveries of its sources; nil without sources.
 	events *delivery.Queue
 	// consumers take the messages of its consumed sources (consumers.go);
@@ -125,9 +126,9 @@ type operator struct {
 	// conditions are its custom resources' conditions, for the gauges
 	// (metrics.go); nil for a watch or a calendar.
 	conditions *gauges.Table
-	// manual takes the requests to run now of a calendar's schedules
-	// (runnow.go); nil for any other operator.
-	manual *manualRuns
+	// calendar runs an operator's operator-wide schedules and its
+	// requests to run now (internal/calendar); nil for any other operator.
+	calendar *calendar.Calendar
 	// rollout drives its rollout (internal/rollout); nil without
 	// spec.rollout.
 	// While one is under way, runner is the new definition's, and
@@ -594,12 +595,13 @@ func (e *Engine) startController(d *definition.Definition) (*operator, error) {
 			return nil, err
 		}
 	}
-	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: r.runner, conditions: conditions, rollout: ro}
+	done := make(chan struct{})
+	op := &operator{def: d, cancel: cancel, done: done, runner: r.runner, conditions: conditions, rollout: ro}
 	if split != nil {
 		op.runner, op.previous = reconcilers[1].runner, r.runner
 	}
 	go func() {
-		defer close(op.done)
+		defer close(done)
 		if split != nil {
 			go ro.Drive(ctx, split, mem.Newest)
 		}

@@ -56,7 +56,7 @@ func (e *Engine) takePause(ctx context.Context, op *v1alpha1.Operator) {
 			p, reason, what = v1alpha1.ReadRequest(resumed), ReasonOperatorResumed, "resumed"
 		}
 		e.mgr.GetEventRecorder("opkit").Eventf(op, nil, corev1.EventTypeNormal, reason, "Pause", "%s",
-			truncate(fmt.Sprintf("handlers of every object of operator %s %s by %s%s", op.Name, what, cmp.Or(p.By, "someone unknown"), reasonSuffix(p.Reason))))
+			truncate(fmt.Sprintf("handlers of every object of operator %s %s by %s%s", op.Name, what, cmp.Or(p.By, "someone unknown"), run.ReasonSuffix(p.Reason))))
 	}
 	if paused || !hasResumed {
 		return
@@ -72,5 +72,5 @@ func (e *Engine) takePause(ctx context.Context, op *v1alpha1.Operator) {
 // paused by its Operator's pause p.
 func operatorPausedMessage(operator string, p v1alpha1.Pause) string {
 	return truncate(fmt.Sprintf("handlers are paused with all of operator %s's, by %s%s: no run starts until it is resumed (opkit resume --operator %s --all)",
-		operator, cmp.Or(p.By, "someone unknown"), reasonSuffix(p.Reason), operator))
+		operator, cmp.Or(p.By, "someone unknown"), run.ReasonSuffix(p.Reason), operator))
 }

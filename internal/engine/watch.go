@@ -144,7 +144,8 @@ func (e *Engine) startWatch(d *definition.Definition) (*operator, error) {
 	if err := c.Watch(source.Channel(rn.Wakes(), &handler.EnqueueRequestForObject{})); err != nil {
 		return fail(err)
 	}
-	op := &operator{def: d, cancel: cancel, done: make(chan struct{}), runner: rn}
+	done := make(chan struct{})
+	op := &operator{def: d, cancel: cancel, done: done, runner: rn}
 	cacheDone := make(chan struct{})
 	go func() {
 		defer close(cacheDone)
@@ -153,7 +154,7 @@ func (e *Engine) startWatch(d *definition.Definition) (*operator, error) {
 		}
 	}()
 	go func() {
-		defer close(op.done)
+		defer close(done)
 		defer func() { <-cacheDone }()
 		// What the archive names is looked at once the watch has synced:
 		// the objects changed or deleted while no engine ran.

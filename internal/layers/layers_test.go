@@ -118,6 +118,11 @@ var rules = []rule{
 		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/informer/...", "internal/health/...", "internal/admission/...", "internal/lifecycle/..."},
 	},
 	{
+		says: "the calendar runs an operator's operator-wide schedules and its requests to run now with the runner the engine gives it: it knows nothing of the engine (package calendar)",
+		from: []string{"internal/calendar/..."},
+		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/informer/...", "internal/health/...", "internal/admission/..."},
+	},
+	{
 		says: "a staged rollout moves objects between the definitions the engine runs, through what its Config gives: it knows nothing of the engine (package rollout)",
 		from: []string{"internal/rollout/..."},
 		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/informer/...", "internal/health/...", "internal/admission/..."},

@@ -236,6 +236,15 @@ func Truncate(s string) string {
 	return s
 }
 
+// ReasonSuffix is ": reason", to follow who asked for something in a
+// message, or "" for no reason.
+func ReasonSuffix(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return ": " + reason
+}
+
 // periodic reports whether a trigger comes back by itself (schedule,
 // requeue), as opposed to a change of the object.
 func periodic(trigger string) bool {

@@ -1,4 +1,4 @@
-package engine
+package calendar
 
 import (
 	"cmp"
@@ -19,21 +19,6 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/run"
 )
-
-// A run now (opkit schedule run) is asked for by the annotation
-// v1alpha1.RunNowAnnotation(handler) on the Operator, which only an
-// Operator read from the cluster has. The Operator watch, which only the
-// leader runs, hands each request to the calendar running that Operator;
-// the calendar runs it once, with the key v1alpha1.RunNowKey and the
-// trigger manual, retried by the handler's policy like a slot, then posts
-// an Event on the Operator saying how it ended (RanNow, RunNowFailed)
-// and removes the annotation (a JSON patch guarded by a test of the
-// value read, so that a newer request is not lost). A request that cannot
-// apply (the handler is not one of the operator's schedules, the value
-// is not a request) is refused the same way: an Event RunNowRefused
-// saying why, and the annotation removed. An engine stopped during the
-// run leaves the annotation: the next leader runs the request again with
-// its key, and one whose run succeeded runs nothing.
 
 // Reasons of the Events that answer a request to run now; opkit schedule
 // run reads them.
@@ -65,8 +50,7 @@ func newManualRuns(stopped <-chan struct{}) *manualRuns {
 	return &manualRuns{requests: make(chan manualRequest), stopped: stopped, taken: map[string]bool{}}
 }
 
-// take hands r to the calendar, unless this engine took it before; false
-// when the calendar has stopped.
+// take hands r to the calendar, unless this engine took it before.
 func (m *manualRuns) take(ctx context.Context, r manualRequest) {
 	id := r.annotation + "=" + r.value
 	m.mu.Lock()
@@ -83,38 +67,38 @@ func (m *manualRuns) take(ctx context.Context, r manualRequest) {
 	}
 }
 
-// manualLoop runs the requests to run now handed to m until ctx ends,
-// then waits for the runs in flight (cut off by ctx, they leave their
-// annotation for the next engine).
-func (e *Engine) manualLoop(ctx context.Context, rn *run.Runner, d *definition.Definition, m *manualRuns) {
+// manualLoop runs the requests to run now handed to the calendar until
+// ctx ends, then waits for the runs in flight (cut off by ctx, they
+// leave their annotation for the next engine).
+func (c *Calendar) manualLoop(ctx context.Context) {
 	var runs sync.WaitGroup
 	defer runs.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case r := <-m.requests:
-			runs.Go(func() { e.runNow(ctx, rn, d, r) })
+		case r := <-c.manual.requests:
+			runs.Go(func() { c.runNow(ctx, r) })
 		}
 	}
 }
 
 // runNow runs one request to run now, answers it with an Event on the
 // Operator and removes its annotation; unless the engine stops first.
-func (e *Engine) runNow(ctx context.Context, rn *run.Runner, d *definition.Definition, r manualRequest) {
-	h, req := r.handler, r.request
+func (c *Calendar) runNow(ctx context.Context, r manualRequest) {
+	d, h, req := c.def, r.handler, r.request
 	key := v1alpha1.RunNowKey(d.Operator.Name, h.Name, req)
-	log := e.mgr.GetLogger().WithValues("operator", d.Operator.Name, "handler", h.Name, "request", req.ID)
-	asked := fmt.Sprintf("handler %s run now (request %s, asked by %s%s)", h.Name, req.ID, req.By, reasonSuffix(req.Reason))
+	log := c.cfg.Log.WithValues("operator", d.Operator.Name, "handler", h.Name, "request", req.ID)
+	asked := fmt.Sprintf("handler %s run now (request %s, asked by %s%s)", h.Name, req.ID, req.By, run.ReasonSuffix(req.Reason))
 	slot := req.At
 	if _, err := time.Parse(time.RFC3339, slot); err != nil {
 		slot = time.Now().UTC().Format(time.RFC3339)
 	}
-	out := rn.RunForOperator(ctx, run.OperatorRun{
+	out := c.runner.RunForOperator(ctx, run.OperatorRun{
 		Handler: h, Trigger: v1alpha1.TriggerManual, UID: string(d.Operator.UID), Key: key, Log: log,
 		Schedule: &run.ScheduleContext{Slot: slot, Manual: &run.ManualContext{Request: req.ID, By: req.By, Reason: req.Reason}},
 		Actor:    req.By,
-		Note:     fmt.Sprintf("run now by %s%s (request %s, asked at %s).", req.By, reasonSuffix(req.Reason), req.ID, req.At),
+		Note:     fmt.Sprintf("run now by %s%s (request %s, asked at %s).", req.By, run.ReasonSuffix(req.Reason), req.ID, req.At),
 	})
 	if out.Stopped || ctx.Err() != nil {
 		return // the annotation stays: the next engine runs it, with its key
@@ -129,41 +113,31 @@ func (e *Engine) runNow(ctx context.Context, rn *run.Runner, d *definition.Defin
 		reason, eventType = ReasonRunNowFailed, corev1.EventTypeWarning
 		note = fmt.Sprintf("%s: %s after %d attempt(s): %s: run %s", asked, out.Run.Outcome, out.Run.Attempt, out.Run.Error, out.Run.ID)
 	}
-	e.answerRunNow(context.WithoutCancel(ctx), r, eventType, reason, note)
+	answer(context.WithoutCancel(ctx), c.cfg, r, eventType, reason, note)
 }
 
-// answerRunNow posts the answer to a request on its Operator and removes
-// the request's annotation, unless it changed since it was read.
-func (e *Engine) answerRunNow(ctx context.Context, r manualRequest, eventType, reason, note string) {
-	e.mgr.GetEventRecorder("opkit").Eventf(r.op, nil, eventType, reason, "RunNow", "%s", truncate(note))
-	err := e.client.Patch(ctx, r.op.DeepCopy(), client.RawPatch(types.JSONPatchType, run.RemoveAnnotationPatch(r.annotation, r.value)))
+// answer posts the answer to a request on its Operator and removes the
+// request's annotation, unless it changed since it was read.
+func answer(ctx context.Context, cfg Config, r manualRequest, eventType, reason, note string) {
+	cfg.Events.Eventf(r.op, nil, eventType, reason, "RunNow", "%s", run.Truncate(note))
+	err := cfg.Client.Patch(ctx, r.op.DeepCopy(), client.RawPatch(types.JSONPatchType, run.RemoveAnnotationPatch(r.annotation, r.value)))
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err) { // gone, or changed: a newer request
-		e.mgr.GetLogger().Error(err, "removing the request to run now; the next engine sees it again", "operator", r.op.Name, "annotation", r.annotation)
+		cfg.Log.Error(err, "removing the request to run now; the next engine sees it again", "operator", r.op.Name, "annotation", r.annotation)
 	}
 }
 
-// takeRunNow hands the requests to run now on op to the calendar that
-// runs it, and refuses those that cannot apply. The operator running must
-// be op (same UID); else nothing is done, and a request waits until the
-// operator runs.
-func (e *Engine) takeRunNow(ctx context.Context, op *v1alpha1.Operator) {
+// TakeRunNow hands the requests to run now on op to c, the calendar
+// running it, and refuses those that cannot apply; c is nil when the
+// operator running op (same UID: the caller checks it), d with its runner
+// rn, is no calendar.
+func TakeRunNow(ctx context.Context, cfg Config, op *v1alpha1.Operator, d *definition.Definition, rn *run.Runner, c *Calendar) {
 	var names []string
 	for name := range op.Annotations {
 		if strings.HasPrefix(name, v1alpha1.RunNowAnnotationPrefix) {
 			names = append(names, name)
 		}
 	}
-	if len(names) == 0 {
-		return
-	}
 	sort.Strings(names)
-	e.mu.Lock()
-	running := e.running[op.Name]
-	e.mu.Unlock()
-	if running == nil || running.def.Operator.UID != op.UID {
-		return
-	}
-	d := running.def
 	for _, name := range names {
 		value := op.Annotations[name]
 		r := manualRequest{op: op, annotation: name, value: value}
@@ -173,10 +147,10 @@ func (e *Engine) takeRunNow(ctx context.Context, op *v1alpha1.Operator) {
 		switch {
 		case err != nil:
 			why = fmt.Sprintf("the annotation %s cannot be read: %v", name, err)
-		case running.manual == nil:
+		case c == nil:
 			why = fmt.Sprintf("the operator %s %s: it has no operator-wide schedule to run now", op.Name, d.What())
-		case pausedBy(running.runner) != "":
-			why = fmt.Sprintf("the operator %s is paused (%s): nothing runs until it is resumed (opkit resume --operator %s --all)", op.Name, pausedBy(running.runner), op.Name)
+		case pausedBy(rn) != "":
+			why = fmt.Sprintf("the operator %s is paused (%s): nothing runs until it is resumed (opkit resume --operator %s --all)", op.Name, pausedBy(rn), op.Name)
 		default:
 			for _, h := range d.Handlers {
 				if h.Name == handler {
@@ -188,11 +162,11 @@ func (e *Engine) takeRunNow(ctx context.Context, op *v1alpha1.Operator) {
 			}
 		}
 		if why != "" {
-			e.answerRunNow(ctx, r, corev1.EventTypeWarning, ReasonRunNowRefused, fmt.Sprintf("run now of handler %s (request %s, asked by %s) refused: %s", handler, cmp.Or(req.ID, "?"), cmp.Or(req.By, "someone"), why))
+			answer(ctx, cfg, r, corev1.EventTypeWarning, ReasonRunNowRefused, fmt.Sprintf("run now of handler %s (request %s, asked by %s) refused: %s", handler, cmp.Or(req.ID, "?"), cmp.Or(req.By, "someone"), why))
 			continue
 		}
 		r.request = req
-		running.manual.take(ctx, r)
+		c.manual.take(ctx, r)
 	}
 }
 
@@ -206,7 +180,7 @@ func pausedBy(rn *run.Runner) string {
 	if !paused {
 		return ""
 	}
-	return "by " + cmp.Or(p.By, "someone unknown") + reasonSuffix(p.Reason)
+	return "by " + cmp.Or(p.By, "someone unknown") + run.ReasonSuffix(p.Reason)
 }
 
 // handlerNames lists d's handlers for a message.
@@ -216,12 +190,4 @@ func handlerNames(d *definition.Definition) string {
 		names[i] = h.Name
 	}
 	return strings.Join(names, ", ")
-}
-
-// reasonSuffix is ": reason", or "" for none.
-func reasonSuffix(reason string) string {
-	if reason == "" {
-		return ""
-	}
-	return ": " + reason
 }

@@ -169,7 +169,7 @@ func (e *Engine) restart(ctx context.Context, d *definition.Definition, start fu
 }
 
 // applyUnowned (re)starts an operator without a custom resource: a watch
-// (watch.go) or a calendar (package calendar). No CRD is installed.
+// (package watch) or a calendar (package calendar). No CRD is installed.
 func (e *Engine) applyUnowned(ctx context.Context, d *definition.Definition) error {
 	if d.Watch != nil {
 		// The access checks and the schemas' reads are round trips to

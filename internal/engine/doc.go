@@ -6,7 +6,7 @@
 //
 //	changes   the drivers: the reconcile of custom resources, their
 //	          children and related objects (reconcile.go, related.go),
-//	          watches (watch.go), the calendar of operator-wide schedules
+//	          watches (package watch), the calendar of operator-wide schedules
 //	          (package calendar), due times on the clock (clock.go), webhook
 //	          deliveries (hooks.go, checked by package source, queued by
 //	          package delivery), decisions and retries (annotations read
@@ -78,7 +78,7 @@
 // kind that it neither owns nor writes to (spec.watch: its own cache,
 // restricted to its namespaces and selector; each object's handler state
 // kept in the run archive, loaded at start, so what changed or went while
-// no engine ran is handled once: watch.go), or runs its handlers on
+// no engine ran is handled once: package watch), or runs its handlers on
 // operator-wide schedules, once per slot, the last slot kept in the
 // archive (package calendar, which answers the requests to run one now
 // too). Both share the runner of custom resources: its

@@ -37,14 +37,10 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
-	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -66,19 +62,13 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/compare"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/finalizer"
 	"github.com/opkit-dev/opkit/internal/run"
 )
 
 // FinalizerName is the finalizer opkit holds on the custom resources of an
-// operator with delete handlers: opkit.dev/<operator>, shortened with a
-// hash when the Operator's name is too long for a finalizer.
-func FinalizerName(operator string) string {
-	if len(operator) <= 63 {
-		return "opkit.dev/" + operator
-	}
-	sum := sha256.Sum256([]byte(operator))
-	return "opkit.dev/" + operator[:50] + "-" + hex.EncodeToString(sum[:])[:12]
-}
+// operator with delete handlers (finalizer.Name).
+func FinalizerName(operator string) string { return finalizer.Name(operator) }
 
 // finalize runs the delete handlers of an object being deleted, then
 // removes opkit's finalizer.
@@ -124,40 +114,11 @@ func (r *reconciler) finalize(ctx context.Context, cr *unstructured.Unstructured
 // object be read again.
 func (r *reconciler) patchFinalizer(ctx context.Context, cr *unstructured.Unstructured, fin string, add bool) (reconcile.Result, error) {
 	read := cr.GetResourceVersion()
-	res, err := patchFinalizer(ctx, r.client, cr, fin, add)
+	res, err := finalizer.Patch(ctx, r.client, cr, fin, add)
 	if err == nil && cr.GetResourceVersion() != read {
 		r.memory.Record(cr.DeepCopy()) // patched: cr is the API's answer
 	}
 	return res, err
-}
-
-// patchFinalizer is reconciler.patchFinalizer with client c.
-func patchFinalizer(ctx context.Context, c client.Client, cr *unstructured.Unstructured, fin string, add bool) (reconcile.Result, error) {
-	ops := []map[string]any{{"op": "test", "path": "/metadata/resourceVersion", "value": cr.GetResourceVersion()}}
-	finalizers := cr.GetFinalizers()
-	switch i := slices.Index(finalizers, fin); {
-	case add && len(finalizers) == 0:
-		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/finalizers", "value": []string{fin}})
-	case add:
-		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/finalizers/-", "value": fin})
-	case i < 0:
-		return reconcile.Result{}, nil
-	default:
-		path := fmt.Sprintf("/metadata/finalizers/%d", i)
-		ops = append(ops, map[string]any{"op": "test", "path": path, "value": fin}, map[string]any{"op": "remove", "path": path})
-	}
-	patch, _ := json.Marshal(ops)
-	err := c.Patch(ctx, cr, client.RawPatch(types.JSONPatchType, patch))
-	switch {
-	case apierrors.IsNotFound(err):
-		return reconcile.Result{}, nil
-	case apierrors.IsConflict(err) || (apierrors.IsInvalid(err) && strings.Contains(err.Error(), "test")):
-		// The object changed since it was read: read it again.
-		return reconcile.Result{RequeueAfter: 250 * time.Millisecond}, nil
-	case err != nil:
-		return reconcile.Result{}, fmt.Errorf("updating finalizer %s: %w", fin, err)
-	}
-	return reconcile.Result{}, nil
 }
 
 // finalizerWorkers are the workers of an operator's finalizer controller.

@@ -118,6 +118,11 @@ var rules = []rule{
 		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/informer/...", "internal/health/...", "internal/admission/...", "internal/lifecycle/..."},
 	},
 	{
+		says: "a watch runs a watch operator's objects with the runner the engine gives it, and opkit's finalizer is added and removed by one function: neither knows the engine (packages watch, finalizer)",
+		from: []string{"internal/watch/...", "internal/finalizer/..."},
+		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/health/...", "internal/admission/..."},
+	},
+	{
 		says: "the calendar runs an operator's operator-wide schedules and its requests to run now with the runner the engine gives it: it knows nothing of the engine (package calendar)",
 		from: []string{"internal/calendar/..."},
 		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/informer/...", "internal/health/...", "internal/admission/..."},

@@ -73,7 +73,7 @@ type Observed struct {
 }
 
 // Violation is a promise broken: Row names the guarantee (a row of
-// docs/handlers.md's table, or a DESIGN.md guarantee).
+// docs/handlers.md's table, or another of its guarantees).
 type Violation struct {
 	Row  string
 	Text string

@@ -1,7 +1,6 @@
 // Package conformance is a reference model of the run guarantees that
-// docs/handlers.md ("What opkit guarantees") and DESIGN.md ("Guarantees we
-// promise and test") make, and the generator of the cases it is checked
-// on.
+// docs/handlers.md ("What opkit guarantees") makes, and the generator of
+// the cases it is checked on.
 //
 // # The model
 //
@@ -48,12 +47,12 @@
 // its id <topic>:<partition>:<offset>, committed rather than answered,
 // and otherwise as a NATS message.
 //
-// What a run must see (read-your-writes, DESIGN.md 11): the spec of the
+// What a run must see (read-your-writes): the spec of the
 // generation its key names; status.count equal to the number of writing
 // runs that succeeded for the object before it started; for an enter
 // run, the visit it runs for. How an object ends: there or gone, its
 // spec as the history wrote it, status.count, status.state, no decision
-// left waiting (DESIGN.md 12), and for a watched object nothing of
+// left waiting (a decision is taken or refused at once), and for a watched object nothing of
 // opkit's on it.
 //
 // The engine plays each step to the end before the next (the checker

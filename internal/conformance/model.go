@@ -262,7 +262,7 @@ type life struct {
 	seq   int64
 	// refusable: a decision was made while the visit's enter handlers
 	// were held back by a handler that gave up; the docs let the engine
-	// take it or refuse it at once (DESIGN.md 12), so the state after it
+	// take it or refuse it at once (docs/handlers.md, What opkit guarantees), so the state after it
 	// is one of two, and nothing is modelled after it.
 	refusable bool
 	// paused: the object's pause annotation is set. pauseSeen is the

@@ -9,7 +9,7 @@ import (
 )
 
 // Rows names the guarantees a case exercises: the rows of
-// docs/handlers.md's table (by kind of operator) and DESIGN.md's
+// docs/handlers.md's table (by kind of operator) and the other
 // guarantees its history reaches, for make soak's report.
 func Rows(c Case) []string {
 	kind := map[Kind]string{CustomResource: "custom resource", Watch: "watched object"}[c.Def.Kind]
@@ -68,13 +68,13 @@ func Rows(c Case) []string {
 	}
 	rows = append(rows, "never written by opkit, "+kind)
 	if write && c.Def.Kind == CustomResource {
-		rows = append(rows, "DESIGN 11 read-your-writes")
+		rows = append(rows, "read-your-writes: a run sees every write opkit made before it")
 	}
 	if retry {
 		rows = append(rows, "retries and Stalled: opkit retry")
 	}
 	if decide {
-		rows = append(rows, "DESIGN 12 a decision is taken or refused")
+		rows = append(rows, "states: a decision is taken or refused at once")
 	}
 	if deliver {
 		rows = append(rows, "events: a delivery handled once")

@@ -1,14 +1,16 @@
-// Package layers states the layers of opkit's packages, as DESIGN.md
-// ("Architecture") and the package docs say them, and its test checks
-// them against the import graph that `go list -deps` reports: a pure
-// package (cause, statemachine, definition, compat, jsondepth, the
-// conformance model) reaches no engine and imports no Kubernetes client
-// and no clock; the API types import nothing of internal/; executors know
-// nothing of the engine; the engine never imports the console, nor the
-// console the engine; the archive sits below all that writes it; the
-// composition root (package stack) is imported by the commands and the
-// test helpers alone. The rules are in layers_test.go, each with the
-// sentence it enforces; the package has no code.
+// Package layers states the layers of opkit's packages, as
+// docs/architecture.md ("The layers") and the package docs say them, and
+// its test checks them against the import graph that `go list -deps`
+// reports: a pure package (cause, statemachine, definition, compat,
+// jsondepth, the conformance model) reaches no engine and imports no
+// Kubernetes client and no clock; the API types import nothing of
+// internal/; executors know nothing of the engine; the engine never
+// imports the console, nor the console the engine; the archive sits below
+// all that writes it; the parts carved out of the engine know nothing of
+// it; the composition root (package stack) is imported by the commands
+// and the test helpers alone. The rules are in layers_test.go, each with
+// the sentence it enforces; packages_test.go checks that
+// docs/architecture.md names every package. The package has no code.
 //
 // Why a test and not golangci-lint's depguard: depguard checks each
 // file's own imports against lists, which says "cause imports

@@ -47,18 +47,18 @@ type rule struct {
 
 var rules = []rule{
 	{
-		says:      "pure packages (cause, statemachine, definition, compat, jsondepth, compare, inventory, the conformance model) import no engine, client or clock (DESIGN.md, Architecture; conformance's package doc)",
+		says:      "pure packages (cause, statemachine, definition, compat, jsondepth, compare, inventory, the conformance model) import no engine, client or clock (docs/architecture.md; conformance's package doc)",
 		from:      pure,
 		not:       acting,
 		notDirect: slices.Concat(kubeClient, clock),
 	},
 	{
-		says: "api/v1alpha1 is the public contract: it imports nothing of internal/ (DESIGN.md, Architecture)",
+		says: "api/v1alpha1 is the public contract: it imports nothing of internal/ (docs/architecture.md)",
 		from: []string{"api/..."},
 		not:  []string{"internal/...", "pkg/...", "cmd/...", "bench/..."},
 	},
 	{
-		says: "executors know nothing of the engine (DESIGN.md, Architecture; package executor)",
+		says: "executors know nothing of the engine (docs/architecture.md; package executor)",
 		from: []string{"internal/executor/..."},
 		not:  []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
 	},
@@ -68,22 +68,22 @@ var rules = []rule{
 		not:  []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
 	},
 	{
-		says: "the engine never imports the console (DESIGN.md, Architecture)",
+		says: "the engine never imports the console (docs/architecture.md)",
 		from: []string{"internal/engine/...", "internal/run/..."},
 		not:  []string{"internal/console/...", "internal/stack/...", "internal/cli/..."},
 	},
 	{
-		says: "the console reads the archive and the cluster only: no engine, no executor (DESIGN.md, Architecture)",
+		says: "the console reads the archive and the cluster only: no engine, no executor (docs/architecture.md)",
 		from: []string{"internal/console/..."},
 		not:  []string{"internal/engine/...", "internal/run/...", "internal/executor/...", "internal/stack/...", "internal/cli/..."},
 	},
 	{
-		says: "data flows one way, definition -> engine -> executor -> archive: the archive imports none of what writes it (STYLE.md 2; package archive)",
+		says: "data flows one way, definition -> engine -> executor -> archive: the archive imports none of what writes it (docs/architecture.md; package archive)",
 		from: []string{"internal/archive"},
 		not:  []string{"internal/definition/...", "internal/cause/...", "internal/statemachine/...", "internal/engine/...", "internal/run/...", "internal/executor/...", "internal/console/...", "internal/source/...", "internal/webhook/...", "internal/stack/...", "internal/cli/..."},
 	},
 	{
-		says: "sources (webhook deliveries' reception), the webhook server and the acting replica's EndpointSlices are used by the engine, never the other way (DESIGN.md, Architecture)",
+		says: "sources (webhook deliveries' reception), the webhook server and the acting replica's EndpointSlices are used by the engine, never the other way (docs/architecture.md)",
 		from: []string{"internal/source/...", "internal/webhook/...", "internal/endpoint/..."},
 		not:  []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
 	},
@@ -166,7 +166,7 @@ var rules = []rule{
 		notDirect: []string{"internal/stack/..."},
 	},
 	{
-		says:      "cmd/opkit is main only; commands live in internal/cli, which nothing else imports (DESIGN.md, Architecture)",
+		says:      "cmd/opkit is main only; commands live in internal/cli, which nothing else imports (docs/architecture.md)",
 		from:      []string{"..."},
 		except:    []string{"cmd/opkit", "internal/cli"},
 		notDirect: []string{"internal/cli"},

@@ -1,7 +1,11 @@
-// Package delivery is the driver of webhook deliveries: the queue of an
-// operator's accepted deliveries, handled after they are answered (the
-// hooks listener, in the engine, checks and records them; package source
-// checks a sender's signature).
+// Package delivery owns a delivery from its arrival to its runs: the
+// Receiver takes what the hooks listener receives (webhook deliveries,
+// CloudEvents), what an operator's Consumers bring (a GitHub poll, NATS,
+// Kafka) and a person's redeliveries, checks each against its source
+// (package source checks a sender's signature and reads its identity),
+// records it in the archive and queues it; the Queue of an operator's
+// accepted deliveries handles them after they are answered. It knows the
+// engine only through Operators, which says what runs here.
 //
 // Flow: the operator's event workers take each delivery in the order
 // received, up to eventWorkers at once per operator. The source's object

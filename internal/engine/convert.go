@@ -218,3 +218,11 @@ func (e *Engine) reapplyConversionCRD(ctx context.Context, d *definition.Definit
 	}
 	return e.applyCRD(ctx, crd)
 }
+
+// clipName cuts a name from a URL for an answer.
+func clipName(s string) string {
+	if len(s) > 63 {
+		return s[:63] + "..."
+	}
+	return s
+}

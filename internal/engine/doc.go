@@ -8,8 +8,8 @@
 //	          children and related objects (reconcile.go, related.go),
 //	          watches (package watch), the calendar of operator-wide schedules
 //	          (package calendar), due times on the clock (clock.go), webhook
-//	          deliveries (hooks.go, checked by package source, queued by
-//	          package delivery), decisions and retries (annotations read
+//	          deliveries and the consumed sources' messages (package
+//	          delivery, checked by package source), decisions and retries (annotations read
 //	          by the reconcile), the start
 //	     │
 //	     ▼

@@ -76,7 +76,11 @@ type Engine struct {
 	running        map[string]*operator // by Operator name
 	health         served               // what /readyz reports (health.go)
 	outage         *health.Outage       // the API server away, as watchAPI last found it (apihealth.go)
-	hooks          *hooks               // the webhook listener, once bound (hooks.go)
+	// receiver takes the deliveries, the consumed sources' messages and
+	// the redeliveries (package delivery); hooksAddr is the hooks
+	// listener's address, once bound (hooks.go).
+	receiver  *delivery.Receiver
+	hooksAddr string
 	// webhook serves admission calls (webhooks.go); nil without
 	// Options.Webhook. webhookMu orders the writes of its configurations.
 	webhook   *webhook.Server
@@ -100,16 +104,11 @@ type Engine struct {
 	clockSteps run.ClockSteps
 	// migrations are the storage migrations in flight, by CRD (migrate.go).
 	migrations migrations
-	// deliveries reads the archive's deliveries, for redeliveries
-	// (redeliver.go): Options.Archive, when it reads them, else nil.
-	// redeliveryWakes, once their CRD is installed and answered, reads
-	// Redeliveries again (wakeRedeliveries); redeliverMu takes one at a
-	// time.
-	deliveries      archive.DeliveryReader
+	// redeliveryWakes, once the Redelivery CRD is installed and answered,
+	// reads Redeliveries again (wakeRedeliveries).
 	redeliveryWakes chan event.GenericEvent
 	// rolloutsCRD: the Rollout CRD is installed (installRollouts).
 	rolloutsCRD bool
-	redeliverMu sync.Mutex
 }
 
 // operator is one running controller.
@@ -120,9 +119,9 @@ type operator struct {
 	runner *run.Runner     // nil without handlers
 	// events handles the deliveries of its sources; nil without sources.
 	events *delivery.Queue
-	// consumers take the messages of its consumed sources (consumers.go);
+	// consumers take the messages of its consumed sources (package delivery);
 	// nil without any.
-	consumers *consumers
+	consumers *delivery.Consumers
 	// conditions are its custom resources' conditions, for the gauges
 	// (metrics.go); nil for a watch or a calendar.
 	conditions *gauges.Table
@@ -203,10 +202,12 @@ func New(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{opts: opts, outage: away, mgr: mgr, client: mgr.GetClient(), clientset: cs, metadata: md, discovery: dc, started: make(chan struct{}), replicaRunning: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}, converters: map[string]*converter{}}
+	e.receiver = &delivery.Receiver{ReadSecret: e.readSecret, Operators: e, Log: mgr.GetLogger()}
 	if opts.Archive != nil {
-		e.deliveries, _ = opts.Archive.(archive.DeliveryReader)
+		e.receiver.Deliveries, _ = opts.Archive.(archive.DeliveryReader)
 		e.archive = health.NewArchiveWriter(opts.Archive, e.notice, handlerMetrics().archiveWritable)
 		e.opts.Archive = e.archive
+		e.receiver.Archive = e.archive
 	}
 	e.admission = &admission.Server{Archive: e.opts.Archive, Stubs: opts.Stubs, RunFinished: opts.RunFinished, Logger: mgr.GetLogger(), Reader: mgr.GetAPIReader(), Credentials: e.credentials}
 	if err := e.serve(); err != nil {
@@ -379,7 +380,7 @@ const stopGrace = 30 * time.Second
 
 func (o *operator) stop() {
 	o.cancel()
-	o.consumers.stop() // before the queue they add to closes
+	o.consumers.Stop() // before the queue they add to closes
 	if o.events != nil {
 		o.events.Close()
 	}

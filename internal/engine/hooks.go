@@ -2,98 +2,30 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"strconv"
+	"sort"
 	"strings"
-	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/delivery"
 	"github.com/opkit-dev/opkit/internal/source"
 )
 
-// The hooks listener receives the deliveries of the operators' webhook
-// and cloudEvents sources on POST /hooks/<operator>/<source>. It is bound
-// when the first operator with a source is applied (never for an engine
-// without one), on Options.HooksAddr, apart from the metrics and the
-// console.
-//
-// A delivery is read within the source's body limit, its content type
-// checked, its signature or token verified against the source's Secret,
-// its delivery id and event read, its payload decoded and the source's
-// filter applied. One it accepts is recorded Pending in the archive,
-// durably, before it is answered 202: from then on its handling survives
-// the engine's end (package delivery). One it refuses is recorded Refused with
-// the reason and answered with the status that says why:
-//
-//	401 a bad or missing signature or token
-//	409 a replay: the sender's delivery id was accepted before (the
-//	    reason says how to redeliver it on purpose: redeliver.go)
-//	413 a body larger than the source's limit
-//	415 a content type that is not JSON
-//	400 a body that is not JSON, or a malformed delivery id
-//	200 filtered out: the sender did nothing wrong, the operator is not
-//	    interested (answering an error would mark every other event of a
-//	    GitHub webhook failed)
-//
-//	503 cannot be verified now (the source's Secret cannot be read): the
-//	    sender should deliver again
-//
-// A cloudEvents source's request is read as package source's CloudEvents
-// says (its delivery id the event's id and source, its event the type,
-// its payload the data, its attributes ce-* headers), verified as a
-// webhook's, and each of its events (one, or those of a batch its source
-// splits) filtered and recorded as a delivery of its own before the
-// request is answered: 415 also for a batch its source refuses, and for
-// data that is neither JSON nor text; 400 also for an event without
-// specversion 1.0, id, source or type. A batch is answered 202 when one
-// of its events was accepted, with the answer to each (serveCloudEvents).
-//
-// Requests that do not reach a source are answered and not recorded: 404
-// for an unknown operator or source, 405 for a method other than POST,
-// 503 while the operator starts or the archive cannot record (the sender
-// should deliver again).
-
-// secretTTL is how long a source's secret is used before it is read
-// again. A delivery that fails verification reads it again at once, so a
-// rotated secret is picked up by the first delivery signed with it; those
-// reads are limited to secretRereads a second (burst secretBurst) per
-// Secret, so that forged deliveries cannot turn into a flood of reads.
-const (
-	secretTTL     = 30 * time.Second
-	secretRereads = 10
-	secretBurst   = 5
-)
-
-// refusedPayloadCap is how much of a refused delivery's body is recorded:
-// enough to see what it was, little enough that a flood of refused
-// deliveries cannot fill the archive.
-const refusedPayloadCap = 64 << 10
-
-// hooks is the listener's state.
-type hooks struct {
-	addr string
-
-	mu      sync.Mutex
-	secrets map[v1alpha1.SecretKeySelector]cachedSecret
-}
-
-type cachedSecret struct {
-	value []byte
-	read  time.Time
-	// rereads limits the reads after a failed verification.
-	rereads *rate.Limiter
-}
+// Deliveries are package delivery's: its Receiver checks and records what
+// the hooks listener receives, what the consumed sources bring and a
+// person's redeliveries, and queues each on its operator's Queue. The
+// engine binds the listener, starts an operator's queue and consumers
+// with it (apply.go), and tells the receiver which operators run here.
 
 // HooksAddr returns the address the hooks listener is bound to (with the
 // port chosen when Options.HooksAddr's is 0), or "" before an operator
@@ -101,17 +33,14 @@ type cachedSecret struct {
 func (e *Engine) HooksAddr() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.hooks == nil {
-		return ""
-	}
-	return e.hooks.addr
+	return e.hooksAddr
 }
 
 // ensureHooks binds the hooks listener, once.
 func (e *Engine) ensureHooks(d *definition.Definition) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.hooks != nil {
+	if e.hooksAddr != "" {
 		return nil
 	}
 	addr := e.opts.HooksAddr
@@ -126,7 +55,7 @@ func (e *Engine) ensureHooks(d *definition.Definition) error {
 	if err := e.mgr.Add(&manager.Server{
 		Name: "webhook deliveries",
 		Server: &http.Server{
-			Handler:           http.HandlerFunc(e.serveHook),
+			Handler:           e.receiver,
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       30 * time.Second,
 			WriteTimeout:      30 * time.Second,
@@ -138,338 +67,80 @@ func (e *Engine) ensureHooks(d *definition.Definition) error {
 		_ = ln.Close()
 		return err
 	}
-	e.hooks = &hooks{addr: ln.Addr().String(), secrets: map[v1alpha1.SecretKeySelector]cachedSecret{}}
+	e.hooksAddr = ln.Addr().String()
 	if e.opts.HooksEndpoint != nil {
 		// Added once the engine acts: it runs at once, and stops with
 		// the operators.
-		if err := e.mgr.Add(manager.RunnableFunc(e.publishEndpoint(e.opts.HooksEndpoint, hooksPortName, "webhook deliveries", e.hooks.addr))); err != nil {
+		if err := e.mgr.Add(manager.RunnableFunc(e.publishEndpoint(e.opts.HooksEndpoint, hooksPortName, "webhook deliveries", e.hooksAddr))); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// hookAnswer is the JSON body of every answer.
-type hookAnswer struct {
-	// Delivery is the archive's id of the record, when one was made.
-	Delivery string `json:"delivery,omitempty"`
-	// DeliveryID is the sender's delivery id, in the answer to an event
-	// of a batch (Deliveries), where it says which event the answer is of.
-	DeliveryID string `json:"deliveryId,omitempty"`
-	Outcome    string `json:"outcome"`
-	Reason     string `json:"reason,omitempty"`
-	// Deliveries are the answers to each event of a CloudEvents batch, in
-	// its order.
-	Deliveries []hookAnswer `json:"deliveries,omitempty"`
-}
-
-func answer(w http.ResponseWriter, status int, a hookAnswer) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "5")
-	}
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(a)
-}
-
-// serveHook receives one delivery.
-func (e *Engine) serveHook(w http.ResponseWriter, r *http.Request) {
-	rest, ok := strings.CutPrefix(r.URL.Path, "/hooks/")
-	opName, srcName, ok2 := strings.Cut(rest, "/")
-	if !ok || !ok2 || opName == "" || srcName == "" || strings.Contains(srcName, "/") {
-		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: "deliveries are posted to /hooks/<operator>/<source>"})
-		return
-	}
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		answer(w, http.StatusMethodNotAllowed, hookAnswer{Outcome: "NotFound", Reason: "deliveries are POSTed"})
-		return
-	}
+// Running is delivery.Operators: the operator of that name running here,
+// and its queue of deliveries.
+func (e *Engine) Running(operator string) (*definition.Definition, *delivery.Queue, bool) {
 	e.mu.Lock()
-	op, restarting := e.running[opName], e.restarting[opName]
-	e.mu.Unlock()
-	if op == nil && restarting {
-		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the operator is restarting; deliver again"})
-		return
-	}
+	defer e.mu.Unlock()
+	op, restarting := e.running[operator], e.restarting[operator]
 	if op == nil {
-		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("no operator %q runs here", clipName(opName))})
-		return
+		return nil, nil, restarting
 	}
-	src := op.def.EventSource(srcName)
-	if src == nil {
-		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("operator %s has no source %q", opName, clipName(srcName))})
-		return
-	}
-	if src.Consumed() {
-		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("operator %s's source %s is a %s source: the engine takes its events, nothing is posted to it", opName, srcName, src.Kind)})
-		return
-	}
-	w = &countingWriter{ResponseWriter: w, operator: opName, source: srcName}
-	if op.events == nil {
-		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the operator is starting; deliver again"})
-		return
-	}
-	d := &archive.Delivery{Operator: opName, Source: srcName, ReceivedAt: time.Now().UTC(), Headers: archive.RedactHeaders(r.Header, src.SignatureHeader)}
-	if src.Kind == definition.KindCloudEvents {
-		e.serveCloudEvents(w, r, op, src, d)
-		return
-	}
-	status, err := e.check(r, src, d)
-	if err != nil {
-		e.recordRefused(r.Context(), w, d, refusal(err))
-		return
-	}
-	status, a, err := e.accept(r.Context(), op, d, status)
-	if err != nil {
-		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the archive cannot record the delivery; deliver again: " + err.Error()})
-		return
-	}
-	answer(w, status, a)
+	return op.def, op.events, restarting
 }
 
-// refusal is the refusal of a delivery that check could not accept: its
-// *source.Refusal, or, for an error that is not the sender's fault, a
-// 503 recorded, so that it is seen, and answered so that the sender
-// delivers again.
-func refusal(err error) *source.Refusal {
-	var ref *source.Refusal
-	if !errors.As(err, &ref) {
-		ref = &source.Refusal{Status: http.StatusServiceUnavailable, Reason: "cannot be verified now: " + err.Error()}
-	}
-	return ref
+// Inject hands a message to a running operator's consumed source as its
+// consumer would (delivery.Receiver.Inject). opkit test's send steps use
+// it in place of a GitHub, NATS or Kafka.
+func (e *Engine) Inject(ctx context.Context, operator, sourceName string, m source.Message) (*archive.Delivery, int, error) {
+	return e.receiver.Inject(ctx, operator, sourceName, m)
 }
 
-// accept records a delivery that passed its checks Pending and queues it
-// for its handlers: status (202) and its answer, or 409 and the answer of
-// its refusal, recorded, when it is a replay. An error is the archive's:
-// nothing is recorded, and the sender should deliver again.
-func (e *Engine) accept(ctx context.Context, op *operator, d *archive.Delivery, status int) (int, hookAnswer, error) {
-	if err := e.opts.Archive.RecordDelivery(ctx, d); err != nil {
-		if errors.Is(err, archive.ErrDuplicateDelivery) {
-			// The refused record's id is known before it is recorded, so
-			// that the answer can say how to handle it again on purpose.
-			d.ID = archive.NewID(d.ReceivedAt)
-			ref := &source.Refusal{Status: http.StatusConflict, Reason: reasonReplay + d.DeliveryID + ": it was accepted before" +
-				"; to handle it again on purpose: opkit events redeliver " + d.ID + ", or the console's Redeliver button"}
-			return ref.Status, e.recordRefusal(ctx, d, ref), nil
-		}
-		return 0, hookAnswer{}, err
+// startConsumers starts a consumer for each consumed source of op, its
+// messages queued on op.events; none with Options.ConsumeNothing.
+func (e *Engine) startConsumers(op *operator) error {
+	if e.opts.ConsumeNothing {
+		return nil
 	}
-	op.events.Add(*d)
-	return status, hookAnswer{Delivery: d.ID, Outcome: string(d.Outcome)}, nil
-}
-
-// check reads and checks a delivery into d: 202 for one to accept, or a
-// *source.Refusal (d then holds what was read of it), or another error
-// when it cannot be checked now (its source's Secret cannot be read).
-func (e *Engine) check(r *http.Request, src *definition.EventSource, d *archive.Delivery) (int, error) {
-	body, err := source.ReadBody(r, src.MaxBodyBytes)
-	d.Payload, d.PayloadBytes = body, max(r.ContentLength, int64(len(body)))
-	if err != nil {
-		return 0, err
-	}
-	if err := source.CheckContentType(r.Header); err != nil {
-		return 0, err
-	}
-	// Read before verifying, so that a refused delivery is recorded
-	// with them; a malformed one is refused once it is verified.
-	var idErr error
-	d.DeliveryID, d.Event, idErr = source.Identity(src, r.Header)
-	if err := e.verify(r.Context(), src, r.Header, body); err != nil {
-		return 0, err
-	}
-	if idErr != nil {
-		return 0, idErr
-	}
-	payload, err := source.Payload(body)
-	if err != nil {
-		return 0, err
-	}
-	vars := definition.EventVars{Payload: payload, Headers: source.Headers(r.Header), Event: d.Event, DeliveryID: d.DeliveryID, Source: src.Name}
-	if ref := filter(src, vars); ref != nil {
-		return 0, ref
-	}
-	return http.StatusAccepted, nil
-}
-
-// verify checks that a delivery of body comes from the holder of the
-// source's secret: nil, a *source.Refusal (401), or an error when the
-// secret cannot be read.
-func (e *Engine) verify(ctx context.Context, src *definition.EventSource, h http.Header, body []byte) error {
-	secret, fresh, err := e.secret(ctx, src.Secret, false)
+	cs, err := e.receiver.StartConsumers(e.ctx, op.def, op.events)
 	if err != nil {
 		return err
 	}
-	err = source.Verify(src, secret, h, body)
-	if err != nil && !fresh {
-		// Perhaps rotated: read it again, once, when the limit of rereads
-		// allows. The failed verification stands unless the secret read
-		// now verifies the delivery: a reread refused by the limit (a
-		// flood of forged deliveries) leaves the delivery refused.
-		again, fresh, rerr := e.secret(ctx, src.Secret, true)
-		if rerr != nil {
-			return rerr
-		}
-		if fresh {
-			err = source.Verify(src, again, h, body)
-		}
-	}
-	if errors.Is(err, source.ErrNoSecret) {
-		return fmt.Errorf("source %s: key %s of Secret %s/%s is empty: it verifies nothing", src.Name, src.Secret.Key, src.Secret.Namespace, src.Secret.Name)
-	}
-	return err
-}
-
-// filter applies the source's filter to a delivery: nil when it accepts
-// it, the 200 refusal of one filtered out otherwise.
-func filter(src *definition.EventSource, vars definition.EventVars) *source.Refusal {
-	match, err := src.Accepts(vars)
-	switch {
-	case err != nil:
-		return &source.Refusal{Status: http.StatusOK, Reason: reasonFiltered + ": the filter failed on it: " + err.Error()}
-	case !match:
-		return &source.Refusal{Status: http.StatusOK, Reason: reasonFiltered}
-	}
+	op.consumers = cs
 	return nil
 }
 
-// recordRefused records a refused delivery and answers it.
-func (e *Engine) recordRefused(ctx context.Context, w http.ResponseWriter, d *archive.Delivery, ref *source.Refusal) {
-	answer(w, ref.Status, e.recordRefusal(ctx, d, ref))
+// sourcesReady is /readyz's check "sources": it fails while a consumer
+// of a running operator cannot reach its source, naming each.
+func (e *Engine) sourcesReady(*http.Request) error {
+	e.mu.Lock()
+	var failing []string
+	for _, op := range e.running {
+		failing = append(failing, op.consumers.Failing()...)
+	}
+	e.mu.Unlock()
+	if len(failing) == 0 {
+		return nil
+	}
+	sort.Strings(failing)
+	return errors.New(strings.Join(failing, "; "))
 }
 
-// recordRefusal records a refused delivery and returns its answer.
-func (e *Engine) recordRefusal(ctx context.Context, d *archive.Delivery, ref *source.Refusal) hookAnswer {
-	d.Outcome, d.Reason = archive.DeliveryRefused, ref.Reason
-	if len(d.Payload) > refusedPayloadCap {
-		d.Payload = d.Payload[:refusedPayloadCap]
-	}
-	if err := e.opts.Archive.RecordDelivery(ctx, d); err != nil {
-		e.mgr.GetLogger().Error(err, "recording a refused delivery", "operator", d.Operator, "source", d.Source, "reason", d.Reason)
-		d.ID = ""
-	}
-	return hookAnswer{Delivery: d.ID, Outcome: string(archive.DeliveryRefused), Reason: ref.Reason}
-}
-
-// serveCloudEvents receives a request to a cloudEvents source: one event
-// (structured or binary mode), or the events of a batch (a Split
-// source's), each checked by the filter and recorded as a delivery of its
-// own (Pending, or Refused as filtered out or a replay) before the
-// request is answered. req holds what is recorded of a request refused
-// as a whole. One event is answered as a webhook's delivery is; a batch
-// 202 when one of its events was accepted, else 409 when one was a
-// replay, else 200, with each event's answer in its order.
-func (e *Engine) serveCloudEvents(w http.ResponseWriter, r *http.Request, op *operator, src *definition.EventSource, req *archive.Delivery) {
-	ctx := r.Context()
-	events, batch, err := e.checkCloudEvents(r, src, req)
+// readSecret reads a source's Secret key from the API server: a
+// consumer's credentials at each of its connections (a rotated one is
+// picked up by the next), the hooks' shared secret behind the receiver's
+// cache.
+func (e *Engine) readSecret(ctx context.Context, ref v1alpha1.SecretKeySelector) ([]byte, error) {
+	s, err := e.clientset.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	if err != nil {
-		e.recordRefused(ctx, w, req, refusal(err))
-		return
+		return nil, fmt.Errorf("reading the source's Secret %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
-	all := hookAnswer{Outcome: string(archive.DeliveryRefused)}
-	status := http.StatusOK
-	var replays []string
-	for i, ev := range events {
-		h := ev.Headers(r.Header)
-		// The payload recorded is what handlers read (package delivery
-		// decodes it again), the attributes are in the headers: a
-		// redelivery and the handlers see what the filter saw.
-		d := &archive.Delivery{
-			Operator: req.Operator, Source: req.Source, ReceivedAt: req.ReceivedAt,
-			DeliveryID: ev.DeliveryID, Event: ev.Type, Headers: archive.RedactHeaders(h, src.SignatureHeader),
-			Payload: ev.Payload, PayloadBytes: int64(len(ev.Payload)),
-		}
-		vars := definition.EventVars{Payload: ev.Data, Headers: source.Headers(h), Event: d.Event, DeliveryID: d.DeliveryID, Source: src.Name}
-		var a hookAnswer
-		st := http.StatusAccepted
-		if ref := filter(src, vars); ref != nil {
-			st, a = ref.Status, e.recordRefusal(ctx, d, ref)
-		} else if st, a, err = e.accept(ctx, op, d, st); err != nil {
-			reason := "the archive cannot record the delivery; deliver again: " + err.Error()
-			if batch {
-				reason = fmt.Sprintf("the archive cannot record event %d of the batch (%s); deliver the batch again (the events recorded before it are then refused as replays): %v", i+1, ev.DeliveryID, err)
-			}
-			answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: reason, Deliveries: all.Deliveries})
-			return
-		}
-		if !batch {
-			answer(w, st, a)
-			return
-		}
-		a.DeliveryID = ev.DeliveryID
-		all.Deliveries = append(all.Deliveries, a)
-		switch st {
-		case http.StatusAccepted:
-			status, all.Outcome = st, string(archive.DeliveryPending)
-		case http.StatusConflict:
-			replays = append(replays, ev.DeliveryID)
-			if status != http.StatusAccepted {
-				status = st
-			}
-		}
+	v, ok := secretKey(s, ref.Key)
+	if !ok {
+		return nil, fmt.Errorf("the source's Secret %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key)
 	}
-	if len(replays) > 0 {
-		all.Reason = fmt.Sprintf("%d of the batch's %d events are replays, accepted before: %s", len(replays), len(events), strings.Join(replays, ", "))
-	}
-	answer(w, status, all)
-}
-
-// checkCloudEvents reads and checks a request to a cloudEvents source:
-// its events, and whether it is a batch; or a *source.Refusal of the
-// request as a whole (req then holds what was read of it), or another
-// error when it cannot be checked now. A content type it does not take
-// is refused before the sender is verified, as a webhook's is; an event
-// that cannot be read, or whose data is neither JSON nor text, only
-// after.
-func (e *Engine) checkCloudEvents(r *http.Request, src *definition.EventSource, req *archive.Delivery) ([]source.CloudEvent, bool, error) {
-	body, err := source.ReadBody(r, src.MaxBodyBytes)
-	req.Payload, req.PayloadBytes = body, max(r.ContentLength, int64(len(body)))
-	if err != nil {
-		return nil, false, err
-	}
-	split := src.CloudEvents != nil && src.CloudEvents.Batch == v1alpha1.BatchSplit
-	if batch, err := source.CloudEventsMode(r.Header, split); err != nil {
-		return nil, batch, err
-	}
-	events, batch, readErr := source.CloudEvents(r.Header, body, split)
-	if readErr == nil && !batch {
-		// Recorded with a refusal of its sender, as a webhook's are.
-		req.DeliveryID, req.Event = events[0].DeliveryID, events[0].Type
-	}
-	if err := e.verify(r.Context(), src, r.Header, body); err != nil {
-		return nil, batch, err
-	}
-	if readErr != nil {
-		return nil, batch, readErr
-	}
-	return events, batch, nil
-}
-
-// secret returns a source's secret, and whether it was read from the
-// API now: it comes from the cache unless it is older than secretTTL, or
-// reread asks for a new read and the limit of rereads allows one.
-func (e *Engine) secret(ctx context.Context, ref v1alpha1.SecretKeySelector, reread bool) ([]byte, bool, error) {
-	h := e.hooks
-	h.mu.Lock()
-	c, ok := h.secrets[ref]
-	h.mu.Unlock()
-	if ok && time.Since(c.read) < secretTTL && (!reread || !c.rereads.Allow()) {
-		return c.value, false, nil
-	}
-	v, err := e.readSecret(ctx, ref)
-	if err != nil {
-		return nil, false, err
-	}
-	h.mu.Lock()
-	limiter := h.secrets[ref].rereads
-	if limiter == nil {
-		limiter = rate.NewLimiter(secretRereads, secretBurst)
-	}
-	h.secrets[ref] = cachedSecret{value: v, read: time.Now(), rereads: limiter}
-	h.mu.Unlock()
-	return v, true, nil
+	return v, nil
 }
 
 // secretKey returns a Secret's value for key, without surrounding space
@@ -480,24 +151,4 @@ func secretKey(s *corev1.Secret, key string) ([]byte, bool) {
 		return nil, false
 	}
 	return []byte(strings.TrimSpace(string(v))), true
-}
-
-// countingWriter counts a source's answers by status
-// (opkit_webhook_deliveries_total).
-type countingWriter struct {
-	http.ResponseWriter
-	operator, source string
-}
-
-func (c *countingWriter) WriteHeader(status int) {
-	handlerMetrics().deliveries.WithLabelValues(c.operator, c.source, strconv.Itoa(status)).Inc()
-	c.ResponseWriter.WriteHeader(status)
-}
-
-// clipName cuts a name from a URL for an answer.
-func clipName(s string) string {
-	if len(s) > 63 {
-		return s[:63] + "..."
-	}
-	return s
 }

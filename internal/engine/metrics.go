@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/opkit-dev/opkit/internal/delivery"
 	"github.com/opkit-dev/opkit/internal/gauges"
 	"github.com/opkit-dev/opkit/internal/run"
 )
@@ -23,8 +24,6 @@ type engineMetrics struct {
 	apiReachable prometheus.Gauge
 	// archiveWritable is 0 while the archive refuses to record runs.
 	archiveWritable prometheus.Gauge
-	// deliveries are the webhook deliveries answered, by the status.
-	deliveries *prometheus.CounterVec
 	// leader is 1 while this engine acts (leader.go).
 	leader prometheus.Gauge
 }
@@ -39,6 +38,7 @@ var (
 func handlerMetrics() *engineMetrics {
 	metricsOnce.Do(func() {
 		run.RegisterMetrics()
+		delivery.RegisterMetrics()
 		theMetrics = &engineMetrics{
 			apiReachable: prometheus.NewGauge(prometheus.GaugeOpts{
 				Name: "opkit_api_reachable", Help: "1 while the API server answers the engine's /readyz checks, else 0.",
@@ -46,16 +46,13 @@ func handlerMetrics() *engineMetrics {
 			archiveWritable: prometheus.NewGauge(prometheus.GaugeOpts{
 				Name: "opkit_archive_writable", Help: "0 while the run archive refuses to record runs, else 1.",
 			}),
-			deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "opkit_webhook_deliveries_total", Help: "Webhook deliveries answered by a source, by the status answered: 202 accepted, 200 filtered out, 401, 409, 413, 415, 400 refused, 503 not verifiable or recordable now.",
-			}, []string{"operator", "source", "code"}),
 			leader: prometheus.NewGauge(prometheus.GaugeOpts{
 				Name: "opkit_leader", Help: "1 while this engine acts (it holds the Lease, or runs without leader election), 0 while it is a standby.",
 			}),
 		}
 		theMetrics.apiReachable.Set(1)
 		theMetrics.archiveWritable.Set(1)
-		metrics.Registry.MustRegister(theMetrics.apiReachable, theMetrics.archiveWritable, theMetrics.deliveries, theMetrics.leader)
+		metrics.Registry.MustRegister(theMetrics.apiReachable, theMetrics.archiveWritable, theMetrics.leader)
 	})
 	return theMetrics
 }

@@ -35,7 +35,7 @@ type Options struct {
 	// see Engine.MetricsAddr); "0" serves none. Defaults to "0".
 	MetricsAddr string
 	// HooksAddr is the address the webhook deliveries of the operators'
-	// sources are received on, POST /hooks/<operator>/<source> (hooks.go),
+	// sources are received on, POST /hooks/<operator>/<source> (delivery.Receiver),
 	// e.g. "127.0.0.1:7382" (port 0: any free one, see Engine.HooksAddr).
 	// It is bound when the first operator with a source is applied; "0"
 	// or "" serves none, and such an operator is refused. Defaults to "0".

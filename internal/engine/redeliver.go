@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,9 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
-	"github.com/opkit-dev/opkit/internal/archive"
-	"github.com/opkit-dev/opkit/internal/definition"
-	opsource "github.com/opkit-dev/opkit/internal/source"
+	"github.com/opkit-dev/opkit/internal/delivery"
 )
 
 // Redelivery on purpose: a person asks the engine to handle a delivery of
@@ -44,126 +40,6 @@ import (
 // still being handled (Pending, or its last redelivery Pending); a
 // refused delivery that was refused before its signature was verified,
 // or whose payload was cut; one the source's filter refuses now.
-
-// refusedAfterVerification are the starts of the reasons of deliveries
-// refused once their sender was verified: those may be redelivered.
-var refusedAfterVerification = []string{reasonFiltered, reasonReplay}
-
-// Reasons the hooks listener records, in part.
-const (
-	reasonFiltered = "filtered out"
-	reasonReplay   = "replay of delivery "
-)
-
-// RedeliveryRefusal is a redelivery the engine refuses, and why.
-type RedeliveryRefusal struct{ Reason string }
-
-func (r *RedeliveryRefusal) Error() string { return r.Reason }
-
-// errElsewhere: the delivery's operator does not run in this engine; the
-// Redelivery is left for the engine that runs it.
-var errElsewhere = errors.New("does not run in this engine")
-
-func refuseRedelivery(format string, args ...any) error {
-	return &RedeliveryRefusal{Reason: fmt.Sprintf(format, args...)}
-}
-
-// Redeliver records the delivery id again as a redelivery by who, for
-// why, and queues it; see above. A refusal is a *RedeliveryRefusal;
-// another error (the archive cannot be read) may pass if tried again.
-func (e *Engine) Redeliver(ctx context.Context, id, by, why string) (*archive.Delivery, error) {
-	if e.deliveries == nil {
-		return nil, refuseRedelivery("the engine's run archive does not read deliveries")
-	}
-	if strings.TrimSpace(by) == "" {
-		return nil, refuseRedelivery("a redelivery must say who asks for it (spec.by)")
-	}
-	// One at a time: two requests for one delivery must not both pass the
-	// check that none is being handled.
-	e.redeliverMu.Lock()
-	defer e.redeliverMu.Unlock()
-	if !archive.ValidID(id) {
-		return nil, refuseRedelivery("%q is not a delivery id: opkit events lists them", id)
-	}
-	d, err := e.deliveries.GetDelivery(ctx, id)
-	if errors.Is(err, archive.ErrNotFound) {
-		return nil, refuseRedelivery("no delivery %s in the run archive: it was never received here, or retention pruned it", id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading delivery %s: %w", id, err)
-	}
-	e.mu.Lock()
-	op, restarting := e.running[d.Operator], e.restarting[d.Operator]
-	e.mu.Unlock()
-	switch {
-	case op == nil && restarting:
-		return nil, fmt.Errorf("operator %s is restarting", d.Operator)
-	case op == nil:
-		return nil, fmt.Errorf("operator %s of delivery %s %w", d.Operator, id, errElsewhere)
-	}
-	src := op.def.EventSource(d.Source)
-	if src == nil {
-		return nil, refuseRedelivery("operator %s no longer has the source %s of delivery %s", d.Operator, d.Source, id)
-	}
-	if op.events == nil {
-		return nil, fmt.Errorf("operator %s is starting", d.Operator)
-	}
-	if d.Outcome == archive.DeliveryPending || op.events.Handling(id) {
-		return nil, refuseRedelivery("delivery %s is still being handled (Pending): redeliver it once it is Handled or Failed", id)
-	}
-	if n := len(d.Redeliveries); n > 0 {
-		last := d.Redeliveries[n-1]
-		if op.events.Handling(last) {
-			return nil, refuseRedelivery("redelivery %s of delivery %s is still being handled: redeliver it once that one is Handled or Failed", last, id)
-		}
-		if l, err := e.deliveries.GetDelivery(ctx, last); err == nil && l.Outcome == archive.DeliveryPending {
-			return nil, refuseRedelivery("redelivery %s of delivery %s is still being handled (Pending): redeliver it once that one is Handled or Failed", last, id)
-		}
-	}
-	if d.Outcome == archive.DeliveryRefused {
-		verified := false
-		for _, prefix := range refusedAfterVerification {
-			verified = verified || strings.HasPrefix(d.Reason, prefix)
-		}
-		switch {
-		case !verified:
-			return nil, refuseRedelivery("delivery %s was refused before its sender was verified (%s): only a delivery filtered out or refused as a replay can be redelivered", id, d.Reason)
-		case d.PayloadTruncated:
-			return nil, refuseRedelivery("delivery %s was refused and the archive kept only the start of its payload: it cannot be handled", id)
-		}
-	}
-	if err := e.stillAccepts(src, d); err != nil {
-		return nil, err
-	}
-	r := &archive.Delivery{
-		Operator: d.Operator, Source: d.Source, DeliveryID: d.DeliveryID, Event: d.Event, Headers: d.Headers,
-		Payload: d.Payload, PayloadBytes: d.PayloadBytes, ReceivedAt: time.Now().UTC(), Outcome: archive.DeliveryPending,
-		RedeliveryOf: d.ID, RedeliveredBy: by, RedeliveryReason: why,
-	}
-	if err := e.opts.Archive.RecordDelivery(ctx, r); err != nil {
-		return nil, fmt.Errorf("recording the redelivery of %s: %w", id, err)
-	}
-	op.events.Add(*r)
-	return r, nil
-}
-
-// stillAccepts checks a recorded delivery against its source's filter as
-// it is now.
-func (e *Engine) stillAccepts(src *definition.EventSource, d *archive.Delivery) error {
-	payload, err := opsource.Payload(d.Payload)
-	if err != nil {
-		return refuseRedelivery("delivery %s: %v", d.ID, err)
-	}
-	vars := definition.EventVars{Payload: payload, Headers: opsource.Headers(d.Headers), Event: d.Event, DeliveryID: d.DeliveryID, Source: src.Name}
-	match, err := src.Accepts(vars)
-	switch {
-	case err != nil:
-		return refuseRedelivery("the filter of source %s fails on delivery %s: %v", src.Name, d.ID, err)
-	case !match:
-		return refuseRedelivery("the filter of source %s refuses delivery %s: filtered out", src.Name, d.ID)
-	}
-	return nil
-}
 
 // ensureRedeliveries installs the Redelivery CRD and starts answering
 // Redelivery objects, once.
@@ -256,10 +132,10 @@ func (e *Engine) answerRedelivery(ctx context.Context, req reconcile.Request) (r
 	}
 	log := e.mgr.GetLogger().WithValues("redelivery", req.String(), "delivery", spec.Delivery, "by", spec.By)
 	answer := v1alpha1.RedeliveryStatus{At: time.Now().UTC().Format(time.RFC3339)}
-	d, err := e.Redeliver(ctx, spec.Delivery, spec.By, spec.Reason)
-	var refusal *RedeliveryRefusal
+	d, err := e.receiver.Redeliver(ctx, spec.Delivery, spec.By, spec.Reason)
+	var refusal *delivery.RedeliveryRefusal
 	switch {
-	case errors.Is(err, errElsewhere):
+	case errors.Is(err, delivery.ErrElsewhere):
 		log.V(1).Info("left for the engine that runs its operator: " + err.Error())
 		return reconcile.Result{}, nil // read again when an operator starts here
 	case errors.As(err, &refusal):

@@ -1,21 +1,15 @@
-package engine
+package delivery
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/source"
@@ -29,13 +23,13 @@ import (
 // consumed while their operator runs, so on the acting replica alone:
 // a standby runs no operator, and connects when it takes over. Each
 // message is checked and recorded as the hooks listener records a
-// delivery (hooks.go), then acknowledged at its source:
+// delivery (ServeHTTP), then acknowledged at its source:
 //
 //   - one larger than the source's limit, not JSON, or filtered out is
 //     recorded Refused with the reason, and acknowledged (delivering it
 //     again would refuse it again);
 //   - one accepted is recorded Pending, durably, then acknowledged and
-//     queued for its handlers (package delivery): from then on its
+//     queued for its handlers (Queue): from then on its
 //     handling survives the engine's end, as a webhook delivery's does;
 //   - one whose id the archive holds already (a redelivery after a crash
 //     between the record and the acknowledgement, a rebalance) is
@@ -52,8 +46,8 @@ import (
 // the gauges.
 const consumerWatch = 2 * time.Second
 
-// consumers are the running consumers of one operator.
-type consumers struct {
+// Consumers are the running consumers of one operator.
+type Consumers struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	list   []*consumed
@@ -69,45 +63,45 @@ type consumed struct {
 	failed string
 }
 
-// stop stops the consumers and waits for them.
-func (cs *consumers) stop() {
+// Stop stops the consumers and waits for them; a nil Consumers has none.
+func (cs *Consumers) Stop() {
 	if cs == nil {
 		return
 	}
 	cs.cancel()
 	cs.wg.Wait()
 	for _, c := range cs.list {
-		sourceMetrics().lag.DeleteLabelValues(c.operator, c.src.Name)
-		sourceMetrics().connected.DeleteLabelValues(c.operator, c.src.Name)
+		metrics().lag.DeleteLabelValues(c.operator, c.src.Name)
+		metrics().connected.DeleteLabelValues(c.operator, c.src.Name)
 	}
 }
 
-// startConsumers starts a consumer for each consumed source of op, its
-// messages queued on op.events.
-func (e *Engine) startConsumers(op *operator) error {
-	d := op.def
+// StartConsumers starts a consumer for each consumed source of d, its
+// messages recorded by rc and queued on q, until ctx ends or Stop; nil
+// when d has none.
+func (rc *Receiver) StartConsumers(ctx context.Context, d *definition.Definition, q *Queue) (*Consumers, error) {
 	var srcs []*definition.EventSource
 	for _, s := range d.Sources {
 		if s.Consumed() {
 			srcs = append(srcs, s)
 		}
 	}
-	if len(srcs) == 0 || e.opts.ConsumeNothing {
-		return nil
+	if len(srcs) == 0 {
+		return nil, nil
 	}
-	ctx, cancel := context.WithCancel(e.ctx)
-	cs := &consumers{cancel: cancel}
-	log := e.mgr.GetLogger().WithValues("operator", d.Operator.Name)
+	ctx, cancel := context.WithCancel(ctx)
+	cs := &Consumers{cancel: cancel}
+	log := rc.Log.WithValues("operator", d.Operator.Name)
 	for _, s := range srcs {
-		c, err := e.newConsumer(d, s)
+		c, err := rc.newConsumer(d, s)
 		if err != nil {
 			cancel()
-			return fmt.Errorf("operator %s: source %s: %w", d.Operator.Name, s.Name, err)
+			return nil, fmt.Errorf("operator %s: source %s: %w", d.Operator.Name, s.Name, err)
 		}
 		cs.list = append(cs.list, &consumed{operator: d.Operator.Name, src: s, c: c})
 	}
 	for _, c := range cs.list {
-		sink := e.sink(op, c.src)
+		sink := rc.sink(d, q, c.src)
 		log := log.WithValues("source", c.src.Name, "kind", c.src.Kind)
 		cs.wg.Go(func() {
 			if err := c.c.Run(ctx, sink); err != nil && ctx.Err() == nil {
@@ -116,36 +110,20 @@ func (e *Engine) startConsumers(op *operator) error {
 		})
 		cs.wg.Go(func() { c.watch(ctx, log) })
 	}
-	op.consumers = cs
-	return nil
+	return cs, nil
 }
 
 // newConsumer makes the consumer of a consumed source.
-func (e *Engine) newConsumer(d *definition.Definition, s *definition.EventSource) (source.Consumer, error) {
+func (rc *Receiver) newConsumer(d *definition.Definition, s *definition.EventSource) (source.Consumer, error) {
 	switch s.Kind {
 	case definition.KindGitHubPoll:
-		return ghpoll.New(s.GitHubPoll, s.PollInterval, d.Operator.Name, s.Name, e.readSecret, e.opts.Archive)
+		return ghpoll.New(s.GitHubPoll, s.PollInterval, d.Operator.Name, s.Name, rc.ReadSecret, rc.Archive)
 	case definition.KindKafka:
-		return kafkasrc.New(s.Kafka, e.readSecret), nil
+		return kafkasrc.New(s.Kafka, rc.ReadSecret), nil
 	case definition.KindNATS:
-		return natsjs.New(s.NATS, e.readSecret), nil
+		return natsjs.New(s.NATS, rc.ReadSecret), nil
 	}
 	return nil, fmt.Errorf("sources of kind %s are not built yet", s.Kind)
-}
-
-// readSecret reads a source's Secret key from the API server: a
-// consumer's credentials at each of its connections (a rotated one is
-// picked up by the next), the hooks' shared secret behind their cache.
-func (e *Engine) readSecret(ctx context.Context, ref v1alpha1.SecretKeySelector) ([]byte, error) {
-	s, err := e.clientset.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("reading the source's Secret %s/%s: %w", ref.Namespace, ref.Name, err)
-	}
-	v, ok := secretKey(s, ref.Key)
-	if !ok {
-		return nil, fmt.Errorf("the source's Secret %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key)
-	}
-	return v, nil
 }
 
 // watch logs the consumer's failures and recoveries and sets its gauges,
@@ -155,7 +133,7 @@ func (c *consumed) watch(ctx context.Context, log logr.Logger) {
 	defer t.Stop()
 	for {
 		st := c.c.State()
-		m := sourceMetrics()
+		m := metrics()
 		m.connected.WithLabelValues(c.operator, c.src.Name).Set(boolGauge(st.Connected))
 		if st.Lag >= 0 {
 			m.lag.WithLabelValues(c.operator, c.src.Name).Set(float64(st.Lag))
@@ -191,10 +169,10 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// sink records a consumer's messages for op's source src.
-func (e *Engine) sink(op *operator, src *definition.EventSource) source.Sink {
+// sink records a consumer's messages for d's source src.
+func (rc *Receiver) sink(d *definition.Definition, q *Queue, src *definition.EventSource) source.Sink {
 	return source.SinkFunc(func(ctx context.Context, m source.Message) error {
-		_, _, err := e.take(ctx, op, src, m)
+		_, _, err := rc.take(ctx, d, q, src, m)
 		return err
 	})
 }
@@ -204,9 +182,9 @@ func (e *Engine) sink(op *operator, src *definition.EventSource) source.Sink {
 // would have been answered with: 202 accepted, 200 filtered out, 413 or
 // 400 refused, 409 recorded before (the record is then nil). An error is
 // a message not recorded.
-func (e *Engine) take(ctx context.Context, op *operator, src *definition.EventSource, m source.Message) (*archive.Delivery, int, error) {
+func (rc *Receiver) take(ctx context.Context, def *definition.Definition, q *Queue, src *definition.EventSource, m source.Message) (*archive.Delivery, int, error) {
 	d := &archive.Delivery{
-		Operator: op.def.Operator.Name, Source: src.Name, ReceivedAt: time.Now().UTC(),
+		Operator: def.Operator.Name, Source: src.Name, ReceivedAt: time.Now().UTC(),
 		DeliveryID: m.ID, Event: m.Event, Headers: messageHeaders(m.Headers),
 		Payload: m.Body, PayloadBytes: int64(len(m.Body)),
 	}
@@ -215,22 +193,22 @@ func (e *Engine) take(ctx context.Context, op *operator, src *definition.EventSo
 		if len(d.Payload) > refusedPayloadCap {
 			d.Payload, d.PayloadTruncated = d.Payload[:refusedPayloadCap], true
 		}
-		if err := e.opts.Archive.RecordDelivery(ctx, d); err != nil {
+		if err := rc.Archive.RecordDelivery(ctx, d); err != nil {
 			return nil, 0, fmt.Errorf("recording a refused message: %w", err)
 		}
-		sourceMetrics().messages.WithLabelValues(d.Operator, d.Source, "refused").Inc()
+		metrics().messages.WithLabelValues(d.Operator, d.Source, "refused").Inc()
 		return d, ref.Status, nil
 	}
-	err := e.opts.Archive.RecordDelivery(ctx, d)
+	err := rc.Archive.RecordDelivery(ctx, d)
 	switch {
 	case errors.Is(err, archive.ErrDuplicateDelivery):
-		sourceMetrics().messages.WithLabelValues(d.Operator, d.Source, "redelivered").Inc()
+		metrics().messages.WithLabelValues(d.Operator, d.Source, "redelivered").Inc()
 		return nil, http.StatusConflict, nil
 	case err != nil:
 		return nil, 0, fmt.Errorf("recording the message: %w", err)
 	}
-	sourceMetrics().messages.WithLabelValues(d.Operator, d.Source, "accepted").Inc()
-	op.events.Add(*d)
+	metrics().messages.WithLabelValues(d.Operator, d.Source, "accepted").Inc()
+	q.Add(*d)
 	return d, http.StatusAccepted, nil
 }
 
@@ -238,26 +216,24 @@ func (e *Engine) take(ctx context.Context, op *operator, src *definition.EventSo
 // consumer would: checked, recorded and queued (see take for the status
 // returned). opkit test's send steps use it in place of a GitHub, NATS or
 // Kafka.
-func (e *Engine) Inject(ctx context.Context, operator, sourceName string, m source.Message) (*archive.Delivery, int, error) {
-	e.mu.Lock()
-	op := e.running[operator]
-	e.mu.Unlock()
-	if op == nil {
+func (rc *Receiver) Inject(ctx context.Context, operator, sourceName string, m source.Message) (*archive.Delivery, int, error) {
+	def, q, _ := rc.Operators.Running(operator)
+	if def == nil {
 		return nil, 0, fmt.Errorf("no operator %q runs here", operator)
 	}
-	src := op.def.EventSource(sourceName)
+	src := def.EventSource(sourceName)
 	switch {
 	case src == nil:
 		return nil, 0, fmt.Errorf("operator %s has no source %q", operator, sourceName)
 	case !src.Consumed():
 		return nil, 0, fmt.Errorf("operator %s: source %s is a %s source: its deliveries are posted to the hooks listener", operator, sourceName, src.Kind)
-	case op.events == nil:
+	case q == nil:
 		return nil, 0, fmt.Errorf("operator %s is starting", operator)
 	}
-	return e.take(ctx, op, src, m)
+	return rc.take(ctx, def, q, src, m)
 }
 
-// checkMessage checks a message as check (hooks.go) checks a webhook's
+// checkMessage checks a message as check checks a webhook's
 // delivery: nil for one to accept, else why it is refused.
 func checkMessage(src *definition.EventSource, m source.Message) *source.Refusal {
 	if int64(len(m.Body)) > src.MaxBodyBytes {
@@ -287,57 +263,17 @@ func messageHeaders(h map[string]string) map[string][]string {
 	return archive.RedactHeaders(hh, "")
 }
 
-// sourcesReady is /readyz's check "sources": it fails while a consumer
-// of a running operator cannot reach its source, naming each.
-func (e *Engine) sourcesReady(*http.Request) error {
-	e.mu.Lock()
-	var failing []string
-	for _, op := range e.running {
-		if op.consumers == nil {
-			continue
-		}
-		for _, c := range op.consumers.list {
-			if st := c.c.State(); st.Err != nil && !st.Connected {
-				failing = append(failing, fmt.Sprintf("operator %s source %s (%s): %v", c.operator, c.src.Name, c.src.Kind, st.Err))
-			}
-		}
-	}
-	e.mu.Unlock()
-	if len(failing) == 0 {
+// Failing says, for each consumer that cannot reach its source now, why;
+// none for a nil Consumers.
+func (cs *Consumers) Failing() []string {
+	if cs == nil {
 		return nil
 	}
-	sort.Strings(failing)
-	return errors.New(strings.Join(failing, "; "))
-}
-
-// sourceMetricsT are the consumed sources' metrics.
-type sourceMetricsT struct {
-	lag       *prometheus.GaugeVec
-	connected *prometheus.GaugeVec
-	messages  *prometheus.CounterVec
-}
-
-var (
-	sourceMetricsOnce sync.Once
-	theSourceMetrics  *sourceMetricsT
-)
-
-// sourceMetrics returns the consumed sources' metrics, registered once
-// per process.
-func sourceMetrics() *sourceMetricsT {
-	sourceMetricsOnce.Do(func() {
-		theSourceMetrics = &sourceMetricsT{
-			lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-				Name: "opkit_source_lag", Help: "Messages a consumed source (nats, kafka) holds that the engine has not recorded yet.",
-			}, []string{"operator", "source"}),
-			connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-				Name: "opkit_source_connected", Help: "1 while a consumed source (githubPoll, nats, kafka) is reached, else 0.",
-			}, []string{"operator", "source"}),
-			messages: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "opkit_source_messages_total", Help: "Messages of a consumed source, by outcome: accepted (recorded Pending), refused (recorded Refused: too large, not JSON, filtered out), redelivered (recorded before: not handled again).",
-			}, []string{"operator", "source", "outcome"}),
+	var failing []string
+	for _, c := range cs.list {
+		if st := c.c.State(); st.Err != nil && !st.Connected {
+			failing = append(failing, fmt.Sprintf("operator %s source %s (%s): %v", c.operator, c.src.Name, c.src.Kind, st.Err))
 		}
-		metrics.Registry.MustRegister(theSourceMetrics.lag, theSourceMetrics.connected, theSourceMetrics.messages)
-	})
-	return theSourceMetrics
+	}
+	return failing
 }

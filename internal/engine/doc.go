@@ -28,6 +28,19 @@
 // Package stack assembles an engine with its archive and console for
 // every caller; package layers' test keeps the arrows one-way.
 //
+// # The engine wires; it does not do
+//
+// A feature gets a package of its own, which knows the engine only
+// through what it is given (a Config, a small interface), and the engine
+// assembles it: deliveries, consumers and redeliveries (package
+// delivery), staged rollouts (package rollout), watches (package watch),
+// operator-wide schedules and run now (package calendar), the life cycle
+// (package lifecycle), admission calls (package admission), opkit's
+// finalizer (package finalizer). What is left here is the controllers'
+// coming and going, the reconcile of custom resources and their
+// children, the Operator watch, and the listeners' wiring;
+// docs/architecture.md lists every package.
+//
 // # Controllers that come and go
 //
 // controller-runtime assumes the set of controllers is fixed when the

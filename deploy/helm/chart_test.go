@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,6 +19,7 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
@@ -296,5 +298,46 @@ func TestChartCRDIsTheOperatorCRD(t *testing.T) {
 	delete(u["metadata"].(map[string]any), "creationTimestamp")
 	if diff := cmp.Diff(jsonObject(t, u), got); diff != "" {
 		t.Errorf("%s (+) is not api/v1alpha1's Operator CRD (-); write it again:\n%s", crds[0].Filename, diff)
+	}
+}
+
+func TestChartLabelsItsOperatorsAndRunsOnlyThose(t *testing.T) {
+	c := loadChart(t)
+	_, vals := generated(t, []string{"printer"}, manifests.Options{})
+	ops, _ := vals["operators"].(map[string]any)
+	if ops == nil || ops["from"] != "cluster" {
+		t.Fatalf("the generated values' operators %v; want them from the cluster", ops)
+	}
+	ops["labels"] = map[string]any{"team": "payments", "tier": "one"}
+	objs, err := render(t, c, vals, "opkit", "payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	operators := 0
+	for _, obj := range objs {
+		switch obj["kind"] {
+		case "Deployment":
+			spec, _, _ := unstructured.NestedSlice(obj, "spec", "template", "spec", "containers")
+			for _, a := range spec[0].(map[string]any)["args"].([]any) {
+				args = append(args, str(a))
+			}
+		case "Operator":
+			operators++
+			labels, _, _ := unstructured.NestedStringMap(obj, "metadata", "labels")
+			if labels["team"] != "payments" || labels["tier"] != "one" {
+				t.Errorf("Operator %s has labels %v; want team=payments and tier=one", key(obj), labels)
+			}
+		}
+	}
+	if operators == 0 {
+		t.Fatal("the chart renders no Operator")
+	}
+	if i := slices.Index(args, "--selector"); i < 0 || i+1 >= len(args) || args[i+1] != "team=payments,tier=one" {
+		t.Errorf("the engine's args %q; want --selector team=payments,tier=one", args)
+	}
+	ops["from"] = "files"
+	if _, err := render(t, c, vals, "opkit", "payments"); err == nil || !strings.Contains(err.Error(), "operators.labels: only with operators.from cluster") {
+		t.Errorf("rendered operators.labels with operators from files: %v; want a refusal", err)
 	}
 }

@@ -39,6 +39,9 @@ not given, a wildcard, or a console without authentication.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.operators.labels (ne .Values.operators.from "cluster") -}}
+{{- fail "operators.labels: only with operators.from cluster; with files, the files say which operators the engine runs" -}}
+{{- end -}}
 {{- if not .Values.image -}}
 {{- fail "image: not given. Give the image of the opkit that generated the values, ghcr.io/opkit-dev/opkit:VERSION (never :latest), as `opkit generate values` writes it" -}}
 {{- end -}}
@@ -97,3 +100,15 @@ without archive.secretName, unless archive.size is "0" (an emptyDir).
 {{- define "opkit.archiveClaim" -}}
 {{- if and (not .Values.archive.secretName) (ne (toString .Values.archive.size) "0") }}true{{ end }}
 {{- end }}
+
+{{/*
+opkit.operatorSelector is operators.labels as the label selector of opkit
+run --selector: k=v,... sorted by key.
+*/}}
+{{- define "opkit.operatorSelector" -}}
+{{- $sel := list -}}
+{{- range $k, $v := .Values.operators.labels -}}
+{{- $sel = append $sel (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $sel -}}
+{{- end -}}

@@ -126,7 +126,7 @@ func (s *Server) Handler() http.Handler {
 			h = op.def.AdmissionHandler(hName)
 		}
 		if h == nil || h.Admission.Trigger() != trigger {
-			http.Error(w, fmt.Sprintf("no admission handler %q of operator %q runs here", clipName(hName), clipName(opName)), http.StatusNotFound)
+			http.Error(w, fmt.Sprintf("no admission handler %q of operator %q runs here", runpkg.ClipName(hName), runpkg.ClipName(opName)), http.StatusNotFound)
 			return
 		}
 		body, err := webhook.ReadBody(w, r, s.MaxBodyBytes)
@@ -441,14 +441,6 @@ func clip(s string, n int) string {
 }
 
 func ptrTo[T any](v T) *T { return &v }
-
-// clipName cuts a name from a request's path for an error message.
-func clipName(s string) string {
-	if len(s) > 63 {
-		return s[:63] + "..."
-	}
-	return s
-}
 
 // admitter answers one operator's admission calls.
 type admitter struct {

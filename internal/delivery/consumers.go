@@ -217,7 +217,7 @@ func (rc *Receiver) take(ctx context.Context, def *definition.Definition, q *Que
 // returned). opkit test's send steps use it in place of a GitHub, NATS or
 // Kafka.
 func (rc *Receiver) Inject(ctx context.Context, operator, sourceName string, m source.Message) (*archive.Delivery, int, error) {
-	def, q, _ := rc.Operators.Running(operator)
+	def, q, _ := rc.Running(operator)
 	if def == nil {
 		return nil, 0, fmt.Errorf("no operator %q runs here", operator)
 	}

@@ -5,7 +5,7 @@
 // (package source checks a sender's signature and reads its identity),
 // records it in the archive and queues it; the Queue of an operator's
 // accepted deliveries handles them after they are answered. It knows the
-// engine only through Operators, which says what runs here.
+// engine only through Receiver.Running, which says what runs here.
 //
 // Flow: the operator's event workers take each delivery in the order
 // received, up to eventWorkers at once per operator. The source's object

@@ -15,6 +15,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/run"
 	"github.com/opkit-dev/opkit/internal/source"
 )
 
@@ -121,18 +122,18 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusMethodNotAllowed, hookAnswer{Outcome: "NotFound", Reason: "deliveries are POSTed"})
 		return
 	}
-	def, queue, restarting := rc.Operators.Running(opName)
+	def, queue, restarting := rc.Running(opName)
 	if def == nil && restarting {
 		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the operator is restarting; deliver again"})
 		return
 	}
 	if def == nil {
-		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("no operator %q runs here", clipName(opName))})
+		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("no operator %q runs here", run.ClipName(opName))})
 		return
 	}
 	src := def.EventSource(srcName)
 	if src == nil {
-		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("operator %s has no source %q", opName, clipName(srcName))})
+		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("operator %s has no source %q", opName, run.ClipName(srcName))})
 		return
 	}
 	if src.Consumed() {
@@ -417,12 +418,4 @@ type countingWriter struct {
 func (c *countingWriter) WriteHeader(status int) {
 	metrics().deliveries.WithLabelValues(c.operator, c.source, strconv.Itoa(status)).Inc()
 	c.ResponseWriter.WriteHeader(status)
-}
-
-// clipName cuts a name from a URL for an answer.
-func clipName(s string) string {
-	if len(s) > 63 {
-		return s[:63] + "..."
-	}
-	return s
 }

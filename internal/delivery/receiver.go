@@ -29,24 +29,19 @@ type Receiver struct {
 	// webhook's shared secret behind the receiver's cache, a consumer's
 	// credentials at each of its connections.
 	ReadSecret func(context.Context, v1alpha1.SecretKeySelector) ([]byte, error)
-	// Operators finds the running operator a delivery is for.
-	Operators Operators
-	Log       logr.Logger
+	// Running finds the running operator a delivery is for: the
+	// definition of the operator of that name that runs here and the
+	// queue of its deliveries (nil while it starts); a nil definition
+	// when none runs here, restarting when it is between a stop and its
+	// next start.
+	Running func(operator string) (d *definition.Definition, q *Queue, restarting bool)
+	Log     logr.Logger
 
 	mu      sync.Mutex
 	secrets map[v1alpha1.SecretKeySelector]cachedSecret
 	// redeliverMu takes one redelivery at a time: two requests for one
 	// delivery must not both pass the check that none is being handled.
 	redeliverMu sync.Mutex
-}
-
-// Operators is what a Receiver knows of the engine's running operators.
-type Operators interface {
-	// Running returns the definition of the operator of that name that
-	// runs here and the queue of its deliveries (nil while it starts);
-	// a nil definition when none runs, restarting when it is between a
-	// stop and its next start.
-	Running(operator string) (d *definition.Definition, q *Queue, restarting bool)
 }
 
 // deliveryMetrics are the receiver's metrics.

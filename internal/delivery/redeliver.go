@@ -79,7 +79,7 @@ func (rc *Receiver) Redeliver(ctx context.Context, id, by, why string) (*archive
 	if err != nil {
 		return nil, fmt.Errorf("reading delivery %s: %w", id, err)
 	}
-	def, q, restarting := rc.Operators.Running(d.Operator)
+	def, q, restarting := rc.Running(d.Operator)
 	switch {
 	case def == nil && restarting:
 		return nil, fmt.Errorf("operator %s is restarting", d.Operator)

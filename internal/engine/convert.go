@@ -17,6 +17,7 @@ import (
 
 	"github.com/opkit-dev/opkit/internal/conversion"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/run"
 	"github.com/opkit-dev/opkit/internal/webhook"
 )
 
@@ -55,7 +56,7 @@ func (e *Engine) conversionHandler() http.Handler {
 		c := e.converters[name]
 		e.mu.Unlock()
 		if c == nil {
-			http.Error(w, fmt.Sprintf("no conversion of operator %q is served here", clipName(name)), http.StatusNotFound)
+			http.Error(w, fmt.Sprintf("no conversion of operator %q is served here", run.ClipName(name)), http.StatusNotFound)
 			return
 		}
 		body, err := webhook.ReadBody(w, r, e.webhook.MaxBodyBytes())
@@ -217,12 +218,4 @@ func (e *Engine) reapplyConversionCRD(ctx context.Context, d *definition.Definit
 		return nil
 	}
 	return e.applyCRD(ctx, crd)
-}
-
-// clipName cuts a name from a URL for an answer.
-func clipName(s string) string {
-	if len(s) > 63 {
-		return s[:63] + "..."
-	}
-	return s
 }

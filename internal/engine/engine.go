@@ -202,7 +202,8 @@ func New(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{opts: opts, outage: away, mgr: mgr, client: mgr.GetClient(), clientset: cs, metadata: md, discovery: dc, started: make(chan struct{}), replicaRunning: make(chan struct{}), stopped: make(chan struct{}), running: map[string]*operator{}, restarting: map[string]bool{}, converters: map[string]*converter{}}
-	e.receiver = &delivery.Receiver{ReadSecret: e.readSecret, Operators: e, Log: mgr.GetLogger()}
+	e.receiver = &delivery.Receiver{ReadSecret: e.readSecret, Log: mgr.GetLogger()}
+	e.receiver.Running = e.runningOperator
 	if opts.Archive != nil {
 		e.receiver.Deliveries, _ = opts.Archive.(archive.DeliveryReader)
 		e.archive = health.NewArchiveWriter(opts.Archive, e.notice, handlerMetrics().archiveWritable)

@@ -78,9 +78,9 @@ func (e *Engine) ensureHooks(d *definition.Definition) error {
 	return nil
 }
 
-// Running is delivery.Operators: the operator of that name running here,
-// and its queue of deliveries.
-func (e *Engine) Running(operator string) (*definition.Definition, *delivery.Queue, bool) {
+// runningOperator is delivery.Receiver.Running: the operator of that name
+// running here, and its queue of deliveries.
+func (e *Engine) runningOperator(operator string) (*definition.Definition, *delivery.Queue, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	op, restarting := e.running[operator], e.restarting[operator]

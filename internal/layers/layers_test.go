@@ -113,7 +113,7 @@ var rules = []rule{
 		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/informer/...", "internal/health/...", "internal/admission/..."},
 	},
 	{
-		says: "deliveries are received, recorded and queued by package delivery, which hands causes to the runner and knows the engine only through its Operators interface (package delivery)",
+		says: "deliveries are received, recorded and queued by package delivery, which hands causes to the runner and knows the engine only through Receiver.Running, which says what runs here (package delivery)",
 		from: []string{"internal/delivery/..."},
 		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/informer/...", "internal/health/...", "internal/admission/...", "internal/lifecycle/..."},
 	},

@@ -126,7 +126,7 @@ func (s *Server) Handler() http.Handler {
 			h = op.def.AdmissionHandler(hName)
 		}
 		if h == nil || h.Admission.Trigger() != trigger {
-			http.Error(w, fmt.Sprintf("no admission handler %q of operator %q runs here", runpkg.ClipName(hName), runpkg.ClipName(opName)), http.StatusNotFound)
+			http.Error(w, fmt.Sprintf("no admission handler %q of operator %q runs here", webhook.ClipName(hName), webhook.ClipName(opName)), http.StatusNotFound)
 			return
 		}
 		body, err := webhook.ReadBody(w, r, s.MaxBodyBytes)

@@ -289,10 +289,6 @@ func Decide(in Input) Decision {
 			d.Wait = w
 		}
 	}
-	// The paths changed since the spec a handler is done with.
-	changed := func(hs *HandlerState) []string {
-		return Paths(in.diff(st.doneWith(hs), obj))
-	}
 	var best *definition.Handler
 	var bestTrigger, bestInputs string
 	var bestRelated bool
@@ -302,48 +298,7 @@ func Decide(in Input) Decision {
 	held := false
 	for _, h := range in.Handlers {
 		hs := st.Of(h.Name)
-		trigger := ""
-		switch {
-		case held:
-		case deleting:
-			if h.Fires(v1alpha1.OnDelete) && !hs.Deleted {
-				trigger = v1alpha1.OnDelete
-			}
-		case hs.Generation < g && (h.Fires(v1alpha1.OnCreate) || h.Fires(v1alpha1.OnUpdate)):
-			// create: this handler never succeeded for the object; update:
-			// it did, for an older generation.
-			switch {
-			case hs.Generation == 0 && h.Fires(v1alpha1.OnCreate):
-				trigger = v1alpha1.OnCreate
-			case hs.Generation > 0 && h.Fires(v1alpha1.OnUpdate) && in.touches(h, changed(hs)):
-				trigger = v1alpha1.OnUpdate
-			default:
-				st.done(in.Handlers, h, g, in.subject(obj)) // nothing in this change concerns it
-			}
-		}
-		inputs := ""
-		if in.Related != nil && !held {
-			inputs = Inputs(h, in.Related)
-		}
-		relatedChange := false
-		if trigger == "" && !deleting && inputs != "" && hs.Generation >= g && hs.Inputs != inputs {
-			switch {
-			case hs.Inputs == "" || !h.Fires(v1alpha1.OnUpdate):
-				hs.Inputs = inputs // first seen: what the handler started from
-			default:
-				trigger, relatedChange = v1alpha1.OnUpdate, true
-			}
-		}
-		if cur, known := in.When[h.Name]; !held && !deleting && known && h.Fires(v1alpha1.OnWhen) {
-			switch {
-			case cur && !hs.WhenTrue && trigger == "":
-				trigger = v1alpha1.OnWhen // became true: once, until it is seen false
-			case !cur && hs.WhenTrue:
-				// Seen false, also while another trigger of the handler
-				// runs: its next turn to true is a transition.
-				hs.WhenTrue = false
-			}
-		}
+		trigger, inputs, relatedChange := in.changeTrigger(st, h, hs, held, deleting)
 		if v := in.Visit; trigger == "" && !deleting && v != nil {
 			trigger = v.trigger(h, st, g)
 		}
@@ -352,24 +307,15 @@ func Decide(in Input) Decision {
 		}
 		var slot time.Time
 		if trigger == "" && !held && !deleting && h.Fires(v1alpha1.OnSchedule) {
-			next, err := h.Next(scheduleBase(obj, hs), obj.Object)
-			switch {
-			case err != nil:
-				// The object's own interval is not one: it says why, and a
-				// change of it is an update that looks again.
-				if d.Stalled == "" {
-					d.Stalled = fmt.Sprintf("handler %s cannot be scheduled: %v", h.Name, err)
-				}
-			case now.Before(next):
-				soonest(next.Sub(now))
-			default:
-				// The latest slot due: those missed (the engine was down)
-				// are not run one by one.
-				slot = next
-				for n, err := h.Next(slot, obj.Object); err == nil && !n.After(now) && n.After(slot); n, err = h.Next(n, obj.Object) {
-					slot = n
-				}
+			var due bool
+			var wait time.Duration
+			var stalled string
+			if slot, due, wait, stalled = scheduleSlot(h, hs, obj, now); due {
 				trigger = v1alpha1.OnSchedule
+			}
+			soonest(wait)
+			if d.Stalled == "" {
+				d.Stalled = stalled
 			}
 		}
 		if trigger == "" && !held && !deleting && hs.RequeueAt != "" {
@@ -411,28 +357,37 @@ func Decide(in Input) Decision {
 	if best == nil {
 		return d
 	}
-	c := &Cause{Handler: best, Trigger: bestTrigger, Generation: g, Attempt: 1, Due: now, Slot: bestSlot, Old: st.old(), Inputs: bestInputs}
+	c := in.cause(st, best, bestTrigger, bestInputs, bestRelated, bestSlot)
+	return Decision{Cause: c, Stalled: d.Stalled, State: st}
+}
+
+// cause is the run of handler best that Decide chose, for trigger, with
+// the related objects' inputs (a change of them: related), at slot: its
+// attempt, its sequence in a visit, its idempotency key.
+func (in Input) cause(st *State, best *definition.Handler, trigger, inputs string, related bool, slot time.Time) *Cause {
+	obj, now, g := in.Object, in.Now, in.Object.GetGeneration()
+	c := &Cause{Handler: best, Trigger: trigger, Generation: g, Attempt: 1, Due: now, Slot: slot, Old: st.old(), Inputs: inputs}
 	c.Diff = in.diff(c.Old, obj)
-	if hs := st.Of(best.Name); in.sameTarget(hs, bestTrigger, g) {
+	if hs := st.Of(best.Name); in.sameTarget(hs, trigger, g) {
 		c.Attempt = hs.Attempt + 1
 	}
-	if visitTrigger(bestTrigger) {
+	if visitTrigger(trigger) {
 		c.Seq = in.Visit.Seq
 	}
 	uid := st.Life(obj.GetUID())
-	at := bestSlot
-	if bestTrigger == v1alpha1.OnResume {
+	at := slot
+	if trigger == v1alpha1.OnResume {
 		at, c.Started = in.Started, in.Started
 	}
-	c.Key = Key(uid, g, best.Name, bestTrigger, st.Of(best.Name), at)
-	if visitTrigger(bestTrigger) {
-		c.Key = VisitKey(uid, c.Seq, best.Name, bestTrigger)
+	c.Key = Key(uid, g, best.Name, trigger, st.Of(best.Name), at)
+	if visitTrigger(trigger) {
+		c.Key = VisitKey(uid, c.Seq, best.Name, trigger)
 	}
-	if bestRelated {
+	if related {
 		// The same generation, new inputs: a key of their own.
-		c.Key += "/inputs/" + bestInputs
+		c.Key += "/inputs/" + inputs
 	}
-	return Decision{Cause: c, Stalled: d.Stalled, State: st}
+	return c
 }
 
 // sameTarget reports whether hs's failed attempts are those of a run of

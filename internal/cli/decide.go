@@ -29,13 +29,8 @@ import (
 	"github.com/opkit-dev/opkit/internal/statemachine"
 )
 
-func newDecideCommand() *cobra.Command {
-	var archivePath, kubeconfig, operator, choose, reason, file string
-	var wait time.Duration
-	cmd := &cobra.Command{
-		Use:   "decide NAMESPACE/NAME [--choose STATE --reason TEXT]",
-		Short: "Answer an object that waits for a person (a state that needsPerson)",
-		Long: `Answer the question of an object whose state needs a person (docs/states.md):
+// decideLong is opkit decide's help.
+const decideLong = `Answer the question of an object whose state needs a person (docs/states.md):
 --choose names the state to go to, one of the state's choices, and --reason
 says why. The engine takes the transition, and records it with who decided
 (the Kubernetes user this command runs as) and why, in the run archive and
@@ -52,8 +47,16 @@ handlers of its state have not finished), and exits 0: the decision stays
 and is taken then. The object's
 kind is found from its transitions in the archive (--operator chooses when
 several operators have an object of that name). The choices' descriptions
-are read from the Operator in the cluster, or from -f FILE.`,
-		Args: cobra.ExactArgs(1),
+are read from the Operator in the cluster, or from -f FILE.`
+
+func newDecideCommand() *cobra.Command {
+	var archivePath, kubeconfig, operator, choose, reason, file string
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "decide NAMESPACE/NAME [--choose STATE --reason TEXT]",
+		Short: "Answer an object that waits for a person (a state that needsPerson)",
+		Long:  decideLong,
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, out := cmd.Context(), cmd.OutOrStdout()
 			ns, name, ok := strings.Cut(args[0], "/")

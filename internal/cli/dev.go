@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -213,33 +214,11 @@ func dev(cmd *cobra.Command, o devOptions) error {
 		return err
 	}
 	go reload.watch(ctx, time.Second)
-	kubectl := func(args ...string) error {
-		c := exec.CommandContext(ctx, bins.Path(devcluster.Kubectl), args...)
-		c.Env = append(os.Environ(), "KUBECONFIG="+cl.KubeconfigPath())
-		c.Stdout, c.Stderr = stdout, stderr
-		return c.Run()
+	if err := applyDevObjects(ctx, bins.Path(devcluster.Kubectl), cl.KubeconfigPath(), apply, stdout, stderr); err != nil {
+		_ = r.Stop()
+		return err
 	}
-	for _, f := range apply {
-		if err := kubectl("apply", "-f", f); err != nil {
-			_ = r.Stop()
-			return fmt.Errorf("applying %s: %w", f, err)
-		}
-		// Show what the operators made of it once it is Ready (or after 60s).
-		_ = kubectl("wait", "--for=condition=Ready", "--timeout=60s", "-f", f)
-		_ = kubectl("get", "-f", f)
-	}
-	fmt.Fprintf(stderr, "\nopkit dev is running; definitions in %s are reloaded when they change.\n", dir)
-	if url := r.ConsoleURL(); url != "" {
-		fmt.Fprintf(stderr, "The console: %s\n", url)
-	}
-	if url := r.MetricsURL(); url != "" {
-		fmt.Fprintf(stderr, "Metrics: %s (and /healthz, /readyz)\n", url)
-	}
-	fmt.Fprintf(stderr, "In another shell:\n  export KUBECONFIG=%s\n  opkit runs --archive %s   # the handler runs\n", shellQuote(cl.KubeconfigPath()), shellQuote(archive.RedactDSN(archivePath)))
-	if r.Engine.RunsAPIAddr() != "" {
-		fmt.Fprintf(stderr, "  kubectl get runs -A   # the same, through the API server (runs.opkit.dev)\n")
-	}
-	fmt.Fprintf(stderr, "Stop it with Ctrl-C.\n")
+	devBanner(stderr, dir, archivePath, r, cl.KubeconfigPath())
 	select {
 	case <-ctx.Done():
 		return r.Stop() // the engine said "stopping"
@@ -253,6 +232,42 @@ func dev(cmd *cobra.Command, o devOptions) error {
 		_ = r.Stop()
 		return fmt.Errorf("the control plane stopped: %w", cl.Err())
 	}
+}
+
+// applyDevObjects applies each of files to the plane of kubeconfig with
+// kubectl, and shows what the operators made of each once it is Ready.
+func applyDevObjects(ctx context.Context, kubectlPath, kubeconfig string, files []string, stdout, stderr io.Writer) error {
+	kubectl := func(args ...string) error {
+		c := exec.CommandContext(ctx, kubectlPath, args...)
+		c.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		c.Stdout, c.Stderr = stdout, stderr
+		return c.Run()
+	}
+	for _, f := range files {
+		if err := kubectl("apply", "-f", f); err != nil {
+			return fmt.Errorf("applying %s: %w", f, err)
+		}
+		// Show what the operators made of it once it is Ready (or after 60s).
+		_ = kubectl("wait", "--for=condition=Ready", "--timeout=60s", "-f", f)
+		_ = kubectl("get", "-f", f)
+	}
+	return nil
+}
+
+// devBanner tells what opkit dev runs, and how to look at it.
+func devBanner(stderr io.Writer, dir, archivePath string, r *runningEngine, kubeconfig string) {
+	fmt.Fprintf(stderr, "\nopkit dev is running; definitions in %s are reloaded when they change.\n", dir)
+	if url := r.ConsoleURL(); url != "" {
+		fmt.Fprintf(stderr, "The console: %s\n", url)
+	}
+	if url := r.MetricsURL(); url != "" {
+		fmt.Fprintf(stderr, "Metrics: %s (and /healthz, /readyz)\n", url)
+	}
+	fmt.Fprintf(stderr, "In another shell:\n  export KUBECONFIG=%s\n  opkit runs --archive %s   # the handler runs\n", shellQuote(kubeconfig), shellQuote(archive.RedactDSN(archivePath)))
+	if r.Engine.RunsAPIAddr() != "" {
+		fmt.Fprintf(stderr, "  kubectl get runs -A   # the same, through the API server (runs.opkit.dev)\n")
+	}
+	fmt.Fprintf(stderr, "Stop it with Ctrl-C.\n")
 }
 
 // reportFailedRun prints one line for a run that failed or gave up, with

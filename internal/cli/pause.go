@@ -100,58 +100,10 @@ object is recorded resumed. An object paused on its own stays paused.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, out := cmd.Context(), cmd.OutOrStdout()
 			if all {
-				return pauseOperator(ctx, cmd, kubeconfig, operator, reason, pause)
+				return pauseOperator(cmd.Context(), cmd, kubeconfig, operator, reason, pause)
 			}
-			ns, name, ok := strings.Cut(args[0], "/")
-			if !ok {
-				ns, name = "", args[0]
-			}
-			if name == "" {
-				return fmt.Errorf("%q names no object: want NAMESPACE/NAME, or NAME for a cluster-scoped one", args[0])
-			}
-			cfg, c, err := kubeClient(kubeconfig)
-			if err != nil {
-				return err
-			}
-			gvk, err := pausedKind(cmd, c, archivePath, kubeconfig, operator, ns, name, args[0])
-			if err != nil {
-				return err
-			}
-			obj := &unstructured.Unstructured{}
-			obj.SetGroupVersionKind(gvk)
-			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
-				if apierrors.IsNotFound(err) {
-					return fmt.Errorf("%s %s does not exist: nothing to %s", gvk.Kind, args[0], verb)
-				}
-				return fmt.Errorf("reading %s %s: %w", gvk.Kind, args[0], err)
-			}
-			current, paused := obj.GetAnnotations()[v1alpha1.PauseAnnotation]
-			switch {
-			case pause && paused:
-				return fmt.Errorf("%s %s is already paused (%s): nothing was written", gvk.Kind, args[0], describePause(v1alpha1.ReadRequest(current)))
-			case !pause && !paused:
-				return fmt.Errorf("%s %s is not paused: nothing to resume", gvk.Kind, args[0])
-			}
-			by, note, err := whoAmI(ctx, cfg, kubeconfig)
-			if err != nil {
-				return err
-			}
-			if note != "" {
-				fmt.Fprintln(cmd.ErrOrStderr(), note)
-			}
-			p := v1alpha1.Pause{By: by, Reason: reason, At: time.Now().UTC().Format(time.RFC3339)}
-			annotations := map[string]any{v1alpha1.PauseAnnotation: p.Value()}
-			if !pause {
-				annotations = map[string]any{v1alpha1.PauseAnnotation: nil, v1alpha1.ResumedAnnotation: p.Value()}
-			}
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
-			if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
-				return fmt.Errorf("%s %s %s: %w", verb, gvk.Kind, args[0], err)
-			}
-			fmt.Fprintf(out, "%s %s: handlers %s by %s%s; the engine records it (opkit runs --object %s)\n", gvk.Kind, args[0], done, by, reasonSuffix(reason), args[0])
-			return nil
+			return pauseObject(cmd, pauseRequest{archivePath: archivePath, kubeconfig: kubeconfig, operator: operator, reason: reason, pause: pause}, args[0])
 		},
 	}
 	runSourceFlags(cmd, &archivePath, &kubeconfig)
@@ -159,6 +111,70 @@ object is recorded resumed. An object paused on its own stays paused.`,
 	cmd.Flags().StringVar(&reason, "reason", "", "why, in your words: recorded with who "+done)
 	cmd.Flags().BoolVar(&all, "all", false, verb+" every object of --operator, and its schedules, through its Operator")
 	return cmd
+}
+
+// pauseRequest is what opkit pause or resume of one object was asked.
+type pauseRequest struct {
+	archivePath, kubeconfig, operator, reason string
+	pause                                     bool
+}
+
+// pauseObject pauses or resumes the object arg, NAMESPACE/NAME (NAME for a
+// cluster-scoped one), by its annotation.
+func pauseObject(cmd *cobra.Command, req pauseRequest, arg string) error {
+	ctx, out := cmd.Context(), cmd.OutOrStdout()
+	verb, done := "resume", "resumed"
+	if req.pause {
+		verb, done = "pause", "paused"
+	}
+	ns, name, ok := strings.Cut(arg, "/")
+	if !ok {
+		ns, name = "", arg
+	}
+	if name == "" {
+		return fmt.Errorf("%q names no object: want NAMESPACE/NAME, or NAME for a cluster-scoped one", arg)
+	}
+	cfg, c, err := kubeClient(req.kubeconfig)
+	if err != nil {
+		return err
+	}
+	gvk, err := pausedKind(cmd, c, req.archivePath, req.kubeconfig, req.operator, ns, name, arg)
+	if err != nil {
+		return err
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(gvk)
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("%s %s does not exist: nothing to %s", gvk.Kind, arg, verb)
+		}
+		return fmt.Errorf("reading %s %s: %w", gvk.Kind, arg, err)
+	}
+	current, paused := obj.GetAnnotations()[v1alpha1.PauseAnnotation]
+	switch {
+	case req.pause && paused:
+		return fmt.Errorf("%s %s is already paused (%s): nothing was written", gvk.Kind, arg, describePause(v1alpha1.ReadRequest(current)))
+	case !req.pause && !paused:
+		return fmt.Errorf("%s %s is not paused: nothing to resume", gvk.Kind, arg)
+	}
+	by, note, err := whoAmI(ctx, cfg, req.kubeconfig)
+	if err != nil {
+		return err
+	}
+	if note != "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), note)
+	}
+	p := v1alpha1.Pause{By: by, Reason: req.reason, At: time.Now().UTC().Format(time.RFC3339)}
+	annotations := map[string]any{v1alpha1.PauseAnnotation: p.Value()}
+	if !req.pause {
+		annotations = map[string]any{v1alpha1.PauseAnnotation: nil, v1alpha1.ResumedAnnotation: p.Value()}
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("%s %s %s: %w", verb, gvk.Kind, arg, err)
+	}
+	fmt.Fprintf(out, "%s %s: handlers %s by %s%s; the engine records it (opkit runs --object %s)\n", gvk.Kind, arg, done, by, reasonSuffix(req.reason), arg)
+	return nil
 }
 
 // pauseOperator pauses (pause true) or resumes the whole operator name,

@@ -22,12 +22,8 @@ import (
 	"github.com/opkit-dev/opkit/internal/executor"
 )
 
-func newReplayCommand() *cobra.Command {
-	var archivePath, kubeconfig, file, envFile string
-	cmd := &cobra.Command{
-		Use:   "replay RUN [--env-file FILE] [-- COMMAND...]",
-		Short: "Run a run's handler on this machine with the binding context it got, and compare the results",
-		Long: `Run the handler of an archived run here, with the binding context the run
+// replayLong is opkit replay's help.
+const replayLong = `Run the handler of an archived run here, with the binding context the run
 got (as the archive recorded it) on its stdin, print its result and
 compare it with the result the run recorded: the same, or a diff (- as
 recorded, + now), and exit 1. With a COMMAND after --, that command runs
@@ -52,8 +48,15 @@ them. A handler that runs as a ServiceAccount gets no credentials here:
 give it a KUBECONFIG in --env-file.
 
 The archive is --archive: a SQLite file (one downloaded from a cluster
-too) or a PostgreSQL URL.`,
-		Args: cobra.MinimumNArgs(1),
+too) or a PostgreSQL URL.`
+
+func newReplayCommand() *cobra.Command {
+	var archivePath, kubeconfig, file, envFile string
+	cmd := &cobra.Command{
+		Use:   "replay RUN [--env-file FILE] [-- COMMAND...]",
+		Short: "Run a run's handler on this machine with the binding context it got, and compare the results",
+		Long:  replayLong,
+		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 			id, command := args[0], args[1:]

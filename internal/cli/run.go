@@ -27,17 +27,8 @@ import (
 )
 
 func newRunCommand() *cobra.Command {
-	var files []string
-	var kubeconfig, archivePath string
-	var admission, leaderElect bool
-	var ef engineFlags
-	var leaseNamespace, leaseName, hooksSlice, selector string
-	cf := &consoleFlags{}
-	mf := &metricsFlag{}
-	wf := &webhookFlags{}
-	lf := &logFormatFlag{}
-	rf := &runnersFlags{}
-	af := &runsAPIFlags{}
+	f := &runFlags{}
+	cf, mf, lf := &f.console, &f.metrics, &f.logFormat
 	cmd := &cobra.Command{
 		Use:   "run [-f FILE]...",
 		Short: "Run the engine against the current kubeconfig, for the Operators in the cluster or in FILEs",
@@ -92,56 +83,26 @@ allows each user: see docs/production.md.`,
 				if err := cf.validate(cmd); err != nil {
 					return err
 				}
-				cf.namespace = kubeconfigNamespace(kubeconfig)
+				cf.namespace = kubeconfigNamespace(f.kubeconfig)
 				if err := mf.validate(cmd, false); err != nil {
 					return err
 				}
 				var defs []*definition.Definition
-				if len(files) > 0 {
+				if len(f.files) > 0 {
 					var err error
-					if defs, err = compileFiles(files); err != nil {
+					if defs, err = compileFiles(f.files); err != nil {
 						return err
 					}
 					printWarnings(log, defs...)
 				}
-				cfg, err := loadKubeconfig(kubeconfig)
+				opts, err := f.options(cmd)
 				if err != nil {
 					return err
 				}
-				opts := engine.Options{Config: cfg, AdmissionFinalizers: admission, AllowBreaking: ef.allowBreaking, MigrateStorage: ef.migrateStorage, RunEvents: ef.runEvents, RunWait: ef.engineRunWait()}
-				if opts.OperatorSelector, err = operatorSelector(selector, len(files) > 0); err != nil {
-					return err
+				if len(f.files) == 0 {
+					return watchClusterOperators(cmd.Context(), opts, f.archivePath, cf, mf, log)
 				}
-				if opts.Webhook, err = wf.options(cmd, kubeconfigNamespace(kubeconfig), false); err != nil {
-					return err
-				}
-				if opts.RunsAPI, err = af.options(kubeconfigNamespace(kubeconfig)); err != nil {
-					return err
-				}
-				if err := rf.serve(cmd.Context(), cfg, kubeconfigNamespace(kubeconfig), &opts); err != nil {
-					return err
-				}
-				if leaderElect {
-					ns := leaseNamespace
-					if ns == "" {
-						ns = kubeconfigNamespace(kubeconfig)
-					}
-					opts.LeaderElection = &engine.LeaderElection{Namespace: ns, Name: leaseName}
-				}
-				if hooksSlice != "" {
-					ip := os.Getenv("POD_IP")
-					if ip == "" {
-						return errors.New("--hooks-endpointslice: the engine writes its Pod's address there, and $POD_IP does not give it (set it from the downward API's status.podIP)")
-					}
-					opts.HooksEndpoint = &engine.HooksEndpoint{
-						Namespace: kubeconfigNamespace(kubeconfig), Name: hooksSlice,
-						IP: ip, Pod: os.Getenv("POD_NAME"), Node: os.Getenv("NODE_NAME"),
-					}
-				}
-				if len(files) == 0 {
-					return watchClusterOperators(cmd.Context(), opts, archivePath, cf, mf, log)
-				}
-				r, err := startOperators(cmd.Context(), opts, archivePath, cf, mf, defs, log)
+				r, err := startOperators(cmd.Context(), opts, f.archivePath, cf, mf, defs, log)
 				if err != nil {
 					return err
 				}
@@ -149,23 +110,82 @@ allows each user: see docs/production.md.`,
 			}())
 		},
 	}
-	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "an Operator definition (YAML, several documents allowed); repeatable")
-	cmd.Flags().StringVarP(&selector, "selector", "l", "", "run only the Operators of the cluster whose labels match this selector, as kubectl's -l (e.g. team=payments): engines that share a cluster each run their own (not with -f)")
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	cmd.Flags().BoolVar(&leaderElect, "leader-elect", false, "run as one of several replicas, of which the holder of a Lease acts and the others stand by, taking over within seconds of its end (8s after a leader that died) (see docs/production.md)")
-	cmd.Flags().StringVar(&leaseNamespace, "leader-elect-namespace", "", "the Lease's namespace (default: $POD_NAMESPACE, else the kubeconfig's namespace, else default)")
-	cmd.Flags().StringVar(&leaseName, "leader-elect-lease", engine.DefaultLeaseName, "the Lease's name: replicas of one engine share it")
-	cmd.Flags().StringVar(&hooksSlice, "hooks-endpointslice", "", "the EndpointSlice of the hooks Service, in $POD_NAMESPACE: the replica that acts writes its address ($POD_IP) there, so that webhook deliveries reach it and no standby (see docs/production.md)")
-	cmd.Flags().BoolVar(&admission, "admission-finalizers", false, "have the API server add opkit's finalizer to each new object of an operator with delete handlers (a MutatingAdmissionPolicy; Kubernetes 1.36+): no deletion passes unseen, even while the engine is away")
-	ef.register(cmd)
-	archiveFlag(cmd, &archivePath)
-	cf.register(cmd, "console", "", "serve the web console on this address, e.g. 127.0.0.1:7380 (default: none)")
-	mf.register(cmd)
-	wf.register(cmd, "0")
-	rf.register(cmd)
-	af.register(cmd, "0", "")
-	lf.register(cmd)
+	f.register(cmd)
 	return cmd
+}
+
+// runFlags are opkit run's flags.
+type runFlags struct {
+	files                                           []string
+	kubeconfig, archivePath                         string
+	admission, leaderElect                          bool
+	engine                                          engineFlags
+	leaseNamespace, leaseName, hooksSlice, selector string
+	console                                         consoleFlags
+	metrics                                         metricsFlag
+	webhook                                         webhookFlags
+	logFormat                                       logFormatFlag
+	runners                                         runnersFlags
+	runsAPI                                         runsAPIFlags
+}
+
+func (f *runFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVarP(&f.files, "file", "f", nil, "an Operator definition (YAML, several documents allowed); repeatable")
+	cmd.Flags().StringVarP(&f.selector, "selector", "l", "", "run only the Operators of the cluster whose labels match this selector, as kubectl's -l (e.g. team=payments): engines that share a cluster each run their own (not with -f)")
+	cmd.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	cmd.Flags().BoolVar(&f.leaderElect, "leader-elect", false, "run as one of several replicas, of which the holder of a Lease acts and the others stand by, taking over within seconds of its end (8s after a leader that died) (see docs/production.md)")
+	cmd.Flags().StringVar(&f.leaseNamespace, "leader-elect-namespace", "", "the Lease's namespace (default: $POD_NAMESPACE, else the kubeconfig's namespace, else default)")
+	cmd.Flags().StringVar(&f.leaseName, "leader-elect-lease", engine.DefaultLeaseName, "the Lease's name: replicas of one engine share it")
+	cmd.Flags().StringVar(&f.hooksSlice, "hooks-endpointslice", "", "the EndpointSlice of the hooks Service, in $POD_NAMESPACE: the replica that acts writes its address ($POD_IP) there, so that webhook deliveries reach it and no standby (see docs/production.md)")
+	cmd.Flags().BoolVar(&f.admission, "admission-finalizers", false, "have the API server add opkit's finalizer to each new object of an operator with delete handlers (a MutatingAdmissionPolicy; Kubernetes 1.36+): no deletion passes unseen, even while the engine is away")
+	f.engine.register(cmd)
+	archiveFlag(cmd, &f.archivePath)
+	f.console.register(cmd, "console", "", "serve the web console on this address, e.g. 127.0.0.1:7380 (default: none)")
+	f.metrics.register(cmd)
+	f.webhook.register(cmd, "0")
+	f.runners.register(cmd)
+	f.runsAPI.register(cmd, "0", "")
+	f.logFormat.register(cmd)
+}
+
+// options are the engine's options as the flags say, with the runner API
+// served when they ask for it.
+func (f *runFlags) options(cmd *cobra.Command) (engine.Options, error) {
+	cfg, err := loadKubeconfig(f.kubeconfig)
+	if err != nil {
+		return engine.Options{}, err
+	}
+	opts := engine.Options{Config: cfg, AdmissionFinalizers: f.admission, AllowBreaking: f.engine.allowBreaking, MigrateStorage: f.engine.migrateStorage, RunEvents: f.engine.runEvents, RunWait: f.engine.engineRunWait()}
+	if opts.OperatorSelector, err = operatorSelector(f.selector, len(f.files) > 0); err != nil {
+		return engine.Options{}, err
+	}
+	if opts.Webhook, err = f.webhook.options(cmd, kubeconfigNamespace(f.kubeconfig), false); err != nil {
+		return engine.Options{}, err
+	}
+	if opts.RunsAPI, err = f.runsAPI.options(kubeconfigNamespace(f.kubeconfig)); err != nil {
+		return engine.Options{}, err
+	}
+	if err := f.runners.serve(cmd.Context(), cfg, kubeconfigNamespace(f.kubeconfig), &opts); err != nil {
+		return engine.Options{}, err
+	}
+	if f.leaderElect {
+		ns := f.leaseNamespace
+		if ns == "" {
+			ns = kubeconfigNamespace(f.kubeconfig)
+		}
+		opts.LeaderElection = &engine.LeaderElection{Namespace: ns, Name: f.leaseName}
+	}
+	if f.hooksSlice != "" {
+		ip := os.Getenv("POD_IP")
+		if ip == "" {
+			return engine.Options{}, errors.New("--hooks-endpointslice: the engine writes its Pod's address there, and $POD_IP does not give it (set it from the downward API's status.podIP)")
+		}
+		opts.HooksEndpoint = &engine.HooksEndpoint{
+			Namespace: kubeconfigNamespace(f.kubeconfig), Name: f.hooksSlice,
+			IP: ip, Pod: os.Getenv("POD_NAME"), Node: os.Getenv("NODE_NAME"),
+		}
+	}
+	return opts, nil
 }
 
 // operatorSelector parses --selector: nil when it is empty.

@@ -39,13 +39,8 @@ func newScheduleCommand() *cobra.Command {
 // for the engine's answer.
 const runNowPoll = 500 * time.Millisecond
 
-func newScheduleRunCommand() *cobra.Command {
-	var kubeconfig, reason string
-	var wait time.Duration
-	cmd := &cobra.Command{
-		Use:   "run OPERATOR HANDLER [--reason TEXT]",
-		Short: "Run an operator-wide schedule's handler now, once (the slot that failed at 8:00, now)",
-		Long: `Run a handler of an operator-wide schedule (an Operator with neither
+// scheduleRunLong is opkit schedule run's help.
+const scheduleRunLong = `Run a handler of an operator-wide schedule (an Operator with neither
 spec.resource nor spec.watch, docs/operators.md#operator-wide-schedules) now,
 once, besides its slots: the import that failed at 8:00, run again now that
 its cause is fixed. The schedule's slots are not changed.
@@ -68,7 +63,15 @@ watches: an operator run from a file (opkit run -f) cannot be asked this
 way. Asking needs patch on the Operator (Kubernetes RBAC). What cannot
 apply is refused before anything is written: an unknown operator or
 handler, an operator that is not an operator-wide schedule, a request of
-the handler still pending.`,
+the handler still pending.`
+
+func newScheduleRunCommand() *cobra.Command {
+	var kubeconfig, reason string
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "run OPERATOR HANDLER [--reason TEXT]",
+		Short: "Run an operator-wide schedule's handler now, once (the slot that failed at 8:00, now)",
+		Long:  scheduleRunLong,
 		Example: `  opkit schedule run images import --reason "the registry is back"
   opkit runs --operator images --trigger manual     # the runs asked for, with who asked`,
 		Args: cobra.ExactArgs(2),

@@ -22,10 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/opkit-dev/opkit/internal/crds"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/devnode"
-	"github.com/opkit-dev/opkit/internal/engine"
 	"github.com/opkit-dev/opkit/internal/scenario"
 	"github.com/opkit-dev/opkit/internal/scenario/runner"
 )
@@ -201,7 +201,7 @@ func installCRDs(scenarios []*scenario.Scenario) func(context.Context, *rest.Con
 			if err := c.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("installing the CRD of operator %s: %w", d.Operator.Name, err)
 			}
-			if err := engine.WaitEstablished(ctx, c, crd.Name); err != nil {
+			if err := crds.WaitEstablished(ctx, c, crd.Name); err != nil {
 				return fmt.Errorf("waiting for the CRD %s: %w", crd.Name, err)
 			}
 		}

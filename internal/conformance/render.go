@@ -145,53 +145,60 @@ func Operator(d *Def, ns, brokerURL string, command []string, env []string) stri
 	}
 	b.WriteString("  handlers:\n")
 	for _, h := range d.Handlers {
-		on := make([]string, len(h.On))
-		for i, t := range h.On {
-			on[i] = string(t)
-		}
-		fmt.Fprintf(&b, "  - name: %s\n    \"on\": [%s]\n", h.Name, strings.Join(on, ", "))
-		if len(h.Fields) > 0 {
-			root := "spec."
-			if d.Kind == Watch {
-				root = "data."
-			}
-			fields := make([]string, len(h.Fields))
-			for i, f := range h.Fields {
-				fields[i] = root + f
-			}
-			fmt.Fprintf(&b, "    fields: [%s]\n", strings.Join(fields, ", "))
-		}
-		if len(h.States) > 0 {
-			fmt.Fprintf(&b, "    states: [%s]\n", strings.Join(h.States, ", "))
-		}
-		if h.Fires(When) {
-			// WhenHolds, in CEL.
-			if d.Kind == Watch {
-				b.WriteString("    when: \"has(self.data) && 'a' in self.data && int(self.data['a']) % 2 == 1\"\n")
-			} else {
-				b.WriteString("    when: \"has(self.spec.a) && int(self.spec.a) % 2 == 1\"\n")
-			}
-		}
-		fmt.Fprintf(&b, "    timeout: 60s\n    retry: {maxAttempts: %d, initialDelay: 100ms, maxDelay: 1s, factor: 2, jitter: 0}\n", h.MaxAttempts)
-		args := append(append([]string{}, command...), h.Behaviour.Arg(), string(d.Kind))
-		quoted := make([]string, len(args))
-		for i, a := range args {
-			quoted[i] = strconv.Quote(a)
-		}
-		fmt.Fprintf(&b, "    exec:\n      command: [%s]\n", strings.Join(quoted, ", "))
-		if h.Serve {
-			b.WriteString("      mode: Serve\n")
-		}
-		if len(env) > 0 {
-			vars := make([]string, len(env))
-			for i, kv := range env {
-				k, v, _ := strings.Cut(kv, "=")
-				vars[i] = fmt.Sprintf("{name: %s, value: %s}", k, strconv.Quote(v))
-			}
-			fmt.Fprintf(&b, "      env: [%s]\n", strings.Join(vars, ", "))
-		}
+		writeHandler(&b, d, h, command, env)
 	}
 	return b.String()
+}
+
+// writeHandler writes handler h of d into an Operator's spec.handlers:
+// its exec runs command with the handler's behaviour and d's kind, with
+// env (KEY=VALUE each).
+func writeHandler(b *strings.Builder, d *Def, h Handler, command, env []string) {
+	on := make([]string, len(h.On))
+	for i, t := range h.On {
+		on[i] = string(t)
+	}
+	fmt.Fprintf(b, "  - name: %s\n    \"on\": [%s]\n", h.Name, strings.Join(on, ", "))
+	if len(h.Fields) > 0 {
+		root := "spec."
+		if d.Kind == Watch {
+			root = "data."
+		}
+		fields := make([]string, len(h.Fields))
+		for i, f := range h.Fields {
+			fields[i] = root + f
+		}
+		fmt.Fprintf(b, "    fields: [%s]\n", strings.Join(fields, ", "))
+	}
+	if len(h.States) > 0 {
+		fmt.Fprintf(b, "    states: [%s]\n", strings.Join(h.States, ", "))
+	}
+	if h.Fires(When) {
+		// WhenHolds, in CEL.
+		if d.Kind == Watch {
+			b.WriteString("    when: \"has(self.data) && 'a' in self.data && int(self.data['a']) % 2 == 1\"\n")
+		} else {
+			b.WriteString("    when: \"has(self.spec.a) && int(self.spec.a) % 2 == 1\"\n")
+		}
+	}
+	fmt.Fprintf(b, "    timeout: 60s\n    retry: {maxAttempts: %d, initialDelay: 100ms, maxDelay: 1s, factor: 2, jitter: 0}\n", h.MaxAttempts)
+	args := append(append([]string{}, command...), h.Behaviour.Arg(), string(d.Kind))
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = strconv.Quote(a)
+	}
+	fmt.Fprintf(b, "    exec:\n      command: [%s]\n", strings.Join(quoted, ", "))
+	if h.Serve {
+		b.WriteString("      mode: Serve\n")
+	}
+	if len(env) > 0 {
+		vars := make([]string, len(env))
+		for i, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			vars[i] = fmt.Sprintf("{name: %s, value: %s}", k, strconv.Quote(v))
+		}
+		fmt.Fprintf(b, "      env: [%s]\n", strings.Join(vars, ", "))
+	}
 }
 
 // Arg writes b as the recorder's argument: "fail=N,permanent,write".

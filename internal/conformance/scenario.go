@@ -8,129 +8,102 @@ import (
 	"strings"
 )
 
-// Rows names the guarantees a case exercises: the rows of
-// docs/handlers.md's table (by kind of operator) and the other
-// guarantees its history reaches, for make soak's report.
-func Rows(c Case) []string {
-	kind := map[Kind]string{CustomResource: "custom resource", Watch: "watched object"}[c.Def.Kind]
-	rows := []string{"runs once, " + kind}
-	var down, crash, retry, decide, write, resume, deliver, again, crashEvent, downDelivery, pause, pauseDown, rerun, rerunSame, rerunWaits bool
-	var redeliver, redeliverDown, crashRedelivery, opPause, opPauseDown, opPauseBoth bool
+// caseTraits are what a case's history does that Rows reports.
+type caseTraits struct {
+	down, crash, retry, decide, deliver, again, crashEvent, downDelivery                        bool
+	pause, pauseDown, rerun, rerunSame, rerunWaits                                              bool
+	redeliver, redeliverDown, crashRedelivery, opPause, opPauseDown, opPauseBoth, write, resume bool
+}
+
+// traitsOf scans c's history and handlers for Rows.
+func traitsOf(c Case) caseTraits {
+	var t caseTraits
 	stopped := false
 	for i, s := range c.History {
 		switch s.Op {
 		case OpDeliver:
-			deliver = true
-			downDelivery = downDelivery || stopped
-			crashEvent = crashEvent || i+1 < len(c.History) && c.History[i+1].Op == OpCrash
+			t.deliver = true
+			t.downDelivery = t.downDelivery || stopped
+			t.crashEvent = t.crashEvent || i+1 < len(c.History) && c.History[i+1].Op == OpCrash
 		case OpDeliverAgain:
-			again = true
+			t.again = true
 		case OpRedeliver:
-			redeliver = true
-			redeliverDown = redeliverDown || stopped
-			crashRedelivery = crashRedelivery || i+1 < len(c.History) && c.History[i+1].Op == OpCrash
+			t.redeliver = true
+			t.redeliverDown = t.redeliverDown || stopped
+			t.crashRedelivery = t.crashRedelivery || i+1 < len(c.History) && c.History[i+1].Op == OpCrash
 		case OpStop:
 			stopped = true
 		case OpStart:
 			stopped = false
 		case OpCrash:
-			crash = true
+			t.crash = true
 		case OpRetry:
-			retry = true
+			t.retry = true
 		case OpDecide:
-			decide = true
+			t.decide = true
 		case OpPause, OpResume:
-			pause = true
-			pauseDown = pauseDown || stopped
+			t.pause = true
+			t.pauseDown = t.pauseDown || stopped
 		case OpPauseOperator, OpResumeOperator:
-			opPause = true
-			opPauseDown = opPauseDown || stopped
-			opPauseBoth = opPauseBoth || pausedAt(c.History[:i])
+			t.opPause = true
+			t.opPauseDown = t.opPauseDown || stopped
+			t.opPauseBoth = t.opPauseBoth || pausedAt(c.History[:i])
 		case OpRerun:
-			rerun = true
-			rerunSame = rerunSame || s.SameInput
-			rerunWaits = rerunWaits || stopped || pausedAt(c.History[:i])
+			t.rerun = true
+			t.rerunSame = t.rerunSame || s.SameInput
+			t.rerunWaits = t.rerunWaits || stopped || pausedAt(c.History[:i])
 		case OpCreate, OpChange, OpDelete:
-			if stopped {
-				down = true
-			}
+			t.down = t.down || stopped
 		}
 	}
 	for _, h := range c.Def.Handlers {
-		write = write || h.Behaviour.Write
-		resume = resume || h.Fires(Resume)
+		t.write = t.write || h.Behaviour.Write
+		t.resume = t.resume || h.Fires(Resume)
 	}
-	if crash || (resume && has(c.History, OpStop)) {
-		rows = append(rows, "may run twice, "+kind)
-	}
-	if down {
-		rows = append(rows, "after downtime, "+kind)
-	}
-	rows = append(rows, "never written by opkit, "+kind)
-	if write && c.Def.Kind == CustomResource {
-		rows = append(rows, "read-your-writes: a run sees every write opkit made before it")
-	}
-	if retry {
-		rows = append(rows, "retries and Stalled: opkit retry")
-	}
-	if decide {
-		rows = append(rows, "states: a decision is taken or refused at once")
-	}
-	if deliver {
-		rows = append(rows, "events: a delivery handled once")
-		if c.Def.Source.Object {
-			rows = append(rows, "events: the source's object applied")
+	return t
+}
+
+// Rows names the guarantees a case exercises: the rows of
+// docs/handlers.md's table (by kind of operator) and the other
+// guarantees its history reaches, for make soak's report.
+func Rows(c Case) []string {
+	kind := map[Kind]string{CustomResource: "custom resource", Watch: "watched object"}[c.Def.Kind]
+	t := traitsOf(c)
+	src := c.Def.Source
+	rows := []string{"runs once, " + kind}
+	for _, r := range []struct {
+		on  bool
+		row string
+	}{
+		{t.crash || (t.resume && has(c.History, OpStop)), "may run twice, " + kind},
+		{t.down, "after downtime, " + kind},
+		{true, "never written by opkit, " + kind},
+		{t.write && c.Def.Kind == CustomResource, "read-your-writes: a run sees every write opkit made before it"},
+		{t.retry, "retries and Stalled: opkit retry"},
+		{t.decide, "states: a decision is taken or refused at once"},
+		{t.deliver, "events: a delivery handled once"},
+		{t.deliver && src.Object, "events: the source's object applied"},
+		{t.deliver && src.Kind == NATS, "events: NATS messages handled once"},
+		{t.deliver && src.Kind == Kafka, "events: Kafka records handled once"},
+		{t.deliver && src.Kind == CloudEvents, "events: CloudEvents in either mode handled once"},
+		{t.again, "events: a replay runs nothing"},
+		{t.downDelivery, "events: published while down, then handled"},
+		{t.crashEvent, "events: handled once across a SIGKILL"},
+		{t.redeliver, "redeliver: a redelivery handled once, with keys of its own"},
+		{t.redeliverDown, "redeliver: asked while no engine ran"},
+		{t.crashRedelivery, "redeliver: handled once across a SIGKILL"},
+		{t.pause, "pause: nothing runs, each pause and resume recorded once"},
+		{t.pauseDown, "pause: paused or resumed while no engine ran"},
+		{t.opPause, "pause: the whole operator paused, each object's pause and resume recorded once"},
+		{t.opPauseDown, "pause: the whole operator paused or resumed while no engine ran"},
+		{t.opPauseBoth, "pause: the whole operator and the object paused at once"},
+		{t.rerun, "rerun: a re-run runs once, with a key of its own"},
+		{t.rerunSame, "rerun: with --same-input"},
+		{t.rerunWaits, "rerun: asked while paused or no engine ran"},
+	} {
+		if r.on {
+			rows = append(rows, r.row)
 		}
-		switch c.Def.Source.Kind {
-		case NATS:
-			rows = append(rows, "events: NATS messages handled once")
-		case Kafka:
-			rows = append(rows, "events: Kafka records handled once")
-		case CloudEvents:
-			rows = append(rows, "events: CloudEvents in either mode handled once")
-		}
-	}
-	if again {
-		rows = append(rows, "events: a replay runs nothing")
-	}
-	if downDelivery {
-		rows = append(rows, "events: published while down, then handled")
-	}
-	if crashEvent {
-		rows = append(rows, "events: handled once across a SIGKILL")
-	}
-	if redeliver {
-		rows = append(rows, "redeliver: a redelivery handled once, with keys of its own")
-	}
-	if redeliverDown {
-		rows = append(rows, "redeliver: asked while no engine ran")
-	}
-	if crashRedelivery {
-		rows = append(rows, "redeliver: handled once across a SIGKILL")
-	}
-	if pause {
-		rows = append(rows, "pause: nothing runs, each pause and resume recorded once")
-	}
-	if pauseDown {
-		rows = append(rows, "pause: paused or resumed while no engine ran")
-	}
-	if opPause {
-		rows = append(rows, "pause: the whole operator paused, each object's pause and resume recorded once")
-	}
-	if opPauseDown {
-		rows = append(rows, "pause: the whole operator paused or resumed while no engine ran")
-	}
-	if opPauseBoth {
-		rows = append(rows, "pause: the whole operator and the object paused at once")
-	}
-	if rerun {
-		rows = append(rows, "rerun: a re-run runs once, with a key of its own")
-	}
-	if rerunSame {
-		rows = append(rows, "rerun: with --same-input")
-	}
-	if rerunWaits {
-		rows = append(rows, "rerun: asked while paused or no engine ran")
 	}
 	return rows
 }
@@ -248,6 +221,18 @@ func Scenario(c Case) string {
 			unsaid = append(unsaid, s.String())
 		}
 	}
+	writeExpects(&b, c, e, ref)
+	if len(unsaid) > 0 {
+		fmt.Fprintf(&b, "# not said by the scenario: %s. Play the case in Go instead:\n", strings.Join(unsaid, ", "))
+	}
+	fmt.Fprintf(&b, "\n// Go:\n%s\n", GoString(c))
+	return b.String()
+}
+
+// writeExpects writes the steps of a scenario that check what the model
+// expects at the end of c: the object (ref), then each run's attempts by
+// outcome.
+func writeExpects(b *strings.Builder, c Case, e *Expectation, ref string) {
 	// What the model expects at the end: each run's attempts by outcome,
 	// and the object.
 	type count struct {
@@ -270,22 +255,17 @@ func Scenario(c Case) string {
 		end := e.Ends[n-1]
 		switch {
 		case !end.Exists:
-			fmt.Fprintf(&b, "- expect: {object: %s, absent: true}\n", ref)
+			fmt.Fprintf(b, "- expect: {object: %s, absent: true}\n", ref)
 		case c.Def.Kind == CustomResource:
-			fmt.Fprintf(&b, "- expect: {object: %s, cel: \"(has(object.status.count) ? object.status.count : 0) == %d\"}\n", ref, end.Count)
+			fmt.Fprintf(b, "- expect: {object: %s, cel: \"(has(object.status.count) ? object.status.count : 0) == %d\"}\n", ref, end.Count)
 		}
 		if end.Exists && end.State != "" {
-			fmt.Fprintf(&b, "- expect: {object: %s, matches: {status: {state: {name: %s}}}}\n", ref, end.State)
+			fmt.Fprintf(b, "- expect: {object: %s, matches: {status: {state: {name: %s}}}}\n", ref, end.State)
 		}
 	}
 	for _, k := range keys {
-		fmt.Fprintf(&b, "- expect: {run: {handler: %s, trigger: %s, outcome: %s, count: %d}}\n", k.handler, k.trigger, k.outcome, counts[k])
+		fmt.Fprintf(b, "- expect: {run: {handler: %s, trigger: %s, outcome: %s, count: %d}}\n", k.handler, k.trigger, k.outcome, counts[k])
 	}
-	if len(unsaid) > 0 {
-		fmt.Fprintf(&b, "# not said by the scenario: %s. Play the case in Go instead:\n", strings.Join(unsaid, ", "))
-	}
-	fmt.Fprintf(&b, "\n// Go:\n%s\n", GoString(c))
-	return b.String()
 }
 
 // GoString writes c as a Go expression.

@@ -169,98 +169,14 @@ func layout(g graph, current string) *diagram {
 	for i, s := range g.States {
 		index[s.Name] = i
 	}
-	// Columns: breadth first from the initial state.
-	col := make([]int, len(g.States))
-	for i := range col {
-		col[i] = -1
-	}
-	start := 0
-	for i, s := range g.States {
-		if s.Initial {
-			start = i
-			break
-		}
-	}
-	var columns [][]int
-	col[start] = 0
-	queue := []int{start}
-	for len(queue) > 0 {
-		i := queue[0]
-		queue = queue[1:]
-		for len(columns) <= col[i] {
-			columns = append(columns, nil)
-		}
-		columns[col[i]] = append(columns[col[i]], i)
-		for _, e := range g.States[i].Out {
-			j, ok := index[e.To]
-			if ok && col[j] < 0 {
-				col[j] = col[i] + 1
-				queue = append(queue, j)
-			}
-		}
-	}
-	var unreached []int
-	for i := range g.States {
-		if col[i] < 0 {
-			col[i] = len(columns)
-			unreached = append(unreached, i)
-		}
-	}
-	if len(unreached) > 0 {
-		columns = append(columns, unreached)
-	}
+	start, col, columns := layoutColumns(g, index)
 
-	// Nodes, their notes and sizes.
-	nodes := make([]*diagramNode, len(g.States))
-	rows := 0
-	for c, members := range columns {
-		rows = max(rows, len(members))
-		for r, i := range members {
-			s := g.States[i]
-			n := &diagramNode{Name: s.Name, Initial: s.Initial, Final: s.Final, NeedsPerson: s.NeedsPerson,
-				Current: s.Name == current, Col: c, Row: r, H: nodeH}
-			var notes []string
-			if s.Initial {
-				notes = append(notes, "initial")
-			}
-			if s.Final {
-				notes = append(notes, "final")
-			}
-			if s.NeedsPerson {
-				notes = append(notes, "asks a person")
-			}
-			if n.Current {
-				notes = append(notes, "current")
-			}
-			n.Note = strings.Join(notes, " · ")
-			n.Title = s.Name
-			if n.Note != "" {
-				n.Title += " (" + n.Note + ")"
-			}
-			nodes[i] = n
-		}
-	}
-	colW := make([]int, len(columns))
-	for c, members := range columns {
-		w := 96
-		for _, i := range members {
-			w = max(w, textWidth(nodes[i].Name, 9)+28, textWidth(nodes[i].Note, 6.6)+28)
-		}
-		colW[c] = w
-	}
+	nodes, rows, colW := layoutNodes(g, columns, current)
 
 	// Edges: their kinds, and a lane for each that needs one. A lane
 	// route goes over the rows when its ends are in the upper half, under
 	// them otherwise.
-	type pending struct {
-		from, to int
-		e        graphEdge
-		kind     edgeKind
-		lane     int
-		above    bool
-		bulge    int // within a column: the how-many-th from the column
-	}
-	var edges []pending
+	var edges []pendingEdge
 	var above, below int
 	bulges := map[int]int{}
 	for i, s := range g.States {
@@ -269,7 +185,7 @@ func layout(g graph, current string) *diagram {
 			if !ok {
 				continue
 			}
-			p := pending{from: i, to: j, e: e}
+			p := pendingEdge{from: i, to: j, e: e}
 			switch {
 			case i == j:
 				p.kind = edgeSelf
@@ -329,46 +245,151 @@ func layout(g graph, current string) *diagram {
 		if p.e.After != "" {
 			de.After = "after " + p.e.After
 		}
-		sy, ty := s.Y+nodeH/2, t.Y+nodeH/2
-		switch p.kind {
-		case edgeSelf:
-			cx := s.CX()
-			de.Start, de.End = point{cx - 12, s.Y}, point{cx + 12, s.Y}
-			de.D = fmt.Sprintf("M %d %d C %d %d, %d %d, %d %d", cx-12, s.Y, cx-34, s.Y-36, cx+34, s.Y-36, cx+12, s.Y)
-			de.LabelX, de.LabelY = cx, s.Y-32
-		case edgeForward:
-			sx, tx := s.X+s.W, t.X
-			mid := (sx + tx) / 2
-			de.Start, de.End = point{sx, sy}, point{tx, ty}
-			de.D = fmt.Sprintf("M %d %d C %d %d, %d %d, %d %d", sx, sy, mid, sy, mid, ty, tx, ty)
-			de.LabelX, de.LabelY = mid, (sy+ty)/2-6
-		case edgeColumn:
-			sx, tx := s.X+s.W, t.X+t.W
-			out := sx + 36 + 10*p.bulge
-			de.Start, de.End = point{sx, sy}, point{tx, ty}
-			de.D = fmt.Sprintf("M %d %d C %d %d, %d %d, %d %d", sx, sy, out, sy, out, ty, tx, ty)
-			de.LabelX, de.LabelY, de.Anchor = out-6, (sy+ty)/2+4, "start"
-		case edgeLane:
-			// Out of the source's right side into the gap after its
-			// column, to the lane, along it, down the gap before the
-			// target's column into its left side.
-			off := 10 + 7*(p.lane%5)
-			sx, tx := s.X+s.W, t.X
-			outX, inX := sx+off, tx-off
-			var laneY int
-			if p.above {
-				laneY = top - loopRoom + 4 - p.lane*laneGap
-			} else {
-				laneY = gridBottom + 20 + p.lane*laneGap
-			}
-			de.Start, de.End = point{sx, sy}, point{tx, ty}
-			de.points = []point{{sx, sy}, {outX, sy}, {outX, laneY}, {inX, laneY}, {inX, ty}, {tx, ty}}
-			de.D = roundedPath(de.points, 6)
-			de.LabelX, de.LabelY = (outX+inX)/2, laneY-4
-		}
+		p.route(de, s, t, top, gridBottom)
 		d.Edges = append(d.Edges, de)
 	}
 	return d
+}
+
+// layoutNodes are the nodes of g's states, placed in columns (current
+// the object's state), with the most rows of a column and each column's
+// width.
+func layoutNodes(g graph, columns [][]int, current string) (nodes []*diagramNode, rows int, colW []int) {
+	nodes = make([]*diagramNode, len(g.States))
+	for c, members := range columns {
+		rows = max(rows, len(members))
+		for r, i := range members {
+			s := g.States[i]
+			n := &diagramNode{Name: s.Name, Initial: s.Initial, Final: s.Final, NeedsPerson: s.NeedsPerson,
+				Current: s.Name == current, Col: c, Row: r, H: nodeH}
+			var notes []string
+			if s.Initial {
+				notes = append(notes, "initial")
+			}
+			if s.Final {
+				notes = append(notes, "final")
+			}
+			if s.NeedsPerson {
+				notes = append(notes, "asks a person")
+			}
+			if n.Current {
+				notes = append(notes, "current")
+			}
+			n.Note = strings.Join(notes, " · ")
+			n.Title = s.Name
+			if n.Note != "" {
+				n.Title += " (" + n.Note + ")"
+			}
+			nodes[i] = n
+		}
+	}
+	colW = make([]int, len(columns))
+	for c, members := range columns {
+		w := 96
+		for _, i := range members {
+			w = max(w, textWidth(nodes[i].Name, 9)+28, textWidth(nodes[i].Note, 6.6)+28)
+		}
+		colW[c] = w
+	}
+	return nodes, rows, colW
+}
+
+// pendingEdge is a transition to draw: its ends, its kind, and its lane
+// or bulge.
+type pendingEdge struct {
+	from, to int
+	e        graphEdge
+	kind     edgeKind
+	lane     int
+	above    bool
+	bulge    int // within a column: the how-many-th from the column
+}
+
+// route draws p into de, from node s to node t: top is the grid's top,
+// gridBottom its bottom, between which lanes run above or below.
+func (p pendingEdge) route(de *diagramEdge, s, t *diagramNode, top, gridBottom int) {
+	sy, ty := s.Y+nodeH/2, t.Y+nodeH/2
+	switch p.kind {
+	case edgeSelf:
+		cx := s.CX()
+		de.Start, de.End = point{cx - 12, s.Y}, point{cx + 12, s.Y}
+		de.D = fmt.Sprintf("M %d %d C %d %d, %d %d, %d %d", cx-12, s.Y, cx-34, s.Y-36, cx+34, s.Y-36, cx+12, s.Y)
+		de.LabelX, de.LabelY = cx, s.Y-32
+	case edgeForward:
+		sx, tx := s.X+s.W, t.X
+		mid := (sx + tx) / 2
+		de.Start, de.End = point{sx, sy}, point{tx, ty}
+		de.D = fmt.Sprintf("M %d %d C %d %d, %d %d, %d %d", sx, sy, mid, sy, mid, ty, tx, ty)
+		de.LabelX, de.LabelY = mid, (sy+ty)/2-6
+	case edgeColumn:
+		sx, tx := s.X+s.W, t.X+t.W
+		out := sx + 36 + 10*p.bulge
+		de.Start, de.End = point{sx, sy}, point{tx, ty}
+		de.D = fmt.Sprintf("M %d %d C %d %d, %d %d, %d %d", sx, sy, out, sy, out, ty, tx, ty)
+		de.LabelX, de.LabelY, de.Anchor = out-6, (sy+ty)/2+4, "start"
+	case edgeLane:
+		// Out of the source's right side into the gap after its
+		// column, to the lane, along it, down the gap before the
+		// target's column into its left side.
+		off := 10 + 7*(p.lane%5)
+		sx, tx := s.X+s.W, t.X
+		outX, inX := sx+off, tx-off
+		var laneY int
+		if p.above {
+			laneY = top - loopRoom + 4 - p.lane*laneGap
+		} else {
+			laneY = gridBottom + 20 + p.lane*laneGap
+		}
+		de.Start, de.End = point{sx, sy}, point{tx, ty}
+		de.points = []point{{sx, sy}, {outX, sy}, {outX, laneY}, {inX, laneY}, {inX, ty}, {tx, ty}}
+		de.D = roundedPath(de.points, 6)
+		de.LabelX, de.LabelY = (outX+inX)/2, laneY-4
+	}
+}
+
+// layoutColumns places g's states in columns, breadth first from the
+// initial state (start; col gives each state's column), the states no
+// transition reaches in a last column of their own. index is each state's
+// position by name.
+func layoutColumns(g graph, index map[string]int) (start int, col []int, columns [][]int) {
+	col = make([]int, len(g.States))
+	for i := range col {
+		col[i] = -1
+	}
+	for i, s := range g.States {
+		if s.Initial {
+			start = i
+			break
+		}
+	}
+	col[start] = 0
+	queue := []int{start}
+	for len(queue) > 0 {
+		i := queue[0]
+		queue = queue[1:]
+		for len(columns) <= col[i] {
+			columns = append(columns, nil)
+		}
+		columns[col[i]] = append(columns[col[i]], i)
+		for _, e := range g.States[i].Out {
+			j, ok := index[e.To]
+			if ok && col[j] < 0 {
+				col[j] = col[i] + 1
+				queue = append(queue, j)
+			}
+		}
+	}
+	var unreached []int
+	for i := range g.States {
+		if col[i] < 0 {
+			col[i] = len(columns)
+			unreached = append(unreached, i)
+		}
+	}
+	if len(unreached) > 0 {
+		columns = append(columns, unreached)
+	}
+	return start, col, columns
 }
 
 func maxValue(m map[int]int) int {

@@ -89,55 +89,15 @@ func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
 	data := map[string]any{"Op": op, "OpName": opName, "Namespace": ns, "Name": name, "Kind": gvk.Kind, "NoActions": noActions(op),
 		"Owned": owned, "Watched": watched}
 
-	var obj *unstructured.Unstructured
-	if !gvk.Empty() {
-		obj = &unstructured.Unstructured{}
-		obj.SetGroupVersionKind(gvk)
-		err := s.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
-		switch {
-		case apierrors.IsNotFound(err):
-			obj = nil
-			v.Notices = append(v.Notices, fmt.Sprintf("%s %s does not exist (any more): its runs are below.", gvk.Kind, objectLabel(ns, name)))
-		case err != nil:
-			obj = nil
-			v.Notices = append(v.Notices, fmt.Sprintf("%s %s cannot be read from the cluster: %v", gvk.Kind, objectLabel(ns, name), err))
-		}
+	obj, notice := s.readObject(ctx, gvk, ns, name)
+	if notice != "" {
+		v.Notices = append(v.Notices, notice)
 	}
 	if obj != nil {
-		events, err := s.events(ctx, obj)
-		if err != nil {
-			v.Notices = append(v.Notices, "Events cannot be read: "+err.Error())
-		}
-		if owned {
-			st, msg := stateOf(obj)
-			data["State"], data["Message"] = st, msg
-			_, data["Paused"] = obj.GetAnnotations()[v1alpha1.PauseAnnotation]
-			data["Children"] = children(obj)
-			if op != nil {
-				v.Notices = append(v.Notices, s.lifeCycle(ctx, u, op, obj, events, data)...)
-			}
-		}
-		data["Conditions"] = conditions(obj)
-		data["YAML"] = objectYAML(obj)
-		data["Events"] = events
-		data["Exists"] = true
+		v.Notices = append(v.Notices, s.objectData(ctx, u, op, obj, owned, data)...)
 	}
 	if watched {
-		switch {
-		case recErr != nil:
-			v.Notices = append(v.Notices, "Its state record cannot be read: "+recErr.Error())
-		case rec == nil:
-			data["State"], data["Message"] = stateUnknown, "no state recorded: opkit does not watch it (any more), or has not seen it yet"
-		default:
-			row := watchedRow(*rec)
-			data["State"], data["Message"], data["Recorded"] = row.State, row.Message, rec.UpdatedAt
-			if decoded != nil && decoded.State != nil {
-				data["Handlers"] = handlerStates(decoded.State)
-			}
-			if obj == nil && decoded != nil && decoded.Object != nil {
-				data["LastSeenYAML"] = objectYAML(&unstructured.Unstructured{Object: decoded.Object})
-			}
-		}
+		v.Notices = append(v.Notices, watchedData(data, obj, rec, decoded, recErr)...)
 	}
 	query := archive.Query{Operator: opName, Namespace: ns, Name: name, Limit: 50, Cursor: cursor}
 	if op == nil || !op.Owns() {
@@ -166,6 +126,71 @@ func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
 	}
 	v.Data = data
 	return "timeline", v, nil
+}
+
+// readObject reads the object of kind gvk (none: nil) from the cluster;
+// nil, with a notice saying why, when it does not exist or cannot be read.
+func (s *Server) readObject(ctx context.Context, gvk schema.GroupVersionKind, ns, name string) (*unstructured.Unstructured, string) {
+	if gvk.Empty() {
+		return nil, ""
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(gvk)
+	err := s.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Sprintf("%s %s does not exist (any more): its runs are below.", gvk.Kind, objectLabel(ns, name))
+	case err != nil:
+		return nil, fmt.Sprintf("%s %s cannot be read from the cluster: %v", gvk.Kind, objectLabel(ns, name), err)
+	}
+	return obj, ""
+}
+
+// objectData puts into data what the timeline shows of obj, as read: its
+// state, children and life cycle (an object opkit owns), its conditions,
+// YAML and Events. It returns the notices of what could not be read.
+func (s *Server) objectData(ctx context.Context, u *user, op *operator, obj *unstructured.Unstructured, owned bool, data map[string]any) []string {
+	var notices []string
+	events, err := s.events(ctx, obj)
+	if err != nil {
+		notices = append(notices, "Events cannot be read: "+err.Error())
+	}
+	if owned {
+		st, msg := stateOf(obj)
+		data["State"], data["Message"] = st, msg
+		_, data["Paused"] = obj.GetAnnotations()[v1alpha1.PauseAnnotation]
+		data["Children"] = children(obj)
+		if op != nil {
+			notices = append(notices, s.lifeCycle(ctx, u, op, obj, events, data)...)
+		}
+	}
+	data["Conditions"] = conditions(obj)
+	data["YAML"] = objectYAML(obj)
+	data["Events"] = events
+	data["Exists"] = true
+	return notices
+}
+
+// watchedData puts into data what the archive's state record of a
+// watched object says (rec, decoded; recErr when it cannot be read), obj
+// as read (nil: gone). It returns the notices of what could not be read.
+func watchedData(data map[string]any, obj *unstructured.Unstructured, rec *archive.State, decoded *watchRecord, recErr error) []string {
+	switch {
+	case recErr != nil:
+		return []string{"Its state record cannot be read: " + recErr.Error()}
+	case rec == nil:
+		data["State"], data["Message"] = stateUnknown, "no state recorded: opkit does not watch it (any more), or has not seen it yet"
+	default:
+		row := watchedRow(*rec)
+		data["State"], data["Message"], data["Recorded"] = row.State, row.Message, rec.UpdatedAt
+		if decoded != nil && decoded.State != nil {
+			data["Handlers"] = handlerStates(decoded.State)
+		}
+		if obj == nil && decoded != nil && decoded.Object != nil {
+			data["LastSeenYAML"] = objectYAML(&unstructured.Unstructured{Object: decoded.Object})
+		}
+	}
+	return nil
 }
 
 func cursorQuery(cursor string) string {

@@ -15,8 +15,8 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
-	"github.com/opkit-dev/opkit/internal/run"
 	"github.com/opkit-dev/opkit/internal/source"
+	"github.com/opkit-dev/opkit/internal/webhook"
 )
 
 // The hooks listener receives the deliveries of the operators' webhook
@@ -128,12 +128,12 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if def == nil {
-		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("no operator %q runs here", run.ClipName(opName))})
+		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("no operator %q runs here", webhook.ClipName(opName))})
 		return
 	}
 	src := def.EventSource(srcName)
 	if src == nil {
-		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("operator %s has no source %q", opName, run.ClipName(srcName))})
+		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("operator %s has no source %q", opName, webhook.ClipName(srcName))})
 		return
 	}
 	if src.Consumed() {

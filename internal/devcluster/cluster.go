@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -247,76 +245,6 @@ func firstLine(err error) string {
 	return s
 }
 
-// reservePorts checks the requested ports and picks free ones for the rest.
-// Picked ports lie below the kernel's ephemeral range: a port from that range
-// can be taken, between this check and the component's bind, by any outgoing
-// connection on the host, and the plane makes many.
-func reservePorts(opts Options) (map[string]int, error) {
-	requested := []struct {
-		name string
-		port int
-	}{
-		{"kube-apiserver", opts.APIServerPort},
-		{"etcd", opts.EtcdPort},
-		{"etcd-peer", 0},
-		{"kube-controller-manager", 0},
-		{"kube-scheduler", 0},
-		{"dev-node", 0},
-		{"dev-node-proxy", 0},
-	}
-	ports := map[string]int{}
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			l.Close()
-		}
-	}()
-	for _, r := range requested {
-		var l net.Listener
-		var err error
-		if r.port != 0 {
-			if l, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))); err != nil {
-				return nil, fmt.Errorf("%s: %w: 127.0.0.1:%d (%w); choose another port or stop what listens there", r.name, ErrPortInUse, r.port, err)
-			}
-		} else if l, err = listenFree(); err != nil {
-			return nil, fmt.Errorf("finding a free port for %s: %w", r.name, err)
-		}
-		held = append(held, l)
-		ports[r.name] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
-}
-
-// listenFree binds a random free port on 127.0.0.1 between 10000 and the
-// start of the ephemeral range, or any free port if none is found there.
-func listenFree() (net.Listener, error) {
-	low, high := 10000, ephemeralStart()
-	for i := 0; i < 50 && high > low; i++ {
-		port := low + rand.IntN(high-low)
-		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
-			return l, nil
-		}
-	}
-	return net.Listen("tcp", "127.0.0.1:0")
-}
-
-// ephemeralStart returns the first port of the kernel's ephemeral range.
-func ephemeralStart() int {
-	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768 // Linux's default
-	}
-	fields := strings.Fields(string(data))
-	if len(fields) == 0 {
-		return 32768
-	}
-	n, err := strconv.Atoi(fields[0])
-	if err != nil {
-		return 32768
-	}
-	return n
-}
-
 func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 	begin := time.Now()
 	p := pki{dir: filepath.Join(c.dataDir, "pki")}
@@ -353,66 +281,12 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 	defer cancel()
 
 	// etcd first, then the apiserver, then the controllers that talk to it.
-	etcdURL := "https://127.0.0.1:" + strconv.Itoa(c.ports["etcd"])
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(c.ports["etcd-peer"])
-	etcdArgs := []string{
-		"--name=opkit", "--data-dir=" + filepath.Join(c.dataDir, "etcd"),
-		"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
-		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
-		"--initial-cluster=opkit=" + peerURL,
-		"--cert-file=" + p.cert("etcd-server"), "--key-file=" + p.key("etcd-server"),
-		"--trusted-ca-file=" + p.cert("ca"), "--client-cert-auth",
-		"--log-level=warn",
-	}
-	if c.tempData {
-		etcdArgs = append(etcdArgs, "--unsafe-no-fsync")
-	}
+	etcdURL, etcdArgs := c.etcdArgs(p)
 	if err := c.launch(bins, Etcd, etcdArgs, logs); err != nil {
 		return err
 	}
 
-	apiArgs := []string{
-		"--advertise-address=127.0.0.1", "--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(c.ports["kube-apiserver"]),
-		"--etcd-servers=" + etcdURL,
-		"--etcd-cafile=" + p.cert("ca"), "--etcd-certfile=" + p.cert("apiserver-etcd-client"), "--etcd-keyfile=" + p.key("apiserver-etcd-client"),
-		"--tls-cert-file=" + p.cert("apiserver"), "--tls-private-key-file=" + p.key("apiserver"),
-		"--client-ca-file=" + p.cert("ca"),
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + p.path("sa.pub"),
-		"--service-account-signing-key-file=" + p.path("sa.key"),
-		"--service-cluster-ip-range=" + serviceCIDR,
-		"--authorization-mode=Node,RBAC",
-		// The "kubernetes" Service cannot have a loopback endpoint; without
-		// this the apiserver retries an invalid write every 10s, forever.
-		"--endpoint-reconciler-type=none",
-		"--allow-privileged=false",
-		// How `kubectl logs` reaches the dev node's kubelet API.
-		"--kubelet-client-certificate=" + p.cert("apiserver-kubelet-client"),
-		"--kubelet-client-key=" + p.key("apiserver-kubelet-client"),
-		"--kubelet-certificate-authority=" + p.cert("ca"),
-		"--kubelet-preferred-address-types=InternalIP",
-		"--profiling=false",
-		// The aggregation layer: kube-apiserver proxies an APIService's
-		// requests with the front-proxy client certificate and names the
-		// user in these headers; it publishes the CA and the names in
-		// kube-system/extension-apiserver-authentication for aggregated
-		// servers to verify them. --enable-aggregator-routing stays off,
-		// so that an APIService's Service of type ExternalName is reached
-		// at its externalName (a server on this host: 127.0.0.1), with no
-		// cluster network.
-		"--requestheader-client-ca-file=" + p.cert("front-proxy-ca"),
-		"--requestheader-allowed-names=" + frontProxyClientCN,
-		"--requestheader-username-headers=X-Remote-User",
-		"--requestheader-group-headers=X-Remote-Group",
-		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--proxy-client-cert-file=" + p.cert("front-proxy-client"),
-		"--proxy-client-key-file=" + p.key("front-proxy-client"),
-	}
-	if c.opts.Lean {
-		apiArgs = append(apiArgs, "--enable-priority-and-fairness=false")
-	}
-	apiArgs = append(apiArgs, c.opts.APIServerFlags...)
+	apiArgs := c.apiServerArgs(p, etcdURL)
 	if err := c.launch(bins, KubeAPIServer, apiArgs, logs, c.apiServerEnv()...); err != nil {
 		return err
 	}
@@ -457,25 +331,7 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 		return err
 	}
 	if c.opts.DevNode {
-		nodeConfig, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.dataDir, "dev-node.kubeconfig"))
-		if err != nil {
-			return err
-		}
-		if err := bindNodeRoles(ctx, c.rest, devnode.DefaultName); err != nil {
-			return err
-		}
-		c.node, err = devnode.Start(ctx, devnode.Options{
-			Config:      nodeConfig,
-			Dir:         filepath.Join(c.dataDir, "pods"),
-			ServingCert: p.cert("loopback-serving"), ServingKey: p.key("loopback-serving"),
-			ClientCA:  p.cert("ca"),
-			Port:      c.ports["dev-node"],
-			ProxyPort: c.ports["dev-node-proxy"],
-			Version:   KubernetesVersion,
-			Log:       c.opts.Log,
-			Opkit:     c.opts.Opkit,
-		})
-		if err != nil {
+		if err := c.startDevNode(ctx, p); err != nil {
 			return err
 		}
 	}
@@ -484,50 +340,28 @@ func (c *Cluster) start(ctx context.Context, bins Binaries) error {
 	return nil
 }
 
-// apiServerEnv sends kube-apiserver's connections to Services through the
-// dev node's proxy, which resolves a Service's ClusterIP (or name) to a
-// ready endpoint as kube-proxy would: the aggregation layer dials an
-// APIService's Service at its ClusterIP (a runs API in a Pod, as the
-// generated manifests make it), and no ClusterIP routes on this host.
-// Loopback is dialed as it is (etcd, the kubelet API, an ExternalName
-// Service's 127.0.0.1), as is the Pods' address (HostAddress). Without a
-// dev node, none: there are no Pods to reach.
-func (c *Cluster) apiServerEnv() []string {
-	if !c.opts.DevNode {
-		return nil
+// startDevNode starts the dev node (package devnode), which runs the
+// plane's Pods on this host.
+func (c *Cluster) startDevNode(ctx context.Context, p pki) error {
+	nodeConfig, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.dataDir, "dev-node.kubeconfig"))
+	if err != nil {
+		return err
 	}
-	proxy := "http://127.0.0.1:" + strconv.Itoa(c.ports["dev-node-proxy"])
-	noProxy := "127.0.0.1,localhost,::1," + devnode.HostAddress()
-	return []string{"HTTPS_PROXY=" + proxy, "HTTP_PROXY=" + proxy, "NO_PROXY=" + noProxy,
-		"https_proxy=" + proxy, "http_proxy=" + proxy, "no_proxy=" + noProxy}
-}
-
-// controllersFlag is kube-controller-manager's --controllers: every
-// controller on by default, less LeanOffControllers for a lean plane.
-func controllersFlag(lean bool) string {
-	list := "*"
-	if lean {
-		for _, name := range LeanOffControllers {
-			list += ",-" + name
-		}
+	if err := bindNodeRoles(ctx, c.rest, devnode.DefaultName); err != nil {
+		return err
 	}
-	return "--controllers=" + list
-}
-
-// componentArgs are the flags kube-controller-manager and kube-scheduler
-// share: their identity, loopback serving with the plane's CA, no leader
-// election.
-func componentArgs(p pki, kubeconfig string, port int) []string {
-	return []string{
-		"--kubeconfig=" + kubeconfig,
-		"--authentication-kubeconfig=" + kubeconfig,
-		"--authorization-kubeconfig=" + kubeconfig,
-		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
-		"--tls-cert-file=" + p.cert("loopback-serving"), "--tls-private-key-file=" + p.key("loopback-serving"),
-		"--client-ca-file=" + p.cert("ca"),
-		"--leader-elect=false",
-		"--profiling=false",
-	}
+	c.node, err = devnode.Start(ctx, devnode.Options{
+		Config:      nodeConfig,
+		Dir:         filepath.Join(c.dataDir, "pods"),
+		ServingCert: p.cert("loopback-serving"), ServingKey: p.key("loopback-serving"),
+		ClientCA:  p.cert("ca"),
+		Port:      c.ports["dev-node"],
+		ProxyPort: c.ports["dev-node-proxy"],
+		Version:   KubernetesVersion,
+		Log:       c.opts.Log,
+		Opkit:     c.opts.Opkit,
+	})
+	return err
 }
 
 // launch starts component b with args, and env added to this process's

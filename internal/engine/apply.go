@@ -5,13 +5,18 @@ import (
 	"fmt"
 	"slices"
 
+	"k8s.io/apiserver/pkg/cel/openapi/resolver"
+	"k8s.io/client-go/discovery/cached/memory"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/internal/compat"
+	"github.com/opkit-dev/opkit/internal/converge"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/delivery"
+	"github.com/opkit-dev/opkit/internal/watch"
 )
 
 // Apply installs or updates the definition's CRD, waits until it is
@@ -26,7 +31,7 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	if err := e.waitStarted(ctx); err != nil {
 		return err
 	}
-	if err := e.checkScope(d); err != nil {
+	if err := checkScope(d, e.opts.Namespace, e.mgr.GetRESTMapper()); err != nil {
 		return err
 	}
 	// Refuse a definition whose children the cluster cannot hold before
@@ -36,7 +41,7 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 			return fmt.Errorf("operator %s: child %s: kind %s is not served by the cluster: %w", d.Operator.Name, child.ID, child.GVK, err)
 		}
 	}
-	if err := e.checkRelated(ctx, d); err != nil {
+	if err := converge.CheckRelated(ctx, d, e.mgr.GetRESTMapper(), e.clientset.AuthorizationV1().SelfSubjectAccessReviews(), e.opts.Namespace); err != nil {
 		return err
 	}
 	if (len(d.Handlers) > 0 || len(d.Admission) > 0) && e.opts.Archive == nil {
@@ -45,7 +50,7 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	if d.States != nil && e.opts.Archive == nil {
 		return fmt.Errorf("operator %s: states need a run archive, which records every transition, and the engine has none", d.Operator.Name)
 	}
-	if len(d.Admission) > 0 && e.webhook == nil {
+	if len(d.Admission) > 0 && e.webhooks.Server == nil {
 		return fmt.Errorf("operator %s: admission handlers (on validate or mutate) are served by the engine's webhook server, and it runs none: give it an address (opkit run --webhook-addr)", d.Operator.Name)
 	}
 	if len(d.Sources) > 0 {
@@ -57,7 +62,7 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 				return err
 			}
 		}
-		if err := e.ensureRedeliveries(ctx); err != nil {
+		if err := e.redeliveries.Start(ctx, e.ctx); err != nil {
 			return fmt.Errorf("operator %s: %w", d.Operator.Name, err)
 		}
 	}
@@ -66,14 +71,14 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	}
 	// The CRD's conversion is the webhook server's: without one, every
 	// read at a version other than the stored one would fail.
-	if err := e.checkConversion(ctx, d); err != nil {
+	if err := e.webhooks.CheckConversion(ctx, d); err != nil {
 		return err
 	}
 	d, err := e.typed(d)
 	if err != nil {
 		return err
 	}
-	crd := e.installedCRD(d)
+	crd := e.webhooks.CRD(d)
 	// Never take over a CRD that another Operator, or someone else, made.
 	var existing apiextensionsv1.CustomResourceDefinition
 	err = e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: crd.Name}, &existing)
@@ -96,10 +101,10 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 			}
 		}
 	}
-	if err := e.installCRD(ctx, d); err != nil {
+	if err := e.webhooks.InstallCRD(ctx, d); err != nil {
 		return fmt.Errorf("operator %s: installing CRD %s: %w", d.Operator.Name, crd.Name, err)
 	}
-	if err := e.waitEstablished(ctx, crd.Name); err != nil {
+	if err := e.crds.WaitEstablished(ctx, crd.Name); err != nil {
 		return fmt.Errorf("operator %s: CRD %s: %w", d.Operator.Name, crd.Name, err)
 	}
 	if e.opts.MigrateStorage {
@@ -107,31 +112,22 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 			return fmt.Errorf("operator %s: %w", d.Operator.Name, err)
 		}
 	}
-	if err := e.syncFinalizerPolicy(ctx, d); err != nil {
+	if err := e.finalizers.Sync(ctx, d); err != nil {
 		return fmt.Errorf("operator %s: the admission policy that adds its finalizer: %w", d.Operator.Name, err)
 	}
 	if err := e.admission.Set(d); err != nil {
 		return err
 	}
-	if err := e.restart(ctx, d, e.startController); err != nil {
+	if err := e.restart(ctx, d); err != nil {
 		return err
 	}
-	return e.serveAdmission(ctx, d)
+	return e.webhooks.Admit(ctx, d)
 }
 
-// restart stops the running operator of d's name, if any, and starts d
-// with start.
-func (e *Engine) restart(ctx context.Context, d *definition.Definition, start func(*definition.Definition) (*operator, error)) error {
-	e.mu.Lock()
-	old := e.running[d.Operator.Name]
-	delete(e.running, d.Operator.Name)
-	e.restarting[d.Operator.Name] = true
-	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		delete(e.restarting, d.Operator.Name)
-		e.mu.Unlock()
-	}()
+// restart stops the running operator of d's name, if any, and starts d.
+func (e *Engine) restart(ctx context.Context, d *definition.Definition) error {
+	old := e.running.take(d.Operator.Name, true)
+	defer e.running.restarted(d.Operator.Name) // not running, if it did not start
 	if old != nil {
 		old.stop()
 	}
@@ -140,30 +136,31 @@ func (e *Engine) restart(ctx context.Context, d *definition.Definition, start fu
 		// the old schema (dropping new fields) until the API server closes
 		// them, up to a minute later: list and watch again. (A watch
 		// operator's watch is its own, and stopped with it.)
-		if err := e.removeInformer(ctx, old.def.GVK); err != nil {
+		if err := removeInformer(ctx, e.mgr.GetCache(), old.def.GVK); err != nil {
 			return fmt.Errorf("operator %s: restarting the watch of %s: %w", d.Operator.Name, old.def.GVK.Kind, err)
 		}
 	}
-	op, err := start(d)
+	started, err := e.start(d)
 	if err != nil {
 		return err
 	}
-
 	if len(d.Sources) > 0 {
-		if op.events, err = delivery.Start(e.ctx, d, op.runner, delivery.Options{Archive: e.opts.Archive, Client: e.client, Namespace: e.opts.Namespace, Logger: e.mgr.GetLogger()}); err != nil {
-			op.stop()
+		if started.events, err = delivery.Start(e.ctx, d, started.runner, delivery.Options{Archive: e.opts.Archive, Client: e.client, Namespace: e.opts.Namespace, Logger: e.mgr.GetLogger()}); err != nil {
+			started.stop()
 			return err
 		}
-		if err := e.startConsumers(op); err != nil {
-			op.stop()
-			return err
+		// A consumer for each consumed source, its messages queued on
+		// the operator's queue; none with Options.ConsumeNothing.
+		if !e.opts.ConsumeNothing {
+			if started.consumers, err = e.receiver.StartConsumers(e.ctx, d, started.events); err != nil {
+				started.stop()
+				return err
+			}
 		}
 	}
-	e.mu.Lock()
-	e.running[d.Operator.Name] = op
-	e.mu.Unlock()
+	e.running.put(d.Operator.Name, started)
 	if len(d.Sources) > 0 {
-		go e.wakeRedeliveries(e.ctx) // those left while it did not run
+		go e.redeliveries.Wake(e.ctx) // those left while it did not run
 	}
 	return nil
 }
@@ -182,7 +179,7 @@ func (e *Engine) applyUnowned(ctx context.Context, d *definition.Definition) err
 			defer close(done)
 			typed, typedErr = e.typed(d)
 		}()
-		err := e.checkWatch(ctx, d)
+		err := watch.Check(ctx, e.drivers.watchConfig(d), d)
 		<-done
 		if err != nil {
 			return err // before the schemas': it names what is missing
@@ -192,18 +189,16 @@ func (e *Engine) applyUnowned(ctx context.Context, d *definition.Definition) err
 		}
 		d = typed
 	}
-	start := e.startCalendar
-	if d.Watch != nil {
-		start = e.startWatch
-	}
-	return e.restart(ctx, d, start)
+	return e.restart(ctx, d)
 }
 
 // typed returns d with the schemas of the kinds it reads, resolved from
-// the API server, unless it has them already.
+// the schemas the API server publishes (/openapi/v3, each group-version
+// fetched once per call: a new one sees the kinds installed since),
+// unless it has them already.
 func (e *Engine) typed(d *definition.Definition) (*definition.Definition, error) {
 	if d.Typed() {
 		return d, nil
 	}
-	return d.WithSchemas(e.schemaResolver())
+	return d.WithSchemas(&resolver.ClientDiscoveryResolver{Discovery: memory.NewMemCacheClient(e.discovery)})
 }

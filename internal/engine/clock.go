@@ -1,7 +1,5 @@
 package engine
 
-import "github.com/opkit-dev/opkit/internal/run"
-
 // What the definitions schedule is timed by Options.Clock: per-object
 // schedules and requeues, the retry delays of failed runs (of objects and
 // of the operator's own runs), operator-wide schedules, and the times
@@ -26,13 +24,9 @@ import "github.com/opkit-dev/opkit/internal/run"
 // of an object with nothing due writes nothing.
 func (e *Engine) ClockStepped() {
 	e.clockSteps.Step()
-	e.mu.Lock()
-	runners := make([]*run.Runner, 0, len(e.running))
-	for _, op := range e.running {
-		runners = append(runners, op.runners()...)
-	}
-	e.mu.Unlock()
-	for _, rn := range runners {
-		rn.WakeAll()
+	for _, op := range e.running.all() {
+		for _, rn := range op.runners() {
+			rn.WakeAll()
+		}
 	}
 }

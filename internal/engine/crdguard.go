@@ -85,11 +85,11 @@ func (e *Engine) guardCRDs(ctx context.Context) error {
 // reinstall installs the CRD of a running operator again, if it is gone,
 // and restarts its controller.
 func (e *Engine) reinstall(ctx context.Context, name string) error {
-	d := e.definition(name)
+	d := e.running.definition(name)
 	if d == nil {
 		return nil // not run here, or removed since
 	}
-	crd := e.installedCRD(d)
+	crd := e.webhooks.CRD(d)
 	var live apiextensionsv1.CustomResourceDefinition
 	err := e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: crd.Name}, &live)
 	switch {
@@ -131,7 +131,7 @@ func (e *Engine) reinstall(ctx context.Context, name string) error {
 // clusterOperator returns the Operator object of a running operator when
 // it was read from the cluster (not from a file), else nil.
 func (e *Engine) clusterOperator(ctx context.Context, name string) *v1alpha1.Operator {
-	d := e.definition(name)
+	d := e.running.definition(name)
 	if d == nil || d.Source != "" {
 		return nil
 	}

@@ -5,7 +5,7 @@
 // (docs/architecture.md draws it whole):
 //
 //	changes   the drivers: the reconcile of custom resources, their
-//	          children and related objects (reconcile.go, related.go),
+//	          children and related objects (package converge),
 //	          watches (package watch), the calendar of operator-wide schedules
 //	          (package calendar), due times on the clock (clock.go), webhook
 //	          deliveries and the consumed sources' messages (package
@@ -83,7 +83,7 @@
 // it; one that cannot be rendered now keeps its entry. Related objects
 // (spec.related) are read from a cache at each reconcile, before the
 // children, never written; a change of one reconciles exactly the custom
-// resources that refer to it (package related, related.go).
+// resources that refer to it (packages converge and related).
 //
 // # Watches and operator-wide schedules
 //
@@ -138,7 +138,7 @@
 // answered by package admission. The engine applies a Validating and a
 // MutatingWebhookConfiguration per operator that has them, with the
 // server's caBundle, again at each rotation, and deletes them with the
-// operator (webhooks.go).
+// operator (package webhook's Operators).
 //
 // # Conversion
 //
@@ -147,7 +147,7 @@
 // /convert/<operator>, which converts by the declared expressions
 // (package conversion); the CRD's caBundle is applied again at each
 // rotation. An engine without a webhook server refuses such an operator
-// (convert.go).
+// (package webhook's Operators).
 //
 // # One namespace, a test's clock, stubs
 //

@@ -31,6 +31,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/finalizer"
 )
 
 // The test binary is its own handler (built again without the race
@@ -234,6 +235,14 @@ func testHandlerRun(dec *json.Decoder) int {
 		return 0
 	case "slow":
 		time.Sleep(2 * time.Second) // the handler's timeout is at least 6s
+		// And on while the test holds it (OUT.hold exists), so that what
+		// the test does meanwhile happens during the run however slow the
+		// machine is.
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if _, err := os.Stat(os.Getenv("OUT") + ".hold"); err != nil {
+				break
+			}
+		}
 	case "sleepfirst":
 		// The first run sleeps, to be interrupted; a run with a key seen
 		// before ends at once.
@@ -448,8 +457,8 @@ func TestHandlersFireOnCreateUpdateAndDeleteWithTheirContext(t *testing.T) {
 		outcome, _, _ := unstructured.NestedString(obj.Object, "status", "opkit", "lastRun", "outcome")
 		return recorded == "first" && outcome == "Succeeded", nil
 	})
-	if !slices.Contains(obj.GetFinalizers(), engine.FinalizerName("tasks")) {
-		t.Errorf("finalizers %v lack %s", obj.GetFinalizers(), engine.FinalizerName("tasks"))
+	if !slices.Contains(obj.GetFinalizers(), finalizer.Name("tasks")) {
+		t.Errorf("finalizers %v lack %s", obj.GetFinalizers(), finalizer.Name("tasks"))
 	}
 
 	// A change outside the fields filter runs nothing, but is recorded as
@@ -511,11 +520,19 @@ func TestUpdatesDuringARunCoalesceIntoOneUpdate(t *testing.T) {
 	}()
 
 	obj := task(env.Namespace, "busy", "slow", "v1")
+	// The create run takes 2s, and goes on until the hold is removed:
+	// three changes come while it runs.
+	hold := out + ".hold"
+	if err := os.WriteFile(hold, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	create(t, env, obj)
 	waitRecords(t, out, "busy", 1, "the create run starts")
-	// The create run takes 2s; three changes come while it runs.
 	for _, text := range []string{"v2", "v3", "v4"} {
 		setSpec(t, env, obj, "text", text)
+	}
+	if err := os.Remove(hold); err != nil {
+		t.Fatal(err)
 	}
 	waitRecords(t, out, "busy", 2, "the update run")
 	time.Sleep(4 * time.Second) // a third run would have started by now
@@ -904,7 +921,7 @@ func TestAnotherControllersFinalizerIsNeverTouched(t *testing.T) {
 		if err := env.Client.Get(ctx, key, obj); err != nil {
 			return false, err
 		}
-		return slices.Contains(obj.GetFinalizers(), engine.FinalizerName("tasks")), nil
+		return slices.Contains(obj.GetFinalizers(), finalizer.Name("tasks")), nil
 	})
 	if fins := obj.GetFinalizers(); !slices.Contains(fins, other) || len(fins) != 2 {
 		t.Fatalf("finalizers %v; want ours and %s", fins, other)
@@ -1310,7 +1327,7 @@ func TestObjectsDeletedWhileTheEngineIsCutOffGetTheirDeleteHandlers(t *testing.T
 		if err := env.Client.Create(ctx, probe, client.DryRunAll); err != nil {
 			return false, err
 		}
-		return slices.Contains(probe.GetFinalizers(), engine.FinalizerName("tasks")), nil
+		return slices.Contains(probe.GetFinalizers(), finalizer.Name("tasks")), nil
 	})
 
 	proxy.Freeze()

@@ -36,14 +36,14 @@ func get(t *testing.T, h http.Handler, path string) (int, string) {
 
 func TestReadyzNamesEachFailingCheckAndHealthzStaysUp(t *testing.T) {
 	t.Parallel()
-	e := &Engine{started: make(chan struct{}), stopped: make(chan struct{})}
+	e := &Engine{started: make(chan struct{}), stopped: make(chan struct{}), running: newRegistry()}
 	rec := &insertRecorder{}
 	e.archive = health.NewArchiveWriter(rec, func(string) {}, prometheus.NewGauge(prometheus.GaugeOpts{Name: "writable"}))
 	insert := func(err error) {
 		rec.err = err
 		_ = e.archive.Insert(t.Context(), &archive.Run{})
 	}
-	h := e.handler()
+	h := health.Handler(e.readyChecks(), &health.Lease{Leading: e.Leading})
 
 	for _, tc := range []struct {
 		what    string

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"fmt"
 
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -29,11 +28,12 @@ const (
 	runnersPortName = "runners"
 )
 
-// publishEndpoint is a runnable of the acting engine: it writes the
+// publish adds to mgr a runnable of the acting engine that writes the
 // EndpointSlice h with this engine's address and the port listenAddr
-// bound, and empties it once ctx ends. what says what is routed.
-func (e *Engine) publishEndpoint(h *HooksEndpoint, portName, what, listenAddr string) func(ctx context.Context) error {
-	return endpoint.Publish(e.client, e.mgr.GetAPIReader(), e.mgr.GetLogger(), h, portName, what, listenAddr)
+// bound, and empties it once the engine stops (endpoint.Publish). what
+// says what is routed.
+func publish(mgr manager.Manager, h *HooksEndpoint, portName, what, listenAddr string) error {
+	return mgr.Add(manager.RunnableFunc(endpoint.Publish(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetLogger(), h, portName, what, listenAddr)))
 }
 
 // RunnersEndpoint names the EndpointSlice of the runners Service, which
@@ -64,5 +64,5 @@ func (e *Engine) publishRunners() error {
 		return fmt.Errorf("engine: the runners EndpointSlice %s/%s needs the runner API's address", r.Namespace, r.Name)
 	}
 	// A runnable that needs leadership: only the acting engine writes it.
-	return e.mgr.Add(manager.RunnableFunc(e.publishEndpoint(&r.HooksEndpoint, runnersPortName, "runner API calls", r.Addr)))
+	return publish(e.mgr, &r.HooksEndpoint, runnersPortName, "runner API calls", r.Addr)
 }

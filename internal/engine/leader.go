@@ -2,14 +2,10 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
@@ -107,57 +103,7 @@ func (e *Engine) Leading() bool {
 // election, waiting for the Lease another replica holds (named, with its
 // last renewal). It is "" while the engine acts, and without leader
 // election.
-func (e *Engine) Standby(ctx context.Context) string {
-	if e.opts.LeaderElection == nil || e.Leading() {
-		return ""
-	}
-	info := e.leaderInfo(ctx)
-	if info.Holder == "" {
-		return fmt.Sprintf("This engine is a standby: it acts once it holds the Lease %s, which no replica holds now.", info.Lease)
-	}
-	return fmt.Sprintf("This engine is a standby: %s holds the Lease %s (renewed %s) and acts; this one takes over if it stops renewing it.",
-		info.Holder, info.Lease, info.Renewed.Format(time.RFC3339))
-}
-
-// leaderInfo is what /leader answers.
-type leaderInfo struct {
-	// Leading says whether this engine acts.
-	Leading bool `json:"leading"`
-	// Election is false without leader election.
-	Election bool `json:"election"`
-	// Lease is namespace/name; Holder the identity that holds it, as
-	// the Lease says; Renewed when it last renewed it.
-	Lease   string    `json:"lease,omitempty"`
-	Holder  string    `json:"holder,omitempty"`
-	Renewed time.Time `json:"renewed,omitzero"`
-}
-
-// serveLeader answers /leader: whether this engine acts, and which
-// replica holds the Lease.
-func (e *Engine) serveLeader(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(e.leaderInfo(r.Context()))
-}
-
-// leaderInfo reads the Lease.
-func (e *Engine) leaderInfo(ctx context.Context) leaderInfo {
-	info := leaderInfo{Leading: e.Leading()}
-	if le := e.opts.LeaderElection; le != nil {
-		info.Election, info.Lease = true, le.Namespace+"/"+le.Name
-		var lease coordinationv1.Lease
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if err := e.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: le.Namespace, Name: le.Name}, &lease); err == nil {
-			if lease.Spec.HolderIdentity != nil {
-				info.Holder = *lease.Spec.HolderIdentity
-			}
-			if lease.Spec.RenewTime != nil {
-				info.Renewed = lease.Spec.RenewTime.UTC()
-			}
-		}
-	}
-	return info
-}
+func (e *Engine) Standby(ctx context.Context) string { return e.health.lease.Standby(ctx) }
 
 // everyReplica is a runnable every replica runs, leader or standby.
 type everyReplica func(context.Context) error

@@ -60,15 +60,14 @@ func handlerMetrics() *engineMetrics {
 // gaugeSources are what the object gauges count of the running operators
 // (package gauges).
 func (e *Engine) gaugeSources() map[string]gauges.Source {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make(map[string]gauges.Source, len(e.running))
-	for name, op := range e.running {
+	ops := e.running.all()
+	out := make(map[string]gauges.Source, len(ops))
+	for _, op := range ops {
 		switch {
 		case op.conditions != nil:
-			out[name] = gauges.Source{Table: op.conditions}
+			out[op.def.Operator.Name] = gauges.Source{Table: op.conditions}
 		case op.def.Watch != nil && op.runner != nil:
-			out[name] = gauges.Source{Watched: op.runner}
+			out[op.def.Operator.Name] = gauges.Source{Watched: op.runner}
 		}
 	}
 	return out

@@ -7,14 +7,9 @@ import (
 	"reflect"
 	"time"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -58,7 +53,7 @@ func (e *Engine) WatchOperators(ctx context.Context) error {
 	if err := e.waitStarted(ctx); err != nil {
 		return err
 	}
-	if err := e.installOwnCRD(ctx, v1alpha1.CustomResourceDefinition(), v1alpha1.Kind); err != nil {
+	if err := e.crds.Own(ctx, v1alpha1.CustomResourceDefinition(), v1alpha1.Kind); err != nil {
 		return err
 	}
 	c, err := controller.NewTypedUnmanaged("operators", e.queues.Options(&operatorReconciler{engine: e}, 1))
@@ -90,55 +85,6 @@ func (e *Engine) selects(op *v1alpha1.Operator) bool {
 	return e.opts.OperatorSelector == nil || e.opts.OperatorSelector.Matches(labels.Set(op.Labels))
 }
 
-// installOwnCRD applies the CRD of one of opkit's own kinds (Operator,
-// Redelivery) and waits until the API server serves it.
-func (e *Engine) installOwnCRD(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, kind string) error {
-	if err := e.applyCRD(ctx, crd); err != nil {
-		return fmt.Errorf("installing the %s CRD: %w", kind, err)
-	}
-	if err := e.waitEstablished(ctx, crd.Name); err != nil {
-		return fmt.Errorf("the %s CRD %s: %w", kind, crd.Name, err)
-	}
-	if err := e.waitMapped(ctx, crd); err != nil {
-		return fmt.Errorf("the %s CRD %s: %w", kind, crd.Name, err)
-	}
-	return nil
-}
-
-// waitMapped waits, up to 30 seconds, until the engine's REST mapper maps
-// each served version of crd, established: the API server's discovery
-// publishes a new kind a moment after its CRD is established, and a read
-// of it before then fails with "no matches for kind" (the mapper reloads
-// a group's discovery on each such miss).
-func (e *Engine) waitMapped(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) error {
-	gk := schema.GroupKind{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind}
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		for _, v := range crd.Spec.Versions {
-			if !v.Served {
-				continue
-			}
-			if _, last = e.mgr.GetRESTMapper().RESTMapping(gk, v.Name); last != nil {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil && last != nil {
-		return fmt.Errorf("its kind is not in the API server's discovery: %w", last)
-	}
-	return err
-}
-
-func (e *Engine) applyCRD(ctx context.Context, obj runtime.Object) error {
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return err
-	}
-	apply := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
-	return e.client.Apply(ctx, apply, client.FieldOwner(FieldManager), client.ForceOwnership)
-}
-
 type operatorReconciler struct {
 	engine *Engine
 }
@@ -160,7 +106,7 @@ func (r *operatorReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	}
 	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonRunning}
 	var crdName string
-	running := e.definition(op.Name)
+	running := e.running.definition(op.Name)
 	if running != nil && running.Operator.UID == op.UID && running.Operator.Generation == op.Generation {
 		crdName = crdOf(running) // unchanged: nothing to restart
 	} else if d, err := definition.Compile(definition.FromCluster(op)); err != nil {
@@ -198,7 +144,7 @@ func (r *operatorReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	e.takePause(ctx, op)
 	e.takeRunNow(ctx, op)
 	if ready.Status == metav1.ConditionTrue {
-		ready.Message = runningMessage(e.definition(op.Name), crdName)
+		ready.Message = runningMessage(e.running.definition(op.Name), crdName)
 	}
 	return reconcile.Result{}, r.setStatus(ctx, op, ready, crdName)
 }
@@ -228,7 +174,7 @@ func (r *operatorReconciler) setStatus(ctx context.Context, op *v1alpha1.Operato
 	if ready.Status == metav1.ConditionTrue {
 		// A rollout that waits for a person says so: the operator runs,
 		// and is not as its definition says.
-		if note := r.engine.rolloutNote(op.Name); note != nil {
+		if note := r.engine.running.rolloutNote(op.Name); note != nil {
 			ready.Reason, ready.Message = note.Reason, truncate(note.Message)
 			degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, note.Reason, ready.Message
 		}

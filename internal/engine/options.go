@@ -146,12 +146,11 @@ type Options struct {
 	Clock clock.Clock
 	// Webhook, when set, serves the operators' admission handlers (on
 	// validate or mutate) and conversions over HTTPS, with certificates
-	// the engine makes and rotates (webhooks.go, convert.go, package
-	// webhook). An engine of one Namespace deletes its webhook
-	// configurations when it stops (a CRD's conversion stays); one of
-	// every namespace leaves them, for the next. Defaults to nil: none is
-	// served, and an operator with admission handlers or conversion is
-	// refused.
+	// the engine makes and rotates (package webhook). An engine of one
+	// Namespace deletes its webhook configurations when it stops (a
+	// CRD's conversion stays); one of every namespace leaves them, for
+	// the next. Defaults to nil: none is served, and an operator with
+	// admission handlers or conversion is refused.
 	Webhook *WebhookOptions
 	// RunsAPI, when set, serves the archive as the aggregated API
 	// runs.opkit.dev/v1alpha1 (kubectl get runs), on every replica, and
@@ -160,7 +159,7 @@ type Options struct {
 	// Runners, when set, runs exec handlers that name an image
 	// (exec.image) in runner Pods of that image (package runners); a run
 	// whose runner is lost mid-run is recorded Cancelled and runs again
-	// with its key (runnerlost.go). Defaults to nil: such handlers run on
+	// with its key (runnerlost_test.go). Defaults to nil: such handlers run on
 	// the engine's host, as those without an image.
 	Runners executor.Dispatcher
 	// RunnersEndpoint, when set, names the EndpointSlice of the runners

@@ -38,9 +38,7 @@ const (
 // of the operator running it (same UID), posts an Event on op when it
 // changed, and removes op's v1alpha1.ResumedAnnotation once handed over.
 func (e *Engine) takePause(ctx context.Context, op *v1alpha1.Operator) {
-	e.mu.Lock()
-	running := e.running[op.Name]
-	e.mu.Unlock()
+	running := e.running.get(op.Name)
 	if running == nil || len(running.runners()) == 0 || running.def.Operator.UID != op.UID {
 		return // the annotation is read when it starts (run.New)
 	}
@@ -66,11 +64,4 @@ func (e *Engine) takePause(ctx context.Context, op *v1alpha1.Operator) {
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err) { // gone, or changed: a newer resume
 		e.mgr.GetLogger().Error(err, "removing the record of the operator's resume; the next reconcile removes it", "operator", op.Name)
 	}
-}
-
-// operatorPausedMessage is the Paused condition's message of an object
-// paused by its Operator's pause p.
-func operatorPausedMessage(operator string, p v1alpha1.Pause) string {
-	return truncate(fmt.Sprintf("handlers are paused with all of operator %s's, by %s%s: no run starts until it is resumed (opkit resume --operator %s --all)",
-		operator, cmp.Or(p.By, "someone unknown"), run.ReasonSuffix(p.Reason), operator))
 }

@@ -14,7 +14,7 @@ import (
 
 // Staged rollouts (spec.rollout) are internal/rollout's: the engine gives
 // a rollout its clients and what it needs of the engine, runs the two
-// definitions it says in an operator's controller (startController), and
+// definitions it says in an operator's controller (start), and
 // writes its note on the Operator.
 
 // rolloutConfig is what the rollout of d needs of the engine.
@@ -22,39 +22,10 @@ func (e *Engine) rolloutConfig(d *definition.Definition) rollout.Config {
 	return rollout.Config{
 		Client: e.client, Reader: e.mgr.GetAPIReader(), Namespace: e.opts.Namespace,
 		Clock: e.opts.Clock, Log: e.mgr.GetLogger(),
-		InstallCRD: e.installRollouts,
+		InstallCRD: func(ctx context.Context) error { return e.crds.Own(ctx, v1alpha1.RolloutCRD(), v1alpha1.RolloutKind) },
 		Compile:    e.typed,
 		Noted:      func(ctx context.Context) error { return e.noteOnOperator(ctx, d) },
 	}
-}
-
-// installRollouts installs the Rollout CRD, once.
-func (e *Engine) installRollouts(ctx context.Context) error {
-	e.mu.Lock()
-	done := e.rolloutsCRD
-	e.mu.Unlock()
-	if done {
-		return nil
-	}
-	if err := e.installOwnCRD(ctx, v1alpha1.RolloutCRD(), v1alpha1.RolloutKind); err != nil {
-		return err
-	}
-	e.mu.Lock()
-	e.rolloutsCRD = true
-	e.mu.Unlock()
-	return nil
-}
-
-// rolloutNote is the note of operator's rollout; nil when it has none,
-// or none that waits for a person.
-func (e *Engine) rolloutNote(operator string) *rollout.Note {
-	e.mu.Lock()
-	o := e.running[operator]
-	e.mu.Unlock()
-	if o == nil {
-		return nil
-	}
-	return o.rollout.Note()
 }
 
 // noteOnOperator writes the note of d's rollout on its Operator's

@@ -1,9 +1,9 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
@@ -23,7 +23,8 @@ type Stubs = run.Stubs
 func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec events.EventRecorder, mem *run.Memory) (*run.Runner, error) {
 	reader := e.mgr.GetAPIReader()
 	secret := func(ctx context.Context, namespace, name, key string) (string, error) {
-		return secretValue(ctx, reader, namespace, name, key)
+		v, err := secretValue(ctx, reader, namespace, name, key)
+		return string(v), err
 	}
 	execs := executor.Registry{
 		"exec": func(h *definition.Handler) executor.Executor {
@@ -63,17 +64,19 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 	}), nil
 }
 
-// secretValue reads a Secret key from the API (Secrets are not cached).
-func secretValue(ctx context.Context, reader client.Reader, namespace, name, key string) (string, error) {
+// secretValue reads a Secret's key with reader, from the API server
+// (Secrets are not cached), without surrounding space: a secret written
+// with a trailing newline is the same secret.
+func secretValue(ctx context.Context, reader client.Reader, namespace, name, key string) ([]byte, error) {
 	var s corev1.Secret
 	if err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s); err != nil {
-		return "", err
+		return nil, err
 	}
 	v, ok := s.Data[key]
 	if !ok {
-		return "", fmt.Errorf("no key %q", key)
+		return nil, fmt.Errorf("no key %q", key)
 	}
-	return strings.TrimSpace(string(v)), nil
+	return bytes.TrimSpace(v), nil
 }
 
 // truncate cuts a message to what a condition or an Event holds.

@@ -54,8 +54,7 @@ func (o *Options) restrictCache(c *cache.Options) error {
 // checkScope refuses an operator the engine cannot run in its namespace
 // alone (Options.Namespace): one whose custom resource or watched kind is
 // cluster-scoped.
-func (e *Engine) checkScope(d *definition.Definition) error {
-	ns := e.opts.Namespace
+func checkScope(d *definition.Definition, ns string, mapper meta.RESTMapper) error {
 	if ns == "" {
 		return nil
 	}
@@ -63,7 +62,7 @@ func (e *Engine) checkScope(d *definition.Definition) error {
 		return fmt.Errorf("operator %s: spec.resource.scope: Cluster: the engine acts in namespace %s only (Options.Namespace), and a cluster-scoped %s would be seen, and acted on, by every engine; run it with an engine for all namespaces", d.Operator.Name, ns, d.GVK.Kind)
 	}
 	if w := d.Watch; w != nil {
-		mapping, err := e.mgr.GetRESTMapper().RESTMapping(w.GVK.GroupKind(), w.GVK.Version)
+		mapping, err := mapper.RESTMapping(w.GVK.GroupKind(), w.GVK.Version)
 		if err != nil {
 			return fmt.Errorf("operator %s: spec.watch: kind %s is not served by the cluster: %w", d.Operator.Name, w.GVK, err)
 		}
@@ -72,23 +71,4 @@ func (e *Engine) checkScope(d *definition.Definition) error {
 		}
 	}
 	return nil
-}
-
-// watchNamespaces are the namespaces a watch watches: its definition's
-// (none: all), or the engine's one namespace.
-func (e *Engine) watchNamespaces(w *definition.Watch) []string {
-	if e.opts.Namespace != "" {
-		return []string{e.opts.Namespace}
-	}
-	return w.Namespaces
-}
-
-// outside says why an object in namespace ns is beyond an engine that
-// acts in namespace only; "" when it is not ("" for namespace: all
-// namespaces; ns "" is a cluster-scoped object).
-func outside(namespace, ns string) string {
-	if namespace == "" || ns == "" || ns == namespace {
-		return ""
-	}
-	return fmt.Sprintf("namespace %s is outside the engine's namespace %s (Options.Namespace)", ns, namespace)
 }

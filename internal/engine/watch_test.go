@@ -22,6 +22,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/finalizer"
 )
 
 // teamWatch is a watch operator on the Deployments labelled team=a in two
@@ -413,7 +414,7 @@ spec:
 `, op, a.Namespace, recorderExec(t, out, "SLEEP=3s")))); err != nil {
 		t.Fatal(err)
 	}
-	fin := engine.FinalizerName(op)
+	fin := finalizer.Name(op)
 	web, api := "web-"+op, "api-"+op
 	create(t, a, labelled(deployment(a.Namespace, web, "nginx:1"), "a"))
 	create(t, a, labelled(deployment(a.Namespace, api, "nginx:1"), "a"))

@@ -17,6 +17,9 @@
 //     keeps a run's end the archive refused and records it later
 //     ([ArchiveWriter.RetryPending]), and says since when it fails
 //     ([ArchiveWriter.Failure], the readiness check "archive").
+//   - [Serve] serves /metrics, /healthz, /readyz (the checks it is given)
+//     and /leader ([Lease]: which replica holds the leader election's
+//     Lease), on an address bound at once.
 //
 // The package knows no operator or run: it is given a REST client, an
 // archive and where to report.

@@ -45,7 +45,7 @@ import (
 // The shared cache has no label or field selector: what it holds is
 // chosen by kind and by Options.Namespace alone, which is all a
 // packedListWatch asks for. The watches of watch operators have their own
-// caches (the engine's watch.go), with selectors, and are not made here.
+// caches (package watch), with selectors, and are not made here.
 //
 // Every informer's list and watch calls are held through an outage the
 // engine knows of (heldListWatch), so that its reflector relists as soon

@@ -133,6 +133,11 @@ var rules = []rule{
 		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/informer/...", "internal/health/...", "internal/admission/..."},
 	},
 	{
+		says: "the controller of an operator's custom resources is given the engine's clients and the makers of its runner, life cycle and rollout through its Config, and CRDs are installed by an Installer given its clients: neither knows the engine (packages converge, crds)",
+		from: []string{"internal/converge/...", "internal/crds/..."},
+		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/...", "internal/health/...", "internal/admission/...", "internal/delivery/..."},
+	},
+	{
 		says: "the object gauges read what the engine hands them: they know nothing of the engine (package gauges)",
 		from: []string{"internal/gauges/..."},
 		not:  []string{"internal/engine/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},

@@ -20,8 +20,8 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/compare"
+	"github.com/opkit-dev/opkit/internal/converge"
 	"github.com/opkit-dev/opkit/internal/definition"
-	"github.com/opkit-dev/opkit/internal/engine"
 	"github.com/opkit-dev/opkit/internal/inventory"
 )
 
@@ -215,7 +215,7 @@ func count(s *Summary, action string) {
 // excludes it), and the object the children after it and the status read
 // as it (nil when it is not there).
 func (pl *planner) child(ctx context.Context, cr *unstructured.Unstructured, child *definition.Child, vars definition.Vars) (*Child, map[string]any, error) {
-	obj, err := engine.Desired(pl.def.Operator.Name, cr, child, vars, pl.namespaced)
+	obj, err := converge.Desired(pl.def.Operator.Name, cr, child, vars, pl.namespaced)
 	if errors.Is(err, definition.ErrChildMissing) {
 		return &Child{ID: child.ID, APIVersion: child.GVK.GroupVersion().String(), Kind: child.GVK.Kind, Action: Waiting}, nil, nil
 	}
@@ -246,9 +246,9 @@ func (pl *planner) child(ctx context.Context, cr *unstructured.Unstructured, chi
 	if err != nil {
 		return nil, nil, err
 	}
-	err = pl.c.Patch(ctx, dry, client.RawPatch(types.ApplyPatchType, data), client.DryRunAll, client.FieldOwner(engine.FieldManager), client.ForceOwnership)
+	err = pl.c.Patch(ctx, dry, client.RawPatch(types.ApplyPatchType, data), client.DryRunAll, client.FieldOwner(converge.FieldManager), client.ForceOwnership)
 	switch {
-	case err != nil && live != nil && engine.Immutable(err):
+	case err != nil && live != nil && converge.Immutable(err):
 		planned.Action, planned.Changes = Recreate, setChanges(clean(live.Object), clean(obj.Object))
 		return planned, unknownAfter(obj.Object, true), nil
 	case err != nil:

@@ -6,7 +6,7 @@
 // Plan reads; it writes nothing. For each custom resource of the operator
 // (one List, and one List per child kind: the reads are batched), it
 // renders the children under the new definition as the engine does
-// (engine.Desired, the engine's own renderer, with the same Vars: the
+// (converge.Desired, the engine's own renderer, with the same Vars: the
 // object, its related objects, the children rendered before it), skips
 // those the engine would skip (the applied hash and the live object agree:
 // no write), and asks the API server what each other one would become: a

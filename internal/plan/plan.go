@@ -242,7 +242,21 @@ func Run(ctx context.Context, o Options) (*Plan, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	p.Summary.Objects = len(crs)
+	p.add(results, counts)
+	sort.Slice(p.Objects, func(i, j int) bool {
+		a, b := p.Objects[i], p.Objects[j]
+		return a.Namespace < b.Namespace || a.Namespace == b.Namespace && a.Name < b.Name
+	})
+	if o.New.Rollout != nil && o.New.Hash() != o.Old.Hash() {
+		p.Rollout = rolloutSteps(o.New.Rollout, crs)
+	}
+	return p, nil
+}
+
+// add sums the objects' counts into p's Summary, and lists those with a
+// change or an error.
+func (p *Plan) add(results []Object, counts []Summary) {
+	p.Summary.Objects = len(results)
 	for i, r := range results {
 		s := counts[i]
 		p.Summary.Created += s.Created
@@ -261,14 +275,6 @@ func Run(ctx context.Context, o Options) (*Plan, error) {
 			p.Objects = append(p.Objects, r)
 		}
 	}
-	sort.Slice(p.Objects, func(i, j int) bool {
-		a, b := p.Objects[i], p.Objects[j]
-		return a.Namespace < b.Namespace || a.Namespace == b.Namespace && a.Name < b.Name
-	})
-	if o.New.Rollout != nil && o.New.Hash() != o.Old.Hash() {
-		p.Rollout = rolloutSteps(o.New.Rollout, crs)
-	}
-	return p, nil
 }
 
 // RolloutStep is the objects a step of spec.rollout moves.

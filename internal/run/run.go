@@ -236,15 +236,6 @@ func Truncate(s string) string {
 	return s
 }
 
-// ClipName cuts a name read from a request's path (an operator's, a
-// source's, a handler's) to what an answer or an error message shows.
-func ClipName(s string) string {
-	if len(s) > 63 {
-		return s[:63] + "..."
-	}
-	return s
-}
-
 // ReasonSuffix is ": reason", to follow who asked for something in a
 // message, or "" for no reason.
 func ReasonSuffix(reason string) string {

@@ -109,43 +109,9 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		return nil, err
 	}
 
-	rn.mem.mu.Lock()
-	o := rn.mem.object(cr)
-	f := o.flight
-	done := f != nil && f.done
-	if done {
-		o.flight = nil
-	}
-	rn.mem.mu.Unlock()
-	if f != nil && !done {
-		res.Busy = true
-		res.Stalled = cause.Stalled(rn.def.Handlers, cr, st)
-		return res, nil // its end wakes this object again
-	}
-	if f != nil && errors.Is(f.err, errNotRecorded) {
-		// Nothing ran: no attempt is counted, and the handler runs once
-		// the archive records runs again.
-		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", "Run", "handler %s did not run: %v; it runs once the archive records runs again", f.cause.Handler.Name, f.err)
-		res.Requeue = notRecordedRetry
+	var ended bool
+	if cr, ended = rn.settleFlight(ctx, cr, st, res, writing); ended {
 		return res, nil
-	}
-	if f != nil && rn.interrupted(ctx, cr, f) {
-		f = nil // recorded Cancelled: it runs again below, with its key
-	}
-	if f != nil {
-		var d *deferral
-		if writing && f.result != nil && len(f.result.Status) > 0 {
-			// Only a result that sets status is left to the caller.
-			d = &deferral{flight: f, before: st.Clone()}
-		}
-		var wrote bool
-		res.Requeue, wrote = rn.finish(ctx, cr, f, st, d)
-		res.Wrote = res.Wrote || wrote
-		if d != nil && d.status != nil {
-			// What follows sees the result, as after its own patch.
-			res.Status, res.deferred = d.status, d
-			cr = WithStatus(cr, d.status)
-		}
 	}
 	// Paused on its own or with its whole operator: no handler starts, a
 	// re-run included (docs/handlers.md).
@@ -211,6 +177,54 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		st.AdvanceHandled(rn.def.Handlers, cr.GetGeneration(), subject)
 	}
 	return res, nil
+}
+
+// settleFlight settles the run in flight of cr, if any, into res: one
+// still running makes the object busy, one the archive did not record is
+// tried again later, one interrupted runs again, and an ended one is
+// finished (recorded, its result applied; with writing, a result that
+// sets status is left to the caller's write, res.Status). It returns cr
+// as what follows in the step sees it, and whether the step ends here.
+func (rn *Runner) settleFlight(ctx context.Context, cr *unstructured.Unstructured, st *cause.State, res *Step, writing bool) (*unstructured.Unstructured, bool) {
+	rn.mem.mu.Lock()
+	o := rn.mem.object(cr)
+	f := o.flight
+	done := f != nil && f.done
+	if done {
+		o.flight = nil
+	}
+	rn.mem.mu.Unlock()
+	if f != nil && !done {
+		res.Busy = true
+		res.Stalled = cause.Stalled(rn.def.Handlers, cr, st)
+		return cr, true // its end wakes this object again
+	}
+	if f != nil && errors.Is(f.err, errNotRecorded) {
+		// Nothing ran: no attempt is counted, and the handler runs once
+		// the archive records runs again.
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", "Run", "handler %s did not run: %v; it runs once the archive records runs again", f.cause.Handler.Name, f.err)
+		res.Requeue = notRecordedRetry
+		return cr, true
+	}
+	if f != nil && rn.interrupted(ctx, cr, f) {
+		f = nil // recorded Cancelled: it runs again below, with its key
+	}
+	if f != nil {
+		var d *deferral
+		if writing && f.result != nil && len(f.result.Status) > 0 {
+			// Only a result that sets status is left to the caller.
+			d = &deferral{flight: f, before: st.Clone()}
+		}
+		var wrote bool
+		res.Requeue, wrote = rn.finish(ctx, cr, f, st, d)
+		res.Wrote = res.Wrote || wrote
+		if d != nil && d.status != nil {
+			// What follows sees the result, as after its own patch.
+			res.Status, res.deferred = d.status, d
+			cr = WithStatus(cr, d.status)
+		}
+	}
+	return cr, false
 }
 
 // whenValues evaluates the when conditions: by handler, those that can be

@@ -50,19 +50,12 @@ func (h *Handler) watch(w http.ResponseWriter, r *http.Request, req request) {
 		writeStatus(w, apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%s ago; a watch resumes from at most %s ago): list again", from.UnixNano(), now.Sub(from).Round(time.Second), h.o.ResumeWindow)))
 		return
 	}
-	ctx := r.Context()
-	if text := r.URL.Query().Get("timeoutSeconds"); text != "" {
-		secs, err := strconv.Atoi(text)
-		if err != nil || secs < 0 {
-			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("timeoutSeconds %q: want a number of seconds", text)))
-			return
-		}
-		if secs > 0 {
-			var cancel func()
-			ctx, cancel = context.WithTimeout(ctx, time.Duration(secs)*time.Second)
-			defer cancel()
-		}
+	ctx, cancel, err := withTimeoutSeconds(r)
+	if err != nil {
+		writeStatus(w, err)
+		return
 	}
+	defer cancel()
 	topt, asTable := wantsTable(r)
 	bookmarks := queryBool(r, "allowWatchBookmarks")
 	flusher, _ := w.(http.Flusher)
@@ -79,45 +72,17 @@ func (h *Handler) watch(w http.ResponseWriter, r *http.Request, req request) {
 	}
 	// observe sends what changed of obj for the client.
 	observe := func(obj *object) error {
-		m := sel.matches(obj)
-		kn, ok := sent[obj.id]
-		if !ok {
-			sent[obj.id] = &known{rv: obj.meta.ResourceVersion, matched: m, done: obj.done}
-			if m {
-				return send(watch.Added, obj)
-			}
-			return nil
-		}
-		if kn.rv == obj.meta.ResourceVersion {
-			return nil
-		}
-		kn.rv, kn.done = obj.meta.ResourceVersion, obj.done
-		switch {
-		case m && kn.matched:
-			return send(watch.Modified, obj)
-		case m:
-			kn.matched = true
-			return send(watch.Added, obj)
-		case kn.matched:
-			kn.matched = false
-			return send(watch.Deleted, obj)
+		if typ, ok := change(sent, obj, sel.matches(obj)); ok {
+			return send(typ, obj)
 		}
 		return nil
 	}
 
 	// What may still change at the start is what the client has listed:
 	// it is followed without an event of its own.
-	if !sel.none {
-		open, err := k.unfinished(ctx, sel)
-		if err != nil {
-			writeStatus(w, apierrors.NewInternalError(fmt.Errorf("reading the archive: %w", err)))
-			return
-		}
-		for _, obj := range open {
-			if obj.changed.Before(from) {
-				sent[obj.id] = &known{rv: obj.meta.ResourceVersion, matched: sel.matches(obj)}
-			}
-		}
+	if err := followListed(ctx, k, sel, from, sent); err != nil {
+		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("reading the archive: %w", err)))
+		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Transfer-Encoding", "chunked")
@@ -164,6 +129,53 @@ func (h *Handler) watch(w http.ResponseWriter, r *http.Request, req request) {
 		case <-tick.C:
 		}
 	}
+}
+
+// withTimeoutSeconds is the request's context, ended after its
+// timeoutSeconds, if any.
+func withTimeoutSeconds(r *http.Request) (context.Context, context.CancelFunc, error) {
+	ctx := r.Context()
+	text := r.URL.Query().Get("timeoutSeconds")
+	if text == "" {
+		return ctx, func() {}, nil
+	}
+	secs, err := strconv.Atoi(text)
+	if err != nil || secs < 0 {
+		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("timeoutSeconds %q: want a number of seconds", text))
+	}
+	if secs == 0 {
+		return ctx, func() {}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second)
+	return ctx, cancel, nil
+}
+
+// change is the event to send of obj, which matches the client's
+// selector or not, to a client that was sent what sent holds (updated),
+// and whether there is one: Added when it begins to match (or is new and
+// matches), Modified when it changed and still matches, Deleted when it
+// no longer matches.
+func change(sent map[string]*known, obj *object, matches bool) (watch.EventType, bool) {
+	kn, ok := sent[obj.id]
+	if !ok {
+		sent[obj.id] = &known{rv: obj.meta.ResourceVersion, matched: matches, done: obj.done}
+		return watch.Added, matches
+	}
+	if kn.rv == obj.meta.ResourceVersion {
+		return "", false
+	}
+	kn.rv, kn.done = obj.meta.ResourceVersion, obj.done
+	switch {
+	case matches && kn.matched:
+		return watch.Modified, true
+	case matches:
+		kn.matched = true
+		return watch.Added, true
+	case kn.matched:
+		kn.matched = false
+		return watch.Deleted, true
+	}
+	return "", false
 }
 
 // poll reads what came since, and what changed of the objects followed,
@@ -230,6 +242,25 @@ func sendRaw(w http.ResponseWriter, flusher http.Flusher, typ watch.EventType, p
 	}
 	if flusher != nil {
 		flusher.Flush()
+	}
+	return nil
+}
+
+// followListed records in sent what of k may still change and the client
+// has listed (changed before from): it is followed from there without an
+// event of its own.
+func followListed(ctx context.Context, k kind, sel *filter, from time.Time, sent map[string]*known) error {
+	if sel.none {
+		return nil
+	}
+	open, err := k.unfinished(ctx, sel)
+	if err != nil {
+		return err
+	}
+	for _, obj := range open {
+		if obj.changed.Before(from) {
+			sent[obj.id] = &known{rv: obj.meta.ResourceVersion, matched: sel.matches(obj)}
+		}
 	}
 	return nil
 }

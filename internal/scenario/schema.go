@@ -331,6 +331,17 @@ func reportSchemaProblem(l *errorList, p schemaProblem, field string, value any)
 		l.add(itemPath(field, k.Duplicates[1]), "listed twice (also as %s): give it once", itemPath(field, k.Duplicates[0]))
 	case *kind.DependentRequired:
 		l.add(keyPath(field, k.Prop), "only with %s: add %s, or remove %s", strings.Join(k.Missing, ", "), strings.Join(k.Missing, ", "), k.Prop)
+	default:
+		if !reportCombinatorProblem(l, p, field, value) {
+			l.add(field, "breaks the schema's %s (see docs/scenarios.md)", strings.Join(p.kind.KeywordPath(), "/"))
+		}
+	}
+}
+
+// reportCombinatorProblem reports a problem of a schema's combinators (a
+// false schema, oneOf, anyOf), and whether p is one.
+func reportCombinatorProblem(l *errorList, p schemaProblem, field string, value any) bool {
+	switch p.kind.(type) {
 	case *kind.FalseSchema:
 		switch {
 		case strings.Contains(p.url, "/$defs/expect/then/"):
@@ -368,12 +379,13 @@ func reportSchemaProblem(l *errorList, p schemaProblem, field string, value any)
 			if kinds := givenKeys(value, stepKinds); len(kinds) > 0 {
 				l.add(keyPath(field, "refused"), "only with apply, patch or delete, whose request the API server may refuse; not with %s", kinds[0])
 			}
-			return
+			return true
 		}
 		l.add(field, "%s", msg)
 	default:
-		l.add(field, "breaks the schema's %s (see docs/scenarios.md)", strings.Join(p.kind.KeywordPath(), "/"))
+		return false
 	}
+	return true
 }
 
 // givenKeys are the names that a map value has as keys.

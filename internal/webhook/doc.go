@@ -2,7 +2,10 @@
 // admission reviews, CRD conversion, and the requests the aggregation
 // layer proxies to an aggregated API (package aggregate makes that server,
 // with Options.ClientCerts). It owns the server's certificates and keeps
-// them valid without downtime.
+// them valid without downtime. Operators tells the API server to call it
+// for the operators an engine runs (their admission webhook
+// configurations, their CRDs' conversion webhook) and answers their
+// conversion calls.
 //
 // # Certificates
 //

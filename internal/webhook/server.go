@@ -316,3 +316,12 @@ func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 
 // MaxBodyBytes is the cap of ReadBody the server was given.
 func (s *Server) MaxBodyBytes() int64 { return s.opts.MaxBodyBytes }
+
+// ClipName cuts a name read from a request's path (an operator's, a
+// source's, a handler's) to what an answer or an error message shows.
+func ClipName(s string) string {
+	if len(s) > 63 {
+		return s[:63] + "..."
+	}
+	return s
+}

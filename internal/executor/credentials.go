@@ -1,4 +1,4 @@
-package engine
+package executor
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clientcmdlatest "k8s.io/client-go/tools/clientcmd/api/latest"
 	clientcmdapiv1 "k8s.io/client-go/tools/clientcmd/api/v1"
@@ -17,19 +19,24 @@ import (
 // minTokenTTL is the shortest token the API server issues.
 const minTokenTTL = 10 * time.Minute
 
-// credentials gives an exec handler's process access to the cluster as a
-// ServiceAccount: a token from the TokenRequest API, valid for the run's
-// timeout and a minute more (at least the API's ten minutes), and a
-// kubeconfig for the engine's API server with it, written as JSON. The engine's own
-// credentials are never passed on.
-func (e *Engine) credentials(ctx context.Context, namespace, serviceAccount string, ttl time.Duration) ([]byte, string, error) {
+// ServiceAccountCredentials are the Credentials of a run's process: a
+// token of the ServiceAccount from the TokenRequest API (with cs), valid
+// for the run's timeout and a minute more (at least the API's ten
+// minutes), and a kubeconfig for cfg's API server with it, written as
+// JSON. cfg's own credentials are never passed on.
+func ServiceAccountCredentials(cs kubernetes.Interface, cfg *rest.Config) Credentials {
+	return func(ctx context.Context, namespace, serviceAccount string, ttl time.Duration) ([]byte, string, error) {
+		return credentials(ctx, cs, cfg, namespace, serviceAccount, ttl)
+	}
+}
+
+func credentials(ctx context.Context, cs kubernetes.Interface, cfg *rest.Config, namespace, serviceAccount string, ttl time.Duration) ([]byte, string, error) {
 	seconds := int64(max(ttl+time.Minute, minTokenTTL) / time.Second)
-	tr, err := e.clientset.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, serviceAccount,
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, serviceAccount,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds}}, metav1.CreateOptions{})
 	if err != nil {
 		return nil, "", err
 	}
-	cfg := e.opts.Config
 	ca := cfg.TLSClientConfig.CAData
 	if len(ca) == 0 && cfg.TLSClientConfig.CAFile != "" {
 		if ca, err = os.ReadFile(cfg.TLSClientConfig.CAFile); err != nil {

@@ -1,4 +1,4 @@
-package engine
+package converge
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -37,7 +39,6 @@ import (
 // namespaces only, as the engine's permissions may allow no more. Either
 // way, a reference that names a namespace its list does not hold is an
 // error of its custom resource, and nothing there is read.
-
 // readRelated reads the related objects cr refers to into vars (a missing
 // named object is left out: what reads it waits) and records the
 // references in the index.
@@ -96,73 +97,30 @@ func (r *reconciler) readRelated(ctx context.Context, cr *unstructured.Unstructu
 	return nil
 }
 
-// checkRelated refuses a definition whose related kinds the cluster does
-// not serve or the engine may not list and watch where it reads them (the
-// watch would never sync), and one that lists namespaces for a
-// cluster-scoped kind, naming the field.
-func (e *Engine) checkRelated(ctx context.Context, d *definition.Definition) error {
-	for _, rel := range d.Related {
-		mapping, err := e.mgr.GetRESTMapper().RESTMapping(rel.GVK.GroupKind(), rel.GVK.Version)
-		if err != nil {
-			return fmt.Errorf("operator %s: %s: kind %s is not served by the cluster: %w", d.Operator.Name, rel.Field, rel.GVK, err)
-		}
-		namespaced := mapping.Scope.Name() == meta.RESTScopeNameNamespace
-		if !namespaced && len(rel.Namespaces) > 0 {
-			return fmt.Errorf("operator %s: %s.namespaces: %s is cluster-scoped: its objects are in no namespace; remove namespaces", d.Operator.Name, rel.Field, rel.GVK.Kind)
-		}
-		namespaces := []string{""} // all, or a cluster-scoped kind
-		switch {
-		case e.opts.Namespace != "" && namespaced:
-			namespaces = []string{e.opts.Namespace} // its cache's (scope.go)
-		case len(rel.Namespaces) > 0:
-			namespaces = rel.Namespaces // its own cache's (watchRelated)
-		}
-		for _, ns := range namespaces {
-			where := "in all namespaces"
-			if ns != "" {
-				where = "in namespace " + ns
-			}
-			for _, verb := range []string{"list", "watch"} {
-				review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-					ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Namespace: ns, Group: mapping.Resource.Group, Version: mapping.Resource.Version, Resource: mapping.Resource.Resource},
-				}}
-				got, err := e.clientset.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
-				if err != nil {
-					return fmt.Errorf("operator %s: %s: checking the engine may %s %s: %w", d.Operator.Name, rel.Field, verb, mapping.Resource.Resource, err)
-				}
-				if !got.Status.Allowed {
-					return fmt.Errorf("operator %s: %s: the engine may not %s %s %s; grant it list and watch on %s there (related objects are watched wherever the engine acts, or in the namespaces %s.namespaces lists)", d.Operator.Name, rel.Field, verb, mapping.Resource.GroupResource(), where, mapping.Resource.GroupResource(), rel.Field)
-				}
-			}
-		}
-	}
-	return nil
-}
-
 // watchRelated has c reconcile the custom resources that refer to a
 // related object when it changes, and gives r the caches it reads related
 // objects from: the shared cache, or, for a kind whose every reference
 // lists its namespaces, a cache of the operator's own that lists and
 // watches it there alone, which lives until ctx ends.
-func (e *Engine) watchRelated(ctx context.Context, c controller.TypedController[reconcile.Request], r *reconciler) error {
+func (cfg Config) watchRelated(ctx context.Context, c controller.TypedController[reconcile.Request], r *reconciler) error {
 	for _, k := range r.def.RelatedKinds() {
-		from := e.mgr.GetCache()
-		if len(k.Namespaces) > 0 && e.opts.Namespace == "" {
+		from := cfg.Cache
+		if len(k.Namespaces) > 0 && cfg.Namespace == "" {
 			opts := cache.Options{
-				Scheme: e.mgr.GetScheme(), Mapper: e.mgr.GetRESTMapper(),
+				Scheme: cfg.Scheme, Mapper: cfg.Mapper,
 				DefaultTransform:  informer.Transform,
 				DefaultNamespaces: map[string]cache.Config{},
 			}
 			for _, ns := range k.Namespaces {
 				opts.DefaultNamespaces[ns] = cache.Config{}
 			}
-			own, err := cache.New(e.opts.Config, opts)
+			own, err := cache.New(cfg.REST, opts)
 			if err != nil {
 				return fmt.Errorf("operator %s: the cache of its related %s: %w", r.def.Operator.Name, k.GVK.Kind, err)
 			}
 			go func() {
 				if err := own.Start(ctx); err != nil && ctx.Err() == nil {
-					e.mgr.GetLogger().Error(err, "the cache of related objects stopped", "operator", r.def.Operator.Name, "kind", k.GVK.Kind)
+					cfg.Log.Error(err, "the cache of related objects stopped", "operator", r.def.Operator.Name, "kind", k.GVK.Kind)
 				}
 			}()
 			r.related.SetReader(k.GVK, own)
@@ -176,6 +134,62 @@ func (e *Engine) watchRelated(ctx context.Context, c controller.TypedController[
 		})
 		if err := c.Watch(source.Kind[client.Object](from, obj, h)); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// outside says why an object in namespace ns is beyond an engine that
+// acts in namespace only; "" when it is not ("" for namespace: all
+// namespaces; ns "" is a cluster-scoped object).
+func outside(namespace, ns string) string {
+	if namespace == "" || ns == "" || ns == namespace {
+		return ""
+	}
+	return fmt.Sprintf("namespace %s is outside the engine's namespace %s (Options.Namespace)", ns, namespace)
+}
+
+// CheckRelated refuses a definition whose related kinds the cluster does
+// not serve or the engine may not list and watch where it reads them (the
+// watch would never sync), and one that lists namespaces for a
+// cluster-scoped kind, naming the field.
+//
+// mapper maps kinds; reviews asks the API server what the engine may do;
+// namespace is the engine's one namespace ("" for all).
+func CheckRelated(ctx context.Context, d *definition.Definition, mapper meta.RESTMapper, reviews authorizationv1client.SelfSubjectAccessReviewInterface, namespace string) error {
+	for _, rel := range d.Related {
+		mapping, err := mapper.RESTMapping(rel.GVK.GroupKind(), rel.GVK.Version)
+		if err != nil {
+			return fmt.Errorf("operator %s: %s: kind %s is not served by the cluster: %w", d.Operator.Name, rel.Field, rel.GVK, err)
+		}
+		namespaced := mapping.Scope.Name() == meta.RESTScopeNameNamespace
+		if !namespaced && len(rel.Namespaces) > 0 {
+			return fmt.Errorf("operator %s: %s.namespaces: %s is cluster-scoped: its objects are in no namespace; remove namespaces", d.Operator.Name, rel.Field, rel.GVK.Kind)
+		}
+		namespaces := []string{""} // all, or a cluster-scoped kind
+		switch {
+		case namespace != "" && namespaced:
+			namespaces = []string{namespace} // the engine's cache's
+		case len(rel.Namespaces) > 0:
+			namespaces = rel.Namespaces // its own cache's (watchRelated)
+		}
+		for _, ns := range namespaces {
+			where := "in all namespaces"
+			if ns != "" {
+				where = "in namespace " + ns
+			}
+			for _, verb := range []string{"list", "watch"} {
+				review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+					ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Namespace: ns, Group: mapping.Resource.Group, Version: mapping.Resource.Version, Resource: mapping.Resource.Resource},
+				}}
+				got, err := reviews.Create(ctx, review, metav1.CreateOptions{})
+				if err != nil {
+					return fmt.Errorf("operator %s: %s: checking the engine may %s %s: %w", d.Operator.Name, rel.Field, verb, mapping.Resource.Resource, err)
+				}
+				if !got.Status.Allowed {
+					return fmt.Errorf("operator %s: %s: the engine may not %s %s %s; grant it list and watch on %s there (related objects are watched wherever the engine acts, or in the namespaces %s.namespaces lists)", d.Operator.Name, rel.Field, verb, mapping.Resource.GroupResource(), where, mapping.Resource.GroupResource(), rel.Field)
+				}
+			}
 		}
 	}
 	return nil

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// The bench's run: each scenario in turn, its figures derived.
+
+// run runs the chosen scenarios, each opts.Runs times; the settings of a
+// scenario take turns within a run, so that a slow moment of the machine
+// does not fall on one of them only.
+func (b *bench) run(ctx context.Context) error {
+	on := func(s string) bool { return slices.Contains(b.opts.Scenarios, s) }
+	for run := 1; run <= b.opts.Runs; run++ {
+		step := func(what string, f func() error) error {
+			fmt.Fprintf(b.log, "run %d/%d: %s\n", run, b.opts.Runs, what)
+			t0 := time.Now()
+			if err := f(); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			fmt.Fprintf(b.log, "  %s\n", time.Since(t0).Round(100*time.Millisecond))
+			return nil
+		}
+		if on("ceiling") {
+			for _, conc := range []int{1, 16} {
+				if err := step(fmt.Sprintf("ceiling, concurrency %d", conc), func() error { return b.ceiling(ctx, conc) }); err != nil {
+					return err
+				}
+			}
+		}
+		subjects := b.drainSubjects()
+		for _, n := range b.drainSizes() {
+			for _, im := range subjects {
+				if !on("drain") && !on("memory") && !on("idle") {
+					break
+				}
+				if n != b.opts.Objects && (im == baseline1 || !on("drain")) {
+					continue // the cold start is measured against baseline-8
+				}
+				idle := time.Duration(0)
+				if on("idle") && im != baseline1 && n == b.opts.Objects {
+					idle = b.opts.Idle
+				}
+				if err := step(fmt.Sprintf("%s %s", drainScenario(n), im.Name), func() error { return b.drain(ctx, im, n, idle) }); err != nil {
+					return err
+				}
+			}
+		}
+		if on("live") {
+			for _, rate := range b.opts.LiveRates {
+				// Each run starts with the next subject: the first after
+				// the drains meets what they left the API server to do.
+				for i := range subjects {
+					im := subjects[(i+run-1)%len(subjects)]
+					if err := step(fmt.Sprintf("live %s at %d/s", im.Name, rate), func() error { return b.live(ctx, im, rate) }); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if on("handlers") {
+			if err := step("exec handler overhead", func() error { return b.execOverhead(ctx) }); err != nil {
+				return err
+			}
+			if err := step("exec handler through a warm runner", func() error { return b.runnerOverhead(ctx) }); err != nil {
+				return err
+			}
+			for _, archiveOn := range []bool{true, false} {
+				if err := step(fmt.Sprintf("exec handler drain, archive %v", archiveOn), func() error { return b.handlerDrain(ctx, opkitDefaults, b.opts.HandlerObjects, archiveOn) }); err != nil {
+					return err
+				}
+				if opkitB.Exe != "" && archiveOn {
+					if err := step("exec handler drain, opkit-b, archive true", func() error { return b.handlerDrain(ctx, opkitB, b.opts.HandlerObjects, true) }); err != nil {
+						return err
+					}
+				}
+			}
+			if err := step("http handler drain", func() error { return b.httpHandlerDrain(ctx, b.opts.HandlerObjects) }); err != nil {
+				return err
+			}
+			if err := step("exec handler drain, mode Serve", func() error {
+				return b.handlerDrainOf(ctx, opkitServe, "printer-exec.yaml", serveSubject, tempArchive(b.workDir), b.opts.HandlerObjects)
+			}); err != nil {
+				return err
+			}
+			peers, err := b.peers(ctx)
+			if err != nil {
+				return err
+			}
+			for _, im := range peers {
+				if err := step("exec handler drain, "+im.Name, func() error { return b.peerDrain(ctx, im, b.opts.HandlerObjects) }); err != nil {
+					return err
+				}
+			}
+			if err := step("job handler latency", func() error { return b.jobLatency(ctx, b.opts.JobObjects) }); err != nil {
+				return err
+			}
+		}
+		if on("archive") || on("console") {
+			b.note("archive, console: opkit's run archive alone, on each store side by side; a controller-runtime operator keeps no run archive, so no baseline applies")
+		}
+		if on("archive") {
+			for _, n := range b.opts.ArchiveSizes {
+				for _, st := range b.opts.ArchiveStores {
+					if err := step(fmt.Sprintf("archive at %d runs, %s", n, st.title()), func() error { return b.archiveScale(ctx, st, n) }); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if on("console") {
+			for _, n := range b.opts.ArchiveSizes {
+				for _, st := range b.opts.ArchiveStores {
+					if err := step(fmt.Sprintf("console at %d runs, %s", n, st.title()), func() error { return b.consolePages(ctx, st, n) }); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if on("watch") {
+			var w *watchSet
+			if err := step(fmt.Sprintf("watch: %d Deployments", b.opts.WatchObjects), func() (err error) { w, err = b.watchSetup(ctx); return err }); err != nil {
+				return err
+			}
+			subjects, err := b.watchSubjects(ctx)
+			if err != nil {
+				return err
+			}
+			for _, im := range subjects {
+				if err := step("watch "+im.Name, func() error { return b.watch(ctx, w, im) }); err != nil {
+					return err
+				}
+			}
+			if err := b.c.cleanUp(ctx); err != nil {
+				return err
+			}
+		}
+		if on("webhook") {
+			what := fmt.Sprintf("webhook: %d deliveries at %d/s", b.opts.WebhookDeliveries, b.opts.WebhookRate)
+			if err := step(what, func() error { return b.webhook(ctx) }); err != nil {
+				return err
+			}
+		}
+		if on("sources") {
+			what := fmt.Sprintf("sources: %d messages at once on NATS and Kafka", b.opts.SourceMessages)
+			if err := step(what, func() error { return b.sources(ctx) }); err != nil {
+				return err
+			}
+		}
+		if on("plan") {
+			what := fmt.Sprintf("plan: %d Websites, both children changed", b.opts.PlanObjects)
+			if err := step(what, func() error { return b.plan(ctx) }); err != nil {
+				return err
+			}
+		}
+	}
+	// The second memory point is the longest: it comes last, so that an
+	// interrupted suite has the rest.
+	for run := 1; on("memory") && b.opts.MemoryObjects > 0 && run <= b.opts.MemoryRuns; run++ {
+		for _, im := range b.drainSubjects() {
+			if im == baseline1 {
+				continue // 50,000 Printers at one worker take most of an hour
+			}
+			fmt.Fprintf(b.log, "memory run %d/%d: %s at %d\n", run, b.opts.MemoryRuns, im.Name, b.opts.MemoryObjects)
+			t0 := time.Now()
+			if err := b.drain(ctx, im, b.opts.MemoryObjects, 0); err != nil {
+				return fmt.Errorf("memory %s at %d: %w", im.Name, b.opts.MemoryObjects, err)
+			}
+			fmt.Fprintf(b.log, "  %s\n", time.Since(t0).Round(100*time.Millisecond))
+		}
+	}
+	return nil
+}
+
+// derive adds the figures computed from others' medians: the memory each
+// further object costs, between the two memory points.
+func (b *bench) derive() {
+	n1, n2 := b.opts.Objects, b.opts.MemoryObjects
+	if n2 <= n1 {
+		return
+	}
+	for _, im := range []impl{opkitDefaults, baseline8} {
+		for _, metric := range []string{"peak RSS", "peak heap"} {
+			m1, ok1 := b.median("memory "+sizeLabel(n1)+" objects", im.Name, metric)
+			m2, ok2 := b.median("memory "+sizeLabel(n2)+" objects", im.Name, metric)
+			if ok1 && ok2 {
+				b.add("memory per object", im.Name, metric, "KiB", (m2-m1)*1024/float64(n2-n1))
+			}
+		}
+	}
+}
+
+// timeout bounds the wait for n objects: generous, so that only a stuck
+// controller fails.
+func (b *bench) timeout(n int) time.Duration {
+	return 2*time.Minute + time.Duration(n)*20*time.Millisecond
+}

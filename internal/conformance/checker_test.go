@@ -707,7 +707,7 @@ func (ch *checker) watchedGeneration(ctx context.Context) (int64, error) {
 func (ch *checker) waitQuiet(i int) {
 	e := conformance.Expect(conformance.Case{Def: ch.c.Def, History: ch.c.History[:i+1]})
 	ch.gen = 0
-	if n := len(e.Ends); n > 0 && e.Ends[n-1].Exists && ch.c.Def.Kind == conformance.Watch {
+	if n := len(e.Ends); n > 0 && e.Ends[n-1].Exists && !e.Ends[n-1].Waits && ch.c.Def.Kind == conformance.Watch {
 		ch.gen = e.Ends[n-1].Gen
 	}
 	ch.waitFor(func(ctx context.Context) (bool, error) { return false, nil }, attempts(e))

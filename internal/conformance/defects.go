@@ -357,4 +357,22 @@ var Regressions = []Regression{
 			},
 		},
 	},
+	{
+		Name:  "a watched object deleted while its operator is paused: its delete runs at the resume, and gave up it has nothing a later pause holds, nor records",
+		Issue: "50 (found by make soak, seed 20261413)",
+		Case: Case{
+			Def:     Def{Kind: Watch, Cluster: true, Handlers: []Handler{{Name: "h1", On: []Trigger{Delete}, MaxAttempts: 1, Behaviour: Behaviour{Fail: 1}, Serve: true}}},
+			History: []Step{{Op: OpCreate}, {Op: OpPauseOperator}, {Op: OpDelete}, {Op: OpResumeOperator}, {Op: OpPauseOperator}},
+		},
+	},
+	{
+		Name:  "a watched object created again while its operator is paused, the old one's delete waiting: the new one waits unseen, its pause too",
+		Issue: "50 (found by make soak, seed 20261427)",
+		Case: Case{
+			Def: Def{Kind: Watch, Cluster: true, Handlers: []Handler{{Name: "h1", On: []Trigger{Delete}, MaxAttempts: 2, Serve: true}}},
+			History: []Step{
+				{Op: OpStop, Kill: true}, {Op: OpCreate}, {Op: OpStart}, {Op: OpPauseOperator}, {Op: OpDelete}, {Op: OpCreate},
+			},
+		},
+	},
 }

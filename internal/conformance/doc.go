@@ -119,7 +119,11 @@
 //     (Def.Cluster): no handler of any of its objects starts, a watched
 //     object's delete runs included, until it is resumed; each object is
 //     recorded paused once and resumed once, and while both its own pause
-//     and its operator's hold, its own is the one recorded.
+//     and its operator's hold, its own is the one recorded. A watched
+//     object gone whose delete handler gave up has no run to hold: its
+//     pauses are not recorded; one created again under the name of a
+//     gone one whose delete runs wait is unseen until they are done, its
+//     pause with it.
 //   - Re-runs (docs/handlers.md, "opkit rerun"): of a handler's last
 //     create or update run for the object, one request at a time. The
 //     next step of the object takes it, before what is due (a paused

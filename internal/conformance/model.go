@@ -137,6 +137,9 @@ type End struct {
 	// Pauses and Resumes are how many times the archive recorded the
 	// object's handlers paused and resumed (handler opkit.pause).
 	Pauses, Resumes int
+	// Waits: a watched object created again under its name, unseen until
+	// the delete runs of the one before are done.
+	Waits bool
 	// Written says what the checker found opkit wrote to a watched
 	// object (a label, an annotation, an owner reference, a finalizer, a
 	// status); "" for nothing.
@@ -478,7 +481,7 @@ func (m *model) due() bool {
 	for {
 		progress := false
 		for i, l := range m.lives {
-			if m.def.Kind == Watch && i > 0 && m.deletePending(m.lives[i-1]) {
+			if m.waits(i) {
 				break
 			}
 			m.dueRun = RunID{}
@@ -569,9 +572,9 @@ const (
 
 func (m *model) expectation() *Expectation {
 	e := &Expectation{Runs: m.runs, Starts: m.starts, Interrupted: m.interrupted, Deliveries: m.deliveries, Answers: m.answers}
-	for _, l := range m.lives {
+	for i, l := range m.lives {
 		e.Ends = append(e.Ends, End{Life: l.n, Exists: l.exists, Count: l.count, State: l.state, OrRefused: l.refusable, Spec: l.specs[l.gen], Gen: l.gen,
-			Pauses: l.pauses, Resumes: l.resumes})
+			Pauses: l.pauses, Resumes: l.resumes, Waits: m.waits(i)})
 	}
 	return e
 }

@@ -100,9 +100,7 @@ func (m *model) settle() {
 	for {
 		progress := false
 		for i, l := range m.lives {
-			// A watched object created again under its name waits until
-			// the delete runs of the one before are done.
-			if m.def.Kind == Watch && i > 0 && m.deletePending(m.lives[i-1]) {
+			if m.waits(i) {
 				break
 			}
 			if m.step(l) {
@@ -145,7 +143,13 @@ func (m *model) settle() {
 // (opkit.EndPause: "Its operator's pause still holds them until the
 // operator is resumed").
 func (m *model) seePauses() {
-	for _, l := range m.lives {
+	for i, l := range m.lives {
+		if m.waits(i) {
+			// Unseen until the delete runs of the one before are done
+			// (docs/handlers.md, the watch's delete trigger): so is its
+			// pause, which is recorded if it still holds then.
+			break
+		}
 		gone := !l.exists && m.def.Kind == Watch && m.deletePending(l)
 		if !l.exists && !gone {
 			continue
@@ -181,6 +185,14 @@ func (m *model) seePauses() {
 // up ends the wait, also for the delete runs it holds back: the old
 // object's record is dropped and they run no more (docs/handlers.md,
 // the watched object's delete).
+// waits reports whether the i-th life is a watched object created again
+// under its name that waits, unseen, until the delete runs of the one
+// before are done ("which waits until the old one's delete handlers are
+// done, or have given up").
+func (m *model) waits(i int) bool {
+	return m.def.Kind == Watch && i > 0 && m.deletePending(m.lives[i-1])
+}
+
 func (m *model) deletePending(l *life) bool {
 	if !l.deleting || !l.seen {
 		return false

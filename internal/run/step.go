@@ -105,8 +105,12 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 		return nil, err
 	}
 	opPause, _ := rn.paused.get()
-	if err := rn.pauseChanged(ctx, cr, st, opPause, res); err != nil {
-		return nil, err
+	if !rn.watched || !deleteGaveUp(rn.def.Handlers, cr, st) {
+		// A watched object gone whose delete handlers gave up has no run
+		// a pause could hold: its pauses are not recorded.
+		if err := rn.pauseChanged(ctx, cr, st, opPause, res); err != nil {
+			return nil, err
+		}
 	}
 
 	var ended bool
@@ -259,4 +263,19 @@ func visitOf(m *definition.StateMachine, self map[string]any) *cause.Visit {
 		return nil
 	}
 	return cause.VisitOf(m, s)
+}
+
+// deleteGaveUp reports whether cr, being deleted, has a delete handler
+// that gave up: nothing runs for it any more (those after it are held
+// back) until a person retries it.
+func deleteGaveUp(hs []*definition.Handler, cr *unstructured.Unstructured, st *cause.State) bool {
+	if cr.GetDeletionTimestamp() == nil {
+		return false
+	}
+	for _, h := range hs {
+		if rec := st.Handlers[h.Name]; h.Fires(v1alpha1.OnDelete) && rec != nil && !rec.Deleted && rec.Stalled && rec.Target == cr.GetGeneration() {
+			return true
+		}
+	}
+	return false
 }

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -120,11 +122,7 @@ func (r *registry) rolloutNote(operator string) *rollout.Note {
 func (r *registry) all() []*operator {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]*operator, 0, len(r.ops))
-	for _, op := range r.ops {
-		out = append(out, op)
-	}
-	return out
+	return slices.Collect(maps.Values(r.ops))
 }
 
 // take removes the operator of that name and returns it, or nil;
@@ -144,10 +142,7 @@ func (r *registry) take(name string, restarting bool) *operator {
 func (r *registry) takeAll() []*operator {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]*operator, 0, len(r.ops))
-	for _, op := range r.ops {
-		out = append(out, op)
-	}
+	out := slices.Collect(maps.Values(r.ops))
 	r.ops = map[string]*operator{}
 	return out
 }

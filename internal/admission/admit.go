@@ -113,9 +113,7 @@ func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		trigger, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 		opName, hName, ok := strings.Cut(rest, "/")
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			http.Error(w, "admission reviews are POSTed", http.StatusMethodNotAllowed)
+		if !webhook.Posted(w, r, "admission reviews") {
 			return
 		}
 		s.mu.Lock()
@@ -131,7 +129,6 @@ func (s *Server) Handler() http.Handler {
 		}
 		body, err := webhook.ReadBody(w, r, s.MaxBodyBytes)
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
 			return
 		}
 		var review admissionv1.AdmissionReview

@@ -33,10 +33,7 @@ func newResumeCommand() *cobra.Command {
 func pauseCommand(pause bool) *cobra.Command {
 	var archivePath, kubeconfig, operator, reason string
 	var all bool
-	verb, done := "resume", "resumed"
-	if pause {
-		verb, done = "pause", "paused"
-	}
+	verb, done := pauseWords(pause)
 	cmd := &cobra.Command{
 		Use: verb + " NAMESPACE/NAME [--operator OP] [--reason TEXT] | " + verb + " --operator OP --all [--reason TEXT]",
 		Short: map[bool]string{
@@ -113,6 +110,14 @@ object is recorded resumed. An object paused on its own stays paused.`,
 	return cmd
 }
 
+// pauseWords are the verb of opkit pause (or resume) and its past.
+func pauseWords(pause bool) (verb, done string) {
+	if pause {
+		return "pause", "paused"
+	}
+	return "resume", "resumed"
+}
+
 // pauseRequest is what opkit pause or resume of one object was asked.
 type pauseRequest struct {
 	archivePath, kubeconfig, operator, reason string
@@ -123,10 +128,7 @@ type pauseRequest struct {
 // cluster-scoped one), by its annotation.
 func pauseObject(cmd *cobra.Command, req pauseRequest, arg string) error {
 	ctx, out := cmd.Context(), cmd.OutOrStdout()
-	verb, done := "resume", "resumed"
-	if req.pause {
-		verb, done = "pause", "paused"
-	}
+	verb, done := pauseWords(req.pause)
 	ns, name, ok := strings.Cut(arg, "/")
 	if !ok {
 		ns, name = "", arg

@@ -78,14 +78,13 @@ func (e *Engine) start(d *definition.Definition) (*operator, error) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	op := &operator{def: d, cancel: cancel}
 	var err error
-	rec := e.mgr.GetEventRecorder("opkit")
 	switch {
 	case d.Watch != nil:
-		if op.runner, err = newRunner(ctx, d, e, rec, nil); err == nil {
+		if op.runner, err = newRunner(ctx, d, e, e.drivers.watch.Events, nil); err == nil {
 			op.done, err = watch.Start(ctx, e.drivers.watchConfig(d), d, op.runner)
 		}
 	case d.Calendar():
-		if op.runner, err = newRunner(ctx, d, e, rec, nil); err == nil {
+		if op.runner, err = newRunner(ctx, d, e, e.drivers.calendar.Events, nil); err == nil {
 			op.calendar, err = calendar.Start(ctx, e.drivers.calendar, d, op.runner)
 		}
 		if err == nil {

@@ -51,9 +51,7 @@ type converter struct {
 func (o *Operators) ConversionHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := strings.TrimPrefix(r.URL.Path, definition.ConversionPath(""))
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			http.Error(w, "conversion reviews are POSTed", http.StatusMethodNotAllowed)
+		if !Posted(w, r, "conversion reviews") {
 			return
 		}
 		o.convMu.Lock()
@@ -65,7 +63,6 @@ func (o *Operators) ConversionHandler() http.Handler {
 		}
 		body, err := ReadBody(w, r, o.Server.MaxBodyBytes())
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
 			return
 		}
 		var review apiextensionsv1.ConversionReview

@@ -304,14 +304,30 @@ func (s *Server) use(ctx context.Context, st *certState) error {
 	return nil
 }
 
-// ReadBody reads a request's body, up to limit bytes; a longer one is an
-// error that says so.
+// Posted reports whether r is a POST; else it answers 405, allowing
+// POST, and saying that what (e.g. "admission reviews") is POSTed.
+func Posted(w http.ResponseWriter, r *http.Request, what string) bool {
+	if r.Method == http.MethodPost {
+		return true
+	}
+	w.Header().Set("Allow", http.MethodPost)
+	http.Error(w, what+" are POSTed", http.StatusMethodNotAllowed)
+	return false
+}
+
+// ReadBody reads a request's body, up to limit bytes. When it cannot (a
+// longer one: the error says so), it answers 413 with the error, which
+// it returns: the caller answers nothing more.
 func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-		return nil, fmt.Errorf("the body is larger than %d bytes", limit)
+		err = fmt.Errorf("the body is larger than %d bytes", limit)
 	}
-	return body, err
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+		return nil, err
+	}
+	return body, nil
 }
 
 // MaxBodyBytes is the cap of ReadBody the server was given.

@@ -9,6 +9,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -69,31 +70,41 @@ func (r *reconciler) readRelated(ctx context.Context, cr *unstructured.Unstructu
 			return fmt.Errorf("%s: %s in namespace %s: not among %s.namespaces (%s), where alone it is read", rel.Field, rel.GVK.Kind, ns, rel.Field, strings.Join(rel.Namespaces, ", "))
 		}
 		refs = append(refs, related.Ref{GVK: rel.GVK, Namespace: ns, Name: name, Selector: sel})
-		reader := r.related.Reader(rel.GVK, r.client)
-		if !rel.List() {
-			obj := &unstructured.Unstructured{}
-			obj.SetGroupVersionKind(rel.GVK)
-			err := reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
-			switch {
-			case err == nil:
-				into[rel.ID] = obj.Object
-			case client.IgnoreNotFound(err) != nil:
-				return fmt.Errorf("%s: reading %s %s: %w", rel.Field, rel.GVK.Kind, name, err)
-			}
-			continue
+		if err := ReadRelated(ctx, r.related.Reader(rel.GVK, r.client), rel, ns, name, sel, into); err != nil {
+			return err
 		}
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(rel.GVK.GroupVersion().WithKind(rel.GVK.Kind + "List"))
-		if err := reader.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-			return fmt.Errorf("%s: listing %s: %w", rel.Field, rel.GVK.Kind, err)
-		}
-		sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].GetName() < list.Items[j].GetName() })
-		items := make([]any, len(list.Items))
-		for i := range list.Items {
-			items[i] = list.Items[i].Object
-		}
-		into[rel.ID] = items
 	}
+	return nil
+}
+
+// ReadRelated reads the related objects of rel in namespace ns with
+// reader into into[rel.ID]: the object named name (one missing is left
+// out: what reads it waits), or for a list those sel selects, by name.
+// opkit plan reads them with it too, as the reconcile does.
+func ReadRelated(ctx context.Context, reader client.Reader, rel *definition.Related, ns, name string, sel labels.Selector, into map[string]any) error {
+	if !rel.List() {
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(rel.GVK)
+		err := reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
+		switch {
+		case err == nil:
+			into[rel.ID] = obj.Object
+		case client.IgnoreNotFound(err) != nil:
+			return fmt.Errorf("%s: reading %s %s: %w", rel.Field, rel.GVK.Kind, name, err)
+		}
+		return nil
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(rel.GVK.GroupVersion().WithKind(rel.GVK.Kind + "List"))
+	if err := reader.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return fmt.Errorf("%s: listing %s: %w", rel.Field, rel.GVK.Kind, err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].GetName() < list.Items[j].GetName() })
+	items := make([]any, len(list.Items))
+	for i := range list.Items {
+		items[i] = list.Items[i].Object
+	}
+	into[rel.ID] = items
 	return nil
 }
 

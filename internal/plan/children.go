@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -293,29 +292,9 @@ func (pl *planner) readRelated(ctx context.Context, cr *unstructured.Unstructure
 		} else if !namespaced {
 			ns = ""
 		}
-		if !rel.List() {
-			obj := &unstructured.Unstructured{}
-			obj.SetGroupVersionKind(rel.GVK)
-			err := pl.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
-			switch {
-			case err == nil:
-				into[rel.ID] = obj.Object
-			case !notFound(err):
-				return fmt.Errorf("%s: reading %s %s: %w", rel.Field, rel.GVK.Kind, name, err)
-			}
-			continue
+		if err := converge.ReadRelated(ctx, pl.c, rel, ns, name, sel, into); err != nil {
+			return err
 		}
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(rel.GVK.GroupVersion().WithKind(rel.GVK.Kind + "List"))
-		if err := pl.c.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-			return fmt.Errorf("%s: listing %s: %w", rel.Field, rel.GVK.Kind, err)
-		}
-		sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].GetName() < list.Items[j].GetName() })
-		items := make([]any, len(list.Items))
-		for i := range list.Items {
-			items[i] = list.Items[i].Object
-		}
-		into[rel.ID] = items
 	}
 	return nil
 }

@@ -227,14 +227,16 @@ bench: plane
 ## soak: the conformance model's check (internal/conformance, docs/conformance.md)
 ## against the engine on the local plane for DURATION, with new seeds from
 ## SEED on; prints the seed of every failure, shrunk, and a report of what
-## was tried. KNOWN=0 leaves out the cases of known defects.
+## was tried. KNOWN=0 leaves out the cases of known defects; PARALLEL cases
+## play at once (each mostly waits for its engine to be quiet).
 SEED     ?= $(shell date +%s)
 DURATION ?= 30m
 KNOWN    ?= 1
+PARALLEL ?= 4
 soak: plane
 	@echo "make soak SEED=$(SEED) DURATION=$(DURATION)"
 	$(GO) test -race -count=1 -timeout 0 -run '^TestConformance$$' ./internal/conformance \
-	  -conformance.seed=$(SEED) -conformance.duration=$(DURATION) -conformance.known=$(if $(filter 0,$(KNOWN)),false,true) \
+	  -conformance.seed=$(SEED) -conformance.duration=$(DURATION) -conformance.known=$(if $(filter 0,$(KNOWN)),false,true) -conformance.parallel=$(PARALLEL) \
 	  -conformance.report=$(BIN)/soak-report.txt; \
 	  status=$$?; cat $(BIN)/soak-report.txt 2>/dev/null; exit $$status
 

@@ -602,10 +602,16 @@ func (ch *checker) quiet(ctx context.Context, want int) (state, busy string, err
 	}
 	if ch.nats != nil || ch.kafka != nil {
 		// A message published and not recorded yet: the consumer has
-		// not fetched it.
-		recorded, err := ch.deliveries(ctx)
-		if err != nil || len(recorded) < ch.published {
-			return "", fmt.Sprintf("%d of %d messages recorded", len(recorded), ch.published), err
+		// not fetched it. (A redelivery's record is not the sender's.)
+		ds, err := ch.deliveries(ctx)
+		recorded := 0
+		for _, d := range ds {
+			if d.RedeliveryOf == "" {
+				recorded++
+			}
+		}
+		if err != nil || recorded < ch.published {
+			return "", fmt.Sprintf("%d of %d messages recorded", recorded, ch.published), err
 		}
 	}
 	if ch.c.Def.Cluster {

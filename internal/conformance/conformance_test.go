@@ -43,17 +43,8 @@ func TestConformance(t *testing.T) {
 		deadline = time.Now().Add(*flagDuration)
 	}
 	rep := &report{rows: map[string]int{}, sets: map[string]int{}}
-	space := conformance.DefaultSpace
-	if *flagKinds != "" {
-		space.Kinds = nil
-		for k := range strings.SplitSeq(*flagKinds, ",") {
-			space.Kinds = append(space.Kinds, conformance.Kind(strings.TrimSpace(k)))
-		}
-	}
 	switch *flagSources {
-	case "", "only", string(conformance.Webhook), string(conformance.NATS), string(conformance.CloudEvents), string(conformance.Kafka):
-	case "none":
-		space.Sources = false
+	case "", "only", "none", string(conformance.Webhook), string(conformance.NATS), string(conformance.CloudEvents), string(conformance.Kafka):
 	default:
 		t.Fatalf("-conformance.sources=%s: expected only, webhook, nats, cloudevents, kafka or none", *flagSources)
 	}
@@ -68,6 +59,7 @@ func TestConformance(t *testing.T) {
 			break
 		}
 		caseSeed := seed + i
+		space := spaceOf(caseSeed)
 		c := conformance.Generate(rand.New(rand.NewPCG(caseSeed, 0)), space)
 		if !drawn(c, *flagSources) || !hasStep(c, *flagSteps) {
 			continue
@@ -88,7 +80,7 @@ func TestConformance(t *testing.T) {
 			defer func() { <-sem; wg.Done() }()
 			t.Run(fmt.Sprintf("seed=%d", caseSeed), func(t *testing.T) {
 				violations, transcript := Check(t, env, c)
-				rep.add(caseSeed, c, violations)
+				rep.add(caseSeed, space, c, violations)
 				if len(violations) == 0 {
 					return
 				}
@@ -109,6 +101,23 @@ func TestConformance(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// spaceOf is the space the case of seed s is drawn from
+// (conformance.SpaceOf), with -conformance.kinds and -conformance.sources
+// applied.
+func spaceOf(s uint64) conformance.Space {
+	space := conformance.SpaceOf(s)
+	if *flagKinds != "" {
+		space.Kinds = nil
+		for k := range strings.SplitSeq(*flagKinds, ",") {
+			space.Kinds = append(space.Kinds, conformance.Kind(strings.TrimSpace(k)))
+		}
+	}
+	if *flagSources == "none" {
+		space.Sources = false
+	}
+	return space
 }
 
 // drawn reports whether c is among the cases -conformance.sources asks
@@ -210,7 +219,7 @@ func (r *report) skip(d *conformance.Defect) {
 	r.skipped[d.Issue]++
 }
 
-func (r *report) add(seed uint64, c conformance.Case, vs []conformance.Violation) {
+func (r *report) add(seed uint64, space conformance.Space, c conformance.Case, vs []conformance.Violation) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.kinds == nil {
@@ -218,6 +227,7 @@ func (r *report) add(seed uint64, c conformance.Case, vs []conformance.Violation
 	}
 	r.cases++
 	r.steps += len(c.History)
+	r.kinds["drawn from: "+conformance.Kind(space.Name)]++
 	r.kinds[c.Def.Kind]++
 	if c.Def.Source != nil {
 		r.kinds[c.Def.Kind+" with a source"]++

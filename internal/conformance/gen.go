@@ -3,6 +3,7 @@ package conformance
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 )
 
 // Space is the part of the definition space the generator draws from.
@@ -18,6 +19,9 @@ type Space struct {
 	MaxHandlers int
 	// MaxSteps bounds a history's steps before the engine's last start.
 	MaxSteps int
+	// Ends: after each step the history ends with odds 1 in Ends (8
+	// when 0), if MaxSteps has not ended it.
+	Ends int
 	// Sources: an operator may have a source, a webhook, CloudEvents, a
 	// NATS stream or a Kafka topic, with up to two handlers on event, and deliveries
 	// (and a webhook's or CloudEvent's replays) in its history.
@@ -37,6 +41,28 @@ type Space struct {
 	// (Def.Cluster), whose history pauses and resumes it whole (opkit
 	// pause --operator OP --all), while an engine runs or not.
 	OperatorPauses bool
+
+	// SourceOdds: one case in SourceOdds has a source (with Sources; 3
+	// when 0). SourceKinds are the kinds of source drawn, each as likely
+	// (all four when empty).
+	SourceOdds  int
+	SourceKinds []SourceKind
+	// StatesOdds: one custom-resource operator in StatesOdds has the
+	// Machine (with States; 4 when 0).
+	StatesOdds int
+	// ClusterOdds: one case in ClusterOdds is an Operator in the cluster
+	// (with OperatorPauses; 4 when 0).
+	ClusterOdds int
+	// Stress: the history's steps of an op here are drawn this many
+	// times as often as DefaultSpace draws them, where they can be made.
+	Stress map[Op]int
+	// Plot: a history follows these ops in order where it can, each
+	// drawn eight times as often as otherwise until it is made, then the
+	// next: the meetings a space is for (a delivery, then a stop, then a
+	// redelivery while no engine runs) are made in most of its cases.
+	Plot []Op
+	// Name says what the space stresses, in make soak's report.
+	Name string
 }
 
 // DefaultSpace is what TestConformance and make soak draw from.
@@ -51,6 +77,62 @@ var DefaultSpace = Space{
 	Reruns:         true,
 	Redeliveries:   true,
 	OperatorPauses: true,
+	Name:           "every feature",
+}
+
+// Spaces are the spaces TestConformance and make soak draw from in turn:
+// the case of seed s from Spaces[s % len(Spaces)]. The first is
+// DefaultSpace; each other stresses what DefaultSpace seldom meets, so
+// that an hour of soak plays each feature the model draws in some thirty
+// cases or more: a source of each kind (its messages published while no
+// engine runs, its deliveries replayed, redelivered, SIGKILLed mid-run),
+// a whole operator's pause across restarts and with the object's own,
+// and a person's requests (re-runs, pauses, retries, decisions) made
+// while no engine runs.
+var Spaces = []Space{
+	DefaultSpace,
+	stressed(Space{Name: "Kafka, across restarts", SourceKinds: []SourceKind{Kafka},
+		Plot: []Op{OpDeliver, OpStop, OpDeliver, OpRedeliver, OpStart, OpRedeliver, OpCrash}}),
+	stressed(Space{Name: "NATS, across restarts", SourceKinds: []SourceKind{NATS},
+		Plot: []Op{OpDeliver, OpCrash, OpStop, OpDeliver, OpRedeliver, OpStart, OpRedeliver, OpCrash}}),
+	stressed(Space{Name: "CloudEvents, replayed and redelivered", SourceKinds: []SourceKind{CloudEvents},
+		Plot: []Op{OpDeliver, OpDeliverAgain, OpRedeliver, OpCrash}}),
+	stressed(Space{Name: "redeliveries, across restarts", Kinds: []Kind{Watch}, SourceKinds: []SourceKind{Kafka, NATS, CloudEvents},
+		Plot: []Op{OpDeliver, OpStop, OpRedeliver, OpStart, OpRedeliver, OpCrash}}),
+	stressed(Space{Name: "a whole operator's pause, across restarts", ClusterOdds: 1,
+		Plot: []Op{OpStop, OpPauseOperator, OpStart, OpPause, OpStop, OpResumeOperator}}),
+	stressed(Space{Name: "a whole operator's pause, with the object's", ClusterOdds: 1,
+		Plot: []Op{OpChange, OpPause, OpRerun, OpPauseOperator, OpResumeOperator, OpStop, OpPauseOperator, OpStart, OpResume}}),
+	stressed(Space{Name: "a person's requests, across restarts", Kinds: []Kind{CustomResource},
+		Stress: map[Op]int{OpRetry: 4, OpDecide: 4},
+		Plot:   []Op{OpChange, OpPause, OpRerun, OpResume, OpStop, OpRerun, OpStart}}),
+}
+
+// SpaceOf is the space the case of seed s is drawn from.
+func SpaceOf(s uint64) Space { return Spaces[s%uint64(len(Spaces))] }
+
+// stressed is DefaultSpace with longer histories and what is set in with:
+// its Name, Stress and Plot; Kinds; SourceKinds, and then a source in
+// every case; ClusterOdds; StatesOdds.
+func stressed(with Space) Space {
+	sp := DefaultSpace
+	sp.Name, sp.Stress, sp.Plot, sp.MaxSteps, sp.Ends = with.Name, with.Stress, with.Plot, 12, 32
+	if with.Kinds != nil {
+		sp.Kinds = with.Kinds
+	}
+	if with.SourceKinds != nil {
+		sp.SourceOdds, sp.SourceKinds = 1, with.SourceKinds
+	}
+	sp.ClusterOdds, sp.StatesOdds = with.ClusterOdds, with.StatesOdds
+	return sp
+}
+
+// odds is n, or def when n is 0.
+func odds(n, def int) int {
+	if n > 0 {
+		return n
+	}
+	return def
 }
 
 // Generate draws a case: a definition, then a history that goes with it
@@ -64,7 +146,7 @@ func Generate(r *rand.Rand, sp Space) Case {
 
 func genDef(r *rand.Rand, sp Space) Def {
 	d := Def{Kind: sp.Kinds[r.IntN(len(sp.Kinds))]}
-	if sp.States && d.Kind == CustomResource && r.IntN(4) == 0 {
+	if sp.States && d.Kind == CustomResource && r.IntN(odds(sp.StatesOdds, 4)) == 0 {
 		d.States = &Machine{}
 	}
 	n := 1 + r.IntN(sp.MaxHandlers)
@@ -111,11 +193,15 @@ func genDef(r *rand.Rand, sp Space) Def {
 		}
 		d.Handlers = append(d.Handlers, h)
 	}
-	if sp.Sources && r.IntN(3) == 0 {
+	if sp.Sources && r.IntN(odds(sp.SourceOdds, 3)) == 0 {
 		// A source (a webhook, CloudEvents, a NATS stream, a Kafka topic): it applies the object,
 		// or runs handlers on event, or both. A handler on event fails or gives up as any
 		// other; it writes no status (its run is for the operator).
-		d.Source = &Source{Kind: []SourceKind{Webhook, NATS, CloudEvents, Kafka}[r.IntN(4)], Object: d.Kind == CustomResource && r.IntN(2) == 0}
+		kinds := sp.SourceKinds
+		if len(kinds) == 0 {
+			kinds = []SourceKind{Webhook, NATS, CloudEvents, Kafka}
+		}
+		d.Source = &Source{Kind: kinds[r.IntN(len(kinds))], Object: d.Kind == CustomResource && r.IntN(2) == 0}
 		n := r.IntN(3)
 		if !d.Source.Object {
 			n = max(n, 1)
@@ -134,7 +220,7 @@ func genDef(r *rand.Rand, sp Space) Def {
 	for i := range d.Handlers {
 		d.Handlers[i].Serve = r.IntN(2) == 0
 	}
-	d.Cluster = sp.OperatorPauses && r.IntN(4) == 0
+	d.Cluster = sp.OperatorPauses && r.IntN(odds(sp.ClusterOdds, 4)) == 0
 	return d
 }
 
@@ -142,6 +228,7 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 	m := newModel(d)
 	var steps []Step
 	rerunDue := false // the last step's (model.rerunDue): no SIGKILL after it
+	plot := 0         // the next step of sp.Plot
 	add := func(s Step) {
 		rerunDue = m.rerunDue(s)
 		steps = append(steps, s)
@@ -159,7 +246,7 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 	} else {
 		add(Step{Op: OpCreate})
 	}
-	for len(steps) < sp.MaxSteps && r.IntN(8) != 0 {
+	for len(steps) < sp.MaxSteps && r.IntN(odds(sp.Ends, 8)) != 0 {
 		l := m.current()
 		if l != nil && l.refusable {
 			break // what follows a decision the engine may refuse is not modelled
@@ -253,15 +340,29 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 		} else {
 			opts = append(opts, option{3, Step{Op: OpStart}})
 		}
+		// The plot's next step that can be made now.
+		next := len(sp.Plot)
+		for j := plot; j < len(sp.Plot) && next == len(sp.Plot); j++ {
+			if slices.ContainsFunc(opts, func(o option) bool { return o.step.Op == sp.Plot[j] }) {
+				next = j
+			}
+		}
 		total := 0
-		for _, o := range opts {
-			total += o.weight
+		for i, o := range opts {
+			opts[i].weight *= odds(sp.Stress[o.step.Op], 1)
+			if next < len(sp.Plot) && o.step.Op == sp.Plot[next] {
+				opts[i].weight *= 16
+			}
+			total += opts[i].weight
 		}
 		pick := r.IntN(total)
 		for _, o := range opts {
 			if pick < o.weight {
 				if o.step.Op == OpDeliver {
 					delivered++
+				}
+				if next < len(sp.Plot) && o.step.Op == sp.Plot[next] {
+					plot = next + 1
 				}
 				add(o.step)
 				break

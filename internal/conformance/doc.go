@@ -171,8 +171,13 @@
 //
 // # The checks
 //
-// Generate draws a case from a seed; Valid says whether a history can be
-// played; Compare checks what was observed against an Expectation and
+// Generate draws a case from a seed and a Space; Spaces are the spaces
+// TestConformance and make soak take in turn (SpaceOf: the seed picks
+// it), each but DefaultSpace with a Plot, steps its histories follow
+// where they can, so that the meetings rare in DefaultSpace (a message
+// published while no engine runs, then redelivered; a whole operator's
+// pause with the object's) are made in most of that space's cases;
+// Valid says whether a history can be played; Compare checks what was observed against an Expectation and
 // names the guarantee each broken promise is of; Shrink cuts a failing
 // case down; Scenario prints one as an opkit test scenario and as Go.
 // The checker itself is in the tests (TestConformance): it renders each

@@ -32,11 +32,11 @@
 // to TakeRunNow; the calendar runs it once, with the key
 // v1alpha1.RunNowKey and the trigger manual, retried by the handler's
 // policy like a slot, then posts an Event on the Operator saying how it
-// ended (ReasonRanNow, ReasonRunNowFailed) and removes the annotation (a
+// ended (request.RunNow.Taken, request.RunNow.Failed) and removes the annotation (a
 // JSON patch guarded by a test of the value read, so that a newer request
 // is not lost). A request that cannot apply (the operator is no calendar
 // or is paused, the handler is not one of its schedules, the value is not
-// a request) is refused the same way: an Event ReasonRunNowRefused saying
+// a request) is refused the same way: an Event request.RunNow.Refused saying
 // why, and the annotation removed. An engine stopped during the run
 // leaves the annotation: the next leader runs the request again with its
 // key, and one whose run succeeded runs nothing.

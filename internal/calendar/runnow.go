@@ -9,23 +9,11 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/request"
 	"github.com/opkit-dev/opkit/internal/run"
-)
-
-// Reasons of the Events that answer a request to run now; opkit schedule
-// run reads them.
-const (
-	ReasonRanNow        = "RanNow"
-	ReasonRunNowFailed  = "RunNowFailed"
-	ReasonRunNowRefused = "RunNowRefused"
 )
 
 // manualRuns hands a calendar the requests to run now of its Operator,
@@ -89,7 +77,7 @@ func (c *Calendar) runNow(ctx context.Context, r manualRequest) {
 	d, h, req := c.def, r.handler, r.request
 	key := v1alpha1.RunNowKey(d.Operator.Name, h.Name, req)
 	log := c.cfg.Log.WithValues("operator", d.Operator.Name, "handler", h.Name, "request", req.ID)
-	asked := fmt.Sprintf("handler %s run now (request %s, asked by %s%s)", h.Name, req.ID, req.By, run.ReasonSuffix(req.Reason))
+	asked := fmt.Sprintf("handler %s run now (request %s, asked by %s%s)", h.Name, req.ID, req.By, request.ReasonSuffix(req.Reason))
 	slot := req.At
 	if _, err := time.Parse(time.RFC3339, slot); err != nil {
 		slot = time.Now().UTC().Format(time.RFC3339)
@@ -98,30 +86,29 @@ func (c *Calendar) runNow(ctx context.Context, r manualRequest) {
 		Handler: h, Trigger: v1alpha1.TriggerManual, UID: string(d.Operator.UID), Key: key, Log: log,
 		Schedule: &run.ScheduleContext{Slot: slot, Manual: &run.ManualContext{Request: req.ID, By: req.By, Reason: req.Reason}},
 		Actor:    req.By,
-		Note:     fmt.Sprintf("run now by %s%s (request %s, asked at %s).", req.By, run.ReasonSuffix(req.Reason), req.ID, req.At),
+		Note:     fmt.Sprintf("run now by %s%s (request %s, asked at %s).", req.By, request.ReasonSuffix(req.Reason), req.ID, req.At),
 	})
 	if out.Stopped || ctx.Err() != nil {
 		return // the annotation stays: the next engine runs it, with its key
 	}
-	reason, eventType, note := ReasonRanNow, corev1.EventTypeNormal, ""
+	reason, note := request.RunNow.Taken, ""
 	switch {
 	case out.Run == nil:
 		note = fmt.Sprintf("%s: a run of its key %s had succeeded already; nothing ran again (opkit runs --operator %s --handler %s)", asked, key, d.Operator.Name, h.Name)
 	case out.Run.Outcome == archive.Succeeded || out.Run.Outcome == archive.Skipped:
 		note = fmt.Sprintf("%s: %s, run %s", asked, out.Run.Outcome, out.Run.ID)
 	default:
-		reason, eventType = ReasonRunNowFailed, corev1.EventTypeWarning
+		reason = request.RunNow.Failed
 		note = fmt.Sprintf("%s: %s after %d attempt(s): %s: run %s", asked, out.Run.Outcome, out.Run.Attempt, out.Run.Error, out.Run.ID)
 	}
-	answer(context.WithoutCancel(ctx), c.cfg, r, eventType, reason, note)
+	answer(context.WithoutCancel(ctx), c.cfg, r, reason, note)
 }
 
 // answer posts the answer to a request on its Operator and removes the
 // request's annotation, unless it changed since it was read.
-func answer(ctx context.Context, cfg Config, r manualRequest, eventType, reason, note string) {
-	cfg.Events.Eventf(r.op, nil, eventType, reason, "RunNow", "%s", run.Truncate(note))
-	err := cfg.Client.Patch(ctx, r.op.DeepCopy(), client.RawPatch(types.JSONPatchType, run.RemoveAnnotationPatch(r.annotation, r.value)))
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err) { // gone, or changed: a newer request
+func answer(ctx context.Context, cfg Config, r manualRequest, reason, note string) {
+	request.RunNow.Answer(cfg.Events, r.op, reason, note)
+	if err := request.Remove(ctx, cfg.Client, r.op.DeepCopy(), r.annotation, r.value); err != nil {
 		cfg.Log.Error(err, "removing the request to run now; the next engine sees it again", "operator", r.op.Name, "annotation", r.annotation)
 	}
 }
@@ -162,7 +149,7 @@ func TakeRunNow(ctx context.Context, cfg Config, op *v1alpha1.Operator, d *defin
 			}
 		}
 		if why != "" {
-			answer(ctx, cfg, r, corev1.EventTypeWarning, ReasonRunNowRefused, fmt.Sprintf("run now of handler %s (request %s, asked by %s) refused: %s", handler, cmp.Or(req.ID, "?"), cmp.Or(req.By, "someone"), why))
+			answer(ctx, cfg, r, request.RunNow.Refused, fmt.Sprintf("run now of handler %s (request %s, asked by %s) refused: %s", handler, cmp.Or(req.ID, "?"), request.RunNow.Who(req.By), why))
 			continue
 		}
 		r.request = req
@@ -180,7 +167,7 @@ func pausedBy(rn *run.Runner) string {
 	if !paused {
 		return ""
 	}
-	return "by " + cmp.Or(p.By, "someone unknown") + run.ReasonSuffix(p.Reason)
+	return "by " + request.PauseOperator.Who(p.By) + request.ReasonSuffix(p.Reason)
 }
 
 // handlerNames lists d's handlers for a message.

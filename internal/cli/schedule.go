@@ -21,8 +21,8 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
-	"github.com/opkit-dev/opkit/internal/calendar"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/request"
 )
 
 func newScheduleCommand() *cobra.Command {
@@ -194,10 +194,10 @@ func awaitRunNow(ctx context.Context, out io.Writer, c client.Client, op *v1alph
 					continue
 				}
 				switch ev.Reason {
-				case calendar.ReasonRanNow:
+				case request.RunNow.Taken:
 					fmt.Fprintln(out, ev.Message)
 					return nil
-				case calendar.ReasonRunNowFailed, calendar.ReasonRunNowRefused:
+				case request.RunNow.Failed, request.RunNow.Refused:
 					return errors.New(ev.Message)
 				}
 			}

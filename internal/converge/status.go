@@ -1,7 +1,6 @@
 package converge
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/inventory"
 	"github.com/opkit-dev/opkit/internal/lifecycle"
+	"github.com/opkit-dev/opkit/internal/request"
 	"github.com/opkit-dev/opkit/internal/run"
 )
 
@@ -155,7 +155,7 @@ func conditionsToSet(conds *[]metav1.Condition, operator string, waiting, notRea
 	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "ChildrenReady", Message: "all children exist and are ready"}
 	switch {
 	case failure != nil:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ReconcileFailed", run.Truncate(failure.Error())
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ReconcileFailed", request.Truncate(failure.Error())
 	case len(waiting) > 0:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenPending", "waiting for: "+strings.Join(waiting, ", ")
 	case step != nil && step.Stalled != "":
@@ -165,7 +165,7 @@ func conditionsToSet(conds *[]metav1.Condition, operator string, waiting, notRea
 	}
 	degraded := metav1.Condition{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: "NoErrors", Message: "the last reconcile succeeded"}
 	if failure != nil {
-		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, "ReconcileFailed", run.Truncate(failure.Error())
+		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, "ReconcileFailed", request.Truncate(failure.Error())
 	}
 	set := []metav1.Condition{ready, degraded}
 	if c, ok := stalledCondition(*conds, step); ok {
@@ -194,7 +194,7 @@ func stalledCondition(conds []metav1.Condition, step *run.Step) (metav1.Conditio
 	case step == nil:
 		return metav1.Condition{}, false
 	case step.Stalled != "":
-		return metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: "HandlerGaveUp", Message: run.Truncate(step.Stalled)}, true
+		return metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: "HandlerGaveUp", Message: request.Truncate(step.Stalled)}, true
 	case meta.FindStatusCondition(conds, v1alpha1.ConditionStalled) != nil:
 		return metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: "NoStalledHandler", Message: "no handler has given up"}, true
 	}
@@ -204,6 +204,6 @@ func stalledCondition(conds []metav1.Condition, step *run.Step) (metav1.Conditio
 // OperatorPausedMessage is the Paused condition's message of an object
 // paused by its Operator's pause p.
 func OperatorPausedMessage(operator string, p v1alpha1.Pause) string {
-	return run.Truncate(fmt.Sprintf("handlers are paused with all of operator %s's, by %s%s: no run starts until it is resumed (opkit resume --operator %s --all)",
-		operator, cmp.Or(p.By, "someone unknown"), run.ReasonSuffix(p.Reason), operator))
+	return request.Truncate(fmt.Sprintf("handlers are paused with all of operator %s's, by %s%s: no run starts until it is resumed (opkit resume --operator %s --all)",
+		operator, request.PauseOperator.Who(p.By), request.ReasonSuffix(p.Reason), operator))
 }

@@ -1,17 +1,11 @@
 package engine
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/opkit-dev/opkit/api/v1alpha1"
-	"github.com/opkit-dev/opkit/internal/run"
+	"github.com/opkit-dev/opkit/internal/request"
 )
 
 // A whole operator is paused by v1alpha1.PauseAnnotation on its Operator
@@ -28,12 +22,6 @@ import (
 // sets v1alpha1.ResumedAnnotation, saying who resumed it; the runner keeps
 // it for the records of the resume and the engine removes it.
 
-// Reasons of the Events on an Operator paused or resumed whole.
-const (
-	ReasonOperatorPaused  = "OperatorPaused"
-	ReasonOperatorResumed = "OperatorResumed"
-)
-
 // takePause hands the pause of op, as its annotations say, to the runner
 // of the operator running it (same UID), posts an Event on op when it
 // changed, and removes op's v1alpha1.ResumedAnnotation once handed over.
@@ -49,19 +37,18 @@ func (e *Engine) takePause(ctx context.Context, op *v1alpha1.Operator) {
 		changed = rn.PauseOperator(value, paused, resumed) || changed
 	}
 	if changed {
-		p, reason, what := v1alpha1.ReadRequest(value), ReasonOperatorPaused, "paused"
+		p, k, what := v1alpha1.ReadRequest(value), request.PauseOperator, "paused"
 		if !paused {
-			p, reason, what = v1alpha1.ReadRequest(resumed), ReasonOperatorResumed, "resumed"
+			p, k, what = v1alpha1.ReadRequest(resumed), request.ResumeOperator, "resumed"
 		}
-		e.mgr.GetEventRecorder("opkit").Eventf(op, nil, corev1.EventTypeNormal, reason, "Pause", "%s",
-			truncate(fmt.Sprintf("handlers of every object of operator %s %s by %s%s", op.Name, what, cmp.Or(p.By, "someone unknown"), run.ReasonSuffix(p.Reason))))
+		k.Answer(e.mgr.GetEventRecorder("opkit"), op, k.Taken,
+			fmt.Sprintf("handlers of every object of operator %s %s by %s%s", op.Name, what, k.Who(p.By), request.ReasonSuffix(p.Reason)))
 	}
 	if paused || !hasResumed {
 		return
 	}
-	patch := run.RemoveAnnotationPatch(v1alpha1.ResumedAnnotation, resumed)
-	err := e.client.Patch(ctx, op.DeepCopy(), client.RawPatch(types.JSONPatchType, patch))
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err) { // gone, or changed: a newer resume
+	// Gone, or changed (a newer resume): not an error.
+	if err := request.Remove(ctx, e.client, op.DeepCopy(), v1alpha1.ResumedAnnotation, resumed); err != nil {
 		e.mgr.GetLogger().Error(err, "removing the record of the operator's resume; the next reconcile removes it", "operator", op.Name)
 	}
 }

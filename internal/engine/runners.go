@@ -78,6 +78,3 @@ func secretValue(ctx context.Context, reader client.Reader, namespace, name, key
 	}
 	return bytes.TrimSpace(v), nil
 }
-
-// truncate cuts a message to what a condition or an Event holds.
-func truncate(s string) string { return run.Truncate(s) }

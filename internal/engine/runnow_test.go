@@ -17,9 +17,9 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
-	"github.com/opkit-dev/opkit/internal/calendar"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/request"
 )
 
 // TestRunNowRunsAScheduleOnceAsManualWithWhoAndWhy asks, through the
@@ -102,7 +102,7 @@ spec:
 	req := v1alpha1.RunNow{ID: "r1", By: "jane", Reason: "the 8:00 import failed", At: time.Now().UTC().Format(time.RFC3339)}
 	ask(v1alpha1.RunNowAnnotation("import"), req.Value())
 	ev := answer("(request r1,")
-	if ev.Reason != calendar.ReasonRanNow || !strings.Contains(ev.Message, "asked by jane: the 8:00 import failed") || !strings.Contains(ev.Message, "Succeeded, run ") {
+	if ev.Reason != request.RunNow.Taken || !strings.Contains(ev.Message, "asked by jane: the 8:00 import failed") || !strings.Contains(ev.Message, "Succeeded, run ") {
 		t.Errorf("the answer is %s %q; want RanNow naming who, why, the outcome and the run", ev.Reason, ev.Message)
 	}
 	eventually(t, 30*time.Second, "the request removed", func(context.Context) (bool, error) {
@@ -137,11 +137,11 @@ spec:
 
 	// What cannot apply is refused, with why, and the request removed.
 	ask(v1alpha1.RunNowAnnotation("nosuch"), v1alpha1.RunNow{ID: "r2", By: "jane", At: req.At}.Value())
-	if ev := answer("(request r2,"); ev.Reason != calendar.ReasonRunNowRefused || !strings.Contains(ev.Message, "has no handler nosuch (its handlers: import)") {
+	if ev := answer("(request r2,"); ev.Reason != request.RunNow.Refused || !strings.Contains(ev.Message, "has no handler nosuch (its handlers: import)") {
 		t.Errorf("a request for no handler is answered %s %q; want RunNowRefused naming the handlers", ev.Reason, ev.Message)
 	}
 	ask(v1alpha1.RunNowAnnotation("import"), `{"id":"r3"}`)
-	if ev := answer("request ?, asked by someone"); ev.Reason != calendar.ReasonRunNowRefused || !strings.Contains(ev.Message, "names nobody") {
+	if ev := answer("request ?, asked by someone"); ev.Reason != request.RunNow.Refused || !strings.Contains(ev.Message, "names nobody") {
 		t.Errorf("a request naming nobody is answered %s %q; want RunNowRefused saying so", ev.Reason, ev.Message)
 	}
 	eventually(t, 30*time.Second, "the refused requests removed", func(context.Context) (bool, error) {
@@ -160,7 +160,7 @@ spec:
 		t.Fatal(err)
 	}
 	ask(v1alpha1.RunNowAnnotation("import"), v1alpha1.RunNow{ID: "r4", By: "jane", At: req.At}.Value())
-	if ev := answer("(request r4,"); ev.Reason != calendar.ReasonRunNowRefused || !strings.Contains(ev.Message, "is paused (by joe: the registry migrates)") {
+	if ev := answer("(request r4,"); ev.Reason != request.RunNow.Refused || !strings.Contains(ev.Message, "is paused (by joe: the registry migrates)") {
 		t.Errorf("a request to a paused operator is answered %s %q; want RunNowRefused naming who paused it", ev.Reason, ev.Message)
 	}
 	mu.Lock()

@@ -68,6 +68,11 @@ var rules = []rule{
 		not:  []string{"internal/engine/...", "internal/run/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
 	},
 	{
+		says: "a person's request is one protocol the acting packages share: it knows none of them (package request)",
+		from: []string{"internal/request/..."},
+		not:  []string{"internal/engine/...", "internal/run/...", "internal/calendar/...", "internal/lifecycle/...", "internal/delivery/...", "internal/rollout/...", "internal/executor/...", "internal/stack/...", "internal/console/...", "internal/cli/..."},
+	},
+	{
 		says: "the engine never imports the console (docs/architecture.md)",
 		from: []string{"internal/engine/...", "internal/run/..."},
 		not:  []string{"internal/console/...", "internal/stack/...", "internal/cli/..."},

@@ -23,6 +23,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/request"
 	"github.com/opkit-dev/opkit/internal/run"
 	"github.com/opkit-dev/opkit/internal/statemachine"
 )
@@ -258,11 +259,7 @@ func (s *Machine) answer(cr *unstructured.Unstructured, step statemachine.Step) 
 	default:
 		s.memory.SetLifeCycle(cr, func(l *run.LifeCycle) { l.Waits = "" })
 	}
-	kind := corev1.EventTypeNormal
-	if reason == statemachine.EventDecisionRefused {
-		kind = corev1.EventTypeWarning
-	}
-	s.events.Eventf(cr, nil, kind, reason, "Decide", "%s", message)
+	request.Decide.Answer(s.events, cr, reason, message)
 }
 
 // moved posts a transition's Events and records it.

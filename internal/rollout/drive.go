@@ -1,7 +1,6 @@
 package rollout
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/request"
 )
 
 // Drive takes the rollout's steps until ctx ends, moving objects in
@@ -61,7 +61,7 @@ func (ro *Rollout) tick(ctx context.Context) error {
 	ro.say(ctx, st)
 	now := ro.cfg.Clock.Now().UTC()
 	if req := obj.Spec.Request; req != "" {
-		by := cmp.Or(obj.Spec.RequestedBy, "someone")
+		by := request.Continue.Who(obj.Spec.RequestedBy)
 		obj.Spec = v1alpha1.RolloutRequest{}
 		switch {
 		case req == v1alpha1.RolloutUndo && st.Phase != v1alpha1.RolloutRolledBack:

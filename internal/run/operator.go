@@ -13,6 +13,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/executor"
+	"github.com/opkit-dev/opkit/internal/request"
 )
 
 // OperatorRun is a handler's run for the operator itself rather than for
@@ -176,9 +177,9 @@ func (rn *Runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 	rn.ended(run)
 	switch o.Verdict {
 	case Retry:
-		rn.operatorEvent(corev1.EventTypeWarning, "HandlerFailed", run.ID, fmt.Sprintf("handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, h.Retry.Delay(run.Attempt).Round(time.Second), Truncate(run.Error), rn.runRef(run.ID)))
+		rn.operatorEvent(corev1.EventTypeWarning, "HandlerFailed", run.ID, fmt.Sprintf("handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, h.Retry.Delay(run.Attempt).Round(time.Second), request.Truncate(run.Error), rn.runRef(run.ID)))
 	case GaveUp:
-		rn.operatorEvent(corev1.EventTypeWarning, "HandlerGaveUp", run.ID, fmt.Sprintf("handler %s gave up on %s after %d attempts: %s: run %s", h.Name, run.Key, run.Attempt, Truncate(run.Error), rn.runRef(run.ID)))
+		rn.operatorEvent(corev1.EventTypeWarning, "HandlerGaveUp", run.ID, fmt.Sprintf("handler %s gave up on %s after %d attempts: %s: run %s", h.Name, run.Key, run.Attempt, request.Truncate(run.Error), rn.runRef(run.ID)))
 	}
 	return o, true
 }

@@ -2,11 +2,9 @@ package run
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -14,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
-	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/cause"
+	"github.com/opkit-dev/opkit/internal/request"
 )
 
 // pauseChanged records, once each, the object's handlers paused and
@@ -67,7 +65,7 @@ func (rn *Runner) pauseChanged(ctx context.Context, cr *unstructured.Unstructure
 	}
 	// Recorded (now or before): the request is consumed. Guarded by a test
 	// of the value read, so that a newer resume is not lost.
-	if err := rn.client.Patch(ctx, cr, client.RawPatch(types.JSONPatchType, RemoveAnnotationPatch(v1alpha1.ResumedAnnotation, resumed))); err != nil {
+	if err := rn.client.Patch(ctx, cr, client.RawPatch(types.JSONPatchType, request.RemovePatch(v1alpha1.ResumedAnnotation, resumed))); err != nil {
 		return fmt.Errorf("removing %s: %w", v1alpha1.ResumedAnnotation, err)
 	}
 	rn.mem.Record(cr.DeepCopy())
@@ -91,17 +89,6 @@ func EndPause(obj *unstructured.Unstructured) {
 	annotations[v1alpha1.ResumedAnnotation] = v1alpha1.Pause{By: "opkit",
 		Reason: "the object is gone, and its pause with it (nothing is left to resume): its delete handlers run"}.Value()
 	obj.SetAnnotations(annotations)
-}
-
-// RemoveAnnotationPatch is a JSON patch removing the annotation name
-// when it still has value: a newer value, written meanwhile, is not lost
-// (the patch fails Invalid). The value is encoded as JSON, whatever it
-// holds: one set by hand may hold what Go's quoting would not encode as
-// JSON, and a patch that never applies would leave the request forever.
-func RemoveAnnotationPatch(name, value string) []byte {
-	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(name, "~", "~0"), "/", "~1")
-	patch, _ := json.Marshal([]map[string]string{{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}}) // strings: it cannot fail
-	return patch
 }
 
 // operatorPause is the pause of the whole operator: the annotation
@@ -209,10 +196,7 @@ func (rn *Runner) recordPause(ctx context.Context, cr *unstructured.Unstructured
 	if done, err := rn.archive.Succeeded(ctx, key); err == nil && done {
 		return
 	}
-	by := p.By
-	if by == "" {
-		by = "someone (the annotation " + v1alpha1.PauseAnnotation + " names nobody)"
-	}
+	by := request.Pause.Who(p.By)
 	what := "paused"
 	if trigger == v1alpha1.TriggerResumed {
 		what = "resumed"
@@ -224,40 +208,16 @@ func (rn *Runner) recordPause(ctx context.Context, cr *unstructured.Unstructured
 	if p.Reason != "" {
 		sentence += ": " + p.Reason
 	}
-	r := actionRecord(rn.def.Operator.Name, cr, v1alpha1.PauseHandler, "pause", trigger, p.By)
+	k := request.Pause
+	if trigger == v1alpha1.TriggerResumed {
+		k = request.Resume
+	}
+	r := k.Record(rn.def.Operator.Name, cr, trigger, p.By)
 	r.Key = key
-	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, strings.ToUpper(what[:1])+what[1:], runAction(r.ID), "%s (run %s)", sentence, rn.runRef(r.ID))
+	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, k.Taken, runAction(r.ID), "%s (run %s)", sentence, rn.runRef(r.ID))
 	log := sentence
 	if p.At != "" {
 		log += " (asked at " + p.At + ")"
 	}
-	rn.archiveAction(ctx, cr, r, log+".\n", sentence)
-}
-
-// actionRecord is the archive's record of what a person did to cr's
-// handlers (a pause, a resume, a retry): a run of handler, a name no
-// handler of an Operator has, finished as it starts, with the person
-// (actor; "" when nobody is named) as its actor.
-func actionRecord(operator string, cr *unstructured.Unstructured, handler, action, trigger, actor string) *archive.Run {
-	now := time.Now().UTC()
-	r := &archive.Run{
-		ID: archive.NewID(now), Operator: operator, Handler: handler, Action: action, Trigger: trigger,
-		APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: string(cr.GetUID()),
-		Generation: cr.GetGeneration(), Attempt: 1, Actor: actor, StartedAt: now, FinishedAt: now, Outcome: archive.Succeeded,
-	}
-	r.Key = string(cr.GetUID()) + "/" + trigger + "/" + r.ID
-	return r
-}
-
-// archiveAction inserts r with its log; when the archive cannot, a
-// Warning Event on cr says that what sentence tells was not recorded.
-func (rn *Runner) archiveAction(ctx context.Context, cr *unstructured.Unstructured, r *archive.Run, log, sentence string) {
-	ctx = context.WithoutCancel(ctx) // seen, it is recorded, also when the engine is stopping
-	err := rn.archive.Insert(ctx, r)
-	if err == nil {
-		err = rn.archive.AppendLog(ctx, r.ID, []byte(log))
-	}
-	if err != nil {
-		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", strings.ToUpper(r.Action[:1])+r.Action[1:], "%s: not recorded in the archive: %v", sentence, err)
-	}
+	k.Keep(ctx, rn.archive, rn.events, cr, r, log+".\n", sentence)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/request"
 )
 
 // A re-run is a person's request (v1alpha1.RerunAnnotation, written by
@@ -65,7 +66,7 @@ func (rn *Runner) rerunRequested(ctx context.Context, cr *unstructured.Unstructu
 	}
 	refuse := func(format string, args ...any) (*Pending, bool, error) {
 		why := fmt.Sprintf(format, args...)
-		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, v1alpha1.EventRerunRefused, "Rerun", "re-run request %s (by %s) refused: %s", or(req.Request, "-"), or(req.By, "someone"), Truncate(why))
+		request.Rerun.Answer(rn.events, cr, request.Rerun.Refused, fmt.Sprintf("re-run request %s (by %s) refused: %s", or(req.Request, "-"), request.Rerun.Who(req.By), why))
 		return nil, wrote, nil
 	}
 	if perr != nil {
@@ -101,7 +102,7 @@ func (rn *Runner) rerunRequested(ctx context.Context, cr *unstructured.Unstructu
 	if req.SameInput {
 		input = "the binding context run " + orig.ID + " got"
 	}
-	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, v1alpha1.EventRerunStarted, runAction(p.f.run.ID), "re-run request %s (by %s): run %s runs handler %s again, as run %s, with %s", or(req.Request, "-"), or(req.By, "someone"), orig.ID, h.Name, rn.runRef(p.f.run.ID), input)
+	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, v1alpha1.EventRerunStarted, runAction(p.f.run.ID), "re-run request %s (by %s): run %s runs handler %s again, as run %s, with %s", or(req.Request, "-"), request.Rerun.Who(req.By), orig.ID, h.Name, rn.runRef(p.f.run.ID), input)
 	return p, wrote, nil
 }
 

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/cause"
+	"github.com/opkit-dev/opkit/internal/request"
 )
 
 // retryRequested clears the failed attempts when the object asks for a
@@ -55,7 +55,7 @@ func (rn *Runner) customRetry(ctx context.Context, cr *unstructured.Unstructured
 		// Taken, and its status written: the request is done. Guarded by
 		// a test of the value read: a newer request, written meanwhile,
 		// is not lost (the patch fails, and the next step takes it).
-		if err := rn.client.Patch(ctx, cr, client.RawPatch(types.JSONPatchType, RemoveAnnotationPatch(v1alpha1.RetryAnnotation, v))); err != nil {
+		if err := rn.client.Patch(ctx, cr, client.RawPatch(types.JSONPatchType, request.RemovePatch(v1alpha1.RetryAnnotation, v))); err != nil {
 			return fmt.Errorf("clearing %s: %w", v1alpha1.RetryAnnotation, err)
 		}
 		rn.mem.Record(cr.DeepCopy())
@@ -84,21 +84,17 @@ func clearAttempts(st *cause.State) {
 // archive whose log says who asked and why. An archive that cannot
 // record it is reported in a Warning Event; the retry itself holds.
 func (rn *Runner) recordRetry(ctx context.Context, cr *unstructured.Unstructured, r v1alpha1.RetryRequest) {
-	by := r.By
-	if by == "" {
-		by = "someone (the annotation " + v1alpha1.RetryAnnotation + " names nobody)"
-	}
-	sentence := "retry asked by " + by
+	sentence := "retry asked by " + request.Retry.Who(r.By)
 	if r.Reason != "" {
 		sentence += ": " + r.Reason
 	}
-	rec := actionRecord(rn.def.Operator.Name, cr, v1alpha1.RetryHandler, "retry", v1alpha1.TriggerRetry, r.By)
-	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "RetryRequested", "Retry", "%s; failed attempts cleared, handlers run again (run %s)", sentence, rn.runRef(rec.ID))
+	rec := request.Retry.Record(rn.def.Operator.Name, cr, "", r.By)
+	request.Retry.Answer(rn.events, cr, request.Retry.Taken, fmt.Sprintf("%s; failed attempts cleared, handlers run again (run %s)", sentence, rn.runRef(rec.ID)))
 	log := sentence
 	if r.At != "" {
 		log += " (asked at " + r.At + ")"
 	}
-	rn.archiveAction(ctx, cr, rec, log+"; failed attempts cleared, handlers run again.\n", sentence)
+	request.Retry.Keep(ctx, rn.archive, rn.events, cr, rec, log+"; failed attempts cleared, handlers run again.\n", sentence)
 }
 
 // failing reports whether a handler has failed attempts or has given up.

@@ -228,23 +228,6 @@ func Ref(console, id string) string {
 
 func (rn *Runner) runRef(id string) string { return Ref(rn.console, id) }
 
-// Truncate cuts a message to what a condition or an Event holds.
-func Truncate(s string) string {
-	if len(s) > 1024 {
-		return s[:1021] + "..."
-	}
-	return s
-}
-
-// ReasonSuffix is ": reason", to follow who asked for something in a
-// message, or "" for no reason.
-func ReasonSuffix(reason string) string {
-	if reason == "" {
-		return ""
-	}
-	return ": " + reason
-}
-
 // periodic reports whether a trigger comes back by itself (schedule,
 // requeue), as opposed to a change of the object.
 func periodic(trigger string) bool {

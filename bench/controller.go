@@ -338,12 +338,12 @@ func runBaseline(ctx context.Context, cfg *rest.Config, workers int, def string,
 type discardArchive struct{}
 
 func (discardArchive) Insert(context.Context, *archive.Run) error { return nil }
-func (discardArchive) States(context.Context, string) ([]archive.State, error) {
-	return []archive.State{}, nil
+func (discardArchive) HandlerRecords(context.Context, string) ([]archive.HandlerRecord, error) {
+	return []archive.HandlerRecord{}, nil
 }
-func (discardArchive) PutState(context.Context, *archive.State) error          { return nil }
-func (discardArchive) RecordDelivery(context.Context, *archive.Delivery) error { return nil }
-func (discardArchive) FinishDelivery(context.Context, *archive.Delivery) error { return nil }
+func (discardArchive) PutHandlerRecord(context.Context, *archive.HandlerRecord) error { return nil }
+func (discardArchive) RecordDelivery(context.Context, *archive.Delivery) error        { return nil }
+func (discardArchive) FinishDelivery(context.Context, *archive.Delivery) error        { return nil }
 func (discardArchive) PendingDeliveries(context.Context, string) ([]archive.Delivery, error) {
 	return []archive.Delivery{}, nil
 }
@@ -355,10 +355,10 @@ func (discardArchive) GetDelivery(context.Context, string) (*archive.Delivery, e
 func (discardArchive) ListDeliveries(context.Context, archive.DeliveryQuery) (*archive.DeliveryPage, error) {
 	return &archive.DeliveryPage{Deliveries: []archive.Delivery{}}, nil
 }
-func (discardArchive) DeleteState(context.Context, string, string) error { return nil }
-func (discardArchive) Finish(context.Context, *archive.Run) error        { return nil }
-func (discardArchive) AppendLog(context.Context, string, []byte) error   { return nil }
-func (discardArchive) SetRunner(context.Context, string, string) error   { return nil }
+func (discardArchive) DeleteHandlerRecord(context.Context, string, string) error { return nil }
+func (discardArchive) Finish(context.Context, *archive.Run) error                { return nil }
+func (discardArchive) AppendLog(context.Context, string, []byte) error           { return nil }
+func (discardArchive) SetRunner(context.Context, string, string) error           { return nil }
 func (discardArchive) Counts(context.Context, time.Time) (map[string]archive.Counts, error) {
 	return map[string]archive.Counts{}, nil
 }

@@ -264,7 +264,7 @@ func (c *controller) checkHandled(watched, unwatched, changed []string) []error 
 }
 
 // checkWatchArchive checks what opkit's archive holds once it stopped: n
-// create runs and u update runs, all succeeded, and one state record per
+// create runs and u update runs, all succeeded, and one handler record per
 // watched Deployment.
 func checkWatchArchive(ctx context.Context, path string, n, u int) error {
 	store, err := archive.OpenSQLite(ctx, path, archive.Options{})
@@ -288,7 +288,7 @@ func checkWatchArchive(ctx context.Context, path string, n, u int) error {
 			errs = append(errs, fmt.Errorf("opkit's archive holds %d %s runs (%d not succeeded), want %d succeeded", runs, trigger, failed, want))
 		}
 	}
-	states, err := store.States(ctx, watchOperator)
+	states, err := store.HandlerRecords(ctx, watchOperator)
 	if err != nil {
 		return fmt.Errorf("reading opkit's archive: %w", err)
 	}

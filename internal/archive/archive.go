@@ -1,12 +1,12 @@
 // Package archive keeps the record of every handler run: what triggered it,
 // the change that caused it, its attempt, outcome, error and logs, so that a
 // failure can be found and understood after the fact. It also keeps, as
-// [State] records, what an operator remembers of the things it reacts to
+// [HandlerRecord] records, what an operator remembers of the things it reacts to
 // but does not own (a watched object, an operator-wide schedule), which it
 // may not write to; and, as [Delivery] records, every webhook delivery an
 // operator received, accepted or refused, and what its handling caused.
 //
-// A [Store] holds [Run] records, their logs, State records and Delivery
+// A [Store] holds [Run] records, their logs, handler records and Delivery
 // records. [OpenSQLite] is the embedded store: one file, WAL mode, a
 // pure-Go driver. [OpenPostgres] is the shared one: a PostgreSQL database
 // that several engines (a leader and its standbys), the console and the
@@ -33,10 +33,10 @@
 //     with their logs; running runs are never pruned. It deletes
 //     deliveries by the same age and count, counted apart from runs;
 //     Pending deliveries are never pruned.
-//   - State records are one per operator and key, replaced whole by
-//     [StateStore.PutState], their Data kept byte for byte. They are not
+//   - handler records are one per operator and key, replaced whole by
+//     [HandlerRecordStore.PutState], their Data kept byte for byte. They are not
 //     runs: neither retention nor CancelRunning touches them; only
-//     [StateStore.DeleteState] removes one, when the engine forgets the
+//     [HandlerRecordStore.DeleteState] removes one, when the engine forgets the
 //     thing it stands for.
 //   - A Pending delivery ([DeliveryStore.RecordDelivery]) is durable when
 //     the call returns, a crash of the machine included: its sender is
@@ -313,11 +313,11 @@ type Page struct {
 	Next string `json:"next,omitempty"`
 }
 
-// State is what an operator records of one thing it reacts to but does
+// HandlerRecord is what an operator records of one thing it reacts to but does
 // not own: a watched object (Key is its uid), or an operator-wide schedule
 // (Key names it, e.g. "schedule/<handler>"). Data is the engine's, opaque
 // to the archive (JSON).
-type State struct {
+type HandlerRecord struct {
 	Operator string `json:"operator"`
 	Key      string `json:"key"`
 	// APIVersion, Kind, Namespace and Name are the watched object's, for
@@ -427,21 +427,21 @@ func HumanBytes(n int64) string {
 // ErrNotFound is returned for an unknown run or delivery id.
 var ErrNotFound = errors.New("not found")
 
-// StateStore keeps State records. Its methods are safe for concurrent
+// HandlerRecordStore keeps handler records. Its methods are safe for concurrent
 // use.
-type StateStore interface {
-	// States returns every state record of an operator, ordered by Key;
+type HandlerRecordStore interface {
+	// HandlerRecords returns every handler record of an operator, ordered by Key;
 	// none is an empty slice.
-	States(ctx context.Context, operator string) ([]State, error)
-	// PutState inserts the record (s.Operator, s.Key), or replaces it
+	HandlerRecords(ctx context.Context, operator string) ([]HandlerRecord, error)
+	// PutHandlerRecord inserts the record (s.Operator, s.Key), or replaces it
 	// whole. Both must be set. UpdatedAt is the caller's; a zero one is
 	// stored as the time of the call.
-	PutState(ctx context.Context, s *State) error
-	// DeleteState deletes a record; one that is absent is no error.
-	DeleteState(ctx context.Context, operator, key string) error
+	PutHandlerRecord(ctx context.Context, s *HandlerRecord) error
+	// DeleteHandlerRecord deletes a record; one that is absent is no error.
+	DeleteHandlerRecord(ctx context.Context, operator, key string) error
 }
 
-// Store is a run archive, and the State and Delivery records kept beside
+// Store is a run archive, and the handler records and the Delivery records kept beside
 // the runs: what an engine records and what the console and the CLI read.
 // Its methods are safe for concurrent use.
 type Store interface {
@@ -487,7 +487,7 @@ type Recorder interface {
 	// deliveries). A store shared by several engines prunes for one at a
 	// time; the others' calls return 0.
 	Prune(ctx context.Context, keep Retention) (int, error)
-	StateStore
+	HandlerRecordStore
 	DeliveryRecorder
 	CursorStore
 }
@@ -506,9 +506,9 @@ type Reader interface {
 	// Counts returns, by operator, the runs started at or after since and
 	// how many of them failed (Failed or GaveUp).
 	Counts(ctx context.Context, since time.Time) (map[string]Counts, error)
-	// States returns every state record of an operator, ordered by Key;
+	// HandlerRecords returns every handler record of an operator, ordered by Key;
 	// none is an empty slice.
-	States(ctx context.Context, operator string) ([]State, error)
+	HandlerRecords(ctx context.Context, operator string) ([]HandlerRecord, error)
 	DeliveryReader
 	Close() error
 }

@@ -15,7 +15,7 @@ import (
 // event handed to the engine): one per operator and source, replaced by
 // each SetCursor. It is package source's Cursors. A cursor is not a run:
 // neither retention nor CancelRunning touches it, and a SQLite archive
-// replaced while in use carries it over with the state records. Its
+// replaced while in use carries it over with the handler records. Its
 // methods are safe for concurrent use.
 type CursorStore interface {
 	// Cursor returns the cursor of an operator's source, "" when it has

@@ -54,7 +54,7 @@ import (
 // its WAL to be flushed) and the server runs with fsync on. A Pending
 // delivery must be durable when RecordDelivery returns, whatever the
 // database's default: its transaction sets synchronous_commit on for
-// itself when the session's is off. Runs and state records are written
+// itself when the session's is off. Runs and handler records are written
 // with the server's setting. A server with fsync off is reported once, at
 // open, through Options.Log.
 //
@@ -109,7 +109,7 @@ const (
 // never edit.
 var pgMigrations = []string{
 	// The schema of SQLite's store at its fourth migration: runs and their
-	// logs, state records, webhook deliveries; the same indexes, each for
+	// logs, handler records, webhook deliveries; the same indexes, each for
 	// the query sqlite.go and sqlite_deliveries.go say it is for.
 	// PostgreSQL uses a partial index where the query's condition implies
 	// the index's, as SQLite does: the statements write those outcomes as

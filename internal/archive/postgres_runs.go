@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The statements of runs, logs and state records; see sqlite.go for why
+// The statements of runs, logs and handler records; see sqlite.go for why
 // each is as it is. pgx prepares each on every connection the first time
 // it runs there.
 const (
@@ -374,15 +374,15 @@ func (p *Postgres) Prune(ctx context.Context, keep Retention) (int, error) {
 	return int(total), nil
 }
 
-// States returns an operator's state records, ordered by key.
-func (p *Postgres) States(ctx context.Context, operator string) ([]State, error) {
-	what := "state records of operator " + operator
+// HandlerRecords returns an operator's handler records, ordered by key.
+func (p *Postgres) HandlerRecords(ctx context.Context, operator string) ([]HandlerRecord, error) {
+	what := "handler records of operator " + operator
 	rows, err := p.pool.Query(ctx, pgStatesSQL, operator)
 	if err != nil {
 		return nil, p.fail(what, err)
 	}
-	states, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (State, error) {
-		var st State
+	states, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (HandlerRecord, error) {
+		var st HandlerRecord
 		var updated int64
 		err := row.Scan(&st.Operator, &st.Key, &st.APIVersion, &st.Kind, &st.Namespace, &st.Name, &st.Data, &updated)
 		st.UpdatedAt = fromNanos(updated)
@@ -392,13 +392,13 @@ func (p *Postgres) States(ctx context.Context, operator string) ([]State, error)
 		return nil, p.fail(what, err)
 	}
 	if states == nil {
-		states = []State{}
+		states = []HandlerRecord{}
 	}
 	return states, nil
 }
 
-// PutState inserts or replaces a state record.
-func (p *Postgres) PutState(ctx context.Context, st *State) error {
+// PutHandlerRecord inserts or replaces a handler record.
+func (p *Postgres) PutHandlerRecord(ctx context.Context, st *HandlerRecord) error {
 	updated, data, err := prepareState(st)
 	if err != nil {
 		return err
@@ -410,8 +410,8 @@ func (p *Postgres) PutState(ctx context.Context, st *State) error {
 	return nil
 }
 
-// DeleteState deletes a state record, if there is one.
-func (p *Postgres) DeleteState(ctx context.Context, operator, key string) error {
+// DeleteHandlerRecord deletes a handler record, if there is one.
+func (p *Postgres) DeleteHandlerRecord(ctx context.Context, operator, key string) error {
 	if _, err := p.pool.Exec(ctx, pgDeleteStateSQL, operator, key); err != nil {
 		return p.fail(fmt.Sprintf("deleting state %s of operator %s", key, operator), err)
 	}

@@ -77,7 +77,7 @@ func (s *SQLite) Check(ctx context.Context) error {
 	}
 	if replaced {
 		var carried []string
-		for _, c := range []struct{ what, statement string }{{"its state records", carryStatesSQL}, {"its webhook deliveries", carryDeliveriesSQL}, {"its source cursors", carryCursorsSQL}} {
+		for _, c := range []struct{ what, statement string }{{"its handler records", carryStatesSQL}, {"its webhook deliveries", carryDeliveriesSQL}, {"its source cursors", carryCursorsSQL}} {
 			if err := s.carry(ctx, dest, c.statement); err != nil {
 				carried = append(carried, fmt.Sprintf("%s could not be carried over (%v) and are there only", c.what, err))
 			} else {
@@ -139,7 +139,7 @@ func (s *SQLite) carry(ctx context.Context, from, statement string) error {
 	return err
 }
 
-// carryStatesSQL copies the attached archive's state records, replacing
+// carryStatesSQL copies the attached archive's handler records, replacing
 // those of the same operator and key. WHERE true tells SQLite that ON
 // CONFLICT is the upsert's, not the join's.
 const carryStatesSQL = `INSERT INTO main.states (operator, state_key, api_version, kind, namespace, name, data, updated_at)

@@ -182,13 +182,13 @@ func TestAnArchiveReplacedWhileInUseKeepsTheOldRunsBesideIt(t *testing.T) {
 
 func putState(t *testing.T, s archive.Store, key, data string) {
 	t.Helper()
-	if err := s.PutState(context.Background(), &archive.State{Operator: "op", Key: key, Data: []byte(data), UpdatedAt: time.Now()}); err != nil {
+	if err := s.PutHandlerRecord(context.Background(), &archive.HandlerRecord{Operator: "op", Key: key, Data: []byte(data), UpdatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // reopenedStates opens the archive at path afresh and returns its
-// operator op's state records, as key=data.
+// operator op's handler records, as key=data.
 func reopenedStates(t *testing.T, path string) string {
 	t.Helper()
 	s, err := archive.OpenSQLite(context.Background(), path, archive.Options{})
@@ -196,7 +196,7 @@ func reopenedStates(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	defer func() { _ = s.Close() }()
-	states, err := s.States(context.Background(), "op")
+	states, err := s.HandlerRecords(context.Background(), "op")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestAnArchiveDeletedWhileInUseIsCopiedBackWithItsStateRecords(t *testing.T)
 	}
 	// Into the open file, before the check.
 	putState(t, s, "uid-a", `{"handled":2}`)
-	if err := s.DeleteState(context.Background(), "op", "uid-b"); err != nil {
+	if err := s.DeleteHandlerRecord(context.Background(), "op", "uid-b"); err != nil {
 		t.Fatal(err)
 	}
 	told.wait(t, "was deleted while in use: its runs were copied back")
@@ -231,7 +231,7 @@ func TestAnArchiveDeletedWhileInUseIsCopiedBackWithItsStateRecords(t *testing.T)
 		t.Fatal(err)
 	}
 	if got, want := reopenedStates(t, path), `schedule/nightly={"slot":1},uid-a={"handled":2},uid-c={"handled":1}`; got != want {
-		t.Errorf("the archive holds the state records %s; want %s", got, want)
+		t.Errorf("the archive holds the handler records %s; want %s", got, want)
 	}
 }
 
@@ -259,12 +259,12 @@ func TestAStateRecordedWhileTheArchiveCannotBeCopiedBackIsKeptWhenItIs(t *testin
 		t.Fatal(err)
 	}
 	if got, want := reopenedStates(t, path), `uid-a={"handled":2}`; got != want {
-		t.Errorf("the archive holds the state records %s; want %s", got, want)
+		t.Errorf("the archive holds the handler records %s; want %s", got, want)
 	}
 }
 
 // TestAnArchiveReplacedWhileInUseCarriesItsStateRecordsOver: the runs of
-// the old file stay beside the new one, but its state records are what the
+// the old file stay beside the new one, but its handler records are what the
 // running engine has done, and go on in the new file, over the new file's
 // own records of the same keys.
 func TestAnArchiveReplacedWhileInUseCarriesItsStateRecordsOver(t *testing.T) {
@@ -293,14 +293,14 @@ func TestAnArchiveReplacedWhileInUseCarriesItsStateRecordsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	line := told.wait(t, "was replaced by another file")
-	if !strings.Contains(line, "its state records were carried over") {
-		t.Errorf("the report %q does not say the state records were carried over", line)
+	if !strings.Contains(line, "its handler records were carried over") {
+		t.Errorf("the report %q does not say the handler records were carried over", line)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := reopenedStates(t, path), `schedule/nightly={"slot":7},uid-a={"handled":2},uid-z={"handled":1}`; got != want {
-		t.Errorf("the archive at the path holds the state records %s; want %s", got, want)
+		t.Errorf("the archive at the path holds the handler records %s; want %s", got, want)
 	}
 	recovered, _ := filepath.Glob(path + ".recovered-*")
 	if len(recovered) != 1 {

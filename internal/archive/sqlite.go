@@ -67,7 +67,7 @@ var migrations = []string{
 	CREATE INDEX runs_failed ON runs (id) WHERE failed = 1;
 	CREATE INDEX runs_running ON runs (id) WHERE outcome = 'Running';
 	CREATE INDEX runs_succeeded ON runs (idem_key) WHERE outcome = 'Succeeded';`,
-	// State records, one per operator and key. A rowid table: its data may
+	// handler records, one per operator and key. A rowid table: its data may
 	// be large, and WITHOUT ROWID suits small rows only.
 	`CREATE TABLE states (
 		operator    TEXT NOT NULL,
@@ -202,7 +202,7 @@ type SQLite struct {
 	mu sync.RWMutex
 	db *sql.DB // reads
 	w  *sql.DB // writes: one connection
-	// The statements of every run, and of a state record, prepared once:
+	// The statements of every run, and of a handler record, prepared once:
 	// preparing took a seventh of the archive's time per run.
 	insert, finish, logHead, logInsert, logSize, putState *sql.Stmt // on w
 	succeeded                                             *sql.Stmt // on db

@@ -31,7 +31,7 @@ func putStateWrite(ctx context.Context, s *SQLite, key string) *groupWrite {
 
 func stateKeys(t *testing.T, s *SQLite) map[string]bool {
 	t.Helper()
-	states, err := s.States(t.Context(), "op")
+	states, err := s.HandlerRecords(t.Context(), "op")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestConcurrentWritesAreEachCommittedOrRefusedOnTheirOwn(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			errs[2*i] = s.PutState(ctx, &State{Operator: "op", Key: fmt.Sprintf("s%d", i), Data: []byte("{}")})
+			errs[2*i] = s.PutHandlerRecord(ctx, &HandlerRecord{Operator: "op", Key: fmt.Sprintf("s%d", i), Data: []byte("{}")})
 		}()
 		go func() {
 			defer wg.Done()
@@ -129,7 +129,7 @@ func TestConcurrentWritesAreEachCommittedOrRefusedOnTheirOwn(t *testing.T) {
 		t.Errorf("%d inserts refused, want the 7 of a duplicate id", refused)
 	}
 	if got := stateKeys(t, s); len(got) != len(runs) {
-		t.Errorf("the archive holds %d state records, want %d", len(got), len(runs))
+		t.Errorf("the archive holds %d handler records, want %d", len(got), len(runs))
 	}
 	for i, r := range runs[1:] {
 		if i%8 == 7 {

@@ -63,9 +63,9 @@ func TestSQLiteMigratesAnOldArchive(t *testing.T) {
 }
 
 // TestSQLiteMigratesAnArchiveOfVersion2ToStateRecordsKeepingItsRuns opens
-// an archive made by the opkit before state records (schema version 2),
+// an archive made by the opkit before handler records (schema version 2),
 // built here with that opkit's migrations only, and finds its runs, logs
-// and failures as they were, and state records working beside them.
+// and failures as they were, and handler records working beside them.
 func TestSQLiteMigratesAnArchiveOfVersion2ToStateRecordsKeepingItsRuns(t *testing.T) {
 	ctx := t.Context()
 	now := time.Now()
@@ -88,11 +88,11 @@ func TestSQLiteMigratesAnArchiveOfVersion2ToStateRecordsKeepingItsRuns(t *testin
 	if page, err := s.List(ctx, Query{Kind: "Operator", Trigger: "schedule"}); err != nil || len(page.Runs) != 1 || page.Runs[0].ID != bad {
 		t.Errorf("the operator-wide schedule's runs after migrating: %+v, %v; want only %s", page, err, bad)
 	}
-	st := &State{Operator: "op", Key: "u1", Kind: "K", Namespace: "ns", Name: "a", Data: []byte(`{"handled":1}`), UpdatedAt: now}
-	if err := s.PutState(ctx, st); err != nil {
+	st := &HandlerRecord{Operator: "op", Key: "u1", Kind: "K", Namespace: "ns", Name: "a", Data: []byte(`{"handled":1}`), UpdatedAt: now}
+	if err := s.PutHandlerRecord(ctx, st); err != nil {
 		t.Fatalf("PutState after migrating: %v", err)
 	}
-	if got, err := s.States(ctx, "op"); err != nil || len(got) != 1 || string(got[0].Data) != `{"handled":1}` {
+	if got, err := s.HandlerRecords(ctx, "op"); err != nil || len(got) != 1 || string(got[0].Data) != `{"handled":1}` {
 		t.Errorf("States after migrating: %+v, %v", got, err)
 	}
 }
@@ -100,7 +100,7 @@ func TestSQLiteMigratesAnArchiveOfVersion2ToStateRecordsKeepingItsRuns(t *testin
 // TestSQLiteMigratesAnArchiveOfVersion3ToDeliveriesKeepingItsRunsAndStates
 // opens an archive made by the opkit before webhook deliveries (schema
 // version 3), built here with that opkit's migrations only, and finds its
-// runs and state records as they were, and deliveries working beside them.
+// runs and handler records as they were, and deliveries working beside them.
 func TestSQLiteMigratesAnArchiveOfVersion3ToDeliveriesKeepingItsRunsAndStates(t *testing.T) {
 	ctx := t.Context()
 	now := time.Now()
@@ -121,7 +121,7 @@ func TestSQLiteMigratesAnArchiveOfVersion3ToDeliveriesKeepingItsRunsAndStates(t 
 	if page, err := s.List(ctx, Query{Failed: true}); err != nil || len(page.Runs) != 1 || page.Runs[0].ID != bad {
 		t.Errorf("failed runs after migrating: %+v, %v; want only %s", page, err, bad)
 	}
-	if got, err := s.States(ctx, "op"); err != nil || len(got) != 1 || string(got[0].Data) != `{"handled":1}` {
+	if got, err := s.HandlerRecords(ctx, "op"); err != nil || len(got) != 1 || string(got[0].Data) != `{"handled":1}` {
 		t.Errorf("States after migrating: %+v, %v", got, err)
 	}
 

@@ -24,7 +24,7 @@ const onTime = 5 * time.Second
 // Config is what a calendar needs of the engine.
 type Config struct {
 	// Archive keeps each schedule's last slot handled.
-	Archive archive.StateStore
+	Archive archive.HandlerRecordStore
 	// Clock times the slots; Steps wakes the waits on it when a test
 	// steps it.
 	Clock clock.Clock
@@ -57,7 +57,7 @@ type Calendar struct {
 
 // Start starts d's operator-wide schedules with rn, until ctx ends.
 func Start(ctx context.Context, cfg Config, d *definition.Definition, rn *run.Runner) (*Calendar, error) {
-	states, err := cfg.Archive.States(ctx, d.Operator.Name)
+	states, err := cfg.Archive.HandlerRecords(ctx, d.Operator.Name)
 	if err != nil {
 		return nil, fmt.Errorf("operator %s: reading its schedules' last slots from the archive: %w", d.Operator.Name, err)
 	}
@@ -130,7 +130,7 @@ func (c *Calendar) schedule(ctx context.Context, h *definition.Handler, last tim
 		}
 		last = latest
 		rec, _ := json.Marshal(record{Slot: latest.UTC()})
-		if err := c.cfg.Archive.PutState(context.WithoutCancel(ctx), &archive.State{
+		if err := c.cfg.Archive.PutHandlerRecord(context.WithoutCancel(ctx), &archive.HandlerRecord{
 			Operator: d.Operator.Name, Key: Key(h.Name), APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind,
 			Name: d.Operator.Name, Data: rec, UpdatedAt: time.Now().UTC(),
 		}); err != nil {

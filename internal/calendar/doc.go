@@ -7,7 +7,7 @@
 // Slots are times every engine computes alike: the multiples of every
 // since the Unix epoch, or the times of cron in its time zone. A slot's
 // run has the idempotency key <operator>/schedule/<handler>/<unix time>;
-// the last slot handled is kept in the run archive (archive.State, key
+// the last slot handled is kept in the run archive (archive.HandlerRecord, key
 // Key(handler)), written after its run ends. So a slot runs once across
 // restarts: a slot whose run succeeded is never run again (the archive's
 // Succeeded check covers an engine killed between the run's end and the

@@ -170,7 +170,7 @@ func noRunsIn(ctx context.Context, src *runSource, operator string) (string, err
 	if err != nil {
 		return "", err
 	}
-	states, err := store.States(ctx, operator)
+	states, err := store.HandlerRecords(ctx, operator)
 	if err != nil {
 		return "", err
 	}

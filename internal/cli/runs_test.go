@@ -479,7 +479,7 @@ func TestRunsOfAnOperatorTheArchiveNeverSawIsAnErrorNamingTheKnownOnes(t *testin
 	if err := store.RecordDelivery(t.Context(), &archive.Delivery{Operator: "hooked", Source: "github", DeliveryID: "d1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.PutState(t.Context(), &archive.State{Operator: "watcher", Key: "uid-1", Data: []byte("{}")}); err != nil {
+	if err := store.PutHandlerRecord(t.Context(), &archive.HandlerRecord{Operator: "watcher", Key: "uid-1", Data: []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}
 	_ = store.Close()

@@ -684,7 +684,7 @@ func (ch *checker) quiet(ctx context.Context, want int) (state, busy string, err
 // engine recorded in the archive (its record's state.observed: the run
 // archive is where a watched object's state is), 0 before any.
 func (ch *checker) watchedGeneration(ctx context.Context) (int64, error) {
-	states, err := ch.store.States(ctx, conformance.OperatorName)
+	states, err := ch.store.HandlerRecords(ctx, conformance.OperatorName)
 	if err != nil {
 		return 0, err
 	}

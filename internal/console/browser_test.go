@@ -254,7 +254,7 @@ func TestBrowserWatchedObjectsAndSchedulesFromTheInbox(t *testing.T) {
 	within(tab, t, 30*time.Second, chromedp.Click(chromedp.Search(`//dd/a[text()=`+js("Deployment "+ns+"/web")+`]`)))
 	waitJS(tab, t, 10*time.Second, "the timeline again", `location.pathname === `+js(u.webURL()))
 
-	// The watch operator's page lists the Deployment from its state record.
+	// The watch operator's page lists the Deployment from its handler record.
 	within(tab, t, 30*time.Second, chromedp.Navigate(f.url+"/operators/"+u.watch))
 	waitJS(tab, t, 10*time.Second, "the watched objects", `document.querySelector("#live table").innerText.includes("Stalled")`)
 

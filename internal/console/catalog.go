@@ -76,7 +76,7 @@ type column struct {
 }
 
 // objectRow is what the console keeps of one object: a custom resource,
-// or a watched object as its state record in the archive says. Enough for
+// or a watched object as its handler record in the archive says. Enough for
 // the tables and the counts, not the object.
 type objectRow struct {
 	Namespace, Name string
@@ -242,7 +242,7 @@ func operatorOf(crd *apiextensionsv1.CustomResourceDefinition) *operator {
 }
 
 // Objects returns the operator's objects, sorted by namespace and name:
-// its custom resources, or the watched objects it has state records for;
+// its custom resources, or the watched objects it has handler records for;
 // none for a calendar.
 func (c *catalog) Objects(ctx context.Context, op *operator) ([]objectRow, error) {
 	c.mu.Lock()

@@ -80,7 +80,7 @@ func (s *Server) operatorPage(r *http.Request, u *user) (string, *view, error) {
 	rows = rows[min((pageNo-1)*objectsPerPage, len(rows)):min(pageNo*objectsPerPage, len(rows))]
 
 	// The last run of each object shown, from the operator's recent runs
-	// (or, for a watched object, as its state record says).
+	// (or, for a watched object, as its handler record says).
 	last, recent, err := s.lastRuns(ctx, name)
 	if err != nil {
 		v.Notices = append(v.Notices, "The run archive cannot be read: "+err.Error())

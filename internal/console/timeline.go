@@ -63,9 +63,9 @@ func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
 	}
 	// A watched object's handler state is the archive's, not the object's.
 	// An operator the console does not know watches the object when the
-	// archive has a state record of it.
+	// archive has a handler record of it.
 	var (
-		rec     *archive.State
+		rec     *archive.HandlerRecord
 		decoded *watchRecord
 		recErr  error
 	)
@@ -171,15 +171,15 @@ func (s *Server) objectData(ctx context.Context, u *user, op *operator, obj *uns
 	return notices
 }
 
-// watchedData puts into data what the archive's state record of a
+// watchedData puts into data what the archive's handler record of a
 // watched object says (rec, decoded; recErr when it cannot be read), obj
 // as read (nil: gone). It returns the notices of what could not be read.
-func watchedData(data map[string]any, obj *unstructured.Unstructured, rec *archive.State, decoded *watchRecord, recErr error) []string {
+func watchedData(data map[string]any, obj *unstructured.Unstructured, rec *archive.HandlerRecord, decoded *watchRecord, recErr error) []string {
 	switch {
 	case recErr != nil:
-		return []string{"Its state record cannot be read: " + recErr.Error()}
+		return []string{"Its handler record cannot be read: " + recErr.Error()}
 	case rec == nil:
-		data["State"], data["Message"] = stateUnknown, "no state recorded: opkit does not watch it (any more), or has not seen it yet"
+		data["State"], data["Message"] = stateUnknown, "no handler recorded: opkit does not watch it (any more), or has not seen it yet"
 	default:
 		row := watchedRow(*rec)
 		data["State"], data["Message"], data["Recorded"] = row.State, row.Message, rec.UpdatedAt

@@ -23,7 +23,7 @@ import (
 // An operator that owns no custom resource has no CRD to find it by: the
 // console learns it from its definition, the engine's (Options.Definitions,
 // which covers Operators run from files) or the cluster's Operator object.
-// Its objects are what the archive's state records say, as the engine
+// Its objects are what the archive's handler records say, as the engine
 // writes nothing to them.
 
 // operatorGVK is the kind of an Operator, the object of a calendar's runs.
@@ -195,25 +195,25 @@ func (c *catalog) resourceOf(gvk schema.GroupVersionKind) (string, error) {
 	return m.Resource.Resource, nil
 }
 
-// watchRecord is the engine's state record of a watched object.
+// watchRecord is the engine's handler record of a watched object.
 type watchRecord struct {
 	State  *cause.State   `json:"state"`
 	Object map[string]any `json:"object,omitempty"`
 }
 
-// calendarRecord is the engine's state record of an operator-wide
+// calendarRecord is the engine's handler record of an operator-wide
 // schedule (key schedule/<handler>).
 type calendarRecord struct {
 	Slot time.Time `json:"slot"`
 }
 
-// scheduleKeyPrefix starts the keys of calendars' state records.
+// scheduleKeyPrefix starts the keys of calendars' handler records.
 const scheduleKeyPrefix = "schedule/"
 
 // watched returns the rows of a watch operator's objects, one for each
-// state record.
+// handler record.
 func (c *catalog) watched(ctx context.Context, op *operator) ([]objectRow, error) {
-	records, err := c.states.States(ctx, op.Name)
+	records, err := c.states.HandlerRecords(ctx, op.Name)
 	if err != nil {
 		return nil, fmt.Errorf("reading the watched objects' state from the archive: %w", err)
 	}
@@ -228,13 +228,13 @@ func (c *catalog) watched(ctx context.Context, op *operator) ([]objectRow, error
 	return rows, nil
 }
 
-// watchedRow summarises a state record: Stalled when a handler gave up,
+// watchedRow summarises a handler record: Stalled when a handler gave up,
 // Retrying when one failed and runs again, OK otherwise.
-func watchedRow(r archive.State) objectRow {
+func watchedRow(r archive.HandlerRecord) objectRow {
 	row := objectRow{Namespace: r.Namespace, Name: r.Name, UID: r.Key, APIVersion: r.APIVersion, Kind: r.Kind, Updated: r.UpdatedAt, State: stateOK}
 	var rec watchRecord
 	if err := json.Unmarshal(r.Data, &rec); err != nil {
-		row.State, row.Message = stateUnknown, "its state record does not decode: "+err.Error()
+		row.State, row.Message = stateUnknown, "its handler record does not decode: "+err.Error()
 		return row
 	}
 	if rec.Object != nil {
@@ -282,14 +282,14 @@ func handlerStates(st *cause.State) []handlerState {
 	return out
 }
 
-// record returns the latest state record of a watched object, decoded,
+// record returns the latest handler record of a watched object, decoded,
 // or nil.
-func (c *catalog) record(ctx context.Context, opName string, gvk schema.GroupVersionKind, ns, name string) (*archive.State, *watchRecord, error) {
-	records, err := c.states.States(ctx, opName)
+func (c *catalog) record(ctx context.Context, opName string, gvk schema.GroupVersionKind, ns, name string) (*archive.HandlerRecord, *watchRecord, error) {
+	records, err := c.states.HandlerRecords(ctx, opName)
 	if err != nil {
 		return nil, nil, err
 	}
-	var found *archive.State
+	var found *archive.HandlerRecord
 	for i, r := range records {
 		if r.Namespace == ns && r.Name == name && r.Kind == gvk.Kind && (found == nil || r.UpdatedAt.After(found.UpdatedAt)) {
 			found = &records[i]
@@ -300,7 +300,7 @@ func (c *catalog) record(ctx context.Context, opName string, gvk schema.GroupVer
 	}
 	rec := &watchRecord{}
 	if err := json.Unmarshal(found.Data, rec); err != nil {
-		return found, nil, fmt.Errorf("its state record does not decode: %w", err)
+		return found, nil, fmt.Errorf("its handler record does not decode: %w", err)
 	}
 	return found, rec, nil
 }
@@ -308,7 +308,7 @@ func (c *catalog) record(ctx context.Context, opName string, gvk schema.GroupVer
 // schedules returns a calendar's schedules with their last and next
 // slots and latest runs.
 func (s *Server) schedules(ctx context.Context, op *operator) ([]*schedule, error) {
-	records, err := s.opts.Archive.States(ctx, op.Name)
+	records, err := s.opts.Archive.HandlerRecords(ctx, op.Name)
 	if err != nil {
 		return nil, fmt.Errorf("reading the schedules' last slots from the archive: %w", err)
 	}
@@ -370,11 +370,11 @@ const noActionsAdmission = "An admission call answers the API server's request o
 
 // archiveOperator is what the run archive says of an operator the console
 // does not otherwise know, or nil: a watch operator, from its objects'
-// state records; a calendar, from its schedules' records or runs, or one
+// handler records; a calendar, from its schedules' records or runs, or one
 // that runs on events only, from its deliveries. Such an operator is
 // shown only without Kubernetes auth (see operatorNamed).
 func (s *Server) archiveOperator(ctx context.Context, name string) (*operator, error) {
-	records, err := s.opts.Archive.States(ctx, name)
+	records, err := s.opts.Archive.HandlerRecords(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("the run archive cannot be read: %w", err)
 	}

@@ -22,9 +22,9 @@ func TestWatchedRowSaysStalledBeforeRetryingBeforeOK(t *testing.T) {
 		{"one gave up, one failed", `{"state": {"handlers": {"a": {"attempt": 1, "lastError": "x"}, "b": {"attempt": 5, "stalled": true, "lastError": "y"}}}}`,
 			stateStalled, "handler b gave up after 5 attempts: y", false},
 		{"deleted", `{"state": {}, "object": {"metadata": {"name": "n", "deletionTimestamp": "2026-01-02T03:04:05Z"}}}`, stateOK, "", true},
-		{"not JSON", `{`, stateUnknown, "its state record does not decode: unexpected end of JSON input", false},
+		{"not JSON", `{`, stateUnknown, "its handler record does not decode: unexpected end of JSON input", false},
 	} {
-		row := watchedRow(archive.State{Operator: "o", Key: "uid", Kind: "Deployment", Namespace: "ns", Name: "n", Data: []byte(tc.data)})
+		row := watchedRow(archive.HandlerRecord{Operator: "o", Key: "uid", Kind: "Deployment", Namespace: "ns", Name: "n", Data: []byte(tc.data)})
 		if row.State != tc.want || row.Message != tc.message || row.Gone != tc.gone {
 			t.Errorf("%s: %s %q gone=%v; want %s %q gone=%v", tc.name, row.State, row.Message, row.Gone, tc.want, tc.message, tc.gone)
 		}

@@ -26,7 +26,7 @@ import (
 )
 
 // unowned is a watch operator and a calendar in the cluster (Operator
-// objects no engine runs), with runs and state records written straight
+// objects no engine runs), with runs and handler records written straight
 // into the fixture's archive, as their engine would have.
 type unowned struct {
 	env *clustertest.Env
@@ -35,7 +35,7 @@ type unowned struct {
 	watch, calendar string
 	// web is a Deployment that exists, whose handler announce gave up
 	// (failed run webFailed after webOK); old is one deleted while its
-	// state record stays (its delete handler is retrying).
+	// handler record stays (its delete handler is retrying).
 	webUID                  string
 	webOK, webFailed, oldID string
 	// slot is the calendar's last slot handled; slotOK and slotFailed
@@ -149,19 +149,19 @@ func record(t *testing.T, store archive.Store, r archive.Run) string {
 	return r.ID
 }
 
-func putState(t *testing.T, store archive.Store, s archive.State, data any) {
+func putState(t *testing.T, store archive.Store, s archive.HandlerRecord, data any) {
 	t.Helper()
 	var err error
 	if s.Data, err = json.Marshal(data); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.PutState(t.Context(), &s); err != nil {
+	if err := store.PutHandlerRecord(t.Context(), &s); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // withUnowned makes the watch operator and the calendar, their objects,
-// runs and state records, and waits until the console lists them.
+// runs and handler records, and waits until the console lists them.
 func withUnowned(t *testing.T, f *fixture) *unowned {
 	t.Helper()
 	env := clustertest.New(t)
@@ -186,7 +186,7 @@ func withUnowned(t *testing.T, f *fixture) *unowned {
 	failed := watched("web", u.webUID, "announce", "update", now.Add(10*time.Second), archive.GaveUp, "exit status 1: no route to the registry")
 	failed.Generation, failed.Key, failed.Attempt = 2, u.webUID+"/2/announce", 2
 	u.webFailed = record(t, f.store, failed)
-	putState(t, f.store, archive.State{Operator: u.watch, Key: u.webUID, APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: "web", UpdatedAt: now.Add(11 * time.Second)},
+	putState(t, f.store, archive.HandlerRecord{Operator: u.watch, Key: u.webUID, APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: "web", UpdatedAt: now.Add(11 * time.Second)},
 		map[string]any{
 			"state": map[string]any{
 				"handlers": map[string]any{"announce": map[string]any{"generation": 1, "attempt": 2, "target": 2, "stalled": true, "lastError": failed.Error}},
@@ -196,7 +196,7 @@ func withUnowned(t *testing.T, f *fixture) *unowned {
 			"object": map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"namespace": ns, "name": "web", "uid": u.webUID}},
 		})
 	u.oldID = record(t, f.store, watched("old", "uid-old-"+suffix, "announce", "delete", now.Add(5*time.Second), archive.Failed, "exit status 1: the registry is away"))
-	putState(t, f.store, archive.State{Operator: u.watch, Key: "uid-old-" + suffix, APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: "old", UpdatedAt: now.Add(6 * time.Second)},
+	putState(t, f.store, archive.HandlerRecord{Operator: u.watch, Key: "uid-old-" + suffix, APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: "old", UpdatedAt: now.Add(6 * time.Second)},
 		map[string]any{
 			"state": map[string]any{"handlers": map[string]any{"announce": map[string]any{"attempt": 1, "target": 1, "lastError": "exit status 1: the registry is away", "nextRetryAt": now.Add(time.Hour).UTC().Format(time.RFC3339)}}},
 			"object": map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{
@@ -210,7 +210,7 @@ func withUnowned(t *testing.T, f *fixture) *unowned {
 	}
 	u.slotFailed = record(t, f.store, slotRun(u.slot.Add(-time.Hour), archive.GaveUp, "exit status 2: the report server said 503"))
 	u.slotOK = record(t, f.store, slotRun(u.slot, archive.Succeeded, ""))
-	putState(t, f.store, archive.State{Operator: u.calendar, Key: "schedule/report", APIVersion: "opkit.dev/v1alpha1", Kind: "Operator", Name: u.calendar},
+	putState(t, f.store, archive.HandlerRecord{Operator: u.calendar, Key: "schedule/report", APIVersion: "opkit.dev/v1alpha1", Kind: "Operator", Name: u.calendar},
 		map[string]any{"slot": u.slot.Format(time.RFC3339)})
 
 	clustertest.Eventually(t, 30*time.Second, "the console lists the watch operator and the calendar", func(context.Context) (bool, error) {
@@ -367,7 +367,7 @@ func TestOperatorsRunFromFilesAreShownFromTheEnginesDefinitions(t *testing.T) {
 	mustContain(t, "its page", get(t, base+"/operators/"+name), "Watches Deployment objects", "labelled <code>team=a</code>", "It is run from <code>watch.yaml</code>")
 
 	// A console without the engine knows it from the archive alone.
-	putState(t, f.store, archive.State{Operator: name, Key: "uid-x-" + suffix, APIVersion: "apps/v1", Kind: "Deployment", Namespace: env.Namespace, Name: "x"},
+	putState(t, f.store, archive.HandlerRecord{Operator: name, Key: "uid-x-" + suffix, APIVersion: "apps/v1", Kind: "Deployment", Namespace: env.Namespace, Name: "x"},
 		map[string]any{"state": map[string]any{}})
 	mustContain(t, "its page from the archive", get(t, f.url+"/operators/"+name), "as the run archive's records show", ">x</a>")
 }

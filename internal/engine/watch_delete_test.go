@@ -67,8 +67,8 @@ func objectRuns(t *testing.T, store *archive.SQLite, op, name, what string) []ar
 	t.Helper()
 	var runs []archive.Run
 	eventually(t, 60*time.Second, what, func(ctx context.Context) (bool, error) {
-		states, err := store.States(ctx, op)
-		if err != nil || slices.ContainsFunc(states, func(s archive.State) bool { return s.Name == name }) {
+		states, err := store.HandlerRecords(ctx, op)
+		if err != nil || slices.ContainsFunc(states, func(s archive.HandlerRecord) bool { return s.Name == name }) {
 			return false, err
 		}
 		runs, err = archive.ListAll(ctx, store, archive.Query{Operator: op, Name: name})
@@ -181,8 +181,8 @@ func TestAWatchedHandlerOnDeleteAndOtherTriggersRunsOnceOnDeletion(t *testing.T)
 			}
 			// Seen by the engine: its change is an update, not the first sight.
 			eventually(t, 30*time.Second, "the archive's record of "+cm.Name, func(ctx context.Context) (bool, error) {
-				states, err := store.States(ctx, op(h))
-				return slices.ContainsFunc(states, func(s archive.State) bool { return s.Name == cm.Name }), err
+				states, err := store.HandlerRecords(ctx, op(h))
+				return slices.ContainsFunc(states, func(s archive.HandlerRecord) bool { return s.Name == cm.Name }), err
 			})
 			if h.update {
 				// A patch: opkit's finalizer may have changed the object.

@@ -135,7 +135,7 @@ func TestAWatchRunsItsHandlersForTheSelectedDeploymentsOnlyAndWritesNone(t *test
 	if got := triggers(records(t, out, api)); len(got) != 2 {
 		t.Errorf("runs of %s after the restart: %v; want its two runs, none again", api, got)
 	}
-	states, err := store.States(ctx, "team-a-"+a.Namespace)
+	states, err := store.HandlerRecords(ctx, "team-a-"+a.Namespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestAWatchLeavesAnObjectThatStopsMatchingWithoutADeleteRun(t *testing.T) {
 	// Level-triggered: a label taken away and given back before the
 	// engine looked is no change. Wait until it has forgotten the object.
 	eventually(t, 30*time.Second, "the object forgotten", func(ctx context.Context) (bool, error) {
-		states, err := store.States(ctx, "team-a-"+a.Namespace)
+		states, err := store.HandlerRecords(ctx, "team-a-"+a.Namespace)
 		return len(states) == 0, err
 	})
 	relabel("a")
@@ -204,7 +204,7 @@ func TestAWatchLeavesAnObjectThatStopsMatchingWithoutADeleteRun(t *testing.T) {
 		t.Errorf("runs: %v; want created/create twice and no delete run", got)
 	}
 	eventually(t, 10*time.Second, "one record in the archive", func(ctx context.Context) (bool, error) {
-		states, err := store.States(ctx, "team-a-"+a.Namespace)
+		states, err := store.HandlerRecords(ctx, "team-a-"+a.Namespace)
 		return len(states) == 1, err
 	})
 }
@@ -476,7 +476,7 @@ func TestAWatchOfAnotherKindForgetsTheOldKindsObjects(t *testing.T) {
 	if got := triggers(records(t, out, name)); !slices.Equal(got, []string{"created/create"}) {
 		t.Errorf("runs of the Deployment: %v; want its create run alone (no delete run when the watch changed kind)", got)
 	}
-	states, err := store.States(ctx, "team-a-"+a.Namespace)
+	states, err := store.HandlerRecords(ctx, "team-a-"+a.Namespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +499,7 @@ func TestAWatchForgetsWhatItNoLongerWatchesOrNeverSawHere(t *testing.T) {
 	store := newArchive(t)
 	op := "team-a-" + a.Namespace
 	elsewhere := []byte(`{"state": {"observed": {"generation": 1, "hash": "x", "since": "1"}, "handlers": {"created": {"generation": 1}}}, "object": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "far", "namespace": "` + a.Namespace + `", "uid": "u-far"}}, "cluster": "another-cluster"}`)
-	if err := store.PutState(ctx, &archive.State{Operator: op, Key: "u-far", APIVersion: "apps/v1", Kind: "Deployment", Namespace: a.Namespace, Name: "far", Data: elsewhere}); err != nil {
+	if err := store.PutHandlerRecord(ctx, &archive.HandlerRecord{Operator: op, Key: "u-far", APIVersion: "apps/v1", Kind: "Deployment", Namespace: a.Namespace, Name: "far", Data: elsewhere}); err != nil {
 		t.Fatal(err)
 	}
 	e, _ := runEngineWith(t, engine.Options{Config: a.Config, Archive: store})
@@ -523,7 +523,7 @@ func TestAWatchForgetsWhatItNoLongerWatchesOrNeverSawHere(t *testing.T) {
 	if got := records(t, out, "far"); len(got) > 0 {
 		t.Errorf("another cluster's object ran %v", triggers(got))
 	}
-	states, err := store.States(ctx, op)
+	states, err := store.HandlerRecords(ctx, op)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,18 +65,18 @@ func (w *ArchiveWriter) SetRunner(ctx context.Context, id, runner string) error 
 	return err
 }
 
-// PutState records handler records, and reports whether the archive
+// PutHandlerRecord records handler records, and reports whether the archive
 // works.
-func (w *ArchiveWriter) PutState(ctx context.Context, s *archive.State) error {
-	err := w.Recorder.PutState(ctx, s)
+func (w *ArchiveWriter) PutHandlerRecord(ctx context.Context, s *archive.HandlerRecord) error {
+	err := w.Recorder.PutHandlerRecord(ctx, s)
 	w.report(ctx, err)
 	return err
 }
 
-// DeleteState deletes handler records, and reports whether the archive
+// DeleteHandlerRecord deletes handler records, and reports whether the archive
 // works.
-func (w *ArchiveWriter) DeleteState(ctx context.Context, operator, key string) error {
-	err := w.Recorder.DeleteState(ctx, operator, key)
+func (w *ArchiveWriter) DeleteHandlerRecord(ctx context.Context, operator, key string) error {
+	err := w.Recorder.DeleteHandlerRecord(ctx, operator, key)
 	w.report(ctx, err)
 	return err
 }

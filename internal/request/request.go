@@ -16,7 +16,7 @@
 //     with a patch guarded by the value read (Remove, RemovePatch), so
 //     that a newer request written meanwhile is not lost; one on a
 //     watched object, which opkit never writes, is remembered as answered
-//     in the object's state record instead.
+//     in the object's handler record instead.
 //   - It is answered where the person looks: an Event on the object (the
 //     kind's Taken, Failed or Refused reason, under its Action), or the
 //     status of its own object; a refusal says why, in words that name

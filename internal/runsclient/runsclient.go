@@ -267,9 +267,9 @@ func (r *Reader) Counts(context.Context, time.Time) (map[string]archive.Counts, 
 	return nil, fmt.Errorf("counts of runs by operator: %w", ErrNotServed)
 }
 
-// States is not served.
-func (r *Reader) States(context.Context, string) ([]archive.State, error) {
-	return nil, fmt.Errorf("the state records of an operator: %w; read the archive with --archive", ErrNotServed)
+// HandlerRecords is not served.
+func (r *Reader) HandlerRecords(context.Context, string) ([]archive.HandlerRecord, error) {
+	return nil, fmt.Errorf("the handler records of an operator: %w; read the archive with --archive", ErrNotServed)
 }
 
 // ListDeliveries returns the deliveries q selects, newest first, without

@@ -119,7 +119,7 @@ func TestAReaderReadsTheArchiveAsTheRunsAPIServesIt(t *testing.T) {
 	// What the API does not select or serve is said, naming --archive.
 	for what, err := range map[string]error{
 		"by UID":     func() error { _, err := r.List(ctx, archive.Query{UID: "uid-ok"}); return err }(),
-		"states":     func() error { _, err := r.States(ctx, "napper"); return err }(),
+		"states":     func() error { _, err := r.HandlerRecords(ctx, "napper"); return err }(),
 		"a delivery": func() error { _, err := r.GetDelivery(ctx, ok.ID); return err }(),
 	} {
 		if !runsclient.IsNotServed(err) || !strings.Contains(err.Error(), "--archive") {

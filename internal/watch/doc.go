@@ -9,7 +9,7 @@
 // definition's namespaces (Config.Namespaces).
 //
 // Each object's handler state (cause.State, with its count of observed
-// changes, cause.Observed) is kept in the run archive (archive.State, key
+// changes, cause.Observed) is kept in the run archive (archive.HandlerRecord, key
 // the object's uid), never in the object: opkit makes no write to a
 // watched object. The state is loaded when the operator starts, and every
 // object it names is reconciled once the watch has synced, so a change or

@@ -28,7 +28,7 @@ import (
 // dropped (the watch changed: the object is no longer watched, and is
 // forgotten without a delete run).
 func (r *reconciler) preload(ctx context.Context) ([]types.NamespacedName, error) {
-	states, err := r.store.States(ctx, r.def.Operator.Name)
+	states, err := r.store.HandlerRecords(ctx, r.def.Operator.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +48,7 @@ func (r *reconciler) preload(ctx context.Context) ([]types.NamespacedName, error
 			// The operator watches another kind or other namespaces now:
 			// the object is no longer watched.
 			r.log.Info("dropping the record of an object no longer watched", "kind", s.Kind, "namespace", s.Namespace, "name", s.Name)
-			if err := r.store.DeleteState(ctx, s.Operator, s.Key); err != nil {
+			if err := r.store.DeleteHandlerRecord(ctx, s.Operator, s.Key); err != nil {
 				return nil, err
 			}
 			continue
@@ -56,7 +56,7 @@ func (r *reconciler) preload(ctx context.Context) ([]types.NamespacedName, error
 		var rec record
 		if err := json.Unmarshal(s.Data, &rec); err != nil || rec.State == nil {
 			r.log.Error(err, "a watched object's record in the archive does not decode; it is dropped, and the object is new to the operator", "namespace", s.Namespace, "name", s.Name, "uid", s.Key)
-			if err := r.store.DeleteState(ctx, s.Operator, s.Key); err != nil {
+			if err := r.store.DeleteHandlerRecord(ctx, s.Operator, s.Key); err != nil {
 				return nil, err
 			}
 			continue
@@ -237,7 +237,7 @@ func (r *reconciler) gone(ctx context.Context, key types.NamespacedName, uid typ
 // drop forgets a watched object: its record in the archive and the
 // runner's memory.
 func (r *reconciler) drop(ctx context.Context, key types.NamespacedName, uid types.UID) error {
-	if err := r.store.DeleteState(ctx, r.def.Operator.Name, string(uid)); err != nil {
+	if err := r.store.DeleteHandlerRecord(ctx, r.def.Operator.Name, string(uid)); err != nil {
 		return fmt.Errorf("dropping the record of %s from the archive: %w", key, err)
 	}
 	r.runner.Drop(key, uid)
@@ -274,11 +274,11 @@ func (r *reconciler) persist(ctx context.Context, obj *unstructured.Unstructured
 	if err != nil {
 		return err
 	}
-	s := &archive.State{
+	s := &archive.HandlerRecord{
 		Operator: r.def.Operator.Name, Key: string(obj.GetUID()), APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(),
 		Namespace: obj.GetNamespace(), Name: obj.GetName(), Data: rec, UpdatedAt: time.Now().UTC(),
 	}
-	if err := r.store.PutState(context.WithoutCancel(ctx), s); err != nil {
+	if err := r.store.PutHandlerRecord(context.WithoutCancel(ctx), s); err != nil {
 		return fmt.Errorf("recording the handler state of %s in the archive: %w", key, err)
 	}
 	rn.SetPersisted(key, obj.GetUID(), data, last)

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// The SQLite archive's state records (watched objects, schedules).
+// The SQLite archive's handler records (watched objects, schedules).
 
-// The statements of state records. A state is written as often as the
+// The statements of handler records. A state is written as often as the
 // engine handles its object; its statement is prepared.
 const (
 	putStateSQL = `INSERT INTO states (operator, state_key, api_version, kind, namespace, name, data, updated_at)
@@ -20,8 +20,8 @@ const (
 	deleteStateSQL = `DELETE FROM states WHERE operator = ? AND state_key = ?`
 )
 
-// States returns an operator's state records, ordered by key.
-func (s *SQLite) States(ctx context.Context, operator string) ([]State, error) {
+// HandlerRecords returns an operator's handler records, ordered by key.
+func (s *SQLite) HandlerRecords(ctx context.Context, operator string) ([]HandlerRecord, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.w == nil {
@@ -29,31 +29,31 @@ func (s *SQLite) States(ctx context.Context, operator string) ([]State, error) {
 	}
 	rows, err := s.db.QueryContext(ctx, statesSQL, operator)
 	if err != nil {
-		return nil, fmt.Errorf("archive: state records of operator %s: %w", operator, err)
+		return nil, fmt.Errorf("archive: handler records of operator %s: %w", operator, err)
 	}
 	defer func() { _ = rows.Close() }()
-	states := []State{}
+	states := []HandlerRecord{}
 	for rows.Next() {
-		var st State
+		var st HandlerRecord
 		var updated int64
 		if err := rows.Scan(&st.Operator, &st.Key, &st.APIVersion, &st.Kind, &st.Namespace, &st.Name, &st.Data, &updated); err != nil {
-			return nil, fmt.Errorf("archive: state records of operator %s: %w", operator, err)
+			return nil, fmt.Errorf("archive: handler records of operator %s: %w", operator, err)
 		}
 		st.UpdatedAt = fromNanos(updated)
 		states = append(states, st)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("archive: state records of operator %s: %w", operator, err)
+		return nil, fmt.Errorf("archive: handler records of operator %s: %w", operator, err)
 	}
 	return states, nil
 }
 
-// prepareState checks a state record about to be stored, and returns its
+// prepareState checks a handler record about to be stored, and returns its
 // time (a zero one is the time of the call) and its data (never nil: the
 // column is NOT NULL, and a nil slice is bound as NULL); for stores.
-func prepareState(st *State) (time.Time, []byte, error) {
+func prepareState(st *HandlerRecord) (time.Time, []byte, error) {
 	if st.Operator == "" || st.Key == "" {
-		return time.Time{}, nil, fmt.Errorf("archive: state record %q of operator %q: both the operator and the key must be set", st.Key, st.Operator)
+		return time.Time{}, nil, fmt.Errorf("archive: handler record %q of operator %q: both the operator and the key must be set", st.Key, st.Operator)
 	}
 	updated := st.UpdatedAt
 	if updated.IsZero() {
@@ -66,10 +66,10 @@ func prepareState(st *State) (time.Time, []byte, error) {
 	return updated, data, nil
 }
 
-// PutState inserts or replaces a state record. Like a run's end, it is
+// PutHandlerRecord inserts or replaces a handler record. Like a run's end, it is
 // written while the archive's file is lost but still open: it is what
 // was done, and goes with the file when the file is copied back.
-func (s *SQLite) PutState(ctx context.Context, st *State) error {
+func (s *SQLite) PutHandlerRecord(ctx context.Context, st *HandlerRecord) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.w == nil {
@@ -89,8 +89,8 @@ func (s *SQLite) PutState(ctx context.Context, st *State) error {
 	return nil
 }
 
-// DeleteState deletes a state record, if there is one.
-func (s *SQLite) DeleteState(ctx context.Context, operator, key string) error {
+// DeleteHandlerRecord deletes a handler record, if there is one.
+func (s *SQLite) DeleteHandlerRecord(ctx context.Context, operator, key string) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.w == nil {

@@ -12,28 +12,28 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 )
 
-// The subtests of state records (archive.StateStore).
+// The subtests of handler records (archive.HandlerRecordStore).
 
-// newState returns the state record of a watched Deployment.
-func newState(op, key string, data string, at time.Time) *archive.State {
-	return &archive.State{
+// newState returns the handler record of a watched Deployment.
+func newRecord(op, key string, data string, at time.Time) *archive.HandlerRecord {
+	return &archive.HandlerRecord{
 		Operator: op, Key: key, APIVersion: "apps/v1", Kind: "Deployment", Namespace: "team-a", Name: "web-" + key,
 		Data: []byte(data), UpdatedAt: at.UTC(),
 	}
 }
 
-func putState(t *testing.T, s archive.Store, st *archive.State) {
+func putRecord(t *testing.T, s archive.Store, st *archive.HandlerRecord) {
 	t.Helper()
-	if err := s.PutState(context.Background(), st); err != nil {
+	if err := s.PutHandlerRecord(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// states returns an operator's state records, failing the test on an
+// states returns an operator's handler records, failing the test on an
 // error.
-func states(t *testing.T, s archive.Store, op string) []archive.State {
+func states(t *testing.T, s archive.Store, op string) []archive.HandlerRecord {
 	t.Helper()
-	got, err := s.States(context.Background(), op)
+	got, err := s.HandlerRecords(context.Background(), op)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func states(t *testing.T, s archive.Store, op string) []archive.State {
 
 // sameState reports whether two records are equal, their times as
 // instants.
-func sameState(a, b archive.State) bool {
+func sameRecord(a, b archive.HandlerRecord) bool {
 	if !a.UpdatedAt.Equal(b.UpdatedAt) {
 		return false
 	}
@@ -58,21 +58,21 @@ func statesRoundTrip(t *testing.T, open Open) {
 	s := openStore(t, open, archive.Options{})
 	ctx := context.Background()
 	if got := states(t, s, "printer"); len(got) != 0 {
-		t.Errorf("a new store has state records %+v", got)
+		t.Errorf("a new store has handler records %+v", got)
 	}
 	at := time.Date(2026, 11, 22, 10, 0, 0, 123456789, time.UTC)
-	watched := newState("printer", "3f0c2a8e-uid", `{"handled":{"announce":7},"when":{"ready":true}}`, at)
-	schedule := &archive.State{Operator: "printer", Key: "schedule/nightly", Data: []byte(`{"slot":"2026-11-22T00:00:00Z"}`), UpdatedAt: at.Add(time.Minute)}
-	putState(t, s, watched)
-	putState(t, s, schedule)
+	watched := newRecord("printer", "3f0c2a8e-uid", `{"handled":{"announce":7},"when":{"ready":true}}`, at)
+	schedule := &archive.HandlerRecord{Operator: "printer", Key: "schedule/nightly", Data: []byte(`{"slot":"2026-11-22T00:00:00Z"}`), UpdatedAt: at.Add(time.Minute)}
+	putRecord(t, s, watched)
+	putRecord(t, s, schedule)
 	got := states(t, s, "printer")
-	if len(got) != 2 || !sameState(got[0], *watched) || !sameState(got[1], *schedule) {
+	if len(got) != 2 || !sameRecord(got[0], *watched) || !sameRecord(got[1], *schedule) {
 		t.Errorf("read back\n%+v\nwant\n%+v\n%+v", got, *watched, *schedule)
 	}
 
 	// A zero UpdatedAt is stored as the time of the call.
 	before := time.Now()
-	putState(t, s, &archive.State{Operator: "printer", Key: "schedule/hourly", Data: []byte(`{}`)})
+	putRecord(t, s, &archive.HandlerRecord{Operator: "printer", Key: "schedule/hourly", Data: []byte(`{}`)})
 	after := time.Now()
 	for _, st := range states(t, s, "printer") {
 		if st.Key == "schedule/hourly" && (st.UpdatedAt.Before(before.Truncate(time.Microsecond)) || st.UpdatedAt.After(after)) {
@@ -80,8 +80,8 @@ func statesRoundTrip(t *testing.T, open Open) {
 		}
 	}
 
-	for _, bad := range []*archive.State{{Operator: "printer", Data: []byte(`{}`)}, {Key: "uid", Data: []byte(`{}`)}} {
-		if err := s.PutState(ctx, bad); err == nil {
+	for _, bad := range []*archive.HandlerRecord{{Operator: "printer", Data: []byte(`{}`)}, {Key: "uid", Data: []byte(`{}`)}} {
+		if err := s.PutHandlerRecord(ctx, bad); err == nil {
 			t.Errorf("PutState accepted a record without an operator or a key: %+v", bad)
 		}
 	}
@@ -90,13 +90,13 @@ func statesRoundTrip(t *testing.T, open Open) {
 func statesReplace(t *testing.T, open Open) {
 	s := openStore(t, open, archive.Options{})
 	at := time.Now().Add(-time.Hour)
-	putState(t, s, newState("printer", "uid-1", `{"handled":{"announce":1},"extra":"dropped on replace"}`, at))
+	putRecord(t, s, newRecord("printer", "uid-1", `{"handled":{"announce":1},"extra":"dropped on replace"}`, at))
 	// The object was renamed and moved meanwhile; the record is replaced
 	// whole, not merged.
-	second := &archive.State{Operator: "printer", Key: "uid-1", APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", Data: []byte(`{"handled":{"announce":2}}`), UpdatedAt: at.Add(time.Minute)}
-	putState(t, s, second)
+	second := &archive.HandlerRecord{Operator: "printer", Key: "uid-1", APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", Data: []byte(`{"handled":{"announce":2}}`), UpdatedAt: at.Add(time.Minute)}
+	putRecord(t, s, second)
 	got := states(t, s, "printer")
-	if len(got) != 1 || !sameState(got[0], *second) {
+	if len(got) != 1 || !sameRecord(got[0], *second) {
 		t.Errorf("after a replace: %+v, want only %+v", got, *second)
 	}
 }
@@ -107,23 +107,23 @@ func statesByOperatorOrderedByKey(t *testing.T, open Open) {
 	keys := []string{"uid-b", "schedule/nightly", "uid-a", "Uid-C", "schedule/hourly", "uid-a0", "uid-"}
 	for _, op := range []string{"printer", "website"} {
 		for _, k := range keys {
-			putState(t, s, newState(op, k, `{"of":"`+op+`"}`, at))
+			putRecord(t, s, newRecord(op, k, `{"of":"`+op+`"}`, at))
 		}
 	}
 	// An operator whose name starts with another's.
-	putState(t, s, newState("printer-2", "uid-a", `{}`, at))
+	putRecord(t, s, newRecord("printer-2", "uid-a", `{}`, at))
 	// Keys in byte order.
 	want := []string{"Uid-C", "schedule/hourly", "schedule/nightly", "uid-", "uid-a", "uid-a0", "uid-b"}
 	for _, op := range []string{"printer", "website"} {
 		var got []string
 		for _, st := range states(t, s, op) {
 			if st.Operator != op || string(st.Data) != `{"of":"`+op+`"}` {
-				t.Errorf("States(%s) holds a record of another operator: %+v", op, st)
+				t.Errorf("HandlerRecords(%s) holds a record of another operator: %+v", op, st)
 			}
 			got = append(got, st.Key)
 		}
 		if !reflect.DeepEqual(got, want) {
-			t.Errorf("States(%s) keys %q, want %q", op, got, want)
+			t.Errorf("HandlerRecords(%s) keys %q, want %q", op, got, want)
 		}
 	}
 	if got := states(t, s, "none"); len(got) != 0 {
@@ -135,10 +135,10 @@ func statesDelete(t *testing.T, open Open) {
 	s := openStore(t, open, archive.Options{})
 	ctx := context.Background()
 	at := time.Now()
-	putState(t, s, newState("printer", "uid-1", `{}`, at))
-	putState(t, s, newState("printer", "uid-2", `{}`, at))
-	putState(t, s, newState("website", "uid-1", `{}`, at))
-	if err := s.DeleteState(ctx, "printer", "uid-1"); err != nil {
+	putRecord(t, s, newRecord("printer", "uid-1", `{}`, at))
+	putRecord(t, s, newRecord("printer", "uid-2", `{}`, at))
+	putRecord(t, s, newRecord("website", "uid-1", `{}`, at))
+	if err := s.DeleteHandlerRecord(ctx, "printer", "uid-1"); err != nil {
 		t.Fatal(err)
 	}
 	if got := states(t, s, "printer"); len(got) != 1 || got[0].Key != "uid-2" {
@@ -148,12 +148,12 @@ func statesDelete(t *testing.T, open Open) {
 		t.Errorf("deleting printer's uid-1 touched website's: %+v", got)
 	}
 	for _, absent := range [][2]string{{"printer", "uid-1"}, {"printer", "never"}, {"nobody", "uid-2"}} {
-		if err := s.DeleteState(ctx, absent[0], absent[1]); err != nil {
+		if err := s.DeleteHandlerRecord(ctx, absent[0], absent[1]); err != nil {
 			t.Errorf("DeleteState(%s, %s) of an absent record: %v, want no error", absent[0], absent[1], err)
 		}
 	}
 	// A deleted record can be put again.
-	putState(t, s, newState("printer", "uid-1", `{"again":true}`, at))
+	putRecord(t, s, newRecord("printer", "uid-1", `{"again":true}`, at))
 	if got := states(t, s, "printer"); len(got) != 2 || string(got[0].Data) != `{"again":true}` {
 		t.Errorf("a record put after its delete: %+v", got)
 	}
@@ -165,9 +165,9 @@ func statesOutliveRuns(t *testing.T, open Open) {
 	s := openStore(t, open, archive.Options{})
 	ctx := context.Background()
 	old := time.Now().Add(-72 * time.Hour)
-	want := []*archive.State{newState("printer", "uid-1", `{"handled":{"announce":3}}`, old), {Operator: "printer", Key: "schedule/nightly", Data: []byte(`{"slot":1}`), UpdatedAt: old.UTC()}}
+	want := []*archive.HandlerRecord{newRecord("printer", "uid-1", `{"handled":{"announce":3}}`, old), {Operator: "printer", Key: "schedule/nightly", Data: []byte(`{"slot":1}`), UpdatedAt: old.UTC()}}
 	for _, st := range want {
-		putState(t, s, st)
+		putRecord(t, s, st)
 	}
 	for i := range 5 {
 		r := newRun(old.Add(time.Duration(i)*time.Minute), "printer", "team-a", "web-uid-1", "announce")
@@ -185,7 +185,7 @@ func statesOutliveRuns(t *testing.T, open Open) {
 		t.Fatal(err)
 	}
 	got := states(t, s, "printer")
-	if len(got) != 2 || !sameState(got[0], *want[1]) || !sameState(got[1], *want[0]) {
+	if len(got) != 2 || !sameRecord(got[0], *want[1]) || !sameRecord(got[1], *want[0]) {
 		t.Errorf("after Prune and CancelRunning: %+v, want both records as they were", got)
 	}
 }
@@ -209,7 +209,7 @@ func statesKeepDataExactly(t *testing.T, open Open) {
 		"unicode": []byte(`{"name":"日本語 é"}`),
 	}
 	for key, data := range cases {
-		putState(t, s, &archive.State{Operator: "op", Key: key, Data: data, UpdatedAt: at})
+		putRecord(t, s, &archive.HandlerRecord{Operator: "op", Key: key, Data: data, UpdatedAt: at})
 	}
 	got := states(t, s, "op")
 	if len(got) != len(cases) {
@@ -241,13 +241,13 @@ func statesConcurrentWriters(t *testing.T, open Open) {
 			for i := range 25 {
 				key := fmt.Sprintf("uid-%d-%02d", w, i)
 				for gen := range 2 {
-					st := newState("op", key, fmt.Sprintf(`{"generation":%d}`, gen), time.Now())
-					if err := s.PutState(ctx, st); err != nil {
+					st := newRecord("op", key, fmt.Sprintf(`{"generation":%d}`, gen), time.Now())
+					if err := s.PutHandlerRecord(ctx, st); err != nil {
 						errs <- err
 					}
 				}
 				if i%5 == 0 {
-					if err := s.DeleteState(ctx, "op", key); err != nil {
+					if err := s.DeleteHandlerRecord(ctx, "op", key); err != nil {
 						errs <- err
 					}
 				}

@@ -147,7 +147,7 @@ func (t *Table) addTo(c *objectCounts) {
 // handler state for, with Stalled only.
 func addWatchedTo(c *objectCounts, rn *run.Runner) {
 	c.stalledOnly = true
-	rn.EachWatched(func(stalled bool) {
+	rn.Watched().Each(func(stalled bool) {
 		var oc objectConditions
 		oc.isTrue[stalledIndex] = stalled
 		c.add(oc)

@@ -10,15 +10,26 @@
 //	                                                     v
 //	                              archive.Finish, status, Events, metrics <--- Outcome
 //
-// A Runner serves one operator. Its drivers live in the engine and call
-// it through a narrow API: Step (an object's reconcile decides and
-// prepares its next run, recording the end of the last), Launch (the run
-// prepared starts once the driver's own write of the object is made, so
-// it sees that write; or LaunchWaiting, whose caller waits a little for
-// the run's end and steps again, so that one write records both the step
-// and a short run's end), RunForOperator (a run for the operator itself: a
-// schedule's slot, a webhook delivery), Forget and Wake. Nothing here
-// calls back into the engine.
+// A Runner serves one operator. Its drivers (internal/converge, watch,
+// calendar, delivery) call it through these, and nothing here calls back
+// into them:
+//
+//   - an object's step: Step decides and prepares its next run, recording
+//     the end of the last (the run a person's request asks for among
+//     them); StepWriting is Step for a caller that writes the object's
+//     status first, which it then reports (Written, or StatusRefused);
+//     Launch starts the run prepared once that write is made, so that it
+//     sees it, or LaunchWaiting, whose caller waits a little for the run's
+//     end and steps again, so that one write records both the step and a
+//     short run's end (Waitable says whether it would wait);
+//   - a run for the operator itself: RunForOperator (a schedule's slot, a
+//     run now, a delivery's handler);
+//   - the whole operator's pause: PauseOperator, OperatorPaused,
+//     WaitResumed;
+//   - waking objects to be stepped again: Wakes, Wake, WakeAll;
+//   - watched objects' handler records, loaded from and kept in the
+//     archive: Watched;
+//   - its life: Wait for the runs in flight, Executing, HasDelete.
 //
 // Runs execute in their own goroutines, one at a time per object, at most
 // Config.MaxConcurrentRuns at once per operator. The reconcile that follows
@@ -155,9 +166,6 @@ func New(ctx context.Context, cfg Config) *Runner {
 	rn.paused.set(value, paused, annotations[v1alpha1.ResumedAnnotation])
 	return rn
 }
-
-// Memory is the runner's per-object memory.
-func (rn *Runner) Memory() *Memory { return rn.mem }
 
 // Wakes are the objects whose run ended, or that a driver woke: each is
 // to be reconciled (a controller's source.Channel).

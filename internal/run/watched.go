@@ -12,11 +12,16 @@ import (
 	"github.com/opkit-dev/opkit/internal/cause"
 )
 
-// A watched object's handler state lives in the archive, not on the
-// object: the watch driver loads it (Preload), persists it when a step
+// Watched is the runner's memory of watched objects, for the watch
+// driver: a watched object's handler record lives in the archive, not on
+// the object, so the driver loads it (Preload), persists it when a step
 // changes it (Persisted, SetPersisted), keeps the object's last state for
 // its delete handlers (LastSeen), and drops it once the object is done
-// with (Settle, Drop).
+// with (Settle, Drop). The object gauges read it (Each).
+type Watched struct{ rn *Runner }
+
+// Watched is the runner's memory of watched objects.
+func (rn *Runner) Watched() Watched { return Watched{rn} }
 
 // Preloaded is a watched object's record as the archive holds it.
 type Preloaded struct {
@@ -30,31 +35,31 @@ type Preloaded struct {
 }
 
 // Preload puts records read from the archive into the memory.
-func (rn *Runner) Preload(records []Preloaded) {
-	rn.mem.mu.Lock()
-	defer rn.mem.mu.Unlock()
+func (w Watched) Preload(records []Preloaded) {
+	w.rn.mem.mu.Lock()
+	defer w.rn.mem.mu.Unlock()
 	for _, r := range records {
-		rn.mem.objects[r.Key] = &objectState{uid: r.UID, written: r.State, persisted: r.Persisted, last: r.Last}
+		w.rn.mem.objects[r.Key] = &objectState{uid: r.UID, written: r.State, persisted: r.Persisted, last: r.Last}
 	}
 }
 
 // LastSeen keeps the final state of a deleted watched object, if the
 // runner knows the object.
-func (rn *Runner) LastSeen(u *unstructured.Unstructured) {
-	rn.mem.mu.Lock()
-	defer rn.mem.mu.Unlock()
+func (w Watched) LastSeen(u *unstructured.Unstructured) {
+	w.rn.mem.mu.Lock()
+	defer w.rn.mem.mu.Unlock()
 	key := types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}
-	if o := rn.mem.objects[key]; o != nil && o.uid == u.GetUID() {
+	if o := w.rn.mem.objects[key]; o != nil && o.uid == u.GetUID() {
 		o.last = Snapshot(u.Object)
 	}
 }
 
 // Known returns the uid of the object of that name the runner knows, and
 // its last state; ok is false when it knows none.
-func (rn *Runner) Known(key types.NamespacedName) (uid types.UID, last []byte, ok bool) {
-	rn.mem.mu.Lock()
-	defer rn.mem.mu.Unlock()
-	o := rn.mem.objects[key]
+func (w Watched) Known(key types.NamespacedName) (uid types.UID, last []byte, ok bool) {
+	w.rn.mem.mu.Lock()
+	defer w.rn.mem.mu.Unlock()
+	o := w.rn.mem.objects[key]
 	if o == nil {
 		return "", nil, false
 	}
@@ -63,10 +68,10 @@ func (rn *Runner) Known(key types.NamespacedName) (uid types.UID, last []byte, o
 
 // Track makes obj known, with an empty handler state if it has none: a
 // watched object is new to the operator until a step records its state.
-func (rn *Runner) Track(obj *unstructured.Unstructured) {
-	rn.mem.mu.Lock()
-	defer rn.mem.mu.Unlock()
-	if o := rn.mem.object(obj); o.written == nil {
+func (w Watched) Track(obj *unstructured.Unstructured) {
+	w.rn.mem.mu.Lock()
+	defer w.rn.mem.mu.Unlock()
+	if o := w.rn.mem.object(obj); o.written == nil {
 		o.written = &cause.State{Handlers: map[string]*cause.HandlerState{}}
 	}
 }
@@ -75,9 +80,9 @@ func (rn *Runner) Track(obj *unstructured.Unstructured) {
 // if it ended (its outcome in the archive, its Events), as its next step
 // would have. It reports whether a run is still in flight: the object is
 // not forgotten until its end, which wakes it again.
-func (rn *Runner) Settle(ctx context.Context, key types.NamespacedName, obj *unstructured.Unstructured) (busy bool) {
-	rn.mem.mu.Lock()
-	o := rn.mem.objects[key]
+func (w Watched) Settle(ctx context.Context, key types.NamespacedName, obj *unstructured.Unstructured) (busy bool) {
+	w.rn.mem.mu.Lock()
+	o := w.rn.mem.objects[key]
 	var f *flight
 	var done bool
 	if o != nil && o.uid == obj.GetUID() {
@@ -86,7 +91,7 @@ func (rn *Runner) Settle(ctx context.Context, key types.NamespacedName, obj *uns
 			o.flight = nil // the run's goroutine writes it no more
 		}
 	}
-	rn.mem.mu.Unlock()
+	w.rn.mem.mu.Unlock()
 	switch {
 	case f == nil:
 		return false
@@ -95,26 +100,26 @@ func (rn *Runner) Settle(ctx context.Context, key types.NamespacedName, obj *uns
 	case errors.Is(f.err, errNotRecorded):
 		return false
 	}
-	rn.finish(ctx, obj, f, rn.state(obj), nil)
+	w.rn.finish(ctx, obj, f, w.rn.state(obj), nil)
 	return false
 }
 
 // Drop forgets the object of that name and uid, unless a run of it is in
 // flight.
-func (rn *Runner) Drop(key types.NamespacedName, uid types.UID) {
-	rn.mem.mu.Lock()
-	if o := rn.mem.objects[key]; o != nil && o.uid == uid && o.flight == nil {
-		delete(rn.mem.objects, key)
+func (w Watched) Drop(key types.NamespacedName, uid types.UID) {
+	w.rn.mem.mu.Lock()
+	if o := w.rn.mem.objects[key]; o != nil && o.uid == uid && o.flight == nil {
+		delete(w.rn.mem.objects, key)
 	}
-	rn.mem.mu.Unlock()
+	w.rn.mem.mu.Unlock()
 }
 
 // Persisted returns the object's state as the archive holds it and its
 // last state; ok is false when the runner knows no object of that name.
-func (rn *Runner) Persisted(key types.NamespacedName) (persisted, last []byte, ok bool) {
-	rn.mem.mu.Lock()
-	defer rn.mem.mu.Unlock()
-	o := rn.mem.objects[key]
+func (w Watched) Persisted(key types.NamespacedName) (persisted, last []byte, ok bool) {
+	w.rn.mem.mu.Lock()
+	defer w.rn.mem.mu.Unlock()
+	o := w.rn.mem.objects[key]
 	if o == nil {
 		return nil, nil, false
 	}
@@ -123,23 +128,23 @@ func (rn *Runner) Persisted(key types.NamespacedName) (persisted, last []byte, o
 
 // SetPersisted records that the archive holds state (JSON) and last for
 // the object of that name and uid.
-func (rn *Runner) SetPersisted(key types.NamespacedName, uid types.UID, state, last []byte) {
-	rn.mem.mu.Lock()
-	defer rn.mem.mu.Unlock()
-	if o := rn.mem.objects[key]; o != nil && o.uid == uid {
+func (w Watched) SetPersisted(key types.NamespacedName, uid types.UID, state, last []byte) {
+	w.rn.mem.mu.Lock()
+	defer w.rn.mem.mu.Unlock()
+	if o := w.rn.mem.objects[key]; o != nil && o.uid == uid {
 		o.persisted = state
 		o.last = last
 	}
 }
 
-// EachWatched calls f for each object with a handler state, with whether
+// Each calls f for each object with a handler state, with whether
 // it is Stalled as package cause says of a custom resource (a handler
 // gave up on the object's current count of observed changes).
-func (rn *Runner) EachWatched(f func(stalled bool)) {
-	rn.mem.mu.Lock()
-	defer rn.mem.mu.Unlock()
+func (w Watched) Each(f func(stalled bool)) {
+	w.rn.mem.mu.Lock()
+	defer w.rn.mem.mu.Unlock()
 	view := &unstructured.Unstructured{Object: map[string]any{}}
-	for _, o := range rn.mem.objects {
+	for _, o := range w.rn.mem.objects {
 		st := o.written
 		if st == nil {
 			continue
@@ -147,7 +152,7 @@ func (rn *Runner) EachWatched(f func(stalled bool)) {
 		stalled := false
 		if st.Observed != nil {
 			view.SetGeneration(st.Observed.Generation)
-			stalled = cause.Stalled(rn.def.Handlers, view, st) != ""
+			stalled = cause.Stalled(w.rn.def.Handlers, view, st) != ""
 		}
 		f(stalled)
 	}

@@ -82,7 +82,7 @@ func (r *reconciler) preload(ctx context.Context) ([]types.NamespacedName, error
 		persisted, _ := json.Marshal(rec.State)
 		records = append(records, run.Preloaded{Key: key, UID: types.UID(s.Key), State: rec.State, Persisted: persisted, Last: rec.Object})
 	}
-	r.runner.Preload(records) // a later record of a name replaces an earlier one, as it did
+	r.runner.Watched().Preload(records) // a later record of a name replaces an earlier one, as it did
 	return keys, nil
 }
 
@@ -107,7 +107,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	var goneUID types.UID
 	var last []byte
-	if uid, kept, known := rn.Known(req.NamespacedName); known && (!found || uid != obj.GetUID()) {
+	if uid, kept, known := rn.Watched().Known(req.NamespacedName); known && (!found || uid != obj.GetUID()) {
 		goneUID, last = uid, kept
 	}
 	if goneUID != "" {
@@ -128,7 +128,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// unseen.
 		return finalizer.Patch(ctx, r.client, obj, fin, true)
 	}
-	rn.Track(obj)
+	rn.Watched().Track(obj)
 	step, err := rn.Step(ctx, obj, definition.Vars{Self: obj.Object})
 	if err != nil {
 		return reconcile.Result{}, err
@@ -185,7 +185,7 @@ func (r *reconciler) gone(ctx context.Context, key types.NamespacedName, uid typ
 	err = r.reader.Get(ctx, key, live)
 	switch {
 	case err == nil && live.GetUID() == uid:
-		if rn.Settle(ctx, key, live) {
+		if rn.Watched().Settle(ctx, key, live) {
 			return reconcile.Result{}, false, nil // its run's end wakes it again
 		}
 		r.log.V(1).Info("no longer watched: forgotten", "namespace", key.Namespace, "name", key.Name)
@@ -200,7 +200,7 @@ func (r *reconciler) gone(ctx context.Context, key types.NamespacedName, uid typ
 		return reconcile.Result{}, false, err
 	}
 	if !rn.HasDelete() {
-		if rn.Settle(ctx, key, obj) {
+		if rn.Watched().Settle(ctx, key, obj) {
 			return reconcile.Result{}, false, nil
 		}
 		return reconcile.Result{}, true, r.drop(ctx, key, uid)
@@ -240,7 +240,7 @@ func (r *reconciler) drop(ctx context.Context, key types.NamespacedName, uid typ
 	if err := r.store.DeleteHandlerRecord(ctx, r.def.Operator.Name, string(uid)); err != nil {
 		return fmt.Errorf("dropping the record of %s from the archive: %w", key, err)
 	}
-	r.runner.Drop(key, uid)
+	r.runner.Watched().Drop(key, uid)
 	return nil
 }
 
@@ -259,7 +259,7 @@ func (r *reconciler) persist(ctx context.Context, obj *unstructured.Unstructured
 	}
 	rn := r.runner
 	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
-	persisted, kept, known := rn.Persisted(key)
+	persisted, kept, known := rn.Watched().Persisted(key)
 	if known && bytes.Equal(persisted, data) {
 		return nil
 	}
@@ -281,6 +281,6 @@ func (r *reconciler) persist(ctx context.Context, obj *unstructured.Unstructured
 	if err := r.store.PutHandlerRecord(context.WithoutCancel(ctx), s); err != nil {
 		return fmt.Errorf("recording the handler state of %s in the archive: %w", key, err)
 	}
-	rn.SetPersisted(key, obj.GetUID(), data, last)
+	rn.Watched().SetPersisted(key, obj.GetUID(), data, last)
 	return nil
 }

@@ -181,7 +181,7 @@ func (r *reconciler) watchHandler() handler.TypedEventHandler[client.Object, rec
 		},
 		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			if u, ok := e.Object.DeepCopyObject().(*unstructured.Unstructured); ok && r.runner.HasDelete() {
-				r.runner.LastSeen(u)
+				r.runner.Watched().LastSeen(u)
 			}
 			enqueue(e.Object, q)
 		},

@@ -25,19 +25,30 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	owner := ""
+	if e.Operator != "" {
+		owner = "operator " + e.Operator
+	}
+	return Located(e.File, e.Line, owner, e.Field, e.Message)
+}
+
+// Located is a problem's message as opkit says one in a file it reads
+// (a definition, a scenario): "file:line: field: message", with what is
+// known of where (owner, e.g. "operator x", when there is no file).
+func Located(file string, line int, owner, field, message string) string {
 	var b strings.Builder
 	switch {
-	case e.File != "" && e.Line > 0:
-		fmt.Fprintf(&b, "%s:%d: ", e.File, e.Line)
-	case e.File != "":
-		fmt.Fprintf(&b, "%s: ", e.File)
-	case e.Operator != "":
-		fmt.Fprintf(&b, "operator %s: ", e.Operator)
+	case file != "" && line > 0:
+		fmt.Fprintf(&b, "%s:%d: ", file, line)
+	case file != "":
+		fmt.Fprintf(&b, "%s: ", file)
+	case owner != "":
+		b.WriteString(owner + ": ")
 	}
-	if e.Field != "" {
-		b.WriteString(e.Field + ": ")
+	if field != "" {
+		b.WriteString(field + ": ")
 	}
-	b.WriteString(e.Message)
+	b.WriteString(message)
 	return b.String()
 }
 
@@ -45,9 +56,12 @@ func (e *Error) Error() string {
 // message lists them one per line.
 type Errors []*Error
 
-func (es Errors) Error() string {
-	lines := make([]string, len(es))
-	for i, e := range es {
+func (es Errors) Error() string { return JoinLines(es) }
+
+// JoinLines is the messages of errs, one per line.
+func JoinLines[E error](errs []E) string {
+	lines := make([]string, len(errs))
+	for i, e := range errs {
 		lines[i] = e.Error()
 	}
 	return strings.Join(lines, "\n")

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/opkit-dev/opkit/internal/definition"
 )
 
 // Error is one problem in a scenario file: where it is and what is wrong.
@@ -32,33 +34,18 @@ type Error struct {
 type position struct{ line, column int }
 
 func (e *Error) Error() string {
-	var b strings.Builder
-	switch {
-	case e.File != "" && e.Line > 0:
-		fmt.Fprintf(&b, "%s:%d: ", e.File, e.Line)
-	case e.File != "":
-		fmt.Fprintf(&b, "%s: ", e.File)
-	case e.Scenario != "":
-		fmt.Fprintf(&b, "scenario %s: ", e.Scenario)
+	owner := ""
+	if e.Scenario != "" {
+		owner = "scenario " + e.Scenario
 	}
-	if e.Field != "" {
-		b.WriteString(e.Field + ": ")
-	}
-	b.WriteString(e.Message)
-	return b.String()
+	return definition.Located(e.File, e.Line, owner, e.Field, e.Message)
 }
 
 // Errors is every problem found in one scenario file, in line order. Its
 // message lists them one per line.
 type Errors []*Error
 
-func (es Errors) Error() string {
-	lines := make([]string, len(es))
-	for i, e := range es {
-		lines[i] = e.Error()
-	}
-	return strings.Join(lines, "\n")
-}
+func (es Errors) Error() string { return definition.JoinLines(es) }
 
 // errorList collects the errors of one document, placing each at its
 // field's line, at most one per field.

@@ -357,14 +357,14 @@ func (st *State) Succeeded(hs []*definition.Handler, c *Cause, spec map[string]a
 func (st *State) Failed(c *Cause, message string, permanent bool, now time.Time) (gaveUp bool, retryAt time.Time) {
 	rec := st.Of(c.Handler.Name)
 	rec.Attempt, rec.Target, rec.TargetSeq, rec.LastError = c.Attempt, c.Generation, c.Seq, truncate(message)
-	if permanent || c.Attempt >= c.Handler.Retry.MaxAttempts {
+	retryAt, gaveUp = c.Handler.Retry.Next(c.Attempt, permanent, now)
+	if gaveUp {
 		rec.Stalled, rec.NextRetryAt = true, ""
 		if c.Trigger == v1alpha1.OnEnter || c.Trigger == v1alpha1.OnExit {
 			st.visited(c, "GaveUp", rec.LastError) // done with: the state machine goes on
 		}
 		return true, time.Time{}
 	}
-	retryAt = now.Add(c.Handler.Retry.Delay(c.Attempt))
 	// A run that gave up on an earlier target (an older generation, or the
 	// create or update run before a delete run) no longer holds this one:
 	// its attempts are this target's, retried.

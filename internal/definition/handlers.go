@@ -96,6 +96,17 @@ func (p RetryPolicy) Delay(n int) time.Duration {
 	return time.Duration(d)
 }
 
+// Next decides what follows the failed attempt n (1-based), the one place
+// a retry is decided (the runs of objects and of the operator alike):
+// none when the failure is permanent or the attempts are spent (gaveUp),
+// else the next attempt at now plus its Delay.
+func (p RetryPolicy) Next(n int, permanent bool, now time.Time) (retryAt time.Time, gaveUp bool) {
+	if permanent || n >= p.MaxAttempts {
+		return time.Time{}, true
+	}
+	return now.Add(p.Delay(n)), false
+}
+
 // Fires reports whether trigger is one of the handler's.
 func (h *Handler) Fires(trigger string) bool { return slices.Contains(h.On, trigger) }
 

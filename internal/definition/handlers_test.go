@@ -418,3 +418,27 @@ func TestAnExecImageIsAnImageReferenceNamingItsHandler(t *testing.T) {
 		t.Errorf("Exec.Command[0] %q: want it resolved from the file's directory, for an engine without runners", h.Exec.Command[0])
 	}
 }
+
+// TestRetryPolicyNextDecidesEveryRetry: a permanent failure and the last
+// attempt give up; any other failure comes back after its delay.
+func TestRetryPolicyNextDecidesEveryRetry(t *testing.T) {
+	p := RetryPolicy{MaxAttempts: 3, Initial: time.Second, Max: time.Minute, Factor: 2}
+	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		attempt   int
+		permanent bool
+		gaveUp    bool
+		after     time.Duration
+	}{
+		{1, false, false, time.Second},
+		{2, false, false, 2 * time.Second},
+		{3, false, true, 0},
+		{4, false, true, 0},
+		{1, true, true, 0},
+	} {
+		at, gaveUp := p.Next(c.attempt, c.permanent, now)
+		if gaveUp != c.gaveUp || (!gaveUp && at.Sub(now) != c.after) || (gaveUp && !at.IsZero()) {
+			t.Errorf("attempt %d (permanent %v) of %d: retry at %v, gave up %v; want gave up %v, after %s", c.attempt, c.permanent, p.MaxAttempts, at, gaveUp, c.gaveUp, c.after)
+		}
+	}
+}

@@ -150,14 +150,17 @@ func (rn *Runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 			o = refuseOutsideEvent(run.Trigger)
 		}
 	}
-	if o.Verdict == Retry && run.Attempt >= h.Retry.MaxAttempts {
-		o.Verdict = GaveUp
+	if o.Verdict == Retry {
+		if retryAt, gaveUp := h.Retry.Next(run.Attempt, false, rn.clock.Now().UTC()); gaveUp {
+			o.Verdict = GaveUp
+		} else {
+			o.RetryAt = retryAt
+		}
 	}
 	switch o.Verdict {
 	case Refused:
 		run.Error = "refused the delivery: " + o.Reason
 	case Retry:
-		o.RetryAt = rn.clock.Now().UTC().Add(h.Retry.Delay(run.Attempt))
 		run.Error, run.NextRetryAt = o.Reason, o.RetryAt
 		rn.metrics.retries.WithLabelValues(run.Operator, h.Name).Inc()
 	case GaveUp:
@@ -177,7 +180,7 @@ func (rn *Runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 	rn.ended(run)
 	switch o.Verdict {
 	case Retry:
-		rn.operatorEvent(corev1.EventTypeWarning, "HandlerFailed", run.ID, fmt.Sprintf("handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, h.Retry.Delay(run.Attempt).Round(time.Second), request.Truncate(run.Error), rn.runRef(run.ID)))
+		rn.operatorEvent(corev1.EventTypeWarning, "HandlerFailed", run.ID, fmt.Sprintf("handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, o.RetryAt.Sub(rn.clock.Now().UTC()).Round(time.Second), request.Truncate(run.Error), rn.runRef(run.ID)))
 	case GaveUp:
 		rn.operatorEvent(corev1.EventTypeWarning, "HandlerGaveUp", run.ID, fmt.Sprintf("handler %s gave up on %s after %d attempts: %s: run %s", h.Name, run.Key, run.Attempt, request.Truncate(run.Error), rn.runRef(run.ID)))
 	}

@@ -251,10 +251,6 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 		if l != nil && l.refusable {
 			break // what follows a decision the engine may refuse is not modelled
 		}
-		type option struct {
-			weight int
-			step   Step
-		}
 		var opts []option
 		switch {
 		case !l.exists:
@@ -340,35 +336,12 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 		} else {
 			opts = append(opts, option{3, Step{Op: OpStart}})
 		}
-		// The plot's next step that can be made now.
-		next := len(sp.Plot)
-		for j := plot; j < len(sp.Plot) && next == len(sp.Plot); j++ {
-			if slices.ContainsFunc(opts, func(o option) bool { return o.step.Op == sp.Plot[j] }) {
-				next = j
-			}
+		var s Step
+		s, plot = draw(r, sp, opts, plot)
+		if s.Op == OpDeliver {
+			delivered++
 		}
-		total := 0
-		for i, o := range opts {
-			opts[i].weight *= odds(sp.Stress[o.step.Op], 1)
-			if next < len(sp.Plot) && o.step.Op == sp.Plot[next] {
-				opts[i].weight *= 16
-			}
-			total += opts[i].weight
-		}
-		pick := r.IntN(total)
-		for _, o := range opts {
-			if pick < o.weight {
-				if o.step.Op == OpDeliver {
-					delivered++
-				}
-				if next < len(sp.Plot) && o.step.Op == sp.Plot[next] {
-					plot = next + 1
-				}
-				add(o.step)
-				break
-			}
-			pick -= o.weight
-		}
+		add(s)
 	}
 	if !m.up {
 		add(Step{Op: OpStart})
@@ -378,6 +351,43 @@ func genHistory(r *rand.Rand, d *Def, sp Space) []Step {
 		add(Step{Op: OpDeliver, Delivery: 1})
 	}
 	return steps
+}
+
+// option is a step a history can take next, and how likely it is drawn.
+type option struct {
+	weight int
+	step   Step
+}
+
+// draw picks one of opts by weight, each weighted as sp stresses its op,
+// and the first step of sp.Plot from plot on that is among them sixteen
+// times more; it returns the step and where the plot goes on.
+func draw(r *rand.Rand, sp Space, opts []option, plot int) (Step, int) {
+	next := len(sp.Plot)
+	for j := plot; j < len(sp.Plot) && next == len(sp.Plot); j++ {
+		if slices.ContainsFunc(opts, func(o option) bool { return o.step.Op == sp.Plot[j] }) {
+			next = j
+		}
+	}
+	total := 0
+	for i, o := range opts {
+		opts[i].weight *= odds(sp.Stress[o.step.Op], 1)
+		if next < len(sp.Plot) && o.step.Op == sp.Plot[next] {
+			opts[i].weight *= 16
+		}
+		total += opts[i].weight
+	}
+	pick := r.IntN(total)
+	for _, o := range opts {
+		if pick < o.weight {
+			if next < len(sp.Plot) && o.step.Op == sp.Plot[next] {
+				plot = next + 1
+			}
+			return o.step, plot
+		}
+		pick -= o.weight
+	}
+	panic("unreachable: pick < total")
 }
 
 // stalled reports whether a handler gave up on l and waits for opkit

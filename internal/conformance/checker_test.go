@@ -619,8 +619,12 @@ func (ch *checker) quiet(ctx context.Context, want int) (state, busy string, err
 		if err := ch.env.Client.Get(ctx, client.ObjectKey{Name: ch.c.Def.OperatorName()}, op); err != nil {
 			return "", "", err
 		}
-		if _, resumed := op.Annotations[v1alpha1.ResumedAnnotation]; resumed {
-			return "", "the Operator's resume not handed over", nil // the engine removes it once it did
+		// The engine removes the record of a resume once it handed it
+		// over, but not while the Operator is paused again: opkit pause
+		// leaves the record of the resume before it, for the next.
+		_, paused := op.Annotations[v1alpha1.PauseAnnotation]
+		if _, resumed := op.Annotations[v1alpha1.ResumedAnnotation]; resumed && !paused {
+			return "", "the Operator's resume not handed over", nil
 		}
 	}
 	obj := ch.object()

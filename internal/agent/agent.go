@@ -52,6 +52,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/executor"
 	"github.com/opkit-dev/opkit/internal/runners"
+	"github.com/opkit-dev/opkit/internal/sleep"
 )
 
 // Options configures an agent.
@@ -216,7 +217,7 @@ func (a *agent) loop(ctx context.Context) {
 		if err != nil {
 			if ctx.Err() == nil {
 				a.opts.Log.Error(err, "taking a run from the engine; trying again in 1s")
-				sleep(ctx, time.Second)
+				sleep.For(ctx, time.Second)
 			}
 			continue
 		}
@@ -406,15 +407,6 @@ func (f *frameWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // Install copies the running executable to DIR/opkit, mode 0755: an init

@@ -15,6 +15,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/run"
+	"github.com/opkit-dev/opkit/internal/sleep"
 	"github.com/opkit-dev/opkit/internal/source"
 )
 
@@ -230,7 +231,7 @@ func (q *Queue) finish(ctx context.Context, d *archive.Delivery, log logr.Logger
 			return
 		}
 		log.Error(err, "recording the delivery's end; tried again in 5s")
-		if !run.Sleep(ctx, 5*time.Second) {
+		if !sleep.For(ctx, 5*time.Second) {
 			return
 		}
 	}
@@ -268,7 +269,7 @@ func (q *Queue) applyObject(ctx context.Context, src *definition.EventSource, va
 			return "", fmt.Errorf("applying %s, %d attempts: %s", name, attempt, run.APIMessage(err))
 		}
 		log.Error(err, "applying the source's object; tried again", "object", name, "in", delay)
-		if !run.Sleep(ctx, delay) {
+		if !sleep.For(ctx, delay) {
 			return "", ctx.Err()
 		}
 		delay *= 2

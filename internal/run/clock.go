@@ -57,16 +57,3 @@ func SleepUntil(ctx context.Context, clk clock.Clock, steps *ClockSteps, at time
 		}
 	}
 }
-
-// Sleep waits d of real time or until ctx ends; it reports whether d
-// passed.
-func Sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

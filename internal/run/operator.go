@@ -14,6 +14,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/executor"
 	"github.com/opkit-dev/opkit/internal/request"
+	"github.com/opkit-dev/opkit/internal/sleep"
 )
 
 // OperatorRun is a handler's run for the operator itself rather than for
@@ -61,7 +62,7 @@ func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorOut
 		if done, err := rn.archive.Succeeded(ctx, r.Key); err != nil || done {
 			if err != nil && ctx.Err() == nil {
 				r.Log.Error(err, "reading the archive; the run is tried again in 5s")
-				if Sleep(ctx, notRecordedRetry) {
+				if sleep.For(ctx, notRecordedRetry) {
 					attempt--
 					continue
 				}
@@ -89,7 +90,7 @@ func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorOut
 				return OperatorOutcome{Stopped: true}
 			}
 			attempt-- // not recorded, so not run: try again
-			if !Sleep(ctx, notRecordedRetry) {
+			if !sleep.For(ctx, notRecordedRetry) {
 				return OperatorOutcome{Stopped: true}
 			}
 		case o.Verdict == Retry:

@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/opkit-dev/opkit/internal/sleep"
 )
 
 // The kubelet's restart back-off: 10s doubling to 5m, reset after a
@@ -110,7 +112,7 @@ func (c *container) loop(ctx context.Context, policy corev1.RestartPolicy, init 
 		}}
 		c.mu.Unlock()
 		c.pod.syncStatus(ctx)
-		if !sleepCtx(ctx, backoff) {
+		if !sleep.For(ctx, backoff) {
 			return false
 		}
 		backoff = min(max(2*backoff, backoffInitial), backoffMax)
@@ -127,7 +129,7 @@ func (c *container) runOnce(ctx context.Context) int32 {
 		c.pod.syncStatus(ctx)
 		// A kubelet retries until the ConfigMap or Secret exists.
 		for err != nil {
-			if !sleepCtx(ctx, 2*time.Second) {
+			if !sleep.For(ctx, 2*time.Second) {
 				return -1
 			}
 			pod, _ = c.pod.current()

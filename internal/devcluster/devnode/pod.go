@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/opkit-dev/opkit/internal/sleep"
 )
 
 // podWorker runs one Pod: it owns the Pod's directory, its container
@@ -156,7 +158,7 @@ func (w *podWorker) runContainers(ctx context.Context) {
 			c.setWaiting("CreateContainerConfigError", err.Error())
 		}
 		w.syncStatus(ctx)
-		if !sleepCtx(ctx, 2*time.Second) {
+		if !sleep.For(ctx, 2*time.Second) {
 			return
 		}
 	}
@@ -409,14 +411,4 @@ func statusEqual(a, b corev1.PodStatus) bool {
 		return string(data)
 	}
 	return strip(a) == strip(b)
-}
-
-// sleepCtx sleeps for d, returning false if ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
-	}
 }

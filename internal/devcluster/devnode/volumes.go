@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/opkit-dev/opkit/internal/sleep"
 )
 
 // prepare makes the pod's directories and materializes its volumes, then
@@ -261,7 +263,7 @@ func (w *podWorker) renewTokens(ctx context.Context) {
 		if volume == "" {
 			return
 		}
-		if !sleepCtx(ctx, time.Until(at)) {
+		if !sleep.For(ctx, time.Until(at)) {
 			return
 		}
 		pod, _ := w.current()

@@ -61,6 +61,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/sleep"
 	"github.com/opkit-dev/opkit/internal/source"
 )
 
@@ -151,7 +152,7 @@ func (c *Consumer) Run(ctx context.Context, sink source.Sink) error {
 		failures++
 		wait := source.Backoff(failures, rand.Float64())
 		c.setState(source.State{Err: err, RetryAt: time.Now().Add(wait)})
-		if !sleep(ctx, wait) {
+		if !sleep.For(ctx, wait) {
 			c.setState(source.State{})
 			return nil
 		}
@@ -246,7 +247,7 @@ func (c *Consumer) session(ctx context.Context, sink source.Sink, progress func(
 		deliveryFailures++
 		wait := source.Backoff(deliveryFailures, rand.Float64())
 		c.setState(source.State{Connected: true, Err: d.err, RetryAt: time.Now().Add(wait)})
-		if !sleep(ctx, wait) {
+		if !sleep.For(ctx, wait) {
 			return nil
 		}
 	}
@@ -289,16 +290,4 @@ func (c *Consumer) setState(s source.State) {
 	c.mu.Lock()
 	c.state = s
 	c.mu.Unlock()
-}
-
-// sleep waits d or until ctx ends, and says whether ctx goes on.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

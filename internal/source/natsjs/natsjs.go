@@ -64,6 +64,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/sleep"
 	"github.com/opkit-dev/opkit/internal/source"
 )
 
@@ -160,7 +161,7 @@ func (c *Consumer) Run(ctx context.Context, sink source.Sink) error {
 		c.update(func(s *source.State) {
 			s.Connected, s.Err, s.RetryAt = false, err, time.Now().Add(wait)
 		})
-		sleep(ctx, wait)
+		sleep.For(ctx, wait)
 	}
 	c.update(func(s *source.State) { s.Connected, s.Err, s.RetryAt = false, nil, time.Time{} })
 	return nil
@@ -460,14 +461,4 @@ func servers(urls string) string {
 		parts[i] = p
 	}
 	return strings.Join(parts, ",")
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

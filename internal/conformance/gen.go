@@ -78,12 +78,12 @@ var DefaultSpace = Space{
 // the case of seed s from Spaces[s % len(Spaces)]. The first is
 // DefaultSpace; each other, one per kind of source that can be
 // redelivered, follows a plot through what DefaultSpace seldom meets,
-// so that an hour of soak plays each feature the model draws since its
-// first rows in some thirty cases or more: each source (its messages
-// published while no engine runs, its deliveries replayed, redelivered,
-// SIGKILLed mid-run), a whole operator's pause across restarts and with
-// the object's own, re-runs and redeliveries asked while paused or while
-// no engine runs.
+// so that a soak plays in many cases, not a handful, each feature the
+// model draws since its first rows: each source (its messages published
+// while no engine runs, its deliveries replayed, redelivered, SIGKILLed
+// mid-run), a whole operator's pause across restarts and with the
+// object's own, re-runs and redeliveries asked while paused or while no
+// engine runs.
 var Spaces = []Space{
 	DefaultSpace,
 	meetings("Kafka", Kafka),

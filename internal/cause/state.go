@@ -133,7 +133,7 @@ type LastRun struct {
 	NextRetryAt string `json:"nextRetryAt,omitempty"`
 }
 
-// Read returns the handler recorded in an object's status.opkit; a missing
+// Read returns the handler records kept in an object's status.opkit; a missing
 // or unreadable record is an empty state.
 func Read(obj *unstructured.Unstructured) *State {
 	st := &State{}

@@ -179,7 +179,7 @@ func watchedData(data map[string]any, obj *unstructured.Unstructured, rec *archi
 	case recErr != nil:
 		return []string{"Its handler record cannot be read: " + recErr.Error()}
 	case rec == nil:
-		data["State"], data["Message"] = stateUnknown, "no handler recorded: opkit does not watch it (any more), or has not seen it yet"
+		data["State"], data["Message"] = stateUnknown, "no handler record: opkit does not watch it (any more), or has not seen it yet"
 	default:
 		row := watchedRow(*rec)
 		data["State"], data["Message"], data["Recorded"] = row.State, row.Message, rec.UpdatedAt

@@ -122,7 +122,7 @@ func TestStateDecisionsRecoveryAndPause(t *testing.T) {
 		return s.Name == "Open" && s.Seq == 1 && seen == "Open"
 	})
 	uid := string(u.GetUID())
-	eventually(t, 30*time.Second, "the initial handler recorded", func(ctx context.Context) (bool, error) {
+	eventually(t, 30*time.Second, "the initial state recorded", func(ctx context.Context) (bool, error) {
 		return store.Succeeded(ctx, uid+"/state/1")
 	})
 

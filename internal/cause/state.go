@@ -356,7 +356,7 @@ func (st *State) Succeeded(hs []*definition.Handler, c *Cause, spec map[string]a
 // are spent), else when to try again.
 func (st *State) Failed(c *Cause, message string, permanent bool, now time.Time) (gaveUp bool, retryAt time.Time) {
 	rec := st.Of(c.Handler.Name)
-	rec.Attempt, rec.Target, rec.TargetSeq, rec.LastError = c.Attempt, c.Generation, c.Seq, truncate(message)
+	rec.Attempt, rec.Target, rec.TargetSeq, rec.LastError = c.Attempt, c.Generation, c.Seq, Truncate(message)
 	retryAt, gaveUp = c.Handler.Retry.Next(c.Attempt, permanent, now)
 	if gaveUp {
 		rec.Stalled, rec.NextRetryAt = true, ""
@@ -384,8 +384,9 @@ func (st *State) visited(c *Cause, outcome, message string) {
 	st.EnterRun = &EnterRun{Seq: c.Seq, Handler: c.Handler.Name, Outcome: outcome, Error: message}
 }
 
-// truncate bounds a message kept in status.
-func truncate(s string) string {
+// Truncate cuts a message to what a handler record in status, a
+// condition or an Event holds.
+func Truncate(s string) string {
 	if len(s) > 1024 {
 		return s[:1021] + "..."
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/compare"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/inventory"
@@ -155,7 +156,7 @@ func conditionsToSet(conds *[]metav1.Condition, operator string, waiting, notRea
 	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "ChildrenReady", Message: "all children exist and are ready"}
 	switch {
 	case failure != nil:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ReconcileFailed", request.Truncate(failure.Error())
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ReconcileFailed", cause.Truncate(failure.Error())
 	case len(waiting) > 0:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ChildrenPending", "waiting for: "+strings.Join(waiting, ", ")
 	case step != nil && step.Stalled != "":
@@ -165,7 +166,7 @@ func conditionsToSet(conds *[]metav1.Condition, operator string, waiting, notRea
 	}
 	degraded := metav1.Condition{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: "NoErrors", Message: "the last reconcile succeeded"}
 	if failure != nil {
-		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, "ReconcileFailed", request.Truncate(failure.Error())
+		degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, "ReconcileFailed", cause.Truncate(failure.Error())
 	}
 	set := []metav1.Condition{ready, degraded}
 	if c, ok := stalledCondition(*conds, step); ok {
@@ -194,7 +195,7 @@ func stalledCondition(conds []metav1.Condition, step *run.Step) (metav1.Conditio
 	case step == nil:
 		return metav1.Condition{}, false
 	case step.Stalled != "":
-		return metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: "HandlerGaveUp", Message: request.Truncate(step.Stalled)}, true
+		return metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: "HandlerGaveUp", Message: cause.Truncate(step.Stalled)}, true
 	case meta.FindStatusCondition(conds, v1alpha1.ConditionStalled) != nil:
 		return metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: "NoStalledHandler", Message: "no handler has given up"}, true
 	}
@@ -204,6 +205,6 @@ func stalledCondition(conds []metav1.Condition, step *run.Step) (metav1.Conditio
 // OperatorPausedMessage is the Paused condition's message of an object
 // paused by its Operator's pause p.
 func OperatorPausedMessage(operator string, p v1alpha1.Pause) string {
-	return request.Truncate(fmt.Sprintf("handlers are paused with all of operator %s's, by %s%s: no run starts until it is resumed (opkit resume --operator %s --all)",
+	return cause.Truncate(fmt.Sprintf("handlers are paused with all of operator %s's, by %s%s: no run starts until it is resumed (opkit resume --operator %s --all)",
 		operator, request.PauseOperator.Who(p.By), request.ReasonSuffix(p.Reason), operator))
 }

@@ -17,9 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/compare"
 	"github.com/opkit-dev/opkit/internal/definition"
-	"github.com/opkit-dev/opkit/internal/request"
 	"github.com/opkit-dev/opkit/internal/rollout"
 )
 
@@ -120,7 +120,7 @@ func (r *operatorReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		} else {
 			e.Remove(ctx, op.Name)
 		}
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonInvalid, request.Truncate(msg)
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonInvalid, cause.Truncate(msg)
 	} else if err := e.Apply(ctx, d); err != nil {
 		if _, breaking := errors.AsType[*BreakingChangeError](err); breaking {
 			// Waits for the Operator to change, or for the installed CRD
@@ -131,10 +131,10 @@ func (r *operatorReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 				crdName = crdOf(running)
 				msg = fmt.Sprintf("generation %d keeps running; generation %d is refused: %s", running.Operator.Generation, op.Generation, msg)
 			}
-			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonBreakingChange, request.Truncate(msg)
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonBreakingChange, cause.Truncate(msg)
 			return reconcile.Result{RequeueAfter: time.Minute}, r.setStatus(ctx, op, ready, crdName)
 		}
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonApplyFailed, request.Truncate(err.Error())
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonApplyFailed, cause.Truncate(err.Error())
 		if serr := r.setStatus(ctx, op, ready, ""); serr != nil {
 			err = errors.Join(err, serr)
 		}
@@ -176,7 +176,7 @@ func (r *operatorReconciler) setStatus(ctx context.Context, op *v1alpha1.Operato
 		// A rollout that waits for a person says so: the operator runs,
 		// and is not as its definition says.
 		if note := r.engine.running.rolloutNote(op.Name); note != nil {
-			ready.Reason, ready.Message = note.Reason, request.Truncate(note.Message)
+			ready.Reason, ready.Message = note.Reason, cause.Truncate(note.Message)
 			degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, note.Reason, ready.Message
 		}
 	} else {

@@ -32,7 +32,6 @@
 package request
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"strings"
@@ -48,6 +47,7 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/statemachine"
 )
 
@@ -84,7 +84,7 @@ var (
 		Taken: v1alpha1.EventRerunStarted, Refused: v1alpha1.EventRerunRefused, By: "run"}
 	Pause = Kind{Name: "pause", Command: "opkit pause", Annotation: v1alpha1.PauseAnnotation, Action: "Pause", Taken: "Paused",
 		Handler: v1alpha1.PauseHandler, Trigger: v1alpha1.TriggerPaused, By: "run"}
-	Resume = Kind{Name: "resume", Command: "opkit resume", Annotation: v1alpha1.PauseAnnotation, Action: "Pause", Taken: "Resumed",
+	Resume = Kind{Name: "resume", Command: "opkit resume", Annotation: v1alpha1.ResumedAnnotation, Action: "Pause", Taken: "Resumed",
 		Handler: v1alpha1.PauseHandler, Trigger: v1alpha1.TriggerResumed, By: "run"}
 	PauseOperator = Kind{Name: "pause of a whole operator", Command: "opkit pause --operator OP --all", Annotation: v1alpha1.PauseAnnotation,
 		Action: "Pause", Taken: "OperatorPaused", By: "engine (each object's pause: run)"}
@@ -134,15 +134,7 @@ func (k Kind) Answer(rec events.EventRecorder, obj runtime.Object, reason, messa
 	if reason == k.Failed || reason == k.Refused {
 		kind = corev1.EventTypeWarning
 	}
-	rec.Eventf(obj, nil, kind, reason, k.Action, "%s", Truncate(message))
-}
-
-// Truncate cuts a message to what a condition or an Event holds.
-func Truncate(s string) string {
-	if len(s) > 1024 {
-		return s[:1021] + "..."
-	}
-	return s
+	rec.Eventf(obj, nil, kind, reason, k.Action, "%s", cause.Truncate(message))
 }
 
 // RemovePatch is a JSON patch that removes the annotation name from an
@@ -172,12 +164,13 @@ func Remove(ctx context.Context, c client.Writer, obj client.Object, name, value
 // Record is the archive's record of a request of kind k made on obj that
 // starts no run of its own (k.Handler, a name no handler of an Operator
 // has): finished as it starts, with the person (actor; "" when nobody is
-// named) as its actor, and the key <uid>/<trigger>/<id> (a caller that
-// must make it once sets a key of its own).
-func (k Kind) Record(operator string, obj *unstructured.Unstructured, trigger, actor string) *archive.Run {
+// named) as its actor, trigger k.Trigger, and the key
+// <uid>/<trigger>/<id> (a caller that must make it once sets a key of its
+// own).
+func (k Kind) Record(operator string, obj *unstructured.Unstructured, actor string) *archive.Run {
 	now := time.Now().UTC()
 	r := &archive.Run{
-		ID: archive.NewID(now), Operator: operator, Handler: k.Handler, Action: strings.ToLower(k.Action), Trigger: cmp.Or(trigger, k.Trigger),
+		ID: archive.NewID(now), Operator: operator, Handler: k.Handler, Action: strings.ToLower(k.Action), Trigger: k.Trigger,
 		APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID()),
 		Generation: obj.GetGeneration(), Attempt: 1, Actor: actor, StartedAt: now, FinishedAt: now, Outcome: archive.Succeeded,
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/executor"
-	"github.com/opkit-dev/opkit/internal/request"
 )
 
 // finish records a finished run: the result's status patch and events, the
@@ -68,7 +67,7 @@ func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s ended %s, which the archive could not record (%v); it is recorded once the archive can", run.ID, run.Outcome, err)
 	}
 	rn.ended(run)
-	lr := &cause.LastRun{ID: run.ID, Handler: h.Name, Trigger: run.Trigger, Outcome: string(run.Outcome), Message: request.Truncate(run.Error), Attempt: run.Attempt}
+	lr := &cause.LastRun{ID: run.ID, Handler: h.Name, Trigger: run.Trigger, Outcome: string(run.Outcome), Message: cause.Truncate(run.Error), Attempt: run.Attempt}
 	if !run.NextRetryAt.IsZero() {
 		lr.NextRetryAt = run.NextRetryAt.Format(time.RFC3339)
 	}
@@ -82,9 +81,9 @@ func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		}
 		rn.events.Eventf(cr, nil, corev1.EventTypeNormal, "HandlerSucceeded", runAction(run.ID), "handler %s succeeded: run %s", h.Name, rn.runRef(run.ID))
 	case Retry:
-		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerFailed", runAction(run.ID), "handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, requeue.Round(time.Second), request.Truncate(run.Error), rn.runRef(run.ID))
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerFailed", runAction(run.ID), "handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, requeue.Round(time.Second), cause.Truncate(run.Error), rn.runRef(run.ID))
 	default:
-		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerGaveUp", runAction(run.ID), "handler %s gave up after %d attempts: %s: run %s", h.Name, run.Attempt, request.Truncate(run.Error), rn.runRef(run.ID))
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "HandlerGaveUp", runAction(run.ID), "handler %s gave up after %d attempts: %s: run %s", h.Name, run.Attempt, cause.Truncate(run.Error), rn.runRef(run.ID))
 	}
 	return requeue, wrote
 }

@@ -11,9 +11,9 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/executor"
-	"github.com/opkit-dev/opkit/internal/request"
 	"github.com/opkit-dev/opkit/internal/sleep"
 )
 
@@ -181,9 +181,9 @@ func (rn *Runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 	rn.ended(run)
 	switch o.Verdict {
 	case Retry:
-		rn.operatorEvent(corev1.EventTypeWarning, "HandlerFailed", run.ID, fmt.Sprintf("handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, o.RetryAt.Sub(rn.clock.Now().UTC()).Round(time.Second), request.Truncate(run.Error), rn.runRef(run.ID)))
+		rn.operatorEvent(corev1.EventTypeWarning, "HandlerFailed", run.ID, fmt.Sprintf("handler %s failed (attempt %d of %d, next in %s): %s: run %s", h.Name, run.Attempt, h.Retry.MaxAttempts, o.RetryAt.Sub(rn.clock.Now().UTC()).Round(time.Second), cause.Truncate(run.Error), rn.runRef(run.ID)))
 	case GaveUp:
-		rn.operatorEvent(corev1.EventTypeWarning, "HandlerGaveUp", run.ID, fmt.Sprintf("handler %s gave up on %s after %d attempts: %s: run %s", h.Name, run.Key, run.Attempt, request.Truncate(run.Error), rn.runRef(run.ID)))
+		rn.operatorEvent(corev1.EventTypeWarning, "HandlerGaveUp", run.ID, fmt.Sprintf("handler %s gave up on %s after %d attempts: %s: run %s", h.Name, run.Key, run.Attempt, cause.Truncate(run.Error), rn.runRef(run.ID)))
 	}
 	return o, true
 }

@@ -212,7 +212,7 @@ func (rn *Runner) recordPause(ctx context.Context, cr *unstructured.Unstructured
 	if trigger == v1alpha1.TriggerResumed {
 		k = request.Resume
 	}
-	r := k.Record(rn.def.Operator.Name, cr, trigger, p.By)
+	r := k.Record(rn.def.Operator.Name, cr, p.By)
 	r.Key = key
 	rn.events.Eventf(cr, nil, corev1.EventTypeNormal, k.Taken, runAction(r.ID), "%s (run %s)", sentence, rn.runRef(r.ID))
 	log := sentence

@@ -88,7 +88,7 @@ func (rn *Runner) recordRetry(ctx context.Context, cr *unstructured.Unstructured
 	if r.Reason != "" {
 		sentence += ": " + r.Reason
 	}
-	rec := request.Retry.Record(rn.def.Operator.Name, cr, "", r.By)
+	rec := request.Retry.Record(rn.def.Operator.Name, cr, r.By)
 	request.Retry.Answer(rn.events, cr, request.Retry.Taken, fmt.Sprintf("%s; failed attempts cleared, handlers run again (run %s)", sentence, rn.runRef(rec.ID)))
 	log := sentence
 	if r.At != "" {

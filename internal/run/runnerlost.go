@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/executor"
-	"github.com/opkit-dev/opkit/internal/request"
 )
 
 // onRunner is a run's executor.Request.OnRunner: the runner Pod that
@@ -53,7 +53,7 @@ func (rn *Runner) interrupted(ctx context.Context, cr *unstructured.Unstructured
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s ended %s, which the archive could not record (%v)", run.ID, run.Outcome, err)
 	}
 	rn.ended(run)
-	rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "RunnerLost", runAction(run.ID), "handler %s: %s: run %s", f.cause.Handler.Name, request.Truncate(run.Error), rn.runRef(run.ID))
+	rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "RunnerLost", runAction(run.ID), "handler %s: %s: run %s", f.cause.Handler.Name, cause.Truncate(run.Error), rn.runRef(run.ID))
 	return true
 }
 
@@ -65,5 +65,5 @@ func (rn *Runner) operatorRunLost(ctx context.Context, run *archive.Run, o Outco
 		log.Error(err, "the archive could not record the run's end", "outcome", run.Outcome)
 	}
 	rn.ended(run)
-	rn.operatorEvent(corev1.EventTypeWarning, "RunnerLost", run.ID, fmt.Sprintf("handler %s: %s: run %s", run.Handler, request.Truncate(run.Error), rn.runRef(run.ID)))
+	rn.operatorEvent(corev1.EventTypeWarning, "RunnerLost", run.ID, fmt.Sprintf("handler %s: %s: run %s", run.Handler, cause.Truncate(run.Error), rn.runRef(run.ID)))
 }

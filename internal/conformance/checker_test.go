@@ -96,6 +96,13 @@ func Check(t testing.TB, env *clustertest.Env, c conformance.Case) ([]conformanc
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c.Def.Cluster {
+		// An Operator in the cluster, and the CRD it owns, are of one
+		// name in the whole cluster: the case takes a slot of names no
+		// other case playing now has.
+		c.Def.Slot = clusterSlots.take()
+		defer clusterSlots.give(c.Def.Slot)
+	}
 	ch := &checker{
 		t: t, env: env, c: c, bin: bin, kube: clustertest.Cluster(t).KubeconfigPath(),
 		dir: filepath.Join(t.TempDir(), "case"), starts: map[int]int{}, uids: map[string]int{}, payloads: map[int][]byte{}, ceposts: map[int]int{},
@@ -124,12 +131,6 @@ func Check(t testing.TB, env *clustertest.Env, c conformance.Case) ([]conformanc
 	ctx := context.WithoutCancel(t.Context())
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ch.ns}}); err != nil {
 		t.Fatal(err)
-	}
-	if c.Def.Cluster {
-		// One case at a time with its Operator in the cluster: the
-		// Operator's name is the model's, as in every case.
-		clusterCases.Lock()
-		defer clusterCases.Unlock()
 	}
 	defer ch.cleanUp()
 	if c.Def.Cluster {
@@ -428,9 +429,35 @@ func (ch *checker) patch(p map[string]any) {
 	}
 }
 
-// clusterCases holds a case whose Operator is in the cluster
-// (Def.Cluster) while it plays: each has the model's Operator name.
-var clusterCases sync.Mutex
+// clusterSlots are the slots of names (Def.Slot) of the cases whose
+// Operator is in the cluster (Def.Cluster) playing now. A case takes the
+// lowest free slot, so that a few CRDs serve a whole soak, and gives it
+// back once its Operator is deleted.
+var clusterSlots slots
+
+type slots struct {
+	mu    sync.Mutex
+	taken []bool
+}
+
+func (s *slots) take() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, taken := range s.taken {
+		if !taken {
+			s.taken[i] = true
+			return i
+		}
+	}
+	s.taken = append(s.taken, true)
+	return len(s.taken) - 1
+}
+
+func (s *slots) give(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.taken[i] = false
+}
 
 // createOperator creates the case's Operator in the cluster from its
 // rendered definition, labelled with the case's namespace, which its
@@ -688,7 +715,7 @@ func (ch *checker) quiet(ctx context.Context, want int) (state, busy string, err
 // engine recorded in the archive (its record's state.observed: the run
 // archive is where a watched object's state is), 0 before any.
 func (ch *checker) watchedGeneration(ctx context.Context) (int64, error) {
-	states, err := ch.store.HandlerRecords(ctx, conformance.OperatorName)
+	states, err := ch.store.HandlerRecords(ctx, ch.c.Def.OperatorName())
 	if err != nil {
 		return 0, err
 	}

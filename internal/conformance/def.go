@@ -102,6 +102,12 @@ type Def struct {
 	// runs the cluster's Operators of that label (opkit run --selector);
 	// its history may pause and resume it whole (OpPauseOperator).
 	Cluster bool
+	// Slot sets the case's names apart from those of the cases played
+	// at the same time (not drawn; the checker sets it): an Operator in
+	// the cluster is of one name in the whole cluster, and so is the CRD
+	// it owns. Slot 0 renders the Operator OperatorName and the group
+	// Group; slot n, OperatorName-n and cn.Group.
+	Slot int
 }
 
 // Source is the operator's source (docs/events.md), SourceName: a webhook,

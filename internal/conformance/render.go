@@ -61,15 +61,29 @@ func (d *Def) APIVersion() string {
 	if d.Kind == Watch {
 		return "v1"
 	}
-	return Group + "/v1"
+	return d.Group() + "/v1"
 }
 
-// OperatorName is the name of d's rendered Operator.
-func (d *Def) OperatorName() string {
-	if d.States != nil {
-		return OperatorName + "-states"
+// Group is the API group of d's custom resource: Group, or in slot n
+// cn.Group.
+func (d *Def) Group() string {
+	if d.Slot > 0 {
+		return "c" + strconv.Itoa(d.Slot) + "." + Group
 	}
-	return OperatorName
+	return Group
+}
+
+// OperatorName is the name of d's rendered Operator: OperatorName, with
+// -states for an operator with states, and -n in slot n.
+func (d *Def) OperatorName() string {
+	name := OperatorName
+	if d.States != nil {
+		name += "-states"
+	}
+	if d.Slot > 0 {
+		name += "-" + strconv.Itoa(d.Slot)
+	}
+	return name
 }
 
 // Operator renders d as an Operator manifest whose handlers run command
@@ -106,7 +120,7 @@ func Operator(d *Def, ns, brokerURL string, command []string, env []string) stri
       statusSchema:
         properties:
           count: {type: integer}
-`, Group, d.ObjectKind())
+`, d.Group(), d.ObjectKind())
 	}
 	if d.States != nil {
 		b.WriteString(`  states:

@@ -57,6 +57,10 @@ const (
 // verified and read, which it accepts, and what an accepted one does.
 type EventSource struct {
 	Name string
+	// Member is the name the engine's consumer of a consumed source goes
+	// by: opkit-<operator>-<source>, the default NATS consumer and Kafka
+	// group, and the Kafka consumer's static member id.
+	Member string
 	// Kind is where deliveries come from: KindWebhook, KindCloudEvents,
 	// KindGitHubPoll, KindNATS or KindKafka.
 	Kind string
@@ -274,6 +278,7 @@ func compileKind(l *errorList, field, operator string, s v1alpha1.Source, out *E
 	}
 	out.Kind = kinds[0]
 	consumer := "opkit-" + operator + "-" + s.Name
+	out.Member = consumer
 	switch out.Kind {
 	case KindWebhook:
 		compileWebhook(l, field+".webhook", s.Webhook, out)

@@ -119,7 +119,7 @@ func (rc *Receiver) newConsumer(d *definition.Definition, s *definition.EventSou
 	case definition.KindGitHubPoll:
 		return ghpoll.New(s.GitHubPoll, s.PollInterval, d.Operator.Name, s.Name, rc.ReadSecret, rc.Archive)
 	case definition.KindKafka:
-		return kafkasrc.New(s.Kafka, rc.ReadSecret), nil
+		return kafkasrc.New(s.Kafka, s.Member, rc.ReadSecret), nil
 	case definition.KindNATS:
 		return natsjs.New(s.NATS, rc.ReadSecret), nil
 	}

@@ -44,6 +44,9 @@ func (c *Consumer) client(ctx context.Context) (*kgo.Client, error) {
 		}),
 		kgo.WithHooks(hooks{c}),
 	}
+	if c.instance != "" {
+		opts = append(opts, kgo.InstanceID(c.instance))
+	}
 	if s.TLS != nil {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 		if ref := s.TLS.CASecretRef; ref != nil {

@@ -20,6 +20,12 @@
 //     next Run, starts from the committed offsets: a record may come
 //     again (a crash between Deliver and the commit), never be lost, and
 //     comes with the same ID each time.
+//   - A consumer made with an instance id is a static member of the
+//     group (Kafka's KIP-345): it does not leave the group when it stops,
+//     and the next consumer of that id, in this process or another,
+//     takes its place and its partitions at once, without a rebalance,
+//     also when the one before was killed. Without one, a killed
+//     member's partitions wait for the group's session timeout (45 s).
 //   - A partition the group has no commit for starts at its end (Latest)
 //     or its start (Earliest), and that offset is committed as the member
 //     takes it: a Latest group that stops before delivering a record of
@@ -58,6 +64,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -85,8 +92,9 @@ const (
 // Consumer consumes one kafka source. Make it with New; Run it once at a
 // time.
 type Consumer struct {
-	spec    *v1alpha1.KafkaSource
-	secrets source.Secrets
+	spec     *v1alpha1.KafkaSource
+	instance string // the static member's id; "" for a dynamic member
+	secrets  source.Secrets
 
 	// last is when a broker last answered (UnixNano), and lastErr the
 	// last failure to connect to one: set by kgo's hooks.
@@ -113,9 +121,11 @@ type partition struct {
 
 // New returns the consumer of spec, a source compiled by package
 // definition (Group and StartOffset defaulted), reading its SASL password
-// and TLS CA with secrets at each connection.
-func New(spec *v1alpha1.KafkaSource, secrets source.Secrets) *Consumer {
-	return &Consumer{spec: spec, secrets: secrets, lag: map[partition]int64{}, pins: map[partition]int64{}}
+// and TLS CA with secrets at each connection. A non-empty instance makes
+// it a static member of the group of that id: no two consumers of one
+// group may share it while both run.
+func New(spec *v1alpha1.KafkaSource, instance string, secrets source.Secrets) *Consumer {
+	return &Consumer{spec: spec, instance: instance, secrets: secrets, lag: map[partition]int64{}, pins: map[partition]int64{}}
 }
 
 // State says how the consumer stands.
@@ -217,6 +227,9 @@ func (c *Consumer) session(ctx context.Context, sink source.Sink, progress func(
 			return nil
 		}
 		if err := fetchError(fetches); err != nil {
+			if errors.Is(err, kerr.FencedInstanceID) {
+				return fmt.Errorf("another member of group %s joined as %s, which this one is: does a second engine run this operator's source? %w", c.spec.Group, c.instance, err)
+			}
 			return err
 		}
 		if err := c.commitPins(ctx, cl); err != nil {

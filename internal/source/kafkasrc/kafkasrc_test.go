@@ -161,7 +161,7 @@ func TestEveryRecordIsDeliveredOnceAndCommitted(t *testing.T) {
 	cluster := kafkatest.Start(t, kafkatest.Options{Topics: []string{"orders"}})
 	records := cluster.ProduceN("orders", 3, 300)
 	sk := newSink()
-	c := kafkasrc.New(spec(cluster, "g", "orders"), nil)
+	c := kafkasrc.New(spec(cluster, "g", "orders"), "", nil)
 	run(t, c, sk)
 
 	eventually(t, time.Minute, "all 300 records delivered", func() bool { return sk.has(ids(records)) })
@@ -202,7 +202,7 @@ func TestARecordIsAMessage(t *testing.T) {
 	sp := spec(cluster, "g", "deploys")
 	sp.MaxBodyBytes = 50
 	sk := newSink()
-	run(t, kafkasrc.New(sp, nil), sk)
+	run(t, kafkasrc.New(sp, "", nil), sk)
 	eventually(t, time.Minute, "3 records delivered", func() bool { return sk.has(ids(records)) })
 
 	got := sk.delivered()
@@ -262,7 +262,7 @@ func TestAFailedDeliveryComesAgainAndHoldsItsPartitionsCommit(t *testing.T) {
 		}
 		return nil
 	}
-	c := kafkasrc.New(spec(cluster, "g", "orders"), nil)
+	c := kafkasrc.New(spec(cluster, "g", "orders"), "", nil)
 	run(t, c, sk)
 
 	eventually(t, time.Minute, "State to say the failed delivery", func() bool {
@@ -315,7 +315,7 @@ func TestANewConsumerResumesFromTheCommittedOffsets(t *testing.T) {
 		time.Sleep(100 * time.Microsecond) // a sink that takes its time
 		return nil
 	}
-	stop := run(t, kafkasrc.New(spec(cluster, "g", "orders"), nil), sk)
+	stop := run(t, kafkasrc.New(spec(cluster, "g", "orders"), "", nil), sk)
 	eventually(t, time.Minute, "some records delivered", func() bool { return n.Load() > 500 })
 	stop()
 	first := len(sk.delivered())
@@ -326,11 +326,43 @@ func TestANewConsumerResumesFromTheCommittedOffsets(t *testing.T) {
 
 	sp := spec(cluster, "g", "orders")
 	sp.StartOffset = v1alpha1.OffsetLatest
-	run(t, kafkasrc.New(sp, nil), sk)
+	run(t, kafkasrc.New(sp, "", nil), sk)
 	eventually(t, time.Minute, "every record delivered by the two", func() bool { return sk.has(ids(records)) })
 	eventually(t, time.Minute, "every partition committed to its end", committedAll(cluster, "g", "orders", records))
 	dups := sk.sameBodies(t)
 	t.Logf("the first consumer delivered %d records; %d deliveries of %d records, %d again", first, len(sk.delivered()), len(records), dups)
+}
+
+// TestAStaticMembersNextRunTakesOverAtOnce: a consumer with an instance
+// id stays the group's member when it stops, as one killed does; the next
+// of its id takes its place and partitions at once, not after the
+// session timeout (45 s) a dynamic member's replacement waits for a
+// killed one, and delivers from the committed offsets.
+func TestAStaticMembersNextRunTakesOverAtOnce(t *testing.T) {
+	cluster := kafkatest.Start(t, kafkatest.Options{Topics: []string{"orders"}, Partitions: 2})
+	records := cluster.ProduceN("orders", 2, 20)
+	sk := newSink()
+	stop := run(t, kafkasrc.New(spec(cluster, "g", "orders"), "opkit-op-src", nil), sk)
+	eventually(t, time.Minute, "the first run's records delivered", func() bool { return sk.has(ids(records)) })
+	eventually(t, time.Minute, "the first run's records committed", committedAll(cluster, "g", "orders", records))
+	stop()
+	if got := cluster.Members("g"); !slices.Equal(got, []string{"opkit-op-src"}) {
+		t.Fatalf("members of the group after the static member stopped: %q, want it kept, [opkit-op-src]", got)
+	}
+
+	records = append(records, cluster.ProduceN("orders", 2, 20)...)
+	stopped := time.Now()
+	run(t, kafkasrc.New(spec(cluster, "g", "orders"), "opkit-op-src", nil), sk)
+	// Well within the session timeout: a join that waited for it would
+	// take 45 s at least.
+	eventually(t, 30*time.Second, "the next run's records delivered", func() bool { return sk.has(ids(records)) })
+	t.Logf("the next run delivered the records produced meanwhile %s after the first stopped", time.Since(stopped).Round(time.Millisecond))
+	if got := cluster.Members("g"); !slices.Equal(got, []string{"opkit-op-src"}) {
+		t.Errorf("members of the group: %q, want the one static member, [opkit-op-src]", got)
+	}
+	if dups := sk.sameBodies(t); dups != 0 {
+		t.Errorf("%d records delivered again, want none: the first run committed all it delivered", dups)
+	}
 }
 
 // TestTwoConsumersOfAGroupLoseNothingInARebalance: while records are
@@ -341,13 +373,13 @@ func TestTwoConsumersOfAGroupLoseNothingInARebalance(t *testing.T) {
 	slow := func(source.Message) error { time.Sleep(200 * time.Microsecond); return nil }
 	skA, skB := newSink(), newSink()
 	skA.fail, skB.fail = slow, slow
-	stopA := run(t, kafkasrc.New(spec(cluster, "g", "orders"), nil), skA)
+	stopA := run(t, kafkasrc.New(spec(cluster, "g", "orders"), "", nil), skA)
 
 	var records []*kgo.Record
 	produce := func(n int) { records = append(records, cluster.ProduceN("orders", 4, n)...) }
 	produce(500)
 	eventually(t, time.Minute, "the first member delivering", func() bool { return len(skA.delivered()) > 0 })
-	run(t, kafkasrc.New(spec(cluster, "g", "orders"), nil), skB)
+	run(t, kafkasrc.New(spec(cluster, "g", "orders"), "", nil), skB)
 	for i := range 60 {
 		produce(40)
 		if i == 40 {
@@ -377,13 +409,13 @@ func TestStartOffset(t *testing.T) {
 	before := ids(cluster.ProduceN("orders", 1, 5))
 
 	early := newSink()
-	run(t, kafkasrc.New(spec(cluster, "early", "orders"), nil), early)
+	run(t, kafkasrc.New(spec(cluster, "early", "orders"), "", nil), early)
 	eventually(t, time.Minute, "Earliest: the records from before", func() bool { return early.has(before) })
 
 	sp := spec(cluster, "late", "orders")
 	sp.StartOffset = v1alpha1.OffsetLatest
 	late := newSink()
-	run(t, kafkasrc.New(sp, nil), late)
+	run(t, kafkasrc.New(sp, "", nil), late)
 	// When the member has its partition is not said: produce until it
 	// takes one.
 	var after []string
@@ -420,14 +452,14 @@ func TestLatestKeepsWhatCameWhileNoMemberRan(t *testing.T) {
 	sp := spec(cluster, "g", "orders")
 	sp.StartOffset = v1alpha1.OffsetLatest
 	sk := newSink()
-	stop := run(t, kafkasrc.New(sp, nil), sk)
+	stop := run(t, kafkasrc.New(sp, "", nil), sk)
 	eventually(t, time.Minute, "the start of both partitions committed", func() bool {
 		got := cluster.Committed("g")["orders"]
 		return len(got) == 2 && got[0] == 2 && got[1] == 2
 	})
 	stop()
 	meanwhile := cluster.ProduceN("orders", 2, 6)
-	run(t, kafkasrc.New(sp, nil), sk)
+	run(t, kafkasrc.New(sp, "", nil), sk)
 	eventually(t, time.Minute, "the records produced while no member ran", func() bool { return sk.has(ids(meanwhile)) })
 	for _, m := range sk.delivered() {
 		if slices.Contains(ids(before), m.ID) {
@@ -456,7 +488,7 @@ func TestSASL(t *testing.T) {
 			sp := spec(cluster, "g", "orders")
 			sp.SASL = &v1alpha1.KafkaSASL{Mechanism: mech, Username: "opkit", PasswordSecretRef: v1alpha1.SecretKeySelector{Name: "kafka", Key: "password"}}
 			sk := newSink()
-			c := kafkasrc.New(sp, secrets)
+			c := kafkasrc.New(sp, "", secrets)
 			stop := run(t, c, sk)
 			eventually(t, time.Minute, "State to say the authentication failed", func() bool {
 				s := c.State()
@@ -472,7 +504,7 @@ func TestSASL(t *testing.T) {
 			stop()
 
 			password = "s3cret"
-			c = kafkasrc.New(sp, secrets)
+			c = kafkasrc.New(sp, "", secrets)
 			run(t, c, sk)
 			eventually(t, time.Minute, "the records delivered with the right password", func() bool { return sk.has(ids(records)) })
 			if s := c.State(); !s.Connected || s.Err != nil {
@@ -488,7 +520,7 @@ func TestSASL(t *testing.T) {
 func TestAnUnreachableBrokerIsRetried(t *testing.T) {
 	port := kafkatest.FreePort(t)
 	sk := newSink()
-	c := kafkasrc.New(&v1alpha1.KafkaSource{Brokers: []string{kafkatest.Addr(port)}, Topics: []string{"orders"}, Group: "g", StartOffset: v1alpha1.OffsetEarliest}, nil)
+	c := kafkasrc.New(&v1alpha1.KafkaSource{Brokers: []string{kafkatest.Addr(port)}, Topics: []string{"orders"}, Group: "g", StartOffset: v1alpha1.OffsetEarliest}, "", nil)
 	run(t, c, sk)
 	eventually(t, time.Minute, "State to say the broker is unreachable", func() bool {
 		s := c.State()
@@ -513,7 +545,7 @@ func TestABrokerLostWhileConsumingIsSaidAndReconnected(t *testing.T) {
 	cluster := kafkatest.Start(t, kafkatest.Options{Topics: []string{"orders"}, Partitions: 1})
 	records := cluster.ProduceN("orders", 1, 10)
 	sk := newSink()
-	c := kafkasrc.New(spec(cluster, "g", "orders"), nil)
+	c := kafkasrc.New(spec(cluster, "g", "orders"), "", nil)
 	run(t, c, sk)
 	eventually(t, time.Minute, "the first records delivered", func() bool { return sk.has(ids(records)) })
 	eventually(t, time.Minute, "them committed", committedAll(cluster, "g", "orders", records))
@@ -540,7 +572,7 @@ func TestLagIsWhatTheSinkHasNotTaken(t *testing.T) {
 	release := make(chan struct{})
 	sk := newSink()
 	sk.fail = func(source.Message) error { <-release; return nil }
-	c := kafkasrc.New(spec(cluster, "g", "orders"), nil)
+	c := kafkasrc.New(spec(cluster, "g", "orders"), "", nil)
 	run(t, c, sk)
 	eventually(t, time.Minute, "Lag 100 while the first record is held", func() bool { return c.State().Lag == 100 })
 	close(release)
@@ -555,7 +587,7 @@ func TestTenThousandRecordsFlow(t *testing.T) {
 	records := cluster.ProduceN("orders", 3, 10_000)
 	var n atomic.Int32
 	start := time.Now()
-	c := kafkasrc.New(spec(cluster, "g", "orders"), nil)
+	c := kafkasrc.New(spec(cluster, "g", "orders"), "", nil)
 	run(t, c, source.SinkFunc(func(context.Context, source.Message) error { n.Add(1); return nil }))
 	eventually(t, 2*time.Minute, "10,000 records delivered", func() bool { return n.Load() >= 10_000 })
 	took := time.Since(start)
@@ -577,7 +609,7 @@ func TestRunRefusesASpecItCanNeverConsume(t *testing.T) {
 		"no group":       {Brokers: []string{"127.0.0.1:9092"}, Topics: []string{"t"}, StartOffset: v1alpha1.OffsetLatest},
 		"no brokers ...": {Topics: []string{"t"}, Group: "g", StartOffset: v1alpha1.OffsetLatest},
 	} {
-		if err := kafkasrc.New(sp, nil).Run(t.Context(), newSink()); err == nil {
+		if err := kafkasrc.New(sp, "", nil).Run(t.Context(), newSink()); err == nil {
 			t.Errorf("%s: Run returned nil, want an error", name)
 		}
 	}

@@ -183,6 +183,36 @@ func (c *Cluster) Committed(group string) map[string]map[int32]int64 {
 	return out
 }
 
+// Members returns the instance ids of group's members, "" for a dynamic
+// member: a static member stays one after it stopped, until the group's
+// session timeout or the next member of its id.
+func (c *Cluster) Members(group string) []string {
+	c.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{group}
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err == nil && len(resp.Groups) == 1 {
+		err = kerr.ErrorForCode(resp.Groups[0].ErrorCode)
+	}
+	if err != nil {
+		c.tb.Fatalf("describing group %s: %v", group, err)
+	}
+	var out []string
+	for _, m := range resp.Groups[0].Members {
+		out = append(out, ptrValue(m.InstanceID))
+	}
+	return out
+}
+
+func ptrValue(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 // FreePort returns a port of 127.0.0.1 nothing listens on now: for a
 // consumer that finds no broker there, then one started on it.
 func FreePort(tb testing.TB) int {

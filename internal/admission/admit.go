@@ -168,12 +168,9 @@ func (s *Server) admit(ctx context.Context, op *admitter, h *definition.Handler,
 	u := &unstructured.Unstructured{Object: subject}
 	name := subjectName(req.Name, u)
 	dryRun := req.DryRun != nil && *req.DryRun
-	run := &archive.Run{
-		ID: archive.NewID(now), Operator: op.def.Operator.Name, Handler: h.Name, Action: h.Action(), Trigger: a.Trigger(),
-		APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Namespace: req.Namespace, Name: name, UID: string(u.GetUID()), Generation: u.GetGeneration(),
-		Key: "admission/" + string(req.UID), Attempt: 1, StartedAt: now.UTC(), Outcome: archive.Running,
-		Diff: capDiff(cause.Diff(specOf(old), specOf(obj))),
-	}
+	run := archive.NewRun(op.def.Operator.Name, h.Name, h.Action(), a.Trigger(), u, now)
+	run.Namespace, run.Name = req.Namespace, name
+	run.Key, run.Diff = "admission/"+string(req.UID), capDiff(cause.Diff(specOf(old), specOf(obj)))
 	if run.Kind == "" {
 		run.APIVersion, run.Kind = op.def.GVK.GroupVersion().String(), op.def.GVK.Kind
 	}

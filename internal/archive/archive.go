@@ -13,7 +13,10 @@
 // CLI use at once. [Open] chooses from the location: a postgres:// URL or
 // a file's path. Every Store passes the conformance suite in
 // archive/archivetest. A Store is two sides: an engine depends on its
-// [Recorder], the console and the CLI on its [Reader].
+// [Recorder], the console and the CLI on its [Reader]. Every archived run,
+// whoever makes it (the runner, an admission call, a transition, a
+// person's request), starts from [NewRun]; one recorded at once, with its
+// log, is kept with [Keep].
 //
 // Contracts of every Store:
 //   - Run ids ([NewID]) sort by start time; [Store.List] returns newest

@@ -281,27 +281,17 @@ func (s *Machine) moved(ctx context.Context, cr *unstructured.Unstructured, n *v
 
 // record adds the transition to n to the archive, with why as its log.
 func (s *Machine) record(ctx context.Context, cr *unstructured.Unstructured, n *v1alpha1.ObjectState, why string) error {
-	at := time.Now().UTC()
-	r := &archive.Run{
-		ID: n.Run, Operator: s.operator, Handler: v1alpha1.TransitionHandler, Action: "state", Trigger: n.Trigger,
-		APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: string(cr.GetUID()),
-		Generation: cr.GetGeneration(), Key: transitionKey(cr.GetUID(), n.Seq), Attempt: 1, Actor: n.By,
-		Diff:      []archive.Change{{Op: "change", Path: "status.state.name", Old: n.From, New: n.Name}},
-		StartedAt: at, FinishedAt: at, Outcome: archive.Succeeded,
-	}
+	r := archive.NewRun(s.operator, v1alpha1.TransitionHandler, "state", n.Trigger, cr, time.Now()).Instant()
+	r.Key, r.Actor = transitionKey(cr.GetUID(), n.Seq), n.By
+	r.Diff = []archive.Change{{Op: "change", Path: "status.state.name", Old: n.From, New: n.Name}}
 	if n.From == "" {
 		r.Diff[0] = archive.Change{Op: "add", Path: "status.state.name", New: n.Name}
 	}
-	if !archive.ValidID(r.ID) {
-		r.ID = archive.NewID(at) // a status.state.run not of opkit's: the record gets its own
+	if archive.ValidID(n.Run) {
+		r.ID = n.Run // else a status.state.run not of opkit's: the record gets its own
 	}
 	// Written, it is recorded, also when the engine is stopping.
-	ctx = context.WithoutCancel(ctx)
-	if err := s.archive.Insert(ctx, r); err != nil {
-		return err
-	}
-	log := transitionLog(n, why)
-	if err := s.archive.AppendLog(ctx, r.ID, []byte(log)); err != nil {
+	if err := archive.Keep(ctx, s.archive, r, transitionLog(n, why)); err != nil {
 		return err
 	}
 	s.memory.SetLifeCycle(cr, func(l *run.LifeCycle) { l.Recorded = n.Run })

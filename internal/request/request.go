@@ -168,13 +168,8 @@ func Remove(ctx context.Context, c client.Writer, obj client.Object, name, value
 // <uid>/<trigger>/<id> (a caller that must make it once sets a key of its
 // own).
 func (k Kind) Record(operator string, obj *unstructured.Unstructured, actor string) *archive.Run {
-	now := time.Now().UTC()
-	r := &archive.Run{
-		ID: archive.NewID(now), Operator: operator, Handler: k.Handler, Action: strings.ToLower(k.Action), Trigger: k.Trigger,
-		APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID()),
-		Generation: obj.GetGeneration(), Attempt: 1, Actor: actor, StartedAt: now, FinishedAt: now, Outcome: archive.Succeeded,
-	}
-	r.Key = string(obj.GetUID()) + "/" + r.Trigger + "/" + r.ID
+	r := archive.NewRun(operator, k.Handler, strings.ToLower(k.Action), k.Trigger, obj, time.Now()).Instant()
+	r.Actor, r.Key = actor, string(obj.GetUID())+"/"+r.Trigger+"/"+r.ID
 	return r
 }
 
@@ -183,12 +178,7 @@ func (k Kind) Record(operator string, obj *unstructured.Unstructured, actor stri
 // It is kept also when ctx is done: seen, a request is recorded, also
 // while the engine stops.
 func (k Kind) Keep(ctx context.Context, a archive.Recorder, rec events.EventRecorder, obj runtime.Object, r *archive.Run, log, sentence string) {
-	ctx = context.WithoutCancel(ctx)
-	err := a.Insert(ctx, r)
-	if err == nil {
-		err = a.AppendLog(ctx, r.ID, []byte(log))
-	}
-	if err != nil {
+	if err := archive.Keep(ctx, a, r, log); err != nil {
 		rec.Eventf(obj, nil, corev1.EventTypeWarning, "ArchiveFailed", k.Action, "%s: not recorded in the archive: %v", sentence, err)
 	}
 }

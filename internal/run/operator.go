@@ -70,11 +70,9 @@ func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorOut
 			return OperatorOutcome{Stopped: ctx.Err() != nil}
 		}
 		now := time.Now()
-		run := &archive.Run{
-			ID: archive.NewID(now), Operator: operator, Handler: h.Name, Action: h.Action(), Trigger: r.Trigger,
-			APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind, Name: operator, UID: r.UID,
-			Key: r.Key, Attempt: attempt, Actor: r.Actor, StartedAt: now.UTC(), Outcome: archive.Running,
-		}
+		run := archive.NewRun(operator, h.Name, h.Action(), r.Trigger, nil, now)
+		run.APIVersion, run.Kind, run.Name, run.UID = v1alpha1.SchemeGroupVersion.String(), v1alpha1.Kind, operator, r.UID
+		run.Key, run.Attempt, run.Actor = r.Key, attempt, r.Actor
 		bc := BindingContext{Operator: operator, Handler: h.Name, Trigger: r.Trigger, RunID: run.ID, IdempotencyKey: r.Key, Attempt: attempt,
 			Schedule: r.Schedule, Event: r.Event}
 		input, err := json.Marshal(bc)

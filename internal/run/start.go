@@ -105,11 +105,8 @@ func (rn *Runner) start(ctx context.Context, cr *unstructured.Unstructured, c *c
 		}
 	}
 	trigger, key, attempt := c.Trigger, c.Key, c.Attempt
-	f.run = &archive.Run{
-		ID: archive.NewID(now), Operator: rn.def.Operator.Name, Handler: h.Name, Action: h.Action(), Trigger: trigger,
-		APIVersion: cr.GetAPIVersion(), Kind: cr.GetKind(), Namespace: cr.GetNamespace(), Name: cr.GetName(), UID: string(cr.GetUID()), Generation: g,
-		Key: key, Attempt: attempt, Diff: c.Diff, StartedAt: now.UTC(), Outcome: archive.Running,
-	}
+	f.run = archive.NewRun(rn.def.Operator.Name, h.Name, h.Action(), trigger, cr, now)
+	f.run.Generation, f.run.Key, f.run.Attempt, f.run.Diff = g, key, attempt, c.Diff
 	rn.mem.mu.Lock()
 	rn.mem.object(cr).flight = f
 	rn.mem.mu.Unlock()

@@ -336,7 +336,7 @@ func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
 		_ = pw.Close()
 		return fmt.Errorf("the run's stream to the engine broke: the command was stopped: %w", <-sent)
 	}
-	if err := frames.send(runners.Frame{Outcome: executor.NewOutcome(res, runErr)}); err != nil {
+	if err := frames.send(runners.Frame{Outcome: executor.NewReply(res, runErr)}); err != nil {
 		return fmt.Errorf("sending the outcome: %w", err)
 	}
 	_ = pw.Close()

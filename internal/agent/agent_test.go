@@ -209,7 +209,7 @@ func status(res *executor.Result) string {
 	if res == nil {
 		return "<nil>"
 	}
-	return strings.TrimSpace(string(executor.NewOutcome(res, nil).Result))
+	return strings.TrimSpace(string(executor.NewReply(res, nil).Result))
 }
 
 func TestARunnerWithAnotherAudienceOrServiceAccountIsRefused(t *testing.T) {

@@ -44,7 +44,7 @@ type loseFirst struct {
 	calls  []executor.Dispatch
 }
 
-func (l *loseFirst) Dispatch(_ context.Context, d executor.Dispatch) (*executor.RunnerOutcome, error) {
+func (l *loseFirst) Dispatch(_ context.Context, d executor.Dispatch) (*executor.Reply, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls = append(l.calls, d)
@@ -55,9 +55,9 @@ func (l *loseFirst) Dispatch(_ context.Context, d executor.Dispatch) (*executor.
 		return nil, &executor.Interrupted{Message: "runner parcels-runner-1 was lost mid-run (the connection dropped)"}
 	}
 	if l.result != "" {
-		return &executor.RunnerOutcome{Result: []byte(l.result)}, nil
+		return &executor.Reply{Result: []byte(l.result)}, nil
 	}
-	return &executor.RunnerOutcome{Result: []byte(`{"status":{"shipped":true}}`)}, nil
+	return &executor.Reply{Result: []byte(`{"status":{"shipped":true}}`)}, nil
 }
 
 func TestARunWhoseRunnerIsLostIsCancelledAndRunsAgainWithItsKey(t *testing.T) {

@@ -43,7 +43,7 @@ type InImage struct {
 // returns what the agent reported. Its error is an *Interrupted when the
 // runner was lost mid-run.
 type Dispatcher interface {
-	Dispatch(ctx context.Context, d Dispatch) (*RunnerOutcome, error)
+	Dispatch(ctx context.Context, d Dispatch) (*Reply, error)
 }
 
 // Dispatch is one run on its way to a runner.
@@ -81,8 +81,9 @@ type RunnerWork struct {
 	Timeout    int64  `json:"timeoutMillis"`
 }
 
-// RunnerOutcome is how a run ended in a runner: a result, or a failure.
-type RunnerOutcome struct {
+// Reply is what a runner sends back of a run it was handed: the
+// handler's result, or a failure (its outcome is decided by the engine).
+type Reply struct {
 	// Result is the handler's result as the agent read it; the engine
 	// checks it again (ParseResult): a handler can write what it likes
 	// where the agent runs.
@@ -104,17 +105,17 @@ type Interrupted struct{ Message string }
 
 func (i *Interrupted) Error() string { return i.Message }
 
-// NewOutcome is what the agent reports of a run that Exec ran.
-func NewOutcome(res *Result, err error) *RunnerOutcome {
+// NewReply is what the agent reports of a run that Exec ran.
+func NewReply(res *Result, err error) *Reply {
 	if err != nil {
 		f := AsFailure(err)
-		return &RunnerOutcome{Failure: &WireFailure{Message: f.Message, Permanent: f.Permanent}}
+		return &Reply{Failure: &WireFailure{Message: f.Message, Permanent: f.Permanent}}
 	}
 	b, err := json.Marshal(res)
 	if err != nil {
-		return &RunnerOutcome{Failure: &WireFailure{Message: fmt.Sprintf("encoding the result: %v", err)}}
+		return &Reply{Failure: &WireFailure{Message: fmt.Sprintf("encoding the result: %v", err)}}
 	}
-	return &RunnerOutcome{Result: b}
+	return &Reply{Result: b}
 }
 
 // Run hands the run to a runner and waits for its end.

@@ -42,8 +42,9 @@ type OperatorRun struct {
 	Note string
 }
 
-// OperatorOutcome is how an operator run ended.
-type OperatorOutcome struct {
+// OperatorEnd is where an operator run stopped: its last record (whose
+// Outcome says how it ended), or that the engine stopped first.
+type OperatorEnd struct {
 	// Run is the last run recorded; nil when a run of the key had
 	// succeeded before (nothing ran now) or the engine stopped first.
 	Run *archive.Run
@@ -56,7 +57,7 @@ type OperatorOutcome struct {
 // RunForOperator runs r, retried with its key by the handler's policy,
 // until it succeeds, is skipped, gives up or the engine stops, unless a
 // run of the key succeeded already.
-func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorOutcome {
+func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorEnd {
 	operator, h := rn.def.Operator.Name, r.Handler
 	for attempt := 1; ; attempt++ {
 		if done, err := rn.archive.Succeeded(ctx, r.Key); err != nil || done {
@@ -67,7 +68,7 @@ func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorOut
 					continue
 				}
 			}
-			return OperatorOutcome{Stopped: ctx.Err() != nil}
+			return OperatorEnd{Stopped: ctx.Err() != nil}
 		}
 		now := time.Now()
 		run := archive.NewRun(operator, h.Name, h.Action(), r.Trigger, nil, now)
@@ -78,33 +79,33 @@ func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorOut
 		input, err := json.Marshal(bc)
 		if err != nil {
 			r.Log.Error(err, "encoding the binding context")
-			return OperatorOutcome{}
+			return OperatorEnd{}
 		}
 		run.Input = kept(input)
 		o, ran := rn.runOnce(ctx, h, run, input, now, r.Note, r.Log)
 		switch {
 		case !ran:
 			if ctx.Err() != nil {
-				return OperatorOutcome{Stopped: true}
+				return OperatorEnd{Stopped: true}
 			}
 			attempt-- // not recorded, so not run: try again
 			if !sleep.For(ctx, notRecordedRetry) {
-				return OperatorOutcome{Stopped: true}
+				return OperatorEnd{Stopped: true}
 			}
 		case o.Verdict == Retry:
 			// Until the time the run recorded, not its delay from now: a
 			// clock stepped meanwhile counts.
 			if !SleepUntil(ctx, rn.clock, rn.steps, run.NextRetryAt) {
-				return OperatorOutcome{Run: run, Stopped: true}
+				return OperatorEnd{Run: run, Stopped: true}
 			}
 		case o.Verdict == Cancelled:
 			// Its runner was lost: it runs again at once with its key, no
 			// attempt counted.
 			attempt--
 		case o.Verdict == Refused:
-			return OperatorOutcome{Run: run, Refuse: o.Reason}
+			return OperatorEnd{Run: run, Refuse: o.Reason}
 		default:
-			return OperatorOutcome{Run: run}
+			return OperatorEnd{Run: run}
 		}
 	}
 }

@@ -122,7 +122,7 @@ const (
 )
 
 type handoverEnd struct {
-	out *executor.RunnerOutcome
+	out *executor.Reply
 	err error
 }
 
@@ -154,7 +154,7 @@ func (p *Pool) lostAfter() time.Duration {
 }
 
 // Dispatch queues a run and waits for its end (executor.Dispatcher).
-func (p *Pool) Dispatch(ctx context.Context, d executor.Dispatch) (*executor.RunnerOutcome, error) {
+func (p *Pool) Dispatch(ctx context.Context, d executor.Dispatch) (*executor.Reply, error) {
 	d.Log = &lockedWriter{w: d.Log} // the waiting line, the claim's and the stream's
 	h := &handover{id: newID(), key: queueKey{d.Operator, d.Image}, d: d, done: make(chan handoverEnd, 1), claimed: make(chan string, 1), cancel: make(chan struct{})}
 	h.d.Work.ID = h.id
@@ -345,7 +345,7 @@ func (p *Pool) streaming(id, runner string, key queueKey) (*handover, bool) {
 }
 
 // end ends h once: the first end is the run's; false for a later one.
-func (p *Pool) end(h *handover, out *executor.RunnerOutcome, err error) bool {
+func (p *Pool) end(h *handover, out *executor.Reply, err error) bool {
 	p.mu.Lock()
 	if h.ended {
 		p.mu.Unlock()

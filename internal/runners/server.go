@@ -31,9 +31,9 @@ type TakeRequest struct {
 // Frame is one line of a run's stream, agent to engine: some of its
 // stderr, a heartbeat, or its outcome (the last frame).
 type Frame struct {
-	Log     []byte                  `json:"log,omitempty"`
-	Beat    bool                    `json:"beat,omitempty"`
-	Outcome *executor.RunnerOutcome `json:"outcome,omitempty"`
+	Log     []byte          `json:"log,omitempty"`
+	Beat    bool            `json:"beat,omitempty"`
+	Outcome *executor.Reply `json:"outcome,omitempty"`
 }
 
 // Server serves the runner API (see the package doc). Mount Handler on a

@@ -2,11 +2,9 @@ package cause
 
 import (
 	"encoding/json"
-	"maps"
-	"reflect"
-	"slices"
 
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/compare"
 )
 
 // Diff lists the changes from before to after as dotted paths under spec:
@@ -23,45 +21,16 @@ func DiffObject(before, after map[string]any) []archive.Change {
 }
 
 func diff(root string, before, after map[string]any) []archive.Change {
-	var out []archive.Change
-	var walk func(path string, a, b any)
-	walk = func(path string, a, b any) {
-		am, aok := a.(map[string]any)
-		bm, bok := b.(map[string]any)
-		if aok && bok {
-			keys := map[string]bool{}
-			for k := range am {
-				keys[k] = true
-			}
-			for k := range bm {
-				keys[k] = true
-			}
-			for _, k := range slices.Sorted(maps.Keys(keys)) {
-				if path == "" {
-					walk(k, am[k], bm[k])
-				} else {
-					walk(path+"."+k, am[k], bm[k])
-				}
-			}
-			return
-		}
-		switch {
-		case a == nil && b == nil:
-		case a == nil:
-			out = append(out, archive.Change{Op: "add", Path: path, New: b})
-		case b == nil:
-			out = append(out, archive.Change{Op: "remove", Path: path, Old: a})
-		case !reflect.DeepEqual(normalize(a), normalize(b)):
-			out = append(out, archive.Change{Op: "change", Path: path, Old: a, New: b})
-		}
-	}
 	if before == nil {
 		before = map[string]any{}
 	}
 	if after == nil {
 		after = map[string]any{}
 	}
-	walk(root, before, after)
+	var out []archive.Change
+	compare.Walk(root, before, after, compare.ListsWhole, func(op, path string, was, now any) {
+		out = append(out, archive.Change{Op: op, Path: path, Old: was, New: now})
+	})
 	return out
 }
 
@@ -75,7 +44,7 @@ func Paths(diff []archive.Change) []string {
 }
 
 // normalize gives a value its JSON form, so that int64(1) and float64(1)
-// compare equal.
+// hash alike.
 func normalize(v any) any {
 	data, _ := json.Marshal(v)
 	var out any

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
-	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -294,86 +292,8 @@ func definitionDiff(from, to string) ([]archive.Change, error) {
 		return nil, err
 	}
 	var out []archive.Change
-	var walk func(path string, a, b any)
-	walk = func(path string, a, b any) {
-		am, aok := a.(map[string]any)
-		bm, bok := b.(map[string]any)
-		if aok && bok {
-			keys := slices.Sorted(maps.Keys(am))
-			for k := range bm {
-				if _, ok := am[k]; !ok {
-					keys = append(keys, k)
-				}
-			}
-			slices.Sort(keys)
-			for _, k := range keys {
-				walk(path+"."+k, am[k], bm[k])
-			}
-			return
-		}
-		al, aok := a.([]any)
-		bl, bok := b.([]any)
-		if aok && bok {
-			if ak, bk := keyed(al), keyed(bl); ak != nil && bk != nil {
-				keys := slices.Clone(ak.order)
-				for _, k := range bk.order {
-					if _, ok := ak.items[k]; !ok {
-						keys = append(keys, k)
-					}
-				}
-				for _, k := range keys {
-					walk(path+"["+k+"]", ak.items[k], bk.items[k])
-				}
-				return
-			}
-			if len(al) == len(bl) {
-				for i := range al {
-					walk(fmt.Sprintf("%s[%d]", path, i), al[i], bl[i])
-				}
-				return
-			}
-		}
-		switch {
-		case a == nil && b == nil:
-		case a == nil:
-			out = append(out, archive.Change{Op: "add", Path: path, New: b})
-		case b == nil:
-			out = append(out, archive.Change{Op: "remove", Path: path, Old: a})
-		case !compare.SameValue(a, b):
-			out = append(out, archive.Change{Op: "change", Path: path, Old: a, New: b})
-		}
-	}
-	walk("spec", before, after)
+	compare.Walk("spec", before, after, compare.ListsByKey, func(op, path string, was, now any) {
+		out = append(out, archive.Change{Op: op, Path: path, Old: was, New: now})
+	})
 	return out, nil
-}
-
-// keyedList is a list whose items each have a distinct id or name.
-type keyedList struct {
-	order []string
-	items map[string]any
-}
-
-// keyed indexes a list by its items' id, or else name; nil when an item
-// has neither, or two share one. An empty list is keyed by anything.
-func keyed(list []any) *keyedList {
-	if len(list) == 0 {
-		return &keyedList{items: map[string]any{}}
-	}
-	for _, field := range []string{"id", "name"} {
-		l := &keyedList{items: map[string]any{}}
-		for _, item := range list {
-			m, _ := item.(map[string]any)
-			k, _ := m[field].(string)
-			if _, dup := l.items[k]; k == "" || dup {
-				l = nil
-				break
-			}
-			l.order = append(l.order, k)
-			l.items[k] = item
-		}
-		if l != nil {
-			return l
-		}
-	}
-	return nil
 }

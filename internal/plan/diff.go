@@ -1,10 +1,6 @@
 package plan
 
 import (
-	"fmt"
-	"maps"
-	"slices"
-
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -35,42 +31,9 @@ func clean(obj map[string]any) map[string]any {
 // by value.
 func diff(before, after map[string]any) []Change {
 	var out []Change
-	var walk func(path string, a, b any)
-	walk = func(path string, a, b any) {
-		am, aok := a.(map[string]any)
-		bm, bok := b.(map[string]any)
-		if aok && bok {
-			keys := slices.Sorted(maps.Keys(am))
-			for k := range bm {
-				if _, ok := am[k]; !ok {
-					keys = append(keys, k)
-				}
-			}
-			slices.Sort(keys)
-			for _, k := range keys {
-				walk(join(path, k), am[k], bm[k])
-			}
-			return
-		}
-		al, aok := a.([]any)
-		bl, bok := b.([]any)
-		if aok && bok && len(al) == len(bl) {
-			for i := range al {
-				walk(fmt.Sprintf("%s[%d]", path, i), al[i], bl[i])
-			}
-			return
-		}
-		switch {
-		case a == nil && b == nil:
-		case a == nil:
-			out = append(out, Change{Op: "add", Path: path, New: b})
-		case b == nil:
-			out = append(out, Change{Op: "remove", Path: path, Old: a})
-		case !compare.SameValue(a, b):
-			out = append(out, Change{Op: "change", Path: path, Old: a, New: b})
-		}
-	}
-	walk("", before, after)
+	compare.Walk("", before, after, compare.ListsByIndex, func(op, path string, was, now any) {
+		out = append(out, Change{Op: op, Path: path, Old: was, New: now})
+	})
 	return out
 }
 
@@ -84,13 +47,4 @@ func setChanges(live, desired map[string]any) []Change {
 		}
 	}
 	return out
-}
-
-// join is path.key. A key with dots (an annotation's) is left as it is:
-// the plan's paths are for reading, not parsing.
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
 }

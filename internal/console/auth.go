@@ -19,6 +19,8 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/internal/archive"
 )
 
 // Auth says who may use a console that is not bound to loopback. The zero
@@ -213,6 +215,21 @@ func (s *Server) formUser(w http.ResponseWriter, r *http.Request) (u *user, ok b
 		return nil, false
 	}
 	return u, true
+}
+
+// formOn is formUser for a form posted on a record's page (a run's, a
+// delivery's), with the record's id from the path: a path id that is not
+// an archive id is not found, as its page would be, and what says so.
+func (s *Server) formOn(w http.ResponseWriter, r *http.Request, what string) (u *user, id string, ok bool) {
+	if u, ok = s.formUser(w, r); !ok {
+		return nil, "", false
+	}
+	id = r.PathValue("id")
+	if !archive.ValidID(id) {
+		s.fail(w, r, notFound("%q is not %s", id, what))
+		return nil, "", false
+	}
+	return u, id, true
 }
 
 // checkCSRF refuses a state-changing request from another origin, or

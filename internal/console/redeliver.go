@@ -59,13 +59,8 @@ func (s *Server) mayRedeliver(ctx context.Context, u *user) error {
 // redeliver answers the Redeliver form of a delivery's page.
 func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	u, ok := s.formUser(w, r)
+	u, id, ok := s.formOn(w, r, "a delivery id: /events lists the deliveries the archive keeps")
 	if !ok {
-		return
-	}
-	id := r.PathValue("id")
-	if !archive.ValidID(id) {
-		s.fail(w, r, notFound("%q is not a delivery id: /events lists the deliveries the archive keeps", id))
 		return
 	}
 	d, err := s.opts.Archive.GetDelivery(ctx, id)

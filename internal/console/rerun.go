@@ -28,13 +28,8 @@ import (
 // object's timeline shows the Event that answers.
 func (s *Server) rerun(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	u, ok := s.formUser(w, r)
+	u, id, ok := s.formOn(w, r, "a run id")
 	if !ok {
-		return
-	}
-	id := r.PathValue("id")
-	if !archive.ValidID(id) {
-		s.fail(w, r, notFound("%q is not a run id", id))
 		return
 	}
 	run, err := s.opts.Archive.Get(ctx, id)

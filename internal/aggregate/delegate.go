@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
+
+	"github.com/opkit-dev/opkit/internal/sleep"
 )
 
 // ErrNoRequestHeader is returned (wrapped) by
@@ -58,18 +60,12 @@ func (c *CurrentRequestHeader) Read(ctx context.Context) error {
 // Run reads the ConfigMap at once, then every period, until ctx ends;
 // onErr (may be nil) is told of each failed read. It returns nil.
 func (c *CurrentRequestHeader) Run(ctx context.Context, onErr func(error)) error {
-	t := time.NewTicker(c.every)
-	defer t.Stop()
-	for {
+	sleep.Poll(ctx, c.every, func() {
 		if err := c.Read(ctx); err != nil && ctx.Err() == nil && onErr != nil {
 			onErr(err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	})
+	return nil
 }
 
 // Authenticate is RequestHeader.Authenticate with the last RequestHeader

@@ -15,6 +15,7 @@ import (
 
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/sleep"
 )
 
 // reloader keeps an engine running the Operators defined in a directory's
@@ -43,16 +44,7 @@ type reloader struct {
 // few small files a second; it sees edits made by any editor (rename, write
 // in place) and through any file system.
 func (r *reloader) watch(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_ = r.sync(ctx) // reported to r.log
-		}
-	}
+	sleep.Tick(ctx, interval, func() { _ = r.sync(ctx) }) // reported to r.log
 }
 
 // sync applies what changed in the directory since the last call. It

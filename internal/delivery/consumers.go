@@ -12,6 +12,7 @@ import (
 
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/sleep"
 	"github.com/opkit-dev/opkit/internal/source"
 	"github.com/opkit-dev/opkit/internal/source/ghpoll"
 	"github.com/opkit-dev/opkit/internal/source/kafkasrc"
@@ -129,9 +130,7 @@ func (rc *Receiver) newConsumer(d *definition.Definition, s *definition.EventSou
 // watch logs the consumer's failures and recoveries and sets its gauges,
 // until ctx ends.
 func (c *consumed) watch(ctx context.Context, log logr.Logger) {
-	t := time.NewTicker(consumerWatch)
-	defer t.Stop()
-	for {
+	sleep.Poll(ctx, consumerWatch, func() {
 		st := c.c.State()
 		m := metrics()
 		m.connected.WithLabelValues(c.operator, c.src.Name).Set(boolGauge(st.Connected))
@@ -146,12 +145,7 @@ func (c *consumed) watch(ctx context.Context, log logr.Logger) {
 			c.failed = ""
 			log.Info(fmt.Sprintf("source %s (%s) is consumed again", c.src.Name, c.src.Kind))
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // retryIn says when a consumer tries again.

@@ -15,6 +15,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/request"
+	"github.com/opkit-dev/opkit/internal/sleep"
 )
 
 // Drive takes the rollout's steps until ctx ends, moving objects in
@@ -26,19 +27,12 @@ func (ro *Rollout) Drive(ctx context.Context, split splitter, newest func(*unstr
 		return
 	}
 	ro.split, ro.newest = split, newest
-	t := time.NewTicker(Tick)
-	defer t.Stop()
-	for {
+	sleep.Poll(ctx, Tick, func() {
 		if err := ro.tick(ctx); err != nil && ctx.Err() == nil && err.Error() != ro.said {
 			ro.said = err.Error()
 			ro.cfg.Log.Info(fmt.Sprintf("operator %s: rollout: %v; trying again", ro.def.Operator.Name, err))
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // tick answers a person's request, or looks at the moved objects and

@@ -1,6 +1,7 @@
 // Package sleep is waiting that ends with its context: the backoff of a
-// consumer, an agent, the delivery queue or the dev node, which must give
-// way at once when the engine stops.
+// consumer, an agent, the delivery queue or the dev node, and the loops
+// that poll now and then (a source's lag, a rollout's tick, a directory
+// reloaded), which must give way at once when the engine stops.
 package sleep
 
 import (
@@ -23,4 +24,25 @@ func For(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// Tick calls f every d of real time until ctx ends, the first time after
+// d.
+func Tick(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
+}
+
+// Poll calls f at once, then every d of real time, until ctx ends.
+func Poll(ctx context.Context, d time.Duration, f func()) {
+	f()
+	Tick(ctx, d, f)
 }

@@ -395,37 +395,23 @@ func (c *Consumer) maxBody() int64 {
 // keepDelivering tells the server that a message in a long Deliver is in
 // progress, so that it does not deliver it again meanwhile.
 func (c *Consumer) keepDelivering(ctx context.Context) {
-	t := time.NewTicker(ackWait / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if h := c.delivering.Load(); h != nil && time.Since(h.since) > ackWait/4 {
-				_ = h.msg.InProgress()
-			}
+	sleep.Tick(ctx, ackWait/4, func() {
+		if h := c.delivering.Load(); h != nil && time.Since(h.since) > ackWait/4 {
+			_ = h.msg.InProgress()
 		}
-	}
+	})
 }
 
 // watchLag asks the consumer's pending counts every lagEvery.
 func (c *Consumer) watchLag(ctx context.Context, cons jetstream.Consumer) {
-	t := time.NewTicker(lagEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			infoCtx, cancel := context.WithTimeout(ctx, opTimeout)
-			info, err := cons.Info(infoCtx)
-			cancel()
-			if err == nil {
-				c.update(func(s *source.State) { s.Lag = lag(info) })
-			}
+	sleep.Tick(ctx, lagEvery, func() {
+		infoCtx, cancel := context.WithTimeout(ctx, opTimeout)
+		info, err := cons.Info(infoCtx)
+		cancel()
+		if err == nil {
+			c.update(func(s *source.State) { s.Lag = lag(info) })
 		}
-	}
+	})
 }
 
 // lag is what the stream holds that the sink has not taken: the

@@ -3,6 +3,7 @@ package compat
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -19,7 +20,7 @@ func (c *comparer) root(at path, old, updated *schema) {
 	if old == nil || updated == nil {
 		return
 	}
-	for _, name := range sortedKeys(old.Properties) {
+	for _, name := range slices.Sorted(maps.Keys(old.Properties)) {
 		if name == "status" {
 			continue
 		}
@@ -248,7 +249,7 @@ func (c *comparer) properties(p path, o, n *schema) {
 	if preserves(o) && !preserves(n) {
 		c.add(Breaking, p.to("", ".x-kubernetes-preserve-unknown-fields"), "x-kubernetes-preserve-unknown-fields is removed: every field the schema does not declare is dropped (pruned) by the API server from the objects that hold one, and lost")
 	}
-	for _, name := range sortedKeys(o.Properties) {
+	for _, name := range slices.Sorted(maps.Keys(o.Properties)) {
 		op := o.Properties[name]
 		at := p.to("."+name, ".properties."+name)
 		np, ok := n.Properties[name]
@@ -262,7 +263,7 @@ func (c *comparer) properties(p path, o, n *schema) {
 		}
 	}
 	if preserves(o) {
-		for _, name := range sortedKeys(n.Properties) {
+		for _, name := range slices.Sorted(maps.Keys(n.Properties)) {
 			if _, ok := o.Properties[name]; !ok {
 				c.add(Warning, p.to("."+name, ".properties."+name), "a new field in an object that kept unknown fields: objects may already hold a value of another type there, and cannot be written until it validates")
 			}
@@ -323,13 +324,4 @@ func deref(p *int64) int64 {
 		return 0
 	}
 	return *p
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -4,11 +4,11 @@ import (
 	"cmp"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -271,20 +271,20 @@ func (r *report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "conformance: %d cases (%d history steps), %d failed\n", r.cases, r.steps, len(r.failed))
 	fmt.Fprintf(&b, "by kind:\n")
-	for _, k := range sortedKeys(r.kinds) {
+	for _, k := range slices.Sorted(maps.Keys(r.kinds)) {
 		fmt.Fprintf(&b, "  %-10s %d\n", k, r.kinds[k])
 	}
 	fmt.Fprintf(&b, "handlers by kind and trigger set:\n")
-	for _, k := range sortedKeys(r.sets) {
+	for _, k := range slices.Sorted(maps.Keys(r.sets)) {
 		fmt.Fprintf(&b, "  %-40s %d\n", k, r.sets[k])
 	}
 	fmt.Fprintf(&b, "guarantees exercised (cases), docs/handlers.md's table and guarantees:\n")
-	for _, k := range sortedKeys(r.rows) {
+	for _, k := range slices.Sorted(maps.Keys(r.rows)) {
 		fmt.Fprintf(&b, "  %-40s %d\n", k, r.rows[k])
 	}
 	if len(r.failures) > 0 {
 		fmt.Fprintf(&b, "promises broken, by row:\n")
-		for _, k := range sortedKeys(r.failures) {
+		for _, k := range slices.Sorted(maps.Keys(r.failures)) {
 			fmt.Fprintf(&b, "  %-40s %d\n", k, r.failures[k])
 		}
 	}
@@ -296,18 +296,9 @@ func (r *report) String() string {
 	}
 	if len(r.skipped) > 0 {
 		fmt.Fprintf(&b, "cases of known defects (played without what meets the defect where it could be, else left out):\n")
-		for _, k := range sortedKeys(r.skipped) {
+		for _, k := range slices.Sorted(maps.Keys(r.skipped)) {
 			fmt.Fprintf(&b, "  %-40s %d\n", k, r.skipped[k])
 		}
 	}
 	return b.String()
-}
-
-func sortedKeys[K ~string, V any](m map[K]V) []K {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-	return keys
 }

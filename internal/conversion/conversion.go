@@ -40,6 +40,8 @@ package conversion
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
@@ -110,7 +112,7 @@ func (c *Converter) Convert(obj map[string]any, to string) (map[string]any, erro
 }
 
 func (c *Converter) versions() string {
-	return strings.Join(sortedKeys(c.conv.Versions), ", ")
+	return strings.Join(slices.Sorted(maps.Keys(c.conv.Versions)), ", ")
 }
 
 // pair is one mapping as a step sees it: from src in the version

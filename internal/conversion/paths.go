@@ -2,8 +2,9 @@ package conversion
 
 import (
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -160,7 +161,7 @@ func prune(v any, s *structuralschema.Structural, ptr string, k *kept) bool {
 		if s.Type != "object" && !s.XEmbeddedResource {
 			return true
 		}
-		for _, name := range sortedKeys(t) {
+		for _, name := range slices.Sorted(maps.Keys(t)) {
 			child := ptr + "/" + escape(name)
 			var cs *structuralschema.Structural
 			if prop, ok := s.Properties[name]; ok {
@@ -320,13 +321,4 @@ func number(v any) (float64, bool) {
 		return n, true
 	}
 	return 0, false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -3,7 +3,9 @@ package conversion
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -29,7 +31,7 @@ func (g *generator) value(path string, s *structuralschema.Structural) any {
 	switch s.Type {
 	case "object":
 		out := map[string]any{}
-		for _, name := range sortedKeys(s.Properties) {
+		for _, name := range slices.Sorted(maps.Keys(s.Properties)) {
 			if g.r.IntN(3) == 0 {
 				continue // missing
 			}
@@ -207,7 +209,7 @@ func roundTrips(t *testing.T, c *Converter) {
 		}
 		return again
 	}
-	versions := sortedKeys(c.conv.Versions)
+	versions := slices.Sorted(maps.Keys(c.conv.Versions))
 	for i := range 300 {
 		for _, a := range versions {
 			for _, b := range versions {

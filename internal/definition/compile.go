@@ -3,11 +3,11 @@ package definition
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/google/cel-go/cel"
@@ -484,14 +484,14 @@ func checkReferences(l *errorList, d *Definition, ids, relatedIDs map[string]boo
 	check := func(e *Expression) {
 		for _, id := range e.Children {
 			if !ids[id] {
-				l.add(e.Field, "${%s} reads children.%s, but there is no child with id %q (children: %s)", e.Source, id, id, strings.Join(sortedKeys(ids), ", "))
+				l.add(e.Field, "${%s} reads children.%s, but there is no child with id %q (children: %s)", e.Source, id, id, strings.Join(slices.Sorted(maps.Keys(ids)), ", "))
 			}
 		}
 		for _, id := range e.Related {
 			if !relatedIDs[id] {
 				known := "none: declare it under spec.related"
 				if len(relatedIDs) > 0 {
-					known = strings.Join(sortedKeys(relatedIDs), ", ")
+					known = strings.Join(slices.Sorted(maps.Keys(relatedIDs)), ", ")
 				}
 				l.add(e.Field, "${%s} reads related.%s, but there is no related object with id %q (related: %s)", e.Source, id, id, known)
 			}
@@ -507,7 +507,7 @@ func checkReferences(l *errorList, d *Definition, ids, relatedIDs map[string]boo
 				}
 			}
 		}
-		c.DependsOn = sortedKeys(deps)
+		c.DependsOn = slices.Sorted(maps.Keys(deps))
 	}
 	for _, s := range d.Status {
 		for _, e := range s.Slot.Expressions() {
@@ -532,7 +532,7 @@ func walkStrings(v any, path []any, fn func(path []any, s string)) {
 	case string:
 		fn(slices.Clone(path), t)
 	case map[string]any:
-		for _, k := range sortedKeys(t) {
+		for _, k := range slices.Sorted(maps.Keys(t)) {
 			walkStrings(t[k], append(path, k), fn)
 		}
 	case []any:
@@ -554,13 +554,4 @@ func pathString(path []any) string {
 		}
 	}
 	return b.String()
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

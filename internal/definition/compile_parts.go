@@ -3,6 +3,7 @@ package definition
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -163,7 +164,7 @@ func dependencyOrder(children []*Child) ([]*Child, error) {
 
 // compileStatusFields compiles spec.status into d.
 func compileStatusFields(l *errorList, envs *celEnvs, op *v1alpha1.Operator, d *Definition) {
-	for _, name := range sortedKeys(op.Spec.Status) {
+	for _, name := range slices.Sorted(maps.Keys(op.Spec.Status)) {
 		field := "spec.status." + name
 		switch {
 		case !statusRE.MatchString(name):

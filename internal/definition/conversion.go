@@ -2,6 +2,7 @@ package definition
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -234,7 +235,7 @@ func resolveField(l *errorList, field, path, version string, root *structuralsch
 			if s.XPreserveUnknownFields {
 				return names, nil, apiservercel.DynType, true
 			}
-			l.add(field, "%s has no field %s in %s (it has: %s)", strings.Join(names[:i], "."), name, version, strings.Join(sortedKeys(s.Properties), ", "))
+			l.add(field, "%s has no field %s in %s (it has: %s)", strings.Join(names[:i], "."), name, version, strings.Join(slices.Sorted(maps.Keys(s.Properties)), ", "))
 			return nil, nil, nil, false
 		}
 		s = &prop
@@ -368,7 +369,7 @@ func schemaDifferences(s, hub *structuralschema.Structural, version, storage str
 			}
 			return
 		}
-		for _, name := range sortedKeys(a.Properties) {
+		for _, name := range slices.Sorted(maps.Keys(a.Properties)) {
 			pa := a.Properties[name]
 			child := path + "." + name
 			switch pb, ok := b.Properties[name]; {

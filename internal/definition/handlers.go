@@ -3,6 +3,7 @@ package definition
 import (
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/url"
@@ -210,7 +211,7 @@ func parseRelatedField(f string, relatedIDs map[string]bool) (RelatedField, erro
 		return RelatedField{}, fmt.Errorf("%q is not a related object's field like related.app.spec.template.spec.containers[0].image", f)
 	}
 	if !relatedIDs[m[1]] {
-		return RelatedField{}, fmt.Errorf("%q reads related.%s, but there is no related object with id %q (related: %s)", f, m[1], m[1], strings.Join(sortedKeys(relatedIDs), ", "))
+		return RelatedField{}, fmt.Errorf("%q reads related.%s, but there is no related object with id %q (related: %s)", f, m[1], m[1], strings.Join(slices.Sorted(maps.Keys(relatedIDs)), ", "))
 	}
 	rf := RelatedField{Source: f, ID: m[1]}
 	for _, p := range relatedPartRE.FindAllString(m[2], -1) {

@@ -63,7 +63,7 @@ func resolveImmutable(schema *apiextensionsv1.JSONSchemaProps, path string) ([]s
 		if !ok {
 			known := "it declares none"
 			if len(node.Properties) > 0 {
-				known = "it has " + strings.Join(sortedKeys(node.Properties), ", ")
+				known = "it has " + strings.Join(slices.Sorted(maps.Keys(node.Properties)), ", ")
 			}
 			return nil, fmt.Errorf("%q: the schema has no field %s.%s (%s)", path, at, name, known)
 		}

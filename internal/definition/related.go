@@ -2,6 +2,7 @@ package definition
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -63,7 +64,7 @@ func (r *Related) Target(self map[string]any, defaultNS string) (namespace, name
 		return namespace, name, nil, err
 	}
 	set := labels.Set{}
-	for _, k := range sortedKeys(r.Selector) {
+	for _, k := range slices.Sorted(maps.Keys(r.Selector)) {
 		if set[k], err = str(r.Selector[k]); err != nil {
 			return "", "", nil, err
 		}
@@ -114,7 +115,7 @@ func compileRelated(l *errorList, envs *celEnvs, field string, r v1alpha1.Relate
 		out.Name = selfOnly(field+".name", r.Name)
 	case len(r.Selector) > 0:
 		out.Selector = map[string]*Slot{}
-		for _, k := range sortedKeys(r.Selector) {
+		for _, k := range slices.Sorted(maps.Keys(r.Selector)) {
 			if msgs := validationLabelKey(k); msgs != "" {
 				l.add(field+".selector."+k, "%q is not a label key: %s", k, msgs)
 				continue

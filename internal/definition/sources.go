@@ -3,6 +3,7 @@ package definition
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/textproto"
 	"net/url"
 	"regexp"
@@ -213,7 +214,7 @@ func compileSources(l *errorList, d *Definition) {
 		}
 		for j, s := range h.Sources {
 			if named && !names[s] {
-				l.add(fmt.Sprintf("%s.sources[%d]", field, j), "there is no source named %q (sources: %s)", s, strings.Join(sortedKeys(names), ", "))
+				l.add(fmt.Sprintf("%s.sources[%d]", field, j), "there is no source named %q (sources: %s)", s, strings.Join(slices.Sorted(maps.Keys(names)), ", "))
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package definition
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -260,7 +261,7 @@ func resolveRefused(schema *apiextensionsv1.JSONSchemaProps, path string) ([]str
 		default:
 			p, ok := node.Properties[name]
 			if !ok {
-				return nil, fmt.Errorf("%q: the schema has no field %s.%s (it has %s)", path, at, name, strings.Join(sortedKeys(node.Properties), ", "))
+				return nil, fmt.Errorf("%q: the schema has no field %s.%s (it has %s)", path, at, name, strings.Join(slices.Sorted(maps.Keys(node.Properties)), ", "))
 			}
 			prop = &p
 		}

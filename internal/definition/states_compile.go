@@ -2,6 +2,7 @@ package definition
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -163,7 +164,7 @@ func compileState(l *errorList, envs *celEnvs, field string, s v1alpha1.State) *
 // over what its guard reads, that are not opkit's own.
 func compileSet(l *errorList, envs *celEnvs, field string, set map[string]string) []*StatusField {
 	var out []*StatusField
-	for _, name := range sortedKeys(set) {
+	for _, name := range slices.Sorted(maps.Keys(set)) {
 		f := field + "." + name
 		switch {
 		case !statusRE.MatchString(name):

@@ -43,7 +43,7 @@ func checkStatusSchema(l *errorList, d *Definition, field string, s *apiextensio
 	if len(s.Required) > 0 {
 		l.add(field+".required", "status fields cannot be required: the status is written in steps, by opkit and by each handler; require fields inside an object field instead")
 	}
-	for _, name := range sortedKeys(s.Properties) {
+	for _, name := range slices.Sorted(maps.Keys(s.Properties)) {
 		if slices.Contains(reservedStatus, name) {
 			l.add(field+".properties."+name, "%q is written and typed by opkit; choose another name", name)
 		}

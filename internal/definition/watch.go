@@ -2,6 +2,7 @@ package definition
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -225,7 +226,7 @@ func compileWatch(l *errorList, w *v1alpha1.Watch) *Watch {
 // is one.
 func checkSelector(l *errorList, field string, sel *metav1.LabelSelector) bool {
 	ok := true
-	for _, k := range sortedKeys(sel.MatchLabels) {
+	for _, k := range slices.Sorted(maps.Keys(sel.MatchLabels)) {
 		f := field + ".matchLabels." + k
 		if msg := validationLabelKey(k); msg != "" {
 			l.add(f, "%q is not a label key: %s", k, msg)

@@ -1,6 +1,9 @@
 package manifests
 
 import (
+	"maps"
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -36,7 +39,7 @@ func (m *Manifests) rbac() []runtime.Object {
 	if len(m.Rules.Engine) > 0 {
 		objs = append(objs, role(o.Namespace, o.Name, m.Rules.Engine)...)
 	}
-	for _, ns := range sortedKeys(m.Rules.Namespaces) {
+	for _, ns := range slices.Sorted(maps.Keys(m.Rules.Namespaces)) {
 		objs = append(objs, role(ns, name, m.Rules.Namespaces[ns])...)
 	}
 	if o.RunsAPI {

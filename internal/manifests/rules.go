@@ -3,6 +3,7 @@ package manifests
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -473,7 +474,7 @@ func (n *needs) rules() *Rules {
 		// Names needing the same verbs share a rule.
 		byVerbs := map[string]*Rule{}
 		var verbKeys []string
-		for _, name := range sortedKeys(g.named) {
+		for _, name := range slices.Sorted(maps.Keys(g.named)) {
 			var verbs []string
 			var why []string
 			for _, v := range sortedVerbs(g.named[name]) {
@@ -537,15 +538,6 @@ func sortedVerbs(m map[string][]string) []string {
 		}
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 func appendNew(list []string, items ...string) []string {

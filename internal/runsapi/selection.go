@@ -2,6 +2,7 @@ package runsapi
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -67,7 +68,7 @@ func parseSelection(r *http.Request, namespace, resource string, labelKeys, fiel
 		for _, req := range reqs {
 			key, ok := labelKeys[req.Key()]
 			if !ok {
-				return nil, bad("labelSelector %q: %s has no label %s; the labels of %s are %s", text, resource, req.Key(), resource, strings.Join(sortedKeys(labelKeys), ", "))
+				return nil, bad("labelSelector %q: %s has no label %s; the labels of %s are %s", text, resource, req.Key(), resource, strings.Join(slices.Sorted(maps.Keys(labelKeys)), ", "))
 			}
 			vals := req.Values().List()
 			switch op := req.Operator(); {
@@ -109,20 +110,11 @@ func parseSelection(r *http.Request, namespace, resource string, labelKeys, fiel
 			}
 			key, ok := fieldKeys[req.Field]
 			if !ok {
-				return nil, bad("fieldSelector %q: %s cannot be selected by %s; the fields are metadata.namespace, %s, %s", text, resource, req.Field, strings.Join(sortedKeys(fieldKeys), ", "), sinceField)
+				return nil, bad("fieldSelector %q: %s cannot be selected by %s; the fields are metadata.namespace, %s, %s", text, resource, req.Field, strings.Join(slices.Sorted(maps.Keys(fieldKeys)), ", "), sinceField)
 			}
 			sel.set(key, req.Value)
 		}
 		sel.fields = fields.AndSelectors(matched...)
 	}
 	return sel, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -22,6 +22,37 @@ const (
 // the outcome of each of its attempts, in order (a retried key keeps
 // them all: Failed, GaveUp, then after opkit retry, Succeeded).
 type Run struct {
+	RunID
+	// Outcomes are the attempts' outcomes. A run interrupted by a
+	// SIGKILL is not among them: it runs again with its key, and that
+	// attempt is.
+	Outcomes []Outcome
+	// Spec is what a create or update run must see of the object's spec
+	// (a watched ConfigMap's data): the spec of SpecGen, which is Gen
+	// but for a re-run without --same-input, which sees the object as it
+	// is when it runs.
+	Spec    map[string]string
+	SpecGen int64
+	// SameInput: a re-run asked with --same-input, which sees the
+	// binding context the run it repeats got.
+	SameInput bool
+	// Of is, for a re-run, the run it repeats.
+	Of *Run
+	// SawCount is the status.count the run's last attempt saw (custom
+	// resources): what a re-run of it with --same-input sees, and writes
+	// one more than.
+	SawCount int
+}
+
+// Ended is the last outcome.
+func (r *Run) Ended() Outcome { return r.Outcomes[len(r.Outcomes)-1] }
+
+// ID names the run as the checker matches it: life, handler, trigger and
+// what the trigger is about.
+func (r *Run) ID() RunID { return r.RunID }
+
+// RunID identifies a run across the model and the observations.
+type RunID struct {
 	// Life is the object's life: 1 for the first object of the name, 2
 	// for the one created after it was deleted, and so on.
 	Life    int
@@ -38,55 +69,13 @@ type Run struct {
 	Seq int64
 	// Delivery is, for an event run, the delivery it is for (its number:
 	// DeliveryID); its Life is 0, as it is for the operator. Redelivery
-	// is, for a run of a redelivery, the redelivery's number.
+	// is, for a run of a redelivery of it, that redelivery's number
+	// (Delivery.Redelivery).
 	Delivery   int
 	Redelivery int
-	// Outcomes are the attempts' outcomes. A run interrupted by a
-	// SIGKILL is not among them: it runs again with its key, and that
-	// attempt is.
-	Outcomes []Outcome
-	// Spec is what a create or update run must see of the object's spec
-	// (a watched ConfigMap's data): the spec of SpecGen, which is Gen
-	// but for a re-run without --same-input, which sees the object as it
-	// is when it runs.
-	Spec    map[string]string
-	SpecGen int64
 	// Rerun is, for a re-run, the how-manieth re-run of the key it
 	// repeats (that of the create or update run of Gen) it is: 1 for the
-	// first. SameInput: it was asked with --same-input, and sees the
-	// binding context the run it repeats got.
-	Rerun     int
-	SameInput bool
-	// Of is, for a re-run, the run it repeats.
-	Of *Run
-	// SawCount is the status.count the run's last attempt saw (custom
-	// resources): what a re-run of it with --same-input sees, and writes
-	// one more than.
-	SawCount int
-}
-
-// Ended is the last outcome.
-func (r *Run) Ended() Outcome { return r.Outcomes[len(r.Outcomes)-1] }
-
-// ID names the run as the checker matches it: life, handler, trigger and
-// what the trigger is about.
-func (r *Run) ID() RunID {
-	return RunID{Life: r.Life, Handler: r.Handler, Trigger: r.Trigger, Gen: r.Gen, Start: r.Start, Seq: r.Seq, Delivery: r.Delivery, Redelivery: r.Redelivery, Rerun: r.Rerun}
-}
-
-// RunID identifies a run across the model and the observations.
-type RunID struct {
-	Life    int
-	Handler string
-	Trigger Trigger
-	Gen     int64
-	Start   int
-	Seq     int64
-	// Delivery is an event run's delivery; Redelivery, for a run of a
-	// redelivery of it, that redelivery's number (Delivery.Redelivery).
-	Delivery   int
-	Redelivery int
-	// Rerun is a re-run's number among the re-runs of its key.
+	// first.
 	Rerun int
 }
 

@@ -65,7 +65,7 @@ func (m *model) handle(d *Delivery, until string) bool {
 		id := d.run(h.Name)
 		r := m.byID[id]
 		if r == nil {
-			r = &Run{Handler: h.Name, Trigger: Event, Delivery: d.N, Redelivery: d.Redelivery}
+			r = &Run{RunID: RunID{Handler: h.Name, Trigger: Event, Delivery: d.N, Redelivery: d.Redelivery}}
 			m.byID[id] = r
 			m.runs = append(m.runs, r)
 		}

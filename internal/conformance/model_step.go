@@ -209,7 +209,7 @@ func (m *model) execute(l *life, h *Handler, id RunID) {
 	hs := l.hs[h.Name]
 	r := m.byID[id]
 	if r == nil {
-		r = &Run{Life: id.Life, Handler: id.Handler, Trigger: id.Trigger, Gen: id.Gen, Start: id.Start, Seq: id.Seq}
+		r = &Run{RunID: RunID{Life: id.Life, Handler: id.Handler, Trigger: id.Trigger, Gen: id.Gen, Start: id.Start, Seq: id.Seq}}
 		if id.Trigger == Create || id.Trigger == Update {
 			r.Spec, r.SpecGen = l.specs[id.Gen], id.Gen
 		}
@@ -294,7 +294,7 @@ func (m *model) rerun(l *life) {
 		l.reruns = map[RunID]int{}
 	}
 	l.reruns[q.of.ID()] = id.Rerun
-	r := &Run{Life: l.n, Handler: id.Handler, Trigger: Rerun, Gen: id.Gen, Rerun: id.Rerun, SameInput: q.sameInput, Of: q.of,
+	r := &Run{RunID: RunID{Life: l.n, Handler: id.Handler, Trigger: Rerun, Gen: id.Gen, Rerun: id.Rerun}, SameInput: q.sameInput, Of: q.of,
 		Spec: l.specs[l.gen], SpecGen: l.gen, SawCount: l.count}
 	if q.sameInput {
 		r.Spec, r.SpecGen, r.SawCount = q.of.Spec, q.of.SpecGen, q.of.SawCount

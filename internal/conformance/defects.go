@@ -233,7 +233,7 @@ var Regressions = []Regression{
 		},
 	},
 	{
-		Name:  "Kafka records: one whose second handler a SIGKILL interrupts is handled once, those produced while the engine is stopped (SIGTERM: the group's member leaves at once) are handled after its start, and a redelivery of one keeps its id",
+		Name:  "Kafka records: one whose second handler a SIGKILL interrupts is handled once, those produced while the engine is killed are handled after its start (the next engine takes the killed one's place in the group at once), and a redelivery of one keeps its id",
 		Issue: "",
 		Case: Case{
 			Def: Def{Kind: CustomResource, Source: &Source{Kind: Kafka}, Handlers: []Handler{
@@ -243,7 +243,7 @@ var Regressions = []Regression{
 			}},
 			History: []Step{
 				{Op: OpCreate}, {Op: OpDeliver, Delivery: 1}, {Op: OpCrash, Handler: "e2"},
-				{Op: OpStop}, {Op: OpDeliver, Delivery: 2}, {Op: OpDeliver, Delivery: 3}, {Op: OpStart},
+				{Op: OpStop, Kill: true}, {Op: OpDeliver, Delivery: 2}, {Op: OpDeliver, Delivery: 3}, {Op: OpStart},
 				{Op: OpRedeliver, Delivery: 2},
 			},
 		},

@@ -14,11 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
 	"github.com/opkit-dev/opkit/internal/plan"
-	"github.com/opkit-dev/opkit/internal/stack"
 )
 
 // The plan scenario: issue 41's goal, opkit plan over 10,000 objects in
@@ -71,18 +69,11 @@ func (b *bench) plan(ctx context.Context) (err error) {
 	if err := b.deleteWebsites(ctx); err != nil {
 		return err
 	}
-	store, err := archive.OpenSQLite(ctx, tempArchive(b.workDir), archive.Options{})
+	e, closeAll, err := b.startInProcess(ctx, engine.Options{Namespace: b.c.ns}, old)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = store.Close() }()
-	logPath := b.engineLog()
-	s, err := stack.Start(ctx, stack.Options{Engine: engine.Options{Config: b.c.cfg, Namespace: b.c.ns}, Store: store})
-	if err != nil {
-		return err
-	}
-	stop := s.Stop
-	defer func() { _ = stop() }()
+	defer closeAll()
 	// The Websites go, and their children with them, unless the bench
 	// was interrupted: then the next plan scenario deletes them first.
 	defer func() {
@@ -90,9 +81,6 @@ func (b *bench) plan(ctx context.Context) (err error) {
 			err = cerr
 		}
 	}()
-	if err := s.Engine.Apply(ctx, old); err != nil {
-		return fmt.Errorf("applying %s: %w (log: %s)", websiteExample, err, logPath)
-	}
 	t0 := time.Now()
 	if err := b.createWebsites(ctx, n); err != nil {
 		return err
@@ -100,13 +88,13 @@ func (b *bench) plan(ctx context.Context) (err error) {
 	// Three writes a Website (two children and the status), where a
 	// Printer takes two: the wait is as generous again.
 	if err := b.waitWebsites(ctx, n, 2*b.timeout(n)); err != nil {
-		return fmt.Errorf("%w (log: %s)", err, logPath)
+		return fmt.Errorf("%w (log: %s)", err, e.log)
 	}
 	fmt.Fprintf(b.log, "  %d Websites made in %s\n", n, time.Since(t0).Round(100*time.Millisecond))
 	// The plan is measured alone: the engine stopped, and the plane done
 	// with the work the Websites left it (the Deployments' ReplicaSets).
-	if err := stop(); err != nil {
-		return fmt.Errorf("the engine: %w (log: %s)", err, logPath)
+	if err := e.stopped(); err != nil {
+		return err
 	}
 	if err := b.settle(ctx); err != nil {
 		return err

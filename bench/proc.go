@@ -12,6 +12,11 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/stack"
 )
 
 // impl is one controller setting under test.
@@ -204,4 +209,44 @@ func (c *controller) sample(ctx context.Context, d time.Duration) (before, after
 // its end.
 func tempArchive(dir string) string {
 	return filepath.Join(dir, fmt.Sprintf("runs-%d.db", time.Now().UnixNano()))
+}
+
+// inProcess is an engine the bench runs in its own process, with an
+// archive of its own, for a scenario that reads the archive once the
+// engine stopped.
+type inProcess struct {
+	*stack.Stack
+	store *archive.SQLite
+	// log is where the engine logs, for an error to point at.
+	log string
+}
+
+// startInProcess starts an engine in this process with opts, its Config
+// the bench's, on a new SQLite archive, and applies d. close stops the
+// engine, if it runs still, and closes the archive.
+func (b *bench) startInProcess(ctx context.Context, opts engine.Options, d *definition.Definition) (_ *inProcess, closeAll func(), err error) {
+	store, err := archive.OpenSQLite(ctx, tempArchive(b.workDir), archive.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	e := &inProcess{store: store, log: b.engineLog()}
+	opts.Config = b.c.cfg
+	if e.Stack, err = stack.Start(ctx, stack.Options{Engine: opts, Store: store}); err != nil {
+		_ = store.Close()
+		return nil, nil, err
+	}
+	closeAll = func() { _ = e.Stop(); _ = store.Close() }
+	if err := e.Engine.Apply(ctx, d); err != nil {
+		closeAll()
+		return nil, nil, fmt.Errorf("applying operator %s: %w (log: %s)", d.Operator.Name, err, e.log)
+	}
+	return e, closeAll, nil
+}
+
+// stopped stops the engine; an error says where its log is.
+func (e *inProcess) stopped() error {
+	if err := e.Stop(); err != nil {
+		return fmt.Errorf("the engine: %w (log: %s)", err, e.log)
+	}
+	return nil
 }

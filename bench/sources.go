@@ -14,7 +14,6 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
-	"github.com/opkit-dev/opkit/internal/stack"
 )
 
 // The sources scenario floods a consumed source (a NATS JetStream stream,
@@ -98,21 +97,12 @@ func (b *bench) flood(ctx context.Context, src *floodSource, n, rate int) error 
 	if err != nil {
 		return err
 	}
-	store, err := archive.OpenSQLite(ctx, tempArchive(b.workDir), archive.Options{})
+	e, closeAll, err := b.startInProcess(ctx, engine.Options{}, d)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = store.Close() }()
-	logPath := b.engineLog()
-	s, err := stack.Start(ctx, stack.Options{Engine: engine.Options{Config: b.c.cfg}, Store: store})
-	if err != nil {
-		return err
-	}
-	stop := s.Stop
-	defer func() { _ = stop() }()
-	if err := s.Engine.Apply(ctx, d); err != nil {
-		return fmt.Errorf("applying the operator: %w (log: %s)", err, logPath)
-	}
+	defer closeAll()
+	store, logPath := e.store, e.log
 	// A first message connects the consumer and starts the first
 	// handler; it is not measured.
 	if _, err := src.publish(ctx, 1); err != nil {
@@ -128,8 +118,8 @@ func (b *bench) flood(ctx context.Context, src *floodSource, n, rate int) error 
 		return err
 	}
 	waitErr := waitHandled(ctx, store, n+1, b.timeout(n))
-	if err := stop(); err != nil {
-		return fmt.Errorf("the engine: %w (log: %s)", err, logPath)
+	if err := e.stopped(); err != nil {
+		return err
 	}
 	all, err := listDeliveries(ctx, store, sourcesOperator)
 	if err != nil {

@@ -28,7 +28,6 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
 	"github.com/opkit-dev/opkit/internal/source"
-	"github.com/opkit-dev/opkit/internal/stack"
 )
 
 // The webhook scenario: opkit's engine, in this process (as the console
@@ -164,24 +163,13 @@ func (b *bench) webhook(ctx context.Context) error {
 		return err
 	}
 	// The archive is the bench's: it is read once the engine stopped.
-	store, err := archive.OpenSQLite(ctx, tempArchive(b.workDir), archive.Options{})
+	e, closeAll, err := b.startInProcess(ctx, engine.Options{HooksAddr: "127.0.0.1:0"}, d)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = store.Close() }()
-
-	logPath := b.engineLog()
-	s, err := stack.Start(ctx, stack.Options{Engine: engine.Options{Config: b.c.cfg, HooksAddr: "127.0.0.1:0"}, Store: store})
-	if err != nil {
-		return err
-	}
-	stop := s.Stop
-	defer func() { _ = stop() }()
-	e := s.Engine
-	if err := e.Apply(ctx, d); err != nil {
-		return fmt.Errorf("applying %s: %w (log: %s)", webhookWorkload, err, logPath)
-	}
-	url := "http://" + e.HooksAddr() + "/hooks/" + webhookOperator + "/" + webhookSource
+	defer closeAll()
+	store, logPath := e.store, e.log
+	url := "http://" + e.Engine.HooksAddr() + "/hooks/" + webhookOperator + "/" + webhookSource
 	tr := &http.Transport{MaxIdleConnsPerHost: webhookSenders, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: time.Minute}
@@ -208,8 +196,8 @@ func (b *bench) webhook(ctx context.Context) error {
 		}
 	}
 	waitErr := waitNoPending(ctx, store, b.timeout(n))
-	if err := stop(); err != nil {
-		return fmt.Errorf("the engine: %w (log: %s)", err, logPath)
+	if err := e.stopped(); err != nil {
+		return err
 	}
 	deliveries, err := allDeliveries(ctx, store)
 	if err != nil {

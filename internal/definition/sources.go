@@ -60,7 +60,7 @@ type EventSource struct {
 	Name string
 	// Member is the name the engine's consumer of a consumed source goes
 	// by: opkit-<operator>-<source>, the default NATS consumer and Kafka
-	// group, and the Kafka consumer's static member id.
+	// group, and the name of the Kafka consumer's static member id.
 	Member string
 	// Kind is where deliveries come from: KindWebhook, KindCloudEvents,
 	// KindGitHubPoll, KindNATS or KindKafka.

@@ -20,12 +20,16 @@
 //     next Run, starts from the committed offsets: a record may come
 //     again (a crash between Deliver and the commit), never be lost, and
 //     comes with the same ID each time.
-//   - A consumer made with an instance id is a static member of the
-//     group (Kafka's KIP-345): it does not leave the group when it stops,
-//     and the next consumer of that id, in this process or another,
-//     takes its place and its partitions at once, without a rebalance,
-//     also when the one before was killed. Without one, a killed
-//     member's partitions wait for the group's session timeout (45 s).
+//   - A consumer made with a member name is a static member of the group
+//     (Kafka's KIP-345), its instance id the name and a hash of its
+//     topics: it does not leave the group when it stops, and the next
+//     consumer of that name and those topics, in this process or
+//     another, takes its place and its partitions at once, without a
+//     rebalance, also when the one before was killed. One of other
+//     topics is another member (a broker before Kafka 3.2 would hand a
+//     static member back its old assignment whatever its topics), and
+//     joins once the old one's session timeout (45 s) ended it, as every
+//     member after a killed dynamic one does.
 //   - A partition the group has no commit for starts at its end (Latest)
 //     or its start (Earliest), and that offset is committed as the member
 //     takes it: a Latest group that stops before delivering a record of
@@ -55,6 +59,8 @@ package kafkasrc
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -121,11 +127,23 @@ type partition struct {
 
 // New returns the consumer of spec, a source compiled by package
 // definition (Group and StartOffset defaulted), reading its SASL password
-// and TLS CA with secrets at each connection. A non-empty instance makes
-// it a static member of the group of that id: no two consumers of one
-// group may share it while both run.
-func New(spec *v1alpha1.KafkaSource, instance string, secrets source.Secrets) *Consumer {
-	return &Consumer{spec: spec, instance: instance, secrets: secrets, lag: map[partition]int64{}, pins: map[partition]int64{}}
+// and TLS CA with secrets at each connection. A non-empty member makes it
+// a static member of the group (InstanceID): no two consumers of one
+// group and one member name may run at once.
+func New(spec *v1alpha1.KafkaSource, member string, secrets source.Secrets) *Consumer {
+	c := &Consumer{spec: spec, secrets: secrets, lag: map[partition]int64{}, pins: map[partition]int64{}}
+	if member != "" {
+		c.instance = InstanceID(member, spec.Topics)
+	}
+	return c
+}
+
+// InstanceID is the static member id of a consumer of member's name and
+// topics: the name, a dash and 8 hex digits of a hash of the topics
+// (sorted).
+func InstanceID(member string, topics []string) string {
+	sum := sha256.Sum256([]byte(strings.Join(slices.Sorted(slices.Values(topics)), "\x00")))
+	return member + "-" + hex.EncodeToString(sum[:4])
 }
 
 // State says how the consumer stands.

@@ -346,8 +346,9 @@ func TestAStaticMembersNextRunTakesOverAtOnce(t *testing.T) {
 	eventually(t, time.Minute, "the first run's records delivered", func() bool { return sk.has(ids(records)) })
 	eventually(t, time.Minute, "the first run's records committed", committedAll(cluster, "g", "orders", records))
 	stop()
-	if got := cluster.Members("g"); !slices.Equal(got, []string{"opkit-op-src"}) {
-		t.Fatalf("members of the group after the static member stopped: %q, want it kept, [opkit-op-src]", got)
+	id := kafkasrc.InstanceID("opkit-op-src", []string{"orders"})
+	if got := cluster.Members("g"); !slices.Equal(got, []string{id}) {
+		t.Fatalf("members of the group after the static member stopped: %q, want it kept, [%s]", got, id)
 	}
 
 	records = append(records, cluster.ProduceN("orders", 2, 20)...)
@@ -357,11 +358,24 @@ func TestAStaticMembersNextRunTakesOverAtOnce(t *testing.T) {
 	// take 45 s at least.
 	eventually(t, 30*time.Second, "the next run's records delivered", func() bool { return sk.has(ids(records)) })
 	t.Logf("the next run delivered the records produced meanwhile %s after the first stopped", time.Since(stopped).Round(time.Millisecond))
-	if got := cluster.Members("g"); !slices.Equal(got, []string{"opkit-op-src"}) {
-		t.Errorf("members of the group: %q, want the one static member, [opkit-op-src]", got)
+	if got := cluster.Members("g"); !slices.Equal(got, []string{id}) {
+		t.Errorf("members of the group: %q, want the one static member, [%s]", got, id)
 	}
 	if dups := sk.sameBodies(t); dups != 0 {
 		t.Errorf("%d records delivered again, want none: the first run committed all it delivered", dups)
+	}
+}
+
+// TestAStaticMembersIDChangesWithItsTopics: a consumer of other topics
+// is another member, so that the broker does not hand it the assignment
+// of the topics before; the order of the topics does not matter.
+func TestAStaticMembersIDChangesWithItsTopics(t *testing.T) {
+	ab, ba := kafkasrc.InstanceID("opkit-op-src", []string{"a", "b"}), kafkasrc.InstanceID("opkit-op-src", []string{"b", "a"})
+	if ab != ba {
+		t.Errorf("the ids of topics [a b] and [b a] differ: %s, %s", ab, ba)
+	}
+	if a := kafkasrc.InstanceID("opkit-op-src", []string{"a"}); a == ab || !strings.HasPrefix(a, "opkit-op-src-") {
+		t.Errorf("the id of topic [a] is %s, that of [a b] %s: want two ids, each the member name, a dash and a hash", a, ab)
 	}
 }
 

@@ -641,6 +641,7 @@ func (ch *checker) quiet(ctx context.Context, want int) (state, busy string, err
 			return "", fmt.Sprintf("%d of %d messages recorded", recorded, ch.published), err
 		}
 	}
+	opPaused := false
 	if ch.c.Def.Cluster {
 		op := &v1alpha1.Operator{}
 		if err := ch.env.Client.Get(ctx, client.ObjectKey{Name: ch.c.Def.OperatorName()}, op); err != nil {
@@ -649,8 +650,8 @@ func (ch *checker) quiet(ctx context.Context, want int) (state, busy string, err
 		// The engine removes the record of a resume once it handed it
 		// over, but not while the Operator is paused again: opkit pause
 		// leaves the record of the resume before it, for the next.
-		_, paused := op.Annotations[v1alpha1.PauseAnnotation]
-		if _, resumed := op.Annotations[v1alpha1.ResumedAnnotation]; resumed && !paused {
+		_, opPaused = op.Annotations[v1alpha1.PauseAnnotation]
+		if _, resumed := op.Annotations[v1alpha1.ResumedAnnotation]; resumed && !opPaused {
 			return "", "the Operator's resume not handed over", nil
 		}
 	}
@@ -674,7 +675,9 @@ func (ch *checker) quiet(ctx context.Context, want int) (state, busy string, err
 			return "", "the resume annotation not taken", nil // the engine removes it once it recorded the resume
 		}
 		if _, rerun := obj.GetAnnotations()[v1alpha1.RerunAnnotation]; rerun && ch.c.Def.Kind == conformance.CustomResource && obj.GetDeletionTimestamp() == nil {
-			if _, paused := obj.GetAnnotations()[v1alpha1.PauseAnnotation]; !paused {
+			// A re-run waits while the object or its whole operator is
+			// paused.
+			if _, paused := obj.GetAnnotations()[v1alpha1.PauseAnnotation]; !paused && !opPaused {
 				return "", "the rerun annotation not taken", nil // the engine removes it once it took it
 			}
 		}

@@ -276,6 +276,24 @@ var Regressions = []Regression{
 		},
 	},
 	{
+		Name:  "an object whose first run is an enter run, killed in it, is handled before the next start: its resume run comes",
+		Issue: "50 (a defect of the model, found by the soak, seeds 20262488 and 20262536: it took the object as not handled yet, where the engine records it handled before the enter run starts)",
+		Case: Case{
+			Def: Def{Kind: CustomResource, States: &Machine{}, Handlers: []Handler{
+				h("h1", Behaviour{}, Resume), {Name: "h2", On: []Trigger{Enter}, States: []string{StateAsk}, MaxAttempts: 3, Serve: true},
+			}},
+			History: []Step{{Op: OpCreate}, {Op: OpCrash}},
+		},
+	},
+	{
+		Name:  "an object whose first run is a when run, killed in it, is not handled yet at the next start: no resume run, as no transition recorded it",
+		Issue: "50 (the one before's counterpart)",
+		Case: Case{
+			Def:     Def{Kind: Watch, Handlers: []Handler{h("h1", Behaviour{}, When, Resume)}},
+			History: []Step{{Op: OpStop}, {Op: OpCreate}, {Op: OpChange, Field: "a"}, {Op: OpStart}, {Op: OpCrash}},
+		},
+	},
+	{
 		Name:  "a watched object paused, then resumed and deleted while no engine ran, gets its delete run",
 		Issue: "50 (the engine judged the gone object by the pause it last saw)",
 		Case: Case{

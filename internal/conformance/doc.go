@@ -61,7 +61,9 @@
 //   - "Handled before" (resume's "each object that existed before" for a
 //     custom resource, "handled before" for a watched object) is read as
 //     status.opkit.handled recorded: every create and update handler done
-//     with the generation, once nothing else is due. An object created
+//     with the generation, once nothing else is due, or with the status
+//     write of a transition (before the enter runs of the state it makes,
+//     which a SIGKILL may interrupt). An object created
 //     while no engine ran gets its create runs at the start, not a resume
 //     run.
 //   - Runs go one at a time per object, the most urgent first (create and

@@ -463,7 +463,8 @@ func (m *model) apply(s Step, held bool) {
 
 // due reports whether a run is due now, changing nothing but what the
 // engine would have recorded without a run (changes that pass handlers,
-// a transition no enter run holds back).
+// a transition no enter run holds back, and with a transition the object
+// handled, when every create and update handler is done).
 func (m *model) due() bool {
 	m.dry = true
 	defer func() { m.dry = false }()
@@ -478,7 +479,10 @@ func (m *model) due() bool {
 				if m.dueRun != (RunID{}) {
 					return true
 				}
-				progress = true // a transition, made without a run
+				// A transition, made without a run: its status write
+				// records the object handled too, if it is.
+				m.recordHandled(l)
+				progress = true
 				break
 			}
 		}

@@ -112,14 +112,20 @@ func (m *model) settle() {
 			break
 		}
 	}
-	// Quiet: an object every create and update handler is done with is
-	// handled (status.opkit.handled is recorded when nothing is due).
 	for _, l := range m.lives {
-		if l.exists && !l.deleting && !slices.ContainsFunc(m.def.Handlers, func(h Handler) bool {
-			return (h.Fires(Create) || h.Fires(Update)) && l.hs[h.Name].gen < l.gen
-		}) {
-			l.handled = true
-		}
+		m.recordHandled(l)
+	}
+}
+
+// recordHandled records l handled (status.opkit.handled) once every create
+// and update handler is done with its generation: when nothing else is
+// due, or with the status write of a transition, which comes before the
+// enter runs of the state it makes (a SIGKILL in one leaves it recorded).
+func (m *model) recordHandled(l *life) {
+	if l.exists && !l.deleting && !slices.ContainsFunc(m.def.Handlers, func(h Handler) bool {
+		return (h.Fires(Create) || h.Fires(Update)) && l.hs[h.Name].gen < l.gen
+	}) {
+		l.handled = true
 	}
 }
 

@@ -24,6 +24,9 @@ func Valid(c Case) bool {
 		if (h.Fires(Resume) || h.Fires(When)) && (h.Behaviour.Fail > 0 || (h.Behaviour.Write && c.Def.Kind == Watch)) {
 			return false // not drawn (Generate says why)
 		}
+		if c.Def.States == nil && (h.Fires(Enter) || len(h.States) > 0) {
+			return false // an operator without states refuses a handler that names one
+		}
 	}
 	delivered := map[int]bool{}
 	m := newModel(&c.Def)

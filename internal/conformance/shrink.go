@@ -17,16 +17,8 @@ import "slices"
 // applies the object (which of the object's and the delivery's runs is
 // first is not the docs' to say).
 func Valid(c Case) bool {
-	if len(c.Def.Handlers) == 0 || !validSource(&c.Def) {
+	if !validHandlers(&c.Def) || !validSource(&c.Def) {
 		return false
-	}
-	for _, h := range c.Def.Handlers {
-		if (h.Fires(Resume) || h.Fires(When)) && (h.Behaviour.Fail > 0 || (h.Behaviour.Write && c.Def.Kind == Watch)) {
-			return false // not drawn (Generate says why)
-		}
-		if c.Def.States == nil && (h.Fires(Enter) || len(h.States) > 0) {
-			return false // an operator without states refuses a handler that names one
-		}
 	}
 	delivered := map[int]bool{}
 	m := newModel(&c.Def)
@@ -250,4 +242,18 @@ func clone(c Case) Case {
 		n.Def.Handlers[i].States = slices.Clone(h.States)
 	}
 	return n
+}
+
+// validHandlers reports whether d's handlers are some the generator could
+// draw.
+func validHandlers(d *Def) bool {
+	for _, h := range d.Handlers {
+		if (h.Fires(Resume) || h.Fires(When)) && (h.Behaviour.Fail > 0 || (h.Behaviour.Write && d.Kind == Watch)) {
+			return false // not drawn (Generate says why)
+		}
+		if d.States == nil && (h.Fires(Enter) || len(h.States) > 0) {
+			return false // an operator without states refuses a handler that names one
+		}
+	}
+	return len(d.Handlers) > 0
 }

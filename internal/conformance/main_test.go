@@ -17,6 +17,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/opkit-dev/opkit/internal/conformance"
 	"github.com/opkit-dev/opkit/internal/definition"
@@ -235,6 +237,9 @@ func runEngine(dir, namespace string) int {
 		fmt.Fprintln(os.Stderr, "engine:", err)
 		return 1
 	}
+	// The engine's log lines go to the case's engine.log, whose tail a
+	// failure shows.
+	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
 	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
 	if err != nil {
 		return fail(err)

@@ -45,7 +45,11 @@ func Walk(path string, a, b any, lists Lists, change func(op, path string, was, 
 	al, aok := a.([]any)
 	bl, bok := b.([]any)
 	if aok && bok && lists != ListsWhole {
-		if ak, bk := keyed(al), keyed(bl); lists == ListsByKey && ak != nil && bk != nil {
+		var ak, bk *keyedList
+		if lists == ListsByKey {
+			ak, bk = keyed(al), keyed(bl)
+		}
+		if ak != nil && bk != nil {
 			keys := slices.Clone(ak.order)
 			for _, k := range bk.order {
 				if _, ok := ak.items[k]; !ok {

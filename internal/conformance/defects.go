@@ -393,4 +393,22 @@ var Regressions = []Regression{
 			},
 		},
 	},
+	{
+		Name:  "an object created while its whole operator is paused, paused while no engine ran, stays in its initial state",
+		Issue: "50 (found by make soak, seed 20263201: the state machine's step read the object's own pause only)",
+		Case: Case{
+			Def: Def{Kind: CustomResource, States: &Machine{}, Cluster: true, Source: &Source{Kind: Kafka}, Handlers: []Handler{h("e1", Behaviour{}, Event)}},
+			History: []Step{
+				{Op: OpStop, Kill: true}, {Op: OpPauseOperator}, {Op: OpStart}, {Op: OpCreate},
+			},
+		},
+	},
+	{
+		Name:  "an object created while its whole operator is paused stays in its initial state, with the engine running",
+		Issue: "50 (the one before's, with the pause made while the engine runs)",
+		Case: Case{
+			Def:     Def{Kind: CustomResource, States: &Machine{}, Cluster: true, Handlers: []Handler{h("h1", Behaviour{}, Update)}},
+			History: []Step{{Op: OpPauseOperator}, {Op: OpCreate}, {Op: OpChange, Field: "a"}},
+		},
+	},
 }

@@ -207,10 +207,11 @@ func (r *reconciler) stepHandlers(ctx context.Context, cr *unstructured.Unstruct
 	}
 	if sv != nil && (r.runner == nil || step != nil) {
 		var handlers *cause.State
+		operatorPaused := false
 		if step != nil {
-			handlers = step.State
+			handlers, operatorPaused = step.State, step.OperatorPause != nil
 		}
-		requeue = sooner(requeue, r.states.Step(cr, sv, vars, handlers)) // the state's timeout
+		requeue = sooner(requeue, r.states.Step(cr, sv, vars, handlers, operatorPaused)) // the state's timeout
 	}
 	return step, requeue, failure
 }

@@ -143,9 +143,11 @@ func (v *Visit) Self(obj map[string]any) map[string]any {
 
 // Step decides the object's move after its children converged and its
 // handlers stepped (handlers is their state, nil for an Operator without
-// handlers); a move is put into vars.Self. It returns when to look again
+// handlers; operatorPaused: the step found the whole operator paused,
+// which holds the object as its own pause does); a move is put into
+// vars.Self. It returns when to look again
 // for the state's timeout (0 for no timeout to wait for).
-func (s *Machine) Step(cr *unstructured.Unstructured, v *Visit, vars *definition.Vars, handlers *cause.State) time.Duration {
+func (s *Machine) Step(cr *unstructured.Unstructured, v *Visit, vars *definition.Vars, handlers *cause.State, operatorPaused bool) time.Duration {
 	if v.next != nil {
 		return 0 // initialized: the next reconcile steps from the initial state
 	}
@@ -160,6 +162,7 @@ func (s *Machine) Step(cr *unstructured.Unstructured, v *Visit, vars *definition
 		Guard: func(t *definition.Transition) (bool, error) { return t.Holds(*vars, run) },
 	}
 	_, in.Paused = cr.GetAnnotations()[v1alpha1.PauseAnnotation]
+	in.OperatorPaused = operatorPaused
 	if d, ok := cr.GetAnnotations()[v1alpha1.DecisionAnnotation]; ok {
 		in.Decision = &d
 	}

@@ -26,6 +26,10 @@ const (
 // PausedWaits is why a decision on a paused object waits.
 const PausedWaits = "the object is paused (" + v1alpha1.PauseAnnotation + "): it is taken once the object is resumed"
 
+// OperatorPausedWaits is why a decision on an object of an operator
+// paused whole waits.
+const OperatorPausedWaits = "its whole operator is paused (" + v1alpha1.PauseAnnotation + " on its Operator): it is taken once the operator is resumed"
+
 // Ref names a decision in the engine's Events: who, when, on which visit,
 // and what they chose.
 func Ref(d v1alpha1.Decision) string {

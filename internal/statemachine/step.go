@@ -34,6 +34,9 @@ type Input struct {
 	// Paused: the object carries opkit.dev/paused. Deleting: it has a
 	// deletion timestamp.
 	Paused, Deleting bool
+	// OperatorPaused: the object's whole operator is paused (its Operator
+	// carries opkit.dev/paused), which holds it as its own pause does.
+	OperatorPaused bool
 	// Now is the time of the step.
 	Now time.Time
 }
@@ -121,7 +124,7 @@ func Next(in Input) Step {
 	if in.Decision != nil {
 		return decide(in, st, *in.Decision) // taken, refused or waiting: said at once
 	}
-	if in.Paused || in.Deleting {
+	if in.Paused || in.OperatorPaused || in.Deleting {
 		return Step{}
 	}
 	if st == nil {
@@ -220,6 +223,8 @@ func decide(in Input, st *definition.State, raw string) Step {
 	switch {
 	case in.Paused:
 		return Step{Decision: &d, Waits: PausedWaits}
+	case in.OperatorPaused:
+		return Step{Decision: &d, Waits: OperatorPausedWaits}
 	case len(in.Awaited) > 0:
 		return Step{Decision: &d, Waits: fmt.Sprintf("the handlers of this visit of %s have not finished: %s; it is taken once they have (one that gives up is done with)",
 			cur.Name, strings.Join(in.Awaited, ", "))}

@@ -162,6 +162,16 @@ func TestNext(t *testing.T) {
 			want: Step{Decision: &valid, Waits: "the object is paused (opkit.dev/paused): it is taken once the object is resumed"},
 		},
 		{
+			name: "its whole operator's pause holds everything too",
+			in:   Input{Current: state("Provisioning", 1, at(0)), OperatorPaused: true, Now: at(time.Hour), Guard: guards(map[string]any{"server ready": true})},
+			want: Step{},
+		},
+		{
+			name: "its whole operator's pause holds a decision, which stays, and says why",
+			in:   Input{Current: state("NeedsAttention", 5, at(0)), OperatorPaused: true, Now: at(time.Hour), Decision: decision(valid)},
+			want: Step{Decision: &valid, Waits: "its whole operator is paused (opkit.dev/paused on its Operator): it is taken once the operator is resumed"},
+		},
+		{
 			name: "an object being deleted does not move",
 			in:   Input{Current: state("Provisioning", 1, at(0)), Deleting: true, Now: at(time.Hour), Guard: guards(map[string]any{"server ready": true})},
 			want: Step{},

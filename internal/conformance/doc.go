@@ -63,9 +63,9 @@
 //     status.opkit.handled recorded: every create and update handler done
 //     with the generation, once nothing else is due, or with the status
 //     write of a transition (before the enter runs of the state it makes,
-//     which a SIGKILL may interrupt). An object created
-//     while no engine ran gets its create runs at the start, not a resume
-//     run.
+//     which a SIGKILL may interrupt), but not while the object is paused,
+//     on its own or with its operator. An object created while no engine
+//     ran gets its create runs at the start, not a resume run.
 //   - Runs go one at a time per object, the most urgent first (create and
 //     update, then enter and the state's transition, then when and
 //     resume), in declared order. A handler that failed and waits for its

@@ -121,8 +121,10 @@ func (m *model) settle() {
 // and update handler is done with its generation: when nothing else is
 // due, or with the status write of a transition, which comes before the
 // enter runs of the state it makes (a SIGKILL in one leaves it recorded).
+// A paused object (on its own or with its operator) is not: the engine's
+// step ends at the pause, before it records anything handled.
 func (m *model) recordHandled(l *life) {
-	if l.exists && !l.deleting && !slices.ContainsFunc(m.def.Handlers, func(h Handler) bool {
+	if l.exists && !l.deleting && !l.paused && !m.opPaused && !slices.ContainsFunc(m.def.Handlers, func(h Handler) bool {
 		return (h.Fires(Create) || h.Fires(Update)) && l.hs[h.Name].gen < l.gen
 	}) {
 		l.handled = true

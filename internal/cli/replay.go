@@ -63,8 +63,8 @@ func newReplayCommand() *cobra.Command {
 			if dash := cmd.ArgsLenAtDash(); dash != 1 && (dash != -1 || len(args) > 1) {
 				return fmt.Errorf("want RUN, then the command after --: opkit replay RUN -- ./fixed.sh ARG")
 			}
-			if !archive.ValidID(id) {
-				return fmt.Errorf("%q is not a run id (opkit runs lists them)", id)
+			if err := checkRunID(id); err != nil {
+				return err
 			}
 			// The binding context a run got is the archive's alone: the
 			// runs API does not serve it.

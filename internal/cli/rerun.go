@@ -57,10 +57,7 @@ delivery with opkit events redeliver.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, out := cmd.Context(), cmd.OutOrStdout()
 			id := args[0]
-			if !archive.ValidID(id) {
-				return fmt.Errorf("%q is not a run id (opkit runs lists them)", id)
-			}
-			src, err := openRunSource(cmd, archivePath, kubeconfig)
+			src, err := openRunSourceOf(cmd, id, archivePath, kubeconfig)
 			if err != nil {
 				return err
 			}

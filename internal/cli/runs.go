@@ -277,10 +277,7 @@ console shows it. --raw prints the bytes as the handler wrote them.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			if !archive.ValidID(id) {
-				return fmt.Errorf("%q is not a run id (opkit runs lists them)", id)
-			}
-			src, err := openRunSource(cmd, archivePath, kubeconfig)
+			src, err := openRunSourceOf(cmd, id, archivePath, kubeconfig)
 			if err != nil {
 				return err
 			}

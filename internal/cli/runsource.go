@@ -59,6 +59,23 @@ func runSourceFlags(cmd *cobra.Command, archivePath, kubeconfig *string) {
 //
 // A cluster that has the runs API registered but cannot serve it (the
 // engine down) is an error: another archive would show other runs.
+// openRunSourceOf is openRunSource for a command about one run, id,
+// which is checked first.
+func openRunSourceOf(cmd *cobra.Command, id, archivePath, kubeconfig string) (*runSource, error) {
+	if err := checkRunID(id); err != nil {
+		return nil, err
+	}
+	return openRunSource(cmd, archivePath, kubeconfig)
+}
+
+// checkRunID refuses what is not a run id, saying where ids are found.
+func checkRunID(id string) error {
+	if !archive.ValidID(id) {
+		return fmt.Errorf("%q is not a run id (opkit runs lists them)", id)
+	}
+	return nil
+}
+
 func openRunSource(cmd *cobra.Command, archivePath, kubeconfig string) (*runSource, error) {
 	ctx := cmd.Context()
 	if archiveGiven(cmd) {

@@ -93,7 +93,7 @@ SOURCE_DATE_EPOCH      ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # More flags for cmd/opkit-image, e.g. -ca-certificates FILE.
 IMAGE_FLAGS            ?=
 
-.PHONY: all build plane browser postgresql demo test compile compiletests checks vet lint unit late benchtests usermodule helmchart scenarios fmt bench soak image clean
+.PHONY: all build plane browser postgresql demo test compile compiletests checks vet lint unit late benchtests usermodule helmchart scenarios fmt bench soak fuzz fuzzsmoke image clean
 
 all: build
 
@@ -161,7 +161,7 @@ compiletests: vet
 # What make test runs beside unit, in this order: the bench's tests, the
 # other modules', the scenarios, then the packages that wait most.
 checks:
-	$(MAKE) --no-print-directory benchtests usermodule helmchart scenarios late
+	$(MAKE) --no-print-directory benchtests usermodule helmchart scenarios late fuzzsmoke
 
 vet:
 	$(GO) vet ./...
@@ -239,6 +239,28 @@ soak: plane
 	  -conformance.seed=$(SEED) -conformance.duration=$(DURATION) -conformance.known=$(if $(filter 0,$(KNOWN)),false,true) -conformance.parallel=$(PARALLEL) \
 	  -conformance.report=$(BIN)/soak-report.txt; \
 	  status=$$?; cat $(BIN)/soak-report.txt 2>/dev/null; exit $$status
+
+## fuzz: each Go fuzz target (a func FuzzX in a _test.go file under api,
+## internal or pkg), one after another, for FUZZTIME each, on FUZZPARALLEL
+## workers (default: one a core). A finding stops it; go test keeps the
+## failing input in the package's testdata/fuzz/FuzzX/, where it stays, a
+## seed the package's tests play from then on.
+FUZZTIME     ?= 10m
+FUZZPARALLEL ?= $(shell nproc)
+fuzz:
+	$(call fuzz_each,$(FUZZTIME),$(FUZZPARALLEL))
+
+# What make test fuzzes beside its seeds (which go test plays in unit):
+# each target for a few seconds, one worker.
+fuzzsmoke:
+	$(call fuzz_each,3s,1)
+
+define fuzz_each
+	@grep -r --include='*_test.go' -o '^func Fuzz[A-Za-z0-9_]*' api internal pkg | sort | while IFS=: read -r file fn; do \
+	  target=$${fn#func }; dir=./$$(dirname $$file); echo "fuzz $$target ($$dir, $(1))"; \
+	  $(GO) test $$dir -run '^$$' -fuzz "^$$target$$" -fuzztime=$(1) -parallel=$(2) || exit 1; \
+	done
+endef
 
 ## fmt: format the code as the linters want it
 fmt: $(GOLANGCI_LINT)

@@ -520,6 +520,12 @@ func (ch *checker) start() {
 	go func(waited chan struct{}) { _ = cmd.Wait(); close(waited) }(ch.waited)
 	ch.starts[cmd.Process.Pid] = len(ch.starts) + 1
 	ready := filepath.Join(ch.dir, "ready."+strconv.Itoa(cmd.Process.Pid))
+	applied := false
+	defer func() {
+		if !applied { // Eventually failed the test: say what the engine did meanwhile
+			t.Logf("the engine process's log ends:\n%s", ch.logTail())
+		}
+	}()
 	clustertest.Eventually(t, 2*time.Minute, "the engine process applies the definition", func(context.Context) (bool, error) {
 		select {
 		case <-ch.waited:
@@ -530,6 +536,7 @@ func (ch *checker) start() {
 		ch.hooks = string(addr)
 		return err == nil, nil
 	})
+	applied = true
 	if ch.store == nil {
 		store, err := archive.OpenSQLite(context.WithoutCancel(t.Context()), filepath.Join(ch.dir, "runs.db"), archive.Options{})
 		if err != nil {

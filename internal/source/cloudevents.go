@@ -177,6 +177,11 @@ func binaryEvent(h http.Header, body []byte) (*CloudEvent, error) {
 	}
 	delete(attrs, "datacontenttype") // the Content-Type says it
 	if ct := h.Get("Content-Type"); ct != "" {
+		// A header value may hold a tab, or bytes that are not UTF-8,
+		// which no attribute holds.
+		if !utf8.ValidString(ct) || control(ct) {
+			return nil, refuse(http.StatusBadRequest, "header Content-Type, the event's datacontenttype, is not UTF-8 text without control characters")
+		}
 		attrs["datacontenttype"] = ct
 	}
 	ev := &CloudEvent{Attributes: attrs}
@@ -238,7 +243,7 @@ func structuredEvent(body []byte, where string) (*CloudEvent, error) {
 		}
 		v, ok, err := attributeText(raw)
 		if err != nil {
-			return nil, refuse(http.StatusBadRequest, "%sattribute %s is %v", where, name, err)
+			return nil, refuse(http.StatusBadRequest, "%sattribute %s is %v", where, clip(name), err)
 		}
 		if ok {
 			attrs[name] = v
@@ -278,6 +283,9 @@ func structuredEvent(body []byte, where string) (*CloudEvent, error) {
 		ev.Payload = []byte("null")
 	}
 	if err != nil {
+		if n := outOfRange(err); n != "" {
+			return nil, refuse(http.StatusBadRequest, "%sdata holds the number %s, %s", where, n, numberRange)
+		}
 		return nil, refuse(http.StatusBadRequest, "%sdata: %v", where, err)
 	}
 	return ev, nil
@@ -358,6 +366,9 @@ func dataPayload(ct string, data []byte, what string) ([]byte, any, error) {
 		}
 		var v any
 		if err := json.Unmarshal(data, &v); err != nil {
+			if n := outOfRange(err); n != "" {
+				return nil, nil, refuse(http.StatusBadRequest, "%s holds the number %s, %s", what, n, numberRange)
+			}
 			return nil, nil, refuse(http.StatusBadRequest, "%s is not JSON, as its content type %s says: %v", what, orJSON(ct), err)
 		}
 		return data, v, nil

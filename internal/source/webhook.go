@@ -78,16 +78,38 @@ func CheckContentType(h http.Header) error {
 // Payload decodes a delivery's body. A body that is not JSON, or that
 // nests deeper than jsondepth.Max objects and arrays, is a 400 Refusal
 // saying so: its handlers, the archive's readers and the handlers' own
-// JSON decoders need not survive one 10,000 levels deep.
+// JSON decoders need not survive one 10,000 levels deep. So is JSON
+// holding a number past a float64's range (1e400), naming it.
 func Payload(body []byte) (any, error) {
 	if err := jsondepth.Check(body, jsondepth.Max); err != nil {
 		return nil, refuse(http.StatusBadRequest, "the body is %v: opkit reads JSON at most %d deep", err, jsondepth.Max)
 	}
 	var payload any
 	if err := json.Unmarshal(body, &payload); err != nil {
+		if n := outOfRange(err); n != "" {
+			return nil, refuse(http.StatusBadRequest, "the body holds the number %s, %s", n, numberRange)
+		}
 		return nil, refuse(http.StatusBadRequest, "the body is not JSON: %v", err)
 	}
 	return payload, nil
+}
+
+// numberRange says why JSON holding a number such as 1e400 is refused:
+// it is JSON, but handlers read numbers as float64s.
+const numberRange = "past the range of the numbers opkit reads (a float64's, about ±1.8e308)"
+
+// outOfRange is the number, clipped, of encoding/json's err decoding
+// valid JSON into an any whose number is past a float64's range; "" for
+// any other error.
+func outOfRange(err error) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return ""
+	}
+	if n, ok := strings.CutPrefix(te.Value, "number "); ok {
+		return clip(n)
+	}
+	return ""
 }
 
 // ErrNoSecret is a source whose secret is empty: it accepts nothing.

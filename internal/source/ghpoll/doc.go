@@ -35,7 +35,8 @@
 //     Body is the event's payload with repository, sender and
 //     organization (the event's repo, actor and org) added where the
 //     payload has none, and a push's after (its head) where it has none.
-//     ID is the event's id, and so is the x-github-delivery header: not
+//     ID is the event's id (in decimal without sign or leading zeros, as
+//     GitHub writes it), and so is the x-github-delivery header: not
 //     the webhook's GUID, which the events API does not give. Headers
 //     are x-github-event and x-github-delivery; Published is the event's
 //     created_at. The events API's payloads are the webhook's for most

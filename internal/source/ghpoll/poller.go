@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/source"
@@ -339,7 +341,7 @@ func (p *Poller) read(u string, resp *http.Response, body []byte) (*page, error)
 	h := resp.Header
 	pg := &page{etag: h.Get("ETag"), next: p.nextLink(h.Get("Link"))}
 	if s, err := strconv.Atoi(h.Get("X-Poll-Interval")); err == nil && s > 0 {
-		pg.pollInterval = time.Duration(s) * time.Second
+		pg.pollInterval = seconds(s)
 	}
 	reset := p.reset(h)
 	switch resp.StatusCode {
@@ -351,9 +353,11 @@ func (p *Poller) read(u string, resp *http.Response, body []byte) (*page, error)
 			e := &pg.events[i]
 			n, err := strconv.ParseInt(e.ID, 10, 64)
 			if err != nil || n < 0 {
-				return nil, fmt.Errorf("GET %s: event id %q is not a number", u, e.ID)
+				return nil, fmt.Errorf("GET %s: event id %q is not a number", u, clip(e.ID, 64))
 			}
-			e.seq = n
+			// The id as GitHub writes it: "+7" or "007" is event 7, not
+			// a delivery id of its own (nor one past 200 characters).
+			e.ID, e.seq = strconv.FormatInt(n, 10), n
 		}
 		if h.Get("X-RateLimit-Remaining") == "0" && !reset.IsZero() {
 			pg.exhausted = &rateLimitError{what: "GitHub's rate limit is used up (X-RateLimit-Remaining 0)", until: reset}
@@ -366,7 +370,7 @@ func (p *Poller) read(u string, resp *http.Response, body []byte) (*page, error)
 	msg := githubMessage(body)
 	if ra, err := strconv.Atoi(h.Get("Retry-After")); err == nil && ra >= 0 &&
 		(resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusTooManyRequests) {
-		return nil, &rateLimitError{what: fmt.Sprintf("GitHub's secondary rate limit (%d %s, Retry-After %ds)", resp.StatusCode, msg, ra), until: p.clock.Now().Add(time.Duration(ra) * time.Second)}
+		return nil, &rateLimitError{what: fmt.Sprintf("GitHub's secondary rate limit (%d %s, Retry-After %ds)", resp.StatusCode, msg, ra), until: p.clock.Now().Add(seconds(ra))}
 	}
 	if (resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusTooManyRequests) && h.Get("X-RateLimit-Remaining") == "0" && !reset.IsZero() {
 		return nil, &rateLimitError{what: fmt.Sprintf("GitHub's rate limit is used up (%d %s)", resp.StatusCode, msg), until: reset}
@@ -383,6 +387,15 @@ func (p *Poller) read(u string, resp *http.Response, body []byte) (*page, error)
 		return nil, fmt.Errorf("GET %s: 404 %s: check that %s exists, and that the credentials can see it (a private repository is 404 to a token that cannot read it)", u, msg, p.target())
 	}
 	return nil, fmt.Errorf("GET %s: %d %s", u, resp.StatusCode, msg)
+}
+
+// seconds is a header's count of seconds, n >= 0, as a Duration: at
+// most the longest, some 292 years, where n seconds would overflow one.
+func seconds(n int) time.Duration {
+	if int64(n) > math.MaxInt64/int64(time.Second) {
+		return math.MaxInt64
+	}
+	return time.Duration(n) * time.Second
 }
 
 // reset is X-RateLimit-Reset's time, zero when there is none.
@@ -431,17 +444,28 @@ func (p *Poller) nextLink(link string) string {
 	return ""
 }
 
-// githubMessage is the message of GitHub's error body, or its start.
+// githubMessage is the message of GitHub's error body, or its start:
+// at most 120 bytes of it.
 func githubMessage(body []byte) string {
 	var e struct {
 		Message string `json:"message"`
 	}
 	if json.Unmarshal(body, &e) == nil && e.Message != "" {
-		return e.Message
+		return clip(e.Message, 120)
 	}
-	s := strings.TrimSpace(string(body))
-	if len(s) > 120 {
-		s = s[:120] + "..."
+	return clip(strings.TrimSpace(string(body)), 120)
+}
+
+// clip cuts s, text from GitHub for an error, to n bytes of valid UTF-8
+// and "..." when it was longer.
+func clip(s string, n int) string {
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) <= n {
+		return s
 	}
-	return strings.ToValidUTF8(s, "?")
+	s = s[:n]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "..."
 }

@@ -53,8 +53,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -362,16 +364,7 @@ func (c *Consumer) deliver(ctx context.Context, sink source.Sink, msg jetstream.
 	if err != nil {
 		return fmt.Errorf("reading a message of consumer %s: %w", c.spec.Consumer, err)
 	}
-	m := source.Message{
-		ID:        fmt.Sprintf("%s:%d", meta.Stream, meta.Sequence.Stream),
-		Event:     msg.Subject(),
-		Headers:   headers(msg.Headers()),
-		Body:      msg.Data(),
-		Published: meta.Timestamp,
-	}
-	if limit := c.maxBody(); int64(len(m.Body)) > limit {
-		m.Body = m.Body[:limit+1]
-	}
+	m := message(meta, msg.Subject(), msg.Headers(), msg.Data(), c.maxBody())
 	c.delivering.Store(&held{msg: msg, since: time.Now()})
 	err = sink.Deliver(ctx, m)
 	c.delivering.Store(nil)
@@ -383,6 +376,25 @@ func (c *Consumer) deliver(ctx context.Context, sink source.Sink, msg jetstream.
 	_ = msg.Ack()
 	c.update(func(s *source.State) { s.Err, s.RetryAt, s.Last = nil, time.Time{}, time.Now() })
 	return nil
+}
+
+// message is a JetStream message as the sink's: its ID <stream>:<stream
+// sequence> from meta, its subject the Event, its headers by lower-case
+// name, its data the Body, cut to limit+1 bytes when longer than limit
+// (for the sink to refuse as too large), and its timestamp. It is all of
+// a message that is read: the sink decodes the body.
+func message(meta *jetstream.MsgMetadata, subject string, h nats.Header, data []byte, limit int64) source.Message {
+	m := source.Message{
+		ID:        fmt.Sprintf("%s:%d", meta.Stream, meta.Sequence.Stream),
+		Event:     subject,
+		Headers:   headers(h),
+		Body:      data,
+		Published: meta.Timestamp,
+	}
+	if int64(len(m.Body)) > limit {
+		m.Body = m.Body[:limit+1]
+	}
+	return m
 }
 
 func (c *Consumer) maxBody() int64 {
@@ -423,12 +435,16 @@ func lag(info *jetstream.ConsumerInfo) int64 {
 	return int64(info.NumPending) + int64(info.NumAckPending)
 }
 
-// headers are a message's headers by lower-case name, first value.
+// headers are a message's headers by lower-case name, first value. NATS
+// keeps the case of a header's name: of names that differ only in case
+// (Nats-Msg-Id, nats-msg-id), the first in byte order gives the value,
+// so that every delivery of a message reads the same headers.
 func headers(h nats.Header) map[string]string {
 	out := make(map[string]string, len(h))
-	for k, vs := range h {
-		if len(vs) > 0 {
-			out[strings.ToLower(k)] = vs[0]
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		lower := strings.ToLower(k)
+		if _, ok := out[lower]; !ok && len(h[k]) > 0 {
+			out[lower] = h[k][0]
 		}
 	}
 	return out

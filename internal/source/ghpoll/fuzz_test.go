@@ -293,6 +293,13 @@ func checkMessage(t *testing.T, p *Poller, e event, m source.Message) {
 	// The body is a JSON object: the payload's members, and the event's
 	// repository, actor and organization where the payload has none.
 	var body, payload map[string]json.RawMessage
+	if len(e.Payload) > 0 && string(e.Payload) != "null" && json.Unmarshal(e.Payload, &payload) != nil {
+		// A payload that is not an object is delivered as it came.
+		if !bytes.Equal(m.Body, e.Payload) {
+			t.Errorf("event %q: a payload not an object, %.100q, delivered as %.100q", e.ID, e.Payload, m.Body)
+		}
+		return
+	}
 	if err := json.Unmarshal(m.Body, &body); err != nil || body == nil {
 		t.Fatalf("event %q: the body %.200q is not a JSON object: %v", e.ID, m.Body, err)
 	}
@@ -324,4 +331,26 @@ func checkMessage(t *testing.T, p *Poller, e event, m source.Message) {
 		t.Fatalf("the web's URL %q", p.html)
 	}
 	checkBody(t, m.Body)
+}
+
+// TestAPayloadNotAnObjectIsDeliveredAsItCame: an event whose payload is
+// not a JSON object (GitHub's are) is delivered as it came, so that it
+// holds back none of the events after it.
+func TestAPayloadNotAnObjectIsDeliveredAsItCame(t *testing.T) {
+	p, err := New(&v1alpha1.GitHubPollSource{Repository: "packit/deploy-notifier", Since: v1alpha1.SinceAll,
+		TokenSecretRef: &v1alpha1.SecretKeySelector{Namespace: "team-a", Name: "github", Key: "token"}},
+		time.Minute, "notifier", "github", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, payload := range []string{`[1,2]`, `"push"`, `7`} {
+		e := event{ID: "41", Type: "PushEvent", Payload: json.RawMessage(payload)}
+		m, err := p.message(e)
+		if err != nil {
+			t.Fatalf("payload %s: %v; want it delivered as it came", payload, err)
+		}
+		if string(m.Body) != payload || m.ID != "41" || m.Event != "push" {
+			t.Errorf("payload %s: delivered as %+v", payload, m)
+		}
+	}
 }

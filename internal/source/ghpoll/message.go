@@ -56,10 +56,14 @@ func WebhookEvent(typ string) string {
 // it, as the package doc says.
 func (p *Poller) message(e event) (source.Message, error) {
 	name := WebhookEvent(e.Type)
+	headers := map[string]string{"x-github-event": name, "x-github-delivery": e.ID}
 	body := map[string]json.RawMessage{}
 	if len(e.Payload) > 0 && string(e.Payload) != "null" {
 		if err := json.Unmarshal(e.Payload, &body); err != nil {
-			return source.Message{}, fmt.Errorf("event %s (%s): its payload is not a JSON object: %w", e.ID, e.Type, err)
+			// Not an object, as GitHub's payloads are: the event is
+			// delivered as it came, nothing added, for the sink to take
+			// or refuse, so that it holds back none of the events after it.
+			return source.Message{ID: e.ID, Event: name, Headers: headers, Body: e.Payload, Published: e.CreatedAt}, nil
 		}
 	}
 	var repo struct {
@@ -103,11 +107,5 @@ func (p *Poller) message(e event) (source.Message, error) {
 	if err != nil {
 		return source.Message{}, fmt.Errorf("event %s (%s): %w", e.ID, e.Type, err)
 	}
-	return source.Message{
-		ID:        e.ID,
-		Event:     name,
-		Headers:   map[string]string{"x-github-event": name, "x-github-delivery": e.ID},
-		Body:      data,
-		Published: e.CreatedAt,
-	}, nil
+	return source.Message{ID: e.ID, Event: name, Headers: headers, Body: data, Published: e.CreatedAt}, nil
 }

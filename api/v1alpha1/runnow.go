@@ -56,9 +56,14 @@ func ReadRunNow(value string) (RunNow, error) {
 		return RunNow{}, fmt.Errorf("it is not the JSON of a request ({\"id\":...,\"by\":...,\"at\":...}): %w", err)
 	}
 	if r.ID == "" || len(r.ID) > 40 || strings.Trim(r.ID, "abcdefghijklmnopqrstuvwxyz0123456789") != "" {
-		return RunNow{}, fmt.Errorf("its id %q is not 1 to 40 lower-case letters and digits", r.ID)
+		id := r.ID
+		if len(id) > 48 {
+			// The start says what it is; a message quotes no more.
+			id = strings.ToValidUTF8(id[:48], "") + "..."
+		}
+		return RunNow{}, fmt.Errorf("its id %q is not 1 to 40 lower-case letters and digits", id)
 	}
-	if r.By == "" {
+	if strings.TrimSpace(r.By) == "" {
 		return RunNow{}, errors.New("it names nobody (by): a run asked for by a person says who")
 	}
 	return r, nil

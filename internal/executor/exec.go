@@ -181,17 +181,23 @@ func (e *Exec) run(ctx context.Context, req Request, env []string, hidden secret
 		if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return nil, &Failure{Message: fmt.Sprintf("killed by signal %s", ws.Signal())}
 		}
-		code := exitErr.ExitCode()
-		plain := fmt.Sprintf("exit status %d", code)
-		if line := stderr.lastLine(); line != "" {
-			plain += ": " + line
-		}
-		return nil, exitFailure(code, stdout.buf.Bytes(), plain)
+		return nil, exitedFailure(exitErr.ExitCode(), stdout.buf.Bytes(), stderr)
 	}
 	if err != nil {
 		return nil, &Failure{Message: err.Error()}
 	}
 	return ParseResult(stdout.buf.Bytes())
+}
+
+// exitedFailure is the failure of a process that exited with code, not
+// 0, having written stdout, and stderr: its result's error, or the exit
+// status and the last line of its log.
+func exitedFailure(code int, stdout []byte, stderr *tailWriter) *Failure {
+	plain := fmt.Sprintf("exit status %d", code)
+	if line := stderr.lastLine(); line != "" {
+		plain += ": " + line
+	}
+	return exitFailure(code, stdout, plain)
 }
 
 // command is the handler's process with env, not started: argv only, in

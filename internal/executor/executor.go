@@ -25,10 +25,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -103,7 +106,10 @@ type Result struct {
 	// Patch, of a mutate handler, is a JSON merge patch (RFC 7386) of the
 	// object: {"spec": {"replicas": 1}} sets a field, null removes one.
 	// It may change spec, metadata.labels and metadata.annotations.
-	Patch map[string]any `json:"patch,omitempty"`
+	// An empty patch is one (it makes the result an admission answer),
+	// and so it is kept when the result is encoded again (a runner's
+	// reply, the archive's record).
+	Patch map[string]any `json:"patch,omitzero"`
 	// Warnings are shown to the client (kubectl prints each), allowed or
 	// not.
 	Warnings []string `json:"warnings,omitempty"`
@@ -180,13 +186,18 @@ func ParseResult(out []byte) (*Result, error) {
 	dec := json.NewDecoder(bytes.NewReader(out))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
-		if msg := resultFieldError(err); msg != "" {
+		if msg := resultFieldError(err, out); msg != "" {
 			return nil, &Failure{Message: "invalid result: " + msg + "; output begins " + strconv.Quote(excerpt(out))}
 		}
 		return nil, &Failure{Message: fmt.Sprintf("output is not a JSON result: %v; output begins %q", err, excerpt(out))}
 	}
-	if dec.More() {
-		return nil, &Failure{Message: fmt.Sprintf("output has more than one JSON value; output begins %q", excerpt(out))}
+	// Nothing but space may follow the result: not a second value, nor
+	// a stray bracket (which Decoder.More does not see).
+	if rest := bytes.TrimSpace(out[dec.InputOffset():]); len(rest) > 0 {
+		if _, err := dec.Token(); err == nil {
+			return nil, &Failure{Message: fmt.Sprintf("output has more than one JSON value; output begins %q", excerpt(out))}
+		}
+		return nil, &Failure{Message: fmt.Sprintf("output has %q after its JSON result, at byte %d: a result is one JSON value; output begins %q", short(string(rest)), len(out)-len(bytes.TrimLeft(out[dec.InputOffset():], " \t\r\n")), excerpt(out))}
 	}
 	var problems []string
 	for _, k := range reservedStatus {
@@ -199,7 +210,7 @@ func ParseResult(out []byte) (*Result, error) {
 			r.Events[i].Type = "Normal"
 		}
 		if e.Type != "" && e.Type != "Normal" && e.Type != "Warning" {
-			problems = append(problems, fmt.Sprintf("events[%d].type %q is not Normal or Warning", i, e.Type))
+			problems = append(problems, fmt.Sprintf("events[%d].type %q is not Normal or Warning", i, short(e.Type)))
 		}
 		if e.Reason == "" {
 			problems = append(problems, fmt.Sprintf("events[%d].reason is required", i))
@@ -207,16 +218,37 @@ func ParseResult(out []byte) (*Result, error) {
 	}
 	if r.RequeueAfter != "" {
 		if d, err := time.ParseDuration(r.RequeueAfter); err != nil || d <= 0 {
-			problems = append(problems, fmt.Sprintf("requeueAfter %q is not a positive duration such as 30s", r.RequeueAfter))
+			problems = append(problems, fmt.Sprintf("requeueAfter %q is not a positive duration such as 30s", short(r.RequeueAfter)))
 		}
 	}
 	if r.Error != nil && r.Error.Message == "" {
 		problems = append(problems, "error.message is required")
 	}
+	if len(problems) > maxProblems {
+		problems = append(problems[:maxProblems], fmt.Sprintf("and %d more", len(problems)-maxProblems))
+	}
 	if len(problems) > 0 {
 		return nil, &Failure{Message: "invalid result: " + strings.Join(problems, "; ")}
 	}
 	return &r, nil
+}
+
+// maxProblems is how many of a result's problems its refusal names: a
+// person reads the first, whatever the handler wrote.
+const maxProblems = 10
+
+// short is s, or its start when it is longer than what a message quotes
+// of a value.
+func short(s string) string {
+	const most = 100
+	if len(s) <= most {
+		return s
+	}
+	i := most
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "..."
 }
 
 // resultFields says what each field of a result holds, for the messages of
@@ -239,12 +271,18 @@ var resultFields = map[string]string{
 	"warnings":        `a list of strings`,
 }
 
-var unknownResultField = regexp.MustCompile(`^json: unknown field "(.*)"$`)
+var unknownResultField = regexp.MustCompile(`^json: unknown field (".*")$`)
 
 // resultFieldError says in plain words which field of a result is wrong
-// and what it should hold; "" when err is not about one field.
-func resultFieldError(err error) string {
+// and what it should hold; "" when err is not about one field. out is
+// the result, to find where an unknown field is.
+func resultFieldError(err error, out []byte) string {
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+		if n, ok := strings.CutPrefix(te.Value, "number "); ok {
+			// A number that fits no float64 (1e400): the field holds
+			// the right kind, the number is out of range.
+			return fmt.Sprintf("field %q: the number %s is out of range (a result's numbers are 64-bit floats, up to about 1.8e308)", te.Field, short(n))
+		}
 		want := resultFields[te.Field]
 		if want == "" {
 			want = "another type"
@@ -252,7 +290,45 @@ func resultFieldError(err error) string {
 		return fmt.Sprintf("field %q: expected %s, got %s", te.Field, want, jsonKind(te.Value))
 	}
 	if m := unknownResultField.FindStringSubmatch(err.Error()); m != nil {
-		return fmt.Sprintf("unknown field %q: a result has status, events, requeueAfter, skipped and error (see docs/handlers.md); an admission handler's has allowed, message, patch and warnings (docs/admission.md)", m[1])
+		name, uerr := strconv.Unquote(m[1])
+		if uerr != nil {
+			name = m[1]
+		}
+		switch where := unknownFieldIn(out, name); where {
+		case "error":
+			return fmt.Sprintf("unknown field %q in error: an error has message and permanent", short(name))
+		case "":
+			return fmt.Sprintf("unknown field %q: a result has status, events, requeueAfter, skipped and error (see docs/handlers.md); an admission handler's has allowed, message, patch and warnings (docs/admission.md)", short(name))
+		default:
+			return fmt.Sprintf("unknown field %q in %s: an event has type, reason and message", short(name), where)
+		}
+	}
+	return ""
+}
+
+// unknownFieldIn says where out has the field name that a result does
+// not: "" at the top, "error", or "events[i]".
+func unknownFieldIn(out []byte, name string) string {
+	var top struct {
+		Events []map[string]json.RawMessage `json:"events"`
+		Error  map[string]json.RawMessage   `json:"error"`
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(out, &fields) != nil {
+		return ""
+	}
+	if _, ok := fields[name]; ok {
+		return ""
+	}
+	// What is unknown is below: where, when the rest is as it should be.
+	_ = json.Unmarshal(out, &top)
+	if _, ok := top.Error[name]; ok {
+		return "error"
+	}
+	for i, e := range top.Events {
+		if _, ok := e[name]; ok {
+			return fmt.Sprintf("events[%d]", i)
+		}
 	}
 	return ""
 }
@@ -319,14 +395,18 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 func (t *tailWriter) lastLine() string {
 	lines := strings.Split(strings.ReplaceAll(string(t.tail), "\r", "\n"), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
-		line := strings.TrimSpace(archive.CleanLog([]byte(lines[i])))
+		line := strings.ToValidUTF8(strings.TrimSpace(archive.CleanLog([]byte(lines[i]))), "\uFFFD")
 		if line == "" {
 			continue
 		}
 		if len(line) > 200 {
-			line = line[:197] + "..."
+			cut := 197
+			for cut > 0 && !utf8.RuneStart(line[cut]) {
+				cut--
+			}
+			line = line[:cut] + "..."
 		}
-		return strings.ToValidUTF8(line, "\uFFFD")
+		return line
 	}
 	return ""
 }
@@ -374,17 +454,31 @@ func (h secrets) longest() int {
 	return n
 }
 
+// redactMessage replaces each value in a failure's message, also as Go
+// quotes it: a message quotes the start of the output (ParseResult), and
+// a value with a quote, a backslash or a control character shows so.
+func (h secrets) redactMessage(text string) string {
+	text = h.redact(text)
+	for _, v := range h {
+		if q := strconv.Quote(v); v != "" && q[1:len(q)-1] != v {
+			text = strings.ReplaceAll(text, q[1:len(q)-1], "***")
+		}
+	}
+	return text
+}
+
 // redactResult replaces the values in what a run returns: its failure's
-// message, and the strings of its result (status, Events, error, and an
-// admission answer's message, warnings and patch), which go to the object,
-// its Events, the API server's client and the archive.
+// message, and the strings of its result (status, its keys included,
+// Events, error, a delivery's refusal, and an admission answer's
+// message, warnings and patch), which go to the object, its Events, the
+// API server's client and the archive.
 func (h secrets) redactResult(res *Result, err error) (*Result, error) {
 	if h.longest() == 0 {
 		return res, err
 	}
 	var f *Failure
 	if errors.As(err, &f) {
-		f.Message = h.redact(f.Message)
+		f.Message = h.redactMessage(f.Message)
 	}
 	if res == nil {
 		return res, err
@@ -395,9 +489,7 @@ func (h secrets) redactResult(res *Result, err error) (*Result, error) {
 		case string:
 			return h.redact(v)
 		case map[string]any:
-			for k, e := range v {
-				v[k] = walk(e)
-			}
+			return h.redactMap(v, walk)
 		case []any:
 			for i, e := range v {
 				v[i] = walk(e)
@@ -405,24 +497,37 @@ func (h secrets) redactResult(res *Result, err error) (*Result, error) {
 		}
 		return v
 	}
-	for k, v := range res.Status {
-		res.Status[k] = walk(v)
-	}
+	res.Status = h.redactMap(res.Status, walk)
 	for i := range res.Events {
 		res.Events[i].Reason, res.Events[i].Message = h.redact(res.Events[i].Reason), h.redact(res.Events[i].Message)
 	}
 	if res.Error != nil {
 		res.Error.Message = h.redact(res.Error.Message)
 	}
+	// A delivery's refusal is its Handled reason, and the archive's.
+	res.Refuse = h.redact(res.Refuse)
 	// An admission answer goes to the client and the archive alike.
 	res.Message = h.redact(res.Message)
 	for i, w := range res.Warnings {
 		res.Warnings[i] = h.redact(w)
 	}
-	for k, v := range res.Patch {
-		res.Patch[k] = walk(v)
-	}
+	res.Patch = h.redactMap(res.Patch, walk)
 	return res, err
+}
+
+// redactMap is m with its keys redacted and its values walked: a key is
+// written to the object as a value is. Keys that become one keep the
+// value of the last in order, whatever the map's order. A nil map stays
+// nil.
+func (h secrets) redactMap(m map[string]any, walk func(any) any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]any, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out[h.redact(k)] = walk(m[k])
+	}
+	return out
 }
 
 // redactor passes a log on with hidden's values replaced. The end of a

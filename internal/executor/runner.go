@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -97,6 +98,16 @@ type WireFailure struct {
 	Permanent bool   `json:"permanent,omitempty"`
 }
 
+// failure is the Failure the agent reported; one without a message
+// (an agent that is not opkit's, or broken) says so, not nothing.
+func (w *WireFailure) failure() *Failure {
+	msg := w.Message
+	if strings.TrimSpace(msg) == "" {
+		msg = "the runner reported a failure without a message"
+	}
+	return &Failure{Message: msg, Permanent: w.Permanent}
+}
+
 // Interrupted is a run whose end is not known: its runner was lost
 // mid-run (its connection dropped, or no heartbeat came in time). The
 // engine records it Cancelled and runs it again with its key, counting
@@ -144,12 +155,12 @@ func (r *InImage) Run(ctx context.Context, req Request) (*Result, error) {
 	switch {
 	case err != nil:
 		if i, ok := errors.AsType[*Interrupted](err); ok {
-			i.Message = hidden.redact(i.Message)
+			i.Message = hidden.redactMessage(i.Message)
 			return nil, i
 		}
 		return hidden.redactResult(nil, err)
 	case out.Failure != nil:
-		return hidden.redactResult(nil, &Failure{Message: out.Failure.Message, Permanent: out.Failure.Permanent})
+		return hidden.redactResult(nil, out.Failure.failure())
 	}
 	return hidden.redactResult(ParseResult(out.Result))
 }

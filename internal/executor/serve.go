@@ -270,20 +270,7 @@ func (p *served) readStdout() {
 	defer p.stdout.Close()
 	br := bufio.NewReaderSize(p.stdout, 64<<10)
 	for {
-		var text []byte
-		var err error
-		for {
-			chunk, e := br.ReadSlice('\n')
-			text = append(text, chunk...)
-			if len(text) > MaxResultBytes+1 {
-				err = errLineTooLong
-				break
-			}
-			if !errors.Is(e, bufio.ErrBufferFull) {
-				err = e
-				break
-			}
-		}
+		text, err := readAnswer(br, MaxResultBytes)
 		select {
 		case p.lines <- line{text: text, err: err}:
 		case <-p.quit:
@@ -292,6 +279,24 @@ func (p *served) readStdout() {
 		if err != nil {
 			close(p.lines)
 			return
+		}
+	}
+}
+
+// readAnswer reads a line of a process's stdout, its newline included,
+// with a nil error. A line longer than limit and its newline ends with
+// errLineTooLong and what was read of it; an output that ends (io.EOF) or
+// fails before the newline, with that error and what came of the line.
+func readAnswer(br *bufio.Reader, limit int) ([]byte, error) {
+	var text []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		text = append(text, chunk...)
+		if len(text) > limit+1 {
+			return text, errLineTooLong
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return text, err
 		}
 	}
 }
@@ -417,13 +422,24 @@ func (p *served) run(ctx context.Context, req Request, hidden secrets) (res *Res
 		return nil, false, p.exitFailure(ctx, stderr, detach, wrote)
 	}
 	detach()
-	res, err = ParseResult(l.text)
+	res, err = parseAnswer(l.text)
+	if err != nil {
+		return nil, false, err
+	}
+	return res, true, nil
+}
+
+// parseAnswer reads a process's answer, a line of its stdout (readAnswer),
+// as ParseResult does; a line that is not a result is a *Failure that
+// says what an answer is, and that the process is stopped.
+func parseAnswer(text []byte) (*Result, error) {
+	res, err := ParseResult(text)
 	if err != nil {
 		f := AsFailure(err)
 		f.Message += "; in exec.mode Serve a result is one line of JSON (print it compact, then flush), and the process is stopped, as its next answer could be out of step"
-		return nil, false, f
+		return nil, f
 	}
-	return res, true, nil
+	return res, nil
 }
 
 // stdinOf is what a process per run of action reads: the binding

@@ -104,9 +104,10 @@ var (
 var Kinds = []Kind{Retry, Rerun, Pause, Resume, PauseOperator, ResumeOperator, RunNow, Decide, Redeliver, Continue, Undo}
 
 // Who names who asked, for a message: by, or someone, as the kind's
-// annotation names nobody (a value written by hand).
+// annotation names nobody (a value written by hand; blank names nobody
+// too).
 func (k Kind) Who(by string) string {
-	if by != "" {
+	if strings.TrimSpace(by) != "" {
 		return by
 	}
 	switch {

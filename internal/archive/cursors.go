@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -19,10 +21,12 @@ import (
 // methods are safe for concurrent use.
 type CursorStore interface {
 	// Cursor returns the cursor of an operator's source, "" when it has
-	// none yet.
+	// none yet. An operator or source that SetCursor refuses is an error.
 	Cursor(ctx context.Context, operator, source string) (string, error)
 	// SetCursor records the cursor of an operator's source, replacing
-	// the one before. Operator and source must be set.
+	// the one before. Operator and source must be set; they and the
+	// cursor are UTF-8 text without NUL bytes, which every store keeps
+	// as it is given, and the cursor is at most 1 KiB.
 	SetCursor(ctx context.Context, operator, source, cursor string) error
 }
 
@@ -30,15 +34,37 @@ type CursorStore interface {
 // id, an offset), never a payload.
 const maxCursor = 1 << 10
 
-// checkCursor checks a cursor about to be stored; for stores.
-func checkCursor(operator, source, cursor string) error {
+// checkKey checks the operator and source of a cursor about to be read or
+// stored; for stores. Both are text every store keeps as it is: UTF-8
+// without NUL bytes, which PostgreSQL's text refuses (SQLite would keep
+// them, and a cursor set in one archive would not move to the other).
+func checkKey(operator, source string) error {
 	switch {
 	case operator == "" || source == "":
 		return fmt.Errorf("archive: cursor of operator %q, source %q: both the operator and the source must be set", operator, source)
-	case len(cursor) > maxCursor:
-		return fmt.Errorf("archive: cursor of %s/%s is %d bytes long; a cursor is a position, at most %d bytes", operator, source, len(cursor), maxCursor)
+	case !isText(operator) || !isText(source):
+		return fmt.Errorf("archive: cursor of operator %q, source %q: an operator's and a source's names are UTF-8 text without NUL bytes", operator, source)
 	}
 	return nil
+}
+
+// checkCursor checks a cursor about to be stored; for stores.
+func checkCursor(operator, source, cursor string) error {
+	if err := checkKey(operator, source); err != nil {
+		return err
+	}
+	switch {
+	case len(cursor) > maxCursor:
+		return fmt.Errorf("archive: cursor of %s/%s is %d bytes long; a cursor is a position, at most %d bytes", operator, source, len(cursor), maxCursor)
+	case !isText(cursor):
+		return fmt.Errorf("archive: cursor of %s/%s, %q, is not UTF-8 text without NUL bytes; a cursor is a position, as text", operator, source, cursor)
+	}
+	return nil
+}
+
+// isText reports whether s is UTF-8 without NUL bytes.
+func isText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
 
 const (
@@ -60,6 +86,9 @@ const (
 
 // Cursor returns the cursor of an operator's source, "" when none.
 func (s *SQLite) Cursor(ctx context.Context, operator, source string) (string, error) {
+	if err := checkKey(operator, source); err != nil {
+		return "", err
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.w == nil {
@@ -101,6 +130,9 @@ func (s *SQLite) SetCursor(ctx context.Context, operator, source, cursor string)
 
 // Cursor returns the cursor of an operator's source, "" when none.
 func (p *Postgres) Cursor(ctx context.Context, operator, source string) (string, error) {
+	if err := checkKey(operator, source); err != nil {
+		return "", err
+	}
 	var cursor string
 	err := p.pool.QueryRow(ctx, pgCursorSQL, operator, source).Scan(&cursor)
 	switch {

@@ -285,7 +285,7 @@ func (s *Server) runPage(r *http.Request, u *user) (string, *view, error) {
 	}
 	if op != nil && op.Owns() {
 		data["ActionURL"] = objectURL(run.Operator, run.Namespace, run.Name)
-		data["Rerun"] = run.RerunRefusal(false) == ""
+		data["Rerun"], data["MaxReason"] = run.RerunRefusal(false) == "", maxReason
 	}
 
 	if search := q.Get("q"); search != "" {
@@ -434,11 +434,34 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	back := r.PostFormValue("back")
-	if !strings.HasPrefix(back, "/") || strings.HasPrefix(back, "//") || strings.Contains(back, "\\") {
-		back = objectURL(opName, ns, name)
+	http.Redirect(w, r, backTo(r.PostFormValue("back"), objectURL(opName, ns, name)), http.StatusSeeOther)
+}
+
+// postForm is the form of a POST, parsed as PostFormValue parses it.
+func postForm(r *http.Request) url.Values {
+	_ = r.PostFormValue("csrf")
+	return r.PostForm
+}
+
+// backTo is where an action's form sends its user back: the form's back,
+// a path of this console, else fallback. A path is one a browser reads
+// as this console's: it starts with one slash, and holds no backslash
+// (which a browser reads as a slash) nor any byte a browser drops or
+// that is not a URL's (a tab in "/\t/evil.example" would make it
+// "//evil.example", another site).
+func backTo(back, fallback string) string {
+	if !strings.HasPrefix(back, "/") || strings.HasPrefix(back, "//") || strings.ContainsAny(back, "\\") {
+		return fallback
 	}
-	http.Redirect(w, r, back, http.StatusSeeOther)
+	for _, c := range []byte(back) {
+		if c <= ' ' || c >= 0x7f {
+			return fallback
+		}
+	}
+	if u, err := url.Parse(back); err != nil || u.Scheme != "" || u.Host != "" || u.User != nil {
+		return fallback
+	}
+	return back
 }
 
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {

@@ -73,9 +73,9 @@ func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = s.mayRedeliver(ctx, u)
 	}
-	reason := strings.TrimSpace(r.PostFormValue("reason"))
-	if err == nil && utf8.RuneCountInString(reason) > maxRedeliveryReason {
-		err = badRequest("the reason is %d characters long: at most %d", utf8.RuneCountInString(reason), maxRedeliveryReason)
+	reason, formErr := readRedelivery(postForm(r))
+	if err == nil {
+		err = formErr
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -94,6 +94,16 @@ func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) {
 	}
 	s.awaitRedelivery(ctx, obj)
 	http.Redirect(w, r, deliveryURL(id)+"?"+url.Values{"redelivery": {obj.GetName()}}.Encode(), http.StatusSeeOther)
+}
+
+// readRedelivery reads the Redeliver form: why, in at most
+// maxRedeliveryReason characters, or a 400 that says so.
+func readRedelivery(form url.Values) (reason string, err error) {
+	reason = strings.TrimSpace(form.Get("reason"))
+	if n := utf8.RuneCountInString(reason); n > maxRedeliveryReason {
+		return "", badRequest("the reason is %d characters long: at most %d", n, maxRedeliveryReason)
+	}
+	return reason, nil
 }
 
 // awaitRedelivery waits up to decisionWait for the engine to answer obj.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -32,12 +33,16 @@ func (s *Server) rerun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	sameInput, reason, err := readRerun(postForm(r))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	run, err := s.opts.Archive.Get(ctx, id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	sameInput := r.PostFormValue("sameInput") != ""
 	if why := run.RerunRefusal(sameInput); why != "" {
 		s.fail(w, r, &httpError{http.StatusConflict, sentence(why)})
 		return
@@ -68,7 +73,7 @@ func (s *Server) rerun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now().UTC()
-	req := v1alpha1.Rerun{Request: archive.NewID(now), Run: id, SameInput: sameInput, Reason: strings.TrimSpace(r.PostFormValue("reason")), By: s.decidedBy(u), At: now.Format(time.RFC3339)}
+	req := v1alpha1.Rerun{Request: archive.NewID(now), Run: id, SameInput: sameInput, Reason: reason, By: s.decidedBy(u), At: now.Format(time.RFC3339)}
 	if err := s.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, req.Patch(obj.GetResourceVersion()))); err != nil {
 		if apierrors.IsConflict(err) {
 			err = &httpError{http.StatusConflict, fmt.Sprintf("%s %s changed while you asked; nothing was sent: ask again.", run.Kind, run.Object())}
@@ -81,6 +86,18 @@ func (s *Server) rerun(w http.ResponseWriter, r *http.Request) {
 		back = "/runs/" + started
 	}
 	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
+// readRerun reads a Run again form: whether the run gets the binding
+// context the run got, and why, in at most maxReason bytes (it is
+// written in an annotation, and recorded with the run) or a 400 that
+// says so.
+func readRerun(form url.Values) (sameInput bool, reason string, err error) {
+	reason = strings.TrimSpace(form.Get("reason"))
+	if len(reason) > maxReason {
+		return false, "", badRequest("the reason is %d bytes long; at most %d are kept: say it shorter", len(reason), maxReason)
+	}
+	return form.Get("sameInput") != "", reason, nil
 }
 
 // awaitRerun waits up to decisionWait for the engine's Event answering

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	osuser "os/user"
 	"slices"
 	"strconv"
@@ -173,6 +174,16 @@ type decision struct {
 	Reason string
 }
 
+// readDecision reads a decide form: a visit's seq that is not a number is
+// a 400 that says so.
+func readDecision(form url.Values) (decision, error) {
+	seq, err := strconv.ParseInt(form.Get("seq"), 10, 64)
+	if err != nil {
+		return decision{}, badRequest("the form's seq %q is not a number: reload the page and decide again", form.Get("seq"))
+	}
+	return decision{State: form.Get("state"), Seq: seq, Choose: form.Get("choose"), Reason: strings.TrimSpace(form.Get("reason"))}, nil
+}
+
 // checkDecision refuses a decision on obj that the engine would refuse,
 // or that is not the person's to make any more: the object is being
 // deleted, it moved to another state or visit since the page was shown,
@@ -233,12 +244,11 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, u *user, opName,
 		s.fail(w, r, err)
 		return
 	}
-	seq, err := strconv.ParseInt(r.PostFormValue("seq"), 10, 64)
+	d, err := readDecision(postForm(r))
 	if err != nil {
-		s.fail(w, r, badRequest("the form's seq %q is not a number: reload the page and decide again", r.PostFormValue("seq")))
+		s.fail(w, r, err)
 		return
 	}
-	d := decision{State: r.PostFormValue("state"), Seq: seq, Choose: r.PostFormValue("choose"), Reason: strings.TrimSpace(r.PostFormValue("reason"))}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(op.GVK)
 	if err := s.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {

@@ -41,11 +41,15 @@ func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
 	if ns == clusterScoped {
 		ns = ""
 	}
+	q := r.URL.Query()
+	cursor := q.Get("cursor")
+	if cursor != "" && !archive.ValidID(cursor) {
+		return "", nil, badRequest("cursor %q is not one this console links to: follow the timeline's Older runs link", cursor)
+	}
 	op, err := s.operatorNamed(ctx, opName)
 	if err != nil {
 		return "", nil, err
 	}
-	q := r.URL.Query()
 	var gvk schema.GroupVersionKind
 	if op != nil {
 		gvk = op.GVK
@@ -83,7 +87,6 @@ func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
 	if hasKind {
 		kind = kindQuery(gvk)
 	}
-	cursor := q.Get("cursor")
 	v.Live = withQuery(self, kind, cursorQuery(cursor))
 	owned := !watched && (op == nil || op.Owns())
 	data := map[string]any{"Op": op, "OpName": opName, "Namespace": ns, "Name": name, "Kind": gvk.Kind, "NoActions": noActions(op),

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	yamlv2 "go.yaml.in/yaml/v2"
 	"go.yaml.in/yaml/v3"
@@ -112,7 +114,30 @@ func PlaceYAMLError(data []byte, err error) (line int, message string) {
 			return bytes.Count(data[:i], []byte("\n")) + 1, "invalid YAML near this line: a tab: YAML indents with spaces only"
 		}
 	}
-	return 0, "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")
+	if line, what, ok := badCharacter(data); ok {
+		return line, "invalid YAML near this line: " + what
+	}
+	// Both parsers count lines from 0 and say a line only after the
+	// first: a problem without one is on the first (where the value the
+	// parser was in began, as an unclosed quote).
+	return 1, "invalid YAML near this line: " + strings.TrimPrefix(msg, "yaml: ")
+}
+
+// badCharacter finds the first character YAML does not allow in data, for
+// the errors of the parsers' readers, which say no line: a byte that is
+// not UTF-8, or a control character.
+func badCharacter(data []byte) (line int, what string, ok bool) {
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			return bytes.Count(data[:i], []byte("\n")) + 1, fmt.Sprintf("the byte 0x%02x is not UTF-8 text: a YAML file is UTF-8", data[i]), true
+		case r < 0x20 && r != '\t' && r != '\n' && r != '\r', r >= 0x7f && r < 0xa0 && r != 0x85, r == 0xfffe, r == 0xffff:
+			return bytes.Count(data[:i], []byte("\n")) + 1, fmt.Sprintf("the control character %U is not allowed in YAML", r), true
+		}
+		i += size
+	}
+	return 0, "", false
 }
 
 // Load reads every Operator in YAML data; file names it in errors. A
@@ -155,17 +180,22 @@ func Load(file string, data []byte) ([]*Source, error) {
 }
 
 func decodeOperator(file string, root *yaml.Node) (*Source, error) {
-	lines := map[string]int{}
-	var yaml11 []yaml11Key
-	value, err := nodeValue(root, "", lines, &yaml11)
+	r := &nodeReader{lines: map[string]int{}, expanding: map[*yaml.Node]bool{}}
+	value, err := r.read(root, "", false)
 	if err != nil {
-		return nil, Errors{{File: file, Line: root.Line, Message: err.Error()}}
+		line := root.Line
+		var ne *nodeError
+		if errors.As(err, &ne) && ne.line > 0 {
+			line = ne.line
+		}
+		return nil, Errors{{File: file, Line: line, Message: err.Error()}}
 	}
+	lines, yaml11 := r.lines, r.yaml11
 	l := &errorList{file: file, lines: lines}
 	obj, ok := value.(map[string]any)
 	if !ok {
-		l.add("", "a document must be a mapping (an Operator), not %T", value)
-		return nil, l.errs
+		// At the document's line: it has no field to be placed by.
+		return nil, Errors{{File: file, Line: root.Line, Message: fmt.Sprintf("a document must be a mapping (an Operator), not %T", value)}}
 	}
 	if name, ok := obj["metadata"].(map[string]any); ok {
 		l.operator, _ = name["name"].(string)
@@ -184,8 +214,11 @@ func decodeOperator(file string, root *yaml.Node) (*Source, error) {
 	op := &v1alpha1.Operator{}
 	strict, err := sigsjson.UnmarshalStrict(data, op, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
 	if err != nil {
-		field, msg := jsonErrorField(err.Error())
-		l.add(field, "%s", msg)
+		// An error the decoder does not place (a duration's, "10mx") is
+		// of a value the schema refused, which its error places: said.
+		if field, msg := jsonErrorField(err.Error()); field != "" || len(l.errs) == 0 {
+			l.add(field, "%s", msg)
+		}
 	}
 	for _, s := range strict {
 		field, msg := jsonErrorField(s.Error())
@@ -195,7 +228,7 @@ func decodeOperator(file string, root *yaml.Node) (*Source, error) {
 }
 
 var (
-	unknownField = regexp.MustCompile(`^unknown field "([^"]+)"$`)
+	unknownField = regexp.MustCompile(`^unknown field "(.+)"$`)
 	typeMismatch = regexp.MustCompile(`^json: cannot unmarshal (\w+) into Go struct field \w+\.([\w.]+) of type (.+)$`)
 )
 
@@ -213,32 +246,69 @@ func jsonErrorField(msg string) (field, message string) {
 	return "", msg
 }
 
-// nodeValue converts a YAML node to JSON-compatible values, recording the
-// line of each field under its path (a.b[0].c), and the keys YAML 1.1
+// nodeReader converts YAML nodes to JSON-compatible values, recording
+// the line of each field under its path (a.b[0].c), and the keys YAML 1.1
 // reads otherwise in yaml11.
-func nodeValue(n *yaml.Node, path string, lines map[string]int, yaml11 *[]yaml11Key) (any, error) {
-	if _, ok := lines[path]; !ok && path != "" {
-		lines[path] = n.Line // a key's line, when there is one, comes first
+type nodeReader struct {
+	lines  map[string]int
+	yaml11 []yaml11Key
+	// expanding are the anchored nodes whose aliases are being read: an
+	// alias to one of them is inside the value it names.
+	expanding map[*yaml.Node]bool
+	// aliased counts the values read through aliases (maxAliased).
+	aliased int
+}
+
+// maxAliased is how many values a document's aliases may expand to: far
+// more than a definition repeats of itself, far fewer than a few nested
+// aliases make (each alias of a list of aliases multiplies them).
+const maxAliased = 100_000
+
+// nodeError is a problem of a YAML document at one of its lines.
+type nodeError struct {
+	line int
+	msg  string
+}
+
+func (e *nodeError) Error() string { return e.msg }
+
+// read converts n, at path; aliased says it is read through an alias.
+func (r *nodeReader) read(n *yaml.Node, path string, aliased bool) (any, error) {
+	if _, ok := r.lines[path]; !ok && path != "" {
+		r.lines[path] = n.Line // a key's line, when there is one, comes first
+	}
+	if aliased {
+		if r.aliased++; r.aliased > maxAliased {
+			return nil, &nodeError{n.Line, fmt.Sprintf("the document's aliases (*name) expand to over %d values: an Operator repeats far less of itself", maxAliased)}
+		}
 	}
 	switch n.Kind {
 	case yaml.AliasNode:
-		return nodeValue(n.Alias, path, lines, yaml11)
+		if n.Alias == nil {
+			return nil, &nodeError{n.Line, fmt.Sprintf("the alias *%s names no anchor", n.Value)}
+		}
+		if r.expanding[n.Alias] {
+			return nil, &nodeError{n.Line, fmt.Sprintf("the alias *%s is inside the value its anchor names: it would repeat without end", n.Value)}
+		}
+		r.expanding[n.Alias] = true
+		defer delete(r.expanding, n.Alias)
+		return r.read(n.Alias, path, true)
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Kind != yaml.ScalarNode {
-				return nil, fmt.Errorf("line %d: mapping keys must be strings", k.Line)
+				return nil, &nodeError{k.Line, "mapping keys must be strings"}
 			}
 			child := k.Value
 			if path != "" {
 				child = path + "." + k.Value
 			}
-			lines[child] = k.Line
+			r.lines[child] = k.Line
 			if b, ok := yaml11Bool(k); ok {
-				*yaml11 = append(*yaml11, yaml11Key{path: child, key: k.Value, value: b})
+				r.yaml11 = append(r.yaml11, yaml11Key{path: child, key: k.Value, value: b})
 			}
-			val, err := nodeValue(v, child, lines, yaml11)
+			val, err := r.read(v, child, aliased)
 			if err != nil {
 				return nil, err
 			}
@@ -248,7 +318,7 @@ func nodeValue(n *yaml.Node, path string, lines map[string]int, yaml11 *[]yaml11
 	case yaml.SequenceNode:
 		s := make([]any, len(n.Content))
 		for i, item := range n.Content {
-			val, err := nodeValue(item, fmt.Sprintf("%s[%d]", path, i), lines, yaml11)
+			val, err := r.read(item, fmt.Sprintf("%s[%d]", path, i), aliased)
 			if err != nil {
 				return nil, err
 			}
@@ -258,14 +328,20 @@ func nodeValue(n *yaml.Node, path string, lines map[string]int, yaml11 *[]yaml11
 	case yaml.ScalarNode:
 		var v any
 		if err := n.Decode(&v); err != nil {
-			return nil, fmt.Errorf("line %d: %w", n.Line, err)
+			return nil, &nodeError{n.Line, strings.TrimPrefix(err.Error(), "yaml: ")}
 		}
-		// JSON has no timestamps or binary: keep their text.
-		switch v.(type) {
-		case nil, bool, int, int64, uint64, float64, string:
+		// JSON has no timestamps, binary, NaN or infinities: keep their
+		// text (a field that wants a number says so, at its line).
+		switch v := v.(type) {
+		case float64:
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return n.Value, nil
+			}
+			return v, nil
+		case nil, bool, int, int64, uint64, string:
 			return v, nil
 		}
 		return n.Value, nil
 	}
-	return nil, fmt.Errorf("line %d: unsupported YAML node", n.Line)
+	return nil, &nodeError{n.Line, "unsupported YAML node"}
 }

@@ -25,13 +25,15 @@
 //     time: what started (came in) at or after it, the archive's
 //     Query.Since. A time, not a duration: the selector comes again with
 //     each page and with the watch after a list, and a bound relative to
-//     the server's clock would select another set each time. Any other is
-//     a 400 Status that names it.
-//   - limit and continue: the continue token is the archive's cursor. A
-//     list without a limit returns at most 500, with a continue token
-//     when more remain (the API server would return all: here a client
-//     that does not page would read a million runs at once); a limit
-//     over 1000 is 1000.
+//     the server's clock would select another set each time. Any other,
+//     or an empty value, is a 400 Status that names it.
+//   - limit and continue: the continue token is the archive's cursor
+//     and a digest of the list it continues (its resource, namespace and
+//     selection): a token of another list, or not of that form, is a 400
+//     that says so. A list without a limit returns at most 500, with a
+//     continue token when more remain (the API server would return all:
+//     here a client that does not page would read a million runs at
+//     once); a limit over 1000 is 1000.
 //   - Table output (Accept: application/json;as=Table;v=v1;g=meta.k8s.io),
 //     with opkit runs' columns, for lists, gets and watches.
 //   - runs/ID/log as text/plain, cleaned as opkit logs prints it, a long

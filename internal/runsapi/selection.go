@@ -1,6 +1,8 @@
 package runsapi
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"net/http"
@@ -12,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+
+	"github.com/opkit-dev/opkit/internal/archive"
 )
 
 // filter is what a list or watch selects: its namespace, and the
@@ -72,6 +76,8 @@ func parseSelection(r *http.Request, namespace, resource string, labelKeys, fiel
 			}
 			vals := req.Values().List()
 			switch op := req.Operator(); {
+			case (op == selection.Equals || op == selection.DoubleEquals || op == selection.In) && len(vals) == 1 && vals[0] == "":
+				return nil, bad("labelSelector %q: %q: the archive selects %s by a value of a label (%s=VALUE), not by an empty one", text, req.String(), resource, req.Key())
 			case (op == selection.Equals || op == selection.DoubleEquals || op == selection.In) && len(vals) == 1:
 				sel.set(key, vals[0])
 			default:
@@ -89,6 +95,9 @@ func parseSelection(r *http.Request, namespace, resource string, labelKeys, fiel
 		for _, req := range fs.Requirements() {
 			if req.Operator != selection.Equals && req.Operator != selection.DoubleEquals {
 				return nil, bad("fieldSelector %q: %s%s%s: the archive selects %s by one value of a field (%s=VALUE), not with %s", text, req.Field, req.Operator, req.Value, resource, req.Field, req.Operator)
+			}
+			if req.Value == "" {
+				return nil, bad("fieldSelector %q: %s=: the archive selects %s by a value of a field (%s=VALUE), not by an empty one", text, req.Field, resource, req.Field)
 			}
 			if req.Field == sinceField {
 				t, err := time.Parse(time.RFC3339Nano, req.Value)
@@ -117,4 +126,47 @@ func parseSelection(r *http.Request, namespace, resource string, labelKeys, fiel
 		sel.fields = fields.AndSelectors(matched...)
 	}
 	return sel, nil
+}
+
+// A continue token is the archive's cursor (the id of the last object of
+// the page) and a digest of the list it continues: its resource,
+// namespace and selection. A token is refused with another list, where
+// the cursor would select by the other's position what the client did
+// not ask for; and a token that is not of this form was not returned here.
+// The digest is no secret: a token names a position, and reading any list
+// needs only the right to read it.
+
+// listDigest is the digest of the list of resource that sel selects: its
+// namespace, the values it selects and since. Selectors that select the
+// same (a label and the field it mirrors, = and ==) have the same.
+func listDigest(resource string, sel *filter) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%t\x00%d", resource, sel.namespace, sel.none, sel.since.UnixMilli())
+	for _, k := range slices.Sorted(maps.Keys(sel.values)) {
+		fmt.Fprintf(h, "\x00%s=%s", k, sel.values[k])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// continueToken is the token of the page of the list that follows
+// cursor; "" when cursor is (the last page).
+func continueToken(resource string, sel *filter, cursor string) string {
+	if cursor == "" {
+		return ""
+	}
+	return cursor + "." + listDigest(resource, sel)
+}
+
+// readContinue returns the archive's cursor of a continue token of the
+// list of resource that sel selects, or a 400 that says why it is not
+// one.
+func readContinue(token, resource string, sel *filter) (string, error) {
+	cursor, digest, ok := strings.Cut(token, ".")
+	if !ok || !archive.ValidID(cursor) || len(digest) != 16 || strings.Trim(digest, "0123456789abcdef") != "" {
+		return "", apierrors.NewBadRequest(fmt.Sprintf("continue %q is not a token this server returned: list again without it", token))
+	}
+	if digest != listDigest(resource, sel) {
+		return "", apierrors.NewBadRequest(fmt.Sprintf("continue %q is the token of another list: a token continues the list that returned it, of the same %s, namespace and selectors; list again without it", token, resource))
+	}
+	return cursor, nil
 }

@@ -102,10 +102,12 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, req request) {
 			limit = 500
 		}
 	}
-	cursor := r.URL.Query().Get("continue")
-	if cursor != "" && !archive.ValidID(cursor) {
-		writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("continue %q is not a token this server returned", cursor)))
-		return
+	cursor := ""
+	if token := r.URL.Query().Get("continue"); token != "" {
+		if cursor, err = readContinue(token, k.resource(), sel); err != nil {
+			writeStatus(w, err)
+			return
+		}
 	}
 	// The list's resourceVersion is the time it was read, from which a
 	// watch takes over.
@@ -118,7 +120,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, req request) {
 			return
 		}
 	}
-	meta := metav1.ListMeta{ResourceVersion: rv, Continue: next}
+	meta := metav1.ListMeta{ResourceVersion: rv, Continue: continueToken(k.resource(), sel, next)}
 	if t, ok := wantsTable(r); ok {
 		writeJSON(w, http.StatusOK, table(k, objs, t, meta, true))
 		return

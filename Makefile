@@ -248,17 +248,19 @@ soak: plane
 FUZZTIME     ?= 10m
 FUZZPARALLEL ?= $(shell nproc)
 fuzz:
-	$(call fuzz_each,$(FUZZTIME),$(FUZZPARALLEL))
+	$(call fuzz_each,$(FUZZTIME),$(FUZZPARALLEL),10s)
 
 # What make test fuzzes beside its seeds (which go test plays in unit):
-# each target for a few seconds, one worker.
+# each target for a few seconds, one worker, no time spent making an
+# input found smaller (which go test may not finish within so short a
+# run, failing it with nothing found).
 fuzzsmoke:
-	$(call fuzz_each,3s,1)
+	$(call fuzz_each,3s,1,0)
 
 define fuzz_each
 	@grep -r --include='*_test.go' -o '^func Fuzz[A-Za-z0-9_]*' api internal pkg | sort | while IFS=: read -r file fn; do \
 	  target=$${fn#func }; dir=./$$(dirname $$file); echo "fuzz $$target ($$dir, $(1))"; \
-	  $(GO) test $$dir -run '^$$' -fuzz "^$$target$$" -fuzztime=$(1) -parallel=$(2) || exit 1; \
+	  $(GO) test $$dir -run '^$$' -fuzz "^$$target$$" -fuzztime=$(1) -fuzzminimizetime=$(3) -parallel=$(2) -short || exit 1; \
 	done
 endef
 

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/fuzzcheck"
 )
 
 // The fuzz targets of the annotations that carry a person's request:
@@ -20,20 +21,6 @@ import (
 // wrong, and what opkit writes is read back as written.
 
 const bound = 2 * time.Second
-
-// within runs fn, failing t when it took longer than bound.
-func within(t *testing.T, what string, fn func()) {
-	t.Helper()
-	start := time.Now()
-	fn()
-	if d := time.Since(start); d > bound {
-		t.Fatalf("%s took %s, past the bound of %s", what, d, bound)
-	}
-}
-
-// asJSON is s as it reads back from JSON: encoding/json writes each byte
-// of s that is not UTF-8 as U+FFFD, as string([]rune(s)) does.
-func asJSON(s string) string { return string([]rune(s)) }
 
 // requestSeeds are values of the annotations, as opkit pause, resume and
 // retry and the console write them, as older CLIs wrote them, and by hand.
@@ -65,7 +52,7 @@ func FuzzReadRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, value string) {
 		var r v1alpha1.Request
-		within(t, "ReadRequest", func() { r = v1alpha1.ReadRequest(value) })
+		fuzzcheck.Within(t, "ReadRequest", bound, func() { r = v1alpha1.ReadRequest(value) })
 		var direct v1alpha1.Request
 		if json.Unmarshal([]byte(value), &direct) != nil {
 			if r != (v1alpha1.Request{}) {
@@ -84,7 +71,7 @@ func FuzzReadRequest(f *testing.F) {
 		// What is read is written again as is (the engine's records, the
 		// CLI's messages say it).
 		var again v1alpha1.Request
-		within(t, "ReadRequest", func() { again = v1alpha1.ReadRequest(r.Value()) })
+		fuzzcheck.Within(t, "ReadRequest", bound, func() { again = v1alpha1.ReadRequest(r.Value()) })
 		if again != r {
 			t.Fatalf("%q is read as %+v; written again, %q, as %+v", value, r, r.Value(), again)
 		}
@@ -103,7 +90,7 @@ func FuzzRequestValue(f *testing.F) {
 	f.Fuzz(func(t *testing.T, by, reason, at string, resume bool) {
 		p := v1alpha1.Pause{By: by, Reason: reason, At: at}
 		var value string
-		within(t, "Value", func() { value = p.Value() })
+		fuzzcheck.Within(t, "Value", bound, func() { value = p.Value() })
 		if !utf8.ValidString(value) || !json.Valid([]byte(value)) {
 			t.Fatalf("%+v is written as %q, which is not JSON", p, value)
 		}
@@ -126,8 +113,8 @@ func FuzzRequestValue(f *testing.F) {
 			t.Fatalf("the patch %s does not set %s: %v", patch, name, err)
 		}
 		var got v1alpha1.Request
-		within(t, "ReadRequest", func() { got = v1alpha1.ReadRequest(*sent.Metadata.Annotations[name]) })
-		want := v1alpha1.Request{By: asJSON(by), Reason: asJSON(reason), At: asJSON(at)}
+		fuzzcheck.Within(t, "ReadRequest", bound, func() { got = v1alpha1.ReadRequest(*sent.Metadata.Annotations[name]) })
+		want := v1alpha1.Request{By: fuzzcheck.AsJSON(by), Reason: fuzzcheck.AsJSON(reason), At: fuzzcheck.AsJSON(at)}
 		if got != want {
 			t.Fatalf("%+v is written as %q and read back as %+v", p, value, got)
 		}
@@ -160,7 +147,7 @@ func FuzzReadRunNow(f *testing.F) {
 	f.Fuzz(func(t *testing.T, value string) {
 		var r v1alpha1.RunNow
 		var err error
-		within(t, "ReadRunNow", func() { r, err = v1alpha1.ReadRunNow(value) })
+		fuzzcheck.Within(t, "ReadRunNow", bound, func() { r, err = v1alpha1.ReadRunNow(value) })
 		if err != nil {
 			msg := err.Error()
 			if r != (v1alpha1.RunNow{}) {
@@ -199,9 +186,9 @@ func FuzzDecisionPatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, state string, seq int64, choose, reason, by, at, resourceVersion string) {
 		d := v1alpha1.Decision{State: state, Seq: seq, Choose: choose, Reason: reason, By: by, At: at}
 		var patch []byte
-		within(t, "Decision.Patch", func() { patch = d.Patch(resourceVersion) })
+		fuzzcheck.Within(t, "Decision.Patch", bound, func() { patch = d.Patch(resourceVersion) })
 		value, rv := annotationOf(t, patch, v1alpha1.DecisionAnnotation)
-		if rv != asJSON(resourceVersion) {
+		if rv != fuzzcheck.AsJSON(resourceVersion) {
 			t.Fatalf("the patch %s is over resourceVersion %q, not %q", patch, rv, resourceVersion)
 		}
 		var got v1alpha1.Decision
@@ -210,7 +197,7 @@ func FuzzDecisionPatch(f *testing.F) {
 		if err := dec.Decode(&got); err != nil {
 			t.Fatalf("the decision %q that %+v is written as is not read: %v", value, d, err)
 		}
-		want := v1alpha1.Decision{State: asJSON(state), Seq: seq, Choose: asJSON(choose), Reason: asJSON(reason), By: asJSON(by), At: asJSON(at)}
+		want := v1alpha1.Decision{State: fuzzcheck.AsJSON(state), Seq: seq, Choose: fuzzcheck.AsJSON(choose), Reason: fuzzcheck.AsJSON(reason), By: fuzzcheck.AsJSON(by), At: fuzzcheck.AsJSON(at)}
 		if got != want {
 			t.Fatalf("%+v is written as %q and read back as %+v", d, value, got)
 		}
@@ -226,16 +213,16 @@ func FuzzRerunPatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, request, run string, sameInput bool, reason, by, at, resourceVersion string) {
 		r := v1alpha1.Rerun{Request: request, Run: run, SameInput: sameInput, Reason: reason, By: by, At: at}
 		var patch []byte
-		within(t, "Rerun.Patch", func() { patch = r.Patch(resourceVersion) })
+		fuzzcheck.Within(t, "Rerun.Patch", bound, func() { patch = r.Patch(resourceVersion) })
 		value, rv := annotationOf(t, patch, v1alpha1.RerunAnnotation)
-		if rv != asJSON(resourceVersion) {
+		if rv != fuzzcheck.AsJSON(resourceVersion) {
 			t.Fatalf("the patch %s is over resourceVersion %q, not %q", patch, rv, resourceVersion)
 		}
 		var got v1alpha1.Rerun
 		if err := json.Unmarshal([]byte(value), &got); err != nil {
 			t.Fatalf("the re-run request %q that %+v is written as is not read: %v", value, r, err)
 		}
-		want := v1alpha1.Rerun{Request: asJSON(request), Run: asJSON(run), SameInput: sameInput, Reason: asJSON(reason), By: asJSON(by), At: asJSON(at)}
+		want := v1alpha1.Rerun{Request: fuzzcheck.AsJSON(request), Run: fuzzcheck.AsJSON(run), SameInput: sameInput, Reason: fuzzcheck.AsJSON(reason), By: fuzzcheck.AsJSON(by), At: fuzzcheck.AsJSON(at)}
 		if got != want {
 			t.Fatalf("%+v is written as %q and read back as %+v", r, value, got)
 		}

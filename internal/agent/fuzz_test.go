@@ -16,6 +16,8 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/executor"
+	"github.com/opkit-dev/opkit/internal/executor/executortest"
+	"github.com/opkit-dev/opkit/internal/fuzzcheck"
 	"github.com/opkit-dev/opkit/internal/runners"
 )
 
@@ -30,16 +32,6 @@ import (
 // agent sends as the agent sent it.
 
 const bound = 2 * time.Second
-
-// within runs fn, failing t when it took longer than bound.
-func within(t *testing.T, what string, fn func()) {
-	t.Helper()
-	start := time.Now()
-	fn()
-	if d := time.Since(start); d > bound {
-		t.Fatalf("%s took %s, past the bound of %s", what, d, bound)
-	}
-}
 
 // engineReads reads a run's stream as the engine's runner API does
 // (runners.Server's stream handler): a frame per line, its log to log,
@@ -90,7 +82,7 @@ func takeStream(t *testing.T, stream []byte, secret string) (res *executor.Resul
 		Secret: func(context.Context, string, string, string) (string, error) { return secret, nil },
 	}
 	var buf bytes.Buffer
-	within(t, "InImage.Run", func() {
+	fuzzcheck.Within(t, "InImage.Run", bound, func() {
 		res, err = r.Run(context.Background(), executor.Request{RunID: "01jd5v3q8m2k4x7zab", Handler: "notify", Trigger: "update", Key: "uid/2/notify", Attempt: 1,
 			Object: &executor.ObjectRef{Namespace: "shop", Name: "cart"}, Input: []byte(`{"trigger":"update"}`), Timeout: time.Minute, Log: &buf, OnRunner: func(string) {}})
 	})
@@ -164,7 +156,7 @@ func FuzzRunnerStream(f *testing.F) {
 		// A Secret's value is text (a token, a password).
 		secret = strings.ToValidUTF8(secret, "")
 		res, log, err := takeStream(t, stream, secret)
-		checkHidden(t, secret, res, err, log)
+		executortest.CheckHidden(t, secret, res, err, log)
 		var sent bytes.Buffer
 		out, lost := engineReads(stream, &sent)
 		// Where the runner sent the value, it is redacted: what is
@@ -175,7 +167,7 @@ func FuzzRunnerStream(f *testing.F) {
 				shown = strings.Contains(out.Failure.Message, secret)
 			} else {
 				want, wantErr := executor.ParseResult(out.Result)
-				shown = hiddenIn(secret, want, wantErr, "") != ""
+				shown = executortest.HiddenIn(secret, want, wantErr, "") != ""
 			}
 		}
 		if !shown && log != sent.String() {
@@ -186,14 +178,14 @@ func FuzzRunnerStream(f *testing.F) {
 			if i, ok := errors.AsType[*executor.Interrupted](err); !ok || res != nil {
 				t.Fatalf("a stream without an outcome gave %+v, %v; want the run interrupted", res, err)
 			} else {
-				checkWords(t, i.Message)
+				executortest.CheckWords(t, i.Message)
 			}
 		case out.Failure != nil:
 			fail, ok := errors.AsType[*executor.Failure](err)
 			if !ok || res != nil || fail.Permanent != out.Failure.Permanent {
 				t.Fatalf("the failure %+v the runner reported gave %+v, %v", out.Failure, res, err)
 			}
-			checkWords(t, fail.Message)
+			executortest.CheckWords(t, fail.Message)
 			if !shown && strings.TrimSpace(out.Failure.Message) != "" && fail.Message != out.Failure.Message {
 				t.Fatalf("the failure %q the runner reported is recorded as %q", out.Failure.Message, fail.Message)
 			}
@@ -201,7 +193,7 @@ func FuzzRunnerStream(f *testing.F) {
 			// The engine reads the result as it reads a process's stdout.
 			want, wantErr := executor.ParseResult(out.Result)
 			if err != nil {
-				checkWords(t, err.Error())
+				executortest.CheckWords(t, err.Error())
 				if _, ok := errors.AsType[*executor.Failure](err); !ok || res != nil || wantErr == nil {
 					t.Fatalf("the result %q is refused with %T %v; it reads as %+v, %v", out.Result, err, err, want, wantErr)
 				}
@@ -220,7 +212,7 @@ func FuzzRunnerStream(f *testing.F) {
 			// archive keeps it so).
 			b, _ := json.Marshal(res)
 			again, err := executor.ParseResult(b)
-			if err != nil || !reflect.DeepEqual(normalized(res), normalized(again)) || res.Admission() != again.Admission() {
+			if err != nil || !reflect.DeepEqual(executortest.Normalized(res), executortest.Normalized(again)) || res.Admission() != again.Admission() {
 				t.Fatalf("the result taken, %+v, written as %s, reads back as %+v, %v", res, b, again, err)
 			}
 		}
@@ -247,7 +239,7 @@ func FuzzAgentFrames(f *testing.F) {
 		}
 		half := len(stderr) / 2
 		var stream []byte
-		within(t, "the agent's frames", func() { stream = frames(t, []string{string(stderr[:half]), string(stderr[half:])}, res, runErr) })
+		fuzzcheck.Within(t, "the agent's frames", bound, func() { stream = frames(t, []string{string(stderr[:half]), string(stderr[half:])}, res, runErr) })
 		if !utf8.Valid(stream) {
 			t.Fatalf("the frames %q are not UTF-8", stream)
 		}
@@ -272,103 +264,8 @@ func FuzzAgentFrames(f *testing.F) {
 			}
 			return
 		}
-		if gotErr != nil || got == nil || !reflect.DeepEqual(normalized(got), normalized(res)) || got.Admission() != res.Admission() {
+		if gotErr != nil || got == nil || !reflect.DeepEqual(executortest.Normalized(got), executortest.Normalized(res)) || got.Admission() != res.Admission() {
 			t.Fatalf("the agent reported %+v; the engine took %+v, %v", res, got, gotErr)
 		}
 	})
-}
-
-// normalized is r with its empty fields that an encoding leaves out
-// (status, events, warnings: all read by their length) nil. (go-cmp's
-// EquateEmpty takes exponential time over a status nested 100 deep.)
-func normalized(r *executor.Result) executor.Result {
-	c := *r
-	if len(c.Status) == 0 {
-		c.Status = nil
-	}
-	if len(c.Events) == 0 {
-		c.Events = nil
-	}
-	if len(c.Warnings) == 0 {
-		c.Warnings = nil
-	}
-	return c
-}
-
-// checkWords: a message a person reads says something, in text, and not
-// too much of it.
-func checkWords(t *testing.T, msg string) {
-	t.Helper()
-	if strings.TrimSpace(msg) == "" {
-		t.Fatal("a failure with no message")
-	}
-	if !utf8.ValidString(msg) {
-		t.Fatalf("the message %q is not UTF-8", msg)
-	}
-	if len(msg) > 4096 {
-		t.Fatalf("the message is %d bytes: %.300q...", len(msg), msg)
-	}
-}
-
-// checkHidden: a Secret's value is in none of what the run gives the
-// object, its Events, the archive and the console. A value with a * is
-// not checked: *** next to it may spell it again.
-func checkHidden(t *testing.T, secret string, res *executor.Result, err error, log string) {
-	t.Helper()
-	if strings.Contains(secret, "*") {
-		return
-	}
-	if where := hiddenIn(secret, res, err, log); where != "" {
-		t.Fatalf("the Secret's value %q is in the %s", secret, where)
-	}
-}
-
-// hiddenIn says where secret is in what a run gave; "" where it is not.
-// A requeueAfter and an event's type are not words that carry a value.
-func hiddenIn(secret string, res *executor.Result, err error, log string) string {
-	if secret == "" {
-		return ""
-	}
-	var found []string
-	shows := func(where, s string) {
-		if strings.Contains(s, secret) {
-			found = append(found, fmt.Sprintf("%s %q", where, s))
-		}
-	}
-	shows("log", log)
-	if err != nil {
-		shows("error", err.Error())
-	}
-	if res != nil {
-		var walk func(where string, v any)
-		walk = func(where string, v any) {
-			switch v := v.(type) {
-			case string:
-				shows(where, v)
-			case map[string]any:
-				for k, e := range v {
-					shows(where+" key", k)
-					walk(where+"."+k, e)
-				}
-			case []any:
-				for _, e := range v {
-					walk(where, e)
-				}
-			}
-		}
-		walk("status", res.Status)
-		walk("patch", res.Patch)
-		for _, e := range res.Events {
-			shows("event", e.Reason+"\n"+e.Message)
-		}
-		if res.Error != nil {
-			shows("error message", res.Error.Message)
-		}
-		shows("refusal", res.Refuse)
-		shows("admission message", res.Message)
-		for _, w := range res.Warnings {
-			shows("warning", w)
-		}
-	}
-	return strings.Join(found, "; ")
 }

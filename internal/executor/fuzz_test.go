@@ -12,13 +12,13 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/executor/executortest"
+	"github.com/opkit-dev/opkit/internal/fuzzcheck"
 	"github.com/opkit-dev/opkit/internal/jsondepth"
 )
 
@@ -32,20 +32,6 @@ import (
 
 // bound is how long decoding one input may take.
 const bound = 2 * time.Second
-
-// maxMessage bounds a refusal's message: what a person reads in an
-// Event, the object's status and the archive, whatever the output held.
-const maxMessage = 4096
-
-// within runs fn, failing t when it took longer than bound.
-func within(t *testing.T, what string, fn func()) {
-	t.Helper()
-	start := time.Now()
-	fn()
-	if d := time.Since(start); d > bound {
-		t.Fatalf("%s took %s, past the bound of %s", what, d, bound)
-	}
-}
 
 // resultSeeds are results as handlers print them: docs/handlers.md's,
 // examples/'s (greet.py's json.dump, audit.sh's printf, goodbye's
@@ -121,7 +107,7 @@ func FuzzParseResult(f *testing.F) {
 	f.Fuzz(func(t *testing.T, out []byte) {
 		var res *Result
 		var err error
-		within(t, "ParseResult", func() { res, err = ParseResult(out) })
+		fuzzcheck.Within(t, "ParseResult", bound, func() { res, err = ParseResult(out) })
 		checkOutcome(t, out, res, err)
 	})
 }
@@ -142,7 +128,7 @@ func FuzzExecExit(f *testing.F) {
 		c := max(int(code), 1) // 0 is a success, read by ParseResult
 		tail := &tailWriter{}
 		var fail *Failure
-		within(t, "exitedFailure", func() {
+		fuzzcheck.Within(t, "exitedFailure", bound, func() {
 			half := len(stderr) / 2
 			_, _ = tail.Write(stderr[:half])
 			_, _ = tail.Write(stderr[half:])
@@ -152,7 +138,7 @@ func FuzzExecExit(f *testing.F) {
 			t.Fatal("a process that failed has no failure")
 		}
 		msg := fail.Message
-		checkWords(t, msg)
+		executortest.CheckWords(t, msg)
 		if !strings.HasPrefix(msg, fmt.Sprintf("exit status %d", c)) {
 			t.Fatalf("the failure %q does not start with the exit status %d", msg, c)
 		}
@@ -200,7 +186,7 @@ func FuzzServeAnswers(f *testing.F) {
 			for {
 				var text []byte
 				var err error
-				within(t, "readAnswer", func() { text, err = readAnswer(br, c.limit) })
+				fuzzcheck.Within(t, "readAnswer", bound, func() { text, err = readAnswer(br, c.limit) })
 				want, wantErr := nextLine(rest, c.limit)
 				if !errors.Is(err, wantErr) || (!errors.Is(wantErr, errLineTooLong) && !bytes.Equal(text, want)) {
 					t.Fatalf("limit %d: line %q, %v; want %q, %v", c.limit, text, err, want, wantErr)
@@ -213,7 +199,7 @@ func FuzzServeAnswers(f *testing.F) {
 				}
 				rest = rest[len(text):]
 				var res *Result
-				within(t, "parseAnswer", func() { res, err = parseAnswer(text) })
+				fuzzcheck.Within(t, "parseAnswer", bound, func() { res, err = parseAnswer(text) })
 				// An answer is read as a process's whole stdout is.
 				plain, plainErr := ParseResult(bytes.TrimSuffix(text, []byte("\n")))
 				if (err == nil) != (plainErr == nil) || (err == nil && !reflect.DeepEqual(res, plain)) {
@@ -272,7 +258,7 @@ func FuzzHTTPResponse(f *testing.F) {
 		var log bytes.Buffer
 		var res *Result
 		var err error
-		within(t, "HTTP.Run", func() {
+		fuzzcheck.Within(t, "HTTP.Run", bound, func() {
 			res, err = h.Run(context.Background(), Request{RunID: "01jd5v3q8m2k4x7zab", Key: "uid/2/notify", Input: []byte(`{}`), Timeout: time.Minute, Log: &log})
 		})
 		if !strings.Contains(log.String(), fmt.Sprintf("POST %s: %d", url, code)) {
@@ -290,7 +276,7 @@ func FuzzHTTPResponse(f *testing.F) {
 		if res != nil || !ok {
 			t.Fatalf("status %d: %+v, %v; want a failure", code, res, err)
 		}
-		checkWords(t, fail.Message)
+		executortest.CheckWords(t, fail.Message)
 		temporary := code == 408 || code == 429 || code >= 500
 		if fail.Permanent == temporary || !strings.HasPrefix(fail.Message, fmt.Sprintf("POST %s: %d", url, code)) {
 			t.Fatalf("status %d: failure %+v; want one naming the POST and its status, permanent %v", code, fail, !temporary)
@@ -351,16 +337,16 @@ func FuzzRunnerReply(f *testing.F) {
 		var log bytes.Buffer
 		var res *Result
 		var err error
-		within(t, "InImage.Run", func() {
+		fuzzcheck.Within(t, "InImage.Run", bound, func() {
 			res, err = r.Run(context.Background(), Request{RunID: "01jd5v3q8m2k4x7zab", Handler: "notify", Trigger: "create", Key: "uid/1/notify", Attempt: 1,
 				Object: &ObjectRef{Namespace: "shop", Name: "cart"}, Input: []byte(`{}`), Timeout: time.Minute, Log: &log})
 		})
-		checkHidden(t, secret, res, err, log.String())
+		executortest.CheckHidden(t, secret, res, err, log.String())
 		if i, ok := errors.AsType[*Interrupted](err); ok {
 			if decodeErr == nil || res != nil {
 				t.Fatalf("interrupted (%v) by a reply that was read: %q", i, reply)
 			}
-			checkWords(t, i.Message)
+			executortest.CheckWords(t, i.Message)
 			return
 		}
 		if decodeErr != nil {
@@ -371,15 +357,15 @@ func FuzzRunnerReply(f *testing.F) {
 			if !ok || res != nil || fail.Permanent != out.Failure.Permanent {
 				t.Fatalf("the reported failure %+v gave %+v, %v", out.Failure, res, err)
 			}
-			checkWords(t, fail.Message)
+			executortest.CheckWords(t, fail.Message)
 			return
 		}
 		want, wantErr := ParseResult(out.Result)
-		if secret != "" && (bytes.Contains(reply, []byte(secret)) || hiddenIn(secret, want, wantErr, "") != "") {
-			// Redacted, which checkHidden checked: what is left is still
+		if secret != "" && (bytes.Contains(reply, []byte(secret)) || executortest.HiddenIn(secret, want, wantErr, "") != "") {
+			// Redacted, which CheckHidden checked: what is left is still
 			// a result, or a refusal.
 			if err != nil {
-				checkWords(t, err.Error())
+				executortest.CheckWords(t, err.Error())
 			} else if _, again := ParseResult(mustMarshal(t, res)); again != nil {
 				t.Fatalf("the redacted result %+v is not a result: %v", res, again)
 			}
@@ -425,7 +411,7 @@ func checkRefusal(t *testing.T, out []byte, err error) {
 	if !ok {
 		t.Fatalf("%q is refused with %T %v, not a *Failure", out, err, err)
 	}
-	checkWords(t, f.Message)
+	executortest.CheckWords(t, f.Message)
 	if f.Permanent {
 		t.Fatalf("%q is refused for good (%q): output that is not a result is retried", out, f.Message)
 	}
@@ -439,21 +425,6 @@ func checkRefusal(t *testing.T, out []byte, err error) {
 	}
 	if jsondepth.Check(out, jsondepth.Max) != nil && !strings.Contains(f.Message, "nested deeper than 100 objects and arrays") {
 		t.Fatalf("%q nests deeper than %d, and its refusal %q does not say so", out, jsondepth.Max, f.Message)
-	}
-}
-
-// checkWords: a message a person reads says something, in text, and
-// not too much of it.
-func checkWords(t *testing.T, msg string) {
-	t.Helper()
-	if strings.TrimSpace(msg) == "" {
-		t.Fatal("a refusal with no message")
-	}
-	if !utf8.ValidString(msg) {
-		t.Fatalf("the message %q is not UTF-8", msg)
-	}
-	if len(msg) > maxMessage {
-		t.Fatalf("the message is %d bytes, more than %d: %.300q...", len(msg), maxMessage, msg)
 	}
 }
 
@@ -501,7 +472,7 @@ func checkAccepted(t *testing.T, out []byte, res *Result) {
 	if err != nil {
 		t.Fatalf("%q is accepted, and re-encoded as %s refused: %v", out, b, err)
 	}
-	if !reflect.DeepEqual(normalized(res), normalized(again)) {
+	if !reflect.DeepEqual(executortest.Normalized(res), executortest.Normalized(again)) {
 		t.Fatalf("%q is accepted as %+v, and re-encoded as %s read as %+v", out, res, b, again)
 	}
 	if res.Admission() != again.Admission() || (res.Patch == nil) != (again.Patch == nil) {
@@ -512,23 +483,6 @@ func checkAccepted(t *testing.T, out []byte, res *Result) {
 	}
 }
 
-// normalized is r with its empty fields that an encoding leaves out
-// (status, events, warnings: all read by their length) nil. (go-cmp's
-// EquateEmpty takes exponential time over a status nested 100 deep.)
-func normalized(r *Result) Result {
-	c := *r
-	if len(c.Status) == 0 {
-		c.Status = nil
-	}
-	if len(c.Events) == 0 {
-		c.Events = nil
-	}
-	if len(c.Warnings) == 0 {
-		c.Warnings = nil
-	}
-	return c
-}
-
 func mustMarshal(t *testing.T, res *Result) []byte {
 	t.Helper()
 	b, err := json.Marshal(res)
@@ -536,94 +490,4 @@ func mustMarshal(t *testing.T, res *Result) []byte {
 		t.Fatalf("encoding %+v: %v", res, err)
 	}
 	return b
-}
-
-// checkHidden: a Secret's value is in none of what a run gives the
-// object, its Events, the archive and the console: its result's words,
-// its failure (raw or quoted, as a message quotes output) and its log.
-// A value with a * is not checked: *** next to it may spell it again.
-func checkHidden(t *testing.T, secret string, res *Result, err error, log string) {
-	t.Helper()
-	if strings.Contains(secret, "*") {
-		return
-	}
-	if where := hiddenIn(secret, res, err, log); where != "" {
-		t.Fatalf("the Secret's value %q is in the %s", secret, where)
-	}
-}
-
-// hiddenIn says where secret is in what a run gave; "" where it is not.
-func hiddenIn(secret string, res *Result, err error, log string) string {
-	if secret == "" {
-		return ""
-	}
-	var found []string
-	shows := func(where, s string) {
-		if strings.Contains(s, secret) {
-			found = append(found, fmt.Sprintf("%s %q", where, s))
-		}
-	}
-	shows("log", log)
-	if err != nil {
-		shows("error", err.Error())
-		shows("error, unquoted", unquoted(err.Error()))
-	}
-	if res != nil {
-		var walk func(where string, v any)
-		walk = func(where string, v any) {
-			switch v := v.(type) {
-			case string:
-				shows(where, v)
-			case map[string]any:
-				for k, e := range v {
-					shows(where+" key", k)
-					walk(where+"."+k, e)
-				}
-			case []any:
-				for _, e := range v {
-					walk(where, e)
-				}
-			}
-		}
-		walk("status", res.Status)
-		walk("patch", res.Patch)
-		for _, e := range res.Events {
-			shows("event", e.Reason+"\n"+e.Message)
-		}
-		if res.Error != nil {
-			shows("error message", res.Error.Message)
-		}
-		shows("refusal", res.Refuse)
-		shows("admission message", res.Message)
-		for _, w := range res.Warnings {
-			shows("warning", w)
-		}
-	}
-	return strings.Join(found, "; ")
-}
-
-// unquoted is s with what Go's quoting escapes read back: a message that
-// quotes output shows a value with a quote or a control character so.
-func unquoted(s string) string {
-	var b strings.Builder
-	for len(s) > 0 {
-		if s[0] != '\\' {
-			b.WriteByte(s[0])
-			s = s[1:]
-			continue
-		}
-		r, mb, tail, err := strconv.UnquoteChar(s, '"')
-		if err != nil {
-			b.WriteByte(s[0])
-			s = s[1:]
-			continue
-		}
-		if mb {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte(byte(r))
-		}
-		s = tail
-	}
-	return b.String()
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/fuzzcheck"
 )
 
 // The fuzz targets of a person's request as the engine takes it: the
@@ -22,20 +23,6 @@ import (
 // nobody.
 
 const bound = 2 * time.Second
-
-// within runs fn, failing t when it took longer than bound.
-func within(t *testing.T, what string, fn func()) {
-	t.Helper()
-	start := time.Now()
-	fn()
-	if d := time.Since(start); d > bound {
-		t.Fatalf("%s took %s, past the bound of %s", what, d, bound)
-	}
-}
-
-// asJSON is s as it reads back from JSON: encoding/json writes each byte
-// of s that is not UTF-8 as U+FFFD, as string([]rune(s)) does.
-func asJSON(s string) string { return string([]rune(s)) }
 
 // annotationSeeds are the annotations' values as the CLI and the console
 // write them (internal/cli: pause.go, runs.go's retry, rerun.go,
@@ -67,7 +54,7 @@ func FuzzRemovePatch(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, name, value string) {
 		var patch []byte
-		within(t, "RemovePatch", func() { patch = RemovePatch(name, value) })
+		fuzzcheck.Within(t, "RemovePatch", bound, func() { patch = RemovePatch(name, value) })
 		if !utf8.Valid(patch) {
 			t.Fatalf("the patch %q is not UTF-8", patch)
 		}
@@ -75,11 +62,11 @@ func FuzzRemovePatch(f *testing.F) {
 		if err := json.Unmarshal(patch, &ops); err != nil {
 			t.Fatalf("the patch for %q = %q is not JSON: %v", name, value, err)
 		}
-		if len(ops) != 2 || ops[0]["op"] != "test" || ops[1]["op"] != "remove" || ops[0]["path"] != ops[1]["path"] || ops[0]["value"] != asJSON(value) {
+		if len(ops) != 2 || ops[0]["op"] != "test" || ops[1]["op"] != "remove" || ops[0]["path"] != ops[1]["path"] || ops[0]["value"] != fuzzcheck.AsJSON(value) {
 			t.Fatalf("the patch for %q = %q is %v; want a test of that value, then its removal", name, value, ops)
 		}
 		segment, ok := strings.CutPrefix(ops[0]["path"], "/metadata/annotations/")
-		if !ok || strings.NewReplacer("~1", "/", "~0", "~").Replace(segment) != asJSON(name) {
+		if !ok || strings.NewReplacer("~1", "/", "~0", "~").Replace(segment) != fuzzcheck.AsJSON(name) {
 			t.Fatalf("the patch for %q points at %q, not the annotation", name, ops[0]["path"])
 		}
 
@@ -93,7 +80,7 @@ func FuzzRemovePatch(f *testing.F) {
 			t.Fatalf("the patch %s is not a JSON patch: %v", patch, err)
 		}
 		other := "example.com/other"
-		if asJSON(name) == other {
+		if fuzzcheck.AsJSON(name) == other {
 			other += "-2"
 		}
 		object := func(v string) []byte {
@@ -104,7 +91,7 @@ func FuzzRemovePatch(f *testing.F) {
 			return b
 		}
 		var applied []byte
-		within(t, "applying the patch", func() { applied, err = p.Apply(object(value)) })
+		fuzzcheck.Within(t, "applying the patch", bound, func() { applied, err = p.Apply(object(value)) })
 		if err != nil {
 			t.Fatalf("the patch %s does not apply to the object it was made for, %s: %v", patch, object(value), err)
 		}
@@ -117,7 +104,7 @@ func FuzzRemovePatch(f *testing.F) {
 		if err := json.Unmarshal(applied, &got); err != nil {
 			t.Fatal(err)
 		}
-		if _, left := got.Metadata.Annotations[asJSON(name)]; left || got.Metadata.Annotations[other] != "kept" || got.Metadata.Name != "world" {
+		if _, left := got.Metadata.Annotations[fuzzcheck.AsJSON(name)]; left || got.Metadata.Annotations[other] != "kept" || got.Metadata.Name != "world" {
 			t.Fatalf("the patch %s leaves %s; want the request removed, the rest kept", patch, applied)
 		}
 		// A newer request, written since the value was read, stays.
@@ -142,7 +129,7 @@ func FuzzWhoAsked(f *testing.F) {
 		for _, k := range Kinds {
 			for _, asked := range []string{r.By, by.By} {
 				var who string
-				within(t, "Who", func() { who = k.Who(asked) })
+				fuzzcheck.Within(t, "Who", bound, func() { who = k.Who(asked) })
 				switch {
 				case strings.TrimSpace(who) == "":
 					t.Fatalf("%s: %q names nobody: %q", k.Name, value, who)

@@ -15,12 +15,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"net/url"
 	"reflect"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -31,6 +29,7 @@ import (
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/fuzzcheck"
 	"github.com/opkit-dev/opkit/internal/jsondepth"
 )
 
@@ -40,22 +39,6 @@ const fuzzBound = 2 * time.Second
 // maxReason bounds a refusal's reason: it is answered to the sender and
 // recorded, and quotes the sender's text only clipped.
 const maxReason = 1024
-
-// timed runs f and fails when it took longer than fuzzBound.
-func timed(t *testing.T, what string, f func()) {
-	t.Helper()
-	start := time.Now()
-	// One that never returns: its stack, and the worker dies on it.
-	hung := time.AfterFunc(5*fuzzBound, func() {
-		buf := make([]byte, 1<<20)
-		panic(fmt.Sprintf("%s has not returned after %s:\n%s", what, 5*fuzzBound, buf[:runtime.Stack(buf, true)]))
-	})
-	f()
-	hung.Stop()
-	if d := time.Since(start); d > fuzzBound {
-		t.Fatalf("%s took %s, more than %s", what, d, fuzzBound)
-	}
-}
 
 // fuzzRequest is the request net/http's server hands a handler for a
 // header block (Name: value lines) and a body: a Content-Length is added
@@ -89,48 +72,6 @@ func fuzzRequest(block string, body []byte) *http.Request {
 		}
 	}
 	return r
-}
-
-// printableID reports whether s is a delivery id as the archive keys
-// them: 1 to 200 bytes of visible ASCII, no slash or backslash.
-func printableID(s string) bool {
-	if s == "" || len(s) > 200 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if c <= ' ' || c >= 0x7f || c == '/' || c == '\\' {
-			return false
-		}
-	}
-	return true
-}
-
-// jsonDepth is how deeply valid JSON nests objects and arrays, as
-// encoding/json's tokenizer sees it; ok is false for data that is not
-// valid JSON (or nests past encoding/json's own 10,000).
-func jsonDepth(data []byte) (depth int, ok bool) {
-	if !json.Valid(data) {
-		return 0, false
-	}
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber() // 1e400 is JSON
-	level := 0
-	for {
-		tok, err := d.Token()
-		if errors.Is(err, io.EOF) {
-			return depth, true
-		}
-		if err != nil {
-			return 0, false
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			level++
-			depth = max(depth, level)
-		case json.Delim('}'), json.Delim(']'):
-			level--
-		}
-	}
 }
 
 // checkRefusal fails unless err is a *Refusal of one of statuses whose
@@ -175,7 +116,7 @@ func checkReencodes(t *testing.T, what string, v any) {
 	if err := json.Unmarshal(data, &back); err != nil || !reflect.DeepEqual(back, v) {
 		t.Fatalf("%s: the payload encoded as %.200q decodes as another (%v)", what, data, err)
 	}
-	if d, _ := jsonDepth(data); d > jsondepth.Max {
+	if d, _ := fuzzcheck.JSONDepth(data); d > jsondepth.Max {
 		t.Fatalf("%s: accepted a payload %d deep", what, d)
 	}
 }
@@ -188,8 +129,8 @@ func checkPayload(t *testing.T, body []byte) {
 	t.Helper()
 	var payload any
 	var err error
-	timed(t, "Payload", func() { payload, err = Payload(body) })
-	depth, valid := jsonDepth(body)
+	fuzzcheck.Within(t, "Payload", fuzzBound, func() { payload, err = Payload(body) })
+	depth, valid := fuzzcheck.JSONDepth(body)
 	switch {
 	case !valid:
 		if err == nil {
@@ -364,7 +305,7 @@ func FuzzWebhookDelivery(f *testing.F) {
 		var d webhookDelivery
 		var step string
 		var err error
-		timed(t, "reading the delivery", func() { d, step, err = receiveWebhook(&src, r) })
+		fuzzcheck.Within(t, "reading the delivery", fuzzBound, func() { d, step, err = receiveWebhook(&src, r) })
 		checkPayload(t, body)
 
 		if err != nil {
@@ -394,10 +335,10 @@ func FuzzWebhookDelivery(f *testing.F) {
 			t.Errorf("accepted a delivery of content type %q", h.Get("Content-Type"))
 		}
 		// ... its delivery id and event as the sender's headers say, ...
-		if src.DeliveryHeader != "" && (d.id != h.Get(src.DeliveryHeader) || !printableID(d.id)) {
+		if src.DeliveryHeader != "" && (d.id != h.Get(src.DeliveryHeader) || !fuzzcheck.PrintableID(d.id)) {
 			t.Errorf("accepted with the delivery id %q (header %s %q): want 1-200 printable characters", d.id, src.DeliveryHeader, h.Get(src.DeliveryHeader))
 		}
-		if src.EventHeader != "" && (d.event != h.Get(src.EventHeader) || (d.event != "" && !printableID(d.event))) {
+		if src.EventHeader != "" && (d.event != h.Get(src.EventHeader) || (d.event != "" && !fuzzcheck.PrintableID(d.event))) {
 			t.Errorf("accepted with the event %q (header %s %q)", d.event, src.EventHeader, h.Get(src.EventHeader))
 		}
 		// ... made by the holder of the secret, ...
@@ -489,7 +430,7 @@ func FuzzCloudEvents(f *testing.F) {
 		var events []CloudEvent
 		var batch bool
 		var err error
-		timed(t, "reading the events", func() {
+		fuzzcheck.Within(t, "reading the events", fuzzBound, func() {
 			if body, err = ReadBody(r, v1alpha1.DefaultWebhookBody); err != nil {
 				return
 			}
@@ -523,7 +464,7 @@ func FuzzCloudEvents(f *testing.F) {
 		case !structuredMode && !batchMode && strings.HasPrefix(mt, "application/cloudevents"):
 			t.Fatalf("accepted an event format other than JSON: %q", ct)
 		}
-		if d, ok := jsonDepth(body); (structuredMode || batchMode) && (!ok || d > jsondepth.Max) {
+		if d, ok := fuzzcheck.JSONDepth(body); (structuredMode || batchMode) && (!ok || d > jsondepth.Max) {
 			t.Fatalf("accepted a body that is not JSON at most %d deep (%d, valid %v): %.200q", jsondepth.Max, d, ok, body)
 		}
 		for i, ev := range events {
@@ -536,7 +477,7 @@ func FuzzCloudEvents(f *testing.F) {
 				t.Fatalf("%s: attributes %q disagree with id %q, source %q, type %q", what, a, ev.ID, ev.Source, ev.Type)
 			case len(ev.Type) > 200:
 				t.Fatalf("%s: a type of %d bytes", what, len(ev.Type))
-			case !printableID(ev.DeliveryID):
+			case !fuzzcheck.PrintableID(ev.DeliveryID):
 				t.Fatalf("%s: the delivery id %q is not 1-200 printable characters", what, ev.DeliveryID)
 			}
 			// The delivery id is the source and id, or their hash.
@@ -563,7 +504,7 @@ func FuzzCloudEvents(f *testing.F) {
 			if err := json.Unmarshal(ev.Payload, &data); err != nil || !reflect.DeepEqual(data, ev.Data) {
 				t.Fatalf("%s: the payload %.200q is not JSON of its data %v: %v", what, ev.Payload, ev.Data, err)
 			}
-			if d, _ := jsonDepth(ev.Payload); d > jsondepth.Max {
+			if d, _ := fuzzcheck.JSONDepth(ev.Payload); d > jsondepth.Max {
 				t.Fatalf("%s: a payload %d deep", what, d)
 			}
 			checkReencodes(t, what, ev.Data)

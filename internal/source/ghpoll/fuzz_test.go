@@ -5,13 +5,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"net/textproto"
 	"net/url"
-	"reflect"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,112 +15,19 @@ import (
 	"unicode/utf8"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
-	"github.com/opkit-dev/opkit/internal/jsondepth"
+	"github.com/opkit-dev/opkit/internal/fuzzcheck"
 	"github.com/opkit-dev/opkit/internal/source"
+	"github.com/opkit-dev/opkit/internal/source/sourcetest"
 )
 
 // fuzzBound is the longest one input may take to read.
 const fuzzBound = 2 * time.Second
-
-// timed runs f and fails when it took longer than fuzzBound.
-func timed(t *testing.T, what string, f func()) {
-	t.Helper()
-	start := time.Now()
-	hung := time.AfterFunc(5*fuzzBound, func() {
-		buf := make([]byte, 1<<20)
-		panic(fmt.Sprintf("%s has not returned after %s:\n%s", what, 5*fuzzBound, buf[:runtime.Stack(buf, true)]))
-	})
-	f()
-	hung.Stop()
-	if d := time.Since(start); d > fuzzBound {
-		t.Fatalf("%s took %s, more than %s", what, d, fuzzBound)
-	}
-}
-
-// jsonDepth is how deeply valid JSON nests objects and arrays, as
-// encoding/json's tokenizer sees it; ok is false for data that is not
-// valid JSON.
-func jsonDepth(data []byte) (depth int, ok bool) {
-	if !json.Valid(data) {
-		return 0, false
-	}
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
-	level := 0
-	for {
-		tok, err := d.Token()
-		if errors.Is(err, io.EOF) {
-			return depth, true
-		}
-		if err != nil {
-			return 0, false
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			level++
-			depth = max(depth, level)
-		case json.Delim('}'), json.Delim(']'):
-			level--
-		}
-	}
-}
-
-// checkBody checks the sink's reading of a message's body
-// (source.Payload, as internal/delivery's checkMessage decodes it): JSON
-// at most jsondepth.Max deep is accepted and re-encodes as itself, but
-// for a number past float64's range; anything else is a 400 *Refusal
-// saying what it is.
-func checkBody(t *testing.T, body []byte) {
-	t.Helper()
-	var payload any
-	var err error
-	timed(t, "source.Payload", func() { payload, err = source.Payload(body) })
-	depth, valid := jsonDepth(body)
-	if err != nil {
-		var ref *source.Refusal
-		switch {
-		case !errors.As(err, &ref):
-			t.Fatalf("the body is refused with %T %v, not a *source.Refusal", err, err)
-		case ref.Status != http.StatusBadRequest || ref.Reason == "" || !utf8.ValidString(ref.Reason) || len(ref.Reason) > 1024:
-			t.Fatalf("the body is refused %d %.300q: want a 400 with a short reason", ref.Status, ref.Reason)
-		case !valid && !strings.HasPrefix(ref.Reason, "the body is"):
-			t.Errorf("a body that is not JSON refused as %q", ref.Reason)
-		case valid && depth > jsondepth.Max && !strings.Contains(ref.Reason, fmt.Sprintf("nested deeper than %d", jsondepth.Max)):
-			t.Errorf("a body %d deep refused as %q", depth, ref.Reason)
-		case valid && depth <= jsondepth.Max && !strings.Contains(ref.Reason, "number"):
-			t.Errorf("valid JSON %d deep refused as %q", depth, ref.Reason)
-		}
-		return
-	}
-	if !valid || depth > jsondepth.Max {
-		t.Fatalf("accepted a body that is not JSON at most %d deep (valid %v, %d deep): %.200q", jsondepth.Max, valid, depth, body)
-	}
-	data, err := json.Marshal(payload)
-	var back any
-	if err != nil || json.Unmarshal(data, &back) != nil || !reflect.DeepEqual(back, payload) {
-		t.Fatalf("the payload of %.200q does not re-encode as JSON: %.200q, %v", body, data, err)
-	}
-}
 
 // fixedClock is a poller's time that stands still.
 type fixedClock struct{ now time.Time }
 
 func (c fixedClock) Now() time.Time                       { return c.now }
 func (c fixedClock) After(time.Duration) <-chan time.Time { return nil }
-
-// printableID reports whether s is a source.Message's ID: 1 to 200
-// bytes of visible ASCII, no slash or backslash.
-func printableID(s string) bool {
-	if s == "" || len(s) > 200 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if c <= ' ' || c >= 0x7f || c == '/' || c == '\\' {
-			return false
-		}
-	}
-	return true
-}
 
 // FuzzEventsAnswer: an answer of GitHub's events API to a poll (its
 // status, its header block of Name: value lines, and its body), read as
@@ -219,7 +122,7 @@ func FuzzEventsAnswer(f *testing.F) {
 		}
 		resp := &http.Response{StatusCode: code, Header: http.Header(mh)}
 		var pg *page
-		timed(t, "read", func() { pg, err = p.read(p.events, resp, body) })
+		fuzzcheck.Within(t, "read", fuzzBound, func() { pg, err = p.read(p.events, resp, body) })
 
 		if err != nil {
 			msg := err.Error()
@@ -265,7 +168,7 @@ func FuzzEventsAnswer(f *testing.F) {
 				t.Errorf("event id %q read as %d (%v)", e.ID, e.seq, err)
 			}
 			var m source.Message
-			timed(t, "message", func() { m, err = p.message(e) })
+			fuzzcheck.Within(t, "message", fuzzBound, func() { m, err = p.message(e) })
 			if err != nil {
 				if msg := err.Error(); !strings.Contains(msg, "event "+e.ID) || !strings.Contains(msg, "payload") || !utf8.ValidString(msg) || len(msg) > 1024 {
 					t.Errorf("event %q refused as %.300q: want a short error naming the event and its payload", e.ID, msg)
@@ -283,7 +186,7 @@ func checkMessage(t *testing.T, p *Poller, e event, m source.Message) {
 	t.Helper()
 	name := WebhookEvent(e.Type)
 	switch {
-	case m.ID != e.ID || !printableID(m.ID):
+	case m.ID != e.ID || !fuzzcheck.PrintableID(m.ID):
 		t.Errorf("event %q: the message's ID %q is not the event's id of 1-200 printable characters", e.ID, m.ID)
 	case m.Event != name || m.Headers["x-github-event"] != name || m.Headers["x-github-delivery"] != m.ID || len(m.Headers) != 2:
 		t.Errorf("event %q of type %q: event %q, headers %q", e.ID, e.Type, m.Event, m.Headers)
@@ -330,7 +233,7 @@ func checkMessage(t *testing.T, p *Poller, e event, m source.Message) {
 	if u, err := url.Parse(p.html); err != nil || u.Host != "github.com" {
 		t.Fatalf("the web's URL %q", p.html)
 	}
-	checkBody(t, m.Body)
+	sourcetest.CheckBody(t, m.Body)
 }
 
 // TestAPayloadNotAnObjectIsDeliveredAsItCame: an event whose payload is

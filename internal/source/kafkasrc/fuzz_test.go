@@ -3,13 +3,7 @@ package kafkasrc
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"net/http"
 	"reflect"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,92 +13,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
-	"github.com/opkit-dev/opkit/internal/jsondepth"
+	"github.com/opkit-dev/opkit/internal/fuzzcheck"
 	"github.com/opkit-dev/opkit/internal/source"
+	"github.com/opkit-dev/opkit/internal/source/sourcetest"
 )
 
 // fuzzBound is the longest one input may take to read.
 const fuzzBound = 2 * time.Second
-
-// timed runs f and fails when it took longer than fuzzBound.
-func timed(t *testing.T, what string, f func()) {
-	t.Helper()
-	start := time.Now()
-	hung := time.AfterFunc(5*fuzzBound, func() {
-		buf := make([]byte, 1<<20)
-		panic(fmt.Sprintf("%s has not returned after %s:\n%s", what, 5*fuzzBound, buf[:runtime.Stack(buf, true)]))
-	})
-	f()
-	hung.Stop()
-	if d := time.Since(start); d > fuzzBound {
-		t.Fatalf("%s took %s, more than %s", what, d, fuzzBound)
-	}
-}
-
-// jsonDepth is how deeply valid JSON nests objects and arrays, as
-// encoding/json's tokenizer sees it; ok is false for data that is not
-// valid JSON.
-func jsonDepth(data []byte) (depth int, ok bool) {
-	if !json.Valid(data) {
-		return 0, false
-	}
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
-	level := 0
-	for {
-		tok, err := d.Token()
-		if errors.Is(err, io.EOF) {
-			return depth, true
-		}
-		if err != nil {
-			return 0, false
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			level++
-			depth = max(depth, level)
-		case json.Delim('}'), json.Delim(']'):
-			level--
-		}
-	}
-}
-
-// checkBody checks the sink's reading of a message's body
-// (source.Payload, as internal/delivery's checkMessage decodes it): JSON
-// at most jsondepth.Max deep is accepted and re-encodes as itself, but
-// for a number past float64's range; anything else is a 400 *Refusal
-// saying what it is.
-func checkBody(t *testing.T, body []byte) {
-	t.Helper()
-	var payload any
-	var err error
-	timed(t, "source.Payload", func() { payload, err = source.Payload(body) })
-	depth, valid := jsonDepth(body)
-	if err != nil {
-		var ref *source.Refusal
-		switch {
-		case !errors.As(err, &ref):
-			t.Fatalf("the body is refused with %T %v, not a *source.Refusal", err, err)
-		case ref.Status != http.StatusBadRequest || ref.Reason == "" || !utf8.ValidString(ref.Reason) || len(ref.Reason) > 1024:
-			t.Fatalf("the body is refused %d %.300q: want a 400 with a short reason", ref.Status, ref.Reason)
-		case !valid && !strings.HasPrefix(ref.Reason, "the body is"):
-			t.Errorf("a body that is not JSON refused as %q", ref.Reason)
-		case valid && depth > jsondepth.Max && !strings.Contains(ref.Reason, fmt.Sprintf("nested deeper than %d", jsondepth.Max)):
-			t.Errorf("a body %d deep refused as %q", depth, ref.Reason)
-		case valid && depth <= jsondepth.Max && !strings.Contains(ref.Reason, "number"):
-			t.Errorf("valid JSON %d deep refused as %q", depth, ref.Reason)
-		}
-		return
-	}
-	if !valid || depth > jsondepth.Max {
-		t.Fatalf("accepted a body that is not JSON at most %d deep (valid %v, %d deep): %.200q", jsondepth.Max, valid, depth, body)
-	}
-	data, err := json.Marshal(payload)
-	var back any
-	if err != nil || json.Unmarshal(data, &back) != nil || !reflect.DeepEqual(back, payload) {
-		t.Fatalf("the payload of %.200q does not re-encode as JSON: %.200q, %v", body, data, err)
-	}
-}
 
 // validTopic reports whether s is a topic name Kafka accepts: 1 to 249
 // ASCII letters, digits, '.', '_' and '-', not "." or "..".
@@ -201,7 +116,7 @@ func FuzzKafkaRecord(f *testing.F) {
 		}
 		lim := c.spec.MaxBodyBytes
 		var m, again source.Message
-		timed(t, "message", func() {
+		fuzzcheck.Within(t, "message", fuzzBound, func() {
 			m = c.message(r)
 			again = c.message(r)
 		})
@@ -273,6 +188,6 @@ func FuzzKafkaRecord(f *testing.F) {
 		if !reflect.DeepEqual(m, again) {
 			t.Fatalf("the same record read twice differs:\n%q\n%q", m, again)
 		}
-		checkBody(t, m.Body)
+		sourcetest.CheckBody(t, m.Body)
 	})
 }

@@ -240,15 +240,21 @@ const maxProblems = 10
 // short is s, or its start when it is longer than what a message quotes
 // of a value.
 func short(s string) string {
-	const most = 100
-	if len(s) <= most {
+	if len(s) <= 100 {
 		return s
 	}
-	i := most
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
+	return cutRunes(s, 100) + "..."
+}
+
+// cutRunes is the start of s, at most n bytes, not cutting a character.
+func cutRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return s[:i] + "..."
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // resultFields says what each field of a result holds, for the messages of
@@ -400,11 +406,7 @@ func (t *tailWriter) lastLine() string {
 			continue
 		}
 		if len(line) > 200 {
-			cut := 197
-			for cut > 0 && !utf8.RuneStart(line[cut]) {
-				cut--
-			}
-			line = line[:cut] + "..."
+			line = cutRunes(line, 197) + "..."
 		}
 		return line
 	}

@@ -247,11 +247,16 @@ func Size(n int64) string {
 }
 
 // clip cuts a sender's text for a reason: 64 bytes of valid UTF-8.
-func clip(s string) string {
-	if len(s) <= 64 {
-		return strings.ToValidUTF8(s, "?")
+func clip(s string) string { return Clip(s, 64) }
+
+// Clip cuts text a sender wrote for a message: at most n bytes of valid
+// UTF-8 (invalid bytes read as "?"), and "..." when it was longer.
+func Clip(s string, n int) string {
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) <= n {
+		return s
 	}
-	s = s[:64]
+	s = s[:n]
 	for !utf8.ValidString(s) {
 		s = s[:len(s)-1]
 	}

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/source"
@@ -353,7 +352,7 @@ func (p *Poller) read(u string, resp *http.Response, body []byte) (*page, error)
 			e := &pg.events[i]
 			n, err := strconv.ParseInt(e.ID, 10, 64)
 			if err != nil || n < 0 {
-				return nil, fmt.Errorf("GET %s: event id %q is not a number", u, clip(e.ID, 64))
+				return nil, fmt.Errorf("GET %s: event id %q is not a number", u, source.Clip(e.ID, 64))
 			}
 			// The id as GitHub writes it: "+7" or "007" is event 7, not
 			// a delivery id of its own (nor one past 200 characters).
@@ -451,21 +450,7 @@ func githubMessage(body []byte) string {
 		Message string `json:"message"`
 	}
 	if json.Unmarshal(body, &e) == nil && e.Message != "" {
-		return clip(e.Message, 120)
+		return source.Clip(e.Message, 120)
 	}
-	return clip(strings.TrimSpace(string(body)), 120)
-}
-
-// clip cuts s, text from GitHub for an error, to n bytes of valid UTF-8
-// and "..." when it was longer.
-func clip(s string, n int) string {
-	s = strings.ToValidUTF8(s, "?")
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s + "..."
+	return source.Clip(strings.TrimSpace(string(body)), 120)
 }

@@ -229,7 +229,8 @@ func decodeOperator(file string, root *yaml.Node) (*Source, error) {
 
 var (
 	unknownField = regexp.MustCompile(`^unknown field "(.+)"$`)
-	typeMismatch = regexp.MustCompile(`^json: cannot unmarshal (\w+) into Go struct field \w+\.([\w.]+) of type (.+)$`)
+	// A field's path has dashes (x-kubernetes-validations).
+	typeMismatch = regexp.MustCompile(`^json: cannot unmarshal (\w+) into Go struct field \w+\.([\w.-]+) of type (.+)$`)
 )
 
 // jsonErrorField turns a decoding error into a field path and a message.
@@ -299,6 +300,11 @@ func (r *nodeReader) read(n *yaml.Node, path string, aliased bool) (any, error) 
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Kind != yaml.ScalarNode {
 				return nil, &nodeError{k.Line, "mapping keys must be strings"}
+			}
+			if k.Value == "" {
+				// Nothing of an Operator, nor of a Kubernetes object it
+				// makes, has a field without a name.
+				return nil, &nodeError{k.Line, "a key is empty: every field has a name"}
 			}
 			child := k.Value
 			if path != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -179,6 +180,11 @@ func parsePath(path string) (request, bool, error) {
 	}
 	req.resource = parts[0]
 	if req.resource != runsResource && req.resource != deliveriesResource {
+		return req, false, apierrors.NewNotFound(groupResource(req.resource), path)
+	}
+	if slices.Contains(parts[1:], "") {
+		// A name or subresource left empty ("runs/", "runs//log") names
+		// nothing: not the list it would otherwise read as.
 		return req, false, apierrors.NewNotFound(groupResource(req.resource), path)
 	}
 	switch len(parts) {

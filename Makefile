@@ -93,7 +93,7 @@ SOURCE_DATE_EPOCH      ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # More flags for cmd/opkit-image, e.g. -ca-certificates FILE.
 IMAGE_FLAGS            ?=
 
-.PHONY: all build plane browser postgresql demo test compile compiletests checks vet lint unit late benchtests usermodule helmchart scenarios fmt bench soak fuzz fuzzsmoke image clean
+.PHONY: all build plane browser postgresql demo test compile compiletests checks vet lint unit late benchtests usermodule helmchart scenarios fmt bench soak churn fuzz fuzzsmoke image clean
 
 all: build
 
@@ -239,6 +239,18 @@ soak: plane
 	  -conformance.seed=$(SEED) -conformance.duration=$(DURATION) -conformance.known=$(if $(filter 0,$(KNOWN)),false,true) -conformance.parallel=$(PARALLEL) \
 	  -conformance.report=$(BIN)/soak-report.txt; \
 	  status=$$?; cat $(BIN)/soak-report.txt 2>/dev/null; exit $$status
+
+## churn: the long soak beside the model's (TestChurn in internal/conformance,
+## docs/testing.md): one engine for DURATION under churn (objects created,
+## changed and deleted, webhook deliveries, NATS messages, handlers failing
+## and retried, its stack restarted now and then), its goroutines, live
+## heap and open files sampled at a sixth, a half and the end, and required
+## within 10% of each other from 30m on. The report: $(BIN)/churn-report.txt.
+churn: plane
+	@echo "make churn DURATION=$(DURATION)"
+	$(GO) test -race -count=1 -timeout 0 -run '^TestChurn$$' ./internal/conformance \
+	  -churn.duration=$(DURATION) -churn.report=$(BIN)/churn-report.txt; \
+	  status=$$?; cat $(BIN)/churn-report.txt 2>/dev/null; exit $$status
 
 ## fuzz: each Go fuzz target (a func FuzzX in a _test.go file under api,
 ## internal or pkg), one after another, for FUZZTIME each, on FUZZPARALLEL

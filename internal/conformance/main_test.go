@@ -56,6 +56,10 @@ func TestMain(m *testing.M) {
 		clustertest.Exit(runRecorder(os.Args[1:]))
 	case os.Getenv(engineEnv) != "":
 		clustertest.Exit(runEngine(os.Getenv(engineEnv), os.Getenv(namespaceEnv)))
+	case os.Getenv(churnHandlerEnv) == "1":
+		clustertest.Exit(runChurnHandler())
+	case os.Getenv(churnEngineEnv) != "":
+		clustertest.Exit(runChurnEngine(os.Getenv(churnEngineEnv), os.Getenv(namespaceEnv)))
 	}
 	clustertest.Main(m)
 }

@@ -237,11 +237,11 @@ type churn struct {
 	hooks  string
 	store  archive.Store
 
-	live               map[string]bool // the objects that should exist
-	objects, values    int             // names and values given so far
-	posted, published  int             // webhook deliveries, NATS messages
-	changes, replaced  int
-	restarts, refusals int
+	live              map[string]bool // the objects that should exist
+	objects, values   int             // names and values given so far
+	posted, published int             // webhook deliveries, NATS messages
+	changes, replaced int
+	restarts          int
 }
 
 func (c *churn) setUp() {

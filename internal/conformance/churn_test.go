@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -205,10 +206,31 @@ func TestChurn(t *testing.T) {
 				vs[i] = m.of(s)
 			}
 			if lo, hi := slices.Min(vs), slices.Max(vs); float64(hi) > float64(lo)*(1+churnFlat) {
-				t.Errorf("the engine's %s grew: %v at %v (more than %.0f%% apart)", m.what, vs, sampleTimes(samples), churnFlat*100)
+				t.Errorf("the engine's %s grew: %v at %v (more than %.0f%% apart); its heap profiles at each sample: %s", m.what, vs, sampleTimes(samples), churnFlat*100, c.keepProfiles())
 			}
 		}
 	}
+}
+
+// keepProfiles copies the engine's heap profiles (heap.<n>.pprof, one a
+// sample) beside the report, or to the test's log directory, and says
+// where: go tool pprof -base heap.1.pprof heap.3.pprof shows what grew.
+func (c *churn) keepProfiles() string {
+	to := filepath.Dir(*flagChurnReport)
+	if *flagChurnReport == "" {
+		to = c.t.ArtifactDir()
+	}
+	profiles, _ := filepath.Glob(filepath.Join(c.dir, "heap.*.pprof"))
+	for _, p := range profiles {
+		data, err := os.ReadFile(p)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(to, "churn-"+filepath.Base(p)), data, 0o644)
+		}
+		if err != nil {
+			return err.Error()
+		}
+	}
+	return filepath.Join(to, "churn-heap.*.pprof")
 }
 
 func sampleTimes(ss []sample) []time.Duration {
@@ -685,6 +707,15 @@ func writeSample(file string) error {
 				s.RSS = kb << 10
 			}
 		}
+	}
+	// Beside it, the heap's profile, heap.<n>.pprof, n counting the
+	// samples: what grew between two of them.
+	profile, err := os.Create(filepath.Join(filepath.Dir(file), fmt.Sprintf("heap.%d.pprof", countLines(file)+1)))
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(pprof.WriteHeapProfile(profile), profile.Close()); err != nil {
+		return err
 	}
 	line, _ := json.Marshal(s)
 	f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)

@@ -523,13 +523,13 @@ func (ch *checker) start() {
 	applied := false
 	defer func() {
 		if !applied { // Eventually failed the test: say what the engine did meanwhile
-			t.Logf("the engine process's log ends:\n%s", ch.logTail())
+			t.Logf("the engine process's log ends:\n%s", engineLogTail(ch.dir))
 		}
 	}()
 	clustertest.Eventually(t, 2*time.Minute, "the engine process applies the definition", func(context.Context) (bool, error) {
 		select {
 		case <-ch.waited:
-			return false, fmt.Errorf("the engine process ended: %s", ch.logTail())
+			return false, fmt.Errorf("the engine process ended: %s", engineLogTail(ch.dir))
 		default:
 		}
 		addr, err := os.ReadFile(ready)
@@ -567,15 +567,6 @@ func (ch *checker) stop(kill bool) {
 		ch.engineLog += fmt.Sprintf("the engine process exited %v after SIGTERM\n", st)
 	}
 	ch.proc = nil
-}
-
-func (ch *checker) logTail() string {
-	data, _ := os.ReadFile(filepath.Join(ch.dir, "engine.log"))
-	s := string(data)
-	if len(s) > 4000 {
-		s = s[len(s)-4000:]
-	}
-	return s
 }
 
 // quiet describes what the engine has done, as far as the archive and

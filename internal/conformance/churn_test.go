@@ -31,10 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	krand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
@@ -263,7 +260,6 @@ type churn struct {
 	objects, values   int             // names and values given so far
 	posted, published int             // webhook deliveries, NATS messages
 	changes, replaced int
-	restarts          int
 }
 
 func (c *churn) setUp() {
@@ -317,7 +313,7 @@ func (c *churn) ready() {
 	clustertest.Eventually(c.t, 2*time.Minute, "the churn's engine applies its definition", func(context.Context) (bool, error) {
 		select {
 		case <-c.waited:
-			return false, fmt.Errorf("the engine process ended: %s", c.logTail())
+			return false, fmt.Errorf("the engine process ended: %s", engineLogTail(c.dir))
 		default:
 		}
 		addr, err := os.ReadFile(file)
@@ -328,7 +324,6 @@ func (c *churn) ready() {
 
 // restart stops the engine's stack and starts it again, in its process.
 func (c *churn) restart() {
-	c.restarts++
 	if err := c.proc.Process.Signal(syscall.SIGUSR2); err != nil {
 		c.t.Fatal(err)
 	}
@@ -352,17 +347,12 @@ func (c *churn) stop() {
 		c.t.Errorf("the churn's engine did not stop within %s of SIGTERM", clustertest.Scaled(time.Minute))
 	}
 	if !proc.ProcessState.Success() {
-		c.t.Errorf("the churn's engine exited %v: %s", proc.ProcessState, c.logTail())
+		c.t.Errorf("the churn's engine exited %v: %s", proc.ProcessState, engineLogTail(c.dir))
 	}
 	data, _ := os.ReadFile(filepath.Join(c.dir, "engine.log"))
 	if failure := engineFailure(string(data)); failure != "" {
 		c.t.Errorf("the churn's engine: %s", failure)
 	}
-}
-
-func (c *churn) logTail() string {
-	data, _ := os.ReadFile(filepath.Join(c.dir, "engine.log"))
-	return string(data[max(0, len(data)-4000):])
 }
 
 // step does one thing a cluster's users and senders do.
@@ -486,7 +476,7 @@ func (c *churn) sample() sample {
 	clustertest.Eventually(c.t, time.Minute, "the engine's sample", func(context.Context) (bool, error) {
 		data, _ := os.ReadFile(file)
 		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-		if countLines(file) <= before {
+		if len(data) == 0 || len(lines) <= before {
 			return false, nil
 		}
 		return true, json.Unmarshal([]byte(lines[len(lines)-1]), &s)
@@ -594,7 +584,7 @@ func (c *churn) busy(ctx context.Context) (string, error) {
 func (c *churn) report(samples []sample) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "churn for %s: %d objects kept; %d changes, %d replaced, %d webhook deliveries, %d NATS messages; %d stack restarts\n",
-		*flagChurnFor, *flagChurnObjs, c.changes, c.replaced, c.posted, c.published, c.restarts)
+		*flagChurnFor, *flagChurnObjs, c.changes, c.replaced, c.posted, c.published, c.starts-1)
 	counts, err := c.store.Counts(context.WithoutCancel(c.t.Context()), time.Time{})
 	if err == nil {
 		fmt.Fprintf(&b, "runs: %d, of which failed (and retried): %d\n", counts["churn"].Runs, counts["churn"].Failed)
@@ -615,12 +605,7 @@ func runChurnEngine(dir, namespace string) int {
 		fmt.Fprintln(os.Stderr, "churn engine:", err)
 		return 1
 	}
-	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
-	if err != nil {
-		return fail(err)
-	}
-	defs, err := definition.CompileFiles(filepath.Join(dir, "operator.yaml"))
+	cfg, defs, err := engineSetUp(dir)
 	if err != nil {
 		return fail(err)
 	}
@@ -677,15 +662,6 @@ func churnStart(cfg *rest.Config, defs []*definition.Definition, dir, namespace 
 			}
 		}
 	}
-}
-
-// writeReady writes file whole, then renames it: the test takes its being
-// there for the start's readiness and reads the hooks address from it.
-func writeReady(file, addr string) error {
-	if err := os.WriteFile(file+".tmp", []byte(addr), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(file+".tmp", file)
 }
 
 // writeSample appends this process's sample to file, after two garbage

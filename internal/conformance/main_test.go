@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -241,19 +242,12 @@ func runEngine(dir, namespace string) int {
 		fmt.Fprintln(os.Stderr, "engine:", err)
 		return 1
 	}
-	// The engine's log lines go to the case's engine.log, whose tail a
-	// failure shows.
-	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	cfg, defs, err := engineSetUp(dir)
 	if err != nil {
 		return fail(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	defs, err := definition.CompileFiles(filepath.Join(dir, "operator.yaml"))
-	if err != nil {
-		return fail(err)
-	}
 	runWait, err := time.ParseDuration(os.Getenv(runWaitEnv))
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", runWaitEnv, err))
@@ -288,20 +282,43 @@ func runEngine(dir, namespace string) int {
 		_ = s.Stop()
 		return fail(err)
 	}
-	// Written whole, then renamed: the checker takes the file's being
-	// there for the engine's readiness and reads the hooks address from
-	// it, and could otherwise read it created and still empty.
-	ready := filepath.Join(dir, "ready."+strconv.Itoa(os.Getpid()))
-	if err := os.WriteFile(ready+".tmp", []byte(s.Engine.HooksAddr()), 0o644); err != nil {
-		return fail(err)
-	}
-	if err := os.Rename(ready+".tmp", ready); err != nil {
+	if err := writeReady(filepath.Join(dir, "ready."+strconv.Itoa(os.Getpid())), s.Engine.HooksAddr()); err != nil {
 		return fail(err)
 	}
 	if err := s.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return fail(err)
 	}
 	return 0
+}
+
+// engineSetUp is what an engine process of the tests reads before it
+// starts: its logger (to stderr, the engine.log in dir whose tail a
+// failure shows), the kubeconfig of $KUBECONFIG, and dir's operator.yaml.
+func engineSetUp(dir string) (*rest.Config, []*definition.Definition, error) {
+	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		return nil, nil, err
+	}
+	defs, err := definition.CompileFiles(filepath.Join(dir, "operator.yaml"))
+	return cfg, defs, err
+}
+
+// writeReady writes an engine process's ready file whole, then renames
+// it: the test takes its being there for the engine's readiness and
+// reads the hooks address from it, and could otherwise read it created
+// and still empty.
+func writeReady(file, addr string) error {
+	if err := os.WriteFile(file+".tmp", []byte(addr), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(file+".tmp", file)
+}
+
+// engineLogTail is the end of the engine.log in dir.
+func engineLogTail(dir string) string {
+	data, _ := os.ReadFile(filepath.Join(dir, "engine.log"))
+	return string(data[max(0, len(data)-4000):])
 }
 
 // engineFailure is what an engine process's log says of its failure: a

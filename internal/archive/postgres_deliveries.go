@@ -124,15 +124,8 @@ func (p *Postgres) GetDelivery(ctx context.Context, id string) (*Delivery, error
 	if err != nil {
 		return nil, p.fail("delivery "+id, err)
 	}
-	rows, err := p.pool.Query(ctx, pgRedeliveriesSQL, id)
-	if err == nil {
-		d.Redeliveries, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	}
-	if err != nil {
+	if d.Redeliveries, err = p.ids(ctx, pgRedeliveriesSQL, id); err != nil {
 		return nil, p.fail("the redeliveries of delivery "+id, err)
-	}
-	if len(d.Redeliveries) == 0 {
-		d.Redeliveries = nil // as SQLite's: none is nil
 	}
 	ds := []Delivery{*d}
 	if err := runsSoFar(ctx, p, ds); err != nil {
@@ -152,11 +145,8 @@ func (p *Postgres) ListDeliveries(ctx context.Context, q DeliveryQuery) (*Delive
 	if err != nil {
 		return nil, p.fail("listing deliveries", err)
 	}
-	page := &DeliveryPage{Deliveries: all}
-	if len(all) > limit {
-		page.Deliveries = all[:limit]
-		page.Next = all[limit-1].ID
-	}
+	page := &DeliveryPage{}
+	page.Deliveries, page.Next = cutPage(all, limit, deliveryID)
 	if err := runsSoFar(ctx, p, page.Deliveries); err != nil {
 		return nil, err
 	}

@@ -147,32 +147,11 @@ func (p *Postgres) AppendLog(ctx context.Context, id string, data []byte) error 
 			return err
 		}
 		limit, head := p.opts.LogLimit, p.opts.LogHead
-		end := size + int64(len(data))
-		cut := max(end-(limit-head), head) // the tail starts here
-		if end <= limit {
-			cut = end // all fits
-		}
-		insert := func(pos int64, piece []byte) error {
-			if len(piece) == 0 {
-				return nil
-			}
-			_, err := tx.Exec(ctx, pgLogInsertSQL, id, pos, piece)
-			return err
-		}
-		pos := size
-		if pos < head && cut > head {
-			// The head's last piece ends at the head, exactly.
-			n := head - pos
-			if err := insert(pos, data[:n]); err != nil {
+		pieces, end, cut := placeLog(size, data, limit, head)
+		for _, piece := range pieces {
+			if _, err := tx.Exec(ctx, pgLogInsertSQL, id, piece.Pos, piece.Data); err != nil {
 				return err
 			}
-			data, pos = data[n:], head
-		}
-		if pos < cut && cut < end && pos >= head {
-			data, pos = data[cut-pos:], cut // the start of data is cut already
-		}
-		if err := insert(pos, data); err != nil {
-			return err
 		}
 		if end > limit {
 			truncated = true
@@ -204,18 +183,24 @@ func (p *Postgres) Get(ctx context.Context, id string) (*Run, error) {
 	if err != nil {
 		return nil, p.fail("run "+id, err)
 	}
-	rows, err := p.pool.Query(ctx, pgRerunsSQL, id)
-	if err != nil {
+	if r.Reruns, err = p.ids(ctx, pgRerunsSQL, id); err != nil {
 		return nil, p.fail("re-runs of run "+id, err)
-	}
-	reruns, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, p.fail("re-runs of run "+id, err)
-	}
-	if len(reruns) > 0 {
-		r.Reruns = reruns // nil for none, as SQLite's
 	}
 	return r, nil
+}
+
+// ids returns the ids a query of one column of them selects, in its
+// order; nil for none, as SQLite's.
+func (p *Postgres) ids(ctx context.Context, query string, args ...any) ([]string, error) {
+	rows, err := p.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	return ids, nil
 }
 
 // Logs returns the run's log from offset on.
@@ -266,14 +251,11 @@ func (p *Postgres) List(ctx context.Context, q Query) (*Page, error) {
 	if err != nil {
 		return nil, p.fail("listing runs", err)
 	}
-	page := &Page{Runs: runs}
-	if page.Runs == nil {
-		page.Runs = []Run{}
+	if runs == nil {
+		runs = []Run{}
 	}
-	if len(page.Runs) > limit {
-		page.Runs = page.Runs[:limit]
-		page.Next = page.Runs[limit-1].ID
-	}
+	page := &Page{}
+	page.Runs, page.Next = cutPage(runs, limit, runID)
 	return page, nil
 }
 

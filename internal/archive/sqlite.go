@@ -465,19 +465,7 @@ func (s *SQLite) Get(ctx context.Context, id string) (*Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("archive: run %s: %w", id, err)
 	}
-	rows, err := s.db.QueryContext(ctx, rerunsSQL, id)
-	if err != nil {
-		return nil, fmt.Errorf("archive: re-runs of run %s: %w", id, err)
-	}
-	defer func() { _ = rows.Close() }()
-	for rows.Next() {
-		var rerun string
-		if err := rows.Scan(&rerun); err != nil {
-			return nil, fmt.Errorf("archive: re-runs of run %s: %w", id, err)
-		}
-		r.Reruns = append(r.Reruns, rerun)
-	}
-	if err := rows.Err(); err != nil {
+	if r.Reruns, err = s.ids(ctx, rerunsSQL, id); err != nil {
 		return nil, fmt.Errorf("archive: re-runs of run %s: %w", id, err)
 	}
 	return r, nil

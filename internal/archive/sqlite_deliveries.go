@@ -166,27 +166,27 @@ func (s *SQLite) getDelivery(ctx context.Context, id string) (*Delivery, error) 
 	if err != nil {
 		return nil, fmt.Errorf("archive: delivery %s: %w", id, err)
 	}
-	if d.Redeliveries, err = s.redeliveries(ctx, id); err != nil {
+	if d.Redeliveries, err = s.ids(ctx, redeliveriesSQL, id); err != nil {
 		return nil, fmt.Errorf("archive: delivery %s: its redeliveries: %w", id, err)
 	}
 	return d, nil
 }
 
-// redeliveries returns the ids of a delivery's redeliveries, oldest
-// first; nil for none.
-func (s *SQLite) redeliveries(ctx context.Context, id string) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, redeliveriesSQL, id)
+// ids returns the ids a query of one column of them selects, in its
+// order; nil for none.
+func (s *SQLite) ids(ctx context.Context, query string, args ...any) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = rows.Close() }()
 	var ids []string
 	for rows.Next() {
-		var r string
-		if err := rows.Scan(&r); err != nil {
+		var id string
+		if err := rows.Scan(&id); err != nil {
 			return nil, err
 		}
-		ids = append(ids, r)
+		ids = append(ids, id)
 	}
 	return ids, rows.Err()
 }
@@ -205,25 +205,15 @@ func (s *SQLite) ListDeliveries(ctx context.Context, q DeliveryQuery) (*Delivery
 }
 
 func (s *SQLite) listDeliveries(ctx context.Context, q DeliveryQuery) (*DeliveryPage, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.w == nil {
-		return nil, s.lost
-	}
-	where, args, limit, err := q.sql()
-	if err != nil {
-		return nil, err
-	}
-	all, err := s.queryDeliveries(ctx, false, listDeliveriesSQL(where), append(args, limit+1)...)
-	if err != nil {
-		return nil, fmt.Errorf("archive: listing deliveries: %w", err)
-	}
-	page := &DeliveryPage{Deliveries: all}
-	if len(all) > limit {
-		page.Deliveries = all[:limit]
-		page.Next = all[limit-1].ID
-	}
-	return page, nil
+	return readList(s, q, func(where string, args []any, limit int) (*DeliveryPage, error) {
+		all, err := s.queryDeliveries(ctx, false, listDeliveriesSQL(where), append(args, limit+1)...)
+		if err != nil {
+			return nil, fmt.Errorf("archive: listing deliveries: %w", err)
+		}
+		page := &DeliveryPage{}
+		page.Deliveries, page.Next = cutPage(all, limit, deliveryID)
+		return page, nil
+	})
 }
 
 // listDeliveriesSQL is ListDeliveries' statement for a WHERE clause of

@@ -40,32 +40,11 @@ func (s *SQLite) appendLog(ctx context.Context, tx *sql.Tx, id string, p []byte)
 		return fmt.Errorf("archive: log of run %s: %w", id, err)
 	}
 	limit, head := s.opts.LogLimit, s.opts.LogHead
-	end := size + int64(len(p))
-	cut := max(end-(limit-head), head) // the tail starts here
-	if end <= limit {
-		cut = end // all fits
-	}
-	insert := func(pos int64, data []byte) error {
-		if len(data) == 0 {
-			return nil
-		}
-		_, err := tx.StmtContext(ctx, s.logInsert).ExecContext(ctx, id, pos, data)
-		return err
-	}
-	pos := size
-	if pos < head && cut > head {
-		// The head's last piece ends at the head, exactly.
-		n := head - pos
-		if err := insert(pos, p[:n]); err != nil {
+	pieces, end, cut := placeLog(size, p, limit, head)
+	for _, piece := range pieces {
+		if _, err := tx.StmtContext(ctx, s.logInsert).ExecContext(ctx, id, piece.Pos, piece.Data); err != nil {
 			return fmt.Errorf("archive: log of run %s: %w", id, err)
 		}
-		p, pos = p[n:], head
-	}
-	if pos < cut && cut < end && pos >= head {
-		p, pos = p[cut-pos:], cut // the start of p is cut already
-	}
-	if err := insert(pos, p); err != nil {
-		return fmt.Errorf("archive: log of run %s: %w", id, err)
 	}
 	if end > limit {
 		truncated = true
@@ -80,6 +59,38 @@ func (s *SQLite) appendLog(ctx context.Context, tx *sql.Tx, id string, p []byte)
 		return fmt.Errorf("archive: log of run %s: %w", id, err)
 	}
 	return nil
+}
+
+// placeLog places data, appended to a log of size bytes, within the
+// limits of both stores: up to limit bytes a log is kept whole; past it,
+// its first head bytes stay and the rest of the limit holds its latest
+// bytes. It returns the pieces of data to insert, in order, the log's new
+// size, and the cut, where the kept tail starts (end, when all fits).
+// Past the limit, the caller deletes the older pieces between the head
+// and the cut, and shortens the one that straddles the cut.
+func placeLog(size int64, data []byte, limit, head int64) (pieces []LogPiece, end, cut int64) {
+	end = size + int64(len(data))
+	cut = max(end-(limit-head), head) // the tail starts here
+	if end <= limit {
+		cut = end // all fits
+	}
+	add := func(pos int64, piece []byte) {
+		if len(piece) > 0 {
+			pieces = append(pieces, LogPiece{Pos: pos, Data: piece})
+		}
+	}
+	pos := size
+	if pos < head && cut > head {
+		// The head's last piece ends at the head, exactly.
+		n := head - pos
+		add(pos, data[:n])
+		data, pos = data[n:], head
+	}
+	if pos < cut && cut < end && pos >= head {
+		data, pos = data[cut-pos:], cut // the start of data is cut already
+	}
+	add(pos, data)
+	return pieces, end, cut
 }
 
 // The statements that keep a long log's tail: delete the pieces between

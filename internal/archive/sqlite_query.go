@@ -105,6 +105,20 @@ func pageLimit(n int) int {
 	return n
 }
 
+// cutPage cuts rows, read one past a page of limit rows so as to know
+// whether another page follows, to the page. It returns the page and the
+// next page's cursor: the id of the page's last row, or "" on the last.
+func cutPage[T any](rows []T, limit int, id func(T) string) ([]T, string) {
+	if len(rows) <= limit {
+		return rows, ""
+	}
+	return rows[:limit], id(rows[limit-1])
+}
+
+// runID and deliveryID are the ids cutPage makes cursors of.
+func runID(r Run) string           { return r.ID }
+func deliveryID(d Delivery) string { return d.ID }
+
 const runColumns = `id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation, idem_key, attempt, diff,
 	started_at, finished_at, outcome, error, next_retry_at, writes, log_bytes, log_truncated, actor, runner, rerun_of, reason`
 
@@ -153,36 +167,52 @@ func scanRun(row scanner, detail ...bool) (*Run, error) {
 
 // List returns the runs q selects, newest first.
 func (s *SQLite) List(ctx context.Context, q Query) (*Page, error) {
+	return readList(s, q, func(where string, args []any, limit int) (*Page, error) {
+		rows, err := s.db.QueryContext(ctx, listSQL(where), append(args, limit+1)...)
+		if err != nil {
+			return nil, fmt.Errorf("archive: listing runs: %w", err)
+		}
+		defer func() { _ = rows.Close() }()
+		runs := []Run{}
+		for rows.Next() {
+			r, err := scanRun(rows)
+			if err != nil {
+				return nil, err
+			}
+			runs = append(runs, *r)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		page := &Page{}
+		page.Runs, page.Next = cutPage(runs, limit, runID)
+		return page, nil
+	})
+}
+
+// listQuery is a query of a list read, Query or DeliveryQuery.
+type listQuery interface {
+	// sql turns the query into a WHERE clause with ? placeholders, its
+	// arguments, and the page's size.
+	sql() (where string, args []any, limit int, err error)
+}
+
+// readList runs read, a SQLite list read, with q's WHERE clause,
+// arguments and page size, under the read lock that keeps the handles in
+// place. A lost archive fails first, with why, then a query that is not
+// one.
+func readList[P any](s *SQLite, q listQuery, read func(where string, args []any, limit int) (P, error)) (P, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	var none P
 	if s.w == nil {
-		return nil, s.lost
+		return none, s.lost
 	}
 	where, args, limit, err := q.sql()
 	if err != nil {
-		return nil, err
+		return none, err
 	}
-	rows, err := s.db.QueryContext(ctx, listSQL(where), append(args, limit+1)...)
-	if err != nil {
-		return nil, fmt.Errorf("archive: listing runs: %w", err)
-	}
-	defer func() { _ = rows.Close() }()
-	page := &Page{Runs: []Run{}}
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		page.Runs = append(page.Runs, *r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if len(page.Runs) > limit {
-		page.Runs = page.Runs[:limit]
-		page.Next = page.Runs[limit-1].ID
-	}
-	return page, nil
+	return read(where, args, limit)
 }
 
 // Counts returns each operator's runs since a time, and its failed ones.

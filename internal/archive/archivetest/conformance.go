@@ -75,6 +75,31 @@ func openStore(t *testing.T, open Open, opts archive.Options) archive.Store {
 	return s
 }
 
+// concurrently runs work(0) to work(n-1), each in a goroutine of its own,
+// all at once, and returns when all are done, failing t with every error
+// they report through fail: from the test's goroutine, once they are
+// done.
+func concurrently(t *testing.T, n int, work func(i int, fail func(error))) {
+	t.Helper()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		errs = append(errs, err)
+	}
+	for i := range n {
+		wg.Go(func() { work(i, fail) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		t.Error(err)
+	}
+}
+
 // newRun returns a Running run started at t.
 func newRun(t time.Time, op, ns, name, handler string) *archive.Run {
 	uid := "uid-" + ns + "-" + name
@@ -376,11 +401,7 @@ func pruneByAgeAndCount(t *testing.T, open Open) {
 	var runs []*archive.Run
 	for i := range 10 {
 		// Runs 0-4 are two days old, 5-9 recent; run 0 is still running.
-		age := time.Duration(10-i) * time.Minute
-		if i < 5 {
-			age += 48 * time.Hour
-		}
-		r := newRun(now.Add(-age), "op", "ns", "n", "h")
+		r := newRun(now.Add(-pruneAge(i)), "op", "ns", "n", "h")
 		insert(t, s, r)
 		if err := s.AppendLog(ctx, r.ID, []byte("log")); err != nil {
 			t.Fatal(err)
@@ -404,44 +425,41 @@ func pruneByAgeAndCount(t *testing.T, open Open) {
 	if err != nil || n != 2 {
 		t.Fatalf("Prune to 3 runs = %d, %v; want 2", n, err)
 	}
-	page, _ := s.List(ctx, archive.Query{})
-	var got []string
-	for _, r := range page.Runs {
-		got = append(got, r.ID)
-	}
-	if want := []string{runs[9].ID, runs[8].ID, runs[7].ID, runs[0].ID}; !reflect.DeepEqual(got, want) {
+	if got, want := allRuns(t, s, archive.Query{}), []string{runs[9].ID, runs[8].ID, runs[7].ID, runs[0].ID}; !reflect.DeepEqual(got, want) {
 		t.Errorf("kept %v, want the 3 newest and the running one %v", got, want)
 	}
+}
+
+// pruneAge is the age of the i-th of the ten records the pruning checks
+// make, oldest first, a minute apart: 0-4 are two days old, past a day's
+// retention, and 5-9 recent.
+func pruneAge(i int) time.Duration {
+	age := time.Duration(10-i) * time.Minute
+	if i < 5 {
+		age += 48 * time.Hour
+	}
+	return age
 }
 
 func concurrentWriters(t *testing.T, open Open) {
 	s := openStore(t, open, archive.Options{})
 	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, 8*25)
-	for w := range 8 {
-		wg.Go(func() {
-			for i := range 25 {
-				r := newRun(time.Now(), "op", "ns", fmt.Sprintf("w%d", w), "h")
-				if err := s.Insert(ctx, r); err != nil {
-					errs <- err
-					continue
-				}
-				if err := s.AppendLog(ctx, r.ID, []byte(fmt.Sprintf("run %d\n", i))); err != nil {
-					errs <- err
-				}
-				r.Outcome, r.FinishedAt = archive.Succeeded, time.Now()
-				if err := s.Finish(ctx, r); err != nil {
-					errs <- err
-				}
+	concurrently(t, 8, func(w int, fail func(error)) {
+		for i := range 25 {
+			r := newRun(time.Now(), "op", "ns", fmt.Sprintf("w%d", w), "h")
+			if err := s.Insert(ctx, r); err != nil {
+				fail(err)
+				continue
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+			if err := s.AppendLog(ctx, r.ID, []byte(fmt.Sprintf("run %d\n", i))); err != nil {
+				fail(err)
+			}
+			r.Outcome, r.FinishedAt = archive.Succeeded, time.Now()
+			if err := s.Finish(ctx, r); err != nil {
+				fail(err)
+			}
+		}
+	})
 	page, err := s.List(ctx, archive.Query{Outcome: archive.Succeeded, Limit: 1000})
 	if err != nil || len(page.Runs) != 200 {
 		t.Errorf("%d succeeded runs (%v), want 200", len(page.Runs), err)

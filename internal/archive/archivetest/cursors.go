@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/opkit-dev/opkit/internal/archive"
@@ -88,24 +87,13 @@ func cursorsOutlivePruneAndCancelRunning(t *testing.T, open Open) {
 func cursorsConcurrentWriters(t *testing.T, open Open) {
 	s := openStore(t, open, archive.Options{})
 	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, 8*20)
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 20 {
-				if err := s.SetCursor(ctx, "notifier", fmt.Sprintf("src-%d", w), fmt.Sprint(i)); err != nil {
-					errs <- err
-				}
+	concurrently(t, 8, func(w int, fail func(error)) {
+		for i := range 20 {
+			if err := s.SetCursor(ctx, "notifier", fmt.Sprintf("src-%d", w), fmt.Sprint(i)); err != nil {
+				fail(err)
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+		}
+	})
 	for w := range 8 {
 		if got := cursor(t, s, "notifier", fmt.Sprintf("src-%d", w)); got != "19" {
 			t.Errorf("cursor of src-%d after its 20 writes: %q, want 19", w, got)

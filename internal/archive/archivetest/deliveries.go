@@ -77,26 +77,15 @@ func pending(t *testing.T, s archive.Store, op string) []string {
 // their ids.
 func allDeliveries(t *testing.T, s archive.Store, q archive.DeliveryQuery) []string {
 	t.Helper()
-	var ids []string
-	for pages := 0; ; pages++ {
-		if pages > 2000 {
-			t.Fatal("paging does not end")
-		}
+	next := func() ([]archive.Delivery, bool, error) {
 		page, err := s.ListDeliveries(context.Background(), q)
 		if err != nil {
-			t.Fatal(err)
-		}
-		if limit := orDefault(q.Limit, 50); len(page.Deliveries) > limit {
-			t.Fatalf("page of %d deliveries, limit %d", len(page.Deliveries), limit)
-		}
-		for _, d := range page.Deliveries {
-			ids = append(ids, d.ID)
-		}
-		if page.Next == "" {
-			return ids
+			return nil, false, err
 		}
 		q.Cursor = page.Next
+		return page.Deliveries, page.Next != "", nil
 	}
+	return pageIDs(t, orDefault(q.Limit, 50), next, func(d archive.Delivery) string { return d.ID })
 }
 
 // orDefault is n, or def if n is zero.
@@ -366,33 +355,24 @@ func deliveriesRefuseReplays(t *testing.T, open Open) {
 func deliveriesConcurrentFloodExactlyOnce(t *testing.T, open Open) {
 	s := openStore(t, open, archive.Options{})
 	ctx := context.Background()
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	accepted := map[string]int{}
-	errs := make(chan error, 1000)
-	for i := range 1000 {
-		wg.Go(func() {
-			id := fmt.Sprintf("delivery-%03d", i%100)
-			d := newDelivery(time.Now(), "printer", "github", id)
-			err := s.RecordDelivery(ctx, d)
-			if errors.Is(err, archive.ErrDuplicateDelivery) {
-				d.Outcome, d.Reason = archive.DeliveryRefused, "replay of delivery "+id
-				err = s.RecordDelivery(ctx, d)
-			} else if err == nil {
-				mu.Lock()
-				accepted[id]++
-				mu.Unlock()
-			}
-			if err != nil {
-				errs <- err
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	concurrently(t, 1000, func(i int, fail func(error)) {
+		id := fmt.Sprintf("delivery-%03d", i%100)
+		d := newDelivery(time.Now(), "printer", "github", id)
+		err := s.RecordDelivery(ctx, d)
+		if errors.Is(err, archive.ErrDuplicateDelivery) {
+			d.Outcome, d.Reason = archive.DeliveryRefused, "replay of delivery "+id
+			err = s.RecordDelivery(ctx, d)
+		} else if err == nil {
+			mu.Lock()
+			accepted[id]++
+			mu.Unlock()
+		}
+		if err != nil {
+			fail(err)
+		}
+	})
 	if len(accepted) != 100 {
 		t.Errorf("%d ids accepted, want 100", len(accepted))
 	}

@@ -14,16 +14,12 @@ import (
 
 func listFiltersAndPages(t *testing.T, open Open) {
 	s := openStore(t, open, archive.Options{})
-	ctx := context.Background()
 	all := seedFilteredRuns(t, s)
-	want := func(pred func(r *archive.Run) bool) []string {
-		return newestFirst(all, func(r *archive.Run) string { return r.ID }, pred)
+	list := func(t *testing.T, q archive.Query, limit int) []string {
+		q.Limit = limit
+		return allRuns(t, s, q)
 	}
-	for _, c := range []struct {
-		name string
-		q    archive.Query
-		pred func(r *archive.Run) bool
-	}{
+	checkFilters(t, all, func(r *archive.Run) string { return r.ID }, list, []filterCase[archive.Query, *archive.Run]{
 		{"all", archive.Query{}, func(*archive.Run) bool { return true }},
 		{"operator", archive.Query{Operator: "website"}, func(r *archive.Run) bool { return r.Operator == "website" }},
 		{"object", archive.Query{Namespace: "ns", Name: "obj-2"}, func(r *archive.Run) bool { return r.Namespace == "ns" && r.Name == "obj-2" }},
@@ -43,37 +39,7 @@ func listFiltersAndPages(t *testing.T, open Open) {
 			return r.Kind == "Printer" && r.Namespace == "ns" && r.Name == "obj-1"
 		}},
 		{"kind no run has", archive.Query{Kind: "printer"}, func(*archive.Run) bool { return false }},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			for _, limit := range []int{4, 1000} {
-				var got []string
-				q := c.q
-				q.Limit = limit
-				for pages := 0; ; pages++ {
-					if pages > 40 {
-						t.Fatal("paging does not end")
-					}
-					page, err := s.List(ctx, q)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if len(page.Runs) > limit {
-						t.Fatalf("page of %d runs, limit %d", len(page.Runs), limit)
-					}
-					for _, r := range page.Runs {
-						got = append(got, r.ID)
-					}
-					if page.Next == "" {
-						break
-					}
-					q.Cursor = page.Next
-				}
-				if w := want(c.pred); !reflect.DeepEqual(got, w) {
-					t.Errorf("limit %d: got %d runs %v\nwant %d %v", limit, len(got), got, len(w), w)
-				}
-			}
-		})
-	}
+	})
 }
 
 // seedFilteredRuns inserts the 30 runs listFiltersAndPages filters: of
@@ -127,14 +93,7 @@ func listTimeBounds(t *testing.T, open Open) {
 		insert(t, s, r)
 		ids = append(ids, r.ID)
 	}
-	page, err := s.List(context.Background(), archive.Query{Since: base.Add(3 * time.Minute), Until: base.Add(6 * time.Minute)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, r := range page.Runs {
-		got = append(got, r.ID)
-	}
+	got := allRuns(t, s, archive.Query{Since: base.Add(3 * time.Minute), Until: base.Add(6 * time.Minute)})
 	if want := []string{ids[5], ids[4], ids[3]}; !reflect.DeepEqual(got, want) {
 		t.Errorf("runs started in [3m, 6m): %v, want %v", got, want)
 	}
@@ -164,6 +123,72 @@ func listRejectsForeignCursor(t *testing.T, open Open) {
 	s := openStore(t, open, archive.Options{})
 	if _, err := s.List(context.Background(), archive.Query{Cursor: "'; DROP TABLE runs; --"}); err == nil {
 		t.Error("List accepted a cursor it did not return")
+	}
+}
+
+// filterCase is a query of a list check, and which of the records seeded
+// it selects.
+type filterCase[Q, T any] struct {
+	name string
+	q    Q
+	pred func(T) bool
+}
+
+// checkFilters lists what each case's query selects, in pages of 4 and
+// of 1000, and checks it is what the case's pred keeps of all (oldest
+// first), newest first. list lists the ids a query selects, in pages of
+// limit.
+func checkFilters[Q, T any](t *testing.T, all []T, id func(T) string, list func(t *testing.T, q Q, limit int) []string, cases []filterCase[Q, T]) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, limit := range []int{4, 1000} {
+				if got, want := list(t, c.q, limit), newestFirst(all, id, c.pred); !reflect.DeepEqual(got, want) {
+					t.Errorf("limit %d: got %d %v\nwant %d %v", limit, len(got), got, len(want), want)
+				}
+			}
+		})
+	}
+}
+
+// allRuns lists every run q selects, page by page, and returns their ids.
+func allRuns(t *testing.T, s archive.Store, q archive.Query) []string {
+	t.Helper()
+	next := func() ([]archive.Run, bool, error) {
+		page, err := s.List(context.Background(), q)
+		if err != nil {
+			return nil, false, err
+		}
+		q.Cursor = page.Next
+		return page.Runs, page.Next != "", nil
+	}
+	return pageIDs(t, orDefault(q.Limit, 50), next, func(r archive.Run) string { return r.ID })
+}
+
+// pageIDs reads a list page by page, to its last, and returns the ids of
+// what the pages hold, in order. next reads the next page: its records,
+// and whether another follows. A page of more than limit records fails
+// t, and so does a list that does not end.
+func pageIDs[T any](t *testing.T, limit int, next func() ([]T, bool, error), id func(T) string) []string {
+	t.Helper()
+	var ids []string
+	for pages := 0; ; pages++ {
+		if pages > 2000 {
+			t.Fatal("paging does not end")
+		}
+		records, more, err := next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(records) > limit {
+			t.Fatalf("page of %d records, limit %d", len(records), limit)
+		}
+		for _, r := range records {
+			ids = append(ids, id(r))
+		}
+		if !more {
+			return ids
+		}
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"sync"
 	"testing"
 	"time"
 
@@ -234,31 +233,22 @@ func firstDifference(a, b []byte) int {
 func statesConcurrentWriters(t *testing.T, open Open) {
 	s := openStore(t, open, archive.Options{})
 	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, 8*25*2)
-	for w := range 8 {
-		wg.Go(func() {
-			for i := range 25 {
-				key := fmt.Sprintf("uid-%d-%02d", w, i)
-				for gen := range 2 {
-					st := newRecord("op", key, fmt.Sprintf(`{"generation":%d}`, gen), time.Now())
-					if err := s.PutHandlerRecord(ctx, st); err != nil {
-						errs <- err
-					}
-				}
-				if i%5 == 0 {
-					if err := s.DeleteHandlerRecord(ctx, "op", key); err != nil {
-						errs <- err
-					}
+	concurrently(t, 8, func(w int, fail func(error)) {
+		for i := range 25 {
+			key := fmt.Sprintf("uid-%d-%02d", w, i)
+			for gen := range 2 {
+				st := newRecord("op", key, fmt.Sprintf(`{"generation":%d}`, gen), time.Now())
+				if err := s.PutHandlerRecord(ctx, st); err != nil {
+					fail(err)
 				}
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+			if i%5 == 0 {
+				if err := s.DeleteHandlerRecord(ctx, "op", key); err != nil {
+					fail(err)
+				}
+			}
+		}
+	})
 	got := states(t, s, "op")
 	if len(got) != 8*20 {
 		t.Errorf("%d records, want %d", len(got), 8*20)

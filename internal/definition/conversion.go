@@ -81,7 +81,7 @@ func compileConversion(l *errorList, d *Definition, storage *v1alpha1.ResourceVe
 	}
 	schemas := map[string]*structuralschema.Structural{}
 	for i, v := range versions {
-		s, err := objectStructural(v.Schema)
+		s, err := objectStructural(v.Schema, nil)
 		if err != nil {
 			l.add(fmt.Sprintf("spec.resource.versions[%d].schema", i), "%v", err)
 			continue
@@ -124,10 +124,11 @@ func compileConversion(l *errorList, d *Definition, storage *v1alpha1.ResourceVe
 }
 
 // objectStructural is the structural schema of a whole object whose
-// .spec has the schema spec.
-func objectStructural(spec *apiextensionsv1.JSONSchemaProps) (*structuralschema.Structural, error) {
+// .spec has the schema spec, and .status the schema status (nil: an
+// open object).
+func objectStructural(spec, status *apiextensionsv1.JSONSchemaProps) (*structuralschema.Structural, error) {
 	var internal apiextensions.JSONSchemaProps
-	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(selfSchema(spec, nil), &internal, nil); err != nil {
+	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(selfSchema(spec, status), &internal, nil); err != nil {
 		return nil, err
 	}
 	s, err := structuralschema.NewStructural(&internal)

@@ -98,7 +98,7 @@ func (l *errorList) warn(d *Definition, field, format string, args ...any) {
 
 // line finds the line of field, or of its nearest parent that has one.
 func (l *errorList) line(field string) int {
-	for p := field; p != ""; p = parentPath(p) {
+	for p := field; p != ""; p = ParentPath(p) {
 		if n, ok := l.lines[p]; ok {
 			return n
 		}
@@ -118,7 +118,10 @@ func (d *Definition) Line(field string) int {
 	return (&errorList{lines: d.src.lines}).line(field)
 }
 
-func parentPath(p string) string {
+// ParentPath is the path of the field holding p, for a field path as
+// errors name them (a definition's, a scenario's): spec.children for
+// spec.children[1], spec for spec.children, "" for spec.
+func ParentPath(p string) string {
 	i := strings.LastIndexAny(p, ".[")
 	if i <= 0 {
 		return ""

@@ -9,9 +9,7 @@ import (
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
-	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel/model"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/version"
@@ -178,13 +176,9 @@ func selfSchema(spec, status *apiextensionsv1.JSONSchemaProps) *apiextensionsv1.
 // and the schemas of the children (by id; nil for untyped), with the
 // Kubernetes CEL libraries (quantities, URLs, regex, lists...).
 func newCELEnvs(specSchema, statusSchema *apiextensionsv1.JSONSchemaProps, ids []string, childSchemas map[string]*spec.Schema, related []relatedType) (*celEnvs, error) {
-	var internal apiextensions.JSONSchemaProps
-	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(selfSchema(specSchema, statusSchema), &internal, nil); err != nil {
-		return nil, err
-	}
-	structural, err := structuralschema.NewStructural(&internal)
+	structural, err := objectStructural(specSchema, statusSchema)
 	if err != nil {
-		return nil, fmt.Errorf("the schema is not structural: %w", err)
+		return nil, err
 	}
 	return newEnvs(model.SchemaDeclType(structural, false).MaybeAssignTypeName("__opkit_self"), ids, childSchemas, related)
 }

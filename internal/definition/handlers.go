@@ -172,15 +172,7 @@ func (f RelatedField) Value(related map[string]any) any {
 // ErrChildMissing means it cannot be known yet (what it reads does not
 // exist).
 func (h *Handler) WhenHolds(vars Vars) (bool, error) {
-	v, err := h.When.Eval(vars.activation(h.schemas))
-	if err != nil {
-		return false, err
-	}
-	b, ok := v.(bool)
-	if !ok {
-		return false, fmt.Errorf("%s: ${%s} gave %v, not a bool", h.When.Field, h.When.Source, v)
-	}
-	return b, nil
+	return h.When.evalBool(vars.activation(h.schemas))
 }
 
 // Touches reports whether a change of the dotted spec paths changed
@@ -399,13 +391,7 @@ func compileEnv(l *errorList, field string, env []v1alpha1.EnvVar, noNamespace s
 }
 
 func compileAction(l *errorList, field string, h v1alpha1.Handler, c *Handler, dir string, noNamespace string) {
-	n := 0
-	for _, set := range []bool{h.Exec != nil, h.Job != nil, h.HTTP != nil} {
-		if set {
-			n++
-		}
-	}
-	if n != 1 {
+	if n := countSet(h.Exec != nil, h.Job != nil, h.HTTP != nil); n != 1 {
 		l.add(field, "a handler has exactly one of exec, job and http; this one has %d", n)
 		return
 	}

@@ -102,9 +102,14 @@ func (e *Expression) Eval(activation map[string]any) (any, error) {
 // Render returns the child object for vars: a copy of the template with
 // every expression evaluated.
 func (c *Child) Render(vars Vars) (map[string]any, error) {
-	obj := runtime.DeepCopyJSON(c.Template)
-	act := vars.activation(c.schemas)
-	for _, s := range c.Slots {
+	return renderTemplate(c.Template, c.Slots, vars.activation(c.schemas))
+}
+
+// renderTemplate returns a copy of template with each of its slots
+// evaluated over act and set at its path.
+func renderTemplate(template map[string]any, slots []*Slot, act map[string]any) (map[string]any, error) {
+	obj := runtime.DeepCopyJSON(template)
+	for _, s := range slots {
 		v, err := s.eval(act)
 		if err != nil {
 			return nil, err
@@ -127,19 +132,25 @@ func (c *Child) Ready(obj map[string]any) (bool, error) {
 
 func allTrue(exprs []*Expression, act map[string]any) (bool, error) {
 	for _, e := range exprs {
-		v, err := e.Eval(act)
-		if err != nil {
+		if b, err := e.evalBool(act); err != nil || !b {
 			return false, err
-		}
-		b, ok := v.(bool)
-		if !ok {
-			return false, fmt.Errorf("%s: ${%s} gave %v, not a bool", e.Field, e.Source, v)
-		}
-		if !b {
-			return false, nil
 		}
 	}
 	return true, nil
+}
+
+// evalBool evaluates a condition: an error when it gives anything but a
+// bool.
+func (e *Expression) evalBool(act map[string]any) (bool, error) {
+	v, err := e.Eval(act)
+	if err != nil {
+		return false, err
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, fmt.Errorf("%s: ${%s} gave %v, not a bool", e.Field, e.Source, v)
+	}
+	return b, nil
 }
 
 // Evaluate returns the status field's value.

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/google/cel-go/cel"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/version"
@@ -136,29 +135,12 @@ func (s *EventSource) Accepts(vars EventVars) (bool, error) {
 	if s.Filter == nil {
 		return true, nil
 	}
-	v, err := s.Filter.Eval(vars.activation())
-	if err != nil {
-		return false, err
-	}
-	b, ok := v.(bool)
-	if !ok {
-		return false, fmt.Errorf("%s: ${%s} gave %v, not a bool", s.Filter.Field, s.Filter.Source, v)
-	}
-	return b, nil
+	return s.Filter.evalBool(vars.activation())
 }
 
 // Render returns the source's object for one delivery.
 func (o *ObjectTemplate) Render(vars EventVars) (map[string]any, error) {
-	obj := runtime.DeepCopyJSON(o.Template)
-	act := vars.activation()
-	for _, s := range o.Slots {
-		v, err := s.eval(act)
-		if err != nil {
-			return nil, err
-		}
-		setPath(obj, s.Path, v)
-	}
-	return obj, nil
+	return renderTemplate(o.Template, o.Slots, vars.activation())
 }
 
 // EventSource returns the operator's event source of that name, or nil.
@@ -326,6 +308,30 @@ func checkMaxBody(l *errorList, field string, n int64) int64 {
 	return n
 }
 
+// checkChoice checks a field that takes one of two values: empty, it is
+// set to the first, the default; any other value is reported.
+func checkChoice(l *errorList, field string, v *string, first, second string) {
+	switch *v {
+	case "":
+		*v = first
+	case first, second:
+	default:
+		l.add(field, "%q: %s or %s", *v, first, second)
+	}
+}
+
+// countSet is how many of set are true: how many of a choice's fields are
+// set.
+func countSet(set ...bool) int {
+	n := 0
+	for _, s := range set {
+		if s {
+			n++
+		}
+	}
+	return n
+}
+
 // compileCloudEvents checks a cloudEvents source: verified as an hmac or
 // bearer webhook, its delivery id and event read from the event itself.
 func compileCloudEvents(l *errorList, field string, c *v1alpha1.CloudEventsSource, out *EventSource) {
@@ -335,13 +341,7 @@ func compileCloudEvents(l *errorList, field string, c *v1alpha1.CloudEventsSourc
 	} else {
 		compileSecretVerify(l, field, c.HMAC, c.Bearer, out)
 	}
-	switch ce.Batch {
-	case "":
-		ce.Batch = v1alpha1.BatchRefuse
-	case v1alpha1.BatchRefuse, v1alpha1.BatchSplit:
-	default:
-		l.add(field+".batch", "%q: Refuse or Split", ce.Batch)
-	}
+	checkChoice(l, field+".batch", &ce.Batch, v1alpha1.BatchRefuse, v1alpha1.BatchSplit)
 	ce.MaxBodyBytes = checkMaxBody(l, field+".maxBodyBytes", ce.MaxBodyBytes)
 	out.CloudEvents, out.MaxBodyBytes = &ce, ce.MaxBodyBytes
 }
@@ -407,13 +407,7 @@ func compileGitHubPoll(l *errorList, field string, g *v1alpha1.GitHubPollSource,
 			out.PollInterval = d
 		}
 	}
-	switch p.Since {
-	case "":
-		p.Since = v1alpha1.SinceNow
-	case v1alpha1.SinceNow, v1alpha1.SinceAll:
-	default:
-		l.add(field+".since", "%q: Now or All", p.Since)
-	}
+	checkChoice(l, field+".since", &p.Since, v1alpha1.SinceNow, v1alpha1.SinceAll)
 	out.GitHubPoll = &p
 	out.EventHeader = GitHubEventHeader
 	// GitHub's own cap on a webhook's payload: the events API's are
@@ -429,13 +423,7 @@ var (
 
 // compileWebhook checks a source's webhook.
 func compileWebhook(l *errorList, field string, w *v1alpha1.WebhookSource, out *EventSource) {
-	n := 0
-	for _, set := range []bool{w.GitHub != nil, w.HMAC != nil, w.Bearer != nil} {
-		if set {
-			n++
-		}
-	}
-	if n != 1 {
+	if n := countSet(w.GitHub != nil, w.HMAC != nil, w.Bearer != nil); n != 1 {
 		l.add(field, "set exactly one of github, hmac and bearer (this one has %d): a source never accepts a delivery it cannot verify", n)
 		return
 	}

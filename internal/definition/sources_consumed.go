@@ -29,13 +29,7 @@ func compileNATS(l *errorList, f string, n v1alpha1.NATSSource, consumer string,
 			l.add(fmt.Sprintf("%s.subjects[%d]", f, i), "%q is not a NATS subject (tokens separated by dots, * and > as wildcards, no spaces)", sub)
 		}
 	}
-	switch n.DeliverPolicy {
-	case "":
-		n.DeliverPolicy = v1alpha1.DeliverNew
-	case v1alpha1.DeliverNew, v1alpha1.DeliverAll:
-	default:
-		l.add(f+".deliverPolicy", "%q: New or All", n.DeliverPolicy)
-	}
+	checkChoice(l, f+".deliverPolicy", &n.DeliverPolicy, v1alpha1.DeliverNew, v1alpha1.DeliverAll)
 	auth := 0
 	for _, ref := range []struct {
 		name string
@@ -82,13 +76,7 @@ func compileKafka(l *errorList, f string, k v1alpha1.KafkaSource, consumer strin
 	if !kafkaNameRE.MatchString(k.Group) {
 		l.add(f+".group", "%q is not a consumer group name (letters, digits, '.', '_' and '-', at most 249)", k.Group)
 	}
-	switch k.StartOffset {
-	case "":
-		k.StartOffset = v1alpha1.OffsetLatest
-	case v1alpha1.OffsetLatest, v1alpha1.OffsetEarliest:
-	default:
-		l.add(f+".startOffset", "%q: Latest or Earliest", k.StartOffset)
-	}
+	checkChoice(l, f+".startOffset", &k.StartOffset, v1alpha1.OffsetLatest, v1alpha1.OffsetEarliest)
 	if k.SASL != nil {
 		switch k.SASL.Mechanism {
 		case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":

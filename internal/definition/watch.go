@@ -51,15 +51,7 @@ func (w *Watch) Matches(self map[string]any) (bool, error) {
 	if w.Filter == nil {
 		return true, nil
 	}
-	v, err := w.Filter.Eval(map[string]any{"self": typed(self, w.schema), "children": map[string]any{}, "related": map[string]any{}})
-	if err != nil {
-		return false, err
-	}
-	b, ok := v.(bool)
-	if !ok {
-		return false, fmt.Errorf("%s: ${%s} gave %v, not a bool", w.Filter.Field, w.Filter.Source, v)
-	}
-	return b, nil
+	return w.Filter.evalBool(map[string]any{"self": typed(self, w.schema), "children": map[string]any{}, "related": map[string]any{}})
 }
 
 // Owns reports whether the operator owns a custom resource (spec.resource).

@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 
@@ -215,45 +216,23 @@ func DefaultResources() corev1.ResourceRequirements {
 
 // withDefaults returns the options with their defaults.
 func (o Options) withDefaults() Options {
-	if o.Name == "" {
-		o.Name = DefaultName
-	}
-	if o.Namespace == "" {
-		o.Namespace = DefaultNamespace
-	}
+	o.Name = cmp.Or(o.Name, DefaultName)
+	o.Namespace = cmp.Or(o.Namespace, DefaultNamespace)
 	if o.Image == "" {
 		o.Image = DefaultImage(o.Version)
 	}
-	if o.Replicas == 0 {
-		o.Replicas = 1
-	}
+	o.Replicas = cmp.Or(o.Replicas, 1)
 	if o.Replicas > 1 {
 		o.LeaderElection = true
 	}
-	if o.Operators == "" {
-		o.Operators = FromCluster
-	}
-	if o.Console.Auth == "" {
-		o.Console.Auth = ConsoleAuthNone
-	}
-	if o.MetricsPort == 0 {
-		o.MetricsPort = DefaultMetricsPort
-	}
-	if o.HooksPort == 0 {
-		o.HooksPort = DefaultHooksPort
-	}
-	if o.ConsolePort == 0 {
-		o.ConsolePort = DefaultConsolePort
-	}
-	if o.WebhookPort == 0 {
-		o.WebhookPort = DefaultWebhookPort
-	}
-	if o.RunnersPort == 0 {
-		o.RunnersPort = DefaultRunnersPort
-	}
-	if o.RunsAPIPort == 0 {
-		o.RunsAPIPort = DefaultRunsAPIPort
-	}
+	o.Operators = cmp.Or(o.Operators, FromCluster)
+	o.Console.Auth = cmp.Or(o.Console.Auth, ConsoleAuthNone)
+	o.MetricsPort = cmp.Or(o.MetricsPort, DefaultMetricsPort)
+	o.HooksPort = cmp.Or(o.HooksPort, DefaultHooksPort)
+	o.ConsolePort = cmp.Or(o.ConsolePort, DefaultConsolePort)
+	o.WebhookPort = cmp.Or(o.WebhookPort, DefaultWebhookPort)
+	o.RunnersPort = cmp.Or(o.RunnersPort, DefaultRunnersPort)
+	o.RunsAPIPort = cmp.Or(o.RunsAPIPort, DefaultRunsAPIPort)
 	if o.Resources == nil {
 		r := DefaultResources()
 		o.Resources = &r

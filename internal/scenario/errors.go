@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/opkit-dev/opkit/internal/definition"
 )
@@ -99,7 +98,7 @@ func (l *errorList) line(field string) int { return l.pos(field).line }
 
 // pos finds the position of field, or of its nearest parent that has one.
 func (l *errorList) pos(field string) position {
-	for p := field; ; p = parentPath(p) {
+	for p := field; ; p = definition.ParentPath(p) {
 		if at, ok := l.lines[p]; ok {
 			return at
 		}
@@ -107,16 +106,6 @@ func (l *errorList) pos(field string) position {
 			return position{}
 		}
 	}
-}
-
-// parentPath is the path of the field holding p: steps[1] for
-// steps[1].apply, steps for steps[1], "" for steps.
-func parentPath(p string) string {
-	i := strings.LastIndexAny(p, ".[")
-	if i <= 0 {
-		return ""
-	}
-	return p[:i]
 }
 
 // sorted gives the errors in the order of their fields in the file, each

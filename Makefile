@@ -245,7 +245,9 @@ soak: plane
 ## changed and deleted, webhook deliveries, NATS messages, handlers failing
 ## and retried, its stack restarted now and then), its goroutines, live
 ## heap and open files sampled at a sixth, a half and the end, and required
-## within 10% of each other from 30m on. The report: $(BIN)/churn-report.txt.
+## within 10% of each other from 30m on (the heap less client-go's Events
+## recorder, which keeps the last minutes' Events by design). The report:
+## $(BIN)/churn-report.txt, the engine's heap profiles beside it.
 churn: plane
 	@echo "make churn DURATION=$(DURATION)"
 	$(GO) test -race -count=1 -timeout 0 -run '^TestChurn$$' ./internal/conformance \

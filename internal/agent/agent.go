@@ -4,7 +4,10 @@
 // executor does, with that executor's code (executor.Exec): argv only,
 // stdin the binding context, stdout the result, stderr streamed back to
 // the run's log as it comes, exit codes, a timeout that kills the process
-// group, a process judged by its exit however late it is looked at.
+// group, a process judged by its exit however late it is looked at. A
+// handler in mode Serve keeps its processes between runs, as the engine's
+// executor.Serve does locally, with its code and rules (one kept per
+// handler; a new command, directory or processes count replaces it).
 //
 // The agent dials the engine over HTTPS, trusting only the CA file (read
 // again when it changes: the kubelet updates a mounted ConfigMap when the
@@ -43,6 +46,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -100,6 +104,7 @@ func Run(ctx context.Context, opts Options) error {
 		wg.Go(func() { a.loop(ctx) })
 	}
 	wg.Wait()
+	a.closeServes()
 	return nil
 }
 
@@ -111,6 +116,18 @@ type agent struct {
 	ca      []byte // the CA file's content client trusts
 	client  *http.Client
 	caError string // the CA file's last error, said once
+
+	// serves are the Serve handlers' processes, by handler: kept between
+	// runs as the engine keeps them locally, replaced when the handler's
+	// command, directory or processes change (the operator changed).
+	servesMu sync.Mutex
+	serves   map[string]*kept
+}
+
+// kept is a Serve handler's executor, and the action it was made for.
+type kept struct {
+	action v1alpha1.ExecAction
+	serve  *executor.Serve
 }
 
 func newAgent(opts Options) (*agent, error) {
@@ -353,10 +370,18 @@ func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
 
 var errStreamClosed = errors.New("the stream to the engine closed")
 
-// execute runs the command with executor.Exec: the contract of a local
-// exec handler, on this host.
+// execute runs the command as a local exec handler runs on the engine's
+// host: with executor.Exec, a process per run, or in mode Serve with the
+// handler's executor.Serve, whose processes outlive the run. The run's
+// environment is the engine's (values from Secrets read there, at each
+// run): a Serve process started with other values is replaced before
+// the run, as locally.
 func (a *agent) execute(ctx context.Context, w *executor.RunnerWork, log io.Writer) (*executor.Result, error) {
-	action := v1alpha1.ExecAction{Command: append([]string(nil), w.Command...), WorkingDir: w.WorkingDir}
+	req := executor.Request{
+		RunID: w.RunID, Handler: w.Handler, Trigger: w.Trigger, Key: w.Key, Attempt: w.Attempt,
+		Input: w.Input, Timeout: w.TimeoutDuration(), Log: log, Env: append([]string{}, w.Env...),
+	}
+	action := v1alpha1.ExecAction{Command: append([]string(nil), w.Command...), WorkingDir: w.WorkingDir, Mode: w.Mode, Processes: w.Processes}
 	// Resolved as the definition resolves them from its file's directory.
 	if len(action.Command) > 0 && strings.Contains(action.Command[0], "/") && !filepath.IsAbs(action.Command[0]) {
 		action.Command[0] = filepath.Join(a.opts.Files, action.Command[0])
@@ -364,24 +389,53 @@ func (a *agent) execute(ctx context.Context, w *executor.RunnerWork, log io.Writ
 	if !filepath.IsAbs(action.WorkingDir) {
 		action.WorkingDir = filepath.Join(a.opts.Files, action.WorkingDir)
 	}
-	for _, kv := range w.Env {
-		name, value, _ := strings.Cut(kv, "=")
-		action.Env = append(action.Env, v1alpha1.EnvVar{Name: name, Value: value})
+	if w.Mode == v1alpha1.ExecServe && len(w.Kubeconfig) == 0 {
+		return a.serve(w.Handler, action).Run(ctx, req)
 	}
+	action.Mode, action.Processes = "", 0
 	ex := &executor.Exec{Action: action, KillGrace: a.opts.KillGrace}
 	if len(w.Kubeconfig) > 0 {
 		// The engine requested the token: the kubeconfig is handed on as
 		// a private file, as a local run's.
-		action.ServiceAccount = &v1alpha1.ServiceAccountRef{Namespace: "-", Name: "-"}
-		ex.Action = action
+		ex.Action.ServiceAccount = &v1alpha1.ServiceAccountRef{Namespace: "-", Name: "-"}
 		ex.Credentials = func(context.Context, string, string, time.Duration) ([]byte, string, error) {
 			return w.Kubeconfig, "", nil
 		}
 	}
-	return ex.Run(ctx, executor.Request{
-		RunID: w.RunID, Handler: w.Handler, Trigger: w.Trigger, Key: w.Key, Attempt: w.Attempt,
-		Input: w.Input, Timeout: w.TimeoutDuration(), Log: log,
-	})
+	return ex.Run(ctx, req)
+}
+
+// serve is the Serve executor of handler for action: the one kept, or a
+// new one that replaces it (whose processes are stopped once idle) when
+// the action changed.
+func (a *agent) serve(handler string, action v1alpha1.ExecAction) *executor.Serve {
+	a.servesMu.Lock()
+	defer a.servesMu.Unlock()
+	k := a.serves[handler]
+	if k != nil && slices.Equal(k.action.Command, action.Command) && k.action.WorkingDir == action.WorkingDir && k.action.Processes == action.Processes {
+		return k.serve
+	}
+	if k != nil {
+		// Runs in its processes finish first; the idle ones are stopped
+		// (not under the lock: a stop may wait for a grace period).
+		go k.serve.Close()
+	}
+	if a.serves == nil {
+		a.serves = map[string]*kept{}
+	}
+	s := &executor.Serve{Exec: executor.Exec{Action: action, KillGrace: a.opts.KillGrace}, Log: a.opts.Log.WithValues("handler", handler)}
+	a.serves[handler] = &kept{action: action, serve: s}
+	return s
+}
+
+// closeServes stops the Serve handlers' processes.
+func (a *agent) closeServes() {
+	a.servesMu.Lock()
+	defer a.servesMu.Unlock()
+	for _, k := range a.serves {
+		k.serve.Close()
+	}
+	a.serves = nil
 }
 
 // frameWriter writes frames, one JSON line each, to the run's stream;

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,7 +161,8 @@ func TestARunThroughAnAgentEndsAsTheSameLocalExecRunEnds(t *testing.T) {
 		{"a non-zero exit", "./hooks/fails.sh", 10 * time.Second, ""},
 		{"exit status 75", "./hooks/temporary.sh", 10 * time.Second, ""},
 		{"a timeout", "./hooks/slow.sh", time.Second, ""},
-		// In a runner, a process per run: its one line, ended.
+		// Through the agent, in a process it keeps (locally, Exec: a process
+		// per run, its one line, ended); the same answer.
 		{"a Serve handler", "./hooks/serve.sh", 10 * time.Second, v1alpha1.ExecServe},
 	}
 	for _, c := range cases {
@@ -187,6 +189,39 @@ func TestARunThroughAnAgentEndsAsTheSameLocalExecRunEnds(t *testing.T) {
 				t.Errorf("through the agent, the log is\n%s\nwant the local one\n%s\nand the runner's name", remoteLog.String(), localLog.String())
 			}
 		})
+	}
+}
+
+// A Serve handler in a runner keeps its process between runs, as the
+// engine's own Serve does locally; a run whose environment differs (a
+// Secret's value rotated) is answered by a new process.
+func TestAServeHandlerInARunnerKeepsItsProcessBetweenRuns(t *testing.T) {
+	r := newRig(t)
+	r.startAgent(t, "runner-s")
+	r.script(t, "pid.sh", `while read -r line; do echo "run in $$" >&2; printf '{"status":{"pid":"%s","mode":"%s","greeting":"%s"}}\n' "$$" "$OPKIT_MODE" "$GREETING"; done`)
+	run := func(greeting string) map[string]any {
+		t.Helper()
+		action := v1alpha1.ExecAction{Command: []string{"./hooks/pid.sh"}, Image: image, Mode: v1alpha1.ExecServe, Env: []v1alpha1.EnvVar{{Name: "GREETING", Value: greeting}}}
+		var log bytes.Buffer
+		res, err := (&executor.InImage{Action: action, Operator: "demo", Runners: r.serving}).Run(t.Context(), request(&log, 10*time.Second))
+		if err != nil {
+			t.Fatalf("a run of the Serve handler: %v; its log:\n%s", err, log.String())
+		}
+		if !strings.Contains(log.String(), fmt.Sprintf("run in %v", res.Status["pid"])) {
+			t.Errorf("the run's log is\n%s\nwant what its process wrote before it answered", log.String())
+		}
+		return res.Status
+	}
+	first, second := run("hello"), run("hello")
+	if first["mode"] != "Serve" || first["greeting"] != "hello" {
+		t.Errorf("the handler saw OPKIT_MODE %v and GREETING %v; want Serve and hello", first["mode"], first["greeting"])
+	}
+	if first["pid"] != second["pid"] {
+		t.Errorf("two runs answered by processes %v and %v; want one process kept between them", first["pid"], second["pid"])
+	}
+	third := run("rotated")
+	if third["pid"] == second["pid"] || third["greeting"] != "rotated" {
+		t.Errorf("after its environment changed, a run answered by process %v (before: %v) with GREETING %v; want a new process that sees the new value", third["pid"], second["pid"], third["greeting"])
 	}
 }
 

@@ -104,8 +104,12 @@ func (e *Exec) environment(ctx context.Context, req Request) (env []string, hidd
 }
 
 // handlerEnv is the handler's own environment (Action.Env), its values
-// from Secrets read now, and those values, which the run must not show.
+// from Secrets read now, and those values, which the run must not show;
+// req.Env as it is when set.
 func (e *Exec) handlerEnv(ctx context.Context, req Request) (env []string, hidden secrets, err error) {
+	if req.Env != nil {
+		return req.Env, nil, nil
+	}
 	for _, v := range e.Action.Env {
 		value := v.Value
 		if v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil {

@@ -55,6 +55,11 @@ type Request struct {
 	Timeout time.Duration
 	// Log receives the handler's log. Required.
 	Log io.Writer
+	// Env, when not nil, is the handler's own environment for this run,
+	// NAME=value, in place of Action.Env's: a runner's agent gets it with
+	// the run, the engine having read the values from Secrets (and
+	// redacting them from what the run shows).
+	Env []string
 	// OnRunner, when set, is called with the runner's name once a runner
 	// claims the run (an exec handler with an image, InImage), in Run's
 	// own goroutine, before Run returns: the run's record names it.

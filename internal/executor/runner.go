@@ -17,7 +17,8 @@ import (
 // run to a Dispatcher (package runners), which queues it for the runners
 // of its operator and image; the agent runs the command as Exec does
 // (argv only, stdin the binding context, stdout the result, stderr the
-// log as it comes, exit codes, a timeout that kills the process group).
+// log as it comes, exit codes, a timeout that kills the process group),
+// or in mode Serve as Serve does, its processes kept in the runner.
 //
 // What stays on the engine's side: Secret values are read here, at each
 // run, and handed to the agent with the run, as is the kubeconfig of the
@@ -76,6 +77,11 @@ type RunnerWork struct {
 	WorkingDir string   `json:"workingDir,omitempty"`
 	// Env is the handler's environment, NAME=value.
 	Env []string `json:"env,omitempty"`
+	// Mode is the handler's exec.mode: Serve keeps processes in the
+	// runner between runs, as the engine does locally; Run or empty, a
+	// process per run. Processes is exec.processes (0: the default).
+	Mode      v1alpha1.ExecMode `json:"mode,omitempty"`
+	Processes int32             `json:"processes,omitempty"`
 	// Kubeconfig is the run's kubeconfig for its ServiceAccount, if any.
 	Kubeconfig []byte `json:"kubeconfig,omitempty"`
 	Input      []byte `json:"input"`
@@ -139,7 +145,7 @@ func (r *InImage) Run(ctx context.Context, req Request) (*Result, error) {
 	w := RunnerWork{
 		RunID: req.RunID, Handler: req.Handler, Trigger: req.Trigger, Key: req.Key, Attempt: req.Attempt,
 		Command: r.Action.Command, WorkingDir: r.Action.WorkingDir, Env: env, Input: stdinOf(r.Action, req.Input),
-		Timeout: req.Timeout.Milliseconds(),
+		Timeout: req.Timeout.Milliseconds(), Mode: r.Action.Mode, Processes: r.Action.Processes,
 	}
 	if sa := r.Action.ServiceAccount; sa != nil {
 		config, token, err := local.credentials(ctx, req, sa)

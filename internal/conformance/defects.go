@@ -89,6 +89,26 @@ func writers(n int, trigger Trigger) []Handler {
 	return out
 }
 
+// brokerKilled is the case of a broker source (NATS, Kafka) whose second
+// event handler a SIGKILL interrupts mid-run, with two messages sent
+// while the engine is down, and the steps then.
+func brokerKilled(kind SourceKind, then ...Step) Case {
+	return Case{
+		Def: Def{Kind: CustomResource, Source: &Source{Kind: kind}, Handlers: deliveryHandlers(Create, Resume)},
+		History: append([]Step{
+			{Op: OpCreate}, {Op: OpDeliver, Delivery: 1}, {Op: OpCrash, Handler: "e2"},
+			{Op: OpStop, Kill: true}, {Op: OpDeliver, Delivery: 2}, {Op: OpDeliver, Delivery: 3}, {Op: OpStart},
+		}, then...),
+	}
+}
+
+// deliveryHandlers are the handlers of the cases of a delivery a SIGKILL
+// interrupts: h1 on the triggers, writing, and on event e1, failing its
+// first attempt, then e2.
+func deliveryHandlers(on ...Trigger) []Handler {
+	return []Handler{h("h1", Behaviour{Write: true}, on...), h("e1", Behaviour{Fail: 1}, Event), h("e2", Behaviour{}, Event)}
+}
+
 // Regressions are the shrunk cases of the defects found, and the cases
 // issue 33 asks to keep.
 var Regressions = []Regression{
@@ -209,44 +229,19 @@ var Regressions = []Regression{
 		Name:  "a delivery whose second handler a SIGKILL interrupts is handled once, its first handler not run again, and a replay runs nothing",
 		Issue: "",
 		Case: Case{
-			Def: Def{Kind: CustomResource, Source: &Source{}, Handlers: []Handler{
-				h("h1", Behaviour{Write: true}, Create),
-				h("e1", Behaviour{Fail: 1}, Event),
-				h("e2", Behaviour{}, Event),
-			}},
+			Def:     Def{Kind: CustomResource, Source: &Source{}, Handlers: deliveryHandlers(Create)},
 			History: []Step{{Op: OpCreate}, {Op: OpDeliver, Delivery: 1}, {Op: OpCrash, Handler: "e2"}, {Op: OpDeliverAgain, Delivery: 1}},
 		},
 	},
 	{
 		Name:  "NATS messages: one whose second handler a SIGKILL interrupts is handled once, and those published while the engine is stopped are handled after its start",
 		Issue: "",
-		Case: Case{
-			Def: Def{Kind: CustomResource, Source: &Source{Kind: NATS}, Handlers: []Handler{
-				h("h1", Behaviour{Write: true}, Create, Resume),
-				h("e1", Behaviour{Fail: 1}, Event),
-				h("e2", Behaviour{}, Event),
-			}},
-			History: []Step{
-				{Op: OpCreate}, {Op: OpDeliver, Delivery: 1}, {Op: OpCrash, Handler: "e2"},
-				{Op: OpStop, Kill: true}, {Op: OpDeliver, Delivery: 2}, {Op: OpDeliver, Delivery: 3}, {Op: OpStart},
-			},
-		},
+		Case:  brokerKilled(NATS),
 	},
 	{
 		Name:  "Kafka records: one whose second handler a SIGKILL interrupts is handled once, those produced while the engine is killed are handled after its start (the next engine takes the killed one's place in the group at once), and a redelivery of one keeps its id",
 		Issue: "",
-		Case: Case{
-			Def: Def{Kind: CustomResource, Source: &Source{Kind: Kafka}, Handlers: []Handler{
-				h("h1", Behaviour{Write: true}, Create, Resume),
-				h("e1", Behaviour{Fail: 1}, Event),
-				h("e2", Behaviour{}, Event),
-			}},
-			History: []Step{
-				{Op: OpCreate}, {Op: OpDeliver, Delivery: 1}, {Op: OpCrash, Handler: "e2"},
-				{Op: OpStop, Kill: true}, {Op: OpDeliver, Delivery: 2}, {Op: OpDeliver, Delivery: 3}, {Op: OpStart},
-				{Op: OpRedeliver, Delivery: 2},
-			},
-		},
+		Case:  brokerKilled(Kafka, Step{Op: OpRedeliver, Delivery: 2}),
 	},
 	{
 		Name:  "a resume run interrupted by a SIGKILL is replaced by the next start's",
@@ -356,11 +351,7 @@ var Regressions = []Regression{
 		Name:  "a redelivery runs each handler on event again under keys of its own, retried afresh, across a SIGKILL in its second handler",
 		Issue: "",
 		Case: Case{
-			Def: Def{Kind: CustomResource, Source: &Source{}, Handlers: []Handler{
-				h("h1", Behaviour{Write: true}, Create),
-				h("e1", Behaviour{Fail: 1}, Event),
-				h("e2", Behaviour{}, Event),
-			}},
+			Def:     Def{Kind: CustomResource, Source: &Source{}, Handlers: deliveryHandlers(Create)},
 			History: []Step{{Op: OpCreate}, {Op: OpDeliver, Delivery: 1}, {Op: OpRedeliver, Delivery: 1}, {Op: OpCrash, Handler: "e2"}, {Op: OpRedeliver, Delivery: 1}},
 		},
 	},

@@ -351,3 +351,18 @@ func (r *nodeReader) read(n *yaml.Node, path string, aliased bool) (any, error) 
 	}
 	return nil, &nodeError{n.Line, "unsupported YAML node"}
 }
+
+// MappingValue returns the value of key in a YAML mapping node, or nil:
+// for the readers of a definition's YAML as written (its comments and
+// order kept).
+func MappingValue(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}

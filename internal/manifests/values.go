@@ -8,6 +8,8 @@ import (
 	"io"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/opkit-dev/opkit/internal/definition"
 )
 
 // The values of the Helm chart deploy/helm/opkit: with them it renders
@@ -183,11 +185,11 @@ func (m *Manifests) WriteValues(w io.Writer) error {
 	if err := doc.Encode(v); err != nil {
 		return err
 	}
-	rules := mapValue(&doc, "rules")
-	commentRules(mapValue(rules, "cluster"), m.Rules.Cluster)
-	commentRules(mapValue(rules, "engine"), m.Rules.Engine)
+	rules := definition.MappingValue(&doc, "rules")
+	commentRules(definition.MappingValue(rules, "cluster"), m.Rules.Cluster)
+	commentRules(definition.MappingValue(rules, "engine"), m.Rules.Engine)
 	for ns, rs := range m.Rules.Namespaces {
-		commentRules(mapValue(mapValue(rules, "namespaces"), ns), rs)
+		commentRules(definition.MappingValue(definition.MappingValue(rules, "namespaces"), ns), rs)
 	}
 	for key, comment := range map[string]string{
 		"rules":     "The engine's RBAC rules: a ClusterRole (cluster), a Role in each namespace\nthat a definition names (namespaces), and a Role in the release's namespace\n(engine). The chart refuses to render without them, and refuses a \"*\".",

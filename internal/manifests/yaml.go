@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/opkit-dev/opkit/internal/definition"
 )
 
 // WriteManifests writes the objects as YAML documents, each rule of the
@@ -28,13 +30,13 @@ func (m *Manifests) WriteManifests(w io.Writer) error {
 		}
 		switch obj.GetKind() {
 		case "ClusterRole":
-			commentRules(mapValue(&doc, "rules"), m.Rules.Cluster)
+			commentRules(definition.MappingValue(&doc, "rules"), m.Rules.Cluster)
 		case "Role":
 			rules := m.Rules.Namespaces[obj.GetNamespace()]
 			if obj.GetNamespace() == m.Options.Namespace && obj.GetName() == m.Options.Name {
 				rules = m.Rules.Engine
 			}
-			commentRules(mapValue(&doc, "rules"), rules)
+			commentRules(definition.MappingValue(&doc, "rules"), rules)
 		}
 		if err := enc.Encode(&doc); err != nil {
 			return err
@@ -79,19 +81,6 @@ func commentRules(seq *yaml.Node, rules []Rule) {
 			item.HeadComment = strings.Join(rules[i].Why, "\n")
 		}
 	}
-}
-
-// mapValue returns the value of key in a mapping node, or nil.
-func mapValue(n *yaml.Node, key string) *yaml.Node {
-	if n == nil || n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
 }
 
 // newEncoder writes YAML as kubectl does: two spaces, lists not

@@ -14,6 +14,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/opkit-dev/opkit/internal/definition"
 )
 
 //go:embed scenario.schema.json
@@ -105,28 +107,16 @@ func propertyNames(url string) []string {
 func propertyTitle(url, name string) string {
 	prop := schemaAt(url, "properties", name)
 	for range 4 {
-		if t := mapValue(prop, "title"); t != nil {
+		if t := definition.MappingValue(prop, "title"); t != nil {
 			return t.Value
 		}
-		ref := mapValue(prop, "$ref")
+		ref := definition.MappingValue(prop, "$ref")
 		if ref == nil {
 			return ""
 		}
 		prop = schemaAt(ref.Value)
 	}
 	return ""
-}
-
-func mapValue(n *yaml.Node, key string) *yaml.Node {
-	if n == nil || n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
 }
 
 // choices are the properties a oneOf or anyOf of the schema at url asks
@@ -138,7 +128,7 @@ func choices(url, keyword string) []string {
 	}
 	var names []string
 	for _, b := range branches.Content {
-		if req := mapValue(b, "required"); req != nil && len(req.Content) == 1 {
+		if req := definition.MappingValue(b, "required"); req != nil && len(req.Content) == 1 {
 			names = append(names, req.Content[0].Value)
 		}
 	}

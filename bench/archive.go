@@ -172,8 +172,7 @@ func (b *bench) runsAPIList(ctx context.Context, st store, s archive.Reader, sub
 		if !strings.Contains(body, `"kind":"Table"`) || !strings.Contains(body, `"obj-1234"`) {
 			return fmt.Errorf("%s: %s answers no Table of obj-1234's runs: %.300s", q.metric, path, body)
 		}
-		b.addFor(st, "archive", subject, q.metric+" p50", "ms", percentile(lat, 50))
-		b.addFor(st, "archive", subject, q.metric+" p99", "ms", percentile(lat, 99))
+		b.addLatencies(st, "archive", subject, q.metric, lat, 50, 99)
 	}
 	return nil
 }

@@ -72,8 +72,7 @@ func (b *bench) consolePages(ctx context.Context, st store, n int) error {
 				return fmt.Errorf("console %s: %d\n%s", p.path, rec.Code, rec.Body.String())
 			}
 		}
-		b.addFor(st, "console "+size, p.name, "page p50", "ms", percentile(lat, 50))
-		b.addFor(st, "console "+size, p.name, "page p99", "ms", percentile(lat, 99))
+		b.addLatencies(st, "console "+size, p.name, "page", lat, 50, 99)
 	}
 	return nil
 }

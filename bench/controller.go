@@ -309,25 +309,24 @@ func runBaseline(ctx context.Context, cfg *rest.Config, workers int, def string,
 	}
 	opts := ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}}
 	if def != watchWorkload {
-		mgr, err := ctrl.NewManager(cfg, opts)
-		if err != nil {
-			return err
-		}
-		if err := baseline.Setup(mgr, workers); err != nil {
-			return err
-		}
-		return mgr.Start(ctx)
+		return startManager(ctx, cfg, opts, func(mgr ctrl.Manager) error { return baseline.Setup(mgr, workers) })
 	}
 	w := baseline.WatchOptions{
 		Namespace: benchNamespace, Selector: labels.SelectorFromSet(watchLabels), Workers: workers,
 		Handled: func(key types.NamespacedName, trigger string) { hlog.add(key.Name, trigger) },
 	}
 	opts.Cache = baseline.WatchCache(w)
+	return startManager(ctx, cfg, opts, func(mgr ctrl.Manager) error { return baseline.SetupWatch(mgr, w) })
+}
+
+// startManager makes a controller manager of opts, lets setup add its
+// controllers, and runs it until ctx ends.
+func startManager(ctx context.Context, cfg *rest.Config, opts ctrl.Options, setup func(ctrl.Manager) error) error {
 	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
 		return err
 	}
-	if err := baseline.SetupWatch(mgr, w); err != nil {
+	if err := setup(mgr); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)

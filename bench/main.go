@@ -82,6 +82,7 @@ import (
 
 	"github.com/opkit-dev/opkit/internal/archive/pgtest"
 	"github.com/opkit-dev/opkit/internal/devcluster"
+	"github.com/opkit-dev/opkit/internal/sleep"
 )
 
 // options are the command's flags.
@@ -374,10 +375,8 @@ func (b *bench) settle(ctx context.Context) error {
 	}
 	calm, deadline := 0, time.Now().Add(time.Minute)
 	for calm < 2 && time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
+		if !sleep.For(ctx, window) {
 			return ctx.Err()
-		case <-time.After(window):
 		}
 		now, err := b.planeSeconds()
 		if err != nil {

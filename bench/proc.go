@@ -16,6 +16,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/sleep"
 	"github.com/opkit-dev/opkit/internal/stack"
 )
 
@@ -175,10 +176,8 @@ func (c *controller) settle(ctx context.Context) error {
 	}
 	quiet, deadline := time.Now(), time.Now().Add(2*time.Minute)
 	for time.Since(quiet) < 5*time.Second && time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
+		if !sleep.For(ctx, statsInterval) {
 			return ctx.Err()
-		case <-time.After(statsInterval):
 		}
 		s, err := c.stats()
 		if err != nil {
@@ -196,10 +195,8 @@ func (c *controller) sample(ctx context.Context, d time.Duration) (before, after
 	if before, err = c.stats(); err != nil {
 		return
 	}
-	select {
-	case <-ctx.Done():
+	if !sleep.For(ctx, d+2*statsInterval) {
 		return before, before, ctx.Err()
-	case <-time.After(d + 2*statsInterval):
 	}
 	after, err = c.stats()
 	return

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // figure is one measured quantity over the runs.
@@ -45,6 +46,18 @@ type target struct {
 // add records one value of a figure.
 func (b *bench) add(scenario, subject, metric, unit string, v float64) {
 	b.addFor("", scenario, subject, metric, unit, v)
+}
+
+// addLatencies records the percentiles ps of ds in ms, each a figure
+// named metric and "pNN", or "max" for 100.
+func (b *bench) addLatencies(st store, scenario, subject, metric string, ds []time.Duration, ps ...int) {
+	for _, p := range ps {
+		name := fmt.Sprintf("%s p%d", metric, p)
+		if p == 100 {
+			name = metric + " max"
+		}
+		b.addFor(st, scenario, subject, name, "ms", percentile(ds, p))
+	}
 }
 
 // addFor records one value of a figure measured on an archive store.

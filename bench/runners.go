@@ -23,6 +23,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/executor"
 	"github.com/opkit-dev/opkit/internal/runners"
+	"github.com/opkit-dev/opkit/internal/sleep"
 )
 
 // agentRole is roleEnv's value for a process that is opkit's agent (its
@@ -168,8 +169,7 @@ func (b *bench) runnerOverhead(ctx context.Context) error {
 	}
 	const subject = "exec, /bin/echo, warm runner"
 	b.add("handlers", subject, "local exec p50", "ms", percentile(l, 50))
-	b.add("handlers", subject, "runner p50", "ms", percentile(r, 50))
-	b.add("handlers", subject, "runner p99", "ms", percentile(r, 99))
+	b.addLatencies("", "handlers", subject, "runner", r, 50, 99)
 	b.add("handlers", subject, "overhead p50", "ms", percentile(r, 50)-percentile(l, 50))
 	b.add("handlers", subject, fmt.Sprintf("local exec runs/s, %d at once", parallel), "/s", lRate)
 	b.add("handlers", subject, fmt.Sprintf("runner runs/s, %d at once", parallel), "/s", rRate)
@@ -191,10 +191,8 @@ func (b *bench) runnerCredentials(ctx context.Context, serviceAccount, caFile, t
 			ca = cm.Data["ca.crt"]
 		}
 		if ca == "" {
-			select {
-			case <-ctx.Done():
+			if !sleep.For(ctx, 100*time.Millisecond) {
 				return ctx.Err()
-			case <-time.After(100 * time.Millisecond):
 			}
 		}
 	}

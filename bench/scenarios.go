@@ -180,10 +180,8 @@ func (b *bench) live(ctx context.Context, im impl, rate int) error {
 		tr.listSlow(b.log, ns, b.opts.LiveSlow)
 	}
 	subject := fmt.Sprintf("%s, %d/s", im.Name, rate)
-	b.add("live", subject, "child p50", "ms", percentile(toChild, 50))
-	b.add("live", subject, "child p99", "ms", percentile(toChild, 99))
-	b.add("live", subject, "status p50", "ms", percentile(toDone, 50))
-	b.add("live", subject, "status p99", "ms", percentile(toDone, 99))
+	b.addLatencies("", "live", subject, "child", toChild, 50, 99)
+	b.addLatencies("", "live", subject, "status", toDone, 50, 99)
 	c.stop()
 	return b.c.cleanUp(ctx)
 }
@@ -386,8 +384,7 @@ func (b *bench) jobLatency(ctx context.Context, n int) error {
 		return fmt.Errorf("job handler: %w", err)
 	}
 	toJob, _ := tr.latencies(ns)
-	b.add("handlers", "job", "change to Job created p50", "ms", percentile(toJob, 50))
-	b.add("handlers", "job", "change to Job created p99", "ms", percentile(toJob, 99))
+	b.addLatencies("", "handlers", "job", "change to Job created", toJob, 50, 99)
 	c.stop()
 	return b.c.cleanUp(ctx)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/sleep"
 )
 
 // The sources scenario floods a consumed source (a NATS JetStream stream,
@@ -125,13 +126,9 @@ func (b *bench) flood(ctx context.Context, src *floodSource, n, rate int) error 
 	if err != nil {
 		return err
 	}
-	runs, err := archive.ListAll(ctx, store, archive.Query{Operator: sourcesOperator})
+	runs, err := runsByID(ctx, store, sourcesOperator)
 	if err != nil {
-		return fmt.Errorf("reading the runs: %w", err)
-	}
-	started := make(map[string]time.Time, len(runs))
-	for _, r := range runs {
-		started[r.ID] = r.StartedAt
+		return err
 	}
 	var problems []error
 	var toRecorded, toStarted, toHandled []time.Duration
@@ -153,7 +150,7 @@ func (b *bench) flood(ctx context.Context, src *floodSource, n, rate int) error 
 		toRecorded = append(toRecorded, dl.ReceivedAt.Sub(at))
 		toHandled = append(toHandled, dl.HandledAt.Sub(at))
 		if len(dl.Runs) > 0 {
-			toStarted = append(toStarted, started[dl.Runs[0]].Sub(at))
+			toStarted = append(toStarted, runs[dl.Runs[0]].StartedAt.Sub(at))
 		}
 		if dl.HandledAt.After(last) {
 			last = dl.HandledAt
@@ -168,12 +165,9 @@ func (b *bench) flood(ctx context.Context, src *floodSource, n, rate int) error 
 	if waitErr == nil {
 		b.add("sources", subject, "messages handled/s", "/s", float64(n)/last.Sub(first).Seconds())
 	}
-	b.add("sources", subject, "sent to recorded p50", "ms", percentile(toRecorded, 50))
-	b.add("sources", subject, "sent to recorded p99", "ms", percentile(toRecorded, 99))
-	b.add("sources", subject, "sent to handler started p50", "ms", percentile(toStarted, 50))
-	b.add("sources", subject, "sent to handler started p99", "ms", percentile(toStarted, 99))
-	b.add("sources", subject, "sent to handled p50", "ms", percentile(toHandled, 50))
-	b.add("sources", subject, "sent to handled p99", "ms", percentile(toHandled, 99))
+	b.addLatencies("", "sources", subject, "sent to recorded", toRecorded, 50, 99)
+	b.addLatencies("", "sources", subject, "sent to handler started", toStarted, 50, 99)
+	b.addLatencies("", "sources", subject, "sent to handled", toHandled, 50, 99)
 	if lost > 0 {
 		problems = append(problems, fmt.Errorf("%d of %d messages never recorded", lost, n))
 	}
@@ -228,10 +222,8 @@ func waitHandled(ctx context.Context, store archive.Store, n int, timeout time.D
 		if have >= n && pending == 0 {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep.For(ctx, 100*time.Millisecond) {
 			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	return fmt.Errorf("after %s, %d of %d messages recorded, %d of them Pending", timeout, have, n, pending)
@@ -252,6 +244,19 @@ func listDeliveries(ctx context.Context, store archive.Store, operator string) (
 		}
 		q.Cursor = page.Next
 	}
+}
+
+// runsByID reads an operator's runs, by their id.
+func runsByID(ctx context.Context, store archive.Store, operator string) (map[string]archive.Run, error) {
+	runs, err := archive.ListAll(ctx, store, archive.Query{Operator: operator})
+	if err != nil {
+		return nil, fmt.Errorf("reading the runs: %w", err)
+	}
+	byID := make(map[string]archive.Run, len(runs))
+	for _, r := range runs {
+		byID[r.ID] = r
+	}
+	return byID, nil
 }
 
 // keysOf reads the keys a flood's handler wrote.

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/sleep"
 )
 
 // The watch scenario: a watch operator (watch.yaml) and the baseline's
@@ -147,14 +148,11 @@ func (b *bench) watch(ctx context.Context, w *watchSet, im impl) error {
 	for name, at := range updates {
 		lat = append(lat, at.Sub(changedAt[name]))
 	}
-	b.add("watch", im.Name, "new image handled p50", "ms", percentile(lat, 50))
-	b.add("watch", im.Name, "new image handled max", "ms", percentile(lat, 100))
+	b.addLatencies("", "watch", im.Name, "new image handled", lat, 50, 100)
 
 	// What a handled status change or a second run would show.
-	select {
-	case <-ctx.Done():
+	if !sleep.For(ctx, 2*time.Second) {
 		return ctx.Err()
-	case <-time.After(2 * time.Second):
 	}
 	end, err := c.stats()
 	if err != nil {

@@ -203,13 +203,9 @@ func (b *bench) webhook(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	runs, err := archive.ListAll(ctx, store, archive.Query{Operator: webhookOperator})
+	runByID, err := runsByID(ctx, store, webhookOperator)
 	if err != nil {
-		return fmt.Errorf("reading the runs: %w", err)
-	}
-	runByID := make(map[string]archive.Run, len(runs))
-	for _, r := range runs {
-		runByID[r.ID] = r
+		return err
 	}
 
 	counts := map[int]int{}
@@ -225,15 +221,11 @@ func (b *bench) webhook(ctx context.Context) error {
 	b.add("webhook", subject, "replay (409)", "", float64(counts[http.StatusConflict]))
 	b.add("webhook", subject, "lost", "", float64(lost))
 	b.add("webhook", subject, "first send to last answer", "s", lastAnswer.Sub(start).Seconds())
-	b.add("webhook", subject, "202 answered p50", "ms", percentile(acked, 50))
-	b.add("webhook", subject, "202 answered p90", "ms", percentile(acked, 90))
-	b.add("webhook", subject, "202 answered p99", "ms", percentile(acked, 99))
-	b.add("webhook", subject, "202 answered max", "ms", percentile(acked, 100))
+	b.addLatencies("", "webhook", subject, "202 answered", acked, 50, 90, 99, 100)
 	// A 401 reads the Secret again (at most 10 a second); a 409 writes
 	// its record without a sync to disk.
 	for _, status := range []int{http.StatusUnauthorized, http.StatusConflict} {
-		b.add("webhook", subject, fmt.Sprintf("%d answered p50", status), "ms", percentile(latencies[status], 50))
-		b.add("webhook", subject, fmt.Sprintf("%d answered p99", status), "ms", percentile(latencies[status], 99))
+		b.addLatencies("", "webhook", subject, fmt.Sprintf("%d answered", status), latencies[status], 50, 99)
 	}
 	var lastHandled time.Time
 	var toHandled, toStarted []time.Duration
@@ -262,18 +254,14 @@ func (b *bench) webhook(ctx context.Context) error {
 		b.add("webhook", subject, "all handled, from the first send", "s", lastHandled.Sub(start).Seconds())
 		b.add("webhook", subject, "all handled, after the last answer", "ms", float64(lastHandled.Sub(lastAnswer).Microseconds())/1000)
 	}
-	b.add("webhook", subject, "received to handled p50", "ms", percentile(toHandled, 50))
-	b.add("webhook", subject, "received to handled p99", "ms", percentile(toHandled, 99))
-	b.add("webhook", subject, "received to handler started p50", "ms", percentile(toStarted, 50))
-	b.add("webhook", subject, "received to handler started p90", "ms", percentile(toStarted, 90))
-	b.add("webhook", subject, "received to handler started p99", "ms", percentile(toStarted, 99))
-	b.add("webhook", subject, "received to handler started max", "ms", percentile(toStarted, 100))
+	b.addLatencies("", "webhook", subject, "received to handled", toHandled, 50, 99)
+	b.addLatencies("", "webhook", subject, "received to handler started", toStarted, 50, 90, 99, 100)
 	b.note("webhook: opkit alone; there is no baseline (controller-runtime receives no webhooks), so no ratio")
 
 	all := append([]*hookRequest{warmup}, reqs...)
 	problems := []error{waitErr}
 	problems = append(problems, firstOf(checkAnswers(reqs), 20)...)
-	problems = append(problems, firstOf(checkDeliveries(all, deliveries, runs, out), 20)...)
+	problems = append(problems, firstOf(checkDeliveries(all, deliveries, runByID, out), 20)...)
 	if err := errors.Join(problems...); err != nil {
 		return fmt.Errorf("%w (log: %s)", err, logPath)
 	}
@@ -366,21 +354,15 @@ func waitNoPending(ctx context.Context, store archive.Store, timeout time.Durati
 // allDeliveries returns the operator's delivery records by the archive's
 // id.
 func allDeliveries(ctx context.Context, store archive.Store) (map[string]archive.Delivery, error) {
-	out := map[string]archive.Delivery{}
-	q := archive.DeliveryQuery{Operator: webhookOperator, Limit: 1000}
-	for {
-		page, err := store.ListDeliveries(ctx, q)
-		if err != nil {
-			return nil, fmt.Errorf("reading the deliveries: %w", err)
-		}
-		for _, d := range page.Deliveries {
-			out[d.ID] = d
-		}
-		if page.Next == "" {
-			return out, nil
-		}
-		q.Cursor = page.Next
+	list, err := listDeliveries(ctx, store, webhookOperator)
+	if err != nil {
+		return nil, err
 	}
+	out := make(map[string]archive.Delivery, len(list))
+	for _, d := range list {
+		out[d.ID] = d
+	}
+	return out, nil
 }
 
 // checkAnswers reports the requests not answered with their kind's status.
@@ -399,11 +381,9 @@ func checkAnswers(reqs []*hookRequest) []error {
 // stopped: each accepted delivery Handled, with one run,
 // Succeeded, of its idempotency key, and its key once in the handler's
 // file; each refused one Refused with its reason; nothing else.
-func checkDeliveries(reqs []*hookRequest, deliveries map[string]archive.Delivery, all []archive.Run, out string) []error {
-	runs := map[string]archive.Run{}
+func checkDeliveries(reqs []*hookRequest, deliveries map[string]archive.Delivery, runs map[string]archive.Run, out string) []error {
 	byKey := map[string]int{}
-	for _, r := range all {
-		runs[r.ID] = r
+	for _, r := range runs {
 		byKey[r.Key]++
 	}
 	data, err := os.ReadFile(out)

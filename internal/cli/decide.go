@@ -59,10 +59,7 @@ func newDecideCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, out := cmd.Context(), cmd.OutOrStdout()
-			ns, name, ok := strings.Cut(args[0], "/")
-			if !ok {
-				ns, name = "", args[0]
-			}
+			ns, name := splitObjectRef(args[0])
 			if choose == "" && reason != "" {
 				return fmt.Errorf("--reason without --choose: name the state to go to with --choose")
 			}
@@ -110,12 +107,9 @@ func newDecideCommand() *cobra.Command {
 					"its Events say what it waits for (kubectl get events%s --field-selector involvedObject.name=%s), or remove it (kubectl annotate %s %s%s %s-) and decide again",
 					gvk.Kind, args[0], cmp.Or(sent.By, "someone"), cmp.Or(sent.Choose, "?"), nsFlag(ns), name, strings.ToLower(gvk.Kind), name, nsFlag(ns), v1alpha1.DecisionAnnotation)
 			}
-			by, note, err := whoAmI(ctx, cfg, kubeconfig)
+			by, err := requester(ctx, cmd.ErrOrStderr(), cfg, kubeconfig)
 			if err != nil {
 				return err
-			}
-			if note != "" {
-				fmt.Fprintln(cmd.ErrOrStderr(), note)
 			}
 			d := v1alpha1.Decision{State: st.Name, Seq: st.Seq, Choose: choose, Reason: reason, By: by, At: time.Now().UTC().Format(time.RFC3339)}
 			// Over the resourceVersion read: the decision is on the state seen.
@@ -290,6 +284,28 @@ func kubeClient(kubeconfig string) (*rest.Config, client.Client, error) {
 		return nil, nil, err
 	}
 	return cfg, c, nil
+}
+
+// newClient is a client of cfg that knows the types add registers.
+func newClient(cfg *rest.Config, add func(*runtime.Scheme) error) (client.Client, error) {
+	scheme := runtime.NewScheme()
+	if err := add(scheme); err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
+}
+
+// requester is who asks what the command writes: whoAmI's user, its note
+// (when it is the kubeconfig's user) written to stderr.
+func requester(ctx context.Context, stderr io.Writer, cfg *rest.Config, kubeconfig string) (string, error) {
+	by, note, err := whoAmI(ctx, cfg, kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	if note != "" {
+		fmt.Fprintln(stderr, note)
+	}
+	return by, nil
 }
 
 // whoAmI is the user the API server at cfg knows the caller as (a

@@ -90,9 +90,7 @@ RUN.`,
 				for i := range page.Deliveries {
 					page.Deliveries[i].Headers = archive.RedactHeaders(page.Deliveries[i].Headers)
 				}
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(page)
+				return writeJSON(cmd.OutOrStdout(), page)
 			}
 			width := reasonWidth
 			if output == "wide" {
@@ -230,9 +228,7 @@ alike: "payload" is the payload as JSON when it is a whole JSON document,
 			// one did not.
 			d.Headers = archive.RedactHeaders(d.Headers)
 			if output == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(shownDeliveryOf(d))
+				return writeJSON(cmd.OutOrStdout(), shownDeliveryOf(d))
 			}
 			// The runs it started, as far as the archive still has them.
 			runs := map[string]*archive.Run{}

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/internal/compat"
@@ -162,11 +161,7 @@ func previousInCluster(ctx context.Context, kubeconfig string) (func(*definition
 	if err != nil {
 		return nil, err
 	}
-	scheme := kruntime.NewScheme()
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := newClient(cfg, apiextensionsv1.AddToScheme)
 	if err != nil {
 		return nil, err
 	}

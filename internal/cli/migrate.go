@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -85,11 +84,7 @@ func withRights(err error) error {
 // singular or a short name of exactly one CRD. A CRD opkit did not
 // install is refused unless anyCRD.
 func findCRD(ctx context.Context, cfg *rest.Config, target string, anyCRD bool) (string, error) {
-	scheme := runtime.NewScheme()
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		return "", err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := newClient(cfg, apiextensionsv1.AddToScheme)
 	if err != nil {
 		return "", err
 	}

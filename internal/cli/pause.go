@@ -129,10 +129,7 @@ type pauseRequest struct {
 func pauseObject(cmd *cobra.Command, req pauseRequest, arg string) error {
 	ctx, out := cmd.Context(), cmd.OutOrStdout()
 	verb, done := pauseWords(req.pause)
-	ns, name, ok := strings.Cut(arg, "/")
-	if !ok {
-		ns, name = "", arg
-	}
+	ns, name := splitObjectRef(arg)
 	if name == "" {
 		return fmt.Errorf("%q names no object: want NAMESPACE/NAME, or NAME for a cluster-scoped one", arg)
 	}
@@ -159,12 +156,9 @@ func pauseObject(cmd *cobra.Command, req pauseRequest, arg string) error {
 	case !req.pause && !paused:
 		return fmt.Errorf("%s %s is not paused: nothing to resume", gvk.Kind, arg)
 	}
-	by, note, err := whoAmI(ctx, cfg, req.kubeconfig)
+	by, err := requester(ctx, cmd.ErrOrStderr(), cfg, req.kubeconfig)
 	if err != nil {
 		return err
-	}
-	if note != "" {
-		fmt.Fprintln(cmd.ErrOrStderr(), note)
 	}
 	p := v1alpha1.Pause{By: by, Reason: req.reason, At: time.Now().UTC().Format(time.RFC3339)}
 	annotations := map[string]any{v1alpha1.PauseAnnotation: p.Value()}
@@ -203,12 +197,9 @@ func pauseOperator(ctx context.Context, cmd *cobra.Command, kubeconfig, name, re
 	case !pause && !paused:
 		return fmt.Errorf("the operator %s is not paused as a whole: nothing to resume (an object paused on its own is resumed with opkit resume NAMESPACE/NAME --operator %s)", name, name)
 	}
-	by, note, err := whoAmI(ctx, cfg, kubeconfig)
+	by, err := requester(ctx, cmd.ErrOrStderr(), cfg, kubeconfig)
 	if err != nil {
 		return err
-	}
-	if note != "" {
-		fmt.Fprintln(cmd.ErrOrStderr(), note)
 	}
 	p := v1alpha1.Pause{By: by, Reason: reason, At: time.Now().UTC().Format(time.RFC3339)}
 	annotations, done := map[string]any{v1alpha1.PauseAnnotation: p.Value()}, "paused"

@@ -2,14 +2,12 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -112,9 +110,7 @@ func runPlan(ctx context.Context, w io.Writer, f planFlags) error {
 		changes = changes || p.Summary.Changes() || p.Summary.Errors > 0
 	}
 	if f.output == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
+		if err := writeJSON(w, out); err != nil {
 			return err
 		}
 	} else {
@@ -151,11 +147,7 @@ func previousDefinition(file string, cfg *rest.Config) (func(context.Context, *d
 			return nil, fmt.Errorf("--against %s has no Operator %s to plan against", file, d.Operator.Name)
 		}, nil
 	}
-	scheme := kruntime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := newClient(cfg, v1alpha1.AddToScheme)
 	if err != nil {
 		return nil, err
 	}

@@ -49,12 +49,9 @@ sender was verified), and exits 1.`,
 			if namespace == "" {
 				namespace = kubeconfigNamespace(kubeconfig)
 			}
-			by, note, err := whoAmI(ctx, cfg, kubeconfig)
+			by, err := requester(ctx, cmd.ErrOrStderr(), cfg, kubeconfig)
 			if err != nil {
 				return err
-			}
-			if note != "" {
-				fmt.Fprintln(cmd.ErrOrStderr(), note)
 			}
 			obj := v1alpha1.NewRedelivery(namespace, v1alpha1.RedeliverySpec{Delivery: id, By: by, Reason: strings.TrimSpace(reason)})
 			if err := c.Create(ctx, obj); err != nil {

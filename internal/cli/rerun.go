@@ -86,12 +86,9 @@ delivery with opkit events redeliver.`,
 				return fmt.Errorf("a re-run request is already on %s %s and not answered yet (%s); nothing was written: its Events say what became of it, or remove it (kubectl annotate %s %s%s %s-)",
 					run.Kind, run.Object(), raw, strings.ToLower(run.Kind), run.Name, nsFlag(run.Namespace), v1alpha1.RerunAnnotation)
 			}
-			by, note, err := whoAmI(ctx, cfg, kubeconfig)
+			by, err := requester(ctx, cmd.ErrOrStderr(), cfg, kubeconfig)
 			if err != nil {
 				return err
-			}
-			if note != "" {
-				fmt.Fprintln(cmd.ErrOrStderr(), note)
 			}
 			now := time.Now().UTC()
 			req := v1alpha1.Rerun{Request: archive.NewID(now), Run: run.ID, SameInput: sameInput, Reason: reason, By: by, At: now.Format(time.RFC3339)}

@@ -240,6 +240,16 @@ func oneLine(s string, n int) string {
 	return s
 }
 
+// splitObjectRef is objectRef's inverse: the namespace and name of
+// NAMESPACE/NAME, or of NAME alone (a cluster-scoped object).
+func splitObjectRef(ref string) (ns, name string) {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok {
+		return "", ref
+	}
+	return ns, name
+}
+
 func objectRef(ns, name string) string {
 	if ns == "" {
 		return name
@@ -272,12 +282,9 @@ func requestRollout(ctx context.Context, cmd *cobra.Command, kubeconfig string, 
 	if err != nil {
 		return err
 	}
-	by, note, err := whoAmI(ctx, cfg, kubeconfig)
+	by, err := requester(ctx, cmd.ErrOrStderr(), cfg, kubeconfig)
 	if err != nil {
 		return err
-	}
-	if note != "" {
-		fmt.Fprintln(cmd.ErrOrStderr(), note)
 	}
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},

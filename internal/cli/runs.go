@@ -71,10 +71,7 @@ operator's name. opkit runs --kind Operator lists those runs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if object != "" {
-				ns, name, ok := strings.Cut(object, "/")
-				if !ok {
-					ns, name = "", object
-				}
+				ns, name := splitObjectRef(object)
 				if name == "" {
 					return fmt.Errorf("--object %q: want NAMESPACE/NAME, or NAME for a cluster-scoped object", object)
 				}
@@ -99,9 +96,7 @@ operator's name. opkit runs --kind Operator lists those runs.`,
 				}
 			}
 			if output == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(page)
+				return writeJSON(cmd.OutOrStdout(), page)
 			}
 			if len(page.Runs) == 0 {
 				fmt.Fprintln(cmd.OutOrStdout(), noRuns)
@@ -127,6 +122,13 @@ operator's name. opkit runs --kind Operator lists those runs.`,
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
 	cmd.Flags().StringVar(&consoleURL, "console-url", os.Getenv("OPKIT_CONSOLE_URL"), "the console's base URL: each run gets its page's link (env OPKIT_CONSOLE_URL)")
 	return cmd
+}
+
+// writeJSON writes v to w as -o json prints it: indented by two spaces.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // getRun reads run id from the archive at location: an id it does not
@@ -466,10 +468,7 @@ timeline. Asking needs patch on the object (Kubernetes RBAC).`,
 		Example: `  opkit retry team-a/web --reason "the registry is back"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ns, name, ok := strings.Cut(args[0], "/")
-			if !ok {
-				ns, name = "", args[0]
-			}
+			ns, name := splitObjectRef(args[0])
 			gvk, _, err := objectKind(cmd, archivePath, kubeconfig, archive.Query{Namespace: ns, Name: name, Operator: operator}, args[0], "nothing to retry")
 			switch {
 			case err != nil:

@@ -113,12 +113,9 @@ func newScheduleRunCommand() *cobra.Command {
 			if ready := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: the Operator %s is not Ready (kubectl get operator %s): the request waits until its engine runs it\n", name, name)
 			}
-			by, note, err := whoAmI(ctx, cfg, kubeconfig)
+			by, err := requester(ctx, cmd.ErrOrStderr(), cfg, kubeconfig)
 			if err != nil {
 				return err
-			}
-			if note != "" {
-				fmt.Fprintln(cmd.ErrOrStderr(), note)
 			}
 			now := time.Now()
 			req := v1alpha1.RunNow{ID: archive.NewID(now), By: by, Reason: reason, At: now.UTC().Format(time.RFC3339)}

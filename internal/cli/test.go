@@ -17,9 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/opkit-dev/opkit/internal/crds"
@@ -174,11 +172,7 @@ func checkSelection(scenarios []*scenario.Scenario, re *regexp.Regexp) error {
 // once, not after the collector's next discovery (up to 30s).
 func installCRDs(scenarios []*scenario.Scenario) func(context.Context, *rest.Config) error {
 	return func(ctx context.Context, cfg *rest.Config) error {
-		scheme := kruntime.NewScheme()
-		if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-			return err
-		}
-		c, err := client.New(cfg, client.Options{Scheme: scheme})
+		c, err := newClient(cfg, apiextensionsv1.AddToScheme)
 		if err != nil {
 			return err
 		}

@@ -303,13 +303,8 @@ func (s *Server) compare(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getCommit(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rp := s.repoOf(w, r)
-	if rp == nil {
-		return
-	}
-	c := rp.resolve(r.PathValue("ref"))
+	rp, c := s.commitOf(w, r, "ref")
 	if c == nil {
-		writeError(w, http.StatusUnprocessableEntity, "No commit found for SHA: "+r.PathValue("ref"))
 		return
 	}
 	out := s.commitJSON(rp, c)
@@ -322,13 +317,8 @@ func (s *Server) getCommit(w http.ResponseWriter, r *http.Request) {
 func (s *Server) commitPulls(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rp := s.repoOf(w, r)
-	if rp == nil {
-		return
-	}
-	c := rp.resolve(r.PathValue("sha"))
+	rp, c := s.commitOf(w, r, "sha")
 	if c == nil {
-		writeError(w, http.StatusUnprocessableEntity, "No commit found for SHA: "+r.PathValue("sha"))
 		return
 	}
 	var pulls []any
@@ -339,6 +329,21 @@ func (s *Server) commitPulls(w http.ResponseWriter, r *http.Request) {
 	}
 	lo, hi := s.page(w, r, len(pulls))
 	writeJSON(w, http.StatusOK, append([]any{}, pulls[lo:hi]...))
+}
+
+// commitOf returns the commit the request's path value param names, or
+// answers 404 (no repository) or 422 (no such commit).
+func (s *Server) commitOf(w http.ResponseWriter, r *http.Request, param string) (*repo, *commit) {
+	rp := s.repoOf(w, r)
+	if rp == nil {
+		return nil, nil
+	}
+	c := rp.resolve(r.PathValue(param))
+	if c == nil {
+		writeError(w, http.StatusUnprocessableEntity, "No commit found for SHA: "+r.PathValue(param))
+		return nil, nil
+	}
+	return rp, c
 }
 
 // issueOf returns the request's issue, or answers 404.

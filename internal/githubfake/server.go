@@ -298,12 +298,8 @@ func (s *Server) Merge(repoName string, number int) PullRequest {
 	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.repoLocked(repoName)
-	is := r.issues[number]
-	switch {
-	case is == nil || is.pull == nil:
-		s.t.Fatalf("githubfake: %s has no pull request #%d", repoName, number)
-	case is.pull.merged:
+	r, is := s.pullLocked(repoName, number)
+	if is.pull.merged {
 		s.t.Fatalf("githubfake: %s#%d is merged already", repoName, number)
 	}
 	p := is.pull
@@ -330,12 +326,7 @@ func (s *Server) Pull(repoName string, number int) PullRequest {
 	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.repoLocked(repoName)
-	is := r.issues[number]
-	if is == nil || is.pull == nil {
-		s.t.Fatalf("githubfake: %s has no pull request #%d", repoName, number)
-	}
-	return pullRequest(r, is)
+	return pullRequest(s.pullLocked(repoName, number))
 }
 
 // OpenIssue opens an issue (not a pull request) and returns its number.
@@ -408,6 +399,18 @@ func (s *Server) repoLocked(name string) *repo {
 		s.t.Fatalf("githubfake: no repository %s (CreateRepo makes one)", name)
 	}
 	return r
+}
+
+// pullLocked returns the repository and its pull request number, failing
+// the test when it has none.
+func (s *Server) pullLocked(repoName string, number int) (*repo, *issue) {
+	s.t.Helper()
+	r := s.repoLocked(repoName)
+	is := r.issues[number]
+	if is == nil || is.pull == nil {
+		s.t.Fatalf("githubfake: %s has no pull request #%d", repoName, number)
+	}
+	return r, is
 }
 
 // commitLocked makes a commit; its SHA is derived from the repository,

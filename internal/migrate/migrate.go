@@ -338,11 +338,7 @@ func (m *migration) run(ctx context.Context) (*Report, error) {
 	m.started = time.Now()
 	defer func() { m.report.Took = time.Since(m.started) }()
 	r := m.report
-	crd, err := m.getCRD(ctx)
-	if err != nil {
-		return r, err
-	}
-	storage, served, err := versions(crd)
+	crd, storage, served, err := m.getCRD(ctx)
 	if err != nil {
 		return r, err
 	}
@@ -402,12 +398,14 @@ func (m *migration) run(ctx context.Context) (*Report, error) {
 	return r, m.clear(ctx)
 }
 
-func (m *migration) getCRD(ctx context.Context) (*apiextensionsv1.CustomResourceDefinition, error) {
-	crd := &apiextensionsv1.CustomResourceDefinition{}
+// getCRD reads the CRD and its versions (see versions).
+func (m *migration) getCRD(ctx context.Context) (crd *apiextensionsv1.CustomResourceDefinition, storage, served string, err error) {
+	crd = &apiextensionsv1.CustomResourceDefinition{}
 	if err := m.crds.Get(ctx, client.ObjectKey{Name: m.name}, crd); err != nil {
-		return nil, fmt.Errorf("reading CRD %s: %w", m.name, err)
+		return nil, "", "", fmt.Errorf("reading CRD %s: %w", m.name, err)
 	}
-	return crd, nil
+	storage, served, err = versions(crd)
+	return crd, storage, served, err
 }
 
 // versions returns the CRD's storage version and the version objects are

@@ -340,11 +340,7 @@ func (m *migration) logPage(list *unstructured.UnstructuredList, last bool) {
 // version is still p.Storage and that no version was stored meanwhile.
 func (m *migration) setStoredVersions(ctx context.Context, p *progress) ([]string, error) {
 	for {
-		crd, err := m.getCRD(ctx)
-		if err != nil {
-			return nil, err
-		}
-		storage, _, err := versions(crd)
+		crd, storage, _, err := m.getCRD(ctx)
 		if err != nil {
 			return nil, err
 		}

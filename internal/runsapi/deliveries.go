@@ -47,26 +47,12 @@ func (k deliveries) query(sel *filter) (archive.DeliveryQuery, bool) {
 }
 
 func (k deliveries) get(ctx context.Context, id string) (*object, error) {
-	if !archive.ValidID(id) {
-		return nil, archive.ErrNotFound
-	}
-	d, err := k.store.GetDelivery(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return k.object(d), nil
+	return getByID(ctx, id, k.store.GetDelivery, k.object)
 }
 
 func (k deliveries) list(ctx context.Context, sel *filter, limit int, cursor string) ([]*object, string, error) {
 	if name := sel.value("name"); name != "" {
-		obj, err := k.get(ctx, name)
-		if isNotFound(err) || err == nil && !sel.matches(obj) {
-			return nil, "", nil
-		}
-		if err != nil {
-			return nil, "", err
-		}
-		return []*object{obj}, "", nil
+		return named(ctx, k, sel, name)
 	}
 	q, ok := k.query(sel)
 	if !ok {

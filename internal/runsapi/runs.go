@@ -132,19 +132,25 @@ func (k runs) queries(sel *filter) []archive.Query {
 }
 
 func (k runs) get(ctx context.Context, id string) (*object, error) {
+	return getByID(ctx, id, k.store.Get, k.object)
+}
+
+// getByID is a kind's get: the record read of the archive by id, as its
+// object; what is not an id is not found.
+func getByID[T any](ctx context.Context, id string, read func(context.Context, string) (*T, error), object func(*T) *object) (*object, error) {
 	if !archive.ValidID(id) {
 		return nil, archive.ErrNotFound
 	}
-	r, err := k.store.Get(ctx, id)
+	rec, err := read(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return k.object(r), nil
+	return object(rec), nil
 }
 
 func (k runs) list(ctx context.Context, sel *filter, limit int, cursor string) ([]*object, string, error) {
 	if name := sel.value("name"); name != "" {
-		return k.named(ctx, sel, name)
+		return named(ctx, k, sel, name)
 	}
 	var pages [][]archive.Run
 	more := false
@@ -165,9 +171,9 @@ func (k runs) list(ctx context.Context, sel *filter, limit int, cursor string) (
 	return objs, next, nil
 }
 
-// named is the list of the one run metadata.name names, if it matches
-// the rest of the selection.
-func (k runs) named(ctx context.Context, sel *filter, name string) ([]*object, string, error) {
+// named is the list of the one object of k metadata.name names, if it
+// matches the rest of the selection.
+func named(ctx context.Context, k kind, sel *filter, name string) ([]*object, string, error) {
 	obj, err := k.get(ctx, name)
 	if isNotFound(err) {
 		return nil, "", nil

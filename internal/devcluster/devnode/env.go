@@ -127,21 +127,15 @@ func (w *podWorker) environment(ctx context.Context, pod *corev1.Pod, spec corev
 func (w *podWorker) envFromSource(ctx context.Context, ns string, from corev1.EnvFromSource) (map[string]string, error) {
 	switch {
 	case from.ConfigMapRef != nil:
-		cm, err := w.node.client.CoreV1().ConfigMaps(ns).Get(ctx, from.ConfigMapRef.Name, metav1.GetOptions{})
-		if err != nil {
-			if isOptional(from.ConfigMapRef.Optional) {
-				return nil, nil
-			}
-			return nil, fmt.Errorf("configmap %q: %w", from.ConfigMapRef.Name, err)
+		cm, err := w.configMap(ctx, ns, from.ConfigMapRef.Name, from.ConfigMapRef.Optional)
+		if cm == nil {
+			return nil, err
 		}
 		return cm.Data, nil
 	case from.SecretRef != nil:
-		s, err := w.node.client.CoreV1().Secrets(ns).Get(ctx, from.SecretRef.Name, metav1.GetOptions{})
-		if err != nil {
-			if isOptional(from.SecretRef.Optional) {
-				return nil, nil
-			}
-			return nil, fmt.Errorf("secret %q: %w", from.SecretRef.Name, err)
+		s, err := w.secret(ctx, ns, from.SecretRef.Name, from.SecretRef.Optional)
+		if s == nil {
+			return nil, err
 		}
 		out := make(map[string]string, len(s.Data))
 		for k, v := range s.Data {
@@ -160,12 +154,9 @@ func (w *podWorker) envValueFrom(ctx context.Context, pod *corev1.Pod, from *cor
 		return v, err == nil, err
 	case from.ConfigMapKeyRef != nil:
 		ref := from.ConfigMapKeyRef
-		cm, err := w.node.client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		if err != nil {
-			if isOptional(ref.Optional) {
-				return "", false, nil
-			}
-			return "", false, fmt.Errorf("configmap %q: %w", ref.Name, err)
+		cm, err := w.configMap(ctx, pod.Namespace, ref.Name, ref.Optional)
+		if cm == nil {
+			return "", false, err
 		}
 		v, found := cm.Data[ref.Key]
 		if !found && !isOptional(ref.Optional) {
@@ -174,12 +165,9 @@ func (w *podWorker) envValueFrom(ctx context.Context, pod *corev1.Pod, from *cor
 		return v, found, nil
 	case from.SecretKeyRef != nil:
 		ref := from.SecretKeyRef
-		s, err := w.node.client.CoreV1().Secrets(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		if err != nil {
-			if isOptional(ref.Optional) {
-				return "", false, nil
-			}
-			return "", false, fmt.Errorf("secret %q: %w", ref.Name, err)
+		s, err := w.secret(ctx, pod.Namespace, ref.Name, ref.Optional)
+		if s == nil {
+			return "", false, err
 		}
 		v, found := s.Data[ref.Key]
 		if !found && !isOptional(ref.Optional) {
@@ -228,6 +216,30 @@ func subscript(path, prefix string) (string, bool) {
 }
 
 func isOptional(b *bool) bool { return b != nil && *b }
+
+// configMap reads the ConfigMap ns/name a Pod refers to; nil when it
+// cannot be read, with an error unless the reference is optional.
+func (w *podWorker) configMap(ctx context.Context, ns, name string, optional *bool) (*corev1.ConfigMap, error) {
+	return getRef(ctx, w.node.client.CoreV1().ConfigMaps(ns).Get, "configmap", name, optional)
+}
+
+// secret reads the Secret ns/name a Pod refers to, as configMap does.
+func (w *podWorker) secret(ctx context.Context, ns, name string, optional *bool) (*corev1.Secret, error) {
+	return getRef(ctx, w.node.client.CoreV1().Secrets(ns).Get, "secret", name, optional)
+}
+
+// getRef reads the object name with get; nil when it cannot be read,
+// with an error naming it as what unless the reference is optional.
+func getRef[T any](ctx context.Context, get func(context.Context, string, metav1.GetOptions) (*T, error), what, name string, optional *bool) (*T, error) {
+	obj, err := get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		if isOptional(optional) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%s %q: %w", what, name, err)
+	}
+	return obj, nil
+}
 
 // env is an ordered set of variables in which a later value replaces an
 // earlier one.

@@ -125,12 +125,9 @@ func mode(m *int32) os.FileMode {
 }
 
 func (w *podWorker) configMapFiles(ctx context.Context, ns, name string, items []corev1.KeyToPath, optional *bool) (map[string][]byte, error) {
-	cm, err := w.node.client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		if isOptional(optional) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("configmap %q: %w", name, err)
+	cm, err := w.configMap(ctx, ns, name, optional)
+	if cm == nil {
+		return nil, err
 	}
 	data := map[string][]byte{}
 	for k, v := range cm.Data {
@@ -143,12 +140,9 @@ func (w *podWorker) configMapFiles(ctx context.Context, ns, name string, items [
 }
 
 func (w *podWorker) secretFiles(ctx context.Context, ns, name string, items []corev1.KeyToPath, optional *bool) (map[string][]byte, error) {
-	s, err := w.node.client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		if isOptional(optional) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("secret %q: %w", name, err)
+	s, err := w.secret(ctx, ns, name, optional)
+	if s == nil {
+		return nil, err
 	}
 	return project(s.Data, items, "Secret "+name)
 }

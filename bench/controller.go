@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -35,6 +36,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/runners"
 	"github.com/opkit-dev/opkit/internal/stack"
 )
 
@@ -54,6 +56,17 @@ const (
 	// serveEnv, set, runs the workload's exec handlers in exec.mode Serve
 	// (serveMode).
 	serveEnv = "OPKIT_BENCH_SERVE"
+	// runnersEnv, set to an address, serves the runner API there and runs
+	// the workload's exec handlers in a runner (runnersMode).
+	runnersEnv = "OPKIT_BENCH_RUNNERS"
+)
+
+// The runner of the drain through runners (impl.Runners): the workload's
+// operator, whose runner ServiceAccount the agent's token is of, and the
+// image its exec handlers name.
+const (
+	workloadOperator = "bench-printer"
+	runnerImage      = "bench.example/runner:1"
 )
 
 // httpWorkload is the Printer with an HTTP handler; its URL's host is
@@ -269,11 +282,24 @@ func runOpkit(ctx context.Context, cfg *rest.Config, workers int, def string, hl
 			return err
 		}
 	}
+	runnersAddr := os.Getenv(runnersEnv)
+	if runnersAddr != "" {
+		runnersMode(srcs[0].Operator)
+	}
 	d, err := definition.Compile(srcs[0])
 	if err != nil {
 		return err
 	}
 	opts := stack.Options{Engine: engine.Options{Config: cfg, Workers: workers}}
+	if runnersAddr != "" {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		if opts.Engine.Runners, err = runners.Serve(ctx, runners.ServeOptions{Addr: runnersAddr, Namespace: benchNamespace, Client: cs}); err != nil {
+			return err
+		}
+	}
 	if def == watchWorkload {
 		opts.Engine.RunFinished = func(r archive.Run) {
 			if r.Outcome == archive.Succeeded {
@@ -420,8 +446,24 @@ func serveMode(op *v1alpha1.Operator) error {
 		if strings.ContainsAny(result, "|&\\\n") {
 			return fmt.Errorf("handler %s: the result %q has a character sed would read", op.Spec.Handlers[i].Name, result)
 		}
-		e.Command = []string{"/bin/sed", "-u", "s|.*|" + result + "|"}
+		e.Command = sedServe(result)
 		e.Mode = v1alpha1.ExecServe
 	}
 	return nil
+}
+
+// sedServe is a command in exec.mode Serve that answers each binding
+// context with result: sed, unbuffered, which replaces each line it reads.
+func sedServe(result string) []string {
+	return []string{"/bin/sed", "-u", "s|.*|" + result + "|"}
+}
+
+// runnersMode names runnerImage on the workload's exec handlers, so that
+// an engine serving the runner API runs them in a runner.
+func runnersMode(op *v1alpha1.Operator) {
+	for i := range op.Spec.Handlers {
+		if e := op.Spec.Handlers[i].Exec; e != nil {
+			e.Image = runnerImage
+		}
+	}
 }

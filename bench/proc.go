@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/runners"
 	"github.com/opkit-dev/opkit/internal/sleep"
 	"github.com/opkit-dev/opkit/internal/stack"
 )
@@ -31,6 +33,10 @@ type impl struct {
 	Exe string
 	// Serve runs opkit's exec handlers in exec.mode Serve (serveMode).
 	Serve bool
+	// Runners runs opkit's exec handlers in a runner (runnersMode): an
+	// agent process of this machine pulling them from the engine's
+	// runner API, as a runner Pod's agent does.
+	Runners bool
 }
 
 var (
@@ -42,6 +48,8 @@ var (
 	// opkitServe is opkit with the workload's exec handlers in
 	// exec.mode Serve: no process per run.
 	opkitServe = impl{Name: "opkit-serve", Kind: "opkit", Serve: true}
+	// opkitRunners is opkitServe with the handlers in a runner.
+	opkitRunners = impl{Name: "opkit-runners", Kind: "opkit", Serve: true, Runners: true}
 )
 
 // controller is a running controller process.
@@ -51,6 +59,10 @@ type controller struct {
 	exited chan struct{} // closed when the process exited
 	err    error         // how it exited, once exited is closed
 	log    string
+	// also stops what runs beside it (a runner's agent), once, when it
+	// is stopped.
+	also     func()
+	alsoOnce sync.Once
 
 	mu      sync.Mutex
 	handled []handled // everything it reported handled, in order
@@ -70,7 +82,39 @@ func (b *bench) startController(im impl, def, archive string) (*controller, erro
 	if im.Serve {
 		env = append(env, serveEnv+"=1")
 	}
-	return b.spawn(im, env, im.Exe)
+	if !im.Runners {
+		return b.spawn(im, env, im.Exe)
+	}
+	addr, err := freeLoopbackAddr()
+	if err != nil {
+		return nil, err
+	}
+	c, err := b.spawn(im, append(env, runnersEnv+"="+addr), im.Exe)
+	if err != nil {
+		return nil, err
+	}
+	// The runner: an agent of the workload's operator, once the engine
+	// has published its CA.
+	ctx, cancel := context.WithCancel(context.Background())
+	stopAgent, agentLog, err := b.startAgent(ctx, addr, workloadOperator, runnerImage, runners.DefaultParallel)
+	if err != nil {
+		cancel()
+		c.stop()
+		return nil, fmt.Errorf("the runner's agent: %w", err)
+	}
+	c.log += ", the agent's: " + agentLog
+	c.also = func() { cancel(); stopAgent() }
+	return c, nil
+}
+
+// freeLoopbackAddr is an address on loopback with a port free now.
+func freeLoopbackAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().String(), nil
 }
 
 // spawn starts the bench's executable (exe, or this one when empty) with
@@ -156,6 +200,11 @@ func (c *controller) wait(ctx context.Context, tr *tracker, names []string, need
 // stop stops the controller and waits for it, killing it after 30s. It may
 // be called more than once.
 func (c *controller) stop() {
+	c.alsoOnce.Do(func() {
+		if c.also != nil {
+			c.also()
+		}
+	})
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.exited:

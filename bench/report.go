@@ -196,6 +196,21 @@ func (b *bench) targets() []target {
 		}
 		out = append(out, target{Goal: hd.goal, Got: got, Met: h >= 0.9*d})
 	}
+	// Through a runner, the drain with Serve against the same handler run
+	// locally, each from its first Printer handled (a runner's agent
+	// connects after the engine starts).
+	if r, ok := b.median("handlers drain", runnersSubject, "objects/s after the first"); ok {
+		if l, ok := b.median("handlers drain", serveSubject, "objects/s after the first"); ok && l > 0 {
+			out = append(out, target{Goal: "handlers drain with Serve in a runner at least 0.9x the same locally", Got: fmt.Sprintf("%.2fx (%.0f/s vs %.0f/s)", r/l, r, l), Met: r >= 0.9*l})
+		}
+	}
+	for _, subject := range []string{"exec, /bin/echo, warm runner", "exec mode Serve, sed -u, warm runner"} {
+		p50, ok1 := b.median("handlers", subject, "overhead p50")
+		p99, ok2 := b.median("handlers", subject, "overhead p99")
+		if ok1 && ok2 {
+			out = append(out, target{Goal: subject + ": runner overhead p50 under 2 ms, p99 under 20 ms", Got: fmt.Sprintf("p50 %.2f ms, p99 %.2f ms", p50, p99), Met: p50 < 2 && p99 < 20})
+		}
+	}
 	for _, w := range []struct {
 		metric string
 		most   float64

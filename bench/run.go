@@ -86,6 +86,11 @@ func (b *bench) run(ctx context.Context) error {
 			}); err != nil {
 				return err
 			}
+			if err := step("exec handler drain, mode Serve, in a runner", func() error {
+				return b.handlerDrainOf(ctx, opkitRunners, "printer-exec.yaml", runnersSubject, tempArchive(b.workDir), b.opts.HandlerObjects)
+			}); err != nil {
+				return err
+			}
 			peers, err := b.peers(ctx)
 			if err != nil {
 				return err

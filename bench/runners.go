@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,11 +54,13 @@ func agentMain() int {
 	return 0
 }
 
-// runnerOverhead: the exec handler of execOverhead (/bin/echo) through a
-// warm runner, an agent process of this machine pulling from the
-// engine's runner API on loopback (TLS, a TokenReview-checked token),
-// against the engine-local exec executor: each one's latency one run at
-// a time, and runs/s with 4 at once (the agent's default --parallel).
+// runnerOverhead: the exec handler of execOverhead (/bin/echo), and the
+// same result from a handler in exec.mode Serve (sed -u, as the drains'
+// opkit-serve), each through a warm runner, an agent process of this
+// machine pulling from the engine's runner API on loopback (TLS, a
+// TokenReview-checked token), against the same handler run by the
+// engine-local executor: each one's latency one run at a time, and runs/s
+// with 4 at once (the agent's default --parallel).
 func (b *bench) runnerOverhead(ctx context.Context) error {
 	const runs, parallel, operator, image = 300, 4, "bench", "bench.example/echo:1"
 	ctx, cancel := context.WithCancel(ctx)
@@ -69,42 +72,13 @@ func (b *bench) runnerOverhead(ctx context.Context) error {
 	if err := s.WaitReady(ctx); err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp(b.workDir, "runner-")
+	stopAgent, agentLog, err := b.startAgent(ctx, s.Addr(), operator, image, parallel)
 	if err != nil {
 		return err
 	}
-	files := filepath.Join(dir, "files")
-	if err := os.Mkdir(files, 0o755); err != nil {
-		return err
-	}
-	caFile, tokenFile := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token")
-	if err := b.runnerCredentials(ctx, runners.ServiceAccountPrefix+operator, caFile, tokenFile); err != nil {
-		return err
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	logFile, err := os.Create(filepath.Join(dir, "agent.log"))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = logFile.Close() }()
-	cmd := exec.CommandContext(ctx, exe, "--engine=https://"+s.Addr(), "--operator="+operator, "--image="+image,
-		"--files="+files, "--ca-file="+caFile, "--token-file="+tokenFile, fmt.Sprintf("--parallel=%d", parallel))
-	cmd.Env = append(os.Environ(), roleEnv+"="+agentRole, "POD_NAME=bench-runner")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() { cancel(); _ = cmd.Wait() }()
+	defer stopAgent()
 
-	result := `{"status": {"touched": true}}`
-	action := v1alpha1.ExecAction{Command: []string{"/bin/echo", result}}
-	local := &executor.Exec{Action: action}
-	action.Image = image
-	remote := &executor.InImage{Action: action, Operator: operator, Runners: s}
+	const result = `{"status": {"touched": true}}`
 	input := []byte(`{"trigger":"create","object":{"apiVersion":"bench.opkit.dev/v1","kind":"Printer","metadata":{"name":"p","namespace":"bench"},"spec":{"text":"hello"}}}`)
 	run := func(ex executor.Executor, i int) error {
 		res, err := ex.Run(ctx, executor.Request{
@@ -118,10 +92,6 @@ func (b *bench) runnerOverhead(ctx context.Context) error {
 			return fmt.Errorf("result %+v, want status.touched", res)
 		}
 		return nil
-	}
-	// Warm: the agent has connected and taken a run.
-	if err := run(remote, -1); err != nil {
-		return fmt.Errorf("the first run through the runner (its log: %s): %w", logFile.Name(), err)
 	}
 	latency := func(ex executor.Executor) ([]time.Duration, error) {
 		var out []time.Duration
@@ -151,30 +121,90 @@ func (b *bench) runnerOverhead(ctx context.Context) error {
 		wg.Wait()
 		return float64(runs) / time.Since(t0).Seconds(), errors.Join(errs...)
 	}
-	l, err := latency(local)
-	if err != nil {
-		return fmt.Errorf("local exec: %w", err)
+	for _, m := range []struct {
+		subject string
+		action  v1alpha1.ExecAction
+	}{
+		{"exec, /bin/echo, warm runner", v1alpha1.ExecAction{Command: []string{"/bin/echo", result}}},
+		{"exec mode Serve, sed -u, warm runner", v1alpha1.ExecAction{Command: sedServe(result), Mode: v1alpha1.ExecServe}},
+	} {
+		local := executor.Local(executor.Exec{Action: m.action}, logr.Discard())
+		action := m.action
+		action.Image = image
+		remote := &executor.InImage{Action: action, Operator: operator, Runners: s}
+		// Warm: the agent has connected and taken a run (and, in mode
+		// Serve, each side has a process).
+		if err := run(remote, -1); err != nil {
+			return fmt.Errorf("%s: the first run through the runner (its log: %s): %w", m.subject, agentLog, err)
+		}
+		if err := run(local, -1); err != nil {
+			return fmt.Errorf("%s: the first local run: %w", m.subject, err)
+		}
+		l, err := latency(local)
+		if err != nil {
+			return fmt.Errorf("%s, locally: %w", m.subject, err)
+		}
+		r, err := latency(remote)
+		if err != nil {
+			return fmt.Errorf("%s, through the runner (its log: %s): %w", m.subject, agentLog, err)
+		}
+		lRate, err := rate(local)
+		if err != nil {
+			return fmt.Errorf("%s, locally: %w", m.subject, err)
+		}
+		rRate, err := rate(remote)
+		if err != nil {
+			return fmt.Errorf("%s, through the runner (its log: %s): %w", m.subject, agentLog, err)
+		}
+		executor.CloseAll(map[string]executor.Executor{"touch": local})
+		b.add("handlers", m.subject, "local exec p50", "ms", percentile(l, 50))
+		b.addLatencies("", "handlers", m.subject, "runner", r, 50, 99)
+		b.add("handlers", m.subject, "overhead p50", "ms", percentile(r, 50)-percentile(l, 50))
+		b.add("handlers", m.subject, "overhead p99", "ms", percentile(r, 99)-percentile(l, 99))
+		b.add("handlers", m.subject, fmt.Sprintf("local exec runs/s, %d at once", parallel), "/s", lRate)
+		b.add("handlers", m.subject, fmt.Sprintf("runner runs/s, %d at once", parallel), "/s", rRate)
+		b.add("handlers", m.subject, "runner/local runs/s", "ratio", rRate/lRate)
 	}
-	r, err := latency(remote)
-	if err != nil {
-		return fmt.Errorf("through the runner (its log: %s): %w", logFile.Name(), err)
-	}
-	lRate, err := rate(local)
-	if err != nil {
-		return fmt.Errorf("local exec: %w", err)
-	}
-	rRate, err := rate(remote)
-	if err != nil {
-		return fmt.Errorf("through the runner (its log: %s): %w", logFile.Name(), err)
-	}
-	const subject = "exec, /bin/echo, warm runner"
-	b.add("handlers", subject, "local exec p50", "ms", percentile(l, 50))
-	b.addLatencies("", "handlers", subject, "runner", r, 50, 99)
-	b.add("handlers", subject, "overhead p50", "ms", percentile(r, 50)-percentile(l, 50))
-	b.add("handlers", subject, fmt.Sprintf("local exec runs/s, %d at once", parallel), "/s", lRate)
-	b.add("handlers", subject, fmt.Sprintf("runner runs/s, %d at once", parallel), "/s", rRate)
-	b.add("handlers", subject, "runner/local runs/s", "ratio", rRate/lRate)
 	return nil
+}
+
+// startAgent starts an agent process of this machine for the runs of
+// operator's handlers of image, pulling from the runner API at addr once
+// the engine has published its CA, with a token of the operator's runner
+// ServiceAccount; stop kills it and waits for it; log is its log file.
+func (b *bench) startAgent(ctx context.Context, addr, operator, image string, parallel int) (stop func(), log string, err error) {
+	dir, err := os.MkdirTemp(b.workDir, "runner-")
+	if err != nil {
+		return nil, "", err
+	}
+	files := filepath.Join(dir, "files")
+	if err := os.Mkdir(files, 0o755); err != nil {
+		return nil, "", err
+	}
+	caFile, tokenFile := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token")
+	if err := b.runnerCredentials(ctx, runners.ServiceAccountPrefix+operator, caFile, tokenFile); err != nil {
+		return nil, "", err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	logFile, err := os.Create(filepath.Join(dir, "agent.log"))
+	if err != nil {
+		return nil, "", err
+	}
+	defer func() { _ = logFile.Close() }()
+	ctx, cancel := context.WithCancel(ctx)
+	cmd := exec.CommandContext(ctx, exe, "--engine=https://"+addr, "--operator="+operator, "--image="+image,
+		"--files="+files, "--ca-file="+caFile, "--token-file="+tokenFile, fmt.Sprintf("--parallel=%d", parallel))
+	cmd.Env = append(os.Environ(), roleEnv+"="+agentRole, "POD_NAME=bench-runner")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		cancel()
+		return nil, "", err
+	}
+	return func() { cancel(); _ = cmd.Wait() }, logFile.Name(), nil
 }
 
 // runnerCredentials writes the runner API's CA, once the engine has

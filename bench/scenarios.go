@@ -308,8 +308,12 @@ func (b *bench) httpHandlerDrain(ctx context.Context, n int) error {
 }
 
 // serveSubject is the handlers drain with printer-exec.yaml's handler in
-// exec.mode Serve (opkitServe), the archive on.
-const serveSubject = "opkit, exec mode Serve"
+// exec.mode Serve (opkitServe), the archive on; runnersSubject the same
+// handler in a runner (opkitRunners).
+const (
+	serveSubject   = "opkit, exec mode Serve"
+	runnersSubject = "opkit, exec mode Serve, in a runner"
+)
 
 // handlerDrainOf drains n Printers of the workload def with a handler,
 // as subject.
@@ -327,6 +331,11 @@ func (b *bench) handlerDrainOf(ctx context.Context, im impl, def, subject, path 
 		return err
 	}
 	b.add("handlers drain", subject, "objects/s", "/s", float64(n)/d.elapsed.Seconds())
+	// Without the start-up (the engine's, a runner's agent connecting):
+	// from the first Printer handled to the last.
+	if d.elapsed > d.startUp {
+		b.add("handlers drain", subject, "objects/s after the first", "/s", float64(n-1)/(d.elapsed-d.startUp).Seconds())
+	}
 	b.add("handlers drain", subject, "writes per object", "", float64(s.Writes)/float64(n))
 	b.add("handlers drain", subject, "CPU per object", "ms", 1000*s.CPUSecond/float64(n))
 	if d.planeCPU >= 0 {

@@ -160,6 +160,9 @@ type bench struct {
 	figures []*figure
 	// notes say what the figures cannot: a scenario without a baseline.
 	notes []string
+	// profiles counts the drains profileAPIServer profiled: their files'
+	// prefix.
+	profiles int
 
 	// The archive and console scenarios' archives by store and size,
 	// filled once; their runs start at runBase and follow one another by
@@ -231,7 +234,7 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	fs.IntVar(&opkitDefaults.Workers, "opkit-workers", 0, "opkit's concurrent reconciles (0: the engine's default)")
 	subjects := fs.String("subjects", "", "the controllers of drain, live and watch (which then leaves out the peers), comma-separated: opkit, opkit-b, baseline-1, baseline-8 (default: all)")
 	fs.StringVar(&opkitB.Exe, "opkit-b", "", "a bench binary built at another commit: its opkit drains beside this one's, as opkit-b, for an A/B comparison in one run")
-	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory")
+	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory, and the API server's CPU profile during each drain (apiserver-SUBJECT-N.pprof, 2 s each; a plane the bench starts serves them)")
 	jsonPath := fs.String("json", "", "also write the figures as JSON to this file")
 	preparePeers := fs.Bool("prepare-peers", false, "only prepare the peers (python3-kubernetes installed, shell-operator built into the cache), then exit: what make test does before its tests, so that no build runs beside them")
 	kubeconfig := fs.String("kubeconfig", "", "use this cluster instead of starting a local control plane")
@@ -300,7 +303,12 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	m := machine()
 	if *kubeconfig == "" {
 		fmt.Fprintln(stderr, "starting the local control plane")
-		plane, err := devcluster.Start(ctx, devcluster.Options{Log: stderr})
+		var flags []string
+		if opts.ProfileDir != "" {
+			// The drains' API server profiles (profileAPIServer).
+			flags = append(flags, "--profiling=true")
+		}
+		plane, err := devcluster.Start(ctx, devcluster.Options{Log: stderr, APIServerFlags: flags})
 		if err != nil {
 			return err
 		}

@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,7 +122,9 @@ func (b *bench) drainOnce(ctx context.Context, im impl, def, archive, doneField 
 	if d.c, err = b.startController(im, def, archive); err != nil {
 		return d, err
 	}
+	stopProfile := b.profileAPIServer(ctx, fmt.Sprintf("%s-%s-%d", im.Name, strings.TrimSuffix(def, ".yaml"), len(ns)))
 	last, err := d.c.wait(ctx, tr, ns, true, true, b.timeout(len(ns)))
+	stopProfile()
 	if err != nil {
 		d.c.stop()
 		return d, fmt.Errorf("%s: %w", im.Name, err)
@@ -130,6 +134,40 @@ func (b *bench) drainOnce(ctx context.Context, im impl, def, archive, doneField 
 	}
 	d.elapsed, d.startUp = last.Sub(start), tr.first(ns).Sub(start)
 	return d, nil
+}
+
+// profileAPIServer writes, with -profile, the API server's CPU profile
+// in windows of 2 s (apiserver-D-LABEL-N.pprof, D counting the drains
+// profiled, N the windows, from 1) until stop is
+// called, which waits for the window under way; go tool pprof takes them
+// all at once. An API server that serves no profile (a plane the bench
+// did not start, without --profiling) is said once in the log.
+func (b *bench) profileAPIServer(ctx context.Context, label string) (stop func()) {
+	if b.opts.ProfileDir == "" {
+		return func() {}
+	}
+	b.mu.Lock()
+	b.profiles++
+	label = fmt.Sprintf("%02d-%s", b.profiles, label)
+	b.mu.Unlock()
+	var stopping atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for n := 1; ctx.Err() == nil && !stopping.Load(); n++ {
+			data, err := b.c.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "2").DoRaw(ctx)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(b.opts.ProfileDir, fmt.Sprintf("apiserver-%s-%d.pprof", label, n)), data, 0o644)
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					fmt.Fprintf(b.log, "  the API server's profile: %v\n", err)
+				}
+				return
+			}
+		}
+	}()
+	return func() { stopping.Store(true); <-done }
 }
 
 // startLive starts the controller and waits until it has handled a first

@@ -9,12 +9,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opkit-dev/opkit/internal/sleep"
+
 	"golang.org/x/sync/errgroup"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -217,7 +220,10 @@ func (c *cluster) track(ctx context.Context, doneField string, jobs bool) (*trac
 
 // watchFrom lists once (for the current resourceVersion, with a page of
 // one), then follows every change from there, re-watching when a watch
-// closes.
+// closes. A watch that ends for good (410 Gone: the resource's storage
+// was made again, as when its CRD changes, which an A/B comparison of two
+// opkits whose CRDs differ does at each drain) is followed by a list, each
+// object of it passed to each as seen then, and a watch from there.
 func watchFrom(ctx context.Context, list func(context.Context, metav1.ListOptions) (runtime.Object, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error), each func(time.Time, metav1.Object)) error {
 	l, err := list(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
@@ -227,27 +233,71 @@ func watchFrom(ctx context.Context, list func(context.Context, metav1.ListOption
 	if err != nil {
 		return err
 	}
-	rw, err := watchtools.NewRetryWatcherWithContext(ctx, lm.GetResourceVersion(), &cache.ListWatch{WatchFuncWithContext: w})
-	if err != nil {
-		return err
-	}
+	rv := lm.GetResourceVersion()
 	go func() {
-		defer rw.Stop()
-		for {
-			select {
-			case <-ctx.Done():
+		for ctx.Err() == nil {
+			rw, err := watchtools.NewRetryWatcherWithContext(ctx, rv, &cache.ListWatch{WatchFuncWithContext: w})
+			if err != nil {
 				return
-			case ev, ok := <-rw.ResultChan():
-				if !ok {
-					return
-				}
-				if o, err := metaObject(ev.Object); err == nil && (ev.Type == watch.Added || ev.Type == watch.Modified) {
-					each(time.Now(), o)
-				}
+			}
+			follow(ctx, rw, each)
+			rw.Stop()
+			if ctx.Err() != nil {
+				return
+			}
+			if rv, err = listEach(ctx, list, each); err != nil {
+				return
 			}
 		}
 	}()
 	return nil
+}
+
+// follow passes each object added or changed to each until the watch or
+// ctx ends.
+func follow(ctx context.Context, rw watch.Interface, each func(time.Time, metav1.Object)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-rw.ResultChan():
+			if !ok {
+				return
+			}
+			if o, err := metaObject(ev.Object); err == nil && (ev.Type == watch.Added || ev.Type == watch.Modified) {
+				each(time.Now(), o)
+			}
+		}
+	}
+}
+
+// listEach lists every object, passes each to each as seen now, and
+// returns the list's resourceVersion.
+func listEach(ctx context.Context, list func(context.Context, metav1.ListOptions) (runtime.Object, error), each func(time.Time, metav1.Object)) (string, error) {
+	for {
+		l, err := list(ctx, metav1.ListOptions{})
+		if err != nil {
+			if !sleep.For(ctx, 100*time.Millisecond) {
+				return "", ctx.Err()
+			}
+			continue
+		}
+		items, err := apimeta.ExtractList(l)
+		if err != nil {
+			return "", err
+		}
+		now := time.Now()
+		for _, item := range items {
+			if o, err := metaObject(item); err == nil {
+				each(now, o)
+			}
+		}
+		lm, err := meta(l)
+		if err != nil {
+			return "", err
+		}
+		return lm.GetResourceVersion(), nil
+	}
 }
 
 func meta(o runtime.Object) (metav1.ListInterface, error) {

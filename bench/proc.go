@@ -95,15 +95,13 @@ func (b *bench) startController(im impl, def, archive string) (*controller, erro
 	}
 	// The runner: an agent of the workload's operator, once the engine
 	// has published its CA.
-	ctx, cancel := context.WithCancel(context.Background())
-	stopAgent, agentLog, err := b.startAgent(ctx, addr, workloadOperator, runnerImage, runners.DefaultParallel)
+	stopAgent, agentLog, err := b.startAgent(context.Background(), addr, workloadOperator, runnerImage, runners.DefaultParallel)
 	if err != nil {
-		cancel()
 		c.stop()
 		return nil, fmt.Errorf("the runner's agent: %w", err)
 	}
 	c.log += ", the agent's: " + agentLog
-	c.also = func() { cancel(); stopAgent() }
+	c.also = stopAgent
 	return c, nil
 }
 

@@ -379,7 +379,7 @@ var errStreamClosed = errors.New("the stream to the engine closed")
 func (a *agent) execute(ctx context.Context, w *executor.RunnerWork, log io.Writer) (*executor.Result, error) {
 	req := executor.Request{
 		RunID: w.RunID, Handler: w.Handler, Trigger: w.Trigger, Key: w.Key, Attempt: w.Attempt,
-		Input: w.Input, Timeout: w.TimeoutDuration(), Log: log, Env: append([]string{}, w.Env...),
+		Input: w.Input, Timeout: w.TimeoutDuration(), Log: log, Env: w.Env,
 	}
 	action := v1alpha1.ExecAction{Command: append([]string(nil), w.Command...), WorkingDir: w.WorkingDir, Mode: w.Mode, Processes: w.Processes}
 	// Resolved as the definition resolves them from its file's directory.
@@ -392,7 +392,6 @@ func (a *agent) execute(ctx context.Context, w *executor.RunnerWork, log io.Writ
 	if w.Mode == v1alpha1.ExecServe && len(w.Kubeconfig) == 0 {
 		return a.serve(w.Handler, action).Run(ctx, req)
 	}
-	action.Mode, action.Processes = "", 0
 	ex := &executor.Exec{Action: action, KillGrace: a.opts.KillGrace}
 	if len(w.Kubeconfig) > 0 {
 		// The engine requested the token: the kubeconfig is handed on as

@@ -232,9 +232,9 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	fs.IntVar(&opts.ArchiveBatch, "archive-batch", opts.ArchiveBatch, "runs each archive measurement records, then prunes")
 	stores := fs.String("archive-stores", "sqlite,postgres", "the archive stores of the archive and console scenarios, comma-separated: sqlite, postgres (a server the bench starts)")
 	fs.IntVar(&opkitDefaults.Workers, "opkit-workers", 0, "opkit's concurrent reconciles (0: the engine's default)")
-	subjects := fs.String("subjects", "", "the controllers of drain, live and watch (which then leaves out the peers), comma-separated: opkit, opkit-b, baseline-1, baseline-8 (default: all)")
+	subjects := fs.String("subjects", "", "the controllers of drain, live and watch (which then leaves out the peers), comma-separated: opkit, opkit-serve (the watch's), opkit-b, baseline-1, baseline-8 (default: all)")
 	fs.StringVar(&opkitB.Exe, "opkit-b", "", "a bench binary built at another commit: its opkit drains beside this one's, as opkit-b, for an A/B comparison in one run")
-	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory, and the API server's CPU profile during each drain (apiserver-SUBJECT-N.pprof, 2 s each; a plane the bench starts serves them)")
+	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory (and an execution trace of its first 3 s, NAME-trace-PID.pprof, for go tool trace), and the API server's CPU profile during each drain (apiserver-SUBJECT-N.pprof, 2 s each; a plane the bench starts serves them)")
 	jsonPath := fs.String("json", "", "also write the figures as JSON to this file")
 	preparePeers := fs.Bool("prepare-peers", false, "only prepare the peers (python3-kubernetes installed, shell-operator built into the cache), then exit: what make test does before its tests, so that no build runs beside them")
 	kubeconfig := fs.String("kubeconfig", "", "use this cluster instead of starting a local control plane")
@@ -245,8 +245,8 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	if *subjects != "" {
 		opts.Subjects = strings.Split(*subjects, ",")
 		for _, s := range opts.Subjects {
-			if !slices.Contains([]string{opkitDefaults.Name, opkitB.Name, baseline1.Name, baseline8.Name}, s) {
-				return fmt.Errorf("unknown subject %q; the subjects are opkit, opkit-b, baseline-1 and baseline-8", s)
+			if !slices.Contains([]string{opkitDefaults.Name, opkitServe.Name, opkitB.Name, baseline1.Name, baseline8.Name}, s) {
+				return fmt.Errorf("unknown subject %q; the subjects are opkit, opkit-serve (the watch's), opkit-b, baseline-1 and baseline-8", s)
 			}
 		}
 	}

@@ -204,18 +204,25 @@ func (b *bench) targets() []target {
 			out = append(out, target{Goal: "handlers drain with Serve in a runner at least 0.9x the same locally", Got: fmt.Sprintf("%.2fx (%.0f/s vs %.0f/s)", r/l, r, l), Met: r >= 0.9*l})
 		}
 	}
-	for _, subject := range []string{"exec, /bin/echo, warm runner", "exec mode Serve, sed -u, warm runner"} {
+	for _, subject := range []string{"exec, /bin/echo, warm runner", serveRunnerSubject} {
 		p50, ok1 := b.median("handlers", subject, "overhead p50")
 		p99, ok2 := b.median("handlers", subject, "overhead p99")
 		if ok1 && ok2 {
 			out = append(out, target{Goal: subject + ": runner overhead p50 under 2 ms, p99 under 20 ms", Got: fmt.Sprintf("p50 %.2f ms, p99 %.2f ms", p50, p99), Met: p50 < 2 && p99 < 20})
 		}
 	}
+	// The watch against the hand-written one: with Serve (no process per
+	// run) within 1.5x in both (issue 53); with a process per run, all
+	// handled within 2x (the forks alone take much of it).
 	for _, w := range []struct {
 		metric string
 		most   float64
 	}{{"all handled once", 2}, {"new image handled p50", 1.5}} {
 		for _, im := range []impl{opkitDefaults, opkitServe} {
+			most := w.most
+			if im.Serve {
+				most = 1.5
+			}
 			o, ok1 := b.median("watch", im.Name, w.metric)
 			base, ok2 := b.median("watch", baseline8.Name, w.metric)
 			if !ok1 || !ok2 || base <= 0 {
@@ -227,11 +234,11 @@ func (b *bench) targets() []target {
 				floor := float64(b.opts.WatchObjects) * fork / 1000 / float64(runtime.NumCPU())
 				got += fmt.Sprintf("; %d forks/execs alone take %.3g s of %d cores", b.opts.WatchObjects, floor, runtime.NumCPU())
 			}
-			goal := fmt.Sprintf("watch, %s: at most %.1fx baseline-8", w.metric, w.most)
+			goal := fmt.Sprintf("watch, %s: at most %.1fx baseline-8", w.metric, most)
 			if im.Serve {
-				goal = fmt.Sprintf("watch with exec mode Serve, %s: at most %.1fx baseline-8", w.metric, w.most)
+				goal = fmt.Sprintf("watch with exec mode Serve, %s: at most %.1fx baseline-8", w.metric, most)
 			}
-			out = append(out, target{Goal: goal, Got: got, Met: o <= w.most*base})
+			out = append(out, target{Goal: goal, Got: got, Met: o <= most*base})
 		}
 	}
 	on, okOn := b.median("handlers drain", "opkit, archive on (SQLite)", "objects/s")
@@ -241,17 +248,25 @@ func (b *bench) targets() []target {
 		out = append(out, target{Goal: "archive overhead on drain at most 5%", Got: fmt.Sprintf("%.1f%%", 100*overhead), Met: overhead <= 0.05})
 	}
 	// opkit ahead of each peer that ran: on the handlers drain, with its
-	// default archive, and on the watch.
+	// default archive, and on the watch; with a process per run and in
+	// mode Serve (a peer runs its handler in its own process).
+	serve, okServe := b.median("handlers drain", serveSubject, "objects/s")
 	for _, peer := range []impl{pythonPeer, shellOperatorPeer} {
-		if p, ok := b.median("handlers drain", peer.Name, "objects/s"); ok && okOn && p > 0 {
+		p, ok := b.median("handlers drain", peer.Name, "objects/s")
+		if ok && okOn && p > 0 {
 			out = append(out, target{Goal: "handlers drain: opkit (archive on) ahead of " + peer.Name, Got: fmt.Sprintf("%.2fx (%.1f/s vs %.1f/s)", on/p, on, p), Met: on > p})
 		}
-		for _, metric := range []string{"all handled once", "new image handled p50"} {
-			o, ok1 := b.median("watch", opkitDefaults.Name, metric)
-			p, ok2 := b.median("watch", peer.Name, metric)
-			if ok1 && ok2 && o > 0 {
-				// The ratio is the peer's time over opkit's: above 1, opkit is ahead.
-				out = append(out, target{Goal: fmt.Sprintf("watch, %s: opkit ahead of %s", metric, peer.Name), Got: fmt.Sprintf("%.2fx (%s vs %s)", p/o, num(o), num(p)), Met: o < p})
+		if ok && okServe && p > 0 {
+			out = append(out, target{Goal: "handlers drain: opkit, exec mode Serve, ahead of " + peer.Name, Got: fmt.Sprintf("%.2fx (%.1f/s vs %.1f/s)", serve/p, serve, p), Met: serve > p})
+		}
+		for _, im := range []impl{opkitDefaults, opkitServe} {
+			for _, metric := range []string{"all handled once", "new image handled p50"} {
+				o, ok1 := b.median("watch", im.Name, metric)
+				p, ok2 := b.median("watch", peer.Name, metric)
+				if ok1 && ok2 && o > 0 {
+					// The ratio is the peer's time over opkit's: above 1, opkit is ahead.
+					out = append(out, target{Goal: fmt.Sprintf("watch, %s: %s ahead of %s", metric, im.Name, peer.Name), Got: fmt.Sprintf("%.2fx (%s vs %s)", p/o, num(o), num(p)), Met: o < p})
+				}
 			}
 		}
 	}

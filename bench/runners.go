@@ -54,9 +54,12 @@ func agentMain() int {
 	return 0
 }
 
+// serveRunnerSubject is runnerOverhead's handler in exec.mode Serve.
+const serveRunnerSubject = "exec mode Serve, a line loop, warm runner"
+
 // runnerOverhead: the exec handler of execOverhead (/bin/echo), and the
-// same result from a handler in exec.mode Serve (sed -u, as the drains'
-// opkit-serve), each through a warm runner, an agent process of this
+// same result from a handler in exec.mode Serve (lineServe, as the
+// drains' opkit-serve), each through a warm runner, an agent process of this
 // machine pulling from the engine's runner API on loopback (TLS, a
 // TokenReview-checked token), against the same handler run by the
 // engine-local executor: each one's latency one run at a time, and runs/s
@@ -126,7 +129,7 @@ func (b *bench) runnerOverhead(ctx context.Context) error {
 		action  v1alpha1.ExecAction
 	}{
 		{"exec, /bin/echo, warm runner", v1alpha1.ExecAction{Command: []string{"/bin/echo", result}}},
-		{"exec mode Serve, sed -u, warm runner", v1alpha1.ExecAction{Command: sedServe(result), Mode: v1alpha1.ExecServe}},
+		{serveRunnerSubject, lineServe(result)},
 	} {
 		local := executor.Local(executor.Exec{Action: m.action}, logr.Discard())
 		action := m.action

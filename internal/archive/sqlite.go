@@ -205,7 +205,7 @@ type SQLite struct {
 	// The statements of every run, and of a handler record, prepared once:
 	// preparing took a seventh of the archive's time per run.
 	insert, finish, logHead, logInsert, logSize, putState *sql.Stmt // on w
-	succeeded                                             *sql.Stmt // on db
+	succeeded, succeededRun                               *sql.Stmt // on db
 	file                                                  os.FileInfo
 	// lost is why the archive cannot record runs, or nil.
 	lost error
@@ -262,6 +262,11 @@ func (s *SQLite) open(ctx context.Context) error {
 		_ = w.Close()
 		return err
 	}
+	// Readers' connections are kept (database/sql keeps 2 idle): the
+	// engine's workers look up keys at once, and a connection opened
+	// anew applies its pragmas and prepares its statements again, which
+	// cost more than the look-up.
+	s.db.SetMaxIdleConns(readConns)
 	prepare := func(db *sql.DB, query string) *sql.Stmt {
 		if err != nil {
 			return nil
@@ -273,13 +278,16 @@ func (s *SQLite) open(ctx context.Context) error {
 	s.insert, s.finish = prepare(w, insertRunSQL), prepare(w, finishRunSQL)
 	s.logHead, s.logInsert, s.logSize = prepare(w, logHeadSQL), prepare(w, logInsertSQL), prepare(w, logSizeSQL)
 	s.putState = prepare(w, putStateSQL)
-	s.succeeded = prepare(s.db, keySucceededSQL)
+	s.succeeded, s.succeededRun = prepare(s.db, keySucceededSQL), prepare(s.db, keySucceededRunSQL)
 	if err != nil {
 		_ = s.closeHandles()
 		return err
 	}
 	return nil
 }
+
+// readConns is how many of the readers' connections are kept idle.
+const readConns = 16
 
 // The statements every run makes.
 const (
@@ -350,7 +358,7 @@ func (s *SQLite) Close() error {
 
 func (s *SQLite) closeHandles() error {
 	var errs []error
-	for _, stmt := range []*sql.Stmt{s.insert, s.finish, s.logHead, s.logInsert, s.logSize, s.putState, s.succeeded} {
+	for _, stmt := range []*sql.Stmt{s.insert, s.finish, s.logHead, s.logInsert, s.logSize, s.putState, s.succeeded, s.succeededRun} {
 		if stmt != nil {
 			errs = append(errs, stmt.Close())
 		}

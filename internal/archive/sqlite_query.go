@@ -265,7 +265,7 @@ func (s *SQLite) SucceededRun(ctx context.Context, key string) (*Run, error) {
 		return nil, s.lost
 	}
 	var id string
-	err := s.db.QueryRowContext(ctx, keySucceededRunSQL, key).Scan(&id)
+	err := s.succeededRun.QueryRowContext(ctx, key).Scan(&id)
 	s.mu.RUnlock()
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil

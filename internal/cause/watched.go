@@ -94,7 +94,12 @@ func Projection(obj map[string]any, hs []*definition.Handler) map[string]any {
 // as succeeded, and so never run on delete; and the failed attempts of
 // that create run would count for the delete run.
 func Observe(st *State, projection map[string]any, deleted bool, now time.Time) int64 {
-	data, _ := json.Marshal(normalize(projection))
+	// Marshalled as it is: JSON's encoding of maps sorts their keys, and
+	// a number encodes alike as int64 or float64, so an object read from
+	// the cache or decoded from JSON hashes the same (and as the
+	// normalized copy this once hashed: up to 2^53, where that copy lost
+	// digits).
+	data, _ := json.Marshal(projection)
 	sum := sha256.Sum256(data)
 	hash := hex.EncodeToString(sum[:12])
 	switch {

@@ -156,12 +156,8 @@ func Start(ctx context.Context, cfg Config, d *definition.Definition) (*Controll
 // reconciler's runs ending, related objects and children, and the
 // rollout's moves.
 func (cfg Config) watch(ctx context.Context, d *definition.Definition, top reconcile.Reconciler, reconcilers []*reconciler, ro *rollout.Rollout) (controller.TypedController[reconcile.Request], error) {
-	workers := cfg.Workers
-	if r := reconcilers[0]; r.runner != nil && r.runWait > 0 {
-		// A worker waiting for a run reconciles nothing else meanwhile:
-		// more of them keep the run slots and the API server busy.
-		workers += cfg.MaxConcurrentRuns / 2
-	}
+	r := reconcilers[0]
+	workers := run.Workers(cfg.Workers, cfg.MaxConcurrentRuns, r.runWait, r.runner != nil)
 	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, cfg.Queue(top, workers))
 	if err != nil {
 		return nil, err

@@ -118,14 +118,15 @@ func (e *Engine) Apply(ctx context.Context, d *definition.Definition) error {
 	if err := e.admission.Set(d); err != nil {
 		return err
 	}
-	if err := e.restart(ctx, d); err != nil {
+	if err := e.restart(ctx, d, nil); err != nil {
 		return err
 	}
 	return e.webhooks.Admit(ctx, d)
 }
 
-// restart stops the running operator of d's name, if any, and starts d.
-func (e *Engine) restart(ctx context.Context, d *definition.Definition) error {
+// restart stops the running operator of d's name, if any, and starts d;
+// a watch on opened (nil: one it opens), which it closes when it fails.
+func (e *Engine) restart(ctx context.Context, d *definition.Definition, opened *watch.Opened) error {
 	old := e.running.take(d.Operator.Name, true)
 	defer e.running.restarted(d.Operator.Name) // not running, if it did not start
 	if old != nil {
@@ -137,10 +138,13 @@ func (e *Engine) restart(ctx context.Context, d *definition.Definition) error {
 		// them, up to a minute later: list and watch again. (A watch
 		// operator's watch is its own, and stopped with it.)
 		if err := removeInformer(ctx, e.mgr.GetCache(), old.def.GVK); err != nil {
+			if opened != nil {
+				opened.Close()
+			}
 			return fmt.Errorf("operator %s: restarting the watch of %s: %w", d.Operator.Name, old.def.GVK.Kind, err)
 		}
 	}
-	started, err := e.start(d)
+	started, err := e.start(d, opened)
 	if err != nil {
 		return err
 	}
@@ -168,10 +172,11 @@ func (e *Engine) restart(ctx context.Context, d *definition.Definition) error {
 // applyUnowned (re)starts an operator without a custom resource: a watch
 // (package watch) or a calendar (package calendar). No CRD is installed.
 func (e *Engine) applyUnowned(ctx context.Context, d *definition.Definition) error {
+	var opened *watch.Opened
 	if d.Watch != nil {
 		// The access checks and the schemas' reads are round trips to
-		// the API server that do not wait for each other: a watch's
-		// start is what its first handling waits for.
+		// the API server that do not wait for each other, nor for the
+		// watch's first list, which its first handling waits for.
 		var typed *definition.Definition
 		var typedErr error
 		done := make(chan struct{})
@@ -179,17 +184,23 @@ func (e *Engine) applyUnowned(ctx context.Context, d *definition.Definition) err
 			defer close(done)
 			typed, typedErr = e.typed(d)
 		}()
+		var openErr error
+		if opened, openErr = watch.Open(e.drivers.watchConfig(d), d); openErr != nil {
+			<-done
+			return openErr
+		}
 		err := watch.Check(ctx, e.drivers.watchConfig(d), d)
 		<-done
-		if err != nil {
-			return err // before the schemas': it names what is missing
+		if err == nil {
+			err = typedErr // after the access checks': they name what is missing
 		}
-		if typedErr != nil {
-			return typedErr
+		if err != nil {
+			opened.Close()
+			return err
 		}
 		d = typed
 	}
-	return e.restart(ctx, d)
+	return e.restart(ctx, d, opened)
 }
 
 // typed returns d with the schemas of the kinds it reads, resolved from

@@ -52,7 +52,7 @@ func newDrivers(e *Engine) drivers {
 			Reader: e.mgr.GetAPIReader(), Client: e.client, Clientset: e.clientset,
 			Archive: e.opts.Archive, Log: log, Events: rec,
 			Namespace: e.opts.Namespace,
-			RunWait:   e.opts.RunWait, Workers: e.opts.Workers, Controller: e.queues.Options,
+			RunWait:   e.opts.RunWait, Workers: e.opts.Workers, MaxConcurrentRuns: e.opts.MaxConcurrentRuns, Controller: e.queues.Options,
 		},
 		calendar: calendar.Config{
 			Archive: e.opts.Archive, Clock: e.opts.Clock, Steps: &e.clockSteps, Log: log,
@@ -73,15 +73,18 @@ func (ds drivers) watchConfig(d *definition.Definition) watch.Config {
 }
 
 // start starts d's operator, as its kind says, until the engine stops
-// or the operator is stopped.
-func (e *Engine) start(d *definition.Definition) (*operator, error) {
+// or the operator is stopped; a watch's on opened, its cache (nil: one
+// it opens), which it closes when it fails.
+func (e *Engine) start(d *definition.Definition, opened *watch.Opened) (*operator, error) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	op := &operator{def: d, cancel: cancel}
 	var err error
 	switch {
 	case d.Watch != nil:
 		if op.runner, err = newRunner(ctx, d, e, e.drivers.watch.Events, nil); err == nil {
-			op.done, err = watch.Start(ctx, e.drivers.watchConfig(d), d, op.runner)
+			op.done, err = watch.Start(ctx, e.drivers.watchConfig(d), d, op.runner, opened)
+		} else if opened != nil {
+			opened.Close()
 		}
 	case d.Calendar():
 		if op.runner, err = newRunner(ctx, d, e, e.drivers.calendar.Events, nil); err == nil {

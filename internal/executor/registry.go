@@ -55,3 +55,12 @@ func (g deepContextGuard) Close() {
 		c.Close()
 	}
 }
+
+// Warm starts what the executor keeps running between runs ahead of
+// them (a Serve handler's processes: Serve.Warm); other executors keep
+// nothing.
+func (g deepContextGuard) Warm(ctx context.Context, handler string) {
+	if w, ok := g.Executor.(interface{ Warm(context.Context, string) }); ok {
+		w.Warm(ctx, handler)
+	}
+}

@@ -92,9 +92,7 @@ var errLineTooLong = errors.New("line too long")
 func (s *Serve) Run(ctx context.Context, req Request) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
 	defer cancel()
-	s.once.Do(func() {
-		s.slots = make(chan struct{}, cmp.Or(int(s.Action.Processes), 4))
-	})
+	s.init()
 	env, hidden, err := s.serveEnv(ctx, req)
 	if err != nil {
 		return hidden.redactResult(nil, err)
@@ -118,6 +116,45 @@ func (s *Serve) Run(ctx context.Context, req Request) (*Result, error) {
 }
 
 var errClosed = errors.New("closed")
+
+// init makes the slots, once.
+func (s *Serve) init() {
+	s.once.Do(func() {
+		s.slots = make(chan struct{}, cmp.Or(int(s.Action.Processes), 4))
+	})
+}
+
+// Warm starts the handler's processes ahead of its runs, as many as it
+// may run at once, so that the first runs wait for none to start (a
+// process's start is often longer than its runs: an interpreter's, a
+// runtime's). It returns once they are started, or failed to (the runs
+// then start their own, and say why). A handler whose environment reads
+// a Secret of the run's object's namespace (valueFrom without a
+// namespace) is not warmed: its processes' environment is known at a
+// run. Slots that runs hold are not warmed: those runs start their own.
+func (s *Serve) Warm(ctx context.Context, handler string) {
+	s.init()
+	env, _, err := s.serveEnv(ctx, Request{Handler: handler})
+	if err != nil {
+		return
+	}
+	var wg sync.WaitGroup
+	for range cap(s.slots) {
+		select {
+		case s.slots <- struct{}{}:
+		default:
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-s.slots }()
+			if p, err := s.start(env); err == nil {
+				s.put(p, true)
+			}
+		})
+	}
+	wg.Wait()
+}
 
 // Local is the executor of ex's action on this host: a process per run,
 // or, in mode Serve, processes that outlive runs, whose words between

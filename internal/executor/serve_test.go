@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,4 +216,52 @@ func TestServeCloseStopsItsProcessesAndLaterRunsStillRun(t *testing.T) {
 	if err != nil || pidOf(res) == "" || pidOf(res) == fmt.Sprint(pid) {
 		t.Errorf("a run after Close: %+v, %v; want an answer from a process of its own", res, err)
 	}
+}
+
+func TestServeWarmStartsItsProcessesBeforeTheFirstRun(t *testing.T) {
+	started := t.TempDir() + "/started"
+	argv := []string{script(t, `echo $$ >> `+started+`
+while IFS= read -r ctx; do echo "{\"status\": {\"pid\": $$}}"; done`)}
+	s := newServe(argv, 2)
+	defer s.Close()
+	s.Warm(context.Background(), "h")
+	// Both processes are up before any run asked for one.
+	pids := waitLines(t, started, 2)
+	res, _, err := serveRun(s, "run1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(pids, pidOf(res)) {
+		t.Errorf("the first run was answered by process %s; want one of those warmed, %v", pidOf(res), pids)
+	}
+	if got := waitLines(t, started, 2); len(got) != 2 {
+		t.Errorf("processes started: %v; want the 2 warmed only", got)
+	}
+
+	// A Secret of the run's object's namespace is known at a run only:
+	// nothing is warmed.
+	none := t.TempDir() + "/started"
+	s2 := newServe([]string{script(t, `echo $$ >> `+none+`; cat >/dev/null`)}, 2)
+	s2.Action.Env = append(s2.Action.Env, v1alpha1.EnvVar{Name: "TOKEN", ValueFrom: &v1alpha1.EnvVarSource{SecretKeyRef: &v1alpha1.SecretKeyRef{Name: "s", Key: "k"}}})
+	s2.Secret = func(context.Context, string, string, string) (string, error) { return "v", nil }
+	defer s2.Close()
+	s2.Warm(context.Background(), "h")
+	time.Sleep(200 * time.Millisecond)
+	if data, err := os.ReadFile(none); err == nil {
+		t.Errorf("processes started for a handler whose Secret is the object's namespace's: %q", data)
+	}
+}
+
+// waitLines waits until the file at path has n lines (or 5 s) and
+// returns them.
+func waitLines(t *testing.T, path string, n int) []string {
+	t.Helper()
+	var lines []string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		data, _ := os.ReadFile(path)
+		if lines = strings.Fields(string(data)); len(lines) >= n {
+			break
+		}
+	}
+	return lines
 }

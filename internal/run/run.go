@@ -29,7 +29,7 @@
 //   - waking objects to be stepped again: Wakes, Wake, WakeAll;
 //   - watched objects' handler records, loaded from and kept in the
 //     archive: Watched;
-//   - its life: Wait for the runs in flight, Executing, HasDelete.
+//   - its life: Wait for the runs in flight, HasDelete.
 //
 // Runs execute in their own goroutines, one at a time per object, at most
 // Config.MaxConcurrentRuns at once per operator. The reconcile that follows
@@ -240,4 +240,15 @@ func (rn *Runner) runRef(id string) string { return Ref(rn.console, id) }
 // requeue), as opposed to a change of the object.
 func periodic(trigger string) bool {
 	return trigger == v1alpha1.OnSchedule || trigger == v1alpha1.TriggerRequeue
+}
+
+// Workers is how many workers reconcile an operator's objects: workers,
+// and maxRuns/2 more when it has handlers and its reconciles wait for the
+// runs they start (runWait > 0): a worker waiting for a run reconciles
+// nothing else meanwhile, and the others keep the run slots busy.
+func Workers(workers, maxRuns int, runWait time.Duration, handlers bool) int {
+	if handlers && runWait > 0 {
+		return workers + maxRuns/2
+	}
+	return workers
 }

@@ -77,8 +77,9 @@ type Pending struct {
 // made. It returns nil when the archive shows the run succeeded before a
 // crash kept the engine from recording it: it is not run again, and its
 // end is recorded by the next step. subject is what create and update are
-// about (nil: the spec).
-func (rn *Runner) start(ctx context.Context, cr *unstructured.Unstructured, c *cause.Cause, vars definition.Vars, subject map[string]any) (*Pending, error) {
+// about (nil: the spec). newLife: no run can have c's key yet (a watched
+// object first seen by this step), and the archive is not asked.
+func (rn *Runner) start(ctx context.Context, cr *unstructured.Unstructured, c *cause.Cause, vars definition.Vars, subject map[string]any, newLife bool) (*Pending, error) {
 	// now is real time (c.Due is Options.Clock's): the run's id and the
 	// wait for a slot.
 	h, g, now := c.Handler, c.Generation, time.Now()
@@ -88,6 +89,9 @@ func (rn *Runner) start(ctx context.Context, cr *unstructured.Unstructured, c *c
 	f := &flight{cause: c, spec: subject}
 	switch c.Trigger {
 	case v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnEnter, v1alpha1.OnExit:
+		if newLife {
+			break
+		}
 		done, err := rn.archive.SucceededRun(ctx, c.Key)
 		if err != nil {
 			return nil, err
@@ -190,9 +194,6 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 		rn.end(f, woken, res, err)
 	}()
 }
-
-// Executing is the number of the operator's runs executing now.
-func (rn *Runner) Executing() int { return len(rn.slots) }
 
 // Waitable reports whether LaunchWaiting would wait for p's run: a run,
 // not a Job handler's, while one of the operator's slots is free (else

@@ -92,7 +92,12 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	res := &Step{State: st}
 	defer rn.remember(cr, st)
 	var subject map[string]any // nil: the spec
+	// newLife: a watched object first seen now. Its runs' keys name this
+	// life (State.Life), which no run in the archive can have: its state,
+	// recorded before any run of it, would have been read.
+	var newLife bool
 	if rn.watched {
+		newLife = st.Observed == nil
 		subject = cause.Projection(vars.Self, rn.def.Handlers)
 		g := cause.Observe(st, subject, cr.GetDeletionTimestamp() != nil, time.Now())
 		view := &unstructured.Unstructured{Object: maps.Clone(cr.Object)}
@@ -165,7 +170,7 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	if d.Cause != nil {
 		res.Busy = true
 		var err error
-		if res.Start, err = rn.start(ctx, cr, d.Cause, vars, subject); err != nil {
+		if res.Start, err = rn.start(ctx, cr, d.Cause, vars, subject, newLife); err != nil {
 			return nil, err
 		}
 		if res.Start != nil {

@@ -135,12 +135,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	err = r.persist(ctx, obj, step.State, false)
 	// After its record, also when the archive refused it. A short run's
-	// end is recorded by this reconcile, not by one its end wakes.
-	// In a burst (other runs executing) it does not wait: the run slots,
-	// not the workers, then bound the runs in flight, and a watched
-	// object's end costs no API write that waiting would save.
+	// end is recorded by this reconcile, not by one its end wakes: in a
+	// burst, half the reconciles (the operator has a worker per run slot,
+	// run.Workers).
 	wait := r.runWait
-	if err != nil || rn.Executing() > 0 {
+	if err != nil {
 		wait = -1
 	}
 	if rn.LaunchWaiting(ctx, step.Start, obj.Object, wait) {
@@ -270,7 +269,11 @@ func (r *reconciler) persist(ctx context.Context, obj *unstructured.Unstructured
 	if !deleted && rn.HasDelete() {
 		last = run.Snapshot(obj.Object)
 	}
-	rec, err := json.Marshal(record{State: st, Object: last, Cluster: r.cluster})
+	rec, err := json.Marshal(struct { // record, its state marshalled once
+		State   json.RawMessage `json:"state"`
+		Object  json.RawMessage `json:"object,omitempty"`
+		Cluster string          `json:"cluster,omitempty"`
+	}{data, last, r.cluster})
 	if err != nil {
 		return err
 	}

@@ -90,17 +90,29 @@ type Config struct {
 	Namespaces []string
 	// RunWait is how long a reconcile waits for a run it starts;
 	// Controller makes the controller's options for a reconciler and its
-	// workers, Workers.
-	RunWait    time.Duration
-	Workers    int
-	Controller func(reconcile.Reconciler, int) controller.TypedOptions[reconcile.Request]
+	// workers: Workers, and MaxConcurrentRuns/2 more when reconciles wait
+	// (run.Workers).
+	RunWait                    time.Duration
+	Workers, MaxConcurrentRuns int
+	Controller                 func(reconcile.Reconciler, int) controller.TypedOptions[reconcile.Request]
 }
 
-// Start starts the watch of d, an operator with spec.watch, whose runs
-// rn makes, until ctx ends: its cache, its controller, and the reconciles
-// of the objects its archived records name. The channel is closed once
-// it stopped.
-func Start(ctx context.Context, cfg Config, d *definition.Definition, rn *run.Runner) (<-chan struct{}, error) {
+// Opened is a watch's cache, started, its first list under way: opened
+// beside what comes before the operator starts (Apply's access checks
+// and schema reads), so that its first handling does not wait for them
+// too. Start the operator on it, or Close it.
+type Opened struct {
+	cache  cache.Cache
+	obj    *unstructured.Unstructured // of the watched kind
+	cancel context.CancelFunc
+	done   chan struct{} // closed once the cache stopped
+}
+
+// Open makes the cache of d's watch (what d.Watch names: the kind, the
+// namespaces of cfg, the selector) and starts it, and its list of the
+// watched objects. It runs until Close, or the end of the context of the
+// Start given it.
+func Open(cfg Config, d *definition.Definition) (*Opened, error) {
 	w := d.Watch
 	opts := cache.Options{
 		Scheme: cfg.Scheme, Mapper: cfg.Mapper,
@@ -117,35 +129,68 @@ func Start(ctx context.Context, cfg Config, d *definition.Definition, rn *run.Ru
 	if err != nil {
 		return nil, fmt.Errorf("operator %s: the watch of %s: %w", d.Operator.Name, w.GVK.Kind, err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	o := &Opened{cache: watchCache, obj: &unstructured.Unstructured{}, cancel: cancel, done: make(chan struct{})}
+	o.obj.SetGroupVersionKind(w.GVK)
+	go func() {
+		defer close(o.done)
+		if err := watchCache.Start(ctx); err != nil && ctx.Err() == nil {
+			cfg.Log.Error(err, "the watch stopped", "operator", d.Operator.Name, "kind", w.GVK.Kind)
+		}
+	}()
+	// The informer, and with it the list, starts now.
+	if _, err := watchCache.GetInformer(ctx, o.obj, cache.BlockUntilSynced(false)); err != nil {
+		o.Close()
+		return nil, fmt.Errorf("operator %s: the watch of %s: %w", d.Operator.Name, w.GVK.Kind, err)
+	}
+	return o, nil
+}
+
+// Close stops the cache, and returns once it stopped.
+func (o *Opened) Close() {
+	o.cancel()
+	<-o.done
+}
+
+// Start starts the watch of d, an operator with spec.watch, whose runs
+// rn makes, until ctx ends: its cache (o, or one it opens: o nil), its
+// controller, and the reconciles of the objects its archived records
+// name. The channel is closed once it stopped. The cache is closed when
+// ctx ends, and when Start fails.
+func Start(ctx context.Context, cfg Config, d *definition.Definition, rn *run.Runner, o *Opened) (_ <-chan struct{}, err error) {
+	if o == nil {
+		if o, err = Open(cfg, d); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if err != nil {
+			o.Close()
+		}
+	}()
+	watchCache := o.cache
 	r := &reconciler{def: d, cache: watchCache, reader: cfg.Reader, client: cfg.Client, runner: rn, store: cfg.Archive, cluster: clusterID(ctx, cfg.Reader),
 		log: cfg.Log.WithValues("operator", d.Operator.Name), events: cfg.Events, namespace: cfg.Namespace, runWait: cfg.RunWait}
 	records, err := r.preload(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("operator %s: reading its watched objects' state from the archive: %w", d.Operator.Name, err)
 	}
-	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, cfg.Controller(r, cfg.Workers))
+	c, err := controller.NewTypedUnmanaged("operator-"+d.Operator.Name, cfg.Controller(r, run.Workers(cfg.Workers, cfg.MaxConcurrentRuns, cfg.RunWait, len(d.Handlers) > 0)))
 	if err != nil {
 		return nil, err
 	}
-	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(w.GVK)
-	if err := c.Watch(&syncSource{cache: watchCache, obj: obj, handler: r.watchHandler()}); err != nil {
+	if err := c.Watch(&syncSource{cache: watchCache, obj: o.obj, handler: r.watchHandler()}); err != nil {
 		return nil, err
 	}
 	if err := c.Watch(source.Channel(rn.Wakes(), &handler.EnqueueRequestForObject{})); err != nil {
 		return nil, err
 	}
+	context.AfterFunc(ctx, o.cancel)
 	done := make(chan struct{})
-	cacheDone := make(chan struct{})
-	go func() {
-		defer close(cacheDone)
-		if err := watchCache.Start(ctx); err != nil && ctx.Err() == nil {
-			r.log.Error(err, "the watch stopped", "kind", w.GVK.Kind)
-		}
-	}()
 	go func() {
 		defer close(done)
-		defer func() { <-cacheDone }()
+		defer func() { <-o.done }()
+		defer o.cancel() // also when the controller stopped on its own
 		// What the archive names is looked at once the watch has synced:
 		// the objects changed or deleted while no engine ran.
 		go func() {

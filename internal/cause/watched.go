@@ -96,10 +96,16 @@ func Projection(obj map[string]any, hs []*definition.Handler) map[string]any {
 func Observe(st *State, projection map[string]any, deleted bool, now time.Time) int64 {
 	// Marshalled as it is: JSON's encoding of maps sorts their keys, and
 	// a number encodes alike as int64 or float64, so an object read from
-	// the cache or decoded from JSON hashes the same (and as the
-	// normalized copy this once hashed: up to 2^53, where that copy lost
-	// digits).
-	data, _ := json.Marshal(projection)
+	// the cache or decoded from JSON (a gone object's last state) hashes
+	// the same, and as the normalized copy (a JSON round trip) this once
+	// hashed. An integer beyond 2^53 is the exception, which float64
+	// rounds: such a projection is normalized first, as it was.
+	var data []byte
+	if hasWideInt(projection) {
+		data, _ = json.Marshal(normalize(projection))
+	} else {
+		data, _ = json.Marshal(projection)
+	}
 	sum := sha256.Sum256(data)
 	hash := hex.EncodeToString(sum[:12])
 	switch {
@@ -111,4 +117,27 @@ func Observe(st *State, projection map[string]any, deleted bool, now time.Time) 
 		st.Observed.Deleted = st.Observed.Deleted || deleted
 	}
 	return st.Observed.Generation
+}
+
+// hasWideInt reports whether v holds an integer a float64 cannot hold
+// exactly (beyond 2^53).
+func hasWideInt(v any) bool {
+	const exact = 1 << 53
+	switch v := v.(type) {
+	case int64:
+		return v > exact || v < -exact
+	case map[string]any:
+		for _, e := range v {
+			if hasWideInt(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if hasWideInt(e) {
+				return true
+			}
+		}
+	}
+	return false
 }

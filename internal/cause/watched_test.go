@@ -210,6 +210,20 @@ func TestObserve(t *testing.T) {
 	if sum := sha256.Sum256(old); st2.Observed.Hash != hex.EncodeToString(sum[:12]) {
 		t.Errorf("hash %s; an engine before hashed %s", st2.Observed.Hash, hex.EncodeToString(sum[:12]))
 	}
+	// Beyond 2^53, as the cache holds it (int64) and as JSON gives it
+	// back (float64, rounded): one hash, the one an engine before made.
+	wide := map[string]any{"spec": map[string]any{"n": int64(1<<53 + 1), "list": []any{int64(-(1 << 60))}}}
+	readBack := map[string]any{}
+	if data, _ := json.Marshal(normalize(wide)); json.Unmarshal(data, &readBack) != nil {
+		t.Fatal("normalize")
+	}
+	stWide, stBack := state(0, nil, nil), state(0, nil, nil)
+	Observe(stWide, wide, false, now)
+	Observe(stBack, readBack, false, now)
+	old, _ = json.Marshal(normalize(wide))
+	if sum := sha256.Sum256(old); stWide.Observed.Hash != hex.EncodeToString(sum[:12]) || stBack.Observed.Hash != stWide.Observed.Hash {
+		t.Errorf("integers beyond 2^53: hash %s as int64, %s read back; an engine before hashed %s", stWide.Observed.Hash, stBack.Observed.Hash, hex.EncodeToString(sum[:12]))
+	}
 	// The record survives the archive's JSON.
 	data, _ := json.Marshal(st)
 	back := &State{}

@@ -185,17 +185,21 @@ func (e *Engine) applyUnowned(ctx context.Context, d *definition.Definition) err
 			typed, typedErr = e.typed(d)
 		}()
 		var openErr error
-		if opened, openErr = watch.Open(e.drivers.watchConfig(d), d); openErr != nil {
-			<-done
-			return openErr
-		}
+		opened, openErr = watch.Open(e.drivers.watchConfig(d), d)
 		err := watch.Check(ctx, e.drivers.watchConfig(d), d)
 		<-done
-		if err == nil {
-			err = typedErr // after the access checks': they name what is missing
+		// The access checks' error first: it names what is missing (a
+		// kind not served, a verb not granted), which the watch's or the
+		// schemas' would say less well.
+		for _, other := range []error{openErr, typedErr} {
+			if err == nil {
+				err = other
+			}
 		}
 		if err != nil {
-			opened.Close()
+			if opened != nil {
+				opened.Close()
+			}
 			return err
 		}
 		d = typed

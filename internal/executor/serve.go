@@ -56,6 +56,8 @@ type Serve struct {
 	mu     sync.Mutex
 	idle   []*served // started, free, the latest last
 	closed bool
+	// warming counts the Warm calls under way: Close waits for them.
+	warming sync.WaitGroup
 }
 
 // served is one process of a Serve.
@@ -124,36 +126,60 @@ func (s *Serve) init() {
 	})
 }
 
-// Warm starts the handler's processes ahead of its runs, as many as it
-// may run at once, so that the first runs wait for none to start (a
-// process's start is often longer than its runs: an interpreter's, a
+// Warm starts the handler's processes ahead of its runs, up to as many
+// as it may run at once, so that the first runs wait for none to start
+// (a process's start is often longer than its runs: an interpreter's, a
 // runtime's). It returns once they are started, or failed to (the runs
 // then start their own, and say why). A handler whose environment reads
 // a Secret of the run's object's namespace (valueFrom without a
 // namespace) is not warmed: its processes' environment is known at a
-// run. Slots that runs hold are not warmed: those runs start their own.
+// run. Neither are the slots runs hold (those runs start their own), nor
+// as many as are idle already; nothing after Close or ctx's end, and
+// Close waits for what Warm is starting.
 func (s *Serve) Warm(ctx context.Context, handler string) {
 	s.init()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.warming.Add(1)
+	s.mu.Unlock()
+	defer s.warming.Done()
 	env, _, err := s.serveEnv(ctx, Request{Handler: handler})
 	if err != nil {
 		return
 	}
-	var wg sync.WaitGroup
-	for range cap(s.slots) {
+	// The free slots, held while their processes start: a run started
+	// meanwhile waits, then takes one of them.
+	held := 0
+	for held < cap(s.slots) {
 		select {
 		case s.slots <- struct{}{}:
+			held++
+			continue
 		default:
-			wg.Wait()
-			return
 		}
+		break
+	}
+	s.mu.Lock()
+	n := held - len(s.idle)
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for range max(n, 0) {
 		wg.Go(func() {
-			defer func() { <-s.slots }()
+			if ctx.Err() != nil {
+				return
+			}
 			if p, err := s.start(env); err == nil {
 				s.put(p, true)
 			}
 		})
 	}
 	wg.Wait()
+	for range held {
+		<-s.slots
+	}
 }
 
 // Local is the executor of ex's action on this host: a process per run,
@@ -231,7 +257,7 @@ func (s *Serve) take(env []string) (*served, error) {
 // put gives p back after a run, or stops it when it cannot take another.
 func (s *Serve) put(p *served, keep bool) {
 	s.mu.Lock()
-	if keep && !s.closed {
+	if keep && !s.closed && len(s.idle) < cap(s.slots) {
 		s.idle = append(s.idle, p)
 		s.mu.Unlock()
 		return
@@ -242,7 +268,7 @@ func (s *Serve) put(p *served, keep bool) {
 
 // Close stops the processes: a run in flight ends first (or at its
 // timeout); the runs after it are processes of their own. It returns once
-// the idle ones have exited.
+// the idle ones, and those Warm was starting, have exited.
 func (s *Serve) Close() {
 	s.mu.Lock()
 	s.closed = true
@@ -254,6 +280,7 @@ func (s *Serve) Close() {
 		wg.Go(p.stop)
 	}
 	wg.Wait()
+	s.warming.Wait() // what they start now is stopped (put)
 }
 
 // start starts a process with env.

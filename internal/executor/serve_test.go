@@ -238,6 +238,19 @@ while IFS= read -r ctx; do echo "{\"status\": {\"pid\": $$}}"; done`)}
 		t.Errorf("processes started: %v; want the 2 warmed only", got)
 	}
 
+	// After a run, its process idle: Warm starts the others only.
+	after := t.TempDir() + "/started"
+	s3 := newServe([]string{script(t, `echo $$ >> `+after+`
+while IFS= read -r ctx; do echo "{\"status\": {\"pid\": $$}}"; done`)}, 2)
+	defer s3.Close()
+	if _, _, err := serveRun(s3, "run1", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s3.Warm(context.Background(), "h")
+	if got := waitLines(t, after, 3); len(got) != 2 {
+		t.Errorf("processes started by a run and Warm: %v; want 2, exec.processes", got)
+	}
+
 	// A Secret of the run's object's namespace is known at a run only:
 	// nothing is warmed.
 	none := t.TempDir() + "/started"

@@ -136,8 +136,8 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	err = r.persist(ctx, obj, step.State, false)
 	// After its record, also when the archive refused it. A short run's
 	// end is recorded by this reconcile, not by one its end wakes: in a
-	// burst, half the reconciles (the operator has a worker per run slot,
-	// run.Workers).
+	// burst, half the reconciles (a worker waiting for its run, the
+	// operator has more of them, run.Workers).
 	wait := r.runWait
 	if err != nil {
 		wait = -1

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -191,12 +192,7 @@ func (e *Engine) applyUnowned(ctx context.Context, d *definition.Definition) err
 		// The access checks' error first: it names what is missing (a
 		// kind not served, a verb not granted), which the watch's or the
 		// schemas' would say less well.
-		for _, other := range []error{openErr, typedErr} {
-			if err == nil {
-				err = other
-			}
-		}
-		if err != nil {
+		if err = cmp.Or(err, openErr, typedErr); err != nil {
 			if opened != nil {
 				opened.Close()
 			}

@@ -50,12 +50,12 @@ func newRunner(ctx context.Context, d *definition.Definition, e *Engine, rec eve
 			return nil, fmt.Errorf("operator %s: %w", d.Operator.Name, err)
 		}
 		byHandler[h.Name] = ex
-		// A Serve handler's processes start with its operator, so that
-		// its first runs wait for none; with stubs (opkit test) a stub
-		// may stand for the handler, and none starts before a run.
-		if w, ok := ex.(interface{ Warm(context.Context, string) }); ok && e.opts.Stubs == nil {
-			go w.Warm(ctx, h.Name)
-		}
+	}
+	// A Serve handler's processes start with its operator, so that its
+	// first runs wait for none; with stubs (opkit test) a stub may stand
+	// for the handler, and none starts before a run.
+	if e.opts.Stubs == nil {
+		executor.WarmAll(ctx, byHandler)
 	}
 	// A Serve handler's processes live as long as the runner: they are
 	// stopped when ctx ends (the operator stops, or is changed).

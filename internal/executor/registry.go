@@ -60,7 +60,7 @@ func (g deepContextGuard) Close() {
 // them (a Serve handler's processes: Serve.Warm); other executors keep
 // nothing.
 func (g deepContextGuard) Warm(ctx context.Context, handler string) {
-	if w, ok := g.Executor.(interface{ Warm(context.Context, string) }); ok {
+	if w, ok := g.Executor.(warmer); ok {
 		w.Warm(ctx, handler)
 	}
 }

@@ -153,14 +153,14 @@ func (s *Serve) Warm(ctx context.Context, handler string) {
 	// The free slots, held while their processes start: a run started
 	// meanwhile waits, then takes one of them.
 	held := 0
+free:
 	for held < cap(s.slots) {
 		select {
 		case s.slots <- struct{}{}:
 			held++
-			continue
 		default:
+			break free
 		}
-		break
 	}
 	s.mu.Lock()
 	n := held - len(s.idle)
@@ -190,6 +190,23 @@ func Local(ex Exec, log logr.Logger) Executor {
 		return &Serve{Exec: ex, Log: log}
 	}
 	return &ex
+}
+
+// warmer is an executor that keeps something running between runs,
+// which it can start ahead of them (Serve.Warm).
+type warmer interface {
+	Warm(ctx context.Context, handler string)
+}
+
+// WarmAll starts, each at once, what the executors keep running between
+// runs (a Serve handler's processes), by handler name; the others keep
+// nothing.
+func WarmAll(ctx context.Context, execs map[string]Executor) {
+	for handler, ex := range execs {
+		if w, ok := ex.(warmer); ok {
+			go w.Warm(ctx, handler)
+		}
+	}
 }
 
 // CloseAll stops what the executors keep running between runs (a Serve

@@ -189,8 +189,7 @@ func Start(ctx context.Context, cfg Config, d *definition.Definition, rn *run.Ru
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer func() { <-o.done }()
-		defer o.cancel() // also when the controller stopped on its own
+		defer o.Close() // also when the controller stopped on its own
 		// What the archive names is looked at once the watch has synced:
 		// the objects changed or deleted while no engine ran.
 		go func() {

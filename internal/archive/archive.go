@@ -183,6 +183,11 @@ type Run struct {
 	// at most the archive's LogLimit.
 	LogBytes     int64 `json:"logBytes"`
 	LogTruncated bool  `json:"logTruncated,omitempty"`
+
+	// Trace is the W3C traceparent of the run's span (package tracing):
+	// its trace id finds the run in a tracing backend. "" for a run
+	// recorded before opkit traced runs.
+	Trace string `json:"trace,omitempty"`
 }
 
 // Object returns namespace/name, or the name of a cluster-scoped object.

@@ -81,6 +81,10 @@ type Delivery struct {
 	// tokens) redacted by the caller: the archive stores what it is
 	// given. An http.Header can be assigned.
 	Headers map[string][]string `json:"headers,omitempty"`
+	// Trace is the W3C traceparent of the delivery's receipt (package
+	// tracing), which its handling continues, after a restart too; "" for
+	// one recorded before opkit traced deliveries.
+	Trace string `json:"trace,omitempty"`
 	// Payload is the request's body as received: an accepted delivery's
 	// handling reads it from here, after a restart too, so readers that
 	// show it redact it (RedactPayload). A Refused delivery's is capped

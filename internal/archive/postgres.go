@@ -220,6 +220,9 @@ var pgMigrations = []string{
 		updated_at bigint NOT NULL,
 		PRIMARY KEY (operator, source)
 	);`,
+	// Run.Trace and Delivery.Trace (SQLite's twelfth migration).
+	`ALTER TABLE runs ADD COLUMN trace text NOT NULL DEFAULT '';
+	ALTER TABLE deliveries ADD COLUMN trace text NOT NULL DEFAULT '';`,
 }
 
 // OpenPostgres opens the archive in the PostgreSQL database dsn names (a

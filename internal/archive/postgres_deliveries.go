@@ -16,8 +16,8 @@ const (
 	// that of concurrent replays, from any number of engines, one only
 	// is inserted.
 	pgRecordDeliverySQL = `INSERT INTO deliveries (id, operator, source, delivery_id, received_at, outcome, reason, event, runs, objects,
-		handled_at, payload_bytes, payload_truncated, headers, redelivery_of, redelivered_by, redelivery_reason, payload)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+		handled_at, payload_bytes, payload_truncated, headers, redelivery_of, redelivered_by, redelivery_reason, trace, payload)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 		ON CONFLICT (operator, source, delivery_id) WHERE delivery_id <> '' AND outcome <> 'Refused' AND redelivery_of = '' DO NOTHING`
 	// pgDurableCommitSQL makes the transaction's commit wait for its WAL
 	// to be flushed when the session's synchronous_commit is off: any
@@ -55,7 +55,7 @@ func (p *Postgres) RecordDelivery(ctx context.Context, d *Delivery) error {
 	}
 	args := []any{d.ID, d.Operator, d.Source, d.DeliveryID, nanos(d.ReceivedAt), string(d.Outcome), d.Reason, d.Event,
 		marshal(d.Runs), marshal(d.Objects), nanos(d.HandledAt), d.PayloadBytes, d.PayloadTruncated, marshal(d.Headers),
-		d.RedeliveryOf, d.RedeliveredBy, d.RedeliveryReason, payload}
+		d.RedeliveryOf, d.RedeliveredBy, d.RedeliveryReason, d.Trace, payload}
 	var inserted int64
 	var err error
 	if d.Outcome == DeliveryPending {

@@ -14,8 +14,8 @@ import (
 // it runs there.
 const (
 	pgInsertRunSQL = `INSERT INTO runs (id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation,
-		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor, runner, rerun_of, reason, input)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)`
+		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor, runner, rerun_of, reason, input, trace)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27)`
 	pgFinishRunSQL = `UPDATE runs SET finished_at = $1, outcome = $2, failed = $3, error = $4, next_retry_at = $5, writes = $6,
 		runner = coalesce(nullif($7, ''), runner), result = $8 WHERE id = $9`
 	pgRerunsSQL    = `SELECT id FROM runs WHERE rerun_of = $1 AND rerun_of <> '' ORDER BY id`

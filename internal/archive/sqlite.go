@@ -187,6 +187,10 @@ var migrations = []string{
 		updated_at INTEGER NOT NULL,
 		PRIMARY KEY (operator, source)
 	) WITHOUT ROWID;`,
+	// Run.Trace and Delivery.Trace: the W3C traceparent of the run's span
+	// and of the delivery's receipt (package tracing).
+	`ALTER TABLE runs ADD COLUMN trace TEXT NOT NULL DEFAULT '';
+	ALTER TABLE deliveries ADD COLUMN trace TEXT NOT NULL DEFAULT '';`,
 }
 
 // SQLite is the embedded Store: one database file in WAL mode. Writes go
@@ -292,8 +296,8 @@ const readConns = 16
 // The statements every run makes.
 const (
 	insertRunSQL = `INSERT INTO runs (id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation,
-		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor, runner, rerun_of, reason, input)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor, runner, rerun_of, reason, input, trace)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	finishRunSQL = `UPDATE runs SET finished_at = ?, outcome = ?, failed = ?, error = ?, next_retry_at = ?, writes = ?,
 		runner = coalesce(nullif(?, ''), runner), result = ? WHERE id = ?`
 	rerunsSQL    = `SELECT id FROM runs WHERE rerun_of = ? AND rerun_of != '' ORDER BY id`
@@ -402,7 +406,7 @@ func (s *SQLite) Insert(ctx context.Context, r *Run) error {
 	err := s.commit.write(ctx, s.w, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.StmtContext(ctx, s.insert).ExecContext(ctx, r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID, r.Generation,
 			r.Key, r.Attempt, diff, nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error,
-			nanos(r.NextRetryAt), writes, r.Actor, r.Runner, r.RerunOf, r.Reason, string(r.Input))
+			nanos(r.NextRetryAt), writes, r.Actor, r.Runner, r.RerunOf, r.Reason, string(r.Input), r.Trace)
 		return err
 	})
 	if err != nil {

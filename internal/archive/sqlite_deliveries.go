@@ -18,8 +18,8 @@ const (
 	// A redelivery (redelivery_of set) is outside the index, and never
 	// conflicts.
 	recordDeliverySQL = `INSERT INTO deliveries (id, operator, source, delivery_id, received_at, outcome, reason, event, runs, objects,
-		handled_at, payload_bytes, payload_truncated, headers, redelivery_of, redelivered_by, redelivery_reason, payload)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		handled_at, payload_bytes, payload_truncated, headers, redelivery_of, redelivered_by, redelivery_reason, trace, payload)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (operator, source, delivery_id) WHERE delivery_id != '' AND outcome != 'Refused' AND redelivery_of = '' DO NOTHING`
 	finishDeliverySQL = `UPDATE deliveries SET outcome = ?, reason = ?, runs = ?, objects = ?, handled_at = ? WHERE id = ? AND outcome != 'Refused'`
 	// The outcome is literal, as deliveries_pending's condition is.
@@ -43,7 +43,7 @@ const (
 // the table's last: a list that does not read it does not read its
 // overflow pages either.
 const deliveryColumns = `id, operator, source, delivery_id, received_at, outcome, reason, event, runs, objects,
-	handled_at, payload_bytes, payload_truncated, headers, redelivery_of, redelivered_by, redelivery_reason`
+	handled_at, payload_bytes, payload_truncated, headers, redelivery_of, redelivered_by, redelivery_reason, trace`
 
 // errClosed is the archive's state after Close.
 var errClosed = errors.New("archive: closed")
@@ -84,7 +84,7 @@ func (s *SQLite) RecordDelivery(ctx context.Context, d *Delivery) error {
 	}
 	res, err := conn.ExecContext(ctx, recordDeliverySQL, d.ID, d.Operator, d.Source, d.DeliveryID, nanos(d.ReceivedAt), string(d.Outcome),
 		d.Reason, d.Event, marshal(d.Runs), marshal(d.Objects), nanos(d.HandledAt), d.PayloadBytes, d.PayloadTruncated, marshal(d.Headers),
-		d.RedeliveryOf, d.RedeliveredBy, d.RedeliveryReason, payload)
+		d.RedeliveryOf, d.RedeliveredBy, d.RedeliveryReason, d.Trace, payload)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -280,7 +280,7 @@ func scanDelivery(row scanner, withPayload bool) (*Delivery, error) {
 	var outcome, runs, objects, headers string
 	var received, handled int64
 	dest := []any{&d.ID, &d.Operator, &d.Source, &d.DeliveryID, &received, &outcome, &d.Reason, &d.Event, &runs, &objects,
-		&handled, &d.PayloadBytes, &d.PayloadTruncated, &headers, &d.RedeliveryOf, &d.RedeliveredBy, &d.RedeliveryReason}
+		&handled, &d.PayloadBytes, &d.PayloadTruncated, &headers, &d.RedeliveryOf, &d.RedeliveredBy, &d.RedeliveryReason, &d.Trace}
 	if withPayload {
 		dest = append(dest, &d.Payload)
 	}

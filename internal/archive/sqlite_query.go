@@ -120,7 +120,7 @@ func runID(r Run) string           { return r.ID }
 func deliveryID(d Delivery) string { return d.ID }
 
 const runColumns = `id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation, idem_key, attempt, diff,
-	started_at, finished_at, outcome, error, next_retry_at, writes, log_bytes, log_truncated, actor, runner, rerun_of, reason`
+	started_at, finished_at, outcome, error, next_retry_at, writes, log_bytes, log_truncated, actor, runner, rerun_of, reason, trace`
 
 // runDetailColumns are runColumns and what Get gives beside: the binding
 // context and the result (scanRun's detail).
@@ -136,7 +136,7 @@ func scanRun(row scanner, detail ...bool) (*Run, error) {
 	var started, finished, retry int64
 	dest := []any{&r.ID, &r.Operator, &r.Handler, &r.Action, &r.Trigger, &r.APIVersion, &r.Kind, &r.Namespace, &r.Name, &r.UID, &r.Generation,
 		&r.Key, &r.Attempt, &diff, &started, &finished, &outcome, &r.Error, &retry, &writes, &r.LogBytes, &r.LogTruncated, &r.Actor, &r.Runner,
-		&r.RerunOf, &r.Reason}
+		&r.RerunOf, &r.Reason, &r.Trace}
 	if len(detail) > 0 && detail[0] {
 		dest = append(dest, &input, &result)
 	}

@@ -54,6 +54,19 @@ type State struct {
 	// engine killed before it wrote this state has recorded already
 	// (the next one then records it no second time).
 	PauseRecords int64 `json:"pauseRecords,omitempty"`
+	// Trace is what the object's next reconcile continues of the traces
+	// of its runs (package tracing): nil when nothing.
+	Trace *Trace `json:"trace,omitempty"`
+}
+
+// Trace is an object's trace context between its reconciles, W3C
+// traceparents.
+type Trace struct {
+	// Seen is the object's trace annotation a run's reconcile last
+	// continued: the same annotation is not continued twice.
+	Seen string `json:"seen,omitempty"`
+	// Retry is the trace of a failed run, which its retry continues.
+	Retry string `json:"retry,omitempty"`
 }
 
 // Life is the uid the keys of the object's runs name: a watched object's
@@ -183,6 +196,7 @@ func (st *State) Clone() *State {
 	out.LastRun = clonePtr(st.LastRun)
 	out.Observed = clonePtr(st.Observed)
 	out.EnterRun = clonePtr(st.EnterRun)
+	out.Trace = clonePtr(st.Trace)
 	return out
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/engine"
 	"github.com/opkit-dev/opkit/internal/stack"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 func newRunCommand() *cobra.Command {
@@ -373,6 +374,32 @@ type runningEngine struct {
 	// quiet leaves controller-runtime's lines below errors out, for a
 	// stop that the caller explains itself.
 	quiet func()
+	// flush exports the spans left once the engine stopped (tracing.Setup).
+	flush func(context.Context) error
+	log   io.Writer
+}
+
+// Stop stops the engine, then exports the spans it left (for at most
+// 5s: a tracing backend out of reach does not hold the exit).
+func (r *runningEngine) Stop() error {
+	err := r.Stack.Stop()
+	r.flushSpans()
+	return err
+}
+
+// Wait waits for the engine to stop, then exports the spans it left.
+func (r *runningEngine) Wait() error {
+	err := r.Stack.Wait()
+	r.flushSpans()
+	return err
+}
+
+func (r *runningEngine) flushSpans() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.flush(ctx); err != nil {
+		fmt.Fprintf(r.log, "tracing: the last spans were not exported: %v\n", err)
+	}
 }
 
 // startEngine runs an engine on cfg, recording runs in the archive at
@@ -443,6 +470,13 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 	})
 	opts.Retention = defaultRetention
 	opts.MetricsAddr, opts.HooksAddr = mf.addr, mf.hooks
+	flush, tc, err := tracing.Setup(ctx, version())
+	if err != nil {
+		return nil, err
+	}
+	if tc.On {
+		fmt.Fprintf(log, "tracing: exporting spans with OTLP over %s (OTEL_* environment)\n", tc.Protocol)
+	}
 	s, err := stack.Start(ctx, stack.Options{
 		Engine:         opts,
 		Archive:        archivePath,
@@ -451,9 +485,10 @@ func startEngineLogging(ctx context.Context, opts engine.Options, archivePath st
 		MetricsAnyPort: mf.anyPort,
 	})
 	if err != nil {
+		_ = flush(context.Background())
 		return nil, mf.explain(cf.explain(err))
 	}
-	return &runningEngine{Stack: s, quiet: func() { lvl.SetLevel(zapcore.ErrorLevel) }}, nil
+	return &runningEngine{Stack: s, quiet: func() { lvl.SetLevel(zapcore.ErrorLevel) }, flush: flush, log: log}, nil
 }
 
 // startOperators runs an engine on cfg and applies defs. If one cannot be

@@ -22,6 +22,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/compare"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/inventory"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // converged is what converging a custom resource's children found.
@@ -119,6 +120,11 @@ func (r *reconciler) convergeChild(ctx context.Context, cr *unstructured.Unstruc
 	}
 	if existed && child.Recreate && current.GetAnnotations()[v1alpha1.AppliedHashAnnotation] != hash {
 		return rendered, r.recreate(ctx, cr, child, current)
+	}
+	// The write carries the reconcile's trace (not compared: a child
+	// converged is not written for it).
+	if a := obj.GetAnnotations(); tracing.Annotate(tracing.Ensure(ctx), a) {
+		obj.SetAnnotations(a)
 	}
 	err = r.apply(ctx, obj)
 	if existed && Immutable(err) {

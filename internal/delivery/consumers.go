@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
@@ -17,6 +18,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/source/ghpoll"
 	"github.com/opkit-dev/opkit/internal/source/kafkasrc"
 	"github.com/opkit-dev/opkit/internal/source/natsjs"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // The sources the engine reaches out to (a GitHub poll, a NATS JetStream
@@ -182,6 +184,14 @@ func (rc *Receiver) take(ctx context.Context, def *definition.Definition, q *Que
 		DeliveryID: m.ID, Event: m.Event, Headers: messageHeaders(m.Headers),
 		Payload: m.Body, PayloadBytes: int64(len(m.Body)),
 	}
+	ctx, span := receiveSpan(ctx, trace.SpanKindConsumer, "receive "+src.Name, d.Headers, messageAttributes(src, d.Operator, m.ID)...)
+	defer func() {
+		if d.ID != "" {
+			recorded(span, d)
+		}
+		span.End()
+	}()
+	d.Trace, _ = tracing.Traceparent(ctx)
 	if ref := checkMessage(src, m); ref != nil {
 		d.Outcome, d.Reason = archive.DeliveryRefused, ref.Reason
 		if len(d.Payload) > refusedPayloadCap {

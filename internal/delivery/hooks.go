@@ -10,12 +10,15 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/source"
+	"github.com/opkit-dev/opkit/internal/tracing"
 	"github.com/opkit-dev/opkit/internal/webhook"
 )
 
@@ -140,12 +143,26 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusNotFound, hookAnswer{Outcome: "NotFound", Reason: fmt.Sprintf("operator %s's source %s is a %s source: the engine takes its events, nothing is posted to it", opName, srcName, src.Kind)})
 		return
 	}
-	w = &countingWriter{ResponseWriter: w, operator: opName, source: srcName}
+	cw := &countingWriter{ResponseWriter: w, operator: opName, source: srcName}
+	w = cw
+	ctx, span := receiveSpan(r.Context(), trace.SpanKindServer, "POST /hooks/{operator}/{source}", r.Header, hookAttributes(r, opName, srcName)...)
+	r = r.WithContext(ctx)
+	var d *archive.Delivery
+	defer func() {
+		if d != nil && d.ID != "" {
+			recorded(span, d)
+		}
+		if span.IsRecording() && cw.status != 0 {
+			span.SetAttributes(attribute.Int("http.response.status_code", cw.status))
+		}
+		span.End()
+	}()
 	if queue == nil {
 		answer(w, http.StatusServiceUnavailable, hookAnswer{Outcome: "Unavailable", Reason: "the operator is starting; deliver again"})
 		return
 	}
-	d := &archive.Delivery{Operator: opName, Source: srcName, ReceivedAt: time.Now().UTC(), Headers: archive.RedactHeaders(r.Header, src.SignatureHeader)}
+	d = &archive.Delivery{Operator: opName, Source: srcName, ReceivedAt: time.Now().UTC(), Headers: archive.RedactHeaders(r.Header, src.SignatureHeader)}
+	d.Trace, _ = tracing.Traceparent(ctx)
 	if src.Kind == definition.KindCloudEvents {
 		rc.serveCloudEvents(w, r, queue, src, d)
 		return
@@ -313,14 +330,19 @@ func (rc *Receiver) serveCloudEvents(w http.ResponseWriter, r *http.Request, q *
 		d := &archive.Delivery{
 			Operator: req.Operator, Source: req.Source, ReceivedAt: req.ReceivedAt,
 			DeliveryID: ev.DeliveryID, Event: ev.Type, Headers: archive.RedactHeaders(h, src.SignatureHeader),
-			Payload: ev.Payload, PayloadBytes: int64(len(ev.Payload)),
+			Payload: ev.Payload, PayloadBytes: int64(len(ev.Payload)), Trace: req.Trace,
 		}
+		endEvent := eventTrace(ctx, ev, d)
 		vars := definition.EventVars{Payload: ev.Data, Headers: source.Headers(h), Event: d.Event, DeliveryID: d.DeliveryID, Source: src.Name}
 		var a hookAnswer
 		st := http.StatusAccepted
 		if ref := filter(src, vars); ref != nil {
 			st, a = ref.Status, rc.recordRefusal(ctx, d, ref)
-		} else if st, a, err = rc.accept(ctx, q, d, st); err != nil {
+		} else {
+			st, a, err = rc.accept(ctx, q, d, st)
+		}
+		endEvent()
+		if err != nil {
 			reason := "the archive cannot record the delivery; deliver again: " + err.Error()
 			if batch {
 				reason = fmt.Sprintf("the archive cannot record event %d of the batch (%s); deliver the batch again (the events recorded before it are then refused as replays): %v", i+1, ev.DeliveryID, err)
@@ -413,9 +435,11 @@ func (rc *Receiver) secret(ctx context.Context, ref v1alpha1.SecretKeySelector, 
 type countingWriter struct {
 	http.ResponseWriter
 	operator, source string
+	status           int // the answer's, once written
 }
 
 func (c *countingWriter) WriteHeader(status int) {
+	c.status = status
 	metrics().deliveries.WithLabelValues(c.operator, c.source, strconv.Itoa(status)).Inc()
 	c.ResponseWriter.WriteHeader(status)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/run"
 	"github.com/opkit-dev/opkit/internal/sleep"
 	"github.com/opkit-dev/opkit/internal/source"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // eventWorkers is how many deliveries an operator handles at once.
@@ -133,7 +134,13 @@ func (q *Queue) work() {
 // handle handles one accepted delivery and records how it ended, unless
 // the engine stops first.
 func (q *Queue) handle(d archive.Delivery) {
-	ctx := q.ctx
+	ctx, span := handleSpan(q.ctx, &d)
+	defer func() {
+		if d.Outcome == archive.DeliveryFailed {
+			tracing.Fail(span, d.Reason)
+		}
+		span.End()
+	}()
 	log := q.log.WithValues("source", d.Source, "delivery", d.ID, "deliveryId", d.DeliveryID)
 	d.Outcome, d.Reason = archive.DeliveryHandled, ""
 	src := q.def.EventSource(d.Source)
@@ -255,6 +262,14 @@ func (q *Queue) applyObject(ctx context.Context, src *definition.EventSource, va
 	}
 	if why := outside(q.opts.Namespace, u.GetNamespace()); why != "" {
 		return "", fmt.Errorf("the source's object %s: %s", name, why)
+	}
+	// It carries the handling's trace: its reconciles continue it.
+	a := u.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	if tracing.Annotate(ctx, a) {
+		u.SetAnnotations(a)
 	}
 	owner := client.FieldOwner("opkit-source-" + src.Name)
 	delay := time.Second

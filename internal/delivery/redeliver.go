@@ -7,9 +7,13 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/source"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // Redelivery on purpose: a person asks the engine to handle a delivery of
@@ -125,6 +129,15 @@ func (rc *Receiver) Redeliver(ctx context.Context, id, by, why string) (*archive
 		Payload: d.Payload, PayloadBytes: d.PayloadBytes, ReceivedAt: time.Now().UTC(), Outcome: archive.DeliveryPending,
 		RedeliveryOf: d.ID, RedeliveredBy: by, RedeliveryReason: why,
 	}
+	// A person's request: a trace of its own, linked to the delivery's.
+	ctx, span := tracing.Tracer().Start(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), "redeliver "+d.Source,
+		trace.WithLinks(trace.Link{SpanContext: tracing.Parse(d.Trace)}), trace.WithNewRoot())
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("opkit.operator", d.Operator), attribute.String("opkit.source", d.Source),
+			attribute.String("opkit.delivery.redelivery_of", d.ID), attribute.String("opkit.actor", by))
+	}
+	defer span.End()
+	r.Trace, _ = tracing.Traceparent(ctx)
 	if err := rc.Archive.RecordDelivery(ctx, r); err != nil {
 		return nil, fmt.Errorf("recording the redelivery of %s: %w", id, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // Exec runs a local process: argv only, never a shell. The binding context
@@ -90,6 +91,7 @@ func (e *Exec) environment(ctx context.Context, req Request) (env []string, hidd
 		return nil, nil, nil, err
 	}
 	env = append(env, handlers...)
+	env = append(env, tracing.Env(ctx)...) // TRACEPARENT, TRACESTATE: the run's span
 	cleanUp = func() {}
 	if sa := e.Action.ServiceAccount; sa != nil {
 		dir, token, err := e.kubeconfig(ctx, req, sa)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // SecretValue reads one key of a Secret.
@@ -60,6 +61,7 @@ func (h *HTTP) Run(ctx context.Context, req Request) (*Result, error) {
 	httpReq.Header.Set("Accept", "application/json")
 	httpReq.Header.Set("Opkit-Run-Id", req.RunID)
 	httpReq.Header.Set("Idempotency-Key", req.Key)
+	tracing.Inject(ctx, httpReq.Header) // traceparent, tracestate: the run's span
 	if s := h.Action.TokenSecret; s != nil {
 		if h.Secret == nil {
 			return nil, &Failure{Message: "no Secret reader for tokenSecret", Permanent: true}

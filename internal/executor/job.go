@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // Paths a job handler's container sees.
@@ -99,7 +100,7 @@ func (j *Job) Run(ctx context.Context, req Request) (*Result, error) {
 	cleanUp := func() {
 		_ = j.Client.CoreV1().ConfigMaps(obj.Namespace).Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
 	}
-	job := j.job(name, obj.Namespace, labels, owners, req)
+	job := j.job(name, obj.Namespace, labels, owners, req, tracing.Env(ctx))
 	created, err := j.Client.BatchV1().Jobs(obj.Namespace).Create(ctx, job, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsAlreadyExists(err):
@@ -140,11 +141,17 @@ func (j *Job) Run(ctx context.Context, req Request) (*Result, error) {
 	return j.outcome(context.WithoutCancel(ctx), finished, req.Log)
 }
 
-func (j *Job) job(name, namespace string, labels map[string]string, owners []metav1.OwnerReference, req Request) *batchv1.Job {
+// job is the Job of a run; trace is the run's span as NAME=value
+// (tracing.Env), which its container gets beside opkit's variables.
+func (j *Job) job(name, namespace string, labels map[string]string, owners []metav1.OwnerReference, req Request, trace []string) *batchv1.Job {
 	env := []corev1.EnvVar{
 		{Name: "OPKIT_RUN_ID", Value: req.RunID}, {Name: "OPKIT_HANDLER", Value: req.Handler},
 		{Name: "OPKIT_TRIGGER", Value: req.Trigger}, {Name: "OPKIT_IDEMPOTENCY_KEY", Value: req.Key},
 		{Name: "OPKIT_CONTEXT", Value: JobContextPath}, {Name: "OPKIT_RESULT", Value: JobResultPath},
+	}
+	for _, kv := range trace {
+		name, value, _ := strings.Cut(kv, "=")
+		env = append(env, corev1.EnvVar{Name: name, Value: value})
 	}
 	for _, v := range j.Action.Env {
 		ev := corev1.EnvVar{Name: v.Name, Value: v.Value}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // InImage runs an exec handler that names an image (exec.image) in a warm
@@ -142,6 +143,7 @@ func (r *InImage) Run(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	env = append(env, tracing.Env(ctx)...) // the run's span, as a local process gets it
 	w := RunnerWork{
 		RunID: req.RunID, Handler: req.Handler, Trigger: req.Trigger, Key: req.Key, Attempt: req.Attempt,
 		Command: r.Action.Command, WorkingDir: r.Action.WorkingDir, Env: env, Input: stdinOf(r.Action, req.Input),

@@ -11,6 +11,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/executor"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // A run's result that sets status is written, in a custom resource's
@@ -52,6 +53,9 @@ func (rn *Runner) Written(cr *unstructured.Unstructured, s *Step) {
 	for _, e := range s.deferred.events {
 		rn.events.Eventf(cr, nil, e.Type, e.Reason, runAction(s.deferred.flight.run.ID), "%s", e.Message)
 	}
+	f := s.deferred.flight
+	f.span.AddEvent("status written")
+	endRunSpan(f.span, f.run)
 	s.deferred = nil
 }
 
@@ -70,6 +74,11 @@ func (rn *Runner) StatusRefused(cr *unstructured.Unstructured, s *Step, err erro
 		return
 	}
 	d := s.deferred
+	if p := s.Start; p != nil {
+		// Never started: its span ends here, unexported work aside.
+		tracing.Fail(p.f.span, "not started: the status patch before it was refused")
+		p.f.span.End()
+	}
 	s.deferred, s.Start = nil, nil
 	if Refusal(err) {
 		d.flight.err = &executor.Failure{Message: fmt.Sprintf("the API refused the result's status patch: %v", APIMessage(err))}

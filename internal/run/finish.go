@@ -62,11 +62,15 @@ func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	if run.ID == "" {
 		return requeue, wrote // it had succeeded before a crash: nothing ran now
 	}
+	traced(st, f, o.Verdict == Retry)
 	run.FinishedAt = time.Now().UTC()
 	if err := rn.archive.Finish(ctx, run); err != nil {
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s ended %s, which the archive could not record (%v); it is recorded once the archive can", run.ID, run.Outcome, err)
 	}
 	rn.ended(run)
+	if d == nil {
+		endRunSpan(f.span, run) // else once the caller's patch is written (Written)
+	}
 	lr := &cause.LastRun{ID: run.ID, Handler: h.Name, Trigger: run.Trigger, Outcome: string(run.Outcome), Message: cause.Truncate(run.Error), Attempt: run.Attempt}
 	if !run.NextRetryAt.IsZero() {
 		lr.NextRetryAt = run.NextRetryAt.Format(time.RFC3339)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -15,6 +16,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/executor"
 	"github.com/opkit-dev/opkit/internal/sleep"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // OperatorRun is a handler's run for the operator itself rather than for
@@ -74,15 +76,20 @@ func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorEnd
 		run := archive.NewRun(operator, h.Name, h.Action(), r.Trigger, nil, now)
 		run.APIVersion, run.Kind, run.Name, run.UID = v1alpha1.SchemeGroupVersion.String(), v1alpha1.Kind, operator, r.UID
 		run.Key, run.Attempt, run.Actor = r.Key, attempt, r.Actor
+		span := rn.runSpan(ctx, run, now)
+		rctx := trace.ContextWithSpan(ctx, span)
 		bc := BindingContext{Operator: operator, Handler: h.Name, Trigger: r.Trigger, RunID: run.ID, IdempotencyKey: r.Key, Attempt: attempt,
 			Schedule: r.Schedule, Event: r.Event}
+		bc.Traceparent, bc.Tracestate = tracing.Traceparent(rctx)
 		input, err := json.Marshal(bc)
 		if err != nil {
 			r.Log.Error(err, "encoding the binding context")
+			span.End()
 			return OperatorEnd{}
 		}
 		run.Input = kept(input)
-		o, ran := rn.runOnce(ctx, h, run, input, now, r.Note, r.Log)
+		o, ran := rn.runOnce(rctx, h, run, input, now, r.Note, r.Log)
+		endRunSpan(span, run)
 		switch {
 		case !ran:
 			if ctx.Err() != nil {
@@ -110,7 +117,8 @@ func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorEnd
 	}
 }
 
-// runOnce records, executes and finishes one operator run, its log
+// runOnce records, executes and finishes one operator run, in the span
+// of ctx (the caller ends it), its log
 // starting with note (unless ""); ran is false when the archive could not
 // record it (it did not run) or the engine stopped during it.
 func (rn *Runner) runOnce(ctx context.Context, h *definition.Handler, run *archive.Run, input []byte, due time.Time, note string, log logr.Logger) (o Outcome, ran bool) {

@@ -53,6 +53,7 @@ func (rn *Runner) interrupted(ctx context.Context, cr *unstructured.Unstructured
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s ended %s, which the archive could not record (%v)", run.ID, run.Outcome, err)
 	}
 	rn.ended(run)
+	endRunSpan(f.span, run)
 	rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "RunnerLost", runAction(run.ID), "handler %s: %s: run %s", f.cause.Handler.Name, cause.Truncate(run.Error), rn.runRef(run.ID))
 	return true
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/executor"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // flight is a run in progress for one object.
@@ -32,6 +34,11 @@ type flight struct {
 	// wakes no one: the caller steps the object itself.
 	ended   chan struct{}
 	awaited bool
+	// span is the run's, from its decision to its record (runSpan);
+	// adopted the object's trace annotation its reconcile continued,
+	// which the handler's record then holds as seen.
+	span    trace.Span
+	adopted string
 }
 
 // end records a run's end and wakes its object, unless a caller waits
@@ -86,7 +93,7 @@ func (rn *Runner) start(ctx context.Context, cr *unstructured.Unstructured, c *c
 	if subject == nil {
 		subject = cause.Spec(cr)
 	}
-	f := &flight{cause: c, spec: subject}
+	f := &flight{cause: c, spec: subject, span: noSpan}
 	switch c.Trigger {
 	case v1alpha1.OnCreate, v1alpha1.OnUpdate, v1alpha1.OnDelete, v1alpha1.OnEnter, v1alpha1.OnExit:
 		if newLife {
@@ -111,6 +118,7 @@ func (rn *Runner) start(ctx context.Context, cr *unstructured.Unstructured, c *c
 	trigger, key, attempt := c.Trigger, c.Key, c.Attempt
 	f.run = archive.NewRun(rn.def.Operator.Name, h.Name, h.Action(), trigger, cr, now)
 	f.run.Generation, f.run.Key, f.run.Attempt, f.run.Diff = g, key, attempt, c.Diff
+	f.span, f.adopted = rn.runSpan(tracing.Ensure(ctx), f.run, now), tracing.Adopted(ctx)
 	rn.mem.mu.Lock()
 	rn.mem.object(cr).flight = f
 	rn.mem.mu.Unlock()
@@ -152,6 +160,7 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 		return
 	}
 	f, run := p.f, p.f.run
+	ctx := trace.ContextWithSpan(rn.ctx, f.span)
 	bc := p.input
 	bc.Object = self
 	if r := p.recorded; r != nil {
@@ -160,6 +169,7 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 		bc = *r
 		bc.Trigger, bc.RunID, bc.IdempotencyKey, bc.Attempt, bc.RerunOf = p.input.Trigger, p.input.RunID, p.input.IdempotencyKey, p.input.Attempt, p.input.RerunOf
 	}
+	bc.Traceparent, bc.Tracestate = tracing.Traceparent(ctx)
 	input, err := json.Marshal(bc)
 	if err != nil {
 		// Nothing ran: the step records the failure as the run's.
@@ -175,7 +185,7 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 	rn.running.Add(1)
 	go func() {
 		defer rn.running.Done()
-		res, recorded, err := rn.execute(rn.ctx, run, req, p.now, func() {
+		res, recorded, err := rn.execute(ctx, run, req, p.now, func() {
 			if rn.runEvents && !periodic(run.Trigger) {
 				// A periodic run may well find nothing to do (skipped):
 				// its end says what matters.
@@ -189,6 +199,7 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 			if recorded {
 				rn.cancelled(run, log)
 			}
+			endRunSpan(f.span, run)
 			return
 		}
 		rn.end(f, woken, res, err)
@@ -247,17 +258,21 @@ func (rn *Runner) execute(ctx context.Context, run *archive.Run, req executor.Re
 	}
 	defer func() { <-rn.slots }()
 	rn.metrics.queued.WithLabelValues(operator).Dec()
+	span := trace.SpanFromContext(ctx)
+	span.AddEvent("slot")
 	at := time.Now()
 	rn.metrics.queueWait.WithLabelValues(operator).Observe(at.Sub(due).Seconds())
 	run.StartedAt = at.UTC()
 	if ierr := rn.archive.Insert(ctx, run); ierr != nil {
 		return nil, false, fmt.Errorf("%w: %w", errNotRecorded, ierr) // nothing runs that is not recorded
 	}
+	span.AddEvent("recorded")
 	started()
 	req.OnRunner = rn.onRunner(run)
 	rn.metrics.inFlight.WithLabelValues(operator).Inc()
 	res, err = rn.executor(run.Handler).Run(ctx, req)
 	rn.metrics.inFlight.WithLabelValues(operator).Dec()
+	span.AddEvent("executed")
 	return res, true, err
 }
 
@@ -292,6 +307,11 @@ type BindingContext struct {
 	// RerunOf is, in a re-run (trigger rerun), the id of the run it
 	// repeats.
 	RerunOf string `json:"rerunOf,omitempty"`
+	// Traceparent and Tracestate are the W3C trace context of the run's
+	// span (package tracing): a handler's own spans continue it. Absent
+	// when the run has none (tracing off, and nothing traced came in).
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // ScheduleContext is the binding context's schedule of an operator-wide

@@ -12,6 +12,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/definition"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // Step is what one reconcile's handler step decided.
@@ -212,6 +213,8 @@ func (rn *Runner) settleFlight(ctx context.Context, cr *unstructured.Unstructure
 		// Nothing ran: no attempt is counted, and the handler runs once
 		// the archive records runs again.
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", "Run", "handler %s did not run: %v; it runs once the archive records runs again", f.cause.Handler.Name, f.err)
+		tracing.Fail(f.span, f.err.Error())
+		f.span.End()
 		res.Requeue = notRecordedRetry
 		return cr, true
 	}

@@ -65,7 +65,7 @@ func (p *Postgres) Insert(ctx context.Context, r *Run) error {
 	}
 	_, err := p.pool.Exec(ctx, pgInsertRunSQL, r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID,
 		r.Generation, r.Key, r.Attempt, marshal(keptDiff(r.Diff)), nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), failedFlag(r.Outcome),
-		r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.Actor, r.Runner, r.RerunOf, r.Reason, string(r.Input))
+		r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.Actor, r.Runner, r.RerunOf, r.Reason, string(r.Input), r.Trace)
 	if err != nil {
 		return p.fail("recording run "+r.ID, err)
 	}

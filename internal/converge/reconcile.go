@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/metadata"
@@ -23,7 +22,6 @@ import (
 	"github.com/opkit-dev/opkit/internal/lifecycle"
 	"github.com/opkit-dev/opkit/internal/related"
 	"github.com/opkit-dev/opkit/internal/run"
-	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 type reconciler struct {
@@ -73,7 +71,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	cr = r.memory.Newest(cr) // read-your-writes: the cache may not show the last write yet
-	ctx, endSpan := r.traced(ctx, cr)
+	ctx, endSpan := run.Traced(ctx, r.runner, r.def.Operator.Name, cr)
 	defer endSpan()
 	r.conditions.Record(cr)
 	fin := finalizer.Name(r.def.Operator.Name)
@@ -124,20 +122,6 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, failure // retried with back-off
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
-}
-
-// traced returns ctx with the reconcile's span deferred (package
-// tracing): started only when the reconcile decides a run or writes a
-// child, from the trace the object continues (tracing.ObjectParent).
-func (r *reconciler) traced(ctx context.Context, cr *unstructured.Unstructured) (context.Context, func()) {
-	var seen, retry string
-	if r.runner != nil {
-		seen, retry = r.runner.Traces(cr)
-	}
-	parent, adopted := tracing.ObjectParent(ctx, cr.GetAnnotations()[tracing.Annotation], seen, retry)
-	return tracing.Defer(ctx, parent, "reconcile "+r.def.GVK.Kind, adopted, func() []attribute.KeyValue {
-		return tracing.ObjectAttributes(r.def.Operator.Name, cr)
-	})
 }
 
 // step steps the object's handlers and life cycle (stepHandlers), c

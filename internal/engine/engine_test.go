@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(eventHandlerEnv) == "1" {
 		clustertest.Exit(testEventHandler())
 	}
+	if os.Getenv(traceHandlerEnv) == "1" {
+		clustertest.Exit(testTraceHandler())
+	}
 	if os.Getenv(counterHandlerEnv) == "1" {
 		clustertest.Exit(testCounterHandler())
 	}

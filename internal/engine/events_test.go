@@ -132,6 +132,7 @@ type delivery struct {
 	body        []byte
 	secret      string // signs the body, as GitHub does
 	contentType string // defaults to application/json
+	header      http.Header
 }
 
 // deliver posts d to url and returns the status and the answer's body.
@@ -149,6 +150,9 @@ func deliver(t *testing.T, url string, d delivery) (int, map[string]string) {
 	req.Header.Set("X-GitHub-Delivery", d.id)
 	req.Header.Set("X-GitHub-Event", d.event)
 	req.Header.Set("X-Hub-Signature-256", source.GitHubSignature([]byte(d.secret), d.body))
+	for k, vs := range d.header {
+		req.Header[k] = vs
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ func Serve(addr string, ready map[string]healthz.Checker, lease *Lease) (*manage
 // /leader.
 func Handler(ready map[string]healthz.Checker, lease *Lease) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
+	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError, EnableOpenMetrics: true}))
 	mux.Handle("/leader", lease)
 	for path, checks := range map[string]map[string]healthz.Checker{"/healthz": {"ping": healthz.Ping}, "/readyz": ready} {
 		h := http.StripPrefix(path, &healthz.Handler{Checks: checks})

@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // The run metrics are registered in controller-runtime's registry
@@ -71,9 +72,21 @@ func (m *runMetrics) forOperator(operator string) {
 	m.queued.WithLabelValues(operator)
 }
 
+// observe counts a run that ended, its duration with the run's trace id
+// as exemplar when its trace is sampled (served to a scraper that asks
+// for OpenMetrics).
 func (m *runMetrics) observe(operator string, r *archive.Run) {
 	m.runs.WithLabelValues(operator, r.Handler, string(r.Outcome)).Inc()
-	m.duration.WithLabelValues(operator, r.Handler).Observe(r.FinishedAt.Sub(r.StartedAt).Seconds())
+	h, d := m.duration.WithLabelValues(operator, r.Handler), r.FinishedAt.Sub(r.StartedAt).Seconds()
+	if r.Trace != "" {
+		if sc := tracing.Parse(r.Trace); sc.IsSampled() {
+			if eo, ok := h.(prometheus.ExemplarObserver); ok {
+				eo.ObserveWithExemplar(d, prometheus.Labels{"trace_id": sc.TraceID().String()})
+				return
+			}
+		}
+	}
+	h.Observe(d)
 }
 
 // Observe counts a run that ended outside a Runner (an admission call)

@@ -90,6 +90,22 @@ func traced(st *cause.State, f *flight, retry bool) {
 	st.Trace = t
 }
 
+// Traced returns ctx with the span of a reconcile of cr deferred
+// (tracing.Defer): started only when the reconcile decides a run or
+// writes a child, from the trace the object continues
+// (tracing.ObjectParent: its annotation not seen, a failed run's for its
+// retry). rn may be nil: an operator without handlers.
+func Traced(ctx context.Context, rn *Runner, operator string, cr *unstructured.Unstructured) (context.Context, func()) {
+	var seen, retry string
+	if rn != nil {
+		seen, retry = rn.Traces(cr)
+	}
+	parent, adopted := tracing.ObjectParent(ctx, cr.GetAnnotations()[tracing.Annotation], seen, retry)
+	return tracing.Defer(ctx, parent, "reconcile "+cr.GetKind(), adopted, func() []attribute.KeyValue {
+		return tracing.ObjectAttributes(operator, cr)
+	})
+}
+
 // Traces returns what an object's reconcile continues of its runs'
 // traces (cause.Trace): the trace annotation its runs last continued,
 // and a failed run's trace, which its retry continues.

@@ -128,6 +128,8 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// unseen.
 		return finalizer.Patch(ctx, r.client, obj, fin, true)
 	}
+	ctx, endSpan := run.Traced(ctx, rn, r.def.Operator.Name, obj)
+	defer endSpan()
 	rn.Watched().Track(obj)
 	step, err := rn.Step(ctx, obj, definition.Vars{Self: obj.Object})
 	if err != nil {

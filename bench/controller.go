@@ -39,6 +39,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/engine"
 	"github.com/opkit-dev/opkit/internal/runners"
 	"github.com/opkit-dev/opkit/internal/stack"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // The controller under test runs as a child process of the benchmark (the
@@ -329,6 +330,12 @@ func runOpkit(ctx context.Context, cfg *rest.Config, workers int, def string, hl
 	default:
 		opts.Archive = path
 	}
+	// As opkit run does: spans exported when the environment asks.
+	flush, _, err := tracing.Setup(ctx, "")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = flush(context.WithoutCancel(ctx)) }()
 	s, err := stack.Start(ctx, opts)
 	if err != nil {
 		return err

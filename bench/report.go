@@ -196,6 +196,12 @@ func (b *bench) targets() []target {
 		}
 		out = append(out, target{Goal: hd.goal, Got: got, Met: h >= 0.9*d})
 	}
+	// Tracing on costs a run no more than a tenth (issue 54).
+	if on, ok := b.median("handlers drain", tracedSubject, "objects/s"); ok {
+		if off, ok := b.median("handlers drain", "opkit, archive on (SQLite)", "objects/s"); ok && off > 0 {
+			out = append(out, target{Goal: "handlers drain with tracing on (exporting every span) within 10% of tracing off", Got: fmt.Sprintf("%.2fx (%.0f/s vs %.0f/s)", on/off, on, off), Met: on >= 0.9*off})
+		}
+	}
 	// Through a runner, the drain with Serve against the same handler run
 	// locally, each from its first Printer handled (a runner's agent
 	// connects after the engine starts).

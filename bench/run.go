@@ -78,6 +78,9 @@ func (b *bench) run(ctx context.Context) error {
 					}
 				}
 			}
+			if err := step("exec handler drain, tracing on", func() error { return b.tracedHandlerDrain(ctx, b.opts.HandlerObjects) }); err != nil {
+				return err
+			}
 			if err := step("http handler drain", func() error { return b.httpHandlerDrain(ctx, b.opts.HandlerObjects) }); err != nil {
 				return err
 			}

@@ -21,6 +21,7 @@ import (
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/executor"
+	"github.com/opkit-dev/opkit/internal/tracing/tracingtest"
 )
 
 // ceiling: a bare client creating ConfigMaps, QPS unlimited.
@@ -341,6 +342,40 @@ func (b *bench) httpHandlerDrain(ctx context.Context, n int) error {
 	}
 	if got := served.Load(); got < int64(n) {
 		return fmt.Errorf("the HTTP handler answered %d runs for %d Printers", got, n)
+	}
+	return nil
+}
+
+// tracedSubject is the handlers drain with tracing on: the engine
+// exports its spans over OTLP gRPC to a receiver in the bench's process.
+const tracedSubject = "opkit, archive on, tracing on"
+
+// tracedHandlerDrain: handlerDrain's Printers (an exec handler, the
+// archive on) with tracing on, every span exported to a receiver here.
+func (b *bench) tracedHandlerDrain(ctx context.Context, n int) error {
+	rcv, stop, err := tracingtest.Listen()
+	if err != nil {
+		return err
+	}
+	defer stop()
+	// The controller, a child process, inherits them.
+	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + rcv.GRPCAddr, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+	for k, v := range env {
+		if err := os.Setenv(k, v); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		for k := range env {
+			_ = os.Unsetenv(k)
+		}
+	}()
+	if err := b.handlerDrainOf(ctx, opkitDefaults, "printer-exec.yaml", tracedSubject, tempArchive(b.workDir), n); err != nil {
+		return err
+	}
+	// A run is a span, and so is each reconcile that decided one.
+	if got := rcv.Count(); got < n {
+		return fmt.Errorf("tracing on: the receiver got %d spans for %d Printers' runs", got, n)
 	}
 	return nil
 }

@@ -14,6 +14,8 @@ import (
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	jsonpatchcreate "gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -28,6 +30,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/executor"
 	runpkg "github.com/opkit-dev/opkit/internal/run"
+	"github.com/opkit-dev/opkit/internal/tracing"
 	"github.com/opkit-dev/opkit/internal/webhook"
 )
 
@@ -90,6 +93,9 @@ type admissionContext struct {
 	DryRun bool `json:"dryRun"`
 	// Request names what the API server asks about.
 	Request admissionRequest `json:"request"`
+	// Traceparent is the W3C trace context of the call's span, when it
+	// has one (package tracing).
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 type admissionRequest struct {
@@ -136,7 +142,19 @@ func (s *Server) Handler() http.Handler {
 			http.Error(w, "the body is not an AdmissionReview with a request", http.StatusBadRequest)
 			return
 		}
-		resp := s.admit(r.Context(), op, h, review.Request)
+		// A span per call, continuing the API server's trace (a
+		// kube-apiserver with tracing on sends traceparent).
+		ctx, span := tracing.Tracer().Start(tracing.FromHeaders(r.Context(), r.Header), "admit "+hName, trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("opkit.operator", opName), attribute.String("opkit.handler", hName),
+				attribute.String("opkit.trigger", trigger), attribute.String("k8s.operation", string(review.Request.Operation)),
+				attribute.String("http.route", "/{trigger}/{operator}/{handler}"))
+		}
+		resp := s.admit(ctx, op, h, review.Request)
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Bool("opkit.admission.allowed", resp.Allowed))
+		}
 		resp.UID = review.Request.UID
 		out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
 		if out.APIVersion == "" {
@@ -171,6 +189,7 @@ func (s *Server) admit(ctx context.Context, op *admitter, h *definition.Handler,
 	run := archive.NewRun(op.def.Operator.Name, h.Name, h.Action(), a.Trigger(), u, now)
 	run.Namespace, run.Name = req.Namespace, name
 	run.Key, run.Diff = "admission/"+string(req.UID), capDiff(cause.Diff(specOf(old), specOf(obj)))
+	run.Trace, _ = tracing.Traceparent(ctx)
 	if run.Kind == "" {
 		run.APIVersion, run.Kind = op.def.GVK.GroupVersion().String(), op.def.GVK.Kind
 	}
@@ -188,7 +207,8 @@ func (s *Server) admit(ctx context.Context, op *admitter, h *definition.Handler,
 	input, err := json.Marshal(admissionContext{
 		Operator: run.Operator, Handler: h.Name, Trigger: run.Trigger, RunID: run.ID, Operation: string(req.Operation),
 		Object: obj, OldObject: old, UserInfo: req.UserInfo, DryRun: dryRun,
-		Request: admissionRequest{UID: string(req.UID), Kind: req.Kind, Resource: req.Resource, SubResource: req.SubResource, Namespace: req.Namespace, Name: req.Name},
+		Request:     admissionRequest{UID: string(req.UID), Kind: req.Kind, Resource: req.Resource, SubResource: req.SubResource, Namespace: req.Namespace, Name: req.Name},
+		Traceparent: run.Trace,
 	})
 	if err != nil {
 		return s.finishAdmission(ctx, run, policyAnswer(a, h, run.ID, "encoding the binding context: "+err.Error()), archive.Failed, log)

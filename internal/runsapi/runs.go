@@ -235,6 +235,7 @@ func (k runs) object(r *archive.Run) *object {
 			Operator: r.Operator, Handler: r.Handler, Action: r.Action, Trigger: r.Trigger,
 			Object:     runsv1alpha1.ObjectReference{APIVersion: r.APIVersion, Kind: r.Kind, Namespace: r.Namespace, Name: r.Name, UID: r.UID},
 			Generation: r.Generation, Key: r.Key, Attempt: r.Attempt, Actor: r.Actor, RerunOf: r.RerunOf, Reason: r.Reason,
+			Trace: r.Trace,
 		},
 		Status: runsv1alpha1.RunStatus{
 			Outcome: string(r.Outcome), StartedAt: metav1.NewTime(r.StartedAt), FinishedAt: timeOrNil(r.FinishedAt),

@@ -104,6 +104,9 @@ type RunSpec struct {
 	// RerunOf is the run this one runs again, and Reason why it was asked.
 	RerunOf string `json:"rerunOf,omitempty"`
 	Reason  string `json:"reason,omitempty"`
+	// Trace is the W3C traceparent of the run's span: its trace id finds
+	// the run in a tracing backend (docs/observability.md).
+	Trace string `json:"trace,omitempty"`
 }
 
 // ObjectReference names the object a run was for. Namespace is empty for

@@ -1,7 +1,8 @@
-// Package tracingtest is an OpenTelemetry collector for tests: it
+// Package tracingtest is an OpenTelemetry collector for tests and the
+// bench: it
 // receives spans over OTLP, gRPC and HTTP (protobuf), with the
 // protocol's own service definitions, and keeps them to be asserted on.
-// Used by tests only.
+// Used by tests and the bench only.
 package tracingtest
 
 import (
@@ -50,23 +51,38 @@ type Receiver struct {
 	collectorpb.UnimplementedTraceServiceServer
 }
 
-// Start starts a receiver on loopback.
+// Start starts a receiver on loopback, stopped when the test ends.
 func Start(t testing.TB) *Receiver {
 	t.Helper()
-	r := &Receiver{}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	r, stop, err := Listen()
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return r
+}
+
+// Listen starts a receiver on loopback, until stop (a benchmark's).
+func Listen() (r *Receiver, stop func(), err error) {
+	r = &Receiver{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
 	}
 	srv := grpc.NewServer()
 	collectorpb.RegisterTraceServiceServer(srv, r)
 	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
 	r.GRPCAddr = lis.Addr().String()
 	hs := httptest.NewServer(http.HandlerFunc(r.serveHTTP))
-	t.Cleanup(hs.Close)
 	r.HTTPURL = hs.URL
-	return r
+	return r, func() { srv.Stop(); hs.Close() }, nil
+}
+
+// Count is how many spans were received.
+func (r *Receiver) Count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.spans)
 }
 
 // Export is the OTLP gRPC service's method.

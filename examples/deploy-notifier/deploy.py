@@ -45,6 +45,21 @@ def setting(name, pattern=None):
     return value
 
 
+def run_annotations(obj):
+    """The JSON patch operations that name this run on obj, so that
+    `opkit why` finds it (opkit.dev/run) and a trace continues through it
+    (opkit.dev/traceparent, when the run has one)."""
+    marks = {"opkit.dev/run": os.environ.get("OPKIT_RUN_ID", "")}
+    if os.environ.get("TRACEPARENT"):
+        marks["opkit.dev/traceparent"] = os.environ["TRACEPARENT"]
+    marks = {k: v for k, v in marks.items() if v}
+    if not marks:
+        return []
+    if "annotations" not in obj["metadata"]:
+        return [{"op": "add", "path": "/metadata/annotations", "value": marks}]
+    return [{"op": "add", "path": "/metadata/annotations/" + k.replace("~", "~0").replace("/", "~1"), "value": v} for k, v in marks.items()]
+
+
 def patch_image(kube, deployment, container, sha):
     """Sets the container's image tag to sha: a JSON patch that tests the
     resourceVersion and the container's name first, so that a concurrent
@@ -66,7 +81,7 @@ def patch_image(kube, deployment, container, sha):
             {"op": "test", "path": "/metadata/resourceVersion", "value": dep["metadata"]["resourceVersion"]},
             {"op": "test", "path": f"/spec/template/spec/containers/{index}/name", "value": containers[index]["name"]},
             {"op": "replace", "path": f"/spec/template/spec/containers/{index}/image", "value": new},
-        ]
+        ] + run_annotations(dep)
         try:
             kube.call("PATCH", path, ops, content_type="application/json-patch+json")
             log(f"{deployment}: {old} -> {new}")

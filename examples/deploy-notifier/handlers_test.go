@@ -435,7 +435,10 @@ func (a *apiserver) start(t *testing.T, namespace string) (kubeconfig string) {
 		if r.Method == "PATCH" {
 			body, _ := io.ReadAll(r.Body)
 			a.patches = append(a.patches, r.Header.Get("Content-Type")+" "+string(body))
-			var ops []struct{ Op, Path, Value string }
+			var ops []struct {
+				Op, Path string
+				Value    any // a string, or the annotations of the run (deploy.py's run_annotations)
+			}
 			if err := json.Unmarshal(body, &ops); err != nil || r.Header.Get("Content-Type") != "application/json-patch+json" {
 				http.Error(w, `{"message": "bad patch"}`, http.StatusBadRequest)
 				return
@@ -446,12 +449,12 @@ func (a *apiserver) start(t *testing.T, namespace string) (kubeconfig string) {
 			}
 			for _, op := range ops {
 				switch {
-				case op.Op == "test" && op.Path == "/metadata/resourceVersion" && op.Value != fmt.Sprint(a.version),
+				case op.Op == "test" && op.Path == "/metadata/resourceVersion" && fmt.Sprint(op.Value) != fmt.Sprint(a.version),
 					op.Op == "test" && op.Path == "/spec/template/spec/containers/0/name" && op.Value != "worker":
 					http.Error(w, `{"message": "the test failed"}`, http.StatusUnprocessableEntity)
 					return
 				case op.Op == "replace" && op.Path == "/spec/template/spec/containers/0/image":
-					a.image = op.Value
+					a.image = fmt.Sprint(op.Value)
 					a.version++
 				}
 			}
@@ -484,12 +487,18 @@ func TestDeploySetsTheImageTagOfTheStagingDeployment(t *testing.T) {
 
 	// A short SHA deploys the whole one; the Deployment changed meanwhile
 	// once: it is read again.
-	r := runHandler(t, "deploy.py", deployContext(gh, gh.Comment(repo, 2, "Alice", "/deploy "+head[:10]+"\r\nplease")), deployEnv(gh, kubeconfig)...)
+	const runID, traceparent = "01m91agtsvy2aepj3a", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	r := runHandler(t, "deploy.py", deployContext(gh, gh.Comment(repo, 2, "Alice", "/deploy "+head[:10]+"\r\nplease")),
+		append(deployEnv(gh, kubeconfig), "OPKIT_RUN_ID="+runID, "TRACEPARENT="+traceparent)...)
 	if r.Exit != 0 || r.Stdout != "" || api.image != "quay.io/packit/packit-worker:"+head {
 		t.Fatalf("exit %d, result %q, image %s; want %s, no result", r.Exit, r.Stdout, api.image, head)
 	}
 	if len(api.patches) != 2 || !strings.Contains(api.patches[1], `"path": "/metadata/resourceVersion", "value": "8"`) {
 		t.Errorf("patches %q; want two JSON patches, the second testing resourceVersion 8", api.patches)
+	}
+	// The patch names the run (opkit why finds it) and its trace.
+	if want := `"value": {"opkit.dev/run": "` + runID + `", "opkit.dev/traceparent": "` + traceparent + `"}`; len(api.patches) < 2 || !strings.Contains(api.patches[1], want) {
+		t.Errorf("the patch %q does not add the annotations %s", api.patches, want)
 	}
 	// Again: it runs that image already.
 	r = runHandler(t, "deploy.py", deployContext(gh, gh.Comment(repo, 2, "alice", "/deploy "+head)), deployEnv(gh, kubeconfig)...)

@@ -18,6 +18,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/sleep"
 	"github.com/opkit-dev/opkit/internal/source"
 	"github.com/opkit-dev/opkit/internal/tracing"
+	"github.com/opkit-dev/opkit/internal/why"
 )
 
 // eventWorkers is how many deliveries an operator handles at once.
@@ -159,7 +160,7 @@ func (q *Queue) handle(d archive.Delivery) {
 	headers := source.Headers(d.Headers)
 	if src.Object != nil {
 		vars := definition.EventVars{Payload: payload, Headers: headers, Event: d.Event, DeliveryID: d.DeliveryID, Source: d.Source}
-		obj, err := q.applyObject(ctx, src, vars, log)
+		obj, err := q.applyObject(ctx, src, vars, d.ID, log)
 		if ctx.Err() != nil {
 			return
 		}
@@ -250,7 +251,9 @@ const objectAttempts = 5
 
 // applyObject creates or patches a source's object (server-side apply,
 // its own field manager per source) and names it "Kind namespace/name".
-func (q *Queue) applyObject(ctx context.Context, src *definition.EventSource, vars definition.EventVars, log logr.Logger) (string, error) {
+// The object names the delivery (why.DeliveryAnnotation, its archive
+// id) and carries its handling's trace (tracing.Annotation).
+func (q *Queue) applyObject(ctx context.Context, src *definition.EventSource, vars definition.EventVars, delivery string, log logr.Logger) (string, error) {
 	obj, err := src.Object.Render(vars)
 	if err != nil {
 		return "", fmt.Errorf("the source's object: %w", err)
@@ -263,14 +266,13 @@ func (q *Queue) applyObject(ctx context.Context, src *definition.EventSource, va
 	if why := outside(q.opts.Namespace, u.GetNamespace()); why != "" {
 		return "", fmt.Errorf("the source's object %s: %s", name, why)
 	}
-	// It carries the handling's trace: its reconciles continue it.
 	a := u.GetAnnotations()
 	if a == nil {
 		a = map[string]string{}
 	}
-	if tracing.Annotate(ctx, a) {
-		u.SetAnnotations(a)
-	}
+	a[why.DeliveryAnnotation] = delivery
+	tracing.Annotate(ctx, a)
+	u.SetAnnotations(a)
 	owner := client.FieldOwner("opkit-source-" + src.Name)
 	delay := time.Second
 	for attempt := 1; ; attempt++ {

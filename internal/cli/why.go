@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/why"
+)
+
+func newWhyCommand() *cobra.Command {
+	var archivePath, kubeconfig, kind, output string
+	var since time.Duration
+	cmd := &cobra.Command{
+		Use:   "why NAMESPACE/NAME",
+		Short: "Say what made an object what it is now",
+		Long: `Say what made an object what it is now, newest first: each field
+manager's last write to it (who, when, which fields and their values now),
+the runs of the object (their trigger, the spec change that caused them,
+what they wrote, who asked), the run that wrote it when a handler says so
+(the annotation opkit.dev/run), and the deliveries behind runs on event and
+behind a source's object (who sent them). A child points to its owner.
+
+It reads the object from the kubeconfig's cluster and the runs from the
+archive (or the cluster's runs API, as opkit runs does), never a tracing
+backend. NAME alone is a cluster-scoped object. --kind names the object's
+kind (Deployment, deployments.apps); without it, the kind of its runs.`,
+		Example: `  opkit why default/hello --kind Printer
+  opkit why default/packit-worker-stg --kind Deployment --since 1h
+  opkit why default/hello -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ns, name := splitObjectRef(args[0])
+			if name == "" || strings.Contains(name, "/") {
+				return fmt.Errorf("%q: want NAMESPACE/NAME, or NAME for a cluster-scoped object", args[0])
+			}
+			if output != "table" && output != "json" {
+				return fmt.Errorf("-o %q: want table or json", output)
+			}
+			var from time.Time
+			if since > 0 {
+				from = time.Now().Add(-since)
+			}
+			src, err := openRunSource(cmd, archivePath, kubeconfig)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = src.Close() }()
+			ref := why.Ref{Namespace: ns, Name: name}
+			obj, gvk, readErr := readWhyObject(cmd.Context(), src, kubeconfig, ns, name, kind)
+			if gvk != nil {
+				ref.Kind = gvk.Kind
+			}
+			chain, err := why.Explain(cmd.Context(), src, ref, obj, from)
+			if err != nil {
+				return err
+			}
+			if readErr != nil {
+				chain.Notes = append(chain.Notes, "the object was not read: "+readErr.Error()+"; from the archive alone")
+			}
+			if output == "json" {
+				return writeJSON(cmd.OutOrStdout(), chain)
+			}
+			printChain(cmd.OutOrStdout(), chain)
+			return nil
+		},
+	}
+	runSourceFlags(cmd, &archivePath, &kubeconfig)
+	cmd.Flags().StringVar(&kind, "kind", "", "the object's kind, as written in manifests (Deployment) or as a resource (deployments.apps); default: the kind of its runs")
+	cmd.Flags().DurationVar(&since, "since", 0, "only what happened within this long, e.g. 1h (0: everything kept)")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	return cmd
+}
+
+// readWhyObject reads the object explained from the kubeconfig's cluster:
+// of kind, or else of the kind of its newest run. err says why it was
+// not read (the object is then explained from the archive alone); gvk is
+// its kind when known.
+func readWhyObject(ctx context.Context, src *runSource, kubeconfig, ns, name, kind string) (*unstructured.Unstructured, *schema.GroupVersionKind, error) {
+	cfg, err := loadKubeconfig(kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	var gvk schema.GroupVersionKind
+	switch {
+	case kind != "":
+		res, group, _ := strings.Cut(strings.ToLower(kind), ".")
+		gvk, err = c.RESTMapper().KindFor(schema.GroupVersionResource{Group: group, Resource: res})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--kind %s: %w", kind, err)
+		}
+	default:
+		page, err := src.List(ctx, archive.Query{Namespace: ns, NoNamespace: ns == "", Name: name, Limit: 1})
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(page.Runs) == 0 {
+			return nil, nil, errors.New("no run of it in the archive says its kind: name it with --kind")
+		}
+		gvk = schema.FromAPIVersionAndKind(page.Runs[0].APIVersion, page.Runs[0].Kind)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
+		return nil, &gvk, err
+	}
+	return u, &gvk, nil
+}
+
+// printChain writes a chain as a table, newest first.
+func printChain(w io.Writer, c *why.Chain) {
+	fmt.Fprintf(w, "%s, newest first:\n", c.Object)
+	if len(c.Entries) == 0 {
+		fmt.Fprintln(w, "  nothing recorded")
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, e := range c.Entries {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", e.At.Local().Format("2006-01-02 15:04:05"), e.Kind, e.Summary)
+	}
+	_ = tw.Flush()
+	for _, n := range c.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	var logs []string
+	for _, e := range c.Entries {
+		if e.Run != nil {
+			logs = append(logs, e.Run.ID)
+		}
+	}
+	if len(logs) > 0 {
+		fmt.Fprintf(w, "a run's log: opkit logs %s\n", logs[0])
+	}
+}

@@ -167,7 +167,7 @@ const maxRuns = 200
 // bound).
 func Explain(ctx context.Context, src Source, ref Ref, obj *unstructured.Unstructured, since time.Time) (*Chain, error) {
 	c := &Chain{Object: ref}
-	x := &explainer{src: src, chain: c, runs: map[string]*archive.Run{}, deliveries: map[string]bool{}}
+	x := &explainer{src: src, chain: c, runs: map[string]*archive.Run{}, deliveries: map[string]*archive.Delivery{}}
 	if err := x.objectRuns(ctx, ref, since); err != nil {
 		return nil, err
 	}
@@ -193,7 +193,10 @@ type explainer struct {
 	src        Source
 	chain      *Chain
 	runs       map[string]*archive.Run // by id: each run once
-	deliveries map[string]bool
+	deliveries map[string]*archive.Delivery // read, nil when pruned
+	// applied is the delivery that applied the object (a source's
+	// object's DeliveryAnnotation), when read.
+	applied *archive.Delivery
 }
 
 // objectRuns adds the object's own runs.
@@ -236,7 +239,7 @@ func (x *explainer) run(ctx context.Context, r *archive.Run, object string) erro
 		}
 		if id != "" {
 			e.Cause = "delivery " + id
-			if err := x.delivery(ctx, id, "ran "+r.Handler); err != nil {
+			if _, err := x.delivery(ctx, id, "ran "+r.Handler); err != nil {
 				return err
 			}
 		}
@@ -325,20 +328,22 @@ func (x *explainer) deliveryOf(ctx context.Context, r *archive.Run) (string, err
 	return bc.Event.ID, nil
 }
 
-// delivery adds the delivery id; what says what it did for the chain.
-func (x *explainer) delivery(ctx context.Context, id, what string) error {
-	if x.deliveries[id] {
-		return nil
+// delivery adds the delivery id, and returns it (nil when the archive no
+// longer has it); what says what it did for the chain.
+func (x *explainer) delivery(ctx context.Context, id, what string) (*archive.Delivery, error) {
+	if d, ok := x.deliveries[id]; ok {
+		return d, nil
 	}
-	x.deliveries[id] = true
 	d, err := x.src.GetDelivery(ctx, id)
 	if errors.Is(err, archive.ErrNotFound) {
+		x.deliveries[id] = nil
 		x.chain.Notes = append(x.chain.Notes, "delivery "+id+" is no longer in the archive (pruned)")
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("delivery %s: %w", id, err)
+		return nil, fmt.Errorf("delivery %s: %w", id, err)
 	}
+	x.deliveries[id] = d
 	e := Entry{At: d.ReceivedAt, Kind: "delivery", Delivery: &Delivery{
 		ID: d.ID, Source: d.Source, DeliveryID: d.DeliveryID, Event: d.Event, Sender: sender(d), Outcome: string(d.Outcome), Reason: d.Reason,
 	}}
@@ -356,7 +361,7 @@ func (x *explainer) delivery(ctx context.Context, id, what string) error {
 	fmt.Fprintf(&b, ", %s; %s", d.Outcome, what)
 	e.Summary = b.String()
 	x.chain.Entries = append(x.chain.Entries, e)
-	return nil
+	return d, nil
 }
 
 // sender is who a delivery says sent it: GitHub's sender.login, else a
@@ -396,9 +401,11 @@ func (x *explainer) named(ctx context.Context, obj *unstructured.Unstructured) e
 		}
 	}
 	if id := a[DeliveryAnnotation]; id != "" && archive.ValidID(id) {
-		if err := x.delivery(ctx, id, "applied the object"); err != nil {
+		d, err := x.delivery(ctx, id, "applied the object")
+		if err != nil {
 			return err
 		}
+		x.applied = d
 	}
 	return nil
 }
@@ -411,7 +418,9 @@ func (x *explainer) changes(obj *unstructured.Unstructured) {
 			continue
 		}
 		at := mf.Time.UTC()
-		fields := Fields(obj.Object, mf.FieldsV1.Raw)
+		// opkit's own records in status (status.opkit) say nothing a
+		// reader of the chain needs: its runs are there already.
+		fields := slices.DeleteFunc(Fields(obj.Object, mf.FieldsV1.Raw), func(f Field) bool { return strings.HasPrefix(f.Path, "status.opkit.") })
 		if len(fields) == 0 {
 			continue
 		}
@@ -434,7 +443,17 @@ func (x *explainer) changes(obj *unstructured.Unstructured) {
 			where = " (" + mf.Subresource + ")"
 		}
 		e.Summary = fmt.Sprintf("%s%s by %s (%s)%s", strings.Join(paths, ", "), more, mf.Manager, mf.Operation, where)
-		if r := x.during(at); r != nil {
+		switch r := x.during(at); {
+		case strings.HasPrefix(mf.Manager, "opkit-source-") && x.applied != nil:
+			// A source's object, applied by the delivery it names.
+			d := x.applied
+			e.Cause, e.after = "delivery "+d.ID, d.ReceivedAt.Add(time.Nanosecond)
+			e.Summary += ", handling delivery " + d.ID
+		case r != nil && causes(fields, r):
+			// The run's cause, made within the second it started.
+			e.Cause, e.after = "", r.StartedAt.Add(-time.Nanosecond)
+			e.Summary += fmt.Sprintf(", which caused run %s (%s)", r.ID, r.Handler)
+		case r != nil:
 			e.Cause, e.after = "run "+r.ID, r.StartedAt
 			if at.After(r.StartedAt) {
 				e.after = at
@@ -443,6 +462,19 @@ func (x *explainer) changes(obj *unstructured.Unstructured) {
 		}
 		x.chain.Entries = append(x.chain.Entries, e)
 	}
+}
+
+// causes reports whether a change of fields is a cause of r: it set a
+// field whose change r's diff names.
+func causes(fields []Field, r *archive.Run) bool {
+	for _, c := range r.Diff {
+		for _, f := range fields {
+			if f.Path == c.Path || strings.HasPrefix(f.Path, c.Path+".") || strings.HasPrefix(f.Path, c.Path+"[") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // during is the run of the chain running at (managedFields' times are in

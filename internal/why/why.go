@@ -36,11 +36,11 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 )
 
-// RunAnnotation, on an object a handler wrote, names the run that wrote
+// RunAnnotation names, on an object a handler wrote, the run that wrote
 // it ($OPKIT_RUN_ID): what a handler sets to be found by opkit why.
 const RunAnnotation = "opkit.dev/run"
 
-// DeliveryAnnotation, on a source's object, names the delivery whose
+// DeliveryAnnotation names, on a source's object, the delivery whose
 // handling applied it last (its archive id).
 const DeliveryAnnotation = "opkit.dev/delivery"
 
@@ -192,7 +192,7 @@ func Explain(ctx context.Context, src Source, ref Ref, obj *unstructured.Unstruc
 type explainer struct {
 	src        Source
 	chain      *Chain
-	runs       map[string]*archive.Run // by id: each run once
+	runs       map[string]*archive.Run      // by id: each run once
 	deliveries map[string]*archive.Delivery // read, nil when pruned
 	// applied is the delivery that applied the object (a source's
 	// object's DeliveryAnnotation), when read.
@@ -420,7 +420,7 @@ func (x *explainer) changes(obj *unstructured.Unstructured) {
 		at := mf.Time.UTC()
 		// opkit's own records in status (status.opkit) say nothing a
 		// reader of the chain needs: its runs are there already.
-		fields := slices.DeleteFunc(Fields(obj.Object, mf.FieldsV1.Raw), func(f Field) bool { return strings.HasPrefix(f.Path, "status.opkit.") })
+		fields := slices.DeleteFunc(Fields(obj.Object, mf.FieldsV1.GetRawBytes()), func(f Field) bool { return strings.HasPrefix(f.Path, "status.opkit.") })
 		if len(fields) == 0 {
 			continue
 		}

@@ -96,7 +96,7 @@ func TestADeploymentAHandlerPatchedLeadsToTheRunAndTheComment(t *testing.T) {
 	}}
 	dep.SetManagedFields([]metav1.ManagedFieldsEntry{{
 		Manager: "Python-urllib", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: t0.Add(time.Second)},
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"worker\"}":{"f:image":{}}}}}}}`)},
+		FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"worker\"}":{"f:image":{}}}}}}}`),
 	}})
 	chain, err := why.Explain(t.Context(), src, why.Ref{Kind: "Deployment", Namespace: "default", Name: "worker"}, dep, time.Time{})
 	if err != nil {

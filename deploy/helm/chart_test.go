@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -73,6 +74,12 @@ var setups = []struct {
 	{"runs API, one replica", []string{"printer"}, manifests.Options{RunsAPI: true}},
 	{"runs API, three replicas, another release and port", []string{"deploy-notifier", "website/admission"}, manifests.Options{
 		Name: "ops", Namespace: "tools", Replicas: 3, ArchiveSecret: "opkit-archive", RunsAPI: true, RunsAPIPort: 9445, AllowHostExec: true,
+	}},
+	{"tracing over http/protobuf, a quarter sampled", []string{"printer"}, manifests.Options{
+		Tracing: manifests.Tracing{Endpoint: "http://otel-collector.observability:4318", Protocol: manifests.TracingHTTP, SampleRatio: "0.25"},
+	}},
+	{"tracing over grpc, the SDK's sampler, three replicas", []string{"deploy-notifier"}, manifests.Options{
+		Replicas: 3, ArchiveSecret: "opkit-archive", AllowHostExec: true, Tracing: manifests.Tracing{Endpoint: "https://otlp.example.com:4317"},
 	}},
 	{"no definitions", nil, manifests.Options{}},
 }
@@ -339,5 +346,72 @@ func TestChartLabelsItsOperatorsAndRunsOnlyThose(t *testing.T) {
 	ops["from"] = "files"
 	if _, err := render(t, c, vals, "opkit", "payments"); err == nil || !strings.Contains(err.Error(), "operators.labels: only with operators.from cluster") {
 		t.Errorf("rendered operators.labels with operators from files: %v; want a refusal", err)
+	}
+}
+
+// engineEnv is the OTEL_* environment of the engine's container among
+// objs.
+func engineEnv(t *testing.T, objs []map[string]any) map[string]string {
+	t.Helper()
+	for _, obj := range objs {
+		if obj["kind"] != "Deployment" || key(obj) != "Deployment opkit opkit" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(obj, "spec", "template", "spec", "containers")
+		env := map[string]string{}
+		for _, e := range containers[0].(map[string]any)["env"].([]any) {
+			if name := str(e.(map[string]any)["name"]); strings.HasPrefix(name, "OTEL_") {
+				env[name] = str(e.(map[string]any)["value"])
+			}
+		}
+		return env
+	}
+	t.Fatal("the chart renders no Deployment opkit")
+	return nil
+}
+
+// Tracing is off by default (no OTEL_* variable); tracing.sampleRatio
+// given as a number, as a hand-written values file may, renders as the
+// string the engine reads; values that cannot work are refused, naming
+// the value.
+func TestChartTracing(t *testing.T) {
+	c := loadChart(t)
+	_, vals := generated(t, []string{"printer"}, manifests.Options{})
+	objs, err := render(t, c, vals, "opkit", "opkit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := engineEnv(t, objs); len(env) > 0 {
+		t.Errorf("env %v with the default values; want no OTEL_* variable", env)
+	}
+	for _, ratio := range []any{0.25, 0, 1, "0.5"} {
+		vals["tracing"] = map[string]any{"endpoint": "http://otel-collector.observability:4317", "protocol": "grpc", "sampleRatio": ratio}
+		objs, err := render(t, c, vals, "opkit", "opkit")
+		if err != nil {
+			t.Fatalf("sampleRatio %v: %v", ratio, err)
+		}
+		want := map[string]string{
+			"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_SERVICE_NAME": "opkit",
+			"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": fmt.Sprint(ratio),
+		}
+		if diff := cmp.Diff(want, engineEnv(t, objs)); diff != "" {
+			t.Errorf("sampleRatio %v: the engine's OTEL_* env (+) is not (-):\n%s", ratio, diff)
+		}
+	}
+	for _, tc := range []struct {
+		tracing map[string]any
+		want    string
+	}{
+		{map[string]any{"endpoint": "http://collector:4318", "protocol": "http/json", "sampleRatio": ""}, `tracing.protocol "http/json": want grpc or http/protobuf`},
+		{map[string]any{"endpoint": "collector:4317", "protocol": "grpc", "sampleRatio": ""}, `tracing.endpoint "collector:4317"`},
+		{map[string]any{"endpoint": "http://collector:4317", "protocol": "grpc", "sampleRatio": "1.5"}, `tracing.sampleRatio "1.5": want a decimal number from 0 to 1`},
+		{map[string]any{"endpoint": "http://collector:4317", "protocol": "grpc", "sampleRatio": -0.5}, `tracing.sampleRatio "-0.5"`},
+		{map[string]any{"endpoint": "http://collector:4317", "protocol": "grpc", "sampleRatio": "1e-2"}, `tracing.sampleRatio "1e-2"`},
+		{map[string]any{"endpoint": "", "protocol": "grpc", "sampleRatio": "0.5"}, "tracing.sampleRatio: no spans are exported: set tracing.endpoint"},
+	} {
+		vals["tracing"] = tc.tracing
+		if _, err := render(t, c, vals, "opkit", "opkit"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("tracing %v: %v; want a refusal saying %s", tc.tracing, err, tc.want)
+		}
 	}
 }

@@ -42,6 +42,9 @@ func (f *generateFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.Console.TokenSecret, "console-token-secret", "", "for --console-auth token: a Secret in the engine's namespace whose key "+manifests.TokenKey+" is the console's token")
 	cmd.Flags().StringVar(&o.Console.URL, "console-url", "", "the console's public base URL, linked from Events")
 	cmd.Flags().BoolVar(&o.RunsAPI, "runs-api", false, "serve the run archive as the aggregated API runs.opkit.dev (kubectl get runs): an APIService, the whole cluster's, its Service, its RBAC and the ClusterRole "+manifests.RunsViewerRole+" (docs/runs-api.md)")
+	cmd.Flags().StringVar(&o.Tracing.Endpoint, "otel-endpoint", "", "export the engine's spans (runs, reconciles, deliveries) with OTLP to this URL, http:// or https:// (http://otel-collector.observability:4317): its env OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL and OTEL_SERVICE_NAME="+manifests.TracingService+" (default: none exported; docs/observability.md)")
+	cmd.Flags().StringVar(&o.Tracing.Protocol, "otel-protocol", manifests.TracingGRPC, "with --otel-endpoint, the OTLP protocol: "+manifests.TracingGRPC+" (a collector's port 4317) or "+manifests.TracingHTTP+" (4318; the endpoint is the base URL, /v1/traces appended): its env OTEL_EXPORTER_OTLP_PROTOCOL")
+	cmd.Flags().StringVar(&o.Tracing.SampleRatio, "otel-sample-ratio", "", "with --otel-endpoint, the share of traces sampled, from 0 to 1 (0.25): its env OTEL_TRACES_SAMPLER=parentbased_traceidratio and OTEL_TRACES_SAMPLER_ARG (default: every trace, unless an incoming trace context was not sampled)")
 	cmd.Flags().BoolVar(&o.Hooks, "hooks", false, "expose the hooks port (webhook deliveries) even when no definition has a source")
 	cmd.Flags().BoolVar(&o.AllowHostExec, "allow-host-exec", false, "warn, instead of refusing, when an exec handler names no exec.image: it runs in the engine's container, so the engine's image (--image) must hold its program")
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,6 +53,60 @@ func TestGenerateManifestsWithRunsAPIAddsTheAPIServiceItsServiceAndItsRBAC(t *te
 	}
 }
 
+func TestGenerateWithAnOTLPEndpointGivesTheEngineTheOTELEnvironment(t *testing.T) {
+	otel := []string{"--otel-endpoint", "http://otel-collector.observability:4318", "--otel-protocol", "http/protobuf", "--otel-sample-ratio", "0.25"}
+	var stdout, stderr bytes.Buffer
+	args := []string{"generate", "manifests", "-f", "../../examples/printer/operator.yaml", "--image", "registry.example.com/opkit:v1"}
+	if code := Main(append(args, otel...), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	want := `        - name: OTEL_EXPORTER_OTLP_ENDPOINT
+          value: http://otel-collector.observability:4318
+        - name: OTEL_EXPORTER_OTLP_PROTOCOL
+          value: http/protobuf
+        - name: OTEL_SERVICE_NAME
+          value: opkit
+        - name: OTEL_TRACES_SAMPLER
+          value: parentbased_traceidratio
+        - name: OTEL_TRACES_SAMPLER_ARG
+          value: "0.25"
+`
+	if !strings.Contains(stdout.String(), want) {
+		t.Errorf("the manifests lack the engine's OTEL_* env:\n%s", want)
+	}
+	stdout.Reset()
+	if code := Main(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if strings.Contains(stdout.String(), "OTEL_") {
+		t.Errorf("the manifests set OTEL_* without --otel-endpoint")
+	}
+
+	stdout.Reset()
+	if code := Main(append([]string{"generate", "values", "-f", "../../examples/printer/operator.yaml"}, otel...), &stdout, &stderr); code != 0 {
+		t.Fatalf("values: exit %d: %s", code, stderr.String())
+	}
+	var v struct {
+		Tracing map[string]any `json:"tracing"`
+	}
+	if err := yaml.Unmarshal(stdout.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	if wantValues := map[string]any{"endpoint": "http://otel-collector.observability:4318", "protocol": "http/protobuf", "sampleRatio": "0.25"}; !maps.Equal(v.Tracing, wantValues) {
+		t.Errorf("values' tracing %v, want %v", v.Tracing, wantValues)
+	}
+
+	var help bytes.Buffer
+	if code := Main([]string{"generate", "values", "--help"}, &help, &stderr); code != 0 {
+		t.Fatalf("--help: exit %d", code)
+	}
+	for _, s := range []string{"--otel-endpoint", "--otel-protocol string", `(default "grpc")`, "--otel-sample-ratio", "OTEL_TRACES_SAMPLER_ARG"} {
+		if !strings.Contains(help.String(), s) {
+			t.Errorf("generate values --help does not say %q", s)
+		}
+	}
+}
+
 func TestGenerateValuesWritesTheRules(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := Main([]string{"generate", "values", "-f", "../../examples/team-watch/operator.yaml", "--allow-host-exec"}, &stdout, &stderr); code != 0 {
@@ -86,6 +141,10 @@ func TestGenerateRefusesWhatCannotWork(t *testing.T) {
 		{[]string{"--archive-size", "-1Gi"}, `--archive-size "-1Gi"`},
 		{[]string{"--archive-secret", "pg", "--archive-size", "5Gi"}, "with --archive-secret the archive is PostgreSQL's"},
 		{[]string{"--archive-storage-class", "Fast Disks"}, `--archive-storage-class "Fast Disks"`},
+		{[]string{"--otel-endpoint", "http://collector:4318", "--otel-protocol", "http/json"}, `--otel-protocol "http/json": want grpc or http/protobuf`},
+		{[]string{"--otel-endpoint", "http://collector:4317", "--otel-sample-ratio", "2"}, `--otel-sample-ratio "2": want a decimal number from 0 to 1`},
+		{[]string{"--otel-endpoint", "collector:4317"}, `--otel-endpoint "collector:4317"`},
+		{[]string{"--otel-sample-ratio", "0.5"}, "give --otel-endpoint"},
 	} {
 		var stdout, stderr bytes.Buffer
 		args := append([]string{"generate", "manifests", "-f", "../../examples/printer/operator.yaml"}, tc.args...)

@@ -290,6 +290,7 @@ func (m *Manifests) deployment() *appsv1.Deployment {
 			LocalObjectReference: corev1.LocalObjectReference{Name: o.Console.TokenSecret}, Key: TokenKey,
 		}}})
 	}
+	env = append(env, o.Tracing.env()...)
 	if o.Operators == FromFiles {
 		mounts = append(mounts, corev1.VolumeMount{Name: "operators", MountPath: OperatorsDir, ReadOnly: true})
 		volumes = append(volumes, corev1.Volume{Name: "operators", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -358,6 +359,25 @@ func (m *Manifests) deployment() *appsv1.Deployment {
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: m.labels()}, Spec: pod},
 		},
 	}
+}
+
+// env is the engine's OTEL_* environment, which tracing.Setup reads:
+// none without an endpoint.
+func (t Tracing) env() []corev1.EnvVar {
+	if !t.on() {
+		return nil
+	}
+	env := []corev1.EnvVar{
+		{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: t.Endpoint},
+		{Name: "OTEL_EXPORTER_OTLP_PROTOCOL", Value: t.Protocol},
+		{Name: "OTEL_SERVICE_NAME", Value: TracingService},
+	}
+	if t.SampleRatio != "" {
+		env = append(env,
+			corev1.EnvVar{Name: "OTEL_TRACES_SAMPLER", Value: "parentbased_traceidratio"},
+			corev1.EnvVar{Name: "OTEL_TRACES_SAMPLER_ARG", Value: t.SampleRatio})
+	}
+	return env
 }
 
 // archiveClaim is the PersistentVolumeClaim of the SQLite archive,

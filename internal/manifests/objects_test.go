@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/opkit-dev/opkit/internal/manifests"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 func objects(t *testing.T, opts manifests.Options, examples ...string) map[string]*unstructured.Unstructured {
@@ -426,5 +427,78 @@ func TestTheSQLiteArchiveIsOnAClaimThatOutlivesThePod(t *testing.T) {
 	objs = objects(t, manifests.Options{ArchiveSecret: "pg"}, "printer")
 	if objs["PersistentVolumeClaim/opkit-archive"] != nil || archiveVolume(deployment(t, objs, "opkit")) != nil {
 		t.Error("a PostgreSQL archive still has a claim or an archive volume")
+	}
+}
+
+// With an OTLP endpoint the engine's container gets the OTEL_*
+// environment that turns its tracing on (tracing.FromEnv reads it so),
+// the sampler only with a ratio; without one, no OTEL_* variable at all.
+// What cannot work is refused naming the flag.
+func TestTracingGivesTheEngineItsOTELEnvironment(t *testing.T) {
+	otel := func(opts manifests.Options) map[string]string {
+		t.Helper()
+		c := deployment(t, objects(t, opts, "printer"), "opkit").Spec.Template.Spec.Containers[0]
+		env := map[string]string{}
+		for _, e := range c.Env {
+			if strings.HasPrefix(e.Name, "OTEL_") {
+				env[e.Name] = e.Value
+			}
+		}
+		return env
+	}
+	if env := otel(manifests.Options{}); len(env) > 0 {
+		t.Errorf("env %v by default; want no OTEL_* variable: tracing is off", env)
+	}
+	for _, tc := range []struct {
+		tracing manifests.Tracing
+		want    map[string]string
+	}{
+		{manifests.Tracing{Endpoint: "http://otel-collector.observability:4317"}, map[string]string{
+			"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_SERVICE_NAME": "opkit",
+		}},
+		{manifests.Tracing{Endpoint: "https://otlp.example.com", Protocol: manifests.TracingHTTP, SampleRatio: "0.25"}, map[string]string{
+			"OTEL_EXPORTER_OTLP_ENDPOINT": "https://otlp.example.com", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_SERVICE_NAME": "opkit",
+			"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25",
+		}},
+		{manifests.Tracing{Endpoint: "http://collector:4317", SampleRatio: "0"}, map[string]string{
+			"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_SERVICE_NAME": "opkit",
+			"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0",
+		}},
+	} {
+		env := otel(manifests.Options{Tracing: tc.tracing})
+		if !maps.Equal(env, tc.want) {
+			t.Errorf("%+v: env %v, want %v", tc.tracing, env, tc.want)
+		}
+		if c, err := tracing.FromEnv(func(k string) string { return env[k] }); err != nil || !c.On || c.Protocol != env["OTEL_EXPORTER_OTLP_PROTOCOL"] {
+			t.Errorf("%+v: the engine reads its env as %+v, %v; want tracing on over %s", tc.tracing, c, err, env["OTEL_EXPORTER_OTLP_PROTOCOL"])
+		}
+	}
+
+	defs := compileExamples(t, "printer")
+	for _, tc := range []struct {
+		tracing manifests.Tracing
+		want    string
+	}{
+		{manifests.Tracing{Endpoint: "http://collector:4318", Protocol: "http/json"}, `--otel-protocol "http/json": want grpc or http/protobuf`},
+		{manifests.Tracing{Endpoint: "http://collector:4317", Protocol: "GRPC"}, `--otel-protocol "GRPC"`},
+		{manifests.Tracing{Endpoint: "collector:4317"}, `--otel-endpoint "collector:4317": want the OTLP endpoint's URL, http:// or https://`},
+		{manifests.Tracing{Endpoint: "grpc://collector:4317"}, `--otel-endpoint "grpc://collector:4317"`},
+		{manifests.Tracing{Endpoint: "http://"}, `--otel-endpoint "http://"`},
+		{manifests.Tracing{Endpoint: "http://collector:4317", SampleRatio: "1.5"}, `--otel-sample-ratio "1.5": want a decimal number from 0 to 1`},
+		{manifests.Tracing{Endpoint: "http://collector:4317", SampleRatio: "-0.1"}, `--otel-sample-ratio "-0.1"`},
+		{manifests.Tracing{Endpoint: "http://collector:4317", SampleRatio: "half"}, `--otel-sample-ratio "half"`},
+		{manifests.Tracing{Endpoint: "http://collector:4317", SampleRatio: "1e-2"}, `--otel-sample-ratio "1e-2"`},
+		{manifests.Tracing{Endpoint: "http://collector:4317", SampleRatio: "NaN"}, `--otel-sample-ratio "NaN"`},
+		{manifests.Tracing{SampleRatio: "0.5"}, "--otel-sample-ratio: no spans are exported: give --otel-endpoint"},
+	} {
+		_, err := manifests.New(defs, manifests.Options{Tracing: tc.tracing})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("tracing %+v: %v; want an error saying %s", tc.tracing, err, tc.want)
+		}
+	}
+	for _, ratio := range []string{"0", "1", "1.0", ".5", "0.001"} {
+		if _, err := manifests.New(defs, manifests.Options{Tracing: manifests.Tracing{Endpoint: "http://collector:4317", SampleRatio: ratio}}); err != nil {
+			t.Errorf("sample ratio %s: %v", ratio, err)
+		}
 	}
 }

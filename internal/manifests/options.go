@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net/url"
+	"regexp"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -32,6 +35,18 @@ const (
 	// TokenReview and SubjectAccessReview.
 	ConsoleAuthKubernetes = "kubernetes"
 )
+
+// OTLP protocols of the engine's traces (Options.Tracing.Protocol).
+const (
+	// TracingGRPC is OTLP over gRPC, which a collector serves on 4317.
+	TracingGRPC = "grpc"
+	// TracingHTTP is OTLP over HTTP with protobuf bodies, on 4318; the
+	// exporter appends /v1/traces to the endpoint.
+	TracingHTTP = "http/protobuf"
+)
+
+// TracingService is the engine's OTEL_SERVICE_NAME with Options.Tracing.
+const TracingService = "opkit"
 
 // Defaults of Options.
 const (
@@ -95,8 +110,8 @@ const (
 // Options says how the engine is installed. The zero value is one
 // replica named opkit in namespace opkit, running the definitions applied
 // as Operator objects, with a SQLite archive on a PersistentVolumeClaim of
-// 1Gi (kept across upgrades and rescheduling), no console, and its
-// metrics and health on port 7381.
+// 1Gi (kept across upgrades and rescheduling), no console, no traces
+// exported, and its metrics and health on port 7381.
 type Options struct {
 	// Name names the engine's objects: its ServiceAccount, Deployment,
 	// Service, PodDisruptionBudget and Role; its ClusterRole is
@@ -185,6 +200,8 @@ type Options struct {
 	// RunnersPort serves the runner API, with an exec handler in an image;
 	// RunsAPIPort the runs API, with RunsAPI.
 	MetricsPort, HooksPort, ConsolePort, WebhookPort, RunnersPort, RunsAPIPort int32
+	// Tracing exports the engine's spans with OTLP. Defaults to none.
+	Tracing Tracing
 	// Resources of the engine's container. Defaults to a request of 100m
 	// CPU and 192Mi of memory and a limit of 512Mi (docs/production.md,
 	// Sizing).
@@ -201,6 +218,55 @@ type Console struct {
 	TokenSecret string
 	// URL is the console's public base URL, linked from Events; optional.
 	URL string
+}
+
+// Tracing is where the engine exports its spans (runs, reconciles,
+// deliveries), as the standard OTEL_* environment of its container says
+// (docs/observability.md).
+type Tracing struct {
+	// Endpoint is the OTLP endpoint's URL, http:// or https://
+	// (OTEL_EXPORTER_OTLP_ENDPOINT): with http/protobuf its base, the
+	// exporter appending /v1/traces. Empty (the default): no spans are
+	// exported, and no OTEL_* variable is set.
+	Endpoint string
+	// Protocol is TracingGRPC (the default: a collector in the cluster
+	// usually listens on 4317) or TracingHTTP
+	// (OTEL_EXPORTER_OTLP_PROTOCOL).
+	Protocol string
+	// SampleRatio is the share of traces sampled, a decimal number in
+	// [0,1] (0.25): the sampler parentbased_traceidratio, which follows
+	// an incoming trace's decision. Empty (the default): the SDK's own,
+	// parentbased_always_on.
+	SampleRatio string
+}
+
+// on reports whether spans are exported.
+func (t Tracing) on() bool { return t.Endpoint != "" }
+
+// sampleRatio is a sample ratio's form: a decimal number, no sign, no
+// exponent (the chart checks the same).
+var sampleRatio = regexp.MustCompile(`^([0-9]+(\.[0-9]*)?|\.[0-9]+)$`)
+
+// validate says what is wrong with defaulted tracing, naming the flags.
+func (t Tracing) validate() []error {
+	var errs []error
+	if t.Endpoint != "" {
+		if u, err := url.Parse(t.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--otel-endpoint %q: want the OTLP endpoint's URL, http:// or https:// (http://otel-collector.observability:4317)", t.Endpoint))
+		}
+	}
+	if t.Protocol != TracingGRPC && t.Protocol != TracingHTTP {
+		errs = append(errs, fmt.Errorf("--otel-protocol %q: want %s or %s", t.Protocol, TracingGRPC, TracingHTTP))
+	}
+	if t.SampleRatio != "" {
+		if r, err := strconv.ParseFloat(t.SampleRatio, 64); !sampleRatio.MatchString(t.SampleRatio) || err != nil || r > 1 {
+			errs = append(errs, fmt.Errorf("--otel-sample-ratio %q: want a decimal number from 0 to 1 (0.25: a quarter of the traces)", t.SampleRatio))
+		}
+		if !t.on() {
+			errs = append(errs, errors.New("--otel-sample-ratio: no spans are exported: give --otel-endpoint"))
+		}
+	}
+	return errs
 }
 
 // served reports whether the console is served.
@@ -233,6 +299,7 @@ func (o Options) withDefaults() Options {
 	o.WebhookPort = cmp.Or(o.WebhookPort, DefaultWebhookPort)
 	o.RunnersPort = cmp.Or(o.RunnersPort, DefaultRunnersPort)
 	o.RunsAPIPort = cmp.Or(o.RunsAPIPort, DefaultRunsAPIPort)
+	o.Tracing.Protocol = cmp.Or(o.Tracing.Protocol, TracingGRPC)
 	if o.Resources == nil {
 		r := DefaultResources()
 		o.Resources = &r
@@ -297,6 +364,7 @@ func (o Options) validate() error {
 	if o.Console.URL != "" && !o.Console.served() {
 		errs = append(errs, errors.New("--console-url: no console is served: choose --console-auth token or kubernetes"))
 	}
+	errs = append(errs, o.Tracing.validate()...)
 	ports := map[int32]string{}
 	for _, p := range []struct {
 		name string

@@ -30,6 +30,7 @@ type values struct {
 	Hooks               hooksValues   `json:"hooks" yaml:"hooks"`
 	Webhook             hooksValues   `json:"webhook" yaml:"webhook"`
 	RunsAPI             hooksValues   `json:"runsApi" yaml:"runsApi"`
+	Tracing             tracingValues `json:"tracing" yaml:"tracing"`
 	Ports               portValues    `json:"ports" yaml:"ports"`
 	Resources           any           `json:"resources" yaml:"resources"`
 	Operators           operatorsVal  `json:"operators" yaml:"operators"`
@@ -75,6 +76,12 @@ type consoleValues struct {
 	URL         string `json:"url" yaml:"url"`
 }
 
+type tracingValues struct {
+	Endpoint    string `json:"endpoint" yaml:"endpoint"`
+	Protocol    string `json:"protocol" yaml:"protocol"`
+	SampleRatio string `json:"sampleRatio" yaml:"sampleRatio"`
+}
+
 type hooksValues struct {
 	Enabled bool `json:"enabled" yaml:"enabled"`
 }
@@ -109,6 +116,7 @@ func (m *Manifests) values() (*values, error) {
 		Hooks:     hooksValues{Enabled: o.Hooks},
 		Webhook:   hooksValues{Enabled: o.Webhook},
 		RunsAPI:   hooksValues{Enabled: o.RunsAPI},
+		Tracing:   tracingValues{Endpoint: o.Tracing.Endpoint, Protocol: o.Tracing.Protocol, SampleRatio: o.Tracing.SampleRatio},
 		Ports:     portValues{Metrics: o.MetricsPort, Hooks: o.HooksPort, Console: o.ConsolePort, Webhook: o.WebhookPort, Runners: o.RunnersPort, RunsAPI: o.RunsAPIPort},
 		Operators: operatorsVal{From: o.Operators, Definitions: map[string]any{}},
 		Runners:   runnersValues{Operators: map[string]runnerValues{}},
@@ -197,6 +205,7 @@ func (m *Manifests) WriteValues(w io.Writer) error {
 		"archive":   fmt.Sprintf("secretName: a Secret in the release's namespace whose key %s is the archive's\nPostgreSQL URL; empty: SQLite on the PersistentVolumeClaim RELEASE-archive of\nsize and storageClassName (empty: the cluster's default), kept across\nupgrades; size \"0\": an emptyDir, lost with the Pod.", ArchiveKey),
 		"console":   "auth none serves no console; token (a Secret's key token) or kubernetes serve it.",
 		"runsApi":   "The runs API, runs.opkit.dev (kubectl get runs, docs/runs-api.md): an\nAPIService, the whole cluster's; the rules must grant it (opkit generate\nvalues --runs-api writes them).",
+		"tracing":   "The engine's spans (runs, reconciles, deliveries), exported with OTLP to\nendpoint (empty: none) over protocol grpc or http/protobuf; sampleRatio in\n[0,1] (empty: every trace, or as its parent decided) (docs/observability.md).",
 		"runners":   "The runners of the operators whose exec handlers name exec.image, by operator:\nthe images (a runner Deployment each) and the operator's directory, as its\nConfigMap OPERATOR-files holds it (docs/production.md).",
 	} {
 		for i := 0; i+1 < len(doc.Content); i += 2 {

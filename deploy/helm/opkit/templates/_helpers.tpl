@@ -65,6 +65,23 @@ not given, a wildcard, or a console without authentication.
 {{- fail "runsApi.enabled: the rules do not let the engine keep the APIService v1alpha1.runs.opkit.dev current: write the values with `opkit generate values --runs-api -f operator.yaml > values.yaml`" -}}
 {{- end -}}
 {{- end -}}
+{{- with .Values.tracing -}}
+{{- if and .endpoint (not (regexMatch "^https?://[^/?#]+" (toString .endpoint))) -}}
+{{- fail (printf "tracing.endpoint %q: want the OTLP endpoint's URL, http:// or https:// (http://otel-collector.observability:4317)" (toString .endpoint)) -}}
+{{- end -}}
+{{- if not (has .protocol (list "grpc" "http/protobuf")) -}}
+{{- fail (printf "tracing.protocol %q: want grpc or http/protobuf" (toString .protocol)) -}}
+{{- end -}}
+{{- $ratio := include "opkit.sampleRatio" $ -}}
+{{- if ne $ratio "" -}}
+{{- if or (not (regexMatch "^([0-9]+([.][0-9]*)?|[.][0-9]+)$" $ratio)) (gt (float64 $ratio) 1.0) -}}
+{{- fail (printf "tracing.sampleRatio %q: want a decimal number from 0 to 1 (0.25: a quarter of the traces)" $ratio) -}}
+{{- end -}}
+{{- if not .endpoint -}}
+{{- fail "tracing.sampleRatio: no spans are exported: set tracing.endpoint" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if not (has .Values.operators.from (list "cluster" "files")) -}}
 {{- fail (printf "operators.from %q: want cluster or files" .Values.operators.from) -}}
 {{- end -}}
@@ -111,4 +128,12 @@ run --selector: k=v,... sorted by key.
 {{- $sel = append $sel (printf "%s=%s" $k $v) -}}
 {{- end -}}
 {{- join "," $sel -}}
+{{- end -}}
+
+{{/*
+opkit.sampleRatio is tracing.sampleRatio as a string, "" when unset (a
+number 0 is "0", not unset).
+*/}}
+{{- define "opkit.sampleRatio" -}}
+{{- if not (kindIs "invalid" .Values.tracing.sampleRatio) }}{{ toString .Values.tracing.sampleRatio }}{{ end -}}
 {{- end -}}

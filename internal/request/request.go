@@ -37,6 +37,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -49,6 +50,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/cause"
 	"github.com/opkit-dev/opkit/internal/statemachine"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // Kind is one kind of request: where it travels, the command that makes
@@ -178,7 +180,17 @@ func (k Kind) Record(operator string, obj *unstructured.Unstructured, actor stri
 // Warning Event on obj says that what sentence tells was not recorded.
 // It is kept also when ctx is done: seen, a request is recorded, also
 // while the engine stops.
+//
+// The request is a span of the reconcile that took it (package tracing),
+// whose traceparent its record keeps.
 func (k Kind) Keep(ctx context.Context, a archive.Recorder, rec events.EventRecorder, obj runtime.Object, r *archive.Run, log, sentence string) {
+	ctx, span := tracing.Tracer().Start(tracing.Ensure(ctx), "request "+k.Action)
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("opkit.operator", r.Operator), attribute.String("opkit.request", k.Action),
+			attribute.String("opkit.actor", r.Actor), attribute.String("opkit.run.id", r.ID))
+	}
+	r.Trace, _ = tracing.Traceparent(ctx)
 	if err := archive.Keep(ctx, a, r, log); err != nil {
 		rec.Eventf(obj, nil, corev1.EventTypeWarning, "ArchiveFailed", k.Action, "%s: not recorded in the archive: %v", sentence, err)
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/source/kafkasrc/kafkatest"
 	"github.com/opkit-dev/opkit/internal/source/natsjs/natstest"
+	"github.com/opkit-dev/opkit/internal/tracing/tracingtest"
 )
 
 // checker plays one case against a real engine on the plane, in a
@@ -86,6 +87,9 @@ type checker struct {
 	// redeliveries are the Redelivery objects the checker created, in
 	// order: the model's redeliveries, numbered from 1.
 	redeliveries []string
+	// otlp is the case's OTLP receiver, which its engines export their
+	// spans to over gRPC: tracing is on in every case.
+	otlp *tracingtest.Receiver
 }
 
 // Check plays c against the engine and compares what happened with the
@@ -106,7 +110,7 @@ func Check(t testing.TB, env *clustertest.Env, c conformance.Case) ([]conformanc
 	ch := &checker{
 		t: t, env: env, c: c, bin: bin, kube: clustertest.Cluster(t).KubeconfigPath(),
 		dir: filepath.Join(t.TempDir(), "case"), starts: map[int]int{}, uids: map[string]int{}, payloads: map[int][]byte{}, ceposts: map[int]int{},
-		ns: "conf-" + rand.String(8),
+		ns: "conf-" + rand.String(8), otlp: tracingtest.Start(t),
 	}
 	if err := os.MkdirAll(ch.dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -326,7 +330,8 @@ func (ch *checker) deliver(s conformance.Step) {
 		ch.payloads[s.Delivery] = body
 	}
 	if ch.kafka != nil {
-		rec := ch.kafka.Produce(&kgo.Record{Topic: conformance.KafkaTopic, Partition: 0, Value: body})[0]
+		rec := ch.kafka.Produce(&kgo.Record{Topic: conformance.KafkaTopic, Partition: 0, Value: body,
+			Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte(conformance.SenderTraceparent(s.Delivery))}}})[0]
 		ch.published++
 		if rec.Offset != int64(s.Delivery-1) {
 			t.Fatalf("%s was produced at offset %d: the model names it %s", s, rec.Offset, ch.c.Def.SourceDeliveryID(s.Delivery))
@@ -334,7 +339,8 @@ func (ch *checker) deliver(s conformance.Step) {
 		return
 	}
 	if ch.nats != nil {
-		seqs := ch.nats.PublishMsgs(&nats.Msg{Subject: conformance.NATSSubject, Data: body})
+		seqs := ch.nats.PublishMsgs(&nats.Msg{Subject: conformance.NATSSubject, Data: body,
+			Header: nats.Header{"traceparent": {conformance.SenderTraceparent(s.Delivery)}}})
 		ch.published++
 		if seqs[0] != uint64(s.Delivery) {
 			t.Fatalf("%s was published as the stream's message %d: the model names it %s", s, seqs[0], ch.c.Def.SourceDeliveryID(s.Delivery))
@@ -355,6 +361,7 @@ func (ch *checker) deliver(s conformance.Step) {
 		ch.cloudEvent(req, s.Delivery, body)
 	} else {
 		req.Header.Set(conformance.DeliveryHeader, conformance.DeliveryID(s.Delivery))
+		req.Header.Set("traceparent", conformance.SenderTraceparent(s.Delivery))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -379,11 +386,13 @@ func (ch *checker) cloudEvent(req *http.Request, n int, body []byte) {
 		req.Header.Set("ce-id", conformance.DeliveryID(n))
 		req.Header.Set("ce-source", conformance.CloudEventsSource)
 		req.Header.Set("ce-type", conformance.CloudEventsType)
+		req.Header.Set("ce-traceparent", conformance.SenderTraceparent(n)) // the extension
 		return
 	}
 	event, err := json.Marshal(map[string]any{
 		"specversion": "1.0", "id": conformance.DeliveryID(n), "source": conformance.CloudEventsSource,
 		"type": conformance.CloudEventsType, "datacontenttype": "application/json", "data": json.RawMessage(body),
+		"traceparent": conformance.SenderTraceparent(n),
 	})
 	if err != nil {
 		ch.t.Fatal(err)
@@ -505,7 +514,10 @@ func (ch *checker) start() {
 	if (len(ch.c.History)+len(ch.starts))%2 == 1 {
 		runWait = "5s" // waits for the end of every run but a held or slow one
 	}
-	cmd.Env = append(os.Environ(), engineEnv+"="+ch.dir, namespaceEnv+"="+ch.ns, "KUBECONFIG="+ch.kube, runWaitEnv+"="+runWait)
+	cmd.Env = append(os.Environ(), engineEnv+"="+ch.dir, namespaceEnv+"="+ch.ns, "KUBECONFIG="+ch.kube, runWaitEnv+"="+runWait,
+		// Tracing on, as opkit run's environment turns it on: the model's
+		// promises about traces hold with it (docs/observability.md).
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://"+ch.otlp.GRPCAddr, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_BSP_SCHEDULE_DELAY=100")
 	if ch.c.Def.Cluster {
 		cmd.Env = append(cmd.Env, clusterEnv+"=1")
 	}
@@ -839,7 +851,7 @@ func attempts(e *conformance.Expectation) int {
 // the archive and the records.
 func (ch *checker) observe() *conformance.Observed {
 	ctx := context.WithoutCancel(ch.t.Context())
-	obs := &conformance.Observed{}
+	obs := &conformance.Observed{Traced: true} // start turns tracing on
 	obj := ch.object()
 	err := ch.env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -901,7 +913,7 @@ func (ch *checker) observe() *conformance.Observed {
 			ID:  conformance.RunID{Life: ch.uids[r.UID], Handler: r.Handler, Trigger: conformance.Trigger(r.Trigger)},
 			Key: r.Key, RunID: r.RunID, Attempt: r.Attempt, Interrupted: r.Blocked,
 			Outcome: conformance.Outcome(byID[r.RunID].Outcome), Count: r.Count, Generation: r.Generation, Spec: r.Spec,
-			State: r.State, StateSeq: r.StateSeq,
+			State: r.State, StateSeq: r.StateSeq, Trace: byID[r.RunID].Trace, Given: r.Traceparent, Env: r.Env,
 		}
 		if s.ID.Trigger == conformance.Event {
 			s.ID = conformance.RunID{Handler: r.Handler, Trigger: conformance.Event}
@@ -939,6 +951,9 @@ func (ch *checker) observe() *conformance.Observed {
 		if !recorded[r.ID] && r.Outcome != archive.Skipped && ch.c.Def.Handler(r.Handler) != nil {
 			obs.Orphans = append(obs.Orphans, fmt.Sprintf("run %s: %s %s key %s attempt %d: %s %s", r.ID, r.Handler, r.Trigger, r.Key, r.Attempt, r.Outcome, r.Error))
 		}
+		if r.Trace == "" && !recorded[r.ID] && ch.c.Def.Handler(r.Handler) != nil { // a recorded one's is its execution's
+			obs.Untraced = append(obs.Untraced, fmt.Sprintf("run %s: %s %s key %s attempt %d: %s", r.ID, r.Handler, r.Trigger, r.Key, r.Attempt, r.Outcome))
+		}
 	}
 	obs.Answers = ch.answers
 	if ch.c.Def.Source != nil {
@@ -949,7 +964,7 @@ func (ch *checker) observe() *conformance.Observed {
 		for _, d := range ds {
 			obs.Deliveries = append(obs.Deliveries, conformance.SeenDelivery{
 				ID: d.ID, DeliveryID: d.DeliveryID, Outcome: string(d.Outcome), Reason: d.Reason,
-				RedeliveryOf: d.RedeliveryOf, Redelivery: redelivered[d.ID],
+				RedeliveryOf: d.RedeliveryOf, Redelivery: redelivered[d.ID], Trace: d.Trace,
 			})
 		}
 	}
@@ -1018,11 +1033,15 @@ func (ch *checker) transcript(want *conformance.Expectation, obs *conformance.Ob
 	var b strings.Builder
 	fmt.Fprintf(&b, "runs the model expects:\n")
 	for _, r := range want.Runs {
-		fmt.Fprintf(&b, "  %s: %v\n", r.ID(), r.Outcomes)
+		fmt.Fprintf(&b, "  %s: %v", r.ID(), r.Outcomes)
+		if d := r.CausedBy; d != nil {
+			fmt.Fprintf(&b, ", in the trace of %s (redelivery %d)", conformance.DeliveryID(d.N), d.Redelivery)
+		}
+		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "executions seen, in order:\n")
 	for _, s := range obs.Runs {
-		fmt.Fprintf(&b, "  %s key %s attempt %d: %s, saw count %d gen %d spec %v", s.ID, s.Key, s.Attempt, s.Outcome, s.Count, s.Generation, s.Spec)
+		fmt.Fprintf(&b, "  %s key %s attempt %d: %s, saw count %d gen %d spec %v, trace %s", s.ID, s.Key, s.Attempt, s.Outcome, s.Count, s.Generation, s.Spec, conformance.TraceID(s.Trace))
 		if s.Interrupted {
 			b.WriteString(" (held, SIGKILLed)")
 		}

@@ -36,6 +36,11 @@ type Seen struct {
 	StateSeq int64
 	// Payload is, for an event run, the binding context's event payload.
 	Payload map[string]string
+	// Trace is the W3C traceparent the archive recorded of the run (its
+	// span's); Given the binding context's traceparent, and Env the
+	// TRACEPARENT of the handler's environment (a process per run: one
+	// of mode Serve has its process's).
+	Trace, Given, Env string
 }
 
 // SeenDelivery is a delivery as the archive recorded it.
@@ -50,6 +55,8 @@ type SeenDelivery struct {
 	Redelivery   int
 	// Outcome is Pending, Handled, Failed or Refused; Reason its reason.
 	Outcome, Reason string
+	// Trace is the W3C traceparent the archive recorded of its receipt.
+	Trace string
 }
 
 // Observed is everything the checker saw of one case.
@@ -70,6 +77,13 @@ type Observed struct {
 	// Redeliveries are the engine's answers to the history's
 	// redeliveries, in order: Accepted, or Refused and why.
 	Redeliveries []string
+	// Traced: the engine traced (its OTEL_* environment named an OTLP
+	// endpoint, as the checker's does), so the promises about traces are
+	// checked; TestFast's miniature engine has no tracing.
+	Traced bool
+	// Untraced are the archive's records of handler runs with no trace,
+	// described.
+	Untraced []string
 }
 
 // Violation is a promise broken: Row names the guarantee (a row of
@@ -93,6 +107,7 @@ const (
 	RowEngine        = "engine"
 	RowDelivery      = "a delivery is recorded and handled once"
 	RowPause         = "a pause holds every run, and is recorded once"
+	RowTrace         = "a run is traced: a retry in its failure's trace, a delivery's runs in its"
 )
 
 // Compare checks obs against what e promises for def, and returns every
@@ -203,6 +218,9 @@ func Compare(def *Def, e *Expectation, obs *Observed) []Violation {
 		}
 	}
 	out = append(out, compareDeliveries(def, e, obs)...)
+	if obs.Traced {
+		out = append(out, compareTraces(def, e, obs, seen)...)
+	}
 	// The ends.
 	for i, want := range e.Ends {
 		if i >= len(obs.Ends) {

@@ -221,6 +221,19 @@ func DeliveryPayload(n int, a string) map[string]string {
 	return p
 }
 
+// SenderTraceID is the trace id of the W3C trace context the sender of
+// delivery n sends with it (SenderTraceparent): a webhook's traceparent
+// header, a CloudEvent's traceparent extension, a NATS message's or a
+// Kafka record's traceparent header. The delivery's receipt continues it
+// (docs/observability.md, "How a trace is carried").
+func SenderTraceID(n int) string { return fmt.Sprintf("c0f0%028x", n) }
+
+// SenderTraceparent is the traceparent the sender of delivery n sends: a
+// sampled span of the trace SenderTraceID(n).
+func SenderTraceparent(n int) string {
+	return "00-" + SenderTraceID(n) + "-" + fmt.Sprintf("5e%014x", n) + "-01"
+}
+
 // EventHandlers are d's handlers on Event, in declared order.
 func (d *Def) EventHandlers() []Handler {
 	var out []Handler

@@ -25,7 +25,8 @@
 // be handled again), it says which runs must happen — handler,
 // trigger, object life, generation, engine start, state visit or
 // delivery, and the outcome of every attempt — what each run must see,
-// how each object ends, and how each delivery is answered and recorded.
+// how each object ends, how each delivery is answered and recorded, and
+// which traces the runs and the deliveries are in.
 //
 // Deliveries (docs/events.md): each delivery id is recorded once,
 // answered 202, and handled once, after a SIGKILL too: its source's
@@ -46,6 +47,21 @@
 // no replay of one. A Kafka source's delivery is a record of its topic,
 // its id <topic>:<partition>:<offset>, committed rather than answered,
 // and otherwise as a NATS message.
+//
+// Traces (docs/observability.md), with tracing on in the engine (its
+// OTEL_* environment names an OTLP endpoint, as the checker's always
+// does): every run of a handler is recorded with a trace (its span's
+// traceparent), which its handler gets in its binding context, and a
+// process of its own in TRACEPARENT; the attempts of a key after one that
+// Failed are in that one's trace (Run.Continues: "every attempt of a key
+// after a failure is one trace"; after one that gave up, opkit retry's
+// attempts need not be); each delivery's record continues its sender's
+// trace (the traceparent it was sent with, SenderTraceparent: a webhook's
+// header, a CloudEvent's extension, a NATS message's or a Kafka record's
+// header), a redelivery's is a trace of its own (not the one of the
+// delivery it redelivers), and every run on event of a delivery, every
+// attempt, is in its record's trace; and the run a delivery's object
+// caused (Run.CausedBy) is in the delivery's trace.
 //
 // What a run must see (read-your-writes): the spec of the
 // generation its key names; status.count equal to the number of writing
@@ -152,6 +168,39 @@
 //     SIGKILL in one of its handlers' first run is drawn as for a
 //     delivery. A redelivery is never a replay: it is neither answered
 //     nor recorded Refused.
+//   - Traces: "every run" with a trace is read as every handler's run;
+//     the archive's other records (a pause or resume, opkit retry's
+//     request, a transition) are no span's and need none. A run that a
+//     SIGKILL interrupted and that runs again with its key after the
+//     start is not promised its first try's trace (only a failure
+//     carries a trace over), unless it follows a failure: its tries are
+//     in the failure's trace, as any attempt after it.
+//   - The run a delivery's object caused: the docs say the reconcile that
+//     next decides a run of the object continues the object's trace
+//     annotation, once ("the next run it decides is in the trace of the
+//     delivery that created or changed the object"). The model promises
+//     it of the create or update run of the generation the delivery's
+//     apply made, when that is the object's next run (Run.CausedBy): the
+//     create run of the object the first delivery created, the update
+//     run of a later one's change. Not of a next run of another kind (a
+//     re-run, an enter, when, resume or delete run taken first), nor of
+//     the run of a generation a person's change made before the next run
+//     (the annotation is still the delivery's, and the run sees both
+//     changes: the model promises nothing of it), nor of the runs after
+//     the next one (another handler's create run of the same generation,
+//     which the engine may decide in the same reconcile, or in one that
+//     has not yet recorded the annotation seen, and so put in the
+//     delivery's trace as well). Two deliveries' changes before the next
+//     run (made while the object is paused) are two generations, the
+//     run for the last: it is promised the last delivery's trace, whose
+//     write the annotation holds. An apply that changes nothing (a
+//     redelivery of the payload the object holds) writes the annotation
+//     all the same: a next run still to come for an earlier delivery's
+//     generation is then in the redelivery's trace. A SIGKILL before the
+//     object's status records the annotation seen makes the next
+//     engine's reconcile continue it again (more runs in the trace, none
+//     fewer); none is drawn in the first run of a delivery that applies
+//     the object anyway.
 //   - A decision is taken once the visit's enter runs are done, which a
 //     handler that gave up does not hold back; were they still not done,
 //     it would be taken or refused at once (a DecisionRefused Event), and
@@ -168,7 +217,11 @@
 // serve GitHub's API), a CloudEvents batch, a Kafka topic of several
 // partitions, a filter that refuses a
 // delivery, a handler's refusal of one, a redelivery the engine refuses,
-// and leader election. "Where the state is" says
+// leader election, and of traces, the spans themselves (that they reach
+// the receiver, and how they hang together: an engine SIGKILLed loses
+// those it had not exported) and what is in no delivery's trace (a run no
+// delivery caused may be in one: "any other reconcile starts a trace of
+// its own" is not checked). "Where the state is" says
 // where, and is not a behaviour to check.
 //
 // # The checks
@@ -192,13 +245,17 @@
 // them to the case's own JetStream server (natstest's, in the test
 // process; the stream CONFORMANCE, read by the engine's consumer from
 // its first message), and compares what the recorder, the answers and
-// the archive saw. TestFast plays cases through cause.Decide
+// the archive saw. Every engine it starts traces, to an OTLP receiver in
+// the test process (tracingtest), and each delivery is sent with its
+// sender's traceparent; the traces are read from the archive's records. TestFast plays cases through cause.Decide
 // in a miniature engine loop (BenchmarkFast: thousands a second); it
 // draws no source, as the deciding layer has no deliveries.
 //
 // KnownDefects lists the defects on main that the model finds, each with
 // its issue: TestConformance leaves their cases out until the fix is
 // merged, so that make test stays green; make soak draws them too unless
-// KNOWN=0. Regressions keeps each one's shrunk case. The model itself is
-// never weakened for them.
+// KNOWN=0. Regressions keeps each one's shrunk case, which TestRegressions
+// plays: one of a known defect must still fail; one of another that meets
+// a known defect may break the promise that one breaks (Defect.Row), and
+// no other. The model itself is never weakened for them.
 package conformance

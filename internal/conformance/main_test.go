@@ -26,6 +26,7 @@ import (
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
 	"github.com/opkit-dev/opkit/internal/stack"
+	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // The environment variables that make this test binary something else
@@ -84,6 +85,10 @@ type record struct {
 	// DeliveryID and Payload are an event run's delivery's.
 	DeliveryID string            `json:"deliveryId,omitempty"`
 	Payload    map[string]string `json:"payload,omitempty"`
+	// Traceparent is the binding context's, Env the TRACEPARENT of the
+	// recorder's environment (a process per run only).
+	Traceparent string `json:"traceparent,omitempty"`
+	Env         string `json:"env,omitempty"`
 }
 
 // bindingContext is what the recorder reads of its input.
@@ -93,6 +98,7 @@ type bindingContext struct {
 	RunID          string `json:"runId"`
 	IdempotencyKey string `json:"idempotencyKey"`
 	Attempt        int    `json:"attempt"`
+	Traceparent    string `json:"traceparent"`
 	Object         struct {
 		Metadata struct {
 			UID        string `json:"uid"`
@@ -161,7 +167,10 @@ func record1(dir string, b conformance.Behaviour, kind string, dec *json.Decoder
 		Engine: os.Getppid(), UID: ctx.Object.Metadata.UID, Generation: ctx.Object.Metadata.Generation,
 		Count: ctx.Object.Status.Count, Spec: ctx.Object.Spec,
 		State: ctx.Object.Status.State.Name, StateSeq: ctx.Object.Status.State.Seq,
-		DeliveryID: ctx.Event.DeliveryID, Payload: ctx.Event.Payload,
+		DeliveryID: ctx.Event.DeliveryID, Payload: ctx.Event.Payload, Traceparent: ctx.Traceparent,
+	}
+	if !serve {
+		rec.Env = os.Getenv("TRACEPARENT")
 	}
 	if kind == string(conformance.Watch) {
 		rec.Spec = ctx.Object.Data
@@ -236,7 +245,8 @@ func readRecords(file string) []record {
 // runEngine is the engine process: it runs the definition in dir's
 // operator.yaml in namespace, with the archive dir/runs.db, until SIGTERM,
 // and writes dir/ready.<pid> once the definition is applied: the address
-// of its hooks listener, for an operator with a source.
+// of its hooks listener, for an operator with a source. It traces as
+// opkit run does, as its OTEL_* environment says (tracing.Setup).
 func runEngine(dir, namespace string) int {
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, "engine:", err)
@@ -248,6 +258,22 @@ func runEngine(dir, namespace string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	flush, tc, err := tracing.Setup(ctx, "conformance")
+	if err != nil {
+		return fail(err)
+	}
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" && !tc.On {
+		return fail(errors.New("OTEL_EXPORTER_OTLP_ENDPOINT is set, and tracing is off"))
+	}
+	defer func() {
+		// The last spans, once the engine stopped (as opkit run gives
+		// them): a receiver gone does not hold the exit.
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := flush(fctx); err != nil {
+			fmt.Fprintln(os.Stderr, "engine: tracing: the last spans were not exported:", err)
+		}
+	}()
 	runWait, err := time.ParseDuration(os.Getenv(runWaitEnv))
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", runWaitEnv, err))

@@ -42,10 +42,25 @@ type Run struct {
 	// resources): what a re-run of it with --same-input sees, and writes
 	// one more than.
 	SawCount int
+	// CausedBy is, for the run a delivery's object caused, that delivery:
+	// the create or update run of the generation the delivery's apply
+	// made, when it is the first run of the object after that apply. Its
+	// first attempt is in the delivery's trace (docs/observability.md:
+	// the reconcile that decides the next run continues the object's
+	// trace annotation, once). Nil for any other run.
+	CausedBy *Delivery
 }
 
 // Ended is the last outcome.
 func (r *Run) Ended() Outcome { return r.Outcomes[len(r.Outcomes)-1] }
+
+// Continues reports whether attempt i (an index of Outcomes) continues
+// the trace of attempt i-1 (docs/observability.md: "every attempt of a
+// key after a failure is one trace"): it follows an attempt that Failed.
+// An attempt a SIGKILL interrupted, which is not among the Outcomes, is
+// in that trace too when it follows one that Failed; one that follows
+// no failure, and the attempt that runs again after it, need not be.
+func (r *Run) Continues(i int) bool { return i > 0 && r.Outcomes[i-1] == Failed }
 
 // ID names the run as the checker matches it: life, handler, trigger and
 // what the trigger is about.
@@ -174,6 +189,12 @@ type Delivery struct {
 	Outcome string
 	// Replays is how many times it was posted again while an engine ran.
 	Replays int
+	// Trace is the trace id the record's trace must have
+	// (docs/observability.md): its sender's, SenderTraceID, which the
+	// receipt continues; "" for a redelivery, a trace of its own, another
+	// than the delivery's it redelivers. Every run on event of it is in
+	// its record's trace.
+	Trace string
 }
 
 // The outcomes of an accepted delivery.
@@ -268,6 +289,20 @@ type life struct {
 	// or no engine running); reruns counts each key's re-runs.
 	rerun  *rerunRequest
 	reruns map[RunID]int
+	// caused is the write of a delivery's object that the object's next
+	// run continues the trace of, until that run is made.
+	caused *causedBy
+}
+
+// causedBy is a delivery's write of the object that no run continued
+// yet: its trace annotation, which the next run's reconcile continues
+// (docs/observability.md, "Through the objects"). gen is the generation
+// the delivery's apply made: only the create or update run of that
+// generation, if it is that next run, is promised the delivery's trace
+// (Run.CausedBy).
+type causedBy struct {
+	d   *Delivery
+	gen int64
 }
 
 // rerunRequest is a re-run asked for: of the run of, with the binding
@@ -341,15 +376,16 @@ func (m *model) apply(s Step, held bool) {
 		// A NATS message published while no engine runs waits in the
 		// stream: the next start records and handles it (its object, not
 		// drawn then, is applied only while the engine runs).
+		d := &Delivery{N: s.Delivery, Outcome: DeliveryHandled, Trace: SenderTraceID(s.Delivery)}
 		a := ""
 		if m.def.Source.Object && m.up {
 			// The source's object is applied as the delivery is handled,
 			// at once: created, or its spec.a changed (server-side apply).
 			m.nextRev++
 			a = strconv.Itoa(m.nextRev)
-			m.applyObject(l, a)
+			m.applyObject(l, a, d)
 		}
-		d := &Delivery{N: s.Delivery, Payload: DeliveryPayload(s.Delivery, a), Outcome: DeliveryHandled}
+		d.Payload = DeliveryPayload(s.Delivery, a)
 		m.deliveries = append(m.deliveries, d)
 		m.pending = append(m.pending, d)
 		if !consumed {
@@ -374,11 +410,11 @@ func (m *model) apply(s Step, held bool) {
 		// run under keys of their own; the source's object applied again
 		// (only while the engine runs: at a start, its runs and those of
 		// the changes made meanwhile would be in no order).
-		if a := orig.Payload["a"]; m.def.Source.Object && m.up && a != "" {
-			m.applyObject(l, a)
-		}
 		m.redeliveries++
 		d := &Delivery{N: orig.N, Redelivery: m.redeliveries, Payload: orig.Payload, Outcome: DeliveryHandled}
+		if a := orig.Payload["a"]; m.def.Source.Object && m.up && a != "" {
+			m.applyObject(l, a, d)
+		}
 		m.deliveries = append(m.deliveries, d)
 		m.pending = append(m.pending, d)
 	case OpTouch:
@@ -544,17 +580,31 @@ func (m *model) change(l *life, field, value string) {
 	}
 }
 
-// applyObject is the source's object template applied, server-side, with
-// spec.a set to a: the object created when there is none, its spec.a
-// changed when it holds another value (an apply that changes nothing
-// makes no generation).
-func (m *model) applyObject(l *life, a string) {
+// applyObject is the source's object template applied by delivery d,
+// server-side, with spec.a set to a: the object created when there is
+// none, its spec.a changed when it holds another value (an apply that
+// changes nothing makes no generation).
+//
+// The write carries d's trace (the annotation opkit.dev/traceparent),
+// which the object's next run continues: the create or update run of the
+// generation it made, if that is the next run (Run.CausedBy). An apply
+// that changes nothing writes the annotation all the same: the next run,
+// if it is still to come for the generation an earlier delivery made, is
+// in d's trace, not that one's.
+func (m *model) applyObject(l *life, a string, d *Delivery) {
 	switch {
 	case l == nil || !l.exists:
 		m.create(map[string]string{"a": a})
+		l = m.current()
 	case l.specs[l.gen]["a"] != a:
 		m.change(l, "a", a)
+	default:
+		if l.caused != nil {
+			l.caused.d = d
+		}
+		return
 	}
+	l.caused = &causedBy{d: d, gen: l.gen}
 }
 
 // The pauses an engine records of an object (life.pauseSeen).

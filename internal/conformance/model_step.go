@@ -207,11 +207,18 @@ func (m *model) execute(l *life, h *Handler, id RunID) {
 		return
 	}
 	hs := l.hs[h.Name]
+	// The object's next run continues the trace of a delivery's write of
+	// it, once.
+	caused := l.caused
+	l.caused = nil
 	r := m.byID[id]
 	if r == nil {
 		r = &Run{RunID: RunID{Life: id.Life, Handler: id.Handler, Trigger: id.Trigger, Gen: id.Gen, Start: id.Start, Seq: id.Seq}}
 		if id.Trigger == Create || id.Trigger == Update {
 			r.Spec, r.SpecGen = l.specs[id.Gen], id.Gen
+			if caused != nil && caused.gen == id.Gen {
+				r.CausedBy = caused.d
+			}
 		}
 		m.byID[id] = r
 		m.runs = append(m.runs, r)
@@ -290,6 +297,7 @@ func (m *model) rerun(l *life) {
 		return
 	}
 	l.rerun = nil
+	l.caused = nil // the next run, which continues a delivery's write, is this one
 	if l.reruns == nil {
 		l.reruns = map[RunID]int{}
 	}

@@ -100,6 +100,9 @@ func Rows(c Case) []string {
 		{t.rerun, "rerun: a re-run runs once, with a key of its own"},
 		{t.rerunSame, "rerun: with --same-input"},
 		{t.rerunWaits, "rerun: asked while paused or no engine ran"},
+		{true, "traces: every run traced, its attempts after a failure in one trace"},
+		{t.deliver, "traces: a delivery's runs in its sender's trace"},
+		{t.deliver && src.Object, "traces: the run a delivery's object caused in its trace"},
 	} {
 		if r.on {
 			rows = append(rows, r.row)

@@ -65,8 +65,6 @@ type Trace struct {
 	// Seen is the object's trace annotation a run's reconcile last
 	// continued: the same annotation is not continued twice.
 	Seen string `json:"seen,omitempty"`
-	// Retry is the trace of a failed run, which its retry continues.
-	Retry string `json:"retry,omitempty"`
 }
 
 // Life is the uid the keys of the object's runs name: a watched object's
@@ -87,7 +85,11 @@ type HandlerState struct {
 	// Deleted: the delete run succeeded.
 	Deleted bool `json:"deleted,omitempty"`
 	// Attempt counts failed runs for Target since the last success.
-	Attempt     int    `json:"attempt,omitempty"`
+	Attempt int `json:"attempt,omitempty"`
+	// Trace is the trace (a W3C traceparent) of the failed attempt that
+	// the next one continues: every attempt after a failure is in its
+	// trace. Cleared when a run of the handler does not fail.
+	Trace       string `json:"trace,omitempty"`
 	Target      int64  `json:"target,omitempty"`
 	NextRetryAt string `json:"nextRetryAt,omitempty"`
 	Stalled     bool   `json:"stalled,omitempty"`

@@ -47,56 +47,7 @@ func Avoiding(c Case, decided bool) (Case, bool) {
 // KnownDefects are the defects the model found on main. The lead removes
 // each entry when the fix that makes its cases pass is merged
 // (TestRegressions then says so: its shrunk case passes).
-var KnownDefects = []Defect{
-	{
-		Issue: "tracing.1",
-		Text: "a watched object's delete run that failed is retried in a trace of its own, not the failure's: the reconcile of a gone " +
-			"watched object steps its delete handlers (internal/watch, reconciler.gone) with no trace of the object (run.Traced), " +
-			"so the retry's span is a new root; the object's handler record keeps the failure's trace (cause.Trace.Retry), unread",
-		Match: func(c Case) bool {
-			return c.Def.Kind == Watch && has(c.History, OpDelete) && slices.ContainsFunc(c.Def.Handlers, func(h Handler) bool { return h.Fires(Delete) && retried(h) })
-		},
-		Avoid: func(c Case) Case { return permanent(c, func(h Handler) bool { return h.Fires(Delete) }) },
-		Row:   RowTrace,
-	},
-	{
-		Issue: "tracing.2",
-		Text: "a failed run's retry is in a trace of its own when another run of the object ends before it (a when or resume run of a " +
-			"handler declared before, another's enter run): the object keeps one failed run's trace (cause.Trace.Retry), which the end of " +
-			"any run clears or replaces (internal/run/span.go, traced), and which a reconcile reads once, at its start (run.Traced)",
-		Match: func(c Case) bool {
-			for i, h := range c.Def.Handlers {
-				if !retried(h) || h.Fires(Event) {
-					continue
-				}
-				for j, g := range c.Def.Handlers {
-					if j != i && (g.Fires(Enter) || j < i && (g.Fires(When) || g.Fires(Resume))) {
-						return true
-					}
-				}
-			}
-			return false
-		},
-		Avoid: func(c Case) Case { return permanent(c, func(h Handler) bool { return !h.Fires(Event) }) },
-		Row:   RowTrace,
-	},
-}
-
-// retried reports whether a run of h fails and is retried: h fails, not
-// for good at once.
-func retried(h Handler) bool { return h.Behaviour.Fail > 0 && !h.Behaviour.Permanent }
-
-// permanent is c with the handlers which fails, and not for good,
-// failing for good: a run of theirs gives up at its first failure, and is
-// not retried.
-func permanent(c Case, which func(Handler) bool) Case {
-	for i, h := range c.Def.Handlers {
-		if which(h) && retried(h) {
-			c.Def.Handlers[i].Behaviour.Permanent = true
-		}
-	}
-	return c
-}
+var KnownDefects = []Defect{}
 
 // Known returns the first known defect c matches, or nil.
 func Known(c Case) *Defect {

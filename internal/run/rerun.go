@@ -90,7 +90,7 @@ func (rn *Runner) rerunRequested(ctx context.Context, cr *unstructured.Unstructu
 		Handler: h, Trigger: v1alpha1.TriggerRerun, Generation: cr.GetGeneration(), Key: RerunKey(orig.Key, n), Attempt: 1,
 		Due: rn.clock.Now(), Old: recorded.Old, Diff: orig.Diff,
 	}
-	if p, err = rn.start(ctx, cr, c, vars, subject, false); err != nil {
+	if p, err = rn.start(ctx, cr, c, vars, subject, false, ""); err != nil {
 		return nil, wrote, err
 	}
 	p.f.run.RerunOf, p.f.run.Actor, p.f.run.Reason = orig.ID, req.By, req.Reason

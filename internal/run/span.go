@@ -23,13 +23,26 @@ import (
 // Trace), and a failed run's is its handler record's, which the retry's
 // reconcile continues: every attempt of a key is one trace.
 
+// retrySpan starts the span of run, decided at start by the reconcile
+// of ctx: in the trace of its handler's failed attempt (retry, a
+// traceparent; "" for none), linked to the reconcile's span; else a
+// child of the reconcile's.
+func (rn *Runner) retrySpan(ctx context.Context, run *archive.Run, start time.Time, retry string) trace.Span {
+	ctx = tracing.Ensure(ctx)
+	if p := tracing.WithRemote(ctx, retry, ""); p != ctx {
+		return rn.runSpan(p, run, start, trace.LinkFromContext(ctx))
+	}
+	return rn.runSpan(ctx, run, start)
+}
+
 // noSpan is the span of a flight that runs nothing (a run that
 // succeeded before a crash, found in the archive): it records nothing.
 var noSpan = trace.SpanFromContext(context.Background())
 
-// runSpan starts the span of run, decided at start, from ctx's span.
-func (rn *Runner) runSpan(ctx context.Context, run *archive.Run, start time.Time) trace.Span {
-	_, span := tracing.Tracer().Start(ctx, "run "+run.Handler, trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindInternal))
+// runSpan starts the span of run, decided at start, from ctx's span,
+// linked to links.
+func (rn *Runner) runSpan(ctx context.Context, run *archive.Run, start time.Time, links ...trace.Link) trace.Span {
+	_, span := tracing.Tracer().Start(ctx, "run "+run.Handler, trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindInternal), trace.WithLinks(links...))
 	if span.IsRecording() {
 		attrs := []attribute.KeyValue{
 			attribute.String("opkit.operator", run.Operator),
@@ -69,47 +82,42 @@ func endRunSpan(span trace.Span, run *archive.Run) {
 }
 
 // traced records, in the object's handler records, the trace of the run
-// f that finished: a failed one's, which its retry continues, or none;
-// and the object's annotation its reconcile continued, as seen.
+// f that finished: in its handler's, a failed one's, which its retry
+// continues, or none; in the object's, the annotation its reconcile
+// continued, as seen.
 func traced(st *cause.State, f *flight, retry bool) {
-	t := st.Trace
-	if t == nil {
-		t = &cause.Trace{}
-	}
 	if f.adopted != "" {
-		t.Seen = f.adopted
+		st.Trace = &cause.Trace{Seen: f.adopted}
 	}
-	t.Retry = ""
-	if retry {
-		t.Retry = f.run.Trace
+	name := f.cause.Handler.Name
+	switch hs := st.Handlers[name]; {
+	case retry:
+		st.Of(name).Trace = f.run.Trace
+	case hs != nil:
+		hs.Trace = ""
 	}
-	if *t == (cause.Trace{}) {
-		st.Trace = nil
-		return
-	}
-	st.Trace = t
 }
 
 // Traced returns ctx with the span of a reconcile of cr deferred
 // (tracing.Defer): started only when the reconcile decides a run or
 // writes a child, from the trace the object continues
-// (tracing.ObjectParent: its annotation not seen, a failed run's for its
-// retry). rn may be nil: an operator without handlers.
+// (tracing.ObjectParent: its annotation, not seen). A retry's run is in
+// its failed attempt's trace, whatever its reconcile's (start). rn may be
+// nil: an operator without handlers.
 func Traced(ctx context.Context, rn *Runner, operator string, cr *unstructured.Unstructured) (context.Context, func()) {
-	var seen, retry string
+	var seen string
 	if rn != nil {
-		seen, retry = rn.Traces(cr)
+		seen = rn.seen(cr)
 	}
-	parent, adopted := tracing.ObjectParent(ctx, cr.GetAnnotations()[tracing.Annotation], seen, retry)
+	parent, adopted := tracing.ObjectParent(ctx, cr.GetAnnotations()[tracing.Annotation], seen)
 	return tracing.Defer(ctx, parent, "reconcile "+cr.GetKind(), adopted, func() []attribute.KeyValue {
 		return tracing.ObjectAttributes(operator, cr)
 	})
 }
 
-// Traces returns what an object's reconcile continues of its runs'
-// traces (cause.Trace): the trace annotation its runs last continued,
-// and a failed run's trace, which its retry continues.
-func (rn *Runner) Traces(cr *unstructured.Unstructured) (seen, retry string) {
+// seen is the trace annotation the object's runs last continued
+// (cause.Trace).
+func (rn *Runner) seen(cr *unstructured.Unstructured) string {
 	rn.mem.mu.Lock()
 	o, ok := rn.mem.objects[types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}]
 	var w *cause.State
@@ -119,11 +127,10 @@ func (rn *Runner) Traces(cr *unstructured.Unstructured) (seen, retry string) {
 	rn.mem.mu.Unlock()
 	switch {
 	case w != nil && w.Trace != nil:
-		return w.Trace.Seen, w.Trace.Retry
+		return w.Trace.Seen
 	case w != nil || rn.watched:
-		return "", ""
+		return ""
 	}
-	seen, _, _ = unstructured.NestedString(cr.Object, "status", "opkit", "trace", "seen")
-	retry, _, _ = unstructured.NestedString(cr.Object, "status", "opkit", "trace", "retry")
-	return seen, retry
+	seen, _, _ := unstructured.NestedString(cr.Object, "status", "opkit", "trace", "seen")
+	return seen
 }

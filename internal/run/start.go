@@ -85,8 +85,10 @@ type Pending struct {
 // crash kept the engine from recording it: it is not run again, and its
 // end is recorded by the next step. subject is what create and update are
 // about (nil: the spec). newLife: no run can have c's key yet (a watched
-// object first seen by this step), and the archive is not asked.
-func (rn *Runner) start(ctx context.Context, cr *unstructured.Unstructured, c *cause.Cause, vars definition.Vars, subject map[string]any, newLife bool) (*Pending, error) {
+// object first seen by this step), and the archive is not asked. retry
+// is the trace of the handler's failed attempt, which the run continues
+// ("" for none).
+func (rn *Runner) start(ctx context.Context, cr *unstructured.Unstructured, c *cause.Cause, vars definition.Vars, subject map[string]any, newLife bool, retry string) (*Pending, error) {
 	// now is real time (c.Due is Options.Clock's): the run's id and the
 	// wait for a slot.
 	h, g, now := c.Handler, c.Generation, time.Now()
@@ -118,7 +120,7 @@ func (rn *Runner) start(ctx context.Context, cr *unstructured.Unstructured, c *c
 	trigger, key, attempt := c.Trigger, c.Key, c.Attempt
 	f.run = archive.NewRun(rn.def.Operator.Name, h.Name, h.Action(), trigger, cr, now)
 	f.run.Generation, f.run.Key, f.run.Attempt, f.run.Diff = g, key, attempt, c.Diff
-	f.span, f.adopted = rn.runSpan(tracing.Ensure(ctx), f.run, now), tracing.Adopted(ctx)
+	f.span, f.adopted = rn.retrySpan(ctx, f.run, now, retry), tracing.Adopted(ctx)
 	rn.mem.mu.Lock()
 	rn.mem.object(cr).flight = f
 	rn.mem.mu.Unlock()

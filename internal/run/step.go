@@ -171,7 +171,11 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	if d.Cause != nil {
 		res.Busy = true
 		var err error
-		if res.Start, err = rn.start(ctx, cr, d.Cause, vars, subject, newLife); err != nil {
+		var retry string // the trace its failed attempt's, which it continues
+		if hs := st.Handlers[d.Cause.Handler.Name]; hs != nil && d.Cause.Attempt > 1 {
+			retry = hs.Trace
+		}
+		if res.Start, err = rn.start(ctx, cr, d.Cause, vars, subject, newLife, retry); err != nil {
 			return nil, err
 		}
 		if res.Start != nil {

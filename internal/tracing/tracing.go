@@ -259,17 +259,16 @@ func Fail(span trace.Span, message string) {
 
 // ObjectParent chooses what an object's reconcile continues: the trace
 // of annotation (the object's Annotation) when it is not seen (a write
-// made it since the object's runs last continued it), else retry (a
-// failed run's trace, which its retry continues), else ctx's own. It
+// made it since the object's runs last continued it), else ctx's own. It
 // returns the context to start the reconcile's span from, and the
 // annotation it continues ("" when none).
-func ObjectParent(ctx context.Context, annotation, seen, retry string) (parent context.Context, adopted string) {
+func ObjectParent(ctx context.Context, annotation, seen string) (parent context.Context, adopted string) {
 	if annotation != "" && annotation != seen {
 		if p := WithRemote(ctx, annotation, ""); p != ctx {
 			return p, annotation
 		}
 	}
-	return WithRemote(ctx, retry, ""), ""
+	return ctx, ""
 }
 
 // ObjectAttributes are the attributes of a span about obj, of operator.

@@ -211,6 +211,8 @@ func (r *reconciler) gone(ctx context.Context, key types.NamespacedName, uid typ
 		obj.SetDeletionTimestamp(&now)
 	}
 	run.EndPause(obj)
+	ctx, endSpan := run.Traced(ctx, rn, r.def.Operator.Name, obj)
+	defer endSpan()
 	step, err := rn.Step(ctx, obj, definition.Vars{Self: obj.Object})
 	if err != nil {
 		return reconcile.Result{}, false, err

@@ -58,8 +58,11 @@ kind (Deployment, deployments.apps); without it, the kind of its runs.`,
 			defer func() { _ = src.Close() }()
 			ref := why.Ref{Namespace: ns, Name: name}
 			obj, gvk, readErr := readWhyObject(cmd.Context(), src, kubeconfig, ns, name, kind)
-			if gvk != nil {
+			switch {
+			case gvk != nil:
 				ref.Kind = gvk.Kind
+			case kind != "" && !strings.Contains(kind, "."):
+				ref.Kind = kind // the cluster out of reach: as given
 			}
 			chain, err := why.Explain(cmd.Context(), src, ref, obj, from)
 			if err != nil {

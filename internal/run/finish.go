@@ -68,7 +68,7 @@ func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s ended %s, which the archive could not record (%v); it is recorded once the archive can", run.ID, run.Outcome, err)
 	}
 	rn.ended(run)
-	if d == nil {
+	if d == nil || d.status == nil {
 		endRunSpan(f.span, run) // else once the caller's patch is written (Written)
 	}
 	lr := &cause.LastRun{ID: run.ID, Handler: h.Name, Trigger: run.Trigger, Outcome: string(run.Outcome), Message: cause.Truncate(run.Error), Attempt: run.Attempt}

@@ -201,21 +201,28 @@ type explainer struct {
 
 // objectRuns adds the object's own runs.
 func (x *explainer) objectRuns(ctx context.Context, ref Ref, since time.Time) error {
-	q := archive.Query{Namespace: ref.Namespace, NoNamespace: ref.Namespace == "", Name: ref.Name, Kind: ref.Kind, Since: since, Limit: 1000}
-	for len(x.runs) < maxRuns {
+	q := archive.Query{Namespace: ref.Namespace, NoNamespace: ref.Namespace == "", Name: ref.Name, Kind: ref.Kind, Since: since}
+	for n := 0; n < maxRuns; {
+		q.Limit = maxRuns - n
 		page, err := x.src.List(ctx, q)
 		if err != nil {
 			return fmt.Errorf("the runs of %s: %w", ref, err)
 		}
 		for i := range page.Runs {
+			if n++; n > maxRuns {
+				break
+			}
 			if err := x.run(ctx, &page.Runs[i], ""); err != nil {
 				return err
 			}
 		}
-		if page.Next == "" {
+		if page.Next == "" || len(page.Runs) == 0 {
 			break
 		}
 		q.Cursor = page.Next
+	}
+	if n := len(x.runs); n >= maxRuns {
+		x.chain.Notes = append(x.chain.Notes, fmt.Sprintf("only the newest %d runs of the object are read: --since narrows the chain", maxRuns))
 	}
 	return nil
 }
@@ -424,6 +431,11 @@ func (x *explainer) changes(obj *unstructured.Unstructured) {
 		if len(fields) == 0 {
 			continue
 		}
+		for i := range fields {
+			if secretValue(obj, fields[i].Path) {
+				fields[i].Value = nil
+			}
+		}
 		e := Entry{At: at, Kind: "change", Change: &Change{Manager: mf.Manager, Operation: string(mf.Operation), Subresource: mf.Subresource, Fields: fields}}
 		var paths []string
 		for _, f := range fields {
@@ -443,16 +455,19 @@ func (x *explainer) changes(obj *unstructured.Unstructured) {
 			where = " (" + mf.Subresource + ")"
 		}
 		e.Summary = fmt.Sprintf("%s%s by %s (%s)%s", strings.Join(paths, ", "), more, mf.Manager, mf.Operation, where)
-		switch r := x.during(at); {
+		switch r, c := x.during(at), x.caused(at, fields); {
 		case strings.HasPrefix(mf.Manager, "opkit-source-") && x.applied != nil:
 			// A source's object, applied by the delivery it names.
 			d := x.applied
 			e.Cause, e.after = "delivery "+d.ID, d.ReceivedAt.Add(time.Nanosecond)
 			e.Summary += ", handling delivery " + d.ID
-		case r != nil && causes(fields, r):
-			// The run's cause, made within the second it started.
-			e.Cause, e.after = "", r.StartedAt.Add(-time.Nanosecond)
-			e.Summary += fmt.Sprintf(", which caused run %s (%s)", r.ID, r.Handler)
+		case c != nil:
+			// The cause of a run that started after it.
+			e.after = c.StartedAt.Add(-time.Nanosecond)
+			if at.Before(c.StartedAt.Truncate(time.Second)) {
+				e.after = at
+			}
+			e.Summary += fmt.Sprintf(", which caused run %s (%s)", c.ID, c.Handler)
 		case r != nil:
 			e.Cause, e.after = "run "+r.ID, r.StartedAt
 			if at.After(r.StartedAt) {
@@ -475,6 +490,36 @@ func causes(fields []Field, r *archive.Run) bool {
 		}
 	}
 	return false
+}
+
+// causeWindow is how long after a change a run it caused may start (a
+// slot waited for, a reconcile later).
+const causeWindow = 30 * time.Second
+
+// caused is the first run of the chain that a change of fields at caused:
+// it started within causeWindow after it (managedFields' times are in
+// seconds), and its diff names one of the fields.
+func (x *explainer) caused(at time.Time, fields []Field) *archive.Run {
+	var first *archive.Run
+	for _, r := range x.runs {
+		if r.StartedAt.Before(at) || !r.StartedAt.Before(at.Add(causeWindow)) || !causes(fields, r) {
+			continue
+		}
+		if first == nil || r.StartedAt.Before(first.StartedAt) {
+			first = r
+		}
+	}
+	return first
+}
+
+// secretValue reports whether the value at path of obj is one opkit why
+// does not print: a Secret's data, and the annotation kubectl keeps the
+// last applied object in (a Secret's stringData in plain text).
+func secretValue(obj *unstructured.Unstructured, path string) bool {
+	if strings.HasPrefix(path, "metadata.annotations.kubectl.kubernetes.io/last-applied-configuration") {
+		return true
+	}
+	return obj.GetKind() == "Secret" && (strings.HasPrefix(path, "data.") || strings.HasPrefix(path, "stringData."))
 }
 
 // during is the run of the chain running at (managedFields' times are in

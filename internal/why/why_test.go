@@ -151,3 +151,26 @@ func TestAPrinterSaysItsSpecChangeAndTheRunsThatFollowed(t *testing.T) {
 		t.Errorf("notes %v, want the missing run named", chain.Notes)
 	}
 }
+
+// TestASecretsValuesAreNotShown: a Secret's data and kubectl's last
+// applied configuration are named, never printed.
+func TestASecretsValuesAreNotShown(t *testing.T) {
+	s := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Secret",
+		"metadata": map[string]any{"name": "db", "namespace": "default",
+			"annotations": map[string]any{"kubectl.kubernetes.io/last-applied-configuration": `{"stringData":{"password":"hunter2"}}`}},
+		"data": map[string]any{"password": "aHVudGVyMg=="},
+	}}
+	s.SetManagedFields([]metav1.ManagedFieldsEntry{{
+		Manager: "kubectl-client-side-apply", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: time.Now()},
+		FieldsV1: metav1.NewFieldsV1(`{"f:data":{".":{},"f:password":{}},"f:metadata":{"f:annotations":{".":{},"f:kubectl.kubernetes.io/last-applied-configuration":{}}}}`),
+	}})
+	chain, err := why.Explain(t.Context(), &source{}, why.Ref{Kind: "Secret", Namespace: "default", Name: "db"}, s, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := json.Marshal(chain)
+	if strings.Contains(string(out), "hunter2") || strings.Contains(string(out), "aHVudGVyMg") || !strings.Contains(string(out), "data.password") {
+		t.Errorf("the chain shows a Secret's value, or not its field:\n%s", out)
+	}
+}

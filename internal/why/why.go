@@ -462,9 +462,12 @@ func (x *explainer) changes(obj *unstructured.Unstructured) {
 			e.Cause, e.after = "delivery "+d.ID, d.ReceivedAt.Add(time.Nanosecond)
 			e.Summary += ", handling delivery " + d.ID
 		case c != nil:
-			// The cause of a run that started after it.
+			// The cause of a run that started after it: just before the
+			// run, as it may have come after another run of its second
+			// (managedFields' times are in seconds); where it came
+			// seconds before the run, at its time.
 			e.after = c.StartedAt.Add(-time.Nanosecond)
-			if at.Before(c.StartedAt.Truncate(time.Second)) {
+			if at.Before(c.StartedAt.Add(-2 * time.Second)) {
 				e.after = at
 			}
 			e.Summary += fmt.Sprintf(", which caused run %s (%s)", c.ID, c.Handler)
@@ -484,12 +487,27 @@ func (x *explainer) changes(obj *unstructured.Unstructured) {
 func causes(fields []Field, r *archive.Run) bool {
 	for _, c := range r.Diff {
 		for _, f := range fields {
-			if f.Path == c.Path || strings.HasPrefix(f.Path, c.Path+".") || strings.HasPrefix(f.Path, c.Path+"[") {
+			switch {
+			case f.Path == c.Path:
+				// The value it set is the one the run saw, when both
+				// are known: a run of the same second that saw an
+				// older value was not caused by it.
+				if f.Value == nil || c.New == nil || same(f.Value, c.New) {
+					return true
+				}
+			case strings.HasPrefix(f.Path, c.Path+".") || strings.HasPrefix(f.Path, c.Path+"["):
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// same reports whether two values read from JSON are equal.
+func same(a, b any) bool {
+	x, errA := json.Marshal(a)
+	y, errB := json.Marshal(b)
+	return errA == nil && errB == nil && string(x) == string(y)
 }
 
 // causeWindow is how long after a change a run it caused may start (a

@@ -174,3 +174,33 @@ func TestASecretsValuesAreNotShown(t *testing.T) {
 		t.Errorf("the chain shows a Secret's value, or not its field:\n%s", out)
 	}
 }
+
+// TestAChangeCausesTheRunThatSawItsValue: managedFields' times are in
+// seconds; a change is the cause of the run whose diff has its value,
+// not of an earlier run of the same second.
+func TestAChangeCausesTheRunThatSawItsValue(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 21, 11, 53, 0, time.UTC)
+	src := &source{runs: []archive.Run{
+		{ID: "01m91ece8r1mx68xmf", Handler: "print", Trigger: "create", Kind: "Note", Namespace: "default", Name: "pr-7", Attempt: 1, Outcome: archive.Succeeded,
+			StartedAt: t0.Add(880 * time.Millisecond), Diff: []archive.Change{{Op: "add", Path: "spec.text", New: "first"}}},
+		{ID: "01m91ececfj5sj11e5", Handler: "print", Trigger: "update", Kind: "Note", Namespace: "default", Name: "pr-7", Attempt: 1, Outcome: archive.Succeeded,
+			StartedAt: t0.Add(time.Second), Diff: []archive.Change{{Op: "change", Path: "spec.text", Old: "first", New: "second"}}},
+	}}
+	note := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "why.example.com/v1", "kind": "Note",
+		"metadata": map[string]any{"name": "pr-7", "namespace": "default"}, "spec": map[string]any{"text": "second"}}}
+	note.SetManagedFields([]metav1.ManagedFieldsEntry{{
+		Manager: "bob", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: t0},
+		FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:text":{}}}`),
+	}})
+	chain, err := why.Explain(t.Context(), src, why.Ref{Kind: "Note", Namespace: "default", Name: "pr-7"}, note, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range chain.Entries {
+		got = append(got, e.Kind+" "+e.Summary[:min(len(e.Summary), 40)])
+	}
+	if len(chain.Entries) != 3 || chain.Entries[1].Kind != "change" || !strings.Contains(chain.Entries[1].Summary, "which caused run 01m91ececfj5sj11e5") {
+		t.Errorf("chain %q; want the update run, bob's change which caused it, the create run", got)
+	}
+}

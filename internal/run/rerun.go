@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -95,6 +96,9 @@ func (rn *Runner) rerunRequested(ctx context.Context, cr *unstructured.Unstructu
 	}
 	p.f.run.RerunOf, p.f.run.Actor, p.f.run.Reason = orig.ID, req.By, req.Reason
 	p.input.RerunOf = orig.ID
+	if p.f.span.IsRecording() {
+		p.f.span.SetAttributes(attribute.String("opkit.run.rerun_of", orig.ID), attribute.String("opkit.actor", req.By))
+	}
 	if req.SameInput {
 		p.recorded = &recorded
 	}

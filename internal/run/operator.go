@@ -16,7 +16,6 @@ import (
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/executor"
 	"github.com/opkit-dev/opkit/internal/sleep"
-	"github.com/opkit-dev/opkit/internal/tracing"
 )
 
 // OperatorRun is a handler's run for the operator itself rather than for
@@ -80,7 +79,7 @@ func (rn *Runner) RunForOperator(ctx context.Context, r OperatorRun) OperatorEnd
 		rctx := trace.ContextWithSpan(ctx, span)
 		bc := BindingContext{Operator: operator, Handler: h.Name, Trigger: r.Trigger, RunID: run.ID, IdempotencyKey: r.Key, Attempt: attempt,
 			Schedule: r.Schedule, Event: r.Event}
-		bc.Traceparent, bc.Tracestate = tracing.Traceparent(rctx)
+		bc.Traceparent, bc.Tracestate = traceContext(span, run)
 		input, err := json.Marshal(bc)
 		if err != nil {
 			r.Log.Error(err, "encoding the binding context")

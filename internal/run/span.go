@@ -20,8 +20,10 @@ import (
 // the status written when a reconcile's patch carries its result. Its
 // context is the executor's: the handler continues its trace
 // (package tracing). The span's traceparent is the run's record's (its
-// Trace), and a failed run's is its handler record's, which the retry's
-// reconcile continues: every attempt of a key is one trace.
+// Trace) and its binding context's (traceContext); a failed run's is
+// also its handler record's, which the span of the handler's next
+// attempt continues (retrySpan): every attempt after a failure is in its
+// trace.
 
 // retrySpan starts the span of run, decided at start by the reconcile
 // of ctx: in the trace of its handler's failed attempt (retry, a
@@ -64,13 +66,16 @@ func (rn *Runner) runSpan(ctx context.Context, run *archive.Run, start time.Time
 	return span
 }
 
+// traceContext is the W3C trace context a run's binding context gives
+// its handler: its span's (run.Trace, set by runSpan), and the span's
+// tracestate.
+func traceContext(span trace.Span, run *archive.Run) (traceparent, tracestate string) {
+	return run.Trace, span.SpanContext().TraceState().String()
+}
+
 // endRunSpan ends a run's span with its outcome: in error when the run
-// failed, gave up or was cancelled. A nil span (a run that succeeded
-// before a crash, found in the archive) is none.
+// failed, gave up or was cancelled.
 func endRunSpan(span trace.Span, run *archive.Run) {
-	if span == nil {
-		return
-	}
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("opkit.run.outcome", string(run.Outcome)))
 		switch run.Outcome {

@@ -171,7 +171,7 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 		bc = *r
 		bc.Trigger, bc.RunID, bc.IdempotencyKey, bc.Attempt, bc.RerunOf = p.input.Trigger, p.input.RunID, p.input.IdempotencyKey, p.input.Attempt, p.input.RerunOf
 	}
-	bc.Traceparent, bc.Tracestate = tracing.Traceparent(ctx)
+	bc.Traceparent, bc.Tracestate = traceContext(f.span, run)
 	input, err := json.Marshal(bc)
 	if err != nil {
 		// Nothing ran: the step records the failure as the run's.

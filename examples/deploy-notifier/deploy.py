@@ -83,7 +83,9 @@ def patch_image(kube, deployment, container, sha):
             {"op": "replace", "path": f"/spec/template/spec/containers/{index}/image", "value": new},
         ] + run_annotations(dep)
         try:
-            kube.call("PATCH", path, ops, content_type="application/json-patch+json")
+            # fieldManager names the writer in the Deployment's
+            # managedFields: opkit why says "by deploy-notifier".
+            kube.call("PATCH", path + "?fieldManager=deploy-notifier", ops, content_type="application/json-patch+json")
             log(f"{deployment}: {old} -> {new}")
             return new
         except APIError as e:

@@ -435,6 +435,10 @@ func (a *apiserver) start(t *testing.T, namespace string) (kubeconfig string) {
 		if r.Method == "PATCH" {
 			body, _ := io.ReadAll(r.Body)
 			a.patches = append(a.patches, r.Header.Get("Content-Type")+" "+string(body))
+			if m := r.URL.Query().Get("fieldManager"); m != "deploy-notifier" {
+				http.Error(w, `{"message": "fieldManager `+m+`: want deploy-notifier"}`, http.StatusBadRequest)
+				return
+			}
 			var ops []struct {
 				Op, Path string
 				Value    any // a string, or the annotations of the run (deploy.py's run_annotations)

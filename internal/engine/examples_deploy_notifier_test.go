@@ -20,9 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/cli"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/engine"
 	"github.com/opkit-dev/opkit/internal/githubfake"
+	"github.com/opkit-dev/opkit/internal/why"
 )
 
 // TestDeployNotifierExampleCommentsOncePerPullRequestAndDeploysOnRequest
@@ -38,7 +40,9 @@ import (
 //   - a rollout whose range holds no pull request comments on nothing;
 //   - "/deploy <sha>" from a member of the team, delivered signed to the
 //     engine's hooks listener, sets the staging Deployment's image, whose
-//     rollout tells the pull request of that SHA;
+//     rollout tells the pull request of that SHA, and opkit why on the
+//     Deployment names, newest first, the image change, the deploy run
+//     that made it, and alice's delivery that ran it;
 //   - the same from someone else changes nothing, and the archive has the
 //     delivery Handled with the handler's refusal as reason; deliveries
 //     with a bad signature or of another comment are refused.
@@ -59,7 +63,13 @@ func TestDeployNotifierExampleCommentsOncePerPullRequestAndDeploysOnRequest(t *t
 	for name, data := range map[string]map[string]string{"github-token": {"token": gh.Token()}, "github-webhook": {"secret": secret}} {
 		create(t, env, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, StringData: data})
 	}
-	store := newArchive(t)
+	// The archive in a file of its own, which opkit why reads as well.
+	archivePath := filepath.Join(t.TempDir(), "runs.db")
+	store, err := archive.OpenSQLite(ctx, archivePath, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
 	e, _ := runEngineWith(t, engine.Options{Config: env.Config, Namespace: env.Namespace, Archive: store, HooksAddr: "127.0.0.1:0"})
 	d := exampleDefinition(t, example+"operator.yaml",
 		"https://api.github.com", gh.URL,
@@ -234,6 +244,7 @@ func TestDeployNotifierExampleCommentsOncePerPullRequestAndDeploysOnRequest(t *t
 		t.Errorf("the rollout /deploy made told %v; want #%d", told, pr.Number)
 	}
 	wantComments("after /deploy", map[int][]string{1: both, 2: both, 3: both, pr.Number: {"stg " + pr.MergeCommitSHA}})
+	wantWhy(t, archivePath, ns, answer["delivery"], pr.MergeCommitSHA)
 
 	// Someone else's /deploy is refused by the handler; a forged one and
 	// another comment are refused by the source.
@@ -266,4 +277,60 @@ func TestDeployNotifierExampleCommentsOncePerPullRequestAndDeploysOnRequest(t *t
 		t.Errorf("%d deliveries in the archive; want 4: two handled, two refused", n)
 	}
 	wantComments("in the end", map[int][]string{1: both, 2: both, 3: both, pr.Number: {"stg " + pr.MergeCommitSHA}})
+}
+
+// wantWhy runs opkit why on the staging Deployment after alice's /deploy
+// of sha (delivery, its archive id) and wants, newest first: the image
+// change by deploy.py, during the deploy run; that run, caused by the
+// delivery; the delivery, an issue_comment by alice.
+func wantWhy(t *testing.T, archivePath, ns, delivery, sha string) {
+	t.Helper()
+	whyCmd := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr strings.Builder
+		root := cli.NewRootCommand()
+		root.SetArgs(append([]string{"why", ns + "/packit-worker-stg", "--kind", "Deployment", "--kubeconfig", clustertest.Cluster(t).KubeconfigPath(), "--archive", archivePath}, args...))
+		root.SetOut(&stdout)
+		root.SetErr(&stderr)
+		if err := root.ExecuteContext(t.Context()); err != nil {
+			t.Fatalf("opkit why %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		}
+		return stdout.String()
+	}
+	out := whyCmd("-o", "json")
+	var chain why.Chain
+	if err := json.Unmarshal([]byte(out), &chain); err != nil {
+		t.Fatalf("opkit why -o json: %v\n%s", err, out)
+	}
+	change, run, sent := -1, -1, -1
+	var runID string
+	for i, e := range chain.Entries {
+		switch {
+		case e.Kind == "change" && e.Change.Manager == "deploy-notifier" && slices.ContainsFunc(e.Change.Fields, func(f why.Field) bool {
+			return strings.HasSuffix(f.Path, ".image") && f.Value == "quay.io/packit/packit-worker:"+sha
+		}) && change < 0:
+			change = i
+			runID = strings.TrimPrefix(e.Cause, "run ")
+		case e.Kind == "run" && e.Run.Handler == "deploy" && e.Run.Trigger == "event" && e.Run.Outcome == string(archive.Succeeded) && e.Cause == "delivery "+delivery:
+			run = i
+			if runID != e.Run.ID {
+				t.Errorf("the image change is said to be by %q; want the deploy run %s", runID, e.Run.ID)
+			}
+		case e.Kind == "delivery" && e.Delivery.ID == delivery:
+			sent = i
+			if e.Delivery.Sender != "alice" || e.Delivery.Event != "issue_comment" || e.Delivery.Source != "github" {
+				t.Errorf("the delivery is said to be %+v; want an issue_comment from github by alice", e.Delivery)
+			}
+		}
+	}
+	if change < 0 || run < 0 || sent < 0 || !(change < run && run < sent) {
+		t.Errorf("opkit why has the image change at %d, the deploy run at %d, the delivery at %d; want all three, in that order:\n%s", change, run, sent, out)
+	}
+	table := whyCmd()
+	// The table clips long values: the SHA's first 12 digits are there.
+	for _, s := range []string{"by deploy-notifier (Update), during run", "handler deploy on event of deploy-notifier: Succeeded", "issue_comment by alice", "packit-worker:" + sha[:12]} {
+		if !strings.Contains(table, s) {
+			t.Errorf("opkit why's table lacks %q:\n%s", s, table)
+		}
+	}
 }

@@ -205,6 +205,9 @@ func TestKubectlReadsTheRunsOfOpkitDevAsRBACAllows(t *testing.T) {
 	if r := opkitWithEnv(t, viaCluster, "runs", "--object", "a/ok", "--kind", "Nap"); r.code != 0 || len(runRows(r.stdout, "a/ok")) != 1 {
 		t.Errorf("opkit runs --object a/ok --kind Nap, no archive: exit %d\n%s%s; want a/ok's run", r.code, r.stdout, r.stderr)
 	}
+	if r := opkitWithEnv(t, viaCluster, "why", "a/ok", "--kind", "Nap"); r.code != 0 || !strings.Contains(r.stdout, "run "+id+": handler nap on create: Succeeded") {
+		t.Errorf("opkit why a/ok --kind Nap, no archive: exit %d\n%s%s; want its create run %s, read through the cluster", r.code, r.stdout, r.stderr, id)
+	}
 	if r := opkitWithEnv(t, viaCluster, "logs", id); r.code != 0 || !strings.Contains(r.stdout, "napping") || !strings.Contains(r.stdout, "woke up") {
 		t.Errorf("opkit logs %s, no archive: exit %d\n%s%s; want the handler's log", id, r.code, r.stdout, r.stderr)
 	}

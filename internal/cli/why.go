@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/runsclient"
 	"github.com/opkit-dev/opkit/internal/why"
 )
 
@@ -64,7 +65,11 @@ kind (Deployment, deployments.apps); without it, the kind of its runs.`,
 			case kind != "" && !strings.Contains(kind, "."):
 				ref.Kind = kind // the cluster out of reach: as given
 			}
-			chain, err := why.Explain(cmd.Context(), src, ref, obj, from)
+			var whySource why.Source = src
+			if src.remote() {
+				whySource = remoteWhySource{src}
+			}
+			chain, err := why.Explain(cmd.Context(), whySource, ref, obj, from)
 			if err != nil {
 				return err
 			}
@@ -83,6 +88,19 @@ kind (Deployment, deployments.apps); without it, the kind of its runs.`,
 	cmd.Flags().DurationVar(&since, "since", 0, "only what happened within this long, e.g. 1h (0: everything kept)")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
 	return cmd
+}
+
+// remoteWhySource is the runs API as opkit why reads it: a delivery's
+// record is kept to the archive (runsclient.ErrNotServed), and named as
+// not shown.
+type remoteWhySource struct{ *runSource }
+
+func (s remoteWhySource) GetDelivery(ctx context.Context, id string) (*archive.Delivery, error) {
+	d, err := s.runSource.GetDelivery(ctx, id)
+	if runsclient.IsNotServed(err) {
+		return nil, fmt.Errorf("%w: the runs API keeps a delivery's payload to the archive; opkit why --archive reads it", why.ErrWithheld)
+	}
+	return d, err
 }
 
 // readWhyObject reads the object explained from the kubeconfig's cluster:

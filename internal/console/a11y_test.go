@@ -30,6 +30,7 @@ func TestPagesAreAccessible(t *testing.T) {
 		"/",
 		"/operators/chores",
 		"/operators/chores/objects/" + env.Namespace + "/broken",
+		"/operators/chores/objects/" + env.Namespace + "/broken/why",
 		"/runs/" + failed.ID,
 		"/runs/" + failed.ID + "?q=boom",
 		"/failures",

@@ -212,6 +212,7 @@ func (s *Server) routes() {
 	p.HandleFunc("GET /failures", s.page(s.failures))
 	p.HandleFunc("GET /operators/{operator}", s.page(s.operatorPage))
 	p.HandleFunc("GET /operators/{operator}/objects/{namespace}/{name}", s.page(s.timeline))
+	p.HandleFunc("GET /operators/{operator}/objects/{namespace}/{name}/why", s.page(s.whyPage))
 	p.HandleFunc("GET /runs/{id}", s.page(s.runPage))
 	p.HandleFunc("GET /events", s.page(s.eventsPage))
 	p.HandleFunc("GET /events/{id}", s.page(s.deliveryPage))

@@ -37,34 +37,15 @@ type event struct {
 // or a calendar's Operator's.
 func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
 	ctx := r.Context()
-	opName, ns, name := r.PathValue("operator"), r.PathValue("namespace"), r.PathValue("name")
-	if ns == clusterScoped {
-		ns = ""
-	}
-	q := r.URL.Query()
-	cursor := q.Get("cursor")
+	cursor := r.URL.Query().Get("cursor")
 	if cursor != "" && !archive.ValidID(cursor) {
 		return "", nil, badRequest("cursor %q is not one this console links to: follow the timeline's Older runs link", cursor)
 	}
-	op, err := s.operatorNamed(ctx, opName)
+	t, err := s.objectTarget(r, u)
 	if err != nil {
 		return "", nil, err
 	}
-	var gvk schema.GroupVersionKind
-	if op != nil {
-		gvk = op.GVK
-	}
-	named, hasKind := kindOf(q)
-	if hasKind && (op == nil || op.Watches()) {
-		gvk = named
-	} else {
-		hasKind = false
-	}
-	if op != nil {
-		if err := s.may(ctx, u, op, gvk, "get", ns); err != nil {
-			return "", nil, err
-		}
-	}
+	opName, ns, name, op, gvk, hasKind := t.opName, t.ns, t.name, t.op, t.gvk, t.hasKind
 	// A watched object's handler state is the archive's, not the object's.
 	// An operator the console does not know watches the object when the
 	// archive has a handler record of it.
@@ -90,7 +71,7 @@ func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
 	v.Live = withQuery(self, kind, cursorQuery(cursor))
 	owned := !watched && (op == nil || op.Owns())
 	data := map[string]any{"Op": op, "OpName": opName, "Namespace": ns, "Name": name, "Kind": gvk.Kind, "NoActions": noActions(op),
-		"Owned": owned, "Watched": watched}
+		"Owned": owned, "Watched": watched, "WhyURL": withQuery(self+"/why", kind)}
 
 	obj, notice := s.readObject(ctx, gvk, ns, name)
 	if notice != "" {
@@ -129,6 +110,44 @@ func (s *Server) timeline(r *http.Request, u *user) (string, *view, error) {
 	}
 	v.Data = data
 	return "timeline", v, nil
+}
+
+// objectTarget is the object an object page's URL names:
+// /operators/{operator}/objects/{namespace}/{name}, of the operator's
+// kind or, for a watch operator (or one the console does not know), of
+// the kind its query names (?apiVersion=&kind=).
+type objectTarget struct {
+	opName, ns, name string
+	op               *operator // nil: one the console does not know
+	gvk              schema.GroupVersionKind
+	hasKind          bool // the query named the kind
+}
+
+// objectTarget reads the object page's URL, and checks that the user may
+// get the object.
+func (s *Server) objectTarget(r *http.Request, u *user) (*objectTarget, error) {
+	t := &objectTarget{opName: r.PathValue("operator"), ns: r.PathValue("namespace"), name: r.PathValue("name")}
+	if t.ns == clusterScoped {
+		t.ns = ""
+	}
+	op, err := s.operatorNamed(r.Context(), t.opName)
+	if err != nil {
+		return nil, err
+	}
+	t.op = op
+	if op != nil {
+		t.gvk = op.GVK
+	}
+	named, hasKind := kindOf(r.URL.Query())
+	if hasKind && (op == nil || op.Watches()) {
+		t.gvk, t.hasKind = named, true
+	}
+	if op != nil {
+		if err := s.may(r.Context(), u, op, t.gvk, "get", t.ns); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
 }
 
 // readObject reads the object of kind gvk (none: nil) from the cluster;

@@ -18,7 +18,8 @@
 //
 // Contracts: Explain reads, never writes; an object it cannot read (gone,
 // no access) is explained from the archive alone, and a record it cannot
-// read (pruned) is named as missing, not an error.
+// read (pruned, or withheld from its reader: ErrWithheld) is named as
+// missing, not an error.
 package why
 
 import (
@@ -44,8 +45,13 @@ const RunAnnotation = "opkit.dev/run"
 // handling applied it last (its archive id).
 const DeliveryAnnotation = "opkit.dev/delivery"
 
+// ErrWithheld is what a Source answers (wrapped, with why) for a run or
+// delivery it does not give its reader (no access, not served): the
+// chain names it as not shown, with the error's words, not as pruned.
+var ErrWithheld = errors.New("withheld")
+
 // Source is what Explain reads of the archive: an archive or the runs API
-// (archive.Reader).
+// (archive.Reader). Its Get and GetDelivery may answer ErrWithheld.
 type Source interface {
 	Get(ctx context.Context, id string) (*archive.Run, error)
 	List(ctx context.Context, q archive.Query) (*archive.Page, error)
@@ -85,8 +91,13 @@ type Entry struct {
 	Kind string `json:"kind"`
 	// Summary is the entry in one line.
 	Summary string `json:"summary"`
-	// Cause names what caused it, when known: a run's id, a delivery's.
+	// Cause names what caused it, when known: "run ID" (a change made
+	// during it), "delivery ID" (a change or a run on event handling it),
+	// "a re-run of ID".
 	Cause string `json:"cause,omitempty"`
+	// Caused names the run a change caused ("run ID"): its diff names a
+	// field the change set.
+	Caused string `json:"caused,omitempty"`
 
 	Change   *Change          `json:"change,omitempty"`
 	Run      *Run             `json:"run,omitempty"`
@@ -318,7 +329,7 @@ func (x *explainer) deliveryOf(ctx context.Context, r *archive.Run) (string, err
 	full := r
 	if len(r.Input) == 0 {
 		got, err := x.src.Get(ctx, r.ID)
-		if errors.Is(err, archive.ErrNotFound) {
+		if errors.Is(err, archive.ErrNotFound) || errors.Is(err, ErrWithheld) {
 			return "", nil
 		}
 		if err != nil {
@@ -342,9 +353,14 @@ func (x *explainer) delivery(ctx context.Context, id, what string) (*archive.Del
 		return d, nil
 	}
 	d, err := x.src.GetDelivery(ctx, id)
-	if errors.Is(err, archive.ErrNotFound) {
+	switch {
+	case errors.Is(err, archive.ErrNotFound):
 		x.deliveries[id] = nil
 		x.chain.Notes = append(x.chain.Notes, "delivery "+id+" is no longer in the archive (pruned)")
+		return nil, nil
+	case errors.Is(err, ErrWithheld):
+		x.deliveries[id] = nil
+		x.chain.Notes = append(x.chain.Notes, "delivery "+id+" is not shown ("+err.Error()+")")
 		return nil, nil
 	}
 	if err != nil {
@@ -399,6 +415,8 @@ func (x *explainer) named(ctx context.Context, obj *unstructured.Unstructured) e
 		switch {
 		case errors.Is(err, archive.ErrNotFound):
 			x.chain.Notes = append(x.chain.Notes, "run "+id+", which wrote the object ("+RunAnnotation+"), is no longer in the archive")
+		case errors.Is(err, ErrWithheld):
+			x.chain.Notes = append(x.chain.Notes, "run "+id+", which wrote the object ("+RunAnnotation+"), is not shown ("+err.Error()+")")
 		case err != nil:
 			return fmt.Errorf("run %s: %w", id, err)
 		default:
@@ -470,6 +488,7 @@ func (x *explainer) changes(obj *unstructured.Unstructured) {
 			if at.Before(c.StartedAt.Add(-2 * time.Second)) {
 				e.after = at
 			}
+			e.Caused = "run " + c.ID
 			e.Summary += fmt.Sprintf(", which caused run %s (%s)", c.ID, c.Handler)
 		case r != nil:
 			e.Cause, e.after = "run "+r.ID, r.StartedAt

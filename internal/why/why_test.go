@@ -3,6 +3,7 @@ package why_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -202,5 +203,38 @@ func TestAChangeCausesTheRunThatSawItsValue(t *testing.T) {
 	}
 	if len(chain.Entries) != 3 || chain.Entries[1].Kind != "change" || !strings.Contains(chain.Entries[1].Summary, "which caused run 01m91ececfj5sj11e5") {
 		t.Errorf("chain %q; want the update run, bob's change which caused it, the create run", got)
+	}
+}
+
+// withheld is a source that gives runs and no delivery: its reader may
+// not see them (the console's access, the runs API's keeping).
+type withheld struct{ *source }
+
+func (withheld) GetDelivery(context.Context, string) (*archive.Delivery, error) {
+	return nil, fmt.Errorf("%w: you may not read the deliveries of operator deploy-notifier", why.ErrWithheld)
+}
+
+// TestADeliveryWithheldIsNamedNotShownAndTheRestExplained: the run's
+// delivery, withheld by the source, is a note with the source's words;
+// the change and the run are there, and Explain does not fail.
+func TestADeliveryWithheldIsNamedNotShownAndTheRestExplained(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	const runID, deliveryID = "01m91agtsvy2aepj3a", "01m91agsaaaaaaaaaa"
+	input, _ := json.Marshal(map[string]any{"event": map[string]any{"id": deliveryID}})
+	src := withheld{&source{runs: []archive.Run{{
+		ID: runID, Operator: "deploy-notifier", Handler: "deploy", Trigger: "event", Kind: "Operator", Name: "deploy-notifier",
+		Attempt: 1, Outcome: archive.Succeeded, StartedAt: t0, FinishedAt: t0.Add(time.Second), Input: input,
+	}}}}
+	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "c", "namespace": "default", "annotations": map[string]any{why.RunAnnotation: runID}}}}
+	chain, err := why.Explain(t.Context(), src, why.Ref{Kind: "ConfigMap", Namespace: "default", Name: "c"}, cm, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chain.Entries) != 1 || chain.Entries[0].Kind != "run" || chain.Entries[0].Cause != "delivery "+deliveryID {
+		t.Errorf("entries %+v; want the run, its cause named", chain.Entries)
+	}
+	if want := "delivery " + deliveryID + " is not shown (withheld: you may not read the deliveries of operator deploy-notifier)"; !slices.Contains(chain.Notes, want) {
+		t.Errorf("notes %q; want %q", chain.Notes, want)
 	}
 }

@@ -12,6 +12,15 @@ GOLANGCI_LINT_VERSION  := v2.15.0
 # a checkout (some minutes of CPU with an empty build cache).
 OPKIT_CACHE_DIR        ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/opkit
 GOLANGCI_LINT          := $(OPKIT_CACHE_DIR)/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
+# The type checkers the handler SDKs' tests run (sdk/, opkit init's
+# projects): TypeScript's compiler and pyright, from the npm registry,
+# installed once a machine with the machine's Node.js (make sdktools).
+TYPESCRIPT_VERSION     := 5.9.3
+PYRIGHT_VERSION        := 1.1.414
+SDK_TOOLS_DIR          := $(OPKIT_CACHE_DIR)/tools/sdk-typescript-$(TYPESCRIPT_VERSION)-pyright-$(PYRIGHT_VERSION)
+OPKIT_TSC              ?= $(SDK_TOOLS_DIR)/node_modules/.bin/tsc
+OPKIT_PYRIGHT          ?= $(SDK_TOOLS_DIR)/node_modules/.bin/pyright
+export OPKIT_TSC OPKIT_PYRIGHT
 # go test's timeout per package binary; integration packages start a plane.
 TEST_TIMEOUT           ?= 30m
 # The machine's cores, which the test run is sized from.
@@ -93,7 +102,7 @@ SOURCE_DATE_EPOCH      ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # More flags for cmd/opkit-image, e.g. -ca-certificates FILE.
 IMAGE_FLAGS            ?=
 
-.PHONY: all build plane browser postgresql demo test compile compiletests checks vet lint unit late benchtests usermodule helmchart scenarios fmt bench soak churn fuzz fuzzsmoke image clean
+.PHONY: all build plane browser postgresql sdktools demo test compile compiletests checks vet lint unit late benchtests usermodule helmchart scenarios fmt bench soak churn fuzz fuzzsmoke image clean
 
 all: build
 
@@ -126,6 +135,13 @@ postgresql:
 	  if [ "$$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi; \
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq postgresql >/dev/null; }
 
+## sdktools: TypeScript's compiler and pyright (npm), for the SDKs' type
+## checks (installed once a machine, in opkit's cache)
+sdktools:
+	@test -x $(OPKIT_TSC) -a -x $(OPKIT_PYRIGHT) || { \
+	  echo "installing typescript@$(TYPESCRIPT_VERSION) and pyright@$(PYRIGHT_VERSION) (npm) for the SDKs' type checks"; \
+	  mkdir -p $(SDK_TOOLS_DIR) && npm install --prefix $(SDK_TOOLS_DIR) --no-audit --no-fund --silent typescript@$(TYPESCRIPT_VERSION) pyright@$(PYRIGHT_VERSION) >/dev/null; }
+
 ## test: vet, lint and every test (unit and integration, browser tests in
 ## headless chromium, the archive's conformance suite on SQLite and on a
 ## real PostgreSQL, the Helm chart with Helm's Go library, and
@@ -137,7 +153,7 @@ postgresql:
 ## first what only needs CPU (every test binary compiled, vet, lint),
 ## then the tests, the unit tests beside the other modules' and the
 ## scenarios; each part's output is printed whole when it ends.
-test: plane browser postgresql
+test: plane browser postgresql sdktools
 	$(MAKE) --no-print-directory -j2 --output-sync=target compile
 	GOGC=$(TEST_GOGC) $(MAKE) --no-print-directory -j2 --output-sync=target unit checks
 

@@ -139,7 +139,7 @@ func (a *readableArchive) Get(ctx context.Context, id string) (*archive.Run, err
 		return nil, err
 	}
 	if _, err := a.s.mayReadRun(ctx, a.u, r); err != nil {
-		return nil, fmt.Errorf("%w: you may not read it: %v", why.ErrWithheld, err)
+		return nil, fmt.Errorf("%w: you may not read it: %w", why.ErrWithheld, err)
 	}
 	return r, nil
 }

@@ -323,7 +323,7 @@ func wantWhy(t *testing.T, archivePath, ns, delivery, sha string) {
 			}
 		}
 	}
-	if change < 0 || run < 0 || sent < 0 || !(change < run && run < sent) {
+	if change < 0 || run < 0 || sent < 0 || change >= run || run >= sent {
 		t.Errorf("opkit why has the image change at %d, the deploy run at %d, the delivery at %d; want all three, in that order:\n%s", change, run, sent, out)
 	}
 	table := whyCmd()

@@ -1,45 +1,40 @@
-// Command goodbye is a delete handler in Go: it reads the binding context
-// from stdin, logs to stderr and writes a result to stdout. A real one
-// would release what the object held (a DNS record, a bucket); it must be
-// idempotent: after a crash it runs again with the same idempotency key.
+// Command goodbye is a delete handler in Go, on opkit's handler SDK
+// (package pkg/handler): the SDK reads the binding context from stdin
+// into the Greeting's types, calls goodbye, and writes its result to
+// stdout. A real one would release what the object held (a DNS record, a
+// bucket); it must be idempotent: after a crash it runs again with the
+// same idempotency key.
 package main
 
 import (
-	"encoding/json"
-	"fmt"
-	"os"
+	"context"
+
+	"github.com/opkit-dev/opkit/pkg/handler"
 )
 
-type bindingContext struct {
-	Trigger        string `json:"trigger"`
-	IdempotencyKey string `json:"idempotencyKey"`
-	Object         struct {
-		Metadata struct {
-			Namespace string `json:"namespace"`
-			Name      string `json:"name"`
-		} `json:"metadata"`
-	} `json:"object"`
-}
-
-type result struct {
-	Error *resultError `json:"error,omitempty"`
-}
-
-type resultError struct {
-	Message   string `json:"message"`
-	Permanent bool   `json:"permanent,omitempty"`
-}
+// The Greeting's spec and status, as operator.yaml declares them.
+type (
+	greetingSpec struct {
+		Name     string `json:"name"`
+		Language string `json:"language,omitempty"`
+	}
+	greetingStatus struct {
+		Greeting string `json:"greeting,omitempty"`
+	}
+	greeting = handler.Object[greetingSpec, greetingStatus]
+)
 
 func main() {
-	var ctx bindingContext
-	if err := json.NewDecoder(os.Stdin).Decode(&ctx); err != nil {
-		// Retrying cannot fix a context this handler cannot read.
-		_ = json.NewEncoder(os.Stdout).Encode(result{Error: &resultError{Message: "reading the binding context: " + err.Error(), Permanent: true}})
-		os.Exit(1)
-	}
-	m := ctx.Object.Metadata
-	fmt.Fprintf(os.Stderr, "goodbye, %s/%s (%s, key %s)\n", m.Namespace, m.Name, ctx.Trigger, ctx.IdempotencyKey)
-	if err := json.NewEncoder(os.Stdout).Encode(result{}); err != nil {
-		os.Exit(1)
-	}
+	handler.Main(handler.Handlers[greeting, greetingSpec, greetingStatus]{
+		handler.OnDelete: goodbye,
+	})
+}
+
+// goodbye logs the Greeting it sees off. Returning nil is the empty
+// result: done, opkit may let the Greeting go. An error would hold it:
+// handler.Temporary(err) to be retried, handler.Permanent(err) to stall.
+func goodbye(ctx context.Context, c *handler.Context[greeting, greetingSpec]) (*handler.Result[greetingStatus], error) {
+	m := c.Object.Metadata
+	handler.Logf(ctx, "goodbye, %s/%s (%s, key %s)", m.Namespace, m.Name, c.Trigger, c.IdempotencyKey)
+	return nil, nil
 }

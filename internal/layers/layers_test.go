@@ -181,6 +181,11 @@ var rules = []rule{
 		except:    []string{"cmd/opkit", "internal/cli"},
 		notDirect: []string{"internal/cli"},
 	},
+	{
+		says: "the Go handler SDK is imported by users' handler programs: nothing of opkit's internals, no Kubernetes or OpenTelemetry module (docs/architecture.md; package handler)",
+		from: []string{"pkg/handler/..."},
+		not:  []string{"internal/...", "api/...", "pkg/opkittest/...", "k8s.io/...", "sigs.k8s.io/...", "go.opentelemetry.io/...", "github.com/spf13/..."},
+	},
 }
 
 // pkg is what go list says of a package.

@@ -1,0 +1,526 @@
+/**
+ * opkit's handler SDK for TypeScript and JavaScript (Node.js 20 or later,
+ * its standard library only). A handler program registers a function per
+ * trigger and runs:
+ *
+ * ```ts
+ * import { Handlers, TemporaryError, normal, type Context, type Result } from "./opkit.js";
+ *
+ * const handlers = new Handlers();
+ * handlers.on(["create", "update"], (ctx: Context<Greeting, GreetingSpec>): Result<GreetingStatus> => ({
+ *   status: { greeting: `Hello, ${ctx.object.spec.name}!` },
+ *   events: [normal("Greeted", `said hello to ${ctx.object.spec.name}`)],
+ * }));
+ * handlers.run();
+ * ```
+ *
+ * The contract (docs/handlers.md, docs/admission.md and the JSON Schemas
+ * in docs/schemas are the truth):
+ *
+ * - Dispatch: the binding context's `trigger` picks the function registered
+ *   for it; one registered with no trigger (or "*") is the default. A
+ *   trigger with neither fails the run permanently, naming the trigger and
+ *   the triggers the program handles. Functions may be async.
+ * - Two modes, one program. With `OPKIT_MODE=Serve` in the environment,
+ *   {@link Handlers.run} reads one binding context per line of stdin, one at
+ *   a time, in order, and answers each with exactly one compact JSON line on
+ *   stdout, written after what the run logged on stderr; at the end of stdin
+ *   it exits 0. Otherwise it reads all of stdin as one binding context,
+ *   writes the result to stdout and exits: 0, or 75 (EX_TEMPFAIL) for a
+ *   {@link TemporaryError}, or 1 for a bug.
+ * - Once `run` is called, stdout belongs to the answers: `console.log` and
+ *   `process.stdout.write` by the program's code go to stderr (the run's
+ *   log) instead, so that printing can never break the protocol. (Only a
+ *   write to file descriptor 1 itself, `fs.writeSync(1, ...)`, gets past.)
+ * - Errors: a thrown {@link PermanentError} is the result
+ *   `{"error": {"message": M, "permanent": true}}` (exit 0: the object is
+ *   Stalled at once); a {@link TemporaryError} is `{"error": {"message": M}}`
+ *   (exit 75, retried); anything else thrown is a bug: its stack goes to
+ *   stderr and the result is `{"error": {"message": "<name>: <message>"}}`
+ *   (exit 1, retried). In Serve mode nothing exits: the answer carries the
+ *   error and the loop goes on. A binding context that is not JSON fails
+ *   permanently, saying what is wrong.
+ * - The result is a {@link Result}: an object literal with a field that is
+ *   not one of the result's is a type error where the function declares
+ *   its return type (`: Result<GreetingStatus>`), and at run time every
+ *   result is checked before it is written (`result field "statsu" is not
+ *   one of status, events, ...`): a wrong one fails the run permanently.
+ *   Returning nothing is the empty result, `{}`.
+ * - {@link Handlers.call} runs the table in-process, for tests: the result
+ *   as the protocol would write it, errors included.
+ *
+ * A TypeScript project compiles its handlers with `tsc` (module
+ * "nodenext", target ES2022, strict) beside a package.json that says
+ * `"type": "module"`, and runs the JavaScript: opkit.js is this file
+ * compiled, opkit.d.ts its types.
+ *
+ * @module
+ */
+// ---------------------------------------------------------------------------
+// Errors and helpers.
+/** A failure that may pass: the run is retried with back-off (per-run mode exits 75). */
+export class TemporaryError extends Error {
+    name = "TemporaryError";
+}
+/** A failure retrying cannot fix: the object is Stalled at once. */
+export class PermanentError extends Error {
+    name = "PermanentError";
+}
+/** A Normal Event. */
+export function normal(reason, message) {
+    return { type: "Normal", reason, message };
+}
+/** A Warning Event. */
+export function warning(reason, message) {
+    return { type: "Warning", reason, message };
+}
+/**
+ * A Go duration, for requeueAfter: `duration({ minutes: 5 })` is "5m",
+ * `duration({ seconds: 90 })` "1m30s", `duration({ milliseconds: 1500 })`
+ * "1.5s". It must be positive (to the microsecond).
+ */
+export function duration(parts) {
+    const ms = (parts.hours ?? 0) * 3_600_000 + (parts.minutes ?? 0) * 60_000 + (parts.seconds ?? 0) * 1000 + (parts.milliseconds ?? 0);
+    const us = Math.round(ms * 1000);
+    if (!Number.isFinite(ms) || us <= 0) {
+        throw new RangeError(`duration ${JSON.stringify(parts)} is not positive: requeueAfter must be`);
+    }
+    if (us < 1000) {
+        return `${us}us`;
+    }
+    if (us < 1_000_000) {
+        return `${decimal(us / 1000)}ms`;
+    }
+    const h = Math.floor(us / 3_600_000_000);
+    const m = Math.floor((us % 3_600_000_000) / 60_000_000);
+    const s = (us % 60_000_000) / 1_000_000;
+    return (h > 0 ? `${h}h` : "") + (m > 0 ? `${m}m` : "") + (s > 0 ? `${decimal(s)}s` : "");
+}
+function decimal(n) {
+    return n.toFixed(6).replace(/\.?0+$/, "");
+}
+/** The fields of a result, in the schema's order. */
+const resultFields = [
+    "status",
+    "events",
+    "requeueAfter",
+    "skipped",
+    "refuse",
+    "allowed",
+    "message",
+    "patch",
+    "warnings",
+    "error",
+];
+const knownTriggers = [
+    "create",
+    "update",
+    "delete",
+    "resume",
+    "schedule",
+    "when",
+    "requeue",
+    "event",
+    "rerun",
+    "manual",
+    "enter",
+    "exit",
+    "validate",
+    "mutate",
+];
+/** The exit status of a temporary failure (EX_TEMPFAIL). */
+const exitTemporary = 75;
+/** The most a result may be, in bytes (the engine's limit). */
+const maxResultBytes = 1 << 20;
+/**
+ * A handler program's table: a function per trigger, and a default.
+ *
+ * O, Old and S type the contexts and results of functions that do not type
+ * their own: `new Handlers<Greeting, GreetingSpec, GreetingStatus>()` makes
+ * `handlers.on("create", (ctx) => ...)` know `ctx.object.spec`. Annotate a
+ * function's return type (`(ctx: GreetContext): GreetResult => ...`) to
+ * have a misspelled field of the object literal it returns refused:
+ * TypeScript checks an object literal's fields against a type the code
+ * declares, not against what a callback is expected to return. (A wrong
+ * field gets past the type check that way fails at run time, permanently.)
+ */
+export class Handlers {
+    #table = new Map();
+    #default;
+    on(first, second) {
+        const fn = typeof first === "function" ? first : second;
+        if (typeof fn !== "function") {
+            throw new TypeError("handlers.on(triggers, fn): fn must be a function");
+        }
+        const names = typeof first === "function" ? ["*"] : typeof first === "string" ? [first] : [...first];
+        if (names.length === 0) {
+            throw new TypeError('handlers.on: no triggers: name some, or register the default with handlers.on(fn) or handlers.on("*", fn)');
+        }
+        for (const name of names) {
+            if (name !== "*" && !knownTriggers.includes(name)) {
+                throw new TypeError(`handlers.on: ${JSON.stringify(name)} is not a trigger: one of ${knownTriggers.join(", ")}, or "*" for the default`);
+            }
+            if (name === "*" ? this.#default !== undefined : this.#table.has(name)) {
+                throw new TypeError(`handlers.on: ${name === "*" ? "the default" : `trigger "${name}"`} has a function already`);
+            }
+        }
+        for (const name of names) {
+            if (name === "*") {
+                this.#default = fn;
+            }
+            else {
+                this.#table.set(name, fn);
+            }
+        }
+        return this;
+    }
+    /**
+     * Runs the function for a binding context (an object, or its JSON text)
+     * in-process, and gives the result as the protocol would write it: an
+     * error thrown becomes an error result, exactly as in a run. For tests.
+     */
+    async call(context) {
+        return (await this.answer(context)).result;
+    }
+    /** As {@link call}, with the line written, the exit status of a process per run and a bug's stack. */
+    async answer(context) {
+        let ctx;
+        if (typeof context === "string") {
+            if (context.trim() === "") {
+                return failed("the binding context is empty: a handler reads one JSON object on stdin", true);
+            }
+            try {
+                ctx = JSON.parse(context);
+            }
+            catch (err) {
+                return failed(`the binding context is not valid JSON: ${messageOf(err)}; it begins ${JSON.stringify(context.slice(0, 100))}`, true);
+            }
+        }
+        else {
+            try {
+                ctx = JSON.parse(JSON.stringify(context));
+            }
+            catch (err) {
+                return failed(`the binding context is not JSON: ${messageOf(err)}`, true);
+            }
+        }
+        if (!isObject(ctx)) {
+            return failed(`the binding context is not a JSON object but ${kindOf(ctx)}`, true);
+        }
+        const trigger = ctx["trigger"];
+        if (typeof trigger !== "string" || trigger === "") {
+            return failed('the binding context has no "trigger"', true);
+        }
+        const fn = this.#table.get(trigger) ?? this.#default;
+        if (fn === undefined) {
+            const handled = [...this.#table.keys()];
+            const these = handled.length > 0 ? `this program handles ${handled.join(", ")}` : "this program has no function";
+            return failed(`no function for trigger "${trigger}": ${these} (handlers.on("${trigger}", fn) registers one, handlers.on(fn) the default for every trigger)`, true);
+        }
+        let value;
+        try {
+            value = await fn(ctx);
+        }
+        catch (err) {
+            return thrown(err);
+        }
+        return written(value, trigger);
+    }
+    /**
+     * Runs the program: with OPKIT_MODE=Serve, {@link serve} on stdin and
+     * stdout, then exit 0 at the end of stdin; otherwise one binding context
+     * from all of stdin, its result on stdout, and exit (0; 75 for a
+     * TemporaryError; 1 for a bug). From here on, what the program writes to
+     * stdout (console.log) goes to stderr.
+     */
+    async run() {
+        const out = process.stdout;
+        const write = out.write;
+        const answers = { write: (chunk, callback) => write.call(out, chunk, callback) };
+        out.write = (...args) => process.stderr.write.apply(process.stderr, args);
+        try {
+            if (process.env["OPKIT_MODE"] === "Serve") {
+                await this.serve(process.stdin, answers, process.stderr);
+                process.exit(0);
+            }
+            process.stdin.setEncoding("utf8");
+            let text = "";
+            for await (const chunk of process.stdin) {
+                text += chunk;
+            }
+            const a = await this.answer(text);
+            await answerOn(a, answers, process.stderr);
+            process.exit(a.exitCode);
+        }
+        catch (err) {
+            process.stderr.write(`opkit: the handler program failed: ${traceOf(err)}\n`);
+            process.exit(1);
+        }
+    }
+    /**
+     * The Serve loop: reads input a line at a time (a binding context per
+     * line), runs each to its end before the next, and writes its result as
+     * one line to output, after flushing what the run logged to stderr (and
+     * a bug's stack to log). Resolves at the end of input.
+     */
+    async serve(input, output, log = process.stderr) {
+        const { createInterface } = (await import(readlineModule));
+        const lines = createInterface({ input, crlfDelay: Infinity, terminal: false });
+        for await (const line of lines) {
+            await answerOn(await this.answer(line), output, log);
+        }
+    }
+}
+// ---------------------------------------------------------------------------
+// How a run's answer is made and written.
+/** A permanent (or temporary) failure's answer. */
+function failed(message, permanent) {
+    const error = permanent ? { message, permanent: true } : { message };
+    return { result: { error }, line: JSON.stringify({ error }), exitCode: permanent ? 0 : exitTemporary };
+}
+/** The answer of an error a function threw. */
+function thrown(err) {
+    if (err instanceof PermanentError || err instanceof TemporaryError) {
+        const a = failed(err.message || (err instanceof PermanentError ? "permanent error" : "temporary error"), err instanceof PermanentError);
+        // Its cause, if it has one, goes to the run's log.
+        return err.cause === undefined ? a : { ...a, trace: `${err.name}: ${err.message}${causesOf(err)}` };
+    }
+    let message;
+    if (err instanceof Error) {
+        let name = err.name;
+        const ctor = err.constructor?.name;
+        if (name === "Error" && typeof ctor === "string" && ctor !== "" && ctor !== "Error") {
+            name = ctor;
+        }
+        message = err.message ? `${name}: ${err.message}` : name;
+    }
+    else {
+        message = `a non-Error was thrown: ${describe(err)}`;
+    }
+    const error = { message };
+    return { result: { error }, line: JSON.stringify({ error }), exitCode: 1, trace: traceOf(err) };
+}
+/** The answer of what a function returned: the result, or why it is not one. */
+function written(value, trigger) {
+    if (value === undefined || value === null) {
+        return { result: {}, line: "{}", exitCode: 0 };
+    }
+    if (!isObject(value)) {
+        return failed(`the handler returned ${kindOf(value)}, not a result object (or nothing)`, true);
+    }
+    let line;
+    try {
+        line = JSON.stringify(value);
+    }
+    catch (err) {
+        return failed(`the result is not JSON: ${messageOf(err)}`, true);
+    }
+    const result = JSON.parse(line);
+    const problems = check(result, trigger);
+    if (problems.length > 0) {
+        const shown = problems.length > 10 ? [...problems.slice(0, 10), `and ${problems.length - 10} more`] : problems;
+        return failed(shown.join("; "), true);
+    }
+    const bytes = utf8Length(line);
+    if (bytes > maxResultBytes) {
+        return failed(`the result is ${bytes} bytes, over opkit's limit of ${maxResultBytes} (1 MiB)`, true);
+    }
+    return { result: result, line, exitCode: 0 };
+}
+const admissionFields = ["allowed", "message", "patch", "warnings", "error"];
+const reservedStatus = ["observedGeneration", "conditions", "opkit"];
+const goDuration = /^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$/;
+/** What is wrong with a result, as written, of a run on trigger. */
+function check(result, trigger) {
+    const problems = [];
+    const admission = trigger === "validate" || trigger === "mutate";
+    for (const [key, value] of Object.entries(result)) {
+        if (!resultFields.includes(key)) {
+            const near = resultFields.find((f) => distance(f.toLowerCase(), key.toLowerCase()) <= 2);
+            problems.push(`result field ${JSON.stringify(key)} is not one of ${resultFields.join(", ")}` + (near ? ` (did you mean "${near}"?)` : ""));
+            continue;
+        }
+        if (admission && !admissionFields.includes(key)) {
+            problems.push(`result field "${key}" is not one of an admission handler's ${admissionFields.join(", ")}`);
+            continue;
+        }
+        const problem = checkField(key, value);
+        if (problem !== undefined) {
+            problems.push(`result field "${key}" ${problem}`);
+        }
+    }
+    if (trigger === "validate" && result["allowed"] === undefined && result["error"] === undefined) {
+        problems.push('a validate handler\'s result must say "allowed": true or false');
+    }
+    if (trigger === "validate" && result["patch"] !== undefined) {
+        problems.push("a validate handler cannot patch the object: make it a mutate handler");
+    }
+    return problems;
+}
+/** What is wrong with a result's field, or undefined. */
+function checkField(key, value) {
+    switch (key) {
+        case "status": {
+            if (!isObject(value)) {
+                return `must be an object of status fields, e.g. {"status": {"phase": "done"}}, not ${kindOf(value)}`;
+            }
+            const reserved = reservedStatus.filter((k) => k in value);
+            return reserved.length > 0 ? `has ${reserved.map((k) => `"${k}"`).join(", ")}, written by opkit: a handler cannot set it` : undefined;
+        }
+        case "events": {
+            if (!Array.isArray(value)) {
+                return `must be a list of events, e.g. [normal("Greeted", "said hello")], not ${kindOf(value)}`;
+            }
+            const problems = value.map((e, i) => checkEvent(e, i)).filter((p) => p !== undefined);
+            return problems.length > 0 ? `has ${problems.join(", ")}` : undefined;
+        }
+        case "requeueAfter":
+            return typeof value === "string" && goDuration.test(value) && /[1-9]/.test(value)
+                ? undefined
+                : `${JSON.stringify(value)} is not a positive Go duration such as "30s", "5m" or "1h30m" (duration({ minutes: 5 }) makes one)`;
+        case "skipped":
+        case "allowed":
+            return typeof value === "boolean" ? undefined : `must be true or false, not ${kindOf(value)}`;
+        case "refuse":
+            return typeof value === "string" && value !== "" ? undefined : `must be the reason, a string that is not empty, not ${kindOf(value)}`;
+        case "message":
+            return typeof value === "string" ? undefined : `must be a string, not ${kindOf(value)}`;
+        case "patch":
+            return isObject(value) ? undefined : `must be a JSON merge patch of the object, e.g. {"spec": {"replicas": 1}}, not ${kindOf(value)}`;
+        case "warnings":
+            return Array.isArray(value) && value.every((w) => typeof w === "string") ? undefined : `must be a list of strings`;
+        case "error": {
+            if (!isObject(value)) {
+                return `must be {"message": "...", "permanent": true or false}, not ${kindOf(value)}`;
+            }
+            const extra = Object.keys(value).filter((k) => k !== "message" && k !== "permanent");
+            if (extra.length > 0) {
+                return `has ${extra.map((k) => `"${k}"`).join(", ")}: an error has message and permanent only`;
+            }
+            if (typeof value["message"] !== "string" || value["message"] === "") {
+                return "must have a message, a string that is not empty";
+            }
+            if (value["permanent"] !== undefined && typeof value["permanent"] !== "boolean") {
+                return `"permanent" must be true or false`;
+            }
+            return undefined;
+        }
+    }
+    return undefined;
+}
+function checkEvent(e, i) {
+    if (!isObject(e)) {
+        return `events[${i}], ${kindOf(e)}, not an event {type, reason, message}`;
+    }
+    const extra = Object.keys(e).filter((k) => k !== "type" && k !== "reason" && k !== "message");
+    if (extra.length > 0) {
+        return `events[${i}] with ${extra.map((k) => `"${k}"`).join(", ")}, not one of type, reason, message`;
+    }
+    if (e["type"] !== undefined && e["type"] !== "Normal" && e["type"] !== "Warning") {
+        return `events[${i}] of type ${JSON.stringify(e["type"])}, not Normal or Warning`;
+    }
+    if (typeof e["reason"] !== "string" || e["reason"] === "") {
+        return `events[${i}] without a reason`;
+    }
+    if (typeof e["message"] !== "string") {
+        return `events[${i}] without a message`;
+    }
+    return undefined;
+}
+/** Writes an answer: a bug's stack to log, then, once stderr is flushed, the line. */
+async function answerOn(a, output, log) {
+    if (a.trace !== undefined) {
+        await writeTo(log, a.trace + "\n");
+    }
+    await writeTo(log, "");
+    if (log !== process.stderr) {
+        await writeTo(process.stderr, "");
+    }
+    await writeTo(output, a.line + "\n");
+}
+/** Writes chunk and waits until it is flushed (an empty chunk: until what came before is). */
+function writeTo(stream, chunk) {
+    return new Promise((resolve, reject) => {
+        stream.write(chunk, (err) => (err ? reject(err) : resolve()));
+    });
+}
+// ---------------------------------------------------------------------------
+// Small things.
+function isObject(v) {
+    return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+function kindOf(v) {
+    if (v === null) {
+        return "null";
+    }
+    if (Array.isArray(v)) {
+        return "a list";
+    }
+    if (typeof v === "object") {
+        return "an object";
+    }
+    return `a ${typeof v} (${describe(v)})`;
+}
+function describe(v) {
+    let s;
+    try {
+        s = typeof v === "string" ? JSON.stringify(v) : String(v);
+    }
+    catch {
+        s = Object.prototype.toString.call(v);
+    }
+    return s.length > 100 ? s.slice(0, 100) + "..." : s;
+}
+function messageOf(err) {
+    return err instanceof Error ? err.message : describe(err);
+}
+/** An error's stack, and its causes'. */
+function traceOf(err) {
+    return err instanceof Error ? (err.stack ?? `${err.name}: ${err.message}`) + causesOf(err) : `a non-Error was thrown: ${describe(err)}`;
+}
+/** An error's causes, a "caused by" line and stack each. */
+function causesOf(err) {
+    let causes = "";
+    let cause = err.cause;
+    for (let depth = 0; cause !== undefined && depth < 10; depth++) {
+        causes += `\ncaused by: ${cause instanceof Error ? (cause.stack ?? `${cause.name}: ${cause.message}`) : describe(cause)}`;
+        cause = cause instanceof Error ? cause.cause : undefined;
+    }
+    return causes;
+}
+/** The edit distance of a and b (for "did you mean"). */
+function distance(a, b) {
+    let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+    for (let i = 1; i <= a.length; i++) {
+        const next = [i];
+        for (let j = 1; j <= b.length; j++) {
+            const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+            next.push(Math.min((row[j] ?? 0) + 1, (next[j - 1] ?? 0) + 1, (row[j - 1] ?? 0) + cost));
+        }
+        row = next;
+    }
+    return row[b.length] ?? 0;
+}
+/** The length of s in UTF-8. */
+function utf8Length(s) {
+    let n = 0;
+    for (let i = 0; i < s.length; i++) {
+        const c = s.charCodeAt(i);
+        if (c < 0x80) {
+            n += 1;
+        }
+        else if (c < 0x800) {
+            n += 2;
+        }
+        else if (c >= 0xd800 && c < 0xdc00 && i + 1 < s.length) {
+            n += 4;
+            i++;
+        }
+        else {
+            n += 3;
+        }
+    }
+    return n;
+}
+/** node:readline, imported when serve runs (a name, so that its types are the ones above). */
+const readlineModule = "node:readline";

@@ -23,6 +23,8 @@ import (
 	"github.com/opkit-dev/opkit/internal/devcluster"
 	"github.com/opkit-dev/opkit/internal/devcluster/devnode"
 	"github.com/opkit-dev/opkit/internal/engine"
+	"github.com/opkit-dev/opkit/internal/sleep"
+	"github.com/opkit-dev/opkit/internal/typegen"
 )
 
 func newDevCommand() *cobra.Command {
@@ -41,6 +43,9 @@ error is reported with its file and line, and the last valid version of that
 file's operators keeps running. So does an edit whose CRD would break the
 installed one's clients or lose data (a field removed, a type narrowed: see
 opkit lint), unless --allow-breaking.
+
+The files opkit generate types wrote beside a definition (in its directory,
+or one below) are regenerated when it changes, as their first line says.
 
 The plane is new and empty at each start, and removed at exit, unless
 --data-dir DIR keeps it: etcd's data, the certificates and the kubeconfig
@@ -214,6 +219,8 @@ func dev(cmd *cobra.Command, o devOptions) error {
 		return err
 	}
 	go reload.watch(ctx, time.Second)
+	types := &typegen.Watcher{}
+	go sleep.Poll(ctx, time.Second, func() { regenerateTypes(types, dir, stderr) })
 	if err := applyDevObjects(ctx, bins.Path(devcluster.Kubectl), cl.KubeconfigPath(), apply, stdout, stderr); err != nil {
 		_ = r.Stop()
 		return err
@@ -231,6 +238,22 @@ func dev(cmd *cobra.Command, o devOptions) error {
 	case <-cl.Done():
 		_ = r.Stop()
 		return fmt.Errorf("the control plane stopped: %w", cl.Err())
+	}
+}
+
+// regenerateTypes regenerates the files opkit generate types wrote beside
+// the definitions in dir that changed since w last looked (typegen.Watcher).
+func regenerateTypes(w *typegen.Watcher, dir string, log io.Writer) {
+	files, _, err := operatorFiles(dir)
+	if err != nil {
+		return // the reload says why
+	}
+	written, err := w.Refresh(files...)
+	for _, f := range written {
+		fmt.Fprintf(log, "types: regenerated %s\n", f)
+	}
+	if err != nil {
+		fmt.Fprintf(log, "types: %v\n", err)
 	}
 }
 

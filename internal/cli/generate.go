@@ -2,18 +2,20 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/opkit-dev/opkit/internal/manifests"
+	"github.com/opkit-dev/opkit/internal/typegen"
 )
 
 func newGenerateCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "generate",
-		Short: "Generate what installs the engine in a cluster: manifests, or the Helm chart's values",
+		Short: "Generate what installs the engine in a cluster (manifests, the Helm chart's values), or the types handlers are written with",
 	}
-	cmd.AddCommand(newGenerateManifestsCommand(), newGenerateValuesCommand())
+	cmd.AddCommand(newGenerateManifestsCommand(), newGenerateValuesCommand(), newGenerateTypesCommand())
 	return cmd
 }
 
@@ -152,5 +154,65 @@ same flags (its release's name and namespace are --name and --namespace).
 		},
 	}
 	f.register(cmd)
+	return cmd
+}
+
+func newGenerateTypesCommand() *cobra.Command {
+	var opts typegen.Options
+	var output string
+	cmd := &cobra.Command{
+		Use:   "types -f FILE --lang go|python|typescript [-o FILE] [--package NAME]",
+		Short: "Write the types of an operator's objects, and of its handlers' binding contexts and results, in Go, Python or TypeScript",
+		Long: `Write, as one source file, the types a handler of the Operators in FILE is
+written with, so that its type checker (go vet, pyright, tsc) catches a
+field the schema does not have:
+
+- for each version of the custom resource, its object (apiVersion, kind,
+  metadata, spec, status), its spec and its status, as the CRD types them:
+  required fields are not optional, enums are a type of their values,
+  nested objects named types (GreetingSpecOwner), maps and lists of their
+  values' types, descriptions and defaults doc comments. The version
+  handlers receive (readVersion, or the storage version) has the kind's
+  name, Greeting; the others end with their version, GreetingV1alpha1.
+- for each handler, its binding context and its result (GreetContext,
+  GreetResult for handler greet), on the generic types of the handler
+  SDK: package github.com/opkit-dev/opkit/pkg/handler (Go),
+  opkit_handler.py (Python), opkit.ts (TypeScript, imported from
+  "./opkit.js"). The related objects and children are typed by id.
+
+Names a language cannot spell are made so, and names that collide get a
+number: each is said on stderr. The file's first line says how it was
+generated; opkit dev DIR regenerates the files beside a definition (in
+its directory, or one below) whose first line names it, when it changes.
+
+  opkit generate types -f operator.yaml --lang python -o greetings_types.py
+  opkit generate types -f operator.yaml --lang go --package main -o types.go
+  opkit generate types -f operator.yaml --lang typescript -o types.ts`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("package") && opts.Lang != typegen.Go {
+				return fmt.Errorf("--package names a Go package: it is for --lang go only")
+			}
+			if opts.Lang == "" {
+				return fmt.Errorf("--lang is required: %s", strings.Join(typegen.Languages, ", "))
+			}
+			out, err := typegen.GenerateFile(opts)
+			if err != nil {
+				return err
+			}
+			for _, w := range out.Warnings {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
+			}
+			if output == "" || output == "-" {
+				_, err := cmd.OutOrStdout().Write(out.Source)
+				return err
+			}
+			return typegen.WriteFile(output, out.Source)
+		},
+	}
+	cmd.Flags().StringVarP(&opts.File, "file", "f", "", "the Operator definition (YAML, several documents allowed); named in the file's first line as given")
+	cmd.Flags().StringVar(&opts.Lang, "lang", "", "the language: "+strings.Join(typegen.Languages, ", "))
+	cmd.Flags().StringVarP(&output, "output", "o", "", "write the file here (default: stdout)")
+	cmd.Flags().StringVar(&opts.Package, "package", typegen.DefaultPackage, "the Go file's package (--lang go)")
 	return cmd
 }

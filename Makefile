@@ -102,7 +102,7 @@ SOURCE_DATE_EPOCH      ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # More flags for cmd/opkit-image, e.g. -ca-certificates FILE.
 IMAGE_FLAGS            ?=
 
-.PHONY: all build plane browser postgresql sdktools demo test compile compiletests checks vet lint unit late benchtests usermodule helmchart scenarios fmt bench soak churn fuzz fuzzsmoke image clean
+.PHONY: all build plane browser postgresql sdktools jq demo test compile compiletests checks vet lint unit late benchtests usermodule helmchart scenarios fmt bench soak churn fuzz fuzzsmoke image clean
 
 all: build
 
@@ -135,6 +135,14 @@ postgresql:
 	  if [ "$$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi; \
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq postgresql >/dev/null; }
 
+## jq: Debian's jq, which the bash handler opkit init writes reads its
+## binding context with (apt-get installs it when it is missing)
+jq:
+	@command -v jq >/dev/null 2>&1 || { \
+	  echo "installing jq (Debian package) for opkit init's bash handler"; \
+	  if [ "$$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq jq >/dev/null; }
+
 ## sdktools: TypeScript's compiler and pyright (npm), for the SDKs' type
 ## checks (installed once a machine, in opkit's cache)
 sdktools:
@@ -153,7 +161,7 @@ sdktools:
 ## first what only needs CPU (every test binary compiled, vet, lint),
 ## then the tests, the unit tests beside the other modules' and the
 ## scenarios; each part's output is printed whole when it ends.
-test: plane browser postgresql sdktools
+test: plane browser postgresql sdktools jq
 	$(MAKE) --no-print-directory -j2 --output-sync=target compile
 	GOGC=$(TEST_GOGC) $(MAKE) --no-print-directory -j2 --output-sync=target unit checks
 

@@ -60,7 +60,7 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(newVersionCommand(), newClusterCommand(), newKubectlCommand(), newRunCommand(), newDevCommand(),
 		newRunsCommand(), newLogsCommand(), newEventsCommand(), newRetryCommand(), newPauseCommand(), newResumeCommand(), newScheduleCommand(), newDecideCommand(), newConsoleCommand(), newGenerateCommand(), newTestCommand(), newLintCommand(), newMigrateCommand(), newAgentCommand())
 	root.AddCommand(newStatesCommand())
-	root.AddCommand(newRerunCommand(), newReplayCommand(), newWhyCommand())
+	root.AddCommand(newRerunCommand(), newReplayCommand(), newWhyCommand(), newInitCommand())
 	root.AddCommand(newPlanCommand(), newRolloutCommand())
 	return root
 }

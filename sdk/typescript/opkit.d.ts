@@ -312,6 +312,14 @@ export declare class PermanentError extends Error {
 export declare function normal(reason: string, message: string): Event;
 /** A Warning Event. */
 export declare function warning(reason: string, message: string): Event;
+/**
+ * Writes a line to the run's log (stderr, `opkit logs RUN`): its parts
+ * joined by spaces, strings as they are and anything else as JSON. It needs
+ * no Node.js types; `console.log` and `console.error` do the same where
+ * they are declared (`@types/node`), as stdout is the log's too while a
+ * function runs.
+ */
+export declare function log(...parts: unknown[]): void;
 /** The parts of a {@link duration}. */
 export interface DurationParts {
     hours?: number;

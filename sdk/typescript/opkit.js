@@ -75,6 +75,16 @@ export function warning(reason, message) {
     return { type: "Warning", reason, message };
 }
 /**
+ * Writes a line to the run's log (stderr, `opkit logs RUN`): its parts
+ * joined by spaces, strings as they are and anything else as JSON. It needs
+ * no Node.js types; `console.log` and `console.error` do the same where
+ * they are declared (`@types/node`), as stdout is the log's too while a
+ * function runs.
+ */
+export function log(...parts) {
+    process.stderr.write(parts.map((p) => (typeof p === "string" ? p : JSON.stringify(p))).join(" ") + "\n");
+}
+/**
  * A Go duration, for requeueAfter: `duration({ minutes: 5 })` is "5m",
  * `duration({ seconds: 90 })` "1m30s", `duration({ milliseconds: 1500 })`
  * "1.5s". It must be positive (to the microsecond).

@@ -354,6 +354,17 @@ export function warning(reason: string, message: string): Event {
   return { type: "Warning", reason, message };
 }
 
+/**
+ * Writes a line to the run's log (stderr, `opkit logs RUN`): its parts
+ * joined by spaces, strings as they are and anything else as JSON. It needs
+ * no Node.js types; `console.log` and `console.error` do the same where
+ * they are declared (`@types/node`), as stdout is the log's too while a
+ * function runs.
+ */
+export function log(...parts: unknown[]): void {
+  process.stderr.write(parts.map((p) => (typeof p === "string" ? p : JSON.stringify(p))).join(" ") + "\n");
+}
+
 /** The parts of a {@link duration}. */
 export interface DurationParts {
   hours?: number;

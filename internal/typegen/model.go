@@ -506,12 +506,20 @@ func (m *model) schemaTypeOf(s *apiextensionsv1.JSONSchemaProps, name, path, of 
 		sd.fields = append(sd.fields, &field{
 			json:     k,
 			t:        m.schemaType(&p, name+pascalOrX(k), path+"."+k, of, false),
-			required: required[k],
+			required: required[k] || defaulted(path, &p),
 			doc:      fieldDoc(&p),
 		})
 	}
 	m.goFieldNames(sd)
 	return &typeRef{kind: tNamed, name: declName}
+}
+
+// defaulted reports whether a spec field at path's object is always
+// there as handlers receive it: the API server fills a field with a
+// default (on write and on read from storage) unless it may be null. Not
+// so in status, whose types are also what a result writes.
+func defaulted(path string, p *apiextensionsv1.JSONSchemaProps) bool {
+	return (path == "spec" || strings.HasPrefix(path, "spec.")) && p.Default != nil && len(p.Default.Raw) > 0 && !p.Nullable
 }
 
 // pascalOrX is a field's part of a type name: PascalCase, or X for a

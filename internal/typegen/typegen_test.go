@@ -156,7 +156,7 @@ func TestEverySchemaFeatureHasItsType(t *testing.T) {
 			"type Widget struct {", "\tAPIVersion string `json:\"apiVersion\"`", "\tMetadata handler.ObjectMeta `json:\"metadata\"`",
 			"\tSpec WidgetSpec `json:\"spec\"`", "\tStatus *WidgetStatus `json:\"status,omitempty\"`",
 			"\t// How big it is.\n\tSize int32 `json:\"size\"`", "\tRatio *float64 `json:\"ratio,omitempty\"`",
-			"\t// Default: true.\n\tEnabled *bool `json:\"enabled,omitempty\"`",
+			"\t// Default: true.\n\tEnabled bool `json:\"enabled\"`", // defaulted: always there
 			"\tMode WidgetSpecMode `json:\"mode\"`", "type WidgetSpecMode string",
 			"\tWidgetSpecModeFast WidgetSpecMode = \"fast\"", "\tWidgetSpecModeTwoWords WidgetSpecMode = \"two words\"",
 			"\tWidgetSpecModeEmpty WidgetSpecMode = \"\"", "type WidgetSpecLevel int64", "\tWidgetSpecLevel2 WidgetSpecLevel = 2",
@@ -186,7 +186,7 @@ func TestEverySchemaFeatureHasItsType(t *testing.T) {
 		Python: {
 			"class Widget(TypedDict):", "    apiVersion: Literal[\"demo.example.com/v1\"]\n    kind: Literal[\"Widget\"]\n    metadata: opkit.ObjectMeta\n",
 			"    spec: WidgetSpec\n", "    status: NotRequired[WidgetStatus]\n",
-			"    size: int\n    \"\"\"How big it is.\"\"\"", "    ratio: NotRequired[float]", "    enabled: NotRequired[bool]\n    \"\"\"Default: true.\"\"\"",
+			"    size: int\n    \"\"\"How big it is.\"\"\"", "    ratio: NotRequired[float]", "    enabled: bool\n    \"\"\"Default: true.\"\"\"",
 			"    mode: WidgetSpecMode\n", "WidgetSpecMode = Literal[\"fast\", \"slow\", \"two words\", \"\"]", "WidgetSpecLevel = Literal[1, 2, 3]",
 			"    until: NotRequired[str]\n    \"\"\"An RFC 3339 date and time, like 2026-11-25T08:00:00Z.\"\"\"",
 			"    port: NotRequired[int | str]", "    labels: NotRequired[dict[str, str]]", "    limits: NotRequired[dict[str, WidgetSpecLimitsValue]]",
@@ -206,7 +206,7 @@ func TestEverySchemaFeatureHasItsType(t *testing.T) {
 		TypeScript: {
 			"export interface Widget {\n  apiVersion: \"demo.example.com/v1\";\n  kind: \"Widget\";\n  metadata: opkit.ObjectMeta;",
 			"  spec: WidgetSpec;\n", "  status?: WidgetStatus;\n",
-			"  /** How big it is. */\n  size: number;", "  ratio?: number;", "  /** Default: true. */\n  enabled?: boolean;",
+			"  /** How big it is. */\n  size: number;", "  ratio?: number;", "  /** Default: true. */\n  enabled: boolean;",
 			"  mode: WidgetSpecMode;", "export type WidgetSpecMode = \"fast\" | \"slow\" | \"two words\" | \"\";", "export type WidgetSpecLevel = 1 | 2 | 3;",
 			"  /** An RFC 3339 date and time, like 2026-11-25T08:00:00Z. */\n  until?: string;",
 			"  port?: number | string;", "  labels?: Record<string, string>;", "  limits?: Record<string, WidgetSpecLimitsValue>;",

@@ -26,6 +26,8 @@ import (
 	"text/template"
 	"unicode"
 
+	"golang.org/x/mod/modfile"
+
 	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/typegen"
 	"github.com/opkit-dev/opkit/sdk"
@@ -83,7 +85,9 @@ var (
 )
 
 // Write writes the project, and returns the files written, relative to
-// Dir, in the order written.
+// Dir, in the order written. Everything is made and checked first — the
+// definition compiled, its types generated — so that a project that
+// would not work is refused before a file is written.
 func Write(o Options) ([]string, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
@@ -92,17 +96,33 @@ func Write(o Options) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var exist []string
-	names := make([]string, 0, len(files)+1)
-	for _, f := range files {
-		names = append(names, f.name)
+	// The types come from the definition as written, by the code that
+	// opkit generate types and opkit dev run; the header names the
+	// definition as it lies beside them, for opkit dev to find them.
+	src, err := definition.Load("operator.yaml", files[0].data)
+	if err != nil {
+		return nil, fmt.Errorf("the definition opkit init made does not load (a bug of opkit init): %w", err)
+	}
+	def, err := definition.Compile(src[0])
+	if err != nil {
+		return nil, fmt.Errorf("the names given make no valid operator: %w", err)
 	}
 	if lang := typeLang[o.Lang]; lang != "" {
-		names = append(names, apiFile(lang))
+		out, err := typegen.Generate([]*definition.Definition{def}, typegen.Options{Lang: lang, File: "operator.yaml"})
+		if err != nil {
+			return nil, err
+		}
+		if len(out.Warnings) > 0 {
+			// The handler names the types by the kind: a kind the
+			// generated code must rename would not compile.
+			return nil, fmt.Errorf("--kind %s: the generated types cannot use its names as they are (%s): choose another kind", o.Kind, strings.Join(out.Warnings, "; "))
+		}
+		files = append(files, file{apiFile(lang), out.Source, 0o644})
 	}
-	for _, name := range names {
-		if _, err := os.Lstat(filepath.Join(o.Dir, name)); err == nil {
-			exist = append(exist, name)
+	var exist []string
+	for _, f := range files {
+		if _, err := os.Lstat(filepath.Join(o.Dir, f.name)); err == nil {
+			exist = append(exist, f.name)
 		}
 	}
 	if len(exist) > 0 {
@@ -117,24 +137,6 @@ func Write(o Options) ([]string, error) {
 			return written, err
 		}
 		written = append(written, f.name)
-	}
-	// The types come from the definition as written, by the code that
-	// opkit generate types and opkit dev run; the header names the
-	// definition as it lies beside them, for opkit dev to find them.
-	if lang := typeLang[o.Lang]; lang != "" {
-		defs, err := definition.CompileFiles(filepath.Join(o.Dir, "operator.yaml"))
-		if err != nil {
-			return written, fmt.Errorf("the definition written does not compile (a bug of opkit init): %w", err)
-		}
-		out, err := typegen.Generate(defs, typegen.Options{Lang: lang, File: "operator.yaml"})
-		if err != nil {
-			return written, err
-		}
-		name := apiFile(lang)
-		if err := os.WriteFile(filepath.Join(o.Dir, name), out.Source, 0o644); err != nil {
-			return written, err
-		}
-		written = append(written, name)
 	}
 	return written, nil
 }
@@ -161,6 +163,9 @@ type data struct {
 	// at least the go line of opkit's own module, which the handler's
 	// module requires.
 	GoVersion string
+	// GoReplace is OpkitSource as go.mod spells a path (quoted when it
+	// must be).
+	GoReplace string
 	// TypeScriptVersion is the compiler the project's package.json names.
 	TypeScriptVersion string
 	// SlowStart says why the first run may take long, for the scenario.
@@ -190,8 +195,9 @@ func (o *Options) defaults() error {
 	if o.Kind == "" {
 		o.Kind = pascal(o.Name)
 	}
-	if !kindRE.MatchString(o.Kind) || len(o.Kind) > 63 {
-		return fmt.Errorf("--kind %q: a kind is a capital letter then letters and digits, at most 63 (Printer, DeployNotifier)", o.Kind)
+	if !kindRE.MatchString(o.Kind) || len(o.Kind) > 59 {
+		// KindList is a kind too, and the plural (kinds) a DNS label.
+		return fmt.Errorf("--kind %q: a kind is a capital letter then letters and digits, at most 59 (Printer, DeployNotifier)", o.Kind)
 	}
 	if o.Group == "" {
 		o.Group = o.Name + ".example.com"
@@ -238,13 +244,15 @@ var typeLang = map[string]string{Python: typegen.Python, Go: typegen.Go, TypeScr
 func (o *Options) files() ([]file, error) {
 	d := data{Options: *o, Lang: o.Lang, Handler: HandlerName, Plural: strings.ToLower(o.Kind) + "s", Image: images[o.Lang],
 		Type: pascal(HandlerName), Func: HandlerName, TypeScriptVersion: sdk.TypeScriptVersion,
-		GoVersion: goVersion()}
+		GoVersion: goVersion(), GoReplace: modfile.AutoQuote(o.OpkitSource)}
 	switch o.Lang {
 	case Python:
 		d.Exec = []string{"command: [python3, ./handler.py]", "image: " + d.Image, "mode: Serve"}
 		d.HandlerFile, d.Runtime = "[handler.py](handler.py)", "`python3`"
 	case Go:
-		d.Exec = []string{"command: [go, run, .]", "image: " + d.Image, "mode: Serve"}
+		// -mod=mod: go run completes go.sum at its first run (the
+		// module proxy), as a released opkit's module needs.
+		d.Exec = []string{"command: [go, run, -mod=mod, .]", "image: " + d.Image, "mode: Serve"}
 		d.HandlerFile, d.Runtime = "[main.go](main.go)", "`go`"
 		d.SlowStart = "go run compiles the handler first"
 	case TypeScript:

@@ -38,6 +38,11 @@ func TestNamesComeFromTheDirectoryAndAreChecked(t *testing.T) {
 		{scaffold.Options{Lang: scaffold.Go, Name: "Not_A_Label"}, `--name "Not_A_Label"`},
 		{scaffold.Options{Lang: scaffold.Go, Kind: "lower"}, `--kind "lower"`},
 		{scaffold.Options{Lang: scaffold.Go, Group: "nodot"}, `--group "nodot"`},
+		{scaffold.Options{Lang: scaffold.Go, Kind: strings.Repeat("A", 60)}, `at most 59`},
+		// A kind the generated types would rename (Python's Any) would
+		// leave the handler naming types that are not there.
+		{scaffold.Options{Lang: scaffold.Go, Kind: "Any"}, `--kind Any: the generated types cannot use its names`},
+		{scaffold.Options{Lang: scaffold.Python, Kind: "Record"}, `--kind Record: the generated types cannot use its names`},
 	} {
 		c.o.Dir = filepath.Join(t.TempDir(), "x")
 		if _, err := scaffold.Write(c.o); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -63,5 +68,25 @@ func TestAProjectIsNeverOverwritten(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if data, _ := os.ReadFile(filepath.Join(dir, "api.ts")); len(entries) != 1 || string(data) != "mine" {
 		t.Errorf("the directory after the refusal: %d entries, api.ts %q", len(entries), data)
+	}
+}
+
+// TestAGoModuleNamesItsCheckoutQuotedAndIsImportable: a development
+// build's checkout with a space in its path is quoted in go.mod, and the
+// module's path is importable whatever the name (cmd, std are the Go
+// tool's own).
+func TestAGoModuleNamesItsCheckoutQuotedAndIsImportable(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cmd")
+	if _, err := scaffold.Write(scaffold.Options{Dir: dir, Lang: scaffold.Go, OpkitSource: "/src/my opkit"}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"module example.com/cmd\n", `replace github.com/opkit-dev/opkit => "/src/my opkit"`} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("go.mod lacks %q:\n%s", want, data)
+		}
 	}
 }

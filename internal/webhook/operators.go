@@ -288,7 +288,11 @@ func (o *Operators) admissionWebhook(d *definition.Definition, h *definition.Han
 		Name: h.Name + "." + d.Operator.Name + ".opkit.dev", ClientConfig: cc,
 		Rules: []admissionregistrationv1.RuleWithOperations{{
 			Operations: ops,
-			Rule:       admissionregistrationv1.Rule{APIGroups: []string{d.GVK.Group}, APIVersions: []string{"*"}, Resources: []string{d.Plural}},
+			// The version handlers read (docs/conversion.md): with the
+			// Equivalent match policy, the API server converts a request
+			// made at another version to it before calling, so that a
+			// handler's object is always of the version its types are.
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{d.GVK.Group}, APIVersions: []string{d.GVK.Version}, Resources: []string{d.Plural}},
 		}},
 		FailurePolicy: &policy, MatchPolicy: ptr.To(admissionregistrationv1.Equivalent), NamespaceSelector: nsSel,
 		SideEffects: ptr.To(admissionregistrationv1.SideEffectClassNone), TimeoutSeconds: ptr.To(int32(a.Timeout / time.Second)),

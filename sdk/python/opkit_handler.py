@@ -30,9 +30,14 @@ The contract (docs/handlers.md; the JSON Schemas in docs/schemas/):
   error), or None, the empty result (written ``{}``). The result is checked
   before it is written: a field that is not one of these (a misspelling), an
   event whose type is not Normal or Warning, a requeueAfter that is not a
-  positive Go duration, a field the trigger does not take: the run fails
-  permanently, with a message naming it. ``requeueAfter`` may be a
-  ``timedelta``, written as a Go duration (``requeue_after()`` does it too).
+  positive Go duration, a field the trigger does not take, a result that
+  is not JSON or nests deeper than 100 objects and arrays (opkit's limit),
+  or that cannot be checked or written at all (a ``RecursionError``): the
+  run fails permanently, with a message naming it. ``requeueAfter`` is
+  what Go's ``time.ParseDuration`` reads, at least 1ns and at most Go's
+  maximum, ``2562047h47m16.854775807s`` (``MAX_DURATION``); it may be a
+  ``timedelta``, written as a Go duration (``requeue_after()`` does it
+  too, and raises ValueError for one not positive or past the maximum).
 - Errors raised by the function, and the exit status of a process per run:
 
   - ``PermanentError(M)``: ``{"error": {"message": M, "permanent": true}}``,
@@ -49,7 +54,8 @@ The contract (docs/handlers.md; the JSON Schemas in docs/schemas/):
   (exec.mode Serve), ``run()`` loops: it reads a binding context per line of
   stdin and answers each with exactly one compact JSON line on stdout,
   flushed, after flushing stderr (the run's log); an empty line is answered
-  with a permanent error, so that answers stay in step; an error is an
+  with a permanent error, so that answers stay in step; an error, a
+  result that fails its check or cannot be written included, is an
   answer and the loop goes on; it ends at the end of stdin, exit 0.
   Otherwise (a process per run) it reads all of stdin as one binding
   context, writes its result to stdout, and exits 0, 75 or 1 as above.
@@ -60,6 +66,13 @@ The contract (docs/handlers.md; the JSON Schemas in docs/schemas/):
   writes to stdout cannot break the protocol either. (What the program
   wrote to stdout before ``run()``, at import, is beyond it: print nothing
   there.)
+- stdin is the protocol's too: ``run()`` reads the binding contexts from a
+  copy of file descriptor 0, and makes fd 0 (and so ``sys.stdin``) /dev/null,
+  in both modes. A child process the function starts without ``stdin=``
+  (``subprocess.run(["cat"])``), or ``input()``, reads an empty stdin: it
+  cannot block on the engine's stream, nor swallow the next context (in
+  mode Serve, a context never answered). Contexts are read buffered, as
+  UTF-8 (an invalid byte replaced), a line ending at "\\n".
 
 Types: ``Context[O, Old]`` is a run's binding context, generic in the
 object's type and the old spec's (the generated types of ``opkit generate
@@ -68,7 +81,10 @@ result, generic in the status's; ``ScheduleContext`` and ``EventContext``
 an operator-wide schedule's and a webhook delivery's run (no object);
 ``AdmissionContext[O]`` and ``AdmissionResult`` an admission handler's
 (docs/admission.md). Without parameters they default to ``KubeObject`` and
-plain dicts.
+plain dicts. Where the engine sends null they say ``| None``: a Context's
+``old`` (before the first create and update were done) and ``diff`` (in a
+run not about a change: resume, schedule, requeue, when, enter, exit;
+``for change in ctx["diff"] or []``).
 
 In tests, ``handlers.call(ctx)`` runs the function for a context (a dict, or
 JSON) in-process and returns the result as the protocol would write it,
@@ -80,6 +96,7 @@ stdout, stderr)`` run the two modes on streams.
 import asyncio
 import difflib
 import inspect
+import io
 import json
 import os
 import re
@@ -121,6 +138,7 @@ __all__ = [
     "GroupVersionResource",
     "Handlers",
     "KubeObject",
+    "MAX_DURATION",
     "ManualRequest",
     "ObjectMeta",
     "OwnerReference",
@@ -261,11 +279,15 @@ class Context(_Run, Generic[O, Old]):
     """The binding context of a run for an object: a custom resource (O its
     generated type, Old its spec's) or a watched object (Old its
     projection). old is None before the object's first create and update
-    handlers were done."""
+    handlers were done; diff is None in runs that are not about a change
+    (resume, schedule, requeue, when, enter, exit: ``for change in
+    ctx["diff"] or []``). children is {} when there are none (a delete
+    run, a watched object): null only in the runs for no object,
+    ScheduleContext's and EventContext's."""
 
     object: O
     old: Old | None
-    diff: list[Change]
+    diff: list[Change] | None
     children: dict[str, KubeObject]
     related: NotRequired[dict[str, KubeObject | list[KubeObject]]]
     schedule: NotRequired[Schedule]
@@ -417,12 +439,23 @@ def warning(reason: str, message: str = "") -> Event:
     return {"type": "Warning", "reason": reason, "message": message}
 
 
+MAX_DURATION = "2562047h47m16.854775807s"
+"""Go's longest duration (2**63 - 1 ns, about 292 years): the longest
+requeueAfter opkit reads."""
+
+_MAX_NS = (1 << 63) - 1
+
+
 def requeue_after(after: timedelta | float) -> str:
     """A Go duration for requeueAfter, from a timedelta or seconds:
-    requeue_after(30) == "30s", requeue_after(timedelta(minutes=10)) == "10m"."""
+    requeue_after(30) == "30s", requeue_after(timedelta(minutes=10)) == "10m".
+    ValueError for one that is not positive (at least a microsecond, its
+    precision), or longer than Go's maximum, MAX_DURATION."""
     us = _micros(after)
     if us is None or us <= 0:
         raise ValueError(f"requeue_after takes a positive duration (a timedelta or seconds), got {after!r}")
+    if us * 1000 > _MAX_NS:
+        raise ValueError(f"requeue_after takes at most Go's maximum duration, {MAX_DURATION} (about 292 years), got {after!r}")
     for unit, size in (("h", 3_600_000_000), ("m", 60_000_000), ("s", 1_000_000), ("ms", 1000)):
         if us % size == 0:
             return f"{us // size}{unit}"
@@ -451,6 +484,9 @@ EX_TEMPFAIL = 75
 
 MAX_RESULT_BYTES = 1 << 20
 """opkit reads a result of at most 1 MiB."""
+
+MAX_RESULT_DEPTH = 100
+"""opkit reads a result nested at most 100 objects and arrays deep."""
 
 
 class Handlers:
@@ -496,15 +532,12 @@ class Handlers:
         """The program's main: serve() with OPKIT_MODE=Serve, else
         run_once(), on the process's stdin, stdout and stderr, then exit.
         stdout carries results alone: file descriptor 1 is made the
-        process's stderr, and results go to a copy of the original."""
+        process's stderr, and results go to a copy of the original. stdin
+        is the SDK's alone too: contexts are read from a copy of file
+        descriptor 0, which is made /dev/null for the rest of the process
+        (a child process, input())."""
+        stdin = _take_stdin()
         answers = _take_stdout()
-        stdin = sys.stdin
-        reconfigure = getattr(stdin, "reconfigure", None)  # io.TextIOWrapper's
-        if reconfigure is not None:
-            try:
-                reconfigure(encoding="utf-8", errors="replace")
-            except (ValueError, OSError):
-                pass
         try:
             if os.environ.get("OPKIT_MODE") == "Serve":
                 self.serve(stdin, answers, sys.stderr)
@@ -573,15 +606,27 @@ class Handlers:
             if redirect:
                 sys.stdout, sys.stderr = saved
 
-        result, problem = _check(out, trigger)
+        # Whatever the result holds, the run gets an answer: in mode Serve
+        # an exception here would end the loop with the run unanswered.
+        try:
+            result, problem = _check(out, trigger)
+        except Exception as e:
+            return _error(f"the result could not be checked: {_message(e, typed=True)}", permanent=True), 0
         if result is None:
             return _error(problem, permanent=True), 0
         try:
             text = json.dumps(result, separators=(",", ":"), allow_nan=False)
+        except RecursionError as e:
+            return _error(f"the result is not JSON: RecursionError: {e}; opkit reads a result at most {MAX_RESULT_DEPTH} objects and arrays deep", permanent=True), 0
         except (TypeError, ValueError) as e:
             return _error(f"the result is not JSON: {e}", permanent=True), 0
+        except Exception as e:
+            return _error(f"the result is not JSON: {_message(e, typed=True)}", permanent=True), 0
         if len(text) > MAX_RESULT_BYTES:
             return _error(f"the result is {len(text)} bytes, more than opkit's limit of 1 MiB", permanent=True), 0
+        at = _too_deep(text, MAX_RESULT_DEPTH)
+        if at is not None:
+            return _error(f"invalid result: nested deeper than {MAX_RESULT_DEPTH} objects and arrays (at byte {at}); opkit reads a result at most {MAX_RESULT_DEPTH} deep", permanent=True), 0
         return text, 0
 
     def _no_function(self, trigger: str) -> str:
@@ -664,11 +709,70 @@ def _error(message: str, permanent: bool = False) -> str:
     return json.dumps({"error": err}, separators=(",", ":"))
 
 
+_JSON_BRACKETS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def _too_deep(text: str, limit: int) -> int | None:
+    """The offset of the first bracket of JSON text nested deeper than
+    limit objects and arrays, as opkit counts (its jsondepth.Check), or
+    None. text is ASCII (json.dumps' ensure_ascii), so offsets are bytes."""
+    if text.count("[") + text.count("{") <= limit:
+        return None
+    depth = 0
+    for m in _JSON_BRACKETS.finditer(text):
+        c = text[m.start()]
+        if c == "[" or c == "{":
+            depth += 1
+            if depth > limit:
+                return m.start()
+        elif c == "]" or c == "}":
+            depth -= 1
+    return None
+
+
 def _flush(stream: TextIO) -> None:
     try:
         stream.flush()
     except (OSError, ValueError):
         pass
+
+
+def _take_stdin() -> TextIO:
+    """A stream of the binding contexts, for the SDK alone: a copy of file
+    descriptor 0, read buffered as UTF-8 (an invalid byte replaced); fd 0
+    becomes /dev/null, so that a child process the handler starts
+    (``subprocess.run`` without ``stdin=``) reads nothing of the engine's
+    stream: in mode Serve it could block on it, or swallow the next
+    context, which would then never be answered."""
+    try:
+        fd = os.dup(0)  # not inheritable: children never get it
+    except OSError:
+        fd = -1  # no stdin at all: no context
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        if null != 0:  # 0 when fd 0 was closed: /dev/null holds it now
+            try:
+                os.dup2(null, 0)
+            finally:
+                os.close(null)
+    except OSError:
+        if fd < 0:
+            return io.StringIO("")
+        os.close(fd)
+        # fd 0 stays the engine's: read it as before, through sys.stdin.
+        stdin = sys.stdin
+        reconfigure = getattr(stdin, "reconfigure", None)  # io.TextIOWrapper's
+        if reconfigure is not None:
+            try:
+                reconfigure(encoding="utf-8", errors="replace")
+            except (ValueError, OSError):
+                pass
+        return stdin
+    if fd < 0:
+        return io.StringIO("")
+    # newline="\n": lines end at "\n" alone, as sys.stdin's do on POSIX (a
+    # "\r" in a context's white space does not split it).
+    return open(fd, "r", encoding="utf-8", errors="replace", newline="\n", closefd=True)
 
 
 def _take_stdout() -> TextIO:
@@ -690,8 +794,7 @@ def _take_stdout() -> TextIO:
 _FIELDS = ("status", "events", "requeueAfter", "skipped", "refuse", "allowed", "message", "patch", "warnings", "error")
 _ADMISSION_FIELDS = ("allowed", "message", "patch", "warnings", "error")
 _RESERVED_STATUS = ("observedGeneration", "conditions", "opkit")
-_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(?:ns|us|µs|ms|s|m|h)")
+_UNITS = {"ns": 1, "us": 1000, "µs": 1000, "μs": 1000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000, "h": 3_600_000_000_000}
 
 
 def _check(out: object, trigger: str) -> tuple[dict[str, Any] | None, str]:
@@ -775,16 +878,91 @@ def _check_events(events: object) -> list[str]:
 
 
 def _check_requeue(value: object) -> tuple[str, str]:
+    """requeueAfter as written, or why opkit would not read it: it takes
+    what Go's time.ParseDuration reads, positive (at least 1ns) and at most
+    MAX_DURATION."""
     if isinstance(value, timedelta):
         try:
             return requeue_after(value), ""
         except ValueError:
+            if value > timedelta(0):
+                return "", f"requeueAfter {value!r} is longer than Go's maximum duration, {MAX_DURATION}"
             return "", f"requeueAfter {value!r} is not a positive duration"
     if isinstance(value, str):
-        if _DURATION.match(value) and any(float(n) > 0 for n in _DURATION_PART.findall(value)):
+        ns = _go_duration(value)
+        if isinstance(ns, int) and ns > 0:
             return value, ""
-        return "", f"requeueAfter {json.dumps(value)} is not a positive Go duration such as \"30s\", \"10m\" or \"1h30m\""
+        if ns == "overflow" and not value.startswith("-"):
+            return "", f"requeueAfter {json.dumps(value)} is longer than Go's maximum duration, {MAX_DURATION}"
+        why = " (Go reads it as 0: a duration is at least 1ns)" if ns == 0 and re.search("[1-9]", value) else ""
+        return "", f"requeueAfter {json.dumps(value)} is not a positive Go duration such as \"30s\", \"10m\" or \"1h30m\"{why}"
     return "", f"requeueAfter must be a Go duration such as \"30s\" (or a timedelta), not {_kind(value)}"
+
+
+def _go_duration(s: str) -> int | Literal["invalid", "overflow"]:
+    """Nanoseconds, as Go's time.ParseDuration reads s (a port of its
+    go1.26 code, to the letter: a fraction rounded down, uint64
+    arithmetic), or why it refuses s: "invalid" (not its syntax, a unit
+    missing or unknown) or "overflow" (past 2**63 - 1 ns)."""
+    neg = False
+    if s[:1] in ("-", "+"):
+        neg, s = s[0] == "-", s[1:]
+    if s == "0":
+        return 0
+    if s == "":
+        return "invalid"
+    d = 0
+    while s:
+        if not (s[0] == "." or "0" <= s[0] <= "9"):
+            return "invalid"
+        # [0-9]*, leadingInt
+        v, i = 0, 0
+        while i < len(s) and "0" <= s[i] <= "9":
+            if v > (1 << 63) // 10:
+                return "overflow"
+            v = v * 10 + ord(s[i]) - ord("0")
+            if v > 1 << 63:
+                return "overflow"
+            i += 1
+        pre, s = i > 0, s[i:]
+        # (\.[0-9]*)?, leadingFraction: digits past 63 bits are ignored
+        f, scale, post = 0, 1.0, False
+        if s[:1] == ".":
+            s = s[1:]
+            i, overflow = 0, False
+            while i < len(s) and "0" <= s[i] <= "9":
+                if not overflow:
+                    y = f * 10 + ord(s[i]) - ord("0")
+                    if f > _MAX_NS // 10 or y > 1 << 63:
+                        overflow = True
+                    else:
+                        f, scale = y, scale * 10
+                i += 1
+            post, s = i > 0, s[i:]
+        if not pre and not post:
+            return "invalid"
+        i = 0
+        while i < len(s) and not (s[i] == "." or "0" <= s[i] <= "9"):
+            i += 1
+        unit = _UNITS.get(s[:i])
+        if unit is None:
+            return "invalid"
+        s = s[i:]
+        if v > (1 << 63) // unit:
+            return "overflow"
+        v *= unit
+        if f > 0:
+            v += int(float(f) * (float(unit) / scale))
+            if v > 1 << 63:
+                return "overflow"
+        d = (d + v) % (1 << 64)
+        if d > 1 << 63:
+            return "overflow"
+    if neg:
+        return -d
+    if d > _MAX_NS:
+        return "overflow"
+    return d
 
 
 def _check_error(err: object) -> list[str]:

@@ -76,6 +76,14 @@ def returning(result: Any, trigger: str = "create") -> dict[str, Any]:
     return handlers.call(context(trigger))
 
 
+def nested(depth: int) -> Any:
+    """A list in a list ... depth deep: [[...[]...]]."""
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
 def permanent(message: str) -> dict[str, Any]:
     return {"error": {"message": message, "permanent": True}}
 
@@ -259,6 +267,41 @@ class ResultCheck(unittest.TestCase):
         self.assertEqual(returning({"requeueAfter": 30}), permanent('invalid result: requeueAfter must be a Go duration such as "30s" (or a timedelta), not a number'))
         self.assertEqual(returning({"requeueAfter": timedelta(0)}), permanent("invalid result: requeueAfter datetime.timedelta(0) is not a positive duration"))
 
+    def test_requeue_after_is_what_go_reads(self) -> None:
+        # What Go's time.ParseDuration reads, positive and at most its
+        # maximum, is written as it is (python_test.go compares with Go's
+        # own on many more).
+        for good in ("1ns", "+30s", ".5s", "1.s", "5µs", "5μs", "1h30m0.5s", opkit.MAX_DURATION):
+            with self.subTest(requeueAfter=good):
+                self.assertEqual(returning({"requeueAfter": good}), {"requeueAfter": good})
+        # Not a Go duration at all: a newline or a space after it (re.match
+        # with $ let "30s\n" through), a unit missing.
+        for bad in ("30s\n", " 30s", "30s ", "1h 30m", "s", ".s", "1e3s"):
+            with self.subTest(requeueAfter=bad):
+                self.assertEqual(
+                    returning({"requeueAfter": bad}),
+                    permanent(f'invalid result: requeueAfter {json.dumps(bad)} is not a positive Go duration such as "30s", "10m" or "1h30m"'),
+                )
+        # Less than 1ns, which Go reads as 0.
+        for zero in ("0.0000000001s", "0.9ns"):
+            with self.subTest(requeueAfter=zero):
+                self.assertEqual(
+                    returning({"requeueAfter": zero}),
+                    permanent(f'invalid result: requeueAfter "{zero}" is not a positive Go duration such as "30s", "10m" or "1h30m" (Go reads it as 0: a duration is at least 1ns)'),
+                )
+        # Past Go's maximum, 2**63 - 1 ns.
+        for long in ("2562047h47m16.854775808s", "2562048h", "4800000h", "9223372036854775808ns", "99999999999999999999h"):
+            with self.subTest(requeueAfter=long):
+                self.assertEqual(
+                    returning({"requeueAfter": long}),
+                    permanent(f'invalid result: requeueAfter "{long}" is longer than Go\'s maximum duration, 2562047h47m16.854775807s'),
+                )
+        self.assertEqual(
+            returning({"requeueAfter": timedelta(days=200000)}),
+            permanent("invalid result: requeueAfter datetime.timedelta(days=200000) is longer than Go's maximum duration, 2562047h47m16.854775807s"),
+        )
+        self.assertEqual(returning({"requeueAfter": timedelta(days=106751)}), {"requeueAfter": "2562024h"})
+
     def test_requeue_after_helper(self) -> None:
         self.assertEqual(opkit.requeue_after(30), "30s")
         self.assertEqual(opkit.requeue_after(1.5), "1500ms")
@@ -269,6 +312,12 @@ class ResultCheck(unittest.TestCase):
         for bad in (0, -1, timedelta(0), float("nan"), float("inf")):
             with self.subTest(after=bad), self.assertRaisesRegex(ValueError, "requeue_after takes a positive duration"):
                 opkit.requeue_after(bad)
+        # At most Go's maximum duration, 2**63 - 1 ns (not "4800000h").
+        longest = timedelta(microseconds=((1 << 63) - 1) // 1000)
+        self.assertEqual(opkit.requeue_after(longest), "9223372036854775us")
+        for long in (timedelta(days=200000), longest + timedelta(microseconds=1), 1e12, 9223372036.854776):
+            with self.subTest(after=long), self.assertRaisesRegex(ValueError, r"requeue_after takes at most Go's maximum duration, 2562047h47m16\.854775807s \(about 292 years\), got "):
+                opkit.requeue_after(long)
 
     def test_event_helpers(self) -> None:
         self.assertEqual(opkit.normal("Greeted", "hi"), {"type": "Normal", "reason": "Greeted", "message": "hi"})
@@ -306,6 +355,29 @@ class ResultCheck(unittest.TestCase):
         big = returning({"status": {"x": "y" * (1 << 20)}})
         self.assertTrue(big["error"]["permanent"])
         self.assertRegex(big["error"]["message"], r"^the result is \d+ bytes, more than opkit's limit of 1 MiB$")
+
+    def test_depth(self) -> None:
+        # opkit reads a result nested at most 100 objects and arrays deep:
+        # the result and its status are two.
+        self.assertEqual(returning({"status": {"x": nested(98)}}), {"status": {"x": nested(98)}})
+        at = len('{"status":{"x":') + 98
+        self.assertEqual(
+            returning({"status": {"x": nested(99)}}),
+            permanent(f"invalid result: nested deeper than 100 objects and arrays (at byte {at}); opkit reads a result at most 100 deep"),
+        )
+        # Brackets in strings are not nesting.
+        self.assertEqual(returning({"status": {"x": "[{" * 200}}), {"status": {"x": "[{" * 200}})
+        self.assertEqual(returning({"status": {"x": ['"[\\"' * 200, nested(97)]}}), {"status": {"x": ['"[\\"' * 200, nested(97)]}})
+
+    def test_too_deep_to_encode(self) -> None:
+        # json.dumps raises RecursionError: a permanent error naming it.
+        deep = returning({"status": {"x": nested(100_000)}})
+        self.assertTrue(deep["error"]["permanent"], deep)
+        self.assertRegex(deep["error"]["message"], r"^the result is not JSON: RecursionError: .*; opkit reads a result at most 100 objects and arrays deep$")
+        # So does checking an event's type, which quotes it.
+        deep = returning({"events": [{"type": nested(100_000), "reason": "R", "message": "m"}]})
+        self.assertTrue(deep["error"]["permanent"], deep)
+        self.assertRegex(deep["error"]["message"], r"^the result could not be checked: RecursionError: ")
 
 
 class Timeline:
@@ -409,6 +481,25 @@ class Serve(unittest.TestCase):
     def test_end_of_input_writes_nothing(self) -> None:
         self.assertEqual(self.serve().events, [])
 
+    def test_result_too_deep_is_answered_and_the_loop_goes_on(self) -> None:
+        handlers = opkit.Handlers()
+
+        @handlers.on()
+        def deep(ctx: opkit.Context) -> opkit.Result:
+            depth = int(ctx["object"]["metadata"]["name"])
+            return {"status": {"x": nested(depth)}}
+
+        timeline = Timeline()
+        lines = [json.dumps(context("update", str(depth))) + "\n" for depth in (100_000, 99, 98)]
+        handlers.serve(io.StringIO("".join(lines)), timeline.stdout(), timeline.stderr())
+        answers = [json.loads(line) for line in timeline.lines("stdout")]
+        self.assertEqual(len(answers), 3, answers)
+        self.assertTrue(answers[0]["error"]["permanent"], answers[0])
+        self.assertIn("RecursionError", answers[0]["error"]["message"])
+        self.assertTrue(answers[1]["error"]["permanent"], answers[1])
+        self.assertIn("nested deeper than 100 objects and arrays", answers[1]["error"]["message"])
+        self.assertEqual(answers[2], {"status": {"x": nested(98)}})
+
 
 class RunOnce(unittest.TestCase):
     def run_once(self, name: str) -> tuple[int, str, str]:
@@ -447,6 +538,8 @@ class TypedExamples(unittest.TestCase):
         g: Any = good
         with contextlib.redirect_stderr(io.StringIO()):
             g.test_greet()
+            # diff is None in runs not about a change; greet takes it.
+            self.assertEqual(g.handlers.call(context("update", diff=None))["status"], {"greeting": "Hello, World!"})
             self.assertEqual(g.handlers.call(context("requeue"))["requeueAfter"], "5m")
             self.assertEqual(g.handlers.call(context("delete")), {"error": {"message": "not deleted yet"}})
             self.assertEqual(g.handlers.call(context("resume"))["events"][0]["type"], "Warning")

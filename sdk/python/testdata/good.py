@@ -17,7 +17,7 @@ def greet(ctx: GreetContext) -> GreetResult:
     spec = ctx["object"]["spec"]
     greeting = f'{GREETINGS[spec.get("language", "en")]}, {spec["name"]}!'
     print(f'{ctx["trigger"]} (attempt {ctx["attempt"]}) of {ctx["object"]["metadata"]["name"]}', file=sys.stderr)
-    for change in ctx["diff"]:
+    for change in ctx["diff"] or []:  # None in a run not about a change (resume, requeue...)
         print(f'  {change["op"]} {change["path"]}', file=sys.stderr)
     old = ctx["old"]
     if old is not None and old["name"] != spec["name"]:

@@ -1,8 +1,9 @@
 """A handler program on the SDK, run as a process by sdk/python_test.go in
 both modes. spec.name chooses what greet does: "temporary" and
 "permanent" raise those errors, "bug" has one, "child" runs a child
-process that prints; any other name is greeted. Each run logs a line on
-stderr and prints one with print(), which must not reach stdout."""
+process that prints, "stdin" one that reads its stdin to the end; any
+other name is greeted. Each run logs a line on stderr and prints one with
+print(), which must not reach stdout."""
 
 import subprocess
 import sys
@@ -29,6 +30,10 @@ def greet(ctx: GreetContext) -> GreetResult:
         return {"status": {"greeting": str(int(name))}}
     if name == "child":
         subprocess.run([sys.executable, "-c", "print('child: printed by a child process')"], check=True)
+    if name == "stdin":
+        # A child without stdin=, as cat: it reads fd 0 to its end.
+        child = "import sys; print(f'child: read {len(sys.stdin.read())} characters of stdin')"
+        subprocess.run([sys.executable, "-c", child], check=True)
     greeting = f'{GREETINGS[spec.get("language", "en")]}, {name}!'
     return {"status": {"greeting": greeting}, "events": [opkit.normal("Greeted", greeting)]}
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opkit-dev/opkit/internal/executor"
 	"github.com/opkit-dev/opkit/internal/sdktools"
 )
 
@@ -110,6 +112,38 @@ func TestTypeScriptTypeCheck(t *testing.T) {
 	}
 }
 
+// TestTypeScriptDocsOnStdout checks that opkit.ts's doc comment and
+// docs/sdk/typescript.md say what run keeps off the protocol's stdout and
+// what it cannot (TestTypeScriptHandlerProcess shows both), how to spawn a
+// child process, and that their examples await run().
+func TestTypeScriptDocsOnStdout(t *testing.T) {
+	t.Parallel()
+	says := []string{
+		"`console.log`", "`process.stdout.write`", // kept off stdout
+		"`fs.writeSync(1, ...)`", "`stdio: \"inherit\"`", "`fork` by default", // not
+		`stdio: ["ignore", 2, 2]`, "next binding context", // what to do, and why stdin "ignore"
+		"await handlers.run();",
+	}
+	for _, path := range []string{filepath.Join(tsDir, "opkit.ts"), filepath.Join("..", "docs", "sdk", "typescript.md")} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The text, its lines joined as a reader reads them.
+		text := regexp.MustCompile(`[ \t]*\n[ \t]*(\*[ \t]+)?`).ReplaceAllString(string(b), " ")
+		for _, s := range says {
+			if !strings.Contains(text, s) {
+				t.Errorf("%s does not say %s", path, s)
+			}
+		}
+		for _, wrong := range []string{"nothing but the SDK writes", "fs.writeSync(1, ...)`, gets past", "\nhandlers.run();"} {
+			if strings.Contains(string(b), wrong) || strings.Contains(text, wrong) {
+				t.Errorf("%s says %q, which is not so", path, wrong)
+			}
+		}
+	}
+}
+
 // TestTypeScriptHandlerProcess compiles testdata/program.ts as a project
 // would (its tsconfig, the committed opkit.js and opkit.d.ts beside it)
 // and runs it with node: a process per run, and OPKIT_MODE=Serve.
@@ -122,9 +156,11 @@ func TestTypeScriptHandlerProcess(t *testing.T) {
 		return `{"status":{"greeting":"` + greeting + `"},"events":[{"type":"Normal","reason":"Greeted","message":"` + greeting + `"}]}`
 	}
 	const bug = `{"error":{"message":"TypeError: Cannot read properties of undefined (reading 'text')"}}`
+	const never = `{"error":{"message":"the handler's promise never settled: it returned before its work was done"}}`
 
 	for _, c := range []struct {
 		name, stdin string
+		args        []string // the program's arguments
 		code        int
 		stdout      string // a regular expression all of stdout matches
 		stderr      []string
@@ -143,11 +179,24 @@ func TestTypeScriptHandlerProcess(t *testing.T) {
 			stdout: regexp.QuoteMeta(`{"error":{"message":"no function for trigger \"resume\": this program handles create, update, delete (handlers.on(\"resume\", fn) registers one, handlers.on(fn) the default for every trigger)","permanent":true}}` + "\n")},
 		{name: "not JSON", stdin: "{nope\n", code: 0,
 			stdout: `\{"error":\{"message":"the binding context is not valid JSON: [^\n]*; it begins \\"\{nope\\\\n\\"","permanent":true\}\}` + "\n"},
+		// Node.js, with nothing left to do, would exit 0 having written
+		// nothing: a success.
+		{name: "a promise that never settles", stdin: tsContext("create", "never"), code: 1,
+			stdout: regexp.QuoteMeta(never + "\n"), stderr: []string{"opkit: the handler's function returned a promise that never settled"}},
+		{name: "a promise that never settles, run() not awaited", stdin: tsContext("create", "never"), args: []string{"--no-await"}, code: 1,
+			stdout: regexp.QuoteMeta(never + "\n"), stderr: []string{"opkit: the handler's function returned a promise that never settled"}},
+		{name: "a child process as the SDK's doc says: stdio ignore, 2, 2", stdin: tsContext("create", "child"), code: 0,
+			stdout: regexp.QuoteMeta(greeted("Hi, child!") + "\n"), stderr: []string{"stdout of the child of the run for child\n"}},
+		// What the doc says the SDK cannot keep off stdout: should this
+		// change, so should opkit.ts's doc and docs/sdk/typescript.md.
+		{name: "a child process with inherited stdout writes among the answers", stdin: tsContext("create", "child inherit"), code: 0,
+			stdout: regexp.QuoteMeta("stdout of the child of the run for child inherit\n{}\n")},
 	} {
 		t.Run("per run/"+c.name, func(t *testing.T) {
 			t.Parallel()
 			var stdout, stderr bytes.Buffer
 			cmd := tsCommand(t, node, program, false, c.stdin)
+			cmd.Args = append(cmd.Args, c.args...)
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			code := tsExitCode(t, cmd.Run())
 			if code != c.code {
@@ -189,6 +238,40 @@ func TestTypeScriptHandlerProcess(t *testing.T) {
 		}
 	})
 
+	t.Run("Serve/a promise that never settles, at the end of stdin", func(t *testing.T) {
+		t.Parallel()
+		var stdout, stderr bytes.Buffer
+		cmd := tsCommand(t, node, program, true, tsContext("create", "never"))
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if code := tsExitCode(t, cmd.Run()); code != 1 {
+			t.Errorf("exit status %d, want 1; stderr:\n%s", code, stderr.String())
+		}
+		if want := never + "\n"; stdout.String() != want {
+			t.Errorf("stdout:\n%s\nwant:\n%s", stdout.String(), want)
+		}
+	})
+
+	t.Run("Serve/a child process with stdin ignored takes no binding context", func(t *testing.T) {
+		t.Parallel()
+		var stdout, stderr bytes.Buffer
+		cmd := tsCommand(t, node, program, true, tsContext("create", "child")+tsContext("create", "World"))
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if code := tsExitCode(t, cmd.Run()); code != 0 {
+			t.Errorf("exit status %d, want 0; stderr:\n%s", code, stderr.String())
+		}
+		if want := greeted("Hi, child!") + "\n" + greeted("Hello, World!") + "\n"; stdout.String() != want {
+			t.Errorf("stdout:\n%s\nwant:\n%s", stdout.String(), want)
+		}
+		if s := "stdout of the child of the run for child\n"; !strings.Contains(stderr.String(), s) {
+			t.Errorf("stderr does not have the child's output, %q:\n%s", s, stderr.String())
+		}
+	})
+
+	t.Run("Serve/requeueAfter: the SDK passes only what the engine accepts", func(t *testing.T) {
+		t.Parallel()
+		tsRequeueAfter(t, node, program)
+	})
+
 	t.Run("Serve/each run's log before its answer", func(t *testing.T) {
 		t.Parallel()
 		// stdout and stderr share one pipe, so what comes out is in the
@@ -224,6 +307,101 @@ func TestTypeScriptHandlerProcess(t *testing.T) {
 			t.Fatalf("%d answers, want %d; output:\n%s", run, len(names), both.String())
 		}
 	})
+}
+
+// tsRequeueAfter has program (in mode Serve) return requeueAfter strings,
+// edge cases and random ones, and compares what the SDK lets through with
+// what the engine's executor.ParseResult (time.ParseDuration) accepts: the
+// SDK must refuse whatever the engine would, and pass whatever the engine
+// accepts that the result's schema allows (a digit, a fraction, a unit,
+// repeated: not Go's sign, bare "0", ".5s" or "μs").
+func tsRequeueAfter(t *testing.T, node, program string) {
+	schema := regexp.MustCompile(`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`)
+	durations := []string{
+		"30s", "1h30m", "1.5h", "0s", "0.0000000001s", "0.000000001s", "0.9ns", "1.9ns", "0.5us", "0.0005us",
+		"0.0000000000001h", "0.0000000000003h", "0.3333333333333333333333h", "2562047h47m16.854775807s",
+		"2562047h47m16.854775808s", "2562047h47m17s", "2562048h", "2562047.7880152155h", "2562047.78801521h",
+		"9223372036854775807ns", "9223372036854775808ns", "9223372036854775.807us", "9223372036854775.808us",
+		"9223372036854.775807ms", "9223372036.854775807s", "9223372036.854775808s", "153722867m16.854775807s",
+		"153722867.280912930117m", "9223372036854775808ns9223372036854775808ns", "18446744073709551616ns",
+		"99999999999999999999999999999s", "000000000000000000000000000001s", "1.99999999999999999999999999ns",
+		"1h0.00000000000000000000000000001s", "0.00000000000000000000000000001h", "1µs", "1μs", "+5s", "-5s",
+		".5s", "5.s", "0", "", "5", "5 s", "1d", "1e3s", "1.5.5s", "1h1h1h",
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	units := []string{"ns", "us", "µs", "ms", "s", "m", "h"}
+	digits := func(max int) string {
+		n := rnd.IntN(max + 1)
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte('0' + rnd.IntN(10))
+			if rnd.IntN(3) == 0 {
+				b[i] = '0'
+			}
+		}
+		return string(b)
+	}
+	for range 400 {
+		var d strings.Builder
+		for range 1 + rnd.IntN(3) {
+			d.WriteString(digits([]int{3, 12, 20}[rnd.IntN(3)]))
+			if rnd.IntN(2) == 0 {
+				d.WriteString("." + digits([]int{3, 12, 25}[rnd.IntN(3)]))
+			}
+			d.WriteString(units[rnd.IntN(len(units))])
+		}
+		durations = append(durations, d.String())
+	}
+
+	var stdin strings.Builder
+	for _, d := range durations {
+		stdin.WriteString(tsContext("create", "requeue "+d))
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := tsCommand(t, node, program, true, stdin.String())
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if code := tsExitCode(t, cmd.Run()); code != 0 {
+		t.Fatalf("exit status %d, want 0; stderr:\n%s", code, stderr.String())
+	}
+	answers := strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
+	if len(answers) != len(durations) {
+		t.Fatalf("%d answers, want %d; stdout:\n%s", len(answers), len(durations), stdout.String())
+	}
+	passed, refused := 0, 0
+	for i, d := range durations {
+		q, err := json.Marshal(map[string]string{"requeueAfter": d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, engineErr := executor.ParseResult(q)
+		var answer struct {
+			RequeueAfter *string
+			Error        *struct {
+				Message   string
+				Permanent bool
+			}
+		}
+		if err := json.Unmarshal([]byte(answers[i]), &answer); err != nil {
+			t.Fatalf("answer for %q: %v: %s", d, err, answers[i])
+		}
+		switch {
+		case answer.RequeueAfter != nil && *answer.RequeueAfter == d && answer.Error == nil:
+			passed++
+			if engineErr != nil {
+				t.Errorf("requeueAfter %q: the SDK passes it, the engine refuses it: %v", d, engineErr)
+			}
+		case answer.Error != nil && answer.Error.Permanent && strings.HasPrefix(answer.Error.Message, `result field "requeueAfter" `):
+			refused++
+			if engineErr == nil && schema.MatchString(d) {
+				t.Errorf("requeueAfter %q: the SDK refuses it (%s), the engine and the schema accept it", d, answer.Error.Message)
+			}
+		default:
+			t.Errorf("requeueAfter %q: answer %s, want it written or refused permanently, naming the field", d, answers[i])
+		}
+	}
+	if passed < 100 || refused < 50 {
+		t.Errorf("%d durations passed and %d refused: want more of each to compare", passed, refused)
+	}
 }
 
 // tsContext is a binding context of trigger for the Greeting name, on a

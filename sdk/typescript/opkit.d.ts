@@ -11,8 +11,10 @@
  *   status: { greeting: `Hello, ${ctx.object.spec.name}!` },
  *   events: [normal("Greeted", `said hello to ${ctx.object.spec.name}`)],
  * }));
- * handlers.run();
+ * await handlers.run();
  * ```
+ *
+ * (A top-level `await`: a handler program is an ES module.)
  *
  * The contract (docs/handlers.md, docs/admission.md and the JSON Schemas
  * in docs/schemas are the truth):
@@ -30,8 +32,16 @@
  *   {@link TemporaryError}, or 1 for a bug.
  * - Once `run` is called, stdout belongs to the answers: `console.log` and
  *   `process.stdout.write` by the program's code go to stderr (the run's
- *   log) instead, so that printing can never break the protocol. (Only a
- *   write to file descriptor 1 itself, `fs.writeSync(1, ...)`, gets past.)
+ *   log) instead. That is all the SDK can keep off stdout: Node.js cannot
+ *   point file descriptor 1 elsewhere (it has no dup2), so what writes to
+ *   fd 1 itself still lands among the answers and breaks them:
+ *   `fs.writeSync(1, ...)`, and a child process that inherits it
+ *   (`stdio: "inherit"`, `[0, 1, 2]`, `process.stdout`; `fork` by
+ *   default). Spawn a child with `stdio: ["ignore", 2, 2]` (its output
+ *   goes to the run's log) or "pipe" (its output is the program's to
+ *   read); fork with `stdio: ["ignore", 2, 2, "ipc"]`. Give it no stdin
+ *   ("ignore"): in mode Serve, stdin carries the binding contexts, and a
+ *   child reading it would take the next binding context.
  * - Errors: a thrown {@link PermanentError} is the result
  *   `{"error": {"message": M, "permanent": true}}` (exit 0: the object is
  *   Stalled at once); a {@link TemporaryError} is `{"error": {"message": M}}`
@@ -40,12 +50,24 @@
  *   (exit 1, retried). In Serve mode nothing exits: the answer carries the
  *   error and the loop goes on. A binding context that is not JSON fails
  *   permanently, saying what is wrong.
+ * - A function's promise that never settles (a callback never called, an
+ *   `await` of something nothing resolves) would leave Node.js nothing to
+ *   do, and the process would exit 0 having answered nothing: an empty
+ *   result, a success. Instead, when Node.js is about to exit with a run's
+ *   answer pending, the SDK answers it with the temporary error "the
+ *   handler's promise never settled: it returned before its work was
+ *   done" and exits 1, in either mode: a bug of the handler's, and so
+ *   retried and reported as one (75 is for failures the handler knows to
+ *   be temporary).
  * - The result is a {@link Result}: an object literal with a field that is
  *   not one of the result's is a type error where the function declares
  *   its return type (`: Result<GreetingStatus>`), and at run time every
  *   result is checked before it is written (`result field "statsu" is not
  *   one of status, events, ...`): a wrong one fails the run permanently.
- *   Returning nothing is the empty result, `{}`.
+ *   So does a number JSON has not, NaN or ±Infinity (JSON.stringify would
+ *   write null, which in `status` deletes the field), naming its path:
+ *   `result field status.ratio is NaN: not a JSON number`. Returning
+ *   nothing is the empty result, `{}`.
  * - {@link Handlers.call} runs the table in-process, for tests: the result
  *   as the protocol would write it, errors included.
  *
@@ -330,7 +352,9 @@ export interface DurationParts {
 /**
  * A Go duration, for requeueAfter: `duration({ minutes: 5 })` is "5m",
  * `duration({ seconds: 90 })` "1m30s", `duration({ milliseconds: 1500 })`
- * "1.5s". It must be positive (to the microsecond).
+ * "1.5s". It must be positive (to the microsecond, which it is rounded to)
+ * and at most 2562047h47m16.854775807s, the most a Go duration can be
+ * (2^63-1 nanoseconds, some 292 years): anything else throws a RangeError.
  */
 export declare function duration(parts: DurationParts): string;
 /** A stream serve reads lines from: a Node.js readable stream (process.stdin, a PassThrough). */
@@ -395,8 +419,16 @@ export declare class Handlers<O = KubeObject, Old = Record<string, unknown>, S =
      * Runs the program: with OPKIT_MODE=Serve, {@link serve} on stdin and
      * stdout, then exit 0 at the end of stdin; otherwise one binding context
      * from all of stdin, its result on stdout, and exit (0; 75 for a
-     * TemporaryError; 1 for a bug). From here on, what the program writes to
-     * stdout (console.log) goes to stderr.
+     * TemporaryError; 1 for a bug). Await it (top-level await). From here
+     * on, what the program writes to stdout with console.log or
+     * process.stdout.write goes to stderr; file descriptor 1 itself remains
+     * the answers' (see the module's comment on child processes).
+     *
+     * Should Node.js run out of things to do while a run's answer is due (a
+     * function's promise that nothing can settle), the run is answered with
+     * a temporary error, "the handler's promise never settled: it returned
+     * before its work was done", and the process exits 1, rather than
+     * exiting 0 having answered nothing, which would be a success.
      */
     run(): Promise<void>;
     /**

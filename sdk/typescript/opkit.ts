@@ -11,8 +11,10 @@
  *   status: { greeting: `Hello, ${ctx.object.spec.name}!` },
  *   events: [normal("Greeted", `said hello to ${ctx.object.spec.name}`)],
  * }));
- * handlers.run();
+ * await handlers.run();
  * ```
+ *
+ * (A top-level `await`: a handler program is an ES module.)
  *
  * The contract (docs/handlers.md, docs/admission.md and the JSON Schemas
  * in docs/schemas are the truth):
@@ -30,8 +32,16 @@
  *   {@link TemporaryError}, or 1 for a bug.
  * - Once `run` is called, stdout belongs to the answers: `console.log` and
  *   `process.stdout.write` by the program's code go to stderr (the run's
- *   log) instead, so that printing can never break the protocol. (Only a
- *   write to file descriptor 1 itself, `fs.writeSync(1, ...)`, gets past.)
+ *   log) instead. That is all the SDK can keep off stdout: Node.js cannot
+ *   point file descriptor 1 elsewhere (it has no dup2), so what writes to
+ *   fd 1 itself still lands among the answers and breaks them:
+ *   `fs.writeSync(1, ...)`, and a child process that inherits it
+ *   (`stdio: "inherit"`, `[0, 1, 2]`, `process.stdout`; `fork` by
+ *   default). Spawn a child with `stdio: ["ignore", 2, 2]` (its output
+ *   goes to the run's log) or "pipe" (its output is the program's to
+ *   read); fork with `stdio: ["ignore", 2, 2, "ipc"]`. Give it no stdin
+ *   ("ignore"): in mode Serve, stdin carries the binding contexts, and a
+ *   child reading it would take the next binding context.
  * - Errors: a thrown {@link PermanentError} is the result
  *   `{"error": {"message": M, "permanent": true}}` (exit 0: the object is
  *   Stalled at once); a {@link TemporaryError} is `{"error": {"message": M}}`
@@ -40,12 +50,24 @@
  *   (exit 1, retried). In Serve mode nothing exits: the answer carries the
  *   error and the loop goes on. A binding context that is not JSON fails
  *   permanently, saying what is wrong.
+ * - A function's promise that never settles (a callback never called, an
+ *   `await` of something nothing resolves) would leave Node.js nothing to
+ *   do, and the process would exit 0 having answered nothing: an empty
+ *   result, a success. Instead, when Node.js is about to exit with a run's
+ *   answer pending, the SDK answers it with the temporary error "the
+ *   handler's promise never settled: it returned before its work was
+ *   done" and exits 1, in either mode: a bug of the handler's, and so
+ *   retried and reported as one (75 is for failures the handler knows to
+ *   be temporary).
  * - The result is a {@link Result}: an object literal with a field that is
  *   not one of the result's is a type error where the function declares
  *   its return type (`: Result<GreetingStatus>`), and at run time every
  *   result is checked before it is written (`result field "statsu" is not
  *   one of status, events, ...`): a wrong one fails the run permanently.
- *   Returning nothing is the empty result, `{}`.
+ *   So does a number JSON has not, NaN or ±Infinity (JSON.stringify would
+ *   write null, which in `status` deletes the field), naming its path:
+ *   `result field status.ratio is NaN: not a JSON number`. Returning
+ *   nothing is the empty result, `{}`.
  * - {@link Handlers.call} runs the table in-process, for tests: the result
  *   as the protocol would write it, errors included.
  *
@@ -376,29 +398,120 @@ export interface DurationParts {
 /**
  * A Go duration, for requeueAfter: `duration({ minutes: 5 })` is "5m",
  * `duration({ seconds: 90 })` "1m30s", `duration({ milliseconds: 1500 })`
- * "1.5s". It must be positive (to the microsecond).
+ * "1.5s". It must be positive (to the microsecond, which it is rounded to)
+ * and at most 2562047h47m16.854775807s, the most a Go duration can be
+ * (2^63-1 nanoseconds, some 292 years): anything else throws a RangeError.
  */
 export function duration(parts: DurationParts): string {
   const ms =
     (parts.hours ?? 0) * 3_600_000 + (parts.minutes ?? 0) * 60_000 + (parts.seconds ?? 0) * 1000 + (parts.milliseconds ?? 0);
+  const given = Object.entries(parts).map(([k, v]) => `${k}: ${typeof v === "string" ? JSON.stringify(v) : String(v)}`);
+  const shown = `duration(${given.length > 0 ? `{ ${given.join(", ")} }` : "{}"})`;
+  if (Number.isNaN(ms)) {
+    throw new RangeError(`${shown} is not a number`);
+  }
+  if (ms <= 0) {
+    throw new RangeError(`${shown} is not positive: requeueAfter must be`);
+  }
   const us = Math.round(ms * 1000);
-  if (!Number.isFinite(ms) || us <= 0) {
-    throw new RangeError(`duration ${JSON.stringify(parts)} is not positive: requeueAfter must be`);
+  if (us <= 0) {
+    throw new RangeError(`${shown} rounds to 0 at the microsecond: requeueAfter must be positive`);
   }
-  if (us < 1000) {
-    return `${us}us`;
+  if (!Number.isFinite(us) || BigInt(us) * 1000n > maxNanoseconds) {
+    throw new RangeError(`${shown} is over ${maxDuration}, the most a Go duration (requeueAfter) can be`);
   }
-  if (us < 1_000_000) {
-    return `${decimal(us / 1000)}ms`;
+  const n = BigInt(us);
+  if (n < 1000n) {
+    return `${n}us`;
   }
-  const h = Math.floor(us / 3_600_000_000);
-  const m = Math.floor((us % 3_600_000_000) / 60_000_000);
-  const s = (us % 60_000_000) / 1_000_000;
-  return (h > 0 ? `${h}h` : "") + (m > 0 ? `${m}m` : "") + (s > 0 ? `${decimal(s)}s` : "");
+  if (n < 1_000_000n) {
+    return `${decimal(n, 1000n)}ms`;
+  }
+  const h = n / 3_600_000_000n;
+  const m = (n / 60_000_000n) % 60n;
+  const s = n % 60_000_000n;
+  return (h > 0n ? `${h}h` : "") + (m > 0n ? `${m}m` : "") + (s > 0n ? `${decimal(s, 1_000_000n)}s` : "");
 }
 
-function decimal(n: number): string {
-  return n.toFixed(6).replace(/\.?0+$/, "");
+/** n/unit, exactly, in decimal: unit is a power of ten. */
+function decimal(n: bigint, unit: bigint): string {
+  const fraction = (n % unit).toString().padStart(unit.toString().length - 1, "0").replace(/0+$/, "");
+  return `${n / unit}` + (fraction === "" ? "" : `.${fraction}`);
+}
+
+/** The most a Go duration can be, 2^63-1 nanoseconds. */
+const maxNanoseconds = 9_223_372_036_854_775_807n;
+const maxDuration = "2562047h47m16.854775807s";
+
+const goUnits: ReadonlyMap<string, bigint> = new Map([
+  ["ns", 1n],
+  ["us", 1_000n],
+  ["\u00b5s", 1_000n],
+  ["\u03bcs", 1_000n],
+  ["ms", 1_000_000n],
+  ["s", 1_000_000_000n],
+  ["m", 60_000_000_000n],
+  ["h", 3_600_000_000_000n],
+]);
+
+/**
+ * The nanoseconds of a Go duration as Go's time.ParseDuration reads it
+ * (fractions rounded down to the nanosecond as it does), or undefined for
+ * what it refuses; over 2^63-1 (which it refuses) is returned as it is.
+ */
+function parseGoDuration(text: string): bigint | undefined {
+  let s = text;
+  let negative = false;
+  if (s.startsWith("-") || s.startsWith("+")) {
+    negative = s.startsWith("-");
+    s = s.slice(1);
+  }
+  if (s === "0") {
+    return 0n;
+  }
+  if (s === "") {
+    return undefined;
+  }
+  let total = 0n;
+  while (s !== "") {
+    const number = /^([0-9]*)(?:\.([0-9]*))?/.exec(s);
+    const whole = number?.[1] ?? "";
+    const fraction = number?.[2];
+    if (number === null || (whole === "" && (fraction ?? "") === "")) {
+      return undefined;
+    }
+    s = s.slice(number[0].length);
+    const unitLength = s.search(/[0-9.]/);
+    const unitName = unitLength < 0 ? s : s.slice(0, unitLength);
+    const unit = goUnits.get(unitName);
+    if (unit === undefined) {
+      return undefined;
+    }
+    s = s.slice(unitName.length);
+    const digits = whole.replace(/^0+/, "");
+    if (digits.length > 20) {
+      return maxNanoseconds + 1n; // far over; spare BigInt a long number
+    }
+    total += BigInt(digits === "" ? "0" : digits) * unit;
+    if (fraction !== undefined) {
+      // As Go's leadingFraction: digits past 2^63 of precision are dropped,
+      // and the part of the unit they make is rounded down.
+      let f = 0n;
+      let scale = 1;
+      for (const c of fraction) {
+        const next = f * 10n + BigInt(c);
+        if (f > (2n ** 63n - 1n) / 10n || next > 2n ** 63n) {
+          break;
+        }
+        f = next;
+        scale *= 10;
+      }
+      if (f > 0n) {
+        total += BigInt(Math.trunc(Number(f) * (Number(unit) / scale)));
+      }
+    }
+  }
+  return negative ? -total : total;
 }
 
 // ---------------------------------------------------------------------------
@@ -497,6 +610,8 @@ export type ResultOf<T extends string, O, S> = [T] extends [AdmissionTrigger]
 export class Handlers<O = KubeObject, Old = Record<string, unknown>, S = Record<string, unknown>> {
   readonly #table = new Map<string, Fn>();
   #default: Fn | undefined;
+  /** Whether a run's answer is due: a function runs, or its answer is being written. */
+  #answering = false;
 
   /**
    * Registers fn for each of the triggers; "*" (or no triggers at all:
@@ -595,14 +710,35 @@ export class Handlers<O = KubeObject, Old = Record<string, unknown>, S = Record<
    * Runs the program: with OPKIT_MODE=Serve, {@link serve} on stdin and
    * stdout, then exit 0 at the end of stdin; otherwise one binding context
    * from all of stdin, its result on stdout, and exit (0; 75 for a
-   * TemporaryError; 1 for a bug). From here on, what the program writes to
-   * stdout (console.log) goes to stderr.
+   * TemporaryError; 1 for a bug). Await it (top-level await). From here
+   * on, what the program writes to stdout with console.log or
+   * process.stdout.write goes to stderr; file descriptor 1 itself remains
+   * the answers' (see the module's comment on child processes).
+   *
+   * Should Node.js run out of things to do while a run's answer is due (a
+   * function's promise that nothing can settle), the run is answered with
+   * a temporary error, "the handler's promise never settled: it returned
+   * before its work was done", and the process exits 1, rather than
+   * exiting 0 having answered nothing, which would be a success.
    */
   async run(): Promise<void> {
     const out = process.stdout;
     const write = out.write;
     const answers: OutputStream = { write: (chunk, callback) => write.call(out, chunk, callback) };
     out.write = (...args: unknown[]): boolean => process.stderr.write.apply(process.stderr, args);
+    process.on("beforeExit", () => {
+      if (!this.#answering) {
+        return;
+      }
+      const error: ResultError = { message: "the handler's promise never settled: it returned before its work was done" };
+      const trace =
+        "opkit: the handler's function returned a promise that never settled, and Node.js has nothing left to do that could settle it " +
+        "(an await of a promise nothing resolves, a callback never called, an unref'd timer or socket?): the run fails, and is retried";
+      answerOn({ result: { error }, line: JSON.stringify({ error }), exitCode: 1, trace }, answers, process.stderr).then(
+        () => process.exit(1),
+        () => process.exit(1),
+      );
+    });
     try {
       if (process.env["OPKIT_MODE"] === "Serve") {
         await this.serve(process.stdin, answers, process.stderr);
@@ -613,9 +749,7 @@ export class Handlers<O = KubeObject, Old = Record<string, unknown>, S = Record<
       for await (const chunk of process.stdin) {
         text += chunk;
       }
-      const a = await this.answer(text);
-      await answerOn(a, answers, process.stderr);
-      process.exit(a.exitCode);
+      process.exit(await this.#answerOn(text, answers, process.stderr));
     } catch (err) {
       process.stderr.write(`opkit: the handler program failed: ${traceOf(err)}\n`);
       process.exit(1);
@@ -632,7 +766,19 @@ export class Handlers<O = KubeObject, Old = Record<string, unknown>, S = Record<
     const { createInterface } = (await import(readlineModule)) as Readline;
     const lines = createInterface({ input, crlfDelay: Infinity, terminal: false });
     for await (const line of lines) {
-      await answerOn(await this.answer(line), output, log);
+      await this.#answerOn(line, output, log);
+    }
+  }
+
+  /** Runs the function for a binding context and writes its answer; gives the exit status of a process per run. */
+  async #answerOn(context: string, output: OutputStream, log: OutputStream): Promise<number> {
+    this.#answering = true;
+    try {
+      const a = await this.answer(context);
+      await answerOn(a, output, log);
+      return a.exitCode;
+    } finally {
+      this.#answering = false;
     }
   }
 }
@@ -677,10 +823,16 @@ function written<S>(value: unknown, trigger: string): Answer<S> {
     return failed(`the handler returned ${kindOf(value)}, not a result object (or nothing)`, true);
   }
   let line: string;
+  const notNumbers: string[] = [];
   try {
-    line = JSON.stringify(value);
+    line = JSON.stringify(value, jsonNumbers(notNumbers));
   } catch (err) {
     return failed(`the result is not JSON: ${messageOf(err)}`, true);
+  }
+  if (notNumbers.length > 0) {
+    // JSON.stringify wrote them as null, which in a merge patch deletes.
+    const shown = notNumbers.length > 10 ? [...notNumbers.slice(0, 10), `and ${notNumbers.length - 10} more`] : notNumbers;
+    return failed(shown.join("; "), true);
   }
   const result = JSON.parse(line) as Record<string, unknown>;
   const problems = check(result, trigger);
@@ -693,6 +845,35 @@ function written<S>(value: unknown, trigger: string): Answer<S> {
     return failed(`the result is ${bytes} bytes, over opkit's limit of ${maxResultBytes} (1 MiB)`, true);
   }
   return { result: result as Result<S>, line, exitCode: 0 };
+}
+
+/**
+ * A JSON.stringify replacer that adds to problems a problem for each number
+ * JSON has not (NaN, Infinity, -Infinity), naming its path in the result.
+ */
+function jsonNumbers(problems: string[]): (this: unknown, key: string, value: unknown) => unknown {
+  // Where each object is in the result: JSON.stringify goes depth first,
+  // so an object's path is the one of the place it is written at now.
+  const paths = new WeakMap<object, string>();
+  return function (this: unknown, key: string, value: unknown): unknown {
+    const holder = this;
+    const parent = typeof holder === "object" && holder !== null ? (paths.get(holder) ?? "") : "";
+    const path =
+      parent === "" && !Array.isArray(holder)
+        ? key
+        : Array.isArray(holder)
+          ? `${parent}[${key}]`
+          : /^[A-Za-z_][A-Za-z0-9_-]*$/.test(key)
+            ? `${parent}.${key}`
+            : `${parent}[${JSON.stringify(key)}]`;
+    const n = value instanceof Number ? value.valueOf() : value;
+    if (typeof n === "number" && !Number.isFinite(n)) {
+      problems.push(`result field ${path} is ${n}: not a JSON number`);
+    } else if (typeof value === "object" && value !== null) {
+      paths.set(value, path);
+    }
+    return value;
+  };
 }
 
 const admissionFields = ["allowed", "message", "patch", "warnings", "error"];
@@ -746,10 +927,18 @@ function checkField(key: string, value: unknown): string | undefined {
       const problems = value.map((e: unknown, i) => checkEvent(e, i)).filter((p) => p !== undefined);
       return problems.length > 0 ? `has ${problems.join(", ")}` : undefined;
     }
-    case "requeueAfter":
-      return typeof value === "string" && goDuration.test(value) && /[1-9]/.test(value)
+    case "requeueAfter": {
+      const ns = typeof value === "string" && goDuration.test(value) ? parseGoDuration(value) : undefined;
+      if (ns !== undefined && ns > maxNanoseconds) {
+        return `${JSON.stringify(value)} is over ${maxDuration}, the most a Go duration can be`;
+      }
+      if (ns === 0n && /[1-9]/.test(String(value))) {
+        return `${JSON.stringify(value)} is less than a nanosecond: Go's time.ParseDuration reads it as 0, and it must be positive`;
+      }
+      return ns !== undefined && ns > 0n
         ? undefined
         : `${JSON.stringify(value)} is not a positive Go duration such as "30s", "5m" or "1h30m" (duration({ minutes: 5 }) makes one)`;
+    }
     case "skipped":
     case "allowed":
       return typeof value === "boolean" ? undefined : `must be true or false, not ${kindOf(value)}`;
@@ -922,6 +1111,7 @@ declare const process: {
   readonly stdout: { write: (...args: unknown[]) => boolean };
   readonly stderr: NodeWriteStream;
   exit(code?: number): never;
+  on(event: "beforeExit", listener: () => void): unknown;
 };
 
 interface Readline {

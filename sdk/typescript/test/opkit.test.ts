@@ -222,6 +222,55 @@ test("the result is checked: a wrong field fails the run permanently, saying wha
   assert.deepEqual(r, { status: { at: "1970-01-01T00:00:00.000Z" } });
 });
 
+test("NaN and ±Infinity, which JSON.stringify writes null (in a merge patch, a delete), fail the run permanently, naming their path", async () => {
+  const cases: [string, unknown, string][] = [
+    ["create", { status: { ratio: NaN } }, "result field status.ratio is NaN: not a JSON number"],
+    ["create", { status: { load: { avg: [0.5, Infinity] } } }, "result field status.load.avg[1] is Infinity: not a JSON number"],
+    ["create", { status: { "app.kubernetes.io/x": -Infinity } }, 'result field status["app.kubernetes.io/x"] is -Infinity: not a JSON number'],
+    ["create", { status: { boxed: new Number(NaN) } }, "result field status.boxed is NaN: not a JSON number"],
+    ["create", { status: { a: NaN, b: [{ c: 1 / 0 }] } }, "result field status.a is NaN: not a JSON number; result field status.b[0].c is Infinity: not a JSON number"],
+    ["mutate", { patch: { spec: { replicas: NaN } } }, "result field patch.spec.replicas is NaN: not a JSON number"],
+  ];
+  for (const [trigger, value, message] of cases) {
+    const a = await new Handlers().on(trigger as "create", () => value as Result).answer(context(trigger));
+    assert.deepEqual(a.result, { error: { message, permanent: true } }, message);
+    assert.equal(a.exitCode, 0);
+  }
+  // One object in two places is named where each is.
+  const shared = { n: NaN };
+  const r = await new Handlers().on("create", (): Result => ({ status: { one: shared, two: { shared } } })).call(context("create"));
+  assert.equal(r.error?.message, "result field status.one.n is NaN: not a JSON number; result field status.two.shared.n is NaN: not a JSON number");
+  // Finite numbers, and toJSON's, are as they were.
+  const fine = await new Handlers().on("create", (): Result => ({ status: { n: [0, -1.5, 1e300, Number.MAX_VALUE] } })).call(context("create"));
+  assert.deepEqual(fine, { status: { n: [0, -1.5, 1e300, Number.MAX_VALUE] } });
+});
+
+test("requeueAfter: what Go's time.ParseDuration refuses, rounds to 0 or reads over its maximum fails permanently, naming the field", async () => {
+  const over = "is over 2562047h47m16.854775807s, the most a Go duration can be";
+  const cases: [string, string | undefined][] = [
+    ["0.0000000001s", 'result field "requeueAfter" "0.0000000001s" is less than a nanosecond: Go\'s time.ParseDuration reads it as 0, and it must be positive'],
+    ["0.9ns", 'result field "requeueAfter" "0.9ns" is less than a nanosecond: Go\'s time.ParseDuration reads it as 0, and it must be positive'],
+    ["0.0000000000001h", 'result field "requeueAfter" "0.0000000000001h" is less than a nanosecond: Go\'s time.ParseDuration reads it as 0, and it must be positive'],
+    ["0m0s", 'result field "requeueAfter" "0m0s" is not a positive Go duration such as "30s", "5m" or "1h30m" (duration({ minutes: 5 }) makes one)'],
+    ["2562048h", `result field "requeueAfter" "2562048h" ${over}`],
+    ["2562047h47m16.854775808s", `result field "requeueAfter" "2562047h47m16.854775808s" ${over}`],
+    ["9223372036854775808ns", `result field "requeueAfter" "9223372036854775808ns" ${over}`],
+    ["99999999999999999999999999999s", `result field "requeueAfter" "99999999999999999999999999999s" ${over}`],
+    ["9223372036854775807ns", undefined],
+    ["2562047h47m16.854775807s", undefined],
+    ["0.000000001s", undefined],
+    ["0.0000000000003h", undefined],
+    ["1.99999999999999999999999999ns", undefined],
+    ["000000000000000000000000000001s", undefined],
+    ["1h0.00000000000000000000000000001s", undefined],
+    ["1µs", undefined],
+  ];
+  for (const [requeueAfter, message] of cases) {
+    const a = await new Handlers().on("create", (): Result => ({ requeueAfter })).answer(context("create"));
+    assert.deepEqual(a.result, message === undefined ? { requeueAfter } : { error: { message, permanent: true } }, requeueAfter);
+  }
+});
+
 test("the result of every field, well formed, is written as it is", async () => {
   const result: Result = {
     status: { phase: "done", gone: null },
@@ -304,9 +353,43 @@ test("duration makes Go durations", () => {
   for (const [parts, want] of cases) {
     assert.equal(duration(parts), want, JSON.stringify(parts));
   }
-  assert.throws(() => duration({}), /is not positive/);
-  assert.throws(() => duration({ seconds: -1 }), /is not positive/);
-  assert.throws(() => duration({ seconds: Infinity }), /is not positive/);
+  assert.throws(() => duration({}), /^RangeError: duration\(\{\}\) is not positive: requeueAfter must be$/);
+  assert.throws(() => duration({ seconds: -1 }), /^RangeError: duration\(\{ seconds: -1 \}\) is not positive/);
+  assert.throws(() => duration({ seconds: NaN }), /^RangeError: duration\(\{ seconds: NaN \}\) is not a number$/);
+  assert.throws(() => duration({ milliseconds: 0.0004 }), /^RangeError: duration\(\{ milliseconds: 0.0004 \}\) rounds to 0 at the microsecond/);
+  // No more than the most a Go duration can be, 2^63-1 ns: the engine refuses more.
+  const over = / is over 2562047h47m16\.854775807s, the most a Go duration \(requeueAfter\) can be$/;
+  assert.throws(() => duration({ hours: 1e7 }), over);
+  assert.throws(() => duration({ hours: 2562047, minutes: 47, seconds: 17 }), over);
+  assert.throws(() => duration({ seconds: Infinity }), over);
+  assert.throws(() => duration({ milliseconds: 1e300 }), over);
+  assert.equal(duration({ hours: 2562047 }), "2562047h");
+  assert.equal(duration({ hours: 2562047, minutes: 47, seconds: 16 }), "2562047h47m16s");
+  assert.equal(duration({ milliseconds: 0.0005 }), "1us");
+  // Exact, where floating point would not be: 100000h and a microsecond.
+  assert.equal(duration({ hours: 100_000, milliseconds: 0.001 }), "100000h0.000001s");
+});
+
+test("what duration makes, the result's check (the engine's, as the Go tests show) passes", async () => {
+  const handlers = new Handlers();
+  handlers.on((ctx) => ({ requeueAfter: (ctx as unknown as { d: string }).d }));
+  let made = 0;
+  let seed = 1;
+  for (let i = 0; i < 2000; i++) {
+    // From a microsecond to past the most, on a log scale (a fixed sequence).
+    seed = (seed * 48271) % 2147483647;
+    const hours = 10 ** ((seed / 2147483647) * 16.5 - 10.5);
+    let d: string;
+    try {
+      d = duration({ hours });
+    } catch (err) {
+      assert.ok(hours > 2562047 || hours < 1.4e-10, `duration({ hours: ${hours} }) throws ${String(err)}`);
+      continue;
+    }
+    made++;
+    assert.deepEqual(await handlers.call({ trigger: "create", d }), { requeueAfter: d }, `duration({ hours: ${hours} })`);
+  }
+  assert.ok(made > 1000);
 });
 
 test("serve: a line in, a line out, one run at a time, in order, until the end of input", async () => {

@@ -30,9 +30,16 @@
 //     KubeObject and a map for a watched object), its event or schedule
 //     context for a run for no object, AdmissionContext and
 //     AdmissionResult for validate and mutate. A result's status is what a
-//     handler may write: the status less what opkit writes itself
-//     (KindStatusUpdate when that is not all of it), none for a watched
-//     object or a run for no object.
+//     handler may write: the status less what opkit writes itself, as a
+//     merge patch, whose objects have no required field so that Go writes
+//     only the fields set (KindStatusUpdate, and KindStatusUpdateEndpoint
+//     and so on for its objects, when that is not all of the status or
+//     not as the object types it); none for a watched object or a run for
+//     no object. A list's items are as the object types them: a merge
+//     patch writes a list whole. A context's related objects are optional
+//     in TypeScript: opkit leaves them out when none exists.
+//   - Go: a field named "-" is tagged "-," (encoding/json skips a field
+//     tagged "-"); an int32 enum with a value past int32 is an int64.
 //
 // Output: deterministic (fields sorted by name, types top-down; in Python
 // each after those it uses), gofmt'd Go, Python as black and ruff lay it

@@ -128,8 +128,12 @@ func (w *goWriter) structType(b *strings.Builder, d *structDecl) {
 			w.comment(b, "\t", doc)
 		}
 		tag := f.json
-		if !f.required {
+		switch {
+		case !f.required:
 			tag += ",omitempty"
+		case tag == "-":
+			// encoding/json skips a field tagged "-": "-," names it so.
+			tag += ","
 		}
 		tag = "json:" + quoted(tag)
 		if strings.Contains(tag, "`") {
@@ -152,11 +156,12 @@ func (w *goWriter) accessor(b *strings.Builder, d *structDecl) {
 	name := w.m.names.claimGo(d.name+"Of", "the function that reads "+d.name)
 	field := "Related"
 	what := "related objects"
+	empty := "empty when c has none: in a delete run or when none exists"
 	if d.key == "children" {
-		field, what = "Children", "children"
+		field, what, empty = "Children", "children", "empty in a delete run"
 	}
 	b.WriteString("\n")
-	w.comment(b, "", fmt.Sprintf("%s reads the %s of c's object, c.%s, as a %s (empty in a delete run).", name, what, field, d.name))
+	w.comment(b, "", fmt.Sprintf("%s reads the %s of c's object, c.%s, as a %s (%s).", name, what, field, d.name, empty))
 	fmt.Fprintf(b, "func %s[O, Old any](c *handler.Context[O, Old]) (*%s, error) {\n", name, d.name)
 	fmt.Fprintf(b, "\traw, err := json.Marshal(c.%s)\n\tif err != nil {\n\t\treturn nil, err\n\t}\n", field)
 	fmt.Fprintf(b, "\tvar v %s\n\tif err := json.Unmarshal(raw, &v); err != nil {\n\t\treturn nil, err\n\t}\n\treturn &v, nil\n}\n", d.name)

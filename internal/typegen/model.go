@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"reflect"
 	"slices"
 	"strconv"
@@ -413,19 +414,86 @@ func (m *model) writableStatus(d *definition.Definition, v *v1alpha1.ResourceVer
 		}
 	}
 	switch {
-	case len(keep) == len(sd.fields):
+	case len(keep) == len(sd.fields) && !slices.ContainsFunc(keep, m.inPatch):
 		return status
-	case v.StatusSchema == nil || len(v.StatusSchema.Properties) == 0:
+	case len(keep) < len(sd.fields) && (v.StatusSchema == nil || len(v.StatusSchema.Properties) == 0):
 		return &typeRef{kind: tMap}
 	}
 	ref := &typeRef{kind: tNamed, name: m.names.claim(typeName(name), "the status a handler's result may write")}
-	m.add(&structDecl{
-		name:   ref.name,
-		what:   "the status fields a handler's result may write to " + of + ": those of statusSchema that opkit does not write itself (spec.status, status.state)",
-		holds:  true,
-		fields: keep,
-	})
+	update := &structDecl{name: ref.name, what: "the status fields a handler's result may write to " + of, holds: true}
+	if len(keep) < len(sd.fields) {
+		update.what += ": those of statusSchema that opkit does not write itself (spec.status, status.state)"
+	}
+	if slices.ContainsFunc(keep, m.inPatch) {
+		update.what += patchNote
+	}
+	m.add(update)
+	update.fields = m.patchFields(keep, ref.name, "status", of)
 	return ref
+}
+
+// patchNote says why a type a result writes has no required field.
+const patchNote = ". Every field is optional: the status is a merge patch, and writes only the fields set"
+
+// The status a result writes is a JSON merge patch of the object's: a
+// field it leaves out is left as it is, objects are patched field by
+// field, lists are written whole. Its types have no required field, so
+// that a field not set is not written (Go writes a required field's zero
+// value): an object type with one, here or in an object it holds, has a
+// copy with every field optional.
+
+// inPatch reports whether f's type, as a result writes it, differs from
+// the object's: f is required, or its type holds a required field.
+func (m *model) inPatch(f *field) bool {
+	return f.required || m.patchDiffers(f.t)
+}
+
+// patchDiffers reports whether t holds, in its fields or a map's values
+// (not in a list's items, which are written whole), a required field.
+func (m *model) patchDiffers(t *typeRef) bool {
+	switch {
+	case t == nil:
+		return false
+	case t.kind == tMap:
+		return m.patchDiffers(t.elem)
+	case t.kind == tNamed:
+		sd, ok := m.byName[t.name].(*structDecl)
+		return ok && slices.ContainsFunc(sd.fields, m.inPatch)
+	}
+	return false
+}
+
+// patchFields are fields as a result writes them: each optional, of its
+// patch type. name and path are their object's.
+func (m *model) patchFields(fields []*field, name, path, of string) []*field {
+	out := make([]*field, len(fields))
+	for i, f := range fields {
+		c := *f
+		c.required = false
+		c.t = m.patchType(f.t, name+pascalOrX(f.json), path+"."+f.json, of)
+		out[i] = &c
+	}
+	return out
+}
+
+// patchType is t as a result writes it: t itself, or for an object type
+// with a required field (in it or in an object it holds) a copy named
+// name with every field optional.
+func (m *model) patchType(t *typeRef, name, path, of string) *typeRef {
+	if !m.patchDiffers(t) {
+		return t
+	}
+	c := *t
+	if t.kind == tMap {
+		c.elem = m.patchType(t.elem, name+"Value", path+"[*]", of)
+		return &c
+	}
+	sd := m.byName[t.name].(*structDecl)
+	c.name = m.names.claim(typeName(name), path+" of "+of+" as a result writes it")
+	patch := &structDecl{name: c.name, what: "the type of " + path + " in " + of + " as a result writes it" + patchNote, doc: sd.doc, open: sd.open}
+	m.add(patch)
+	patch.fields = m.patchFields(sd.fields, c.name, path, of)
+	return &c
 }
 
 // schemaType is the type of a schema, declaring the named types it needs
@@ -601,7 +669,9 @@ func (m *model) enum(s *apiextensionsv1.JSONSchemaProps, name, path, of string) 
 		return nil
 	}
 	bits := 64
-	if s.Format == "int32" {
+	if s.Format == "int32" && base == tInt && !slices.ContainsFunc(values, outsideInt32) {
+		// A value past int32 (the schema's format notwithstanding) would
+		// not compile as an int32 constant.
 		bits = 32
 	}
 	declName := m.names.claim(typeName(name), path+" of "+of)
@@ -620,6 +690,13 @@ func (m *model) enum(s *apiextensionsv1.JSONSchemaProps, name, path, of string) 
 	}
 	m.add(ed)
 	return &typeRef{kind: tNamed, name: declName}
+}
+
+// outsideInt32 reports whether an integer enum value does not fit in an
+// int32.
+func outsideInt32(v enumValue) bool {
+	n, err := strconv.ParseFloat(v.literal, 64)
+	return err != nil || n < math.MinInt32 || n > math.MaxInt32
 }
 
 // fieldDoc is a field's documentation: its description, then what its

@@ -193,7 +193,7 @@ func (w *pyWriter) accessor(b *strings.Builder, d *structDecl) {
 	doc := "Return the children of the object of ctx, by id: ctx[\"children\"], typed (empty in a delete run)."
 	if d.key == "related" {
 		read = `ctx.get("related", {})`
-		doc = "Return the related objects of the object of ctx, by id: ctx[\"related\"], typed (empty in a delete run, which gets none)."
+		doc = "Return the related objects of the object of ctx, by id: ctx[\"related\"], typed (empty when ctx has none: in a delete run or when none exists)."
 	}
 	b.WriteString("\n\n")
 	if line := "def " + snake(d.name) + "(ctx: opkit.Context[Any, Any]) -> " + d.name + ":"; len(line) <= pythonLine {
@@ -202,7 +202,23 @@ func (w *pyWriter) accessor(b *strings.Builder, d *structDecl) {
 		b.WriteString("def " + snake(d.name) + "(\n    ctx: opkit.Context[Any, Any],\n) -> " + d.name + ":\n")
 	}
 	w.docstring(b, "    ", doc)
-	b.WriteString("    return cast(" + d.name + ", " + read + ")\n")
+	var lists []string
+	for _, f := range d.fields {
+		if d.key == "related" && f.t.kind == tList {
+			lists = append(lists, f.json)
+		}
+	}
+	if len(lists) == 0 {
+		b.WriteString("    return cast(" + d.name + ", " + read + ")\n")
+		return
+	}
+	// A context without related (a delete run, or none exists) has no
+	// list either, which the type says is there: an empty one.
+	b.WriteString("    related: dict[str, Any] = dict(" + read + ")\n")
+	for _, id := range lists {
+		b.WriteString("    related.setdefault(" + quoted(id) + ", [])\n")
+	}
+	b.WriteString("    return cast(" + d.name + ", related)\n")
 }
 
 // split writes prefix+expr+suffix on one line when it fits, as black

@@ -242,3 +242,150 @@ func TestGeneratedPythonPassesPyrightAndCatchesAMisspelledField(t *testing.T) {
 		t.Errorf("pyright on bad_handler.py does not refuse the status it writes, lastRn:\n%s", strings.Join(all, "\n"))
 	}
 }
+
+// gadgets has what encoding/json and Go's constants need care with: a
+// field named "-" (required and optional), int32 enums with values past
+// int32 and at its bounds, and a status whose objects have required
+// fields, which a result, a merge patch, may leave out.
+const gadgets = `apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: gadgets}
+spec:
+  resource:
+    group: demo.example.com
+    kind: Gadget
+    versions:
+    - name: v1
+      schema:
+        type: object
+        required: ["-"]
+        properties:
+          "-": {type: string}
+          inner:
+            type: object
+            properties:
+              "-": {type: integer}
+          big: {type: integer, format: int32, enum: [1, 3000000000, -2147483649]}
+          small: {type: integer, format: int32, enum: [1, -2147483648, 2147483647]}
+      statusSchema:
+        properties:
+          phase: {type: string}
+          endpoint:
+            type: object
+            required: [host]
+            properties:
+              host: {type: string}
+              port: {type: integer}
+          shards:
+            type: object
+            additionalProperties:
+              type: object
+              required: [ready, size]
+              properties:
+                ready: {type: boolean}
+                size: {type: integer}
+          history:
+            type: array
+            items:
+              type: object
+              required: [at]
+              properties:
+                at: {type: string}
+  handlers:
+  - {name: greet, "on": [create], exec: {command: [./greet]}}
+`
+
+// gadgetsMain reads a spec and writes it back, and writes a result that
+// sets one field of an object with a required one: only what it sets.
+const gadgetsMain = `package main
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+var _ GadgetSpecSmall = GadgetSpecSmall2147483647 // an int32, as its format says
+
+func main() {
+	var s GadgetSpec
+	if err := json.Unmarshal([]byte(` + "`" + `{"-":"dash","inner":{"-":7},"big":3000000000,"small":-2147483648}` + "`" + `), &s); err != nil {
+		panic(err)
+	}
+	spec, err := json.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(string(spec))
+	port, ready := int64(8080), true
+	res, err := json.Marshal(GreetResult{Status: &GadgetStatusUpdate{
+		Endpoint: &GadgetStatusUpdateEndpoint{Port: &port},
+		Shards:   map[string]GadgetStatusUpdateShardsValue{"a": {Ready: &ready}},
+		History:  []GadgetStatusHistoryItem{{}},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(string(res))
+	fmt.Println(GadgetSpecBig3000000000 + GadgetSpecBigMinus2147483649)
+}
+`
+
+// TestGeneratedGoReadsAndWritesWhatTheSchemaNames runs a program on the
+// Go types of gadgets: a field named "-" is read and written (not skipped
+// as encoding/json skips a field tagged "-"), an int32 enum with a value
+// past int32 compiles, and a result's status writes only the fields set
+// (not a required field's zero value), except in a list's items, which a
+// merge patch writes whole.
+func TestGeneratedGoReadsAndWritesWhatTheSchemaNames(t *testing.T) {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is not on PATH: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "operator.yaml")
+	writeTestFile(t, file, []byte(gadgets))
+	types, err := GenerateFile(Options{Lang: Go, File: file, Package: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.MkdirTemp("testdata", "gorun-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	writeTestFile(t, filepath.Join(root, "types.go"), types.Source)
+	writeTestFile(t, filepath.Join(root, "main.go"), []byte(gadgetsMain))
+	out, err := exec.Command(goCmd, "run", "./"+filepath.ToSlash(root)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go run: %v\n%s\n%s", err, out, types.Source)
+	}
+	want := `{"-":"dash","big":3000000000,"inner":{"-":7},"small":-2147483648}
+{"status":{"endpoint":{"port":8080},"history":[{"at":""}],"shards":{"a":{"ready":true}}}}
+852516351
+`
+	if string(out) != want {
+		t.Errorf("the program on the generated types wrote\n%s\nwant\n%s", out, want)
+	}
+}
+
+// TestGeneratedPythonReadsTheRelatedObjectsOfAnyContext runs the Python
+// function that reads a context's related objects on the types of
+// everything.yaml: a context without them (a delete run, or none of the
+// objects exists: opkit leaves related out) reads as none, with the list
+// of a selector there and empty, as its type says.
+func TestGeneratedPythonReadsTheRelatedObjectsOfAnyContext(t *testing.T) {
+	python := sdktools.Python(t)
+	dir := t.TempDir()
+	writeTestFile(t, filepath.Join(dir, "opkit_handler.py"), []byte(readTestFile(t, filepath.Join("..", "..", "sdk", "python", "opkit_handler.py"))))
+	writeTestFile(t, filepath.Join(dir, "widget_types.py"), generateCase(t, "testdata/everything.yaml", "testdata/everything.yaml", Python).Source)
+	cmd := exec.Command(python, "-c", `
+from widget_types import widget_related
+for ctx in [{}, {"related": {"app": {"kind": "Deployment"}}}, {"related": {"pods": [{"kind": "Pod"}]}}]:
+    related = widget_related(ctx)
+    print(related.get("app", {}).get("kind"), len(related["pods"]))
+`)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if want := "None 0\nDeployment 0\nNone 1\n"; err != nil || string(out) != want {
+		t.Errorf("widget_related wrote\n%s(%v), want\n%s", out, err, want)
+	}
+}

@@ -182,6 +182,17 @@ func TestEverySchemaFeatureHasItsType(t *testing.T) {
 			"type HookContext = handler.Context[struct{}, struct{}]", "type HookResult = handler.Result[struct{}]",
 			"type CheckContext = handler.AdmissionContext[Widget]", "type CheckResult = handler.AdmissionResult",
 			"type CheckHandlers = handler.Admission[Widget]", "type DefaultsContext = handler.AdmissionContext[Widget]",
+			"type WidgetSpecCount int64", "\tWidgetSpecCount3000000000 WidgetSpecCount = 3000000000", // format int32, a value past it
+			"\tField *string `json:\"-,omitempty\"`",
+			// The status as handlers receive it, and as a result writes it:
+			// a merge patch, with no required field.
+			"type WidgetStatusEndpoint struct {\n\tHost string `json:\"host\"`",
+			"\tEndpoint *WidgetStatusUpdateEndpoint `json:\"endpoint,omitempty\"`",
+			"type WidgetStatusUpdateEndpoint struct {\n\tHost *string `json:\"host,omitempty\"`",
+			"type WidgetStatusUpdateEndpointTls struct {\n\tSecret *string `json:\"secret,omitempty\"`",
+			"\tShards map[string]WidgetStatusUpdateShardsValue `json:\"shards,omitempty\"`",
+			"type WidgetStatusUpdateShardsValue struct {\n\tReady *bool `json:\"ready,omitempty\"`",
+			"\tHistory []WidgetStatusHistoryItem `json:\"history,omitempty\"`\n\t// An RFC 3339", // a list is written whole
 		},
 		Python: {
 			"class Widget(TypedDict):", "    apiVersion: Literal[\"demo.example.com/v1\"]\n    kind: Literal[\"Widget\"]\n    metadata: opkit.ObjectMeta\n",
@@ -193,7 +204,7 @@ func TestEverySchemaFeatureHasItsType(t *testing.T) {
 			"    ports: list[WidgetSpecPortsItem]\n", "    protocol: NotRequired[WidgetSpecPortsItemProtocol]", "    tags: NotRequired[list[str]]",
 			"    extra: NotRequired[dict[str, Any]]", "    anything: NotRequired[Any]", "    note: NotRequired[str | None]",
 			"    template: NotRequired[opkit.KubeObject]", "read them with .get().",
-			"WidgetSpecFiles = TypedDict(\n    \"WidgetSpecFiles\",\n    {\n        # A key with a backtick and quotes: */ \"\"\" ` \\\n        \"back`tick \\\"quoted\\\"\": NotRequired[str],\n        \"class\": NotRequired[str],\n        \"index.html\": NotRequired[str],\n        \"x-y\": NotRequired[int],\n    },\n)",
+			"WidgetSpecFiles = TypedDict(\n    \"WidgetSpecFiles\",\n    {\n        # A key encoding/json would skip.\n        \"-\": NotRequired[str],\n        # A key with a backtick and quotes: */ \"\"\" ` \\\n        \"back`tick \\\"quoted\\\"\": NotRequired[str],\n        \"class\": NotRequired[str],\n        \"index.html\": NotRequired[str],\n        \"x-y\": NotRequired[int],\n    },\n)",
 			"    fooBar: NotRequired[str]", "    foo_bar: NotRequired[str]",
 			"class WidgetSpec(TypedDict):\n    \"\"\"The spec of a Widget (demo.example.com/v1).\n\n    A widget, with every kind of field.\n    \"\"\"",
 			"    configName: NotRequired[Any]", "class WidgetStatusUpdate(TypedDict):", "class WidgetV1alpha1(TypedDict):", "    spec: NotRequired[WidgetV1alpha1Spec]",
@@ -202,6 +213,10 @@ func TestEverySchemaFeatureHasItsType(t *testing.T) {
 			"ReconcileAllContext = opkit.Context[Widget, WidgetSpec]", "ReconcileAllResult = opkit.Result[WidgetStatusUpdate]",
 			"HookContext = opkit.EventContext", "HookResult = opkit.Result[Never]",
 			"CheckContext = opkit.AdmissionContext[Widget]", "CheckResult = opkit.AdmissionResult",
+			"WidgetSpecCount = Literal[1, 3000000000]",
+			"class WidgetStatusEndpoint(TypedDict):", "    host: str\n",
+			"class WidgetStatusUpdateEndpoint(TypedDict):", "    host: NotRequired[str]\n",
+			"    endpoint: NotRequired[WidgetStatusUpdateEndpoint]\n", "    history: NotRequired[list[WidgetStatusHistoryItem]]\n",
 		},
 		TypeScript: {
 			"export interface Widget {\n  apiVersion: \"demo.example.com/v1\";\n  kind: \"Widget\";\n  metadata: opkit.ObjectMeta;",
@@ -217,8 +232,10 @@ func TestEverySchemaFeatureHasItsType(t *testing.T) {
 			"/**\n * The spec of a Widget (demo.example.com/v1).\n *\n * A widget, with every kind of field.\n */",
 			"  configName?: unknown;", "export interface WidgetStatusUpdate {", "export interface WidgetV1alpha1 {", "  spec?: WidgetV1alpha1Spec;",
 			"export type WidgetRelated = {", "  app?: opkit.KubeObject;", "  pods: opkit.KubeObject[];", "export type WidgetChildren = {",
-			"export type ReconcileAllContext = Omit<\n  opkit.Context<Widget, WidgetSpec>,\n  \"related\" | \"children\"\n> & {\n  /** The related objects, by id. */\n  related: WidgetRelated;",
-			"  /** The related objects, by id; absent in a delete run. */\n  related?: WidgetRelated;",
+			"export type ReconcileAllContext = Omit<\n  opkit.Context<Widget, WidgetSpec>,\n  \"related\" | \"children\"\n> & {\n  /** The related objects, by id; absent when none exists. */\n  related?: WidgetRelated;",
+			"  /** The related objects, by id; absent in a delete run or when none exists. */\n  related?: WidgetRelated;",
+			"export type WidgetSpecCount = 1 | 3000000000;", "  \"-\"?: string;",
+			"export interface WidgetStatusEndpoint {\n  host: string;", "export interface WidgetStatusUpdateEndpoint {\n  host?: string;",
 			"export type ReconcileAllResult = opkit.Result<WidgetStatusUpdate>;",
 			"export type HookContext = opkit.EventContext;", "export type HookResult = opkit.Result<never>;",
 			"export type CheckContext = opkit.AdmissionContext<Widget>;", "export type CheckResult = opkit.AdmissionResult<Widget>;",
@@ -245,6 +262,11 @@ func TestEverySchemaFeatureHasItsType(t *testing.T) {
 			if strings.Contains(src, no) {
 				t.Errorf("%s: a result may write the status spec.status computes: %s", lang, no)
 			}
+		}
+		// opkit leaves a context's related out when none of the objects
+		// exists: optional in every TypeScript context.
+		if lang == TypeScript && strings.Contains(src, "  related: ") {
+			t.Errorf("%s: a context's related is not optional", lang)
 		}
 	}
 }

@@ -203,14 +203,14 @@ func (w *tsWriter) context(b *strings.Builder, d *contextDecl) {
 	w.doc(b, "", doc)
 	b.WriteString(tsGeneric("export type "+d.name+" = ", "Omit<"+expr+", "+strings.Join(omit, " | ")+">", " & {") + "\n")
 	if d.related != nil {
-		opt := ""
+		// Optional in every run: opkit leaves related out when none of
+		// the objects it names exists, as well as in a delete run.
 		if d.relatedOptional {
-			opt = "?"
-			w.doc(b, "  ", "The related objects, by id; absent in a delete run.")
+			w.doc(b, "  ", "The related objects, by id; absent in a delete run or when none exists.")
 		} else {
-			w.doc(b, "  ", "The related objects, by id.")
+			w.doc(b, "  ", "The related objects, by id; absent when none exists.")
 		}
-		fmt.Fprintf(b, "  related%s: %s;\n", opt, d.related.name)
+		fmt.Fprintf(b, "  related?: %s;\n", d.related.name)
 	}
 	if d.children != nil {
 		w.doc(b, "  ", "Each child's current object, by id; empty in a delete run.")

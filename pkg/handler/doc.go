@@ -49,6 +49,12 @@
 //	any other error (a bug)           {"error": {"message": M}}                     1
 //	a panic (a bug)                   {"error": {"message": "panic: V"}}            1
 //	(a context it cannot read)        {"error": {"message": M, "permanent": true}}  0
+//	(a result past opkit's limits)    {"error": {"message": M, "permanent": true}}  0
+//
+// opkit reads a result of at most 1 MiB (its newline included) that nests
+// at most 100 objects and arrays: past either the engine would fail the
+// run, and in Serve mode stop the process, so the SDK answers a
+// permanent error naming the size or depth and the limit instead.
 //
 // M is err.Error(), or for a context that cannot be read what is wrong
 // with it. The kinds are found with errors.As, so a wrapped Permanent

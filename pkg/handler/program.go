@@ -187,6 +187,9 @@ func call[C any, R any, PR interface {
 	if err != nil {
 		return failed(ctx, log, fmt.Errorf("writing the result: %w", err))
 	}
+	if err := fits(out); err != nil {
+		return failed(ctx, log, Permanent(err))
+	}
 	if e := res.failure(); e != nil && !e.Permanent {
 		return out, exitTemporary
 	}
@@ -271,6 +274,57 @@ func start(input []byte) string {
 		return fmt.Sprintf("%q...", input[:n])
 	}
 	return fmt.Sprintf("%q", input)
+}
+
+// The engine's limits on a result (internal/executor.MaxResultBytes,
+// internal/jsondepth.Max). Past them the engine fails the run, and in
+// mode Serve stops the process (the line is too long), which is
+// retried: the SDK answers with a permanent error instead.
+const (
+	// maxResultBytes bounds a result as written, its newline included.
+	maxResultBytes = 1 << 20
+	// maxResultDepth bounds the nesting of a result's objects and
+	// arrays, the result itself included.
+	maxResultDepth = 100
+)
+
+// fits says why out, a result, is past the engine's limits, or nil.
+func fits(out []byte) error {
+	if n := len(out) + 1; n > maxResultBytes {
+		return fmt.Errorf("the result is %d bytes with its newline, more than opkit's limit of %d (1 MiB)", n, maxResultBytes)
+	}
+	if d := depth(out); d > maxResultDepth {
+		return fmt.Errorf("the result nests %d objects and arrays deep, more than opkit's limit of %d", d, maxResultDepth)
+	}
+	return nil
+}
+
+// depth is how deeply data, valid JSON, nests objects and arrays.
+func depth(data []byte) int {
+	deepest, d := 0, 0
+	inString := false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++ // the escaped byte, a quote included
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			d++
+			deepest = max(deepest, d)
+		case '}', ']':
+			d--
+		}
+	}
+	return deepest
 }
 
 // marshal writes v as compact JSON on one line, without escaping <, >

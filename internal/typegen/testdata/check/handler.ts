@@ -15,12 +15,12 @@ const handlers = new Handlers<w.Widget, w.WidgetSpec, w.WidgetStatusUpdate>();
 
 handlers.on(["create", "update"], (ctx: w.ReconcileAllContext): w.ReconcileAllResult => {
   const spec = ctx.object.spec;
-  const app = ctx.related.app;
+  const app = ctx.related?.app;
   const config = ctx.children.config;
   if (ctx.old !== null && ctx.old.size !== spec.size) {
     console.error(`resized from ${ctx.old.size}`);
   }
-  const last = `${describe(spec)} ${ctx.related.pods.length} ${app !== undefined} ${config !== undefined}`;
+  const last = `${describe(spec)} ${ctx.related?.pods.length ?? 0} ${app !== undefined} ${config !== undefined}`;
   return { status: { phase: "Ready", lastRun: last, counts: { ports: spec.ports.length } } };
 });
 

@@ -14,6 +14,7 @@ import (
 	"runtime/metrics"
 	"runtime/pprof"
 	"runtime/trace"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +59,10 @@ const (
 	// serveEnv, set, runs the workload's exec handlers in exec.mode Serve
 	// (serveMode).
 	serveEnv = "OPKIT_BENCH_SERVE"
+	// serveCommandEnv, set beside serveEnv, is the Serve handlers'
+	// command instead of lineServe's: a JSON array, each handler's result
+	// appended (serveMode).
+	serveCommandEnv = "OPKIT_BENCH_SERVE_COMMAND"
 	// runnersEnv, set to an address, serves the runner API there and runs
 	// the workload's exec handlers in a runner (runnersMode).
 	runnersEnv = "OPKIT_BENCH_RUNNERS"
@@ -295,7 +300,13 @@ func runOpkit(ctx context.Context, cfg *rest.Config, workers int, def string, hl
 		return err
 	}
 	if os.Getenv(serveEnv) != "" {
-		if err := serveMode(srcs[0].Operator); err != nil {
+		var command []string
+		if c := os.Getenv(serveCommandEnv); c != "" {
+			if err := json.Unmarshal([]byte(c), &command); err != nil || len(command) == 0 {
+				return fmt.Errorf("%s %q is not a command (a JSON array of strings): %v", serveCommandEnv, c, err)
+			}
+		}
+		if err := serveMode(srcs[0].Operator, command); err != nil {
 			return err
 		}
 	}
@@ -450,8 +461,10 @@ func readStats(sc *bufio.Scanner, c *controller) {
 
 // serveMode turns the workload's exec handlers, which print a fixed result
 // (/bin/echo RESULT) or none (/bin/true), into handlers in exec.mode Serve
-// that answer each binding context with the same (lineServe).
-func serveMode(op *v1alpha1.Operator) error {
+// that answer each binding context with the same: lineServe, or, when
+// command is given, command with the result as its last argument (an
+// empty one for /bin/true).
+func serveMode(op *v1alpha1.Operator, command []string) error {
 	for i := range op.Spec.Handlers {
 		e := op.Spec.Handlers[i].Exec
 		if e == nil {
@@ -466,6 +479,9 @@ func serveMode(op *v1alpha1.Operator) error {
 			return fmt.Errorf("handler %s: %v is not /bin/echo RESULT or /bin/true", op.Spec.Handlers[i].Name, e.Command)
 		}
 		serve := lineServe(result)
+		if command != nil {
+			serve = v1alpha1.ExecAction{Command: append(slices.Clone(command), result), Mode: v1alpha1.ExecServe}
+		}
 		e.Command, e.Mode = serve.Command, serve.Mode
 	}
 	return nil

@@ -61,9 +61,13 @@ func findPlaneCPU(server string) (*planeCPU, error) {
 }
 
 // seconds returns the user and system CPU time the processes have used.
-func (p *planeCPU) seconds() (float64, error) {
+func (p *planeCPU) seconds() (float64, error) { return cpuSeconds(p.pids) }
+
+// cpuSeconds returns the user and system CPU time the processes pids have
+// used, read from /proc.
+func cpuSeconds(pids []int) (float64, error) {
 	var ticks int64
-	for _, pid := range p.pids {
+	for _, pid := range pids {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			return 0, err

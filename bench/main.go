@@ -28,7 +28,9 @@
 //	idle      API writes per minute and CPU at steady state (-idle)
 //	handlers  exec handler overhead over a bare fork/exec; job handler
 //	          latency to the Job; drain with an exec handler, archive on
-//	          and off
+//	          and off; the same drain with the handler in exec.mode Serve,
+//	          and with a Python handler in mode Serve, a bare loop and on
+//	          opkit's Python SDK (the machine's python3)
 //	archive   on each of -archive-stores (SQLite, and PostgreSQL on a
 //	          server the bench starts), archives of -archive-sizes runs
 //	          filled in bulk (runs/s, size on disk); then runs recorded
@@ -177,6 +179,9 @@ type bench struct {
 	// peersReady are the peers prepared for this run (see peers), nil
 	// until the first scenario with peers asks.
 	peersReady *[]impl
+	// pythonReady are the Python handlers' drains prepared for this run
+	// (see pythonHandlers), nil until the handlers scenario asks.
+	pythonReady *[]pythonHandler
 }
 
 func main() {

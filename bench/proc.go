@@ -33,6 +33,10 @@ type impl struct {
 	Exe string
 	// Serve runs opkit's exec handlers in exec.mode Serve (serveMode).
 	Serve bool
+	// ServeCommand, with Serve, is the Serve handlers' command instead of
+	// lineServe's, a JSON array to which each handler's result is
+	// appended (the Python handlers' drains).
+	ServeCommand string
 	// Runners runs opkit's exec handlers in a runner (runnersMode): an
 	// agent process of this machine pulling them from the engine's
 	// runner API, as a runner Pod's agent does.
@@ -81,6 +85,9 @@ func (b *bench) startController(im impl, def, archive string) (*controller, erro
 	}
 	if im.Serve {
 		env = append(env, serveEnv+"=1")
+		if im.ServeCommand != "" {
+			env = append(env, serveCommandEnv+"="+im.ServeCommand)
+		}
 	}
 	if !im.Runners {
 		return b.spawn(im, env, im.Exe)

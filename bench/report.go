@@ -202,6 +202,22 @@ func (b *bench) targets() []target {
 			out = append(out, target{Goal: "handlers drain with tracing on (exporting every span) within 10% of tracing off", Got: fmt.Sprintf("%.2fx (%.0f/s vs %.0f/s)", on/off, on, off), Met: on >= 0.9*off})
 		}
 	}
+	// A Python handler on opkit's SDK costs the drain no more than a tenth
+	// over the same handler written as a bare loop, both in mode Serve on
+	// the same python3 (issue 55).
+	if sdk, ok := b.median("handlers drain", pythonSDKSubject, "objects/s"); ok {
+		if bare, ok := b.median("handlers drain", pythonBareSubject, "objects/s"); ok && bare > 0 {
+			got := fmt.Sprintf("%.2fx (%.0f/s vs %.0f/s)", sdk/bare, sdk, bare)
+			// What the handler's processes cost, their starts (the
+			// interpreter's, the SDK's import) included.
+			sdkCPU, ok1 := b.median("handlers drain", pythonSDKSubject, "handler CPU per object")
+			bareCPU, ok2 := b.median("handlers drain", pythonBareSubject, "handler CPU per object")
+			if ok1 && ok2 {
+				got += fmt.Sprintf("; the handler's CPU per Printer, its processes' starts included, %.2f ms vs %.2f ms", sdkCPU, bareCPU)
+			}
+			out = append(out, target{Goal: "handlers drain with a Python SDK handler within 10% of a bare Python loop", Got: got, Met: sdk >= 0.9*bare})
+		}
+	}
 	// Through a runner, the drain with Serve against the same handler run
 	// locally, each from its first Printer handled (a runner's agent
 	// connects after the engine starts).

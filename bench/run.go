@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -88,6 +89,21 @@ func (b *bench) run(ctx context.Context) error {
 				return b.handlerDrainOf(ctx, opkitServe, "printer-exec.yaml", serveSubject, tempArchive(b.workDir), b.opts.HandlerObjects)
 			}); err != nil {
 				return err
+			}
+			// The same drain with a Python handler in mode Serve: a bare
+			// loop, and the same handler on opkit's SDK (issue 55), the
+			// one that goes first alternating from run to run.
+			pythons, err := b.pythonHandlers(ctx)
+			if err != nil {
+				return err
+			}
+			for i := range pythons {
+				h := pythons[(i+run-1)%len(pythons)]
+				if err := step("exec handler drain, mode Serve, "+strings.TrimPrefix(h.subject, serveSubject+", "), func() error {
+					return b.pythonHandlerDrain(ctx, h, b.opts.HandlerObjects)
+				}); err != nil {
+					return err
+				}
 			}
 			if err := step("exec handler drain, mode Serve, in a runner", func() error {
 				return b.handlerDrainOf(ctx, opkitRunners, "printer-exec.yaml", runnersSubject, tempArchive(b.workDir), b.opts.HandlerObjects)

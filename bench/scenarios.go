@@ -391,6 +391,13 @@ const (
 // handlerDrainOf drains n Printers of the workload def with a handler,
 // as subject.
 func (b *bench) handlerDrainOf(ctx context.Context, im impl, def, subject, path string, n int) error {
+	return b.handlerDrainWith(ctx, im, def, subject, path, n, nil)
+}
+
+// handlerDrainWith is handlerDrainOf, calling also, when not nil, once
+// every Printer is done and before the controller stops: to measure what
+// runs beside it (its handlers' processes).
+func (b *bench) handlerDrainWith(ctx context.Context, im impl, def, subject, path string, n int, also func() error) error {
 	ctx, cancel := context.WithCancel(ctx) // ends the tracker's watches
 	defer cancel()
 	d, err := b.drainOnce(ctx, im, def, path, "touched", names("h", n))
@@ -415,6 +422,11 @@ func (b *bench) handlerDrainOf(ctx context.Context, im impl, def, subject, path 
 		b.add("handlers drain", subject, "API server CPU per object", "ms", 1000*d.planeCPU/float64(n))
 	}
 	fmt.Fprintf(b.log, "  writes: %v\n", s.WritesBy)
+	if also != nil {
+		if err := also(); err != nil {
+			return fmt.Errorf("%s: %w", subject, err)
+		}
+	}
 	d.c.stop()
 	return b.c.cleanUp(ctx)
 }

@@ -93,9 +93,6 @@ stdout, stderr)`` (it returns the exit status) and ``handlers.serve(stdin,
 stdout, stderr)`` run the two modes on streams.
 """
 
-import asyncio
-import difflib
-import inspect
 import io
 import json
 import os
@@ -593,8 +590,10 @@ class Handlers:
             sys.stdout = sys.stderr = log
         try:
             out = fn(ctx)
-            if inspect.isawaitable(out):
-                out = asyncio.run(_await(out))
+            if isinstance(out, Awaitable):
+                import asyncio  # here: its import is most of this module's start-up, and only async functions need it
+
+                out = asyncio.run(_await(cast(Awaitable[Any], out)))
         except PermanentError as e:
             return _error(_message(e), permanent=True), 0
         except TemporaryError as e:
@@ -807,6 +806,8 @@ def _check(out: object, trigger: str) -> tuple[dict[str, Any] | None, str]:
     problems: list[str] = []
     for key in result:
         if key not in _FIELDS:
+            import difflib  # here: only a result that fails its check needs it
+
             hint = difflib.get_close_matches(str(key), _FIELDS, n=1)
             did = f' (did you mean "{hint[0]}"?)' if hint else ""
             problems.append(f'result field "{key}" is not one of {", ".join(_FIELDS)}{did}')

@@ -303,7 +303,7 @@ func runOpkit(ctx context.Context, cfg *rest.Config, workers int, def string, hl
 		var command []string
 		if c := os.Getenv(serveCommandEnv); c != "" {
 			if err := json.Unmarshal([]byte(c), &command); err != nil || len(command) == 0 {
-				return fmt.Errorf("%s %q is not a command (a JSON array of strings): %v", serveCommandEnv, c, err)
+				return fmt.Errorf("%s %q is not a command (a JSON array of strings): %w", serveCommandEnv, c, err)
 			}
 		}
 		if err := serveMode(srcs[0].Operator, command); err != nil {

@@ -330,8 +330,8 @@ func tsRequeueAfter(t *testing.T, node, program string) {
 	}
 	rnd := rand.New(rand.NewPCG(1, 2))
 	units := []string{"ns", "us", "µs", "ms", "s", "m", "h"}
-	digits := func(max int) string {
-		n := rnd.IntN(max + 1)
+	digits := func(most int) string {
+		n := rnd.IntN(most + 1)
 		b := make([]byte, n)
 		for i := range b {
 			b[i] = byte('0' + rnd.IntN(10))

@@ -1,7 +1,9 @@
 # opkit's build. `make demo` and `make test` work on a fresh machine with Go
 # 1.26+, make and the Go module proxy: they build what they need (make test
-# also installs Debian's chromium for the browser tests, and Debian's
-# postgresql for the PostgreSQL archive's tests).
+# also installs Debian's chromium for the browser tests, Debian's
+# postgresql for the PostgreSQL archive's tests, Debian's jq for opkit
+# init's bash handler, and TypeScript's compiler and pyright from the npm
+# registry, with the machine's Node.js, for the handler SDKs' type checks).
 
 GO                     ?= go
 BIN                    := $(CURDIR)/bin

@@ -94,8 +94,10 @@ func whyRowOf(t *objectTarget, e why.Entry) whyRow {
 		cause = "run " + strings.TrimPrefix(cause, "a re-run of ")
 	case e.Change != nil && strings.HasPrefix(cause, "run "):
 		relation = "during"
+	case strings.HasPrefix(cause, "delivery ") && e.Change != nil:
+		relation = "handling"
 	case strings.HasPrefix(cause, "delivery "):
-		relation = map[bool]string{true: "handling", false: "on"}[e.Change != nil]
+		relation = "on"
 	}
 	if kind, id, ok := strings.Cut(cause, " "); ok && relation != "" && archive.ValidID(id) {
 		switch kind {

@@ -193,7 +193,7 @@ func (o *Options) defaults() error {
 		return fmt.Errorf("--name %q: an Operator's name is a DNS label: lower-case letters, digits and dashes, starting with a letter, at most 63", o.Name)
 	}
 	if o.Kind == "" {
-		o.Kind = pascal(o.Name)
+		o.Kind = typegen.TypeName(o.Name)
 	}
 	if !kindRE.MatchString(o.Kind) || len(o.Kind) > 59 {
 		// KindList is a kind too, and the plural (kinds) a DNS label.
@@ -209,17 +209,6 @@ func (o *Options) defaults() error {
 		o.OpkitVersion = "v0.0.0"
 	}
 	return nil
-}
-
-// pascal is a dashed name in PascalCase: deploy-notifier -> DeployNotifier.
-func pascal(name string) string {
-	var b strings.Builder
-	for part := range strings.SplitSeq(name, "-") {
-		if part != "" {
-			b.WriteString(strings.ToUpper(part[:1]) + part[1:])
-		}
-	}
-	return b.String()
 }
 
 // goVersion is the Go that built this opkit, as a go.mod's go line; 1.26
@@ -243,7 +232,7 @@ var typeLang = map[string]string{Python: typegen.Python, Go: typegen.Go, TypeScr
 // files are the project's files, but for the generated types.
 func (o *Options) files() ([]file, error) {
 	d := data{Options: *o, Lang: o.Lang, Handler: HandlerName, Plural: strings.ToLower(o.Kind) + "s", Image: images[o.Lang],
-		Type: pascal(HandlerName), Func: HandlerName, TypeScriptVersion: sdk.TypeScriptVersion,
+		Type: typegen.TypeName(HandlerName), Func: HandlerName, TypeScriptVersion: sdk.TypeScriptVersion,
 		GoVersion: goVersion(), GoReplace: modfile.AutoQuote(o.OpkitSource)}
 	switch o.Lang {
 	case Python:

@@ -16,11 +16,12 @@ import (
 	"testing"
 
 	"github.com/opkit-dev/opkit/internal/devcluster"
+	"github.com/opkit-dev/opkit/sdk"
 )
 
 // The versions make sdktools installs; the Makefile says the same.
 const (
-	TypeScriptVersion = "5.9.3"
+	TypeScriptVersion = sdk.TypeScriptVersion
 	PyrightVersion    = "1.1.414"
 )
 

@@ -741,10 +741,7 @@ func (m *model) related(d *definition.Definition, kind string) *typeRef {
 	related := slices.Clone(d.Related)
 	slices.SortFunc(related, func(a, b *definition.Related) int { return strings.Compare(a.ID, b.ID) })
 	for _, r := range related {
-		gk := r.GVK.Kind
-		if r.GVK.Group != "" {
-			gk += "." + r.GVK.Group
-		}
+		gk := r.GVK.GroupKind().String()
 		f := &field{json: r.ID, t: m.sdkRef("KubeObject")}
 		if r.List() {
 			f.t = &typeRef{kind: tList, elem: f.t}
@@ -770,10 +767,7 @@ func (m *model) children(d *definition.Definition, kind string) *typeRef {
 	ids := slices.Clone(d.Children)
 	slices.SortFunc(ids, func(a, b *definition.Child) int { return strings.Compare(a.ID, b.ID) })
 	for _, c := range ids {
-		gk := c.GVK.Kind
-		if c.GVK.Group != "" {
-			gk += "." + c.GVK.Group
-		}
+		gk := c.GVK.GroupKind().String()
 		sd.fields = append(sd.fields, &field{json: c.ID, t: m.sdkRef("KubeObject"), doc: fmt.Sprintf("The %s; absent until it is made (or while its includeWhen is false). Secrets carry no data.", gk)})
 	}
 	m.goFieldNames(sd)

@@ -82,6 +82,11 @@ func goName(s string) string {
 // with X when it would not start with an upper-case letter.
 func typeName(s string) string { return exported(pascal(s), "Type") }
 
+// TypeName is a name (a handler's, an operator's) as the generated types
+// spell it in theirs: answer is Answer (AnswerContext, AnswerResult),
+// deploy-watcher DeployWatcher.
+func TypeName(s string) string { return typeName(s) }
+
 // exported makes name start with an upper-case letter: empty is empty,
 // one that starts otherwise (a digit, a letter without case) gets an X.
 func exported(name, empty string) string {

@@ -99,6 +99,8 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		{"handlers", "exec, /bin/echo", "bare fork/exec CPU"},
 		{"handlers", "exec, /bin/echo, warm runner", "runner p50"},
 		{"handlers", "exec, /bin/echo, warm runner", "runner/local runs/s"},
+		{"handlers drain", noHandlerSubject, "objects/s"},
+		{"handlers drain", noHandlerSubject, "API server CPU per object"},
 		{"handlers drain", "opkit, archive on (SQLite)", "objects/s"},
 		{"handlers drain", "opkit, archive off", "objects/s"},
 		{"handlers drain", "opkit, http handler", "objects/s"},
@@ -231,6 +233,20 @@ func TestEveryScenarioMeasures(t *testing.T) {
 	}
 	if v, _ := get("handlers drain", serveSubject, "writes per object"); v < 1.95 || v > 3.1 {
 		t.Errorf("opkit wrote %.2f requests per Printer with a Serve handler, want 2, 3 for a run that outlasts the wait (1.95 to 3.1)", v)
+	}
+	// Each handlers drain against the drain of the same Printers without
+	// a handler, in the same run (issue 53): its rate, and the API
+	// server's CPU per Printer.
+	for _, goal := range []string{
+		"handlers drain, a process per run, at least 0.8x the drain of the same Printers without a handler",
+		"handlers drain with an http handler at least 0.9x the drain without a handler",
+		"handlers drain with an exec handler in mode Serve at least 0.9x the drain without a handler",
+		"handlers drain, exec mode Serve: API server CPU per Printer within 0.3 ms of the drain without a handler",
+		"handlers drain, http handler: API server CPU per Printer within 0.3 ms of the drain without a handler",
+	} {
+		if !slices.ContainsFunc(report.Targets, func(tg target) bool { return tg.Goal == goal }) {
+			t.Errorf("no target %q: %+v", goal, report.Targets)
+		}
 	}
 	checkPythonHandlerFigures(t, report)
 }

@@ -372,12 +372,12 @@ func newBench(ctx context.Context, opts options, kubeconfig, workDir string, log
 	return b, nil
 }
 
-// settle waits, up to a minute, until kube-apiserver and etcd use less
-// than a third of a core for two seconds running: the work a scenario
-// leaves them (the garbage collector's deletions, the watch cache's
-// compaction) then does not fall on the next subject's latencies. On a
-// remote plane it waits for nothing.
-func (b *bench) settle(ctx context.Context) error {
+// settle waits, up to most, until kube-apiserver and etcd use less than
+// a third of a core for two seconds running: the work a scenario leaves
+// them (the garbage collector's deletions, the watch cache's compaction)
+// then does not fall on the next subject's latencies, nor on its share
+// of their CPU. On a remote plane it waits for nothing.
+func (b *bench) settle(ctx context.Context, most time.Duration) error {
 	if b.plane == nil {
 		return nil
 	}
@@ -386,7 +386,7 @@ func (b *bench) settle(ctx context.Context) error {
 	if err != nil {
 		return nil // the processes are gone: the scenario will say why
 	}
-	calm, deadline := 0, time.Now().Add(time.Minute)
+	calm, deadline := 0, time.Now().Add(most)
 	for calm < 2 && time.Now().Before(deadline) {
 		if !sleep.For(ctx, window) {
 			return ctx.Err()

@@ -96,7 +96,7 @@ func (b *bench) plan(ctx context.Context) (err error) {
 	if err := e.stopped(); err != nil {
 		return err
 	}
-	if err := b.settle(ctx); err != nil {
+	if err := b.settle(ctx, time.Minute); err != nil {
 		return err
 	}
 

@@ -165,36 +165,47 @@ func (b *bench) targets() []target {
 	if v, ok := b.median("watch", opkitDefaults.Name, "steady writes/min"); ok {
 		out = append(out, target{Goal: fmt.Sprintf("watch of %d Deployments: writes at steady state 0", b.opts.WatchObjects), Got: fmt.Sprintf("%.1f/min", v), Met: v == 0})
 	}
-	// A handler run costs almost nothing beyond its object (the handlers
-	// drain beside the drain of the same Printers without a handler), and
-	// the watch is within reach of the hand-written one.
+	// A handler run costs almost nothing beyond its object: each handlers
+	// drain against the same Printers drained without a handler in the
+	// same run (issue 53). A process per run is held to 0.8x (the fork's
+	// own CPU caps it, said beside), a run without one to 0.9x; the API
+	// server's CPU per Printer to within 0.3 ms of the drain without a
+	// handler (the same two writes, a larger status).
 	fork, okFork := b.median("handlers", "exec, /bin/echo", "bare fork/exec CPU")
-	drain := drainScenario(b.opts.Objects)
-	d, okD := b.median(drain, opkitDefaults.Name, "objects/s")
-	okD = okD && d > 0 && b.opts.Objects == b.opts.HandlerObjects // the same Printers
+	d, okD := b.median("handlers drain", noHandlerSubject, "objects/s")
+	dCPU, okDCPU := b.median("handlers drain", noHandlerSubject, "CPU per object")
+	dAPI, okDAPI := b.median("handlers drain", noHandlerSubject, "API server CPU per object")
 	for _, hd := range []struct {
 		subject, goal string
+		least         float64
 		process       bool // a process per run (exec)
 	}{
-		{"opkit, archive on (SQLite)", "handlers drain at least 0.9x the drain of the same Printers without a handler", true},
+		{"opkit, archive on (SQLite)", "handlers drain, a process per run, at least 0.8x the drain of the same Printers without a handler", 0.8, true},
 		// The same goal for a run that is no process: what the engine's
 		// part of a run costs.
-		{"opkit, http handler", "handlers drain with an http handler at least 0.9x the drain without a handler", false},
+		{"opkit, http handler", "handlers drain with an http handler at least 0.9x the drain without a handler", 0.9, false},
 		// An exec handler whose process outlives its runs.
-		{serveSubject, "handlers drain with an exec handler in mode Serve at least 0.9x the drain without a handler", false},
+		{serveSubject, "handlers drain with an exec handler in mode Serve at least 0.9x the drain without a handler", 0.9, false},
 	} {
 		h, ok := b.median("handlers drain", hd.subject, "objects/s")
-		if !ok || !okD {
+		if !ok || !okD || d <= 0 {
 			continue
 		}
 		got := fmt.Sprintf("%.2fx (%.0f/s vs %.0f/s)", h/d, h, d)
 		// The drain is bound by the machine's CPU: a process per run caps
 		// the ratio at the drain's CPU per Printer over that plus a bare
 		// fork/exec's, whatever the engine does around it.
-		if perObject, ok := b.median(drain, opkitDefaults.Name, "CPU per object, with the API server"); hd.process && ok && okFork && perObject > 0 {
+		if perObject := dCPU + dAPI; hd.process && okDCPU && okDAPI && okFork && perObject > 0 {
 			got += fmt.Sprintf("; a process per run caps it at %.2fx (%.2f ms of CPU per Printer, %.2f ms per fork/exec)", perObject/(perObject+fork), perObject, fork)
 		}
-		out = append(out, target{Goal: hd.goal, Got: got, Met: h >= 0.9*d})
+		out = append(out, target{Goal: hd.goal, Got: got, Met: h >= hd.least*d})
+		if api, ok := b.median("handlers drain", hd.subject, "API server CPU per object"); ok && okDAPI {
+			out = append(out, target{
+				Goal: fmt.Sprintf("handlers drain, %s: API server CPU per Printer within 0.3 ms of the drain without a handler", strings.TrimPrefix(hd.subject, "opkit, ")),
+				Got:  fmt.Sprintf("%+.2f ms (%.2f ms vs %.2f ms)", api-dAPI, api, dAPI),
+				Met:  api-dAPI <= 0.3,
+			})
+		}
 	}
 	// Tracing on costs a run no more than a tenth (issue 54).
 	if on, ok := b.median("handlers drain", tracedSubject, "objects/s"); ok {

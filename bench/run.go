@@ -69,46 +69,51 @@ func (b *bench) run(ctx context.Context) error {
 			if err := step("exec handler through a warm runner", func() error { return b.runnerOverhead(ctx) }); err != nil {
 				return err
 			}
-			for _, archiveOn := range []bool{true, false} {
-				if err := step(fmt.Sprintf("exec handler drain, archive %v", archiveOn), func() error { return b.handlerDrain(ctx, opkitDefaults, b.opts.HandlerObjects, archiveOn) }); err != nil {
-					return err
-				}
-				if opkitB.Exe != "" && archiveOn {
-					if err := step("exec handler drain, opkit-b, archive true", func() error { return b.handlerDrain(ctx, opkitB, b.opts.HandlerObjects, true) }); err != nil {
-						return err
-					}
-				}
+			// The drains of the same Printers, each setting once, taking
+			// turns in going first from run to run: the drain without a
+			// handler they are measured against, the exec handler with the
+			// archive on and off (and opkit-b's), tracing on, an http
+			// handler, mode Serve, the Python handlers in mode Serve (a
+			// bare loop, and the same handler on opkit's SDK: issue 55),
+			// and mode Serve in a runner.
+			type drainStep struct {
+				what string
+				f    func() error
 			}
-			if err := step("exec handler drain, tracing on", func() error { return b.tracedHandlerDrain(ctx, b.opts.HandlerObjects) }); err != nil {
-				return err
+			n := b.opts.HandlerObjects
+			drains := []drainStep{
+				{"drain without a handler", func() error { return b.noHandlerDrain(ctx, n) }},
+				{"exec handler drain, archive true", func() error { return b.handlerDrain(ctx, opkitDefaults, n, true) }},
+				{"exec handler drain, archive false", func() error { return b.handlerDrain(ctx, opkitDefaults, n, false) }},
 			}
-			if err := step("http handler drain", func() error { return b.httpHandlerDrain(ctx, b.opts.HandlerObjects) }); err != nil {
-				return err
+			if opkitB.Exe != "" {
+				drains = append(drains, drainStep{"exec handler drain, opkit-b, archive true", func() error { return b.handlerDrain(ctx, opkitB, n, true) }})
 			}
-			if err := step("exec handler drain, mode Serve", func() error {
-				return b.handlerDrainOf(ctx, opkitServe, "printer-exec.yaml", serveSubject, tempArchive(b.workDir), b.opts.HandlerObjects)
-			}); err != nil {
-				return err
-			}
-			// The same drain with a Python handler in mode Serve: a bare
-			// loop, and the same handler on opkit's SDK (issue 55), the
-			// one that goes first alternating from run to run.
+			drains = append(drains,
+				drainStep{"exec handler drain, tracing on", func() error { return b.tracedHandlerDrain(ctx, n) }},
+				drainStep{"http handler drain", func() error { return b.httpHandlerDrain(ctx, n) }},
+				drainStep{"exec handler drain, mode Serve", func() error {
+					return b.handlerDrainOf(ctx, opkitServe, "printer-exec.yaml", serveSubject, tempArchive(b.workDir), n)
+				}},
+			)
 			pythons, err := b.pythonHandlers(ctx)
 			if err != nil {
 				return err
 			}
 			for i := range pythons {
-				h := pythons[(i+run-1)%len(pythons)]
-				if err := step("exec handler drain, mode Serve, "+strings.TrimPrefix(h.subject, serveSubject+", "), func() error {
-					return b.pythonHandlerDrain(ctx, h, b.opts.HandlerObjects)
-				}); err != nil {
+				h := pythons[(i+run-1)%len(pythons)] // the pair's first alternates too
+				drains = append(drains, drainStep{"exec handler drain, mode Serve, " + strings.TrimPrefix(h.subject, serveSubject+", "), func() error {
+					return b.pythonHandlerDrain(ctx, h, n)
+				}})
+			}
+			drains = append(drains, drainStep{"exec handler drain, mode Serve, in a runner", func() error {
+				return b.handlerDrainOf(ctx, opkitRunners, "printer-exec.yaml", runnersSubject, tempArchive(b.workDir), n)
+			}})
+			for i := range drains {
+				d := drains[(i+run-1)%len(drains)]
+				if err := step(d.what, d.f); err != nil {
 					return err
 				}
-			}
-			if err := step("exec handler drain, mode Serve, in a runner", func() error {
-				return b.handlerDrainOf(ctx, opkitRunners, "printer-exec.yaml", runnersSubject, tempArchive(b.workDir), b.opts.HandlerObjects)
-			}); err != nil {
-				return err
 			}
 			peers, err := b.peers(ctx)
 			if err != nil {

@@ -107,11 +107,22 @@ type drained struct {
 	planeCPU float64
 }
 
-// drainOnce creates the named Printers, then starts the controller and
-// waits until each has its child and a doneField in its status.
+// drainSettle bounds the wait for a quiet plane before a drain: a busy
+// machine may never give one.
+const drainSettle = 20 * time.Second
+
+// drainOnce creates the named Printers, waits for the plane to settle,
+// then starts the controller and waits until each has its child and a
+// doneField in its status.
 func (b *bench) drainOnce(ctx context.Context, im impl, def, archive, doneField string, ns []string) (drained, error) {
 	d := drained{planeCPU: -1}
 	if err := b.c.createPrinters(ctx, ns); err != nil {
+		return d, err
+	}
+	// The creates, and what the drain before left the plane to do, are
+	// not this drain's: its rate and its share of the API server's CPU
+	// start from a quiet plane.
+	if err := b.settle(ctx, drainSettle); err != nil {
 		return d, err
 	}
 	tr, err := b.c.track(ctx, doneField, false)
@@ -204,7 +215,7 @@ func (b *bench) live(ctx context.Context, im impl, rate int) error {
 		return err
 	}
 	defer c.stop()
-	if err := b.settle(ctx); err != nil {
+	if err := b.settle(ctx, time.Minute); err != nil {
 		return err
 	}
 	ns := names(fmt.Sprintf("r%d", rate), rate*int(b.opts.LiveDuration.Seconds()))
@@ -313,6 +324,18 @@ func (b *bench) handlerDrain(ctx context.Context, im impl, n int, archiveOn bool
 	return b.handlerDrainOf(ctx, im, "printer-exec.yaml", subject, path, n)
 }
 
+// noHandlerSubject is the handlers drain's Printers without a handler
+// (printer.yaml: the child and the status only), drained beside the
+// others: what each handler drain's rate and API server CPU are measured
+// against, in the same run and on the same plane.
+const noHandlerSubject = "opkit, no handler"
+
+// noHandlerDrain: handlerDrain's n Printers drained by opkit without a
+// handler, the archive off (it records nothing without one).
+func (b *bench) noHandlerDrain(ctx context.Context, n int) error {
+	return b.handlerDrainOf(ctx, opkitDefaults, "printer.yaml", noHandlerSubject, "off", n)
+}
+
 // httpHandlerDrain: handlerDrain's Printers with an HTTP handler instead,
 // which a server in the bench's process answers as /bin/echo does: a run
 // without a process of its own, the archive on.
@@ -400,7 +423,11 @@ func (b *bench) handlerDrainOf(ctx context.Context, im impl, def, subject, path 
 func (b *bench) handlerDrainWith(ctx context.Context, im impl, def, subject, path string, n int, also func() error) error {
 	ctx, cancel := context.WithCancel(ctx) // ends the tracker's watches
 	defer cancel()
-	d, err := b.drainOnce(ctx, im, def, path, "touched", names("h", n))
+	done := "touched" // the handler's result sets it
+	if def == "printer.yaml" {
+		done = "configMap" // no handler: the status names the child
+	}
+	d, err := b.drainOnce(ctx, im, def, path, done, names("h", n))
 	if err != nil {
 		return fmt.Errorf("%s: %w", subject, err)
 	}

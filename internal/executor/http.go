@@ -45,10 +45,26 @@ type HTTP struct {
 // open (net/http keeps 2).
 const maxIdlePerHost = 16
 
-// Run posts once.
+// Run posts once. The token, when there is one, is the run's secret: a
+// server that echoes it (in an error page, a result's status or message)
+// has it written as *** in the run's log and result, as an exec
+// handler's Secret values are.
 func (h *HTTP) Run(ctx context.Context, req Request) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
 	defer cancel()
+	var hidden secrets
+	log := &redactor{w: req.Log}
+	req.Log = log
+	res, err := h.post(ctx, req, func(token string) {
+		hidden = secrets{token}
+		log.hidden = hidden
+	})
+	log.Flush()
+	return hidden.redactResult(res, err)
+}
+
+// post makes the request, telling hide the token it sends.
+func (h *HTTP) post(ctx context.Context, req Request, hide func(token string)) (*Result, error) {
 	client, err := h.client()
 	if err != nil {
 		return nil, &Failure{Message: err.Error(), Permanent: true}
@@ -70,6 +86,7 @@ func (h *HTTP) Run(ctx context.Context, req Request) (*Result, error) {
 		if err != nil {
 			return nil, &Failure{Message: fmt.Sprintf("reading the token from Secret %s/%s key %s: %v", s.Namespace, s.Name, s.Key, err)}
 		}
+		hide(token)
 		httpReq.Header.Set("Authorization", "Bearer "+token)
 	}
 	start := time.Now()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -123,5 +124,50 @@ func TestHTTPRunsReuseTheirConnections(t *testing.T) {
 	defer mu.Unlock()
 	if dialed > 1+8 {
 		t.Errorf("three bursts of 8 runs made %d connections in all, want at most 9: the idle ones were not kept", dialed)
+	}
+}
+
+// The token is the run's secret: a server that echoes it, in an error
+// page, a result it returns or output that is no result, has it written
+// as *** in the run's log, its result and its failure's message.
+func TestHTTPNeverShowsTheTokenItSends(t *testing.T) {
+	const token = "s3cret-t0ken"
+	for _, c := range []struct {
+		name    string
+		handler http.HandlerFunc
+	}{
+		{"an error page", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "refused "+r.Header.Get("Authorization"), http.StatusForbidden)
+		}},
+		{"a result", func(w http.ResponseWriter, r *http.Request) {
+			_, _ = w.Write([]byte(`{"status": {"echo": "` + r.Header.Get("Authorization") + `", "` + token + `": 1}, "events": [{"type": "Normal", "reason": "Echo", "message": "` + token + `"}]}`))
+		}},
+		{"output that is no result", func(w http.ResponseWriter, r *http.Request) {
+			_, _ = w.Write([]byte(`token ` + token))
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := httptest.NewServer(c.handler)
+			defer srv.Close()
+			var log bytes.Buffer
+			h := &HTTP{
+				Action: v1alpha1.HTTPAction{URL: srv.URL, TokenSecret: &v1alpha1.SecretKeySelector{Namespace: "ops", Name: "hook", Key: "token"}},
+				Secret: func(context.Context, string, string, string) (string, error) { return token, nil },
+			}
+			res, err := h.Run(context.Background(), Request{Input: []byte("{}"), Timeout: 5 * time.Second, Log: &log})
+			shown := log.String()
+			if err != nil {
+				shown += AsFailure(err).Message
+			}
+			if res != nil {
+				shown += fmt.Sprint(res.Status, res.Events)
+			}
+			if strings.Contains(shown, token) {
+				t.Errorf("the token is shown: %s", shown)
+			}
+			if !strings.Contains(shown, "***") {
+				t.Errorf("the echoed token is not written as ***: %s", shown)
+			}
+		})
 	}
 }

@@ -26,9 +26,16 @@ type CursorStore interface {
 	// SetCursor records the cursor of an operator's source, replacing
 	// the one before. Operator and source must be set; they and the
 	// cursor are UTF-8 text without NUL bytes, which every store keeps
-	// as it is given, and the cursor is at most 1 KiB.
+	// as it is given, and the cursor is at most 1 KiB; one that is not is
+	// refused with an error wrapping ErrInvalidCursor, which says nothing
+	// of the store.
 	SetCursor(ctx context.Context, operator, source, cursor string) error
 }
+
+// ErrInvalidCursor is wrapped by the error of a cursor, operator or
+// source a CursorStore refuses for what it is (too long, not text), not
+// for the store's state: the source's value, not the archive, is wrong.
+var ErrInvalidCursor = errors.New("invalid cursor")
 
 // maxCursor is the longest cursor kept: a cursor is a position (an event
 // id, an offset), never a payload.
@@ -41,9 +48,9 @@ const maxCursor = 1 << 10
 func checkKey(operator, source string) error {
 	switch {
 	case operator == "" || source == "":
-		return fmt.Errorf("archive: cursor of operator %q, source %q: both the operator and the source must be set", operator, source)
+		return fmt.Errorf("archive: cursor of operator %q, source %q: both the operator and the source must be set: %w", operator, source, ErrInvalidCursor)
 	case !isText(operator) || !isText(source):
-		return fmt.Errorf("archive: cursor of operator %q, source %q: an operator's and a source's names are UTF-8 text without NUL bytes", operator, source)
+		return fmt.Errorf("archive: cursor of operator %q, source %q: an operator's and a source's names are UTF-8 text without NUL bytes: %w", operator, source, ErrInvalidCursor)
 	}
 	return nil
 }
@@ -55,9 +62,9 @@ func checkCursor(operator, source, cursor string) error {
 	}
 	switch {
 	case len(cursor) > maxCursor:
-		return fmt.Errorf("archive: cursor of %s/%s is %d bytes long; a cursor is a position, at most %d bytes", operator, source, len(cursor), maxCursor)
+		return fmt.Errorf("archive: cursor of %s/%s is %d bytes long; a cursor is a position, at most %d bytes: %w", operator, source, len(cursor), maxCursor, ErrInvalidCursor)
 	case !isText(cursor):
-		return fmt.Errorf("archive: cursor of %s/%s, %q, is not UTF-8 text without NUL bytes; a cursor is a position, as text", operator, source, cursor)
+		return fmt.Errorf("archive: cursor of %s/%s, %q, is not UTF-8 text without NUL bytes; a cursor is a position, as text: %w", operator, source, cursor, ErrInvalidCursor)
 	}
 	return nil
 }

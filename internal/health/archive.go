@@ -102,9 +102,14 @@ func (w *ArchiveWriter) FinishDelivery(ctx context.Context, d *archive.Delivery)
 }
 
 // SetCursor records a source's cursor, and reports whether the archive
-// works.
+// works. A cursor refused for what it is (archive.ErrInvalidCursor: a
+// source's hostile or broken value) says nothing of the archive, which
+// is not counted as failing for it: the source says what is wrong.
 func (w *ArchiveWriter) SetCursor(ctx context.Context, operator, source, cursor string) error {
 	err := w.Recorder.SetCursor(ctx, operator, source, cursor)
+	if errors.Is(err, archive.ErrInvalidCursor) {
+		return err
+	}
 	w.report(ctx, err)
 	return err
 }

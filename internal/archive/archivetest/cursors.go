@@ -2,6 +2,7 @@ package archivetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -60,8 +61,14 @@ func cursorsRefuseBadKeys(t *testing.T, open Open) {
 		{"notifier", "", "1", "must be set"},
 		{"notifier", "github", strings.Repeat("9", 2000), "a cursor is a position"},
 	} {
-		if err := s.SetCursor(ctx, c.op, c.src, c.cursor); err == nil || !strings.Contains(err.Error(), c.want) {
+		err := s.SetCursor(ctx, c.op, c.src, c.cursor)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("SetCursor(%q, %q, %d bytes): %v, want an error saying %q", c.op, c.src, len(c.cursor), err, c.want)
+		}
+		// The value is wrong, not the store: the engine does not count
+		// the archive as failing for it (health.ArchiveWriter).
+		if !errors.Is(err, archive.ErrInvalidCursor) {
+			t.Errorf("SetCursor(%q, %q, %d bytes): %v, want it to wrap archive.ErrInvalidCursor", c.op, c.src, len(c.cursor), err)
 		}
 	}
 	if got := cursor(t, s, "notifier", "github"); got != "" {

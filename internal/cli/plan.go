@@ -91,6 +91,10 @@ func runPlan(ctx context.Context, w io.Writer, f planFlags) error {
 	if err != nil {
 		return &exitError{code: planRefused, err: err}
 	}
+	c, err := newClient(cfg, v1alpha1.AddToScheme)
+	if err != nil {
+		return &exitError{code: planRefused, err: err}
+	}
 	out := planOutput{Plans: []*plan.Plan{}}
 	var refused []string
 	changes := false
@@ -99,7 +103,11 @@ func runPlan(ctx context.Context, w io.Writer, f planFlags) error {
 		if err != nil {
 			return &exitError{code: planRefused, err: err}
 		}
-		p, err := plan.Run(ctx, plan.Options{Config: cfg, New: d, Old: old, Namespace: f.namespace, Concurrency: f.concurrency})
+		paused, err := operatorPause(ctx, c, d.Operator.Name)
+		if err != nil {
+			return &exitError{code: planRefused, err: err}
+		}
+		p, err := plan.Run(ctx, plan.Options{Config: cfg, New: d, Old: old, Namespace: f.namespace, Concurrency: f.concurrency, Paused: paused})
 		if err != nil {
 			return &exitError{code: planRefused, err: fmt.Errorf("planning operator %s: %w", d.Operator.Name, err)}
 		}
@@ -128,6 +136,26 @@ func runPlan(ctx context.Context, w io.Writer, f planFlags) error {
 		return &exitError{code: planChanges, err: errors.New("the plan changes something"), said: true}
 	}
 	return nil
+}
+
+// operatorPause is the pause of the whole operator name, as its Operator
+// in the cluster says (v1alpha1.PauseAnnotation): nil when it is not
+// paused, or not in the cluster (a plan --against a file).
+func operatorPause(ctx context.Context, c client.Client, name string) (*v1alpha1.Pause, error) {
+	op := &v1alpha1.Operator{}
+	err := c.Get(ctx, client.ObjectKey{Name: name}, op)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading Operator %s, whose pause holds its handlers: %w", name, err)
+	}
+	value, paused := op.Annotations[v1alpha1.PauseAnnotation]
+	if !paused {
+		return nil, nil
+	}
+	p := v1alpha1.ReadRequest(value)
+	return &p, nil
 }
 
 // previousDefinition finds the definition each new one replaces: the

@@ -30,6 +30,8 @@ type planner struct {
 	c        client.Client
 	old, def *definition.Definition
 	now      time.Time
+	// paused: the whole operator is paused (Options.Paused).
+	paused bool
 
 	mu sync.Mutex
 	// live holds the children of the operator's objects, read by one

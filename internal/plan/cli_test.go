@@ -9,6 +9,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/cli"
@@ -114,5 +115,74 @@ func TestPlanMisusedSaysWhatIsWrongAndExitsOne(t *testing.T) {
 		if code := cli.Main(tc.args, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 1 and %q", tc.args, code, errOut.String(), tc.want)
 		}
+	}
+}
+
+// TestPlanOfAPausedOperatorPlansNoHandlerRunAndSaysWhy: while the whole
+// operator is paused (opkit pause --operator OP --all: the annotation on
+// its Operator in the cluster), no handler starts, so opkit plan plans
+// none, also against a file, and says by whom it is paused and when its
+// runs start; the same plan without the pause lists them.
+func TestPlanOfAPausedOperatorPlansNoHandlerRunAndSaysWhy(t *testing.T) {
+	env := clustertest.New(t)
+	if err := env.Client.Create(t.Context(), v1alpha1.CustomResourceDefinition()); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	// An operator of its own name: the Operator is cluster-scoped, and
+	// the other tests' website is not paused.
+	rename := []string{"  name: website\n", "  name: website-paused\n"}
+	oldFile := plan.Edited(t, rename...)
+	old := plan.Compile(t, oldFile)
+	plan.RunEngine(t, env, old)
+	plan.Websites(t, env, 2)
+	newFile := plan.Edited(t, rename[0], rename[1],
+		"  status:\n", "  handlers:\n  - name: announce\n    on: [create]\n    exec: {command: [\"true\"]}\n  status:\n")
+
+	op := old.Operator.DeepCopy()
+	op.Annotations = map[string]string{v1alpha1.PauseAnnotation: `{"by":"alice","reason":"the database is migrating","at":"2026-12-05T10:00:00Z"}`}
+	clustertest.Eventually(t, 30*time.Second, "the paused Operator created", func(ctx context.Context) (bool, error) {
+		err := env.Client.Create(ctx, op.DeepCopy())
+		return err == nil || apierrors.IsAlreadyExists(err), nil
+	})
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), op) })
+
+	planned := func() (int, string, plan.Plan) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		code := cli.Main([]string{"plan", "-f", newFile, "--against", oldFile, "-n", env.Namespace, "-o", "json",
+			"--kubeconfig", clustertest.Cluster(t).KubeconfigPath()}, &out, &errOut)
+		var got struct {
+			Plans []plan.Plan `json:"plans"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got.Plans) != 1 {
+			t.Fatalf("exit %d, plans %v: %v\n%s%s", code, got.Plans, err, out.String(), errOut.String())
+		}
+		var text bytes.Buffer
+		got.Plans[0].WriteText(&text)
+		return code, text.String(), got.Plans[0]
+	}
+	code, text, p := planned()
+	t.Logf("the plan of the paused operator:\n%s", text)
+	if p.Summary.HandlerRuns != 0 || code != 0 {
+		t.Errorf("paused: %d handler runs planned, exit %d; want none, and exit 0", p.Summary.HandlerRuns, code)
+	}
+	for _, want := range []string{"operator website-paused is paused by alice at 2026-12-05T10:00:00Z (the database is migrating)", "opkit resume --operator website-paused --all", "start at the resume"} {
+		if !strings.Contains(p.Paused, want) || !strings.Contains(text, want) {
+			t.Errorf("paused: the plan says %q, text:\n%s\nwant %q", p.Paused, text, want)
+		}
+	}
+
+	// Resumed: the same plan lists the runs.
+	clustertest.Eventually(t, 30*time.Second, "the Operator resumed", func(ctx context.Context) (bool, error) {
+		cur := &v1alpha1.Operator{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(op), cur); err != nil {
+			return false, err
+		}
+		delete(cur.Annotations, v1alpha1.PauseAnnotation)
+		return env.Client.Update(ctx, cur) == nil, nil
+	})
+	code, text, p = planned()
+	if p.Summary.HandlerRuns != 2 || p.Paused != "" || code != 2 {
+		t.Errorf("resumed: %d handler runs planned, paused %q, exit %d; want 2, none, exit 2:\n%s", p.Summary.HandlerRuns, p.Paused, code, text)
 	}
 }

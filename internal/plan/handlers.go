@@ -26,7 +26,7 @@ func (pl *planner) handlers(cr *unstructured.Unstructured, vars definition.Vars,
 		return nil
 	}
 	in := cause.Input{Handlers: pl.def.Handlers, Object: cr, State: cause.Read(cr), Now: pl.now, Started: pl.now, Related: vars.Related}
-	if _, paused := cr.GetAnnotations()[v1alpha1.PauseAnnotation]; paused {
+	if pl.pausedFor(cr) {
 		return nil // no handler runs for a paused object
 	}
 	in.Visit = pl.visit(cr)
@@ -131,7 +131,7 @@ func (pl *planner) states(cr *unstructured.Unstructured, vars definition.Vars, s
 		return nil
 	}
 	_, paused := cr.GetAnnotations()[v1alpha1.PauseAnnotation]
-	in := statemachine.Input{Machine: m, Current: cur, Paused: paused, Deleting: cr.GetDeletionTimestamp() != nil, Now: pl.now}
+	in := statemachine.Input{Machine: m, Current: cur, Paused: paused, OperatorPaused: pl.paused, Deleting: cr.GetDeletionTimestamp() != nil, Now: pl.now}
 	var run definition.Run
 	if cur != nil && cur.Name != "" {
 		if v := cause.VisitOf(m, cur); v != nil && v.State != nil {
@@ -173,4 +173,11 @@ func (pl *planner) visit(cr *unstructured.Unstructured) *cause.Visit {
 		return nil
 	}
 	return cause.VisitOf(m, cur)
+}
+
+// pausedFor reports whether cr's handlers are paused: by its own
+// annotation, or by the whole operator's.
+func (pl *planner) pausedFor(cr *unstructured.Unstructured) bool {
+	_, paused := cr.GetAnnotations()[v1alpha1.PauseAnnotation]
+	return paused || pl.paused
 }

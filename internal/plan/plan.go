@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/compat"
 	"github.com/opkit-dev/opkit/internal/definition"
 )
@@ -42,6 +43,11 @@ type Options struct {
 	Concurrency int
 	// Now is the time handlers are decided at. Defaults to time.Now().
 	Now time.Time
+	// Paused is the pause of the whole operator (v1alpha1.PauseAnnotation
+	// on its Operator in the cluster, as v1alpha1.ReadRequest reads it);
+	// nil when it is not paused. While it is, no handler of any object
+	// starts, as for an object paused by itself: none is planned.
+	Paused *v1alpha1.Pause
 }
 
 // Plan is what a new definition changes: the stable shape of opkit plan
@@ -53,6 +59,10 @@ type Plan struct {
 	// Refused says why the definition cannot be applied (a breaking CRD
 	// change); nothing was planned. Empty otherwise.
 	Refused string `json:"refused,omitempty"`
+	// Paused says that the whole operator is paused, by whom and why: its
+	// handlers' runs are not planned (they start at its resume). Empty
+	// when it is not.
+	Paused string `json:"paused,omitempty"`
 	// Lint are the CRD compatibility findings (package compat).
 	Lint    []Finding `json:"lint,omitempty"`
 	Summary Summary   `json:"summary"`
@@ -181,6 +191,9 @@ func Run(ctx context.Context, o Options) (*Plan, error) {
 		o.Now = time.Now()
 	}
 	p := &Plan{Operator: o.New.Operator.Name, Resource: o.New.GVK.Kind + "." + o.New.GVK.Group, Objects: []Object{}}
+	if o.Paused != nil {
+		p.Paused = pausedBy(o.New.Operator.Name, *o.Paused)
+	}
 	var breaking []compat.Finding
 	for _, f := range compat.Compare(o.Old.CRD(), o.New.CRD()) {
 		text := f.At(o.New.Source, o.New.Line(f.DefinitionField))
@@ -208,7 +221,7 @@ func Run(ctx context.Context, o Options) (*Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("a client of the cluster: %w", err)
 	}
-	pl := &planner{c: c, old: o.Old, def: o.New, now: o.Now}
+	pl := &planner{c: c, old: o.Old, def: o.New, now: o.Now, paused: o.Paused != nil}
 	crs, err := pl.list(ctx, o.New.GVK, o.Namespace, nil)
 	if meta.IsNoMatchError(err) {
 		return nil, fmt.Errorf("the cluster does not serve %s (its CRD is not installed): there are no objects to plan", p.Resource)
@@ -316,3 +329,18 @@ func withGVK(d *definition.Definition, gvk schema.GroupVersionKind) *definition.
 
 // notFound: the object is not there.
 func notFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// pausedBy is Plan.Paused for an operator paused by p.
+func pausedBy(operator string, p v1alpha1.Pause) string {
+	by := "by someone unknown"
+	if p.By != "" {
+		by = "by " + p.By
+	}
+	if p.At != "" {
+		by += " at " + p.At
+	}
+	if p.Reason != "" {
+		by += " (" + p.Reason + ")"
+	}
+	return fmt.Sprintf("operator %s is paused %s: no handler starts until it is resumed (opkit resume --operator %s --all), so no handler run is planned; the runs the change causes start at the resume", operator, by, operator)
+}

@@ -17,6 +17,9 @@ func (p *Plan) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "operator %s: refused, nothing planned: %s\n", p.Operator, p.Refused)
 		return
 	}
+	if p.Paused != "" {
+		fmt.Fprintln(w, p.Paused)
+	}
 	s := p.Summary
 	if !s.Changes() && s.Errors == 0 && len(p.Objects) == 0 {
 		fmt.Fprintf(w, "operator %s: no changes (%s planned)\n", p.Operator, count1(s.Objects, p.kind()+" object", p.kind()+" objects"))

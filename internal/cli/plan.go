@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -151,8 +152,8 @@ func operatorPause(ctx context.Context, c client.Client, name string) (*v1alpha1
 	op := &v1alpha1.Operator{}
 	err := c.Get(ctx, client.ObjectKey{Name: name}, op)
 	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil
+	case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
+		return nil, nil // no Operator of that name, or none at all (opkit run -f)
 	case err != nil:
 		return nil, fmt.Errorf("reading Operator %s, whose pause holds its handlers: %w", name, err)
 	}

@@ -128,21 +128,36 @@ func TestPlanOfAPausedOperatorPlansNoHandlerRunAndSaysWhy(t *testing.T) {
 	if err := env.Client.Create(t.Context(), v1alpha1.CustomResourceDefinition()); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	// An operator of its own name: the Operator is cluster-scoped, and
-	// the other tests' website is not paused.
-	rename := []string{"  name: website\n", "  name: website-paused\n"}
-	oldFile := plan.Edited(t, rename...)
-	old := plan.Compile(t, oldFile)
+	old := plan.Compile(t, plan.WebsiteFile)
 	plan.RunEngine(t, env, old)
 	plan.Websites(t, env, 2)
-	newFile := plan.Edited(t, rename[0], rename[1],
-		"  status:\n", "  handlers:\n  - name: announce\n    on: [create]\n    exec: {command: [\"true\"]}\n  status:\n")
+	oldFile := plan.WebsiteFile
+	newFile := plan.Edited(t, "  status:\n", "  handlers:\n  - name: announce\n    on: [create]\n    exec: {command: [\"true\"]}\n  status:\n")
 
+	// The Operator is cluster-scoped: the other tests' website, paused
+	// here (they do not run in parallel), is deleted at the end.
 	op := old.Operator.DeepCopy()
-	op.Annotations = map[string]string{v1alpha1.PauseAnnotation: `{"by":"alice","reason":"the database is migrating","at":"2026-12-05T10:00:00Z"}`}
-	clustertest.Eventually(t, 30*time.Second, "the paused Operator created", func(ctx context.Context) (bool, error) {
-		err := env.Client.Create(ctx, op.DeepCopy())
-		return err == nil || apierrors.IsAlreadyExists(err), nil
+	pause := `{"by":"alice","reason":"the database is migrating","at":"2026-12-05T10:00:00Z"}`
+	setPause := func(ctx context.Context, value *string) error {
+		cur := &v1alpha1.Operator{}
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(op), cur)
+		if apierrors.IsNotFound(err) {
+			cur = op.DeepCopy()
+			cur.Annotations = map[string]string{v1alpha1.PauseAnnotation: *value}
+			return env.Client.Create(ctx, cur)
+		}
+		if err != nil {
+			return err
+		}
+		if value == nil {
+			delete(cur.Annotations, v1alpha1.PauseAnnotation)
+		} else {
+			cur.Annotations = map[string]string{v1alpha1.PauseAnnotation: *value}
+		}
+		return env.Client.Update(ctx, cur)
+	}
+	clustertest.Eventually(t, 30*time.Second, "the Operator paused", func(ctx context.Context) (bool, error) {
+		return setPause(ctx, &pause) == nil, nil
 	})
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), op) })
 
@@ -166,7 +181,7 @@ func TestPlanOfAPausedOperatorPlansNoHandlerRunAndSaysWhy(t *testing.T) {
 	if p.Summary.HandlerRuns != 0 || code != 0 {
 		t.Errorf("paused: %d handler runs planned, exit %d; want none, and exit 0", p.Summary.HandlerRuns, code)
 	}
-	for _, want := range []string{"operator website-paused is paused by alice at 2026-12-05T10:00:00Z (the database is migrating)", "opkit resume --operator website-paused --all", "start at the resume"} {
+	for _, want := range []string{"operator website is paused by alice at 2026-12-05T10:00:00Z (the database is migrating)", "opkit resume --operator website --all", "start at the resume"} {
 		if !strings.Contains(p.Paused, want) || !strings.Contains(text, want) {
 			t.Errorf("paused: the plan says %q, text:\n%s\nwant %q", p.Paused, text, want)
 		}
@@ -174,12 +189,7 @@ func TestPlanOfAPausedOperatorPlansNoHandlerRunAndSaysWhy(t *testing.T) {
 
 	// Resumed: the same plan lists the runs.
 	clustertest.Eventually(t, 30*time.Second, "the Operator resumed", func(ctx context.Context) (bool, error) {
-		cur := &v1alpha1.Operator{}
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(op), cur); err != nil {
-			return false, err
-		}
-		delete(cur.Annotations, v1alpha1.PauseAnnotation)
-		return env.Client.Update(ctx, cur) == nil, nil
+		return setPause(ctx, nil) == nil, nil
 	})
 	code, text, p = planned()
 	if p.Summary.HandlerRuns != 2 || p.Paused != "" || code != 2 {

@@ -12,10 +12,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/devcluster/clustertest"
 	"github.com/opkit-dev/opkit/internal/why"
 )
@@ -129,8 +132,42 @@ func TestWhySaysTheDeliveryTheSpecChangeAndTheRunsBehindAnObject(t *testing.T) {
 		}
 	}
 	// An object nothing is known of says how to name it.
-	if res := opkit(t, "", "why", "default/nothing", "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath); res.code != 0 || !strings.Contains(res.stdout, "no run of it in the archive says its kind: name it with --kind") {
+	if res := opkit(t, "", "why", "default/nothing", "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath); res.code != 0 ||
+		!strings.Contains(res.stdout, "no run of it in the archive says its kind, and the cluster serves no Operators (opkit.dev) whose kinds it could be of: name it with --kind") {
 		t.Errorf("opkit why of an unknown object: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+
+	// An object with no run yet, of a kind an Operator of the cluster
+	// watches (one this object's labels do not select): its kind is the
+	// Operator's, without --kind.
+	if err := c.Create(t.Context(), v1alpha1.CustomResourceDefinition()); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	watcher := &v1alpha1.Operator{}
+	if err := yaml.Unmarshal([]byte(`apiVersion: opkit.dev/v1alpha1
+kind: Operator
+metadata: {name: config-watch}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespaces: [default], selector: {matchLabels: {why: watched}}}
+  handlers:
+  - name: noop
+    "on": [create]
+    exec: {command: [/bin/true]}
+`), watcher); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, 30*time.Second, "the Operator created", func(ctx context.Context) (bool, error) {
+		err := c.Create(ctx, watcher.DeepCopy())
+		return err == nil || apierrors.IsAlreadyExists(err), nil
+	})
+	lonely := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "lonely"}, Data: map[string]string{"a": "1"}}
+	if err := c.Create(t.Context(), lonely, client.FieldOwner("carol")); err != nil {
+		t.Fatal(err)
+	}
+	res = opkit(t, "", "why", "default/lonely", "--kubeconfig", cl.KubeconfigPath(), "--archive", archivePath)
+	t.Logf("opkit why default/lonely:\n%s%s", res.stdout, res.stderr)
+	if res.code != 0 || !strings.Contains(res.stdout, "ConfigMap default/lonely, newest first:") || !strings.Contains(res.stdout, "by carol") || strings.Contains(res.stdout, "not read") {
+		t.Errorf("opkit why of an object with no run, of a watched kind: exit %d, want its kind found and its changes named\n%s%s", res.code, res.stdout, res.stderr)
 	}
 }
 

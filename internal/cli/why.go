@@ -5,16 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opkit-dev/opkit/api/v1alpha1"
 	"github.com/opkit-dev/opkit/internal/archive"
+	"github.com/opkit-dev/opkit/internal/definition"
 	"github.com/opkit-dev/opkit/internal/runsclient"
 	"github.com/opkit-dev/opkit/internal/why"
 )
@@ -35,7 +41,9 @@ behind a source's object (who sent them). A child points to its owner.
 It reads the object from the kubeconfig's cluster and the runs from the
 archive (or the cluster's runs API, as opkit runs does), never a tracing
 backend. NAME alone is a cluster-scoped object. --kind names the object's
-kind (Deployment, deployments.apps); without it, the kind of its runs.`,
+kind (Deployment, deployments.apps); without it, the kind of its runs, or,
+for an object with none yet, the one kind of the cluster's operators (the
+kinds they own or watch) with an object of that name.`,
 		Example: `  opkit why default/hello --kind Printer
   opkit why default/packit-worker-stg --kind Deployment --since 1h
   opkit why default/hello -o json`,
@@ -84,7 +92,7 @@ kind (Deployment, deployments.apps); without it, the kind of its runs.`,
 		},
 	}
 	runSourceFlags(cmd, &archivePath, &kubeconfig)
-	cmd.Flags().StringVar(&kind, "kind", "", "the object's kind, as written in manifests (Deployment) or as a resource (deployments.apps); default: the kind of its runs")
+	cmd.Flags().StringVar(&kind, "kind", "", "the object's kind, as written in manifests (Deployment) or as a resource (deployments.apps); default: the kind of its runs, or of the cluster's operators")
 	cmd.Flags().DurationVar(&since, "since", 0, "only what happened within this long, e.g. 1h (0: everything kept)")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
 	return cmd
@@ -129,10 +137,18 @@ func readWhyObject(ctx context.Context, src *runSource, kubeconfig, ns, name, ki
 		if err != nil {
 			return nil, nil, err
 		}
-		if len(page.Runs) == 0 {
-			return nil, nil, errors.New("no run of it in the archive says its kind: name it with --kind")
+		if len(page.Runs) > 0 {
+			gvk = schema.FromAPIVersionAndKind(page.Runs[0].APIVersion, page.Runs[0].Kind)
+			break
 		}
-		gvk = schema.FromAPIVersionAndKind(page.Runs[0].APIVersion, page.Runs[0].Kind)
+		// No run yet (an object created and not handled, one whose
+		// handlers are filtered out): the kinds the cluster's operators
+		// own or watch, if one of them has an object of that name.
+		found, err := operatorKindOf(ctx, cfg, ns, name)
+		if err != nil {
+			return nil, nil, fmt.Errorf("no run of it in the archive says its kind, and %w: name it with --kind", err)
+		}
+		gvk = found
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -167,4 +183,67 @@ func printChain(w io.Writer, c *why.Chain) {
 	if len(logs) > 0 {
 		fmt.Fprintf(w, "a run's log: opkit logs %s\n", logs[0])
 	}
+}
+
+// operatorKindOf is the kind of the object ns/name among the kinds the
+// cluster's Operators own or watch: the one kind of which such an object
+// exists. An error says why none is (no Operators, no such object, more
+// than one kind has one).
+func operatorKindOf(ctx context.Context, cfg *rest.Config, ns, name string) (schema.GroupVersionKind, error) {
+	c, err := newClient(cfg, v1alpha1.AddToScheme)
+	if err != nil {
+		return schema.GroupVersionKind{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var ops v1alpha1.OperatorList
+	switch err := c.List(ctx, &ops); {
+	case meta.IsNoMatchError(err):
+		return schema.GroupVersionKind{}, errors.New("the cluster serves no Operators (opkit.dev) whose kinds it could be of")
+	case err != nil:
+		return schema.GroupVersionKind{}, fmt.Errorf("the cluster's Operators were not read (%w)", err)
+	}
+	var kinds []schema.GroupVersionKind
+	for i := range ops.Items {
+		d, err := definition.Compile(definition.FromCluster(&ops.Items[i]))
+		if err != nil {
+			continue // one that does not compile runs nothing
+		}
+		own := []schema.GroupVersionKind{d.GVK}
+		if d.Watch != nil {
+			own = append(own, d.Watch.GVK)
+		}
+		for _, gvk := range own {
+			if !gvk.Empty() && !slices.Contains(kinds, gvk) {
+				kinds = append(kinds, gvk)
+			}
+		}
+	}
+	var found []schema.GroupVersionKind
+	for _, gvk := range kinds {
+		u := &metav1.PartialObjectMetadata{}
+		u.SetGroupVersionKind(gvk)
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u); err == nil {
+			found = append(found, gvk)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return schema.GroupVersionKind{}, fmt.Errorf("no kind of the cluster's %d operators has an object %s", len(ops.Items), whyName(ns, name))
+	}
+	names := make([]string, len(found))
+	for i, gvk := range found {
+		names[i] = gvk.GroupKind().String()
+	}
+	return schema.GroupVersionKind{}, fmt.Errorf("the operators' kinds %s each have an object %s", strings.Join(names, " and "), whyName(ns, name))
+}
+
+// whyName is ns/name, or name for a cluster-scoped object.
+func whyName(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
 }

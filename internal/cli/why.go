@@ -231,19 +231,11 @@ func operatorKindOf(ctx context.Context, cfg *rest.Config, ns, name string) (sch
 	case 1:
 		return found[0], nil
 	case 0:
-		return schema.GroupVersionKind{}, fmt.Errorf("no kind of the cluster's %d operators has an object %s", len(ops.Items), whyName(ns, name))
+		return schema.GroupVersionKind{}, fmt.Errorf("no kind of the cluster's %d operators has an object %s", len(ops.Items), objectRef(ns, name))
 	}
 	names := make([]string, len(found))
 	for i, gvk := range found {
 		names[i] = gvk.GroupKind().String()
 	}
-	return schema.GroupVersionKind{}, fmt.Errorf("the operators' kinds %s each have an object %s", strings.Join(names, " and "), whyName(ns, name))
-}
-
-// whyName is ns/name, or name for a cluster-scoped object.
-func whyName(ns, name string) string {
-	if ns == "" {
-		return name
-	}
-	return ns + "/" + name
+	return schema.GroupVersionKind{}, fmt.Errorf("the operators' kinds %s each have an object %s", strings.Join(names, " and "), objectRef(ns, name))
 }

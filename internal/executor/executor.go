@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"maps"
 	"regexp"
 	"slices"
@@ -190,6 +191,7 @@ func ParseResult(out []byte) (*Result, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(out))
 	dec.DisallowUnknownFields()
+	dec.UseNumber() // status and patch values: see exactNumbers
 	if err := dec.Decode(&r); err != nil {
 		if msg := resultFieldError(err, out); msg != "" {
 			return nil, &Failure{Message: "invalid result: " + msg + "; output begins " + strconv.Quote(excerpt(out))}
@@ -205,6 +207,14 @@ func ParseResult(out []byte) (*Result, error) {
 		return nil, &Failure{Message: fmt.Sprintf("output has %q after its JSON result, at byte %d: a result is one JSON value; output begins %q", short(string(rest)), len(out)-len(bytes.TrimLeft(out[dec.InputOffset():], " \t\r\n")), excerpt(out))}
 	}
 	var problems []string
+	for _, f := range []struct {
+		name string
+		m    map[string]any
+	}{{"status", r.Status}, {"patch", r.Patch}} {
+		if err := exactNumbers(f.m, f.name); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
 	for _, k := range reservedStatus {
 		if _, ok := r.Status[k]; ok {
 			problems = append(problems, fmt.Sprintf("status.%s is written by opkit and cannot be set by a handler", k))
@@ -236,6 +246,64 @@ func ParseResult(out []byte) (*Result, error) {
 		return nil, &Failure{Message: "invalid result: " + strings.Join(problems, "; ")}
 	}
 	return &r, nil
+}
+
+// exactNumbers replaces, in place, each number of v (read as
+// json.Number) by an int64 when it is an integer that fits one, and by a
+// float64 otherwise, as the API server's own decoding reads them: an
+// integer above 2^53 a handler writes into the status reaches the object
+// as written, not rounded to the nearest float64, and reads back as the
+// same value. A number no float64 holds (1e400) is an error naming where
+// it is.
+func exactNumbers(v any, at string) error {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if n, ok := e.(json.Number); ok {
+				f, err := number(n, at+"."+k)
+				if err != nil {
+					return err
+				}
+				x[k] = f
+				continue
+			}
+			if err := exactNumbers(e, at+"."+k); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if n, ok := e.(json.Number); ok {
+				f, err := number(n, fmt.Sprintf("%s[%d]", at, i))
+				if err != nil {
+					return err
+				}
+				x[i] = f
+				continue
+			}
+			if err := exactNumbers(e, fmt.Sprintf("%s[%d]", at, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// number is n as an int64 when it is an integer that fits one (written
+// 1000, 1e3 or 1000.0 alike, as JSON writes it back: 1000), else as a
+// float64.
+func number(n json.Number, at string) (any, error) {
+	if i, err := n.Int64(); err == nil {
+		return i, nil
+	}
+	f, err := n.Float64()
+	if err != nil || math.IsInf(f, 0) {
+		return nil, fmt.Errorf("%s: the number %s is out of range", short(at), short(n.String()))
+	}
+	if f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 {
+		return int64(f), nil // -0 too: JSON writes it 0
+	}
+	return f, nil
 }
 
 // maxProblems is how many of a result's problems its refusal names: a

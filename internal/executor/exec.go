@@ -192,7 +192,7 @@ func (e *Exec) run(ctx context.Context, req Request, env []string, hidden secret
 	if err != nil {
 		return nil, &Failure{Message: err.Error()}
 	}
-	return ParseResult(stdout.buf.Bytes())
+	return hidden.parseResult(stdout.buf.Bytes())
 }
 
 // exitedFailure is the failure of a process that exited with code, not

@@ -181,30 +181,42 @@ var reservedStatus = []string{"observedGeneration", "conditions", "opkit"}
 // ParseResult decodes and checks a result. Empty output is an empty result.
 // Unknown fields are refused, to catch misspellings, and so is a result
 // nested deeper than jsondepth.Max objects and arrays.
-func ParseResult(out []byte) (*Result, error) {
+func ParseResult(out []byte) (*Result, error) { return parseResult(out, nil) }
+
+// parseResult is ParseResult; a refusal quotes the output as redact
+// writes it (nil: as it is), before the quote is cut: a secret across the
+// cut would otherwise show its start.
+func parseResult(out []byte, redact func(string) string) (*Result, error) {
+	text := func(b []byte) string {
+		if redact != nil {
+			return redact(string(b))
+		}
+		return string(b)
+	}
+	shown := func(b []byte) string { return excerpt([]byte(text(b))) }
 	var r Result
 	if len(bytes.TrimSpace(out)) == 0 {
 		return &r, nil
 	}
 	if err := jsondepth.Check(out, jsondepth.Max); err != nil {
-		return nil, &Failure{Message: fmt.Sprintf("invalid result: %v; opkit reads a result at most %d deep; output begins %q", err, jsondepth.Max, excerpt(out))}
+		return nil, &Failure{Message: fmt.Sprintf("invalid result: %v; opkit reads a result at most %d deep; output begins %q", err, jsondepth.Max, shown(out))}
 	}
 	dec := json.NewDecoder(bytes.NewReader(out))
 	dec.DisallowUnknownFields()
 	dec.UseNumber() // status and patch values: see exactNumbers
 	if err := dec.Decode(&r); err != nil {
 		if msg := resultFieldError(err, out); msg != "" {
-			return nil, &Failure{Message: "invalid result: " + msg + "; output begins " + strconv.Quote(excerpt(out))}
+			return nil, &Failure{Message: "invalid result: " + msg + "; output begins " + strconv.Quote(shown(out))}
 		}
-		return nil, &Failure{Message: fmt.Sprintf("output is not a JSON result: %v; output begins %q", err, excerpt(out))}
+		return nil, &Failure{Message: fmt.Sprintf("output is not a JSON result: %v; output begins %q", err, shown(out))}
 	}
 	// Nothing but space may follow the result: not a second value, nor
 	// a stray bracket (which Decoder.More does not see).
 	if rest := bytes.TrimSpace(out[dec.InputOffset():]); len(rest) > 0 {
 		if _, err := dec.Token(); err == nil {
-			return nil, &Failure{Message: fmt.Sprintf("output has more than one JSON value; output begins %q", excerpt(out))}
+			return nil, &Failure{Message: fmt.Sprintf("output has more than one JSON value; output begins %q", shown(out))}
 		}
-		return nil, &Failure{Message: fmt.Sprintf("output has %q after its JSON result, at byte %d: a result is one JSON value; output begins %q", short(string(rest)), len(out)-len(bytes.TrimLeft(out[dec.InputOffset():], " \t\r\n")), excerpt(out))}
+		return nil, &Failure{Message: fmt.Sprintf("output has %q after its JSON result, at byte %d: a result is one JSON value; output begins %q", short(text(rest)), len(out)-len(bytes.TrimLeft(out[dec.InputOffset():], " \t\r\n")), shown(out))}
 	}
 	var problems []string
 	for _, f := range []struct {
@@ -518,6 +530,25 @@ func (h secrets) redact(text string) string {
 		}
 	}
 	return text
+}
+
+// parseResult is ParseResult of output that may hold the values: a
+// refusal quotes the output with them written as *** before the quote is
+// cut, so that a value across the cut shows no start of it either.
+func (h secrets) parseResult(out []byte) (*Result, error) {
+	if h.longest() == 0 {
+		return ParseResult(out)
+	}
+	return parseResult(out, h.redactMessage)
+}
+
+// excerpt is the start of b as a run shows it, the values written as ***
+// before it is cut.
+func (h secrets) excerpt(b []byte) string {
+	if h.longest() == 0 {
+		return excerpt(b)
+	}
+	return excerpt([]byte(h.redactMessage(string(b))))
 }
 
 // longest is the length of the longest value.

@@ -52,19 +52,18 @@ const maxIdlePerHost = 16
 func (h *HTTP) Run(ctx context.Context, req Request) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
 	defer cancel()
-	var hidden secrets
 	log := &redactor{w: req.Log}
 	req.Log = log
-	res, err := h.post(ctx, req, func(token string) {
-		hidden = secrets{token}
-		log.hidden = hidden
-	})
+	res, err := h.post(ctx, req, log)
 	log.Flush()
-	return hidden.redactResult(res, err)
+	return log.hidden.redactResult(res, err)
 }
 
-// post makes the request, telling hide the token it sends.
-func (h *HTTP) post(ctx context.Context, req Request, hide func(token string)) (*Result, error) {
+// post makes the request, writing its log to log, whose hidden values
+// the token becomes the moment it is read: the log, the quotes of the
+// response (cut after the token is written as ***) and the result show
+// it nowhere.
+func (h *HTTP) post(ctx context.Context, req Request, log *redactor) (*Result, error) {
 	client, err := h.client()
 	if err != nil {
 		return nil, &Failure{Message: err.Error(), Permanent: true}
@@ -86,7 +85,7 @@ func (h *HTTP) post(ctx context.Context, req Request, hide func(token string)) (
 		if err != nil {
 			return nil, &Failure{Message: fmt.Sprintf("reading the token from Secret %s/%s key %s: %v", s.Namespace, s.Name, s.Key, err)}
 		}
-		hide(token)
+		log.hidden = secrets{token}
 		httpReq.Header.Set("Authorization", "Bearer "+token)
 	}
 	start := time.Now()
@@ -107,9 +106,9 @@ func (h *HTTP) post(ctx context.Context, req Request, hide func(token string)) (
 	case body.overflow:
 		return nil, &Failure{Message: fmt.Sprintf("POST %s: the response exceeded the %d-byte limit of a result", h.Action.URL, MaxResultBytes)}
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return ParseResult(body.buf.Bytes())
+		return log.hidden.parseResult(body.buf.Bytes())
 	}
-	fmt.Fprintf(req.Log, "%s\n", excerpt(body.buf.Bytes()))
+	fmt.Fprintf(req.Log, "%s\n", log.hidden.excerpt(body.buf.Bytes()))
 	temporary := resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
 	return nil, &Failure{Message: fmt.Sprintf("POST %s: %s", h.Action.URL, resp.Status), Permanent: !temporary}
 }

@@ -131,7 +131,9 @@ func TestHTTPRunsReuseTheirConnections(t *testing.T) {
 // page, a result it returns or output that is no result, has it written
 // as *** in the run's log, its result and its failure's message.
 func TestHTTPNeverShowsTheTokenItSends(t *testing.T) {
-	const token = "s3cret-t0ken"
+	token := "s3cret-t0ken"
+	long := strings.Repeat("eyJhbGciOiJSUzI1NiJ9", 45) // a ServiceAccount token's length: longer than any quote of the output
+	pad := strings.Repeat("x", 190)                     // the token across the 200 bytes a refusal quotes
 	for _, c := range []struct {
 		name    string
 		handler http.HandlerFunc
@@ -145,14 +147,24 @@ func TestHTTPNeverShowsTheTokenItSends(t *testing.T) {
 		{"output that is no result", func(w http.ResponseWriter, r *http.Request) {
 			_, _ = w.Write([]byte(`token ` + token))
 		}},
+		{"an error page, the token across the quote's end", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, pad+strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), http.StatusForbidden)
+		}},
+		{"output that is no result, the token across the quote's end", func(w http.ResponseWriter, r *http.Request) {
+			_, _ = w.Write([]byte(pad + strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")))
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := httptest.NewServer(c.handler)
 			defer srv.Close()
 			var log bytes.Buffer
+			secret := token
+			if strings.Contains(c.name, "across") {
+				secret = long
+			}
 			h := &HTTP{
 				Action: v1alpha1.HTTPAction{URL: srv.URL, TokenSecret: &v1alpha1.SecretKeySelector{Namespace: "ops", Name: "hook", Key: "token"}},
-				Secret: func(context.Context, string, string, string) (string, error) { return token, nil },
+				Secret: func(context.Context, string, string, string) (string, error) { return secret, nil },
 			}
 			res, err := h.Run(context.Background(), Request{Input: []byte("{}"), Timeout: 5 * time.Second, Log: &log})
 			shown := log.String()
@@ -162,8 +174,8 @@ func TestHTTPNeverShowsTheTokenItSends(t *testing.T) {
 			if res != nil {
 				shown += fmt.Sprint(res.Status, res.Events)
 			}
-			if strings.Contains(shown, token) {
-				t.Errorf("the token is shown: %s", shown)
+			if strings.Contains(shown, secret[:8]) {
+				t.Errorf("the token, or its start, is shown: %s", shown)
 			}
 			if !strings.Contains(shown, "***") {
 				t.Errorf("the echoed token is not written as ***: %s", shown)

@@ -105,14 +105,12 @@ func runPlan(ctx context.Context, w, stderr io.Writer, f planFlags) error {
 			return &exitError{code: planRefused, err: err}
 		}
 		paused, err := operatorPause(ctx, c, d.Operator.Name)
-		if apierrors.IsForbidden(err) {
-			// May not read Operators (a plan --against a file, by a user
-			// of the custom resources): the plan still stands.
-			fmt.Fprintf(stderr, "note: %v: whether the whole operator is paused is not known; handler runs are planned as if it were not\n", err)
-			paused, err = nil, nil
-		}
 		if err != nil {
-			return &exitError{code: planRefused, err: err}
+			// May not read Operators (a plan --against a file, by a user
+			// of the custom resources), or the read failed: the plan
+			// still stands, as it did before it read the pause.
+			fmt.Fprintf(stderr, "note: %v: whether the whole operator is paused is not known; handler runs are planned as if it were not\n", err)
+			paused = nil
 		}
 		p, err := plan.Run(ctx, plan.Options{Config: cfg, New: d, Old: old, Namespace: f.namespace, Concurrency: f.concurrency, Paused: paused})
 		if err != nil {

@@ -118,12 +118,13 @@ func TestPlanMisusedSaysWhatIsWrongAndExitsOne(t *testing.T) {
 	}
 }
 
-// TestPlanOfAPausedOperatorPlansNoHandlerRunAndSaysWhy: while the whole
+// TestPlanOfAPausedOperatorPlansItsRunsAtTheResume: while the whole
 // operator is paused (opkit pause --operator OP --all: the annotation on
-// its Operator in the cluster), no handler starts, so opkit plan plans
-// none, also against a file, and says by whom it is paused and when its
-// runs start; the same plan without the pause lists them.
-func TestPlanOfAPausedOperatorPlansNoHandlerRunAndSaysWhy(t *testing.T) {
+// its Operator in the cluster), no handler starts: opkit plan, also
+// against a file, plans the runs to start at its resume (still a change,
+// exit 2) and says by whom it is paused and why; without the pause the
+// same runs start now.
+func TestPlanOfAPausedOperatorPlansItsRunsAtTheResume(t *testing.T) {
 	env := clustertest.New(t)
 	if err := env.Client.Create(t.Context(), v1alpha1.CustomResourceDefinition()); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -178,8 +179,20 @@ func TestPlanOfAPausedOperatorPlansNoHandlerRunAndSaysWhy(t *testing.T) {
 	}
 	code, text, p := planned()
 	t.Logf("the plan of the paused operator:\n%s", text)
-	if p.Summary.HandlerRuns != 0 || code != 0 {
-		t.Errorf("paused: %d handler runs planned, exit %d; want none, and exit 0", p.Summary.HandlerRuns, code)
+	atResume := func(p plan.Plan) (n int) {
+		for _, o := range p.Objects {
+			for _, h := range o.Handlers {
+				if h.AtResume {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	// The runs are planned, to start at the resume: a change (exit 2),
+	// not "no changes".
+	if p.Summary.HandlerRuns != 2 || atResume(p) != 2 || code != 2 || !strings.Contains(text, "> handler announce runs at the operator's resume (create)") {
+		t.Errorf("paused: %d handler runs planned, %d at the resume, exit %d; want 2 at the resume, and exit 2:\n%s", p.Summary.HandlerRuns, atResume(p), code, text)
 	}
 	for _, want := range []string{"operator website is paused by alice at 2026-12-05T10:00:00Z (the database is migrating)", "opkit resume --operator website --all", "start at the resume"} {
 		if !strings.Contains(p.Paused, want) || !strings.Contains(text, want) {
@@ -192,7 +205,7 @@ func TestPlanOfAPausedOperatorPlansNoHandlerRunAndSaysWhy(t *testing.T) {
 		return setPause(ctx, nil) == nil, nil
 	})
 	code, text, p = planned()
-	if p.Summary.HandlerRuns != 2 || p.Paused != "" || code != 2 {
+	if p.Summary.HandlerRuns != 2 || atResume(p) != 0 || p.Paused != "" || code != 2 {
 		t.Errorf("resumed: %d handler runs planned, paused %q, exit %d; want 2, none, exit 2:\n%s", p.Summary.HandlerRuns, p.Paused, code, text)
 	}
 }

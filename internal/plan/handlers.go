@@ -26,7 +26,7 @@ func (pl *planner) handlers(cr *unstructured.Unstructured, vars definition.Vars,
 		return nil
 	}
 	in := cause.Input{Handlers: pl.def.Handlers, Object: cr, State: cause.Read(cr), Now: pl.now, Started: pl.now, Related: vars.Related}
-	if pl.pausedFor(cr) {
+	if _, paused := cr.GetAnnotations()[v1alpha1.PauseAnnotation]; paused {
 		return nil // no handler runs for a paused object
 	}
 	in.Visit = pl.visit(cr)
@@ -53,7 +53,7 @@ func (pl *planner) handlers(cr *unstructured.Unstructured, vars definition.Vars,
 			break
 		}
 		if !slices.Contains(timed, c.Trigger) {
-			out = append(out, HandlerRun{Handler: c.Handler.Name, Trigger: c.Trigger, Reason: pl.reason(c, in.State, in.Visit), Key: c.Key})
+			out = append(out, HandlerRun{Handler: c.Handler.Name, Trigger: c.Trigger, Reason: pl.reason(c, in.State, in.Visit), Key: c.Key, AtResume: pl.paused})
 		}
 		d.State.Succeeded(pl.def.Handlers, c, cause.Spec(cr), 0, pl.now)
 		in.State = d.State
@@ -173,11 +173,4 @@ func (pl *planner) visit(cr *unstructured.Unstructured) *cause.Visit {
 		return nil
 	}
 	return cause.VisitOf(m, cur)
-}
-
-// pausedFor reports whether cr's handlers are paused: by its own
-// annotation, or by the whole operator's.
-func (pl *planner) pausedFor(cr *unstructured.Unstructured) bool {
-	_, paused := cr.GetAnnotations()[v1alpha1.PauseAnnotation]
-	return paused || pl.paused
 }

@@ -46,7 +46,8 @@ type Options struct {
 	// Paused is the pause of the whole operator (v1alpha1.PauseAnnotation
 	// on its Operator in the cluster, as v1alpha1.ReadRequest reads it);
 	// nil when it is not paused. While it is, no handler of any object
-	// starts, as for an object paused by itself: none is planned.
+	// starts: the runs the change causes are planned to start at its
+	// resume (HandlerRun.AtResume), and no state moves.
 	Paused *v1alpha1.Pause
 }
 
@@ -59,9 +60,8 @@ type Plan struct {
 	// Refused says why the definition cannot be applied (a breaking CRD
 	// change); nothing was planned. Empty otherwise.
 	Refused string `json:"refused,omitempty"`
-	// Paused says that the whole operator is paused, by whom and why: its
-	// handlers' runs are not planned (they start at its resume). Empty
-	// when it is not.
+	// Paused says that the whole operator is paused, by whom and why: the
+	// runs planned start at its resume. Empty when it is not.
 	Paused string `json:"paused,omitempty"`
 	// Lint are the CRD compatibility findings (package compat).
 	Lint    []Finding `json:"lint,omitempty"`
@@ -171,6 +171,9 @@ type HandlerRun struct {
 	Reason string `json:"reason"`
 	// Key is the run's idempotency key.
 	Key string `json:"key"`
+	// AtResume: the whole operator is paused (Plan.Paused), and the run
+	// starts at its resume.
+	AtResume bool `json:"atResume,omitempty"`
 }
 
 // Run plans o.New against the cluster.
@@ -342,5 +345,5 @@ func pausedBy(operator string, p v1alpha1.Pause) string {
 	if p.Reason != "" {
 		by += " (" + p.Reason + ")"
 	}
-	return fmt.Sprintf("operator %s is paused %s: no handler starts until it is resumed (opkit resume --operator %s --all), so no handler run is planned; the runs the change causes start at the resume", operator, by, operator)
+	return fmt.Sprintf("operator %s is paused %s: no handler starts until it is resumed (opkit resume --operator %s --all); the runs the change causes start at the resume", operator, by, operator)
 }

@@ -46,7 +46,11 @@ func (p *Plan) WriteText(w io.Writer) {
 			}
 		}
 		for _, h := range o.Handlers {
-			fmt.Fprintf(w, "  > handler %s runs (%s): %s\n", h.Handler, h.Trigger, h.Reason)
+			when := ""
+			if h.AtResume {
+				when = " at the operator's resume"
+			}
+			fmt.Fprintf(w, "  > handler %s runs%s (%s): %s\n", h.Handler, when, h.Trigger, h.Reason)
 		}
 		for _, ch := range o.Status {
 			fmt.Fprintf(w, "  ~ %s\n", ch)

@@ -25,8 +25,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -261,39 +261,23 @@ func parseResult(out []byte, redact func(string) string) (*Result, error) {
 }
 
 // exactNumbers replaces, in place, each number of v (read as
-// json.Number) by an int64 when it is an integer that fits one, and by a
-// float64 otherwise, as the API server's own decoding reads them: an
+// json.Number) by an int64 when its value is an integer that fits one
+// (written 1000, 1e3 or 1000.0 alike: JSON writes it back 1000), and by
+// a float64 otherwise, as the API server's own decoding reads them: an
 // integer above 2^53 a handler writes into the status reaches the object
-// as written, not rounded to the nearest float64, and reads back as the
-// same value. A number no float64 holds (1e400) is an error naming where
-// it is.
+// as written, not rounded to the nearest float64. A number no float64
+// holds (1e400) is an error naming where it is, the first in key order.
 func exactNumbers(v any, at string) error {
 	switch x := v.(type) {
 	case map[string]any:
-		for k, e := range x {
-			if n, ok := e.(json.Number); ok {
-				f, err := number(n, at+"."+k)
-				if err != nil {
-					return err
-				}
-				x[k] = f
-				continue
-			}
-			if err := exactNumbers(e, at+"."+k); err != nil {
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			if err := exactNumber(x[k], at+"."+k, func(n any) { x[k] = n }); err != nil {
 				return err
 			}
 		}
 	case []any:
 		for i, e := range x {
-			if n, ok := e.(json.Number); ok {
-				f, err := number(n, fmt.Sprintf("%s[%d]", at, i))
-				if err != nil {
-					return err
-				}
-				x[i] = f
-				continue
-			}
-			if err := exactNumbers(e, fmt.Sprintf("%s[%d]", at, i)); err != nil {
+			if err := exactNumber(e, fmt.Sprintf("%s[%d]", at, i), func(n any) { x[i] = n }); err != nil {
 				return err
 			}
 		}
@@ -301,21 +285,68 @@ func exactNumbers(v any, at string) error {
 	return nil
 }
 
-// number is n as an int64 when it is an integer that fits one (written
-// 1000, 1e3 or 1000.0 alike, as JSON writes it back: 1000), else as a
-// float64.
-func number(n json.Number, at string) (any, error) {
-	if i, err := n.Int64(); err == nil {
-		return i, nil
+// exactNumber sets a number e, at at, as exactNumbers reads it, or walks
+// into it.
+func exactNumber(e any, at string, set func(any)) error {
+	n, ok := e.(json.Number)
+	if !ok {
+		return exactNumbers(e, at)
+	}
+	if i, ok := exactInt(n.String()); ok {
+		set(i)
+		return nil
 	}
 	f, err := n.Float64()
 	if err != nil || math.IsInf(f, 0) {
-		return nil, fmt.Errorf("%s: the number %s is out of range", short(at), short(n.String()))
+		return fmt.Errorf("%q: the number %s is out of range", short(at), short(n.String()))
 	}
 	if f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 {
-		return int64(f), nil // -0 too: JSON writes it 0
+		set(int64(f)) // an integer only once rounded (-0 too): as JSON writes it back
+		return nil
 	}
-	return f, nil
+	set(f)
+	return nil
+}
+
+// exactInt is the JSON number s when its value is an integer that fits
+// an int64, read from its digits (never through a float64): 1e3,
+// 1000.0 and 10000e-1 are 1000.
+func exactInt(s string) (int64, bool) {
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return i, true
+	}
+	mant, exp := s, 0
+	if k := strings.IndexAny(s, "eE"); k >= 0 {
+		e, err := strconv.Atoi(s[k+1:])
+		if err != nil || e > 40 || e < -40-len(s) {
+			return 0, false // far outside an int64's reach (or ill-formed)
+		}
+		mant, exp = s[:k], e
+	}
+	sign := ""
+	if strings.HasPrefix(mant, "-") {
+		sign, mant = "-", mant[1:]
+	}
+	digits := mant
+	if k := strings.IndexByte(mant, '.'); k >= 0 {
+		digits = mant[:k] + mant[k+1:]
+		exp -= len(mant) - k - 1
+	}
+	if exp < 0 {
+		cut := len(digits) + exp
+		if cut < 0 || strings.Trim(digits[max(cut, 0):], "0") != "" {
+			return 0, false // a fraction is left
+		}
+		digits = digits[:cut]
+	} else {
+		digits += strings.Repeat("0", exp)
+	}
+	digits = strings.TrimLeft(digits, "0")
+	if digits == "" {
+		return 0, true // -0 too
+	}
+	i, err := strconv.ParseInt(sign+digits, 10, 64)
+	return i, err == nil
 }
 
 // maxProblems is how many of a result's problems its refusal names: a

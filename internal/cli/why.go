@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -220,17 +221,34 @@ func operatorKindOf(ctx context.Context, cfg *rest.Config, ns, name string) (sch
 		}
 	}
 	var found []schema.GroupVersionKind
+	var unread []error
 	for _, gvk := range kinds {
+		// Only the kinds of the object's scope: a cluster-scoped kind
+		// has no object default/NAME, whatever its name.
+		mapping, err := c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			unread = append(unread, fmt.Errorf("%s: %w", gvk.GroupKind(), err))
+			continue
+		}
+		if namespaced := mapping.Scope.Name() == meta.RESTScopeNameNamespace; namespaced != (ns != "") {
+			continue
+		}
 		u := &metav1.PartialObjectMetadata{}
 		u.SetGroupVersionKind(gvk)
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u); err == nil {
+		switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u); {
+		case err == nil:
 			found = append(found, gvk)
+		case !apierrors.IsNotFound(err):
+			unread = append(unread, fmt.Errorf("%s: %w", gvk.GroupKind(), err))
 		}
 	}
-	switch len(found) {
-	case 1:
+	switch {
+	case len(found) == 1 && len(unread) == 0:
 		return found[0], nil
-	case 0:
+	case len(found) <= 1 && len(unread) > 0:
+		// An object of a kind not read may be the one: no guess.
+		return schema.GroupVersionKind{}, fmt.Errorf("the kinds of the cluster's operators were not all read (%w)", errors.Join(unread...))
+	case len(found) == 0:
 		return schema.GroupVersionKind{}, fmt.Errorf("no kind of the cluster's %d operators has an object %s", len(ops.Items), objectRef(ns, name))
 	}
 	names := make([]string, len(found))

@@ -376,11 +376,17 @@ func newBench(ctx context.Context, opts options, kubeconfig, workDir string, log
 // a third of a core for two seconds running: the work a scenario leaves
 // them (the garbage collector's deletions, the watch cache's compaction)
 // then does not fall on the next subject's latencies, nor on its share
-// of their CPU. On a remote plane it waits for nothing.
-func (b *bench) settle(ctx context.Context, most time.Duration) error {
+// of their CPU. On a remote plane it waits for nothing. A plane still
+// busy after most is noted, naming what was about to be measured.
+func (b *bench) settle(ctx context.Context, most time.Duration, what string) error {
 	if b.plane == nil {
 		return nil
 	}
+	defer func(start time.Time) {
+		if time.Since(start) >= most {
+			b.note(fmt.Sprintf("%s: started on a plane still busy after %s (kube-apiserver and etcd above a third of a core)", what, most))
+		}
+	}(time.Now())
 	const window, quiet = time.Second, 1.0 / 3
 	last, err := b.planeSeconds()
 	if err != nil {

@@ -96,7 +96,7 @@ func (b *bench) plan(ctx context.Context) (err error) {
 	if err := e.stopped(); err != nil {
 		return err
 	}
-	if err := b.settle(ctx, time.Minute); err != nil {
+	if err := b.settle(ctx, time.Minute, "plan"); err != nil {
 		return err
 	}
 

@@ -122,7 +122,7 @@ func (b *bench) drainOnce(ctx context.Context, im impl, def, archive, doneField 
 	// The creates, and what the drain before left the plane to do, are
 	// not this drain's: its rate and its share of the API server's CPU
 	// start from a quiet plane.
-	if err := b.settle(ctx, drainSettle); err != nil {
+	if err := b.settle(ctx, drainSettle, fmt.Sprintf("the drain of %d Printers by %s (%s)", len(ns), im.Name, def)); err != nil {
 		return d, err
 	}
 	tr, err := b.c.track(ctx, doneField, false)
@@ -215,7 +215,7 @@ func (b *bench) live(ctx context.Context, im impl, rate int) error {
 		return err
 	}
 	defer c.stop()
-	if err := b.settle(ctx, time.Minute); err != nil {
+	if err := b.settle(ctx, time.Minute, fmt.Sprintf("live %s at %d/s", im.Name, rate)); err != nil {
 		return err
 	}
 	ns := names(fmt.Sprintf("r%d", rate), rate*int(b.opts.LiveDuration.Seconds()))

@@ -133,7 +133,7 @@ func TestHTTPRunsReuseTheirConnections(t *testing.T) {
 func TestHTTPNeverShowsTheTokenItSends(t *testing.T) {
 	token := "s3cret-t0ken"
 	long := strings.Repeat("eyJhbGciOiJSUzI1NiJ9", 45) // a ServiceAccount token's length: longer than any quote of the output
-	pad := strings.Repeat("x", 190)                     // the token across the 200 bytes a refusal quotes
+	pad := strings.Repeat("x", 190)                    // the token across the 200 bytes a refusal quotes
 	for _, c := range []struct {
 		name    string
 		handler http.HandlerFunc

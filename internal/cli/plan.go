@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opkit-dev/opkit/api/v1alpha1"
@@ -88,11 +87,11 @@ func runPlan(ctx context.Context, w, stderr io.Writer, f planFlags) error {
 	if err != nil {
 		return &exitError{code: planRefused, err: err}
 	}
-	previous, err := previousDefinition(f.against, cfg)
+	c, err := newClient(cfg, v1alpha1.AddToScheme)
 	if err != nil {
 		return &exitError{code: planRefused, err: err}
 	}
-	c, err := newClient(cfg, v1alpha1.AddToScheme)
+	previous, err := previousDefinition(f.against, c)
 	if err != nil {
 		return &exitError{code: planRefused, err: err}
 	}
@@ -165,7 +164,7 @@ func operatorPause(ctx context.Context, c client.Client, name string) (*v1alpha1
 
 // previousDefinition finds the definition each new one replaces: the
 // Operator of its name in file, or else in the cluster.
-func previousDefinition(file string, cfg *rest.Config) (func(context.Context, *definition.Definition) (*definition.Definition, error), error) {
+func previousDefinition(file string, c client.Client) (func(context.Context, *definition.Definition) (*definition.Definition, error), error) {
 	if file != "" {
 		olds, err := definition.CompileFiles(file)
 		if err != nil {
@@ -179,10 +178,6 @@ func previousDefinition(file string, cfg *rest.Config) (func(context.Context, *d
 			}
 			return nil, fmt.Errorf("--against %s has no Operator %s to plan against", file, d.Operator.Name)
 		}, nil
-	}
-	c, err := newClient(cfg, v1alpha1.AddToScheme)
-	if err != nil {
-		return nil, err
 	}
 	return func(ctx context.Context, d *definition.Definition) (*definition.Definition, error) {
 		op := &v1alpha1.Operator{}

@@ -201,7 +201,7 @@ func FuzzServeAnswers(f *testing.F) {
 				}
 				rest = rest[len(text):]
 				var res *Result
-				fuzzcheck.Within(t, "parseAnswer", bound, func() { res, err = parseAnswer(text) })
+				fuzzcheck.Within(t, "parseAnswer", bound, func() { res, err = secrets(nil).parseAnswer(text) })
 				// An answer is read as a process's whole stdout is.
 				plain, plainErr := ParseResult(bytes.TrimSuffix(text, []byte("\n")))
 				if (err == nil) != (plainErr == nil) || (err == nil && !reflect.DeepEqual(res, plain)) {

@@ -170,7 +170,7 @@ func (r *InImage) Run(ctx context.Context, req Request) (*Result, error) {
 	case out.Failure != nil:
 		return hidden.redactResult(nil, out.Failure.failure())
 	}
-	return hidden.redactResult(ParseResult(out.Result))
+	return hidden.redactResult(hidden.parseResult(out.Result))
 }
 
 // TimeoutDuration is the run's bound.

@@ -503,7 +503,7 @@ func (p *served) run(ctx context.Context, req Request, hidden secrets) (res *Res
 		return nil, false, p.exitFailure(ctx, stderr, detach, wrote)
 	}
 	detach()
-	res, err = parseAnswer(l.text)
+	res, err = hidden.parseAnswer(l.text)
 	if err != nil {
 		return nil, false, err
 	}
@@ -511,10 +511,11 @@ func (p *served) run(ctx context.Context, req Request, hidden secrets) (res *Res
 }
 
 // parseAnswer reads a process's answer, a line of its stdout (readAnswer),
-// as ParseResult does; a line that is not a result is a *Failure that
-// says what an answer is, and that the process is stopped.
-func parseAnswer(text []byte) (*Result, error) {
-	res, err := ParseResult(text)
+// as ParseResult does, quoting it with h's values hidden; a line that is
+// not a result is a *Failure that says what an answer is, and that the
+// process is stopped.
+func (h secrets) parseAnswer(text []byte) (*Result, error) {
+	res, err := h.parseResult(text)
 	if err != nil {
 		f := AsFailure(err)
 		f.Message += "; in exec.mode Serve a result is one line of JSON (print it compact, then flush), and the process is stopped, as its next answer could be out of step"

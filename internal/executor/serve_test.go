@@ -196,6 +196,24 @@ func TestServeReadsSecretsEachRunAndHidesThem(t *testing.T) {
 	}
 }
 
+// An answer that is no result is quoted by the run's failure, cut at 200
+// bytes: a Secret's value across the cut is hidden before the cut, and
+// shows no start of it.
+func TestServeHidesASecretAcrossTheQuoteOfAnAnswer(t *testing.T) {
+	value := strings.Repeat("s3cret", 10)
+	s := newServe([]string{serveLoop(t, `echo "`+strings.Repeat("x", 190)+`$TOKEN"`)}, 1)
+	s.Action.Env = []v1alpha1.EnvVar{{Name: "TOKEN", ValueFrom: &v1alpha1.EnvVarSource{SecretKeyRef: &v1alpha1.SecretKeyRef{Namespace: "ns", Name: "s", Key: "token"}}}}
+	s.Secret = func(context.Context, string, string, string) (string, error) { return value, nil }
+	defer s.Close()
+	_, _, err := serveRun(s, "a", 10*time.Second)
+	if err == nil {
+		t.Fatal("an answer that is no result was taken")
+	}
+	if msg := AsFailure(err).Message; strings.Contains(msg, "s3cr") || !strings.Contains(msg, "***") {
+		t.Errorf("the failure %q shows the Secret's start, or no ***", msg)
+	}
+}
+
 func TestServeCloseStopsItsProcessesAndLaterRunsStillRun(t *testing.T) {
 	// The handler ignores SIGTERM and the end of its input while a run is
 	// not asked: Close kills it after its grace.

@@ -74,6 +74,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -133,6 +134,9 @@ type options struct {
 	ProfileDir  string
 	// Subjects are the drains' controllers by name; empty: all.
 	Subjects []string
+	// Steps, when set, picks the steps of each run that are taken: those
+	// whose description (as the log prints it) it matches.
+	Steps *regexp.Regexp
 }
 
 var allScenarios = []string{"ceiling", "drain", "live", "memory", "idle", "handlers", "archive", "console", "watch", "webhook", "sources", "plan"}
@@ -240,6 +244,7 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	subjects := fs.String("subjects", "", "the controllers of drain, live and watch (which then leaves out the peers), comma-separated: opkit, opkit-serve (the watch's), opkit-b, baseline-1, baseline-8 (default: all)")
 	fs.StringVar(&opkitB.Exe, "opkit-b", "", "a bench binary built at another commit: its opkit drains beside this one's, as opkit-b, for an A/B comparison in one run")
 	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory (and an execution trace of its first 3 s, NAME-trace-PID.pprof, for go tool trace), and the API server's CPU profile during each drain (apiserver-SUBJECT-N.pprof, 2 s each; a plane the bench starts serves them)")
+	steps := fs.String("steps", "", "take only the steps whose description, as the log prints it after \"run N/M: \", this regular expression matches (e.g. 'without a handler|archive true$'), to measure a few settings side by side quickly")
 	jsonPath := fs.String("json", "", "also write the figures as JSON to this file")
 	preparePeers := fs.Bool("prepare-peers", false, "only prepare the peers (python3-kubernetes installed, shell-operator built into the cache), then exit: what make test does before its tests, so that no build runs beside them")
 	kubeconfig := fs.String("kubeconfig", "", "use this cluster instead of starting a local control plane")
@@ -247,6 +252,13 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	opts.Scenarios = strings.Split(*scenarios, ",")
+	if *steps != "" {
+		re, err := regexp.Compile(*steps)
+		if err != nil {
+			return fmt.Errorf("-steps: %w", err)
+		}
+		opts.Steps = re
+	}
 	if *subjects != "" {
 		opts.Subjects = strings.Split(*subjects, ",")
 		for _, s := range opts.Subjects {

@@ -17,6 +17,9 @@ func (b *bench) run(ctx context.Context) error {
 	on := func(s string) bool { return slices.Contains(b.opts.Scenarios, s) }
 	for run := 1; run <= b.opts.Runs; run++ {
 		step := func(what string, f func() error) error {
+			if b.opts.Steps != nil && !b.opts.Steps.MatchString(what) {
+				return nil
+			}
 			fmt.Fprintf(b.log, "run %d/%d: %s\n", run, b.opts.Runs, what)
 			t0 := time.Now()
 			if err := f(); err != nil {

@@ -71,10 +71,12 @@ type Options struct {
 	// working directories resolve from it. Defaults to the working
 	// directory.
 	Files string
-	// CAFile is the PEM of the CAs that sign the engine's certificate.
+	// CAFile is the PEM of the CAs that sign the engine's certificate,
+	// read again at most every second, and after a request fails.
 	// Required.
 	CAFile string
-	// TokenFile holds the runner's token, read again for each request.
+	// TokenFile holds the runner's token, read again at most every
+	// second, and after a request fails or is refused as unauthorized.
 	// Required.
 	TokenFile string
 	// Parallel is how many runs the agent runs at once. Defaults to 4.
@@ -117,6 +119,10 @@ type agent struct {
 	client  *http.Client
 	caError string // the CA file's last error, said once
 
+	// caFile and tokenFile are read again at most every rereadEvery: a
+	// run makes three requests, and each read both (issue 53).
+	caFile, tokenFile *reread
+
 	// serves are the Serve handlers' processes, by handler: kept between
 	// runs as the engine keeps them locally, replaced when the handler's
 	// command, directory or processes change (the operator changed).
@@ -156,7 +162,7 @@ func newAgent(opts Options) (*agent, error) {
 		opts.Files, _ = os.Getwd()
 	}
 	q := url.Values{"operator": {opts.Operator}, "image": {opts.Image}}
-	a := &agent{opts: opts, query: "?" + q.Encode()}
+	a := &agent{opts: opts, query: "?" + q.Encode(), caFile: &reread{path: opts.CAFile}, tokenFile: &reread{path: opts.TokenFile}}
 	if _, err := a.httpClient(); err != nil {
 		return nil, err
 	}
@@ -168,7 +174,7 @@ func newAgent(opts Options) (*agent, error) {
 // A CA file that cannot be read or parsed later keeps the client that
 // trusts the last good one.
 func (a *agent) httpClient() (*http.Client, error) {
-	pem, err := os.ReadFile(a.opts.CAFile)
+	pem, err := a.caFile.read()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err == nil && a.client != nil && bytes.Equal(pem, a.ca) {
@@ -224,7 +230,46 @@ func (a *agent) do(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.Do(req)
+	resp, err := c.Do(req)
+	if err != nil || resp.StatusCode == http.StatusUnauthorized {
+		// A new engine's CA, or a token rotated: the next request reads
+		// the files again.
+		a.caFile.expire()
+		a.tokenFile.expire()
+	}
+	return resp, err
+}
+
+// rereadEvery is how long a read of the CA or token file serves: both are
+// replaced long before the old content stops working (a projected token
+// at 80% of its life), and a request that fails reads them again.
+const rereadEvery = time.Second
+
+// reread is a file's content, read again once rereadEvery has passed, or
+// after expire.
+type reread struct {
+	path string
+
+	mu   sync.Mutex
+	data []byte
+	err  error
+	at   time.Time // of the last read; zero: read at the next call
+}
+
+func (f *reread) read() ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at.IsZero() || time.Since(f.at) >= rereadEvery {
+		f.data, f.err = os.ReadFile(f.path)
+		f.at = time.Now()
+	}
+	return f.data, f.err
+}
+
+func (f *reread) expire() {
+	f.mu.Lock()
+	f.at = time.Time{}
+	f.mu.Unlock()
 }
 
 // loop takes and runs runs, one at a time, until ctx ends.
@@ -247,9 +292,10 @@ func (a *agent) loop(ctx context.Context) {
 	}
 }
 
-// request makes a request to the engine, with the token read now.
+// request makes a request to the engine, with the token its file holds
+// (read again at most every rereadEvery).
 func (a *agent) request(ctx context.Context, path string, body io.Reader) (*http.Request, error) {
-	token, err := os.ReadFile(a.opts.TokenFile)
+	token, err := a.tokenFile.read()
 	if err != nil {
 		return nil, fmt.Errorf("reading the runner's token: %w", err)
 	}

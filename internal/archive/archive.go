@@ -188,6 +188,13 @@ type Run struct {
 	// its trace id finds the run in a tracing backend. "" for a run
 	// recorded before opkit traced runs.
 	Trace string `json:"trace,omitempty"`
+
+	// LogTail is the end of the run's log, which the engine holds until
+	// the run's end is recorded: Finish appends it, as AppendLog would,
+	// in the same transaction as the end, so that a short run's log costs
+	// no write of its own, and a refused end keeps its log with it. Never
+	// read back: the log is read with Logs.
+	LogTail []byte `json:"-"`
 }
 
 // Object returns namespace/name, or the name of a cluster-scoped object.
@@ -467,8 +474,9 @@ type Recorder interface {
 	Insert(ctx context.Context, r *Run) error
 	// Finish records how a run ended: FinishedAt, Outcome, Error,
 	// NextRetryAt, Writes and Result, and Runner when it is set (an empty one
-	// keeps what SetRunner recorded). A Skipped run replaces the object's
-	// earlier Skipped runs of the handler.
+	// keeps what SetRunner recorded), and appends LogTail to its log, all
+	// in one transaction. A Skipped run replaces the object's earlier
+	// Skipped runs of the handler.
 	Finish(ctx context.Context, r *Run) error
 	// SetRunner records the runner that claimed a running run (Run.Runner),
 	// so that a run in flight names it. An unknown run is ErrNotFound.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The statements of runs, logs and handler records; see sqlite.go for why
@@ -80,14 +81,30 @@ func failedFlag(o Outcome) int16 {
 	return 0
 }
 
-// Finish records how a run ended.
+// Finish records how a run ended, with the tail of its log (LogTail)
+// in the same transaction.
 func (p *Postgres) Finish(ctx context.Context, r *Run) error {
-	tag, err := p.pool.Exec(ctx, pgFinishRunSQL, nanos(r.FinishedAt), string(r.Outcome), failedFlag(r.Outcome), r.Error, nanos(r.NextRetryAt),
-		marshal(r.Writes), r.Runner, string(r.Result), r.ID)
+	args := []any{nanos(r.FinishedAt), string(r.Outcome), failedFlag(r.Outcome), r.Error, nanos(r.NextRetryAt),
+		marshal(r.Writes), r.Runner, string(r.Result), r.ID}
+	var err error
+	var n int64
+	if len(r.LogTail) == 0 {
+		var tag pgconn.CommandTag
+		tag, err = p.pool.Exec(ctx, pgFinishRunSQL, args...)
+		n = tag.RowsAffected()
+	} else {
+		err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, pgFinishRunSQL, args...)
+			if n = tag.RowsAffected(); err != nil || n == 0 {
+				return err
+			}
+			return p.appendLog(ctx, tx, r.ID, r.LogTail)
+		})
+	}
 	if err != nil {
 		return p.fail("finishing run "+r.ID, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return fmt.Errorf("archive: finishing run %s: %w", r.ID, ErrNotFound)
 	}
 	if r.Outcome == Skipped {
@@ -136,35 +153,7 @@ func (p *Postgres) AppendLog(ctx context.Context, id string, data []byte) error 
 		return nil
 	}
 	what := "log of run " + id
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		var size int64
-		var truncated bool
-		err := tx.QueryRow(ctx, pgLogHeadSQL, id).Scan(&size, &truncated)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotFound
-		}
-		if err != nil {
-			return err
-		}
-		limit, head := p.opts.LogLimit, p.opts.LogHead
-		pieces, end, cut := placeLog(size, data, limit, head)
-		for _, piece := range pieces {
-			if _, err := tx.Exec(ctx, pgLogInsertSQL, id, piece.Pos, piece.Data); err != nil {
-				return err
-			}
-		}
-		if end > limit {
-			truncated = true
-			if _, err := tx.Exec(ctx, pgLogCutSQL, id, head, cut); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, pgLogShortenSQL, id, head, cut); err != nil {
-				return err
-			}
-		}
-		_, err = tx.Exec(ctx, pgLogSizeSQL, end, truncated, id)
-		return err
-	})
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error { return p.appendLog(ctx, tx, id, data) })
 	if errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("archive: %s: %w", what, err)
 	}
@@ -172,6 +161,38 @@ func (p *Postgres) AppendLog(ctx context.Context, id string, data []byte) error 
 		return p.fail(what, err)
 	}
 	return nil
+}
+
+// appendLog is AppendLog's write, in tx, which holds the run's row from
+// then on; an unknown run is ErrNotFound.
+func (p *Postgres) appendLog(ctx context.Context, tx pgx.Tx, id string, data []byte) error {
+	var size int64
+	var truncated bool
+	err := tx.QueryRow(ctx, pgLogHeadSQL, id).Scan(&size, &truncated)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	limit, head := p.opts.LogLimit, p.opts.LogHead
+	pieces, end, cut := placeLog(size, data, limit, head)
+	for _, piece := range pieces {
+		if _, err := tx.Exec(ctx, pgLogInsertSQL, id, piece.Pos, piece.Data); err != nil {
+			return err
+		}
+	}
+	if end > limit {
+		truncated = true
+		if _, err := tx.Exec(ctx, pgLogCutSQL, id, head, cut); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, pgLogShortenSQL, id, head, cut); err != nil {
+			return err
+		}
+	}
+	_, err = tx.Exec(ctx, pgLogSizeSQL, end, truncated, id)
+	return err
 }
 
 // Get returns one run.

@@ -431,6 +431,11 @@ func (s *SQLite) Finish(ctx context.Context, r *Run) error {
 		if n, _ := res.RowsAffected(); n == 0 {
 			return fmt.Errorf("archive: finishing run %s: %w", r.ID, ErrNotFound)
 		}
+		if len(r.LogTail) > 0 {
+			if err := s.appendLog(ctx, tx, r.ID, r.LogTail); err != nil {
+				return err
+			}
+		}
 		if r.Outcome == Skipped {
 			// Through runs_uid; the logs go with their runs (ON DELETE CASCADE).
 			if _, err := tx.ExecContext(ctx, foldSkippedSQL, r.UID, r.Handler, r.ID); err != nil {

@@ -81,6 +81,9 @@ func (m *Memory) Also(fs ...Forgetter) {
 // Forget drops everything kept of an object that is gone.
 func (m *Memory) Forget(key types.NamespacedName) {
 	m.mu.Lock()
+	if o := m.objects[key]; o != nil && o.flight != nil {
+		o.flight.orphan()
+	}
 	delete(m.objects, key)
 	delete(m.writes, key)
 	m.mu.Unlock()
@@ -150,6 +153,9 @@ func (m *Memory) object(cr *unstructured.Unstructured) *objectState {
 	key := types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}
 	o := m.objects[key]
 	if o == nil || o.uid != cr.GetUID() {
+		if o != nil && o.flight != nil {
+			o.flight.orphan() // an object of the name before this one
+		}
 		o = &objectState{uid: cr.GetUID()}
 		m.objects[key] = o
 	}

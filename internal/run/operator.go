@@ -138,7 +138,7 @@ func (rn *Runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 		return Outcome{}, false
 	}
 	log = log.WithValues("run", run.ID)
-	alog.Flush()
+	run.LogTail = alog.End() // recorded with the end
 	run.FinishedAt = time.Now().UTC()
 	if ctx.Err() != nil {
 		rn.cancelled(run, log)

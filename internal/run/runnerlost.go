@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,17 +16,43 @@ import (
 )
 
 // onRunner is a run's executor.Request.OnRunner: the runner Pod that
-// claimed it is recorded at once, so that a run in flight names it, and
-// again with the run's end. It is called in the run's goroutine, which
-// owns run until it ends.
-func (rn *Runner) onRunner(run *archive.Run) func(string) {
-	return func(name string) {
+// claimed it goes with the run's end (run.Runner); a run that lasts past
+// runnerNamedAfter has it recorded before, so that a run in flight names
+// it, while a short run's end records it without a write of its own.
+// claimed is called in the run's goroutine, which owns run until it
+// ends; ended, once the executor returned, cancels the early record.
+func (rn *Runner) onRunner(run *archive.Run) (claimed func(string), ended func()) {
+	var mu sync.Mutex
+	var early *time.Timer
+	over := false
+	claimed = func(name string) {
 		run.Runner = name
-		if err := rn.archive.SetRunner(rn.ctx, run.ID, name); err != nil && rn.ctx.Err() == nil {
-			rn.log.Error(err, "recording the runner of a run; its end records it", "run", run.ID, "runner", name)
+		id := run.ID
+		mu.Lock()
+		defer mu.Unlock()
+		if over {
+			return
+		}
+		early = time.AfterFunc(runnerNamedAfter, func() {
+			if err := rn.archive.SetRunner(rn.ctx, id, name); err != nil && rn.ctx.Err() == nil {
+				rn.log.Error(err, "recording the runner of a run; its end records it", "run", id, "runner", name)
+			}
+		})
+	}
+	ended = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		over = true
+		if early != nil {
+			early.Stop()
 		}
 	}
+	return claimed, ended
 }
+
+// runnerNamedAfter is how long a run on a runner goes before the archive
+// names its runner: as soon as its log's first lines show.
+const runnerNamedAfter = logFlushEvery
 
 // lostRunner is the outcome of a run whose end is not known, its runner
 // Pod lost mid-run (executor.Interrupted): Cancelled, so that it runs

@@ -39,6 +39,33 @@ type flight struct {
 	// which the handler's record then holds as seen.
 	span    trace.Span
 	adopted string
+	// log is the run's log in the archive; its tail, once the run
+	// ended, waits in run.LogTail for the end's record (Finish).
+	// forgotten: the memory dropped the object (it is gone, or another
+	// of its name took its place), and no step will record the end.
+	log       *archiveLog
+	forgotten bool
+}
+
+// orphan marks f forgotten by the memory, which holds mu: a run that
+// ended has its log's tail written now, since no end's record will
+// carry it; one still running writes it at its end (Runner.end).
+func (f *flight) orphan() {
+	f.forgotten = true
+	if f.done {
+		go f.writeTail()
+	}
+}
+
+// writeTail writes the log's tail the run's end holds, for a run whose
+// end no step records.
+func (f *flight) writeTail() {
+	if f.log == nil || f.run == nil || len(f.run.LogTail) == 0 {
+		return
+	}
+	tail := f.run.LogTail
+	f.run.LogTail = nil
+	_ = f.log.store.AppendLog(context.WithoutCancel(f.log.ctx), f.log.id, tail)
 }
 
 // end records a run's end and wakes its object, unless a caller waits
@@ -46,8 +73,11 @@ type flight struct {
 func (rn *Runner) end(f *flight, woken *unstructured.Unstructured, res *executor.Result, err error) {
 	rn.mem.mu.Lock()
 	f.done, f.result, f.err = true, res, err
-	awaited := f.awaited
+	awaited, forgotten := f.awaited, f.forgotten
 	rn.mem.mu.Unlock()
+	if forgotten {
+		f.writeTail()
+	}
 	if f.ended != nil {
 		close(f.ended)
 	}
@@ -130,6 +160,7 @@ func (rn *Runner) start(ctx context.Context, cr *unstructured.Unstructured, c *c
 		Attempt: attempt, Old: c.Old, Diff: c.Diff, Children: RedactSecrets(vars.Children), Related: RedactRelatedSecrets(vars.Related),
 	}
 	p.alog = &archiveLog{ctx: rn.ctx, store: rn.archive, id: f.run.ID}
+	f.log = p.alog
 	p.req = executor.Request{
 		RunID: f.run.ID, Handler: h.Name, Trigger: trigger, Key: key, Attempt: attempt, Timeout: h.Timeout,
 		Log:    p.alog,
@@ -194,7 +225,9 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 				rn.events.Eventf(woken, nil, corev1.EventTypeNormal, "HandlerStarted", runAction(run.ID), "handler %s (%s, attempt %d): run %s", run.Handler, run.Trigger, run.Attempt, rn.runRef(run.ID))
 			}
 		})
-		p.alog.Flush()
+		// The log's last bytes go with the run's end, in its transaction
+		// (archive.Run.LogTail), not in a write of their own.
+		run.LogTail = p.alog.End()
 		if rn.ctx.Err() != nil {
 			// The operator stopped or changed: the run is cancelled, and the
 			// next engine runs it again with the same key.
@@ -270,9 +303,11 @@ func (rn *Runner) execute(ctx context.Context, run *archive.Run, req executor.Re
 	}
 	span.AddEvent("recorded")
 	started()
-	req.OnRunner = rn.onRunner(run)
+	var ended func()
+	req.OnRunner, ended = rn.onRunner(run)
 	rn.metrics.inFlight.WithLabelValues(operator).Inc()
 	res, err = rn.executor(run.Handler).Run(ctx, req)
+	ended()
 	rn.metrics.inFlight.WithLabelValues(operator).Dec()
 	span.AddEvent("executed")
 	return res, true, err
@@ -416,6 +451,7 @@ type archiveLog struct {
 	mu    sync.Mutex
 	buf   []byte
 	timer *time.Timer
+	ended bool // End was called: each write is written at once
 }
 
 // NewLog returns the archive log of run id, for a run executed outside a
@@ -437,12 +473,27 @@ func (l *archiveLog) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	l.buf = append(l.buf, p...)
 	switch {
-	case len(l.buf) >= logFlushBytes:
+	case l.ended || len(l.buf) >= logFlushBytes:
 		l.flushLocked()
 	case l.timer == nil:
 		l.timer = time.AfterFunc(logFlushEvery, l.Flush)
 	}
 	return len(p), nil
+}
+
+// End ends the log's buffering at its run's end: it returns what is
+// buffered, for the run's end to record (archive.Run.LogTail), and
+// writes whatever comes later at once.
+func (l *archiveLog) End() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+	tail := l.buf
+	l.buf, l.ended = nil, true
+	return tail
 }
 
 // Flush writes the buffered log to the archive.

@@ -32,6 +32,7 @@ func Run(t *testing.T, open Open) {
 		{"RerunsLinkedBothWaysWithInputAndResult", rerunsLinkedBothWaysWithInputAndResult},
 		{"FinishUnknownRun", finishUnknownRun},
 		{"LogsAppendReadAndCap", logsAppendReadAndCap},
+		{"FinishAppendsTheLogTail", finishAppendsTheLogTail},
 		{"ListFiltersAndPages", listFiltersAndPages},
 		{"ListTimeBounds", listTimeBounds},
 		{"ListRejectsForeignCursor", listRejectsForeignCursor},
@@ -289,6 +290,56 @@ func logsAppendReadAndCap(t *testing.T, open Open) {
 	l, _ = s.Logs(ctx, r2.ID, 0)
 	if want := string(huge[:25]) + archive.CutMarker(int64(len(huge)-100)) + string(huge[len(huge)-75:]); string(l.Data) != want {
 		t.Errorf("a huge write kept %q, want %q", l.Data, want)
+	}
+}
+
+// finishAppendsTheLogTail: the end of a run's log, held by the engine
+// until the run ends, is appended by Finish as AppendLog would append it,
+// within the log's limits; a Finish that fails appends nothing.
+func finishAppendsTheLogTail(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{LogLimit: 100, LogHead: 25})
+	ctx := context.Background()
+	r := newRun(time.Now(), "op", "ns", "n", "h")
+	insert(t, s, r)
+	if err := s.AppendLog(ctx, r.ID, []byte("first, while it ran\n")); err != nil {
+		t.Fatal(err)
+	}
+	r.LogTail = []byte("last, at its end\n")
+	finish(t, s, r, archive.Failed)
+	want := "first, while it ran\nlast, at its end\n"
+	l, err := s.Logs(ctx, r.ID, 0)
+	if err != nil || string(l.Data) != want || l.Truncated || l.Next != int64(len(want)) {
+		t.Fatalf("Logs = %+v, %v; want %q whole", l, err, want)
+	}
+	got, err := s.Get(ctx, r.ID)
+	if err != nil || got.Outcome != archive.Failed || got.LogBytes != int64(len(want)) || got.LogTruncated {
+		t.Fatalf("Get = %+v, %v; want Failed with %d log bytes", got, err, len(want))
+	}
+
+	// Past the limit, the tail is cut as an append is.
+	r2 := newRun(time.Now(), "op", "ns", "n2", "h")
+	insert(t, s, r2)
+	r2.LogTail = append(append([]byte("first line\n"), bytes.Repeat([]byte("-"), 1000)...), "last line\n"...)
+	finish(t, s, r2, archive.Succeeded)
+	l, _ = s.Logs(ctx, r2.ID, 0)
+	tail := r2.LogTail
+	if want := string(tail[:25]) + archive.CutMarker(int64(len(tail)-100)) + string(tail[len(tail)-75:]); string(l.Data) != want || !l.Truncated {
+		t.Errorf("a long tail kept %q (truncated %v), want %q, truncated", l.Data, l.Truncated, want)
+	}
+
+	// A run with no tail keeps the log it had.
+	r3 := newRun(time.Now(), "op", "ns", "n3", "h")
+	insert(t, s, r3)
+	finish(t, s, r3, archive.Succeeded)
+	if l, err := s.Logs(ctx, r3.ID, 0); err != nil || len(l.Data) != 0 || l.Next != 0 {
+		t.Errorf("the log of a run finished without a tail: %+v, %v; want none", l, err)
+	}
+
+	// An unknown run's end is refused, its tail with it.
+	r4 := newRun(time.Now(), "op", "ns", "n4", "h")
+	r4.Outcome, r4.LogTail = archive.Succeeded, []byte("lost\n")
+	if err := s.Finish(ctx, r4); !errors.Is(err, archive.ErrNotFound) {
+		t.Errorf("Finish with a tail of an unknown run: %v, want ErrNotFound", err)
 	}
 }
 

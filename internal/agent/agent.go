@@ -12,8 +12,9 @@
 // The agent dials the engine over HTTPS, trusting only the CA file (read
 // again when it changes: the kubelet updates a mounted ConfigMap when the
 // engine rotates its CA), and authenticates with its projected
-// ServiceAccount token, read again for every request (the kubelet renews
-// it).
+// ServiceAccount token (the kubelet renews it). Both files are read again
+// at most every second, and after a request that failed or was refused
+// as unauthorized.
 //
 // An engine replaced (upgraded, restarted, rescheduled, SIGKILLed) is
 // found again within seconds: a take waits at most TakeTimeout (longer

@@ -110,33 +110,46 @@ func BenchmarkQueries(b *testing.B) {
 	}
 }
 
-// BenchmarkRecordingConcurrently records runs as the engine does (insert,
-// a log line, a lookup by key, finish) from 16 goroutines, as 16
-// concurrent handler runs would.
+// BenchmarkRecordingConcurrently records runs as the engine does (a
+// lookup by key, insert, a log line, finish) from 16 goroutines, as 16
+// concurrent handler runs would: the log line in a write of its own, as
+// the engine wrote a run's log before, and with the run's end
+// (Run.LogTail), as it writes a short run's log now.
 func BenchmarkRecordingConcurrently(b *testing.B) {
-	s := openSQLite(b, archive.Options{})
-	defer func() { _ = s.Close() }()
-	ctx := context.Background()
-	b.SetParallelism(8) // 8 x GOMAXPROCS(2) = 16 goroutines
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			now := time.Now()
-			id := archive.NewID(now)
-			// Each run its own key, as each object's generation has in the engine.
-			r := &archive.Run{ID: id, Operator: "op", Handler: "h", Name: "n", Key: "uid-" + id + "/1/h", StartedAt: now, Outcome: archive.Running}
-			if _, err := s.Succeeded(ctx, r.Key); err != nil {
-				b.Fatal(err)
-			}
-			if err := s.Insert(ctx, r); err != nil {
-				b.Fatal(err)
-			}
-			if err := s.AppendLog(ctx, r.ID, []byte("a line of log\n")); err != nil {
-				b.Fatal(err)
-			}
-			r.Outcome, r.FinishedAt = archive.Succeeded, time.Now()
-			if err := s.Finish(ctx, r); err != nil {
-				b.Fatal(err)
-			}
+	for _, withEnd := range []bool{false, true} {
+		name := "log apart"
+		if withEnd {
+			name = "log with the end"
 		}
-	})
+		b.Run(name, func(b *testing.B) {
+			s := openSQLite(b, archive.Options{})
+			defer func() { _ = s.Close() }()
+			ctx := context.Background()
+			b.SetParallelism(8) // 8 x GOMAXPROCS(2) = 16 goroutines
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					now := time.Now()
+					id := archive.NewID(now)
+					// Each run its own key, as each object's generation has in the engine.
+					r := &archive.Run{ID: id, Operator: "op", Handler: "h", Name: "n", Key: "uid-" + id + "/1/h", StartedAt: now, Outcome: archive.Running}
+					if _, err := s.Succeeded(ctx, r.Key); err != nil {
+						b.Fatal(err)
+					}
+					if err := s.Insert(ctx, r); err != nil {
+						b.Fatal(err)
+					}
+					line := []byte("a line of log\n")
+					if withEnd {
+						r.LogTail = line
+					} else if err := s.AppendLog(ctx, r.ID, line); err != nil {
+						b.Fatal(err)
+					}
+					r.Outcome, r.FinishedAt = archive.Succeeded, time.Now()
+					if err := s.Finish(ctx, r); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
 }

@@ -45,15 +45,25 @@ func (w *ArchiveWriter) Insert(ctx context.Context, r *archive.Run) error {
 	return err
 }
 
-// Finish records a run's end, or keeps it to record later.
+// Finish records a run's end, or keeps it to record later. The tail of
+// its log (Run.LogTail) a refused end of the run held goes with a later
+// one, which the kept one then no longer is.
 func (w *ArchiveWriter) Finish(ctx context.Context, r *archive.Run) error {
+	w.mu.Lock()
+	if p, ok := w.pending[r.ID]; ok && len(r.LogTail) == 0 {
+		r.LogTail = p.LogTail
+	}
+	w.mu.Unlock()
 	err := w.Recorder.Finish(ctx, r)
 	w.report(ctx, err)
-	if err != nil && ctx.Err() == nil {
-		w.mu.Lock()
+	w.mu.Lock()
+	switch {
+	case err == nil:
+		delete(w.pending, r.ID)
+	case ctx.Err() == nil:
 		w.pending[r.ID] = *r
-		w.mu.Unlock()
 	}
+	w.mu.Unlock()
 	return err
 }
 

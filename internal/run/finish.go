@@ -64,7 +64,7 @@ func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	}
 	traced(st, f, o.Verdict == Retry)
 	run.FinishedAt = time.Now().UTC()
-	if err := rn.archive.Finish(ctx, run); err != nil {
+	if err := rn.recordEnd(ctx, run, f.log); err != nil {
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s ended %s, which the archive could not record (%v); it is recorded once the archive can", run.ID, run.Outcome, err)
 	}
 	rn.ended(run)

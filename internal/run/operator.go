@@ -138,14 +138,14 @@ func (rn *Runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 		return Outcome{}, false
 	}
 	log = log.WithValues("run", run.ID)
-	run.LogTail = alog.End() // recorded with the end
+	alog.End() // its tail is recorded with the end
 	run.FinishedAt = time.Now().UTC()
 	if ctx.Err() != nil {
-		rn.cancelled(run, log)
+		rn.cancelled(run, alog, log)
 		return Outcome{Verdict: Cancelled}, false
 	}
 	if lost, ok := lostRunner(err); ok {
-		rn.operatorRunLost(ctx, run, lost, log)
+		rn.operatorRunLost(ctx, run, alog, lost, log)
 		return lost, true
 	}
 	o = judge(res, err)
@@ -181,7 +181,7 @@ func (rn *Runner) runOnce(ctx context.Context, h *definition.Handler, run *archi
 			run.Writes = append(run.Writes, "event "+ev.Type+" "+ev.Reason)
 		}
 	}
-	if err := rn.archive.Finish(context.WithoutCancel(ctx), run); err != nil {
+	if err := rn.recordEnd(context.WithoutCancel(ctx), run, alog); err != nil {
 		log.Error(err, "the archive could not record the run's end", "outcome", run.Outcome)
 	}
 	rn.ended(run)

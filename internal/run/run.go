@@ -133,6 +133,7 @@ type Runner struct {
 	namespace string
 	runEvents bool // Config.RunEvents
 	running   sync.WaitGroup
+	held      heldLogs // the log tails of ended runs whose end is not recorded
 	// paused is the operator's own pause (pause.go).
 	paused operatorPause
 }
@@ -196,8 +197,13 @@ func (rn *Runner) WakeAll() {
 }
 
 // Wait waits for the runs' goroutines; the operator's context, once done,
-// cancels the runs.
-func (rn *Runner) Wait() { rn.running.Wait() }
+// cancels the runs. Then the logs of runs that ended, but whose end no
+// worker recorded before the operator stopped, are written whole: the
+// next engine finds those runs Running, and cancels them.
+func (rn *Runner) Wait() {
+	rn.running.Wait()
+	rn.held.release()
+}
 
 // HasDelete reports whether any handler runs on delete, and so whether
 // opkit holds a finalizer. A nil runner has none.

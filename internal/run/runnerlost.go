@@ -76,7 +76,7 @@ func (rn *Runner) interrupted(ctx context.Context, cr *unstructured.Unstructured
 	}
 	run := f.run
 	run.Outcome, run.Error, run.FinishedAt = archive.Cancelled, o.Reason, time.Now().UTC()
-	if err := rn.archive.Finish(ctx, run); err != nil {
+	if err := rn.recordEnd(ctx, run, f.log); err != nil {
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s ended %s, which the archive could not record (%v)", run.ID, run.Outcome, err)
 	}
 	rn.ended(run)
@@ -87,9 +87,9 @@ func (rn *Runner) interrupted(ctx context.Context, cr *unstructured.Unstructured
 
 // operatorRunLost records an operator run whose runner was lost as
 // Cancelled; RunForOperator runs it again at once with its key.
-func (rn *Runner) operatorRunLost(ctx context.Context, run *archive.Run, o Outcome, log interface{ Error(error, string, ...any) }) {
+func (rn *Runner) operatorRunLost(ctx context.Context, run *archive.Run, l *archiveLog, o Outcome, log interface{ Error(error, string, ...any) }) {
 	run.Outcome, run.Error = archive.Cancelled, o.Reason
-	if err := rn.archive.Finish(context.WithoutCancel(ctx), run); err != nil {
+	if err := rn.recordEnd(context.WithoutCancel(ctx), run, l); err != nil {
 		log.Error(err, "the archive could not record the run's end", "outcome", run.Outcome)
 	}
 	rn.ended(run)

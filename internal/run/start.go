@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -39,33 +38,22 @@ type flight struct {
 	// which the handler's record then holds as seen.
 	span    trace.Span
 	adopted string
-	// log is the run's log in the archive; its tail, once the run
-	// ended, waits in run.LogTail for the end's record (Finish).
+	// log is the run's log in the archive, which holds its tail from the
+	// run's end until the end's record (Runner.recordEnd) takes it.
 	// forgotten: the memory dropped the object (it is gone, or another
 	// of its name took its place), and no step will record the end.
 	log       *archiveLog
 	forgotten bool
 }
 
-// orphan marks f forgotten by the memory, which holds mu: a run that
-// ended has its log's tail written now, since no end's record will
-// carry it; one still running writes it at its end (Runner.end).
+// orphan marks f forgotten by the memory, which holds mu: the log of a
+// run that ended is written now, since no end's record will carry its
+// tail; one still running writes it at its end (Runner.end).
 func (f *flight) orphan() {
 	f.forgotten = true
-	if f.done {
-		go f.writeTail()
+	if f.done && f.log != nil {
+		go f.log.release()
 	}
-}
-
-// writeTail writes the log's tail the run's end holds, for a run whose
-// end no step records.
-func (f *flight) writeTail() {
-	if f.log == nil || f.run == nil || len(f.run.LogTail) == 0 {
-		return
-	}
-	tail := f.run.LogTail
-	f.run.LogTail = nil
-	_ = f.log.store.AppendLog(context.WithoutCancel(f.log.ctx), f.log.id, tail)
 }
 
 // end records a run's end and wakes its object, unless a caller waits
@@ -75,8 +63,8 @@ func (rn *Runner) end(f *flight, woken *unstructured.Unstructured, res *executor
 	f.done, f.result, f.err = true, res, err
 	awaited, forgotten := f.awaited, f.forgotten
 	rn.mem.mu.Unlock()
-	if forgotten {
-		f.writeTail()
+	if forgotten && f.log != nil {
+		f.log.release()
 	}
 	if f.ended != nil {
 		close(f.ended)
@@ -159,7 +147,7 @@ func (rn *Runner) start(ctx context.Context, cr *unstructured.Unstructured, c *c
 		Operator: rn.def.Operator.Name, Handler: h.Name, Trigger: trigger, RunID: f.run.ID, IdempotencyKey: key,
 		Attempt: attempt, Old: c.Old, Diff: c.Diff, Children: RedactSecrets(vars.Children), Related: RedactRelatedSecrets(vars.Related),
 	}
-	p.alog = &archiveLog{ctx: rn.ctx, store: rn.archive, id: f.run.ID}
+	p.alog = &archiveLog{ctx: rn.ctx, store: rn.archive, id: f.run.ID, held: &rn.held}
 	f.log = p.alog
 	p.req = executor.Request{
 		RunID: f.run.ID, Handler: h.Name, Trigger: trigger, Key: key, Attempt: attempt, Timeout: h.Timeout,
@@ -227,12 +215,12 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 		})
 		// The log's last bytes go with the run's end, in its transaction
 		// (archive.Run.LogTail), not in a write of their own.
-		run.LogTail = p.alog.End()
+		p.alog.End()
 		if rn.ctx.Err() != nil {
 			// The operator stopped or changed: the run is cancelled, and the
 			// next engine runs it again with the same key.
 			if recorded {
-				rn.cancelled(run, log)
+				rn.cancelled(run, p.alog, log)
 			}
 			endRunSpan(f.span, run)
 			return
@@ -316,9 +304,9 @@ func (rn *Runner) execute(ctx context.Context, run *archive.Run, req executor.Re
 // cancelled records a run the operator's stop cut off: the next engine
 // runs it again with its key (or marks it Cancelled, if this record
 // fails).
-func (rn *Runner) cancelled(run *archive.Run, log interface{ Error(error, string, ...any) }) {
+func (rn *Runner) cancelled(run *archive.Run, l *archiveLog, log interface{ Error(error, string, ...any) }) {
 	run.Outcome, run.FinishedAt, run.Error = archive.Cancelled, time.Now().UTC(), "the operator stopped during the run"
-	if err := rn.archive.Finish(context.WithoutCancel(rn.ctx), run); err != nil {
+	if err := rn.recordEnd(context.WithoutCancel(rn.ctx), run, l); err != nil {
 		log.Error(err, "recording the cancelled run; the next engine marks it Cancelled")
 	}
 }
@@ -436,81 +424,4 @@ func redactSecret(obj map[string]any) map[string]any {
 		delete(obj, "stringData")
 	}
 	return obj
-}
-
-// archiveLog appends a run's log to the archive as it comes, in pieces of
-// up to logFlushBytes or every logFlushEvery: a handler writing many short
-// lines costs a few archive writes a second, not one per line. Flush writes
-// what is left when the run ends. A failing archive does not fail the
-// handler; the log is then incomplete.
-type archiveLog struct {
-	ctx   context.Context
-	store archive.Recorder
-	id    string
-
-	mu    sync.Mutex
-	buf   []byte
-	timer *time.Timer
-	ended bool // End was called: each write is written at once
-}
-
-// NewLog returns the archive log of run id, for a run executed outside a
-// Runner (an admission call); Flush it when the run ends.
-func NewLog(ctx context.Context, store archive.Recorder, id string) interface {
-	Write([]byte) (int, error)
-	Flush()
-} {
-	return &archiveLog{ctx: ctx, store: store, id: id}
-}
-
-const (
-	logFlushBytes = 64 << 10
-	logFlushEvery = 200 * time.Millisecond
-)
-
-func (l *archiveLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf = append(l.buf, p...)
-	switch {
-	case l.ended || len(l.buf) >= logFlushBytes:
-		l.flushLocked()
-	case l.timer == nil:
-		l.timer = time.AfterFunc(logFlushEvery, l.Flush)
-	}
-	return len(p), nil
-}
-
-// End ends the log's buffering at its run's end: it returns what is
-// buffered, for the run's end to record (archive.Run.LogTail), and
-// writes whatever comes later at once.
-func (l *archiveLog) End() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.timer != nil {
-		l.timer.Stop()
-		l.timer = nil
-	}
-	tail := l.buf
-	l.buf, l.ended = nil, true
-	return tail
-}
-
-// Flush writes the buffered log to the archive.
-func (l *archiveLog) Flush() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.flushLocked()
-}
-
-func (l *archiveLog) flushLocked() {
-	if l.timer != nil {
-		l.timer.Stop()
-		l.timer = nil
-	}
-	if len(l.buf) == 0 {
-		return
-	}
-	_ = l.store.AppendLog(context.WithoutCancel(l.ctx), l.id, l.buf)
-	l.buf = l.buf[:0]
 }

@@ -45,26 +45,37 @@ func (w *ArchiveWriter) Insert(ctx context.Context, r *archive.Run) error {
 	return err
 }
 
-// Finish records a run's end, or keeps it to record later. The tail of
-// its log (Run.LogTail) a refused end of the run held goes with a later
-// one, which the kept one then no longer is.
+// Finish records a run's end, or keeps it to record later: refused by
+// the archive, or by ctx's end (the engine stops: RetryPending's last
+// round writes it). An end kept before of the same run is replaced, and
+// the tail of its log (Run.LogTail), which no later end holds, goes with
+// this one.
 func (w *ArchiveWriter) Finish(ctx context.Context, r *archive.Run) error {
+	end := *r // r's tail is the caller's
 	w.mu.Lock()
-	if p, ok := w.pending[r.ID]; ok && len(r.LogTail) == 0 {
-		r.LogTail = p.LogTail
+	if kept, ok := w.pending[r.ID]; ok {
+		delete(w.pending, r.ID) // this write is the run's now
+		if len(end.LogTail) == 0 {
+			end.LogTail = kept.LogTail
+		}
 	}
 	w.mu.Unlock()
-	err := w.Recorder.Finish(ctx, r)
+	err := w.Recorder.Finish(ctx, &end)
 	w.report(ctx, err)
-	w.mu.Lock()
-	switch {
-	case err == nil:
-		delete(w.pending, r.ID)
-	case ctx.Err() == nil:
-		w.pending[r.ID] = *r
+	if err != nil {
+		w.keep(end)
 	}
-	w.mu.Unlock()
 	return err
+}
+
+// keep keeps a run's end to write later, unless a newer end of the run
+// is kept already.
+func (w *ArchiveWriter) keep(r archive.Run) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, newer := w.pending[r.ID]; !newer {
+		w.pending[r.ID] = r
+	}
 }
 
 // SetRunner records the runner of a run, and reports whether the archive
@@ -161,24 +172,25 @@ func (w *ArchiveWriter) RetryPending(ctx context.Context) {
 }
 
 // flush writes the kept run ends; those the archive still refuses stay.
+// Each is taken out while it is written, so that a Finish of the same run
+// meanwhile does not carry its log's tail too.
 func (w *ArchiveWriter) flush(ctx context.Context) {
 	w.mu.Lock()
 	runs := make([]archive.Run, 0, len(w.pending))
 	for _, r := range w.pending {
 		runs = append(runs, r)
 	}
+	clear(w.pending)
 	w.mu.Unlock()
-	for _, r := range runs {
+	for i, r := range runs {
 		err := w.Recorder.Finish(ctx, &r)
 		w.report(ctx, err)
 		if err != nil {
-			return // the archive still refuses: try again later
+			for _, r := range runs[i:] {
+				w.keep(r) // the archive still refuses: try again later
+			}
+			return
 		}
-		w.mu.Lock()
-		if p, ok := w.pending[r.ID]; ok && p.FinishedAt.Equal(r.FinishedAt) {
-			delete(w.pending, r.ID)
-		}
-		w.mu.Unlock()
 	}
 }
 

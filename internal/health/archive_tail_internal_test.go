@@ -28,8 +28,9 @@ func (r *refusing) Finish(ctx context.Context, run *archive.Run) error {
 
 // A run's end the archive refused keeps the tail of its log; the end
 // recorded again later (the engine finishes a run once more when its
-// status patch was refused) carries that tail, once, and nothing is left
-// to write again.
+// status patch was refused) carries that tail, once, whether it is
+// written then or kept again (the engine stops: its context ends) and
+// written by the last round of kept ends.
 func TestARefusedEndKeepsItsLogsTailForTheNextEnd(t *testing.T) {
 	ctx := context.Background()
 	store, err := archive.OpenSQLite(ctx, filepath.Join(t.TempDir(), "runs.db"), archive.Options{})
@@ -37,37 +38,62 @@ func TestARefusedEndKeepsItsLogsTailForTheNextEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	faulty := &refusing{Store: store, refuse: true}
+	faulty := &refusing{Store: store}
 	w := NewArchiveWriter(faulty, func(string) {}, prometheus.NewGauge(prometheus.GaugeOpts{Name: "writable"}))
-
-	now := time.Now()
-	r := &archive.Run{ID: archive.NewID(now), Operator: "op", Handler: "h", Action: "exec", Trigger: "create", APIVersion: "v1", Kind: "ConfigMap",
-		Namespace: "ns", Name: "n", UID: "u", Generation: 1, Key: "u/1/h", Attempt: 1, StartedAt: now.UTC()}
-	if err := w.Insert(ctx, r); err != nil {
-		t.Fatal(err)
+	const tail = "the handler's last line\n"
+	logOnce := func(r *archive.Run, when string) {
+		t.Helper()
+		l, err := store.Logs(ctx, r.ID, 0)
+		if err != nil || string(l.Data) != tail {
+			t.Errorf("the run's log %s: %q, %v; want its tail once", when, l.Data, err)
+		}
+		got, err := store.Get(ctx, r.ID)
+		if err != nil || got.Outcome != archive.Succeeded {
+			t.Errorf("the run %s: %+v, %v; want Succeeded", when, got, err)
+		}
 	}
-	r.Outcome, r.FinishedAt, r.LogTail = archive.Succeeded, now.Add(time.Second).UTC(), []byte("the handler's last line\n")
-	if err := w.Finish(ctx, r); err == nil {
-		t.Fatal("Finish succeeded on an archive that refuses it")
+	// refused starts a run whose end the archive refuses once, its log's
+	// tail with it; the engine's record of the end took the tail.
+	refused := func(name string) *archive.Run {
+		now := time.Now()
+		r := &archive.Run{ID: archive.NewID(now), Operator: "op", Handler: "h", Action: "exec", Trigger: "create", APIVersion: "v1", Kind: "ConfigMap",
+			Namespace: "ns", Name: name, UID: "u-" + name, Generation: 1, Key: "u-" + name + "/1/h", Attempt: 1, StartedAt: now.UTC()}
+		if err := w.Insert(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		r.Outcome, r.FinishedAt, r.LogTail = archive.Succeeded, now.Add(time.Second).UTC(), []byte(tail)
+		faulty.refuse = true
+		if err := w.Finish(ctx, r); err == nil {
+			t.Fatal("Finish succeeded on an archive that refuses it")
+		}
+		faulty.refuse = false
+		r.LogTail = nil
+		return r
 	}
-	r.LogTail = nil // the engine's record of the end took it
 
-	faulty.refuse = false
+	// Finished again while the archive records: the kept tail goes with it.
+	r := refused("again")
 	if err := w.Finish(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	l, err := store.Logs(ctx, r.ID, 0)
-	if err != nil || string(l.Data) != "the handler's last line\n" {
-		t.Errorf("the run's log once its end is recorded: %q, %v; want its tail", l.Data, err)
-	}
+	logOnce(r, "once its end is recorded again")
 	w.flush(ctx) // nothing is left to write again
-	if l, err := store.Logs(ctx, r.ID, 0); err != nil || string(l.Data) != "the handler's last line\n" {
-		t.Errorf("the run's log after the kept ends are written: %q, %v; want its tail once", l.Data, err)
+	logOnce(r, "after the kept ends are written")
+
+	// Finished again as the engine stops: kept again, written by the
+	// last round.
+	r = refused("stopping")
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := w.Finish(stopped, r); err == nil {
+		t.Fatal("Finish succeeded with its context ended")
 	}
-	got, err := store.Get(ctx, r.ID)
-	if err != nil || got.Outcome != archive.Succeeded {
-		t.Errorf("the run %+v, %v; want Succeeded", got, err)
+	w.flush(context.WithoutCancel(stopped))
+	logOnce(r, "after the last round of kept ends")
+	if err := w.Finish(ctx, r); err != nil { // a late step's
+		t.Fatal(err)
 	}
+	logOnce(r, "once a step recorded it again")
 	if w.Failure() != nil {
 		t.Errorf("the archive still counted as failing: %v", w.Failure())
 	}

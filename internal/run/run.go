@@ -29,7 +29,8 @@
 //   - waking objects to be stepped again: Wakes, Wake, WakeAll;
 //   - watched objects' handler records, loaded from and kept in the
 //     archive: Watched;
-//   - its life: Wait for the runs in flight, HasDelete.
+//   - its life: Wait for the runs in flight (and the logs of runs whose
+//     end no step recorded written), HasDelete.
 //
 // Runs execute in their own goroutines, one at a time per object, at most
 // Config.MaxConcurrentRuns at once per operator. The reconcile that follows
@@ -40,7 +41,9 @@
 // run the archive refuses did not run, and counts no attempt); a run
 // whose key the archive shows succeeded is not run again; a run cut off by
 // the operator's stop is recorded Cancelled and runs again, with its key,
-// at the next start. Secrets reach no binding context (children and
+// at the next start. A run's log reaches the archive as it is written;
+// what it writes in its last moments goes with its end's record, and is
+// written on its own if that record does not come. Secrets reach no binding context (children and
 // related Secrets lose their data) and so no archive.
 package run
 

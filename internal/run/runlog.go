@@ -148,18 +148,15 @@ func (h *heldLogs) release() {
 }
 
 // recordEnd records run's end (archive Finish) with the tail its log l
-// holds (nil: none), in one transaction. The tail goes with that record
-// only: an end the archive refuses keeps it (health.ArchiveWriter writes
-// it again later), and one refused because the engine stops (ctx ended)
-// has the tail written on its own, as it was before its end.
+// holds (nil: none), in one transaction, which takes the tail from l. An
+// end the archive refuses, the engine stopping included, keeps its tail:
+// the engine's archive writer (health.ArchiveWriter) keeps the end and
+// writes it again, once the archive can or as the engine stops.
 func (rn *Runner) recordEnd(ctx context.Context, run *archive.Run, l *archiveLog) error {
 	if l != nil {
 		run.LogTail = l.take()
 	}
 	err := rn.archive.Finish(ctx, run)
-	if err != nil && ctx.Err() != nil && len(run.LogTail) > 0 {
-		_ = rn.archive.AppendLog(context.WithoutCancel(ctx), run.ID, run.LogTail)
-	}
 	run.LogTail = nil
 	return err
 }

@@ -213,9 +213,12 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 				rn.events.Eventf(woken, nil, corev1.EventTypeNormal, "HandlerStarted", runAction(run.ID), "handler %s (%s, attempt %d): run %s", run.Handler, run.Trigger, run.Attempt, rn.runRef(run.ID))
 			}
 		})
-		// The log's last bytes go with the run's end, in its transaction
-		// (archive.Run.LogTail), not in a write of their own.
-		p.alog.End()
+		if recorded {
+			// The log's last bytes go with the run's end, in its
+			// transaction (archive.Run.LogTail), not in a write of their
+			// own. A run not recorded wrote none.
+			p.alog.End()
+		}
 		if rn.ctx.Err() != nil {
 			// The operator stopped or changed: the run is cancelled, and the
 			// next engine runs it again with the same key.

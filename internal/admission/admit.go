@@ -178,6 +178,9 @@ func (s *Server) admit(ctx context.Context, op *admitter, h *definition.Handler,
 	now := time.Now()
 	budget := admissionBudget(a.Timeout)
 	deadline := now.Add(budget)
+	// The answer goes by answerBy, halfway between the handler's deadline
+	// and the API server's: recording the call's end waits no longer.
+	answerBy := now.Add(budget + (a.Timeout-budget)/2)
 	obj, old := decodeObject(req.Object.Raw), decodeObject(req.OldObject.Raw)
 	subject := obj
 	if subject == nil {
@@ -211,7 +214,7 @@ func (s *Server) admit(ctx context.Context, op *admitter, h *definition.Handler,
 		Traceparent: run.Trace,
 	})
 	if err != nil {
-		return s.finishAdmission(ctx, run, policyAnswer(a, h, run.ID, "encoding the binding context: "+err.Error()), archive.Failed, log)
+		return s.finishAdmission(ctx, run, policyAnswer(a, h, run.ID, "encoding the binding context: "+err.Error()), archive.Failed, log, answerBy, nil)
 	}
 	alog := runpkg.NewLog(context.WithoutCancel(ctx), s.Archive, run.ID)
 	ex := s.Stubs.Get(run.Operator, h.Name)
@@ -230,7 +233,9 @@ func (s *Server) admit(ctx context.Context, op *admitter, h *definition.Handler,
 		},
 	}
 	res, runCtx, err := execute(ctx, ex, call, deadline)
-	alog.Flush()
+	end := func(resp *admissionv1.AdmissionResponse, outcome archive.Outcome) *admissionv1.AdmissionResponse {
+		return s.finishAdmission(ctx, run, resp, outcome, log, answerBy, alog.Flush)
+	}
 	if err == nil && res.Error != nil {
 		err = &executor.Failure{Message: "the handler reported an error: " + res.Error.Message}
 	}
@@ -243,7 +248,7 @@ func (s *Server) admit(ctx context.Context, op *admitter, h *definition.Handler,
 		if errors.As(err, &f) && errors.Is(runCtx.Err(), context.DeadlineExceeded) && !strings.Contains(msg, "within") {
 			msg = fmt.Sprintf("no answer within %s: %s", budget.Round(time.Millisecond), msg)
 		}
-		return s.finishAdmission(ctx, run, policyAnswer(a, h, run.ID, msg), archive.Failed, log)
+		return end(policyAnswer(a, h, run.ID, msg), archive.Failed)
 	}
 	resp := &admissionv1.AdmissionResponse{Allowed: res.Allowed == nil || *res.Allowed, Warnings: res.Warnings}
 	if !resp.Allowed {
@@ -254,19 +259,19 @@ func (s *Server) admit(ctx context.Context, op *admitter, h *definition.Handler,
 		run.Error = clip(msg, admissionMessageCap)
 		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
 			Message: fmt.Sprintf("%s (opkit run %s)", msg, run.ID)}
-		return s.finishAdmission(ctx, run, resp, archive.Denied, log)
+		return end(resp, archive.Denied)
 	}
 	if res.Patch != nil {
 		patch, paths, err := jsonPatchOf(req.Object.Raw, res.Patch)
 		if err != nil {
-			return s.finishAdmission(ctx, run, policyAnswer(a, h, run.ID, "the result's patch: "+err.Error()), archive.Failed, log)
+			return end(policyAnswer(a, h, run.ID, "the result's patch: "+err.Error()), archive.Failed)
 		}
 		if len(patch) > 0 {
 			resp.Patch, resp.PatchType = patch, ptrTo(admissionv1.PatchTypeJSONPatch)
 			run.Writes = append(run.Writes, "patch: "+strings.Join(paths, ", "))
 		}
 	}
-	return s.finishAdmission(ctx, run, resp, archive.Allowed, log)
+	return end(resp, archive.Allowed)
 }
 
 // subjectName names the object of a call: the request's name, else the
@@ -305,8 +310,12 @@ func execute(ctx context.Context, ex executor.Executor, req executor.Request, de
 	}
 }
 
-// finishAdmission records how the call ended and returns resp.
-func (s *Server) finishAdmission(ctx context.Context, run *archive.Run, resp *admissionv1.AdmissionResponse, outcome archive.Outcome, log logr.Logger) *admissionv1.AdmissionResponse {
+// finishAdmission records how the call ended (its log's rest written by
+// flush, when set, then its end) and returns resp: once recorded, or at
+// by, whichever comes first, so that the answer reaches the API server
+// before its timeout however slow the archive is (on a loaded machine);
+// a record that takes longer is made after the answer.
+func (s *Server) finishAdmission(ctx context.Context, run *archive.Run, resp *admissionv1.AdmissionResponse, outcome archive.Outcome, log logr.Logger, by time.Time, flush func()) *admissionv1.AdmissionResponse {
 	run.Outcome, run.FinishedAt = outcome, time.Now().UTC()
 	if outcome == archive.Failed && resp.Result != nil {
 		run.Error = clip(resp.Result.Message, admissionMessageCap)
@@ -314,12 +323,26 @@ func (s *Server) finishAdmission(ctx context.Context, run *archive.Run, resp *ad
 	if outcome == archive.Failed && resp.Allowed {
 		run.Error = clip(strings.Join(resp.Warnings, "; "), admissionMessageCap)
 	}
-	if err := s.Archive.Finish(context.WithoutCancel(ctx), run); err != nil {
-		log.Error(err, "recording the end of an admission call")
-	}
-	runpkg.Observe(run)
-	if s.RunFinished != nil {
-		s.RunFinished(*run)
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		if flush != nil {
+			flush()
+		}
+		if err := s.Archive.Finish(context.WithoutCancel(ctx), run); err != nil {
+			log.Error(err, "recording the end of an admission call")
+		}
+		runpkg.Observe(run)
+		if s.RunFinished != nil {
+			s.RunFinished(*run)
+		}
+	}()
+	t := time.NewTimer(time.Until(by))
+	defer t.Stop()
+	select {
+	case <-recorded:
+	case <-t.C:
+		log.Info("answering before the call's end is recorded: the archive is slower than the webhook's timeout allows")
 	}
 	return resp
 }

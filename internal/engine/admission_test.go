@@ -232,7 +232,13 @@ func TestAHandlerThatCrashesOrHangsAnswersByItsFailurePolicyInTime(t *testing.T)
 			// before the API server's timeout of the webhook (3s) would
 			// have answered for it, in words of its own: no bound on
 			// kubectl's time is needed, which a loaded machine could break.
-			failed := admissionRuns(t, store, "validate", archive.Failed)
+			// The call's end is recorded with the answer, or just after
+			// it when the archive is slower than the webhook's timeout.
+			var failed []archive.Run
+			eventually(t, 10*time.Second, "the call's end recorded", func(context.Context) (bool, error) {
+				failed = admissionRuns(t, store, "validate", archive.Failed)
+				return len(failed) > 0, nil
+			})
 			if len(failed) != 1 || !strings.Contains(failed[0].Error, tc.recorded) {
 				t.Fatalf("failed validate runs: %+v; want one whose error says %q", failed, tc.recorded)
 			}

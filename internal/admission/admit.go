@@ -234,7 +234,7 @@ func (s *Server) admit(ctx context.Context, op *admitter, h *definition.Handler,
 	}
 	res, runCtx, err := execute(ctx, ex, call, deadline)
 	end := func(resp *admissionv1.AdmissionResponse, outcome archive.Outcome) *admissionv1.AdmissionResponse {
-		return s.finishAdmission(ctx, run, resp, outcome, log, answerBy, alog.Flush)
+		return s.finishAdmission(ctx, run, resp, outcome, log, answerBy, alog.Tail)
 	}
 	if err == nil && res.Error != nil {
 		err = &executor.Failure{Message: "the handler reported an error: " + res.Error.Message}
@@ -310,12 +310,12 @@ func execute(ctx context.Context, ex executor.Executor, req executor.Request, de
 	}
 }
 
-// finishAdmission records how the call ended (its log's rest written by
-// flush, when set, then its end) and returns resp: once recorded, or at
+// finishAdmission records how the call ended (with what its log still
+// holds, tail's, when set, in the same archive write) and returns resp: once recorded, or at
 // by, whichever comes first, so that the answer reaches the API server
 // before its timeout however slow the archive is (on a loaded machine);
 // a record that takes longer is made after the answer.
-func (s *Server) finishAdmission(ctx context.Context, run *archive.Run, resp *admissionv1.AdmissionResponse, outcome archive.Outcome, log logr.Logger, by time.Time, flush func()) *admissionv1.AdmissionResponse {
+func (s *Server) finishAdmission(ctx context.Context, run *archive.Run, resp *admissionv1.AdmissionResponse, outcome archive.Outcome, log logr.Logger, by time.Time, tail func() []byte) *admissionv1.AdmissionResponse {
 	run.Outcome, run.FinishedAt = outcome, time.Now().UTC()
 	if outcome == archive.Failed && resp.Result != nil {
 		run.Error = clip(resp.Result.Message, admissionMessageCap)
@@ -326,8 +326,8 @@ func (s *Server) finishAdmission(ctx context.Context, run *archive.Run, resp *ad
 	recorded := make(chan struct{})
 	go func() {
 		defer close(recorded)
-		if flush != nil {
-			flush()
+		if tail != nil {
+			run.LogTail = tail()
 		}
 		if err := s.Archive.Finish(context.WithoutCancel(ctx), run); err != nil {
 			log.Error(err, "recording the end of an admission call")

@@ -30,12 +30,19 @@ type archiveLog struct {
 }
 
 // NewLog returns the archive log of run id, for a run executed outside a
-// Runner (an admission call); Flush it when the run ends.
+// Runner (an admission call). When the run ends, Tail is what it still
+// holds, for the end's record (archive.Run.LogTail), as a Runner's run's.
 func NewLog(ctx context.Context, store archive.Recorder, id string) interface {
 	Write([]byte) (int, error)
-	Flush()
+	Tail() []byte
 } {
 	return &archiveLog{ctx: ctx, store: store, id: id}
+}
+
+// Tail ends the log's buffering and takes what it holds (End, then take).
+func (l *archiveLog) Tail() []byte {
+	l.End()
+	return l.take()
 }
 
 const (

@@ -17,13 +17,16 @@ const (
 	pgInsertRunSQL = `INSERT INTO runs (id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation,
 		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor, runner, rerun_of, reason, input, trace)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27)`
+	// pgFinishRunSQL replaces no later end, nor the same one (SQLite's
+	// supersedesSQL).
 	pgFinishRunSQL = `UPDATE runs SET finished_at = $1, outcome = $2, failed = $3, error = $4, next_retry_at = $5, writes = $6,
-		runner = coalesce(nullif($7, ''), runner), result = $8 WHERE id = $9`
-	pgRerunsSQL    = `SELECT id FROM runs WHERE rerun_of = $1 AND rerun_of <> '' ORDER BY id`
-	pgSetRunnerSQL = `UPDATE runs SET runner = $1 WHERE id = $2`
-	pgFoldSkipped  = `DELETE FROM runs WHERE uid = $1 AND handler = $2 AND outcome = 'Skipped' AND id < $3`
-	pgGetRunSQL    = `SELECT ` + runDetailColumns + ` FROM runs WHERE id = $1`
-	pgKeySucceeded = `SELECT EXISTS (SELECT 1 FROM runs WHERE idem_key = $1 AND outcome = 'Succeeded')`
+		runner = coalesce(nullif($7, ''), runner), result = $8 WHERE id = $9 AND (finished_at = 0 OR finished_at < $1 OR outcome = 'Cancelled' AND finished_at <> $1)`
+	pgFinishedAtSQL = `SELECT finished_at FROM runs WHERE id = $1`
+	pgRerunsSQL     = `SELECT id FROM runs WHERE rerun_of = $1 AND rerun_of <> '' ORDER BY id`
+	pgSetRunnerSQL  = `UPDATE runs SET runner = $1 WHERE id = $2`
+	pgFoldSkipped   = `DELETE FROM runs WHERE uid = $1 AND handler = $2 AND outcome = 'Skipped' AND id < $3`
+	pgGetRunSQL     = `SELECT ` + runDetailColumns + ` FROM runs WHERE id = $1`
+	pgKeySucceeded  = `SELECT EXISTS (SELECT 1 FROM runs WHERE idem_key = $1 AND outcome = 'Succeeded')`
 	// pgKeySucceededRun is the latest: ids sort by time.
 	pgKeySucceededRun = `SELECT id FROM runs WHERE idem_key = $1 AND outcome = 'Succeeded' ORDER BY id DESC LIMIT 1`
 	pgCancelRunning   = `UPDATE runs SET outcome = 'Cancelled', failed = 0, error = $1, finished_at = $2 WHERE outcome = 'Running'`
@@ -105,7 +108,7 @@ func (p *Postgres) Finish(ctx context.Context, r *Run) error {
 		return p.fail("finishing run "+r.ID, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("archive: finishing run %s: %w", r.ID, ErrNotFound)
+		return p.superseded(ctx, r)
 	}
 	if r.Outcome == Skipped {
 		// Through runs_uid; the logs go with their runs (ON DELETE
@@ -119,6 +122,28 @@ func (p *Postgres) Finish(ctx context.Context, r *Run) error {
 		if err != nil {
 			return p.fail("folding the skipped runs before "+r.ID, err)
 		}
+	}
+	return nil
+}
+
+// superseded is Finish of an end the run's recorded end supersedes:
+// the same end (a retry of a commit whose answer was lost) changes
+// nothing; an older one's log lines are kept. An unknown run is
+// ErrNotFound.
+func (p *Postgres) superseded(ctx context.Context, r *Run) error {
+	var recorded int64
+	err := p.pool.QueryRow(ctx, pgFinishedAtSQL, r.ID).Scan(&recorded)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("archive: finishing run %s: %w", r.ID, ErrNotFound)
+	}
+	if err != nil {
+		return p.fail("finishing run "+r.ID, err)
+	}
+	if recorded == nanos(r.FinishedAt) || len(r.LogTail) == 0 {
+		return nil
+	}
+	if err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error { return p.appendLog(ctx, tx, r.ID, r.LogTail) }); err != nil {
+		return p.fail("finishing run "+r.ID, err)
 	}
 	return nil
 }

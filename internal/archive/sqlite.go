@@ -298,13 +298,19 @@ const (
 	insertRunSQL = `INSERT INTO runs (id, operator, handler, action, trigger_name, api_version, kind, namespace, name, uid, generation,
 		idem_key, attempt, diff, started_at, finished_at, outcome, failed, error, next_retry_at, writes, actor, runner, rerun_of, reason, input, trace)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	finishRunSQL = `UPDATE runs SET finished_at = ?, outcome = ?, failed = ?, error = ?, next_retry_at = ?, writes = ?,
-		runner = coalesce(nullif(?, ''), runner), result = ? WHERE id = ?`
-	rerunsSQL    = `SELECT id FROM runs WHERE rerun_of = ? AND rerun_of != '' ORDER BY id`
-	setRunnerSQL = `UPDATE runs SET runner = ? WHERE id = ?`
-	logHeadSQL   = `SELECT log_bytes, log_truncated FROM runs WHERE id = ?`
-	logInsertSQL = `INSERT INTO logs (run_id, pos, data) VALUES (?, ?, ?)`
-	logSizeSQL   = `UPDATE runs SET log_bytes = ?, log_truncated = ? WHERE id = ?`
+	// finishRunSQL replaces no later end, nor the same one (supersedes).
+	finishRunSQL = `UPDATE runs SET finished_at = ?1, outcome = ?2, failed = ?3, error = ?4, next_retry_at = ?5, writes = ?6,
+		runner = coalesce(nullif(?7, ''), runner), result = ?8 WHERE id = ?9 AND ` + supersedesSQL
+	// supersedesSQL holds for an end (finished_at ?1) that may replace
+	// the run's recorded one: none is, or an earlier one, or one another
+	// engine's start wrote for the run it found Running (Cancelled).
+	supersedesSQL = `(finished_at = 0 OR finished_at < ?1 OR outcome = 'Cancelled' AND finished_at <> ?1)`
+	finishedAtSQL = `SELECT finished_at FROM runs WHERE id = ?`
+	rerunsSQL     = `SELECT id FROM runs WHERE rerun_of = ? AND rerun_of != '' ORDER BY id`
+	setRunnerSQL  = `UPDATE runs SET runner = ? WHERE id = ?`
+	logHeadSQL    = `SELECT log_bytes, log_truncated FROM runs WHERE id = ?`
+	logInsertSQL  = `INSERT INTO logs (run_id, pos, data) VALUES (?, ?, ?)`
+	logSizeSQL    = `UPDATE runs SET log_bytes = ?, log_truncated = ? WHERE id = ?`
 	// EXISTS stops at the first: a key may have many runs. The outcome is
 	// literal, as runs_succeeded's condition is.
 	keySucceededSQL = `SELECT EXISTS (SELECT 1 FROM runs WHERE idem_key = ? AND outcome = 'Succeeded')`
@@ -429,18 +435,25 @@ func (s *SQLite) Finish(ctx context.Context, r *Run) error {
 			return fmt.Errorf("archive: finishing run %s: %w", r.ID, err)
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("archive: finishing run %s: %w", r.ID, ErrNotFound)
-		}
-		if len(r.LogTail) > 0 {
-			if err := s.appendLog(ctx, tx, r.ID, r.LogTail); err != nil {
-				return err
+			var recorded int64
+			if err := tx.QueryRowContext(ctx, finishedAtSQL, r.ID).Scan(&recorded); err != nil {
+				if errors.Is(err, sql.ErrNoRows) {
+					return fmt.Errorf("archive: finishing run %s: %w", r.ID, ErrNotFound)
+				}
+				return fmt.Errorf("archive: finishing run %s: %w", r.ID, err)
 			}
-		}
-		if r.Outcome == Skipped {
+			if recorded == nanos(r.FinishedAt) {
+				return nil // this end, recorded already
+			}
+			// A later end is recorded: this one's log lines are kept.
+		} else if r.Outcome == Skipped {
 			// Through runs_uid; the logs go with their runs (ON DELETE CASCADE).
 			if _, err := tx.ExecContext(ctx, foldSkippedSQL, r.UID, r.Handler, r.ID); err != nil {
 				return fmt.Errorf("archive: folding the skipped runs before %s: %w", r.ID, err)
 			}
+		}
+		if len(r.LogTail) > 0 {
+			return s.appendLog(ctx, tx, r.ID, r.LogTail)
 		}
 		return nil
 	})

@@ -33,6 +33,7 @@ func Run(t *testing.T, open Open) {
 		{"FinishUnknownRun", finishUnknownRun},
 		{"LogsAppendReadAndCap", logsAppendReadAndCap},
 		{"FinishAppendsTheLogTail", finishAppendsTheLogTail},
+		{"FinishKeepsTheLatestEndOnce", finishKeepsTheLatestEndOnce},
 		{"ListFiltersAndPages", listFiltersAndPages},
 		{"ListTimeBounds", listTimeBounds},
 		{"ListRejectsForeignCursor", listRejectsForeignCursor},
@@ -573,4 +574,51 @@ func rerunsLinkedBothWaysWithInputAndResult(t *testing.T, open Open) {
 			t.Errorf("List: re-run %s without its rerunOf or reason: %+v", r.ID, r)
 		}
 	}
+}
+
+// finishKeepsTheLatestEndOnce: the same end written again (a retry of a
+// write whose commit went through) appends its tail once; an older end
+// does not undo a newer one, and its tail is kept; a Cancelled end gives
+// way to any other.
+func finishKeepsTheLatestEndOnce(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	ctx := context.Background()
+	start := time.Now().UTC().Truncate(time.Microsecond)
+	end := func(r *archive.Run, o archive.Outcome, after time.Duration, tail string) {
+		t.Helper()
+		e := *r
+		e.Outcome, e.FinishedAt, e.LogTail = o, start.Add(after), []byte(tail)
+		if err := s.Finish(ctx, &e); err != nil {
+			t.Fatalf("Finish %s at +%s: %v", o, after, err)
+		}
+	}
+	check := func(r *archive.Run, o archive.Outcome, after time.Duration, log string) {
+		t.Helper()
+		got, err := s.Get(ctx, r.ID)
+		if err != nil || got.Outcome != o || !got.FinishedAt.Equal(start.Add(after)) {
+			t.Fatalf("Get = %+v, %v; want %s at +%s", got, err, o, after)
+		}
+		if l, err := s.Logs(ctx, r.ID, 0); err != nil || string(l.Data) != log {
+			t.Fatalf("Logs = %q, %v; want %q", l.Data, err, log)
+		}
+	}
+	r := newRun(start, "op", "ns", "n", "h")
+	insert(t, s, r)
+	end(r, archive.Failed, time.Second, "failed\n")
+	end(r, archive.Failed, time.Second, "failed\n") // the same end again
+	check(r, archive.Failed, time.Second, "failed\n")
+	// An older end, kept and retried late: its outcome gives way, its
+	// log lines are kept.
+	end(r, archive.Succeeded, time.Second/2, "older\n")
+	check(r, archive.Failed, time.Second, "failed\nolder\n")
+	end(r, archive.Succeeded, 2*time.Second, "again\n") // the run finished again, later
+	check(r, archive.Succeeded, 2*time.Second, "failed\nolder\nagain\n")
+
+	c := newRun(start, "op", "ns", "c", "h")
+	insert(t, s, c)
+	end(c, archive.Cancelled, 5*time.Second, "cancelled\n")
+	end(c, archive.Cancelled, 5*time.Second, "cancelled\n")
+	check(c, archive.Cancelled, 5*time.Second, "cancelled\n")
+	end(c, archive.Succeeded, time.Second, "its real end\n")
+	check(c, archive.Succeeded, time.Second, "cancelled\nits real end\n")
 }

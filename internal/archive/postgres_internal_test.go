@@ -1,8 +1,10 @@
 package archive
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -107,5 +109,49 @@ func TestPostgresQueriesUseTheirIndexes(t *testing.T) {
 				t.Errorf("plan %q does not use %s", got, c.index)
 			}
 		})
+	}
+}
+
+// TestASkippedEndWrittenAgainFoldsTheEarlierSkippedRuns: an end whose
+// update committed while its fold of the earlier Skipped runs did not
+// (the fold failed, or the connection broke before it) is written again
+// by the engine's archive writer; the same end then changes nothing of
+// the run, and folds.
+func TestASkippedEndWrittenAgainFoldsTheEarlierSkippedRuns(t *testing.T) {
+	ctx := t.Context()
+	p, err := OpenPostgres(ctx, pgtest.DSN(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Close() }()
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	run := func(i int) *Run {
+		r := &Run{ID: NewID(at.Add(time.Duration(i) * time.Second)), Operator: "op", Handler: "h", Action: "exec", Trigger: "update",
+			APIVersion: "example.com/v1", Kind: "K", Namespace: "ns", Name: "n", UID: "uid-fold", StartedAt: at.Add(time.Duration(i) * time.Second)}
+		if err := p.Insert(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		r.Outcome, r.FinishedAt = Skipped, r.StartedAt.Add(time.Millisecond)
+		return r
+	}
+	first, second := run(0), run(1)
+	if err := p.Finish(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	// The second's update, committed alone, as if its fold never ran.
+	if _, err := p.pool.Exec(ctx, `UPDATE runs SET finished_at = $1, outcome = 'Skipped' WHERE id = $2`, nanos(second.FinishedAt), second.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Get(ctx, first.ID); err != nil {
+		t.Fatalf("the first Skipped run before the end is written again: %v", err)
+	}
+	if err := p.Finish(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Get(ctx, first.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the first Skipped run after the second's end was written again: %v, want it folded (ErrNotFound)", err)
+	}
+	if got, err := p.Get(ctx, second.ID); err != nil || got.Outcome != Skipped {
+		t.Errorf("the second run: %+v, %v; want Skipped", got, err)
 	}
 }

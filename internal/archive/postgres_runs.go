@@ -110,26 +110,33 @@ func (p *Postgres) Finish(ctx context.Context, r *Run) error {
 	if n == 0 {
 		return p.superseded(ctx, r)
 	}
-	if r.Outcome == Skipped {
-		// Through runs_uid; the logs go with their runs (ON DELETE
-		// CASCADE). It may meet a Prune deleting the same runs in
-		// another order: PostgreSQL then aborts one of the two, and it
-		// is run again.
-		err := retryConflicts(func() error {
-			_, err := p.pool.Exec(ctx, pgFoldSkipped, r.UID, r.Handler, r.ID)
-			return err
-		})
-		if err != nil {
-			return p.fail("folding the skipped runs before "+r.ID, err)
-		}
+	return p.foldSkipped(ctx, r)
+}
+
+// foldSkipped deletes, after a Skipped run's end, the object's earlier
+// Skipped runs of the handler (again, if its end is written again: the
+// fold of the first write may have failed after its commit).
+func (p *Postgres) foldSkipped(ctx context.Context, r *Run) error {
+	if r.Outcome != Skipped {
+		return nil
+	}
+	// Through runs_uid; the logs go with their runs (ON DELETE CASCADE).
+	// It may meet a Prune deleting the same runs in another order:
+	// PostgreSQL then aborts one of the two, and it is run again.
+	err := retryConflicts(func() error {
+		_, err := p.pool.Exec(ctx, pgFoldSkipped, r.UID, r.Handler, r.ID)
+		return err
+	})
+	if err != nil {
+		return p.fail("folding the skipped runs before "+r.ID, err)
 	}
 	return nil
 }
 
 // superseded is Finish of an end the run's recorded end supersedes:
 // the same end (a retry of a commit whose answer was lost) changes
-// nothing; an older one's log lines are kept. An unknown run is
-// ErrNotFound.
+// nothing but folds again; an older one's log lines are kept. An
+// unknown run is ErrNotFound.
 func (p *Postgres) superseded(ctx context.Context, r *Run) error {
 	var recorded int64
 	err := p.pool.QueryRow(ctx, pgFinishedAtSQL, r.ID).Scan(&recorded)
@@ -139,7 +146,10 @@ func (p *Postgres) superseded(ctx context.Context, r *Run) error {
 	if err != nil {
 		return p.fail("finishing run "+r.ID, err)
 	}
-	if recorded == nanos(r.FinishedAt) || len(r.LogTail) == 0 {
+	if recorded == nanos(r.FinishedAt) {
+		return p.foldSkipped(ctx, r)
+	}
+	if len(r.LogTail) == 0 {
 		return nil
 	}
 	if err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error { return p.appendLog(ctx, tx, r.ID, r.LogTail) }); err != nil {

@@ -63,7 +63,14 @@ func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		return requeue, wrote // it had succeeded before a crash: nothing ran now
 	}
 	traced(st, f, o.Verdict == Retry)
-	run.FinishedAt = time.Now().UTC()
+	// Later than an end recorded before (a status patch refused after
+	// it finishes the run again), which the archive keeps otherwise,
+	// whatever the wall clock did meanwhile.
+	at := time.Now().UTC()
+	if !at.After(run.FinishedAt) {
+		at = run.FinishedAt.Add(time.Nanosecond)
+	}
+	run.FinishedAt = at
 	if err := rn.recordEnd(ctx, run, f.log); err != nil {
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s ended %s, which the archive could not record (%v); it is recorded once the archive can", run.ID, run.Outcome, err)
 	}

@@ -47,19 +47,22 @@ func (w *ArchiveWriter) Insert(ctx context.Context, r *archive.Run) error {
 
 // Finish records a run's end, or keeps it to record later: refused by
 // the archive, or by ctx's end (the engine stops: RetryPending's last
-// round writes it). An end kept before of the same run is replaced, and
-// the tail of its log (Run.LogTail), which no later end holds, goes with
-// this one.
+// round writes it). An end kept before of the same run is written first,
+// with the tail of its log (Run.LogTail), which no later end holds: the
+// archive records an end once (its refused write may have been recorded
+// all the same) and this later one's outcome over it. Refused again, the
+// kept end's tail goes with this one.
 func (w *ArchiveWriter) Finish(ctx context.Context, r *archive.Run) error {
 	end := *r // r's tail is the caller's
 	w.mu.Lock()
-	if kept, ok := w.pending[r.ID]; ok {
+	kept, ok := w.pending[r.ID]
+	if ok {
 		delete(w.pending, r.ID) // this write is the run's now
-		if len(end.LogTail) == 0 {
-			end.LogTail = kept.LogTail
-		}
 	}
 	w.mu.Unlock()
+	if ok && w.Recorder.Finish(ctx, &kept) != nil && len(end.LogTail) == 0 {
+		end.LogTail = kept.LogTail
+	}
 	err := w.Recorder.Finish(ctx, &end)
 	w.report(ctx, err)
 	if err != nil {

@@ -13,14 +13,21 @@ import (
 )
 
 // refusing is a real archive whose Finish fails while refuse is set: an
-// archive that refuses a run's end for a while.
+// archive that refuses a run's end for a while; with recorded, it records
+// the end and answers an error all the same (a commit whose answer was
+// lost).
 type refusing struct {
 	archive.Store
-	refuse bool
+	refuse, recorded bool
 }
 
 func (r *refusing) Finish(ctx context.Context, run *archive.Run) error {
 	if r.refuse {
+		if r.recorded {
+			if err := r.Store.Finish(ctx, run); err != nil {
+				return err
+			}
+		}
 		return errors.New("disk I/O error")
 	}
 	return r.Store.Finish(ctx, run)
@@ -97,4 +104,15 @@ func TestARefusedEndKeepsItsLogsTailForTheNextEnd(t *testing.T) {
 	if w.Failure() != nil {
 		t.Errorf("the archive still counted as failing: %v", w.Failure())
 	}
+
+	// Recorded, though the archive answered an error; the run finished
+	// again, later: its tail once.
+	faulty.recorded = true
+	r = refused("recorded")
+	faulty.recorded = false
+	r.FinishedAt = r.FinishedAt.Add(time.Second)
+	if err := w.Finish(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	logOnce(r, "after an end recorded though refused, then a later end")
 }

@@ -310,11 +310,11 @@ func execute(ctx context.Context, ex executor.Executor, req executor.Request, de
 	}
 }
 
-// finishAdmission records how the call ended (with what its log still
-// holds, tail's, when set, in the same archive write) and returns resp: once recorded, or at
-// by, whichever comes first, so that the answer reaches the API server
-// before its timeout however slow the archive is (on a loaded machine);
-// a record that takes longer is made after the answer.
+// finishAdmission records how the call ended, with the rest of its log
+// (tail, when set) in the same archive write, and returns resp: once
+// recorded, or at by, whichever comes first, so that the answer reaches
+// the API server before its timeout however slow the archive is (on a
+// loaded machine); a record that takes longer is made after the answer.
 func (s *Server) finishAdmission(ctx context.Context, run *archive.Run, resp *admissionv1.AdmissionResponse, outcome archive.Outcome, log logr.Logger, by time.Time, tail func() []byte) *admissionv1.AdmissionResponse {
 	run.Outcome, run.FinishedAt = outcome, time.Now().UTC()
 	if outcome == archive.Failed && resp.Result != nil {

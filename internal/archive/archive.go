@@ -477,11 +477,12 @@ type Recorder interface {
 	// keeps what SetRunner recorded), and appends LogTail to its log, all
 	// in one transaction. A Skipped run replaces the object's earlier
 	// Skipped runs of the handler. An end that is not later (FinishedAt)
-	// than the one recorded changes nothing and is no error: the same end
-	// again (a write retried whose commit went through) appends its tail
-	// once, and an older one kept for a retry does not undo a newer one
-	// (its LogTail is appended); a Cancelled end (written for a run found
-	// Running) is replaced by any. An unknown run is ErrNotFound.
+	// than the one recorded changes none of the run's fields and is no
+	// error: the same end again (a write retried whose commit went
+	// through) appends its tail once, and an older one kept for a retry
+	// does not undo a newer one (its LogTail is still appended); a
+	// Cancelled end (written for a run found Running) is replaced by any.
+	// An unknown run is ErrNotFound.
 	Finish(ctx context.Context, r *Run) error
 	// SetRunner records the runner that claimed a running run (Run.Runner),
 	// so that a run in flight names it. An unknown run is ErrNotFound.

@@ -34,6 +34,7 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -121,7 +122,8 @@ type agent struct {
 	caError string // the CA file's last error, said once
 
 	// caFile and tokenFile are read again at most every rereadEvery: a
-	// run makes three requests, and each read both (issue 53).
+	// run makes two requests (three with an engine of an earlier opkit), and
+	// each read both (issue 53).
 	caFile, tokenFile *reread
 
 	// serves are the Serve handlers' processes, by handler: kept between
@@ -276,7 +278,7 @@ func (f *reread) expire() {
 // loop takes and runs runs, one at a time, until ctx ends.
 func (a *agent) loop(ctx context.Context) {
 	for ctx.Err() == nil {
-		w, err := a.take(ctx)
+		w, oneRequest, err := a.take(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				a.opts.Log.Error(err, "taking a run from the engine; trying again in 1s")
@@ -287,7 +289,11 @@ func (a *agent) loop(ctx context.Context) {
 		if w == nil {
 			continue
 		}
-		if err := a.run(ctx, w); err != nil && ctx.Err() == nil {
+		run := a.run
+		if !oneRequest {
+			run = a.runClaimed
+		}
+		if err := run(ctx, w); err != nil && ctx.Err() == nil {
 			a.opts.Log.Error(err, "run", "run", w.RunID, "handler", w.Handler)
 		}
 	}
@@ -310,32 +316,34 @@ func (a *agent) request(ctx context.Context, path string, body io.Reader) (*http
 }
 
 // take waits for a run: nil when none came within the engine's poll.
-func (a *agent) take(ctx context.Context) (*executor.RunnerWork, error) {
+// oneRequest is whether the engine claims and streams a run in one
+// request (runners.PathRun): an engine of an earlier opkit does not.
+func (a *agent) take(ctx context.Context) (w *executor.RunnerWork, oneRequest bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, a.opts.TakeTimeout)
 	defer cancel()
 	req, err := a.request(ctx, runners.PathTake, nil)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	resp, err := a.do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("the engine did not answer a take within %s: dialing again", a.opts.TakeTimeout)
+			return nil, false, fmt.Errorf("the engine did not answer a take within %s: dialing again", a.opts.TakeTimeout)
 		}
-		return nil, err
+		return nil, false, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	switch resp.StatusCode {
 	case http.StatusNoContent:
-		return nil, nil
+		return nil, false, nil
 	case http.StatusOK:
 		var w executor.RunnerWork
 		if err := json.NewDecoder(resp.Body).Decode(&w); err != nil {
-			return nil, fmt.Errorf("reading the run: %w", err)
+			return nil, false, fmt.Errorf("reading the run: %w", err)
 		}
-		return &w, nil
+		return &w, resp.Header.Get(runners.ProtocolHeader) == runners.ProtocolRun, nil
 	}
-	return nil, refusal(resp)
+	return nil, false, refusal(resp)
 }
 
 func refusal(resp *http.Response) error {
@@ -343,8 +351,72 @@ func refusal(resp *http.Response) error {
 	return fmt.Errorf("the engine answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
 }
 
-// run claims w, runs it and streams its log and outcome.
+// run claims w, runs it and streams its log and outcome in one request
+// (runners.PathRun): the answer's headers are the claim, its one line the
+// engine's acknowledgement of the outcome.
 func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	req, err := a.request(runCtx, runners.PathRun+w.ID, pr)
+	if err != nil {
+		return err
+	}
+	// The claim's answer comes at once; one that does not within
+	// TakeTimeout is not waited for (the engine runs the run again).
+	late := time.AfterFunc(a.opts.TakeTimeout, cancel)
+	resp, err := a.do(req)
+	if !late.Stop() && err == nil {
+		err = fmt.Errorf("the engine did not answer the claim within %s", a.opts.TakeTimeout)
+		_ = resp.Body.Close()
+	}
+	if err != nil {
+		_ = pw.CloseWithError(errStreamClosed)
+		return err // not claimed, or the engine runs it again with its key
+	}
+	if resp.StatusCode != http.StatusOK {
+		err := refusal(resp) // taken back: another runner runs it
+		_ = resp.Body.Close()
+		_ = pw.CloseWithError(errStreamClosed)
+		return err
+	}
+	sent := make(chan error, 1)
+	go func() {
+		err := readAck(resp.Body)
+		// The answer's end follows its line: read, the connection is kept.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		_ = resp.Body.Close()
+		// The engine answered, or the stream broke: a command still
+		// running is killed.
+		_ = pr.CloseWithError(errStreamClosed)
+		cancel()
+		sent <- err
+	}()
+	return a.stream(runCtx, cancel, w, pw, sent)
+}
+
+// readAck reads the engine's answer to a run's stream (runners.Ack).
+func readAck(body io.Reader) error {
+	line, err := bufio.NewReaderSize(io.LimitReader(body, 64<<10), 4096).ReadBytes('\n')
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = errors.New("the engine ended the run's stream without an answer")
+		}
+		return err
+	}
+	var ack runners.Ack
+	if err := json.Unmarshal(line, &ack); err != nil {
+		return fmt.Errorf("the engine's answer to the run's stream is not JSON: %w", err)
+	}
+	if !ack.Recorded {
+		return fmt.Errorf("the engine did not record the outcome: %s", ack.Refused)
+	}
+	return nil
+}
+
+// runClaimed claims w (runners.PathStart), then runs it and streams its
+// log and outcome (runners.PathStream): for an engine of an earlier opkit.
+func (a *agent) runClaimed(ctx context.Context, w *executor.RunnerWork) error {
 	claimCtx, cancelClaim := context.WithTimeout(ctx, a.opts.TakeTimeout)
 	defer cancelClaim()
 	req, err := a.request(claimCtx, runners.PathStart+w.ID, nil)
@@ -363,7 +435,6 @@ func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
-	frames := &frameWriter{w: pw}
 	sent := make(chan error, 1)
 	go func() {
 		req, err := a.request(runCtx, runners.PathStream+w.ID, pr)
@@ -381,6 +452,14 @@ func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
 		cancel()
 		sent <- err
 	}()
+	return a.stream(runCtx, cancel, w, pw, sent)
+}
+
+// stream runs w, its stderr, heartbeats and outcome written to pw as
+// frames, and waits for the engine's answer on sent. runCtx ends (cancel)
+// when the stream breaks or the engine answers.
+func (a *agent) stream(runCtx context.Context, cancel context.CancelFunc, w *executor.RunnerWork, pw *io.PipeWriter, sent chan error) error {
+	frames := &frameWriter{w: pw}
 	beats := time.NewTicker(a.opts.Beat)
 	stopBeats := make(chan struct{})
 	go func() {

@@ -261,7 +261,7 @@ func TestARunnerWithAnotherAudienceOrServiceAccountIsRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = a.take(t.Context())
+			_, _, err = a.take(t.Context())
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("take: %v; want a refusal %q", err, c.want)
 			}

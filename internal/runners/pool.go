@@ -7,12 +7,19 @@
 //
 // A run is queued (Pool.Dispatch) and waits, counted, until an agent of
 // its operator and image asks for work (POST PathTake, a long poll): the
-// run is handed to it. The agent claims it (POST PathStart + the hand-over
-// ID) before it starts the command, then streams its stderr, heartbeats
-// and finally its outcome (POST PathStream + the ID, one JSON frame a
-// line). The engine answers the claim once: a hand-over taken back (its
-// agent did not claim it in time) is refused, so a command never starts
-// twice for one hand-over.
+// run is handed to it. The agent claims it and streams it in one request
+// (POST PathRun + the hand-over ID): the engine answers the claim with the
+// answer's headers (200) at once, and the agent starts the command only
+// then; it streams the command's stderr, heartbeats and finally its
+// outcome (one JSON Frame a line) while the answer stays open, and the
+// answer's one line (an Ack) says the outcome was recorded, or why the
+// command must stop. The engine answers the claim once: a hand-over taken
+// back (its agent did not claim it in time) is refused (410), so a
+// command never starts twice for one hand-over. Agents of an earlier
+// opkit claim with POST PathStart, then stream with POST PathStream, the
+// end's answer a status (204: recorded); the engine serves both, and says
+// on a take's answer that it serves PathRun (ProtocolHeader), so that an
+// agent uses the two requests with an engine of an earlier opkit.
 //
 // # Guarantees
 //
@@ -57,6 +64,7 @@ import (
 // The runner API's paths, audience and names (see the package doc).
 const (
 	PathTake   = "/runners/v1/take"
+	PathRun    = "/runners/v1/run/"
 	PathStart  = "/runners/v1/start/"
 	PathStream = "/runners/v1/stream/"
 	// Audience is the audience of a runner's token.
@@ -66,6 +74,10 @@ const (
 	ServiceAccountPrefix = "opkit-runner-"
 	// RunnerHeader carries the runner's name (its Pod's).
 	RunnerHeader = "X-Opkit-Runner"
+	// ProtocolHeader, on a take's answer, is ProtocolRun when the engine
+	// serves PathRun; an engine of an earlier opkit does not send it.
+	ProtocolHeader = "X-Opkit-Runner-Protocol"
+	ProtocolRun    = "run"
 )
 
 // Pool queues runs for runners. The zero value is not usable: NewPool.
@@ -308,8 +320,10 @@ func (p *Pool) giveBack(h *handover, runner string) {
 	}
 }
 
-// claim makes h runner's to run: false when it is not (any more).
-func (p *Pool) claim(id, runner string, key queueKey) (*handover, bool) {
+// claim makes h runner's to run: false when it is not (any more). With
+// streamOpen, the claim comes on the run's stream (PathRun); without,
+// the stream must open within LostAfter (PathStream).
+func (p *Pool) claim(id, runner string, key queueKey, streamOpen bool) (*handover, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h := p.handed[id]
@@ -319,7 +333,10 @@ func (p *Pool) claim(id, runner string, key queueKey) (*handover, bool) {
 	h.state, h.claimedAt = running, time.Now()
 	h.claimed <- runner // buffered 1, and a run is claimed once
 	_, _ = fmt.Fprintf(h.d.Log, "opkit: runner %s runs it\n", runner)
-	// The stream must open within LostAfter.
+	if streamOpen {
+		h.state = streaming
+		return h, true
+	}
 	time.AfterFunc(p.lostAfter(), func() {
 		p.mu.Lock()
 		lost := !h.ended && h.state == running

@@ -64,6 +64,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+PathTake, s.take)
 	mux.HandleFunc("POST "+PathStart+"{id}", s.start)
 	mux.HandleFunc("POST "+PathStream+"{id}", s.stream)
+	mux.HandleFunc("POST "+PathRun+"{id}", s.run)
 	return mux
 }
 
@@ -140,6 +141,7 @@ func (s *Server) take(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(ProtocolHeader, ProtocolRun)
 	if err := json.NewEncoder(w).Encode(h.d.Work); err != nil {
 		s.Pool.giveBack(h, c.runner) // never read: nothing started
 	}
@@ -150,13 +152,15 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if _, ok := s.Pool.claim(r.PathValue("id"), c.runner, c.key); !ok {
+	if _, ok := s.Pool.claim(r.PathValue("id"), c.runner, c.key, false); !ok {
 		http.Error(w, "the run is no longer yours: it went back to the queue, or ended", http.StatusGone)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// stream is the stream of a run claimed before (PathStart): its answer's
+// status is the end's (answerStatus).
 func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	c, ok := s.authenticate(w, r)
 	if !ok {
@@ -167,6 +171,78 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the run is no longer yours: it was taken back, or ended", http.StatusGone)
 		return
 	}
+	s.frames(w, r, c, h, answerStatus)
+}
+
+// run claims a run and streams it, in one request (PathRun): the answer's
+// headers (200) are the claim, sent at once, while the agent's frames
+// come; its one line, an Ack, is the end's.
+func (s *Server) run(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	// The agent writes its frames while it reads the answer; and an answer
+	// written before its body ends (a refusal) does not wait for its end.
+	if err := rc.EnableFullDuplex(); err != nil {
+		http.Error(w, "the runner API cannot stream both ways on this connection: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	// Read to its end before the handler returns (its answer flushed
+	// first): net/http's own close of a full-duplex body after the
+	// handler would start the connection's background read while it
+	// reads the next request, and panic (golang/go#68560).
+	defer func() {
+		_ = rc.Flush()
+		_ = r.Body.Close()
+	}()
+	c, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	h, ok := s.Pool.claim(r.PathValue("id"), c.runner, c.key, true)
+	if !ok {
+		http.Error(w, "the run is no longer yours: it went back to the queue, or ended", http.StatusGone)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		s.Pool.end(h, nil, &executor.Interrupted{Message: fmt.Sprintf("runner %s could not be told it runs the run (%v); the run is cancelled, to run again with its key", c.runner, err)})
+		return
+	}
+	s.frames(w, r, c, h, answerAck)
+}
+
+// Ack is the engine's answer to a run's stream through PathRun, its one
+// line: the outcome recorded, or why it was not (the run was taken back,
+// cancelled, or its stream broke). An agent stops a command still running
+// on any answer.
+type Ack struct {
+	Recorded bool   `json:"recorded,omitempty"`
+	Refused  string `json:"refused,omitempty"`
+}
+
+// answer ends a run's stream: status is the end's (204: the outcome is
+// recorded), message why when it is not.
+type answer func(w http.ResponseWriter, status int, message string)
+
+// answerStatus answers with the status (PathStream).
+func answerStatus(w http.ResponseWriter, status int, message string) {
+	if status == http.StatusNoContent {
+		w.WriteHeader(status)
+		return
+	}
+	http.Error(w, message, status)
+}
+
+// answerAck answers with an Ack line, the status sent before (PathRun).
+func answerAck(w http.ResponseWriter, status int, message string) {
+	a := Ack{Recorded: status == http.StatusNoContent, Refused: message}
+	_ = json.NewEncoder(w).Encode(a)
+	_ = http.NewResponseController(w).Flush()
+}
+
+// frames reads h's frames until its outcome, its stream's end or its
+// silence (lost), or its cancel, and answers the end.
+func (s *Server) frames(w http.ResponseWriter, r *http.Request, c caller, h *handover, answer answer) {
 	lostAfter := s.Pool.lostAfter()
 	var frames atomic.Int64
 	stop := make(chan struct{})
@@ -207,7 +283,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	for {
 		line, err := lines.ReadBytes('\n')
 		if err != nil && cancelled.Load() {
-			http.Error(w, "the engine cancelled the run: stop its command", http.StatusGone)
+			answer(w, http.StatusGone, "the engine cancelled the run: stop its command")
 			return
 		}
 		if err != nil {
@@ -219,13 +295,14 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 				why = *p
 			}
 			s.Pool.end(h, nil, &executor.Interrupted{Message: fmt.Sprintf("runner %s was lost mid-run (%s); the run is cancelled, to run again with its key", c.runner, why)})
+			answer(w, http.StatusGone, "the run's stream broke ("+why+"): the run is cancelled, to run again")
 			return
 		}
 		frames.Add(1)
 		var f Frame
 		if err := json.Unmarshal(line, &f); err != nil {
 			s.Pool.end(h, nil, &executor.Interrupted{Message: fmt.Sprintf("runner %s sent a frame that is not JSON (%v); the run is cancelled, to run again with its key", c.runner, err)})
-			http.Error(w, "not a frame", http.StatusBadRequest)
+			answer(w, http.StatusBadRequest, "not a frame")
 			return
 		}
 		if len(f.Log) > 0 {
@@ -233,10 +310,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		}
 		if f.Outcome != nil {
 			if !s.Pool.end(h, f.Outcome, nil) {
-				http.Error(w, "the run was taken back: this outcome is not recorded", http.StatusGone)
+				answer(w, http.StatusGone, "the run was taken back: this outcome is not recorded")
 				return
 			}
-			w.WriteHeader(http.StatusNoContent)
+			answer(w, http.StatusNoContent, "")
 			return
 		}
 	}

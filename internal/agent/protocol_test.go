@@ -1,0 +1,211 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/pem"
+	"fmt"
+	"log"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/opkit-dev/opkit/api/v1alpha1"
+	"github.com/opkit-dev/opkit/internal/executor"
+	"github.com/opkit-dev/opkit/internal/runners"
+)
+
+// An agent claims and streams a run in one request where the engine
+// serves it, and in two (claim, then stream) with an engine of an
+// earlier opkit, which neither serves the one request nor says it does;
+// the run ends the same either way, its log and result whole.
+func TestAnAgentClaimsOnTheStreamAndFallsBackForAnEarlierEngine(t *testing.T) {
+	r := newRig(t)
+	r.script(t, "ok.sh", `read -r input; echo "saw $input" >&2; echo '{"status":{"ran":"yes"}}'`)
+	for _, earlier := range []bool{false, true} {
+		name := map[bool]string{false: "this engine", true: "an earlier engine"}[earlier]
+		t.Run(name, func(t *testing.T) {
+			e := r.engine(t, earlier, 1)
+			const runs = 3
+			for i := range runs {
+				var log bytes.Buffer
+				action := v1alpha1.ExecAction{Command: []string{"./hooks/ok.sh"}, Image: image}
+				res, err := (&executor.InImage{Action: action, Operator: "demo", Runners: e.pool}).Run(t.Context(), request(&log, 10*time.Second))
+				if err != nil || status(res) != `{"status":{"ran":"yes"}}` {
+					t.Fatalf("run %d: %v, %v; its log:\n%s", i+1, status(res), err, log.String())
+				}
+				if !strings.Contains(log.String(), `saw {"object":{"spec":{"n":3}}}`) || !strings.Contains(log.String(), "runs it") {
+					t.Errorf("run %d's log is\n%s\nwant the command's stderr and the runner's claim", i+1, log.String())
+				}
+			}
+			if p := e.problems.String(); p != "" {
+				t.Errorf("%s: the runs went wrong on the way:\n%s", name, p)
+			}
+			want := map[string]int{runners.PathRun: runs}
+			if earlier {
+				// A take's answer from an earlier engine names no
+				// protocol: the agent never tries the one request.
+				want = map[string]int{runners.PathStart: runs, runners.PathStream: runs}
+			}
+			got := e.requests()
+			for _, p := range []string{runners.PathRun, runners.PathStart, runners.PathStream} {
+				if got[p] != want[p] {
+					t.Errorf("%s: the agent sent %d requests to %s; want %d (all: %v)", name, got[p], p, want[p], got)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkServeRunsThroughTheAgent runs a Serve handler through an
+// agent in this process, four at once, with the run claimed on its
+// stream and, for comparison, claimed then streamed (an earlier engine),
+// and reports the process's CPU per run (the engine's side and the
+// agent's; not the handler's process) and runs a second:
+//
+//	go test -run '^$' -bench ServeRunsThroughTheAgent -count 6 ./internal/agent/
+func BenchmarkServeRunsThroughTheAgent(b *testing.B) {
+	r := newRig(b)
+	r.script(b, "serve.sh", `while read -r line; do echo '{"status":{"ok":true}}'; done`)
+	for _, earlier := range []bool{false, true} {
+		b.Run(map[bool]string{false: "one request", true: "claim then stream"}[earlier], func(b *testing.B) {
+			e := r.engine(b, earlier, 4)
+			action := v1alpha1.ExecAction{Command: []string{"./hooks/serve.sh"}, Image: image, Mode: v1alpha1.ExecServe}
+			ex := &executor.InImage{Action: action, Operator: "demo", Runners: e.pool}
+			if _, err := ex.Run(b.Context(), request(&bytes.Buffer{}, 10*time.Second)); err != nil {
+				b.Fatal(err) // the Serve process started, the connections made
+			}
+			cpu := func() time.Duration {
+				var ru syscall.Rusage
+				_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+				return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			}
+			b.SetParallelism(2) // four at once on two cores, as the agent's --parallel 4
+			before, start := cpu(), time.Now()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := ex.Run(b.Context(), request(&bytes.Buffer{}, 10*time.Second)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64((cpu()-before).Microseconds())/1000/float64(b.N), "cpu-ms/run")
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "runs/s")
+			if p := e.problems.String(); p != "" {
+				b.Errorf("the runs went wrong on the way:\n%s", p)
+			}
+		})
+	}
+}
+
+// testEngine is a runner API over TLS in this process, with an agent
+// pulling from it; as an engine of an earlier opkit, it serves no
+// runners.PathRun and says so on no take's answer.
+type testEngine struct {
+	pool     *runners.Pool
+	problems lockedBuffer // the server's errors (a handler's panic among them), the agent's
+
+	mu     sync.Mutex
+	counts map[string]int // requests by path (a run's ID left out)
+}
+
+func (e *testEngine) requests() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.counts)
+}
+
+func (r *rig) engine(t testing.TB, earlier bool, parallel int) *testEngine {
+	t.Helper()
+	e := &testEngine{pool: runners.NewPool(), counts: map[string]int{}}
+	e.pool.LostAfter = 2 * time.Second
+	api := &runners.Server{Pool: e.pool, Reviews: r.client.AuthenticationV1().TokenReviews(), Namespace: r.env.Namespace, PollFor: 2 * time.Second}
+	inner := api.Handler()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		path := req.URL.Path
+		for _, p := range []string{runners.PathRun, runners.PathStart, runners.PathStream} {
+			if strings.HasPrefix(req.URL.Path, p) {
+				path = p
+			}
+		}
+		e.mu.Lock()
+		e.counts[path]++
+		e.mu.Unlock()
+		if earlier {
+			if path == runners.PathRun {
+				http.NotFound(w, req)
+				return
+			}
+			w = &withoutProtocol{ResponseWriter: w}
+		}
+		inner.ServeHTTP(w, req)
+	}))
+	srv.Config.ErrorLog = log.New(&e.problems, "engine: ", 0)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := r.options(fmt.Sprintf("runner-%t", earlier), r.token(t, "opkit-runner-demo", runners.Audience))
+	o.Engine, o.CAFile, o.Parallel = srv.URL, ca, parallel
+	o.Log = funcr.New(func(_, args string) {
+		if strings.Contains(args, `"error"`) {
+			_, _ = fmt.Fprintf(&e.problems, "agent: %s\n", args)
+		}
+	}, funcr.Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := Run(ctx, o); err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return e
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// withoutProtocol is an engine of an earlier opkit's answer: no
+// runners.ProtocolHeader.
+type withoutProtocol struct{ http.ResponseWriter }
+
+func (w *withoutProtocol) WriteHeader(code int) {
+	w.Header().Del(runners.ProtocolHeader)
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *withoutProtocol) Write(p []byte) (int, error) {
+	w.Header().Del(runners.ProtocolHeader)
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *withoutProtocol) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -365,7 +365,7 @@ func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
 	// The claim's answer comes at once; one that does not within
 	// TakeTimeout is not waited for (the engine runs the run again).
 	late := time.AfterFunc(a.opts.TakeTimeout, cancel)
-	resp, err := a.do(req)
+	resp, err := a.do(req) //nolint:bodyclose // closed by the goroutine that reads the answer, or below
 	if !late.Stop() && err == nil {
 		err = fmt.Errorf("the engine did not answer the claim within %s", a.opts.TakeTimeout)
 		_ = resp.Body.Close()

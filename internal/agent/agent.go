@@ -375,21 +375,21 @@ func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
 		return err // not claimed, or the engine runs it again with its key
 	}
 	if resp.StatusCode != http.StatusOK {
+		_ = pw.Close()       // the body ends: nothing was started
 		err := refusal(resp) // taken back: another runner runs it
 		_ = resp.Body.Close()
-		_ = pw.CloseWithError(errStreamClosed)
 		return err
 	}
 	sent := make(chan error, 1)
 	go func() {
 		err := readAck(resp.Body)
+		// The engine answered, or the stream broke: a command still
+		// running is killed at once.
+		_ = pr.CloseWithError(errStreamClosed)
+		cancel()
 		// The answer's end follows its line: read, the connection is kept.
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		_ = resp.Body.Close()
-		// The engine answered, or the stream broke: a command still
-		// running is killed.
-		_ = pr.CloseWithError(errStreamClosed)
-		cancel()
 		sent <- err
 	}()
 	return a.stream(runCtx, cancel, w, pw, sent)

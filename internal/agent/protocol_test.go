@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -66,6 +67,35 @@ func TestAnAgentClaimsOnTheStreamAndFallsBackForAnEarlierEngine(t *testing.T) {
 	}
 }
 
+// A claim the engine refuses (the run went back to the queue, or ended)
+// leaves the agent free: it starts nothing, and takes the run again once
+// it comes back.
+func TestAnAgentWhoseClaimIsRefusedStartsNothingAndTakesTheNextRun(t *testing.T) {
+	r := newRig(t)
+	count := filepath.Join(r.files, "count")
+	r.script(t, "count.sh", `echo x >> "$COUNT"; echo '{"status":{"ran":"yes"}}'`)
+	e := r.engine(t, false, 1)
+	e.refuseNextClaim.Store(true)
+	action := v1alpha1.ExecAction{Command: []string{"./hooks/count.sh"}, Image: image, Env: []v1alpha1.EnvVar{{Name: "COUNT", Value: count}}}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var log bytes.Buffer
+	res, err := (&executor.InImage{Action: action, Operator: "demo", Runners: e.pool}).Run(ctx, request(&log, 10*time.Second))
+	if err != nil || status(res) != `{"status":{"ran":"yes"}}` {
+		t.Fatalf("the run after a refused claim: %v, %v; its log:\n%s", status(res), err, log.String())
+	}
+	if b, _ := os.ReadFile(count); string(b) != "x\n" {
+		t.Errorf("the command ran %q times; want once (nothing started on the refused claim)", b)
+	}
+	if got := e.requests()[runners.PathRun]; got != 2 {
+		t.Errorf("the agent sent %d requests to %s; want 2 (the refused claim, then the run)", got, runners.PathRun)
+	}
+	p := e.problems.String()
+	if strings.Contains(p, "engine: ") || !strings.Contains(p, "410 Gone: the run is no longer yours") {
+		t.Errorf("the engine's server and the agent logged\n%s\nwant the agent's refused claim only", p)
+	}
+}
+
 // BenchmarkServeRunsThroughTheAgent runs a Serve handler through an
 // agent in this process, four at once, with the run claimed on its
 // stream and, for comparison, claimed then streamed (an earlier engine),
@@ -116,6 +146,9 @@ func BenchmarkServeRunsThroughTheAgent(b *testing.B) {
 type testEngine struct {
 	pool     *runners.Pool
 	problems lockedBuffer // the server's errors (a handler's panic among them), the agent's
+	// refuseNextClaim makes the next claim name a run the engine does not
+	// know, as if it went back to the queue.
+	refuseNextClaim atomic.Bool
 
 	mu     sync.Mutex
 	counts map[string]int // requests by path (a run's ID left out)
@@ -143,6 +176,9 @@ func (r *rig) engine(t testing.TB, earlier bool, parallel int) *testEngine {
 		e.mu.Lock()
 		e.counts[path]++
 		e.mu.Unlock()
+		if path == runners.PathRun && e.refuseNextClaim.CompareAndSwap(true, false) {
+			req.URL.Path = runners.PathRun + "taken-back"
+		}
 		if earlier {
 			if path == runners.PathRun {
 				http.NotFound(w, req)

@@ -179,36 +179,54 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 // come; its one line, an Ack, is the end's.
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
-	// The agent writes its frames while it reads the answer; and an answer
-	// written before its body ends (a refusal) does not wait for its end.
+	// The agent writes its frames while it reads the answer.
 	if err := rc.EnableFullDuplex(); err != nil {
 		http.Error(w, "the runner API cannot stream both ways on this connection: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	// Read to its end before the handler returns (its answer flushed
-	// first): net/http's own close of a full-duplex body after the
-	// handler would start the connection's background read while it
-	// reads the next request, and panic (golang/go#68560).
-	defer func() {
-		_ = rc.Flush()
-		_ = r.Body.Close()
-	}()
+	// Until the claim, an answer is a refusal, and the connection closes
+	// after it: what the agent sends is not read.
+	w.Header().Set("Connection", "close")
 	c, ok := s.authenticate(w, r)
 	if !ok {
+		unread(rc, r)
 		return
 	}
 	h, ok := s.Pool.claim(r.PathValue("id"), c.runner, c.key, true)
 	if !ok {
 		http.Error(w, "the run is no longer yours: it went back to the queue, or ended", http.StatusGone)
+		unread(rc, r)
 		return
 	}
+	w.Header().Del("Connection")
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	if err := rc.Flush(); err != nil {
 		s.Pool.end(h, nil, &executor.Interrupted{Message: fmt.Sprintf("runner %s could not be told it runs the run (%v); the run is cancelled, to run again with its key", c.runner, err)})
+		hangUp(rc)
 		return
 	}
 	s.frames(w, r, c, h, answerAck)
+}
+
+// unread ends a request whose body is not read: the answer flushed, the
+// body closed at once (a read deadline past), inside the handler
+// (golang/go#68560: net/http's own close of a full-duplex body after the
+// handler starts the connection's background read while it reads the
+// next request on it, and panics).
+func unread(rc *http.ResponseController, r *http.Request) {
+	_ = rc.Flush()
+	_ = rc.SetReadDeadline(time.Now())
+	_ = r.Body.Close()
+}
+
+// hangUp closes the connection of an answer sent in part: what the agent
+// still sends is never read as a next request.
+func hangUp(rc *http.ResponseController) {
+	_ = rc.Flush()
+	if conn, _, err := rc.Hijack(); err == nil {
+		_ = conn.Close()
+	}
 }
 
 // Ack is the engine's answer to a run's stream through PathRun, its one
@@ -222,10 +240,10 @@ type Ack struct {
 
 // answer ends a run's stream: status is the end's (204: the outcome is
 // recorded), message why when it is not.
-type answer func(w http.ResponseWriter, status int, message string)
+type answer func(w http.ResponseWriter, r *http.Request, status int, message string)
 
 // answerStatus answers with the status (PathStream).
-func answerStatus(w http.ResponseWriter, status int, message string) {
+func answerStatus(w http.ResponseWriter, _ *http.Request, status int, message string) {
 	if status == http.StatusNoContent {
 		w.WriteHeader(status)
 		return
@@ -234,10 +252,19 @@ func answerStatus(w http.ResponseWriter, status int, message string) {
 }
 
 // answerAck answers with an Ack line, the status sent before (PathRun).
-func answerAck(w http.ResponseWriter, status int, message string) {
-	a := Ack{Recorded: status == http.StatusNoContent, Refused: message}
-	_ = json.NewEncoder(w).Encode(a)
-	_ = http.NewResponseController(w).Flush()
+// An outcome recorded was the body's last frame: its end is read (inside
+// the handler, golang/go#68560), and the connection kept. Otherwise the
+// agent may still be sending (its command stops when it reads the Ack):
+// the connection is closed.
+func answerAck(w http.ResponseWriter, r *http.Request, status int, message string) {
+	rc := http.NewResponseController(w)
+	_ = json.NewEncoder(w).Encode(Ack{Recorded: status == http.StatusNoContent, Refused: message})
+	if status != http.StatusNoContent {
+		hangUp(rc)
+		return
+	}
+	_ = rc.Flush()
+	_ = r.Body.Close()
 }
 
 // frames reads h's frames until its outcome, its stream's end or its
@@ -283,7 +310,7 @@ func (s *Server) frames(w http.ResponseWriter, r *http.Request, c caller, h *han
 	for {
 		line, err := lines.ReadBytes('\n')
 		if err != nil && cancelled.Load() {
-			answer(w, http.StatusGone, "the engine cancelled the run: stop its command")
+			answer(w, r, http.StatusGone, "the engine cancelled the run: stop its command")
 			return
 		}
 		if err != nil {
@@ -295,14 +322,14 @@ func (s *Server) frames(w http.ResponseWriter, r *http.Request, c caller, h *han
 				why = *p
 			}
 			s.Pool.end(h, nil, &executor.Interrupted{Message: fmt.Sprintf("runner %s was lost mid-run (%s); the run is cancelled, to run again with its key", c.runner, why)})
-			answer(w, http.StatusGone, "the run's stream broke ("+why+"): the run is cancelled, to run again")
+			answer(w, r, http.StatusGone, "the run's stream broke ("+why+"): the run is cancelled, to run again")
 			return
 		}
 		frames.Add(1)
 		var f Frame
 		if err := json.Unmarshal(line, &f); err != nil {
 			s.Pool.end(h, nil, &executor.Interrupted{Message: fmt.Sprintf("runner %s sent a frame that is not JSON (%v); the run is cancelled, to run again with its key", c.runner, err)})
-			answer(w, http.StatusBadRequest, "not a frame")
+			answer(w, r, http.StatusBadRequest, "not a frame")
 			return
 		}
 		if len(f.Log) > 0 {
@@ -310,10 +337,10 @@ func (s *Server) frames(w http.ResponseWriter, r *http.Request, c caller, h *han
 		}
 		if f.Outcome != nil {
 			if !s.Pool.end(h, f.Outcome, nil) {
-				answer(w, http.StatusGone, "the run was taken back: this outcome is not recorded")
+				answer(w, r, http.StatusGone, "the run was taken back: this outcome is not recorded")
 				return
 			}
-			answer(w, http.StatusNoContent, "")
+			answer(w, r, http.StatusNoContent, "")
 			return
 		}
 	}

@@ -383,12 +383,16 @@ func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
 	sent := make(chan error, 1)
 	go func() {
 		err := readAck(resp.Body)
+		if err == nil {
+			// The outcome recorded: the answer's end follows its line,
+			// read before the request's context ends, and the
+			// connection is kept.
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		}
 		// The engine answered, or the stream broke: a command still
 		// running is killed at once.
 		_ = pr.CloseWithError(errStreamClosed)
 		cancel()
-		// The answer's end follows its line: read, the connection is kept.
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		_ = resp.Body.Close()
 		sent <- err
 	}()

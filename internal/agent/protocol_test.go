@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -56,6 +57,11 @@ func TestAnAgentClaimsOnTheStreamAndFallsBackForAnEarlierEngine(t *testing.T) {
 				// A take's answer from an earlier engine names no
 				// protocol: the agent never tries the one request.
 				want = map[string]int{runners.PathStart: runs, runners.PathStream: runs}
+			}
+			// Its connection is kept from run to run (one TLS
+			// handshake, not one a run).
+			if n := e.conns.Load(); n >= runs {
+				t.Errorf("%s: the agent opened %d connections for %d runs, one at a time; want them kept", name, n, runs)
 			}
 			got := e.requests()
 			for _, p := range []string{runners.PathRun, runners.PathStart, runners.PathStream} {
@@ -149,6 +155,7 @@ type testEngine struct {
 	// refuseNextClaim makes the next claim name a run the engine does not
 	// know, as if it went back to the queue.
 	refuseNextClaim atomic.Bool
+	conns           atomic.Int32 // connections the agent opened
 
 	mu     sync.Mutex
 	counts map[string]int // requests by path (a run's ID left out)
@@ -189,6 +196,11 @@ func (r *rig) engine(t testing.TB, earlier bool, parallel int) *testEngine {
 		inner.ServeHTTP(w, req)
 	}))
 	srv.Config.ErrorLog = log.New(&e.problems, "engine: ", 0)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			e.conns.Add(1)
+		}
+	}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	ca := filepath.Join(t.TempDir(), "ca.crt")

@@ -209,14 +209,16 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	s.frames(w, r, c, h, answerAck)
 }
 
-// unread ends a request whose body is not read: the answer flushed, the
-// body closed at once (a read deadline past), inside the handler
+// unread ends a refused request: the answer flushed, then the body
+// read to its end, which an agent sends as soon as it sees the refusal
+// (its end unread, the connection's close would be a reset, which may
+// lose the answer), or for a second at most. Inside the handler
 // (golang/go#68560: net/http's own close of a full-duplex body after the
 // handler starts the connection's background read while it reads the
 // next request on it, and panics).
 func unread(rc *http.ResponseController, r *http.Request) {
 	_ = rc.Flush()
-	_ = rc.SetReadDeadline(time.Now())
+	_ = rc.SetReadDeadline(time.Now().Add(time.Second))
 	_ = r.Body.Close()
 }
 
@@ -264,7 +266,9 @@ func answerAck(w http.ResponseWriter, r *http.Request, status int, message strin
 		return
 	}
 	_ = rc.Flush()
-	_ = r.Body.Close()
+	if r.Body.Close() != nil {
+		hangUp(rc) // the body's end never came (its frames' watch gave up)
+	}
 }
 
 // frames reads h's frames until its outcome, its stream's end or its

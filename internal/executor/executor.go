@@ -183,6 +183,9 @@ var reservedStatus = []string{"observedGeneration", "conditions", "opkit"}
 // nested deeper than jsondepth.Max objects and arrays.
 func ParseResult(out []byte) (*Result, error) { return parseResult(out, nil) }
 
+// jsonSpace is the white space JSON allows between its tokens.
+const jsonSpace = " \t\r\n"
+
 // parseResult is ParseResult; a refusal quotes the output as redact
 // writes it (nil: as it is), before the quote is cut: a secret across the
 // cut would otherwise show its start.
@@ -210,13 +213,14 @@ func parseResult(out []byte, redact func(string) string) (*Result, error) {
 		}
 		return nil, &Failure{Message: fmt.Sprintf("output is not a JSON result: %v; output begins %q", err, shown(out))}
 	}
-	// Nothing but space may follow the result: not a second value, nor
-	// a stray bracket (which Decoder.More does not see).
-	if rest := bytes.TrimSpace(out[dec.InputOffset():]); len(rest) > 0 {
+	// Nothing but JSON's space may follow the result: not a second value,
+	// nor a stray bracket (which Decoder.More does not see), nor another
+	// space (a vertical tab: one JSON value is what json.Valid says).
+	if rest := bytes.Trim(out[dec.InputOffset():], jsonSpace); len(rest) > 0 {
 		if _, err := dec.Token(); err == nil {
 			return nil, &Failure{Message: fmt.Sprintf("output has more than one JSON value; output begins %q", shown(out))}
 		}
-		return nil, &Failure{Message: fmt.Sprintf("output has %q after its JSON result, at byte %d: a result is one JSON value; output begins %q", short(text(rest)), len(out)-len(bytes.TrimLeft(out[dec.InputOffset():], " \t\r\n")), shown(out))}
+		return nil, &Failure{Message: fmt.Sprintf("output has %q after its JSON result, at byte %d: a result is one JSON value; output begins %q", short(text(rest)), len(out)-len(bytes.TrimLeft(out[dec.InputOffset():], jsonSpace)), shown(out))}
 	}
 	var problems []string
 	for _, f := range []struct {

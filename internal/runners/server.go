@@ -147,13 +147,17 @@ func (s *Server) take(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// claimRefused is the answer to a claim of a run that is not the
+// runner's (any more), on either path.
+const claimRefused = "the run is no longer yours: it went back to the queue, or ended"
+
 func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 	c, ok := s.authenticate(w, r)
 	if !ok {
 		return
 	}
 	if _, ok := s.Pool.claim(r.PathValue("id"), c.runner, c.key, false); !ok {
-		http.Error(w, "the run is no longer yours: it went back to the queue, or ended", http.StatusGone)
+		http.Error(w, claimRefused, http.StatusGone)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -194,7 +198,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	}
 	h, ok := s.Pool.claim(r.PathValue("id"), c.runner, c.key, true)
 	if !ok {
-		http.Error(w, "the run is no longer yours: it went back to the queue, or ended", http.StatusGone)
+		http.Error(w, claimRefused, http.StatusGone)
 		unread(rc, r)
 		return
 	}

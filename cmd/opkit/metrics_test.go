@@ -97,7 +97,10 @@ echo '{}'
 }
 
 // waitGauges creates the Notes ok and bad with c, and waits until metrics
-// (a /metrics URL) shows one Ready, one Stalled; it returns that scrape.
+// (a /metrics URL) shows one Ready, one Stalled, and their runs counted;
+// it returns that scrape. A run is counted once the archive recorded its
+// end, which is after its status patch: a scrape may show the Note Ready
+// before its run is counted.
 func waitGauges(t *testing.T, c client.Client, metrics string) map[string]float64 {
 	t.Helper()
 	clustertest.Eventually(t, 30*time.Second, "the Note CRD served", func(ctx context.Context) (bool, error) {
@@ -108,9 +111,11 @@ func waitGauges(t *testing.T, c client.Client, metrics string) map[string]float6
 	want := map[string]float64{
 		notesObjects("Ready", "True"): 1, notesObjects("Ready", "False"): 1,
 		notesObjects("Stalled", "True"): 1, notesObjects("Stalled", "False"): 1,
-		`opkit_runs_in_flight{operator="notes"}`: 0,
+		`opkit_runs_in_flight{operator="notes"}`:                                 0,
+		`opkit_runs_total{handler="check",operator="notes",outcome="Succeeded"}`: 1,
+		`opkit_runs_total{handler="check",operator="notes",outcome="GaveUp"}`:    1,
 	}
-	clustertest.Eventually(t, 60*time.Second, "/metrics showing one Note Ready and one Stalled", func(context.Context) (bool, error) {
+	clustertest.Eventually(t, 60*time.Second, "/metrics showing one Note Ready and one Stalled, and their runs", func(context.Context) (bool, error) {
 		code, body := clustertest.Get(t, metrics)
 		if code != http.StatusOK {
 			return false, fmt.Errorf("GET %s: %d\n%s", metrics, code, body)

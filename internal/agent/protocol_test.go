@@ -3,13 +3,16 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"log"
 	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,6 +105,72 @@ func TestAnAgentWhoseClaimIsRefusedStartsNothingAndTakesTheNextRun(t *testing.T)
 	}
 }
 
+// A runner that sends a frame longer than runners.MaxFrame (a broken
+// one: an agent's frames are a result at most, or a piece of a log) has
+// its run cancelled at once, the engine's reason naming the limit; the
+// engine reads no further than the limit.
+func TestAFrameLongerThanTheLimitCancelsItsRunNamingTheLimit(t *testing.T) {
+	r := newRig(t)
+	e, srv, _ := r.runnerAPI(t, false)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() {
+		action := v1alpha1.ExecAction{Command: []string{"./hooks/any.sh"}, Image: image}
+		_, err := (&executor.InImage{Action: action, Operator: "demo", Runners: e.pool}).Run(ctx, request(&bytes.Buffer{}, 10*time.Second))
+		ran <- err
+	}()
+	token, err := os.ReadFile(r.token(t, "opkit-runner-demo", runners.Audience))
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(path string, body io.Reader) *http.Response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+path+"?operator=demo&image="+url.QueryEscape(image), body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+		req.Header.Set(runners.RunnerHeader, "broken-runner")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		return resp
+	}
+	take := post(runners.PathTake, nil)
+	var w executor.RunnerWork
+	if err := json.NewDecoder(take.Body).Decode(&w); err != nil || take.StatusCode != http.StatusOK {
+		t.Fatalf("the take: %s, %v", take.Status, err)
+	}
+	_ = take.Body.Close()
+	// A log frame one byte longer than the limit, its line ended.
+	frame := io.MultiReader(strings.NewReader(`{"log":"`), io.LimitReader(repeat('A'), runners.MaxFrame), strings.NewReader(`"}`+"\n"))
+	resp := post(runners.PathRun+w.ID, frame)
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the claim: %s; want 200", resp.Status)
+	}
+	select {
+	case err := <-ran:
+		if want := fmt.Sprintf("runner broken-runner sent a frame of more than %d bytes; the run is cancelled", runners.MaxFrame); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("the run ended with %v; want an error saying %q", err, want)
+		}
+	case <-ctx.Done():
+		t.Fatal("the run did not end after its runner sent a frame over the limit")
+	}
+}
+
+// repeat reads b for ever.
+type repeat byte
+
+func (b repeat) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(b)
+	}
+	return len(p), nil
+}
+
 // BenchmarkServeRunsThroughTheAgent runs a Serve handler through an
 // agent in this process, four at once, with the run claimed on its
 // stream and, for comparison, claimed then streamed (an earlier engine),
@@ -169,6 +238,29 @@ func (e *testEngine) requests() map[string]int {
 
 func (r *rig) engine(t testing.TB, earlier bool, parallel int) *testEngine {
 	t.Helper()
+	e, srv, ca := r.runnerAPI(t, earlier)
+	o := r.options(fmt.Sprintf("runner-%t", earlier), r.token(t, "opkit-runner-demo", runners.Audience))
+	o.Engine, o.CAFile, o.Parallel = srv.URL, ca, parallel
+	o.Log = funcr.New(func(_, args string) {
+		if strings.Contains(args, `"error"`) {
+			_, _ = fmt.Fprintf(&e.problems, "agent: %s\n", args)
+		}
+	}, funcr.Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := Run(ctx, o); err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return e
+}
+
+// runnerAPI is engine's runner API without an agent: its server, and the
+// file of its CA.
+func (r *rig) runnerAPI(t testing.TB, earlier bool) (*testEngine, *httptest.Server, string) {
+	t.Helper()
 	e := &testEngine{pool: runners.NewPool(), counts: map[string]int{}}
 	e.pool.LostAfter = 2 * time.Second
 	api := &runners.Server{Pool: e.pool, Reviews: r.client.AuthenticationV1().TokenReviews(), Namespace: r.env.Namespace, PollFor: 2 * time.Second}
@@ -207,22 +299,7 @@ func (r *rig) engine(t testing.TB, earlier bool, parallel int) *testEngine {
 	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o := r.options(fmt.Sprintf("runner-%t", earlier), r.token(t, "opkit-runner-demo", runners.Audience))
-	o.Engine, o.CAFile, o.Parallel = srv.URL, ca, parallel
-	o.Log = funcr.New(func(_, args string) {
-		if strings.Contains(args, `"error"`) {
-			_, _ = fmt.Fprintf(&e.problems, "agent: %s\n", args)
-		}
-	}, funcr.Options{})
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := Run(ctx, o); err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	})
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	return e
+	return e, srv, ca
 }
 
 type lockedBuffer struct {

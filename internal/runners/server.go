@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,37 @@ type Frame struct {
 	Log     []byte          `json:"log,omitempty"`
 	Beat    bool            `json:"beat,omitempty"`
 	Outcome *executor.Reply `json:"outcome,omitempty"`
+}
+
+// MaxFrame bounds a frame's line: an outcome holds a result of at most
+// executor.MaxResultBytes, which JSON's escapes may make six times as
+// long. A longer frame cancels its run (the runner is broken).
+const MaxFrame = 8 * executor.MaxResultBytes
+
+// errFrameTooLarge is readFrame's for a line longer than MaxFrame.
+var errFrameTooLarge = errors.New("frame too large")
+
+// frameReaders are the readers of runs' streams, kept between runs: a
+// reader's buffer is most of a short run's allocation.
+var frameReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
+
+// readFrame reads a line of br, up to MaxFrame bytes. The line is br's
+// buffer when it fits in it: it is valid until the next read.
+func readFrame(br *bufio.Reader) ([]byte, error) {
+	var long []byte
+	for {
+		part, err := br.ReadSlice('\n')
+		if len(long)+len(part) > MaxFrame {
+			return nil, errFrameTooLarge
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			if long == nil {
+				return part, err
+			}
+			return append(long, part...), err
+		}
+		long = append(long, part...)
+	}
 }
 
 // Server serves the runner API (see the package doc). Mount Handler on a
@@ -314,9 +346,16 @@ func (s *Server) frames(w http.ResponseWriter, r *http.Request, c caller, h *han
 		}
 	}()
 	defer close(stop)
-	lines := bufio.NewReaderSize(r.Body, 64<<10)
+	lines := frameReaders.Get().(*bufio.Reader)
+	lines.Reset(r.Body)
+	defer func() { lines.Reset(nil); frameReaders.Put(lines) }()
 	for {
-		line, err := lines.ReadBytes('\n')
+		line, err := readFrame(lines)
+		if errors.Is(err, errFrameTooLarge) {
+			s.Pool.end(h, nil, &executor.Interrupted{Message: fmt.Sprintf("runner %s sent a frame of more than %d bytes; the run is cancelled, to run again with its key", c.runner, MaxFrame)})
+			answer(w, r, http.StatusRequestEntityTooLarge, "a frame is at most "+strconv.Itoa(MaxFrame)+" bytes")
+			return
+		}
 		if err != nil && cancelled.Load() {
 			answer(w, r, http.StatusGone, "the engine cancelled the run: stop its command")
 			return

@@ -257,6 +257,21 @@ type reread struct {
 	data []byte
 	err  error
 	at   time.Time // of the last read; zero: read at the next call
+	// bearer is an Authorization header of data, made once per read.
+	bearer string
+}
+
+// authorization is the Authorization header of the token the file holds.
+func (f *reread) authorization() (string, error) {
+	if _, err := f.read(); err != nil {
+		return "", err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.bearer == "" {
+		f.bearer = "Bearer " + strings.TrimSpace(string(f.data))
+	}
+	return f.bearer, nil
 }
 
 func (f *reread) read() ([]byte, error) {
@@ -264,7 +279,7 @@ func (f *reread) read() ([]byte, error) {
 	defer f.mu.Unlock()
 	if f.at.IsZero() || time.Since(f.at) >= rereadEvery {
 		f.data, f.err = os.ReadFile(f.path)
-		f.at = time.Now()
+		f.at, f.bearer = time.Now(), ""
 	}
 	return f.data, f.err
 }
@@ -302,7 +317,7 @@ func (a *agent) loop(ctx context.Context) {
 // request makes a request to the engine, with the token its file holds
 // (read again at most every rereadEvery).
 func (a *agent) request(ctx context.Context, path string, body io.Reader) (*http.Request, error) {
-	token, err := a.tokenFile.read()
+	auth, err := a.tokenFile.authorization()
 	if err != nil {
 		return nil, fmt.Errorf("reading the runner's token: %w", err)
 	}
@@ -310,7 +325,7 @@ func (a *agent) request(ctx context.Context, path string, body io.Reader) (*http
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	req.Header.Set("Authorization", auth)
 	req.Header.Set(runners.RunnerHeader, a.opts.Name)
 	return req, nil
 }
@@ -401,7 +416,7 @@ func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
 
 // readAck reads the engine's answer to a run's stream (runners.Ack).
 func readAck(body io.Reader) error {
-	line, err := bufio.NewReaderSize(io.LimitReader(body, 64<<10), 4096).ReadBytes('\n')
+	line, err := bufio.NewReaderSize(io.LimitReader(body, 64<<10), 256).ReadBytes('\n') // an Ack is short
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = errors.New("the engine ended the run's stream without an answer")

@@ -34,7 +34,6 @@
 package agent
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -263,11 +262,11 @@ type reread struct {
 
 // authorization is the Authorization header of the token the file holds.
 func (f *reread) authorization() (string, error) {
-	if _, err := f.read(); err != nil {
-		return "", err
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.readLocked(); f.err != nil {
+		return "", f.err
+	}
 	if f.bearer == "" {
 		f.bearer = "Bearer " + strings.TrimSpace(string(f.data))
 	}
@@ -277,11 +276,17 @@ func (f *reread) authorization() (string, error) {
 func (f *reread) read() ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.readLocked()
+	return f.data, f.err
+}
+
+// readLocked reads the file again if its last read is too old; f.mu is
+// held.
+func (f *reread) readLocked() {
 	if f.at.IsZero() || time.Since(f.at) >= rereadEvery {
 		f.data, f.err = os.ReadFile(f.path)
 		f.at, f.bearer = time.Now(), ""
 	}
-	return f.data, f.err
 }
 
 func (f *reread) expire() {
@@ -290,25 +295,33 @@ func (f *reread) expire() {
 	f.mu.Unlock()
 }
 
-// loop takes and runs runs, one at a time, until ctx ends.
+// loop takes and runs runs, one at a time, until ctx ends. A run the
+// engine hands on the answer to the run before is run without a take.
 func (a *agent) loop(ctx context.Context) {
+	var next *executor.RunnerWork
 	for ctx.Err() == nil {
-		w, oneRequest, err := a.take(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				a.opts.Log.Error(err, "taking a run from the engine; trying again in 1s")
-				sleep.For(ctx, time.Second)
+		w, oneRequest := next, true // handed on a run's answer: this engine serves PathRun
+		next = nil
+		if w == nil {
+			var err error
+			if w, oneRequest, err = a.take(ctx); err != nil {
+				if ctx.Err() == nil {
+					a.opts.Log.Error(err, "taking a run from the engine; trying again in 1s")
+					sleep.For(ctx, time.Second)
+				}
+				continue
 			}
-			continue
 		}
 		if w == nil {
 			continue
 		}
-		run := a.run
-		if !oneRequest {
-			run = a.runClaimed
+		var err error
+		if oneRequest {
+			next, err = a.run(ctx, w)
+		} else {
+			err = a.runClaimed(ctx, w)
 		}
-		if err := run(ctx, w); err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil {
 			a.opts.Log.Error(err, "run", "run", w.RunID, "handler", w.Handler)
 		}
 	}
@@ -367,16 +380,18 @@ func refusal(resp *http.Response) error {
 }
 
 // run claims w, runs it and streams its log and outcome in one request
-// (runners.PathRun): the answer's headers are the claim, its one line the
-// engine's acknowledgement of the outcome.
-func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
+// (runners.PathRun): the answer's headers are the claim, its first line
+// the engine's acknowledgement of the outcome, and its second, if any,
+// the agent's next run, which it returns (runners.NextHeader).
+func (a *agent) run(ctx context.Context, w *executor.RunnerWork) (*executor.RunnerWork, error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
 	req, err := a.request(runCtx, runners.PathRun+w.ID, pr)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	req.Header.Set(runners.NextHeader, runners.NextOnAnswer)
 	// The claim's answer comes at once; one that does not within
 	// TakeTimeout is not waited for (the engine runs the run again).
 	late := time.AfterFunc(a.opts.TakeTimeout, cancel)
@@ -387,21 +402,36 @@ func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
 	}
 	if err != nil {
 		_ = pw.CloseWithError(errStreamClosed)
-		return err // not claimed, or the engine runs it again with its key
+		return nil, err // not claimed, or the engine runs it again with its key
 	}
 	if resp.StatusCode != http.StatusOK {
 		_ = pw.Close()       // the body ends: nothing was started
 		err := refusal(resp) // taken back: another runner runs it
 		_ = resp.Body.Close()
-		return err
+		return nil, err
 	}
 	sent := make(chan error, 1)
+	handed := make(chan *executor.RunnerWork, 1)
 	go func() {
-		err := readAck(resp.Body)
+		answer := json.NewDecoder(resp.Body)
+		err := readAck(answer)
+		var next *executor.RunnerWork
 		if err == nil {
-			// The outcome recorded: the answer's end follows its line,
-			// read before the request's context ends, and the
-			// connection is kept.
+			// The outcome recorded: the run is done. The agent's next
+			// run may follow (the engine waits for one as for a take),
+			// then the answer's end, read before the request's context
+			// ends: the connection is kept.
+			sent <- nil
+			var nw executor.RunnerWork
+			switch err := answer.Decode(&nw); {
+			case err == nil:
+				next = &nw
+			case !errors.Is(err, io.EOF):
+				// The wait broke (the engine replaced?): the take that
+				// follows reads the CA and token files again.
+				a.caFile.expire()
+				a.tokenFile.expire()
+			}
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		}
 		// The engine answered, or the stream broke: a command still
@@ -409,23 +439,33 @@ func (a *agent) run(ctx context.Context, w *executor.RunnerWork) error {
 		_ = pr.CloseWithError(errStreamClosed)
 		cancel()
 		_ = resp.Body.Close()
-		sent <- err
+		if err != nil {
+			sent <- err
+		}
+		handed <- next
 	}()
-	return a.stream(runCtx, cancel, w, pw, sent)
+	if err := a.stream(runCtx, cancel, w, pw, sent); err != nil {
+		return nil, err
+	}
+	// The engine's wait for the next run lasts its take's poll; one that
+	// does not end within TakeTimeout is not waited for.
+	late = time.AfterFunc(a.opts.TakeTimeout, cancel)
+	defer late.Stop()
+	return <-handed, nil
 }
 
 // readAck reads the engine's answer to a run's stream (runners.Ack).
-func readAck(body io.Reader) error {
-	line, err := bufio.NewReaderSize(io.LimitReader(body, 64<<10), 256).ReadBytes('\n') // an Ack is short
-	if err != nil {
+func readAck(answer *json.Decoder) error {
+	var ack runners.Ack
+	if err := answer.Decode(&ack); err != nil {
 		if errors.Is(err, io.EOF) {
-			err = errors.New("the engine ended the run's stream without an answer")
+			return errors.New("the engine ended the run's stream without an answer")
+		}
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) {
+			return fmt.Errorf("the engine's answer to the run's stream is not JSON: %w", err)
 		}
 		return err
-	}
-	var ack runners.Ack
-	if err := json.Unmarshal(line, &ack); err != nil {
-		return fmt.Errorf("the engine's answer to the run's stream is not JSON: %w", err)
 	}
 	if !ack.Recorded {
 		return fmt.Errorf("the engine did not record the outcome: %s", ack.Refused)
@@ -509,7 +549,10 @@ func (a *agent) stream(runCtx context.Context, cancel context.CancelFunc, w *exe
 		return err
 	case <-time.After(a.opts.TakeTimeout):
 		cancel()
-		return fmt.Errorf("the engine did not acknowledge the outcome within %s: it went away, and runs it again (%w)", a.opts.TakeTimeout, <-sent)
+		if err := <-sent; err != nil {
+			return fmt.Errorf("the engine did not acknowledge the outcome within %s: it went away, and runs it again (%w)", a.opts.TakeTimeout, err)
+		}
+		return nil // acknowledged as the wait ended
 	}
 }
 

@@ -32,14 +32,19 @@ import (
 // An agent claims and streams a run in one request where the engine
 // serves it, and in two (claim, then stream) with an engine of an
 // earlier opkit, which neither serves the one request nor says it does;
-// the run ends the same either way, its log and result whole.
+// the run ends the same either way, its log and result whole. This
+// engine hands the agent's next run on the answer to its last.
 func TestAnAgentClaimsOnTheStreamAndFallsBackForAnEarlierEngine(t *testing.T) {
 	r := newRig(t)
 	r.script(t, "ok.sh", `read -r input; echo "saw $input" >&2; echo '{"status":{"ran":"yes"}}'`)
-	for _, earlier := range []bool{false, true} {
-		name := map[bool]string{false: "this engine", true: "an earlier engine"}[earlier]
+	for _, c := range []struct {
+		name            string
+		earlier, noNext bool
+	}{{"this engine", false, false}, {"an engine that hands no next run on an answer", false, true}, {"an earlier engine", true, false}} {
+		name, earlier := c.name, c.earlier
 		t.Run(name, func(t *testing.T) {
 			e := r.engine(t, earlier, 1)
+			e.noNext.Store(c.noNext)
 			const runs = 3
 			for i := range runs {
 				var log bytes.Buffer
@@ -71,6 +76,13 @@ func TestAnAgentClaimsOnTheStreamAndFallsBackForAnEarlierEngine(t *testing.T) {
 				if got[p] != want[p] {
 					t.Errorf("%s: the agent sent %d requests to %s; want %d (all: %v)", name, got[p], p, want[p], got)
 				}
+			}
+			// This engine hands a run on the answer to the run before
+			// (the next is submitted as soon as the last ends): one take
+			// for all three, but a take whose poll ended first. An
+			// earlier engine, or one that does not, a take a run.
+			if takes, fold := got[runners.PathTake], !c.earlier && !c.noNext; fold && takes >= runs || !fold && takes < runs {
+				t.Errorf("%s: the agent sent %d takes for %d runs, one at a time", name, takes, runs)
 			}
 		})
 	}
@@ -224,7 +236,10 @@ type testEngine struct {
 	// refuseNextClaim makes the next claim name a run the engine does not
 	// know, as if it went back to the queue.
 	refuseNextClaim atomic.Bool
-	conns           atomic.Int32 // connections the agent opened
+	// noNext drops the agent's ask for its next run on a run's answer
+	// (runners.NextHeader), as an engine would that ignores it.
+	noNext atomic.Bool
+	conns  atomic.Int32 // connections the agent opened
 
 	mu     sync.Mutex
 	counts map[string]int // requests by path (a run's ID left out)
@@ -275,6 +290,9 @@ func (r *rig) runnerAPI(t testing.TB, earlier bool) (*testEngine, *httptest.Serv
 		e.mu.Lock()
 		e.counts[path]++
 		e.mu.Unlock()
+		if e.noNext.Load() {
+			req.Header.Del(runners.NextHeader)
+		}
 		if path == runners.PathRun && e.refuseNextClaim.CompareAndSwap(true, false) {
 			req.URL.Path = runners.PathRun + "taken-back"
 		}

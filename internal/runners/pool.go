@@ -21,6 +21,14 @@
 // on a take's answer that it serves PathRun (ProtocolHeader), so that an
 // agent uses the two requests with an engine of an earlier opkit.
 //
+// An agent that asks for its next run on a run's stream (NextHeader) gets
+// it on the same answer: after an Ack of a recorded outcome, the engine
+// waits for the agent's next run as a take waits, and writes it (a
+// RunnerWork, one line) before the answer ends; none within the take's
+// poll, the answer ends, and the agent takes. A run so handed is handed
+// as a take hands it: the same claim, the same guarantees. One request a
+// run while runs are queued, rather than two.
+//
 // # Guarantees
 //
 //   - A run handed to an agent that does not claim it within LostAfter
@@ -78,6 +86,10 @@ const (
 	// serves PathRun; an engine of an earlier opkit does not send it.
 	ProtocolHeader = "X-Opkit-Runner-Protocol"
 	ProtocolRun    = "run"
+	// NextHeader, on a run's stream (PathRun), asks for the agent's next
+	// run on its answer, after the Ack (NextOnAnswer).
+	NextHeader   = "X-Opkit-Runner-Next"
+	NextOnAnswer = "on-answer"
 )
 
 // Pool queues runs for runners. The zero value is not usable: NewPool.

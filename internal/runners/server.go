@@ -110,27 +110,34 @@ type caller struct {
 // authenticate checks the request's token and that its ServiceAccount is
 // the operator's runners'; it answers the request itself when not.
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (caller, bool) {
-	c := caller{key: queueKey{r.URL.Query().Get("operator"), r.URL.Query().Get("image")}, runner: r.Header.Get(RunnerHeader)}
-	if c.key.operator == "" || c.key.image == "" || c.runner == "" {
-		http.Error(w, "a runner names its operator and image (?operator=&image=) and itself (header "+RunnerHeader+")", http.StatusBadRequest)
-		return c, false
-	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
-		http.Error(w, "no bearer token: a runner sends its ServiceAccount token of audience "+Audience, http.StatusUnauthorized)
-		return c, false
-	}
-	sa, err := s.review(r.Context(), token)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusUnauthorized)
-		return c, false
-	}
-	want := s.Namespace + ":" + ServiceAccountPrefix + c.key.operator
-	if sa != want || len(validation.IsDNS1123Subdomain(ServiceAccountPrefix+c.key.operator)) > 0 {
-		http.Error(w, fmt.Sprintf("ServiceAccount %s may not run operator %s's handlers: only %s may", sa, c.key.operator, strings.Replace(want, ":", "/", 1)), http.StatusForbidden)
+	c, status, why := s.identify(r)
+	if status != http.StatusOK {
+		http.Error(w, why, status)
 		return c, false
 	}
 	return c, true
+}
+
+// identify is authenticate's check: the caller, or the status and the
+// reason of its refusal.
+func (s *Server) identify(r *http.Request) (c caller, status int, why string) {
+	c = caller{key: queueKey{r.URL.Query().Get("operator"), r.URL.Query().Get("image")}, runner: r.Header.Get(RunnerHeader)}
+	if c.key.operator == "" || c.key.image == "" || c.runner == "" {
+		return c, http.StatusBadRequest, "a runner names its operator and image (?operator=&image=) and itself (header " + RunnerHeader + ")"
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		return c, http.StatusUnauthorized, "no bearer token: a runner sends its ServiceAccount token of audience " + Audience
+	}
+	sa, err := s.review(r.Context(), token)
+	if err != nil {
+		return c, http.StatusUnauthorized, err.Error()
+	}
+	want := s.Namespace + ":" + ServiceAccountPrefix + c.key.operator
+	if sa != want || len(validation.IsDNS1123Subdomain(ServiceAccountPrefix+c.key.operator)) > 0 {
+		return c, http.StatusForbidden, fmt.Sprintf("ServiceAccount %s may not run operator %s's handlers: only %s may", sa, c.key.operator, strings.Replace(want, ":", "/", 1))
+	}
+	return c, http.StatusOK, ""
 }
 
 // review is the ServiceAccount (namespace:name) of a token of audience
@@ -161,21 +168,33 @@ func (s *Server) take(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	poll := s.PollFor
-	if poll <= 0 {
-		poll = 25 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), poll)
-	defer cancel()
-	h := s.Pool.take(ctx, c.key, c.runner)
+	h := s.wait(r, c)
 	if h == nil {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set(ProtocolHeader, ProtocolRun)
+	s.hand(w, c, h)
+}
+
+// wait waits for c's next run, up to PollFor, while r lasts: nil for
+// none.
+func (s *Server) wait(r *http.Request, c caller) *handover {
+	poll := s.PollFor
+	if poll <= 0 {
+		poll = 25 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), poll)
+	defer cancel()
+	return s.Pool.take(ctx, c.key, c.runner)
+}
+
+// hand writes h's work, a line, to c: a run whose line cannot be written
+// goes back to the queue (nothing started).
+func (s *Server) hand(w http.ResponseWriter, c caller, h *handover) {
 	if err := json.NewEncoder(w).Encode(h.d.Work); err != nil {
-		s.Pool.giveBack(h, c.runner) // never read: nothing started
+		s.Pool.giveBack(h, c.runner)
 	}
 }
 
@@ -242,7 +261,22 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		hangUp(rc)
 		return
 	}
-	s.frames(w, r, c, h, answerAck)
+	var kept bool
+	s.frames(w, r, c, h, func(w http.ResponseWriter, r *http.Request, status int, message string) {
+		kept = answerAck(w, r, status, message)
+	})
+	if !kept || r.Header.Get(NextHeader) != NextOnAnswer {
+		return
+	}
+	// The agent's next run, on this answer (see the package doc), to a
+	// token that is still the operator's runners' (the run before may
+	// have lasted hours): checked as a take checks it.
+	if _, status, _ := s.identify(r); status != http.StatusOK {
+		return
+	}
+	if next := s.wait(r, c); next != nil {
+		s.hand(w, c, next)
+	}
 }
 
 // unread ends a refused request: the answer flushed, then the body
@@ -289,22 +323,30 @@ func answerStatus(w http.ResponseWriter, _ *http.Request, status int, message st
 	http.Error(w, message, status)
 }
 
-// answerAck answers with an Ack line, the status sent before (PathRun).
-// An outcome recorded was the body's last frame: its end is read (inside
-// the handler, golang/go#68560), and the connection kept. Otherwise the
-// agent may still be sending (its command stops when it reads the Ack):
-// the connection is closed.
-func answerAck(w http.ResponseWriter, r *http.Request, status int, message string) {
+// answerAck answers with an Ack line, the status sent before (PathRun),
+// and reports whether the answer may go on. An outcome recorded was the
+// body's last frame: its end is read (inside the handler,
+// golang/go#68560), and the connection kept. Otherwise the agent may
+// still be sending (its command stops when it reads the Ack): the
+// connection is closed.
+func answerAck(w http.ResponseWriter, r *http.Request, status int, message string) (kept bool) {
 	rc := http.NewResponseController(w)
 	_ = json.NewEncoder(w).Encode(Ack{Recorded: status == http.StatusNoContent, Refused: message})
 	if status != http.StatusNoContent {
 		hangUp(rc)
-		return
+		return false
 	}
-	_ = rc.Flush()
-	if r.Body.Close() != nil {
-		hangUp(rc) // the body's end never came (its frames' watch gave up)
+	if rc.Flush() != nil {
+		return false
 	}
+	// The outcome is the last frame: the body ends after it. One whose
+	// end never came (its frames' watch gave up), or that goes on, is a
+	// broken agent's.
+	if n, err := io.Copy(io.Discard, io.LimitReader(r.Body, 1<<10)); err != nil || n > 0 || r.Body.Close() != nil {
+		hangUp(rc)
+		return false
+	}
+	return true
 }
 
 // frames reads h's frames until its outcome, its stream's end or its

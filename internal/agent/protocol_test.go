@@ -272,7 +272,7 @@ func (r *rig) engine(t testing.TB, earlier bool, parallel int) *testEngine {
 	return e
 }
 
-// runnerAPI is engine's runner API without an agent: its server, and the
+// runnerAPI is the engine's runner API without an agent: its server, and the
 // file of its CA.
 func (r *rig) runnerAPI(t testing.TB, earlier bool) (*testEngine, *httptest.Server, string) {
 	t.Helper()

@@ -195,6 +195,15 @@ type Run struct {
 	// no write of its own, and a refused end keeps its log with it. Never
 	// read back: the log is read with Logs.
 	LogTail []byte `json:"-"`
+
+	// Record is a handler record (a watched object's state) that Insert
+	// and Finish write, as PutHandlerRecord would, in the same
+	// transaction as the run's start or end: the state a run's start
+	// depends on is never recorded without the run, nor the run without
+	// it, and neither costs a commit of its own. Finish writes it whenever
+	// it succeeds, also when a later end was recorded before. Never read
+	// back: records are read with HandlerRecords.
+	Record *HandlerRecord `json:"-"`
 }
 
 // Object returns namespace/name, or the name of a cluster-scoped object.

@@ -67,13 +67,44 @@ func (p *Postgres) Insert(ctx context.Context, r *Run) error {
 	if r.Outcome == "" {
 		r.Outcome = Running
 	}
-	_, err := p.pool.Exec(ctx, pgInsertRunSQL, r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID,
+	put, err := recordWith(r)
+	if err != nil {
+		return fmt.Errorf("archive: recording run %s: %w", r.ID, err)
+	}
+	args := []any{r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID,
 		r.Generation, r.Key, r.Attempt, marshal(keptDiff(r.Diff)), nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), failedFlag(r.Outcome),
-		r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.Actor, r.Runner, r.RerunOf, r.Reason, string(r.Input), r.Trace)
+		r.Error, nanos(r.NextRetryAt), marshal(r.Writes), r.Actor, r.Runner, r.RerunOf, r.Reason, string(r.Input), r.Trace}
+	if put == nil {
+		_, err = p.pool.Exec(ctx, pgInsertRunSQL, args...)
+	} else {
+		err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, pgInsertRunSQL, args...); err != nil {
+				return err
+			}
+			return put(ctx, tx)
+		})
+	}
 	if err != nil {
 		return p.fail("recording run "+r.ID, err)
 	}
 	return nil
+}
+
+// recordWith is the write of r.Record in a run's transaction (nil
+// without one), or why the record cannot be stored.
+func recordWith(r *Run) (func(ctx context.Context, tx pgx.Tx) error, error) {
+	st := r.Record
+	if st == nil {
+		return nil, nil
+	}
+	updated, data, err := prepareState(st)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, pgPutStateSQL, st.Operator, st.Key, st.APIVersion, st.Kind, st.Namespace, st.Name, data, updated.UnixNano())
+		return err
+	}, nil
 }
 
 // failedFlag is the failed column of a run of outcome o.
@@ -87,22 +118,47 @@ func failedFlag(o Outcome) int16 {
 // Finish records how a run ended, with the tail of its log (LogTail)
 // in the same transaction.
 func (p *Postgres) Finish(ctx context.Context, r *Run) error {
+	put, err := recordWith(r)
+	if err != nil {
+		return fmt.Errorf("archive: finishing run %s: %w", r.ID, err)
+	}
 	args := []any{nanos(r.FinishedAt), string(r.Outcome), failedFlag(r.Outcome), r.Error, nanos(r.NextRetryAt),
 		marshal(r.Writes), r.Runner, string(r.Result), r.ID}
-	var err error
 	var n int64
-	if len(r.LogTail) == 0 {
+	if len(r.LogTail) == 0 && put == nil {
 		var tag pgconn.CommandTag
 		tag, err = p.pool.Exec(ctx, pgFinishRunSQL, args...)
 		n = tag.RowsAffected()
 	} else {
 		err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			if put != nil {
+				if err := put(ctx, tx); err != nil {
+					return err
+				}
+			}
 			tag, err := tx.Exec(ctx, pgFinishRunSQL, args...)
-			if n = tag.RowsAffected(); err != nil || n == 0 {
+			if n = tag.RowsAffected(); err != nil {
 				return err
+			}
+			if n == 0 {
+				// Superseded, or unknown: an unknown run's record is not
+				// written (as SQLite's transaction, rolled back).
+				if put != nil {
+					var recorded int64
+					switch err := tx.QueryRow(ctx, pgFinishedAtSQL, r.ID).Scan(&recorded); {
+					case errors.Is(err, pgx.ErrNoRows):
+						return ErrNotFound
+					case err != nil:
+						return err
+					}
+				}
+				return nil
 			}
 			return p.appendLog(ctx, tx, r.ID, r.LogTail)
 		})
+	}
+	if errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("archive: finishing run %s: %w", r.ID, ErrNotFound)
 	}
 	if err != nil {
 		return p.fail("finishing run "+r.ID, err)

@@ -408,12 +408,19 @@ func (s *SQLite) Insert(ctx context.Context, r *Run) error {
 	if r.Outcome == "" {
 		r.Outcome = Running
 	}
+	put, err := s.recordWith(r)
+	if err != nil {
+		return fmt.Errorf("archive: recording run %s: %w", r.ID, err)
+	}
 	diff, writes := marshal(keptDiff(r.Diff)), marshal(r.Writes)
-	err := s.commit.write(ctx, s.w, func(ctx context.Context, tx *sql.Tx) error {
+	err = s.commit.write(ctx, s.w, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.StmtContext(ctx, s.insert).ExecContext(ctx, r.ID, r.Operator, r.Handler, r.Action, r.Trigger, r.APIVersion, r.Kind, r.Namespace, r.Name, r.UID, r.Generation,
 			r.Key, r.Attempt, diff, nanos(r.StartedAt), nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error,
 			nanos(r.NextRetryAt), writes, r.Actor, r.Runner, r.RerunOf, r.Reason, string(r.Input), r.Trace)
-		return err
+		if err != nil {
+			return err
+		}
+		return put(ctx, tx)
 	})
 	if err != nil {
 		return fmt.Errorf("archive: recording run %s: %w", r.ID, err)
@@ -428,8 +435,15 @@ func (s *SQLite) Finish(ctx context.Context, r *Run) error {
 	if s.w == nil {
 		return s.lost
 	}
+	put, err := s.recordWith(r)
+	if err != nil {
+		return fmt.Errorf("archive: finishing run %s: %w", r.ID, err)
+	}
 	writes := marshal(r.Writes)
 	return s.commit.write(ctx, s.w, func(ctx context.Context, tx *sql.Tx) error {
+		if err := put(ctx, tx); err != nil {
+			return err
+		}
 		res, err := tx.StmtContext(ctx, s.finish).ExecContext(ctx, nanos(r.FinishedAt), string(r.Outcome), r.Outcome.Failure(), r.Error, nanos(r.NextRetryAt), writes, r.Runner, string(r.Result), r.ID)
 		if err != nil {
 			return fmt.Errorf("archive: finishing run %s: %w", r.ID, err)
@@ -457,6 +471,25 @@ func (s *SQLite) Finish(ctx context.Context, r *Run) error {
 		}
 		return nil
 	})
+}
+
+// recordWith is the write of r.Record in a run's transaction (nothing
+// without one), or why the record cannot be stored.
+func (s *SQLite) recordWith(r *Run) (func(ctx context.Context, tx *sql.Tx) error, error) {
+	st := r.Record
+	if st == nil {
+		return func(context.Context, *sql.Tx) error { return nil }, nil
+	}
+	updated, data, err := prepareState(st)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.StmtContext(ctx, s.putState).ExecContext(ctx, st.Operator, st.Key, st.APIVersion, st.Kind, st.Namespace, st.Name, data, updated.UnixNano()); err != nil {
+			return fmt.Errorf("recording state %s of operator %s: %w", st.Key, st.Operator, err)
+		}
+		return nil
+	}, nil
 }
 
 // SetRunner records the runner that claimed a running run.

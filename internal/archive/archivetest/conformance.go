@@ -50,6 +50,7 @@ func Run(t *testing.T, open Open) {
 		{"StatesOutliveRuns", statesOutliveRuns},
 		{"StatesKeepDataExactly", statesKeepDataExactly},
 		{"StatesConcurrentWriters", statesConcurrentWriters},
+		{"StatesWrittenWithARunsStartAndEnd", statesWrittenWithARunsStartAndEnd},
 		{"DeliveriesRoundTrip", deliveriesRoundTrip},
 		{"DeliveriesRefuseBadRecords", deliveriesRefuseBadRecords},
 		{"DeliveriesCapPayload", deliveriesCapPayload},

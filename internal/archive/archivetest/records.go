@@ -3,6 +3,7 @@ package archivetest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"testing"
@@ -257,5 +258,59 @@ func statesConcurrentWriters(t *testing.T, open Open) {
 		if string(st.Data) != `{"generation":1}` {
 			t.Errorf("record %s holds %s, want the last put", st.Key, st.Data)
 		}
+	}
+}
+
+// A run's Record is written with its start (Insert) and its end
+// (Finish), in the same transaction: a start refused writes no record, a
+// record refused writes no start; an end written again, or superseded,
+// still writes its record; an unknown run's end writes none.
+func statesWrittenWithARunsStartAndEnd(t *testing.T, open Open) {
+	s := openStore(t, open, archive.Options{})
+	ctx := context.Background()
+	at := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	r := newRun(at, "printer", "team-a", "web", "announce")
+	r.Record = newRecord("printer", r.UID, `{"observed":1}`, at)
+	insert(t, s, r)
+	if got := states(t, s, "printer"); len(got) != 1 || !sameRecord(got[0], *r.Record) {
+		t.Errorf("after the start: %+v, want the start's record %+v", got, *r.Record)
+	}
+	if got, err := s.Get(ctx, r.ID); err != nil || got.Outcome != archive.Running {
+		t.Errorf("after the start: run %s %+v, %v; want it Running", r.ID, got, err)
+	}
+
+	r.Record = newRecord("printer", r.UID, `{"observed":1,"handled":{"announce":1}}`, at.Add(time.Second))
+	finish(t, s, r, archive.Succeeded)
+	if got := states(t, s, "printer"); len(got) != 1 || !sameRecord(got[0], *r.Record) {
+		t.Errorf("after the end: %+v, want the end's record %+v", got, *r.Record)
+	}
+	// The same end again (a retry whose commit went through) writes its
+	// record all the same.
+	r.Record = newRecord("printer", r.UID, `{"observed":2}`, at.Add(2*time.Second))
+	if err := s.Finish(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if got := states(t, s, "printer"); len(got) != 1 || !sameRecord(got[0], *r.Record) {
+		t.Errorf("after the same end again: %+v, want its record %+v", got, *r.Record)
+	}
+
+	// An unknown run's end: ErrNotFound, no record.
+	ghost := newRun(at, "printer", "team-a", "ghost", "announce")
+	ghost.Outcome, ghost.FinishedAt = archive.Succeeded, at.Add(time.Second)
+	ghost.Record = newRecord("printer", ghost.UID, `{"observed":1}`, at)
+	if err := s.Finish(ctx, ghost); !errors.Is(err, archive.ErrNotFound) {
+		t.Errorf("the end of an unknown run with a record: %v, want ErrNotFound", err)
+	}
+	// A record the store refuses (no key): no start either.
+	bad := newRun(at.Add(time.Minute), "printer", "team-a", "bad", "announce")
+	bad.Record = &archive.HandlerRecord{Operator: "printer", Data: []byte(`{}`)}
+	if err := s.Insert(ctx, bad); err == nil {
+		t.Error("a start whose record has no key was recorded")
+	}
+	if got := states(t, s, "printer"); len(got) != 1 || got[0].Key != r.UID {
+		t.Errorf("after the unknown run's end and the refused start: %+v, want only %s's record", got, r.UID)
+	}
+	if _, err := s.Get(ctx, bad.ID); !errors.Is(err, archive.ErrNotFound) {
+		t.Errorf("the start whose record was refused: %v, want ErrNotFound", err)
 	}
 }

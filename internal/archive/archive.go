@@ -201,8 +201,11 @@ type Run struct {
 	// transaction as the run's start or end: the state a run's start
 	// depends on is never recorded without the run, nor the run without
 	// it, and neither costs a commit of its own. Finish writes it whenever
-	// it succeeds, also when a later end was recorded before. Never read
-	// back: records are read with HandlerRecords.
+	// it succeeds, also when a later end was recorded before. It replaces
+	// a stored record no later than itself (UpdatedAt), never a later one:
+	// a run's start waits for a slot, and its object's record may have
+	// been written again meanwhile. Never read back: records are read
+	// with HandlerRecords.
 	Record *HandlerRecord `json:"-"`
 }
 

@@ -55,6 +55,9 @@ const (
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 		ON CONFLICT (operator, state_key) DO UPDATE SET api_version = excluded.api_version, kind = excluded.kind,
 			namespace = excluded.namespace, name = excluded.name, data = excluded.data, updated_at = excluded.updated_at`
+	// pgPutLaterStateSQL is pgPutStateSQL for a run's Record: it replaces
+	// a record no later than itself, never a later one.
+	pgPutLaterStateSQL = pgPutStateSQL + ` WHERE excluded.updated_at >= states.updated_at`
 	pgStatesSQL      = `SELECT operator, state_key, api_version, kind, namespace, name, data, updated_at FROM states WHERE operator = $1 ORDER BY state_key`
 	pgDeleteStateSQL = `DELETE FROM states WHERE operator = $1 AND state_key = $2`
 )
@@ -102,7 +105,7 @@ func recordWith(r *Run) (func(ctx context.Context, tx pgx.Tx) error, error) {
 		return nil, err
 	}
 	return func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, pgPutStateSQL, st.Operator, st.Key, st.APIVersion, st.Kind, st.Namespace, st.Name, data, updated.UnixNano())
+		_, err := tx.Exec(ctx, pgPutLaterStateSQL, st.Operator, st.Key, st.APIVersion, st.Kind, st.Namespace, st.Name, data, updated.UnixNano())
 		return err
 	}, nil
 }

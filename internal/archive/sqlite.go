@@ -208,9 +208,9 @@ type SQLite struct {
 	w  *sql.DB // writes: one connection
 	// The statements of every run, and of a handler record, prepared once:
 	// preparing took a seventh of the archive's time per run.
-	insert, finish, logHead, logInsert, logSize, putState *sql.Stmt // on w
-	succeeded, succeededRun                               *sql.Stmt // on db
-	file                                                  os.FileInfo
+	insert, finish, logHead, logInsert, logSize, putState, putLater *sql.Stmt // on w
+	succeeded, succeededRun                                         *sql.Stmt // on db
+	file                                                            os.FileInfo
 	// lost is why the archive cannot record runs, or nil.
 	lost error
 	// commit groups the writes of runs and states (sqlite_commit.go).
@@ -281,7 +281,7 @@ func (s *SQLite) open(ctx context.Context) error {
 	}
 	s.insert, s.finish = prepare(w, insertRunSQL), prepare(w, finishRunSQL)
 	s.logHead, s.logInsert, s.logSize = prepare(w, logHeadSQL), prepare(w, logInsertSQL), prepare(w, logSizeSQL)
-	s.putState = prepare(w, putStateSQL)
+	s.putState, s.putLater = prepare(w, putStateSQL), prepare(w, putLaterStateSQL)
 	s.succeeded, s.succeededRun = prepare(s.db, keySucceededSQL), prepare(s.db, keySucceededRunSQL)
 	if err != nil {
 		_ = s.closeHandles()
@@ -368,7 +368,7 @@ func (s *SQLite) Close() error {
 
 func (s *SQLite) closeHandles() error {
 	var errs []error
-	for _, stmt := range []*sql.Stmt{s.insert, s.finish, s.logHead, s.logInsert, s.logSize, s.putState, s.succeeded, s.succeededRun} {
+	for _, stmt := range []*sql.Stmt{s.insert, s.finish, s.logHead, s.logInsert, s.logSize, s.putState, s.putLater, s.succeeded, s.succeededRun} {
 		if stmt != nil {
 			errs = append(errs, stmt.Close())
 		}
@@ -485,7 +485,7 @@ func (s *SQLite) recordWith(r *Run) (func(ctx context.Context, tx *sql.Tx) error
 		return nil, err
 	}
 	return func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := tx.StmtContext(ctx, s.putState).ExecContext(ctx, st.Operator, st.Key, st.APIVersion, st.Kind, st.Namespace, st.Name, data, updated.UnixNano()); err != nil {
+		if _, err := tx.StmtContext(ctx, s.putLater).ExecContext(ctx, st.Operator, st.Key, st.APIVersion, st.Kind, st.Namespace, st.Name, data, updated.UnixNano()); err != nil {
 			return fmt.Errorf("recording state %s of operator %s: %w", st.Key, st.Operator, err)
 		}
 		return nil

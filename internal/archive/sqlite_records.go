@@ -16,6 +16,9 @@ const (
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (operator, state_key) DO UPDATE SET api_version = excluded.api_version, kind = excluded.kind,
 			namespace = excluded.namespace, name = excluded.name, data = excluded.data, updated_at = excluded.updated_at`
+	// putLaterStateSQL is putStateSQL for a run's Record: it replaces a
+	// record no later than itself, never a later one.
+	putLaterStateSQL = putStateSQL + ` WHERE excluded.updated_at >= states.updated_at`
 	statesSQL      = `SELECT operator, state_key, api_version, kind, namespace, name, data, updated_at FROM states WHERE operator = ? ORDER BY state_key`
 	deleteStateSQL = `DELETE FROM states WHERE operator = ? AND state_key = ?`
 )

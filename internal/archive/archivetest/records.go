@@ -264,7 +264,8 @@ func statesConcurrentWriters(t *testing.T, open Open) {
 // A run's Record is written with its start (Insert) and its end
 // (Finish), in the same transaction: a start refused writes no record, a
 // record refused writes no start; an end written again, or superseded,
-// still writes its record; an unknown run's end writes none.
+// still writes its record; a record older than the stored one leaves it;
+// an unknown run's end writes none.
 func statesWrittenWithARunsStartAndEnd(t *testing.T, open Open) {
 	s := openStore(t, open, archive.Options{})
 	ctx := context.Background()
@@ -292,6 +293,23 @@ func statesWrittenWithARunsStartAndEnd(t *testing.T, open Open) {
 	}
 	if got := states(t, s, "printer"); len(got) != 1 || !sameRecord(got[0], *r.Record) {
 		t.Errorf("after the same end again: %+v, want its record %+v", got, *r.Record)
+	}
+
+	// A run's record older than the stored one (its start waited for a
+	// slot while its object's record was written again) leaves it.
+	later := newRecord("printer", r.UID, `{"observed":3}`, at.Add(3*time.Second))
+	if err := s.PutHandlerRecord(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	next := newRun(at.Add(time.Minute), "printer", "team-a", "web", "announce")
+	next.UID = r.UID
+	next.Record = newRecord("printer", r.UID, `{"observed":2,"late":true}`, at.Add(2*time.Second))
+	insert(t, s, next)
+	if got := states(t, s, "printer"); len(got) != 1 || !sameRecord(got[0], *later) {
+		t.Errorf("after a start carrying an older record: %+v, want the later record %+v kept", got, *later)
+	}
+	if got, err := s.Get(ctx, next.ID); err != nil || got.Outcome != archive.Running {
+		t.Errorf("the start carrying an older record: %+v, %v; want it recorded Running", got, err)
 	}
 
 	// An unknown run's end: ErrNotFound, no record.

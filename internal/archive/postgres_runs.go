@@ -58,8 +58,8 @@ const (
 	// pgPutLaterStateSQL is pgPutStateSQL for a run's Record: it replaces
 	// a record no later than itself, never a later one.
 	pgPutLaterStateSQL = pgPutStateSQL + ` WHERE excluded.updated_at >= states.updated_at`
-	pgStatesSQL      = `SELECT operator, state_key, api_version, kind, namespace, name, data, updated_at FROM states WHERE operator = $1 ORDER BY state_key`
-	pgDeleteStateSQL = `DELETE FROM states WHERE operator = $1 AND state_key = $2`
+	pgStatesSQL        = `SELECT operator, state_key, api_version, kind, namespace, name, data, updated_at FROM states WHERE operator = $1 ORDER BY state_key`
+	pgDeleteStateSQL   = `DELETE FROM states WHERE operator = $1 AND state_key = $2`
 )
 
 // Insert records a new run.

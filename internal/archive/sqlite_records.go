@@ -19,8 +19,8 @@ const (
 	// putLaterStateSQL is putStateSQL for a run's Record: it replaces a
 	// record no later than itself, never a later one.
 	putLaterStateSQL = putStateSQL + ` WHERE excluded.updated_at >= states.updated_at`
-	statesSQL      = `SELECT operator, state_key, api_version, kind, namespace, name, data, updated_at FROM states WHERE operator = ? ORDER BY state_key`
-	deleteStateSQL = `DELETE FROM states WHERE operator = ? AND state_key = ?`
+	statesSQL        = `SELECT operator, state_key, api_version, kind, namespace, name, data, updated_at FROM states WHERE operator = ? ORDER BY state_key`
+	deleteStateSQL   = `DELETE FROM states WHERE operator = ? AND state_key = ?`
 )
 
 // HandlerRecords returns an operator's handler records, ordered by key.

@@ -42,7 +42,7 @@ type deferral struct {
 // (spec.states) writes a result as Step does: its patch is made over the
 // resourceVersion the state was decided from.
 func (rn *Runner) StepWriting(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars) (*Step, error) {
-	return rn.step(ctx, cr, vars, !rn.watched && rn.def.States == nil)
+	return rn.step(ctx, cr, vars, !rn.watched && rn.def.States == nil, nil)
 }
 
 // Written posts the Events of the result the caller's patch wrote.

@@ -29,8 +29,10 @@ import (
 //
 // With d, the result's status is not written but kept in d, for the
 // caller's one status patch, and so are the result's Events, posted once
-// that patch is written (StepWriting).
-func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *flight, st *cause.State, d *deferral) (requeue time.Duration, wrote bool) {
+// that patch is written (StepWriting). With carry, the end's record
+// writes the watched object's record of st as the end leaves it
+// (StepCarrying).
+func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *flight, st *cause.State, d *deferral, carry Carry) (requeue time.Duration, wrote bool) {
 	run, h := f.run, f.cause.Handler
 	now := rn.clock.Now().UTC() // what the retry and the requeue count from
 	o, wrote := rn.apply(ctx, cr, f, d)
@@ -71,18 +73,29 @@ func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 		at = run.FinishedAt.Add(time.Nanosecond)
 	}
 	run.FinishedAt = at
-	if err := rn.recordEnd(ctx, run, f.log); err != nil {
-		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s ended %s, which the archive could not record (%v); it is recorded once the archive can", run.ID, run.Outcome, err)
-	}
-	rn.ended(run)
-	if d == nil || d.status == nil {
-		endRunSpan(f.span, run) // else once the caller's patch is written (Written)
-	}
 	lr := &cause.LastRun{ID: run.ID, Handler: h.Name, Trigger: run.Trigger, Outcome: string(run.Outcome), Message: cause.Truncate(run.Error), Attempt: run.Attempt}
 	if !run.NextRetryAt.IsZero() {
 		lr.NextRetryAt = run.NextRetryAt.Format(time.RFC3339)
 	}
 	st.LastRun = lr
+	var carried *Carried
+	if carry != nil {
+		// A record that cannot be built is the driver's to write (and
+		// fail) after the step; the end is recorded all the same.
+		if c, err := carry(st); err == nil && c != nil {
+			carried, run.Record = c, c.Record
+		}
+	}
+	if err := rn.recordEnd(ctx, run, f.log); err != nil {
+		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s ended %s, which the archive could not record (%v); it is recorded once the archive can", run.ID, run.Outcome, err)
+	} else if carried != nil {
+		rn.Watched().SetPersisted(types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}, cr.GetUID(), carried.State, carried.Last, carried.Record.UpdatedAt)
+	}
+	run.Record = nil
+	rn.ended(run)
+	if d == nil || d.status == nil {
+		endRunSpan(f.span, run) // else once the caller's patch is written (Written)
+	}
 	switch o.Verdict {
 	case Skipped:
 		// Nothing was done: no Event, and the archive keeps the last one.

@@ -3,6 +3,7 @@ package run
 import (
 	"strconv"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -106,8 +107,12 @@ type objectState struct {
 	// For a watched object: persisted is the state as the archive holds
 	// it, last the object's JSON as last seen (its delete handlers'
 	// object once it is gone; nil without delete handlers).
-	persisted []byte
-	last      []byte
+	// persistedAt is when persisted was stamped (archive
+	// HandlerRecord.UpdatedAt): an older record, written later (a run's
+	// start, archive.Run.Record), does not replace it.
+	persisted   []byte
+	last        []byte
+	persistedAt time.Time
 	// lifeCycle is what the life cycle (package lifecycle) keeps of the
 	// object between its reconciles.
 	lifeCycle LifeCycle

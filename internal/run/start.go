@@ -95,6 +95,8 @@ type Pending struct {
 	now      time.Time // when it was decided, in real time
 	// writeFirst: the run starts after the caller's write (Step.writeFirst).
 	writeFirst bool
+	// carried is the watched object's record its start writes (Carry).
+	carried *Carried
 }
 
 // start prepares the run of cause c: its flight is registered, so that
@@ -200,6 +202,9 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 	req := p.req
 	req.Input = input
 	run.Input = kept(input)
+	if p.carried != nil {
+		run.Record = p.carried.Record
+	}
 	woken := p.obj
 	log := rn.log.WithValues("namespace", woken.GetNamespace(), "name", woken.GetName(), "handler", f.cause.Handler.Name, "run", run.ID)
 	rn.metrics.queued.WithLabelValues(run.Operator).Inc()
@@ -207,6 +212,8 @@ func (rn *Runner) Launch(p *Pending, self map[string]any) {
 	go func() {
 		defer rn.running.Done()
 		res, recorded, err := rn.execute(ctx, run, req, p.now, func() {
+			run.Record = nil // written with the start; the end writes its own, if any
+			rn.carriedPersisted(p)
 			if rn.runEvents && !periodic(run.Trigger) {
 				// A periodic run may well find nothing to do (skipped):
 				// its end says what matters.

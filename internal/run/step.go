@@ -83,12 +83,26 @@ func (rn *Runner) remember(cr *unstructured.Unstructured, st *cause.State) {
 // observed changes, and create and update are about its projection
 // (cause.Projection).
 func (rn *Runner) Step(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars) (*Step, error) {
-	return rn.step(ctx, cr, vars, false)
+	return rn.step(ctx, cr, vars, false, nil)
+}
+
+// Carry builds a watched object's handler record of state st, as its
+// driver writes it; nil when the archive holds st already.
+type Carry func(st *cause.State) (*Carried, error)
+
+// StepCarrying is Step for a watched object's driver: the end of a run
+// it records writes the object's handler record that carry builds in
+// the same transaction (archive.Run.Record), from the state as the end
+// leaves it, and the runner records it persisted (SetPersisted): a step
+// that decides nothing more leaves the driver nothing to write.
+func (rn *Runner) StepCarrying(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, carry Carry) (*Step, error) {
+	return rn.step(ctx, cr, vars, false, carry)
 }
 
 // step is Step; with writing, a finished run's result status is left to
-// the caller's patch (StepWriting).
-func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, writing bool) (*Step, error) {
+// the caller's patch (StepWriting); with carry, a finished run's end
+// writes the object's record (StepCarrying).
+func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars definition.Vars, writing bool, carry Carry) (*Step, error) {
 	st := rn.state(cr)
 	res := &Step{State: st}
 	defer rn.remember(cr, st)
@@ -120,7 +134,7 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 	}
 
 	var ended bool
-	if cr, ended = rn.settleFlight(ctx, cr, st, res, writing); ended {
+	if cr, ended = rn.settleFlight(ctx, cr, st, res, writing, carry); ended {
 		return res, nil
 	}
 	// Paused on its own or with its whole operator: no handler starts, a
@@ -199,7 +213,7 @@ func (rn *Runner) step(ctx context.Context, cr *unstructured.Unstructured, vars 
 // finished (recorded, its result applied; with writing, a result that
 // sets status is left to the caller's write, res.Status). It returns cr
 // as what follows in the step sees it, and whether the step ends here.
-func (rn *Runner) settleFlight(ctx context.Context, cr *unstructured.Unstructured, st *cause.State, res *Step, writing bool) (*unstructured.Unstructured, bool) {
+func (rn *Runner) settleFlight(ctx context.Context, cr *unstructured.Unstructured, st *cause.State, res *Step, writing bool, carry Carry) (*unstructured.Unstructured, bool) {
 	rn.mem.mu.Lock()
 	o := rn.mem.object(cr)
 	f := o.flight
@@ -232,7 +246,7 @@ func (rn *Runner) settleFlight(ctx context.Context, cr *unstructured.Unstructure
 			d = &deferral{flight: f, before: st.Clone()}
 		}
 		var wrote bool
-		res.Requeue, wrote = rn.finish(ctx, cr, f, st, d)
+		res.Requeue, wrote = rn.finish(ctx, cr, f, st, d, carry)
 		res.Wrote = res.Wrote || wrote
 		if d != nil && d.status != nil {
 			// What follows sees the result, as after its own patch.

@@ -5,17 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/opkit-dev/opkit/internal/archive"
 	"github.com/opkit-dev/opkit/internal/cause"
 )
 
 // Watched is the runner's memory of watched objects, for the watch
 // driver: a watched object's handler record lives in the archive, not on
 // the object, so the driver loads it (Preload), persists it when a step
-// changes it (Persisted, SetPersisted), keeps the object's last state for
+// changes it (Persisted, SetPersisted), or has the run the step started
+// write it with its start (Pending.Carry), keeps the object's last state for
 // its delete handlers (LastSeen), and drops it once the object is done
 // with (Settle, Drop). The object gauges read it (Each).
 type Watched struct{ rn *Runner }
@@ -100,7 +103,7 @@ func (w Watched) Settle(ctx context.Context, key types.NamespacedName, obj *unst
 	case errors.Is(f.err, errNotRecorded):
 		return false
 	}
-	w.rn.finish(ctx, obj, f, w.rn.state(obj), nil)
+	w.rn.finish(ctx, obj, f, w.rn.state(obj), nil, nil)
 	return false
 }
 
@@ -127,13 +130,40 @@ func (w Watched) Persisted(key types.NamespacedName) (persisted, last []byte, ok
 }
 
 // SetPersisted records that the archive holds state (JSON) and last for
-// the object of that name and uid.
-func (w Watched) SetPersisted(key types.NamespacedName, uid types.UID, state, last []byte) {
+// the object of that name and uid, as stamped at (the record's
+// UpdatedAt), unless it holds a later record already.
+func (w Watched) SetPersisted(key types.NamespacedName, uid types.UID, state, last []byte, at time.Time) {
 	w.rn.mem.mu.Lock()
 	defer w.rn.mem.mu.Unlock()
-	if o := w.rn.mem.objects[key]; o != nil && o.uid == uid {
-		o.persisted = state
-		o.last = last
+	if o := w.rn.mem.objects[key]; o != nil && o.uid == uid && !at.Before(o.persistedAt) {
+		o.persisted, o.last, o.persistedAt = state, last, at
+	}
+}
+
+// Carried is a watched object's handler record that the run a step
+// started writes with its start (archive.Run.Record), in the same
+// transaction, instead of a write of its own before it: State and Last
+// are what SetPersisted then records.
+type Carried struct {
+	Record      *archive.HandlerRecord
+	State, Last []byte
+}
+
+// Carry has p's run write c with its start; the runner records it
+// persisted once the start is recorded. A run that never starts writes
+// nothing, and the object's next step finds its state not persisted.
+func (p *Pending) Carry(c *Carried) {
+	if p != nil {
+		p.carried = c
+	}
+}
+
+// carriedPersisted records p's carried record persisted: its run's start
+// was recorded.
+func (rn *Runner) carriedPersisted(p *Pending) {
+	if c := p.carried; c != nil {
+		key := types.NamespacedName{Namespace: p.obj.GetNamespace(), Name: p.obj.GetName()}
+		rn.Watched().SetPersisted(key, p.obj.GetUID(), c.State, c.Last, c.Record.UpdatedAt)
 	}
 }
 

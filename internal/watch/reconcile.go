@@ -131,11 +131,12 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	ctx, endSpan := run.Traced(ctx, rn, r.def.Operator.Name, obj)
 	defer endSpan()
 	rn.Watched().Track(obj)
-	step, err := rn.Step(ctx, obj, definition.Vars{Self: obj.Object})
+	carry := r.carry(obj, false)
+	step, err := rn.StepCarrying(ctx, obj, definition.Vars{Self: obj.Object}, carry)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	err = r.persist(ctx, obj, step.State, false)
+	err = r.persistWith(ctx, obj, step, false)
 	// After its record, also when the archive refused it. A short run's
 	// end is recorded by this reconcile, not by one its end wakes: in a
 	// burst, half the reconciles (a worker waiting for its run, the
@@ -145,10 +146,10 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		wait = -1
 	}
 	if rn.LaunchWaiting(ctx, step.Start, obj.Object, wait) {
-		if step, err = rn.Step(ctx, obj, definition.Vars{Self: obj.Object}); err != nil {
+		if step, err = rn.StepCarrying(ctx, obj, definition.Vars{Self: obj.Object}, carry); err != nil {
 			return reconcile.Result{}, err
 		}
-		err = r.persist(ctx, obj, step.State, false)
+		err = r.persistWith(ctx, obj, step, false)
 		rn.Launch(step.Start, obj.Object)
 	}
 	if err != nil {
@@ -213,7 +214,7 @@ func (r *reconciler) gone(ctx context.Context, key types.NamespacedName, uid typ
 	run.EndPause(obj)
 	ctx, endSpan := run.Traced(ctx, rn, r.def.Operator.Name, obj)
 	defer endSpan()
-	step, err := rn.Step(ctx, obj, definition.Vars{Self: obj.Object})
+	step, err := rn.StepCarrying(ctx, obj, definition.Vars{Self: obj.Object}, r.carry(obj, true))
 	if err != nil {
 		return reconcile.Result{}, false, err
 	}
@@ -225,7 +226,7 @@ func (r *reconciler) gone(ctx context.Context, key types.NamespacedName, uid typ
 			"namespace", key.Namespace, "name", key.Name, "uid", uid, "stalled", step.Stalled)
 		return reconcile.Result{}, true, r.drop(ctx, key, uid)
 	}
-	err = r.persist(ctx, obj, step.State, true)
+	err = r.persistWith(ctx, obj, step, true)
 	rn.Launch(step.Start, obj.Object) // after its record, also when the archive refused it
 	if err != nil {
 		return reconcile.Result{}, false, err
@@ -247,6 +248,23 @@ func (r *reconciler) drop(ctx context.Context, key types.NamespacedName, uid typ
 	return nil
 }
 
+// persistWith is persist for a step: the state of a step that starts a
+// run is written with the run's start, in its transaction
+// (run.Pending.Carry), not on its own before it. Nothing runs before its
+// state is recorded either way: a run starts once its start is recorded,
+// and a start the archive refuses records neither (the object's next
+// step writes the state).
+func (r *reconciler) persistWith(ctx context.Context, obj *unstructured.Unstructured, step *run.Step, deleted bool) error {
+	if step.Start == nil {
+		return r.persist(ctx, obj, step.State, deleted)
+	}
+	c, err := r.record(obj, step.State, deleted)
+	if err == nil && c != nil {
+		step.Start.Carry(c)
+	}
+	return err
+}
+
 // persist writes an object's handler state to the archive when it
 // changed, with the object as it is now (kept as its last state);
 // deleted: the object is gone, its last state is kept as it was.
@@ -256,15 +274,35 @@ func (r *reconciler) drop(ctx context.Context, key types.NamespacedName, uid typ
 // would be taken for the truth by the next engine (a gone object's pause,
 // recorded, would never be resumed).
 func (r *reconciler) persist(ctx context.Context, obj *unstructured.Unstructured, st *cause.State, deleted bool) error {
+	c, err := r.record(obj, st, deleted)
+	if err != nil || c == nil {
+		return err
+	}
+	if err := r.store.PutHandlerRecord(context.WithoutCancel(ctx), c.Record); err != nil {
+		return fmt.Errorf("recording the handler state of %s in the archive: %w", types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}, err)
+	}
+	r.runner.Watched().SetPersisted(types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}, obj.GetUID(), c.State, c.Last, c.Record.UpdatedAt)
+	return nil
+}
+
+// carry builds obj's records for the ends of runs its step records
+// (run.StepCarrying), as persist would write them.
+func (r *reconciler) carry(obj *unstructured.Unstructured, deleted bool) run.Carry {
+	return func(st *cause.State) (*run.Carried, error) { return r.record(obj, st, deleted) }
+}
+
+// record is the handler record of obj with state st, as persist writes
+// it; nil when the archive holds st already.
+func (r *reconciler) record(obj *unstructured.Unstructured, st *cause.State, deleted bool) (*run.Carried, error) {
 	data, err := json.Marshal(st)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rn := r.runner
 	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	persisted, kept, known := rn.Watched().Persisted(key)
 	if known && bytes.Equal(persisted, data) {
-		return nil
+		return nil, nil
 	}
 	var last []byte
 	if known && deleted {
@@ -279,15 +317,11 @@ func (r *reconciler) persist(ctx context.Context, obj *unstructured.Unstructured
 		Cluster string          `json:"cluster,omitempty"`
 	}{data, last, r.cluster})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s := &archive.HandlerRecord{
 		Operator: r.def.Operator.Name, Key: string(obj.GetUID()), APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(),
 		Namespace: obj.GetNamespace(), Name: obj.GetName(), Data: rec, UpdatedAt: time.Now().UTC(),
 	}
-	if err := r.store.PutHandlerRecord(context.WithoutCancel(ctx), s); err != nil {
-		return fmt.Errorf("recording the handler state of %s in the archive: %w", key, err)
-	}
-	rn.Watched().SetPersisted(key, obj.GetUID(), data, last)
-	return nil
+	return &run.Carried{Record: s, State: data, Last: last}, nil
 }

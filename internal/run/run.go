@@ -18,6 +18,9 @@
 //     the end of the last (the run a person's request asks for among
 //     them); StepWriting is Step for a caller that writes the object's
 //     status first, which it then reports (Written, or StatusRefused);
+//     StepCarrying is Step for a watched object's driver, whose handler
+//     record goes with the end of a run the step records, and
+//     Pending.Carry has it go with the start of the run a step decided;
 //     Launch starts the run prepared once that write is made, so that it
 //     sees it, or LaunchWaiting, whose caller waits a little for the run's
 //     end and steps again, so that one write records both the step and a

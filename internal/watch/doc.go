@@ -19,6 +19,14 @@
 // object; one deleted while the engine runs gets the object as the watch
 // last saw it.
 //
+// A step's state is written when it changed: with the start of the run
+// the step decided, in that record's transaction (run.Pending.Carry), or
+// on its own when the step starts none; the end of a run writes the state
+// it leaves with the run's end (run.StepCarrying). A watched run's state
+// and its start are never recorded one without the other, and a change
+// handled costs no write of its own. A record carried by a start that
+// waited for a slot never replaces a later one (archive.Run.Record).
+//
 // An object that stops matching (its labels or the filter no longer
 // select it) is forgotten: no delete handler runs for it, as the object
 // still exists. One that matches again is new to the operator.

@@ -135,3 +135,59 @@ func nextEvent(t *testing.T, w watch.Interface) watch.Event {
 		}
 	}
 }
+
+// With a label selector (a watch operator's own cache), the packed
+// list-watch lists and watches the selected objects only.
+func TestThePackedListWatchKeepsToItsLabelSelector(t *testing.T) {
+	t.Parallel()
+	env := clustertest.New(t)
+	ctx := t.Context()
+	gvk := corev1.SchemeGroupVersion.WithKind("ConfigMap")
+	configMap := func(name, team string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: env.Namespace, Labels: map[string]string{"team": team}}}
+	}
+	for _, cm := range []*corev1.ConfigMap{configMap("a-1", "a"), configMap("b-1", "b"), configMap("a-2", "a")} {
+		if err := env.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hc, err := rest.HTTPClientFor(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(env.Config, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &informer.Informers{Config: env.Config, HTTP: hc, Scopes: &informer.Scopes{Mapper: mapper}, Namespace: env.Namespace, LabelSelector: "team=a"}
+	lw, err := p.ListWatch(gvk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := lw.ListWithContext(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items, meta := informer.CachedObjects(page)
+	var names []string
+	for _, it := range items {
+		names = append(names, it.GetName())
+	}
+	if fmt.Sprint(names) != "[a-1 a-2]" {
+		t.Errorf("listed %v; want [a-1 a-2], the ConfigMaps of team a", names)
+	}
+	w, err := lw.WatchWithContext(ctx, metav1.ListOptions{ResourceVersion: meta.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for _, cm := range []*corev1.ConfigMap{configMap("b-2", "b"), configMap("a-3", "a")} {
+		if err := env.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := nextEvent(t, w)
+	if objs, _ := informer.CachedObjects(ev.Object); ev.Type != watch.Added || len(objs) != 1 || objs[0].GetName() != "a-3" {
+		t.Errorf("the first event after the list: %s %v; want a-3 Added (b-2 is team b's)", ev.Type, objs)
+	}
+}

@@ -43,9 +43,11 @@ import (
 // object's JSON is read once and the maps are never made.
 //
 // The shared cache has no label or field selector: what it holds is
-// chosen by kind and by Options.Namespace alone, which is all a
-// packedListWatch asks for. The watches of watch operators have their own
-// caches (package watch), with selectors, and are not made here.
+// chosen by kind and by Options.Namespace alone. A watch operator's own
+// cache (package watch) makes its informers with Informers of its own, of
+// its one namespace (or all) and its label selector (LabelSelector);
+// a watch of several namespaces keeps controller-runtime's informers,
+// whose list-watch says nothing of the namespace it is for.
 //
 // Every informer's list and watch calls are held through an outage the
 // engine knows of (heldListWatch), so that its reflector relists as soon
@@ -57,6 +59,9 @@ type Informers struct {
 	HTTP      *http.Client
 	Scopes    *Scopes
 	Namespace string // the engine's Options.Namespace: "" for all
+	// LabelSelector selects the objects listed and watched (a watch
+	// operator's spec.watch.selector, in its query form); "" for all.
+	LabelSelector string
 	// Outage, when set, holds the list and watch calls through the
 	// outages it knows of (package health's Outage).
 	Outage Outage
@@ -174,7 +179,7 @@ func (p *Informers) listWatch(gvk schema.GroupVersionKind) (*packedListWatch, er
 	if err != nil {
 		return nil, err
 	}
-	lw := &packedListWatch{client: client, resource: k.Resource.Resource, gvk: gvk, outage: p.Outage}
+	lw := &packedListWatch{client: client, resource: k.Resource.Resource, gvk: gvk, outage: p.Outage, selector: p.LabelSelector}
 	if k.Namespaced {
 		lw.namespace = p.Namespace
 	}
@@ -189,9 +194,13 @@ type packedListWatch struct {
 	namespace string // "": every namespace, or a cluster-scoped kind
 	gvk       schema.GroupVersionKind
 	outage    Outage
+	selector  string // Informers.LabelSelector
 }
 
 func (lw *packedListWatch) request(opts *metav1.ListOptions) *rest.Request {
+	if lw.selector != "" {
+		opts.LabelSelector = lw.selector
+	}
 	return lw.client.Get().NamespaceIfScoped(lw.namespace, lw.namespace != "").Resource(lw.resource).SpecificallyVersionedParams(opts, metav1.ParameterCodec, metav1.SchemeGroupVersion)
 }
 

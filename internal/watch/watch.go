@@ -125,6 +125,23 @@ func Open(cfg Config, d *definition.Definition) (*Opened, error) {
 			opts.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
+	if len(cfg.Namespaces) <= 1 {
+		// The objects' JSON decoded straight into the cache's compact
+		// form, as the engine's shared cache does (package informer),
+		// not twice into nested maps and then packed.
+		httpClient, err := rest.HTTPClientFor(cfg.RESTConfig)
+		if err != nil {
+			return nil, fmt.Errorf("operator %s: the watch of %s: %w", d.Operator.Name, w.GVK.Kind, err)
+		}
+		inf := &informer.Informers{Config: cfg.RESTConfig, HTTP: httpClient, Scopes: &informer.Scopes{Mapper: cfg.Mapper}}
+		if len(cfg.Namespaces) == 1 {
+			inf.Namespace = cfg.Namespaces[0]
+		}
+		if w.Selector != nil {
+			inf.LabelSelector = w.Selector.String()
+		}
+		opts.HTTPClient, opts.NewInformer = httpClient, inf.NewInformer
+	}
 	watchCache, err := cache.New(cfg.RESTConfig, opts)
 	if err != nil {
 		return nil, fmt.Errorf("operator %s: the watch of %s: %w", d.Operator.Name, w.GVK.Kind, err)

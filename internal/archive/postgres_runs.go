@@ -157,6 +157,9 @@ func (p *Postgres) Finish(ctx context.Context, r *Run) error {
 				}
 				return nil
 			}
+			if len(r.LogTail) == 0 {
+				return nil // the end of a run whose Record alone took the transaction
+			}
 			return p.appendLog(ctx, tx, r.ID, r.LogTail)
 		})
 	}

@@ -9,7 +9,8 @@ import (
 )
 
 // Group commit: the engine's writes of a run (its record at the start,
-// its end, the watched object's state before and after, log pieces) come
+// its end, a watched object's state when a step starts no run, log
+// pieces) come
 // from many goroutines at once, and each was a transaction of its own on
 // the one writer connection. A transaction's commit costs as much as a
 // few statements (its WAL frames, the WAL index, the locks): the writer

@@ -51,7 +51,8 @@ func (w *ArchiveWriter) Insert(ctx context.Context, r *archive.Run) error {
 // with the tail of its log (Run.LogTail), which no later end holds: the
 // archive records an end once (its refused write may have been recorded
 // all the same) and this later one's outcome over it. Refused again, the
-// kept end's tail goes with this one.
+// kept end's tail goes with this one. A kept end is kept without its
+// handler record (Run.Record), which its driver writes on its own.
 func (w *ArchiveWriter) Finish(ctx context.Context, r *archive.Run) error {
 	end := *r // r's tail is the caller's
 	w.mu.Lock()
@@ -66,6 +67,11 @@ func (w *ArchiveWriter) Finish(ctx context.Context, r *archive.Run) error {
 	err := w.Recorder.Finish(ctx, &end)
 	w.report(ctx, err)
 	if err != nil {
+		// Kept without its handler record (Run.Record): the driver
+		// writes the object's state itself, the runner not having
+		// recorded it written; written later, it could bring back the
+		// record of an object dropped meanwhile.
+		end.Record = nil
 		w.keep(end)
 	}
 	return err

@@ -116,3 +116,38 @@ func TestARefusedEndKeepsItsLogsTailForTheNextEnd(t *testing.T) {
 	}
 	logOnce(r, "after an end recorded though refused, then a later end")
 }
+
+// A refused end that carried a watched object's handler record
+// (Run.Record) is kept without it: written later, it would bring back
+// the record of an object its driver dropped meanwhile (it writes the
+// state itself, the end not being recorded).
+func TestARefusedEndIsKeptWithoutItsHandlerRecord(t *testing.T) {
+	ctx := context.Background()
+	store, err := archive.OpenSQLite(ctx, filepath.Join(t.TempDir(), "runs.db"), archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	faulty := &refusing{Store: store}
+	w := NewArchiveWriter(faulty, func(string) {}, prometheus.NewGauge(prometheus.GaugeOpts{Name: "writable"}))
+	now := time.Now()
+	r := &archive.Run{ID: archive.NewID(now), Operator: "op", Handler: "h", Action: "exec", Trigger: "update", APIVersion: "apps/v1", Kind: "Deployment",
+		Namespace: "ns", Name: "web", UID: "u-web", Generation: 2, Key: "u-web/2/h", Attempt: 1, StartedAt: now.UTC()}
+	if err := w.Insert(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	r.Outcome, r.FinishedAt = archive.Succeeded, now.Add(time.Second).UTC()
+	r.Record = &archive.HandlerRecord{Operator: "op", Key: "u-web", APIVersion: "apps/v1", Kind: "Deployment", Namespace: "ns", Name: "web", Data: []byte(`{"state":{}}`), UpdatedAt: now.UTC()}
+	faulty.refuse = true
+	if err := w.Finish(ctx, r); err == nil {
+		t.Fatal("Finish succeeded on an archive that refuses it")
+	}
+	faulty.refuse = false
+	w.flush(ctx) // the kept end written; the object was dropped meanwhile
+	if got, err := store.Get(ctx, r.ID); err != nil || got.Outcome != archive.Succeeded {
+		t.Errorf("the kept end: %+v, %v; want it written Succeeded", got, err)
+	}
+	if recs, err := store.HandlerRecords(ctx, "op"); err != nil || len(recs) != 0 {
+		t.Errorf("after the kept end was written: records %+v, %v; want none", recs, err)
+	}
+}

@@ -113,6 +113,9 @@ type objectState struct {
 	persisted   []byte
 	last        []byte
 	persistedAt time.Time
+	// gone: the watch saw the object deleted (LastSeen), and last is its
+	// final state.
+	gone bool
 	// lifeCycle is what the life cycle (package lifecycle) keeps of the
 	// object between its reconciles.
 	lifeCycle LifeCycle

@@ -35,6 +35,10 @@ type Preloaded struct {
 	State     *cause.State
 	Persisted []byte
 	Last      []byte
+	// UpdatedAt is the record's (archive.HandlerRecord.UpdatedAt): a
+	// record stamped earlier is not taken for written over it
+	// (SetPersisted), since the archive keeps the later one.
+	UpdatedAt time.Time
 }
 
 // Preload puts records read from the archive into the memory.
@@ -42,7 +46,7 @@ func (w Watched) Preload(records []Preloaded) {
 	w.rn.mem.mu.Lock()
 	defer w.rn.mem.mu.Unlock()
 	for _, r := range records {
-		w.rn.mem.objects[r.Key] = &objectState{uid: r.UID, written: r.State, persisted: r.Persisted, last: r.Last}
+		w.rn.mem.objects[r.Key] = &objectState{uid: r.UID, written: r.State, persisted: r.Persisted, last: r.Last, persistedAt: r.UpdatedAt}
 	}
 }
 
@@ -53,7 +57,7 @@ func (w Watched) LastSeen(u *unstructured.Unstructured) {
 	defer w.rn.mem.mu.Unlock()
 	key := types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}
 	if o := w.rn.mem.objects[key]; o != nil && o.uid == u.GetUID() {
-		o.last = Snapshot(u.Object)
+		o.last, o.gone = Snapshot(u.Object), true
 	}
 }
 
@@ -131,12 +135,18 @@ func (w Watched) Persisted(key types.NamespacedName) (persisted, last []byte, ok
 
 // SetPersisted records that the archive holds state (JSON) and last for
 // the object of that name and uid, as stamped at (the record's
-// UpdatedAt), unless it holds a later record already.
+// UpdatedAt), unless it holds a later record already. The object's
+// final state, once its deletion was seen (LastSeen), stays the one its
+// delete handlers get: a record a run's start carried, written after a
+// slot's wait, holds an earlier one.
 func (w Watched) SetPersisted(key types.NamespacedName, uid types.UID, state, last []byte, at time.Time) {
 	w.rn.mem.mu.Lock()
 	defer w.rn.mem.mu.Unlock()
 	if o := w.rn.mem.objects[key]; o != nil && o.uid == uid && !at.Before(o.persistedAt) {
-		o.persisted, o.last, o.persistedAt = state, last, at
+		o.persisted, o.persistedAt = state, at
+		if !o.gone {
+			o.last = last
+		}
 	}
 }
 

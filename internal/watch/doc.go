@@ -22,10 +22,14 @@
 // A step's state is written when it changed: with the start of the run
 // the step decided, in that record's transaction (run.Pending.Carry), or
 // on its own when the step starts none; the end of a run writes the state
-// it leaves with the run's end (run.StepCarrying). A watched run's state
-// and its start are never recorded one without the other, and a change
-// handled costs no write of its own. A record carried by a start that
-// waited for a slot never replaces a later one (archive.Run.Record).
+// it leaves with the run's end (run.StepCarrying). The state that decides
+// a run is recorded with its start, and a change handled costs no write
+// of its own. A step of the object while its run waits for a slot (a
+// busy step) writes its state on its own, as every state was before: a
+// crash before the start then leaves a state that decided a run the
+// archive does not hold, which the next engine decides again. A record
+// carried by a start that waited for a slot never replaces a later one
+// (archive.Run.Record).
 //
 // An object that stops matching (its labels or the filter no longer
 // select it) is forgotten: no delete handler runs for it, as the object

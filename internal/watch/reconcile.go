@@ -80,7 +80,7 @@ func (r *reconciler) preload(ctx context.Context) ([]types.NamespacedName, error
 		}
 		updated[key] = s.UpdatedAt
 		persisted, _ := json.Marshal(rec.State)
-		records = append(records, run.Preloaded{Key: key, UID: types.UID(s.Key), State: rec.State, Persisted: persisted, Last: rec.Object})
+		records = append(records, run.Preloaded{Key: key, UID: types.UID(s.Key), State: rec.State, Persisted: persisted, Last: rec.Object, UpdatedAt: s.UpdatedAt})
 	}
 	r.runner.Watched().Preload(records) // a later record of a name replaces an earlier one, as it did
 	return keys, nil
@@ -137,7 +137,8 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	err = r.persistWith(ctx, obj, step, false)
-	// After its record, also when the archive refused it. A short run's
+	// The run starts once its start, with the state, is recorded; a
+	// state the archive refused on its own does not hold it back. A short run's
 	// end is recorded by this reconcile, not by one its end wakes: in a
 	// burst, half the reconciles (a worker waiting for its run, the
 	// operator has more of them, run.Workers).

@@ -46,7 +46,8 @@ func TestAMergePatchBecomesTheJSONPatchOfTheSameChange(t *testing.T) {
 
 func TestTheHandlersDeadlineLeavesTheAPIServerTimeForTheAnswer(t *testing.T) {
 	for timeout, want := range map[time.Duration]time.Duration{
-		time.Second:      800 * time.Millisecond,
+		time.Second:      500 * time.Millisecond,
+		3 * time.Second:  2500 * time.Millisecond,
 		10 * time.Second: 9 * time.Second,
 		30 * time.Second: 27 * time.Second,
 	} {

@@ -10,7 +10,7 @@
 //     runs nothing and gets its failure policy's answer.
 //   - The handler runs with the admission binding context
 //     (docs/schemas/admission-context.schema.json) and a deadline a tenth
-//     shorter than the webhook's timeout (at least 200ms less), so that the
+//     shorter than the webhook's timeout (at least 500ms less), so that the
 //     answer reaches the API server before it gives up.
 //   - The answer is the handler's (allowed, or denied with its message and
 //     the run's id; a mutate handler's merge patch becomes the JSONPatch

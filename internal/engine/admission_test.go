@@ -214,8 +214,8 @@ func TestAHandlerThatCrashesOrHangsAnswersByItsFailurePolicyInTime(t *testing.T)
 		recorded string // in the run's error
 	}{
 		{"crash", "Fail", "10s", "its failurePolicy Fail denies the request", false, "killed by signal"},
-		{"hang", "Fail", "3s", "gave no answer (no answer within 2.7s", false, "no answer within 2.7s"},
-		{"hang", "Ignore", "3s", "its failurePolicy Ignore allowed the request", true, "no answer within 2.7s"},
+		{"hang", "Fail", "3s", "gave no answer (no answer within 2.5s", false, "no answer within 2.5s"},
+		{"hang", "Ignore", "3s", "its failurePolicy Ignore allowed the request", true, "no answer within 2.5s"},
 	} {
 		t.Run(tc.mode+"-"+tc.policy, func(t *testing.T) {
 			env := clustertest.New(t)

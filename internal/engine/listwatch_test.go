@@ -9,8 +9,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
@@ -37,19 +39,7 @@ func TestThePackedListWatchGivesWhatTheAPIHolds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	hc, err := rest.HTTPClientFor(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper, err := apiutil.NewDynamicRESTMapper(env.Config, hc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &informer.Informers{Config: env.Config, HTTP: hc, Scopes: &informer.Scopes{Mapper: mapper}, Namespace: env.Namespace}
-	lw, err := p.ListWatch(gvk)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lw := packedListWatch(t, env, gvk, "")
 
 	// Pages of two.
 	var listed []*unstructured.Unstructured
@@ -118,6 +108,26 @@ func TestThePackedListWatchGivesWhatTheAPIHolds(t *testing.T) {
 	}
 }
 
+// packedListWatch is the list-watch of gvk the cache's informers use in
+// env's namespace, of the objects selector selects ("": all).
+func packedListWatch(t *testing.T, env *clustertest.Env, gvk schema.GroupVersionKind, selector string) toolscache.ListerWatcherWithContext {
+	t.Helper()
+	hc, err := rest.HTTPClientFor(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(env.Config, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &informer.Informers{Config: env.Config, HTTP: hc, Scopes: &informer.Scopes{Mapper: mapper}, Namespace: env.Namespace, LabelSelector: selector}
+	lw, err := p.ListWatch(gvk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lw
+}
+
 // nextEvent returns the watch's next event but a bookmark.
 func nextEvent(t *testing.T, w watch.Interface) watch.Event {
 	t.Helper()
@@ -151,19 +161,7 @@ func TestThePackedListWatchKeepsToItsLabelSelector(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	hc, err := rest.HTTPClientFor(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper, err := apiutil.NewDynamicRESTMapper(env.Config, hc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &informer.Informers{Config: env.Config, HTTP: hc, Scopes: &informer.Scopes{Mapper: mapper}, Namespace: env.Namespace, LabelSelector: "team=a"}
-	lw, err := p.ListWatch(gvk)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lw := packedListWatch(t, env, gvk, "team=a")
 	page, err := lw.ListWithContext(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -33,6 +33,19 @@ func (r *refusing) Finish(ctx context.Context, run *archive.Run) error {
 	return r.Store.Finish(ctx, run)
 }
 
+// refusingWriter is an archive writer on a real archive that refuses
+// ends while faulty.refuse is set.
+func refusingWriter(t *testing.T) (store archive.Store, faulty *refusing, w *ArchiveWriter) {
+	t.Helper()
+	s, err := archive.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "runs.db"), archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	faulty = &refusing{Store: s}
+	return s, faulty, NewArchiveWriter(faulty, func(string) {}, prometheus.NewGauge(prometheus.GaugeOpts{Name: "writable"}))
+}
+
 // A run's end the archive refused keeps the tail of its log; the end
 // recorded again later (the engine finishes a run once more when its
 // status patch was refused) carries that tail, once, whether it is
@@ -40,13 +53,7 @@ func (r *refusing) Finish(ctx context.Context, run *archive.Run) error {
 // written by the last round of kept ends.
 func TestARefusedEndKeepsItsLogsTailForTheNextEnd(t *testing.T) {
 	ctx := context.Background()
-	store, err := archive.OpenSQLite(ctx, filepath.Join(t.TempDir(), "runs.db"), archive.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
-	faulty := &refusing{Store: store}
-	w := NewArchiveWriter(faulty, func(string) {}, prometheus.NewGauge(prometheus.GaugeOpts{Name: "writable"}))
+	store, faulty, w := refusingWriter(t)
 	const tail = "the handler's last line\n"
 	logOnce := func(r *archive.Run, when string) {
 		t.Helper()
@@ -123,13 +130,7 @@ func TestARefusedEndKeepsItsLogsTailForTheNextEnd(t *testing.T) {
 // state itself, the end not being recorded).
 func TestARefusedEndIsKeptWithoutItsHandlerRecord(t *testing.T) {
 	ctx := context.Background()
-	store, err := archive.OpenSQLite(ctx, filepath.Join(t.TempDir(), "runs.db"), archive.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
-	faulty := &refusing{Store: store}
-	w := NewArchiveWriter(faulty, func(string) {}, prometheus.NewGauge(prometheus.GaugeOpts{Name: "writable"}))
+	store, faulty, w := refusingWriter(t)
 	now := time.Now()
 	r := &archive.Run{ID: archive.NewID(now), Operator: "op", Handler: "h", Action: "exec", Trigger: "update", APIVersion: "apps/v1", Kind: "Deployment",
 		Namespace: "ns", Name: "web", UID: "u-web", Generation: 2, Key: "u-web/2/h", Attempt: 1, StartedAt: now.UTC()}

@@ -501,3 +501,27 @@ func TestWatchWorkloadIsTheBaselinesWatch(t *testing.T) {
 			watchWorkload, w.GVK, w.Namespaces, w.Selector, w.Filter, benchNamespace, labels.SelectorFromSet(watchLabels))
 	}
 }
+
+// -subjects chooses the subjects and their order; without it, every
+// subject, opkit first.
+func TestTheSubjectsAreMeasuredInTheOrderGiven(t *testing.T) {
+	names := func(ims []impl) string {
+		var out []string
+		for _, im := range ims {
+			out = append(out, im.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	b := &bench{opts: options{Subjects: []string{"baseline-8", "opkit-serve"}}}
+	if got, err := b.watchSubjects(t.Context()); err != nil || names(got) != "baseline-8,opkit-serve" {
+		t.Errorf("the watch's subjects: %s, %v; want baseline-8,opkit-serve", names(got), err)
+	}
+	b.opts.Subjects = []string{"baseline-1", "opkit", "opkit-serve"}
+	if got := names(b.drainSubjects()); got != "baseline-1,opkit" {
+		t.Errorf("the drain's subjects: %s; want baseline-1,opkit (opkit-serve is the watch's)", got)
+	}
+	b.opts.Subjects = nil
+	if got := names(b.drainSubjects()); !strings.HasPrefix(got, "opkit,") || !strings.HasSuffix(got, "baseline-1,baseline-8") {
+		t.Errorf("every drain subject: %s; want opkit first, the baselines last", got)
+	}
+}

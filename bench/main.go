@@ -241,7 +241,7 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	fs.IntVar(&opts.ArchiveBatch, "archive-batch", opts.ArchiveBatch, "runs each archive measurement records, then prunes")
 	stores := fs.String("archive-stores", "sqlite,postgres", "the archive stores of the archive and console scenarios, comma-separated: sqlite, postgres (a server the bench starts)")
 	fs.IntVar(&opkitDefaults.Workers, "opkit-workers", 0, "opkit's concurrent reconciles (0: the engine's default)")
-	subjects := fs.String("subjects", "", "the controllers of drain, live and watch (which then leaves out the peers), comma-separated: opkit, opkit-serve (the watch's), opkit-b, baseline-1, baseline-8 (default: all)")
+	subjects := fs.String("subjects", "", "the controllers of drain, live and watch (which then leaves out the peers), comma-separated, measured in that order: opkit, opkit-serve (the watch's), opkit-b, baseline-1, baseline-8 (default: all)")
 	fs.StringVar(&opkitB.Exe, "opkit-b", "", "a bench binary built at another commit: its opkit drains beside this one's, as opkit-b, for an A/B comparison in one run")
 	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory (and an execution trace of its first 3 s, NAME-trace-PID.pprof, for go tool trace), and the API server's CPU profile during each drain (apiserver-SUBJECT-N.pprof, 2 s each; a plane the bench starts serves them)")
 	steps := fs.String("steps", "", "take only the steps whose description, as the log prints it after \"run N/M: \", this regular expression matches (e.g. 'without a handler|archive true$'), to measure a few settings side by side quickly")
@@ -434,10 +434,27 @@ func (b *bench) planeSeconds() (float64, error) {
 // drainSubjects are the controllers the drains and live measure: opkit, opkit-b
 // when given, and the baselines; -subjects keeps some of them.
 func (b *bench) drainSubjects() []impl {
+	return b.chosen(opkitDefaults, opkitB, baseline1, baseline8)
+}
+
+// chosen is those of all that -subjects names, in its order (a subject
+// measured after another may find the plane busier or quieter: the
+// order is the caller's to vary), or all of them; opkit-b only when
+// given.
+func (b *bench) chosen(all ...impl) []impl {
 	var out []impl
-	for _, im := range []impl{opkitDefaults, opkitB, baseline1, baseline8} {
-		if (im != opkitB || opkitB.Exe != "") && (len(b.opts.Subjects) == 0 || slices.Contains(b.opts.Subjects, im.Name)) {
-			out = append(out, im)
+	given := func(im impl) bool { return im != opkitB || opkitB.Exe != "" }
+	if len(b.opts.Subjects) == 0 {
+		for _, im := range all {
+			if given(im) {
+				out = append(out, im)
+			}
+		}
+		return out
+	}
+	for _, name := range b.opts.Subjects {
+		if i := slices.IndexFunc(all, func(im impl) bool { return im.Name == name }); i >= 0 && given(all[i]) {
+			out = append(out, all[i])
 		}
 	}
 	return out
@@ -447,12 +464,7 @@ func (b *bench) drainSubjects() []impl {
 // opkit-b when given, the baseline with 8 workers and the peers; -subjects
 // keeps some of them, and leaves the peers out.
 func (b *bench) watchSubjects(ctx context.Context) ([]impl, error) {
-	var out []impl
-	for _, im := range []impl{opkitDefaults, opkitServe, opkitB, baseline8} {
-		if (im != opkitB || opkitB.Exe != "") && (len(b.opts.Subjects) == 0 || slices.Contains(b.opts.Subjects, im.Name)) {
-			out = append(out, im)
-		}
-	}
+	out := b.chosen(opkitDefaults, opkitServe, opkitB, baseline8)
 	if len(b.opts.Subjects) > 0 {
 		return out, nil
 	}

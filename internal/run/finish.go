@@ -89,7 +89,7 @@ func (rn *Runner) finish(ctx context.Context, cr *unstructured.Unstructured, f *
 	if err := rn.recordEnd(ctx, run, f.log); err != nil {
 		rn.events.Eventf(cr, nil, corev1.EventTypeWarning, "ArchiveFailed", runAction(run.ID), "run %s ended %s, which the archive could not record (%v); it is recorded once the archive can", run.ID, run.Outcome, err)
 	} else if carried != nil {
-		rn.Watched().SetPersisted(types.NamespacedName{Namespace: cr.GetNamespace(), Name: cr.GetName()}, cr.GetUID(), carried.State, carried.Last, carried.Record.UpdatedAt)
+		rn.Watched().Written(cr, carried)
 	}
 	run.Record = nil
 	rn.ended(run)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -168,12 +169,16 @@ func (p *Pending) Carry(c *Carried) {
 	}
 }
 
+// Written is SetPersisted for obj's record c, once the archive holds it.
+func (w Watched) Written(obj metav1.Object, c *Carried) {
+	w.SetPersisted(types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}, obj.GetUID(), c.State, c.Last, c.Record.UpdatedAt)
+}
+
 // carriedPersisted records p's carried record persisted: its run's start
 // was recorded.
 func (rn *Runner) carriedPersisted(p *Pending) {
 	if c := p.carried; c != nil {
-		key := types.NamespacedName{Namespace: p.obj.GetNamespace(), Name: p.obj.GetName()}
-		rn.Watched().SetPersisted(key, p.obj.GetUID(), c.State, c.Last, c.Record.UpdatedAt)
+		rn.Watched().Written(p.obj, c)
 	}
 }
 

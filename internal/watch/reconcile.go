@@ -282,7 +282,7 @@ func (r *reconciler) persist(ctx context.Context, obj *unstructured.Unstructured
 	if err := r.store.PutHandlerRecord(context.WithoutCancel(ctx), c.Record); err != nil {
 		return fmt.Errorf("recording the handler state of %s in the archive: %w", types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}, err)
 	}
-	r.runner.Watched().SetPersisted(types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}, obj.GetUID(), c.State, c.Last, c.Record.UpdatedAt)
+	r.runner.Watched().Written(obj, c)
 	return nil
 }
 

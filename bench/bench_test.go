@@ -525,3 +525,23 @@ func TestTheSubjectsAreMeasuredInTheOrderGiven(t *testing.T) {
 		t.Errorf("every drain subject: %s; want opkit first, the baselines last", got)
 	}
 }
+
+func TestEachRunStartsWithTheNextSubject(t *testing.T) {
+	s := []string{"opkit", "opkit-serve", "baseline-8"}
+	for run, want := range map[int]string{
+		1: "opkit,opkit-serve,baseline-8",
+		2: "opkit-serve,baseline-8,opkit",
+		3: "baseline-8,opkit,opkit-serve",
+		4: "opkit,opkit-serve,baseline-8",
+	} {
+		if got := strings.Join(inTurn(s, run), ","); got != want {
+			t.Errorf("run %d measures %s; want %s", run, got, want)
+		}
+	}
+	if got := strings.Join(s, ","); got != "opkit,opkit-serve,baseline-8" {
+		t.Errorf("inTurn changed its argument: %s", got)
+	}
+	if got := inTurn([]string(nil), 2); len(got) != 0 {
+		t.Errorf("inTurn of none: %v", got)
+	}
+}

@@ -241,7 +241,7 @@ func benchMain(args []string, stdout, stderr io.Writer) (err error) {
 	fs.IntVar(&opts.ArchiveBatch, "archive-batch", opts.ArchiveBatch, "runs each archive measurement records, then prunes")
 	stores := fs.String("archive-stores", "sqlite,postgres", "the archive stores of the archive and console scenarios, comma-separated: sqlite, postgres (a server the bench starts)")
 	fs.IntVar(&opkitDefaults.Workers, "opkit-workers", 0, "opkit's concurrent reconciles (0: the engine's default)")
-	subjects := fs.String("subjects", "", "the controllers of drain, live and watch (which then leaves out the peers), comma-separated, measured in that order: opkit, opkit-serve (the watch's), opkit-b, baseline-1, baseline-8 (default: all)")
+	subjects := fs.String("subjects", "", "the controllers of drain, live and watch (which then leaves out the peers), comma-separated, measured in that order in the first run, each later run starting with the next: opkit, opkit-serve (the watch's), opkit-b, baseline-1, baseline-8 (default: all)")
 	fs.StringVar(&opkitB.Exe, "opkit-b", "", "a bench binary built at another commit: its opkit drains beside this one's, as opkit-b, for an A/B comparison in one run")
 	fs.StringVar(&opts.ProfileDir, "profile", "", "write each controller's CPU and heap profiles to this directory (and an execution trace of its first 3 s, NAME-trace-PID.pprof, for go tool trace), and the API server's CPU profile during each drain (apiserver-SUBJECT-N.pprof, 2 s each; a plane the bench starts serves them)")
 	steps := fs.String("steps", "", "take only the steps whose description, as the log prints it after \"run N/M: \", this regular expression matches (e.g. 'without a handler|archive true$'), to measure a few settings side by side quickly")
@@ -439,8 +439,8 @@ func (b *bench) drainSubjects() []impl {
 
 // chosen is those of all that -subjects names, in its order (a subject
 // measured after another may find the plane busier or quieter: the
-// order is the caller's to vary), or all of them; opkit-b only when
-// given.
+// first run keeps this order, each later one starts with the next
+// subject, inTurn), or all of them; opkit-b only when given.
 func (b *bench) chosen(all ...impl) []impl {
 	var out []impl
 	given := func(im impl) bool { return im != opkitB || opkitB.Exe != "" }

@@ -37,7 +37,7 @@ func (b *bench) run(ctx context.Context) error {
 		}
 		subjects := b.drainSubjects()
 		for _, n := range b.drainSizes() {
-			for _, im := range subjects {
+			for _, im := range inTurn(subjects, run) {
 				if !on("drain") && !on("memory") && !on("idle") {
 					break
 				}
@@ -57,8 +57,7 @@ func (b *bench) run(ctx context.Context) error {
 			for _, rate := range b.opts.LiveRates {
 				// Each run starts with the next subject: the first after
 				// the drains meets what they left the API server to do.
-				for i := range subjects {
-					im := subjects[(i+run-1)%len(subjects)]
+				for _, im := range inTurn(subjects, run) {
 					if err := step(fmt.Sprintf("live %s at %d/s", im.Name, rate), func() error { return b.live(ctx, im, rate) }); err != nil {
 						return err
 					}
@@ -103,8 +102,7 @@ func (b *bench) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			for i := range pythons {
-				h := pythons[(i+run-1)%len(pythons)] // the pair's first alternates too
+			for _, h := range inTurn(pythons, run) { // the pair's first alternates too
 				drains = append(drains, drainStep{"exec handler drain, mode Serve, " + strings.TrimPrefix(h.subject, serveSubject+", "), func() error {
 					return b.pythonHandlerDrain(ctx, h, n)
 				}})
@@ -112,8 +110,7 @@ func (b *bench) run(ctx context.Context) error {
 			drains = append(drains, drainStep{"exec handler drain, mode Serve, in a runner", func() error {
 				return b.handlerDrainOf(ctx, opkitRunners, "printer-exec.yaml", runnersSubject, tempArchive(b.workDir), n)
 			}})
-			for i := range drains {
-				d := drains[(i+run-1)%len(drains)]
+			for _, d := range inTurn(drains, run) {
 				if err := step(d.what, d.f); err != nil {
 					return err
 				}
@@ -161,7 +158,10 @@ func (b *bench) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			for _, im := range subjects {
+			// Each run starts with the next subject, as the drains and
+			// live do: the first after the setup meets what it left
+			// kube-controller-manager and the API server to do.
+			for _, im := range inTurn(subjects, run) {
 				if err := step("watch "+im.Name, func() error { return b.watch(ctx, w, im) }); err != nil {
 					return err
 				}
@@ -229,4 +229,16 @@ func (b *bench) derive() {
 // controller fails.
 func (b *bench) timeout(n int) time.Duration {
 	return 2*time.Minute + time.Duration(n)*20*time.Millisecond
+}
+
+// inTurn is s for the run-th run (from 1): its items in turn, starting
+// with the run-th (round the end), so that across runs each item goes
+// first; a subject measured right after another meets what that one left
+// the machine and the API server to do.
+func inTurn[T any](s []T, run int) []T {
+	if len(s) == 0 {
+		return nil
+	}
+	k := (run - 1) % len(s)
+	return append(slices.Clone(s[k:]), s[:k]...)
 }

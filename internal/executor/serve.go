@@ -536,9 +536,15 @@ func stdinOf(action v1alpha1.ExecAction, input []byte) []byte {
 }
 
 // asLine is the binding context on one line, ended by a newline. The
-// engine's binding contexts are compact JSON already; anything else is
-// passed as it is, its newlines replaced, so that it stays one line.
+// engine's binding contexts are compact JSON already, and are passed as
+// they are; anything else with a line break is compacted when it is JSON,
+// else its newlines are replaced, so that it stays one line.
 func asLine(input []byte) []byte {
+	if bytes.IndexByte(input, '\n') < 0 && bytes.IndexByte(input, '\r') < 0 {
+		// One line already (a JSON string holds its line breaks escaped):
+		// not scanned again, at every run, for the spaces Compact drops.
+		return append(input[:len(input):len(input)], '\n')
+	}
 	var b bytes.Buffer
 	b.Grow(len(input) + 1)
 	if json.Compact(&b, input) != nil {

@@ -296,3 +296,26 @@ func waitLines(t *testing.T, path string, n int) []string {
 	}
 	return lines
 }
+
+func TestABindingContextIsOneLineForAServeHandler(t *testing.T) {
+	compact, _ := json.Marshal(map[string]any{"runId": "r1", "object": map[string]any{"name": "a\nb", "note": "x y"}})
+	given := make([]byte, len(compact), len(compact)+8) // room after it, which the line must not take
+	copy(given, compact)
+	for _, c := range []struct{ name, input, want string }{
+		{"compact JSON, a line break escaped in a string", string(given), string(compact) + "\n"},
+		{"pretty-printed JSON", "{\n  \"runId\": \"r1\",\r\n  \"a\": [1, 2]\n}\n", `{"runId":"r1","a":[1,2]}` + "\n"},
+		{"not JSON, over lines", "  one\ntwo\n", "one two\n"},
+		{"not JSON, one line", "one two", "one two\n"},
+	} {
+		in := []byte(c.input)
+		if c.input == string(given) {
+			in = given
+		}
+		if got := string(asLine(in)); got != c.want {
+			t.Errorf("%s: %q; want %q", c.name, got, c.want)
+		}
+	}
+	if spare := given[len(given) : len(given)+1]; spare[0] != 0 {
+		t.Errorf("asLine wrote past its input, into the caller's array: %q", spare)
+	}
+}

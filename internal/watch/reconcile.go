@@ -312,17 +312,28 @@ func (r *reconciler) record(obj *unstructured.Unstructured, st *cause.State, del
 	if !deleted && rn.HasDelete() {
 		last = run.Snapshot(obj.Object)
 	}
-	rec, err := json.Marshal(struct { // record, its state marshalled once
-		State   json.RawMessage `json:"state"`
-		Object  json.RawMessage `json:"object,omitempty"`
-		Cluster string          `json:"cluster,omitempty"`
-	}{data, last, r.cluster})
-	if err != nil {
-		return nil, err
-	}
 	s := &archive.HandlerRecord{
 		Operator: r.def.Operator.Name, Key: string(obj.GetUID()), APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(),
-		Namespace: obj.GetNamespace(), Name: obj.GetName(), Data: rec, UpdatedAt: time.Now().UTC(),
+		Namespace: obj.GetNamespace(), Name: obj.GetName(), Data: r.envelope(data, last), UpdatedAt: time.Now().UTC(),
 	}
 	return &run.Carried{Record: s, State: data, Last: last}, nil
+}
+
+// envelope is the record of a watched object (record, as load
+// reads it) holding state and last, JSON both: each is written as it is,
+// not scanned again as json.Marshal does a RawMessage, as they are
+// json.Marshal's output (or a record's, read back), and a record is
+// built at each start and end of a run (last, with delete handlers, is
+// the whole object).
+func (r *reconciler) envelope(state, last []byte) []byte {
+	cluster, _ := json.Marshal(r.cluster)
+	b := make([]byte, 0, len(`{"state":,"object":,"cluster":}`)+len(state)+len(last)+len(cluster))
+	b = append(append(b, `{"state":`...), state...)
+	if len(last) > 0 {
+		b = append(append(b, `,"object":`...), last...)
+	}
+	if r.cluster != "" {
+		b = append(append(b, `,"cluster":`...), cluster...)
+	}
+	return append(b, '}')
 }

@@ -37,13 +37,16 @@ func (b *bench) run(ctx context.Context) error {
 		}
 		subjects := b.drainSubjects()
 		for _, n := range b.drainSizes() {
-			for _, im := range inTurn(subjects, run) {
-				if !on("drain") && !on("memory") && !on("idle") {
-					break
-				}
-				if n != b.opts.Objects && (im == baseline1 || !on("drain")) {
-					continue // the cold start is measured against baseline-8
-				}
+			if !on("drain") && !on("memory") && !on("idle") {
+				break
+			}
+			sized := subjects
+			if n != b.opts.Objects {
+				// The cold start is measured against baseline-8, and for
+				// the drain alone.
+				sized = slices.DeleteFunc(slices.Clone(subjects), func(im impl) bool { return im == baseline1 || !on("drain") })
+			}
+			for _, im := range inTurn(sized, run) { // the turns of those measured at n
 				idle := time.Duration(0)
 				if on("idle") && im != baseline1 && n == b.opts.Objects {
 					idle = b.opts.Idle
@@ -119,7 +122,7 @@ func (b *bench) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			for _, im := range peers {
+			for _, im := range inTurn(peers, run) {
 				if err := step("exec handler drain, "+im.Name, func() error { return b.peerDrain(ctx, im, b.opts.HandlerObjects) }); err != nil {
 					return err
 				}
@@ -192,10 +195,10 @@ func (b *bench) run(ctx context.Context) error {
 	// The second memory point is the longest: it comes last, so that an
 	// interrupted suite has the rest.
 	for run := 1; on("memory") && b.opts.MemoryObjects > 0 && run <= b.opts.MemoryRuns; run++ {
-		for _, im := range b.drainSubjects() {
-			if im == baseline1 {
-				continue // 50,000 Printers at one worker take most of an hour
-			}
+		// baseline-1 is left out: 50,000 Printers at one worker take most
+		// of an hour.
+		measured := slices.DeleteFunc(b.drainSubjects(), func(im impl) bool { return im == baseline1 })
+		for _, im := range inTurn(measured, run) {
 			fmt.Fprintf(b.log, "memory run %d/%d: %s at %d\n", run, b.opts.MemoryRuns, im.Name, b.opts.MemoryObjects)
 			t0 := time.Now()
 			if err := b.drain(ctx, im, b.opts.MemoryObjects, 0); err != nil {

@@ -537,23 +537,29 @@ func stdinOf(action v1alpha1.ExecAction, input []byte) []byte {
 
 // asLine is the binding context on one line, ended by a newline. The
 // engine's binding contexts are compact JSON already, and are passed as
-// they are; anything else with a line break is compacted when it is JSON,
-// else its newlines are replaced, so that it stays one line.
+// they are (a runner's come ended by their newline, stdinOf); anything
+// else with a line break is compacted when it is JSON, else its line
+// breaks are replaced by spaces, so that it stays one line.
 func asLine(input []byte) []byte {
-	if bytes.IndexByte(input, '\n') < 0 && bytes.IndexByte(input, '\r') < 0 {
+	body := bytes.TrimSuffix(input, []byte("\n"))
+	if bytes.IndexByte(body, '\n') < 0 && bytes.IndexByte(body, '\r') < 0 {
 		// One line already (a JSON string holds its line breaks escaped):
 		// not scanned again, at every run, for the spaces Compact drops.
-		return append(input[:len(input):len(input)], '\n')
+		return append(body[:len(body):len(body)], '\n')
 	}
 	var b bytes.Buffer
 	b.Grow(len(input) + 1)
 	if json.Compact(&b, input) != nil {
 		b.Reset()
-		b.Write(bytes.ReplaceAll(bytes.TrimSpace(input), []byte("\n"), []byte(" ")))
+		b.WriteString(lineBreaks.Replace(string(bytes.TrimSpace(input))))
 	}
 	b.WriteByte('\n')
 	return b.Bytes()
 }
+
+// lineBreaks replaces each line break with a space: a reader that splits
+// lines at a lone \r too would read two.
+var lineBreaks = strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ")
 
 // exitFailure says why p ended its output without answering: how it
 // exited and the last line of its log.

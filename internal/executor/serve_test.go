@@ -304,8 +304,11 @@ func TestABindingContextIsOneLineForAServeHandler(t *testing.T) {
 	for _, c := range []struct{ name, input, want string }{
 		{"compact JSON, a line break escaped in a string", string(given), string(compact) + "\n"},
 		{"pretty-printed JSON", "{\n  \"runId\": \"r1\",\r\n  \"a\": [1, 2]\n}\n", `{"runId":"r1","a":[1,2]}` + "\n"},
+		{"compact JSON ended by its newline, as a runner gets it", string(compact) + "\n", string(compact) + "\n"},
 		{"not JSON, over lines", "  one\ntwo\n", "one two\n"},
+		{"not JSON, a lone carriage return", "one\rtwo\r\nthree", "one two three\n"},
 		{"not JSON, one line", "one two", "one two\n"},
+		{"nothing", "", "\n"},
 	} {
 		in := []byte(c.input)
 		if c.input == string(given) {

@@ -69,10 +69,20 @@ type Definition struct {
 
 	src   *Source
 	typed bool // compiled with the children's schemas
+	// expressions counts the CEL expressions compiled.
+	expressions int
 }
 
 // Typed reports whether the children are typed by their kinds' schemas.
 func (d *Definition) Typed() bool { return d.typed }
+
+// NeedsSchemas reports whether compiling d again with schemas
+// (WithSchemas) can change it: it owns a resource (its children and
+// related objects are typed by their kinds' schemas), or it has
+// expressions (a watched object, self, is typed by its kind's). A watch
+// without any, or an operator-wide schedule, is the same either way, and
+// its engine need not fetch and compile the schemas.
+func (d *Definition) NeedsSchemas() bool { return d.Owns() || d.expressions > 0 }
 
 // WithSchemas compiles the definition again with the children typed by
 // schemas (see CompileWithSchemas).
@@ -158,6 +168,7 @@ func compileDefinition(src *Source, schemas SchemaResolver) (*Definition, error)
 	}
 	d := compileInto(l, src, schemas)
 	if d != nil {
+		d.expressions = l.expressions
 		warnYAML11(l, d, src)
 	}
 	l.withFallbacks(fallbacks)
@@ -418,6 +429,7 @@ func compileCondition(l *errorList, env *cel.Env, field, src string) *Expression
 		src = strings.TrimSpace(src[2 : len(src)-1])
 	}
 	e := &Expression{Source: src, Field: field}
+	l.expressions++
 	if err := compile(env, e); err != nil {
 		l.add(field, "%v", err)
 		return nil
@@ -443,6 +455,7 @@ func compileString(l *errorList, env *cel.Env, field, s string, path []any) *Slo
 			continue
 		}
 		p.expr.Field = field
+		l.expressions++
 		if err := compile(env, p.expr); err != nil {
 			l.add(field, "%v", err)
 			return nil

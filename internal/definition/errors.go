@@ -76,6 +76,8 @@ type errorList struct {
 	// reported are the fields a problem was found at while the file was
 	// read; later checks say nothing more of them.
 	reported map[string]bool
+	// expressions counts the CEL expressions compiled.
+	expressions int
 }
 
 func (l *errorList) add(field, format string, args ...any) {

@@ -331,6 +331,34 @@ func TestAWatchIsTypedByItsKindsSchema(t *testing.T) {
 	}
 }
 
+// A watch without expressions compiles the same with schemas or
+// without (its engine does not fetch them); with a filter, a when, or a
+// template's ${}, the watched kind's schema types self; an owned
+// resource's children are typed by theirs.
+func TestOnlyADefinitionTheSchemasCanChangeNeedsThem(t *testing.T) {
+	noFilter := replace(t, watchOp, "    filter: \"self.spec.replicas > 0\"\n", "")
+	for name, c := range map[string]struct {
+		yaml string
+		want bool
+	}{
+		"a watch with a filter":   {watchOp, true},
+		"a watch without any":     {noFilter, false},
+		"a handler's when":        {replace(t, noFilter, "    exec: {command: [/bin/true]}\n", "    exec: {command: [/bin/true]}\n  - name: ready\n    on: [when]\n    when: \"self.status.readyReplicas == self.spec.replicas\"\n    exec: {command: [/bin/true]}\n"), true},
+		"a schedule's template":   {replace(t, noFilter, "    exec: {command: [/bin/true]}\n", "    exec: {command: [/bin/true]}\n  - name: tick\n    on: [schedule]\n    schedule: {every: \"${duration(self.metadata.annotations['every'])}\"}\n    exec: {command: [/bin/true]}\n"), true},
+		"a schedule, written out": {replace(t, noFilter, "    exec: {command: [/bin/true]}\n", "    exec: {command: [/bin/true]}\n  - name: tick\n    on: [schedule]\n    schedule: {every: 5m}\n    exec: {command: [/bin/true]}\n"), false},
+		"operator-wide schedules": {calendarOp, false},
+		"an owned resource":       {base, true},
+	} {
+		d, err := compileOne(t, "op.yaml", c.yaml, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got := d.NeedsSchemas(); got != c.want {
+			t.Errorf("%s: NeedsSchemas() = %v; want %v", name, got, c.want)
+		}
+	}
+}
+
 func TestATypedFilterReadsTheObjectByItsSchema(t *testing.T) {
 	yaml := replace(t, watchOp, `"self.spec.replicas > 0"`, `"self.metadata.creationTimestamp > timestamp('2026-01-01T00:00:00Z')"`)
 	d, err := compileOne(t, "watch.yaml", yaml, deploymentSchema)

@@ -206,9 +206,10 @@ func (e *Engine) applyUnowned(ctx context.Context, d *definition.Definition) err
 // typed returns d with the schemas of the kinds it reads, resolved from
 // the schemas the API server publishes (/openapi/v3, each group-version
 // fetched once per call: a new one sees the kinds installed since),
-// unless it has them already.
+// unless it has them already or they would not change it (a watch
+// without expressions: the schemas would type none).
 func (e *Engine) typed(d *definition.Definition) (*definition.Definition, error) {
-	if d.Typed() {
+	if d.Typed() || !d.NeedsSchemas() {
 		return d, nil
 	}
 	return d.WithSchemas(&resolver.ClientDiscoveryResolver{Discovery: memory.NewMemCacheClient(e.discovery)})

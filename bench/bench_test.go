@@ -120,6 +120,10 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		{"watch", opkitServe.Name, "all handled once"},
 		{"watch", "baseline-8", "peak heap"},
 		{"watch", "baseline-8", "new image handled p50"},
+		{"watch", "opkit", "CPU to all handled, per object"},
+		{"watch", opkitServe.Name, "CPU per change"},
+		{"watch", "baseline-8", "CPU per change"},
+		{"watch", "baseline-8", "API server CPU per change"},
 	} {
 		if v, ok := get(w[0], w[1], w[2]); !ok || v <= 0 {
 			t.Errorf("%s / %s / %s: got %v (measured: %v), want a positive figure", w[0], w[1], w[2], v, ok)

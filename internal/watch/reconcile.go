@@ -319,20 +319,20 @@ func (r *reconciler) record(obj *unstructured.Unstructured, st *cause.State, del
 	return &run.Carried{Record: s, State: data, Last: last}, nil
 }
 
-// envelope is the record of a watched object (record, as load
-// reads it) holding state and last, JSON both: each is written as it is,
-// not scanned again as json.Marshal does a RawMessage, as they are
-// json.Marshal's output (or a record's, read back), and a record is
-// built at each start and end of a run (last, with delete handlers, is
-// the whole object).
+// envelope is the record of a watched object (record, as load reads it)
+// holding state and last. Both are JSON as json.Marshal wrote it (or as
+// a record held it, read back), so they are written as they are: a
+// RawMessage field would have json.Marshal scan them again, at each
+// start and end of a run (last, with delete handlers, is the whole
+// object).
 func (r *reconciler) envelope(state, last []byte) []byte {
-	cluster, _ := json.Marshal(r.cluster)
-	b := make([]byte, 0, len(`{"state":,"object":,"cluster":}`)+len(state)+len(last)+len(cluster))
+	b := make([]byte, 0, len(`{"state":,"object":}`)+len(state)+len(last)+len(r.cluster)+16)
 	b = append(append(b, `{"state":`...), state...)
 	if len(last) > 0 {
 		b = append(append(b, `,"object":`...), last...)
 	}
 	if r.cluster != "" {
+		cluster, _ := json.Marshal(r.cluster)
 		b = append(append(b, `,"cluster":`...), cluster...)
 	}
 	return append(b, '}')

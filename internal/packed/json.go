@@ -49,7 +49,7 @@ func FromJSON(b, data []byte, skip string) (packed []byte, skipped []byte, apiVe
 			err = p.fail("nothing after the object")
 		}
 	}
-	if err == nil && p.duplicate != "" {
+	if err == nil && p.duplicated {
 		err = fmt.Errorf("%w: %q", ErrDuplicateKey, p.duplicate)
 	}
 	if err != nil {
@@ -68,8 +68,10 @@ type jsonPacker struct {
 	// than maxDuplicateScan keys went in b, innermost object last, to find
 	// a key twice.
 	keys []keySpan
-	// duplicate is the first key found twice.
-	duplicate string
+	// duplicate is the first key found twice (which may be ""), when
+	// duplicated.
+	duplicate  string
+	duplicated bool
 
 	skip             string
 	skipSeen         bool
@@ -282,7 +284,7 @@ func (p *jsonPacker) object(depth int, top bool) error {
 		break
 	}
 	switch {
-	case p.duplicate != "":
+	case p.duplicated:
 	case first < 0:
 		p.findDuplicate(small[:n])
 	default:
@@ -299,7 +301,7 @@ func (p *jsonPacker) object(depth int, top bool) error {
 // it is in data. A skipped "apiVersion" or "kind" is still read.
 func (p *jsonPacker) skipEntry(depth int) error {
 	if p.skipSeen {
-		p.duplicate = p.skip
+		p.duplicate, p.duplicated = p.skip, true
 	}
 	p.skipSeen = true
 	if p.next() == 0 {
@@ -452,7 +454,7 @@ func (p *jsonPacker) findDuplicate(keys []keySpan) {
 			ki := p.b[keys[i].start:keys[i].end]
 			for _, kj := range keys[:i] {
 				if string(ki) == string(p.b[kj.start:kj.end]) {
-					p.duplicate = packedString(ki)
+					p.duplicate, p.duplicated = packedString(ki), true
 					return
 				}
 			}
@@ -462,7 +464,7 @@ func (p *jsonPacker) findDuplicate(keys []keySpan) {
 	slices.SortFunc(keys, func(x, y keySpan) int { return bytes.Compare(key(x), key(y)) })
 	for i := 1; i < len(keys); i++ {
 		if bytes.Equal(key(keys[i]), key(keys[i-1])) {
-			p.duplicate = packedString(key(keys[i]))
+			p.duplicate, p.duplicated = packedString(key(keys[i])), true
 			return
 		}
 	}

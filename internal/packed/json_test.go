@@ -98,6 +98,8 @@ var fromJSONCases = []fromJSONCase{
 	{name: "duplicate key after invalid UTF-8", json: "{\"\xff\":1,\"\xfe\":2}", fails: duplicateKey},
 	{name: "duplicate key nested", json: `{"spec":{"x":[{"b":1,"c":2,"b":3}]}}`, fails: duplicateKey},
 	{name: "duplicate key among many", json: `{` + manyKeys(40) + `,"k7":0}`, fails: duplicateKey},
+	{name: "duplicate empty key", json: `{"":{},"":null}`, fails: duplicateKey},
+	{name: "duplicate empty key among many", json: `{"spec":{` + manyKeys(40) + `,"":1,"":2}}`, fails: duplicateKey},
 	{name: "many keys without duplicates", json: `{` + manyKeys(40) + `,"spec":{` + manyKeys(200) + `}}`},
 	{name: "duplicate skip", json: `{"metadata":{},"metadata":{}}`, fails: duplicateKey},
 	{name: "same key in sibling objects", json: `{"a":{"x":1},"b":{"x":1},"x":[{"x":1},{"x":2}]}`},

@@ -21,6 +21,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
+	"slices"
 )
 
 // The form:
@@ -301,4 +303,129 @@ func varint(s string) (int64, int) {
 		x = ^x
 	}
 	return x, n
+}
+
+// EqualWithout reports whether the packed maps a and b hold the same
+// entries but for their entries skip: entries of the same keys whose
+// values are equal as [Unpack] gives them back. Entries of equal bytes
+// are equal without being unpacked; others, which may hold maps packed in
+// another order, are unpacked and compared. Damaged bytes, or a value
+// that is not a map, are an error.
+func EqualWithout(a, b string, skip string) (bool, error) {
+	ea, err := entries(a, skip)
+	if err != nil {
+		return false, err
+	}
+	eb, err := entries(b, skip)
+	if err != nil {
+		return false, err
+	}
+	if len(ea) != len(eb) {
+		return false, nil
+	}
+	for _, x := range ea {
+		i := slices.IndexFunc(eb, func(y entry) bool { return y.key == x.key })
+		if i < 0 {
+			return false, nil
+		}
+		if x.value == eb[i].value {
+			continue
+		}
+		vx, err := Unpack(x.value)
+		if err != nil {
+			return false, err
+		}
+		vy, err := Unpack(eb[i].value)
+		if err != nil {
+			return false, err
+		}
+		if !reflect.DeepEqual(vx, vy) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// entry is a packed map's entry: its key, and its value still packed.
+type entry struct{ key, value string }
+
+// entries reads the packed map p's entries but skip.
+func entries(p, skip string) ([]entry, error) {
+	d := unpacker{p: p}
+	if len(p) == 0 || p[0] != tagMap {
+		return nil, errors.New("a packed map was expected")
+	}
+	d.i++
+	n, err := d.count()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]entry, 0, n)
+	for range n {
+		k, err := d.string()
+		if err != nil {
+			return nil, err
+		}
+		start := d.i
+		if err := d.skip(1); err != nil {
+			return nil, fmt.Errorf("packed value at byte %d: %w", d.i, err)
+		}
+		if k != skip {
+			out = append(out, entry{key: k, value: p[start:d.i]})
+		}
+	}
+	if d.i != len(p) {
+		return nil, errors.New("bytes after the value")
+	}
+	return out, nil
+}
+
+// skip passes over one value, as value would read it, without building it.
+func (d *unpacker) skip(depth int) error {
+	if depth > maxPackedDepth {
+		return errors.New("nested too deeply")
+	}
+	if d.i >= len(d.p) {
+		return errTruncated
+	}
+	tag := d.p[d.i]
+	d.i++
+	switch tag {
+	case tagNil, tagFalse, tagTrue:
+		return nil
+	case tagInt:
+		_, w := varint(d.p[d.i:])
+		if w <= 0 {
+			return errTruncated
+		}
+		d.i += w
+		return nil
+	case tagFloat:
+		if len(d.p)-d.i < 8 {
+			return errTruncated
+		}
+		d.i += 8
+		return nil
+	case tagString, tagCommon:
+		d.i--
+		_, err := d.string()
+		return err
+	case tagMap, tagList:
+		n, err := d.count()
+		if err != nil {
+			return err
+		}
+		for range n {
+			if tag == tagMap {
+				if _, err := d.string(); err != nil {
+					return err
+				}
+			}
+			if err := d.skip(depth + 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown tag %d", tag)
 }

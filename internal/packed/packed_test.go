@@ -88,3 +88,58 @@ func TestPackedRefusesWhatJSONDoesNotDecodeInto(t *testing.T) {
 		t.Errorf("a NaN came back as %v", v)
 	}
 }
+
+// EqualWithout says what comparing the unpacked maps without the entry
+// says, for maps packed from JSON in their order and from maps in theirs.
+func FuzzEqualWithoutAgreesWithTheUnpackedMaps(f *testing.F) {
+	f.Add(`{"spec":{"a":1,"b":[1,2]},"status":{"n":1}}`, `{"status":{"n":2},"spec":{"b":[1,2],"a":1}}`)
+	f.Add(`{"spec":{"a":1},"status":{"n":1}}`, `{"spec":{"a":2},"status":{"n":1}}`)
+	f.Add(`{"spec":{"a":1},"x":null}`, `{"spec":{"a":1},"y":null}`)
+	f.Add(`{"spec":{"a":1}}`, `{"spec":{"a":1.0}}`)
+	f.Add(`{"status":1}`, `{}`)
+	f.Add(`{"data":{"k":"v"},"kind":"ConfigMap"}`, `{"kind":"ConfigMap","data":{"k":"v"},"extra":"x"}`)
+	f.Fuzz(func(t *testing.T, x, y string) {
+		var mx, my map[string]any
+		if utiljson.Unmarshal([]byte(x), &mx) != nil || utiljson.Unmarshal([]byte(y), &my) != nil || mx == nil || my == nil {
+			t.Skip("not two JSON objects")
+		}
+		px, _, _, _, err := FromJSON(nil, []byte(x), "metadata")
+		if err != nil {
+			t.Skip("refused by FromJSON")
+		}
+		delete(mx, "metadata")
+		delete(my, "metadata")
+		py, err := Append(nil, my)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := EqualWithout(string(px), string(py), "status")
+		if err != nil {
+			t.Fatalf("%s against %s: %v", x, y, err)
+		}
+		delete(mx, "status")
+		delete(my, "status")
+		if want := reflect.DeepEqual(mx, my); got != want {
+			t.Fatalf("%s against %s without status: equal %v, want %v", x, y, got, want)
+		}
+	})
+}
+
+// Damaged packed bytes are an error for EqualWithout, never a panic; a
+// packed value that is not a map is one too.
+func FuzzEqualWithoutRefusesDamage(f *testing.F) {
+	b, err := Append(nil, map[string]any{"spec": []any{int64(1), 2.5, "x", nil, true, map[string]any{"k": false}}, "status": "s"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add(b[:len(b)-1])
+	f.Add([]byte{tagList, 0})
+	f.Add([]byte{tagMap, 1, tagCommon, 4, tagMap, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Fuzz(func(t *testing.T, damaged []byte) {
+		_, errDamaged := EqualWithout(string(damaged), string(b), "status")
+		if _, err := Unpack(string(damaged)); err != nil && errDamaged == nil {
+			t.Fatalf("%q does not unpack (%v), yet EqualWithout compared it", damaged, err)
+		}
+	})
+}

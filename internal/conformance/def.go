@@ -310,7 +310,10 @@ const (
 	OpCreate Op = "create"
 	// OpChange sets the spec field (or data key) Field to a new value.
 	OpChange Op = "change"
-	// OpTouch changes an annotation: no generation, no projection.
+	// OpTouch changes an annotation: no generation, no projection. A
+	// watched object's touch is not even reconciled (the watch drops an
+	// update that changes nothing a step reads), where the annotations
+	// of OpRetry, OpPause, OpResume and OpRerun are.
 	OpTouch Op = "touch"
 	// OpDelete deletes the object.
 	OpDelete Op = "delete"

@@ -84,6 +84,10 @@ func (d *Definition) Typed() bool { return d.typed }
 // its engine need not fetch and compile the schemas.
 func (d *Definition) NeedsSchemas() bool { return d.Owns() || d.expressions > 0 }
 
+// HasExpressions reports whether d has CEL expressions (a filter, a
+// condition, a template's): any of them may read any field of an object.
+func (d *Definition) HasExpressions() bool { return d.expressions > 0 }
+
 // WithSchemas compiles the definition again with the children typed by
 // schemas (see CompileWithSchemas).
 func (d *Definition) WithSchemas(schemas SchemaResolver) (*Definition, error) {

@@ -228,3 +228,36 @@ func (t *labelSets) intern(labels map[string]string) map[string]string {
 	t.sets[string(key)] = labels
 	return labels
 }
+
+// SameWithout reports whether two cached states of an object, both kept
+// as compact objects, hold the same fields but for their metadata and
+// their top-level field skip (see packed.EqualWithout). known is false
+// when they are not both compact objects, or their packed forms do not
+// read: the caller compares them itself.
+func SameWithout(old, new runtime.Object, skip string) (same, known bool) {
+	a, ok1 := old.(*compactObject)
+	b, ok2 := new.(*compactObject)
+	if !ok1 || !ok2 {
+		return false, false
+	}
+	same, err := packed.EqualWithout(a.rest, b.rest, skip)
+	return same, err == nil
+}
+
+// Fields gives a cached object's fields to read: a compact object's
+// decoded, an unstructured object's own map, which the caller must not
+// write. ok is false for any other object, or a compact object whose
+// packed form does not read.
+func Fields(obj runtime.Object) (fields map[string]any, ok bool) {
+	switch o := obj.(type) {
+	case *compactObject:
+		u, err := o.decode()
+		if err != nil {
+			return nil, false
+		}
+		return u.Object, true
+	case *unstructured.Unstructured:
+		return o.Object, o.Object != nil
+	}
+	return nil, false
+}

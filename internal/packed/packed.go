@@ -339,11 +339,46 @@ func EqualWithout(a, b string, skip string) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if !reflect.DeepEqual(vx, vy) {
+		if !Equal(vx, vy) {
 			return false, nil
 		}
 	}
 	return true, nil
+}
+
+// Equal reports whether two unstructured values are the same: of the same
+// types, their float64s of the same bits (0 and -0 differ, as their JSON
+// does). It is reflect.DeepEqual but for the floats' signs of zero.
+func Equal(a, b any) bool {
+	switch a := a.(type) {
+	case float64:
+		b, ok := b.(float64)
+		return ok && math.Float64bits(a) == math.Float64bits(b)
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) || (a == nil) != (b == nil) {
+			return false
+		}
+		for k, v := range a {
+			w, ok := b[k]
+			if !ok || !Equal(v, w) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) || (a == nil) != (b == nil) {
+			return false
+		}
+		for i := range a {
+			if !Equal(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return reflect.DeepEqual(a, b)
 }
 
 // entry is a packed map's entry: its key, and its value still packed.

@@ -31,6 +31,10 @@
 // carried by a start that waited for a slot never replaces a later one
 // (archive.Run.Record).
 //
+// An update of an object that changes nothing its step reads (its
+// status written by its controller, someone else's annotation) is not
+// reconciled; see updates.
+//
 // An object that stops matching (its labels or the filter no longer
 // select it) is forgotten: no delete handler runs for it, as the object
 // still exists. One that matches again is new to the operator.

@@ -64,6 +64,8 @@ type reconciler struct {
 	// runWait is how long a reconcile waits for a run it starts
 	// (Options.RunWait).
 	runWait time.Duration
+	// updates decides which updates of an object are reconciled.
+	updates updates
 }
 
 var _ reconcile.Reconciler = &reconciler{}
@@ -187,7 +189,7 @@ func Start(ctx context.Context, cfg Config, d *definition.Definition, rn *run.Ru
 	}()
 	watchCache := o.cache
 	r := &reconciler{def: d, cache: watchCache, reader: cfg.Reader, client: cfg.Client, runner: rn, store: cfg.Archive, cluster: clusterID(ctx, cfg.Reader),
-		log: cfg.Log.WithValues("operator", d.Operator.Name), events: cfg.Events, namespace: cfg.Namespace, runWait: cfg.RunWait}
+		log: cfg.Log.WithValues("operator", d.Operator.Name), events: cfg.Events, namespace: cfg.Namespace, runWait: cfg.RunWait, updates: newUpdates(d.Operator.Name, d.Handlers, d.HasExpressions())}
 	records, err := r.preload(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("operator %s: reading its watched objects' state from the archive: %w", d.Operator.Name, err)
@@ -238,7 +240,9 @@ func (r *reconciler) watchHandler() handler.TypedEventHandler[client.Object, rec
 			enqueue(e.Object, q)
 		},
 		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			enqueue(e.ObjectNew, q)
+			if r.updates.reconciled(e.ObjectOld, e.ObjectNew) {
+				enqueue(e.ObjectNew, q)
+			}
 		},
 		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			if u, ok := e.Object.DeepCopyObject().(*unstructured.Unstructured); ok && r.runner.HasDelete() {

@@ -234,9 +234,9 @@ func (t *labelSets) intern(labels map[string]string) map[string]string {
 // their top-level field skip (see packed.EqualWithout). known is false
 // when they are not both compact objects, or their packed forms do not
 // read: the caller compares them itself.
-func SameWithout(old, new runtime.Object, skip string) (same, known bool) {
+func SameWithout(old, updated runtime.Object, skip string) (same, known bool) {
 	a, ok1 := old.(*compactObject)
-	b, ok2 := new.(*compactObject)
+	b, ok2 := updated.(*compactObject)
 	if !ok1 || !ok2 {
 		return false, false
 	}

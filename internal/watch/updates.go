@@ -77,19 +77,19 @@ func newUpdates(operator string, hs []*definition.Handler, expressions bool) upd
 }
 
 // reconciled reports whether the update of a watched object from old to
-// new is reconciled, and counts it when it is not.
-func (u updates) reconciled(old, new client.Object) bool {
-	if u.changed(old, new) {
+// updated is reconciled, and counts it when it is not.
+func (u updates) reconciled(old, updated client.Object) bool {
+	if u.changed(old, updated) {
 		return true
 	}
 	u.skipped.Inc()
 	return false
 }
 
-// changed reports whether the update of a watched object from old to new
-// may change what its step decides (see updates).
-func (u updates) changed(old, new client.Object) (changed bool) {
-	if u.all || old.GetResourceVersion() == new.GetResourceVersion() {
+// changed reports whether the update of a watched object from old to
+// updated may change what its step decides (see updates).
+func (u updates) changed(old, updated client.Object) (changed bool) {
+	if u.all || old.GetResourceVersion() == updated.GetResourceVersion() {
 		return true
 	}
 	defer func() {
@@ -97,20 +97,20 @@ func (u updates) changed(old, new client.Object) (changed bool) {
 			changed = true // the object could not be read: reconciled
 		}
 	}()
-	if old.GetUID() != new.GetUID() ||
-		!old.GetDeletionTimestamp().Equal(new.GetDeletionTimestamp()) ||
-		!slices.Equal(old.GetFinalizers(), new.GetFinalizers()) ||
-		!maps.Equal(old.GetLabels(), new.GetLabels()) ||
-		!sameOpkitAnnotations(old.GetAnnotations(), new.GetAnnotations()) {
+	if old.GetUID() != updated.GetUID() ||
+		!old.GetDeletionTimestamp().Equal(updated.GetDeletionTimestamp()) ||
+		!slices.Equal(old.GetFinalizers(), updated.GetFinalizers()) ||
+		!maps.Equal(old.GetLabels(), updated.GetLabels()) ||
+		!sameOpkitAnnotations(old.GetAnnotations(), updated.GetAnnotations()) {
 		return true
 	}
 	if u.plain {
-		if same, known := informer.SameWithout(old, new, "status"); known {
+		if same, known := informer.SameWithout(old, updated, "status"); known {
 			return !same
 		}
 	}
 	a, ok1 := informer.Fields(old)
-	b, ok2 := informer.Fields(new)
+	b, ok2 := informer.Fields(updated)
 	if !ok1 || !ok2 {
 		return true
 	}

@@ -120,6 +120,7 @@ func TestEveryScenarioMeasures(t *testing.T) {
 		{"watch", opkitServe.Name, "all handled once"},
 		{"watch", "baseline-8", "peak heap"},
 		{"watch", "baseline-8", "new image handled p50"},
+		{"watch", "opkit", "new image handled after its write p50"},
 		{"watch", "opkit", "CPU to all handled, per object"},
 		{"watch", opkitServe.Name, "CPU per change"},
 		{"watch", "baseline-8", "CPU per change"},

@@ -231,16 +231,16 @@ func (t *labelSets) intern(labels map[string]string) map[string]string {
 
 // SameWithout reports whether two cached states of an object, both kept
 // as compact objects, hold the same fields but for their metadata and
-// their top-level field skip (see packed.EqualWithout). known is false
+// their top-level fields skip (see packed.EqualWithout). known is false
 // when they are not both compact objects, or their packed forms do not
 // read: the caller compares them itself.
-func SameWithout(old, updated runtime.Object, skip string) (same, known bool) {
+func SameWithout(old, updated runtime.Object, skip ...string) (same, known bool) {
 	a, ok1 := old.(*compactObject)
 	b, ok2 := updated.(*compactObject)
 	if !ok1 || !ok2 {
 		return false, false
 	}
-	same, err := packed.EqualWithout(a.rest, b.rest, skip)
+	same, err := packed.EqualWithout(a.rest, b.rest, skip...)
 	return same, err == nil
 }
 

@@ -306,12 +306,12 @@ func varint(s string) (int64, int) {
 }
 
 // EqualWithout reports whether the packed maps a and b hold the same
-// entries but for their entries skip: entries of the same keys whose
-// values are equal as [Unpack] gives them back. Entries of equal bytes
+// entries but for their entries of the keys skip: entries of the same
+// keys whose values are [Equal] as [Unpack] gives them back. Entries of equal bytes
 // are equal without being unpacked; others, which may hold maps packed in
 // another order, are unpacked and compared. Damaged bytes, or a value
 // that is not a map, are an error.
-func EqualWithout(a, b string, skip string) (bool, error) {
+func EqualWithout(a, b string, skip ...string) (bool, error) {
 	ea, err := entries(a, skip)
 	if err != nil {
 		return false, err
@@ -384,8 +384,8 @@ func Equal(a, b any) bool {
 // entry is a packed map's entry: its key, and its value still packed.
 type entry struct{ key, value string }
 
-// entries reads the packed map p's entries but skip.
-func entries(p, skip string) ([]entry, error) {
+// entries reads the packed map p's entries but those of the keys skip.
+func entries(p string, skip []string) ([]entry, error) {
 	d := unpacker{p: p}
 	if len(p) == 0 || p[0] != tagMap {
 		return nil, errors.New("a packed map was expected")
@@ -405,7 +405,7 @@ func entries(p, skip string) ([]entry, error) {
 		if err := d.skip(1); err != nil {
 			return nil, fmt.Errorf("packed value at byte %d: %w", d.i, err)
 		}
-		if k != skip {
+		if !slices.Contains(skip, k) {
 			out = append(out, entry{key: k, value: p[start:d.i]})
 		}
 	}

@@ -100,12 +100,14 @@ func (u updates) changed(old, updated client.Object) (changed bool) {
 	if old.GetUID() != updated.GetUID() ||
 		!old.GetDeletionTimestamp().Equal(updated.GetDeletionTimestamp()) ||
 		!slices.Equal(old.GetFinalizers(), updated.GetFinalizers()) ||
-		!maps.Equal(old.GetLabels(), updated.GetLabels()) ||
+		!maps.Equal(old.GetLabels(), updated.GetLabels()) || (old.GetLabels() == nil) != (updated.GetLabels() == nil) ||
 		!sameOpkitAnnotations(old.GetAnnotations(), updated.GetAnnotations()) {
 		return true
 	}
 	if u.plain {
-		if same, known := informer.SameWithout(old, updated, "status"); known {
+		// Neither apiVersion nor kind is in the projection, and a built-in
+		// kind's list gives its items neither, where its watch events do.
+		if same, known := informer.SameWithout(old, updated, "status", "apiVersion", "kind"); known {
 			return !same
 		}
 	}

@@ -112,6 +112,43 @@ func TestAnUpdateIsReconciledWhenItChangesWhatAStepReads(t *testing.T) {
 	}
 }
 
+// Labels that go from empty to none change the projection (it holds
+// labels: {}, then no labels), which the labels' maps alone do not say.
+func TestEmptyLabelsRemovedAreAChange(t *testing.T) {
+	u := newUpdates("test", nil, false)
+	old := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "c", "uid": "u1", "resourceVersion": "1", "labels": map[string]any{}},
+		"data":     map[string]any{"k": "v"},
+	}}
+	updated := old.DeepCopy()
+	updated.SetResourceVersion("2")
+	unstructured.RemoveNestedField(updated.Object, "metadata", "labels")
+	if !u.changed(old, updated) || !u.changed(compact(t, old), compact(t, updated)) {
+		t.Error("labels {} removed was not a change")
+	}
+}
+
+// A built-in kind's list gives its items without apiVersion and kind,
+// its watch events with them: an object from the list and its update
+// from the watch that changes nothing else is no change.
+func TestAnObjectFromTheListAndItsWatchEventCompareAlike(t *testing.T) {
+	u := newUpdates("test", nil, false)
+	listed := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "c", "uid": "u1", "resourceVersion": "1"},
+		"data":     map[string]any{"k": "v"},
+		"status":   map[string]any{"n": int64(1)},
+	}}
+	watched := listed.DeepCopy()
+	watched.SetAPIVersion("v1")
+	watched.SetKind("ConfigMap")
+	watched.SetResourceVersion("2")
+	_ = unstructured.SetNestedField(watched.Object, int64(2), "status", "n")
+	if u.changed(compact(t, listed), compact(t, watched)) {
+		t.Error("a status write after the list was reconciled: apiVersion and kind compared")
+	}
+}
+
 func compact(t *testing.T, u *unstructured.Unstructured) client.Object {
 	t.Helper()
 	c, err := informer.Transform(u.DeepCopy())

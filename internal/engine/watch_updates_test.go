@@ -3,8 +3,10 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,33 +36,18 @@ func TestAWatchReconcilesNoUpdateThatChangesNothingAHandlerReads(t *testing.T) {
 	e := startEngine(t, a)
 	exec := recorderExec(t, out)
 	spec, status := "spec-"+a.Namespace, "status-"+a.Namespace
+	// Each handler on update of the Service's field, recording its runs.
+	watch := func(operator string, fields map[string]string) string {
+		var hs strings.Builder
+		for _, h := range slices.Sorted(maps.Keys(fields)) {
+			fmt.Fprintf(&hs, "  - name: %s\n    on: [update]\n    fields: [%s]\n    %s\n", h, fields[h], exec)
+		}
+		return fmt.Sprintf("apiVersion: opkit.dev/v1alpha1\nkind: Operator\nmetadata: {name: %s}\nspec:\n  watch: {apiVersion: v1, kind: Service, namespaces: [%s]}\n  handlers:\n%s",
+			operator, a.Namespace, hs.String())
+	}
 	for _, op := range []string{
-		fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
-kind: Operator
-metadata: {name: %s}
-spec:
-  watch: {apiVersion: v1, kind: Service, namespaces: [%s]}
-  handlers:
-  - name: spec-ports
-    on: [update]
-    fields: [spec.ports]
-    %s
-`, spec, a.Namespace, exec),
-		fmt.Sprintf(`apiVersion: opkit.dev/v1alpha1
-kind: Operator
-metadata: {name: %s}
-spec:
-  watch: {apiVersion: v1, kind: Service, namespaces: [%s]}
-  handlers:
-  - name: status-ports
-    on: [update]
-    fields: [spec.ports]
-    %s
-  - name: status-balancer
-    on: [update]
-    fields: [status.loadBalancer]
-    %s
-`, status, a.Namespace, exec, exec),
+		watch(spec, map[string]string{"spec-ports": "spec.ports"}),
+		watch(status, map[string]string{"status-ports": "spec.ports", "status-balancer": "status.loadBalancer"}),
 	} {
 		if err := e.Apply(ctx, compileYAML(t, op)); err != nil {
 			t.Fatal(err)

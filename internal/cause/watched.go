@@ -66,8 +66,7 @@ func Projection(obj map[string]any, hs []*definition.Handler) map[string]any {
 	status, _ := obj["status"].(map[string]any)
 	for _, h := range hs {
 		for _, f := range h.Fields {
-			root, rest, _ := strings.Cut(f, ".")
-			name, _, _ := strings.Cut(rest, ".")
+			root, name := projected(f)
 			switch {
 			case root == "metadata" && name != "":
 				pick("metadata", meta, name)
@@ -79,6 +78,30 @@ func Projection(obj map[string]any, hs []*definition.Handler) map[string]any {
 		}
 	}
 	return out
+}
+
+// projected splits a handler's field into its root and the name under it
+// that Projection picks: metadata.labels.team is metadata and labels.
+func projected(field string) (root, name string) {
+	root, rest, _ := strings.Cut(field, ".")
+	name, _, _ = strings.Cut(rest, ".")
+	return root, name
+}
+
+// ProjectsMoreThanLabels reports whether Projection holds, for handlers
+// hs, a metadata field but the labels, or status or a field of it.
+// Otherwise it is the object's labels and every top-level field but
+// apiVersion, kind, metadata and status.
+func ProjectsMoreThanLabels(hs []*definition.Handler) bool {
+	for _, h := range hs {
+		for _, f := range h.Fields {
+			switch root, name := projected(f); {
+			case root == "status", root == "metadata" && name != "" && name != "labels":
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Observe records a watched object's projection in st and returns the

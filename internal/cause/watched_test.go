@@ -518,3 +518,29 @@ func TestAWatchedHandlerOnDeleteBesideOtherTriggersRunsOnDeletion(t *testing.T) 
 		}
 	}
 }
+
+// ProjectsMoreThanLabels says whether Projection picks a field beyond the
+// labels and the top-level fields, handler by handler field.
+func TestProjectsMoreThanLabelsFollowsWhatProjectionPicks(t *testing.T) {
+	for fields, want := range map[string]bool{
+		"":                       false,
+		"spec.template":          false,
+		"data":                   false,
+		"metadata.labels":        false,
+		"metadata.labels.team":   false,
+		"metadata.annotations":   true,
+		"metadata.annotations.x": true,
+		"metadata.generation":    true,
+		"status":                 true,
+		"status.readyReplicas":   true,
+		"spec.replicas,status.x": true,
+	} {
+		h := &definition.Handler{Name: "h"}
+		if fields != "" {
+			h.Fields = strings.Split(fields, ",")
+		}
+		if got := ProjectsMoreThanLabels([]*definition.Handler{{Name: "other"}, h}); got != want {
+			t.Errorf("fields %q: %v, want %v", fields, got, want)
+		}
+	}
+}

@@ -64,16 +64,7 @@ var skippedUpdates = sync.OnceValue(func() *prometheus.CounterVec {
 // newUpdates decides for operator with handlers hs; expressions: it has
 // some (definition.Definition.HasExpressions).
 func newUpdates(operator string, hs []*definition.Handler, expressions bool) updates {
-	u := updates{handlers: hs, all: expressions, plain: true, skipped: skippedUpdates().WithLabelValues(operator)}
-	for _, h := range hs {
-		for _, f := range h.Fields {
-			root, rest, _ := strings.Cut(f, ".")
-			if root == "status" || root == "metadata" && rest != "" && rest != "labels" && !strings.HasPrefix(rest, "labels.") {
-				u.plain = false
-			}
-		}
-	}
-	return u
+	return updates{handlers: hs, all: expressions, plain: !cause.ProjectsMoreThanLabels(hs), skipped: skippedUpdates().WithLabelValues(operator)}
 }
 
 // reconciled reports whether the update of a watched object from old to
@@ -97,10 +88,11 @@ func (u updates) changed(old, updated client.Object) (changed bool) {
 			changed = true // the object could not be read: reconciled
 		}
 	}()
+	oldLabels, labels := old.GetLabels(), updated.GetLabels() // an unstructured object's are copies
 	if old.GetUID() != updated.GetUID() ||
 		!old.GetDeletionTimestamp().Equal(updated.GetDeletionTimestamp()) ||
 		!slices.Equal(old.GetFinalizers(), updated.GetFinalizers()) ||
-		!maps.Equal(old.GetLabels(), updated.GetLabels()) || (old.GetLabels() == nil) != (updated.GetLabels() == nil) ||
+		!maps.Equal(oldLabels, labels) || (oldLabels == nil) != (labels == nil) ||
 		!sameOpkitAnnotations(old.GetAnnotations(), updated.GetAnnotations()) {
 		return true
 	}

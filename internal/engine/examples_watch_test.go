@@ -172,7 +172,10 @@ func TestCalendarExampleRunsEachSlotOnce(t *testing.T) {
 	env := clustertest.New(t)
 	store := newArchive(t)
 	const every = 2 * time.Second
-	d := exampleDefinition(t, "../../examples/calendar/operator.yaml", "every: 30s", "every: 2s")
+	// The tick's 10 seconds are the example's; the test counts slots, and
+	// a loaded machine once took longer than that to start python3 (a run
+	// that long skips the slots it overlaps, which the test allows).
+	d := exampleDefinition(t, "../../examples/calendar/operator.yaml", "every: 30s", "every: 2s", "timeout: 10s", "timeout: 2m")
 	// run runs an engine with the calendar for at least within, and stops
 	// it midway between two slots, when no run is in flight.
 	run := func(within time.Duration) {
@@ -217,7 +220,8 @@ func TestCalendarExampleRunsEachSlotOnce(t *testing.T) {
 			}
 			seen[r.Key] = r.ID
 			if r.Outcome != archive.Succeeded || r.Kind != "Operator" || r.Name != "calendar" || r.Trigger != "schedule" {
-				t.Errorf("run %s: %s %s %s/%s %s; want a Succeeded schedule run of Operator calendar", r.ID, r.Outcome, r.Error, r.Kind, r.Name, r.Trigger)
+				logs, err := logData(store.Logs(t.Context(), r.ID, 0))
+				t.Errorf("run %s: %s %s %s/%s %s (its log: %q, %v); want a Succeeded schedule run of Operator calendar", r.ID, r.Outcome, r.Error, r.Kind, r.Name, r.Trigger, logs, err)
 			}
 			slot, err := strconv.ParseInt(strings.TrimPrefix(r.Key, "calendar/schedule/tick/"), 10, 64)
 			if err != nil || slot%int64(every/time.Second) != 0 {

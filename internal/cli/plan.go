@@ -99,11 +99,14 @@ func runPlan(ctx context.Context, w, stderr io.Writer, f planFlags) error {
 	var refused []string
 	changes := false
 	for _, d := range news {
-		old, err := previous(ctx, d)
+		old, op, err := previous(ctx, d)
 		if err != nil {
 			return &exitError{code: planRefused, err: err}
 		}
-		paused, err := operatorPause(ctx, c, d.Operator.Name)
+		paused := pauseOf(op)
+		if op == nil {
+			paused, err = operatorPause(ctx, c, d.Operator.Name)
+		}
 		if err != nil {
 			// May not read Operators (a plan --against a file, by a user
 			// of the custom resources), or the read failed: the plan
@@ -154,44 +157,54 @@ func operatorPause(ctx context.Context, c client.Client, name string) (*v1alpha1
 	case err != nil:
 		return nil, fmt.Errorf("reading Operator %s, whose pause holds its handlers: %w", name, err)
 	}
+	return pauseOf(op), nil
+}
+
+// pauseOf is the pause of the whole operator its Operator op says (nil
+// for none, or no op).
+func pauseOf(op *v1alpha1.Operator) *v1alpha1.Pause {
+	if op == nil {
+		return nil
+	}
 	value, paused := op.Annotations[v1alpha1.PauseAnnotation]
 	if !paused {
-		return nil, nil
+		return nil
 	}
 	p := v1alpha1.ReadRequest(value)
-	return &p, nil
+	return &p
 }
 
 // previousDefinition finds the definition each new one replaces: the
-// Operator of its name in file, or else in the cluster.
-func previousDefinition(file string, c client.Client) (func(context.Context, *definition.Definition) (*definition.Definition, error), error) {
+// Operator of its name in file, or else in the cluster, which it returns
+// too (read once: its pause and its definition are of one version).
+func previousDefinition(file string, c client.Client) (func(context.Context, *definition.Definition) (*definition.Definition, *v1alpha1.Operator, error), error) {
 	if file != "" {
 		olds, err := definition.CompileFiles(file)
 		if err != nil {
 			return nil, fmt.Errorf("--against %s does not load:\n%w", file, err)
 		}
-		return func(_ context.Context, d *definition.Definition) (*definition.Definition, error) {
+		return func(_ context.Context, d *definition.Definition) (*definition.Definition, *v1alpha1.Operator, error) {
 			for _, o := range olds {
 				if o.Operator.Name == d.Operator.Name {
-					return o, nil
+					return o, nil, nil
 				}
 			}
-			return nil, fmt.Errorf("--against %s has no Operator %s to plan against", file, d.Operator.Name)
+			return nil, nil, fmt.Errorf("--against %s has no Operator %s to plan against", file, d.Operator.Name)
 		}, nil
 	}
-	return func(ctx context.Context, d *definition.Definition) (*definition.Definition, error) {
+	return func(ctx context.Context, d *definition.Definition) (*definition.Definition, *v1alpha1.Operator, error) {
 		op := &v1alpha1.Operator{}
 		err := c.Get(ctx, client.ObjectKey{Name: d.Operator.Name}, op)
 		switch {
 		case apierrors.IsNotFound(err):
-			return nil, fmt.Errorf("operator %s is not in the cluster (kubectl get operators): name the definition it replaces with --against FILE", d.Operator.Name)
+			return nil, nil, fmt.Errorf("operator %s is not in the cluster (kubectl get operators): name the definition it replaces with --against FILE", d.Operator.Name)
 		case err != nil:
-			return nil, fmt.Errorf("reading Operator %s: %w", d.Operator.Name, err)
+			return nil, nil, fmt.Errorf("reading Operator %s: %w", d.Operator.Name, err)
 		}
 		old, err := definition.Compile(definition.FromCluster(op))
 		if err != nil {
-			return nil, fmt.Errorf("the Operator %s in the cluster does not compile: %w", d.Operator.Name, err)
+			return nil, nil, fmt.Errorf("the Operator %s in the cluster does not compile: %w", d.Operator.Name, err)
 		}
-		return old, nil
+		return old, op, nil
 	}, nil
 }

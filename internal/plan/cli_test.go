@@ -162,11 +162,18 @@ func TestPlanOfAPausedOperatorPlansItsRunsAtTheResume(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), op) })
 
-	planned := func() (int, string, plan.Plan) {
+	// planned plans newFile against oldFile, or, with cluster, against
+	// the Operator in the cluster (its definition and its pause read
+	// together).
+	planned := func(cluster ...bool) (int, string, plan.Plan) {
 		t.Helper()
 		var out, errOut bytes.Buffer
-		code := cli.Main([]string{"plan", "-f", newFile, "--against", oldFile, "-n", env.Namespace, "-o", "json",
-			"--kubeconfig", clustertest.Cluster(t).KubeconfigPath()}, &out, &errOut)
+		against := []string{"--against", oldFile}
+		if len(cluster) > 0 && cluster[0] {
+			against = nil
+		}
+		code := cli.Main(append([]string{"plan", "-f", newFile, "-n", env.Namespace, "-o", "json",
+			"--kubeconfig", clustertest.Cluster(t).KubeconfigPath()}, against...), &out, &errOut)
 		var got struct {
 			Plans []plan.Plan `json:"plans"`
 		}
@@ -198,6 +205,11 @@ func TestPlanOfAPausedOperatorPlansItsRunsAtTheResume(t *testing.T) {
 		if !strings.Contains(p.Paused, want) || !strings.Contains(text, want) {
 			t.Errorf("paused: the plan says %q, text:\n%s\nwant %q", p.Paused, text, want)
 		}
+	}
+	// Against the Operator in the cluster, whose one read gives both the
+	// definition it replaces and its pause: the same plan.
+	if code, text, p := planned(true); code != 2 || atResume(p) != 2 || !strings.Contains(p.Paused, "operator website is paused by alice") {
+		t.Errorf("paused, against the cluster: %d at the resume, paused %q, exit %d; want 2, by alice, exit 2:\n%s", atResume(p), p.Paused, code, text)
 	}
 
 	// Resumed: the same plan lists the runs.

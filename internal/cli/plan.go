@@ -103,11 +103,12 @@ func runPlan(ctx context.Context, w, stderr io.Writer, f planFlags) error {
 		if err != nil {
 			return &exitError{code: planRefused, err: err}
 		}
-		paused := pauseOf(op)
-		if op == nil {
-			paused, err = operatorPause(ctx, c, d.Operator.Name)
-		}
-		if err != nil {
+		// The pause of the Operator read with the definition it replaces,
+		// or, against a file, of the one in the cluster, if any.
+		var paused *v1alpha1.Pause
+		if op != nil {
+			paused = pauseOf(op)
+		} else if paused, err = operatorPause(ctx, c, d.Operator.Name); err != nil {
 			// May not read Operators (a plan --against a file, by a user
 			// of the custom resources), or the read failed: the plan
 			// still stands, as it did before it read the pause.

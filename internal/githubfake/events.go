@@ -238,6 +238,7 @@ func (s *Server) orgEvents(w http.ResponseWriter, r *http.Request) {
 // listEvents answers with the events that match, newest first, a page of
 // the newest maxEvents; with 304 Not Modified, which costs no request of
 // the rate limit, when the client's If-None-Match is the page's ETag.
+// s.mu is held.
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, match func(*Event) bool) {
 	var list []*Event
 	for _, e := range slices.Backward(s.events) {
@@ -262,6 +263,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, match func(*
 	if inm := r.Header.Get("If-None-Match"); inm != "" && slices.Contains(strings.Split(inm, ", "), etag) {
 		if sw, ok := w.(*statusWriter); ok {
 			sw.free = true
+			s.giveBackLocked()
 		}
 		w.Header().Set("X-RateLimit-Remaining", strconv.Itoa(s.rateRemaining))
 		w.Header().Set("X-RateLimit-Used", strconv.Itoa(s.opts.RateLimit-s.rateRemaining))
@@ -274,9 +276,11 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, match func(*
 	_, _ = w.Write(body)
 }
 
-// rateLimitLocked checks and sets the rate-limit headers of a request
-// that counts, unless the limit is exhausted: then it answers 403 as
-// GitHub does and returns false. A reset past refills the limit.
+// rateLimitLocked counts a request and sets its rate-limit headers,
+// unless the limit is exhausted: then it answers 403 as GitHub does and
+// returns false. A reset past refills the limit. The request is counted
+// before its answer is written (a client that has read the answer reads
+// the count with it); one that turns out free is given back.
 func (s *Server) rateLimitLocked(w http.ResponseWriter, login string) bool {
 	now := time.Now()
 	if !now.Before(s.rateReset) {
@@ -292,8 +296,15 @@ func (s *Server) rateLimitLocked(w http.ResponseWriter, login string) bool {
 		writeError(w, http.StatusForbidden, fmt.Sprintf("API rate limit exceeded for user ID %d.", id("user", login)))
 		return false
 	}
-	// Said as if the request counts; a 304 says otherwise.
-	h.Set("X-RateLimit-Remaining", strconv.Itoa(s.rateRemaining-1))
-	h.Set("X-RateLimit-Used", strconv.Itoa(s.opts.RateLimit-s.rateRemaining+1))
+	// A 304 gives it back, and says so in its own headers.
+	s.rateRemaining--
+	h.Set("X-RateLimit-Remaining", strconv.Itoa(s.rateRemaining))
+	h.Set("X-RateLimit-Used", strconv.Itoa(s.opts.RateLimit-s.rateRemaining))
 	return true
+}
+
+// giveBackLocked gives back the request rateLimitLocked counted: its
+// answer was free, or never written.
+func (s *Server) giveBackLocked() {
+	s.rateRemaining = min(s.rateRemaining+1, s.opts.RateLimit)
 }

@@ -92,10 +92,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if !counts {
 		return
 	}
+	// Counted already (rateLimitLocked), before the answer can reach the
+	// client: a request that got none (the client went away) is given
+	// back; a free answer (304) gave it back as it was written.
 	defer func() {
-		if !sw.free && sw.status != 0 {
+		if !sw.free && sw.status == 0 {
 			s.mu.Lock()
-			s.rateRemaining--
+			s.giveBackLocked()
 			s.mu.Unlock()
 		}
 	}()

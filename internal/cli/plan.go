@@ -162,11 +162,8 @@ func operatorPause(ctx context.Context, c client.Client, name string) (*v1alpha1
 }
 
 // pauseOf is the pause of the whole operator its Operator op says (nil
-// for none, or no op).
+// for none).
 func pauseOf(op *v1alpha1.Operator) *v1alpha1.Pause {
-	if op == nil {
-		return nil
-	}
 	value, paused := op.Annotations[v1alpha1.PauseAnnotation]
 	if !paused {
 		return nil

@@ -261,8 +261,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, match func(*
 	w.Header().Set("X-Poll-Interval", strconv.Itoa(s.pollInterval))
 	w.Header().Set("Cache-Control", "private, max-age=60, s-maxage=60")
 	if inm := r.Header.Get("If-None-Match"); inm != "" && slices.Contains(strings.Split(inm, ", "), etag) {
-		if sw, ok := w.(*statusWriter); ok {
-			sw.free = true
+		if _, counted := w.(*statusWriter); counted { // not a fault's recorder
 			s.giveBackLocked()
 		}
 		w.Header().Set("X-RateLimit-Remaining", strconv.Itoa(s.rateRemaining))

@@ -45,8 +45,6 @@ func (s *Server) routes() *http.ServeMux {
 type statusWriter struct {
 	http.ResponseWriter
 	status int
-	// free is an answer that costs no request of the rate limit (304).
-	free bool
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -94,9 +92,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	// Counted already (rateLimitLocked), before the answer can reach the
 	// client: a request that got none (the client went away) is given
-	// back; a free answer (304) gave it back as it was written.
+	// back; a free answer (304) gave it back before it was written.
 	defer func() {
-		if !sw.free && sw.status == 0 {
+		if sw.status == 0 {
 			s.mu.Lock()
 			s.giveBackLocked()
 			s.mu.Unlock()
